@@ -1,0 +1,45 @@
+# Every target creates the virtual environment (.venv) when it is missing.
+# torch is pinned to 2.13.0: it installs from local disk here, a bare `torch` pulls a multi-GB CUDA build.
+PY        := .venv/bin/python
+STAMP     := .venv/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+DATA      ?= data
+PARAMS    ?= params/smoke.yaml
+WORKERS   ?= 2
+export PYTHONWARNINGS ?= ignore:<TorchTpu/Performance/TcMalloc/
+
+.PHONY: setup venv fixtures sweep test bench lab browser clean-data
+
+setup: venv fixtures browser
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	@rm -f .venv/.installed-*
+	@touch $@
+
+fixtures: $(STAMP)
+	$(PY) -m model_support.fixtures --dir $(DATA)/models
+
+# The main job: sweep the offline default model list on the local device, then render its report.
+sweep: fixtures
+	.venv/bin/model-support sweep $(PARAMS) --data-dir $(DATA) --workers $(WORKERS)
+
+# Debian's Chromium for the browser tests (a test never downloads a browser).
+browser:
+	@test -x /usr/bin/chromium || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null)
+
+test: fixtures browser
+	$(PY) -m pytest -q
+
+bench: fixtures browser
+	$(PY) bench/run_all.py
+
+# JupyterLab at the data folder: open any executed probe notebook and re-run it top to bottom.
+lab: fixtures
+	.venv/bin/jupyter lab --notebook-dir=$(DATA) --no-browser --ip=127.0.0.1
+
+clean-data:
+	rm -rf $(DATA)/sweeps $(DATA)/results $(DATA)/excluded $(DATA)/reports $(DATA)/README.md

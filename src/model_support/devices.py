@@ -1,0 +1,235 @@
+"""One small adapter per backend (cpu, cuda, tpu) behind one interface.
+
+Everything device-specific the probe needs goes through an adapter: the torch device to move to,
+synchronize (so timings are honest), peak device memory (with the source it came from, or null when
+nothing trustworthy exists), the device's name and count, and compilation-cache statistics where
+the backend offers them. The tpu adapter uses torch_tpu 0.2.0 through ``torch.accelerator``
+(``torch.tpu.is_available`` and friends are internal in 0.2.0; see shared/TORCH_TPU.md).
+
+Why ``prepare_environment``: with torch_tpu installed, ``import torch`` autoloads it through torch's
+device-backend entry point, which costs ~8 s and ~300 MB per process even on a machine with no TPU.
+A probe that will not use a TPU turns that autoload off before torch is imported.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+from dataclasses import dataclass
+
+DEVICE_CHOICES = ("auto", "cpu", "cuda", "tpu")
+AUTOLOAD_VAR = "TORCH_DEVICE_BACKEND_AUTOLOAD"
+
+
+class DeviceUnavailable(RuntimeError):
+    """The requested device cannot be used here; the message is one sentence saying why."""
+
+
+def tpu_hardware_visible() -> bool:
+    """TPU VMs expose /dev/accel* (v2-v5e) or /dev/vfio/<n> (v5p and later)."""
+    return bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"))
+
+
+def torch_tpu_installed() -> bool:
+    return importlib.util.find_spec("torch_tpu") is not None
+
+
+def prepare_environment(device: str) -> None:
+    """Call before ``import torch``: skip torch_tpu's autoload when no TPU will be used.
+
+    Only the current process (and the kernels it starts) is affected, and only when the user has
+    not set the variable themselves.
+    """
+    wants_tpu = device == "tpu" or (device == "auto" and torch_tpu_installed() and tpu_hardware_visible())
+    if not wants_tpu:
+        os.environ.setdefault(AUTOLOAD_VAR, "0")
+
+
+@dataclass
+class Adapter:
+    """The interface every backend implements; the cpu adapter is the base."""
+
+    type: str = "cpu"
+
+    @property
+    def torch_device(self):
+        import torch
+
+        return torch.device(self.type)
+
+    def synchronize(self) -> None:
+        pass
+
+    def reset_peak_memory(self) -> None:
+        pass
+
+    def peak_memory_mb(self) -> tuple[float | None, str | None]:
+        """(peak MB, where the number came from); (None, None) when nothing trustworthy exists."""
+        return None, None
+
+    def device_name(self) -> str:
+        import platform
+
+        return platform.processor() or platform.machine() or "cpu"
+
+    def device_count(self) -> int:
+        return 1
+
+    def compile_cache_stats(self) -> tuple[int | None, int | None]:
+        return None, None
+
+
+class CudaAdapter(Adapter):
+    def __init__(self):
+        super().__init__("cuda")
+
+    def synchronize(self) -> None:
+        import torch
+
+        torch.cuda.synchronize()
+
+    def reset_peak_memory(self) -> None:
+        import torch
+
+        torch.cuda.reset_peak_memory_stats()
+
+    def peak_memory_mb(self):
+        import torch
+
+        return torch.cuda.max_memory_allocated() / 2**20, "torch.cuda.max_memory_allocated"
+
+    def device_name(self) -> str:
+        import torch
+
+        return torch.cuda.get_device_name(0)
+
+    def device_count(self) -> int:
+        import torch
+
+        return torch.cuda.device_count()
+
+
+class TpuAdapter(Adapter):
+    """torch_tpu 0.2.0: public ``torch.accelerator`` calls, experimental/private ``torch.tpu`` ones guarded."""
+
+    def __init__(self):
+        super().__init__("tpu")
+
+    def synchronize(self) -> None:
+        import torch
+
+        torch.accelerator.synchronize()
+
+    def reset_peak_memory(self) -> None:
+        import torch
+
+        try:
+            torch.accelerator.reset_peak_memory_stats()
+        except (RuntimeError, AttributeError, NotImplementedError):
+            pass
+
+    def peak_memory_mb(self):
+        import torch
+
+        try:
+            peak = torch.accelerator.max_memory_allocated()
+        except (RuntimeError, AttributeError, NotImplementedError):
+            return None, None
+        # torch_tpu 0.2.0 may not back the generic counter: a zero after running a model is not a
+        # measurement, so it is recorded as unknown rather than as 0.
+        if not peak:
+            return None, None
+        return peak / 2**20, "torch.accelerator.max_memory_allocated"
+
+    def device_name(self) -> str:
+        import torch
+
+        try:
+            return str(torch.tpu.get_device_name())
+        except (RuntimeError, AttributeError):
+            return "tpu"
+
+    def device_count(self) -> int:
+        import torch
+
+        return torch.accelerator.device_count()
+
+    def compile_cache_stats(self):
+        import torch
+
+        hits = getattr(torch.tpu, "_get_cache_hits", None)
+        misses = getattr(torch.tpu, "_get_cache_misses", None)
+        try:
+            return (int(hits()) if hits else None, int(misses()) if misses else None)
+        except (RuntimeError, TypeError, ValueError):
+            return None, None
+
+
+def _tpu() -> TpuAdapter:
+    if not torch_tpu_installed():
+        raise DeviceUnavailable(
+            "Device 'tpu' was requested but the torch_tpu package is not installed; "
+            "install it with `pip install -e '.[tpu]'` on a TPU VM, or pass device='cpu' or 'cuda'."
+        )
+    import torch
+    import torch_tpu  # noqa: F401  (registers the 'tpu' backend and torch.tpu)
+
+    if not torch.accelerator.is_available():
+        raise DeviceUnavailable(
+            "Device 'tpu' was requested but no TPU is present on this machine "
+            "(torch_tpu is installed, but torch.accelerator.is_available() is False)."
+        )
+    accelerator = torch.accelerator.current_accelerator()
+    if accelerator is None or accelerator.type != "tpu":
+        raise DeviceUnavailable(
+            f"Device 'tpu' was requested but the current accelerator is {accelerator}, not a TPU."
+        )
+    return TpuAdapter()
+
+
+def _cuda() -> CudaAdapter:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise DeviceUnavailable(
+            "Device 'cuda' was requested but no CUDA GPU is visible here "
+            f"(torch {torch.__version__}, torch.cuda.is_available() is False)."
+        )
+    return CudaAdapter()
+
+
+def resolve(device: str) -> Adapter:
+    """The adapter for ``device``; ``auto`` picks tpu, then cuda, then cpu."""
+    if device not in DEVICE_CHOICES:
+        raise DeviceUnavailable(f"Unknown device {device!r}; choose one of {', '.join(DEVICE_CHOICES)}.")
+    if device == "cpu":
+        return Adapter("cpu")
+    if device == "cuda":
+        return _cuda()
+    if device == "tpu":
+        return _tpu()
+    if torch_tpu_installed() and tpu_hardware_visible():
+        try:
+            return _tpu()
+        except DeviceUnavailable:
+            pass
+    try:
+        return _cuda()
+    except DeviceUnavailable:
+        return Adapter("cpu")
+
+
+def visible_device_count(device: str) -> int:
+    """How many devices of this kind the sweep can pin workers to (without importing torch_tpu when
+    there is no TPU hardware, so the parent runner stays light)."""
+    if device in ("cpu",):
+        return 1
+    if device in ("tpu", "auto") and torch_tpu_installed() and tpu_hardware_visible():
+        return max(1, len(glob.glob("/dev/accel*")) or len(glob.glob("/dev/vfio/[0-9]*")))
+    if device in ("cuda", "auto"):
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible is not None:
+            return len([d for d in visible.split(",") if d.strip()])
+        return len(glob.glob("/dev/nvidia[0-9]*"))
+    return 1

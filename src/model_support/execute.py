@@ -1,0 +1,201 @@
+"""Run one probe notebook in its own process, and turn whatever happened into a record.
+
+``run_task`` is what a sweep worker does for one model, under the local executor and inside a Ray
+task alike: start ``python -m model_support.execute`` (papermill executing ``notebooks/probe.ipynb``
+over an ipc-transport kernel, so parallel kernels never collide on ports), wait up to the model's
+timeout, kill the whole process tree if it hangs, and come back with the record, the executed
+notebook and the log. A probe that wrote no record (kernel died, timeout, papermill error) still
+yields a FAIL(other) record with what is known: papermill's exception, the kernel's exit signal and
+the tail of the log.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import provenance, schema
+from .signatures import failure_signature, redact
+
+PROBE_NOTEBOOK = provenance.REPO_ROOT / "notebooks" / "probe.ipynb"
+#: Seconds the process gets beyond the model's own timeout (kernel start, imports, notebook I/O).
+GRACE_S = 90
+LOG_TAIL_CHARS = 3000
+
+
+@dataclass
+class TaskResult:
+    """What comes back to the sweep's driver for one model: everything it stores."""
+
+    record: dict
+    notebook: bytes | None
+    log: str
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this process when the runner dies, so a killed sweep leaves no orphans."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    import psutil
+
+    try:
+        children = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        children = []
+    for child in children:
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
+    proc.kill()
+    proc.wait()
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "unknown"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+def runner_failure(task: dict, error_type: str, message: str, log: str, started: float) -> dict:
+    """A FAIL(other)/runner record for a probe that could not write its own."""
+    tail = redact(log[-LOG_TAIL_CHARS:])
+    message = redact(message)
+    return schema.check_record(schema.empty_record(
+        sweep_id=task["sweep_id"], model_id=task["model_id"], revision=task["params"].get("revision") or None,
+        status=schema.FAIL_OTHER, failure_stage="runner", error_type=error_type, error_message=message,
+        traceback=f"(no traceback: the probe wrote no record)\n--- log tail ---\n{tail}",
+        failure_signature=failure_signature(error_type, message),
+        prompt=task["params"].get("prompt"), max_new_tokens=task["params"].get("max_new_tokens"),
+        dtype=task["params"].get("dtype"), device_type=task["params"].get("device"),
+        trust_remote_code=task["params"].get("trust_remote_code"), seed=task["params"].get("seed"),
+        versions=provenance.versions(), host=provenance.host(),
+        started_at=time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(started)),
+        duration_s=time.time() - started, notebook_path=task["notebook_path"],
+    ))
+
+
+def run_task(task: dict, work_root: str | None = None) -> TaskResult:
+    """Probe one model in a child process; never raises for a model's failure.
+
+    ``task``: sweep_id, model_id, params (probe notebook parameters), timeout_s, notebook_path (where
+    the driver will keep the notebook, recorded in the record), env (extra variables, e.g. device
+    pinning)."""
+    started = time.time()
+    work = Path(tempfile.mkdtemp(prefix="probe-", dir=work_root))
+    try:
+        (work / "task.json").write_text(json.dumps(task))
+        env = {**os.environ, **task.get("env", {})}
+        with open(work / "log.txt", "wb") as log_file:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "model_support.execute", str(work)],
+                stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                preexec_fn=_die_with_parent,
+            )
+            timed_out = False
+            try:
+                proc.wait(timeout=task["timeout_s"] + GRACE_S)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_tree(proc)
+        log = (work / "log.txt").read_text(errors="replace")
+        notebook = (work / "out.ipynb").read_bytes() if (work / "out.ipynb").exists() else None
+        if notebook is not None:
+            notebook = redact(notebook.decode()).encode()
+        record_file = work / "record.json"
+        if record_file.exists():
+            record = json.loads(record_file.read_text())
+        else:
+            outcome = json.loads((work / "outcome.json").read_text()) if (work / "outcome.json").exists() else {}
+            record = _record_from_outcome(task, outcome, proc.returncode, timed_out, log, started)
+        return TaskResult(record=record, notebook=notebook, log=redact(log))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _record_from_outcome(task, outcome, returncode, timed_out, log, started) -> dict:
+    error = outcome.get("error") or {}
+    kernel = _describe_exit(outcome.get("kernel_exit")) if "kernel_exit" in outcome else None
+    if timed_out:
+        error_type = "ProbeTimeout"
+        message = f"the probe process did not finish within the model's timeout of {task['timeout_s']:g} s plus {GRACE_S} s grace and was killed"
+    elif error.get("type") == "CellTimeoutError":
+        error_type = "ProbeTimeout"
+        message = f"timed out after {task['timeout_s']:g} s (the model's timeout); papermill: {error.get('message', '').splitlines()[0] if error.get('message') else ''}"
+    elif error.get("type") == "DeadKernelError":
+        error_type = "DeadKernelError"
+        message = f"the kernel died ({kernel}) while the probe ran: {error.get('message', '').strip()}"
+    elif error:
+        error_type = error.get("type", "RunnerError")
+        message = f"{error.get('message', '').strip()}"
+    else:
+        error_type = "NoRecord"
+        message = f"the probe wrote no record (probe process {_describe_exit(returncode)})"
+    return runner_failure(task, error_type, message, log, started)
+
+
+def _execute(work: Path) -> None:
+    """The child process: papermill over an ipc kernel; leaves out.ipynb, record.json, outcome.json."""
+    import nbformat
+    import papermill
+    from jupyter_client.manager import AsyncKernelManager
+
+    class ProbeKernelManager(AsyncKernelManager):
+        """Remembers the kernel's exit status when it is found dead (segfault, OOM kill)."""
+
+        exit_status = None
+
+        async def is_alive(self):
+            alive = await super().is_alive()
+            process = getattr(self.provisioner, "process", None) if self.provisioner else None
+            if not alive and process is not None:
+                self.exit_status = process.poll()
+            return alive
+
+    task = json.loads((work / "task.json").read_text())
+    record_path = work / "record.json"
+    parameters = {**task["params"], "model_id": task["model_id"], "sweep_id": task["sweep_id"],
+                  "record_path": str(record_path), "notebook_path": task["notebook_path"]}
+    ipc_dir = tempfile.mkdtemp(prefix="k", dir="/tmp")  # ipc socket paths must stay short
+    km = ProbeKernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(ipc_dir, "s"))
+    outcome: dict = {}
+    try:
+        papermill.execute_notebook(
+            str(PROBE_NOTEBOOK), str(work / "out.ipynb"), parameters=parameters, kernel_name="python3",
+            progress_bar=False, log_output=True, execution_timeout=task["timeout_s"], km=km,
+            cwd=str(work),
+        )
+    except Exception as exc:  # whatever papermill raised is this model's outcome, recorded below
+        outcome["error"] = {"type": type(exc).__name__, "message": str(exc)[:4000]}
+        if km.exit_status is not None:
+            outcome["kernel_exit"] = km.exit_status
+    finally:
+        shutil.rmtree(ipc_dir, ignore_errors=True)
+    if record_path.exists() and (work / "out.ipynb").exists():
+        nb = nbformat.read(str(work / "out.ipynb"), as_version=4)
+        nb.metadata.setdefault("model_support", {})["record"] = json.loads(record_path.read_text())
+        nbformat.write(nb, str(work / "out.ipynb"))
+    (work / "outcome.json").write_text(json.dumps(outcome))
+
+
+if __name__ == "__main__":
+    _execute(Path(sys.argv[1]))

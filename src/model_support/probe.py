@@ -1,0 +1,230 @@
+"""One model, one record: the probe notebook's single call.
+
+``run_probe`` resolves the device adapter, runs the guarded stages of ``probe_core`` on it, runs the
+CPU reference check, and turns everything into one record with exactly the schema's fields: verdict,
+stage, error and signature, tokens, timings, memory, provenance and the reproduction script. Any
+failure, the harness's own included, becomes the record rather than an exception, so the sweep
+always gets a verdict. ``show`` displays it in the notebook and stores it in the output.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import gc
+import resource
+import time
+from pathlib import Path
+
+from . import devices, probe_core, provenance, schema, store
+from .repro import repro_script
+from .signatures import failure_signature, redact
+
+#: The output metadata key under which the record is stored in an executed notebook.
+NOTEBOOK_KEY = "model_support"
+
+DEFAULTS = {
+    "revision": "",
+    "device": "auto",
+    "dtype": "bfloat16",
+    "prompt": probe_core.DEFAULT_PROMPT,
+    "max_new_tokens": 8,
+    "chat_template": "auto",
+    "trust_remote_code": False,
+    "reference": "cpu",
+    "reference_max_params": 3_000_000_000,
+    "seed": 0,
+}
+CHAT_TEMPLATE_CHOICES = ("auto", "none", "required")
+REFERENCE_CHOICES = ("cpu", "none")
+
+
+def _now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _peak_host_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def record_failure(record: dict, stage: str, exc: BaseException, status: str | None = None) -> dict:
+    """Fill the failure fields of ``record`` from an exception raised in ``stage``."""
+    message = redact(str(exc))
+    record.update(
+        status=status or probe_core.classify(stage, exc),
+        failure_stage=stage,
+        error_type=type(exc).__name__,
+        error_message=message[:4000],
+        traceback=redact(probe_core.trimmed_traceback(exc)),
+        failure_signature=failure_signature(type(exc).__name__, message),
+    )
+    return record
+
+
+def _reference_dtype(device_type: str, dtype: str) -> str:
+    """On a CPU-only run the reference must still differ from the run it checks: use another dtype."""
+    if device_type != "cpu":
+        return dtype
+    return "float32" if dtype != "float32" else "bfloat16"
+
+
+def first_divergence(device_ids: list[int], reference_ids: list[int]) -> int | None:
+    """Index of the first generated token that differs (a length difference counts), None if equal."""
+    for index, (a, b) in enumerate(zip(device_ids, reference_ids)):
+        if a != b:
+            return index
+    if len(device_ids) != len(reference_ids):
+        return min(len(device_ids), len(reference_ids))
+    return None
+
+
+def run_reference(record: dict, settings: dict) -> None:
+    """Greedy generation on the CPU, token by token against the device's output."""
+    if settings["reference"] == "none":
+        record["reference_note"] = "switched off (reference='none')"
+        return
+    if record["num_params"] is not None and record["num_params"] > settings["reference_max_params"]:
+        record["reference_note"] = (
+            f"skipped: {record['num_params']} parameters is above reference_max_params="
+            f"{settings['reference_max_params']}"
+        )
+        return
+    import torch
+
+    ref_dtype = _reference_dtype(record["device_type"], settings["dtype"])
+    record["reference_device"] = f"cpu:{ref_dtype}"
+    ref = probe_core.run_stages(
+        model_id=settings["model_id"], revision=settings["revision"], dtype=ref_dtype,
+        prompt=settings["prompt"], max_new_tokens=settings["max_new_tokens"],
+        chat_template=settings["chat_template"], trust_remote_code=settings["trust_remote_code"],
+        seed=settings["seed"], device=torch.device("cpu"),
+    )
+    if ref["status"] != probe_core.PASS:
+        exc = ref["exception"]
+        record["reference_note"] = redact(f"reference failed at {ref['failure_stage']}: {type(exc).__name__}: {exc}")[:2000]
+        return
+    record["reference_match"] = ref["output_token_ids"] == record["output_token_ids"]
+    record["first_divergence"] = first_divergence(record["output_token_ids"], ref["output_token_ids"])
+
+
+def run_probe(model_id: str, record_path: str = "", sweep_id: str = "", notebook_path: str = "", **overrides) -> dict:
+    """Probe one model and return its record (also written to ``record_path`` when given)."""
+    unknown = sorted(set(overrides) - set(DEFAULTS))
+    if unknown:
+        raise TypeError(f"unknown probe parameter(s): {', '.join(unknown)}; accepted: {', '.join(DEFAULTS)}")
+    settings = {**DEFAULTS, **overrides, "model_id": model_id}
+    started = time.perf_counter()
+    record = schema.empty_record(
+        sweep_id=sweep_id or None, model_id=model_id, revision=settings["revision"] or None,
+        prompt=settings["prompt"], max_new_tokens=settings["max_new_tokens"], dtype=settings["dtype"],
+        seed=settings["seed"], trust_remote_code=settings["trust_remote_code"],
+        versions=provenance.versions(), host=provenance.host(), started_at=_now_iso(),
+        notebook_path=notebook_path or None,
+    )
+    try:
+        _probe(record, settings, sweep_id)
+    except Exception as exc:  # a harness bug must still yield a record, never a lost model
+        record_failure(record, "runner", exc, status=schema.FAIL_OTHER)
+    record["duration_s"] = time.perf_counter() - started
+    for key, value in record.items():
+        if isinstance(value, str):
+            record[key] = redact(value)
+    schema.check_record(record)
+    if record_path:
+        store.atomic_write_json(Path(record_path), record)
+    return record
+
+
+def _check_settings(settings: dict) -> None:
+    if settings["chat_template"] not in CHAT_TEMPLATE_CHOICES:
+        raise ValueError(f"chat_template={settings['chat_template']!r}; choose one of {', '.join(CHAT_TEMPLATE_CHOICES)}")
+    if settings["reference"] not in REFERENCE_CHOICES:
+        raise ValueError(f"reference={settings['reference']!r}; choose one of {', '.join(REFERENCE_CHOICES)}")
+
+
+def _probe(record: dict, settings: dict, sweep_id: str) -> None:
+    _check_settings(settings)
+    try:
+        adapter = devices.resolve(settings["device"])
+    except devices.DeviceUnavailable as exc:
+        record["device_type"] = settings["device"]
+        record_failure(record, "runner", exc, status=schema.FAIL_OTHER)
+        return
+    record.update(device_type=adapter.type, device_name=adapter.device_name(), device_count=adapter.device_count())
+    record["repro_script"] = repro_script({**settings, "device": adapter.type}, sweep_id or None)
+    adapter.reset_peak_memory()
+    result = probe_core.run_stages(
+        model_id=settings["model_id"], revision=settings["revision"], dtype=settings["dtype"],
+        prompt=settings["prompt"], max_new_tokens=settings["max_new_tokens"],
+        chat_template=settings["chat_template"], trust_remote_code=settings["trust_remote_code"],
+        seed=settings["seed"], device=adapter.torch_device,
+        synchronize=adapter.synchronize if adapter.type != "cpu" else None,
+    )
+    for key in ("model_type", "architectures", "num_params", "chat_template_used", "tokens_in", "tokens_out",
+                "output_token_ids", "generated_text", "failed_step", "load_s", "first_token_s", "generate_s",
+                "decode_tokens_per_s"):
+        record[key] = result[key]
+    record["peak_host_mem_mb"] = _peak_host_mb()
+    record["peak_device_mem_mb"], record["device_mem_source"] = adapter.peak_memory_mb()
+    record["compile_cache_hits"], record["compile_cache_misses"] = adapter.compile_cache_stats()
+    if result["exception"] is not None:
+        record_failure(record, result["failure_stage"], result["exception"], status=result["status"])
+        return
+    record["status"] = schema.PASS
+    del result
+    gc.collect()
+    run_reference(record, settings)
+
+
+def summary_html(record: dict) -> str:
+    """The verdict, the generated text and the timings at a glance."""
+    import html
+
+    colour = "#1a7f37" if record["status"] == schema.PASS else "#cf222e"
+
+    def fmt(value, unit=""):
+        if value is None:
+            return "-"
+        return f"{value:.3f}{unit}" if isinstance(value, float) else f"{value}{unit}"
+
+    rows = [
+        ("model", record["model_id"]), ("device", f"{record['device_type']} ({record['device_name']})"),
+        ("stage", record["failure_stage"]), ("error", f"{record['error_type']}: {record['error_message']}" if record["error_type"] else None),
+        ("generated", repr(record["generated_text"]) if record["generated_text"] is not None else None),
+        ("tokens in / out", f"{record['tokens_in']} / {record['tokens_out']}"),
+        ("load", fmt(record["load_s"], " s")), ("first token (incl. compile)", fmt(record["first_token_s"], " s")),
+        ("generate", fmt(record["generate_s"], " s")), ("decode", fmt(record["decode_tokens_per_s"], " tok/s")),
+        ("peak host / device memory", f"{fmt(record['peak_host_mem_mb'], ' MB')} / {fmt(record['peak_device_mem_mb'], ' MB')}"),
+        ("CPU reference", f"{record['reference_device']}: match={record['reference_match']}, first divergence={record['first_divergence']}"
+         if record["reference_device"] else record["reference_note"]),
+    ]
+    body = "".join(
+        f"<tr><th style='text-align:left'>{html.escape(k)}</th><td style='text-align:left'>{html.escape(str(v))}</td></tr>"
+        for k, v in rows if v is not None
+    )
+    return f"<h2 style='color:{colour}'>{html.escape(record['status'] or '?')}</h2><table>{body}</table>"
+
+
+def show(record: dict):
+    """Display the summary and store the full record in the output, tagged so readers find it."""
+    from IPython.display import display
+
+    display(
+        {"text/html": summary_html(record), "application/json": record, "text/plain": f"{record['status']} {record['model_id']}"},
+        raw=True,
+        metadata={NOTEBOOK_KEY: {"record": True}},
+    )
+
+
+def record_from_notebook(path: Path) -> dict | None:
+    """The record an executed probe notebook holds (notebook metadata first, then the tagged output)."""
+    import nbformat
+
+    nb = nbformat.read(str(path), as_version=4)
+    stored = nb.metadata.get(NOTEBOOK_KEY, {}).get("record")
+    if stored:
+        return dict(stored)
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            if output.get("metadata", {}).get(NOTEBOOK_KEY, {}).get("record"):
+                return dict(output["data"]["application/json"])
+    return None

@@ -1,0 +1,64 @@
+"""Where a record came from: versions of the stack, this package's git commit, the host.
+
+Computed once per process (they do not change while a kernel lives) and attached to every record,
+as lm-evaluation-harness does for its results files.
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+import socket
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+from . import __version__
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+PACKAGES = ("torch", "torch_tpu", "libtpu", "transformers", "tokenizers", "accelerate")
+
+
+def package_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@functools.cache
+def git_commit() -> str | None:
+    """The commit of the checkout this package was imported from (null for a non-git install)."""
+    if not (REPO_ROOT / ".git").exists():
+        return None
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    commit = out.stdout.strip()
+    if out.returncode != 0 or not commit:
+        return None
+    dirty = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True, text=True, timeout=10,
+    ).stdout.strip()
+    return commit + ("-dirty" if dirty else "")
+
+
+@functools.cache
+def versions() -> dict:
+    """The stack: python, torch, torch_tpu, libtpu, transformers, tokenizers, accelerate, us."""
+    found = {name: package_version(name) for name in PACKAGES}
+    return {
+        "python": platform.python_version(),
+        **found,
+        "model_support": __version__,
+        "git_commit": git_commit(),
+    }
+
+
+def host() -> str:
+    return socket.gethostname()

@@ -1,0 +1,77 @@
+"""The standalone script stored in every record's ``repro_script``.
+
+It is the source of ``probe_core`` (the very code the probe ran) followed by a main block with this
+probe's settings, so ``python repro.py`` needs only torch and transformers (plus torch_tpu for a
+TPU), no papermill and no install of this project, and reaches the same verdict and tokens.
+"""
+
+from __future__ import annotations
+
+import inspect
+import pprint
+
+from . import probe_core
+
+HEADER = '''#!/usr/bin/env python
+"""Reproduce the model-support probe of {model_id!r} on {device!r}{sweep}.
+
+Run with plain python: it loads the model in {dtype}, builds the prompt ({chat}), greedily generates
+{max_new_tokens} tokens and prints one JSON line with the verdict and the token ids. Exit status 0
+on PASS, 1 otherwise. Needs torch and transformers (and torch_tpu for device 'tpu').
+"""
+import os
+
+SETTINGS = {settings}
+if SETTINGS["device"] != "tpu":
+    # torch_tpu, when installed, is autoloaded by `import torch`; skip it when no TPU is used.
+    os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+'''
+
+MAIN = '''
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    import torch
+
+    if SETTINGS["device"] == "tpu":
+        import torch_tpu  # noqa: F401  (registers the 'tpu' device)
+    sync = torch.accelerator.synchronize if SETTINGS["device"] != "cpu" else None
+    settings = {k: v for k, v in SETTINGS.items() if k != "device"}
+    result = run_stages(device=torch.device(SETTINGS["device"]), synchronize=sync, **settings)
+    exc = result["exception"]
+    print(json.dumps({
+        "status": result["status"],
+        "failure_stage": result["failure_stage"],
+        "error_type": type(exc).__name__ if exc is not None else None,
+        "error_message": str(exc)[:2000] if exc is not None else None,
+        "tokens_in": result["tokens_in"],
+        "tokens_out": result["tokens_out"],
+        "output_token_ids": result["output_token_ids"],
+        "failed_step": result["failed_step"],
+        "generated_text": result["generated_text"],
+    }))
+    if exc is not None:
+        print(trimmed_traceback(exc), file=sys.stderr)
+    sys.exit(0 if result["status"] == PASS else 1)
+'''
+
+#: The settings a repro script carries: run_stages' parameters plus the device type.
+SETTING_NAMES = ("model_id", "revision", "dtype", "prompt", "max_new_tokens", "chat_template",
+                 "trust_remote_code", "seed", "device")
+
+
+def repro_script(settings: dict, sweep_id: str | None = None) -> str:
+    """The script for one probe; ``settings`` holds SETTING_NAMES (device is the resolved type)."""
+    chosen = {name: settings[name] for name in SETTING_NAMES}
+    header = HEADER.format(
+        model_id=chosen["model_id"],
+        device=chosen["device"],
+        sweep=f" (sweep {sweep_id})" if sweep_id else "",
+        dtype=chosen["dtype"],
+        chat="through the chat template when the tokenizer has one" if chosen["chat_template"] != "none" else "raw",
+        max_new_tokens=chosen["max_new_tokens"],
+        settings=pprint.pformat(chosen, sort_dicts=False),
+    )
+    return header + "\n" + inspect.getsource(probe_core) + MAIN

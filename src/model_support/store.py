@@ -1,0 +1,220 @@
+"""Where records live on disk, and how they become the Parquet dataset.
+
+Layout (DESIGN.md): ``<data>/sweeps/<sweep_id>/`` holds ``sweep.json``, one JSON record per model
+under ``records/`` and the executed notebooks; compaction writes
+``<data>/results/sweep=<id>/part-0.parquet`` and ``<data>/excluded/sweep=<id>/part-0.parquet``.
+Hive-style folders mean adding a sweep never rewrites another, and ``scan`` reads them all lazily.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from . import schema
+
+CONFIGS = ("results", "excluded")
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a reader (or a SIGKILL) sees either nothing or all of it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: Path, obj) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=1, sort_keys=False, default=str) + "\n").encode())
+
+
+def polars_schema() -> pl.Schema:
+    """The record schema as Polars sees it (built from ``schema.SCHEMA``, never written twice)."""
+    return pl.from_arrow(schema.SCHEMA.empty_table()).schema
+
+
+def scan(data_dir: Path, config: str = "results") -> pl.LazyFrame:
+    """All sweeps of one config, lazily. Files written before a column existed read it as null."""
+    if config not in CONFIGS:
+        raise ValueError(f"config {config!r} is not one of {', '.join(CONFIGS)}")
+    root = Path(data_dir) / config
+    files = sorted(root.glob("sweep=*/*.parquet"))
+    if not files:
+        return pl.LazyFrame(schema=polars_schema())
+    return pl.scan_parquet(
+        files, hive_partitioning=False, schema=polars_schema(), missing_columns="insert", extra_columns="ignore"
+    )
+
+
+def write_parquet(records: list[dict], path: Path) -> None:
+    """Records -> one Parquet file with exactly the declared schema, atomically."""
+    table = schema.to_table(records)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
+
+
+# --- one folder per sweep ----------------------------------------------------------------------
+
+def safe_name(model_id: str) -> str:
+    """A model id as a file name (one folder/file per sanitized model id, as lm-eval does)."""
+    import hashlib
+    import re
+
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", model_id.strip("/").replace("/", "__"))
+    if len(name) > 120:
+        name = name[:100] + "-" + hashlib.sha1(model_id.encode()).hexdigest()[:10]
+    return name
+
+
+def sweep_dir(data_dir: Path, sweep_id: str) -> Path:
+    return Path(data_dir) / "sweeps" / sweep_id
+
+
+def record_file(data_dir: Path, sweep_id: str, model_id: str) -> Path:
+    return sweep_dir(data_dir, sweep_id) / "records" / f"{safe_name(model_id)}.json"
+
+
+def notebook_relpath(sweep_id: str, model_id: str) -> str:
+    """Where a model's executed notebook is kept, relative to the data folder (portable)."""
+    return f"sweeps/{sweep_id}/notebooks/{safe_name(model_id)}.ipynb"
+
+
+def read_sweep(data_dir: Path, sweep_id: str) -> dict:
+    path = sweep_dir(data_dir, sweep_id) / "sweep.json"
+    if not path.exists():
+        known = ", ".join(list_sweeps(data_dir)) or "none yet"
+        raise ValueError(f"Sweep {sweep_id!r} does not exist under {data_dir}/sweeps; known sweeps: {known}.")
+    return json.loads(path.read_text())
+
+
+def list_sweeps(data_dir: Path) -> list[str]:
+    """Sweep ids with a sweep.json, oldest first (by created_at)."""
+    metas = []
+    for path in (Path(data_dir) / "sweeps").glob("*/sweep.json"):
+        metas.append((json.loads(path.read_text()).get("created_at", ""), path.parent.name))
+    return [sweep_id for _, sweep_id in sorted(metas)]
+
+
+def store_result(data_dir: Path, sweep_id: str, record: dict, notebook: bytes | None, log: str) -> Path:
+    """Keep one model's outcome: notebook and log first, the record last (its presence means done)."""
+    folder = sweep_dir(data_dir, sweep_id)
+    name = safe_name(record["model_id"])
+    if notebook is not None:
+        atomic_write_bytes(folder / "notebooks" / f"{name}.ipynb", notebook)
+    atomic_write_bytes(folder / "logs" / f"{name}.log", log.encode())
+    path = record_file(data_dir, sweep_id, record["model_id"])
+    atomic_write_json(path, schema.check_record(record))
+    return path
+
+
+def read_records(data_dir: Path, sweep_id: str) -> list[dict]:
+    """The finished records of a sweep, in model order of sweep.json where known."""
+    folder = sweep_dir(data_dir, sweep_id) / "records"
+    records = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+    return [schema.empty_record(**{k: v for k, v in r.items() if k in schema.FIELDS}) for r in records]
+
+
+# --- the Parquet dataset -----------------------------------------------------------------------
+
+def parquet_file(data_dir: Path, config: str, sweep_id: str) -> Path:
+    return Path(data_dir) / config / f"sweep={sweep_id}" / "part-0.parquet"
+
+
+def exclusion(data_dir: Path, sweep_id: str) -> str | None:
+    """The reason a whole sweep was excluded after the fact, or None."""
+    path = sweep_dir(data_dir, sweep_id) / "exclusion.json"
+    return json.loads(path.read_text())["reason"] if path.exists() else None
+
+
+def compact(data_dir: Path, sweep_id: str) -> tuple[int, int]:
+    """Records (plus the models excluded before running) -> this sweep's two Parquet files.
+
+    Rewrites only this sweep's files, each atomically; the JSON records stay the source of truth,
+    so compaction can be redone at any time and gives the same rows. Returns (results, excluded)."""
+    meta = read_sweep(data_dir, sweep_id)
+    ran = read_records(data_dir, sweep_id)
+    whole_sweep_reason = exclusion(data_dir, sweep_id)
+    results, excluded = [], []
+    for record in ran:
+        if whole_sweep_reason:
+            excluded.append({**record, "exclusion_reason": whole_sweep_reason})
+        else:
+            results.append(record)
+    for model_id, reason in (meta.get("excluded") or {}).items():
+        excluded.append(schema.empty_record(sweep_id=sweep_id, model_id=model_id, exclusion_reason=reason,
+                                            started_at=meta.get("created_at")))
+    write_parquet(results, parquet_file(data_dir, "results", sweep_id))
+    write_parquet(excluded, parquet_file(data_dir, "excluded", sweep_id))
+    write_dataset_card(data_dir)
+    return len(results), len(excluded)
+
+
+def set_exclusion(data_dir: Path, sweep_id: str, reason: str | None) -> tuple[int, int]:
+    """Exclude a whole sweep (a broken stack) with ``reason``, or include it again with None."""
+    read_sweep(data_dir, sweep_id)  # refuses an unknown sweep with the list of known ones
+    path = sweep_dir(data_dir, sweep_id) / "exclusion.json"
+    if reason is None:
+        path.unlink(missing_ok=True)
+    else:
+        if not reason.strip():
+            raise ValueError("An exclusion needs a reason; pass --reason with a short explanation.")
+        atomic_write_json(path, {"reason": reason})
+    return compact(data_dir, sweep_id)
+
+
+DATASET_CARD = """---
+configs:
+- config_name: results
+  data_files:
+  - split: train
+    path: results/sweep=*/*.parquet
+  default: true
+- config_name: excluded
+  data_files:
+  - split: train
+    path: excluded/sweep=*/*.parquet
+license: other
+tags:
+- model-support
+---
+# Model-support sweeps
+
+Which Hugging Face models load and generate on which accelerator stack, which fail, where and why.
+One row per model per sweep; the columns are the probe's record fields (`model_support.schema`).
+
+- `results`: every probed model: `status` is PASS, FAIL(load), FAIL(gen) or FAIL(other), with
+  `failure_stage`, `failure_signature`, the error and traceback, tokens, timings, memory, the CPU
+  reference check, the full version stack and a `repro_script`.
+- `excluded`: models excluded before running (with `exclusion_reason`) and whole sweeps excluded
+  after the fact (a broken stack). Excluded rows are never counted as failures.
+
+```python
+from datasets import load_dataset
+results = load_dataset("<this folder or repo>", "results", split="train")
+```
+
+Sweeps in this folder: {sweeps}.
+"""
+
+
+def write_dataset_card(data_dir: Path) -> Path:
+    sweeps = sorted(p.name.removeprefix("sweep=") for p in (Path(data_dir) / "results").glob("sweep=*"))
+    path = Path(data_dir) / "README.md"
+    atomic_write_bytes(path, DATASET_CARD.replace("{sweeps}", ", ".join(sweeps) or "none").encode())
+    return path

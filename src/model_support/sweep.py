@@ -1,0 +1,203 @@
+"""Run a sweep: one probe notebook per model, resumable, several at once, locally or on Ray.
+
+The driver writes ``sweep.json`` first, then hands each model without a record to an executor and
+stores every result as it comes back (notebook and log, then the record: its presence means done).
+Killing the driver at any point loses nothing that was stored and duplicates nothing: ``--resume``
+runs exactly the models that have no record yet. At the end the records are compacted into the
+sweep's Parquet files (the same ``store.compact`` that ``aggregate.ipynb`` calls).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import fcntl
+import os
+import secrets
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from queue import Queue
+from typing import Callable, Iterable
+
+from . import devices, provenance, schema, store
+from .execute import TaskResult, run_task
+from .params import SweepConfigError, SweepParams
+
+
+def new_sweep_id(name: str) -> str:
+    """``<name>-<UTC time>-<4 hex>``: sorts by time within a name; two sweeps started in the same
+    second into one data folder still get different ids."""
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{store.safe_name(name)}-{stamp}-{secrets.token_hex(2)}"
+
+
+def default_workers(device: str) -> int:
+    """One worker per device: one process owns a TPU chip; one GPU each; CPU sweeps run one at a time
+    unless asked (each probe already uses every core)."""
+    return max(1, devices.visible_device_count(device))
+
+
+def pinning_env(device: str, slot: int) -> dict:
+    """Environment that pins a worker to its own device."""
+    if device == "cuda" or (device == "auto" and devices.visible_device_count("cuda") > 1):
+        return {"CUDA_VISIBLE_DEVICES": str(slot)}
+    if device == "tpu" or (device == "auto" and devices.tpu_hardware_visible()):
+        # One chip per process (TPU runtime visibility variables).
+        return {"TPU_VISIBLE_CHIPS": str(slot), "TPU_CHIPS_PER_PROCESS_BOUNDS": "1,1,1",
+                "TPU_PROCESS_BOUNDS": "1,1,1", "TPU_PROCESS_PORT": str(8476 + slot)}
+    return {}
+
+
+class SweepLock:
+    """One runner per sweep at a time (a second ``--resume`` of a running sweep is refused)."""
+
+    def __init__(self, folder: Path):
+        folder.mkdir(parents=True, exist_ok=True)
+        self.path = folder / ".lock"
+
+    def __enter__(self):
+        self.handle = open(self.path, "a+")
+        try:
+            fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.handle.close()
+            raise SweepConfigError(
+                f"Sweep folder {self.path.parent} is being written by another running sweep; wait for it to finish."
+            ) from None
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.handle, fcntl.LOCK_UN)
+        self.handle.close()
+
+
+def build_tasks(meta: dict) -> list[dict]:
+    """One task per model from the sweep's saved settings (sweep.json is the truth on resume)."""
+    tasks = []
+    for model in meta["models"]:
+        params = {**meta["probe"], **model.get("overrides", {})}
+        tasks.append({
+            "sweep_id": meta["sweep_id"], "model_id": model["model_id"], "params": params,
+            "timeout_s": model.get("timeout_s") or meta["timeout_s"],
+            "notebook_path": store.notebook_relpath(meta["sweep_id"], model["model_id"]),
+            "env": {},
+        })
+    return tasks
+
+
+def pending_tasks(data_dir: Path, meta: dict) -> list[dict]:
+    return [t for t in build_tasks(meta) if not store.record_file(data_dir, meta["sweep_id"], t["model_id"]).exists()]
+
+
+def run_local(tasks: list[dict], workers: int, device: str, work_root: Path) -> Iterable[TaskResult]:
+    """N probes at once, each worker pinned to its own device slot."""
+    slots: Queue = Queue()
+    for slot in range(workers):
+        slots.put(slot)
+
+    def one(task):
+        slot = slots.get()
+        try:
+            return run_task({**task, "env": {**task["env"], **pinning_env(device, slot)}}, str(work_root))
+        finally:
+            slots.put(slot)
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(one, task) for task in tasks]
+        for future in as_completed(futures):
+            yield future.result()
+
+
+def ray_resources(device: str) -> dict:
+    """What one probe asks of the Ray cluster: its device as a resource."""
+    if device == "cuda":
+        return {"num_cpus": 1, "num_gpus": 1}
+    if device == "tpu":
+        return {"num_cpus": 1, "resources": {"TPU": 1}}
+    return {"num_cpus": 1}
+
+
+def run_ray(tasks: list[dict], workers: int, device: str) -> Iterable[TaskResult]:
+    """The same probes as Ray tasks (one per model); results come back to the driver to be stored.
+
+    Connects to the cluster in RAY_ADDRESS when set, else starts a local Ray with ``workers`` CPUs."""
+    try:
+        import ray
+    except ImportError:
+        raise SweepConfigError("The ray executor needs Ray; install it with `pip install -e '.[ray]'`.") from None
+    started_here = not ray.is_initialized()
+    if started_here:
+        address = os.environ.get("RAY_ADDRESS")
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+    try:
+        remote = ray.remote(run_task).options(max_retries=0, **ray_resources(device))
+        refs = [remote.remote(task) for task in tasks]
+        while refs:
+            done, refs = ray.wait(refs, num_returns=1)
+            yield ray.get(done[0])
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def create(params: SweepParams, data_dir: Path) -> dict:
+    """Write sweep.json (settings, models, stack, host) before anything runs; return it."""
+    sweep_id = new_sweep_id(params.name)
+    meta = {
+        "sweep_id": sweep_id, "name": params.name, "description": params.description,
+        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "params_file": params.source, "executor": params.executor,
+        "probe": params.probe, "timeout_s": params.timeout_s,
+        "models": [{"model_id": m.model_id, "overrides": m.overrides, "timeout_s": m.timeout_s} for m in params.models],
+        "excluded": params.excluded, "versions": provenance.versions(), "host": provenance.host(),
+    }
+    store.atomic_write_json(store.sweep_dir(data_dir, sweep_id) / "sweep.json", meta)
+    return meta
+
+
+def run(
+    params: SweepParams | None, data_dir: Path, workers: int | None = None, executor: str | None = None,
+    resume: str | None = None, on_result: Callable[[dict, int, int], None] | None = None,
+) -> dict:
+    """Run (or resume) a sweep to the end; return a summary with the sweep id and verdict counts."""
+    data_dir = Path(data_dir)
+    if resume:
+        meta = store.read_sweep(data_dir, resume)
+    elif params is None:
+        raise SweepConfigError("Give a sweep definition (params YAML) or --resume SWEEP_ID.")
+    else:
+        meta = create(params, data_dir)
+    sweep_id = meta["sweep_id"]
+    executor = executor or (params.executor if params else meta.get("executor", "local"))
+    device = meta["probe"].get("device", "auto")
+    workers = workers or (params.workers if params and params.workers else None) or default_workers(device)
+    folder = store.sweep_dir(data_dir, sweep_id)
+    started = time.time()
+    with SweepLock(folder):
+        tasks = pending_tasks(data_dir, meta)
+        total = len(meta["models"])
+        done = total - len(tasks)
+        work_root = folder / ".work"
+        work_root.mkdir(exist_ok=True)
+        results = run_ray(tasks, workers, device) if executor == "ray" else run_local(tasks, workers, device, work_root)
+        for result in results:
+            store.store_result(data_dir, sweep_id, result.record, result.notebook, result.log)
+            done += 1
+            if on_result:
+                on_result(result.record, done, total)
+        counts = store.compact(data_dir, sweep_id)
+    records = store.read_records(data_dir, sweep_id)
+    return {
+        "sweep_id": sweep_id, "data_dir": str(data_dir), "executor": executor, "workers": workers,
+        "ran": len(tasks), "total": total, "wall_s": time.time() - started,
+        "verdicts": dict(Counter(r["status"] for r in records)), "rows": counts,
+        "records": records,
+    }
+
+
+def verdict_order(status: str | None) -> int:
+    return schema.VERDICTS.index(status) if status in schema.VERDICTS else len(schema.VERDICTS)
