@@ -59,7 +59,7 @@ def sweep(params_file, data_dir, workers, executor, resume, report):
             counts[record["status"]] += 1
             progress.update(bar, completed=done, total=total,
                             verdicts=" ".join(f"{k}={v}" for k, v in sorted(counts.items())))
-            progress.console.log(f"{record['status']:<12} {record['model_id']}  ({record['duration_s'] or 0:.1f} s)")
+            progress.console.log(f"{record['status']:<12} {short_model_name(record['model_id'])}  ({record['duration_s'] or 0:.1f} s)")
 
         try:
             summary = sweep_mod.run(params, data_dir, workers=workers, executor=executor, resume=resume, on_result=on_result)
@@ -74,6 +74,11 @@ def sweep(params_file, data_dir, workers, executor, resume, report):
         _render(data_dir, summary["sweep_id"], None)
 
 
+def short_model_name(model_id: str) -> str:
+    """A local folder shows as its name; a Hub id as it is."""
+    return Path(model_id).name if model_id.startswith("/") else model_id
+
+
 def print_verdict_table(records: list[dict], console) -> None:
     from rich.table import Table
 
@@ -83,7 +88,7 @@ def print_verdict_table(records: list[dict], console) -> None:
     for column in ("model", "verdict", "stage", "tokens in/out", "signature"):
         table.add_column(column, overflow="fold")
     for r in sorted(records, key=lambda r: (verdict_order(r["status"]), r["model_id"])):
-        table.add_row(r["model_id"], r["status"], r["failure_stage"] or "", f"{r['tokens_in']}/{r['tokens_out']}",
+        table.add_row(short_model_name(r["model_id"]), r["status"], r["failure_stage"] or "", f"{r['tokens_in']}/{r['tokens_out']}",
                       (r["failure_signature"] or "")[:80])
     console.print(table)
     summary = Counter(r["status"] for r in records)

@@ -164,12 +164,14 @@ def _execute(work: Path) -> None:
 
         exit_status = None
 
-        async def is_alive(self):
-            alive = await super().is_alive()
+        async def _async_is_alive(self):
+            alive = await super()._async_is_alive()
             process = getattr(self.provisioner, "process", None) if self.provisioner else None
-            if not alive and process is not None:
+            if not alive and process is not None and self.exit_status is None:
                 self.exit_status = process.poll()
             return alive
+
+        is_alive = _async_is_alive  # the kernel client calls the private name, nbclient the public one
 
     task = json.loads((work / "task.json").read_text())
     record_path = work / "record.json"

@@ -13,10 +13,12 @@ import os
 import tempfile
 from pathlib import Path
 
-import polars as pl
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING
 
 from . import schema
+
+if TYPE_CHECKING:  # polars is imported where it is used: the probe kernel writes records without it
+    import polars as pl
 
 CONFIGS = ("results", "excluded")
 
@@ -28,6 +30,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), 0o644)  # mkstemp's 0600 would hide shared sweep data
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
@@ -41,13 +44,17 @@ def atomic_write_json(path: Path, obj) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=1, sort_keys=False, default=str) + "\n").encode())
 
 
-def polars_schema() -> pl.Schema:
+def polars_schema() -> "pl.Schema":
     """The record schema as Polars sees it (built from ``schema.SCHEMA``, never written twice)."""
+    import polars as pl
+
     return pl.from_arrow(schema.SCHEMA.empty_table()).schema
 
 
-def scan(data_dir: Path, config: str = "results") -> pl.LazyFrame:
+def scan(data_dir: Path, config: str = "results") -> "pl.LazyFrame":
     """All sweeps of one config, lazily. Files written before a column existed read it as null."""
+    import polars as pl
+
     if config not in CONFIGS:
         raise ValueError(f"config {config!r} is not one of {', '.join(CONFIGS)}")
     root = Path(data_dir) / config
@@ -61,6 +68,8 @@ def scan(data_dir: Path, config: str = "results") -> pl.LazyFrame:
 
 def write_parquet(records: list[dict], path: Path) -> None:
     """Records -> one Parquet file with exactly the declared schema, atomically."""
+    import pyarrow.parquet as pq
+
     table = schema.to_table(records)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

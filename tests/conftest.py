@@ -1,0 +1,62 @@
+"""Shared fixtures, named for what they hold: the offline model fixtures, a real smoke sweep."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FAKE_TOKEN = "hf_" + "FakeTokenForLeakTests" + "x" * 16  # placed in HF_TOKEN during the smoke sweep
+# torch_tpu, installed for the tpu adapter's tests, is autoloaded by every `import torch` unless this
+# is off; probes that use no TPU turn it off themselves, the test process does it here.
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def fixture_models() -> dict:
+    """The offline fixture models (built once into data/models, cached): name -> manifest entry."""
+    from model_support.fixtures import ensure_fixtures
+
+    return ensure_fixtures()["fixtures"]
+
+
+@pytest.fixture(scope="session")
+def smoke_sweep(tmp_path_factory, fixture_models) -> dict:
+    """A real sweep of params/smoke.yaml (every fixture, 2 workers) into a fresh data folder."""
+    from model_support import params, sweep
+
+    data_dir = tmp_path_factory.mktemp("smoke-data")
+    cwd = os.getcwd()
+    os.chdir(REPO)
+    try:
+        definition = params.load(REPO / "params" / "smoke.yaml")
+    finally:
+        os.chdir(cwd)
+    previous = os.environ.get("HF_TOKEN")
+    os.environ["HF_TOKEN"] = FAKE_TOKEN  # must land in no notebook, record, log or Parquet file
+    try:
+        summary = sweep.run(definition, data_dir, workers=2)
+    finally:
+        if previous is None:
+            os.environ.pop("HF_TOKEN", None)
+        else:
+            os.environ["HF_TOKEN"] = previous
+    summary["by_name"] = {Path(r["model_id"]).name: r for r in summary["records"]}
+    return summary
+
+
+def run_notebook(notebook: str, out: Path, **parameters) -> Path:
+    """Execute one of the project's notebooks for real with papermill; returns the output path."""
+    import papermill
+
+    papermill.execute_notebook(str(REPO / "notebooks" / notebook), str(out), parameters=parameters,
+                               progress_bar=False, kernel_name="python3")
+    return out
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(Path(path).read_text())

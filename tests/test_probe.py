@@ -1,0 +1,158 @@
+"""The probe, executed for real with papermill on every offline fixture (through the smoke sweep)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from model_support import devices, probe, schema
+from conftest import FAKE_TOKEN, run_notebook
+
+GOLDEN_TOKENS_IN = {"tiny-gpt2": 0, "tiny-opt": 0, "tiny-llama": 0, "tiny-eos-early": 0}
+
+
+def test_every_fixture_gets_its_expected_verdict_stage_and_tokens(smoke_sweep, fixture_models):
+    wrong = []
+    for name, entry in fixture_models.items():
+        record = smoke_sweep["by_name"].get(name)
+        if record is None:
+            wrong.append(f"{name}: no record")
+            continue
+        expect = entry["expect"]
+        got = {"status": record["status"], "failure_stage": record["failure_stage"]}
+        want = {"status": expect["status"], "failure_stage": expect["failure_stage"]}
+        if expect.get("tokens_out") is not None:
+            got["tokens_out"], want["tokens_out"] = record["tokens_out"], expect["tokens_out"]
+        if got != want:
+            wrong.append(f"{name}: got {got}, want {want} ({record['error_type']}: {record['error_message']})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_tokens_in_counts_the_templated_prompt(smoke_sweep):
+    by_name = smoke_sweep["by_name"]
+    # Golden values: the fixtures' tokenizers are trained deterministically.
+    assert by_name["SmolLM2-135M-Instruct"]["chat_template_used"] is True
+    assert by_name["SmolLM2-135M-Instruct"]["tokens_in"] == 35
+    assert by_name["tiny-llama"]["chat_template_used"] is True
+    assert by_name["tiny-gpt2"]["chat_template_used"] is False
+    assert by_name["tiny-llama"]["tokens_in"] > by_name["tiny-gpt2"]["tokens_in"]  # the template adds tokens
+    for name in ("tiny-gpt2", "tiny-opt", "tiny-llama", "tiny-eos-early"):
+        assert by_name[name]["tokens_in"] == GOLDEN_TOKENS_IN[name], name
+
+
+def test_smollm2_passes_through_its_chat_template_with_readable_english(smoke_sweep):
+    record = smoke_sweep["by_name"]["SmolLM2-135M-Instruct"]
+    assert record["status"] == schema.PASS and record["failure_stage"] is None
+    assert record["tokens_out"] == 8 and len(record["output_token_ids"]) == 8
+    words = re.findall(r"[A-Za-z]{2,}", record["generated_text"])
+    assert len(words) >= 3, record["generated_text"]
+    assert all(ord(c) < 128 for c in record["generated_text"]), record["generated_text"]
+    assert record["model_type"] == "llama" and record["num_params"] > 100_000_000
+    assert record["load_s"] > 0 and record["first_token_s"] > 0 and record["decode_tokens_per_s"] > 0
+    assert record["peak_host_mem_mb"] > 100 and record["peak_device_mem_mb"] is None  # cpu: no device memory
+    # The CPU reference is a real comparison on a CPU-only run: another dtype.
+    assert record["reference_device"] == "cpu:float32" and isinstance(record["reference_match"], bool)
+
+
+def test_weights_newly_initialised_are_fail_load(smoke_sweep):
+    for name in ("fail-encoder-only", "fail-truncated-safetensors"):
+        record = smoke_sweep["by_name"][name]
+        assert record["status"] == schema.FAIL_LOAD and record["failure_stage"] == "load", record["error_message"]
+    assert "newly initialised" in smoke_sweep["by_name"]["fail-encoder-only"]["error_message"]
+
+
+def test_remote_code_is_refused_by_default_and_never_runs(smoke_sweep, fixture_models):
+    record = smoke_sweep["by_name"]["fail-remote-code"]
+    assert record["status"] == schema.FAIL_LOAD and record["trust_remote_code"] is False
+    assert "trust_remote_code" in record["error_message"]
+    assert not Path(fixture_models["fail-remote-code"]["marker"]).exists()
+
+
+def test_generate_failure_records_the_step(smoke_sweep, fixture_models):
+    record = smoke_sweep["by_name"]["fail-short-positions"]
+    assert record["status"] == schema.FAIL_GEN and record["failure_stage"] == "generate"
+    assert record["failed_step"] == fixture_models["fail-short-positions"]["fail_step"]
+    assert record["error_type"] and record["traceback"] and record["failure_signature"]
+
+
+def test_bf16_overflow_diverges_from_the_cpu_reference(smoke_sweep):
+    record = smoke_sweep["by_name"]["diverge-bf16-overflow"]
+    assert record["reference_match"] is False and record["first_divergence"] is not None
+
+
+def test_executed_notebook_alone_tells_the_verdict(smoke_sweep):
+    data_dir = Path(smoke_sweep["data_dir"])
+    for name in ("SmolLM2-135M-Instruct", "fail-short-positions"):
+        record = smoke_sweep["by_name"][name]
+        path = data_dir / record["notebook_path"]
+        stored = probe.record_from_notebook(path)
+        assert stored == record
+        nb = nbformat.read(str(path), as_version=4)
+        assert nb.metadata["model_support"]["record"]["status"] == record["status"]
+        outputs = [o for c in nb.cells for o in c.get("outputs", []) if "data" in o]
+        assert any(record["status"] in o["data"].get("text/html", "") for o in outputs)
+
+
+@pytest.mark.parametrize("name", ["SmolLM2-135M-Instruct", "fail-short-positions"])
+def test_repro_script_reproduces_the_probe_with_plain_python(smoke_sweep, tmp_path, name):
+    record = smoke_sweep["by_name"][name]
+    script = tmp_path / "repro.py"
+    script.write_text(record["repro_script"])
+    assert "model_support" not in record["repro_script"] and "papermill" not in record["repro_script"]
+    run = subprocess.run([sys.executable, "-I", str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert run.returncode == (0 if record["status"] == schema.PASS else 1), run.stderr[-2000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    for key in ("status", "failure_stage", "error_type", "tokens_in", "tokens_out", "output_token_ids", "failed_step"):
+        assert got[key] == record[key], key
+
+
+def test_a_fake_hf_token_lands_nowhere(smoke_sweep):
+    """The smoke sweep ran with a fake token in HF_TOKEN; no file it wrote contains it."""
+    data_dir = Path(smoke_sweep["data_dir"])
+    files = [p for p in data_dir.rglob("*") if p.is_file()]
+    assert len(files) > 50
+    leaked = [str(p) for p in files if FAKE_TOKEN.encode() in p.read_bytes()]
+    assert not leaked
+
+
+def test_tpu_without_a_tpu_is_one_clear_sentence(tmp_path, fixture_models):
+    out = run_notebook("probe.ipynb", tmp_path / "out.ipynb", model_id=fixture_models["tiny-llama"]["path"],
+                       device="tpu", record_path=str(tmp_path / "r.json"))
+    record = json.loads((tmp_path / "r.json").read_text())
+    assert record["status"] == schema.FAIL_OTHER and record["failure_stage"] == "runner"
+    assert record["error_message"] == (
+        "Device 'tpu' was requested but no TPU is present on this machine "
+        "(torch_tpu is installed, but torch.accelerator.is_available() is False)."
+    )
+    assert probe.record_from_notebook(out)["status"] == schema.FAIL_OTHER
+
+
+def test_device_adapters_without_accelerators(monkeypatch):
+    assert devices.resolve("auto").type == "cpu"
+    assert devices.resolve("cpu").peak_memory_mb() == (None, None)
+    with pytest.raises(devices.DeviceUnavailable, match=r"^Device 'cuda' was requested but no CUDA GPU is visible"):
+        devices.resolve("cuda")
+    with pytest.raises(devices.DeviceUnavailable, match="Unknown device 'gpu'"):
+        devices.resolve("gpu")
+    monkeypatch.setattr(devices, "torch_tpu_installed", lambda: False)
+    with pytest.raises(devices.DeviceUnavailable, match="torch_tpu package is not installed"):
+        devices.resolve("tpu")
+
+
+def test_verdicts_of_probe_core_match_the_schema():
+    from model_support import probe_core
+
+    assert (probe_core.PASS, probe_core.FAIL_LOAD, probe_core.FAIL_GEN, probe_core.FAIL_OTHER) == schema.VERDICTS
+    assert probe_core.classify("generate", RuntimeError("CUDA out of memory. Tried to allocate 2 GiB")) == schema.FAIL_OTHER
+    assert probe_core.classify("generate", IndexError("index out of range")) == schema.FAIL_GEN
+    assert probe_core.classify("load", OSError("missing")) == schema.FAIL_LOAD
+    assert probe_core.classify("template", ValueError("bad")) == schema.FAIL_OTHER
+    assert probe.first_divergence([1, 2, 3], [1, 2, 4]) == 2
+    assert probe.first_divergence([1, 2], [1, 2, 3]) == 2
+    assert probe.first_divergence([1, 2], [1, 2]) is None

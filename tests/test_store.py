@@ -1,0 +1,96 @@
+"""The store: atomic records, Parquet with one schema, old files, datasets configs, exclusions."""
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+
+from model_support import schema, store
+
+
+def make_sweep(data_dir: Path, sweep_id: str, statuses: dict[str, str], excluded: dict | None = None):
+    store.atomic_write_json(store.sweep_dir(data_dir, sweep_id) / "sweep.json", {
+        "sweep_id": sweep_id, "created_at": "2026-12-01T00:00:00+00:00",
+        "models": [{"model_id": m} for m in statuses], "excluded": excluded or {},
+    })
+    for i, (model_id, status) in enumerate(statuses.items()):
+        record = schema.empty_record(sweep_id=sweep_id, model_id=model_id, status=status, tokens_in=5 + i,
+                                     tokens_out=8, versions={"torch": "2.13.0"})
+        store.store_result(data_dir, sweep_id, record, None, "log\n")
+
+
+def test_records_compact_to_parquet_with_the_declared_schema(tmp_path):
+    make_sweep(tmp_path, "s1", {"org/a": "PASS", "org/b": "FAIL(gen)"}, excluded={"org/c": "not a text model"})
+    assert store.compact(tmp_path, "s1") == (2, 1)
+    table = pq.read_table(store.parquet_file(tmp_path, "results", "s1"))
+    assert table.schema.equals(schema.SCHEMA)
+    rows = store.scan(tmp_path).collect().sort("model_id")
+    assert rows["status"].to_list() == ["PASS", "FAIL(gen)"]
+    assert rows["tokens_in"].to_list() == [5, 6]
+    excluded = store.scan(tmp_path, "excluded").collect()
+    assert excluded["model_id"].to_list() == ["org/c"] and excluded["exclusion_reason"].to_list() == ["not a text model"]
+
+
+def test_old_files_without_token_columns_read_as_null(tmp_path):
+    make_sweep(tmp_path, "new", {"org/a": "PASS"})
+    store.compact(tmp_path, "new")
+    old = schema.to_table([schema.empty_record(sweep_id="old", model_id="org/a", status="PASS")])
+    old = old.drop_columns(list(schema.LATER_FIELDS))
+    path = store.parquet_file(tmp_path, "results", "old")
+    path.parent.mkdir(parents=True)
+    pq.write_table(old, path)
+    assert "tokens_in" not in pq.read_schema(path).names
+    rows = store.scan(tmp_path).collect().sort("sweep_id")
+    assert rows["sweep_id"].to_list() == ["new", "old"]
+    assert rows["tokens_in"].to_list() == [5, None] and rows["tokens_out"].to_list() == [8, None]
+
+
+def test_datasets_loads_both_configs_from_the_card(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    make_sweep(tmp_path, "s1", {"org/a": "PASS", "org/b": "FAIL(load)"}, excluded={"org/c": "too large"})
+    store.compact(tmp_path, "s1")
+    results = datasets.load_dataset(str(tmp_path), "results", split="train")
+    excluded = datasets.load_dataset(str(tmp_path), "excluded", split="train")
+    assert sorted(results["status"]) == ["FAIL(load)", "PASS"]
+    assert excluded["exclusion_reason"] == ["too large"]
+    assert set(schema.FIELDS) <= set(results.column_names)
+
+
+def test_exclude_and_include_a_whole_sweep_lose_no_row(tmp_path):
+    make_sweep(tmp_path, "s1", {"org/a": "PASS", "org/b": "FAIL(gen)"}, excluded={"org/c": "too large"})
+    store.compact(tmp_path, "s1")
+    before = store.scan(tmp_path).collect().sort("model_id")
+    assert store.set_exclusion(tmp_path, "s1", "broken libtpu build") == (0, 3)
+    excluded = store.scan(tmp_path, "excluded").collect()
+    assert sorted(excluded["model_id"].to_list()) == ["org/a", "org/b", "org/c"]
+    assert excluded.filter(pl.col("status").is_not_null())["exclusion_reason"].unique().to_list() == ["broken libtpu build"]
+    assert store.scan(tmp_path).collect().height == 0
+    assert store.set_exclusion(tmp_path, "s1", None) == (2, 1)
+    after = store.scan(tmp_path).collect().sort("model_id")
+    assert after.equals(before)
+
+
+def test_unknown_sweep_is_one_sentence(tmp_path):
+    make_sweep(tmp_path, "s1", {"org/a": "PASS"})
+    with pytest.raises(ValueError, match=r"^Sweep 'nope' does not exist .* known sweeps: s1\.$"):
+        store.set_exclusion(tmp_path, "nope", "x")
+
+
+def test_atomic_write_leaves_no_temporary_files(tmp_path):
+    store.atomic_write_json(tmp_path / "r.json", {"a": 1})
+    assert json.loads((tmp_path / "r.json").read_text()) == {"a": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_schema_refuses_unknown_fields_and_verdicts():
+    with pytest.raises(KeyError):
+        schema.empty_record(statuss="PASS")
+    with pytest.raises(ValueError, match="not one of"):
+        schema.check_record(schema.empty_record(status="OK"))
+
+
+def test_safe_names_are_file_names():
+    assert store.safe_name("meta-llama/Llama-3.2-1B") == "meta-llama__Llama-3.2-1B"
+    assert "/" not in store.safe_name("/abs/path/to/model") and len(store.safe_name("x/" * 200)) <= 120

@@ -1,0 +1,181 @@
+"""Sweeps: Parquet with one row per model, timeouts and kernel death, Ray, resume after SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+import yaml
+
+from model_support import params, schema, store, sweep
+
+REPO = Path(__file__).resolve().parents[1]
+CLI = [sys.executable, "-m", "model_support.cli"]
+
+
+def test_smoke_sweep_publishes_one_row_per_fixture(smoke_sweep, fixture_models):
+    data_dir = Path(smoke_sweep["data_dir"])
+    meta = store.read_sweep(data_dir, smoke_sweep["sweep_id"])
+    assert meta["versions"]["torch"] and meta["probe"]["device"] == "cpu"
+    rows = store.scan(data_dir).collect()
+    names = sorted(Path(m).name for m in rows["model_id"].to_list())
+    assert names == sorted(fixture_models)  # every fixture, once
+    expected = {n: e["expect"]["status"] for n, e in fixture_models.items()}
+    assert {Path(m).name: s for m, s in rows.select("model_id", "status").iter_rows()} == expected
+    assert rows["sweep_id"].unique().to_list() == [smoke_sweep["sweep_id"]]
+
+
+def test_datasets_loads_the_real_sweep(smoke_sweep):
+    import datasets
+
+    results = datasets.load_dataset(smoke_sweep["data_dir"], "results", split="train")
+    assert results.num_rows == smoke_sweep["total"]
+    assert set(results["status"]) <= set(schema.VERDICTS)
+    datasets.load_dataset(smoke_sweep["data_dir"], "excluded", split="train")
+
+
+def test_a_hanging_model_is_stopped_at_its_timeout(smoke_sweep, fixture_models):
+    record = smoke_sweep["by_name"]["fail-hang"]
+    assert (record["status"], record["failure_stage"], record["error_type"]) == (schema.FAIL_OTHER, "runner", "ProbeTimeout")
+    timeout = fixture_models["fail-hang"]["timeout_s"]
+    assert f"{timeout:g} s" in record["error_message"]
+    assert record["duration_s"] < timeout + 60
+
+
+def test_a_kernel_that_kills_itself_still_yields_a_record(smoke_sweep):
+    record = smoke_sweep["by_name"]["fail-kernel-death"]
+    assert (record["status"], record["failure_stage"], record["error_type"]) == (schema.FAIL_OTHER, "runner", "DeadKernelError")
+    assert "SIGKILL" in record["error_message"]
+    assert "log tail" in record["traceback"]
+
+
+def small_params(tmp_path: Path, fixture_models: dict, names: list[str], **extra) -> Path:
+    models = [fixture_models[n]["path"] for n in names]
+    path = tmp_path / "small.yaml"
+    path.write_text(yaml.safe_dump({"name": "small", "probe": {"device": "cpu", "reference": "none"}, "models": models, **extra}))
+    return path
+
+
+def test_ray_executor_matches_local_row_for_row(smoke_sweep, fixture_models, tmp_path):
+    pytest.importorskip("ray")
+    names = ["tiny-llama", "tiny-gpt2", "tiny-eos-early", "fail-missing-weights"]
+    definition = params.load(small_params(tmp_path, fixture_models, names))
+    definition.probe["reference"] = "cpu"  # same settings as the smoke sweep
+    summary = sweep.run(definition, tmp_path / "data", workers=2, executor="ray")
+    assert summary["executor"] == "ray"
+    ray_rows = {Path(r["model_id"]).name: r for r in summary["records"]}
+    assert sorted(ray_rows) == sorted(names)
+    for name in names:
+        local = smoke_sweep["by_name"][name]
+        for key in ("status", "failure_stage", "tokens_in", "tokens_out", "output_token_ids"):
+            assert ray_rows[name][key] == local[key], (name, key)
+    # stored exactly as with the local executor: notebooks, logs, records, Parquet
+    folder = store.sweep_dir(tmp_path / "data", summary["sweep_id"])
+    assert len(list((folder / "notebooks").glob("*.ipynb"))) == len(names)
+    assert store.scan(tmp_path / "data").collect().height == len(names)
+
+
+def wait_for(condition, timeout=240.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    raise AssertionError("condition not reached in time")
+
+
+def the_sweep_dir(data_dir: Path) -> Path | None:
+    found = list((data_dir / "sweeps").glob("*/sweep.json"))
+    return found[0].parent if found else None
+
+
+def records_in(data_dir: Path) -> int:
+    folder = the_sweep_dir(data_dir)
+    return len(list((folder / "records").glob("*.json"))) if folder else 0
+
+
+@pytest.mark.parametrize("kill_point", ["after-sweep-json", "after-first-record", "after-last-record"])
+def test_resume_after_sigkill_loses_and_duplicates_nothing(fixture_models, tmp_path, kill_point):
+    names = ["fail-missing-weights", "fail-unknown-model-type", "tiny-gpt2"]
+    params_file = small_params(tmp_path, fixture_models, names)
+    data_dir = tmp_path / "data"
+    runner = subprocess.Popen([*CLI, "sweep", str(params_file), "--data-dir", str(data_dir), "--workers", "1", "--no-report"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    condition = {
+        "after-sweep-json": lambda: the_sweep_dir(data_dir) is not None,
+        "after-first-record": lambda: records_in(data_dir) >= 1,
+        "after-last-record": lambda: records_in(data_dir) >= len(names),
+    }[kill_point]
+    wait_for(condition)
+    runner.send_signal(signal.SIGKILL)
+    runner.wait()
+    sweep_id = the_sweep_dir(data_dir).name
+    done_before = records_in(data_dir)
+    resumed = subprocess.run([*CLI, "sweep", "--resume", sweep_id, "--data-dir", str(data_dir), "--no-report"],
+                             capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"{len(names) - done_before} probed now" in resumed.stdout
+    rows = store.scan(data_dir).collect()
+    assert sorted(Path(m).name for m in rows["model_id"].to_list()) == sorted(names)
+    assert rows.filter(pl.col("status").is_null()).height == 0
+    leftovers = [p for p in store.sweep_dir(data_dir, sweep_id).rglob("*.tmp")]
+    assert not leftovers
+    # no orphaned probe processes of the killed runner survive
+    import psutil
+
+    orphans = [p for p in psutil.process_iter(["cmdline"]) if str(data_dir) in " ".join(p.info["cmdline"] or [])]
+    assert not orphans
+
+
+def test_two_sweeps_into_one_data_dir_at_once(fixture_models, tmp_path):
+    data_dir = tmp_path / "data"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = small_params(tmp_path / "a", fixture_models, ["fail-missing-weights", "tiny-opt"])
+    second = small_params(tmp_path / "b", fixture_models, ["fail-unknown-model-type", "tiny-gpt2"])
+    runs = [subprocess.Popen([*CLI, "sweep", str(p), "--data-dir", str(data_dir), "--workers", "1", "--no-report"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for p in (first, second)]
+    for run in runs:
+        out, err = run.communicate(timeout=600)
+        assert run.returncode == 0, err[-3000:]
+    rows = store.scan(data_dir).collect()
+    assert rows.height == 4 and rows["sweep_id"].n_unique() == 2
+    card = (data_dir / "README.md").read_text()
+    assert all(sweep_id in card for sweep_id in rows["sweep_id"].unique().to_list())
+
+
+def test_a_second_runner_on_the_same_sweep_is_refused(tmp_path):
+    folder = tmp_path / "sweeps" / "s"
+    with sweep.SweepLock(folder):
+        with pytest.raises(params.SweepConfigError, match="another running sweep"):
+            with sweep.SweepLock(folder):
+                pass
+
+
+def test_cli_refuses_bad_params_with_one_sentence(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nmodels: [a]\nprobe: {max_new_tokenz: 3}\n")
+    run = subprocess.run([*CLI, "sweep", str(bad), "--data-dir", str(tmp_path)], capture_output=True, text=True)
+    assert run.returncode == 2
+    assert run.stderr.count("\n") == 1 and "'max_new_tokenz'" in run.stderr and "Traceback" not in run.stderr
+    assert not (tmp_path / "sweeps").exists()  # validated before anything ran
+
+
+def test_every_cli_command_has_help():
+    from click.testing import CliRunner
+
+    from model_support.cli import main
+
+    readme = (REPO / "README.md").read_text()
+    for name, command in main.commands.items():
+        assert command.help, name
+        result = CliRunner().invoke(main, [name, "--help"])
+        assert result.exit_code == 0 and "Usage" in result.output
+        assert f"model-support {name}" in readme, f"README does not document `model-support {name}`"
