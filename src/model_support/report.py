@@ -16,6 +16,7 @@ import functools
 import html
 import io
 import json
+import os
 import re
 from datetime import date, datetime
 from pathlib import Path
@@ -56,10 +57,13 @@ _OFFLINE_TEMPLATE = """{%- extends 'index.html.j2' -%}
 <style type="text/css">
   body.jp-Notebook { max-width: 1200px; margin: 0 auto; }
   table.ms-table { border-collapse: collapse; font-size: 12px; margin: 6px 0 14px; }
-  table.ms-table th, table.ms-table td { border: 1px solid #ddd; padding: 3px 6px; text-align: left; vertical-align: top; }
-  table.ms-table th { background: #f4f4f4; }
-  table.ms-table td.num { text-align: right; font-variant-numeric: tabular-nums; }
-  table.ms-table pre { margin: 0; white-space: pre-wrap; max-width: 700px; font-size: 11px; }
+  .jp-RenderedHTMLCommon table.ms-table { table-layout: auto; }
+  .jp-RenderedHTMLCommon table.ms-table th, .jp-RenderedHTMLCommon table.ms-table td {
+    border: 1px solid #ddd; padding: 3px 6px; text-align: left; vertical-align: top; max-width: 520px; }
+  .jp-RenderedHTMLCommon table.ms-table th { background: #f4f4f4; }
+  .jp-RenderedHTMLCommon table.ms-table td.num { text-align: right; font-variant-numeric: tabular-nums; }
+  .jp-RenderedHTMLCommon table.ms-table pre { margin: 0; white-space: pre-wrap; max-width: 700px; font-size: 11px; }
+  .jp-RenderedHTMLCommon table.ms-table summary { cursor: pointer; color: #1565c0; }
   .ms-note { color: #555; font-size: 12px; }
   .ms-head dt { font-weight: bold; float: left; clear: left; width: 170px; }
   .ms-head dd { margin-left: 180px; }
@@ -133,15 +137,21 @@ def render_report(
         execution_timeout=execution_timeout,
     )
     out_html = Path(out_html) if out_html else out_dir / f"{sweep_id}.html"
-    store.atomic_write_bytes(out_html, notebook_to_html(executed).encode("utf-8"))
+    title = f"Sweep report: {sweep_id}" + (f" (against {baseline_sweep_id})" if baseline_sweep_id else "")
+    write_page(out_html, notebook_to_html(executed, title=title))
     build_explorer(data_dir)
     return out_html
 
 
-def notebook_to_html(notebook_path: Path | str) -> str:
+def notebook_to_html(notebook_path: Path | str, title: str | None = None) -> str:
     """An executed notebook -> one self-contained HTML page with the code cells hidden."""
+    import nbformat
     from jinja2 import DictLoader
     from nbconvert import HTMLExporter
+
+    nb = nbformat.read(str(notebook_path), as_version=4)
+    if title:
+        nb.metadata["title"] = title
 
     exporter = HTMLExporter(
         template_name="lab",
@@ -151,8 +161,14 @@ def notebook_to_html(notebook_path: Path | str) -> str:
         exclude_input_prompt=True,
         exclude_output_prompt=True,
     )
-    body, _ = exporter.from_filename(str(notebook_path))
+    body, _ = exporter.from_notebook_node(nb)
     return body
+
+
+def write_page(path: Path, text: str) -> None:
+    """Write an HTML page atomically, readable by all (a report is meant to be served and shared)."""
+    store.atomic_write_bytes(path, text.encode("utf-8"))
+    os.chmod(path, 0o644)
 
 
 # --------------------------------------------------------------------------------------------
@@ -175,36 +191,49 @@ def diff_summary(diff: pl.DataFrame, a: str, b: str) -> str:
     return f"{a} -> {b}: {parts}."
 
 
-def format_diff(diff: pl.DataFrame, a: str, b: str, *, max_rows: int = 50, width: int = 140) -> str:
-    """``diff_table``'s output as a terminal table (rich when installed, else plain text), newly
-    failing first, then newly passing and changed signatures, with a one-line summary."""
-    shown = diff.head(max_rows)
-    headers = ["model", "change", a, b, "signature now (was)"]
-    rows = []
-    for r in shown.iter_rows(named=True):
-        now, was = r["signature_after"], r["signature_before"]
-        sig = now or ""
-        if was and was != now:
-            sig = f"{sig} (was: {was})" if sig else f"(was: {was})"
-        rows.append([r["model_id"], str(r["change"]), r["status_before"] or "-", r["status_after"] or "-", sig])
-    more = f"... and {diff.height - max_rows} more" if diff.height > max_rows else ""
+def format_diff(
+    diff: pl.DataFrame | Path | str, a: str, b: str, *, max_per_change: int = 15, width: int = 140
+) -> str:
+    """``diff_table``'s output as a terminal table (rich when installed, else plain text): newly
+    failing first, then newly passing, status and signature changes, added and removed, at most
+    ``max_per_change`` models of each, then a one-line summary.
+
+    ``diff`` is a ``diff_table`` result, or a data folder to compute it from (``model-support diff``
+    passes the folder)."""
+    if not isinstance(diff, pl.DataFrame):
+        diff = diff_table(diff, a, b)
+    headers = ["model", "change", "before", "after", "signature now (was)"]
+    rows, left_out = [], []
+    for change in report_data.CHANGES:
+        part = diff.filter(pl.col("change") == change)
+        for r in part.head(max_per_change).iter_rows(named=True):
+            now, was = r["signature_after"], r["signature_before"]
+            sig = now or ""
+            if was and was != now:
+                sig = f"{sig} (was: {was})" if sig else f"(was: {was})"
+            rows.append([r["model_id"], change, r["status_before"] or "-", r["status_after"] or "-", sig])
+        if part.height > max_per_change:
+            left_out.append(f"{part.height - max_per_change} more {change}")
+    more = f"... and {', '.join(left_out)} (see diff_table for all)" if left_out else ""
     summary = diff_summary(diff, a, b)
+    title = f"{b} against {a}"
     try:
         from rich.console import Console
         from rich.table import Table
     except ImportError:
-        return _plain_table(headers, rows) + (f"\n{more}" if more else "") + f"\n{summary}\n"
-    table = Table(*headers, title=f"{b} against {a}" if rows else None, show_lines=False)
-    for row in rows:
-        table.add_row(*[_rich_escape(c) for c in row])
+        body = _plain_table(headers, rows) if rows else "No model changed."
+        return "\n".join(x for x in (title, body, more, summary) if x) + "\n"
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, color_system=None, force_terminal=False, highlight=False)
     if rows:
+        table = Table(*headers, title=title)
+        for row in rows:
+            table.add_row(*[_rich_escape(c) for c in row])
         console.print(table)
     else:
-        console.print("No model changed.")
+        console.print(f"{title}: no model changed.")
     if more:
-        console.print(more)
+        console.print(more, soft_wrap=True)
     console.print(summary, soft_wrap=True)
     return buffer.getvalue()
 
@@ -216,8 +245,6 @@ def _rich_escape(text: str) -> str:
 
 
 def _plain_table(headers: list[str], rows: list[list[str]]) -> str:
-    if not rows:
-        return "No model changed."
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
@@ -227,14 +254,41 @@ def _plain_table(headers: list[str], rows: list[list[str]]) -> str:
 # display helpers for the notebook: tables and charts as self-contained HTML
 
 
+def _cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "model-support"
+
+
 @functools.cache
 def vega_script() -> str:
     """A <script> defining ``vegaEmbed`` (Vega, Vega-Lite and vega-embed, inlined): display once
-    per page, before any chart."""
-    import vl_convert
-    from altair.utils._importers import vl_version_for_vl_convert
+    per page, before any chart.
 
-    bundle = vl_convert.javascript_bundle(vl_version=vl_version_for_vl_convert())
+    The bundle (~0.9 MB) comes from ``vl-convert-python``, which takes seconds to build it, so it
+    is kept in ``~/.cache/model-support/`` (``$XDG_CACHE_HOME``) per vl-convert and Vega-Lite
+    version; a cache that cannot be written is only slower.
+    """
+    from importlib import metadata
+
+    try:  # the Vega-Lite version matching this Altair's specs (a private helper: may move)
+        from altair.utils._importers import vl_version_for_vl_convert
+
+        version = vl_version_for_vl_convert()
+    except (ImportError, AttributeError):
+        version = None
+    key = re.sub(r"[^A-Za-z0-9._-]", "_", f"vega-embed-vlc{metadata.version('vl-convert-python')}-vl{version}")
+    cached = _cache_dir() / f"{key}.js"
+    try:
+        bundle = cached.read_text(encoding="utf-8")
+    except OSError:
+        bundle = ""
+    if "vegaEmbed" not in bundle:
+        import vl_convert
+
+        bundle = vl_convert.javascript_bundle(vl_version=version)
+        try:
+            store.atomic_write_bytes(cached, bundle.encode("utf-8"))
+        except OSError:
+            pass  # a read-only home: the next report builds the bundle again
     bundle = bundle.replace("</script", "<\\/script")
     return f'<script type="text/javascript">\n{bundle}\n</script>'
 
@@ -246,8 +300,13 @@ def chart_html(chart, name: str) -> str:
     return (
         f'<div class="ms-chart" id="{div}"></div>\n<script type="text/javascript">\n'
         f'vegaEmbed("#{div}", {spec}, {{"renderer": "svg", "actions": false}})'
-        f'.catch(function (e) {{ document.getElementById("{div}").textContent = "chart error: " + e; }});\n</script>'
+        f'.catch(function (e) {{ var el = document.getElementById("{div}"); el.classList.add("ms-chart-error"); '
+        f'el.textContent = "This chart failed to draw: " + e; }});\n</script>'
     )
+
+
+#: Long text columns shown folded (click to open) in tables.
+FOLDED = ("error_message", "traceback", "repro_script")
 
 
 def _cell(value, column: str) -> tuple[str, bool]:
@@ -263,15 +322,19 @@ def _cell(value, column: str) -> tuple[str, bool]:
     if isinstance(value, int):
         return f"{value:,}", True
     if isinstance(value, (list, tuple)):
-        return html.escape(", ".join(str(v) for v in value)), False
+        return "<br>".join(html.escape(str(v)) for v in value), False
     if isinstance(value, datetime):
         return html.escape(value.strftime("%Y-%m-%d %H:%M UTC")), False
     if isinstance(value, date):
         return html.escape(value.isoformat()), False
     text = str(value)
-    if "\n" in text or len(text) > 160:
-        first = html.escape(text.strip().splitlines()[-1][:120] if column == "traceback" else text[:120])
-        return f"<details><summary>{first}&hellip;</summary><pre>{html.escape(text)}</pre></details>", False
+    if column in FOLDED or "\n" in text or len(text) > 160:
+        lines = text.strip().splitlines() or [""]
+        if column == "traceback":
+            first = f"traceback ({len(lines)} lines)"
+        else:
+            first = html.escape(lines[0][:80]) + ("&hellip;" if len(lines) > 1 or len(lines[0]) > 80 else "")
+        return f"<details><summary>{first}</summary><pre>{html.escape(text)}</pre></details>", False
     return html.escape(text), False
 
 
@@ -459,19 +522,24 @@ def reference_chart(reference: pl.DataFrame):
 
 
 def history_chart(history: pl.DataFrame):
-    """Pass rate per sweep over time, once per stack component, points coloured by its version:
-    a regression shows as a step where the colour changes."""
+    """Pass rate per sweep over time, once per stack component, points coloured by its version
+    (and shaped by device, one line per device): a regression shows as a step where the colour
+    changes."""
     alt = _alt()
-    data = alt.Data(values=_values(history.filter(pl.col("models") > 0)))
+    history = history.filter(pl.col("models") > 0).with_columns(
+        pl.col("device_type").fill_null("unknown"), *[pl.col(c).fill_null("none") for c in report_data.VERSION_COMPONENTS]
+    )
+    data = alt.Data(values=_values(history))
     charts = []
     for component in report_data.VERSION_COMPONENTS:
         base = alt.Chart(data).encode(
             x=alt.X("created_at:T", title=None),
             y=alt.Y("pass_rate:Q", axis=alt.Axis(format="%"), scale=alt.Scale(zero=False), title="pass rate"),
         )
-        line = base.mark_line(color="#bbb")
-        points = base.mark_circle(size=45).encode(
+        line = base.mark_line(color="#bbb").encode(detail="device_type:N")  # one line per device
+        points = base.mark_point(size=45, filled=True).encode(
             color=alt.Color(f"{component}:N", title=component, sort=None),
+            shape=alt.Shape("device_type:N", title="device"),
             tooltip=["sweep_id:N", "device_type:N", "models:Q", alt.Tooltip("pass_rate:Q", format=".1%"),
                      *[f"{c}:N" for c in report_data.VERSION_COMPONENTS]],
         )

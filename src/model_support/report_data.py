@@ -8,8 +8,9 @@ counted as a failure: they are only ever counted, separately. Columns that older
 (``schema.LATER_FIELDS``) read as null and give null statistics, never an error; an empty frame
 gives an empty (or all-zero) table.
 
-``report_tables`` builds everything the report notebook shows with one collect for the sweep's own
-rows and one ``pl.collect_all`` for the rest.
+``report_tables`` builds everything the report notebook shows in two passes: one
+``pl.collect_all`` reads the sweep's own rows (and its baseline's) and a small per-sweep summary of
+every row (``sweep_stats``), a second one derives all the tables from those in memory.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ SIGNATURE_CHANGES = ("appeared", "vanished")
 NO_SIGNATURE = "(no signature)"
 
 _SWEEP_TIME = re.compile(r"^(?P<name>.+)-(?P<time>\d{8}T\d{6}Z?)$")
+_SWEEP_TIME_SUFFIX = r"-\d{8}T\d{6}Z?$"
 _DTYPES = store.polars_schema()
 
 
@@ -153,12 +155,36 @@ def sweep_name(sweep_id: str) -> str:
     return match["name"] if match else sweep_id
 
 
-def sweep_index(data_dir: Path | str) -> pl.DataFrame:
+def sweep_stats(results: Frame) -> pl.LazyFrame:
+    """The one pass over every row that the across-sweep tables need: row counts by sweep_id,
+    status, device_type, host and the torch, torch_tpu and transformers versions (columns ``n``
+    and ``first_started_at``). A few hundred rows for a million records."""
+    lf = _with_columns(results, ["sweep_id", "status", "device_type", "host", "started_at", "versions"])
+    return lf.group_by(
+        "sweep_id", "status", "device_type", "host", *[_version(c).alias(c) for c in VERSION_COMPONENTS]
+    ).agg(pl.len().cast(pl.Int64).alias("n"), pl.col("started_at").min().alias("first_started_at"))
+
+
+def _most_common(stats: pl.DataFrame | pl.LazyFrame, column: str) -> pl.LazyFrame:
+    """sweep_id -> the non-null value of ``column`` covering the most rows (ties: smallest value)."""
+    return (
+        _lazy(stats)
+        .drop_nulls(column)
+        .group_by("sweep_id", column)
+        .agg(pl.col("n").sum())
+        .sort(["sweep_id", "n", column], descending=[False, True, False])
+        .group_by("sweep_id", maintain_order=True)
+        .agg(pl.col(column).first())
+    )
+
+
+def sweep_index(data_dir: Path | str, stats: pl.DataFrame | None = None) -> pl.DataFrame:
     """Every known sweep, oldest first.
 
     A sweep is known by its ``sweeps/<id>/sweep.json`` or by rows in either config. Columns:
     sweep_id, name, created_at (UTC; from sweep.json, else the sweep's earliest ``started_at``),
-    models (results rows), excluded (excluded rows), device_type, host, params_file.
+    models (results rows), excluded (excluded rows), device_type, host, params_file. ``stats``
+    (``sweep_stats`` of the results, collected) saves a pass over the rows when already at hand.
     """
     data_dir = Path(data_dir)
     meta: dict[str, dict] = {}
@@ -166,16 +192,14 @@ def sweep_index(data_dir: Path | str) -> pl.DataFrame:
         with open(path, encoding="utf-8") as handle:
             info = json.load(handle)
         meta[str(info.get("sweep_id") or path.parent.name)] = info
-
+    if stats is None:
+        stats = sweep_stats(store.scan(data_dir, "results")).collect()
     rows = (
-        store.scan(data_dir, "results")
+        stats.lazy()
         .group_by("sweep_id")
-        .agg(
-            pl.len().cast(pl.Int64).alias("models"),
-            pl.col("started_at").min().alias("first_started_at"),
-            pl.col("device_type").drop_nulls().mode().sort().first().alias("device_type"),
-            pl.col("host").drop_nulls().mode().sort().first().alias("row_host"),
-        )
+        .agg(pl.col("n").sum().alias("models"), pl.col("first_started_at").min())
+        .join(_most_common(stats, "device_type"), on="sweep_id", how="left")
+        .join(_most_common(stats, "host"), on="sweep_id", how="left")
     )
     excluded = (
         store.scan(data_dir, "excluded")
@@ -187,9 +211,7 @@ def sweep_index(data_dir: Path | str) -> pl.DataFrame:
     by_excl = {r["sweep_id"]: r for r in excluded.iter_rows(named=True)}
 
     records = []
-    for sweep_id in sorted(set(meta) | set(by_rows) | set(by_excl)):
-        if sweep_id is None:
-            continue
+    for sweep_id in sorted((set(meta) | set(by_rows) | set(by_excl)) - {None}):
         info = meta.get(sweep_id, {})
         row = by_rows.get(sweep_id, {})
         excl = by_excl.get(sweep_id, {})
@@ -202,10 +224,10 @@ def sweep_index(data_dir: Path | str) -> pl.DataFrame:
                 "sweep_id": sweep_id,
                 "name": info.get("name") or sweep_name(sweep_id),
                 "created_at": created,
-                "models": row.get("models", 0),
-                "excluded": excl.get("excluded", 0),
+                "models": row.get("models") or 0,
+                "excluded": excl.get("excluded") or 0,
                 "device_type": row.get("device_type") or settings.get("device"),
-                "host": info.get("host") or row.get("row_host"),
+                "host": info.get("host") or row.get("host"),
                 "params_file": info.get("params_file"),
             }
         )
@@ -221,7 +243,7 @@ def sweep_index(data_dir: Path | str) -> pl.DataFrame:
             "host": pl.String,
             "params_file": pl.String,
         },
-        orient="row" if not records else None,
+        orient="row",
     )
     return frame.sort(["created_at", "sweep_id"], nulls_last=True)
 
@@ -586,17 +608,17 @@ def pass_rate_history(
     ``sweeps`` (a ``sweep_index``) gives names and creation times; without it the order is each
     sweep's earliest ``started_at``.
     """
-    return _history_q(results, sweeps, excluded).collect()
+    return _history_q(sweep_stats(results).collect(), sweeps, excluded).collect()
 
 
-def _history_q(results: Frame, sweeps: pl.DataFrame | None, excluded: Frame | None) -> pl.LazyFrame:
-    lf = _with_columns(results, ["sweep_id", "status", "started_at", "device_type", "versions"])
-    per_sweep = lf.group_by("sweep_id").agg(
-        *_rate_aggs(),
-        pl.col("started_at").min().alias("first_started_at"),
-        pl.col("device_type").drop_nulls().mode().sort().first().alias("device_type"),
-        *[_version(c).drop_nulls().mode().sort().first().alias(c) for c in VERSION_COMPONENTS],
+def _history_q(stats: pl.DataFrame, sweeps: pl.DataFrame | None, excluded: Frame | None) -> pl.LazyFrame:
+    per_sweep = stats.lazy().group_by("sweep_id").agg(
+        pl.col("n").sum().alias("models"),
+        pl.col("n").filter(pl.col("status") == schema.PASS).sum().alias("passed"),
+        pl.col("first_started_at").min(),
     )
+    for column in ("device_type", *VERSION_COMPONENTS):
+        per_sweep = per_sweep.join(_most_common(stats, column), on="sweep_id", how="left")
     if excluded is not None:
         n_excluded = _with_columns(excluded, ["sweep_id"]).group_by("sweep_id").agg(pl.len().cast(pl.Int64).alias("excluded"))
     else:
@@ -604,10 +626,8 @@ def _history_q(results: Frame, sweeps: pl.DataFrame | None, excluded: Frame | No
     if sweeps is None:
         order = per_sweep.select(
             "sweep_id",
-            pl.col("sweep_id").map_elements(sweep_name, return_dtype=pl.String).alias("name"),
-            pl.col("first_started_at")
-            .str.to_datetime(time_zone="UTC", strict=False, time_unit="us")
-            .alias("created_at"),
+            pl.col("sweep_id").str.replace(_SWEEP_TIME_SUFFIX, "").alias("name"),
+            pl.col("first_started_at").str.to_datetime(time_zone="UTC", strict=False, time_unit="us").alias("created_at"),
         )
     else:
         order = sweeps.lazy().select("sweep_id", "name", "created_at")
@@ -625,18 +645,16 @@ def _history_q(results: Frame, sweeps: pl.DataFrame | None, excluded: Frame | No
 
 
 def pass_rate_by_version(results: Frame, component: str, sweeps: pl.DataFrame | None = None) -> pl.DataFrame:
-    """Pass rate per version of one stack ``component`` (torch, torch_tpu, transformers, or any
-    field of ``versions``): version, sweeps, models, passed, failed, pass_rate, first_sweep; in
-    order of first appearance."""
-    return _by_version_q(results, component, sweeps).collect()
+    """Pass rate per version of one stack ``component`` (torch, torch_tpu or transformers):
+    component, version ("none" where not installed, e.g. torch_tpu on a CUDA sweep), sweeps,
+    models, passed, failed, pass_rate, first_sweep; in order of first appearance."""
+    return _by_version_q(sweep_stats(results).collect(), component, sweeps).collect()
 
 
-def _by_version_q(results: Frame, component: str, sweeps: pl.DataFrame | None) -> pl.LazyFrame:
-    if component not in schema.VERSIONS.names:
-        raise ValueError(f"{component!r} is not a versions field; they are {', '.join(schema.VERSIONS.names)}")
-    lf = _with_columns(results, ["sweep_id", "status", "started_at", "versions"]).with_columns(
-        _version(component).fill_null("unknown").alias("version")
-    )
+def _by_version_q(stats: pl.DataFrame, component: str, sweeps: pl.DataFrame | None) -> pl.LazyFrame:
+    if component not in VERSION_COMPONENTS:
+        raise ValueError(f"{component!r} is not one of the stack components {', '.join(VERSION_COMPONENTS)}")
+    lf = stats.lazy().with_columns(pl.col(component).fill_null("none").alias("version"))
     if sweeps is not None:
         rank = sweeps.lazy().with_row_index("sweep_rank").select("sweep_id", pl.col("sweep_rank").cast(pl.Int64))
         lf = lf.join(rank, on="sweep_id", how="left")
@@ -646,10 +664,11 @@ def _by_version_q(results: Frame, component: str, sweeps: pl.DataFrame | None) -
         lf.group_by("version")
         .agg(
             pl.col("sweep_id").n_unique().cast(pl.Int64).alias("sweeps"),
-            *_rate_aggs(),
-            pl.col("sweep_id").sort_by(["sweep_rank", "started_at"], nulls_last=True).first().alias("first_sweep"),
+            pl.col("n").sum().alias("models"),
+            pl.col("n").filter(pl.col("status") == schema.PASS).sum().alias("passed"),
+            pl.col("sweep_id").sort_by(["sweep_rank", "first_started_at"], nulls_last=True).first().alias("first_sweep"),
             pl.col("sweep_rank").min().alias("_rank"),
-            pl.col("started_at").min().alias("_started"),
+            pl.col("first_started_at").min().alias("_started"),
         )
         .pipe(_with_rate)
         .sort(["_rank", "_started", "version"], nulls_last=True)
@@ -677,14 +696,17 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
     by_size, signatures, tokens, timings, timing_histogram, memory, memory_by_size, reference,
     changes, signature_changes, history, and by_version (the three components stacked).
     """
-    sweeps = sweep_index(data_dir)
-    require_sweep(sweeps, sweep_id)
-    if baseline_sweep_id:
-        require_sweep(sweeps, baseline_sweep_id)
     results = store.scan(data_dir, "results")
     excluded = store.scan(data_dir, "excluded")
     wanted = [sweep_id] + ([baseline_sweep_id] if baseline_sweep_id else [])
-    rows = results.select(SWEEP_COLUMNS).filter(pl.col("sweep_id").is_in(wanted)).collect().lazy()
+    stats, rows = pl.collect_all(
+        [sweep_stats(results), results.select(SWEEP_COLUMNS).filter(pl.col("sweep_id").is_in(wanted))]
+    )
+    sweeps = sweep_index(data_dir, stats)
+    require_sweep(sweeps, sweep_id)
+    if baseline_sweep_id:
+        require_sweep(sweeps, baseline_sweep_id)
+    rows = rows.lazy()
     queries = {
         "summary": _sweep_summary_q(rows, sweep_id, excluded),
         "verdicts": _verdict_counts_q(rows, sweep_id),
@@ -698,16 +720,12 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
         "memory": _memory_stats_q(rows, sweep_id),
         "memory_by_size": _memory_by_size_q(rows, sweep_id),
         "reference": _reference_q(rows, sweep_id),
-        "history": _history_q(results, sweeps, excluded),
-        "by_version": pl.concat([_by_version_q(results, c, sweeps) for c in VERSION_COMPONENTS]),
+        "history": _history_q(stats, sweeps, excluded),
+        "by_version": pl.concat([_by_version_q(stats, c, sweeps) for c in VERSION_COMPONENTS]),
+        "changes": _changes_q(rows, sweep_id, baseline_sweep_id or sweep_id),
+        "signature_changes": _signature_changes_q(rows, sweep_id, baseline_sweep_id or sweep_id),
     }
-    if baseline_sweep_id:
-        queries["changes"] = _changes_q(rows, sweep_id, baseline_sweep_id)
-        queries["signature_changes"] = _signature_changes_q(rows, sweep_id, baseline_sweep_id)
     names = list(queries)
     tables = dict(zip(names, pl.collect_all([queries[n] for n in names])))
     tables["sweeps"] = sweeps
-    if not baseline_sweep_id:
-        tables["changes"] = _changes_q(rows.clear(), sweep_id, sweep_id).collect()
-        tables["signature_changes"] = _signature_changes_q(rows.clear(), sweep_id, sweep_id).collect()
     return tables

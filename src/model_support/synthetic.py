@@ -1,8 +1,9 @@
 """Realistic synthetic sweep histories, for the report's tests and benchmarks.
 
 ``write_synthetic_history(data_dir, n_sweeps, n_models)`` writes what real sweeps leave on disk:
-``results/sweep=<id>/part-0.parquet`` and ``excluded/sweep=<id>/part-0.parquet`` (through
-``store.write_parquet``, so with exactly the record schema) and ``sweeps/<id>/sweep.json``.
+``results/sweep=<id>/part-0.parquet`` and ``excluded/sweep=<id>/part-0.parquet`` (exactly
+``schema.SCHEMA``, written atomically as ``store.write_parquet`` does, but built column by column
+because a million record dicts take minutes) and ``sweeps/<id>/sweep.json``.
 
 What it imitates: model ids ``org-<k>/<arch>-<size>-<variant>`` over ~30 real model types and
 sizes from 1M to 70B parameters; ~70% PASS; ~20 real error messages whose numbers, paths, ids and
