@@ -14,7 +14,7 @@ import pytest
 from model_support import devices, probe, schema
 from conftest import FAKE_TOKEN, run_notebook
 
-GOLDEN_TOKENS_IN = {"tiny-gpt2": 0, "tiny-opt": 0, "tiny-llama": 0, "tiny-eos-early": 0}
+GOLDEN_TOKENS_IN = {"tiny-gpt2": 5, "tiny-opt": 5, "tiny-llama": 26, "tiny-eos-early": 5}
 
 
 def test_every_fixture_gets_its_expected_verdict_stage_and_tokens(smoke_sweep, fixture_models):

@@ -11,8 +11,6 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # The package lives under src/ and is not installed in every checkout; make it importable here.
-if str(REPO_ROOT / "src") not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT / "src"))
 
 from model_support.signatures import (  # noqa: E402
     MAX_SIGNATURE_LEN,

@@ -179,3 +179,13 @@ def test_every_cli_command_has_help():
         result = CliRunner().invoke(main, [name, "--help"])
         assert result.exit_code == 0 and "Usage" in result.output
         assert f"model-support {name}" in readme, f"README does not document `model-support {name}`"
+
+
+def test_smoke_params_list_every_fixture_with_its_overrides(fixture_models, monkeypatch):
+    monkeypatch.chdir(REPO)
+    definition = params.load(REPO / "params" / "smoke.yaml")
+    listed = {Path(m.model_id).name: m for m in definition.models}
+    assert sorted(listed) == sorted(fixture_models)
+    for name, entry in fixture_models.items():
+        assert listed[name].overrides == entry["overrides"], name
+        assert listed[name].timeout_s == entry.get("timeout_s"), name

@@ -174,6 +174,43 @@ def include(sweep_id, data_dir):
 
 
 @main.command()
+@click.argument("sweep_id")
+@click.argument("model")
+@click.option("--data-dir", type=click.Path(path_type=Path), default=Path("data"), show_default=True, help=DATA_HELP)
+@click.option("-p", "--parameter", "parameters", type=(str, str), multiple=True, metavar="NAME VALUE",
+              help="Override a debug notebook parameter (e.g. -p device cpu, -p tolerance 0.5).")
+def debug(sweep_id, model, data_dir, parameters):
+    """Execute notebooks/debug.ipynb for MODEL (id or unique fragment) with SWEEP_ID's settings.
+
+    Prints the executed notebook's path: open it in JupyterLab (make lab) to see where the model
+    breaks (first failing module, generation step) and where it diverges from the CPU reference.
+    """
+    import papermill
+
+    from . import debug as debug_mod
+
+    overrides = {name: yaml_value(value) for name, value in parameters}
+    try:
+        path = debug_mod.run_debug_notebook(data_dir, sweep_id, model, parameters=overrides)
+    except ValueError as exc:
+        fail(str(exc))
+    except papermill.PapermillExecutionError as exc:
+        meta_path = debug_mod.debug_notebook_path(data_dir, sweep_id, debug_mod.resolve_model(
+            debug_mod.store.read_sweep(data_dir, sweep_id), model)["model_id"])
+        click.echo(f"debug notebook stopped at a cell error ({exc.ename}): {meta_path}")
+        sys.exit(1)
+    click.echo(f"debug notebook: {path}")
+    click.echo(debug_mod.summary_text(debug_mod.debug_result_from_notebook(path)))
+
+
+def yaml_value(text: str):
+    """A -p value as YAML reads it (0.5 -> float, true -> bool), as papermill's own -y does."""
+    import yaml
+
+    return yaml.safe_load(text)
+
+
+@main.command()
 @click.argument("repo_id")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=Path("data"), show_default=True, help=DATA_HELP)
 @click.option("--private/--public", default=True, show_default=True)

