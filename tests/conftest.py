@@ -60,3 +60,42 @@ def run_notebook(notebook: str, out: Path, **parameters) -> Path:
 
 def read_json(path: Path) -> dict:
     return json.loads(Path(path).read_text())
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's headless Chromium driven by Playwright (`make browser` installs it; never downloaded)."""
+    if not CHROMIUM.exists():
+        message = f"{CHROMIUM} is absent: run `make browser` (apt-get install chromium); tests never download one"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(
+            executable_path=str(CHROMIUM),
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        yield chromium
+        chromium.close()
+
+
+def offline_page(browser):
+    """A page that refuses every non-file request and records it (and any page error)."""
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    attempted, errors = [], []
+
+    def route(r):
+        if r.request.url.startswith("file:"):
+            r.continue_()
+        else:
+            attempted.append(r.request.url)
+            r.abort()
+
+    page.route("**/*", route)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    return page, attempted, errors

@@ -21,8 +21,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 import polars as pl  # noqa: E402
 
 from model_support import explorer, report, report_data, schema, store, synthetic  # noqa: E402
+from conftest import offline_page  # noqa: E402
 
-CHROMIUM = Path("/usr/bin/chromium")
 PASS, LOAD, GEN, OTHER = schema.VERDICTS
 
 
@@ -324,41 +324,9 @@ def test_render_report_writes_self_contained_html(rendered):
 # the pages in a real browser, offline
 
 
-@pytest.fixture(scope="module")
-def browser():
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is absent (apt-get install chromium); browser tests never download one")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        yield chromium
-        chromium.close()
-
-
-def _offline_page(browser):
-    """A page that refuses every non-file request and records it."""
-    page = browser.new_page(viewport={"width": 1300, "height": 900})
-    attempted, errors = [], []
-
-    def route(r):
-        if r.request.url.startswith("file:"):
-            r.continue_()
-        else:
-            attempted.append(r.request.url)
-            r.abort()
-
-    page.route("**/*", route)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    return page, attempted, errors
-
-
 @pytest.mark.browser
 def test_report_charts_render_offline(browser, rendered):
-    page, attempted, errors = _offline_page(browser)
+    page, attempted, errors = offline_page(browser)
     page.goto(rendered["html"].as_uri())
     page.wait_for_function("document.querySelectorAll('.ms-chart svg').length >= 8", timeout=15000)
     charts = page.locator(".ms-chart")
@@ -379,7 +347,7 @@ def test_explorer_search_and_detail(browser, rendered):
     expected = sum(fragment in m for m in all_ids)
     assert 0 < expected < len(all_ids)
 
-    page, attempted, errors = _offline_page(browser)
+    page, attempted, errors = offline_page(browser)
     page.goto((data / "reports" / "index.html").as_uri())
     assert page.locator("#match-count").inner_text() == f"{len(all_ids)} models match"
     assert page.locator("#results tbody tr").count() == len(all_ids)

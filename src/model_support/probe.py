@@ -112,10 +112,10 @@ def run_probe(model_id: str, record_path: str = "", sweep_id: str = "", notebook
     if unknown:
         raise TypeError(f"unknown probe parameter(s): {', '.join(unknown)}; accepted: {', '.join(DEFAULTS)}")
     settings = {**DEFAULTS, **overrides, "model_id": model_id}
+    started = time.perf_counter()
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # per-shard progress bars only clutter notebooks and sweep logs
-    started = time.perf_counter()
     record = schema.empty_record(
         sweep_id=sweep_id or None, model_id=model_id, revision=settings["revision"] or None,
         prompt=settings["prompt"], max_new_tokens=settings["max_new_tokens"], dtype=settings["dtype"],

@@ -1,0 +1,67 @@
+"""The report and the explorer of a real sweep of the fixtures, opened in headless Chromium offline."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import offline_page
+from model_support import schema
+
+CLI = [sys.executable, "-m", "model_support.cli"]
+
+
+@pytest.fixture(scope="module")
+def real_report(smoke_sweep) -> dict:
+    """`model-support report` on the smoke sweep, as `make sweep` ends."""
+    data_dir = Path(smoke_sweep["data_dir"])
+    run = subprocess.run([*CLI, "report", smoke_sweep["sweep_id"], "--data-dir", str(data_dir)],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    html = data_dir / "reports" / f"{smoke_sweep['sweep_id']}.html"
+    assert f"report:   {html}" in run.stdout
+    return {"data": data_dir, "html": html, "index": data_dir / "reports" / "index.html", **smoke_sweep}
+
+
+def test_real_report_names_every_failure_signature(real_report):
+    text = real_report["html"].read_text()
+    assert not re.search(r"<script[^>]*\ssrc=", text)
+    failing = [r for r in real_report["records"] if r["status"] != schema.PASS]
+    assert failing
+    for record in failing:
+        assert record["error_type"] in text, record["model_id"]
+
+
+@pytest.mark.browser
+def test_real_report_charts_render_offline(browser, real_report):
+    page, attempted, errors = offline_page(browser)
+    page.goto(real_report["html"].as_uri())
+    page.wait_for_function("document.querySelectorAll('.ms-chart svg').length >= 6", timeout=20000)
+    charts = page.locator(".ms-chart svg")
+    for i in range(charts.count()):
+        box = charts.nth(i).bounding_box()
+        assert box and box["width"] > 50 and box["height"] > 50, f"chart {i} is empty"
+    assert attempted == [] and errors == []
+    page.close()
+
+
+@pytest.mark.browser
+def test_real_explorer_search_and_detail(browser, real_report):
+    page, attempted, errors = offline_page(browser)
+    page.goto(real_report["index"].as_uri())
+    total = real_report["total"] + 1  # + the model excluded before running
+    page.wait_for_function(f"document.querySelector('#match-count').textContent.startsWith('{total} ')")
+    page.locator("#search").press_sequentially("short-pos", delay=10)
+    page.wait_for_function("document.querySelector('#match-count').textContent.startsWith('1 ')")
+    assert page.locator("#results tbody tr").count() == 1
+    page.locator("#results tbody tr").first.click()
+    detail = page.locator("#detail")
+    record = real_report["by_name"]["fail-short-positions"]
+    assert record["error_type"] in detail.locator(".error").inner_text()
+    assert "run_stages" in detail.locator(".repro").inner_text()
+    assert attempted == [] and errors == []
+    page.close()
