@@ -26,12 +26,20 @@ def child(count: int) -> dict:
 
     from model_support import execute, params, schema, sweep
 
-    def fake_run_task(task, work_root=None):
+    class FakeStandby:  # no process: the runner alone is measured
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def discard(self):
+            pass
+
+    def fake_run_task(task, work_root=None, standby=None):
         record = schema.empty_record(sweep_id=task["sweep_id"], model_id=task["model_id"], status="PASS",
                                      tokens_in=5, tokens_out=8, duration_s=0.001, repro_script="print('x')\n" * 50)
         return execute.TaskResult(record=record, notebook=b"{}", log="fake probe\n")
 
     sweep.run_task = fake_run_task
+    sweep.Standby = FakeStandby
     with tempfile.TemporaryDirectory() as tmp:
         raw = {"name": "memory", "models": [f"org/model-{i:05d}" for i in range(count)], "workers": 2}
         definition = params.parse(yaml.safe_load(yaml.safe_dump(raw)), source="memory.yaml")

@@ -94,42 +94,75 @@ def runner_failure(task: dict, error_type: str, message: str, log: str, started:
     ))
 
 
-def run_task(task: dict, work_root: str | None = None) -> TaskResult:
-    """Probe one model in a child process; never raises for a model's failure.
+class Standby:
+    """A probe process started before its model is known: kernel up, torch and transformers imported.
+
+    Most of a small model's probe is Python start-up, kernel start and importing torch and
+    transformers (~10 s on 2 cores, the same for any model). A sweep worker starts the process for
+    its next model while the current one runs, so that cost overlaps with useful work; the probe
+    itself still runs in its own fresh process and kernel. ``env`` pins it to its device.
+    """
+
+    def __init__(self, work_root: str | None = None, env: dict | None = None):
+        self.work = Path(tempfile.mkdtemp(prefix="probe-", dir=work_root))
+        self._log = open(self.work / "log.txt", "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "model_support.execute", str(self.work)],
+            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
+            env={**os.environ, **(env or {})}, preexec_fn=_die_with_parent,
+        )
+
+    def run(self, task: dict) -> TaskResult:
+        """Hand ``task`` over, wait up to its timeout (killing the whole tree past it), collect."""
+        started = time.time()
+        work = self.work
+        try:
+            (work / "task.json").write_text(json.dumps(task))
+            try:
+                self.proc.stdin.write(b"go\n")
+                self.proc.stdin.close()
+            except BrokenPipeError:
+                pass  # the process died while warming up: recorded below from what it left
+            timed_out = False
+            try:
+                self.proc.wait(timeout=task["timeout_s"] + GRACE_S)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_tree(self.proc)
+            self._log.close()
+            log = (work / "log.txt").read_text(errors="replace")
+            notebook = (work / "out.ipynb").read_bytes() if (work / "out.ipynb").exists() else None
+            if notebook is not None:
+                notebook = redact(notebook.decode()).encode()
+            record_file = work / "record.json"
+            if record_file.exists():
+                record = json.loads(record_file.read_text())
+            else:
+                outcome = json.loads((work / "outcome.json").read_text()) if (work / "outcome.json").exists() else {}
+                record = _record_from_outcome(task, outcome, self.proc.returncode, timed_out, log, started)
+            return TaskResult(record=record, notebook=notebook, log=redact(log))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    def discard(self) -> None:
+        """No model came for it: end it (closing stdin makes it exit) and clean up."""
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+        except (BrokenPipeError, subprocess.TimeoutExpired):
+            _kill_tree(self.proc)
+        self._log.close()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def run_task(task: dict, work_root: str | None = None, standby: Standby | None = None) -> TaskResult:
+    """Probe one model in a child process (a warm ``standby`` when given); never raises for a
+    model's failure.
 
     ``task``: sweep_id, model_id, params (probe notebook parameters), timeout_s, notebook_path (where
     the driver will keep the notebook, recorded in the record), env (extra variables, e.g. device
-    pinning)."""
-    started = time.time()
-    work = Path(tempfile.mkdtemp(prefix="probe-", dir=work_root))
-    try:
-        (work / "task.json").write_text(json.dumps(task))
-        env = {**os.environ, **task.get("env", {})}
-        with open(work / "log.txt", "wb") as log_file:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "model_support.execute", str(work)],
-                stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                preexec_fn=_die_with_parent,
-            )
-            timed_out = False
-            try:
-                proc.wait(timeout=task["timeout_s"] + GRACE_S)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _kill_tree(proc)
-        log = (work / "log.txt").read_text(errors="replace")
-        notebook = (work / "out.ipynb").read_bytes() if (work / "out.ipynb").exists() else None
-        if notebook is not None:
-            notebook = redact(notebook.decode()).encode()
-        record_file = work / "record.json"
-        if record_file.exists():
-            record = json.loads(record_file.read_text())
-        else:
-            outcome = json.loads((work / "outcome.json").read_text()) if (work / "outcome.json").exists() else {}
-            record = _record_from_outcome(task, outcome, proc.returncode, timed_out, log, started)
-        return TaskResult(record=record, notebook=notebook, log=redact(log))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    pinning; ignored with a standby, which was started with its slot's)."""
+    return (standby or Standby(work_root, task.get("env"))).run(task)
 
 
 def _record_from_outcome(task, outcome, returncode, timed_out, log, started) -> dict:
@@ -153,29 +186,67 @@ def _record_from_outcome(task, outcome, returncode, timed_out, log, started) -> 
     return runner_failure(task, error_type, message, log, started)
 
 
+#: Run in a standby kernel before its model is known: what every probe imports, nothing device-bound
+#: (torch_tpu, when a TPU is used, is imported explicitly by the tpu adapter later).
+WARM_UP = """
+import os
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+import torch, transformers
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from model_support import probe
+"""
+
+
+def _warm_up(km, cwd: Path) -> None:
+    """Start the kernel and import the stack in it (failures here surface later, in the probe)."""
+    from jupyter_core.utils import run_sync
+
+    async def warm():
+        await km.start_kernel(cwd=str(cwd))
+        client = km.client()
+        client.start_channels()
+        try:
+            await client.wait_for_ready(timeout=120)
+            await client.execute_interactive(WARM_UP, store_history=False, timeout=300)
+        finally:
+            client.stop_channels()
+
+    try:
+        run_sync(warm)()
+    except (RuntimeError, TimeoutError) as exc:
+        print(f"warm-up did not finish ({type(exc).__name__}: {exc}); the probe imports on its own", flush=True)
+
+
 def _execute(work: Path) -> None:
-    """The child process: papermill over an ipc kernel; leaves out.ipynb, record.json, outcome.json."""
+    """The child process: start and warm a kernel, wait for the task on stdin, then papermill over
+    that kernel; leaves out.ipynb, record.json, outcome.json."""
     import nbformat
     import papermill
 
     from .kernels import ipc_kernel
 
+    with ipc_kernel() as km:
+        _warm_up(km, work)
+        if not sys.stdin.readline():  # stdin closed without a task: this standby is not needed
+            return
+        _run_notebook(work, km, nbformat, papermill)
+
+
+def _run_notebook(work: Path, km, nbformat, papermill) -> None:
     task = json.loads((work / "task.json").read_text())
     record_path = work / "record.json"
     parameters = {**task["params"], "model_id": task["model_id"], "sweep_id": task["sweep_id"],
                   "record_path": str(record_path), "notebook_path": task["notebook_path"]}
     outcome: dict = {}
-    with ipc_kernel() as km:
-        try:
-            papermill.execute_notebook(
-                str(PROBE_NOTEBOOK), str(work / "out.ipynb"), parameters=parameters, kernel_name="python3",
-                progress_bar=False, log_output=True, execution_timeout=task["timeout_s"], km=km,
-                cwd=str(work),
-            )
-        except Exception as exc:  # whatever papermill raised is this model's outcome, recorded below
-            outcome["error"] = {"type": type(exc).__name__, "message": str(exc)[:4000]}
-            if km.exit_status is not None:
-                outcome["kernel_exit"] = km.exit_status
+    try:
+        papermill.execute_notebook(
+            str(PROBE_NOTEBOOK), str(work / "out.ipynb"), parameters=parameters, kernel_name="python3",
+            progress_bar=False, log_output=True, execution_timeout=task["timeout_s"], km=km,
+        )
+    except Exception as exc:  # whatever papermill raised is this model's outcome, recorded below
+        outcome["error"] = {"type": type(exc).__name__, "message": str(exc)[:4000]}
+        if km.exit_status is not None:
+            outcome["kernel_exit"] = km.exit_status
     if record_path.exists() and (work / "out.ipynb").exists():
         nb = nbformat.read(str(work / "out.ipynb"), as_version=4)
         nb.metadata.setdefault("model_support", {})["record"] = json.loads(record_path.read_text())

@@ -13,6 +13,7 @@ import datetime as _dt
 import fcntl
 import os
 import secrets
+import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -21,7 +22,7 @@ from queue import Queue
 from typing import Callable, Iterable
 
 from . import devices, provenance, schema, store
-from .execute import TaskResult, run_task
+from .execute import Standby, TaskResult, run_task
 from .params import SweepConfigError, SweepParams
 
 
@@ -91,22 +92,41 @@ def pending_tasks(data_dir: Path, meta: dict) -> list[dict]:
 
 
 def run_local(tasks: list[dict], workers: int, device: str, work_root: Path) -> Iterable[TaskResult]:
-    """N probes at once, each worker pinned to its own device slot."""
+    """N probes at once, each worker pinned to its own device slot.
+
+    Each slot keeps the process for its next model warming up (``execute.Standby``: kernel started,
+    torch and transformers imported) while the current model runs; a standby is started only while
+    models remain to be handed out, so none is wasted at the end, and only where it has a core to
+    itself: on accelerators (the host is mostly idle while the device computes) or when there are
+    fewer CPU workers than cores. A CPU sweep that already fills every core gains nothing from it."""
+    prewarm = device != "cpu" or workers < (os.cpu_count() or 1)
     slots: Queue = Queue()
     for slot in range(workers):
         slots.put(slot)
+    standbys: dict[int, Standby] = {}
+    lock = threading.Lock()
+    remaining = [len(tasks)]
 
     def one(task):
         slot = slots.get()
         try:
-            return run_task({**task, "env": {**task["env"], **pinning_env(device, slot)}}, str(work_root))
+            with lock:
+                remaining[0] -= 1
+                current = standbys.pop(slot, None) or Standby(str(work_root), pinning_env(device, slot))
+                if prewarm and remaining[0] > len(standbys):  # a model still to come will need a process
+                    standbys[slot] = Standby(str(work_root), pinning_env(device, slot))
+            return run_task(task, standby=current)
         finally:
             slots.put(slot)
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(one, task) for task in tasks]
-        for future in as_completed(futures):
-            yield future.result()
+    try:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = [pool.submit(one, task) for task in tasks]
+            for future in as_completed(futures):
+                yield future.result()
+    finally:
+        for standby in standbys.values():
+            standby.discard()
 
 
 def ray_resources(device: str) -> dict:
