@@ -99,7 +99,9 @@ def run_local(tasks: list[dict], workers: int, device: str, work_root: Path) -> 
     models remain to be handed out, so none is wasted at the end, and only where it has a core to
     itself: on accelerators (the host is mostly idle while the device computes) or when there are
     fewer CPU workers than cores. A CPU sweep that already fills every core gains nothing from it."""
-    prewarm = device != "cpu" or workers < (os.cpu_count() or 1)
+    accelerated = device in ("cuda", "tpu") or (
+        device == "auto" and (devices.tpu_hardware_visible() or devices.visible_device_count("cuda") > 0))
+    prewarm = accelerated or workers < (os.cpu_count() or 1)
     slots: Queue = Queue()
     for slot in range(workers):
         slots.put(slot)
