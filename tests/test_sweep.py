@@ -140,13 +140,16 @@ def test_two_sweeps_into_one_data_dir_at_once(fixture_models, tmp_path):
     (tmp_path / "b").mkdir()
     first = small_params(tmp_path / "a", fixture_models, ["tiny-opt"])
     second = small_params(tmp_path / "b", fixture_models, ["fail-unknown-model-type"])
-    runs = [subprocess.Popen([*CLI, "sweep", str(p), "--data-dir", str(data_dir), "--workers", "1", "--no-report"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for p in (first, second)]
+    # a relative --data-dir, as `make sweep` passes it: probe kernels run in their own folders
+    runs = [subprocess.Popen([*CLI, "sweep", str(p), "--data-dir", "data", "--workers", "1", "--no-report"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+            for p in (first, second)]
     for run in runs:
         out, err = run.communicate(timeout=600)
         assert run.returncode == 0, err[-3000:]
     rows = store.scan(data_dir).collect()
     assert rows.height == 2 and rows["sweep_id"].n_unique() == 2
+    assert sorted(rows["status"].to_list()) == ["FAIL(load)", "PASS"]
     card = (data_dir / "README.md").read_text()
     assert all(sweep_id in card for sweep_id in rows["sweep_id"].unique().to_list())
 

@@ -104,7 +104,7 @@ class Standby:
     """
 
     def __init__(self, work_root: str | None = None, env: dict | None = None):
-        self.work = Path(tempfile.mkdtemp(prefix="probe-", dir=work_root))
+        self.work = Path(tempfile.mkdtemp(prefix="probe-", dir=work_root)).resolve()  # the kernel runs in it
         self._log = open(self.work / "log.txt", "wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "model_support.execute", str(self.work)],

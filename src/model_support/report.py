@@ -117,6 +117,7 @@ def render_report(
     import papermill
 
     from .explorer import build_explorer
+    from .kernels import ipc_kernel
 
     data_dir = Path(data_dir).resolve()
     sweeps = _sweeps(data_dir)
@@ -128,14 +129,16 @@ def render_report(
     out_dir = data_dir / REPORTS
     out_dir.mkdir(parents=True, exist_ok=True)
     executed = out_dir / f"{sweep_id}.ipynb"
-    papermill.execute_notebook(
-        str(notebook or NOTEBOOK),
-        str(executed),
-        parameters={"sweep_id": sweep_id, "baseline_sweep_id": baseline_sweep_id, "data_dir": str(data_dir)},
-        kernel_name=kernel_name,
-        progress_bar=False,
-        execution_timeout=execution_timeout,
-    )
+    with ipc_kernel(kernel_name or "python3") as km:  # as every notebook run of ours
+        papermill.execute_notebook(
+            str(notebook or NOTEBOOK),
+            str(executed),
+            parameters={"sweep_id": sweep_id, "baseline_sweep_id": baseline_sweep_id, "data_dir": str(data_dir)},
+            kernel_name=kernel_name or "python3",
+            progress_bar=False,
+            execution_timeout=execution_timeout,
+            km=km,
+        )
     out_html = Path(out_html) if out_html else out_dir / f"{sweep_id}.html"
     title = f"Sweep report: {sweep_id}" + (f" (against {baseline_sweep_id})" if baseline_sweep_id else "")
     write_page(out_html, notebook_to_html(executed, title=title))

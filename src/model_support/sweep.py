@@ -186,7 +186,7 @@ def run(
     resume: str | None = None, on_result: Callable[[dict, int, int], None] | None = None,
 ) -> dict:
     """Run (or resume) a sweep to the end; return a summary with the sweep id and verdict counts."""
-    data_dir = Path(data_dir)
+    data_dir = Path(data_dir).resolve()  # probe kernels run in their own folders
     if resume:
         meta = store.read_sweep(data_dir, resume)
     elif params is None:
