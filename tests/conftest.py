@@ -45,6 +45,9 @@ def smoke_sweep(tmp_path_factory, fixture_models) -> dict:
             os.environ.pop("HF_TOKEN", None)
         else:
             os.environ["HF_TOKEN"] = previous
+    from model_support import store
+
+    summary["records"] = store.read_records(data_dir, summary["sweep_id"])
     summary["by_name"] = {Path(r["model_id"]).name: r for r in summary["records"]}
     return summary
 

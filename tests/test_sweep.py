@@ -70,7 +70,7 @@ def test_ray_executor_matches_local_row_for_row(smoke_sweep, fixture_models, tmp
     definition.probe["reference"] = "cpu"  # same settings as the smoke sweep
     summary = sweep.run(definition, tmp_path / "data", workers=2, executor="ray")
     assert summary["executor"] == "ray"
-    ray_rows = {Path(r["model_id"]).name: r for r in summary["records"]}
+    ray_rows = {Path(r["model_id"]).name: r for r in store.read_records(tmp_path / "data", summary["sweep_id"])}
     assert sorted(ray_rows) == sorted(names)
     for name in names:
         local = smoke_sweep["by_name"][name]

@@ -65,7 +65,9 @@ def sweep(params_file, data_dir, workers, executor, resume, report):
             summary = sweep_mod.run(params, data_dir, workers=workers, executor=executor, resume=resume, on_result=on_result)
         except (SweepConfigError, ValueError) as exc:
             fail(str(exc))
-    print_verdict_table(summary["records"], console)
+    from . import store
+
+    print_verdict_table(store.read_records(data_dir, summary["sweep_id"]), console)
     click.echo(f"sweep {summary['sweep_id']}: {summary['ran']} probed now, {summary['total']} models, "
                f"{summary['wall_s']:.1f} s with {summary['workers']} worker(s) ({summary['executor']})")
     click.echo(f"records:  {data_dir / 'sweeps' / summary['sweep_id']}")

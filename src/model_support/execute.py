@@ -112,6 +112,15 @@ class Standby:
             env={**os.environ, **(env or {})}, preexec_fn=_die_with_parent,
         )
 
+    def wait_warm(self, timeout: float = 300) -> bool:
+        """Block until the kernel is up and the stack imported (or the process ended)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline and self.proc.poll() is None:
+            if (self.work / "warm").exists():
+                return True
+            time.sleep(0.05)
+        return False
+
     def run(self, task: dict) -> TaskResult:
         """Hand ``task`` over, wait up to its timeout (killing the whole tree past it), collect."""
         started = time.time()
@@ -227,6 +236,7 @@ def _execute(work: Path) -> None:
 
     with ipc_kernel() as km:
         _warm_up(km, work)
+        (work / "warm").touch()  # for whoever wants to know the standby is ready (the benchmarks)
         if not sys.stdin.readline():  # stdin closed without a task: this standby is not needed
             return
         _run_notebook(work, km, nbformat, papermill)

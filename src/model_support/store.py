@@ -8,6 +8,7 @@ Hive-style folders mean adding a sweep never rewrites another, and ``scan`` read
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import tempfile
@@ -66,16 +67,34 @@ def scan(data_dir: Path, config: str = "results") -> "pl.LazyFrame":
     )
 
 
-def write_parquet(records: list[dict], path: Path) -> None:
-    """Records -> one Parquet file with exactly the declared schema, atomically."""
+def write_parquet(records, path: Path, batch_rows: int = 512) -> int:
+    """Records (any iterable) -> one Parquet file with exactly the declared schema, atomically,
+    written in row groups of ``batch_rows`` so memory does not grow with the sweep. Writes no file
+    (and removes an old one) when there are no rows: ``datasets`` refuses a file with no row group.
+    Returns the number of rows."""
+    import itertools
+
     import pyarrow.parquet as pq
 
-    table = schema.to_table(records)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+    rows, writer = 0, None
+    iterator = iter(records)
+    try:
+        while batch := list(itertools.islice(iterator, batch_rows)):
+            if writer is None:
+                writer = pq.ParquetWriter(tmp, schema.SCHEMA)
+            writer.write_table(schema.to_table(batch))
+            rows += len(batch)
+    finally:
+        if writer is not None:
+            writer.close()
+    if rows:
+        os.replace(tmp, path)
+    else:
+        path.unlink(missing_ok=True)
+    return rows
 
 
 # --- one folder per sweep ----------------------------------------------------------------------
@@ -132,11 +151,15 @@ def store_result(data_dir: Path, sweep_id: str, record: dict, notebook: bytes | 
     return path
 
 
+def iter_records(data_dir: Path, sweep_id: str):
+    """The finished records of a sweep, one at a time (sorted by file name), with every field."""
+    for path in sorted((sweep_dir(data_dir, sweep_id) / "records").glob("*.json")):
+        record = json.loads(path.read_text())
+        yield schema.empty_record(**{k: v for k, v in record.items() if k in schema.FIELDS})
+
+
 def read_records(data_dir: Path, sweep_id: str) -> list[dict]:
-    """The finished records of a sweep, in model order of sweep.json where known."""
-    folder = sweep_dir(data_dir, sweep_id) / "records"
-    records = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
-    return [schema.empty_record(**{k: v for k, v in r.items() if k in schema.FIELDS}) for r in records]
+    return list(iter_records(data_dir, sweep_id))
 
 
 # --- the Parquet dataset -----------------------------------------------------------------------
@@ -157,25 +180,22 @@ def compact(data_dir: Path, sweep_id: str) -> tuple[int, int]:
     Rewrites only this sweep's files, each atomically; the JSON records stay the source of truth,
     so compaction can be redone at any time and gives the same rows. Returns (results, excluded)."""
     meta = read_sweep(data_dir, sweep_id)
-    ran = read_records(data_dir, sweep_id)
     whole_sweep_reason = exclusion(data_dir, sweep_id)
-    results, excluded = [], []
-    for record in ran:
-        if whole_sweep_reason:
-            excluded.append({**record, "exclusion_reason": whole_sweep_reason})
-        else:
-            results.append(record)
-    for model_id, reason in (meta.get("excluded") or {}).items():
-        excluded.append(schema.empty_record(sweep_id=sweep_id, model_id=model_id, exclusion_reason=reason,
-                                            started_at=meta.get("created_at")))
-    for config, rows in (("results", results), ("excluded", excluded)):
-        path = parquet_file(data_dir, config, sweep_id)
-        if rows:
-            write_parquet(rows, path)
-        else:  # no empty files: `datasets` refuses a Parquet file with no row group
-            path.unlink(missing_ok=True)
+    ran = iter_records(data_dir, sweep_id)  # streamed: memory stays flat however long the sweep
+    if whole_sweep_reason:
+        ran = ({**record, "exclusion_reason": whole_sweep_reason} for record in ran)
+    before_running = [
+        schema.empty_record(sweep_id=sweep_id, model_id=model_id, exclusion_reason=reason, started_at=meta.get("created_at"))
+        for model_id, reason in (meta.get("excluded") or {}).items()
+    ]
+    if whole_sweep_reason:
+        results = write_parquet([], parquet_file(data_dir, "results", sweep_id))
+        excluded = write_parquet(itertools.chain(ran, before_running), parquet_file(data_dir, "excluded", sweep_id))
+    else:
+        results = write_parquet(ran, parquet_file(data_dir, "results", sweep_id))
+        excluded = write_parquet(before_running, parquet_file(data_dir, "excluded", sweep_id))
     write_dataset_card(data_dir)
-    return len(results), len(excluded)
+    return results, excluded
 
 
 def set_exclusion(data_dir: Path, sweep_id: str, reason: str | None) -> tuple[int, int]:

@@ -16,7 +16,7 @@ import secrets
 import threading
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from queue import Queue
 from typing import Callable, Iterable
@@ -123,9 +123,11 @@ def run_local(tasks: list[dict], workers: int, device: str, work_root: Path) -> 
 
     try:
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = [pool.submit(one, task) for task in tasks]
-            for future in as_completed(futures):
-                yield future.result()
+            pending = {pool.submit(one, task) for task in tasks}
+            while pending:  # a finished future is dropped once its result is stored: memory stays flat
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    yield future.result()
     finally:
         for standby in standbys.values():
             standby.discard()
@@ -212,12 +214,10 @@ def run(
             if on_result:
                 on_result(result.record, done, total)
         counts = store.compact(data_dir, sweep_id)
-    records = store.read_records(data_dir, sweep_id)
     return {
         "sweep_id": sweep_id, "data_dir": str(data_dir), "executor": executor, "workers": workers,
         "ran": len(tasks), "total": total, "wall_s": time.time() - started,
-        "verdicts": dict(Counter(r["status"] for r in records)), "rows": counts,
-        "records": records,
+        "verdicts": dict(Counter(r["status"] for r in store.iter_records(data_dir, sweep_id))), "rows": counts,
     }
 
 
