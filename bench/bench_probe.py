@@ -97,7 +97,7 @@ def measure(model_id: str, reps: int) -> dict:
         "warm_ratio": round(median(warm_walls) / median(repros), 3),
         "warm_overhead_s": round(median(warm_walls) - median(repros), 3),
         "breakdown_s": {
-            "harness (process, papermill, kernel start/stop, notebook I/O)": spread([p["wall"] - p["cells"] for p in probes]),
+            "harness (process, kernel start, importing torch and transformers in the warm-up, papermill, notebook I/O)": spread([p["wall"] - p["cells"] for p in probes]),
             "kernel imports of model_support": spread([p["probe_cell"] - p["duration_s"] for p in probes]),
             "probe itself (duration_s)": spread([p["duration_s"] for p in probes]),
             "of which load + generate": spread([p["stages"] for p in probes]),
