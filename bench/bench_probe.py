@@ -45,7 +45,7 @@ def run_probe(model_id: str, warm: bool = False) -> dict:
     from model_support.execute import Standby
 
     task = {"sweep_id": "bench", "model_id": model_id, "params": {"device": "cpu", "reference": "none"},
-            "timeout_s": 600, "notebook_path": "bench.ipynb", "env": {}}
+            "timeout_s": 600, "notebook_path": "bench.ipynb"}
     if warm:
         standby = Standby()
         assert standby.wait_warm(), "the standby did not warm up"

@@ -102,3 +102,13 @@ def offline_page(browser):
     page.route("**/*", route)
     page.on("pageerror", lambda e: errors.append(str(e)))
     return page, attempted, errors
+
+
+def assert_charts_drawn(page, min_charts: int, timeout_ms: int = 20000) -> None:
+    """At least ``min_charts`` report charts, each with a rendered SVG of real size."""
+    page.wait_for_function(f"document.querySelectorAll('.ms-chart svg').length >= {min_charts}", timeout=timeout_ms)
+    charts = page.locator(".ms-chart")
+    assert charts.count() >= min_charts
+    for i in range(charts.count()):
+        box = charts.nth(i).locator("svg").first.bounding_box()
+        assert box and box["width"] > 50 and box["height"] > 50, f"chart {i} did not render"

@@ -21,7 +21,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 import polars as pl  # noqa: E402
 
 from model_support import explorer, report, report_data, schema, store, synthetic  # noqa: E402
-from conftest import offline_page  # noqa: E402
+from conftest import assert_charts_drawn, offline_page  # noqa: E402
 
 PASS, LOAD, GEN, OTHER = schema.VERDICTS
 
@@ -328,12 +328,7 @@ def test_render_report_writes_self_contained_html(rendered):
 def test_report_charts_render_offline(browser, rendered):
     page, attempted, errors = offline_page(browser)
     page.goto(rendered["html"].as_uri())
-    page.wait_for_function("document.querySelectorAll('.ms-chart svg').length >= 8", timeout=15000)
-    charts = page.locator(".ms-chart")
-    assert charts.count() >= 8
-    for i in range(charts.count()):
-        box = charts.nth(i).locator("svg").first.bounding_box()
-        assert box and box["width"] > 50 and box["height"] > 50, f"chart {i} did not render"
+    assert_charts_drawn(page, 8, timeout_ms=15000)
     assert page.locator(".ms-chart-error").count() == 0
     assert attempted == [] and errors == []
     page.close()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import offline_page
+from conftest import assert_charts_drawn, offline_page
 from model_support import schema
 
 CLI = [sys.executable, "-m", "model_support.cli"]
@@ -40,11 +40,7 @@ def test_real_report_names_every_failure_signature(real_report):
 def test_real_report_charts_render_offline(browser, real_report):
     page, attempted, errors = offline_page(browser)
     page.goto(real_report["html"].as_uri())
-    page.wait_for_function("document.querySelectorAll('.ms-chart svg').length >= 6", timeout=20000)
-    charts = page.locator(".ms-chart svg")
-    for i in range(charts.count()):
-        box = charts.nth(i).bounding_box()
-        assert box and box["width"] > 50 and box["height"] > 50, f"chart {i} is empty"
+    assert_charts_drawn(page, 6)
     assert attempted == [] and errors == []
     page.close()
 

@@ -169,9 +169,9 @@ def run_task(task: dict, work_root: str | None = None, standby: Standby | None =
     model's failure.
 
     ``task``: sweep_id, model_id, params (probe notebook parameters), timeout_s, notebook_path (where
-    the driver will keep the notebook, recorded in the record), env (extra variables, e.g. device
-    pinning; ignored with a standby, which was started with its slot's)."""
-    return (standby or Standby(work_root, task.get("env"))).run(task)
+    the driver will keep the notebook, recorded in the record). Device pinning is the standby's
+    (its worker slot's environment) or, under Ray, Ray's own."""
+    return (standby or Standby(work_root)).run(task)
 
 
 def _record_from_outcome(task, outcome, returncode, timed_out, log, started) -> dict:

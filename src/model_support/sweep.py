@@ -82,7 +82,6 @@ def build_tasks(meta: dict) -> list[dict]:
             "sweep_id": meta["sweep_id"], "model_id": model["model_id"], "params": params,
             "timeout_s": model.get("timeout_s") or meta["timeout_s"],
             "notebook_path": store.notebook_relpath(meta["sweep_id"], model["model_id"]),
-            "env": {},
         })
     return tasks
 
