@@ -7,7 +7,7 @@ PARAMS    ?= params/smoke.yaml
 WORKERS   ?= 2
 export PYTHONWARNINGS ?= ignore:<TorchTpu/Performance/TcMalloc/
 
-.PHONY: setup venv fixtures sweep test bench lab browser clean-data
+.PHONY: setup venv fixtures sweep test test-fast lint bench lab browser clean-data
 
 setup: venv fixtures browser
 
@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 fixtures: $(STAMP)
-	$(PY) -m model_support.fixtures --dir $(DATA)/models
+	$(PY) -m model_support.testing.fixtures --dir $(DATA)/models
 
 # The main job: sweep the offline default model list on the local device, then render its report.
 sweep: fixtures
@@ -31,8 +31,19 @@ sweep: fixtures
 browser:
 	@test -x /usr/bin/chromium || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null)
 
-test: fixtures browser
+# Lint: ruff (lint + format) and the import contract (.importlinter: the package's layers).
+lint: $(STAMP)
+	.venv/bin/ruff check src tests bench
+	.venv/bin/ruff format --check src tests bench
+	.venv/bin/lint-imports --no-cache
+
+# The whole suite: lint, unit tests, real sweeps and notebooks, the browser tests.
+test: fixtures browser lint
 	$(PY) -m pytest -q
+
+# Unit tests and a few real probes (no sweeps, no browser): a couple of minutes.
+test-fast: fixtures
+	$(PY) -m pytest -q -m "not slow"
 
 bench: fixtures browser
 	$(PY) bench/run_all.py

@@ -59,24 +59,31 @@ def _spread(times: list[float]) -> dict:
 def step_tables(data: Path, reps: int) -> dict:
     import polars as pl
 
-    from model_support import report_data
+    from model_support import analysis
 
-    sweeps = report_data.sweep_index(data)
+    sweeps = analysis.sweep_index(data)
     sweep_id, baseline = sweeps["sweep_id"][-1], sweeps["sweep_id"][-2]
     times = []
     for _ in range(reps):  # report_tables reads everything itself: sweep.json files and Parquet
         start = time.perf_counter()
-        tables = report_data.report_tables(data, sweep_id, baseline)
+        tables = analysis.report_tables(data, sweep_id, baseline)
         times.append(time.perf_counter() - start)
     rows = sum(tables["history"]["models"]) + sum(tables["history"]["excluded"])
-    return {**_spread(times), "rows": int(rows), "tables": len(tables), "peak_rss_mb": round(_maxrss_mb(), 1),
-            "polars": pl.__version__, "threads": pl.thread_pool_size()}
+    return {
+        **_spread(times),
+        "rows": int(rows),
+        "tables": len(tables),
+        "peak_rss_mb": round(_maxrss_mb(), 1),
+        "polars": pl.__version__,
+        "threads": pl.thread_pool_size(),
+    }
 
 
 def step_render(data: Path, reps: int) -> dict:
-    from model_support import report, report_data
+    from model_support import analysis
+    from model_support.render import report
 
-    sweeps = report_data.sweep_index(data)
+    sweeps = analysis.sweep_index(data)
     sweep_id = sweeps["sweep_id"][-1]
     times, parts = [], []
     for _ in range(reps):
@@ -84,12 +91,16 @@ def step_render(data: Path, reps: int) -> dict:
         path = report.render_report(data, sweep_id)
         times.append(time.perf_counter() - start)
         parts.append(path.stat().st_size)
-    return {**_spread(times), "html_bytes": parts[-1], "peak_rss_mb": round(_maxrss_mb(), 1),
-            "peak_rss_kernel_mb": round(_maxrss_mb(resource.RUSAGE_CHILDREN), 1)}
+    return {
+        **_spread(times),
+        "html_bytes": parts[-1],
+        "peak_rss_mb": round(_maxrss_mb(), 1),
+        "peak_rss_kernel_mb": round(_maxrss_mb(resource.RUSAGE_CHILDREN), 1),
+    }
 
 
 def step_explorer(data: Path, reps: int) -> dict:
-    from model_support import explorer
+    from model_support.render import explorer
 
     times = []
     for _ in range(reps):
@@ -128,27 +139,48 @@ def step_browser(data: Path, reps: int) -> dict:
                 page.wait_for_function("(b) => document.querySelector('#match-count').textContent !== b", arg=before)
                 searches.append((page.evaluate("performance.now()") - start) / 1000)
         # The filter + render work alone, without the debounce or Playwright's round trips.
-        direct = page.evaluate("""(fragments) => {
+        direct = page.evaluate(
+            """(fragments) => {
             const out = [];
             for (const f of fragments) {
                 document.querySelector('#search').value = f;
                 const t = performance.now(); update(); out.push(performance.now() - t);
             }
             return out;
-        }""", fragments * reps)
+        }""",
+            fragments * reps,
+        )
         browser.close()
-    return {"page_load_s": round(load_s, 3), "search": _spread(searches), "update": _spread([d / 1000 for d in direct]),
-            "note": "search: from setting the search text to #match-count changing, 60 ms debounce and Playwright "
-                    "polling included; update: the page's filter + render of the rows alone"}
+    return {
+        "page_load_s": round(load_s, 3),
+        "search": _spread(searches),
+        "update": _spread([d / 1000 for d in direct]),
+        "note": "search: from setting the search text to #match-count changing, 60 ms debounce and Playwright "
+        "polling included; update: the page's filter + render of the rows alone",
+    }
 
 
 def step_pandas(data: Path, reps: int) -> dict:
     import pandas as pd
     import pyarrow.dataset as ds
 
-    columns = ["sweep_id", "model_id", "model_type", "status", "failure_signature", "failure_stage",
-               "load_s", "first_token_s", "decode_tokens_per_s", "peak_host_mem_mb", "peak_device_mem_mb",
-               "tokens_in", "tokens_out", "reference_match", "versions"]
+    columns = [
+        "sweep_id",
+        "model_id",
+        "model_type",
+        "status",
+        "failure_signature",
+        "failure_stage",
+        "load_s",
+        "first_token_s",
+        "decode_tokens_per_s",
+        "peak_host_mem_mb",
+        "peak_device_mem_mb",
+        "tokens_in",
+        "tokens_out",
+        "reference_match",
+        "versions",
+    ]
     times = []
     for _ in range(reps):
         start = time.perf_counter()
@@ -161,8 +193,11 @@ def step_pandas(data: Path, reps: int) -> dict:
         cur["status"].value_counts()
         cur.groupby("model_type")["status"].apply(lambda s: (s == "PASS").mean())
         fails = cur[cur["status"] != "PASS"]
-        fails.groupby("failure_signature").agg(count=("model_id", "size"), stage=("failure_stage", "first"),
-                                                 examples=("model_id", lambda s: list(sorted(s)[:3])))
+        fails.groupby("failure_signature").agg(
+            count=("model_id", "size"),
+            stage=("failure_stage", "first"),
+            examples=("model_id", lambda s: list(sorted(s)[:3])),
+        )
         cur[["load_s", "first_token_s", "decode_tokens_per_s"]].quantile([0.5, 0.9, 1.0])
         cur[["peak_host_mem_mb", "peak_device_mem_mb", "tokens_in", "tokens_out"]].describe()
         cur["reference_match"].value_counts(dropna=False)
@@ -176,14 +211,22 @@ def step_pandas(data: Path, reps: int) -> dict:
     return {**_spread(times), "peak_rss_mb": round(_maxrss_mb(), 1), "pandas": pd.__version__}
 
 
-STEPS = {"tables": step_tables, "render": step_render, "explorer": step_explorer, "browser": step_browser,
-         "pandas": step_pandas}
+STEPS = {
+    "tables": step_tables,
+    "render": step_render,
+    "explorer": step_explorer,
+    "browser": step_browser,
+    "pandas": step_pandas,
+}
 
 
 def _child(step: str, data: Path, reps: int) -> dict:
     out = subprocess.run(
         [sys.executable, __file__, "--step", step, "--data", str(data), "--reps", str(reps)],
-        capture_output=True, text=True, check=False, cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
     )
     if out.returncode != 0:
         raise SystemExit(f"step {step} failed:\n{out.stderr[-4000:]}")
@@ -211,7 +254,7 @@ def main() -> None:
     try:
         results = {"sweeps": args.sweeps, "models": args.models}
         if not (data / "results").exists():
-            from model_support import synthetic
+            from model_support.testing import synthetic
 
             start = time.perf_counter()
             synthetic.write_synthetic_history(data, args.sweeps, args.models)
@@ -234,21 +277,48 @@ def main() -> None:
     t, r, e, b, p = (results[k] for k in ("tables", "render", "explorer", "browser", "pandas"))
     mb = e["bytes"] / 1e6
     lines = [
-        ("history", f"{args.sweeps} sweeps x {args.models} models, {t['rows']:,} rows, {results['parquet_mb']} MB Parquet", ""),
-        ("(a) load + all report tables", f"median {t['median_s']:.2f} s (min {t['min_s']:.2f}, max {t['max_s']:.2f}), "
-                                         f"peak RSS {t['peak_rss_mb']:.0f} MB", "< 3 s, < 1500 MB"),
-        ("(b) render report", f"median {r['median_s']:.1f} s (min {r['min_s']:.1f}, max {r['max_s']:.1f}), "
-                              f"HTML {r['html_bytes'] / 1e6:.1f} MB", "< 30 s"),
-        ("(c) explorer page", f"{mb:.2f} MB, built in {e['median_s']:.2f} s (peak RSS {e['peak_rss_mb']:.0f} MB)", "< 10 MB"),
+        (
+            "history",
+            f"{args.sweeps} sweeps x {args.models} models, {t['rows']:,} rows, {results['parquet_mb']} MB Parquet",
+            "",
+        ),
+        (
+            "(a) load + all report tables",
+            f"median {t['median_s']:.2f} s (min {t['min_s']:.2f}, max {t['max_s']:.2f}), "
+            f"peak RSS {t['peak_rss_mb']:.0f} MB",
+            "< 3 s, < 1500 MB",
+        ),
+        (
+            "(b) render report",
+            f"median {r['median_s']:.1f} s (min {r['min_s']:.1f}, max {r['max_s']:.1f}), "
+            f"HTML {r['html_bytes'] / 1e6:.1f} MB",
+            "< 30 s",
+        ),
+        (
+            "(c) explorer page",
+            f"{mb:.2f} MB, built in {e['median_s']:.2f} s (peak RSS {e['peak_rss_mb']:.0f} MB)",
+            "< 10 MB",
+        ),
     ]
     if "search" in b:
-        lines.append(("(c) search in Chromium", f"median {1000 * b['search']['median_s']:.0f} ms "
-                      f"(max {1000 * b['search']['max_s']:.0f} ms) typed to count shown; filter+render "
-                      f"{1000 * b['update']['median_s']:.1f} ms; page load {b['page_load_s']:.2f} s", "fast"))
+        lines.append(
+            (
+                "(c) search in Chromium",
+                f"median {1000 * b['search']['median_s']:.0f} ms "
+                f"(max {1000 * b['search']['max_s']:.0f} ms) typed to count shown; filter+render "
+                f"{1000 * b['update']['median_s']:.1f} ms; page load {b['page_load_s']:.2f} s",
+                "fast",
+            )
+        )
     else:
         lines.append(("(c) search in Chromium", b.get("skipped", "?"), ""))
-    lines.append(("(d) pandas, same aggregations", f"median {p['median_s']:.2f} s, peak RSS {p['peak_rss_mb']:.0f} MB",
-                  "reference"))
+    lines.append(
+        (
+            "(d) pandas, same aggregations",
+            f"median {p['median_s']:.2f} s, peak RSS {p['peak_rss_mb']:.0f} MB",
+            "reference",
+        )
+    )
     width = max(len(a) for a, _, _ in lines)
     for name, value, target in lines:
         print(f"{name.ljust(width)}  {value}" + (f"   [target {target}]" if target else ""))

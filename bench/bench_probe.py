@@ -42,10 +42,15 @@ def run_probe(model_id: str, warm: bool = False) -> dict:
     otherwise cold (a worker's first model, or a one-off papermill run)."""
     import nbformat
 
-    from model_support.execute import Standby
+    from model_support.worker.process import Standby
 
-    task = {"sweep_id": "bench", "model_id": model_id, "params": {"device": "cpu", "reference": "none"},
-            "timeout_s": 600, "notebook_path": "bench.ipynb"}
+    task = {
+        "sweep_id": "bench",
+        "model_id": model_id,
+        "params": {"device": "cpu", "reference": "none"},
+        "timeout_s": 600,
+        "notebook_path": "bench.ipynb",
+    }
     if warm:
         standby = Standby()
         assert standby.wait_warm(), "the standby did not warm up"
@@ -57,8 +62,14 @@ def run_probe(model_id: str, warm: bool = False) -> dict:
     record = result.record
     assert record["status"] == "PASS", record["error_message"]
     probe_cell = max(cells)
-    return {"wall": wall, "cells": sum(cells), "probe_cell": probe_cell, "duration_s": record["duration_s"],
-            "stages": (record["load_s"] or 0) + (record["generate_s"] or 0), "record": record}
+    return {
+        "wall": wall,
+        "cells": sum(cells),
+        "probe_cell": probe_cell,
+        "duration_s": record["duration_s"],
+        "stages": (record["load_s"] or 0) + (record["generate_s"] or 0),
+        "record": record,
+    }
 
 
 def run_repro(script: str) -> float:
@@ -97,7 +108,9 @@ def measure(model_id: str, reps: int) -> dict:
         "warm_ratio": round(median(warm_walls) / median(repros), 3),
         "warm_overhead_s": round(median(warm_walls) - median(repros), 3),
         "breakdown_s": {
-            "harness (process, kernel start, importing torch and transformers in the warm-up, papermill, notebook I/O)": spread([p["wall"] - p["cells"] for p in probes]),
+            "harness (process, kernel start, importing torch and transformers in the warm-up, papermill, notebook I/O)": spread(
+                [p["wall"] - p["cells"] for p in probes]
+            ),
             "kernel imports of model_support": spread([p["probe_cell"] - p["duration_s"] for p in probes]),
             "probe itself (duration_s)": spread([p["duration_s"] for p in probes]),
             "of which load + generate": spread([p["stages"] for p in probes]),
@@ -116,16 +129,20 @@ def main() -> None:
     for label, name in (("smollm2", "SmolLM2-135M-Instruct"), ("tiny", "tiny-llama")):
         results[label] = measure(found[name]["path"], args.reps)
         r = results[label]
-        print(f"{name:<24} probe cold {r['probe_s']['median']:.2f} s, warm {r['warm_probe_s']['median']:.2f} s  "
-              f"repro {r['repro_s']['median']:.2f} s  ratio cold {r['ratio']:.3f}x, warm {r['warm_ratio']:.3f}x  "
-              f"overhead cold {r['overhead_s']:+.2f} s, warm {r['warm_overhead_s']:+.2f} s")
+        print(
+            f"{name:<24} probe cold {r['probe_s']['median']:.2f} s, warm {r['warm_probe_s']['median']:.2f} s  "
+            f"repro {r['repro_s']['median']:.2f} s  ratio cold {r['ratio']:.3f}x, warm {r['warm_ratio']:.3f}x  "
+            f"overhead cold {r['overhead_s']:+.2f} s, warm {r['warm_overhead_s']:+.2f} s"
+        )
         for part, value in r["breakdown_s"].items():
             print(f"    {part:<64} {value['median']:.3f} s")
     # Judged on the steady state of a sweep (warm); the cold numbers are reported beside them.
-    results["met"] = {"smollm2_ratio": results["smollm2"]["warm_ratio"] <= TARGETS["smollm2_ratio"],
-                      "tiny_overhead_s": results["tiny"]["warm_overhead_s"] <= TARGETS["tiny_overhead_s"],
-                      "cold_smollm2_ratio": results["smollm2"]["ratio"] <= TARGETS["smollm2_ratio"],
-                      "cold_tiny_overhead_s": results["tiny"]["overhead_s"] <= TARGETS["tiny_overhead_s"]}
+    results["met"] = {
+        "smollm2_ratio": results["smollm2"]["warm_ratio"] <= TARGETS["smollm2_ratio"],
+        "tiny_overhead_s": results["tiny"]["warm_overhead_s"] <= TARGETS["tiny_overhead_s"],
+        "cold_smollm2_ratio": results["smollm2"]["ratio"] <= TARGETS["smollm2_ratio"],
+        "cold_tiny_overhead_s": results["tiny"]["overhead_s"] <= TARGETS["tiny_overhead_s"],
+    }
     write_results("probe_overhead", results)
 
 

@@ -24,7 +24,8 @@ from common import write_results
 def child(count: int) -> dict:
     import yaml
 
-    from model_support import execute, params, schema, sweep
+    from model_support import params, schema, sweep
+    from model_support.worker import process as execute
 
     class FakeStandby:  # no process: the runner alone is measured
         def __init__(self, *args, **kwargs):
@@ -34,8 +35,15 @@ def child(count: int) -> dict:
             pass
 
     def fake_run_task(task, work_root=None, standby=None):
-        record = schema.empty_record(sweep_id=task["sweep_id"], model_id=task["model_id"], status="PASS",
-                                     tokens_in=5, tokens_out=8, duration_s=0.001, repro_script="print('x')\n" * 50)
+        record = schema.empty_record(
+            sweep_id=task["sweep_id"],
+            model_id=task["model_id"],
+            status="PASS",
+            tokens_in=5,
+            tokens_out=8,
+            duration_s=0.001,
+            repro_script="print('x')\n" * 50,
+        )
         return execute.TaskResult(record=record, notebook=b"{}", log="fake probe\n")
 
     sweep.run_task = fake_run_task
@@ -47,8 +55,11 @@ def child(count: int) -> dict:
         summary = sweep.run(definition, tmp, workers=2)
         wall = time.perf_counter() - start
     assert summary["total"] == count
-    return {"count": count, "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-            "wall_s": round(wall, 2)}
+    return {
+        "count": count,
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "wall_s": round(wall, 2),
+    }
 
 
 def main() -> None:
@@ -61,13 +72,17 @@ def main() -> None:
         return
     rows = []
     for count in args.counts:
-        out = subprocess.run([sys.executable, __file__, "--child", str(count)], capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", str(count)], capture_output=True, text=True, check=True
+        )
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         print(f"{count:>6} models  peak RSS {rows[-1]['peak_rss_mb']:7.1f} MB  ({rows[-1]['wall_s']:.1f} s)")
     growth = rows[-1]["peak_rss_mb"] - rows[0]["peak_rss_mb"]
     print(f"growth from {rows[0]['count']} to {rows[-1]['count']} models: {growth:+.1f} MB")
-    write_results("runner_memory", {"rows": rows, "growth_mb": round(growth, 1), "target": "flat (within ~10 MB)",
-                                    "met": growth <= 10})
+    write_results(
+        "runner_memory",
+        {"rows": rows, "growth_mb": round(growth, 1), "target": "flat (within ~10 MB)", "met": growth <= 10},
+    )
 
 
 if __name__ == "__main__":

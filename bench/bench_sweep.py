@@ -41,14 +41,19 @@ def main() -> None:
     args = parser.parse_args()
     fixtures()
     os.chdir(REPO)
-    results = {"params": str(args.params.relative_to(REPO) if args.params.is_absolute() else args.params), "targets": TARGETS}
+    results = {
+        "params": str(args.params.relative_to(REPO) if args.params.is_absolute() else args.params),
+        "targets": TARGETS,
+    }
     for label, workers, executor in (("local_1", 1, "local"), ("local_2", 2, "local"), ("ray_2", 2, "ray")):
         results[label] = one_sweep(args.params, workers, executor)
         print(f"{label:<8} {results[label]['wall_s']:8.1f} s  {results[label]['verdicts']}")
     results["speedup_2_workers"] = round(results["local_1"]["wall_s"] / results["local_2"]["wall_s"], 3)
     results["ray_over_local"] = round(results["ray_2"]["wall_s"] / results["local_2"]["wall_s"], 3)
-    results["met"] = {"speedup_2_workers": results["speedup_2_workers"] >= TARGETS["speedup_2_workers"],
-                      "ray_over_local": results["ray_over_local"] <= TARGETS["ray_over_local"]}
+    results["met"] = {
+        "speedup_2_workers": results["speedup_2_workers"] >= TARGETS["speedup_2_workers"],
+        "ray_over_local": results["ray_over_local"] <= TARGETS["ray_over_local"],
+    }
     print(f"2 workers vs 1: {results['speedup_2_workers']:.2f}x faster; ray vs local: {results['ray_over_local']:.2f}x")
     write_results("sweep_scaling", results)
 

@@ -18,20 +18,26 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 def spread(values: list[float]) -> dict:
     """Median and spread of repeated measurements (seconds, or whatever was measured)."""
-    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3),
-            "max": round(max(values), 3), "runs": [round(v, 3) for v in values]}
+    return {
+        "median": round(statistics.median(values), 3),
+        "min": round(min(values), 3),
+        "max": round(max(values), 3),
+        "runs": [round(v, 3) for v in values],
+    }
 
 
 def fixtures() -> dict:
-    from model_support.fixtures import ensure_fixtures
+    from model_support.testing.fixtures import ensure_fixtures
 
     return ensure_fixtures()["fixtures"]
 
 
 def write_results(name: str, results: dict) -> Path:
-    results = {**results, "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                                      "platform": platform.platform()},
-               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    results = {
+        **results,
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     path = RESULTS / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=1) + "\n")

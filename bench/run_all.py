@@ -30,55 +30,93 @@ def tables() -> str:
     lines = []
     probe = load("probe_overhead")
     if probe:
-        lines += [f"### Probe overhead ({probe['date']}, {probe['reps']} repetitions, median [min-max])", "",
-                  "Warm: the probe's process was started ahead and has warmed up, as a sweep worker's next "
-                  "process does while the current model runs (the steady state of a sweep; targets judged "
-                  "here). Cold: the process starts when the model is handed over (a worker's first model).", "",
-                  "| model | probe, warm | probe, cold | repro script, plain python | ratio warm / cold | overhead warm / cold | target |",
-                  "|---|---|---|---|---|---|---|"]
-        for label, name, target in (("smollm2", "SmolLM2-135M-Instruct", "ratio <= 1.10x"), ("tiny", "tiny-llama", "overhead <= 1.5 s")):
+        lines += [
+            f"### Probe overhead ({probe['date']}, {probe['reps']} repetitions, median [min-max])",
+            "",
+            "Warm: the probe's process was started ahead and has warmed up, as a sweep worker's next "
+            "process does while the current model runs (the steady state of a sweep; targets judged "
+            "here). Cold: the process starts when the model is handed over (a worker's first model).",
+            "",
+            "| model | probe, warm | probe, cold | repro script, plain python | ratio warm / cold | overhead warm / cold | target |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for label, name, target in (
+            ("smollm2", "SmolLM2-135M-Instruct", "ratio <= 1.10x"),
+            ("tiny", "tiny-llama", "overhead <= 1.5 s"),
+        ):
             r = probe[label]
             key = "smollm2_ratio" if label == "smollm2" else "tiny_overhead_s"
             cell = lambda d: f"{d['median']:.2f} s [{d['min']:.2f}-{d['max']:.2f}]"  # noqa: E731
-            lines.append(f"| {name} | {cell(r['warm_probe_s'])} | {cell(r['probe_s'])} | {cell(r['repro_s'])} "
-                         f"| {r['warm_ratio']:.3f}x / {r['ratio']:.3f}x | {r['warm_overhead_s']:+.2f} s / {r['overhead_s']:+.2f} s "
-                         f"| {target}: warm {ok(probe['met'][key])}, cold {ok(probe['met']['cold_' + key])} |")
-        lines += ["", "Where the cold probe's time goes (median seconds):", "",
-                  "| part | SmolLM2 | tiny-llama |", "|---|---|---|"]
+            lines.append(
+                f"| {name} | {cell(r['warm_probe_s'])} | {cell(r['probe_s'])} | {cell(r['repro_s'])} "
+                f"| {r['warm_ratio']:.3f}x / {r['ratio']:.3f}x | {r['warm_overhead_s']:+.2f} s / {r['overhead_s']:+.2f} s "
+                f"| {target}: warm {ok(probe['met'][key])}, cold {ok(probe['met']['cold_' + key])} |"
+            )
+        lines += [
+            "",
+            "Where the cold probe's time goes (median seconds):",
+            "",
+            "| part | SmolLM2 | tiny-llama |",
+            "|---|---|---|",
+        ]
         for part in probe["tiny"]["breakdown_s"]:
-            lines.append(f"| {part} | {probe['smollm2']['breakdown_s'][part]['median']:.3f} | "
-                         f"{probe['tiny']['breakdown_s'][part]['median']:.3f} |")
+            lines.append(
+                f"| {part} | {probe['smollm2']['breakdown_s'][part]['median']:.3f} | "
+                f"{probe['tiny']['breakdown_s'][part]['median']:.3f} |"
+            )
         lines.append("")
     sweep = load("sweep_scaling")
     if sweep:
-        lines += [f"### Sweep scaling ({sweep['date']}, {sweep['params']}, {sweep['local_1']['models']} models)", "",
-                  "| run | wall time |", "|---|---|"]
+        lines += [
+            f"### Sweep scaling ({sweep['date']}, {sweep['params']}, {sweep['local_1']['models']} models)",
+            "",
+            "| run | wall time |",
+            "|---|---|",
+        ]
         for label in ("local_1", "local_2", "ray_2"):
             lines.append(f"| {label.replace('_', ', ')} worker(s) | {sweep[label]['wall_s']:.1f} s |")
-        lines += ["", f"- 2 workers vs 1: **{sweep['speedup_2_workers']:.2f}x** faster (target >= 1.7x: {ok(sweep['met']['speedup_2_workers'])})",
-                  f"- Ray vs local (2 workers each): **{sweep['ray_over_local']:.2f}x** the wall time (target <= 1.15x: {ok(sweep['met']['ray_over_local'])})", ""]
+        lines += [
+            "",
+            f"- 2 workers vs 1: **{sweep['speedup_2_workers']:.2f}x** faster (target >= 1.7x: {ok(sweep['met']['speedup_2_workers'])})",
+            f"- Ray vs local (2 workers each): **{sweep['ray_over_local']:.2f}x** the wall time (target <= 1.15x: {ok(sweep['met']['ray_over_local'])})",
+            "",
+        ]
     analysis = load("analysis")
     if analysis:
         t, r, e, b, p = (analysis.get(k, {}) for k in ("tables", "render", "explorer", "browser", "pandas"))
-        lines += [f"### Analysis at scale ({analysis['date']}, {analysis['sweeps']} sweeps x {analysis['models']} models, "
-                  f"{t.get('rows', 0):,} rows, {analysis.get('parquet_mb')} MB Parquet)", "",
-                  "| step | measured | target |", "|---|---|---|",
-                  f"| load all sweeps + every report table (Polars) | {t['median_s']:.2f} s [{t['min_s']:.2f}-{t['max_s']:.2f}], peak {t['peak_rss_mb']:.0f} MB | < 3 s, < 1500 MB: {ok(t['median_s'] < 3 and t['peak_rss_mb'] < 1500)} |",
-                  f"| the same aggregations in pandas | {p['median_s']:.2f} s, peak {p['peak_rss_mb']:.0f} MB | reference |",
-                  f"| render the whole report (papermill + nbconvert + explorer) | {r['median_s']:.1f} s [{r['min_s']:.1f}-{r['max_s']:.1f}] | < 30 s: {ok(r['median_s'] < 30)} |",
-                  f"| explorer page size | {e['bytes'] / 1e6:.2f} MB | < 10 MB: {ok(e['bytes'] < 10e6)} |"]
+        lines += [
+            f"### Analysis at scale ({analysis['date']}, {analysis['sweeps']} sweeps x {analysis['models']} models, "
+            f"{t.get('rows', 0):,} rows, {analysis.get('parquet_mb')} MB Parquet)",
+            "",
+            "| step | measured | target |",
+            "|---|---|---|",
+            f"| load all sweeps + every report table (Polars) | {t['median_s']:.2f} s [{t['min_s']:.2f}-{t['max_s']:.2f}], peak {t['peak_rss_mb']:.0f} MB | < 3 s, < 1500 MB: {ok(t['median_s'] < 3 and t['peak_rss_mb'] < 1500)} |",
+            f"| the same aggregations in pandas | {p['median_s']:.2f} s, peak {p['peak_rss_mb']:.0f} MB | reference |",
+            f"| render the whole report (papermill + nbconvert + explorer) | {r['median_s']:.1f} s [{r['min_s']:.1f}-{r['max_s']:.1f}] | < 30 s: {ok(r['median_s'] < 30)} |",
+            f"| explorer page size | {e['bytes'] / 1e6:.2f} MB | < 10 MB: {ok(e['bytes'] < 10e6)} |",
+        ]
         if "search" in b:
-            lines.append(f"| search in Chromium (typed to match count shown) | {1000 * b['search']['median_s']:.0f} ms median, "
-                         f"filter + redraw {1000 * b['update']['median_s']:.1f} ms | responsive |")
+            lines.append(
+                f"| search in Chromium (typed to match count shown) | {1000 * b['search']['median_s']:.0f} ms median, "
+                f"filter + redraw {1000 * b['update']['median_s']:.1f} ms | responsive |"
+            )
         lines.append("")
     memory = load("runner_memory")
     if memory:
-        lines += [f"### Runner memory over a long sweep ({memory['date']}, fake fast probe)", "",
-                  "| models | runner peak RSS | wall |", "|---|---|---|"]
+        lines += [
+            f"### Runner memory over a long sweep ({memory['date']}, fake fast probe)",
+            "",
+            "| models | runner peak RSS | wall |",
+            "|---|---|---|",
+        ]
         for row in memory["rows"]:
             lines.append(f"| {row['count']} | {row['peak_rss_mb']:.1f} MB | {row['wall_s']:.1f} s |")
-        lines += ["", f"Growth from {memory['rows'][0]['count']} to {memory['rows'][-1]['count']} models: "
-                  f"{memory['growth_mb']:+.1f} MB (target flat: {ok(memory['met'])})", ""]
+        lines += [
+            "",
+            f"Growth from {memory['rows'][0]['count']} to {memory['rows'][-1]['count']} models: "
+            f"{memory['growth_mb']:+.1f} MB (target flat: {ok(memory['met'])})",
+            "",
+        ]
     return "\n".join(lines)
 
 

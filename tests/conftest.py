@@ -16,10 +16,22 @@ os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+#: Fixtures that run real sweeps, notebooks or renders: a test using one is slow (not in `make test-fast`).
+HEAVY_FIXTURES = {"smoke_sweep", "real_report", "rendered", "fixture_sweep", "browser"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test that uses a heavy fixture as slow, so `pytest -m "not slow"` (make test-fast)
+    keeps the unit tests and the few real probes that are quick."""
+    for item in items:
+        if HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def fixture_models() -> dict:
     """The offline fixture models (built once into data/models, cached): name -> manifest entry."""
-    from model_support.fixtures import ensure_fixtures
+    from model_support.testing.fixtures import ensure_fixtures
 
     return ensure_fixtures()["fixtures"]
 
@@ -46,9 +58,10 @@ def smoke_sweep(tmp_path_factory, fixture_models) -> dict:
         else:
             os.environ["HF_TOKEN"] = previous
     from model_support import store
+    from model_support.model_ids import display_name
 
     summary["records"] = store.read_records(data_dir, summary["sweep_id"])
-    summary["by_name"] = {Path(r["model_id"]).name: r for r in summary["records"]}
+    summary["by_name"] = {display_name(r["model_id"]): r for r in summary["records"]}
     return summary
 
 
@@ -56,8 +69,9 @@ def run_notebook(notebook: str, out: Path, **parameters) -> Path:
     """Execute one of the project's notebooks for real with papermill; returns the output path."""
     import papermill
 
-    papermill.execute_notebook(str(REPO / "notebooks" / notebook), str(out), parameters=parameters,
-                               progress_bar=False, kernel_name="python3")
+    papermill.execute_notebook(
+        str(REPO / "notebooks" / notebook), str(out), parameters=parameters, progress_bar=False, kernel_name="python3"
+    )
     return out
 
 

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from model_support import debug, store
+from model_support.sweep_meta import ModelEntry, SweepMeta, safe_name
 
 PROMPT_LEN = 5
 
@@ -24,9 +25,18 @@ PROMPT_LEN = 5
 def tiny_llama(**extra):
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.for_model("llama", vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                  num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                                  max_position_embeddings=64, **extra)
+    config = AutoConfig.for_model(
+        "llama",
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=64,
+        **extra,
+    )
     torch.manual_seed(0)
     return AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
 
@@ -34,8 +44,17 @@ def tiny_llama(**extra):
 def tiny_gpt2(n_positions: int):
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.for_model("gpt2", vocab_size=64, n_embd=32, n_inner=64, n_layer=2, n_head=4,
-                                  n_positions=n_positions, bos_token_id=None, eos_token_id=None)
+    config = AutoConfig.for_model(
+        "gpt2",
+        vocab_size=64,
+        n_embd=32,
+        n_inner=64,
+        n_layer=2,
+        n_head=4,
+        n_positions=n_positions,
+        bos_token_id=None,
+        eos_token_id=None,
+    )
     torch.manual_seed(0)
     return AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
 
@@ -52,6 +71,7 @@ def prompt_ids():
 
 # --- where a forward raises -------------------------------------------------------------------------------
 
+
 class Boom(nn.Module):
     """Stands in for a module whose kernel fails on the device."""
 
@@ -67,8 +87,9 @@ def test_a_module_that_raises_is_named_with_its_class_input_shapes_and_dtypes(ll
     assert not trace.ok
     assert failure["module"] == "model.layers.1.mlp.down_proj"
     assert failure["class"] == "Boom"
-    assert failure["inputs"] == [{"arg": "args[0]", "shape": [1, PROMPT_LEN, 64], "dtype": "torch.float32",
-                                  "device": "cpu"}]
+    assert failure["inputs"] == [
+        {"arg": "args[0]", "shape": [1, PROMPT_LEN, 64], "dtype": "torch.float32", "device": "cpu"}
+    ]
     assert failure["stack"] == ["", "model", "model.layers.1", "model.layers.1.mlp", "model.layers.1.mlp.down_proj"]
     assert failure["error_type"] == "RuntimeError"
     assert failure["error_message"] == "kernel not implemented for this dtype (planted)"
@@ -107,11 +128,14 @@ class Toy(nn.Module):
         return self.block(self.embed(input_ids))
 
 
-@pytest.mark.parametrize("how, module, stack, error", [
-    ("second-child", "block.fails", ["", "block", "block.fails"], "RuntimeError"),
-    ("rewrap", "block.tried", ["", "block", "block.tried"], "ValueError"),
-    ("own-code", "block", ["", "block"], "TypeError"),
-])
+@pytest.mark.parametrize(
+    "how, module, stack, error",
+    [
+        ("second-child", "block.fails", ["", "block", "block.fails"], "RuntimeError"),
+        ("rewrap", "block.tried", ["", "block", "block.tried"], "ValueError"),
+        ("own-code", "block", ["", "block"], "TypeError"),
+    ],
+)
 def test_the_culprit_is_right_when_the_model_catches_or_rewraps_exceptions(prompt_ids, how, module, stack, error):
     trace = debug.trace_forward(Toy(how), *prompt_ids)
     assert (trace.failure["module"], trace.failure["stack"], trace.failure["error_type"]) == (module, stack, error)
@@ -138,11 +162,18 @@ def test_first_tensor_of_tuples_dicts_and_dataclasses():
 
 # --- where the device diverges from the reference ----------------------------------------------------------
 
-@pytest.mark.parametrize("plant, module, why", [
-    (lambda m: m.model.layers[0].mlp.up_proj.weight.mul_(4.0), "model.layers.0.mlp.up_proj", "relative difference"),
-    (lambda m: m.model.layers[1].self_attn.v_proj.weight.__setitem__((0, 0), float("inf")),
-     "model.layers.1.self_attn.v_proj", "non-finite"),
-])
+
+@pytest.mark.parametrize(
+    "plant, module, why",
+    [
+        (lambda m: m.model.layers[0].mlp.up_proj.weight.mul_(4.0), "model.layers.0.mlp.up_proj", "relative difference"),
+        (
+            lambda m: m.model.layers[1].self_attn.v_proj.weight.__setitem__((0, 0), float("inf")),
+            "model.layers.1.self_attn.v_proj",
+            "non-finite",
+        ),
+    ],
+)
 def test_a_planted_divergence_is_the_first_offender(llama_fp32, prompt_ids, plant, module, why):
     device = copy.deepcopy(llama_fp32)
     with torch.no_grad():
@@ -178,6 +209,7 @@ def test_compare_tensors_counts_new_nonfinite_values_and_ignores_shared_ones():
 
 # --- where generation fails --------------------------------------------------------------------------------
 
+
 def test_generation_failure_step_and_sequence_length(prompt_ids):
     # n_positions = prompt + 3: step s feeds position PROMPT_LEN + s - 1, out of the table at s = 4.
     model = tiny_gpt2(PROMPT_LEN + 3)
@@ -200,8 +232,15 @@ def test_result_is_json_safe_and_names_the_findings(llama_fp32, prompt_ids):
     loaded = {"chat_template_used": False, "tokens_in": PROMPT_LEN, "info": {"model_type": "llama"}}
     generation = {"ok": True, "output_token_ids": [1, 2]}
     reference = {"ok": True, "output_token_ids": [1, 3], "step": None, "failure": None}
-    result = debug.build_result({"model_id": "tiny", "tolerance": 0.2}, loaded, "cpu",
-                                debug.trace_forward(device, *prompt_ids), table, generation, reference)
+    result = debug.build_result(
+        {"model_id": "tiny", "tolerance": 0.2},
+        loaded,
+        "cpu",
+        debug.trace_forward(device, *prompt_ids),
+        table,
+        generation,
+        reference,
+    )
     json.dumps(result, allow_nan=False)
     assert result["first_offender"]["module"] == "model.norm"
     assert result["generation"]["first_divergence"] == 1
@@ -210,32 +249,49 @@ def test_result_is_json_safe_and_names_the_findings(llama_fp32, prompt_ids):
 
 # --- choosing a model of a sweep ------------------------------------------------------------------------------
 
-SWEEP = {"sweep_id": "s1", "probe": {"device": "cpu", "dtype": "bfloat16", "reference": "cpu", "max_new_tokens": 8},
-         "models": [{"model_id": "org/Qwen2-0.5B"}, {"model_id": "org/Qwen2-1.5B", "overrides": {"dtype": "float16"}},
-                    {"model_id": "/abs/models/tiny-llama"}]}
+SWEEP = SweepMeta.from_dict(
+    {
+        "sweep_id": "s1",
+        "probe": {"device": "cpu", "dtype": "bfloat16", "reference": "cpu", "max_new_tokens": 8},
+        "models": [
+            {"model_id": "org/Qwen2-0.5B"},
+            {"model_id": "org/Qwen2-1.5B", "overrides": {"dtype": "float16"}},
+            {"model_id": "local:tiny-llama", "source": "/abs/models/tiny-llama"},
+        ],
+    }
+)
 
 
 def test_a_model_is_found_by_id_folder_name_or_unique_fragment():
-    assert debug.resolve_model(SWEEP, "org/Qwen2-1.5B")["model_id"] == "org/Qwen2-1.5B"
-    assert debug.resolve_model(SWEEP, "org__Qwen2-0.5B")["model_id"] == "org/Qwen2-0.5B"
-    assert debug.resolve_model(SWEEP, "tiny-LLAMA")["model_id"] == "/abs/models/tiny-llama"
+    assert debug.resolve_model(SWEEP, "org/Qwen2-1.5B").model_id == "org/Qwen2-1.5B"
+    assert debug.resolve_model(SWEEP, "org__Qwen2-0.5B").model_id == "org/Qwen2-0.5B"
+    assert debug.resolve_model(SWEEP, "tiny-LLAMA").source == "/abs/models/tiny-llama"
     with pytest.raises(ValueError, match=r"matches 2 models of sweep s1.*org/Qwen2-0\.5B, org/Qwen2-1\.5B\.$"):
         debug.resolve_model(SWEEP, "qwen2")
-    with pytest.raises(ValueError, match=r"^No model of sweep s1 matches 'gpt2'; candidates: org/Qwen2-0\.5B, .*tiny-llama\.$"):
+    with pytest.raises(
+        ValueError, match=r"^No model of sweep s1 matches 'gpt2'; candidates: org/Qwen2-0\.5B, .*tiny-llama\.$"
+    ):
         debug.resolve_model(SWEEP, "gpt2")
 
 
 def test_notebook_parameters_come_from_the_sweep_and_typos_are_refused():
-    params = debug.debug_parameters(SWEEP, SWEEP["models"][1], {"tolerance": 0.5})
-    assert params == {"device": "cpu", "dtype": "float16", "max_new_tokens": 8, "tolerance": 0.5,
-                      "model_id": "org/Qwen2-1.5B"}  # "reference" is the probe's, not the notebook's
-    assert set(debug.notebook_parameters()) == {"model_id", "revision", "device", "dtype", "prompt", "chat_template",
-                                                "trust_remote_code", "reference_dtype", "tolerance", "max_new_tokens", "seed"}
-    with pytest.raises(ValueError, match="Unknown debug notebook parameter"):
-        debug.debug_parameters(SWEEP, SWEEP["models"][0], {"tolerence": 0.5})
+    params = debug.debug_parameters(SWEEP, SWEEP.models[1], {"tolerance": 0.5})
+    assert params == {
+        "device": "cpu",
+        "dtype": "float16",
+        "max_new_tokens": 8,
+        "tolerance": 0.5,
+        "model_id": "org/Qwen2-1.5B",
+    }  # "reference" is the probe's, not the notebook's
+    assert debug.debug_parameters(SWEEP, SWEEP.models[2])["model_id"] == "/abs/models/tiny-llama"  # loaded from
+    with pytest.raises(ValueError, match="'tolerence' is not a parameter of notebooks/debug.ipynb"):
+        debug.debug_parameters(SWEEP, SWEEP.models[0], {"tolerence": 0.5})
+    with pytest.raises(ValueError, match="tolerance=-1.0 is too small"):
+        debug.debug_parameters(SWEEP, SWEEP.models[0], {"tolerance": -1.0})
 
 
 # --- the notebook, executed for real on the failure fixtures ----------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def fixture_sweep(tmp_path_factory, fixture_models):
@@ -244,15 +300,25 @@ def fixture_sweep(tmp_path_factory, fixture_models):
     from concurrent.futures import ThreadPoolExecutor
 
     data_dir = tmp_path_factory.mktemp("debug-data")
-    store.atomic_write_json(store.sweep_dir(data_dir, "dbg") / "sweep.json", {
-        "sweep_id": "dbg", "created_at": "2026-12-01T00:00:00+00:00",
-        "probe": {"device": "cpu", "dtype": "bfloat16", "max_new_tokens": 8, "reference": "cpu",
-                  "reference_max_params": 3_000_000_000, "seed": 0},
-        "models": [{"model_id": fixture_models[name]["path"], "overrides": {}, "timeout_s": None} for name in FIXTURES],
-    })
+    SweepMeta(
+        sweep_id="dbg",
+        name="dbg",
+        created_at="2026-12-01T00:00:00+00:00",
+        probe={
+            "device": "cpu",
+            "dtype": "bfloat16",
+            "max_new_tokens": 8,
+            "reference": "cpu",
+            "reference_max_params": 3_000_000_000,
+            "seed": 0,
+        },
+        models=[ModelEntry(f"local:{name}", fixture_models[name]["path"]) for name in FIXTURES],
+    ).write(store.sweep_dir(data_dir, "dbg"))
     with ThreadPoolExecutor(max_workers=len(FIXTURES)) as pool:
-        futures = {name: pool.submit(debug.run_debug_notebook, data_dir, "dbg", fragment)
-                   for name, fragment in FIXTURES.items()}
+        futures = {
+            name: pool.submit(debug.run_debug_notebook, data_dir, "dbg", fragment)
+            for name, fragment in FIXTURES.items()
+        }
         paths = {name: future.result() for name, future in futures.items()}
     return {name: {**fixture_models[name], "notebook": paths[name]} for name in FIXTURES}, data_dir
 
@@ -265,7 +331,7 @@ def test_notebook_reports_the_step_and_sequence_length_where_generation_fails(fi
     fixtures, data_dir = fixture_sweep
     entry = fixtures["fail-short-positions"]
     path = entry["notebook"]
-    assert path == store.sweep_dir(data_dir, "dbg") / "debug" / f"{store.safe_name(entry['path'])}.ipynb"
+    assert path == store.sweep_dir(data_dir, "dbg") / "debug" / f"{safe_name('local:fail-short-positions')}.ipynb"
     result = debug.debug_result_from_notebook(path)
     generation = result["generation"]
     assert not generation["ok"]

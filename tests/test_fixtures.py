@@ -19,8 +19,8 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # The package lives under src/ and is not installed in every checkout; make it importable here.
 
-from model_support import fixtures  # noqa: E402
 from model_support.schema import PASS, STAGES, VERDICTS  # noqa: E402
+from model_support.testing import fixtures  # noqa: E402
 
 TINY_PASS_MAX_BYTES = 5 * 2**20
 
@@ -32,8 +32,11 @@ def manifest(fixture_models) -> dict:
 
 
 def tiny_pass(manifest: dict) -> dict:
-    return {name: entry for name, entry in manifest["fixtures"].items()
-            if name.startswith("tiny-") and entry["expect"]["status"] == PASS}
+    return {
+        name: entry
+        for name, entry in manifest["fixtures"].items()
+        if name.startswith("tiny-") and entry["expect"]["status"] == PASS
+    }
 
 
 def test_manifest_lists_every_fixture_with_a_valid_expectation(manifest):
@@ -61,8 +64,10 @@ def test_manifest_lists_every_fixture_with_a_valid_expectation(manifest):
 
 
 def test_tiny_pass_models_cover_at_least_eight_architectures(manifest):
-    model_types = {json.loads((Path(entry["path"]) / "config.json").read_text())["model_type"]
-                   for entry in tiny_pass(manifest).values()}
+    model_types = {
+        json.loads((Path(entry["path"]) / "config.json").read_text())["model_type"]
+        for entry in tiny_pass(manifest).values()
+    }
     assert {"llama", "mistral", "qwen2", "gpt2", "gpt_neox", "opt", "phi3", "gemma"} <= model_types
     assert len(model_types) >= 8
 
@@ -77,9 +82,12 @@ def test_tiny_pass_folders_are_a_few_mb_of_safetensors(manifest):
 
 
 def test_some_tiny_models_have_a_chat_template_and_others_none(manifest):
-    with_template = {name for name, entry in tiny_pass(manifest).items()
-                     if (Path(entry["path"]) / "chat_template.jinja").is_file()
-                     or "chat_template" in json.loads((Path(entry["path"]) / "tokenizer_config.json").read_text())}
+    with_template = {
+        name
+        for name, entry in tiny_pass(manifest).items()
+        if (Path(entry["path"]) / "chat_template.jinja").is_file()
+        or "chat_template" in json.loads((Path(entry["path"]) / "tokenizer_config.json").read_text())
+    }
     assert set(fixtures.CHAT_TINY) == with_template
 
 
@@ -124,8 +132,13 @@ def test_second_build_is_fast_and_rebuilds_nothing(manifest, capsys):
 def test_cli_on_a_built_folder_reports_everything_cached(manifest):
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "model_support.fixtures", "--dir", str(fixtures.default_models_dir())],
-                          capture_output=True, text=True, env=env, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "model_support.testing.fixtures", "--dir", str(fixtures.default_models_dir())],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert time.perf_counter() - started < 5
     lines = done.stdout.splitlines()

@@ -31,8 +31,10 @@ def test_probe_setting_not_declared_by_the_notebook_is_refused():
 
 
 def test_wrong_types_are_refused():
-    assert "'max_new_tokens' must be int" in refuse({"name": "x", "models": ["a"], "probe": {"max_new_tokens": "8"}})
-    assert "must be bool" in refuse({"name": "x", "models": ["a"], "probe": {"trust_remote_code": "yes"}})
+    assert "'max_new_tokens' must be an integer >= 1, not str '8'" in refuse(
+        {"name": "x", "models": ["a"], "probe": {"max_new_tokens": "8"}}
+    )
+    assert "must be true or false" in refuse({"name": "x", "models": ["a"], "probe": {"trust_remote_code": "yes"}})
     assert "'workers' must be int" in refuse({"name": "x", "models": ["a"], "workers": 1.5})
     assert "'timeout_s' must be int or float" in refuse({"name": "x", "models": ["a"], "timeout_s": True})
 
@@ -67,10 +69,16 @@ def test_hub_rankings_offline_say_so(monkeypatch):
 
 def test_exclusions_and_local_paths():
     parsed = params.parse(
-        {"name": "x", "models": ["notebooks", {"id": "b", "exclude": "not a text model"}], "exclude": [{"id": "c", "reason": "too large"}]},
-        source="t.yaml", base=REPO,
+        {
+            "name": "x",
+            "models": ["notebooks", {"id": "b", "exclude": "not a text model"}],
+            "exclude": [{"id": "c", "reason": "too large"}],
+        },
+        source="t.yaml",
+        base=REPO,
     )
-    assert [m.model_id for m in parsed.models] == [str(REPO / "notebooks")]  # an existing folder becomes absolute
+    # a local folder gets a portable id; where to load it from stays in sweep.json only
+    assert [(m.model_id, m.source) for m in parsed.models] == [("local:notebooks", str((REPO / "notebooks").resolve()))]
     assert parsed.excluded == {"b": "not a text model", "c": "too large"}
 
 
@@ -82,3 +90,154 @@ def test_every_shipped_params_file_is_valid(path, monkeypatch):
     raw.pop("models_from_hub", None)  # needs network
     parsed = params.parse(raw, source=path.name, base=REPO)
     assert parsed.models
+
+
+# --------------------------------------------------------------------------------------------
+# every bad value refused before anything runs: one sentence, no row, no file, no traceback
+
+TINY = "data/models/tiny-llama"
+
+
+def one_error(output: str) -> str:
+    """click's usage error: its usage banner, then one line "Error: <one sentence>"; no traceback."""
+    lines = [line for line in output.strip().splitlines() if line.strip()]
+    assert lines and lines[-1].startswith("Error: "), output
+    assert all(line.startswith(("Usage:", "Try ")) for line in lines[:-1]), output
+    return lines[-1]
+
+
+BAD_DEFINITIONS = {
+    "negative timeout": ({"timeout_s": -5}, "timeout_s must be greater than 0"),
+    "zero timeout": ({"timeout_s": 0}, "timeout_s must be greater than 0"),
+    "unknown device": ({"probe": {"device": "gpu"}}, "device='gpu' is not accepted; use one of auto, cpu, cuda, tpu"),
+    "not a float dtype": ({"probe": {"dtype": "float99"}}, "dtype='float99' is not accepted"),
+    "integer dtype": ({"probe": {"dtype": "int8"}}, "dtype='int8' is not accepted"),
+    "chat_template choice": ({"probe": {"chat_template": "maybe"}}, "chat_template='maybe' is not accepted"),
+    "reference choice": ({"probe": {"reference": "gpu"}}, "reference='gpu' is not accepted; use one of cpu, none"),
+    "no new tokens": ({"probe": {"max_new_tokens": 0}}, "max_new_tokens=0 is too small; use an integer >= 1"),
+    "negative seed": ({"probe": {"seed": -1}}, "seed=-1 is too small"),
+    "negative reference limit": ({"probe": {"reference_max_params": -1}}, "reference_max_params=-1 is too small"),
+    "string for int": ({"probe": {"max_new_tokens": "8"}}, "must be an integer >= 1, not str"),
+    "string for bool": ({"probe": {"trust_remote_code": "yes"}}, "must be true or false"),
+    "runner-owned": ({"probe": {"record_path": "r.json"}}, "set by the sweep runner"),
+    "typo": ({"probe": {"max_new_tokenz": 3}}, "'max_new_tokenz' is not a parameter of notebooks/probe.ipynb"),
+    "zero workers": ({"workers": 0}, "workers must be at least 1"),
+    "float workers": ({"workers": 1.5}, "'workers' must be int"),
+    "unknown key": ({"modles": [TINY]}, "unknown key 'modles'"),
+    "executor": ({"executor": "slurm"}, "executor 'slurm' is not one of local, ray"),
+    "missing folder": (
+        {"models": ["data/models/does-not-exist"]},
+        "local model folder 'data/models/does-not-exist' does not exist",
+    ),
+    "listed twice": ({"models": [TINY, TINY]}, "listed twice"),
+    "no models": ({"models": []}, "no models"),
+    "bad override": ({"models": [{"id": TINY, "overrides": {"dtype": "int4"}}]}, "dtype='int4' is not accepted"),
+    "bad model timeout": ({"models": [{"id": TINY, "timeout_s": -1}]}, "timeout_s must be greater than 0"),
+    "exclusion without reason": ({"exclude": [{"id": "a/b"}]}, "needs both 'id' and 'reason'"),
+    "cache budget": ({"cache": {"max_gb": 0}}, "cache.max_gb must be greater than 0"),
+    "cache key": ({"cache": {"size": 3}}, "unknown key 'size'"),
+    "no name": ({"name": None}, "'name' is missing"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_DEFINITIONS), ids=lambda c: c.replace(" ", "-"))
+def test_bad_definitions_are_refused_by_the_cli_with_one_sentence(case, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from model_support.cli import main
+
+    change, expected = BAD_DEFINITIONS[case]
+    raw = {"name": "bad", "probe": {"device": "cpu"}, "models": [TINY], **change}
+    raw = {k: v for k, v in raw.items() if v is not None}
+    definition = tmp_path / "bad.yaml"
+    definition.write_text(yaml.safe_dump(raw))
+    monkeypatch.chdir(REPO)
+    data_dir = tmp_path / "data"
+    result = CliRunner().invoke(main, ["sweep", str(definition), "--data-dir", str(data_dir)])
+    assert result.exit_code == 2, result.output
+    error = one_error(result.output)
+    assert expected in error and error.endswith("."), result.output
+    assert not data_dir.exists()  # no sweep folder, no record, no Parquet row, no temp file
+
+
+BAD_FLAGS = {
+    "zero workers flag": (["sweep", "params/smoke.yaml", "--workers", "0"], "0 is not in the range x>=1"),
+    "executor flag": (["sweep", "params/smoke.yaml", "--executor", "slurm"], "'slurm' is not one of 'local', 'ray'"),
+    "nothing to run": (["sweep"], "Give a sweep definition"),
+    "missing params file": (["sweep", "params/nope.yaml"], "does not exist"),
+    "unknown resume": (
+        ["sweep", "--resume", "nope-20260101T000000Z-abcd"],
+        "Sweep 'nope-20260101T000000Z-abcd' does not exist",
+    ),
+    "unknown report": (["report", "nope"], "Unknown sweep id 'nope'"),
+    "unknown diff": (["diff", "a", "b"], "Unknown sweep id 'a'"),
+    "unknown aggregate": (["aggregate", "nope"], "Sweep 'nope' does not exist"),
+    "unknown exclude": (["exclude", "nope", "--reason", "x"], "Sweep 'nope' does not exist"),
+    "unknown debug sweep": (["debug", "nope", "tiny"], "Sweep 'nope' does not exist"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FLAGS), ids=lambda c: c.replace(" ", "-"))
+def test_bad_flags_are_refused_with_one_sentence(case, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from model_support.cli import main
+
+    args, expected = BAD_FLAGS[case]
+    monkeypatch.chdir(REPO)
+    data_dir = tmp_path / "data"
+    result = CliRunner().invoke(main, [*args, "--data-dir", str(data_dir)])
+    assert result.exit_code == 2, result.output
+    assert expected in one_error(result.output)
+    assert not (data_dir / "sweeps").exists() and not (data_dir / "results").exists()
+
+
+def test_a_device_this_machine_lacks_stops_the_sweep_before_any_model(tmp_path):
+    """device: tpu on a host with no TPU: refused up front, with the sentence the probe records."""
+    import subprocess
+    import sys
+
+    from model_support import devices
+
+    if devices.tpu_hardware_visible():
+        pytest.skip("this machine has a TPU")
+    definition = tmp_path / "tpu.yaml"
+    definition.write_text(yaml.safe_dump({"name": "tpu", "probe": {"device": "tpu"}, "models": ["org/model"]}))
+    run = subprocess.run(
+        [sys.executable, "-m", "model_support.cli", "sweep", str(definition), "--data-dir", str(tmp_path / "data")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    expected = (
+        (
+            "Device 'tpu' was requested but no TPU is present on this machine (torch_tpu is installed, but "
+            "torch.accelerator.is_available() is False)."
+        )
+        if devices.torch_tpu_installed()
+        else "torch_tpu"
+    )
+    assert one_error(run.stderr) == f"Error: {expected}"
+    assert not (tmp_path / "data").exists()
+
+
+def test_the_declaration_agrees_with_the_notebooks_and_torch():
+    """One declaration: the notebooks' parameters cells say exactly it; every dtype is a torch float."""
+    import nbformat
+    import papermill
+    import torch
+
+    from model_support import paths, probe, probe_params
+
+    for name, declared in (("probe", probe_params.PROBE_PARAMS), ("debug", probe_params.DEBUG_PARAMS)):
+        nb = nbformat.read(str(paths.notebook(name)), as_version=4)
+        cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+        assert cell.source == probe_params.parameters_cell(declared, f"{name}.ipynb"), name
+        inspected = papermill.inspect_notebook(str(paths.notebook(name)))
+        assert list(inspected) == [p.name for p in declared]
+        for p in declared:
+            assert inspected[p.name]["inferred_type_name"] == p.type.__name__, p.name
+            assert eval(inspected[p.name]["default"]) == p.default, p.name  # noqa: S307 (our own literal)
+    assert probe.DEFAULTS == {p.name: p.default for p in probe_params.PROBE_PARAMS if p.name in probe.DEFAULTS}
+    assert all(getattr(torch, d).is_floating_point for d in probe_params.FLOAT_DTYPES)

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
-from model_support import devices, probe, schema
 from conftest import FAKE_TOKEN, run_notebook
 
+from model_support import devices, probe, schema
+
+REPO = Path(__file__).resolve().parents[1]
 GOLDEN_TOKENS_IN = {"tiny-gpt2": 5, "tiny-opt": 5, "tiny-llama": 26, "tiny-eos-early": 5}
 
 
@@ -100,12 +101,19 @@ def test_executed_notebook_alone_tells_the_verdict(smoke_sweep):
 
 
 @pytest.mark.parametrize("name", ["SmolLM2-135M-Instruct", "fail-short-positions"])
-def test_repro_script_reproduces_the_probe_with_plain_python(smoke_sweep, tmp_path, name):
+def test_repro_script_reproduces_the_probe_with_plain_python(smoke_sweep, fixture_models, tmp_path, name):
     record = smoke_sweep["by_name"][name]
     script = tmp_path / "repro.py"
     script.write_text(record["repro_script"])
     assert "model_support" not in record["repro_script"] and "papermill" not in record["repro_script"]
-    run = subprocess.run([sys.executable, "-I", str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    refused = subprocess.run(
+        [sys.executable, "-I", str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=300
+    )
+    assert refused.returncode == 1 and f"local:{name} was a local folder: pass its path" in refused.stderr
+    folder = fixture_models[name]["path"]  # a local model's folder is the script's argument
+    run = subprocess.run(
+        [sys.executable, "-I", str(script), folder], capture_output=True, text=True, cwd=tmp_path, timeout=300
+    )
     assert run.returncode == (0 if record["status"] == schema.PASS else 1), run.stderr[-2000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])
     for key in ("status", "failure_stage", "error_type", "tokens_in", "tokens_out", "output_token_ids", "failed_step"):
@@ -121,9 +129,63 @@ def test_a_fake_hf_token_lands_nowhere(smoke_sweep):
     assert not leaked
 
 
+def test_the_headline_command_probes_one_model(tmp_path, fixture_models):
+    """`papermill notebooks/probe.ipynb out.ipynb -p model_id X`, for real, as a user types it."""
+    import os
+
+    out, record_path = tmp_path / "out.ipynb", tmp_path / "r.json"
+    run = subprocess.run(
+        [
+            os.path.join(os.path.dirname(sys.executable), "papermill"),
+            "notebooks/probe.ipynb",
+            str(out),
+            "-p",
+            "model_id",
+            "data/models/tiny-llama",
+            "-p",
+            "device",
+            "cpu",
+            "-p",
+            "reference",
+            "none",
+            "-p",
+            "record_path",
+            str(record_path),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    record = json.loads(record_path.read_text())
+    assert (record["status"], record["model_id"], record["tokens_out"]) == (schema.PASS, "local:tiny-llama", 8)
+    assert record["output_token_ids"] == fixture_models["tiny-llama"]["expected_token_ids"]
+    assert probe.record_from_notebook(out) == record
+    assert str(REPO) not in record_path.read_text()  # no machine path in the record
+
+
+def test_a_bad_parameter_still_ends_the_notebook_with_a_verdict(tmp_path, fixture_models):
+    out = run_notebook(
+        "probe.ipynb",
+        tmp_path / "out.ipynb",
+        model_id=fixture_models["tiny-llama"]["path"],
+        device="gpu",
+        record_path=str(tmp_path / "r.json"),
+    )
+    record = probe.record_from_notebook(out)
+    assert (record["status"], record["failure_stage"]) == (schema.FAIL_OTHER, "runner")
+    assert record["error_message"] == "device='gpu' is not accepted; use one of auto, cpu, cuda, tpu."
+
+
 def test_tpu_without_a_tpu_is_one_clear_sentence(tmp_path, fixture_models):
-    out = run_notebook("probe.ipynb", tmp_path / "out.ipynb", model_id=fixture_models["tiny-llama"]["path"],
-                       device="tpu", record_path=str(tmp_path / "r.json"))
+    out = run_notebook(
+        "probe.ipynb",
+        tmp_path / "out.ipynb",
+        model_id=fixture_models["tiny-llama"]["path"],
+        device="tpu",
+        record_path=str(tmp_path / "r.json"),
+    )
     record = json.loads((tmp_path / "r.json").read_text())
     assert record["status"] == schema.FAIL_OTHER and record["failure_stage"] == "runner"
     assert record["error_message"] == (
@@ -149,7 +211,10 @@ def test_verdicts_of_probe_core_match_the_schema():
     from model_support import probe_core
 
     assert (probe_core.PASS, probe_core.FAIL_LOAD, probe_core.FAIL_GEN, probe_core.FAIL_OTHER) == schema.VERDICTS
-    assert probe_core.classify("generate", RuntimeError("CUDA out of memory. Tried to allocate 2 GiB")) == schema.FAIL_OTHER
+    assert (
+        probe_core.classify("generate", RuntimeError("CUDA out of memory. Tried to allocate 2 GiB"))
+        == schema.FAIL_OTHER
+    )
     assert probe_core.classify("generate", IndexError("index out of range")) == schema.FAIL_GEN
     assert probe_core.classify("load", OSError("missing")) == schema.FAIL_LOAD
     assert probe_core.classify("template", ValueError("bad")) == schema.FAIL_OTHER

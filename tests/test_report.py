@@ -9,19 +9,19 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
-import pyarrow as pa
+import polars as pl
 import pyarrow.parquet as pq
 import pytest
+from conftest import assert_charts_drawn, offline_page
+
+from model_support import analysis, paths, schema, store
+from model_support.fileio import atomic_write_json
+from model_support.render import explorer, report, terminal
+from model_support.testing import synthetic
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-
-import polars as pl  # noqa: E402
-
-from model_support import explorer, report, report_data, schema, store, synthetic  # noqa: E402
-from conftest import assert_charts_drawn, offline_page  # noqa: E402
 
 PASS, LOAD, GEN, OTHER = schema.VERDICTS
 
@@ -38,11 +38,18 @@ SIG_Z = "OutOfMemoryError: TPU out of memory. Tried to allocate <size>."
 def _rec(sweep, model, status, sig=None, stage=None, **extra):
     torch = "2.8.0" if sweep == A else "2.9.0"
     return schema.empty_record(
-        sweep_id=sweep, model_id=model, status=status, failure_signature=sig, failure_stage=stage,
-        error_type=sig.split(":")[0] if sig else None, error_message=f"{model} failed" if sig else None,
+        sweep_id=sweep,
+        model_id=model,
+        status=status,
+        failure_signature=sig,
+        failure_stage=stage,
+        error_type=sig.split(":")[0] if sig else None,
+        error_message=f"{model} failed" if sig else None,
         traceback=f"Traceback (most recent call last):\n{sig}" if sig else None,
-        device_type="tpu", started_at=f"{sweep[5:9]}-{sweep[9:11]}-{sweep[11:13]}T01:00:00Z",
-        versions={"torch": torch, "torch_tpu": "0.2.0", "transformers": "4.57.0"}, **extra,
+        device_type="tpu",
+        started_at=f"{sweep[5:9]}-{sweep[9:11]}-{sweep[11:13]}T01:00:00Z",
+        versions={"torch": torch, "torch_tpu": "0.2.0", "transformers": "4.57.0"},
+        **extra,
     )
 
 
@@ -58,12 +65,44 @@ def hand_counted(tmp_path_factory) -> Path:
         _rec(A, "org/m5", PASS, model_type="qwen2", num_params=20_000_000_000, load_s=4.0, reference_match=False),
     ]
     b = [
-        _rec(B, "org/m1", PASS, model_type="llama", num_params=5_000_000, load_s=1.0, first_token_s=10.0,
-             tokens_in=6, tokens_out=8, peak_host_mem_mb=100.0, reference_match=True),
-        _rec(B, "org/m2", GEN, SIG_Y, "generate", model_type="llama", num_params=500_000_000, load_s=2.0,
-             tokens_in=6, peak_host_mem_mb=300.0),
-        _rec(B, "org/m3", PASS, model_type="gpt2", num_params=None, load_s=3.0, first_token_s=30.0,
-             tokens_in=20, tokens_out=4, peak_host_mem_mb=200.0, reference_match=False),
+        _rec(
+            B,
+            "org/m1",
+            PASS,
+            model_type="llama",
+            num_params=5_000_000,
+            load_s=1.0,
+            first_token_s=10.0,
+            tokens_in=6,
+            tokens_out=8,
+            peak_host_mem_mb=100.0,
+            reference_match=True,
+        ),
+        _rec(
+            B,
+            "org/m2",
+            GEN,
+            SIG_Y,
+            "generate",
+            model_type="llama",
+            num_params=500_000_000,
+            load_s=2.0,
+            tokens_in=6,
+            peak_host_mem_mb=300.0,
+        ),
+        _rec(
+            B,
+            "org/m3",
+            PASS,
+            model_type="gpt2",
+            num_params=None,
+            load_s=3.0,
+            first_token_s=30.0,
+            tokens_in=20,
+            tokens_out=4,
+            peak_host_mem_mb=200.0,
+            reference_match=False,
+        ),
         _rec(B, "org/m4", OTHER, SIG_Z, "generate", model_type="gpt2", num_params=2_000_000_000, load_s=4.0),
         _rec(B, "org/m6", GEN, SIG_Y, "generate", model_type="qwen2", num_params=20_000_000_000),
     ]
@@ -77,35 +116,54 @@ def hand_counted(tmp_path_factory) -> Path:
     store.write_parquet(excluded[:1], data / "excluded" / f"sweep={A}" / "part-0.parquet")
     store.write_parquet(excluded[1:], data / "excluded" / f"sweep={B}" / "part-0.parquet")
     for sweep, created in ((A, "2026-12-01T00:00:00Z"), (B, "2026-12-02T00:00:00+00:00")):
-        store.atomic_write_json(data / "sweeps" / sweep / "sweep.json", {
-            "sweep_id": sweep, "name": "hand", "created_at": created, "params_file": "params/hand.yaml",
-            "settings": {"device": "tpu"}, "models": [], "versions": {}, "host": "h1"})
+        atomic_write_json(
+            data / "sweeps" / sweep / "sweep.json",
+            {  # the older (v1, "settings") shape
+                "sweep_id": sweep,
+                "name": "hand",
+                "created_at": created,
+                "params_file": "params/hand.yaml",
+                "settings": {"device": "tpu"},
+                "models": [],
+                "versions": {},
+                "host": "h1",
+            },
+        )
     return data
 
 
 def test_verdicts_and_summary_by_hand(hand_counted):
     results, excluded = store.scan(hand_counted, "results"), store.scan(hand_counted, "excluded")
-    verdicts = report_data.verdict_counts(results, B)
+    verdicts = analysis.verdict_counts(results, B)
     assert verdicts.rows() == [(PASS, 2, 0.4), (LOAD, 0, 0.0), (GEN, 2, 0.4), (OTHER, 1, 0.2)]
     # Excluded rows are counted apart and never as a failure.
-    assert report_data.sweep_summary(results, B, excluded).row(0) == (B, 5, 2, 3, 0.4, 2)
-    assert report_data.excluded_reasons(excluded, B).rows() == [
-        ("not a text-generation model", 1, ["org/enc1"]), ("too large for the device", 1, ["org/huge"])]
+    assert analysis.sweep_summary(results, B, excluded).row(0) == (B, 5, 2, 3, 0.4, 2)
+    assert analysis.excluded_reasons(excluded, B).rows() == [
+        ("not a text-generation model", 1, ["org/enc1"]),
+        ("too large for the device", 1, ["org/huge"]),
+    ]
 
 
 def test_pass_rate_breakdowns_by_hand(hand_counted):
     results = store.scan(hand_counted, "results")
-    by_type = report_data.pass_rate_by_model_type(results, B)
+    by_type = analysis.pass_rate_by_model_type(results, B)
     assert by_type.select("model_type", "models", "passed").rows() == [("gpt2", 2, 1), ("llama", 2, 1), ("qwen2", 1, 0)]
-    by_size = report_data.pass_rate_by_size(results, B)
+    by_size = analysis.pass_rate_by_size(results, B)
     assert [(str(b), m, p) for b, m, p in by_size.select("size_bucket", "models", "passed").rows()] == [
-        ("<10M", 1, 1), ("10M-1B", 1, 0), ("1-10B", 1, 0), (">10B", 1, 0), ("unknown", 1, 1)]
+        ("<10M", 1, 1),
+        ("10M-1B", 1, 0),
+        ("1-10B", 1, 0),
+        (">10B", 1, 0),
+        ("unknown", 1, 1),
+    ]
 
 
 def test_failure_signatures_by_hand(hand_counted):
-    sigs = report_data.failure_signatures(store.scan(hand_counted, "results"), B)
+    sigs = analysis.failure_signatures(store.scan(hand_counted, "results"), B)
     assert sigs.select("failure_signature", "count", "failure_stage", "status").rows() == [
-        (SIG_Y, 2, "generate", GEN), (SIG_Z, 1, "generate", OTHER)]
+        (SIG_Y, 2, "generate", GEN),
+        (SIG_Z, 1, "generate", OTHER),
+    ]
     first = sigs.row(0, named=True)
     assert first["example_models"] == ["org/m2", "org/m6"]
     assert first["error_message"] == "org/m2 failed" and first["traceback"].endswith(SIG_Y)
@@ -113,25 +171,28 @@ def test_failure_signatures_by_hand(hand_counted):
 
 def test_numeric_stats_by_hand(hand_counted):
     results = store.scan(hand_counted, "results")
-    timings = {r["metric"]: r for r in report_data.timing_stats(results, B).iter_rows(named=True)}
+    timings = {r["metric"]: r for r in analysis.timing_stats(results, B).iter_rows(named=True)}
     assert timings["load_s"]["count"] == 4 and timings["load_s"]["median"] == 2.5 and timings["load_s"]["max"] == 4.0
     assert timings["load_s"]["p90"] == pytest.approx(3.7)  # linear between 3.0 and 4.0
     assert timings["first_token_s"]["median"] == 20.0 and timings["decode_tokens_per_s"]["count"] == 0
-    tokens = {r["metric"]: r for r in report_data.token_stats(results, B).iter_rows(named=True)}
+    tokens = {r["metric"]: r for r in analysis.token_stats(results, B).iter_rows(named=True)}
     assert (tokens["tokens_in"]["count"], tokens["tokens_in"]["total"], tokens["tokens_in"]["max"]) == (3, 32.0, 20.0)
     assert (tokens["tokens_out"]["count"], tokens["tokens_out"]["mean"]) == (2, 6.0)
-    memory = {r["metric"]: r for r in report_data.memory_stats(results, B).iter_rows(named=True)}
+    memory = {r["metric"]: r for r in analysis.memory_stats(results, B).iter_rows(named=True)}
     assert (memory["peak_host_mem_mb"]["median"], memory["peak_host_mem_mb"]["max"]) == (200.0, 300.0)
     assert memory["peak_device_mem_mb"]["count"] == 0 and memory["peak_device_mem_mb"]["median"] is None
-    assert report_data.reference_agreement(results, B).select("outcome", "count").rows() == [
-        ("match", 1), ("mismatch", 1), ("not run", 3)]
-    histogram = report_data.timing_histogram(results, B, bins=3).filter(pl.col("metric") == "load_s")
+    assert analysis.reference_agreement(results, B).select("outcome", "count").rows() == [
+        ("match", 1),
+        ("mismatch", 1),
+        ("not run", 3),
+    ]
+    histogram = analysis.timing_histogram(results, B, bins=3).filter(pl.col("metric") == "load_s")
     assert histogram["count"].to_list() == [1, 1, 2] and histogram["bin_start"][0] == 1.0
 
 
 def test_diff_and_history_by_hand(hand_counted):
     results = store.scan(hand_counted, "results")
-    changes = report_data.model_changes(results, B, A)
+    changes = analysis.model_changes(results, B, A)
     assert [(m, str(c), sb, sa) for m, c, sb, sa, *_ in changes.rows()] == [
         ("org/m2", "newly failing", PASS, GEN),
         ("org/m3", "newly passing", LOAD, PASS),
@@ -139,36 +200,51 @@ def test_diff_and_history_by_hand(hand_counted):
         ("org/m6", "added", None, GEN),
         ("org/m5", "removed", PASS, None),
     ]
-    sig_changes = report_data.signature_changes(results, B, A)
-    assert [(s, str(c), n0, n1) for s, c, n0, n1 in sig_changes.rows()] == [(SIG_Z, "appeared", 0, 1), (SIG_X, "vanished", 1, 0)]
+    sig_changes = analysis.signature_changes(results, B, A)
+    assert [(s, str(c), n0, n1) for s, c, n0, n1 in sig_changes.rows()] == [
+        (SIG_Z, "appeared", 0, 1),
+        (SIG_X, "vanished", 1, 0),
+    ]
     assert report.previous_sweep(hand_counted, B) == A and report.previous_sweep(hand_counted, A) is None
-    sweeps = report_data.sweep_index(hand_counted)
-    history = report_data.pass_rate_history(results, sweeps, store.scan(hand_counted, "excluded"))
+    sweeps = analysis.sweep_index(hand_counted)
+    history = analysis.pass_rate_history(results, sweeps, store.scan(hand_counted, "excluded"))
     assert history.select("sweep_id", "models", "passed", "pass_rate", "excluded", "torch").rows() == [
-        (A, 5, 3, 0.6, 1, "2.8.0"), (B, 5, 2, 0.4, 2, "2.9.0")]
-    by_torch = report_data.pass_rate_by_version(results, "torch", sweeps)
+        (A, 5, 3, 0.6, 1, "2.8.0"),
+        (B, 5, 2, 0.4, 2, "2.9.0"),
+    ]
+    by_torch = analysis.pass_rate_by_version(results, "torch", sweeps)
     assert by_torch.select("version", "sweeps", "models", "passed", "first_sweep").rows() == [
-        ("2.8.0", 1, 5, 3, A), ("2.9.0", 1, 5, 2, B)]
-    text = report.format_diff(hand_counted, A, B)  # as `model-support diff A B` calls it
+        ("2.8.0", 1, 5, 3, A),
+        ("2.9.0", 1, 5, 2, B),
+    ]
+    text = terminal.format_diff(hand_counted, A, B)  # as `model-support diff A B` calls it
     assert "org/m2" in text and "newly failing" in text
-    assert f"{A} -> {B}: 1 newly failing, 1 newly passing, 1 status changed, 0 signature changed, 1 added, 1 removed." in text
+    assert (
+        f"{A} -> {B}: 1 newly failing, 1 newly passing, 1 status changed, 0 signature changed, 1 added, 1 removed."
+        in text
+    )
 
 
 def test_empty_data_gives_empty_tables(tmp_path):
     empty = store.scan(tmp_path, "results")
-    assert report_data.verdict_counts(empty, "x")["count"].to_list() == [0, 0, 0, 0]
-    assert report_data.sweep_summary(empty, "x", store.scan(tmp_path, "excluded")).row(0) == ("x", 0, 0, 0, None, 0)
-    for table in (report_data.failure_signatures(empty, "x"), report_data.pass_rate_by_model_type(empty, "x"),
-                  report_data.model_changes(empty, "x", "y"), report_data.timing_histogram(empty, "x"),
-                  report_data.pass_rate_history(empty), report_data.pass_rate_by_version(empty, "torch")):
+    assert analysis.verdict_counts(empty, "x")["count"].to_list() == [0, 0, 0, 0]
+    assert analysis.sweep_summary(empty, "x", store.scan(tmp_path, "excluded")).row(0) == ("x", 0, 0, 0, None, 0)
+    for table in (
+        analysis.failure_signatures(empty, "x"),
+        analysis.pass_rate_by_model_type(empty, "x"),
+        analysis.model_changes(empty, "x", "y"),
+        analysis.timing_histogram(empty, "x"),
+        analysis.pass_rate_history(empty),
+        analysis.pass_rate_by_version(empty, "torch"),
+    ):
         assert table.height == 0
-    assert report_data.token_stats(empty, "x")["count"].to_list() == [0, 0]
-    assert report_data.sweep_index(tmp_path).height == 0
+    assert analysis.token_stats(empty, "x")["count"].to_list() == [0, 0]
+    assert analysis.sweep_index(tmp_path).height == 0
     # A frame that lacks columns altogether (an old file read directly) reads them as null.
     old = pl.DataFrame({"sweep_id": ["s", "s"], "model_id": ["a", "b"], "status": [PASS, GEN]})
-    assert report_data.token_stats(old, "s")["count"].to_list() == [0, 0]
-    assert report_data.timing_stats(old, "s")["median"].to_list() == [None, None, None]
-    assert report_data.verdict_counts(old, "s")["count"].to_list() == [1, 0, 1, 0]
+    assert analysis.token_stats(old, "s")["count"].to_list() == [0, 0]
+    assert analysis.timing_stats(old, "s")["median"].to_list() == [None, None, None]
+    assert analysis.verdict_counts(old, "s")["count"].to_list() == [1, 0, 1, 0]
 
 
 def test_a_wholly_excluded_sweep_is_no_failure(hand_counted, tmp_path):
@@ -178,9 +254,11 @@ def test_a_wholly_excluded_sweep_is_no_failure(hand_counted, tmp_path):
     data = tmp_path / "data"
     shutil.copytree(hand_counted, data)
     c = "hand-20261203T000000Z"
-    store.write_parquet([schema.empty_record(sweep_id=c, model_id=m, exclusion_reason="broken stack")
-                         for m in ("org/m1", "org/m2")], data / "excluded" / f"sweep={c}" / "part-0.parquet")
-    tables = report_data.report_tables(data, c, B)
+    store.write_parquet(
+        [schema.empty_record(sweep_id=c, model_id=m, exclusion_reason="broken stack") for m in ("org/m1", "org/m2")],
+        data / "excluded" / f"sweep={c}" / "part-0.parquet",
+    )
+    tables = analysis.report_tables(data, c, B)
     assert tables["summary"].row(0) == (c, 0, 0, 0, None, 2)
     assert tables["history"]["sweep_id"].to_list() == [A, B, c]
     assert report.previous_sweep(data, c) == B
@@ -191,9 +269,11 @@ def test_a_wholly_excluded_sweep_is_no_failure(hand_counted, tmp_path):
 
 def test_unknown_sweep_id_is_one_sentence(hand_counted):
     expected = f"Unknown sweep id 'nope'; the known sweep ids are: {A}, {B}."
-    for call in (lambda: report.diff_table(hand_counted, A, "nope"),
-                 lambda: report.render_report(hand_counted, "nope"),
-                 lambda: report_data.report_tables(hand_counted, "nope")):
+    for call in (
+        lambda: terminal.diff_table(hand_counted, A, "nope"),
+        lambda: report.render_report(hand_counted, "nope"),
+        lambda: analysis.report_tables(hand_counted, "nope"),
+    ):
         with pytest.raises(ValueError) as info:
             call()
         assert str(info.value) == expected
@@ -226,12 +306,23 @@ def history(tmp_path_factory) -> dict:
 
     def plant(r):
         if r["model_id"] == fail_now:
-            r.update(status=GEN, failure_stage="generate", error_type="NotImplementedError",
-                     error_message=PLANTED_FAILURE, traceback="Traceback\n" + PLANTED_FAILURE,
-                     failure_signature="NotImplementedError: planted failure")
+            r.update(
+                status=GEN,
+                failure_stage="generate",
+                error_type="NotImplementedError",
+                error_message=PLANTED_FAILURE,
+                traceback="Traceback\n" + PLANTED_FAILURE,
+                failure_signature="NotImplementedError: planted failure",
+            )
         elif r["model_id"] == pass_now:
-            r.update(status=PASS, failure_stage=None, error_type=None, error_message=None, traceback=None,
-                     failure_signature=None)
+            r.update(
+                status=PASS,
+                failure_stage=None,
+                error_type=None,
+                error_message=None,
+                traceback=None,
+                failure_signature=None,
+            )
         return r
 
     _rewrite(next((data / "results" / f"sweep={ids[1]}").glob("*.parquet")), plant)
@@ -240,8 +331,10 @@ def history(tmp_path_factory) -> dict:
 
 def _python_diff(data: Path, a: str, b: str) -> dict[str, set]:
     """An independent count of newly failing / newly passing models, in plain Python."""
-    status = {s: {r["model_id"]: r["status"] for r in pq.read_table(data / "results" / f"sweep={s}").to_pylist()}
-              for s in (a, b)}
+    status = {
+        s: {r["model_id"]: r["status"] for r in pq.read_table(data / "results" / f"sweep={s}").to_pylist()}
+        for s in (a, b)
+    }
     common = set(status[a]) & set(status[b])
     return {
         "newly failing": {m for m in common if status[a][m] == PASS and status[b][m] != PASS},
@@ -251,12 +344,12 @@ def _python_diff(data: Path, a: str, b: str) -> dict[str, set]:
 
 def test_diff_finds_the_planted_models(history):
     data, (s0, s1, _) = history["data"], history["ids"]
-    diff = report.diff_table(data, s0, s1)
+    diff = terminal.diff_table(data, s0, s1)
     found = {c: set(diff.filter(pl.col("change") == c)["model_id"]) for c in ("newly failing", "newly passing")}
     assert found == _python_diff(data, s0, s1)
     assert history["newly_failing"] in found["newly failing"]
     assert history["newly_passing"] in found["newly passing"]
-    assert history["newly_failing"] in report.format_diff(diff, s0, s1)
+    assert history["newly_failing"] in terminal.format_diff(diff, s0, s1)
 
 
 def test_synthetic_history_matches_a_plain_count(history):
@@ -264,12 +357,14 @@ def test_synthetic_history_matches_a_plain_count(history):
     results = store.scan(data, "results")
     for sweep in ids:
         rows = pq.read_table(data / "results" / f"sweep={sweep}").to_pylist()
-        counts = report_data.verdict_counts(results, sweep)
-        assert dict(counts.select("status", "count").rows()) == {v: sum(r["status"] == v for r in rows) for v in schema.VERDICTS}
+        counts = analysis.verdict_counts(results, sweep)
+        assert dict(counts.select("status", "count").rows()) == {
+            v: sum(r["status"] == v for r in rows) for v in schema.VERDICTS
+        }
     legacy = pq.read_schema(next((data / "results" / f"sweep={ids[0]}").glob("*.parquet")))
     assert "tokens_in" not in legacy.names  # written as an older file really is
-    assert report_data.token_stats(results, ids[0])["count"].to_list() == [0, 0]
-    assert report_data.token_stats(results, ids[2])["count"].to_list()[1] > 0
+    assert analysis.token_stats(results, ids[0])["count"].to_list() == [0, 0]
+    assert analysis.token_stats(results, ids[2])["count"].to_list()[1] > 0
 
 
 def test_explorer_history_decodes_to_the_data(history):
@@ -291,7 +386,7 @@ def test_explorer_history_decodes_to_the_data(history):
 def test_report_notebook_parameters():
     import papermill
 
-    params = papermill.inspect_notebook(str(report.NOTEBOOK))
+    params = papermill.inspect_notebook(str(paths.notebook("report")))
     assert set(params) == {"sweep_id", "baseline_sweep_id", "data_dir"}
     assert all(p["inferred_type_name"] == "str" for p in params.values())
 
@@ -316,7 +411,9 @@ def test_render_report_writes_self_contained_html(rendered):
     for term in (*schema.VERDICTS, *schema.STAGES):  # the legend explains every verdict and stage
         assert f"<code>{term}</code>" in text
     assert rendered["newly_failing"] in text and rendered["newly_passing"] in text
-    assert "tokens_in" in text  # the legacy sweep's (empty) token table still renders
+    # the legacy sweep's token table still renders: its tokens_in row counts 0 values (a table cell,
+    # not the notebook's markdown that also names the column)
+    assert re.search(r'<td>tokens_in</td><td class="num">0</td>', text)
     assert (data / "reports" / "index.html").is_file()
 
 
@@ -367,7 +464,9 @@ def test_explorer_search_and_detail(browser, rendered):
     latest = {}
     for sweep in rendered["ids"]:
         for c in store.CONFIGS:
-            for m, st in store.scan(data, c).filter(pl.col("sweep_id") == sweep).select("model_id", "status").collect().rows():
+            for m, st in (
+                store.scan(data, c).filter(pl.col("sweep_id") == sweep).select("model_id", "status").collect().rows()
+            ):
                 latest[m] = st
     failing = sum(st == GEN for st in latest.values())
     assert failing > 0

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import assert_charts_drawn, offline_page
+
 from model_support import schema
 
 CLI = [sys.executable, "-m", "model_support.cli"]
@@ -19,8 +19,12 @@ CLI = [sys.executable, "-m", "model_support.cli"]
 def real_report(smoke_sweep) -> dict:
     """`model-support report` on the smoke sweep, as `make sweep` ends."""
     data_dir = Path(smoke_sweep["data_dir"])
-    run = subprocess.run([*CLI, "report", smoke_sweep["sweep_id"], "--data-dir", str(data_dir)],
-                         capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [*CLI, "report", smoke_sweep["sweep_id"], "--data-dir", str(data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     html = data_dir / "reports" / f"{smoke_sweep['sweep_id']}.html"
     assert f"report:   {html}" in run.stdout

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,15 +17,15 @@ from model_support.signatures import (  # noqa: E402
     redact,
 )
 
-#: Real error messages with group labels; shared/ sits beside the clone (DESIGN.md).
-ERROR_SAMPLES = REPO_ROOT.parent / "shared" / "data" / "error_samples.jsonl"
+#: Real error messages with group labels (docs/design.md, "Failure signatures").
+ERROR_SAMPLES = REPO_ROOT / "tests" / "data" / "error_samples.jsonl"
 
 
 @pytest.fixture(scope="module")
 def error_samples() -> list[dict]:
     """Every labelled sample; a missing file is a broken checkout, so fail rather than skip."""
     if not ERROR_SAMPLES.is_file():
-        pytest.fail(f"error samples not found at {ERROR_SAMPLES}: shared/ must sit beside the repo")
+        pytest.fail(f"error samples not found at {ERROR_SAMPLES}")
     rows = [json.loads(line) for line in ERROR_SAMPLES.read_text().splitlines() if line.strip()]
     assert rows, f"{ERROR_SAMPLES} is empty"
     return rows

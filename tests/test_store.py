@@ -8,16 +8,28 @@ import pyarrow.parquet as pq
 import pytest
 
 from model_support import schema, store
+from model_support.fileio import atomic_write_json
+from model_support.sweep_meta import ModelEntry, SweepMeta, safe_name
 
 
 def make_sweep(data_dir: Path, sweep_id: str, statuses: dict[str, str], excluded: dict | None = None):
-    store.atomic_write_json(store.sweep_dir(data_dir, sweep_id) / "sweep.json", {
-        "sweep_id": sweep_id, "created_at": "2026-12-01T00:00:00+00:00",
-        "models": [{"model_id": m} for m in statuses], "excluded": excluded or {},
-    })
+    SweepMeta(
+        sweep_id=sweep_id,
+        name="t",
+        created_at="2026-12-01T00:00:00+00:00",
+        probe={},
+        models=[ModelEntry(m) for m in statuses],
+        excluded=excluded or {},
+    ).write(store.sweep_dir(data_dir, sweep_id))
     for i, (model_id, status) in enumerate(statuses.items()):
-        record = schema.empty_record(sweep_id=sweep_id, model_id=model_id, status=status, tokens_in=5 + i,
-                                     tokens_out=8, versions={"torch": "2.13.0"})
+        record = schema.empty_record(
+            sweep_id=sweep_id,
+            model_id=model_id,
+            status=status,
+            tokens_in=5 + i,
+            tokens_out=8,
+            versions={"torch": "2.13.0"},
+        )
         store.store_result(data_dir, sweep_id, record, None, "log\n")
 
 
@@ -30,7 +42,9 @@ def test_records_compact_to_parquet_with_the_declared_schema(tmp_path):
     assert rows["status"].to_list() == ["PASS", "FAIL(gen)"]
     assert rows["tokens_in"].to_list() == [5, 6]
     excluded = store.scan(tmp_path, "excluded").collect()
-    assert excluded["model_id"].to_list() == ["org/c"] and excluded["exclusion_reason"].to_list() == ["not a text model"]
+    assert excluded["model_id"].to_list() == ["org/c"] and excluded["exclusion_reason"].to_list() == [
+        "not a text model"
+    ]
 
 
 def test_old_files_without_token_columns_read_as_null(tmp_path):
@@ -65,7 +79,9 @@ def test_exclude_and_include_a_whole_sweep_lose_no_row(tmp_path):
     assert store.set_exclusion(tmp_path, "s1", "broken libtpu build") == (0, 3)
     excluded = store.scan(tmp_path, "excluded").collect()
     assert sorted(excluded["model_id"].to_list()) == ["org/a", "org/b", "org/c"]
-    assert excluded.filter(pl.col("status").is_not_null())["exclusion_reason"].unique().to_list() == ["broken libtpu build"]
+    assert excluded.filter(pl.col("status").is_not_null())["exclusion_reason"].unique().to_list() == [
+        "broken libtpu build"
+    ]
     assert store.scan(tmp_path).collect().height == 0
     assert store.set_exclusion(tmp_path, "s1", None) == (2, 1)
     after = store.scan(tmp_path).collect().sort("model_id")
@@ -79,7 +95,7 @@ def test_unknown_sweep_is_one_sentence(tmp_path):
 
 
 def test_atomic_write_leaves_no_temporary_files(tmp_path):
-    store.atomic_write_json(tmp_path / "r.json", {"a": 1})
+    atomic_write_json(tmp_path / "r.json", {"a": 1})
     assert json.loads((tmp_path / "r.json").read_text()) == {"a": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
 
@@ -92,5 +108,5 @@ def test_schema_refuses_unknown_fields_and_verdicts():
 
 
 def test_safe_names_are_file_names():
-    assert store.safe_name("meta-llama/Llama-3.2-1B") == "meta-llama__Llama-3.2-1B"
-    assert "/" not in store.safe_name("/abs/path/to/model") and len(store.safe_name("x/" * 200)) <= 120
+    assert safe_name("meta-llama/Llama-3.2-1B") == "meta-llama__Llama-3.2-1B"
+    assert "/" not in safe_name("/abs/path/to/model") and len(safe_name("x/" * 200)) <= 120

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -15,6 +14,8 @@ import pytest
 import yaml
 
 from model_support import params, schema, store, sweep
+from model_support.errors import UserError
+from model_support.model_ids import display_name
 
 REPO = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "model_support.cli"]
@@ -23,12 +24,12 @@ CLI = [sys.executable, "-m", "model_support.cli"]
 def test_smoke_sweep_publishes_one_row_per_fixture(smoke_sweep, fixture_models):
     data_dir = Path(smoke_sweep["data_dir"])
     meta = store.read_sweep(data_dir, smoke_sweep["sweep_id"])
-    assert meta["versions"]["torch"] and meta["probe"]["device"] == "cpu"
+    assert meta.versions["torch"] and meta.probe["device"] == "cpu" and meta.version == 2
     rows = store.scan(data_dir).collect()
-    names = sorted(Path(m).name for m in rows["model_id"].to_list())
+    names = sorted(display_name(m) for m in rows["model_id"].to_list())
     assert names == sorted(fixture_models)  # every fixture, once
     expected = {n: e["expect"]["status"] for n, e in fixture_models.items()}
-    assert {Path(m).name: s for m, s in rows.select("model_id", "status").iter_rows()} == expected
+    assert {display_name(m): s for m, s in rows.select("model_id", "status").iter_rows()} == expected
     assert rows["sweep_id"].unique().to_list() == [smoke_sweep["sweep_id"]]
 
 
@@ -38,12 +39,19 @@ def test_datasets_loads_the_real_sweep(smoke_sweep):
     results = datasets.load_dataset(smoke_sweep["data_dir"], "results", split="train")
     assert results.num_rows == smoke_sweep["total"]
     assert set(results["status"]) <= set(schema.VERDICTS)
-    datasets.load_dataset(smoke_sweep["data_dir"], "excluded", split="train")
+    excluded = datasets.load_dataset(smoke_sweep["data_dir"], "excluded", split="train")
+    assert excluded["model_id"] == ["google-t5/t5-small"]  # excluded before running, with its reason
+    assert excluded["exclusion_reason"] == ["encoder-decoder, not a causal text-generation model"]
+    assert excluded["status"] == [None]  # never a verdict
 
 
 def test_a_hanging_model_is_stopped_at_its_timeout(smoke_sweep, fixture_models):
     record = smoke_sweep["by_name"]["fail-hang"]
-    assert (record["status"], record["failure_stage"], record["error_type"]) == (schema.FAIL_OTHER, "runner", "ProbeTimeout")
+    assert (record["status"], record["failure_stage"], record["error_type"]) == (
+        schema.FAIL_OTHER,
+        "runner",
+        "ProbeTimeout",
+    )
     timeout = fixture_models["fail-hang"]["timeout_s"]
     assert f"{timeout:g} s" in record["error_message"]
     assert record["duration_s"] < timeout + 60
@@ -51,7 +59,11 @@ def test_a_hanging_model_is_stopped_at_its_timeout(smoke_sweep, fixture_models):
 
 def test_a_kernel_that_kills_itself_still_yields_a_record(smoke_sweep):
     record = smoke_sweep["by_name"]["fail-kernel-death"]
-    assert (record["status"], record["failure_stage"], record["error_type"]) == (schema.FAIL_OTHER, "runner", "DeadKernelError")
+    assert (record["status"], record["failure_stage"], record["error_type"]) == (
+        schema.FAIL_OTHER,
+        "runner",
+        "DeadKernelError",
+    )
     assert "SIGKILL" in record["error_message"]
     assert "log tail" in record["traceback"]
 
@@ -59,7 +71,9 @@ def test_a_kernel_that_kills_itself_still_yields_a_record(smoke_sweep):
 def small_params(tmp_path: Path, fixture_models: dict, names: list[str], **extra) -> Path:
     models = [fixture_models[n]["path"] for n in names]
     path = tmp_path / "small.yaml"
-    path.write_text(yaml.safe_dump({"name": "small", "probe": {"device": "cpu", "reference": "none"}, "models": models, **extra}))
+    path.write_text(
+        yaml.safe_dump({"name": "small", "probe": {"device": "cpu", "reference": "none"}, "models": models, **extra})
+    )
     return path
 
 
@@ -70,7 +84,7 @@ def test_ray_executor_matches_local_row_for_row(smoke_sweep, fixture_models, tmp
     definition.probe["reference"] = "cpu"  # same settings as the smoke sweep
     summary = sweep.run(definition, tmp_path / "data", workers=2, executor="ray")
     assert summary["executor"] == "ray"
-    ray_rows = {Path(r["model_id"]).name: r for r in store.read_records(tmp_path / "data", summary["sweep_id"])}
+    ray_rows = {display_name(r["model_id"]): r for r in store.read_records(tmp_path / "data", summary["sweep_id"])}
     assert sorted(ray_rows) == sorted(names)
     for name in names:
         local = smoke_sweep["by_name"][name]
@@ -101,13 +115,17 @@ def records_in(data_dir: Path) -> int:
     return len(list((folder / "records").glob("*.json"))) if folder else 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kill_point", ["after-sweep-json", "after-first-record", "after-last-record"])
 def test_resume_after_sigkill_loses_and_duplicates_nothing(fixture_models, tmp_path, kill_point):
     names = ["fail-missing-weights", "tiny-gpt2"]
     params_file = small_params(tmp_path, fixture_models, names)
     data_dir = tmp_path / "data"
-    runner = subprocess.Popen([*CLI, "sweep", str(params_file), "--data-dir", str(data_dir), "--workers", "1", "--no-report"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    runner = subprocess.Popen(
+        [*CLI, "sweep", str(params_file), "--data-dir", str(data_dir), "--workers", "1", "--no-report"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     condition = {
         "after-sweep-json": lambda: the_sweep_dir(data_dir) is not None,
         "after-first-record": lambda: records_in(data_dir) >= 1,
@@ -118,12 +136,16 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(fixture_models, tmp_p
     runner.wait()
     sweep_id = the_sweep_dir(data_dir).name
     done_before = records_in(data_dir)
-    resumed = subprocess.run([*CLI, "sweep", "--resume", sweep_id, "--data-dir", str(data_dir), "--no-report"],
-                             capture_output=True, text=True, timeout=600)
+    resumed = subprocess.run(
+        [*CLI, "sweep", "--resume", sweep_id, "--data-dir", str(data_dir), "--no-report"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"{len(names) - done_before} probed now" in resumed.stdout
     rows = store.scan(data_dir).collect()
-    assert sorted(Path(m).name for m in rows["model_id"].to_list()) == sorted(names)
+    assert sorted(display_name(m) for m in rows["model_id"].to_list()) == sorted(names)
     assert rows.filter(pl.col("status").is_null()).height == 0
     leftovers = [p for p in store.sweep_dir(data_dir, sweep_id).rglob("*.tmp")]
     assert not leftovers
@@ -134,6 +156,7 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(fixture_models, tmp_p
     assert not orphans
 
 
+@pytest.mark.slow
 def test_two_sweeps_into_one_data_dir_at_once(fixture_models, tmp_path):
     data_dir = tmp_path / "data"
     (tmp_path / "a").mkdir()
@@ -141,9 +164,16 @@ def test_two_sweeps_into_one_data_dir_at_once(fixture_models, tmp_path):
     first = small_params(tmp_path / "a", fixture_models, ["tiny-opt"])
     second = small_params(tmp_path / "b", fixture_models, ["fail-unknown-model-type"])
     # a relative --data-dir, as `make sweep` passes it: probe kernels run in their own folders
-    runs = [subprocess.Popen([*CLI, "sweep", str(p), "--data-dir", "data", "--workers", "1", "--no-report"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-            for p in (first, second)]
+    runs = [
+        subprocess.Popen(
+            [*CLI, "sweep", str(p), "--data-dir", "data", "--workers", "1", "--no-report"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+        )
+        for p in (first, second)
+    ]
     for run in runs:
         out, err = run.communicate(timeout=600)
         assert run.returncode == 0, err[-3000:]
@@ -157,7 +187,7 @@ def test_two_sweeps_into_one_data_dir_at_once(fixture_models, tmp_path):
 def test_a_second_runner_on_the_same_sweep_is_refused(tmp_path):
     folder = tmp_path / "sweeps" / "s"
     with sweep.SweepLock(folder):
-        with pytest.raises(params.SweepConfigError, match="another running sweep"):
+        with pytest.raises(UserError, match="another running sweep"):
             with sweep.SweepLock(folder):
                 pass
 
@@ -166,8 +196,9 @@ def test_cli_refuses_bad_params_with_one_sentence(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nmodels: [a]\nprobe: {max_new_tokenz: 3}\n")
     run = subprocess.run([*CLI, "sweep", str(bad), "--data-dir", str(tmp_path)], capture_output=True, text=True)
-    assert run.returncode == 2
-    assert run.stderr.count("\n") == 1 and "'max_new_tokenz'" in run.stderr and "Traceback" not in run.stderr
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    error = run.stderr.strip().splitlines()[-1]
+    assert error.startswith("Error: ") and "'max_new_tokenz'" in error
     assert not (tmp_path / "sweeps").exists()  # validated before anything ran
 
 
@@ -187,7 +218,7 @@ def test_every_cli_command_has_help():
 def test_smoke_params_list_every_fixture_with_its_overrides(fixture_models, monkeypatch):
     monkeypatch.chdir(REPO)
     definition = params.load(REPO / "params" / "smoke.yaml")
-    listed = {Path(m.model_id).name: m for m in definition.models}
+    listed = {display_name(m.model_id): m for m in definition.models}
     assert sorted(listed) == sorted(fixture_models)
     for name, entry in fixture_models.items():
         assert listed[name].overrides == entry["overrides"], name
@@ -195,8 +226,13 @@ def test_smoke_params_list_every_fixture_with_its_overrides(fixture_models, monk
 
 
 def test_push_offline_says_so_in_one_sentence(smoke_sweep):
-    run = subprocess.run([*CLI, "push", "someone/model-support-sweeps", "--data-dir", smoke_sweep["data_dir"]],
-                         capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=120)
+    run = subprocess.run(
+        [*CLI, "push", "someone/model-support-sweeps", "--data-dir", smoke_sweep["data_dir"]],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        timeout=120,
+    )
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert "needs network access" in run.stderr and run.stderr.count("\n") == 1
 
@@ -207,5 +243,7 @@ def test_aggregate_notebook_gives_the_same_bytes_as_the_cli(smoke_sweep, tmp_pat
     data_dir = Path(smoke_sweep["data_dir"])
     path = store.parquet_file(data_dir, "results", smoke_sweep["sweep_id"])
     before = path.read_bytes()
-    run_notebook("aggregate.ipynb", tmp_path / "aggregate.ipynb", sweep_id=smoke_sweep["sweep_id"], data_dir=str(data_dir))
+    run_notebook(
+        "aggregate.ipynb", tmp_path / "aggregate.ipynb", sweep_id=smoke_sweep["sweep_id"], data_dir=str(data_dir)
+    )
     assert path.read_bytes() == before

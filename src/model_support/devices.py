@@ -4,7 +4,7 @@ Everything device-specific the probe needs goes through an adapter: the torch de
 synchronize (so timings are honest), peak device memory (with the source it came from, or null when
 nothing trustworthy exists), the device's name and count, and compilation-cache statistics where
 the backend offers them. The tpu adapter uses torch_tpu 0.2.0 through ``torch.accelerator``
-(``torch.tpu.is_available`` and friends are internal in 0.2.0; see shared/TORCH_TPU.md).
+(``torch.tpu.is_available`` and friends are internal in 0.2.0; see docs/torch_tpu.md).
 
 Why ``prepare_environment``: with torch_tpu installed, ``import torch`` autoloads it through torch's
 device-backend entry point, which costs ~8 s and ~300 MB per process even on a machine with no TPU.
@@ -16,9 +16,12 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
+import subprocess
+import sys
 from dataclasses import dataclass
 
-DEVICE_CHOICES = ("auto", "cpu", "cuda", "tpu")
+from .probe_params import DEVICES as DEVICE_CHOICES
+
 AUTOLOAD_VAR = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 
 
@@ -182,9 +185,7 @@ def _tpu() -> TpuAdapter:
         )
     accelerator = torch.accelerator.current_accelerator()
     if accelerator is None or accelerator.type != "tpu":
-        raise DeviceUnavailable(
-            f"Device 'tpu' was requested but the current accelerator is {accelerator}, not a TPU."
-        )
+        raise DeviceUnavailable(f"Device 'tpu' was requested but the current accelerator is {accelerator}, not a TPU.")
     return TpuAdapter()
 
 
@@ -233,3 +234,34 @@ def visible_device_count(device: str) -> int:
             return len([d for d in visible.split(",") if d.strip()])
         return len(glob.glob("/dev/nvidia[0-9]*"))
     return 1
+
+
+def check_available(device: str) -> str | None:
+    """None when ``device`` can be used here, else the one sentence a probe would record.
+
+    Checked in a short-lived child process: the runner itself must not import torch_tpu (it would
+    hold the TPU chip that the probes need) nor create a CUDA context. cpu and auto always work."""
+    if device in ("cpu", "auto"):
+        return None
+    if device not in DEVICE_CHOICES:
+        return f"Unknown device {device!r}; choose one of {', '.join(DEVICE_CHOICES)}."
+    env = dict(os.environ)
+    if device != "tpu":
+        env.setdefault(AUTOLOAD_VAR, "0")
+    done = subprocess.run(
+        [sys.executable, "-m", "model_support.devices", device], capture_output=True, text=True, env=env, timeout=300
+    )
+    lines = done.stdout.strip().splitlines()
+    if done.returncode == 0 and lines and lines[-1] == "ok":
+        return None
+    if lines:
+        return lines[-1]
+    return f"Device {device!r} could not be checked: {(done.stderr.strip().splitlines() or ['no output'])[-1]}"
+
+
+if __name__ == "__main__":  # python -m model_support.devices DEVICE: "ok", or the sentence why not
+    try:
+        resolve(sys.argv[1])
+        print("ok")
+    except DeviceUnavailable as exc:
+        print(exc)

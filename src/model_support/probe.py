@@ -15,31 +15,21 @@ import resource
 import time
 from pathlib import Path
 
-from . import devices, probe_core, provenance, schema, store
+from . import devices, display, probe_core, probe_params, provenance, schema
+from .fileio import atomic_write_json
+from .model_ids import portable_id
 from .repro import repro_script
-from .signatures import failure_signature, redact
+from .signatures import failure_signature, redact_record
 
-#: The output metadata key under which the record is stored in an executed notebook.
-NOTEBOOK_KEY = "model_support"
-
-DEFAULTS = {
-    "revision": "",
-    "device": "auto",
-    "dtype": "bfloat16",
-    "prompt": probe_core.DEFAULT_PROMPT,
-    "max_new_tokens": 8,
-    "chat_template": "auto",
-    "trust_remote_code": False,
-    "reference": "cpu",
-    "reference_max_params": 3_000_000_000,
-    "seed": 0,
-}
-CHAT_TEMPLATE_CHOICES = ("auto", "none", "required")
-REFERENCE_CHOICES = ("cpu", "none")
+#: The flag under which the record is stored in an executed notebook (``display.read_tagged``).
+RECORD_FLAG = "record"
+#: Probe parameters that are not settings of the probe itself.
+_NOT_SETTINGS = ("model_id", "record_path", "sweep_id", "notebook_path")
+DEFAULTS = {k: v for k, v in probe_params.defaults().items() if k not in _NOT_SETTINGS}
 
 
 def _now_iso() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 def _peak_host_mb() -> float:
@@ -48,13 +38,13 @@ def _peak_host_mb() -> float:
 
 def record_failure(record: dict, stage: str, exc: BaseException, status: str | None = None) -> dict:
     """Fill the failure fields of ``record`` from an exception raised in ``stage``."""
-    message = redact(str(exc))
+    message = str(exc)
     record.update(
         status=status or probe_core.classify(stage, exc),
         failure_stage=stage,
         error_type=type(exc).__name__,
         error_message=message[:4000],
-        traceback=redact(probe_core.trimmed_traceback(exc)),
+        traceback=probe_core.trimmed_traceback(exc),
         failure_signature=failure_signature(type(exc).__name__, message),
     )
     return record
@@ -93,21 +83,37 @@ def run_reference(record: dict, settings: dict) -> None:
     ref_dtype = _reference_dtype(record["device_type"], settings["dtype"])
     record["reference_device"] = f"cpu:{ref_dtype}"
     ref = probe_core.run_stages(
-        model_id=settings["model_id"], revision=settings["revision"], dtype=ref_dtype,
-        prompt=settings["prompt"], max_new_tokens=settings["max_new_tokens"],
-        chat_template=settings["chat_template"], trust_remote_code=settings["trust_remote_code"],
-        seed=settings["seed"], device=torch.device("cpu"),
+        model_id=settings["model_id"],
+        revision=settings["revision"],
+        dtype=ref_dtype,
+        prompt=settings["prompt"],
+        max_new_tokens=settings["max_new_tokens"],
+        chat_template=settings["chat_template"],
+        trust_remote_code=settings["trust_remote_code"],
+        seed=settings["seed"],
+        device=torch.device("cpu"),
     )
     if ref["status"] != probe_core.PASS:
         exc = ref["exception"]
-        record["reference_note"] = redact(f"reference failed at {ref['failure_stage']}: {type(exc).__name__}: {exc}")[:2000]
+        record["reference_note"] = f"reference failed at {ref['failure_stage']}: {type(exc).__name__}: {exc}"[:2000]
         return
     record["reference_match"] = ref["output_token_ids"] == record["output_token_ids"]
     record["first_divergence"] = first_divergence(record["output_token_ids"], ref["output_token_ids"])
 
 
+def machine_paths(source: str) -> dict[str, str]:
+    """A local model folder's paths (as given and resolved) -> its portable id, for scrubbing."""
+    if portable_id(source) == source:
+        return {}
+    return {str(Path(source).expanduser().resolve()): portable_id(source), source: portable_id(source)}
+
+
 def run_probe(model_id: str, record_path: str = "", sweep_id: str = "", notebook_path: str = "", **overrides) -> dict:
-    """Probe one model and return its record (also written to ``record_path`` when given)."""
+    """Probe one model and return its record (also written to ``record_path`` when given).
+
+    A bad parameter value is this run's outcome (FAIL(other) at stage runner, with the one sentence
+    that names it): a notebook always ends with a verdict. Sweeps refuse such values before any
+    model runs."""
     unknown = sorted(set(overrides) - set(DEFAULTS))
     if unknown:
         raise TypeError(f"unknown probe parameter(s): {', '.join(unknown)}; accepted: {', '.join(DEFAULTS)}")
@@ -117,54 +123,70 @@ def run_probe(model_id: str, record_path: str = "", sweep_id: str = "", notebook
 
     hf_logging.disable_progress_bar()  # per-shard progress bars only clutter notebooks and sweep logs
     record = schema.empty_record(
-        sweep_id=sweep_id or None, model_id=model_id, revision=settings["revision"] or None,
-        prompt=settings["prompt"], max_new_tokens=settings["max_new_tokens"], dtype=settings["dtype"],
-        seed=settings["seed"], trust_remote_code=settings["trust_remote_code"],
-        versions=provenance.versions(), host=provenance.host(), started_at=_now_iso(),
+        sweep_id=sweep_id or None,
+        model_id=portable_id(model_id),
+        revision=settings["revision"] or None,
+        prompt=settings["prompt"],
+        max_new_tokens=settings["max_new_tokens"],
+        dtype=settings["dtype"],
+        seed=settings["seed"],
+        trust_remote_code=settings["trust_remote_code"],
+        versions=provenance.versions(),
+        host=provenance.host(),
+        started_at=_now_iso(),
         notebook_path=notebook_path or None,
     )
     try:
         _probe(record, settings, sweep_id)
-    except Exception as exc:  # a harness bug must still yield a record, never a lost model
+    except Exception as exc:  # noqa: BLE001 a harness bug must still yield a record, never a lost model
         record_failure(record, "runner", exc, status=schema.FAIL_OTHER)
     record["duration_s"] = time.perf_counter() - started
-    for key, value in record.items():
-        if isinstance(value, str):
-            record[key] = redact(value)
-    schema.check_record(record)
+    schema.check_record(redact_record(record, machine_paths(model_id)))
     if record_path:
-        store.atomic_write_json(Path(record_path), record)
+        atomic_write_json(Path(record_path), record)
     return record
 
 
-def _check_settings(settings: dict) -> None:
-    if settings["chat_template"] not in CHAT_TEMPLATE_CHOICES:
-        raise ValueError(f"chat_template={settings['chat_template']!r}; choose one of {', '.join(CHAT_TEMPLATE_CHOICES)}")
-    if settings["reference"] not in REFERENCE_CHOICES:
-        raise ValueError(f"reference={settings['reference']!r}; choose one of {', '.join(REFERENCE_CHOICES)}")
-
-
 def _probe(record: dict, settings: dict, sweep_id: str) -> None:
-    _check_settings(settings)
     try:
+        probe_params.check({k: v for k, v in settings.items() if k in probe_params.BY_NAME})
         adapter = devices.resolve(settings["device"])
-    except devices.DeviceUnavailable as exc:
+    except (probe_params.ParameterError, devices.DeviceUnavailable) as exc:
         record["device_type"] = settings["device"]
         record_failure(record, "runner", exc, status=schema.FAIL_OTHER)
         return
     record.update(device_type=adapter.type, device_name=adapter.device_name(), device_count=adapter.device_count())
-    record["repro_script"] = repro_script({**settings, "device": adapter.type}, sweep_id or None)
+    record["repro_script"] = repro_script(
+        {**settings, "device": adapter.type, "model_id": record["model_id"]}, sweep_id or None
+    )
     adapter.reset_peak_memory()
     result = probe_core.run_stages(
-        model_id=settings["model_id"], revision=settings["revision"], dtype=settings["dtype"],
-        prompt=settings["prompt"], max_new_tokens=settings["max_new_tokens"],
-        chat_template=settings["chat_template"], trust_remote_code=settings["trust_remote_code"],
-        seed=settings["seed"], device=adapter.torch_device,
+        model_id=settings["model_id"],
+        revision=settings["revision"],
+        dtype=settings["dtype"],
+        prompt=settings["prompt"],
+        max_new_tokens=settings["max_new_tokens"],
+        chat_template=settings["chat_template"],
+        trust_remote_code=settings["trust_remote_code"],
+        seed=settings["seed"],
+        device=adapter.torch_device,
         synchronize=adapter.synchronize if adapter.type != "cpu" else None,
     )
-    for key in ("model_type", "architectures", "num_params", "chat_template_used", "tokens_in", "tokens_out",
-                "output_token_ids", "generated_text", "failed_step", "load_s", "first_token_s", "generate_s",
-                "decode_tokens_per_s"):
+    for key in (
+        "model_type",
+        "architectures",
+        "num_params",
+        "chat_template_used",
+        "tokens_in",
+        "tokens_out",
+        "output_token_ids",
+        "generated_text",
+        "failed_step",
+        "load_s",
+        "first_token_s",
+        "generate_s",
+        "decode_tokens_per_s",
+    ):
         record[key] = result[key]
     record["peak_host_mem_mb"] = _peak_host_mb()
     record["peak_device_mem_mb"], record["device_mem_source"] = adapter.peak_memory_mb()
@@ -180,9 +202,6 @@ def _probe(record: dict, settings: dict, sweep_id: str) -> None:
 
 def summary_html(record: dict) -> str:
     """The verdict, the generated text and the timings at a glance."""
-    import html
-
-    colour = "#1a7f37" if record["status"] == schema.PASS else "#cf222e"
 
     def fmt(value, unit=""):
         if value is None:
@@ -190,44 +209,37 @@ def summary_html(record: dict) -> str:
         return f"{value:.3f}{unit}" if isinstance(value, float) else f"{value}{unit}"
 
     rows = [
-        ("model", record["model_id"]), ("device", f"{record['device_type']} ({record['device_name']})"),
-        ("stage", record["failure_stage"]), ("error", f"{record['error_type']}: {record['error_message']}" if record["error_type"] else None),
+        ("model", record["model_id"]),
+        ("device", f"{record['device_type']} ({record['device_name']})"),
+        ("stage", record["failure_stage"]),
+        ("error", f"{record['error_type']}: {record['error_message']}" if record["error_type"] else None),
         ("generated", repr(record["generated_text"]) if record["generated_text"] is not None else None),
         ("tokens in / out", f"{record['tokens_in']} / {record['tokens_out']}"),
-        ("load", fmt(record["load_s"], " s")), ("first token (incl. compile)", fmt(record["first_token_s"], " s")),
-        ("generate", fmt(record["generate_s"], " s")), ("decode", fmt(record["decode_tokens_per_s"], " tok/s")),
-        ("peak host / device memory", f"{fmt(record['peak_host_mem_mb'], ' MB')} / {fmt(record['peak_device_mem_mb'], ' MB')}"),
-        ("CPU reference", f"{record['reference_device']}: match={record['reference_match']}, first divergence={record['first_divergence']}"
-         if record["reference_device"] else record["reference_note"]),
+        ("load", fmt(record["load_s"], " s")),
+        ("first token (incl. compile)", fmt(record["first_token_s"], " s")),
+        ("generate", fmt(record["generate_s"], " s")),
+        ("decode", fmt(record["decode_tokens_per_s"], " tok/s")),
+        (
+            "peak host / device memory",
+            f"{fmt(record['peak_host_mem_mb'], ' MB')} / {fmt(record['peak_device_mem_mb'], ' MB')}",
+        ),
+        (
+            "CPU reference",
+            f"{record['reference_device']}: match={record['reference_match']}, "
+            f"first divergence={record['first_divergence']}"
+            if record["reference_device"]
+            else record["reference_note"],
+        ),
     ]
-    body = "".join(
-        f"<tr><th style='text-align:left'>{html.escape(k)}</th><td style='text-align:left'>{html.escape(str(v))}</td></tr>"
-        for k, v in rows if v is not None
-    )
-    return f"<h2 style='color:{colour}'>{html.escape(record['status'] or '?')}</h2><table>{body}</table>"
+    status = record["status"] or "?"
+    return display.kv_table(rows, title=status, color=display.verdict_color(record["status"]))
 
 
 def show(record: dict):
     """Display the summary and store the full record in the output, tagged so readers find it."""
-    from IPython.display import display
-
-    display(
-        {"text/html": summary_html(record), "application/json": record, "text/plain": f"{record['status']} {record['model_id']}"},
-        raw=True,
-        metadata={NOTEBOOK_KEY: {"record": True}},
-    )
+    display.show_tagged(RECORD_FLAG, summary_html(record), record, f"{record['status']} {record['model_id']}")
 
 
 def record_from_notebook(path: Path) -> dict | None:
-    """The record an executed probe notebook holds (notebook metadata first, then the tagged output)."""
-    import nbformat
-
-    nb = nbformat.read(str(path), as_version=4)
-    stored = nb.metadata.get(NOTEBOOK_KEY, {}).get("record")
-    if stored:
-        return dict(stored)
-    for cell in nb.cells:
-        for output in cell.get("outputs", []):
-            if output.get("metadata", {}).get(NOTEBOOK_KEY, {}).get("record"):
-                return dict(output["data"]["application/json"])
-    return None
+    """The record an executed probe notebook holds."""
+    return display.read_tagged(path, RECORD_FLAG)

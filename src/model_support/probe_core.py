@@ -25,11 +25,13 @@ class NoChatTemplate(ValueError):
 def is_oom(exc):
     """Out of memory, on the device or the host, whatever raised it."""
     text = f"{type(exc).__name__}: {exc}".lower()
-    return isinstance(exc, MemoryError) or "outofmemory" in text or "out of memory" in text or "resource_exhausted" in text
+    return (
+        isinstance(exc, MemoryError) or "outofmemory" in text or "out of memory" in text or "resource_exhausted" in text
+    )
 
 
 def classify(stage, exc):
-    """The verdict for an exception raised in ``stage`` (DESIGN.md): OOM is always FAIL(other)."""
+    """The verdict for an exception raised in ``stage`` (docs/design.md): OOM is always FAIL(other)."""
     if is_oom(exc):
         return FAIL_OTHER
     return STAGE_VERDICT.get(stage, FAIL_OTHER)
@@ -38,7 +40,7 @@ def classify(stage, exc):
 def trimmed_traceback(exc, max_lines=60):
     lines = "".join(_traceback.format_exception(type(exc), exc, exc.__traceback__)).splitlines()
     if len(lines) > max_lines:
-        lines = lines[:10] + [f"... ({len(lines) - max_lines} lines trimmed) ..."] + lines[-(max_lines - 11):]
+        lines = lines[:10] + [f"... ({len(lines) - max_lines} lines trimmed) ..."] + lines[-(max_lines - 11) :]
     return "\n".join(lines)
 
 
@@ -120,23 +122,49 @@ def generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, device
             pad_token_id=pad,
             streamer=timer,
         )
-    return output[0, input_ids.shape[1]:].tolist()
+    return output[0, input_ids.shape[1] :].tolist()
 
 
-def run_stages(model_id, revision="", dtype="bfloat16", prompt=DEFAULT_PROMPT, max_new_tokens=8,
-               chat_template="auto", trust_remote_code=False, seed=0, device="cpu", synchronize=None,
-               keep_model=False):
+def run_stages(
+    model_id,
+    revision="",
+    dtype="bfloat16",
+    prompt=DEFAULT_PROMPT,
+    max_new_tokens=8,
+    chat_template="auto",
+    trust_remote_code=False,
+    seed=0,
+    device="cpu",
+    synchronize=None,
+    keep_model=False,
+):
     """Load, template, generate, each guarded: every exception lands in the result with its stage.
 
     Returns a dict with status, failure_stage, exception (the object), token counts and ids, the
     generated text, timings, and what was learned about the model."""
     import torch
 
-    result = {"status": None, "failure_stage": None, "exception": None, "model_type": None,
-              "architectures": None, "num_params": None, "chat_template_used": None, "tokens_in": None,
-              "tokens_out": None, "output_token_ids": None, "generated_text": None, "failed_step": None,
-              "load_s": None, "first_token_s": None, "generate_s": None, "decode_tokens_per_s": None,
-              "input_ids": None, "model": None, "tokenizer": None}
+    result = {
+        "status": None,
+        "failure_stage": None,
+        "exception": None,
+        "model_type": None,
+        "architectures": None,
+        "num_params": None,
+        "chat_template_used": None,
+        "tokens_in": None,
+        "tokens_out": None,
+        "output_token_ids": None,
+        "generated_text": None,
+        "failed_step": None,
+        "load_s": None,
+        "first_token_s": None,
+        "generate_s": None,
+        "decode_tokens_per_s": None,
+        "input_ids": None,
+        "model": None,
+        "tokenizer": None,
+    }
     stage = "load"
     try:
         start = time.perf_counter()
@@ -170,7 +198,7 @@ def run_stages(model_id, revision="", dtype="bfloat16", prompt=DEFAULT_PROMPT, m
         result["status"] = PASS
         if keep_model:
             result["model"], result["tokenizer"] = model, tokenizer
-    except Exception as exc:  # every failure is the result, classified by its stage
+    except Exception as exc:  # noqa: BLE001 every failure is the result, classified by its stage
         result["status"] = classify(stage, exc)
         result["failure_stage"] = stage
         result["exception"] = exc

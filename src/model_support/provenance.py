@@ -11,11 +11,9 @@ import platform
 import socket
 import subprocess
 from importlib import metadata
-from pathlib import Path
 
 from . import __version__
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from .paths import checkout_root
 
 PACKAGES = ("torch", "torch_tpu", "libtpu", "transformers", "tokenizers", "accelerate")
 
@@ -30,20 +28,21 @@ def package_version(name: str) -> str | None:
 @functools.cache
 def git_commit() -> str | None:
     """The commit of the checkout this package was imported from (null for a non-git install)."""
-    if not (REPO_ROOT / ".git").exists():
+    root = checkout_root()
+    if root is None:
         return None
     try:
-        out = subprocess.run(
-            ["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
-        )
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
     commit = out.stdout.strip()
     if out.returncode != 0 or not commit:
         return None
     dirty = subprocess.run(
-        ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"],
-        capture_output=True, text=True, timeout=10,
+        ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+        timeout=10,
     ).stdout.strip()
     return commit + ("-dirty" if dirty else "")
 

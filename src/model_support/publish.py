@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .params import transport_errors
+from .errors import UserError
+from .hub_fetch import classify
 
 
-class PushError(RuntimeError):
+class PushError(UserError):
     """Pushing failed; the message says why in one sentence."""
 
 
@@ -24,11 +25,15 @@ def push(data_dir: Path, repo_id: str, private: bool = True) -> str:
     try:
         api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
         commit = api.upload_folder(
-            folder_path=str(data_dir), repo_id=repo_id, repo_type="dataset",
+            folder_path=str(data_dir),
+            repo_id=repo_id,
+            repo_type="dataset",
             allow_patterns=["README.md", "results/**/*.parquet", "excluded/**/*.parquet"],
             commit_message="model-support: update sweeps",
         )
-    except (OSError, *transport_errors()) as exc:
+    except Exception as exc:  # noqa: BLE001  classified: a Hub or network problem is one sentence, a bug re-raises
+        if classify(exc, repo_id)[0] is None:
+            raise
         raise PushError(
             f"Could not push to the Hub dataset {repo_id!r} ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
             "this needs network access to huggingface.co and a write token in HF_TOKEN."

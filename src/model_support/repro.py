@@ -18,6 +18,8 @@ HEADER = '''#!/usr/bin/env python
 Run with plain python: it loads the model in {dtype}, builds the prompt ({chat}), greedily generates
 {max_new_tokens} tokens and prints one JSON line with the verdict and the token ids. Exit status 0
 on PASS, 1 otherwise. Needs torch and transformers (and torch_tpu for device 'tpu').
+A model probed from a local folder (a model id 'local:<name>') needs that folder:
+    python repro.py /path/to/<name>
 """
 import os
 
@@ -27,7 +29,7 @@ if SETTINGS["device"] != "tpu":
     os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 '''
 
-MAIN = '''
+MAIN = """
 
 if __name__ == "__main__":
     import json
@@ -39,6 +41,10 @@ if __name__ == "__main__":
         import torch_tpu  # noqa: F401  (registers the 'tpu' device)
     sync = torch.accelerator.synchronize if SETTINGS["device"] != "cpu" else None
     settings = {k: v for k, v in SETTINGS.items() if k != "device"}
+    if len(sys.argv) > 1:
+        settings["model_id"] = sys.argv[1]
+    elif settings["model_id"].startswith("local:"):
+        sys.exit(f"{settings['model_id']} was a local folder: pass its path, python {sys.argv[0]} /path/to/folder")
     result = run_stages(device=torch.device(SETTINGS["device"]), synchronize=sync, **settings)
     exc = result["exception"]
     print(json.dumps({
@@ -55,11 +61,20 @@ if __name__ == "__main__":
     if exc is not None:
         print(trimmed_traceback(exc), file=sys.stderr)
     sys.exit(0 if result["status"] == PASS else 1)
-'''
+"""
 
 #: The settings a repro script carries: run_stages' parameters plus the device type.
-SETTING_NAMES = ("model_id", "revision", "dtype", "prompt", "max_new_tokens", "chat_template",
-                 "trust_remote_code", "seed", "device")
+SETTING_NAMES = (
+    "model_id",
+    "revision",
+    "dtype",
+    "prompt",
+    "max_new_tokens",
+    "chat_template",
+    "trust_remote_code",
+    "seed",
+    "device",
+)
 
 
 def repro_script(settings: dict, sweep_id: str | None = None) -> str:

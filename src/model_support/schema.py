@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-#: The four verdicts, exactly these strings (DESIGN.md).
+#: The four verdicts, exactly these strings (docs/design.md).
 PASS = "PASS"
 FAIL_LOAD = "FAIL(load)"
 FAIL_GEN = "FAIL(gen)"

@@ -1,6 +1,6 @@
 """Failure signatures and secret redaction.
 
-A failure signature groups failures by cause across models (DESIGN.md, "Failure signatures"):
+A failure signature groups failures by cause across models (docs/design.md, "Failure signatures"):
 the error type plus the first line of the message, with the parts that change from one model or
 run to the next (numbers, sizes, paths, URLs, hex addresses, request ids, repo ids, model types,
 config classes, quoted names) replaced by placeholders. What names the cause (operator names such
@@ -55,7 +55,7 @@ def _keep_tail(match: re.Match[str], placeholder: str) -> str:
     """Replace a URL or path but keep the sentence punctuation that the greedy match swallowed."""
     text = match.group(0)
     stripped = text.rstrip(_TRAILING)
-    return placeholder + text[len(stripped):]
+    return placeholder + text[len(stripped) :]
 
 
 def _repo(match: re.Match[str]) -> str:
@@ -74,7 +74,7 @@ def _repo(match: re.Match[str]) -> str:
 def _quoted(match: re.Match[str]) -> str:
     """Quoted names vary by model; quoted operators, backends and placeholders name the cause."""
     quote, inner = match.group(1), match.group(2)
-    after = match.string[match.end():match.end() + 8].lower()
+    after = match.string[match.end() : match.end() + 8].lower()
     if "::" in inner or after.startswith(" backend") or re.fullmatch(r"<\w+>", inner):
         return match.group(0)
     return f"{quote}<name>{quote}"
@@ -128,3 +128,17 @@ def redact(text: str | None) -> str | None:
         if len(value) >= _MIN_SECRET_LEN:
             text = text.replace(value, "***")
     return _HF_TOKEN.sub("***", text)
+
+
+def redact_record(record: dict, replace: dict[str, str] | None = None) -> dict:
+    """Every text field of a record through ``redact``, in place (the one redaction pass a record
+    gets before it is stored anywhere); returns the record. ``replace`` maps machine-specific
+    strings (a local model folder's absolute path) to what the record says instead."""
+    pairs = sorted((replace or {}).items(), key=lambda kv: -len(kv[0]))
+    for key, value in record.items():
+        if isinstance(value, str):
+            for old, new in pairs:
+                if old:
+                    value = value.replace(old, new)
+            record[key] = redact(value)
+    return record

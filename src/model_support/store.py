@@ -1,6 +1,6 @@
 """Where records live on disk, and how they become the Parquet dataset.
 
-Layout (DESIGN.md): ``<data>/sweeps/<sweep_id>/`` holds ``sweep.json``, one JSON record per model
+Layout (docs/design.md): ``<data>/sweeps/<sweep_id>/`` holds ``sweep.json``, one JSON record per model
 under ``records/`` and the executed notebooks; compaction writes
 ``<data>/results/sweep=<id>/part-0.parquet`` and ``<data>/excluded/sweep=<id>/part-0.parquet``.
 Hive-style folders mean adding a sweep never rewrites another, and ``scan`` reads them all lazily.
@@ -11,12 +11,13 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import tempfile
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from . import schema
+from .errors import UserError
+from .fileio import atomic_write_bytes, atomic_write_json
+from .sweep_meta import SweepMeta, safe_name
 
 if TYPE_CHECKING:  # polars is imported where it is used: the probe kernel writes records without it
     import polars as pl
@@ -24,40 +25,19 @@ if TYPE_CHECKING:  # polars is imported where it is used: the probe kernel write
 CONFIGS = ("results", "excluded")
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a reader (or a SIGKILL) sees either nothing or all of it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            os.fchmod(handle.fileno(), 0o644)  # mkstemp's 0600 would hide shared sweep data
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_json(path: Path, obj) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=1, sort_keys=False, default=str) + "\n").encode())
-
-
-def polars_schema() -> "pl.Schema":
+def polars_schema() -> pl.Schema:
     """The record schema as Polars sees it (built from ``schema.SCHEMA``, never written twice)."""
     import polars as pl
 
     return pl.from_arrow(schema.SCHEMA.empty_table()).schema
 
 
-def scan(data_dir: Path, config: str = "results") -> "pl.LazyFrame":
+def scan(data_dir: Path, config: str = "results") -> pl.LazyFrame:
     """All sweeps of one config, lazily. Files written before a column existed read it as null."""
     import polars as pl
 
     if config not in CONFIGS:
-        raise ValueError(f"config {config!r} is not one of {', '.join(CONFIGS)}")
+        raise UserError(f"config {config!r} is not one of {', '.join(CONFIGS)}")
     root = Path(data_dir) / config
     files = sorted(root.glob("sweep=*/*.parquet"))
     if not files:
@@ -72,8 +52,6 @@ def write_parquet(records, path: Path, batch_rows: int = 512) -> int:
     written in row groups of ``batch_rows`` so memory does not grow with the sweep. Writes no file
     (and removes an old one) when there are no rows: ``datasets`` refuses a file with no row group.
     Returns the number of rows."""
-    import itertools
-
     import pyarrow.parquet as pq
 
     path = Path(path)
@@ -82,32 +60,26 @@ def write_parquet(records, path: Path, batch_rows: int = 512) -> int:
     rows, writer = 0, None
     iterator = iter(records)
     try:
-        while batch := list(itertools.islice(iterator, batch_rows)):
-            if writer is None:
-                writer = pq.ParquetWriter(tmp, schema.SCHEMA)
-            writer.write_table(schema.to_table(batch))
-            rows += len(batch)
-    finally:
-        if writer is not None:
-            writer.close()
-    if rows:
-        os.replace(tmp, path)
-    else:
-        path.unlink(missing_ok=True)
+        try:
+            while batch := list(itertools.islice(iterator, batch_rows)):
+                if writer is None:
+                    writer = pq.ParquetWriter(tmp, schema.SCHEMA)
+                writer.write_table(schema.to_table(batch))
+                rows += len(batch)
+        finally:
+            if writer is not None:
+                writer.close()
+        if rows:
+            os.replace(tmp, path)
+        else:
+            path.unlink(missing_ok=True)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a failed write (a full disk) leaves no temp file behind
+        raise
     return rows
 
 
 # --- one folder per sweep ----------------------------------------------------------------------
-
-def safe_name(model_id: str) -> str:
-    """A model id as a file name (one folder/file per sanitized model id, as lm-eval does)."""
-    import hashlib
-    import re
-
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", model_id.strip("/").replace("/", "__"))
-    if len(name) > 120:
-        name = name[:100] + "-" + hashlib.sha1(model_id.encode()).hexdigest()[:10]
-    return name
 
 
 def sweep_dir(data_dir: Path, sweep_id: str) -> Path:
@@ -123,12 +95,13 @@ def notebook_relpath(sweep_id: str, model_id: str) -> str:
     return f"sweeps/{sweep_id}/notebooks/{safe_name(model_id)}.ipynb"
 
 
-def read_sweep(data_dir: Path, sweep_id: str) -> dict:
+def read_sweep(data_dir: Path, sweep_id: str) -> SweepMeta:
+    """The sweep's ``sweep.json`` (any version, see ``sweep_meta``); one sentence when unknown."""
     path = sweep_dir(data_dir, sweep_id) / "sweep.json"
     if not path.exists():
         known = ", ".join(list_sweeps(data_dir)) or "none yet"
-        raise ValueError(f"Sweep {sweep_id!r} does not exist under {data_dir}/sweeps; known sweeps: {known}.")
-    return json.loads(path.read_text())
+        raise UserError(f"Sweep {sweep_id!r} does not exist under {data_dir}/sweeps; known sweeps: {known}.")
+    return SweepMeta.from_dict(json.loads(path.read_text()))
 
 
 def list_sweeps(data_dir: Path) -> list[str]:
@@ -164,6 +137,7 @@ def read_records(data_dir: Path, sweep_id: str) -> list[dict]:
 
 # --- the Parquet dataset -----------------------------------------------------------------------
 
+
 def parquet_file(data_dir: Path, config: str, sweep_id: str) -> Path:
     return Path(data_dir) / config / f"sweep={sweep_id}" / "part-0.parquet"
 
@@ -185,8 +159,8 @@ def compact(data_dir: Path, sweep_id: str) -> tuple[int, int]:
     if whole_sweep_reason:
         ran = ({**record, "exclusion_reason": whole_sweep_reason} for record in ran)
     before_running = [
-        schema.empty_record(sweep_id=sweep_id, model_id=model_id, exclusion_reason=reason, started_at=meta.get("created_at"))
-        for model_id, reason in (meta.get("excluded") or {}).items()
+        schema.empty_record(sweep_id=sweep_id, model_id=model_id, exclusion_reason=reason, started_at=meta.created_at)
+        for model_id, reason in meta.excluded.items()
     ]
     if whole_sweep_reason:
         results = write_parquet([], parquet_file(data_dir, "results", sweep_id))
@@ -206,7 +180,7 @@ def set_exclusion(data_dir: Path, sweep_id: str, reason: str | None) -> tuple[in
         path.unlink(missing_ok=True)
     else:
         if not reason.strip():
-            raise ValueError("An exclusion needs a reason; pass --reason with a short explanation.")
+            raise UserError("An exclusion needs a reason; pass --reason with a short explanation.")
         atomic_write_json(path, {"reason": reason})
     return compact(data_dir, sweep_id)
 
@@ -248,8 +222,12 @@ def write_dataset_card(data_dir: Path) -> Path:
     data_dir = Path(data_dir)
     present = [c for c in CONFIGS if any((data_dir / c).glob("sweep=*/*.parquet"))]
     configs = "".join(CONFIG_BLOCK.format(config=c) + ("  default: true\n" if c == "results" else "") for c in present)
-    sweeps = sorted({p.parent.name.removeprefix("sweep=") for c in CONFIGS for p in (data_dir / c).glob("sweep=*/*.parquet")})
-    card = DATASET_CARD.replace("{configs}", f"configs:\n{configs}" if configs else "configs: []\n").replace("{sweeps}", ", ".join(sweeps) or "none")
+    sweeps = sorted(
+        {p.parent.name.removeprefix("sweep=") for c in CONFIGS for p in (data_dir / c).glob("sweep=*/*.parquet")}
+    )
+    card = DATASET_CARD.replace("{configs}", f"configs:\n{configs}" if configs else "configs: []\n").replace(
+        "{sweeps}", ", ".join(sweeps) or "none"
+    )
     path = data_dir / "README.md"
     atomic_write_bytes(path, card.encode())
     return path

@@ -12,25 +12,19 @@ from __future__ import annotations
 import datetime as _dt
 import fcntl
 import os
-import secrets
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from queue import Queue
-from typing import Callable, Iterable
 
 from . import devices, provenance, schema, store
-from .execute import Standby, TaskResult, run_task
-from .params import SweepConfigError, SweepParams
-
-
-def new_sweep_id(name: str) -> str:
-    """``<name>-<UTC time>-<4 hex>``: sorts by time within a name; two sweeps started in the same
-    second into one data folder still get different ids."""
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return f"{store.safe_name(name)}-{stamp}-{secrets.token_hex(2)}"
+from .errors import UserError
+from .params import SweepParams
+from .sweep_meta import SweepMeta, new_sweep_id
+from .worker.process import Standby, TaskResult, run_task
 
 
 def default_workers(device: str) -> int:
@@ -45,8 +39,12 @@ def pinning_env(device: str, slot: int) -> dict:
         return {"CUDA_VISIBLE_DEVICES": str(slot)}
     if device == "tpu" or (device == "auto" and devices.tpu_hardware_visible()):
         # One chip per process (TPU runtime visibility variables).
-        return {"TPU_VISIBLE_CHIPS": str(slot), "TPU_CHIPS_PER_PROCESS_BOUNDS": "1,1,1",
-                "TPU_PROCESS_BOUNDS": "1,1,1", "TPU_PROCESS_PORT": str(8476 + slot)}
+        return {
+            "TPU_VISIBLE_CHIPS": str(slot),
+            "TPU_CHIPS_PER_PROCESS_BOUNDS": "1,1,1",
+            "TPU_PROCESS_BOUNDS": "1,1,1",
+            "TPU_PROCESS_PORT": str(8476 + slot),
+        }
     return {}
 
 
@@ -63,7 +61,7 @@ class SweepLock:
             fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self.handle.close()
-            raise SweepConfigError(
+            raise UserError(
                 f"Sweep folder {self.path.parent} is being written by another running sweep; wait for it to finish."
             ) from None
         return self
@@ -73,21 +71,26 @@ class SweepLock:
         self.handle.close()
 
 
-def build_tasks(meta: dict) -> list[dict]:
+def build_tasks(meta: SweepMeta) -> list[dict]:
     """One task per model from the sweep's saved settings (sweep.json is the truth on resume)."""
     tasks = []
-    for model in meta["models"]:
-        params = {**meta["probe"], **model.get("overrides", {})}
-        tasks.append({
-            "sweep_id": meta["sweep_id"], "model_id": model["model_id"], "params": params,
-            "timeout_s": model.get("timeout_s") or meta["timeout_s"],
-            "notebook_path": store.notebook_relpath(meta["sweep_id"], model["model_id"]),
-        })
+    for model in meta.models:
+        tasks.append(
+            {
+                "sweep_id": meta.sweep_id,
+                "model_id": model.model_id,
+                "source": model.source,
+                "params": {**meta.probe, **model.overrides},
+                "timeout_s": model.timeout_s or meta.timeout_s,
+                "notebook_path": store.notebook_relpath(meta.sweep_id, model.model_id),
+                "scrub": {model.source: model.model_id} if model.source != model.model_id else {},
+            }
+        )
     return tasks
 
 
-def pending_tasks(data_dir: Path, meta: dict) -> list[dict]:
-    return [t for t in build_tasks(meta) if not store.record_file(data_dir, meta["sweep_id"], t["model_id"]).exists()]
+def pending_tasks(data_dir: Path, meta: SweepMeta) -> list[dict]:
+    return [t for t in build_tasks(meta) if not store.record_file(data_dir, meta.sweep_id, t["model_id"]).exists()]
 
 
 def run_local(tasks: list[dict], workers: int, device: str, work_root: Path) -> Iterable[TaskResult]:
@@ -99,7 +102,8 @@ def run_local(tasks: list[dict], workers: int, device: str, work_root: Path) -> 
     itself: on accelerators (the host is mostly idle while the device computes) or when there are
     fewer CPU workers than cores. A CPU sweep that already fills every core gains nothing from it."""
     accelerated = device in ("cuda", "tpu") or (
-        device == "auto" and (devices.tpu_hardware_visible() or devices.visible_device_count("cuda") > 0))
+        device == "auto" and (devices.tpu_hardware_visible() or devices.visible_device_count("cuda") > 0)
+    )
     prewarm = accelerated or workers < (os.cpu_count() or 1)
     slots: Queue = Queue()
     for slot in range(workers):
@@ -148,7 +152,7 @@ def run_ray(tasks: list[dict], workers: int, device: str) -> Iterable[TaskResult
     try:
         import ray
     except ImportError:
-        raise SweepConfigError("The ray executor needs Ray; install it with `pip install -e '.[ray]'`.") from None
+        raise UserError("The ray executor needs Ray; install it with `pip install -e '.[ray]'`.") from None
     started_here = not ray.is_initialized()
     if started_here:
         address = os.environ.get("RAY_ADDRESS")
@@ -167,42 +171,53 @@ def run_ray(tasks: list[dict], workers: int, device: str) -> Iterable[TaskResult
             ray.shutdown()
 
 
-def create(params: SweepParams, data_dir: Path) -> dict:
+def create(params: SweepParams, data_dir: Path) -> SweepMeta:
     """Write sweep.json (settings, models, stack, host) before anything runs; return it."""
-    sweep_id = new_sweep_id(params.name)
-    meta = {
-        "sweep_id": sweep_id, "name": params.name, "description": params.description,
-        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "params_file": params.source, "executor": params.executor,
-        "probe": params.probe, "timeout_s": params.timeout_s,
-        "models": [{"model_id": m.model_id, "overrides": m.overrides, "timeout_s": m.timeout_s} for m in params.models],
-        "excluded": params.excluded, "versions": provenance.versions(), "host": provenance.host(),
-    }
-    store.atomic_write_json(store.sweep_dir(data_dir, sweep_id) / "sweep.json", meta)
+    meta = SweepMeta(
+        sweep_id=new_sweep_id(params.name),
+        name=params.name,
+        description=params.description,
+        created_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        params_file=params.source,
+        executor=params.executor,
+        workers=params.workers,
+        probe=params.probe,
+        timeout_s=params.timeout_s,
+        models=params.models,
+        excluded=params.excluded,
+        cache=params.cache,
+        versions=provenance.versions(),
+        host=provenance.host(),
+    )
+    meta.write(store.sweep_dir(data_dir, meta.sweep_id))
     return meta
 
 
 def run(
-    params: SweepParams | None, data_dir: Path, workers: int | None = None, executor: str | None = None,
-    resume: str | None = None, on_result: Callable[[dict, int, int], None] | None = None,
+    params: SweepParams | None,
+    data_dir: Path,
+    workers: int | None = None,
+    executor: str | None = None,
+    resume: str | None = None,
+    on_result: Callable[[dict, int, int], None] | None = None,
 ) -> dict:
     """Run (or resume) a sweep to the end; return a summary with the sweep id and verdict counts."""
     data_dir = Path(data_dir).resolve()  # probe kernels run in their own folders
     if resume:
         meta = store.read_sweep(data_dir, resume)
     elif params is None:
-        raise SweepConfigError("Give a sweep definition (params YAML) or --resume SWEEP_ID.")
+        raise UserError("Give a sweep definition (params YAML) or --resume SWEEP_ID.")
     else:
         meta = create(params, data_dir)
-    sweep_id = meta["sweep_id"]
-    executor = executor or (params.executor if params else meta.get("executor", "local"))
-    device = meta["probe"].get("device", "auto")
-    workers = workers or (params.workers if params and params.workers else None) or default_workers(device)
+    sweep_id = meta.sweep_id
+    executor = executor or meta.executor
+    device = meta.probe.get("device", "auto")
+    workers = workers or meta.workers or default_workers(device)
     folder = store.sweep_dir(data_dir, sweep_id)
     started = time.time()
     with SweepLock(folder):
         tasks = pending_tasks(data_dir, meta)
-        total = len(meta["models"])
+        total = len(meta.models)
         done = total - len(tasks)
         work_root = folder / ".work"
         work_root.mkdir(exist_ok=True)
@@ -214,9 +229,15 @@ def run(
                 on_result(result.record, done, total)
         counts = store.compact(data_dir, sweep_id)
     return {
-        "sweep_id": sweep_id, "data_dir": str(data_dir), "executor": executor, "workers": workers,
-        "ran": len(tasks), "total": total, "wall_s": time.time() - started,
-        "verdicts": dict(Counter(r["status"] for r in store.iter_records(data_dir, sweep_id))), "rows": counts,
+        "sweep_id": sweep_id,
+        "data_dir": str(data_dir),
+        "executor": executor,
+        "workers": workers,
+        "ran": len(tasks),
+        "total": total,
+        "wall_s": time.time() - started,
+        "verdicts": dict(Counter(r["status"] for r in store.iter_records(data_dir, sweep_id))),
+        "rows": counts,
     }
 
 

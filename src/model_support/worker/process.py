@@ -1,7 +1,7 @@
 """Run one probe notebook in its own process, and turn whatever happened into a record.
 
 ``run_task`` is what a sweep worker does for one model, under the local executor and inside a Ray
-task alike: start ``python -m model_support.execute`` (papermill executing ``notebooks/probe.ipynb``
+task alike: start ``python -m model_support.worker.process`` (papermill executing ``notebooks/probe.ipynb``
 over an ipc-transport kernel, so parallel kernels never collide on ports), wait up to the model's
 timeout, kill the whole process tree if it hangs, and come back with the record, the executed
 notebook and the log. A probe that wrote no record (kernel died, timeout, papermill error) still
@@ -23,10 +23,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import provenance, schema
-from .signatures import failure_signature, redact
+from .. import paths, provenance, schema
+from ..display import NOTEBOOK_KEY
+from ..probe import RECORD_FLAG
+from ..signatures import failure_signature, redact, redact_record
 
-PROBE_NOTEBOOK = provenance.REPO_ROOT / "notebooks" / "probe.ipynb"
 #: Seconds the process gets beyond the model's own timeout (kernel start, imports, notebook I/O).
 GRACE_S = 90
 LOG_TAIL_CHARS = 3000
@@ -78,20 +79,34 @@ def _describe_exit(code: int | None) -> str:
 
 def runner_failure(task: dict, error_type: str, message: str, log: str, started: float) -> dict:
     """A FAIL(other)/runner record for a probe that could not write its own."""
-    tail = redact(log[-LOG_TAIL_CHARS:])
-    message = redact(message)
-    return schema.check_record(schema.empty_record(
-        sweep_id=task["sweep_id"], model_id=task["model_id"], revision=task["params"].get("revision") or None,
-        status=schema.FAIL_OTHER, failure_stage="runner", error_type=error_type, error_message=message,
-        traceback=f"(no traceback: the probe wrote no record)\n--- log tail ---\n{tail}",
-        failure_signature=failure_signature(error_type, message),
-        prompt=task["params"].get("prompt"), max_new_tokens=task["params"].get("max_new_tokens"),
-        dtype=task["params"].get("dtype"), device_type=task["params"].get("device"),
-        trust_remote_code=task["params"].get("trust_remote_code"), seed=task["params"].get("seed"),
-        versions=provenance.versions(), host=provenance.host(),
-        started_at=time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(started)),
-        duration_s=time.time() - started, notebook_path=task["notebook_path"],
-    ))
+    tail = log[-LOG_TAIL_CHARS:]
+    return schema.check_record(
+        redact_record(
+            schema.empty_record(
+                sweep_id=task["sweep_id"],
+                model_id=task["model_id"],
+                revision=task["params"].get("revision") or None,
+                status=schema.FAIL_OTHER,
+                failure_stage="runner",
+                error_type=error_type,
+                error_message=message,
+                traceback=f"(no traceback: the probe wrote no record)\n--- log tail ---\n{tail}",
+                failure_signature=failure_signature(error_type, message),
+                prompt=task["params"].get("prompt"),
+                max_new_tokens=task["params"].get("max_new_tokens"),
+                dtype=task["params"].get("dtype"),
+                device_type=task["params"].get("device"),
+                trust_remote_code=task["params"].get("trust_remote_code"),
+                seed=task["params"].get("seed"),
+                versions=provenance.versions(),
+                host=provenance.host(),
+                started_at=time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(started)),
+                duration_s=time.time() - started,
+                notebook_path=task["notebook_path"],
+            ),
+            task.get("scrub"),
+        )
+    )
 
 
 class Standby:
@@ -107,9 +122,12 @@ class Standby:
         self.work = Path(tempfile.mkdtemp(prefix="probe-", dir=work_root)).resolve()  # the kernel runs in it
         self._log = open(self.work / "log.txt", "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "model_support.execute", str(self.work)],
-            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
-            env={**os.environ, **(env or {})}, preexec_fn=_die_with_parent,
+            [sys.executable, "-m", "model_support.worker.process", str(self.work)],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.PIPE,
+            env={**os.environ, **(env or {})},
+            preexec_fn=_die_with_parent,
         )
 
     def wait_warm(self, timeout: float = 300) -> bool:
@@ -229,9 +247,6 @@ def _warm_up(km, cwd: Path) -> None:
 def _execute(work: Path) -> None:
     """The child process: start and warm a kernel, wait for the task on stdin, then papermill over
     that kernel; leaves out.ipynb, record.json, outcome.json."""
-    import nbformat
-    import papermill
-
     from .kernels import ipc_kernel
 
     with ipc_kernel() as km:
@@ -239,27 +254,35 @@ def _execute(work: Path) -> None:
         (work / "warm").touch()  # for whoever wants to know the standby is ready (the benchmarks)
         if not sys.stdin.readline():  # stdin closed without a task: this standby is not needed
             return
-        _run_notebook(work, km, nbformat, papermill)
+        _run_notebook(work, km)
 
 
-def _run_notebook(work: Path, km, nbformat, papermill) -> None:
+def _run_notebook(work: Path, km) -> None:
+    import nbformat
+
+    from .notebooks import run_notebook
+
     task = json.loads((work / "task.json").read_text())
     record_path = work / "record.json"
-    parameters = {**task["params"], "model_id": task["model_id"], "sweep_id": task["sweep_id"],
-                  "record_path": str(record_path), "notebook_path": task["notebook_path"]}
+    parameters = {
+        **task["params"],
+        "model_id": task["source"],
+        "sweep_id": task["sweep_id"],
+        "record_path": str(record_path),
+        "notebook_path": task["notebook_path"],
+    }
     outcome: dict = {}
     try:
-        papermill.execute_notebook(
-            str(PROBE_NOTEBOOK), str(work / "out.ipynb"), parameters=parameters, kernel_name="python3",
-            progress_bar=False, log_output=True, execution_timeout=task["timeout_s"], km=km,
+        run_notebook(
+            paths.notebook("probe"), work / "out.ipynb", parameters, timeout=task["timeout_s"], km=km, log_output=True
         )
-    except Exception as exc:  # whatever papermill raised is this model's outcome, recorded below
+    except Exception as exc:  # noqa: BLE001 whatever papermill raised is this model's outcome, recorded below
         outcome["error"] = {"type": type(exc).__name__, "message": str(exc)[:4000]}
         if km.exit_status is not None:
             outcome["kernel_exit"] = km.exit_status
     if record_path.exists() and (work / "out.ipynb").exists():
         nb = nbformat.read(str(work / "out.ipynb"), as_version=4)
-        nb.metadata.setdefault("model_support", {})["record"] = json.loads(record_path.read_text())
+        nb.metadata.setdefault(NOTEBOOK_KEY, {})[RECORD_FLAG] = json.loads(record_path.read_text())
         nbformat.write(nb, str(work / "out.ipynb"))
     (work / "outcome.json").write_text(json.dumps(outcome))
 

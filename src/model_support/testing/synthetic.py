@@ -13,13 +13,16 @@ breaking a few models and fixing others, so pass rate moves in steps; occasional
 failures; a model list that grows over time; a CUDA sweep every tenth; models excluded before
 running; timings, memory and token counts that scale with model size. Seeded: the same arguments
 write the same bytes.
+
+One piece on purpose: the tables of errors, versions and regressions and the one generator that
+draws from them only make sense read together.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -27,21 +30,57 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from . import schema, store
-from .signatures import failure_signature
+from .. import schema
+from ..signatures import failure_signature
+from ..sweep_meta import ModelEntry, SweepMeta
 
 MODEL_TYPES = (
-    "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi", "phi3",
-    "gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "mpt", "starcoder2", "olmo", "olmo2",
-    "stablelm", "cohere", "deepseek_v2", "granite", "internlm2", "exaone", "smollm3", "mamba",
-    "bert", "t5",
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen3",
+    "gemma",
+    "gemma2",
+    "gemma3",
+    "phi",
+    "phi3",
+    "gpt2",
+    "gpt_neox",
+    "gptj",
+    "opt",
+    "bloom",
+    "falcon",
+    "mpt",
+    "starcoder2",
+    "olmo",
+    "olmo2",
+    "stablelm",
+    "cohere",
+    "deepseek_v2",
+    "granite",
+    "internlm2",
+    "exaone",
+    "smollm3",
+    "mamba",
+    "bert",
+    "t5",
 )
 #: Not causal LMs: excluded before running ("not a text-generation model").
 NOT_GENERATIVE = ("bert", "t5")
 SIZES = (
-    ("1m", 1_100_000), ("8m", 8_300_000), ("135m", 135_000_000), ("360m", 362_000_000),
-    ("500m", 494_000_000), ("1b", 1_240_000_000), ("1.7b", 1_710_000_000), ("3b", 3_210_000_000),
-    ("7b", 7_240_000_000), ("8b", 8_030_000_000), ("13b", 13_000_000_000), ("70b", 70_600_000_000),
+    ("1m", 1_100_000),
+    ("8m", 8_300_000),
+    ("135m", 135_000_000),
+    ("360m", 362_000_000),
+    ("500m", 494_000_000),
+    ("1b", 1_240_000_000),
+    ("1.7b", 1_710_000_000),
+    ("3b", 3_210_000_000),
+    ("7b", 7_240_000_000),
+    ("8b", 8_030_000_000),
+    ("13b", 13_000_000_000),
+    ("70b", 70_600_000_000),
 )
 SIZE_WEIGHTS = (4, 4, 10, 8, 8, 12, 8, 10, 12, 10, 4, 2)
 VARIANTS = ("base", "instruct", "chat", "v2", "dpo", "sft", "it", "hf")
@@ -53,61 +92,149 @@ MAX_PARAMS = 60_000_000_000
 # (status, failure_stage, error_type, message template, weight). Templates see: model, arch, mt,
 # n, m, hexa, gib, op, path.
 ERRORS = (
-    (schema.FAIL_LOAD, "load", "OSError",
-     "{model} does not appear to have a file named model.safetensors. Checkout "
-     "'https://huggingface.co/{model}/tree/main' for available files.", 8),
-    (schema.FAIL_LOAD, "load", "ValueError",
-     "The checkpoint you are trying to load has model type `{mt}_v{m}` but Transformers does not recognize "
-     "this architecture. This could be because of an issue with the checkpoint, or because your version "
-     "of Transformers is out of date.", 7),
-    (schema.FAIL_LOAD, "load", "ValueError",
-     "Unrecognized configuration class <class 'transformers.models.{mt}.configuration_{mt}.{Mt}Config'> "
-     "for this kind of AutoModel: AutoModelForCausalLM.", 5),
-    (schema.FAIL_LOAD, "load", "ValueError",
-     "The repository {model} contains custom code which must be executed to correctly load the model. "
-     "You can inspect the repository content at https://hf.co/{model} .\nPlease pass the argument "
-     "`trust_remote_code=True` to allow custom code to be run.", 8),
-    (schema.FAIL_LOAD, "load", "safetensors_rust.SafetensorError",
-     "Error while deserializing header: invalid JSON in header: EOF while parsing a value at line 1 column {n}", 3),
-    (schema.FAIL_LOAD, "load", "RuntimeError",
-     "Error(s) in loading state_dict: size mismatch for model.embed_tokens.weight: copying a param with "
-     "shape torch.Size([{n}, {m}]) from checkpoint, the shape in current model is torch.Size([{n2}, {m}]).", 3),
-    (schema.FAIL_LOAD, "load", "NewlyInitializedWeights",
-     "Some weights were not initialized from the model checkpoint at {path} and are newly initialized: "
-     "['lm_head.weight', 'model.layers.{m}.mlp.gate_proj.weight']", 5),
-    (schema.FAIL_LOAD, "load", "OSError",
-     "Can't load tokenizer for '{model}'. If you were trying to load it from 'https://huggingface.co/models', "
-     "make sure you don't have a local directory with the same name.", 4),
-    (schema.FAIL_LOAD, "load", "huggingface_hub.errors.GatedRepoError",
-     "401 Client Error. (Request ID: Root=1-{hexa}-{hexb})\n\nCannot access gated repo for url "
-     "https://huggingface.co/{model}/resolve/main/config.json.", 4),
-    (schema.FAIL_GEN, "generate", "IndexError",
-     "index {n} is out of bounds for dimension 0 with size {n}", 4),
-    (schema.FAIL_GEN, "generate", "RuntimeError",
-     "The size of tensor a ({n1}) must match the size of tensor b ({n}) at non-singleton dimension 3", 4),
-    (schema.FAIL_GEN, "generate", "NotImplementedError",
-     "The operator 'aten::{op}' is not currently implemented for the tpu device.", 7),
-    (schema.FAIL_GEN, "generate", "RuntimeError",
-     "torch_tpu lowering failed: unsupported dtype in {cache}/graph_{n}.mlir:{m}", 4),
-    (schema.FAIL_GEN, "generate", "TypeError",
-     "{Arch}.forward() got an unexpected keyword argument 'cache_position'", 4),
-    (schema.FAIL_GEN, "generate", "RuntimeError",
-     "Expected all tensors to be on the same device, but found at least two devices, tpu:0 and cpu!", 3),
-    (schema.FAIL_OTHER, "template", "jinja2.exceptions.TemplateError",
-     "Conversation roles must alternate user/assistant/user/assistant/...", 4),
-    (schema.FAIL_OTHER, "template", "ValueError",
-     "Cannot use chat template functions because tokenizer.chat_template is not set and no template "
-     "argument was passed!", 3),
-    (schema.FAIL_OTHER, "generate", "torch.OutOfMemoryError",
-     "TPU out of memory. Tried to allocate {gib} GiB. {gib2} GiB free of 15.75 GiB.", 5),
-    (schema.FAIL_OTHER, "runner", "TimeoutError",
-     "probe of {model} exceeded the per-model timeout of {timeout} s", 2),
-    (schema.FAIL_OTHER, "runner", "DeadKernelError",
-     "Kernel died before replying to execute request (exit code -{sig})", 2),
+    (
+        schema.FAIL_LOAD,
+        "load",
+        "OSError",
+        "{model} does not appear to have a file named model.safetensors. Checkout "
+        "'https://huggingface.co/{model}/tree/main' for available files.",
+        8,
+    ),
+    (
+        schema.FAIL_LOAD,
+        "load",
+        "ValueError",
+        "The checkpoint you are trying to load has model type `{mt}_v{m}` but Transformers does not recognize "
+        "this architecture. This could be because of an issue with the checkpoint, or because your version "
+        "of Transformers is out of date.",
+        7,
+    ),
+    (
+        schema.FAIL_LOAD,
+        "load",
+        "ValueError",
+        "Unrecognized configuration class <class 'transformers.models.{mt}.configuration_{mt}.{Mt}Config'> "
+        "for this kind of AutoModel: AutoModelForCausalLM.",
+        5,
+    ),
+    (
+        schema.FAIL_LOAD,
+        "load",
+        "ValueError",
+        "The repository {model} contains custom code which must be executed to correctly load the model. "
+        "You can inspect the repository content at https://hf.co/{model} .\nPlease pass the argument "
+        "`trust_remote_code=True` to allow custom code to be run.",
+        8,
+    ),
+    (
+        schema.FAIL_LOAD,
+        "load",
+        "safetensors_rust.SafetensorError",
+        "Error while deserializing header: invalid JSON in header: EOF while parsing a value at line 1 column {n}",
+        3,
+    ),
+    (
+        schema.FAIL_LOAD,
+        "load",
+        "RuntimeError",
+        "Error(s) in loading state_dict: size mismatch for model.embed_tokens.weight: copying a param with "
+        "shape torch.Size([{n}, {m}]) from checkpoint, the shape in current model is torch.Size([{n2}, {m}]).",
+        3,
+    ),
+    (
+        schema.FAIL_LOAD,
+        "load",
+        "NewlyInitializedWeights",
+        "Some weights were not initialized from the model checkpoint at {path} and are newly initialized: "
+        "['lm_head.weight', 'model.layers.{m}.mlp.gate_proj.weight']",
+        5,
+    ),
+    (
+        schema.FAIL_LOAD,
+        "load",
+        "OSError",
+        "Can't load tokenizer for '{model}'. If you were trying to load it from 'https://huggingface.co/models', "
+        "make sure you don't have a local directory with the same name.",
+        4,
+    ),
+    (
+        schema.FAIL_LOAD,
+        "load",
+        "huggingface_hub.errors.GatedRepoError",
+        "401 Client Error. (Request ID: Root=1-{hexa}-{hexb})\n\nCannot access gated repo for url "
+        "https://huggingface.co/{model}/resolve/main/config.json.",
+        4,
+    ),
+    (schema.FAIL_GEN, "generate", "IndexError", "index {n} is out of bounds for dimension 0 with size {n}", 4),
+    (
+        schema.FAIL_GEN,
+        "generate",
+        "RuntimeError",
+        "The size of tensor a ({n1}) must match the size of tensor b ({n}) at non-singleton dimension 3",
+        4,
+    ),
+    (
+        schema.FAIL_GEN,
+        "generate",
+        "NotImplementedError",
+        "The operator 'aten::{op}' is not currently implemented for the tpu device.",
+        7,
+    ),
+    (
+        schema.FAIL_GEN,
+        "generate",
+        "RuntimeError",
+        "torch_tpu lowering failed: unsupported dtype in {cache}/graph_{n}.mlir:{m}",
+        4,
+    ),
+    (
+        schema.FAIL_GEN,
+        "generate",
+        "TypeError",
+        "{Arch}.forward() got an unexpected keyword argument 'cache_position'",
+        4,
+    ),
+    (
+        schema.FAIL_GEN,
+        "generate",
+        "RuntimeError",
+        "Expected all tensors to be on the same device, but found at least two devices, tpu:0 and cpu!",
+        3,
+    ),
+    (
+        schema.FAIL_OTHER,
+        "template",
+        "jinja2.exceptions.TemplateError",
+        "Conversation roles must alternate user/assistant/user/assistant/...",
+        4,
+    ),
+    (
+        schema.FAIL_OTHER,
+        "template",
+        "ValueError",
+        "Cannot use chat template functions because tokenizer.chat_template is not set and no template "
+        "argument was passed!",
+        3,
+    ),
+    (
+        schema.FAIL_OTHER,
+        "generate",
+        "torch.OutOfMemoryError",
+        "TPU out of memory. Tried to allocate {gib} GiB. {gib2} GiB free of 15.75 GiB.",
+        5,
+    ),
+    (schema.FAIL_OTHER, "runner", "TimeoutError", "probe of {model} exceeded the per-model timeout of {timeout} s", 2),
+    (
+        schema.FAIL_OTHER,
+        "runner",
+        "DeadKernelError",
+        "Kernel died before replying to execute request (exit code -{sig})",
+        2,
+    ),
 )
 #: Indices into ERRORS by role in the simulation.
-_TPU_ONLY = (11, 12)          # gone on a CUDA sweep
-_FLAKY = (18, 19)             # one-off runner failures
+_TPU_ONLY = (11, 12)  # gone on a CUDA sweep
+_FLAKY = (18, 19)  # one-off runner failures
 _REGRESSIONS = {"torch": (9, 10, 17), "torch_tpu": (11, 12, 14), "transformers": (13, 1, 6)}
 #: Each component's version changes every ``_EPOCH`` sweeps, starting at a different offset.
 _EPOCH = 10
@@ -122,12 +249,24 @@ _TRACEBACK = """Traceback (most recent call last):
     raise {short}(msg)
 {error_type}: {message}"""
 _STAGE_CODE = {
-    "load": ("load", "model = AutoModelForCausalLM.from_pretrained(model_id, **kwargs)",
-             "transformers/modeling_utils.py", "from_pretrained"),
-    "generate": ("generate", "output = model.generate(input_ids, max_new_tokens=max_new_tokens)",
-                 "transformers/generation/utils.py", "generate"),
-    "template": ("build_inputs", "text = tokenizer.apply_chat_template(messages, tokenize=False)",
-                 "transformers/tokenization_utils_base.py", "apply_chat_template"),
+    "load": (
+        "load",
+        "model = AutoModelForCausalLM.from_pretrained(model_id, **kwargs)",
+        "transformers/modeling_utils.py",
+        "from_pretrained",
+    ),
+    "generate": (
+        "generate",
+        "output = model.generate(input_ids, max_new_tokens=max_new_tokens)",
+        "transformers/generation/utils.py",
+        "generate",
+    ),
+    "template": (
+        "build_inputs",
+        "text = tokenizer.apply_chat_template(messages, tokenize=False)",
+        "transformers/tokenization_utils_base.py",
+        "apply_chat_template",
+    ),
     "runner": ("run_stages", "outcome = executor.run(notebook)", "papermill/execute.py", "execute_notebook"),
 }
 _REPRO = '''"""Reproduce the probe of {model} ({sweep_id})."""
@@ -143,7 +282,7 @@ print(tokenizer.decode(model.generate(**inputs, max_new_tokens=8, do_sample=Fals
 '''
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _signature(error_type: str, message: str) -> str | None:
     return failure_signature(error_type, message)
 
@@ -239,13 +378,19 @@ def _message(kind: int, models: dict, i: int, model_id: str, mt: str, device: st
         mt=mt,
         Mt=mt.title().replace("_", ""),
         Arch=mt.title().replace("_", "") + "ForCausalLM",
-        n=n, n1=n + 1, n2=n + m, m=m,
+        n=n,
+        n1=n + 1,
+        n2=n + m,
+        m=m,
         hexa=f"{hexv & 0xFFFFFFFF:08x}",
         hexb=f"{hexv:016x}{m:08x}",
-        gib=f"{(n % 900) / 100 + 0.5:.2f}", gib2=f"{(m % 90) / 100:.2f}",
+        gib=f"{(n % 900) / 100 + 0.5:.2f}",
+        gib2=f"{(m % 90) / 100:.2f}",
         op=OPS[int(models["op"][i])],
         path=f"/tmp/hf_cache/models--{model_id.replace('/', '--')}/snapshots/{hexv:016x}",
-        cache=f"/tmp/torch_tpu_cache/{hexv:016x}", timeout=900, sig=9,
+        cache=f"/tmp/torch_tpu_cache/{hexv:016x}",
+        timeout=900,
+        sig=9,
     )
     if device == "cuda":
         text = text.replace("TPU out of memory", "CUDA out of memory").replace("tpu:0", "cuda:0")
@@ -260,9 +405,15 @@ def _failure(models: dict, i: int, kind: int, device: str) -> tuple[str, str, st
     message = _message(kind, models, i, model_id, mt, device)
     code = _STAGE_CODE[stage]
     traceback = _TRACEBACK.format(
-        line=40 + 20 * list(_STAGE_CODE).index(stage), stage_fn=code[0], code=code[1], module=code[2],
-        mline=int(models["n"][i]) % 4000 + 100, func=code[3], short=error_type.rsplit(".", 1)[-1],
-        error_type=error_type, message=message,
+        line=40 + 20 * list(_STAGE_CODE).index(stage),
+        stage_fn=code[0],
+        code=code[1],
+        module=code[2],
+        mline=int(models["n"][i]) % 4000 + 100,
+        func=code[3],
+        short=error_type.rsplit(".", 1)[-1],
+        error_type=error_type,
+        message=message,
     )
     return error_type, message, _signature(error_type, message), traceback
 
@@ -291,7 +442,7 @@ def write_synthetic_history(
     data_dir = Path(data_dir)
     rng = np.random.default_rng(seed)
     models = _models(rng, n_models)
-    start = start or datetime(2026, 1, 5, 2, 0, tzinfo=timezone.utc)
+    start = start or datetime(2026, 1, 5, 2, 0, tzinfo=UTC)
     ids = models["model_id"]
     n = len(ids)
     mtypes = np.array(MODEL_TYPES, dtype=object)[models["model_type"]]
@@ -312,7 +463,7 @@ def write_synthetic_history(
         device = "cuda" if sweep % 10 == 9 else "tpu"
         name = "cuda-weekly" if device == "cuda" else "tpu-nightly"
         created = start + timedelta(days=sweep, minutes=int(rng.integers(0, 50)))
-        sweep_id = f"{name}-{created:%Y%m%dT%H%M%SZ}"
+        sweep_id = f"{name}-{created:%Y%m%dT%H%M%SZ}-{sweep:04x}"  # the real id shape, deterministic suffix
         sweep_ids.append(sweep_id)
         versions = {
             "python": "3.11.7",
@@ -333,9 +484,15 @@ def write_synthetic_history(
         offsets = np.cumsum(20 * jitter).astype("timedelta64[s]")
         started = np.datetime64(created.replace(tzinfo=None), "s") + offsets
         common = {
-            "revision": "main", "prompt": "The future of AI is", "max_new_tokens": 8, "dtype": "bfloat16",
-            "seed": 0, "trust_remote_code": False, "device_type": device,
-            "device_name": "TPU v6 lite" if device == "tpu" else "NVIDIA H100 80GB HBM3", "device_count": 1,
+            "revision": "main",
+            "prompt": "The future of AI is",
+            "max_new_tokens": 8,
+            "dtype": "bfloat16",
+            "seed": 0,
+            "trust_remote_code": False,
+            "device_type": device,
+            "device_name": "TPU v6 lite" if device == "tpu" else "NVIDIA H100 80GB HBM3",
+            "device_count": 1,
             "host": host,
         }
 
@@ -389,12 +546,17 @@ def write_synthetic_history(
         res.update(
             status=status_of[kind].tolist(),
             failure_stage=stage.tolist(),
-            error_type=etype, error_message=emsg, failure_signature=esig, traceback=etb,
+            error_type=etype,
+            error_message=emsg,
+            failure_signature=esig,
+            traceback=etb,
             chat_template_used=chat[rows].tolist(),
             tokens_in=where(loaded, tokens_in_all[rows]),
             tokens_out=where(passed, out),
             output_token_ids=[list(range(r % 997, r % 997 + o)) if p else None for r, o, p in zip(rows, out, passed)],
-            generated_text=[(" a bright one, full of" if o == 8 else " bright.") if p else None for o, p in zip(out, passed)],
+            generated_text=[
+                (" a bright one, full of" if o == 8 else " bright.") if p else None for o, p in zip(out, passed)
+            ],
             failed_step=where(stage == "generate", rows % 8),
             load_s=where(loaded, load_s),
             first_token_s=where(passed, first, 3),
@@ -409,29 +571,32 @@ def write_synthetic_history(
             reference_match=where(reference, match),
             first_divergence=where(reference & ~match, 1 + rows % 7),
             duration_s=np.round(3 + np.where(loaded, load_s, 1.0) + np.where(passed, generate_s, 0.0), 3).tolist(),
-            notebook_path=[f"{data_dir}/sweeps/{sweep_id}/notebooks/{notebook_names[i]}" for i in rows],
+            notebook_path=[f"sweeps/{sweep_id}/notebooks/{notebook_names[i]}" for i in rows],
             repro_script=[_REPRO.format(model=ids[i], sweep_id=sweep_id, device=device, revision="main") for i in rows],
         )
         legacy = sweep < legacy_sweeps
         _write(res, data_dir / "results" / f"sweep={sweep_id}" / "part-0.parquet", legacy)
         if len(excl_rows):
             _write(excl, data_dir / "excluded" / f"sweep={sweep_id}" / "part-0.parquet", legacy)
-        store.atomic_write_json(
-            data_dir / "sweeps" / sweep_id / "sweep.json",
-            {
-                "sweep_id": sweep_id,
-                "name": name,
-                "created_at": created.isoformat().replace("+00:00", "Z"),
-                "params_file": f"params/{name}.yaml",
-                "settings": {
-                    "device": device, "dtype": "bfloat16", "prompt": "The future of AI is", "max_new_tokens": 8,
-                    "reference": True, "reference_max_params": 3_500_000_000, "timeout_s": 900, "synthetic_seed": seed,
-                },
-                "models": ids[np.flatnonzero(joined)].tolist(),
-                "versions": versions,
-                "host": host,
+        SweepMeta(
+            sweep_id=sweep_id,
+            name=name,
+            created_at=created.isoformat(timespec="seconds"),
+            params_file=f"params/{name}.yaml",
+            timeout_s=900.0,
+            probe={
+                "device": device,
+                "dtype": "bfloat16",
+                "prompt": "The future of AI is",
+                "max_new_tokens": 8,
+                "reference": "cpu",
+                "reference_max_params": 3_500_000_000,
             },
-        )
+            models=[ModelEntry(m) for m in ids[np.flatnonzero(joined)].tolist()],
+            description=f"synthetic history, seed {seed}",
+            versions=versions,
+            host=host,
+        ).write(data_dir / "sweeps" / sweep_id)
     return sweep_ids
 
 

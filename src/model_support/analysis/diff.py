@@ -1,0 +1,127 @@
+"""A sweep against its baseline: which models changed outcome, which signatures appeared."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from .. import schema
+from .frames import CHANGES, NO_SIGNATURE, SIGNATURE_CHANGES, Frame, _sweep_rows
+
+# --------------------------------------------------------------------------------------------
+# a sweep against its baseline
+
+
+def _outcomes(results: Frame, sweep_id: str) -> pl.LazyFrame:
+    return (
+        _sweep_rows(results, sweep_id, ["model_id", "status", "failure_signature", "error_message", "started_at"])
+        .sort("started_at", nulls_last=False)
+        .unique("model_id", keep="last", maintain_order=False)
+        .select("model_id", "status", "failure_signature", "error_message")
+    )
+
+
+def model_changes(results: Frame, sweep_id: str, baseline_sweep_id: str) -> pl.DataFrame:
+    """The models whose outcome changed from ``baseline_sweep_id`` to ``sweep_id``.
+
+    model_id, change (one of ``CHANGES``), status_before, status_after, signature_before,
+    signature_after, error_message (the new one). Unchanged models are left out; a model excluded
+    in one of the two sweeps shows as added or removed, never as a failure.
+    """
+    return _changes_q(results, sweep_id, baseline_sweep_id).collect()
+
+
+def _changes_q(results: Frame, sweep_id: str, baseline_sweep_id: str) -> pl.LazyFrame:
+    before = _outcomes(results, baseline_sweep_id).select(
+        "model_id", pl.col("status").alias("status_before"), pl.col("failure_signature").alias("signature_before")
+    )
+    after = _outcomes(results, sweep_id).select(
+        "model_id",
+        pl.col("status").alias("status_after"),
+        pl.col("failure_signature").alias("signature_after"),
+        "error_message",
+    )
+    sb, sa = pl.col("status_before"), pl.col("status_after")
+    passed_before, passed_after = sb == schema.PASS, sa == schema.PASS
+    change = (
+        pl.when(sb.is_null())
+        .then(pl.lit("added"))
+        .when(sa.is_null())
+        .then(pl.lit("removed"))
+        .when(passed_before & ~passed_after)
+        .then(pl.lit("newly failing"))
+        .when(~passed_before & passed_after)
+        .then(pl.lit("newly passing"))
+        .when(~passed_before & ~passed_after & (sb != sa))
+        .then(pl.lit("status changed"))
+        .when(~passed_before & ~passed_after & pl.col("signature_before").ne_missing(pl.col("signature_after")))
+        .then(pl.lit("signature changed"))
+        .cast(pl.Enum(CHANGES))
+        .alias("change")
+    )
+    return (
+        before.join(after, on="model_id", how="full", coalesce=True)
+        .with_columns(change)
+        .drop_nulls("change")
+        .sort("change", "model_id")
+        .select(
+            "model_id",
+            "change",
+            "status_before",
+            "status_after",
+            "signature_before",
+            "signature_after",
+            "error_message",
+        )
+    )
+
+
+def signature_changes(results: Frame, sweep_id: str, baseline_sweep_id: str) -> pl.DataFrame:
+    """failure_signature, change (appeared / vanished), count_before, count_after: failure
+    signatures seen in only one of the two sweeps, largest first."""
+    return _signature_changes_q(results, sweep_id, baseline_sweep_id).collect()
+
+
+def _signature_counts(results: Frame, sweep_id: str, name: str) -> pl.LazyFrame:
+    return (
+        _sweep_rows(results, sweep_id, ["status", "failure_signature"])
+        .filter(pl.col("status").ne_missing(schema.PASS))
+        .with_columns(pl.col("failure_signature").fill_null(NO_SIGNATURE))
+        .group_by("failure_signature")
+        .agg(pl.len().cast(pl.Int64).alias(name))
+    )
+
+
+def _signature_changes_q(results: Frame, sweep_id: str, baseline_sweep_id: str) -> pl.LazyFrame:
+    before = _signature_counts(results, baseline_sweep_id, "count_before")
+    after = _signature_counts(results, sweep_id, "count_after")
+    return (
+        before.join(after, on="failure_signature", how="full", coalesce=True)
+        .with_columns(pl.col("count_before").fill_null(0), pl.col("count_after").fill_null(0))
+        .with_columns(
+            change=pl.when(pl.col("count_before") == 0)
+            .then(pl.lit("appeared"))
+            .when(pl.col("count_after") == 0)
+            .then(pl.lit("vanished"))
+            .cast(pl.Enum(SIGNATURE_CHANGES))
+        )
+        .drop_nulls("change")
+        .with_columns(size=pl.max_horizontal("count_before", "count_after"))
+        .sort(["change", "size", "failure_signature"], descending=[False, True, False])
+        .select("failure_signature", "change", "count_before", "count_after")
+    )
+
+
+def change_counts(changes: pl.DataFrame) -> dict[str, int]:
+    """``model_changes`` output -> {change: number of models}, every change in ``CHANGES``."""
+    counts = dict.fromkeys(CHANGES, 0)
+    if changes.height:
+        for change, n in changes.group_by("change").len().iter_rows():
+            counts[str(change)] = n
+    return counts
+
+
+def diff_summary(diff: pl.DataFrame, a: str, b: str) -> str:
+    """One line: how many models changed, by kind."""
+    counts = change_counts(diff)
+    parts = ", ".join(f"{n} {change}" for change, n in counts.items())
+    return f"{a} -> {b}: {parts}."

@@ -1,0 +1,283 @@
+"""Across sweeps: the index of every sweep, and pass rate over time and by stack version.
+
+A sweep is known by its ``sweeps/<id>/sweep.json`` (read through ``sweep_meta.SweepMeta``, whatever
+version wrote it) or by rows in either config. ``label`` (name and UTC time, from
+``sweep_meta.parse_sweep_id``) is what charts and tables show for a sweep.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import polars as pl
+
+from .. import schema, store
+from ..errors import UserError
+from ..sweep_meta import SweepMeta, parse_sweep_id
+from .frames import VERSION_COMPONENTS, Frame, _lazy, _with_columns, _with_rate, version
+
+# --------------------------------------------------------------------------------------------
+# sweeps
+
+
+def _parse_time(value) -> datetime | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        parsed = value
+    else:
+        text = str(value).strip()
+        try:
+            parsed = datetime.fromisoformat(text)
+        except ValueError:
+            try:
+                parsed = datetime.strptime(text, "%Y%m%dT%H%M%SZ")
+            except ValueError:
+                return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.astimezone(UTC)
+
+
+def sweep_label(sweep_id: str, created: datetime | None = None) -> str:
+    """``smoke 2026-12-02 17:30``: a sweep's name and UTC time, from its id (else ``created``)."""
+    parsed = parse_sweep_id(sweep_id)
+    when = parsed.time or created
+    return f"{parsed.name} {when:%Y-%m-%d %H:%M}" if when else parsed.name
+
+
+def sweep_stats(results: Frame) -> pl.LazyFrame:
+    """The one pass over every row that the across-sweep tables need: row counts by sweep_id,
+    status, device_type, host and the torch, torch_tpu and transformers versions (columns ``n``
+    and ``first_started_at``). A few hundred rows for a million records."""
+    lf = _with_columns(results, ["sweep_id", "status", "device_type", "host", "started_at", "versions"])
+    return lf.group_by(
+        "sweep_id", "status", "device_type", "host", *[version(c).alias(c) for c in VERSION_COMPONENTS]
+    ).agg(pl.len().cast(pl.Int64).alias("n"), pl.col("started_at").min().alias("first_started_at"))
+
+
+def _most_common(stats: pl.DataFrame | pl.LazyFrame, column: str) -> pl.LazyFrame:
+    """sweep_id -> the non-null value of ``column`` covering the most rows (ties: smallest value)."""
+    return (
+        _lazy(stats)
+        .drop_nulls(column)
+        .group_by("sweep_id", column)
+        .agg(pl.col("n").sum())
+        .sort(["sweep_id", "n", column], descending=[False, True, False])
+        .group_by("sweep_id", maintain_order=True)
+        .agg(pl.col(column).first())
+    )
+
+
+def sweep_index(data_dir: Path | str, stats: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Every known sweep, oldest first.
+
+    A sweep is known by its ``sweeps/<id>/sweep.json`` or by rows in either config. Columns:
+    sweep_id, name, created_at (UTC; from sweep.json, else the sweep's earliest ``started_at``),
+    models (results rows), excluded (excluded rows), device_type, host, params_file. ``stats``
+    (``sweep_stats`` of the results, collected) saves a pass over the rows when already at hand.
+    """
+    data_dir = Path(data_dir)
+    meta: dict[str, SweepMeta] = {}
+    for path in sorted((data_dir / "sweeps").glob("*/sweep.json")):
+        with open(path, encoding="utf-8") as handle:
+            raw = json.load(handle)
+        raw.setdefault("sweep_id", path.parent.name)
+        meta[raw["sweep_id"]] = SweepMeta.from_dict(raw)
+    if stats is None:
+        stats = sweep_stats(store.scan(data_dir, "results")).collect()
+    rows = (
+        stats.lazy()
+        .group_by("sweep_id")
+        .agg(pl.col("n").sum().alias("models"), pl.col("first_started_at").min())
+        .join(_most_common(stats, "device_type"), on="sweep_id", how="left")
+        .join(_most_common(stats, "host"), on="sweep_id", how="left")
+    )
+    excluded = (
+        store.scan(data_dir, "excluded")
+        .group_by("sweep_id")
+        .agg(pl.len().cast(pl.Int64).alias("excluded"), pl.col("started_at").min().alias("excluded_started_at"))
+    )
+    rows, excluded = pl.collect_all([rows, excluded])
+    by_rows = {r["sweep_id"]: r for r in rows.iter_rows(named=True)}
+    by_excl = {r["sweep_id"]: r for r in excluded.iter_rows(named=True)}
+
+    records = []
+    for sweep_id in sorted((set(meta) | set(by_rows) | set(by_excl)) - {None}):
+        info = meta.get(sweep_id)
+        row = by_rows.get(sweep_id, {})
+        excl = by_excl.get(sweep_id, {})
+        created = _parse_time(info.created_at if info else None)
+        if created is None:
+            created = _parse_time(row.get("first_started_at") or excl.get("excluded_started_at"))
+        records.append(
+            {
+                "sweep_id": sweep_id,
+                "name": info.name if info else parse_sweep_id(sweep_id).name,
+                "label": sweep_label(sweep_id, created),
+                "created_at": created,
+                "models": row.get("models") or 0,
+                "excluded": excl.get("excluded") or 0,
+                "device_type": row.get("device_type") or (info.probe.get("device") if info else None),
+                "host": (info.host if info else None) or row.get("host"),
+                "params_file": info.params_file if info else None,
+            }
+        )
+    frame = pl.DataFrame(
+        records,
+        schema={
+            "sweep_id": pl.String,
+            "name": pl.String,
+            "label": pl.String,
+            "created_at": pl.Datetime("us", "UTC"),
+            "models": pl.Int64,
+            "excluded": pl.Int64,
+            "device_type": pl.String,
+            "host": pl.String,
+            "params_file": pl.String,
+        },
+        orient="row",
+    )
+    return frame.sort(["created_at", "sweep_id"], nulls_last=True)
+
+
+def require_sweep(sweeps: pl.DataFrame, sweep_id: str) -> str:
+    """``sweep_id`` if ``sweeps`` (a ``sweep_index``) knows it; else a one-sentence ValueError."""
+    known = sweeps["sweep_id"].to_list()
+    if sweep_id not in known:
+        listing = ", ".join(known) if known else "none"
+        raise UserError(f"Unknown sweep id {sweep_id!r}; the known sweep ids are: {listing}.")
+    return sweep_id
+
+
+def previous_sweep_id(sweeps: pl.DataFrame, sweep_id: str) -> str | None:
+    """The latest sweep created before ``sweep_id`` that has results rows (a wholly excluded sweep,
+    e.g. a broken stack, is no baseline); None when there is none."""
+    require_sweep(sweeps, sweep_id)
+    ids = sweeps["sweep_id"].to_list()
+    models = sweeps["models"].to_list()
+    position = ids.index(sweep_id)
+    for index in range(position - 1, -1, -1):
+        if models[index]:
+            return ids[index]
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# across sweeps
+
+
+def pass_rate_history(
+    results: Frame, sweeps: pl.DataFrame | None = None, excluded: Frame | None = None
+) -> pl.DataFrame:
+    """One row per sweep, oldest first: sweep_id, name, created_at, models, passed, failed,
+    pass_rate, excluded, device_type, and the sweep's (most common) torch, torch_tpu and
+    transformers versions, so that a regression shows up as a step at a version change.
+
+    ``sweeps`` (a ``sweep_index``) gives names and creation times; without it the order is each
+    sweep's earliest ``started_at``.
+    """
+    return _history_q(sweep_stats(results).collect(), sweeps, excluded).collect()
+
+
+def _history_q(stats: pl.DataFrame, sweeps: pl.DataFrame | None, excluded: Frame | None) -> pl.LazyFrame:
+    per_sweep = (
+        stats.lazy()
+        .group_by("sweep_id")
+        .agg(
+            pl.col("n").sum().alias("models"),
+            pl.col("n").filter(pl.col("status") == schema.PASS).sum().alias("passed"),
+            pl.col("first_started_at").min(),
+        )
+    )
+    for column in ("device_type", *VERSION_COMPONENTS):
+        per_sweep = per_sweep.join(_most_common(stats, column), on="sweep_id", how="left")
+    if excluded is not None:
+        n_excluded = (
+            _with_columns(excluded, ["sweep_id"]).group_by("sweep_id").agg(pl.len().cast(pl.Int64).alias("excluded"))
+        )
+    else:
+        n_excluded = pl.LazyFrame(schema={"sweep_id": pl.String, "excluded": pl.Int64})
+    if sweeps is None:
+        ids = stats["sweep_id"].unique().to_list()
+        order = pl.LazyFrame(
+            {"sweep_id": ids, "name": [parse_sweep_id(i).name for i in ids], "label": [sweep_label(i) for i in ids]},
+            schema={"sweep_id": pl.String, "name": pl.String, "label": pl.String},
+        ).join(
+            per_sweep.select(
+                "sweep_id",
+                pl.col("first_started_at")
+                .str.to_datetime(time_zone="UTC", strict=False, time_unit="us")
+                .alias("created_at"),
+            ),
+            on="sweep_id",
+            how="left",
+        )
+    else:
+        order = sweeps.lazy().select("sweep_id", "name", "label", "created_at")
+    return (
+        order.join(per_sweep.drop("first_started_at"), on="sweep_id", how="left")
+        .join(n_excluded, on="sweep_id", how="left")
+        .with_columns(pl.col("models").fill_null(0), pl.col("passed").fill_null(0), pl.col("excluded").fill_null(0))
+        .pipe(_with_rate)
+        .sort(["created_at", "sweep_id"], nulls_last=True)
+        .select(
+            "sweep_id",
+            "name",
+            "label",
+            "created_at",
+            "models",
+            "passed",
+            "failed",
+            "pass_rate",
+            "excluded",
+            "device_type",
+            *VERSION_COMPONENTS,
+        )
+    )
+
+
+def pass_rate_by_version(results: Frame, component: str, sweeps: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Pass rate per version of one stack ``component`` (torch, torch_tpu or transformers):
+    component, version ("none" where not installed, e.g. torch_tpu on a CUDA sweep), sweeps,
+    models, passed, failed, pass_rate, first_sweep; in order of first appearance."""
+    return _by_version_q(sweep_stats(results).collect(), component, sweeps).collect()
+
+
+def _by_version_q(stats: pl.DataFrame, component: str, sweeps: pl.DataFrame | None) -> pl.LazyFrame:
+    if component not in VERSION_COMPONENTS:
+        raise UserError(f"{component!r} is not one of the stack components {', '.join(VERSION_COMPONENTS)}")
+    lf = stats.lazy().with_columns(pl.col(component).fill_null("none").alias("version"))
+    if sweeps is not None:
+        rank = sweeps.lazy().with_row_index("sweep_rank").select("sweep_id", pl.col("sweep_rank").cast(pl.Int64))
+        lf = lf.join(rank, on="sweep_id", how="left")
+    else:
+        lf = lf.with_columns(pl.lit(None, dtype=pl.Int64).alias("sweep_rank"))
+    return (
+        lf.group_by("version")
+        .agg(
+            pl.col("sweep_id").n_unique().cast(pl.Int64).alias("sweeps"),
+            pl.col("n").sum().alias("models"),
+            pl.col("n").filter(pl.col("status") == schema.PASS).sum().alias("passed"),
+            pl.col("sweep_id")
+            .sort_by(["sweep_rank", "first_started_at"], nulls_last=True)
+            .first()
+            .alias("first_sweep"),
+            pl.col("sweep_rank").min().alias("_rank"),
+            pl.col("first_started_at").min().alias("_started"),
+        )
+        .pipe(_with_rate)
+        .sort(["_rank", "_started", "version"], nulls_last=True)
+        .select(
+            pl.lit(component).alias("component"),
+            "version",
+            "sweeps",
+            "models",
+            "passed",
+            "failed",
+            "pass_rate",
+            "first_sweep",
+        )
+    )

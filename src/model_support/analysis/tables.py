@@ -1,0 +1,240 @@
+"""One sweep's tables: verdicts, exclusions, pass rate by type and size, failure signatures,
+tokens, timings, memory and the CPU reference check. Excluded rows are never counted as a failure:
+they are only ever counted, separately; an empty frame gives an empty (or all-zero) table."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from .. import schema
+from .frames import (
+    MEMORY_METRICS,
+    NO_SIGNATURE,
+    REFERENCE_OUTCOMES,
+    TIMING_METRICS,
+    TOKEN_METRICS,
+    Frame,
+    _describe,
+    _rate_aggs,
+    _sweep_rows,
+    _with_rate,
+    size_bucket,
+)
+
+# --------------------------------------------------------------------------------------------
+# one sweep
+
+
+def verdict_counts(results: Frame, sweep_id: str) -> pl.DataFrame:
+    """status, count, share: the four verdicts always (count 0 when absent), then any other."""
+    return _verdict_counts_q(results, sweep_id).collect()
+
+
+def _verdict_counts_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
+    counts = _sweep_rows(results, sweep_id, ["status"]).group_by("status").agg(pl.len().cast(pl.Int64).alias("count"))
+    base = pl.LazyFrame({"status": list(schema.VERDICTS), "order": list(range(len(schema.VERDICTS)))})
+    return (
+        base.join(counts, on="status", how="full", coalesce=True)
+        .with_columns(pl.col("count").fill_null(0), pl.col("order").fill_null(len(schema.VERDICTS)))
+        .with_columns(
+            share=pl.when(pl.col("count").sum() > 0).then(pl.col("count") / pl.col("count").sum()),
+        )
+        .sort(["order", "status"], nulls_last=True)
+        .select("status", "count", "share")
+    )
+
+
+def sweep_summary(results: Frame, sweep_id: str, excluded: Frame | None = None) -> pl.DataFrame:
+    """One row: sweep_id, models, passed, failed, pass_rate, excluded (counted apart, never failed)."""
+    return _sweep_summary_q(results, sweep_id, excluded).collect()
+
+
+def _sweep_summary_q(results: Frame, sweep_id: str, excluded: Frame | None) -> pl.LazyFrame:
+    summary = _with_rate(_sweep_rows(results, sweep_id, ["status"]).select(_rate_aggs()))
+    if excluded is None:
+        n_excluded = pl.LazyFrame({"excluded": [0]}, schema={"excluded": pl.Int64})
+    else:
+        n_excluded = _sweep_rows(excluded, sweep_id, []).select(pl.len().cast(pl.Int64).alias("excluded"))
+    return summary.join(n_excluded, how="cross").select(
+        pl.lit(sweep_id).alias("sweep_id"), "models", "passed", "failed", "pass_rate", "excluded"
+    )
+
+
+def excluded_reasons(excluded: Frame, sweep_id: str) -> pl.DataFrame:
+    """exclusion_reason, count, example_models (up to 3) for one sweep's excluded rows."""
+    return _excluded_reasons_q(excluded, sweep_id).collect()
+
+
+def _excluded_reasons_q(excluded: Frame, sweep_id: str) -> pl.LazyFrame:
+    return (
+        _sweep_rows(excluded, sweep_id, ["model_id", "exclusion_reason"])
+        .with_columns(pl.col("exclusion_reason").fill_null("(no reason given)"))
+        .group_by("exclusion_reason")
+        .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("model_id").sort().head(3).alias("example_models"))
+        .sort(["count", "exclusion_reason"], descending=[True, False])
+    )
+
+
+def pass_rate_by_model_type(results: Frame, sweep_id: str) -> pl.DataFrame:
+    """model_type, models, passed, failed, pass_rate; most common type first (null: "unknown")."""
+    return _by_model_type_q(results, sweep_id).collect()
+
+
+def _by_model_type_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
+    lf = _sweep_rows(results, sweep_id, ["model_type", "status"]).with_columns(
+        pl.col("model_type").fill_null("unknown")
+    )
+    return _with_rate(lf.group_by("model_type").agg(_rate_aggs())).sort(
+        ["models", "model_type"], descending=[True, False]
+    )
+
+
+def pass_rate_by_size(results: Frame, sweep_id: str) -> pl.DataFrame:
+    """size_bucket (see ``SIZE_BUCKETS``), models, passed, failed, pass_rate; buckets present only."""
+    return _by_size_q(results, sweep_id).collect()
+
+
+def _by_size_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
+    lf = _sweep_rows(results, sweep_id, ["num_params", "status"]).with_columns(size_bucket())
+    return _with_rate(lf.group_by("size_bucket").agg(_rate_aggs())).sort("size_bucket")
+
+
+def failure_signatures(results: Frame, sweep_id: str) -> pl.DataFrame:
+    """One row per failure signature among the sweep's failures (every status but PASS).
+
+    failure_signature, count, failure_stage and status (the most common), error_type,
+    example_models (up to 3, sorted), and a sample error_message and traceback (from the first
+    example model). Most frequent first.
+    """
+    return _signatures_q(results, sweep_id).collect()
+
+
+def _signatures_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
+    cols = ["model_id", "status", "failure_stage", "failure_signature", "error_type", "error_message", "traceback"]
+    lf = (
+        _sweep_rows(results, sweep_id, cols)
+        .filter(pl.col("status").ne_missing(schema.PASS))
+        .with_columns(pl.col("failure_signature").fill_null(NO_SIGNATURE))
+        .sort("model_id")
+    )
+    return (
+        lf.group_by("failure_signature")
+        .agg(
+            pl.len().cast(pl.Int64).alias("count"),
+            pl.col("failure_stage").drop_nulls().mode().sort().first().alias("failure_stage"),
+            pl.col("status").drop_nulls().mode().sort().first().alias("status"),
+            pl.col("error_type").first().alias("error_type"),
+            pl.col("model_id").head(3).alias("example_models"),
+            pl.col("error_message").first().alias("error_message"),
+            pl.col("traceback").first().alias("traceback"),
+        )
+        .sort(["count", "failure_signature"], descending=[True, False])
+    )
+
+
+def token_stats(results: Frame, sweep_id: str) -> pl.DataFrame:
+    """metric (tokens_in, tokens_out), count of non-null values, mean, median, min, max, total.
+
+    Sweeps that predate these columns give count 0 and null statistics."""
+    return _token_stats_q(results, sweep_id).collect()
+
+
+def _token_stats_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
+    lf = _sweep_rows(results, sweep_id, TOKEN_METRICS)
+    return _describe(lf, TOKEN_METRICS, ("mean", "median", "min", "max", "total"))
+
+
+def timing_stats(results: Frame, sweep_id: str) -> pl.DataFrame:
+    """metric (load_s, first_token_s, decode_tokens_per_s), count, median, p90, max."""
+    return _timing_stats_q(results, sweep_id).collect()
+
+
+def _timing_stats_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
+    return _describe(_sweep_rows(results, sweep_id, TIMING_METRICS), TIMING_METRICS, ("median", "p90", "max"))
+
+
+def timing_histogram(results: Frame, sweep_id: str, bins: int = 20) -> pl.DataFrame:
+    """metric, bin (0-based), bin_start, bin_end, count: equal-width bins from each metric's min to
+    max, for charting a distribution without shipping every value."""
+    return _histogram_q(_sweep_rows(results, sweep_id, TIMING_METRICS), TIMING_METRICS, bins).collect()
+
+
+def _histogram_q(lf: pl.LazyFrame, metrics, bins: int) -> pl.LazyFrame:
+    long = (
+        lf.select([pl.col(m).cast(pl.Float64) for m in metrics])
+        .unpivot(on=list(metrics), variable_name="metric", value_name="value")
+        .drop_nulls("value")
+        .filter(pl.col("value").is_finite())
+    )
+    lo = pl.col("value").min().over("metric")
+    hi = pl.col("value").max().over("metric")
+    width = pl.when(hi > lo).then((hi - lo) / bins).otherwise(pl.lit(1.0))
+    return (
+        long.with_columns(lo=lo, width=width)
+        .with_columns(bin=((pl.col("value") - pl.col("lo")) / pl.col("width")).floor().clip(0, bins - 1).cast(pl.Int64))
+        .group_by("metric", "bin")
+        .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("lo").first(), pl.col("width").first())
+        .with_columns(
+            bin_start=pl.col("lo") + pl.col("bin") * pl.col("width"),
+            bin_end=pl.col("lo") + (pl.col("bin") + 1) * pl.col("width"),
+        )
+        .select("metric", "bin", "bin_start", "bin_end", "count")
+        .sort("metric", "bin")
+    )
+
+
+def memory_stats(results: Frame, sweep_id: str) -> pl.DataFrame:
+    """metric (peak_host_mem_mb, peak_device_mem_mb), count, median, p90, max."""
+    return _memory_stats_q(results, sweep_id).collect()
+
+
+def _memory_stats_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
+    return _describe(_sweep_rows(results, sweep_id, MEMORY_METRICS), MEMORY_METRICS, ("median", "p90", "max"))
+
+
+def memory_by_size(results: Frame, sweep_id: str) -> pl.DataFrame:
+    """size_bucket, metric (host/device peak), count, median, p90, max: memory against model size."""
+    return _memory_by_size_q(results, sweep_id).collect()
+
+
+def _memory_by_size_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
+    lf = _sweep_rows(results, sweep_id, ["num_params", *MEMORY_METRICS]).with_columns(size_bucket())
+    long = lf.unpivot(on=list(MEMORY_METRICS), index="size_bucket", variable_name="metric", value_name="value")
+    value = pl.col("value").cast(pl.Float64)
+    return (
+        long.drop_nulls("value")
+        .group_by("size_bucket", "metric")
+        .agg(
+            value.count().cast(pl.Int64).alias("count"),
+            value.median().alias("median"),
+            value.quantile(0.9, interpolation="linear").alias("p90"),
+            value.max().alias("max"),
+        )
+        .sort("size_bucket", "metric")
+    )
+
+
+def reference_agreement(results: Frame, sweep_id: str) -> pl.DataFrame:
+    """outcome (match / mismatch / not run), count, share: the CPU reference check's verdicts."""
+    return _reference_q(results, sweep_id).collect()
+
+
+def _reference_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
+    match = pl.col("reference_match")
+    outcome = (
+        pl.when(match.is_null()).then(pl.lit("not run")).when(match).then(pl.lit("match")).otherwise(pl.lit("mismatch"))
+    )
+    counts = (
+        _sweep_rows(results, sweep_id, ["reference_match"])
+        .select(outcome.alias("outcome"))
+        .group_by("outcome")
+        .agg(pl.len().cast(pl.Int64).alias("count"))
+    )
+    base = pl.LazyFrame({"outcome": list(REFERENCE_OUTCOMES), "order": list(range(len(REFERENCE_OUTCOMES)))})
+    return (
+        base.join(counts, on="outcome", how="left")
+        .with_columns(pl.col("count").fill_null(0))
+        .with_columns(share=pl.when(pl.col("count").sum() > 0).then(pl.col("count") / pl.col("count").sum()))
+        .sort("order")
+        .select("outcome", "count", "share")
+    )

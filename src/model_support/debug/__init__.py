@@ -1,0 +1,44 @@
+"""Debug one failing model: which module raises (``tracer``), which module diverges from the CPU
+reference and at which generation step it fails (``compare``), shown by ``views``; ``runner``
+executes ``notebooks/debug.ipynb`` for one model of a sweep. The notebook calls these names."""
+
+from ..display import show_html
+from .compare import (
+    COLUMNS,
+    DEFAULT_TOLERANCE,
+    build_result,
+    compare_tensors,
+    compare_traces,
+    first_offender,
+    generate_steps,
+    load_for_debug,
+    load_reference,
+    offender_reason,
+    summary_text,
+)
+from .runner import debug_notebook_path, debug_parameters, resolve_model, run_debug_notebook
+from .tracer import (
+    ROOT_LABEL,
+    ForwardTrace,
+    ModuleTracer,
+    describe_inputs,
+    first_tensor,
+    model_device,
+    model_dtype,
+    trace_forward,
+)
+from .views import (
+    DEBUG_FLAG,
+    chart_bundle,
+    debug_result_from_notebook,
+    divergence_chart,
+    divergence_html,
+    failure_html,
+    generation_html,
+    show,
+    show_chart,
+    summary_html,
+    table_html,
+)
+
+__all__ = [name for name in dir() if not name.startswith("_")]

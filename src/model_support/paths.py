@@ -1,0 +1,45 @@
+"""Where the package's own files are, and where the checkout is when there is one.
+
+The notebooks and templates ship inside the package (package data, read through
+``importlib.resources``), so a non-editable install, such as a Ray worker on another host, runs
+exactly what a checkout runs. ``notebooks/`` at the top of the repository is a link to the
+package's folder: one source of truth, opened by people and executed by papermill alike.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+
+#: Notebook names the package ships.
+NOTEBOOKS = ("probe", "aggregate", "report", "debug")
+#: Environment variable naming the default data folder (sweeps, dataset, reports).
+DATA_DIR_VAR = "MODEL_SUPPORT_DATA_DIR"
+
+
+def package_file(*parts: str) -> Path:
+    """A file shipped in the package, as a real path (the package is installed unzipped)."""
+    return Path(str(resources.files("model_support").joinpath(*parts)))
+
+
+def notebook(name: str) -> Path:
+    """The shipped notebook ``name`` (probe, aggregate, report or debug)."""
+    if name not in NOTEBOOKS:
+        raise ValueError(f"no notebook {name!r}; the package ships {', '.join(NOTEBOOKS)}")
+    return package_file("notebooks", f"{name}.ipynb")
+
+
+def template(name: str) -> Path:
+    return package_file("render", "templates", name)
+
+
+def checkout_root() -> Path | None:
+    """The git checkout this package was imported from (an editable install), else None."""
+    root = Path(__file__).resolve().parents[2]
+    return root if (root / ".git").exists() and (root / "src" / "model_support").is_dir() else None
+
+
+def default_data_dir() -> Path:
+    """``$MODEL_SUPPORT_DATA_DIR``, else ``data`` in the current folder."""
+    return Path(os.environ.get(DATA_DIR_VAR) or "data")

@@ -1,0 +1,133 @@
+"""The probe's parameters, declared once: name, type, default, allowed values or range, help.
+
+The probe notebook's parameters cell is generated from this declaration (a test checks that the
+notebook says exactly this), the sweep validation checks every probe setting against it, the
+debug notebook and the CLI follow it, and the probe itself checks its arguments with it. A bad
+value is refused with one sentence naming the value and what is accepted, before anything runs.
+
+Standard library only: the probe kernel, the sweep runner and the CLI all import it cheaply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import UserError
+
+DEFAULT_PROMPT = "The future of AI is"
+DEVICES = ("auto", "cpu", "cuda", "tpu")
+#: torch's floating-point dtypes a model can be loaded in (a test checks each against torch).
+FLOAT_DTYPES = ("bfloat16", "float16", "float32", "float64", "half", "float", "double")
+CHAT_TEMPLATES = ("auto", "none", "required")
+REFERENCES = ("cpu", "none")
+
+
+class ParameterError(UserError):
+    """A probe parameter has a wrong name, type or value."""
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: type
+    default: Any
+    help: str
+    choices: tuple | None = None
+    minimum: int | float | None = None  # inclusive
+    runner_owned: bool = False  # set by the sweep runner for each model; a sweep file may not set it
+
+    def accepted(self) -> str:
+        """What is accepted, in words."""
+        if self.choices:
+            return "one of " + ", ".join(map(str, self.choices))
+        if self.minimum is not None:
+            return f"{'an integer' if self.type is int else 'a number'} >= {self.minimum}"
+        return {str: "a string", bool: "true or false", int: "an integer", float: "a number"}[self.type]
+
+    def check(self, value: Any, where: str = "") -> Any:
+        """The value if acceptable, else a ParameterError naming it and what is accepted."""
+        prefix = f"{where}: " if where else ""
+        wrong_bool = isinstance(value, bool) and self.type is not bool
+        number_ok = self.type is float and isinstance(value, int)
+        if wrong_bool or not (isinstance(value, self.type) or number_ok):
+            raise ParameterError(
+                f"{prefix}probe parameter {self.name!r} must be {self.accepted()}, not "
+                f"{type(value).__name__} {value!r}."
+            )
+        if self.choices and value not in self.choices:
+            raise ParameterError(f"{prefix}{self.name}={value!r} is not accepted; use {self.accepted()}.")
+        if self.minimum is not None and value < self.minimum:
+            raise ParameterError(f"{prefix}{self.name}={value!r} is too small; use {self.accepted()}.")
+        return value
+
+
+#: In the order the notebook's parameters cell lists them.
+PROBE_PARAMS: tuple[Param, ...] = (
+    Param("model_id", str, "data/models/SmolLM2-135M-Instruct", "Hub id or local folder"),
+    Param("revision", str, "", "branch, tag or commit; empty means the default branch"),
+    Param("device", str, "auto", "auto picks tpu, then cuda, then cpu", choices=DEVICES),
+    Param("dtype", str, "bfloat16", "torch floating dtype the model is loaded in", choices=FLOAT_DTYPES),
+    Param("prompt", str, DEFAULT_PROMPT, "rendered through the chat template when there is one"),
+    Param("max_new_tokens", int, 8, "greedy new tokens", minimum=1),
+    Param("chat_template", str, "auto", "auto uses it when the tokenizer has one", choices=CHAT_TEMPLATES),
+    Param("trust_remote_code", bool, False, "off unless a sweep explicitly turns it on"),
+    Param("reference", str, "cpu", "cpu compares greedy tokens with a CPU run", choices=REFERENCES),
+    Param("reference_max_params", int, 3_000_000_000, "skip the CPU reference above this many parameters", minimum=0),
+    Param("seed", int, 0, "torch seed before generation", minimum=0),
+    Param(
+        "record_path",
+        str,
+        "",
+        "where to write the record as JSON; empty means only inside this notebook",
+        runner_owned=True,
+    ),
+    Param("sweep_id", str, "", "set by the sweep runner", runner_owned=True),
+    Param("notebook_path", str, "", "set by the sweep runner: where this executed notebook is kept", runner_owned=True),
+)
+BY_NAME = {p.name: p for p in PROBE_PARAMS}
+#: What a sweep definition may set in ``probe:`` or a model's ``overrides:``.
+SETTABLE = tuple(p.name for p in PROBE_PARAMS if not p.runner_owned and p.name != "model_id")
+
+#: The debug notebook: the probe's loading and generation parameters, plus its own.
+DEBUG_PARAMS: tuple[Param, ...] = (
+    Param("model_id", str, "data/models/diverge-bf16-overflow", "Hub id or local folder"),
+    *(BY_NAME[n] for n in ("revision", "device", "dtype", "prompt", "chat_template", "trust_remote_code")),
+    Param("reference_dtype", str, "float32", "dtype of the CPU reference copy", choices=FLOAT_DTYPES),
+    Param("tolerance", float, 0.2, "relative: max abs difference over the reference's max abs value", minimum=0),
+    *(BY_NAME[n] for n in ("max_new_tokens", "seed")),
+)
+
+
+def defaults(params: tuple[Param, ...] = PROBE_PARAMS) -> dict:
+    return {p.name: p.default for p in params}
+
+
+def check(settings: dict, where: str = "", params: tuple[Param, ...] = PROBE_PARAMS, settable_only=False) -> dict:
+    """Check every setting (names and values); return them. ``settable_only`` refuses the
+    runner-owned ones and model_id (what a sweep file may not set)."""
+    declared = {p.name: p for p in params}
+    accepted = [n for n in declared if not settable_only or n in SETTABLE]
+    prefix = f"{where}: " if where else ""
+    for name, value in settings.items():
+        param = declared.get(name)
+        if param is None:
+            notebook = "debug.ipynb" if params is DEBUG_PARAMS else "probe.ipynb"
+            raise ParameterError(
+                f"{prefix}{name!r} is not a parameter of notebooks/{notebook}; accepted: {', '.join(accepted)}."
+            )
+        if settable_only and name not in SETTABLE:
+            raise ParameterError(f"{prefix}{name!r} is set by the sweep runner for each model; remove it.")
+        param.check(value, where)
+    return settings
+
+
+def parameters_cell(params: tuple[Param, ...] = PROBE_PARAMS, notebook: str = "probe.ipynb") -> str:
+    """The notebook's parameters cell, as the declaration says (typed, commented; nothing in it is
+    computed from another parameter, so papermill's overrides never leave a stale value)."""
+    lines = [f"# Parameters (papermill overrides any of them: papermill {notebook} out.ipynb -p model_id X)"]
+    for p in params:
+        help_text = p.help + (f" ({' | '.join(map(str, p.choices))})" if p.choices else "")
+        default = f"{p.default:_}" if p.type is int and abs(p.default) >= 10_000 else repr(p.default)
+        lines.append(f"{p.name}: {p.type.__name__} = {default}  # {help_text}")
+    return "\n".join(lines)

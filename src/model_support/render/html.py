@@ -1,0 +1,140 @@
+"""The report's HTML pieces: data tables, the header facts, the diff line, the legend."""
+
+from __future__ import annotations
+
+import html
+from datetime import date, datetime
+
+import polars as pl
+
+from .. import analysis, schema
+from .charts import chart_html
+
+#: What the report's other terms mean (the verdicts and stages come from ``schema``).
+TERM_HELP = {
+    "excluded": "left out on purpose (not a text-generation model, too large, listed in params, or the whole sweep "
+    "after the fact); never counted as a failure",
+    "failure signature": "the error type plus the message with volatile parts (numbers, paths, ids, names) replaced "
+    "by placeholders: same cause, same signature",
+    "pass rate": "PASS / models probed in the sweep (excluded models are not in the denominator)",
+    "CPU agreement": "the device's greedy tokens compared with the same generation on CPU: match, mismatch, or not "
+    "run (switched off, above the size limit, or no generation)",
+    "newly failing / newly passing": "PASS in the baseline and a FAIL now / a FAIL in the baseline and PASS now",
+    "status changed / signature changed": "failing in both sweeps, with a different verdict / the same verdict "
+    "but a different failure signature",
+    "added / removed": "probed in only one of the two sweeps",
+    "first_token_s": "time to the first generated token, including compilation",
+}
+
+
+FOLDED = ("error_message", "traceback", "repro_script")
+
+
+def _cell(value, column: str) -> tuple[str, bool]:
+    """(escaped HTML, is_number) for one table cell."""
+    if value is None:
+        return "", False
+    if isinstance(value, bool):
+        return str(value).lower(), False
+    if isinstance(value, float):
+        if column in ("pass_rate", "share"):
+            return f"{100 * value:.1f}%", True
+        return (f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"), True
+    if isinstance(value, int):
+        return f"{value:,}", True
+    if isinstance(value, (list, tuple)):
+        return "<br>".join(html.escape(str(v)) for v in value), False
+    if isinstance(value, datetime):
+        return html.escape(value.strftime("%Y-%m-%d %H:%M UTC")), False
+    if isinstance(value, date):
+        return html.escape(value.isoformat()), False
+    text = str(value)
+    if column in FOLDED or "\n" in text or len(text) > 160:
+        lines = text.strip().splitlines() or [""]
+        if column == "traceback":
+            first = f"traceback ({len(lines)} lines)"
+        else:
+            first = html.escape(lines[0][:80]) + ("&hellip;" if len(lines) > 1 or len(lines[0]) > 80 else "")
+        return f"<details><summary>{first}</summary><pre>{html.escape(text)}</pre></details>", False
+    return html.escape(text), False
+
+
+def table_html(df: pl.DataFrame, *, max_rows: int = 100, empty: str = "none") -> str:
+    """A small DataFrame as a plain HTML table: rates as percentages, long text folded."""
+    if df.height == 0:
+        return f'<p class="ms-note">{html.escape(empty)}</p>'
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in df.columns)
+    body = []
+    for row in df.head(max_rows).iter_rows(named=True):
+        cells = []
+        for column, value in row.items():
+            text, number = _cell(value, column)
+            cells.append(f'<td class="num">{text}</td>' if number else f"<td>{text}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    more = f'<p class="ms-note">{df.height - max_rows} more rows not shown.</p>' if df.height > max_rows else ""
+    return f'<table class="ms-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>{more}'
+
+
+def header_html(tables: dict[str, pl.DataFrame], sweep_id: str, baseline_sweep_id: str | None) -> str:
+    """The report's opening facts: the sweep, when, where, with what stack, and its headline numbers."""
+    sweeps = tables["sweeps"].filter(pl.col("sweep_id") == sweep_id).row(0, named=True)
+    history = tables["history"].filter(pl.col("sweep_id") == sweep_id)
+    versions = history.row(0, named=True) if history.height else {}
+    summary = tables["summary"].row(0, named=True)
+    rate = summary["pass_rate"]
+    facts = {
+        "sweep": sweep_id,
+        "created": sweeps["created_at"].strftime("%Y-%m-%d %H:%M UTC") if sweeps["created_at"] else "unknown",
+        "device": sweeps["device_type"] or "unknown",
+        "host": sweeps["host"] or "unknown",
+        "stack": ", ".join(f"{c} {versions.get(c) or '-'}" for c in analysis.VERSION_COMPONENTS),
+        "models probed": f"{summary['models']:,}",
+        "passed": f"{summary['passed']:,} ({100 * rate:.1f}%)" if rate is not None else "0",
+        "excluded (not failures)": f"{summary['excluded']:,}",
+        "baseline": baseline_sweep_id or "none",
+    }
+    items = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in facts.items())
+    return f'<dl class="ms-head">{items}</dl>'
+
+
+def changes_html(tables: dict[str, pl.DataFrame], sweep_id: str, baseline_sweep_id: str | None) -> str:
+    if not baseline_sweep_id:
+        return '<p class="ms-note">No baseline sweep: nothing to compare with.</p>'
+    line = analysis.diff_summary(tables["changes"], baseline_sweep_id, sweep_id)
+    return f"<p><b>{html.escape(line)}</b></p>"
+
+
+def legend_html() -> str:
+    """Every verdict and failure stage with its meaning, then the report's other terms."""
+
+    def dl(title: str, entries: dict[str, str]) -> str:
+        items = "".join(f"<dt><code>{html.escape(k)}</code></dt><dd>{html.escape(v)}</dd>" for k, v in entries.items())
+        return f'<h4>{html.escape(title)}</h4><dl class="ms-head ms-legend">{items}</dl>'
+
+    return (
+        dl("Verdicts", schema.VERDICT_HELP)
+        + dl("Failure stages", schema.STAGE_HELP)
+        + dl("Other terms", TERM_HELP)
+        + dl(
+            "Size buckets (num_params)",
+            {b: b if b != "unknown" else "num_params not recorded" for b in analysis.SIZE_BUCKETS},
+        )
+    )
+
+
+def show_table(df: pl.DataFrame, **kwargs) -> None:
+    from IPython.display import HTML, display
+
+    display(HTML(table_html(df, **kwargs)))
+
+
+def show_html(text: str) -> None:
+    from IPython.display import HTML, display
+
+    display(HTML(text))
+
+
+def show_chart(chart, name: str) -> None:
+    from IPython.display import HTML, display
+
+    display(HTML(chart_html(chart, name)))

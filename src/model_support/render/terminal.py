@@ -1,0 +1,85 @@
+"""What the CLI prints: the sweep diff and the verdict table, as rich terminal tables."""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+from pathlib import Path
+
+import polars as pl
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from .. import analysis, schema, store
+from ..model_ids import display_name
+
+# --------------------------------------------------------------------------------------------
+# the diff of two sweeps (model-support diff A B)
+
+
+def diff_table(data_dir: Path | str, a: str, b: str) -> pl.DataFrame:
+    """Models whose outcome changed from sweep ``a`` (the baseline) to sweep ``b``: see
+    ``analysis.model_changes``. Unknown ids raise a one-sentence UserError."""
+    sweeps = analysis.sweep_index(Path(data_dir))
+    analysis.require_sweep(sweeps, a)
+    analysis.require_sweep(sweeps, b)
+    return analysis.model_changes(store.scan(Path(data_dir), "results"), b, a)
+
+
+def format_diff(diff: pl.DataFrame | Path | str, a: str, b: str, *, max_per_change: int = 15, width: int = 140) -> str:
+    """``diff_table``'s output as a terminal table: newly
+    failing first, then newly passing, status and signature changes, added and removed, at most
+    ``max_per_change`` models of each, then a one-line summary.
+
+    ``diff`` is a ``diff_table`` result, or a data folder to compute it from (``model-support diff``
+    passes the folder)."""
+    if not isinstance(diff, pl.DataFrame):
+        diff = diff_table(diff, a, b)
+    headers = ["model", "change", "before", "after", "signature now (was)"]
+    rows, left_out = [], []
+    for change in analysis.CHANGES:
+        part = diff.filter(pl.col("change") == change)
+        for r in part.head(max_per_change).iter_rows(named=True):
+            now, was = r["signature_after"], r["signature_before"]
+            sig = now or ""
+            if was and was != now:
+                sig = f"{sig} (was: {was})" if sig else f"(was: {was})"
+            rows.append([r["model_id"], change, r["status_before"] or "-", r["status_after"] or "-", sig])
+        if part.height > max_per_change:
+            left_out.append(f"{part.height - max_per_change} more {change}")
+    more = f"... and {', '.join(left_out)} (see diff_table for all)" if left_out else ""
+    summary = analysis.diff_summary(diff, a, b)
+    title = f"{b} against {a}"
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, color_system=None, force_terminal=False, highlight=False)
+    if rows:
+        table = Table(*headers, title=title)
+        for row in rows:
+            table.add_row(*[escape(c) for c in row])
+        console.print(table)
+    else:
+        console.print(f"{title}: no model changed.")
+    if more:
+        console.print(more, soft_wrap=True)
+    console.print(summary, soft_wrap=True)
+    return buffer.getvalue()
+
+
+def verdict_table(records: list[dict], console) -> None:
+    """The sweep's verdicts, one row per model (failures grouped by verdict), then the counts."""
+    order = {status: i for i, status in enumerate(schema.VERDICTS)}
+    table = Table(title="verdicts")
+    for column in ("model", "verdict", "stage", "tokens in/out", "signature"):
+        table.add_column(column, overflow="fold")
+    for r in sorted(records, key=lambda r: (order.get(r["status"], len(order)), r["model_id"])):
+        table.add_row(
+            display_name(r["model_id"]),
+            r["status"],
+            r["failure_stage"] or "",
+            f"{r['tokens_in']}/{r['tokens_out']}",
+            (r["failure_signature"] or "")[:80],
+        )
+    console.print(table)
+    summary = Counter(r["status"] for r in records)
+    console.print("  ".join(f"{k}: {summary.get(k, 0)}" for k in schema.VERDICTS))

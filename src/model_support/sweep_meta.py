@@ -1,0 +1,142 @@
+"""``sweep.json`` declared once, and sweep ids parsed in one place.
+
+``sweep.json`` is written first when a sweep is created: its settings, frozen model list (Hub
+rankings resolved once), exclusions, stack versions and host. Real sweeps, the synthetic history
+and the tests all write it through ``SweepMeta``; ``SweepMeta.from_dict`` also reads the older
+shapes (version 1: ``probe`` with model dicts; the synthetic history's ``settings`` with plain
+model ids), so readers never see more than one shape.
+
+A sweep id is ``<name>-<UTC time YYYYmmddTHHMMSSZ>-<4 hex>``: it sorts by time within a name,
+and two sweeps started in the same second still differ. ``parse_sweep_id`` splits one.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+import secrets
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .fileio import atomic_write_json
+
+VERSION = 2
+_SWEEP_ID = re.compile(r"^(?P<name>.+?)-(?P<time>\d{8}T\d{6})Z?(?:-(?P<suffix>[0-9a-f]{4,}))?$")
+
+
+def safe_name(text: str) -> str:
+    """Text as a file name (one folder/file per sanitized id, as lm-eval does)."""
+    import hashlib
+
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", text.strip("/").replace("/", "__"))
+    if len(name) > 120:
+        name = name[:100] + "-" + hashlib.sha1(text.encode()).hexdigest()[:10]
+    return name
+
+
+def new_sweep_id(name: str, now: _dt.datetime | None = None) -> str:
+    stamp = (now or _dt.datetime.now(_dt.UTC)).strftime("%Y%m%dT%H%M%SZ")
+    return f"{safe_name(name)}-{stamp}-{secrets.token_hex(2)}"
+
+
+@dataclass(frozen=True)
+class SweepId:
+    name: str
+    time: _dt.datetime | None
+    suffix: str | None
+
+    @property
+    def label(self) -> str:
+        """``smoke 2026-12-02 17:30``: what a chart axis or a table shows."""
+        return f"{self.name} {self.time:%Y-%m-%d %H:%M}" if self.time else self.name
+
+
+def parse_sweep_id(sweep_id: str) -> SweepId:
+    """Name, UTC time and suffix of a sweep id; an id in no known shape is all name."""
+    match = _SWEEP_ID.match(sweep_id)
+    if not match:
+        return SweepId(sweep_id, None, None)
+    time = _dt.datetime.strptime(match["time"], "%Y%m%dT%H%M%S").replace(tzinfo=_dt.UTC)
+    return SweepId(match["name"], time, match["suffix"])
+
+
+@dataclass
+class ModelEntry:
+    """One model of a sweep: its record id (a Hub id, or ``local:<folder>``), where to load it
+    from (the same Hub id, or the local folder's path), per-model settings and Hub metadata."""
+
+    model_id: str
+    source: str = ""
+    overrides: dict = field(default_factory=dict)
+    timeout_s: float | None = None
+    hub: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.source = self.source or self.model_id
+
+
+@dataclass
+class SweepMeta:
+    sweep_id: str
+    name: str
+    created_at: str
+    probe: dict
+    models: list[ModelEntry]
+    timeout_s: float = 900.0
+    excluded: dict[str, str] = field(default_factory=dict)
+    description: str = ""
+    params_file: str = ""
+    executor: str = "local"
+    workers: int | None = None
+    cache: dict = field(default_factory=dict)
+    versions: dict = field(default_factory=dict)
+    host: str = ""
+    version: int = VERSION
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def write(self, folder: Path) -> Path:
+        path = Path(folder) / "sweep.json"
+        atomic_write_json(path, self.to_dict())
+        return path
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> SweepMeta:
+        """Any shape ever written (see the module docstring) -> the current one."""
+        probe = raw.get("probe") or raw.get("settings") or {}
+        models = []
+        for entry in raw.get("models") or []:
+            if isinstance(entry, str):
+                entry = {"model_id": entry}
+            models.append(
+                ModelEntry(
+                    **{
+                        k: entry[k]
+                        for k in ("model_id", "source", "overrides", "timeout_s", "hub")
+                        if entry.get(k) is not None
+                    }
+                )
+            )
+        sweep_id = raw["sweep_id"]
+        created = raw.get("created_at") or ""
+        if not created:
+            parsed = parse_sweep_id(sweep_id).time
+            created = parsed.isoformat(timespec="seconds") if parsed else ""
+        known = {f for f in cls.__dataclass_fields__} - {"probe", "models", "sweep_id", "created_at", "name", "version"}
+        rest = {k: raw[k] for k in known if raw.get(k) is not None}
+        return cls(
+            sweep_id=sweep_id,
+            name=raw.get("name") or parse_sweep_id(sweep_id).name,
+            created_at=created,
+            probe=dict(probe),
+            models=models,
+            version=VERSION,
+            **rest,
+        )
+
+    def model(self, model_id: str) -> ModelEntry | None:
+        for entry in self.models:
+            if entry.model_id == model_id:
+                return entry
+        return None

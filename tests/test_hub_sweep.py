@@ -1,0 +1,268 @@
+"""Sweeping the Hub, offline: the fixtures served as Hub repos by ``hub_server``, faults on demand.
+
+Each test runs the real ``model-support sweep`` command in a subprocess whose ``HF_ENDPOINT`` points at
+a local server speaking the Hub's protocol (or at a closed port), with its own Hugging Face cache.
+The rule under test: a verdict describes the model on the stack; the network, the disk, access
+rights and a missing token never become one (they are retried, excluded with a reason, or left
+pending for ``--resume``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+import yaml
+from hub_server import HubServer, closed_port
+
+from model_support import store
+
+pytestmark = pytest.mark.slow
+CLI = [sys.executable, "-m", "model_support.cli"]
+TINY = ("tiny-llama", "tiny-gpt2", "tiny-opt", "tiny-qwen2", "tiny-mistral", "tiny-gemma")
+
+
+def gguf_only(folder: Path) -> Path:
+    """A repo with a config and a .gguf file only: nothing transformers loads as safetensors or .bin."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (folder / "model-q4.gguf").write_bytes(b"GGUF" + bytes(20_000))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def hub(fixture_models, tmp_path_factory):
+    """The tiny fixtures as Hub repos ``fixtures/<name>``, plus a gated copy and a gguf-only repo."""
+    extra = tmp_path_factory.mktemp("repos")
+    server = HubServer()
+    for name in TINY:
+        server.add_repo(f"fixtures/{name}", fixture_models[name]["path"])
+    for name in ("flaky-503", "flaky-429", "cut-once", "cut-always"):
+        server.add_repo(f"fixtures/{name}", fixture_models["tiny-llama"]["path"])
+    server.add_repo("fixtures/gated", fixture_models["tiny-llama"]["path"], gated=True)
+    server.add_repo("fixtures/gguf-only", gguf_only(extra / "gguf"))
+    with server:
+        yield server
+
+
+def sweep_cli(args, endpoint: str, cache: Path, cwd: Path) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "HF_ENDPOINT": endpoint,
+        "HF_HUB_OFFLINE": "0",
+        "HF_HUB_CACHE": str(cache),
+        "MODEL_SUPPORT_HUB_BACKOFF_S": "0.05",
+    }
+    env.pop("HF_TOKEN", None)
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=900, env=env, cwd=cwd)
+
+
+def definition(tmp_path: Path, models, cache: Path, **extra) -> Path:
+    path = tmp_path / "hub.yaml"
+    body = {
+        "name": "hub",
+        "probe": {"device": "cpu", "reference": "none"},
+        "models": list(models),
+        "cache": {"dir": str(cache)},
+        "timeout_s": 300,
+        **extra,
+    }
+    path.write_text(yaml.safe_dump(body))
+    return path
+
+
+def records(data_dir: Path) -> dict[str, dict]:
+    return {
+        json.loads(p.read_text())["model_id"]: json.loads(p.read_text())
+        for p in (data_dir / "sweeps").glob("*/records/*.json")
+    }
+
+
+def sweep_id_of(data_dir: Path) -> str:
+    return next((data_dir / "sweeps").glob("*/sweep.json")).parent.name
+
+
+def test_an_unreachable_hub_leaves_models_pending_and_resume_finishes_them(hub, tmp_path):
+    cache, data = tmp_path / "cache", tmp_path / "data"
+    params = definition(tmp_path, ["fixtures/tiny-llama", "fixtures/tiny-gpt2"], cache)
+    down = sweep_cli(
+        ["sweep", str(params), "--data-dir", str(data), "--no-report"],
+        f"http://127.0.0.1:{closed_port()}",
+        cache,
+        tmp_path,
+    )
+    sweep_id = sweep_id_of(data)
+    assert down.returncode == 1, down.stderr[-2000:]
+    assert down.stderr.strip().splitlines()[-1] == (
+        f"2 models could not be downloaded (network): run `model-support sweep --resume {sweep_id}` to finish them."
+    )
+    assert "Traceback" not in down.stderr
+    assert records(data) == {}  # no row: not a failure, not excluded, pending
+    assert store.scan(data).collect().height == 0
+    pending = json.loads((store.sweep_dir(data, sweep_id) / "pending.json").read_text())
+    assert sorted(pending) == ["fixtures/tiny-gpt2", "fixtures/tiny-llama"]
+    assert "could not be reached" in pending["fixtures/tiny-llama"]["reason"]
+
+    up = sweep_cli(["sweep", "--resume", sweep_id, "--data-dir", str(data), "--no-report"], hub.url, cache, tmp_path)
+    assert up.returncode == 0, up.stderr[-3000:]
+    assert "2 probed now" in up.stdout
+    done = records(data)
+    assert {m: r["status"] for m, r in done.items()} == {"fixtures/tiny-llama": "PASS", "fixtures/tiny-gpt2": "PASS"}
+    assert done["fixtures/tiny-llama"]["revision_sha"] == hub.sha("fixtures/tiny-llama")
+    assert done["fixtures/tiny-llama"]["download_bytes"] > 0 and done["fixtures/tiny-llama"]["download_s"] > 0
+    assert done["fixtures/tiny-llama"]["pipeline_tag"] == "text-generation"  # Hub metadata on the record
+    assert not (store.sweep_dir(data, sweep_id) / "pending.json").exists()
+
+
+def test_hub_faults_are_retried_excluded_or_pending_never_a_failure(hub, tmp_path):
+    hub.faults.clear()
+    hub.faults.fail(503, times=2, repo="fixtures/flaky-503", path="config.json", method="GET")
+    hub.faults.fail(429, times=1, repo="fixtures/flaky-429", path="config.json", method="GET", retry_after=1)
+    hub.faults.cut(after_bytes=1000, times=1, repo="fixtures/cut-once", path="model.safetensors")
+    hub.faults.cut(after_bytes=1000, times=None, repo="fixtures/cut-always", path="model.safetensors")
+    cache, data = tmp_path / "cache", tmp_path / "data"
+    models = [
+        "fixtures/flaky-503",
+        "fixtures/flaky-429",
+        "fixtures/cut-once",
+        "fixtures/cut-always",
+        "fixtures/gated",
+        "fixtures/gguf-only",
+    ]
+    run = sweep_cli(
+        ["sweep", str(definition(tmp_path, models, cache)), "--data-dir", str(data), "--no-report"],
+        hub.url,
+        cache,
+        tmp_path,
+    )
+    hub.faults.clear()
+    sweep_id = sweep_id_of(data)
+    assert run.returncode == 1, run.stderr[-3000:]
+    assert run.stderr.strip().splitlines()[-1] == (
+        f"1 model could not be downloaded (network): run `model-support sweep --resume {sweep_id}` to finish it."
+    )
+    done = records(data)
+    results = store.scan(data).collect()
+    assert dict(results.select("model_id", "status").iter_rows()) == {
+        "fixtures/flaky-503": "PASS",
+        "fixtures/flaky-429": "PASS",
+        "fixtures/cut-once": "PASS",
+        "fixtures/gguf-only": "FAIL(load)",
+    }
+    gguf = done["fixtures/gguf-only"]
+    assert gguf["failure_stage"] == "download" and "no weights transformers can load" in gguf["error_message"]
+    assert "only .gguf" in gguf["error_message"]
+    excluded = store.scan(data, "excluded").collect()
+    assert excluded.select("model_id", "exclusion_reason").rows() == [
+        ("fixtures/gated", "no access: gated repo (accept its licence on the Hub, then set HF_TOKEN).")
+    ]
+    assert "fixtures/cut-always" not in done  # pending, never a row
+    logs = store.sweep_dir(data, sweep_id) / "logs"
+    assert "retry 2/5" in (logs / "fixtures__flaky-503.log").read_text()
+    assert "503" in (logs / "fixtures__flaky-503.log").read_text()
+    assert "429" in (logs / "fixtures__flaky-429.log").read_text()
+    assert "resume" in (logs / "fixtures__cut-once.log").read_text().lower()
+
+
+def test_the_cache_stays_within_its_budget_and_is_emptied(hub, tmp_path, fixture_models):
+    """Six repos, a budget below their sum but above each: never over budget; nothing left but what was there."""
+    from model_support import hub_fetch
+
+    hub.faults.clear()
+    cache, data = tmp_path / "cache", tmp_path / "data"
+    before = hub_fetch.fetch("fixtures/tiny-gemma", cache_dir=cache, endpoint=hub.url, log=lambda _: None)
+    sizes = [
+        sum(
+            f.stat().st_size
+            for f in Path(fixture_models[n]["path"]).iterdir()
+            if f.is_file() and not f.name.startswith(".")
+        )
+        for n in TINY
+    ]
+    budget = 2.5 * max(sizes)
+    assert budget < sum(sizes)
+    preexisting = _cache_bytes(cache)
+    peak = [0]
+    stop = threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            peak[0] = max(peak[0], _cache_bytes(cache) - preexisting)
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        run = sweep_cli(
+            [
+                "sweep",
+                str(
+                    definition(
+                        tmp_path,
+                        [f"fixtures/{n}" for n in TINY],
+                        cache,
+                        cache={"dir": str(cache), "max_gb": budget / 1e9},
+                    )
+                ),
+                "--data-dir",
+                str(data),
+                "--no-report",
+                "--workers",
+                "2",
+            ],
+            hub.url,
+            cache,
+            tmp_path,
+        )
+    finally:
+        stop.set()
+        sampler.join()
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert {r["status"] for r in records(data).values()} == {"PASS"} and len(records(data)) == len(TINY)
+    assert 0 < peak[0] <= budget, (peak[0], budget)
+    assert _cache_bytes(cache) == preexisting  # the sweep's downloads are gone ...
+    assert Path(before["path"], "config.json").is_file()  # ... and what was there before is still there
+    repos = {p.name for p in cache.iterdir() if p.name.startswith("models--")}
+    assert repos <= {"models--fixtures--tiny-gemma"} | {f"models--fixtures--{n}" for n in TINY}
+    for name in TINY[:-1]:
+        assert not list((cache / f"models--fixtures--{name}").glob("blobs/*")), name
+
+
+def _cache_bytes(cache: Path) -> int:
+    return sum(p.stat().st_size for p in cache.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def test_download_time_is_its_own_stage_and_load_time_stays_local(hub, tmp_path, fixture_models):
+    hub.faults.clear()
+    size = sum(f.stat().st_size for f in Path(fixture_models["tiny-llama"]["path"]).iterdir() if f.is_file())
+    hub.faults.throttle(size // 3, repo="fixtures/tiny-llama")  # about 3 s to download
+    cache, data = tmp_path / "cache", tmp_path / "data"
+    models = ["fixtures/tiny-llama", fixture_models["tiny-llama"]["path"]]
+    run = sweep_cli(
+        ["sweep", str(definition(tmp_path, models, cache)), "--data-dir", str(data), "--no-report", "--workers", "1"],
+        hub.url,
+        cache,
+        tmp_path,
+    )
+    hub.faults.clear()
+    assert run.returncode == 0, run.stderr[-3000:]
+    done = records(data)
+    remote, local = done["fixtures/tiny-llama"], done["local:tiny-llama"]
+    assert remote["download_s"] >= 2.0, remote["download_s"]
+    assert local["download_s"] is None and local["revision_sha"] is None  # a local folder skips the stage
+    assert abs(remote["load_s"] - local["load_s"]) < max(0.75, 0.5 * local["load_s"]), (
+        remote["load_s"],
+        local["load_s"],
+    )
+    assert remote["output_token_ids"] == local["output_token_ids"]
+    frame = store.scan(data).collect()
+    assert frame.filter(pl.col("model_id") == "fixtures/tiny-llama")["download_bytes"].item() >= size * 0.9
+    shutil.rmtree(cache, ignore_errors=True)
