@@ -65,15 +65,14 @@ def sweep_cli(args, endpoint: str, cache: Path, cwd: Path) -> subprocess.Complet
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=900, env=env, cwd=cwd)
 
 
-def definition(tmp_path: Path, models, cache: Path, **extra) -> Path:
+def definition(tmp_path: Path, models, cache: Path, max_gb: float | None = None) -> Path:
     path = tmp_path / "hub.yaml"
     body = {
         "name": "hub",
         "probe": {"device": "cpu", "reference": "none"},
         "models": list(models),
-        "cache": {"dir": str(cache)},
+        "cache": {"dir": str(cache), **({"max_gb": max_gb} if max_gb else {})},
         "timeout_s": 300,
-        **extra,
     }
     path.write_text(yaml.safe_dump(body))
     return path
@@ -172,10 +171,13 @@ def test_hub_faults_are_retried_excluded_or_pending_never_a_failure(hub, tmp_pat
     assert "resume" in (logs / "fixtures__cut-once.log").read_text().lower()
 
 
-def test_the_cache_stays_within_its_budget_and_is_emptied(hub, tmp_path, fixture_models):
+def test_the_cache_stays_within_its_budget_and_is_emptied(hub, tmp_path, fixture_models, monkeypatch):
     """Six repos, a budget below their sum but above each: never over budget; nothing left but what was there."""
+    import huggingface_hub
+
     from model_support import hub_fetch
 
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # conftest sets it for the others
     hub.faults.clear()
     cache, data = tmp_path / "cache", tmp_path / "data"
     before = hub_fetch.fetch("fixtures/tiny-gemma", cache_dir=cache, endpoint=hub.url, log=lambda _: None)
@@ -209,7 +211,7 @@ def test_the_cache_stays_within_its_budget_and_is_emptied(hub, tmp_path, fixture
                         tmp_path,
                         [f"fixtures/{n}" for n in TINY],
                         cache,
-                        cache={"dir": str(cache), "max_gb": budget / 1e9},
+                        budget / 1e9,
                     )
                 ),
                 "--data-dir",

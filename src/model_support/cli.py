@@ -125,6 +125,17 @@ def sweep(params_file, data_dir, workers, executor, resume, report):
     click.echo(f"dataset:  {data_dir / 'results'} and {data_dir / 'excluded'} (card: {data_dir / 'README.md'})")
     if report:
         _render(data_dir, summary["sweep_id"], None)
+    if summary["pending"]:  # not probed, not failed: the environment kept them; say so, and how to finish
+        click.echo(pending_sentence(summary["sweep_id"], summary["pending"]), err=True)
+        raise SystemExit(1)
+
+
+def pending_sentence(sweep_id: str, pending: dict) -> str:
+    """The one sentence a sweep ends with when the environment kept models from being probed."""
+    n = len(pending)
+    problems = ", ".join(sorted({p.get("problem") or "network" for p in pending.values()}))
+    return (f"{n} model{'s' if n != 1 else ''} could not be downloaded ({problems}): run "
+            f"`model-support sweep --resume {sweep_id}` to finish {'them' if n != 1 else 'it'}.")
 
 
 def _render(data_dir: Path, sweep_id: str, baseline: str | None) -> None:

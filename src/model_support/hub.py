@@ -38,6 +38,8 @@ RECORD_FIELDS = {
     "base_model": str,
     "hub_num_params": int,
 }
+#: The Hub metadata fields of a record (``metadata``); the download fields come from ``hub_fetch.fetch``.
+METADATA_FIELDS = tuple(k for k in RECORD_FIELDS if k not in ("revision_sha", "download_s", "download_bytes"))
 SORTS = {"downloads": "downloads", "trending": "trending_score", "likes": "likes"}
 _EXPAND = [
     "pipeline_tag",

@@ -30,7 +30,9 @@ Retries: what huggingface_hub (2.4) already does, and what this module adds.
 
 import email.utils
 import errno
+import itertools
 import json
+import logging
 import os
 import re
 import threading
@@ -319,6 +321,22 @@ class Retrier:
                 time.sleep(wait)
 
 
+_FETCHES = itertools.count()
+
+
+class _LibraryLog(logging.Handler):
+    """huggingface_hub's own retry warnings ("Retrying in 1s", "Trying to resume download..."), from this
+    fetch's download threads only, into ``log``: the retries the library makes are noted like ours."""
+
+    def __init__(self, prefix, log, secrets):
+        super().__init__(logging.WARNING)
+        self.prefix, self.log, self.secrets = prefix, log, secrets
+
+    def emit(self, record):
+        if record.threadName.startswith(self.prefix):
+            self.log(_scrub("huggingface_hub: " + " ".join(record.getMessage().split())[:300], self.secrets))
+
+
 def blob_ids(info):
     """{file: the id its cache blob is named by} for a ModelInfo fetched with files_metadata=True."""
     return {s.rfilename: (s.lfs.sha256 if s.lfs else s.blob_id) for s in info.siblings or []}
@@ -343,7 +361,8 @@ def fetch(
 ):
     """Download the planned files of ``model_id`` at ``revision`` into the huggingface_hub cache.
 
-    Returns {"path", "revision_sha", "download_s", "download_bytes", "files", "retries"}; raises
+    Returns {"path", "revision_sha", "info" (the ModelInfo), "download_s", "download_bytes", "files",
+    "retries"}; raises
     EnvironmentProblem, NoAccess, NotOnHub or NoLoadableWeights. A local folder is returned as is."""
     start = time.monotonic()
     if is_local(model_id):
@@ -367,6 +386,9 @@ def fetch(
     cached = {name for name in files if _cached(cache_dir, model_id, sha, name, blob[name])}
     plan = plan_files(files, trust_remote_code)
 
+    prefix = f"hub-fetch-{next(_FETCHES)}"
+    library_log = _LibraryLog(prefix, log, retrier.secrets)
+
     def download(names):
         def one(name):
             def get():
@@ -376,21 +398,19 @@ def fetch(
 
             return retrier.call(get, name, library_retries=True)
 
-        with ThreadPoolExecutor(max_workers=min(8, max(1, len(names)))) as pool:
+        with ThreadPoolExecutor(max_workers=min(8, max(1, len(names))), thread_name_prefix=prefix) as pool:
             futures = [pool.submit(one, name) for name in names]
         for future in futures:  # all finished; the first failure in plan order wins
             future.result()
         return {name: future.result() for name, future in zip(names, futures)}
 
-    paths = download(plan)
-    for index in [p for p in plan if p.endswith(".index.json")]:
-        try:
-            listed = shards_from_index(Path(paths[index]).read_text())
-        except (ValueError, AttributeError):  # a corrupt index is the model's own failure: the load will say so
-            listed = []
-        shards = [s for s in listed if s in files and s not in plan]
-        download(shards)  # a shard the index names but the repo lacks is left to fail the load, honestly
-        plan = sorted(set(plan) | set(shards))
+    hf_logger = logging.getLogger("huggingface_hub")
+    hf_logger.addHandler(library_log)
+    try:
+        paths = download(plan)
+        plan = _with_shards(plan, paths, files, download)
+    finally:
+        hf_logger.removeHandler(library_log)
     folder = Path(cache_dir) / ("models--" + model_id.replace("/", "--"))
     if (revision or "main") != sha:  # what snapshot_download does: an offline load by id then finds the revision
         try:
@@ -403,8 +423,22 @@ def fetch(
     return {
         "path": str(snapshot),
         "revision_sha": sha,
+        "info": info,
         "download_s": round(time.monotonic() - start, 3),
         "download_bytes": repo_size(files, [p for p in plan if p not in cached], blob),
         "files": plan,
         "retries": list(retrier.lines),
     }
+
+
+def _with_shards(plan, paths, files, download):
+    """The plan plus the shards its index files list (downloaded here)."""
+    for index in [p for p in plan if p.endswith(".index.json")]:
+        try:
+            listed = shards_from_index(Path(paths[index]).read_text())
+        except (ValueError, AttributeError):  # a corrupt index is the model's own failure: the load will say so
+            listed = []
+        shards = [s for s in listed if s in files and s not in plan]
+        download(shards)  # a shard the index names but the repo lacks is left to fail the load, honestly
+        plan = sorted(set(plan) | set(shards))
+    return plan

@@ -30,6 +30,7 @@ TOP_KEYS = {
     "executor": str,
     "models_from_hub": dict,
     "cache": dict,
+    "prefetch": int,
 }
 MODEL_KEYS = {"id": str, "overrides": dict, "timeout_s": (int, float), "exclude": str}
 EXCLUDE_KEYS = {"id": str, "reason": str}
@@ -56,6 +57,7 @@ class SweepParams:
     description: str = ""
     cache: dict = field(default_factory=dict)
     hub_list: dict = field(default_factory=dict)
+    prefetch: int = 1
 
 
 def _type_label(expected) -> str:
@@ -141,6 +143,9 @@ def parse(raw: dict, source: str = "<params>", base: Path | None = None) -> Swee
     workers = raw.get("workers")
     if workers is not None and workers < 1:
         raise SweepConfigError(f"{source}: workers must be at least 1, not {workers}.")
+    prefetch = raw.get("prefetch", 1)
+    if prefetch < 0:
+        raise SweepConfigError(f"{source}: prefetch must be 0 (no download ahead) or more, not {prefetch}.")
     cache = dict(raw.get("cache") or {})
     _check_keys(f"{source}: cache", cache, CACHE_KEYS)
     if cache.get("max_gb") is not None and cache["max_gb"] <= 0:
@@ -199,6 +204,7 @@ def parse(raw: dict, source: str = "<params>", base: Path | None = None) -> Swee
         description=raw.get("description", ""),
         cache=cache,
         hub_list=hub_list,
+        prefetch=prefetch,
     )
 
 
@@ -213,8 +219,47 @@ def check_devices(definition: SweepParams) -> None:
             raise SweepConfigError(problem)
 
 
+def check_hub(definition: SweepParams, threads: int = 8) -> None:
+    """Look every Hub model up once, before the sweep starts: a model or revision that does not exist
+    is refused (one sentence); one without access (gated, private) or too large for the cache budget
+    or the free disk becomes an excluded row with that reason; the others keep their Hub facts
+    (metadata, resolved commit, size) in ``sweep.json``. When the Hub cannot be reached nothing is
+    refused: the models are downloaded (or left pending) when the sweep runs."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from . import hub, hub_fetch
+
+    remote = [m for m in definition.models if not is_local(m.source)]
+    if not remote:
+        return
+    cache = definition.cache
+    budget = hub.CacheBudget(cache.get("dir") or None, cache.get("max_gb"), bool(cache.get("keep", False)))
+
+    def look(entry: ModelEntry):
+        revision = entry.overrides.get("revision", definition.probe.get("revision", ""))
+        try:
+            return hub.model_facts(entry.source, revision, attempts=1, log=lambda _: None)
+        except (hub_fetch.EnvironmentProblem, hub_fetch.NoAccess, hub_fetch.NotOnHub) as exc:
+            return exc
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        found = list(pool.map(look, remote))
+    for entry, facts in zip(remote, found):
+        if isinstance(facts, hub_fetch.NotOnHub):
+            raise SweepConfigError(f"{definition.source}: {facts}")
+        if isinstance(facts, hub_fetch.NoAccess):
+            definition.excluded[entry.model_id] = str(facts)
+        elif isinstance(facts, dict):
+            entry.hub = {**entry.hub, **{k: v for k, v in facts.items() if k not in ("files", "planned_files")}}
+            reason = facts["planned_bytes"] is not None and budget.too_large_reason(facts["planned_bytes"])
+            if reason:
+                definition.excluded[entry.model_id] = reason
+    definition.models = [m for m in definition.models if m.model_id not in definition.excluded]
+
+
 def load(path: Path, check_device: bool = True) -> SweepParams:
-    """Read and validate a params YAML file (and, unless told not to, that its device is here)."""
+    """Read and validate a params YAML file (and, unless told not to, that its device is here and
+    that its Hub models exist: ``check_devices``, ``check_hub``)."""
     path = Path(path)
     if not path.is_file():
         raise SweepConfigError(
@@ -227,4 +272,5 @@ def load(path: Path, check_device: bool = True) -> SweepParams:
     definition = parse(raw, source=str(path), base=Path.cwd())
     if check_device:
         check_devices(definition)
+        check_hub(definition)
     return definition

@@ -15,7 +15,7 @@ import resource
 import time
 from pathlib import Path
 
-from . import devices, display, probe_core, probe_params, provenance, schema
+from . import devices, display, hub, hub_fetch, probe_core, probe_params, provenance, schema
 from .fileio import atomic_write_json
 from .model_ids import portable_id
 from .repro import repro_script
@@ -24,7 +24,7 @@ from .signatures import failure_signature, redact_record
 #: The flag under which the record is stored in an executed notebook (``display.read_tagged``).
 RECORD_FLAG = "record"
 #: Probe parameters that are not settings of the probe itself.
-_NOT_SETTINGS = ("model_id", "record_path", "sweep_id", "notebook_path")
+_NOT_SETTINGS = ("model_id", "record_path", "sweep_id", "notebook_path", "snapshot")
 DEFAULTS = {k: v for k, v in probe_params.defaults().items() if k not in _NOT_SETTINGS}
 
 
@@ -83,7 +83,7 @@ def run_reference(record: dict, settings: dict) -> None:
     ref_dtype = _reference_dtype(record["device_type"], settings["dtype"])
     record["reference_device"] = f"cpu:{ref_dtype}"
     ref = probe_core.run_stages(
-        model_id=settings["model_id"],
+        model_id=settings["load_from"],
         revision=settings["revision"],
         dtype=ref_dtype,
         prompt=settings["prompt"],
@@ -108,16 +108,20 @@ def machine_paths(source: str) -> dict[str, str]:
     return {str(Path(source).expanduser().resolve()): portable_id(source), source: portable_id(source)}
 
 
-def run_probe(model_id: str, record_path: str = "", sweep_id: str = "", notebook_path: str = "", **overrides) -> dict:
+def run_probe(
+    model_id: str, record_path: str = "", sweep_id: str = "", notebook_path: str = "", snapshot: str = "", **overrides
+) -> dict:
     """Probe one model and return its record (also written to ``record_path`` when given).
 
     A bad parameter value is this run's outcome (FAIL(other) at stage runner, with the one sentence
     that names it): a notebook always ends with a verdict. Sweeps refuse such values before any
-    model runs."""
+    model runs. A Hub model is loaded from ``snapshot`` when the sweep downloaded it ahead, else its
+    download stage runs here; the network, the disk or access rights failing there are no verdict:
+    ``hub_fetch.EnvironmentProblem``, ``NoAccess`` or ``NotOnHub`` is raised and no record written."""
     unknown = sorted(set(overrides) - set(DEFAULTS))
     if unknown:
         raise TypeError(f"unknown probe parameter(s): {', '.join(unknown)}; accepted: {', '.join(DEFAULTS)}")
-    settings = {**DEFAULTS, **overrides, "model_id": model_id}
+    settings = {**DEFAULTS, **overrides, "model_id": model_id, "load_from": snapshot or model_id}
     started = time.perf_counter()
     from transformers.utils import logging as hf_logging
 
@@ -138,6 +142,8 @@ def run_probe(model_id: str, record_path: str = "", sweep_id: str = "", notebook
     )
     try:
         _probe(record, settings, sweep_id)
+    except (hub_fetch.EnvironmentProblem, hub_fetch.NoAccess, hub_fetch.NotOnHub):
+        raise  # the harness's environment: not a verdict, no record
     except Exception as exc:  # noqa: BLE001 a harness bug must still yield a record, never a lost model
         record_failure(record, "runner", exc, status=schema.FAIL_OTHER)
     record["duration_s"] = time.perf_counter() - started
@@ -159,9 +165,18 @@ def _probe(record: dict, settings: dict, sweep_id: str) -> None:
     record["repro_script"] = repro_script(
         {**settings, "device": adapter.type, "model_id": record["model_id"]}, sweep_id or None
     )
+    if settings["load_from"] == settings["model_id"] and not hub_fetch.is_local(settings["model_id"]):
+        try:  # the download stage, run here when no sweep fetched the files ahead
+            got = hub_fetch.fetch(settings["model_id"], settings["revision"],
+                                  trust_remote_code=settings["trust_remote_code"])
+        except hub_fetch.NoLoadableWeights as exc:  # a real answer about the model
+            record_failure(record, "download", exc, status=schema.FAIL_LOAD)
+            return
+        record.update({k: got[k] for k in ("revision_sha", "download_s", "download_bytes")}, **hub.metadata(got["info"]))
+        settings["load_from"] = got["path"]
     adapter.reset_peak_memory()
     result = probe_core.run_stages(
-        model_id=settings["model_id"],
+        model_id=settings["load_from"],
         revision=settings["revision"],
         dtype=settings["dtype"],
         prompt=settings["prompt"],

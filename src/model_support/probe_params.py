@@ -83,6 +83,13 @@ PROBE_PARAMS: tuple[Param, ...] = (
         runner_owned=True,
     ),
     Param("sweep_id", str, "", "set by the sweep runner", runner_owned=True),
+    Param(
+        "snapshot",
+        str,
+        "",
+        "set by the sweep runner: a local folder with the model's files, downloaded ahead; empty means download here",
+        runner_owned=True,
+    ),
     Param("notebook_path", str, "", "set by the sweep runner: where this executed notebook is kept", runner_owned=True),
 )
 BY_NAME = {p.name: p for p in PROBE_PARAMS}

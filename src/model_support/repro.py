@@ -1,6 +1,7 @@
 """The standalone script stored in every record's ``repro_script``.
 
-It is the source of ``probe_core`` (the very code the probe ran) followed by a main block with this
+It is the source of ``hub_fetch`` and ``probe_core`` (the very code the probe ran: its download and
+its stages) followed by a main block with this
 probe's settings, so ``python repro.py`` needs only torch and transformers (plus torch_tpu for a
 TPU), no papermill and no install of this project, and reaches the same verdict and tokens.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 import inspect
 import pprint
 
-from . import probe_core
+from . import hub_fetch, probe_core
 
 HEADER = '''#!/usr/bin/env python
 """Reproduce the model-support probe of {model_id!r} on {device!r}{sweep}.
@@ -45,6 +46,10 @@ if __name__ == "__main__":
         settings["model_id"] = sys.argv[1]
     elif settings["model_id"].startswith("local:"):
         sys.exit(f"{settings['model_id']} was a local folder: pass its path, python {sys.argv[0]} /path/to/folder")
+    if not is_local(settings["model_id"]):  # the download stage, as the probe ran it
+        got = fetch(settings["model_id"], settings["revision"], trust_remote_code=settings["trust_remote_code"],
+                    log=lambda line: print(line, file=sys.stderr))
+        settings["model_id"] = got["path"]
     result = run_stages(device=torch.device(SETTINGS["device"]), synchronize=sync, **settings)
     exc = result["exception"]
     print(json.dumps({
@@ -89,4 +94,4 @@ def repro_script(settings: dict, sweep_id: str | None = None) -> str:
         max_new_tokens=chosen["max_new_tokens"],
         settings=pprint.pformat(chosen, sort_dicts=False),
     )
-    return header + "\n" + inspect.getsource(probe_core) + MAIN
+    return header + "\n" + inspect.getsource(hub_fetch) + "\n\n" + inspect.getsource(probe_core) + MAIN

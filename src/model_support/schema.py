@@ -18,9 +18,11 @@ FAIL_OTHER = "FAIL(other)"
 VERDICTS = (PASS, FAIL_LOAD, FAIL_GEN, FAIL_OTHER)
 
 #: Where a failure happened, kept beside the verdict so that no detail is lost.
-STAGES = ("load", "template", "generate", "reference", "runner")
+STAGES = ("download", "load", "template", "generate", "reference", "runner")
 
 STAGE_HELP = {
+    "download": "the repo holds no weights transformers can load (only .gguf, onnx, ...): a real answer about the "
+    "model; the network, the disk and access rights never end here (pending or excluded instead)",
     "load": "resolving, downloading or loading config, tokenizer or weights, or moving them to the device",
     "template": "rendering the prompt through the tokenizer's chat template",
     "generate": "greedy generation on the device",
@@ -54,6 +56,7 @@ FIELDS: dict[str, pa.DataType] = {
     "sweep_id": pa.string(),
     "model_id": pa.string(),
     "revision": pa.string(),
+    "revision_sha": pa.string(),
     "model_type": pa.string(),
     "architectures": pa.list_(pa.string()),
     "num_params": pa.int64(),
@@ -77,6 +80,8 @@ FIELDS: dict[str, pa.DataType] = {
     "device_type": pa.string(),
     "device_name": pa.string(),
     "device_count": pa.int64(),
+    "download_s": pa.float64(),
+    "download_bytes": pa.int64(),
     "load_s": pa.float64(),
     "first_token_s": pa.float64(),
     "generate_s": pa.float64(),
@@ -97,12 +102,26 @@ FIELDS: dict[str, pa.DataType] = {
     "notebook_path": pa.string(),
     "repro_script": pa.string(),
     "exclusion_reason": pa.string(),
+    # Hub metadata (null for local folders and offline runs)
+    "pipeline_tag": pa.string(),
+    "library_name": pa.string(),
+    "downloads": pa.int64(),
+    "likes": pa.int64(),
+    "trending_score": pa.int64(),
+    "gated": pa.string(),
+    "license": pa.string(),
+    "created_at": pa.string(),
+    "base_model": pa.string(),
+    "hub_num_params": pa.int64(),
 }
 
 SCHEMA = pa.schema([pa.field(name, typ, nullable=True) for name, typ in FIELDS.items()])
 
 #: Fields added after the first sweeps were published: older files lack them and read as null.
-LATER_FIELDS = ("tokens_in", "tokens_out")
+LATER_FIELDS = (
+    "tokens_in", "tokens_out", "revision_sha", "download_s", "download_bytes", "pipeline_tag", "library_name",
+    "downloads", "likes", "trending_score", "gated", "license", "created_at", "base_model", "hub_num_params",
+)
 
 
 def empty_record(**values) -> dict:

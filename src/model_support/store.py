@@ -8,6 +8,7 @@ Hive-style folders mean adding a sweep never rewrites another, and ``scan`` read
 
 from __future__ import annotations
 
+import datetime as _dt
 import itertools
 import json
 import os
@@ -124,6 +125,41 @@ def store_result(data_dir: Path, sweep_id: str, record: dict, notebook: bytes | 
     return path
 
 
+def store_log(data_dir: Path, sweep_id: str, model_id: str, log: str) -> None:
+    atomic_write_bytes(sweep_dir(data_dir, sweep_id) / "logs" / f"{safe_name(model_id)}.log", log.encode())
+
+
+def store_exclusion(data_dir: Path, sweep_id: str, model_id: str, reason: str, log: str) -> Path:
+    """Keep a model the sweep found it cannot probe (no access, gone from the Hub): its log, then a
+    record with only its id and ``exclusion_reason`` (done: resume skips it; an ``excluded`` row)."""
+    store_log(data_dir, sweep_id, model_id, log)
+    record = schema.empty_record(sweep_id=sweep_id, model_id=model_id, exclusion_reason=reason,
+                                 started_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
+    path = record_file(data_dir, sweep_id, model_id)
+    atomic_write_json(path, record)
+    return path
+
+
+def pending_file(data_dir: Path, sweep_id: str) -> Path:
+    return sweep_dir(data_dir, sweep_id) / "pending.json"
+
+
+def write_pending(data_dir: Path, sweep_id: str, pending: dict[str, dict]) -> None:
+    """The models the environment kept from being probed ({model_id: {reason, problem, at}}), for the
+    report, the explorer and the user; no file when there are none. Not records: ``--resume`` probes
+    exactly the models without a record, these included."""
+    path = pending_file(data_dir, sweep_id)
+    if pending:
+        atomic_write_json(path, pending)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def read_pending(data_dir: Path, sweep_id: str) -> dict[str, dict]:
+    path = pending_file(data_dir, sweep_id)
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
 def iter_records(data_dir: Path, sweep_id: str):
     """The finished records of a sweep, one at a time (sorted by file name), with every field."""
     for path in sorted((sweep_dir(data_dir, sweep_id) / "records").glob("*.json")):
@@ -151,23 +187,31 @@ def exclusion(data_dir: Path, sweep_id: str) -> str | None:
 def compact(data_dir: Path, sweep_id: str) -> tuple[int, int]:
     """Records (plus the models excluded before running) -> this sweep's two Parquet files.
 
-    Rewrites only this sweep's files, each atomically; the JSON records stay the source of truth,
-    so compaction can be redone at any time and gives the same rows. Returns (results, excluded)."""
+    A record with an ``exclusion_reason`` (a model found gated or gone while the sweep ran) goes to
+    ``excluded``, every other to ``results``. Rewrites only this sweep's files, each atomically; the
+    JSON records stay the source of truth, so compaction can be redone at any time and gives the
+    same rows. Records are streamed (two passes), so memory stays flat however long the sweep.
+    Returns (results, excluded)."""
     meta = read_sweep(data_dir, sweep_id)
     whole_sweep_reason = exclusion(data_dir, sweep_id)
-    ran = iter_records(data_dir, sweep_id)  # streamed: memory stays flat however long the sweep
-    if whole_sweep_reason:
-        ran = ({**record, "exclusion_reason": whole_sweep_reason} for record in ran)
     before_running = [
         schema.empty_record(sweep_id=sweep_id, model_id=model_id, exclusion_reason=reason, started_at=meta.created_at)
         for model_id, reason in meta.excluded.items()
     ]
+
+    def records(excluded: bool):
+        for record in iter_records(data_dir, sweep_id):
+            if whole_sweep_reason:
+                yield {**record, "exclusion_reason": record["exclusion_reason"] or whole_sweep_reason}
+            elif bool(record["exclusion_reason"]) == excluded:
+                yield record
+
     if whole_sweep_reason:
         results = write_parquet([], parquet_file(data_dir, "results", sweep_id))
-        excluded = write_parquet(itertools.chain(ran, before_running), parquet_file(data_dir, "excluded", sweep_id))
     else:
-        results = write_parquet(ran, parquet_file(data_dir, "results", sweep_id))
-        excluded = write_parquet(before_running, parquet_file(data_dir, "excluded", sweep_id))
+        results = write_parquet(records(excluded=False), parquet_file(data_dir, "results", sweep_id))
+    excluded = write_parquet(itertools.chain(records(excluded=True), before_running),
+                             parquet_file(data_dir, "excluded", sweep_id))
     write_dataset_card(data_dir)
     return results, excluded
 

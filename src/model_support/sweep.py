@@ -20,10 +20,13 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from queue import Queue
 
-from . import devices, provenance, schema, store
+from . import devices, hub, provenance, schema, store
 from .errors import UserError
+from .hub import CacheBudget
+from .hub_fetch import is_local
 from .params import SweepParams
 from .sweep_meta import SweepMeta, new_sweep_id
+from .worker.prefetch import Prefetcher
 from .worker.process import Standby, TaskResult, run_task
 
 
@@ -74,6 +77,7 @@ class SweepLock:
 def build_tasks(meta: SweepMeta) -> list[dict]:
     """One task per model from the sweep's saved settings (sweep.json is the truth on resume)."""
     tasks = []
+    cache = meta.cache or {}
     for model in meta.models:
         tasks.append(
             {
@@ -84,6 +88,10 @@ def build_tasks(meta: SweepMeta) -> list[dict]:
                 "timeout_s": model.timeout_s or meta.timeout_s,
                 "notebook_path": store.notebook_relpath(meta.sweep_id, model.model_id),
                 "scrub": {model.source: model.model_id} if model.source != model.model_id else {},
+                "hub": {k: model.hub.get(k) for k in hub.METADATA_FIELDS if k in model.hub},
+                "planned_bytes": model.hub.get("planned_bytes"),
+                "cache_dir": cache.get("dir") or "",
+                "keep_cache": bool(cache.get("keep", False)),
             }
         )
     return tasks
@@ -93,14 +101,19 @@ def pending_tasks(data_dir: Path, meta: SweepMeta) -> list[dict]:
     return [t for t in build_tasks(meta) if not store.record_file(data_dir, meta.sweep_id, t["model_id"]).exists()]
 
 
-def run_local(tasks: list[dict], workers: int, device: str, work_root: Path) -> Iterable[TaskResult]:
+def run_local(
+    tasks: list[dict], workers: int, device: str, work_root: Path, budget: CacheBudget | None = None,
+    prefetch: int = 1,
+) -> Iterable[TaskResult]:
     """N probes at once, each worker pinned to its own device slot.
 
-    Each slot keeps the process for its next model warming up (``execute.Standby``: kernel started,
-    torch and transformers imported) while the current model runs; a standby is started only while
-    models remain to be handed out, so none is wasted at the end, and only where it has a core to
-    itself: on accelerators (the host is mostly idle while the device computes) or when there are
-    fewer CPU workers than cores. A CPU sweep that already fills every core gains nothing from it."""
+    Downloads run ahead of the probes (``worker.prefetch.Prefetcher``: ``prefetch`` models ahead per
+    worker, within the cache ``budget``), outside the probes' timed stages. Each slot also keeps the
+    process for its next model warming up (``worker.process.Standby``: kernel started, torch and
+    transformers imported) while the current model runs; a standby is started only while models
+    remain to be handed out, so none is wasted at the end, and only where it has a core to itself:
+    on accelerators (the host is mostly idle while the device computes) or when there are fewer CPU
+    workers than cores. A CPU sweep that already fills every core gains nothing from it."""
     accelerated = device in ("cuda", "tpu") or (
         device == "auto" and (devices.tpu_hardware_visible() or devices.visible_device_count("cuda") > 0)
     )
@@ -111,27 +124,37 @@ def run_local(tasks: list[dict], workers: int, device: str, work_root: Path) -> 
     standbys: dict[int, Standby] = {}
     lock = threading.Lock()
     remaining = [len(tasks)]
+    downloads = Prefetcher(tasks, workers * (1 + prefetch), budget, threads=workers)
 
-    def one(task):
-        slot = slots.get()
+    def one(index, task):
+        got = downloads.wait(index)
         try:
-            with lock:
-                remaining[0] -= 1
-                current = standbys.pop(slot, None) or Standby(str(work_root), pinning_env(device, slot))
-                if prewarm and remaining[0] > len(standbys):  # a model still to come will need a process
-                    standbys[slot] = Standby(str(work_root), pinning_env(device, slot))
-            return run_task(task, standby=current)
+            if got.kind != "ready":
+                with lock:
+                    remaining[0] -= 1
+                return run_task(task, fetched=got)
+            slot = slots.get()
+            try:
+                with lock:
+                    remaining[0] -= 1
+                    current = standbys.pop(slot, None) or Standby(str(work_root), pinning_env(device, slot))
+                    if prewarm and remaining[0] > len(standbys):  # a model still to come will need a process
+                        standbys[slot] = Standby(str(work_root), pinning_env(device, slot))
+                return run_task(task, standby=current, fetched=got)
+            finally:
+                slots.put(slot)
         finally:
-            slots.put(slot)
+            downloads.done(index, got)
 
     try:
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            pending = {pool.submit(one, task) for task in tasks}
+            pending = {pool.submit(one, index, task) for index, task in enumerate(tasks)}
             while pending:  # a finished future is dropped once its result is stored: memory stays flat
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
                     yield future.result()
     finally:
+        downloads.close()
         for standby in standbys.values():
             standby.discard()
 
@@ -181,6 +204,7 @@ def create(params: SweepParams, data_dir: Path) -> SweepMeta:
         params_file=params.source,
         executor=params.executor,
         workers=params.workers,
+        prefetch=params.prefetch,
         probe=params.probe,
         timeout_s=params.timeout_s,
         models=params.models,
@@ -221,23 +245,44 @@ def run(
         done = total - len(tasks)
         work_root = folder / ".work"
         work_root.mkdir(exist_ok=True)
-        results = run_ray(tasks, workers, device) if executor == "ray" else run_local(tasks, workers, device, work_root)
+        if executor == "ray":
+            results = run_ray(tasks, workers, device)
+        else:
+            budget = None
+            if any(not is_local(t["source"]) for t in tasks):  # downloads: deleted after each probe, within budget
+                cache = meta.cache or {}
+                budget = CacheBudget(cache.get("dir") or None, cache.get("max_gb"), bool(cache.get("keep", False)))
+            results = run_local(tasks, workers, device, work_root, budget, meta.prefetch)
+        pending: dict[str, dict] = {}
         for result in results:
-            store.store_result(data_dir, sweep_id, result.record, result.notebook, result.log)
+            if result.record is not None:
+                store.store_result(data_dir, sweep_id, result.record, result.notebook, result.log)
+            elif result.excluded is not None:
+                store.store_exclusion(data_dir, sweep_id, result.model_id, result.excluded, result.log)
+            else:  # the environment kept it from being probed: no record, --resume retries it
+                pending[result.model_id] = {
+                    "reason": result.pending, "problem": result.problem,
+                    "at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+                }
+                store.store_log(data_dir, sweep_id, result.model_id, result.log)
+                store.write_pending(data_dir, sweep_id, pending)
+                continue
             done += 1
             if on_result:
-                on_result(result.record, done, total)
+                on_result(result.record or {"status": "excluded", "model_id": result.model_id}, done, total)
+        store.write_pending(data_dir, sweep_id, pending)
         counts = store.compact(data_dir, sweep_id)
     return {
         "sweep_id": sweep_id,
         "data_dir": str(data_dir),
         "executor": executor,
         "workers": workers,
-        "ran": len(tasks),
+        "ran": len(tasks) - len(pending),
         "total": total,
         "wall_s": time.time() - started,
-        "verdicts": dict(Counter(r["status"] for r in store.iter_records(data_dir, sweep_id))),
+        "verdicts": dict(Counter(r["status"] for r in store.iter_records(data_dir, sweep_id) if r["status"])),
         "rows": counts,
+        "pending": pending,
     }
 
 

@@ -88,6 +88,7 @@ class SweepMeta:
     params_file: str = ""
     executor: str = "local"
     workers: int | None = None
+    prefetch: int = 1
     cache: dict = field(default_factory=dict)
     versions: dict = field(default_factory=dict)
     host: str = ""

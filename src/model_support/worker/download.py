@@ -4,8 +4,8 @@ A verdict describes the model on the stack; the harness's environment never beco
 files a probe needs are fetched here (``hub_fetch.fetch``: exactly the planned files, retried with
 backoff), and what the Hub answers is sorted before any probe runs:
 
-- ``ready``: the local snapshot to load from, with ``revision_sha``, ``download_s`` and
-  ``download_bytes`` for the record (a local folder is ready as it is, with no download fields);
+- ``ready``: the local snapshot to load from, with ``revision_sha``, ``download_s``,
+  ``download_bytes`` and the Hub's metadata (``hub.metadata``) for the record (a local folder is ready as it is, with no download fields);
 - ``pending``: the network or the disk failed after the retries: no record, ``--resume`` retries it;
 - ``excluded``: no access (gated, private, token) or no such model or revision: an excluded row
   with the reason;
@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from .. import hub_fetch
+from .. import hub, hub_fetch
 
 #: The record fields a download fills.
 DOWNLOAD_FIELDS = ("revision_sha", "download_s", "download_bytes")
@@ -67,4 +67,5 @@ def download(task: dict) -> Download:
         return Download("excluded", reason=str(exc), log=lines)
     except hub_fetch.NoLoadableWeights as exc:
         return Download("failed", error=exc, log=lines)
-    return Download("ready", path=got["path"], fields={k: got[k] for k in DOWNLOAD_FIELDS}, log=lines)
+    fields = {**hub.metadata(got["info"]), **{k: got[k] for k in DOWNLOAD_FIELDS}}  # the Hub's facts, as of now
+    return Download("ready", path=got["path"], fields=fields, log=lines)

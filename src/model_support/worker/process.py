@@ -25,8 +25,11 @@ from pathlib import Path
 
 from .. import paths, provenance, schema
 from ..display import NOTEBOOK_KEY
+from ..hub import CacheBudget
+from ..hub_fetch import is_local
 from ..probe import RECORD_FLAG
 from ..signatures import failure_signature, redact, redact_record
+from .download import Download, download
 
 #: Seconds the process gets beyond the model's own timeout (kernel start, imports, notebook I/O).
 GRACE_S = 90
@@ -35,11 +38,18 @@ LOG_TAIL_CHARS = 3000
 
 @dataclass
 class TaskResult:
-    """What comes back to the sweep's driver for one model: everything it stores."""
+    """What comes back to the sweep's driver for one model: everything it stores. No record when the
+    environment kept the model from being probed: ``pending`` (the network or the disk failed, with
+    ``problem`` "network" or "disk": ``--resume`` retries it) or ``excluded`` (no access, not on the
+    Hub: an excluded row with that reason)."""
 
-    record: dict
+    record: dict | None
     notebook: bytes | None
     log: str
+    model_id: str = ""
+    pending: str | None = None
+    problem: str | None = None
+    excluded: str | None = None
 
 
 def _die_with_parent() -> None:
@@ -77,8 +87,18 @@ def _describe_exit(code: int | None) -> str:
     return f"exit status {code}"
 
 
-def runner_failure(task: dict, error_type: str, message: str, log: str, started: float) -> dict:
-    """A FAIL(other)/runner record for a probe that could not write its own."""
+def runner_failure(
+    task: dict,
+    error_type: str,
+    message: str,
+    log: str,
+    started: float,
+    status: str = schema.FAIL_OTHER,
+    stage: str = "runner",
+    traceback: str | None = None,
+) -> dict:
+    """A record for a probe that could not write its own: FAIL(other) at stage runner (the kernel
+    died, a timeout), or what the download stage found (FAIL(load) at stage download)."""
     tail = log[-LOG_TAIL_CHARS:]
     return schema.check_record(
         redact_record(
@@ -86,11 +106,11 @@ def runner_failure(task: dict, error_type: str, message: str, log: str, started:
                 sweep_id=task["sweep_id"],
                 model_id=task["model_id"],
                 revision=task["params"].get("revision") or None,
-                status=schema.FAIL_OTHER,
-                failure_stage="runner",
+                status=status,
+                failure_stage=stage,
                 error_type=error_type,
                 error_message=message,
-                traceback=f"(no traceback: the probe wrote no record)\n--- log tail ---\n{tail}",
+                traceback=traceback or f"(no traceback: the probe wrote no record)\n--- log tail ---\n{tail}",
                 failure_signature=failure_signature(error_type, message),
                 prompt=task["params"].get("prompt"),
                 max_new_tokens=task["params"].get("max_new_tokens"),
@@ -103,6 +123,7 @@ def runner_failure(task: dict, error_type: str, message: str, log: str, started:
                 started_at=time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(started)),
                 duration_s=time.time() - started,
                 notebook_path=task["notebook_path"],
+                **task.get("record_extra", {}),
             ),
             task.get("scrub"),
         )
@@ -182,14 +203,47 @@ class Standby:
         shutil.rmtree(self.work, ignore_errors=True)
 
 
-def run_task(task: dict, work_root: str | None = None, standby: Standby | None = None) -> TaskResult:
-    """Probe one model in a child process (a warm ``standby`` when given); never raises for a
-    model's failure.
+def run_task(
+    task: dict, work_root: str | None = None, standby: Standby | None = None, fetched: Download | None = None
+) -> TaskResult:
+    """Download what the model needs (unless ``fetched`` ahead), then probe it in a child process (a
+    warm ``standby`` when given); never raises for a model's failure nor for the Hub's answer.
 
-    ``task``: sweep_id, model_id, params (probe notebook parameters), timeout_s, notebook_path (where
-    the driver will keep the notebook, recorded in the record). Device pinning is the standby's
-    (its worker slot's environment) or, under Ray, Ray's own."""
-    return (standby or Standby(work_root)).run(task)
+    ``task``: sweep_id, model_id (the record's), source (where to load from: a Hub id or a folder),
+    params (probe notebook parameters), timeout_s, notebook_path (where the driver keeps the
+    notebook), hub (the model's Hub metadata, for the record), cache_dir, keep_cache. Device pinning
+    is the standby's (its worker slot's environment) or, under Ray, Ray's own. Files fetched ahead
+    are the caller's to remove (the local executor's cache budget); files this call downloads are
+    removed here unless the sweep keeps its cache (Ray)."""
+    started = time.time()
+    own_budget = None
+    if fetched is None and not task.get("keep_cache", False) and not is_local(task["source"]):
+        own_budget = CacheBudget(task.get("cache_dir") or None)  # records what was cached before
+    got = fetched or download(task)
+    head = "".join(f"{line}\n" for line in got.log)
+    try:
+        if got.kind == "pending":
+            log = redact(head + f"not probed: {got.reason}\n")
+            return TaskResult(None, None, log, task["model_id"], pending=got.reason, problem=got.problem)
+        if got.kind == "excluded":
+            log = redact(head + f"excluded: {got.reason}\n")
+            return TaskResult(None, None, log, task["model_id"], excluded=got.reason)
+        task = {**task, "record_extra": {**task.get("hub", {}), **got.fields}}
+        if got.kind == "failed":
+            exc = got.error
+            record = runner_failure(
+                task, type(exc).__name__, str(exc), head, started, status=schema.FAIL_LOAD, stage="download",
+                traceback=f"{type(exc).__name__}: {exc}",
+            )
+            return TaskResult(record, None, redact(head + f"{record['status']}: {exc}\n"), task["model_id"])
+        if got.path != task["source"]:
+            task["snapshot"] = got.path
+        result = (standby or Standby(work_root)).run(task)
+        result.log, result.model_id = redact(head) + result.log, task["model_id"]
+        return result
+    finally:
+        if own_budget is not None and got.fields.get("revision_sha"):
+            own_budget.release(task["source"], got.fields["revision_sha"])
 
 
 def _record_from_outcome(task, outcome, returncode, timed_out, log, started) -> dict:
@@ -267,6 +321,7 @@ def _run_notebook(work: Path, km) -> None:
     parameters = {
         **task["params"],
         "model_id": task["source"],
+        "snapshot": task.get("snapshot", ""),
         "sweep_id": task["sweep_id"],
         "record_path": str(record_path),
         "notebook_path": task["notebook_path"],
@@ -282,7 +337,9 @@ def _run_notebook(work: Path, km) -> None:
             outcome["kernel_exit"] = km.exit_status
     if record_path.exists() and (work / "out.ipynb").exists():
         nb = nbformat.read(str(work / "out.ipynb"), as_version=4)
-        nb.metadata.setdefault(NOTEBOOK_KEY, {})[RECORD_FLAG] = json.loads(record_path.read_text())
+        record = {**json.loads(record_path.read_text()), **task.get("record_extra", {})}  # download and Hub facts
+        record_path.write_text(json.dumps(record))
+        nb.metadata.setdefault(NOTEBOOK_KEY, {})[RECORD_FLAG] = record
         nbformat.write(nb, str(work / "out.ipynb"))
     (work / "outcome.json").write_text(json.dumps(outcome))
 

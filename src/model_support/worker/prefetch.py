@@ -1,0 +1,87 @@
+"""Downloads ahead of the probes: each worker's next model is fetched while the current one runs.
+
+A sweep of Hub models on one host spends two kinds of time per model: downloading it (network) and
+probing it (device). ``Prefetcher`` fetches the sweep's models in order on background threads, at
+most ``window`` models that are downloaded or downloading but not yet probed (the workers' current
+models plus ``prefetch`` ahead for each), and only as far as the cache budget allows
+(``hub.CacheBudget``: what is downloaded and not yet probed never exceeds ``max_gb`` nor the free
+disk). So a sweep's wall time approaches max(download, probe) rather than their sum, and the disk
+never fills. ``done`` frees a model's place: its files are deleted (unless the sweep keeps its
+cache) and the next download may start. A model too large for the budget is excluded with the
+reason, before anything is downloaded.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from .. import hub, hub_fetch
+from .download import Download, download, retry_policy
+
+
+class Prefetcher:
+    def __init__(self, tasks: list[dict], window: int, budget: hub.CacheBudget | None, threads: int):
+        self._tasks = tasks
+        self._window = threading.Semaphore(max(1, window))
+        self._budget = budget
+        self._pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="prefetch")
+        self._futures: dict[int, Future] = {}
+        self._ready = [threading.Event() for _ in tasks]
+        self._stop = threading.Event()
+        self._feeder = threading.Thread(target=self._feed, name="prefetch-feeder", daemon=True)
+        self._feeder.start()
+
+    def _feed(self) -> None:
+        for index, task in enumerate(self._tasks):
+            self._window.acquire()
+            if self._stop.is_set():
+                return
+            future: Future = Future()
+            if hub_fetch.is_local(task["source"]):
+                future.set_result(Download("ready", path=task["source"]))
+            else:
+                early = self._reserve(task)
+                if early is not None:
+                    future.set_result(early)
+                else:
+                    future = self._pool.submit(download, task)
+            self._futures[index] = future
+            self._ready[index].set()
+
+    def _reserve(self, task: dict) -> Download | None:
+        """Room in the budget for ``task``'s download (waiting for it), or why it cannot be fetched."""
+        if self._budget is None:
+            return None
+        size = task.get("planned_bytes")
+        if size is None:  # the Hub was not asked when the sweep was created: ask now
+            try:
+                facts = hub.model_facts(task["source"], task["params"].get("revision") or "", log=lambda _: None,
+                                        **retry_policy())
+            except hub_fetch.EnvironmentProblem as exc:
+                return Download("pending", reason=str(exc), problem=exc.kind)
+            except (hub_fetch.NoAccess, hub_fetch.NotOnHub) as exc:
+                return Download("excluded", reason=str(exc))
+            size = facts["planned_bytes"] or 0
+        reason = self._budget.too_large_reason(size)
+        if reason:
+            return Download("excluded", reason=reason)
+        self._budget.reserve(task["source"], size)
+        return None
+
+    def wait(self, index: int) -> Download:
+        """``tasks[index]``'s download, once finished (it never raises for the Hub's answer)."""
+        self._ready[index].wait()
+        return self._futures[index].result()
+
+    def done(self, index: int, got: Download) -> None:
+        """The model's probe is over: delete its files (unless kept), free its place in the window."""
+        task = self._tasks[index]
+        if self._budget is not None and not hub_fetch.is_local(task["source"]):
+            self._budget.release(task["source"], got.fields.get("revision_sha"))
+        self._window.release()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._window.release()
+        self._pool.shutdown(wait=True, cancel_futures=True)
