@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ FAKE_TOKEN = "hf_" + "FakeTokenForLeakTests" + "x" * 16  # placed in HF_TOKEN du
 # is off; probes that use no TPU turn it off themselves, the test process does it here.
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# datasets caches what it loaded by path; pytest reuses tmp paths across runs, so a session cache of its own.
+os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp(prefix="hf-datasets-"))
 
 
 #: Fixtures that run real sweeps, notebooks or renders: a test using one is slow (not in `make test-fast`).

@@ -268,3 +268,89 @@ def test_download_time_is_its_own_stage_and_load_time_stays_local(hub, tmp_path,
     frame = store.scan(data).collect()
     assert frame.filter(pl.col("model_id") == "fixtures/tiny-llama")["download_bytes"].item() >= size * 0.9
     shutil.rmtree(cache, ignore_errors=True)
+
+
+def test_one_papermill_probe_of_a_hub_model_and_its_repro_script(hub, tmp_path):
+    """The headline command on a Hub id downloads, probes, records; the repro script downloads the same way."""
+    hub.faults.clear()
+    cache = tmp_path / "cache"
+    env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0", "HF_HUB_CACHE": str(cache)}
+    env.pop("HF_TOKEN", None)
+    record_path = tmp_path / "r.json"
+    papermill = os.path.join(os.path.dirname(sys.executable), "papermill")
+    run = subprocess.run(
+        [
+            papermill,
+            str(store_notebook()),
+            str(tmp_path / "out.ipynb"),
+            "-p",
+            "model_id",
+            "fixtures/tiny-gpt2",
+            "-p",
+            "device",
+            "cpu",
+            "-p",
+            "reference",
+            "none",
+            "-p",
+            "record_path",
+            str(record_path),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    record = json.loads(record_path.read_text())
+    assert (record["status"], record["model_id"]) == ("PASS", "fixtures/tiny-gpt2")
+    assert record["revision_sha"] == hub.sha("fixtures/tiny-gpt2") and record["download_bytes"] > 0
+    assert record["library_name"] == "transformers" and record["load_s"] > 0
+    script = tmp_path / "repro.py"
+    script.write_text(record["repro_script"])
+    repro = subprocess.run(
+        [sys.executable, "-I", str(script)], capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path
+    )
+    assert repro.returncode == 0, repro.stderr[-3000:]
+    assert json.loads(repro.stdout.strip().splitlines()[-1])["output_token_ids"] == record["output_token_ids"]
+
+    down = subprocess.run(
+        [
+            papermill,
+            str(store_notebook()),
+            str(tmp_path / "down.ipynb"),
+            "-p",
+            "model_id",
+            "fixtures/tiny-gpt2",
+            "-p",
+            "device",
+            "cpu",
+            "-p",
+            "record_path",
+            str(tmp_path / "d.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={
+            **env,
+            "HF_ENDPOINT": f"http://127.0.0.1:{closed_port()}",
+            "HF_HUB_CACHE": str(tmp_path / "empty"),
+            "MODEL_SUPPORT_HUB_BACKOFF_S": "0.05",
+        },
+    )
+    assert down.returncode != 0 and "EnvironmentProblem" in down.stderr  # not a verdict: no record at all
+    assert not (tmp_path / "d.json").exists()
+
+
+def store_notebook() -> Path:
+    from model_support import paths
+
+    return paths.notebook("probe")
+
+
+def test_the_record_schema_has_every_hub_field():
+    from model_support import hub, schema
+
+    assert set(hub.RECORD_FIELDS) <= set(schema.FIELDS) and set(hub.RECORD_FIELDS) <= set(schema.LATER_FIELDS)
+    assert "download" in schema.STAGES

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from .errors import UserError
+from .errors import StorageFull, UserError
 from .paths import DATA_DIR_VAR
 
 
@@ -31,20 +31,26 @@ def data_dir_option(command):
 
 
 def user_errors(command):
-    """Turn a UserError into click's usage error: one sentence, exit status 2."""
+    """A UserError becomes click's usage error (one sentence, exit status 2); a StorageFull (the data
+    folder could not be written) one sentence with exit status 1. ``--debug`` shows the traceback."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         try:
             return command(*args, **kwargs)
-        except UserError as exc:
+        except (UserError, StorageFull) as exc:
+            if click.get_current_context().find_root().params.get("debug"):
+                raise
+            if isinstance(exc, StorageFull):
+                raise click.ClickException(str(exc)) from None
             raise click.UsageError(str(exc)) from None
 
     return wrapper
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-def main():
+@click.option("--debug", is_flag=True, help="Show the traceback behind an error, not only its sentence.")
+def main(debug):
     """Sweep Hugging Face models over an accelerator stack (TPU, CUDA, CPU) and report what runs."""
 
 
@@ -61,6 +67,12 @@ def main():
     help="Where probes run (default: params, else local).",
 )
 @click.option(
+    "--prefetch",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Models downloaded ahead per worker (default: params, else 1; 0: no download ahead).",
+)
+@click.option(
     "--resume",
     "resume",
     default=None,
@@ -71,7 +83,7 @@ def main():
     "--report/--no-report", default=True, show_default=True, help="Render the sweep's HTML report at the end."
 )
 @user_errors
-def sweep(params_file, data_dir, workers, executor, resume, report):
+def sweep(params_file, data_dir, workers, executor, prefetch, resume, report):
     """Run the probe notebook once per model of PARAMS_FILE (YAML) and publish the results."""
     from rich.console import Console
     from rich.progress import (
@@ -114,7 +126,14 @@ def sweep(params_file, data_dir, workers, executor, resume, report):
             )
 
         summary = sweep_mod.run(
-            definition, data_dir, workers=workers, executor=executor, resume=resume, on_result=on_result
+            definition,
+            data_dir,
+            workers=workers,
+            executor=executor,
+            resume=resume,
+            on_result=on_result,
+            prefetch=prefetch,
+            report=report,
         )
     verdict_table(store.read_records(data_dir, summary["sweep_id"]), Console())
     click.echo(
@@ -134,15 +153,25 @@ def pending_sentence(sweep_id: str, pending: dict) -> str:
     """The one sentence a sweep ends with when the environment kept models from being probed."""
     n = len(pending)
     problems = ", ".join(sorted({p.get("problem") or "network" for p in pending.values()}))
-    return (f"{n} model{'s' if n != 1 else ''} could not be downloaded ({problems}): run "
-            f"`model-support sweep --resume {sweep_id}` to finish {'them' if n != 1 else 'it'}.")
+    return (
+        f"{n} model{'s' if n != 1 else ''} could not be downloaded ({problems}): run "
+        f"`model-support sweep --resume {sweep_id}` to finish {'them' if n != 1 else 'it'}."
+    )
 
 
 def _render(data_dir: Path, sweep_id: str, baseline: str | None) -> None:
     from .render import report
 
     baseline = baseline or report.previous_sweep(data_dir, sweep_id)
-    html = report.render_report(data_dir, sweep_id, baseline)
+    try:
+        html = report.render_report(data_dir, sweep_id, baseline)
+    except OSError as exc:
+        from .sweep import disk_words
+
+        raise StorageFull(
+            f"Could not write the report of {sweep_id} ({disk_words(exc, Path(data_dir).resolve())}): the sweep's "
+            f"records and Parquet files are complete; make room, then run `model-support report {sweep_id}`."
+        ) from exc
     click.echo(f"report:   {html}" + (f" (baseline {baseline})" if baseline else ""))
     click.echo(f"explorer: {Path(html).parent / 'index.html'}")
 

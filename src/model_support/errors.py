@@ -4,3 +4,9 @@ wrong and how to fix it. The CLI prints it (exit status 2) instead of a tracebac
 
 class UserError(ValueError):
     """Bad input (a params file, a flag, a parameter, an unknown sweep): one sentence, no traceback."""
+
+
+class StorageFull(Exception):
+    """The data folder could not be written (a full disk, any OSError): one sentence saying what could
+    not be written, how much is free, what is already safe and the command that finishes the job.
+    Not a user's mistake in the command, so the CLI prints it without a usage banner (exit status 1)."""

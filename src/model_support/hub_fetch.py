@@ -347,14 +347,22 @@ def _cached(cache_dir, model_id, sha, name, blob):
     return (folder / "snapshots" / sha / name).exists() or bool(blob and (folder / "blobs" / blob).exists())
 
 
+def retry_policy():
+    """attempts and backoff_s: 5 and 1.0 s, or ``$MODEL_SUPPORT_HUB_ATTEMPTS`` / ``$MODEL_SUPPORT_HUB_BACKOFF_S``."""
+    return {
+        "attempts": int(os.environ.get("MODEL_SUPPORT_HUB_ATTEMPTS", "5")),
+        "backoff_s": float(os.environ.get("MODEL_SUPPORT_HUB_BACKOFF_S", "1.0")),
+    }
+
+
 def fetch(
     model_id,
     revision="",
     token=None,
     cache_dir=None,
     trust_remote_code=False,
-    attempts=5,
-    backoff_s=1.0,
+    attempts=None,
+    backoff_s=None,
     max_backoff_s=60.0,
     log=print,
     endpoint=None,
@@ -376,6 +384,9 @@ def fetch(
             "retries": [],
         }
     cache_dir = str(cache_dir or hf_constants.HF_HUB_CACHE)
+    policy = retry_policy()
+    attempts = policy["attempts"] if attempts is None else attempts
+    backoff_s = policy["backoff_s"] if backoff_s is None else backoff_s
     retrier = Retrier(model_id, revision, token, attempts, backoff_s, max_backoff_s, log)
     api = huggingface_hub.HfApi(endpoint=endpoint, token=token)
     info = retrier.call(lambda: api.model_info(model_id, revision=revision or None, files_metadata=True), "model info")

@@ -38,14 +38,14 @@ def _peak_host_mb() -> float:
 
 def record_failure(record: dict, stage: str, exc: BaseException, status: str | None = None) -> dict:
     """Fill the failure fields of ``record`` from an exception raised in ``stage``."""
-    message = str(exc)
+    message, traceback = str(exc), probe_core.trimmed_traceback(exc)
     record.update(
         status=status or probe_core.classify(stage, exc),
         failure_stage=stage,
         error_type=type(exc).__name__,
         error_message=message[:4000],
-        traceback=probe_core.trimmed_traceback(exc),
-        failure_signature=failure_signature(type(exc).__name__, message),
+        traceback=traceback,
+        failure_signature=failure_signature(type(exc).__name__, message, traceback),  # with where it was raised
     )
     return record
 
@@ -167,12 +167,15 @@ def _probe(record: dict, settings: dict, sweep_id: str) -> None:
     )
     if settings["load_from"] == settings["model_id"] and not hub_fetch.is_local(settings["model_id"]):
         try:  # the download stage, run here when no sweep fetched the files ahead
-            got = hub_fetch.fetch(settings["model_id"], settings["revision"],
-                                  trust_remote_code=settings["trust_remote_code"])
+            got = hub_fetch.fetch(
+                settings["model_id"], settings["revision"], trust_remote_code=settings["trust_remote_code"]
+            )
         except hub_fetch.NoLoadableWeights as exc:  # a real answer about the model
             record_failure(record, "download", exc, status=schema.FAIL_LOAD)
             return
-        record.update({k: got[k] for k in ("revision_sha", "download_s", "download_bytes")}, **hub.metadata(got["info"]))
+        record.update(
+            {k: got[k] for k in ("revision_sha", "download_s", "download_bytes")}, **hub.metadata(got["info"])
+        )
         settings["load_from"] = got["path"]
     adapter.reset_peak_memory()
     result = probe_core.run_stages(

@@ -11,7 +11,13 @@ import traceback as _traceback
 
 PASS, FAIL_LOAD, FAIL_GEN, FAIL_OTHER = "PASS", "FAIL(load)", "FAIL(gen)", "FAIL(other)"
 DEFAULT_PROMPT = "The future of AI is"
-STAGE_VERDICT = {"download": FAIL_LOAD, "load": FAIL_LOAD, "template": FAIL_OTHER, "generate": FAIL_GEN, "runner": FAIL_OTHER}
+STAGE_VERDICT = {
+    "download": FAIL_LOAD,
+    "load": FAIL_LOAD,
+    "template": FAIL_OTHER,
+    "generate": FAIL_GEN,
+    "runner": FAIL_OTHER,
+}
 
 
 class NewlyInitialisedWeights(RuntimeError):

@@ -119,8 +119,21 @@ SCHEMA = pa.schema([pa.field(name, typ, nullable=True) for name, typ in FIELDS.i
 
 #: Fields added after the first sweeps were published: older files lack them and read as null.
 LATER_FIELDS = (
-    "tokens_in", "tokens_out", "revision_sha", "download_s", "download_bytes", "pipeline_tag", "library_name",
-    "downloads", "likes", "trending_score", "gated", "license", "created_at", "base_model", "hub_num_params",
+    "tokens_in",
+    "tokens_out",
+    "revision_sha",
+    "download_s",
+    "download_bytes",
+    "pipeline_tag",
+    "library_name",
+    "downloads",
+    "likes",
+    "trending_score",
+    "gated",
+    "license",
+    "created_at",
+    "base_model",
+    "hub_num_params",
 )
 
 

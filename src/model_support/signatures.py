@@ -6,7 +6,49 @@ run to the next (numbers, sizes, paths, URLs, hex addresses, request ids, repo i
 config classes, quoted names) replaced by placeholders. What names the cause (operator names such
 as ``aten::xxx``, backends, memory spaces, option names, plain words) is kept, so that different
 causes keep different signatures. Only the stdlib is used so the module loads anywhere.
-"""
+
+Places. One generic message raised in different places is different causes ("The size of tensor a
+(<n>) must match the size of tensor b (<n>)" from a model's ``apply_rotary_pos_emb`` is not the one
+from ``sdpa_attention_forward``). Given the stored traceback, the signature also says where:
+``failure_place`` reads the innermost frame of the model's or the library's code, as
+``<file stem>.<function>`` (``modeling_llama.apply_rotary_pos_emb``,
+``sdpa_attention.sdpa_attention_forward``). The rule, on the last exception of the text (frames
+after its ``Traceback (most recent call last):`` line; a chained cause above it does not count):
+
+1. the innermost frame in transformers (a ``site-packages``/``dist-packages``/``src`` folder
+   ``transformers/``) or in a model's custom code (the dynamic modules cache,
+   ``.../transformers_modules/...``);
+2. else the innermost frame that is none of: the standard library, synthetic files
+   (``<frozen ...>``, ``<string>``), this project (``model_support``), torch's call plumbing
+   (``torch/nn/modules/module.py``, ``torch/utils/_contextlib.py``: every module call and every
+   ``no_grad`` passes through them, so they would name everything the same place), the notebook
+   runner (papermill, ipykernel and its cell files, IPython, nbclient, jupyter_client);
+3. else no place.
+
+torch's own frames (``torch/nn/functional.py``) can only be the place by rule 2: under rule 1 the
+model line that called torch is the place, which is what tells one model's bug from another's.
+Only frames in the last ``_MAX_TRACEBACK_LINES`` lines are read, and a trimmed traceback
+(``probe_core.trimmed_traceback``: head, ``... (N lines trimmed) ...``, tail) is read from its end
+up to the trim line: the head holds the outermost calls, possibly of another exception of a chain.
+
+No place is given where none is meaningful: text that is not a Python traceback (the runner's
+records for timeouts and dead kernels carry a log tail; the download stage only ``Type: message``),
+and errors whose place is incidental to their cause (``_PLACELESS``): running out of memory (the
+allocation that crosses the limit is wherever the sizes add up), interrupts and timeouts (wherever
+the code was), and operators missing on a backend or dtype (the message names the operator and
+backend already; the calling line would split one backend gap into one signature per model file).
+
+Format: ``<type>: <message> @ <stem>.<function>``. The place goes last so that the signature still
+reads, and sorts, by error type and message: the placeless signature of an error is a prefix of
+the placed one (unless the message was cut to make room), so old records and new ones of the same
+error sit together in a sorted table. ``" @ "`` is rare in messages and never in a place, so the
+place is what follows the last one. It is
+short and stable: a file stem and a function name, no line numbers (they move with every release
+and differ between the copies of a function in each ``modeling_<name>.py``), no folders (venv
+paths, machines, the hash folders of the modules cache). ``MAX_SIGNATURE_LEN`` still holds: the
+message part is cut, never the place (a place is at most ``MAX_PLACE_LEN``, which real ones are far
+under). Function names are written as the traceback does (``forward``, ``<module>``, ``<lambda>``),
+so the same function in the same file is one place on every model that runs it."""
 
 from __future__ import annotations
 
@@ -15,6 +57,10 @@ import re
 
 #: Signatures are grouping keys for tables and reports, so they stay short.
 MAX_SIGNATURE_LEN = 160
+#: A place is a file stem and a function name; anything longer is not a real one and is cut.
+MAX_PLACE_LEN = 80
+#: Between the message part and the place of a signature.
+PLACE_SEP = " @ "
 #: Only this much of the first line is normalised: it bounds the regex work on huge messages,
 #: and the tail would be cut anyway.
 _MAX_INPUT_LEN = 1000
@@ -96,23 +142,101 @@ def normalize_message(message: str | None) -> str:
     return text.strip()
 
 
-def failure_signature(error_type: str | None, message: str | None) -> str | None:
+def failure_signature(error_type: str | None, message: str | None, traceback: str | None = None) -> str | None:
     """A short, stable key for the cause of a failure; None when there is no error at all.
 
     The error type is reduced to its last dotted part, because the same exception is raised
     under different module paths (``torch.OutOfMemoryError``, ``torch.cuda.OutOfMemoryError``).
-    The result is at most ``MAX_SIGNATURE_LEN`` characters, cut at a word boundary.
+    With ``traceback`` (the formatted traceback a record stores), the place the error was raised
+    is appended, `` @ <stem>.<function>`` (module docstring); without one, or where the place is
+    not meaningful, the signature is the message-only one. The result is at most
+    ``MAX_SIGNATURE_LEN`` characters, cut at a word boundary in the message part.
     """
     etype = (error_type or "").strip().rsplit(".", 1)[-1]
     norm = normalize_message(message)
     if not etype and not norm:
         return None
     signature = f"{etype}: {norm}" if etype and norm else etype or norm
-    if len(signature) > MAX_SIGNATURE_LEN:
-        cut = signature[:MAX_SIGNATURE_LEN]
+    place = None if _placeless(etype, message) else failure_place(traceback)
+    if not place:
+        return _cut(signature, MAX_SIGNATURE_LEN)
+    return _cut(signature, MAX_SIGNATURE_LEN - len(PLACE_SEP) - len(place)) + PLACE_SEP + place
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text`` in at most ``limit`` characters, at a word boundary unless that loses over half."""
+    if len(text) > limit:
+        cut = text[:limit]
         head, sep, _ = cut.rpartition(" ")
-        signature = head if sep and len(head) > MAX_SIGNATURE_LEN // 2 else cut
-    return signature.rstrip()
+        text = head if sep and len(head) > limit // 2 else cut
+    return text.rstrip()
+
+
+def _placeless(etype: str, message: str | None) -> bool:
+    """Errors whose place is incidental to their cause (module docstring)."""
+    if etype in _PLACELESS_TYPES:
+        return True
+    return bool(_PLACELESS.search(_first_line(message or "")[:_MAX_INPUT_LEN]))
+
+
+def failure_place(traceback: str | None) -> str | None:
+    """Where the last exception of a formatted ``traceback`` was raised, as ``<stem>.<function>``
+    (``modeling_llama.apply_rotary_pos_emb``), by the rule in the module docstring; None when the
+    text is not a Python traceback or no frame qualifies."""
+    if not traceback or _first_line(traceback) != _TRACEBACK_HEADER:
+        return None
+    fallback = None
+    for line in reversed(traceback.splitlines()[-_MAX_TRACEBACK_LINES:]):
+        frame = _FRAME.match(line)
+        if frame is None:
+            if _BLOCK_START.match(line):
+                break  # The last exception's frames are all below this line.
+            continue
+        path = frame.group("file").replace("\\", "/")
+        if _LIBRARY.search(path):
+            return _place(path, frame.group("func"))
+        if fallback is None and not _NOT_A_PLACE.search(path):
+            fallback = _place(path, frame.group("func"))
+    return fallback
+
+
+def _place(path: str, func: str) -> str:
+    stem = path.rsplit("/", 1)[-1]
+    stem = stem[: -len(".py")] if stem.endswith(".py") else stem
+    return redact(f"{stem}.{func.strip()}")[:MAX_PLACE_LEN]
+
+
+_TRACEBACK_HEADER = "Traceback (most recent call last):"
+#: ``  File "/x/modeling_llama.py", line 147, in apply_rotary_pos_emb``. A SyntaxError's location
+#: line has no ``, in``: it is not a frame.
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line \d+, in (?P<func>\S.*?)\s*$')
+#: Lines above which frames belong to another exception (an earlier one of a chain) or are the
+#: outermost calls kept in the head of a trimmed traceback.
+_BLOCK_START = re.compile(
+    r"^(?:Traceback \(most recent call last\):"
+    r"|The above exception was the direct cause of the following exception:"
+    r"|During handling of the above exception, another exception occurred:"
+    r"|\.\.\. \(\d+ lines trimmed\) \.\.\.)\s*$"
+)
+#: Rule 1: transformers (installed, or a source checkout's src/) and models' custom code.
+_LIBRARY = re.compile(r"(?:^|/)(?:(?:site|dist)-packages|src)/transformers/|(?:^|/)transformers_modules/")
+#: Rule 2 leaves these out: synthetic files, the standard library, this project, torch's call
+#: plumbing, the notebook runner.
+_NOT_A_PLACE = re.compile(
+    r"^<|(?:^|/)lib/python\d*(?:\.\d+)?(?:\.zip)?/(?!(?:site|dist)-packages/)"
+    r"|(?:^|/)model_support/"
+    r"|(?:^|/)torch/nn/modules/module\.py$|(?:^|/)torch/utils/_contextlib\.py$"
+    r"|(?:^|/)(?:papermill|ipykernel|ipykernel_\d+|IPython|nbclient|jupyter_client)/",
+    re.IGNORECASE,
+)
+#: Only the end of a long traceback is read: the innermost frames are there.
+_MAX_TRACEBACK_LINES = 400
+#: Error types and first-line messages whose place is incidental to the cause (module docstring).
+_PLACELESS_TYPES = frozenset({"OutOfMemoryError", "MemoryError", "KeyboardInterrupt", "TimeoutError"})
+_PLACELESS = re.compile(
+    r"(?i)out of memory|resource[_ ]exhausted|can't allocate memory"
+    r"|could not run '[^']*' with arguments from the|not implemented for '\w+'|not currently implemented for the \w+ device"
+)
 
 
 def redact(text: str | None) -> str | None:

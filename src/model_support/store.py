@@ -133,8 +133,12 @@ def store_exclusion(data_dir: Path, sweep_id: str, model_id: str, reason: str, l
     """Keep a model the sweep found it cannot probe (no access, gone from the Hub): its log, then a
     record with only its id and ``exclusion_reason`` (done: resume skips it; an ``excluded`` row)."""
     store_log(data_dir, sweep_id, model_id, log)
-    record = schema.empty_record(sweep_id=sweep_id, model_id=model_id, exclusion_reason=reason,
-                                 started_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
+    record = schema.empty_record(
+        sweep_id=sweep_id,
+        model_id=model_id,
+        exclusion_reason=reason,
+        started_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+    )
     path = record_file(data_dir, sweep_id, model_id)
     atomic_write_json(path, record)
     return path
@@ -210,8 +214,9 @@ def compact(data_dir: Path, sweep_id: str) -> tuple[int, int]:
         results = write_parquet([], parquet_file(data_dir, "results", sweep_id))
     else:
         results = write_parquet(records(excluded=False), parquet_file(data_dir, "results", sweep_id))
-    excluded = write_parquet(itertools.chain(records(excluded=True), before_running),
-                             parquet_file(data_dir, "excluded", sweep_id))
+    excluded = write_parquet(
+        itertools.chain(records(excluded=True), before_running), parquet_file(data_dir, "excluded", sweep_id)
+    )
     write_dataset_card(data_dir)
     return results, excluded
 

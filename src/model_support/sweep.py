@@ -10,8 +10,10 @@ sweep's Parquet files (the same ``store.compact`` that ``aggregate.ipynb`` calls
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import fcntl
 import os
+import shutil
 import threading
 import time
 from collections import Counter
@@ -21,7 +23,7 @@ from pathlib import Path
 from queue import Queue
 
 from . import devices, hub, provenance, schema, store
-from .errors import UserError
+from .errors import StorageFull, UserError
 from .hub import CacheBudget
 from .hub_fetch import is_local
 from .params import SweepParams
@@ -102,7 +104,11 @@ def pending_tasks(data_dir: Path, meta: SweepMeta) -> list[dict]:
 
 
 def run_local(
-    tasks: list[dict], workers: int, device: str, work_root: Path, budget: CacheBudget | None = None,
+    tasks: list[dict],
+    workers: int,
+    device: str,
+    work_root: Path,
+    budget: CacheBudget | None = None,
     prefetch: int = 1,
 ) -> Iterable[TaskResult]:
     """N probes at once, each worker pinned to its own device slot.
@@ -140,21 +146,30 @@ def run_local(
                     current = standbys.pop(slot, None) or Standby(str(work_root), pinning_env(device, slot))
                     if prewarm and remaining[0] > len(standbys):  # a model still to come will need a process
                         standbys[slot] = Standby(str(work_root), pinning_env(device, slot))
+                    running.add(current)
                 return run_task(task, standby=current, fetched=got)
             finally:
+                with lock:
+                    running.discard(current)
                 slots.put(slot)
         finally:
             downloads.done(index, got)
 
+    running: set[Standby] = set()
+    pool = ThreadPoolExecutor(max_workers=workers)
     try:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            pending = {pool.submit(one, index, task) for index, task in enumerate(tasks)}
-            while pending:  # a finished future is dropped once its result is stored: memory stays flat
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    yield future.result()
-    finally:
+        pending = {pool.submit(one, index, task) for index, task in enumerate(tasks)}
+        while pending:  # a finished future is dropped once its result is stored: memory stays flat
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                yield future.result()
+    finally:  # normally nothing is left; when the sweep ends early, the running probes are stopped now
+        pool.shutdown(wait=False, cancel_futures=True)
+        with lock:
+            for standby in list(running) + list(standbys.values()):
+                standby.kill()
         downloads.close()
+        pool.shutdown(wait=True)
         for standby in standbys.values():
             standby.discard()
 
@@ -224,24 +239,52 @@ def run(
     executor: str | None = None,
     resume: str | None = None,
     on_result: Callable[[dict, int, int], None] | None = None,
+    prefetch: int | None = None,
+    report: bool = False,
 ) -> dict:
-    """Run (or resume) a sweep to the end; return a summary with the sweep id and verdict counts."""
+    """Run (or resume) a sweep to the end; return a summary with the sweep id and verdict counts.
+
+    A full data folder (any OSError writing it) ends the sweep at once with ``StorageFull``: one
+    sentence saying what could not be written, what is already safe, and the command that finishes
+    the job; nothing partial is left and the running probes are stopped. The sweep refuses to start
+    when the folder's free space is clearly too small for what it will write (``check_room``)."""
     data_dir = Path(data_dir).resolve()  # probe kernels run in their own folders
     if resume:
         meta = store.read_sweep(data_dir, resume)
+        check_room(data_dir, len(pending_tasks(data_dir, meta)), report)
     elif params is None:
         raise UserError("Give a sweep definition (params YAML) or --resume SWEEP_ID.")
     else:
-        meta = create(params, data_dir)
+        check_room(data_dir, len(params.models), report)
+        try:
+            meta = create(params, data_dir)
+        except OSError as exc:
+            raise StorageFull(
+                f"Could not create the sweep in {data_dir} ({disk_words(exc, data_dir)}); make room, "
+                "then run the same command again."
+            ) from exc
     sweep_id = meta.sweep_id
     executor = executor or meta.executor
     device = meta.probe.get("device", "auto")
     workers = workers or meta.workers or default_workers(device)
     folder = store.sweep_dir(data_dir, sweep_id)
     started = time.time()
-    with SweepLock(folder):
+    total = len(meta.models)
+
+    def full(exc: OSError) -> StorageFull:
+        stored = sum(1 for _ in (folder / "records").glob("*.json"))
+        return StorageFull(
+            f"Could not write {_relative(exc, data_dir)} ({disk_words(exc, data_dir)}): {stored} of {total} "
+            f"models are stored; make room, then run `model-support sweep --resume {sweep_id}` to finish."
+        )
+
+    try:
+        lock = SweepLock(folder)
+        lock.__enter__()
+    except OSError as exc:
+        raise full(exc) from exc
+    try:
         tasks = pending_tasks(data_dir, meta)
-        total = len(meta.models)
         done = total - len(tasks)
         work_root = folder / ".work"
         work_root.mkdir(exist_ok=True)
@@ -252,26 +295,17 @@ def run(
             if any(not is_local(t["source"]) for t in tasks):  # downloads: deleted after each probe, within budget
                 cache = meta.cache or {}
                 budget = CacheBudget(cache.get("dir") or None, cache.get("max_gb"), bool(cache.get("keep", False)))
-            results = run_local(tasks, workers, device, work_root, budget, meta.prefetch)
+            ahead = meta.prefetch if prefetch is None else prefetch
+            results = run_local(tasks, workers, device, work_root, budget, ahead)
         pending: dict[str, dict] = {}
-        for result in results:
-            if result.record is not None:
-                store.store_result(data_dir, sweep_id, result.record, result.notebook, result.log)
-            elif result.excluded is not None:
-                store.store_exclusion(data_dir, sweep_id, result.model_id, result.excluded, result.log)
-            else:  # the environment kept it from being probed: no record, --resume retries it
-                pending[result.model_id] = {
-                    "reason": result.pending, "problem": result.problem,
-                    "at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-                }
-                store.store_log(data_dir, sweep_id, result.model_id, result.log)
-                store.write_pending(data_dir, sweep_id, pending)
-                continue
-            done += 1
-            if on_result:
-                on_result(result.record or {"status": "excluded", "model_id": result.model_id}, done, total)
-        store.write_pending(data_dir, sweep_id, pending)
-        counts = store.compact(data_dir, sweep_id)
+        try:
+            counts = _store_all(results, data_dir, meta, pending, done, total, on_result)
+        finally:
+            results.close()  # stops the running probes at once when the sweep ends early
+    except OSError as exc:
+        raise full(exc) from exc
+    finally:
+        lock.__exit__(None, None, None)
     return {
         "sweep_id": sweep_id,
         "data_dir": str(data_dir),
@@ -284,6 +318,78 @@ def run(
         "rows": counts,
         "pending": pending,
     }
+
+
+def _store_all(results, data_dir: Path, meta: SweepMeta, pending: dict, done: int, total: int, on_result) -> tuple:
+    """Store each result as it comes back (an OSError ends it: the caller says so); then the pending
+    list and the Parquet files. Returns the Parquet row counts."""
+    sweep_id = meta.sweep_id
+    for result in results:
+        if result.problem == "disk":  # the data folder is full: every other model would fail the same way
+            raise OSError(errno.ENOSPC, result.pending, str(store.sweep_dir(data_dir, sweep_id) / "notebooks"))
+        if result.record is not None:
+            store.store_result(data_dir, sweep_id, result.record, result.notebook, result.log)
+        elif result.excluded is not None:
+            store.store_exclusion(data_dir, sweep_id, result.model_id, result.excluded, result.log)
+        else:  # the environment kept it from being probed: no record, --resume retries it
+            pending[result.model_id] = {
+                "reason": result.pending,
+                "problem": result.problem,
+                "at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+            }
+            store.store_log(data_dir, sweep_id, result.model_id, result.log)
+            store.write_pending(data_dir, sweep_id, pending)
+            continue
+        done += 1
+        if on_result:
+            on_result(result.record or {"status": "excluded", "model_id": result.model_id}, done, total)
+    store.write_pending(data_dir, sweep_id, pending)
+    return store.compact(data_dir, sweep_id)
+
+
+#: What one model's notebook, log and record take at least (a tiny model's; large ones write no more).
+BYTES_PER_MODEL = 40 * 1024
+#: What a sweep's report and the explorer take.
+REPORT_BYTES = 2 * 1024 * 1024
+
+
+def check_room(data_dir: Path, models: int, report: bool) -> None:
+    """Refuse to start when the data folder's free space is clearly too small (under half of what the
+    sweep will write: ``BYTES_PER_MODEL`` per model, plus ``REPORT_BYTES`` with the report)."""
+    need = models * BYTES_PER_MODEL + (REPORT_BYTES if report else 0)
+    existing = next(p for p in (data_dir, *data_dir.parents) if p.exists())
+    free = shutil.disk_usage(existing).free
+    if free < need / 2:
+        raise StorageFull(
+            f"The data folder {data_dir} has {_size(free)} free, clearly too little for this sweep (about "
+            f"{_size(need)}: {models} models' notebooks, logs and records{' and the report' if report else ''}); "
+            "make room or pass --data-dir on a larger disk."
+        )
+
+
+def _size(nbytes: float) -> str:
+    for unit, scale in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{int(nbytes)} bytes"
+
+
+def disk_words(exc: OSError, data_dir: Path) -> str:
+    """``no space left on device, 12 KB free`` (or the OSError's own words for other write errors)."""
+    existing = next(p for p in (data_dir, *data_dir.parents) if p.exists())
+    free = _size(shutil.disk_usage(existing).free)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return f"no space left on its disk, {free} free"
+    return f"{exc.strerror or type(exc).__name__}, {free} free"
+
+
+def _relative(exc: OSError, data_dir: Path) -> str:
+    """What could not be written, as a path inside the data folder when it is one."""
+    name = exc.filename or ""
+    try:
+        return str(Path(name).resolve().relative_to(data_dir)) if name else "to the data folder"
+    except ValueError:
+        return name
 
 
 def verdict_order(status: str | None) -> int:

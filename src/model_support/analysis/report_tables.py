@@ -11,6 +11,7 @@ from pathlib import Path
 import polars as pl
 
 from .. import store
+from .coverage import unprobed
 from .diff import _changes_q, _signature_changes_q
 from .frames import MEMORY_METRICS, TIMING_METRICS, TOKEN_METRICS, VERSION_COMPONENTS, _sweep_rows
 from .history import _by_version_q, _history_q, require_sweep, sweep_index, sweep_stats
@@ -60,13 +61,20 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
     memory, and the history tables over all sweeps, in one ``pl.collect_all``. Unknown ids raise
     ``ValueError`` (see ``require_sweep``). Keys: sweeps, summary, verdicts, excluded, by_model_type,
     by_size, signatures, tokens, timings, timing_histogram, memory, memory_by_size, reference,
-    changes, signature_changes, history, and by_version (the three components stacked).
+    changes, signature_changes, history, by_version (the three components stacked), and the models
+    listed but without a row (``coverage.unprobed``): pending (model_id, problem, last_error, at,
+    baseline_status) and not_tested (model_id, listed_by, baseline_status). Those are no failures:
+    they are left out of ``changes`` (where they would read as "removed").
     """
     results = store.scan(data_dir, "results")
     excluded = store.scan(data_dir, "excluded")
     wanted = [sweep_id] + ([baseline_sweep_id] if baseline_sweep_id else [])
-    stats, rows = pl.collect_all(
-        [sweep_stats(results), results.select(SWEEP_COLUMNS).filter(pl.col("sweep_id").is_in(wanted))]
+    stats, rows, excluded_ids = pl.collect_all(
+        [
+            sweep_stats(results),
+            results.select(SWEEP_COLUMNS).filter(pl.col("sweep_id").is_in(wanted)),
+            excluded.filter(pl.col("sweep_id") == sweep_id).select("model_id"),
+        ]
     )
     sweeps = sweep_index(data_dir, stats)
     require_sweep(sweeps, sweep_id)
@@ -94,4 +102,20 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
     names = list(queries)
     tables = dict(zip(names, pl.collect_all([queries[n] for n in names])))
     tables["sweeps"] = sweeps
+    probed = pl.concat([rows.filter(pl.col("sweep_id") == sweep_id).select("model_id").collect(), excluded_ids])
+    pending, not_tested = unprobed(data_dir, sweep_id, probed)
+    baseline = (
+        rows.filter(pl.col("sweep_id") == baseline_sweep_id)
+        .select("model_id", pl.col("status").alias("baseline_status"))
+        .unique("model_id")
+        .collect()
+        if baseline_sweep_id
+        else pl.DataFrame(schema={"model_id": pl.String, "baseline_status": pl.String})
+    )
+    tables["pending"] = pending.join(baseline, on="model_id", how="left", maintain_order="left")
+    tables["not_tested"] = not_tested.join(baseline, on="model_id", how="left", maintain_order="left")
+    unprobed_ids = pl.concat([pending.select("model_id"), not_tested.select("model_id")])
+    tables["changes"] = tables["changes"].filter(
+        ~((pl.col("change") == "removed") & pl.col("model_id").is_in(unprobed_ids["model_id"].implode()))
+    )
     return tables

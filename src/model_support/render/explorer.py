@@ -16,35 +16,50 @@ Size: 100 sweeps x 10,000 models must stay well under 10 MB, so the data is stor
 - error texts, tracebacks, repro scripts and notebook paths are kept for the latest run only, and
   de-duplicated through one string table after the model id and sweep id in them are replaced by
   placeholders (the page puts them back).
-Excluded models are listed too, with the pseudo-verdict ``excluded`` and the reason as signature.
+Excluded models are listed too, with the pseudo-verdict ``excluded`` and the reason as signature;
+so is every model a sweep listed without a row (``analysis.coverage``): ``not probed`` (pending: the
+network or the disk kept it from being probed; its last error as signature) and ``not tested`` (no
+record yet: the sweep is running or was stopped). A model's "latest run" is its latest sweep with a
+verdict or an exclusion; a later not probed / not tested entry shows in its detail panel.
+
+Views, like the Trainium compatibility Space: ``selected`` (models listed explicitly in a sweep
+definition), ``trending`` and ``downloads`` (models by their latest known Hub ``trending_score`` /
+``downloads``, highest first), each filterable by task (``pipeline_tag``), beside "all". Hub
+metadata is each field's latest known value, from the records, else from ``sweep.json``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import polars as pl
 
 from .. import analysis, paths, schema, store
+from ..analysis import coverage
 from ..display import VERDICT_COLORS
 from ..fileio import atomic_write_text
 
 EXCLUDED = "excluded"
+NOT_PROBED, NOT_TESTED = coverage.NOT_PROBED, coverage.NOT_TESTED
+PSEUDO_VERDICTS = (EXCLUDED, NOT_PROBED, NOT_TESTED)
+VIEWS = ("all", "selected", "trending", "downloads")
 #: Placeholders for the model id and the sweep id inside de-duplicated texts.
 MODEL_MARK = "\x01"
 SWEEP_MARK = "\x02"
 VERSION_KEYS = analysis.VERSION_COMPONENTS
 
 
-def _encoded_rows(data_dir: Path, sweeps: pl.DataFrame):
-    """Every (model, sweep) row of both configs as integers, ready for run-length encoding.
+def _encoded_rows(data_dir: Path, sweeps: pl.DataFrame, unprobed: pl.DataFrame):
+    """Every (model, sweep) row of both configs, and the ``unprobed`` pseudo-rows, as integers,
+    ready for run-length encoding.
 
     Returns (rows, models, outcomes, envs): rows has m (model key), s (sweep position), o
-    (outcome index) and e (environment index), sorted by model then sweep, one row per model and
-    sweep (results win over excluded); models maps m to model_id; outcomes and envs are the
-    lookup tables. Strings are hashed to integer keys first: sorting a million rows that carry
+    (outcome index), e (environment index) and c (0 results, 1 excluded, 2 not probed / not
+    tested), sorted by model then sweep, one row per model and sweep (results win over excluded,
+    both over a pseudo-row); models maps m to model_id; outcomes and envs are the lookup tables. Strings are hashed to integer keys first: sorting a million rows that carry
     strings costs seconds, sorting integers a few milliseconds.
     """
     light = ["model_id", "sweep_id", "status", "failure_signature", "device_type", "exclusion_reason", "versions"]
@@ -58,11 +73,26 @@ def _encoded_rows(data_dir: Path, sweeps: pl.DataFrame):
             pl.lit(1, dtype=pl.Int8).alias("c"),
         )
     )
+    pseudo = (
+        unprobed.lazy()
+        .select(
+            "model_id",
+            "sweep_id",
+            "status",
+            "failure_signature",
+            *[
+                pl.lit(None, dtype=results.collect_schema()[c]).alias(c)
+                for c in ("device_type", "exclusion_reason", "versions")
+            ],
+            pl.lit(2, dtype=pl.Int8).alias("c"),
+        )
+        .select(*light, "c")
+    )
     order = sweeps.lazy().with_row_index("s").select("sweep_id", pl.col("s").cast(pl.Int32))
     outcome_cols = ["status", "failure_signature"]
     env_cols = ["device_type", *VERSION_KEYS]
     wide = (
-        pl.concat([results, excluded])
+        pl.concat([results, excluded, pseudo])
         .with_columns([pl.col("versions").struct.field(k).alias(k) for k in VERSION_KEYS])
         .join(order, on="sweep_id", how="inner")
         .with_columns(
@@ -93,7 +123,7 @@ def _encoded_rows(data_dir: Path, sweeps: pl.DataFrame):
         .join(envs.lazy().select("ek", "e"), on="ek", how="left")
         .sort("m", "s", "c")
         .filter(((pl.col("m") != pl.col("m").shift(1)) | (pl.col("s") != pl.col("s").shift(1))).fill_null(True))
-        .select("m", "s", "o", "e")
+        .select("m", "s", "o", "e", "c")
         .collect()
     )
     return rows, models, outcomes.drop("ok"), envs.drop("ek")
@@ -142,16 +172,23 @@ def explorer_data(data_dir: Path | str) -> dict:
     data_dir = Path(data_dir).resolve()
     reports = data_dir / "reports"
     sweeps = analysis.sweep_index(data_dir)
-    rows, model_names, outcomes, envs = _encoded_rows(data_dir, sweeps)
-    # Each sweep's usual environment; a row that differs from it is stored as an exception.
+    listed, listed_hub = coverage.listings(data_dir)
+    pending = coverage.pending_rows(data_dir, sweeps["sweep_id"].to_list())
+    unprobed = coverage.unprobed_rows(data_dir, listed, pending)
+    rows, model_names, outcomes, envs = _encoded_rows(data_dir, sweeps, unprobed)
+    real = pl.col("c") < 2
+    # Each sweep's usual environment (from its real rows); a real row that differs from it is stored
+    # as an exception; a pseudo-row has none of its own.
     sweep_env = (
         rows.group_by("s", "e")
-        .len()
-        .sort(["s", "len", "e"], descending=[False, True, False])
+        .agg(pl.len(), real.any().alias("real"))
+        .sort(["s", "real", "len", "e"], descending=[False, True, True, False])
         .group_by("s", maintain_order=True)
         .agg(pl.col("e").first().alias("e_sweep"))
     )
-    rows = rows.join(sweep_env, on="s", how="left")
+    rows = rows.join(sweep_env, on="s", how="left").with_columns(
+        pl.when(real).then(pl.col("e")).otherwise(pl.col("e_sweep")).alias("e")
+    )
     # Runs of consecutive sweeps with the same outcome.
     new_run = (
         (pl.col("s") != pl.col("s").shift(1) + 1)
@@ -168,13 +205,14 @@ def explorer_data(data_dir: Path | str) -> dict:
         )
     )
     explode = dict(keep_nulls=False, empty_as_null=False)
+    # The sweep whose texts the panel shows: the model's latest run (a verdict or an exclusion),
+    # else its latest pseudo-row (which has no texts).
+    latest = rows.group_by("m").agg(
+        pl.coalesce(pl.col("s").filter(real).max(), pl.col("s").max()).cast(pl.Int64).alias("s")
+    )
     hist = (
         runs.group_by("m", maintain_order=True)
-        .agg(
-            pl.concat_list("s", "n", "o").list.explode(**explode).alias("h"),
-            pl.col("s").last().alias("_s"),
-            pl.col("n").last().alias("_n"),
-        )
+        .agg(pl.concat_list("s", "n", "o").list.explode(**explode).alias("h"))
         .join(model_names, on="m", how="left")
     )
     odd = (
@@ -184,62 +222,44 @@ def explorer_data(data_dir: Path | str) -> dict:
     )
     hist = (
         hist.join(odd, on="m", how="left", maintain_order="left")
-        .with_columns((pl.col("_s") + pl.col("_n") - 1).alias("s"))
+        .join(latest, on="m", how="left", maintain_order="left")
         .join(sweeps.with_row_index("s").select(pl.col("s").cast(pl.Int64), "sweep_id"), on="s", how="left")
         .sort("model_id")
     )
-
-    # Heavy texts, for each model's latest row only (reading only the sweeps that hold one).
-    heavy_cols = [
-        "model_id",
-        "sweep_id",
-        "model_type",
-        "error_type",
-        "error_message",
-        "traceback",
-        "repro_script",
-        "notebook_path",
-        "versions",
-        "started_at",
-    ]
-    keys = hist.select("model_id", "sweep_id")
-    wanted = keys["sweep_id"].unique().to_list()
-    heavy = pl.concat(
-        [
-            store.scan(data_dir, config)
-            .select(*heavy_cols, pl.lit(c).alias("_config"))
-            .filter(pl.col("sweep_id").is_in(wanted))
-            .join(keys.lazy(), on=["model_id", "sweep_id"], how="semi")
-            for c, config in enumerate(store.CONFIGS)
-        ]
-    )
-    heavy = heavy.sort("model_id", "_config").unique("model_id", keep="first", maintain_order=True).collect()
-    details = {r["model_id"]: r for r in heavy.iter_rows(named=True)}
+    details = _latest_details(data_dir, hist.select("model_id", "sweep_id"))
+    hub = coverage.latest_hub(data_dir, sweeps, listed_hub)
+    hub_by_model = {r["model_id"]: r for r in hub.iter_rows(named=True)}
+    ranked_by = coverage.rankings(listed)
 
     texts = _Strings()
     types = _Strings()
     versions = _Strings()
+    tasks = sorted(set(hub["pipeline_tag"].drop_nulls().to_list()))
+    task_index = {t: k for k, t in enumerate(tasks)}
     models = []
     for model_id, h, x, sweep_id in hist.select("model_id", "h", "x", "sweep_id").iter_rows():
         d = details.get(model_id, {})
         full_versions = json.dumps(
             {k: v for k, v in (d.get("versions") or {}).items() if v is not None}, sort_keys=True
         )
-        models.append(
-            [
-                model_id,
-                types.add(d.get("model_type")),
-                h,
-                x or [],
-                texts.add(d.get("error_type")),
-                texts.add(_template(d.get("error_message"), model_id, sweep_id)),
-                texts.add(_template(d.get("traceback"), model_id, sweep_id)),
-                texts.add(_template(d.get("repro_script"), model_id, sweep_id)),
-                texts.add(_template(_relative_href(d.get("notebook_path"), data_dir, reports), model_id, sweep_id)),
-                versions.add(full_versions),
-                d.get("started_at"),
-            ]
-        )
+        row = [
+            model_id,
+            types.add(d.get("model_type")),
+            h,
+            x or [],
+            texts.add(d.get("error_type")),
+            texts.add(_template(d.get("error_message"), model_id, sweep_id)),
+            texts.add(_template(d.get("traceback"), model_id, sweep_id)),
+            texts.add(_template(d.get("repro_script"), model_id, sweep_id)),
+            texts.add(_template(_relative_href(d.get("notebook_path"), data_dir, reports), model_id, sweep_id)),
+            versions.add(full_versions),
+            d.get("started_at"),
+        ]
+        facts = hub_by_model.get(model_id)
+        if facts or model_id in ranked_by:  # the Hub's facts: only for models that have any (stays compact)
+            row.append(_hub_facts(facts or {}, ranked_by.get(model_id), task_index, texts))
+        models.append(row)
+    position = {m[0]: k for k, m in enumerate(models)}
     default_env = dict(sweep_env.iter_rows())
     sweep_rows = []
     for s, r in enumerate(sweeps.iter_rows(named=True)):
@@ -253,6 +273,7 @@ def explorer_data(data_dir: Path | str) -> dict:
                 default_env.get(s, -1),
             ]
         )
+    sweep_position = {r[0]: s for s, r in enumerate(sweep_rows)}
     return {
         "sweeps": sweep_rows,
         "outcomes": outcomes.select("status", "failure_signature").rows(),
@@ -260,10 +281,88 @@ def explorer_data(data_dir: Path | str) -> dict:
         "types": types.items,
         "texts": texts.items,
         "versions": versions.items,
-        "verdicts": [*schema.VERDICTS, EXCLUDED],
-        "verdict_help": {**schema.VERDICT_HELP, EXCLUDED: "left out on purpose; never counted as a failure"},
+        "verdicts": [*schema.VERDICTS, *PSEUDO_VERDICTS],
+        "pseudo": list(PSEUDO_VERDICTS),
+        "unprobed": [NOT_PROBED, NOT_TESTED],
+        "verdict_help": {
+            **schema.VERDICT_HELP,
+            EXCLUDED: "left out on purpose; never counted as a failure",
+            **coverage.UNPROBED_HELP,
+        },
+        "tasks": tasks,
+        "views": {
+            name: [position[m] for m in ids if m in position] for name, ids in coverage.views(listed, hub).items()
+        },
+        # [model, sweep, problem, when] of every pending model (the panel shows them with the resume command)
+        "pending": [
+            [position[m], sweep_position[s], problem, at]
+            for s, m, problem, at in unprobed.filter(pl.col("status") == NOT_PROBED)
+            .join(pending, on=["sweep_id", "model_id"], how="left")
+            .select("sweep_id", "model_id", "problem", "at")
+            .iter_rows()
+            if m in position and s in sweep_position
+        ],
         "models": models,
     }
+
+
+#: The order of a model's Hub facts in the page data (the page reads them by position).
+HUB_FACTS = (
+    "pipeline_tag",
+    "downloads",
+    "likes",
+    "trending_score",
+    "library_name",
+    "license",
+    "gated",
+    "hub_num_params",
+    "created_at",
+    "base_model",
+    "listed_by",
+)
+
+
+def _hub_facts(facts: dict, listed_by: str | None, task_index: dict, texts: _Strings) -> list:
+    """[task index, downloads, likes, trending_score, then text indices / numbers]: see ``HUB_FACTS``."""
+    out = []
+    for name in HUB_FACTS:
+        value = listed_by if name == "listed_by" else facts.get(name)
+        if name == "pipeline_tag":
+            out.append(task_index.get(value, -1))
+        elif name in ("downloads", "likes", "trending_score", "hub_num_params", "created_at"):
+            out.append(value)
+        else:
+            out.append(texts.add(value))
+    return out
+
+
+def _latest_details(data_dir: Path, keys: pl.DataFrame) -> dict[str, dict]:
+    """The heavy texts of each model's row in ``keys`` (model_id, sweep_id), reading only the sweeps
+    that hold one; a model whose key has no row (a pseudo-row) is absent."""
+    heavy_cols = [
+        "model_id",
+        "sweep_id",
+        "model_type",
+        "error_type",
+        "error_message",
+        "traceback",
+        "repro_script",
+        "notebook_path",
+        "versions",
+        "started_at",
+    ]
+    wanted = keys["sweep_id"].unique().to_list()
+    heavy = pl.concat(
+        [
+            store.scan(data_dir, config)
+            .select(*heavy_cols, pl.lit(c).alias("_config"))
+            .filter(pl.col("sweep_id").is_in(wanted))
+            .join(keys.lazy(), on=["model_id", "sweep_id"], how="semi")
+            for c, config in enumerate(store.CONFIGS)
+        ]
+    )
+    heavy = heavy.sort("model_id", "_config").unique("model_id", keep="first", maintain_order=True).collect()
+    return {r["model_id"]: r for r in heavy.iter_rows(named=True)}
 
 
 def build_explorer(data_dir: Path | str) -> Path:
@@ -276,12 +375,11 @@ def build_explorer(data_dir: Path | str) -> Path:
     payload = json.dumps(data, separators=(",", ":"), ensure_ascii=False).replace("</", "<\\/")
     folder = paths.template("explorer.html.j2").parent
     env = Environment(loader=FileSystemLoader(str(folder)), autoescape=False)
-    colors = [
-        (status.replace("(", "\\(").replace(")", "\\)").replace(" ", "\\ "), color)
-        for status, color in VERDICT_COLORS.items()
-    ]
+    # One class per verdict, as the page's slug() names it (not tested shares not probed's colour).
+    colors = {**VERDICT_COLORS, NOT_TESTED: VERDICT_COLORS.get(NOT_TESTED, VERDICT_COLORS[NOT_PROBED])}
+    colors = [(re.sub(r"[^A-Za-z0-9]+", "-", status), color) for status, color in colors.items()]
     page = env.get_template("explorer.html.j2").render(
-        data=payload, script=(folder / "explorer.js").read_text(), verdict_colors=colors
+        data=payload, script=(folder / "explorer.js").read_text(), verdict_colors=colors, views=VIEWS
     )
     out = data_dir / "reports" / "index.html"
     atomic_write_text(out, page)

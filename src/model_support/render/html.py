@@ -8,21 +8,24 @@ from datetime import date, datetime
 import polars as pl
 
 from .. import analysis, schema
+from ..analysis import coverage
 from .charts import chart_html
 
 #: What the report's other terms mean (the verdicts and stages come from ``schema``).
 TERM_HELP = {
     "excluded": "left out on purpose (not a text-generation model, too large, listed in params, or the whole sweep "
     "after the fact); never counted as a failure",
+    **coverage.UNPROBED_HELP,
     "failure signature": "the error type plus the message with volatile parts (numbers, paths, ids, names) replaced "
     "by placeholders: same cause, same signature",
-    "pass rate": "PASS / models probed in the sweep (excluded models are not in the denominator)",
+    "pass rate": "PASS / models probed in the sweep (excluded, not probed and not tested models are not in the "
+    "denominator)",
     "CPU agreement": "the device's greedy tokens compared with the same generation on CPU: match, mismatch, or not "
     "run (switched off, above the size limit, or no generation)",
     "newly failing / newly passing": "PASS in the baseline and a FAIL now / a FAIL in the baseline and PASS now",
     "status changed / signature changed": "failing in both sweeps, with a different verdict / the same verdict "
     "but a different failure signature",
-    "added / removed": "probed in only one of the two sweeps",
+    "added / removed": "probed in only one of the two sweeps (a model not probed now is left out, not removed)",
     "first_token_s": "time to the first generated token, including compilation",
 }
 
@@ -91,17 +94,50 @@ def header_html(tables: dict[str, pl.DataFrame], sweep_id: str, baseline_sweep_i
         "models probed": f"{summary['models']:,}",
         "passed": f"{summary['passed']:,} ({100 * rate:.1f}%)" if rate is not None else "0",
         "excluded (not failures)": f"{summary['excluded']:,}",
+        "not probed (pending)": f"{tables['pending'].height:,}",
         "baseline": baseline_sweep_id or "none",
     }
+    if tables["not_tested"].height:
+        facts["not tested (no record yet)"] = f"{tables['not_tested'].height:,}"
+    if tables["pending"].height or tables["not_tested"].height:
+        facts["to finish them"] = coverage.resume_command(sweep_id)
     items = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in facts.items())
     return f'<dl class="ms-head">{items}</dl>'
+
+
+UNPROBED_COLUMNS = {"model_id": "model", "last_error": "last error", "at": "when", "baseline_status": "in baseline"}
+
+
+def unprobed_html(tables: dict[str, pl.DataFrame], sweep_id: str) -> str:
+    """The models the sweep listed but has no row for: pending (the network or the disk kept them
+    from being probed, with their last error) and not tested (no record yet); none is a failure."""
+    pending, not_tested = tables["pending"], tables["not_tested"]
+    if not pending.height and not not_tested.height:
+        return '<p class="ms-note">Every model the sweep listed was probed or excluded.</p>'
+    resume = f"<code>{html.escape(coverage.resume_command(sweep_id))}</code>"
+    parts = [
+        f"<p>{pending.height:,} not probed, {not_tested.height:,} not tested: no verdict, not in the pass "
+        f"rate, not in the diff. {resume} probes exactly these.</p>"
+    ]
+    parts.append(table_html(pending.rename(UNPROBED_COLUMNS, strict=False), max_rows=500, empty="None pending."))
+    if not_tested.height:
+        parts.append(f'<h4>Not tested</h4><p class="ms-note">{html.escape(coverage.UNPROBED_HELP["not tested"])}</p>')
+        parts.append(table_html(not_tested.rename(UNPROBED_COLUMNS, strict=False), max_rows=500))
+    return "".join(parts)
 
 
 def changes_html(tables: dict[str, pl.DataFrame], sweep_id: str, baseline_sweep_id: str | None) -> str:
     if not baseline_sweep_id:
         return '<p class="ms-note">No baseline sweep: nothing to compare with.</p>'
     line = analysis.diff_summary(tables["changes"], baseline_sweep_id, sweep_id)
-    return f"<p><b>{html.escape(line)}</b></p>"
+    left_out = sum(t["baseline_status"].is_not_null().sum() for t in (tables["pending"], tables["not_tested"]))
+    note = (
+        f'<p class="ms-note">{left_out:,} model{"s" if left_out != 1 else ""} of the baseline not probed in this '
+        "sweep (pending or not tested) are left out of the diff.</p>"
+        if left_out
+        else ""
+    )
+    return f"<p><b>{html.escape(line)}</b></p>{note}"
 
 
 def legend_html() -> str:

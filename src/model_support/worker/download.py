@@ -12,13 +12,12 @@ backoff), and what the Hub answers is sorted before any probe runs:
 - ``failed``: the repo has no weights transformers can load, a real answer about the model:
   ``FAIL(load)`` at stage ``download``.
 
-``MODEL_SUPPORT_HUB_ATTEMPTS`` and ``MODEL_SUPPORT_HUB_BACKOFF_S`` tune the retries (the tests use
+``MODEL_SUPPORT_HUB_ATTEMPTS`` and ``MODEL_SUPPORT_HUB_BACKOFF_S`` tune the retries (``hub_fetch.retry_policy``; the tests use
 a short backoff).
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 from .. import hub, hub_fetch
@@ -38,13 +37,6 @@ class Download:
     log: list[str] = field(default_factory=list)
 
 
-def retry_policy() -> dict:
-    return {
-        "attempts": int(os.environ.get("MODEL_SUPPORT_HUB_ATTEMPTS", "5")),
-        "backoff_s": float(os.environ.get("MODEL_SUPPORT_HUB_BACKOFF_S", "1.0")),
-    }
-
-
 def download(task: dict) -> Download:
     """Fetch what ``task``'s probe needs (see the module docstring); never raises for the Hub's answer."""
     source = task["source"]
@@ -59,7 +51,6 @@ def download(task: dict) -> Download:
             cache_dir=task.get("cache_dir") or None,
             trust_remote_code=bool(params.get("trust_remote_code")),
             log=lines.append,
-            **retry_policy(),
         )
     except hub_fetch.EnvironmentProblem as exc:
         return Download("pending", reason=str(exc), problem=exc.kind, log=lines)

@@ -17,7 +17,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from .. import hub, hub_fetch
-from .download import Download, download, retry_policy
+from .download import Download, download
 
 
 class Prefetcher:
@@ -56,8 +56,9 @@ class Prefetcher:
         size = task.get("planned_bytes")
         if size is None:  # the Hub was not asked when the sweep was created: ask now
             try:
-                facts = hub.model_facts(task["source"], task["params"].get("revision") or "", log=lambda _: None,
-                                        **retry_policy())
+                facts = hub.model_facts(
+                    task["source"], task["params"].get("revision") or "", log=lambda _: None, **hub_fetch.retry_policy()
+                )
             except hub_fetch.EnvironmentProblem as exc:
                 return Download("pending", reason=str(exc), problem=exc.kind)
             except (hub_fetch.NoAccess, hub_fetch.NotOnHub) as exc:
@@ -72,7 +73,10 @@ class Prefetcher:
     def wait(self, index: int) -> Download:
         """``tasks[index]``'s download, once finished (it never raises for the Hub's answer)."""
         self._ready[index].wait()
-        return self._futures[index].result()
+        future = self._futures.get(index)
+        if future is None or future.cancelled():  # closed before this model's turn
+            return Download("pending", reason="the sweep stopped before this model was downloaded")
+        return future.result()
 
     def done(self, index: int, got: Download) -> None:
         """The model's probe is over: delete its files (unless kept), free its place in the window."""
@@ -82,6 +86,9 @@ class Prefetcher:
         self._window.release()
 
     def close(self) -> None:
+        """Stop downloading; whoever still waits for a model gets ``pending``."""
         self._stop.set()
         self._window.release()
         self._pool.shutdown(wait=True, cancel_futures=True)
+        for ready in self._ready:
+            ready.set()

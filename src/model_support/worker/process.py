@@ -12,6 +12,7 @@ the tail of the log.
 from __future__ import annotations
 
 import ctypes
+import errno
 import json
 import os
 import shutil
@@ -179,18 +180,28 @@ class Standby:
                 _kill_tree(self.proc)
             self._log.close()
             log = (work / "log.txt").read_text(errors="replace")
-            notebook = (work / "out.ipynb").read_bytes() if (work / "out.ipynb").exists() else None
-            if notebook is not None:
-                notebook = redact(notebook.decode()).encode()
-            record_file = work / "record.json"
-            if record_file.exists():
-                record = json.loads(record_file.read_text())
-            else:
-                outcome = json.loads((work / "outcome.json").read_text()) if (work / "outcome.json").exists() else {}
+            notebook = _whole_notebook(work / "out.ipynb")
+            record, outcome = _read_json(work / "record.json"), _read_json(work / "outcome.json") or {}
+            trouble = _write_trouble(work, outcome, log, record, notebook)
+            if trouble:  # the harness could not write: not a verdict, nothing partial kept; --resume retries
+                return TaskResult(
+                    None,
+                    None,
+                    redact(log) + f"not probed: {trouble}\n",
+                    task["model_id"],
+                    pending=trouble,
+                    problem="disk",
+                )
+            if record is None:
                 record = _record_from_outcome(task, outcome, self.proc.returncode, timed_out, log, started)
             return TaskResult(record=record, notebook=notebook, log=redact(log))
         finally:
             shutil.rmtree(work, ignore_errors=True)
+
+    def kill(self) -> None:
+        """Stop its process tree now (a sweep ending early); ``run`` then returns what is left."""
+        if self.proc.poll() is None:
+            _kill_tree(self.proc)
 
     def discard(self) -> None:
         """No model came for it: end it (closing stdin makes it exit) and clean up."""
@@ -201,6 +212,49 @@ class Standby:
             _kill_tree(self.proc)
         self._log.close()
         shutil.rmtree(self.work, ignore_errors=True)
+
+
+#: errno values that mean the disk (or a file-size limit) refused a write.
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_DISK_WORDS = ("No space left on device", "Disk quota exceeded", "File too large")
+
+
+def _read_json(path: Path) -> dict | None:
+    """The JSON object in ``path``; None when absent or not whole (a write cut by a full disk)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _whole_notebook(path: Path) -> bytes | None:
+    """The executed notebook's bytes (redacted) if it is a readable notebook, else None."""
+    import nbformat
+
+    try:
+        text = path.read_bytes().decode("utf-8")
+        nbformat.reads(text, as_version=4)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return redact(text).encode()
+
+
+def _write_trouble(work: Path, outcome: dict, log: str, record: dict | None, notebook: bytes | None) -> str | None:
+    """Why the probe process's own files are not whole, when a write failed (a full disk): the model is
+    then left pending rather than stored with a broken notebook or given a verdict."""
+    said = log + (outcome.get("error") or {}).get("message", "")  # papermill's error carries the cell's
+    disk = outcome.get("errno") in DISK_ERRNOS or any(word in said for word in _DISK_WORDS)
+    if not disk and record is None and not outcome:  # wrote nothing at all: was there room to write?
+        disk = shutil.disk_usage(work).free < 256 * 1024
+    if disk:
+        free = shutil.disk_usage(work).free
+        return (
+            f"the probe process could not write its notebook or record: no space left on the data folder's disk "
+            f"({free / 1024:.0f} KB free)"
+        )
+    if record is not None and notebook is None:
+        return "the probe wrote its record but not a whole notebook"
+    return None
 
 
 def run_task(
@@ -232,7 +286,13 @@ def run_task(
         if got.kind == "failed":
             exc = got.error
             record = runner_failure(
-                task, type(exc).__name__, str(exc), head, started, status=schema.FAIL_LOAD, stage="download",
+                task,
+                type(exc).__name__,
+                str(exc),
+                head,
+                started,
+                status=schema.FAIL_LOAD,
+                stage="download",
                 traceback=f"{type(exc).__name__}: {exc}",
             )
             return TaskResult(record, None, redact(head + f"{record['status']}: {exc}\n"), task["model_id"])
@@ -333,6 +393,7 @@ def _run_notebook(work: Path, km) -> None:
         )
     except Exception as exc:  # noqa: BLE001 whatever papermill raised is this model's outcome, recorded below
         outcome["error"] = {"type": type(exc).__name__, "message": str(exc)[:4000]}
+        outcome["errno"] = getattr(exc, "errno", None)
         if km.exit_status is not None:
             outcome["kernel_exit"] = km.exit_status
     if record_path.exists() and (work / "out.ipynb").exists():

@@ -6,23 +6,45 @@ const $ = (sel) => document.querySelector(sel);
 const esc = (s) => String(s == null ? "" : s).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
 const M = D.models, S = D.sweeps, O = D.outcomes, E = D.envs;
 const lower = M.map((m) => m[0].toLowerCase());
-// A model: [id, type, runs, env exceptions, error_type, message, traceback, repro, notebook, versions, started].
+// A model: [id, type, runs, env exceptions, error_type, message, traceback, repro, notebook, versions, started,
+// hub facts (only when the Hub told anything: [task, downloads, likes, trending_score, library, license, gated,
+// hub_num_params, created_at, base_model, listed_by], strings as indices into D.texts)].
 // runs: [first sweep, n sweeps, outcome] triples; env exceptions: [sweep, env] pairs (else the sweep's env).
+const NO_ENV = ["", null, null, null];
+// Outcomes of a sweep that listed the model without a row: not probed (pending) or not tested.
+const UNPROBED = new Set(O.map((o, i) => (D.unprobed.includes(o[0]) ? i : -1)).filter((i) => i >= 0));
+const slug = (status) => "st-" + String(status).replace(/[^A-Za-z0-9]+/g, "-");
 function env(m, s) {
   const x = m[3];
   for (let k = 0; k < x.length; k += 2) if (x[k] === s) return x[k + 1];
   return S[s][4];
 }
-// The model's [sweep, outcome, env] in sweep index s, or in its latest sweep when s < 0; null if absent.
+const envRow = (e) => E[e] || NO_ENV;
+// The model's [sweep, outcome, env] in sweep index s, or its latest run when s < 0 (its latest sweep with a
+// verdict or an exclusion; else its latest sweep: not probed / not tested); null if absent.
 function entry(m, s) {
   const h = m[2];
-  if (s < 0) { const k = h.length - 3; s = h[k] + h[k + 1] - 1; return [s, h[k + 2], env(m, s)]; }
+  if (s < 0) {
+    let k = h.length - 3;
+    for (let j = k; j >= 0; j -= 3) if (!UNPROBED.has(h[j + 2])) { k = j; break; }
+    s = h[k] + h[k + 1] - 1;
+    return [s, h[k + 2], env(m, s)];
+  }
   for (let k = 0; k < h.length; k += 3) {
     if (s >= h[k] && s < h[k] + h[k + 1]) return [s, h[k + 2], env(m, s)];
   }
   return null;
 }
-function runs(m) { let n = 0; const h = m[2]; for (let k = 1; k < h.length; k += 3) n += h[k]; return n; }
+// The sweeps the model was run in (a verdict or an exclusion).
+function runs(m) { let n = 0; const h = m[2]; for (let k = 1; k < h.length; k += 3) if (!UNPROBED.has(h[k + 1])) n += h[k]; return n; }
+const hubOf = (m) => m[11] || null;
+const hubText = (i) => (i == null || i < 0 ? null : D.texts[i]);
+const pendingOf = new Map();
+for (const [i, s, problem, at] of D.pending) {
+  if (!pendingOf.has(i)) pendingOf.set(i, []);
+  pendingOf.get(i).push([s, problem, at]);
+}
+const fmt = (n) => (n == null ? "" : Number(n).toLocaleString("en-US"));
 function text(i, m, sweep) {
   if (i < 0) return null;
   return D.texts[i].split("\x01").join(m[0]).split("\x02").join(sweep);
@@ -35,7 +57,14 @@ function fill(id, values) {
 }
 const uniq = (xs) => [...new Set(xs.filter((x) => x != null))].sort();
 fill("#verdict-filter", D.verdicts.map((v) => [v, v]));
-fill("#signature-filter", uniq(O.filter((o) => o[0] !== "excluded").map((o) => o[1])).map((s) => [s, s.length > 90 ? s.slice(0, 90) + "…" : s]));
+fill("#signature-filter", uniq(O.filter((o) => !D.pseudo.includes(o[0])).map((o) => o[1])).map((s) => [s, s.length > 90 ? s.slice(0, 90) + "…" : s]));
+const taskCounts = D.tasks.map(() => 0);
+for (const m of M) { const hub = hubOf(m); if (hub && hub[0] >= 0) taskCounts[hub[0]]++; }
+fill("#task-filter", D.tasks.map((t, k) => [String(k), t + " (" + taskCounts[k] + ")"]));
+for (const [name, ids] of Object.entries(D.views)) {
+  const o = document.querySelector('#view option[value="' + name + '"]');
+  if (o) o.textContent += " (" + ids.length + ")";
+}
 fill("#device-filter", uniq(E.map((e) => e[0])).map((v) => [v, v]));
 fill("#sweep-filter", S.map((s, i) => [String(i), s[0]]).reverse());
 fill("#torch-filter", uniq(E.map((e) => e[1])).map((v) => [v, "torch " + v]));
@@ -49,17 +78,26 @@ function current() {
     verdict: $("#verdict-filter").value, sig: $("#signature-filter").value,
     device: $("#device-filter").value, sweep: $("#sweep-filter").value === "" ? -1 : Number($("#sweep-filter").value),
     torch: $("#torch-filter").value, tpu: $("#torch_tpu-filter").value, tf: $("#transformers-filter").value,
+    view: $("#view").value, task: $("#task-filter").value === "" ? null : Number($("#task-filter").value),
   };
 }
+// The view's column of Hub numbers: trending score in the trending view, downloads elsewhere.
+const metricOf = (view) => (view === "trending" ? 3 : 1);
 function update() {
   const f = current();
   const rows = [];
   let count = 0;
-  for (let i = 0; i < M.length; i++) {
+  const order = D.views[f.view] || null;
+  const n = order ? order.length : M.length;
+  const metric = metricOf(f.view);
+  $("#metric-head").textContent = metric === 3 ? "trending" : "downloads";
+  for (let k = 0; k < n; k++) {
+    const i = order ? order[k] : k;
     if (f.q && lower[i].indexOf(f.q) < 0) continue;
+    if (f.task !== null) { const hub = hubOf(M[i]); if (!hub || hub[0] !== f.task) continue; }
     const en = entry(M[i], f.sweep);
     if (!en) continue;
-    const o = O[en[1]], e = E[en[2]];
+    const o = O[en[1]], e = envRow(en[2]);
     if (f.verdict && o[0] !== f.verdict) continue;
     if (f.sig && o[1] !== f.sig) continue;
     if (f.device && e[0] !== f.device) continue;
@@ -72,37 +110,87 @@ function update() {
   shown = rows;
   const html = [];
   for (const [i, en] of rows) {
-    const m = M[i], o = O[en[1]], e = E[en[2]];
+    const m = M[i], o = O[en[1]], e = envRow(en[2]), hub = hubOf(m);
+    const sig = o[1] || (UNPROBED.has(en[1]) ? D.verdict_help[o[0]] : "");
     html.push('<tr data-i="' + i + '"><td>' + esc(m[0]) + "</td><td>" + esc(D.types[m[1]]) +
-      '</td><td class="st st-' + esc(o[0]) + '">' + esc(o[0]) + '</td><td class="sig" title="' + esc(o[1]) + '">' +
-      esc(o[1]) + "</td><td>" + esc(S[en[0]][0]) + "</td><td>" + esc(e[0]) + "</td><td>" + esc(e[1]) +
-      "</td><td>" + esc(e[2]) + "</td><td>" + esc(e[3]) + "</td><td>" + runs(m) + "</td></tr>");
+      '</td><td class="st ' + slug(o[0]) + '">' + esc(o[0]) + '</td><td class="sig" title="' + esc(sig) + '">' +
+      esc(sig) + "</td><td>" + esc(S[en[0]][0]) + "</td><td>" + esc(e[0] || S[en[0]][2]) + "</td><td>" + esc(e[1]) +
+      "</td><td>" + esc(e[2]) + "</td><td>" + esc(e[3]) + "</td><td>" + runs(m) + '</td><td class="task">' +
+      esc(hub && hub[0] >= 0 ? D.tasks[hub[0]] : "") + '</td><td class="num metric">' + esc(hub ? fmt(hub[metric]) : "") +
+      "</td></tr>");
   }
   $("#results tbody").innerHTML = html.join("");
   $("#match-count").textContent = count + (count === 1 ? " model matches" : " models match");
   $("#more").textContent = count > MAX_ROWS ? "Showing the first " + MAX_ROWS + " of " + count + "; refine the search." : "";
+}
+// What the Hub says about the model (latest known), as definition-list items.
+function hubItems(m, i) {
+  const hub = hubOf(m);
+  const items = [];
+  const selected = (D.views.selected || []).includes(i);
+  const listed = [selected ? "selected" : null, hub ? hubText(hub[10]) : null].filter((x) => x);
+  if (listed.length) items.push(["listed", listed.join(", ")]);
+  if (!hub) return items;
+  const facts = [
+    ["task", hub[0] >= 0 ? D.tasks[hub[0]] : null], ["downloads", fmt(hub[1])], ["likes", fmt(hub[2])],
+    ["trending score", fmt(hub[3])], ["library", hubText(hub[4])], ["license", hubText(hub[5])],
+    ["gated", hubText(hub[6])], ["parameters (Hub)", fmt(hub[7])], ["created", hub[8]], ["base model", hubText(hub[9])],
+  ];
+  for (const [k, v] of facts) if (v != null && v !== "") items.push([k, v]);
+  return items;
+}
+// The sweeps after the model's latest run (or all, when it never ran) that listed it without a row.
+function unprobedEntries(m, i, after) {
+  const out = [], h = m[2], pend = pendingOf.get(i) || [];
+  for (let k = h.length - 3; k >= 0; k -= 3) {
+    if (!UNPROBED.has(h[k + 2])) continue;
+    for (let s = h[k] + h[k + 1] - 1; s >= h[k]; s--) {
+      if (s <= after) continue;
+      const p = pend.find((x) => x[0] === s);
+      out.push([s, O[h[k + 2]], p ? p[1] : null, p ? p[2] : null]);
+    }
+  }
+  return out;
 }
 function detail(i) {
   const m = M[i];
   const last = entry(m, -1);
   const sweep = S[last[0]][0];
   const o = O[last[1]];
+  const ran = !UNPROBED.has(last[1]);
   const versions = m[9] >= 0 ? JSON.parse(D.versions[m[9]]) : {};
   const errorType = text(m[4], m, sweep), message = text(m[5], m, sweep), tb = text(m[6], m, sweep);
   const repro = text(m[7], m, sweep), nb = text(m[8], m, sweep);
   const report = S[last[0]][3];
   const h = [];
   h.push("<h2>" + esc(m[0]) + "</h2>");
-  h.push("<dl><dt>latest</dt><dd>" + esc(sweep) + ' <span class="st st-' + esc(o[0]) + '">' + esc(o[0]) + "</span></dd>");
-  h.push("<dt>model type</dt><dd>" + esc(D.types[m[1]]) + "</dd>");
-  if (o[1]) h.push("<dt>" + (o[0] === "excluded" ? "reason" : "signature") + "</dt><dd>" + esc(o[1]) + "</dd>");
-  h.push("<dt>started</dt><dd>" + esc(m[10]) + "</dd>");
-  h.push("<dt>versions</dt><dd>" + esc(Object.entries(versions).map(([k, v]) => k + " " + v).join(", ")) + "</dd>");
+  h.push("<dl><dt>" + (ran ? "latest run" : "latest") + "</dt><dd>" + esc(sweep) + ' <span class="st ' + slug(o[0]) +
+    '">' + esc(o[0]) + "</span></dd>");
+  if (ran) {
+    h.push("<dt>model type</dt><dd>" + esc(D.types[m[1]]) + "</dd>");
+    if (o[1]) h.push("<dt>" + (o[0] === "excluded" ? "reason" : "signature") + "</dt><dd>" + esc(o[1]) + "</dd>");
+    h.push("<dt>started</dt><dd>" + esc(m[10]) + "</dd>");
+    h.push("<dt>versions</dt><dd>" + esc(Object.entries(versions).map(([k, v]) => k + " " + v).join(", ")) + "</dd>");
+  }
+  for (const [k, v] of hubItems(m, i)) h.push("<dt>" + esc(k) + "</dt><dd>" + esc(v) + "</dd>");
   const links = [];
   if (nb) links.push('<a class="notebook" href="' + esc(nb) + '">executed notebook</a>');
   if (report) links.push('<a class="report" href="' + esc(report) + '">sweep report</a>');
   if (links.length) h.push("<dt>open</dt><dd>" + links.join(" · ") + "</dd>");
   h.push("</dl>");
+  const waiting = unprobedEntries(m, i, ran ? last[0] : -1);
+  if (waiting.length) {
+    h.push('<div class="unprobed">');
+    for (const [s, uo, problem, at] of waiting) {
+      h.push("<h3>" + esc(S[s][0]) + ': <span class="st ' + slug(uo[0]) + '">' + esc(uo[0]) + "</span></h3><dl>");
+      if (uo[1]) h.push("<dt>last error</dt><dd class=\"reason\">" + esc(uo[1]) + "</dd>");
+      if (problem) h.push("<dt>problem</dt><dd>" + esc(problem) + "</dd>");
+      if (at) h.push("<dt>when</dt><dd>" + esc(at) + "</dd>");
+      h.push("<dt>meaning</dt><dd>" + esc(D.verdict_help[uo[0]]) + "</dd>");
+      h.push("<dt>to finish</dt><dd><code>model-support sweep --resume " + esc(S[s][0]) + "</code></dd></dl>");
+    }
+    h.push("</div>");
+  }
   if (errorType || message) {
     h.push('<h3>Error</h3><pre class="error">' + esc((errorType ? errorType + ": " : "") + (message || "")) + "</pre>");
   }
@@ -116,12 +204,12 @@ function detail(i) {
   for (let k = hh.length - 3; k >= 0; k -= 3) {
     const ho = O[hh[k + 2]];
     for (let s = hh[k] + hh[k + 1] - 1; s >= hh[k]; s--) {
-      const he = E[env(m, s)] || [];
+      const he = envRow(env(m, s));
       const rep = S[s][3];
       const name = rep ? '<a href="' + esc(rep) + '">' + esc(S[s][0]) + "</a>" : esc(S[s][0]);
-      h.push("<tr><td>" + name + '</td><td class="st st-' + esc(ho[0]) + '">' + esc(ho[0]) + '</td><td class="sig">' +
-        esc(ho[1]) + "</td><td>" + esc(he[0]) + "</td><td>" + esc(he[1]) + "</td><td>" + esc(he[2]) + "</td><td>" +
-        esc(he[3]) + "</td></tr>");
+      h.push("<tr><td>" + name + '</td><td class="st ' + slug(ho[0]) + '">' + esc(ho[0]) + '</td><td class="sig">' +
+        esc(ho[1]) + "</td><td>" + esc(he[0] || S[s][2]) + "</td><td>" + esc(he[1]) + "</td><td>" + esc(he[2]) +
+        "</td><td>" + esc(he[3]) + "</td></tr>");
     }
   }
   h.push("</tbody></table>");
@@ -147,8 +235,8 @@ function fallback(textToCopy, done) {
 }
 let timer = null;
 $("#search").addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(update, 60); });
-for (const id of ["#verdict-filter", "#signature-filter", "#device-filter", "#sweep-filter", "#torch-filter",
-                  "#torch_tpu-filter", "#transformers-filter"]) {
+for (const id of ["#view", "#task-filter", "#verdict-filter", "#signature-filter", "#device-filter", "#sweep-filter",
+                  "#torch-filter", "#torch_tpu-filter", "#transformers-filter"]) {
   $(id).addEventListener("change", update);
 }
 $("#results tbody").addEventListener("click", (event) => {
