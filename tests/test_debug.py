@@ -340,6 +340,21 @@ def test_notebook_reports_the_step_and_sequence_length_where_generation_fails(fi
     assert generation["tokens_in"] == entry["tokens_in"] == result["tokens_in"]
     assert generation["failure"]["module"] == "transformer.wpe" and generation["failure"]["error_type"] == "IndexError"
     assert result["forward_ok"] and result["first_offender"] is None and result["device_type"] == "cpu"
+    assert top_conclusion(path) == "fails the same way on the CPU reference: not specific to this device"
+
+
+def top_conclusion(path) -> str:
+    """The one line the debug notebook shows at its top (filled in when the notebook ends)."""
+    import re
+
+    import nbformat
+
+    cells = [c for c in nbformat.read(str(path), as_version=4).cells if c.cell_type == "code"]
+    load_cell = next(c for c in cells if "conclusion_slot" in c.source)
+    html = next(
+        o["data"]["text/html"] for o in load_cell.outputs if "Conclusion" in o.get("data", {}).get("text/html", "")
+    )
+    return re.sub(r"<[^>]+>", "", html).removeprefix("Conclusion: ").rstrip(".")
 
 
 def test_a_notebook_without_a_result_and_an_ambiguous_model_are_refused(fixture_sweep, tmp_path):
@@ -369,3 +384,6 @@ def test_notebook_names_the_module_that_diverges_in_bf16(fixture_sweep):
     outputs = [o for cell in nbformat.read(str(entry["notebook"]), as_version=4).cells for o in cell.get("outputs", [])]
     assert any("image/svg+xml" in o.get("data", {}) for o in outputs)  # the chart, drawn offline
     assert any("First divergence" in o.get("data", {}).get("text/html", "") for o in outputs)
+    assert top_conclusion(entry["notebook"]).startswith(
+        "only the device diverges: first in model.layers.0.mlp.gate_proj"
+    )

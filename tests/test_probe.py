@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 GOLDEN_TOKENS_IN = {"tiny-gpt2": 5, "tiny-opt": 5, "tiny-llama": 26, "tiny-eos-early": 5}
 
 
-def test_every_fixture_gets_its_expected_verdict_stage_and_tokens(smoke_sweep, fixture_models):
+def test_every_fixture_gets_its_expected_verdict_stage_tokens_and_attribution(smoke_sweep, fixture_models):
     wrong = []
     for name, entry in fixture_models.items():
         record = smoke_sweep["by_name"].get(name)
@@ -26,13 +26,39 @@ def test_every_fixture_gets_its_expected_verdict_stage_and_tokens(smoke_sweep, f
             wrong.append(f"{name}: no record")
             continue
         expect = entry["expect"]
-        got = {"status": record["status"], "failure_stage": record["failure_stage"]}
-        want = {"status": expect["status"], "failure_stage": expect["failure_stage"]}
+        got = {
+            "status": record["status"],
+            "failure_stage": record["failure_stage"],
+            "attribution": record["attribution"],
+        }
+        want = {
+            "status": expect["status"],
+            "failure_stage": expect["failure_stage"],
+            "attribution": expect["attribution"],
+        }
         if expect.get("tokens_out") is not None:
             got["tokens_out"], want["tokens_out"] = record["tokens_out"], expect["tokens_out"]
         if got != want:
             wrong.append(f"{name}: got {got}, want {want} ({record['error_type']}: {record['error_message']})")
     assert not wrong, "\n".join(wrong)
+
+
+def test_attribution_says_whose_failure_it_is(smoke_sweep):
+    """stack: only the device configuration fails; model: the same signature on the reference; both: another
+    one (kept); null with the reason when it could not run. The verdict itself never changes."""
+    by_name = smoke_sweep["by_name"]
+    stack, both, big = by_name["attr-stack-fft"], by_name["attr-both"], by_name["attr-too-big"]
+    assert stack["status"] == both["status"] == big["status"] == schema.FAIL_GEN
+    assert stack["failure_signature"].endswith("@ modeling_fft_logits.forward")
+    assert stack["reference_device"] == "cpu:float32" and stack["reference_signature"] is None
+    assert both["attribution"] == "both" and both["reference_signature"].startswith("RuntimeError: mat1 and mat2")
+    assert both["reference_signature"] != both["failure_signature"]
+    assert big["attribution"] is None and "above reference_max_params=1000" in big["reference_note"]
+    assert (
+        by_name["fail-hang"]["attribution"] is None and "no failure to rerun" in by_name["fail-hang"]["reference_note"]
+    )
+    passing = [r for r in smoke_sweep["records"] if r["status"] == schema.PASS]
+    assert passing and all(r["attribution"] is None for r in passing)  # nothing added to a PASS
 
 
 def test_tokens_in_counts_the_templated_prompt(smoke_sweep):

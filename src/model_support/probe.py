@@ -67,25 +67,14 @@ def first_divergence(device_ids: list[int], reference_ids: list[int]) -> int | N
     return None
 
 
-def run_reference(record: dict, settings: dict) -> None:
-    """Greedy generation on the CPU, token by token against the device's output."""
-    if settings["reference"] == "none":
-        record["reference_note"] = "switched off (reference='none')"
-        return
-    if record["num_params"] is not None and record["num_params"] > settings["reference_max_params"]:
-        record["reference_note"] = (
-            f"skipped: {record['num_params']} parameters is above reference_max_params="
-            f"{settings['reference_max_params']}"
-        )
-        return
+def _on_the_reference(settings: dict, dtype: str) -> dict:
+    """The probe's stages again, on the CPU in ``dtype``."""
     import torch
 
-    ref_dtype = _reference_dtype(record["device_type"], settings["dtype"])
-    record["reference_device"] = f"cpu:{ref_dtype}"
-    ref = probe_core.run_stages(
+    return probe_core.run_stages(
         model_id=settings["load_from"],
         revision=settings["revision"],
-        dtype=ref_dtype,
+        dtype=dtype,
         prompt=settings["prompt"],
         max_new_tokens=settings["max_new_tokens"],
         chat_template=settings["chat_template"],
@@ -93,6 +82,17 @@ def run_reference(record: dict, settings: dict) -> None:
         seed=settings["seed"],
         device=torch.device("cpu"),
     )
+
+
+def run_reference(record: dict, settings: dict) -> None:
+    """Greedy generation on the CPU, token by token against the device's output."""
+    ref_dtype = _reference_dtype(record["device_type"], settings["dtype"])
+    skip = reference_skip(record, settings, ref_dtype)
+    if skip:
+        record["reference_note"] = skip
+        return
+    record["reference_device"] = f"cpu:{ref_dtype}"
+    ref = _on_the_reference(settings, ref_dtype)
     if ref["status"] != probe_core.PASS:
         exc = ref["exception"]
         record["reference_note"] = f"reference failed at {ref['failure_stage']}: {type(exc).__name__}: {exc}"[:2000]
@@ -106,6 +106,58 @@ def machine_paths(source: str) -> dict[str, str]:
     if portable_id(source) == source:
         return {}
     return {str(Path(source).expanduser().resolve()): portable_id(source), source: portable_id(source)}
+
+
+#: A repo with no loadable weights fails on every device: the model's failure, nothing to rerun.
+NO_WEIGHTS_ATTRIBUTION = {
+    "attribution": "model",
+    "reference_note": "the repo has no weights transformers can load, on any device: nothing to rerun",
+}
+#: Stages whose failure is rerun in the reference configuration to say whose failure it is.
+ATTRIBUTED_STAGES = ("load", "template", "compile", "generate")
+
+
+def reference_skip(record: dict, settings: dict, dtype: str) -> str | None:
+    """Why the CPU reference cannot run for this model (switched off, above the size limit, more than
+    the host's free memory), or None. The same limits serve the reference check and attribution."""
+    if settings["reference"] == "none":
+        return "switched off (reference='none')"
+    params = record["num_params"] or record.get("hub_num_params")
+    if params is not None and params > settings["reference_max_params"]:
+        return f"skipped: {params} parameters is above reference_max_params={settings['reference_max_params']}"
+    if params is not None:
+        import psutil
+
+        need = params * (4 if dtype in ("float32", "float") else 8 if dtype in ("float64", "double") else 2) * 1.2
+        free = psutil.virtual_memory().available
+        if need > free:
+            return f"skipped: about {need / 2**30:.1f} GiB for the CPU reference, {free / 2**30:.1f} GiB of host memory free"
+    return None
+
+
+def attribute(record: dict, settings: dict) -> None:
+    """Whose failure it is: the same stages rerun in the reference configuration (the CPU; the run's dtype
+    on accelerators, float32 on CPU-only runs). ``stack``: the reference passes; ``model``: it fails with
+    the same signature; ``both``: with another (kept in ``reference_signature``); null with the reason in
+    ``reference_note`` when it could not run. The verdict never changes."""
+    if record["failure_stage"] not in ATTRIBUTED_STAGES:
+        return
+    ref_dtype = _reference_dtype(record["device_type"], settings["dtype"])
+    skip = reference_skip(record, settings, ref_dtype)
+    if skip:
+        record["reference_note"] = f"attribution {skip}"
+        return
+    record["reference_device"] = f"cpu:{ref_dtype}"
+    ref = _on_the_reference(settings, ref_dtype)
+    if ref["exception"] is None:
+        record["attribution"] = "stack"
+        return
+    exc = ref["exception"]
+    signature = failure_signature(type(exc).__name__, str(exc), probe_core.trimmed_traceback(exc))
+    record["attribution"] = "model" if signature == record["failure_signature"] else "both"
+    if record["attribution"] == "both":
+        record["reference_signature"] = signature
+        record["reference_note"] = f"the reference fails at {ref['failure_stage']}: {type(exc).__name__}: {exc}"[:2000]
 
 
 def run_probe(
@@ -172,6 +224,7 @@ def _probe(record: dict, settings: dict, sweep_id: str) -> None:
             )
         except hub_fetch.NoLoadableWeights as exc:  # a real answer about the model
             record_failure(record, "download", exc, status=schema.FAIL_LOAD)
+            record.update(NO_WEIGHTS_ATTRIBUTION)
             return
         record.update(
             {k: got[k] for k in ("revision_sha", "download_s", "download_bytes")}, **hub.metadata(got["info"])
@@ -211,6 +264,9 @@ def _probe(record: dict, settings: dict, sweep_id: str) -> None:
     record["compile_cache_hits"], record["compile_cache_misses"] = adapter.compile_cache_stats()
     if result["exception"] is not None:
         record_failure(record, result["failure_stage"], result["exception"], status=result["status"])
+        del result  # the failed model (held by the exception's frames) is freed before the reference loads
+        gc.collect()
+        attribute(record, settings)
         return
     record["status"] = schema.PASS
     del result

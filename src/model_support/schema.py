@@ -30,6 +30,15 @@ STAGE_HELP = {
     "runner": "the harness: device set-up, kernel death, timeout, a probe that wrote no record",
 }
 
+#: Whose failure it is (beside the verdict, never changing it): the failure rerun on the CPU reference.
+ATTRIBUTIONS = ("stack", "model", "both")
+ATTRIBUTION_HELP = {
+    "stack": "the reference run passes: the failure belongs to the device stack (what a porting team fixes)",
+    "model": "the reference run fails with the same signature: the model (config, weights, code or transformers) "
+    "is broken everywhere",
+    "both": "the reference run fails with a different signature (kept in reference_signature)",
+}
+
 VERDICT_HELP = {
     PASS: "loaded and generated",
     FAIL_LOAD: "an exception while loading config, tokenizer or weights, or weights left newly initialised",
@@ -95,6 +104,8 @@ FIELDS: dict[str, pa.DataType] = {
     "reference_match": pa.bool_(),
     "first_divergence": pa.int64(),
     "reference_note": pa.string(),
+    "attribution": pa.string(),
+    "reference_signature": pa.string(),
     "versions": VERSIONS,
     "host": pa.string(),
     "started_at": pa.string(),
@@ -134,6 +145,8 @@ LATER_FIELDS = (
     "created_at",
     "base_model",
     "hub_num_params",
+    "attribution",
+    "reference_signature",
 )
 
 

@@ -9,6 +9,7 @@ from .compare import (
     build_result,
     compare_tensors,
     compare_traces,
+    conclusion,
     first_offender,
     generate_steps,
     load_for_debug,
@@ -30,6 +31,8 @@ from .tracer import (
 from .views import (
     DEBUG_FLAG,
     chart_bundle,
+    conclusion_html,
+    conclusion_slot,
     debug_result_from_notebook,
     divergence_chart,
     divergence_html,
@@ -37,6 +40,7 @@ from .views import (
     generation_html,
     show,
     show_chart,
+    show_conclusion,
     summary_html,
     table_html,
 )

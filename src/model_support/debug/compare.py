@@ -292,6 +292,7 @@ def build_result(
     table=None,
     generation: dict | None = None,
     reference_generation: dict | None = None,
+    reference_forward: ForwardTrace | None = None,
 ) -> dict:
     """The findings as one JSON-safe dict (what ``show`` displays and tools read back).
 
@@ -317,6 +318,7 @@ def build_result(
         "model_type": (loaded or {}).get("info", {}).get("model_type"),
         "forward_ok": forward.ok if forward is not None else None,
         "forward_failure": forward.failure if forward is not None else None,
+        "reference_forward_failure": reference_forward.failure if reference_forward is not None else None,
         "modules_traced": len(forward.calls) if forward is not None else None,
         "first_offender": None,
         "modules_compared": None,
@@ -348,12 +350,41 @@ def build_result(
     return _json_safe(result)
 
 
+def conclusion(result: dict) -> str:
+    """The debug notebook's finding in one line: does the failure (or divergence) belong to this device?"""
+    generation = result.get("generation") or {}
+    device = result.get("forward_failure") or (generation.get("failure") if generation.get("ok") is False else None)
+    reference = result.get("reference_forward_failure") or (
+        generation.get("reference_failure") if generation.get("reference_ok") is False else None
+    )
+    if device and reference:
+        if (device["error_type"], device["module"]) == (reference["error_type"], reference["module"]):
+            return "fails the same way on the CPU reference: not specific to this device"
+        return (
+            f"fails on the CPU reference too, but differently: {device['error_type']} in {_where(device)} on the "
+            f"device, {reference['error_type']} in {_where(reference)} on the reference"
+        )
+    if device:
+        return f"only the device fails: first in {_where(device)}, {device['error_type']}"
+    offender = result.get("first_offender")
+    if offender:
+        return f"only the device diverges: first in {offender['module'] or '(model)'} ({offender['reason']})"
+    return "runs and agrees with the CPU reference within tolerance"
+
+
+def _where(failure: dict) -> str:
+    return (
+        f"{failure['module'] or '(model)'} ({failure['class']})" if failure.get("module") is not None else "no module"
+    )
+
+
 def summary_text(result: dict) -> str:
     """Three lines for the terminal: where the forward breaks, where it diverges, where generate fails."""
     failure = result.get("forward_failure")
     offender = result.get("first_offender")
     generation = result.get("generation") or {}
     lines = [
+        f"conclusion: {conclusion(result)}",
         f"forward:    {'raises in ' + failure['module'] + ' (' + failure.get('class', '') + ')' if failure else 'runs'}",
         f"divergence: {offender['module'] + ': ' + offender['reason'] if offender else 'none above tolerance ' + str(result.get('tolerance'))}",
     ]

@@ -7,7 +7,7 @@ import math
 
 from .. import display
 from ..probe import first_divergence
-from .compare import first_offender, offender_reason
+from .compare import conclusion, first_offender, offender_reason
 from .tracer import ROOT_LABEL
 
 DEBUG_FLAG = "debug"
@@ -286,6 +286,24 @@ def summary_html(result: dict) -> str:
         ),
     ]
     return display.kv_table(rows, title="Debug summary")
+
+
+def conclusion_slot():
+    """Display where the conclusion will stand (at the top of the notebook); ``.update`` it at the end."""
+    from IPython.display import HTML, display
+
+    return display(HTML("<p><b>Conclusion</b>: (computed at the end of the notebook)</p>"), display_id=True)
+
+
+def conclusion_html(result: dict) -> str:
+    return f"<p style='font-size:1.1em'><b>Conclusion</b>: {html.escape(conclusion(result))}.</p>"
+
+
+def show_conclusion(slot, result: dict) -> None:
+    """Fill the slot ``conclusion_slot`` displayed at the top."""
+    from IPython.display import HTML
+
+    slot.update(HTML(conclusion_html(result)))
 
 
 def show(result: dict):

@@ -211,7 +211,7 @@ def _custom_code(folder: Path, ctx: _Context, kind: str, config_prelude: str, fo
         else ("\n    def forward(self, *args, **kwargs):\n" + textwrap.indent(textwrap.dedent(forward_body), " " * 8))
     )
     (folder / f"modeling_{kind}.py").write_text(
-        f'"""Fixture custom code ({kind})."""\nimport os\nimport signal\nimport time\n\n'
+        f'"""Fixture custom code ({kind})."""\nimport os\nimport signal\nimport time\n\nimport torch\n\n'
         f"from transformers import LlamaForCausalLM\n\nfrom .configuration_{kind} import {cls}Config\n\n\n"
         f"class {cls}ForCausalLM(LlamaForCausalLM):\n    config_class = {cls}Config\n{forward}"
     )
@@ -224,6 +224,36 @@ def _custom_code(folder: Path, ctx: _Context, kind: str, config_prelude: str, fo
             "AutoModelForCausalLM": f"modeling_{kind}.{cls}ForCausalLM",
         },
     )
+
+
+#: An FFT round trip over the logits: a no-op in float32, but torch's CPU FFT has no bfloat16 kernel
+#: ("Unsupported dtype BFloat16"): a real low-precision limitation of an operator the forward uses.
+FFT_ROUND_TRIP = """\
+out = super().forward(*args, **kwargs)
+logits = out.logits
+out.logits = torch.fft.irfft(torch.fft.rfft(logits, dim=-1), n=logits.shape[-1], dim=-1)
+return out
+"""
+#: The logits times the inverse of a small matrix: torch.linalg.inv refuses bfloat16 ("Low precision
+#: dtypes not supported"); in float32 the inverse works and the product fails on its shapes (a bug).
+INVERSE_THEN_SHAPES = """\
+out = super().forward(*args, **kwargs)
+whitening = torch.linalg.inv(2 * torch.eye(4, dtype=out.logits.dtype))
+out.logits = out.logits @ whitening
+return out
+"""
+
+
+def build_fft_logits(folder: Path, final: Path, ctx: _Context) -> dict:
+    """Custom code whose forward uses torch.fft: fails in bfloat16 on the CPU, passes in float32 (stack)."""
+    _custom_code(folder, ctx, "fft_logits", "", FFT_ROUND_TRIP)
+    return {}
+
+
+def build_inverse_then_shapes(folder: Path, final: Path, ctx: _Context) -> dict:
+    """Custom code that fails one way in bfloat16 (linalg.inv) and another in float32 (a shape bug): both."""
+    _custom_code(folder, ctx, "inverse_then_shapes", "", INVERSE_THEN_SHAPES)
+    return {}
 
 
 def build_remote_code(folder: Path, final: Path, ctx: _Context) -> dict:

@@ -30,14 +30,16 @@ from pathlib import Path
 
 from ..paths import checkout_root
 from ..schema import FAIL_GEN, FAIL_LOAD, FAIL_OTHER, PASS
-from .builders import (  # noqa: F401
+from .builders import (  # noqa: F401  (DIVERGING_MODULE and EOS_EARLY_STEP: re-exported for the tests)
     DIVERGING_MODULE,
     EOS_EARLY_STEP,
     build_bf16_overflow,
     build_encoder_decoder,
     build_encoder_only,
     build_eos_early,
+    build_fft_logits,
     build_hang,
+    build_inverse_then_shapes,
     build_kernel_death,
     build_missing_weights,
     build_raising_template,
@@ -74,6 +76,7 @@ class Fixture:
     overrides: dict = field(default_factory=dict)
     path_bound: bool = False  # the built files name their own absolute path: rebuilt when moved
     revision: int = 1  # bump when this fixture's build changes: only this folder is rebuilt
+    attribution: str | None = None  # whose failure it is on a CPU sweep (bf16 against the float32 reference)
 
 
 TRC = {"trust_remote_code": True}
@@ -113,6 +116,7 @@ FIXTURES: list[Fixture] = [
         "load",
         None,
         "Tiny t5 (encoder-decoder): AutoModelForCausalLM refuses its configuration class.",
+        attribution="model",
     ),
     Fixture(
         "fail-encoder-only",
@@ -121,6 +125,7 @@ FIXTURES: list[Fixture] = [
         "load",
         None,
         "Tiny BertModel without LM head: loads as BertLMHeadModel with the head newly initialised.",
+        attribution="model",
     ),
     Fixture(
         "fail-missing-weights",
@@ -129,6 +134,7 @@ FIXTURES: list[Fixture] = [
         "load",
         None,
         "Config and tokenizer of a tiny llama but no weights file.",
+        attribution="model",
     ),
     Fixture(
         "fail-truncated-safetensors",
@@ -137,6 +143,7 @@ FIXTURES: list[Fixture] = [
         "load",
         None,
         "Tiny llama whose model.safetensors is cut to half (an interrupted download).",
+        attribution="model",
     ),
     Fixture(
         "fail-unknown-model-type",
@@ -145,6 +152,7 @@ FIXTURES: list[Fixture] = [
         "load",
         None,
         "config.json with a model_type transformers does not know.",
+        attribution="model",
     ),
     Fixture(
         "fail-remote-code",
@@ -162,6 +170,7 @@ FIXTURES: list[Fixture] = [
         "generate",
         None,
         "Tiny gpt2 whose position table is shorter than prompt + 8 new tokens: IndexError inside generate.",
+        attribution="model",
     ),
     Fixture(
         "fail-chat-template",
@@ -170,6 +179,7 @@ FIXTURES: list[Fixture] = [
         "template",
         None,
         "Tiny llama whose chat template raises while rendering.",
+        attribution="model",
     ),
     Fixture(
         "fail-kernel-death",
@@ -197,6 +207,35 @@ FIXTURES: list[Fixture] = [
         8,
         "Tiny llama whose layer-0 mlp.gate_proj overflows to inf in bf16 only: NaN garbage, unlike float32.",
         revision=2,
+    ),
+    Fixture(
+        "attr-stack-fft",
+        build_fft_logits,
+        FAIL_GEN,
+        "generate",
+        None,
+        "Custom code using torch.fft in its forward: no bfloat16 CPU kernel, fine in float32 (the stack's failure).",
+        TRC,
+        attribution="stack",
+    ),
+    Fixture(
+        "attr-both",
+        build_inverse_then_shapes,
+        FAIL_GEN,
+        "generate",
+        None,
+        "Custom code failing in linalg.inv in bfloat16 and on a shape bug in float32 (fails differently: both).",
+        TRC,
+        attribution="both",
+    ),
+    Fixture(
+        "attr-too-big",
+        build_fft_logits,
+        FAIL_GEN,
+        "generate",
+        None,
+        "The torch.fft model with a reference limit below its size: no attribution, with the reason.",
+        {**TRC, "reference_max_params": 1000},
     ),
 ]
 FIXTURE_NAMES: list[str] = [fixture.name for fixture in FIXTURES]
@@ -246,7 +285,12 @@ def _manifest_entry(fixture: Fixture, folder: Path) -> dict:
     """What the probe must report for this fixture, plus what its builder measured (``.fixture.json``)."""
     return {
         "path": str(folder),
-        "expect": {"status": fixture.status, "failure_stage": fixture.stage, "tokens_out": fixture.tokens_out},
+        "expect": {
+            "status": fixture.status,
+            "failure_stage": fixture.stage,
+            "tokens_out": fixture.tokens_out,
+            "attribution": fixture.attribution,
+        },
         "overrides": dict(fixture.overrides),
         "purpose": fixture.purpose,
         **json.loads((folder / ".fixture.json").read_text()),

@@ -28,7 +28,7 @@ from .. import paths, provenance, schema
 from ..display import NOTEBOOK_KEY
 from ..hub import CacheBudget
 from ..hub_fetch import is_local
-from ..probe import RECORD_FLAG
+from ..probe import NO_WEIGHTS_ATTRIBUTION, RECORD_FLAG
 from ..signatures import failure_signature, redact, redact_record
 from .download import Download, download
 
@@ -88,6 +88,16 @@ def _describe_exit(code: int | None) -> str:
     return f"exit status {code}"
 
 
+#: Whose failure it is, for the failures the probe could not attribute itself (see ``probe.attribute``).
+_ATTRIBUTION_OF_STAGE = {
+    "runner": {
+        "reference_note": "attribution not run: the probe did not finish (timeout, dead kernel, no record), "
+        "so there is no failure to rerun on the reference"
+    },
+    "download": NO_WEIGHTS_ATTRIBUTION,
+}
+
+
 def runner_failure(
     task: dict,
     error_type: str,
@@ -124,6 +134,7 @@ def runner_failure(
                 started_at=time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(started)),
                 duration_s=time.time() - started,
                 notebook_path=task["notebook_path"],
+                **_ATTRIBUTION_OF_STAGE[stage],
                 **task.get("record_extra", {}),
             ),
             task.get("scrub"),
