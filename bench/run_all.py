@@ -13,7 +13,7 @@ import time
 
 from common import HERE, RESULTS
 
-SCRIPTS = ["bench_probe.py", "bench_sweep.py", "bench_analysis.py", "bench_runner_memory.py"]
+SCRIPTS = ["bench_probe.py", "bench_sweep.py", "bench_analysis.py", "bench_runner_memory.py", "bench_hub_prefetch.py"]
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
 
@@ -115,6 +115,22 @@ def tables() -> str:
             "",
             f"Growth from {memory['rows'][0]['count']} to {memory['rows'][-1]['count']} models: "
             f"{memory['growth_mb']:+.1f} MB (target flat: {ok(memory['met'])})",
+            "",
+        ]
+    prefetch = load("hub_prefetch")
+    if prefetch:
+        off, on = prefetch["prefetch_0"], prefetch["prefetch_1"]
+        lines += [
+            f"### Hub sweep with prefetch ({prefetch['date']}, {prefetch['models']} Hub fixtures from the local "
+            f"Hub throttled to {prefetch['throttle_bytes_per_s'] / 1e3:.0f} KB/s, 1 worker, `model-support sweep`)",
+            "",
+            "| run | wall | median download_s | median probe duration_s |",
+            "|---|---|---|---|",
+            f"| --prefetch 0 | {off['wall_s']:.1f} s | {off['download_s_median']:.2f} s | {off['probe_s_median']:.2f} s |",
+            f"| --prefetch 1 | {on['wall_s']:.1f} s | {on['download_s_median']:.2f} s | {on['probe_s_median']:.2f} s |",
+            "",
+            f"Prefetch on vs off: **{prefetch['speedup']:.2f}x** faster (target >= {prefetch['target']}x: "
+            f"{ok(prefetch['met'])})",
             "",
         ]
     return "\n".join(lines)

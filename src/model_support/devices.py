@@ -82,6 +82,10 @@ class Adapter:
     def compile_cache_stats(self) -> tuple[int | None, int | None]:
         return None, None
 
+    def compile_backend(self) -> str:
+        """torch.compile's backend for this device: inductor (cpu, cuda); the tpu adapter says tpu."""
+        return "inductor"
+
 
 class CudaAdapter(Adapter):
     def __init__(self):
@@ -118,6 +122,9 @@ class TpuAdapter(Adapter):
 
     def __init__(self):
         super().__init__("tpu")
+
+    def compile_backend(self) -> str:
+        return "tpu"  # torch.compile(model, backend="tpu") is torch_tpu's graph-mode path
 
     def synchronize(self) -> None:
         import torch

@@ -184,6 +184,9 @@ def run_probe(
         revision=settings["revision"] or None,
         prompt=settings["prompt"],
         max_new_tokens=settings["max_new_tokens"],
+        variant=probe_params.variant(settings),
+        mode=settings["mode"],
+        cache=settings["cache"],
         dtype=settings["dtype"],
         seed=settings["seed"],
         trust_remote_code=settings["trust_remote_code"],
@@ -242,7 +245,12 @@ def _probe(record: dict, settings: dict, sweep_id: str) -> None:
         seed=settings["seed"],
         device=adapter.torch_device,
         synchronize=adapter.synchronize if adapter.type != "cpu" else None,
+        mode=settings["mode"],
+        cache=settings["cache"],
+        compile_backend=adapter.compile_backend(),
     )
+    if settings["mode"] == "compile":
+        record["compile_backend"] = adapter.compile_backend()
     for key in (
         "model_type",
         "architectures",
@@ -257,6 +265,12 @@ def _probe(record: dict, settings: dict, sweep_id: str) -> None:
         "first_token_s",
         "generate_s",
         "decode_tokens_per_s",
+        "compile_s",
+        "graphs",
+        "graph_breaks",
+        "graph_break_reasons",
+        "recompilations",
+        "matches_eager",
     ):
         record[key] = result[key]
     record["peak_host_mem_mb"] = _peak_host_mb()

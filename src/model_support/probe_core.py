@@ -13,6 +13,7 @@ PASS, FAIL_LOAD, FAIL_GEN, FAIL_OTHER = "PASS", "FAIL(load)", "FAIL(gen)", "FAIL
 DEFAULT_PROMPT = "The future of AI is"
 STAGE_VERDICT = {
     "download": FAIL_LOAD,
+    "compile": FAIL_GEN,
     "load": FAIL_LOAD,
     "template": FAIL_OTHER,
     "generate": FAIL_GEN,
@@ -114,11 +115,13 @@ class StepTimer:
         pass
 
 
-def generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, device, timer=None):
-    """Greedy generation; returns the new token ids (fewer than max_new_tokens when EOS came early)."""
+def generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, device, timer=None, cache="dynamic"):
+    """Greedy generation; returns the new token ids (fewer than max_new_tokens when EOS came early).
+    ``cache`` "static" asks transformers for its static KV cache (``cache_implementation="static"``)."""
     import torch
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    extra = {"cache_implementation": "static"} if cache == "static" else {}
     with torch.inference_mode():
         output = model.generate(
             input_ids=input_ids.to(device),
@@ -127,8 +130,49 @@ def generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, device
             do_sample=False,
             pad_token_id=pad,
             streamer=timer,
+            **extra,
         )
     return output[0, input_ids.shape[1] :].tolist()
+
+
+def is_compile_error(exc):
+    """Raised by torch.compile's machinery (dynamo tracing, the backend compiler), not by the model's ops."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if type(exc).__module__.startswith(("torch._dynamo", "torch._inductor")):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def compile_forward(model, backend):
+    """``model.forward`` through torch.compile with ``backend`` (inductor on cpu and cuda, tpu on TPU);
+    dynamo's counters start from zero. Returns the eager forward, to put back."""
+    import torch
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    eager = model.forward
+    model.forward = torch.compile(eager, backend=backend)
+    return eager
+
+
+def compile_counts():
+    """Graphs compiled, graph breaks (and the first reasons) and recompilations, from dynamo's counters.
+    Every graph beyond the first is a (re)compilation of the forward: a new shape or a failed guard."""
+    from torch._dynamo.utils import counters
+
+    graphs = int(counters["stats"].get("unique_graphs", 0))
+    breaks = counters["graph_break"]
+    return {
+        "graphs": graphs,
+        "recompilations": max(0, graphs - 1),
+        "graph_breaks": int(sum(breaks.values())),
+        "graph_break_reasons": [str(reason)[:300] for reason in list(breaks)[:3]],
+    }
 
 
 def run_stages(
@@ -143,11 +187,17 @@ def run_stages(
     device="cpu",
     synchronize=None,
     keep_model=False,
+    mode="eager",
+    cache="dynamic",
+    compile_backend="inductor",
 ):
     """Load, template, generate, each guarded: every exception lands in the result with its stage.
 
-    Returns a dict with status, failure_stage, exception (the object), token counts and ids, the
-    generated text, timings, and what was learned about the model."""
+    ``mode`` "compile" runs the generation through torch.compile (``compile_backend``): a failure of the
+    compiler is stage "compile"; the first token's time carries the compilation (``compile_s``); the
+    graphs, breaks and recompilations are counted; and the same generation runs again eagerly to say
+    whether the tokens match (``matches_eager``). Returns a dict with status, failure_stage, exception
+    (the object), token counts and ids, the generated text, timings, and what was learned about the model."""
     import torch
 
     result = {
@@ -168,6 +218,12 @@ def run_stages(
         "generate_s": None,
         "decode_tokens_per_s": None,
         "input_ids": None,
+        "compile_s": None,
+        "graphs": None,
+        "graph_breaks": None,
+        "graph_break_reasons": None,
+        "recompilations": None,
+        "matches_eager": None,
         "model": None,
         "tokenizer": None,
     }
@@ -184,13 +240,17 @@ def run_stages(
         result["tokens_in"] = int(input_ids.shape[1])
         result["input_ids"] = input_ids[0].tolist()
         stage = "generate"
+        eager_forward = compile_forward(model, compile_backend) if mode == "compile" else None
         torch.manual_seed(seed)
         timer = StepTimer(synchronize)
         start = time.perf_counter()
         try:
-            new_ids = generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, device, timer)
-        except Exception:
+            new_ids = generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, device, timer, cache)
+        except Exception as exc:
             result["failed_step"] = len(timer.times)
+            if mode == "compile":
+                result.update(compile_counts())
+                stage = "compile" if is_compile_error(exc) else stage
             raise
         end = time.perf_counter()
         result["output_token_ids"] = new_ids
@@ -201,6 +261,12 @@ def run_stages(
             result["first_token_s"] = timer.times[0] - start
             if len(timer.times) > 1 and timer.times[-1] > timer.times[0]:
                 result["decode_tokens_per_s"] = (len(timer.times) - 1) / (timer.times[-1] - timer.times[0])
+        if mode == "compile":
+            result.update(compile_counts(), compile_s=result["first_token_s"])
+            model.forward = eager_forward
+            torch.manual_seed(seed)
+            eager_ids = generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, device, None, cache)
+            result["matches_eager"] = eager_ids == new_ids
         result["status"] = PASS
         if keep_model:
             result["model"], result["tokenizer"] = model, tokenizer

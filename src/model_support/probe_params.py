@@ -20,6 +20,11 @@ DEVICES = ("auto", "cpu", "cuda", "tpu")
 #: torch's floating-point dtypes a model can be loaded in (a test checks each against torch).
 FLOAT_DTYPES = ("bfloat16", "float16", "float32", "float64", "half", "float", "double")
 CHAT_TEMPLATES = ("auto", "none", "required")
+MODES = ("eager", "compile")
+CACHES = ("dynamic", "static")
+#: The probe settings a sweep's ``matrix:`` may cross with every model; they name a record's variant.
+MATRIX_AXES = ("mode", "cache", "max_new_tokens")
+DEFAULT_VARIANT = "eager+dynamic"
 REFERENCES = ("cpu", "none")
 
 
@@ -70,6 +75,8 @@ PROBE_PARAMS: tuple[Param, ...] = (
     Param("dtype", str, "bfloat16", "torch floating dtype the model is loaded in", choices=FLOAT_DTYPES),
     Param("prompt", str, DEFAULT_PROMPT, "rendered through the chat template when there is one"),
     Param("max_new_tokens", int, 8, "greedy new tokens", minimum=1),
+    Param("mode", str, "eager", "eager, or compile: torch.compile with the device's backend", choices=MODES),
+    Param("cache", str, "dynamic", "the KV cache: dynamic, or static (transformers' static cache)", choices=CACHES),
     Param("chat_template", str, "auto", "auto uses it when the tokenizer has one", choices=CHAT_TEMPLATES),
     Param("trust_remote_code", bool, False, "off unless a sweep explicitly turns it on"),
     Param("reference", str, "cpu", "cpu compares greedy tokens with a CPU run", choices=REFERENCES),
@@ -102,7 +109,7 @@ DEBUG_PARAMS: tuple[Param, ...] = (
     *(BY_NAME[n] for n in ("revision", "device", "dtype", "prompt", "chat_template", "trust_remote_code")),
     Param("reference_dtype", str, "float32", "dtype of the CPU reference copy", choices=FLOAT_DTYPES),
     Param("tolerance", float, 0.2, "relative: max abs difference over the reference's max abs value", minimum=0),
-    *(BY_NAME[n] for n in ("max_new_tokens", "seed")),
+    *(BY_NAME[n] for n in ("max_new_tokens", "seed", "mode", "cache")),
 )
 
 
@@ -138,3 +145,11 @@ def parameters_cell(params: tuple[Param, ...] = PROBE_PARAMS, notebook: str = "p
         default = f"{p.default:_}" if p.type is int and abs(p.default) >= 10_000 else repr(p.default)
         lines.append(f"{p.name}: {p.type.__name__} = {default}  # {help_text}")
     return "\n".join(lines)
+
+
+def variant(settings: dict) -> str:
+    """A record's short, stable variant label: ``eager+dynamic``, ``compile+static``, ``eager+dynamic+32t``
+    (the token count only when it is not the default 8)."""
+    label = f"{settings.get('mode', 'eager')}+{settings.get('cache', 'dynamic')}"
+    tokens = settings.get("max_new_tokens", 8)
+    return label if tokens == 8 else f"{label}+{tokens}t"

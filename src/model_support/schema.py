@@ -18,13 +18,14 @@ FAIL_OTHER = "FAIL(other)"
 VERDICTS = (PASS, FAIL_LOAD, FAIL_GEN, FAIL_OTHER)
 
 #: Where a failure happened, kept beside the verdict so that no detail is lost.
-STAGES = ("download", "load", "template", "generate", "reference", "runner")
+STAGES = ("download", "load", "template", "compile", "generate", "reference", "runner")
 
 STAGE_HELP = {
     "download": "the repo holds no weights transformers can load (only .gguf, onnx, ...): a real answer about the "
     "model; the network, the disk and access rights never end here (pending or excluded instead)",
     "load": "resolving, downloading or loading config, tokenizer or weights, or moving them to the device",
     "template": "rendering the prompt through the tokenizer's chat template",
+    "compile": "torch.compile's machinery (dynamo tracing, the backend compiler) while generating in compile mode",
     "generate": "greedy generation on the device",
     "reference": "the CPU reference generation (never changes the verdict)",
     "runner": "the harness: device set-up, kernel death, timeout, a probe that wrote no record",
@@ -83,6 +84,9 @@ FIELDS: dict[str, pa.DataType] = {
     "generated_text": pa.string(),
     "failed_step": pa.int64(),
     "max_new_tokens": pa.int64(),
+    "variant": pa.string(),
+    "mode": pa.string(),
+    "cache": pa.string(),
     "dtype": pa.string(),
     "seed": pa.int64(),
     "trust_remote_code": pa.bool_(),
@@ -95,6 +99,13 @@ FIELDS: dict[str, pa.DataType] = {
     "first_token_s": pa.float64(),
     "generate_s": pa.float64(),
     "decode_tokens_per_s": pa.float64(),
+    "compile_backend": pa.string(),
+    "compile_s": pa.float64(),
+    "graphs": pa.int64(),
+    "graph_breaks": pa.int64(),
+    "graph_break_reasons": pa.list_(pa.string()),
+    "recompilations": pa.int64(),
+    "matches_eager": pa.bool_(),
     "peak_host_mem_mb": pa.float64(),
     "peak_device_mem_mb": pa.float64(),
     "device_mem_source": pa.string(),
@@ -147,6 +158,16 @@ LATER_FIELDS = (
     "hub_num_params",
     "attribution",
     "reference_signature",
+    "variant",
+    "mode",
+    "cache",
+    "compile_backend",
+    "compile_s",
+    "graphs",
+    "graph_breaks",
+    "graph_break_reasons",
+    "recompilations",
+    "matches_eager",
 )
 
 

@@ -13,22 +13,25 @@ known when the sweep was created. ``listings`` reads that for every sweep.
 
 from __future__ import annotations
 
+import glob
+import io
 import json
 from pathlib import Path
 
 import polars as pl
 
 from .. import store
+from ..fileio import atomic_write_bytes
 from ..sweep_meta import SweepMeta
 
 #: The pseudo-verdicts of models listed in a sweep without a row (never failures).
 NOT_PROBED = "not probed"
 NOT_TESTED = "not tested"
 UNPROBED_HELP = {
-    NOT_PROBED: "the network or the disk kept it from being probed (pending); `model-support sweep --resume "
-    "<sweep>` retries it; never counted as a failure",
-    NOT_TESTED: "listed in the sweep but without a record yet: the sweep is still running or was stopped; "
-    "`model-support sweep --resume <sweep>` finishes it",
+    NOT_PROBED: "the network or the disk kept it from being probed (pending, with its last error); resuming the "
+    "sweep retries it; never counted as a failure",
+    NOT_TESTED: "listed in the sweep but without a record yet: the sweep is still running or was stopped; resuming "
+    "the sweep probes it; never counted as a failure",
 }
 #: The Hub metadata fields of a record (the same names in ``sweep.json``'s ``hub`` dicts).
 HUB_FIELDS = (
@@ -80,12 +83,47 @@ def _read_meta(path: Path) -> SweepMeta:
     return SweepMeta.from_dict(raw)
 
 
-def listings(data_dir: Path | str, sweep_ids=None) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _sweep_listing(path: Path) -> pl.DataFrame:
+    """One ``sweep.json``'s models: sweep_id, model_id, listed_by, then ``HUB_FIELDS``."""
+    meta = _read_meta(path)
+    models = [e.model_id for e in meta.models]
+    hubs = [e.hub or {} for e in meta.models]
+    frame = _hub_frame([{**h, "sweep_id": meta.sweep_id, "model_id": m} for m, h in zip(models, hubs)])
+    listed_by = pl.Series("listed_by", [h.get("listed_by") for h in hubs], dtype=pl.String)
+    return frame.insert_column(2, listed_by)
+
+
+def _cached_listing(path: Path, cache_dir: Path) -> pl.DataFrame:
+    """``_sweep_listing``, kept as Parquet in ``cache_dir`` under the sweep.json's size and mtime
+    (a sweep.json is written once, when its sweep is created: parsing 100 of 10,000 models each
+    takes seconds, reading them back a fraction of one). A cache that cannot be written is only slower."""
+    stat = path.stat()
+    cached = cache_dir / f"{path.parent.name}.{stat.st_size}-{stat.st_mtime_ns}.parquet"
+    if cached.is_file():
+        try:
+            return pl.read_parquet(cached)
+        except (OSError, pl.exceptions.PolarsError):
+            pass
+    frame = _sweep_listing(path)
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        for old in cache_dir.glob(f"{glob.escape(path.parent.name)}.*.parquet"):
+            old.unlink(missing_ok=True)
+        buffer = io.BytesIO()
+        frame.write_parquet(buffer)
+        atomic_write_bytes(cached, buffer.getvalue())
+    except OSError:
+        pass
+    return frame
+
+
+def listings(data_dir: Path | str, sweep_ids=None, cache_dir: Path | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The models every sweep listed (all sweeps with a ``sweep.json``, or only ``sweep_ids``).
 
     Returns (listed, hub): listed has sweep_id, model_id, listed_by (null: listed explicitly in the
     sweep definition; else the Hub ranking it came from); hub has sweep_id, model_id and
     ``HUB_FIELDS`` for the entries that carry Hub metadata (others are left out: it stays small).
+    ``cache_dir``: keep each sweep's listing there as Parquet (see ``_cached_listing``).
     """
     folder = Path(data_dir) / "sweeps"
     paths = (
@@ -93,18 +131,14 @@ def listings(data_dir: Path | str, sweep_ids=None) -> tuple[pl.DataFrame, pl.Dat
         if sweep_ids is None
         else [p for p in (folder / s / "sweep.json" for s in sweep_ids) if p.is_file()]
     )
-    sweeps, models, listed_by, hub_rows = [], [], [], []
-    for path in paths:
-        meta = _read_meta(path)
-        for entry in meta.models:
-            models.append(entry.model_id)
-            hub = entry.hub
-            listed_by.append(hub.get("listed_by") if hub else None)
-            if hub and any(hub.get(f) is not None for f in HUB_FIELDS):
-                hub_rows.append({"sweep_id": meta.sweep_id, "model_id": entry.model_id, **hub})
-        sweeps.extend([meta.sweep_id] * (len(models) - len(sweeps)))
-    listed = pl.DataFrame({"sweep_id": sweeps, "model_id": models, "listed_by": listed_by}, schema=LISTED_SCHEMA)
-    return listed, _hub_frame(hub_rows)
+    frames = [_cached_listing(p, Path(cache_dir)) if cache_dir else _sweep_listing(p) for p in paths]
+    both = pl.concat(frames) if frames else _sweep_listing_schema()
+    known = pl.any_horizontal([pl.col(f).is_not_null() for f in HUB_FIELDS])
+    return both.select(*LISTED_SCHEMA), both.filter(known).drop("listed_by")
+
+
+def _sweep_listing_schema() -> pl.DataFrame:
+    return _hub_frame([]).insert_column(2, pl.Series("listed_by", [], dtype=pl.String))
 
 
 def _hub_frame(rows: list[dict]) -> pl.DataFrame:

@@ -95,17 +95,23 @@ def header_html(tables: dict[str, pl.DataFrame], sweep_id: str, baseline_sweep_i
         "passed": f"{summary['passed']:,} ({100 * rate:.1f}%)" if rate is not None else "0",
         "excluded (not failures)": f"{summary['excluded']:,}",
         "not probed (pending)": f"{tables['pending'].height:,}",
-        "baseline": baseline_sweep_id or "none",
     }
     if tables["not_tested"].height:
         facts["not tested (no record yet)"] = f"{tables['not_tested'].height:,}"
     if tables["pending"].height or tables["not_tested"].height:
         facts["to finish them"] = coverage.resume_command(sweep_id)
+    facts["baseline"] = baseline_sweep_id or "none"
     items = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in facts.items())
     return f'<dl class="ms-head">{items}</dl>'
 
 
-UNPROBED_COLUMNS = {"model_id": "model", "last_error": "last error", "at": "when", "baseline_status": "in baseline"}
+UNPROBED_COLUMNS = {
+    "model_id": "model",
+    "last_error": "last error",
+    "at": "when",
+    "listed_by": "listed by",
+    "baseline_status": "in baseline",
+}
 
 
 def unprobed_html(tables: dict[str, pl.DataFrame], sweep_id: str) -> str:
@@ -115,10 +121,7 @@ def unprobed_html(tables: dict[str, pl.DataFrame], sweep_id: str) -> str:
     if not pending.height and not not_tested.height:
         return '<p class="ms-note">Every model the sweep listed was probed or excluded.</p>'
     resume = f"<code>{html.escape(coverage.resume_command(sweep_id))}</code>"
-    parts = [
-        f"<p>{pending.height:,} not probed, {not_tested.height:,} not tested: no verdict, not in the pass "
-        f"rate, not in the diff. {resume} probes exactly these.</p>"
-    ]
+    parts = [f"<p><b>{pending.height:,} not probed, {not_tested.height:,} not tested.</b> To finish them: {resume}</p>"]
     parts.append(table_html(pending.rename(UNPROBED_COLUMNS, strict=False), max_rows=500, empty="None pending."))
     if not_tested.height:
         parts.append(f'<h4>Not tested</h4><p class="ms-note">{html.escape(coverage.UNPROBED_HELP["not tested"])}</p>')
