@@ -13,7 +13,15 @@ import time
 
 from common import HERE, RESULTS
 
-SCRIPTS = ["bench_probe.py", "bench_sweep.py", "bench_analysis.py", "bench_runner_memory.py", "bench_hub_prefetch.py"]
+SCRIPTS = [
+    "bench_probe.py",
+    "bench_sweep.py",
+    "bench_analysis.py",
+    "bench_runner_memory.py",
+    "bench_hub_prefetch.py",
+    "bench_modes.py",
+    "bench_scheduler.py",
+]
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
 
@@ -133,6 +141,29 @@ def tables() -> str:
             f"{ok(prefetch['met'])})",
             "",
         ]
+    modes = load("modes")
+    if modes:
+        lines += [
+            f"### Execution modes ({modes['date']}, {modes['model']} on CPU, {modes['max_new_tokens']} new tokens, "
+            "one papermill probe each)",
+            "",
+            "| variant | verdict | first token (incl. compile) | decode | graphs | recompilations | breaks "
+            "| matches eager | probe wall |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in modes["rows"]:
+            decode = f"{r['decode_tokens_per_s']:.1f} tok/s" if r["decode_tokens_per_s"] else "-"
+            lines.append(
+                f"| {r['variant']} | {r['status']} | {r['first_token_s']:.2f} s | {decode} | "
+                f"{r['graphs'] if r['graphs'] is not None else '-'} | "
+                f"{r['recompilations'] if r['recompilations'] is not None else '-'} | "
+                f"{r['graph_breaks'] if r['graph_breaks'] is not None else '-'} | "
+                f"{r['matches_eager'] if r['matches_eager'] is not None else '-'} | {r['wall_s']:.0f} s |"
+            )
+        lines.append("")
+    scheduler = load("scheduler")
+    if scheduler and "table" in scheduler:
+        lines += [f"### Multi-device scheduling by simulation ({scheduler['date']})", "", scheduler["table"], ""]
     return "\n".join(lines)
 
 

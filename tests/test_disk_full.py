@@ -201,3 +201,22 @@ def test_compaction_and_the_card_on_a_full_disk_leave_no_temp_file(small_disk):
     with pytest.raises(OSError):
         store.write_dataset_card(data)
     assert not leftovers(data) and (data / "README.md").read_text() == card  # the old card is intact
+
+
+def test_a_report_that_does_not_fit_says_the_data_is_safe_and_how_to_finish(small_disk, tmp_path, fixture_models):
+    data = small_disk("2m") / "data"
+    names = MODELS[:4]
+    run = subprocess.run(
+        [*CLI, "sweep", str(sweep_file(tmp_path, fixture_models, names)), "--data-dir", str(data), "--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert run.returncode == 1, run.stderr[-3000:]
+    sentence = one_sentence(run.stderr)
+    sweep_id = next((data / "sweeps").iterdir()).name
+    assert sentence.startswith(f"Error: Could not write the report of {sweep_id} (no space left on its disk")
+    assert "records and Parquet files are complete" in sentence and f"model-support report {sweep_id}" in sentence
+    assert store.scan(data).collect().height == len(names)  # the data is safe
+    whole_notebooks(data)
+    assert not leftovers(data)

@@ -242,6 +242,12 @@ def include(sweep_id, data_dir):
 @click.argument("model")
 @data_dir_option
 @click.option(
+    "--variant",
+    default=None,
+    metavar="VARIANT",
+    help="Debug in a variant's settings (e.g. compile+static): mode, cache and token count.",
+)
+@click.option(
     "-p",
     "--parameter",
     "parameters",
@@ -251,7 +257,7 @@ def include(sweep_id, data_dir):
     help="Override a debug notebook parameter (e.g. -p device cpu, -p tolerance 0.5).",
 )
 @user_errors
-def debug(sweep_id, model, data_dir, parameters):
+def debug(sweep_id, model, data_dir, variant, parameters):
     """Execute notebooks/debug.ipynb for MODEL (id or unique fragment) with SWEEP_ID's settings.
 
     Prints the executed notebook's path: open it in JupyterLab (make lab) to see where the model
@@ -265,12 +271,12 @@ def debug(sweep_id, model, data_dir, parameters):
 
     overrides = {name: yaml.safe_load(value) for name, value in parameters}  # 0.5 -> float, as papermill's -y
     try:
-        path = debug_mod.run_debug_notebook(data_dir, sweep_id, model, parameters=overrides)
+        path = debug_mod.run_debug_notebook(data_dir, sweep_id, model, parameters=overrides, variant=variant)
     except papermill.PapermillExecutionError as exc:
         entry = debug_mod.resolve_model(store.read_sweep(data_dir, sweep_id), model)
         click.echo(
             f"debug notebook stopped at a cell error ({exc.ename}): "
-            f"{debug_mod.debug_notebook_path(data_dir, sweep_id, entry.model_id)}"
+            f"{debug_mod.debug_notebook_path(data_dir, sweep_id, entry.model_id, variant=variant)}"
         )
         raise SystemExit(1) from None
     click.echo(f"debug notebook: {path}")

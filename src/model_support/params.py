@@ -31,6 +31,7 @@ TOP_KEYS = {
     "models_from_hub": dict,
     "cache": dict,
     "prefetch": int,
+    "matrix": dict,
 }
 MODEL_KEYS = {"id": str, "overrides": dict, "timeout_s": (int, float), "exclude": str}
 EXCLUDE_KEYS = {"id": str, "reason": str}
@@ -58,6 +59,7 @@ class SweepParams:
     cache: dict = field(default_factory=dict)
     hub_list: dict = field(default_factory=dict)
     prefetch: int = 1
+    matrix: dict = field(default_factory=dict)
 
 
 def _type_label(expected) -> str:
@@ -93,6 +95,22 @@ def check_probe_settings(where: str, settings: dict) -> None:
 def _positive(where: str, key: str, value) -> None:
     if value is not None and value <= 0:
         raise SweepConfigError(f"{where}: {key} must be greater than 0 (seconds), not {value!r}.")
+
+
+def check_matrix(source: str, matrix: dict) -> dict:
+    """``matrix: {mode: [eager, compile], cache: [dynamic, static], max_new_tokens: [8, 32]}``: each axis one
+    of ``probe_params.MATRIX_AXES`` with a non-empty list of acceptable, distinct values."""
+    for axis, values in matrix.items():
+        where = f"{source}: matrix"
+        if axis not in probe_params.MATRIX_AXES:
+            raise SweepConfigError(
+                f"{where}: {axis!r} cannot be a matrix axis; use {', '.join(probe_params.MATRIX_AXES)}."
+            )
+        if not isinstance(values, list) or not values or len(set(map(str, values))) != len(values):
+            raise SweepConfigError(f"{where}: {axis!r} needs a list of distinct values, like [eager, compile].")
+        for value in values:
+            check_probe_settings(where, {axis: value})
+    return dict(matrix)
 
 
 def resolve_source(model_id: str, base: Path, where: str) -> str:
@@ -146,6 +164,7 @@ def parse(raw: dict, source: str = "<params>", base: Path | None = None) -> Swee
     prefetch = raw.get("prefetch", 1)
     if prefetch < 0:
         raise SweepConfigError(f"{source}: prefetch must be 0 (no download ahead) or more, not {prefetch}.")
+    matrix = check_matrix(source, raw.get("matrix") or {})
     cache = dict(raw.get("cache") or {})
     _check_keys(f"{source}: cache", cache, CACHE_KEYS)
     if cache.get("max_gb") is not None and cache["max_gb"] <= 0:
@@ -205,6 +224,7 @@ def parse(raw: dict, source: str = "<params>", base: Path | None = None) -> Swee
         cache=cache,
         hub_list=hub_list,
         prefetch=prefetch,
+        matrix=matrix,
     )
 
 

@@ -147,6 +147,24 @@ def parameters_cell(params: tuple[Param, ...] = PROBE_PARAMS, notebook: str = "p
     return "\n".join(lines)
 
 
+def parse_variant(label: str) -> dict:
+    """``compile+static+32t`` -> {"mode": "compile", "cache": "static", "max_new_tokens": 32}; the inverse
+    of ``variant``; one sentence (ParameterError) for a label that is none."""
+    parts = label.split("+")
+    try:
+        settings = {"mode": parts[0], "cache": parts[1]}
+        if len(parts) == 3 and parts[2].endswith("t"):
+            settings["max_new_tokens"] = int(parts[2][:-1])
+        elif len(parts) != 2:
+            raise ValueError(label)
+        check(settings)
+    except (IndexError, ValueError):
+        raise ParameterError(
+            f"{label!r} is not a variant; variants read like eager+dynamic, compile+static or eager+dynamic+32t."
+        ) from None
+    return settings
+
+
 def variant(settings: dict) -> str:
     """A record's short, stable variant label: ``eager+dynamic``, ``compile+static``, ``eager+dynamic+32t``
     (the token count only when it is not the default 8)."""

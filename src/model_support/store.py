@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from . import schema
 from .errors import UserError
 from .fileio import atomic_write_bytes, atomic_write_json
+from .probe_params import DEFAULT_VARIANT
 from .sweep_meta import SweepMeta, safe_name
 
 if TYPE_CHECKING:  # polars is imported where it is used: the probe kernel writes records without it
@@ -87,13 +88,21 @@ def sweep_dir(data_dir: Path, sweep_id: str) -> Path:
     return Path(data_dir) / "sweeps" / sweep_id
 
 
-def record_file(data_dir: Path, sweep_id: str, model_id: str) -> Path:
-    return sweep_dir(data_dir, sweep_id) / "records" / f"{safe_name(model_id)}.json"
+def stem(model_id: str, variant: str | None = None) -> str:
+    """The file name of a (model, variant)'s record, notebook and log: the model's safe name, plus
+    ``@<variant>`` for any variant but the default one (so sweeps without a matrix keep their names)."""
+    if variant in (None, DEFAULT_VARIANT):
+        return safe_name(model_id)
+    return f"{safe_name(model_id)}@{safe_name(variant)}"
 
 
-def notebook_relpath(sweep_id: str, model_id: str) -> str:
+def record_file(data_dir: Path, sweep_id: str, model_id: str, variant: str | None = None) -> Path:
+    return sweep_dir(data_dir, sweep_id) / "records" / f"{stem(model_id, variant)}.json"
+
+
+def notebook_relpath(sweep_id: str, model_id: str, variant: str | None = None) -> str:
     """Where a model's executed notebook is kept, relative to the data folder (portable)."""
-    return f"sweeps/{sweep_id}/notebooks/{safe_name(model_id)}.ipynb"
+    return f"sweeps/{sweep_id}/notebooks/{stem(model_id, variant)}.ipynb"
 
 
 def read_sweep(data_dir: Path, sweep_id: str) -> SweepMeta:
@@ -116,32 +125,41 @@ def list_sweeps(data_dir: Path) -> list[str]:
 def store_result(data_dir: Path, sweep_id: str, record: dict, notebook: bytes | None, log: str) -> Path:
     """Keep one model's outcome: notebook and log first, the record last (its presence means done)."""
     folder = sweep_dir(data_dir, sweep_id)
-    name = safe_name(record["model_id"])
+    name = stem(record["model_id"], record["variant"])
     if notebook is not None:
         atomic_write_bytes(folder / "notebooks" / f"{name}.ipynb", notebook)
     atomic_write_bytes(folder / "logs" / f"{name}.log", log.encode())
-    path = record_file(data_dir, sweep_id, record["model_id"])
+    path = record_file(data_dir, sweep_id, record["model_id"], record["variant"])
     atomic_write_json(path, schema.check_record(record))
     return path
 
 
-def store_log(data_dir: Path, sweep_id: str, model_id: str, log: str) -> None:
-    atomic_write_bytes(sweep_dir(data_dir, sweep_id) / "logs" / f"{safe_name(model_id)}.log", log.encode())
+def store_log(data_dir: Path, sweep_id: str, model_id: str, log: str, variant: str | None = None) -> None:
+    atomic_write_bytes(sweep_dir(data_dir, sweep_id) / "logs" / f"{stem(model_id, variant)}.log", log.encode())
 
 
-def store_exclusion(data_dir: Path, sweep_id: str, model_id: str, reason: str, log: str) -> Path:
+def store_exclusion(
+    data_dir: Path, sweep_id: str, model_id: str, reason: str, log: str, variant: str | None = None
+) -> Path:
     """Keep a model the sweep found it cannot probe (no access, gone from the Hub): its log, then a
     record with only its id and ``exclusion_reason`` (done: resume skips it; an ``excluded`` row)."""
-    store_log(data_dir, sweep_id, model_id, log)
+    store_log(data_dir, sweep_id, model_id, log, variant)
     record = schema.empty_record(
         sweep_id=sweep_id,
         model_id=model_id,
+        variant=variant,
         exclusion_reason=reason,
         started_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     )
-    path = record_file(data_dir, sweep_id, model_id)
+    path = record_file(data_dir, sweep_id, model_id, variant)
     atomic_write_json(path, record)
     return path
+
+
+def pending_key(model_id: str, variant: str | None) -> str:
+    """The key of a pending (model, variant) in ``pending.json``: the model id, plus `` [variant]`` for
+    any but the default variant."""
+    return model_id if variant in (None, DEFAULT_VARIANT) else f"{model_id} [{variant}]"
 
 
 def pending_file(data_dir: Path, sweep_id: str) -> Path:

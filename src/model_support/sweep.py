@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as _dt
 import errno
 import fcntl
+import itertools
 import os
 import shutil
 import threading
@@ -22,7 +23,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from queue import Queue
 
-from . import devices, hub, provenance, schema, store
+from . import devices, hub, probe_params, provenance, schema, store
 from .errors import StorageFull, UserError
 from .hub import CacheBudget
 from .hub_fetch import is_local
@@ -76,19 +77,29 @@ class SweepLock:
         self.handle.close()
 
 
+def variants(meta: SweepMeta) -> list[dict]:
+    """The matrix's combinations of probe settings ([{}] without a matrix), in a stable order."""
+    axes = list(meta.matrix)
+    return [dict(zip(axes, combo)) for combo in itertools.product(*(meta.matrix[a] for a in axes))]
+
+
 def build_tasks(meta: SweepMeta) -> list[dict]:
-    """One task per model from the sweep's saved settings (sweep.json is the truth on resume)."""
+    """One task per model and variant from the sweep's saved settings (sweep.json is the truth on
+    resume), model by model: a model's variants run one after another, on its downloaded files."""
     tasks = []
     cache = meta.cache or {}
-    for model in meta.models:
+    for model, combo in ((m, c) for m in meta.models for c in variants(meta)):
         tasks.append(
             {
                 "sweep_id": meta.sweep_id,
                 "model_id": model.model_id,
                 "source": model.source,
-                "params": {**meta.probe, **model.overrides},
+                "params": {**meta.probe, **model.overrides, **combo},
+                "variant": probe_params.variant({**meta.probe, **model.overrides, **combo}),
                 "timeout_s": model.timeout_s or meta.timeout_s,
-                "notebook_path": store.notebook_relpath(meta.sweep_id, model.model_id),
+                "notebook_path": store.notebook_relpath(
+                    meta.sweep_id, model.model_id, probe_params.variant({**meta.probe, **model.overrides, **combo})
+                ),
                 "scrub": {model.source: model.model_id} if model.source != model.model_id else {},
                 "hub": {k: model.hub.get(k) for k in hub.METADATA_FIELDS if k in model.hub},
                 "planned_bytes": model.hub.get("planned_bytes"),
@@ -100,7 +111,11 @@ def build_tasks(meta: SweepMeta) -> list[dict]:
 
 
 def pending_tasks(data_dir: Path, meta: SweepMeta) -> list[dict]:
-    return [t for t in build_tasks(meta) if not store.record_file(data_dir, meta.sweep_id, t["model_id"]).exists()]
+    return [
+        t
+        for t in build_tasks(meta)
+        if not store.record_file(data_dir, meta.sweep_id, t["model_id"], t["variant"]).exists()
+    ]
 
 
 def run_local(
@@ -220,6 +235,7 @@ def create(params: SweepParams, data_dir: Path) -> SweepMeta:
         executor=params.executor,
         workers=params.workers,
         prefetch=params.prefetch,
+        matrix=params.matrix,
         probe=params.probe,
         timeout_s=params.timeout_s,
         models=params.models,
@@ -269,7 +285,7 @@ def run(
     workers = workers or meta.workers or default_workers(device)
     folder = store.sweep_dir(data_dir, sweep_id)
     started = time.time()
-    total = len(meta.models)
+    total = len(meta.models) * len(variants(meta))
 
     def full(exc: OSError) -> StorageFull:
         stored = sum(1 for _ in (folder / "records").glob("*.json"))
@@ -330,14 +346,14 @@ def _store_all(results, data_dir: Path, meta: SweepMeta, pending: dict, done: in
         if result.record is not None:
             store.store_result(data_dir, sweep_id, result.record, result.notebook, result.log)
         elif result.excluded is not None:
-            store.store_exclusion(data_dir, sweep_id, result.model_id, result.excluded, result.log)
+            store.store_exclusion(data_dir, sweep_id, result.model_id, result.excluded, result.log, result.variant)
         else:  # the environment kept it from being probed: no record, --resume retries it
-            pending[result.model_id] = {
+            pending[store.pending_key(result.model_id, result.variant)] = {
                 "reason": result.pending,
                 "problem": result.problem,
                 "at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             }
-            store.store_log(data_dir, sweep_id, result.model_id, result.log)
+            store.store_log(data_dir, sweep_id, result.model_id, result.log, result.variant)
             store.write_pending(data_dir, sweep_id, pending)
             continue
         done += 1

@@ -90,6 +90,7 @@ class SweepMeta:
     workers: int | None = None
     prefetch: int = 1
     cache: dict = field(default_factory=dict)
+    matrix: dict = field(default_factory=dict)
     versions: dict = field(default_factory=dict)
     host: str = ""
     version: int = VERSION

@@ -17,6 +17,7 @@ from .compare import (
     offender_reason,
     summary_text,
 )
+from .compiled import explain_graph_breaks, graph_breaks_html
 from .runner import debug_notebook_path, debug_parameters, resolve_model, run_debug_notebook
 from .tracer import (
     ROOT_LABEL,

@@ -45,10 +45,10 @@ def resolve_model(meta: SweepMeta, model: str) -> ModelEntry:
     )
 
 
-def debug_notebook_path(data_dir, sweep_id: str, model_id: str, out_dir=None) -> Path:
-    """Where ``run_debug_notebook`` writes: ``<out_dir or sweep_dir/debug>/<safe_name>.ipynb``."""
+def debug_notebook_path(data_dir, sweep_id: str, model_id: str, out_dir=None, variant: str | None = None) -> Path:
+    """Where ``run_debug_notebook`` writes: ``<out_dir or sweep_dir/debug>/<model[@variant]>.ipynb``."""
     folder = Path(out_dir) if out_dir is not None else store.sweep_dir(data_dir, sweep_id) / "debug"
-    return folder / f"{safe_name(model_id)}.ipynb"
+    return folder / f"{store.stem(model_id, variant)}.ipynb"
 
 
 def debug_parameters(meta: SweepMeta, entry: ModelEntry, extra: dict | None = None) -> dict:
@@ -72,6 +72,7 @@ def run_debug_notebook(
     *,
     parameters: dict | None = None,
     execution_timeout: float | None = None,
+    variant: str | None = None,
 ) -> Path:
     """Execute ``notebooks/debug.ipynb`` for one model of a sweep, with the sweep's settings.
 
@@ -83,6 +84,11 @@ def run_debug_notebook(
 
     meta = store.read_sweep(data_dir, sweep_id)
     entry = resolve_model(meta, model)
+    if variant:  # the variant's settings (mode, cache, tokens), under any explicit -p override
+        try:
+            parameters = {**probe_params.parse_variant(variant), **(parameters or {})}
+        except probe_params.ParameterError as exc:
+            raise UserError(str(exc)) from None
     params = debug_parameters(meta, entry, parameters)
-    out = debug_notebook_path(data_dir, sweep_id, entry.model_id, out_dir)
+    out = debug_notebook_path(data_dir, sweep_id, entry.model_id, out_dir, variant)
     return run_notebook(paths.notebook("debug"), out, params, timeout=execution_timeout)

@@ -244,6 +244,22 @@ return out
 """
 
 
+#: A Python branch on the data: a no-op in eager mode; torch.compile cannot trace ``bool(tensor)`` and
+#: breaks its graph there (the model still passes, compiled in two pieces).
+DATA_DEPENDENT_BRANCH = """\
+out = super().forward(*args, **kwargs)
+if bool(out.logits[0, -1].argmax() % 2 == 0):
+    out.logits = out.logits * 1.0
+return out
+"""
+
+
+def build_graph_break(folder: Path, final: Path, ctx: _Context) -> dict:
+    """Custom code whose forward branches in Python on a tensor's value: graph breaks when compiled."""
+    _custom_code(folder, ctx, "graph_break", "", DATA_DEPENDENT_BRANCH)
+    return {}
+
+
 def build_fft_logits(folder: Path, final: Path, ctx: _Context) -> dict:
     """Custom code whose forward uses torch.fft: fails in bfloat16 on the CPU, passes in float32 (stack)."""
     _custom_code(folder, ctx, "fft_logits", "", FFT_ROUND_TRIP)

@@ -38,6 +38,7 @@ from .builders import (  # noqa: F401  (DIVERGING_MODULE and EOS_EARLY_STEP: re-
     build_encoder_only,
     build_eos_early,
     build_fft_logits,
+    build_graph_break,
     build_hang,
     build_inverse_then_shapes,
     build_kernel_death,
@@ -207,6 +208,15 @@ FIXTURES: list[Fixture] = [
         8,
         "Tiny llama whose layer-0 mlp.gate_proj overflows to inf in bf16 only: NaN garbage, unlike float32.",
         revision=2,
+    ),
+    Fixture(
+        "modes-graph-break",
+        build_graph_break,
+        PASS,
+        None,
+        8,
+        "Custom code with a data-dependent Python branch in its forward: graph breaks when compiled, still PASS.",
+        TRC,
     ),
     Fixture(
         "attr-stack-fft",

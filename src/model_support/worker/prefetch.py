@@ -14,6 +14,7 @@ reason, before anything is downloaded.
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from .. import hub, hub_fetch
@@ -29,6 +30,10 @@ class Prefetcher:
         self._futures: dict[int, Future] = {}
         self._ready = [threading.Event() for _ in tasks]
         self._stop = threading.Event()
+        # A model's variants share its download: reserved once, deleted after its last variant.
+        self._left = Counter(task["source"] for task in tasks)
+        self._reserved: set[str] = set()
+        self._lock = threading.Lock()
         self._feeder = threading.Thread(target=self._feed, name="prefetch-feeder", daemon=True)
         self._feeder.start()
 
@@ -51,7 +56,7 @@ class Prefetcher:
 
     def _reserve(self, task: dict) -> Download | None:
         """Room in the budget for ``task``'s download (waiting for it), or why it cannot be fetched."""
-        if self._budget is None:
+        if self._budget is None or task["source"] in self._reserved:
             return None
         size = task.get("planned_bytes")
         if size is None:  # the Hub was not asked when the sweep was created: ask now
@@ -68,6 +73,7 @@ class Prefetcher:
         if reason:
             return Download("excluded", reason=reason)
         self._budget.reserve(task["source"], size)
+        self._reserved.add(task["source"])
         return None
 
     def wait(self, index: int) -> Download:
@@ -81,7 +87,10 @@ class Prefetcher:
     def done(self, index: int, got: Download) -> None:
         """The model's probe is over: delete its files (unless kept), free its place in the window."""
         task = self._tasks[index]
-        if self._budget is not None and not hub_fetch.is_local(task["source"]):
+        with self._lock:
+            self._left[task["source"]] -= 1
+            last = self._left[task["source"]] == 0
+        if last and self._budget is not None and not hub_fetch.is_local(task["source"]):
             self._budget.release(task["source"], got.fields.get("revision_sha"))
         self._window.release()
 

@@ -48,6 +48,7 @@ class TaskResult:
     notebook: bytes | None
     log: str
     model_id: str = ""
+    variant: str | None = None
     pending: str | None = None
     problem: str | None = None
     excluded: str | None = None
@@ -117,6 +118,9 @@ def runner_failure(
                 sweep_id=task["sweep_id"],
                 model_id=task["model_id"],
                 revision=task["params"].get("revision") or None,
+                variant=task.get("variant"),
+                mode=task["params"].get("mode", "eager"),
+                cache=task["params"].get("cache", "dynamic"),
                 status=status,
                 failure_stage=stage,
                 error_type=error_type,
@@ -289,10 +293,12 @@ def run_task(
     try:
         if got.kind == "pending":
             log = redact(head + f"not probed: {got.reason}\n")
-            return TaskResult(None, None, log, task["model_id"], pending=got.reason, problem=got.problem)
+            return TaskResult(
+                None, None, log, task["model_id"], task.get("variant"), pending=got.reason, problem=got.problem
+            )
         if got.kind == "excluded":
             log = redact(head + f"excluded: {got.reason}\n")
-            return TaskResult(None, None, log, task["model_id"], excluded=got.reason)
+            return TaskResult(None, None, log, task["model_id"], task.get("variant"), excluded=got.reason)
         task = {**task, "record_extra": {**task.get("hub", {}), **got.fields}}
         if got.kind == "failed":
             exc = got.error
@@ -310,7 +316,7 @@ def run_task(
         if got.path != task["source"]:
             task["snapshot"] = got.path
         result = (standby or Standby(work_root)).run(task)
-        result.log, result.model_id = redact(head) + result.log, task["model_id"]
+        result.log, result.model_id, result.variant = redact(head) + result.log, task["model_id"], task.get("variant")
         return result
     finally:
         if own_budget is not None and got.fields.get("revision_sha"):

@@ -1,0 +1,182 @@
+"""Execution modes: torch.compile and the static KV cache, as probe parameters and as a sweep matrix.
+
+On this CPU machine compile means torch.compile with the inductor backend (a real compilation: a C++
+build per graph). The probes run for real through papermill; the matrix sweep through the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from model_support import probe, probe_params, store
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[1]
+CLI = [sys.executable, "-m", "model_support.cli"]
+
+
+def papermill_probe(tmp_path: Path, model: str, *extra: str) -> dict:
+    record_path = tmp_path / f"{Path(model).name}.json"
+    run = subprocess.run(
+        [
+            os.path.join(os.path.dirname(sys.executable), "papermill"),
+            "notebooks/probe.ipynb",
+            str(tmp_path / f"{Path(model).name}.ipynb"),
+            "-p",
+            "model_id",
+            model,
+            "-p",
+            "device",
+            "cpu",
+            "-p",
+            "reference",
+            "none",
+            "-p",
+            "record_path",
+            str(record_path),
+            *extra,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(record_path.read_text())
+
+
+@pytest.mark.parametrize("model", ["data/models/tiny-llama", "data/models/SmolLM2-135M-Instruct"])
+def test_compile_with_a_static_cache_passes_and_counts_its_compilation(tmp_path, fixture_models, model):
+    record = papermill_probe(tmp_path, model, "-p", "mode", "compile", "-p", "cache", "static")
+    assert (record["status"], record["variant"], record["mode"], record["cache"]) == (
+        "PASS",
+        "compile+static",
+        "compile",
+        "static",
+    )
+    assert record["compile_backend"] == "inductor" and record["compile_s"] > 0
+    assert record["compile_s"] == record["first_token_s"]  # the first forward carries the compilation
+    assert record["graphs"] >= 1 and record["recompilations"] == record["graphs"] - 1
+    assert record["graph_breaks"] == 0 and record["matches_eager"] is True
+
+
+def test_graph_breaks_are_reported_with_their_reasons(tmp_path, fixture_models):
+    record = papermill_probe(
+        tmp_path,
+        fixture_models["modes-graph-break"]["path"],
+        "-p",
+        "mode",
+        "compile",
+        "-p",
+        "trust_remote_code",
+        "True",
+    )
+    assert record["status"] == "PASS" and record["variant"] == "compile+dynamic"
+    assert record["graph_breaks"] >= 1 and record["graph_break_reasons"]
+    # bool(tensor) in the branch is a Tensor.item() that dynamo does not trace: the break and its reason
+    assert any("item()" in reason for reason in record["graph_break_reasons"]), record["graph_break_reasons"]
+    (tmp_path / "eager").mkdir()
+    eager = papermill_probe(
+        tmp_path / "eager", fixture_models["modes-graph-break"]["path"], "-p", "trust_remote_code", "True"
+    )
+    assert eager["variant"] == "eager+dynamic" and eager["graphs"] is None  # nothing compiled, nothing counted
+
+
+def test_variant_labels_round_trip():
+    for settings in (
+        {"mode": "compile", "cache": "static"},
+        {"mode": "eager", "cache": "dynamic", "max_new_tokens": 32},
+    ):
+        label = probe_params.variant(settings)
+        assert probe_params.parse_variant(label) == settings
+    assert probe_params.variant({}) == probe_params.DEFAULT_VARIANT == "eager+dynamic"
+    with pytest.raises(probe_params.ParameterError, match="is not a variant"):
+        probe_params.parse_variant("fast+furious")
+
+
+def test_a_matrix_sweep_has_one_row_per_model_and_variant_and_resumes_after_sigkill(tmp_path, fixture_models):
+    models = [fixture_models[n]["path"] for n in ("tiny-gpt2", "fail-missing-weights")]
+    definition = tmp_path / "matrix.yaml"
+    definition.write_text(
+        yaml.safe_dump(
+            {
+                "name": "matrix",
+                "probe": {"device": "cpu", "reference": "none"},
+                "matrix": {"cache": ["dynamic", "static"], "max_new_tokens": [8, 4]},
+                "models": models,
+            }
+        )
+    )
+    data = tmp_path / "data"
+    runner = subprocess.Popen(
+        [*CLI, "sweep", str(definition), "--data-dir", str(data), "--workers", "1", "--no-report"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 600
+    while time.time() < deadline and len(list(data.glob("sweeps/*/records/*.json"))) < 2:
+        time.sleep(0.05)
+    runner.send_signal(signal.SIGKILL)
+    runner.wait()
+    sweep_id = next((data / "sweeps").iterdir()).name
+    resumed = subprocess.run(
+        [*CLI, "sweep", "--resume", sweep_id, "--data-dir", str(data), "--no-report"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    rows = store.scan(data).collect()
+    pairs = sorted(rows.select("model_id", "variant").iter_rows())
+    want = sorted(
+        (f"local:{n}", v)
+        for n in ("tiny-gpt2", "fail-missing-weights")
+        for v in ("eager+dynamic", "eager+dynamic+4t", "eager+static", "eager+static+4t")
+    )
+    assert pairs == want  # exactly models x variants, none lost, none twice
+    passed = rows.filter(rows["model_id"] == "local:tiny-gpt2")
+    assert set(passed["status"]) == {"PASS"} and sorted(passed["tokens_out"].to_list()) == [4, 4, 8, 8]
+    assert len(list((data / "sweeps" / sweep_id / "notebooks").glob("*.ipynb"))) == 8
+    meta = store.read_sweep(data, sweep_id)
+    assert meta.matrix == {"cache": ["dynamic", "static"], "max_new_tokens": [8, 4]}
+
+
+def test_debug_in_a_compiled_variant_explains_the_graph_breaks(tmp_path, fixture_models):
+    from model_support import debug
+    from model_support.sweep_meta import ModelEntry, SweepMeta
+
+    data = tmp_path / "data"
+    path = fixture_models["modes-graph-break"]["path"]
+    SweepMeta(
+        sweep_id="m",
+        name="m",
+        created_at="2026-12-01T00:00:00+00:00",
+        probe={"device": "cpu", "trust_remote_code": True, "reference": "none"},
+        models=[ModelEntry("local:modes-graph-break", path)],
+        matrix={"mode": ["eager", "compile"]},
+    ).write(store.sweep_dir(data, "m"))
+    run = subprocess.run(
+        [*CLI, "debug", "m", "graph-break", "--variant", "compile+dynamic", "--data-dir", str(data)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    notebook = store.sweep_dir(data, "m") / "debug" / "local_modes-graph-break@compile_dynamic.ipynb"
+    assert notebook.is_file(), run.stdout
+    import nbformat
+
+    cells = nbformat.read(str(notebook), as_version=4).cells
+    html = "".join(o.get("data", {}).get("text/html", "") for c in cells for o in c.get("outputs", []))
+    assert "graph break(s)" in html and "modeling_graph_break.py" in html  # the reason and the user-code line
+    assert debug.debug_result_from_notebook(notebook)["model_id"] == path
+    assert probe.record_from_notebook(notebook) is None  # a debug notebook holds no probe record
