@@ -49,8 +49,14 @@ bench: fixtures browser
 	$(PY) bench/run_all.py
 
 # JupyterLab at the data folder: open any executed probe notebook and re-run it top to bottom.
+# JupyterLab and its server stack live in their own venv (.venv-lab), out of what runs a probe (its
+# dependencies slow `import papermill` by seconds); the notebooks run on the project's kernel
+# (.venv's python, registered in .venv-lab as "python3"). --allow-root: containers run as root.
+LAB_PORT ?= 8888
 lab: fixtures
-	.venv/bin/jupyter lab --notebook-dir=$(DATA) --no-browser --ip=127.0.0.1
+	@test -x .venv-lab/bin/jupyter || (python3 -m venv .venv-lab && .venv-lab/bin/python -m pip install -q --disable-pip-version-check jupyterlab)
+	$(PY) -m ipykernel install --prefix .venv-lab --name python3 --display-name "model-support (.venv)" >/dev/null
+	.venv-lab/bin/jupyter lab --notebook-dir=$(DATA) --no-browser --ip=127.0.0.1 --port=$(LAB_PORT) --allow-root
 
 clean-data:
 	rm -rf $(DATA)/sweeps $(DATA)/results $(DATA)/excluded $(DATA)/reports $(DATA)/README.md

@@ -47,6 +47,7 @@ def run_probe(model_id: str, warm: bool = False) -> dict:
     task = {
         "sweep_id": "bench",
         "model_id": model_id,
+        "source": model_id,
         "params": {"device": "cpu", "reference": "none"},
         "timeout_s": 600,
         "notebook_path": "bench.ipynb",

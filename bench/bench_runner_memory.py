@@ -34,7 +34,7 @@ def child(count: int) -> dict:
         def discard(self):
             pass
 
-    def fake_run_task(task, work_root=None, standby=None):
+    def fake_run_task(task, work_root=None, standby=None, fetched=None):
         record = schema.empty_record(
             sweep_id=task["sweep_id"],
             model_id=task["model_id"],
@@ -48,6 +48,9 @@ def child(count: int) -> dict:
 
     sweep.run_task = fake_run_task
     sweep.Standby = FakeStandby
+    from model_support import hub_fetch
+
+    hub_fetch.is_local = sweep.is_local = lambda source: True  # nothing to download: the runner alone
     with tempfile.TemporaryDirectory() as tmp:
         raw = {"name": "memory", "models": [f"org/model-{i:05d}" for i in range(count)], "workers": 2}
         definition = params.parse(yaml.safe_load(yaml.safe_dump(raw)), source="memory.yaml")

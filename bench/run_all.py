@@ -21,6 +21,7 @@ SCRIPTS = [
     "bench_hub_prefetch.py",
     "bench_modes.py",
     "bench_scheduler.py",
+    "bench_cold_command.py",
 ]
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
@@ -139,6 +140,23 @@ def tables() -> str:
             "",
             f"Prefetch on vs off: **{prefetch['speedup']:.2f}x** faster (target >= {prefetch['target']}x: "
             f"{ok(prefetch['met'])})",
+            "",
+        ]
+    cold = load("cold_command")
+    if cold:
+        p, r = cold["papermill_probe_s"], cold["repro_script_s"]
+        lines += [
+            f"### The headline command, cold ({cold['date']}, {cold['model']}, {cold['reps']} runs each, "
+            "alternating, median [min-max])",
+            "",
+            "| command | wall |",
+            "|---|---|",
+            f"| `papermill notebooks/probe.ipynb out.ipynb -p model_id ...` | {p['median']:.2f} s "
+            f"[{p['min']:.2f}-{p['max']:.2f}] |",
+            f"| `python repro.py ...` (the record's repro script) | {r['median']:.2f} s [{r['min']:.2f}-{r['max']:.2f}] |",
+            "",
+            f"Fixed overhead of the papermill probe: **{cold['overhead_s']:+.2f} s** (target <= {cold['target_s']} s: "
+            f"{ok(cold['met'])})",
             "",
         ]
     modes = load("modes")
