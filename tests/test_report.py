@@ -137,7 +137,14 @@ def test_verdicts_and_summary_by_hand(hand_counted):
     verdicts = analysis.verdict_counts(results, B)
     assert verdicts.rows() == [(PASS, 2, 0.4), (LOAD, 0, 0.0), (GEN, 2, 0.4), (OTHER, 1, 0.2)]
     # Excluded rows are counted apart and never as a failure.
-    assert analysis.sweep_summary(results, B, excluded).row(0) == (B, 5, 2, 3, 0.4, 2)
+    # No failure is attributed (a sweep that predates attribution): the pass rate on the stack is the pass rate.
+    assert analysis.sweep_summary(results, B, excluded).row(0) == (B, 5, 2, 3, 0.4, 2, 0, 0.4)
+    assert analysis.attribution_counts(results, B).select("attribution", "count").rows() == [
+        ("stack", 0),
+        ("model", 0),
+        ("both", 0),
+        ("unknown", 3),
+    ]
     assert analysis.excluded_reasons(excluded, B).rows() == [
         ("not a text-generation model", 1, ["org/enc1"]),
         ("too large for the device", 1, ["org/huge"]),
@@ -193,7 +200,13 @@ def test_numeric_stats_by_hand(hand_counted):
 def test_diff_and_history_by_hand(hand_counted):
     results = store.scan(hand_counted, "results")
     changes = analysis.model_changes(results, B, A)
-    assert [(m, str(c), sb, sa) for m, c, sb, sa, *_ in changes.rows()] == [
+    # Keyed per (model, variant): the older files have no variant, read as eager+dynamic. No attribution
+    # recorded: a newly failing model stays "newly failing".
+    assert set(changes["variant"]) == {analysis.DEFAULT_VARIANT}
+    assert [
+        (m, str(c), sb, sa)
+        for m, c, sb, sa in changes.select("model_id", "change", "status_before", "status_after").rows()
+    ] == [
         ("org/m2", "newly failing", PASS, GEN),
         ("org/m3", "newly passing", LOAD, PASS),
         ("org/m4", "status changed", GEN, OTHER),
@@ -219,16 +232,26 @@ def test_diff_and_history_by_hand(hand_counted):
     ]
     text = terminal.format_diff(hand_counted, A, B)  # as `model-support diff A B` calls it
     assert "org/m2" in text and "newly failing" in text
+    assert "variant" not in text  # every run is eager+dynamic: no variant column
     assert (
-        f"{A} -> {B}: 1 newly failing, 1 newly passing, 1 status changed, 0 signature changed, 1 added, 1 removed."
-        in text
+        f"{A} -> {B}: 0 newly broken by the stack, 1 newly failing, 0 newly failing everywhere, 1 newly passing, "
+        "1 status changed, 0 signature changed, 1 added, 1 removed." in text
     )
 
 
 def test_empty_data_gives_empty_tables(tmp_path):
     empty = store.scan(tmp_path, "results")
     assert analysis.verdict_counts(empty, "x")["count"].to_list() == [0, 0, 0, 0]
-    assert analysis.sweep_summary(empty, "x", store.scan(tmp_path, "excluded")).row(0) == ("x", 0, 0, 0, None, 0)
+    assert analysis.sweep_summary(empty, "x", store.scan(tmp_path, "excluded")).row(0) == (
+        "x",
+        0,
+        0,
+        0,
+        None,
+        0,
+        0,
+        None,
+    )
     for table in (
         analysis.failure_signatures(empty, "x"),
         analysis.pass_rate_by_model_type(empty, "x"),
@@ -259,7 +282,7 @@ def test_a_wholly_excluded_sweep_is_no_failure(hand_counted, tmp_path):
         data / "excluded" / f"sweep={c}" / "part-0.parquet",
     )
     tables = analysis.report_tables(data, c, B)
-    assert tables["summary"].row(0) == (c, 0, 0, 0, None, 2)
+    assert tables["summary"].row(0) == (c, 0, 0, 0, None, 2, 0, None)
     assert tables["history"]["sweep_id"].to_list() == [A, B, c]
     assert report.previous_sweep(data, c) == B
     d = "hand-20261204T000000Z"

@@ -147,9 +147,9 @@ def test_report_tables_keep_unprobed_models_apart(hub_data):
         ("org/zeta", "disk", ZETA_REASON, PASS),
     ]
     assert pending["at"].to_list() == ["2026-12-02T01:10:00+00:00", "2026-12-02T01:20:00+00:00"]
-    assert tables["not_tested"].rows() == [("org/epsilon", "trending", None)]
+    assert tables["not_tested"].rows() == [("org/epsilon", "eager+dynamic", "trending", None)]
     # Never in the pass rate: three models probed, two passed; the excluded ones counted apart.
-    assert tables["summary"].row(0) == (B, 3, 2, 1, 2 / 3, 2)
+    assert tables["summary"].row(0) == (B, 3, 2, 1, 2 / 3, 2, 0, 2 / 3)
     assert dict(tables["verdicts"].select("status", "count").rows()) == {PASS: 2, LOAD: 0, GEN: 1, OTHER: 0}
     # Never in the diff: zeta (PASS in A, pending in B) is neither newly failing nor removed.
     assert [(m, str(c)) for m, c in tables["changes"].select("model_id", "change").rows()] == [
@@ -172,13 +172,13 @@ def test_a_model_with_a_row_is_not_pending(hub_data, tmp_path):
 
 
 def _decode(data: dict) -> dict:
-    """model_id -> {sweep_id: (status, signature)} from the page's run-length encoded history."""
+    """model_id -> {sweep_id: (status, signature)} from the page's run-length encoded history (one variant)."""
     out = {}
     for model in data["models"]:
         h = model[2]
         for k in range(0, len(h), 3):
             for s in range(h[k], h[k] + h[k + 1]):
-                out.setdefault(model[0], {})[data["sweeps"][s][0]] = tuple(data["outcomes"][h[k + 2]])
+                out.setdefault(model[0], {})[data["sweeps"][s][0]] = tuple(data["outcomes"][h[k + 2]][:2])
     return out
 
 
@@ -210,7 +210,7 @@ def test_explorer_data_lists_every_model_of_every_sweep(hub_data):
         "downloads": DOWNLOADS,
     }
     assert data["tasks"] == [VISION, TEXT]
-    facts = {m[0]: m[11] for m in data["models"] if len(m) > 11}
+    facts = {m[0]: m[explorer.HUB_SLOT] for m in data["models"] if len(m) > explorer.HUB_SLOT}
     names = explorer.HUB_FACTS
     delta = dict(zip(names, facts["org/delta"]))
     assert data["tasks"][delta["pipeline_tag"]] == VISION

@@ -3,20 +3,39 @@ baseline, the history across sweeps), each returning a small DataFrame; the repo
 
 from .diff import change_counts, diff_summary, model_changes, signature_changes
 from .frames import (
+    ATTRIBUTION_KIND_HELP,
+    ATTRIBUTION_KINDS,
     CHANGES,
+    DEFAULT_VARIANT,
     MEMORY_METRICS,
+    NEWLY_BROKEN_BY_STACK,
+    NEWLY_FAILING,
+    NEWLY_FAILING_EVERYWHERE,
     NO_SIGNATURE,
     REFERENCE_OUTCOMES,
     SIGNATURE_CHANGES,
     SIZE_BUCKETS,
     TIMING_METRICS,
     TOKEN_METRICS,
+    UNKNOWN_ATTRIBUTION,
     VERSION_COMPONENTS,
     size_bucket,
+    sort_variants,
+    variant_key,
 )
-from .history import pass_rate_by_version, pass_rate_history, previous_sweep_id, require_sweep, sweep_index, sweep_stats
+from .history import (
+    SWEEP_CACHE,
+    pass_rate_by_version,
+    pass_rate_history,
+    previous_sweep_id,
+    require_sweep,
+    sweep_index,
+    sweep_stats,
+)
+from .modes import eager_pass_compile_fail, graph_break_reasons, sweep_variants, variant_stats, verdict_grid
 from .report_tables import report_tables
 from .tables import (
+    attribution_counts,
     excluded_reasons,
     failure_signatures,
     memory_by_size,

@@ -1,6 +1,7 @@
 """What a sweep listed but did not probe, and what the Hub says about each model.
 
-A model listed in a sweep's ``sweep.json`` ends in one of four ways: a ``results`` row (its
+A model listed in a sweep's ``sweep.json`` (once per variant of the sweep's matrix: a record is one
+(model, variant); a null variant reads as ``eager+dynamic``) ends in one of four ways: a ``results`` row (its
 verdict), an ``excluded`` row (left out on purpose, or found without access while the sweep ran),
 an entry of ``pending.json`` (the network or the disk kept it from being probed: ``--resume``
 retries it), or nothing yet (the sweep is still running, or was stopped): "not tested". The last two
@@ -15,14 +16,17 @@ from __future__ import annotations
 
 import glob
 import io
+import itertools
 import json
+import re
 from pathlib import Path
 
 import polars as pl
 
-from .. import store
+from .. import probe_params, store
 from ..fileio import atomic_write_bytes
 from ..sweep_meta import SweepMeta
+from .frames import DEFAULT_VARIANT, variant_col
 
 #: The pseudo-verdicts of models listed in a sweep without a row (never failures).
 NOT_PROBED = "not probed"
@@ -49,11 +53,17 @@ HUB_FIELDS = (
 PENDING_SCHEMA = {
     "sweep_id": pl.String,
     "model_id": pl.String,
+    "variant": pl.String,
     "problem": pl.String,
     "last_error": pl.String,
     "at": pl.String,
 }
-LISTED_SCHEMA = {"sweep_id": pl.String, "model_id": pl.String, "listed_by": pl.String}
+LISTED_SCHEMA = {"sweep_id": pl.String, "model_id": pl.String, "variant": pl.String, "listed_by": pl.String}
+KEY = ["model_id", "variant"]
+#: A pending key of a variant but the default one: ``org/name [compile+static]`` (``store.pending_key``).
+_PENDING_KEY = re.compile(r"^(?P<model>.+) \[(?P<variant>[^\[\]]+)\]$")
+#: The version of the cached listings' layout (part of the cache file name: an older layout is rebuilt).
+_LISTING_LAYOUT = "v2"
 
 
 def _hub_schema() -> dict:
@@ -65,15 +75,26 @@ def resume_command(sweep_id: str) -> str:
     return f"model-support sweep --resume {sweep_id}"
 
 
+def pending_key_parts(key: str, entry: dict | None = None) -> tuple[str, str]:
+    """A ``pending.json`` key (and its entry) -> (model_id, variant): ``org/x [compile+static]`` is that
+    variant of org/x; a plain key is the default variant. An entry's own model_id / variant win."""
+    entry = entry or {}
+    found = _PENDING_KEY.match(key)
+    model_id, variant = (found["model"], found["variant"]) if found else (key, DEFAULT_VARIANT)
+    return entry.get("model_id") or model_id, entry.get("variant") or variant
+
+
 def pending_rows(data_dir: Path | str, sweep_ids) -> pl.DataFrame:
-    """sweep_id, model_id, problem (network or disk), last_error (one sentence), at (ISO time): every
-    model left pending by the given sweeps (``pending.json``), sorted by sweep then model."""
+    """sweep_id, model_id, variant, problem (network or disk), last_error (one sentence), at (ISO time):
+    every (model, variant) left pending by the given sweeps (``pending.json``), sorted by sweep then model."""
     rows = []
     for sweep_id in sweep_ids:
-        for model_id, entry in store.read_pending(Path(data_dir), sweep_id).items():
+        for key, entry in store.read_pending(Path(data_dir), sweep_id).items():
             entry = entry if isinstance(entry, dict) else {"reason": str(entry)}
-            rows.append((sweep_id, model_id, entry.get("problem") or "network", entry.get("reason"), entry.get("at")))
-    return pl.DataFrame(rows, schema=PENDING_SCHEMA, orient="row").sort("sweep_id", "model_id")
+            model_id, variant = pending_key_parts(key, entry)
+            problem = entry.get("problem") or "network"
+            rows.append((sweep_id, model_id, variant, problem, entry.get("reason"), entry.get("at")))
+    return pl.DataFrame(rows, schema=PENDING_SCHEMA, orient="row").sort("sweep_id", "model_id", "variant")
 
 
 def _read_meta(path: Path) -> SweepMeta:
@@ -83,14 +104,34 @@ def _read_meta(path: Path) -> SweepMeta:
     return SweepMeta.from_dict(raw)
 
 
+def model_variants(meta: SweepMeta, overrides: dict | None = None) -> list[str]:
+    """The variants a sweep probes a model in: its matrix's combinations over the probe settings and the
+    model's overrides (``probe_params.variant``); one, the sweep's own, without a matrix."""
+    matrix = getattr(meta, "matrix", None) or {}
+    base = {**(meta.probe or {}), **(overrides or {})}
+    axes = list(matrix)
+    combos = [dict(zip(axes, c)) for c in itertools.product(*(matrix[a] for a in axes))] or [{}]
+    labels = []
+    for combo in combos:
+        try:
+            label = probe_params.variant({**base, **combo})
+        except (TypeError, ValueError, AttributeError):  # a hand-edited sweep.json
+            label = DEFAULT_VARIANT
+        if label not in labels:
+            labels.append(label)
+    return labels
+
+
 def _sweep_listing(path: Path) -> pl.DataFrame:
-    """One ``sweep.json``'s models: sweep_id, model_id, listed_by, then ``HUB_FIELDS``."""
+    """One ``sweep.json``'s models, once per variant: sweep_id, model_id, variant, listed_by, then
+    ``HUB_FIELDS``."""
     meta = _read_meta(path)
-    models = [e.model_id for e in meta.models]
-    hubs = [e.hub or {} for e in meta.models]
-    frame = _hub_frame([{**h, "sweep_id": meta.sweep_id, "model_id": m} for m, h in zip(models, hubs)])
+    entries = [(e, v) for e in meta.models for v in model_variants(meta, e.overrides)]
+    hubs = [e.hub or {} for e, _ in entries]
+    frame = _hub_frame([{**h, "sweep_id": meta.sweep_id, "model_id": e.model_id} for (e, _), h in zip(entries, hubs)])
+    variants = pl.Series("variant", [v for _, v in entries], dtype=pl.String)
     listed_by = pl.Series("listed_by", [h.get("listed_by") for h in hubs], dtype=pl.String)
-    return frame.insert_column(2, listed_by)
+    return frame.insert_column(2, variants).insert_column(3, listed_by)
 
 
 def _cached_listing(path: Path, cache_dir: Path) -> pl.DataFrame:
@@ -98,7 +139,7 @@ def _cached_listing(path: Path, cache_dir: Path) -> pl.DataFrame:
     (a sweep.json is written once, when its sweep is created: parsing 100 of 10,000 models each
     takes seconds, reading them back a fraction of one). A cache that cannot be written is only slower."""
     stat = path.stat()
-    cached = cache_dir / f"{path.parent.name}.{stat.st_size}-{stat.st_mtime_ns}.parquet"
+    cached = cache_dir / f"{path.parent.name}.{_LISTING_LAYOUT}.{stat.st_size}-{stat.st_mtime_ns}.parquet"
     if cached.is_file():
         try:
             return pl.read_parquet(cached)
@@ -120,9 +161,10 @@ def _cached_listing(path: Path, cache_dir: Path) -> pl.DataFrame:
 def listings(data_dir: Path | str, sweep_ids=None, cache_dir: Path | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The models every sweep listed (all sweeps with a ``sweep.json``, or only ``sweep_ids``).
 
-    Returns (listed, hub): listed has sweep_id, model_id, listed_by (null: listed explicitly in the
-    sweep definition; else the Hub ranking it came from); hub has sweep_id, model_id and
-    ``HUB_FIELDS`` for the entries that carry Hub metadata (others are left out: it stays small).
+    Returns (listed, hub): listed has sweep_id, model_id, variant (one row per variant the sweep probes
+    the model in), listed_by (null: listed explicitly in the sweep definition; else the Hub ranking it
+    came from); hub has sweep_id, model_id and ``HUB_FIELDS`` for the models that carry Hub metadata,
+    once each (others are left out: it stays small).
     ``cache_dir``: keep each sweep's listing there as Parquet (see ``_cached_listing``).
     """
     folder = Path(data_dir) / "sweeps"
@@ -134,11 +176,16 @@ def listings(data_dir: Path | str, sweep_ids=None, cache_dir: Path | None = None
     frames = [_cached_listing(p, Path(cache_dir)) if cache_dir else _sweep_listing(p) for p in paths]
     both = pl.concat(frames) if frames else _sweep_listing_schema()
     known = pl.any_horizontal([pl.col(f).is_not_null() for f in HUB_FIELDS])
-    return both.select(*LISTED_SCHEMA), both.filter(known).drop("listed_by")
+    hub = both.filter(known).unique(["sweep_id", "model_id"], keep="first", maintain_order=True)
+    return both.select(*LISTED_SCHEMA), hub.drop("variant", "listed_by")
 
 
 def _sweep_listing_schema() -> pl.DataFrame:
-    return _hub_frame([]).insert_column(2, pl.Series("listed_by", [], dtype=pl.String))
+    return (
+        _hub_frame([])
+        .insert_column(2, pl.Series("variant", [], dtype=pl.String))
+        .insert_column(3, pl.Series("listed_by", [], dtype=pl.String))
+    )
 
 
 def _hub_frame(rows: list[dict]) -> pl.DataFrame:
@@ -157,63 +204,61 @@ def _hub_frame(rows: list[dict]) -> pl.DataFrame:
 def unprobed(
     data_dir: Path | str, sweep_id: str, probed: pl.DataFrame | None = None
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """One sweep's models without a row: (pending, not_tested).
+    """One sweep's (model, variant) runs without a row: (pending, not_tested).
 
-    ``probed`` holds the model_id of the sweep's rows in either config (read here when None); a
-    model with a row is neither pending nor not tested, whatever ``pending.json`` still says.
-    pending: model_id, problem, last_error, at. not_tested: model_id, listed_by.
+    ``probed`` holds the model_id (and variant; null or absent: the default one) of the sweep's rows in
+    either config (read here when None); a run with a row is neither pending nor not tested, whatever
+    ``pending.json`` still says. pending: model_id, variant, problem, last_error, at. not_tested:
+    model_id, variant, listed_by.
     """
     if probed is None:
         probed = pl.concat(
             [
-                store.scan(Path(data_dir), c).filter(pl.col("sweep_id") == sweep_id).select("model_id")
+                store.scan(Path(data_dir), c).filter(pl.col("sweep_id") == sweep_id).select("model_id", "variant")
                 for c in store.CONFIGS
             ]
         ).collect()
-    probed = probed.select("model_id").unique()
-    pending = pending_rows(data_dir, [sweep_id]).join(probed, on="model_id", how="anti").drop("sweep_id")
+    if "variant" not in probed.columns:
+        probed = probed.with_columns(pl.lit(None, dtype=pl.String).alias("variant"))
+    probed = probed.select("model_id", variant_col()).unique()
+    pending = pending_rows(data_dir, [sweep_id]).join(probed, on=KEY, how="anti").drop("sweep_id")
     listed, _ = listings(data_dir, [sweep_id])
     not_tested = (
-        listed.join(probed, on="model_id", how="anti")
-        .join(pending.select("model_id"), on="model_id", how="anti")
-        .unique("model_id", keep="first", maintain_order=True)
-        .sort("model_id")
-        .select("model_id", "listed_by")
+        listed.join(probed, on=KEY, how="anti")
+        .join(pending.select(KEY), on=KEY, how="anti")
+        .unique(KEY, keep="first", maintain_order=True)
+        .sort("model_id", "variant")
+        .select("model_id", "variant", "listed_by")
     )
-    return pending.sort("model_id"), not_tested
+    return pending.sort("model_id", "variant"), not_tested
 
 
 def _row_keys(data_dir: Path | str) -> pl.LazyFrame:
-    """(sweep_id, model_id) of every row of either config."""
-    return pl.concat([store.scan(Path(data_dir), c).select("sweep_id", "model_id") for c in store.CONFIGS])
+    """(sweep_id, model_id, variant) of every row of either config (a null variant: the default one)."""
+    return pl.concat(
+        [store.scan(Path(data_dir), c).select("sweep_id", "model_id", variant_col()) for c in store.CONFIGS]
+    )
 
 
 def unprobed_rows(data_dir: Path | str, listed: pl.DataFrame, pending: pl.DataFrame) -> pl.DataFrame:
-    """Every sweep's models without a row, as pseudo-rows: sweep_id, model_id, status (``NOT_PROBED``
-    for a pending model, ``NOT_TESTED`` for one listed in ``sweep.json`` and neither probed nor
-    pending), failure_signature (the pending model's last error; null when not tested).
+    """Every sweep's (model, variant) runs without a row, as pseudo-rows: sweep_id, model_id, variant,
+    status (``NOT_PROBED`` for a pending run, ``NOT_TESTED`` for one listed in ``sweep.json`` and neither
+    probed nor pending), failure_signature (the pending run's last error; null when not tested).
 
     ``listed`` and ``pending`` come from ``listings`` and ``pending_rows``."""
     keys = _row_keys(data_dir)
-    waiting = pending.lazy().join(keys, on=["sweep_id", "model_id"], how="anti")
-    untested = (
-        listed.lazy()
-        .select("sweep_id", "model_id")
-        .join(keys, on=["sweep_id", "model_id"], how="anti")
-        .join(pending.lazy(), on=["sweep_id", "model_id"], how="anti")
-        .unique(["sweep_id", "model_id"])
-    )
+    on = ["sweep_id", *KEY]
+    waiting = pending.lazy().join(keys, on=on, how="anti")
+    untested = listed.lazy().select(on).join(keys, on=on, how="anti").join(pending.lazy(), on=on, how="anti").unique(on)
     return pl.concat(
         [
             waiting.select(
-                "sweep_id",
-                "model_id",
+                *on,
                 pl.lit(NOT_PROBED).alias("status"),
                 pl.col("last_error").alias("failure_signature"),
             ),
             untested.select(
-                "sweep_id",
-                "model_id",
+                *on,
                 pl.lit(NOT_TESTED).alias("status"),
                 pl.lit(None, pl.String).alias("failure_signature"),
             ),

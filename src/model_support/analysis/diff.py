@@ -1,54 +1,87 @@
-"""A sweep against its baseline: which models changed outcome, which signatures appeared."""
+"""A sweep against its baseline: which (model, variant) runs changed outcome, which signatures appeared.
+
+Runs are matched on (model_id, variant), a null variant (an older file, a sweep without a matrix) read
+as ``eager+dynamic``: a model that passes eager and newly fails compiled is one change, for that variant.
+A run newly failing is split by whose failure it is (``attribution``): "newly broken by the stack" (the
+CPU reference passes: what a porting team acts on, listed first), "newly failing everywhere" (the
+reference fails too: the model's or both; usually a transformers or checkpoint change) and "newly failing"
+(no attribution recorded)."""
 
 from __future__ import annotations
 
 import polars as pl
 
 from .. import schema
-from .frames import CHANGES, NO_SIGNATURE, SIGNATURE_CHANGES, Frame, _sweep_rows
+from .frames import (
+    CHANGES,
+    DEFAULT_VARIANT,
+    NEWLY_BROKEN_BY_STACK,
+    NEWLY_FAILING,
+    NEWLY_FAILING_EVERYWHERE,
+    NO_SIGNATURE,
+    SIGNATURE_CHANGES,
+    Frame,
+    _sweep_rows,
+    attribution_col,
+    variant_col,
+)
+
+KEY = ["model_id", "variant"]
 
 # --------------------------------------------------------------------------------------------
 # a sweep against its baseline
 
 
 def _outcomes(results: Frame, sweep_id: str) -> pl.LazyFrame:
+    cols = ["model_id", "variant", "status", "failure_signature", "error_message", "attribution", "started_at"]
     return (
-        _sweep_rows(results, sweep_id, ["model_id", "status", "failure_signature", "error_message", "started_at"])
+        _sweep_rows(results, sweep_id, cols)
+        .with_columns(variant_col(), attribution_col())
         .sort("started_at", nulls_last=False)
-        .unique("model_id", keep="last", maintain_order=False)
-        .select("model_id", "status", "failure_signature", "error_message")
+        .unique(KEY, keep="last", maintain_order=False)
+        .select(*KEY, "status", "failure_signature", "error_message", "attribution")
     )
 
 
 def model_changes(results: Frame, sweep_id: str, baseline_sweep_id: str) -> pl.DataFrame:
-    """The models whose outcome changed from ``baseline_sweep_id`` to ``sweep_id``.
+    """The (model, variant) runs whose outcome changed from ``baseline_sweep_id`` to ``sweep_id``.
 
-    model_id, change (one of ``CHANGES``), status_before, status_after, signature_before,
-    signature_after, error_message (the new one). Unchanged models are left out; a model excluded
-    in one of the two sweeps shows as added or removed, never as a failure.
+    model_id, variant, change (one of ``CHANGES``), attribution (whose failure the new outcome is: stack,
+    model, both or unknown; null for a PASS), status_before, status_after, signature_before,
+    signature_after, error_message (the new one). Unchanged runs are left out; a model excluded in one of
+    the two sweeps shows as added or removed, never as a failure.
     """
     return _changes_q(results, sweep_id, baseline_sweep_id).collect()
 
 
 def _changes_q(results: Frame, sweep_id: str, baseline_sweep_id: str) -> pl.LazyFrame:
     before = _outcomes(results, baseline_sweep_id).select(
-        "model_id", pl.col("status").alias("status_before"), pl.col("failure_signature").alias("signature_before")
+        *KEY, pl.col("status").alias("status_before"), pl.col("failure_signature").alias("signature_before")
     )
     after = _outcomes(results, sweep_id).select(
-        "model_id",
+        *KEY,
         pl.col("status").alias("status_after"),
         pl.col("failure_signature").alias("signature_after"),
         "error_message",
+        "attribution",
     )
     sb, sa = pl.col("status_before"), pl.col("status_after")
     passed_before, passed_after = sb == schema.PASS, sa == schema.PASS
+    whose = pl.col("attribution")
+    newly_failing = (
+        pl.when(whose == "stack")
+        .then(pl.lit(NEWLY_BROKEN_BY_STACK))
+        .when(whose.is_in(["model", "both"]))
+        .then(pl.lit(NEWLY_FAILING_EVERYWHERE))
+        .otherwise(pl.lit(NEWLY_FAILING))
+    )
     change = (
         pl.when(sb.is_null())
         .then(pl.lit("added"))
         .when(sa.is_null())
         .then(pl.lit("removed"))
         .when(passed_before & ~passed_after)
-        .then(pl.lit("newly failing"))
+        .then(newly_failing)
         .when(~passed_before & passed_after)
         .then(pl.lit("newly passing"))
         .when(~passed_before & ~passed_after & (sb != sa))
@@ -59,13 +92,14 @@ def _changes_q(results: Frame, sweep_id: str, baseline_sweep_id: str) -> pl.Lazy
         .alias("change")
     )
     return (
-        before.join(after, on="model_id", how="full", coalesce=True)
+        before.join(after, on=KEY, how="full", coalesce=True)
         .with_columns(change)
         .drop_nulls("change")
-        .sort("change", "model_id")
+        .sort("change", "model_id", pl.col("variant").replace(DEFAULT_VARIANT, ""))
         .select(
-            "model_id",
+            *KEY,
             "change",
+            "attribution",
             "status_before",
             "status_after",
             "signature_before",
@@ -112,7 +146,7 @@ def _signature_changes_q(results: Frame, sweep_id: str, baseline_sweep_id: str) 
 
 
 def change_counts(changes: pl.DataFrame) -> dict[str, int]:
-    """``model_changes`` output -> {change: number of models}, every change in ``CHANGES``."""
+    """``model_changes`` output -> {change: number of (model, variant) runs}, every change in ``CHANGES``."""
     counts = dict.fromkeys(CHANGES, 0)
     if changes.height:
         for change, n in changes.group_by("change").len().iter_rows():
@@ -121,7 +155,7 @@ def change_counts(changes: pl.DataFrame) -> dict[str, int]:
 
 
 def diff_summary(diff: pl.DataFrame, a: str, b: str) -> str:
-    """One line: how many models changed, by kind."""
+    """One line: how many runs changed, by kind (``CHANGES`` order: what the stack newly broke first)."""
     counts = change_counts(diff)
     parts = ", ".join(f"{n} {change}" for change, n in counts.items())
     return f"{a} -> {b}: {parts}."

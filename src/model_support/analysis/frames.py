@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from .. import schema, store
+from .. import probe_params, schema, store
 
 Frame = pl.LazyFrame | pl.DataFrame
 
@@ -25,8 +25,33 @@ VERSION_COMPONENTS = ("torch", "torch_tpu", "transformers")
 TIMING_METRICS = ("load_s", "first_token_s", "decode_tokens_per_s")
 MEMORY_METRICS = ("peak_host_mem_mb", "peak_device_mem_mb")
 TOKEN_METRICS = ("tokens_in", "tokens_out")
-#: How a model's outcome changed between a baseline sweep and a later one, in display order.
-CHANGES = ("newly failing", "newly passing", "status changed", "signature changed", "added", "removed")
+#: How a (model, variant)'s outcome changed between a baseline sweep and a later one, in display order: what a
+#: porting team acts on first. A model newly failing is split by whose failure it is (``attribution``): the
+#: stack's (the CPU reference passes), everywhere (the model's, or both: the reference fails too, usually a
+#: transformers or checkpoint change), or unknown (no reference rerun: plain "newly failing").
+NEWLY_BROKEN_BY_STACK = "newly broken by the stack"
+NEWLY_FAILING = "newly failing"
+NEWLY_FAILING_EVERYWHERE = "newly failing everywhere"
+CHANGES = (
+    NEWLY_BROKEN_BY_STACK,
+    NEWLY_FAILING,
+    NEWLY_FAILING_EVERYWHERE,
+    "newly passing",
+    "status changed",
+    "signature changed",
+    "added",
+    "removed",
+)
+#: Whose failure it is, as the report counts it: ``schema.ATTRIBUTIONS`` plus a failure with none recorded.
+UNKNOWN_ATTRIBUTION = "unknown"
+ATTRIBUTION_KINDS = (*schema.ATTRIBUTIONS, UNKNOWN_ATTRIBUTION)
+ATTRIBUTION_KIND_HELP = {
+    **schema.ATTRIBUTION_HELP,
+    UNKNOWN_ATTRIBUTION: "no reference rerun: switched off, above the size or memory limit, a stage not rerun "
+    "(download, runner), or a sweep before attribution",
+}
+#: A record's variant when it has none (sweeps without a matrix, and files that predate the column).
+DEFAULT_VARIANT = probe_params.DEFAULT_VARIANT
 SIGNATURE_CHANGES = ("appeared", "vanished")
 #: Shown for a failure that has no signature (a record written before signatures existed).
 NO_SIGNATURE = "(no signature)"
@@ -53,6 +78,35 @@ def _with_columns(frame: Frame, columns) -> pl.LazyFrame:
 def _sweep_rows(frame: Frame, sweep_id: str, columns) -> pl.LazyFrame:
     cols = list(dict.fromkeys(["sweep_id", *columns]))
     return _with_columns(frame, cols).filter(pl.col("sweep_id") == sweep_id)
+
+
+def variant_col() -> pl.Expr:
+    """``variant``, a null (an older file, a sweep without a matrix) read as ``DEFAULT_VARIANT``."""
+    return pl.col("variant").fill_null(DEFAULT_VARIANT).alias("variant")
+
+
+def attribution_col() -> pl.Expr:
+    """Whose failure a row is (one of ``ATTRIBUTION_KINDS``); null for a PASS."""
+    failed = pl.col("status").ne_missing(schema.PASS)
+    return (
+        pl.when(failed).then(pl.col("attribution").fill_null(UNKNOWN_ATTRIBUTION)).otherwise(None).alias("attribution")
+    )
+
+
+def variant_key(label: str) -> tuple:
+    """Sort key of a variant label (``eager+dynamic``, ``compile+static+32t``): mode, cache, then new tokens, in
+    ``probe_params`` order, so a grid reads eager before compile and dynamic before static; others last."""
+    parts = (label or "").split("+")
+    mode = probe_params.MODES.index(parts[0]) if parts[0] in probe_params.MODES else len(probe_params.MODES)
+    cache = parts[1] if len(parts) > 1 else ""
+    cache_i = probe_params.CACHES.index(cache) if cache in probe_params.CACHES else len(probe_params.CACHES)
+    rest = "+".join(parts[2:])
+    tokens = int(rest[:-1]) if rest.endswith("t") and rest[:-1].isdigit() else (8 if not rest else 1 << 30)
+    return (mode, cache_i, tokens, label or "")
+
+
+def sort_variants(labels) -> list[str]:
+    return sorted({v for v in labels if v is not None}, key=variant_key)
 
 
 def _passed() -> pl.Expr:

@@ -7,6 +7,7 @@ version wrote it) or by rows in either config. ``label`` (name and UTC time, fro
 
 from __future__ import annotations
 
+import glob
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,6 +16,7 @@ import polars as pl
 
 from .. import schema, store
 from ..errors import UserError
+from ..fileio import atomic_write_text
 from ..sweep_meta import SweepMeta, parse_sweep_id
 from .frames import VERSION_COMPONENTS, Frame, _lazy, _with_columns, _with_rate, version
 
@@ -71,21 +73,66 @@ def _most_common(stats: pl.DataFrame | pl.LazyFrame, column: str) -> pl.LazyFram
     )
 
 
-def sweep_index(data_dir: Path | str, stats: pl.DataFrame | None = None) -> pl.DataFrame:
+#: Where the report and the explorer keep what they read of each sweep.json (under the data folder).
+SWEEP_CACHE = Path("reports") / ".cache" / "sweeps"
+#: What ``sweep_index`` needs of a sweep.json (a few fields of a file that lists every model with its Hub facts).
+_META_FACTS = ("sweep_id", "name", "created_at", "params_file", "host", "device")
+
+
+def _meta_facts(path: Path) -> dict:
+    with open(path, encoding="utf-8") as handle:
+        raw = json.load(handle)
+    raw.setdefault("sweep_id", path.parent.name)
+    meta = SweepMeta.from_dict(raw)
+    return {
+        "sweep_id": meta.sweep_id,
+        "name": meta.name,
+        "created_at": meta.created_at,
+        "params_file": meta.params_file,
+        "host": meta.host,
+        "device": (meta.probe or {}).get("device"),
+    }
+
+
+def _cached_meta_facts(path: Path, cache_dir: Path | None) -> dict:
+    """``_meta_facts``, kept as a small JSON file in ``cache_dir`` under the sweep.json's size and mtime (a
+    sweep.json of 10,000 models with their Hub facts is megabytes: a hundred of them take seconds to parse).
+    A cache that cannot be read or written is only slower."""
+    if cache_dir is None:
+        return _meta_facts(path)
+    stat = path.stat()
+    cached = Path(cache_dir) / f"{path.parent.name}.{stat.st_size}-{stat.st_mtime_ns}.json"
+    try:
+        facts = json.loads(cached.read_text(encoding="utf-8"))
+        if isinstance(facts, dict) and set(facts) == set(_META_FACTS):
+            return facts
+    except (OSError, ValueError):
+        pass
+    facts = _meta_facts(path)
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        for old in cached.parent.glob(f"{glob.escape(path.parent.name)}.*.json"):
+            old.unlink(missing_ok=True)
+        atomic_write_text(cached, json.dumps(facts))
+    except OSError:
+        pass
+    return facts
+
+
+def sweep_index(data_dir: Path | str, stats: pl.DataFrame | None = None, cache_dir: Path | None = None) -> pl.DataFrame:
     """Every known sweep, oldest first.
 
     A sweep is known by its ``sweeps/<id>/sweep.json`` or by rows in either config. Columns:
     sweep_id, name, created_at (UTC; from sweep.json, else the sweep's earliest ``started_at``),
     models (results rows), excluded (excluded rows), device_type, host, params_file. ``stats``
-    (``sweep_stats`` of the results, collected) saves a pass over the rows when already at hand.
+    (``sweep_stats`` of the results, collected) saves a pass over the rows when already at hand;
+    ``cache_dir`` keeps what it reads of each sweep.json there (see ``_cached_meta_facts``).
     """
     data_dir = Path(data_dir)
-    meta: dict[str, SweepMeta] = {}
+    meta: dict[str, dict] = {}
     for path in sorted((data_dir / "sweeps").glob("*/sweep.json")):
-        with open(path, encoding="utf-8") as handle:
-            raw = json.load(handle)
-        raw.setdefault("sweep_id", path.parent.name)
-        meta[raw["sweep_id"]] = SweepMeta.from_dict(raw)
+        facts = _cached_meta_facts(path, cache_dir)
+        meta[facts["sweep_id"]] = facts
     if stats is None:
         stats = sweep_stats(store.scan(data_dir, "results")).collect()
     rows = (
@@ -109,20 +156,20 @@ def sweep_index(data_dir: Path | str, stats: pl.DataFrame | None = None) -> pl.D
         info = meta.get(sweep_id)
         row = by_rows.get(sweep_id, {})
         excl = by_excl.get(sweep_id, {})
-        created = _parse_time(info.created_at if info else None)
+        created = _parse_time(info["created_at"] if info else None)
         if created is None:
             created = _parse_time(row.get("first_started_at") or excl.get("excluded_started_at"))
         records.append(
             {
                 "sweep_id": sweep_id,
-                "name": info.name if info else parse_sweep_id(sweep_id).name,
+                "name": info["name"] if info else parse_sweep_id(sweep_id).name,
                 "label": sweep_label(sweep_id, created),
                 "created_at": created,
                 "models": row.get("models") or 0,
                 "excluded": excl.get("excluded") or 0,
-                "device_type": row.get("device_type") or (info.probe.get("device") if info else None),
-                "host": (info.host if info else None) or row.get("host"),
-                "params_file": info.params_file if info else None,
+                "device_type": row.get("device_type") or (info["device"] if info else None),
+                "host": (info["host"] if info else None) or row.get("host"),
+                "params_file": info["params_file"] if info else None,
             }
         )
     frame = pl.DataFrame(

@@ -12,10 +12,20 @@ import polars as pl
 
 from .. import store
 from .coverage import unprobed
-from .diff import _changes_q, _signature_changes_q
-from .frames import MEMORY_METRICS, TIMING_METRICS, TOKEN_METRICS, VERSION_COMPONENTS, _sweep_rows
-from .history import _by_version_q, _history_q, require_sweep, sweep_index, sweep_stats
+from .diff import KEY, _changes_q, _signature_changes_q
+from .frames import MEMORY_METRICS, TIMING_METRICS, TOKEN_METRICS, VERSION_COMPONENTS, _sweep_rows, variant_col
+from .history import SWEEP_CACHE, _by_version_q, _history_q, require_sweep, sweep_index, sweep_stats
+from .modes import (
+    MODE_COLUMNS,
+    _break_reasons_q,
+    _eager_pass_compile_fail_q,
+    _grid_long_q,
+    _variant_stats_q,
+    grid_from_long,
+    order_variants,
+)
 from .tables import (
+    _attribution_q,
     _by_model_type_q,
     _by_size_q,
     _excluded_reasons_q,
@@ -34,23 +44,29 @@ from .tables import (
 # everything the report shows
 
 #: Columns the per-sweep tables read.
-SWEEP_COLUMNS = (
-    "sweep_id",
-    "model_id",
-    "model_type",
-    "num_params",
-    "status",
-    "failure_stage",
-    "error_type",
-    "error_message",
-    "traceback",
-    "failure_signature",
-    "started_at",
-    "device_type",
-    *TOKEN_METRICS,
-    *TIMING_METRICS,
-    *MEMORY_METRICS,
-    "reference_match",
+SWEEP_COLUMNS = tuple(
+    dict.fromkeys(
+        (
+            "sweep_id",
+            "model_id",
+            "model_type",
+            "num_params",
+            "status",
+            "failure_stage",
+            "error_type",
+            "error_message",
+            "traceback",
+            "failure_signature",
+            "started_at",
+            "device_type",
+            *TOKEN_METRICS,
+            *TIMING_METRICS,
+            *MEMORY_METRICS,
+            "reference_match",
+            "reference_signature",
+            *MODE_COLUMNS,
+        )
+    )
 )
 
 
@@ -59,35 +75,40 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
 
     The sweep's (and the baseline's) rows are read once; the per-sweep tables then run on them in
     memory, and the history tables over all sweeps, in one ``pl.collect_all``. Unknown ids raise
-    ``ValueError`` (see ``require_sweep``). Keys: sweeps, summary, verdicts, excluded, by_model_type,
-    by_size, signatures, tokens, timings, timing_histogram, memory, memory_by_size, reference,
-    changes, signature_changes, history, by_version (the three components stacked), and the models
-    listed but without a row (``coverage.unprobed``): pending (model_id, problem, last_error, at,
-    baseline_status) and not_tested (model_id, listed_by, baseline_status). Those are no failures:
-    they are left out of ``changes`` (where they would read as "removed").
+    ``ValueError`` (see ``require_sweep``). Keys: sweeps, summary (with model_failures and
+    stack_pass_rate), attribution (whose failures), verdicts, excluded, by_model_type, by_size,
+    signatures (with attribution and new since the baseline), tokens, timings, timing_histogram, memory,
+    memory_by_size, reference, changes (per model and variant), signature_changes, history, by_version
+    (the three components stacked); the execution modes (``analysis.modes``): variant_stats (one row per
+    variant: more than one means a matrix sweep), verdict_grid, eager_pass_compile_fail,
+    graph_break_reasons; and the runs listed but without a row (``coverage.unprobed``): pending (model_id,
+    variant, problem, last_error, at, baseline_status) and not_tested (model_id, variant, listed_by,
+    baseline_status). Those are no failures: they are left out of ``changes`` (where they would read as
+    "removed").
     """
     results = store.scan(data_dir, "results")
     excluded = store.scan(data_dir, "excluded")
     wanted = [sweep_id] + ([baseline_sweep_id] if baseline_sweep_id else [])
-    stats, rows, excluded_ids = pl.collect_all(
+    stats, rows, excluded_keys = pl.collect_all(
         [
             sweep_stats(results),
             results.select(SWEEP_COLUMNS).filter(pl.col("sweep_id").is_in(wanted)),
-            excluded.filter(pl.col("sweep_id") == sweep_id).select("model_id"),
+            excluded.filter(pl.col("sweep_id") == sweep_id).select("model_id", "variant"),
         ]
     )
-    sweeps = sweep_index(data_dir, stats)
+    sweeps = sweep_index(data_dir, stats, cache_dir=Path(data_dir) / SWEEP_CACHE)
     require_sweep(sweeps, sweep_id)
     if baseline_sweep_id:
         require_sweep(sweeps, baseline_sweep_id)
     rows = rows.lazy()
     queries = {
         "summary": _sweep_summary_q(rows, sweep_id, excluded),
+        "attribution": _attribution_q(rows, sweep_id),
         "verdicts": _verdict_counts_q(rows, sweep_id),
         "excluded": _excluded_reasons_q(excluded, sweep_id),
         "by_model_type": _by_model_type_q(rows, sweep_id),
         "by_size": _by_size_q(rows, sweep_id),
-        "signatures": _signatures_q(rows, sweep_id),
+        "signatures": _signatures_q(rows, sweep_id, baseline_sweep_id),
         "tokens": _token_stats_q(rows, sweep_id),
         "timings": _timing_stats_q(rows, sweep_id),
         "timing_histogram": _histogram_q(_sweep_rows(rows, sweep_id, TIMING_METRICS), TIMING_METRICS, 20),
@@ -98,24 +119,31 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
         "by_version": pl.concat([_by_version_q(stats, c, sweeps) for c in VERSION_COMPONENTS]),
         "changes": _changes_q(rows, sweep_id, baseline_sweep_id or sweep_id),
         "signature_changes": _signature_changes_q(rows, sweep_id, baseline_sweep_id or sweep_id),
+        "variant_stats": _variant_stats_q(rows, sweep_id),
+        "verdict_grid": _grid_long_q(rows, sweep_id),
+        "eager_pass_compile_fail": _eager_pass_compile_fail_q(rows, sweep_id),
+        "graph_break_reasons": _break_reasons_q(rows, sweep_id),
     }
     names = list(queries)
     tables = dict(zip(names, pl.collect_all([queries[n] for n in names])))
     tables["sweeps"] = sweeps
-    probed = pl.concat([rows.filter(pl.col("sweep_id") == sweep_id).select("model_id").collect(), excluded_ids])
+    tables["variant_stats"] = order_variants(tables["variant_stats"])
+    tables["verdict_grid"] = grid_from_long(tables["verdict_grid"])
+    probed = pl.concat(
+        [rows.filter(pl.col("sweep_id") == sweep_id).select(*KEY).collect(), excluded_keys], how="vertical_relaxed"
+    )
     pending, not_tested = unprobed(data_dir, sweep_id, probed)
     baseline = (
         rows.filter(pl.col("sweep_id") == baseline_sweep_id)
-        .select("model_id", pl.col("status").alias("baseline_status"))
-        .unique("model_id")
+        .select("model_id", variant_col(), pl.col("status").alias("baseline_status"))
+        .unique(KEY)
         .collect()
         if baseline_sweep_id
-        else pl.DataFrame(schema={"model_id": pl.String, "baseline_status": pl.String})
+        else pl.DataFrame(schema={"model_id": pl.String, "variant": pl.String, "baseline_status": pl.String})
     )
-    tables["pending"] = pending.join(baseline, on="model_id", how="left", maintain_order="left")
-    tables["not_tested"] = not_tested.join(baseline, on="model_id", how="left", maintain_order="left")
-    unprobed_ids = pl.concat([pending.select("model_id"), not_tested.select("model_id")])
-    tables["changes"] = tables["changes"].filter(
-        ~((pl.col("change") == "removed") & pl.col("model_id").is_in(unprobed_ids["model_id"].implode()))
-    )
+    tables["pending"] = pending.join(baseline, on=KEY, how="left", maintain_order="left")
+    tables["not_tested"] = not_tested.join(baseline, on=KEY, how="left", maintain_order="left")
+    unprobed_keys = pl.concat([pending.select(KEY), not_tested.select(KEY)]).with_columns(pl.lit(True).alias("_u"))
+    changes = tables["changes"].join(unprobed_keys.unique(KEY), on=KEY, how="left", maintain_order="left")
+    tables["changes"] = changes.filter(~((pl.col("change") == "removed") & pl.col("_u").fill_null(False))).drop("_u")
     return tables

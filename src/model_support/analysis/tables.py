@@ -1,6 +1,9 @@
-"""One sweep's tables: verdicts, exclusions, pass rate by type and size, failure signatures,
-tokens, timings, memory and the CPU reference check. Excluded rows are never counted as a failure:
-they are only ever counted, separately; an empty frame gives an empty (or all-zero) table."""
+"""One sweep's tables: verdicts, whose failures they are, exclusions, pass rate by type and size, failure
+signatures, tokens, timings, memory and the CPU reference check. Excluded rows are never counted as a
+failure: they are only ever counted, separately; an empty frame gives an empty (or all-zero) table.
+
+A sweep with a matrix has one row per (model, variant): every count here is of rows (runs), so a model
+probed in four variants counts four times; ``distinct_models`` says how many models they are."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import polars as pl
 
 from .. import schema
 from .frames import (
+    ATTRIBUTION_KINDS,
     MEMORY_METRICS,
     NO_SIGNATURE,
     REFERENCE_OUTCOMES,
@@ -18,6 +22,7 @@ from .frames import (
     _rate_aggs,
     _sweep_rows,
     _with_rate,
+    attribution_col,
     size_bucket,
 )
 
@@ -45,18 +50,57 @@ def _verdict_counts_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
 
 
 def sweep_summary(results: Frame, sweep_id: str, excluded: Frame | None = None) -> pl.DataFrame:
-    """One row: sweep_id, models, passed, failed, pass_rate, excluded (counted apart, never failed)."""
+    """One row: sweep_id, models (rows probed), passed, failed, pass_rate, excluded (counted apart, never
+    failed), model_failures (failures attributed to the model: it fails the same way on the CPU reference)
+    and stack_pass_rate = passed / (models - model_failures): how the stack does on what can run at all."""
     return _sweep_summary_q(results, sweep_id, excluded).collect()
 
 
 def _sweep_summary_q(results: Frame, sweep_id: str, excluded: Frame | None) -> pl.LazyFrame:
-    summary = _with_rate(_sweep_rows(results, sweep_id, ["status"]).select(_rate_aggs()))
+    model_failure = (pl.col("status").ne_missing(schema.PASS) & (pl.col("attribution") == "model")).fill_null(False)
+    summary = _with_rate(
+        _sweep_rows(results, sweep_id, ["status", "attribution"]).select(
+            *_rate_aggs(), model_failure.sum().cast(pl.Int64).alias("model_failures")
+        )
+    )
     if excluded is None:
         n_excluded = pl.LazyFrame({"excluded": [0]}, schema={"excluded": pl.Int64})
     else:
         n_excluded = _sweep_rows(excluded, sweep_id, []).select(pl.len().cast(pl.Int64).alias("excluded"))
+    can_run = pl.col("models") - pl.col("model_failures")
     return summary.join(n_excluded, how="cross").select(
-        pl.lit(sweep_id).alias("sweep_id"), "models", "passed", "failed", "pass_rate", "excluded"
+        pl.lit(sweep_id).alias("sweep_id"),
+        "models",
+        "passed",
+        "failed",
+        "pass_rate",
+        "excluded",
+        "model_failures",
+        pl.when(can_run > 0).then(pl.col("passed") / can_run).alias("stack_pass_rate"),
+    )
+
+
+def attribution_counts(results: Frame, sweep_id: str) -> pl.DataFrame:
+    """Whose failures they are: attribution (stack, model, both, unknown: every one of
+    ``ATTRIBUTION_KINDS``, count 0 when absent), count (failing rows), share (of the failures)."""
+    return _attribution_q(results, sweep_id).collect()
+
+
+def _attribution_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
+    counts = (
+        _sweep_rows(results, sweep_id, ["status", "attribution"])
+        .filter(pl.col("status").ne_missing(schema.PASS))
+        .select(attribution_col())
+        .group_by("attribution")
+        .agg(pl.len().cast(pl.Int64).alias("count"))
+    )
+    base = pl.LazyFrame({"attribution": list(ATTRIBUTION_KINDS), "order": list(range(len(ATTRIBUTION_KINDS)))})
+    return (
+        base.join(counts, on="attribution", how="left")
+        .with_columns(pl.col("count").fill_null(0))
+        .with_columns(share=pl.when(pl.col("count").sum() > 0).then(pl.col("count") / pl.col("count").sum()))
+        .sort("order")
+        .select("attribution", "count", "share")
     )
 
 
@@ -76,16 +120,20 @@ def _excluded_reasons_q(excluded: Frame, sweep_id: str) -> pl.LazyFrame:
 
 
 def pass_rate_by_model_type(results: Frame, sweep_id: str) -> pl.DataFrame:
-    """model_type, models, passed, failed, pass_rate; most common type first (null: "unknown")."""
+    """model_type, models (rows), passed, failed, pass_rate, distinct_models; most common type first (null:
+    "unknown")."""
     return _by_model_type_q(results, sweep_id).collect()
 
 
 def _by_model_type_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
-    lf = _sweep_rows(results, sweep_id, ["model_type", "status"]).with_columns(
+    lf = _sweep_rows(results, sweep_id, ["model_type", "model_id", "status"]).with_columns(
         pl.col("model_type").fill_null("unknown")
     )
-    return _with_rate(lf.group_by("model_type").agg(_rate_aggs())).sort(
-        ["models", "model_type"], descending=[True, False]
+    aggs = [*_rate_aggs(), pl.col("model_id").n_unique().cast(pl.Int64).alias("distinct_models")]
+    return (
+        _with_rate(lf.group_by("model_type").agg(aggs))
+        .sort(["models", "model_type"], descending=[True, False])
+        .select("model_type", "models", "passed", "failed", "pass_rate", "distinct_models")
     )
 
 
@@ -99,36 +147,91 @@ def _by_size_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
     return _with_rate(lf.group_by("size_bucket").agg(_rate_aggs())).sort("size_bucket")
 
 
-def failure_signatures(results: Frame, sweep_id: str) -> pl.DataFrame:
-    """One row per failure signature among the sweep's failures (every status but PASS).
+def failure_signatures(results: Frame, sweep_id: str, baseline_sweep_id: str | None = None) -> pl.DataFrame:
+    """One row per failure signature among the sweep's failures (every status but PASS), the one that
+    affects the most models first.
 
-    failure_signature, count, failure_stage and status (the most common), error_type,
-    example_models (up to 3, sorted), and a sample error_message and traceback (from the first
-    example model). Most frequent first.
+    failure_signature, models (distinct models affected), count (failing rows: model-variant pairs),
+    attribution (whose failures: "stack" when all are, else counts like "stack 3, model 1"; see
+    ``ATTRIBUTION_KINDS``), new (not among the baseline's failures; null without a baseline),
+    failure_stage and status (the most common), error_type, example_models (up to 3, sorted), and a
+    sample error_message and traceback (from the first example model).
     """
-    return _signatures_q(results, sweep_id).collect()
+    return _signatures_q(results, sweep_id, baseline_sweep_id).collect()
 
 
-def _signatures_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
-    cols = ["model_id", "status", "failure_stage", "failure_signature", "error_type", "error_message", "traceback"]
+def _attribution_text() -> pl.Expr:
+    """Per signature (in a group_by over signature and attribution): "stack" or "stack 3, model 1"."""
+    order = pl.col("attribution").replace_strict(
+        list(ATTRIBUTION_KINDS), list(range(len(ATTRIBUTION_KINDS))), default=len(ATTRIBUTION_KINDS)
+    )
+    counted = pl.format("{} {}", pl.col("attribution"), pl.col("n")).sort_by(order).str.join(", ")
+    return pl.when(pl.len() > 1).then(counted).otherwise(pl.col("attribution").first()).alias("attribution")
+
+
+def _signatures_q(results: Frame, sweep_id: str, baseline_sweep_id: str | None = None) -> pl.LazyFrame:
+    cols = [
+        "model_id",
+        "status",
+        "failure_stage",
+        "failure_signature",
+        "error_type",
+        "error_message",
+        "traceback",
+        "attribution",
+    ]
     lf = (
         _sweep_rows(results, sweep_id, cols)
         .filter(pl.col("status").ne_missing(schema.PASS))
-        .with_columns(pl.col("failure_signature").fill_null(NO_SIGNATURE))
+        .with_columns(pl.col("failure_signature").fill_null(NO_SIGNATURE), attribution_col())
         .sort("model_id")
     )
+    whose = (
+        lf.group_by("failure_signature", "attribution")
+        .agg(pl.len().alias("n"))
+        .group_by("failure_signature")
+        .agg(_attribution_text())
+    )
+    if baseline_sweep_id:
+        seen = (
+            _sweep_rows(results, baseline_sweep_id, ["status", "failure_signature"])
+            .filter(pl.col("status").ne_missing(schema.PASS))
+            .select(pl.col("failure_signature").fill_null(NO_SIGNATURE))
+            .unique()
+            .with_columns(pl.lit(False).alias("new"))
+        )
+    else:
+        seen = pl.LazyFrame(schema={"failure_signature": pl.String, "new": pl.Boolean})
+    new = pl.col("new").fill_null(True) if baseline_sweep_id else pl.col("new")
     return (
         lf.group_by("failure_signature")
         .agg(
+            pl.col("model_id").n_unique().cast(pl.Int64).alias("models"),
             pl.len().cast(pl.Int64).alias("count"),
             pl.col("failure_stage").drop_nulls().mode().sort().first().alias("failure_stage"),
             pl.col("status").drop_nulls().mode().sort().first().alias("status"),
             pl.col("error_type").first().alias("error_type"),
-            pl.col("model_id").head(3).alias("example_models"),
+            pl.col("model_id").unique(maintain_order=True).head(3).alias("example_models"),
             pl.col("error_message").first().alias("error_message"),
             pl.col("traceback").first().alias("traceback"),
         )
-        .sort(["count", "failure_signature"], descending=[True, False])
+        .join(whose, on="failure_signature", how="left")
+        .join(seen, on="failure_signature", how="left")
+        .with_columns(new.alias("new"))
+        .sort(["models", "count", "failure_signature"], descending=[True, True, False])
+        .select(
+            "failure_signature",
+            "models",
+            "count",
+            "attribution",
+            "new",
+            "failure_stage",
+            "status",
+            "error_type",
+            "example_models",
+            "error_message",
+            "traceback",
+        )
     )
 
 

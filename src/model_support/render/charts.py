@@ -95,14 +95,15 @@ def _verdict_color(alt):
     )
 
 
-def verdict_chart(verdicts: pl.DataFrame):
+def verdict_chart(verdicts: pl.DataFrame, unit: str = "models"):
+    """Verdict counts; ``unit`` names what is counted ("runs" for a sweep with several variants)."""
     alt = _alt()
     return (
         alt.Chart(alt.Data(values=_values(verdicts)))
         .mark_bar()
         .encode(
             y=alt.Y("status:N", sort=list(schema.VERDICTS), title=None),
-            x=alt.X("count:Q", title="models"),
+            x=alt.X("count:Q", title=unit),
             color=_verdict_color(alt),
             tooltip=["status:N", "count:Q", alt.Tooltip("share:Q", format=".1%")],
         )
@@ -125,6 +126,29 @@ def rate_chart(df: pl.DataFrame, category: str, *, top: int = 30, title: str = "
         )
         .properties(width=480, title=title or f"Pass rate by {category}")
     )
+
+
+def variant_speed_chart(stats: pl.DataFrame):
+    """Median first-token time and decode tokens/s per variant (``analysis.variant_stats``), side by side."""
+    alt = _alt()
+    order = stats["variant"].to_list()
+    data = alt.Data(values=_values(stats.select("variant", "first_token_s_median", "decode_tokens_per_s_median")))
+    charts = []
+    for field, title in (
+        ("first_token_s_median", "first token (s, median, with compilation)"),
+        ("decode_tokens_per_s_median", "decode tokens/s (median)"),
+    ):
+        charts.append(
+            alt.Chart(data)
+            .mark_bar(color="#1565c0")
+            .encode(
+                y=alt.Y("variant:N", sort=order, title=None),
+                x=alt.X(f"{field}:Q", title=title),
+                tooltip=["variant:N", alt.Tooltip(f"{field}:Q", format=".3g")],
+            )
+            .properties(width=300, height=24 * len(order))
+        )
+    return alt.hconcat(*charts).properties(title="Speed per variant")
 
 
 def timing_chart(histogram: pl.DataFrame):

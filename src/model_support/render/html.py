@@ -1,4 +1,6 @@
-"""The report's HTML pieces: data tables, the header facts, the diff line, the legend."""
+"""The report's HTML pieces: data tables, the header facts (with whose failures they are), the models
+not probed, the legend. The sections a porting team acts on (the split, failure modes, the diff) are in
+``sections``; the execution modes in ``modes``."""
 
 from __future__ import annotations
 
@@ -20,13 +22,27 @@ TERM_HELP = {
     "by placeholders: same cause, same signature",
     "pass rate": "PASS / models probed in the sweep (excluded, not probed and not tested models are not in the "
     "denominator)",
+    "pass rate on the stack": "PASS / (models probed - failures attributed to the model): a model that fails the "
+    "same way on the CPU reference (broken everywhere) is not counted against the stack; both and unknown "
+    "failures still are",
+    "whose failure (attribution)": "each failure at load, template, compile or generate is rerun once on the CPU "
+    "reference: stack, model, both or unknown (see Attribution below)",
     "CPU agreement": "the device's greedy tokens compared with the same generation on CPU: match, mismatch, or not "
     "run (switched off, above the size limit, or no generation)",
-    "newly failing / newly passing": "PASS in the baseline and a FAIL now / a FAIL in the baseline and PASS now",
+    "newly broken by the stack": "PASS in the baseline and a FAIL now that the CPU reference passes: the stack's "
+    "regression, what a porting team fixes (listed first)",
+    "newly failing everywhere": "PASS in the baseline and a FAIL now that the CPU reference fails too (attribution "
+    "model or both): usually a transformers or checkpoint change, not the stack's",
+    "newly failing / newly passing": "PASS in the baseline and a FAIL now with no attribution recorded (no reference "
+    "rerun) / a FAIL in the baseline and PASS now",
     "status changed / signature changed": "failing in both sweeps, with a different verdict / the same verdict "
     "but a different failure signature",
     "added / removed": "probed in only one of the two sweeps (a model not probed now is left out, not removed)",
     "first_token_s": "time to the first generated token, including compilation",
+    "variant": "a run's execution mode, KV cache and new-token count when not 8 (eager+dynamic, compile+static, "
+    "eager+dynamic+32t); a sweep with a matrix probes each model in several, and then every count is of runs "
+    "(model-variant pairs); older sweeps read as eager+dynamic",
+    "new (failure signature)": "not among the baseline sweep's failure signatures",
 }
 
 
@@ -78,31 +94,74 @@ def table_html(df: pl.DataFrame, *, max_rows: int = 100, empty: str = "none") ->
     return f'<table class="ms-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>{more}'
 
 
+def _percent(rate) -> str:
+    return f"{100 * rate:.1f}%" if rate is not None else "-"
+
+
+def split_html(attribution: pl.DataFrame) -> str:
+    """Whose failures, inline: "3 failures: stack 1, model 1, both 0, unknown 1" (each in its own span)."""
+    counts = dict(attribution.select("attribution", "count").rows())
+    total = sum(counts.values())
+    spans = ", ".join(
+        f'<span class="ms-attr ms-attr-{k}">{html.escape(k)} {counts.get(k, 0):,}</span>'
+        for k in analysis.ATTRIBUTION_KINDS
+    )
+    return f'<span class="ms-split">{total:,} failure{"s" if total != 1 else ""}: {spans}</span>'
+
+
 def header_html(tables: dict[str, pl.DataFrame], sweep_id: str, baseline_sweep_id: str | None) -> str:
-    """The report's opening facts: the sweep, when, where, with what stack, and its headline numbers."""
+    """The report's opening facts: the sweep, when, where, with what stack, and its headline numbers:
+    whose failures they are (the stack's, the models', both, unknown) and both pass rates."""
     sweeps = tables["sweeps"].filter(pl.col("sweep_id") == sweep_id).row(0, named=True)
     history = tables["history"].filter(pl.col("sweep_id") == sweep_id)
     versions = history.row(0, named=True) if history.height else {}
     summary = tables["summary"].row(0, named=True)
     rate = summary["pass_rate"]
+    variants = tables["variant_stats"].height
     facts = {
         "sweep": sweep_id,
         "created": sweeps["created_at"].strftime("%Y-%m-%d %H:%M UTC") if sweeps["created_at"] else "unknown",
         "device": sweeps["device_type"] or "unknown",
         "host": sweeps["host"] or "unknown",
         "stack": ", ".join(f"{c} {versions.get(c) or '-'}" for c in analysis.VERSION_COMPONENTS),
-        "models probed": f"{summary['models']:,}",
-        "passed": f"{summary['passed']:,} ({100 * rate:.1f}%)" if rate is not None else "0",
-        "excluded (not failures)": f"{summary['excluded']:,}",
-        "not probed (pending)": f"{tables['pending'].height:,}",
     }
+    if variants > 1:
+        models = tables["verdict_grid"].height
+        facts["runs probed (model x variant)"] = f"{summary['models']:,} ({models:,} models, {variants} variants)"
+    else:
+        facts["models probed"] = f"{summary['models']:,}"
+    raw = {"failures (whose)": split_html(tables["attribution"])}
+    facts["failures (whose)"] = ""
+    facts["passed (pass rate)"] = f"{summary['passed']:,} ({100 * rate:.1f}%)" if rate is not None else "0"
+    can_run = summary["models"] - (summary["model_failures"] or 0)
+    facts["pass rate on the stack"] = (
+        f"{_percent(summary['stack_pass_rate'])} ({summary['passed']:,} of {can_run:,}: the "
+        f"{summary['model_failures'] or 0:,} failing everywhere left out)"
+    )
+    facts["excluded (not failures)"] = f"{summary['excluded']:,}"
+    facts["not probed (pending)"] = f"{tables['pending'].height:,}"
     if tables["not_tested"].height:
         facts["not tested (no record yet)"] = f"{tables['not_tested'].height:,}"
     if tables["pending"].height or tables["not_tested"].height:
         facts["to finish them"] = coverage.resume_command(sweep_id)
     facts["baseline"] = baseline_sweep_id or "none"
-    items = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in facts.items())
+    items = "".join(
+        f"<dt>{html.escape(k)}</dt><dd>{raw[k] if k in raw else html.escape(str(v))}</dd>" for k, v in facts.items()
+    )
     return f'<dl class="ms-head">{items}</dl>'
+
+
+def charted_model_types(by_type: pl.DataFrame) -> tuple[pl.DataFrame, str]:
+    """The model types worth a pass-rate bar (more than one model: one model's 0% or 100% says nothing
+    about its type), and the note that says so under the chart."""
+    charted = by_type.filter(pl.col("distinct_models") > 1)
+    single = by_type.height - charted.height
+    note = (
+        f"Charted: the {charted.height:,} model types with more than one model"
+        + (f"; {single:,} types with a single model are only in the table" if single else "")
+        + " (a single model's 0% or 100% says little about its type)."
+    )
+    return charted, f'<p class="ms-note">{html.escape(note)}</p>'
 
 
 UNPROBED_COLUMNS = {
@@ -118,6 +177,8 @@ def unprobed_html(tables: dict[str, pl.DataFrame], sweep_id: str) -> str:
     """The models the sweep listed but has no row for: pending (the network or the disk kept them
     from being probed, with their last error) and not tested (no record yet); none is a failure."""
     pending, not_tested = tables["pending"], tables["not_tested"]
+    if tables["variant_stats"].height <= 1:  # one variant: the column says nothing
+        pending, not_tested = pending.drop("variant", strict=False), not_tested.drop("variant", strict=False)
     if not pending.height and not not_tested.height:
         return '<p class="ms-note">Every model the sweep listed was probed or excluded.</p>'
     resume = f"<code>{html.escape(coverage.resume_command(sweep_id))}</code>"
@@ -127,20 +188,6 @@ def unprobed_html(tables: dict[str, pl.DataFrame], sweep_id: str) -> str:
         parts.append(f'<h4>Not tested</h4><p class="ms-note">{html.escape(coverage.UNPROBED_HELP["not tested"])}</p>')
         parts.append(table_html(not_tested.rename(UNPROBED_COLUMNS, strict=False), max_rows=500))
     return "".join(parts)
-
-
-def changes_html(tables: dict[str, pl.DataFrame], sweep_id: str, baseline_sweep_id: str | None) -> str:
-    if not baseline_sweep_id:
-        return '<p class="ms-note">No baseline sweep: nothing to compare with.</p>'
-    line = analysis.diff_summary(tables["changes"], baseline_sweep_id, sweep_id)
-    left_out = sum(t["baseline_status"].is_not_null().sum() for t in (tables["pending"], tables["not_tested"]))
-    note = (
-        f'<p class="ms-note">{left_out:,} model{"s" if left_out != 1 else ""} of the baseline not probed in this '
-        "sweep (pending or not tested) are left out of the diff.</p>"
-        if left_out
-        else ""
-    )
-    return f"<p><b>{html.escape(line)}</b></p>{note}"
 
 
 def legend_html() -> str:
@@ -153,6 +200,7 @@ def legend_html() -> str:
     return (
         dl("Verdicts", schema.VERDICT_HELP)
         + dl("Failure stages", schema.STAGE_HELP)
+        + dl("Attribution (whose failure)", analysis.ATTRIBUTION_KIND_HELP)
         + dl("Other terms", TERM_HELP)
         + dl(
             "Size buckets (num_params)",

@@ -25,7 +25,7 @@ REPORTS = "reports"
 
 
 def _sweeps(data_dir) -> pl.DataFrame:
-    return analysis.sweep_index(Path(data_dir))
+    return analysis.sweep_index(Path(data_dir), cache_dir=Path(data_dir) / analysis.SWEEP_CACHE)
 
 
 def previous_sweep(data_dir: Path | str, sweep_id: str) -> str | None:

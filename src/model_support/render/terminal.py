@@ -21,22 +21,25 @@ from ..model_ids import display_name
 def diff_table(data_dir: Path | str, a: str, b: str) -> pl.DataFrame:
     """Models whose outcome changed from sweep ``a`` (the baseline) to sweep ``b``: see
     ``analysis.model_changes``. Unknown ids raise a one-sentence UserError."""
-    sweeps = analysis.sweep_index(Path(data_dir))
+    sweeps = analysis.sweep_index(Path(data_dir), cache_dir=Path(data_dir) / analysis.SWEEP_CACHE)
     analysis.require_sweep(sweeps, a)
     analysis.require_sweep(sweeps, b)
     return analysis.model_changes(store.scan(Path(data_dir), "results"), b, a)
 
 
 def format_diff(diff: pl.DataFrame | Path | str, a: str, b: str, *, max_per_change: int = 15, width: int = 140) -> str:
-    """``diff_table``'s output as a terminal table: newly
-    failing first, then newly passing, status and signature changes, added and removed, at most
-    ``max_per_change`` models of each, then a one-line summary.
+    """``diff_table``'s output as a terminal table, in ``analysis.CHANGES`` order: newly broken by the
+    stack first (what a porting team acts on), then newly failing (no attribution), newly failing
+    everywhere (the CPU reference fails too), newly passing, status and signature changes, added and
+    removed, at most ``max_per_change`` runs of each, then a one-line summary. A variant column only
+    when some run is not ``eager+dynamic``.
 
     ``diff`` is a ``diff_table`` result, or a data folder to compute it from (``model-support diff``
     passes the folder)."""
     if not isinstance(diff, pl.DataFrame):
         diff = diff_table(diff, a, b)
-    headers = ["model", "change", "before", "after", "signature now (was)"]
+    with_variant = "variant" in diff.columns and diff["variant"].ne_missing(analysis.DEFAULT_VARIANT).any()
+    headers = ["model", *(["variant"] if with_variant else []), "change", "before", "after", "signature now (was)"]
     rows, left_out = [], []
     for change in analysis.CHANGES:
         part = diff.filter(pl.col("change") == change)
@@ -45,7 +48,8 @@ def format_diff(diff: pl.DataFrame | Path | str, a: str, b: str, *, max_per_chan
             sig = now or ""
             if was and was != now:
                 sig = f"{sig} (was: {was})" if sig else f"(was: {was})"
-            rows.append([r["model_id"], change, r["status_before"] or "-", r["status_after"] or "-", sig])
+            variant = [r["variant"] or analysis.DEFAULT_VARIANT] if with_variant else []
+            rows.append([r["model_id"], *variant, change, r["status_before"] or "-", r["status_after"] or "-", sig])
         if part.height > max_per_change:
             left_out.append(f"{part.height - max_per_change} more {change}")
     more = f"... and {', '.join(left_out)} (see diff_table for all)" if left_out else ""
@@ -67,16 +71,27 @@ def format_diff(diff: pl.DataFrame | Path | str, a: str, b: str, *, max_per_chan
 
 
 def verdict_table(records: list[dict], console) -> None:
-    """The sweep's verdicts, one row per model (failures grouped by verdict), then the counts."""
+    """The sweep's verdicts, one row per model (per model and variant for a sweep with a matrix; failures
+    grouped by verdict), then the counts."""
     order = {status: i for i, status in enumerate(schema.VERDICTS)}
+    with_variant = any((r.get("variant") or analysis.DEFAULT_VARIANT) != analysis.DEFAULT_VARIANT for r in records)
     table = Table(title="verdicts")
-    for column in ("model", "verdict", "stage", "tokens in/out", "signature"):
+    columns = ("model", "variant", "verdict", "stage", "whose", "tokens in/out", "signature")
+    for column in columns if with_variant else [c for c in columns if c != "variant"]:
         table.add_column(column, overflow="fold")
-    for r in sorted(records, key=lambda r: (order.get(r["status"], len(order)), r["model_id"])):
+    key = analysis.variant_key
+    for r in sorted(
+        records,
+        key=lambda r: (order.get(r["status"], len(order)), r["model_id"], key(r.get("variant") or "eager+dynamic")),
+    ):
+        variant = [r.get("variant") or analysis.DEFAULT_VARIANT] if with_variant else []
+        whose = (r.get("attribution") or analysis.UNKNOWN_ATTRIBUTION) if r["status"] != schema.PASS else ""
         table.add_row(
             display_name(r["model_id"]),
+            *variant,
             r["status"],
             r["failure_stage"] or "",
+            whose,
             f"{r['tokens_in']}/{r['tokens_out']}",
             (r["failure_signature"] or "")[:80],
         )

@@ -6,14 +6,25 @@ const $ = (sel) => document.querySelector(sel);
 const esc = (s) => String(s == null ? "" : s).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
 const M = D.models, S = D.sweeps, O = D.outcomes, E = D.envs;
 const lower = M.map((m) => m[0].toLowerCase());
-// A model: [id, type, runs, env exceptions, error_type, message, traceback, repro, notebook, versions, started,
+// An entry (one model and variant): [id, type, runs, env exceptions, error_type, message, traceback, repro,
+// notebook, versions, started, variant (index into D.variants), reference signature, reference note,
 // hub facts (only when the Hub told anything: [task, downloads, likes, trending_score, library, license, gated,
 // hub_num_params, created_at, base_model, listed_by], strings as indices into D.texts)].
 // runs: [first sweep, n sweeps, outcome] triples; env exceptions: [sweep, env] pairs (else the sweep's env).
+// An outcome: [verdict, signature, attribution (whose failure; null for a pass or when not attributed)].
 const NO_ENV = ["", null, null, null];
 // Outcomes of a sweep that listed the model without a row: not probed (pending) or not tested.
 const UNPROBED = new Set(O.map((o, i) => (D.unprobed.includes(o[0]) ? i : -1)).filter((i) => i >= 0));
 const slug = (status) => "st-" + String(status).replace(/[^A-Za-z0-9]+/g, "-");
+const VARIANTS = D.variants, MULTI = VARIANTS.length > 1;
+const variantOf = (m) => VARIANTS[m[11]] || D.default_variant;
+// Whose failure an outcome is: stack / model / both, "unknown" for a failure without one, "" otherwise.
+const FAILS = new Set(D.verdicts.filter((v) => v !== "PASS" && !D.pseudo.includes(v)));
+const whose = (o) => (FAILS.has(o[0]) ? o[2] || "unknown" : "");
+// The entries of each model (one per variant), in variant order.
+const entriesOf = new Map();
+M.forEach((m, i) => { if (!entriesOf.has(m[0])) entriesOf.set(m[0], []); entriesOf.get(m[0]).push(i); });
+if (!MULTI) document.body.classList.add("one-variant");
 function env(m, s) {
   const x = m[3];
   for (let k = 0; k < x.length; k += 2) if (x[k] === s) return x[k + 1];
@@ -37,7 +48,7 @@ function entry(m, s) {
 }
 // The sweeps the model was run in (a verdict or an exclusion).
 function runs(m) { let n = 0; const h = m[2]; for (let k = 1; k < h.length; k += 3) if (!UNPROBED.has(h[k + 1])) n += h[k]; return n; }
-const hubOf = (m) => m[11] || null;
+const hubOf = (m) => m[14] || null;
 const hubText = (i) => (i == null || i < 0 ? null : D.texts[i]);
 const pendingOf = new Map();
 for (const [i, s, problem, at] of D.pending) {
@@ -57,6 +68,8 @@ function fill(id, values) {
 }
 const uniq = (xs) => [...new Set(xs.filter((x) => x != null))].sort();
 fill("#verdict-filter", D.verdicts.map((v) => [v, v]));
+fill("#attribution-filter", D.attributions.map((a) => [a, a]));
+fill("#variant-filter", VARIANTS.map((v, k) => [String(k), v]));
 fill("#signature-filter", uniq(O.filter((o) => !D.pseudo.includes(o[0])).map((o) => o[1])).map((s) => [s, s.length > 90 ? s.slice(0, 90) + "…" : s]));
 const taskCounts = D.tasks.map(() => 0);
 for (const m of M) { const hub = hubOf(m); if (hub && hub[0] >= 0) taskCounts[hub[0]]++; }
@@ -75,7 +88,8 @@ let shown = [];
 function current() {
   return {
     q: $("#search").value.trim().toLowerCase(),
-    verdict: $("#verdict-filter").value, sig: $("#signature-filter").value,
+    verdict: $("#verdict-filter").value, sig: $("#signature-filter").value, attr: $("#attribution-filter").value,
+    variant: $("#variant-filter").value === "" ? -1 : Number($("#variant-filter").value),
     device: $("#device-filter").value, sweep: $("#sweep-filter").value === "" ? -1 : Number($("#sweep-filter").value),
     torch: $("#torch-filter").value, tpu: $("#torch_tpu-filter").value, tf: $("#transformers-filter").value,
     view: $("#view").value, task: $("#task-filter").value === "" ? null : Number($("#task-filter").value),
@@ -94,12 +108,14 @@ function update() {
   for (let k = 0; k < n; k++) {
     const i = order ? order[k] : k;
     if (f.q && lower[i].indexOf(f.q) < 0) continue;
+    if (f.variant >= 0 && M[i][11] !== f.variant) continue;
     if (f.task !== null) { const hub = hubOf(M[i]); if (!hub || hub[0] !== f.task) continue; }
     const en = entry(M[i], f.sweep);
     if (!en) continue;
     const o = O[en[1]], e = envRow(en[2]);
     if (f.verdict && o[0] !== f.verdict) continue;
     if (f.sig && o[1] !== f.sig) continue;
+    if (f.attr && whose(o) !== f.attr) continue;
     if (f.device && e[0] !== f.device) continue;
     if (f.torch && e[1] !== f.torch) continue;
     if (f.tpu && e[2] !== f.tpu) continue;
@@ -112,15 +128,20 @@ function update() {
   for (const [i, en] of rows) {
     const m = M[i], o = O[en[1]], e = envRow(en[2]), hub = hubOf(m);
     const sig = o[1] || (UNPROBED.has(en[1]) ? D.verdict_help[o[0]] : "");
-    html.push('<tr data-i="' + i + '"><td>' + esc(m[0]) + "</td><td>" + esc(D.types[m[1]]) +
-      '</td><td class="st ' + slug(o[0]) + '">' + esc(o[0]) + '</td><td class="sig" title="' + esc(sig) + '">' +
+    const w = whose(o);
+    html.push('<tr data-i="' + i + '"><td>' + esc(m[0]) + '</td><td class="col-variant variant">' + esc(variantOf(m)) +
+      "</td><td>" + esc(D.types[m[1]]) + '</td><td class="st ' + slug(o[0]) + '">' + esc(o[0]) +
+      '</td><td class="whose' + (w ? " w-" + w : "") + '" title="' + esc(D.attribution_help[w] || "") + '">' + esc(w) +
+      '</td><td class="sig" title="' + esc(sig) + '">' +
       esc(sig) + "</td><td>" + esc(S[en[0]][0]) + "</td><td>" + esc(e[0] || S[en[0]][2]) + "</td><td>" + esc(e[1]) +
       "</td><td>" + esc(e[2]) + "</td><td>" + esc(e[3]) + "</td><td>" + runs(m) + '</td><td class="task">' +
       esc(hub && hub[0] >= 0 ? D.tasks[hub[0]] : "") + '</td><td class="num metric">' + esc(hub ? fmt(hub[metric]) : "") +
       "</td></tr>");
   }
   $("#results tbody").innerHTML = html.join("");
-  $("#match-count").textContent = count + (count === 1 ? " model matches" : " models match");
+  const what = MULTI && f.variant < 0 ? (count === 1 ? " run matches" : " runs match") + " (model x variant)"
+    : (count === 1 ? " model matches" : " models match");
+  $("#match-count").textContent = count + what;
   $("#more").textContent = count > MAX_ROWS ? "Showing the first " + MAX_ROWS + " of " + count + "; refine the search." : "";
 }
 // What the Hub says about the model (latest known), as definition-list items.
@@ -166,9 +187,18 @@ function detail(i) {
   h.push("<h2>" + esc(m[0]) + "</h2>");
   h.push("<dl><dt>" + (ran ? "latest run" : "latest") + "</dt><dd>" + esc(sweep) + ' <span class="st ' + slug(o[0]) +
     '">' + esc(o[0]) + "</span></dd>");
+  if (MULTI) h.push('<dt>variant</dt><dd class="variant">' + esc(variantOf(m)) + "</dd>");
   if (ran) {
     h.push("<dt>model type</dt><dd>" + esc(D.types[m[1]]) + "</dd>");
     if (o[1]) h.push("<dt>" + (o[0] === "excluded" ? "reason" : "signature") + "</dt><dd>" + esc(o[1]) + "</dd>");
+    const w = whose(o);
+    if (w) {
+      h.push('<dt>whose failure</dt><dd class="attribution"><b>' + esc(w) + "</b>: " + esc(D.attribution_help[w]) +
+        "</dd>");
+    }
+    const refSig = m[12] >= 0 ? D.texts[m[12]] : null, refNote = text(m[13], m, sweep);
+    if (refSig) h.push('<dt>reference signature</dt><dd class="reference-signature">' + esc(refSig) + "</dd>");
+    if (refNote) h.push('<dt>reference note</dt><dd class="reference-note">' + esc(refNote) + "</dd>");
     h.push("<dt>started</dt><dd>" + esc(m[10]) + "</dd>");
     h.push("<dt>versions</dt><dd>" + esc(Object.entries(versions).map(([k, v]) => k + " " + v).join(", ")) + "</dd>");
   }
@@ -191,6 +221,22 @@ function detail(i) {
     }
     h.push("</div>");
   }
+  const siblings = entriesOf.get(m[0]) || [i];
+  if (siblings.length > 1) {
+    // The model's variants side by side, in the chosen sweep (else this run's sweep).
+    const chosen = current().sweep;
+    const s = chosen >= 0 ? chosen : last[0];
+    h.push("<h3>Variants in " + esc(S[s][0]) + '</h3><table class="variants"><thead><tr><th>variant</th>' +
+      "<th>verdict</th><th>whose</th><th>signature</th></tr></thead><tbody>");
+    for (const j of siblings) {
+      const en = entry(M[j], s);
+      const vo = en ? O[en[1]] : null;
+      h.push('<tr data-i="' + j + '"' + (j === i ? ' class="selected"' : "") + "><td>" + esc(variantOf(M[j])) +
+        '</td><td class="st ' + (vo ? slug(vo[0]) : "") + '">' + esc(vo ? vo[0] : "—") + '</td><td class="whose">' +
+        esc(vo ? whose(vo) : "") + '</td><td class="sig">' + esc(vo ? vo[1] : "") + "</td></tr>");
+    }
+    h.push("</tbody></table>");
+  }
   if (errorType || message) {
     h.push('<h3>Error</h3><pre class="error">' + esc((errorType ? errorType + ": " : "") + (message || "")) + "</pre>");
   }
@@ -198,7 +244,8 @@ function detail(i) {
   if (repro) {
     h.push('<h3>Reproduce <button class="copy" type="button">Copy</button></h3><pre class="repro">' + esc(repro) + "</pre>");
   }
-  h.push('<h3>History</h3><table class="history"><thead><tr><th>sweep</th><th>verdict</th><th>signature</th>' +
+  h.push('<h3>History' + (MULTI ? " (" + esc(variantOf(m)) + ")" : "") + '</h3><table class="history"><thead><tr>' +
+    "<th>sweep</th><th>verdict</th><th>whose</th><th>signature</th>" +
     "<th>device</th><th>torch</th><th>torch_tpu</th><th>transformers</th></tr></thead><tbody>");
   const hh = m[2];
   for (let k = hh.length - 3; k >= 0; k -= 3) {
@@ -207,7 +254,8 @@ function detail(i) {
       const he = envRow(env(m, s));
       const rep = S[s][3];
       const name = rep ? '<a href="' + esc(rep) + '">' + esc(S[s][0]) + "</a>" : esc(S[s][0]);
-      h.push("<tr><td>" + name + '</td><td class="st ' + slug(ho[0]) + '">' + esc(ho[0]) + '</td><td class="sig">' +
+      h.push("<tr><td>" + name + '</td><td class="st ' + slug(ho[0]) + '">' + esc(ho[0]) + '</td><td class="whose">' +
+        esc(whose(ho)) + '</td><td class="sig">' +
         esc(ho[1]) + "</td><td>" + esc(he[0] || S[s][2]) + "</td><td>" + esc(he[1]) + "</td><td>" + esc(he[2]) +
         "</td><td>" + esc(he[3]) + "</td></tr>");
     }
@@ -219,6 +267,9 @@ function detail(i) {
   panel.hidden = false;
   const button = panel.querySelector("button.copy");
   if (button) button.addEventListener("click", () => copy(repro, button));
+  for (const tr of panel.querySelectorAll("table.variants tbody tr")) {
+    tr.addEventListener("click", () => detail(Number(tr.dataset.i)));
+  }
 }
 function copy(textToCopy, button) {
   const done = () => { button.textContent = "Copied"; setTimeout(() => { button.textContent = "Copy"; }, 1500); };
@@ -235,8 +286,9 @@ function fallback(textToCopy, done) {
 }
 let timer = null;
 $("#search").addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(update, 60); });
-for (const id of ["#view", "#task-filter", "#verdict-filter", "#signature-filter", "#device-filter", "#sweep-filter",
-                  "#torch-filter", "#torch_tpu-filter", "#transformers-filter"]) {
+for (const id of ["#view", "#task-filter", "#verdict-filter", "#attribution-filter", "#variant-filter",
+                  "#signature-filter", "#device-filter", "#sweep-filter", "#torch-filter", "#torch_tpu-filter",
+                  "#transformers-filter"]) {
   $(id).addEventListener("change", update);
 }
 $("#results tbody").addEventListener("click", (event) => {

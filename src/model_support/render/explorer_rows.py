@@ -1,0 +1,227 @@
+"""The explorer's data, the heavy lifting: every (model, variant, sweep) row of both configs and the
+pseudo-rows of runs listed without a row, as integers ready for run-length encoding; the latest run's
+texts; the string table; the Hub facts. ``explorer.explorer_data`` assembles the page data from these.
+
+An entry of the page is one (model, variant): a null variant (older files, sweeps without a matrix)
+reads as ``eager+dynamic``, so a sweep without a matrix has one entry per model, as before.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import polars as pl
+
+from .. import analysis, store
+from ..analysis import coverage
+from ..analysis.frames import variant_col
+
+EXCLUDED = "excluded"
+NOT_PROBED, NOT_TESTED = coverage.NOT_PROBED, coverage.NOT_TESTED
+PSEUDO_VERDICTS = (EXCLUDED, NOT_PROBED, NOT_TESTED)
+#: Placeholders for the model id and the sweep id inside de-duplicated texts.
+MODEL_MARK = "\x01"
+SWEEP_MARK = "\x02"
+VERSION_KEYS = analysis.VERSION_COMPONENTS
+#: What an outcome is, in the page's lookup table: the verdict, the signature, whose failure it is.
+OUTCOME_COLUMNS = ("status", "failure_signature", "attribution")
+#: The order of a model's Hub facts in the page data (the page reads them by position).
+HUB_FACTS = (
+    "pipeline_tag",
+    "downloads",
+    "likes",
+    "trending_score",
+    "library_name",
+    "license",
+    "gated",
+    "hub_num_params",
+    "created_at",
+    "base_model",
+    "listed_by",
+)
+
+
+def encoded_rows(data_dir: Path, sweeps: pl.DataFrame, unprobed: pl.DataFrame):
+    """Every (model, variant, sweep) row of both configs, and the ``unprobed`` pseudo-rows, as integers,
+    ready for run-length encoding.
+
+    Returns (rows, entries, outcomes, envs): rows has m (entry key: model and variant), s (sweep
+    position), o (outcome index), e (environment index) and c (0 results, 1 excluded, 2 not probed /
+    not tested), sorted by entry then sweep, one row per entry and sweep (results win over excluded,
+    both over a pseudo-row); entries maps m to model_id and variant; outcomes and envs are the lookup
+    tables. Strings are hashed to integer keys first: sorting a million rows that carry strings costs
+    seconds, sorting integers a few milliseconds.
+    """
+    light = [
+        "model_id",
+        "variant",
+        "sweep_id",
+        "status",
+        "failure_signature",
+        "attribution",
+        "device_type",
+        "exclusion_reason",
+        "versions",
+    ]
+    results = (
+        store.scan(data_dir, "results").select(light).with_columns(variant_col(), pl.lit(0, dtype=pl.Int8).alias("c"))
+    )
+    excluded = (
+        store.scan(data_dir, "excluded")
+        .select(light)
+        .with_columns(
+            variant_col(),
+            pl.lit(EXCLUDED).alias("status"),
+            pl.col("exclusion_reason").fill_null("(no reason given)").alias("failure_signature"),
+            pl.lit(None, dtype=pl.String).alias("attribution"),
+            pl.lit(1, dtype=pl.Int8).alias("c"),
+        )
+    )
+    types = results.collect_schema()
+    pseudo = (
+        unprobed.lazy()
+        .select(
+            "model_id",
+            variant_col(),
+            "sweep_id",
+            "status",
+            "failure_signature",
+            *[
+                pl.lit(None, dtype=types[c]).alias(c)
+                for c in ("attribution", "device_type", "exclusion_reason", "versions")
+            ],
+            pl.lit(2, dtype=pl.Int8).alias("c"),
+        )
+        .select(*light, "c")
+    )
+    order = sweeps.lazy().with_row_index("s").select("sweep_id", pl.col("s").cast(pl.Int32))
+    outcome_cols = list(OUTCOME_COLUMNS)
+    env_cols = ["device_type", *VERSION_KEYS]
+    wide = (
+        pl.concat([results, excluded, pseudo])
+        .with_columns([pl.col("versions").struct.field(k).alias(k) for k in VERSION_KEYS])
+        .join(order, on="sweep_id", how="inner")
+        .with_columns(
+            pl.struct("model_id", "variant").hash(seed=0).alias("m"),
+            pl.struct(outcome_cols).hash(seed=0).alias("ok"),
+            pl.struct(env_cols).hash(seed=0).alias("ek"),
+        )
+    ).collect()
+    entries = wide.select("m", "model_id", "variant").unique("m")
+    outcomes = (
+        wide.select("ok", *outcome_cols)
+        .unique("ok")
+        .sort(outcome_cols, nulls_last=False)
+        .with_row_index("o")
+        .with_columns(pl.col("o").cast(pl.Int32))
+    )
+    envs = (
+        wide.select("ek", *env_cols)
+        .unique("ek")
+        .sort(env_cols, nulls_last=True)
+        .with_row_index("e")
+        .with_columns(pl.col("e").cast(pl.Int32))
+    )
+    rows = (
+        wide.lazy()
+        .select("m", "s", "c", "ok", "ek")
+        .join(outcomes.lazy().select("ok", "o"), on="ok", how="left")
+        .join(envs.lazy().select("ek", "e"), on="ek", how="left")
+        .sort("m", "s", "c")
+        .filter(((pl.col("m") != pl.col("m").shift(1)) | (pl.col("s") != pl.col("s").shift(1))).fill_null(True))
+        .select("m", "s", "o", "e", "c")
+        .collect()
+    )
+    return rows, entries, outcomes.drop("ok"), envs.drop("ek")
+
+
+def relative_href(path: str | None, data_dir: Path, reports: Path) -> str | None:
+    """A link from ``data/reports`` to ``path`` when it lies under ``data_dir``; else None."""
+    if not path:
+        return None
+    root = str(data_dir)
+    if path.startswith(root + "/") and "/." not in path and "//" not in path:  # the common case, fast
+        return "../" + path[len(root) + 1 :]
+    candidates = [path] if os.path.isabs(path) else [os.path.join(data_dir, path), os.path.abspath(path)]
+    for candidate in candidates:
+        full = os.path.normpath(candidate)
+        if full == root or full.startswith(root + os.sep):
+            return Path(os.path.relpath(full, reports)).as_posix()
+    return None
+
+
+class Strings:
+    """A string table: each distinct text is stored once and referred to by index."""
+
+    def __init__(self):
+        self.items: list[str] = []
+        self.index: dict[str, int] = {}
+
+    def add(self, text: str | None) -> int:
+        if text is None:
+            return -1
+        found = self.index.get(text)
+        if found is None:
+            found = self.index[text] = len(self.items)
+            self.items.append(text)
+        return found
+
+
+def template(text: str | None, model_id: str, sweep_id: str) -> str | None:
+    if text is None:
+        return None
+    return text.replace(model_id, MODEL_MARK).replace(sweep_id, SWEEP_MARK)
+
+
+def hub_facts(facts: dict, listed_by: str | None, task_index: dict, texts: Strings) -> list:
+    """[task index, downloads, likes, trending_score, then text indices / numbers]: see ``HUB_FACTS``."""
+    out = []
+    for name in HUB_FACTS:
+        value = listed_by if name == "listed_by" else facts.get(name)
+        if name == "pipeline_tag":
+            out.append(task_index.get(value, -1))
+        elif name in ("downloads", "likes", "trending_score", "hub_num_params", "created_at"):
+            out.append(value)
+        else:
+            out.append(texts.add(value))
+    return out
+
+
+def latest_details(data_dir: Path, keys: pl.DataFrame) -> dict[tuple[str, str], dict]:
+    """The heavy texts of each entry's row in ``keys`` (model_id, variant, sweep_id), keyed by (model_id,
+    variant), reading only the sweeps that hold one; an entry whose key has no row (a pseudo-row) is
+    absent."""
+    heavy_cols = [
+        "model_id",
+        "variant",
+        "sweep_id",
+        "model_type",
+        "error_type",
+        "error_message",
+        "traceback",
+        "repro_script",
+        "notebook_path",
+        "versions",
+        "started_at",
+        "reference_signature",
+        "reference_note",
+    ]
+    wanted = keys["sweep_id"].unique().to_list()
+    on = ["model_id", "variant", "sweep_id"]
+    heavy = pl.concat(
+        [
+            store.scan(data_dir, config)
+            .select(*heavy_cols, pl.lit(c).alias("_config"))
+            .filter(pl.col("sweep_id").is_in(wanted))
+            .with_columns(variant_col())
+            .join(keys.lazy(), on=on, how="semi")
+            for c, config in enumerate(store.CONFIGS)
+        ]
+    )
+    heavy = (
+        heavy.sort("model_id", "variant", "_config")
+        .unique(["model_id", "variant"], keep="first", maintain_order=True)
+        .collect()
+    )
+    return {(r["model_id"], r["variant"]): r for r in heavy.iter_rows(named=True)}

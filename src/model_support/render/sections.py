@@ -1,0 +1,133 @@
+"""The report sections a porting team acts on, in the order the report leads with them: whose failures
+they are (the stack's, the models', both, unknown), the failure modes ranked by models affected (with
+their attribution, the ones new since the baseline flagged), and the changes since the baseline (what
+the stack newly broke first)."""
+
+from __future__ import annotations
+
+import html
+
+import polars as pl
+
+from .. import analysis
+from .html import table_html
+
+
+def _multi(tables: dict[str, pl.DataFrame]) -> bool:
+    """Whether the sweep ran more than one variant (a matrix): counts are then of runs."""
+    return tables["variant_stats"].height > 1
+
+
+def _runs_note(tables: dict[str, pl.DataFrame]) -> str:
+    if not _multi(tables):
+        return ""
+    n = tables["variant_stats"].height
+    return (
+        f'<p class="ms-note">This sweep ran {n} variants per model: every count below is of runs (model-variant '
+        "pairs), not of models; <i>models</i> counts distinct models.</p>"
+    )
+
+
+def whose_html(tables: dict[str, pl.DataFrame]) -> str:
+    """One sentence with the split and both pass rates, then the split as a table with each term's meaning."""
+    counts = dict(tables["attribution"].select("attribution", "count").rows())
+    total = sum(counts.values())
+    summary = tables["summary"].row(0, named=True)
+
+    def rate(value) -> str:
+        return f"{100 * value:.1f}%" if value is not None else "-"
+
+    lead = (
+        f'<p class="ms-lead"><b>{total:,} failure{"s" if total != 1 else ""}: {counts.get("stack", 0):,} the '
+        f"stack's</b> (the CPU reference passes: what to fix), {counts.get('model', 0):,} the models' (they fail the "
+        f"same way on the reference), {counts.get('both', 0):,} both, {counts.get('unknown', 0):,} unknown (no "
+        f"reference rerun). Pass rate {rate(summary['pass_rate'])}; on the stack "
+        f"{rate(summary['stack_pass_rate'])} (failures that are the model's own left out).</p>"
+    )
+    if not total:
+        return lead
+    table = tables["attribution"].with_columns(
+        pl.col("attribution").replace_strict(analysis.ATTRIBUTION_KIND_HELP, default=None).alias("meaning")
+    )
+    return lead + _runs_note(tables) + table_html(table.rename({"count": "failures"}))
+
+
+SIGNATURE_COLUMNS = {
+    "failure_signature": "failure signature",
+    "new": "new",
+    "models": "models",
+    "count": "runs",
+    "attribution": "whose",
+    "failure_stage": "stage",
+    "status": "verdict",
+    "example_models": "example models",
+    "error_message": "error_message",
+    "traceback": "traceback",
+}
+
+
+def signatures_html(tables: dict[str, pl.DataFrame], baseline_sweep_id: str | None, max_rows: int = 200) -> str:
+    """The failure modes, the one affecting the most models first: whose failures they are ("stack 3,
+    model 1" when mixed) and "new" for a signature the baseline did not have."""
+    sigs = tables["signatures"]
+    if not sigs.height:
+        return '<p class="ms-note">No failures.</p>'
+    columns = [c for c in SIGNATURE_COLUMNS if c in sigs.columns]
+    if not baseline_sweep_id:
+        columns.remove("new")
+    if not _multi(tables):
+        columns.remove("count")
+    shown = sigs.with_columns(pl.when(pl.col("new")).then(pl.lit("new")).otherwise(pl.lit("")).alias("new"))
+    note = ""
+    if baseline_sweep_id:
+        n_new = int(sigs["new"].fill_null(False).sum())
+        note = f'<p class="ms-note">{n_new:,} of {sigs.height:,} signatures are new since the baseline.</p>'
+    return note + table_html(
+        shown.select(columns).rename({c: SIGNATURE_COLUMNS[c] for c in columns}), max_rows=max_rows
+    )
+
+
+CHANGE_COLUMNS = {
+    "model_id": "model",
+    "variant": "variant",
+    "attribution": "whose",
+    "status_before": "before",
+    "status_after": "after",
+    "signature_after": "signature now",
+    "signature_before": "signature before",
+    "error_message": "error_message",
+}
+
+
+def changes_html(
+    tables: dict[str, pl.DataFrame], sweep_id: str, baseline_sweep_id: str | None, max_rows: int = 300
+) -> str:
+    """The diff against the baseline: the one-line summary, then one list per kind of change in
+    ``analysis.CHANGES`` order (newly broken by the stack first), then the signatures that appeared or
+    vanished."""
+    if not baseline_sweep_id:
+        return '<p class="ms-note">No baseline sweep: nothing to compare with.</p>'
+    changes = tables["changes"]
+    line = analysis.diff_summary(changes, baseline_sweep_id, sweep_id)
+    left_out = sum(t["baseline_status"].is_not_null().sum() for t in (tables["pending"], tables["not_tested"]))
+    parts = [f'<p class="ms-diff-summary"><b>{html.escape(line)}</b></p>']
+    if left_out:
+        parts.append(
+            f'<p class="ms-note">{left_out:,} model{"s" if left_out != 1 else ""} of the baseline not probed in this '
+            "sweep (pending or not tested) are left out of the diff.</p>"
+        )
+    parts.append(_runs_note(tables))
+    columns = [c for c in CHANGE_COLUMNS if c in changes.columns and (c != "variant" or _multi(tables))]
+    for change in analysis.CHANGES:
+        part = changes.filter(pl.col("change") == change)
+        if not part.height:
+            continue
+        slug = change.replace(" ", "-")
+        parts.append(f'<h4 class="ms-change" id="change-{slug}">{html.escape(change)} ({part.height:,})</h4>')
+        keep = [c for c in columns if c in ("model_id", "variant") or part[c].null_count() < part.height]
+        parts.append(table_html(part.select(keep).rename({c: CHANGE_COLUMNS[c] for c in keep}), max_rows=max_rows))
+    if not changes.height:
+        parts.append('<p class="ms-note">No model changed.</p>')
+    parts.append("<h4>Failure signatures that appeared or vanished</h4>")
+    parts.append(table_html(tables["signature_changes"], empty="No signature appeared or vanished."))
+    return "".join(parts)
