@@ -247,3 +247,16 @@ def test_verdicts_of_probe_core_match_the_schema():
     assert probe.first_divergence([1, 2, 3], [1, 2, 4]) == 2
     assert probe.first_divergence([1, 2], [1, 2, 3]) == 2
     assert probe.first_divergence([1, 2], [1, 2]) is None
+
+
+def test_models_bigger_than_one_device_in_the_smoke_sweep(smoke_sweep):
+    """devices auto with a 1 MB pretend device: 2 ranks, tensor or expert parallel; no plan: its sentence."""
+    by_name = smoke_sweep["by_name"]
+    llama, mixtral, gpt2 = by_name["sharded-llama"], by_name["sharded-mixtral"], by_name["sharded-gpt2"]
+    assert (llama["devices_used"], llama["parallelism"], llama["tp_size"]) == (2, "tp", 2)
+    assert (mixtral["devices_used"], mixtral["parallelism"], mixtral["ep_size"]) == (2, "ep", 2)
+    assert llama["memory_estimate_bytes"] > 1_000_000 and len(mixtral["generate_s_per_rank"]) == 2
+    assert gpt2["error_message"] == (
+        "GPT2LMHeadModel has no tensor or expert parallel plan, and needs 2 devices: it cannot run here as shipped"
+    )
+    assert by_name["tiny-llama"]["devices_used"] == 1 and by_name["tiny-llama"]["parallelism"] == "none"

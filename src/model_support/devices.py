@@ -86,6 +86,16 @@ class Adapter:
         """torch.compile's backend for this device: inductor (cpu, cuda); the tpu adapter says tpu."""
         return "inductor"
 
+    def devices_present(self) -> int:
+        """How many devices a sharded probe may use: the chips or GPUs; on the CPU one rank per core."""
+        return self.device_count() if self.type != "cpu" else max(1, os.cpu_count() or 1)
+
+    def device_memory_bytes(self) -> int:
+        """Memory of one device (the host's, shared by the ranks, on the CPU)."""
+        import psutil
+
+        return psutil.virtual_memory().total // self.devices_present()
+
 
 class CudaAdapter(Adapter):
     def __init__(self):
@@ -116,6 +126,11 @@ class CudaAdapter(Adapter):
 
         return torch.cuda.device_count()
 
+    def device_memory_bytes(self) -> int:
+        import torch
+
+        return torch.cuda.get_device_properties(0).total_memory
+
 
 class TpuAdapter(Adapter):
     """torch_tpu 0.2.0: public ``torch.accelerator`` calls, experimental/private ``torch.tpu`` ones guarded."""
@@ -125,6 +140,14 @@ class TpuAdapter(Adapter):
 
     def compile_backend(self) -> str:
         return "tpu"  # torch.compile(model, backend="tpu") is torch_tpu's graph-mode path
+
+    def device_memory_bytes(self) -> int:
+        import torch
+
+        try:  # experimental in torch_tpu 0.2.0: raises for a generation it does not recognise
+            return int(torch.tpu.get_device_properties().total_memory)
+        except (RuntimeError, AttributeError):
+            return 16 * 2**30  # a v5e chip, the smallest in use: the plan then errs towards more chips
 
     def synchronize(self) -> None:
         import torch

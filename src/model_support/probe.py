@@ -160,6 +160,76 @@ def attribute(record: dict, settings: dict) -> None:
         record["reference_note"] = f"the reference fails at {ref['failure_stage']}: {type(exc).__name__}: {exc}"[:2000]
 
 
+#: The sharded result's fields a record keeps as they are.
+SHARDED_FIELDS = (
+    "devices_used",
+    "parallelism",
+    "tp_size",
+    "ep_size",
+    "memory_estimate_bytes",
+    "load_s_per_rank",
+    "generate_s_per_rank",
+    "peak_device_mem_mb",
+)
+STAGE_FIELDS = (
+    "model_type",
+    "architectures",
+    "num_params",
+    "chat_template_used",
+    "tokens_in",
+    "tokens_out",
+    "output_token_ids",
+    "generated_text",
+    "failed_step",
+    "load_s",
+    "first_token_s",
+    "generate_s",
+    "decode_tokens_per_s",
+)
+
+
+def _sharded(record: dict, settings: dict, adapter) -> bool:
+    """``devices`` other than 1: the probe over N devices (``sharded.run_sharded``, one rank per device,
+    tensor or expert parallel by the model's own plan); ``auto`` picks the fewest that hold the model.
+    True when it ran (the record is complete), False when one device is the answer."""
+    devices = str(settings["devices"])
+    if devices == "1":
+        return False
+    from . import sharded
+
+    params = sharded.estimate_params(settings["load_from"], settings["revision"], settings["trust_remote_code"])
+    record["memory_estimate_bytes"] = sharded.memory_estimate_bytes(params, settings["dtype"])
+    if devices == "auto":
+        memory = int(settings["device_memory_gb"] * 1e9) or adapter.device_memory_bytes()
+        try:
+            count = sharded.plan_devices(params, settings["dtype"], memory, adapter.devices_present())
+        except sharded.DoesNotFit as exc:
+            record_failure(record, "runner", exc, status=schema.FAIL_OTHER)
+            return True
+        if count == 1:
+            return False
+    else:
+        count = int(devices)
+    if settings["mode"] != "eager":
+        exc = probe_params.ParameterError(f"devices={devices} runs in eager mode only; drop mode={settings['mode']}.")
+        record_failure(record, "runner", exc, status=schema.FAIL_OTHER)
+        return True
+    result = sharded.run_sharded(settings, count, adapter.type, timeout_s=settings.get("timeout_s", 900))
+    for key in (*STAGE_FIELDS, *SHARDED_FIELDS):
+        record[key] = result.get(key)
+    record["peak_host_mem_mb"] = _peak_host_mb()
+    if result["exception"] is not None:
+        record_failure(record, result["failure_stage"], result["exception"], status=result["status"])
+        if result.get("error_type") == "NoParallelPlan":  # one CPU process would not test what failed here
+            record["reference_note"] = "attribution not run: the model needs more devices than one and has no plan"
+        else:
+            attribute(record, settings)
+        return True
+    record["status"] = schema.PASS
+    run_reference(record, settings)
+    return True
+
+
 def run_probe(
     model_id: str, record_path: str = "", sweep_id: str = "", notebook_path: str = "", snapshot: str = "", **overrides
 ) -> dict:
@@ -233,6 +303,9 @@ def _probe(record: dict, settings: dict, sweep_id: str) -> None:
             {k: got[k] for k in ("revision_sha", "download_s", "download_bytes")}, **hub.metadata(got["info"])
         )
         settings["load_from"] = got["path"]
+    if _sharded(record, settings, adapter):
+        return
+    record.update(devices_used=1, parallelism="none")
     adapter.reset_peak_memory()
     result = probe_core.run_stages(
         model_id=settings["load_from"],
@@ -252,19 +325,7 @@ def _probe(record: dict, settings: dict, sweep_id: str) -> None:
     if settings["mode"] == "compile":
         record["compile_backend"] = adapter.compile_backend()
     for key in (
-        "model_type",
-        "architectures",
-        "num_params",
-        "chat_template_used",
-        "tokens_in",
-        "tokens_out",
-        "output_token_ids",
-        "generated_text",
-        "failed_step",
-        "load_s",
-        "first_token_s",
-        "generate_s",
-        "decode_tokens_per_s",
+        *STAGE_FIELDS,
         "compile_s",
         "graphs",
         "graph_breaks",

@@ -41,6 +41,7 @@ class Param:
     choices: tuple | None = None
     minimum: int | float | None = None  # inclusive
     runner_owned: bool = False  # set by the sweep runner for each model; a sweep file may not set it
+    integers: bool = False  # a str parameter that also takes an integer (devices: 2 or "auto")
 
     def accepted(self) -> str:
         """What is accepted, in words."""
@@ -53,6 +54,8 @@ class Param:
     def check(self, value: Any, where: str = "") -> Any:
         """The value if acceptable, else a ParameterError naming it and what is accepted."""
         prefix = f"{where}: " if where else ""
+        if self.integers and isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)
         wrong_bool = isinstance(value, bool) and self.type is not bool
         number_ok = self.type is float and isinstance(value, int)
         if wrong_bool or not (isinstance(value, self.type) or number_ok):
@@ -77,6 +80,15 @@ PROBE_PARAMS: tuple[Param, ...] = (
     Param("max_new_tokens", int, 8, "greedy new tokens", minimum=1),
     Param("mode", str, "eager", "eager, or compile: torch.compile with the device's backend", choices=MODES),
     Param("cache", str, "dynamic", "the KV cache: dynamic, or static (transformers' static cache)", choices=CACHES),
+    Param(
+        "devices",
+        str,
+        "1",
+        "1, a power of two, or auto: the fewest devices that hold the model",
+        choices=("1", "2", "4", "8", "16", "32", "auto"),
+        integers=True,
+    ),
+    Param("device_memory_gb", float, 0.0, "memory per device for devices auto; 0 asks the device", minimum=0),
     Param("chat_template", str, "auto", "auto uses it when the tokenizer has one", choices=CHAT_TEMPLATES),
     Param("trust_remote_code", bool, False, "off unless a sweep explicitly turns it on"),
     Param("reference", str, "cpu", "cpu compares greedy tokens with a CPU run", choices=REFERENCES),

@@ -106,6 +106,13 @@ FIELDS: dict[str, pa.DataType] = {
     "graph_break_reasons": pa.list_(pa.string()),
     "recompilations": pa.int64(),
     "matches_eager": pa.bool_(),
+    "devices_used": pa.int64(),
+    "parallelism": pa.string(),
+    "tp_size": pa.int64(),
+    "ep_size": pa.int64(),
+    "memory_estimate_bytes": pa.int64(),
+    "load_s_per_rank": pa.list_(pa.float64()),
+    "generate_s_per_rank": pa.list_(pa.float64()),
     "peak_host_mem_mb": pa.float64(),
     "peak_device_mem_mb": pa.float64(),
     "device_mem_source": pa.string(),
@@ -168,6 +175,13 @@ LATER_FIELDS = (
     "graph_break_reasons",
     "recompilations",
     "matches_eager",
+    "devices_used",
+    "parallelism",
+    "tp_size",
+    "ep_size",
+    "memory_estimate_bytes",
+    "load_s_per_rank",
+    "generate_s_per_rank",
 )
 
 

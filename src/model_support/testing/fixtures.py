@@ -51,6 +51,7 @@ from .builders import (  # noqa: F401  (DIVERGING_MODULE and EOS_EARLY_STEP: re-
     build_unknown_type,
     tiny_builder,
 )
+from .sharded_fixtures import SHARDED_FIXTURES
 from .tiny import (  # noqa: F401
     CHAT_TINY,
     ENV_MODELS_DIR,
@@ -163,6 +164,7 @@ FIXTURES: list[Fixture] = [
         None,
         "Custom code behind auto_map, refused without trust_remote_code; running it would write the marker.",
         path_bound=True,
+        attribution="model",
     ),
     Fixture(
         "fail-short-positions",
@@ -218,6 +220,10 @@ FIXTURES: list[Fixture] = [
         "Custom code with a data-dependent Python branch in its forward: graph breaks when compiled, still PASS.",
         TRC,
     ),
+    *[
+        Fixture(s["name"], s["build"], s["status"], s["stage"], s["tokens_out"], s["purpose"], s["overrides"])
+        for s in SHARDED_FIXTURES
+    ],
     Fixture(
         "attr-stack-fft",
         build_fft_logits,

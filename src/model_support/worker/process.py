@@ -164,7 +164,6 @@ class Standby:
             stderr=subprocess.STDOUT,
             stdin=subprocess.PIPE,
             env={**os.environ, **(env or {})},
-            preexec_fn=_die_with_parent,
         )
 
     def wait_warm(self, timeout: float = 300) -> bool:
@@ -423,4 +422,9 @@ def _run_notebook(work: Path, km) -> None:
 
 
 if __name__ == "__main__":
+    # Set here, in the child, rather than with Popen(preexec_fn=...): a preexec_fn runs between fork and
+    # exec and can deadlock when the runner has other threads (downloads, logging) holding locks.
+    _die_with_parent()
+    if os.getppid() == 1:  # the runner died before the line above ran
+        sys.exit(1)
     _execute(Path(sys.argv[1]))

@@ -1,0 +1,90 @@
+"""What ``run_sharded``, its launcher process and its rank processes agree on: the settings a rank
+uses, what a rank reports, the signals and exit status between them, the test-only fault switch."""
+
+from __future__ import annotations
+
+import signal
+
+from .. import probe_core
+
+#: Test-only switch, read by every rank: ``ACTION:RANK:STEP`` makes rank RANK, once it has generated
+#: STEP new tokens, ``kill`` itself (SIGKILL, as the OOM killer would) or ``hang`` (sleep forever).
+#: Never set outside tests.
+TEST_FAULT_ENV = "MODEL_SUPPORT_SHARDED_TEST_FAULT"
+#: Seconds the elastic agent gives the other ranks to stop after one failed, before SIGKILL.
+SHUTDOWN_GRACE_S = 5
+#: Sent to the ranks still running at the timeout: each writes its Python stacks to its log.
+STACKS_SIGNAL = signal.SIGUSR1
+#: The signals the elastic agent stops the other ranks with once one failed (a rank ended by one of
+#: these is the cause of the failure only when no rank crashed or raised).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+#: Exit status of a rank whose stages raised (its result file says what): the agent stops the others.
+RANK_FAILED_EXIT = 3
+#: The probe settings a rank uses, with run_stages' defaults; plus this module's own.
+RANK_DEFAULTS = {
+    "revision": "",
+    "dtype": "bfloat16",
+    "prompt": probe_core.DEFAULT_PROMPT,
+    "max_new_tokens": 8,
+    "chat_template": "auto",
+    "trust_remote_code": False,
+    "seed": 0,
+    "cache": "dynamic",
+    "mode": "eager",
+    # "auto": parallelism_for's choice; "tp" or "ep" force one (transformers refuses what the model lacks).
+    "parallelism": "auto",
+    # for "ep": "auto" (the tensor plan when there is one, else FSDP), "tp" or "fsdp".
+    "ep_dense": "auto",
+}
+#: The keys of probe_core.run_stages' result, in its order (the objects model/tokenizer stay None).
+STAGE_KEYS = (
+    "status",
+    "failure_stage",
+    "exception",
+    "model_type",
+    "architectures",
+    "num_params",
+    "chat_template_used",
+    "tokens_in",
+    "tokens_out",
+    "output_token_ids",
+    "generated_text",
+    "failed_step",
+    "load_s",
+    "first_token_s",
+    "generate_s",
+    "decode_tokens_per_s",
+    "input_ids",
+    "compile_s",
+    "graphs",
+    "graph_breaks",
+    "graph_break_reasons",
+    "recompilations",
+    "matches_eager",
+    "model",
+    "tokenizer",
+)
+#: What a rank reports (JSON) beyond the stage keys.
+RANK_KEYS = (
+    "rank",
+    "error_type",
+    "error_module",
+    "error_message",
+    "traceback",
+    "failed_at",
+    "peak_device_mem_mb",
+    "device_mem_source",
+    "peak_host_mem_mb",
+    "local_param_bytes",
+    "local_experts",
+)
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this process when its parent dies, so nothing of a run outlives its caller."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass

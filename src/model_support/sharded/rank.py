@@ -1,0 +1,283 @@
+"""A rank process of ``run_sharded`` (``python -m model_support.sharded --rank DIR``): pins itself to
+its device (``tpu_rank_env`` on TPU) before torch is imported, runs the probe's stages on its shard of
+the model, writes its progress and its report as JSON into the run folder, and dies with its parent."""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from .. import devices, probe_core
+from ..fileio import atomic_write_json
+from ..scheduler import TPU_BASE_PORT, TPU_CHIP_BOUNDS
+from .protocol import RANK_FAILED_EXIT, RANK_KEYS, STACKS_SIGNAL, STAGE_KEYS, TEST_FAULT_ENV, _die_with_parent
+
+
+def tpu_rank_env(local_rank: int, world_size: int, chips: list[int] | None = None) -> dict:
+    """The TPU runtime's variables that give rank ``local_rank`` one chip of a ``world_size``-process slice
+    on this host (torch_tpu: one chip per process, seen at index 0). ``chips``: the chips of the probe
+    (the scheduler's ``TPU_VISIBLE_CHIPS`` block), else 0..world_size-1. Written from libtpu's
+    multi-process conventions (pytorch/xla, JAX): NOT tested on a TPU here."""
+    chips = list(chips) if chips else list(range(world_size))
+    if len(chips) < world_size:
+        raise ValueError(f"{world_size} TPU ranks need {world_size} chips, got {chips}.")
+    if world_size not in TPU_CHIP_BOUNDS:
+        raise ValueError(f"A TPU slice on one host has 1, 2, 4 or 8 processes, not {world_size}.")
+    ports = [TPU_BASE_PORT + chip for chip in chips[:world_size]]
+    return {
+        "TPU_VISIBLE_CHIPS": str(chips[local_rank]),
+        "TPU_CHIPS_PER_PROCESS_BOUNDS": "1,1,1",
+        "TPU_PROCESS_BOUNDS": TPU_CHIP_BOUNDS[world_size],
+        "TPU_PROCESS_ADDRESSES": ",".join(f"localhost:{port}" for port in ports),
+        "TPU_PROCESS_PORT": str(ports[local_rank]),
+        "CLOUD_TPU_TASK_ID": str(local_rank),
+    }
+
+
+class _Progress:
+    """The rank's stage and token count, in a file the parent reads when the rank never reports."""
+
+    def __init__(self, run_dir: Path, rank: int):
+        self.path = run_dir / f"rank{rank}.progress.json"
+        self.state = {"stage": "runner", "tokens": 0}
+
+    def __call__(self, **changes) -> None:
+        self.state.update(changes, t=time.time())
+        atomic_write_json(self.path, self.state)
+
+
+def _test_fault(rank: int) -> tuple[str, int] | None:
+    """The test-only fault for this rank (``TEST_FAULT_ENV``), or None."""
+    value = os.environ.get(TEST_FAULT_ENV, "")
+    if not value:
+        return None
+    action, fault_rank, step = value.split(":")
+    return (action, int(step)) if int(fault_rank) == rank else None
+
+
+class _RankTimer(probe_core.StepTimer):
+    """The probe's step timer, also writing progress (and acting out the test-only fault)."""
+
+    def __init__(self, synchronize, progress: _Progress, fault):
+        super().__init__(synchronize)
+        self.progress = progress
+        self.fault = fault
+
+    def put(self, value):
+        seen = self._seen_prompt
+        super().put(value)
+        if not seen:
+            return
+        self.progress(tokens=len(self.times))
+        if self.fault and len(self.times) == self.fault[1]:
+            if self.fault[0] == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            while self.fault[0] == "hang":
+                time.sleep(1)
+
+
+def _rank_device(device_type: str, local_rank: int):
+    import torch
+
+    if device_type == "cpu":
+        return torch.device("cpu")
+    index = torch.accelerator.current_device_index() if device_type == "tpu" else local_rank
+    torch.accelerator.set_device_index(index)
+    return torch.device(device_type, index)
+
+
+def _init_process_group(device_type: str, device, timeout_s: float) -> None:
+    import datetime
+
+    import torch
+    from transformers.distributed.utils import get_distributed_backend
+
+    backend = get_distributed_backend(device_type)
+    torch.distributed.init_process_group(
+        backend=backend,
+        device_id=device if backend == "nccl" else None,
+        timeout=datetime.timedelta(seconds=max(30.0, float(timeout_s))),
+    )
+
+
+def _load(settings: dict, kwargs: dict | None, device, info: dict):
+    """probe_core.load, with the model split by ``DistributedConfig(**kwargs)`` across the ranks."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    common = {"revision": settings["revision"] or None, "trust_remote_code": settings["trust_remote_code"]}
+    config = AutoConfig.from_pretrained(settings["model"], **common)
+    info["model_type"] = getattr(config, "model_type", None)
+    info["architectures"] = list(getattr(config, "architectures", None) or [])
+    tokenizer = AutoTokenizer.from_pretrained(settings["model"], **common)
+    extra = {}
+    if kwargs:
+        from transformers.distributed import DistributedConfig
+
+        extra["distributed_config"] = DistributedConfig(**kwargs)
+    model, loading = AutoModelForCausalLM.from_pretrained(
+        settings["model"], dtype=getattr(torch, settings["dtype"]), output_loading_info=True, **common, **extra
+    )
+    info["num_params"] = sum(p.numel() for p in model.parameters())  # a DTensor counts its global shape
+    newly = sorted(loading.get("missing_keys") or []) + sorted(str(k) for k in (loading.get("mismatched_keys") or []))
+    if newly:
+        shown = ", ".join(newly[:5]) + (", ..." if len(newly) > 5 else "")
+        raise probe_core.NewlyInitialisedWeights(
+            f"{len(newly)} weights of {type(model).__name__} are not in the checkpoint and were newly initialised: {shown}"
+        )
+    if not kwargs:
+        model.to(device)  # a split model is already on this rank's device
+    model.eval()
+    return model, tokenizer
+
+
+def _generate_no_grad(model, tokenizer, input_ids, attention_mask, max_new_tokens, device, timer, cache):
+    """probe_core.generate under torch.no_grad(): FSDP2's unsharding refuses inference tensors."""
+    import torch
+
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    extra = {"cache_implementation": "static"} if cache == "static" else {}
+    with torch.no_grad():
+        output = model.generate(
+            input_ids=input_ids.to(device),
+            attention_mask=attention_mask.to(device),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=pad,
+            streamer=timer,
+            **extra,
+        )
+    return output[0, input_ids.shape[1] :].tolist()
+
+
+def _local_footprint(model) -> tuple[int, list[int] | None]:
+    """Bytes of parameters this rank holds, and its experts per expert-parallel module (None if none)."""
+    total = 0
+    for param in model.parameters():
+        local = param.to_local() if hasattr(param, "to_local") else param
+        total += local.numel() * local.element_size()
+    experts = [m.num_experts for m in model.modules() if getattr(m, "_is_expert_parallel", False)]
+    return total, experts or None
+
+
+def _rank_body(job: dict, rank: int, local_rank: int, progress: _Progress) -> dict:
+    """The probe's stages on this rank; every exception lands in the report with its stage."""
+    import resource
+
+    settings, device_type, world_size = job["settings"], job["device_type"], job["world_size"]
+    report = dict.fromkeys(STAGE_KEYS + RANK_KEYS)
+    for key in ("exception", "model", "tokenizer"):
+        report.pop(key)
+    report["rank"] = rank
+    stage = "runner"
+    adapter = None
+    try:
+        import torch
+
+        if device_type == "tpu":
+            import torch_tpu  # noqa: F401  (registers the tpu device and its tpu_dist backend)
+        import transformers  # noqa: F401  imported before load_s starts, as the probe's warmed-up kernel has it
+        from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        if rank != 0:
+            hf_logging.set_verbosity_error()
+        adapter = devices.resolve(device_type)
+        device = _rank_device(device_type, local_rank)
+        if world_size > 1:
+            _init_process_group(device_type, device, job["timeout_s"])
+        adapter.reset_peak_memory()
+        synchronize = adapter.synchronize if device_type != "cpu" else None
+        stage = "load"
+        progress(stage=stage)
+        start = time.perf_counter()
+        model, tokenizer = _load(settings, job["distributed_config"], device, report)
+        if synchronize:
+            synchronize()
+        report["load_s"] = time.perf_counter() - start
+        report["local_param_bytes"], report["local_experts"] = _local_footprint(model)
+        stage = "template"
+        progress(stage=stage)
+        input_ids, attention_mask, used = probe_core.build_inputs(
+            tokenizer, settings["prompt"], settings["chat_template"]
+        )
+        report["chat_template_used"] = used
+        report["tokens_in"] = int(input_ids.shape[1])
+        report["input_ids"] = input_ids[0].tolist()
+        stage = "generate"
+        progress(stage=stage, tokens=0)
+        torch.manual_seed(settings["seed"])
+        timer = _RankTimer(synchronize, progress, _test_fault(rank))
+        generate = _generate_no_grad if job["no_grad"] else probe_core.generate
+        start = time.perf_counter()
+        try:
+            new_ids = generate(
+                model,
+                tokenizer,
+                input_ids,
+                attention_mask,
+                settings["max_new_tokens"],
+                device,
+                timer,
+                settings["cache"],
+            )
+        except Exception:
+            report["failed_step"] = len(timer.times)
+            raise
+        end = time.perf_counter()
+        report["output_token_ids"] = new_ids
+        report["tokens_out"] = len(new_ids)
+        report["generated_text"] = tokenizer.decode(new_ids, skip_special_tokens=True)
+        report["generate_s"] = end - start
+        if timer.times:
+            report["first_token_s"] = timer.times[0] - start
+            if len(timer.times) > 1 and timer.times[-1] > timer.times[0]:
+                report["decode_tokens_per_s"] = (len(timer.times) - 1) / (timer.times[-1] - timer.times[0])
+        report["status"] = probe_core.PASS
+        progress(stage="done")
+    except Exception as exc:  # noqa: BLE001 every failure is the report, classified by its stage
+        report.update(
+            status=probe_core.classify(stage, exc),
+            failure_stage=stage,
+            error_type=type(exc).__name__,
+            error_module=type(exc).__module__,
+            error_message=str(exc)[:4000],
+            traceback=probe_core.trimmed_traceback(exc),
+            failed_at=time.time(),
+        )
+    if adapter is not None:
+        try:
+            report["peak_device_mem_mb"], report["device_mem_source"] = adapter.peak_memory_mb()
+        except Exception:  # noqa: BLE001 memory is informative only
+            pass
+    report["peak_host_mem_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return report
+
+
+def _rank_main(run_dir: Path) -> int:
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    job = json.loads((run_dir / "job.json").read_text())
+    if job["device_type"] == "tpu":  # before torch (and libtpu) is imported: this rank's chip only
+        visible = os.environ.get("TPU_VISIBLE_CHIPS")
+        chips = [int(c) for c in visible.split(",")] if visible else None
+        os.environ.update(tpu_rank_env(local_rank, job["world_size"], chips))
+    _die_with_parent()
+    faulthandler.register(STACKS_SIGNAL, file=sys.stderr, all_threads=True)
+    (run_dir / f"rank{rank}.pid").write_text(str(os.getpid()))
+    progress = _Progress(run_dir, rank)
+    progress()
+    report = _rank_body(job, rank, local_rank, progress)
+    atomic_write_json(run_dir / f"rank{rank}.json", report)
+    if report["status"] != probe_core.PASS:
+        os._exit(RANK_FAILED_EXIT)  # at once: the agent stops the others, no collective is left waiting
+    import torch
+
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    return 0

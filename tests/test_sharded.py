@@ -1,0 +1,294 @@
+"""The probe over several devices, for real: 2 gloo ranks on this CPU, launched by model_support.sharded.
+
+Tensor parallel (tiny-llama) and expert parallel (a tiny Mixtral, both of transformers 5.24's EP
+layouts) against the one-process probe; the device count a small device memory forces; a model with
+no parallel plan; a rank killed mid-generation and a rank that hangs, each ending as FAIL(other)
+naming the rank with no process of the run left. Each 2-rank run takes ~8 s here (two fresh
+processes importing torch and transformers on 2 cores), the hang test ~35 s: about 1.5 minutes.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import psutil
+import pytest
+
+from model_support import probe_core, sharded
+from model_support.paths import checkout_root
+from model_support.testing.sharded_fixtures import DEVICE_MEMORY_BYTES, SHARDED_FIXTURES
+
+pytestmark = pytest.mark.slow
+
+
+def _one_process(path, dtype):
+    """The probe's own stages in this process: the reference a sharded run must match."""
+    import torch
+
+    result = probe_core.run_stages(str(path), dtype=dtype, device=torch.device("cpu"))
+    assert result["status"] == probe_core.PASS, result["exception"]
+    return result
+
+
+def _assert_nothing_left(result):
+    """No process of the run survives: not the launcher, not a rank, not a child of this process."""
+    deadline = time.monotonic() + 10
+    pids = [result["launcher_pid"], *result["rank_pids"]]
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if p and psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        children = [c for c in psutil.Process().children(recursive=True) if c.status() != psutil.STATUS_ZOMBIE]
+        if not alive and not children:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"left behind: pids {alive}, children {children}")
+
+
+@pytest.fixture(scope="session")
+def sharded_models(tmp_path_factory) -> dict:
+    """The builders of testing/sharded_fixtures.py, run into a fresh folder: name -> path and manifest keys."""
+    from model_support.testing.tiny import _atomic_build, _Context
+
+    root = tmp_path_factory.mktemp("sharded-models")
+    ctx = _Context(root)
+    built = {}
+    for spec in SHARDED_FIXTURES:
+        final = root / spec["name"]
+        extra = _atomic_build(final, lambda tmp, spec=spec, final=final: spec["build"](tmp, final, ctx))
+        built[spec["name"]] = {"path": str(final), **extra}
+    return built
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(fixture_models) -> str:
+    return fixture_models["tiny-llama"]["path"]
+
+
+# --- planning: no process started ------------------------------------------------------------------
+
+
+def test_plan_devices_picks_the_fewest_powers_of_two():
+    gib = 2**30
+    # 1e9 bf16 parameters: 2 GB of weights, 2.4 GB with the 20% margin
+    assert sharded.plan_devices(10**9, "bfloat16", 3 * gib, 8) == 1
+    assert sharded.plan_devices(10**9, "bfloat16", 2 * gib, 8) == 2
+    assert sharded.plan_devices(10**9, "float32", 2 * gib, 8) == 4  # 4.8 GB
+    assert sharded.plan_devices(10**9, "float32", 2 * gib, 6) == 4  # powers of two only: 1, 2, 4 of 6
+    assert sharded.plan_devices(10**9, "bfloat16", 2 * gib, 8, margin=0.0) == 1  # 2.0e9 < 2 GiB
+    with pytest.raises(sharded.DoesNotFit, match=r"more than 4 device\(s\) of 0\.5 GiB hold"):
+        sharded.plan_devices(10**9, "bfloat16", gib // 2, 7)
+
+
+def test_estimate_params_from_headers_and_from_config(tiny_llama):
+    headers = sharded.safetensors_params(tiny_llama)
+    assert headers == sharded.estimate_params(tiny_llama)
+    assert headers == sharded._config_params(tiny_llama, "", False)  # the meta-device count agrees
+    assert headers == _one_process(tiny_llama, "float32")["num_params"]
+
+
+def test_fixtures_need_two_small_devices(sharded_models):
+    for name, built in sharded_models.items():
+        params = sharded.estimate_params(built["path"])
+        assert params == built["num_params"]
+        # ~0.7M parameters, ~1.4 MB of bf16 weights, ~1.7 MB with the margin: 2 devices of 1 MB, ~0.85 MB each
+        assert sharded.plan_devices(params, "bfloat16", DEVICE_MEMORY_BYTES, 8) == 2, name
+        with pytest.raises(sharded.DoesNotFit):
+            sharded.plan_devices(params, "bfloat16", DEVICE_MEMORY_BYTES, 1)
+
+
+def test_parallelism_for_the_plans_transformers_ships():
+    from transformers import AutoConfig, GPT2LMHeadModel, LlamaForCausalLM
+
+    assert sharded.parallelism_for(AutoConfig.for_model("llama"))[0] == "tp"
+    assert sharded.parallelism_for(LlamaForCausalLM)[0] == "tp"
+    kind, details = sharded.parallelism_for(AutoConfig.for_model("mixtral"))
+    assert (kind, details["dense"], details["model_class"]) == ("ep", "tp", "MixtralForCausalLM")
+    kind, details = sharded.parallelism_for(AutoConfig.for_model("zaya"))  # an expert plan and no tensor plan
+    assert (kind, details["dense"]) == ("ep", "fsdp")
+    for no_plan in (AutoConfig.for_model("gpt2"), AutoConfig.for_model("opt"), GPT2LMHeadModel):
+        assert sharded.parallelism_for(no_plan)[0] is None
+    assert sharded.distributed_config("tp", None, 2) == {"tp_size": 2}
+    assert sharded.distributed_config("ep", "tp", 2) == {"tp_size": 2, "ep_size": 2}
+    assert sharded.distributed_config("ep", "fsdp", 2) == {"fsdp_size": 2, "ep_size": 2}
+
+
+def test_tpu_rank_env_one_chip_per_process():
+    env = sharded.tpu_rank_env(1, 2, [4, 5])
+    assert env["TPU_VISIBLE_CHIPS"] == "5" and env["TPU_CHIPS_PER_PROCESS_BOUNDS"] == "1,1,1"
+    assert env["TPU_PROCESS_BOUNDS"] == "1,2,1" and env["CLOUD_TPU_TASK_ID"] == "1"
+    assert env["TPU_PROCESS_ADDRESSES"] == "localhost:8480,localhost:8481" and env["TPU_PROCESS_PORT"] == "8481"
+
+
+def test_no_plan_model_gets_its_sentence_and_no_rank_starts(sharded_models):
+    result = sharded.run_sharded({"load_from": sharded_models["sharded-gpt2"]["path"]}, 2)
+    assert (result["status"], result["failure_stage"], result["error_type"]) == (
+        probe_core.FAIL_OTHER,
+        "load",
+        "NoParallelPlan",
+    )
+    assert result["error_message"] == (
+        "GPT2LMHeadModel has no tensor or expert parallel plan, and needs 2 devices: it cannot run here as shipped"
+    )
+    assert result["launcher_pid"] is None and result["rank_pids"] == []
+
+
+def test_unreadable_config_is_fail_load_before_any_rank(fixture_models):
+    result = sharded.run_sharded({"load_from": fixture_models["fail-unknown-model-type"]["path"]}, 2)
+    assert (result["status"], result["failure_stage"]) == (probe_core.FAIL_LOAD, "load")
+    assert "not-a-real-arch" in result["error_message"] and result["launcher_pid"] is None
+
+
+# --- real ranks ----------------------------------------------------------------------------------------
+
+
+def test_tensor_parallel_tiny_llama_matches_one_process(tiny_llama, record_property):
+    started = time.perf_counter()
+    two = sharded.run_sharded({"load_from": tiny_llama, "dtype": "float32"}, 2)
+    wall = time.perf_counter() - started
+    assert two["status"] == probe_core.PASS, two["traceback"]
+    assert (two["parallelism"], two["tp_size"], two["ep_size"], two["devices_used"]) == ("tp", 2, 1, 2)
+    assert two["distributed_config"] == {"tp_size": 2}
+    one = _one_process(tiny_llama, "float32")
+    # float32: reduction order across ranks cannot flip a greedy token of this model
+    assert two["output_token_ids"] == one["output_token_ids"] and two["tokens_out"] == 8
+    assert two["ranks_agree"] is True and two["tokens_in"] == one["tokens_in"]
+    assert two["num_params"] == one["num_params"]  # DTensors count their global shape
+    full_bytes = one["num_params"] * 4
+    assert all(b < 0.6 * full_bytes for b in two["local_param_bytes_per_rank"])  # each rank holds about half
+    assert len(two["load_s_per_rank"]) == len(two["generate_s_per_rank"]) == 2
+    assert two["peak_device_mem_mb"] is None  # CPU: nothing trustworthy to report
+    assert two["memory_estimate_bytes"] == sharded.memory_estimate_bytes(one["num_params"], "float32")
+    _assert_nothing_left(two)
+    record_property("wall_2_ranks_s", round(wall, 2))
+    print(
+        f"tiny-llama float32, 2 ranks: {wall:.1f} s wall, load {two['load_s_per_rank']}, gen {two['generate_s_per_rank']}"
+    )
+
+
+def test_tensor_parallel_bf16_agreement_is_recorded(tiny_llama, record_property):
+    """bf16 over 2 ranks sums partial products in another order than 1 process: a greedy token may
+    legitimately flip. Asserted: the run passes with 8 tokens. Recorded: whether the tokens agree
+    (on tiny-llama with transformers 5.24 and torch 2.13 they did: all 8)."""
+    two = sharded.run_sharded({"load_from": tiny_llama, "dtype": "bfloat16"}, 2)
+    assert two["status"] == probe_core.PASS, two["traceback"]
+    assert two["tokens_out"] == 8 and two["ranks_agree"] is True
+    one = _one_process(tiny_llama, "bfloat16")
+    agree = sum(a == b for a, b in zip(two["output_token_ids"], one["output_token_ids"]))
+    record_property("bf16_tokens_agreeing_of_8", agree)
+    print(f"tiny-llama bf16: 2 ranks {two['output_token_ids']}, 1 process {one['output_token_ids']}: {agree}/8 agree")
+
+
+def test_moe_runs_expert_parallel(sharded_models):
+    path = sharded_models["sharded-mixtral"]["path"]
+    two = sharded.run_sharded({"load_from": path, "dtype": "float32"}, 2)
+    assert two["status"] == probe_core.PASS, two["traceback"]
+    assert (two["parallelism"], two["tp_size"], two["ep_size"]) == ("ep", 2, 2)
+    assert two["local_experts_per_rank"] == [[2, 2], [2, 2]]  # 4 whole experts per layer, 2 on each rank
+    assert two["output_token_ids"] == _one_process(path, "float32")["output_token_ids"]
+    _assert_nothing_left(two)
+
+
+def test_moe_expert_parallel_without_the_tensor_plan(sharded_models):
+    """The layout of an MoE with an expert plan and no tensor plan: dense layers FSDP2, experts by EP."""
+    path = sharded_models["sharded-mixtral"]["path"]
+    two = sharded.run_sharded({"load_from": path, "dtype": "float32", "ep_dense": "fsdp"}, 2)
+    assert two["status"] == probe_core.PASS, two["traceback"]
+    assert two["distributed_config"] == {"fsdp_size": 2, "ep_size": 2}
+    assert two["local_experts_per_rank"] == [[2, 2], [2, 2]]
+    assert two["output_token_ids"] == _one_process(path, "float32")["output_token_ids"]
+
+
+def test_a_rank_exception_is_the_verdict(sharded_models):
+    """Forced tensor parallel on a model without a tensor plan: transformers refuses it on every rank;
+    the probe reports that exception (rebuilt, by name, message and the rank's traceback) as FAIL(load)."""
+    result = sharded.run_sharded({"load_from": sharded_models["sharded-gpt2"]["path"], "parallelism": "tp"}, 2)
+    assert (result["status"], result["failure_stage"], result["error_type"]) == (
+        probe_core.FAIL_LOAD,
+        "load",
+        "ValueError",
+    )
+    assert result["error_message"].startswith("`tp_size=2` was requested, but `GPT2LMHeadModel` has no `tp_plan`.")
+    assert isinstance(result["exception"], sharded.RankError) and type(result["exception"]).__name__ == "ValueError"
+    assert "_resolve_parallel_plans" in probe_core.trimmed_traceback(result["exception"])  # the rank's traceback
+    assert result["traceback"].startswith(f"rank {result['failed_rank']}:")
+    _assert_nothing_left(result)
+
+
+def test_killed_rank_is_fail_other_naming_it(tiny_llama, monkeypatch):
+    monkeypatch.setenv(sharded.TEST_FAULT_ENV, "kill:1:2")  # test-only: rank 1 SIGKILLs itself after 2 tokens
+    result = sharded.run_sharded({"load_from": tiny_llama, "dtype": "float32"}, 2, timeout_s=120)
+    assert (result["status"], result["failure_stage"], result["failed_rank"]) == (probe_core.FAIL_OTHER, "generate", 1)
+    assert result["error_type"] == "RankDied"
+    assert result["error_message"].startswith(
+        "rank 1 was killed by SIGKILL (what the kernel's OOM killer sends when memory runs out) "
+        "during generate, after 2 of 8 new tokens"
+    )
+    _assert_nothing_left(result)
+
+
+def test_hung_rank_times_out_and_every_rank_is_killed(tiny_llama, monkeypatch):
+    monkeypatch.setenv(sharded.TEST_FAULT_ENV, "hang:1:2")  # test-only: rank 1 sleeps forever after 2 tokens
+    started = time.perf_counter()
+    result = sharded.run_sharded({"load_from": tiny_llama, "dtype": "float32"}, 2, timeout_s=25)
+    assert time.perf_counter() - started < 60
+    assert (result["status"], result["error_type"]) == (probe_core.FAIL_OTHER, "RankTimeout")
+    message = result["error_message"]
+    assert "did not finish within 25 s" in message and "rank 1: during generate, after 2 of 8 new tokens" in message
+    assert "in put" in result["rank_log_tail"]  # rank 1's stack: stuck in the step timer (the fault)
+    _assert_nothing_left(result)
+
+
+def test_importable_without_torch():
+    import subprocess
+
+    code = "import sys, model_support.sharded; sys.exit('torch' in sys.modules)"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 0
+
+
+def test_the_papermill_probe_with_devices_2_is_tensor_parallel_and_agrees_in_float32(tmp_path):
+    """The headline command with -p devices 2: one rank per (pretend) device, the model's TP plan, the
+    same greedy tokens as the one-device float32 run."""
+    import json
+    import subprocess
+
+    papermill = os.path.join(os.path.dirname(sys.executable), "papermill")
+    records = {}
+    for devices in ("1", "2"):
+        path = tmp_path / f"r{devices}.json"
+        run = subprocess.run(
+            [
+                papermill,
+                "notebooks/probe.ipynb",
+                str(tmp_path / f"o{devices}.ipynb"),
+                "-p",
+                "model_id",
+                "data/models/tiny-llama",
+                "-p",
+                "device",
+                "cpu",
+                "-p",
+                "dtype",
+                "float32",
+                "-p",
+                "reference",
+                "none",
+                "-p",
+                "devices",
+                devices,
+                "-p",
+                "record_path",
+                str(path),
+            ],
+            cwd=checkout_root(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+        records[devices] = json.loads(path.read_text())
+    one, two = records["1"], records["2"]
+    assert (two["status"], two["devices_used"], two["parallelism"], two["tp_size"]) == ("PASS", 2, "tp", 2)
+    assert (one["devices_used"], one["parallelism"]) == (1, "none")
+    assert two["output_token_ids"] == one["output_token_ids"] and len(two["load_s_per_rank"]) == 2
