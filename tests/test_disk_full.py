@@ -77,7 +77,7 @@ def leftovers(folder: Path) -> list[str]:
     return [
         str(p)
         for p in folder.rglob("*")
-        if p.name.endswith(".tmp") or ".tmp-" in p.name or (p.name.startswith(".") and p.name.endswith(".tmp"))
+        if p.name.endswith(".tmp") or ".tmp-" in p.name or p.name.endswith(".partial.ipynb")
     ]
 
 

@@ -166,7 +166,7 @@ def _render(data_dir: Path, sweep_id: str, baseline: str | None) -> None:
     try:
         html = report.render_report(data_dir, sweep_id, baseline)
     except OSError as exc:
-        from .sweep import disk_words
+        from .diskspace import disk_words
 
         raise StorageFull(
             f"Could not write the report of {sweep_id} ({disk_words(exc, Path(data_dir).resolve())}): the sweep's "

@@ -6,7 +6,8 @@ failure to obtain the files becomes one of four exceptions, each with a one-sent
 ``EnvironmentProblem`` (network or disk: retry the model later), ``NoAccess`` (gated, private, token),
 ``NotOnHub`` (no such model or revision) and ``NoLoadableWeights`` (a real property of the model: the
 repo has nothing transformers can load). It imports only the standard library and huggingface_hub,
-because its source is pasted verbatim into the standalone reproduction scripts.
+because its source is pasted verbatim into the standalone reproduction scripts; for the same reason
+it is one piece (a script carries one module's source), a little over the usual module size.
 
 Retries: what huggingface_hub (2.4) already does, and what this module adds.
 

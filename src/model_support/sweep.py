@@ -14,7 +14,6 @@ import errno
 import fcntl
 import itertools
 import os
-import shutil
 import threading
 import time
 from collections import Counter
@@ -24,6 +23,7 @@ from pathlib import Path
 from queue import Queue
 
 from . import devices, hub, probe_params, provenance, schema, store
+from .diskspace import check_room, disk_words, relative_to_data
 from .errors import StorageFull, UserError
 from .hub import CacheBudget
 from .hub_fetch import is_local
@@ -290,7 +290,7 @@ def run(
     def full(exc: OSError) -> StorageFull:
         stored = sum(1 for _ in (folder / "records").glob("*.json"))
         return StorageFull(
-            f"Could not write {_relative(exc, data_dir)} ({disk_words(exc, data_dir)}): {stored} of {total} "
+            f"Could not write {relative_to_data(exc, data_dir)} ({disk_words(exc, data_dir)}): {stored} of {total} "
             f"models are stored; make room, then run `model-support sweep --resume {sweep_id}` to finish."
         )
 
@@ -361,51 +361,6 @@ def _store_all(results, data_dir: Path, meta: SweepMeta, pending: dict, done: in
             on_result(result.record or {"status": "excluded", "model_id": result.model_id}, done, total)
     store.write_pending(data_dir, sweep_id, pending)
     return store.compact(data_dir, sweep_id)
-
-
-#: What one model's notebook, log and record take at least (a tiny model's; large ones write no more).
-BYTES_PER_MODEL = 40 * 1024
-#: What a sweep's report and the explorer take.
-REPORT_BYTES = 2 * 1024 * 1024
-
-
-def check_room(data_dir: Path, models: int, report: bool) -> None:
-    """Refuse to start when the data folder's free space is clearly too small (under half of what the
-    sweep will write: ``BYTES_PER_MODEL`` per model, plus ``REPORT_BYTES`` with the report)."""
-    need = models * BYTES_PER_MODEL + (REPORT_BYTES if report else 0)
-    existing = next(p for p in (data_dir, *data_dir.parents) if p.exists())
-    free = shutil.disk_usage(existing).free
-    if free < need / 2:
-        raise StorageFull(
-            f"The data folder {data_dir} has {_size(free)} free, clearly too little for this sweep (about "
-            f"{_size(need)}: {models} models' notebooks, logs and records{' and the report' if report else ''}); "
-            "make room or pass --data-dir on a larger disk."
-        )
-
-
-def _size(nbytes: float) -> str:
-    for unit, scale in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.1f} {unit}"
-    return f"{int(nbytes)} bytes"
-
-
-def disk_words(exc: OSError, data_dir: Path) -> str:
-    """``no space left on device, 12 KB free`` (or the OSError's own words for other write errors)."""
-    existing = next(p for p in (data_dir, *data_dir.parents) if p.exists())
-    free = _size(shutil.disk_usage(existing).free)
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-        return f"no space left on its disk, {free} free"
-    return f"{exc.strerror or type(exc).__name__}, {free} free"
-
-
-def _relative(exc: OSError, data_dir: Path) -> str:
-    """What could not be written, as a path inside the data folder when it is one."""
-    name = exc.filename or ""
-    try:
-        return str(Path(name).resolve().relative_to(data_dir)) if name else "to the data folder"
-    except ValueError:
-        return name
 
 
 def verdict_order(status: str | None) -> int:

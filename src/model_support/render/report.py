@@ -10,6 +10,7 @@ out, so a report opens from disk with no network.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import polars as pl
@@ -75,13 +76,23 @@ def render_report(
     out_dir = data_dir / REPORTS
     out_dir.mkdir(parents=True, exist_ok=True)
     executed = out_dir / f"{sweep_id}.ipynb"
-    run_notebook(
-        notebook or paths.notebook("report"),
-        executed,
-        {"sweep_id": sweep_id, "baseline_sweep_id": baseline_sweep_id, "data_dir": str(data_dir)},
-        timeout=execution_timeout,
-        kernel_name=kernel_name or "python3",
-    )
+    partial = out_dir / f".{sweep_id}.partial.ipynb"  # papermill writes here; renamed once whole
+    try:
+        run_notebook(
+            notebook or paths.notebook("report"),
+            partial,
+            {"sweep_id": sweep_id, "baseline_sweep_id": baseline_sweep_id, "data_dir": str(data_dir)},
+            timeout=execution_timeout,
+            kernel_name=kernel_name or "python3",
+        )
+    except OSError:  # a full disk: nothing half-written is left
+        partial.unlink(missing_ok=True)
+        raise
+    except BaseException:  # a cell error: keep the executed notebook, which shows it
+        if partial.exists():
+            os.replace(partial, executed)
+        raise
+    os.replace(partial, executed)
     out_html = Path(out_html) if out_html else out_dir / f"{sweep_id}.html"
     title = f"Sweep report: {sweep_id}" + (f" (against {baseline_sweep_id})" if baseline_sweep_id else "")
     atomic_write_text(out_html, notebook_to_html(executed, title=title))

@@ -12,7 +12,6 @@ the tail of the log.
 from __future__ import annotations
 
 import ctypes
-import errno
 import json
 import os
 import shutil
@@ -31,6 +30,7 @@ from ..hub_fetch import is_local
 from ..probe import NO_WEIGHTS_ATTRIBUTION, RECORD_FLAG
 from ..signatures import failure_signature, redact, redact_record
 from .download import Download, download
+from .outputs import read_json, whole_notebook, write_trouble
 
 #: Seconds the process gets beyond the model's own timeout (kernel start, imports, notebook I/O).
 GRACE_S = 90
@@ -194,9 +194,9 @@ class Standby:
                 _kill_tree(self.proc)
             self._log.close()
             log = (work / "log.txt").read_text(errors="replace")
-            notebook = _whole_notebook(work / "out.ipynb")
-            record, outcome = _read_json(work / "record.json"), _read_json(work / "outcome.json") or {}
-            trouble = _write_trouble(work, outcome, log, record, notebook)
+            notebook = whole_notebook(work / "out.ipynb")
+            record, outcome = read_json(work / "record.json"), read_json(work / "outcome.json") or {}
+            trouble = write_trouble(work, outcome, log, record, notebook)
             if trouble:  # the harness could not write: not a verdict, nothing partial kept; --resume retries
                 return TaskResult(
                     None,
@@ -226,49 +226,6 @@ class Standby:
             _kill_tree(self.proc)
         self._log.close()
         shutil.rmtree(self.work, ignore_errors=True)
-
-
-#: errno values that mean the disk (or a file-size limit) refused a write.
-DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-_DISK_WORDS = ("No space left on device", "Disk quota exceeded", "File too large")
-
-
-def _read_json(path: Path) -> dict | None:
-    """The JSON object in ``path``; None when absent or not whole (a write cut by a full disk)."""
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _whole_notebook(path: Path) -> bytes | None:
-    """The executed notebook's bytes (redacted) if it is a readable notebook, else None."""
-    import nbformat
-
-    try:
-        text = path.read_bytes().decode("utf-8")
-        nbformat.reads(text, as_version=4)
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None
-    return redact(text).encode()
-
-
-def _write_trouble(work: Path, outcome: dict, log: str, record: dict | None, notebook: bytes | None) -> str | None:
-    """Why the probe process's own files are not whole, when a write failed (a full disk): the model is
-    then left pending rather than stored with a broken notebook or given a verdict."""
-    said = log + (outcome.get("error") or {}).get("message", "")  # papermill's error carries the cell's
-    disk = outcome.get("errno") in DISK_ERRNOS or any(word in said for word in _DISK_WORDS)
-    if not disk and record is None and not outcome:  # wrote nothing at all: was there room to write?
-        disk = shutil.disk_usage(work).free < 256 * 1024
-    if disk:
-        free = shutil.disk_usage(work).free
-        return (
-            f"the probe process could not write its notebook or record: no space left on the data folder's disk "
-            f"({free / 1024:.0f} KB free)"
-        )
-    if record is not None and notebook is None:
-        return "the probe wrote its record but not a whole notebook"
-    return None
 
 
 def run_task(
