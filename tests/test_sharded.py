@@ -292,3 +292,118 @@ def test_the_papermill_probe_with_devices_2_is_tensor_parallel_and_agrees_in_flo
     assert (two["status"], two["devices_used"], two["parallelism"], two["tp_size"]) == ("PASS", 2, "tp", 2)
     assert (one["devices_used"], one["parallelism"]) == (1, "none")
     assert two["output_token_ids"] == one["output_token_ids"] and len(two["load_s_per_rank"]) == 2
+
+
+def test_a_sweep_hands_out_devices_not_slots_and_resumes(tmp_path):
+    """1- and 2-device models on a pretend 2-device CPU host (2 workers): every model right, never more
+    ranks than devices at once (from the recorded grants), nothing lost or doubled after a SIGKILL."""
+    import json
+    import signal
+    import subprocess
+
+    import yaml
+
+    from model_support import store
+
+    root = checkout_root()
+    auto = {"devices": "auto", "device_memory_gb": 0.001}
+    models = [
+        {"id": "data/models/sharded-llama", "overrides": auto},
+        "data/models/tiny-gpt2",
+        {"id": "data/models/sharded-mixtral", "overrides": auto},
+        "data/models/tiny-llama",
+        "data/models/tiny-opt",
+    ]
+    definition = tmp_path / "mixed.yaml"
+    definition.write_text(
+        yaml.safe_dump({"name": "mixed", "probe": {"device": "cpu", "reference": "none"}, "models": models})
+    )
+    data = tmp_path / "data"
+    cli = [sys.executable, "-m", "model_support.cli", "sweep"]
+    runner = subprocess.Popen(
+        [*cli, str(definition), "--data-dir", str(data), "--workers", "2", "--no-report"],
+        cwd=root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 600
+    while time.time() < deadline and len(list(data.glob("sweeps/*/records/*.json"))) < 2:
+        time.sleep(0.05)
+    runner.send_signal(signal.SIGKILL)
+    runner.wait()
+    sweep_id = next((data / "sweeps").iterdir()).name
+    resumed = subprocess.run(
+        [*cli, "--resume", sweep_id, "--data-dir", str(data), "--workers", "2", "--no-report"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    rows = store.scan(data).collect()
+    assert sorted(rows["model_id"]) == sorted(
+        ["local:sharded-llama", "local:tiny-gpt2", "local:sharded-mixtral", "local:tiny-llama", "local:tiny-opt"]
+    )
+    assert set(rows["status"]) == {"PASS"}
+    used = dict(rows.select("model_id", "devices_used").iter_rows())
+    assert used["local:sharded-llama"] == used["local:sharded-mixtral"] == 2 and used["local:tiny-opt"] == 1
+    grants = [json.loads(line) for line in (data / "sweeps" / sweep_id / "schedule.jsonl").read_text().splitlines()]
+    assert {tuple(g["devices"]) for g in grants if g["model_id"] == "local:sharded-llama"} == {(0, 1)}
+    for i, a in enumerate(grants):  # no device held by two probes at once
+        for b in grants[i + 1 :]:
+            overlap = a["start"] < b["end"] and b["start"] < a["end"]
+            assert not (overlap and set(a["devices"]) & set(b["devices"])), (a, b)
+
+
+def test_a_model_needing_more_devices_than_the_sweep_has_is_refused(tmp_path):
+    import subprocess
+
+    import yaml
+
+    definition = tmp_path / "big.yaml"
+    definition.write_text(
+        yaml.safe_dump({"name": "big", "probe": {"device": "cpu", "devices": 4}, "models": ["data/models/tiny-llama"]})
+    )
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "model_support.cli",
+            "sweep",
+            str(definition),
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--workers",
+            "2",
+            "--no-report",
+        ],
+        cwd=checkout_root(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip().splitlines()[-1] == (
+        "Error: local:tiny-llama needs 4 devices and the sweep has 2; run it with --workers 4 or more (one per device)."
+    )
+
+
+def test_ray_asks_for_each_models_devices_and_gives_the_same_rows(tmp_path):
+    """The same mixed sweep on a local Ray: a 2-device probe asks for 2 CPUs (its ranks), the others 1."""
+    pytest.importorskip("ray")
+    from model_support import params, store, sweep
+
+    auto = {"devices": "auto", "device_memory_gb": 0.001}
+    raw = {
+        "name": "ray-mixed",
+        "probe": {"device": "cpu", "reference": "none"},
+        "models": [{"id": "data/models/sharded-llama", "overrides": auto}, "data/models/tiny-gpt2"],
+    }
+    definition = params.parse(raw, source="ray.yaml", base=checkout_root())
+    summary = sweep.run(definition, tmp_path / "data", workers=2, executor="ray")
+    rows = store.scan(tmp_path / "data").collect()
+    assert summary["executor"] == "ray" and set(rows["status"]) == {"PASS"}
+    assert dict(rows.select("model_id", "devices_used").iter_rows()) == {"local:sharded-llama": 2, "local:tiny-gpt2": 1}
+    tasks = sweep.build_tasks(store.read_sweep(tmp_path / "data", summary["sweep_id"]))
+    assert [sweep.ray_resources("cpu", sweep.devices_needed(t, 2)) for t in tasks] == [{"num_cpus": 2}, {"num_cpus": 1}]
+    assert sweep.ray_resources("tpu", 4) == {"num_cpus": 1, "resources": {"TPU": 4}}

@@ -13,6 +13,7 @@ import datetime as _dt
 import errno
 import fcntl
 import itertools
+import json
 import os
 import threading
 import time
@@ -20,7 +21,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
-from queue import Queue
 
 from . import devices, hub, probe_params, provenance, schema, store
 from .diskspace import check_room, disk_words, relative_to_data
@@ -28,6 +28,7 @@ from .errors import StorageFull, UserError
 from .hub import CacheBudget
 from .hub_fetch import is_local
 from .params import SweepParams
+from .scheduler import DeviceScheduler, pinning_env
 from .sweep_meta import SweepMeta, new_sweep_id
 from .worker.prefetch import Prefetcher
 from .worker.process import Standby, TaskResult, run_task
@@ -39,19 +40,39 @@ def default_workers(device: str) -> int:
     return max(1, devices.visible_device_count(device))
 
 
-def pinning_env(device: str, slot: int) -> dict:
-    """Environment that pins a worker to its own device."""
-    if device == "cuda" or (device == "auto" and devices.visible_device_count("cuda") > 1):
-        return {"CUDA_VISIBLE_DEVICES": str(slot)}
-    if device == "tpu" or (device == "auto" and devices.tpu_hardware_visible()):
-        # One chip per process (TPU runtime visibility variables).
-        return {
-            "TPU_VISIBLE_CHIPS": str(slot),
-            "TPU_CHIPS_PER_PROCESS_BOUNDS": "1,1,1",
-            "TPU_PROCESS_BOUNDS": "1,1,1",
-            "TPU_PROCESS_PORT": str(8476 + slot),
-        }
-    return {}
+def device_kind(device: str) -> str:
+    """The kind of device a sweep's workers are pinned to (``auto`` resolved without importing torch)."""
+    if device in ("cuda", "tpu", "cpu"):
+        return device
+    if devices.tpu_hardware_visible():
+        return "tpu"
+    return "cuda" if devices.visible_device_count("cuda") > 0 else "cpu"
+
+
+def devices_needed(task: dict, devices_here: int) -> int:
+    """How many devices ``task``'s probe takes: its ``devices`` setting, or for ``auto`` the fewest that
+    hold the model (``sharded.plan_devices``) when the per-device memory is known to the runner (the
+    ``device_memory_gb`` override, or the host's memory on a CPU sweep); 1 when it is not."""
+    from . import sharded
+
+    params = task["params"]
+    wanted = str(params.get("devices", "1"))
+    if wanted != "auto":
+        return int(wanted)
+    memory = int(float(params.get("device_memory_gb") or 0) * 1e9)
+    if not memory and device_kind(params.get("device", "auto")) == "cpu":
+        import psutil
+
+        memory = psutil.virtual_memory().total // devices_here
+    count = task["hub"].get("hub_num_params") or (
+        sharded.safetensors_params(task["source"]) if is_local(task["source"]) else None
+    )
+    if not memory or not count:
+        return 1
+    try:
+        return sharded.plan_devices(count, params.get("dtype", "bfloat16"), memory, devices_here)
+    except sharded.DoesNotFit:
+        return 1  # the probe itself records why it cannot run
 
 
 class SweepLock:
@@ -126,7 +147,10 @@ def run_local(
     budget: CacheBudget | None = None,
     prefetch: int = 1,
 ) -> Iterable[TaskResult]:
-    """N probes at once, each worker pinned to its own device slot.
+    """N probes at once on ``workers`` devices (a CPU sweep's workers are its pretend devices): each
+    probe takes the devices it needs (``devices_needed``) from the device scheduler
+    (``scheduler.DeviceScheduler``: first come first served, smaller models backfilling devices a
+    bigger waiting one cannot use yet, never delaying it) and is pinned to them.
 
     Downloads run ahead of the probes (``worker.prefetch.Prefetcher``: ``prefetch`` models ahead per
     worker, within the cache ``budget``), outside the probes' timed stages. Each slot also keeps the
@@ -138,10 +162,17 @@ def run_local(
     accelerated = device in ("cuda", "tpu") or (
         device == "auto" and (devices.tpu_hardware_visible() or devices.visible_device_count("cuda") > 0)
     )
-    prewarm = accelerated or workers < (os.cpu_count() or 1)
-    slots: Queue = Queue()
-    for slot in range(workers):
-        slots.put(slot)
+    kind = device_kind(device)
+    needs = [devices_needed(task, workers) for task in tasks]
+    too_big = [(task, need) for task, need in zip(tasks, needs) if need > workers]
+    if too_big:
+        task, need = too_big[0]
+        raise UserError(
+            f"{task['model_id']} needs {need} devices and the sweep has {workers}; run it with "
+            f"--workers {need} or more (one per device)."
+        )
+    prewarm = (accelerated or workers < (os.cpu_count() or 1)) and max(needs, default=1) == 1
+    scheduler = DeviceScheduler(workers, contiguous=kind == "tpu")
     standbys: dict[int, Standby] = {}
     lock = threading.Lock()
     remaining = [len(tasks)]
@@ -154,19 +185,23 @@ def run_local(
                 with lock:
                     remaining[0] -= 1
                 return run_task(task, fetched=got)
-            slot = slots.get()
+            ids = scheduler.acquire(needs[index], key=index)  # its devices: waits while a bigger model goes first
+            started = time.time()
             try:
                 with lock:
                     remaining[0] -= 1
-                    current = standbys.pop(slot, None) or Standby(str(work_root), pinning_env(device, slot))
+                    current = standbys.pop(ids[0], None) if len(ids) == 1 else None
+                    current = current or Standby(str(work_root), pinning_env(kind, ids))
                     if prewarm and remaining[0] > len(standbys):  # a model still to come will need a process
-                        standbys[slot] = Standby(str(work_root), pinning_env(device, slot))
+                        standbys[ids[0]] = Standby(str(work_root), pinning_env(kind, ids))
                     running.add(current)
-                return run_task(task, standby=current, fetched=got)
+                result = run_task(task, standby=current, fetched=got)
+                result.schedule = {"devices": list(ids), "start": started, "end": time.time()}
+                return result
             finally:
                 with lock:
                     running.discard(current)
-                slots.put(slot)
+                scheduler.release(ids)
         finally:
             downloads.done(index, got)
 
@@ -189,13 +224,14 @@ def run_local(
             standby.discard()
 
 
-def ray_resources(device: str) -> dict:
-    """What one probe asks of the Ray cluster: its device as a resource."""
+def ray_resources(device: str, need: int = 1) -> dict:
+    """What one probe asks of the Ray cluster: its devices as a resource (one CPU per rank on a CPU
+    sweep, where the ranks are processes)."""
     if device == "cuda":
-        return {"num_cpus": 1, "num_gpus": 1}
+        return {"num_cpus": 1, "num_gpus": need}
     if device == "tpu":
-        return {"num_cpus": 1, "resources": {"TPU": 1}}
-    return {"num_cpus": 1}
+        return {"num_cpus": 1, "resources": {"TPU": need}}
+    return {"num_cpus": need}
 
 
 def run_ray(tasks: list[dict], workers: int, device: str) -> Iterable[TaskResult]:
@@ -214,8 +250,11 @@ def run_ray(tasks: list[dict], workers: int, device: str) -> Iterable[TaskResult
         else:
             ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
     try:
-        remote = ray.remote(run_task).options(max_retries=0, **ray_resources(device))
-        refs = [remote.remote(task) for task in tasks]
+        remote = ray.remote(run_task)
+        refs = [
+            remote.options(max_retries=0, **ray_resources(device, devices_needed(task, workers))).remote(task)
+            for task in tasks
+        ]
         while refs:
             done, refs = ray.wait(refs, num_returns=1)
             yield ray.get(done[0])
@@ -343,6 +382,11 @@ def _store_all(results, data_dir: Path, meta: SweepMeta, pending: dict, done: in
     for result in results:
         if result.problem == "disk":  # the data folder is full: every other model would fail the same way
             raise OSError(errno.ENOSPC, result.pending, str(store.sweep_dir(data_dir, sweep_id) / "notebooks"))
+        if result.schedule is not None:  # which devices each probe held, when: a log, appended
+            with open(store.sweep_dir(data_dir, sweep_id) / "schedule.jsonl", "a") as handle:
+                handle.write(
+                    json.dumps({"model_id": result.model_id, "variant": result.variant, **result.schedule}) + "\n"
+                )
         if result.record is not None:
             store.store_result(data_dir, sweep_id, result.record, result.notebook, result.log)
         elif result.excluded is not None:

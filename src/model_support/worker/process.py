@@ -49,6 +49,7 @@ class TaskResult:
     log: str
     model_id: str = ""
     variant: str | None = None
+    schedule: dict | None = None  # the devices it held and when (local executor)
     pending: str | None = None
     problem: str | None = None
     excluded: str | None = None
