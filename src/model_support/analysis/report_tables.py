@@ -24,6 +24,7 @@ from .modes import (
     grid_from_long,
     order_variants,
 )
+from .parallel import _by_parallelism_q, _multi_device_q
 from .tables import (
     _attribution_q,
     _by_model_type_q,
@@ -65,6 +66,11 @@ SWEEP_COLUMNS = tuple(
             "reference_match",
             "reference_signature",
             *MODE_COLUMNS,
+            "devices_used",
+            "parallelism",
+            "tp_size",
+            "ep_size",
+            "memory_estimate_bytes",
         )
     )
 )
@@ -81,9 +87,10 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
     memory_by_size, reference, changes (per model and variant), signature_changes, history, by_version
     (the three components stacked); the execution modes (``analysis.modes``): variant_stats (one row per
     variant: more than one means a matrix sweep), verdict_grid, eager_pass_compile_fail,
-    graph_break_reasons; and the runs listed but without a row (``coverage.unprobed``): pending (model_id,
-    variant, problem, last_error, at, baseline_status) and not_tested (model_id, variant, listed_by,
-    baseline_status). Those are no failures: they are left out of ``changes`` (where they would read as
+    graph_break_reasons; models bigger than one chip (``analysis.parallel``): multi_device (the runs on
+    more than one device) and by_parallelism (none / tp / ep); and the runs listed but without a row
+    (``coverage.unprobed``): pending (model_id, variant, problem, last_error, at, baseline_status) and
+    not_tested (model_id, variant, listed_by, baseline_status). Those are no failures: they are left out of ``changes`` (where they would read as
     "removed").
     """
     results = store.scan(data_dir, "results")
@@ -123,6 +130,8 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
         "verdict_grid": _grid_long_q(rows, sweep_id),
         "eager_pass_compile_fail": _eager_pass_compile_fail_q(rows, sweep_id),
         "graph_break_reasons": _break_reasons_q(rows, sweep_id),
+        "multi_device": _multi_device_q(rows, sweep_id),
+        "by_parallelism": _by_parallelism_q(rows, sweep_id),
     }
     names = list(queries)
     tables = dict(zip(names, pl.collect_all([queries[n] for n in names])))

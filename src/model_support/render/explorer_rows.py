@@ -16,6 +16,7 @@ import polars as pl
 from .. import analysis, store
 from ..analysis import coverage
 from ..analysis.frames import variant_col
+from ..analysis.parallel import devices_col, parallelism_col
 
 EXCLUDED = "excluded"
 NOT_PROBED, NOT_TESTED = coverage.NOT_PROBED, coverage.NOT_TESTED
@@ -24,8 +25,10 @@ PSEUDO_VERDICTS = (EXCLUDED, NOT_PROBED, NOT_TESTED)
 MODEL_MARK = "\x01"
 SWEEP_MARK = "\x02"
 VERSION_KEYS = analysis.VERSION_COMPONENTS
-#: What an outcome is, in the page's lookup table: the verdict, the signature, whose failure it is.
-OUTCOME_COLUMNS = ("status", "failure_signature", "attribution")
+#: What an outcome is, in the page's lookup table: the verdict, the signature, whose failure it is, and how
+#: many devices it ran on with which parallelism (a result row's nulls, from older files, read as 1 and "none";
+#: an excluded row keeps what it recorded; a pseudo-row has neither).
+OUTCOME_COLUMNS = ("status", "failure_signature", "attribution", "devices_used", "parallelism")
 #: The order of a model's Hub facts in the page data (the page reads them by position).
 HUB_FACTS = (
     "pipeline_tag",
@@ -60,12 +63,16 @@ def encoded_rows(data_dir: Path, sweeps: pl.DataFrame, unprobed: pl.DataFrame):
         "status",
         "failure_signature",
         "attribution",
+        "devices_used",
+        "parallelism",
         "device_type",
         "exclusion_reason",
         "versions",
     ]
     results = (
-        store.scan(data_dir, "results").select(light).with_columns(variant_col(), pl.lit(0, dtype=pl.Int8).alias("c"))
+        store.scan(data_dir, "results")
+        .select(light)
+        .with_columns(variant_col(), devices_col(), parallelism_col(), pl.lit(0, dtype=pl.Int8).alias("c"))
     )
     excluded = (
         store.scan(data_dir, "excluded")
@@ -89,7 +96,7 @@ def encoded_rows(data_dir: Path, sweeps: pl.DataFrame, unprobed: pl.DataFrame):
             "failure_signature",
             *[
                 pl.lit(None, dtype=types[c]).alias(c)
-                for c in ("attribution", "device_type", "exclusion_reason", "versions")
+                for c in ("attribution", "devices_used", "parallelism", "device_type", "exclusion_reason", "versions")
             ],
             pl.lit(2, dtype=pl.Int8).alias("c"),
         )

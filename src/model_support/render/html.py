@@ -43,6 +43,9 @@ TERM_HELP = {
     "eager+dynamic+32t); a sweep with a matrix probes each model in several, and then every count is of runs "
     "(model-variant pairs); older sweeps read as eager+dynamic",
     "new (failure signature)": "not among the baseline sweep's failure signatures",
+    "devices (devices_used)": "how many devices the probe ran on; older records read as 1",
+    "parallelism": "how the model was split over its devices: none (one device, or no plan), tp (tensor parallel: "
+    "every weight cut across tp_size devices) or ep (expert parallel: whole experts on each of ep_size devices)",
 }
 
 

@@ -131,3 +131,45 @@ def changes_html(
     parts.append("<h4>Failure signatures that appeared or vanished</h4>")
     parts.append(table_html(tables["signature_changes"], empty="No signature appeared or vanished."))
     return "".join(parts)
+
+
+DEVICE_COLUMNS = {
+    "model_id": "model",
+    "variant": "variant",
+    "devices_used": "devices",
+    "parallelism": "parallelism",
+    "tp_size": "tp_size",
+    "ep_size": "ep_size",
+    "memory_estimate_gb": "memory estimate (GB)",
+    "status": "verdict",
+}
+
+
+def devices_html(tables: dict[str, pl.DataFrame], max_rows: int = 300) -> str:
+    """Models bigger than one chip: the whole section (heading included), or "" when every run used one device
+    with no parallelism (older files read so): the runs on more than one device, and the pass rate by
+    parallelism (none / tp / ep)."""
+    multi, by_kind = tables["multi_device"], tables["by_parallelism"]
+    if not analysis.uses_devices(multi, by_kind):
+        return ""
+    columns = [c for c in DEVICE_COLUMNS if c != "variant" or _multi(tables)]
+    n_models = multi["model_id"].n_unique()
+    kinds = by_kind.with_columns(
+        pl.col("parallelism").replace_strict(analysis.PARALLELISM_HELP, default=None).alias("meaning")
+    )
+    return "".join(
+        [
+            '<h2 id="devices-and-parallelism">Devices and parallelism</h2>',
+            f'<p class="ms-note">{n_models:,} model{"s" if n_models != 1 else ""} ran on more than one device: '
+            "tensor parallel (tp), expert parallel (ep), or none when the model has no plan. The memory estimate "
+            "is the plan's estimate of the weights; older records read as one device, no parallelism.</p>",
+            _runs_note(tables),
+            table_html(
+                multi.select(columns).rename({c: DEVICE_COLUMNS[c] for c in columns}),
+                max_rows=max_rows,
+                empty="No run used more than one device.",
+            ),
+            "<h3>Pass rate by parallelism</h3>",
+            table_html(kinds),
+        ]
+    )

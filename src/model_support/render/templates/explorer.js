@@ -11,7 +11,8 @@ const lower = M.map((m) => m[0].toLowerCase());
 // hub facts (only when the Hub told anything: [task, downloads, likes, trending_score, library, license, gated,
 // hub_num_params, created_at, base_model, listed_by], strings as indices into D.texts)].
 // runs: [first sweep, n sweeps, outcome] triples; env exceptions: [sweep, env] pairs (else the sweep's env).
-// An outcome: [verdict, signature, attribution (whose failure; null for a pass or when not attributed)].
+// An outcome: [verdict, signature, attribution (whose failure; null for a pass or when not attributed), devices used
+// (a result's null reads as 1; null for a run listed without a row), parallelism ("none", "tp", "ep")].
 const NO_ENV = ["", null, null, null];
 // Outcomes of a sweep that listed the model without a row: not probed (pending) or not tested.
 const UNPROBED = new Set(O.map((o, i) => (D.unprobed.includes(o[0]) ? i : -1)).filter((i) => i >= 0));
@@ -25,6 +26,12 @@ const whose = (o) => (FAILS.has(o[0]) ? o[2] || "unknown" : "");
 const entriesOf = new Map();
 M.forEach((m, i) => { if (!entriesOf.has(m[0])) entriesOf.set(m[0], []); entriesOf.get(m[0]).push(i); });
 if (!MULTI) document.body.classList.add("one-variant");
+// The devices an outcome needed (null reads as 1), its parallelism when it had one, and both as the list shows them.
+const devicesOf = (o) => o[3] || 1;
+const parallelOf = (o) => (o[4] && o[4] !== "none" ? o[4] : "");
+const devicesText = (o) => (o[3] == null ? "" : o[3] + (parallelOf(o) ? " " + parallelOf(o) : ""));
+const MULTI_DEVICE = O.some((o) => devicesOf(o) > 1 || parallelOf(o));
+if (!MULTI_DEVICE) document.body.classList.add("one-device");
 function env(m, s) {
   const x = m[3];
   for (let k = 0; k < x.length; k += 2) if (x[k] === s) return x[k + 1];
@@ -70,6 +77,8 @@ const uniq = (xs) => [...new Set(xs.filter((x) => x != null))].sort();
 fill("#verdict-filter", D.verdicts.map((v) => [v, v]));
 fill("#attribution-filter", D.attributions.map((a) => [a, a]));
 fill("#variant-filter", VARIANTS.map((v, k) => [String(k), v]));
+fill("#devices-filter", [...new Set(O.map(devicesOf))].sort((a, b) => a - b)
+  .map((n) => [String(n), "needs " + n + (n === 1 ? " device" : " devices")]));
 fill("#signature-filter", uniq(O.filter((o) => !D.pseudo.includes(o[0])).map((o) => o[1])).map((s) => [s, s.length > 90 ? s.slice(0, 90) + "…" : s]));
 const taskCounts = D.tasks.map(() => 0);
 for (const m of M) { const hub = hubOf(m); if (hub && hub[0] >= 0) taskCounts[hub[0]]++; }
@@ -90,6 +99,7 @@ function current() {
     q: $("#search").value.trim().toLowerCase(),
     verdict: $("#verdict-filter").value, sig: $("#signature-filter").value, attr: $("#attribution-filter").value,
     variant: $("#variant-filter").value === "" ? -1 : Number($("#variant-filter").value),
+    devices: $("#devices-filter").value === "" ? 0 : Number($("#devices-filter").value),
     device: $("#device-filter").value, sweep: $("#sweep-filter").value === "" ? -1 : Number($("#sweep-filter").value),
     torch: $("#torch-filter").value, tpu: $("#torch_tpu-filter").value, tf: $("#transformers-filter").value,
     view: $("#view").value, task: $("#task-filter").value === "" ? null : Number($("#task-filter").value),
@@ -116,6 +126,7 @@ function update() {
     if (f.verdict && o[0] !== f.verdict) continue;
     if (f.sig && o[1] !== f.sig) continue;
     if (f.attr && whose(o) !== f.attr) continue;
+    if (f.devices && devicesOf(o) !== f.devices) continue;
     if (f.device && e[0] !== f.device) continue;
     if (f.torch && e[1] !== f.torch) continue;
     if (f.tpu && e[2] !== f.tpu) continue;
@@ -132,7 +143,7 @@ function update() {
     html.push('<tr data-i="' + i + '"><td>' + esc(m[0]) + '</td><td class="col-variant variant">' + esc(variantOf(m)) +
       "</td><td>" + esc(D.types[m[1]]) + '</td><td class="st ' + slug(o[0]) + '">' + esc(o[0]) +
       '</td><td class="whose' + (w ? " w-" + w : "") + '" title="' + esc(D.attribution_help[w] || "") + '">' + esc(w) +
-      '</td><td class="sig" title="' + esc(sig) + '">' +
+      '</td><td class="col-devices devices">' + esc(devicesText(o)) + '</td><td class="sig" title="' + esc(sig) + '">' +
       esc(sig) + "</td><td>" + esc(S[en[0]][0]) + "</td><td>" + esc(e[0] || S[en[0]][2]) + "</td><td>" + esc(e[1]) +
       "</td><td>" + esc(e[2]) + "</td><td>" + esc(e[3]) + "</td><td>" + runs(m) + '</td><td class="task">' +
       esc(hub && hub[0] >= 0 ? D.tasks[hub[0]] : "") + '</td><td class="num metric">' + esc(hub ? fmt(hub[metric]) : "") +
@@ -195,6 +206,10 @@ function detail(i) {
     if (w) {
       h.push('<dt>whose failure</dt><dd class="attribution"><b>' + esc(w) + "</b>: " + esc(D.attribution_help[w]) +
         "</dd>");
+    }
+    if (o[3] != null) {
+      h.push('<dt>devices</dt><dd class="devices">' + esc(o[3]) + '</dd><dt>parallelism</dt><dd class="parallelism">' +
+        esc(o[4] || "none") + "</dd>");
     }
     const refSig = m[12] >= 0 ? D.texts[m[12]] : null, refNote = text(m[13], m, sweep);
     if (refSig) h.push('<dt>reference signature</dt><dd class="reference-signature">' + esc(refSig) + "</dd>");
@@ -287,8 +302,8 @@ function fallback(textToCopy, done) {
 let timer = null;
 $("#search").addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(update, 60); });
 for (const id of ["#view", "#task-filter", "#verdict-filter", "#attribution-filter", "#variant-filter",
-                  "#signature-filter", "#device-filter", "#sweep-filter", "#torch-filter", "#torch_tpu-filter",
-                  "#transformers-filter"]) {
+                  "#devices-filter", "#signature-filter", "#device-filter", "#sweep-filter", "#torch-filter",
+                  "#torch_tpu-filter", "#transformers-filter"]) {
   $(id).addEventListener("change", update);
 }
 $("#results tbody").addEventListener("click", (event) => {
