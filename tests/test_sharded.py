@@ -32,13 +32,24 @@ def _one_process(path, dtype):
     return result
 
 
+def _of_a_run(process) -> bool:
+    """A process a sharded run starts (its launcher, agent or ranks), not one another fixture holds
+    (the session's Chromium, for one)."""
+    try:
+        return "model_support.sharded" in " ".join(process.cmdline())
+    except psutil.Error:
+        return False
+
+
 def _assert_nothing_left(result):
     """No process of the run survives: not the launcher, not a rank, not a child of this process."""
     deadline = time.monotonic() + 10
     pids = [result["launcher_pid"], *result["rank_pids"]]
     while time.monotonic() < deadline:
         alive = [p for p in pids if p and psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-        children = [c for c in psutil.Process().children(recursive=True) if c.status() != psutil.STATUS_ZOMBIE]
+        children = [
+            c for c in psutil.Process().children(recursive=True) if c.status() != psutil.STATUS_ZOMBIE and _of_a_run(c)
+        ]
         if not alive and not children:
             return
         time.sleep(0.2)
