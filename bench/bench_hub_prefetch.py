@@ -6,7 +6,7 @@ body so that one model's download takes about as long as its probe. The command 
 downloaded when its turn comes) and ``--prefetch 1`` (the next model downloads while the current one
 is probed). Target: at least 1.5x faster with prefetch.
 
-    .venv/bin/python bench/bench_hub_prefetch.py [--seconds-per-download 5]
+    .venv/bin/python bench/bench_hub_prefetch.py [--seconds-per-download 3.5]
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def sweep(server: HubServer, prefetch: int, work: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds-per-download", type=float, default=5.0)
+    parser.add_argument("--seconds-per-download", type=float, default=3.5)  # about a tiny probe: see the docstring
     args = parser.parse_args()
     found = fixtures()
     largest = max((Path(found[m]["path"]) / "model.safetensors").stat().st_size for m in MODELS)

@@ -239,7 +239,18 @@ def test_the_cache_stays_within_its_budget_and_is_emptied(hub, tmp_path, fixture
 
 
 def _cache_bytes(cache: Path) -> int:
-    return sum(p.stat().st_size for p in cache.rglob("*") if p.is_file() and not p.is_symlink())
+    """Bytes of the regular files under ``cache`` right now; files deleted while it walks are skipped
+    (the sampler runs while the sweep deletes what it downloaded)."""
+    total = 0
+    for root, _dirs, names in os.walk(cache):  # os.walk ignores folders that vanish under it
+        for name in names:
+            try:
+                st = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue
+            if not os.path.islink(os.path.join(root, name)):
+                total += st.st_size
+    return total
 
 
 def test_download_time_is_its_own_stage_and_load_time_stays_local(hub, tmp_path, fixture_models):
