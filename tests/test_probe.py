@@ -260,3 +260,20 @@ def test_models_bigger_than_one_device_in_the_smoke_sweep(smoke_sweep):
         "GPT2LMHeadModel has no tensor or expert parallel plan, and needs 2 devices: it cannot run here as shipped"
     )
     assert by_name["tiny-llama"]["devices_used"] == 1 and by_name["tiny-llama"]["parallelism"] == "none"
+
+
+def test_a_sharded_probes_repro_script_launches_its_ranks_the_same_way(smoke_sweep, fixture_models, tmp_path):
+    record = smoke_sweep["by_name"]["sharded-llama"]
+    script = tmp_path / "repro.py"
+    script.write_text(record["repro_script"])
+    assert "'distributed': {'tp_size': 2}" in record["repro_script"]
+    run = subprocess.run(
+        [sys.executable, "-I", str(script), fixture_models["sharded-llama"]["path"]],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert (got["status"], got["output_token_ids"]) == (schema.PASS, record["output_token_ids"])

@@ -215,6 +215,16 @@ def _sharded(record: dict, settings: dict, adapter) -> bool:
         record_failure(record, "runner", exc, status=schema.FAIL_OTHER)
         return True
     result = sharded.run_sharded(settings, count, adapter.type, timeout_s=settings.get("timeout_s", 900))
+    if result.get("distributed_config"):  # its repro script launches the same ranks
+        record["repro_script"] = repro_script(
+            {
+                **settings,
+                "device": adapter.type,
+                "model_id": record["model_id"],
+                "distributed": result["distributed_config"],
+            },
+            record["sweep_id"],
+        )
     for key in (*STAGE_FIELDS, *SHARDED_FIELDS):
         record[key] = result.get(key)
     record["peak_host_mem_mb"] = _peak_host_mb()

@@ -51,9 +51,10 @@ def trimmed_traceback(exc, max_lines=60):
     return "\n".join(lines)
 
 
-def load(model_id, revision, dtype, trust_remote_code, device, info):
+def load(model_id, revision, dtype, trust_remote_code, device, info, extra=None):
     """Config, tokenizer and weights, moved to ``device``. Fills ``info`` as it learns things, so a
-    later failure still records the model type, architectures and size."""
+    later failure still records the model type, architectures and size. ``extra``: more keyword
+    arguments for ``from_pretrained`` (a sharded run's ``distributed_config``)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -63,7 +64,7 @@ def load(model_id, revision, dtype, trust_remote_code, device, info):
     info["architectures"] = list(getattr(config, "architectures", None) or [])
     tokenizer = AutoTokenizer.from_pretrained(model_id, **kwargs)
     model, loading = AutoModelForCausalLM.from_pretrained(
-        model_id, dtype=getattr(torch, dtype), output_loading_info=True, **kwargs
+        model_id, dtype=getattr(torch, dtype), output_loading_info=True, **kwargs, **(extra or {})
     )
     info["num_params"] = sum(p.numel() for p in model.parameters())
     newly = sorted(loading.get("missing_keys") or []) + sorted(str(k) for k in (loading.get("mismatched_keys") or []))
@@ -190,6 +191,7 @@ def run_stages(
     mode="eager",
     cache="dynamic",
     compile_backend="inductor",
+    load_kwargs=None,
 ):
     """Load, template, generate, each guarded: every exception lands in the result with its stage.
 
@@ -230,7 +232,7 @@ def run_stages(
     stage = "load"
     try:
         start = time.perf_counter()
-        model, tokenizer = load(model_id, revision, dtype, trust_remote_code, device, result)
+        model, tokenizer = load(model_id, revision, dtype, trust_remote_code, device, result, load_kwargs)
         if synchronize:
             synchronize()
         result["load_s"] = time.perf_counter() - start

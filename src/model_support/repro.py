@@ -32,6 +32,47 @@ if SETTINGS["device"] != "tpu":
 
 MAIN = """
 
+def _rank(rank, world, port, settings, distributed, folder):
+    import json
+    import os
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE=str(world))
+    import torch
+    from transformers import DistributedConfig
+
+    device = torch.device(SETTINGS["device"], rank) if SETTINGS["device"] == "cuda" else torch.device("cpu")
+    result = run_stages(device=device, load_kwargs={"distributed_config": DistributedConfig(**distributed)}, **settings)
+    exc = result["exception"]
+    with open(os.path.join(folder, f"rank{rank}.json"), "w") as handle:
+        json.dump({"status": result["status"], "failure_stage": result["failure_stage"],
+                   "error_type": type(exc).__name__ if exc is not None else None,
+                   "error_message": str(exc)[:2000] if exc is not None else None,
+                   "tokens_in": result["tokens_in"], "tokens_out": result["tokens_out"],
+                   "output_token_ids": result["output_token_ids"], "failed_step": result["failed_step"],
+                   "generated_text": result["generated_text"]}, handle)
+
+
+def run_ranks(settings, distributed):
+    \"\"\"One process per rank (torch.multiprocessing, gloo on the CPU); rank 0's result, printed.\"\"\"
+    import json
+    import socket
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    world = max(v for k, v in distributed.items() if k.endswith("_size"))
+    with socket.socket() as probe_port:
+        probe_port.bind(("127.0.0.1", 0))
+        port = probe_port.getsockname()[1]
+    folder = tempfile.mkdtemp(prefix="repro-ranks-")
+    mp.spawn(_rank, args=(world, port, settings, distributed, folder), nprocs=world, join=True)
+    with open(os.path.join(folder, "rank0.json")) as handle:
+        result = json.load(handle)
+    print(json.dumps(result))
+    return 0 if result["status"] == PASS else 1
+
+
 if __name__ == "__main__":
     import json
     import sys
@@ -41,7 +82,7 @@ if __name__ == "__main__":
     if SETTINGS["device"] == "tpu":
         import torch_tpu  # noqa: F401  (registers the 'tpu' device)
     sync = torch.accelerator.synchronize if SETTINGS["device"] != "cpu" else None
-    settings = {k: v for k, v in SETTINGS.items() if k != "device"}
+    settings = {k: v for k, v in SETTINGS.items() if k not in ("device", "distributed")}
     if len(sys.argv) > 1:
         settings["model_id"] = sys.argv[1]
     elif settings["model_id"].startswith("local:"):
@@ -50,6 +91,8 @@ if __name__ == "__main__":
         got = fetch(settings["model_id"], settings["revision"], trust_remote_code=settings["trust_remote_code"],
                     log=lambda line: print(line, file=sys.stderr))
         settings["model_id"] = got["path"]
+    if SETTINGS["distributed"]:  # a sharded probe: its ranks again, one process each, as the probe ran them
+        sys.exit(run_ranks(settings, SETTINGS["distributed"]))
     result = run_stages(device=torch.device(SETTINGS["device"]), synchronize=sync, **settings)
     exc = result["exception"]
     print(json.dumps({
@@ -70,6 +113,7 @@ if __name__ == "__main__":
 
 #: The settings a repro script carries: run_stages' parameters plus the device type.
 SETTING_NAMES = (
+    "distributed",
     "model_id",
     "revision",
     "dtype",
@@ -84,7 +128,7 @@ SETTING_NAMES = (
 
 def repro_script(settings: dict, sweep_id: str | None = None) -> str:
     """The script for one probe; ``settings`` holds SETTING_NAMES (device is the resolved type)."""
-    chosen = {name: settings[name] for name in SETTING_NAMES}
+    chosen = {name: settings.get(name) for name in SETTING_NAMES}
     header = HEADER.format(
         model_id=chosen["model_id"],
         device=chosen["device"],
