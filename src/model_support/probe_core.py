@@ -116,14 +116,17 @@ class StepTimer:
         pass
 
 
-def generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, device, timer=None, cache="dynamic"):
+def generate(
+    model, tokenizer, input_ids, attention_mask, max_new_tokens, device, timer=None, cache="dynamic", no_grad=False
+):
     """Greedy generation; returns the new token ids (fewer than max_new_tokens when EOS came early).
-    ``cache`` "static" asks transformers for its static KV cache (``cache_implementation="static"``)."""
+    ``cache`` "static" asks transformers for its static KV cache (``cache_implementation="static"``).
+    ``no_grad``: torch.no_grad() rather than inference_mode() (FSDP2-sharded models refuse inference tensors)."""
     import torch
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     extra = {"cache_implementation": "static"} if cache == "static" else {}
-    with torch.inference_mode():
+    with torch.no_grad() if no_grad else torch.inference_mode():
         output = model.generate(
             input_ids=input_ids.to(device),
             attention_mask=attention_mask.to(device),

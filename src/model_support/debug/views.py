@@ -7,7 +7,7 @@ import math
 
 from .. import display
 from ..probe import first_divergence
-from .compare import conclusion, first_offender, offender_reason
+from .compare import COLUMNS, conclusion, first_offender, offender_reason
 from .tracer import ROOT_LABEL
 
 DEBUG_FLAG = "debug"
@@ -164,23 +164,7 @@ def table_html(table, max_height: int = 420) -> str:
             return f"{value:.3g}"
         return str(value)
 
-    shown = (
-        "index",
-        "module",
-        "class",
-        "call",
-        "shape",
-        "device_dtype",
-        "max_abs_diff",
-        "max_rel_diff",
-        "device_inf",
-        "device_nan",
-        "reference_inf",
-        "reference_nan",
-        "new_nonfinite",
-        "exceeds",
-        "note",
-    )
+    shown = tuple(c for c in COLUMNS if c != "first_offender")  # shown by the row's colour instead
     head = "".join(f"<th style='position:sticky;top:0;background:#fff'>{esc(c)}</th>" for c in shown)
     body = []
     for row in table.iter_rows(named=True):

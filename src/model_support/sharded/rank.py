@@ -136,25 +136,6 @@ def _load(settings: dict, kwargs: dict | None, device, info: dict):
     return model, tokenizer
 
 
-def _generate_no_grad(model, tokenizer, input_ids, attention_mask, max_new_tokens, device, timer, cache):
-    """probe_core.generate under torch.no_grad(): FSDP2's unsharding refuses inference tensors."""
-    import torch
-
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    extra = {"cache_implementation": "static"} if cache == "static" else {}
-    with torch.no_grad():
-        output = model.generate(
-            input_ids=input_ids.to(device),
-            attention_mask=attention_mask.to(device),
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            pad_token_id=pad,
-            streamer=timer,
-            **extra,
-        )
-    return output[0, input_ids.shape[1] :].tolist()
-
-
 def _local_footprint(model) -> tuple[int, list[int] | None]:
     """Bytes of parameters this rank holds, and its experts per expert-parallel module (None if none)."""
     total = 0
@@ -214,10 +195,9 @@ def _rank_body(job: dict, rank: int, local_rank: int, progress: _Progress) -> di
         progress(stage=stage, tokens=0)
         torch.manual_seed(settings["seed"])
         timer = _RankTimer(synchronize, progress, _test_fault(rank))
-        generate = _generate_no_grad if job["no_grad"] else probe_core.generate
         start = time.perf_counter()
         try:
-            new_ids = generate(
+            new_ids = probe_core.generate(
                 model,
                 tokenizer,
                 input_ids,
@@ -226,6 +206,7 @@ def _rank_body(job: dict, rank: int, local_rank: int, progress: _Progress) -> di
                 device,
                 timer,
                 settings["cache"],
+                no_grad=job["no_grad"],
             )
         except Exception:
             report["failed_step"] = len(timer.times)
