@@ -20,7 +20,7 @@ from pathlib import Path
 import huggingface_hub
 from huggingface_hub import constants as hf_constants
 
-from model_support import hub_fetch
+from model_support import hub_fetch, schema
 
 # Record fields this module and hub_fetch fill (name -> python type), for the record schema.
 RECORD_FIELDS = {
@@ -39,7 +39,7 @@ RECORD_FIELDS = {
     "hub_num_params": int,
 }
 #: The Hub metadata fields of a record (``metadata``); the download fields come from ``hub_fetch.fetch``.
-METADATA_FIELDS = tuple(k for k in RECORD_FIELDS if k not in ("revision_sha", "download_s", "download_bytes"))
+METADATA_FIELDS = schema.HUB_FIELDS
 SORTS = {"downloads": "downloads", "trending": "trending_score", "likes": "likes"}
 _EXPAND = [
     "pipeline_tag",

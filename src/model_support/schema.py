@@ -147,6 +147,20 @@ FIELDS: dict[str, pa.DataType] = {
 SCHEMA = pa.schema([pa.field(name, typ, nullable=True) for name, typ in FIELDS.items()])
 
 #: Fields added after the first sweeps were published: older files lack them and read as null.
+#: The Hub's metadata on a record (``hub.metadata``; the same names in ``sweep.json``'s ``hub`` dicts).
+HUB_FIELDS = (
+    "pipeline_tag",
+    "library_name",
+    "downloads",
+    "likes",
+    "trending_score",
+    "gated",
+    "license",
+    "created_at",
+    "base_model",
+    "hub_num_params",
+)
+
 LATER_FIELDS = (
     "tokens_in",
     "tokens_out",

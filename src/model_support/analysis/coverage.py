@@ -23,7 +23,7 @@ from pathlib import Path
 
 import polars as pl
 
-from .. import probe_params, store
+from .. import probe_params, schema, store
 from ..fileio import atomic_write_bytes
 from ..sweep_meta import SweepMeta
 from .frames import DEFAULT_VARIANT, variant_col
@@ -38,18 +38,7 @@ UNPROBED_HELP = {
     "the sweep probes it; never counted as a failure",
 }
 #: The Hub metadata fields of a record (the same names in ``sweep.json``'s ``hub`` dicts).
-HUB_FIELDS = (
-    "pipeline_tag",
-    "library_name",
-    "downloads",
-    "likes",
-    "trending_score",
-    "gated",
-    "license",
-    "created_at",
-    "base_model",
-    "hub_num_params",
-)
+HUB_FIELDS = schema.HUB_FIELDS
 PENDING_SCHEMA = {
     "sweep_id": pl.String,
     "model_id": pl.String,
