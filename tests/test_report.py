@@ -476,6 +476,7 @@ def test_explorer_search_and_detail(browser, rendered):
     page.locator("#sweep-filter").select_option(label=rendered["sweep"])
     page.locator("#results tbody tr").first.click()
     detail = page.locator("#detail")
+    detail.wait_for(state="visible", timeout=10000)  # the click's handler fills and shows the panel
     assert detail.is_visible()
     assert rendered["newly_failing"] in detail.locator("h2").inner_text()
     assert "import torch" in detail.locator(".repro").inner_text()
