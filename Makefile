@@ -17,6 +17,8 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	@# a venv built before JupyterLab moved to .venv-lab keeps its server stack (slow imports): drop it
+	@$(PY) -m pip uninstall -q -y jupyterlab jupyterlab-server jupyter-server jupyter-lsp jupyter-events notebook-shim rfc3987-syntax >/dev/null 2>&1 || true
 	@rm -f .venv/.installed-*
 	@touch $@
 

@@ -277,3 +277,15 @@ def test_a_sharded_probes_repro_script_launches_its_ranks_the_same_way(smoke_swe
     assert run.returncode == 0, run.stderr[-2000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])
     assert (got["status"], got["output_token_ids"]) == (schema.PASS, record["output_token_ids"])
+
+
+def test_what_runs_a_probe_stays_lean():
+    """JupyterLab's server stack (jsonschema's rfc3987 grammar among it: seconds per import) stays out."""
+    heavy = ("rfc3987_syntax", "lark", "jupyter_server", "jupyterlab", "jupyter_events", "polars")
+    code = (
+        "import sys, papermill, nbclient, ipykernel.kernelapp; from model_support import probe; "
+        f"print([m for m in {heavy!r} if m in sys.modules])"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == "[]"
