@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -80,6 +82,37 @@ def run_notebook(notebook: str, out: Path, **parameters) -> Path:
 
 def read_json(path: Path) -> dict:
     return json.loads(Path(path).read_text())
+
+
+def probe_record(tmp_path: Path, model: str, **parameters) -> dict:
+    """One real papermill probe of ``model`` on the CPU (no CPU reference unless asked); its record."""
+    name = Path(model).name
+    record_path = tmp_path / f"{name}.json"
+    parameters = {"device": "cpu", "reference": "none", **parameters}
+    run_notebook("probe.ipynb", tmp_path / f"{name}.ipynb", model_id=model, record_path=str(record_path), **parameters)
+    return read_json(record_path)
+
+
+def cli_sweep(tmp_path: Path, definition: dict, *flags: str) -> tuple[Path, str]:
+    """``model-support sweep`` on ``definition`` (written as YAML), for real, in a fresh data folder;
+    (data folder, sweep id). Fails the test, with the command's stderr, when the sweep fails."""
+    import yaml
+
+    from model_support import store
+
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(definition))
+    data = tmp_path / "data"
+    run = subprocess.run(
+        [sys.executable, "-m", "model_support.cli", "sweep", str(path), "--data-dir", str(data), *flags],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=900,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    (sweep_id,) = store.list_sweeps(data)
+    return data, sweep_id
 
 
 CHROMIUM = Path("/usr/bin/chromium")

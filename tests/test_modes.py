@@ -7,7 +7,6 @@ build per graph). The probes run for real through papermill; the matrix sweep th
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import cli_sweep, probe_record
 
 from model_support import probe, probe_params, store
 
@@ -24,39 +24,9 @@ REPO = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "model_support.cli"]
 
 
-def papermill_probe(tmp_path: Path, model: str, *extra: str) -> dict:
-    record_path = tmp_path / f"{Path(model).name}.json"
-    run = subprocess.run(
-        [
-            os.path.join(os.path.dirname(sys.executable), "papermill"),
-            "notebooks/probe.ipynb",
-            str(tmp_path / f"{Path(model).name}.ipynb"),
-            "-p",
-            "model_id",
-            model,
-            "-p",
-            "device",
-            "cpu",
-            "-p",
-            "reference",
-            "none",
-            "-p",
-            "record_path",
-            str(record_path),
-            *extra,
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    return json.loads(record_path.read_text())
-
-
 @pytest.mark.parametrize("model", ["data/models/tiny-llama", "data/models/SmolLM2-135M-Instruct"])
 def test_compile_with_a_static_cache_passes_and_counts_its_compilation(tmp_path, fixture_models, model):
-    record = papermill_probe(tmp_path, model, "-p", "mode", "compile", "-p", "cache", "static")
+    record = probe_record(tmp_path, model, mode="compile", cache="static")
     assert (record["status"], record["variant"], record["mode"], record["cache"]) == (
         "PASS",
         "compile+static",
@@ -70,24 +40,13 @@ def test_compile_with_a_static_cache_passes_and_counts_its_compilation(tmp_path,
 
 
 def test_graph_breaks_are_reported_with_their_reasons(tmp_path, fixture_models):
-    record = papermill_probe(
-        tmp_path,
-        fixture_models["modes-graph-break"]["path"],
-        "-p",
-        "mode",
-        "compile",
-        "-p",
-        "trust_remote_code",
-        "True",
-    )
+    record = probe_record(tmp_path, fixture_models["modes-graph-break"]["path"], mode="compile", trust_remote_code=True)
     assert record["status"] == "PASS" and record["variant"] == "compile+dynamic"
     assert record["graph_breaks"] >= 1 and record["graph_break_reasons"]
     # bool(tensor) in the branch is a Tensor.item() that dynamo does not trace: the break and its reason
     assert any("item()" in reason for reason in record["graph_break_reasons"]), record["graph_break_reasons"]
     (tmp_path / "eager").mkdir()
-    eager = papermill_probe(
-        tmp_path / "eager", fixture_models["modes-graph-break"]["path"], "-p", "trust_remote_code", "True"
-    )
+    eager = probe_record(tmp_path / "eager", fixture_models["modes-graph-break"]["path"], trust_remote_code=True)
     assert eager["variant"] == "eager+dynamic" and eager["graphs"] is None  # nothing compiled, nothing counted
 
 
@@ -180,3 +139,42 @@ def test_debug_in_a_compiled_variant_explains_the_graph_breaks(tmp_path, fixture
     assert "graph break(s)" in html and "modeling_graph_break.py" in html  # the reason and the user-code line
     assert debug.debug_result_from_notebook(notebook)["model_id"] == path
     assert probe.record_from_notebook(notebook) is None  # a debug notebook holds no probe record
+
+
+def test_a_model_that_refuses_a_static_cache_fails_only_in_static_variants(tmp_path, fixture_models):
+    """The tiny DeepSeek-V4: transformers' StaticCache has no layer for its heavily_compressed_attention,
+    a real limit. The CPU reference reruns the failure with the same cache (the model's, not the stack's),
+    and the record's repro script, which carries the cache, fails the same way."""
+    path = fixture_models["modes-static-deepseek-v4"]["path"]
+    matrix = {"cache": ["dynamic", "static"]}
+    data, sweep_id = cli_sweep(
+        tmp_path, {"name": "static", "probe": {"device": "cpu"}, "matrix": matrix, "models": [path]}
+    )
+    records = {r["variant"]: r for r in store.read_records(data, sweep_id)}
+    dynamic, static = records["eager+dynamic"], records["eager+static"]
+    assert dynamic["status"] == "PASS" and dynamic["tokens_out"] == 8 and dynamic["reference_match"] is True
+    assert (static["status"], static["failure_stage"], static["error_type"]) == ("FAIL(gen)", "generate", "KeyError")
+    assert "heavily_compressed_attention" in static["error_message"]
+    assert static["failure_signature"] == "KeyError: '<name>' @ cache_utils.<listcomp>"
+    assert static["attribution"] == "model" and static["reference_device"] == "cpu:float32"
+    script = tmp_path / "repro.py"
+    script.write_text(static["repro_script"])
+    repro = subprocess.run(
+        [sys.executable, str(script), path], capture_output=True, text=True, timeout=600, cwd=tmp_path
+    )
+    assert repro.returncode == 1, repro.stderr[-2000:]
+    result = json.loads(repro.stdout.strip().splitlines()[-1])
+    assert (result["status"], result["failure_stage"], result["error_type"]) == ("FAIL(gen)", "generate", "KeyError")
+
+
+def test_a_model_that_fails_eagerly_too_is_not_the_compilers_failure(tmp_path, fixture_models):
+    """attr-both's linalg.inv in bfloat16: compiled, dynamo's fake tensors raise first (an error of
+    torch._dynamo), but plain eager raises as well, so the record keeps eager's error at stage generate."""
+    record = probe_record(tmp_path, fixture_models["attr-both"]["path"], mode="compile", trust_remote_code=True)
+    assert (record["status"], record["failure_stage"], record["variant"]) == (
+        "FAIL(gen)",
+        "generate",
+        "compile+dynamic",
+    )
+    assert record["error_message"].startswith("linalg.inv: Low precision dtypes not supported")
+    assert "torch._dynamo" not in record["error_type"] and record["graphs"] is not None

@@ -86,6 +86,15 @@ class Adapter:
         """torch.compile's backend for this device: inductor (cpu, cuda); the tpu adapter says tpu."""
         return "inductor"
 
+    def mode_unavailable(self, mode: str) -> str | None:
+        """Why this stack cannot run the probe in ``mode``, or None. Only ``fused`` (TorchTPU's
+        deferred-and-fused eager) can be missing: a TPU with a torch_tpu that exposes it runs it."""
+        if mode != "fused":
+            return None
+        from .probe_core import fused_eager_missing
+
+        return fused_eager_missing(self.type)
+
     def devices_present(self) -> int:
         """How many devices a sharded probe may use: the chips or GPUs; on the CPU one rank per core."""
         return self.device_count() if self.type != "cpu" else max(1, os.cpu_count() or 1)

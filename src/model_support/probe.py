@@ -67,8 +67,10 @@ def first_divergence(device_ids: list[int], reference_ids: list[int]) -> int | N
     return None
 
 
-def _on_the_reference(settings: dict, dtype: str) -> dict:
-    """The probe's stages again, on the CPU in ``dtype``."""
+def _on_the_reference(settings: dict, dtype: str, mode: str = "eager") -> dict:
+    """The probe's stages again, on the CPU in ``dtype``, with the run's KV cache and in ``mode`` (eager, or
+    compile with inductor: a compiled failure is rerun compiled, so that its attribution compares like
+    with like; TorchTPU's fused eager has no CPU counterpart but plain eager)."""
     import torch
 
     return probe_core.run_stages(
@@ -81,6 +83,9 @@ def _on_the_reference(settings: dict, dtype: str) -> dict:
         trust_remote_code=settings["trust_remote_code"],
         seed=settings["seed"],
         device=torch.device("cpu"),
+        mode=mode,
+        cache=settings["cache"],
+        compile_backend="inductor",
     )
 
 
@@ -137,7 +142,7 @@ def reference_skip(record: dict, settings: dict, dtype: str) -> str | None:
 
 def attribute(record: dict, settings: dict) -> None:
     """Whose failure it is: the same stages rerun in the reference configuration (the CPU; the run's dtype
-    on accelerators, float32 on CPU-only runs). ``stack``: the reference passes; ``model``: it fails with
+    on accelerators, float32 on CPU-only runs; the run's KV cache, and compiled when the run was). ``stack``: the reference passes; ``model``: it fails with
     the same signature; ``both``: with another (kept in ``reference_signature``); null with the reason in
     ``reference_note`` when it could not run. The verdict never changes."""
     if record["failure_stage"] not in ATTRIBUTED_STAGES:
@@ -148,7 +153,7 @@ def attribute(record: dict, settings: dict) -> None:
         record["reference_note"] = f"attribution {skip}"
         return
     record["reference_device"] = f"cpu:{ref_dtype}"
-    ref = _on_the_reference(settings, ref_dtype)
+    ref = _on_the_reference(settings, ref_dtype, "compile" if settings["mode"] == "compile" else "eager")
     if ref["exception"] is None:
         record["attribution"] = "stack"
         return
@@ -297,6 +302,10 @@ def _probe(record: dict, settings: dict, sweep_id: str) -> None:
         record_failure(record, "runner", exc, status=schema.FAIL_OTHER)
         return
     record.update(device_type=adapter.type, device_name=adapter.device_name(), device_count=adapter.device_count())
+    missing = adapter.mode_unavailable(settings["mode"])
+    if missing:  # no verdict: this stack has no such mode (an ``excluded`` row in a sweep)
+        record["exclusion_reason"] = f"not available on this stack: {missing}"
+        return
     record["repro_script"] = repro_script(
         {**settings, "device": adapter.type, "model_id": record["model_id"]}, sweep_id or None
     )
@@ -390,7 +399,9 @@ def summary_html(record: dict) -> str:
             else record["reference_note"],
         ),
     ]
-    status = record["status"] or "?"
+    if record["exclusion_reason"]:  # no verdict: e.g. a mode this stack does not offer
+        rows.insert(2, ("excluded", record["exclusion_reason"]))
+    status = record["status"] or ("not available" if record["exclusion_reason"] else "?")
     return display.kv_table(rows, title=status, color=display.verdict_color(record["status"]))
 
 

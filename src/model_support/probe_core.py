@@ -150,6 +150,44 @@ def is_compile_error(exc):
     return False
 
 
+FUSED_EAGER = "torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_AND_FUSE)"
+
+
+def fused_eager_missing(device_type):
+    """Why mode "fused" (TorchTPU's deferred-and-fused eager: ops queue up and run as fused programs)
+    cannot run here, or None. It exists only on a TPU, and only where torch_tpu exposes it (0.2.0 does,
+    as an experimental API); elsewhere the record says so instead of failing."""
+    if device_type != "tpu":
+        return f"mode 'fused' is TorchTPU's deferred-and-fused eager; it runs on tpu devices only, not on {device_type}"
+    import torch
+
+    tpu = getattr(torch, "tpu", None)
+    if (
+        getattr(tpu, "set_eager_mode", None) is None
+        or getattr(getattr(tpu, "EagerMode", None), "DEFER_AND_FUSE", None) is None
+    ):
+        import importlib.metadata as metadata
+
+        try:
+            version = metadata.version("torch_tpu")
+        except metadata.PackageNotFoundError:
+            version = "(not installed)"
+        return f"torch_tpu {version} does not expose {FUSED_EAGER}"
+    return None
+
+
+def execution_context(mode):
+    """The context generation runs in: TorchTPU's deferred-and-fused eager for mode "fused", else none
+    (eager is the default; compile wraps the forward instead, ``compile_forward``)."""
+    import contextlib
+
+    if mode != "fused":
+        return contextlib.nullcontext()
+    import torch
+
+    return torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_AND_FUSE)
+
+
 def compile_forward(model, backend):
     """``model.forward`` through torch.compile with ``backend`` (inductor on cpu and cuda, tpu on TPU);
     dynamo's counters start from zero. Returns the eager forward, to put back."""
@@ -162,6 +200,18 @@ def compile_forward(model, backend):
     eager = model.forward
     model.forward = torch.compile(eager, backend=backend)
     return eager
+
+
+def _eager_failure(model, tokenizer, input_ids, attention_mask, max_new_tokens, device, cache, seed):
+    """The exception plain eager generation raises, or None when it generates."""
+    import torch
+
+    torch.manual_seed(seed)
+    try:
+        generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, device, None, cache)
+    except Exception as exc:  # noqa: BLE001 whatever it is, it is the answer
+        return exc
+    return None
 
 
 def compile_counts():
@@ -198,10 +248,12 @@ def run_stages(
 ):
     """Load, template, generate, each guarded: every exception lands in the result with its stage.
 
-    ``mode`` "compile" runs the generation through torch.compile (``compile_backend``): a failure of the
-    compiler is stage "compile"; the first token's time carries the compilation (``compile_s``); the
-    graphs, breaks and recompilations are counted; and the same generation runs again eagerly to say
-    whether the tokens match (``matches_eager``). Returns a dict with status, failure_stage, exception
+    ``mode`` "compile" runs the generation through torch.compile (``compile_backend``): a failure raised
+    by the compiler is stage "compile" when plain eager generates, else eager's own error at "generate"
+    (dynamo's fake tensors meet a model's shape bug first, but the bug is not the compiler's); the first token's time carries the compilation (``compile_s``); the
+    graphs, breaks and recompilations are counted. ``mode`` "fused" runs it in TorchTPU's
+    deferred-and-fused eager (``execution_context``; check ``fused_eager_missing`` first). In both the
+    same generation runs again in plain eager to say whether the tokens match (``matches_eager``). Returns a dict with status, failure_stage, exception
     (the object), token counts and ids, the generated text, timings, and what was learned about the model."""
     import torch
 
@@ -250,12 +302,20 @@ def run_stages(
         timer = StepTimer(synchronize)
         start = time.perf_counter()
         try:
-            new_ids = generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, device, timer, cache)
+            with execution_context(mode):
+                new_ids = generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, device, timer, cache)
         except Exception as exc:
             result["failed_step"] = len(timer.times)
             if mode == "compile":
                 result.update(compile_counts())
-                stage = "compile" if is_compile_error(exc) else stage
+            if mode == "compile" and is_compile_error(exc):
+                model.forward = eager_forward  # the compiler's failure only if plain eager generates
+                eager_exc = _eager_failure(
+                    model, tokenizer, input_ids, attention_mask, max_new_tokens, device, cache, seed
+                )
+                if eager_exc is not None:
+                    raise eager_exc from None  # the model fails eagerly too: its own error, stage generate
+                stage = "compile"
             raise
         end = time.perf_counter()
         result["output_token_ids"] = new_ids
@@ -269,6 +329,7 @@ def run_stages(
         if mode == "compile":
             result.update(compile_counts(), compile_s=result["first_token_s"])
             model.forward = eager_forward
+        if mode != "eager":
             torch.manual_seed(seed)
             eager_ids = generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, device, None, cache)
             result["matches_eager"] = eager_ids == new_ids

@@ -20,7 +20,8 @@ DEVICES = ("auto", "cpu", "cuda", "tpu")
 #: torch's floating-point dtypes a model can be loaded in (a test checks each against torch).
 FLOAT_DTYPES = ("bfloat16", "float16", "float32", "float64", "half", "float", "double")
 CHAT_TEMPLATES = ("auto", "none", "required")
-MODES = ("eager", "compile")
+#: eager; fused: TorchTPU's deferred-and-fused eager (tpu only); compile: torch.compile.
+MODES = ("eager", "fused", "compile")
 CACHES = ("dynamic", "static")
 #: The probe settings a sweep's ``matrix:`` may cross with every model; they name a record's variant.
 MATRIX_AXES = ("mode", "cache", "max_new_tokens")
@@ -78,7 +79,13 @@ PROBE_PARAMS: tuple[Param, ...] = (
     Param("dtype", str, "bfloat16", "torch floating dtype the model is loaded in", choices=FLOAT_DTYPES),
     Param("prompt", str, DEFAULT_PROMPT, "rendered through the chat template when there is one"),
     Param("max_new_tokens", int, 8, "greedy new tokens", minimum=1),
-    Param("mode", str, "eager", "eager, or compile: torch.compile with the device's backend", choices=MODES),
+    Param(
+        "mode",
+        str,
+        "eager",
+        "eager; fused: TorchTPU's deferred-and-fused eager (tpu only); compile: torch.compile with the device's backend",
+        choices=MODES,
+    ),
     Param("cache", str, "dynamic", "the KV cache: dynamic, or static (transformers' static cache)", choices=CACHES),
     Param(
         "devices",
@@ -183,3 +190,22 @@ def variant(settings: dict) -> str:
     label = f"{settings.get('mode', 'eager')}+{settings.get('cache', 'dynamic')}"
     tokens = settings.get("max_new_tokens", 8)
     return label if tokens == 8 else f"{label}+{tokens}t"
+
+
+def write_parameters_cells() -> None:
+    """Rewrite the probe and debug notebooks' parameters cells from the declaration (after changing it:
+    ``python -m model_support.probe_params``). Plain JSON, as nbformat writes it, so nothing else moves."""
+    import json
+
+    from .paths import notebook
+
+    for name, declared in (("probe", PROBE_PARAMS), ("debug", DEBUG_PARAMS)):
+        path = notebook(name)
+        nb = json.loads(path.read_text())
+        cell = next(c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
+        cell["source"] = parameters_cell(declared, f"{name}.ipynb").splitlines(keepends=True)
+        path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+
+
+if __name__ == "__main__":
+    write_parameters_cells()

@@ -93,7 +93,11 @@ if __name__ == "__main__":
         settings["model_id"] = got["path"]
     if SETTINGS["distributed"]:  # a sharded probe: its ranks again, one process each, as the probe ran them
         sys.exit(run_ranks(settings, SETTINGS["distributed"]))
-    result = run_stages(device=torch.device(SETTINGS["device"]), synchronize=sync, **settings)
+    backend = "tpu" if SETTINGS["device"] == "tpu" else "inductor"  # torch.compile's, in mode compile
+    missing = fused_eager_missing(SETTINGS["device"]) if settings["mode"] == "fused" else None
+    if missing:
+        sys.exit(f"not available on this stack: {missing}")
+    result = run_stages(device=torch.device(SETTINGS["device"]), synchronize=sync, compile_backend=backend, **settings)
     exc = result["exception"]
     print(json.dumps({
         "status": result["status"],
@@ -122,6 +126,8 @@ SETTING_NAMES = (
     "chat_template",
     "trust_remote_code",
     "seed",
+    "mode",
+    "cache",
     "device",
 )
 

@@ -405,7 +405,8 @@ def _store_all(results, data_dir: Path, meta: SweepMeta, pending: dict, done: in
             continue
         done += 1
         if on_result:
-            on_result(result.record or {"status": "excluded", "model_id": result.model_id}, done, total)
+            record = result.record or {"model_id": result.model_id}  # excluded before or by its probe: no verdict
+            on_result({**record, "status": record.get("status") or "excluded"}, done, total)
     store.write_pending(data_dir, sweep_id, pending)
     return store.compact(data_dir, sweep_id)
 

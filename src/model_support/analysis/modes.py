@@ -49,18 +49,30 @@ def _variants_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
     return _rows(results, sweep_id).select("variant").unique()
 
 
-def verdict_grid(results: Frame, sweep_id: str) -> pl.DataFrame:
+#: Grid cells with no verdict: the (model, variant) is in the sweep's ``excluded`` config; ``n/a`` when
+#: this stack does not offer the variant's mode (TorchTPU's fused eager off a TPU), ``excluded`` otherwise.
+NOT_AVAILABLE, EXCLUDED = "n/a", "excluded"
+
+
+def verdict_grid(results: Frame, sweep_id: str, excluded: Frame | None = None) -> pl.DataFrame:
     """model_id, then one column per variant (in ``sweep_variants`` order) holding its verdict (null: not
-    run in that variant). Models whose verdict differs between variants come first, then by name."""
-    return grid_from_long(_grid_long_q(results, sweep_id).collect())
+    run in that variant; ``NOT_AVAILABLE`` or ``EXCLUDED`` for the ``excluded`` rows given). Models whose
+    verdict differs between variants come first, then by name."""
+    return grid_from_long(_grid_long_q(results, sweep_id, excluded).collect())
 
 
-def _grid_long_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
-    return (
-        _rows(results, sweep_id)
-        .select("model_id", "variant", "status")
-        .unique(["model_id", "variant"], keep="last")
-        .with_columns(mixed=pl.col("status").n_unique().over("model_id") > 1)
+def _grid_long_q(results: Frame, sweep_id: str, excluded: Frame | None = None) -> pl.LazyFrame:
+    rows = _rows(results, sweep_id).select("model_id", "variant", "status")
+    if excluded is not None:
+        reason = pl.col("exclusion_reason").fill_null("")
+        cell = pl.when(reason.str.starts_with("not available on this stack")).then(pl.lit(NOT_AVAILABLE))
+        no_verdict = _sweep_rows(excluded, sweep_id, ["model_id", "variant", "exclusion_reason"]).select(
+            "model_id", variant_col(), cell.otherwise(pl.lit(EXCLUDED)).alias("status")
+        )
+        rows = pl.concat([rows, no_verdict], how="vertical_relaxed")
+    verdicts = pl.col("status").filter(pl.col("status").is_in(schema.VERDICTS))
+    return rows.unique(["model_id", "variant"], keep="last").with_columns(
+        mixed=verdicts.n_unique().over("model_id") > 1
     )
 
 

@@ -127,7 +127,7 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
         "changes": _changes_q(rows, sweep_id, baseline_sweep_id or sweep_id),
         "signature_changes": _signature_changes_q(rows, sweep_id, baseline_sweep_id or sweep_id),
         "variant_stats": _variant_stats_q(rows, sweep_id),
-        "verdict_grid": _grid_long_q(rows, sweep_id),
+        "verdict_grid": _grid_long_q(rows, sweep_id, excluded),
         "eager_pass_compile_fail": _eager_pass_compile_fail_q(rows, sweep_id),
         "graph_break_reasons": _break_reasons_q(rows, sweep_id),
         "multi_device": _multi_device_q(rows, sweep_id),

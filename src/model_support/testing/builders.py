@@ -260,6 +260,44 @@ def build_graph_break(folder: Path, final: Path, ctx: _Context) -> dict:
     return {}
 
 
+#: A tiny DeepSeek-V4 (its two layers are "heavily_compressed_attention", the first of its default interleave).
+DEEPSEEK_V4_SIZES = dict(
+    hidden_size=64,
+    moe_intermediate_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=1,
+    head_dim=16,
+    q_lora_rank=32,
+    o_lora_rank=32,
+    o_groups=2,
+    n_routed_experts=4,
+    num_experts_per_tok=2,
+    index_n_heads=4,
+    index_head_dim=16,
+    index_topk=8,
+    sliding_window=16,
+    hc_mult=2,
+    max_position_embeddings=256,
+)
+
+
+def build_static_cache_refused(folder: Path, final: Path, ctx: _Context) -> dict:
+    """A tiny random DeepSeek-V4, seeded to generate the same 8 tokens in bf16 and float32. Its attention
+    layers are "heavily_compressed_attention", for which transformers 5.24's StaticCache has no layer
+    class: ``cache_implementation="static"`` raises KeyError before the first forward. A real limit of
+    the library for every DeepSeek-V4 checkpoint, not a raise written for the purpose."""
+    eos = ctx.tokenizer().eos_token_id
+
+    def same_8_no_eos(bf16, fp32):  # so the CPU reference (float32) agrees with the dynamic-cache run
+        return bf16 == fp32 and len(bf16) == MAX_NEW_TOKENS and eos not in bf16
+
+    seed, tokens = _seeded_until(
+        ctx, folder, lambda s: _tiny_model(ctx, "deepseek_v4", DEEPSEEK_V4_SIZES, s), same_8_no_eos
+    )
+    return {"seed": seed, "expected_token_ids": tokens}
+
+
 def build_fft_logits(folder: Path, final: Path, ctx: _Context) -> dict:
     """Custom code whose forward uses torch.fft: fails in bfloat16 on the CPU, passes in float32 (stack)."""
     _custom_code(folder, ctx, "fft_logits", "", FFT_ROUND_TRIP)

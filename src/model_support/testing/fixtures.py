@@ -47,6 +47,7 @@ from .builders import (  # noqa: F401  (DIVERGING_MODULE and EOS_EARLY_STEP: re-
     build_remote_code,
     build_short_positions,
     build_smollm2,
+    build_static_cache_refused,
     build_truncated,
     build_unknown_type,
     tiny_builder,
@@ -219,6 +220,15 @@ FIXTURES: list[Fixture] = [
         8,
         "Custom code with a data-dependent Python branch in its forward: graph breaks when compiled, still PASS.",
         TRC,
+    ),
+    Fixture(
+        "modes-static-deepseek-v4",
+        build_static_cache_refused,
+        PASS,
+        None,
+        8,
+        "Tiny random DeepSeek-V4: PASS with the dynamic KV cache; with cache static, FAIL(gen) at generate, "
+        "transformers' StaticCache having no layer for its heavily_compressed_attention (KeyError).",
     ),
     *[
         Fixture(s["name"], s["build"], s["status"], s["stage"], s["tokens_out"], s["purpose"], s["overrides"])
