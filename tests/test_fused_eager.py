@@ -109,3 +109,24 @@ def test_debug_in_fused_off_a_tpu_is_refused_with_one_sentence(tmp_path, fixture
     assert run.returncode == 2, run.stderr[-2000:]
     assert "not available on this stack: mode 'fused' is TorchTPU's deferred-and-fused eager" in run.stderr
     assert "Traceback" not in run.stderr and not (store.sweep_dir(data, "f") / "debug").exists()
+
+
+def test_the_terminal_table_lists_a_mode_not_available_as_excluded_with_its_reason():
+    import io
+
+    from rich.console import Console
+
+    from model_support import schema
+    from model_support.render.terminal import verdict_table
+
+    reason = "not available on this stack: mode 'fused' is TorchTPU's deferred-and-fused eager"
+    records = [
+        schema.empty_record(model_id="local:a", variant="eager+dynamic", status="PASS", tokens_in=5, tokens_out=8),
+        schema.empty_record(model_id="local:a", variant="fused+dynamic", exclusion_reason=reason),
+    ]
+    out = io.StringIO()
+    verdict_table(records, Console(file=out, width=200, color_system=None))
+    lines = out.getvalue().splitlines()
+    row = next(line for line in lines if "fused+dynamic" in line)
+    assert "excluded" in row and reason in row and "None" not in row
+    assert lines[-1] == "PASS: 1  FAIL(load): 0  FAIL(gen): 0  FAIL(other): 0  excluded: 1"

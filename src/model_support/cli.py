@@ -8,6 +8,7 @@ and exit status 2, never a bare stack trace. ``--data-dir`` is one shared option
 from __future__ import annotations
 
 import functools
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -135,7 +136,9 @@ def sweep(params_file, data_dir, workers, executor, prefetch, resume, report):
             prefetch=prefetch,
             report=report,
         )
-    verdict_table(store.read_records(data_dir, summary["sweep_id"]), Console())
+    # written to a log (nohup on a TPU VM, CI) the table gets 160 columns, not rich's default 80
+    table_console = Console() if sys.stdout.isatty() else Console(width=160)
+    verdict_table(store.read_records(data_dir, summary["sweep_id"]), table_console)
     click.echo(
         f"sweep {summary['sweep_id']}: {summary['ran']} probed now, {summary['total']} models, "
         f"{summary['wall_s']:.1f} s with {summary['workers']} worker(s) ({summary['executor']})"

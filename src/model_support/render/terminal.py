@@ -85,6 +85,9 @@ def verdict_table(records: list[dict], console) -> None:
         key=lambda r: (order.get(r["status"], len(order)), r["model_id"], key(r.get("variant") or "eager+dynamic")),
     ):
         variant = [r.get("variant") or analysis.DEFAULT_VARIANT] if with_variant else []
+        if r.get("exclusion_reason"):  # no verdict: gated, gone, or a mode this stack does not offer
+            table.add_row(display_name(r["model_id"]), *variant, "excluded", "", "", "", r["exclusion_reason"][:80])
+            continue
         whose = (r.get("attribution") or analysis.UNKNOWN_ATTRIBUTION) if r["status"] != schema.PASS else ""
         table.add_row(
             display_name(r["model_id"]),
@@ -96,5 +99,6 @@ def verdict_table(records: list[dict], console) -> None:
             (r["failure_signature"] or "")[:80],
         )
     console.print(table)
-    summary = Counter(r["status"] for r in records)
-    console.print("  ".join(f"{k}: {summary.get(k, 0)}" for k in schema.VERDICTS))
+    summary = Counter(r["status"] if not r.get("exclusion_reason") else "excluded" for r in records)
+    shown = (*schema.VERDICTS, "excluded") if summary.get("excluded") else schema.VERDICTS
+    console.print("  ".join(f"{k}: {summary.get(k, 0)}" for k in shown))
