@@ -75,13 +75,7 @@ def _on_the_reference(settings: dict, dtype: str, mode: str = "eager") -> dict:
 
     return probe_core.run_stages(
         model_id=settings["load_from"],
-        revision=settings["revision"],
-        dtype=dtype,
-        prompt=settings["prompt"],
-        max_new_tokens=settings["max_new_tokens"],
-        chat_template=settings["chat_template"],
-        trust_remote_code=settings["trust_remote_code"],
-        seed=settings["seed"],
+        **{**probe_core.stage_settings(settings), "dtype": dtype},
         device=torch.device("cpu"),
         mode=mode,
         cache=settings["cache"],
@@ -176,21 +170,8 @@ SHARDED_FIELDS = (
     "generate_s_per_rank",
     "peak_device_mem_mb",
 )
-STAGE_FIELDS = (
-    "model_type",
-    "architectures",
-    "num_params",
-    "chat_template_used",
-    "tokens_in",
-    "tokens_out",
-    "output_token_ids",
-    "generated_text",
-    "failed_step",
-    "load_s",
-    "first_token_s",
-    "generate_s",
-    "decode_tokens_per_s",
-)
+#: The stage results a record keeps as they are (status and failure_stage are set with the error).
+STAGE_FIELDS = tuple(k for k in probe_core.RESULT_KEYS if k in schema.FIELDS and k not in ("status", "failure_stage"))
 
 
 def _sharded(record: dict, settings: dict, adapter) -> bool:
@@ -328,13 +309,7 @@ def _probe(record: dict, settings: dict, sweep_id: str) -> None:
     adapter.reset_peak_memory()
     result = probe_core.run_stages(
         model_id=settings["load_from"],
-        revision=settings["revision"],
-        dtype=settings["dtype"],
-        prompt=settings["prompt"],
-        max_new_tokens=settings["max_new_tokens"],
-        chat_template=settings["chat_template"],
-        trust_remote_code=settings["trust_remote_code"],
-        seed=settings["seed"],
+        **probe_core.stage_settings(settings),
         device=adapter.torch_device,
         synchronize=adapter.synchronize if adapter.type != "cpu" else None,
         mode=settings["mode"],
@@ -343,15 +318,7 @@ def _probe(record: dict, settings: dict, sweep_id: str) -> None:
     )
     if settings["mode"] == "compile":
         record["compile_backend"] = adapter.compile_backend()
-    for key in (
-        *STAGE_FIELDS,
-        "compile_s",
-        "graphs",
-        "graph_breaks",
-        "graph_break_reasons",
-        "recompilations",
-        "matches_eager",
-    ):
+    for key in STAGE_FIELDS:
         record[key] = result[key]
     record["peak_host_mem_mb"] = _peak_host_mb()
     record["peak_device_mem_mb"], record["device_mem_source"] = adapter.peak_memory_mb()

@@ -73,7 +73,8 @@ def load(model_id, revision, dtype, trust_remote_code, device, info, extra=None)
         raise NewlyInitialisedWeights(
             f"{len(newly)} weights of {type(model).__name__} are not in the checkpoint and were newly initialised: {shown}"
         )
-    model.to(device)
+    if not (extra or {}).get("distributed_config"):
+        model.to(device)  # a model split by a distributed_config is already on this rank's device
     model.eval()
     return model, tokenizer
 
@@ -202,13 +203,13 @@ def compile_forward(model, backend):
     return eager
 
 
-def _eager_failure(model, tokenizer, input_ids, attention_mask, max_new_tokens, device, cache, seed):
+def _eager_failure(model, tokenizer, input_ids, attention_mask, max_new_tokens, device, cache, seed, no_grad=False):
     """The exception plain eager generation raises, or None when it generates."""
     import torch
 
     torch.manual_seed(seed)
     try:
-        generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, device, None, cache)
+        generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, device, None, cache, no_grad)
     except Exception as exc:  # noqa: BLE001 whatever it is, it is the answer
         return exc
     return None
@@ -229,6 +230,45 @@ def compile_counts():
     }
 
 
+#: The probe parameters ``run_stages`` takes as they are.
+SETTING_KEYS = ("revision", "dtype", "prompt", "max_new_tokens", "chat_template", "trust_remote_code", "seed")
+
+
+def stage_settings(settings):
+    """``run_stages``' keyword arguments that are plain probe parameters, from ``settings``."""
+    return {key: settings[key] for key in SETTING_KEYS}
+
+
+#: The keys of ``run_stages``' result, in order (model and tokenizer only with keep_model).
+RESULT_KEYS = (
+    "status",
+    "failure_stage",
+    "exception",
+    "model_type",
+    "architectures",
+    "num_params",
+    "chat_template_used",
+    "tokens_in",
+    "tokens_out",
+    "output_token_ids",
+    "generated_text",
+    "failed_step",
+    "load_s",
+    "first_token_s",
+    "generate_s",
+    "decode_tokens_per_s",
+    "input_ids",
+    "compile_s",
+    "graphs",
+    "graph_breaks",
+    "graph_break_reasons",
+    "recompilations",
+    "matches_eager",
+    "model",
+    "tokenizer",
+)
+
+
 def run_stages(
     model_id,
     revision="",
@@ -245,65 +285,60 @@ def run_stages(
     cache="dynamic",
     compile_backend="inductor",
     load_kwargs=None,
+    timer=None,
+    on_stage=None,
+    on_load=None,
+    no_grad=False,
 ):
     """Load, template, generate, each guarded: every exception lands in the result with its stage.
 
     ``mode`` "compile" runs the generation through torch.compile (``compile_backend``): a failure raised
     by the compiler is stage "compile" when plain eager generates, else eager's own error at "generate"
-    (dynamo's fake tensors meet a model's shape bug first, but the bug is not the compiler's); the first token's time carries the compilation (``compile_s``); the
-    graphs, breaks and recompilations are counted. ``mode`` "fused" runs it in TorchTPU's
-    deferred-and-fused eager (``execution_context``; check ``fused_eager_missing`` first). In both the
-    same generation runs again in plain eager to say whether the tokens match (``matches_eager``). Returns a dict with status, failure_stage, exception
-    (the object), token counts and ids, the generated text, timings, and what was learned about the model."""
+    (dynamo's fake tensors meet a model's shape bug first, but the bug is not the compiler's); the
+    first token's time carries the compilation (``compile_s``); graphs, breaks and recompilations are
+    counted. ``mode`` "fused" runs it in TorchTPU's deferred-and-fused eager (``execution_context``;
+    check ``fused_eager_missing`` first). In both, the same generation runs again in plain eager to say
+    whether the tokens match (``matches_eager``).
+
+    Hooks for a sharded rank: ``load_kwargs`` (its ``distributed_config``), ``timer`` (a StepTimer that
+    also reports progress), ``on_stage(name)`` as each stage starts, ``on_load(model)`` once loaded,
+    and ``no_grad`` (FSDP-sharded models refuse inference tensors).
+
+    Returns a dict with ``RESULT_KEYS``: status, failure_stage, exception (the object), token counts
+    and ids, the generated text, timings, and what was learned about the model."""
     import torch
 
-    result = {
-        "status": None,
-        "failure_stage": None,
-        "exception": None,
-        "model_type": None,
-        "architectures": None,
-        "num_params": None,
-        "chat_template_used": None,
-        "tokens_in": None,
-        "tokens_out": None,
-        "output_token_ids": None,
-        "generated_text": None,
-        "failed_step": None,
-        "load_s": None,
-        "first_token_s": None,
-        "generate_s": None,
-        "decode_tokens_per_s": None,
-        "input_ids": None,
-        "compile_s": None,
-        "graphs": None,
-        "graph_breaks": None,
-        "graph_break_reasons": None,
-        "recompilations": None,
-        "matches_eager": None,
-        "model": None,
-        "tokenizer": None,
-    }
-    stage = "load"
+    result = dict.fromkeys(RESULT_KEYS)
+
+    def enter(name):
+        if on_stage:
+            on_stage(name)
+        return name
+
+    stage = enter("load")
     try:
         start = time.perf_counter()
         model, tokenizer = load(model_id, revision, dtype, trust_remote_code, device, result, load_kwargs)
         if synchronize:
             synchronize()
         result["load_s"] = time.perf_counter() - start
-        stage = "template"
+        if on_load:
+            on_load(model)
+        stage = enter("template")
         input_ids, attention_mask, used = build_inputs(tokenizer, prompt, chat_template)
         result["chat_template_used"] = used
         result["tokens_in"] = int(input_ids.shape[1])
         result["input_ids"] = input_ids[0].tolist()
-        stage = "generate"
+        stage = enter("generate")
         eager_forward = compile_forward(model, compile_backend) if mode == "compile" else None
         torch.manual_seed(seed)
-        timer = StepTimer(synchronize)
+        timer = timer or StepTimer(synchronize)
         start = time.perf_counter()
         try:
             with execution_context(mode):
-                new_ids = generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, device, timer, cache)
+                new_ids = generate(
+                    model, tokenizer, input_ids, attention_mask, max_new_tokens, device, timer, cache, no_grad
+                )
         except Exception as exc:
             result["failed_step"] = len(timer.times)
             if mode == "compile":
@@ -331,7 +366,9 @@ def run_stages(
             model.forward = eager_forward
         if mode != "eager":
             torch.manual_seed(seed)
-            eager_ids = generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, device, None, cache)
+            eager_ids = generate(
+                model, tokenizer, input_ids, attention_mask, max_new_tokens, device, None, cache, no_grad
+            )
             result["matches_eager"] = eager_ids == new_ids
         result["status"] = PASS
         if keep_model:

@@ -37,33 +37,7 @@ RANK_DEFAULTS = {
     "ep_dense": "auto",
 }
 #: The keys of probe_core.run_stages' result, in its order (the objects model/tokenizer stay None).
-STAGE_KEYS = (
-    "status",
-    "failure_stage",
-    "exception",
-    "model_type",
-    "architectures",
-    "num_params",
-    "chat_template_used",
-    "tokens_in",
-    "tokens_out",
-    "output_token_ids",
-    "generated_text",
-    "failed_step",
-    "load_s",
-    "first_token_s",
-    "generate_s",
-    "decode_tokens_per_s",
-    "input_ids",
-    "compile_s",
-    "graphs",
-    "graph_breaks",
-    "graph_break_reasons",
-    "recompilations",
-    "matches_eager",
-    "model",
-    "tokenizer",
-)
+STAGE_KEYS = probe_core.RESULT_KEYS
 #: What a rank reports (JSON) beyond the stage keys.
 RANK_KEYS = (
     "rank",

@@ -105,37 +105,6 @@ def _init_process_group(device_type: str, device, timeout_s: float) -> None:
     )
 
 
-def _load(settings: dict, kwargs: dict | None, device, info: dict):
-    """probe_core.load, with the model split by ``DistributedConfig(**kwargs)`` across the ranks."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    common = {"revision": settings["revision"] or None, "trust_remote_code": settings["trust_remote_code"]}
-    config = AutoConfig.from_pretrained(settings["model"], **common)
-    info["model_type"] = getattr(config, "model_type", None)
-    info["architectures"] = list(getattr(config, "architectures", None) or [])
-    tokenizer = AutoTokenizer.from_pretrained(settings["model"], **common)
-    extra = {}
-    if kwargs:
-        from transformers.distributed import DistributedConfig
-
-        extra["distributed_config"] = DistributedConfig(**kwargs)
-    model, loading = AutoModelForCausalLM.from_pretrained(
-        settings["model"], dtype=getattr(torch, settings["dtype"]), output_loading_info=True, **common, **extra
-    )
-    info["num_params"] = sum(p.numel() for p in model.parameters())  # a DTensor counts its global shape
-    newly = sorted(loading.get("missing_keys") or []) + sorted(str(k) for k in (loading.get("mismatched_keys") or []))
-    if newly:
-        shown = ", ".join(newly[:5]) + (", ..." if len(newly) > 5 else "")
-        raise probe_core.NewlyInitialisedWeights(
-            f"{len(newly)} weights of {type(model).__name__} are not in the checkpoint and were newly initialised: {shown}"
-        )
-    if not kwargs:
-        model.to(device)  # a split model is already on this rank's device
-    model.eval()
-    return model, tokenizer
-
-
 def _local_footprint(model) -> tuple[int, list[int] | None]:
     """Bytes of parameters this rank holds, and its experts per expert-parallel module (None if none)."""
     total = 0
@@ -147,7 +116,8 @@ def _local_footprint(model) -> tuple[int, list[int] | None]:
 
 
 def _rank_body(job: dict, rank: int, local_rank: int, progress: _Progress) -> dict:
-    """The probe's stages on this rank; every exception lands in the report with its stage."""
+    """The probe's stages on this rank (``probe_core.run_stages``, the model split by the job's
+    ``DistributedConfig``); every exception lands in the report with its stage."""
     import resource
 
     settings, device_type, world_size = job["settings"], job["device_type"], job["world_size"]
@@ -155,15 +125,13 @@ def _rank_body(job: dict, rank: int, local_rank: int, progress: _Progress) -> di
     for key in ("exception", "model", "tokenizer"):
         report.pop(key)
     report["rank"] = rank
-    stage = "runner"
     adapter = None
-    try:
-        import torch
-
+    try:  # set-up: a failure here is the harness's (stage runner)
         if device_type == "tpu":
             import torch_tpu  # noqa: F401  (registers the tpu device and its tpu_dist backend)
         import transformers  # noqa: F401  imported before load_s starts, as the probe's warmed-up kernel has it
         from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
+        from transformers.distributed import DistributedConfig
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
@@ -175,57 +143,27 @@ def _rank_body(job: dict, rank: int, local_rank: int, progress: _Progress) -> di
             _init_process_group(device_type, device, job["timeout_s"])
         adapter.reset_peak_memory()
         synchronize = adapter.synchronize if device_type != "cpu" else None
-        stage = "load"
-        progress(stage=stage)
-        start = time.perf_counter()
-        model, tokenizer = _load(settings, job["distributed_config"], device, report)
-        if synchronize:
-            synchronize()
-        report["load_s"] = time.perf_counter() - start
-        report["local_param_bytes"], report["local_experts"] = _local_footprint(model)
-        stage = "template"
-        progress(stage=stage)
-        input_ids, attention_mask, used = probe_core.build_inputs(
-            tokenizer, settings["prompt"], settings["chat_template"]
+        split = job["distributed_config"]
+        result = probe_core.run_stages(
+            model_id=settings["model"],
+            **probe_core.stage_settings(settings),
+            device=device,
+            synchronize=synchronize,
+            cache=settings["cache"],
+            load_kwargs={"distributed_config": DistributedConfig(**split)} if split else None,
+            timer=_RankTimer(synchronize, progress, _test_fault(rank)),
+            on_stage=lambda stage: progress(stage=stage, **({"tokens": 0} if stage == "generate" else {})),
+            on_load=lambda model: report.update(zip(("local_param_bytes", "local_experts"), _local_footprint(model))),
+            no_grad=job["no_grad"],
         )
-        report["chat_template_used"] = used
-        report["tokens_in"] = int(input_ids.shape[1])
-        report["input_ids"] = input_ids[0].tolist()
-        stage = "generate"
-        progress(stage=stage, tokens=0)
-        torch.manual_seed(settings["seed"])
-        timer = _RankTimer(synchronize, progress, _test_fault(rank))
-        start = time.perf_counter()
-        try:
-            new_ids = probe_core.generate(
-                model,
-                tokenizer,
-                input_ids,
-                attention_mask,
-                settings["max_new_tokens"],
-                device,
-                timer,
-                settings["cache"],
-                no_grad=job["no_grad"],
-            )
-        except Exception:
-            report["failed_step"] = len(timer.times)
-            raise
-        end = time.perf_counter()
-        report["output_token_ids"] = new_ids
-        report["tokens_out"] = len(new_ids)
-        report["generated_text"] = tokenizer.decode(new_ids, skip_special_tokens=True)
-        report["generate_s"] = end - start
-        if timer.times:
-            report["first_token_s"] = timer.times[0] - start
-            if len(timer.times) > 1 and timer.times[-1] > timer.times[0]:
-                report["decode_tokens_per_s"] = (len(timer.times) - 1) / (timer.times[-1] - timer.times[0])
-        report["status"] = probe_core.PASS
+    except Exception as exc:  # noqa: BLE001 the set-up failed: no stage ran
+        result = {"status": probe_core.classify("runner", exc), "failure_stage": "runner", "exception": exc}
+    exc = result.pop("exception")
+    report.update({k: v for k, v in result.items() if k in report})
+    if exc is None:
         progress(stage="done")
-    except Exception as exc:  # noqa: BLE001 every failure is the report, classified by its stage
+    else:
         report.update(
-            status=probe_core.classify(stage, exc),
-            failure_stage=stage,
             error_type=type(exc).__name__,
             error_module=type(exc).__module__,
             error_message=str(exc)[:4000],
