@@ -178,3 +178,35 @@ def test_a_model_that_fails_eagerly_too_is_not_the_compilers_failure(tmp_path, f
     )
     assert record["error_message"].startswith("linalg.inv: Low precision dtypes not supported")
     assert "torch._dynamo" not in record["error_type"] and record["graphs"] is not None
+
+
+def test_debug_in_a_static_variant_generates_with_the_static_cache(tmp_path, fixture_models):
+    """The debug notebook's step-by-step generation uses the variant's KV cache, so the DeepSeek-V4
+    fixture's static-cache failure shows there (before the first forward: step 0, no module)."""
+    from model_support import debug
+    from model_support.sweep_meta import ModelEntry, SweepMeta
+
+    data = tmp_path / "data"
+    path = fixture_models["modes-static-deepseek-v4"]["path"]
+    SweepMeta(
+        sweep_id="s",
+        name="s",
+        created_at="2026-12-01T00:00:00+00:00",
+        probe={"device": "cpu", "reference": "none"},
+        models=[ModelEntry("local:modes-static-deepseek-v4", path)],
+        matrix={"cache": ["dynamic", "static"]},
+    ).write(store.sweep_dir(data, "s"))
+    run = subprocess.run(
+        [*CLI, "debug", "s", "deepseek", "--variant", "eager+static", "--data-dir", str(data)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = debug.debug_result_from_notebook(
+        store.sweep_dir(data, "s") / "debug" / "local_modes-static-deepseek-v4@eager_static.ipynb"
+    )
+    assert (result["mode"], result["cache"]) == ("eager", "static")
+    assert result["forward_ok"] is True  # one plain forward is fine: only the static cache is refused
+    generation = result["generation"]
+    assert generation["step"] == 0 and "heavily_compressed_attention" in str(generation["failure"])

@@ -183,9 +183,10 @@ class TokenCounter:
 
 
 def generate_steps(
-    model, tokenizer, input_ids, attention_mask, max_new_tokens: int, device=None, seed: int = 0
+    model, tokenizer, input_ids, attention_mask, max_new_tokens: int, device=None, seed: int = 0, cache="dynamic"
 ) -> dict:
-    """The probe's greedy generation (``probe_core.generate``), watched step by step.
+    """The probe's greedy generation (``probe_core.generate``, with the variant's KV ``cache``), watched
+    step by step.
 
     Step ``s`` is the forward that produces new token ``s`` (0-based): step 0 processes the prompt
     (``tokens_in`` tokens), step ``s >= 1`` feeds the token generated at step ``s - 1``. When it
@@ -222,7 +223,7 @@ def generate_steps(
     with tracer:
         try:
             new_ids = probe_core.generate(
-                model, tokenizer, input_ids, attention_mask, max_new_tokens, device, timer=counter
+                model, tokenizer, input_ids, attention_mask, max_new_tokens, device, timer=counter, cache=cache
             )
         except Exception as exc:  # noqa: BLE001 the failure is the finding
             result.update(
@@ -315,6 +316,8 @@ def build_result(
         "tokens_in": loaded["tokens_in"] if loaded else None,
         "max_new_tokens": settings.get("max_new_tokens"),
         "seed": settings.get("seed"),
+        "mode": settings.get("mode", "eager"),
+        "cache": settings.get("cache", "dynamic"),
         "model_type": (loaded or {}).get("info", {}).get("model_type"),
         "forward_ok": forward.ok if forward is not None else None,
         "forward_failure": forward.failure if forward is not None else None,
