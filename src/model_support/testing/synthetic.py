@@ -282,6 +282,15 @@ print(tokenizer.decode(model.generate(**inputs, max_new_tokens=8, do_sample=Fals
 '''
 
 
+#: Whose failure each ERRORS kind is when the CPU reference reruns it: the device stack's for the errors
+#: that name the tpu stack, the model's for the rest (its files or code fail the same way everywhere);
+#: runner failures (timeout, dead kernel) have nothing to rerun.
+ATTRIBUTION_OF = tuple(
+    None if stage == "runner" else "stack" if "tpu" in message.lower() else "model"
+    for _, stage, _, message, _ in ERRORS
+)
+
+
 @functools.cache
 def _signature(error_type: str, message: str) -> str | None:
     return failure_signature(error_type, message)
@@ -573,6 +582,17 @@ def write_synthetic_history(
             duration_s=np.round(3 + np.where(loaded, load_s, 1.0) + np.where(passed, generate_s, 0.0), 3).tolist(),
             notebook_path=[f"sweeps/{sweep_id}/notebooks/{notebook_names[i]}" for i in rows],
             repro_script=[_REPRO.format(model=ids[i], sweep_id=sweep_id, device=device, revision="main") for i in rows],
+            # the fields of later probes (dropped from legacy files): one variant on one device, and whose
+            # failure it is where the CPU reference could rerun it (the device's own errors are the stack's)
+            variant=["eager+dynamic"] * len(rows),
+            mode=["eager"] * len(rows),
+            cache=["dynamic"] * len(rows),
+            devices_used=[1] * len(rows),
+            parallelism=["none"] * len(rows),
+            attribution=[
+                None if p or not b else ATTRIBUTION_OF[k]
+                for p, b, k in zip(passed.tolist(), big.tolist(), kind.tolist())
+            ],
         )
         legacy = sweep < legacy_sweeps
         _write(res, data_dir / "results" / f"sweep={sweep_id}" / "part-0.parquet", legacy)
