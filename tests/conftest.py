@@ -93,6 +93,27 @@ def probe_record(tmp_path: Path, model: str, **parameters) -> dict:
     return read_json(record_path)
 
 
+def cli_debug(data: Path, path: str, probe: dict, matrix: dict, variant: str) -> subprocess.CompletedProcess:
+    """``model-support debug s <folder name> --variant VARIANT`` for real, on a one-model sweep ``s``
+    written under ``data`` with ``probe`` settings and ``matrix`` (nothing probed). The debug notebook,
+    when it runs, is ``sweep_dir(data, "s")/debug/local_<folder>@<variant>.ipynb``."""
+    from model_support import store
+    from model_support.sweep_meta import ModelEntry, SweepMeta
+
+    name = Path(path).name
+    meta = SweepMeta(
+        sweep_id="s",
+        name="s",
+        created_at="2026-12-01T00:00:00+00:00",
+        probe=probe,
+        models=[ModelEntry(f"local:{name}", path)],
+        matrix=matrix,
+    )
+    meta.write(store.sweep_dir(data, "s"))
+    command = [sys.executable, "-m", "model_support.cli", "debug", "s", name, "--variant", variant]
+    return subprocess.run([*command, "--data-dir", str(data)], capture_output=True, text=True, timeout=900)
+
+
 def cli_sweep(tmp_path: Path, definition: dict, *flags: str) -> tuple[Path, str]:
     """``model-support sweep`` on ``definition`` (written as YAML), for real, in a fresh data folder;
     (data folder, sweep id). Fails the test, with the command's stderr, when the sweep fails."""

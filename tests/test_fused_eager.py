@@ -10,7 +10,7 @@ import sys
 
 import polars as pl
 import pytest
-from conftest import cli_sweep, probe_record
+from conftest import cli_debug, cli_sweep, probe_record
 
 from model_support import analysis, probe_params, store
 
@@ -89,26 +89,12 @@ def test_a_matrix_with_fused_keeps_its_variants_as_excluded_rows_and_the_grid_sa
 
 
 def test_debug_in_fused_off_a_tpu_is_refused_with_one_sentence(tmp_path, fixture_models):
-    from model_support.sweep_meta import ModelEntry, SweepMeta
-
     data = tmp_path / "data"
-    SweepMeta(
-        sweep_id="f",
-        name="f",
-        created_at="2026-12-01T00:00:00+00:00",
-        probe={"device": "cpu"},
-        models=[ModelEntry("local:tiny-llama", fixture_models["tiny-llama"]["path"])],
-        matrix={"mode": ["eager", "fused"]},
-    ).write(store.sweep_dir(data, "f"))
-    run = subprocess.run(
-        [*CLI, "debug", "f", "tiny-llama", "--variant", "fused+dynamic", "--data-dir", str(data)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    path = fixture_models["tiny-llama"]["path"]
+    run = cli_debug(data, path, {"device": "cpu"}, {"mode": ["eager", "fused"]}, "fused+dynamic")
     assert run.returncode == 2, run.stderr[-2000:]
     assert "not available on this stack: mode 'fused' is TorchTPU's deferred-and-fused eager" in run.stderr
-    assert "Traceback" not in run.stderr and not (store.sweep_dir(data, "f") / "debug").exists()
+    assert "Traceback" not in run.stderr and not (store.sweep_dir(data, "s") / "debug").exists()
 
 
 def test_the_terminal_table_lists_a_mode_not_available_as_excluded_with_its_reason():

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import cli_sweep, probe_record
+from conftest import cli_debug, cli_sweep, probe_record
 
 from model_support import probe, probe_params, store
 
@@ -111,26 +111,13 @@ def test_a_matrix_sweep_has_one_row_per_model_and_variant_and_resumes_after_sigk
 
 def test_debug_in_a_compiled_variant_explains_the_graph_breaks(tmp_path, fixture_models):
     from model_support import debug
-    from model_support.sweep_meta import ModelEntry, SweepMeta
 
     data = tmp_path / "data"
     path = fixture_models["modes-graph-break"]["path"]
-    SweepMeta(
-        sweep_id="m",
-        name="m",
-        created_at="2026-12-01T00:00:00+00:00",
-        probe={"device": "cpu", "trust_remote_code": True, "reference": "none"},
-        models=[ModelEntry("local:modes-graph-break", path)],
-        matrix={"mode": ["eager", "compile"]},
-    ).write(store.sweep_dir(data, "m"))
-    run = subprocess.run(
-        [*CLI, "debug", "m", "graph-break", "--variant", "compile+dynamic", "--data-dir", str(data)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    probe_settings = {"device": "cpu", "trust_remote_code": True, "reference": "none"}
+    run = cli_debug(data, path, probe_settings, {"mode": ["eager", "compile"]}, "compile+dynamic")
     assert run.returncode == 0, run.stderr[-3000:]
-    notebook = store.sweep_dir(data, "m") / "debug" / "local_modes-graph-break@compile_dynamic.ipynb"
+    notebook = store.sweep_dir(data, "s") / "debug" / "local_modes-graph-break@compile_dynamic.ipynb"
     assert notebook.is_file(), run.stdout
     import nbformat
 
@@ -184,23 +171,11 @@ def test_debug_in_a_static_variant_generates_with_the_static_cache(tmp_path, fix
     """The debug notebook's step-by-step generation uses the variant's KV cache, so the DeepSeek-V4
     fixture's static-cache failure shows there (before the first forward: step 0, no module)."""
     from model_support import debug
-    from model_support.sweep_meta import ModelEntry, SweepMeta
 
     data = tmp_path / "data"
     path = fixture_models["modes-static-deepseek-v4"]["path"]
-    SweepMeta(
-        sweep_id="s",
-        name="s",
-        created_at="2026-12-01T00:00:00+00:00",
-        probe={"device": "cpu", "reference": "none"},
-        models=[ModelEntry("local:modes-static-deepseek-v4", path)],
-        matrix={"cache": ["dynamic", "static"]},
-    ).write(store.sweep_dir(data, "s"))
-    run = subprocess.run(
-        [*CLI, "debug", "s", "deepseek", "--variant", "eager+static", "--data-dir", str(data)],
-        capture_output=True,
-        text=True,
-        timeout=900,
+    run = cli_debug(
+        data, path, {"device": "cpu", "reference": "none"}, {"cache": ["dynamic", "static"]}, "eager+static"
     )
     assert run.returncode == 0, run.stderr[-3000:]
     result = debug.debug_result_from_notebook(

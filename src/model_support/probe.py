@@ -136,8 +136,8 @@ def reference_skip(record: dict, settings: dict, dtype: str) -> str | None:
 
 def attribute(record: dict, settings: dict) -> None:
     """Whose failure it is: the same stages rerun in the reference configuration (the CPU; the run's dtype
-    on accelerators, float32 on CPU-only runs; the run's KV cache, and compiled when the run was). ``stack``: the reference passes; ``model``: it fails with
-    the same signature; ``both``: with another (kept in ``reference_signature``); null with the reason in
+    on accelerators, float32 on CPU-only runs; the run's KV cache, and compiled when the run was).
+    ``stack``: the reference passes; ``model``: it fails with the same signature; ``both``: with another (kept in ``reference_signature``); null with the reason in
     ``reference_note`` when it could not run. The verdict never changes."""
     if record["failure_stage"] not in ATTRIBUTED_STAGES:
         return
@@ -285,7 +285,7 @@ def _probe(record: dict, settings: dict, sweep_id: str) -> None:
     record.update(device_type=adapter.type, device_name=adapter.device_name(), device_count=adapter.device_count())
     missing = adapter.mode_unavailable(settings["mode"])
     if missing:  # no verdict: this stack has no such mode (an ``excluded`` row in a sweep)
-        record["exclusion_reason"] = f"not available on this stack: {missing}"
+        record["exclusion_reason"] = f"{probe_core.NOT_AVAILABLE}: {missing}"
         return
     record["repro_script"] = repro_script(
         {**settings, "device": adapter.type, "model_id": record["model_id"]}, sweep_id or None

@@ -152,6 +152,8 @@ def is_compile_error(exc):
 
 
 FUSED_EAGER = "torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_AND_FUSE)"
+#: How a record, a repro script or the debug command says a mode does not exist on this stack.
+NOT_AVAILABLE = "not available on this stack"
 
 
 def fused_eager_missing(device_type):
@@ -343,14 +345,14 @@ def run_stages(
             result["failed_step"] = len(timer.times)
             if mode == "compile":
                 result.update(compile_counts())
-            if mode == "compile" and is_compile_error(exc):
-                model.forward = eager_forward  # the compiler's failure only if plain eager generates
-                eager_exc = _eager_failure(
-                    model, tokenizer, input_ids, attention_mask, max_new_tokens, device, cache, seed
-                )
-                if eager_exc is not None:
-                    raise eager_exc from None  # the model fails eagerly too: its own error, stage generate
-                stage = "compile"
+                if is_compile_error(exc):  # the compiler's failure only if plain eager generates
+                    model.forward = eager_forward
+                    eager_exc = _eager_failure(
+                        model, tokenizer, input_ids, attention_mask, max_new_tokens, device, cache, seed, no_grad
+                    )
+                    if eager_exc is not None:
+                        raise eager_exc from None  # the model fails eagerly too: its own error, stage generate
+                    stage = "compile"
             raise
         end = time.perf_counter()
         result["output_token_ids"] = new_ids

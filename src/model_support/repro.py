@@ -96,7 +96,7 @@ if __name__ == "__main__":
     backend = "tpu" if SETTINGS["device"] == "tpu" else "inductor"  # torch.compile's, in mode compile
     missing = fused_eager_missing(SETTINGS["device"]) if settings["mode"] == "fused" else None
     if missing:
-        sys.exit(f"not available on this stack: {missing}")
+        sys.exit(f"{NOT_AVAILABLE}: {missing}")
     result = run_stages(device=torch.device(SETTINGS["device"]), synchronize=sync, compile_backend=backend, **settings)
     exc = result["exception"]
     print(json.dumps({

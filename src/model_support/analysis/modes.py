@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from .. import schema
+from .. import probe_core, schema
 from .frames import Frame, _sweep_rows, attribution_col, sort_variants, variant_col
 
 #: The columns the tables of this module read.
@@ -51,13 +51,13 @@ def _variants_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
 
 #: Grid cells with no verdict: the (model, variant) is in the sweep's ``excluded`` config; ``n/a`` when
 #: this stack does not offer the variant's mode (TorchTPU's fused eager off a TPU), ``excluded`` otherwise.
-NOT_AVAILABLE, EXCLUDED = "n/a", "excluded"
+NOT_AVAILABLE_CELL, EXCLUDED_CELL = "n/a", "excluded"
 
 
 def verdict_grid(results: Frame, sweep_id: str, excluded: Frame | None = None) -> pl.DataFrame:
     """model_id, then one column per variant (in ``sweep_variants`` order) holding its verdict (null: not
-    run in that variant; ``NOT_AVAILABLE`` or ``EXCLUDED`` for the ``excluded`` rows given). Models whose
-    verdict differs between variants come first, then by name."""
+    run in that variant; ``NOT_AVAILABLE_CELL`` or ``EXCLUDED_CELL`` for the ``excluded`` rows given).
+    Models whose verdict differs between variants come first, then by name."""
     return grid_from_long(_grid_long_q(results, sweep_id, excluded).collect())
 
 
@@ -65,9 +65,9 @@ def _grid_long_q(results: Frame, sweep_id: str, excluded: Frame | None = None) -
     rows = _rows(results, sweep_id).select("model_id", "variant", "status")
     if excluded is not None:
         reason = pl.col("exclusion_reason").fill_null("")
-        cell = pl.when(reason.str.starts_with("not available on this stack")).then(pl.lit(NOT_AVAILABLE))
+        cell = pl.when(reason.str.starts_with(probe_core.NOT_AVAILABLE)).then(pl.lit(NOT_AVAILABLE_CELL))
         no_verdict = _sweep_rows(excluded, sweep_id, ["model_id", "variant", "exclusion_reason"]).select(
-            "model_id", variant_col(), cell.otherwise(pl.lit(EXCLUDED)).alias("status")
+            "model_id", variant_col(), cell.otherwise(pl.lit(EXCLUDED_CELL)).alias("status")
         )
         rows = pl.concat([rows, no_verdict], how="vertical_relaxed")
     verdicts = pl.col("status").filter(pl.col("status").is_in(schema.VERDICTS))

@@ -80,7 +80,7 @@ def run_debug_notebook(
     ``debug_parameters``. Writes ``<sweep_dir>/debug/<safe_name>.ipynb`` (or into ``out_dir``) and
     returns its path. When a cell raises, papermill's ``PapermillExecutionError`` propagates; the
     executed notebook is still written at ``debug_notebook_path(...)`` and shows the error."""
-    from ..probe_core import fused_eager_missing
+    from ..probe_core import NOT_AVAILABLE, fused_eager_missing
     from ..worker.notebooks import run_notebook
 
     meta = store.read_sweep(data_dir, sweep_id)
@@ -92,6 +92,6 @@ def run_debug_notebook(
             raise UserError(str(exc)) from None
     params = debug_parameters(meta, entry, parameters)
     if params.get("mode") == "fused" and params.get("device") in ("cpu", "cuda"):
-        raise UserError(f"not available on this stack: {fused_eager_missing(params['device'])}.")
+        raise UserError(f"{NOT_AVAILABLE}: {fused_eager_missing(params['device'])}.")
     out = debug_notebook_path(data_dir, sweep_id, entry.model_id, out_dir, variant)
     return run_notebook(paths.notebook("debug"), out, params, timeout=execution_timeout)
