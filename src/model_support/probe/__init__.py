@@ -1,0 +1,1 @@
+"""One model -> one record: stages, downloads, devices, sharded runs, repro scripts, signatures."""
