@@ -42,7 +42,7 @@ def run_probe(model_id: str, warm: bool = False) -> dict:
     otherwise cold (a worker's first model, or a one-off papermill run)."""
     import nbformat
 
-    from model_support.worker.process import Standby
+    from model_support.sweep.worker.process import Standby
 
     task = {
         "sweep_id": "bench",

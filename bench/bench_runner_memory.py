@@ -24,8 +24,10 @@ from common import write_results
 def child(count: int) -> dict:
     import yaml
 
-    from model_support import params, schema, sweep
-    from model_support.worker import process as execute
+    from model_support.record import schema
+    from model_support.sweep import definition as params
+    from model_support.sweep import runner as sweep
+    from model_support.sweep.worker import process as execute
 
     class FakeStandby:  # no process: the runner alone is measured
         def __init__(self, *args, **kwargs):
@@ -48,7 +50,7 @@ def child(count: int) -> dict:
 
     sweep.run_task = fake_run_task
     sweep.Standby = FakeStandby
-    from model_support import hub_fetch
+    from model_support.probe import hub_fetch
 
     hub_fetch.is_local = sweep.is_local = lambda source: True  # nothing to download: the runner alone
     with tempfile.TemporaryDirectory() as tmp:

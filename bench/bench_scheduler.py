@@ -42,7 +42,7 @@ from queue import Queue
 
 from common import spread, write_results
 
-from model_support.scheduler import DeviceScheduler, Finished, largest_first, schedule
+from model_support.sweep.scheduler import DeviceScheduler, Finished, largest_first, schedule
 
 DEVICES = 8
 MIX = {1: 0.70, 2: 0.20, 4: 0.08, 8: 0.02}

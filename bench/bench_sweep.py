@@ -22,7 +22,8 @@ TARGETS = {"speedup_2_workers": 1.7, "ray_over_local": 1.15}
 
 
 def one_sweep(params_file: Path, workers: int, executor: str) -> dict:
-    from model_support import params, sweep
+    from model_support.sweep import definition as params
+    from model_support.sweep import runner as sweep
 
     data = Path(tempfile.mkdtemp(prefix="bench-sweep-"))
     try:

@@ -44,7 +44,8 @@ def fixture_models() -> dict:
 @pytest.fixture(scope="session")
 def smoke_sweep(tmp_path_factory, fixture_models) -> dict:
     """A real sweep of params/smoke.yaml (every fixture, 2 workers) into a fresh data folder."""
-    from model_support import params, sweep
+    from model_support.sweep import definition as params
+    from model_support.sweep import runner as sweep
 
     data_dir = tmp_path_factory.mktemp("smoke-data")
     cwd = os.getcwd()
@@ -62,8 +63,8 @@ def smoke_sweep(tmp_path_factory, fixture_models) -> dict:
             os.environ.pop("HF_TOKEN", None)
         else:
             os.environ["HF_TOKEN"] = previous
-    from model_support import store
-    from model_support.model_ids import display_name
+    from model_support.probe.model_ids import display_name
+    from model_support.record import store
 
     summary["records"] = store.read_records(data_dir, summary["sweep_id"])
     summary["by_name"] = {display_name(r["model_id"]): r for r in summary["records"]}
@@ -97,8 +98,8 @@ def cli_debug(data: Path, path: str, probe: dict, matrix: dict, variant: str) ->
     """``model-support debug s <folder name> --variant VARIANT`` for real, on a one-model sweep ``s``
     written under ``data`` with ``probe`` settings and ``matrix`` (nothing probed). The debug notebook,
     when it runs, is ``sweep_dir(data, "s")/debug/local_<folder>@<variant>.ipynb``."""
-    from model_support import store
-    from model_support.sweep_meta import ModelEntry, SweepMeta
+    from model_support.record import store
+    from model_support.record.sweep_meta import ModelEntry, SweepMeta
 
     name = Path(path).name
     meta = SweepMeta(
@@ -119,7 +120,7 @@ def cli_sweep(tmp_path: Path, definition: dict, *flags: str) -> tuple[Path, str]
     (data folder, sweep id). Fails the test, with the command's stderr, when the sweep fails."""
     import yaml
 
-    from model_support import store
+    from model_support.record import store
 
     path = tmp_path / "sweep.yaml"
     path.write_text(yaml.safe_dump(definition))

@@ -16,8 +16,9 @@ import pytest
 import torch
 from torch import nn
 
-from model_support import debug, store
-from model_support.sweep_meta import ModelEntry, SweepMeta, safe_name
+from model_support import debug
+from model_support.record import store
+from model_support.record.sweep_meta import ModelEntry, SweepMeta, safe_name
 
 PROMPT_LEN = 5
 

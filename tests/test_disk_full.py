@@ -17,8 +17,8 @@ import nbformat
 import pytest
 import yaml
 
-from model_support import schema, store
-from model_support.sweep_meta import ModelEntry, SweepMeta
+from model_support.record import schema, store
+from model_support.record.sweep_meta import ModelEntry, SweepMeta
 
 pytestmark = pytest.mark.slow
 CLI = [sys.executable, "-m", "model_support.cli"]

@@ -19,7 +19,7 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # The package lives under src/ and is not installed in every checkout; make it importable here.
 
-from model_support.schema import PASS, STAGES, VERDICTS  # noqa: E402
+from model_support.record.schema import PASS, STAGES, VERDICTS  # noqa: E402
 from model_support.testing import fixtures  # noqa: E402
 
 TINY_PASS_MAX_BYTES = 5 * 2**20

@@ -12,7 +12,9 @@ import polars as pl
 import pytest
 from conftest import cli_debug, cli_sweep, probe_record
 
-from model_support import analysis, probe_params, store
+from model_support import analysis
+from model_support.probe import probe_params
+from model_support.record import store
 
 CLI = [sys.executable, "-m", "model_support.cli"]
 
@@ -35,7 +37,7 @@ def test_the_tpu_stack_here_exposes_fused_eager_and_the_context_switches_it():
     the default (DEFER_NEVER) back."""
     lines = _in_a_child(
         "import torch\n"
-        "from model_support import probe_core\n"
+        "from model_support.probe import probe_core\n"
         "print(probe_core.fused_eager_missing('tpu'))\n"
         "print(torch.tpu.eager_mode.name)\n"
         "with probe_core.execution_context('fused'):\n"
@@ -50,7 +52,7 @@ def test_a_stack_without_it_is_named():
     """Off a TPU the mode does not exist; a torch without torch.tpu (torch_tpu not loaded) says which
     torch_tpu lacks it."""
     lines = _in_a_child(
-        "from model_support import probe_core\n"
+        "from model_support.probe import probe_core\n"
         "print(probe_core.fused_eager_missing('cpu'))\n"
         "print(probe_core.fused_eager_missing('tpu'))\n",
         autoload=False,
@@ -102,7 +104,7 @@ def test_the_terminal_table_lists_a_mode_not_available_as_excluded_with_its_reas
 
     from rich.console import Console
 
-    from model_support import schema
+    from model_support.record import schema
     from model_support.render.terminal import verdict_table
 
     reason = "not available on this stack: mode 'fused' is TorchTPU's deferred-and-fused eager"

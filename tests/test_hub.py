@@ -21,8 +21,8 @@ from huggingface_hub import constants, scan_cache_dir
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from hub_server import closed_port, serve  # noqa: E402
 
-from model_support import hub, hub_fetch  # noqa: E402
-from model_support.hub_fetch import EnvironmentProblem, NoAccess, NoLoadableWeights, NotOnHub  # noqa: E402
+from model_support.probe import hub, hub_fetch  # noqa: E402
+from model_support.probe.hub_fetch import EnvironmentProblem, NoAccess, NoLoadableWeights, NotOnHub  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "hf_" + "HubFetchTestToken" + "x" * 16
@@ -401,7 +401,7 @@ def test_cut_body(server, repos, tmp_path, monkeypatch):
 def test_disk_full_is_an_environment_problem(server, tmp_path):
     script = (
         "import json, resource, sys\n"
-        "from model_support import hub_fetch\n"
+        "from model_support.probe import hub_fetch\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))\n"
         "try:\n"
         "    hub_fetch.fetch('org/full', endpoint=sys.argv[1], cache_dir=sys.argv[2], backoff_s=0.01, log=print)\n"

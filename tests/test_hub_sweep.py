@@ -23,7 +23,7 @@ import pytest
 import yaml
 from hub_server import HubServer, closed_port
 
-from model_support import store
+from model_support.record import store
 
 pytestmark = pytest.mark.slow
 CLI = [sys.executable, "-m", "model_support.cli"]
@@ -175,7 +175,7 @@ def test_the_cache_stays_within_its_budget_and_is_emptied(hub, tmp_path, fixture
     """Six repos, a budget below their sum but above each: never over budget; nothing left but what was there."""
     import huggingface_hub
 
-    from model_support import hub_fetch
+    from model_support.probe import hub_fetch
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # conftest sets it for the others
     hub.faults.clear()
@@ -361,7 +361,8 @@ def store_notebook() -> Path:
 
 
 def test_the_record_schema_has_every_hub_field():
-    from model_support import hub, schema
+    from model_support.probe import hub
+    from model_support.record import schema
 
     assert set(hub.RECORD_FIELDS) <= set(schema.FIELDS) and set(hub.RECORD_FIELDS) <= set(schema.LATER_FIELDS)
     assert "download" in schema.STAGES

@@ -17,7 +17,9 @@ import pytest
 import yaml
 from conftest import cli_debug, cli_sweep, probe_record
 
-from model_support import probe, probe_params, store
+from model_support.probe import probe_params
+from model_support.probe import run as probe
+from model_support.record import schema, store
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
@@ -57,7 +59,7 @@ def test_variant_labels_round_trip():
     ):
         label = probe_params.variant(settings)
         assert probe_params.parse_variant(label) == settings
-    assert probe_params.variant({}) == probe_params.DEFAULT_VARIANT == "eager+dynamic"
+    assert probe_params.variant({}) == schema.DEFAULT_VARIANT == "eager+dynamic"
     with pytest.raises(probe_params.ParameterError, match="is not a variant"):
         probe_params.parse_variant("fast+furious")
 
@@ -194,7 +196,7 @@ def test_a_backend_that_fails_to_compile_a_model_that_generates_eagerly_is_stage
     the classification: FAIL(gen) at stage compile, because plain eager generates."""
     script = f"""
 import json, torch
-from model_support import probe_core
+from model_support.probe import probe_core
 def refusing_backend(graph_module, example_inputs):
     raise NotImplementedError("no lowering for aten.mm (a backend that cannot compile this graph)")
 r = probe_core.run_stages({fixture_models["tiny-llama"]["path"]!r}, device=torch.device("cpu"), mode="compile",

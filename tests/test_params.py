@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from model_support import params
-from model_support.params import SweepConfigError
+from model_support.sweep import definition as params
+from model_support.sweep.definition import SweepConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -197,7 +197,7 @@ def test_a_device_this_machine_lacks_stops_the_sweep_before_any_model(tmp_path):
     import subprocess
     import sys
 
-    from model_support import devices
+    from model_support.probe import devices
 
     if devices.tpu_hardware_visible():
         pytest.skip("this machine has a TPU")
@@ -228,7 +228,9 @@ def test_the_declaration_agrees_with_the_notebooks_and_torch():
     import papermill
     import torch
 
-    from model_support import paths, probe, probe_params
+    from model_support import paths
+    from model_support.probe import probe_params
+    from model_support.probe import run as probe
 
     for name, declared in (("probe", probe_params.PROBE_PARAMS), ("debug", probe_params.DEBUG_PARAMS)):
         nb = nbformat.read(str(paths.notebook(name)), as_version=4)

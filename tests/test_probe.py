@@ -12,7 +12,9 @@ import nbformat
 import pytest
 from conftest import FAKE_TOKEN, run_notebook
 
-from model_support import devices, probe, schema
+from model_support.probe import devices
+from model_support.probe import run as probe
+from model_support.record import schema
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN_TOKENS_IN = {"tiny-gpt2": 5, "tiny-opt": 5, "tiny-llama": 26, "tiny-eos-early": 5}
@@ -234,7 +236,7 @@ def test_device_adapters_without_accelerators(monkeypatch):
 
 
 def test_verdicts_of_probe_core_match_the_schema():
-    from model_support import probe_core
+    from model_support.probe import probe_core
 
     assert (probe_core.PASS, probe_core.FAIL_LOAD, probe_core.FAIL_GEN, probe_core.FAIL_OTHER) == schema.VERDICTS
     assert (
@@ -283,7 +285,7 @@ def test_what_runs_a_probe_stays_lean():
     """JupyterLab's server stack (jsonschema's rfc3987 grammar among it: seconds per import) stays out."""
     heavy = ("rfc3987_syntax", "lark", "jupyter_server", "jupyterlab", "jupyter_events", "polars")
     code = (
-        "import sys, papermill, nbclient, ipykernel.kernelapp; from model_support import probe; "
+        "import sys, papermill, nbclient, ipykernel.kernelapp; from model_support.probe import run; "
         f"print([m for m in {heavy!r} if m in sys.modules])"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

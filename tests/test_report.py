@@ -16,8 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import assert_charts_drawn, offline_page
 
-from model_support import analysis, paths, schema, store
+from model_support import analysis, paths
 from model_support.fileio import atomic_write_json
+from model_support.record import schema, store
 from model_support.render import explorer, report, terminal
 from model_support.testing import synthetic
 

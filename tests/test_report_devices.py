@@ -15,7 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import offline_page
 
-from model_support import analysis, schema, store
+from model_support import analysis
+from model_support.record import schema, store
 from model_support.render import explorer, report, sections
 
 PASS, LOAD, GEN, OTHER = schema.VERDICTS

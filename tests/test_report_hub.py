@@ -18,10 +18,12 @@ from pathlib import Path
 import pytest
 from conftest import offline_page
 
-from model_support import analysis, hub, schema, store
+from model_support import analysis
 from model_support.analysis import coverage
+from model_support.probe import hub
+from model_support.record import schema, store
+from model_support.record.sweep_meta import ModelEntry, SweepMeta
 from model_support.render import explorer, report
-from model_support.sweep_meta import ModelEntry, SweepMeta
 
 PASS, LOAD, GEN, OTHER = schema.VERDICTS
 A = "hubsel-20261201T000000Z-aaaa"

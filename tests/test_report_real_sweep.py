@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import assert_charts_drawn, offline_page
 
-from model_support import schema
+from model_support.record import schema
 
 CLI = [sys.executable, "-m", "model_support.cli"]
 

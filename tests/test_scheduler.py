@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from model_support.scheduler import DeviceScheduler, largest_first, pinning_env, schedule
+from model_support.probe.devices import pinning_env
+from model_support.sweep.scheduler import DeviceScheduler, largest_first, schedule
 
 
 def consume(results, timeout: float = 15.0) -> list:

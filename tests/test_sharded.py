@@ -1,4 +1,4 @@
-"""The probe over several devices, for real: 2 gloo ranks on this CPU, launched by model_support.sharded.
+"""The probe over several devices, for real: 2 gloo ranks on this CPU, launched by model_support.probe.sharded.
 
 Tensor parallel (tiny-llama) and expert parallel (a tiny Mixtral, both of transformers 5.24's EP
 layouts) against the one-process probe; the device count a small device memory forces; a model with
@@ -16,8 +16,8 @@ import time
 import psutil
 import pytest
 
-from model_support import probe_core, sharded
 from model_support.paths import checkout_root
+from model_support.probe import probe_core, sharded
 from model_support.testing.sharded_fixtures import DEVICE_MEMORY_BYTES, SHARDED_FIXTURES
 
 pytestmark = pytest.mark.slow
@@ -36,7 +36,7 @@ def _of_a_run(process) -> bool:
     """A process a sharded run starts (its launcher, agent or ranks), not one another fixture holds
     (the session's Chromium, for one)."""
     try:
-        return "model_support.sharded" in " ".join(process.cmdline())
+        return "model_support.probe.sharded" in " ".join(process.cmdline())
     except psutil.Error:
         return False
 
@@ -253,7 +253,7 @@ def test_hung_rank_times_out_and_every_rank_is_killed(tiny_llama, monkeypatch):
 def test_importable_without_torch():
     import subprocess
 
-    code = "import sys, model_support.sharded; sys.exit('torch' in sys.modules)"
+    code = "import sys, model_support.probe.sharded; sys.exit('torch' in sys.modules)"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 0
 
@@ -314,7 +314,7 @@ def test_a_sweep_hands_out_devices_not_slots_and_resumes(tmp_path):
 
     import yaml
 
-    from model_support import store
+    from model_support.record import store
 
     root = checkout_root()
     auto = {"devices": "auto", "device_memory_gb": 0.001}
@@ -402,7 +402,9 @@ def test_a_model_needing_more_devices_than_the_sweep_has_is_refused(tmp_path):
 def test_ray_asks_for_each_models_devices_and_gives_the_same_rows(tmp_path):
     """The same mixed sweep on a local Ray: a 2-device probe asks for 2 CPUs (its ranks), the others 1."""
     pytest.importorskip("ray")
-    from model_support import params, store, sweep
+    from model_support.record import store
+    from model_support.sweep import definition as params
+    from model_support.sweep import runner as sweep
 
     auto = {"devices": "auto", "device_memory_gb": 0.001}
     raw = {

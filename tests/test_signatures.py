@@ -9,15 +9,9 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-# The package lives under src/ and is not installed in every checkout; make it importable here.
+from model_support.probe.signatures import MAX_SIGNATURE_LEN, failure_place, failure_signature, redact
 
-from model_support.signatures import (  # noqa: E402
-    MAX_SIGNATURE_LEN,
-    failure_place,
-    failure_signature,
-    redact,
-)
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 #: Real error messages with group labels (docs/design.md, "Failure signatures").
 ERROR_SAMPLES = REPO_ROOT / "tests" / "data" / "error_samples.jsonl"
@@ -182,7 +176,7 @@ def forward(seq_len, rope_len):
 def _capture(call) -> dict:
     """Run ``call``, which must fail; its error as a probe record would hold it. The traceback
     starts at ``call``'s frame, as a record's starts at the probe's own (project) frame."""
-    from model_support.probe_core import trimmed_traceback
+    from model_support.probe.probe_core import trimmed_traceback
 
     try:
         call()
@@ -209,7 +203,7 @@ def live(tmp_path_factory) -> dict[str, dict]:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from model_support import probe_core
+    from model_support.probe import probe_core
 
     torch.manual_seed(0)
 

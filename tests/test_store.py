@@ -7,9 +7,9 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from model_support import schema, store
 from model_support.fileio import atomic_write_json
-from model_support.sweep_meta import ModelEntry, SweepMeta, safe_name
+from model_support.record import schema, store
+from model_support.record.sweep_meta import ModelEntry, SweepMeta, safe_name
 
 
 def make_sweep(data_dir: Path, sweep_id: str, statuses: dict[str, str], excluded: dict | None = None):

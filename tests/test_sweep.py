@@ -13,9 +13,11 @@ import polars as pl
 import pytest
 import yaml
 
-from model_support import params, schema, store, sweep
 from model_support.errors import UserError
-from model_support.model_ids import display_name
+from model_support.probe.model_ids import display_name
+from model_support.record import schema, store
+from model_support.sweep import definition as params
+from model_support.sweep import runner as sweep
 
 REPO = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "model_support.cli"]

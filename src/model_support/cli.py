@@ -96,10 +96,10 @@ def sweep(params_file, data_dir, workers, executor, prefetch, resume, report):
         TimeRemainingColumn,
     )
 
-    from . import params as params_mod
-    from . import store
-    from . import sweep as sweep_mod
+    from .record import store
     from .render.terminal import verdict_table
+    from .sweep import definition as params_mod
+    from .sweep import runner as sweep_mod
 
     if params_file is None and resume is None:
         raise UserError("Give a sweep definition such as params/smoke.yaml, or --resume SWEEP_ID.")
@@ -169,7 +169,7 @@ def _render(data_dir: Path, sweep_id: str, baseline: str | None) -> None:
     try:
         html = report.render_report(data_dir, sweep_id, baseline)
     except OSError as exc:
-        from .diskspace import disk_words
+        from .sweep.diskspace import disk_words
 
         raise StorageFull(
             f"Could not write the report of {sweep_id} ({disk_words(exc, Path(data_dir).resolve())}): the sweep's "
@@ -209,7 +209,7 @@ def diff(sweep_a, sweep_b, data_dir):
 @user_errors
 def aggregate(sweep_id, data_dir):
     """Compact SWEEP_ID's records into its Parquet files (what aggregate.ipynb does)."""
-    from . import store
+    from .record import store
 
     results, excluded = store.compact(data_dir, sweep_id)
     click.echo(f"{sweep_id}: {results} result rows, {excluded} excluded rows")
@@ -222,7 +222,7 @@ def aggregate(sweep_id, data_dir):
 @user_errors
 def exclude(sweep_id, reason, data_dir):
     """Move a whole sweep to the excluded config (never counted as failure); no row is lost."""
-    from . import store
+    from .record import store
 
     results, excluded = store.set_exclusion(data_dir, sweep_id, reason)
     click.echo(f"{sweep_id}: excluded ({excluded} excluded rows, {results} result rows)")
@@ -234,7 +234,7 @@ def exclude(sweep_id, reason, data_dir):
 @user_errors
 def include(sweep_id, data_dir):
     """Undo ``exclude``: move a whole sweep back to the results config."""
-    from . import store
+    from .record import store
 
     results, excluded = store.set_exclusion(data_dir, sweep_id, None)
     click.echo(f"{sweep_id}: included ({results} result rows, {excluded} excluded rows)")
@@ -270,7 +270,7 @@ def debug(sweep_id, model, data_dir, variant, parameters):
     import yaml
 
     from . import debug as debug_mod
-    from . import store
+    from .record import store
 
     overrides = {name: yaml.safe_load(value) for name, value in parameters}  # 0.5 -> float, as papermill's -y
     try:

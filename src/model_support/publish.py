@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .errors import UserError
-from .hub_fetch import classify
+from .probe.hub_fetch import classify
 
 
 class PushError(UserError):

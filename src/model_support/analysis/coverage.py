@@ -23,9 +23,10 @@ from pathlib import Path
 
 import polars as pl
 
-from .. import probe_params, schema, store
 from ..fileio import atomic_write_bytes
-from ..sweep_meta import SweepMeta
+from ..probe import probe_params
+from ..record import schema, store
+from ..record.sweep_meta import SweepMeta
 from .frames import DEFAULT_VARIANT, variant_col
 
 #: The pseudo-verdicts of models listed in a sweep without a row (never failures).

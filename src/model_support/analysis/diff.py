@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from .. import schema
+from ..record import schema
 from .frames import (
     CHANGES,
     DEFAULT_VARIANT,

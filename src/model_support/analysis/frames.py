@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from .. import probe_params, schema, store
+from ..probe import probe_params
+from ..record import schema, store
 
 Frame = pl.LazyFrame | pl.DataFrame
 
@@ -51,7 +52,7 @@ ATTRIBUTION_KIND_HELP = {
     "(download, runner), or a sweep before attribution",
 }
 #: A record's variant when it has none (sweeps without a matrix, and files that predate the column).
-DEFAULT_VARIANT = probe_params.DEFAULT_VARIANT
+DEFAULT_VARIANT = schema.DEFAULT_VARIANT
 SIGNATURE_CHANGES = ("appeared", "vanished")
 #: Shown for a failure that has no signature (a record written before signatures existed).
 NO_SIGNATURE = "(no signature)"

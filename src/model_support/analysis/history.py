@@ -14,10 +14,10 @@ from pathlib import Path
 
 import polars as pl
 
-from .. import schema, store
 from ..errors import UserError
 from ..fileio import atomic_write_text
-from ..sweep_meta import SweepMeta, parse_sweep_id
+from ..record import schema, store
+from ..record.sweep_meta import SweepMeta, parse_sweep_id
 from .frames import VERSION_COMPONENTS, Frame, _lazy, _with_columns, _with_rate, version
 
 # --------------------------------------------------------------------------------------------

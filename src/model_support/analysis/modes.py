@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from .. import probe_core, schema
+from ..probe import probe_core
+from ..record import schema
 from .frames import Frame, _sweep_rows, attribution_col, sort_variants, variant_col
 
 #: The columns the tables of this module read.

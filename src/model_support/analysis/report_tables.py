@@ -10,7 +10,7 @@ from pathlib import Path
 
 import polars as pl
 
-from .. import store
+from ..record import store
 from .coverage import unprobed
 from .diff import KEY, _changes_q, _signature_changes_q
 from .frames import MEMORY_METRICS, TIMING_METRICS, TOKEN_METRICS, VERSION_COMPONENTS, _sweep_rows, variant_col

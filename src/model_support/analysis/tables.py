@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from .. import schema
+from ..record import schema
 from .frames import (
     ATTRIBUTION_KINDS,
     MEMORY_METRICS,

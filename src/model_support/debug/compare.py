@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import math
 
-from .. import probe_core, provenance
-from ..probe import first_divergence
+from ..probe import probe_core, provenance
+from ..probe.run import first_divergence
 from .tracer import ForwardTrace, ModuleTracer, model_device
 
 #: Default relative tolerance. Differences accumulate along the pass (each module sees the device's

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import paths, probe_params, store
+from .. import paths
 from ..errors import UserError
-from ..sweep_meta import ModelEntry, SweepMeta, safe_name
+from ..probe import probe_params
+from ..record import store
+from ..record.sweep_meta import ModelEntry, SweepMeta, safe_name
 
 _MAX_CANDIDATES_LISTED = 12
 
@@ -80,8 +82,8 @@ def run_debug_notebook(
     ``debug_parameters``. Writes ``<sweep_dir>/debug/<safe_name>.ipynb`` (or into ``out_dir``) and
     returns its path. When a cell raises, papermill's ``PapermillExecutionError`` propagates; the
     executed notebook is still written at ``debug_notebook_path(...)`` and shows the error."""
-    from ..probe_core import NOT_AVAILABLE, fused_eager_missing
-    from ..worker.notebooks import run_notebook
+    from ..probe.probe_core import NOT_AVAILABLE, fused_eager_missing
+    from ..sweep.worker.notebooks import run_notebook
 
     meta = store.read_sweep(data_dir, sweep_id)
     entry = resolve_model(meta, model)

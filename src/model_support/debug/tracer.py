@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from .. import probe_core
+from ..probe import probe_core
 
 ROOT_LABEL = "(model)"
 

@@ -18,6 +18,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .probe_params import DEVICES as DEVICE_CHOICES
@@ -47,6 +48,44 @@ def prepare_environment(device: str) -> None:
     wants_tpu = device == "tpu" or (device == "auto" and torch_tpu_installed() and tpu_hardware_visible())
     if not wants_tpu:
         os.environ.setdefault(AUTOLOAD_VAR, "0")
+
+
+#: TPU_CHIPS_PER_PROCESS_BOUNDS by chip count, with TPU_PROCESS_BOUNDS "1,1,1" (one process owning its
+#: chips). 1 and 2 chips: the JAX maintainers' recipe for several TPU processes on one VM
+#: (gist.github.com/skye/f82ba45d2445bb19d53545538754f9a3: "1,1,1"; "1,2,1" with chips "0,1" or "2,3";
+#: a unique port per process; it names the chips TPU_VISIBLE_DEVICES, pytorch/xla's tests of its TPU
+#: env (github.com/pytorch/xla/pull/4724) use TPU_VISIBLE_CHIPS and TPU_PROCESS_PORT 8476 + process).
+#: 4 chips: "2,2,1" with chips "0,1,2,3", as single-process 4-chip vLLM-on-TPU launchers set it (public
+#: code, not Google's docs). 8 chips: "2,4,1" is NOT verified: inferred from the 2x4 topology of the
+#: 8-chip single-host slices (v5e/v6e, cloud.google.com/tpu/docs). That an aligned block of chip ids
+#: is a block of neighbouring chips is likewise assumed, not verified on every TPU generation.
+TPU_CHIP_BOUNDS = {1: "1,1,1", 2: "1,2,1", 4: "2,2,1", 8: "2,4,1"}
+TPU_BASE_PORT = 8476  # as sweep.pinning_env today and pytorch/xla's local processes: 8476 + lowest chip
+
+
+def pinning_env(kind: str, ids: Iterable[int]) -> dict:
+    """Environment variables that pin a probe process to the devices ``ids`` (kind cuda, tpu, cpu or fake)."""
+    ids = tuple(ids)
+    listed = ",".join(str(i) for i in ids)
+    if kind == "cpu":
+        return {}
+    if kind not in ("cuda", "tpu", "fake"):
+        raise ValueError(f"Unknown device kind {kind!r}: expected cuda, tpu, cpu or fake.")
+    if not ids:
+        raise ValueError(f"A {kind} probe must be pinned to at least one device.")
+    if kind == "cuda":
+        return {"CUDA_VISIBLE_DEVICES": listed}
+    if kind == "fake":
+        return {"FAKE_DEVICES": listed}
+    n = len(ids)
+    if n not in TPU_CHIP_BOUNDS or ids != tuple(range(ids[0], ids[0] + n)) or ids[0] % n:
+        raise ValueError(f"A TPU process owns an aligned block of 1, 2, 4 or 8 chips, not chips {listed}.")
+    return {
+        "TPU_VISIBLE_CHIPS": listed,
+        "TPU_CHIPS_PER_PROCESS_BOUNDS": TPU_CHIP_BOUNDS[n],
+        "TPU_PROCESS_BOUNDS": "1,1,1",  # one process in its own slice
+        "TPU_PROCESS_PORT": str(TPU_BASE_PORT + ids[0]),  # unique: running probes own disjoint chips
+    }
 
 
 @dataclass
@@ -288,7 +327,11 @@ def check_available(device: str) -> str | None:
     if device != "tpu":
         env.setdefault(AUTOLOAD_VAR, "0")
     done = subprocess.run(
-        [sys.executable, "-m", "model_support.devices", device], capture_output=True, text=True, env=env, timeout=300
+        [sys.executable, "-m", "model_support.probe.devices", device],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     lines = done.stdout.strip().splitlines()
     if done.returncode == 0 and lines and lines[-1] == "ok":
@@ -298,7 +341,7 @@ def check_available(device: str) -> str | None:
     return f"Device {device!r} could not be checked: {(done.stderr.strip().splitlines() or ['no output'])[-1]}"
 
 
-if __name__ == "__main__":  # python -m model_support.devices DEVICE: "ok", or the sentence why not
+if __name__ == "__main__":  # python -m model_support.probe.devices DEVICE: "ok", or the sentence why not
     try:
         resolve(sys.argv[1])
         print("ok")

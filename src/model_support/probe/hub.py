@@ -20,7 +20,8 @@ from pathlib import Path
 import huggingface_hub
 from huggingface_hub import constants as hf_constants
 
-from model_support import hub_fetch, schema
+from model_support.probe import hub_fetch
+from model_support.record import schema
 
 # Record fields this module and hub_fetch fill (name -> python type), for the record schema.
 RECORD_FIELDS = {

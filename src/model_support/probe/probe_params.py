@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import UserError
+from ..errors import UserError
 
 DEFAULT_PROMPT = "The future of AI is"
 DEVICES = ("auto", "cpu", "cuda", "tpu")
@@ -25,7 +25,6 @@ MODES = ("eager", "fused", "compile")
 CACHES = ("dynamic", "static")
 #: The probe settings a sweep's ``matrix:`` may cross with every model; they name a record's variant.
 MATRIX_AXES = ("mode", "cache", "max_new_tokens")
-DEFAULT_VARIANT = "eager+dynamic"
 REFERENCES = ("cpu", "none")
 
 
@@ -194,10 +193,10 @@ def variant(settings: dict) -> str:
 
 def write_parameters_cells() -> None:
     """Rewrite the probe and debug notebooks' parameters cells from the declaration (after changing it:
-    ``python -m model_support.probe_params``). Plain JSON, as nbformat writes it, so nothing else moves."""
+    ``python -m model_support.probe.probe_params``). Plain JSON, as nbformat writes it, so nothing else moves."""
     import json
 
-    from .paths import notebook
+    from ..paths import notebook
 
     for name, declared in (("probe", PROBE_PARAMS), ("debug", DEBUG_PARAMS)):
         path = notebook(name)

@@ -12,8 +12,8 @@ import socket
 import subprocess
 from importlib import metadata
 
-from . import __version__
-from .paths import checkout_root
+from .. import __version__
+from ..paths import checkout_root
 
 PACKAGES = ("torch", "torch_tpu", "libtpu", "transformers", "tokenizers", "accelerate")
 

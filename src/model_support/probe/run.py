@@ -15,8 +15,9 @@ import resource
 import time
 from pathlib import Path
 
-from . import devices, display, hub, hub_fetch, probe_core, probe_params, provenance, schema
-from .fileio import atomic_write_json
+from ..fileio import atomic_write_json
+from ..record import display, schema
+from . import devices, hub, hub_fetch, probe_core, probe_params, provenance
 from .model_ids import portable_id
 from .repro import repro_script
 from .signatures import failure_signature, redact_record

@@ -17,6 +17,9 @@ FAIL_GEN = "FAIL(gen)"
 FAIL_OTHER = "FAIL(other)"
 VERDICTS = (PASS, FAIL_LOAD, FAIL_GEN, FAIL_OTHER)
 
+#: The variant of a probe run with the default mode and cache (null ``variant`` in older files reads as it).
+DEFAULT_VARIANT = "eager+dynamic"
+
 #: Where a failure happened, kept beside the verdict so that no detail is lost.
 STAGES = ("download", "load", "template", "compile", "generate", "reference", "runner")
 
@@ -197,7 +200,7 @@ def empty_record(**values) -> dict:
     """
     unknown = sorted(set(values) - set(FIELDS))
     if unknown:
-        raise KeyError(f"not record fields: {', '.join(unknown)}; the schema is model_support.schema.FIELDS")
+        raise KeyError(f"not record fields: {', '.join(unknown)}; the schema is model_support.record.schema.FIELDS")
     record = dict.fromkeys(FIELDS)
     record.update(values)
     return record

@@ -15,10 +15,10 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..errors import UserError
+from ..fileio import atomic_write_bytes, atomic_write_json
 from . import schema
-from .errors import UserError
-from .fileio import atomic_write_bytes, atomic_write_json
-from .probe_params import DEFAULT_VARIANT
+from .schema import DEFAULT_VARIANT
 from .sweep_meta import SweepMeta, safe_name
 
 if TYPE_CHECKING:  # polars is imported where it is used: the probe kernel writes records without it
@@ -266,7 +266,7 @@ tags:
 # Model-support sweeps
 
 Which Hugging Face models load and generate on which accelerator stack, which fail, where and why.
-One row per model per sweep; the columns are the probe's record fields (`model_support.schema`).
+One row per model per sweep; the columns are the probe's record fields (`model_support.record.schema`).
 
 - `results`: every probed model: `status` is PASS, FAIL(load), FAIL(gen) or FAIL(other), with
   `failure_stage`, `failure_signature`, the error and traceback, tokens, timings, memory, the CPU

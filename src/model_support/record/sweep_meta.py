@@ -18,7 +18,7 @@ import secrets
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .fileio import atomic_write_json
+from ..fileio import atomic_write_json
 
 VERSION = 2
 _SWEEP_ID = re.compile(r"^(?P<name>.+?)-(?P<time>\d{8}T\d{6})Z?(?:-(?P<suffix>[0-9a-f]{4,}))?$")

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import polars as pl
 
-from .. import analysis, schema
-from ..display import VERDICT_COLORS
+from .. import analysis
 from ..fileio import atomic_write_text
+from ..record import schema
+from ..record.display import VERDICT_COLORS
 
 # --------------------------------------------------------------------------------------------
 # display helpers for the notebook: tables and charts as self-contained HTML

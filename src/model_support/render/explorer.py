@@ -44,10 +44,11 @@ from pathlib import Path
 
 import polars as pl
 
-from .. import analysis, paths, schema
+from .. import analysis, paths
 from ..analysis import coverage
-from ..display import VERDICT_COLORS
 from ..fileio import atomic_write_text
+from ..record import schema
+from ..record.display import VERDICT_COLORS
 from .explorer_rows import (
     EXCLUDED,
     HUB_FACTS,

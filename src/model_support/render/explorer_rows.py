@@ -13,10 +13,11 @@ from pathlib import Path
 
 import polars as pl
 
-from .. import analysis, store
+from .. import analysis
 from ..analysis import coverage
 from ..analysis.frames import variant_col
 from ..analysis.parallel import devices_col, parallelism_col
+from ..record import store
 
 EXCLUDED = "excluded"
 NOT_PROBED, NOT_TESTED = coverage.NOT_PROBED, coverage.NOT_TESTED

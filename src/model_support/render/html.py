@@ -9,8 +9,9 @@ from datetime import date, datetime
 
 import polars as pl
 
-from .. import analysis, schema
+from .. import analysis
 from ..analysis import coverage
+from ..record import schema
 from .charts import chart_html
 
 #: What the report's other terms mean (the verdicts and stages come from ``schema``).

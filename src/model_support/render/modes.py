@@ -9,7 +9,7 @@ import re
 
 import polars as pl
 
-from ..display import VERDICT_COLORS
+from ..record.display import VERDICT_COLORS
 from .charts import chart_html, variant_speed_chart
 from .html import table_html
 

@@ -11,8 +11,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .. import analysis, schema, store
-from ..model_ids import display_name
+from .. import analysis
+from ..probe.model_ids import display_name
+from ..record import schema, store
 
 # --------------------------------------------------------------------------------------------
 # the diff of two sweeps (model-support diff A B)

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import yaml
 
-from . import devices, probe_params
-from .errors import UserError
-from .model_ids import is_local, portable_id
-from .sweep_meta import ModelEntry
+from ..errors import UserError
+from ..probe import devices, probe_params
+from ..probe.model_ids import is_local, portable_id
+from ..record.sweep_meta import ModelEntry
 
 TOP_KEYS = {
     "name": str,
@@ -131,7 +131,7 @@ def resolve_source(model_id: str, base: Path, where: str) -> str:
 
 def hub_models(spec: dict) -> list[dict]:
     """Model ids (with their metadata) from the Hub's rankings for a task, resolved now."""
-    from . import hub, hub_fetch
+    from ..probe import hub, hub_fetch
 
     try:
         return hub.list_models(
@@ -247,7 +247,7 @@ def check_hub(definition: SweepParams, threads: int = 8) -> None:
     refused: the models are downloaded (or left pending) when the sweep runs."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from . import hub, hub_fetch
+    from ..probe import hub, hub_fetch
 
     remote = [m for m in definition.models if not is_local(m.source)]
     if not remote:

@@ -7,7 +7,7 @@ import errno
 import shutil
 from pathlib import Path
 
-from .errors import StorageFull
+from ..errors import StorageFull
 
 #: What one model's notebook, log and record take at least (a tiny model's; large ones write no more).
 BYTES_PER_MODEL = 40 * 1024

@@ -22,14 +22,16 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from . import devices, hub, probe_params, provenance, schema, store
+from ..errors import StorageFull, UserError
+from ..probe import devices, hub, probe_params, provenance
+from ..probe.devices import pinning_env
+from ..probe.hub import CacheBudget
+from ..probe.hub_fetch import is_local
+from ..record import schema, store
+from ..record.sweep_meta import SweepMeta, new_sweep_id
+from .definition import SweepParams
 from .diskspace import check_room, disk_words, relative_to_data
-from .errors import StorageFull, UserError
-from .hub import CacheBudget
-from .hub_fetch import is_local
-from .params import SweepParams
-from .scheduler import DeviceScheduler, pinning_env
-from .sweep_meta import SweepMeta, new_sweep_id
+from .scheduler import DeviceScheduler
 from .worker.prefetch import Prefetcher
 from .worker.process import Standby, TaskResult, run_task
 
@@ -53,7 +55,7 @@ def devices_needed(task: dict, devices_here: int) -> int:
     """How many devices ``task``'s probe takes: its ``devices`` setting, or for ``auto`` the fewest that
     hold the model (``sharded.plan_devices``) when the per-device memory is known to the runner (the
     ``device_memory_gb`` override, or the host's memory on a CPU sweep); 1 when it is not."""
-    from . import sharded
+    from ..probe import sharded
 
     params = task["params"]
     wanted = str(params.get("devices", "1"))

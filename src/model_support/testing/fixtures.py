@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..paths import checkout_root
-from ..schema import FAIL_GEN, FAIL_LOAD, FAIL_OTHER, PASS
+from ..record.schema import FAIL_GEN, FAIL_LOAD, FAIL_OTHER, PASS
 from .builders import (  # noqa: F401  (DIVERGING_MODULE and EOS_EARLY_STEP: re-exported for the tests)
     DIVERGING_MODULE,
     EOS_EARLY_STEP,

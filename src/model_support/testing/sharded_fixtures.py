@@ -1,4 +1,4 @@
-"""Offline fixtures for the probe over several devices (``model_support.sharded``): models that one
+"""Offline fixtures for the probe over several devices (``model_support.probe.sharded``): models that one
 small device cannot hold, so that ``devices: auto`` must pick 2.
 
 The numbers: a device of ``DEVICE_MEMORY_GB`` = 0.001 GB (1,000,000 bytes). Each model has about
@@ -68,7 +68,7 @@ def _check_needs_two(folder: Path, model_type: str, parallelism: str | None) -> 
     """The folder as written: its parameter count (safetensors headers), 2 devices, the expected plan."""
     from transformers import AutoConfig
 
-    from .. import sharded
+    from ..probe import sharded
 
     params = sharded.safetensors_params(folder)
     devices = sharded.plan_devices(params, "bfloat16", DEVICE_MEMORY_BYTES, 8)

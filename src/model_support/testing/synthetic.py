@@ -30,9 +30,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .. import schema
-from ..signatures import failure_signature
-from ..sweep_meta import ModelEntry, SweepMeta
+from ..probe.signatures import failure_signature
+from ..record import schema
+from ..record.sweep_meta import ModelEntry, SweepMeta
 
 MODEL_TYPES = (
     "llama",

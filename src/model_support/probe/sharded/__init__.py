@@ -33,7 +33,7 @@ checked on 2 gloo ranks on the CPU:
   all; asked for more, the probe is ``FAIL(other)`` with one sentence saying so (no rank starts).
 
 Processes: ``run_sharded`` starts a launcher process (its own session) that runs the elastic agent;
-the agent starts one rank process per device (``python -m model_support.sharded --rank DIR``). A rank
+the agent starts one rank process per device (``python -m model_support.probe.sharded --rank DIR``). A rank
 pins itself to its device through the environment before it imports torch (``TPU_VISIBLE_CHIPS`` and
 friends on TPU, one chip per process: written, not tested on a TPU here; ``LOCAL_RANK`` selects the GPU
 on CUDA), writes its progress and its result as JSON into the run folder, and dies with its parent.

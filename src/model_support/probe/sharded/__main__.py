@@ -1,4 +1,4 @@
-"""``python -m model_support.sharded``: the launcher (``--launch DIR``) and the ranks (``--rank DIR``) of
+"""``python -m model_support.probe.sharded``: the launcher (``--launch DIR``) and the ranks (``--rank DIR``) of
 run_sharded, each given the run folder."""
 
 import sys

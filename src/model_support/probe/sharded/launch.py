@@ -14,8 +14,8 @@ import time
 import uuid
 from pathlib import Path
 
+from ...fileio import atomic_write_json
 from .. import devices, probe_core
-from ..fileio import atomic_write_json
 from .plan import NoParallelPlan, _plan, no_plan_sentence
 from .protocol import RANK_DEFAULTS, SHUTDOWN_GRACE_S, STACKS_SIGNAL, _die_with_parent
 from .results import _empty_result, _fail, _merge
@@ -102,7 +102,7 @@ def _launch_and_wait(run_dir: Path, job: dict, timeout_s: float, result: dict) -
     """Start the launcher (own session), wait up to ``timeout_s``, then make sure no process of the run is left."""
     log = open(run_dir / "launcher.log", "wb")  # noqa: SIM115 closed below
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "model_support.sharded", "--launch", str(run_dir)],
+        [sys.executable, "-m", "model_support.probe.sharded", "--launch", str(run_dir)],
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
@@ -216,7 +216,7 @@ def _launch_main(run_dir: Path) -> int:
             logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs"), redirects=Std.ALL),
         )
         try:
-            elastic_launch(config, sys.executable)("-m", "model_support.sharded", "--rank", str(run_dir))
+            elastic_launch(config, sys.executable)("-m", "model_support.probe.sharded", "--rank", str(run_dir))
         except ChildFailedError as exc:
             for rank, failure in exc.failures.items():
                 outcome["failures"][str(rank)] = {

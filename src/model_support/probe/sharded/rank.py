@@ -1,4 +1,4 @@
-"""A rank process of ``run_sharded`` (``python -m model_support.sharded --rank DIR``): pins itself to
+"""A rank process of ``run_sharded`` (``python -m model_support.probe.sharded --rank DIR``): pins itself to
 its device (``tpu_rank_env`` on TPU) before torch is imported, runs the probe's stages on its shard of
 the model, writes its progress and its report as JSON into the run folder, and dies with its parent."""
 
@@ -12,9 +12,9 @@ import sys
 import time
 from pathlib import Path
 
+from ...fileio import atomic_write_json
 from .. import devices, probe_core
-from ..fileio import atomic_write_json
-from ..scheduler import TPU_BASE_PORT, TPU_CHIP_BOUNDS
+from ..devices import TPU_BASE_PORT, TPU_CHIP_BOUNDS
 from .protocol import RANK_FAILED_EXIT, RANK_KEYS, STACKS_SIGNAL, STAGE_KEYS, TEST_FAULT_ENV, _die_with_parent
 
 

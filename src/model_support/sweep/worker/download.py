@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .. import hub, hub_fetch
+from ...probe import hub, hub_fetch
 
 #: The record fields a download fills.
 DOWNLOAD_FIELDS = ("revision_sha", "download_s", "download_bytes")

@@ -17,7 +17,7 @@ import threading
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from .. import hub, hub_fetch
+from ...probe import hub, hub_fetch
 from .download import Download, download
 
 

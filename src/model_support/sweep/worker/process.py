@@ -1,7 +1,7 @@
 """Run one probe notebook in its own process, and turn whatever happened into a record.
 
 ``run_task`` is what a sweep worker does for one model, under the local executor and inside a Ray
-task alike: start ``python -m model_support.worker.process`` (papermill executing ``notebooks/probe.ipynb``
+task alike: start ``python -m model_support.sweep.worker.process`` (papermill executing ``notebooks/probe.ipynb``
 over an ipc-transport kernel, so parallel kernels never collide on ports), wait up to the model's
 timeout, kill the whole process tree if it hangs, and come back with the record, the executed
 notebook and the log. A probe that wrote no record (kernel died, timeout, papermill error) still
@@ -23,12 +23,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import paths, provenance, schema
-from ..display import NOTEBOOK_KEY
-from ..hub import CacheBudget
-from ..hub_fetch import is_local
-from ..probe import NO_WEIGHTS_ATTRIBUTION, RECORD_FLAG
-from ..signatures import failure_signature, redact, redact_record
+from ... import paths
+from ...probe import provenance
+from ...probe.hub import CacheBudget
+from ...probe.hub_fetch import is_local
+from ...probe.run import NO_WEIGHTS_ATTRIBUTION, RECORD_FLAG
+from ...probe.signatures import failure_signature, redact, redact_record
+from ...record import schema
+from ...record.display import NOTEBOOK_KEY
 from .download import Download, download
 from .outputs import read_json, whole_notebook, write_trouble
 
@@ -160,7 +162,7 @@ class Standby:
         self.work = Path(tempfile.mkdtemp(prefix="probe-", dir=work_root)).resolve()  # the kernel runs in it
         self._log = open(self.work / "log.txt", "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "model_support.worker.process", str(self.work)],
+            [sys.executable, "-m", "model_support.sweep.worker.process", str(self.work)],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.PIPE,
