@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import UserError
-from .probe.hub_fetch import classify
+from ..errors import UserError
+from ..probe.hub_fetch import classify
 
 
 class PushError(UserError):
