@@ -295,6 +295,28 @@ def test_logs_in_the_repo_with_links_that_resolve_and_no_secret(hub, tmp_path, m
     assert all(r["log_url"] is None for r in local_rows(data, "results") if r["sweep_id"] == c)
 
 
+@pytest.mark.browser
+def test_the_explorer_links_the_published_notebook_and_log(browser, hub, tmp_path):
+    from conftest import offline_page
+
+    from model_support.render import explorer
+
+    data = tmp_path / "data"
+    _, b = two_sweeps(data)
+    push(hub, data, logs=True)
+    row = next(r for r in local_rows(data, "results") if r["sweep_id"] == b and r["model_id"] == "org/a")
+    page, attempted, errors = offline_page(browser)
+    page.goto(explorer.build_explorer(data).as_uri())
+    page.locator("#search").fill("org/a")
+    page.wait_for_function("document.querySelector('#match-count').textContent.startsWith('1 ')")
+    page.locator("#results tbody tr").first.click()
+    links = page.locator("#detail")
+    assert links.locator("a.notebook-url").get_attribute("href") == row["notebook_url"]
+    assert links.locator("a.log-url").get_attribute("href") == row["log_url"]
+    assert attempted == [] and errors == []  # nothing was fetched: the links are only links
+    page.close()
+
+
 def test_logs_in_a_bucket(hub, tmp_path):
     data = tmp_path / "data"
     a, b = two_sweeps(data)
