@@ -336,6 +336,20 @@ def test_logs_in_a_bucket(hub, tmp_path):
     assert (again.bucket_files, again.commit_url) == (0, None)
 
 
+def test_a_refused_bucket_upload_is_one_sentence_and_the_dataset_is_as_it_was(hub, tmp_path):
+    data = tmp_path / "data"
+    a, b = two_sweeps(data)
+    hub.faults.fail(422, times=1, route="bucket_batch")
+    with pytest.raises(publish.PushError) as error:
+        push(hub, data, logs_bucket="org/sweep-logs")
+    assert str(error.value).startswith("Could not push to the Hub bucket 'org/sweep-logs': the Hub answered 422 ")
+    assert "; the logs it already received stay there, the dataset is as it was: push again" in str(error.value)
+    assert hub.repo(REPO_ID, "dataset")["commits"] == [] and hub.buckets["org/sweep-logs"]["files"] == {}
+    assert all(store.published_logs(data, s) is None for s in (a, b))
+    assert all(r["log_url"] is None for r in local_rows(data, "results"))
+    assert push(hub, data, logs_bucket="org/sweep-logs").logs == [a, b]
+
+
 def test_lfs_upload_when_xet_is_off(hub, tmp_path, monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
     data = tmp_path / "data"

@@ -174,8 +174,9 @@ def _check_id(repo_id: str, what: str) -> None:
 
 
 @contextlib.contextmanager
-def _sentences(where: str):
-    """The classified Hub errors (``hub_fetch.Retrier`` raises them after its retries) as one sentence."""
+def _sentences(where: str, unchanged: str = "nothing changed there"):
+    """The classified Hub errors (``hub_fetch.Retrier`` raises them after its retries) as one sentence;
+    ``unchanged`` says what the failure left as it was."""
     try:
         yield
     except (NoAccess, NotOnHub) as exc:
@@ -187,12 +188,12 @@ def _sentences(where: str):
     except EnvironmentProblem as exc:
         if getattr(getattr(exc.__cause__, "response", None), "status_code", None) == 412:
             raise PushError(
-                f"{where} changed while this push was preparing its commit (another push?); nothing was changed "
-                "there: run the push again."
+                f"{where} changed while this push was preparing its commit (another push?); {unchanged}: run the "
+                "push again."
             ) from exc
         raise PushError(
-            f"Could not push to {where}: {str(exc).rstrip('.')}; nothing changed there: push again once the Hub "
-            "can be reached (this needs network access)."
+            f"Could not push to {where}: {str(exc).rstrip('.')}; {unchanged}: push again once the Hub can be "
+            "reached (this needs network access)."
         ) from exc
 
 
@@ -233,8 +234,10 @@ def _sync_buckets(api, retrier: Retrier, staged: dict[str, list], destinations: 
         if bucket := destinations[sweep_id].get("bucket"):
             by_bucket.setdefault(bucket, []).extend(uploads)
     sent = []
-    for bucket, uploads in by_bucket.items():
-        with _sentences(f"the Hub bucket {bucket!r}"):
+    for bucket, uploads in by_bucket.items():  # a bucket's batch is not atomic: say what stays
+        with _sentences(
+            f"the Hub bucket {bucket!r}", "the logs it already received stay there, the dataset is as it was"
+        ):
             sent += retrier.call(lambda b=bucket, u=uploads: _bucket_once(api, b, u), "upload logs to the bucket")
     return sent
 
