@@ -282,17 +282,11 @@ def _commit(
     remote_sweeps = {files.dataset_sweep(p) for p in remote} - {None}
     rows = card.sweep_rows(data_dir)
     latest = card.latest_with_results(rows)
-    uploads = [*dataset, *log_uploads]
-    report = None
-    if latest and (html := data_dir / "reports" / f"{latest}.html").exists():
-        staged = stage / "reports" / html.name
-        staged.parent.mkdir(parents=True, exist_ok=True)
-        staged.write_text(redact(html.read_text(), {token: "***"}))
-        uploads.append(files.Upload(f"reports/{html.name}", staged, latest, "report"))
-    report_path = f"reports/{latest}.html"
-    if latest and (report_path in remote or any(u.path == report_path for u in uploads)):
-        url = f"{endpoint}/datasets/{repo_id}/resolve/main/{report_path}"
-        report = {"path": report_path, "url": url, "label": parse_sweep_id(latest).label}
+    uploads = [*dataset, *log_uploads, *_latest_report(data_dir, stage, latest, token)]
+    report, path = None, f"reports/{latest}.html"
+    if latest and (path in remote or any(u.path == path for u in uploads)):
+        url = f"{endpoint}/datasets/{repo_id}/resolve/main/{path}"
+        report = {"path": path, "url": url, "label": parse_sweep_id(latest).label}
     text = card.render_card(
         data_dir,
         repo_id,
@@ -336,6 +330,17 @@ def _commit(
     )
     result.commit_url = commit.commit_url
     return result
+
+
+def _latest_report(data_dir: Path, stage: Path, latest: str | None, token: str) -> list[files.Upload]:
+    """The latest sweep's report, redacted into ``stage``, when it was rendered (the sweep renders it)."""
+    html = data_dir / "reports" / f"{latest}.html"
+    if not latest or not html.exists():
+        return []
+    staged = stage / "reports" / html.name
+    staged.parent.mkdir(parents=True, exist_ok=True)
+    staged.write_text(redact(html.read_text(), {token: "***"}))
+    return [files.Upload(f"reports/{html.name}", staged, latest, "report")]
 
 
 def _names(ids: list[str]) -> str:
