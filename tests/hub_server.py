@@ -1,28 +1,35 @@
-"""A local, offline Hugging Face Hub: local folders served as model repos, with fault injection on demand.
+"""A local, offline Hugging Face Hub: local folders served as model repos, dataset repos and buckets that
+the real client can push to, with fault injection on demand.
 
 It speaks the HTTP protocol of the Hub as the installed huggingface_hub 2.4.0 client uses it, so
-`hf_hub_download`, `snapshot_download`, `HfApi.model_info/repo_info/list_repo_tree/list_models/whoami`
-run unmodified against it (pass `endpoint=server.url`, or set HF_ENDPOINT before huggingface_hub is
-imported, e.g. in a subprocess). Written because olah 0.5.4 (a Hub mirror) was checked and does not
-serve local repos offline. Standard library only.
+`hf_hub_download`, `snapshot_download`, `HfApi.model_info/dataset_info/repo_info/list_repo_tree/
+get_paths_info/list_models/whoami`, `create_repo`, `create_commit` / `upload_folder` (through Xet or LFS),
+the bucket API (`create_bucket`, `batch_bucket_files`, `list_bucket_tree`, `download_bucket_files`),
+`HfFileSystem` and `datasets.load_dataset` run unmodified against it (pass `endpoint=server.url`, or set
+HF_ENDPOINT before huggingface_hub is imported, e.g. in a subprocess). Written because olah 0.5.4 (a Hub
+mirror) was checked and does not serve local repos offline. Standard library only, plus hf_xet for the
+uploads that go through Xet (see `hub_writes`, which holds the write side).
 
-Endpoints: GET /api/models/{repo}[/revision/{rev}] (model info; `blobs=true` adds size/blobId/lfs to
-siblings; `expand=` keeps only the named fields); GET /api/models/{repo}/tree/{rev}[/{path}] (`recursive`,
-`expand`, cursor pages in a Link header); HEAD|GET /{repo}/resolve/{rev}/{file} (quoted ETag = git blob
-sha1, or sha256 for LFS files; X-Repo-Commit; X-Linked-Etag/X-Linked-Size for LFS; Content-Length;
-Accept-Ranges; `Range: bytes=a-b` -> 206 + Content-Range, 416 if unsatisfiable); GET /api/models (filter,
-pipeline_tag, author, search, gated, sort descending, limit, expand, full, cardData; Link pages);
-GET /api/whoami-v2; POST|DELETE|GET /_control/faults and GET /_control/requests (fault control from
-another process). Errors carry the Hub's X-Error-Code/X-Error-Message headers and {"error": ...} body:
-unknown repo, or private one without an accepted token -> 401 RepoNotFound (404 with a token); other
-revision than "main" or the commit sha -> 404 RevisionNotFound; unknown file -> 404 EntryNotFound; file of
-a gated repo without an accepted token -> 401 GatedRepo (model info and tree stay public, as on the Hub).
-A token not in `server.tokens` counts as anonymous (the real Hub answers 401 to any bad token). LFS files
-are served in place (the Hub redirects them to its CDN; the client reads the same headers either way). No
-Xet headers are sent, so the client downloads over plain HTTP. Every request is logged in `server.requests`.
+Read endpoints: GET /api/{models,datasets}/{repo}[/revision/{rev}] (repo info; `blobs=true` adds
+size/blobId/lfs to siblings; `expand=` keeps only the named fields); GET /api/{type}s/{repo}/tree/{rev}[/{path}]
+(`recursive`, `expand`, cursor pages in a Link header); POST /api/{type}s/{repo}/paths-info/{rev};
+HEAD|GET /[datasets/]{repo}/resolve/{rev}/{file} (also /blob/, the Hub's page of a file, served here as the
+file itself; quoted ETag = git blob sha1, or sha256 for LFS files;
+X-Repo-Commit; X-Linked-Etag/X-Linked-Size for LFS; Content-Length; Accept-Ranges; `Range: bytes=a-b` -> 206 +
+Content-Range, 416 if unsatisfiable); GET /api/models (filter, pipeline_tag, author, search, gated, sort
+descending, limit, expand, full, cardData; Link pages); GET /api/whoami-v2; POST|DELETE|GET /_control/faults
+and GET /_control/requests (fault control from another process). Write endpoints: see `hub_writes`. Errors
+carry the Hub's X-Error-Code/X-Error-Message headers and {"error": ...} body: unknown repo, or private one
+without an accepted token -> 401 RepoNotFound (404 with a token); other revision than "main" or the commit
+sha -> 404 RevisionNotFound; unknown file -> 404 EntryNotFound; file of a gated repo without an accepted
+token -> 401 GatedRepo (model info and tree stay public, as on the Hub). A token in neither `server.tokens`
+(read) nor `server.write_tokens` counts as anonymous (the real Hub answers 401 to any bad token). LFS files
+are served in place (the Hub redirects them to its CDN; the client reads the same headers either way), and
+files uploaded through Xet are served as plain bytes: no Xet headers are sent for repo files, so the client
+downloads over plain HTTP. Every request is logged in `server.requests` (writes with their body).
 
 CLI: python tests/hub_server.py --port 0 --repo org/name=/path [--gated org/name] [--token T]
-     [--throttle BYTES_PER_S]        prints the URL on its first line, serves until killed.
+     [--write-token T] [--throttle BYTES_PER_S]   prints the URL on its first line, serves until killed.
 """
 
 from __future__ import annotations
@@ -34,22 +41,47 @@ import hashlib
 import json
 import math
 import re
+import shutil
 import socket
 import struct
+import sys
+import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
-LFS_EXTENSIONS = (".safetensors", ".bin", ".gguf", ".onnx", ".pt", ".h5", ".msgpack")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hub_writes import Storage, WriteRoutes, git_sha1  # noqa: E402
+
+LFS_EXTENSIONS = (".safetensors", ".bin", ".gguf", ".onnx", ".pt", ".h5", ".msgpack", ".parquet")
 LFS_MIN_SIZE = 10 * 1024
 DATE = "2024-01-01T00:00:00.000Z"
 _REPO = r"(?P<repo>[^/]+(?:/[^/]+)?)"
+_TYPE = r"(?P<type>models|datasets)"
+_BUCKET = r"(?P<repo>[^/]+/[^/]+)"
+_REV = r"(?P<rev>[^/]+)"
+#: (route, methods, path): the first route whose path matches and that takes the method answers.
 ROUTES = [
-    ("info", rf"^/api/models/{_REPO}(?:/revision/(?P<rev>[^/]+))?$"),
-    ("tree", rf"^/api/models/{_REPO}/tree/(?P<rev>[^/]+)(?:/(?P<path>.+))?$"),
-    ("resolve", rf"^/{_REPO}/resolve/(?P<rev>[^/]+)/(?P<path>.+)$"),
+    ("info", "GET", rf"^/api/{_TYPE}/{_REPO}(?:/revision/{_REV})?$"),
+    ("tree", "GET", rf"^/api/{_TYPE}/{_REPO}/tree/{_REV}(?:/(?P<path>.+))?$"),
+    ("paths_info", "POST", rf"^/api/{_TYPE}/{_REPO}/paths-info/{_REV}$"),
+    ("preupload", "POST", rf"^/api/{_TYPE}/{_REPO}/preupload/{_REV}$"),
+    ("commit", "POST", rf"^/api/{_TYPE}/{_REPO}/commit/{_REV}$"),
+    ("xet_token", "GET", rf"^/api/{_TYPE}/{_REPO}/xet-(?P<kind>read|write)-token/{_REV}$"),
+    ("xet_token", "GET", rf"^/api/(?P<type>buckets)/{_BUCKET}/xet-(?P<kind>read|write)-token$"),
+    ("create_repo", "POST", r"^/api/repos/create$"),
+    ("validate_yaml", "POST", r"^/api/validate-yaml$"),
+    ("bucket_batch", "POST", rf"^/api/buckets/{_BUCKET}/batch$"),
+    ("bucket_tree", "GET", rf"^/api/buckets/{_BUCKET}/tree(?:/(?P<path>.+))?$"),
+    ("bucket_paths_info", "POST", rf"^/api/buckets/{_BUCKET}/paths-info$"),
+    ("create_bucket", "POST", rf"^/api/buckets/{_BUCKET}$"),
+    ("bucket_info", "GET", rf"^/api/buckets/{_BUCKET}$"),
+    ("bucket_resolve", "GET HEAD", rf"^/buckets/{_BUCKET}/resolve/(?P<path>.+)$"),
+    ("lfs_batch", "POST", rf"^/(?:(?P<type>datasets)/)?{_REPO}\.git/info/lfs/objects/batch$"),
+    ("lfs_put", "PUT", r"^/_lfs/(?P<oid>[0-9a-f]{64})$"),
+    ("resolve", "GET HEAD", rf"^/(?:(?P<type>datasets)/)?{_REPO}/(?:resolve|blob)/{_REV}/(?P<path>.+)$"),
 ]
 
 
@@ -58,10 +90,6 @@ def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _git_sha1(data: bytes) -> str:
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 def _card(readme: Path) -> dict:
@@ -96,13 +124,23 @@ class Faults:
         self._server, self._lock, self.rules = server, threading.Lock(), []
 
     def _add(self, kind: str, **rule) -> dict:
-        rule = {"kind": kind, "repo": None, "path": None, "method": None, "times": None, **rule}
+        rule = {"kind": kind, "repo": None, "path": None, "method": None, "route": None, "times": None, **rule}
         with self._lock:
             self.rules.append(rule)
         return rule
 
-    def fail(self, status: int, times: int = 1, repo=None, path=None, retry_after: float | None = None, method=None):
-        """The next `times` matching requests answer `status` (with Retry-After when given)."""
+    def fail(
+        self,
+        status: int,
+        times: int = 1,
+        repo=None,
+        path=None,
+        retry_after: float | None = None,
+        method=None,
+        route=None,
+    ):
+        """The next `times` matching requests answer `status` (with Retry-After when given); `route` names one
+        of ROUTES (e.g. "commit", "preupload") for requests that carry no file path."""
         return self._add("fail", **{k: v for k, v in locals().items() if k != "self"})
 
     def throttle(self, bytes_per_s: int, repo=None, path=None):
@@ -135,7 +173,7 @@ class Faults:
         with self._lock:
             return [dict(r) for r in self.rules]
 
-    def take(self, kind: str, method: str, repo: str | None, path: str | None) -> dict | None:
+    def take(self, kind: str, method: str, repo: str | None, path: str | None, route: str | None = None) -> dict | None:
         """The first live rule of `kind` matching the request, one of its `times` used up."""
         with self._lock:
             for r in self.rules:
@@ -144,6 +182,7 @@ class Faults:
                     and r["times"] != 0
                     and r["repo"] in (None, repo)
                     and r["method"] in (None, method)
+                    and r.get("route") in (None, route)
                     and (r["path"] is None or (path is not None and fnmatch.fnmatch(path, r["path"])))
                 ):
                     r["times"] = None if r["times"] is None else r["times"] - 1
@@ -152,16 +191,20 @@ class Faults:
 
 
 class HubServer:
-    """Local folders served as Hub model repos: `with HubServer({"org/name": folder}) as s: ... s.url`."""
+    """Local folders served as Hub repos: `with HubServer({"org/name": folder}) as s: ... s.url`. Repos are
+    keyed by (type, id); what clients push is kept in `storage` (a temporary folder, removed on stop)."""
 
     page_size = 1000  # entries per tree / list page (the Hub's cap); lower it to exercise pagination
+    lfs_min_size, lfs_extensions = LFS_MIN_SIZE, LFS_EXTENSIONS
 
     def __init__(self, repos: dict | None = None, host: str = "127.0.0.1", port: int = 0):
-        self.host, self.port, self.tokens, self.requests = host, port, set(), []
+        self.host, self.port, self.tokens, self.write_tokens, self.requests = host, port, set(), set(), []
         self.faults = Faults(self)
-        self._repos: dict[str, dict] = {}
+        self._repos: dict[tuple[str, str], dict] = {}
+        self.buckets: dict[str, dict] = {}
+        self.storage = Storage(tempfile.mkdtemp(prefix="hub-server-"))
         self._httpd: ThreadingHTTPServer | None = None
-        self._conns, self._lock, self._refusing = set(), threading.Lock(), False
+        self._conns, self._lock, self._refusing, self._write_lock = set(), threading.Lock(), False, threading.Lock()
         for repo_id, folder in (repos or {}).items():
             self.add_repo(repo_id, folder)
 
@@ -169,39 +212,70 @@ class HubServer:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    def file_entry(self, rel: str, path: Path, lfs: bool | None = None, sha256: str | None = None) -> dict:
+        """A file of a repo, kept at `path`: LFS when `lfs` (None: by size and extension, as a repo's
+        .gitattributes would), hashed in a stream then; its blob id is the git sha1 of it or of its pointer."""
+        size = path.stat().st_size
+        f = {"path": rel, "abs": path, "size": size, "sha256": None}
+        if lfs is None:
+            lfs = size >= self.lfs_min_size or rel.endswith(self.lfs_extensions)
+        if lfs:
+            if sha256 is None:
+                with open(path, "rb") as fh:
+                    sha256 = hashlib.file_digest(fh, "sha256").hexdigest()
+            pointer = f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {size}\n"
+            f.update(sha256=sha256, blob_id=git_sha1(pointer.encode()), pointer_size=len(pointer))
+        else:
+            f["blob_id"] = git_sha1(path.read_bytes())
+        return f
+
     def add_repo(
-        self, repo_id: str, folder, *, gated: bool = False, private: bool = False, metadata: dict | None = None
+        self,
+        repo_id: str,
+        folder,
+        *,
+        gated: bool = False,
+        private: bool = False,
+        metadata: dict | None = None,
+        repo_type: str = "model",
     ) -> str:
-        """Serve `folder` as model repo `repo_id`; returns its commit sha (deterministic in names and contents)."""
-        folder, files = Path(folder), {}
-        for p in sorted(folder.rglob("*")):
+        """Serve `folder` (None: an empty repo) as repo `repo_id`; returns its commit sha (deterministic in
+        names and contents)."""
+        files = {}
+        for p in sorted(Path(folder).rglob("*")) if folder is not None else ():
             rel = p.relative_to(folder).as_posix()
             if p.is_file() and not any(part.startswith(".") for part in rel.split("/")):
-                f = files[rel] = {"path": rel, "abs": p, "size": (size := p.stat().st_size), "sha256": None}
-                if size >= LFS_MIN_SIZE or rel.endswith(LFS_EXTENSIONS):  # LFS: hashed in a stream, kept on disk
-                    with open(p, "rb") as fh:
-                        f["sha256"] = hashlib.file_digest(fh, "sha256").hexdigest()
-                    pointer = f"version https://git-lfs.github.com/spec/v1\noid sha256:{f['sha256']}\nsize {size}\n"
-                    f.update(blob_id=_git_sha1(pointer.encode()), pointer_size=len(pointer))
-                else:
-                    f["blob_id"] = _git_sha1(p.read_bytes())
-        sha = hashlib.sha1("".join(f"{k}\0{v['blob_id']}\n" for k, v in files.items()).encode()).hexdigest()
-        st = _safetensors([f["abs"] for k, f in files.items() if k.endswith(".safetensors")])
-        self._repos[repo_id] = {
+                files[rel] = self.file_entry(rel, p)
+        repo = {
             "id": repo_id,
-            "files": files,
-            "sha": sha,
+            "type": repo_type,
             "private": private,
-            "safetensors": st,
             "gated": "manual" if gated else False,
             "metadata": dict(metadata or {}),
-            "card": _card(folder / "README.md"),
+            "commits": [],
         }
-        return sha
+        self.set_files(repo, files)
+        self._repos[(repo_type, repo_id)] = repo
+        return repo["sha"]
 
-    def sha(self, repo_id: str) -> str:
+    def set_files(self, repo: dict, files: dict) -> None:
+        """A repo's new file list, and what derives from it: its commit sha, parameter counts and card."""
+        readme = files.get("README.md")
+        repo.update(
+            files=files,
+            sha=hashlib.sha1("".join(f"{k}\0{v['blob_id']}\n" for k, v in sorted(files.items())).encode()).hexdigest(),
+            safetensors=_safetensors([f["abs"] for k, f in files.items() if k.endswith(".safetensors")]),
+            card=_card(readme["abs"]) if readme else {},
+        )
+
+    def repo(self, repo_id: str, repo_type: str = "model") -> dict:
+        """A repo's state: files ({path: {size, sha256, blob_id, abs}}), sha, commits ([{oid, title, added,
+        deleted}]), private."""
+        return self._repos[(repo_type, repo_id)]
+
+    def sha(self, repo_id: str, repo_type: str = "model") -> str:
         """The commit sha that revision "main" of `repo_id` resolves to."""
-        return self._repos[repo_id]["sha"]
+        return self._repos[(repo_type, repo_id)]["sha"]
 
     def start(self) -> HubServer:
         self._httpd = ThreadingHTTPServer((self.host, self.port), type("Handler", (_Handler,), {"hub": self}))
@@ -235,6 +309,7 @@ class HubServer:
             self._set_refusing(True)
             self._httpd.server_close()
             self._httpd = None
+        shutil.rmtree(self.storage.root, ignore_errors=True)
 
     def __enter__(self):
         return self.start()
@@ -262,11 +337,6 @@ class HubServer:
             *(f"base_model:{b}" for b in ([bases] if isinstance(bases, str) else bases)),
             "region:us",
         ]
-        siblings = [{"rfilename": f["path"]} for f in files.values()]
-        for sib, f in zip(siblings, files.values()) if blobs else ():
-            sib.update(size=f["size"], blobId=f["blob_id"])
-            if f["sha256"]:
-                sib["lfs"] = {"sha256": f["sha256"], "size": f["size"], "pointerSize": f["pointer_size"]}
         info = {
             "_id": repo["sha"][:24],
             "id": repo["id"],
@@ -285,15 +355,48 @@ class HubServer:
             "createdAt": DATE,
             "lastModified": DATE,
             "cardData": card,
-            "siblings": siblings,
+            "siblings": _siblings(files, blobs),
             "spaces": [],
             "usedStorage": sum(f["size"] for f in files.values()),
         }
         info.update({"safetensors": repo["safetensors"]} if repo["safetensors"] else {}, **meta)
         return info
 
+    def repo_info(self, repo: dict, blobs: bool = False) -> dict:
+        """The JSON of GET /api/{type}s/{repo}: a model's (above), or a dataset's."""
+        if repo["type"] == "model":
+            return self.model_info(repo, blobs)
+        files = repo["files"]
+        return {
+            "_id": repo["sha"][:24],
+            "id": repo["id"],
+            "author": repo["id"].split("/")[0],
+            "sha": repo["sha"],
+            "private": repo["private"],
+            "gated": False,
+            "disabled": False,
+            "downloads": 0,
+            "likes": 0,
+            "tags": [],
+            "createdAt": DATE,
+            "lastModified": DATE,
+            "cardData": dict(repo["card"]),
+            "siblings": _siblings(files, blobs),
+            "usedStorage": sum(f["size"] for f in files.values()),
+        }
 
-class _Handler(BaseHTTPRequestHandler):
+
+def _siblings(files: dict, blobs: bool) -> list[dict]:
+    """A repo info's siblings (`blobs`: with sizes, blob ids and LFS info)."""
+    siblings = [{"rfilename": f["path"]} for f in files.values()]
+    for sib, f in zip(siblings, files.values()) if blobs else ():
+        sib.update(size=f["size"], blobId=f["blob_id"])
+        if f["sha256"]:
+            sib["lfs"] = {"sha256": f["sha256"], "size": f["size"], "pointerSize": f["pointer_size"]}
+    return siblings
+
+
+class _Handler(WriteRoutes, BaseHTTPRequestHandler):
     protocol_version, server_version, hub = "HTTP/1.1", "hub-server/1", None
 
     def log_message(self, *args) -> None:
@@ -311,7 +414,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # also HEAD, POST, DELETE
         self._dispatch(self.command)
 
-    do_HEAD = do_POST = do_DELETE = do_GET
+    do_HEAD = do_POST = do_DELETE = do_PUT = do_GET
 
     def _send(self, status: int, body: bytes = b"", headers: dict | None = None, length: int | None = None) -> None:
         self.send_response(status)
@@ -334,9 +437,9 @@ class _Handler(BaseHTTPRequestHandler):
             status,
         )
 
-    def _repo(self, repo_id: str, rev: str | None, download: bool = False) -> dict | None:
+    def _repo(self, repo_type: str, repo_id: str, rev: str | None, download: bool = False) -> dict | None:
         """The repo, or None after answering the Hub's error."""
-        repo = self.hub._repos.get(repo_id)
+        repo = self.hub._repos.get((repo_type, repo_id))
         if repo is None or (repo["private"] and not self.authed):
             return self._error(404 if self.authed else 401, "Repository not found", "RepoNotFound")
         if rev not in (None, "main", repo["sha"]):
@@ -350,12 +453,26 @@ class _Handler(BaseHTTPRequestHandler):
             )
         return repo
 
+    def _read_body(self) -> bytes:
+        """The request's body, sized by Content-Length or sent in chunks."""
+        if self.headers.get("Transfer-Encoding", "").lower() != "chunked":
+            return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        parts = []
+        while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
+            parts.append(self.rfile.read(size))
+            self.rfile.readline()
+        while self.rfile.readline().strip():  # trailers, up to the blank line
+            pass
+        return b"".join(parts)
+
     def _dispatch(self, method: str) -> None:
         hub, url = self.hub, urlsplit(self.path)
         self.query = parse_qs(url.query, keep_blank_values=True)
         auth = self.headers.get("Authorization", "")
-        self.authed = auth.startswith("Bearer ") and auth[7:] in hub.tokens
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        token = auth[7:] if auth.startswith("Bearer ") else None
+        self.can_write = token in hub.write_tokens
+        self.authed = self.can_write or token in hub.tokens
+        self.body = self._read_body()
         self.log = {
             "method": method,
             "path": url.path,
@@ -366,44 +483,57 @@ class _Handler(BaseHTTPRequestHandler):
             "time": time.time(),
             "repo": None,
             "file": None,
+            "route": None,
             "fault": None,
             "duration": None,
+            **({"body": self.body} if method in ("POST", "PUT") else {}),
         }
         if url.path.startswith("/_control/"):
-            return self._control(method, url.path, body)
+            return self._control(method, url.path, self.body)
         hub.requests.append(self.log)  # logged before answering, filled in as the answer goes out
         try:
-            route, m = next(((name, m) for name, rx in ROUTES if (m := re.match(rx, url.path))), (None, None))
-            groups = {k: unquote(v) for k, v in (m.groupdict() if m else {}).items() if v}
-            repo_id, rev, path = groups.get("repo"), groups.get("rev"), groups.get("path")
-            self.log.update(repo=repo_id, file=path if route != "info" else None)
-            if fault := hub.faults.take("fail", method, repo_id, path):
+            route, groups = self._route(method, url.path)
+            repo_id, path = groups.get("repo"), groups.get("path")
+            self.log.update(
+                repo=repo_id, file=path if route in ("resolve", "bucket_resolve", "tree") else None, route=route
+            )
+            if fault := hub.faults.take("fail", method, repo_id, self.log["file"], route):
                 self.log["fault"] = "fail"
                 retry = {} if fault.get("retry_after") is None else {"Retry-After": math.ceil(fault["retry_after"])}
                 return self._error(fault["status"], f"Injected fault: HTTP {fault['status']}", None, retry)
             if (method, url.path) == ("GET", "/api/models"):
                 return self._list_models()
             if (method, url.path) == ("GET", "/api/whoami-v2"):
-                if not self.authed:
-                    return self._error(401, "Invalid credentials in Authorization header")
-                token = {"type": "access_token", "accessToken": {"displayName": "hub-server", "role": "read"}}
-                return self._json(
-                    {"type": "user", "id": "0" * 24, "name": "hub-server-user", "orgs": [], "auth": token}
-                )
-            handler = {
-                ("info", "GET"): self._info,
-                ("tree", "GET"): self._tree,
-                ("resolve", "GET"): self._resolve,
-                ("resolve", "HEAD"): self._resolve,
-            }.get((route, method))
-            if handler is None:
+                return self._whoami()
+            if route is None:
                 return self._error(404, "Sorry, we can't find the page you are looking for.")
-            if repo := self._repo(repo_id, rev, download=route == "resolve"):
-                handler(repo, path)
+            if route in ("info", "tree", "paths_info", "resolve"):
+                if repo := self._repo(groups["type"], repo_id, groups.get("rev"), download=route == "resolve"):
+                    getattr(self, "_" + route)(repo, path)
+                return None
+            getattr(self, "_" + route)(groups)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         finally:
             self.log["duration"] = time.time() - self.log["time"]
+
+    def _route(self, method: str, path: str) -> tuple[str | None, dict]:
+        """The route answering `method` on `path`, and its parts (unquoted; a repo type in the singular)."""
+        for name, methods, rx in ROUTES:
+            if method in methods.split() and (m := re.match(rx, path)):
+                groups = {k: unquote(v) for k, v in m.groupdict().items() if v}
+                groups["type"] = {"models": "model", "datasets": "dataset", "buckets": "bucket"}.get(
+                    groups.get("type"), "model"
+                )
+                return name, groups
+        return None, {}
+
+    def _whoami(self) -> None:
+        if not self.authed:
+            return self._error(401, "Invalid credentials in Authorization header")
+        role = "write" if self.can_write else "read"
+        token = {"type": "access_token", "accessToken": {"displayName": "hub-server", "role": role}}
+        self._json({"type": "user", "id": "0" * 24, "name": "hub-server-user", "orgs": [], "auth": token})
 
     def _control(self, method: str, path: str, body: bytes) -> None:
         if (path, method) == ("/_control/requests", "GET"):
@@ -428,44 +558,66 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(items[start : start + size], headers)
 
     def _info(self, repo: dict, _path: None) -> None:
-        info = self.hub.model_info(repo, blobs=self._flag("blobs"))
+        info = self.hub.repo_info(repo, blobs=self._flag("blobs"))
         expand = self.query.get("expand")
         self._json({k: v for k, v in info.items() if k in ("_id", "id", *expand)} if expand else info)
 
+    @staticmethod
+    def _dirs(repo: dict) -> set[str]:
+        return {"/".join(p.split("/")[:i]) for p in repo["files"] for i in range(1, p.count("/") + 1)}
+
+    def _entry(self, repo: dict, name: str, dirs: set[str], expand: bool) -> dict:
+        """A tree / paths-info entry: a folder, or a file with its blob id (and LFS info)."""
+        if name in dirs:
+            oid = hashlib.sha1(f"tree {repo['sha']} {name}".encode()).hexdigest()
+            entry = {"type": "directory", "oid": oid, "size": 0, "path": name}
+        else:
+            f = repo["files"][name]
+            entry = {"type": "file", "oid": f["blob_id"], "size": f["size"], "path": name}
+            if f["sha256"]:
+                entry["lfs"] = {"oid": f["sha256"], "size": f["size"], "pointerSize": f["pointer_size"]}
+        if expand:
+            entry["lastCommit"] = {"id": repo["sha"], "title": "Upload folder", "date": DATE}
+        return entry
+
     def _tree(self, repo: dict, path: str | None) -> None:
         prefix = path.strip("/") + "/" if path and path.strip("/") else ""
-        dirs = {"/".join(p.split("/")[:i]) for p in repo["files"] for i in range(1, p.count("/") + 1)}
+        dirs = self._dirs(repo)
         if prefix and prefix[:-1] not in dirs:
             return self._error(404, f"Entry not found: {path}", "EntryNotFound", {"X-Repo-Commit": repo["sha"]})
-        recursive, expand, entries = self._flag("recursive"), self._flag("expand"), []
-        for name in sorted(dirs | set(repo["files"])):
-            if not name.startswith(prefix) or (not recursive and "/" in name[len(prefix) :]):
-                continue
-            if name in dirs:
-                oid = hashlib.sha1(f"tree {repo['sha']} {name}".encode()).hexdigest()
-                entry = {"type": "directory", "oid": oid, "size": 0, "path": name}
-            else:
-                f = repo["files"][name]
-                entry = {"type": "file", "oid": f["blob_id"], "size": f["size"], "path": name}
-                if f["sha256"]:
-                    entry["lfs"] = {"oid": f["sha256"], "size": f["size"], "pointerSize": f["pointer_size"]}
-            if expand:
-                entry["lastCommit"] = {"id": repo["sha"], "title": "Upload folder", "date": DATE}
-            entries.append(entry)
+        recursive, expand = self._flag("recursive"), self._flag("expand")
+        entries = [
+            self._entry(repo, name, dirs, expand)
+            for name in sorted(dirs | set(repo["files"]))
+            if name.startswith(prefix) and (recursive or "/" not in name[len(prefix) :])
+        ]
         self._page(entries, min(self.hub.page_size, 50) if expand else self.hub.page_size)
+
+    def _paths_info(self, repo: dict, _path: None) -> None:
+        """POST paths-info: the entries of the named paths that exist (form-encoded, as the client sends it)."""
+        form = parse_qs(self.body.decode(), keep_blank_values=True)
+        if self.headers.get("Content-Type", "").startswith("application/json"):
+            form = {k: v if isinstance(v, list) else [str(v)] for k, v in json.loads(self.body or b"{}").items()}
+        dirs, expand = self._dirs(repo), form.get("expand", [""])[-1].lower() in ("true", "1")
+        paths = [p.strip("/") for p in form.get("paths", [])]
+        self._json([self._entry(repo, p, dirs, expand) for p in paths if p in dirs or p in repo["files"]])
 
     def _resolve(self, repo: dict, path: str) -> None:
         f, sha = repo["files"].get(path), repo["sha"]
         if f is None:
             return self._error(404, "Entry not found", "EntryNotFound", {"X-Repo-Commit": sha})
-        size, etag = f["size"], f'"{f["sha256"] or f["blob_id"]}"'
+        etag = f'"{f["sha256"] or f["blob_id"]}"'
         headers = {
             "Content-Type": "application/octet-stream",
-            "Accept-Ranges": "bytes",
             "ETag": etag,
             "X-Repo-Commit": sha,
-            **({"X-Linked-Etag": etag, "X-Linked-Size": size} if f["sha256"] else {}),
+            **({"X-Linked-Etag": etag, "X-Linked-Size": f["size"]} if f["sha256"] else {}),
         }
+        self._send_file(f["abs"], f["size"], headers, repo["id"], path)
+
+    def _send_file(self, source: Path, size: int, headers: dict, repo_id: str | None = None, path: str | None = None):
+        """A file's bytes (HEAD: its headers only), honouring `Range` and the cut and throttle faults."""
+        headers = {"Accept-Ranges": "bytes", **headers}
         start, end, status, spec = 0, size - 1, 200, self.headers.get("Range", "")
         if spec.startswith("bytes=") and "," not in spec:
             a, _, b = spec[6:].partition("-")
@@ -477,15 +629,15 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._error(416, "Requested Range Not Satisfiable", None, {"Content-Range": f"bytes */{size}"})
             status, headers["Content-Range"] = 206, f"bytes {start}-{end}/{size}"
         get, faults = self.command == "GET", self.hub.faults
-        cut = faults.take("cut", "GET", repo["id"], path) if get else None
-        throttle = faults.take("throttle", "GET", repo["id"], path) if get else None
+        cut = faults.take("cut", "GET", repo_id, path) if get else None
+        throttle = faults.take("throttle", "GET", repo_id, path) if get else None
         self.log["fault"] = "cut" if cut else "throttle" if throttle else None
         self._send(status, headers=headers, length=end - start + 1)
         if not get:
-            return
+            return None
         rate, remaining, t0 = throttle and throttle["bytes_per_s"], end - start + 1, time.monotonic()
         chunk = max(1024, min(64 * 1024, rate // 20)) if rate else 1 << 20
-        with open(f["abs"], "rb") as fh:
+        with open(source, "rb") as fh:
             fh.seek(start)
             while (
                 remaining > 0
@@ -501,12 +653,18 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             with contextlib.suppress(OSError):
                 self.connection.shutdown(socket.SHUT_WR)
+        return None
 
     def _list_models(self) -> None:
         q, hub = self.query, self.hub
         wanted, search = q.get("filter", []) + q.get("pipeline_tag", []), q.get("search", [""])[-1].lower()
         infos = sorted(
-            (hub.model_info(r) for r in hub._repos.values() if self.authed or not r["private"]), key=lambda i: i["id"]
+            (
+                hub.model_info(r)
+                for r in hub._repos.values()
+                if r["type"] == "model" and (self.authed or not r["private"])
+            ),
+            key=lambda i: i["id"],
         )
         infos = [
             i
@@ -541,15 +699,17 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def serve(repos: dict, *, gated=(), private=(), tokens=(), metadata: dict | None = None, **kw):
+def serve(repos: dict, *, gated=(), private=(), tokens=(), write_tokens=(), metadata: dict | None = None, **kw):
     """A started HubServer for `repos` ({repo_id: folder}); `gated`, `private`: repo ids; `tokens`: accepted
-    tokens; `metadata`: {repo_id: model info fields}; `kw`: host, port. Stopped on exit."""
+    read tokens, `write_tokens`: accepted tokens that may also write; `metadata`: {repo_id: model info fields};
+    `kw`: host, port. Stopped on exit."""
     server = HubServer(None, **kw)
     for repo_id, folder in repos.items():
         server.add_repo(
             repo_id, folder, gated=repo_id in gated, private=repo_id in private, metadata=(metadata or {}).get(repo_id)
         )
     server.tokens.update(tokens)
+    server.write_tokens.update(write_tokens)
     with server:
         yield server
 
@@ -561,12 +721,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repo", action="append", default=[], metavar="ORG/NAME=FOLDER")
     parser.add_argument("--gated", action="append", default=[], metavar="ORG/NAME")
     parser.add_argument("--token", action="append", default=[], help="a token accepted for gated/private repos")
+    parser.add_argument("--write-token", action="append", default=[], help="a token that may also push")
     parser.add_argument("--throttle", type=int, default=None, metavar="BYTES_PER_S")
     args = parser.parse_args(argv)
     with serve(
         dict(spec.split("=", 1) for spec in args.repo),
         gated=args.gated,
         tokens=args.token,
+        write_tokens=args.write_token,
         host=args.host,
         port=args.port,
     ) as server:

@@ -1,4 +1,5 @@
-"""tests/hub_server.py against the real huggingface_hub 2.4.0 client (no network: everything is local).
+"""tests/hub_server.py against the real huggingface_hub 2.4.0 client (no network: everything is local):
+downloads and their faults, then the write side (dataset repos, commits through Xet and LFS, buckets).
 
 Pointing the client at the server: huggingface_hub reads HF_ENDPOINT (and HF_HUB_OFFLINE) once, at
 import, into `huggingface_hub.constants.ENDPOINT` (`constants.HF_HUB_OFFLINE`), so setting the
@@ -392,3 +393,95 @@ def test_cli_control_endpoint_and_hf_endpoint_env(model_dir, tmp_path, monkeypat
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+# --------------------------------------------------------------------------------------------
+# the write side (hub_writes): dataset repos, commits through Xet and LFS, buckets
+
+WRITE_TOKEN = "hf_hubServerWriteToken"
+
+
+@pytest.fixture
+def writable(hub):
+    hub.write_tokens.add(WRITE_TOKEN)
+    return hub
+
+
+@pytest.mark.parametrize("xet", [True, False])
+def test_upload_folder_to_a_dataset_and_read_it_back(writable, tmp_path, monkeypatch, xet):
+    """upload_folder through Xet (hf_xet writing into the server's local CAS) or through the LFS batch API;
+    HfFileSystem and get_paths_info then read the same bytes, and a second upload is a no-op."""
+    from huggingface_hub import HfFileSystem
+
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", not xet)
+    folder = tmp_path / "ds"
+    (folder / "data").mkdir(parents=True)
+    (folder / "README.md").write_text("---\nconfigs: []\n---\n# ds\n")
+    (folder / "data" / "a.parquet").write_bytes(os.urandom(30_000))  # an LFS file (by extension and size)
+    (folder / "data" / "b.json").write_text('{"b": 1}')  # a regular one
+    api = HfApi(endpoint=writable.url, token=WRITE_TOKEN)
+    api.create_repo("org/ds", repo_type="dataset")
+    commit = api.upload_folder(folder_path=str(folder), repo_id="org/ds", repo_type="dataset", commit_message="one")
+    repo = writable.repo("org/ds", "dataset")
+    assert commit.oid == repo["sha"] and [c["title"] for c in repo["commits"]] == ["one"]
+    routes = {r["route"] for r in writable.requests}
+    assert ("xet_token" in routes) == xet and ("lfs_put" in routes) == (not xet)
+    assert repo["files"]["data/a.parquet"]["sha256"] and repo["files"]["data/b.json"]["sha256"] is None
+    fs = HfFileSystem(endpoint=writable.url, token=WRITE_TOKEN)
+    assert fs.read_bytes("datasets/org/ds/data/a.parquet") == (folder / "data" / "a.parquet").read_bytes()
+    assert sorted(fs.ls("datasets/org/ds/data", detail=False)) == [
+        "datasets/org/ds/data/a.parquet",
+        "datasets/org/ds/data/b.json",
+    ]
+    infos = api.get_paths_info("org/ds", ["data/b.json", "data", "missing"], repo_type="dataset")
+    assert [(type(i).__name__, i.path) for i in infos] == [("RepoFile", "data/b.json"), ("RepoFolder", "data")]
+    api.upload_folder(folder_path=str(folder), repo_id="org/ds", repo_type="dataset", commit_message="two")
+    assert len(repo["commits"]) == 1  # nothing changed: the client skipped the commit
+
+
+def test_writes_need_a_write_token_and_a_commit_is_all_or_nothing(writable):
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete
+
+    with pytest.raises(HfHubHTTPError) as err:
+        HfApi(endpoint=writable.url, token=False).create_repo("org/ds", repo_type="dataset")
+    assert err.value.response.status_code == 401
+    with pytest.raises(HfHubHTTPError) as err:
+        HfApi(endpoint=writable.url, token=TOKEN).create_repo("org/ds", repo_type="dataset")  # a read token
+    assert err.value.response.status_code == 403 and writable._repos.get(("dataset", "org/ds")) is None
+    api = HfApi(endpoint=writable.url, token=WRITE_TOKEN)
+    api.create_repo("org/ds", repo_type="dataset", private=True)
+    api.create_commit("org/ds", [CommitOperationAdd("a.txt", b"a")], commit_message="a", repo_type="dataset")
+    repo = writable.repo("org/ds", "dataset")
+    before = (repo["sha"], dict(repo["files"]))
+    add, delete = CommitOperationAdd("b.txt", b"b"), CommitOperationDelete("missing.txt")
+    with pytest.raises(EntryNotFoundError):  # one bad operation refuses the whole commit
+        api.create_commit("org/ds", [add, delete], commit_message="b", repo_type="dataset")
+    assert (repo["sha"], dict(repo["files"])) == before
+    with pytest.raises(HfHubHTTPError) as err:  # made on a head that is no longer the head
+        api.create_commit(
+            "org/ds",
+            [CommitOperationAdd("b.txt", b"b")],
+            commit_message="b",
+            repo_type="dataset",
+            parent_commit="0" * 40,
+        )
+    assert err.value.response.status_code == 412 and (repo["sha"], dict(repo["files"])) == before
+
+
+def test_a_bucket_round_trip_through_xet(writable, tmp_path):
+    api = HfApi(endpoint=writable.url, token=WRITE_TOKEN)
+    assert api.create_bucket("org/logs").bucket_id == "org/logs"
+    assert api.create_bucket("org/logs", exist_ok=True).bucket_id == "org/logs"
+    (tmp_path / "a.log").write_text("a log\n" * 100)
+    api.batch_bucket_files("org/logs", add=[(str(tmp_path / "a.log"), "s1/logs/a.log"), (b"{}", "s1/sweep.json")])
+    tree = {f.path: f for f in api.list_bucket_tree("org/logs", prefix="s1", recursive=True)}
+    assert set(tree) == {"s1/logs/a.log", "s1/sweep.json"} and tree["s1/logs/a.log"].size == 600
+    import hf_xet
+
+    assert tree["s1/logs/a.log"].xet_hash == hf_xet.hash_files([str(tmp_path / "a.log")])[0].hash
+    api.download_bucket_files("org/logs", files=[("s1/logs/a.log", str(tmp_path / "back.log"))])
+    assert (tmp_path / "back.log").read_text() == "a log\n" * 100
+    assert api.bucket_info("org/logs").total_files == 2
+    with pytest.raises(HfHubHTTPError) as err:
+        HfApi(endpoint=writable.url, token=TOKEN).batch_bucket_files("org/logs", delete=["s1/sweep.json"])
+    assert err.value.response.status_code == 403 and "s1/sweep.json" in writable.buckets["org/logs"]["files"]

@@ -482,8 +482,9 @@ def test_explorer_search_and_detail(browser, rendered):
     assert rendered["newly_failing"] in detail.locator("h2").inner_text()
     assert "import torch" in detail.locator(".repro").inner_text()
     assert rendered["newly_failing"] in detail.locator(".repro").inner_text()
-    history_text = detail.locator("table.history").inner_text()
-    assert "FAIL(gen)" in history_text and rendered["sweep"] in history_text
+    history = detail.locator("table.history")
+    assert "FAIL(gen)" in history.inner_text()  # each sweep by name and date, its id on hover
+    assert rendered["sweep"] in history.locator("td.sweep").evaluate_all("tds => tds.map((td) => td.title)")
 
     # Each model's latest verdict, counted in Python: the FAIL(gen) ones, and one's error in the panel.
     latest = {}

@@ -289,13 +289,31 @@ def debug(sweep_id, model, data_dir, variant, parameters):
 @main.command()
 @click.argument("repo_id")
 @data_dir_option
-@click.option("--private/--public", default=True, show_default=True)
+@click.option(
+    "--private/--public", default=True, show_default=True, help="Visibility of a repo (or bucket) the push creates."
+)
+@click.option("--logs", is_flag=True, help="Also publish each sweep's executed notebooks, logs and sweep.json.")
+@click.option(
+    "--logs-bucket",
+    default=None,
+    metavar="NAMESPACE/NAME",
+    help="Publish the logs into this Hub bucket (hf://buckets/NAMESPACE/NAME) instead of the repo; implies --logs.",
+)
 @user_errors
-def push(repo_id, data_dir, private):
-    """Upload the dataset (card, results, excluded) to the Hub as a dataset repo (needs network and a token)."""
+def push(repo_id, data_dir, private, logs, logs_bucket):
+    """Publish the dataset to the Hub dataset repo REPO_ID: card, results, excluded, the latest report (and the
+    raw logs); only what the repo lacks, in one commit (needs network and a write token in HF_TOKEN)."""
     from . import publish
 
-    click.echo(f"pushed: {publish.push(data_dir, repo_id, private=private)}")
+    result = publish.push(
+        data_dir,
+        repo_id,
+        private=private,
+        logs=logs,
+        logs_bucket=logs_bucket,
+        log=lambda line: click.echo(line, err=True),
+    )
+    click.echo(result.summary())
 
 
 if __name__ == "__main__":

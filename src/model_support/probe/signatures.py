@@ -239,14 +239,19 @@ _PLACELESS = re.compile(
 )
 
 
-def redact(text: str | None) -> str | None:
+def redact(text: str | None, replace: dict[str, str] | None = None) -> str | None:
     """Remove Hugging Face tokens from ``text``, for every stored text field and every log.
 
     Both the ``hf_...`` token shape and the literal values of the token environment variables
-    (read at call time, so a token set after import is still caught) become ``***``.
+    (read at call time, so a token set after import is still caught) become ``***``. ``replace`` maps
+    machine-specific strings (a local model folder's absolute path) to what the text says instead
+    (longest first, so a path is replaced before a shorter prefix of it).
     """
     if not text:
         return text
+    for old, new in sorted((replace or {}).items(), key=lambda kv: -len(kv[0])):
+        if old:
+            text = text.replace(old, new)
     for name in TOKEN_ENV_VARS:
         value = os.environ.get(name, "").strip()
         if len(value) >= _MIN_SECRET_LEN:
@@ -255,14 +260,9 @@ def redact(text: str | None) -> str | None:
 
 
 def redact_record(record: dict, replace: dict[str, str] | None = None) -> dict:
-    """Every text field of a record through ``redact``, in place (the one redaction pass a record
-    gets before it is stored anywhere); returns the record. ``replace`` maps machine-specific
-    strings (a local model folder's absolute path) to what the record says instead."""
-    pairs = sorted((replace or {}).items(), key=lambda kv: -len(kv[0]))
+    """Every text field of a record through ``redact`` (with ``replace``), in place (the one redaction pass
+    a record gets before it is stored anywhere); returns the record."""
     for key, value in record.items():
         if isinstance(value, str):
-            for old, new in pairs:
-                if old:
-                    value = value.replace(old, new)
-            record[key] = redact(value)
+            record[key] = redact(value, replace)
     return record

@@ -132,6 +132,8 @@ FIELDS: dict[str, pa.DataType] = {
     "started_at": pa.string(),
     "duration_s": pa.float64(),
     "notebook_path": pa.string(),
+    "notebook_url": pa.string(),  # where the executed notebook is published (set by `push --logs`), else null
+    "log_url": pa.string(),  # where the probe's log is published (set by `push --logs`), else null
     "repro_script": pa.string(),
     "exclusion_reason": pa.string(),
     # Hub metadata (null for local folders and offline runs)
@@ -190,6 +192,8 @@ LATER_FIELDS = (
     "memory_estimate_bytes",
     "load_s_per_rank",
     "generate_s_per_rank",
+    "notebook_url",
+    "log_url",
 )
 
 

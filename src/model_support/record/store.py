@@ -25,6 +25,8 @@ if TYPE_CHECKING:  # polars is imported where it is used: the probe kernel write
     import polars as pl
 
 CONFIGS = ("results", "excluded")
+#: A sweep's file saying where its notebooks and logs are published (``published_logs``).
+PUBLISHED = "published.json"
 
 
 def polars_schema() -> pl.Schema:
@@ -206,16 +208,45 @@ def exclusion(data_dir: Path, sweep_id: str) -> str | None:
     return json.loads(path.read_text())["reason"] if path.exists() else None
 
 
+def published_logs(data_dir: Path, sweep_id: str) -> dict | None:
+    """Where ``model-support push --logs`` put this sweep's notebooks and logs: {"repo", "bucket", "url"}
+    (``url`` + ``notebooks/<stem>.ipynb`` is a notebook's address), or None."""
+    path = sweep_dir(data_dir, sweep_id) / PUBLISHED
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def set_published_logs(data_dir: Path, sweep_id: str, where: dict | None) -> tuple[int, int]:
+    """Record where this sweep's notebooks and logs are published (None: nowhere) and compact again, so
+    that each row's ``notebook_url`` and ``log_url`` point there; returns (results, excluded)."""
+    path = sweep_dir(data_dir, sweep_id) / PUBLISHED
+    if where is None:
+        path.unlink(missing_ok=True)
+    else:
+        atomic_write_json(path, where)
+    return compact(data_dir, sweep_id)
+
+
+def _with_urls(record: dict, folder: Path, base: str) -> dict:
+    """The record with the published addresses of its notebook and log (each only when the file exists)."""
+    name = stem(record["model_id"], record["variant"])
+    return {
+        **record,
+        "notebook_url": f"{base}notebooks/{name}.ipynb" if (folder / "notebooks" / f"{name}.ipynb").exists() else None,
+        "log_url": f"{base}logs/{name}.log" if (folder / "logs" / f"{name}.log").exists() else None,
+    }
+
+
 def compact(data_dir: Path, sweep_id: str) -> tuple[int, int]:
     """Records (plus the models excluded before running) -> this sweep's two Parquet files.
 
     A record with an ``exclusion_reason`` (a model found gated or gone while the sweep ran) goes to
     ``excluded``, every other to ``results``. Rewrites only this sweep's files, each atomically; the
     JSON records stay the source of truth, so compaction can be redone at any time and gives the
-    same rows. Records are streamed (two passes), so memory stays flat however long the sweep.
-    Returns (results, excluded)."""
+    same rows (a whole-sweep exclusion and the published logs' addresses are applied here). Records are
+    streamed (two passes), so memory stays flat however long the sweep. Returns (results, excluded)."""
     meta = read_sweep(data_dir, sweep_id)
     whole_sweep_reason = exclusion(data_dir, sweep_id)
+    published = published_logs(data_dir, sweep_id)
     before_running = [
         schema.empty_record(sweep_id=sweep_id, model_id=model_id, exclusion_reason=reason, started_at=meta.created_at)
         for model_id, reason in meta.excluded.items()
@@ -223,6 +254,8 @@ def compact(data_dir: Path, sweep_id: str) -> tuple[int, int]:
 
     def records(excluded: bool):
         for record in iter_records(data_dir, sweep_id):
+            if published:
+                record = _with_urls(record, sweep_dir(data_dir, sweep_id), published["url"])
             if whole_sweep_reason:
                 yield {**record, "exclusion_reason": record["exclusion_reason"] or whole_sweep_reason}
             elif bool(record["exclusion_reason"]) == excluded:
@@ -283,18 +316,23 @@ Sweeps in this folder: {sweeps}.
 """
 
 
-def write_dataset_card(data_dir: Path) -> Path:
-    """The card whose YAML declares the configs, each only once it has a file (a config whose glob
-    matches nothing would make ``load_dataset`` fail for every config)."""
+def card_configs(data_dir: Path) -> str:
+    """The card's YAML ``configs:`` block, each config only once it has a file (a config whose glob matches
+    nothing would make ``load_dataset`` fail for every config)."""
     data_dir = Path(data_dir)
     present = [c for c in CONFIGS if any((data_dir / c).glob("sweep=*/*.parquet"))]
     configs = "".join(CONFIG_BLOCK.format(config=c) + ("  default: true\n" if c == "results" else "") for c in present)
+    return f"configs:\n{configs}" if configs else "configs: []\n"
+
+
+def write_dataset_card(data_dir: Path) -> Path:
+    """The local card: the configs (``card_configs``) and the sweeps in this folder. ``model-support push``
+    publishes a fuller one (``publish.card``)."""
+    data_dir = Path(data_dir)
     sweeps = sorted(
         {p.parent.name.removeprefix("sweep=") for c in CONFIGS for p in (data_dir / c).glob("sweep=*/*.parquet")}
     )
-    card = DATASET_CARD.replace("{configs}", f"configs:\n{configs}" if configs else "configs: []\n").replace(
-        "{sweeps}", ", ".join(sweeps) or "none"
-    )
+    card = DATASET_CARD.replace("{configs}", card_configs(data_dir)).replace("{sweeps}", ", ".join(sweeps) or "none")
     path = data_dir / "README.md"
     atomic_write_bytes(path, card.encode())
     return path

@@ -10,8 +10,12 @@ variant (a chosen variant lists one row per model), failure signature, device, s
 versions, and a detail panel: whose failure it is (with the reference's signature and note), the
 devices and parallelism of the run, the model's variants side by side in the chosen sweep, its
 history across sweeps, the latest error, traceback and repro script (with a Copy button), and links
-to its executed notebook and to the sweep's report. The list has a devices column ("2 tp") only when
-some run used more than one device or a parallelism; the detail panel always says both.
+to its executed notebook, to the sweep's report and, once ``model-support push --logs`` published them,
+to its notebook and log on the Hub (``notebook_url``, ``log_url``). The list has a devices column
+("2 tp") only when some run used more than one device or a parallelism; the detail panel always says
+both. The list fits a 1280 px screen: fixed column widths, a sweep shown by name and date (its id on
+hover, ``sweep_labels``), no cell wrapping, a cell too narrow for its text ending in "…" with the
+whole text as its tooltip, and the minor columns hidden while the detail panel is open.
 
 Size: 100 sweeps x 10,000 models must stay well under 10 MB, so the data is stored compactly:
 - an entry's (model and variant) history is run-length encoded: ``[first_sweep, n_sweeps, outcome]``
@@ -40,6 +44,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from pathlib import Path
 
 import polars as pl
@@ -49,6 +54,7 @@ from ..analysis import coverage
 from ..fileio import atomic_write_text
 from ..record import schema
 from ..record.display import VERDICT_COLORS
+from ..record.sweep_meta import parse_sweep_id
 from .explorer_rows import (
     EXCLUDED,
     HUB_FACTS,
@@ -85,6 +91,8 @@ ENTRY_FIELDS = (
     "variant",
     "reference_signature",
     "reference_note",
+    "notebook_url",
+    "log_url",
     "hub",
 )
 HUB_SLOT = ENTRY_FIELDS.index("hub")
@@ -186,6 +194,8 @@ def explorer_data(data_dir: Path | str) -> dict:
             vi,
             texts.add(d.get("reference_signature")),
             texts.add(template(d.get("reference_note"), model_id, sweep_id)),
+            texts.add(template(d.get("notebook_url"), model_id, sweep_id)),
+            texts.add(template(d.get("log_url"), model_id, sweep_id)),
         ]
         facts = hub_by_model.get(model_id)
         if facts or model_id in ranked_by:  # the Hub's facts: only for models that have any (stays compact)
@@ -199,6 +209,7 @@ def explorer_data(data_dir: Path | str) -> dict:
         position[(m[0], variants[m[11]])] = k
     default_env = dict(sweep_env.iter_rows())
     sweep_rows = []
+    labels = sweep_labels(sweeps["sweep_id"].to_list())
     for s, r in enumerate(sweeps.iter_rows(named=True)):
         report = reports / f"{r['sweep_id']}.html"
         sweep_rows.append(
@@ -208,6 +219,7 @@ def explorer_data(data_dir: Path | str) -> dict:
                 r["device_type"] or "",
                 report.name if report.exists() else None,
                 default_env.get(s, -1),
+                labels[s],
             ]
         )
     sweep_position = {r[0]: s for s, r in enumerate(sweep_rows)}
@@ -245,6 +257,18 @@ def explorer_data(data_dir: Path | str) -> dict:
         ],
         "models": models,
     }
+
+
+def sweep_labels(sweep_ids: list[str]) -> list[str]:
+    """What the list shows for each sweep (its full id is the tooltip): its name and UTC date, with the
+    time where two sweeps of one name share a date, and the id's suffix where they share the minute."""
+    parsed = [parse_sweep_id(i) for i in sweep_ids]
+    labels = [f"{p.name} {p.time:%Y-%m-%d}" if p.time else p.name for p in parsed]
+    for finer in (lambda p: p.label, lambda p: f"{p.label} {p.suffix or ''}".strip()):
+        seen = Counter(labels)
+        labels = [finer(p) if seen[label] > 1 else label for p, label in zip(parsed, labels)]
+    seen = Counter(labels)
+    return [label if seen[label] == 1 else i for label, i in zip(labels, sweep_ids)]
 
 
 def build_explorer(data_dir: Path | str) -> Path:

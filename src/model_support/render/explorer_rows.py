@@ -214,6 +214,8 @@ def latest_details(data_dir: Path, keys: pl.DataFrame) -> dict[tuple[str, str], 
         "started_at",
         "reference_signature",
         "reference_note",
+        "notebook_url",
+        "log_url",
     ]
     wanted = keys["sweep_id"].unique().to_list()
     on = ["model_id", "variant", "sweep_id"]

@@ -7,8 +7,8 @@ const esc = (s) => String(s == null ? "" : s).replace(/[&<>"']/g, (c) => ({"&": 
 const M = D.models, S = D.sweeps, O = D.outcomes, E = D.envs;
 const lower = M.map((m) => m[0].toLowerCase());
 // An entry (one model and variant): [id, type, runs, env exceptions, error_type, message, traceback, repro,
-// notebook, versions, started, variant (index into D.variants), reference signature, reference note,
-// hub facts (only when the Hub told anything: [task, downloads, likes, trending_score, library, license, gated,
+// notebook, versions, started, variant (index into D.variants), reference signature, reference note, the
+// published notebook's and log's addresses (push --logs), hub facts (only when the Hub told anything: [task, downloads, likes, trending_score, library, license, gated,
 // hub_num_params, created_at, base_model, listed_by], strings as indices into D.texts)].
 // runs: [first sweep, n sweeps, outcome] triples; env exceptions: [sweep, env] pairs (else the sweep's env).
 // An outcome: [verdict, signature, attribution (whose failure; null for a pass or when not attributed), devices used
@@ -55,7 +55,15 @@ function entry(m, s) {
 }
 // The sweeps the model was run in (a verdict or an exclusion).
 function runs(m) { let n = 0; const h = m[2]; for (let k = 1; k < h.length; k += 3) if (!UNPROBED.has(h[k + 1])) n += h[k]; return n; }
-const hubOf = (m) => m[14] || null;
+const hubOf = (m) => m[16] || null;
+// Each sweep as the list shows it: name and time (the full id on hover, and in the detail panel).
+const sweepCell = (s) => '<td class="sweep" title="' + esc(S[s][0]) + '">' + esc(S[s][5] || S[s][0]) + "</td>";
+// Cells that truncate with "…" carry their whole text as a tooltip.
+const cell = (cls, value) => '<td class="' + cls + '" title="' + esc(value) + '">' + esc(value) + "</td>";
+if (!M.some(hubOf)) document.body.classList.add("no-hub");
+// An environment's torch / torch_tpu / transformers versions, as one cell and as its tooltip.
+const stackText = (e) => e.slice(1).map((v) => v || "–").join(" / ");
+const stackTitle = (e) => ["torch", "torch_tpu", "transformers"].map((k, j) => k + " " + (e[j + 1] || "none")).join(", ");
 const hubText = (i) => (i == null || i < 0 ? null : D.texts[i]);
 const pendingOf = new Map();
 for (const [i, s, problem, at] of D.pending) {
@@ -140,14 +148,15 @@ function update() {
     const m = M[i], o = O[en[1]], e = envRow(en[2]), hub = hubOf(m);
     const sig = o[1] || (UNPROBED.has(en[1]) ? D.verdict_help[o[0]] : "");
     const w = whose(o);
-    html.push('<tr data-i="' + i + '"><td>' + esc(m[0]) + '</td><td class="col-variant variant">' + esc(variantOf(m)) +
-      "</td><td>" + esc(D.types[m[1]]) + '</td><td class="st ' + slug(o[0]) + '">' + esc(o[0]) +
+    html.push('<tr data-i="' + i + '">' + cell("model", m[0]) + cell("col-variant variant", variantOf(m)) +
+      cell("col-minor type", D.types[m[1]]) + '<td class="st ' + slug(o[0]) + '">' + esc(o[0]) +
       '</td><td class="whose' + (w ? " w-" + w : "") + '" title="' + esc(D.attribution_help[w] || "") + '">' + esc(w) +
-      '</td><td class="col-devices devices">' + esc(devicesText(o)) + '</td><td class="sig" title="' + esc(sig) + '">' +
-      esc(sig) + "</td><td>" + esc(S[en[0]][0]) + "</td><td>" + esc(e[0] || S[en[0]][2]) + "</td><td>" + esc(e[1]) +
-      "</td><td>" + esc(e[2]) + "</td><td>" + esc(e[3]) + "</td><td>" + runs(m) + '</td><td class="task">' +
-      esc(hub && hub[0] >= 0 ? D.tasks[hub[0]] : "") + '</td><td class="num metric">' + esc(hub ? fmt(hub[metric]) : "") +
-      "</td></tr>");
+      '</td><td class="col-devices col-minor devices">' + esc(devicesText(o)) + "</td>" + cell("sig", sig) + sweepCell(en[0]) +
+      cell("col-minor device", e[0] || S[en[0]][2]) +
+      '<td class="col-minor stack" title="' + esc(stackTitle(e)) + '">' + esc(stackText(e)) +
+      '</td><td class="col-minor num">' + runs(m) + "</td>" +
+      cell("col-hub col-minor task", hub && hub[0] >= 0 ? D.tasks[hub[0]] : "") +
+      '<td class="col-hub col-minor num metric">' + esc(hub ? fmt(hub[metric]) : "") + "</td></tr>");
   }
   $("#results tbody").innerHTML = html.join("");
   const what = MULTI && f.variant < 0 ? (count === 1 ? " run matches" : " runs match") + " (model x variant)"
@@ -193,6 +202,7 @@ function detail(i) {
   const versions = m[9] >= 0 ? JSON.parse(D.versions[m[9]]) : {};
   const errorType = text(m[4], m, sweep), message = text(m[5], m, sweep), tb = text(m[6], m, sweep);
   const repro = text(m[7], m, sweep), nb = text(m[8], m, sweep);
+  const nbUrl = text(m[14], m, sweep), logUrl = text(m[15], m, sweep);
   const report = S[last[0]][3];
   const h = [];
   h.push("<h2>" + esc(m[0]) + "</h2>");
@@ -220,6 +230,8 @@ function detail(i) {
   for (const [k, v] of hubItems(m, i)) h.push("<dt>" + esc(k) + "</dt><dd>" + esc(v) + "</dd>");
   const links = [];
   if (nb) links.push('<a class="notebook" href="' + esc(nb) + '">executed notebook</a>');
+  if (nbUrl) links.push('<a class="notebook-url" href="' + esc(nbUrl) + '">notebook on the Hub</a>');
+  if (logUrl) links.push('<a class="log-url" href="' + esc(logUrl) + '">log on the Hub</a>');
   if (report) links.push('<a class="report" href="' + esc(report) + '">sweep report</a>');
   if (links.length) h.push("<dt>open</dt><dd>" + links.join(" · ") + "</dd>");
   h.push("</dl>");
@@ -260,19 +272,20 @@ function detail(i) {
     h.push('<h3>Reproduce <button class="copy" type="button">Copy</button></h3><pre class="repro">' + esc(repro) + "</pre>");
   }
   h.push('<h3>History' + (MULTI ? " (" + esc(variantOf(m)) + ")" : "") + '</h3><table class="history"><thead><tr>' +
-    "<th>sweep</th><th>verdict</th><th>whose</th><th>signature</th>" +
-    "<th>device</th><th>torch</th><th>torch_tpu</th><th>transformers</th></tr></thead><tbody>");
+    '<th class="h-sweep">sweep</th><th class="h-verdict">verdict</th><th class="h-whose">whose</th><th>signature</th>' +
+    '<th class="h-stack" title="device, then torch / torch_tpu / transformers">stack</th>' +
+    "</tr></thead><tbody>");
   const hh = m[2];
   for (let k = hh.length - 3; k >= 0; k -= 3) {
     const ho = O[hh[k + 2]];
     for (let s = hh[k] + hh[k + 1] - 1; s >= hh[k]; s--) {
       const he = envRow(env(m, s));
-      const rep = S[s][3];
-      const name = rep ? '<a href="' + esc(rep) + '">' + esc(S[s][0]) + "</a>" : esc(S[s][0]);
-      h.push("<tr><td>" + name + '</td><td class="st ' + slug(ho[0]) + '">' + esc(ho[0]) + '</td><td class="whose">' +
-        esc(whose(ho)) + '</td><td class="sig">' +
-        esc(ho[1]) + "</td><td>" + esc(he[0] || S[s][2]) + "</td><td>" + esc(he[1]) + "</td><td>" + esc(he[2]) +
-        "</td><td>" + esc(he[3]) + "</td></tr>");
+      const rep = S[s][3], label = esc(S[s][5] || S[s][0]);
+      const name = rep ? '<a href="' + esc(rep) + '">' + label + "</a>" : label;
+      h.push('<tr><td class="sweep" title="' + esc(S[s][0]) + '">' + name + '</td><td class="st ' + slug(ho[0]) + '">' +
+        esc(ho[0]) + '</td><td class="whose">' + esc(whose(ho)) + "</td>" + cell("sig", ho[1] || "") +
+        '<td class="stack" title="' + esc((he[0] || S[s][2]) + ": " + stackTitle(he)) + '">' +
+        esc((he[0] || S[s][2]) + " " + stackText(he)) + "</td></tr>");
     }
   }
   h.push("</tbody></table>");
@@ -280,6 +293,7 @@ function detail(i) {
   const panel = $("#detail");
   panel.innerHTML = h.join("");
   panel.hidden = false;
+  document.body.classList.add("detail-open");
   const button = panel.querySelector("button.copy");
   if (button) button.addEventListener("click", () => copy(repro, button));
   for (const tr of panel.querySelectorAll("table.variants tbody tr")) {
