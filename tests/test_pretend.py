@@ -234,3 +234,238 @@ def test_nothing_in_src_outside_the_testing_room_knows_the_name():
         and "pretend" in path.read_text(errors="ignore").lower()
     ]
     assert knowing == []
+
+
+# --- the probe on it ------------------------------------------------------------------------------------
+
+
+def test_the_probe_notebook_on_the_pretend_device_gives_the_cpus_tokens(tmp_path, monkeypatch, fixture_models):
+    """papermill, ``-p device pretend``: PASS, peak device memory with its source (torch's generic counter
+    refuses a Python backend, so the adapter's fallback, the backend's own module, answers), and the
+    tokens of the CPU reference, which runs in the same dtype (bfloat16)."""
+    from conftest import probe_record
+
+    monkeypatch.setenv(CONFIG_VAR, json.dumps({"devices": 1}))
+    record = probe_record(tmp_path, fixture_models["tiny-llama"]["path"], device="pretend", reference="cpu")
+    assert (record["status"], record["device_type"], record["device_count"]) == ("PASS", "pretend", 1)
+    assert record["device_name"] == "Pretend accelerator (CPU underneath)"
+    assert record["peak_device_mem_mb"] > 0.1 and record["device_mem_source"] == "torch.pretend.max_memory_allocated"
+    assert (record["reference_device"], record["reference_match"]) == ("cpu:bfloat16", True)
+    assert record["first_divergence"] is None and record["tokens_out"] == 8
+
+
+@pytest.mark.slow
+def test_compile_mode_uses_the_backend_the_adapter_names(tmp_path, monkeypatch, fixture_models):
+    """An out-of-tree backend without a compiler of its own compiles with aot_eager: dynamo's graphs run
+    through AOTAutograd on the device's tensors."""
+    from conftest import probe_record
+
+    monkeypatch.setenv(CONFIG_VAR, json.dumps({}))
+    record = probe_record(tmp_path, fixture_models["tiny-gpt2"]["path"], device="pretend", mode="compile")
+    assert (record["status"], record["variant"], record["compile_backend"]) == ("PASS", "compile+dynamic", "aot_eager")
+    assert record["matches_eager"] is True and record["graphs"] >= 1
+
+
+PROBE = """
+    import json, sys
+    from model_support.probe import run as probe
+    record = probe.run_probe(sys.argv[1], device="pretend", **json.loads(sys.argv[2]))
+    print(json.dumps({k: record[k] for k in ("status", "failure_stage", "error_type", "error_message", "attribution")}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("config", "settings", "expected", "words"),
+    [
+        (
+            {"unsupported_dtypes": ["float64"]},
+            {"dtype": "float64"},
+            ("FAIL(load)", "load", "TypeError", "stack"),
+            "Cannot convert a pretend Tensor to float64 dtype",
+        ),
+        (
+            {"memory_gb": 0.000_3},  # 300 KB: tiny-llama's weights do not fit
+            {},
+            ("FAIL(other)", "load", "OutOfMemoryError", "stack"),
+            "pretend out of memory. Tried to allocate",
+        ),
+    ],
+    ids=["unsupported dtype", "too little memory"],
+)
+def test_a_refused_dtype_and_too_little_memory_fail_at_load(config, settings, expected, words, fixture_models):
+    """Moving the model to the device is the load stage: a dtype the device lacks is FAIL(load), running out
+    of device memory FAIL(other) (out-of-memory always is); both the stack's (the CPU reference loads)."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(PROBE), fixture_models["tiny-llama"]["path"], json.dumps(settings)],
+        capture_output=True,
+        text=True,
+        env=pretend_env(config),
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (record["status"], record["failure_stage"], record["error_type"], record["attribution"]) == expected
+    assert record["error_message"].startswith(words)
+
+
+# --- a porting team's loop: params/pretend.yaml, before and after one operator is fixed -------------------
+
+#: The stack of params/pretend.yaml, and the same stack once aten::rsqrt is implemented.
+BEFORE = {"devices": 2, "missing_ops": ["aten::rsqrt", "aten::gelu"], "crash_ops": ["aten::relu"]}
+AFTER = {"devices": 2, "missing_ops": ["aten::gelu"], "crash_ops": ["aten::relu"]}
+CLI = [sys.executable, "-m", "model_support.cli"]
+
+
+def cli(args: list, config: dict | None, data: Path) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        [*CLI, *args, "--data-dir", str(data)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=pretend_env(config),
+        timeout=1800,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+@pytest.fixture(scope="module")
+def porting_loop(tmp_path_factory, fixture_models) -> dict:
+    """params/pretend.yaml swept on the stack BEFORE, then on AFTER, into one data folder (the CLI, for real)."""
+    from model_support.probe.model_ids import display_name
+    from model_support.record import store
+
+    data = tmp_path_factory.mktemp("pretend-data")
+    cli(["sweep", "params/pretend.yaml"], BEFORE, data)
+    (before,) = store.list_sweeps(data)
+    cli(["sweep", "params/pretend.yaml"], AFTER, data)
+    (after,) = set(store.list_sweeps(data)) - {before}
+    records = {
+        sweep: {display_name(r["model_id"]): r for r in store.read_records(data, sweep)} for sweep in (before, after)
+    }
+    return {"data": data, "before": before, "after": after, "records": records}
+
+
+def test_missing_operators_fail_the_models_that_call_them_and_are_the_stacks(porting_loop):
+    records = porting_loop["records"][porting_loop["before"]]
+    rsqrt = "NotImplementedError: Could not run 'aten::rsqrt' with arguments from the 'pretend' backend."
+    for name in ("tiny-llama", "tiny-qwen2"):  # one cause, one signature, on both models, with no place
+        r = records[name]
+        assert (r["status"], r["failure_stage"], r["attribution"]) == ("FAIL(gen)", "generate", "stack"), name
+        assert r["failure_signature"].startswith(rsqrt) and " @ " not in r["failure_signature"]
+        assert r["reference_device"] == "cpu:bfloat16"
+    neox = records["tiny-gpt-neox"]
+    assert (neox["status"], neox["attribution"]) == ("FAIL(gen)", "stack") and "'aten::gelu'" in neox["error_message"]
+    gpt2 = records["tiny-gpt2"]  # it never calls them: the same stack runs it
+    assert (gpt2["status"], gpt2["reference_match"]) == ("PASS", True)
+    assert gpt2["device_mem_source"] == "torch.pretend.max_memory_allocated"
+    opt = records["tiny-opt"]  # the runtime aborted its kernel; the sweep went on
+    assert (opt["status"], opt["failure_stage"], opt["error_type"]) == ("FAIL(other)", "runner", "DeadKernelError")
+    assert "killed by SIGABRT" in opt["error_message"]
+    assert {r["device_type"] for r in records.values()} == {"pretend"}
+    assert {r["device_count"] for r in records.values() if r["status"] != "FAIL(other)"} == {1}  # pinned: one each
+
+
+def test_two_workers_pin_each_probe_to_its_own_device(porting_loop):
+    from model_support.record import store
+
+    for sweep in (porting_loop["before"], porting_loop["after"]):
+        lines = (store.sweep_dir(porting_loop["data"], sweep) / "schedule.jsonl").read_text().splitlines()
+        grants = [json.loads(line) for line in lines]
+        assert len(grants) == 5 and all(len(g["devices"]) == 1 for g in grants)
+        assert {g["devices"][0] for g in grants} == {0, 1}
+        for device in (0, 1):  # never one device twice at once
+            spans = sorted((g["start"], g["end"]) for g in grants if g["devices"] == [device])
+            assert all(end <= next_start for (_, end), (next_start, _) in zip(spans, spans[1:])), spans
+
+
+def test_the_diff_and_the_report_show_what_the_fix_made_pass(porting_loop):
+    data, before, after = porting_loop["data"], porting_loop["before"], porting_loop["after"]
+    records = porting_loop["records"][after]
+    assert records["tiny-llama"]["status"] == records["tiny-qwen2"]["status"] == "PASS"
+    assert records["tiny-llama"]["reference_match"] is True
+    from model_support.render import terminal
+
+    changes = terminal.diff_table(data, before, after)
+    assert changes.select("model_id", "change").rows() == [
+        ("local:tiny-llama", "newly passing"),
+        ("local:tiny-qwen2", "newly passing"),
+    ]
+    assert all("'aten::rsqrt'" in was for was in changes["signature_before"])  # the stack's failures, before
+    out = cli(["diff", before, after], AFTER, data).stdout
+    assert f"{after} (on pretend) against {before} (on pretend)" in out
+    assert "0 newly broken by the stack, 0 newly failing, 0 newly failing everywhere, 2 newly passing" in out
+    reports = data / "reports"
+    report = next(reports.glob(f"{after}*.html")).read_text()
+    assert "newly passing" in report and ">pretend<" in report  # the header's device
+    assert '"pretend"' in (reports / "index.html").read_text()  # the explorer's device column and filter
+
+
+def test_debug_names_the_first_module_whose_forward_hits_the_missing_operator(porting_loop):
+    from model_support import debug
+
+    cli(["debug", porting_loop["before"], "tiny-llama"], BEFORE, porting_loop["data"])
+    from model_support.record import store
+
+    (path,) = (store.sweep_dir(porting_loop["data"], porting_loop["before"]) / "debug").glob("*tiny-llama*.ipynb")
+    result = debug.debug_result_from_notebook(path)
+    failure = result["forward_failure"]
+    assert result["device_type"] == "pretend" and not result["forward_ok"]
+    assert (failure["module"], failure["error_type"]) == ("model.layers.0.input_layernorm", "NotImplementedError")
+    assert "aten::rsqrt" in failure["error_message"]
+
+
+def test_the_repro_script_reproduces_the_failure_on_the_device(porting_loop, tmp_path, fixture_models):
+    record = porting_loop["records"][porting_loop["before"]]["tiny-llama"]
+    script = tmp_path / "repro.py"
+    script.write_text(record["repro_script"])
+    folder = fixture_models["tiny-llama"]["path"]
+    done = subprocess.run(
+        [sys.executable, str(script), folder], capture_output=True, text=True, env=pretend_env(BEFORE), timeout=600
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (out["status"], out["failure_stage"], out["error_type"]) == ("FAIL(gen)", "generate", "NotImplementedError")
+    assert out["error_message"] == record["error_message"]
+    fixed = subprocess.run(
+        [sys.executable, str(script), folder], capture_output=True, text=True, env=pretend_env(AFTER), timeout=600
+    )
+    assert fixed.returncode == 0, fixed.stderr[-3000:]  # on the fixed stack it passes, with the CPU's tokens
+    assert (
+        json.loads(fixed.stdout.strip().splitlines()[-1])["output_token_ids"]
+        == (porting_loop["records"][porting_loop["after"]]["tiny-llama"]["output_token_ids"])
+    )
+
+
+# --- several devices -----------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_model_bigger_than_one_device_runs_sharded_over_two(tmp_path, fixture_models):
+    """``devices: auto`` plans with the pretend device's memory (the runner asks the adapter, in a child
+    process): sharded-llama needs 2 devices of its size; its probe holds both (schedule.jsonl) and runs
+    one rank per device, tensor parallel, collectives through the device's process group (gloo underneath)."""
+    from model_support.record import store
+    from model_support.testing.sharded_fixtures import DEVICE_MEMORY_GB
+
+    data = tmp_path / "data"
+    definition = tmp_path / "sharded.yaml"
+    import yaml
+
+    definition.write_text(
+        yaml.safe_dump(
+            {
+                "name": "sharded",
+                "probe": {"device": "pretend", "devices": "auto", "reference": "none"},
+                "workers": 2,
+                "models": [fixture_models["sharded-llama"]["path"]],
+            }
+        )
+    )
+    cli(["sweep", str(definition), "--no-report"], {"devices": 2, "memory_gb": DEVICE_MEMORY_GB}, data)
+    (sweep,) = store.list_sweeps(data)
+    (record,) = store.read_records(data, sweep)
+    assert (record["status"], record["devices_used"], record["parallelism"]) == ("PASS", 2, "tp"), record
+    assert record["device_type"] == "pretend" and record["device_mem_source"] == "torch.pretend.max_memory_allocated"
+    (grant,) = [json.loads(x) for x in (store.sweep_dir(data, sweep) / "schedule.jsonl").read_text().splitlines()]
+    assert grant["devices"] == [0, 1]

@@ -170,6 +170,7 @@ SHARDED_FIELDS = (
     "load_s_per_rank",
     "generate_s_per_rank",
     "peak_device_mem_mb",
+    "device_mem_source",
 )
 #: The stage results a record keeps as they are (status and failure_stage are set with the error).
 STAGE_FIELDS = tuple(k for k in probe_core.RESULT_KEYS if k in schema.FIELDS and k not in ("status", "failure_stage"))

@@ -193,10 +193,9 @@ def _wrong(tensor: torch.Tensor) -> None:
     tensor.copy_(bad)
 
 
-def _target_device(args, kwargs) -> torch.device | None:
+def _target_device(leaves: list) -> torch.device | None:
     """Where the results live: the device an argument names (``device=``, ``to(device)``) when there is
-    one, else the pretend device of the inputs."""
-    leaves = tree_flatten((args, kwargs))[0]
+    one, else the pretend device of the inputs (``leaves``: the operator's arguments, flattened)."""
     named = [leaf for leaf in leaves if isinstance(leaf, torch.device)]
     if named:
         return named[0]
@@ -225,8 +224,8 @@ def _on_cpu(tensor: torch.Tensor) -> torch.Tensor:
 def run(func, args, kwargs):
     """One operator on the pretend device (see the module docstring)."""
     act_out_faults(func)
-    target = _target_device(args, kwargs)
     leaves = tree_flatten((args, kwargs))[0]
+    target = _target_device(leaves)
     inputs = {id(t._data): t for t in leaves if isinstance(t, PretendTensor)}
     plain = {id(t) for t in leaves if isinstance(t, torch.Tensor) and not isinstance(t, PretendTensor)}
     cpu_args, cpu_kwargs = tree_map_only(torch.Tensor, _on_cpu, (args, kwargs))
