@@ -20,6 +20,7 @@ from model_support.testing.pretend import CONFIG_VAR, VISIBLE_VAR, PretendConfig
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = "data/models/tiny-llama"
+CLI = [sys.executable, "-m", "model_support.cli"]
 
 
 def pretend_env(config: dict | None = None, **extra) -> dict:
@@ -210,6 +211,33 @@ def test_off_unless_configured_and_a_typo_in_a_fault_is_refused():
     assert "missing_ops names 'aten::rsqrtt', which is no operator torch knows" in typo
 
 
+def test_a_sweep_on_a_device_this_machine_lacks_is_refused_before_any_model(tmp_path):
+    """Any well-formed accelerator name is a valid parameter; whether this machine has it is asked of the
+    device adapters (in a child process), once, before anything runs, with the sentence a probe records."""
+    import yaml
+
+    definition = tmp_path / "gpu.yaml"
+    definition.write_text(yaml.safe_dump({"name": "gpu", "probe": {"device": "gpu"}, "models": [TINY]}))
+    for device_env, sentence in (
+        (None, "Device 'gpu' was requested but this machine has no such accelerator (torch reports no accelerator)"),
+        (
+            {"devices": 1},
+            "Device 'gpu' was requested but this machine has no such accelerator (the accelerators here: pretend)",
+        ),
+    ):
+        done = subprocess.run(
+            [*CLI, "sweep", str(definition), "--data-dir", str(tmp_path / "data")],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=pretend_env(device_env),
+            timeout=600,
+        )
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+        assert done.stderr.strip().splitlines()[-1].startswith(f"Error: {sentence}"), done.stderr[-2000:]
+    assert not (tmp_path / "data").exists()
+
+
 def test_torch_autoloads_it_through_its_entry_point_as_it_does_torch_tpu():
     """With torch's own autoload on (its default), ``import torch`` alone registers the device."""
     out = child_json(
@@ -313,7 +341,6 @@ def test_a_refused_dtype_and_too_little_memory_fail_at_load(config, settings, ex
 #: The stack of params/pretend.yaml, and the same stack once aten::rsqrt is implemented.
 BEFORE = {"devices": 2, "missing_ops": ["aten::rsqrt", "aten::gelu"], "crash_ops": ["aten::relu"]}
 AFTER = {"devices": 2, "missing_ops": ["aten::gelu"], "crash_ops": ["aten::relu"]}
-CLI = [sys.executable, "-m", "model_support.cli"]
 
 
 def cli(args: list, config: dict | None, data: Path) -> subprocess.CompletedProcess:

@@ -45,7 +45,6 @@ def names_used() -> dict[str, list[str]]:
     without anyone listing it here)."""
     sources = [p for p in SRC.rglob("*.py") if "testing" not in p.parts]
     tpu = _names(_DOTTED, sources) | _names(_GETATTR, sources)
-    tpu -= {"is_available"}  # named in docs only: internal in 0.2.0, the adapter uses torch.accelerator
     asked = _names(_ASKED, [SRC / "probe" / "devices" / "accelerator.py"])
     return {"tpu": sorted(tpu), "asked": sorted(asked)}
 

@@ -54,9 +54,10 @@ class AcceleratorAdapter(Adapter):
         load_backend(self.type)
         current = torch.accelerator.current_accelerator()
         if current is None or current.type != self.type:
-            there = (
-                f"the accelerator here is {current.type!r}" if current is not None else "torch reports no accelerator"
-            )
+            from .resolve import auto_candidates
+
+            here = [current.type] if current is not None else auto_candidates()
+            there = f"the accelerators here: {', '.join(here)}" if here else "torch reports no accelerator"
             return (
                 f"Device {self.type!r} was requested but this machine has no such accelerator ({there}); use cpu, "
                 "auto or the name of the accelerator torch reports."
