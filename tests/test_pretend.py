@@ -418,13 +418,16 @@ def test_the_diff_and_the_report_show_what_the_fix_made_pass(porting_loop):
         ("local:tiny-llama", "newly passing"),
         ("local:tiny-qwen2", "newly passing"),
     ]
-    assert all("'aten::rsqrt'" in was for was in changes["signature_before"])  # the stack's failures, before
+    assert all("'aten::rsqrt'" in was for was in changes["signature_before"])
+    assert set(changes["attribution_before"]) == {"stack"}  # what the stack's fix mended
     out = cli(["diff", before, after], AFTER, data).stdout
     assert f"{after} (on pretend) against {before} (on pretend)" in out
+    assert out.count("[stack])") == 2
     assert "0 newly broken by the stack, 0 newly failing, 0 newly failing everywhere, 2 newly passing" in out
     reports = data / "reports"
     report = next(reports.glob(f"{after}*.html")).read_text()
     assert "newly passing" in report and ">pretend<" in report  # the header's device
+    assert "whose, before" in report  # the newly passing runs' earlier failures: the stack's
     assert '"pretend"' in (reports / "index.html").read_text()  # the explorer's device column and filter
 
 

@@ -40,7 +40,8 @@ def format_diff(diff: pl.DataFrame | Path | str, a: str, b: str, *, max_per_chan
     stack first (what a porting team acts on), then newly failing (no attribution), newly failing
     everywhere (the CPU reference fails too), newly passing, status and signature changes, added and
     removed, at most ``max_per_change`` runs of each, then a one-line summary. A variant column only
-    when some run is not ``eager+dynamic``; the title names each sweep's device when read from a folder.
+    when some run is not ``eager+dynamic``; the title names each sweep's device when read from a folder; an
+    earlier signature is followed by whose failure it was (``[stack]``: what a fix of the stack mended).
 
     ``diff`` is a ``diff_table`` result, or a data folder to compute it from (``model-support diff``
     passes the folder)."""
@@ -56,7 +57,8 @@ def format_diff(diff: pl.DataFrame | Path | str, a: str, b: str, *, max_per_chan
             now, was = r["signature_after"], r["signature_before"]
             sig = now or ""
             if was and was != now:
-                sig = f"{sig} (was: {was})" if sig else f"(was: {was})"
+                whose = f" [{r['attribution_before']}]" if r.get("attribution_before") else ""
+                sig = f"{sig} (was: {was}{whose})" if sig else f"(was: {was}{whose})"
             variant = [r["variant"] or analysis.DEFAULT_VARIANT] if with_variant else []
             rows.append([r["model_id"], *variant, change, r["status_before"] or "-", r["status_after"] or "-", sig])
         if part.height > max_per_change:

@@ -17,14 +17,6 @@ from . import cuda, tpu  # noqa: F401  (their registrations)
 from .accelerator import AcceleratorAdapter
 from .backends import AUTOLOAD_VAR, load_backend, prepare_environment
 from .base import Adapter, DeviceUnavailable
-from .registry import ENTRY_POINT_GROUP, adapter_class, adapter_for, register, registered
-from .resolve import (
-    DeviceFacts,
-    auto_candidates,
-    check_available,
-    facts,
-    pinning_env,
-    resolve,
-    visible_device_count,
-)
-from .tpu import TPU_BASE_PORT, TPU_CHIP_BOUNDS, torch_tpu_installed, tpu_hardware_visible, tpu_rank_env
+from .registry import adapter_for, register, registered
+from .resolve import DeviceFacts, auto_candidates, check_available, facts, pinning_env, resolve
+from .tpu import torch_tpu_installed, tpu_hardware_visible, tpu_rank_env

@@ -121,11 +121,6 @@ def check_available(device: str) -> str | None:
     return facts(device).problem
 
 
-def visible_device_count(device: str) -> int:
-    """How many devices of this kind the sweep can pin workers to."""
-    return facts(device).count
-
-
 def pinning_env(kind: str, ids: Iterable[int]) -> dict:
     """Environment variables that pin a probe process to the devices ``ids`` of kind ``kind``."""
     return adapter_for(kind).pinning_env(ids)
