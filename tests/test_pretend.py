@@ -211,6 +211,19 @@ def test_off_unless_configured_and_a_typo_in_a_fault_is_refused():
     assert "missing_ops names 'aten::rsqrtt', which is no operator torch knows" in typo
 
 
+def test_auto_finds_it_in_the_probe_and_in_the_runner():
+    """``device: auto``: the probe loads the backends whose hardware may be here (the pretend one: when it is
+    configured) and takes the one torch then reports; the runner asks the same of a child process."""
+    code = """
+        import json
+        from model_support.probe import devices
+        facts = devices.facts("auto")  # the runner's question: a child process answers
+        print(json.dumps([facts.type, facts.count, devices.auto_candidates(), devices.resolve("auto").type]))
+        """
+    assert child_json(code, {"devices": 3}) == ["pretend", 3, ["pretend"], "pretend"]
+    assert child_json(code) == ["cpu", 1, [], "cpu"]  # not configured: auto is the CPU, and no child was asked
+
+
 def test_a_sweep_on_a_device_this_machine_lacks_is_refused_before_any_model(tmp_path):
     """Any well-formed accelerator name is a valid parameter; whether this machine has it is asked of the
     device adapters (in a child process), once, before anything runs, with the sentence a probe records."""

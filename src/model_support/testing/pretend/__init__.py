@@ -26,10 +26,3 @@ def load() -> None:
     from .backend import register
 
     register(config)
-
-
-def environment(devices: int = 1, **faults) -> dict:
-    """The environment variables that switch the backend on with ``devices`` and ``faults``."""
-    import json
-
-    return {CONFIG_VAR: json.dumps({"devices": devices, **faults})}
