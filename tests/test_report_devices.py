@@ -22,15 +22,6 @@ from model_support.render import explorer, report, sections
 PASS, LOAD, GEN, OTHER = schema.VERDICTS
 OLD = "dev-20261201T000000Z-0000"  # written before the devices columns existed
 NEW = "dev-20261202T000000Z-1111"
-DEVICE_FIELDS = (
-    "devices_used",
-    "parallelism",
-    "tp_size",
-    "ep_size",
-    "memory_estimate_bytes",
-    "load_s_per_rank",
-    "generate_s_per_rank",
-)
 SIG_NO_PLAN = "RuntimeError: <name> has no tensor or expert parallel plan, and needs <n> devices"
 GB = 1_000_000_000
 #: model -> (status, devices_used, parallelism, tp_size, ep_size, memory estimate in bytes)
@@ -64,7 +55,7 @@ def _write_old(data: Path) -> None:
     old = schema.to_table([_record(OLD, "old/a", PASS), _record(OLD, "old/b", GEN)])
     path = store.parquet_file(data, "results", OLD)
     path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(old.drop_columns(list(DEVICE_FIELDS)), path)  # written as an older file really is
+    pq.write_table(old.drop_columns(list(schema.SHARDED_FIELDS)), path)  # written as an older file really is
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from .frames import Frame, _rate_aggs, _sweep_rows, variant_col
+from .frames import Frame, _rate_aggs, _sweep_rows, older_col, variant_col
 
 #: Parallelism kinds, in display order (always listed, 0 models when absent); any other value follows.
 PARALLELISMS = ("none", "tp", "ep")
@@ -23,12 +23,12 @@ BYTES_PER_GB = 1e9
 
 def devices_col() -> pl.Expr:
     """``devices_used``, null (an older file) read as 1."""
-    return pl.col("devices_used").fill_null(1).cast(pl.Int64).alias("devices_used")
+    return older_col("devices_used").cast(pl.Int64)
 
 
 def parallelism_col() -> pl.Expr:
     """``parallelism``, null (an older file, no plan) read as "none"."""
-    return pl.col("parallelism").fill_null("none").alias("parallelism")
+    return older_col("parallelism")
 
 
 def multi_device_runs(results: Frame, sweep_id: str) -> pl.DataFrame:

@@ -21,26 +21,7 @@ import huggingface_hub
 from huggingface_hub import constants as hf_constants
 
 from model_support.probe import hub_fetch
-from model_support.record import schema
 
-# Record fields this module and hub_fetch fill (name -> python type), for the record schema.
-RECORD_FIELDS = {
-    "revision_sha": str,
-    "download_s": float,
-    "download_bytes": int,
-    "pipeline_tag": str,
-    "library_name": str,
-    "downloads": int,
-    "likes": int,
-    "trending_score": int,
-    "gated": str,
-    "license": str,
-    "created_at": str,
-    "base_model": str,
-    "hub_num_params": int,
-}
-#: The Hub metadata fields of a record (``metadata``); the download fields come from ``hub_fetch.fetch``.
-METADATA_FIELDS = schema.HUB_FIELDS
 SORTS = {"downloads": "downloads", "trending": "trending_score", "likes": "likes"}
 _EXPAND = [
     "pipeline_tag",

@@ -49,7 +49,9 @@ class Param:
             return "one of " + ", ".join(map(str, self.choices))
         if self.minimum is not None:
             return f"{'an integer' if self.type is int else 'a number'} >= {self.minimum}"
-        return {str: "a string", bool: "true or false", int: "an integer", float: "a number"}[self.type]
+        return {str: "a string", bool: "true or false", int: "an integer", float: "a number", dict: "a mapping"}[
+            self.type
+        ]
 
     def check(self, value: Any, where: str = "") -> Any:
         """The value if acceptable, else a ParameterError naming it and what is accepted."""
@@ -116,6 +118,13 @@ PROBE_PARAMS: tuple[Param, ...] = (
         runner_owned=True,
     ),
     Param("notebook_path", str, "", "set by the sweep runner: where this executed notebook is kept", runner_owned=True),
+    Param(
+        "hub_facts",
+        dict,
+        {},
+        "set by the sweep runner: the Hub's metadata and download facts for the record (schema groups hub, download)",
+        runner_owned=True,
+    ),
 )
 BY_NAME = {p.name: p for p in PROBE_PARAMS}
 #: What a sweep definition may set in ``probe:`` or a model's ``overrides:``.

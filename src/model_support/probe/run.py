@@ -9,7 +9,6 @@ always gets a verdict. ``show`` displays it in the notebook and stores it in the
 
 from __future__ import annotations
 
-import datetime as _dt
 import gc
 import resource
 import time
@@ -17,38 +16,28 @@ from pathlib import Path
 
 from ..fileio import atomic_write_json
 from ..record import display, schema
-from . import devices, hub, hub_fetch, probe_core, probe_params, provenance
+from ..record.schema import Record
+from . import devices, hub, hub_fetch, probe_core, probe_params
 from .model_ids import portable_id
+from .records import fail, new_record
 from .repro import repro_script
 from .signatures import failure_signature, redact_record
 
 #: The flag under which the record is stored in an executed notebook (``display.read_tagged``).
 RECORD_FLAG = "record"
 #: Probe parameters that are not settings of the probe itself.
-_NOT_SETTINGS = ("model_id", "record_path", "sweep_id", "notebook_path", "snapshot")
+_NOT_SETTINGS = ("model_id", "record_path", "sweep_id", "notebook_path", "snapshot", "hub_facts")
 DEFAULTS = {k: v for k, v in probe_params.defaults().items() if k not in _NOT_SETTINGS}
-
-
-def _now_iso() -> str:
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 def _peak_host_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def record_failure(record: dict, stage: str, exc: BaseException, status: str | None = None) -> dict:
+def record_failure(record: Record, stage: str, exc: BaseException, status: str | None = None) -> Record:
     """Fill the failure fields of ``record`` from an exception raised in ``stage``."""
-    message, traceback = str(exc), probe_core.trimmed_traceback(exc)
-    record.update(
-        status=status or probe_core.classify(stage, exc),
-        failure_stage=stage,
-        error_type=type(exc).__name__,
-        error_message=message[:4000],
-        traceback=traceback,
-        failure_signature=failure_signature(type(exc).__name__, message, traceback),  # with where it was raised
-    )
-    return record
+    status = status or probe_core.classify(stage, exc)
+    return fail(record, stage, status, type(exc).__name__, str(exc), probe_core.trimmed_traceback(exc))
 
 
 def _reference_dtype(device_type: str, dtype: str) -> str:
@@ -160,17 +149,8 @@ def attribute(record: dict, settings: dict) -> None:
         record["reference_note"] = f"the reference fails at {ref['failure_stage']}: {type(exc).__name__}: {exc}"[:2000]
 
 
-#: The sharded result's fields a record keeps as they are.
-SHARDED_FIELDS = (
-    "devices_used",
-    "parallelism",
-    "tp_size",
-    "ep_size",
-    "memory_estimate_bytes",
-    "load_s_per_rank",
-    "generate_s_per_rank",
-    "peak_device_mem_mb",
-)
+#: The sharded result's fields a record keeps as they are (its own group, and the peak over the ranks).
+SHARDED_FIELDS = (*schema.SHARDED_FIELDS, "peak_device_mem_mb")
 #: The stage results a record keeps as they are (status and failure_stage are set with the error).
 STAGE_FIELDS = tuple(k for k in probe_core.RESULT_KEYS if k in schema.FIELDS and k not in ("status", "failure_stage"))
 
@@ -228,40 +208,31 @@ def _sharded(record: dict, settings: dict, adapter) -> bool:
 
 
 def run_probe(
-    model_id: str, record_path: str = "", sweep_id: str = "", notebook_path: str = "", snapshot: str = "", **overrides
-) -> dict:
+    model_id: str,
+    record_path: str = "",
+    sweep_id: str = "",
+    notebook_path: str = "",
+    snapshot: str = "",
+    hub_facts: dict | None = None,
+    **overrides,
+) -> Record:
     """Probe one model and return its record (also written to ``record_path`` when given).
 
     A bad parameter value is this run's outcome (FAIL(other) at stage runner, with the one sentence
     that names it): a notebook always ends with a verdict. Sweeps refuse such values before any
-    model runs. A Hub model is loaded from ``snapshot`` when the sweep downloaded it ahead, else its
-    download stage runs here; the network, the disk or access rights failing there are no verdict:
-    ``hub_fetch.EnvironmentProblem``, ``NoAccess`` or ``NotOnHub`` is raised and no record written."""
+    model runs. A Hub model is loaded from ``snapshot`` when the sweep downloaded it ahead (with the
+    ``hub_facts`` it learned then, for the record), else its download stage runs here; the network,
+    the disk or access rights failing there are no verdict: ``hub_fetch.EnvironmentProblem``,
+    ``NoAccess`` or ``NotOnHub`` is raised and no record written."""
     unknown = sorted(set(overrides) - set(DEFAULTS))
     if unknown:
         raise TypeError(f"unknown probe parameter(s): {', '.join(unknown)}; accepted: {', '.join(DEFAULTS)}")
-    settings = {**DEFAULTS, **overrides, "model_id": model_id, "load_from": snapshot or model_id}
     started = time.perf_counter()
+    settings = {**DEFAULTS, **overrides, "model_id": model_id, "load_from": snapshot or model_id}
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # per-shard progress bars only clutter notebooks and sweep logs
-    record = schema.empty_record(
-        sweep_id=sweep_id or None,
-        model_id=portable_id(model_id),
-        revision=settings["revision"] or None,
-        prompt=settings["prompt"],
-        max_new_tokens=settings["max_new_tokens"],
-        variant=probe_params.variant(settings),
-        mode=settings["mode"],
-        cache=settings["cache"],
-        dtype=settings["dtype"],
-        seed=settings["seed"],
-        trust_remote_code=settings["trust_remote_code"],
-        versions=provenance.versions(),
-        host=provenance.host(),
-        started_at=_now_iso(),
-        notebook_path=notebook_path or None,
-    )
+    record = new_record(portable_id(model_id), settings, sweep_id, notebook_path, hub_facts)
     try:
         _probe(record, settings, sweep_id)
     except (hub_fetch.EnvironmentProblem, hub_fetch.NoAccess, hub_fetch.NotOnHub):
@@ -300,9 +271,7 @@ def _probe(record: dict, settings: dict, sweep_id: str) -> None:
             record_failure(record, "download", exc, status=schema.FAIL_LOAD)
             record.update(NO_WEIGHTS_ATTRIBUTION)
             return
-        record.update(
-            {k: got[k] for k in ("revision_sha", "download_s", "download_bytes")}, **hub.metadata(got["info"])
-        )
+        record.update({k: got[k] for k in schema.DOWNLOAD_FIELDS}, **hub.metadata(got["info"]))
         settings["load_from"] = got["path"]
     if _sharded(record, settings, adapter):
         return

@@ -65,7 +65,7 @@ def show_tagged(flag: str, markup: str, data: dict, text: str) -> None:
 
 def read_tagged(path: Path, flag: str) -> dict | None:
     """The data an executed notebook stored with ``show_tagged(flag, ...)`` (the notebook's own
-    metadata first, where the sweep's probe process also keeps it); None when it has none."""
+    metadata first, where the probe processes of older sweeps kept it); None when it has none."""
     import nbformat
 
     nb = nbformat.read(str(path), as_version=4)

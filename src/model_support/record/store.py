@@ -280,7 +280,26 @@ results = load_dataset("<this folder or repo>", "results", split="train")
 ```
 
 Sweeps in this folder: {sweeps}.
+
+## Fields
+
+Every column is nullable; files written before a field existed (its `since`, the record version)
+read it as null, or as the value noted.
+
+| field | type | group | since | what |
+|---|---|---|---|---|
+{fields}
 """
+
+
+def field_table() -> str:
+    """The dataset card's rows of fields, from the record's declaration (``schema.DECLARATION``)."""
+    return "\n".join(
+        f"| `{f.name}` | `{f.type}` | {f.group} | {f.since} | {f.doc.replace('<', '&lt;').replace('>', '&gt;')}"
+        + (f" (older files: `{f.older}`)" if f.older is not None else "")
+        + " |"
+        for f in schema.DECLARATION
+    )
 
 
 def write_dataset_card(data_dir: Path) -> Path:
@@ -292,8 +311,10 @@ def write_dataset_card(data_dir: Path) -> Path:
     sweeps = sorted(
         {p.parent.name.removeprefix("sweep=") for c in CONFIGS for p in (data_dir / c).glob("sweep=*/*.parquet")}
     )
-    card = DATASET_CARD.replace("{configs}", f"configs:\n{configs}" if configs else "configs: []\n").replace(
-        "{sweeps}", ", ".join(sweeps) or "none"
+    card = (
+        DATASET_CARD.replace("{configs}", f"configs:\n{configs}" if configs else "configs: []\n")
+        .replace("{sweeps}", ", ".join(sweeps) or "none")
+        .replace("{fields}", field_table())
     )
     path = data_dir / "README.md"
     atomic_write_bytes(path, card.encode())

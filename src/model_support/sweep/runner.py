@@ -23,7 +23,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from ..errors import StorageFull, UserError
-from ..probe import devices, hub, probe_params, provenance
+from ..probe import devices, probe_params, provenance
 from ..probe.devices import pinning_env
 from ..probe.hub import CacheBudget
 from ..probe.hub_fetch import is_local
@@ -34,6 +34,7 @@ from .diskspace import check_room, disk_words, relative_to_data
 from .scheduler import DeviceScheduler
 from .worker.prefetch import Prefetcher
 from .worker.process import Standby, TaskResult, run_task
+from .worker.task import ProbeTask
 
 
 def default_workers(device: str) -> int:
@@ -51,7 +52,7 @@ def device_kind(device: str) -> str:
     return "cuda" if devices.visible_device_count("cuda") > 0 else "cpu"
 
 
-def devices_needed(task: dict, devices_here: int) -> int:
+def devices_needed(task: ProbeTask, devices_here: int) -> int:
     """How many devices ``task``'s probe takes: its ``devices`` setting, or for ``auto`` the fewest that
     hold the model (``sharded.plan_devices``) when the per-device memory is known to the runner (the
     ``device_memory_gb`` override, or the host's memory on a CPU sweep); 1 when it is not."""
@@ -106,10 +107,10 @@ def variants(meta: SweepMeta) -> list[dict]:
     return [dict(zip(axes, combo)) for combo in itertools.product(*(meta.matrix[a] for a in axes))]
 
 
-def build_tasks(meta: SweepMeta) -> list[dict]:
+def build_tasks(meta: SweepMeta) -> list[ProbeTask]:
     """One task per model and variant from the sweep's saved settings (sweep.json is the truth on
     resume), model by model: a model's variants run one after another, on its downloaded files."""
-    tasks = []
+    tasks: list[ProbeTask] = []
     cache = meta.cache or {}
     for model, combo in ((m, c) for m in meta.models for c in variants(meta)):
         tasks.append(
@@ -124,7 +125,7 @@ def build_tasks(meta: SweepMeta) -> list[dict]:
                     meta.sweep_id, model.model_id, probe_params.variant({**meta.probe, **model.overrides, **combo})
                 ),
                 "scrub": {model.source: model.model_id} if model.source != model.model_id else {},
-                "hub": {k: model.hub.get(k) for k in hub.METADATA_FIELDS if k in model.hub},
+                "hub": {k: model.hub.get(k) for k in schema.HUB_FIELDS if k in model.hub},
                 "planned_bytes": model.hub.get("planned_bytes"),
                 "cache_dir": cache.get("dir") or "",
                 "keep_cache": bool(cache.get("keep", False)),
@@ -133,7 +134,7 @@ def build_tasks(meta: SweepMeta) -> list[dict]:
     return tasks
 
 
-def pending_tasks(data_dir: Path, meta: SweepMeta) -> list[dict]:
+def pending_tasks(data_dir: Path, meta: SweepMeta) -> list[ProbeTask]:
     return [
         t
         for t in build_tasks(meta)
@@ -142,7 +143,7 @@ def pending_tasks(data_dir: Path, meta: SweepMeta) -> list[dict]:
 
 
 def run_local(
-    tasks: list[dict],
+    tasks: list[ProbeTask],
     workers: int,
     device: str,
     work_root: Path,
@@ -239,7 +240,7 @@ def ray_resources(device: str, need: int = 1) -> dict:
     return {"num_cpus": need}
 
 
-def run_ray(tasks: list[dict], workers: int, device: str) -> Iterable[TaskResult]:
+def run_ray(tasks: list[ProbeTask], workers: int, device: str) -> Iterable[TaskResult]:
     """The same probes as Ray tasks (one per model); results come back to the driver to be stored.
 
     Connects to the cluster in RAY_ADDRESS when set, else starts a local Ray with ``workers`` CPUs."""
