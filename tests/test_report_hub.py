@@ -397,6 +397,6 @@ def test_explorer_detail_of_unprobed_models(browser, hub_report):
     assert page.locator("#results tbody tr td.st").first.inner_text() == "excluded"
     assert GATED_REASON in detail.inner_text()
     colour = page.locator("#results tbody tr td.st").first.evaluate("e => getComputedStyle(e).color")
-    assert colour == "rgb(117, 117, 117)"  # display.VERDICT_COLORS["excluded"]
+    assert colour == "rgb(117, 117, 117)"  # schema.VERDICT_COLORS["excluded"]
     assert attempted == [] and errors == []
     page.close()

@@ -14,8 +14,9 @@ import resource
 import time
 from pathlib import Path
 
+from .. import display
 from ..fileio import atomic_write_json
-from ..record import display, schema
+from ..record import schema
 from ..record.schema import Record
 from . import devices, hub, hub_fetch, probe_core, probe_params
 from .model_ids import portable_id
@@ -339,7 +340,7 @@ def summary_html(record: dict) -> str:
     if record["exclusion_reason"]:  # no verdict: e.g. a mode this stack does not offer
         rows.insert(2, ("excluded", record["exclusion_reason"]))
     status = record["status"] or ("not available" if record["exclusion_reason"] else "?")
-    return display.kv_table(rows, title=status, color=display.verdict_color(record["status"]))
+    return display.kv_table(rows, title=status, color=schema.verdict_color(record["status"]))
 
 
 def show(record: dict):

@@ -55,6 +55,19 @@ VERDICT_HELP = {
     FAIL_GEN: "loaded, but generation raised",
     FAIL_OTHER: "chat-template errors, out-of-memory, kernel death, timeout, harness errors",
 }
+#: One colour per verdict (and for excluded rows), everywhere: the probe summary, the report, the explorer.
+VERDICT_COLORS = {
+    PASS: "#2e7d32",
+    FAIL_LOAD: "#ef6c00",
+    FAIL_GEN: "#c62828",
+    FAIL_OTHER: "#6a1b9a",
+    "excluded": "#757575",
+    "not probed": "#9e9e9e",
+}
+
+
+def verdict_color(status: str | None) -> str:
+    return VERDICT_COLORS.get(status or "", "#555555")
 
 
 class Versions(TypedDict):

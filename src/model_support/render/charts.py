@@ -14,7 +14,7 @@ import polars as pl
 from .. import analysis
 from ..fileio import atomic_write_text
 from ..record import schema
-from ..record.display import VERDICT_COLORS
+from ..record.schema import VERDICT_COLORS
 
 # --------------------------------------------------------------------------------------------
 # display helpers for the notebook: tables and charts as self-contained HTML

@@ -48,7 +48,7 @@ from .. import analysis, paths
 from ..analysis import coverage
 from ..fileio import atomic_write_text
 from ..record import schema
-from ..record.display import VERDICT_COLORS
+from ..record.schema import VERDICT_COLORS
 from .explorer_rows import (
     EXCLUDED,
     HUB_FACTS,
