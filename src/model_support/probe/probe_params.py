@@ -119,6 +119,14 @@ PROBE_PARAMS: tuple[Param, ...] = (
     ),
     Param("notebook_path", str, "", "set by the sweep runner: where this executed notebook is kept", runner_owned=True),
     Param(
+        "timeout_s",
+        float,
+        900.0,
+        "set by the sweep runner: the model's timeout; ranks of a run over several devices get what is left of it",
+        minimum=1,
+        runner_owned=True,
+    ),
+    Param(
         "hub_facts",
         dict,
         {},

@@ -29,6 +29,9 @@ RECORD_FLAG = "record"
 #: Probe parameters that are not settings of the probe itself.
 _NOT_SETTINGS = ("model_id", "record_path", "sweep_id", "notebook_path", "snapshot", "hub_facts")
 DEFAULTS = {k: v for k, v in probe_params.defaults().items() if k not in _NOT_SETTINGS}
+#: What of the model's timeout is kept back from a sharded run's ranks (a tenth, at least 15 s), for the
+#: record and the reference: the ranks time out, saying where each one was, before the probe is killed.
+RANKS_KEEP_BACK, RANKS_KEEP_BACK_MIN_S = 0.1, 15.0
 
 
 def _peak_host_mb() -> float:
@@ -182,7 +185,9 @@ def _sharded(record: dict, settings: dict, adapter) -> bool:
         exc = probe_params.ParameterError(f"devices={devices} runs in eager mode only; drop mode={settings['mode']}.")
         record_failure(record, "runner", exc, status=schema.FAIL_OTHER)
         return True
-    result = sharded.run_sharded(settings, count, adapter.type, timeout_s=settings.get("timeout_s", 900))
+    keep = max(settings["timeout_s"] * RANKS_KEEP_BACK, RANKS_KEEP_BACK_MIN_S)
+    left = settings["timeout_s"] - keep - (time.perf_counter() - settings["started"])
+    result = sharded.run_sharded(settings, count, adapter.type, timeout_s=max(left, 1.0))
     if result.get("distributed_config"):  # its repro script launches the same ranks
         record["repro_script"] = repro_script(
             {
@@ -229,7 +234,7 @@ def run_probe(
     if unknown:
         raise TypeError(f"unknown probe parameter(s): {', '.join(unknown)}; accepted: {', '.join(DEFAULTS)}")
     started = time.perf_counter()
-    settings = {**DEFAULTS, **overrides, "model_id": model_id, "load_from": snapshot or model_id}
+    settings = {**DEFAULTS, **overrides, "model_id": model_id, "load_from": snapshot or model_id, "started": started}
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # per-shard progress bars only clutter notebooks and sweep logs

@@ -342,6 +342,7 @@ def _run_notebook(work: Path, km) -> None:
         "sweep_id": task["sweep_id"],
         "record_path": str(record_path),
         "notebook_path": task["notebook_path"],
+        "timeout_s": task["timeout_s"],
         "hub_facts": task.get("facts", {}),
     }
     outcome: dict = {}
