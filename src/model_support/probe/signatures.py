@@ -93,6 +93,11 @@ _RULES: list[tuple[re.Pattern[str], object]] = [
     (re.compile(r"\b\d+(?:\.\d+)?\s?(?:[KMGTPE]i?B|[KMGTPE]|bytes?)\b"), "<size>"),
     # HTTP status codes name the cause (401 gated, 404 missing, 429 rate limit): kept.
     (re.compile(r"\b\d+(?:\.\d+)?\b(?! (?:Client|Server) Error)"), "<n>"),
+    # torch names a device mismatch's two devices in whichever order it met them: one cause, one order.
+    (
+        re.compile(r"(at least two devices, )([\w:<>]+) and ([\w:<>]+)"),
+        lambda m: m[1] + " and ".join(sorted(m.group(2, 3))),
+    ),
     (re.compile(r"\s+"), " "),
 ]
 
