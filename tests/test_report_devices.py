@@ -31,6 +31,13 @@ NEW_MODELS = {
     "dv/ep": (PASS, 2, "ep", 1, 2, 40 * GB),
     "dv/noplan": (LOAD, 2, None, 1, 1, 50 * GB),  # no plan: parallelism null, reads as none
 }
+RANK_ERROR = "rank 1: FAIL(load) at load: RuntimeError: no plan for the experts"
+#: What the ranks said (the rest of the runs say nothing: older records, one device).
+RANKS_SAID = {
+    "dv/tp": {"ranks_agree": True},
+    "dv/ep": {"ranks_agree": False},
+    "dv/noplan": {"rank_errors": [RANK_ERROR], "rank_log_tail": "--- rank 1 stderr ---\nFile 'timer.py', in put"},
+}
 
 
 def _record(sweep: str, model: str, status: str, **extra) -> dict:
@@ -74,6 +81,7 @@ def dev_data(tmp_path_factory) -> Path:
             memory_estimate_bytes=memory,
             load_s_per_rank=[1.0] * devices,
             generate_s_per_rank=[2.0] * devices if status == PASS else None,
+            **RANKS_SAID.get(model, {}),
         )
         for model, (status, devices, kind, tp, ep, memory) in NEW_MODELS.items()
     ]
@@ -107,6 +115,8 @@ def test_multi_device_runs_by_hand(dev_data):
         ("dv/noplan", 2, "none", 1, 1, 50.0, LOAD),  # null parallelism reads as none
         ("dv/tp", 2, "tp", 2, 1, 30.0, PASS),
     ]
+    assert multi.select("ranks_agree", "rank_errors").rows() == [(False, None), (None, [RANK_ERROR]), (True, None)]
+    assert multi["rank_log_tail"].to_list()[1].endswith("in put")
     old = analysis.multi_device_runs(results, OLD)
     assert old.height == 0
     assert not analysis.uses_devices(old, analysis.pass_rate_by_parallelism(results, OLD))
@@ -139,6 +149,10 @@ def test_report_has_the_devices_section(dev_report):
     assert ">Pass rate by parallelism<" in section
     assert '<td>none</td><td class="num">2</td><td class="num">1</td><td class="num">50.0%</td>' in section
     assert '<td>tp</td><td class="num">1</td><td class="num">1</td><td class="num">100.0%</td>' in section
+    # what the ranks said: agreement, each rank's error, the failed ranks' log folded
+    assert "<th>ranks agree</th>" in section and "<td>false</td>" in section
+    assert f"<td>{RANK_ERROR}</td>" in section
+    assert "<details><summary>--- rank 1 stderr ---" in section and "in put</pre></details>" in section
     # the older sweep's report: no section
     assert "Devices and parallelism" not in dev_report["old_text"]
     assert ">Verdicts<" in dev_report["old_text"]

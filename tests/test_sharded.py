@@ -252,7 +252,8 @@ def test_hung_rank_times_out_and_every_rank_is_killed(tiny_llama, monkeypatch):
 
 def test_the_models_timeout_reaches_its_ranks(tiny_llama, monkeypatch):
     """A sweep's timeout for the model bounds its ranks (what is left of it, less 15 s here), not a fixed
-    900 s: a hung rank ends as RankTimeout naming the ranks, before the probe process itself is killed."""
+    900 s: a hung rank ends as RankTimeout naming the ranks, before the probe process itself is killed,
+    and the record keeps the ranks' stacks."""
     from model_support.sweep.worker.process import run_task
 
     monkeypatch.setenv(sharded.TEST_FAULT_ENV, "hang:1:2")  # inherited by the probe process, then its ranks
@@ -270,6 +271,7 @@ def test_the_models_timeout_reaches_its_ranks(tiny_llama, monkeypatch):
     within = re.search(r"did not finish within ([\d.]+) s", record["error_message"])
     assert within and float(within.group(1)) <= 60 - 15, record["error_message"]
     assert "rank 1: during " in record["error_message"]  # where it was (generate, or load on a busy host)
+    assert "--- rank 1 stderr ---" in record["rank_log_tail"] and 'File "' in record["rank_log_tail"]  # its stack
 
 
 def test_importable_without_torch():
@@ -325,6 +327,7 @@ def test_the_papermill_probe_with_devices_2_is_tensor_parallel_and_agrees_in_flo
     assert (two["status"], two["devices_used"], two["parallelism"], two["tp_size"]) == ("PASS", 2, "tp", 2)
     assert (one["devices_used"], one["parallelism"]) == (1, "none")
     assert two["output_token_ids"] == one["output_token_ids"] and len(two["load_s_per_rank"]) == 2
+    assert two["ranks_agree"] is True and two["rank_errors"] is None
 
 
 def test_a_sweep_hands_out_devices_not_slots_and_resumes(tmp_path):

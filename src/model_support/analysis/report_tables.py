@@ -24,7 +24,7 @@ from .modes import (
     grid_from_long,
     order_variants,
 )
-from .parallel import _by_parallelism_q, _multi_device_q
+from .parallel import MULTI_DEVICE_COLUMNS, _by_parallelism_q, _multi_device_q
 from .tables import (
     _attribution_q,
     _by_model_type_q,
@@ -66,11 +66,7 @@ SWEEP_COLUMNS = tuple(
             "reference_match",
             "reference_signature",
             *MODE_COLUMNS,
-            "devices_used",
-            "parallelism",
-            "tp_size",
-            "ep_size",
-            "memory_estimate_bytes",
+            *MULTI_DEVICE_COLUMNS,
         )
     )
 )

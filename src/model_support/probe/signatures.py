@@ -260,14 +260,21 @@ def redact(text: str | None) -> str | None:
 
 
 def redact_record(record: dict, replace: dict[str, str] | None = None) -> dict:
-    """Every text field of a record through ``redact``, in place (the one redaction pass a record
-    gets before it is stored anywhere); returns the record. ``replace`` maps machine-specific
-    strings (a local model folder's absolute path) to what the record says instead."""
+    """Every text field of a record (and every text of a list field) through ``redact``, in place (the
+    one redaction pass a record gets before it is stored anywhere); returns the record. ``replace`` maps
+    machine-specific strings (a local model folder's absolute path) to what the record says instead."""
     pairs = sorted((replace or {}).items(), key=lambda kv: -len(kv[0]))
+
+    def clean(value):
+        if isinstance(value, list):
+            return [clean(item) for item in value]
+        if not isinstance(value, str):
+            return value
+        for old, new in pairs:
+            if old:
+                value = value.replace(old, new)
+        return redact(value)
+
     for key, value in record.items():
-        if isinstance(value, str):
-            for old, new in pairs:
-                if old:
-                    value = value.replace(old, new)
-            record[key] = redact(value)
+        record[key] = clean(value)
     return record

@@ -116,8 +116,8 @@ GROUPS = {
 
 #: The record's current version: the highest ``since`` (raise it when adding fields, and give them that ``since``).
 #: 1: the first fields; 2: token counts; 3: downloads and Hub metadata; 4: attribution; 5: variants and
-#: execution modes; 6: runs over several devices.
-VERSION = 6
+#: execution modes; 6: runs over several devices; 7: what each rank of such a run said.
+VERSION = 7
 
 
 class Record(TypedDict):
@@ -175,6 +175,10 @@ class Record(TypedDict):
     memory_estimate_bytes: Annotated[int | None, Col("sharded", 6, "weights x dtype bytes x margin")]
     load_s_per_rank: Annotated[list[float] | None, Col("sharded", 6, "load seconds, per rank")]
     generate_s_per_rank: Annotated[list[float] | None, Col("sharded", 6, "generate seconds, per rank")]
+    peak_device_mem_mb_per_rank: Annotated[list[float] | None, Col("sharded", 7, "peak device memory, per rank")]
+    ranks_agree: Annotated[bool | None, Col("sharded", 7, "every rank generated the same tokens")]
+    rank_errors: Annotated[list[str] | None, Col("sharded", 7, "what each rank that raised said, one line each")]
+    rank_log_tail: Annotated[str | None, Col("sharded", 7, "the end of the failed ranks' stderr (stacks of a hang)")]
     peak_host_mem_mb: Annotated[float | None, Col("memory", 1, "peak host memory of the probe process")]
     peak_device_mem_mb: Annotated[float | None, Col("memory", 1, "peak device memory (the most of any rank)")]
     device_mem_source: Annotated[str | None, Col("memory", 1, "where the device memory figure comes from")]
