@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import glob
 import io
-import itertools
 import json
 import re
 from pathlib import Path
@@ -95,12 +94,9 @@ def _read_meta(path: Path) -> SweepMeta:
 def model_variants(meta: SweepMeta, overrides: dict | None = None) -> list[str]:
     """The variants a sweep probes a model in: its matrix's combinations over the probe settings and the
     model's overrides (``probe_params.variant``); one, the sweep's own, without a matrix."""
-    matrix = getattr(meta, "matrix", None) or {}
     base = {**(meta.probe or {}), **(overrides or {})}
-    axes = list(matrix)
-    combos = [dict(zip(axes, c)) for c in itertools.product(*(matrix[a] for a in axes))] or [{}]
     labels = []
-    for combo in combos:
+    for combo in probe_params.combinations(getattr(meta, "matrix", None)):
         try:
             label = probe_params.variant({**base, **combo})
         except (TypeError, ValueError, AttributeError):  # a hand-edited sweep.json

@@ -182,6 +182,15 @@ def parameters_cell(params: tuple[Param, ...] = PROBE_PARAMS, notebook: str = "p
     return "\n".join(lines)
 
 
+def combinations(matrix: dict | None) -> list[dict]:
+    """A sweep's ``matrix:`` ({axis: [values]}) -> its combinations of probe settings, in a stable order
+    ([{}] without a matrix): one probe, notebook and record each, per model."""
+    import itertools
+
+    axes = list(matrix or {})
+    return [dict(zip(axes, combo)) for combo in itertools.product(*(matrix[a] for a in axes))] if axes else [{}]
+
+
 def parse_variant(label: str) -> dict:
     """``compile+static+32t`` -> {"mode": "compile", "cache": "static", "max_new_tokens": 32}; the inverse
     of ``variant``; one sentence (ParameterError) for a label that is none."""

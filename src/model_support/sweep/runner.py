@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as _dt
 import errno
 import fcntl
-import itertools
 import json
 import os
 import threading
@@ -101,18 +100,12 @@ class SweepLock:
         self.handle.close()
 
 
-def variants(meta: SweepMeta) -> list[dict]:
-    """The matrix's combinations of probe settings ([{}] without a matrix), in a stable order."""
-    axes = list(meta.matrix)
-    return [dict(zip(axes, combo)) for combo in itertools.product(*(meta.matrix[a] for a in axes))]
-
-
 def build_tasks(meta: SweepMeta) -> list[ProbeTask]:
     """One task per model and variant from the sweep's saved settings (sweep.json is the truth on
     resume), model by model: a model's variants run one after another, on its downloaded files."""
     tasks: list[ProbeTask] = []
     cache = meta.cache or {}
-    for model, combo in ((m, c) for m in meta.models for c in variants(meta)):
+    for model, combo in ((m, c) for m in meta.models for c in probe_params.combinations(meta.matrix)):
         tasks.append(
             {
                 "sweep_id": meta.sweep_id,
@@ -316,7 +309,7 @@ def run(
     elif params is None:
         raise UserError("Give a sweep definition (params YAML) or --resume SWEEP_ID.")
     else:
-        check_room(data_dir, len(params.models), report)
+        check_room(data_dir, len(params.models) * len(probe_params.combinations(params.matrix)), report)
         try:
             meta = create(params, data_dir)
         except OSError as exc:
@@ -330,7 +323,7 @@ def run(
     workers = workers or meta.workers or default_workers(device)
     folder = store.sweep_dir(data_dir, sweep_id)
     started = time.time()
-    total = len(meta.models) * len(variants(meta))
+    total = len(meta.models) * len(probe_params.combinations(meta.matrix))
 
     def full(exc: OSError) -> StorageFull:
         stored = sum(1 for _ in (folder / "records").glob("*.json"))
