@@ -17,8 +17,7 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from ..errors import StorageFull, UserError
@@ -30,7 +29,7 @@ from ..record import schema, store
 from ..record.sweep_meta import SweepMeta, new_sweep_id
 from .definition import SweepParams
 from .diskspace import check_room, disk_words, relative_to_data
-from .scheduler import DeviceScheduler
+from .scheduler import Devices, DeviceScheduler, device_order, run_on_devices
 from .worker.prefetch import Prefetcher
 from .worker.process import Standby, TaskResult, run_task
 from .worker.task import ProbeTask
@@ -135,6 +134,50 @@ def pending_tasks(data_dir: Path, meta: SweepMeta) -> list[ProbeTask]:
     ]
 
 
+class _Processes:
+    """A local sweep's probe processes: for each device slot, one warming up for its next model
+    (``worker.process.Standby``) while models remain to be handed out, and the ones running (stopped at
+    once when the sweep ends early)."""
+
+    def __init__(self, kind: str, work_root: Path, prewarm: bool, models: int):
+        self.kind, self.work_root, self.prewarm = kind, str(work_root), prewarm
+        self.left = models  # models not handed out yet: a standby is started only for one of them
+        self.warm: dict[int, Standby] = {}
+        self.running: set[Standby] = set()
+        self.lock = threading.Lock()
+
+    def skip(self) -> None:
+        """A model that needs no process (its download did not give files to probe)."""
+        with self.lock:
+            self.left -= 1
+
+    def take(self, ids: tuple[int, ...]) -> Standby:
+        """The process for a model on devices ``ids``: the slot's warm one, else a new one pinned to them;
+        and, while models remain, the next one for the slot starts warming up."""
+        with self.lock:
+            self.left -= 1
+            current = self.warm.pop(ids[0], None) if len(ids) == 1 else None
+            current = current or Standby(self.work_root, pinning_env(self.kind, ids))
+            if self.prewarm and self.left > len(self.warm):  # a model still to come will need a process
+                self.warm[ids[0]] = Standby(self.work_root, pinning_env(self.kind, ids))
+            self.running.add(current)
+        return current
+
+    def done(self, standby: Standby) -> None:
+        with self.lock:
+            self.running.discard(standby)
+
+    def stop(self) -> None:
+        """Kill what runs and what warms up (the sweep ended early)."""
+        with self.lock:
+            for standby in list(self.running) + list(self.warm.values()):
+                standby.kill()
+
+    def discard(self) -> None:
+        for standby in self.warm.values():
+            standby.discard()
+
+
 def run_local(
     tasks: list[ProbeTask],
     workers: int,
@@ -142,27 +185,26 @@ def run_local(
     work_root: Path,
     budget: CacheBudget | None = None,
     prefetch: int = 1,
-) -> Iterable[TaskResult]:
-    """N probes at once on ``workers`` devices (a CPU sweep's workers are its pretend devices): each
-    probe takes the devices it needs (``devices_needed``) from the device scheduler
-    (``scheduler.DeviceScheduler``: first come first served, smaller models backfilling devices a
-    bigger waiting one cannot use yet, never delaying it) and is pinned to them.
+) -> Iterator[TaskResult]:
+    """N probes at once on ``workers`` devices (a CPU sweep's workers are its pretend devices), scheduled
+    by ``scheduler.run_on_devices``: biggest models first, each probe taking the devices it needs
+    (``devices_needed``) from the device scheduler (``scheduler.DeviceScheduler``: first come first
+    served, smaller models backfilling devices a bigger waiting one cannot use yet, never delaying it)
+    and pinned to them.
 
     Downloads run ahead of the probes (``worker.prefetch.Prefetcher``: ``prefetch`` models ahead per
-    worker, within the cache ``budget``), outside the probes' timed stages. Each slot also keeps the
-    process for its next model warming up (``worker.process.Standby``: kernel started, torch and
-    transformers imported) while the current model runs; a standby is started only while models
-    remain to be handed out, so none is wasted at the end, and only where it has a core to itself:
-    on accelerators (the host is mostly idle while the device computes) or when there are fewer CPU
-    workers than cores. A CPU sweep that already fills every core gains nothing from it."""
+    worker, within the cache ``budget``), outside the probes' timed stages and before a probe asks for
+    its devices. Each slot also keeps the process for its next model warming up (``_Processes``:
+    kernel started, torch and transformers imported) while the current model runs, only where it has a
+    core to itself: on accelerators (the host is mostly idle while the device computes) or when there
+    are fewer CPU workers than cores. A CPU sweep that already fills every core gains nothing from it."""
     accelerated = device in ("cuda", "tpu") or (
         device == "auto" and (devices.tpu_hardware_visible() or devices.visible_device_count("cuda") > 0)
     )
     kind = device_kind(device)
     needs = [devices_needed(task, workers) for task in tasks]
-    if max(needs, default=1) > 1:  # biggest models first: 98.6% device use against 88% (bench/bench_scheduler.py)
-        order = sorted(range(len(tasks)), key=lambda i: -needs[i])
-        tasks, needs = [tasks[i] for i in order], [needs[i] for i in order]
+    order = device_order(range(len(tasks)), needs.__getitem__)  # before the downloads: they follow it
+    tasks, needs = [tasks[i] for i in order], [needs[i] for i in order]
     too_big = [(task, need) for task, need in zip(tasks, needs) if need > workers]
     if too_big:
         task, need = too_big[0]
@@ -171,56 +213,36 @@ def run_local(
             f"--workers {need} or more (one per device)."
         )
     prewarm = (accelerated or workers < (os.cpu_count() or 1)) and max(needs, default=1) == 1
-    scheduler = DeviceScheduler(workers, contiguous=kind == "tpu")
-    standbys: dict[int, Standby] = {}
-    lock = threading.Lock()
-    remaining = [len(tasks)]
+    processes = _Processes(kind, work_root, prewarm, len(tasks))
     downloads = Prefetcher(tasks, workers * (1 + prefetch), budget, threads=workers)
 
-    def one(index, task):
-        got = downloads.wait(index)
+    def probe(index: int, hold: Devices) -> TaskResult:
+        task, got = tasks[index], downloads.wait(index)
         try:
-            if got.kind != "ready":
-                with lock:
-                    remaining[0] -= 1
+            if got.kind != "ready":  # pending, excluded or no loadable weights: no process, no device
+                processes.skip()
                 return run_task(task, fetched=got)
-            ids = scheduler.acquire(needs[index], key=index)  # its devices: waits while a bigger model goes first
-            started = time.time()
-            try:
-                with lock:
-                    remaining[0] -= 1
-                    current = standbys.pop(ids[0], None) if len(ids) == 1 else None
-                    current = current or Standby(str(work_root), pinning_env(kind, ids))
-                    if prewarm and remaining[0] > len(standbys):  # a model still to come will need a process
-                        standbys[ids[0]] = Standby(str(work_root), pinning_env(kind, ids))
-                    running.add(current)
-                result = run_task(task, standby=current, fetched=got)
-                result.schedule = {"devices": list(ids), "start": started, "end": time.time()}
+            with hold() as grant:
+                started = time.time()
+                standby = processes.take(grant.ids)
+                try:
+                    result = run_task(task, standby=standby, fetched=got)
+                finally:
+                    processes.done(standby)
+                result.schedule = {"devices": list(grant.ids), "start": started, "end": time.time()}
                 return result
-            finally:
-                with lock:
-                    running.discard(current)
-                scheduler.release(ids)
         finally:
             downloads.done(index, got)
 
-    running: set[Standby] = set()
-    pool = ThreadPoolExecutor(max_workers=workers)
-    try:
-        pending = {pool.submit(one, index, task) for index, task in enumerate(tasks)}
-        while pending:  # a finished future is dropped once its result is stored: memory stays flat
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                yield future.result()
-    finally:  # normally nothing is left; when the sweep ends early, the running probes are stopped now
-        pool.shutdown(wait=False, cancel_futures=True)
-        with lock:
-            for standby in list(running) + list(standbys.values()):
-                standby.kill()
+    def stop() -> None:  # the sweep ended early: the running probes and the downloads stop now
+        processes.stop()
         downloads.close()
-        pool.shutdown(wait=True)
-        for standby in standbys.values():
-            standby.discard()
+
+    scheduler = DeviceScheduler(workers, contiguous=kind == "tpu")
+    try:
+        yield from run_on_devices(range(len(tasks)), needs.__getitem__, scheduler, probe, on_stop=stop)
+    finally:
+        processes.discard()
 
 
 def ray_resources(device: str, need: int = 1) -> dict:
