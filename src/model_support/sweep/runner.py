@@ -126,7 +126,11 @@ def build_tasks(meta: SweepMeta) -> list[ProbeTask]:
     return tasks
 
 
-def pending_tasks(data_dir: Path, meta: SweepMeta) -> list[ProbeTask]:
+def tasks_to_run(data_dir: Path, meta: SweepMeta) -> list[ProbeTask]:
+    """The (model, variant)s with no record yet: what this run of the sweep probes. Two words, two things:
+    a model is *pending* when the environment kept it from being probed (``pending.json``: the network,
+    the disk); a model with no record for any reason, pending or never reached, is *to run* (the report's
+    "not probed" and "not tested")."""
     return [
         t
         for t in build_tasks(meta)
@@ -327,7 +331,7 @@ def run(
     data_dir = Path(data_dir).resolve()  # probe kernels run in their own folders
     if resume:
         meta = store.read_sweep(data_dir, resume)
-        check_room(data_dir, len(pending_tasks(data_dir, meta)), report)
+        check_room(data_dir, len(tasks_to_run(data_dir, meta)), report)
     elif params is None:
         raise UserError("Give a sweep definition (params YAML) or --resume SWEEP_ID.")
     else:
@@ -360,7 +364,7 @@ def run(
     except OSError as exc:
         raise full(exc) from exc
     try:
-        tasks = pending_tasks(data_dir, meta)
+        tasks = tasks_to_run(data_dir, meta)
         done = total - len(tasks)
         work_root = folder / ".work"
         work_root.mkdir(exist_ok=True)

@@ -231,9 +231,9 @@ def run_on_devices(
         return probe(job, lambda: scheduler.hold(need_of(job), key=index))
 
     try:
-        pending = {pool.submit(one, index, job) for index, job in enumerate(jobs)}
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+        unfinished = {pool.submit(one, index, job) for index, job in enumerate(jobs)}
+        while unfinished:
+            done, unfinished = wait(unfinished, return_when=FIRST_COMPLETED)
             for future in done:
                 yield future.result()
     finally:
