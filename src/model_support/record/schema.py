@@ -27,7 +27,7 @@ VERDICTS = (PASS, FAIL_LOAD, FAIL_GEN, FAIL_OTHER)
 DEFAULT_VARIANT = "eager+dynamic"
 
 #: Where a failure happened, kept beside the verdict so that no detail is lost.
-STAGES = ("download", "load", "template", "compile", "generate", "reference", "runner")
+STAGES = ("download", "load", "template", "compile", "generate", "runner")
 
 STAGE_HELP = {
     "download": "the repo holds no weights transformers can load (only .gguf, onnx, ...): a real answer about the "
@@ -36,7 +36,6 @@ STAGE_HELP = {
     "template": "rendering the prompt through the tokenizer's chat template",
     "compile": "torch.compile's machinery (dynamo tracing, the backend compiler) while generating in compile mode",
     "generate": "greedy generation on the device",
-    "reference": "the CPU reference generation (never changes the verdict)",
     "runner": "the harness: device set-up, kernel death, timeout, a probe that wrote no record",
 }
 
@@ -253,7 +252,6 @@ DECLARATION: tuple[Field, ...] = _declared()
 #: Column name -> Arrow type.
 FIELDS: dict[str, pa.DataType] = {f.name: f.type for f in DECLARATION}
 SCHEMA = pa.schema([pa.field(f.name, f.type, nullable=True) for f in DECLARATION])
-VERSIONS = FIELDS["versions"]
 
 
 def names_in(group: str) -> tuple[str, ...]:

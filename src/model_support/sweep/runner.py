@@ -431,7 +431,3 @@ def _store_all(results, data_dir: Path, meta: SweepMeta, pending: dict, done: in
             on_result({**record, "status": record.get("status") or "excluded"}, done, total)
     store.write_pending(data_dir, sweep_id, pending)
     return store.compact(data_dir, sweep_id)
-
-
-def verdict_order(status: str | None) -> int:
-    return schema.VERDICTS.index(status) if status in schema.VERDICTS else len(schema.VERDICTS)
