@@ -17,7 +17,7 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..errors import StorageFull, UserError
@@ -259,7 +259,7 @@ def ray_resources(device: str, need: int = 1) -> dict:
     return {"num_cpus": need}
 
 
-def run_ray(tasks: list[ProbeTask], workers: int, device: str) -> Iterable[TaskResult]:
+def run_ray(tasks: list[ProbeTask], workers: int, device: str) -> Iterator[TaskResult]:
     """The same probes as Ray tasks (one per model); results come back to the driver to be stored.
 
     Connects to the cluster in RAY_ADDRESS when set, else starts a local Ray with ``workers`` CPUs."""
@@ -329,75 +329,78 @@ def run(
     the job; nothing partial is left and the running probes are stopped. The sweep refuses to start
     when the folder's free space is clearly too small for what it will write (``check_room``)."""
     data_dir = Path(data_dir).resolve()  # probe kernels run in their own folders
-    if resume:
-        meta = store.read_sweep(data_dir, resume)
-        check_room(data_dir, len(tasks_to_run(data_dir, meta)), report)
-    elif params is None:
-        raise UserError("Give a sweep definition (params YAML) or --resume SWEEP_ID.")
-    else:
-        check_room(data_dir, len(params.models) * len(probe_params.combinations(params.matrix)), report)
-        try:
-            meta = create(params, data_dir)
-        except OSError as exc:
-            raise StorageFull(
-                f"Could not create the sweep in {data_dir} ({disk_words(exc, data_dir)}); make room, "
-                "then run the same command again."
-            ) from exc
-    sweep_id = meta.sweep_id
+    meta = _start(params, data_dir, resume, report)
     executor = executor or meta.executor
     device = meta.probe.get("device", "auto")
     workers = workers or meta.workers or default_workers(device)
-    folder = store.sweep_dir(data_dir, sweep_id)
     started = time.time()
     total = len(meta.models) * len(probe_params.combinations(meta.matrix))
-
-    def full(exc: OSError) -> StorageFull:
-        stored = sum(1 for _ in (folder / "records").glob("*.json"))
-        return StorageFull(
-            f"Could not write {relative_to_data(exc, data_dir)} ({disk_words(exc, data_dir)}): {stored} of {total} "
-            f"models are stored; make room, then run `model-support sweep --resume {sweep_id}` to finish."
-        )
-
+    pending: dict[str, dict] = {}
     try:
-        lock = SweepLock(folder)
-        lock.__enter__()
+        with SweepLock(store.sweep_dir(data_dir, meta.sweep_id)):
+            tasks = tasks_to_run(data_dir, meta)
+            if executor == "ray":
+                results = run_ray(tasks, workers, device)
+            else:
+                results = run_local(tasks, workers, device, *_local_setup(data_dir, meta, tasks, prefetch))
+            try:
+                counts = _store_all(results, data_dir, meta, pending, total - len(tasks), total, on_result)
+            finally:
+                results.close()  # stops the running probes at once when the sweep ends early
     except OSError as exc:
-        raise full(exc) from exc
-    try:
-        tasks = tasks_to_run(data_dir, meta)
-        done = total - len(tasks)
-        work_root = folder / ".work"
-        work_root.mkdir(exist_ok=True)
-        if executor == "ray":
-            results = run_ray(tasks, workers, device)
-        else:
-            budget = None
-            if any(not is_local(t["source"]) for t in tasks):  # downloads: deleted after each probe, within budget
-                cache = meta.cache or {}
-                budget = CacheBudget(cache.get("dir") or None, cache.get("max_gb"), bool(cache.get("keep", False)))
-            ahead = meta.prefetch if prefetch is None else prefetch
-            results = run_local(tasks, workers, device, work_root, budget, ahead)
-        pending: dict[str, dict] = {}
-        try:
-            counts = _store_all(results, data_dir, meta, pending, done, total, on_result)
-        finally:
-            results.close()  # stops the running probes at once when the sweep ends early
-    except OSError as exc:
-        raise full(exc) from exc
-    finally:
-        lock.__exit__(None, None, None)
+        raise _storage_full(exc, data_dir, meta.sweep_id, total) from exc
     return {
-        "sweep_id": sweep_id,
+        "sweep_id": meta.sweep_id,
         "data_dir": str(data_dir),
         "executor": executor,
         "workers": workers,
         "ran": len(tasks) - len(pending),
         "total": total,
         "wall_s": time.time() - started,
-        "verdicts": dict(Counter(r["status"] for r in store.iter_records(data_dir, sweep_id) if r["status"])),
+        "verdicts": dict(Counter(r["status"] for r in store.iter_records(data_dir, meta.sweep_id) if r["status"])),
         "rows": counts,
         "pending": pending,
     }
+
+
+def _start(params: SweepParams | None, data_dir: Path, resume: str | None, report: bool) -> SweepMeta:
+    """The sweep to run: the one to resume, or a new one written from ``params``; refused (before it is
+    written) when the data folder is clearly too small for it."""
+    if resume:
+        meta = store.read_sweep(data_dir, resume)
+        check_room(data_dir, len(tasks_to_run(data_dir, meta)), report)
+        return meta
+    if params is None:
+        raise UserError("Give a sweep definition (params YAML) or --resume SWEEP_ID.")
+    check_room(data_dir, len(params.models) * len(probe_params.combinations(params.matrix)), report)
+    try:
+        return create(params, data_dir)
+    except OSError as exc:
+        raise StorageFull(
+            f"Could not create the sweep in {data_dir} ({disk_words(exc, data_dir)}); make room, "
+            "then run the same command again."
+        ) from exc
+
+
+def _local_setup(data_dir: Path, meta: SweepMeta, tasks: list[ProbeTask], prefetch: int | None) -> tuple:
+    """``run_local``'s work folder, cache budget (only when something is downloaded: files are deleted
+    after each probe, within the budget) and how many models each worker fetches ahead."""
+    work_root = store.sweep_dir(data_dir, meta.sweep_id) / ".work"
+    work_root.mkdir(exist_ok=True)
+    budget = None
+    if any(not is_local(t["source"]) for t in tasks):
+        cache = meta.cache or {}
+        budget = CacheBudget(cache.get("dir") or None, cache.get("max_gb"), bool(cache.get("keep", False)))
+    return work_root, budget, meta.prefetch if prefetch is None else prefetch
+
+
+def _storage_full(exc: OSError, data_dir: Path, sweep_id: str, total: int) -> StorageFull:
+    """The sentence a full data folder ends the sweep with: what could not be written, what is safe."""
+    stored = sum(1 for _ in (store.sweep_dir(data_dir, sweep_id) / "records").glob("*.json"))
+    return StorageFull(
+        f"Could not write {relative_to_data(exc, data_dir)} ({disk_words(exc, data_dir)}): {stored} of {total} "
+        f"models are stored; make room, then run `model-support sweep --resume {sweep_id}` to finish."
+    )
 
 
 def _store_all(results, data_dir: Path, meta: SweepMeta, pending: dict, done: int, total: int, on_result) -> tuple:
