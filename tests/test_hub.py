@@ -310,7 +310,7 @@ def test_access_and_existence(server, tmp_path):
 
 def test_connection_refused_is_network_after_all_attempts(tmp_path, monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    lines, t0 = [], time.monotonic()
+    lines = []
     with pytest.raises(EnvironmentProblem, match="could not be reached.*after 4 attempts") as err:
         hub_fetch.fetch(
             "org/full",
@@ -320,7 +320,7 @@ def test_connection_refused_is_network_after_all_attempts(tmp_path, monkeypatch)
             backoff_s=0.01,
             log=lines.append,
         )
-    assert err.value.kind == "network" and time.monotonic() - t0 < 3
+    assert err.value.kind == "network"
     assert len(lines) == 3 and all(RETRY_LINE.match(line) and "ConnectError" in line for line in lines)
     assert lines[0].startswith("retry 2/4 in 0.0 s:")
 

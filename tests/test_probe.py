@@ -10,7 +10,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import FAKE_TOKEN, run_notebook
+from helpers import FAKE_TOKEN, run_notebook
 
 from model_support.probe import devices
 from model_support.probe import run as probe

@@ -19,7 +19,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
-from conftest import assert_charts_drawn, offline_page
+from helpers import assert_charts_drawn, offline_page
 
 from model_support import analysis
 from model_support.record import schema, store

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import offline_page
+from helpers import offline_page
 
 from model_support import analysis
 from model_support.record import schema, store

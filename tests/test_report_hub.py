@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import offline_page
+from helpers import offline_page
 
 from model_support import analysis
 from model_support.analysis import coverage
