@@ -9,6 +9,7 @@ in the executed notebook.
 from __future__ import annotations
 
 import html
+from collections.abc import Mapping
 from pathlib import Path
 
 NOTEBOOK_KEY = "model_support"
@@ -37,7 +38,7 @@ def show_html(markup: str) -> None:
     display(HTML(markup))
 
 
-def show_tagged(flag: str, markup: str, data: dict, text: str) -> None:
+def show_tagged(flag: str, markup: str, data: Mapping[str, object], text: str) -> None:
     """Display ``markup`` and store ``data`` in the same output, tagged with ``flag``."""
     from IPython.display import display
 

@@ -193,7 +193,7 @@ class TpuAdapter(Adapter):
         import torch
 
         try:  # experimental in torch_tpu 0.2.0: raises for a generation it does not recognise
-            return int(torch.tpu.get_device_properties().total_memory)
+            return int(torch.tpu.get_device_properties().total_memory)  # type: ignore[attr-defined]  # torch_tpu adds it
         except (RuntimeError, AttributeError):
             return 16 * 2**30  # a v5e chip, the smallest in use: the plan then errs towards more chips
 
@@ -227,7 +227,7 @@ class TpuAdapter(Adapter):
         import torch
 
         try:
-            return str(torch.tpu.get_device_name())
+            return str(torch.tpu.get_device_name())  # type: ignore[attr-defined]  # torch_tpu adds it
         except (RuntimeError, AttributeError):
             return "tpu"
 

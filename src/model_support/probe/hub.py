@@ -63,7 +63,7 @@ def metadata(info) -> dict:
         "trending_score": getattr(info, "trending_score", None),
         "gated": None if gated is None else str(gated).lower(),  # "manual", "auto" or "false"
         "license": ", ".join(map(str, license_)) if isinstance(license_, list) else license_,
-        "created_at": created.isoformat() if hasattr(created, "isoformat") else created,
+        "created_at": created.isoformat() if created is not None and hasattr(created, "isoformat") else created,
         "base_model": ", ".join(map(str, base)) if isinstance(base, list) else base,
         "hub_num_params": getattr(safetensors, "total", None),
     }
@@ -108,7 +108,7 @@ def list_models(task="text-generation", sort="downloads", limit=50, *, token=Non
         raise ValueError(f"sort must be one of {', '.join(SORTS)}, not {sort!r}.")
     api = huggingface_hub.HfApi(endpoint=endpoint, token=token)
     try:
-        infos = list(api.list_models(pipeline_tag=task, sort=SORTS[sort], limit=limit, expand=_EXPAND))
+        infos = list(api.list_models(pipeline_tag=task, sort=SORTS[sort], limit=limit, expand=_EXPAND))  # type: ignore[arg-type]  # names checked against SORTS and the API's expand list
     except Exception as exc:  # noqa: BLE001 - classified; unknown kinds re-raise
         problem = hub_fetch.classify(exc, "(model list)", "", bool(token))[0]
         if problem is None:

@@ -187,7 +187,8 @@ def combinations(matrix: dict | None) -> list[dict]:
     ([{}] without a matrix): one probe, notebook and record each, per model."""
     import itertools
 
-    axes = list(matrix or {})
+    matrix = matrix or {}
+    axes = list(matrix)
     return [dict(zip(axes, combo)) for combo in itertools.product(*(matrix[a] for a in axes))] if axes else [{}]
 
 
@@ -196,7 +197,7 @@ def parse_variant(label: str) -> dict:
     of ``variant``; one sentence (ParameterError) for a label that is none."""
     parts = label.split("+")
     try:
-        settings = {"mode": parts[0], "cache": parts[1]}
+        settings: dict[str, Any] = {"mode": parts[0], "cache": parts[1]}
         if len(parts) == 3 and parts[2].endswith("t"):
             settings["max_new_tokens"] = int(parts[2][:-1])
         elif len(parts) != 2:

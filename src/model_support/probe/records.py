@@ -71,11 +71,13 @@ def fail(
     """Fill the failure fields of ``record``: verdict, stage, error and its signature, with where it was
     raised read off ``traceback`` unless not ``placed`` (the runner's records: their traceback is a log)."""
     record.update(
-        status=status,
-        failure_stage=stage,
-        error_type=error_type,
-        error_message=message[:4000],
-        traceback=traceback,
-        failure_signature=failure_signature(error_type, message, traceback if placed else None),
+        {
+            "status": status,
+            "failure_stage": stage,
+            "error_type": error_type,
+            "error_message": message[:4000],
+            "traceback": traceback,
+            "failure_signature": failure_signature(error_type, message, traceback if placed else None),
+        }
     )
     return record

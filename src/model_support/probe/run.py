@@ -44,7 +44,7 @@ def record_failure(record: Record, stage: str, exc: BaseException, status: str |
     return fail(record, stage, status, type(exc).__name__, str(exc), probe_core.trimmed_traceback(exc))
 
 
-def _reference_dtype(device_type: str, dtype: str) -> str:
+def _reference_dtype(device_type: str | None, dtype: str) -> str:
     """On a CPU-only run the reference must still differ from the run it checks: use another dtype."""
     if device_type != "cpu":
         return dtype
@@ -77,7 +77,7 @@ def _on_the_reference(settings: dict, dtype: str, mode: str = "eager") -> dict:
     )
 
 
-def run_reference(record: dict, settings: dict) -> None:
+def run_reference(record: Record, settings: dict) -> None:
     """Greedy generation on the CPU, token by token against the device's output."""
     ref_dtype = _reference_dtype(record["device_type"], settings["dtype"])
     skip = reference_skip(record, settings, ref_dtype)
@@ -91,7 +91,7 @@ def run_reference(record: dict, settings: dict) -> None:
         record["reference_note"] = f"reference failed at {ref['failure_stage']}: {type(exc).__name__}: {exc}"[:2000]
         return
     record["reference_match"] = ref["output_token_ids"] == record["output_token_ids"]
-    record["first_divergence"] = first_divergence(record["output_token_ids"], ref["output_token_ids"])
+    record["first_divergence"] = first_divergence(record["output_token_ids"] or [], ref["output_token_ids"])
 
 
 def machine_paths(source: str) -> dict[str, str]:
@@ -110,7 +110,7 @@ NO_WEIGHTS_ATTRIBUTION = {
 ATTRIBUTED_STAGES = ("load", "template", "compile", "generate")
 
 
-def reference_skip(record: dict, settings: dict, dtype: str) -> str | None:
+def reference_skip(record: Record, settings: dict, dtype: str) -> str | None:
     """Why the CPU reference cannot run for this model (switched off, above the size limit, more than
     the host's free memory), or None. The same limits serve the reference check and attribution."""
     if settings["reference"] == "none":
@@ -128,7 +128,7 @@ def reference_skip(record: dict, settings: dict, dtype: str) -> str | None:
     return None
 
 
-def attribute(record: dict, settings: dict) -> None:
+def attribute(record: Record, settings: dict) -> None:
     """Whose failure it is: the same stages rerun in the reference configuration (the CPU; the run's dtype
     on accelerators, float32 on CPU-only runs; the run's KV cache, and compiled when the run was).
     ``stack``: the reference passes; ``model``: it fails with the same signature; ``both``: with another (kept in ``reference_signature``); null with the reason in
@@ -159,7 +159,7 @@ SHARDED_FIELDS = (*schema.SHARDED_FIELDS, "peak_device_mem_mb")
 STAGE_FIELDS = tuple(k for k in probe_core.RESULT_KEYS if k in schema.FIELDS and k not in ("status", "failure_stage"))
 
 
-def _sharded(record: dict, settings: dict, adapter) -> bool:
+def _sharded(record: Record, settings: dict, adapter) -> bool:
     """``devices`` other than 1: the probe over N devices (``sharded.run_sharded``, one rank per device,
     tensor or expert parallel by the model's own plan); ``auto`` picks the fewest that hold the model.
     True when it ran (the record is complete), False when one device is the answer."""
@@ -182,8 +182,10 @@ def _sharded(record: dict, settings: dict, adapter) -> bool:
     else:
         count = int(devices)
     if settings["mode"] != "eager":
-        exc = probe_params.ParameterError(f"devices={devices} runs in eager mode only; drop mode={settings['mode']}.")
-        record_failure(record, "runner", exc, status=schema.FAIL_OTHER)
+        refused = probe_params.ParameterError(
+            f"devices={devices} runs in eager mode only; drop mode={settings['mode']}."
+        )
+        record_failure(record, "runner", refused, status=schema.FAIL_OTHER)
         return True
     keep = max(settings["timeout_s"] * RANKS_KEEP_BACK, RANKS_KEEP_BACK_MIN_S)
     left = settings["timeout_s"] - keep - (time.perf_counter() - settings["started"])
@@ -198,8 +200,7 @@ def _sharded(record: dict, settings: dict, adapter) -> bool:
             },
             record["sweep_id"],
         )
-    for key in (*STAGE_FIELDS, *SHARDED_FIELDS):
-        record[key] = result.get(key)
+    schema.fill(record, {key: result.get(key) for key in (*STAGE_FIELDS, *SHARDED_FIELDS)})
     record["peak_host_mem_mb"] = _peak_host_mb()
     if result["exception"] is not None:
         record_failure(record, result["failure_stage"], result["exception"], status=result["status"])
@@ -252,7 +253,7 @@ def run_probe(
     return record
 
 
-def _probe(record: dict, settings: dict, sweep_id: str) -> None:
+def _probe(record: Record, settings: dict, sweep_id: str) -> None:
     try:
         probe_params.check({k: v for k, v in settings.items() if k in probe_params.BY_NAME})
         adapter = devices.resolve(settings["device"])
@@ -260,7 +261,9 @@ def _probe(record: dict, settings: dict, sweep_id: str) -> None:
         record["device_type"] = settings["device"]
         record_failure(record, "runner", exc, status=schema.FAIL_OTHER)
         return
-    record.update(device_type=adapter.type, device_name=adapter.device_name(), device_count=adapter.device_count())
+    record.update(
+        {"device_type": adapter.type, "device_name": adapter.device_name(), "device_count": adapter.device_count()}
+    )
     missing = adapter.mode_unavailable(settings["mode"])
     if missing:  # no verdict: this stack has no such mode (an ``excluded`` row in a sweep)
         record["exclusion_reason"] = f"{probe_core.NOT_AVAILABLE}: {missing}"
@@ -275,13 +278,13 @@ def _probe(record: dict, settings: dict, sweep_id: str) -> None:
             )
         except hub_fetch.NoLoadableWeights as exc:  # a real answer about the model
             record_failure(record, "download", exc, status=schema.FAIL_LOAD)
-            record.update(NO_WEIGHTS_ATTRIBUTION)
+            schema.fill(record, NO_WEIGHTS_ATTRIBUTION)
             return
-        record.update({k: got[k] for k in schema.DOWNLOAD_FIELDS}, **hub.metadata(got["info"]))
+        schema.fill(record, {**{k: got[k] for k in schema.DOWNLOAD_FIELDS}, **hub.metadata(got["info"])})
         settings["load_from"] = got["path"]
     if _sharded(record, settings, adapter):
         return
-    record.update(devices_used=1, parallelism="none")
+    record.update({"devices_used": 1, "parallelism": "none"})
     adapter.reset_peak_memory()
     result = probe_core.run_stages(
         model_id=settings["load_from"],
@@ -294,8 +297,7 @@ def _probe(record: dict, settings: dict, sweep_id: str) -> None:
     )
     if settings["mode"] == "compile":
         record["compile_backend"] = adapter.compile_backend()
-    for key in STAGE_FIELDS:
-        record[key] = result[key]
+    schema.fill(record, {key: result[key] for key in STAGE_FIELDS})
     record["peak_host_mem_mb"] = _peak_host_mb()
     record["peak_device_mem_mb"], record["device_mem_source"] = adapter.peak_memory_mb()
     record["compile_cache_hits"], record["compile_cache_misses"] = adapter.compile_cache_stats()
@@ -311,7 +313,7 @@ def _probe(record: dict, settings: dict, sweep_id: str) -> None:
     run_reference(record, settings)
 
 
-def summary_html(record: dict) -> str:
+def summary_html(record: Record) -> str:
     """The verdict, the generated text and the timings at a glance."""
 
     def fmt(value, unit=""):
@@ -348,7 +350,7 @@ def summary_html(record: dict) -> str:
     return display.kv_table(rows, title=status, color=schema.verdict_color(record["status"]))
 
 
-def show(record: dict):
+def show(record: Record):
     """Display the summary and store the full record in the output, tagged so readers find it."""
     display.show_tagged(RECORD_FLAG, summary_html(record), record, f"{record['status']} {record['model_id']}")
 

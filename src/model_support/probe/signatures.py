@@ -54,6 +54,10 @@ from __future__ import annotations
 
 import os
 import re
+from typing import TYPE_CHECKING, overload
+
+if TYPE_CHECKING:
+    from ..record.schema import Record
 
 #: Signatures are grouping keys for tables and reports, so they stay short.
 MAX_SIGNATURE_LEN = 160
@@ -143,7 +147,7 @@ def normalize_message(message: str | None) -> str:
     """The first line of ``message`` with its volatile parts replaced by placeholders."""
     text = _first_line(redact(message) or "")[:_MAX_INPUT_LEN]
     for pattern, replacement in _RULES:
-        text = pattern.sub(replacement, text)  # type: ignore[arg-type]
+        text = pattern.sub(replacement, text)  # type: ignore[call-overload]
     return text.strip()
 
 
@@ -208,7 +212,7 @@ def failure_place(traceback: str | None) -> str | None:
 def _place(path: str, func: str) -> str:
     stem = path.rsplit("/", 1)[-1]
     stem = stem[: -len(".py")] if stem.endswith(".py") else stem
-    return redact(f"{stem}.{func.strip()}")[:MAX_PLACE_LEN]
+    return (redact(f"{stem}.{func.strip()}") or "")[:MAX_PLACE_LEN]
 
 
 _TRACEBACK_HEADER = "Traceback (most recent call last):"
@@ -244,6 +248,10 @@ _PLACELESS = re.compile(
 )
 
 
+@overload
+def redact(text: str) -> str: ...
+@overload
+def redact(text: None) -> None: ...
 def redact(text: str | None) -> str | None:
     """Remove Hugging Face tokens from ``text``, for every stored text field and every log.
 
@@ -259,7 +267,7 @@ def redact(text: str | None) -> str | None:
     return _HF_TOKEN.sub("***", text)
 
 
-def redact_record(record: dict, replace: dict[str, str] | None = None) -> dict:
+def redact_record(record: Record, replace: dict[str, str] | None = None) -> Record:
     """Every text field of a record (and every text of a list field) through ``redact``, in place (the
     one redaction pass a record gets before it is stored anywhere); returns the record. ``replace`` maps
     machine-specific strings (a local model folder's absolute path) to what the record says instead."""

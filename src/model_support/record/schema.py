@@ -280,12 +280,16 @@ def empty_record(**values: Any) -> Record:
 
     Unknown keys are a programming error: refused here so a typo never becomes a silent column.
     """
+    return fill(typing.cast(Record, dict.fromkeys(FIELDS)), values)
+
+
+def fill(record: Record, values: typing.Mapping[str, Any]) -> Record:
+    """``values`` set on ``record`` (a group of fields at once); a name that is no field is refused."""
     unknown = sorted(set(values) - set(FIELDS))
     if unknown:
         raise KeyError(f"not record fields: {', '.join(unknown)}; the schema is model_support.record.schema.FIELDS")
-    record: dict[str, Any] = dict.fromkeys(FIELDS)
-    record.update(values)
-    return typing.cast(Record, record)
+    typing.cast(dict, record).update(values)
+    return record
 
 
 def check_record(record: Record) -> Record:

@@ -50,7 +50,7 @@ def vega_script() -> str:
     if "vegaEmbed" not in bundle:
         import vl_convert
 
-        bundle = vl_convert.javascript_bundle(vl_version=version)
+        bundle = vl_convert.javascript_bundle(vl_version=version)  # type: ignore[call-arg]  # its stub omits snippet's default
         try:
             atomic_write_text(cached, bundle)
         except OSError:

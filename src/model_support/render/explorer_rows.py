@@ -237,9 +237,9 @@ def latest_details(data_dir: Path, keys: pl.DataFrame) -> dict[tuple[str, str], 
             for c, config in enumerate(store.CONFIGS)
         ]
     )
-    heavy = (
+    latest = (
         heavy.sort("model_id", "variant", "_config")
         .unique(["model_id", "variant"], keep="first", maintain_order=True)
         .collect()
     )
-    return {(r["model_id"], r["variant"]): r for r in heavy.iter_rows(named=True)}
+    return {(r["model_id"], r["variant"]): r for r in latest.iter_rows(named=True)}

@@ -17,7 +17,7 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from pathlib import Path
 
 from ..errors import StorageFull, UserError
@@ -189,7 +189,7 @@ def run_local(
     work_root: Path,
     budget: CacheBudget | None = None,
     prefetch: int = 1,
-) -> Iterator[TaskResult]:
+) -> Generator[TaskResult, None, None]:
     """N probes at once on ``workers`` devices (a CPU sweep's workers are its pretend devices), scheduled
     by ``scheduler.run_on_devices``: biggest models first, each probe taking the devices it needs
     (``devices_needed``) from the device scheduler (``scheduler.DeviceScheduler``: first come first
@@ -259,7 +259,7 @@ def ray_resources(device: str, need: int = 1) -> dict:
     return {"num_cpus": need}
 
 
-def run_ray(tasks: list[ProbeTask], workers: int, device: str) -> Iterator[TaskResult]:
+def run_ray(tasks: list[ProbeTask], workers: int, device: str) -> Generator[TaskResult, None, None]:
     """The same probes as Ray tasks (one per model); results come back to the driver to be stored.
 
     Connects to the cluster in RAY_ADDRESS when set, else starts a local Ray with ``workers`` CPUs."""

@@ -63,7 +63,7 @@ class Request:
     queued: float = field(default_factory=time.monotonic)
     head: float | None = None  # when it became the oldest waiting request
     granted: float | None = None
-    ids: tuple[int, ...] | None = None
+    ids: tuple[int, ...] = ()  # the devices granted (none until then)
     target: frozenset | None = None  # devices reserved for it while it is the head
     event: threading.Event = field(default_factory=threading.Event)
 
@@ -167,7 +167,7 @@ class DeviceScheduler:
             return min(blocks, key=self._crowding)
         if self.contiguous or len(available) < need:
             return None
-        return tuple(sorted(sorted(available, key=lambda d: self._crowding((d,)))[:need], key=self._pos.get))
+        return tuple(sorted(sorted(available, key=lambda d: self._crowding((d,)))[:need], key=self._pos.__getitem__))
 
     def _blocks(self, need: int) -> list[tuple[int, ...]]:
         return [self.ids[k * need : (k + 1) * need] for k in range(self.size // need)]

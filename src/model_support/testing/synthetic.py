@@ -508,7 +508,7 @@ def write_synthetic_history(
 
         def columns(rows: np.ndarray) -> dict[str, list]:
             k = len(rows)
-            cols = {name: [value] * k for name, value in common.items()}
+            cols: dict[str, list] = {name: [value] * k for name, value in common.items()}
             cols.update(
                 sweep_id=[sweep_id] * k,
                 model_id=ids[rows].tolist(),

@@ -178,7 +178,7 @@ def _merge(result: dict, run_dir: Path, world_size: int, outcome: dict) -> None:
     died without a report (a signal, a crash), then the first rank whose stages raised (the others
     usually only saw it go: a closed connection in a collective). What every failed rank said is
     kept in ``rank_errors``."""
-    job = _read_json(run_dir / "job.json")
+    job = _read_json(run_dir / "job.json") or {}  # written before the launch: always there
     max_new = job["settings"]["max_new_tokens"]
     reports = {r: _read_json(run_dir / f"rank{r}.json") for r in range(world_size)}
     progress = {r: _read_json(run_dir / f"rank{r}.progress.json") for r in range(world_size)}
@@ -236,7 +236,9 @@ def _merge(result: dict, run_dir: Path, world_size: int, outcome: dict) -> None:
         if missing:
             rank = missing[0]
             launcher = outcome.get("launcher_error") or f"exit status {outcome.get('launcher_exit')}"
-            exc = RankDied(f"rank {rank} wrote no result {_where(progress[rank], max_new)} (launcher: {launcher})")
+            exc: Exception = RankDied(
+                f"rank {rank} wrote no result {_where(progress[rank], max_new)} (launcher: {launcher})"
+            )
         else:
             rank, exc = None, LaunchFailed(outcome["launcher_error"])
         _fail(result, probe_core.FAIL_OTHER, stage_of(rank), exc, rank=rank)

@@ -55,7 +55,7 @@ class Prefetcher:
             self._futures[index] = future
             self._ready[index].set()
 
-    def _reserve(self, task: dict) -> Download | None:
+    def _reserve(self, task: ProbeTask) -> Download | None:
         """Room in the budget for ``task``'s download (waiting for it), or why it cannot be fetched."""
         if self._budget is None or task["source"] in self._reserved:
             return None

@@ -22,6 +22,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from ... import paths
 from ...probe.hub import CacheBudget
@@ -152,6 +153,8 @@ class Standby:
             stdin=subprocess.PIPE,
             env={**os.environ, **(env or {})},
         )
+        assert self.proc.stdin is not None  # stdin=PIPE
+        self.stdin = self.proc.stdin
 
     def wait_warm(self, timeout: float = 300) -> bool:
         """Block until the kernel is up and the stack imported (or the process ended)."""
@@ -169,8 +172,8 @@ class Standby:
         try:
             (work / "task.json").write_text(json.dumps(task))
             try:
-                self.proc.stdin.write(b"go\n")
-                self.proc.stdin.close()
+                self.stdin.write(b"go\n")
+                self.stdin.close()
             except BrokenPipeError:
                 pass  # the process died while warming up: recorded below from what it left
             timed_out = False
@@ -182,7 +185,8 @@ class Standby:
             self._log.close()
             log = (work / "log.txt").read_text(errors="replace")
             notebook = whole_notebook(work / "out.ipynb")
-            record, outcome = read_json(work / "record.json"), read_json(work / "outcome.json") or {}
+            record = cast("Record | None", read_json(work / "record.json"))
+            outcome = read_json(work / "outcome.json") or {}
             trouble = write_trouble(work, outcome, log, record, notebook)
             if trouble:  # the harness could not write: not a verdict, nothing partial kept; --resume retries
                 return TaskResult(
@@ -207,7 +211,7 @@ class Standby:
     def discard(self) -> None:
         """No model came for it: end it (closing stdin makes it exit) and clean up."""
         try:
-            self.proc.stdin.close()
+            self.stdin.close()
             self.proc.wait(timeout=30)
         except (BrokenPipeError, subprocess.TimeoutExpired):
             _kill_tree(self.proc)
@@ -255,7 +259,7 @@ def run_task(
                 traceback=f"{type(exc).__name__}: {exc}",
             )
             return TaskResult(record, None, redact(head + f"{record['status']}: {exc}\n"), task["model_id"])
-        if got.path != task["source"]:
+        if got.path and got.path != task["source"]:
             task["snapshot"] = got.path
         result = (standby or Standby(work_root)).run(task)
         result.log, result.model_id, result.variant = redact(head) + result.log, task["model_id"], task.get("variant")
@@ -265,7 +269,7 @@ def run_task(
             own_budget.release(task["source"], got.fields["revision_sha"])
 
 
-def _record_from_outcome(task, outcome, returncode, timed_out, log, started) -> dict:
+def _record_from_outcome(task, outcome, returncode, timed_out, log, started) -> Record:
     error = outcome.get("error") or {}
     kernel = _describe_exit(outcome.get("kernel_exit")) if "kernel_exit" in outcome else None
     if timed_out:
