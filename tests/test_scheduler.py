@@ -213,19 +213,23 @@ def test_results_are_yielded_as_they_finish():
 
 
 def test_closing_early_stops_the_rest_and_calls_on_stop():
-    ran, stopped = [], threading.Event()
+    """Job 0 comes back at once; every other job that starts waits until on_stop lets it go (the
+    running probes being stopped): closing after the first result starts no further job."""
+    ran, gate = [], threading.Event()
 
     def probe(job, devices):
         with devices():
             ran.append(job)
+            if job != 0:
+                assert gate.wait(30), "on_stop was not called"
         return job
 
-    results = run_on_devices(range(10_000), lambda j: 1, DeviceScheduler(4), probe, on_stop=stopped.set)
-    next(results)
+    results = run_on_devices(range(10_000), lambda j: 1, DeviceScheduler(4), probe, on_stop=gate.set)
+    assert next(results) == 0
     results.close()  # returns once every started probe is over
-    assert stopped.is_set()
+    assert gate.is_set()
     count = len(ran)
-    assert count < 10_000 and len(ran) == count  # nothing started after close
+    assert count <= 1 + 4 and len(ran) == count  # job 0, and at most one more per thread; none after close
 
 
 def test_an_error_in_a_probe_is_raised_after_its_devices_are_released():
