@@ -33,11 +33,13 @@ sweep: fixtures
 browser:
 	@test -x /usr/bin/chromium || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null)
 
-# Lint: ruff (lint + format) and the import contract (.importlinter: the package's layers).
+# Lint: ruff (lint + format), the import contracts (.importlinter: the package's rooms) and the type
+# checker (mypy, configured in pyproject.toml).
 lint: $(STAMP)
 	.venv/bin/ruff check src tests bench
 	.venv/bin/ruff format --check src tests bench
 	.venv/bin/lint-imports --no-cache
+	.venv/bin/mypy
 
 # The whole suite: lint, unit tests, real sweeps and notebooks, the browser tests.
 test: fixtures browser lint

@@ -1,4 +1,4 @@
-"""Multi-device scheduling, by simulation: the scheduler alone, driving fake probes that only sleep.
+"""Multi-device scheduling, by simulation: the local sweep's own scheduling driving fake probes that only sleep.
 
 8 pretend devices; 1,000 models, exactly 70% needing 1 device, 20% 2, 8% 4 and 2% 8, shuffled (seeded);
 each probe sleeps a duration drawn from a seeded lognormal (median 20 ms, sigma 0.5, independent of the
@@ -10,18 +10,22 @@ size), so a run takes seconds. Per scheduler and model order:
 The head-wait bound is against the longest probe as measured (grant to end: the sleep plus thread
 hand-offs), with 2 ms for the release and the next grant to pass between threads.
 
-Schedulers:
-- baseline: today's ``sweep.run_local`` generalised. 8 workers share a queue of 8 one-device slots; a
-  model needing N takes N slots one after another, under a lock (without it two 8-device models each
-  holding 4 slots deadlock), so the models behind it wait (FIFO, no backfill). All tasks are
-  submitted to the pool at once, as run_local does. Its slots are any free ids: not valid for TPUs.
-- baseline-tpu: the same FIFO without backfill on aligned blocks (a TPU model needs neighbouring
-  chips): the head waits until an aligned block is free, the models behind it wait too.
+Schedulers: every row but the first runs ``scheduler.run_on_devices``, the function ``runner.run_local``
+schedules a sweep's probes with (one thread per device, each taking the next model and holding the
+devices it needs from the scheduler while it runs), with the policy named:
+- baseline: the slot queue of sweeps before devices were handed out (simulated here): 8 workers share 8
+  one-device slots; a model needing N takes N slots one after another, under a lock (without it two
+  8-device models each holding 4 slots deadlock), so the models behind it wait (FIFO, no backfill).
+  Its slots are any free ids: not valid for TPUs.
+- baseline-tpu: FIFO without backfill on aligned blocks (a TPU model needs neighbouring chips): the head
+  waits until an aligned block is free, the models behind it wait too (a ``DeviceScheduler`` whose head
+  reserves every device).
 - greedy: ``DeviceScheduler`` without the reservation: any waiting model that fits starts (first-fit
   backfill); shown for the starvation it causes.
-- new: ``scheduler.schedule`` over a ``DeviceScheduler`` (FIFO + reservation backfilling), any free
-  devices (cuda) or aligned blocks only (tpu).
-Orders: ``given`` (the shuffled list) and ``largest`` (``scheduler.largest_first``).
+- runner: ``DeviceScheduler`` (FIFO + reservation backfilling), any free devices (cuda) or aligned blocks
+  only (tpu): what a sweep runs.
+Orders: ``given`` (the shuffled list) and ``largest`` (``scheduler.device_order``: biggest first, what
+``run_local`` hands its models out in whenever one needs more than one device).
 
     .venv/bin/python bench/bench_scheduler.py [--models 1000] [--reps 1]
 """
@@ -38,11 +42,12 @@ import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from queue import Queue
 
 from common import spread, write_results
 
-from model_support.sweep.scheduler import DeviceScheduler, Finished, largest_first, schedule
+from model_support.sweep.scheduler import DeviceScheduler, device_order, run_on_devices
 
 DEVICES = 8
 MIX = {1: 0.70, 2: 0.20, 4: 0.08, 8: 0.02}
@@ -52,20 +57,34 @@ ROWS = [  # (scheduler, order)
     ("baseline", "given"),
     ("baseline-tpu", "given"),
     ("greedy", "given"),
-    ("new-cuda", "given"),
-    ("new-tpu", "given"),
+    ("runner-cuda", "given"),
+    ("runner-tpu", "given"),
     ("baseline", "largest"),
     ("baseline-tpu", "largest"),
-    ("new-cuda", "largest"),
-    ("new-tpu", "largest"),
+    ("runner-cuda", "largest"),
+    ("runner-tpu", "largest"),
 ]
 LABELS = {
     "baseline": "baseline: 1-device slots, N taken in turn (FIFO, no backfill)",
     "baseline-tpu": "baseline on aligned blocks (TPU): FIFO, no backfill",
     "greedy": "first-fit backfill, no reservation",
-    "new-cuda": "new: FIFO + reservation backfill, any devices",
-    "new-tpu": "new: FIFO + reservation backfill, aligned blocks (TPU)",
+    "runner-cuda": "runner: FIFO + reservation backfill, any devices",
+    "runner-tpu": "runner: FIFO + reservation backfill, aligned blocks (TPU)",
 }
+
+
+@dataclass
+class Finished:
+    """A fake probe that ran: its devices, and when (time.monotonic) it asked for them, became the oldest
+    waiting request, got them, started and ended."""
+
+    task: tuple[int, float]
+    ids: tuple[int, ...]
+    queued: float
+    head: float
+    granted: float
+    started: float
+    ended: float
 
 
 def models(count: int, seed: int) -> list[tuple[int, float]]:
@@ -76,15 +95,20 @@ def models(count: int, seed: int) -> list[tuple[int, float]]:
     return [(need, MEDIAN_S * math.exp(rng.gauss(0.0, SIGMA))) for need in needs]
 
 
-def probe(task: tuple[int, float], ids: tuple[int, ...]) -> None:
-    time.sleep(task[1])
+def probe(task: tuple[int, float], devices) -> Finished:
+    """A probe as ``run_on_devices`` runs one: it holds its devices while it sleeps its duration."""
+    with devices() as grant:
+        started = time.monotonic()
+        time.sleep(task[1])
+        ended = time.monotonic()
+    return Finished(task, grant.ids, grant.queued, grant.head, grant.granted, started, ended)
 
 
 def need_of(task: tuple[int, float]) -> int:
     return task[0]
 
 
-def slots_schedule(tasks, need_of, run, devices: int):
+def slots_schedule(tasks, need_of, devices: int):
     """The baseline: ``sweep.run_local``'s slot queue, a model taking its N slots in turn under a lock."""
     slots: Queue = Queue()
     for slot in range(devices):
@@ -98,12 +122,12 @@ def slots_schedule(tasks, need_of, run, devices: int):
             granted = time.monotonic()
         try:
             started = time.monotonic()
-            value = run(task, ids)
+            time.sleep(task[1])
             ended = time.monotonic()
         finally:
             for slot in ids:
                 slots.put(slot)
-        return Finished(task, value, ids, queued, head, granted, started, ended)
+        return Finished(task, ids, queued, head, granted, started, ended)
 
     with ThreadPoolExecutor(max_workers=devices) as pool:
         pending = {pool.submit(one, task, time.monotonic()) for task in tasks}
@@ -131,16 +155,18 @@ def child(name: str, order: str, count: int, seed: int) -> dict:
     tasks = models(count, seed)
     longest = max(seconds for _, seconds in tasks)
     if order == "largest":
-        tasks = largest_first(tasks, need_of)
+        tasks = device_order(tasks, need_of)
     start = time.monotonic()
     if name == "baseline":
-        results = slots_schedule(tasks, need_of, probe, DEVICES)
-    elif name == "greedy":
-        results = schedule(tasks, need_of, probe, Greedy(DEVICES))
-    elif name == "baseline-tpu":
-        results = schedule(tasks, need_of, probe, StrictFifo(DEVICES, contiguous=True))
+        results = slots_schedule(tasks, need_of, DEVICES)
     else:
-        results = schedule(tasks, need_of, probe, DEVICES, contiguous=name == "new-tpu")
+        policy = {
+            "greedy": Greedy(DEVICES),
+            "baseline-tpu": StrictFifo(DEVICES, contiguous=True),
+            "runner-cuda": DeviceScheduler(DEVICES),
+            "runner-tpu": DeviceScheduler(DEVICES, contiguous=True),
+        }[name]
+        results = run_on_devices(tasks, need_of, policy, probe)
     busy = end = longest_hold = 0.0
     head_wait = {need: 0.0 for need in MIX}
     queue_wait = {need: 0.0 for need in MIX}

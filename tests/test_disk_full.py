@@ -158,6 +158,30 @@ def test_a_disk_clearly_too_small_is_refused_before_anything_runs(small_disk, tm
     assert not data.exists() or not any(data.iterdir())
 
 
+def test_the_room_check_counts_every_variant_of_the_matrix(small_disk, tmp_path, fixture_models):
+    """One model in 8 variants writes 8 notebooks, logs and records: 128 KB holds one model's, not eight."""
+    data = small_disk("128k") / "data"
+    path = tmp_path / "matrix.yaml"
+    matrix = {"mode": ["eager", "compile"], "cache": ["dynamic", "static"], "max_new_tokens": [8, 16]}
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "matrix",
+                "probe": {"device": "cpu", "reference": "none"},
+                "models": [fixture_models["tiny-llama"]["path"]],
+                "matrix": matrix,
+            }
+        )
+    )
+    run = subprocess.run(
+        [*CLI, "sweep", str(path), "--data-dir", str(data), "--no-report"], capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 1
+    sentence = one_sentence(run.stderr)
+    assert "clearly too little for this sweep" in sentence and "8 probes' notebooks, logs and records" in sentence
+    assert not data.exists() or not any(data.iterdir())
+
+
 def test_compaction_and_the_card_on_a_full_disk_leave_no_temp_file(small_disk):
     """The Parquet compaction and the dataset card fail loudly on a full disk and leave nothing behind."""
     data = small_disk("256k") / "data"

@@ -6,7 +6,7 @@ row wraps, and a cell too narrow for its text carries the whole text as its tool
 from __future__ import annotations
 
 import pytest
-from conftest import offline_page
+from helpers import offline_page
 
 from model_support.record import schema, store
 from model_support.record.sweep_meta import ModelEntry, SweepMeta

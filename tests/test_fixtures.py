@@ -11,7 +11,6 @@ import os
 import struct
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -116,14 +115,12 @@ def test_missing_weights_fixture_has_config_but_no_weights(manifest):
     assert not list(folder.glob("*.safetensors")) and not list(folder.glob("*.bin"))
 
 
-def test_second_build_is_fast_and_rebuilds_nothing(manifest, capsys):
+def test_a_second_build_rebuilds_nothing(manifest, capsys):
+    """Every fixture says cached and no completion marker is touched: nothing was built again."""
     models_dir = fixtures.default_models_dir()
     markers = {name: (Path(e["path"]) / ".complete").stat().st_mtime_ns for name, e in manifest["fixtures"].items()}
-    started = time.perf_counter()
     again = fixtures.build_fixtures(models_dir)
-    elapsed = time.perf_counter() - started
     lines = capsys.readouterr().out.splitlines()
-    assert elapsed < 2, f"a cached build took {elapsed:.1f} s"
     assert len(lines) == len(fixtures.FIXTURE_NAMES) and all(line.endswith(" cached") for line in lines), lines
     assert again == manifest
     assert markers == {n: (Path(e["path"]) / ".complete").stat().st_mtime_ns for n, e in again["fixtures"].items()}
@@ -131,7 +128,6 @@ def test_second_build_is_fast_and_rebuilds_nothing(manifest, capsys):
 
 def test_cli_on_a_built_folder_reports_everything_cached(manifest):
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
-    started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "model_support.testing.fixtures", "--dir", str(fixtures.default_models_dir())],
         capture_output=True,
@@ -140,7 +136,6 @@ def test_cli_on_a_built_folder_reports_everything_cached(manifest):
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    assert time.perf_counter() - started < 5
     lines = done.stdout.splitlines()
     assert [(line.split()[0], line.split()[-1]) for line in lines] == [(n, "cached") for n in fixtures.FIXTURE_NAMES]
 

@@ -10,7 +10,7 @@ import sys
 
 import polars as pl
 import pytest
-from conftest import cli_debug, cli_sweep, probe_record
+from helpers import cli_debug, cli_sweep, probe_record
 
 from model_support import analysis
 from model_support.probe import probe_params

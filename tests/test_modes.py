@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import cli_debug, cli_sweep, probe_record
+from helpers import cli_debug, cli_sweep, probe_record
 
 from model_support.probe import probe_params
 from model_support.probe import run as probe

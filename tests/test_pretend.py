@@ -284,7 +284,7 @@ def test_the_probe_notebook_on_the_pretend_device_gives_the_cpus_tokens(tmp_path
     """papermill, ``-p device pretend``: PASS, peak device memory with its source (torch's generic counter
     refuses a Python backend, so the adapter's fallback, the backend's own module, answers), and the
     tokens of the CPU reference, which runs in the same dtype (bfloat16)."""
-    from conftest import probe_record
+    from helpers import probe_record
 
     monkeypatch.setenv(CONFIG_VAR, json.dumps({"devices": 1}))
     record = probe_record(tmp_path, fixture_models["tiny-llama"]["path"], device="pretend", reference="cpu")
@@ -299,7 +299,7 @@ def test_the_probe_notebook_on_the_pretend_device_gives_the_cpus_tokens(tmp_path
 def test_compile_mode_uses_the_backend_the_adapter_names(tmp_path, monkeypatch, fixture_models):
     """An out-of-tree backend without a compiler of its own compiles with aot_eager: dynamo's graphs run
     through AOTAutograd on the device's tensors."""
-    from conftest import probe_record
+    from helpers import probe_record
 
     monkeypatch.setenv(CONFIG_VAR, json.dumps({}))
     record = probe_record(tmp_path, fixture_models["tiny-gpt2"]["path"], device="pretend", mode="compile")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import FAKE_TOKEN, run_notebook
+from helpers import FAKE_TOKEN, run_notebook
 
 from model_support.probe import devices
 from model_support.probe import run as probe
@@ -123,8 +123,8 @@ def test_executed_notebook_alone_tells_the_verdict(smoke_sweep):
         stored = probe.record_from_notebook(path)
         assert stored == record
         nb = nbformat.read(str(path), as_version=4)
-        assert nb.metadata["model_support"]["record"]["status"] == record["status"]
         outputs = [o for c in nb.cells for o in c.get("outputs", []) if "data" in o]
+        assert [o["data"]["application/json"] for o in outputs if "application/json" in o["data"]] == [record]
         assert any(record["status"] in o["data"].get("text/html", "") for o in outputs)
 
 

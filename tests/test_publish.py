@@ -26,7 +26,7 @@ import pytest
 from huggingface_hub import HfApi, constants
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import FAKE_TOKEN  # noqa: E402
+from helpers import FAKE_TOKEN  # noqa: E402
 from hub_server import serve  # noqa: E402
 
 from model_support import publish  # noqa: E402
@@ -297,7 +297,7 @@ def test_logs_in_the_repo_with_links_that_resolve_and_no_secret(hub, tmp_path, m
 
 @pytest.mark.browser
 def test_the_explorer_links_the_published_notebook_and_log(browser, hub, tmp_path):
-    from conftest import offline_page
+    from helpers import offline_page
 
     from model_support.render import explorer
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
-from conftest import assert_charts_drawn, offline_page
+from helpers import assert_charts_drawn, offline_page
 
 from model_support import analysis, paths
 from model_support.fileio import atomic_write_json

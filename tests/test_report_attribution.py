@@ -19,11 +19,11 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
-from conftest import assert_charts_drawn, offline_page
+from helpers import assert_charts_drawn, offline_page
 
 from model_support import analysis
 from model_support.record import schema, store
-from model_support.record.display import VERDICT_COLORS
+from model_support.record.schema import VERDICT_COLORS
 from model_support.render import explorer, report, terminal
 
 PASS, LOAD, GEN, OTHER = schema.VERDICTS

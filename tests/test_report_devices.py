@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import offline_page
+from helpers import offline_page
 
 from model_support import analysis
 from model_support.record import schema, store
@@ -22,15 +22,6 @@ from model_support.render import explorer, report, sections
 PASS, LOAD, GEN, OTHER = schema.VERDICTS
 OLD = "dev-20261201T000000Z-0000"  # written before the devices columns existed
 NEW = "dev-20261202T000000Z-1111"
-DEVICE_FIELDS = (
-    "devices_used",
-    "parallelism",
-    "tp_size",
-    "ep_size",
-    "memory_estimate_bytes",
-    "load_s_per_rank",
-    "generate_s_per_rank",
-)
 SIG_NO_PLAN = "RuntimeError: <name> has no tensor or expert parallel plan, and needs <n> devices"
 GB = 1_000_000_000
 #: model -> (status, devices_used, parallelism, tp_size, ep_size, memory estimate in bytes)
@@ -39,6 +30,13 @@ NEW_MODELS = {
     "dv/tp": (PASS, 2, "tp", 2, 1, 30 * GB),
     "dv/ep": (PASS, 2, "ep", 1, 2, 40 * GB),
     "dv/noplan": (LOAD, 2, None, 1, 1, 50 * GB),  # no plan: parallelism null, reads as none
+}
+RANK_ERROR = "rank 1: FAIL(load) at load: RuntimeError: no plan for the experts"
+#: What the ranks said (the rest of the runs say nothing: older records, one device).
+RANKS_SAID = {
+    "dv/tp": {"ranks_agree": True},
+    "dv/ep": {"ranks_agree": False},
+    "dv/noplan": {"rank_errors": [RANK_ERROR], "rank_log_tail": "--- rank 1 stderr ---\nFile 'timer.py', in put"},
 }
 
 
@@ -64,7 +62,7 @@ def _write_old(data: Path) -> None:
     old = schema.to_table([_record(OLD, "old/a", PASS), _record(OLD, "old/b", GEN)])
     path = store.parquet_file(data, "results", OLD)
     path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(old.drop_columns(list(DEVICE_FIELDS)), path)  # written as an older file really is
+    pq.write_table(old.drop_columns(list(schema.SHARDED_FIELDS)), path)  # written as an older file really is
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +81,7 @@ def dev_data(tmp_path_factory) -> Path:
             memory_estimate_bytes=memory,
             load_s_per_rank=[1.0] * devices,
             generate_s_per_rank=[2.0] * devices if status == PASS else None,
+            **RANKS_SAID.get(model, {}),
         )
         for model, (status, devices, kind, tp, ep, memory) in NEW_MODELS.items()
     ]
@@ -116,6 +115,8 @@ def test_multi_device_runs_by_hand(dev_data):
         ("dv/noplan", 2, "none", 1, 1, 50.0, LOAD),  # null parallelism reads as none
         ("dv/tp", 2, "tp", 2, 1, 30.0, PASS),
     ]
+    assert multi.select("ranks_agree", "rank_errors").rows() == [(False, None), (None, [RANK_ERROR]), (True, None)]
+    assert multi["rank_log_tail"].to_list()[1].endswith("in put")
     old = analysis.multi_device_runs(results, OLD)
     assert old.height == 0
     assert not analysis.uses_devices(old, analysis.pass_rate_by_parallelism(results, OLD))
@@ -148,6 +149,10 @@ def test_report_has_the_devices_section(dev_report):
     assert ">Pass rate by parallelism<" in section
     assert '<td>none</td><td class="num">2</td><td class="num">1</td><td class="num">50.0%</td>' in section
     assert '<td>tp</td><td class="num">1</td><td class="num">1</td><td class="num">100.0%</td>' in section
+    # what the ranks said: agreement, each rank's error, the failed ranks' log folded
+    assert "<th>ranks agree</th>" in section and "<td>false</td>" in section
+    assert f"<td>{RANK_ERROR}</td>" in section
+    assert "<details><summary>--- rank 1 stderr ---" in section and "in put</pre></details>" in section
     # the older sweep's report: no section
     assert "Devices and parallelism" not in dev_report["old_text"]
     assert ">Verdicts<" in dev_report["old_text"]

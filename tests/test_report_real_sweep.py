@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import assert_charts_drawn, offline_page
+from helpers import assert_charts_drawn, offline_page
 
 from model_support.record import schema
 

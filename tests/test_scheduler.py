@@ -1,4 +1,5 @@
-"""The multi-device scheduler: real threads, short sleeps (the whole file runs in a few seconds)."""
+"""The multi-device scheduler and the local sweep's scheduling over it (``run_on_devices``): real threads;
+the policy checked by the order of grants and events, never by how long something took."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ import time
 import pytest
 
 from model_support.probe.devices import pinning_env
-from model_support.sweep.scheduler import DeviceScheduler, largest_first, schedule
+from model_support.sweep.scheduler import DeviceScheduler, device_order, largest_first, run_on_devices
 
 
-def consume(results, timeout: float = 15.0) -> list:
-    """Drain a schedule() generator on a thread; fail (instead of hanging) if it deadlocks."""
+def consume(results, timeout: float = 60.0) -> list:
+    """Drain a run_on_devices generator on a thread; fail (instead of hanging) if it deadlocks."""
     out, errors = [], []
 
     def drain():
@@ -25,52 +26,60 @@ def consume(results, timeout: float = 15.0) -> list:
     thread = threading.Thread(target=drain, daemon=True)
     thread.start()
     thread.join(timeout)
-    assert not thread.is_alive(), f"schedule() did not finish within {timeout} s (deadlock?)"
+    assert not thread.is_alive(), f"run_on_devices did not finish within {timeout} s (deadlock?)"
     if errors:
         raise errors[0]
     return out
 
 
-def sleeper(task, ids):
-    time.sleep(task[1])
-    return task
+class Owners:
+    """Who holds each device right now: a device taken while another job holds it is recorded."""
 
+    def __init__(self, size: int):
+        self.owner: list = [None] * size
+        self.clashes: list = []
+        self.peak = self.busy = 0
+        self.lock = threading.Lock()
 
-def assert_no_device_shared(finished) -> None:
-    """From the recorded times and ids: no device id is used by two tasks that overlap in time."""
-    by_device: dict[int, list] = {}
-    for f in finished:
-        for device in f.ids:
-            by_device.setdefault(device, []).append((f.started, f.ended))
-    for device, spans in by_device.items():
-        spans.sort()
-        for (_, end), (start, _) in zip(spans, spans[1:]):
-            assert start >= end, f"device {device} ran two tasks at once"
+    def take(self, job, ids) -> None:
+        with self.lock:
+            if any(self.owner[d] is not None for d in ids):
+                self.clashes.append((job, ids))
+            for d in ids:
+                self.owner[d] = job
+            self.busy += len(ids)
+            self.peak = max(self.peak, self.busy)
+
+    def give(self, ids) -> None:
+        with self.lock:
+            for d in ids:
+                self.owner[d] = None
+            self.busy -= len(ids)
 
 
 @pytest.mark.parametrize("contiguous", [False, True], ids=["any-devices", "aligned-blocks"])
 def test_mixed_sizes_finish_without_deadlock_and_never_share_a_device(contiguous):
     rng = random.Random(7)
-    tasks = [(rng.choice([1, 1, 1, 1, 2, 2, 4, 8]), rng.uniform(0.001, 0.006)) for _ in range(150)]
-    busy, peak, lock = [0], [0], threading.Lock()
+    jobs = [(i, rng.choice([1, 1, 1, 1, 2, 2, 4, 8]), rng.uniform(0.001, 0.006)) for i in range(150)]
+    owners, grants = Owners(8), {}
 
-    def run(task, ids):
-        assert len(ids) == task[0] and len(set(ids)) == task[0]
-        with lock:
-            busy[0] += len(ids)
-            peak[0] = max(peak[0], busy[0])
-        time.sleep(task[1])
-        with lock:
-            busy[0] -= len(ids)
+    def probe(job, devices):
+        with devices() as grant:
+            assert len(grant.ids) == job[1] and len(set(grant.ids)) == job[1]
+            owners.take(job, grant.ids)
+            time.sleep(job[2])
+            owners.give(grant.ids)
+        grants[job] = grant.ids
+        return job
 
-    finished = consume(schedule(tasks, lambda t: t[0], run, 8, contiguous=contiguous))
-    assert sorted(f.task for f in finished) == sorted(tasks)
-    assert peak[0] <= 8
-    assert all(0 <= d < 8 for f in finished for d in f.ids)
-    assert_no_device_shared(finished)
+    finished = consume(
+        run_on_devices(device_order(jobs, lambda j: j[1]), lambda j: j[1], DeviceScheduler(8, contiguous), probe)
+    )
+    assert sorted(finished) == sorted(jobs)
+    assert owners.clashes == [] and owners.peak <= 8
+    assert all(0 <= d < 8 for ids in grants.values() for d in ids)
     if contiguous:  # TPU mode: every grant is an aligned block [k*n, (k+1)*n)
-        assert all(f.ids == tuple(range(f.ids[0], f.ids[0] + len(f.ids))) for f in finished)
-        assert all(f.ids[0] % len(f.ids) == 0 for f in finished)
+        assert all(ids == tuple(range(ids[0], ids[0] + len(ids))) and ids[0] % len(ids) == 0 for ids in grants.values())
 
 
 def test_threads_calling_acquire_directly_never_share_a_device():
@@ -105,24 +114,25 @@ def test_threads_calling_acquire_directly_never_share_a_device():
 
 @pytest.mark.parametrize("contiguous", [True, False], ids=["aligned-blocks", "any-devices"])
 def test_a_4_device_model_waits_for_4_free_while_1_device_models_keep_the_others_busy(contiguous):
-    # Six 1-device probes fill devices 0-5 (0-3 short, 4-5 long), then a 4-device model, then a stream
-    # of short 1-device probes that outlasts the long ones. The big model reserves block 4-7 (the least
-    # busy one): nothing new starts on 6-7, the small models keep 0-3 busy, and it starts as soon as
-    # 4-5 free up (with any devices allowed too: 0-3 never become free together meanwhile).
-    short, long = 0.04, 0.25
-    tasks = [(1, short)] * 4 + [(1, long)] * 2 + [(4, 0.02)] + [(1, short)] * 36
-    finished = consume(
-        schedule(enumerate(tasks), lambda t: t[1][0], lambda t, ids: time.sleep(t[1][1]), 8, contiguous=contiguous)
-    )
-    assert_no_device_shared(finished)
-    big = next(f for f in finished if len(f.ids) == 4)
-    assert big.ids == (4, 5, 6, 7)
-    long_end = max(f.ended for f in finished if f.task[1][1] == long)
-    assert big.granted >= long_end - 0.001  # it waited for 4 free devices
-    assert big.granted - long_end < 0.05  # and started as soon as they were free
-    meanwhile = [f for f in finished if len(f.ids) == 1 and big.queued < f.started < big.granted]
-    assert len(meanwhile) >= 12 and all(f.ids[0] in (0, 1, 2, 3) for f in meanwhile)
-    assert not [f for f in finished if f is not big and set(f.ids) & {6, 7} and f.started < big.granted]
+    # Six 1-device probes hold devices 0-5, then a 4-device model asks: it reserves block 4-7 (the least
+    # busy one). 1-device models asking after it never get 6 or 7 (its target) but do get 0-3 as they
+    # free up; it starts the moment 4 and 5 are free, before any 1-device model that asked after it.
+    scheduler = DeviceScheduler(8, contiguous=contiguous)
+    small = [scheduler.submit(1, key=f"s{i}") for i in range(6)]
+    assert [r.ids for r in small] == [(i,) for i in range(6)]
+    big = scheduler.submit(4, key="big")
+    assert not big.event.is_set() and big.target == frozenset({4, 5, 6, 7})
+    later = [scheduler.submit(1, key=f"l{i}") for i in range(3)]
+    assert not any(r.event.is_set() for r in later)  # 6 and 7 are free, but reserved for the big model
+    scheduler.release(small[0].ids)
+    scheduler.release(small[1].ids)
+    assert [r.ids for r in later[:2]] == [(0,), (1,)] and not later[2].event.is_set()  # backfilled outside 4-7
+    scheduler.release(small[4].ids)
+    assert not big.event.is_set() and not later[2].event.is_set()  # 4 waits for 5: nobody else takes it
+    scheduler.release(small[5].ids)
+    assert big.ids == (4, 5, 6, 7) and not later[2].event.is_set()
+    scheduler.release(small[2].ids)
+    assert later[2].ids == (2,)
 
 
 def test_any_free_devices_do_for_cuda_but_only_aligned_blocks_for_tpu():
@@ -144,45 +154,26 @@ class FirstFit(DeviceScheduler):
         return frozenset()
 
 
-def small_stream(scheduler, stop, longest):
-    """Eight feeders, each asking for 1 device again as soon as it released one: an endless stream."""
-
-    def feed(seed):
-        rng = random.Random(seed)
-        while not stop.is_set():
-            ids = scheduler.acquire(1, timeout=5)
-            time.sleep(rng.uniform(longest / 4, longest))
-            scheduler.release(ids)
-
-    threads = [threading.Thread(target=feed, args=(seed,), daemon=True) for seed in range(8)]
-    for thread in threads:
-        thread.start()
-    return threads
-
-
 def test_an_8_device_model_is_not_starved_by_an_endless_stream_of_1_device_models():
-    # Bound (module docstring): with at most p requests ahead of it, a request starts within
-    # (p + 1) x the longest probe. Here at most 8 feeders are ahead: (8 + 1) x 40 ms = 0.36 s.
-    longest = 0.04
+    # Eight 1-device models hold every device; an 8-device model asks, and every time a device frees up
+    # another 1-device model asks too (an endless stream). With the reservation the big model gets all
+    # eight once the eight that ran before it are done, ahead of the whole stream; without it (the
+    # control) every freed device goes to the stream and the big model never starts.
     for policy, should_start in ((DeviceScheduler, True), (FirstFit, False)):
-        scheduler, stop = policy(8), threading.Event()
-        threads = small_stream(scheduler, stop, longest)
-        time.sleep(0.15)  # the stream is running, every device busy
-        asked = time.monotonic()
-        try:
-            ids = scheduler.acquire(8, timeout=1.0)
-            waited = time.monotonic() - asked
-            scheduler.release(ids)
-        except TimeoutError:
-            ids = None
-        stop.set()
-        for thread in threads:
-            thread.join(5)
+        scheduler = policy(8)
+        running = [scheduler.submit(1) for _ in range(8)]
+        big = scheduler.submit(8)
+        stream = []
+        for _ in range(40):
+            scheduler.release(running.pop(0).ids)
+            stream.append(scheduler.submit(1))
+            running += [r for r in stream if r.event.is_set() and r not in running and r.ids]
+            if big.event.is_set():
+                break
         if should_start:
-            assert ids == tuple(range(8))
-            assert waited <= 9 * longest + 0.15, waited
-        else:  # the control starves it: 8 devices are never free at once while the stream goes on
-            assert ids is None
+            assert big.ids == tuple(range(8)) and not any(r.event.is_set() for r in stream)
+        else:
+            assert not big.event.is_set() and all(r.event.is_set() for r in stream)
 
 
 def test_a_request_larger_than_the_machine_is_refused_with_one_sentence():
@@ -194,50 +185,73 @@ def test_a_request_larger_than_the_machine_is_refused_with_one_sentence():
     assert message.count(". ") == 0
     with pytest.raises(ValueError, match="at least 1"):
         scheduler.acquire(0)
+
+    def probe(need, devices):
+        with devices():
+            return need
+
     with pytest.raises(ValueError, match="needs 16 devices"):
-        consume(schedule([(1, 0.0), (16, 0.0)], lambda t: t[0], sleeper, scheduler))
+        consume(run_on_devices([1, 16], lambda need: need, scheduler, probe))
     assert scheduler.acquire(8, timeout=1) == tuple(range(8))  # nothing leaked
 
 
 def test_results_are_yielded_as_they_finish():
-    tasks = [(1, 0.4), (1, 0.02), (1, 0.2)]
-    start, arrivals = time.monotonic(), []
-    for finished in schedule(tasks, lambda t: t[0], sleeper, 3):
-        arrivals.append((finished.value, time.monotonic() - start))
-    assert [value for value, _ in arrivals] == [(1, 0.02), (1, 0.2), (1, 0.4)]
-    assert arrivals[0][1] < 0.2  # the quick one came back while the slow one still ran
-    for f in schedule(tasks, lambda t: t[0], sleeper, 3):  # recorded times are ordered
-        assert f.queued <= f.head <= f.granted <= f.started <= f.ended
+    """The slow probe goes on only once the quick one's result has come back: yielded as they finish."""
+    quick_back = threading.Event()
+
+    def probe(job, devices):
+        with devices():
+            if job == "slow":
+                assert quick_back.wait(30), "the quick result was not yielded while the slow probe ran"
+        return job
+
+    arrivals = []
+    for value in run_on_devices(["slow", "quick"], lambda j: 1, DeviceScheduler(2), probe):
+        arrivals.append(value)
+        quick_back.set()
+    assert arrivals == ["quick", "slow"]
 
 
-def test_tasks_are_read_lazily_and_closing_stops_the_rest():
-    pulled, ran = [0], []
+def test_closing_early_stops_the_rest_and_calls_on_stop():
+    """Job 0 comes back at once; every other job that starts waits until on_stop lets it go (the
+    running probes being stopped): closing after the first result starts no further job."""
+    ran, gate = [], threading.Event()
 
-    def tasks():
-        for i in range(10_000):
-            pulled[0] += 1
-            yield (1, 0.001, i)
+    def probe(job, devices):
+        with devices():
+            ran.append(job)
+            if job != 0:
+                assert gate.wait(30), "on_stop was not called"
+        return job
 
-    results = schedule(tasks(), lambda t: t[0], lambda t, ids: ran.append(t), 4, lookahead=10)
-    next(results)
-    assert pulled[0] <= 11
-    results.close()
+    results = run_on_devices(range(10_000), lambda j: 1, DeviceScheduler(4), probe, on_stop=gate.set)
+    assert next(results) == 0
+    results.close()  # returns once every started probe is over
+    assert gate.is_set()
     count = len(ran)
-    time.sleep(0.05)
-    assert len(ran) == count <= 11  # nothing started after close
+    assert count <= 1 + 4 and len(ran) == count  # job 0, and at most one more per thread; none after close
 
 
 def test_an_error_in_a_probe_is_raised_after_its_devices_are_released():
     scheduler = DeviceScheduler(4)
 
-    def run(task, ids):
-        if task == "bad":
-            raise RuntimeError("probe exploded")
-        time.sleep(0.01)
+    def probe(job, devices):
+        with devices():
+            if job == "bad":
+                raise RuntimeError("probe exploded")
+        return job
 
     with pytest.raises(RuntimeError, match="probe exploded"):
-        consume(schedule(["ok", "bad", "ok"], lambda t: 2, run, scheduler))
+        consume(run_on_devices(["ok", "bad", "ok"], lambda j: 2, scheduler, probe))
     assert scheduler.acquire(4, timeout=1) == (0, 1, 2, 3)
+
+
+def test_a_job_that_needs_no_device_holds_none():
+    scheduler = DeviceScheduler(1)
+    with scheduler.hold(1):  # the only device is taken: a job that asks for none still runs
+        assert consume(run_on_devices(["no devices"], lambda j: 1, scheduler, lambda job, devices: job)) == [
+            "no devices"
+        ]
 
 
 def test_acquire_timeout_release_checks_and_best_fit_placement():
@@ -259,6 +273,9 @@ def test_acquire_timeout_release_checks_and_best_fit_placement():
 def test_largest_first_keeps_the_given_order_within_a_size():
     tasks = [("a", 1), ("b", 4), ("c", 2), ("d", 4), ("e", 1)]
     assert [t[0] for t in largest_first(tasks, lambda t: t[1])] == ["b", "d", "c", "a", "e"]
+    assert [t[0] for t in device_order(tasks, lambda t: t[1])] == ["b", "d", "c", "a", "e"]
+    ones = [("a", 1), ("b", 1)]
+    assert device_order(ones, lambda t: t[1]) == ones  # one device each: as given
 
 
 def test_pinning_env():

@@ -62,6 +62,15 @@ def test_numbers_and_sizes_do_not_split_signatures():
     assert a == b == "OutOfMemoryError: Tried to allocate <size> on GPU <n> after <n> steps"
 
 
+def test_one_device_mismatch_is_one_signature_whatever_the_order_of_its_devices():
+    template = "Expected all tensors to be on the same device, but found at least two devices, {} and {}! (when ...)"
+    a = failure_signature("RuntimeError", template.format("cpu", "cuda:0"))
+    b = failure_signature("RuntimeError", template.format("cuda:1", "cpu"))
+    tpu = failure_signature("RuntimeError", template.format("tpu:0", "cpu"))
+    assert a == b and "cpu and cuda:<n>!" in a
+    assert tpu != a and "cpu and tpu:<n>!" in tpu
+
+
 def test_different_operator_gives_different_signature():
     template = "Could not run '{}' with arguments from the 'XLA' backend."
     a = failure_signature("NotImplementedError", template.format("aten::_sparse_coo_tensor"))

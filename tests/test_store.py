@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -110,3 +111,58 @@ def test_schema_refuses_unknown_fields_and_verdicts():
 def test_safe_names_are_file_names():
     assert safe_name("meta-llama/Llama-3.2-1B") == "meta-llama__Llama-3.2-1B"
     assert "/" not in safe_name("/abs/path/to/model") and len(safe_name("x/" * 200)) <= 120
+
+
+def test_the_card_lists_every_declared_field_and_what_older_files_read(tmp_path):
+    """The dataset card's field table comes from the declaration: one row per column, in the file's order."""
+    make_sweep(tmp_path, "s1", {"org/a": "PASS"})
+    store.compact(tmp_path, "s1")
+    card = (tmp_path / "README.md").read_text()
+    rows = [line for line in card.splitlines() if line.startswith("| `")]
+    assert [row.split("`")[1] for row in rows] == pq.read_schema(store.parquet_file(tmp_path, "results", "s1")).names
+    (variant,) = [row for row in rows if row.startswith("| `variant`")]
+    assert "| identity | 5 |" in variant and "(older files: `eager+dynamic`)" in variant
+
+
+def test_the_declaration_gives_arrow_types_groups_and_versions():
+    assert schema.arrow_type(list[float] | None) == pa.list_(pa.float64())
+    assert schema.arrow_type(bool | None) == pa.bool_()
+    assert schema.FIELDS["versions"].field("torch").type == pa.string()
+    assert schema.names_in("download") == ("revision_sha", "download_s", "download_bytes")
+    assert max(f.since for f in schema.DECLARATION) == schema.VERSION
+    assert not set(schema.LATER_FIELDS) & {"sweep_id", "model_id", "status", "failure_signature"}
+    with pytest.raises(KeyError, match="no field group 'hubb'"):
+        schema.names_in("hubb")
+
+
+def test_the_runners_record_is_made_where_the_probes_is():
+    """A probe that wrote no record gets one from the same constructor: the task's settings, variant and
+    the Hub's facts, as the probe's own record would carry them."""
+    from model_support.probe.records import new_record
+    from model_support.sweep.worker.process import runner_failure
+
+    params = {"device": "cpu", "mode": "compile", "cache": "static", "max_new_tokens": 16, "reference": "none"}
+    facts = {"revision_sha": "abc", "download_s": 1.5, "download_bytes": 10, "pipeline_tag": "text-generation"}
+    task = {
+        "sweep_id": "s",
+        "model_id": "org/m",
+        "source": "org/m",
+        "params": params,
+        "variant": "compile+static+16t",
+        "timeout_s": 60,
+        "notebook_path": "sweeps/s/notebooks/org__m@compile+static+16t.ipynb",
+        "facts": facts,
+    }
+    record = runner_failure(task, "ProbeTimeout", "timed out after 60 s", "the log\n", 0.0)
+    probe = new_record("org/m", params, "s", task["notebook_path"], facts)
+    same = ("sweep_id", "model_id", "variant", "mode", "cache", "max_new_tokens", "dtype", "prompt", "notebook_path")
+    assert {k: record[k] for k in same} == {k: probe[k] for k in same}
+    assert record["variant"] == "compile+static+16t" and record["dtype"] == "bfloat16"
+    assert {k: record[k] for k in facts} == facts
+    assert (record["status"], record["failure_stage"], record["failure_signature"]) == (
+        "FAIL(other)",
+        "runner",
+        "ProbeTimeout: timed out after <n> s",
+    )
+    with pytest.raises(KeyError, match="not Hub facts of a record: status"):
+        new_record("org/m", params, facts={"status": "PASS"})

@@ -241,7 +241,7 @@ def test_push_offline_says_so_in_one_sentence(smoke_sweep):
 
 
 def test_aggregate_notebook_gives_the_same_bytes_as_the_cli(smoke_sweep, tmp_path):
-    from conftest import run_notebook
+    from helpers import run_notebook
 
     data_dir = Path(smoke_sweep["data_dir"])
     path = store.parquet_file(data_dir, "results", smoke_sweep["sweep_id"])

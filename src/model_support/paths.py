@@ -8,7 +8,6 @@ package's folder: one source of truth, opened by people and executed by papermil
 
 from __future__ import annotations
 
-import os
 from importlib import resources
 from pathlib import Path
 
@@ -38,8 +37,3 @@ def checkout_root() -> Path | None:
     """The git checkout this package was imported from (an editable install), else None."""
     root = Path(__file__).resolve().parents[2]
     return root if (root / ".git").exists() and (root / "src" / "model_support").is_dir() else None
-
-
-def default_data_dir() -> Path:
-    """``$MODEL_SUPPORT_DATA_DIR``, else ``data`` in the current folder."""
-    return Path(os.environ.get(DATA_DIR_VAR) or "data")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import glob
 import io
-import itertools
 import json
 import re
 from pathlib import Path
@@ -38,8 +37,6 @@ UNPROBED_HELP = {
     NOT_TESTED: "listed in the sweep but without a record yet: the sweep is still running or was stopped; resuming "
     "the sweep probes it; never counted as a failure",
 }
-#: The Hub metadata fields of a record (the same names in ``sweep.json``'s ``hub`` dicts).
-HUB_FIELDS = schema.HUB_FIELDS
 PENDING_SCHEMA = {
     "sweep_id": pl.String,
     "model_id": pl.String,
@@ -58,7 +55,7 @@ _LISTING_LAYOUT = "v2"
 
 def _hub_schema() -> dict:
     types = store.polars_schema()
-    return {"sweep_id": pl.String, "model_id": pl.String, **{f: types[f] for f in HUB_FIELDS}}
+    return {"sweep_id": pl.String, "model_id": pl.String, **{f: types[f] for f in schema.HUB_FIELDS}}
 
 
 def resume_command(sweep_id: str) -> str:
@@ -97,12 +94,9 @@ def _read_meta(path: Path) -> SweepMeta:
 def model_variants(meta: SweepMeta, overrides: dict | None = None) -> list[str]:
     """The variants a sweep probes a model in: its matrix's combinations over the probe settings and the
     model's overrides (``probe_params.variant``); one, the sweep's own, without a matrix."""
-    matrix = getattr(meta, "matrix", None) or {}
     base = {**(meta.probe or {}), **(overrides or {})}
-    axes = list(matrix)
-    combos = [dict(zip(axes, c)) for c in itertools.product(*(matrix[a] for a in axes))] or [{}]
     labels = []
-    for combo in combos:
+    for combo in probe_params.combinations(getattr(meta, "matrix", None)):
         try:
             label = probe_params.variant({**base, **combo})
         except (TypeError, ValueError, AttributeError):  # a hand-edited sweep.json
@@ -114,7 +108,7 @@ def model_variants(meta: SweepMeta, overrides: dict | None = None) -> list[str]:
 
 def _sweep_listing(path: Path) -> pl.DataFrame:
     """One ``sweep.json``'s models, once per variant: sweep_id, model_id, variant, listed_by, then
-    ``HUB_FIELDS``."""
+    ``schema.HUB_FIELDS``."""
     meta = _read_meta(path)
     entries = [(e, v) for e in meta.models for v in model_variants(meta, e.overrides)]
     hubs = [e.hub or {} for e, _ in entries]
@@ -153,7 +147,7 @@ def listings(data_dir: Path | str, sweep_ids=None, cache_dir: Path | None = None
 
     Returns (listed, hub): listed has sweep_id, model_id, variant (one row per variant the sweep probes
     the model in), listed_by (null: listed explicitly in the sweep definition; else the Hub ranking it
-    came from); hub has sweep_id, model_id and ``HUB_FIELDS`` for the models that carry Hub metadata,
+    came from); hub has sweep_id, model_id and ``schema.HUB_FIELDS`` for the models that carry Hub metadata,
     once each (others are left out: it stays small).
     ``cache_dir``: keep each sweep's listing there as Parquet (see ``_cached_listing``).
     """
@@ -165,7 +159,7 @@ def listings(data_dir: Path | str, sweep_ids=None, cache_dir: Path | None = None
     )
     frames = [_cached_listing(p, Path(cache_dir)) if cache_dir else _sweep_listing(p) for p in paths]
     both = pl.concat(frames) if frames else _sweep_listing_schema()
-    known = pl.any_horizontal([pl.col(f).is_not_null() for f in HUB_FIELDS])
+    known = pl.any_horizontal([pl.col(f).is_not_null() for f in schema.HUB_FIELDS])
     hub = both.filter(known).unique(["sweep_id", "model_id"], keep="first", maintain_order=True)
     return both.select(*LISTED_SCHEMA), hub.drop("variant", "listed_by")
 
@@ -257,22 +251,23 @@ def unprobed_rows(data_dir: Path | str, listed: pl.DataFrame, pending: pl.DataFr
 
 
 def latest_hub(data_dir: Path | str, sweeps: pl.DataFrame, hub: pl.DataFrame) -> pl.DataFrame:
-    """model_id and each of ``HUB_FIELDS``: its latest known value (the latest sweep that knows it;
+    """model_id and each of ``schema.HUB_FIELDS``: its latest known value (the latest sweep that knows it;
     within a sweep a record wins over ``sweep.json``), for every model that has any. ``sweeps`` is a
     ``sweep_index`` (its order), ``hub`` the second frame of ``listings``."""
     order = sweeps.lazy().with_row_index("s").select("sweep_id", pl.col("s").cast(pl.Int64))
-    known = pl.any_horizontal([pl.col(f).is_not_null() for f in HUB_FIELDS])
+    known = pl.any_horizontal([pl.col(f).is_not_null() for f in schema.HUB_FIELDS])
     records = [
-        store.scan(Path(data_dir), c).select("sweep_id", "model_id", *HUB_FIELDS).filter(known) for c in store.CONFIGS
+        store.scan(Path(data_dir), c).select("sweep_id", "model_id", *schema.HUB_FIELDS).filter(known)
+        for c in store.CONFIGS
     ]
     sources = [r.with_columns(pl.lit(1).alias("p")) for r in records]
-    sources.append(hub.lazy().select("sweep_id", "model_id", *HUB_FIELDS).with_columns(pl.lit(0).alias("p")))
+    sources.append(hub.lazy().select("sweep_id", "model_id", *schema.HUB_FIELDS).with_columns(pl.lit(0).alias("p")))
     return (
         pl.concat(sources)
         .join(order, on="sweep_id", how="left")
         .sort("model_id", "s", "p", nulls_last=False)
         .group_by("model_id", maintain_order=True)
-        .agg([pl.col(f).drop_nulls().last() for f in HUB_FIELDS])
+        .agg([pl.col(f).drop_nulls().last() for f in schema.HUB_FIELDS])
         .collect()
     )
 

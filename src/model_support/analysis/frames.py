@@ -81,9 +81,14 @@ def _sweep_rows(frame: Frame, sweep_id: str, columns) -> pl.LazyFrame:
     return _with_columns(frame, cols).filter(pl.col("sweep_id") == sweep_id)
 
 
+def older_col(name: str) -> pl.Expr:
+    """Column ``name``, a null read as what rows from before the field existed mean (``schema.OLDER_DEFAULTS``)."""
+    return pl.col(name).fill_null(schema.OLDER_DEFAULTS[name]).alias(name)
+
+
 def variant_col() -> pl.Expr:
     """``variant``, a null (an older file, a sweep without a matrix) read as ``DEFAULT_VARIANT``."""
-    return pl.col("variant").fill_null(DEFAULT_VARIANT).alias("variant")
+    return older_col("variant")
 
 
 def attribution_col() -> pl.Expr:

@@ -147,9 +147,9 @@ def sweep_index(data_dir: Path | str, stats: pl.DataFrame | None = None, cache_d
         .group_by("sweep_id")
         .agg(pl.len().cast(pl.Int64).alias("excluded"), pl.col("started_at").min().alias("excluded_started_at"))
     )
-    rows, excluded = pl.collect_all([rows, excluded])
-    by_rows = {r["sweep_id"]: r for r in rows.iter_rows(named=True)}
-    by_excl = {r["sweep_id"]: r for r in excluded.iter_rows(named=True)}
+    counted, excluded_counted = pl.collect_all([rows, excluded])
+    by_rows = {r["sweep_id"]: r for r in counted.iter_rows(named=True)}
+    by_excl = {r["sweep_id"]: r for r in excluded_counted.iter_rows(named=True)}
 
     records = []
     for sweep_id in sorted((set(meta) | set(by_rows) | set(by_excl)) - {None}):

@@ -23,12 +23,7 @@ MODE_COLUMNS = (
     "failure_stage",
     "failure_signature",
     "attribution",
-    "compile_s",
-    "graphs",
-    "graph_breaks",
-    "graph_break_reasons",
-    "recompilations",
-    "matches_eager",
+    *schema.COMPILE_FIELDS,
     "first_token_s",
     "decode_tokens_per_s",
 )

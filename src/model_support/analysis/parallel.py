@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from .frames import Frame, _rate_aggs, _sweep_rows, variant_col
+from ..record import schema
+from .frames import Frame, _rate_aggs, _sweep_rows, older_col, variant_col
 
 #: Parallelism kinds, in display order (always listed, 0 models when absent); any other value follows.
 PARALLELISMS = ("none", "tp", "ep")
@@ -19,35 +20,47 @@ PARALLELISM_HELP = {
     "ep": "expert parallel: each device holds whole experts (ep_size of them)",
 }
 BYTES_PER_GB = 1e9
+#: The columns the tables of this module read: a run over several devices, and what its ranks said.
+MULTI_DEVICE_COLUMNS = ("model_id", "variant", "status", *schema.SHARDED_FIELDS)
 
 
 def devices_col() -> pl.Expr:
     """``devices_used``, null (an older file) read as 1."""
-    return pl.col("devices_used").fill_null(1).cast(pl.Int64).alias("devices_used")
+    return older_col("devices_used").cast(pl.Int64)
 
 
 def parallelism_col() -> pl.Expr:
     """``parallelism``, null (an older file, no plan) read as "none"."""
-    return pl.col("parallelism").fill_null("none").alias("parallelism")
+    return older_col("parallelism")
 
 
 def multi_device_runs(results: Frame, sweep_id: str) -> pl.DataFrame:
     """One row per run of the sweep on more than one device, the most devices first: model_id, variant,
     devices_used, parallelism, tp_size, ep_size, memory_estimate_gb (the plan's estimate of the weights, in
-    GB to 2 decimals), status."""
+    GB to 2 decimals), status, and what the ranks said: ranks_agree (the same tokens on every rank),
+    rank_errors (one line per rank that raised), rank_log_tail (the failed ranks' stderr: a hang's stacks)."""
     return _multi_device_q(results, sweep_id).collect()
 
 
 def _multi_device_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
-    cols = ["model_id", "variant", "devices_used", "parallelism", "tp_size", "ep_size", "memory_estimate_bytes"]
     return (
-        _sweep_rows(results, sweep_id, [*cols, "status"])
+        _sweep_rows(results, sweep_id, MULTI_DEVICE_COLUMNS)
         .with_columns(variant_col(), devices_col(), parallelism_col())
         .filter(pl.col("devices_used") > 1)
         .with_columns((pl.col("memory_estimate_bytes") / BYTES_PER_GB).round(2).alias("memory_estimate_gb"))
         .sort(["devices_used", "model_id", "variant"], descending=[True, False, False])
         .select(
-            "model_id", "variant", "devices_used", "parallelism", "tp_size", "ep_size", "memory_estimate_gb", "status"
+            "model_id",
+            "variant",
+            "devices_used",
+            "parallelism",
+            "tp_size",
+            "ep_size",
+            "memory_estimate_gb",
+            "status",
+            "ranks_agree",
+            "rank_errors",
+            "rank_log_tail",
         )
     )
 

@@ -24,7 +24,7 @@ from .modes import (
     grid_from_long,
     order_variants,
 )
-from .parallel import _by_parallelism_q, _multi_device_q
+from .parallel import MULTI_DEVICE_COLUMNS, _by_parallelism_q, _multi_device_q
 from .tables import (
     _attribution_q,
     _by_model_type_q,
@@ -66,11 +66,7 @@ SWEEP_COLUMNS = tuple(
             "reference_match",
             "reference_signature",
             *MODE_COLUMNS,
-            "devices_used",
-            "parallelism",
-            "tp_size",
-            "ep_size",
-            "memory_estimate_bytes",
+            *MULTI_DEVICE_COLUMNS,
         )
     )
 )
@@ -93,10 +89,10 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
     not_tested (model_id, variant, listed_by, baseline_status). Those are no failures: they are left out of ``changes`` (where they would read as
     "removed").
     """
-    results = store.scan(data_dir, "results")
-    excluded = store.scan(data_dir, "excluded")
+    results = store.scan(Path(data_dir), "results")
+    excluded = store.scan(Path(data_dir), "excluded")
     wanted = [sweep_id] + ([baseline_sweep_id] if baseline_sweep_id else [])
-    stats, rows, excluded_keys = pl.collect_all(
+    stats, read, excluded_keys = pl.collect_all(
         [
             sweep_stats(results),
             results.select(SWEEP_COLUMNS).filter(pl.col("sweep_id").is_in(wanted)),
@@ -107,7 +103,7 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
     require_sweep(sweeps, sweep_id)
     if baseline_sweep_id:
         require_sweep(sweeps, baseline_sweep_id)
-    rows = rows.lazy()
+    rows = read.lazy()
     queries = {
         "summary": _sweep_summary_q(rows, sweep_id, excluded),
         "attribution": _attribution_q(rows, sweep_id),

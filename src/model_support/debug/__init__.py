@@ -2,7 +2,7 @@
 reference and at which generation step it fails (``compare``), shown by ``views``; ``runner``
 executes ``notebooks/debug.ipynb`` for one model of a sweep. The notebook calls these names."""
 
-from ..record.display import show_html
+from ..display import show_html
 from .compare import (
     COLUMNS,
     DEFAULT_TOLERANCE,

@@ -14,6 +14,7 @@ read back).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from ..probe import probe_core, provenance
 from ..probe.run import first_divergence
@@ -209,7 +210,7 @@ def generate_steps(
     counter = TokenCounter()
     tracer = ModuleTracer(model, capture=False)
     torch.manual_seed(seed)
-    result = {
+    result: dict[str, Any] = {
         "ok": True,
         "tokens_in": tokens_in,
         "max_new_tokens": max_new_tokens,
@@ -227,15 +228,17 @@ def generate_steps(
             )
         except Exception as exc:  # noqa: BLE001 the failure is the finding
             result.update(
-                ok=False,
-                step=len(counter.tokens),
-                seq_len=tokens_in + len(counter.tokens),
-                failure=tracer.failure_from(exc),
-                output_token_ids=list(counter.tokens),
-                tokens_out=len(counter.tokens),
+                {
+                    "ok": False,
+                    "step": len(counter.tokens),
+                    "seq_len": tokens_in + len(counter.tokens),
+                    "failure": tracer.failure_from(exc),
+                    "output_token_ids": list(counter.tokens),
+                    "tokens_out": len(counter.tokens),
+                }
             )
         else:
-            result.update(output_token_ids=list(new_ids), tokens_out=len(new_ids))
+            result.update({"output_token_ids": list(new_ids), "tokens_out": len(new_ids)})
     result["forward_calls"] = tracer.root_calls
     return result
 

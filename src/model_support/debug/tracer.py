@@ -202,7 +202,7 @@ class ModuleTracer:
         """(stack entry, names of the modules entered around it) of the innermost module that raised
         ``exc`` or an exception it was chained from; (None, []) when no module raised it."""
         chain, seen = [], set()
-        current = exc
+        current: BaseException | None = exc
         while current is not None and id(current) not in seen:
             seen.add(id(current))
             chain.append(current)

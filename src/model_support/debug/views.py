@@ -5,8 +5,8 @@ from __future__ import annotations
 import html
 import math
 
+from .. import display
 from ..probe.run import first_divergence
-from ..record import display
 from .compare import COLUMNS, conclusion, first_offender, offender_reason
 from .tracer import ROOT_LABEL
 

@@ -21,26 +21,7 @@ import huggingface_hub
 from huggingface_hub import constants as hf_constants
 
 from model_support.probe import hub_fetch
-from model_support.record import schema
 
-# Record fields this module and hub_fetch fill (name -> python type), for the record schema.
-RECORD_FIELDS = {
-    "revision_sha": str,
-    "download_s": float,
-    "download_bytes": int,
-    "pipeline_tag": str,
-    "library_name": str,
-    "downloads": int,
-    "likes": int,
-    "trending_score": int,
-    "gated": str,
-    "license": str,
-    "created_at": str,
-    "base_model": str,
-    "hub_num_params": int,
-}
-#: The Hub metadata fields of a record (``metadata``); the download fields come from ``hub_fetch.fetch``.
-METADATA_FIELDS = schema.HUB_FIELDS
 SORTS = {"downloads": "downloads", "trending": "trending_score", "likes": "likes"}
 _EXPAND = [
     "pipeline_tag",
@@ -82,7 +63,7 @@ def metadata(info) -> dict:
         "trending_score": getattr(info, "trending_score", None),
         "gated": None if gated is None else str(gated).lower(),  # "manual", "auto" or "false"
         "license": ", ".join(map(str, license_)) if isinstance(license_, list) else license_,
-        "created_at": created.isoformat() if hasattr(created, "isoformat") else created,
+        "created_at": created.isoformat() if created is not None and hasattr(created, "isoformat") else created,
         "base_model": ", ".join(map(str, base)) if isinstance(base, list) else base,
         "hub_num_params": getattr(safetensors, "total", None),
     }
@@ -127,7 +108,7 @@ def list_models(task="text-generation", sort="downloads", limit=50, *, token=Non
         raise ValueError(f"sort must be one of {', '.join(SORTS)}, not {sort!r}.")
     api = huggingface_hub.HfApi(endpoint=endpoint, token=token)
     try:
-        infos = list(api.list_models(pipeline_tag=task, sort=SORTS[sort], limit=limit, expand=_EXPAND))
+        infos = list(api.list_models(pipeline_tag=task, sort=SORTS[sort], limit=limit, expand=_EXPAND))  # type: ignore[arg-type]  # names checked against SORTS and the API's expand list
     except Exception as exc:  # noqa: BLE001 - classified; unknown kinds re-raise
         problem = hub_fetch.classify(exc, "(model list)", "", bool(token))[0]
         if problem is None:

@@ -375,15 +375,7 @@ def fetch(
     EnvironmentProblem, NoAccess, NotOnHub or NoLoadableWeights. A local folder is returned as is."""
     start = time.monotonic()
     if is_local(model_id):
-        path = os.path.abspath(os.path.expanduser(model_id))
-        return {
-            "path": path,
-            "revision_sha": None,
-            "download_s": 0.0,
-            "download_bytes": 0,
-            "files": sorted(os.listdir(path)) if os.path.isdir(path) else [],
-            "retries": [],
-        }
+        return _local_folder(model_id)
     cache_dir = str(cache_dir or hf_constants.HF_HUB_CACHE)
     policy = retry_policy()
     attempts = policy["attempts"] if attempts is None else attempts
@@ -440,6 +432,19 @@ def fetch(
         "download_bytes": repo_size(files, [p for p in plan if p not in cached], blob),
         "files": plan,
         "retries": list(retrier.lines),
+    }
+
+
+def _local_folder(model_id):
+    """``fetch``'s answer for a local folder: nothing downloaded."""
+    path = os.path.abspath(os.path.expanduser(model_id))
+    return {
+        "path": path,
+        "revision_sha": None,
+        "download_s": 0.0,
+        "download_bytes": 0,
+        "files": sorted(os.listdir(path)) if os.path.isdir(path) else [],
+        "retries": [],
     }
 
 

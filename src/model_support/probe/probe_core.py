@@ -246,18 +246,6 @@ def compile_forward(model, backend):
     return eager
 
 
-def _eager_failure(model, tokenizer, input_ids, attention_mask, max_new_tokens, device, cache, seed, no_grad=False):
-    """The exception plain eager generation raises, or None when it generates."""
-    import torch
-
-    torch.manual_seed(seed)
-    try:
-        generate(model, tokenizer, input_ids, attention_mask, max_new_tokens, device, None, cache, no_grad)
-    except Exception as exc:  # noqa: BLE001 whatever it is, it is the answer
-        return exc
-    return None
-
-
 def compile_counts():
     """Graphs compiled, graph breaks (and the first reasons) and recompilations, from dynamo's counters.
     Every graph beyond the first is a (re)compilation of the forward: a new shape or a failed guard."""
@@ -312,6 +300,19 @@ RESULT_KEYS = (
 )
 
 
+class _Stage:
+    """The stage running now (a failure is classified by it), announced to ``on_stage`` as it starts."""
+
+    def __init__(self, on_stage=None):
+        self.on_stage = on_stage
+        self.name = None
+
+    def enter(self, name):
+        self.name = name
+        if self.on_stage:
+            self.on_stage(name)
+
+
 def run_stages(
     model_id,
     revision="",
@@ -349,75 +350,109 @@ def run_stages(
 
     Returns a dict with ``RESULT_KEYS``: status, failure_stage, exception (the object), token counts
     and ids, the generated text, timings, and what was learned about the model."""
-    import torch
-
     result = dict.fromkeys(RESULT_KEYS)
-
-    def enter(name):
-        if on_stage:
-            on_stage(name)
-        return name
-
-    stage = enter("load")
+    stage = _Stage(on_stage)
     try:
-        start = time.perf_counter()
-        model, tokenizer = load(model_id, revision, dtype, trust_remote_code, device, result, load_kwargs)
-        if synchronize:
-            synchronize()
-        result["load_s"] = time.perf_counter() - start
-        if on_load:
-            on_load(model)
-        stage = enter("template")
-        input_ids, attention_mask, used = build_inputs(tokenizer, prompt, chat_template)
-        result["chat_template_used"] = used
-        result["tokens_in"] = int(input_ids.shape[1])
-        result["input_ids"] = input_ids[0].tolist()
-        stage = enter("generate")
-        eager_forward = compile_forward(model, compile_backend) if mode == "compile" else None
-        torch.manual_seed(seed)
-        timer = timer or StepTimer(synchronize)
-        start = time.perf_counter()
-        try:
-            with execution_context(mode):
-                new_ids = generate(
-                    model, tokenizer, input_ids, attention_mask, max_new_tokens, device, timer, cache, no_grad
-                )
-        except Exception as exc:
-            result["failed_step"] = len(timer.times)
-            if mode == "compile":
-                result.update(compile_counts())
-                if is_compile_error(exc):  # the compiler's failure only if plain eager generates
-                    model.forward = eager_forward
-                    eager_exc = _eager_failure(
-                        model, tokenizer, input_ids, attention_mask, max_new_tokens, device, cache, seed, no_grad
-                    )
-                    if eager_exc is not None:
-                        raise eager_exc from None  # the model fails eagerly too: its own error, stage generate
-                    stage = "compile"
-            raise
-        end = time.perf_counter()
-        result["output_token_ids"] = new_ids
-        result["tokens_out"] = len(new_ids)
-        result["generated_text"] = tokenizer.decode(new_ids, skip_special_tokens=True)
-        result["generate_s"] = end - start
-        if timer.times:
-            result["first_token_s"] = timer.times[0] - start
-            if len(timer.times) > 1 and timer.times[-1] > timer.times[0]:
-                result["decode_tokens_per_s"] = (len(timer.times) - 1) / (timer.times[-1] - timer.times[0])
-        if mode == "compile":
-            result.update(compile_counts(), compile_s=result["first_token_s"])
-            model.forward = eager_forward
+        stage.enter("load")
+        model, tokenizer = _timed_load(
+            result, model_id, revision, dtype, trust_remote_code, device, synchronize, load_kwargs, on_load
+        )
+        stage.enter("template")
+        input_ids, attention_mask = _template(result, tokenizer, prompt, chat_template)
+        stage.enter("generate")
+        run = _Generation(model, tokenizer, input_ids, attention_mask, max_new_tokens, device, cache, seed, no_grad)
+        run.in_mode(result, stage, mode, compile_backend, timer or StepTimer(synchronize))
         if mode != "eager":
-            torch.manual_seed(seed)
-            eager_ids = generate(
-                model, tokenizer, input_ids, attention_mask, max_new_tokens, device, None, cache, no_grad
-            )
-            result["matches_eager"] = eager_ids == new_ids
+            result["matches_eager"] = run.eagerly() == result["output_token_ids"]
         result["status"] = PASS
         if keep_model:
             result["model"], result["tokenizer"] = model, tokenizer
     except Exception as exc:  # noqa: BLE001 every failure is the result, classified by its stage
-        result["status"] = classify(stage, exc)
-        result["failure_stage"] = stage
+        result["status"] = classify(stage.name, exc)
+        result["failure_stage"] = stage.name
         result["exception"] = exc
     return result
+
+
+def _timed_load(result, model_id, revision, dtype, trust_remote_code, device, synchronize, load_kwargs, on_load):
+    """The load stage: ``load``, timed to the device's sync (``load_s``), then ``on_load(model)``."""
+    start = time.perf_counter()
+    model, tokenizer = load(model_id, revision, dtype, trust_remote_code, device, result, load_kwargs)
+    if synchronize:
+        synchronize()
+    result["load_s"] = time.perf_counter() - start
+    if on_load:
+        on_load(model)
+    return model, tokenizer
+
+
+def _template(result, tokenizer, prompt, chat_template):
+    """The template stage: the prompt's token ids (``tokens_in``, ``input_ids``, ``chat_template_used``)."""
+    input_ids, attention_mask, used = build_inputs(tokenizer, prompt, chat_template)
+    result["chat_template_used"] = used
+    result["tokens_in"] = int(input_ids.shape[1])
+    result["input_ids"] = input_ids[0].tolist()
+    return input_ids, attention_mask
+
+
+class _Generation:
+    """One prompt's greedy generation, ready to run in the probe's mode or plainly eager (seeded alike)."""
+
+    def __init__(self, model, tokenizer, input_ids, attention_mask, max_new_tokens, device, cache, seed, no_grad):
+        self.model, self.tokenizer = model, tokenizer
+        self.args = (input_ids, attention_mask, max_new_tokens, device)
+        self.cache, self.seed, self.no_grad = cache, seed, no_grad
+
+    def run(self, timer=None):
+        import torch
+
+        torch.manual_seed(self.seed)
+        return generate(self.model, self.tokenizer, *self.args, timer, self.cache, self.no_grad)
+
+    def eagerly(self):
+        """The same generation in plain eager (the model's own forward), for ``matches_eager``."""
+        return self.run()
+
+    def in_mode(self, result, stage, mode, compile_backend, timer):
+        """The generate stage in ``mode``: tokens, text and timings into ``result``; a compile failure
+        is blamed on stage "compile" only when plain eager generates (else eager's own error is raised)."""
+        eager_forward = compile_forward(self.model, compile_backend) if mode == "compile" else None
+        start = time.perf_counter()
+        try:
+            with execution_context(mode):
+                new_ids = self.run(timer)
+        except Exception as exc:
+            result["failed_step"] = len(timer.times)
+            if mode == "compile":
+                result.update(compile_counts())
+                self.model.forward = eager_forward
+                if is_compile_error(exc):  # the compiler's failure only if plain eager generates
+                    eager_exc = self.eager_failure()
+                    if eager_exc is not None:
+                        raise eager_exc from None  # the model fails eagerly too: its own error, stage generate
+                    stage.name = "compile"
+            raise
+        _outputs(result, self.tokenizer, new_ids, timer, start, time.perf_counter())
+        if mode == "compile":
+            result.update(compile_counts(), compile_s=result["first_token_s"])
+            self.model.forward = eager_forward
+
+    def eager_failure(self):
+        """The exception plain eager generation raises, or None when it generates."""
+        try:
+            self.run()
+        except Exception as exc:  # noqa: BLE001 whatever it is, it is the answer
+            return exc
+        return None
+
+
+def _outputs(result, tokenizer, new_ids, timer, start, end):
+    """What a generation that finished records: its tokens and text, and the timings ``timer`` saw."""
+    result["output_token_ids"] = new_ids
+    result["tokens_out"] = len(new_ids)
+    result["generated_text"] = tokenizer.decode(new_ids, skip_special_tokens=True)
+    result["generate_s"] = end - start
+    if timer.times:
+        result["first_token_s"] = timer.times[0] - start
+        if len(timer.times) > 1 and timer.times[-1] > timer.times[0]:
+            result["decode_tokens_per_s"] = (len(timer.times) - 1) / (timer.times[-1] - timer.times[0])

@@ -56,7 +56,9 @@ class Param:
             return "one of " + ", ".join(map(str, self.choices))
         if self.minimum is not None:
             return f"{'an integer' if self.type is int else 'a number'} >= {self.minimum}"
-        return {str: "a string", bool: "true or false", int: "an integer", float: "a number"}[self.type]
+        return {str: "a string", bool: "true or false", int: "an integer", float: "a number", dict: "a mapping"}[
+            self.type
+        ]
 
     def check(self, value: Any, where: str = "") -> Any:
         """The value if acceptable, else a ParameterError naming it and what is accepted."""
@@ -132,6 +134,21 @@ PROBE_PARAMS: tuple[Param, ...] = (
         runner_owned=True,
     ),
     Param("notebook_path", str, "", "set by the sweep runner: where this executed notebook is kept", runner_owned=True),
+    Param(
+        "timeout_s",
+        float,
+        900.0,
+        "set by the sweep runner: the model's timeout; ranks of a run over several devices get what is left of it",
+        minimum=1,
+        runner_owned=True,
+    ),
+    Param(
+        "hub_facts",
+        dict,
+        {},
+        "set by the sweep runner: the Hub's metadata and download facts for the record (schema groups hub, download)",
+        runner_owned=True,
+    ),
 )
 BY_NAME = {p.name: p for p in PROBE_PARAMS}
 #: What a sweep definition may set in ``probe:`` or a model's ``overrides:``.
@@ -181,12 +198,22 @@ def parameters_cell(params: tuple[Param, ...] = PROBE_PARAMS, notebook: str = "p
     return "\n".join(lines)
 
 
+def combinations(matrix: dict | None) -> list[dict]:
+    """A sweep's ``matrix:`` ({axis: [values]}) -> its combinations of probe settings, in a stable order
+    ([{}] without a matrix): one probe, notebook and record each, per model."""
+    import itertools
+
+    matrix = matrix or {}
+    axes = list(matrix)
+    return [dict(zip(axes, combo)) for combo in itertools.product(*(matrix[a] for a in axes))] if axes else [{}]
+
+
 def parse_variant(label: str) -> dict:
     """``compile+static+32t`` -> {"mode": "compile", "cache": "static", "max_new_tokens": 32}; the inverse
     of ``variant``; one sentence (ParameterError) for a label that is none."""
     parts = label.split("+")
     try:
-        settings = {"mode": parts[0], "cache": parts[1]}
+        settings: dict[str, Any] = {"mode": parts[0], "cache": parts[1]}
         if len(parts) == 3 and parts[2].endswith("t"):
             settings["max_new_tokens"] = int(parts[2][:-1])
         elif len(parts) != 2:

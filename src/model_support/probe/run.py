@@ -9,49 +9,42 @@ always gets a verdict. ``show`` displays it in the notebook and stores it in the
 
 from __future__ import annotations
 
-import datetime as _dt
 import gc
 import resource
 import time
 from pathlib import Path
 
+from .. import display
 from ..fileio import atomic_write_json
-from ..record import display, schema
-from . import devices, hub, hub_fetch, probe_core, probe_params, provenance
+from ..record import schema
+from ..record.schema import Record
+from . import devices, hub, hub_fetch, probe_core, probe_params
 from .model_ids import portable_id
+from .records import fail, new_record
 from .repro import repro_script
 from .signatures import failure_signature, redact_record
 
 #: The flag under which the record is stored in an executed notebook (``display.read_tagged``).
 RECORD_FLAG = "record"
 #: Probe parameters that are not settings of the probe itself.
-_NOT_SETTINGS = ("model_id", "record_path", "sweep_id", "notebook_path", "snapshot")
+_NOT_SETTINGS = ("model_id", "record_path", "sweep_id", "notebook_path", "snapshot", "hub_facts")
 DEFAULTS = {k: v for k, v in probe_params.defaults().items() if k not in _NOT_SETTINGS}
-
-
-def _now_iso() -> str:
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+#: What of the model's timeout is kept back from a sharded run's ranks (a tenth, at least 15 s), for the
+#: record and the reference: the ranks time out, saying where each one was, before the probe is killed.
+RANKS_KEEP_BACK, RANKS_KEEP_BACK_MIN_S = 0.1, 15.0
 
 
 def _peak_host_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def record_failure(record: dict, stage: str, exc: BaseException, status: str | None = None) -> dict:
+def record_failure(record: Record, stage: str, exc: BaseException, status: str | None = None) -> Record:
     """Fill the failure fields of ``record`` from an exception raised in ``stage``."""
-    message, traceback = str(exc), probe_core.trimmed_traceback(exc)
-    record.update(
-        status=status or probe_core.classify(stage, exc),
-        failure_stage=stage,
-        error_type=type(exc).__name__,
-        error_message=message[:4000],
-        traceback=traceback,
-        failure_signature=failure_signature(type(exc).__name__, message, traceback),  # with where it was raised
-    )
-    return record
+    status = status or probe_core.classify(stage, exc)
+    return fail(record, stage, status, type(exc).__name__, str(exc), probe_core.trimmed_traceback(exc))
 
 
-def _reference_dtype(device_type: str, dtype: str) -> str:
+def _reference_dtype(device_type: str | None, dtype: str) -> str:
     """On a CPU-only run the reference must still differ from the run it checks: use another dtype."""
     if device_type != "cpu":
         return dtype
@@ -84,7 +77,7 @@ def _on_the_reference(settings: dict, dtype: str, mode: str = "eager") -> dict:
     )
 
 
-def run_reference(record: dict, settings: dict) -> None:
+def run_reference(record: Record, settings: dict) -> None:
     """Greedy generation on the CPU, token by token against the device's output."""
     ref_dtype = _reference_dtype(record["device_type"], settings["dtype"])
     skip = reference_skip(record, settings, ref_dtype)
@@ -98,7 +91,7 @@ def run_reference(record: dict, settings: dict) -> None:
         record["reference_note"] = f"reference failed at {ref['failure_stage']}: {type(exc).__name__}: {exc}"[:2000]
         return
     record["reference_match"] = ref["output_token_ids"] == record["output_token_ids"]
-    record["first_divergence"] = first_divergence(record["output_token_ids"], ref["output_token_ids"])
+    record["first_divergence"] = first_divergence(record["output_token_ids"] or [], ref["output_token_ids"])
 
 
 def machine_paths(source: str) -> dict[str, str]:
@@ -117,7 +110,7 @@ NO_WEIGHTS_ATTRIBUTION = {
 ATTRIBUTED_STAGES = ("load", "template", "compile", "generate")
 
 
-def reference_skip(record: dict, settings: dict, dtype: str) -> str | None:
+def reference_skip(record: Record, settings: dict, dtype: str) -> str | None:
     """Why the CPU reference cannot run for this model (switched off, above the size limit, more than
     the host's free memory), or None. The same limits serve the reference check and attribution."""
     if settings["reference"] == "none":
@@ -135,7 +128,7 @@ def reference_skip(record: dict, settings: dict, dtype: str) -> str | None:
     return None
 
 
-def attribute(record: dict, settings: dict) -> None:
+def attribute(record: Record, settings: dict) -> None:
     """Whose failure it is: the same stages rerun in the reference configuration (the CPU; the run's dtype
     on accelerators, float32 on CPU-only runs; the run's KV cache, and compiled when the run was).
     ``stack``: the reference passes; ``model``: it fails with the same signature; ``both``: with another (kept in ``reference_signature``); null with the reason in
@@ -160,23 +153,13 @@ def attribute(record: dict, settings: dict) -> None:
         record["reference_note"] = f"the reference fails at {ref['failure_stage']}: {type(exc).__name__}: {exc}"[:2000]
 
 
-#: The sharded result's fields a record keeps as they are.
-SHARDED_FIELDS = (
-    "devices_used",
-    "parallelism",
-    "tp_size",
-    "ep_size",
-    "memory_estimate_bytes",
-    "load_s_per_rank",
-    "generate_s_per_rank",
-    "peak_device_mem_mb",
-    "device_mem_source",
-)
+#: The sharded result's fields a record keeps as they are (its own group, and the peak over the ranks with its source).
+SHARDED_FIELDS = (*schema.SHARDED_FIELDS, "peak_device_mem_mb", "device_mem_source")
 #: The stage results a record keeps as they are (status and failure_stage are set with the error).
 STAGE_FIELDS = tuple(k for k in probe_core.RESULT_KEYS if k in schema.FIELDS and k not in ("status", "failure_stage"))
 
 
-def _sharded(record: dict, settings: dict, adapter) -> bool:
+def _sharded(record: Record, settings: dict, adapter) -> bool:
     """``devices`` other than 1: the probe over N devices (``sharded.run_sharded``, one rank per device,
     tensor or expert parallel by the model's own plan); ``auto`` picks the fewest that hold the model.
     True when it ran (the record is complete), False when one device is the answer."""
@@ -199,10 +182,14 @@ def _sharded(record: dict, settings: dict, adapter) -> bool:
     else:
         count = int(devices)
     if settings["mode"] != "eager":
-        exc = probe_params.ParameterError(f"devices={devices} runs in eager mode only; drop mode={settings['mode']}.")
-        record_failure(record, "runner", exc, status=schema.FAIL_OTHER)
+        refused = probe_params.ParameterError(
+            f"devices={devices} runs in eager mode only; drop mode={settings['mode']}."
+        )
+        record_failure(record, "runner", refused, status=schema.FAIL_OTHER)
         return True
-    result = sharded.run_sharded(settings, count, adapter.type, timeout_s=settings.get("timeout_s", 900))
+    keep = max(settings["timeout_s"] * RANKS_KEEP_BACK, RANKS_KEEP_BACK_MIN_S)
+    left = settings["timeout_s"] - keep - (time.perf_counter() - settings["started"])
+    result = sharded.run_sharded(settings, count, adapter.type, timeout_s=max(left, 1.0))
     if result.get("distributed_config"):  # its repro script launches the same ranks
         record["repro_script"] = repro_script(
             {
@@ -213,8 +200,7 @@ def _sharded(record: dict, settings: dict, adapter) -> bool:
             },
             record["sweep_id"],
         )
-    for key in (*STAGE_FIELDS, *SHARDED_FIELDS):
-        record[key] = result.get(key)
+    schema.fill(record, {key: result.get(key) for key in (*STAGE_FIELDS, *SHARDED_FIELDS)})
     record["peak_host_mem_mb"] = _peak_host_mb()
     if result["exception"] is not None:
         record_failure(record, result["failure_stage"], result["exception"], status=result["status"])
@@ -229,40 +215,31 @@ def _sharded(record: dict, settings: dict, adapter) -> bool:
 
 
 def run_probe(
-    model_id: str, record_path: str = "", sweep_id: str = "", notebook_path: str = "", snapshot: str = "", **overrides
-) -> dict:
+    model_id: str,
+    record_path: str = "",
+    sweep_id: str = "",
+    notebook_path: str = "",
+    snapshot: str = "",
+    hub_facts: dict | None = None,
+    **overrides,
+) -> Record:
     """Probe one model and return its record (also written to ``record_path`` when given).
 
     A bad parameter value is this run's outcome (FAIL(other) at stage runner, with the one sentence
     that names it): a notebook always ends with a verdict. Sweeps refuse such values before any
-    model runs. A Hub model is loaded from ``snapshot`` when the sweep downloaded it ahead, else its
-    download stage runs here; the network, the disk or access rights failing there are no verdict:
-    ``hub_fetch.EnvironmentProblem``, ``NoAccess`` or ``NotOnHub`` is raised and no record written."""
+    model runs. A Hub model is loaded from ``snapshot`` when the sweep downloaded it ahead (with the
+    ``hub_facts`` it learned then, for the record), else its download stage runs here; the network,
+    the disk or access rights failing there are no verdict: ``hub_fetch.EnvironmentProblem``,
+    ``NoAccess`` or ``NotOnHub`` is raised and no record written."""
     unknown = sorted(set(overrides) - set(DEFAULTS))
     if unknown:
         raise TypeError(f"unknown probe parameter(s): {', '.join(unknown)}; accepted: {', '.join(DEFAULTS)}")
-    settings = {**DEFAULTS, **overrides, "model_id": model_id, "load_from": snapshot or model_id}
     started = time.perf_counter()
+    settings = {**DEFAULTS, **overrides, "model_id": model_id, "load_from": snapshot or model_id, "started": started}
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # per-shard progress bars only clutter notebooks and sweep logs
-    record = schema.empty_record(
-        sweep_id=sweep_id or None,
-        model_id=portable_id(model_id),
-        revision=settings["revision"] or None,
-        prompt=settings["prompt"],
-        max_new_tokens=settings["max_new_tokens"],
-        variant=probe_params.variant(settings),
-        mode=settings["mode"],
-        cache=settings["cache"],
-        dtype=settings["dtype"],
-        seed=settings["seed"],
-        trust_remote_code=settings["trust_remote_code"],
-        versions=provenance.versions(),
-        host=provenance.host(),
-        started_at=_now_iso(),
-        notebook_path=notebook_path or None,
-    )
+    record = new_record(portable_id(model_id), settings, sweep_id, notebook_path, hub_facts)
     try:
         _probe(record, settings, sweep_id)
     except (hub_fetch.EnvironmentProblem, hub_fetch.NoAccess, hub_fetch.NotOnHub):
@@ -276,7 +253,7 @@ def run_probe(
     return record
 
 
-def _probe(record: dict, settings: dict, sweep_id: str) -> None:
+def _probe(record: Record, settings: dict, sweep_id: str) -> None:
     try:
         probe_params.check({k: v for k, v in settings.items() if k in probe_params.BY_NAME})
         adapter = devices.resolve(settings["device"])
@@ -284,7 +261,9 @@ def _probe(record: dict, settings: dict, sweep_id: str) -> None:
         record["device_type"] = settings["device"]
         record_failure(record, "runner", exc, status=schema.FAIL_OTHER)
         return
-    record.update(device_type=adapter.type, device_name=adapter.device_name(), device_count=adapter.device_count())
+    record.update(
+        {"device_type": adapter.type, "device_name": adapter.device_name(), "device_count": adapter.device_count()}
+    )
     missing = adapter.mode_unavailable(settings["mode"])
     if missing:  # no verdict: this stack has no such mode (an ``excluded`` row in a sweep)
         record["exclusion_reason"] = f"{probe_core.NOT_AVAILABLE}: {missing}"
@@ -305,15 +284,13 @@ def _probe(record: dict, settings: dict, sweep_id: str) -> None:
             )
         except hub_fetch.NoLoadableWeights as exc:  # a real answer about the model
             record_failure(record, "download", exc, status=schema.FAIL_LOAD)
-            record.update(NO_WEIGHTS_ATTRIBUTION)
+            schema.fill(record, NO_WEIGHTS_ATTRIBUTION)
             return
-        record.update(
-            {k: got[k] for k in ("revision_sha", "download_s", "download_bytes")}, **hub.metadata(got["info"])
-        )
+        schema.fill(record, {**{k: got[k] for k in schema.DOWNLOAD_FIELDS}, **hub.metadata(got["info"])})
         settings["load_from"] = got["path"]
     if _sharded(record, settings, adapter):
         return
-    record.update(devices_used=1, parallelism="none")
+    record.update({"devices_used": 1, "parallelism": "none"})
     adapter.reset_peak_memory()
     result = probe_core.run_stages(
         model_id=settings["load_from"],
@@ -326,8 +303,7 @@ def _probe(record: dict, settings: dict, sweep_id: str) -> None:
     )
     if settings["mode"] == "compile":
         record["compile_backend"] = adapter.compile_backend()
-    for key in STAGE_FIELDS:
-        record[key] = result[key]
+    schema.fill(record, {key: result[key] for key in STAGE_FIELDS})
     record["peak_host_mem_mb"] = _peak_host_mb()
     record["peak_device_mem_mb"], record["device_mem_source"] = adapter.peak_memory_mb()
     record["compile_cache_hits"], record["compile_cache_misses"] = adapter.compile_cache_stats()
@@ -343,7 +319,7 @@ def _probe(record: dict, settings: dict, sweep_id: str) -> None:
     run_reference(record, settings)
 
 
-def summary_html(record: dict) -> str:
+def summary_html(record: Record) -> str:
     """The verdict, the generated text and the timings at a glance."""
 
     def fmt(value, unit=""):
@@ -377,10 +353,10 @@ def summary_html(record: dict) -> str:
     if record["exclusion_reason"]:  # no verdict: e.g. a mode this stack does not offer
         rows.insert(2, ("excluded", record["exclusion_reason"]))
     status = record["status"] or ("not available" if record["exclusion_reason"] else "?")
-    return display.kv_table(rows, title=status, color=display.verdict_color(record["status"]))
+    return display.kv_table(rows, title=status, color=schema.verdict_color(record["status"]))
 
 
-def show(record: dict):
+def show(record: Record):
     """Display the summary and store the full record in the output, tagged so readers find it."""
     display.show_tagged(RECORD_FLAG, summary_html(record), record, f"{record['status']} {record['model_id']}")
 

@@ -54,6 +54,10 @@ from __future__ import annotations
 
 import os
 import re
+from typing import TYPE_CHECKING, overload
+
+if TYPE_CHECKING:
+    from ..record.schema import Record
 
 #: Signatures are grouping keys for tables and reports, so they stay short.
 MAX_SIGNATURE_LEN = 160
@@ -93,6 +97,11 @@ _RULES: list[tuple[re.Pattern[str], object]] = [
     (re.compile(r"\b\d+(?:\.\d+)?\s?(?:[KMGTPE]i?B|[KMGTPE]|bytes?)\b"), "<size>"),
     # HTTP status codes name the cause (401 gated, 404 missing, 429 rate limit): kept.
     (re.compile(r"\b\d+(?:\.\d+)?\b(?! (?:Client|Server) Error)"), "<n>"),
+    # torch names a device mismatch's two devices in whichever order it met them: one cause, one order.
+    (
+        re.compile(r"(at least two devices, )([\w:<>]+) and ([\w:<>]+)"),
+        lambda m: m[1] + " and ".join(sorted(m.group(2, 3))),
+    ),
     (re.compile(r"\s+"), " "),
 ]
 
@@ -138,7 +147,7 @@ def normalize_message(message: str | None) -> str:
     """The first line of ``message`` with its volatile parts replaced by placeholders."""
     text = _first_line(redact(message) or "")[:_MAX_INPUT_LEN]
     for pattern, replacement in _RULES:
-        text = pattern.sub(replacement, text)  # type: ignore[arg-type]
+        text = pattern.sub(replacement, text)  # type: ignore[call-overload]
     return text.strip()
 
 
@@ -203,7 +212,7 @@ def failure_place(traceback: str | None) -> str | None:
 def _place(path: str, func: str) -> str:
     stem = path.rsplit("/", 1)[-1]
     stem = stem[: -len(".py")] if stem.endswith(".py") else stem
-    return redact(f"{stem}.{func.strip()}")[:MAX_PLACE_LEN]
+    return (redact(f"{stem}.{func.strip()}") or "")[:MAX_PLACE_LEN]
 
 
 _TRACEBACK_HEADER = "Traceback (most recent call last):"
@@ -239,6 +248,10 @@ _PLACELESS = re.compile(
 )
 
 
+@overload
+def redact(text: str, replace: dict[str, str] | None = None) -> str: ...
+@overload
+def redact(text: None, replace: dict[str, str] | None = None) -> None: ...
 def redact(text: str | None, replace: dict[str, str] | None = None) -> str | None:
     """Remove Hugging Face tokens from ``text``, for every stored text field and every log.
 
@@ -259,10 +272,16 @@ def redact(text: str | None, replace: dict[str, str] | None = None) -> str | Non
     return _HF_TOKEN.sub("***", text)
 
 
-def redact_record(record: dict, replace: dict[str, str] | None = None) -> dict:
-    """Every text field of a record through ``redact`` (with ``replace``), in place (the one redaction pass
-    a record gets before it is stored anywhere); returns the record."""
+def redact_record(record: Record, replace: dict[str, str] | None = None) -> Record:
+    """Every text field of a record (and every text of a list field) through ``redact`` (with ``replace``:
+    machine-specific strings such as a local model folder's absolute path -> what the record says
+    instead), in place (the one redaction pass a record gets before it is stored anywhere); returns it."""
+
+    def clean(value):
+        if isinstance(value, list):
+            return [clean(item) for item in value]
+        return redact(value, replace) if isinstance(value, str) else value
+
     for key, value in record.items():
-        if isinstance(value, str):
-            record[key] = redact(value, replace)
+        record[key] = clean(value)
     return record

@@ -182,7 +182,7 @@ def _sentences(where: str, unchanged: str = "nothing changed there"):
     except (NoAccess, NotOnHub) as exc:
         status = getattr(getattr(exc.__cause__, "response", None), "status_code", None)
         why = {401: "the Hub refused the token", 403: "the token may not write there"}.get(
-            status, "the Hub does not show it to this token"
+            status or 0, "the Hub does not show it to this token"
         )
         raise PushError(f"No write access to {where}: set HF_TOKEN to a write token ({why}).") from exc
     except EnvironmentProblem as exc:
@@ -200,7 +200,7 @@ def _sentences(where: str, unchanged: str = "nothing changed there"):
 def _destinations(data_dir: Path, repo_id: str, bucket: str | None, logs: bool, endpoint: str) -> dict[str, dict]:
     """{sweep: where its logs go in this push}: with ``logs``, every sweep of the dataset's, into the bucket
     or the repo; else the sweeps whose logs an earlier push published to this repo or to a bucket."""
-    sweeps = {u.sweep_id for u in files.dataset_files(data_dir)} & set(store.list_sweeps(data_dir))
+    sweeps = {u.sweep_id for u in files.dataset_files(data_dir) if u.sweep_id} & set(store.list_sweeps(data_dir))
     chosen = {}
     for sweep_id in sorted(sweeps):
         before = store.published_logs(data_dir, sweep_id)
@@ -279,7 +279,7 @@ def _commit(
     }
     dataset = files.dataset_files(data_dir)
     local_sweeps = {u.sweep_id for u in dataset} | set(store.list_sweeps(data_dir))
-    remote_sweeps = {files.dataset_sweep(p) for p in remote} - {None}
+    remote_sweeps = {sweep for p in remote if (sweep := files.dataset_sweep(p))}
     rows = card.sweep_rows(data_dir)
     latest = card.latest_with_results(rows)
     uploads = [*dataset, *log_uploads, *_latest_report(data_dir, stage, latest, token)]
@@ -302,13 +302,14 @@ def _commit(
     paths = {u.path for u in uploads}
     deleted = sorted(p for p in remote if files.dataset_sweep(p) in local_sweeps and p not in paths)
     touched = sorted(
-        {u.sweep_id for u in changed if u.kind in store.CONFIGS} | {files.dataset_sweep(p) for p in deleted}
+        {u.sweep_id for u in changed if u.kind in store.CONFIGS and u.sweep_id}
+        | {sweep for p in deleted if (sweep := files.dataset_sweep(p))}
     )
     result = PushResult(
         repo_id,
         added=[s for s in touched if s not in remote_sweeps],
         updated=[s for s in touched if s in remote_sweeps],
-        logs=sorted({u.sweep_id for u in changed if u.kind == "logs"}),
+        logs=sorted({u.sweep_id for u in changed if u.kind == "logs" and u.sweep_id}),
         files=len(changed),
         deleted=len(deleted),
         report=latest if report else None,
@@ -318,7 +319,9 @@ def _commit(
     if not changed and not deleted:
         return result
     title, description = _message(result, [u for u in changed if u.kind == "report"], deleted)
-    operations = [CommitOperationAdd(u.path, str(u.source)) for u in changed]
+    operations: list[CommitOperationAdd | CommitOperationDelete] = [
+        CommitOperationAdd(u.path, str(u.source)) for u in changed
+    ]
     operations += [CommitOperationDelete(p) for p in deleted]
     commit = api.create_commit(
         repo_id,

@@ -1,1 +1,1 @@
-"""The record and the dataset: its one declaration, the store, sweep metadata, notebook read-back."""
+"""The record and the dataset: its one declaration, the store, sweep metadata."""

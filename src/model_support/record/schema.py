@@ -1,12 +1,18 @@
-"""The record schema, declared once.
+"""The record, declared once (``Record``: per field its type, group, version and doc).
 
 One probe writes one record (a JSON object); the dataset's columns are exactly the record's fields.
-The probe, the store, the readers, the report and the tests all use this module, so that a field
-is added in one place. Readers must accept older Parquet files that lack newer columns (see
-``store.scan``): every column is nullable for that reason.
+The Arrow schema, the field groups (``HUB_FIELDS``, ``SHARDED_FIELDS``, ...), the dataset card's field
+table and what older files read as all derive from the declaration, so a field is added in one line.
+Readers must accept older Parquet files that lack newer columns (see ``store.scan``): every column is
+nullable for that reason.
 """
 
 from __future__ import annotations
+
+import types
+import typing
+from dataclasses import dataclass
+from typing import Annotated, Any, TypedDict
 
 import pyarrow as pa
 
@@ -21,7 +27,7 @@ VERDICTS = (PASS, FAIL_LOAD, FAIL_GEN, FAIL_OTHER)
 DEFAULT_VARIANT = "eager+dynamic"
 
 #: Where a failure happened, kept beside the verdict so that no detail is lost.
-STAGES = ("download", "load", "template", "compile", "generate", "reference", "runner")
+STAGES = ("download", "load", "template", "compile", "generate", "runner")
 
 STAGE_HELP = {
     "download": "the repo holds no weights transformers can load (only .gguf, onnx, ...): a real answer about the "
@@ -30,7 +36,6 @@ STAGE_HELP = {
     "template": "rendering the prompt through the tokenizer's chat template",
     "compile": "torch.compile's machinery (dynamo tracing, the backend compiler) while generating in compile mode",
     "generate": "greedy generation on the device",
-    "reference": "the CPU reference generation (never changes the verdict)",
     "runner": "the harness: device set-up, kernel death, timeout, a probe that wrote no record",
 }
 
@@ -49,168 +54,248 @@ VERDICT_HELP = {
     FAIL_GEN: "loaded, but generation raised",
     FAIL_OTHER: "chat-template errors, out-of-memory, kernel death, timeout, harness errors",
 }
-
-VERSIONS = pa.struct(
-    [
-        ("python", pa.string()),
-        ("torch", pa.string()),
-        ("torch_tpu", pa.string()),
-        ("libtpu", pa.string()),
-        ("transformers", pa.string()),
-        ("tokenizers", pa.string()),
-        ("accelerate", pa.string()),
-        ("model_support", pa.string()),
-        ("git_commit", pa.string()),
-    ]
-)
-
-#: Column name -> Arrow type, in the order the dataset shows them.
-FIELDS: dict[str, pa.DataType] = {
-    "sweep_id": pa.string(),
-    "model_id": pa.string(),
-    "revision": pa.string(),
-    "revision_sha": pa.string(),
-    "model_type": pa.string(),
-    "architectures": pa.list_(pa.string()),
-    "num_params": pa.int64(),
-    "status": pa.string(),
-    "failure_stage": pa.string(),
-    "error_type": pa.string(),
-    "error_message": pa.string(),
-    "traceback": pa.string(),
-    "failure_signature": pa.string(),
-    "prompt": pa.string(),
-    "chat_template_used": pa.bool_(),
-    "tokens_in": pa.int64(),
-    "tokens_out": pa.int64(),
-    "output_token_ids": pa.list_(pa.int64()),
-    "generated_text": pa.string(),
-    "failed_step": pa.int64(),
-    "max_new_tokens": pa.int64(),
-    "variant": pa.string(),
-    "mode": pa.string(),
-    "cache": pa.string(),
-    "dtype": pa.string(),
-    "seed": pa.int64(),
-    "trust_remote_code": pa.bool_(),
-    "device_type": pa.string(),
-    "device_name": pa.string(),
-    "device_count": pa.int64(),
-    "download_s": pa.float64(),
-    "download_bytes": pa.int64(),
-    "load_s": pa.float64(),
-    "first_token_s": pa.float64(),
-    "generate_s": pa.float64(),
-    "decode_tokens_per_s": pa.float64(),
-    "compile_backend": pa.string(),
-    "compile_s": pa.float64(),
-    "graphs": pa.int64(),
-    "graph_breaks": pa.int64(),
-    "graph_break_reasons": pa.list_(pa.string()),
-    "recompilations": pa.int64(),
-    "matches_eager": pa.bool_(),
-    "devices_used": pa.int64(),
-    "parallelism": pa.string(),
-    "tp_size": pa.int64(),
-    "ep_size": pa.int64(),
-    "memory_estimate_bytes": pa.int64(),
-    "load_s_per_rank": pa.list_(pa.float64()),
-    "generate_s_per_rank": pa.list_(pa.float64()),
-    "peak_host_mem_mb": pa.float64(),
-    "peak_device_mem_mb": pa.float64(),
-    "device_mem_source": pa.string(),
-    "compile_cache_hits": pa.int64(),
-    "compile_cache_misses": pa.int64(),
-    "reference_device": pa.string(),
-    "reference_match": pa.bool_(),
-    "first_divergence": pa.int64(),
-    "reference_note": pa.string(),
-    "attribution": pa.string(),
-    "reference_signature": pa.string(),
-    "versions": VERSIONS,
-    "host": pa.string(),
-    "started_at": pa.string(),
-    "duration_s": pa.float64(),
-    "notebook_path": pa.string(),
-    "notebook_url": pa.string(),  # where the executed notebook is published (set by `push --logs`), else null
-    "log_url": pa.string(),  # where the probe's log is published (set by `push --logs`), else null
-    "repro_script": pa.string(),
-    "exclusion_reason": pa.string(),
-    # Hub metadata (null for local folders and offline runs)
-    "pipeline_tag": pa.string(),
-    "library_name": pa.string(),
-    "downloads": pa.int64(),
-    "likes": pa.int64(),
-    "trending_score": pa.int64(),
-    "gated": pa.string(),
-    "license": pa.string(),
-    "created_at": pa.string(),
-    "base_model": pa.string(),
-    "hub_num_params": pa.int64(),
+#: One colour per verdict (and for excluded rows), everywhere: the probe summary, the report, the explorer.
+VERDICT_COLORS = {
+    PASS: "#2e7d32",
+    FAIL_LOAD: "#ef6c00",
+    FAIL_GEN: "#c62828",
+    FAIL_OTHER: "#6a1b9a",
+    "excluded": "#757575",
+    "not probed": "#9e9e9e",
 }
 
-SCHEMA = pa.schema([pa.field(name, typ, nullable=True) for name, typ in FIELDS.items()])
 
-#: Fields added after the first sweeps were published: older files lack them and read as null.
+def verdict_color(status: str | None) -> str:
+    return VERDICT_COLORS.get(status or "", "#555555")
+
+
+class Versions(TypedDict):
+    """The stack a record ran on (``provenance.versions``): one Arrow struct column."""
+
+    python: str | None
+    torch: str | None
+    torch_tpu: str | None
+    libtpu: str | None
+    transformers: str | None
+    tokenizers: str | None
+    accelerate: str | None
+    model_support: str | None
+    git_commit: str | None
+
+
+@dataclass(frozen=True)
+class Col:
+    """What the record's declaration says of a field besides its name and type: its ``group`` (one of
+    ``GROUPS``), the record version it appeared in (``since``; files from before read it as null, or as
+    ``older`` when that says what those rows meant) and a one-line ``doc`` (the dataset card's field table)."""
+
+    group: str
+    since: int
+    doc: str
+    older: Any = None
+
+
+#: Groups of fields, in the order the dataset card lists them; code asks for a group by name (``names_in``).
+GROUPS = {
+    "identity": "which run a row is",
+    "model": "what was learned about the model",
+    "verdict": "the outcome, and the error behind a failure",
+    "generation": "the prompt and what came out",
+    "settings": "the probe settings the run used",
+    "device": "where it ran",
+    "download": "the download stage (Hub models)",
+    "timing": "how long each stage took",
+    "compile": "execution modes: torch.compile's accounting, agreement with eager",
+    "sharded": "runs over more than one device",
+    "memory": "peak memory",
+    "reference": "the CPU reference check and whose failure it is",
+    "provenance": "the stack, the host, and how to see or reproduce the run",
+    "hub": "the Hub's metadata (null for local folders)",
+}
+
+#: The record's current version: the highest ``since`` (raise it when adding fields, and give them that ``since``).
+#: 1: the first fields; 2: token counts; 3: downloads and Hub metadata; 4: attribution; 5: variants and
+#: execution modes; 6: runs over several devices; 7: what each rank of such a run said; 8: where the
+#: run's notebook and log are published.
+VERSION = 8
+
+
+class Record(TypedDict):
+    """One probe's record, declared once: each field's type (the Arrow type follows from it, ``arrow_type``),
+    group, version and doc. The Arrow schema, the field groups, the dataset card's field table and what
+    older files read as all derive from it. Adding a field is one line here (every field is nullable)."""
+
+    sweep_id: Annotated[str | None, Col("identity", 1, "the sweep: <name>-<UTC time>-<4 hex>")]
+    model_id: Annotated[str | None, Col("identity", 1, "the Hub id, or local:<folder name>")]
+    revision: Annotated[str | None, Col("identity", 1, "the revision asked for (null: the default branch)")]
+    revision_sha: Annotated[str | None, Col("download", 3, "the commit the files were downloaded at")]
+    model_type: Annotated[str | None, Col("model", 1, "config.model_type")]
+    architectures: Annotated[list[str] | None, Col("model", 1, "config.architectures")]
+    num_params: Annotated[int | None, Col("model", 1, "parameters of the loaded model")]
+    status: Annotated[str | None, Col("verdict", 1, "PASS, FAIL(load), FAIL(gen) or FAIL(other); null when excluded")]
+    failure_stage: Annotated[str | None, Col("verdict", 1, "where it failed (STAGES)")]
+    error_type: Annotated[str | None, Col("verdict", 1, "the exception's class name")]
+    error_message: Annotated[str | None, Col("verdict", 1, "the exception's message")]
+    traceback: Annotated[str | None, Col("verdict", 1, "the traceback, trimmed")]
+    failure_signature: Annotated[str | None, Col("verdict", 1, "the error with volatile parts replaced, @ where")]
+    prompt: Annotated[str | None, Col("generation", 1, "the prompt before the chat template")]
+    chat_template_used: Annotated[bool | None, Col("generation", 1, "whether the chat template rendered it")]
+    tokens_in: Annotated[int | None, Col("generation", 2, "prompt tokens, after the chat template")]
+    tokens_out: Annotated[int | None, Col("generation", 2, "tokens generated beyond the input")]
+    output_token_ids: Annotated[list[int] | None, Col("generation", 1, "the generated token ids")]
+    generated_text: Annotated[str | None, Col("generation", 1, "the generated tokens, decoded")]
+    failed_step: Annotated[int | None, Col("generation", 1, "new tokens generated before generation raised")]
+    max_new_tokens: Annotated[int | None, Col("settings", 1, "greedy new tokens asked for")]
+    variant: Annotated[str | None, Col("identity", 5, "mode+cache[+<n>t]", older=DEFAULT_VARIANT)]
+    mode: Annotated[str | None, Col("settings", 5, "eager, fused or compile")]
+    cache: Annotated[str | None, Col("settings", 5, "the KV cache: dynamic or static")]
+    dtype: Annotated[str | None, Col("settings", 1, "the dtype the model was loaded in")]
+    seed: Annotated[int | None, Col("settings", 1, "torch seed before generation")]
+    trust_remote_code: Annotated[bool | None, Col("settings", 1, "whether the model's own code was allowed")]
+    device_type: Annotated[str | None, Col("device", 1, "cpu, cuda, tpu, ...")]
+    device_name: Annotated[str | None, Col("device", 1, "the device's name")]
+    device_count: Annotated[int | None, Col("device", 1, "devices of that kind visible to the probe")]
+    download_s: Annotated[float | None, Col("download", 3, "seconds downloading")]
+    download_bytes: Annotated[int | None, Col("download", 3, "bytes downloaded")]
+    load_s: Annotated[float | None, Col("timing", 1, "seconds loading from the local files")]
+    first_token_s: Annotated[float | None, Col("timing", 1, "seconds to the first new token (compilation included)")]
+    generate_s: Annotated[float | None, Col("timing", 1, "seconds generating")]
+    decode_tokens_per_s: Annotated[float | None, Col("timing", 1, "new tokens per second after the first")]
+    compile_backend: Annotated[str | None, Col("compile", 5, "torch.compile's backend (inductor, tpu)")]
+    compile_s: Annotated[float | None, Col("compile", 5, "the first forward, compilation included")]
+    graphs: Annotated[int | None, Col("compile", 5, "graphs compiled")]
+    graph_breaks: Annotated[int | None, Col("compile", 5, "graph breaks")]
+    graph_break_reasons: Annotated[list[str] | None, Col("compile", 5, "the first graph break reasons")]
+    recompilations: Annotated[int | None, Col("compile", 5, "graphs beyond the first")]
+    matches_eager: Annotated[bool | None, Col("compile", 5, "compile or fused: the same tokens as plain eager")]
+    devices_used: Annotated[int | None, Col("sharded", 6, "devices the probe ran on", older=1)]
+    parallelism: Annotated[str | None, Col("sharded", 6, "none, tp or ep", older="none")]
+    tp_size: Annotated[int | None, Col("sharded", 6, "tensor parallel degree")]
+    ep_size: Annotated[int | None, Col("sharded", 6, "expert parallel degree")]
+    memory_estimate_bytes: Annotated[int | None, Col("sharded", 6, "weights x dtype bytes x margin")]
+    load_s_per_rank: Annotated[list[float] | None, Col("sharded", 6, "load seconds, per rank")]
+    generate_s_per_rank: Annotated[list[float] | None, Col("sharded", 6, "generate seconds, per rank")]
+    peak_device_mem_mb_per_rank: Annotated[list[float] | None, Col("sharded", 7, "peak device memory, per rank")]
+    ranks_agree: Annotated[bool | None, Col("sharded", 7, "every rank generated the same tokens")]
+    rank_errors: Annotated[list[str] | None, Col("sharded", 7, "what each rank that raised said, one line each")]
+    rank_log_tail: Annotated[str | None, Col("sharded", 7, "the end of the failed ranks' stderr (stacks of a hang)")]
+    peak_host_mem_mb: Annotated[float | None, Col("memory", 1, "peak host memory of the probe process")]
+    peak_device_mem_mb: Annotated[float | None, Col("memory", 1, "peak device memory (the most of any rank)")]
+    device_mem_source: Annotated[str | None, Col("memory", 1, "where the device memory figure comes from")]
+    compile_cache_hits: Annotated[int | None, Col("device", 1, "the device's compilation cache hits")]
+    compile_cache_misses: Annotated[int | None, Col("device", 1, "the device's compilation cache misses")]
+    reference_device: Annotated[str | None, Col("reference", 1, "cpu:<dtype> of the reference run")]
+    reference_match: Annotated[bool | None, Col("reference", 1, "the same greedy tokens as the reference")]
+    first_divergence: Annotated[int | None, Col("reference", 1, "the first new token that differs")]
+    reference_note: Annotated[str | None, Col("reference", 1, "why the reference or attribution did not run")]
+    attribution: Annotated[str | None, Col("reference", 4, "whose failure: stack, model or both")]
+    reference_signature: Annotated[str | None, Col("reference", 4, "the reference's own signature (both)")]
+    versions: Annotated[Versions | None, Col("provenance", 1, "python, torch, torch_tpu, libtpu, transformers, ...")]
+    host: Annotated[str | None, Col("provenance", 1, "the host's name")]
+    started_at: Annotated[str | None, Col("provenance", 1, "UTC, ISO 8601")]
+    duration_s: Annotated[float | None, Col("timing", 1, "the whole probe, in seconds")]
+    notebook_path: Annotated[str | None, Col("provenance", 1, "the executed notebook, relative to the data folder")]
+    notebook_url: Annotated[str | None, Col("provenance", 8, "the executed notebook where `push --logs` published it")]
+    log_url: Annotated[str | None, Col("provenance", 8, "the probe's log where `push --logs` published it")]
+    repro_script: Annotated[str | None, Col("provenance", 1, "a standalone script that reproduces the probe")]
+    exclusion_reason: Annotated[str | None, Col("verdict", 1, "why the row has no verdict (excluded)")]
+    pipeline_tag: Annotated[str | None, Col("hub", 3, "the Hub's pipeline tag")]
+    library_name: Annotated[str | None, Col("hub", 3, "the Hub's library name")]
+    downloads: Annotated[int | None, Col("hub", 3, "downloads (last 30 days)")]
+    likes: Annotated[int | None, Col("hub", 3, "likes")]
+    trending_score: Annotated[int | None, Col("hub", 3, "trending score")]
+    gated: Annotated[str | None, Col("hub", 3, "auto, manual, or null")]
+    license: Annotated[str | None, Col("hub", 3, "the license the card names")]
+    created_at: Annotated[str | None, Col("hub", 3, "when the repo was created")]
+    base_model: Annotated[str | None, Col("hub", 3, "the base model the card names")]
+    hub_num_params: Annotated[int | None, Col("hub", 3, "parameters, from the Hub's safetensors metadata")]
+
+
+_SCALARS: dict[type, pa.DataType] = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
+
+
+def arrow_type(annotation: Any) -> pa.DataType:
+    """The Arrow type of a declared Python type: str, int, float, bool, a list of one of them, or a
+    TypedDict of them (a struct); ``X | None`` is X (every column is nullable)."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        (annotation,) = args
+        return arrow_type(annotation)
+    if typing.get_origin(annotation) is list:
+        return pa.list_(arrow_type(args[0]))
+    if typing.is_typeddict(annotation):
+        return pa.struct([(k, arrow_type(v)) for k, v in typing.get_type_hints(annotation).items()])
+    return _SCALARS[annotation]
+
+
+@dataclass(frozen=True)
+class Field:
+    """One declared field, as the code reads it."""
+
+    name: str
+    type: pa.DataType
+    group: str
+    since: int
+    doc: str
+    older: Any = None
+
+
+def _declared() -> tuple[Field, ...]:
+    fields = []
+    for name, hint in typing.get_type_hints(Record, include_extras=True).items():
+        python, col = typing.get_args(hint)
+        if col.group not in GROUPS or not 1 <= col.since <= VERSION:
+            raise ValueError(f"record field {name}: group {col.group!r} or since {col.since} is not declared")
+        fields.append(Field(name, arrow_type(python), col.group, col.since, col.doc, col.older))
+    return tuple(fields)
+
+
+#: Every field, in the order the dataset shows them.
+DECLARATION: tuple[Field, ...] = _declared()
+#: Column name -> Arrow type.
+FIELDS: dict[str, pa.DataType] = {f.name: f.type for f in DECLARATION}
+SCHEMA = pa.schema([pa.field(f.name, f.type, nullable=True) for f in DECLARATION])
+
+
+def names_in(group: str) -> tuple[str, ...]:
+    """The fields of one group, in declaration order."""
+    if group not in GROUPS:
+        raise KeyError(f"no field group {group!r}; the groups are {', '.join(GROUPS)}")
+    return tuple(f.name for f in DECLARATION if f.group == group)
+
+
 #: The Hub's metadata on a record (``hub.metadata``; the same names in ``sweep.json``'s ``hub`` dicts).
-HUB_FIELDS = (
-    "pipeline_tag",
-    "library_name",
-    "downloads",
-    "likes",
-    "trending_score",
-    "gated",
-    "license",
-    "created_at",
-    "base_model",
-    "hub_num_params",
-)
-
-LATER_FIELDS = (
-    "tokens_in",
-    "tokens_out",
-    "revision_sha",
-    "download_s",
-    "download_bytes",
-    *HUB_FIELDS,
-    "attribution",
-    "reference_signature",
-    "variant",
-    "mode",
-    "cache",
-    "compile_backend",
-    "compile_s",
-    "graphs",
-    "graph_breaks",
-    "graph_break_reasons",
-    "recompilations",
-    "matches_eager",
-    "devices_used",
-    "parallelism",
-    "tp_size",
-    "ep_size",
-    "memory_estimate_bytes",
-    "load_s_per_rank",
-    "generate_s_per_rank",
-    "notebook_url",
-    "log_url",
-)
+HUB_FIELDS = names_in("hub")
+#: What the download stage adds (``hub_fetch.fetch``).
+DOWNLOAD_FIELDS = names_in("download")
+#: Execution modes: what a compiled (or fused) run records beyond an eager one.
+COMPILE_FIELDS = names_in("compile")
+#: A run over several devices (``sharded.run_sharded``'s result keeps them under these names).
+SHARDED_FIELDS = names_in("sharded")
+#: Fields added after the first sweeps were published: older files lack them.
+LATER_FIELDS = tuple(f.name for f in DECLARATION if f.since > 1)
+#: What a row written before a field existed means, where that is not null (``frames.older_col``).
+OLDER_DEFAULTS = {f.name: f.older for f in DECLARATION if f.older is not None}
 
 
-def empty_record(**values) -> dict:
+def empty_record(**values: Any) -> Record:
     """A record with every field present (null), then ``values`` filled in.
 
     Unknown keys are a programming error: refused here so a typo never becomes a silent column.
     """
+    return fill(typing.cast(Record, dict.fromkeys(FIELDS)), values)
+
+
+def fill(record: Record, values: typing.Mapping[str, Any]) -> Record:
+    """``values`` set on ``record`` (a group of fields at once); a name that is no field is refused."""
     unknown = sorted(set(values) - set(FIELDS))
     if unknown:
         raise KeyError(f"not record fields: {', '.join(unknown)}; the schema is model_support.record.schema.FIELDS")
-    record = dict.fromkeys(FIELDS)
-    record.update(values)
+    typing.cast(dict, record).update(values)
     return record
 
 
-def check_record(record: dict) -> dict:
+def check_record(record: Record) -> Record:
     """Refuse a record whose keys differ from the schema or whose verdict is not one of the four."""
     missing = sorted(set(FIELDS) - set(record))
     extra = sorted(set(record) - set(FIELDS))
@@ -223,7 +308,7 @@ def check_record(record: dict) -> dict:
     return record
 
 
-def to_table(records: list[dict]) -> pa.Table:
+def to_table(records: list[Record]) -> pa.Table:
     """Records -> an Arrow table with exactly ``SCHEMA``."""
     for record in records:
         check_record(record)

@@ -33,7 +33,9 @@ def polars_schema() -> pl.Schema:
     """The record schema as Polars sees it (built from ``schema.SCHEMA``, never written twice)."""
     import polars as pl
 
-    return pl.from_arrow(schema.SCHEMA.empty_table()).schema
+    frame = pl.from_arrow(schema.SCHEMA.empty_table())
+    assert isinstance(frame, pl.DataFrame)  # a table, not one column
+    return frame.schema
 
 
 def scan(data_dir: Path, config: str = "results") -> pl.LazyFrame:
@@ -124,14 +126,15 @@ def list_sweeps(data_dir: Path) -> list[str]:
     return [sweep_id for _, sweep_id in sorted(metas)]
 
 
-def store_result(data_dir: Path, sweep_id: str, record: dict, notebook: bytes | None, log: str) -> Path:
+def store_result(data_dir: Path, sweep_id: str, record: schema.Record, notebook: bytes | None, log: str) -> Path:
     """Keep one model's outcome: notebook and log first, the record last (its presence means done)."""
     folder = sweep_dir(data_dir, sweep_id)
-    name = stem(record["model_id"], record["variant"])
+    model_id = record["model_id"] or ""  # check_record below refuses a record without one
+    name = stem(model_id, record["variant"])
     if notebook is not None:
         atomic_write_bytes(folder / "notebooks" / f"{name}.ipynb", notebook)
     atomic_write_bytes(folder / "logs" / f"{name}.log", log.encode())
-    path = record_file(data_dir, sweep_id, record["model_id"], record["variant"])
+    path = record_file(data_dir, sweep_id, model_id, record["variant"])
     atomic_write_json(path, schema.check_record(record))
     return path
 
@@ -313,7 +316,26 @@ results = load_dataset("<this folder or repo>", "results", split="train")
 ```
 
 Sweeps in this folder: {sweeps}.
+
+## Fields
+
+Every column is nullable; files written before a field existed (its `since`, the record version)
+read it as null, or as the value noted.
+
+| field | type | group | since | what |
+|---|---|---|---|---|
+{fields}
 """
+
+
+def field_table() -> str:
+    """The dataset card's rows of fields, from the record's declaration (``schema.DECLARATION``)."""
+    return "\n".join(
+        f"| `{f.name}` | `{f.type}` | {f.group} | {f.since} | {f.doc.replace('<', '&lt;').replace('>', '&gt;')}"
+        + (f" (older files: `{f.older}`)" if f.older is not None else "")
+        + " |"
+        for f in schema.DECLARATION
+    )
 
 
 def card_configs(data_dir: Path) -> str:
@@ -332,7 +354,11 @@ def write_dataset_card(data_dir: Path) -> Path:
     sweeps = sorted(
         {p.parent.name.removeprefix("sweep=") for c in CONFIGS for p in (data_dir / c).glob("sweep=*/*.parquet")}
     )
-    card = DATASET_CARD.replace("{configs}", card_configs(data_dir)).replace("{sweeps}", ", ".join(sweeps) or "none")
+    card = (
+        DATASET_CARD.replace("{configs}", card_configs(data_dir))
+        .replace("{sweeps}", ", ".join(sweeps) or "none")
+        .replace("{fields}", field_table())
+    )
     path = data_dir / "README.md"
     atomic_write_bytes(path, card.encode())
     return path

@@ -14,7 +14,7 @@ import polars as pl
 from .. import analysis
 from ..fileio import atomic_write_text
 from ..record import schema
-from ..record.display import VERDICT_COLORS
+from ..record.schema import VERDICT_COLORS
 
 # --------------------------------------------------------------------------------------------
 # display helpers for the notebook: tables and charts as self-contained HTML
@@ -50,7 +50,7 @@ def vega_script() -> str:
     if "vegaEmbed" not in bundle:
         import vl_convert
 
-        bundle = vl_convert.javascript_bundle(vl_version=version)
+        bundle = vl_convert.javascript_bundle(vl_version=version)  # type: ignore[call-arg]  # its stub omits snippet's default
         try:
             atomic_write_text(cached, bundle)
         except OSError:

@@ -45,6 +45,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -53,7 +54,7 @@ from .. import analysis, paths
 from ..analysis import coverage
 from ..fileio import atomic_write_text
 from ..record import schema
-from ..record.display import VERDICT_COLORS
+from ..record.schema import VERDICT_COLORS
 from ..record.sweep_meta import parse_sweep_id
 from .explorer_rows import (
     EXCLUDED,
@@ -107,129 +108,32 @@ def explorer_data(data_dir: Path | str) -> dict:
     pending = coverage.pending_rows(data_dir, sweeps["sweep_id"].to_list())
     unprobed = coverage.unprobed_rows(data_dir, listed, pending)
     rows, entry_names, outcomes, envs = encoded_rows(data_dir, sweeps, unprobed)
-    real = pl.col("c") < 2
-    # Each sweep's usual environment (from its real rows); a real row that differs from it is stored
-    # as an exception; a pseudo-row has none of its own.
-    sweep_env = (
-        rows.group_by("s", "e")
-        .agg(pl.len(), real.any().alias("real"))
-        .sort(["s", "real", "len", "e"], descending=[False, True, True, False])
-        .group_by("s", maintain_order=True)
-        .agg(pl.col("e").first().alias("e_sweep"))
-    )
-    rows = rows.join(sweep_env, on="s", how="left").with_columns(
-        pl.when(real).then(pl.col("e")).otherwise(pl.col("e_sweep")).alias("e")
-    )
-    # Runs of consecutive sweeps with the same outcome.
-    new_run = (
-        (pl.col("s") != pl.col("s").shift(1) + 1)
-        | (pl.col("o") != pl.col("o").shift(1))
-        | (pl.col("m") != pl.col("m").shift(1))
-    ).fill_null(True)
-    runs = (
-        rows.with_columns(run=new_run.cum_sum())
-        .group_by("run", maintain_order=True)
-        .agg(
-            pl.col("m").first(),
-            *[pl.col(c).first().cast(pl.Int64) for c in ("s", "o")],
-            pl.len().cast(pl.Int64).alias("n"),
-        )
-    )
-    explode = dict(keep_nulls=False, empty_as_null=False)
-    # The sweep whose texts the panel shows: the entry's latest run (a verdict or an exclusion),
-    # else its latest pseudo-row (which has no texts).
-    latest = rows.group_by("m").agg(
-        pl.coalesce(pl.col("s").filter(real).max(), pl.col("s").max()).cast(pl.Int64).alias("s")
-    )
-    hist = (
-        runs.group_by("m", maintain_order=True)
-        .agg(pl.concat_list("s", "n", "o").list.explode(**explode).alias("h"))
-        .join(entry_names, on="m", how="left")
-    )
-    odd = (
-        rows.filter(pl.col("e") != pl.col("e_sweep"))
-        .group_by("m", maintain_order=True)
-        .agg(pl.concat_list(pl.col("s").cast(pl.Int64), pl.col("e").cast(pl.Int64)).list.explode(**explode).alias("x"))
-    )
-    hist = (
-        hist.join(odd, on="m", how="left", maintain_order="left")
-        .join(latest, on="m", how="left", maintain_order="left")
-        .join(sweeps.with_row_index("s").select(pl.col("s").cast(pl.Int64), "sweep_id"), on="s", how="left")
-    )
+    rows, sweep_env = _with_sweep_envs(rows)
+    hist = _histories(rows, entry_names, sweeps)
     variants = analysis.sort_variants(hist["variant"].to_list())
     variant_index = {v: k for k, v in enumerate(variants)}
     hist = hist.with_columns(
         pl.col("variant").replace_strict(variant_index, default=len(variants), return_dtype=pl.Int64).alias("vi")
     ).sort("model_id", "vi")
-    details = latest_details(data_dir, hist.select("model_id", "variant", "sweep_id"))
     hub = coverage.latest_hub(data_dir, sweeps, listed_hub)
-    hub_by_model = {r["model_id"]: r for r in hub.iter_rows(named=True)}
-    ranked_by = coverage.rankings(listed)
-
-    texts = Strings()
-    types = Strings()
-    versions = Strings()
     tasks = sorted(set(hub["pipeline_tag"].drop_nulls().to_list()))
-    task_index = {t: k for k, t in enumerate(tasks)}
-    models = []
-    for model_id, variant, vi, h, x, sweep_id in hist.select(
-        "model_id", "variant", "vi", "h", "x", "sweep_id"
-    ).iter_rows():
-        d = details.get((model_id, variant), {})
-        full_versions = json.dumps(
-            {k: v for k, v in (d.get("versions") or {}).items() if v is not None}, sort_keys=True
-        )
-        row = [
-            model_id,
-            types.add(d.get("model_type")),
-            h,
-            x or [],
-            texts.add(d.get("error_type")),
-            texts.add(template(d.get("error_message"), model_id, sweep_id)),
-            texts.add(template(d.get("traceback"), model_id, sweep_id)),
-            texts.add(template(d.get("repro_script"), model_id, sweep_id)),
-            texts.add(template(relative_href(d.get("notebook_path"), data_dir, reports), model_id, sweep_id)),
-            versions.add(full_versions),
-            d.get("started_at"),
-            vi,
-            texts.add(d.get("reference_signature")),
-            texts.add(template(d.get("reference_note"), model_id, sweep_id)),
-            texts.add(template(d.get("notebook_url"), model_id, sweep_id)),
-            texts.add(template(d.get("log_url"), model_id, sweep_id)),
-        ]
-        facts = hub_by_model.get(model_id)
-        if facts or model_id in ranked_by:  # the Hub's facts: only for models that have any (stays compact)
-            row.append(hub_facts(facts or {}, ranked_by.get(model_id), task_index, texts))
-        models.append(row)
+    tables = _Tables(texts=Strings(), types=Strings(), versions=Strings(), tasks={t: k for k, t in enumerate(tasks)})
+    entries = _entries(data_dir, hist, hub, coverage.rankings(listed), tables)
     # Every entry of a model (one per variant), and each (model, variant)'s entry.
     entries_of: dict[str, list[int]] = {}
     position = {}
-    for k, m in enumerate(models):
-        entries_of.setdefault(m[0], []).append(k)
-        position[(m[0], variants[m[11]])] = k
-    default_env = dict(sweep_env.iter_rows())
-    sweep_rows = []
-    labels = sweep_labels(sweeps["sweep_id"].to_list())
-    for s, r in enumerate(sweeps.iter_rows(named=True)):
-        report = reports / f"{r['sweep_id']}.html"
-        sweep_rows.append(
-            [
-                r["sweep_id"],
-                r["created_at"].strftime("%Y-%m-%d %H:%M") if r["created_at"] else "",
-                r["device_type"] or "",
-                report.name if report.exists() else None,
-                default_env.get(s, -1),
-                labels[s],
-            ]
-        )
+    for k, entry in enumerate(entries):
+        entries_of.setdefault(entry["model_id"], []).append(k)
+        position[(entry["model_id"], entry["variant_label"])] = k
+    sweep_rows = _sweep_rows(sweeps, reports, dict(sweep_env.iter_rows()))
     sweep_position = {r[0]: s for s, r in enumerate(sweep_rows)}
     return {
         "sweeps": sweep_rows,
         "outcomes": outcomes.select(OUTCOME_COLUMNS).rows(),
         "envs": envs.select("device_type", *VERSION_KEYS).rows(),
-        "types": types.items,
-        "texts": texts.items,
-        "versions": versions.items,
+        "types": tables.types.items,
+        "texts": tables.texts.items,
+        "versions": tables.versions.items,
         "verdicts": [*schema.VERDICTS, *PSEUDO_VERDICTS],
         "pseudo": list(PSEUDO_VERDICTS),
         "unprobed": [NOT_PROBED, NOT_TESTED],
@@ -255,7 +159,7 @@ def explorer_data(data_dir: Path | str) -> dict:
             .iter_rows()
             if (m, v) in position and s in sweep_position
         ],
-        "models": models,
+        "models": [[entry[field] for field in ENTRY_FIELDS if field in entry] for entry in entries],
     }
 
 
@@ -271,6 +175,132 @@ def sweep_labels(sweep_ids: list[str]) -> list[str]:
     return [label if seen[label] == 1 else i for label, i in zip(labels, sweep_ids)]
 
 
+def _with_sweep_envs(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Each sweep's usual environment (``e_sweep``, from its real rows); a real row keeps its own (stored
+    as an exception when it differs), a pseudo-row (not probed, not tested) takes its sweep's."""
+    real = pl.col("c") < 2
+    sweep_env = (
+        rows.group_by("s", "e")
+        .agg(pl.len(), real.any().alias("real"))
+        .sort(["s", "real", "len", "e"], descending=[False, True, True, False])
+        .group_by("s", maintain_order=True)
+        .agg(pl.col("e").first().alias("e_sweep"))
+    )
+    rows = rows.join(sweep_env, on="s", how="left").with_columns(
+        pl.when(real).then(pl.col("e")).otherwise(pl.col("e_sweep")).alias("e")
+    )
+    return rows, sweep_env
+
+
+def _histories(rows: pl.DataFrame, entry_names: pl.DataFrame, sweeps: pl.DataFrame) -> pl.DataFrame:
+    """One row per entry (model and variant): its history ``h`` (runs of consecutive sweeps with the same
+    outcome: [sweep, count, outcome] flattened), its environment exceptions ``x`` ([sweep, env]
+    flattened), and the sweep whose texts the panel shows (``sweep_id``: its latest real run, else its
+    latest pseudo-row, which has no texts)."""
+    real = pl.col("c") < 2
+    new_run = (
+        (pl.col("s") != pl.col("s").shift(1) + 1)
+        | (pl.col("o") != pl.col("o").shift(1))
+        | (pl.col("m") != pl.col("m").shift(1))
+    ).fill_null(True)
+    runs = (
+        rows.with_columns(run=new_run.cum_sum())
+        .group_by("run", maintain_order=True)
+        .agg(
+            pl.col("m").first(),
+            *[pl.col(c).first().cast(pl.Int64) for c in ("s", "o")],
+            pl.len().cast(pl.Int64).alias("n"),
+        )
+    )
+    explode = dict(keep_nulls=False, empty_as_null=False)
+    latest = rows.group_by("m").agg(
+        pl.coalesce(pl.col("s").filter(real).max(), pl.col("s").max()).cast(pl.Int64).alias("s")
+    )
+    odd = (
+        rows.filter(pl.col("e") != pl.col("e_sweep"))
+        .group_by("m", maintain_order=True)
+        .agg(pl.concat_list(pl.col("s").cast(pl.Int64), pl.col("e").cast(pl.Int64)).list.explode(**explode).alias("x"))
+    )
+    return (
+        runs.group_by("m", maintain_order=True)
+        .agg(pl.concat_list("s", "n", "o").list.explode(**explode).alias("h"))
+        .join(entry_names, on="m", how="left")
+        .join(odd, on="m", how="left", maintain_order="left")
+        .join(latest, on="m", how="left", maintain_order="left")
+        .join(sweeps.with_row_index("s").select(pl.col("s").cast(pl.Int64), "sweep_id"), on="s", how="left")
+    )
+
+
+@dataclass
+class _Tables:
+    """The page's shared string tables (an entry holds indices into them) and the Hub tasks' indices."""
+
+    texts: Strings
+    types: Strings
+    versions: Strings
+    tasks: dict[str, int]
+
+
+def _entries(data_dir: Path, hist: pl.DataFrame, hub: pl.DataFrame, ranked_by: dict, tables: _Tables) -> list[dict]:
+    """One entry per model and variant (``hist``'s order), by name: the ``ENTRY_FIELDS`` the page reads
+    (``hub`` only for models with any Hub facts: the page data stays compact), plus ``variant_label``."""
+    reports = data_dir / "reports"
+    details = latest_details(data_dir, hist.select("model_id", "variant", "sweep_id"))
+    hub_by_model = {r["model_id"]: r for r in hub.iter_rows(named=True)}
+    texts = tables.texts
+    entries = []
+    for model_id, variant, vi, h, x, sweep_id in hist.select(
+        "model_id", "variant", "vi", "h", "x", "sweep_id"
+    ).iter_rows():
+        d = details.get((model_id, variant), {})
+        versions = {k: v for k, v in (d.get("versions") or {}).items() if v is not None}
+        entry = {
+            "model_id": model_id,
+            "model_type": tables.types.add(d.get("model_type")),
+            "history": h,
+            "env_exceptions": x or [],
+            "error_type": texts.add(d.get("error_type")),
+            "error_message": texts.add(template(d.get("error_message"), model_id, sweep_id)),
+            "traceback": texts.add(template(d.get("traceback"), model_id, sweep_id)),
+            "repro_script": texts.add(template(d.get("repro_script"), model_id, sweep_id)),
+            "notebook": texts.add(
+                template(relative_href(d.get("notebook_path"), data_dir, reports), model_id, sweep_id)
+            ),
+            "versions": tables.versions.add(json.dumps(versions, sort_keys=True)),
+            "started_at": d.get("started_at"),
+            "variant": vi,
+            "reference_signature": texts.add(d.get("reference_signature")),
+            "reference_note": texts.add(template(d.get("reference_note"), model_id, sweep_id)),
+            "notebook_url": texts.add(template(d.get("notebook_url"), model_id, sweep_id)),
+            "log_url": texts.add(template(d.get("log_url"), model_id, sweep_id)),
+            "variant_label": variant,
+        }
+        facts = hub_by_model.get(model_id)
+        if facts or model_id in ranked_by:
+            entry["hub"] = hub_facts(facts or {}, ranked_by.get(model_id), tables.tasks, texts)
+        entries.append(entry)
+    return entries
+
+
+def _sweep_rows(sweeps: pl.DataFrame, reports: Path, default_env: dict) -> list[list]:
+    """[sweep_id, created (UTC, minutes), device type, its report's file name or null, its usual env, its label]."""
+    rows = []
+    labels = sweep_labels(sweeps["sweep_id"].to_list())
+    for s, r in enumerate(sweeps.iter_rows(named=True)):
+        report = reports / f"{r['sweep_id']}.html"
+        rows.append(
+            [
+                r["sweep_id"],
+                r["created_at"].strftime("%Y-%m-%d %H:%M") if r["created_at"] else "",
+                r["device_type"] or "",
+                report.name if report.exists() else None,
+                default_env.get(s, -1),
+                labels[s],
+            ]
+        )
+    return rows
+
+
 def build_explorer(data_dir: Path | str) -> Path:
     """Write ``data/reports/index.html`` (atomically) and return its path: the page template
     (``templates/explorer.html.j2``) with its script (``templates/explorer.js``) and data inline."""
@@ -283,9 +313,9 @@ def build_explorer(data_dir: Path | str) -> Path:
     env = Environment(loader=FileSystemLoader(str(folder)), autoescape=False)
     # One class per verdict, as the page's slug() names it (not tested shares not probed's colour).
     colors = {**VERDICT_COLORS, NOT_TESTED: VERDICT_COLORS.get(NOT_TESTED, VERDICT_COLORS[NOT_PROBED])}
-    colors = [(re.sub(r"[^A-Za-z0-9]+", "-", status), color) for status, color in colors.items()]
+    classes = [(re.sub(r"[^A-Za-z0-9]+", "-", status), color) for status, color in colors.items()]
     page = env.get_template("explorer.html.j2").render(
-        data=payload, script=(folder / "explorer.js").read_text(), verdict_colors=colors, views=VIEWS
+        data=payload, script=(folder / "explorer.js").read_text(), verdict_colors=classes, views=VIEWS
     )
     out = data_dir / "reports" / "index.html"
     atomic_write_text(out, page)

@@ -46,30 +46,26 @@ HUB_FACTS = (
 )
 
 
-def encoded_rows(data_dir: Path, sweeps: pl.DataFrame, unprobed: pl.DataFrame):
-    """Every (model, variant, sweep) row of both configs, and the ``unprobed`` pseudo-rows, as integers,
-    ready for run-length encoding.
+#: The columns of a row the explorer encodes (its outcome and its environment).
+LIGHT_COLUMNS = (
+    "model_id",
+    "variant",
+    "sweep_id",
+    "status",
+    "failure_signature",
+    "attribution",
+    "devices_used",
+    "parallelism",
+    "device_type",
+    "exclusion_reason",
+    "versions",
+)
 
-    Returns (rows, entries, outcomes, envs): rows has m (entry key: model and variant), s (sweep
-    position), o (outcome index), e (environment index) and c (0 results, 1 excluded, 2 not probed /
-    not tested), sorted by entry then sweep, one row per entry and sweep (results win over excluded,
-    both over a pseudo-row); entries maps m to model_id and variant; outcomes and envs are the lookup
-    tables. Strings are hashed to integer keys first: sorting a million rows that carry strings costs
-    seconds, sorting integers a few milliseconds.
-    """
-    light = [
-        "model_id",
-        "variant",
-        "sweep_id",
-        "status",
-        "failure_signature",
-        "attribution",
-        "devices_used",
-        "parallelism",
-        "device_type",
-        "exclusion_reason",
-        "versions",
-    ]
+
+def _all_rows(data_dir: Path, unprobed: pl.DataFrame) -> pl.LazyFrame:
+    """The rows of both configs and the ``unprobed`` pseudo-rows, ``LIGHT_COLUMNS`` and ``c`` (0 results,
+    1 excluded, 2 not probed / not tested), lazily (nothing is read until the caller collects)."""
+    light = list(LIGHT_COLUMNS)
     results = (
         store.scan(data_dir, "results")
         .select(light)
@@ -103,12 +99,26 @@ def encoded_rows(data_dir: Path, sweeps: pl.DataFrame, unprobed: pl.DataFrame):
         )
         .select(*light, "c")
     )
+    return pl.concat([results, excluded, pseudo])
+
+
+def encoded_rows(data_dir: Path, sweeps: pl.DataFrame, unprobed: pl.DataFrame):
+    """Every (model, variant, sweep) row of both configs, and the ``unprobed`` pseudo-rows, as integers,
+    ready for run-length encoding.
+
+    Returns (rows, entries, outcomes, envs): rows has m (entry key: model and variant), s (sweep
+    position), o (outcome index), e (environment index) and c (0 results, 1 excluded, 2 not probed /
+    not tested), sorted by entry then sweep, one row per entry and sweep (results win over excluded,
+    both over a pseudo-row); entries maps m to model_id and variant; outcomes and envs are the lookup
+    tables. Strings are hashed to integer keys first: sorting a million rows that carry strings costs
+    seconds, sorting integers a few milliseconds.
+    """
+    every = _all_rows(data_dir, unprobed)
     order = sweeps.lazy().with_row_index("s").select("sweep_id", pl.col("s").cast(pl.Int32))
     outcome_cols = list(OUTCOME_COLUMNS)
     env_cols = ["device_type", *VERSION_KEYS]
     wide = (
-        pl.concat([results, excluded, pseudo])
-        .with_columns([pl.col("versions").struct.field(k).alias(k) for k in VERSION_KEYS])
+        every.with_columns([pl.col("versions").struct.field(k).alias(k) for k in VERSION_KEYS])
         .join(order, on="sweep_id", how="inner")
         .with_columns(
             pl.struct("model_id", "variant").hash(seed=0).alias("m"),
@@ -229,9 +239,9 @@ def latest_details(data_dir: Path, keys: pl.DataFrame) -> dict[tuple[str, str], 
             for c, config in enumerate(store.CONFIGS)
         ]
     )
-    heavy = (
+    latest = (
         heavy.sort("model_id", "variant", "_config")
         .unique(["model_id", "variant"], keep="first", maintain_order=True)
         .collect()
     )
-    return {(r["model_id"], r["variant"]): r for r in heavy.iter_rows(named=True)}
+    return {(r["model_id"], r["variant"]): r for r in latest.iter_rows(named=True)}

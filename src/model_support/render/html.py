@@ -11,6 +11,7 @@ import polars as pl
 
 from .. import analysis
 from ..analysis import coverage
+from ..display import show_html  # the report notebook shows its sections with html.show_html
 from ..record import schema
 from .charts import chart_html
 
@@ -214,18 +215,8 @@ def legend_html() -> str:
 
 
 def show_table(df: pl.DataFrame, **kwargs) -> None:
-    from IPython.display import HTML, display
-
-    display(HTML(table_html(df, **kwargs)))
-
-
-def show_html(text: str) -> None:
-    from IPython.display import HTML, display
-
-    display(HTML(text))
+    show_html(table_html(df, **kwargs))
 
 
 def show_chart(chart, name: str) -> None:
-    from IPython.display import HTML, display
-
-    display(HTML(chart_html(chart, name)))
+    show_html(chart_html(chart, name))

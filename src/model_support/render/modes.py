@@ -9,7 +9,7 @@ import re
 
 import polars as pl
 
-from ..record.display import VERDICT_COLORS
+from ..record.schema import VERDICT_COLORS
 from .charts import chart_html, variant_speed_chart
 from .html import table_html
 
@@ -21,7 +21,7 @@ def verdict_slug(status: str | None) -> str:
 
 def grid_html(grid: pl.DataFrame, max_rows: int = 300) -> str:
     """``analysis.verdict_grid`` as a table: one row per model, one column per variant, each cell its
-    verdict on the verdict's colour (``display.VERDICT_COLORS``); empty where the variant did not run."""
+    verdict on the verdict's colour (``schema.VERDICT_COLORS``); empty where the variant did not run."""
     if not grid.height:
         return '<p class="ms-note">No runs.</p>'
     variants = grid.columns[1:]

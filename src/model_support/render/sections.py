@@ -143,6 +143,9 @@ DEVICE_COLUMNS = {
     "ep_size": "ep_size",
     "memory_estimate_gb": "memory estimate (GB)",
     "status": "verdict",
+    "ranks_agree": "ranks agree",
+    "rank_errors": "rank errors",
+    "rank_log_tail": "rank log tail",
 }
 
 
@@ -153,7 +156,12 @@ def devices_html(tables: dict[str, pl.DataFrame], max_rows: int = 300) -> str:
     multi, by_kind = tables["multi_device"], tables["by_parallelism"]
     if not analysis.uses_devices(multi, by_kind):
         return ""
-    columns = [c for c in DEVICE_COLUMNS if c != "variant" or _multi(tables)]
+    said = ("ranks_agree", "rank_errors", "rank_log_tail")  # what the ranks said: shown where any run says it
+    columns = [
+        c
+        for c in DEVICE_COLUMNS
+        if (c != "variant" or _multi(tables)) and (c not in said or multi[c].null_count() < multi.height)
+    ]
     n_models = multi["model_id"].n_unique()
     kinds = by_kind.with_columns(
         pl.col("parallelism").replace_strict(analysis.PARALLELISM_HELP, default=None).alias("meaning")
@@ -163,7 +171,9 @@ def devices_html(tables: dict[str, pl.DataFrame], max_rows: int = 300) -> str:
             '<h2 id="devices-and-parallelism">Devices and parallelism</h2>',
             f'<p class="ms-note">{n_models:,} model{"s" if n_models != 1 else ""} ran on more than one device: '
             "tensor parallel (tp), expert parallel (ep), or none when the model has no plan. The memory estimate "
-            "is the plan's estimate of the weights; older records read as one device, no parallelism.</p>",
+            "is the plan's estimate of the weights; older records read as one device, no parallelism. Ranks agree "
+            "when every rank generated the same tokens; a failed run keeps each rank's error and the end of the "
+            "failed ranks' logs (a hang's stacks).</p>",
             _runs_note(tables),
             table_html(
                 multi.select(columns).rename({c: DEVICE_COLUMNS[c] for c in columns}),

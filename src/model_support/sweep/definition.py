@@ -145,7 +145,8 @@ def hub_models(spec: dict) -> list[dict]:
 
 
 def parse(raw: dict, source: str = "<params>", base: Path | None = None) -> SweepParams:
-    """Validate a loaded YAML mapping into ``SweepParams``; raise SweepConfigError on the first problem."""
+    """Validate a loaded YAML mapping into ``SweepParams``; raise SweepConfigError on the first problem.
+    Long because it reads as the definition's field list, one check after another in the file's order."""
     base = base or Path.cwd()
     if not isinstance(raw, dict):
         raise SweepConfigError(f"{source}: the file must hold a mapping with keys {', '.join(TOP_KEYS)}.")

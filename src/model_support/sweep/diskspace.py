@@ -15,16 +15,17 @@ BYTES_PER_MODEL = 40 * 1024
 REPORT_BYTES = 2 * 1024 * 1024
 
 
-def check_room(data_dir: Path, models: int, report: bool) -> None:
+def check_room(data_dir: Path, probes: int, report: bool) -> None:
     """Refuse to start when the data folder's free space is clearly too small (under half of what the
-    sweep will write: ``BYTES_PER_MODEL`` per model, plus ``REPORT_BYTES`` with the report)."""
-    need = models * BYTES_PER_MODEL + (REPORT_BYTES if report else 0)
+    sweep will write: ``BYTES_PER_MODEL`` per probe, a model in each variant of the matrix, plus
+    ``REPORT_BYTES`` with the report)."""
+    need = probes * BYTES_PER_MODEL + (REPORT_BYTES if report else 0)
     existing = next(p for p in (data_dir, *data_dir.parents) if p.exists())
     free = shutil.disk_usage(existing).free
     if free < need / 2:
         raise StorageFull(
             f"The data folder {data_dir} has {_size(free)} free, clearly too little for this sweep (about "
-            f"{_size(need)}: {models} models' notebooks, logs and records{' and the report' if report else ''}); "
+            f"{_size(need)}: {probes} probes' notebooks, logs and records{' and the report' if report else ''}); "
             "make room or pass --data-dir on a larger disk."
         )
 

@@ -12,18 +12,16 @@ from __future__ import annotations
 import datetime as _dt
 import errno
 import fcntl
-import itertools
 import json
 import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from collections.abc import Callable, Generator
 from pathlib import Path
 
 from ..errors import StorageFull, UserError
-from ..probe import devices, hub, probe_params, provenance
+from ..probe import devices, probe_params, provenance
 from ..probe.devices import pinning_env
 from ..probe.hub import CacheBudget
 from ..probe.hub_fetch import is_local
@@ -31,9 +29,10 @@ from ..record import schema, store
 from ..record.sweep_meta import SweepMeta, new_sweep_id
 from .definition import SweepParams
 from .diskspace import check_room, disk_words, relative_to_data
-from .scheduler import DeviceScheduler
+from .scheduler import Devices, DeviceScheduler, device_order, run_on_devices
 from .worker.prefetch import Prefetcher
 from .worker.process import Standby, TaskResult, run_task
+from .worker.task import ProbeTask
 
 
 def default_workers(device: str) -> int:
@@ -48,7 +47,7 @@ def device_kind(device: str) -> str:
     return devices.facts(device).type
 
 
-def devices_needed(task: dict, devices_here: int) -> int:
+def devices_needed(task: ProbeTask, devices_here: int) -> int:
     """How many devices ``task``'s probe takes: its ``devices`` setting, or for ``auto`` the fewest that
     hold the model (``sharded.plan_devices``) when the per-device memory is known to the runner (the
     ``device_memory_gb`` override, else what the device adapter reports: an accelerator's memory, or the
@@ -97,18 +96,12 @@ class SweepLock:
         self.handle.close()
 
 
-def variants(meta: SweepMeta) -> list[dict]:
-    """The matrix's combinations of probe settings ([{}] without a matrix), in a stable order."""
-    axes = list(meta.matrix)
-    return [dict(zip(axes, combo)) for combo in itertools.product(*(meta.matrix[a] for a in axes))]
-
-
-def build_tasks(meta: SweepMeta) -> list[dict]:
+def build_tasks(meta: SweepMeta) -> list[ProbeTask]:
     """One task per model and variant from the sweep's saved settings (sweep.json is the truth on
     resume), model by model: a model's variants run one after another, on its downloaded files."""
-    tasks = []
+    tasks: list[ProbeTask] = []
     cache = meta.cache or {}
-    for model, combo in ((m, c) for m in meta.models for c in variants(meta)):
+    for model, combo in ((m, c) for m in meta.models for c in probe_params.combinations(meta.matrix)):
         tasks.append(
             {
                 "sweep_id": meta.sweep_id,
@@ -121,7 +114,7 @@ def build_tasks(meta: SweepMeta) -> list[dict]:
                     meta.sweep_id, model.model_id, probe_params.variant({**meta.probe, **model.overrides, **combo})
                 ),
                 "scrub": {model.source: model.model_id} if model.source != model.model_id else {},
-                "hub": {k: model.hub.get(k) for k in hub.METADATA_FIELDS if k in model.hub},
+                "hub": {k: model.hub.get(k) for k in schema.HUB_FIELDS if k in model.hub},
                 "planned_bytes": model.hub.get("planned_bytes"),
                 "cache_dir": cache.get("dir") or "",
                 "keep_cache": bool(cache.get("keep", False)),
@@ -130,7 +123,11 @@ def build_tasks(meta: SweepMeta) -> list[dict]:
     return tasks
 
 
-def pending_tasks(data_dir: Path, meta: SweepMeta) -> list[dict]:
+def tasks_to_run(data_dir: Path, meta: SweepMeta) -> list[ProbeTask]:
+    """The (model, variant)s with no record yet: what this run of the sweep probes. Two words, two things:
+    a model is *pending* when the environment kept it from being probed (``pending.json``: the network,
+    the disk); a model with no record for any reason, pending or never reached, is *to run* (the report's
+    "not probed" and "not tested")."""
     return [
         t
         for t in build_tasks(meta)
@@ -138,32 +135,75 @@ def pending_tasks(data_dir: Path, meta: SweepMeta) -> list[dict]:
     ]
 
 
+class _Processes:
+    """A local sweep's probe processes: for each device slot, one warming up for its next model
+    (``worker.process.Standby``) while models remain to be handed out, and the ones running (stopped at
+    once when the sweep ends early)."""
+
+    def __init__(self, kind: str, work_root: Path, prewarm: bool, models: int):
+        self.kind, self.work_root, self.prewarm = kind, str(work_root), prewarm
+        self.left = models  # models not handed out yet: a standby is started only for one of them
+        self.warm: dict[int, Standby] = {}
+        self.running: set[Standby] = set()
+        self.lock = threading.Lock()
+
+    def skip(self) -> None:
+        """A model that needs no process (its download did not give files to probe)."""
+        with self.lock:
+            self.left -= 1
+
+    def take(self, ids: tuple[int, ...]) -> Standby:
+        """The process for a model on devices ``ids``: the slot's warm one, else a new one pinned to them;
+        and, while models remain, the next one for the slot starts warming up."""
+        with self.lock:
+            self.left -= 1
+            current = self.warm.pop(ids[0], None) if len(ids) == 1 else None
+            current = current or Standby(self.work_root, pinning_env(self.kind, ids))
+            if self.prewarm and self.left > len(self.warm):  # a model still to come will need a process
+                self.warm[ids[0]] = Standby(self.work_root, pinning_env(self.kind, ids))
+            self.running.add(current)
+        return current
+
+    def done(self, standby: Standby) -> None:
+        with self.lock:
+            self.running.discard(standby)
+
+    def stop(self) -> None:
+        """Kill what runs and what warms up (the sweep ended early)."""
+        with self.lock:
+            for standby in list(self.running) + list(self.warm.values()):
+                standby.kill()
+
+    def discard(self) -> None:
+        for standby in self.warm.values():
+            standby.discard()
+
+
 def run_local(
-    tasks: list[dict],
+    tasks: list[ProbeTask],
     workers: int,
     device: str,
     work_root: Path,
     budget: CacheBudget | None = None,
     prefetch: int = 1,
-) -> Iterable[TaskResult]:
-    """N probes at once on ``workers`` devices (a CPU sweep's workers stand in for devices): each
-    probe takes the devices it needs (``devices_needed``) from the device scheduler
-    (``scheduler.DeviceScheduler``: first come first served, smaller models backfilling devices a
-    bigger waiting one cannot use yet, never delaying it) and is pinned to them.
+) -> Generator[TaskResult, None, None]:
+    """N probes at once on ``workers`` devices (a CPU sweep's workers are its pretend devices), scheduled
+    by ``scheduler.run_on_devices``: biggest models first, each probe taking the devices it needs
+    (``devices_needed``) from the device scheduler (``scheduler.DeviceScheduler``: first come first
+    served, smaller models backfilling devices a bigger waiting one cannot use yet, never delaying it)
+    and pinned to them.
 
     Downloads run ahead of the probes (``worker.prefetch.Prefetcher``: ``prefetch`` models ahead per
-    worker, within the cache ``budget``), outside the probes' timed stages. Each slot also keeps the
-    process for its next model warming up (``worker.process.Standby``: kernel started, torch and
-    transformers imported) while the current model runs; a standby is started only while models
-    remain to be handed out, so none is wasted at the end, and only where it has a core to itself:
-    on accelerators (the host is mostly idle while the device computes) or when there are fewer CPU
-    workers than cores. A CPU sweep that already fills every core gains nothing from it."""
+    worker, within the cache ``budget``), outside the probes' timed stages and before a probe asks for
+    its devices. Each slot also keeps the process for its next model warming up (``_Processes``:
+    kernel started, torch and transformers imported) while the current model runs, only where it has a
+    core to itself: on accelerators (the host is mostly idle while the device computes) or when there
+    are fewer CPU workers than cores. A CPU sweep that already fills every core gains nothing from it."""
     kind = device_kind(device)
     accelerated = kind != "cpu"
     needs = [devices_needed(task, workers) for task in tasks]
-    if max(needs, default=1) > 1:  # biggest models first: 98.6% device use against 88% (bench/bench_scheduler.py)
-        order = sorted(range(len(tasks)), key=lambda i: -needs[i])
-        tasks, needs = [tasks[i] for i in order], [needs[i] for i in order]
+    order = device_order(range(len(tasks)), needs.__getitem__)  # before the downloads: they follow it
+    tasks, needs = [tasks[i] for i in order], [needs[i] for i in order]
     too_big = [(task, need) for task, need in zip(tasks, needs) if need > workers]
     if too_big:
         task, need = too_big[0]
@@ -172,56 +212,36 @@ def run_local(
             f"--workers {need} or more (one per device)."
         )
     prewarm = (accelerated or workers < (os.cpu_count() or 1)) and max(needs, default=1) == 1
-    scheduler = DeviceScheduler(workers, contiguous=devices.adapter_for(kind).aligned_blocks)
-    standbys: dict[int, Standby] = {}
-    lock = threading.Lock()
-    remaining = [len(tasks)]
+    processes = _Processes(kind, work_root, prewarm, len(tasks))
     downloads = Prefetcher(tasks, workers * (1 + prefetch), budget, threads=workers)
 
-    def one(index, task):
-        got = downloads.wait(index)
+    def probe(index: int, hold: Devices) -> TaskResult:
+        task, got = tasks[index], downloads.wait(index)
         try:
-            if got.kind != "ready":
-                with lock:
-                    remaining[0] -= 1
+            if got.kind != "ready":  # pending, excluded or no loadable weights: no process, no device
+                processes.skip()
                 return run_task(task, fetched=got)
-            ids = scheduler.acquire(needs[index], key=index)  # its devices: waits while a bigger model goes first
-            started = time.time()
-            try:
-                with lock:
-                    remaining[0] -= 1
-                    current = standbys.pop(ids[0], None) if len(ids) == 1 else None
-                    current = current or Standby(str(work_root), pinning_env(kind, ids))
-                    if prewarm and remaining[0] > len(standbys):  # a model still to come will need a process
-                        standbys[ids[0]] = Standby(str(work_root), pinning_env(kind, ids))
-                    running.add(current)
-                result = run_task(task, standby=current, fetched=got)
-                result.schedule = {"devices": list(ids), "start": started, "end": time.time()}
+            with hold() as grant:
+                started = time.time()
+                standby = processes.take(grant.ids)
+                try:
+                    result = run_task(task, standby=standby, fetched=got)
+                finally:
+                    processes.done(standby)
+                result.schedule = {"devices": list(grant.ids), "start": started, "end": time.time()}
                 return result
-            finally:
-                with lock:
-                    running.discard(current)
-                scheduler.release(ids)
         finally:
             downloads.done(index, got)
 
-    running: set[Standby] = set()
-    pool = ThreadPoolExecutor(max_workers=workers)
-    try:
-        pending = {pool.submit(one, index, task) for index, task in enumerate(tasks)}
-        while pending:  # a finished future is dropped once its result is stored: memory stays flat
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                yield future.result()
-    finally:  # normally nothing is left; when the sweep ends early, the running probes are stopped now
-        pool.shutdown(wait=False, cancel_futures=True)
-        with lock:
-            for standby in list(running) + list(standbys.values()):
-                standby.kill()
+    def stop() -> None:  # the sweep ended early: the running probes and the downloads stop now
+        processes.stop()
         downloads.close()
-        pool.shutdown(wait=True)
-        for standby in standbys.values():
-            standby.discard()
+
+    scheduler = DeviceScheduler(workers, contiguous=devices.adapter_for(kind).aligned_blocks)
+    try:
+        yield from run_on_devices(range(len(tasks)), needs.__getitem__, scheduler, probe, on_stop=stop)
+    finally:
+        processes.discard()
 
 
 def ray_resources(device: str, need: int = 1) -> dict:
@@ -234,7 +254,7 @@ def ray_resources(device: str, need: int = 1) -> dict:
     return {"num_cpus": need}
 
 
-def run_ray(tasks: list[dict], workers: int, device: str) -> Iterable[TaskResult]:
+def run_ray(tasks: list[ProbeTask], workers: int, device: str) -> Generator[TaskResult, None, None]:
     """The same probes as Ray tasks (one per model); results come back to the driver to be stored.
 
     Connects to the cluster in RAY_ADDRESS when set, else starts a local Ray with ``workers`` CPUs."""
@@ -304,75 +324,78 @@ def run(
     the job; nothing partial is left and the running probes are stopped. The sweep refuses to start
     when the folder's free space is clearly too small for what it will write (``check_room``)."""
     data_dir = Path(data_dir).resolve()  # probe kernels run in their own folders
-    if resume:
-        meta = store.read_sweep(data_dir, resume)
-        check_room(data_dir, len(pending_tasks(data_dir, meta)), report)
-    elif params is None:
-        raise UserError("Give a sweep definition (params YAML) or --resume SWEEP_ID.")
-    else:
-        check_room(data_dir, len(params.models), report)
-        try:
-            meta = create(params, data_dir)
-        except OSError as exc:
-            raise StorageFull(
-                f"Could not create the sweep in {data_dir} ({disk_words(exc, data_dir)}); make room, "
-                "then run the same command again."
-            ) from exc
-    sweep_id = meta.sweep_id
+    meta = _start(params, data_dir, resume, report)
     executor = executor or meta.executor
     device = meta.probe.get("device", "auto")
     workers = workers or meta.workers or default_workers(device)
-    folder = store.sweep_dir(data_dir, sweep_id)
     started = time.time()
-    total = len(meta.models) * len(variants(meta))
-
-    def full(exc: OSError) -> StorageFull:
-        stored = sum(1 for _ in (folder / "records").glob("*.json"))
-        return StorageFull(
-            f"Could not write {relative_to_data(exc, data_dir)} ({disk_words(exc, data_dir)}): {stored} of {total} "
-            f"models are stored; make room, then run `model-support sweep --resume {sweep_id}` to finish."
-        )
-
+    total = len(meta.models) * len(probe_params.combinations(meta.matrix))
+    pending: dict[str, dict] = {}
     try:
-        lock = SweepLock(folder)
-        lock.__enter__()
+        with SweepLock(store.sweep_dir(data_dir, meta.sweep_id)):
+            tasks = tasks_to_run(data_dir, meta)
+            if executor == "ray":
+                results = run_ray(tasks, workers, device)
+            else:
+                results = run_local(tasks, workers, device, *_local_setup(data_dir, meta, tasks, prefetch))
+            try:
+                counts = _store_all(results, data_dir, meta, pending, total - len(tasks), total, on_result)
+            finally:
+                results.close()  # stops the running probes at once when the sweep ends early
     except OSError as exc:
-        raise full(exc) from exc
-    try:
-        tasks = pending_tasks(data_dir, meta)
-        done = total - len(tasks)
-        work_root = folder / ".work"
-        work_root.mkdir(exist_ok=True)
-        if executor == "ray":
-            results = run_ray(tasks, workers, device)
-        else:
-            budget = None
-            if any(not is_local(t["source"]) for t in tasks):  # downloads: deleted after each probe, within budget
-                cache = meta.cache or {}
-                budget = CacheBudget(cache.get("dir") or None, cache.get("max_gb"), bool(cache.get("keep", False)))
-            ahead = meta.prefetch if prefetch is None else prefetch
-            results = run_local(tasks, workers, device, work_root, budget, ahead)
-        pending: dict[str, dict] = {}
-        try:
-            counts = _store_all(results, data_dir, meta, pending, done, total, on_result)
-        finally:
-            results.close()  # stops the running probes at once when the sweep ends early
-    except OSError as exc:
-        raise full(exc) from exc
-    finally:
-        lock.__exit__(None, None, None)
+        raise _storage_full(exc, data_dir, meta.sweep_id, total) from exc
     return {
-        "sweep_id": sweep_id,
+        "sweep_id": meta.sweep_id,
         "data_dir": str(data_dir),
         "executor": executor,
         "workers": workers,
         "ran": len(tasks) - len(pending),
         "total": total,
         "wall_s": time.time() - started,
-        "verdicts": dict(Counter(r["status"] for r in store.iter_records(data_dir, sweep_id) if r["status"])),
+        "verdicts": dict(Counter(r["status"] for r in store.iter_records(data_dir, meta.sweep_id) if r["status"])),
         "rows": counts,
         "pending": pending,
     }
+
+
+def _start(params: SweepParams | None, data_dir: Path, resume: str | None, report: bool) -> SweepMeta:
+    """The sweep to run: the one to resume, or a new one written from ``params``; refused (before it is
+    written) when the data folder is clearly too small for it."""
+    if resume:
+        meta = store.read_sweep(data_dir, resume)
+        check_room(data_dir, len(tasks_to_run(data_dir, meta)), report)
+        return meta
+    if params is None:
+        raise UserError("Give a sweep definition (params YAML) or --resume SWEEP_ID.")
+    check_room(data_dir, len(params.models) * len(probe_params.combinations(params.matrix)), report)
+    try:
+        return create(params, data_dir)
+    except OSError as exc:
+        raise StorageFull(
+            f"Could not create the sweep in {data_dir} ({disk_words(exc, data_dir)}); make room, "
+            "then run the same command again."
+        ) from exc
+
+
+def _local_setup(data_dir: Path, meta: SweepMeta, tasks: list[ProbeTask], prefetch: int | None) -> tuple:
+    """``run_local``'s work folder, cache budget (only when something is downloaded: files are deleted
+    after each probe, within the budget) and how many models each worker fetches ahead."""
+    work_root = store.sweep_dir(data_dir, meta.sweep_id) / ".work"
+    work_root.mkdir(exist_ok=True)
+    budget = None
+    if any(not is_local(t["source"]) for t in tasks):
+        cache = meta.cache or {}
+        budget = CacheBudget(cache.get("dir") or None, cache.get("max_gb"), bool(cache.get("keep", False)))
+    return work_root, budget, meta.prefetch if prefetch is None else prefetch
+
+
+def _storage_full(exc: OSError, data_dir: Path, sweep_id: str, total: int) -> StorageFull:
+    """The sentence a full data folder ends the sweep with: what could not be written, what is safe."""
+    stored = sum(1 for _ in (store.sweep_dir(data_dir, sweep_id) / "records").glob("*.json"))
+    return StorageFull(
+        f"Could not write {relative_to_data(exc, data_dir)} ({disk_words(exc, data_dir)}): {stored} of {total} "
+        f"models are stored; make room, then run `model-support sweep --resume {sweep_id}` to finish."
+    )
 
 
 def _store_all(results, data_dir: Path, meta: SweepMeta, pending: dict, done: int, total: int, on_result) -> tuple:
@@ -406,7 +429,3 @@ def _store_all(results, data_dir: Path, meta: SweepMeta, pending: dict, done: in
             on_result({**record, "status": record.get("status") or "excluded"}, done, total)
     store.write_pending(data_dir, sweep_id, pending)
     return store.compact(data_dir, sweep_id)
-
-
-def verdict_order(status: str | None) -> int:
-    return schema.VERDICTS.index(status) if status in schema.VERDICTS else len(schema.VERDICTS)

@@ -33,20 +33,24 @@ starts later requests early but never moves one ahead of an earlier one, so the 
 starts within (p + 1) * D however many small requests keep arriving.
 
 The price of the reservation is idle devices while a head drains its target: on the bench's mix
-(1,000 models, 8 devices, 2% needing all 8) in shuffled order, about 12% of device time. For a list
+(1,000 models, 8 devices, 2% needing all 8) in shuffled order, about 14% of device time. For a list
 known in advance, ``largest_first`` removes most drains (big models start on an empty machine, and
-the 1-device models fill the end): about 1.5%. See bench/bench_scheduler.py.
+the 1-device models fill the end): about 3%, the figure of a sweep, whose models ``run_on_devices``
+takes in ``device_order``. See bench/bench_scheduler.py, which drives ``run_on_devices`` itself.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+J = TypeVar("J")
+R = TypeVar("R")
 
 
 @dataclass(eq=False)
@@ -59,7 +63,7 @@ class Request:
     queued: float = field(default_factory=time.monotonic)
     head: float | None = None  # when it became the oldest waiting request
     granted: float | None = None
-    ids: tuple[int, ...] | None = None
+    ids: tuple[int, ...] = ()  # the devices granted (none until then)
     target: frozenset | None = None  # devices reserved for it while it is the head
     event: threading.Event = field(default_factory=threading.Event)
 
@@ -85,6 +89,17 @@ class DeviceScheduler:
         if not request.event.wait(timeout) and self.cancel(request):
             raise TimeoutError(f"{need} device(s) were not free within {timeout} s.")
         return request.ids
+
+    @contextmanager
+    def hold(self, need: int, key=None) -> Iterator[Request]:
+        """Wait for ``need`` devices and hold them for the ``with`` block: the request, with its ids and
+        times (queued, head, granted); they are given back however the block ends."""
+        request = self.submit(need, key)
+        request.event.wait()
+        try:
+            yield request
+        finally:
+            self.release(request.ids)
 
     def submit(self, need: int, key=None, on_grant: Callable[[Request], None] | None = None) -> Request:
         """Queue a request without blocking; ``on_grant(request)`` is called once its devices are granted."""
@@ -152,7 +167,7 @@ class DeviceScheduler:
             return min(blocks, key=self._crowding)
         if self.contiguous or len(available) < need:
             return None
-        return tuple(sorted(sorted(available, key=lambda d: self._crowding((d,)))[:need], key=self._pos.get))
+        return tuple(sorted(sorted(available, key=lambda d: self._crowding((d,)))[:need], key=self._pos.__getitem__))
 
     def _blocks(self, need: int) -> list[tuple[int, ...]]:
         return [self.ids[k * need : (k + 1) * need] for k in range(self.size // need)]
@@ -179,87 +194,50 @@ class DeviceScheduler:
                 request.on_grant(request)
 
 
-@dataclass
-class Finished:
-    """A task that ran: its result and when (time.monotonic) it queued, became head, got devices, ran."""
-
-    task: Any
-    value: Any
-    ids: tuple[int, ...]
-    queued: float
-    head: float
-    granted: float
-    started: float
-    ended: float
-
-
 def largest_first(tasks: Iterable, need_of: Callable[[Any], int]) -> list:
     """The tasks, those needing most devices first (given order kept within a size): a known list in
     this order rarely drains devices for a big model, since big models start on an empty machine."""
     return sorted(tasks, key=need_of, reverse=True)
 
 
-def schedule(
-    tasks: Iterable,
-    need_of: Callable[[Any], int],
-    run: Callable[[Any, tuple[int, ...]], Any],
-    devices: int | list[int] | DeviceScheduler,
-    *,
-    contiguous: bool = False,
-    lookahead: int | None = None,
-) -> Iterator[Finished]:
-    """Run ``run(task, device_ids)`` for every task on threads, each as soon as its devices are granted,
-    and yield a ``Finished`` per task as it ends. Tasks are read lazily, at most ``lookahead`` (default
-    3 x the device count) queued or running at once, and nothing is kept once yielded: memory stays
-    flat. An exception from ``run`` is raised here, after its devices were released; closing the
-    generator withdraws the waiting tasks and waits for the running ones."""
-    scheduler = devices if isinstance(devices, DeviceScheduler) else DeviceScheduler(devices, contiguous)
-    limit = lookahead or 3 * scheduler.size
-    done: queue.SimpleQueue = queue.SimpleQueue()
-    pool = ThreadPoolExecutor(max_workers=scheduler.size, thread_name_prefix="scheduled")
-    outstanding: set[Request] = set()
+def device_order(jobs: Iterable[J], need_of: Callable[[J], int]) -> list[J]:
+    """The order a local sweep hands its models out in: biggest first (``largest_first``) when any
+    needs more than one device, else as given."""
+    jobs = list(jobs)
+    return largest_first(jobs, need_of) if any(need_of(job) > 1 for job in jobs) else jobs
 
-    def work(task, request: Request) -> None:
-        started, value, error = time.monotonic(), None, None
-        try:
-            value = run(task, request.ids)
-        except Exception as exc:  # noqa: BLE001 - handed to the consumer, raised there
-            error = exc
-        finally:
-            ended = time.monotonic()
-            scheduler.release(request.ids)  # first, so the next task starts at once
-            done.put((request, task, value, error, started, ended))
 
-    def starter(task) -> Callable[[Request], None]:
-        def on_grant(request: Request) -> None:
-            try:
-                pool.submit(work, task, request)
-            except RuntimeError:  # the generator closed while this grant was on its way
-                scheduler.release(request.ids)
+#: What a probe gets to hold its devices: ``with devices() as request:`` waits for them (``request.ids``).
+Devices = Callable[[], AbstractContextManager[Request]]
 
-        return on_grant
 
-    feed, index = iter(tasks), 0
+def run_on_devices(
+    jobs: Iterable[J],
+    need_of: Callable[[J], int],
+    scheduler: DeviceScheduler,
+    probe: Callable[[J, Devices], R],
+    on_stop: Callable[[], None] | None = None,
+) -> Iterator[R]:
+    """The local executor's scheduling (``runner.run_local``, on jobs in ``device_order``;
+    bench/bench_scheduler.py drives it with simulated probes): one thread per device, each taking the
+    next job in order and calling ``probe(job, devices)``, which holds its devices for as long as it
+    needs them (``with devices() as request``: the scheduler's policy decides when) or none (a job with
+    nothing to run). Results are yielded as the probes finish, and a finished one is not kept: memory
+    stays flat. An exception from ``probe`` is raised here, after its devices were given back. Closing
+    early cancels the jobs not started, calls ``on_stop`` (to stop the running probes) and waits."""
+    pool = ThreadPoolExecutor(max_workers=scheduler.size, thread_name_prefix="probe")
+
+    def one(index: int, job: J) -> R:
+        return probe(job, lambda: scheduler.hold(need_of(job), key=index))
+
     try:
-        while True:
-            while feed is not None and len(outstanding) < limit:
-                task = next(feed, _END)
-                if task is _END:
-                    feed = None
-                    break
-                outstanding.add(scheduler.submit(need_of(task), key=index, on_grant=starter(task)))
-                index += 1
-            if not outstanding:
-                return
-            request, task, value, error, started, ended = done.get()
-            outstanding.discard(request)
-            if error is not None:
-                raise error
-            yield Finished(task, value, request.ids, request.queued, request.head, request.granted, started, ended)
+        unfinished = {pool.submit(one, index, job) for index, job in enumerate(jobs)}
+        while unfinished:
+            done, unfinished = wait(unfinished, return_when=FIRST_COMPLETED)
+            for future in done:
+                yield future.result()
     finally:
-        for request in outstanding:
-            scheduler.cancel(request)
+        pool.shutdown(wait=False, cancel_futures=True)
+        if on_stop is not None:
+            on_stop()
         pool.shutdown(wait=True)
-
-
-_END = object()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import functools
 import json
 import os
 import shutil
@@ -267,6 +268,11 @@ FIXTURES: list[Fixture] = [
 FIXTURE_NAMES: list[str] = [fixture.name for fixture in FIXTURES]
 
 
+def _build_one(fixture, final: Path, ctx, tmp: Path) -> dict:
+    """One fixture built into ``tmp`` (``_atomic_build`` then moves it to ``final``)."""
+    return fixture.build(tmp, final, ctx)
+
+
 def build_fixtures(models_dir: Path, force: bool = False, names: list[str] | None = None) -> dict:
     """Build every missing (or, with ``force``, every) fixture; write and return the manifest.
 
@@ -286,9 +292,7 @@ def build_fixtures(models_dir: Path, force: bool = False, names: list[str] | Non
                 continue
             final, started = models_dir / fixture.name, time.perf_counter()
             if force or not _is_complete(final, fixture.path_bound, fixture.revision):
-                _atomic_build(
-                    final, lambda tmp, fixture=fixture, final=final: fixture.build(tmp, final, ctx), fixture.revision
-                )
+                _atomic_build(final, functools.partial(_build_one, fixture, final, ctx), fixture.revision)
                 action = f"built in {time.perf_counter() - started:.1f} s"
             else:
                 action = "cached"

@@ -71,6 +71,8 @@ def _check_needs_two(folder: Path, model_type: str, parallelism: str | None) -> 
     from ..probe import sharded
 
     params = sharded.safetensors_params(folder)
+    if params is None:
+        raise RuntimeError(f"{folder.name}: no safetensors checkpoint was written")
     devices = sharded.plan_devices(params, "bfloat16", DEVICE_MEMORY_BYTES, 8)
     if devices != EXPECTED_DEVICES:
         raise RuntimeError(

@@ -446,7 +446,8 @@ def write_synthetic_history(
     from before ``schema.LATER_FIELDS`` existed (those columns absent from the Parquet files).
     Rows are built column by column (a million record dicts would take minutes) into an Arrow
     table with exactly ``schema.SCHEMA``, checked as ``schema.check_record`` would, and written
-    atomically like ``store.write_parquet``.
+    atomically like ``store.write_parquet``. Long on purpose: each column's generator is a closure over
+    the sweep being written, called at once inside the loop, so the history reads as one story.
     """
     data_dir = Path(data_dir)
     rng = np.random.default_rng(seed)
@@ -507,7 +508,7 @@ def write_synthetic_history(
 
         def columns(rows: np.ndarray) -> dict[str, list]:
             k = len(rows)
-            cols = {name: [value] * k for name, value in common.items()}
+            cols: dict[str, list] = {name: [value] * k for name, value in common.items()}
             cols.update(
                 sweep_id=[sweep_id] * k,
                 model_id=ids[rows].tolist(),

@@ -186,9 +186,10 @@ def _load_like_probe(folder: Path, dtype_name: str = "bfloat16"):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    model, info = AutoModelForCausalLM.from_pretrained(
+    loaded: tuple = AutoModelForCausalLM.from_pretrained(  # type: ignore[assignment]  # a tuple, with loading info
         folder, dtype=getattr(torch, dtype_name), output_loading_info=True
     )
+    model, info = loaded
     if info["missing_keys"]:
         raise RuntimeError(f"{folder.name}: newly initialised weights {sorted(info['missing_keys'])}")
     return model, tokenizer

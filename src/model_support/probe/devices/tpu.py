@@ -97,7 +97,7 @@ class TpuAdapter(AcceleratorAdapter):
         import torch
 
         try:  # experimental in torch_tpu 0.2.0: raises for a generation it does not recognise
-            return int(torch.tpu.get_device_properties().total_memory)
+            return int(torch.tpu.get_device_properties().total_memory)  # type: ignore[attr-defined]  # torch_tpu adds it
         except (RuntimeError, AttributeError):
             return SMALLEST_HBM
 

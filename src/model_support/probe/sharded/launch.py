@@ -76,7 +76,8 @@ def run_sharded(settings: dict, world_size: int, device_type: str = "cpu", timeo
     }
     atomic_write_json(run_dir / "job.json", job)
     try:
-        outcome = _launch_and_wait(run_dir, job, timeout_s, result)
+        left = timeout_s - (time.perf_counter() - started)  # planning (the config read) counts too
+        outcome = _launch_and_wait(run_dir, job, max(left, 0.0), result)
         _merge(result, run_dir, world_size, outcome)
     finally:
         import shutil

@@ -235,6 +235,7 @@ def _plan(settings: dict, world_size: int, result: dict) -> tuple[str | None, di
     if kind is None:
         return None, None
     kwargs = distributed_config(kind, dense if kind == "ep" else None, world_size)
+    assert kwargs is not None  # a plan over several devices always has its config
     result.update(
         parallelism=kind,
         distributed_config=kwargs,

@@ -121,8 +121,8 @@ def _rank_body(job: dict, rank: int, local_rank: int, progress: _Progress) -> di
             on_load=lambda model: report.update(zip(("local_param_bytes", "local_experts"), _local_footprint(model))),
             no_grad=job["no_grad"],
         )
-    except Exception as exc:  # noqa: BLE001 the set-up failed: no stage ran
-        result = {"status": probe_core.classify("runner", exc), "failure_stage": "runner", "exception": exc}
+    except Exception as setup_exc:  # noqa: BLE001 the set-up failed: no stage ran
+        result = {"status": probe_core.classify("runner", setup_exc), "failure_stage": "runner", "exception": setup_exc}
     exc = result.pop("exception")
     report.update({k: v for k, v in result.items() if k in report})
     if exc is None:

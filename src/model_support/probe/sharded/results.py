@@ -145,6 +145,32 @@ def _one_line(report: dict) -> str:
     )[:500]
 
 
+def _from_reports(result: dict, done: dict[int, dict], world_size: int) -> None:
+    """What the ranks that reported measured: per rank (a missing rank's entries null) and overall (the
+    peaks, the slowest load), rank 0's stage results (or the lowest rank's that reported), and whether
+    every rank generated the same tokens (unknown while one is missing)."""
+    per_rank = [done.get(r) or {} for r in range(world_size)]
+    result["load_s_per_rank"] = [rep.get("load_s") for rep in per_rank]
+    result["generate_s_per_rank"] = [rep.get("generate_s") for rep in per_rank]
+    result["peak_device_mem_mb_per_rank"] = [rep.get("peak_device_mem_mb") for rep in per_rank]
+    result["local_param_bytes_per_rank"] = [rep.get("local_param_bytes") for rep in per_rank]
+    result["local_experts_per_rank"] = [rep.get("local_experts") for rep in per_rank]
+    peaks = [p for p in result["peak_device_mem_mb_per_rank"] if p is not None]
+    result["peak_device_mem_mb"] = max(peaks) if peaks else None
+    sources = [rep["device_mem_source"] for rep in done.values() if rep.get("device_mem_source")]
+    result["device_mem_source"] = sources[0] if sources else None
+    hosts = [rep["peak_host_mem_mb"] for rep in done.values() if rep.get("peak_host_mem_mb") is not None]
+    result["peak_host_mem_mb"] = max(hosts) if hosts else None
+    base = done.get(0) or done[min(done)]
+    for key in STAGE_KEYS:
+        if key not in ("status", "failure_stage", "exception", "model", "tokenizer"):
+            result[key] = base.get(key)
+    loads = [t for t in result["load_s_per_rank"] if t is not None]
+    result["load_s"] = max(loads) if loads else None
+    outputs = [rep.get("output_token_ids") for rep in done.values()]
+    result["ranks_agree"] = all(o == outputs[0] for o in outputs) if len(done) == world_size else None
+
+
 def _merge(result: dict, run_dir: Path, world_size: int, outcome: dict) -> None:
     """The run's result from the rank reports, the launcher's outcome and the progress files.
 
@@ -152,33 +178,14 @@ def _merge(result: dict, run_dir: Path, world_size: int, outcome: dict) -> None:
     died without a report (a signal, a crash), then the first rank whose stages raised (the others
     usually only saw it go: a closed connection in a collective). What every failed rank said is
     kept in ``rank_errors``."""
-    job = _read_json(run_dir / "job.json")
+    job = _read_json(run_dir / "job.json") or {}  # written before the launch: always there
     max_new = job["settings"]["max_new_tokens"]
     reports = {r: _read_json(run_dir / f"rank{r}.json") for r in range(world_size)}
     progress = {r: _read_json(run_dir / f"rank{r}.progress.json") for r in range(world_size)}
     done = {r: rep for r, rep in reports.items() if rep is not None}
     missing = [r for r in range(world_size) if r not in done]
     if done:
-        per_rank = [done.get(r) or {} for r in range(world_size)]
-        result["load_s_per_rank"] = [rep.get("load_s") for rep in per_rank]
-        result["generate_s_per_rank"] = [rep.get("generate_s") for rep in per_rank]
-        result["peak_device_mem_mb_per_rank"] = [rep.get("peak_device_mem_mb") for rep in per_rank]
-        result["local_param_bytes_per_rank"] = [rep.get("local_param_bytes") for rep in per_rank]
-        result["local_experts_per_rank"] = [rep.get("local_experts") for rep in per_rank]
-        peaks = [p for p in result["peak_device_mem_mb_per_rank"] if p is not None]
-        result["peak_device_mem_mb"] = max(peaks) if peaks else None
-        sources = [rep["device_mem_source"] for rep in done.values() if rep.get("device_mem_source")]
-        result["device_mem_source"] = sources[0] if sources else None
-        hosts = [rep["peak_host_mem_mb"] for rep in done.values() if rep.get("peak_host_mem_mb") is not None]
-        result["peak_host_mem_mb"] = max(hosts) if hosts else None
-        base = done.get(0) or done[min(done)]
-        for key in STAGE_KEYS:
-            if key not in ("status", "failure_stage", "exception", "model", "tokenizer"):
-                result[key] = base.get(key)
-        loads = [t for t in result["load_s_per_rank"] if t is not None]
-        result["load_s"] = max(loads) if loads else None
-        outputs = [rep.get("output_token_ids") for rep in done.values()]
-        result["ranks_agree"] = all(o == outputs[0] for o in outputs) if not missing else None
+        _from_reports(result, done, world_size)
     raised = sorted(
         (rep for rep in done.values() if rep.get("status") != probe_core.PASS), key=lambda rep: rep["failed_at"]
     )
@@ -229,7 +236,9 @@ def _merge(result: dict, run_dir: Path, world_size: int, outcome: dict) -> None:
         if missing:
             rank = missing[0]
             launcher = outcome.get("launcher_error") or f"exit status {outcome.get('launcher_exit')}"
-            exc = RankDied(f"rank {rank} wrote no result {_where(progress[rank], max_new)} (launcher: {launcher})")
+            exc: Exception = RankDied(
+                f"rank {rank} wrote no result {_where(progress[rank], max_new)} (launcher: {launcher})"
+            )
         else:
             rank, exc = None, LaunchFailed(outcome["launcher_error"])
         _fail(result, probe_core.FAIL_OTHER, stage_of(rank), exc, rank=rank)

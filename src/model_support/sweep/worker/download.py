@@ -21,9 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...probe import hub, hub_fetch
-
-#: The record fields a download fills.
-DOWNLOAD_FIELDS = ("revision_sha", "download_s", "download_bytes")
+from ...record.schema import DOWNLOAD_FIELDS
+from .task import ProbeTask
 
 
 @dataclass
@@ -37,7 +36,7 @@ class Download:
     log: list[str] = field(default_factory=list)
 
 
-def download(task: dict) -> Download:
+def download(task: ProbeTask) -> Download:
     """Fetch what ``task``'s probe needs (see the module docstring); never raises for the Hub's answer."""
     source = task["source"]
     if hub_fetch.is_local(source):

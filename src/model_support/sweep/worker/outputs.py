@@ -36,7 +36,7 @@ def whole_notebook(path: Path) -> bytes | None:
     return redact(text).encode()
 
 
-def write_trouble(work: Path, outcome: dict, log: str, record: dict | None, notebook: bytes | None) -> str | None:
+def write_trouble(work: Path, outcome: dict, log: str, record: object, notebook: bytes | None) -> str | None:
     """Why the probe process's own files are not whole, when a write failed (a full disk): the model is
     then left pending rather than stored with a broken notebook or given a verdict."""
     said = log + (outcome.get("error") or {}).get("message", "")  # papermill's error carries the cell's

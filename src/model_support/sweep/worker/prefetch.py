@@ -19,10 +19,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from ...probe import hub, hub_fetch
 from .download import Download, download
+from .task import ProbeTask
 
 
 class Prefetcher:
-    def __init__(self, tasks: list[dict], window: int, budget: hub.CacheBudget | None, threads: int):
+    def __init__(self, tasks: list[ProbeTask], window: int, budget: hub.CacheBudget | None, threads: int):
         self._tasks = tasks
         self._window = threading.Semaphore(max(1, window))
         self._budget = budget
@@ -54,7 +55,7 @@ class Prefetcher:
             self._futures[index] = future
             self._ready[index].set()
 
-    def _reserve(self, task: dict) -> Download | None:
+    def _reserve(self, task: ProbeTask) -> Download | None:
         """Room in the budget for ``task``'s download (waiting for it), or why it cannot be fetched."""
         if self._budget is None or task["source"] in self._reserved:
             return None

@@ -22,17 +22,19 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from ... import paths
-from ...probe import provenance
 from ...probe.hub import CacheBudget
 from ...probe.hub_fetch import is_local
-from ...probe.run import NO_WEIGHTS_ATTRIBUTION, RECORD_FLAG
-from ...probe.signatures import failure_signature, redact, redact_record
+from ...probe.records import fail, new_record
+from ...probe.run import NO_WEIGHTS_ATTRIBUTION
+from ...probe.signatures import redact, redact_record
 from ...record import schema
-from ...record.display import NOTEBOOK_KEY
+from ...record.schema import Record
 from .download import Download, download
 from .outputs import read_json, whole_notebook, write_trouble
+from .task import ProbeTask
 
 #: Seconds the process gets beyond the model's own timeout (kernel start, imports, notebook I/O).
 GRACE_S = 90
@@ -46,7 +48,7 @@ class TaskResult:
     ``problem`` "network" or "disk": ``--resume`` retries it) or ``excluded`` (no access, not on the
     Hub: an excluded row with that reason)."""
 
-    record: dict | None
+    record: Record | None
     notebook: bytes | None
     log: str
     model_id: str = ""
@@ -103,7 +105,7 @@ _ATTRIBUTION_OF_STAGE = {
 
 
 def runner_failure(
-    task: dict,
+    task: ProbeTask,
     error_type: str,
     message: str,
     log: str,
@@ -111,42 +113,25 @@ def runner_failure(
     status: str = schema.FAIL_OTHER,
     stage: str = "runner",
     traceback: str | None = None,
-) -> dict:
+) -> Record:
     """A record for a probe that could not write its own: FAIL(other) at stage runner (the kernel
-    died, a timeout), or what the download stage found (FAIL(load) at stage download)."""
+    died, a timeout), or what the download stage found (FAIL(load) at stage download). Made where the
+    probe makes its own (``records.new_record``), from the same task."""
     tail = log[-LOG_TAIL_CHARS:]
-    return schema.check_record(
-        redact_record(
-            schema.empty_record(
-                sweep_id=task["sweep_id"],
-                model_id=task["model_id"],
-                revision=task["params"].get("revision") or None,
-                variant=task.get("variant"),
-                mode=task["params"].get("mode", "eager"),
-                cache=task["params"].get("cache", "dynamic"),
-                status=status,
-                failure_stage=stage,
-                error_type=error_type,
-                error_message=message,
-                traceback=traceback or f"(no traceback: the probe wrote no record)\n--- log tail ---\n{tail}",
-                failure_signature=failure_signature(error_type, message),
-                prompt=task["params"].get("prompt"),
-                max_new_tokens=task["params"].get("max_new_tokens"),
-                dtype=task["params"].get("dtype"),
-                device_type=task["params"].get("device"),
-                trust_remote_code=task["params"].get("trust_remote_code"),
-                seed=task["params"].get("seed"),
-                versions=provenance.versions(),
-                host=provenance.host(),
-                started_at=time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(started)),
-                duration_s=time.time() - started,
-                notebook_path=task["notebook_path"],
-                **_ATTRIBUTION_OF_STAGE[stage],
-                **task.get("record_extra", {}),
-            ),
-            task.get("scrub"),
-        )
+    record = new_record(
+        task["model_id"],
+        task["params"],
+        task["sweep_id"],
+        task["notebook_path"],
+        task.get("facts"),
+        device_type=task["params"].get("device"),
+        started_at=time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(started)),
+        duration_s=time.time() - started,
+        **_ATTRIBUTION_OF_STAGE[stage],
     )
+    traceback = traceback or f"(no traceback: the probe wrote no record)\n--- log tail ---\n{tail}"
+    fail(record, stage, status, error_type, message, traceback, placed=False)
+    return schema.check_record(redact_record(record, task.get("scrub")))
 
 
 class Standby:
@@ -168,6 +153,8 @@ class Standby:
             stdin=subprocess.PIPE,
             env={**os.environ, **(env or {})},
         )
+        assert self.proc.stdin is not None  # stdin=PIPE
+        self.stdin = self.proc.stdin
 
     def wait_warm(self, timeout: float = 300) -> bool:
         """Block until the kernel is up and the stack imported (or the process ended)."""
@@ -178,15 +165,15 @@ class Standby:
             time.sleep(0.05)
         return False
 
-    def run(self, task: dict) -> TaskResult:
+    def run(self, task: ProbeTask) -> TaskResult:
         """Hand ``task`` over, wait up to its timeout (killing the whole tree past it), collect."""
         started = time.time()
         work = self.work
         try:
             (work / "task.json").write_text(json.dumps(task))
             try:
-                self.proc.stdin.write(b"go\n")
-                self.proc.stdin.close()
+                self.stdin.write(b"go\n")
+                self.stdin.close()
             except BrokenPipeError:
                 pass  # the process died while warming up: recorded below from what it left
             timed_out = False
@@ -198,7 +185,8 @@ class Standby:
             self._log.close()
             log = (work / "log.txt").read_text(errors="replace")
             notebook = whole_notebook(work / "out.ipynb")
-            record, outcome = read_json(work / "record.json"), read_json(work / "outcome.json") or {}
+            record = cast("Record | None", read_json(work / "record.json"))
+            outcome = read_json(work / "outcome.json") or {}
             trouble = write_trouble(work, outcome, log, record, notebook)
             if trouble:  # the harness could not write: not a verdict, nothing partial kept; --resume retries
                 return TaskResult(
@@ -223,7 +211,7 @@ class Standby:
     def discard(self) -> None:
         """No model came for it: end it (closing stdin makes it exit) and clean up."""
         try:
-            self.proc.stdin.close()
+            self.stdin.close()
             self.proc.wait(timeout=30)
         except (BrokenPipeError, subprocess.TimeoutExpired):
             _kill_tree(self.proc)
@@ -232,14 +220,13 @@ class Standby:
 
 
 def run_task(
-    task: dict, work_root: str | None = None, standby: Standby | None = None, fetched: Download | None = None
+    task: ProbeTask, work_root: str | None = None, standby: Standby | None = None, fetched: Download | None = None
 ) -> TaskResult:
     """Download what the model needs (unless ``fetched`` ahead), then probe it in a child process (a
     warm ``standby`` when given); never raises for a model's failure nor for the Hub's answer.
 
-    ``task``: sweep_id, model_id (the record's), source (where to load from: a Hub id or a folder),
-    params (probe notebook parameters), timeout_s, notebook_path (where the driver keeps the
-    notebook), hub (the model's Hub metadata, for the record), cache_dir, keep_cache. Device pinning
+    ``task`` (``ProbeTask``) gets the Hub's facts (its metadata, then what the download found) for the
+    probe to start its record with. Device pinning
     is the standby's (its worker slot's environment) or, under Ray, Ray's own. Files fetched ahead
     are the caller's to remove (the local executor's cache budget); files this call downloads are
     removed here unless the sweep keeps its cache (Ray)."""
@@ -258,7 +245,7 @@ def run_task(
         if got.kind == "excluded":
             log = redact(head + f"excluded: {got.reason}\n")
             return TaskResult(None, None, log, task["model_id"], task.get("variant"), excluded=got.reason)
-        task = {**task, "record_extra": {**task.get("hub", {}), **got.fields}}
+        task = {**task, "facts": {**task.get("hub", {}), **got.fields}}
         if got.kind == "failed":
             exc = got.error
             record = runner_failure(
@@ -272,7 +259,7 @@ def run_task(
                 traceback=f"{type(exc).__name__}: {exc}",
             )
             return TaskResult(record, None, redact(head + f"{record['status']}: {exc}\n"), task["model_id"])
-        if got.path != task["source"]:
+        if got.path and got.path != task["source"]:
             task["snapshot"] = got.path
         result = (standby or Standby(work_root)).run(task)
         result.log, result.model_id, result.variant = redact(head) + result.log, task["model_id"], task.get("variant")
@@ -282,7 +269,7 @@ def run_task(
             own_budget.release(task["source"], got.fields["revision_sha"])
 
 
-def _record_from_outcome(task, outcome, returncode, timed_out, log, started) -> dict:
+def _record_from_outcome(task, outcome, returncode, timed_out, log, started) -> Record:
     error = outcome.get("error") or {}
     kernel = _describe_exit(outcome.get("kernel_exit")) if "kernel_exit" in outcome else None
     if timed_out:
@@ -348,11 +335,9 @@ def _execute(work: Path) -> None:
 
 
 def _run_notebook(work: Path, km) -> None:
-    import nbformat
-
     from .notebooks import run_notebook
 
-    task = json.loads((work / "task.json").read_text())
+    task: ProbeTask = json.loads((work / "task.json").read_text())
     record_path = work / "record.json"
     parameters = {
         **task["params"],
@@ -361,6 +346,8 @@ def _run_notebook(work: Path, km) -> None:
         "sweep_id": task["sweep_id"],
         "record_path": str(record_path),
         "notebook_path": task["notebook_path"],
+        "timeout_s": task["timeout_s"],
+        "hub_facts": task.get("facts", {}),
     }
     outcome: dict = {}
     try:
@@ -372,12 +359,6 @@ def _run_notebook(work: Path, km) -> None:
         outcome["errno"] = getattr(exc, "errno", None)
         if km.exit_status is not None:
             outcome["kernel_exit"] = km.exit_status
-    if record_path.exists() and (work / "out.ipynb").exists():
-        nb = nbformat.read(str(work / "out.ipynb"), as_version=4)
-        record = {**json.loads(record_path.read_text()), **task.get("record_extra", {})}  # download and Hub facts
-        record_path.write_text(json.dumps(record))
-        nb.metadata.setdefault(NOTEBOOK_KEY, {})[RECORD_FLAG] = record
-        nbformat.write(nb, str(work / "out.ipynb"))
     (work / "outcome.json").write_text(json.dumps(outcome))
 
 

@@ -63,6 +63,7 @@ def _mib(nbytes: float) -> str:
 
 def oom_message(ledger: Ledger, nbytes: int) -> str:
     """Worded as CUDA's allocator words it, so that every out-of-memory check recognises it."""
+    assert ledger.limit is not None, "only a device with a memory limit runs out of it"
     free = max(0, ledger.limit - ledger.allocated)
     return (
         f"{NAME} out of memory. Tried to allocate {_mib(nbytes)}. Device {ledger.index} has a total capacity of "
@@ -93,6 +94,12 @@ class State:
 
 
 STATE: State | None = None  # set by ``backend.register``
+
+
+def _state() -> State:
+    """The backend's state; an operator can only reach this module once ``backend.register`` set it."""
+    assert STATE is not None, "the pretend backend is not registered"
+    return STATE
 
 
 class PretendTensor(torch.Tensor):
@@ -135,14 +142,14 @@ class PretendTensor(torch.Tensor):
 
 def wrap(data: torch.Tensor, device: torch.device) -> PretendTensor:
     """``data`` as a tensor on ``device``: refused for a dtype the device lacks, counted against its memory."""
-    config = STATE.config
+    config = _state().config
     dtype = str(data.dtype).removeprefix("torch.")
     if dtype in config.unsupported_dtypes:
         raise TypeError(
             f"Cannot convert a {NAME} Tensor to {dtype} dtype as the {NAME} backend doesn't support {dtype}. "
             "Please use another dtype."
         )
-    ledger = STATE.ledger(device)
+    ledger = _state().ledger(device)
     device = torch.device(NAME, ledger.index)
     if is_fake(data) or type(data) not in (torch.Tensor, torch.nn.Parameter):
         # torch.compile's fake tensors (nothing allocated) and other wrappers (a collective's result waiting
@@ -165,7 +172,7 @@ def _names(func) -> tuple[str, str]:
 
 def act_out_faults(func) -> None:
     """What the configured faults do before ``func`` runs: crash, stall, or have no kernel."""
-    config = STATE.config
+    config = _state().config
     names = _names(func)
     if any(n in config.crash_ops for n in names):
         os.write(2, f"{NAME} runtime: fatal error in {names[0]}; aborting\n".encode())
@@ -231,7 +238,7 @@ def run(func, args, kwargs):
     cpu_args, cpu_kwargs = tree_map_only(torch.Tensor, _on_cpu, (args, kwargs))
     cpu_args, cpu_kwargs = tree_map_only(torch.device, lambda d: _CPU if d.type == NAME else d, (cpu_args, cpu_kwargs))
     out = func(*cpu_args, **cpu_kwargs)
-    if any(n in STATE.config.wrong_ops for n in _names(func)):
+    if any(n in _state().config.wrong_ops for n in _names(func)):
         for tensor in tree_flatten(out)[0]:
             if isinstance(tensor, torch.Tensor):
                 _wrong(tensor)

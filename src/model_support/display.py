@@ -1,33 +1,18 @@
-"""What notebooks show, the small pieces: verdict colours, a key/value table, and results stored
-in (and read back from) an executed notebook's outputs.
+"""What notebooks show, the small pieces: HTML, a key/value table, and results stored in (and read
+back from) an executed notebook's outputs. Plumbing for the probe, debug and render notebooks alike.
 
-One set of verdict colours serves the probe summary, the report's charts and tables, and the
-explorer (which reads them from the page data). A notebook's result (the probe's record, the debug
-notebook's findings) is displayed as a bundle whose output metadata carries
-``{"model_support": {<flag>: true}}``; ``read_tagged`` finds it again in the executed notebook.
+A notebook's result (the probe's record, the debug notebook's findings) is displayed as a bundle
+whose output metadata carries ``{"model_support": {<flag>: true}}``; ``read_tagged`` finds it again
+in the executed notebook.
 """
 
 from __future__ import annotations
 
 import html
+from collections.abc import Mapping
 from pathlib import Path
 
-from . import schema
-
 NOTEBOOK_KEY = "model_support"
-#: One colour per verdict (and for excluded rows), everywhere.
-VERDICT_COLORS = {
-    schema.PASS: "#2e7d32",
-    schema.FAIL_LOAD: "#ef6c00",
-    schema.FAIL_GEN: "#c62828",
-    schema.FAIL_OTHER: "#6a1b9a",
-    "excluded": "#757575",
-    "not probed": "#9e9e9e",
-}
-
-
-def verdict_color(status: str | None) -> str:
-    return VERDICT_COLORS.get(status or "", "#555555")
 
 
 def kv_table(rows, title: str | None = None, color: str | None = None) -> str:
@@ -47,12 +32,13 @@ def kv_table(rows, title: str | None = None, color: str | None = None) -> str:
 
 
 def show_html(markup: str) -> None:
+    """Display ``markup`` in the notebook (the one way every notebook of the project shows HTML)."""
     from IPython.display import HTML, display
 
     display(HTML(markup))
 
 
-def show_tagged(flag: str, markup: str, data: dict, text: str) -> None:
+def show_tagged(flag: str, markup: str, data: Mapping[str, object], text: str) -> None:
     """Display ``markup`` and store ``data`` in the same output, tagged with ``flag``."""
     from IPython.display import display
 
@@ -65,7 +51,7 @@ def show_tagged(flag: str, markup: str, data: dict, text: str) -> None:
 
 def read_tagged(path: Path, flag: str) -> dict | None:
     """The data an executed notebook stored with ``show_tagged(flag, ...)`` (the notebook's own
-    metadata first, where the sweep's probe process also keeps it); None when it has none."""
+    metadata first, where the probe processes of older sweeps kept it); None when it has none."""
     import nbformat
 
     nb = nbformat.read(str(path), as_version=4)
