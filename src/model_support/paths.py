@@ -16,6 +16,8 @@ from pathlib import Path
 NOTEBOOKS = ("probe", "aggregate", "report", "debug")
 #: Environment variable naming the default data folder (sweeps, dataset, reports).
 DATA_DIR_VAR = "MODEL_SUPPORT_DATA_DIR"
+#: Environment variable naming the offline fixture models' folder (``make fixtures`` builds it).
+MODELS_DIR_VAR = "MODEL_SUPPORT_MODELS_DIR"
 
 
 def package_file(*parts: str) -> Path:
@@ -43,3 +45,10 @@ def checkout_root() -> Path | None:
 def default_data_dir() -> Path:
     """``$MODEL_SUPPORT_DATA_DIR``, else ``data`` in the current folder."""
     return Path(os.environ.get(DATA_DIR_VAR) or "data")
+
+
+def default_models_dir() -> Path:
+    """``$MODEL_SUPPORT_MODELS_DIR``, else ``<checkout>/data/models`` (``data/models`` outside a checkout):
+    where the offline fixtures are built, and where the fluency judge finds its offline copy."""
+    root = checkout_root()
+    return Path(os.environ.get(MODELS_DIR_VAR) or (root / "data" / "models" if root else Path("data/models")))

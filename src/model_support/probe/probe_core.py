@@ -117,16 +117,41 @@ class StepTimer:
         pass
 
 
+#: How many of its best logits the device keeps for each generated step (``top_scores``), for the reference check.
+TOP_K_KEPT = 32
+
+
+def top_scores(step_logits, k=TOP_K_KEPT):
+    """One generated step's logits as the reference check needs them (``agreement.compare``), on the host:
+    the ``k`` best token ids and their logits, and the log-sum-exp over the whole vocabulary (so their
+    log-probabilities are exact), in float32; the raw logits, before any logits processor."""
+    logits = step_logits.reshape(-1).float()
+    values, ids = logits.topk(min(k, logits.shape[-1]))
+    return {"ids": ids.tolist(), "logits": values.tolist(), "logsumexp": float(logits.logsumexp(-1))}
+
+
 def generate(
-    model, tokenizer, input_ids, attention_mask, max_new_tokens, device, timer=None, cache="dynamic", no_grad=False
+    model,
+    tokenizer,
+    input_ids,
+    attention_mask,
+    max_new_tokens,
+    device,
+    timer=None,
+    cache="dynamic",
+    no_grad=False,
+    scores=None,
 ):
     """Greedy generation; returns the new token ids (fewer than max_new_tokens when EOS came early).
     ``cache`` "static" asks transformers for its static KV cache (``cache_implementation="static"``).
-    ``no_grad``: torch.no_grad() rather than inference_mode() (FSDP2-sharded models refuse inference tensors)."""
+    ``no_grad``: torch.no_grad() rather than inference_mode() (FSDP2-sharded models refuse inference tensors).
+    ``scores``: a list that receives each generated step's ``top_scores``."""
     import torch
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     extra = {"cache_implementation": "static"} if cache == "static" else {}
+    if scores is not None:
+        extra.update(output_logits=True, return_dict_in_generate=True)
     with torch.no_grad() if no_grad else torch.inference_mode():
         output = model.generate(
             input_ids=input_ids.to(device),
@@ -137,6 +162,9 @@ def generate(
             streamer=timer,
             **extra,
         )
+        if scores is not None:
+            scores.extend(top_scores(step[0]) for step in output.logits)
+            output = output.sequences
     return output[0, input_ids.shape[1] :].tolist()
 
 
@@ -260,6 +288,7 @@ RESULT_KEYS = (
     "generate_s",
     "decode_tokens_per_s",
     "input_ids",
+    "step_scores",
     "compile_s",
     "graphs",
     "graph_breaks",
@@ -307,7 +336,8 @@ def run_stages(
     and ``no_grad`` (FSDP-sharded models refuse inference tensors).
 
     Returns a dict with ``RESULT_KEYS``: status, failure_stage, exception (the object), token counts
-    and ids, the generated text, timings, and what was learned about the model."""
+    and ids, the device's best logits per generated step (``step_scores``, for the reference check), the
+    generated text, timings, and what was learned about the model."""
     import torch
 
     result = dict.fromkeys(RESULT_KEYS)
@@ -335,11 +365,21 @@ def run_stages(
         eager_forward = compile_forward(model, compile_backend) if mode == "compile" else None
         torch.manual_seed(seed)
         timer = timer or StepTimer(synchronize)
+        result["step_scores"] = []  # the device's best logits per step, for the reference check
         start = time.perf_counter()
         try:
             with execution_context(mode):
                 new_ids = generate(
-                    model, tokenizer, input_ids, attention_mask, max_new_tokens, device, timer, cache, no_grad
+                    model,
+                    tokenizer,
+                    input_ids,
+                    attention_mask,
+                    max_new_tokens,
+                    device,
+                    timer,
+                    cache,
+                    no_grad,
+                    result["step_scores"],
                 )
         except Exception as exc:
             result["failed_step"] = len(timer.times)

@@ -127,6 +127,16 @@ FIELDS: dict[str, pa.DataType] = {
     "reference_note": pa.string(),
     "attribution": pa.string(),
     "reference_signature": pa.string(),
+    # Is a PASS right? (docs/numerics.md): agreement with the reference on logits, and the fluency judge
+    "numerics": pa.string(),
+    "numerics_step": pa.int64(),
+    "numerics_note": pa.string(),
+    "reference_agreement": pa.float64(),
+    "reference_max_kl": pa.float64(),
+    "reference_flip_margin": pa.float64(),
+    "fluent": pa.bool_(),
+    "fluency_score": pa.float64(),
+    "fluency_note": pa.string(),
     "versions": VERSIONS,
     "host": pa.string(),
     "started_at": pa.string(),
@@ -164,6 +174,19 @@ HUB_FIELDS = (
     "hub_num_params",
 )
 
+#: Whether a PASS is right (docs/numerics.md): the reference's verdict on the device's logits, the judge's on its text.
+NUMERICS_FIELDS = (
+    "numerics",
+    "numerics_step",
+    "numerics_note",
+    "reference_agreement",
+    "reference_max_kl",
+    "reference_flip_margin",
+    "fluent",
+    "fluency_score",
+    "fluency_note",
+)
+
 LATER_FIELDS = (
     "tokens_in",
     "tokens_out",
@@ -190,6 +213,7 @@ LATER_FIELDS = (
     "memory_estimate_bytes",
     "load_s_per_rank",
     "generate_s_per_rank",
+    *NUMERICS_FIELDS,
 )
 
 

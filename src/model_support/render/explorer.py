@@ -5,7 +5,8 @@ no framework, no CDN) and its data (compact JSON) are inline, so it opens from d
 network. One row per model and variant (its latest run, or its run in the chosen sweep; a sweep
 without a matrix has one variant, eager+dynamic, so one row per model), a search box that filters by
 model-name fragment as you type, filters by verdict, whose failure it is (attribution: stack, model,
-both, unknown), the devices a run needed ("needs N devices", from ``devices_used``; null reads as 1),
+both, unknown), what a PASS's check says (suspect: its logits diverge from the reference, or with no reference
+its text is not fluent; or one kind of ``analysis.PASS_CHECKS``), the devices a run needed ("needs N devices", from ``devices_used``; null reads as 1),
 variant (a chosen variant lists one row per model), failure signature, device, sweep and stack
 versions, and a detail panel: whose failure it is (with the reference's signature and note), the
 devices and parallelism of the run, the model's variants side by side in the chosen sweep, its
@@ -16,7 +17,7 @@ some run used more than one device or a parallelism; the detail panel always say
 Size: 100 sweeps x 10,000 models must stay well under 10 MB, so the data is stored compactly:
 - an entry's (model and variant) history is run-length encoded: ``[first_sweep, n_sweeps, outcome]``
   per run of consecutive sweeps with the same outcome (verdict + signature + attribution + devices
-  used + parallelism, an index into a lookup table); the environment (device and torch / torch_tpu /
+  used + parallelism + a PASS's check and the step where it diverges, an index into a lookup table); the environment (device and torch / torch_tpu /
   transformers versions) is stored once per sweep, plus ``[sweep, env]`` for the rare row whose
   environment differs from its sweep's;
 - error texts, tracebacks, repro scripts, notebook paths and the reference's signature and note are
@@ -85,6 +86,7 @@ ENTRY_FIELDS = (
     "variant",
     "reference_signature",
     "reference_note",
+    "check_note",
     "hub",
 )
 HUB_SLOT = ENTRY_FIELDS.index("hub")
@@ -186,6 +188,7 @@ def explorer_data(data_dir: Path | str) -> dict:
             vi,
             texts.add(d.get("reference_signature")),
             texts.add(template(d.get("reference_note"), model_id, sweep_id)),
+            texts.add(template(d.get("check_note"), model_id, sweep_id)),
         ]
         facts = hub_by_model.get(model_id)
         if facts or model_id in ranked_by:  # the Hub's facts: only for models that have any (stays compact)
@@ -230,6 +233,9 @@ def explorer_data(data_dir: Path | str) -> dict:
         "default_variant": analysis.DEFAULT_VARIANT,
         "attributions": list(analysis.ATTRIBUTION_KINDS),
         "attribution_help": analysis.ATTRIBUTION_KIND_HELP,
+        "checks": list(analysis.PASS_CHECKS),
+        "suspect_checks": list(analysis.SUSPECT_CHECKS),
+        "check_help": analysis.PASS_CHECK_HELP,
         "tasks": tasks,
         "views": {
             name: [k for m in ids for k in entries_of.get(m, [])] for name, ids in coverage.views(listed, hub).items()

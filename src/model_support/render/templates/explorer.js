@@ -7,12 +7,13 @@ const esc = (s) => String(s == null ? "" : s).replace(/[&<>"']/g, (c) => ({"&": 
 const M = D.models, S = D.sweeps, O = D.outcomes, E = D.envs;
 const lower = M.map((m) => m[0].toLowerCase());
 // An entry (one model and variant): [id, type, runs, env exceptions, error_type, message, traceback, repro,
-// notebook, versions, started, variant (index into D.variants), reference signature, reference note,
-// hub facts (only when the Hub told anything: [task, downloads, likes, trending_score, library, license, gated,
+// notebook, versions, started, variant (index into D.variants), reference signature, reference note, check note
+// (why a PASS's check says what it says), hub facts (only when the Hub told anything: [task, downloads, likes, trending_score, library, license, gated,
 // hub_num_params, created_at, base_model, listed_by], strings as indices into D.texts)].
 // runs: [first sweep, n sweeps, outcome] triples; env exceptions: [sweep, env] pairs (else the sweep's env).
 // An outcome: [verdict, signature, attribution (whose failure; null for a pass or when not attributed), devices used
-// (a result's null reads as 1; null for a run listed without a row), parallelism ("none", "tp", "ep")].
+// (a result's null reads as 1; null for a run listed without a row), parallelism ("none", "tp", "ep"), a PASS's
+// check (one of D.checks; null for anything else), the step where it diverges from the reference (or null)].
 const NO_ENV = ["", null, null, null];
 // Outcomes of a sweep that listed the model without a row: not probed (pending) or not tested.
 const UNPROBED = new Set(O.map((o, i) => (D.unprobed.includes(o[0]) ? i : -1)).filter((i) => i >= 0));
@@ -55,7 +56,11 @@ function entry(m, s) {
 }
 // The sweeps the model was run in (a verdict or an exclusion).
 function runs(m) { let n = 0; const h = m[2]; for (let k = 1; k < h.length; k += 3) if (!UNPROBED.has(h[k + 1])) n += h[k]; return n; }
-const hubOf = (m) => m[14] || null;
+const hubOf = (m) => m[15] || null;
+// What a PASS's check says ("" for anything else), suspect or not, and as the list shows it ("diverges at step 3").
+const SUSPECT = new Set(D.suspect_checks);
+const checkOf = (o) => o[5] || "";
+const checkText = (o) => (o[5] ? o[5] + (o[6] != null && SUSPECT.has(o[5]) ? " at step " + o[6] : "") : "");
 const hubText = (i) => (i == null || i < 0 ? null : D.texts[i]);
 const pendingOf = new Map();
 for (const [i, s, problem, at] of D.pending) {
@@ -76,6 +81,7 @@ function fill(id, values) {
 const uniq = (xs) => [...new Set(xs.filter((x) => x != null))].sort();
 fill("#verdict-filter", D.verdicts.map((v) => [v, v]));
 fill("#attribution-filter", D.attributions.map((a) => [a, a]));
+fill("#check-filter", [["suspect", "suspect passes"], ...D.checks.map((c) => [c, c])]);
 fill("#variant-filter", VARIANTS.map((v, k) => [String(k), v]));
 fill("#devices-filter", [...new Set(O.map(devicesOf))].sort((a, b) => a - b)
   .map((n) => [String(n), "needs " + n + (n === 1 ? " device" : " devices")]));
@@ -98,6 +104,7 @@ function current() {
   return {
     q: $("#search").value.trim().toLowerCase(),
     verdict: $("#verdict-filter").value, sig: $("#signature-filter").value, attr: $("#attribution-filter").value,
+    check: $("#check-filter").value,
     variant: $("#variant-filter").value === "" ? -1 : Number($("#variant-filter").value),
     devices: $("#devices-filter").value === "" ? 0 : Number($("#devices-filter").value),
     device: $("#device-filter").value, sweep: $("#sweep-filter").value === "" ? -1 : Number($("#sweep-filter").value),
@@ -126,6 +133,7 @@ function update() {
     if (f.verdict && o[0] !== f.verdict) continue;
     if (f.sig && o[1] !== f.sig) continue;
     if (f.attr && whose(o) !== f.attr) continue;
+    if (f.check && (f.check === "suspect" ? !SUSPECT.has(checkOf(o)) : checkOf(o) !== f.check)) continue;
     if (f.devices && devicesOf(o) !== f.devices) continue;
     if (f.device && e[0] !== f.device) continue;
     if (f.torch && e[1] !== f.torch) continue;
@@ -143,7 +151,8 @@ function update() {
     html.push('<tr data-i="' + i + '"><td>' + esc(m[0]) + '</td><td class="col-variant variant">' + esc(variantOf(m)) +
       "</td><td>" + esc(D.types[m[1]]) + '</td><td class="st ' + slug(o[0]) + '">' + esc(o[0]) +
       '</td><td class="whose' + (w ? " w-" + w : "") + '" title="' + esc(D.attribution_help[w] || "") + '">' + esc(w) +
-      '</td><td class="col-devices devices">' + esc(devicesText(o)) + '</td><td class="sig" title="' + esc(sig) + '">' +
+      '</td><td class="check' + (SUSPECT.has(checkOf(o)) ? " suspect" : "") + '" title="' +
+      esc(D.check_help[checkOf(o)] || "") + '">' + esc(checkText(o)) + '</td><td class="col-devices devices">' + esc(devicesText(o)) + '</td><td class="sig" title="' + esc(sig) + '">' +
       esc(sig) + "</td><td>" + esc(S[en[0]][0]) + "</td><td>" + esc(e[0] || S[en[0]][2]) + "</td><td>" + esc(e[1]) +
       "</td><td>" + esc(e[2]) + "</td><td>" + esc(e[3]) + "</td><td>" + runs(m) + '</td><td class="task">' +
       esc(hub && hub[0] >= 0 ? D.tasks[hub[0]] : "") + '</td><td class="num metric">' + esc(hub ? fmt(hub[metric]) : "") +
@@ -211,6 +220,12 @@ function detail(i) {
       h.push('<dt>devices</dt><dd class="devices">' + esc(o[3]) + '</dd><dt>parallelism</dt><dd class="parallelism">' +
         esc(o[4] || "none") + "</dd>");
     }
+    if (o[5]) {
+      const note = text(m[14], m, sweep);
+      h.push('<dt>check</dt><dd class="check' + (SUSPECT.has(o[5]) ? " suspect" : "") + '"><b>' + esc(checkText(o)) +
+        "</b>: " + esc(D.check_help[o[5]]) + (note ? '<br><span class="check-note">' + esc(note) + "</span>" : "") +
+        "</dd>");
+    }
     const refSig = m[12] >= 0 ? D.texts[m[12]] : null, refNote = text(m[13], m, sweep);
     if (refSig) h.push('<dt>reference signature</dt><dd class="reference-signature">' + esc(refSig) + "</dd>");
     if (refNote) h.push('<dt>reference note</dt><dd class="reference-note">' + esc(refNote) + "</dd>");
@@ -260,7 +275,7 @@ function detail(i) {
     h.push('<h3>Reproduce <button class="copy" type="button">Copy</button></h3><pre class="repro">' + esc(repro) + "</pre>");
   }
   h.push('<h3>History' + (MULTI ? " (" + esc(variantOf(m)) + ")" : "") + '</h3><table class="history"><thead><tr>' +
-    "<th>sweep</th><th>verdict</th><th>whose</th><th>signature</th>" +
+    "<th>sweep</th><th>verdict</th><th>whose</th><th>check</th><th>signature</th>" +
     "<th>device</th><th>torch</th><th>torch_tpu</th><th>transformers</th></tr></thead><tbody>");
   const hh = m[2];
   for (let k = hh.length - 3; k >= 0; k -= 3) {
@@ -270,7 +285,7 @@ function detail(i) {
       const rep = S[s][3];
       const name = rep ? '<a href="' + esc(rep) + '">' + esc(S[s][0]) + "</a>" : esc(S[s][0]);
       h.push("<tr><td>" + name + '</td><td class="st ' + slug(ho[0]) + '">' + esc(ho[0]) + '</td><td class="whose">' +
-        esc(whose(ho)) + '</td><td class="sig">' +
+        esc(whose(ho)) + '</td><td class="check">' + esc(checkText(ho)) + '</td><td class="sig">' +
         esc(ho[1]) + "</td><td>" + esc(he[0] || S[s][2]) + "</td><td>" + esc(he[1]) + "</td><td>" + esc(he[2]) +
         "</td><td>" + esc(he[3]) + "</td></tr>");
     }
@@ -301,7 +316,7 @@ function fallback(textToCopy, done) {
 }
 let timer = null;
 $("#search").addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(update, 60); });
-for (const id of ["#view", "#task-filter", "#verdict-filter", "#attribution-filter", "#variant-filter",
+for (const id of ["#view", "#task-filter", "#verdict-filter", "#attribution-filter", "#check-filter", "#variant-filter",
                   "#devices-filter", "#signature-filter", "#device-filter", "#sweep-filter", "#torch-filter",
                   "#torch_tpu-filter", "#transformers-filter"]) {
   $(id).addEventListener("change", update);
