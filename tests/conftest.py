@@ -176,6 +176,11 @@ def offline_page(browser):
     return page, attempted, errors
 
 
+def wait_count(page, n: int) -> None:
+    """Wait until the explorer says ``n`` entries match its filters."""
+    page.wait_for_function(f"document.querySelector('#match-count').textContent.startsWith('{n} ')")
+
+
 def assert_charts_drawn(page, min_charts: int, timeout_ms: int = 20000) -> None:
     """At least ``min_charts`` report charts, each with a rendered SVG of real size."""
     page.wait_for_function(f"document.querySelectorAll('.ms-chart svg').length >= {min_charts}", timeout=timeout_ms)
