@@ -200,7 +200,7 @@ def main() -> None:
         right = ((r["fluency_score"] >= judge_mod.MIN_SCORE) and (r["repeated"] <= judge_mod.MAX_REPEATED)) == r[
             "label"
         ]
-        entry = by_source.setdefault(r["source"], {"label": r["label"], "n": 0, "right": 0, "scores": []})
+        entry = by_source.setdefault((r["source"], r["label"]), {"n": 0, "right": 0, "scores": []})
         entry["n"] += 1
         entry["right"] += right
         entry["scores"].append(r["fluency_score"])
@@ -216,10 +216,10 @@ def main() -> None:
         "| source | label | texts | right | score median [min, max] |",
         "|---|---|---|---|---|",
     ]
-    for source, e in by_source.items():
+    for (source, label), e in by_source.items():
         s = sorted(e["scores"])
         lines.append(
-            f"| {source} | {'fluent' if e['label'] else 'not fluent'} | {e['n']} | {e['right']} | "
+            f"| {source} | {'fluent' if label else 'not fluent'} | {e['n']} | {e['right']} | "
             f"{statistics.median(s):.2f} [{s[0]:.2f}, {s[-1]:.2f}] |"
         )
     wrong = [

@@ -3,6 +3,7 @@ answer is known, and the fluency judge (``judge``) on texts whose answer is plai
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import subprocess
@@ -10,8 +11,10 @@ import sys
 
 import pytest
 import torch
+from conftest import probe_record
 
 from model_support.probe import agreement, probe_core
+from model_support.probe import judge as judge_mod
 
 VOCAB = 50
 
@@ -136,19 +139,23 @@ def test_teacher_forcing_asks_the_question_each_step_answered(fixture_models):
 
 @pytest.fixture(scope="module")
 def judge(fixture_models):
-    from model_support.probe import judge
-
-    return judge.load_judge(judge.judge_source(fixture_models["SmolLM2-135M-Instruct"]["path"]))
+    return judge_mod.load_judge(judge_mod.judge_source(fixture_models["SmolLM2-135M-Instruct"]["path"]))
 
 
 def test_the_judge_tells_english_from_repetition_and_random_tokens(judge):
     fluent = judge.score("The future of AI is", "bright, and it will change how we work and live.")
-    assert fluent["fluent"] is True and fluent["fluency_score"] > -4.5 and fluent["repeated"] < 0.5
+    assert (
+        fluent["fluent"] is True
+        and fluent["fluency_score"] >= judge_mod.MIN_SCORE
+        and fluent["repeated"] <= judge_mod.MAX_REPEATED
+    )
     repeated = judge.score("The future of AI is", "the the the the the the the the")
-    assert repeated["fluent"] is False and repeated["repeated"] > 0.5 and "repeat" in repeated["note"]
+    assert (
+        repeated["fluent"] is False and repeated["repeated"] > judge_mod.MAX_REPEATED and "repeat" in repeated["note"]
+    )
     ids = torch.randint(200, judge.tokenizer.vocab_size, (8,), generator=torch.Generator().manual_seed(0)).tolist()
     random = judge.score("The future of AI is", judge.tokenizer.decode(ids))
-    assert random["fluent"] is False and random["fluency_score"] < -4.5
+    assert random["fluent"] is False and random["fluency_score"] < judge_mod.MIN_SCORE
     assert judge.score("The future of AI is", "  ")["fluent"] is None  # nothing visible: nothing to judge
 
 
@@ -197,3 +204,32 @@ def test_judge_command_refuses_bad_input_in_one_sentence(tmp_path, args, content
         [sys.executable, "-m", "model_support.cli", "judge", *args], capture_output=True, text=True, timeout=300
     )
     assert run.returncode == 2 and says in run.stderr and "Traceback" not in run.stderr, run.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# end to end on a stack that computes wrong numbers (the pretend accelerator, model_support.testing.pretend)
+
+needs_pretend = pytest.mark.skipif(
+    importlib.util.find_spec("model_support.testing.pretend") is None,
+    reason="the pretend accelerator (issue 18, branch pretend) is not in this tree yet",
+)
+
+
+@needs_pretend
+def test_a_stack_that_computes_wrong_numbers_passes_but_diverges_and_is_not_fluent(
+    tmp_path, fixture_models, monkeypatch
+):
+    """SmolLM2 on the pretend device with a wrong matmul: PASS (nothing raised), numerics diverges, not fluent;
+    the same model on a clean pretend device: match, fluent. The verdict is PASS both times."""
+    model = fixture_models["SmolLM2-135M-Instruct"]["path"]
+    (tmp_path / "wrong").mkdir()
+    (tmp_path / "clean").mkdir()
+    monkeypatch.setenv("MODEL_SUPPORT_PRETEND", json.dumps({"wrong_ops": ["aten::mm"]}))
+    wrong = probe_record(tmp_path / "wrong", model, device="pretend", reference="cpu")
+    assert wrong["status"] == "PASS" and wrong["device_type"] == "pretend", wrong["error_message"]
+    assert wrong["numerics"] == "diverges" and wrong["numerics_step"] == 0, wrong["numerics_note"]
+    assert wrong["fluent"] is False, wrong["fluency_note"]
+    monkeypatch.setenv("MODEL_SUPPORT_PRETEND", json.dumps({}))
+    clean = probe_record(tmp_path / "clean", model, device="pretend", reference="cpu")
+    assert clean["status"] == "PASS" and clean["device_type"] == "pretend"
+    assert clean["numerics"] == "match" and clean["fluent"] is True, (clean["numerics_note"], clean["fluency_note"])

@@ -5,21 +5,21 @@ no framework, no CDN) and its data (compact JSON) are inline, so it opens from d
 network. One row per model and variant (its latest run, or its run in the chosen sweep; a sweep
 without a matrix has one variant, eager+dynamic, so one row per model), a search box that filters by
 model-name fragment as you type, filters by verdict, whose failure it is (attribution: stack, model,
-both, unknown), what a PASS's check says (suspect: its logits diverge from the reference, or with no reference
-its text is not fluent; or one kind of ``analysis.PASS_CHECKS``), the devices a run needed ("needs N devices", from ``devices_used``; null reads as 1),
-variant (a chosen variant lists one row per model), failure signature, device, sweep and stack
-versions, and a detail panel: whose failure it is (with the reference's signature and note), the
-devices and parallelism of the run, the model's variants side by side in the chosen sweep, its
-history across sweeps, the latest error, traceback and repro script (with a Copy button), and links
-to its executed notebook and to the sweep's report. The list has a devices column ("2 tp") only when
-some run used more than one device or a parallelism; the detail panel always says both.
+both, unknown), what a PASS's check says ("suspect passes", or one of ``analysis.PASS_CHECKS``), the
+devices a run needed ("needs N devices", from ``devices_used``; null reads as 1), variant (a chosen variant
+lists one row per model), failure signature, device, sweep and stack versions, and a detail panel: whose
+failure it is (with the reference's signature and note), the devices and parallelism of the run, the model's
+variants side by side in the chosen sweep, its history across sweeps, the latest error, traceback and repro
+script (with a Copy button), and links to its executed notebook and to the sweep's report; for a PASS, its
+check and why. The list has a devices column ("2 tp") only when some run used more than one device or a
+parallelism; the detail panel always says both.
 
 Size: 100 sweeps x 10,000 models must stay well under 10 MB, so the data is stored compactly:
 - an entry's (model and variant) history is run-length encoded: ``[first_sweep, n_sweeps, outcome]``
   per run of consecutive sweeps with the same outcome (verdict + signature + attribution + devices
-  used + parallelism + a PASS's check and the step where it diverges, an index into a lookup table); the environment (device and torch / torch_tpu /
-  transformers versions) is stored once per sweep, plus ``[sweep, env]`` for the rare row whose
-  environment differs from its sweep's;
+  used + parallelism + a PASS's check and its step, an index into a lookup table); the environment
+  (device and torch / torch_tpu / transformers versions) is stored once per sweep, plus ``[sweep, env]``
+  for the rare row whose environment differs from its sweep's;
 - error texts, tracebacks, repro scripts, notebook paths and the reference's signature and note are
   kept for the latest run only, and de-duplicated through one string table after the model id and
   sweep id in them are replaced by placeholders (the page puts them back).
