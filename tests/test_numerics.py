@@ -219,12 +219,13 @@ needs_pretend = pytest.mark.skipif(
 def test_a_stack_that_computes_wrong_numbers_passes_but_diverges_and_is_not_fluent(
     tmp_path, fixture_models, monkeypatch
 ):
-    """SmolLM2 on the pretend device with a wrong matmul: PASS (nothing raised), numerics diverges, not fluent;
-    the same model on a clean pretend device: match, fluent. The verdict is PASS both times."""
+    """SmolLM2 on the pretend device with a wrong activation kernel (aten::silu): PASS (nothing raised), numerics
+    diverges at step 0, not fluent; the same model on a clean pretend device: match, fluent. The verdict is PASS
+    both times."""
     model = fixture_models["SmolLM2-135M-Instruct"]["path"]
     (tmp_path / "wrong").mkdir()
     (tmp_path / "clean").mkdir()
-    monkeypatch.setenv("MODEL_SUPPORT_PRETEND", json.dumps({"wrong_ops": ["aten::mm"]}))
+    monkeypatch.setenv("MODEL_SUPPORT_PRETEND", json.dumps({"wrong_ops": ["aten::silu"]}))
     wrong = probe_record(tmp_path / "wrong", model, device="pretend", reference="cpu")
     assert wrong["status"] == "PASS" and wrong["device_type"] == "pretend", wrong["error_message"]
     assert wrong["numerics"] == "diverges" and wrong["numerics_step"] == 0, wrong["numerics_note"]

@@ -56,7 +56,8 @@ def model_changes(results: Frame, sweep_id: str, baseline_sweep_id: str) -> pl.D
     """The (model, variant) runs whose outcome changed from ``baseline_sweep_id`` to ``sweep_id``.
 
     model_id, variant, change (one of ``CHANGES``), attribution (whose failure the new outcome is: stack,
-    model, both or unknown; null for a PASS), status_before, status_after, signature_before,
+    model, both or unknown; null for a PASS), attribution_before (whose the baseline's failure was: what a
+    "newly passing" run was fixed from), status_before, status_after, signature_before,
     signature_after, error_message (the new one), check_before and check_after (what a PASS's check says,
     ``PASS_CHECKS``), suspect_step and check_note (for "newly suspect": the step where the device diverges
     from the reference, and why). A run that passes now with a suspect check and was no suspect PASS before
@@ -73,6 +74,7 @@ def _changes_q(results: Frame, sweep_id: str, baseline_sweep_id: str) -> pl.Lazy
         pl.col("status").alias("status_before"),
         pl.col("failure_signature").alias("signature_before"),
         pl.col("check").alias("check_before"),
+        pl.col("attribution").alias("attribution_before"),
     )
     after = _outcomes(results, sweep_id).select(
         *KEY,
@@ -125,6 +127,7 @@ def _changes_q(results: Frame, sweep_id: str, baseline_sweep_id: str) -> pl.Lazy
             *KEY,
             "change",
             "attribution",
+            "attribution_before",
             "status_before",
             "status_after",
             "signature_before",

@@ -30,12 +30,12 @@ import math
 
 MATCH, TIES, DIVERGES = "match", "ties", "diverges"
 NUMERICS = (MATCH, TIES, DIVERGES)
-#: nats. bf16 against a float32 reference flips at near-ties with a flip margin of at most 0.124
-#: (SmolLM2-135M-Instruct, 586 steps) and 0.005 (tiny random models); a wrong kernel that perturbs a
-#: linear layer's output by 5% already flips with margins up to 2.6.
+#: nats. bf16 against a float32 reference flips at near-ties with a flip margin of at most 0.066
+#: (SmolLM2-135M-Instruct, 586 steps; 0.12 in an earlier run counting raw argmaxes) and 0.003 (tiny random
+#: models); a wrong kernel that perturbs a linear layer's output by 5% flips with margins up to 1.9.
 DEFAULT_MARGIN = 0.5
-#: nats. The KL per step of bf16 against float32 is at most 0.023 on SmolLM2-135M-Instruct (1e-5 on
-#: tiny random models); a 5% wrong linear layer reaches 1.0, a 20% one 14.
+#: nats. The KL per step of bf16 against float32 is at most 0.022 on SmolLM2-135M-Instruct (1e-7 on
+#: tiny random models); a 5% wrong linear layer reaches 1.0, a 20% one 4.4 (bench/bench_numerics.py).
 DEFAULT_BOUND = 0.1
 #: The keys ``compare`` returns that a record keeps, with the same names.
 RECORD_KEYS = (
