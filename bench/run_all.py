@@ -22,6 +22,8 @@ SCRIPTS = [
     "bench_modes.py",
     "bench_scheduler.py",
     "bench_cold_command.py",
+    "bench_numerics.py",
+    "bench_judge.py",
     "bench_pretend.py",
 ]
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
@@ -201,6 +203,13 @@ def tables() -> str:
     scheduler = load("scheduler")
     if scheduler and "table" in scheduler:
         lines += [f"### Multi-device scheduling by simulation ({scheduler['date']})", "", scheduler["table"], ""]
+    numerics = load("numerics")
+    if numerics and "table" in numerics:
+        lines += [f"### Is a PASS right? The reference check's thresholds and cost ({numerics['date']})", ""]
+        lines += [numerics["table"], ""]
+    judge = load("judge")
+    if judge and "table" in judge:
+        lines += [f"### The fluency judge on its labelled set ({judge['date']})", "", judge["table"], ""]
     return "\n".join(lines)
 
 

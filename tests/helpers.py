@@ -104,3 +104,8 @@ def assert_charts_drawn(page, min_charts: int, timeout_ms: int = 20000) -> None:
     for i in range(charts.count()):
         box = charts.nth(i).locator("svg").first.bounding_box()
         assert box and box["width"] > 50 and box["height"] > 50, f"chart {i} did not render"
+
+
+def wait_count(page, n: int) -> None:
+    """Wait until the explorer says ``n`` entries match its filters."""
+    page.wait_for_function(f"document.querySelector('#match-count').textContent.startsWith('{n} ')")

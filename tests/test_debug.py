@@ -388,3 +388,17 @@ def test_notebook_names_the_module_that_diverges_in_bf16(fixture_sweep):
     assert top_conclusion(entry["notebook"]).startswith(
         "only the device diverges: first in model.layers.0.mlp.gate_proj"
     )
+
+
+def test_the_debug_notebook_and_the_record_say_the_same_about_the_same_run(fixture_sweep):
+    """The debug notebook's numerics are the probe's own check (``agreement``), on the same settings."""
+    from model_support.probe import run as probe
+
+    fixtures, _ = fixture_sweep
+    entry = fixtures["diverge-bf16-overflow"]
+    result = debug.debug_result_from_notebook(entry["notebook"])
+    record = probe.run_probe(entry["path"], device="cpu", dtype="bfloat16", reference="cpu", judge=False)
+    keys = ("numerics", "numerics_step", "numerics_note", "reference_match", "first_divergence")
+    assert {k: result["numerics"][k] for k in keys} == {k: record[k] for k in keys}
+    assert (record["numerics"], record["numerics_step"]) == ("diverges", 0)
+    assert "numerics:   diverges (step 0 of 8" in debug.summary_text(result)

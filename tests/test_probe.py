@@ -10,9 +10,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from helpers import FAKE_TOKEN, run_notebook
+from helpers import FAKE_TOKEN, probe_record, run_notebook
 
-from model_support.probe import devices
+from model_support.probe import devices, judge
 from model_support.probe import run as probe
 from model_support.record import schema
 
@@ -89,6 +89,45 @@ def test_smollm2_passes_through_its_chat_template_with_readable_english(smoke_sw
     assert record["reference_device"] == "cpu:float32" and isinstance(record["reference_match"], bool)
 
 
+def test_a_healthy_pass_agrees_with_the_reference_and_smollm2_is_fluent(smoke_sweep):
+    """Is a PASS right? bf16 on the CPU against the float32 reference, teacher-forced on the device's tokens:
+    SmolLM2 matches and the judge finds it fluent; every tiny random model in bf16 matches or flips at ties."""
+    smol = smoke_sweep["by_name"]["SmolLM2-135M-Instruct"]
+    assert smol["numerics"] == "match" and smol["reference_match"] is True and smol["first_divergence"] is None
+    assert smol["reference_agreement"] == 1.0 and 0 <= smol["reference_max_kl"] < 0.1
+    assert smol["numerics_note"].startswith("all 8 steps agree")
+    assert (
+        smol["fluent"] is True
+        and smol["fluency_score"] >= judge.MIN_SCORE
+        and smol["fluency_note"].startswith("fluent")
+    )
+    tiny = {name: r for name, r in smoke_sweep["by_name"].items() if name.startswith("tiny-")}
+    assert len(tiny) == 12
+    assert {name: r["numerics"] for name, r in tiny.items() if r["numerics"] not in ("match", "ties")} == {}
+    for name in ("sharded-llama", "sharded-mixtral"):  # a sharded run gets the reference and the judge too
+        record = smoke_sweep["by_name"][name]
+        assert record["numerics"] in ("match", "ties") and isinstance(record["fluent"], bool), name
+    failed = [r for r in smoke_sweep["records"] if r["status"] not in (None, schema.PASS)]
+    assert failed and all(r["numerics"] is None and r["fluent"] is None for r in failed)  # only a PASS is checked
+
+
+def test_a_pass_above_the_references_limit_gets_the_judge_alone(tmp_path, fixture_models):
+    record = probe_record(
+        tmp_path, fixture_models["SmolLM2-135M-Instruct"]["path"], reference="cpu", reference_max_params=1000
+    )
+    assert record["status"] == schema.PASS and record["numerics"] is None and record["reference_device"] is None
+    assert (
+        record["numerics_note"].startswith("no reference: skipped:")
+        and "reference_max_params=1000" in (record["numerics_note"])
+    )
+    assert record["fluent"] is True and record["fluency_score"] >= judge.MIN_SCORE
+    off = probe_record(tmp_path, fixture_models["tiny-gpt2"]["path"], judge=False)
+    assert (
+        off["status"] == schema.PASS and off["fluent"] is None and off["fluency_note"] == "switched off (judge=false)"
+    )
+    assert off["numerics"] is None and off["numerics_note"] == "no reference: switched off (reference='none')"
+
+
 def test_weights_newly_initialised_are_fail_load(smoke_sweep):
     for name in ("fail-encoder-only", "fail-truncated-safetensors"):
         record = smoke_sweep["by_name"][name]
@@ -111,8 +150,13 @@ def test_generate_failure_records_the_step(smoke_sweep, fixture_models):
 
 
 def test_bf16_overflow_diverges_from_the_cpu_reference(smoke_sweep):
+    """A PASS that computes NaN: the verdict stays PASS, its check says diverges at step 0, its text is not fluent."""
     record = smoke_sweep["by_name"]["diverge-bf16-overflow"]
-    assert record["reference_match"] is False and record["first_divergence"] is not None
+    assert record["status"] == schema.PASS
+    assert record["reference_match"] is False and record["first_divergence"] == 0
+    assert (record["numerics"], record["numerics_step"]) == ("diverges", 0)
+    assert "the device's logits are not finite" in record["numerics_note"]
+    assert record["fluent"] is False and "no visible text" in record["fluency_note"]
 
 
 def test_executed_notebook_alone_tells_the_verdict(smoke_sweep):
@@ -146,6 +190,10 @@ def test_repro_script_reproduces_the_probe_with_plain_python(smoke_sweep, fixtur
     got = json.loads(run.stdout.strip().splitlines()[-1])
     for key in ("status", "failure_stage", "error_type", "tokens_in", "tokens_out", "output_token_ids", "failed_step"):
         assert got[key] == record[key], key
+    if record["status"] == schema.PASS:  # it runs the reference check too, and says what the record says
+        for key in ("reference_device", "numerics", "numerics_step", "reference_match", "first_divergence"):
+            assert got[key] == record[key], key
+        assert got["reference_max_kl"] == pytest.approx(record["reference_max_kl"], abs=1e-6)
 
 
 def test_a_fake_hf_token_lands_nowhere(smoke_sweep):

@@ -235,8 +235,8 @@ def test_diff_and_history_by_hand(hand_counted):
     assert "org/m2" in text and "newly failing" in text
     assert "variant" not in text  # every run is eager+dynamic: no variant column
     assert (
-        f"{A} -> {B}: 0 newly broken by the stack, 1 newly failing, 0 newly failing everywhere, 1 newly passing, "
-        "1 status changed, 0 signature changed, 1 added, 1 removed." in text
+        f"{A} -> {B}: 0 newly broken by the stack, 0 newly suspect, 1 newly failing, 0 newly failing everywhere, "
+        "1 newly passing, 0 no longer suspect, 1 status changed, 0 signature changed, 1 added, 1 removed." in text
     )
 
 

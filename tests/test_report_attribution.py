@@ -146,8 +146,8 @@ def test_diff_separates_stack_from_everywhere(attr_data):
     assert "newly broken by the" in text.splitlines()[stack_line] and "newly failing" in text.splitlines()[model_line]
     assert "variant" not in text
     assert (
-        f"{A} -> {B}: 1 newly broken by the stack, 0 newly failing, 1 newly failing everywhere, 0 newly passing, "
-        "0 status changed, 0 signature changed, 0 added, 0 removed." in text
+        f"{A} -> {B}: 1 newly broken by the stack, 0 newly suspect, 0 newly failing, 1 newly failing everywhere, "
+        "0 newly passing, 0 no longer suspect, 0 status changed, 0 signature changed, 0 added, 0 removed." in text
     )
 
 

@@ -200,7 +200,7 @@ def test_explorer_devices_filter(browser, dev_report):
 def test_explorer_of_an_older_file_hides_devices(browser, tmp_path):
     _write_old(tmp_path)
     data = explorer.explorer_data(tmp_path)
-    assert [tuple(o[3:]) for o in data["outcomes"]] == [(1, "none"), (1, "none")]
+    assert [tuple(o[3:5]) for o in data["outcomes"]] == [(1, "none"), (1, "none")]
     page, attempted, errors = offline_page(browser)
     page.goto(explorer.build_explorer(tmp_path).as_uri())
     _wait_count(page, 2)

@@ -287,6 +287,42 @@ def debug(sweep_id, model, data_dir, variant, parameters):
 
 
 @main.command()
+@click.argument("text", required=False)
+@click.option("--prompt", default="", help="The prompt TEXT answers (the judge scores TEXT given it).")
+@click.option(
+    "--jsonl",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help='Score every line {"prompt": ..., "text": ...} of FILE instead of TEXT.',
+)
+@click.option(
+    "--judge-model",
+    default="",
+    metavar="MODEL",
+    help="Folder or Hub id of the judge (default: data/models/SmolLM2-135M-Instruct when built, else its Hub id).",
+)
+@user_errors
+def judge(text, prompt, jsonl, judge_model):
+    """Score TEXT (or each line of --jsonl FILE) for fluency with the probe's judge: one JSON line each, with
+    fluent, fluency_score (mean log-probability per token, nats), repeated (share of repeated tokens) and note.
+    The judge model loads once."""
+    import json
+
+    from .probe import judge as judge_mod
+
+    if (text is None) == (jsonl is None):
+        raise UserError("Give either TEXT or --jsonl FILE, not both (model-support judge --prompt P TEXT).")
+    if jsonl is not None and prompt:
+        raise UserError('--prompt goes with TEXT; in --jsonl FILE each line carries its own "prompt".')
+    items = judge_mod.read_jsonl(jsonl) if jsonl is not None else [{"prompt": prompt, "text": text}]
+    scorer = judge_mod.load_for_command(judge_model)
+    for item in items:
+        found = scorer.score(item.get("prompt", ""), item["text"])
+        click.echo(json.dumps({key: found[key] for key in judge_mod.SCORE_KEYS}))
+
+
+@main.command()
 @click.argument("repo_id")
 @data_dir_option
 @click.option(

@@ -8,6 +8,7 @@ package's folder: one source of truth, opened by people and executed by papermil
 
 from __future__ import annotations
 
+import os
 from importlib import resources
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from pathlib import Path
 NOTEBOOKS = ("probe", "aggregate", "report", "debug")
 #: Environment variable naming the default data folder (sweeps, dataset, reports).
 DATA_DIR_VAR = "MODEL_SUPPORT_DATA_DIR"
+#: Environment variable naming the offline fixture models' folder (``make fixtures`` builds it).
+MODELS_DIR_VAR = "MODEL_SUPPORT_MODELS_DIR"
 
 
 def package_file(*parts: str) -> Path:
@@ -37,3 +40,10 @@ def checkout_root() -> Path | None:
     """The git checkout this package was imported from (an editable install), else None."""
     root = Path(__file__).resolve().parents[2]
     return root if (root / ".git").exists() and (root / "src" / "model_support").is_dir() else None
+
+
+def default_models_dir() -> Path:
+    """``$MODEL_SUPPORT_MODELS_DIR``, else ``<checkout>/data/models`` (``data/models`` outside a checkout):
+    where the offline fixtures are built, and where the fluency judge finds its offline copy."""
+    root = checkout_root()
+    return Path(os.environ.get(MODELS_DIR_VAR) or (root / "data" / "models" if root else Path("data/models")))

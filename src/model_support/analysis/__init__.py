@@ -1,24 +1,37 @@
 """Analysis: small Polars queries over the dataset (one sweep's tables, the diff against a
 baseline, the history across sweeps), each returning a small DataFrame; the report renders them."""
 
+from .checks import pass_checks, suspect_passes
 from .diff import change_counts, diff_summary, model_changes, signature_changes
 from .frames import (
+    AGREES,
     ATTRIBUTION_KIND_HELP,
     ATTRIBUTION_KINDS,
     CHANGES,
     DEFAULT_VARIANT,
+    DIVERGES,
+    FLUENT,
     MEMORY_METRICS,
     NEWLY_BROKEN_BY_STACK,
     NEWLY_FAILING,
     NEWLY_FAILING_EVERYWHERE,
+    NEWLY_SUSPECT,
+    NO_LONGER_SUSPECT,
     NO_SIGNATURE,
+    NOT_FLUENT,
+    PASS_CHECK_HELP,
+    PASS_CHECKS,
     REFERENCE_OUTCOMES,
     SIGNATURE_CHANGES,
     SIZE_BUCKETS,
+    SUSPECT_CHECKS,
+    TIES,
     TIMING_METRICS,
     TOKEN_METRICS,
+    UNCHECKED,
     UNKNOWN_ATTRIBUTION,
     VERSION_COMPONENTS,
+    pass_check_col,
     size_bucket,
     sort_variants,
     variant_key,

@@ -5,24 +5,31 @@ as ``eager+dynamic``: a model that passes eager and newly fails compiled is one 
 A run newly failing is split by whose failure it is (``attribution``): "newly broken by the stack" (the
 CPU reference passes: what a porting team acts on, listed first), "newly failing everywhere" (the
 reference fails too: the model's or both; usually a transformers or checkpoint change) and "newly failing"
-(no attribution recorded)."""
+(no attribution recorded). A run that still passes, or newly passes, but whose check is now suspect (its
+logits diverge from the reference, or with no reference its text is not fluent) is "newly suspect"."""
 
 from __future__ import annotations
 
 import polars as pl
 
 from ..record import schema
+from .checks import CHECK_COLUMNS
 from .frames import (
     CHANGES,
     DEFAULT_VARIANT,
     NEWLY_BROKEN_BY_STACK,
     NEWLY_FAILING,
     NEWLY_FAILING_EVERYWHERE,
+    NEWLY_SUSPECT,
+    NO_LONGER_SUSPECT,
     NO_SIGNATURE,
     SIGNATURE_CHANGES,
+    SUSPECT_CHECKS,
     Frame,
     _sweep_rows,
     attribution_col,
+    check_note_col,
+    pass_check_col,
     variant_col,
 )
 
@@ -33,13 +40,15 @@ KEY = ["model_id", "variant"]
 
 
 def _outcomes(results: Frame, sweep_id: str) -> pl.LazyFrame:
-    cols = ["model_id", "variant", "status", "failure_signature", "error_message", "attribution", "started_at"]
+    cols = ["model_id", "variant", "failure_signature", "error_message", "attribution", "started_at", *CHECK_COLUMNS]
     return (
         _sweep_rows(results, sweep_id, cols)
-        .with_columns(variant_col(), attribution_col())
+        .with_columns(variant_col(), attribution_col(), pass_check_col().alias("check"), check_note_col())
         .sort("started_at", nulls_last=False)
         .unique(KEY, keep="last", maintain_order=False)
-        .select(*KEY, "status", "failure_signature", "error_message", "attribution")
+        .select(
+            *KEY, "status", "failure_signature", "error_message", "attribution", "check", "numerics_step", "check_note"
+        )
     )
 
 
@@ -49,8 +58,12 @@ def model_changes(results: Frame, sweep_id: str, baseline_sweep_id: str) -> pl.D
     model_id, variant, change (one of ``CHANGES``), attribution (whose failure the new outcome is: stack,
     model, both or unknown; null for a PASS), attribution_before (whose the baseline's failure was: what a
     "newly passing" run was fixed from), status_before, status_after, signature_before,
-    signature_after, error_message (the new one). Unchanged runs are left out; a model excluded in one of
-    the two sweeps shows as added or removed, never as a failure.
+    signature_after, error_message (the new one), check_before and check_after (what a PASS's check says,
+    ``PASS_CHECKS``), suspect_step and check_note (for "newly suspect": the step where the device diverges
+    from the reference, and why). A run that passes now with a suspect check and was no suspect PASS before
+    is "newly suspect" (listed second, after what the stack newly broke), a suspect PASS that is a clean one
+    now "no longer suspect". Unchanged runs are left out; a model excluded in one of the two sweeps shows as
+    added or removed, never as a failure.
     """
     return _changes_q(results, sweep_id, baseline_sweep_id).collect()
 
@@ -60,6 +73,7 @@ def _changes_q(results: Frame, sweep_id: str, baseline_sweep_id: str) -> pl.Lazy
         *KEY,
         pl.col("status").alias("status_before"),
         pl.col("failure_signature").alias("signature_before"),
+        pl.col("check").alias("check_before"),
         pl.col("attribution").alias("attribution_before"),
     )
     after = _outcomes(results, sweep_id).select(
@@ -68,9 +82,14 @@ def _changes_q(results: Frame, sweep_id: str, baseline_sweep_id: str) -> pl.Lazy
         pl.col("failure_signature").alias("signature_after"),
         "error_message",
         "attribution",
+        pl.col("check").alias("check_after"),
+        pl.col("numerics_step").alias("suspect_step"),
+        "check_note",
     )
     sb, sa = pl.col("status_before"), pl.col("status_after")
     passed_before, passed_after = sb == schema.PASS, sa == schema.PASS
+    suspect_before = pl.col("check_before").is_in(list(SUSPECT_CHECKS)).fill_null(False)
+    suspect_after = pl.col("check_after").is_in(list(SUSPECT_CHECKS)).fill_null(False)
     whose = pl.col("attribution")
     newly_failing = (
         pl.when(whose == "stack")
@@ -86,8 +105,12 @@ def _changes_q(results: Frame, sweep_id: str, baseline_sweep_id: str) -> pl.Lazy
         .then(pl.lit("removed"))
         .when(passed_before & ~passed_after)
         .then(newly_failing)
+        .when(passed_after & suspect_after & ~(passed_before & suspect_before))
+        .then(pl.lit(NEWLY_SUSPECT))
         .when(~passed_before & passed_after)
         .then(pl.lit("newly passing"))
+        .when(passed_before & suspect_before & passed_after & ~suspect_after)
+        .then(pl.lit(NO_LONGER_SUSPECT))
         .when(~passed_before & ~passed_after & (sb != sa))
         .then(pl.lit("status changed"))
         .when(~passed_before & ~passed_after & pl.col("signature_before").ne_missing(pl.col("signature_after")))
@@ -110,6 +133,12 @@ def _changes_q(results: Frame, sweep_id: str, baseline_sweep_id: str) -> pl.Lazy
             "signature_before",
             "signature_after",
             "error_message",
+            "check_before",
+            "check_after",
+            pl.when(pl.col("change") == NEWLY_SUSPECT).then(pl.col("suspect_step")).alias("suspect_step"),
+            pl.when(pl.col("change").is_in([NEWLY_SUSPECT, NO_LONGER_SUSPECT]))
+            .then(pl.col("check_note"))
+            .alias("check_note"),
         )
     )
 

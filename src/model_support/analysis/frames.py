@@ -33,11 +33,16 @@ TOKEN_METRICS = ("tokens_in", "tokens_out")
 NEWLY_BROKEN_BY_STACK = "newly broken by the stack"
 NEWLY_FAILING = "newly failing"
 NEWLY_FAILING_EVERYWHERE = "newly failing everywhere"
+#: A run that passes now with a suspect check (``SUSPECT_CHECKS``) and was not a suspect PASS before; and back.
+NEWLY_SUSPECT = "newly suspect"
+NO_LONGER_SUSPECT = "no longer suspect"
 CHANGES = (
     NEWLY_BROKEN_BY_STACK,
+    NEWLY_SUSPECT,
     NEWLY_FAILING,
     NEWLY_FAILING_EVERYWHERE,
     "newly passing",
+    NO_LONGER_SUSPECT,
     "status changed",
     "signature changed",
     "added",
@@ -50,6 +55,27 @@ ATTRIBUTION_KIND_HELP = {
     **schema.ATTRIBUTION_HELP,
     UNKNOWN_ATTRIBUTION: "no reference rerun: switched off, above the size or memory limit, a stage not rerun "
     "(download, runner), or a sweep before attribution",
+}
+#: Is a PASS right? What its check says (docs/numerics.md), suspect ones first: the reference's verdict on its
+#: logits (``numerics``) where one ran, else the fluency judge's on its text; "unchecked" when neither said anything
+#: (older sweeps, the reference and the judge both off). The verdict stays PASS in every case.
+DIVERGES = "diverges"
+NOT_FLUENT = "no reference, not fluent"
+TIES = "agrees within ties"
+AGREES = "agrees"
+FLUENT = "no reference, fluent"
+UNCHECKED = "unchecked"
+PASS_CHECKS = (DIVERGES, NOT_FLUENT, TIES, AGREES, FLUENT, UNCHECKED)
+SUSPECT_CHECKS = (DIVERGES, NOT_FLUENT)
+PASS_CHECK_HELP = {
+    DIVERGES: "suspect: the device chose a token the reference does not consider close, its distribution differs "
+    "beyond the bound, or its logits are not finite",
+    NOT_FLUENT: "suspect: no reference could run, and the judge finds the text not fluent (or no visible text)",
+    TIES: "the device computes what the reference computes, except flips where the reference's best tokens are "
+    "within the margin (legitimate near-ties)",
+    AGREES: "every step's top token is the reference's, and no step's distribution differs beyond the bound",
+    FLUENT: "no reference could run (too big for the host, switched off); the judge finds the text fluent",
+    UNCHECKED: "neither the reference nor the judge said anything (switched off, or a sweep before these checks)",
 }
 #: A record's variant when it has none (sweeps without a matrix, and files that predate the column).
 DEFAULT_VARIANT = schema.DEFAULT_VARIANT
@@ -96,6 +122,38 @@ def attribution_col() -> pl.Expr:
     failed = pl.col("status").ne_missing(schema.PASS)
     return (
         pl.when(failed).then(pl.col("attribution").fill_null(UNKNOWN_ATTRIBUTION)).otherwise(None).alias("attribution")
+    )
+
+
+def pass_check_col() -> pl.Expr:
+    """What a PASS's check says (one of ``PASS_CHECKS``): the reference's ``numerics`` where it ran, else the
+    judge's ``fluent``; null for a failure."""
+    numerics, fluent = pl.col("numerics"), pl.col("fluent")
+    return (
+        pl.when(pl.col("status").ne_missing(schema.PASS))
+        .then(None)
+        .when(numerics == "diverges")
+        .then(pl.lit(DIVERGES))
+        .when(numerics == "ties")
+        .then(pl.lit(TIES))
+        .when(numerics == "match")
+        .then(pl.lit(AGREES))
+        .when(fluent.eq_missing(False))
+        .then(pl.lit(NOT_FLUENT))
+        .when(fluent.eq_missing(True))
+        .then(pl.lit(FLUENT))
+        .otherwise(pl.lit(UNCHECKED))
+        .alias("pass_check")
+    )
+
+
+def check_note_col() -> pl.Expr:
+    """Why a PASS's check says what it says: the reference's note where it judged, else the judge's."""
+    return (
+        pl.when(pl.col("numerics").is_not_null())
+        .then(pl.col("numerics_note"))
+        .otherwise(pl.coalesce(pl.col("fluency_note"), pl.col("numerics_note")))
+        .alias("check_note")
     )
 
 

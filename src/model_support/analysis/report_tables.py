@@ -11,6 +11,7 @@ from pathlib import Path
 import polars as pl
 
 from ..record import store
+from .checks import CHECK_COLUMNS, _pass_checks_q, _suspect_q
 from .coverage import unprobed
 from .diff import KEY, _changes_q, _signature_changes_q
 from .frames import MEMORY_METRICS, TIMING_METRICS, TOKEN_METRICS, VERSION_COMPONENTS, _sweep_rows, variant_col
@@ -65,6 +66,8 @@ SWEEP_COLUMNS = tuple(
             *MEMORY_METRICS,
             "reference_match",
             "reference_signature",
+            *CHECK_COLUMNS,
+            "generated_text",
             *MODE_COLUMNS,
             *MULTI_DEVICE_COLUMNS,
         )
@@ -80,7 +83,8 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
     ``ValueError`` (see ``require_sweep``). Keys: sweeps, summary (with model_failures and
     stack_pass_rate), attribution (whose failures), verdicts, excluded, by_model_type, by_size,
     signatures (with attribution and new since the baseline), tokens, timings, timing_histogram, memory,
-    memory_by_size, reference, changes (per model and variant), signature_changes, history, by_version
+    memory_by_size, reference, pass_checks (is a PASS right: the passes by what their check says) and
+    suspect_passes (``analysis.checks``), changes (per model and variant), signature_changes, history, by_version
     (the three components stacked); the execution modes (``analysis.modes``): variant_stats (one row per
     variant: more than one means a matrix sweep), verdict_grid, eager_pass_compile_fail,
     graph_break_reasons; models bigger than one chip (``analysis.parallel``): multi_device (the runs on
@@ -118,6 +122,8 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
         "memory": _memory_stats_q(rows, sweep_id),
         "memory_by_size": _memory_by_size_q(rows, sweep_id),
         "reference": _reference_q(rows, sweep_id),
+        "pass_checks": _pass_checks_q(rows, sweep_id),
+        "suspect_passes": _suspect_q(rows, sweep_id),
         "history": _history_q(stats, sweeps, excluded),
         "by_version": pl.concat([_by_version_q(stats, c, sweeps) for c in VERSION_COMPONENTS]),
         "changes": _changes_q(rows, sweep_id, baseline_sweep_id or sweep_id),

@@ -15,6 +15,7 @@ from .compare import (
     load_for_debug,
     load_reference,
     offender_reason,
+    reference_numerics,
     summary_text,
 )
 from .compiled import explain_graph_breaks, graph_breaks_html

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..probe import probe_core, provenance
+from ..probe import agreement, probe_core, provenance
 from ..probe.run import first_divergence
 from .tracer import ForwardTrace, ModuleTracer, model_device
 
@@ -201,7 +201,9 @@ def generate_steps(
     - ``failure``: the innermost module running when it raised (``ModuleTracer``), with its input
       shapes and dtypes, and the exception.
 
-    ``forward_calls`` counts the model's top-level forward calls (the failing one included).
+    ``forward_calls`` counts the model's top-level forward calls (the failing one included);
+    ``step_scores`` holds the device's best logits per generated step (``probe_core.top_scores``), which
+    ``reference_numerics`` checks against the reference as the probe does.
     """
     import torch
 
@@ -220,11 +222,20 @@ def generate_steps(
         "seq_len": None,
         "forward_calls": None,
         "failure": None,
+        "step_scores": [],
     }
     with tracer:
         try:
             new_ids = probe_core.generate(
-                model, tokenizer, input_ids, attention_mask, max_new_tokens, device, timer=counter, cache=cache
+                model,
+                tokenizer,
+                input_ids,
+                attention_mask,
+                max_new_tokens,
+                device,
+                timer=counter,
+                cache=cache,
+                scores=result["step_scores"],
             )
         except Exception as exc:  # noqa: BLE001 the failure is the finding
             result.update(
@@ -241,6 +252,21 @@ def generate_steps(
             result.update({"output_token_ids": list(new_ids), "tokens_out": len(new_ids)})
     result["forward_calls"] = tracer.root_calls
     return result
+
+
+def reference_numerics(
+    reference_model, input_ids, generation: dict, margin: float, bound: float, tokenizer=None
+) -> dict | None:
+    """Is the device's generation right? The probe's own check (``agreement``): the reference teacher-forced on
+    the device's tokens, against the device's best logits step by step; the record's ``numerics`` fields (the
+    same for the same run). None when the device's generation failed."""
+    if not generation["ok"]:
+        return None
+    logits = agreement.teacher_forced_logits(reference_model, input_ids[0].tolist(), generation["output_token_ids"])
+    found = agreement.compare(
+        generation["step_scores"], logits, margin, bound, decode=tokenizer.decode if tokenizer else None
+    )
+    return {key: found[key] for key in agreement.RECORD_KEYS}
 
 
 # --- loading, as the probe does --------------------------------------------------------------------------
@@ -297,13 +323,15 @@ def build_result(
     generation: dict | None = None,
     reference_generation: dict | None = None,
     reference_forward: ForwardTrace | None = None,
+    numerics: dict | None = None,
 ) -> dict:
     """The findings as one JSON-safe dict (what ``show`` displays and tools read back).
 
     ``forward_failure``: the first module whose forward raised on the device (None when the pass ran);
     ``first_offender``: the first module whose output diverges from the reference (None when none);
     ``generation``: step / seq_len / tokens_in / failing module of a generate-time failure, and the
-    generated tokens against the reference's (``first_divergence``)."""
+    generated tokens against the reference's (``first_divergence``); ``numerics``: the reference's verdict on
+    the device's logits (``reference_numerics``: match / ties / diverges, as the probe's record says)."""
     tolerance = settings.get("tolerance", DEFAULT_TOLERANCE)
     result = {
         "model_id": settings.get("model_id"),
@@ -330,6 +358,7 @@ def build_result(
         "modules_compared": None,
         "modules_exceeding": None,
         "generation": None,
+        "numerics": numerics,
         "versions": provenance.versions(),
     }
     if table is not None:
@@ -340,7 +369,7 @@ def build_result(
         if row is not None:
             result["first_offender"] = {**row, "reason": offender_reason(row, tolerance)}
     if generation is not None:
-        gen = {key: value for key, value in generation.items()}
+        gen = {key: value for key, value in generation.items() if key != "step_scores"}
         if reference_generation is not None:
             gen["reference_ok"] = reference_generation["ok"]
             gen["reference_token_ids"] = reference_generation["output_token_ids"]
@@ -373,8 +402,11 @@ def conclusion(result: dict) -> str:
     if device:
         return f"only the device fails: first in {_where(device)}, {device['error_type']}"
     offender = result.get("first_offender")
+    numerics = result.get("numerics") or {}
     if offender:
         return f"only the device diverges: first in {offender['module'] or '(model)'} ({offender['reason']})"
+    if numerics.get("numerics") == agreement.DIVERGES:
+        return f"runs, but its generation diverges from the CPU reference: {numerics['numerics_note']}"
     return "runs and agrees with the CPU reference within tolerance"
 
 
@@ -403,4 +435,7 @@ def summary_text(result: dict) -> str:
             f"generate:   {len(generation.get('output_token_ids') or [])} tokens, first divergence from reference: "
             f"{generation.get('first_divergence')}"
         )
+    numerics = result.get("numerics")
+    if numerics:
+        lines.append(f"numerics:   {numerics['numerics']} ({numerics['numerics_note']})")
     return "\n".join(lines)

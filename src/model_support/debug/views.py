@@ -201,7 +201,9 @@ def divergence_html(table, tolerance: float) -> str:
     return headline + table_html(table)
 
 
-def generation_html(generation: dict, reference: dict | None = None) -> str:
+def generation_html(generation: dict, reference: dict | None = None, numerics: dict | None = None) -> str:
+    """The device's generation step by step, the reference's, and the reference's verdict on the device's logits
+    (``numerics``: what the probe's record says for the same run)."""
     esc = html.escape
     parts = []
     if generation["ok"]:
@@ -228,6 +230,12 @@ def generation_html(generation: dict, reference: dict | None = None) -> str:
                 f"<p>CPU reference fails too, at step {reference['step']} "
                 f"(in <code>{esc(_label(reference['failure']['module']))}</code>): not specific to the device.</p>"
             )
+    if numerics:
+        colour = " style='color:#cf222e'" if numerics["numerics"] == "diverges" else ""
+        parts.append(
+            f"<p{colour}><b>Numerics</b> (the CPU reference teacher-forced on these tokens, as the probe checks): "
+            f"<b>{esc(str(numerics['numerics']))}</b>: {esc(numerics['numerics_note'] or '')}.</p>"
+        )
     return "".join(parts)
 
 
@@ -260,6 +268,12 @@ def summary_html(result: dict) -> str:
                 if gen
                 else "-"
             ),
+        ),
+        (
+            "numerics",
+            f"{result['numerics']['numerics']}: {result['numerics']['numerics_note']}"
+            if result.get("numerics")
+            else "-",
         ),
         (
             "generated vs reference",

@@ -158,16 +158,41 @@ class StepTimer:
         pass
 
 
+#: How many of its best logits the device keeps for each generated step (``top_scores``), for the reference check.
+TOP_K_KEPT = 32
+
+
+def top_scores(step_logits, k=TOP_K_KEPT):
+    """One generated step's logits as the reference check needs them (``agreement.compare``), on the host:
+    the ``k`` best token ids and their logits, and the log-sum-exp over the whole vocabulary (so their
+    log-probabilities are exact), in float32; the raw logits, before any logits processor."""
+    logits = step_logits.reshape(-1).float()
+    values, ids = logits.topk(min(k, logits.shape[-1]))
+    return {"ids": ids.tolist(), "logits": values.tolist(), "logsumexp": float(logits.logsumexp(-1))}
+
+
 def generate(
-    model, tokenizer, input_ids, attention_mask, max_new_tokens, device, timer=None, cache="dynamic", no_grad=False
+    model,
+    tokenizer,
+    input_ids,
+    attention_mask,
+    max_new_tokens,
+    device,
+    timer=None,
+    cache="dynamic",
+    no_grad=False,
+    scores=None,
 ):
     """Greedy generation; returns the new token ids (fewer than max_new_tokens when EOS came early).
     ``cache`` "static" asks transformers for its static KV cache (``cache_implementation="static"``).
-    ``no_grad``: torch.no_grad() rather than inference_mode() (FSDP2-sharded models refuse inference tensors)."""
+    ``no_grad``: torch.no_grad() rather than inference_mode() (FSDP2-sharded models refuse inference tensors).
+    ``scores``: a list that receives each generated step's ``top_scores``."""
     import torch
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     extra = {"cache_implementation": "static"} if cache == "static" else {}
+    if scores is not None:
+        extra.update(output_logits=True, return_dict_in_generate=True)
     with torch.no_grad() if no_grad else torch.inference_mode():
         output = model.generate(
             input_ids=input_ids.to(device),
@@ -178,6 +203,9 @@ def generate(
             streamer=timer,
             **extra,
         )
+        if scores is not None:
+            scores.extend(top_scores(step[0]) for step in output.logits)
+            output = output.sequences
     return output[0, input_ids.shape[1] :].tolist()
 
 
@@ -289,6 +317,7 @@ RESULT_KEYS = (
     "generate_s",
     "decode_tokens_per_s",
     "input_ids",
+    "step_scores",
     "compile_s",
     "graphs",
     "graph_breaks",
@@ -349,7 +378,8 @@ def run_stages(
     and ``no_grad`` (FSDP-sharded models refuse inference tensors).
 
     Returns a dict with ``RESULT_KEYS``: status, failure_stage, exception (the object), token counts
-    and ids, the generated text, timings, and what was learned about the model."""
+    and ids, the device's best logits per generated step (``step_scores``, for the reference check), the
+    generated text, timings, and what was learned about the model."""
     result = dict.fromkeys(RESULT_KEYS)
     stage = _Stage(on_stage)
     try:
@@ -403,11 +433,11 @@ class _Generation:
         self.args = (input_ids, attention_mask, max_new_tokens, device)
         self.cache, self.seed, self.no_grad = cache, seed, no_grad
 
-    def run(self, timer=None):
+    def run(self, timer=None, scores=None):
         import torch
 
         torch.manual_seed(self.seed)
-        return generate(self.model, self.tokenizer, *self.args, timer, self.cache, self.no_grad)
+        return generate(self.model, self.tokenizer, *self.args, timer, self.cache, self.no_grad, scores)
 
     def eagerly(self):
         """The same generation in plain eager (the model's own forward), for ``matches_eager``."""
@@ -417,10 +447,11 @@ class _Generation:
         """The generate stage in ``mode``: tokens, text and timings into ``result``; a compile failure
         is blamed on stage "compile" only when plain eager generates (else eager's own error is raised)."""
         eager_forward = compile_forward(self.model, compile_backend) if mode == "compile" else None
+        result["step_scores"] = []  # the device's best logits per step, for the reference check
         start = time.perf_counter()
         try:
             with execution_context(mode):
-                new_ids = self.run(timer)
+                new_ids = self.run(timer, result["step_scores"])
         except Exception as exc:
             result["failed_step"] = len(timer.times)
             if mode == "compile":

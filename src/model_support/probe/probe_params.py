@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UserError
+from .agreement import DEFAULT_BOUND, DEFAULT_MARGIN
 
 DEFAULT_PROMPT = "The future of AI is"
 #: A device: cpu, auto, or the name torch gives an accelerator (cuda, tpu, xpu, mps, a PrivateUse1 backend's);
@@ -115,8 +116,35 @@ PROBE_PARAMS: tuple[Param, ...] = (
     Param("device_memory_gb", float, 0.0, "memory per device for devices auto; 0 asks the device", minimum=0),
     Param("chat_template", str, "auto", "auto uses it when the tokenizer has one", choices=CHAT_TEMPLATES),
     Param("trust_remote_code", bool, False, "off unless a sweep explicitly turns it on"),
-    Param("reference", str, "cpu", "cpu compares greedy tokens with a CPU run", choices=REFERENCES),
+    Param(
+        "reference",
+        str,
+        "cpu",
+        "cpu checks a PASS's logits against the CPU's, teacher-forced on the device's tokens",
+        choices=REFERENCES,
+    ),
     Param("reference_max_params", int, 3_000_000_000, "skip the CPU reference above this many parameters", minimum=0),
+    Param(
+        "numerics_margin",
+        float,
+        DEFAULT_MARGIN,
+        "nats: a flip where the reference ranks the device's token at most this far below its best is a near-tie",
+        minimum=0,
+    ),
+    Param(
+        "numerics_bound",
+        float,
+        DEFAULT_BOUND,
+        "nats: a step whose KL divergence from the reference exceeds this diverges",
+        minimum=0,
+    ),
+    Param("judge", bool, True, "score a PASS's text for fluency with a small language model on the CPU"),
+    Param(
+        "judge_model",
+        str,
+        "",
+        "the judge; empty means data/models/SmolLM2-135M-Instruct when built, else HuggingFaceTB/SmolLM2-135M-Instruct",
+    ),
     Param("seed", int, 0, "torch seed before generation", minimum=0),
     Param(
         "record_path",
@@ -160,7 +188,7 @@ DEBUG_PARAMS: tuple[Param, ...] = (
     *(BY_NAME[n] for n in ("revision", "device", "dtype", "prompt", "chat_template", "trust_remote_code")),
     Param("reference_dtype", str, "float32", "dtype of the CPU reference copy", choices=FLOAT_DTYPES),
     Param("tolerance", float, 0.2, "relative: max abs difference over the reference's max abs value", minimum=0),
-    *(BY_NAME[n] for n in ("max_new_tokens", "seed", "mode", "cache")),
+    *(BY_NAME[n] for n in ("max_new_tokens", "seed", "mode", "cache", "numerics_margin", "numerics_bound")),
 )
 
 

@@ -1,7 +1,7 @@
 """The standalone script stored in every record's ``repro_script``.
 
-It is the source of ``hub_fetch`` and ``probe_core`` (the very code the probe ran: its download and
-its stages) followed by a main block with this
+It is the source of ``hub_fetch``, ``probe_core`` and ``agreement`` (the very code the probe ran: its
+download, its stages and its reference check) followed by a main block with this
 probe's settings, so ``python repro.py`` needs only torch and transformers (plus torch_tpu for a
 TPU), no papermill and no install of this project, and reaches the same verdict and tokens.
 """
@@ -11,16 +11,18 @@ from __future__ import annotations
 import inspect
 import pprint
 
-from . import hub_fetch, probe_core
+from . import agreement, hub_fetch, probe_core
 
 HEADER = '''#!/usr/bin/env python
 """Reproduce the model-support probe of {model_id!r} on {device!r}{sweep}.
 
 Run with plain python: it loads the model in {dtype}, builds the prompt ({chat}), greedily generates
-{max_new_tokens} tokens and prints one JSON line with the verdict and the token ids. Exit status 0
-on PASS, 1 otherwise. Needs torch and transformers; an accelerator torch does not ship (device
-'tpu', any PrivateUse1 backend) also needs the package that provides it (loaded through torch's
-device-backend entry point) and that backend's own environment (a TPU VM for 'tpu').
+{max_new_tokens} tokens and prints one JSON line with the verdict and the token ids, and, after a PASS
+with the CPU reference on, numerics: the reference's logits, teacher-forced on these tokens, against the
+device's (match / ties / diverges). Exit status 0 on PASS, 1 otherwise. Needs torch and transformers; an
+accelerator torch does not ship (device 'tpu', any PrivateUse1 backend) also needs the package that
+provides it (loaded through torch's device-backend entry point) and that backend's own environment (a TPU
+VM for 'tpu').
 A model probed from a local folder (a model id 'local:<name>') needs that folder:
     python repro.py /path/to/<name>
 """
@@ -51,7 +53,8 @@ def _rank(rank, world, port, settings, distributed, folder):
                    "error_message": str(exc)[:2000] if exc is not None else None,
                    "tokens_in": result["tokens_in"], "tokens_out": result["tokens_out"],
                    "output_token_ids": result["output_token_ids"], "failed_step": result["failed_step"],
-                   "generated_text": result["generated_text"]}, handle)
+                   "generated_text": result["generated_text"], "num_params": result["num_params"],
+                   "input_ids": result["input_ids"], "step_scores": result["step_scores"]}, handle)
 
 
 def run_ranks(settings, distributed):
@@ -70,8 +73,34 @@ def run_ranks(settings, distributed):
     mp.spawn(_rank, args=(world, port, settings, distributed, folder), nprocs=world, join=True)
     with open(os.path.join(folder, "rank0.json")) as handle:
         result = json.load(handle)
-    print(json.dumps(result))
+    print(json.dumps({**_shown(result), **reference_numerics(settings, result)}))
     return 0 if result["status"] == PASS else 1
+
+
+SHOWN = ("status", "failure_stage", "error_type", "error_message", "tokens_in", "tokens_out", "output_token_ids",
+         "failed_step", "generated_text")
+
+
+def _shown(result):
+    return {key: result.get(key) for key in SHOWN}
+
+
+def reference_numerics(settings, result):
+    \"\"\"The probe's check of a PASS, again: the CPU reference teacher-forced on this run's tokens, compared with
+    the device's best logits step by step (``compare``): numerics match / ties / diverges and its figures.\"\"\"
+    import torch
+
+    if result["status"] != PASS or SETTINGS["reference"] != "cpu":
+        return {}
+    if (result["num_params"] or 0) > SETTINGS["reference_max_params"]:
+        return {"numerics": None, "numerics_note": f"no reference: above reference_max_params={SETTINGS['reference_max_params']}"}
+    dtype = reference_dtype(SETTINGS["device"], settings["dtype"])
+    model, tokenizer = load(settings["model_id"], settings["revision"], dtype, settings["trust_remote_code"],
+                            torch.device("cpu"), {})
+    logits = teacher_forced_logits(model, result["input_ids"], result["output_token_ids"])
+    found = compare(result["step_scores"], logits, SETTINGS["numerics_margin"], SETTINGS["numerics_bound"],
+                    decode=tokenizer.decode)
+    return {"reference_device": f"cpu:{dtype}", **{key: found[key] for key in RECORD_KEYS}}
 
 
 if __name__ == "__main__":
@@ -85,7 +114,8 @@ if __name__ == "__main__":
     if SETTINGS["device"] != "cpu" and getattr(here, "type", None) != SETTINGS["device"]:
         sys.exit(f"device {SETTINGS['device']!r} is not available here (torch reports {here or 'no accelerator'})")
     sync = synchronizer(SETTINGS["device"])
-    settings = {k: v for k, v in SETTINGS.items() if k not in ("device", "distributed", "compile_backend")}
+    settings = {k: v for k, v in SETTINGS.items() if k not in ("device", "distributed", "compile_backend", "reference",
+                                                           "reference_max_params", "numerics_margin", "numerics_bound")}
     if len(sys.argv) > 1:
         settings["model_id"] = sys.argv[1]
     elif settings["model_id"].startswith("local:"):
@@ -102,23 +132,17 @@ if __name__ == "__main__":
         sys.exit(f"{NOT_AVAILABLE}: {missing}")
     result = run_stages(device=torch.device(SETTINGS["device"]), synchronize=sync, compile_backend=backend, **settings)
     exc = result["exception"]
-    print(json.dumps({
-        "status": result["status"],
-        "failure_stage": result["failure_stage"],
-        "error_type": type(exc).__name__ if exc is not None else None,
-        "error_message": str(exc)[:2000] if exc is not None else None,
-        "tokens_in": result["tokens_in"],
-        "tokens_out": result["tokens_out"],
-        "output_token_ids": result["output_token_ids"],
-        "failed_step": result["failed_step"],
-        "generated_text": result["generated_text"],
-    }))
+    result.update(error_type=type(exc).__name__ if exc is not None else None,
+                  error_message=str(exc)[:2000] if exc is not None else None)
+    print(json.dumps({**_shown(result), **reference_numerics(settings, result)}))
     if exc is not None:
         print(trimmed_traceback(exc), file=sys.stderr)
     sys.exit(0 if result["status"] == PASS else 1)
 """
 
-#: The settings a repro script carries: run_stages' parameters plus the device type.
+#: The reference check's settings (the script runs it after a PASS, as the probe did, and prints ``numerics``).
+REFERENCE_SETTINGS = ("reference", "reference_max_params", "numerics_margin", "numerics_bound")
+#: The settings a repro script carries: run_stages' parameters, the device type and the reference check's.
 SETTING_NAMES = (
     "distributed",
     "model_id",
@@ -132,6 +156,7 @@ SETTING_NAMES = (
     "mode",
     "cache",
     "device",
+    *REFERENCE_SETTINGS,
     "compile_backend",
 )
 
@@ -149,4 +174,5 @@ def repro_script(settings: dict, sweep_id: str | None = None) -> str:
         max_new_tokens=chosen["max_new_tokens"],
         settings=pprint.pformat(chosen, sort_dicts=False),
     )
-    return header + "\n" + inspect.getsource(hub_fetch) + "\n\n" + inspect.getsource(probe_core) + MAIN
+    body = "\n\n".join(inspect.getsource(module) for module in (hub_fetch, probe_core, agreement))
+    return header + "\n" + body + MAIN

@@ -18,7 +18,7 @@ from .. import display
 from ..fileio import atomic_write_json
 from ..record import schema
 from ..record.schema import Record
-from . import devices, hub, hub_fetch, probe_core, probe_params
+from . import agreement, devices, hub, hub_fetch, judge, probe_core, probe_params
 from .model_ids import portable_id
 from .records import fail, new_record
 from .repro import repro_script
@@ -77,21 +77,51 @@ def _on_the_reference(settings: dict, dtype: str, mode: str = "eager") -> dict:
     )
 
 
-def run_reference(record: Record, settings: dict) -> None:
-    """Greedy generation on the CPU, token by token against the device's output."""
-    ref_dtype = _reference_dtype(record["device_type"], settings["dtype"])
+def run_reference(record: Record, settings: dict, device_steps: list | None, prompt_ids: list[int] | None) -> None:
+    """Is a PASS right? The CPU reference, teacher-forced: one forward pass over the prompt plus the device's
+    own tokens, compared step by step with the device's best logits (``agreement.compare``): ``numerics``
+    match / ties / diverges with its figures, ``reference_match`` and ``first_divergence``. Null with the reason
+    (``reference_note``, ``numerics_note``) when it cannot run. Never changes the verdict."""
+    ref_dtype = agreement.reference_dtype(record["device_type"], settings["dtype"])
     skip = reference_skip(record, settings, ref_dtype)
+    if skip is None and not device_steps:
+        skip = "skipped: the device kept no logits for its generated steps"
     if skip:
         record["reference_note"] = skip
+        record["numerics_note"] = f"no reference: {skip}"
         return
+    import torch
+
     record["reference_device"] = f"cpu:{ref_dtype}"
-    ref = _on_the_reference(settings, ref_dtype)
-    if ref["status"] != probe_core.PASS:
-        exc = ref["exception"]
-        record["reference_note"] = f"reference failed at {ref['failure_stage']}: {type(exc).__name__}: {exc}"[:2000]
+    stage = "load"
+    try:
+        model, tokenizer = probe_core.load(
+            settings["load_from"],
+            settings["revision"],
+            ref_dtype,
+            settings["trust_remote_code"],
+            torch.device("cpu"),
+            {},
+        )
+        stage = "forward"
+        logits = agreement.teacher_forced_logits(model, prompt_ids, record["output_token_ids"])
+    except Exception as exc:  # noqa: BLE001 the reference failing is no verdict: recorded, with its reason
+        record["reference_note"] = f"reference failed at {stage}: {type(exc).__name__}: {exc}"[:2000]
+        record["numerics_note"] = f"no reference: {record['reference_note']}"
         return
-    record["reference_match"] = ref["output_token_ids"] == record["output_token_ids"]
-    record["first_divergence"] = first_divergence(record["output_token_ids"] or [], ref["output_token_ids"])
+    found = agreement.compare(
+        device_steps, logits, settings["numerics_margin"], settings["numerics_bound"], decode=tokenizer.decode
+    )
+    for key in agreement.RECORD_KEYS:
+        record[key] = found[key]
+
+
+def check_pass(record: Record, settings: dict, device_steps: list | None, prompt_ids: list[int] | None) -> None:
+    """Everything said about a PASS beyond its verdict: the reference's view of its logits, the judge's of its
+    text (for every PASS: the only check where no reference runs)."""
+    run_reference(record, settings, device_steps, prompt_ids)
+    gc.collect()  # the reference model is freed before the judge loads
+    judge.judge_record(record, settings)
 
 
 def machine_paths(source: str) -> dict[str, str]:
@@ -210,7 +240,7 @@ def _sharded(record: Record, settings: dict, adapter) -> bool:
             attribute(record, settings)
         return True
     record["status"] = schema.PASS
-    run_reference(record, settings)
+    check_pass(record, settings, result.get("step_scores"), result.get("input_ids"))
     return True
 
 
@@ -314,9 +344,10 @@ def _probe(record: Record, settings: dict, sweep_id: str) -> None:
         attribute(record, settings)
         return
     record["status"] = schema.PASS
-    del result
+    device_steps, prompt_ids = result["step_scores"], result["input_ids"]
+    del result  # the device's model is freed before the reference loads
     gc.collect()
-    run_reference(record, settings)
+    check_pass(record, settings, device_steps, prompt_ids)
 
 
 def summary_html(record: Record) -> str:
@@ -344,11 +375,11 @@ def summary_html(record: Record) -> str:
         ),
         (
             "CPU reference",
-            f"{record['reference_device']}: match={record['reference_match']}, "
-            f"first divergence={record['first_divergence']}"
-            if record["reference_device"]
-            else record["reference_note"],
+            f"{record['reference_device']}: {record['numerics']} ({record['numerics_note']})"
+            if record["numerics"]
+            else record["numerics_note"] or record["reference_note"],
         ),
+        ("fluency judge", record["fluency_note"]),
     ]
     if record["exclusion_reason"]:  # no verdict: e.g. a mode this stack does not offer
         rows.insert(2, ("excluded", record["exclusion_reason"]))

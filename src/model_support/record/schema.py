@@ -109,6 +109,7 @@ GROUPS = {
     "sharded": "runs over more than one device",
     "memory": "peak memory",
     "reference": "the CPU reference check and whose failure it is",
+    "numerics": "is a PASS right: agreement with the reference on logits, and the fluency judge",
     "provenance": "the stack, the host, and how to see or reproduce the run",
     "hub": "the Hub's metadata (null for local folders)",
 }
@@ -116,8 +117,8 @@ GROUPS = {
 #: The record's current version: the highest ``since`` (raise it when adding fields, and give them that ``since``).
 #: 1: the first fields; 2: token counts; 3: downloads and Hub metadata; 4: attribution; 5: variants and
 #: execution modes; 6: runs over several devices; 7: what each rank of such a run said; 8: where the
-#: run's notebook and log are published.
-VERSION = 8
+#: run's notebook and log are published; 9: whether a PASS is right (logit agreement, fluency judge).
+VERSION = 9
 
 
 class Record(TypedDict):
@@ -190,6 +191,19 @@ class Record(TypedDict):
     reference_note: Annotated[str | None, Col("reference", 1, "why the reference or attribution did not run")]
     attribution: Annotated[str | None, Col("reference", 4, "whose failure: stack, model or both")]
     reference_signature: Annotated[str | None, Col("reference", 4, "the reference's own signature (both)")]
+    numerics: Annotated[
+        str | None, Col("numerics", 9, "a PASS's logits against the reference: match, ties or diverges")
+    ]
+    numerics_step: Annotated[
+        int | None, Col("numerics", 9, "the step it rests on: the first that diverges, else flips")
+    ]
+    numerics_note: Annotated[str | None, Col("numerics", 9, "what happened at that step, or why no reference ran")]
+    reference_agreement: Annotated[float | None, Col("numerics", 9, "the share of steps whose top token agrees")]
+    reference_max_kl: Annotated[float | None, Col("numerics", 9, "the largest KL(reference || device), nats (top-k)")]
+    reference_flip_margin: Annotated[float | None, Col("numerics", 9, "the largest flip's margin below the best, nats")]
+    fluent: Annotated[bool | None, Col("numerics", 9, "the fluency judge's verdict on the generated text")]
+    fluency_score: Annotated[float | None, Col("numerics", 9, "the judge's mean log-probability per token")]
+    fluency_note: Annotated[str | None, Col("numerics", 9, "the repetition measure, or why the judge did not run")]
     versions: Annotated[Versions | None, Col("provenance", 1, "python, torch, torch_tpu, libtpu, transformers, ...")]
     host: Annotated[str | None, Col("provenance", 1, "the host's name")]
     started_at: Annotated[str | None, Col("provenance", 1, "UTC, ISO 8601")]
@@ -272,6 +286,8 @@ DOWNLOAD_FIELDS = names_in("download")
 COMPILE_FIELDS = names_in("compile")
 #: A run over several devices (``sharded.run_sharded``'s result keeps them under these names).
 SHARDED_FIELDS = names_in("sharded")
+#: Whether a PASS is right (docs/numerics.md): the reference's verdict on the device's logits, the judge's on its text.
+NUMERICS_FIELDS = names_in("numerics")
 #: Fields added after the first sweeps were published: older files lack them.
 LATER_FIELDS = tuple(f.name for f in DECLARATION if f.since > 1)
 #: What a row written before a field existed means, where that is not null (``frames.older_col``).

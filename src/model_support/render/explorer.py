@@ -5,13 +5,14 @@ no framework, no CDN) and its data (compact JSON) are inline, so it opens from d
 network. One row per model and variant (its latest run, or its run in the chosen sweep; a sweep
 without a matrix has one variant, eager+dynamic, so one row per model), a search box that filters by
 model-name fragment as you type, filters by verdict, whose failure it is (attribution: stack, model,
-both, unknown), the devices a run needed ("needs N devices", from ``devices_used``; null reads as 1),
+both, unknown), what a PASS's check says ("suspect passes", or one of ``analysis.PASS_CHECKS``), the
+devices a run needed ("needs N devices", from ``devices_used``; null reads as 1),
 variant (a chosen variant lists one row per model), failure signature, device, sweep and stack
 versions, and a detail panel: whose failure it is (with the reference's signature and note), the
 devices and parallelism of the run, the model's variants side by side in the chosen sweep, its
 history across sweeps, the latest error, traceback and repro script (with a Copy button), and links
 to its executed notebook, to the sweep's report and, once ``model-support push --logs`` published them,
-to its notebook and log on the Hub (``notebook_url``, ``log_url``). The list has a devices column
+to its notebook and log on the Hub (``notebook_url``, ``log_url``); for a PASS, its check and why. The list has a devices column
 ("2 tp") only when some run used more than one device or a parallelism; the detail panel always says
 both. The list fits a 1280 px screen: fixed column widths, a sweep shown by name and date (its id on
 hover, ``sweep_labels``), no cell wrapping, a cell too narrow for its text ending in "…" with the
@@ -20,9 +21,9 @@ whole text as its tooltip, and the minor columns hidden while the detail panel i
 Size: 100 sweeps x 10,000 models must stay well under 10 MB, so the data is stored compactly:
 - an entry's (model and variant) history is run-length encoded: ``[first_sweep, n_sweeps, outcome]``
   per run of consecutive sweeps with the same outcome (verdict + signature + attribution + devices
-  used + parallelism, an index into a lookup table); the environment (device and torch / torch_tpu /
-  transformers versions) is stored once per sweep, plus ``[sweep, env]`` for the rare row whose
-  environment differs from its sweep's;
+  used + parallelism + a PASS's check and its step, an index into a lookup table); the environment
+  (device and torch / torch_tpu / transformers versions) is stored once per sweep, plus ``[sweep, env]``
+  for the rare row whose environment differs from its sweep's;
 - error texts, tracebacks, repro scripts, notebook paths and the reference's signature and note are
   kept for the latest run only, and de-duplicated through one string table after the model id and
   sweep id in them are replaced by placeholders (the page puts them back).
@@ -94,6 +95,7 @@ ENTRY_FIELDS = (
     "reference_note",
     "notebook_url",
     "log_url",
+    "check_note",
     "hub",
 )
 HUB_SLOT = ENTRY_FIELDS.index("hub")
@@ -146,6 +148,9 @@ def explorer_data(data_dir: Path | str) -> dict:
         "default_variant": analysis.DEFAULT_VARIANT,
         "attributions": list(analysis.ATTRIBUTION_KINDS),
         "attribution_help": analysis.ATTRIBUTION_KIND_HELP,
+        "checks": list(analysis.PASS_CHECKS),
+        "suspect_checks": list(analysis.SUSPECT_CHECKS),
+        "check_help": analysis.PASS_CHECK_HELP,
         "tasks": tasks,
         "views": {
             name: [k for m in ids for k in entries_of.get(m, [])] for name, ids in coverage.views(listed, hub).items()
@@ -273,6 +278,7 @@ def _entries(data_dir: Path, hist: pl.DataFrame, hub: pl.DataFrame, ranked_by: d
             "reference_note": texts.add(template(d.get("reference_note"), model_id, sweep_id)),
             "notebook_url": texts.add(template(d.get("notebook_url"), model_id, sweep_id)),
             "log_url": texts.add(template(d.get("log_url"), model_id, sweep_id)),
+            "check_note": texts.add(template(d.get("check_note"), model_id, sweep_id)),
             "variant_label": variant,
         }
         facts = hub_by_model.get(model_id)

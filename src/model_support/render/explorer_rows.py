@@ -15,7 +15,7 @@ import polars as pl
 
 from .. import analysis
 from ..analysis import coverage
-from ..analysis.frames import variant_col
+from ..analysis.frames import check_note_col, pass_check_col, variant_col
 from ..analysis.parallel import devices_col, parallelism_col
 from ..record import store
 
@@ -26,10 +26,11 @@ PSEUDO_VERDICTS = (EXCLUDED, NOT_PROBED, NOT_TESTED)
 MODEL_MARK = "\x01"
 SWEEP_MARK = "\x02"
 VERSION_KEYS = analysis.VERSION_COMPONENTS
-#: What an outcome is, in the page's lookup table: the verdict, the signature, whose failure it is, and how
+#: What an outcome is, in the page's lookup table: the verdict, the signature, whose failure it is, how
 #: many devices it ran on with which parallelism (a result row's nulls, from older files, read as 1 and "none";
-#: an excluded row keeps what it recorded; a pseudo-row has neither).
-OUTCOME_COLUMNS = ("status", "failure_signature", "attribution", "devices_used", "parallelism")
+#: an excluded row keeps what it recorded; a pseudo-row has neither), and for a PASS what its check says
+#: (``analysis.PASS_CHECKS``) with the step where it diverges from the reference.
+OUTCOME_COLUMNS = ("status", "failure_signature", "attribution", "devices_used", "parallelism", "check", "check_step")
 #: The order of a model's Hub facts in the page data (the page reads them by position).
 HUB_FACTS = (
     "pipeline_tag",
@@ -66,10 +67,19 @@ def _all_rows(data_dir: Path, unprobed: pl.DataFrame) -> pl.LazyFrame:
     """The rows of both configs and the ``unprobed`` pseudo-rows, ``LIGHT_COLUMNS`` and ``c`` (0 results,
     1 excluded, 2 not probed / not tested), lazily (nothing is read until the caller collects)."""
     light = list(LIGHT_COLUMNS)
+    no_check = [pl.lit(None, dtype=pl.String).alias("check"), pl.lit(None, dtype=pl.Int64).alias("check_step")]
     results = (
         store.scan(data_dir, "results")
-        .select(light)
-        .with_columns(variant_col(), devices_col(), parallelism_col(), pl.lit(0, dtype=pl.Int8).alias("c"))
+        .select(*light, "numerics", "numerics_step", "fluent")
+        .with_columns(
+            variant_col(),
+            devices_col(),
+            parallelism_col(),
+            pass_check_col().alias("check"),
+            pl.col("numerics_step").alias("check_step"),
+            pl.lit(0, dtype=pl.Int8).alias("c"),
+        )
+        .select(*light, "check", "check_step", "c")
     )
     excluded = (
         store.scan(data_dir, "excluded")
@@ -79,8 +89,10 @@ def _all_rows(data_dir: Path, unprobed: pl.DataFrame) -> pl.LazyFrame:
             pl.lit(EXCLUDED).alias("status"),
             pl.col("exclusion_reason").fill_null("(no reason given)").alias("failure_signature"),
             pl.lit(None, dtype=pl.String).alias("attribution"),
+            *no_check,
             pl.lit(1, dtype=pl.Int8).alias("c"),
         )
+        .select(*light, "check", "check_step", "c")
     )
     types = results.collect_schema()
     pseudo = (
@@ -95,9 +107,10 @@ def _all_rows(data_dir: Path, unprobed: pl.DataFrame) -> pl.LazyFrame:
                 pl.lit(None, dtype=types[c]).alias(c)
                 for c in ("attribution", "devices_used", "parallelism", "device_type", "exclusion_reason", "versions")
             ],
+            *no_check,
             pl.lit(2, dtype=pl.Int8).alias("c"),
         )
-        .select(*light, "c")
+        .select(*light, "check", "check_step", "c")
     )
     return pl.concat([results, excluded, pseudo])
 
@@ -226,12 +239,14 @@ def latest_details(data_dir: Path, keys: pl.DataFrame) -> dict[tuple[str, str], 
         "reference_note",
         "notebook_url",
         "log_url",
+        "check_note",
     ]
     wanted = keys["sweep_id"].unique().to_list()
     on = ["model_id", "variant", "sweep_id"]
     heavy = pl.concat(
         [
             store.scan(data_dir, config)
+            .with_columns(check_note_col())
             .select(*heavy_cols, pl.lit(c).alias("_config"))
             .filter(pl.col("sweep_id").is_in(wanted))
             .with_columns(variant_col())

@@ -29,8 +29,12 @@ TERM_HELP = {
     "failures still are",
     "whose failure (attribution)": "each failure at load, template, compile or generate is rerun once on the CPU "
     "reference: stack, model, both or unknown (see Attribution below)",
-    "CPU agreement": "the device's greedy tokens compared with the same generation on CPU: match, mismatch, or not "
-    "run (switched off, above the size limit, or no generation)",
+    "CPU agreement": "every step's top token agrees with the CPU reference, teacher-forced on the device's tokens "
+    "(the reference would have generated the same tokens): match, mismatch, or not run (switched off, above the "
+    "size limit, or no generation)",
+    "newly suspect / no longer suspect": "a PASS whose check is suspect now (its logits diverge from the reference, "
+    "or with no reference its text is not fluent) that was no suspect PASS in the baseline (listed after what the "
+    "stack newly broke) / a suspect PASS in the baseline that is a clean PASS now",
     "newly broken by the stack": "PASS in the baseline and a FAIL now that the CPU reference passes: the stack's "
     "regression, what a porting team fixes (listed first)",
     "newly failing everywhere": "PASS in the baseline and a FAIL now that the CPU reference fails too (attribution "
@@ -116,7 +120,7 @@ def split_html(attribution: pl.DataFrame) -> str:
 
 def header_html(tables: dict[str, pl.DataFrame], sweep_id: str, baseline_sweep_id: str | None) -> str:
     """The report's opening facts: the sweep, when, where, with what stack, and its headline numbers:
-    whose failures they are (the stack's, the models', both, unknown) and both pass rates."""
+    whose failures they are (the stack's, the models', both, unknown), both pass rates and the suspect passes."""
     sweeps = tables["sweeps"].filter(pl.col("sweep_id") == sweep_id).row(0, named=True)
     history = tables["history"].filter(pl.col("sweep_id") == sweep_id)
     versions = history.row(0, named=True) if history.height else {}
@@ -138,6 +142,11 @@ def header_html(tables: dict[str, pl.DataFrame], sweep_id: str, baseline_sweep_i
     raw = {"failures (whose)": split_html(tables["attribution"])}
     facts["failures (whose)"] = ""
     facts["passed (pass rate)"] = f"{summary['passed']:,} ({100 * rate:.1f}%)" if rate is not None else "0"
+    checks = dict(tables["pass_checks"].select("check", "count").rows())
+    facts["suspect passes"] = (
+        f"{tables['suspect_passes'].height:,} ({checks.get(analysis.DIVERGES, 0):,} diverge from the reference, "
+        f"{checks.get(analysis.NOT_FLUENT, 0):,} not fluent with no reference)"
+    )
     can_run = summary["models"] - (summary["model_failures"] or 0)
     facts["pass rate on the stack"] = (
         f"{_percent(summary['stack_pass_rate'])} ({summary['passed']:,} of {can_run:,}: the "
@@ -206,6 +215,7 @@ def legend_html() -> str:
         dl("Verdicts", schema.VERDICT_HELP)
         + dl("Failure stages", schema.STAGE_HELP)
         + dl("Attribution (whose failure)", analysis.ATTRIBUTION_KIND_HELP)
+        + dl("Is a PASS right? (what its check says)", analysis.PASS_CHECK_HELP)
         + dl("Other terms", TERM_HELP)
         + dl(
             "Size buckets (num_params)",

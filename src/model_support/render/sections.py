@@ -1,7 +1,7 @@
 """The report sections a porting team acts on, in the order the report leads with them: whose failures
-they are (the stack's, the models', both, unknown), the failure modes ranked by models affected (with
-their attribution, the ones new since the baseline flagged), and the changes since the baseline (what
-the stack newly broke first)."""
+they are (the stack's, the models', both, unknown), whether the passes are right (suspect passes first),
+the failure modes ranked by models affected (with their attribution, the ones new since the baseline
+flagged), and the changes since the baseline (what the stack newly broke first, then newly suspect)."""
 
 from __future__ import annotations
 
@@ -52,6 +52,44 @@ def whose_html(tables: dict[str, pl.DataFrame]) -> str:
     return lead + _runs_note(tables) + table_html(table.rename({"count": "failures"}))
 
 
+SUSPECT_COLUMNS = {
+    "model_id": "model",
+    "variant": "variant",
+    "check": "check",
+    "step": "diverges at step",
+    "note": "why",
+    "generated_text": "generated text",
+}
+
+
+def checks_html(tables: dict[str, pl.DataFrame], max_rows: int = 300) -> str:
+    """Is a PASS right? One sentence with the split of the passes, the suspect passes first (with the step
+    where the device diverges from the reference), then the split as a table with what each kind guarantees."""
+    checks = tables["pass_checks"]
+    counts = dict(checks.select("check", "count").rows())
+    passes = sum(counts.values())
+    suspect = tables["suspect_passes"]
+    lead = (
+        f'<p class="ms-lead"><b>{passes:,} pass{"es" if passes != 1 else ""}: {suspect.height:,} suspect</b> '
+        f"({counts.get(analysis.DIVERGES, 0):,} diverge from the reference, {counts.get(analysis.NOT_FLUENT, 0):,} "
+        f"with no reference are not fluent), {counts.get(analysis.AGREES, 0):,} agree with the reference, "
+        f"{counts.get(analysis.TIES, 0):,} agree within ties, {counts.get(analysis.FLUENT, 0):,} with no reference "
+        f"are fluent, {counts.get(analysis.UNCHECKED, 0):,} unchecked. The verdict stays PASS in every case.</p>"
+    )
+    if not passes:
+        return lead
+    columns = [c for c in SUSPECT_COLUMNS if c != "variant" or _multi(tables)]
+    listed = (
+        table_html(suspect.select(columns).rename({c: SUSPECT_COLUMNS[c] for c in columns}), max_rows=max_rows)
+        if suspect.height
+        else '<p class="ms-note">No suspect pass.</p>'
+    )
+    split = checks.with_columns(
+        pl.col("check").replace_strict(analysis.PASS_CHECK_HELP, default=None).alias("meaning")
+    ).drop("suspect")
+    return lead + _runs_note(tables) + "<h3>Suspect passes</h3>" + listed + "<h3>All passes</h3>" + table_html(split)
+
+
 SIGNATURE_COLUMNS = {
     "failure_signature": "failure signature",
     "new": "new",
@@ -96,6 +134,9 @@ CHANGE_COLUMNS = {
     "status_after": "after",
     "signature_after": "signature now",
     "signature_before": "signature before",
+    "check_after": "check now",
+    "suspect_step": "diverges at step",
+    "check_note": "why",
     "error_message": "error_message",
 }
 

@@ -37,11 +37,13 @@ def _on(device: str | None) -> str:
 
 def format_diff(diff: pl.DataFrame | Path | str, a: str, b: str, *, max_per_change: int = 15, width: int = 140) -> str:
     """``diff_table``'s output as a terminal table, in ``analysis.CHANGES`` order: newly broken by the
-    stack first (what a porting team acts on), then newly failing (no attribution), newly failing
-    everywhere (the CPU reference fails too), newly passing, status and signature changes, added and
-    removed, at most ``max_per_change`` runs of each, then a one-line summary. A variant column only
-    when some run is not ``eager+dynamic``; the title names each sweep's device when read from a folder; an
-    earlier signature is followed by whose failure it was (``[stack]``: what a fix of the stack mended).
+    stack first (what a porting team acts on), newly suspect (a PASS whose logits now diverge from the
+    reference, or with no reference whose text is not fluent: the step and why in the last column), then
+    newly failing (no attribution), newly failing everywhere (the CPU reference fails too), newly passing,
+    no longer suspect, status and signature changes, added and removed, at most ``max_per_change`` runs of
+    each, then a one-line summary. A variant column only when some run is not ``eager+dynamic``; the title
+    names each sweep's device when read from a folder; an earlier signature is followed by whose failure it
+    was (``[stack]``: what a fix of the stack mended).
 
     ``diff`` is a ``diff_table`` result, or a data folder to compute it from (``model-support diff``
     passes the folder)."""
@@ -55,6 +57,8 @@ def format_diff(diff: pl.DataFrame | Path | str, a: str, b: str, *, max_per_chan
         part = diff.filter(pl.col("change") == change)
         for r in part.head(max_per_change).iter_rows(named=True):
             now, was = r["signature_after"], r["signature_before"]
+            if r.get("check_note"):  # newly suspect (or no longer): what the check says now, not a signature
+                now = f"{r['check_after']}: {r['check_note']}"
             sig = now or ""
             if was and was != now:
                 whose = f" [{r['attribution_before']}]" if r.get("attribution_before") else ""

