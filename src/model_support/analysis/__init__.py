@@ -15,12 +15,14 @@ from .frames import (
     REFERENCE_OUTCOMES,
     SIGNATURE_CHANGES,
     SIZE_BUCKETS,
+    TASKS,
     TIMING_METRICS,
     TOKEN_METRICS,
     UNKNOWN_ATTRIBUTION,
     VERSION_COMPONENTS,
     size_bucket,
     sort_variants,
+    task_col,
     variant_key,
 )
 from .history import (
@@ -43,6 +45,7 @@ from .tables import (
     memory_stats,
     pass_rate_by_model_type,
     pass_rate_by_size,
+    pass_rate_by_task,
     reference_agreement,
     sweep_summary,
     timing_histogram,

@@ -14,8 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UserError
+from .probe_core import DEFAULT_IMAGE_PROMPT, TASKS
 
 DEFAULT_PROMPT = "The future of AI is"
+#: auto: the Hub's pipeline_tag when known, else the config (``probe_core.task_of_config``).
+TASK_CHOICES = ("auto", *TASKS)
 DEVICES = ("auto", "cpu", "cuda", "tpu")
 #: torch's floating-point dtypes a model can be loaded in (a test checks each against torch).
 FLOAT_DTYPES = ("bfloat16", "float16", "float32", "float64", "half", "float", "double")
@@ -76,7 +79,15 @@ PROBE_PARAMS: tuple[Param, ...] = (
     Param("revision", str, "", "branch, tag or commit; empty means the default branch"),
     Param("device", str, "auto", "auto picks tpu, then cuda, then cpu", choices=DEVICES),
     Param("dtype", str, "bfloat16", "torch floating dtype the model is loaded in", choices=FLOAT_DTYPES),
+    Param(
+        "task",
+        str,
+        "auto",
+        "auto: the Hub's pipeline_tag, else the config; image-text-to-text adds the probe image",
+        choices=TASK_CHOICES,
+    ),
     Param("prompt", str, DEFAULT_PROMPT, "rendered through the chat template when there is one"),
+    Param("image_prompt", str, DEFAULT_IMAGE_PROMPT, "image-text-to-text: the prompt beside the probe image"),
     Param("max_new_tokens", int, 8, "greedy new tokens", minimum=1),
     Param(
         "mode",
@@ -124,7 +135,10 @@ SETTABLE = tuple(p.name for p in PROBE_PARAMS if not p.runner_owned and p.name !
 #: The debug notebook: the probe's loading and generation parameters, plus its own.
 DEBUG_PARAMS: tuple[Param, ...] = (
     Param("model_id", str, "data/models/diverge-bf16-overflow", "Hub id or local folder"),
-    *(BY_NAME[n] for n in ("revision", "device", "dtype", "prompt", "chat_template", "trust_remote_code")),
+    *(
+        BY_NAME[n]
+        for n in ("revision", "device", "dtype", "task", "prompt", "image_prompt", "chat_template", "trust_remote_code")
+    ),
     Param("reference_dtype", str, "float32", "dtype of the CPU reference copy", choices=FLOAT_DTYPES),
     Param("tolerance", float, 0.2, "relative: max abs difference over the reference's max abs value", minimum=0),
     *(BY_NAME[n] for n in ("max_new_tokens", "seed", "mode", "cache")),

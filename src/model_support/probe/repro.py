@@ -8,6 +8,8 @@ TPU), no papermill and no install of this project, and reaches the same verdict 
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import inspect
 import pprint
 
@@ -16,9 +18,11 @@ from . import hub_fetch, probe_core
 HEADER = '''#!/usr/bin/env python
 """Reproduce the model-support probe of {model_id!r} on {device!r}{sweep}.
 
-Run with plain python: it loads the model in {dtype}, builds the prompt ({chat}), greedily generates
-{max_new_tokens} tokens and prints one JSON line with the verdict and the token ids. Exit status 0
-on PASS, 1 otherwise. Needs torch and transformers (and torch_tpu for device 'tpu').
+Run with plain python: it loads the model in {dtype} (task {task}), builds the prompt ({chat}),
+greedily generates {max_new_tokens} tokens and prints one JSON line with the verdict and the token ids.
+Exit status 0 on PASS, 1 otherwise. Needs torch and transformers (and torch_tpu for device 'tpu');
+an image-text-to-text model also Pillow: its image is drawn by probe_image() below, the same bytes
+(sha256 {image_sha256}) as the probe's.
 A model probed from a local folder (a model id 'local:<name>') needs that folder:
     python repro.py /path/to/<name>
 """
@@ -48,7 +52,8 @@ def _rank(rank, world, port, settings, distributed, folder):
         json.dump({"status": result["status"], "failure_stage": result["failure_stage"],
                    "error_type": type(exc).__name__ if exc is not None else None,
                    "error_message": str(exc)[:2000] if exc is not None else None,
-                   "tokens_in": result["tokens_in"], "tokens_out": result["tokens_out"],
+                   "task": result["task"], "tokens_in": result["tokens_in"], "tokens_out": result["tokens_out"],
+                   "image_tokens": result["image_tokens"],
                    "output_token_ids": result["output_token_ids"], "failed_step": result["failed_step"],
                    "generated_text": result["generated_text"]}, handle)
 
@@ -99,13 +104,17 @@ if __name__ == "__main__":
         sys.exit(f"{NOT_AVAILABLE}: {missing}")
     result = run_stages(device=torch.device(SETTINGS["device"]), synchronize=sync, compile_backend=backend, **settings)
     exc = result["exception"]
+    if result["exclusion_reason"]:  # the environment (a missing torchvision), not the model: no verdict
+        sys.exit(f"no verdict: {result['exclusion_reason']}")
     print(json.dumps({
         "status": result["status"],
+        "task": result["task"],
         "failure_stage": result["failure_stage"],
         "error_type": type(exc).__name__ if exc is not None else None,
         "error_message": str(exc)[:2000] if exc is not None else None,
         "tokens_in": result["tokens_in"],
         "tokens_out": result["tokens_out"],
+        "image_tokens": result["image_tokens"],
         "output_token_ids": result["output_token_ids"],
         "failed_step": result["failed_step"],
         "generated_text": result["generated_text"],
@@ -121,7 +130,9 @@ SETTING_NAMES = (
     "model_id",
     "revision",
     "dtype",
+    "task",
     "prompt",
+    "image_prompt",
     "max_new_tokens",
     "chat_template",
     "trust_remote_code",
@@ -132,6 +143,12 @@ SETTING_NAMES = (
 )
 
 
+@functools.cache
+def _image_sha256() -> str:
+    """The probe image's hash, computed once per process (drawing it takes a few tens of milliseconds)."""
+    return hashlib.sha256(probe_core.probe_image_rgb()).hexdigest()
+
+
 def repro_script(settings: dict, sweep_id: str | None = None) -> str:
     """The script for one probe; ``settings`` holds SETTING_NAMES (device is the resolved type)."""
     chosen = {name: settings.get(name) for name in SETTING_NAMES}
@@ -140,6 +157,8 @@ def repro_script(settings: dict, sweep_id: str | None = None) -> str:
         device=chosen["device"],
         sweep=f" (sweep {sweep_id})" if sweep_id else "",
         dtype=chosen["dtype"],
+        task=chosen["task"],
+        image_sha256=_image_sha256(),
         chat="through the chat template when the tokenizer has one" if chosen["chat_template"] != "none" else "raw",
         max_new_tokens=chosen["max_new_tokens"],
         settings=pprint.pformat(chosen, sort_dicts=False),

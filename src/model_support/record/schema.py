@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+#: The tasks a probe runs (``probe_core.TASKS``); a null ``task`` in older files reads as text-generation.
+TEXT_GENERATION = "text-generation"
+IMAGE_TEXT_TO_TEXT = "image-text-to-text"
+
 #: The four verdicts, exactly these strings (docs/design.md).
 PASS = "PASS"
 FAIL_LOAD = "FAIL(load)"
@@ -72,6 +76,7 @@ FIELDS: dict[str, pa.DataType] = {
     "revision_sha": pa.string(),
     "model_type": pa.string(),
     "architectures": pa.list_(pa.string()),
+    "task": pa.string(),
     "num_params": pa.int64(),
     "status": pa.string(),
     "failure_stage": pa.string(),
@@ -80,8 +85,10 @@ FIELDS: dict[str, pa.DataType] = {
     "traceback": pa.string(),
     "failure_signature": pa.string(),
     "prompt": pa.string(),
+    "image_sha256": pa.string(),
     "chat_template_used": pa.bool_(),
     "tokens_in": pa.int64(),
+    "image_tokens": pa.int64(),
     "tokens_out": pa.int64(),
     "output_token_ids": pa.list_(pa.int64()),
     "generated_text": pa.string(),
@@ -190,6 +197,9 @@ LATER_FIELDS = (
     "memory_estimate_bytes",
     "load_s_per_rank",
     "generate_s_per_rank",
+    "task",
+    "image_sha256",
+    "image_tokens",
 )
 
 

@@ -30,7 +30,8 @@ verdict or an exclusion; a later not probed / not tested entry shows in its deta
 
 Views, like the Trainium compatibility Space: ``selected`` (models listed explicitly in a sweep
 definition), ``trending`` and ``downloads`` (models by their latest known Hub ``trending_score`` /
-``downloads``, highest first), each filterable by task (``pipeline_tag``), beside "all". Hub
+``downloads``, highest first), each filterable by task (what the latest run probed, ``task``; else the Hub's
+``pipeline_tag``), beside "all". Hub
 metadata is each field's latest known value, from the records, else from ``sweep.json``. Each
 sweep's model list is kept as Parquet in ``data/reports/.cache/listings/`` (keyed by its sweep.json's
 size and mtime): parsing a hundred sweep.json files of 10,000 models takes seconds.
@@ -85,6 +86,7 @@ ENTRY_FIELDS = (
     "variant",
     "reference_signature",
     "reference_note",
+    "task",
     "hub",
 )
 HUB_SLOT = ENTRY_FIELDS.index("hub")
@@ -161,7 +163,8 @@ def explorer_data(data_dir: Path | str) -> dict:
     texts = Strings()
     types = Strings()
     versions = Strings()
-    tasks = sorted(set(hub["pipeline_tag"].drop_nulls().to_list()))
+    entry_task = {key: entry_task_of(d, hub_by_model.get(key[0])) for key, d in details.items()}
+    tasks = sorted(set(hub["pipeline_tag"].drop_nulls().to_list()) | {t for t in entry_task.values() if t})
     task_index = {t: k for k, t in enumerate(tasks)}
     models = []
     for model_id, variant, vi, h, x, sweep_id in hist.select(
@@ -186,6 +189,9 @@ def explorer_data(data_dir: Path | str) -> dict:
             vi,
             texts.add(d.get("reference_signature")),
             texts.add(template(d.get("reference_note"), model_id, sweep_id)),
+            task_index.get(
+                entry_task.get((model_id, variant)) or (hub_by_model.get(model_id) or {}).get("pipeline_tag"), -1
+            ),
         ]
         facts = hub_by_model.get(model_id)
         if facts or model_id in ranked_by:  # the Hub's facts: only for models that have any (stays compact)
@@ -245,6 +251,16 @@ def explorer_data(data_dir: Path | str) -> dict:
         ],
         "models": models,
     }
+
+
+def entry_task_of(latest: dict, hub: dict | None) -> str | None:
+    """An entry's task, for the task filter: what its latest run probed (a results row older than the
+    column ran text-generation), else the Hub's ``pipeline_tag``."""
+    if latest.get("task"):
+        return latest["task"]
+    if latest.get("_config") == 0:  # a results row from before the task column
+        return schema.TEXT_GENERATION
+    return (hub or {}).get("pipeline_tag")
 
 
 def build_explorer(data_dir: Path | str) -> Path:

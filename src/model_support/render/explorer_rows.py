@@ -214,6 +214,7 @@ def latest_details(data_dir: Path, keys: pl.DataFrame) -> dict[tuple[str, str], 
         "started_at",
         "reference_signature",
         "reference_note",
+        "task",
     ]
     wanted = keys["sweep_id"].unique().to_list()
     on = ["model_id", "variant", "sweep_id"]

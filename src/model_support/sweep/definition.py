@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import UserError
-from ..probe import devices, probe_params
+from ..probe import devices, probe_core, probe_params
 from ..probe.model_ids import is_local, portable_id
 from ..record.sweep_meta import ModelEntry
 
@@ -198,6 +198,11 @@ def parse(raw: dict, source: str = "<params>", base: Path | None = None) -> Swee
         _check_keys(f"{source}: models_from_hub", hub_list, HUB_KEYS)
         if hub_list.get("sort", "downloads") not in HUB_SORTS:
             raise SweepConfigError(f"{source}: models_from_hub.sort must be one of {', '.join(HUB_SORTS)}.")
+        if hub_list.get("task", probe_core.TEXT_GENERATION) not in probe_core.TASKS:
+            raise SweepConfigError(
+                f"{source}: models_from_hub.task {hub_list['task']!r} is not a task the probe runs; use "
+                f"{' or '.join(probe_core.TASKS)}."
+            )
         known = {m.model_id for m in models}
         for found in hub_models(hub_list):
             if found["model_id"] not in known and found["model_id"] not in excluded:
@@ -237,6 +242,27 @@ def check_devices(definition: SweepParams) -> None:
         problem = devices.check_available(device)
         if problem:
             raise SweepConfigError(problem)
+
+
+def check_vision() -> None:
+    """An installed torchvision that does not import beside this torch (a build for another torch) makes
+    transformers fail every model's load, text models included: refused before the sweep, with the sentence
+    that says what to do. Checked in a short-lived child process (the runner must not import torch); only
+    when torchvision is installed at all."""
+    import importlib.util
+
+    if importlib.util.find_spec("torchvision") is None:
+        return
+    import os
+    import subprocess
+    import sys
+
+    check = "from model_support.probe.probe_core import torchvision_broken; print(torchvision_broken() or 'ok')"
+    env = {**os.environ, devices.AUTOLOAD_VAR: "0"}
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env=env, timeout=300)
+    answer = (done.stdout.strip().splitlines() or [f"the check failed: {done.stderr.strip()[-300:]}"])[-1]
+    if answer != "ok":
+        raise SweepConfigError(f"This environment cannot probe models: {answer}.")
 
 
 def check_hub(definition: SweepParams, threads: int = 8) -> None:
@@ -292,5 +318,6 @@ def load(path: Path, check_device: bool = True) -> SweepParams:
     definition = parse(raw, source=str(path), base=Path.cwd())
     if check_device:
         check_devices(definition)
+        check_vision()
         check_hub(definition)
     return definition

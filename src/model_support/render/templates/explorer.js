@@ -7,7 +7,8 @@ const esc = (s) => String(s == null ? "" : s).replace(/[&<>"']/g, (c) => ({"&": 
 const M = D.models, S = D.sweeps, O = D.outcomes, E = D.envs;
 const lower = M.map((m) => m[0].toLowerCase());
 // An entry (one model and variant): [id, type, runs, env exceptions, error_type, message, traceback, repro,
-// notebook, versions, started, variant (index into D.variants), reference signature, reference note,
+// notebook, versions, started, variant (index into D.variants), reference signature, reference note, task (index
+// into D.tasks: what the latest run probed, else the Hub's pipeline_tag; -1 unknown),
 // hub facts (only when the Hub told anything: [task, downloads, likes, trending_score, library, license, gated,
 // hub_num_params, created_at, base_model, listed_by], strings as indices into D.texts)].
 // runs: [first sweep, n sweeps, outcome] triples; env exceptions: [sweep, env] pairs (else the sweep's env).
@@ -55,7 +56,8 @@ function entry(m, s) {
 }
 // The sweeps the model was run in (a verdict or an exclusion).
 function runs(m) { let n = 0; const h = m[2]; for (let k = 1; k < h.length; k += 3) if (!UNPROBED.has(h[k + 1])) n += h[k]; return n; }
-const hubOf = (m) => m[14] || null;
+const taskOf = (m) => m[14];
+const hubOf = (m) => m[15] || null;
 const hubText = (i) => (i == null || i < 0 ? null : D.texts[i]);
 const pendingOf = new Map();
 for (const [i, s, problem, at] of D.pending) {
@@ -81,7 +83,7 @@ fill("#devices-filter", [...new Set(O.map(devicesOf))].sort((a, b) => a - b)
   .map((n) => [String(n), "needs " + n + (n === 1 ? " device" : " devices")]));
 fill("#signature-filter", uniq(O.filter((o) => !D.pseudo.includes(o[0])).map((o) => o[1])).map((s) => [s, s.length > 90 ? s.slice(0, 90) + "…" : s]));
 const taskCounts = D.tasks.map(() => 0);
-for (const m of M) { const hub = hubOf(m); if (hub && hub[0] >= 0) taskCounts[hub[0]]++; }
+for (const m of M) if (taskOf(m) >= 0) taskCounts[taskOf(m)]++;
 fill("#task-filter", D.tasks.map((t, k) => [String(k), t + " (" + taskCounts[k] + ")"]));
 for (const [name, ids] of Object.entries(D.views)) {
   const o = document.querySelector('#view option[value="' + name + '"]');
@@ -119,7 +121,7 @@ function update() {
     const i = order ? order[k] : k;
     if (f.q && lower[i].indexOf(f.q) < 0) continue;
     if (f.variant >= 0 && M[i][11] !== f.variant) continue;
-    if (f.task !== null) { const hub = hubOf(M[i]); if (!hub || hub[0] !== f.task) continue; }
+    if (f.task !== null && taskOf(M[i]) !== f.task) continue;
     const en = entry(M[i], f.sweep);
     if (!en) continue;
     const o = O[en[1]], e = envRow(en[2]);
@@ -146,7 +148,7 @@ function update() {
       '</td><td class="col-devices devices">' + esc(devicesText(o)) + '</td><td class="sig" title="' + esc(sig) + '">' +
       esc(sig) + "</td><td>" + esc(S[en[0]][0]) + "</td><td>" + esc(e[0] || S[en[0]][2]) + "</td><td>" + esc(e[1]) +
       "</td><td>" + esc(e[2]) + "</td><td>" + esc(e[3]) + "</td><td>" + runs(m) + '</td><td class="task">' +
-      esc(hub && hub[0] >= 0 ? D.tasks[hub[0]] : "") + '</td><td class="num metric">' + esc(hub ? fmt(hub[metric]) : "") +
+      esc(taskOf(m) >= 0 ? D.tasks[taskOf(m)] : "") + '</td><td class="num metric">' + esc(hub ? fmt(hub[metric]) : "") +
       "</td></tr>");
   }
   $("#results tbody").innerHTML = html.join("");
@@ -164,7 +166,7 @@ function hubItems(m, i) {
   if (listed.length) items.push(["listed", listed.join(", ")]);
   if (!hub) return items;
   const facts = [
-    ["task", hub[0] >= 0 ? D.tasks[hub[0]] : null], ["downloads", fmt(hub[1])], ["likes", fmt(hub[2])],
+    ["task (Hub)", hub[0] >= 0 ? D.tasks[hub[0]] : null], ["downloads", fmt(hub[1])], ["likes", fmt(hub[2])],
     ["trending score", fmt(hub[3])], ["library", hubText(hub[4])], ["license", hubText(hub[5])],
     ["gated", hubText(hub[6])], ["parameters (Hub)", fmt(hub[7])], ["created", hub[8]], ["base model", hubText(hub[9])],
   ];
@@ -201,6 +203,7 @@ function detail(i) {
   if (MULTI) h.push('<dt>variant</dt><dd class="variant">' + esc(variantOf(m)) + "</dd>");
   if (ran) {
     h.push("<dt>model type</dt><dd>" + esc(D.types[m[1]]) + "</dd>");
+    if (taskOf(m) >= 0) h.push('<dt>task</dt><dd class="task">' + esc(D.tasks[taskOf(m)]) + "</dd>");
     if (o[1]) h.push("<dt>" + (o[0] === "excluded" ? "reason" : "signature") + "</dt><dd>" + esc(o[1]) + "</dd>");
     const w = whose(o);
     if (w) {

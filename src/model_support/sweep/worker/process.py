@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ... import paths
-from ...probe import provenance
+from ...probe import probe_core, provenance
 from ...probe.hub import CacheBudget
 from ...probe.hub_fetch import is_local
 from ...probe.run import NO_WEIGHTS_ATTRIBUTION, RECORD_FLAG
@@ -244,6 +244,12 @@ def run_task(
     are the caller's to remove (the local executor's cache budget); files this call downloads are
     removed here unless the sweep keeps its cache (Ray)."""
     started = time.time()
+    try:
+        task = with_task(task)
+    except probe_core.NotAProbedTask as exc:  # the Hub says it is another task: not probed, nothing downloaded
+        return TaskResult(
+            None, None, redact(f"excluded: {exc}\n"), task["model_id"], task.get("variant"), excluded=str(exc)
+        )
     own_budget = None
     if fetched is None and not task.get("keep_cache", False) and not is_local(task["source"]):
         own_budget = CacheBudget(task.get("cache_dir") or None)  # records what was cached before
@@ -280,6 +286,17 @@ def run_task(
     finally:
         if own_budget is not None and got.fields.get("revision_sha"):
             own_budget.release(task["source"], got.fields["revision_sha"])
+
+
+def with_task(task: dict) -> dict:
+    """``task`` with its probe task decided by the Hub's ``pipeline_tag`` (from ``sweep.json``) when it is auto
+    and the tag is known, as the probe decides it (``probe_core.task_of_pipeline_tag``); NotAProbedTask for a
+    tag of a task the probe does not run. Without a tag the probe decides from the config."""
+    params = task["params"]
+    if params.get("task", "auto") != "auto":
+        return task
+    decided = probe_core.task_of_pipeline_tag((task.get("hub") or {}).get("pipeline_tag"))
+    return {**task, "params": {**params, "task": decided}} if decided else task
 
 
 def _record_from_outcome(task, outcome, returncode, timed_out, log, started) -> dict:
