@@ -308,3 +308,71 @@ def test_a_vlm_runs_tensor_parallel_by_its_language_models_plan(fixture_models):
     result = sharded.run_sharded({"load_from": fixture_models["tiny-llava"]["path"]}, 2, "cpu", timeout_s=300)
     assert (result["status"], result["parallelism"], result["tp_size"]) == ("PASS", "tp", 2), result["error_message"]
     assert (result["task"], result["image_tokens"], result["tokens_out"]) == ("image-text-to-text", 16, 8)
+
+
+def test_a_hub_sweep_of_image_text_to_text_models_by_their_pipeline_tag(fixture_models, tmp_path):
+    """``models_from_hub: {task: image-text-to-text}`` lists the Hub's VLMs and probes them as such (their
+    processor files downloaded with them); a listed model the Hub tags with another task is an excluded row,
+    nothing downloaded."""
+    import yaml
+    from hub_server import HubServer
+
+    from model_support.record import store
+
+    server = HubServer()
+    for name, tag, downloads in (("tiny-llava", "image-text-to-text", 30), ("tiny-gemma3", "image-text-to-text", 20)):
+        server.add_repo(
+            f"fixtures/{name}", fixture_models[name]["path"], metadata={"pipeline_tag": tag, "downloads": downloads}
+        )
+    server.add_repo(
+        "fixtures/tiny-llama", fixture_models["tiny-llama"]["path"], metadata={"pipeline_tag": "text-generation"}
+    )
+    server.add_repo(
+        "fixtures/a-fill-mask", fixture_models["tiny-llama"]["path"], metadata={"pipeline_tag": "fill-mask"}
+    )
+    body = {
+        "name": "vlm-hub",
+        "probe": {"device": "cpu", "reference": "none"},
+        "models_from_hub": {"task": "image-text-to-text", "sort": "downloads", "limit": 10},
+        "models": ["fixtures/a-fill-mask"],
+        "cache": {"dir": str(tmp_path / "cache")},
+    }
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(body))
+    env = {**os.environ, "HF_HUB_OFFLINE": "0", "HF_HUB_CACHE": str(tmp_path / "cache")}
+    env.pop("HF_TOKEN", None)
+    with server:
+        env["HF_ENDPOINT"] = server.url
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "model_support.cli",
+                "sweep",
+                str(tmp_path / "s.yaml"),
+                "--data-dir",
+                str(tmp_path / "d"),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=900,
+            cwd=tmp_path,
+        )
+        fetched = {(r["repo"], r["file"]) for r in server.requests if "/resolve/" in r["path"] and r["method"] == "GET"}
+    assert run.returncode == 0, run.stderr[-3000:]
+    (sweep_id,) = store.list_sweeps(tmp_path / "d")
+    records = {r["model_id"]: r for r in store.read_records(tmp_path / "d", sweep_id)}
+    for name in ("tiny-llava", "tiny-gemma3"):
+        record = records[f"fixtures/{name}"]
+        assert (record["status"], record["task"], record["pipeline_tag"]) == (
+            "PASS",
+            "image-text-to-text",
+            "image-text-to-text",
+        )
+        assert record["image_tokens"] == fixture_models[name]["image_tokens"]
+    assert "fixtures/tiny-llama" not in records  # a text-generation model: not in the image-text-to-text ranking
+    excluded = pl.read_parquet(store.parquet_file(tmp_path / "d", "excluded", sweep_id))
+    reason = dict(excluded.select("model_id", "exclusion_reason").iter_rows())["fixtures/a-fill-mask"]
+    assert reason.startswith("the Hub lists this model as fill-mask, not text-generation or image-text-to-text")
+    assert {repo for repo, _ in fetched} == {"fixtures/tiny-llava", "fixtures/tiny-gemma3"}  # not the fill-mask one
+    assert ("fixtures/tiny-llava", "processor_config.json") in fetched  # the processor comes with the model

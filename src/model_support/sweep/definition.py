@@ -267,8 +267,9 @@ def check_vision() -> None:
 
 def check_hub(definition: SweepParams, threads: int = 8) -> None:
     """Look every Hub model up once, before the sweep starts: a model or revision that does not exist
-    is refused (one sentence); one without access (gated, private) or too large for the cache budget
-    or the free disk becomes an excluded row with that reason; the others keep their Hub facts
+    is refused (one sentence); one without access (gated, private), too large for the cache budget
+    or the free disk, or listed by the Hub as a task the probe does not run (with task auto) becomes an
+    excluded row with that reason; the others keep their Hub facts
     (metadata, resolved commit, size) in ``sweep.json``. When the Hub cannot be reached nothing is
     refused: the models are downloaded (or left pending) when the sweep runs."""
     from concurrent.futures import ThreadPoolExecutor
@@ -300,7 +301,22 @@ def check_hub(definition: SweepParams, threads: int = 8) -> None:
             reason = facts["planned_bytes"] is not None and budget.too_large_reason(facts["planned_bytes"])
             if reason:
                 definition.excluded[entry.model_id] = reason
+            reason = _other_task(definition, entry)
+            if reason:
+                definition.excluded[entry.model_id] = reason
     definition.models = [m for m in definition.models if m.model_id not in definition.excluded]
+
+
+def _other_task(definition: SweepParams, entry: ModelEntry) -> str | None:
+    """Why the model is not probed at all: its task is auto and the Hub lists it as a task the probe does not
+    run (``probe_core.task_of_pipeline_tag``), else None. Found before anything is downloaded."""
+    if entry.overrides.get("task", definition.probe.get("task", "auto")) != "auto":
+        return None
+    try:
+        probe_core.task_of_pipeline_tag(entry.hub.get("pipeline_tag"))
+    except probe_core.NotAProbedTask as exc:
+        return str(exc)
+    return None
 
 
 def load(path: Path, check_device: bool = True) -> SweepParams:
