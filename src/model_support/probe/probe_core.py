@@ -87,6 +87,8 @@ def load(model_id, revision, dtype, trust_remote_code, device, info, extra=None,
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
 
     kwargs = {"revision": revision or None, "trust_remote_code": trust_remote_code}
+    if task != "auto":  # known before the config: a config that fails to load still says its task
+        info["task"] = task
     config = AutoConfig.from_pretrained(model_id, **kwargs)
     info["model_type"] = getattr(config, "model_type", None)
     info["architectures"] = list(getattr(config, "architectures", None) or [])

@@ -113,8 +113,10 @@ def runner_failure(
     traceback: str | None = None,
 ) -> dict:
     """A record for a probe that could not write its own: FAIL(other) at stage runner (the kernel
-    died, a timeout), or what the download stage found (FAIL(load) at stage download)."""
+    died, a timeout), or what the download stage found (FAIL(load) at stage download). Its task is the probe's
+    when the sweep decided it (``with_task``), else unknown (the probe decides auto from the config)."""
     tail = log[-LOG_TAIL_CHARS:]
+    probe_task = task["params"].get("task", "auto")
     return schema.check_record(
         redact_record(
             schema.empty_record(
@@ -130,7 +132,8 @@ def runner_failure(
                 error_message=message,
                 traceback=traceback or f"(no traceback: the probe wrote no record)\n--- log tail ---\n{tail}",
                 failure_signature=failure_signature(error_type, message),
-                prompt=task["params"].get("prompt"),
+                task=None if probe_task == "auto" else probe_task,
+                prompt=task["params"].get("image_prompt" if probe_task == probe_core.IMAGE_TEXT_TO_TEXT else "prompt"),
                 max_new_tokens=task["params"].get("max_new_tokens"),
                 dtype=task["params"].get("dtype"),
                 device_type=task["params"].get("device"),
