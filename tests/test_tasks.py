@@ -376,3 +376,11 @@ def test_a_hub_sweep_of_image_text_to_text_models_by_their_pipeline_tag(fixture_
     assert reason.startswith("the Hub lists this model as fill-mask, not text-generation or image-text-to-text")
     assert {repo for repo, _ in fetched} == {"fixtures/tiny-llava", "fixtures/tiny-gemma3"}  # not the fill-mask one
     assert ("fixtures/tiny-llava", "processor_config.json") in fetched  # the processor comes with the model
+
+
+def test_a_vlm_runs_compiled_with_a_static_cache(fixture_models):
+    record = probe.run_probe(
+        fixture_models["tiny-llava"]["path"], device="cpu", reference="none", mode="compile", cache="static"
+    )
+    assert (record["status"], record["task"], record["variant"]) == ("PASS", "image-text-to-text", "compile+static")
+    assert record["graphs"] >= 1 and record["matches_eager"] is True and record["image_tokens"] == 16
