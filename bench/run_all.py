@@ -23,6 +23,7 @@ SCRIPTS = [
     "bench_scheduler.py",
     "bench_cold_command.py",
     "bench_tasks.py",
+    "bench_pretend.py",
 ]
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
@@ -181,6 +182,24 @@ def tables() -> str:
             )
         lines.append("")
     lines += tasks_table(load("tasks"))
+    pretend = load("pretend")
+    if pretend:
+        lines += [
+            f"### The pretend accelerator against the CPU ({pretend['date']}, {pretend['reps']} repetitions, "
+            "median [min-max], the probe's stages in one process)",
+            "",
+            "| model | load, cpu | load, pretend | generate, cpu | generate, pretend | ratio (medians / fastest) | operators per generation | overhead per operator (fastest runs) | tokens |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        cell = lambda d: f"{d['median']:.2f} s [{d['min']:.2f}-{d['max']:.2f}]"  # noqa: E731
+        for name, r in pretend["models"].items():
+            lines.append(
+                f"| {name} | {cell(r['load_s']['cpu'])} | {cell(r['load_s']['pretend'])} | {cell(r['generate_s']['cpu'])} "
+                f"| {cell(r['generate_s']['pretend'])} | {r['generate_ratio']:.2f}x / {r['generate_ratio_min']:.2f}x "
+                f"| {r['ops_per_generation']:,} "
+                f"| {r['us_per_op']:.0f} us | {'equal' if r['tokens_equal'] else 'differ'} |"
+            )
+        lines.append("")
     scheduler = load("scheduler")
     if scheduler and "table" in scheduler:
         lines += [f"### Multi-device scheduling by simulation ({scheduler['date']})", "", scheduler["table"], ""]

@@ -22,7 +22,7 @@ os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp(prefix="hf-datasets-
 
 
 #: Fixtures that run real sweeps, notebooks or renders: a test using one is slow (not in `make test-fast`).
-HEAVY_FIXTURES = {"smoke_sweep", "real_report", "rendered", "fixture_sweep", "browser"}
+HEAVY_FIXTURES = {"smoke_sweep", "real_report", "rendered", "fixture_sweep", "browser", "porting_loop"}
 
 
 def pytest_collection_modifyitems(config, items):

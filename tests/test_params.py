@@ -109,7 +109,10 @@ def one_error(output: str) -> str:
 BAD_DEFINITIONS = {
     "negative timeout": ({"timeout_s": -5}, "timeout_s must be greater than 0"),
     "zero timeout": ({"timeout_s": 0}, "timeout_s must be greater than 0"),
-    "unknown device": ({"probe": {"device": "gpu"}}, "device='gpu' is not accepted; use one of auto, cpu, cuda, tpu"),
+    "not a device name": (
+        {"probe": {"device": "GPU 0"}},
+        "device='GPU 0' is not accepted; use cpu, auto or an accelerator's name in lower case",
+    ),
     "not a float dtype": ({"probe": {"dtype": "float99"}}, "dtype='float99' is not accepted"),
     "integer dtype": ({"probe": {"dtype": "int8"}}, "dtype='int8' is not accepted"),
     "chat_template choice": ({"probe": {"chat_template": "maybe"}}, "chat_template='maybe' is not accepted"),

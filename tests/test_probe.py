@@ -198,12 +198,14 @@ def test_a_bad_parameter_still_ends_the_notebook_with_a_verdict(tmp_path, fixtur
         "probe.ipynb",
         tmp_path / "out.ipynb",
         model_id=fixture_models["tiny-llama"]["path"],
-        device="gpu",
+        device="GPU",
         record_path=str(tmp_path / "r.json"),
     )
     record = probe.record_from_notebook(out)
     assert (record["status"], record["failure_stage"]) == (schema.FAIL_OTHER, "runner")
-    assert record["error_message"] == "device='gpu' is not accepted; use one of auto, cpu, cuda, tpu."
+    assert record["error_message"] == (
+        "device='GPU' is not accepted; use cpu, auto or an accelerator's name in lower case (cuda, tpu, xpu, mps, ...)."
+    )
 
 
 def test_tpu_without_a_tpu_is_one_clear_sentence(tmp_path, fixture_models):
@@ -228,9 +230,9 @@ def test_device_adapters_without_accelerators(monkeypatch):
     assert devices.resolve("cpu").peak_memory_mb() == (None, None)
     with pytest.raises(devices.DeviceUnavailable, match=r"^Device 'cuda' was requested but no CUDA GPU is visible"):
         devices.resolve("cuda")
-    with pytest.raises(devices.DeviceUnavailable, match="Unknown device 'gpu'"):
-        devices.resolve("gpu")
-    monkeypatch.setattr(devices, "torch_tpu_installed", lambda: False)
+    with pytest.raises(devices.DeviceUnavailable, match="^Device 'gpu' was requested but this machine has no such"):
+        devices.resolve("gpu")  # a well-formed name no backend provides
+    monkeypatch.setattr(devices.tpu, "torch_tpu_installed", lambda: False)
     with pytest.raises(devices.DeviceUnavailable, match="torch_tpu package is not installed"):
         devices.resolve("tpu")
 

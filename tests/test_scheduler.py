@@ -284,6 +284,7 @@ def test_pinning_env():
         with pytest.raises(ValueError, match="aligned block"):
             pinning_env("tpu", bad)
     assert pinning_env("cpu", (0,)) == {}
-    assert pinning_env("fake", (0, 1)) == {"FAKE_DEVICES": "0,1"}
-    with pytest.raises(ValueError, match="expected cuda, tpu, cpu or fake"):
-        pinning_env("gpu", (0,))
+    # any other accelerator: the generic adapter's <NAME>_VISIBLE_DEVICES
+    assert pinning_env("fake", (0, 1)) == {"FAKE_VISIBLE_DEVICES": "0,1"}
+    with pytest.raises(ValueError, match="must be pinned to at least one device"):
+        pinning_env("fake", ())

@@ -47,7 +47,8 @@ def model_changes(results: Frame, sweep_id: str, baseline_sweep_id: str) -> pl.D
     """The (model, variant) runs whose outcome changed from ``baseline_sweep_id`` to ``sweep_id``.
 
     model_id, variant, change (one of ``CHANGES``), attribution (whose failure the new outcome is: stack,
-    model, both or unknown; null for a PASS), status_before, status_after, signature_before,
+    model, both or unknown; null for a PASS), attribution_before (whose the baseline's failure was: what a
+    "newly passing" run was fixed from), status_before, status_after, signature_before,
     signature_after, error_message (the new one). Unchanged runs are left out; a model excluded in one of
     the two sweeps shows as added or removed, never as a failure.
     """
@@ -56,7 +57,10 @@ def model_changes(results: Frame, sweep_id: str, baseline_sweep_id: str) -> pl.D
 
 def _changes_q(results: Frame, sweep_id: str, baseline_sweep_id: str) -> pl.LazyFrame:
     before = _outcomes(results, baseline_sweep_id).select(
-        *KEY, pl.col("status").alias("status_before"), pl.col("failure_signature").alias("signature_before")
+        *KEY,
+        pl.col("status").alias("status_before"),
+        pl.col("failure_signature").alias("signature_before"),
+        pl.col("attribution").alias("attribution_before"),
     )
     after = _outcomes(results, sweep_id).select(
         *KEY,
@@ -100,6 +104,7 @@ def _changes_q(results: Frame, sweep_id: str, baseline_sweep_id: str) -> pl.Lazy
             *KEY,
             "change",
             "attribution",
+            "attribution_before",
             "status_before",
             "status_after",
             "signature_before",

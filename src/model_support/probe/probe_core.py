@@ -333,6 +333,47 @@ def on_device(extra_inputs, device, model):
     }
 
 
+#: torch's entry-point group for out-of-tree device backends (its "autoload"); see ``load_backend``.
+BACKENDS_GROUP = "torch.backends"
+
+
+def backend_device(entry_point_name):
+    """The device a ``torch.backends`` entry point provides, by the packages' convention: torch_tpu -> tpu."""
+    return entry_point_name.removeprefix("torch_")
+
+
+def load_backend(device_type):
+    """Register ``device_type`` with torch by calling the ``torch.backends`` entry point of the package that
+    provides it, as torch's autoload does on ``import torch``, but only that one: the autoload is off in
+    every process of ours (``TORCH_DEVICE_BACKEND_AUTOLOAD=0``), since it would load every installed
+    backend (torch_tpu alone costs ~8 s and, on a machine with no TPU, can stall in libtpu's set-up).
+    Nothing happens when torch already knows the device or no installed package provides it."""
+    import importlib.metadata
+
+    import torch
+
+    if device_type == "cpu" or torch._C._get_privateuse1_backend_name() == device_type:
+        return
+    for entry in importlib.metadata.entry_points(group=BACKENDS_GROUP):
+        if backend_device(entry.name) == device_type:
+            entry.load()()
+
+
+def synchronizer(device_type):
+    """What waits for ``device_type``'s queued work (a timing is honest only after it): torch's generic
+    ``torch.accelerator.synchronize``, or the backend's own ``torch.<type>.synchronize`` where the generic
+    call is refused (a backend written in Python has no streams torch knows); None on the CPU."""
+    if device_type == "cpu":
+        return None
+    import torch
+
+    try:
+        torch.accelerator.synchronize()
+        return torch.accelerator.synchronize
+    except (RuntimeError, NotImplementedError):
+        return getattr(torch, device_type).synchronize
+
+
 class StepTimer:
     """A generate() streamer that timestamps each new token (after a device sync, so compilation and
     queued work are counted where they happen)."""

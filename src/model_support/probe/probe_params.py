@@ -10,6 +10,7 @@ Standard library only: the probe kernel, the sweep runner and the CLI all import
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,9 @@ from .probe_core import DEFAULT_IMAGE_PROMPT, TASKS
 DEFAULT_PROMPT = "The future of AI is"
 #: auto: the Hub's pipeline_tag when known, else the config (``probe_core.task_of_config``).
 TASK_CHOICES = ("auto", *TASKS)
-DEVICES = ("auto", "cpu", "cuda", "tpu")
+#: A device: cpu, auto, or the name torch gives an accelerator (cuda, tpu, xpu, mps, a PrivateUse1 backend's);
+#: whether this machine has it is the device adapters' question (``devices.resolve``), not the declaration's.
+DEVICE_NAME = r"[a-z][a-z0-9_]*"
 #: torch's floating-point dtypes a model can be loaded in (a test checks each against torch).
 FLOAT_DTYPES = ("bfloat16", "float16", "float32", "float64", "half", "float", "double")
 CHAT_TEMPLATES = ("auto", "none", "required")
@@ -45,9 +48,13 @@ class Param:
     minimum: int | float | None = None  # inclusive
     runner_owned: bool = False  # set by the sweep runner for each model; a sweep file may not set it
     integers: bool = False  # a str parameter that also takes an integer (devices: 2 or "auto")
+    pattern: str | None = None  # a str parameter's values: this regular expression, whole
+    pattern_words: str = ""  # ... in words
 
     def accepted(self) -> str:
         """What is accepted, in words."""
+        if self.pattern_words:
+            return self.pattern_words
         if self.choices:
             return "one of " + ", ".join(map(str, self.choices))
         if self.minimum is not None:
@@ -66,6 +73,8 @@ class Param:
                 f"{prefix}probe parameter {self.name!r} must be {self.accepted()}, not "
                 f"{type(value).__name__} {value!r}."
             )
+        if self.pattern and not re.fullmatch(self.pattern, value):
+            raise ParameterError(f"{prefix}{self.name}={value!r} is not accepted; use {self.accepted()}.")
         if self.choices and value not in self.choices:
             raise ParameterError(f"{prefix}{self.name}={value!r} is not accepted; use {self.accepted()}.")
         if self.minimum is not None and value < self.minimum:
@@ -77,7 +86,14 @@ class Param:
 PROBE_PARAMS: tuple[Param, ...] = (
     Param("model_id", str, "data/models/SmolLM2-135M-Instruct", "Hub id or local folder"),
     Param("revision", str, "", "branch, tag or commit; empty means the default branch"),
-    Param("device", str, "auto", "auto picks tpu, then cuda, then cpu", choices=DEVICES),
+    Param(
+        "device",
+        str,
+        "auto",
+        "cpu; auto: the accelerator torch reports, else cpu; or an accelerator's name (cuda, tpu, xpu, mps, ...)",
+        pattern=DEVICE_NAME,
+        pattern_words="cpu, auto or an accelerator's name in lower case (cuda, tpu, xpu, mps, ...)",
+    ),
     Param("dtype", str, "bfloat16", "torch floating dtype the model is loaded in", choices=FLOAT_DTYPES),
     Param(
         "task",

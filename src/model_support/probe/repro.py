@@ -20,18 +20,19 @@ HEADER = '''#!/usr/bin/env python
 
 Run with plain python: it loads the model in {dtype} (task {task}), builds the prompt ({chat}),
 greedily generates {max_new_tokens} tokens and prints one JSON line with the verdict and the token ids.
-Exit status 0 on PASS, 1 otherwise. Needs torch and transformers (and torch_tpu for device 'tpu');
-an image-text-to-text model also Pillow: its image is drawn by probe_image() below, the same bytes
-(sha256 {image_sha256}) as the probe's.
+Exit status 0 on PASS, 1 otherwise. Needs torch and transformers; an accelerator torch does not ship (device
+'tpu', any PrivateUse1 backend) also needs the package that provides it (loaded through torch's
+device-backend entry point) and that backend's own environment (a TPU VM for 'tpu'); an image-text-to-text
+model also Pillow: its image is drawn by probe_image() below, the same bytes (sha256 {image_sha256}) as the
+probe's.
 A model probed from a local folder (a model id 'local:<name>') needs that folder:
     python repro.py /path/to/<name>
 """
 import os
 
 SETTINGS = {settings}
-if SETTINGS["device"] != "tpu":
-    # torch_tpu, when installed, is autoloaded by `import torch`; skip it when no TPU is used.
-    os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+# `import torch` would autoload every installed out-of-tree backend; load_backend loads the one needed.
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 '''
 
 MAIN = """
@@ -84,10 +85,12 @@ if __name__ == "__main__":
 
     import torch
 
-    if SETTINGS["device"] == "tpu":
-        import torch_tpu  # noqa: F401  (registers the 'tpu' device)
-    sync = torch.accelerator.synchronize if SETTINGS["device"] != "cpu" else None
-    settings = {k: v for k, v in SETTINGS.items() if k not in ("device", "distributed")}
+    load_backend(SETTINGS["device"])
+    here = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+    if SETTINGS["device"] != "cpu" and getattr(here, "type", None) != SETTINGS["device"]:
+        sys.exit(f"device {SETTINGS['device']!r} is not available here (torch reports {here or 'no accelerator'})")
+    sync = synchronizer(SETTINGS["device"])
+    settings = {k: v for k, v in SETTINGS.items() if k not in ("device", "distributed", "compile_backend")}
     if len(sys.argv) > 1:
         settings["model_id"] = sys.argv[1]
     elif settings["model_id"].startswith("local:"):
@@ -98,7 +101,7 @@ if __name__ == "__main__":
         settings["model_id"] = got["path"]
     if SETTINGS["distributed"]:  # a sharded probe: its ranks again, one process each, as the probe ran them
         sys.exit(run_ranks(settings, SETTINGS["distributed"]))
-    backend = "tpu" if SETTINGS["device"] == "tpu" else "inductor"  # torch.compile's, in mode compile
+    backend = SETTINGS["compile_backend"] or "inductor"  # torch.compile's, in mode compile: the device adapter's
     missing = fused_eager_missing(SETTINGS["device"]) if settings["mode"] == "fused" else None
     if missing:
         sys.exit(f"{NOT_AVAILABLE}: {missing}")
@@ -140,6 +143,7 @@ SETTING_NAMES = (
     "mode",
     "cache",
     "device",
+    "compile_backend",
 )
 
 
@@ -150,7 +154,8 @@ def _image_sha256() -> str:
 
 
 def repro_script(settings: dict, sweep_id: str | None = None) -> str:
-    """The script for one probe; ``settings`` holds SETTING_NAMES (device is the resolved type)."""
+    """The script for one probe; ``settings`` holds SETTING_NAMES (device is the resolved type,
+    compile_backend the device adapter's)."""
     chosen = {name: settings.get(name) for name in SETTING_NAMES}
     header = HEADER.format(
         model_id=chosen["model_id"],

@@ -176,6 +176,7 @@ SHARDED_FIELDS = (
     "load_s_per_rank",
     "generate_s_per_rank",
     "peak_device_mem_mb",
+    "device_mem_source",
 )
 #: The stage results a record keeps as they are (status and failure_stage are set with the error).
 STAGE_FIELDS = tuple(k for k in probe_core.RESULT_KEYS if k in schema.FIELDS and k not in ("status", "failure_stage"))
@@ -324,7 +325,13 @@ def _probe(record: dict, settings: dict, sweep_id: str) -> None:
         record["exclusion_reason"] = broken
         return
     record["repro_script"] = repro_script(
-        {**settings, "device": adapter.type, "model_id": record["model_id"]}, sweep_id or None
+        {
+            **settings,
+            "device": adapter.type,
+            "compile_backend": adapter.compile_backend(),
+            "model_id": record["model_id"],
+        },
+        sweep_id or None,
     )
     if settings["load_from"] == settings["model_id"] and not hub_fetch.is_local(settings["model_id"]):
         try:  # the download stage, run here when no sweep fetched the files ahead

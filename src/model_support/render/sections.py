@@ -97,6 +97,7 @@ CHANGE_COLUMNS = {
     "model_id": "model",
     "variant": "variant",
     "attribution": "whose",
+    "attribution_before": "whose, before",
     "status_before": "before",
     "status_after": "after",
     "signature_after": "signature now",

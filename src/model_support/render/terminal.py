@@ -19,13 +19,20 @@ from ..record import schema, store
 # the diff of two sweeps (model-support diff A B)
 
 
-def diff_table(data_dir: Path | str, a: str, b: str) -> pl.DataFrame:
+def diff_table(data_dir: Path | str, a: str, b: str, devices: dict | None = None) -> pl.DataFrame:
     """Models whose outcome changed from sweep ``a`` (the baseline) to sweep ``b``: see
-    ``analysis.model_changes``. Unknown ids raise a one-sentence UserError."""
+    ``analysis.model_changes``. Unknown ids raise a one-sentence UserError. ``devices``, when given, is
+    filled with each sweep's device type."""
     sweeps = analysis.sweep_index(Path(data_dir), cache_dir=Path(data_dir) / analysis.SWEEP_CACHE)
     analysis.require_sweep(sweeps, a)
     analysis.require_sweep(sweeps, b)
+    if devices is not None:
+        devices.update(sweeps.filter(pl.col("sweep_id").is_in([a, b])).select("sweep_id", "device_type").iter_rows())
     return analysis.model_changes(store.scan(Path(data_dir), "results"), b, a)
+
+
+def _on(device: str | None) -> str:
+    return f" (on {device})" if device else ""
 
 
 def format_diff(diff: pl.DataFrame | Path | str, a: str, b: str, *, max_per_change: int = 15, width: int = 140) -> str:
@@ -33,12 +40,14 @@ def format_diff(diff: pl.DataFrame | Path | str, a: str, b: str, *, max_per_chan
     stack first (what a porting team acts on), then newly failing (no attribution), newly failing
     everywhere (the CPU reference fails too), newly passing, status and signature changes, added and
     removed, at most ``max_per_change`` runs of each, then a one-line summary. A variant column only
-    when some run is not ``eager+dynamic``.
+    when some run is not ``eager+dynamic``; the title names each sweep's device when read from a folder; an
+    earlier signature is followed by whose failure it was (``[stack]``: what a fix of the stack mended).
 
     ``diff`` is a ``diff_table`` result, or a data folder to compute it from (``model-support diff``
     passes the folder)."""
+    devices: dict = {}
     if not isinstance(diff, pl.DataFrame):
-        diff = diff_table(diff, a, b)
+        diff = diff_table(diff, a, b, devices)
     with_variant = "variant" in diff.columns and diff["variant"].ne_missing(analysis.DEFAULT_VARIANT).any()
     headers = ["model", *(["variant"] if with_variant else []), "change", "before", "after", "signature now (was)"]
     rows, left_out = [], []
@@ -48,14 +57,15 @@ def format_diff(diff: pl.DataFrame | Path | str, a: str, b: str, *, max_per_chan
             now, was = r["signature_after"], r["signature_before"]
             sig = now or ""
             if was and was != now:
-                sig = f"{sig} (was: {was})" if sig else f"(was: {was})"
+                whose = f" [{r['attribution_before']}]" if r.get("attribution_before") else ""
+                sig = f"{sig} (was: {was}{whose})" if sig else f"(was: {was}{whose})"
             variant = [r["variant"] or analysis.DEFAULT_VARIANT] if with_variant else []
             rows.append([r["model_id"], *variant, change, r["status_before"] or "-", r["status_after"] or "-", sig])
         if part.height > max_per_change:
             left_out.append(f"{part.height - max_per_change} more {change}")
     more = f"... and {', '.join(left_out)} (see diff_table for all)" if left_out else ""
     summary = analysis.diff_summary(diff, a, b)
-    title = f"{b} against {a}"
+    title = f"{b}{_on(devices.get(b))} against {a}{_on(devices.get(a))}"
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, color_system=None, force_terminal=False, highlight=False)
     if rows:

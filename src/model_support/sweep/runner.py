@@ -39,22 +39,20 @@ from .worker.process import Standby, TaskResult, run_task
 def default_workers(device: str) -> int:
     """One worker per device: one process owns a TPU chip; one GPU each; CPU sweeps run one at a time
     unless asked (each probe already uses every core)."""
-    return max(1, devices.visible_device_count(device))
+    return max(1, devices.facts(device).count)
 
 
 def device_kind(device: str) -> str:
-    """The kind of device a sweep's workers are pinned to (``auto`` resolved without importing torch)."""
-    if device in ("cuda", "tpu", "cpu"):
-        return device
-    if devices.tpu_hardware_visible():
-        return "tpu"
-    return "cuda" if devices.visible_device_count("cuda") > 0 else "cpu"
+    """The kind of device a sweep's workers are pinned to (``auto`` resolved by the device adapters, in a
+    child process: the runner never imports a backend)."""
+    return devices.facts(device).type
 
 
 def devices_needed(task: dict, devices_here: int) -> int:
     """How many devices ``task``'s probe takes: its ``devices`` setting, or for ``auto`` the fewest that
     hold the model (``sharded.plan_devices``) when the per-device memory is known to the runner (the
-    ``device_memory_gb`` override, or the host's memory on a CPU sweep); 1 when it is not."""
+    ``device_memory_gb`` override, else what the device adapter reports: an accelerator's memory, or the
+    host's shared by the workers on a CPU sweep); 1 when it is not."""
     from ..probe import sharded
 
     params = task["params"]
@@ -62,10 +60,9 @@ def devices_needed(task: dict, devices_here: int) -> int:
     if wanted != "auto":
         return int(wanted)
     memory = int(float(params.get("device_memory_gb") or 0) * 1e9)
-    if not memory and device_kind(params.get("device", "auto")) == "cpu":
-        import psutil
-
-        memory = psutil.virtual_memory().total // devices_here
+    if not memory:
+        here = devices.facts(params.get("device", "auto"))
+        memory = (here.memory_bytes or 0) // (devices_here if here.type == "cpu" else 1)
     count = task["hub"].get("hub_num_params") or (
         sharded.safetensors_params(task["source"]) if is_local(task["source"]) else None
     )
@@ -149,7 +146,7 @@ def run_local(
     budget: CacheBudget | None = None,
     prefetch: int = 1,
 ) -> Iterable[TaskResult]:
-    """N probes at once on ``workers`` devices (a CPU sweep's workers are its pretend devices): each
+    """N probes at once on ``workers`` devices (a CPU sweep's workers stand in for devices): each
     probe takes the devices it needs (``devices_needed``) from the device scheduler
     (``scheduler.DeviceScheduler``: first come first served, smaller models backfilling devices a
     bigger waiting one cannot use yet, never delaying it) and is pinned to them.
@@ -161,10 +158,8 @@ def run_local(
     remain to be handed out, so none is wasted at the end, and only where it has a core to itself:
     on accelerators (the host is mostly idle while the device computes) or when there are fewer CPU
     workers than cores. A CPU sweep that already fills every core gains nothing from it."""
-    accelerated = device in ("cuda", "tpu") or (
-        device == "auto" and (devices.tpu_hardware_visible() or devices.visible_device_count("cuda") > 0)
-    )
     kind = device_kind(device)
+    accelerated = kind != "cpu"
     needs = [devices_needed(task, workers) for task in tasks]
     if max(needs, default=1) > 1:  # biggest models first: 98.6% device use against 88% (bench/bench_scheduler.py)
         order = sorted(range(len(tasks)), key=lambda i: -needs[i])
@@ -177,7 +172,7 @@ def run_local(
             f"--workers {need} or more (one per device)."
         )
     prewarm = (accelerated or workers < (os.cpu_count() or 1)) and max(needs, default=1) == 1
-    scheduler = DeviceScheduler(workers, contiguous=kind == "tpu")
+    scheduler = DeviceScheduler(workers, contiguous=devices.adapter_for(kind).aligned_blocks)
     standbys: dict[int, Standby] = {}
     lock = threading.Lock()
     remaining = [len(tasks)]

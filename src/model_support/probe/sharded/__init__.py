@@ -46,6 +46,7 @@ dict (plus the rebuilt exception), so a standalone script can call it as well as
 module imports no torch at import time.
 """
 
+from ..devices import tpu_rank_env
 from .launch import run_sharded
 from .plan import (
     DEFAULT_MARGIN,
@@ -72,7 +73,6 @@ from .protocol import (
     STOP_SIGNALS,
     TEST_FAULT_ENV,
 )
-from .rank import tpu_rank_env
 from .results import LaunchFailed, RankDied, RankError, RankTimeout
 
 # Their public home, as when this package was one module: a result's traceback text names them so.

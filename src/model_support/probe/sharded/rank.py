@@ -1,5 +1,5 @@
 """A rank process of ``run_sharded`` (``python -m model_support.probe.sharded --rank DIR``): pins itself to
-its device (``tpu_rank_env`` on TPU) before torch is imported, runs the probe's stages on its shard of
+its device (the device adapter's ``rank_env``) before torch is imported, runs the probe's stages on its shard of
 the model, writes its progress and its report as JSON into the run folder, and dies with its parent."""
 
 from __future__ import annotations
@@ -14,29 +14,7 @@ from pathlib import Path
 
 from ...fileio import atomic_write_json
 from .. import devices, probe_core
-from ..devices import TPU_BASE_PORT, TPU_CHIP_BOUNDS
 from .protocol import RANK_FAILED_EXIT, RANK_KEYS, STACKS_SIGNAL, STAGE_KEYS, TEST_FAULT_ENV, _die_with_parent
-
-
-def tpu_rank_env(local_rank: int, world_size: int, chips: list[int] | None = None) -> dict:
-    """The TPU runtime's variables that give rank ``local_rank`` one chip of a ``world_size``-process slice
-    on this host (torch_tpu: one chip per process, seen at index 0). ``chips``: the chips of the probe
-    (the scheduler's ``TPU_VISIBLE_CHIPS`` block), else 0..world_size-1. Written from libtpu's
-    multi-process conventions (pytorch/xla, JAX): NOT tested on a TPU here."""
-    chips = list(chips) if chips else list(range(world_size))
-    if len(chips) < world_size:
-        raise ValueError(f"{world_size} TPU ranks need {world_size} chips, got {chips}.")
-    if world_size not in TPU_CHIP_BOUNDS:
-        raise ValueError(f"A TPU slice on one host has 1, 2, 4 or 8 processes, not {world_size}.")
-    ports = [TPU_BASE_PORT + chip for chip in chips[:world_size]]
-    return {
-        "TPU_VISIBLE_CHIPS": str(chips[local_rank]),
-        "TPU_CHIPS_PER_PROCESS_BOUNDS": "1,1,1",
-        "TPU_PROCESS_BOUNDS": TPU_CHIP_BOUNDS[world_size],
-        "TPU_PROCESS_ADDRESSES": ",".join(f"localhost:{port}" for port in ports),
-        "TPU_PROCESS_PORT": str(ports[local_rank]),
-        "CLOUD_TPU_TASK_ID": str(local_rank),
-    }
 
 
 class _Progress:
@@ -81,23 +59,12 @@ class _RankTimer(probe_core.StepTimer):
                 time.sleep(1)
 
 
-def _rank_device(device_type: str, local_rank: int):
-    import torch
-
-    if device_type == "cpu":
-        return torch.device("cpu")
-    index = torch.accelerator.current_device_index() if device_type == "tpu" else local_rank
-    torch.accelerator.set_device_index(index)
-    return torch.device(device_type, index)
-
-
-def _init_process_group(device_type: str, device, timeout_s: float) -> None:
+def _init_process_group(adapter, device, timeout_s: float) -> None:
     import datetime
 
     import torch
-    from transformers.distributed.utils import get_distributed_backend
 
-    backend = get_distributed_backend(device_type)
+    backend = adapter.distributed_backend()
     torch.distributed.init_process_group(
         backend=backend,
         device_id=device if backend == "nccl" else None,
@@ -127,8 +94,6 @@ def _rank_body(job: dict, rank: int, local_rank: int, progress: _Progress) -> di
     report["rank"] = rank
     adapter = None
     try:  # set-up: a failure here is the harness's (stage runner)
-        if device_type == "tpu":
-            import torch_tpu  # noqa: F401  (registers the tpu device and its tpu_dist backend)
         import transformers  # noqa: F401  imported before load_s starts, as the probe's warmed-up kernel has it
         from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
         from transformers.distributed import DistributedConfig
@@ -137,10 +102,10 @@ def _rank_body(job: dict, rank: int, local_rank: int, progress: _Progress) -> di
         hf_logging.disable_progress_bar()
         if rank != 0:
             hf_logging.set_verbosity_error()
-        adapter = devices.resolve(device_type)
-        device = _rank_device(device_type, local_rank)
+        adapter = devices.resolve(device_type)  # loads the device's backend (torch_tpu: with its tpu_dist)
+        device = adapter.rank_device(local_rank)
         if world_size > 1:
-            _init_process_group(device_type, device, job["timeout_s"])
+            _init_process_group(adapter, device, job["timeout_s"])
         adapter.reset_peak_memory()
         synchronize = adapter.synchronize if device_type != "cpu" else None
         split = job["distributed_config"]
@@ -182,10 +147,8 @@ def _rank_body(job: dict, rank: int, local_rank: int, progress: _Progress) -> di
 def _rank_main(run_dir: Path) -> int:
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     job = json.loads((run_dir / "job.json").read_text())
-    if job["device_type"] == "tpu":  # before torch (and libtpu) is imported: this rank's chip only
-        visible = os.environ.get("TPU_VISIBLE_CHIPS")
-        chips = [int(c) for c in visible.split(",")] if visible else None
-        os.environ.update(tpu_rank_env(local_rank, job["world_size"], chips))
+    # before torch (and the backend) is imported: this rank's device only
+    os.environ.update(devices.adapter_for(job["device_type"]).rank_env(local_rank, job["world_size"], os.environ))
     _die_with_parent()
     faulthandler.register(STACKS_SIGNAL, file=sys.stderr, all_threads=True)
     (run_dir / f"rank{rank}.pid").write_text(str(os.getpid()))

@@ -324,7 +324,7 @@ def _record_from_outcome(task, outcome, returncode, timed_out, log, started) -> 
 
 
 #: Run in a standby kernel before its model is known: what every probe imports, nothing device-bound
-#: (torch_tpu, when a TPU is used, is imported explicitly by the tpu adapter later).
+#: (a device backend such as torch_tpu, when one is used, is loaded by its device adapter later).
 WARM_UP = """
 import os
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")

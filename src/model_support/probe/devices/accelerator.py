@@ -1,0 +1,163 @@
+"""The generic adapter: any backend that ``torch.accelerator`` reports, by its name.
+
+Built on ``torch.accelerator`` alone (device count, synchronize, memory counters, device selection),
+with the backend's own module ``torch.<name>`` as the fallback where a generic call is missing or
+raises: a backend whose allocator is not a ``DeviceAllocator`` (torch_tpu's, any backend written in
+Python) fails torch's generic memory counters with an internal assert, and its own module is where
+the numbers are. cuda, tpu, xpu, mps and PrivateUse1 backends (torch_npu, a test double written in
+Python) all take this path; a backend's own adapter (``cuda``, ``tpu``) adds only what is its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .base import Adapter, DeviceUnavailable
+
+#: What a backend's generic call raises when the backend does not back it.
+REFUSALS = (RuntimeError, AttributeError, NotImplementedError, TypeError)
+
+
+class AcceleratorAdapter(Adapter):
+    """Any ``torch.accelerator`` backend; see the module docstring."""
+
+    #: The variable that lists the devices a process may see; the generic convention is
+    #: ``<NAME>_VISIBLE_DEVICES`` (a backend's adapter names its own: CUDA_VISIBLE_DEVICES, TPU_VISIBLE_CHIPS).
+    visible_var: str | None = None
+
+    def _module(self):
+        import torch
+
+        return getattr(torch, self.type, None)
+
+    def ask(self, name: str, *args):
+        """(value, source) of ``torch.accelerator.<name>(*args)``, else of ``torch.<type>.<name>(*args)``;
+        (None, None) when neither answers."""
+        import torch
+
+        for owner, where in ((torch.accelerator, "torch.accelerator"), (self._module(), f"torch.{self.type}")):
+            call = getattr(owner, name, None)
+            if call is None:
+                continue
+            try:
+                return call(*args), f"{where}.{name}"
+            except REFUSALS:
+                continue
+        return None, None
+
+    def unavailable(self) -> str | None:
+        """Why this device cannot be used here (one sentence), or None; loads its backend first."""
+        import torch
+
+        from .backends import load_backend
+
+        load_backend(self.type)
+        current = torch.accelerator.current_accelerator()
+        if current is None or current.type != self.type:
+            from .resolve import auto_candidates
+
+            here = [current.type] if current is not None else auto_candidates()
+            there = f"the accelerators here: {', '.join(here)}" if here else "torch reports no accelerator"
+            return (
+                f"Device {self.type!r} was requested but this machine has no such accelerator ({there}); use cpu, "
+                "auto or the name of the accelerator torch reports."
+            )
+        if not torch.accelerator.is_available():
+            return f"Device {self.type!r} was requested but torch.accelerator.is_available() is False here."
+        if self.device_count() < 1:
+            return f"Device {self.type!r} was requested but none is visible to this process (device count 0)."
+        return None
+
+    def synchronize(self) -> None:
+        if getattr(self, "_synchronize", None) is None:
+            from ..probe_core import synchronizer
+
+            self._synchronize = synchronizer(self.type)
+        self._synchronize()
+
+    def reset_peak_memory(self) -> None:
+        self.ask("reset_peak_memory_stats")
+
+    def peak_memory_mb(self) -> tuple[float | None, str | None]:
+        peak, source = self.ask("max_memory_allocated")
+        # A zero after running a model is not a measurement (a backend that does not count): unknown, not 0.
+        if not peak:
+            return None, None
+        return peak / 2**20, source
+
+    def device_name(self) -> str:
+        name, _ = self.ask("get_device_name")
+        return str(name) if name else self.type
+
+    def device_count(self) -> int:
+        count, _ = self.ask("device_count")
+        return int(count or 0)
+
+    def devices_present(self) -> int:
+        return self.device_count()
+
+    def device_memory_bytes(self) -> int:
+        properties, _ = self.ask("get_device_properties")
+        total = getattr(properties, "total_memory", None)
+        if not total:
+            info, _ = self.ask("get_memory_info")
+            total = info[1] if info else None
+        if not total:
+            raise DeviceUnavailable(
+                f"The {self.type} backend does not tell its memory per device; set device_memory_gb for devices=auto."
+            )
+        return int(total)
+
+    def compile_backend(self) -> str:
+        """inductor for the devices torch generates code for; aot_eager (dynamo's graphs run eagerly through
+        AOTAutograd, on any device) for an out-of-tree backend (PrivateUse1), whose own compiler, when it
+        has one, its adapter names (the tpu adapter says tpu)."""
+        import torch
+
+        return "aot_eager" if self.type == torch._C._get_privateuse1_backend_name() else "inductor"
+
+    def distributed_backend(self) -> str:
+        """The process-group backend torch.distributed has registered for this device, with gloo for
+        the CPU tensors a run also holds."""
+        import torch.distributed as dist
+
+        registered = dist.Backend.default_device_backend_map.get(self.type)
+        if registered is None:
+            raise DeviceUnavailable(
+                f"torch.distributed has no process-group backend registered for {self.type} devices, so a probe "
+                "cannot run over several of them."
+            )
+        return f"cpu:gloo,{self.type}:{registered}"
+
+    def rank_device(self, local_rank: int):
+        """Every rank sees the probe's devices and takes device ``local_rank`` (transformers' convention
+        for a sharded model on any accelerator but a TPU)."""
+        return self.select(local_rank)
+
+    def select(self, index: int):
+        """Make device ``index`` the current one (the backend's own ``set_device`` where the generic
+        call has no effect) and return it."""
+        import torch
+
+        self.ask("set_device_index", index)
+        current, _ = self.ask("current_device_index")
+        if current != index:
+            module = self._module()
+            if getattr(module, "set_device", None) is not None:
+                module.set_device(index)
+        return torch.device(self.type, index)
+
+    # --- in the sweep's runner (nothing imported) --------------------------------------------------
+
+    @property
+    def visibility_variable(self) -> str:
+        return self.visible_var or f"{self.type.upper()}_VISIBLE_DEVICES"
+
+    def hardware_visible(self) -> bool | None:
+        return None
+
+    def pinning_env(self, ids: Iterable[int]) -> dict:
+        ids = tuple(ids)
+        if not ids:
+            raise ValueError(f"A {self.type} probe must be pinned to at least one device.")
+        return {self.visibility_variable: ",".join(str(i) for i in ids)}

@@ -1,0 +1,43 @@
+"""Loading an out-of-tree device backend (torch_tpu, torch_npu, a PrivateUse1 backend written in Python): only
+the one the probe uses, through torch's own device-backend entry points (``probe_core.load_backend``).
+
+Why not torch's autoload: with torch_tpu installed, ``import torch`` autoloads it, which costs ~8 s and
+~300 MB per process even on a machine with no TPU (and there, a later ``torch.accelerator`` call can
+stall while libtpu looks for a TPU), and every installed backend would load in every process.
+``prepare_environment`` turns that autoload off before torch is imported (unless the user set it), and
+the adapter loads the backend its device needs by calling that backend's entry point, as the autoload
+would have.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib.metadata import entry_points
+
+from .. import probe_core
+from .base import DeviceUnavailable
+
+AUTOLOAD_VAR = "TORCH_DEVICE_BACKEND_AUTOLOAD"
+
+
+def prepare_environment(device: str = "auto") -> None:
+    """Call before ``import torch``: torch's autoload of every installed backend off (the adapter loads
+    the one ``device`` needs). Only the current process and the kernels it starts are affected, and
+    only when the user has not set the variable themselves."""
+    os.environ.setdefault(AUTOLOAD_VAR, "0")
+
+
+def backend_devices() -> list[str]:
+    """The devices that installed out-of-tree backends provide (read from package metadata; nothing loaded)."""
+    found = entry_points(group=probe_core.BACKENDS_GROUP)
+    return list(dict.fromkeys(probe_core.backend_device(e.name) for e in found))
+
+
+def load_backend(device: str) -> None:
+    """``probe_core.load_backend``, with a backend that fails to load said in one sentence (``DeviceUnavailable``)."""
+    try:
+        probe_core.load_backend(device)
+    except Exception as exc:  # noqa: BLE001 whatever a backend raises while loading, it is why the device is missing
+        raise DeviceUnavailable(
+            f"Device {device!r} was requested but its backend failed to load: {type(exc).__name__}: {exc}"
+        ) from exc

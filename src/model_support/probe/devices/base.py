@@ -1,0 +1,112 @@
+"""The adapter interface, and the CPU's adapter (the base every other one extends).
+
+Everything device-specific the probe needs goes through an adapter: the torch device to move to,
+synchronize (so timings are honest), peak device memory (with the source it came from, or null when
+nothing trustworthy exists), the device's name, count and memory, the compile backend, the process
+group backend and the device of a sharded run's rank, and, as class methods that import nothing (the
+sweep's runner calls them), whether the hardware is there and the environment that pins a process to
+some of the devices. Creating an adapter imports nothing; only its probe-side methods import torch.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+
+
+class DeviceUnavailable(RuntimeError):
+    """The requested device cannot be used here; the message is one sentence saying why."""
+
+
+class Adapter:
+    """The interface every backend implements; the CPU's adapter is the base."""
+
+    #: Whether a probe on several devices must own an aligned block of them (TPU slices), for the scheduler.
+    aligned_blocks = False
+
+    def __init__(self, type: str = "cpu"):
+        self.type = type
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.type!r})"
+
+    # --- in the probe process (torch imported) ---------------------------------------------------
+
+    def unavailable(self) -> str | None:
+        """Why this device cannot be used here (the one sentence a probe records), or None."""
+        return None
+
+    @property
+    def torch_device(self):
+        import torch
+
+        return torch.device(self.type)
+
+    def synchronize(self) -> None:
+        pass
+
+    def reset_peak_memory(self) -> None:
+        pass
+
+    def peak_memory_mb(self) -> tuple[float | None, str | None]:
+        """(peak MB, where the number came from); (None, None) when nothing trustworthy exists."""
+        return None, None
+
+    def device_name(self) -> str:
+        import platform
+
+        return platform.processor() or platform.machine() or "cpu"
+
+    def device_count(self) -> int:
+        return 1
+
+    def compile_cache_stats(self) -> tuple[int | None, int | None]:
+        return None, None
+
+    def compile_backend(self) -> str:
+        """torch.compile's backend for this device: inductor on the CPU."""
+        return "inductor"
+
+    def mode_unavailable(self, mode: str) -> str | None:
+        """Why this stack cannot run the probe in ``mode``, or None. Only ``fused`` (TorchTPU's
+        deferred-and-fused eager) can be missing: a TPU with a torch_tpu that exposes it runs it."""
+        if mode != "fused":
+            return None
+        from ..probe_core import fused_eager_missing
+
+        return fused_eager_missing(self.type)
+
+    def devices_present(self) -> int:
+        """How many devices a sharded probe may use: the accelerators; on the CPU one rank per core."""
+        return max(1, os.cpu_count() or 1)
+
+    def device_memory_bytes(self) -> int:
+        """Memory of one device (the host's, shared by the ranks, on the CPU)."""
+        import psutil
+
+        return psutil.virtual_memory().total // self.devices_present()
+
+    def distributed_backend(self) -> str:
+        """torch.distributed's backend for a sharded run's process group."""
+        return "gloo"
+
+    def rank_device(self, local_rank: int):
+        """The device of a sharded run's rank ``local_rank`` (after ``rank_env`` pinned its process)."""
+        import torch
+
+        return torch.device("cpu")
+
+    # --- in the sweep's runner (nothing imported) --------------------------------------------------
+
+    def hardware_visible(self) -> bool | None:
+        """Whether this machine has the device, told without importing torch; None: only torch can tell."""
+        return True
+
+    def pinning_env(self, ids: Iterable[int]) -> dict:
+        """Environment variables that pin a probe process to the devices ``ids``."""
+        return {}
+
+    def rank_env(self, local_rank: int, world_size: int, environ: Mapping[str, str]) -> dict:
+        """Environment variables that give rank ``local_rank`` of a sharded run its device, set before torch
+        is imported; ``environ`` is the probe's own (pinned to the probe's devices)."""
+        return {}

@@ -1,0 +1,131 @@
+"""From a device name to its adapter: in the probe (``resolve``: the backend loaded and checked) and
+in the sweep's runner (``facts``: kind, count and memory, asked once of a short-lived child process,
+so that the runner never holds a TPU chip nor creates a CUDA context)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+from .backends import AUTOLOAD_VAR, backend_devices
+from .base import Adapter, DeviceUnavailable
+from .registry import adapter_for, registered
+
+
+def resolve(device: str) -> Adapter:
+    """The adapter for ``device`` (``cpu``, ``auto`` or an accelerator's name), its backend loaded;
+    ``DeviceUnavailable`` (one sentence) when this machine does not have it."""
+    if device == "cpu":
+        return Adapter("cpu")
+    if device == "auto":
+        return _auto()
+    adapter = adapter_for(device)
+    problem = adapter.unavailable()
+    if problem:
+        raise DeviceUnavailable(problem)
+    return adapter
+
+
+def auto_candidates() -> list[str]:
+    """The accelerators ``auto`` may find, without importing torch: every backend with an adapter of its own
+    or an installed out-of-tree package, except those whose adapter sees no hardware."""
+    names = [n for n in dict.fromkeys([*registered(), *backend_devices()]) if n != "cpu"]
+    return [n for n in names if adapter_for(n).hardware_visible() is not False]
+
+
+def _auto() -> Adapter:
+    """The current accelerator, else the first candidate whose backend loads and reports itself, else the CPU."""
+    import torch
+
+    current = torch.accelerator.current_accelerator()
+    if current is not None and torch.accelerator.is_available():
+        return resolve(current.type)
+    for name in auto_candidates():
+        try:
+            return resolve(name)
+        except DeviceUnavailable:
+            continue
+    return Adapter("cpu")
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """What the sweep's runner knows of a device: its kind, how many, memory per device (None: unknown),
+    or why it cannot be used (``problem``)."""
+
+    type: str
+    count: int = 1
+    memory_bytes: int | None = None
+    problem: str | None = None
+
+
+def _cpu_facts() -> DeviceFacts:
+    import psutil
+
+    return DeviceFacts("cpu", 1, psutil.virtual_memory().total)
+
+
+def facts(device: str) -> DeviceFacts:
+    """``device``'s facts for the runner. The CPU, and ``auto`` where no accelerator can be there, are
+    answered here; any other device by a child process that resolves it (``python -m
+    model_support.probe.devices DEVICE``), once per device and environment."""
+    if device == "cpu" or (device == "auto" and not auto_candidates()):
+        return _cpu_facts()
+    return _facts_from_child(device, tuple(sorted(os.environ.items())))
+
+
+@functools.lru_cache(maxsize=16)
+def _facts_from_child(device: str, environ: tuple) -> DeviceFacts:
+    env = dict(environ)
+    env.setdefault(AUTOLOAD_VAR, "0")
+    done = subprocess.run(
+        [sys.executable, "-m", "model_support.probe.devices", device],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    lines = done.stdout.strip().splitlines()
+    try:
+        return DeviceFacts(**json.loads(lines[-1]))
+    except (IndexError, ValueError, TypeError):
+        why = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return DeviceFacts(device, 0, None, f"Device {device!r} could not be checked: {why}")
+
+
+def describe(device: str) -> DeviceFacts:
+    """In the child: resolve ``device`` and say what it is."""
+    try:
+        adapter = resolve(device)
+    except DeviceUnavailable as exc:
+        return DeviceFacts(device, 0, None, str(exc))
+    if adapter.type == "cpu":
+        return _cpu_facts()
+    try:
+        memory = adapter.device_memory_bytes()
+    except DeviceUnavailable:
+        memory = None
+    return DeviceFacts(adapter.type, adapter.device_count(), memory)
+
+
+def check_available(device: str) -> str | None:
+    """None when ``device`` can be used here, else the one sentence a probe would record (``auto`` always
+    can: it falls back to the CPU)."""
+    if device == "auto":
+        return None
+    return facts(device).problem
+
+
+def pinning_env(kind: str, ids: Iterable[int]) -> dict:
+    """Environment variables that pin a probe process to the devices ``ids`` of kind ``kind``."""
+    return adapter_for(kind).pinning_env(ids)
+
+
+def main(argv: list[str]) -> None:
+    """``python -m model_support.probe.devices DEVICE``: one JSON line, the device's facts."""
+    print(json.dumps(asdict(describe(argv[0]))))

@@ -1,0 +1,28 @@
+"""The pretend accelerator: a PyTorch PrivateUse1 backend written in Python, named ``pretend``, whose
+operators run on the CPU underneath, with a stack's faults on demand.
+
+No accelerator is on the machines that build and test this project; this one makes the accelerator
+path run anyway (see docs/devices.md). It is loaded the way torch_tpu is, through torch's
+device-backend autoload entry point (group ``torch.backends`` in pyproject.toml), and registers
+itself only when ``MODEL_SUPPORT_PRETEND`` is set: elsewhere ``load`` does nothing.
+
+``MODEL_SUPPORT_PRETEND`` holds JSON (``config``): ``devices``, ``memory_gb``, ``missing_ops``,
+``unsupported_dtypes``, ``wrong_ops``, ``crash_ops``, ``slow_ops``; ``PRETEND_VISIBLE_DEVICES``
+pins a process to some of the devices.
+"""
+
+from __future__ import annotations
+
+from .config import CONFIG_VAR, NAME, VISIBLE_VAR, Config, PretendConfigError, parse
+
+
+def load() -> None:
+    """torch's autoload entry point: register the backend when ``MODEL_SUPPORT_PRETEND`` is set."""
+    from .config import from_environment
+
+    config = from_environment()
+    if config is None:
+        return
+    from .backend import register
+
+    register(config)

@@ -1,0 +1,74 @@
+"""Registering the pretend accelerator with torch: PrivateUse1 renamed ``pretend``, its device module
+(``torch.pretend``), the kernels that create tensors on it, and a process-group backend for
+its collectives (gloo underneath: the data are CPU tensors)."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from . import device as _device_module
+from . import tensor as _tensor
+from .config import NAME, Config
+
+_LIBRARY = None  # the torch.library registration, kept alive for the life of the process
+
+
+def operator(name: str):
+    """The operator ``name`` names (``"aten::rsqrt"``, ``"aten::add.Tensor"``), or None when torch has none."""
+    namespace, _, rest = name.partition("::")
+    base, _, overload = rest.partition(".")
+    try:
+        packet = getattr(getattr(torch.ops, namespace), base)
+        return getattr(packet, overload or "default") if overload else packet
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def _check_ops(config: Config) -> None:
+    """Every operator a fault names must exist: a typo would otherwise be a fault that never happens."""
+    from .config import CONFIG_VAR, PretendConfigError
+
+    for key in ("missing_ops", "wrong_ops", "crash_ops", "slow_ops"):
+        for name in getattr(config, key):
+            if "::" not in name or operator(name) is None:
+                raise PretendConfigError(
+                    f"{CONFIG_VAR}: {key} names {name!r}, which is no operator torch knows; write it as 'aten::rsqrt' "
+                    "(or 'aten::add.Tensor' for one overload)."
+                )
+
+
+def register(config: Config) -> None:
+    """Make ``pretend`` a device of this process (once)."""
+    global _LIBRARY
+    if _tensor.STATE is not None:
+        return
+    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+    _check_ops(config)
+    _tensor.STATE = _tensor.State(config)
+    _setup_privateuseone_for_python_backend(NAME, backend_module=_device_module)
+    sys.modules[f"torch.{NAME}"] = _device_module
+    _LIBRARY = torch.library.Library("aten", "IMPL")
+    for name in _tensor.FACTORIES:
+        base, _, overload = name.partition(".")
+        op = getattr(getattr(torch.ops.aten, base), overload or "default")
+        _LIBRARY.impl(name, _tensor.device_kernel(op), "PrivateUse1")
+    _LIBRARY.impl("_copy_from", _tensor.copy_from, "PrivateUse1")
+    _register_process_group()
+
+
+def _gloo(store, rank, size, timeout):
+    import torch.distributed as dist
+
+    return dist.ProcessGroupGloo(store, rank, size, timeout)
+
+
+def _register_process_group() -> None:
+    """``torch.distributed``'s backend for the device: gloo, since every collective reaches it with the
+    CPU tensors underneath (``tensor.run`` unwraps them before the collective runs)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and NAME not in dist.Backend.backend_list:
+        dist.Backend.register_backend(NAME, _gloo, devices=[NAME])

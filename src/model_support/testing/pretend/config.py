@@ -1,0 +1,105 @@
+"""What the pretend accelerator is told to be: ``MODEL_SUPPORT_PRETEND`` (JSON), read once per process.
+
+Every key is optional; ``{}`` is a healthy accelerator with one device and no memory limit. A bad
+value is refused with one sentence naming the key and what it accepts (``PretendConfigError``),
+before anything runs on the device. Standard library only: the entry point reads this module on
+every ``import torch`` that autoloads backends, so it stays cheap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+NAME = "pretend"
+#: The JSON that switches the backend on and sets its faults.
+CONFIG_VAR = "MODEL_SUPPORT_PRETEND"
+#: Which of the ``devices`` this process sees (``"1,3"``), as CUDA_VISIBLE_DEVICES / TPU_VISIBLE_CHIPS do.
+VISIBLE_VAR = "PRETEND_VISIBLE_DEVICES"
+KEYS = ("devices", "memory_gb", "missing_ops", "unsupported_dtypes", "wrong_ops", "crash_ops", "slow_ops")
+
+
+class PretendConfigError(ValueError):
+    """``MODEL_SUPPORT_PRETEND`` or ``PRETEND_VISIBLE_DEVICES`` says something the backend cannot be."""
+
+
+@dataclass(frozen=True)
+class Config:
+    devices: int = 1
+    memory_gb: float | None = None  # per device; None: no limit
+    missing_ops: frozenset = field(default_factory=frozenset)
+    unsupported_dtypes: frozenset = field(default_factory=frozenset)
+    wrong_ops: frozenset = field(default_factory=frozenset)
+    crash_ops: frozenset = field(default_factory=frozenset)
+    slow_ops: dict = field(default_factory=dict)
+    visible: tuple = (0,)  # the physical devices this process sees, in index order
+
+    @property
+    def memory_bytes(self) -> int | None:
+        return None if self.memory_gb is None else int(self.memory_gb * 1e9)
+
+
+def _names(raw: dict, key: str) -> frozenset:
+    value = raw.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise PretendConfigError(f"{CONFIG_VAR}: {key!r} must be a list of names, not {value!r}.")
+    return frozenset(value)
+
+
+def parse(text: str, visible: str | None = None) -> Config:
+    """The configuration in ``text`` (JSON), seen through ``visible`` (the visibility variable's value)."""
+    try:
+        raw = json.loads(text or "{}")
+    except json.JSONDecodeError as exc:
+        raise PretendConfigError(f"{CONFIG_VAR} is not JSON ({exc.msg} at character {exc.pos}): {text!r}.") from None
+    if not isinstance(raw, dict):
+        raise PretendConfigError(f'{CONFIG_VAR} must be a JSON object such as {{"devices": 2}}, not {text!r}.')
+    unknown = sorted(set(raw) - set(KEYS))
+    if unknown:
+        raise PretendConfigError(f"{CONFIG_VAR}: unknown key(s) {', '.join(unknown)}; accepted: {', '.join(KEYS)}.")
+    devices = raw.get("devices", 1)
+    if not isinstance(devices, int) or isinstance(devices, bool) or devices < 1:
+        raise PretendConfigError(f"{CONFIG_VAR}: 'devices' must be a whole number >= 1, not {devices!r}.")
+    memory = raw.get("memory_gb")
+    if memory is not None and (not isinstance(memory, int | float) or isinstance(memory, bool) or memory <= 0):
+        raise PretendConfigError(f"{CONFIG_VAR}: 'memory_gb' must be a number of GB above 0, not {memory!r}.")
+    slow = raw.get("slow_ops", {})
+    if not isinstance(slow, dict) or not all(
+        isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
+        for k, v in slow.items()
+    ):
+        raise PretendConfigError(f"{CONFIG_VAR}: 'slow_ops' must map operator names to seconds >= 0, not {slow!r}.")
+    return Config(
+        devices=devices,
+        memory_gb=None if memory is None else float(memory),
+        missing_ops=_names(raw, "missing_ops"),
+        unsupported_dtypes=_names(raw, "unsupported_dtypes"),
+        wrong_ops=_names(raw, "wrong_ops"),
+        crash_ops=_names(raw, "crash_ops"),
+        slow_ops={k: float(v) for k, v in slow.items()},
+        visible=_visible(visible, devices),
+    )
+
+
+def _visible(value: str | None, devices: int) -> tuple:
+    if value is None or not value.strip():
+        return tuple(range(devices))
+    try:
+        ids = tuple(int(part) for part in value.split(","))
+    except ValueError:
+        ids = ()
+    if not ids or len(set(ids)) != len(ids) or not all(0 <= i < devices for i in ids):
+        raise PretendConfigError(
+            f"{VISIBLE_VAR}={value!r} must list distinct device ids below {devices} (the devices in {CONFIG_VAR})."
+        )
+    return ids
+
+
+def from_environment(environ=None) -> Config | None:
+    """This process's configuration, or None when ``MODEL_SUPPORT_PRETEND`` is not set (the backend is off)."""
+    environ = os.environ if environ is None else environ
+    text = environ.get(CONFIG_VAR)
+    if text is None:
+        return None
+    return parse(text, environ.get(VISIBLE_VAR))

@@ -1,0 +1,272 @@
+"""Tensors on the pretend device: CPU tensors underneath, every operator through one Python function.
+
+A ``PretendTensor`` is a wrapper subclass (``torch.Tensor._make_wrapper_subclass``): it reports the
+device ``pretend:<i>`` and holds the real data as a CPU tensor. Every operator on it reaches
+``__torch_dispatch__``, and operators that create tensors on the device from nothing (``empty``,
+``empty_strided``, the factories built on them) reach the PrivateUse1 fallback: both go through
+``run``, which acts out the configured faults, runs the operator on the CPU data, and wraps the
+results again, counting each new storage against the device's memory (``Ledger``). A clean run is
+therefore bit for bit the CPU's in the same dtype: the same kernels, in the same order.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import weakref
+
+import torch
+from torch._subclasses.fake_tensor import is_fake
+from torch.utils._pytree import tree_flatten, tree_map_only
+
+from .config import NAME, Config
+
+
+class Ledger:
+    """One device's memory: bytes held by live storages, the peak, and the limit (None: no limit)."""
+
+    def __init__(self, index: int, physical: int, limit: int | None):
+        self.index, self.physical, self.limit = index, physical, limit
+        self.allocated = 0
+        self.peak = 0
+        self.storages: dict[int, list[int]] = {}  # storage address -> [bytes, live wrappers]
+        self.lock = threading.Lock()
+
+    def hold(self, key: int, nbytes: int) -> None:
+        """Count one more wrapper of the storage at ``key``; a new storage's bytes may not pass the limit."""
+        with self.lock:
+            entry = self.storages.get(key)
+            if entry is None:
+                if self.limit is not None and self.allocated + nbytes > self.limit:
+                    raise torch.OutOfMemoryError(oom_message(self, nbytes))
+                self.storages[key] = [nbytes, 1]
+                self.allocated += nbytes
+                self.peak = max(self.peak, self.allocated)
+            else:
+                entry[1] += 1
+
+    def release(self, key: int) -> None:
+        with self.lock:
+            entry = self.storages.get(key)
+            if entry is None:
+                return
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self.storages[key]
+                self.allocated -= entry[0]
+
+
+def _mib(nbytes: float) -> str:
+    return f"{nbytes / 2**20:.2f} MiB"
+
+
+def oom_message(ledger: Ledger, nbytes: int) -> str:
+    """Worded as CUDA's allocator words it, so that every out-of-memory check recognises it."""
+    free = max(0, ledger.limit - ledger.allocated)
+    return (
+        f"{NAME} out of memory. Tried to allocate {_mib(nbytes)}. Device {ledger.index} has a total capacity of "
+        f"{_mib(ledger.limit)} of which {_mib(free)} is free. Of the allocated memory {_mib(ledger.allocated)} is "
+        f"allocated by tensors on the device."
+    )
+
+
+class State:
+    """The backend's process-wide state: its configuration, the current device, one ledger per device."""
+
+    def __init__(self, config: Config):
+        self.config = config
+        self.current = 0
+        self.ledgers = [Ledger(i, p, config.memory_bytes) for i, p in enumerate(config.visible)]
+
+    def device(self, index: int | None = None) -> torch.device:
+        return torch.device(NAME, self.current if index is None else index)
+
+    def ledger(self, device) -> Ledger:
+        index = torch.device(device).index
+        index = self.current if index is None else index
+        if not 0 <= index < len(self.ledgers):
+            raise RuntimeError(
+                f"{NAME} device {index} is not visible here: this process sees {len(self.ledgers)} device(s)."
+            )
+        return self.ledgers[index]
+
+
+STATE: State | None = None  # set by ``backend.register``
+
+
+class PretendTensor(torch.Tensor):
+    """A tensor on ``pretend:<i>`` whose data is the CPU tensor ``_data``."""
+
+    _data: torch.Tensor
+
+    @staticmethod
+    def __new__(cls, data: torch.Tensor, device: torch.device):
+        tensor = torch.Tensor._make_wrapper_subclass(
+            cls,
+            data.size(),
+            strides=data.stride(),
+            storage_offset=data.storage_offset(),
+            dtype=data.dtype,
+            layout=data.layout,
+            device=device,
+            requires_grad=data.requires_grad,
+        )
+        tensor._data = data
+        return tensor
+
+    def __repr__(self, *, tensor_contents=None):
+        return repr(self._data).replace("tensor(", "PretendTensor(", 1)[:-1] + f", device='{self.device}')"
+
+    def tolist(self):  # torch refuses tolist() on subclasses; a device tensor copies its values to the host
+        return self._data.tolist()
+
+    def __tensor_flatten__(self):
+        return ["_data"], {"device": self.device}
+
+    @staticmethod
+    def __tensor_unflatten__(inner, meta, outer_size, outer_stride):
+        return PretendTensor(inner["_data"], meta["device"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        return run(func, args, kwargs or {})
+
+
+def wrap(data: torch.Tensor, device: torch.device) -> PretendTensor:
+    """``data`` as a tensor on ``device``: refused for a dtype the device lacks, counted against its memory."""
+    config = STATE.config
+    dtype = str(data.dtype).removeprefix("torch.")
+    if dtype in config.unsupported_dtypes:
+        raise TypeError(
+            f"Cannot convert a {NAME} Tensor to {dtype} dtype as the {NAME} backend doesn't support {dtype}. "
+            "Please use another dtype."
+        )
+    ledger = STATE.ledger(device)
+    device = torch.device(NAME, ledger.index)
+    if is_fake(data) or type(data) not in (torch.Tensor, torch.nn.Parameter):
+        # torch.compile's fake tensors (nothing allocated) and other wrappers (a collective's result waiting
+        # for its data): counted, if at all, where their data are
+        return PretendTensor(data, device)
+    storage = data.untyped_storage()
+    key, nbytes = storage.data_ptr(), storage.nbytes()
+    if nbytes:
+        ledger.hold(key, nbytes)
+    if nbytes:  # on the CPU data, not the wrapper: module.to() swaps wrappers, which refuses weak references
+        weakref.finalize(data, ledger.release, key)
+    return PretendTensor(data, device)
+
+
+def _names(func) -> tuple[str, str]:
+    name = func._schema.name
+    overload = func._overloadname
+    return name, f"{name}.{overload}" if overload and overload != "default" else name
+
+
+def act_out_faults(func) -> None:
+    """What the configured faults do before ``func`` runs: crash, stall, or have no kernel."""
+    config = STATE.config
+    names = _names(func)
+    if any(n in config.crash_ops for n in names):
+        os.write(2, f"{NAME} runtime: fatal error in {names[0]}; aborting\n".encode())
+        os.abort()  # as a device runtime abort does: the process dies with SIGABRT
+    for name in names:
+        if name in config.slow_ops:
+            time.sleep(config.slow_ops[name])
+    if any(n in config.missing_ops for n in names):
+        raise NotImplementedError(
+            f"Could not run '{names[0]}' with arguments from the '{NAME}' backend. This could be because the "
+            "operator doesn't exist for this backend, or was omitted during the selective/custom build process "
+            "(if using custom build)."
+        )
+
+
+def _wrong(tensor: torch.Tensor) -> None:
+    """Make ``tensor`` silently wrong, deterministically, in place: floating values reversed along the last
+    dimension and negated (a kernel with a layout and sign bug); integers off by one; booleans flipped."""
+    if tensor.is_floating_point() or tensor.is_complex():
+        bad = -(tensor.flip(-1) if tensor.dim() else tensor)
+    elif tensor.dtype == torch.bool:
+        bad = ~tensor
+    else:
+        bad = tensor + 1
+    tensor.copy_(bad)
+
+
+def _target_device(leaves: list) -> torch.device | None:
+    """Where the results live: the device an argument names (``device=``, ``to(device)``) when there is
+    one, else the pretend device of the inputs (``leaves``: the operator's arguments, flattened)."""
+    named = [leaf for leaf in leaves if isinstance(leaf, torch.device)]
+    if named:
+        return named[0]
+    found = {leaf.device for leaf in leaves if isinstance(leaf, PretendTensor)}
+    if len(found) > 1:
+        first, second = sorted(found, key=str)[:2]
+        raise RuntimeError(
+            f"Expected all tensors to be on the same device, but found at least two devices, {first} and {second}!"
+        )
+    return found.pop() if found else None
+
+
+_CPU = torch.device("cpu")
+
+
+def _on_cpu(tensor: torch.Tensor) -> torch.Tensor:
+    """The CPU tensor an operator runs on: a device tensor's data; a fake tensor that torch.compile made
+    for the device (a plain tensor claiming the device) moved, in metadata only."""
+    if isinstance(tensor, PretendTensor):
+        return tensor._data
+    if tensor.device.type == NAME:
+        return tensor.to(_CPU)
+    return tensor
+
+
+def run(func, args, kwargs):
+    """One operator on the pretend device (see the module docstring)."""
+    act_out_faults(func)
+    leaves = tree_flatten((args, kwargs))[0]
+    target = _target_device(leaves)
+    inputs = {id(t._data): t for t in leaves if isinstance(t, PretendTensor)}
+    plain = {id(t) for t in leaves if isinstance(t, torch.Tensor) and not isinstance(t, PretendTensor)}
+    cpu_args, cpu_kwargs = tree_map_only(torch.Tensor, _on_cpu, (args, kwargs))
+    cpu_args, cpu_kwargs = tree_map_only(torch.device, lambda d: _CPU if d.type == NAME else d, (cpu_args, cpu_kwargs))
+    out = func(*cpu_args, **cpu_kwargs)
+    if any(n in STATE.config.wrong_ops for n in _names(func)):
+        for tensor in tree_flatten(out)[0]:
+            if isinstance(tensor, torch.Tensor):
+                _wrong(tensor)
+    if target is None or target.type != NAME:
+        return out  # a copy to the CPU, or no tensor on the device at all
+
+    def back(tensor):
+        if id(tensor) in inputs:  # in place: the input itself
+            return inputs[id(tensor)]
+        if id(tensor) in plain:  # an input that is not on the device (copy_ into a CPU tensor)
+            return tensor
+        return wrap(tensor, target)
+
+    return tree_map_only(torch.Tensor, back, out)
+
+
+def device_kernel(op):
+    """The PrivateUse1 kernel of ``op``, for calls that reach the device with no device tensor among their
+    inputs: the factories (``empty``, ``empty_strided``) asked for ``device='pretend'``."""
+
+    def kernel(*args, **kwargs):
+        return run(op, args, kwargs)
+
+    return kernel
+
+
+def copy_from(src, dst, non_blocking=False):
+    """``aten::_copy_from``: a copy into or out of the device that bypassed Python dispatch (``torch.tensor(...,
+    device=...)`` does). The faults of ``aten::copy_`` apply."""
+    act_out_faults(torch.ops.aten.copy_.default)
+    source = src._data if isinstance(src, PretendTensor) else src
+    target = dst._data if isinstance(dst, PretendTensor) else dst
+    target.copy_(source, non_blocking)
+    return dst
+
+
+#: Operators the device runs without a device tensor among their inputs (see ``device_kernel``).
+FACTORIES = ("empty.memory_format", "empty_strided")

@@ -1,0 +1,514 @@
+"""The pretend accelerator (``model_support.testing.pretend``): a PrivateUse1 backend written in Python with
+a stack's faults on demand, and the accelerator path of the project run on it (docs/devices.md).
+
+The backend's own behaviour is checked in child processes (registering a device renames PrivateUse1 for
+the life of a process, which the test process must not do); the probe, sweeps, debug and repro scripts
+run for real on it, as they would on a TPU."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from model_support.testing.pretend import CONFIG_VAR, VISIBLE_VAR, PretendConfigError, parse
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = "data/models/tiny-llama"
+CLI = [sys.executable, "-m", "model_support.cli"]
+
+
+def pretend_env(config: dict | None = None, **extra) -> dict:
+    import os
+
+    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", **extra}
+    if config is not None:
+        env[CONFIG_VAR] = json.dumps(config)
+    return env
+
+
+def run_child(code: str, config: dict | None = None, **extra) -> subprocess.CompletedProcess:
+    """``code`` in a fresh python with the pretend accelerator configured by ``config``."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=pretend_env(config, **extra),
+        cwd=REPO,
+        timeout=600,
+    )
+
+
+def child_json(code: str, config: dict | None = None, **extra) -> dict:
+    done = run_child(code, config, **extra)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# --- the configuration -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "visible", "words"),
+    [
+        ("{devices: 2}", None, "MODEL_SUPPORT_PRETEND is not JSON"),
+        ("[1]", None, "must be a JSON object"),
+        ('{"device": 2}', None, "unknown key(s) device; accepted: devices, memory_gb"),
+        ('{"devices": 0}', None, "'devices' must be a whole number >= 1, not 0"),
+        ('{"memory_gb": -1}', None, "'memory_gb' must be a number of GB above 0"),
+        ('{"missing_ops": "aten::rsqrt"}', None, "'missing_ops' must be a list of names"),
+        ('{"slow_ops": {"aten::mm": "1s"}}', None, "'slow_ops' must map operator names to seconds"),
+        ('{"devices": 2}', "0,2", "PRETEND_VISIBLE_DEVICES='0,2' must list distinct device ids below 2"),
+        ('{"devices": 2}', "1,1", "must list distinct device ids"),
+    ],
+)
+def test_a_bad_configuration_is_one_sentence(text, visible, words):
+    with pytest.raises(PretendConfigError) as caught:
+        parse(text, visible)
+    assert words in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_the_configuration_and_its_visibility():
+    config = parse(
+        '{"devices": 4, "memory_gb": 0.5, "missing_ops": ["aten::rsqrt"], "slow_ops": {"aten::mm": 2}}', "3,1"
+    )
+    assert config.visible == (3, 1) and config.memory_bytes == 500_000_000
+    assert config.missing_ops == frozenset({"aten::rsqrt"}) and config.slow_ops == {"aten::mm": 2.0}
+    assert parse("", None).visible == (0,) and parse("{}", None).memory_bytes is None
+
+
+# --- the backend, in a child process ------------------------------------------------------------------
+
+BACKEND_CHECKS = """
+    import json, time
+    import torch
+    from model_support.probe import devices, probe_core
+    from model_support.testing.pretend import tensor
+
+    adapter = devices.resolve("pretend")  # loads the backend through its torch.backends entry point
+    out = {"accelerator": str(torch.accelerator.current_accelerator()), "count": torch.accelerator.device_count(),
+           "physical": [torch.pretend.get_device_properties(i).physical_id for i in range(adapter.device_count())]}
+    for name in ("max_memory_allocated", "synchronize"):  # torch's generic calls refuse a Python backend
+        try:
+            getattr(torch.accelerator, name)()
+            out[name] = "answered"
+        except RuntimeError as exc:
+            out[name] = str(exc)[:200]
+    cpu = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    x = cpu.to("pretend")
+    out["type"], out["device"] = type(x).__name__, str(x.device)
+    out["roundtrip"] = torch.equal((x * 2 + 1).cpu(), cpu * 2 + 1)
+    out["tolist"] = x.sum(0).tolist()
+    out["allocated"] = torch.pretend.memory_allocated()
+    y = torch.ones(1000, device="pretend")  # 4000 bytes more
+    out["after_ones"] = torch.pretend.memory_allocated()
+    del y
+    out["after_del"], out["peak"] = torch.pretend.memory_allocated(), torch.pretend.max_memory_allocated()
+    out["peak_mb"], out["source"] = adapter.peak_memory_mb()
+    try:
+        torch.ones(10**6, device="pretend")  # 4 MB: above memory_gb
+    except Exception as exc:
+        out["oom"] = [type(exc).__name__, str(exc), probe_core.is_oom(exc)]
+    try:
+        x.rsqrt()
+    except NotImplementedError as exc:
+        out["missing"] = str(exc)
+    out["add_ok"] = torch.equal((x + x).cpu(), cpu + cpu)
+    try:
+        torch.zeros(2, dtype=torch.float64, device="pretend")
+    except TypeError as exc:
+        out["dtype"] = str(exc)
+    out["float32_ok"] = torch.zeros(2, device="pretend").dtype == torch.float32
+    out["wrong"] = (x @ torch.eye(4).to("pretend")).cpu().tolist()
+    out["wrong_again"] = (x @ torch.eye(4).to("pretend")).cpu().tolist()
+    slept = []
+    tensor.time.sleep = slept.append  # the slow operator's delay, recorded rather than waited for
+    (x - x).cpu()
+    out["slept"] = slept
+    on_one = torch.ones(2, device="pretend:1")
+    try:
+        torch.ones(2, device="pretend:0") + on_one
+    except RuntimeError as exc:
+        out["two_devices"] = str(exc)
+    out["rank_device"] = str(adapter.rank_device(1))
+    out["current"] = torch.pretend.current_device()
+    out["compile_backend"], out["distributed"] = adapter.compile_backend(), adapter.distributed_backend()
+    print(json.dumps(out))
+"""
+
+
+def test_the_backend_runs_on_the_cpu_underneath_with_its_faults():
+    config = {
+        "devices": 4,
+        "memory_gb": 0.000_01,  # 10,000 bytes
+        "missing_ops": ["aten::rsqrt"],
+        "unsupported_dtypes": ["float64"],
+        "wrong_ops": ["aten::mm"],
+        "slow_ops": {"aten::sub.Tensor": 2.5},
+    }
+    out = child_json(BACKEND_CHECKS, config, **{VISIBLE_VAR: "2,3"})
+    assert (out["accelerator"], out["count"], out["physical"]) == ("pretend", 2, [2, 3])
+    assert "is not a DeviceAllocator" in out["max_memory_allocated"]  # as torch_tpu's allocator is not either
+    assert out["synchronize"] != "answered"
+    assert (out["type"], out["device"], out["roundtrip"]) == ("PretendTensor", "pretend:0", True)
+    assert out["tolist"] == [12.0, 15.0, 18.0, 21.0]
+    assert out["after_ones"] - out["allocated"] == 4000 and out["after_del"] == out["allocated"]
+    assert out["peak"] >= out["after_ones"]
+    assert out["peak_mb"] == out["peak"] / 2**20 and out["source"] == "torch.pretend.max_memory_allocated"
+    name, message, classified = out["oom"]
+    assert name == "OutOfMemoryError" and classified
+    assert message.startswith("pretend out of memory. Tried to allocate 3.81 MiB. Device 0 has a total capacity of")
+    assert out["missing"].startswith("Could not run 'aten::rsqrt' with arguments from the 'pretend' backend.")
+    assert out["add_ok"] and out["float32_ok"]
+    assert out["dtype"].startswith("Cannot convert a pretend Tensor to float64 dtype")
+    right = [[float(4 * r + c) for c in range(4)] for r in range(3)]
+    assert out["wrong"] == [[-v for v in reversed(row)] for row in right]  # wrong, and the same wrong every time
+    assert out["wrong_again"] == out["wrong"]
+    assert out["slept"] == [2.5]
+    assert out["two_devices"] == (
+        "Expected all tensors to be on the same device, but found at least two devices, pretend:0 and pretend:1!"
+    )
+    assert (out["rank_device"], out["current"]) == ("pretend:1", 1)
+    assert (out["compile_backend"], out["distributed"]) == ("aot_eager", "cpu:gloo,pretend:pretend")
+
+
+def test_a_crashing_operator_kills_the_process_as_a_runtime_abort_does():
+    done = run_child(
+        """
+        import torch
+        from model_support.probe import devices
+        devices.resolve("pretend")
+        torch.ones(3, device="pretend").relu()
+        print("survived")
+        """,
+        {"crash_ops": ["aten::relu"]},
+    )
+    assert done.returncode == -signal.SIGABRT and "survived" not in done.stdout
+    assert "pretend runtime: fatal error in aten::relu; aborting" in done.stderr
+
+
+def test_off_unless_configured_and_a_typo_in_a_fault_is_refused():
+    code = """
+        import json
+        from model_support.probe import devices
+        try:
+            devices.resolve("pretend")
+        except devices.DeviceUnavailable as exc:
+            print(json.dumps(str(exc)))
+        """
+    off = child_json(code)
+    assert off.startswith(
+        "Device 'pretend' was requested but the pretend accelerator is off here: set MODEL_SUPPORT_PRETEND"
+    )
+    typo = child_json(code, {"missing_ops": ["aten::rsqrtt"]})
+    assert typo.startswith("Device 'pretend' was requested but its backend failed to load: PretendConfigError:")
+    assert "missing_ops names 'aten::rsqrtt', which is no operator torch knows" in typo
+
+
+def test_auto_finds_it_in_the_probe_and_in_the_runner():
+    """``device: auto``: the probe loads the backends whose hardware may be here (the pretend one: when it is
+    configured) and takes the one torch then reports; the runner asks the same of a child process."""
+    code = """
+        import json
+        from model_support.probe import devices
+        facts = devices.facts("auto")  # the runner's question: a child process answers
+        print(json.dumps([facts.type, facts.count, devices.auto_candidates(), devices.resolve("auto").type]))
+        """
+    assert child_json(code, {"devices": 3}) == ["pretend", 3, ["pretend"], "pretend"]
+    assert child_json(code) == ["cpu", 1, [], "cpu"]  # not configured: auto is the CPU, and no child was asked
+
+
+def test_a_sweep_on_a_device_this_machine_lacks_is_refused_before_any_model(tmp_path):
+    """Any well-formed accelerator name is a valid parameter; whether this machine has it is asked of the
+    device adapters (in a child process), once, before anything runs, with the sentence a probe records."""
+    import yaml
+
+    definition = tmp_path / "gpu.yaml"
+    definition.write_text(yaml.safe_dump({"name": "gpu", "probe": {"device": "gpu"}, "models": [TINY]}))
+    for device_env, sentence in (
+        (None, "Device 'gpu' was requested but this machine has no such accelerator (torch reports no accelerator)"),
+        (
+            {"devices": 1},
+            "Device 'gpu' was requested but this machine has no such accelerator (the accelerators here: pretend)",
+        ),
+    ):
+        done = subprocess.run(
+            [*CLI, "sweep", str(definition), "--data-dir", str(tmp_path / "data")],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=pretend_env(device_env),
+            timeout=600,
+        )
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+        assert done.stderr.strip().splitlines()[-1].startswith(f"Error: {sentence}"), done.stderr[-2000:]
+    assert not (tmp_path / "data").exists()
+
+
+def test_torch_autoloads_it_through_its_entry_point_as_it_does_torch_tpu():
+    """With torch's own autoload on (its default), ``import torch`` alone registers the device."""
+    out = child_json(
+        "import json, torch; print(json.dumps(str(torch.accelerator.current_accelerator())))",
+        {"devices": 1},
+        TORCH_DEVICE_BACKEND_AUTOLOAD="1",
+        PYTHONWARNINGS="ignore",
+    )
+    assert out == "pretend"
+
+
+def test_nothing_in_src_outside_the_testing_room_knows_the_name():
+    """The accelerator path is generic: the pretend device is found like any other backend, by its name."""
+    src = REPO / "src" / "model_support"
+    testing = src / "testing"
+    knowing = [
+        str(path.relative_to(REPO))
+        for path in src.rglob("*")
+        if path.is_file()
+        and testing not in path.parents
+        and "__pycache__" not in path.parts
+        and "pretend" in path.read_text(errors="ignore").lower()
+    ]
+    assert knowing == []
+
+
+# --- the probe on it ------------------------------------------------------------------------------------
+
+
+def test_the_probe_notebook_on_the_pretend_device_gives_the_cpus_tokens(tmp_path, monkeypatch, fixture_models):
+    """papermill, ``-p device pretend``: PASS, peak device memory with its source (torch's generic counter
+    refuses a Python backend, so the adapter's fallback, the backend's own module, answers), and the
+    tokens of the CPU reference, which runs in the same dtype (bfloat16)."""
+    from conftest import probe_record
+
+    monkeypatch.setenv(CONFIG_VAR, json.dumps({"devices": 1}))
+    record = probe_record(tmp_path, fixture_models["tiny-llama"]["path"], device="pretend", reference="cpu")
+    assert (record["status"], record["device_type"], record["device_count"]) == ("PASS", "pretend", 1)
+    assert record["device_name"] == "Pretend accelerator (CPU underneath)"
+    assert record["peak_device_mem_mb"] > 0.1 and record["device_mem_source"] == "torch.pretend.max_memory_allocated"
+    assert (record["reference_device"], record["reference_match"]) == ("cpu:bfloat16", True)
+    assert record["first_divergence"] is None and record["tokens_out"] == 8
+
+
+@pytest.mark.slow
+def test_compile_mode_uses_the_backend_the_adapter_names(tmp_path, monkeypatch, fixture_models):
+    """An out-of-tree backend without a compiler of its own compiles with aot_eager: dynamo's graphs run
+    through AOTAutograd on the device's tensors."""
+    from conftest import probe_record
+
+    monkeypatch.setenv(CONFIG_VAR, json.dumps({}))
+    record = probe_record(tmp_path, fixture_models["tiny-gpt2"]["path"], device="pretend", mode="compile")
+    assert (record["status"], record["variant"], record["compile_backend"]) == ("PASS", "compile+dynamic", "aot_eager")
+    assert record["matches_eager"] is True and record["graphs"] >= 1
+
+
+PROBE = """
+    import json, sys
+    from model_support.probe import run as probe
+    record = probe.run_probe(sys.argv[1], device="pretend", **json.loads(sys.argv[2]))
+    print(json.dumps({k: record[k] for k in ("status", "failure_stage", "error_type", "error_message", "attribution")}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("config", "settings", "expected", "words"),
+    [
+        (
+            {"unsupported_dtypes": ["float64"]},
+            {"dtype": "float64"},
+            ("FAIL(load)", "load", "TypeError", "stack"),
+            "Cannot convert a pretend Tensor to float64 dtype",
+        ),
+        (
+            {"memory_gb": 0.000_3},  # 300 KB: tiny-llama's weights do not fit
+            {},
+            ("FAIL(other)", "load", "OutOfMemoryError", "stack"),
+            "pretend out of memory. Tried to allocate",
+        ),
+    ],
+    ids=["unsupported dtype", "too little memory"],
+)
+def test_a_refused_dtype_and_too_little_memory_fail_at_load(config, settings, expected, words, fixture_models):
+    """Moving the model to the device is the load stage: a dtype the device lacks is FAIL(load), running out
+    of device memory FAIL(other) (out-of-memory always is); both the stack's (the CPU reference loads)."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(PROBE), fixture_models["tiny-llama"]["path"], json.dumps(settings)],
+        capture_output=True,
+        text=True,
+        env=pretend_env(config),
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (record["status"], record["failure_stage"], record["error_type"], record["attribution"]) == expected
+    assert record["error_message"].startswith(words)
+
+
+# --- a porting team's loop: params/pretend.yaml, before and after one operator is fixed -------------------
+
+#: The stack of params/pretend.yaml, and the same stack once aten::rsqrt is implemented.
+BEFORE = {"devices": 2, "missing_ops": ["aten::rsqrt", "aten::gelu"], "crash_ops": ["aten::relu"]}
+AFTER = {"devices": 2, "missing_ops": ["aten::gelu"], "crash_ops": ["aten::relu"]}
+
+
+def cli(args: list, config: dict | None, data: Path) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        [*CLI, *args, "--data-dir", str(data)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=pretend_env(config),
+        timeout=1800,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+@pytest.fixture(scope="module")
+def porting_loop(tmp_path_factory, fixture_models) -> dict:
+    """params/pretend.yaml swept on the stack BEFORE, then on AFTER, into one data folder (the CLI, for real)."""
+    from model_support.probe.model_ids import display_name
+    from model_support.record import store
+
+    data = tmp_path_factory.mktemp("pretend-data")
+    cli(["sweep", "params/pretend.yaml"], BEFORE, data)
+    (before,) = store.list_sweeps(data)
+    cli(["sweep", "params/pretend.yaml"], AFTER, data)
+    (after,) = set(store.list_sweeps(data)) - {before}
+    records = {
+        sweep: {display_name(r["model_id"]): r for r in store.read_records(data, sweep)} for sweep in (before, after)
+    }
+    return {"data": data, "before": before, "after": after, "records": records}
+
+
+def test_missing_operators_fail_the_models_that_call_them_and_are_the_stacks(porting_loop):
+    records = porting_loop["records"][porting_loop["before"]]
+    rsqrt = "NotImplementedError: Could not run 'aten::rsqrt' with arguments from the 'pretend' backend."
+    for name in ("tiny-llama", "tiny-qwen2"):  # one cause, one signature, on both models, with no place
+        r = records[name]
+        assert (r["status"], r["failure_stage"], r["attribution"]) == ("FAIL(gen)", "generate", "stack"), name
+        assert r["failure_signature"].startswith(rsqrt) and " @ " not in r["failure_signature"]
+        assert r["reference_device"] == "cpu:bfloat16"
+    neox = records["tiny-gpt-neox"]
+    assert (neox["status"], neox["attribution"]) == ("FAIL(gen)", "stack") and "'aten::gelu'" in neox["error_message"]
+    gpt2 = records["tiny-gpt2"]  # it never calls them: the same stack runs it
+    assert (gpt2["status"], gpt2["reference_match"]) == ("PASS", True)
+    assert gpt2["device_mem_source"] == "torch.pretend.max_memory_allocated"
+    opt = records["tiny-opt"]  # the runtime aborted its kernel; the sweep went on
+    assert (opt["status"], opt["failure_stage"], opt["error_type"]) == ("FAIL(other)", "runner", "DeadKernelError")
+    assert "killed by SIGABRT" in opt["error_message"]
+    assert {r["device_type"] for r in records.values()} == {"pretend"}
+    assert {r["device_count"] for r in records.values() if r["status"] != "FAIL(other)"} == {1}  # pinned: one each
+
+
+def test_two_workers_pin_each_probe_to_its_own_device(porting_loop):
+    from model_support.record import store
+
+    for sweep in (porting_loop["before"], porting_loop["after"]):
+        lines = (store.sweep_dir(porting_loop["data"], sweep) / "schedule.jsonl").read_text().splitlines()
+        grants = [json.loads(line) for line in lines]
+        assert len(grants) == 5 and all(len(g["devices"]) == 1 for g in grants)
+        assert {g["devices"][0] for g in grants} == {0, 1}
+        for device in (0, 1):  # never one device twice at once
+            spans = sorted((g["start"], g["end"]) for g in grants if g["devices"] == [device])
+            assert all(end <= next_start for (_, end), (next_start, _) in zip(spans, spans[1:])), spans
+
+
+def test_the_diff_and_the_report_show_what_the_fix_made_pass(porting_loop):
+    data, before, after = porting_loop["data"], porting_loop["before"], porting_loop["after"]
+    records = porting_loop["records"][after]
+    assert records["tiny-llama"]["status"] == records["tiny-qwen2"]["status"] == "PASS"
+    assert records["tiny-llama"]["reference_match"] is True
+    from model_support.render import terminal
+
+    changes = terminal.diff_table(data, before, after)
+    assert changes.select("model_id", "change").rows() == [
+        ("local:tiny-llama", "newly passing"),
+        ("local:tiny-qwen2", "newly passing"),
+    ]
+    assert all("'aten::rsqrt'" in was for was in changes["signature_before"])
+    assert set(changes["attribution_before"]) == {"stack"}  # what the stack's fix mended
+    out = cli(["diff", before, after], AFTER, data).stdout
+    assert f"{after} (on pretend) against {before} (on pretend)" in out
+    assert out.count("[stack])") == 2
+    assert "0 newly broken by the stack, 0 newly failing, 0 newly failing everywhere, 2 newly passing" in out
+    reports = data / "reports"
+    report = next(reports.glob(f"{after}*.html")).read_text()
+    assert "newly passing" in report and ">pretend<" in report  # the header's device
+    assert "whose, before" in report  # the newly passing runs' earlier failures: the stack's
+    assert '"pretend"' in (reports / "index.html").read_text()  # the explorer's device column and filter
+
+
+def test_debug_names_the_first_module_whose_forward_hits_the_missing_operator(porting_loop):
+    from model_support import debug
+
+    cli(["debug", porting_loop["before"], "tiny-llama"], BEFORE, porting_loop["data"])
+    from model_support.record import store
+
+    (path,) = (store.sweep_dir(porting_loop["data"], porting_loop["before"]) / "debug").glob("*tiny-llama*.ipynb")
+    result = debug.debug_result_from_notebook(path)
+    failure = result["forward_failure"]
+    assert result["device_type"] == "pretend" and not result["forward_ok"]
+    assert (failure["module"], failure["error_type"]) == ("model.layers.0.input_layernorm", "NotImplementedError")
+    assert "aten::rsqrt" in failure["error_message"]
+
+
+def test_the_repro_script_reproduces_the_failure_on_the_device(porting_loop, tmp_path, fixture_models):
+    record = porting_loop["records"][porting_loop["before"]]["tiny-llama"]
+    script = tmp_path / "repro.py"
+    script.write_text(record["repro_script"])
+    folder = fixture_models["tiny-llama"]["path"]
+    done = subprocess.run(
+        [sys.executable, str(script), folder], capture_output=True, text=True, env=pretend_env(BEFORE), timeout=600
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (out["status"], out["failure_stage"], out["error_type"]) == ("FAIL(gen)", "generate", "NotImplementedError")
+    assert out["error_message"] == record["error_message"]
+    fixed = subprocess.run(
+        [sys.executable, str(script), folder], capture_output=True, text=True, env=pretend_env(AFTER), timeout=600
+    )
+    assert fixed.returncode == 0, fixed.stderr[-3000:]  # on the fixed stack it passes, with the CPU's tokens
+    assert (
+        json.loads(fixed.stdout.strip().splitlines()[-1])["output_token_ids"]
+        == (porting_loop["records"][porting_loop["after"]]["tiny-llama"]["output_token_ids"])
+    )
+
+
+# --- several devices -----------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_model_bigger_than_one_device_runs_sharded_over_two(tmp_path, fixture_models):
+    """``devices: auto`` plans with the pretend device's memory (the runner asks the adapter, in a child
+    process): sharded-llama needs 2 devices of its size; its probe holds both (schedule.jsonl) and runs
+    one rank per device, tensor parallel, collectives through the device's process group (gloo underneath)."""
+    from model_support.record import store
+    from model_support.testing.sharded_fixtures import DEVICE_MEMORY_GB
+
+    data = tmp_path / "data"
+    definition = tmp_path / "sharded.yaml"
+    import yaml
+
+    definition.write_text(
+        yaml.safe_dump(
+            {
+                "name": "sharded",
+                "probe": {"device": "pretend", "devices": "auto", "reference": "none"},
+                "workers": 2,
+                "models": [fixture_models["sharded-llama"]["path"]],
+            }
+        )
+    )
+    cli(["sweep", str(definition), "--no-report"], {"devices": 2, "memory_gb": DEVICE_MEMORY_GB}, data)
+    (sweep,) = store.list_sweeps(data)
+    (record,) = store.read_records(data, sweep)
+    assert (record["status"], record["devices_used"], record["parallelism"]) == ("PASS", 2, "tp"), record
+    assert record["device_type"] == "pretend" and record["device_mem_source"] == "torch.pretend.max_memory_allocated"
+    (grant,) = [json.loads(x) for x in (store.sweep_dir(data, sweep) / "schedule.jsonl").read_text().splitlines()]
+    assert grant["devices"] == [0, 1]
