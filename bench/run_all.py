@@ -24,6 +24,7 @@ SCRIPTS = [
     "bench_cold_command.py",
     "bench_numerics.py",
     "bench_judge.py",
+    "bench_tasks.py",
     "bench_pretend.py",
 ]
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
@@ -182,6 +183,7 @@ def tables() -> str:
                 f"{r['matches_eager'] if r['matches_eager'] is not None else '-'} | {r['wall_s']:.0f} s |"
             )
         lines.append("")
+    lines += tasks_table(load("tasks"))
     pretend = load("pretend")
     if pretend:
         lines += [
@@ -211,6 +213,33 @@ def tables() -> str:
     if judge and "table" in judge:
         lines += [f"### The fluency judge on its labelled set ({judge['date']})", "", judge["table"], ""]
     return "\n".join(lines)
+
+
+def tasks_table(tasks: dict) -> list[str]:
+    """bench_tasks.py: the probe's cost for a VLM against a text model with the same language model."""
+    if not tasks:
+        return []
+    cell = lambda d: f"{d['median']:.3f} [{d['min']:.3f}-{d['max']:.3f}]"  # noqa: E731
+    lines = [
+        f"### Image-text-to-text against text-generation ({tasks['date']}, CPU, {tasks['reps']} runs of the stages "
+        f"in one warm process, {tasks['command_reps']} of the papermill command, alternating; median [min-max] s)",
+        "",
+        "| model | task | parameters | tokens in (image) | load | template | first token | generate | decode tok/s "
+        "| papermill probe (with CPU reference) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, m in tasks["models"].items():
+        st = m["stages"]
+        lines.append(
+            f"| {name} | {m['task']} | {m['num_params']:,} | {m['tokens_in']} ({m['image_tokens'] or 0}) | "
+            f"{cell(st['load_s'])} | {cell(st['template_s'])} | {cell(st['first_token_s'])} | {cell(st['generate_s'])} "
+            f"| {st['decode_tokens_per_s']['median']:.1f} | {cell(m['command_s'])} |"
+        )
+    lines += ["", f"Ratios VLM / {tasks['text']} (medians):", ""]
+    for vlm, ratios in tasks["ratios"].items():
+        lines.append(f"- {vlm}: " + ", ".join(f"{k.removesuffix('_s')} {v:.2f}x" for k, v in ratios.items()))
+    lines += ["", f"Drawing the probe image (224x224, integer arithmetic): {1000 * tasks['probe_image_s']:.0f} ms.", ""]
+    return lines
 
 
 def write_readme() -> None:

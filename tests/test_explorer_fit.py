@@ -118,6 +118,7 @@ def test_the_list_fits_1280_pixels(browser, tmp_path, kind):
             "type",
             "verdict",
             "whose",
+            "check",
             "devices",
             "signature",
             "sweep",

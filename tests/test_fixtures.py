@@ -20,6 +20,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 from model_support.record.schema import PASS, STAGES, VERDICTS  # noqa: E402
 from model_support.testing import fixtures  # noqa: E402
+from model_support.testing.vlm_fixtures import VLM_ARCHS  # noqa: E402
 
 TINY_PASS_MAX_BYTES = 5 * 2**20
 
@@ -31,10 +32,11 @@ def manifest(fixture_models) -> dict:
 
 
 def tiny_pass(manifest: dict) -> dict:
+    """The tiny text-generation models that PASS (the vision-language ones: tests/test_tasks.py)."""
     return {
         name: entry
         for name, entry in manifest["fixtures"].items()
-        if name.startswith("tiny-") and entry["expect"]["status"] == PASS
+        if name.startswith("tiny-") and entry["expect"]["status"] == PASS and name not in VLM_ARCHS
     }
 
 
@@ -45,6 +47,9 @@ def test_manifest_lists_every_fixture_with_a_valid_expectation(manifest):
         expect = entry["expect"]
         assert Path(entry["path"]).is_absolute() and Path(entry["path"]).name == name
         assert (Path(entry["path"]) / ".complete").is_file(), name
+        if expect["excluded"]:  # its processor needs a package this environment lacks: no verdict expected
+            assert expect["status"] is None and set(expect["excluded"]) <= {"torchvision", "num2words"}, name
+            continue
         assert expect["status"] in VERDICTS, name
         assert (expect["failure_stage"] is None) == (expect["status"] == PASS), name
         assert expect["failure_stage"] is None or expect["failure_stage"] in STAGES, name

@@ -256,17 +256,18 @@ def test_empty_data_gives_empty_tables(tmp_path):
     for table in (
         analysis.failure_signatures(empty, "x"),
         analysis.pass_rate_by_model_type(empty, "x"),
+        analysis.pass_rate_by_task(empty, "x"),
         analysis.model_changes(empty, "x", "y"),
         analysis.timing_histogram(empty, "x"),
         analysis.pass_rate_history(empty),
         analysis.pass_rate_by_version(empty, "torch"),
     ):
         assert table.height == 0
-    assert analysis.token_stats(empty, "x")["count"].to_list() == [0, 0]
+    assert analysis.token_stats(empty, "x")["count"].to_list() == [0, 0, 0]  # tokens_in, tokens_out, image_tokens
     assert analysis.sweep_index(tmp_path).height == 0
     # A frame that lacks columns altogether (an old file read directly) reads them as null.
     old = pl.DataFrame({"sweep_id": ["s", "s"], "model_id": ["a", "b"], "status": [PASS, GEN]})
-    assert analysis.token_stats(old, "s")["count"].to_list() == [0, 0]
+    assert analysis.token_stats(old, "s")["count"].to_list() == [0, 0, 0]
     assert analysis.timing_stats(old, "s")["median"].to_list() == [None, None, None]
     assert analysis.verdict_counts(old, "s")["count"].to_list() == [1, 0, 1, 0]
 
@@ -387,7 +388,7 @@ def test_synthetic_history_matches_a_plain_count(history):
         }
     legacy = pq.read_schema(next((data / "results" / f"sweep={ids[0]}").glob("*.parquet")))
     assert "tokens_in" not in legacy.names  # written as an older file really is
-    assert analysis.token_stats(results, ids[0])["count"].to_list() == [0, 0]
+    assert analysis.token_stats(results, ids[0])["count"].to_list() == [0, 0, 0]
     assert analysis.token_stats(results, ids[2])["count"].to_list()[1] > 0
 
 

@@ -36,6 +36,12 @@ def template(name: str) -> Path:
     return package_file("render", "templates", name)
 
 
+def probe_image() -> Path:
+    """The image-text-to-text probe's image as a PNG file, for people and the docs: the probe and every repro
+    script draw the same pixels in code (``probe_core.probe_image``; a test checks that the two agree)."""
+    return package_file("probe", "probe_image.png")
+
+
 def checkout_root() -> Path | None:
     """The git checkout this package was imported from (an editable install), else None."""
     root = Path(__file__).resolve().parents[2]

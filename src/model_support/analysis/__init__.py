@@ -25,6 +25,7 @@ from .frames import (
     SIGNATURE_CHANGES,
     SIZE_BUCKETS,
     SUSPECT_CHECKS,
+    TASKS,
     TIES,
     TIMING_METRICS,
     TOKEN_METRICS,
@@ -34,6 +35,7 @@ from .frames import (
     pass_check_col,
     size_bucket,
     sort_variants,
+    task_col,
     variant_key,
 )
 from .history import (
@@ -56,6 +58,7 @@ from .tables import (
     memory_stats,
     pass_rate_by_model_type,
     pass_rate_by_size,
+    pass_rate_by_task,
     reference_agreement,
     sweep_summary,
     timing_histogram,

@@ -25,7 +25,9 @@ REFERENCE_OUTCOMES = ("match", "mismatch", "not run")
 VERSION_COMPONENTS = ("torch", "torch_tpu", "transformers")
 TIMING_METRICS = ("load_s", "first_token_s", "decode_tokens_per_s")
 MEMORY_METRICS = ("peak_host_mem_mb", "peak_device_mem_mb")
-TOKEN_METRICS = ("tokens_in", "tokens_out")
+TOKEN_METRICS = ("tokens_in", "tokens_out", "image_tokens")
+#: The tasks a probe runs, in display order; a null ``task`` (files before the column) reads as text-generation.
+TASKS = (schema.TEXT_GENERATION, schema.IMAGE_TEXT_TO_TEXT)
 #: How a (model, variant)'s outcome changed between a baseline sweep and a later one, in display order: what a
 #: porting team acts on first. A model newly failing is split by whose failure it is (``attribution``): the
 #: stack's (the CPU reference passes), everywhere (the model's, or both: the reference fails too, usually a
@@ -115,6 +117,11 @@ def older_col(name: str) -> pl.Expr:
 def variant_col() -> pl.Expr:
     """``variant``, a null (an older file, a sweep without a matrix) read as ``DEFAULT_VARIANT``."""
     return older_col("variant")
+
+
+def task_col() -> pl.Expr:
+    """``task``, a null (a file that predates the column: every probe then ran text-generation) read so."""
+    return pl.col("task").fill_null(schema.TEXT_GENERATION).alias("task")
 
 
 def attribution_col() -> pl.Expr:

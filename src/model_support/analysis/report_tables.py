@@ -30,6 +30,7 @@ from .tables import (
     _attribution_q,
     _by_model_type_q,
     _by_size_q,
+    _by_task_q,
     _excluded_reasons_q,
     _histogram_q,
     _memory_by_size_q,
@@ -52,6 +53,7 @@ SWEEP_COLUMNS = tuple(
             "sweep_id",
             "model_id",
             "model_type",
+            "task",
             "num_params",
             "status",
             "failure_stage",
@@ -81,10 +83,10 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
     The sweep's (and the baseline's) rows are read once; the per-sweep tables then run on them in
     memory, and the history tables over all sweeps, in one ``pl.collect_all``. Unknown ids raise
     ``ValueError`` (see ``require_sweep``). Keys: sweeps, summary (with model_failures and
-    stack_pass_rate), attribution (whose failures), verdicts, excluded, by_model_type, by_size,
-    signatures (with attribution and new since the baseline), tokens, timings, timing_histogram, memory,
-    memory_by_size, reference, pass_checks (is a PASS right: the passes by what their check says) and
-    suspect_passes (``analysis.checks``), changes (per model and variant), signature_changes, history, by_version
+    stack_pass_rate), attribution (whose failures), verdicts, excluded, by_task (the pass rate per task),
+    by_model_type, by_size, signatures (with attribution, task and new since the baseline), tokens, timings,
+    timing_histogram, memory, memory_by_size, reference, pass_checks (is a PASS right: the passes by what
+    their check says) and suspect_passes (``analysis.checks``), changes (per model and variant), signature_changes, history, by_version
     (the three components stacked); the execution modes (``analysis.modes``): variant_stats (one row per
     variant: more than one means a matrix sweep), verdict_grid, eager_pass_compile_fail,
     graph_break_reasons; models bigger than one chip (``analysis.parallel``): multi_device (the runs on
@@ -113,6 +115,7 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
         "attribution": _attribution_q(rows, sweep_id),
         "verdicts": _verdict_counts_q(rows, sweep_id),
         "excluded": _excluded_reasons_q(excluded, sweep_id),
+        "by_task": _by_task_q(rows, sweep_id),
         "by_model_type": _by_model_type_q(rows, sweep_id),
         "by_size": _by_size_q(rows, sweep_id),
         "signatures": _signatures_q(rows, sweep_id, baseline_sweep_id),

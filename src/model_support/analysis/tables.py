@@ -15,6 +15,7 @@ from .frames import (
     MEMORY_METRICS,
     NO_SIGNATURE,
     REFERENCE_OUTCOMES,
+    TASKS,
     TIMING_METRICS,
     TOKEN_METRICS,
     Frame,
@@ -24,6 +25,7 @@ from .frames import (
     _with_rate,
     attribution_col,
     size_bucket,
+    task_col,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -119,6 +121,23 @@ def _excluded_reasons_q(excluded: Frame, sweep_id: str) -> pl.LazyFrame:
     )
 
 
+def pass_rate_by_task(results: Frame, sweep_id: str) -> pl.DataFrame:
+    """task, models (rows), passed, failed, pass_rate, distinct_models: one row per task the sweep probed, in
+    ``TASKS`` order (text-generation first; a null task reads as text-generation)."""
+    return _by_task_q(results, sweep_id).collect()
+
+
+def _by_task_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
+    lf = _sweep_rows(results, sweep_id, ["task", "model_id", "status"]).with_columns(task_col())
+    aggs = [*_rate_aggs(), pl.col("model_id").n_unique().cast(pl.Int64).alias("distinct_models")]
+    order = pl.col("task").replace_strict(list(TASKS), list(range(len(TASKS))), default=len(TASKS))
+    return (
+        _with_rate(lf.group_by("task").agg(aggs))
+        .sort(order, pl.col("task"))
+        .select("task", "models", "passed", "failed", "pass_rate", "distinct_models")
+    )
+
+
 def pass_rate_by_model_type(results: Frame, sweep_id: str) -> pl.DataFrame:
     """model_type, models (rows), passed, failed, pass_rate, distinct_models; most common type first (null:
     "unknown")."""
@@ -153,7 +172,8 @@ def failure_signatures(results: Frame, sweep_id: str, baseline_sweep_id: str | N
 
     failure_signature, models (distinct models affected), count (failing rows: model-variant pairs),
     attribution (whose failures: "stack" when all are, else counts like "stack 3, model 1"; see
-    ``ATTRIBUTION_KINDS``), new (not among the baseline's failures; null without a baseline),
+    ``ATTRIBUTION_KINDS``), task (the one task of all its rows, null when it spans several: one table
+    serves every task, a signature says its task), new (not among the baseline's failures; null without a baseline),
     failure_stage and status (the most common), error_type, example_models (up to 3, sorted), and a
     sample error_message and traceback (from the first example model).
     """
@@ -179,11 +199,12 @@ def _signatures_q(results: Frame, sweep_id: str, baseline_sweep_id: str | None =
         "error_message",
         "traceback",
         "attribution",
+        "task",
     ]
     lf = (
         _sweep_rows(results, sweep_id, cols)
         .filter(pl.col("status").ne_missing(schema.PASS))
-        .with_columns(pl.col("failure_signature").fill_null(NO_SIGNATURE), attribution_col())
+        .with_columns(pl.col("failure_signature").fill_null(NO_SIGNATURE), attribution_col(), task_col())
         .sort("model_id")
     )
     whose = (
@@ -214,6 +235,7 @@ def _signatures_q(results: Frame, sweep_id: str, baseline_sweep_id: str | None =
             pl.col("model_id").unique(maintain_order=True).head(3).alias("example_models"),
             pl.col("error_message").first().alias("error_message"),
             pl.col("traceback").first().alias("traceback"),
+            pl.when(pl.col("task").n_unique() == 1).then(pl.col("task").first()).alias("task"),
         )
         .join(whose, on="failure_signature", how="left")
         .join(seen, on="failure_signature", how="left")
@@ -224,6 +246,7 @@ def _signatures_q(results: Frame, sweep_id: str, baseline_sweep_id: str | None =
             "models",
             "count",
             "attribution",
+            "task",
             "new",
             "failure_stage",
             "status",

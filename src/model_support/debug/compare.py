@@ -184,10 +184,18 @@ class TokenCounter:
 
 
 def generate_steps(
-    model, tokenizer, input_ids, attention_mask, max_new_tokens: int, device=None, seed: int = 0, cache="dynamic"
+    model,
+    tokenizer,
+    input_ids,
+    attention_mask,
+    max_new_tokens: int,
+    device=None,
+    seed: int = 0,
+    cache="dynamic",
+    extra_inputs=None,
 ) -> dict:
-    """The probe's greedy generation (``probe_core.generate``, with the variant's KV ``cache``), watched
-    step by step.
+    """The probe's greedy generation (``probe_core.generate``, with the variant's KV ``cache`` and an
+    image-text-to-text model's image inputs), watched step by step.
 
     Step ``s`` is the forward that produces new token ``s`` (0-based): step 0 processes the prompt
     (``tokens_in`` tokens), step ``s >= 1`` feeds the token generated at step ``s - 1``. When it
@@ -236,6 +244,7 @@ def generate_steps(
                 timer=counter,
                 cache=cache,
                 scores=result["step_scores"],
+                extra_inputs=extra_inputs,
             )
         except Exception as exc:  # noqa: BLE001 the failure is the finding
             result.update(
@@ -255,14 +264,17 @@ def generate_steps(
 
 
 def reference_numerics(
-    reference_model, input_ids, generation: dict, margin: float, bound: float, tokenizer=None
+    reference_model, input_ids, generation: dict, margin: float, bound: float, tokenizer=None, extra_inputs=None
 ) -> dict | None:
     """Is the device's generation right? The probe's own check (``agreement``): the reference teacher-forced on
     the device's tokens, against the device's best logits step by step; the record's ``numerics`` fields (the
-    same for the same run). None when the device's generation failed."""
+    same for the same run; ``extra_inputs``: an image-text-to-text model's image inputs). None when the device's
+    generation failed."""
     if not generation["ok"]:
         return None
-    logits = agreement.teacher_forced_logits(reference_model, input_ids[0].tolist(), generation["output_token_ids"])
+    logits = agreement.teacher_forced_logits(
+        reference_model, input_ids[0].tolist(), generation["output_token_ids"], extra_inputs
+    )
     found = agreement.compare(
         generation["step_scores"], logits, margin, bound, decode=tokenizer.decode if tokenizer else None
     )
@@ -273,30 +285,45 @@ def reference_numerics(
 
 
 def load_for_debug(
-    model_id: str, revision: str, dtype: str, trust_remote_code: bool, device, prompt: str, chat_template: str
+    model_id: str,
+    revision: str,
+    dtype: str,
+    trust_remote_code: bool,
+    device,
+    prompt: str,
+    chat_template: str,
+    task: str = "auto",
+    image_prompt: str = probe_core.DEFAULT_IMAGE_PROMPT,
 ) -> dict:
     """Model, tokenizer and prompt exactly as the probe has them (``probe_core.load`` and
-    ``build_inputs``): a dict with model, tokenizer, input_ids, attention_mask, chat_template_used,
-    tokens_in and info (model_type, architectures, num_params)."""
+    ``prompt_inputs``): a dict with model, tokenizer, input_ids, attention_mask, extra_inputs (an
+    image-text-to-text model's image inputs, else None), chat_template_used, tokens_in, task,
+    image_tokens and info (model_type, architectures, task, num_params)."""
     info: dict = {}
-    model, tokenizer = probe_core.load(model_id, revision, dtype, trust_remote_code, device, info)
-    input_ids, attention_mask, used = probe_core.build_inputs(tokenizer, prompt, chat_template)
+    model, tokenizer = probe_core.load(model_id, revision, dtype, trust_remote_code, device, info, task=task)
+    tokenizer, input_ids, attention_mask, extra_inputs = probe_core.prompt_inputs(
+        model, tokenizer, info, prompt, image_prompt, chat_template
+    )
     return {
         "model": model,
         "tokenizer": tokenizer,
         "input_ids": input_ids,
         "attention_mask": attention_mask,
-        "chat_template_used": used,
+        "extra_inputs": extra_inputs,
+        "chat_template_used": info["chat_template_used"],
         "tokens_in": int(input_ids.shape[1]),
+        "task": info["task"],
+        "image_tokens": info.get("image_tokens"),
         "info": info,
     }
 
 
-def load_reference(model_id: str, revision: str, reference_dtype: str, trust_remote_code: bool):
+def load_reference(model_id: str, revision: str, reference_dtype: str, trust_remote_code: bool, task: str = "auto"):
     """The CPU reference copy of the model, in ``reference_dtype``."""
     import torch
 
-    model, _ = probe_core.load(model_id, revision, reference_dtype, trust_remote_code, torch.device("cpu"), {})
+    cpu = torch.device("cpu")
+    model, _ = probe_core.load(model_id, revision, reference_dtype, trust_remote_code, cpu, {}, task=task)
     return model
 
 
@@ -341,10 +368,14 @@ def build_result(
         "dtype": settings.get("dtype"),
         "reference_dtype": settings.get("reference_dtype"),
         "tolerance": tolerance,
-        "prompt": settings.get("prompt"),
+        "prompt": settings.get(
+            "image_prompt" if (loaded or {}).get("task") == probe_core.IMAGE_TEXT_TO_TEXT else "prompt"
+        ),
         "chat_template": settings.get("chat_template"),
         "chat_template_used": loaded["chat_template_used"] if loaded else None,
+        "task": (loaded or {}).get("task") or settings.get("task"),
         "tokens_in": loaded["tokens_in"] if loaded else None,
+        "image_tokens": (loaded or {}).get("image_tokens"),
         "max_new_tokens": settings.get("max_new_tokens"),
         "seed": settings.get("seed"),
         "mode": settings.get("mode", "eager"),

@@ -6,14 +6,16 @@ from __future__ import annotations
 import html
 
 
-def explain_graph_breaks(model, input_ids, attention_mask=None) -> dict:
-    """``torch._dynamo.explain`` of one forward: graphs, breaks, and for each break its reason and where
-    (``file:line in function`` of the innermost user frame)."""
+def explain_graph_breaks(model, input_ids, attention_mask=None, extra_inputs=None) -> dict:
+    """``torch._dynamo.explain`` of one forward (with an image-text-to-text model's image inputs): graphs, breaks,
+    and for each break its reason and where (``file:line in function`` of the innermost user frame)."""
     import torch
     import torch._dynamo
 
+    from ..probe import probe_core
+
     device = next(model.parameters()).device
-    kwargs = {"input_ids": input_ids.to(device)}
+    kwargs = {"input_ids": input_ids.to(device), **probe_core.on_device(extra_inputs, device, model)}
     if attention_mask is not None:
         kwargs["attention_mask"] = attention_mask.to(device)
     torch._dynamo.reset()

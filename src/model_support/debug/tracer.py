@@ -246,8 +246,12 @@ def model_dtype(model) -> str | None:
     return None
 
 
-def trace_forward(model, input_ids, attention_mask=None, capture: bool = True, synchronize=None) -> ForwardTrace:
-    """One forward pass of ``model`` (inputs moved to its device) with every module hooked.
+def trace_forward(
+    model, input_ids, attention_mask=None, capture: bool = True, synchronize=None, extra_inputs=None
+) -> ForwardTrace:
+    """One forward pass of ``model`` (inputs moved to its device) with every module hooked: for an
+    image-text-to-text model, with its image inputs (``extra_inputs``), so the vision tower and the projector
+    run, and are traced, too.
 
     Never raises for the model's own exception: it is ``ForwardTrace.failure``. ``synchronize`` (the
     device adapter's) runs after the pass, so an asynchronous device error surfaces here too.
@@ -256,7 +260,7 @@ def trace_forward(model, input_ids, attention_mask=None, capture: bool = True, s
     import torch
 
     device = model_device(model)
-    kwargs = {"input_ids": input_ids.to(device)}
+    kwargs = {"input_ids": input_ids.to(device), **probe_core.on_device(extra_inputs, device, model)}
     if attention_mask is not None:
         kwargs["attention_mask"] = attention_mask.to(device)
     tracer = ModuleTracer(model, capture=capture)

@@ -59,14 +59,25 @@ def reference_dtype(device_type, dtype):
     return "float64" if device_type == "cpu" else dtype
 
 
-def teacher_forced_logits(model, prompt_ids, new_ids):
+def teacher_forced_logits(model, prompt_ids, new_ids, extra_inputs=None):
     """The reference's logits for every generated step, from one forward pass over the prompt plus the
-    device's tokens (all but the last): row ``s`` predicts new token ``s``. float32, on the CPU."""
+    device's tokens (all but the last): row ``s`` predicts new token ``s``. float32, on the CPU.
+    ``extra_inputs``: an image-text-to-text model's image inputs (``probe_core.build_image_inputs``), floating
+    ones cast to the model's dtype; those with one entry per prompt token (``token_type_ids``) are extended
+    over the generated tokens with zeros (text)."""
     import torch
 
     ids = torch.tensor([list(prompt_ids) + list(new_ids[:-1])])
+    dtype = next(model.parameters()).dtype
+    extra = {}
+    for name, value in (extra_inputs or {}).items():
+        if value.is_floating_point():
+            value = value.to(dtype=dtype)
+        elif name.endswith("token_type_ids") and value.dim() == 2 and value.shape[1] == len(prompt_ids):
+            value = torch.cat([value, value.new_zeros((value.shape[0], ids.shape[1] - value.shape[1]))], dim=1)
+        extra[name] = value
     with torch.inference_mode():
-        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
+        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False, **extra)
     return out.logits[0, len(prompt_ids) - 1 :].float()
 
 

@@ -87,6 +87,8 @@ TOKENIZER_FILES = {
     "chat_template.jinja",
     "chat_template.json",
 }
+#: An image-text-to-text model's processor: its own settings, the image processor's and the video processor's.
+PROCESSOR_FILES = {"processor_config.json", "preprocessor_config.json", "video_preprocessor_config.json"}
 WEIGHT_CHOICES = (  # transformers' order of preference; the first present at top level wins
     ("model.safetensors", "model.safetensors.index.json"),
     ("pytorch_model.bin", "pytorch_model.bin.index.json"),
@@ -103,10 +105,10 @@ def is_local(model_id):
 
 def plan_files(files, trust_remote_code=False):
     """The files the probe needs from a repo listing ``{name: size}``: config, generation config, tokenizer,
-    chat template, and the weights in the one format transformers loads (a single file, or an index whose
+    chat template, processor (image-text-to-text), and the weights in the one format transformers loads (a single file, or an index whose
     shards ``shards_from_index`` names once it is downloaded); custom ``*.py`` only with trust_remote_code."""
     top = {name for name in files if "/" not in name}
-    plan = top & (CONFIG_FILES | TOKENIZER_FILES)
+    plan = top & (CONFIG_FILES | TOKENIZER_FILES | PROCESSOR_FILES)
     plan |= {n for n in top if n.endswith(".tiktoken")}
     plan |= {n for n in files if n.startswith("additional_chat_templates/") and n.endswith(".jinja")}
     if trust_remote_code:

@@ -3,14 +3,24 @@
 This module imports nothing from this package on purpose: its source *is* the body of every
 record's ``repro_script`` (see ``repro.py``), so the script that reproduces a probe runs exactly the
 code the probe ran, with plain ``python`` and no project install. Keep it to the standard library,
-torch and transformers.
+torch and transformers (and Pillow, which transformers' image processors need anyway).
+
+Two tasks share the stages: ``text-generation`` (a tokenizer and ``AutoModelForCausalLM``) and
+``image-text-to-text`` (a processor and ``AutoModelForImageTextToText``, with the fixed image that
+``probe_image`` draws, in code, so that this script re-creates it).
 """
 
+import functools
+import hashlib
 import time
 import traceback as _traceback
 
 PASS, FAIL_LOAD, FAIL_GEN, FAIL_OTHER = "PASS", "FAIL(load)", "FAIL(gen)", "FAIL(other)"
 DEFAULT_PROMPT = "The future of AI is"
+TEXT_GENERATION, IMAGE_TEXT_TO_TEXT = "text-generation", "image-text-to-text"
+#: The tasks the probe runs (the Hub's pipeline_tag names); ``auto`` decides from the model.
+TASKS = (TEXT_GENERATION, IMAGE_TEXT_TO_TEXT)
+DEFAULT_IMAGE_PROMPT = "Describe this image."
 STAGE_VERDICT = {
     "download": FAIL_LOAD,
     "compile": FAIL_GEN,
@@ -27,6 +37,23 @@ class NewlyInitialisedWeights(RuntimeError):
 
 class NoChatTemplate(ValueError):
     """chat_template='required' but the tokenizer has none."""
+
+
+class NoImageProcessor(ValueError):
+    """An image-text-to-text model whose folder has no image processor (AutoProcessor gave a tokenizer)."""
+
+
+class NotAProbedTask(ValueError):
+    """The model's task is neither text-generation nor image-text-to-text: no verdict, an exclusion."""
+
+
+class VisionBackendMissing(RuntimeError):
+    """The environment lacks a working torchvision that this model's processor needs: no verdict, an exclusion
+    (the same model passes where torchvision is installed for this torch)."""
+
+
+#: Failures of the environment, not of the model: the result carries ``exclusion_reason`` and no verdict.
+NOT_A_VERDICT = (NotAProbedTask, VisionBackendMissing)
 
 
 def is_oom(exc):
@@ -51,19 +78,26 @@ def trimmed_traceback(exc, max_lines=60):
     return "\n".join(lines)
 
 
-def load(model_id, revision, dtype, trust_remote_code, device, info, extra=None):
-    """Config, tokenizer and weights, moved to ``device``. Fills ``info`` as it learns things, so a
-    later failure still records the model type, architectures and size. ``extra``: more keyword
-    arguments for ``from_pretrained`` (a sharded run's ``distributed_config``)."""
+def load(model_id, revision, dtype, trust_remote_code, device, info, extra=None, task=TEXT_GENERATION):
+    """Config, tokenizer (or, for image-text-to-text, the processor) and weights, moved to ``device``. Fills
+    ``info`` as it learns things, so a later failure still records the model type, architectures, task and
+    size. ``task`` "auto" decides from the config (``task_of_config``). ``extra``: more keyword arguments for
+    ``from_pretrained`` (a sharded run's ``distributed_config``)."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
 
     kwargs = {"revision": revision or None, "trust_remote_code": trust_remote_code}
+    if task != "auto":  # known before the config: a config that fails to load still says its task
+        info["task"] = task
     config = AutoConfig.from_pretrained(model_id, **kwargs)
     info["model_type"] = getattr(config, "model_type", None)
     info["architectures"] = list(getattr(config, "architectures", None) or [])
-    tokenizer = AutoTokenizer.from_pretrained(model_id, **kwargs)
-    model, loading = AutoModelForCausalLM.from_pretrained(
+    info["task"] = task = task_of_config(config) if task == "auto" else task
+    if task == IMAGE_TEXT_TO_TEXT:
+        tokenizer, model_class = load_processor(model_id, kwargs), AutoModelForImageTextToText
+    else:
+        tokenizer, model_class = AutoTokenizer.from_pretrained(model_id, **kwargs), AutoModelForCausalLM
+    model, loading = model_class.from_pretrained(
         model_id, dtype=getattr(torch, dtype), output_loading_info=True, **kwargs, **(extra or {})
     )
     info["num_params"] = sum(p.numel() for p in model.parameters())
@@ -77,6 +111,160 @@ def load(model_id, revision, dtype, trust_remote_code, device, info, extra=None)
         model.to(device)  # a model split by a distributed_config is already on this rank's device
     model.eval()
     return model, tokenizer
+
+
+def task_of_config(config):
+    """``auto``'s answer from a config: image-text-to-text when transformers maps it to its image-text-to-text
+    auto class (``AutoModelForImageTextToText``, checked first: Gemma 3 and Llama 4 are in both), else
+    text-generation (a config that is neither then fails to load as a causal LM, as before)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    if getattr(config, "model_type", None) in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+        return IMAGE_TEXT_TO_TEXT
+    auto_map = getattr(config, "auto_map", None) or {}
+    return (
+        IMAGE_TEXT_TO_TEXT
+        if "AutoModelForImageTextToText" in auto_map and "AutoModelForCausalLM" not in auto_map
+        else TEXT_GENERATION
+    )
+
+
+def task_of_pipeline_tag(tag):
+    """``auto``'s answer from the Hub's ``pipeline_tag``: the tag itself when the probe runs that task, None when
+    the Hub does not say; a tag of another task raises NotAProbedTask (an exclusion, not a verdict)."""
+    if not tag or tag in TASKS:
+        return tag or None
+    raise NotAProbedTask(
+        f"the Hub lists this model as {tag}, not {' or '.join(TASKS)}: the probe does not run that task "
+        "(set task to text-generation or image-text-to-text to probe it anyway)"
+    )
+
+
+def torchvision_broken():
+    """Why an installed torchvision cannot be used (it does not import beside this torch: a build for another
+    torch, "operator torchvision::nms does not exist"), or None when it imports or is absent. transformers
+    imports it for every model once it is installed, so a broken one fails every load: the environment."""
+    import importlib.util
+
+    if importlib.util.find_spec("torchvision") is None:
+        return None
+    try:
+        import torchvision  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 whatever it raises, it does not import
+        import importlib.metadata as metadata
+
+        import torch
+
+        try:
+            version = metadata.version("torchvision")
+        except metadata.PackageNotFoundError:  # importable, but installed without its metadata
+            version = "(version unknown)"
+        return (
+            f"torchvision {version} is installed but does not import beside torch "
+            f"{torch.__version__} ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+            "uninstall it (pip uninstall torchvision) or install the torchvision built for this torch"
+        )
+    return None
+
+
+#: The packages some processors need beyond transformers (the ``vision`` extra), by the name that
+#: transformers' "X requires the <Name> library" message gives them.
+VISION_PACKAGES = {"Torchvision": "torchvision", "num2words": "num2words"}
+
+
+def _missing_vision_package(exc):
+    """(what needs it, package) when ``exc`` or what it was raised from says that a package of the ``vision``
+    extra is missing or does not import ("X requires the Torchvision library", "Package `num2words` is required
+    to run X", a torchvision op missing from a build for another torch); else None."""
+    import re
+
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        text = str(exc)
+        found = re.search(r"(\w+) requires the (\w+) library", text) or re.search(
+            r"Package `(\w+)` is required to run ([\w ]+)", text
+        )
+        if found:
+            who, name = found.groups() if "requires the" in found.group(0) else found.groups()[::-1]
+            if name in VISION_PACKAGES:
+                return who, VISION_PACKAGES[name]
+        if getattr(exc, "name", None) in VISION_PACKAGES.values():
+            return "this model's processor", exc.name
+        if "torchvision::" in text:
+            return "this model's processor", "torchvision"
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def load_processor(model_id, kwargs):
+    """``AutoProcessor`` for an image-text-to-text model: one with an image processor. The processors of some
+    models (Qwen2-VL, Qwen2.5-VL, SmolVLM) also need a video processor, and every video processor needs
+    torchvision (SmolVLM's also num2words): where one is missing this raises VisionBackendMissing (the
+    environment), never a verdict."""
+    from transformers import AutoProcessor
+
+    try:
+        processor = AutoProcessor.from_pretrained(model_id, **kwargs)
+    except Exception as exc:
+        missing = _missing_vision_package(exc)
+        if missing is None:
+            raise
+        import torch
+
+        who, package = missing
+        problem = (torchvision_broken() if package == "torchvision" else None) or f"{package} is not installed"
+        install = f"the torchvision built for torch {torch.__version__}" if package == "torchvision" else package
+        raise VisionBackendMissing(
+            f"{who} needs {package}, and {problem}: install {install} "
+            "(pip install 'model-support[vision]' where torch and torchvision come from one build, as on a TPU VM)"
+        ) from exc
+    if getattr(processor, "image_processor", None) is None:
+        raise NoImageProcessor(
+            f"no image processor for this image-text-to-text model: AutoProcessor gave a {type(processor).__name__} "
+            "(the folder lacks processor_config.json / preprocessor_config.json)"
+        )
+    return processor
+
+
+#: The probe image's size in pixels (width, height); processors resize it to what their model takes.
+PROBE_IMAGE_SIZE = (224, 224)
+
+
+@functools.lru_cache(maxsize=2)  # drawn once per process: ~50 ms, and a probe builds its inputs twice
+def probe_image_rgb(width=PROBE_IMAGE_SIZE[0], height=PROBE_IMAGE_SIZE[1]):
+    """The probe's fixed image as raw RGB bytes, row by row: a red house with a grey roof and a brown door on
+    green grass, a yellow sun in a blue sky. Drawn in integer arithmetic only, so it is the same bytes on every
+    machine and every Python (this function is in every repro script; ``image_sha256`` is their hash)."""
+    horizon, sun_x, sun_y, sun_r = height * 5 // 8, width * 3 // 4, height // 5, height // 9
+    left, right, wall_top = width // 6, width // 6 + width * 3 // 10, horizon - height // 5
+    roof_top, middle, half = wall_top - height // 8, (left + right) // 2, (right - left) // 2 + width // 40
+    door_top = horizon - height // 10
+    out = bytearray()
+    for y in range(height):
+        for x in range(width):
+            if (x - sun_x) ** 2 + (y - sun_y) ** 2 <= sun_r**2:
+                pixel = (250, 210, 40)  # the sun
+            elif abs(x - middle) < width // 30 and door_top <= y < horizon:
+                pixel = (90, 50, 20)  # the door
+            elif left <= x < right and wall_top <= y < horizon:
+                pixel = (200, 40, 40)  # the wall
+            elif roof_top <= y < wall_top and abs(x - middle) * (wall_top - roof_top) <= (y - roof_top) * half:
+                pixel = (70, 70, 80)  # the roof
+            elif y >= horizon:
+                pixel = (40, 170 - (y - horizon) * 60 // (height - horizon), 50)  # grass, darker below
+            else:
+                pixel = (90 + y * 45 // horizon, 150 + y * 30 // horizon, 235)  # sky, lighter at the horizon
+            out += bytes(pixel)
+    return bytes(out)
+
+
+def probe_image():
+    """The probe's fixed image (a PIL image) and the sha256 of its RGB bytes (the record's ``image_sha256``)."""
+    from PIL import Image
+
+    rgb = probe_image_rgb()
+    return Image.frombytes("RGB", PROBE_IMAGE_SIZE, rgb), hashlib.sha256(rgb).hexdigest()
 
 
 def build_inputs(tokenizer, prompt, chat_template):
@@ -94,6 +282,55 @@ def build_inputs(tokenizer, prompt, chat_template):
         return encoded["input_ids"], encoded["attention_mask"], True
     encoded = tokenizer(prompt, return_tensors="pt")
     return encoded["input_ids"], encoded["attention_mask"], False
+
+
+def build_image_inputs(processor, prompt, chat_template, image):
+    """The processor's inputs for the prompt and one image: the prompt rendered through the processor's chat
+    template with an image item before the text ("auto", when it has one), else the processor's image token
+    and the prompt (PaliGemma's processors have no template and take it so).
+
+    Returns (input_ids, attention_mask, extra, chat_template_used): ``extra`` holds the image inputs the model
+    takes beside the ids (pixel_values, image_grid_thw, image_sizes, token_type_ids, ...), for generate and
+    for any other forward over the same prompt."""
+    has_template = bool(getattr(processor, "chat_template", None))
+    if chat_template == "required" and not has_template:
+        raise NoChatTemplate("chat_template='required' but the processor has no chat template")
+    used = has_template and chat_template in ("auto", "required")
+    if used:
+        content = [{"type": "image"}, {"type": "text", "text": prompt}]
+        text = processor.apply_chat_template(
+            [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
+        )
+    else:
+        text = f"{getattr(processor, 'image_token', None) or ''}{prompt}"
+    encoded = dict(
+        processor(images=image, text=text, return_tensors="pt", **({"add_special_tokens": False} if used else {}))
+    )
+    encoded.pop("labels", None)  # PaliGemma's processor adds training labels
+    input_ids, attention_mask = encoded.pop("input_ids"), encoded.pop("attention_mask")
+    return input_ids, attention_mask, encoded, used
+
+
+def image_token_id(model, processor):
+    """The id that stands for one image position in the ids, or None: the model's config says it
+    (``image_token_id``, or ``image_token_index`` in older configs), else the processor's."""
+    for owner in (model.config, processor):
+        for name in ("image_token_id", "image_token_index"):
+            value = getattr(owner, name, None)
+            if isinstance(value, int):
+                return value
+    return None
+
+
+def on_device(extra_inputs, device, model):
+    """``extra_inputs`` (the image inputs; None for text) on ``device``, floating ones in ``model``'s dtype."""
+    if not extra_inputs:
+        return {}
+    dtype = next(model.parameters()).dtype
+    return {
+        key: value.to(device, dtype=dtype) if value.is_floating_point() else value.to(device)
+        for key, value in extra_inputs.items()
+    }
 
 
 #: torch's entry-point group for out-of-tree device backends (its "autoload"); see ``load_backend``.
@@ -182,11 +419,13 @@ def generate(
     cache="dynamic",
     no_grad=False,
     scores=None,
+    extra_inputs=None,
 ):
     """Greedy generation; returns the new token ids (fewer than max_new_tokens when EOS came early).
     ``cache`` "static" asks transformers for its static KV cache (``cache_implementation="static"``).
     ``no_grad``: torch.no_grad() rather than inference_mode() (FSDP2-sharded models refuse inference tensors).
-    ``scores``: a list that receives each generated step's ``top_scores``."""
+    ``scores``: a list that receives each generated step's ``top_scores``. ``extra_inputs``: an
+    image-text-to-text model's image inputs (``build_image_inputs``)."""
     import torch
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -201,6 +440,7 @@ def generate(
             do_sample=False,
             pad_token_id=pad,
             streamer=timer,
+            **on_device(extra_inputs, device, model),
             **extra,
         )
         if scores is not None:
@@ -290,7 +530,17 @@ def compile_counts():
 
 
 #: The probe parameters ``run_stages`` takes as they are.
-SETTING_KEYS = ("revision", "dtype", "prompt", "max_new_tokens", "chat_template", "trust_remote_code", "seed")
+SETTING_KEYS = (
+    "revision",
+    "dtype",
+    "prompt",
+    "max_new_tokens",
+    "chat_template",
+    "trust_remote_code",
+    "seed",
+    "task",
+    "image_prompt",
+)
 
 
 def stage_settings(settings):
@@ -324,6 +574,10 @@ RESULT_KEYS = (
     "graph_break_reasons",
     "recompilations",
     "matches_eager",
+    "task",
+    "image_tokens",
+    "image_sha256",
+    "exclusion_reason",
     "model",
     "tokenizer",
 )
@@ -362,8 +616,15 @@ def run_stages(
     on_stage=None,
     on_load=None,
     no_grad=False,
+    task="auto",
+    image_prompt=DEFAULT_IMAGE_PROMPT,
 ):
     """Load, template, generate, each guarded: every exception lands in the result with its stage.
+
+    ``task``: text-generation (``prompt``), image-text-to-text (``image_prompt`` and the probe image, through
+    the processor), or auto: decided from the config (``task_of_config``). A failure of the environment rather
+    than the model (``NOT_A_VERDICT``: a processor that needs a missing torchvision) gives no verdict but
+    ``exclusion_reason``.
 
     ``mode`` "compile" runs the generation through torch.compile (``compile_backend``): a failure raised
     by the compiler is stage "compile" when plain eager generates, else eager's own error at "generate"
@@ -385,18 +646,25 @@ def run_stages(
     try:
         stage.enter("load")
         model, tokenizer = _timed_load(
-            result, model_id, revision, dtype, trust_remote_code, device, synchronize, load_kwargs, on_load
+            result, model_id, revision, dtype, trust_remote_code, device, synchronize, load_kwargs, on_load, task
         )
         stage.enter("template")
-        input_ids, attention_mask = _template(result, tokenizer, prompt, chat_template)
+        tokenizer, input_ids, attention_mask, extra_inputs = _template(
+            result, model, tokenizer, prompt, image_prompt, chat_template
+        )
         stage.enter("generate")
-        run = _Generation(model, tokenizer, input_ids, attention_mask, max_new_tokens, device, cache, seed, no_grad)
+        run = _Generation(
+            model, tokenizer, input_ids, attention_mask, max_new_tokens, device, cache, seed, no_grad, extra_inputs
+        )
         run.in_mode(result, stage, mode, compile_backend, timer or StepTimer(synchronize))
         if mode != "eager":
             result["matches_eager"] = run.eagerly() == result["output_token_ids"]
         result["status"] = PASS
         if keep_model:
             result["model"], result["tokenizer"] = model, tokenizer
+    except NOT_A_VERDICT as exc:  # the environment, not the model: no verdict
+        result["exclusion_reason"] = str(exc)
+        result["exception"] = exc
     except Exception as exc:  # noqa: BLE001 every failure is the result, classified by its stage
         result["status"] = classify(stage.name, exc)
         result["failure_stage"] = stage.name
@@ -404,10 +672,11 @@ def run_stages(
     return result
 
 
-def _timed_load(result, model_id, revision, dtype, trust_remote_code, device, synchronize, load_kwargs, on_load):
-    """The load stage: ``load``, timed to the device's sync (``load_s``), then ``on_load(model)``."""
+def _timed_load(result, model_id, revision, dtype, trust_remote_code, device, synchronize, load_kwargs, on_load, task):
+    """The load stage: ``load`` (the processor for an image-text-to-text model), timed to the device's sync
+    (``load_s``), then ``on_load(model)``."""
     start = time.perf_counter()
-    model, tokenizer = load(model_id, revision, dtype, trust_remote_code, device, result, load_kwargs)
+    model, tokenizer = load(model_id, revision, dtype, trust_remote_code, device, result, load_kwargs, task)
     if synchronize:
         synchronize()
     result["load_s"] = time.perf_counter() - start
@@ -416,28 +685,34 @@ def _timed_load(result, model_id, revision, dtype, trust_remote_code, device, sy
     return model, tokenizer
 
 
-def _template(result, tokenizer, prompt, chat_template):
-    """The template stage: the prompt's token ids (``tokens_in``, ``input_ids``, ``chat_template_used``)."""
-    input_ids, attention_mask, used = build_inputs(tokenizer, prompt, chat_template)
-    result["chat_template_used"] = used
+def _template(result, model, tokenizer, prompt, image_prompt, chat_template):
+    """The template stage (``prompt_inputs``): the prompt's token ids (``tokens_in``, ``input_ids``), and for
+    an image-text-to-text model its tokenizer and image inputs."""
+    tokenizer, input_ids, attention_mask, extra_inputs = prompt_inputs(
+        model, tokenizer, result, prompt, image_prompt, chat_template
+    )
     result["tokens_in"] = int(input_ids.shape[1])
     result["input_ids"] = input_ids[0].tolist()
-    return input_ids, attention_mask
+    return tokenizer, input_ids, attention_mask, extra_inputs
 
 
 class _Generation:
     """One prompt's greedy generation, ready to run in the probe's mode or plainly eager (seeded alike)."""
 
-    def __init__(self, model, tokenizer, input_ids, attention_mask, max_new_tokens, device, cache, seed, no_grad):
+    def __init__(
+        self, model, tokenizer, input_ids, attention_mask, max_new_tokens, device, cache, seed, no_grad, extra_inputs
+    ):
         self.model, self.tokenizer = model, tokenizer
         self.args = (input_ids, attention_mask, max_new_tokens, device)
-        self.cache, self.seed, self.no_grad = cache, seed, no_grad
+        self.cache, self.seed, self.no_grad, self.extra_inputs = cache, seed, no_grad, extra_inputs
 
     def run(self, timer=None, scores=None):
         import torch
 
         torch.manual_seed(self.seed)
-        return generate(self.model, self.tokenizer, *self.args, timer, self.cache, self.no_grad, scores)
+        return generate(
+            self.model, self.tokenizer, *self.args, timer, self.cache, self.no_grad, scores, self.extra_inputs
+        )
 
     def eagerly(self):
         """The same generation in plain eager (the model's own forward), for ``matches_eager``."""
@@ -487,3 +762,21 @@ def _outputs(result, tokenizer, new_ids, timer, start, end):
         result["first_token_s"] = timer.times[0] - start
         if len(timer.times) > 1 and timer.times[-1] > timer.times[0]:
             result["decode_tokens_per_s"] = (len(timer.times) - 1) / (timer.times[-1] - timer.times[0])
+
+
+def prompt_inputs(model, tokenizer, result, prompt, image_prompt, chat_template):
+    """The template stage for ``result["task"]`` (``load`` filled it): (tokenizer, input_ids, attention_mask,
+    extra_inputs). For image-text-to-text, ``tokenizer`` comes in as the processor and goes out as its
+    tokenizer, ``extra_inputs`` holds the image inputs; ``result`` gets chat_template_used, and for an image the
+    probe image's hash and the image's share of the ids (``image_tokens``)."""
+    if result["task"] != IMAGE_TEXT_TO_TEXT:
+        input_ids, attention_mask, result["chat_template_used"] = build_inputs(tokenizer, prompt, chat_template)
+        return tokenizer, input_ids, attention_mask, None
+    processor = tokenizer
+    image, result["image_sha256"] = probe_image()
+    input_ids, attention_mask, extra_inputs, result["chat_template_used"] = build_image_inputs(
+        processor, image_prompt, chat_template, image
+    )
+    token = image_token_id(model, processor)
+    result["image_tokens"] = int((input_ids == token).sum()) if token is not None else None
+    return processor.tokenizer, input_ids, attention_mask, extra_inputs

@@ -16,8 +16,11 @@ from typing import Any
 
 from ..errors import UserError
 from .agreement import DEFAULT_BOUND, DEFAULT_MARGIN
+from .probe_core import DEFAULT_IMAGE_PROMPT, TASKS
 
 DEFAULT_PROMPT = "The future of AI is"
+#: auto: the Hub's pipeline_tag when known, else the config (``probe_core.task_of_config``).
+TASK_CHOICES = ("auto", *TASKS)
 #: A device: cpu, auto, or the name torch gives an accelerator (cuda, tpu, xpu, mps, a PrivateUse1 backend's);
 #: whether this machine has it is the device adapters' question (``devices.resolve``), not the declaration's.
 DEVICE_NAME = r"[a-z][a-z0-9_]*"
@@ -95,7 +98,15 @@ PROBE_PARAMS: tuple[Param, ...] = (
         pattern_words="cpu, auto or an accelerator's name in lower case (cuda, tpu, xpu, mps, ...)",
     ),
     Param("dtype", str, "bfloat16", "torch floating dtype the model is loaded in", choices=FLOAT_DTYPES),
+    Param(
+        "task",
+        str,
+        "auto",
+        "auto: the Hub's pipeline_tag, else the config; image-text-to-text adds the probe image",
+        choices=TASK_CHOICES,
+    ),
     Param("prompt", str, DEFAULT_PROMPT, "rendered through the chat template when there is one"),
+    Param("image_prompt", str, DEFAULT_IMAGE_PROMPT, "image-text-to-text: the prompt beside the probe image"),
     Param("max_new_tokens", int, 8, "greedy new tokens", minimum=1),
     Param(
         "mode",
@@ -185,7 +196,10 @@ SETTABLE = tuple(p.name for p in PROBE_PARAMS if not p.runner_owned and p.name !
 #: The debug notebook: the probe's loading and generation parameters, plus its own.
 DEBUG_PARAMS: tuple[Param, ...] = (
     Param("model_id", str, "data/models/diverge-bf16-overflow", "Hub id or local folder"),
-    *(BY_NAME[n] for n in ("revision", "device", "dtype", "prompt", "chat_template", "trust_remote_code")),
+    *(
+        BY_NAME[n]
+        for n in ("revision", "device", "dtype", "task", "prompt", "image_prompt", "chat_template", "trust_remote_code")
+    ),
     Param("reference_dtype", str, "float32", "dtype of the CPU reference copy", choices=FLOAT_DTYPES),
     Param("tolerance", float, 0.2, "relative: max abs difference over the reference's max abs value", minimum=0),
     *(BY_NAME[n] for n in ("max_new_tokens", "seed", "mode", "cache", "numerics_margin", "numerics_bound")),

@@ -39,6 +39,7 @@ def new_record(
     names; defaults fill what is missing), the stack, the host and the start time, the Hub's ``facts``
     (only ``FACT_FIELDS``), then ``outcome`` (any record field)."""
     settings = {**probe_params.defaults(), **settings}
+    task = settings["task"]  # auto: decided later, from the config (the probe's load stage)
     strange = sorted(set(facts or {}) - set(FACT_FIELDS))
     if strange:
         raise KeyError(f"not Hub facts of a record: {', '.join(strange)}; they are {', '.join(FACT_FIELDS)}")
@@ -47,7 +48,8 @@ def new_record(
             "sweep_id": sweep_id or None,
             "model_id": model_id,
             "revision": settings["revision"] or None,
-            "prompt": settings["prompt"],
+            "task": None if task == "auto" else task,
+            "prompt": settings["image_prompt"] if task == schema.IMAGE_TEXT_TO_TEXT else settings["prompt"],
             "max_new_tokens": settings["max_new_tokens"],
             "variant": probe_params.variant(settings),
             "mode": settings["mode"],

@@ -8,6 +8,8 @@ TPU), no papermill and no install of this project, and reaches the same verdict 
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import inspect
 import pprint
 
@@ -16,13 +18,14 @@ from . import agreement, hub_fetch, probe_core
 HEADER = '''#!/usr/bin/env python
 """Reproduce the model-support probe of {model_id!r} on {device!r}{sweep}.
 
-Run with plain python: it loads the model in {dtype}, builds the prompt ({chat}), greedily generates
-{max_new_tokens} tokens and prints one JSON line with the verdict and the token ids, and, after a PASS
-with the CPU reference on, numerics: the reference's logits, teacher-forced on these tokens, against the
-device's (match / ties / diverges). Exit status 0 on PASS, 1 otherwise. Needs torch and transformers; an
-accelerator torch does not ship (device 'tpu', any PrivateUse1 backend) also needs the package that
-provides it (loaded through torch's device-backend entry point) and that backend's own environment (a TPU
-VM for 'tpu').
+Run with plain python: it loads the model in {dtype} (task {task}), builds the prompt ({chat}),
+greedily generates {max_new_tokens} tokens and prints one JSON line with the verdict and the token ids,
+and, after a PASS with the CPU reference on, numerics: the reference's logits, teacher-forced on these
+tokens, against the device's (match / ties / diverges). Exit status 0 on PASS, 1 otherwise. Needs torch
+and transformers; an accelerator torch does not ship (device 'tpu', any PrivateUse1 backend) also needs
+the package that provides it (loaded through torch's device-backend entry point) and that backend's own
+environment (a TPU VM for 'tpu'); an image-text-to-text model also Pillow: its image is drawn by
+probe_image() below, the same bytes (sha256 {image_sha256}) as the probe's.
 A model probed from a local folder (a model id 'local:<name>') needs that folder:
     python repro.py /path/to/<name>
 """
@@ -51,7 +54,8 @@ def _rank(rank, world, port, settings, distributed, folder):
         json.dump({"status": result["status"], "failure_stage": result["failure_stage"],
                    "error_type": type(exc).__name__ if exc is not None else None,
                    "error_message": str(exc)[:2000] if exc is not None else None,
-                   "tokens_in": result["tokens_in"], "tokens_out": result["tokens_out"],
+                   "task": result["task"], "tokens_in": result["tokens_in"], "tokens_out": result["tokens_out"],
+                   "image_tokens": result["image_tokens"],
                    "output_token_ids": result["output_token_ids"], "failed_step": result["failed_step"],
                    "generated_text": result["generated_text"], "num_params": result["num_params"],
                    "input_ids": result["input_ids"], "step_scores": result["step_scores"]}, handle)
@@ -77,8 +81,8 @@ def run_ranks(settings, distributed):
     return 0 if result["status"] == PASS else 1
 
 
-SHOWN = ("status", "failure_stage", "error_type", "error_message", "tokens_in", "tokens_out", "output_token_ids",
-         "failed_step", "generated_text")
+SHOWN = ("status", "task", "failure_stage", "error_type", "error_message", "tokens_in", "tokens_out",
+         "image_tokens", "output_token_ids", "failed_step", "generated_text")
 
 
 def _shown(result):
@@ -95,9 +99,13 @@ def reference_numerics(settings, result):
     if (result["num_params"] or 0) > SETTINGS["reference_max_params"]:
         return {"numerics": None, "numerics_note": f"no reference: above reference_max_params={SETTINGS['reference_max_params']}"}
     dtype = reference_dtype(SETTINGS["device"], settings["dtype"])
+    info = {}
     model, tokenizer = load(settings["model_id"], settings["revision"], dtype, settings["trust_remote_code"],
-                            torch.device("cpu"), {})
-    logits = teacher_forced_logits(model, result["input_ids"], result["output_token_ids"])
+                            torch.device("cpu"), info, task=result.get("task") or settings.get("task", "auto"))
+    tokenizer, _ids, _mask, extra = prompt_inputs(model, tokenizer, info, settings["prompt"],
+                                                  settings.get("image_prompt", DEFAULT_IMAGE_PROMPT),
+                                                  settings["chat_template"])
+    logits = teacher_forced_logits(model, result["input_ids"], result["output_token_ids"], extra)
     found = compare(result["step_scores"], logits, SETTINGS["numerics_margin"], SETTINGS["numerics_bound"],
                     decode=tokenizer.decode)
     return {"reference_device": f"cpu:{dtype}", **{key: found[key] for key in RECORD_KEYS}}
@@ -132,6 +140,8 @@ if __name__ == "__main__":
         sys.exit(f"{NOT_AVAILABLE}: {missing}")
     result = run_stages(device=torch.device(SETTINGS["device"]), synchronize=sync, compile_backend=backend, **settings)
     exc = result["exception"]
+    if result["exclusion_reason"]:  # the environment (a missing torchvision), not the model: no verdict
+        sys.exit(f"no verdict: {result['exclusion_reason']}")
     result.update(error_type=type(exc).__name__ if exc is not None else None,
                   error_message=str(exc)[:2000] if exc is not None else None)
     print(json.dumps({**_shown(result), **reference_numerics(settings, result)}))
@@ -148,7 +158,9 @@ SETTING_NAMES = (
     "model_id",
     "revision",
     "dtype",
+    "task",
     "prompt",
+    "image_prompt",
     "max_new_tokens",
     "chat_template",
     "trust_remote_code",
@@ -161,6 +173,12 @@ SETTING_NAMES = (
 )
 
 
+@functools.cache
+def _image_sha256() -> str:
+    """The probe image's hash, computed once per process (drawing it takes a few tens of milliseconds)."""
+    return hashlib.sha256(probe_core.probe_image_rgb()).hexdigest()
+
+
 def repro_script(settings: dict, sweep_id: str | None = None) -> str:
     """The script for one probe; ``settings`` holds SETTING_NAMES (device is the resolved type,
     compile_backend the device adapter's)."""
@@ -170,6 +188,8 @@ def repro_script(settings: dict, sweep_id: str | None = None) -> str:
         device=chosen["device"],
         sweep=f" (sweep {sweep_id})" if sweep_id else "",
         dtype=chosen["dtype"],
+        task=chosen["task"],
+        image_sha256=_image_sha256(),
         chat="through the chat template when the tokenizer has one" if chosen["chat_template"] != "none" else "raw",
         max_new_tokens=chosen["max_new_tokens"],
         settings=pprint.pformat(chosen, sort_dicts=False),

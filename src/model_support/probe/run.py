@@ -95,16 +95,22 @@ def run_reference(record: Record, settings: dict, device_steps: list | None, pro
     record["reference_device"] = f"cpu:{ref_dtype}"
     stage = "load"
     try:
+        info: dict = {}
         model, tokenizer = probe_core.load(
             settings["load_from"],
             settings["revision"],
             ref_dtype,
             settings["trust_remote_code"],
             torch.device("cpu"),
-            {},
+            info,
+            task=settings["task"],
+        )
+        stage = "template"  # the same prompt inputs (an image-text-to-text model's image among them)
+        tokenizer, _ids, _mask, extra_inputs = probe_core.prompt_inputs(
+            model, tokenizer, info, settings["prompt"], settings["image_prompt"], settings["chat_template"]
         )
         stage = "forward"
-        logits = agreement.teacher_forced_logits(model, prompt_ids, record["output_token_ids"])
+        logits = agreement.teacher_forced_logits(model, prompt_ids, record["output_token_ids"], extra_inputs)
     except Exception as exc:  # noqa: BLE001 the reference failing is no verdict: recorded, with its reason
         record["reference_note"] = f"reference failed at {stage}: {type(exc).__name__}: {exc}"[:2000]
         record["numerics_note"] = f"no reference: {record['reference_note']}"
@@ -172,6 +178,9 @@ def attribute(record: Record, settings: dict) -> None:
         return
     record["reference_device"] = f"cpu:{ref_dtype}"
     ref = _on_the_reference(settings, ref_dtype, "compile" if settings["mode"] == "compile" else "eager")
+    if ref["exclusion_reason"]:  # the reference's environment, not a verdict either way
+        record["reference_note"] = f"attribution not run: {ref['exclusion_reason']}"[:2000]
+        return
     if ref["exception"] is None:
         record["attribution"] = "stack"
         return
@@ -187,6 +196,28 @@ def attribute(record: Record, settings: dict) -> None:
 SHARDED_FIELDS = (*schema.SHARDED_FIELDS, "peak_device_mem_mb", "device_mem_source")
 #: The stage results a record keeps as they are (status and failure_stage are set with the error).
 STAGE_FIELDS = tuple(k for k in probe_core.RESULT_KEYS if k in schema.FIELDS and k not in ("status", "failure_stage"))
+
+
+def resolve_task(record: Record, settings: dict) -> bool:
+    """``task`` auto with the Hub's ``pipeline_tag`` known: the tag decides (a tag of a task the probe does not
+    run is an exclusion, no verdict: returns False). Without a tag the config decides, in the load stage."""
+    if settings["task"] != "auto":
+        return True
+    try:
+        settings["task"] = probe_core.task_of_pipeline_tag(record.get("pipeline_tag")) or "auto"
+    except probe_core.NotAProbedTask as exc:
+        record["exclusion_reason"] = str(exc)
+        return False
+    return True
+
+
+def stage_outcome(record: Record, settings: dict, result: dict) -> None:
+    """What the stages learned, onto the record: the task they ran (the reference then runs the same one) and
+    the prompt it used; an environment failure (``exclusion_reason``) leaves the record without a verdict."""
+    if result.get("task"):
+        record["task"] = settings["task"] = result["task"]
+    image_task = record["task"] == probe_core.IMAGE_TEXT_TO_TEXT
+    record["prompt"] = settings["image_prompt"] if image_task else settings["prompt"]
 
 
 def _sharded(record: Record, settings: dict, adapter) -> bool:
@@ -231,7 +262,10 @@ def _sharded(record: Record, settings: dict, adapter) -> bool:
             record["sweep_id"],
         )
     schema.fill(record, {key: result.get(key) for key in (*STAGE_FIELDS, *SHARDED_FIELDS)})
+    stage_outcome(record, settings, result)
     record["peak_host_mem_mb"] = _peak_host_mb()
+    if record["exclusion_reason"]:
+        return True
     if result["exception"] is not None:
         record_failure(record, result["failure_stage"], result["exception"], status=result["status"])
         if result.get("error_type") == "NoParallelPlan":  # one CPU process would not test what failed here
@@ -298,6 +332,10 @@ def _probe(record: Record, settings: dict, sweep_id: str) -> None:
     if missing:  # no verdict: this stack has no such mode (an ``excluded`` row in a sweep)
         record["exclusion_reason"] = f"{probe_core.NOT_AVAILABLE}: {missing}"
         return
+    broken = probe_core.torchvision_broken()
+    if broken:  # transformers would fail every model's load with it: the environment, no verdict
+        record["exclusion_reason"] = broken
+        return
     record["repro_script"] = repro_script(
         {
             **settings,
@@ -318,6 +356,11 @@ def _probe(record: Record, settings: dict, sweep_id: str) -> None:
             return
         schema.fill(record, {**{k: got[k] for k in schema.DOWNLOAD_FIELDS}, **hub.metadata(got["info"])})
         settings["load_from"] = got["path"]
+        if not resolve_task(record, settings):  # the Hub's pipeline_tag, now known, decides an auto task
+            return
+        record["repro_script"] = repro_script(
+            {**settings, "device": adapter.type, "model_id": record["model_id"]}, sweep_id or None
+        )
     if _sharded(record, settings, adapter):
         return
     record.update({"devices_used": 1, "parallelism": "none"})
@@ -334,9 +377,12 @@ def _probe(record: Record, settings: dict, sweep_id: str) -> None:
     if settings["mode"] == "compile":
         record["compile_backend"] = adapter.compile_backend()
     schema.fill(record, {key: result[key] for key in STAGE_FIELDS})
+    stage_outcome(record, settings, result)
     record["peak_host_mem_mb"] = _peak_host_mb()
     record["peak_device_mem_mb"], record["device_mem_source"] = adapter.peak_memory_mb()
     record["compile_cache_hits"], record["compile_cache_misses"] = adapter.compile_cache_stats()
+    if record["exclusion_reason"]:
+        return
     if result["exception"] is not None:
         record_failure(record, result["failure_stage"], result["exception"], status=result["status"])
         del result  # the failed model (held by the exception's frames) is freed before the reference loads
@@ -361,10 +407,15 @@ def summary_html(record: Record) -> str:
     rows = [
         ("model", record["model_id"]),
         ("device", f"{record['device_type']} ({record['device_name']})"),
+        ("task", record["task"]),
         ("stage", record["failure_stage"]),
         ("error", f"{record['error_type']}: {record['error_message']}" if record["error_type"] else None),
         ("generated", repr(record["generated_text"]) if record["generated_text"] is not None else None),
-        ("tokens in / out", f"{record['tokens_in']} / {record['tokens_out']}"),
+        (
+            "tokens in / out",
+            f"{record['tokens_in']} / {record['tokens_out']}"
+            + (f" ({record['image_tokens']} of them the image's)" if record["image_tokens"] is not None else ""),
+        ),
         ("load", fmt(record["load_s"], " s")),
         ("first token (incl. compile)", fmt(record["first_token_s"], " s")),
         ("generate", fmt(record["generate_s"], " s")),

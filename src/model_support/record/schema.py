@@ -16,6 +16,10 @@ from typing import Annotated, Any, TypedDict
 
 import pyarrow as pa
 
+#: The tasks a probe runs (``probe_core.TASKS``); a null ``task`` in older files reads as text-generation.
+TEXT_GENERATION = "text-generation"
+IMAGE_TEXT_TO_TEXT = "image-text-to-text"
+
 #: The four verdicts, exactly these strings (docs/design.md).
 PASS = "PASS"
 FAIL_LOAD = "FAIL(load)"
@@ -117,8 +121,9 @@ GROUPS = {
 #: The record's current version: the highest ``since`` (raise it when adding fields, and give them that ``since``).
 #: 1: the first fields; 2: token counts; 3: downloads and Hub metadata; 4: attribution; 5: variants and
 #: execution modes; 6: runs over several devices; 7: what each rank of such a run said; 8: where the
-#: run's notebook and log are published; 9: whether a PASS is right (logit agreement, fluency judge).
-VERSION = 9
+#: run's notebook and log are published; 9: whether a PASS is right (logit agreement, fluency judge);
+#: 10: the task (image-text-to-text beside text-generation).
+VERSION = 10
 
 
 class Record(TypedDict):
@@ -132,6 +137,9 @@ class Record(TypedDict):
     revision_sha: Annotated[str | None, Col("download", 3, "the commit the files were downloaded at")]
     model_type: Annotated[str | None, Col("model", 1, "config.model_type")]
     architectures: Annotated[list[str] | None, Col("model", 1, "config.architectures")]
+    task: Annotated[
+        str | None, Col("model", 10, "text-generation or image-text-to-text: what the probe ran", older=TEXT_GENERATION)
+    ]
     num_params: Annotated[int | None, Col("model", 1, "parameters of the loaded model")]
     status: Annotated[str | None, Col("verdict", 1, "PASS, FAIL(load), FAIL(gen) or FAIL(other); null when excluded")]
     failure_stage: Annotated[str | None, Col("verdict", 1, "where it failed (STAGES)")]
@@ -140,8 +148,12 @@ class Record(TypedDict):
     traceback: Annotated[str | None, Col("verdict", 1, "the traceback, trimmed")]
     failure_signature: Annotated[str | None, Col("verdict", 1, "the error with volatile parts replaced, @ where")]
     prompt: Annotated[str | None, Col("generation", 1, "the prompt before the chat template")]
+    image_sha256: Annotated[
+        str | None, Col("generation", 10, "sha256 of the probe image's RGB bytes (image-text-to-text)")
+    ]
     chat_template_used: Annotated[bool | None, Col("generation", 1, "whether the chat template rendered it")]
     tokens_in: Annotated[int | None, Col("generation", 2, "prompt tokens, after the chat template")]
+    image_tokens: Annotated[int | None, Col("generation", 10, "the image's share of tokens_in (image-text-to-text)")]
     tokens_out: Annotated[int | None, Col("generation", 2, "tokens generated beyond the input")]
     output_token_ids: Annotated[list[int] | None, Col("generation", 1, "the generated token ids")]
     generated_text: Annotated[str | None, Col("generation", 1, "the generated tokens, decoded")]

@@ -35,7 +35,8 @@ verdict or an exclusion; a later not probed / not tested entry shows in its deta
 
 Views, like the Trainium compatibility Space: ``selected`` (models listed explicitly in a sweep
 definition), ``trending`` and ``downloads`` (models by their latest known Hub ``trending_score`` /
-``downloads``, highest first), each filterable by task (``pipeline_tag``), beside "all". Hub
+``downloads``, highest first), each filterable by task (what the latest run probed, ``task``; else the Hub's
+``pipeline_tag``), beside "all". Hub
 metadata is each field's latest known value, from the records, else from ``sweep.json``. Each
 sweep's model list is kept as Parquet in ``data/reports/.cache/listings/`` (keyed by its sweep.json's
 size and mtime): parsing a hundred sweep.json files of 10,000 models takes seconds.
@@ -96,6 +97,7 @@ ENTRY_FIELDS = (
     "notebook_url",
     "log_url",
     "check_note",
+    "task",
     "hub",
 )
 HUB_SLOT = ENTRY_FIELDS.index("hub")
@@ -118,9 +120,12 @@ def explorer_data(data_dir: Path | str) -> dict:
         pl.col("variant").replace_strict(variant_index, default=len(variants), return_dtype=pl.Int64).alias("vi")
     ).sort("model_id", "vi")
     hub = coverage.latest_hub(data_dir, sweeps, listed_hub)
-    tasks = sorted(set(hub["pipeline_tag"].drop_nulls().to_list()))
+    details = latest_details(data_dir, hist.select("model_id", "variant", "sweep_id"))
+    hub_by_model = {r["model_id"]: r for r in hub.iter_rows(named=True)}
+    entry_task = {key: entry_task_of(d, hub_by_model.get(key[0])) for key, d in details.items()}
+    tasks = sorted(set(hub["pipeline_tag"].drop_nulls().to_list()) | {t for t in entry_task.values() if t})
     tables = _Tables(texts=Strings(), types=Strings(), versions=Strings(), tasks={t: k for k, t in enumerate(tasks)})
-    entries = _entries(data_dir, hist, hub, coverage.rankings(listed), tables)
+    entries = _entries(data_dir, hist, details, hub_by_model, entry_task, coverage.rankings(listed), tables)
     # Every entry of a model (one per variant), and each (model, variant)'s entry.
     entries_of: dict[str, list[int]] = {}
     position = {}
@@ -246,12 +251,19 @@ class _Tables:
     tasks: dict[str, int]
 
 
-def _entries(data_dir: Path, hist: pl.DataFrame, hub: pl.DataFrame, ranked_by: dict, tables: _Tables) -> list[dict]:
+def _entries(
+    data_dir: Path,
+    hist: pl.DataFrame,
+    details: dict,
+    hub_by_model: dict,
+    entry_task: dict,
+    ranked_by: dict,
+    tables: _Tables,
+) -> list[dict]:
     """One entry per model and variant (``hist``'s order), by name: the ``ENTRY_FIELDS`` the page reads
-    (``hub`` only for models with any Hub facts: the page data stays compact), plus ``variant_label``."""
+    (``hub`` only for models with any Hub facts: the page data stays compact), plus ``variant_label``.
+    ``details``: each entry's latest run (``latest_details``); ``entry_task``: its task (``entry_task_of``)."""
     reports = data_dir / "reports"
-    details = latest_details(data_dir, hist.select("model_id", "variant", "sweep_id"))
-    hub_by_model = {r["model_id"]: r for r in hub.iter_rows(named=True)}
     texts = tables.texts
     entries = []
     for model_id, variant, vi, h, x, sweep_id in hist.select(
@@ -279,6 +291,9 @@ def _entries(data_dir: Path, hist: pl.DataFrame, hub: pl.DataFrame, ranked_by: d
             "notebook_url": texts.add(template(d.get("notebook_url"), model_id, sweep_id)),
             "log_url": texts.add(template(d.get("log_url"), model_id, sweep_id)),
             "check_note": texts.add(template(d.get("check_note"), model_id, sweep_id)),
+            "task": tables.tasks.get(
+                entry_task.get((model_id, variant)) or (hub_by_model.get(model_id) or {}).get("pipeline_tag") or "", -1
+            ),
             "variant_label": variant,
         }
         facts = hub_by_model.get(model_id)
@@ -305,6 +320,16 @@ def _sweep_rows(sweeps: pl.DataFrame, reports: Path, default_env: dict) -> list[
             ]
         )
     return rows
+
+
+def entry_task_of(latest: dict, hub: dict | None) -> str | None:
+    """An entry's task, for the task filter: what its latest run probed (a results row older than the
+    column ran text-generation), else the Hub's ``pipeline_tag``."""
+    if latest.get("task"):
+        return latest["task"]
+    if latest.get("_config") == 0:  # a results row from before the task column
+        return schema.TEXT_GENERATION
+    return (hub or {}).get("pipeline_tag")
 
 
 def build_explorer(data_dir: Path | str) -> Path:

@@ -240,6 +240,7 @@ def latest_details(data_dir: Path, keys: pl.DataFrame) -> dict[tuple[str, str], 
         "notebook_url",
         "log_url",
         "check_note",
+        "task",
     ]
     wanted = keys["sweep_id"].unique().to_list()
     on = ["model_id", "variant", "sweep_id"]

@@ -107,6 +107,15 @@ def _percent(rate) -> str:
     return f"{100 * rate:.1f}%" if rate is not None else "-"
 
 
+def tasks_text(by_task: pl.DataFrame) -> str:
+    """The pass rate of each task the sweep probed: "text-generation 80.0% (28 of 35); image-text-to-text ..."."""
+    parts = [
+        f"{r['task']} {_percent(r['pass_rate'])} ({r['passed']:,} of {r['models']:,})"
+        for r in by_task.iter_rows(named=True)
+    ]
+    return "; ".join(parts) or "-"
+
+
 def split_html(attribution: pl.DataFrame) -> str:
     """Whose failures, inline: "3 failures: stack 1, model 1, both 0, unknown 1" (each in its own span)."""
     counts = dict(attribution.select("attribution", "count").rows())
@@ -120,7 +129,8 @@ def split_html(attribution: pl.DataFrame) -> str:
 
 def header_html(tables: dict[str, pl.DataFrame], sweep_id: str, baseline_sweep_id: str | None) -> str:
     """The report's opening facts: the sweep, when, where, with what stack, and its headline numbers:
-    whose failures they are (the stack's, the models', both, unknown), both pass rates and the suspect passes."""
+    whose failures they are (the stack's, the models', both, unknown), both pass rates, the suspect passes and
+    the pass rate of each task."""
     sweeps = tables["sweeps"].filter(pl.col("sweep_id") == sweep_id).row(0, named=True)
     history = tables["history"].filter(pl.col("sweep_id") == sweep_id)
     versions = history.row(0, named=True) if history.height else {}
@@ -152,6 +162,7 @@ def header_html(tables: dict[str, pl.DataFrame], sweep_id: str, baseline_sweep_i
         f"{_percent(summary['stack_pass_rate'])} ({summary['passed']:,} of {can_run:,}: the "
         f"{summary['model_failures'] or 0:,} failing everywhere left out)"
     )
+    facts["pass rate by task"] = tasks_text(tables["by_task"])
     facts["excluded (not failures)"] = f"{summary['excluded']:,}"
     facts["not probed (pending)"] = f"{tables['pending'].height:,}"
     if tables["not_tested"].height:

@@ -96,6 +96,7 @@ SIGNATURE_COLUMNS = {
     "models": "models",
     "count": "runs",
     "attribution": "whose",
+    "task": "task",
     "failure_stage": "stage",
     "status": "verdict",
     "example_models": "example models",
@@ -106,7 +107,8 @@ SIGNATURE_COLUMNS = {
 
 def signatures_html(tables: dict[str, pl.DataFrame], baseline_sweep_id: str | None, max_rows: int = 200) -> str:
     """The failure modes, the one affecting the most models first: whose failures they are ("stack 3,
-    model 1" when mixed) and "new" for a signature the baseline did not have."""
+    model 1" when mixed), "new" for a signature the baseline did not have, and, in a sweep of more than one
+    task, the task of a signature that only one task has (one table for every task)."""
     sigs = tables["signatures"]
     if not sigs.height:
         return '<p class="ms-note">No failures.</p>'
@@ -115,6 +117,10 @@ def signatures_html(tables: dict[str, pl.DataFrame], baseline_sweep_id: str | No
         columns.remove("new")
     if not _multi(tables):
         columns.remove("count")
+    if "by_task" not in tables or tables["by_task"].height < 2:
+        columns.remove("task")
+    else:
+        sigs = sigs.with_columns(pl.col("task").fill_null("all"))
     shown = sigs.with_columns(pl.when(pl.col("new")).then(pl.lit("new")).otherwise(pl.lit("")).alias("new"))
     note = ""
     if baseline_sweep_id:

@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import UserError
-from ..probe import devices, probe_params
+from ..probe import devices, probe_core, probe_params
 from ..probe.model_ids import is_local, portable_id
 from ..record.sweep_meta import ModelEntry
 
@@ -199,6 +199,11 @@ def parse(raw: dict, source: str = "<params>", base: Path | None = None) -> Swee
         _check_keys(f"{source}: models_from_hub", hub_list, HUB_KEYS)
         if hub_list.get("sort", "downloads") not in HUB_SORTS:
             raise SweepConfigError(f"{source}: models_from_hub.sort must be one of {', '.join(HUB_SORTS)}.")
+        if hub_list.get("task", probe_core.TEXT_GENERATION) not in probe_core.TASKS:
+            raise SweepConfigError(
+                f"{source}: models_from_hub.task {hub_list['task']!r} is not a task the probe runs; use "
+                f"{' or '.join(probe_core.TASKS)}."
+            )
         known = {m.model_id for m in models}
         for found in hub_models(hub_list):
             if found["model_id"] not in known and found["model_id"] not in excluded:
@@ -240,10 +245,32 @@ def check_devices(definition: SweepParams) -> None:
             raise SweepConfigError(problem)
 
 
+def check_vision() -> None:
+    """An installed torchvision that does not import beside this torch (a build for another torch) makes
+    transformers fail every model's load, text models included: refused before the sweep, with the sentence
+    that says what to do. Checked in a short-lived child process (the runner must not import torch); only
+    when torchvision is installed at all."""
+    import importlib.util
+
+    if importlib.util.find_spec("torchvision") is None:
+        return
+    import os
+    import subprocess
+    import sys
+
+    check = "from model_support.probe.probe_core import torchvision_broken; print(torchvision_broken() or 'ok')"
+    env = {**os.environ, devices.AUTOLOAD_VAR: "0"}
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env=env, timeout=300)
+    answer = (done.stdout.strip().splitlines() or [f"the check failed: {done.stderr.strip()[-300:]}"])[-1]
+    if answer != "ok":
+        raise SweepConfigError(f"This environment cannot probe models: {answer}.")
+
+
 def check_hub(definition: SweepParams, threads: int = 8) -> None:
     """Look every Hub model up once, before the sweep starts: a model or revision that does not exist
-    is refused (one sentence); one without access (gated, private) or too large for the cache budget
-    or the free disk becomes an excluded row with that reason; the others keep their Hub facts
+    is refused (one sentence); one without access (gated, private), too large for the cache budget
+    or the free disk, or listed by the Hub as a task the probe does not run (with task auto) becomes an
+    excluded row with that reason; the others keep their Hub facts
     (metadata, resolved commit, size) in ``sweep.json``. When the Hub cannot be reached nothing is
     refused: the models are downloaded (or left pending) when the sweep runs."""
     from concurrent.futures import ThreadPoolExecutor
@@ -275,7 +302,22 @@ def check_hub(definition: SweepParams, threads: int = 8) -> None:
             reason = facts["planned_bytes"] is not None and budget.too_large_reason(facts["planned_bytes"])
             if reason:
                 definition.excluded[entry.model_id] = reason
+            reason = _other_task(definition, entry)
+            if reason:
+                definition.excluded[entry.model_id] = reason
     definition.models = [m for m in definition.models if m.model_id not in definition.excluded]
+
+
+def _other_task(definition: SweepParams, entry: ModelEntry) -> str | None:
+    """Why the model is not probed at all: its task is auto and the Hub lists it as a task the probe does not
+    run (``probe_core.task_of_pipeline_tag``), else None. Found before anything is downloaded."""
+    if entry.overrides.get("task", definition.probe.get("task", "auto")) != "auto":
+        return None
+    try:
+        probe_core.task_of_pipeline_tag(entry.hub.get("pipeline_tag"))
+    except probe_core.NotAProbedTask as exc:
+        return str(exc)
+    return None
 
 
 def load(path: Path, check_device: bool = True) -> SweepParams:
@@ -293,5 +335,6 @@ def load(path: Path, check_device: bool = True) -> SweepParams:
     definition = parse(raw, source=str(path), base=Path.cwd())
     if check_device:
         check_devices(definition)
+        check_vision()
         check_hub(definition)
     return definition

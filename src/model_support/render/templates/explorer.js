@@ -9,6 +9,7 @@ const lower = M.map((m) => m[0].toLowerCase());
 // An entry (one model and variant): [id, type, runs, env exceptions, error_type, message, traceback, repro,
 // notebook, versions, started, variant (index into D.variants), reference signature, reference note, the
 // published notebook's and log's addresses (push --logs), check note (why a PASS's check says what it says),
+// task (index into D.tasks: what the latest run probed, else the Hub's pipeline_tag; -1 unknown),
 // hub facts (only when the Hub told anything: [task, downloads, likes, trending_score, library, license, gated,
 // hub_num_params, created_at, base_model, listed_by], strings as indices into D.texts)].
 // runs: [first sweep, n sweeps, outcome] triples; env exceptions: [sweep, env] pairs (else the sweep's env).
@@ -57,7 +58,8 @@ function entry(m, s) {
 }
 // The sweeps the model was run in (a verdict or an exclusion).
 function runs(m) { let n = 0; const h = m[2]; for (let k = 1; k < h.length; k += 3) if (!UNPROBED.has(h[k + 1])) n += h[k]; return n; }
-const hubOf = (m) => m[17] || null;
+const taskOf = (m) => m[17];
+const hubOf = (m) => m[18] || null;
 // Each sweep as the list shows it: name and time (the full id on hover, and in the detail panel).
 const sweepCell = (s) => '<td class="sweep" title="' + esc(S[s][0]) + '">' + esc(S[s][5] || S[s][0]) + "</td>";
 // Cells that truncate with "…" carry their whole text as a tooltip.
@@ -96,7 +98,7 @@ fill("#devices-filter", [...new Set(O.map(devicesOf))].sort((a, b) => a - b)
   .map((n) => [String(n), "needs " + n + (n === 1 ? " device" : " devices")]));
 fill("#signature-filter", uniq(O.filter((o) => !D.pseudo.includes(o[0])).map((o) => o[1])).map((s) => [s, s.length > 90 ? s.slice(0, 90) + "…" : s]));
 const taskCounts = D.tasks.map(() => 0);
-for (const m of M) { const hub = hubOf(m); if (hub && hub[0] >= 0) taskCounts[hub[0]]++; }
+for (const m of M) if (taskOf(m) >= 0) taskCounts[taskOf(m)]++;
 fill("#task-filter", D.tasks.map((t, k) => [String(k), t + " (" + taskCounts[k] + ")"]));
 for (const [name, ids] of Object.entries(D.views)) {
   const o = document.querySelector('#view option[value="' + name + '"]');
@@ -135,7 +137,7 @@ function update() {
     const i = order ? order[k] : k;
     if (f.q && lower[i].indexOf(f.q) < 0) continue;
     if (f.variant >= 0 && M[i][11] !== f.variant) continue;
-    if (f.task !== null) { const hub = hubOf(M[i]); if (!hub || hub[0] !== f.task) continue; }
+    if (f.task !== null && taskOf(M[i]) !== f.task) continue;
     const en = entry(M[i], f.sweep);
     if (!en) continue;
     const o = O[en[1]], e = envRow(en[2]);
@@ -160,13 +162,13 @@ function update() {
     html.push('<tr data-i="' + i + '">' + cell("model", m[0]) + cell("col-variant variant", variantOf(m)) +
       cell("col-minor type", D.types[m[1]]) + '<td class="st ' + slug(o[0]) + '">' + esc(o[0]) +
       '</td><td class="whose' + (w ? " w-" + w : "") + '" title="' + esc(D.attribution_help[w] || "") + '">' + esc(w) +
-      '</td><td class="check' + (SUSPECT.has(checkOf(o)) ? " suspect" : "") + '" title="' +
+      '</td><td class="col-minor check' + (SUSPECT.has(checkOf(o)) ? " suspect" : "") + '" title="' +
       esc((D.check_help[checkOf(o)] || "") + (checkText(o) ? " (" + checkText(o) + ")" : "")) + '">' + esc(checkText(o)) +
       '</td><td class="col-devices col-minor devices">' + esc(devicesText(o)) + "</td>" + cell("sig", sig) + sweepCell(en[0]) +
       cell("col-minor device", e[0] || S[en[0]][2]) +
       '<td class="col-minor stack" title="' + esc(stackTitle(e)) + '">' + esc(stackText(e)) +
       '</td><td class="col-minor num">' + runs(m) + "</td>" +
-      cell("col-hub col-minor task", hub && hub[0] >= 0 ? D.tasks[hub[0]] : "") +
+      cell("col-minor task", taskOf(m) >= 0 ? D.tasks[taskOf(m)] : "") +
       '<td class="col-hub col-minor num metric">' + esc(hub ? fmt(hub[metric]) : "") + "</td></tr>");
   }
   $("#results tbody").innerHTML = html.join("");
@@ -184,7 +186,7 @@ function hubItems(m, i) {
   if (listed.length) items.push(["listed", listed.join(", ")]);
   if (!hub) return items;
   const facts = [
-    ["task", hub[0] >= 0 ? D.tasks[hub[0]] : null], ["downloads", fmt(hub[1])], ["likes", fmt(hub[2])],
+    ["task (Hub)", hub[0] >= 0 ? D.tasks[hub[0]] : null], ["downloads", fmt(hub[1])], ["likes", fmt(hub[2])],
     ["trending score", fmt(hub[3])], ["library", hubText(hub[4])], ["license", hubText(hub[5])],
     ["gated", hubText(hub[6])], ["parameters (Hub)", fmt(hub[7])], ["created", hub[8]], ["base model", hubText(hub[9])],
   ];
@@ -222,6 +224,7 @@ function detail(i) {
   if (MULTI) h.push('<dt>variant</dt><dd class="variant">' + esc(variantOf(m)) + "</dd>");
   if (ran) {
     h.push("<dt>model type</dt><dd>" + esc(D.types[m[1]]) + "</dd>");
+    if (taskOf(m) >= 0) h.push('<dt>task</dt><dd class="task">' + esc(D.tasks[taskOf(m)]) + "</dd>");
     if (o[1]) h.push("<dt>" + (o[0] === "excluded" ? "reason" : "signature") + "</dt><dd>" + esc(o[1]) + "</dd>");
     const w = whose(o);
     if (w) {

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import cast
 
 from ... import paths
+from ...probe import probe_core
 from ...probe.hub import CacheBudget
 from ...probe.hub_fetch import is_local
 from ...probe.records import fail, new_record
@@ -116,7 +117,8 @@ def runner_failure(
 ) -> Record:
     """A record for a probe that could not write its own: FAIL(other) at stage runner (the kernel
     died, a timeout), or what the download stage found (FAIL(load) at stage download). Made where the
-    probe makes its own (``records.new_record``), from the same task."""
+    probe makes its own (``records.new_record``), from the same task: its probe task is the one the sweep
+    decided (``with_task``), else unknown (the probe decides auto from the config)."""
     tail = log[-LOG_TAIL_CHARS:]
     record = new_record(
         task["model_id"],
@@ -231,6 +233,12 @@ def run_task(
     are the caller's to remove (the local executor's cache budget); files this call downloads are
     removed here unless the sweep keeps its cache (Ray)."""
     started = time.time()
+    try:
+        task = with_task(task)
+    except probe_core.NotAProbedTask as exc:  # the Hub says it is another task: not probed, nothing downloaded
+        return TaskResult(
+            None, None, redact(f"excluded: {exc}\n"), task["model_id"], task.get("variant"), excluded=str(exc)
+        )
     own_budget = None
     if fetched is None and not task.get("keep_cache", False) and not is_local(task["source"]):
         own_budget = CacheBudget(task.get("cache_dir") or None)  # records what was cached before
@@ -247,18 +255,18 @@ def run_task(
             return TaskResult(None, None, log, task["model_id"], task.get("variant"), excluded=got.reason)
         task = {**task, "facts": {**task.get("hub", {}), **got.fields}}
         if got.kind == "failed":
-            exc = got.error
+            error = got.error
             record = runner_failure(
                 task,
-                type(exc).__name__,
-                str(exc),
+                type(error).__name__,
+                str(error),
                 head,
                 started,
                 status=schema.FAIL_LOAD,
                 stage="download",
-                traceback=f"{type(exc).__name__}: {exc}",
+                traceback=f"{type(error).__name__}: {error}",
             )
-            return TaskResult(record, None, redact(head + f"{record['status']}: {exc}\n"), task["model_id"])
+            return TaskResult(record, None, redact(head + f"{record['status']}: {error}\n"), task["model_id"])
         if got.path and got.path != task["source"]:
             task["snapshot"] = got.path
         result = (standby or Standby(work_root)).run(task)
@@ -267,6 +275,17 @@ def run_task(
     finally:
         if own_budget is not None and got.fields.get("revision_sha"):
             own_budget.release(task["source"], got.fields["revision_sha"])
+
+
+def with_task(task: ProbeTask) -> ProbeTask:
+    """``task`` with its probe task decided by the Hub's ``pipeline_tag`` (from ``sweep.json``) when it is auto
+    and the tag is known, as the probe decides it (``probe_core.task_of_pipeline_tag``); NotAProbedTask for a
+    tag of a task the probe does not run. Without a tag the probe decides from the config."""
+    params = task["params"]
+    if params.get("task", "auto") != "auto":
+        return task
+    decided = probe_core.task_of_pipeline_tag((task.get("hub") or {}).get("pipeline_tag"))
+    return {**task, "params": {**params, "task": decided}} if decided else task
 
 
 def _record_from_outcome(task, outcome, returncode, timed_out, log, started) -> Record:
