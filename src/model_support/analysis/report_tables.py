@@ -78,7 +78,8 @@ SWEEP_COLUMNS = tuple(
 
 
 def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | None = None) -> dict[str, pl.DataFrame]:
-    """Every table of one sweep's report, by name.
+    """Every table of one sweep's report, by name (long only because this docstring names every key and
+    the body is one mapping of key -> query).
 
     The sweep's (and the baseline's) rows are read once; the per-sweep tables then run on them in
     memory, and the history tables over all sweeps, in one ``pl.collect_all``. Unknown ids raise

@@ -219,6 +219,11 @@ def hub_facts(facts: dict, listed_by: str | None, task_index: dict, texts: Strin
     return out
 
 
+#: The texts of an entry's latest run that the detail panel shows as they are (read by ``latest_details``,
+#: carried in the entry under the same names).
+PANEL_TEXTS = ("reference_signature", "reference_note", "notebook_url", "log_url", "check_note")
+
+
 def latest_details(data_dir: Path, keys: pl.DataFrame) -> dict[tuple[str, str], dict]:
     """The heavy texts of each entry's row in ``keys`` (model_id, variant, sweep_id), keyed by (model_id,
     variant), reading only the sweeps that hold one; an entry whose key has no row (a pseudo-row) is
@@ -235,11 +240,7 @@ def latest_details(data_dir: Path, keys: pl.DataFrame) -> dict[tuple[str, str], 
         "notebook_path",
         "versions",
         "started_at",
-        "reference_signature",
-        "reference_note",
-        "notebook_url",
-        "log_url",
-        "check_note",
+        *PANEL_TEXTS,
         "task",
     ]
     wanted = keys["sweep_id"].unique().to_list()

@@ -187,7 +187,7 @@ def run_local(
     budget: CacheBudget | None = None,
     prefetch: int = 1,
 ) -> Generator[TaskResult, None, None]:
-    """N probes at once on ``workers`` devices (a CPU sweep's workers are its pretend devices), scheduled
+    """N probes at once on ``workers`` devices (a CPU sweep's workers are its virtual devices), scheduled
     by ``scheduler.run_on_devices``: biggest models first, each probe taking the devices it needs
     (``devices_needed``) from the device scheduler (``scheduler.DeviceScheduler``: first come first
     served, smaller models backfilling devices a bigger waiting one cannot use yet, never delaying it)
