@@ -184,7 +184,7 @@ def test_the_room_check_counts_every_variant_of_the_matrix(small_disk, tmp_path,
 
 def test_compaction_and_the_card_on_a_full_disk_leave_no_temp_file(small_disk):
     """The Parquet compaction and the dataset card fail loudly on a full disk and leave nothing behind."""
-    data = small_disk("256k") / "data"
+    data = small_disk("512k") / "data"
     SweepMeta(
         sweep_id="s",
         name="s",

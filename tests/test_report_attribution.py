@@ -186,7 +186,7 @@ def test_report_leads_with_whose_failures(attr_report):
         "Failure signatures",
         "Changes since the baseline",
         "Verdicts",
-        "Pass rate by model type and size",
+        "Pass rate by task, model type and size",
         "Timings",
         "CPU reference agreement",
         "History across sweeps",

@@ -172,7 +172,8 @@ def parallelism_for(config_or_model_class) -> tuple[str | None, dict]:
     config, model_class = _config_and_model_class(config_or_model_class)
     class_plan = getattr(model_class, "_tp_plan", None) if model_class is not None else None
     # a vision-language model is split by its language model's plan (transformers gathers the sub-models')
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    # (a config class, given with a model class, has its plans as class attributes and no text config to ask)
+    text = config if isinstance(config, type) else config.get_text_config()
     tp_plan = getattr(config, "base_model_tp_plan", None) or getattr(text, "base_model_tp_plan", None) or {}
     ep_plan = (
         getattr(config, "base_model_ep_plan", None)
