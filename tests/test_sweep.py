@@ -34,6 +34,9 @@ def test_smoke_sweep_publishes_one_row_per_fixture(smoke_sweep, fixture_models):
     assert names == sorted(verdicts)
     assert {display_name(m): s for m, s in rows.select("model_id", "status").iter_rows()} == verdicts
     assert rows["sweep_id"].unique().to_list() == [smoke_sweep["sweep_id"]]
+    # t5 is refused before running (an encoder-decoder): the summary the CLI prints names it
+    assert smoke_sweep["excluded_before"] == {"google-t5/t5-small": meta.excluded["google-t5/t5-small"]}
+    assert meta.excluded["google-t5/t5-small"].startswith("encoder-decoder")
 
 
 def test_datasets_loads_the_real_sweep(smoke_sweep, fixture_models):

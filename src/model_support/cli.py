@@ -143,6 +143,11 @@ def sweep(params_file, data_dir, workers, executor, prefetch, resume, report):
         f"sweep {summary['sweep_id']}: {summary['ran']} probed now, {summary['total']} models, "
         f"{summary['wall_s']:.1f} s with {summary['workers']} worker(s) ({summary['executor']})"
     )
+    if summary["excluded_before"]:  # in the excluded config and the report, so said here too
+        click.echo(
+            f"excluded before running: {len(summary['excluded_before'])} "
+            f"({'; '.join(f'{m}: {r}' for m, r in sorted(summary['excluded_before'].items()))})"
+        )
     click.echo(f"records:  {data_dir / 'sweeps' / summary['sweep_id']}")
     click.echo(f"dataset:  {data_dir / 'results'} and {data_dir / 'excluded'} (card: {data_dir / 'README.md'})")
     if report:

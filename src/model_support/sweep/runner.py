@@ -355,6 +355,7 @@ def run(
         "verdicts": dict(Counter(r["status"] for r in store.iter_records(data_dir, meta.sweep_id) if r["status"])),
         "rows": counts,
         "pending": pending,
+        "excluded_before": dict(meta.excluded or {}),
     }
 
 
