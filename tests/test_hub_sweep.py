@@ -271,10 +271,8 @@ def test_download_time_is_its_own_stage_and_load_time_stays_local(hub, tmp_path,
     remote, local = done["fixtures/tiny-llama"], done["local:tiny-llama"]
     assert remote["download_s"] >= 2.0, remote["download_s"]
     assert local["download_s"] is None and local["revision_sha"] is None  # a local folder skips the stage
-    assert abs(remote["load_s"] - local["load_s"]) < max(0.75, 0.5 * local["load_s"]), (
-        remote["load_s"],
-        local["load_s"],
-    )
+    # the throttled download (about 3 s) is not in load_s: were it, load would exceed the download itself
+    assert 0 < remote["load_s"] < remote["download_s"], (remote["load_s"], remote["download_s"])
     assert remote["output_token_ids"] == local["output_token_ids"]
     frame = store.scan(data).collect()
     assert frame.filter(pl.col("model_id") == "fixtures/tiny-llama")["download_bytes"].item() >= size * 0.9
