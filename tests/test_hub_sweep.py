@@ -315,6 +315,8 @@ def test_one_papermill_probe_of_a_hub_model_and_its_repro_script(hub, tmp_path):
     assert (record["status"], record["model_id"]) == ("PASS", "fixtures/tiny-gpt2")
     assert record["revision_sha"] == hub.sha("fixtures/tiny-gpt2") and record["download_bytes"] > 0
     assert record["library_name"] == "transformers" and record["load_s"] > 0
+    # rebuilt after the download: still the device adapter's compile backend (it once fell back to none)
+    assert "'compile_backend': 'inductor'" in record["repro_script"]
     script = tmp_path / "repro.py"
     script.write_text(record["repro_script"])
     repro = subprocess.run(

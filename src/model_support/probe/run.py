@@ -220,6 +220,19 @@ def stage_outcome(record: Record, settings: dict, result: dict) -> None:
     record["prompt"] = settings["image_prompt"] if image_task else settings["prompt"]
 
 
+def _repro(record: Record, settings: dict, adapter, **more) -> str:
+    """The record's repro script, from the settings as they stand: the device adapter's type and compile
+    backend, the record's model id and sweep (``more``: a sharded run's ``distributed`` config)."""
+    chosen = {
+        **settings,
+        "device": adapter.type,
+        "compile_backend": adapter.compile_backend(),
+        "model_id": record["model_id"],
+        **more,
+    }
+    return repro_script(chosen, record["sweep_id"])
+
+
 def _sharded(record: Record, settings: dict, adapter) -> bool:
     """``devices`` other than 1: the probe over N devices (``sharded.run_sharded``, one rank per device,
     tensor or expert parallel by the model's own plan); ``auto`` picks the fewest that hold the model.
@@ -252,15 +265,7 @@ def _sharded(record: Record, settings: dict, adapter) -> bool:
     left = settings["timeout_s"] - keep - (time.perf_counter() - settings["started"])
     result = sharded.run_sharded(settings, count, adapter.type, timeout_s=max(left, 1.0))
     if result.get("distributed_config"):  # its repro script launches the same ranks
-        record["repro_script"] = repro_script(
-            {
-                **settings,
-                "device": adapter.type,
-                "model_id": record["model_id"],
-                "distributed": result["distributed_config"],
-            },
-            record["sweep_id"],
-        )
+        record["repro_script"] = _repro(record, settings, adapter, distributed=result["distributed_config"])
     schema.fill(record, {key: result.get(key) for key in (*STAGE_FIELDS, *SHARDED_FIELDS)})
     stage_outcome(record, settings, result)
     record["peak_host_mem_mb"] = _peak_host_mb()
@@ -305,7 +310,7 @@ def run_probe(
     hf_logging.disable_progress_bar()  # per-shard progress bars only clutter notebooks and sweep logs
     record = new_record(portable_id(model_id), settings, sweep_id, notebook_path, hub_facts)
     try:
-        _probe(record, settings, sweep_id)
+        _probe(record, settings)
     except (hub_fetch.EnvironmentProblem, hub_fetch.NoAccess, hub_fetch.NotOnHub):
         raise  # the harness's environment: not a verdict, no record
     except Exception as exc:  # noqa: BLE001 a harness bug must still yield a record, never a lost model
@@ -317,7 +322,7 @@ def run_probe(
     return record
 
 
-def _probe(record: Record, settings: dict, sweep_id: str) -> None:
+def _probe(record: Record, settings: dict) -> None:
     try:
         probe_params.check({k: v for k, v in settings.items() if k in probe_params.BY_NAME})
         adapter = devices.resolve(settings["device"])
@@ -336,15 +341,7 @@ def _probe(record: Record, settings: dict, sweep_id: str) -> None:
     if broken:  # transformers would fail every model's load with it: the environment, no verdict
         record["exclusion_reason"] = broken
         return
-    record["repro_script"] = repro_script(
-        {
-            **settings,
-            "device": adapter.type,
-            "compile_backend": adapter.compile_backend(),
-            "model_id": record["model_id"],
-        },
-        sweep_id or None,
-    )
+    record["repro_script"] = _repro(record, settings, adapter)
     if settings["load_from"] == settings["model_id"] and not hub_fetch.is_local(settings["model_id"]):
         try:  # the download stage, run here when no sweep fetched the files ahead
             got = hub_fetch.fetch(
@@ -358,9 +355,7 @@ def _probe(record: Record, settings: dict, sweep_id: str) -> None:
         settings["load_from"] = got["path"]
         if not resolve_task(record, settings):  # the Hub's pipeline_tag, now known, decides an auto task
             return
-        record["repro_script"] = repro_script(
-            {**settings, "device": adapter.type, "model_id": record["model_id"]}, sweep_id or None
-        )
+        record["repro_script"] = _repro(record, settings, adapter)  # from the downloaded files, the task resolved
     if _sharded(record, settings, adapter):
         return
     record.update({"devices_used": 1, "parallelism": "none"})
