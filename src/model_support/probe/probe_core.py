@@ -259,12 +259,17 @@ def probe_image_rgb(width=PROBE_IMAGE_SIZE[0], height=PROBE_IMAGE_SIZE[1]):
     return bytes(out)
 
 
+@functools.cache
+def probe_image_sha256():
+    """The sha256 of the probe image's RGB bytes (the record's ``image_sha256``; every repro script names it)."""
+    return hashlib.sha256(probe_image_rgb()).hexdigest()
+
+
 def probe_image():
     """The probe's fixed image (a PIL image) and the sha256 of its RGB bytes (the record's ``image_sha256``)."""
     from PIL import Image
 
-    rgb = probe_image_rgb()
-    return Image.frombytes("RGB", PROBE_IMAGE_SIZE, rgb), hashlib.sha256(rgb).hexdigest()
+    return Image.frombytes("RGB", PROBE_IMAGE_SIZE, probe_image_rgb()), probe_image_sha256()
 
 
 def build_inputs(tokenizer, prompt, chat_template):

@@ -8,8 +8,6 @@ TPU), no papermill and no install of this project, and reaches the same verdict 
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import inspect
 import pprint
 
@@ -173,12 +171,6 @@ SETTING_NAMES = (
 )
 
 
-@functools.cache
-def _image_sha256() -> str:
-    """The probe image's hash, computed once per process (drawing it takes a few tens of milliseconds)."""
-    return hashlib.sha256(probe_core.probe_image_rgb()).hexdigest()
-
-
 def repro_script(settings: dict, sweep_id: str | None = None) -> str:
     """The script for one probe; ``settings`` holds SETTING_NAMES (device is the resolved type,
     compile_backend the device adapter's)."""
@@ -189,7 +181,7 @@ def repro_script(settings: dict, sweep_id: str | None = None) -> str:
         sweep=f" (sweep {sweep_id})" if sweep_id else "",
         dtype=chosen["dtype"],
         task=chosen["task"],
-        image_sha256=_image_sha256(),
+        image_sha256=probe_core.probe_image_sha256(),
         chat="through the chat template when the tokenizer has one" if chosen["chat_template"] != "none" else "raw",
         max_new_tokens=chosen["max_new_tokens"],
         settings=pprint.pformat(chosen, sort_dicts=False),
