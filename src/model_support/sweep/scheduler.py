@@ -59,7 +59,6 @@ class Request:
 
     need: int
     key: Any = None
-    on_grant: Callable[[Request], None] | None = None
     queued: float = field(default_factory=time.monotonic)
     head: float | None = None  # when it became the oldest waiting request
     granted: float | None = None
@@ -101,13 +100,13 @@ class DeviceScheduler:
         finally:
             self.release(request.ids)
 
-    def submit(self, need: int, key=None, on_grant: Callable[[Request], None] | None = None) -> Request:
-        """Queue a request without blocking; ``on_grant(request)`` is called once its devices are granted."""
+    def submit(self, need: int, key=None) -> Request:
+        """Queue a request without blocking; its ``event`` is set once its devices are granted."""
         if not isinstance(need, int) or need < 1:
             raise ValueError(f"A model needs a whole number of devices, at least 1, not {need!r}.")
         if need > self.size:
             raise ValueError(f"A model that needs {need} devices cannot run here: there are only {self.size}.")
-        request = Request(need, key, on_grant)
+        request = Request(need, key)
         with self._lock:
             self._queue.append(request)
             granted = self._dispatch()
@@ -190,8 +189,6 @@ class DeviceScheduler:
     def _notify(granted: list[Request]) -> None:
         for request in granted:
             request.event.set()
-            if request.on_grant is not None:
-                request.on_grant(request)
 
 
 def largest_first(tasks: Iterable, need_of: Callable[[Any], int]) -> list:
