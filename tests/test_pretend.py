@@ -511,7 +511,11 @@ def test_a_model_bigger_than_one_device_runs_sharded_over_two(tmp_path, fixture_
     cli(["sweep", str(definition), "--no-report"], {"devices": 2, "memory_gb": DEVICE_MEMORY_GB}, data)
     (sweep,) = store.list_sweeps(data)
     (record,) = store.read_records(data, sweep)
-    assert (record["status"], record["devices_used"], record["parallelism"]) == ("PASS", 2, "tp"), record
+    assert (record["status"], record["devices_used"], record["parallelism"]) == ("PASS", 2, "tp"), (
+        record["error_type"],
+        record["error_message"],
+        record["traceback"],
+    )
     assert record["device_type"] == "pretend" and record["device_mem_source"] == "torch.pretend.max_memory_allocated"
     (grant,) = [json.loads(x) for x in (store.sweep_dir(data, sweep) / "schedule.jsonl").read_text().splitlines()]
     assert grant["devices"] == [0, 1]

@@ -344,3 +344,20 @@ def test_what_runs_a_probe_stays_lean():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.strip() == "[]"
+
+
+def test_hub_kernels_stay_off(fixture_models):
+    """transformers 5.25 swaps layers for kernels downloaded from the Hub by default (and refuses devices the
+    ``kernels`` package does not know); the probe loads with them off, so a verdict is the stack's kernels."""
+    import transformers
+    from packaging.version import Version
+
+    from model_support.probe import probe_core
+
+    model, _ = probe_core.load(fixture_models["tiny-llama"]["path"], "", "bfloat16", False, "cpu", {})
+    assert model.use_kernels is False, transformers.__version__
+    plain = transformers.AutoModelForCausalLM.from_pretrained(fixture_models["tiny-llama"]["path"])
+    if Version(transformers.__version__) >= Version(
+        "5.25"
+    ):  # the default this guards against (constraints.txt pins 5.25.0)
+        assert plain.use_kernels is True

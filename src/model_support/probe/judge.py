@@ -60,6 +60,7 @@ class Judge:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from . import hub_fetch
+        from .probe_core import HUB_KERNELS_OFF
 
         start = time.perf_counter()
         self.source = source
@@ -67,7 +68,7 @@ class Judge:
         if not hub_fetch.is_local(source):  # downloaded once into the Hub cache, as the probe's models are
             folder = hub_fetch.fetch(source, "")["path"]
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
-        self.model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+        self.model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **HUB_KERNELS_OFF).eval()
         self.load_s = time.perf_counter() - start
 
     def token_logprobs(self, prompt: str, text: str) -> tuple[list[int], list[float]]:

@@ -78,6 +78,15 @@ def trimmed_traceback(exc, max_lines=60):
     return "\n".join(lines)
 
 
+#: ``from_pretrained``'s hub kernels stay off. transformers 5.25 turns them on by default when the ``kernels``
+#: package is installed (it now requires it): layers (RMSNorm, SiLU, GELU, rotary) are swapped for compiled kernels
+#: downloaded from the Hub, on the devices ``kernels`` knows, and a device it does not know (any out-of-tree
+#: PrivateUse1 backend) is refused outright when the model is placed on it at load (a sharded run). Either way the
+#: verdict would describe downloaded code and the network, not the stack's own kernels: like ``trust_remote_code``,
+#: code from the Hub runs only when asked for. transformers 5.24 reads the same keyword, off by default.
+HUB_KERNELS_OFF = {"use_kernels": False}
+
+
 def load(model_id, revision, dtype, trust_remote_code, device, info, extra=None, task=TEXT_GENERATION):
     """Config, tokenizer (or, for image-text-to-text, the processor) and weights, moved to ``device``. Fills
     ``info`` as it learns things, so a later failure still records the model type, architectures, task and
@@ -98,7 +107,7 @@ def load(model_id, revision, dtype, trust_remote_code, device, info, extra=None,
     else:
         tokenizer, model_class = AutoTokenizer.from_pretrained(model_id, **kwargs), AutoModelForCausalLM
     model, loading = model_class.from_pretrained(
-        model_id, dtype=getattr(torch, dtype), output_loading_info=True, **kwargs, **(extra or {})
+        model_id, dtype=getattr(torch, dtype), output_loading_info=True, **HUB_KERNELS_OFF, **kwargs, **(extra or {})
     )
     info["num_params"] = sum(p.numel() for p in model.parameters())
     newly = sorted(loading.get("missing_keys") or []) + sorted(str(k) for k in (loading.get("mismatched_keys") or []))
