@@ -1,26 +1,34 @@
 # Every target creates the virtual environment (.venv) when it is missing.
 # torch is pinned to 2.13.0: it installs from local disk here, a bare `torch` pulls a multi-GB CUDA build.
 PY        := .venv/bin/python
-STAMP     := .venv/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+STAMP     := .venv/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 DATA      ?= data
 PARAMS    ?= params/smoke.yaml
 WORKERS   ?= 2
 export PYTHONWARNINGS ?= ignore:<TorchTpu/Performance/TcMalloc/
 
-.PHONY: setup venv fixtures sweep test test-fast lint bench lab browser clean-data
+.PHONY: setup venv lock fixtures sweep test test-fast lint bench lab browser clean-data
 
 setup: venv fixtures browser
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
 	@# a venv built before JupyterLab moved to .venv-lab keeps its server stack (slow imports): drop it
 	@$(PY) -m pip uninstall -q -y jupyterlab jupyterlab-server jupyter-server jupyter-lsp jupyter-events notebook-shim rfc3987-syntax >/dev/null 2>&1 || true
 	@rm -f .venv/.installed-*
 	@touch $@
+
+# constraints.txt: a fresh resolve of '.[dev]' (newest releases within pyproject's ranges), frozen. Then `make test`.
+lock:
+	rm -rf .venv-lock && python3 -m venv .venv-lock
+	.venv-lock/bin/python -m pip install -q --disable-pip-version-check torch==2.13.0
+	.venv-lock/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
+	{ grep '^#' constraints.txt; .venv-lock/bin/python -m pip freeze --exclude-editable | sed 's/^torch==.*/torch==2.13.0/' | sort -f; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt && rm -rf .venv-lock
 
 fixtures: $(STAMP)
 	$(PY) -m model_support.testing.fixtures --dir $(DATA)/models
