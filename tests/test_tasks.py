@@ -182,6 +182,44 @@ def test_a_torchvision_that_does_not_import_stops_the_sweep_before_any_model(tmp
     assert status is None and "torchvision" in reason and "does not import" in reason
 
 
+def test_a_missing_pillow_is_an_exclusion_not_a_verdict(tmp_path, fixture_models):
+    """Without Pillow (and torchvision) a PIL image processor cannot load and the probe image cannot be made:
+    the environment's gap, an exclusion naming what to install; a text model still passes. Before, the VLM
+    was FAIL(load) (transformers' "Could not load any image processor class") or FAIL(other) (``import PIL``)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text('import sys\nsys.modules["PIL"] = None  # import PIL fails\n')
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    code = (
+        "import json; from model_support.probe import run, probe_core; out = {}\n"
+        "for name in ('tiny-llava', 'tiny-llama'):\n"
+        "    r = run.run_probe(f'data/models/{name}', device='cpu')\n"
+        "    out[name] = [r['status'], r['exclusion_reason']]\n"
+        "try:\n    probe_core.probe_image()\nexcept probe_core.VisionBackendMissing as exc:\n    out['image'] = str(exc)\n"
+        "print(json.dumps(out))"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    status, reason = out["tiny-llava"]
+    assert status is None and reason.startswith("this model's image processor needs Pillow"), reason
+    assert "pip install pillow" in reason
+    assert out["tiny-llama"] == ["PASS", None]
+    assert out["image"].startswith("the probe image needs Pillow, and it is not installed: pip install pillow")
+
+
+def test_only_an_import_error_names_a_missing_package():
+    from model_support.probe import probe_core
+
+    assert probe_core._missing_vision_package(ModuleNotFoundError("no PIL", name="PIL")) == (
+        "this model's processor",
+        "pillow",
+    )
+    assert probe_core._missing_vision_package(AttributeError("no attribute", name="torchvision")) is None
+    said = ValueError("Could not load any image processor class for x. ... Missing optional dependencies: torchvision.")
+    assert probe_core._missing_vision_package(said) == ("this model's image processor", "torchvision")
+
+
 def test_the_smoke_sweep_probes_both_tasks(smoke_sweep, fixture_models):
     by_name = smoke_sweep["by_name"]
     for name in VLM_ARCHS:

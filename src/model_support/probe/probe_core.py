@@ -48,8 +48,8 @@ class NotAProbedTask(ValueError):
 
 
 class VisionBackendMissing(RuntimeError):
-    """The environment lacks a working torchvision that this model's processor needs: no verdict, an exclusion
-    (the same model passes where torchvision is installed for this torch)."""
+    """The environment lacks a package this model's processor or the probe image needs (Pillow, a working
+    torchvision, num2words): no verdict, an exclusion (the same model passes where it is installed)."""
 
 
 #: Failures of the environment, not of the model: the result carries ``exclusion_reason`` and no verdict.
@@ -176,15 +176,18 @@ def torchvision_broken():
     return None
 
 
-#: The packages some processors need beyond transformers (the ``vision`` extra), by the name that
-#: transformers' "X requires the <Name> library" message gives them.
-VISION_PACKAGES = {"Torchvision": "torchvision", "num2words": "num2words"}
+#: The packages the image-text-to-text task needs beyond transformers, by the lower-cased name that transformers'
+#: messages or an ImportError give them, and the name pip installs. Pillow is a dependency of this package (the
+#: PIL image processors and the probe image); torchvision and num2words (the video processors) are the ``vision``
+#: extra.
+VISION_PACKAGES = {"torchvision": "torchvision", "num2words": "num2words", "pil": "pillow", "pillow": "pillow"}
 
 
 def _missing_vision_package(exc):
-    """(what needs it, package) when ``exc`` or what it was raised from says that a package of the ``vision``
-    extra is missing or does not import ("X requires the Torchvision library", "Package `num2words` is required
-    to run X", a torchvision op missing from a build for another torch); else None."""
+    """(what needs it, package) when ``exc`` or what it was raised from says that a package the image-text-to-text
+    task needs is missing or does not import ("X requires the Torchvision library", "Package `num2words` is
+    required to run X", an image processor that could import neither of its backends, ``import PIL`` failing, a
+    torchvision op missing from a build for another torch); else None."""
     import re
 
     seen = set()
@@ -196,38 +199,62 @@ def _missing_vision_package(exc):
         )
         if found:
             who, name = found.groups() if "requires the" in found.group(0) else found.groups()[::-1]
-            if name in VISION_PACKAGES:
-                return who, VISION_PACKAGES[name]
-        if getattr(exc, "name", None) in VISION_PACKAGES.values():
-            return "this model's processor", exc.name
+            if name.lower() in VISION_PACKAGES:
+                return who, VISION_PACKAGES[name.lower()]
+        either = re.search(
+            r"Could not load any image processor class.* Missing optional dependencies: ([\w, ]+)\.", text
+        )
+        if either:  # neither backend of the image processor imports: Pillow is the light one (and ours)
+            names = [n.strip().lower() for n in either.group(1).split(",")]
+            return "this model's image processor", "pillow" if "pillow" in names else VISION_PACKAGES.get(
+                names[0], names[0]
+            )
+        module = (getattr(exc, "name", None) or "").split(".")[0].lower() if isinstance(exc, ImportError) else ""
+        if module in VISION_PACKAGES:
+            return "this model's processor", VISION_PACKAGES[module]
         if "torchvision::" in text:
             return "this model's processor", "torchvision"
         exc = exc.__cause__ or exc.__context__
     return None
 
 
+def vision_backend_missing(exc, who=None):
+    """``VisionBackendMissing`` (the environment, one sentence naming what to install) when ``exc`` says a package
+    the image-text-to-text task needs is missing or broken; else None. ``who``: what needs it, when the caller
+    knows better than the message."""
+    missing = _missing_vision_package(exc)
+    if missing is None:
+        return None
+    import torch
+
+    who, package = who or missing[0], missing[1]
+    if package == "pillow":
+        return VisionBackendMissing(
+            f"{who} needs Pillow, and it is not installed: pip install pillow (a dependency of model-support that "
+            "this environment lacks)"
+        )
+    problem = (torchvision_broken() if package == "torchvision" else None) or f"{package} is not installed"
+    install = f"the torchvision built for torch {torch.__version__}" if package == "torchvision" else package
+    return VisionBackendMissing(
+        f"{who} needs {package}, and {problem}: install {install} "
+        "(pip install 'model-support[vision]' where torch and torchvision come from one build, as on a TPU VM)"
+    )
+
+
 def load_processor(model_id, kwargs):
     """``AutoProcessor`` for an image-text-to-text model: one with an image processor. The processors of some
     models (Qwen2-VL, Qwen2.5-VL, SmolVLM) also need a video processor, and every video processor needs
-    torchvision (SmolVLM's also num2words): where one is missing this raises VisionBackendMissing (the
-    environment), never a verdict."""
+    torchvision (SmolVLM's also num2words); an image processor needs Pillow or torchvision. Where one is missing
+    this raises VisionBackendMissing (the environment), never a verdict."""
     from transformers import AutoProcessor
 
     try:
         processor = AutoProcessor.from_pretrained(model_id, **kwargs)
     except Exception as exc:
-        missing = _missing_vision_package(exc)
+        missing = vision_backend_missing(exc)
         if missing is None:
             raise
-        import torch
-
-        who, package = missing
-        problem = (torchvision_broken() if package == "torchvision" else None) or f"{package} is not installed"
-        install = f"the torchvision built for torch {torch.__version__}" if package == "torchvision" else package
-        raise VisionBackendMissing(
-            f"{who} needs {package}, and {problem}: install {install} "
-            "(pip install 'model-support[vision]' where torch and torchvision come from one build, as on a TPU VM)"
-        ) from exc
+        raise missing from exc
     if getattr(processor, "image_processor", None) is None:
         raise NoImageProcessor(
             f"no image processor for this image-text-to-text model: AutoProcessor gave a {type(processor).__name__} "
@@ -276,7 +303,13 @@ def probe_image_sha256():
 
 def probe_image():
     """The probe's fixed image (a PIL image) and the sha256 of its RGB bytes (the record's ``image_sha256``)."""
-    from PIL import Image
+    try:
+        from PIL import Image
+    except ImportError as exc:
+        missing = vision_backend_missing(exc, "the probe image")
+        if missing is None:
+            raise
+        raise missing from exc
 
     return Image.frombytes("RGB", PROBE_IMAGE_SIZE, probe_image_rgb()), probe_image_sha256()
 
@@ -788,9 +821,15 @@ def prompt_inputs(model, tokenizer, result, prompt, image_prompt, chat_template)
         return tokenizer, input_ids, attention_mask, None
     processor = tokenizer
     image, result["image_sha256"] = probe_image()
-    input_ids, attention_mask, extra_inputs, result["chat_template_used"] = build_image_inputs(
-        processor, image_prompt, chat_template, image
-    )
+    try:
+        input_ids, attention_mask, extra_inputs, result["chat_template_used"] = build_image_inputs(
+            processor, image_prompt, chat_template, image
+        )
+    except Exception as exc:
+        missing = vision_backend_missing(exc)  # a package the processor only asks for when it runs
+        if missing is None:
+            raise
+        raise missing from exc
     token = image_token_id(model, processor)
     result["image_tokens"] = int((input_ids == token).sum()) if token is not None else None
     return processor.tokenizer, input_ids, attention_mask, extra_inputs
