@@ -133,6 +133,22 @@ def test_tpu_rank_env_one_chip_per_process():
     assert env["TPU_PROCESS_ADDRESSES"] == "localhost:8480,localhost:8481" and env["TPU_PROCESS_PORT"] == "8481"
 
 
+def test_a_tpu_rank_takes_its_processs_own_chip():
+    """rank_env leaves each TPU rank one chip, at index 0 in its process: rank 1 must not ask for device 1
+    (the generic accelerators' convention, where every rank sees every device)."""
+    from model_support.probe.devices.tpu import TpuAdapter
+
+    class OneChipProcess(TpuAdapter):  # torch's answers in a process that sees one chip, without a TPU here
+        def ask(self, name, *args):
+            return (0, "torch.accelerator." + name) if name == "current_device_index" else (None, None)
+
+        def select(self, index):  # the device index the rank would make current
+            return index
+
+    adapter = OneChipProcess()
+    assert [adapter.rank_device(rank) for rank in range(4)] == [0, 0, 0, 0]
+
+
 def test_no_plan_model_gets_its_sentence_and_no_rank_starts(sharded_models):
     result = sharded.run_sharded({"load_from": sharded_models["sharded-gpt2"]["path"]}, 2)
     assert (result["status"], result["failure_stage"], result["error_type"]) == (

@@ -135,3 +135,9 @@ class TpuAdapter(AcceleratorAdapter):
     def rank_env(self, local_rank: int, world_size: int, environ: Mapping[str, str]) -> dict:
         visible = environ.get(self.visible_var)
         return tpu_rank_env(local_rank, world_size, [int(c) for c in visible.split(",")] if visible else None)
+
+    def rank_device(self, local_rank: int):
+        """The one chip ``rank_env`` left this rank's process (torch_tpu: one chip per process, seen at its
+        own index, 0), whatever the rank: device ``local_rank`` does not exist in rank 1's process."""
+        current, _ = self.ask("current_device_index")
+        return self.select(int(current or 0))
