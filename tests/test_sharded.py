@@ -461,3 +461,20 @@ def test_ray_asks_for_each_models_devices_and_gives_the_same_rows(tmp_path):
     tasks = sweep.build_tasks(store.read_sweep(tmp_path / "data", summary["sweep_id"]))
     assert [sweep.ray_resources("cpu", sweep.devices_needed(t, 2)) for t in tasks] == [{"num_cpus": 2}, {"num_cpus": 1}]
     assert sweep.ray_resources("tpu", 4) == {"num_cpus": 1, "resources": {"TPU": 4}}
+
+
+def test_ray_holds_the_clusters_devices_and_refuses_others_before_the_sweep_is_written(tmp_path):
+    """Ray pins a task to GPUs and TPU chips only: "auto" becomes the cluster's accelerator (so each probe
+    reserves one), and any other device is refused in one sentence before anything is written."""
+    from model_support.errors import UserError
+    from model_support.sweep import definition as params
+    from model_support.sweep import runner as sweep
+
+    assert sweep.ray_auto_device({"CPU": 16.0, "GPU": 2.0}) == "cuda"
+    assert sweep.ray_auto_device({"CPU": 8.0, "TPU": 4.0}) == "tpu"
+    assert sweep.ray_auto_device({"CPU": 2.0}) == "cpu"
+    raw = {"name": "ray-xpu", "probe": {"device": "xpu"}, "models": ["data/models/tiny-gpt2"]}
+    definition = params.parse(raw, source="ray.yaml", base=checkout_root())
+    with pytest.raises(UserError, match=r"not for 'xpu' devices: run this sweep with --executor local"):
+        sweep.run(definition, tmp_path / "data", executor="ray")
+    assert not (tmp_path / "data" / "sweeps").exists()

@@ -244,9 +244,34 @@ def run_local(
         processes.discard()
 
 
+#: The devices a Ray task can hold, and pin its process to, as a Ray resource: GPUs (Ray sets
+#: CUDA_VISIBLE_DEVICES) and TPU chips (TPU_VISIBLE_CHIPS); "auto" is the cluster's (``ray_auto_device``).
+RAY_DEVICES = ("auto", "cpu", "cuda", "tpu")
+
+
+def check_ray_device(device: str) -> None:
+    """Refuse, in one sentence, a device the Ray executor cannot hand out: its probes would reserve no
+    device and share whichever they find (out of memory, attributed to the model)."""
+    if device not in RAY_DEVICES:
+        raise UserError(
+            f"The ray executor holds devices as Ray resources, which Ray has for cuda GPUs and TPU chips only, "
+            f"not for {device!r} devices: run this sweep with --executor local (it pins each probe to its own "
+            f"{device} device), or use device {', '.join(RAY_DEVICES[:-1])} or tpu."
+        )
+
+
+def ray_auto_device(cluster: dict) -> str:
+    """Device "auto" on a Ray cluster: its GPUs, else its TPU chips, else the CPU (``ray.cluster_resources()``),
+    so each probe reserves the device it will run on."""
+    if cluster.get("GPU"):
+        return "cuda"
+    return "tpu" if cluster.get("TPU") else "cpu"
+
+
 def ray_resources(device: str, need: int = 1) -> dict:
     """What one probe asks of the Ray cluster: its devices as a resource (one CPU per rank on a CPU
     sweep, where the ranks are processes)."""
+    check_ray_device(device)
     if device == "cuda":
         return {"num_cpus": 1, "num_gpus": need}
     if device == "tpu":
@@ -270,6 +295,8 @@ def run_ray(tasks: list[ProbeTask], workers: int, device: str) -> Generator[Task
         else:
             ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
     try:
+        if device == "auto":
+            device = ray_auto_device(ray.cluster_resources())
         remote = ray.remote(run_task)
         refs = [
             remote.options(max_retries=0, **ray_resources(device, devices_needed(task, workers))).remote(task)
@@ -324,9 +351,13 @@ def run(
     the job; nothing partial is left and the running probes are stopped. The sweep refuses to start
     when the folder's free space is clearly too small for what it will write (``check_room``)."""
     data_dir = Path(data_dir).resolve()  # probe kernels run in their own folders
+    if params is not None and (executor or params.executor) == "ray":  # before the sweep is written
+        check_ray_device(params.probe.get("device", "auto"))
     meta = _start(params, data_dir, resume, report)
     executor = executor or meta.executor
     device = meta.probe.get("device", "auto")
+    if executor == "ray":
+        check_ray_device(device)
     workers = workers or meta.workers or default_workers(device)
     started = time.time()
     total = len(meta.models) * len(probe_params.combinations(meta.matrix))
