@@ -370,6 +370,9 @@ def test_a_notebook_without_a_result_and_an_ambiguous_model_are_refused(fixture_
         debug.run_debug_notebook(data_dir, "dbg", "-")
     with pytest.raises(ValueError, match="Sweep 'nope' does not exist"):
         debug.run_debug_notebook(data_dir, "nope", "diverge")
+    for device in ("cpu", "pretend"):  # TorchTPU's fused eager: refused before a notebook runs on any other device
+        with pytest.raises(ValueError, match=f"runs on tpu devices only, not on {device}"):
+            debug.run_debug_notebook(data_dir, "dbg", "diverge", parameters={"mode": "fused", "device": device})
 
 
 def test_notebook_names_the_module_that_diverges_in_bf16(fixture_sweep):

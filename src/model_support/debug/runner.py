@@ -93,7 +93,7 @@ def run_debug_notebook(
         except probe_params.ParameterError as exc:
             raise UserError(str(exc)) from None
     params = debug_parameters(meta, entry, parameters)
-    if params.get("mode") == "fused" and params.get("device") in ("cpu", "cuda"):
+    if params.get("mode") == "fused" and params.get("device") not in ("tpu", "auto"):  # a TPU's mode only
         raise UserError(f"{NOT_AVAILABLE}: {fused_eager_missing(params['device'])}.")
     out = debug_notebook_path(data_dir, sweep_id, entry.model_id, out_dir, variant)
     return run_notebook(paths.notebook("debug"), out, params, timeout=execution_timeout)
