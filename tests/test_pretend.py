@@ -519,3 +519,22 @@ def test_a_model_bigger_than_one_device_runs_sharded_over_two(tmp_path, fixture_
     assert record["device_type"] == "pretend" and record["device_mem_source"] == "torch.pretend.max_memory_allocated"
     (grant,) = [json.loads(x) for x in (store.sweep_dir(data, sweep) / "schedule.jsonl").read_text().splitlines()]
     assert grant["devices"] == [0, 1]
+    # its repro script runs the same ranks on the device (it ran them on the CPU, where a stack's fault never shows)
+    script = tmp_path / "repro.py"
+    script.write_text(record["repro_script"])
+    folder = fixture_models["sharded-llama"]["path"]
+    config = {"devices": 2, "memory_gb": DEVICE_MEMORY_GB}
+    for faults, expect in (({}, "PASS"), ({"missing_ops": ["aten::rsqrt"]}, "FAIL(gen)")):
+        done = subprocess.run(
+            [sys.executable, str(script), folder],
+            capture_output=True,
+            text=True,
+            env=pretend_env({**config, **faults}),
+            timeout=600,
+        )
+        out = json.loads(done.stdout.strip().splitlines()[-1])
+        assert out["status"] == expect, (done.stderr[-3000:], out)
+        if expect == "PASS":
+            assert out["output_token_ids"] == record["output_token_ids"]
+        else:
+            assert "Could not run 'aten::rsqrt'" in out["error_message"] and "'pretend' backend" in out["error_message"]

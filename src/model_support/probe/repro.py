@@ -12,6 +12,7 @@ import inspect
 import pprint
 
 from . import agreement, hub_fetch, probe_core
+from .devices import tpu
 
 HEADER = '''#!/usr/bin/env python
 """Reproduce the model-support probe of {model_id!r} on {device!r}{sweep}.
@@ -42,10 +43,25 @@ def _rank(rank, world, port, settings, distributed, folder):
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
                       WORLD_SIZE=str(world))
+    kind = SETTINGS["device"]
+    if kind == "tpu":  # torch_tpu: one chip per process, pinned before torch starts
+        visible = os.environ.get("TPU_VISIBLE_CHIPS")
+        os.environ.update(tpu_rank_env(rank, world, [int(c) for c in visible.split(",")] if visible else None))
     import torch
+    import torch.distributed as dist
     from transformers import DistributedConfig
 
-    device = torch.device(SETTINGS["device"], rank) if SETTINGS["device"] == "cuda" else torch.device("cpu")
+    load_backend(kind)
+    device, backend = torch.device("cpu"), "gloo"
+    if kind != "cpu":  # each rank its own device, as the probe's ranks (a TPU rank sees only its chip)
+        index = torch.accelerator.current_device_index() if kind == "tpu" else rank
+        torch.accelerator.set_device_index(index)
+        if torch.accelerator.current_device_index() != index:  # a backend the generic call does not reach
+            getattr(torch, kind).set_device(index)
+        device = torch.device(kind, index)
+        registered = dist.Backend.default_device_backend_map.get(kind)
+        backend = "tpu_dist" if kind == "tpu" else f"cpu:gloo,{kind}:{registered}"
+    dist.init_process_group(backend=backend, device_id=device if kind == "cuda" else None)
     result = run_stages(device=device, load_kwargs={"distributed_config": DistributedConfig(**distributed)}, **settings)
     exc = result["exception"]
     with open(os.path.join(folder, f"rank{rank}.json"), "w") as handle:
@@ -60,7 +76,8 @@ def _rank(rank, world, port, settings, distributed, folder):
 
 
 def run_ranks(settings, distributed):
-    \"\"\"One process per rank (torch.multiprocessing, gloo on the CPU); rank 0's result, printed.\"\"\"
+    \"\"\"One process per rank (torch.multiprocessing), each on its own device as the probe ran them (gloo on the
+    CPU, the device backend's process group elsewhere); rank 0's result, printed.\"\"\"
     import json
     import socket
     import tempfile
@@ -187,4 +204,8 @@ def repro_script(settings: dict, sweep_id: str | None = None) -> str:
         settings=pprint.pformat(chosen, sort_dicts=False),
     )
     body = "\n\n".join(inspect.getsource(module) for module in (hub_fetch, probe_core, agreement))
-    return header + "\n" + body + MAIN
+    tpu_ranks = (  # a sharded TPU probe's ranks: one chip each, as the tpu adapter pins them
+        f"TPU_CHIP_BOUNDS = {tpu.TPU_CHIP_BOUNDS!r}\nTPU_BASE_PORT = {tpu.TPU_BASE_PORT!r}\n\n\n"
+        + inspect.getsource(tpu.tpu_rank_env)
+    )
+    return header + "\n" + body + "\n\n" + tpu_ranks + MAIN
