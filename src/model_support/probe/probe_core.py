@@ -10,6 +10,7 @@ Two tasks share the stages: ``text-generation`` (a tokenizer and ``AutoModelForC
 ``probe_image`` draws, in code, so that this script re-creates it).
 """
 
+import contextlib
 import functools
 import hashlib
 import time
@@ -241,6 +242,19 @@ def vision_backend_missing(exc, who=None):
     )
 
 
+@contextlib.contextmanager
+def vision_environment(who=None):
+    """Turn an exception that says a package the image-text-to-text task needs is missing or broken into
+    ``VisionBackendMissing`` (the environment: no verdict); any other passes through as it is."""
+    try:
+        yield
+    except Exception as exc:
+        missing = vision_backend_missing(exc, who)
+        if missing is None:
+            raise
+        raise missing from exc
+
+
 def load_processor(model_id, kwargs):
     """``AutoProcessor`` for an image-text-to-text model: one with an image processor. The processors of some
     models (Qwen2-VL, Qwen2.5-VL, SmolVLM) also need a video processor, and every video processor needs
@@ -248,13 +262,8 @@ def load_processor(model_id, kwargs):
     this raises VisionBackendMissing (the environment), never a verdict."""
     from transformers import AutoProcessor
 
-    try:
+    with vision_environment():
         processor = AutoProcessor.from_pretrained(model_id, **kwargs)
-    except Exception as exc:
-        missing = vision_backend_missing(exc)
-        if missing is None:
-            raise
-        raise missing from exc
     if getattr(processor, "image_processor", None) is None:
         raise NoImageProcessor(
             f"no image processor for this image-text-to-text model: AutoProcessor gave a {type(processor).__name__} "
@@ -303,13 +312,8 @@ def probe_image_sha256():
 
 def probe_image():
     """The probe's fixed image (a PIL image) and the sha256 of its RGB bytes (the record's ``image_sha256``)."""
-    try:
+    with vision_environment("the probe image"):
         from PIL import Image
-    except ImportError as exc:
-        missing = vision_backend_missing(exc, "the probe image")
-        if missing is None:
-            raise
-        raise missing from exc
 
     return Image.frombytes("RGB", PROBE_IMAGE_SIZE, probe_image_rgb()), probe_image_sha256()
 
@@ -821,15 +825,10 @@ def prompt_inputs(model, tokenizer, result, prompt, image_prompt, chat_template)
         return tokenizer, input_ids, attention_mask, None
     processor = tokenizer
     image, result["image_sha256"] = probe_image()
-    try:
+    with vision_environment():  # a package the processor only asks for when it runs
         input_ids, attention_mask, extra_inputs, result["chat_template_used"] = build_image_inputs(
             processor, image_prompt, chat_template, image
         )
-    except Exception as exc:
-        missing = vision_backend_missing(exc)  # a package the processor only asks for when it runs
-        if missing is None:
-            raise
-        raise missing from exc
     token = image_token_id(model, processor)
     result["image_tokens"] = int((input_ids == token).sum()) if token is not None else None
     return processor.tokenizer, input_ids, attention_mask, extra_inputs
