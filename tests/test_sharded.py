@@ -149,6 +149,20 @@ def test_a_tpu_rank_takes_its_processs_own_chip():
     assert [adapter.rank_device(rank) for rank in range(4)] == [0, 0, 0, 0]
 
 
+def test_a_sharded_repro_carries_how_the_adapter_set_up_each_rank(monkeypatch):
+    """The repro script's ranks get the adapter's own answers (each rank's environment, the process group's
+    backend), computed in the probe process whose environment the ranks inherit; none where it refused."""
+    from model_support.probe import run
+    from model_support.probe.devices.tpu import TpuAdapter
+
+    monkeypatch.setenv("TPU_VISIBLE_CHIPS", "4,5")
+    setup = run._rank_setup(TpuAdapter(), 2)
+    assert setup["distributed_backend"] == "tpu_dist"
+    assert [env["TPU_VISIBLE_CHIPS"] for env in setup["rank_env"]] == ["4", "5"]
+    assert setup["rank_env"] == [sharded.tpu_rank_env(rank, 2, [4, 5]) for rank in range(2)]
+    assert run._rank_setup(TpuAdapter(), 3)["rank_env"] is None  # no 3-process TPU slice: the ranks failed on it
+
+
 def test_no_plan_model_gets_its_sentence_and_no_rank_starts(sharded_models):
     result = sharded.run_sharded({"load_from": sharded_models["sharded-gpt2"]["path"]}, 2)
     assert (result["status"], result["failure_stage"], result["error_type"]) == (

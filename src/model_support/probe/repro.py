@@ -12,7 +12,6 @@ import inspect
 import pprint
 
 from . import agreement, hub_fetch, probe_core
-from .devices import tpu
 
 HEADER = '''#!/usr/bin/env python
 """Reproduce the model-support probe of {model_id!r} on {device!r}{sweep}.
@@ -43,25 +42,23 @@ def _rank(rank, world, port, settings, distributed, folder):
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
                       WORLD_SIZE=str(world))
-    kind = SETTINGS["device"]
-    if kind == "tpu":  # torch_tpu: one chip per process, pinned before torch starts
-        visible = os.environ.get("TPU_VISIBLE_CHIPS")
-        os.environ.update(tpu_rank_env(rank, world, [int(c) for c in visible.split(",")] if visible else None))
+    pinned = SETTINGS["rank_env"][rank]  # the device adapter's environment for this rank (a TPU rank: its chip)
+    os.environ.update(pinned)
     import torch
     import torch.distributed as dist
     from transformers import DistributedConfig
 
+    kind = SETTINGS["device"]
     load_backend(kind)
-    device, backend = torch.device("cpu"), "gloo"
-    if kind != "cpu":  # each rank its own device, as the probe's ranks (a TPU rank sees only its chip)
-        index = torch.accelerator.current_device_index() if kind == "tpu" else rank
+    device = torch.device("cpu")
+    if kind != "cpu":  # each rank its own device, as the probe's ranks; a pinned rank takes its process's one
+        index = torch.accelerator.current_device_index() if pinned else rank
         torch.accelerator.set_device_index(index)
         if torch.accelerator.current_device_index() != index:  # a backend the generic call does not reach
             getattr(torch, kind).set_device(index)
         device = torch.device(kind, index)
-        registered = dist.Backend.default_device_backend_map.get(kind)
-        backend = "tpu_dist" if kind == "tpu" else f"cpu:gloo,{kind}:{registered}"
-    dist.init_process_group(backend=backend, device_id=device if kind == "cuda" else None)
+    backend = SETTINGS["distributed_backend"]  # the probe's process group, as its device adapter named it
+    dist.init_process_group(backend=backend, device_id=device if backend == "nccl" else None)
     result = run_stages(device=device, load_kwargs={"distributed_config": DistributedConfig(**distributed)}, **settings)
     exc = result["exception"]
     with open(os.path.join(folder, f"rank{rank}.json"), "w") as handle:
@@ -137,8 +134,9 @@ if __name__ == "__main__":
     if SETTINGS["device"] != "cpu" and getattr(here, "type", None) != SETTINGS["device"]:
         sys.exit(f"device {SETTINGS['device']!r} is not available here (torch reports {here or 'no accelerator'})")
     sync = synchronizer(SETTINGS["device"])
-    settings = {k: v for k, v in SETTINGS.items() if k not in ("device", "distributed", "compile_backend", "reference",
-                                                           "reference_max_params", "numerics_margin", "numerics_bound")}
+    settings = {k: v for k, v in SETTINGS.items() if k not in ("device", "distributed", "distributed_backend", "rank_env",
+                                                           "compile_backend", "reference", "reference_max_params",
+                                                           "numerics_margin", "numerics_bound")}
     if len(sys.argv) > 1:
         settings["model_id"] = sys.argv[1]
     elif settings["model_id"].startswith("local:"):
@@ -148,6 +146,8 @@ if __name__ == "__main__":
                     log=lambda line: print(line, file=sys.stderr))
         settings["model_id"] = got["path"]
     if SETTINGS["distributed"]:  # a sharded probe: its ranks again, one process each, as the probe ran them
+        if SETTINGS["rank_env"] is None or SETTINGS["distributed_backend"] is None:
+            sys.exit("the probe's ranks could not be set up on this device (the record's error says why)")
         sys.exit(run_ranks(settings, SETTINGS["distributed"]))
     backend = SETTINGS["compile_backend"] or "inductor"  # torch.compile's, in mode compile: the device adapter's
     missing = fused_eager_missing(SETTINGS["device"]) if settings["mode"] == "fused" else None
@@ -170,6 +170,8 @@ REFERENCE_SETTINGS = ("reference", "reference_max_params", "numerics_margin", "n
 #: The settings a repro script carries: run_stages' parameters, the device type and the reference check's.
 SETTING_NAMES = (
     "distributed",
+    "distributed_backend",
+    "rank_env",
     "model_id",
     "revision",
     "dtype",
@@ -204,8 +206,4 @@ def repro_script(settings: dict, sweep_id: str | None = None) -> str:
         settings=pprint.pformat(chosen, sort_dicts=False),
     )
     body = "\n\n".join(inspect.getsource(module) for module in (hub_fetch, probe_core, agreement))
-    tpu_ranks = (  # a sharded TPU probe's ranks: one chip each, as the tpu adapter pins them
-        f"TPU_CHIP_BOUNDS = {tpu.TPU_CHIP_BOUNDS!r}\nTPU_BASE_PORT = {tpu.TPU_BASE_PORT!r}\n\n\n"
-        + inspect.getsource(tpu.tpu_rank_env)
-    )
-    return header + "\n" + body + "\n\n" + tpu_ranks + MAIN
+    return header + "\n" + body + MAIN

@@ -10,6 +10,7 @@ always gets a verdict. ``show`` displays it in the notebook and stores it in the
 from __future__ import annotations
 
 import gc
+import os
 import resource
 import time
 from pathlib import Path
@@ -233,6 +234,21 @@ def _repro(record: Record, settings: dict, adapter, **more) -> str:
     return repro_script(chosen, record["sweep_id"])
 
 
+def _rank_setup(adapter, count: int) -> dict:
+    """How the device adapter set up a sharded run's ranks, for its repro script: each rank's environment
+    (``rank_env``, from this probe process's own, which the ranks inherit) and the process group's backend.
+    Either is None where the adapter refused it: the ranks failed on that, as the record says."""
+    try:
+        backend = adapter.distributed_backend()
+    except devices.DeviceUnavailable:
+        backend = None
+    try:
+        rank_env = [adapter.rank_env(rank, count, os.environ) for rank in range(count)]
+    except ValueError:  # e.g. a TPU slice of a size one host does not have
+        rank_env = None
+    return {"distributed_backend": backend, "rank_env": rank_env}
+
+
 def _sharded(record: Record, settings: dict, adapter) -> bool:
     """``devices`` other than 1: the probe over N devices (``sharded.run_sharded``, one rank per device,
     tensor or expert parallel by the model's own plan); ``auto`` picks the fewest that hold the model.
@@ -264,8 +280,10 @@ def _sharded(record: Record, settings: dict, adapter) -> bool:
     keep = max(settings["timeout_s"] * RANKS_KEEP_BACK, RANKS_KEEP_BACK_MIN_S)
     left = settings["timeout_s"] - keep - (time.perf_counter() - settings["started"])
     result = sharded.run_sharded(settings, count, adapter.type, timeout_s=max(left, 1.0))
-    if result.get("distributed_config"):  # its repro script launches the same ranks
-        record["repro_script"] = _repro(record, settings, adapter, distributed=result["distributed_config"])
+    if result.get("distributed_config"):  # its repro script launches the same ranks, as the adapter set them up
+        record["repro_script"] = _repro(
+            record, settings, adapter, distributed=result["distributed_config"], **_rank_setup(adapter, count)
+        )
     schema.fill(record, {key: result.get(key) for key in (*STAGE_FIELDS, *SHARDED_FIELDS)})
     stage_outcome(record, settings, result)
     record["peak_host_mem_mb"] = _peak_host_mb()
