@@ -487,6 +487,7 @@ def test_ray_holds_the_clusters_devices_and_refuses_others_before_the_sweep_is_w
     assert sweep.ray_auto_device({"CPU": 16.0, "GPU": 2.0}) == "cuda"
     assert sweep.ray_auto_device({"CPU": 8.0, "TPU": 4.0}) == "tpu"
     assert sweep.ray_auto_device({"CPU": 2.0}) == "cpu"
+    assert sweep.ray_resources("cuda", 2) == {"num_cpus": 1, "num_gpus": 2}  # the cuda adapter's Ray resource
     raw = {"name": "ray-xpu", "probe": {"device": "xpu"}, "models": ["data/models/tiny-gpt2"]}
     definition = params.parse(raw, source="ray.yaml", base=checkout_root())
     with pytest.raises(UserError, match=r"not for 'xpu' devices: run this sweep with --executor local"):

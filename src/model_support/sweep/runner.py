@@ -244,39 +244,39 @@ def run_local(
         processes.discard()
 
 
-#: The devices a Ray task can hold, and pin its process to, as a Ray resource: GPUs (Ray sets
-#: CUDA_VISIBLE_DEVICES) and TPU chips (TPU_VISIBLE_CHIPS); "auto" is the cluster's (``ray_auto_device``).
-RAY_DEVICES = ("auto", "cpu", "cuda", "tpu")
-
-
 def check_ray_device(device: str) -> None:
-    """Refuse, in one sentence, a device the Ray executor cannot hand out: its probes would reserve no
-    device and share whichever they find (out of memory, attributed to the model)."""
-    if device not in RAY_DEVICES:
-        raise UserError(
-            f"The ray executor holds devices as Ray resources, which Ray has for cuda GPUs and TPU chips only, "
-            f"not for {device!r} devices: run this sweep with --executor local (it pins each probe to its own "
-            f"{device} device), or use device {', '.join(RAY_DEVICES[:-1])} or tpu."
-        )
+    """Refuse, in one sentence, a device the Ray executor cannot hand out (its adapter names no Ray
+    resource): its probes would reserve no device and share whichever they find (out of memory,
+    attributed to the model). "auto" is the cluster's (``ray_auto_device``)."""
+    if device != "auto" and devices.adapter_for(device).ray_resources(1) is None:
+        raise _not_on_ray(device)
+
+
+def _not_on_ray(device: str) -> UserError:
+    held = [name for name, cls in devices.registered().items() if cls.ray_resource]
+    return UserError(
+        f"The ray executor holds devices as Ray resources, which Ray has for {' and '.join(held)} devices only, "
+        f"not for {device!r} devices: run this sweep with --executor local (it pins each probe to its own "
+        f"{device} device), or use device {', '.join(['auto', 'cpu', *held[:-1]])} or {held[-1]}."
+    )
 
 
 def ray_auto_device(cluster: dict) -> str:
-    """Device "auto" on a Ray cluster: its GPUs, else its TPU chips, else the CPU (``ray.cluster_resources()``),
-    so each probe reserves the device it will run on."""
-    if cluster.get("GPU"):
-        return "cuda"
-    return "tpu" if cluster.get("TPU") else "cpu"
+    """Device "auto" on a Ray cluster (``ray.cluster_resources()``): the first accelerator whose Ray resource
+    it has (GPUs, then TPU chips), else the CPU, so each probe reserves the device it will run on."""
+    for name, cls in devices.registered().items():
+        if cls.ray_resource and cluster.get(cls.ray_resource):
+            return name
+    return "cpu"
 
 
 def ray_resources(device: str, need: int = 1) -> dict:
-    """What one probe asks of the Ray cluster: its devices as a resource (one CPU per rank on a CPU
-    sweep, where the ranks are processes)."""
-    check_ray_device(device)
-    if device == "cuda":
-        return {"num_cpus": 1, "num_gpus": need}
-    if device == "tpu":
-        return {"num_cpus": 1, "resources": {"TPU": need}}
-    return {"num_cpus": need}
+    """What one probe asks of the Ray cluster: its devices as the adapter's Ray resource (one CPU per rank
+    on a CPU sweep, where the ranks are processes)."""
+    resources = devices.adapter_for(device).ray_resources(need)
+    if resources is None:
+        raise _not_on_ray(device)
+    return resources
 
 
 def run_ray(tasks: list[ProbeTask], workers: int, device: str) -> Generator[TaskResult, None, None]:

@@ -24,6 +24,8 @@ class AcceleratorAdapter(Adapter):
     #: The variable that lists the devices a process may see; the generic convention is
     #: ``<NAME>_VISIBLE_DEVICES`` (a backend's adapter names its own: CUDA_VISIBLE_DEVICES, TPU_VISIBLE_CHIPS).
     visible_var: str | None = None
+    #: Ray has resources for some accelerators only (their adapters name them): none here.
+    ray_resource: str | None = None
 
     def _module(self):
         import torch
@@ -154,6 +156,14 @@ class AcceleratorAdapter(Adapter):
 
     def hardware_visible(self) -> bool | None:
         return None
+
+    def ray_resources(self, need: int) -> dict | None:
+        """One CPU for the probe and ``need`` of the adapter's Ray resource, or None where Ray has none."""
+        if self.ray_resource is None:
+            return None
+        if self.ray_resource == "GPU":  # Ray's own keyword for its GPUs
+            return {"num_cpus": 1, "num_gpus": need}
+        return {"num_cpus": 1, "resources": {self.ray_resource: need}}
 
     def pinning_env(self, ids: Iterable[int]) -> dict:
         ids = tuple(ids)

@@ -23,6 +23,9 @@ class Adapter:
 
     #: Whether a probe on several devices must own an aligned block of them (TPU slices), for the scheduler.
     aligned_blocks = False
+    #: The Ray resource that holds one of these devices and pins a task to it (Ray sets the visibility
+    #: variable), for ``--executor ray``; None where Ray has none. The CPU's cores are Ray's CPUs.
+    ray_resource: str | None = "CPU"
 
     def __init__(self, type: str = "cpu"):
         self.type = type
@@ -110,3 +113,8 @@ class Adapter:
         """Environment variables that give rank ``local_rank`` of a sharded run its device, set before torch
         is imported; ``environ`` is the probe's own (pinned to the probe's devices)."""
         return {}
+
+    def ray_resources(self, need: int) -> dict | None:
+        """What a probe on ``need`` of these devices asks of Ray (``remote.options``), None where Ray cannot
+        hold them (``ray_resource``): on the CPU one core per rank, the ranks being processes."""
+        return {"num_cpus": need}

@@ -13,6 +13,7 @@ from .registry import register
 @register("cuda")
 class CudaAdapter(AcceleratorAdapter):
     visible_var = "CUDA_VISIBLE_DEVICES"
+    ray_resource = "GPU"
 
     def __init__(self, type: str = "cuda"):
         super().__init__(type)

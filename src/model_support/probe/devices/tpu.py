@@ -64,6 +64,7 @@ def tpu_rank_env(local_rank: int, world_size: int, chips: list[int] | None = Non
 @register("tpu")
 class TpuAdapter(AcceleratorAdapter):
     visible_var = "TPU_VISIBLE_CHIPS"
+    ray_resource = "TPU"
     aligned_blocks = True  # a process owns an aligned block of chips (TPU_CHIP_BOUNDS)
 
     def __init__(self, type: str = "tpu"):
