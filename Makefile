@@ -1,7 +1,7 @@
 # Every target creates the virtual environment (.venv) when it is missing.
 # torch is pinned to 2.13.0: it installs from local disk here, a bare `torch` pulls a multi-GB CUDA build.
 PY        := .venv/bin/python
-STAMP     := .venv/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
+STAMP     := .venv/.installed-$(shell cat pyproject.toml pretend/pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 DATA      ?= data
 PARAMS    ?= params/smoke.yaml
 WORKERS   ?= 2
@@ -13,10 +13,12 @@ setup: venv fixtures browser
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml pretend/pyproject.toml constraints.txt
 	@test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	@# the pretend accelerator (test code, its own distribution): for the tests and the porting demo
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e pretend
 	@# a venv built before JupyterLab moved to .venv-lab keeps its server stack (slow imports): drop it
 	@$(PY) -m pip uninstall -q -y jupyterlab jupyterlab-server jupyter-server jupyter-lsp jupyter-events notebook-shim rfc3987-syntax >/dev/null 2>&1 || true
 	@rm -f .venv/.installed-*
@@ -31,7 +33,7 @@ lock:
 	mv constraints.txt.new constraints.txt && rm -rf .venv-lock
 
 fixtures: $(STAMP)
-	$(PY) -m model_support.testing.fixtures --dir $(DATA)/models
+	PYTHONPATH=tests $(PY) -m fixtures.build --dir $(DATA)/models
 
 # The main job: sweep the offline default model list on the local device, then render its report.
 sweep: fixtures
@@ -44,8 +46,8 @@ browser:
 # Lint: ruff (lint + format), the import contracts (.importlinter: the package's rooms) and the type
 # checker (mypy, configured in pyproject.toml).
 lint: $(STAMP)
-	.venv/bin/ruff check src tests bench
-	.venv/bin/ruff format --check src tests bench
+	.venv/bin/ruff check src tests bench pretend
+	.venv/bin/ruff format --check src tests bench pretend
 	.venv/bin/lint-imports --no-cache
 	.venv/bin/mypy
 

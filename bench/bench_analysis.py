@@ -254,7 +254,7 @@ def main() -> None:
     try:
         results = {"sweeps": args.sweeps, "models": args.models}
         if not (data / "results").exists():
-            from model_support.testing import synthetic
+            from fixtures import synthetic
 
             start = time.perf_counter()
             synthetic.write_synthetic_history(data, args.sweeps, args.models)

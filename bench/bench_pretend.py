@@ -26,7 +26,7 @@ CHILD = """
 import json, sys
 import torch
 from model_support.probe import devices, probe_core
-from model_support.testing.pretend import tensor
+from model_support_pretend import tensor
 
 adapter = devices.resolve("pretend")
 calls = [0]

@@ -6,12 +6,15 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 RESULTS = HERE / "results"
+# The offline fixture builders and the synthetic history are test code, under tests/fixtures/ (not in the package).
+sys.path.insert(0, str(REPO / "tests"))
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -27,7 +30,7 @@ def spread(values: list[float]) -> dict:
 
 
 def fixtures() -> dict:
-    from model_support.testing.fixtures import ensure_fixtures
+    from fixtures.build import ensure_fixtures
 
     return ensure_fixtures()["fixtures"]
 

@@ -6,6 +6,7 @@ import os
 import tempfile
 
 import pytest
+
 from helpers import CHROMIUM, FAKE_TOKEN, REPO
 
 # torch_tpu, installed for the tpu adapter's tests, is autoloaded by every `import torch` unless this
@@ -31,7 +32,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def fixture_models() -> dict:
     """The offline fixture models (built once into data/models, cached): name -> manifest entry."""
-    from model_support.testing.fixtures import ensure_fixtures
+    from fixtures.build import ensure_fixtures
 
     return ensure_fixtures()["fixtures"]
 

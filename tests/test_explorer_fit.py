@@ -6,12 +6,12 @@ row wraps, and a cell too narrow for its text carries the whole text as its tool
 from __future__ import annotations
 
 import pytest
-from helpers import offline_page
 
+from fixtures.synthetic import write_synthetic_history
+from helpers import offline_page
 from model_support.record import schema, store
 from model_support.record.sweep_meta import ModelEntry, SweepMeta
 from model_support.render import explorer
-from model_support.testing.synthetic import write_synthetic_history
 
 SCREEN = {"width": 1280, "height": 800}
 #: What the page measures: overflow of the list, the visible headers (text, width, cut, out of view), the

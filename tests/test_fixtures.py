@@ -18,9 +18,9 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # The package lives under src/ and is not installed in every checkout; make it importable here.
 
+from fixtures import build as fixtures  # noqa: E402
+from fixtures.vlm_fixtures import VLM_ARCHS  # noqa: E402
 from model_support.record.schema import PASS, STAGES, VERDICTS  # noqa: E402
-from model_support.testing import fixtures  # noqa: E402
-from model_support.testing.vlm_fixtures import VLM_ARCHS  # noqa: E402
 
 TINY_PASS_MAX_BYTES = 5 * 2**20
 
@@ -132,9 +132,9 @@ def test_a_second_build_rebuilds_nothing(manifest, capsys):
 
 
 def test_cli_on_a_built_folder_reports_everything_cached(manifest):
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), str(REPO_ROOT / "tests")])}
     done = subprocess.run(
-        [sys.executable, "-m", "model_support.testing.fixtures", "--dir", str(fixtures.default_models_dir())],
+        [sys.executable, "-m", "fixtures.build", "--dir", str(fixtures.default_models_dir())],
         capture_output=True,
         text=True,
         env=env,

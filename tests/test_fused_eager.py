@@ -10,8 +10,8 @@ import sys
 
 import polars as pl
 import pytest
-from helpers import cli_debug, cli_sweep, probe_record
 
+from helpers import cli_debug, cli_sweep, probe_record
 from model_support import analysis
 from model_support.probe import probe_params
 from model_support.record import store

@@ -25,6 +25,7 @@ from model_support.probe import hub, hub_fetch  # noqa: E402
 from model_support.probe.hub_fetch import EnvironmentProblem, NoAccess, NoLoadableWeights, NotOnHub  # noqa: E402
 from model_support.probe.records import FACT_FIELDS  # noqa: E402
 from model_support.record import schema  # noqa: E402
+from model_support.sweep import budget as sweep_budget  # noqa: E402  (the cache budget, the Hub lists)
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "hf_" + "HubFetchTestToken" + "x" * 16
@@ -461,7 +462,10 @@ def test_model_facts(server, repos, tmp_path):
 
 
 def test_list_models_order(server):
-    by = {s: hub.list_models("text-generation", sort=s, limit=10, endpoint=server.url) for s in hub.SORTS}
+    by = {
+        s: sweep_budget.list_models("text-generation", sort=s, limit=10, endpoint=server.url)
+        for s in sweep_budget.SORTS
+    }
     assert [m["model_id"] for m in by["downloads"]][:3] == ["org/full", "org/sharded", "org/bin"]
     assert "org/gguf" not in [m["model_id"] for m in by["downloads"]]  # another task
     assert [m["model_id"] for m in by["likes"]][:3] == ["org/sharded", "org/bin", "org/full"]
@@ -469,15 +473,15 @@ def test_list_models_order(server):
     first = by["downloads"][0]
     assert first["downloads"] == 300 and first["license"] == "apache-2.0"
     assert first["created_at"].startswith("2024-05-06") and first["hub_num_params"] == 200 * 256 + 200
-    assert hub.list_models(limit=2, endpoint=server.url)[1]["model_id"] == "org/sharded"
+    assert sweep_budget.list_models(limit=2, endpoint=server.url)[1]["model_id"] == "org/sharded"
     with pytest.raises(ValueError):
-        hub.list_models(sort="newest", endpoint=server.url)
+        sweep_budget.list_models(sort="newest", endpoint=server.url)
 
 
 def test_list_models_unreachable(monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(EnvironmentProblem, match="offline mode"):
-        hub.list_models(endpoint=f"http://127.0.0.1:{closed_port()}")
+        sweep_budget.list_models(endpoint=f"http://127.0.0.1:{closed_port()}")
 
 
 # -- the cache budget -------------------------------------------------------------------------------------
@@ -485,7 +489,7 @@ def test_cache_budget_keeps_what_was_there(server, repos, tmp_path):
     cache = tmp_path / "c"
     before = fetch(server, "org/gated", cache, token=TOKEN)  # the user's model: same sha as org/full
     fetch(server, "org/bin", cache)
-    budget = hub.CacheBudget(cache, max_gb=0.001, keep=False)  # 1 MB
+    budget = sweep_budget.CacheBudget(cache, max_gb=0.001, keep=False)  # 1 MB
     assert budget.preexisting == {("org/gated", before["revision_sha"]), ("org/bin", server.sha("org/bin"))}
     assert budget.used_bytes() == 0
     size = hub.model_facts("org/full", endpoint=server.url)["planned_bytes"]
@@ -501,10 +505,10 @@ def test_cache_budget_keeps_what_was_there(server, repos, tmp_path):
 
 
 def test_cache_budget_refuses_and_waits(tmp_path):
-    budget = hub.CacheBudget(tmp_path / "c", max_gb=12, keep=False)
+    budget = sweep_budget.CacheBudget(tmp_path / "c", max_gb=12, keep=False)
     assert budget.too_large_reason(16_100_000_000) == "too large for the cache budget: 16.1 GB > 12 GB."
     assert not budget.reserve("big/model", 16_100_000_000) and not budget.fits(16_100_000_000)
-    free = hub.CacheBudget(tmp_path / "d", max_gb=None)
+    free = sweep_budget.CacheBudget(tmp_path / "d", max_gb=None)
     assert free.too_large_reason(10**18).startswith("too large for the free disk: ")
     assert budget.reserve("a/one", 7_000_000_000) and not budget.fits(7_000_000_000)
     assert not budget.reserve("b/two", 7_000_000_000, timeout_s=0.1)
@@ -520,7 +524,7 @@ def test_cache_budget_refuses_and_waits(tmp_path):
 
 def test_cache_budget_keep(server, tmp_path):
     cache = tmp_path / "c"
-    budget = hub.CacheBudget(cache, max_gb=0.0003, keep=True)  # 300 KB
+    budget = sweep_budget.CacheBudget(cache, max_gb=0.0003, keep=True)  # 300 KB
     size = hub.model_facts("org/full", endpoint=server.url)["planned_bytes"]
     assert budget.reserve("org/full", size)
     out = fetch(server, "org/full", cache)
@@ -533,7 +537,7 @@ def test_cache_budget_never_exceeded_over_six_cycles(server, tmp_path):
     cache = tmp_path / "c"
     models = ["org/full", "org/sharded", "org/bin"] * 2
     sizes = {m: hub.model_facts(m, endpoint=server.url)["planned_bytes"] for m in set(models)}
-    budget = hub.CacheBudget(cache, max_gb=max(sizes.values()) * 1.5 / 1e9, keep=False)
+    budget = sweep_budget.CacheBudget(cache, max_gb=max(sizes.values()) * 1.5 / 1e9, keep=False)
     peaks, stop, errors = [], threading.Event(), []
 
     def watch():

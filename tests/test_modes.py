@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import cli_debug, cli_sweep, probe_record
 
+from helpers import cli_debug, cli_sweep, probe_record
 from model_support.probe import probe_params
 from model_support.probe import run as probe
 from model_support.record import schema, store

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 import torch
-from helpers import probe_record
 
+from helpers import probe_record
 from model_support.probe import agreement, probe_core
 from model_support.probe import judge as judge_mod
 
@@ -207,10 +207,10 @@ def test_judge_command_refuses_bad_input_in_one_sentence(tmp_path, args, content
 
 
 # --------------------------------------------------------------------------------------------
-# end to end on a stack that computes wrong numbers (the pretend accelerator, model_support.testing.pretend)
+# end to end on a stack that computes wrong numbers (the pretend accelerator, model_support_pretend)
 
 needs_pretend = pytest.mark.skipif(
-    importlib.util.find_spec("model_support.testing.pretend") is None,
+    importlib.util.find_spec("model_support_pretend") is None,
     reason="the pretend accelerator (issue 18, branch pretend) is not in this tree yet",
 )
 

@@ -1,4 +1,4 @@
-"""The pretend accelerator (``model_support.testing.pretend``): a PrivateUse1 backend written in Python with
+"""The pretend accelerator (``model_support_pretend``): a PrivateUse1 backend written in Python with
 a stack's faults on demand, and the accelerator path of the project run on it (docs/devices.md).
 
 The backend's own behaviour is checked in child processes (registering a device renames PrivateUse1 for
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from model_support.testing.pretend import CONFIG_VAR, VISIBLE_VAR, PretendConfigError, parse
+from model_support_pretend import CONFIG_VAR, VISIBLE_VAR, PretendConfigError, parse
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = "data/models/tiny-llama"
@@ -89,7 +89,7 @@ BACKEND_CHECKS = """
     import json, time
     import torch
     from model_support.probe import devices, probe_core
-    from model_support.testing.pretend import tensor
+    from model_support_pretend import tensor
 
     adapter = devices.resolve("pretend")  # loads the backend through its torch.backends entry point
     out = {"accelerator": str(torch.accelerator.current_accelerator()), "count": torch.accelerator.device_count(),
@@ -262,17 +262,14 @@ def test_torch_autoloads_it_through_its_entry_point_as_it_does_torch_tpu():
     assert out == "pretend"
 
 
-def test_nothing_in_src_outside_the_testing_room_knows_the_name():
-    """The accelerator path is generic: the pretend device is found like any other backend, by its name."""
+def test_nothing_in_the_package_knows_the_name():
+    """The accelerator path is generic: the pretend device (its own distribution, pretend/) is found like any
+    other backend, by its name; the package a user installs never mentions it."""
     src = REPO / "src" / "model_support"
-    testing = src / "testing"
     knowing = [
         str(path.relative_to(REPO))
         for path in src.rglob("*")
-        if path.is_file()
-        and testing not in path.parents
-        and "__pycache__" not in path.parts
-        and "pretend" in path.read_text(errors="ignore").lower()
+        if path.is_file() and "__pycache__" not in path.parts and "pretend" in path.read_text(errors="ignore").lower()
     ]
     assert knowing == []
 
@@ -491,8 +488,8 @@ def test_a_model_bigger_than_one_device_runs_sharded_over_two(tmp_path, fixture_
     """``devices: auto`` plans with the pretend device's memory (the runner asks the adapter, in a child
     process): sharded-llama needs 2 devices of its size; its probe holds both (schedule.jsonl) and runs
     one rank per device, tensor parallel, collectives through the device's process group (gloo underneath)."""
+    from fixtures.sharded_fixtures import DEVICE_MEMORY_GB
     from model_support.record import store
-    from model_support.testing.sharded_fixtures import DEVICE_MEMORY_GB
 
     data = tmp_path / "data"
     definition = tmp_path / "sharded.yaml"

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from helpers import FAKE_TOKEN, probe_record, run_notebook
 
-from model_support.probe import devices, judge
+from helpers import FAKE_TOKEN, probe_record, run_notebook
+from model_support.probe import checks, devices, judge
 from model_support.probe import run as probe
 from model_support.record import schema
 
@@ -299,9 +299,9 @@ def test_verdicts_of_probe_core_match_the_schema():
     assert probe_core.classify("generate", IndexError("index out of range")) == schema.FAIL_GEN
     assert probe_core.classify("load", OSError("missing")) == schema.FAIL_LOAD
     assert probe_core.classify("template", ValueError("bad")) == schema.FAIL_OTHER
-    assert probe.first_divergence([1, 2, 3], [1, 2, 4]) == 2
-    assert probe.first_divergence([1, 2], [1, 2, 3]) == 2
-    assert probe.first_divergence([1, 2], [1, 2]) is None
+    assert checks.first_divergence([1, 2, 3], [1, 2, 4]) == 2
+    assert checks.first_divergence([1, 2], [1, 2, 3]) == 2
+    assert checks.first_divergence([1, 2], [1, 2]) is None
 
 
 def test_models_bigger_than_one_device_in_the_smoke_sweep(smoke_sweep):

@@ -26,9 +26,9 @@ import pytest
 from huggingface_hub import HfApi, constants
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import FAKE_TOKEN  # noqa: E402
 from hub_server import serve  # noqa: E402
 
+from helpers import FAKE_TOKEN  # noqa: E402
 from model_support import publish  # noqa: E402
 from model_support.record import schema, store  # noqa: E402
 from model_support.record.sweep_meta import ModelEntry, SweepMeta  # noqa: E402
@@ -298,7 +298,6 @@ def test_logs_in_the_repo_with_links_that_resolve_and_no_secret(hub, tmp_path, m
 @pytest.mark.browser
 def test_the_explorer_links_the_published_notebook_and_log(browser, hub, tmp_path):
     from helpers import offline_page
-
     from model_support.render import explorer
 
     data = tmp_path / "data"

@@ -14,13 +14,13 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
-from helpers import assert_charts_drawn, offline_page
 
+from fixtures import synthetic
+from helpers import assert_charts_drawn, offline_page
 from model_support import analysis, paths
 from model_support.fileio import atomic_write_json
 from model_support.record import schema, store
 from model_support.render import explorer, report, terminal
-from model_support.testing import synthetic
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
-from helpers import assert_charts_drawn, offline_page
 
+from helpers import assert_charts_drawn, offline_page
 from model_support import analysis
 from model_support.record import schema, store
 from model_support.record.schema import VERDICT_COLORS

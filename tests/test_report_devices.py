@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from helpers import offline_page
 
+from helpers import offline_page
 from model_support import analysis
 from model_support.record import schema, store
 from model_support.render import explorer, report, sections

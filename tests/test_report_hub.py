@@ -16,8 +16,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import offline_page
 
+from helpers import offline_page
 from model_support import analysis
 from model_support.analysis import coverage
 from model_support.probe import hub

@@ -14,8 +14,8 @@ import re
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
-from helpers import offline_page, wait_count
 
+from helpers import offline_page, wait_count
 from model_support import analysis
 from model_support.record import schema, store
 from model_support.render import report, terminal

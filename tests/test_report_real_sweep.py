@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import assert_charts_drawn, offline_page
 
+from helpers import assert_charts_drawn, offline_page
 from model_support.record import schema
 
 CLI = [sys.executable, "-m", "model_support.cli"]

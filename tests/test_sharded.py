@@ -18,9 +18,9 @@ import time
 import psutil
 import pytest
 
+from fixtures.sharded_fixtures import DEVICE_MEMORY_BYTES, SHARDED_FIXTURES
 from model_support.paths import checkout_root
 from model_support.probe import probe_core, sharded
-from model_support.testing.sharded_fixtures import DEVICE_MEMORY_BYTES, SHARDED_FIXTURES
 
 pytestmark = pytest.mark.slow
 
@@ -61,7 +61,7 @@ def _assert_nothing_left(result):
 @pytest.fixture(scope="session")
 def sharded_models(tmp_path_factory) -> dict:
     """The builders of testing/sharded_fixtures.py, run into a fresh folder: name -> path and manifest keys."""
-    from model_support.testing.tiny import _atomic_build, _Context
+    from fixtures.tiny import _atomic_build, _Context
 
     root = tmp_path_factory.mktemp("sharded-models")
     ctx = _Context(root)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from model_support.probe.signatures import MAX_SIGNATURE_LEN, failure_place, failure_signature, redact
+from model_support.probe.signatures import MAX_SIGNATURE_LEN, failure_place, failure_signature
+from model_support.redact import redact
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,16 +13,16 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from helpers import probe_record
 
+from fixtures.build import missing_packages
+from fixtures.vlm_fixtures import VLM_ARCHS, VLM_FIXTURES
+from helpers import probe_record
 from model_support import paths
 from model_support.probe import probe_core, probe_params
 from model_support.probe import run as probe
 from model_support.record import schema
 from model_support.sweep import definition
 from model_support.sweep.worker import process
-from model_support.testing.fixtures import missing_packages
-from model_support.testing.vlm_fixtures import VLM_ARCHS, VLM_FIXTURES
 
 REPO = Path(__file__).resolve().parents[1]
 #: The probe image's hash: the same bytes on every machine (a change here changes every VLM record).
@@ -439,7 +439,7 @@ PRETEND_VIEW_BUG = "the pretend backend refuses a view of a non-inference tensor
     ],
 )
 def test_a_vlm_on_the_pretend_accelerator_gives_the_cpus_tokens(tmp_path, monkeypatch, fixture_models, name):
-    from model_support.testing.pretend import CONFIG_VAR
+    from model_support_pretend import CONFIG_VAR
 
     monkeypatch.setenv(CONFIG_VAR, json.dumps({"devices": 1}))
     record = probe_record(tmp_path, fixture_models[name]["path"], device="pretend", reference="cpu")

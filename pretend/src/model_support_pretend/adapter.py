@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import os
 
-from ...probe.devices import AcceleratorAdapter
+from model_support.probe.devices import AcceleratorAdapter
+
 from .config import CONFIG_VAR
 
 

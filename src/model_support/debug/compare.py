@@ -17,7 +17,7 @@ import math
 from typing import Any
 
 from ..probe import agreement, probe_core, provenance
-from ..probe.run import first_divergence
+from ..probe.checks import first_divergence
 from .tracer import ForwardTrace, ModuleTracer, model_device
 
 #: Default relative tolerance. Differences accumulate along the pass (each module sees the device's

@@ -82,8 +82,8 @@ def run_debug_notebook(
     ``debug_parameters``. Writes ``<sweep_dir>/debug/<safe_name>.ipynb`` (or into ``out_dir``) and
     returns its path. When a cell raises, papermill's ``PapermillExecutionError`` propagates; the
     executed notebook is still written at ``debug_notebook_path(...)`` and shows the error."""
+    from ..engine.notebooks import run_notebook
     from ..probe.probe_core import NOT_AVAILABLE, fused_eager_missing
-    from ..sweep.worker.notebooks import run_notebook
 
     meta = store.read_sweep(data_dir, sweep_id)
     entry = resolve_model(meta, model)

@@ -6,7 +6,7 @@ import html
 import math
 
 from .. import display
-from ..probe.run import first_divergence
+from ..probe.checks import first_divergence
 from .compare import COLUMNS, conclusion, first_offender, offender_reason
 from .tracer import ROOT_LABEL
 

@@ -24,3 +24,10 @@ def portable_id(source: str) -> str:
 def display_name(model_id: str) -> str:
     """``local:tiny-llama`` -> ``tiny-llama``; a Hub id as it is."""
     return model_id.removeprefix(LOCAL_PREFIX)
+
+
+def machine_paths(source: str) -> dict[str, str]:
+    """A local model folder's paths (as given and resolved) -> its portable id, for scrubbing."""
+    if portable_id(source) == source:
+        return {}
+    return {str(Path(source).expanduser().resolve()): portable_id(source), source: portable_id(source)}

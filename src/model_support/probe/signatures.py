@@ -1,4 +1,4 @@
-"""Failure signatures and secret redaction.
+"""Failure signatures (secrets are redacted first, by ``model_support.redact``).
 
 A failure signature groups failures by cause across models (docs/design.md, "Failure signatures"):
 the error type plus the first line of the message, with the parts that change from one model or
@@ -52,12 +52,9 @@ so the same function in the same file is one place on every model that runs it."
 
 from __future__ import annotations
 
-import os
 import re
-from typing import TYPE_CHECKING, overload
 
-if TYPE_CHECKING:
-    from ..record.schema import Record
+from ..redact import redact
 
 #: Signatures are grouping keys for tables and reports, so they stay short.
 MAX_SIGNATURE_LEN = 160
@@ -69,11 +66,6 @@ PLACE_SEP = " @ "
 #: and the tail would be cut anyway.
 _MAX_INPUT_LEN = 1000
 
-#: Environment variables whose values are Hugging Face tokens (redacted wherever they appear).
-TOKEN_ENV_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_HUB_TOKEN")
-_HF_TOKEN = re.compile(r"hf_[A-Za-z0-9]{20,}")
-#: Shorter env values are left alone: replacing e.g. "1" everywhere would wreck the text.
-_MIN_SECRET_LEN = 8
 
 _TRAILING = ".,;:!?"
 
@@ -246,42 +238,3 @@ _PLACELESS = re.compile(
     r"(?i)out of memory|resource[_ ]exhausted|can't allocate memory"
     r"|could not run '[^']*' with arguments from the|not implemented for '\w+'|not currently implemented for the \w+ device"
 )
-
-
-@overload
-def redact(text: str, replace: dict[str, str] | None = None) -> str: ...
-@overload
-def redact(text: None, replace: dict[str, str] | None = None) -> None: ...
-def redact(text: str | None, replace: dict[str, str] | None = None) -> str | None:
-    """Remove Hugging Face tokens from ``text``, for every stored text field and every log.
-
-    Both the ``hf_...`` token shape and the literal values of the token environment variables
-    (read at call time, so a token set after import is still caught) become ``***``. ``replace`` maps
-    machine-specific strings (a local model folder's absolute path) to what the text says instead
-    (longest first, so a path is replaced before a shorter prefix of it).
-    """
-    if not text:
-        return text
-    for old, new in sorted((replace or {}).items(), key=lambda kv: -len(kv[0])):
-        if old:
-            text = text.replace(old, new)
-    for name in TOKEN_ENV_VARS:
-        value = os.environ.get(name, "").strip()
-        if len(value) >= _MIN_SECRET_LEN:
-            text = text.replace(value, "***")
-    return _HF_TOKEN.sub("***", text)
-
-
-def redact_record(record: Record, replace: dict[str, str] | None = None) -> Record:
-    """Every text field of a record (and every text of a list field) through ``redact`` (with ``replace``:
-    machine-specific strings such as a local model folder's absolute path -> what the record says
-    instead), in place (the one redaction pass a record gets before it is stored anywhere); returns it."""
-
-    def clean(value):
-        if isinstance(value, list):
-            return [clean(item) for item in value]
-        return redact(value, replace) if isinstance(value, str) else value
-
-    for key, value in record.items():
-        record[key] = clean(value)
-    return record

@@ -7,7 +7,7 @@ or LFS sha256 (hashed from disk in one streaming pass), a bucket's files by thei
 Raw logs (``--logs``): each sweep's ``sweep.json``, executed notebooks (``notebooks/*.ipynb``) and logs
 (``logs/*.log``) go under ``logs/<sweep_id>/`` in the dataset repo, or under ``<sweep_id>/`` in a
 bucket. The sweep redacted them when it stored them; they are redacted again on their way out
-(``signatures.redact``: the ``hf_...`` token shape and the token variables of this process, the push's
+(``model_support.redact``: the ``hf_...`` token shape and the token variables of this process, the push's
 own token included) and local model folders' paths become their portable ids (``local:<folder>``), as
 in the records, into a staging folder from which they are uploaded.
 """
@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from ..probe.run import machine_paths
-from ..probe.signatures import redact
+from ..probe.model_ids import machine_paths
 from ..record import store
+from ..redact import redact
 
 #: The files of a sweep folder that ``--logs`` publishes, relative to it.
 LOG_GLOBS = ("sweep.json", "notebooks/*.ipynb", "logs/*.log")

@@ -37,9 +37,9 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..probe.hub_fetch import EnvironmentProblem, NoAccess, NotOnHub, Retrier, retry_policy
-from ..probe.signatures import redact
 from ..record import store
 from ..record.sweep_meta import parse_sweep_id
+from ..redact import redact
 from . import card, files
 
 

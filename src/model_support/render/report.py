@@ -63,7 +63,7 @@ def render_report(
     there showing the error, and raises); the HTML goes to ``out_html`` or
     ``data/reports/<sweep_id>.html``. The explorer page is rebuilt afterwards.
     """
-    from ..sweep.worker.notebooks import run_notebook
+    from ..engine.notebooks import run_notebook
     from .explorer import build_explorer
 
     data_dir = Path(data_dir).resolve()

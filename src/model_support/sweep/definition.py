@@ -131,10 +131,11 @@ def resolve_source(model_id: str, base: Path, where: str) -> str:
 
 def hub_models(spec: dict) -> list[dict]:
     """Model ids (with their metadata) from the Hub's rankings for a task, resolved now."""
-    from ..probe import hub, hub_fetch
+    from ..probe import hub_fetch
+    from . import budget
 
     try:
-        return hub.list_models(
+        return budget.list_models(
             spec.get("task", "text-generation"), spec.get("sort", "downloads"), spec.get("limit", 50)
         )
     except (hub_fetch.EnvironmentProblem, hub_fetch.NoAccess) as exc:
@@ -276,12 +277,13 @@ def check_hub(definition: SweepParams, threads: int = 8) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     from ..probe import hub, hub_fetch
+    from . import budget
 
     remote = [m for m in definition.models if not is_local(m.source)]
     if not remote:
         return
     cache = definition.cache
-    budget = hub.CacheBudget(cache.get("dir") or None, cache.get("max_gb"), bool(cache.get("keep", False)))
+    cache_budget = budget.CacheBudget(cache.get("dir") or None, cache.get("max_gb"), bool(cache.get("keep", False)))
 
     def look(entry: ModelEntry):
         revision = entry.overrides.get("revision", definition.probe.get("revision", ""))
@@ -299,7 +301,7 @@ def check_hub(definition: SweepParams, threads: int = 8) -> None:
             definition.excluded[entry.model_id] = str(facts)
         elif isinstance(facts, dict):
             entry.hub = {**entry.hub, **{k: v for k, v in facts.items() if k not in ("files", "planned_files")}}
-            reason = facts["planned_bytes"] is not None and budget.too_large_reason(facts["planned_bytes"])
+            reason = facts["planned_bytes"] is not None and cache_budget.too_large_reason(facts["planned_bytes"])
             if reason:
                 definition.excluded[entry.model_id] = reason
             reason = _other_task(definition, entry)

@@ -23,10 +23,10 @@ from pathlib import Path
 from ..errors import StorageFull, UserError
 from ..probe import devices, probe_params, provenance
 from ..probe.devices import pinning_env
-from ..probe.hub import CacheBudget
 from ..probe.hub_fetch import is_local
 from ..record import schema, store
 from ..record.sweep_meta import SweepMeta, new_sweep_id
+from .budget import CacheBudget
 from .definition import SweepParams
 from .diskspace import check_room, disk_words, relative_to_data
 from .scheduler import Devices, DeviceScheduler, device_order, run_on_devices

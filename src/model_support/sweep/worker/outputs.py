@@ -9,7 +9,7 @@ import json
 import shutil
 from pathlib import Path
 
-from ...probe.signatures import redact
+from ...redact import redact
 
 #: errno values that mean the disk (or a file-size limit) refused a write.
 DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)

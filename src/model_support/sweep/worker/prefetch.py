@@ -4,7 +4,7 @@ A sweep of Hub models on one host spends two kinds of time per model: downloadin
 probing it (device). ``Prefetcher`` fetches the sweep's models in order on background threads, at
 most ``window`` models that are downloaded or downloading but not yet probed (the workers' current
 models plus ``prefetch`` ahead for each), and only as far as the cache budget allows
-(``hub.CacheBudget``: what is downloaded and not yet probed never exceeds ``max_gb`` nor the free
+(``budget.CacheBudget``: what is downloaded and not yet probed never exceeds ``max_gb`` nor the free
 disk). So a sweep's wall time approaches max(download, probe) rather than their sum, and the disk
 never fills. ``done`` frees a model's place: its files are deleted (unless the sweep keeps its
 cache) and the next download may start. A model too large for the budget is excluded with the
@@ -18,12 +18,13 @@ from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from ...probe import hub, hub_fetch
+from ..budget import CacheBudget
 from .download import Download, download
 from .task import ProbeTask
 
 
 class Prefetcher:
-    def __init__(self, tasks: list[ProbeTask], window: int, budget: hub.CacheBudget | None, threads: int):
+    def __init__(self, tasks: list[ProbeTask], window: int, budget: CacheBudget | None, threads: int):
         self._tasks = tasks
         self._window = threading.Semaphore(max(1, window))
         self._budget = budget

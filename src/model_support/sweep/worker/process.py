@@ -26,13 +26,13 @@ from typing import cast
 
 from ... import paths
 from ...probe import probe_core
-from ...probe.hub import CacheBudget
+from ...probe.checks import NO_WEIGHTS_ATTRIBUTION
 from ...probe.hub_fetch import is_local
 from ...probe.records import fail, new_record
-from ...probe.run import NO_WEIGHTS_ATTRIBUTION
-from ...probe.signatures import redact, redact_record
 from ...record import schema
 from ...record.schema import Record
+from ...redact import redact, redact_record
+from ..budget import CacheBudget
 from .download import Download, download
 from .outputs import read_json, whole_notebook, write_trouble
 from .task import ProbeTask
@@ -343,7 +343,7 @@ def _warm_up(km, cwd: Path) -> None:
 def _execute(work: Path) -> None:
     """The child process: start and warm a kernel, wait for the task on stdin, then papermill over
     that kernel; leaves out.ipynb, record.json, outcome.json."""
-    from .kernels import ipc_kernel
+    from ...engine.kernels import ipc_kernel
 
     with ipc_kernel() as km:
         _warm_up(km, work)

@@ -1,0 +1,158 @@
+"""The host checks of a probe: what is said about its verdict without changing it.
+
+Is a PASS right (the CPU reference, teacher-forced on the device's own tokens, then the fluency judge),
+and whose failure a FAIL is (the same stages rerun in the reference configuration). They need only
+the device's tokens and step logits, which the record already carries, so they can run after the
+device is released.
+"""
+
+from __future__ import annotations
+
+import gc
+
+from ..record.schema import Record
+from . import agreement, judge, probe_core
+from .signatures import failure_signature
+
+
+def _reference_dtype(device_type: str | None, dtype: str) -> str:
+    """On a CPU-only run the reference must still differ from the run it checks: use another dtype."""
+    if device_type != "cpu":
+        return dtype
+    return "float32" if dtype != "float32" else "bfloat16"
+
+
+def first_divergence(device_ids: list[int], reference_ids: list[int]) -> int | None:
+    """Index of the first generated token that differs (a length difference counts), None if equal."""
+    for index, (a, b) in enumerate(zip(device_ids, reference_ids)):
+        if a != b:
+            return index
+    if len(device_ids) != len(reference_ids):
+        return min(len(device_ids), len(reference_ids))
+    return None
+
+
+def _on_the_reference(settings: dict, dtype: str, mode: str = "eager") -> dict:
+    """The probe's stages again, on the CPU in ``dtype``, with the run's KV cache and in ``mode`` (eager, or
+    compile with inductor: a compiled failure is rerun compiled, so that its attribution compares like
+    with like; TorchTPU's fused eager has no CPU counterpart but plain eager)."""
+    import torch
+
+    return probe_core.run_stages(
+        model_id=settings["load_from"],
+        **{**probe_core.stage_settings(settings), "dtype": dtype},
+        device=torch.device("cpu"),
+        mode=mode,
+        cache=settings["cache"],
+        compile_backend="inductor",
+    )
+
+
+def run_reference(record: Record, settings: dict, device_steps: list | None, prompt_ids: list[int] | None) -> None:
+    """Is a PASS right? The CPU reference, teacher-forced: one forward pass over the prompt plus the device's
+    own tokens, compared step by step with the device's best logits (``agreement.compare``): ``numerics``
+    match / ties / diverges with its figures, ``reference_match`` and ``first_divergence``. Null with the reason
+    (``reference_note``, ``numerics_note``) when it cannot run. Never changes the verdict."""
+    ref_dtype = agreement.reference_dtype(record["device_type"], settings["dtype"])
+    skip = reference_skip(record, settings, ref_dtype)
+    if skip is None and not device_steps:
+        skip = "skipped: the device kept no logits for its generated steps"
+    if skip:
+        record["reference_note"] = skip
+        record["numerics_note"] = f"no reference: {skip}"
+        return
+    import torch
+
+    record["reference_device"] = f"cpu:{ref_dtype}"
+    stage = "load"
+    try:
+        info: dict = {}
+        model, tokenizer = probe_core.load(
+            settings["load_from"],
+            settings["revision"],
+            ref_dtype,
+            settings["trust_remote_code"],
+            torch.device("cpu"),
+            info,
+            task=settings["task"],
+        )
+        stage = "template"  # the same prompt inputs (an image-text-to-text model's image among them)
+        tokenizer, _ids, _mask, extra_inputs = probe_core.prompt_inputs(
+            model, tokenizer, info, settings["prompt"], settings["image_prompt"], settings["chat_template"]
+        )
+        stage = "forward"
+        logits = agreement.teacher_forced_logits(model, prompt_ids, record["output_token_ids"], extra_inputs)
+    except Exception as exc:  # noqa: BLE001 the reference failing is no verdict: recorded, with its reason
+        record["reference_note"] = f"reference failed at {stage}: {type(exc).__name__}: {exc}"[:2000]
+        record["numerics_note"] = f"no reference: {record['reference_note']}"
+        return
+    found = agreement.compare(
+        device_steps, logits, settings["numerics_margin"], settings["numerics_bound"], decode=tokenizer.decode
+    )
+    for key in agreement.RECORD_KEYS:
+        record[key] = found[key]
+
+
+def check_pass(record: Record, settings: dict, device_steps: list | None, prompt_ids: list[int] | None) -> None:
+    """Everything said about a PASS beyond its verdict: the reference's view of its logits, the judge's of its
+    text (for every PASS: the only check where no reference runs)."""
+    run_reference(record, settings, device_steps, prompt_ids)
+    gc.collect()  # the reference model is freed before the judge loads
+    judge.judge_record(record, settings)
+
+
+#: A repo with no loadable weights fails on every device: the model's failure, nothing to rerun.
+NO_WEIGHTS_ATTRIBUTION = {
+    "attribution": "model",
+    "reference_note": "the repo has no weights transformers can load, on any device: nothing to rerun",
+}
+
+
+#: Stages whose failure is rerun in the reference configuration to say whose failure it is.
+ATTRIBUTED_STAGES = ("load", "template", "compile", "generate")
+
+
+def reference_skip(record: Record, settings: dict, dtype: str) -> str | None:
+    """Why the CPU reference cannot run for this model (switched off, above the size limit, more than
+    the host's free memory), or None. The same limits serve the reference check and attribution."""
+    if settings["reference"] == "none":
+        return "switched off (reference='none')"
+    params = record["num_params"] or record.get("hub_num_params")
+    if params is not None and params > settings["reference_max_params"]:
+        return f"skipped: {params} parameters is above reference_max_params={settings['reference_max_params']}"
+    if params is not None:
+        import psutil
+
+        need = params * (4 if dtype in ("float32", "float") else 8 if dtype in ("float64", "double") else 2) * 1.2
+        free = psutil.virtual_memory().available
+        if need > free:
+            return f"skipped: about {need / 2**30:.1f} GiB for the CPU reference, {free / 2**30:.1f} GiB of host memory free"
+    return None
+
+
+def attribute(record: Record, settings: dict) -> None:
+    """Whose failure it is: the same stages rerun in the reference configuration (the CPU; the run's dtype
+    on accelerators, float32 on CPU-only runs; the run's KV cache, and compiled when the run was).
+    ``stack``: the reference passes; ``model``: it fails with the same signature; ``both``: with another (kept in ``reference_signature``); null with the reason in
+    ``reference_note`` when it could not run. The verdict never changes."""
+    if record["failure_stage"] not in ATTRIBUTED_STAGES:
+        return
+    ref_dtype = _reference_dtype(record["device_type"], settings["dtype"])
+    skip = reference_skip(record, settings, ref_dtype)
+    if skip:
+        record["reference_note"] = f"attribution {skip}"
+        return
+    record["reference_device"] = f"cpu:{ref_dtype}"
+    ref = _on_the_reference(settings, ref_dtype, "compile" if settings["mode"] == "compile" else "eager")
+    if ref["exclusion_reason"]:  # the reference's environment, not a verdict either way
+        record["reference_note"] = f"attribution not run: {ref['exclusion_reason']}"[:2000]
+        return
+    if ref["exception"] is None:
+        record["attribution"] = "stack"
+        return
+    exc = ref["exception"]
+    signature = failure_signature(type(exc).__name__, str(exc), probe_core.trimmed_traceback(exc))
+    record["attribution"] = "model" if signature == record["failure_signature"] else "both"
+    if record["attribution"] == "both":
+        record["reference_signature"] = signature
+        record["reference_note"] = f"the reference fails at {ref['failure_stage']}: {type(exc).__name__}: {exc}"[:2000]
