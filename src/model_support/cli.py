@@ -148,6 +148,10 @@ def sweep(params_file, data_dir, workers, executor, prefetch, resume, report):
             f"excluded before running: {len(summary['excluded_before'])} "
             f"({'; '.join(f'{m}: {r}' for m, r in sorted(summary['excluded_before'].items()))})"
         )
+    if summary.get("device_time"):  # held-idle share and utilisation (sweep.device_time)
+        from .sweep.device_time import sentence
+
+        click.echo(sentence(summary["device_time"]))
     click.echo(f"records:  {data_dir / 'sweeps' / summary['sweep_id']}")
     click.echo(f"dataset:  {data_dir / 'results'} and {data_dir / 'excluded'} (card: {data_dir / 'README.md'})")
     if report:

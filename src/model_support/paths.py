@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 #: Notebook names the package ships.
-NOTEBOOKS = ("probe", "aggregate", "report", "debug")
+NOTEBOOKS = ("probe", "checks", "aggregate", "report", "debug")
 #: Environment variable naming the default data folder (sweeps, dataset, reports).
 DATA_DIR_VAR = "MODEL_SUPPORT_DATA_DIR"
 #: Environment variable naming the offline fixture models' folder (``make fixtures`` builds it).

@@ -33,6 +33,8 @@ CACHES = ("dynamic", "static")
 #: The probe settings a sweep's ``matrix:`` may cross with every model; they name a record's variant.
 MATRIX_AXES = ("mode", "cache", "max_new_tokens")
 REFERENCES = ("cpu", "none")
+#: Where a probe's host checks run: in its own process, or after its device phase, in a host process.
+CHECKS = ("here", "after")
 
 
 class ParameterError(UserError):
@@ -186,6 +188,15 @@ PROBE_PARAMS: tuple[Param, ...] = (
         dict,
         {},
         "set by the sweep runner: the Hub's metadata and download facts for the record (schema groups hub, download)",
+        runner_owned=True,
+    ),
+    Param(
+        "checks",
+        str,
+        "here",
+        "set by the sweep runner: here runs the host checks (CPU reference, judge, attribution) in this process; "
+        "after leaves them to a host process once the device is released (probe.phases)",
+        choices=CHECKS,
         runner_owned=True,
     ),
 )

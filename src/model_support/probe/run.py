@@ -9,7 +9,6 @@ always gets a verdict. ``show`` displays it in the notebook and stores it in the
 
 from __future__ import annotations
 
-import gc
 import os
 import resource
 import time
@@ -20,8 +19,8 @@ from ..fileio import atomic_write_json
 from ..record import schema
 from ..record.schema import Record
 from ..redact import redact_record
-from . import devices, hub, hub_fetch, probe_core, probe_params
-from .checks import NO_WEIGHTS_ATTRIBUTION, attribute, check_pass
+from . import devices, hub, hub_fetch, phases, probe_core, probe_params
+from .checks import NO_WEIGHTS_ATTRIBUTION
 from .model_ids import machine_paths, portable_id
 from .records import fail, new_record
 from .repro import repro_script
@@ -132,7 +131,8 @@ def _sharded(record: Record, settings: dict, adapter) -> bool:
         return True
     keep = max(settings["timeout_s"] * RANKS_KEEP_BACK, RANKS_KEEP_BACK_MIN_S)
     left = settings["timeout_s"] - keep - (time.perf_counter() - settings["started"])
-    result = sharded.run_sharded(settings, count, adapter.type, timeout_s=max(left, 1.0))
+    with phases.device_work():  # the ranks, on their devices
+        result = sharded.run_sharded(settings, count, adapter.type, timeout_s=max(left, 1.0))
     if result.get("distributed_config"):  # its repro script launches the same ranks, as the adapter set them up
         record["repro_script"] = _repro(
             record, settings, adapter, distributed=result["distributed_config"], **_rank_setup(adapter, count)
@@ -147,10 +147,10 @@ def _sharded(record: Record, settings: dict, adapter) -> bool:
         if result.get("error_type") == "NoParallelPlan":  # one CPU process would not test what failed here
             record["reference_note"] = "attribution not run: the model needs more devices than one and has no plan"
         else:
-            attribute(record, settings)
+            phases.checks(record, settings, "attribute")
         return True
     record["status"] = schema.PASS
-    check_pass(record, settings, result.get("step_scores"), result.get("input_ids"))
+    phases.checks(record, settings, "pass", result.get("step_scores"), result.get("input_ids"))
     return True
 
 
@@ -180,6 +180,7 @@ def run_probe(
 
     hf_logging.disable_progress_bar()  # per-shard progress bars only clutter notebooks and sweep logs
     record = new_record(portable_id(model_id), settings, sweep_id, notebook_path, hub_facts)
+    phases.start()
     try:
         _probe(record, settings)
     except (hub_fetch.EnvironmentProblem, hub_fetch.NoAccess, hub_fetch.NotOnHub):
@@ -190,6 +191,7 @@ def run_probe(
     schema.check_record(redact_record(record, machine_paths(model_id)))
     if record_path:
         atomic_write_json(Path(record_path), record)
+    phases.save(record, record_path)  # the device phase's timings; with checks "after", the checks' inputs
     return record
 
 
@@ -231,15 +233,16 @@ def _probe(record: Record, settings: dict) -> None:
         return
     record.update({"devices_used": 1, "parallelism": "none"})
     adapter.reset_peak_memory()
-    result = probe_core.run_stages(
-        model_id=settings["load_from"],
-        **probe_core.stage_settings(settings),
-        device=adapter.torch_device,
-        synchronize=adapter.synchronize if adapter.type != "cpu" else None,
-        mode=settings["mode"],
-        cache=settings["cache"],
-        compile_backend=adapter.compile_backend(),
-    )
+    with phases.device_work():  # weights to the device, compilation, generation
+        result = probe_core.run_stages(
+            model_id=settings["load_from"],
+            **probe_core.stage_settings(settings),
+            device=adapter.torch_device,
+            synchronize=adapter.synchronize if adapter.type != "cpu" else None,
+            mode=settings["mode"],
+            cache=settings["cache"],
+            compile_backend=adapter.compile_backend(),
+        )
     if settings["mode"] == "compile":
         record["compile_backend"] = adapter.compile_backend()
     schema.fill(record, {key: result[key] for key in STAGE_FIELDS})
@@ -252,14 +255,12 @@ def _probe(record: Record, settings: dict) -> None:
     if result["exception"] is not None:
         record_failure(record, result["failure_stage"], result["exception"], status=result["status"])
         del result  # the failed model (held by the exception's frames) is freed before the reference loads
-        gc.collect()
-        attribute(record, settings)
+        phases.checks(record, settings, "attribute")
         return
     record["status"] = schema.PASS
     device_steps, prompt_ids = result["step_scores"], result["input_ids"]
     del result  # the device's model is freed before the reference loads
-    gc.collect()
-    check_pass(record, settings, device_steps, prompt_ids)
+    phases.checks(record, settings, "pass", device_steps, prompt_ids)
 
 
 def summary_html(record: Record) -> str:

@@ -93,6 +93,8 @@ class SweepMeta:
     matrix: dict = field(default_factory=dict)
     versions: dict = field(default_factory=dict)
     host: str = ""
+    #: how the last run used its devices (``sweep.device_time``: held-idle share, utilisation, where the rest went)
+    device_time: dict = field(default_factory=dict)
     version: int = VERSION
 
     def to_dict(self) -> dict:

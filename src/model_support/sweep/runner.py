@@ -26,10 +26,12 @@ from ..probe.devices import pinning_env
 from ..probe.hub_fetch import is_local
 from ..record import schema, store
 from ..record.sweep_meta import SweepMeta, new_sweep_id
+from . import device_time
 from .budget import CacheBudget
 from .definition import SweepParams
 from .diskspace import check_room, disk_words, relative_to_data
 from .scheduler import Devices, DeviceScheduler, device_order, run_on_devices
+from .worker import host_checks
 from .worker.prefetch import Prefetcher
 from .worker.process import Standby, TaskResult, run_task
 from .worker.task import ProbeTask
@@ -144,6 +146,7 @@ class _Processes:
         self.kind, self.work_root, self.prewarm = kind, str(work_root), prewarm
         self.left = models  # models not handed out yet: a standby is started only for one of them
         self.warm: dict[int, Standby] = {}
+        self.pool: list[Standby] = []  # warm and pinned to nothing: for gated probes (``take_gated``)
         self.running: set[Standby] = set()
         self.lock = threading.Lock()
 
@@ -151,6 +154,18 @@ class _Processes:
         """A model that needs no process (its download did not give files to probe)."""
         with self.lock:
             self.left -= 1
+
+    def take_gated(self, gate) -> Standby:
+        """A process for a model whose devices are not granted yet (``worker.gate``): a warm unpinned one,
+        pinned at the grant; while models remain, the next one starts warming up."""
+        with self.lock:
+            self.left -= 1
+            current = self.pool.pop() if self.pool else Standby(self.work_root, gated=True)
+            if self.prewarm and self.left > len(self.pool):
+                self.pool.append(Standby(self.work_root, gated=True))
+            current.gate = gate
+            self.running.add(current)
+        return current
 
     def take(self, ids: tuple[int, ...]) -> Standby:
         """The process for a model on devices ``ids``: the slot's warm one, else a new one pinned to them;
@@ -171,11 +186,11 @@ class _Processes:
     def stop(self) -> None:
         """Kill what runs and what warms up (the sweep ended early)."""
         with self.lock:
-            for standby in list(self.running) + list(self.warm.values()):
+            for standby in list(self.running) + list(self.warm.values()) + self.pool:
                 standby.kill()
 
     def discard(self) -> None:
-        for standby in self.warm.values():
+        for standby in [*self.warm.values(), *self.pool]:
             standby.discard()
 
 
@@ -214,6 +229,9 @@ def run_local(
     prewarm = (accelerated or workers < (os.cpu_count() or 1)) and max(needs, default=1) == 1
     processes = _Processes(kind, work_root, prewarm, len(tasks))
     downloads = Prefetcher(tasks, workers * (1 + prefetch), budget, threads=workers)
+    split = host_checks.split_phases(kind)  # the host checks after the device phase, in a host process
+    slots = host_checks.default_slots(workers) if split else 0
+    checks = host_checks.HostChecks(slots, work_root, prewarm) if split else None
 
     def probe(index: int, hold: Devices) -> TaskResult:
         task, got = tasks[index], downloads.wait(index)
@@ -221,6 +239,8 @@ def run_local(
             if got.kind != "ready":  # pending, excluded or no loadable weights: no process, no device
                 processes.skip()
                 return run_task(task, fetched=got)
+            if checks:  # the device phase holding the devices, then the host checks (worker.host_checks)
+                return host_checks.in_phases(task, got, hold, processes, checks, kind, work_root.parent)
             with hold() as grant:
                 started = time.time()
                 standby = processes.take(grant.ids)
@@ -229,19 +249,26 @@ def run_local(
                 finally:
                     processes.done(standby)
                 result.schedule = {"devices": list(grant.ids), "start": started, "end": time.time()}
-                return result
+                result.schedule.update(host_checks.device_times(result))
+            return result
         finally:
             downloads.done(index, got)
 
     def stop() -> None:  # the sweep ended early: the running probes and the downloads stop now
         processes.stop()
+        if checks:
+            checks.stop()
         downloads.close()
 
     scheduler = DeviceScheduler(workers, contiguous=devices.adapter_for(kind).aligned_blocks)
     try:
-        yield from run_on_devices(range(len(tasks)), needs.__getitem__, scheduler, probe, on_stop=stop)
+        yield from run_on_devices(
+            range(len(tasks)), needs.__getitem__, scheduler, probe, on_stop=stop, threads=workers + slots
+        )
     finally:
         processes.discard()
+        if checks:
+            checks.discard()
 
 
 def check_ray_device(device: str) -> None:
@@ -373,6 +400,7 @@ def run(
                 counts = _store_all(results, data_dir, meta, pending, total - len(tasks), total, on_result)
             finally:
                 results.close()  # stops the running probes at once when the sweep ends early
+            used = _device_time(data_dir, meta, started, workers)
     except OSError as exc:
         raise _storage_full(exc, data_dir, meta.sweep_id, total) from exc
     return {
@@ -387,7 +415,17 @@ def run(
         "rows": counts,
         "pending": pending,
         "excluded_before": dict(meta.excluded or {}),
+        "device_time": used,
     }
+
+
+def _device_time(data_dir: Path, meta: SweepMeta, started: float, workers: int) -> dict | None:
+    """How this run used its devices (``device_time``), kept in sweep.json too."""
+    used = device_time.summarise(device_time.read_rows(store.sweep_dir(data_dir, meta.sweep_id), started), workers)
+    if used:
+        meta.device_time = used
+        meta.write(store.sweep_dir(data_dir, meta.sweep_id))
+    return used
 
 
 def _start(params: SweepParams | None, data_dir: Path, resume: str | None, report: bool) -> SweepMeta:
@@ -444,6 +482,7 @@ def _store_all(results, data_dir: Path, meta: SweepMeta, pending: dict, done: in
                 )
         if result.record is not None:
             store.store_result(data_dir, sweep_id, result.record, result.notebook, result.log)
+            host_checks.forget(data_dir, sweep_id, result.model_id, result.variant)  # its kept device phase
         elif result.excluded is not None:
             store.store_exclusion(data_dir, sweep_id, result.model_id, result.excluded, result.log, result.variant)
         else:  # the environment kept it from being probed: no record, --resume retries it

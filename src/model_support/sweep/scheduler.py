@@ -214,6 +214,7 @@ def run_on_devices(
     scheduler: DeviceScheduler,
     probe: Callable[[J, Devices], R],
     on_stop: Callable[[], None] | None = None,
+    threads: int | None = None,
 ) -> Iterator[R]:
     """The local executor's scheduling (``runner.run_local``, on jobs in ``device_order``;
     bench/bench_scheduler.py drives it with simulated probes): one thread per device, each taking the
@@ -221,8 +222,10 @@ def run_on_devices(
     needs them (``with devices() as request``: the scheduler's policy decides when) or none (a job with
     nothing to run). Results are yielded as the probes finish, and a finished one is not kept: memory
     stays flat. An exception from ``probe`` is raised here, after its devices were given back. Closing
-    early cancels the jobs not started, calls ``on_stop`` (to stop the running probes) and waits."""
-    pool = ThreadPoolExecutor(max_workers=scheduler.size, thread_name_prefix="probe")
+    early cancels the jobs not started, calls ``on_stop`` (to stop the running probes) and waits.
+    ``threads`` (default one per device): more lets a job do host work after giving its devices back
+    (its host checks) while another job holds them."""
+    pool = ThreadPoolExecutor(max_workers=threads or scheduler.size, thread_name_prefix="probe")
 
     def one(index: int, job: J) -> R:
         return probe(job, lambda: scheduler.hold(need_of(job), key=index))

@@ -23,8 +23,12 @@ AUTOLOAD_VAR = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 def prepare_environment(device: str = "auto") -> None:
     """Call before ``import torch``: torch's autoload of every installed backend off (the adapter loads
     the one ``device`` needs). Only the current process and the kernels it starts are affected, and
-    only when the user has not set the variable themselves."""
+    only when the user has not set the variable themselves. In a gated sweep process, the devices granted
+    to it are pinned here (``grant.apply``), before any backend loads."""
     os.environ.setdefault(AUTOLOAD_VAR, "0")
+    from .. import grant
+
+    grant.apply()
 
 
 def backend_devices() -> list[str]:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import cast
 
 from ... import paths
-from ...probe import probe_core
+from ...probe import phases, probe_core
 from ...probe.checks import NO_WEIGHTS_ATTRIBUTION
 from ...probe.hub_fetch import is_local
 from ...probe.records import fail, new_record
@@ -33,6 +33,7 @@ from ...record import schema
 from ...record.schema import Record
 from ...redact import redact, redact_record
 from ..budget import CacheBudget
+from . import gate
 from .download import Download, download
 from .outputs import read_json, whole_notebook, write_trouble
 from .task import ProbeTask
@@ -55,6 +56,8 @@ class TaskResult:
     model_id: str = ""
     variant: str | None = None
     schedule: dict | None = None  # the devices it held and when (local executor)
+    checks: dict | None = None  # the host checks its device phase left (``probe.phases``: checks "after")
+    device_phase: dict | None = None  # its device phase's seconds, start and end (``probe.phases``)
     pending: str | None = None
     problem: str | None = None
     excluded: str | None = None
@@ -145,8 +148,13 @@ class Standby:
     itself still runs in its own fresh process and kernel. ``env`` pins it to its device.
     """
 
-    def __init__(self, work_root: str | None = None, env: dict | None = None):
+    #: A gated standby (``worker.gate``): its task is handed over before the grant; ``gate()`` holds the devices
+    #: (a context manager yielding their pinning variables) from the grant until the process ends.
+    gate = None
+
+    def __init__(self, work_root: str | None = None, env: dict | None = None, gated: bool = False):
         self.work = Path(tempfile.mkdtemp(prefix="probe-", dir=work_root)).resolve()  # the kernel runs in it
+        env = {**(env or {}), **(gate.gated_env(self.work) if gated else {})}
         self._log = open(self.work / "log.txt", "wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "model_support.sweep.worker.process", str(self.work)],
@@ -167,23 +175,25 @@ class Standby:
             time.sleep(0.05)
         return False
 
-    def run(self, task: ProbeTask) -> TaskResult:
-        """Hand ``task`` over, wait up to its timeout (killing the whole tree past it), collect."""
+    def run(self, task: ProbeTask, fallback: bool = True) -> TaskResult:
+        """Hand ``task`` over, wait up to its timeout (killing the whole tree past it), collect; a probe that
+        wrote no record gets the runner's (``fallback``; a host-checks process's caller says it instead)."""
         started = time.time()
         work = self.work
         try:
-            (work / "task.json").write_text(json.dumps(task))
+            (work / "task.json").write_text(json.dumps({**task, "gated": self.gate is not None}))
             try:
                 self.stdin.write(b"go\n")
                 self.stdin.close()
             except BrokenPipeError:
                 pass  # the process died while warming up: recorded below from what it left
             timed_out = False
-            try:
-                self.proc.wait(timeout=task["timeout_s"] + GRACE_S)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _kill_tree(self.proc)
+            with gate.held(self):  # a gated process: its devices, from their grant until it ends
+                try:
+                    self.proc.wait(timeout=task["timeout_s"] + GRACE_S)
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                    _kill_tree(self.proc)
             self._log.close()
             log = (work / "log.txt").read_text(errors="replace")
             notebook = whole_notebook(work / "out.ipynb")
@@ -199,9 +209,10 @@ class Standby:
                     pending=trouble,
                     problem="disk",
                 )
-            if record is None:
+            if record is None and fallback:
                 record = _record_from_outcome(task, outcome, self.proc.returncode, timed_out, log, started)
-            return TaskResult(record=record, notebook=notebook, log=redact(log))
+            checks, phase = read_json(work / phases.STATE_FILE), read_json(work / phases.DEVICE_FILE)
+            return TaskResult(record, notebook, redact(log), checks=checks if record else None, device_phase=phase)
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
@@ -317,6 +328,7 @@ os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 import torch, transformers
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from model_support import probe
+from model_support.probe import checks, phases, run
 """
 
 
@@ -347,6 +359,7 @@ def _execute(work: Path) -> None:
 
     with ipc_kernel() as km:
         _warm_up(km, work)
+        import papermill  # noqa: F401 imported while warming up, not once the model's devices are held
         (work / "warm").touch()  # for whoever wants to know the standby is ready (the benchmarks)
         if not sys.stdin.readline():  # stdin closed without a task: this standby is not needed
             return
@@ -354,10 +367,13 @@ def _execute(work: Path) -> None:
 
 
 def _run_notebook(work: Path, km) -> None:
-    from .notebooks import run_notebook
+    from ...engine.notebooks import run_notebook
 
     task: ProbeTask = json.loads((work / "task.json").read_text())
     record_path = work / "record.json"
+    if task.get("gated"):  # its model known, its devices not yet: wait for them (worker.gate)
+        gate.await_grant(work, task)
+    notebook = paths.notebook("probe")
     parameters = {
         **task["params"],
         "model_id": task["source"],
@@ -368,11 +384,11 @@ def _run_notebook(work: Path, km) -> None:
         "timeout_s": task["timeout_s"],
         "hub_facts": task.get("facts", {}),
     }
+    if task.get("checks_state"):  # a host process: the checks a device phase left (``worker.host_checks``)
+        notebook, parameters = paths.notebook("checks"), {"checks_state": task["checks_state"], "record_path": str(record_path)}
     outcome: dict = {}
     try:
-        run_notebook(
-            paths.notebook("probe"), work / "out.ipynb", parameters, timeout=task["timeout_s"], km=km, log_output=True
-        )
+        run_notebook(notebook, work / "out.ipynb", parameters, timeout=task["timeout_s"], km=km, log_output=True)
     except Exception as exc:  # noqa: BLE001 whatever papermill raised is this model's outcome, recorded below
         outcome["error"] = {"type": type(exc).__name__, "message": str(exc)[:4000]}
         outcome["errno"] = getattr(exc, "errno", None)
@@ -388,3 +404,5 @@ if __name__ == "__main__":
     if os.getppid() == 1:  # the runner died before the line above ran
         sys.exit(1)
     _execute(Path(sys.argv[1]))
+    sys.stdout.flush()
+    os._exit(0)  # its files are written and closed: no interpreter teardown while its devices are held

@@ -26,3 +26,4 @@ class ProbeTask(TypedDict):
     keep_cache: NotRequired[bool]
     snapshot: NotRequired[str]  #: the local folder the files were downloaded to, ahead of the probe
     facts: NotRequired[dict[str, Any]]  #: the Hub's facts for the record (``records.FACT_FIELDS``)
+    checks_state: NotRequired[str]  #: a host-checks process: the device phase's state file (``worker.host_checks``)

@@ -1,0 +1,163 @@
+"""A probe's two phases: the device's work, then the host checks, so a device is held for its work only.
+
+Why: the checks said of a verdict (the CPU reference, the fluency judge, attribution reruns) run on the
+CPU and need only what the device phase leaves (its tokens, its step logits, the record so far). On a TPU
+host a chip is released only when the process that opened it ends, so a probe whose checks run in its
+own process holds its chip idle through all of them. With ``checks="after"`` (what the sweep runner asks
+for on accelerators) the probe process stops after its device phase: it writes the record so far, marked
+pending, and the checks' inputs (``STATE_FILE``, next to ``record_path``), and ends, which releases the
+device; a host process then runs ``finish_checks`` from that state (``sweep.worker.host_checks``) and
+writes the final record. With ``checks="here"`` (a single papermill run, CPU sweeps) both phases run in
+one process, as one story.
+
+A check that raises is a note on the record (``reference_note``, ``fluency_note``), never a verdict
+change: the verdict is the device phase's and is final when it ends. ``device_work`` times the device
+phase (``DEVICE_FILE`` next to ``record_path``) for the sweep's held-idle and utilisation figures.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..fileio import atomic_write_json
+from ..record.schema import Record
+from . import checks as host
+
+#: Next to ``record_path``: the device phase's timings, and (checks "after") the host checks' inputs.
+DEVICE_FILE, STATE_FILE = "device_phase.json", "checks.json"
+#: What a record whose checks are still to run says in their place.
+PENDING = "pending: the host checks run after the device is released"
+
+_spans: list[tuple[float, float]] = []  # this process's device work, (start, end) wall clock
+_pending: dict[str, dict] = {}  # checks stashed by the device phase in this process, by record key
+
+
+def key(record: Record) -> str:
+    return f"{record['sweep_id']}|{record['model_id']}|{record['variant']}"
+
+
+def start() -> None:
+    """A probe starts in this process: its device time counts from zero (a rerun in the same kernel)."""
+    _spans.clear()
+
+
+@contextmanager
+def device_work() -> Iterator[None]:
+    """Time a stretch of the device phase: weights to the device, compilation, generation, the device's
+    own counters (a sharded run's ranks, on their devices)."""
+    began = time.time()
+    try:
+        yield
+    finally:
+        _spans.append((began, time.time()))
+
+
+def device_phase() -> dict:
+    """The device phase so far: its seconds, and when it started and ended (wall clock)."""
+    if not _spans:
+        return {"device_s": 0.0, "start": None, "end": None}
+    return {
+        "device_s": sum(end - begin for begin, end in _spans),
+        "start": _spans[0][0],
+        "end": _spans[-1][1],
+    }
+
+
+def checks(
+    record: Record, settings: dict, kind: str, device_steps: list | None = None, prompt_ids: list | None = None
+) -> None:
+    """The host checks of ``record``: ``kind`` "pass" (the reference and the judge of a PASS) or "attribute"
+    (whose failure a FAIL is). Run now (``checks="here"``), or stashed for after the device phase."""
+    state = {"kind": kind, "settings": settings, "device_steps": device_steps, "prompt_ids": prompt_ids}
+    if settings.get("checks") != "after":
+        gc.collect()  # the device's model (its cycles too) is freed before the reference loads
+        run_checks(record, state)
+        return
+    _pending[key(record)] = state
+    record["reference_note"] = record["reference_note"] or PENDING
+    if kind == "pass":
+        record["numerics_note"] = record["fluency_note"] = PENDING
+
+
+def run_checks(record: Record, state: dict) -> Record:
+    """Run the stashed checks on ``record``; a check that raises becomes a note, never a verdict change."""
+    settings, verdict = state["settings"], (record["status"], record["failure_stage"])
+    for note in ("reference_note", "numerics_note", "fluency_note"):
+        if record[note] == PENDING:
+            record[note] = None
+    try:
+        if state["kind"] == "pass":
+            host.check_pass(record, settings, state["device_steps"], state["prompt_ids"])
+        else:
+            host.attribute(record, settings)
+    except Exception as exc:  # noqa: BLE001 a check's failure is said on the record, never its verdict
+        said = f"the host checks raised {type(exc).__name__}: {exc}"[:2000]
+        record["reference_note"] = record["reference_note"] or said
+        if state["kind"] == "pass":
+            record["numerics_note"] = record["numerics_note"] or f"no reference: {said}"
+            record["fluency_note"] = record["fluency_note"] or said
+    record["status"], record["failure_stage"] = verdict
+    return record
+
+
+def unfinished(record: Record, why: str) -> Record:
+    """The checks could not run (their host process died or timed out): said in their place; the verdict stays."""
+    for note in ("reference_note", "numerics_note", "fluency_note"):
+        if record[note] == PENDING:
+            record[note] = f"host checks not finished: {why}"[:2000]
+    return record
+
+
+def save(record: Record, record_path: str) -> bool:
+    """After the device phase: write its timings, and (checks "after") the checks' inputs with the record
+    so far, next to ``record_path``. True when checks wait there for a host process."""
+    if not record_path:
+        return False
+    # plain writes, no fsync: read by the sweep's worker once this process has ended (and its devices with
+    # it); a kill before then leaves the model to run again, whole
+    folder = Path(record_path).parent
+    (folder / DEVICE_FILE).write_text(json.dumps(device_phase()))
+    state = _pending.get(key(record))
+    if state is None:
+        return False
+    state["record_path"] = record_path  # where the final record goes when the checks run in this process
+    (folder / STATE_FILE).write_text(json.dumps({**state, "record": record, "device_phase": device_phase()}, default=str))
+    return True
+
+
+def resume(state_path: str, record_path: str = "") -> Record:
+    """In a host process: the record a device phase left (``STATE_FILE``), its checks stashed here for
+    ``finish_checks``; the final record goes to ``record_path``."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # as the probe does: per-shard progress bars only clutter notebooks
+    state = json.loads(Path(state_path).read_text())
+    record = state.pop("record")
+    _pending[key(record)] = {**state, "record_path": record_path}
+    return record
+
+
+def finish_checks(record: Record) -> Record:
+    """The notebook's host-checks cell: run the checks the device phase left for ``record`` (in this
+    process, or a host process after ``resume``), write the final record where its state says, return
+    it. A record with nothing pending comes back as it is (its checks ran with its device phase)."""
+    state = _pending.pop(key(record), None)
+    if state is None:
+        return record
+    from ..record.schema import check_record
+    from ..redact import redact_record
+    from .model_ids import machine_paths
+
+    began = time.perf_counter()
+    run_checks(record, state)
+    record["duration_s"] = (record["duration_s"] or 0.0) + time.perf_counter() - began  # both phases
+    check_record(redact_record(record, machine_paths(state["settings"]["model_id"])))
+    target = state.get("record_path", "")
+    if target:
+        atomic_write_json(Path(target), record)
+    return record

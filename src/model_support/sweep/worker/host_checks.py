@@ -1,0 +1,218 @@
+"""A sweep's host checks: what runs after a probe's device phase, once its device is released.
+
+Why a process of its own: on a TPU host a chip is released only when the process that opened it ends,
+so the probe process ends with its device phase (``probe.phases``, checks "after") and the CPU reference,
+the judge and attribution run here, in a host process that never loads a device backend, while the
+device is already probing the next model. The host process executes ``notebooks/checks.ipynb`` from the
+state the device phase left; its cells (all but the loader) are appended to the probe's executed
+notebook, which so still tells the whole story and reruns top to bottom (the checks then run in the same
+kernel after its device phase).
+
+Nothing is lost between the phases: before its checks start, the device phase (its state, notebook and
+log) is kept in ``sweeps/<id>/phases/`` (``keep``); the record stored, it is dropped (``forget``). A
+sweep killed in between resumes that model as its checks only (``saved``), never on the device again.
+A check that fails, or a host process that dies or times out, is a note on the record; the verdict is
+the device phase's.
+
+Host memory stays bounded: at most ``slots`` checks run at once (each holds one reference model and
+the judge); a device phase waiting for a slot waits as a small JSON state, not a model in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import nbformat
+
+from ...display import NOTEBOOK_KEY
+from ...fileio import atomic_write_json
+from ...probe import phases
+from ...probe.devices import pinning_env
+from ...record import store
+from ...redact import redact
+from .process import Standby, TaskResult, run_task
+from .task import ProbeTask
+
+#: ``together`` keeps the host checks in the probe's own process (as before the split; the benchmark's
+#: "before"); anything else, or unset, splits them off on accelerators.
+SPLIT_VAR = "MODEL_SUPPORT_PHASES"
+#: Cells of checks.ipynb that only load the state in a host process: not appended to the probe's notebook.
+LOADER_TAGS = {"checks-loader", "parameters", "injected-parameters"}
+
+
+def split_phases(kind: str) -> bool:
+    """Whether a sweep on ``kind`` devices runs its host checks after the device phase, in a host process.
+    A CPU sweep's device is the host: splitting would only add a process per model."""
+    return kind != "cpu" and os.environ.get(SPLIT_VAR, "split") != "together"
+
+
+def default_slots(workers: int) -> int:
+    """Host checks at once: one per device (each reference uses the cores; more only contend), at least 1."""
+    return max(1, workers)
+
+
+def phase_file(sweep_dir: Path, task: ProbeTask) -> Path:
+    return sweep_dir / "phases" / f"{store.stem(task['model_id'], task['variant'])}.json"
+
+
+def keep(sweep_dir: Path, task: ProbeTask, result: TaskResult) -> None:
+    """The device phase, kept before its checks start: a kill between the phases loses nothing."""
+    notebook = result.notebook.decode() if result.notebook is not None else None
+    atomic_write_json(
+        phase_file(sweep_dir, task),
+        {"state": result.checks, "notebook": notebook, "log": result.log, "schedule": result.schedule},
+    )
+
+
+def saved(sweep_dir: Path, task: ProbeTask) -> TaskResult | None:
+    """A device phase an earlier run of the sweep kept and did not finish: the model resumes as its checks."""
+    try:
+        kept = json.loads(phase_file(sweep_dir, task).read_text())
+    except (OSError, ValueError):
+        return None
+    notebook = kept["notebook"].encode() if kept.get("notebook") is not None else None
+    result = TaskResult(kept["state"]["record"], notebook, kept["log"], task["model_id"], task["variant"])
+    result.checks, result.schedule = kept["state"], None  # its hold was logged by the run that held it
+    return result
+
+
+def forget(data_dir: Path, sweep_id: str, model_id: str, variant: str | None) -> None:
+    """The model's record is stored: its kept device phase is no longer needed."""
+    stem = store.stem(model_id, variant)
+    (store.sweep_dir(data_dir, sweep_id) / "phases" / f"{stem}.json").unlink(missing_ok=True)
+
+
+def append_checks(device: bytes | None, checks: bytes | None) -> bytes | None:
+    """The probe's executed notebook with the host checks' cells (and their outputs) appended; the record
+    it stores is then the final one (the device phase's is left displayed, untagged)."""
+    if device is None:
+        return None
+    nb = nbformat.reads(device.decode(), as_version=4)
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            output.get("metadata", {}).pop(NOTEBOOK_KEY, None)
+    if checks is not None:
+        later = nbformat.reads(checks.decode(), as_version=4)
+        nb.cells += [c for c in later.cells if not LOADER_TAGS & set(c.get("metadata", {}).get("tags", []))]
+    return nbformat.writes(nb).encode()
+
+
+def _unfinished(device: bytes | None, why: str) -> bytes | None:
+    """The probe's notebook with one cell saying its checks did not finish (the record says why too)."""
+    if device is None:
+        return None
+    nb = nbformat.reads(device.decode(), as_version=4)
+    nb.cells.append(nbformat.v4.new_markdown_cell(f"## The host checks\nThey did not finish: {why}"))
+    return nbformat.writes(nb).encode()
+
+
+def device_times(result: TaskResult) -> dict:
+    """For its schedule row: the probe's own device phase (``probe.phases``), seconds, start and end."""
+    phase = result.device_phase or {}
+    return {"device_s": phase.get("device_s"), "device_start": phase.get("start"), "device_end": phase.get("end")}
+
+
+def in_phases(task: ProbeTask, got, hold, processes, checks: HostChecks, kind: str, sweep_dir: Path) -> TaskResult:
+    """One model of a split sweep: its device phase in a gated probe process (handed the model now, its
+    devices held from their grant until the process ends), then its host checks; or, when an earlier run
+    of the sweep kept its device phase, its checks only."""
+    kept = saved(sweep_dir, task)
+    if kept is not None:  # its device phase ran before the sweep was stopped: never again on the device
+        processes.skip()
+        return checks.run(task, kept, load_from=got.path or task["source"])
+    times: dict = {}
+
+    @contextmanager
+    def held() -> Iterator[dict]:
+        with hold() as grant:
+            times.update(devices=list(grant.ids), start=time.time())
+            try:
+                yield pinning_env(kind, grant.ids)
+            finally:
+                times["end"] = time.time()
+
+    standby = processes.take_gated(held)
+    try:
+        result = run_task({**task, "params": {**task["params"], "checks": "after"}}, standby=standby, fetched=got)
+    finally:
+        processes.done(standby)
+    result.schedule = {**times, **device_times(result)} if times else None
+    if result.checks is None:  # a failure before its checks were stashed, or none to run
+        return result
+    keep(sweep_dir, task, result)  # the device is free again: the checks, on the host
+    return checks.run(task, result)
+
+
+class HostChecks:
+    """Runs the host checks of a sweep's probes, ``slots`` at once, each in a fresh host process (one kept
+    warming up, imports done, while checks run: ``Standby``, pinned to no device)."""
+
+    def __init__(self, slots: int, work_root: Path, prewarm: bool = True):
+        self.slots = threading.BoundedSemaphore(slots)
+        self.work_root, self.prewarm = str(work_root), prewarm
+        self.warm: list[Standby] = []
+        self.running: set[Standby] = set()
+        self.lock = threading.Lock()
+        self.stopped = False
+        if prewarm:  # ready by the time the first device phase ends
+            self.warm.append(Standby(self.work_root))
+
+    def _take(self) -> Standby:
+        with self.lock:
+            standby = self.warm.pop() if self.warm else Standby(self.work_root)
+            if self.prewarm and not self.stopped:
+                self.warm.append(Standby(self.work_root))
+            self.running.add(standby)
+        return standby
+
+    def run(self, task: ProbeTask, result: TaskResult, load_from: str | None = None) -> TaskResult:
+        """``result`` (a device phase with checks left) finished: the final record, the notebook with the
+        checks appended, the log with theirs; ``schedule`` gains when the checks ran. ``load_from``: where
+        the model's files are now (a resumed sweep downloaded them again)."""
+        state = dict(result.checks or {})
+        if load_from:
+            state["settings"] = {**state["settings"], "load_from": load_from}
+        with self.slots:
+            standby = self._take()
+            began = time.time()
+            try:
+                path = standby.work / "checks_state.json"
+                path.write_text(json.dumps(state))
+                checks_task = {**task, "checks_state": str(path)}
+                done = standby.run(checks_task, fallback=False)
+            finally:
+                with self.lock:
+                    self.running.discard(standby)
+            ended = time.time()
+        if result.schedule is not None:
+            result.schedule = {**result.schedule, "checks_start": began, "checks_end": ended}
+        if done.problem == "disk":
+            return done
+        log = result.log + "--- host checks (after the device was released) ---\n" + done.log
+        if done.record is None:  # the host process died or timed out: the verdict stands, with a note
+            why = redact(f"the host process ended without a record ({done.log[-300:].strip()})")
+            record = phases.unfinished(state["record"], why)
+            final = TaskResult(record, _unfinished(result.notebook, why), log)
+        else:
+            final = TaskResult(done.record, append_checks(result.notebook, done.notebook), log)
+        final.model_id, final.variant, final.schedule = result.model_id, result.variant, result.schedule
+        final.device_phase = result.device_phase
+        return final
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopped = True
+            for standby in list(self.running) + self.warm:
+                standby.kill()
+
+    def discard(self) -> None:
+        with self.lock:
+            warm, self.warm = self.warm, []
+        for standby in warm:
+            standby.discard()
