@@ -51,15 +51,17 @@ def show_tagged(flag: str, markup: str, data: Mapping[str, object], text: str) -
 
 def read_tagged(path: Path, flag: str) -> dict | None:
     """The data an executed notebook stored with ``show_tagged(flag, ...)`` (the notebook's own
-    metadata first, where the probe processes of older sweeps kept it); None when it has none."""
+    metadata first, where the probe processes of older sweeps kept it); None when it has none. Shown
+    more than once (a probe's record after its device phase, then after its host checks), the last."""
     import nbformat
 
     nb = nbformat.read(str(path), as_version=4)
     stored = nb.metadata.get(NOTEBOOK_KEY, {}).get(flag)
     if isinstance(stored, dict):
         return dict(stored)
+    found = None
     for cell in nb.cells:
         for output in cell.get("outputs", []):
             if output.get("metadata", {}).get(NOTEBOOK_KEY, {}).get(flag):
-                return dict(output["data"]["application/json"])
-    return None
+                found = dict(output["data"]["application/json"])
+    return found

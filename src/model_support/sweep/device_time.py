@@ -11,8 +11,10 @@ generation, from ``probe.phases``) and, where the host checks ran after the rele
 - device: device-seconds of device phases (a hold over N devices counts N times);
 - idle while held: held - device (the process starting, the notebook, and with the phases together the
   host checks); its share of held is the figure a TPU host pays for;
-- utilisation: device / (devices x span), the span from the first grant to the last release or check;
-- not held: devices x span - held (devices waiting for the host: a process to warm up, the sweep's end).
+- utilisation: device / (devices x span), the span from the first grant to the last release (the
+  devices' part of the sweep; the host checks after the last release are ``checks_tail_s``);
+- not held: devices x span - held (devices waiting for the host: a process to warm up, a check to
+  finish before a worker takes the next model, the sweep's end).
 """
 
 from __future__ import annotations
@@ -37,9 +39,9 @@ def summarise(rows: list[dict], devices: int) -> dict | None:
     timed = [r for r in rows if r.get("device_s") is not None]
     if not timed or devices < 1:
         return None
-    first = min(r["start"] for r in timed)
-    last = max(max(r["end"], r.get("checks_end") or 0.0) for r in timed)
+    first, last = min(r["start"] for r in timed), max(r["end"] for r in timed)
     span = max(last - first, 1e-9)
+    tail = max([r.get("checks_end") or last for r in timed]) - last
     held = sum((r["end"] - r["start"]) * len(r["devices"]) for r in timed)
     device = sum(min(r["device_s"], r["end"] - r["start"]) * len(r["devices"]) for r in timed)
     checks = [r for r in timed if r.get("checks_end") is not None]
@@ -56,6 +58,7 @@ def summarise(rows: list[dict], devices: int) -> dict | None:
         "ideal_span_s": round(device / devices, 3),
         "checks_after_release": len(checks),
         "checks_s": round(sum(r["checks_end"] - r["checks_start"] for r in checks), 3),
+        "checks_tail_s": round(max(tail, 0.0), 3),
     }
 
 

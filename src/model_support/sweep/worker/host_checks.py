@@ -78,7 +78,7 @@ def saved(sweep_dir: Path, task: ProbeTask) -> TaskResult | None:
         return None
     notebook = kept["notebook"].encode() if kept.get("notebook") is not None else None
     result = TaskResult(kept["state"]["record"], notebook, kept["log"], task["model_id"], task["variant"])
-    result.checks, result.schedule = kept["state"], None  # its hold was logged by the run that held it
+    result.checks, result.schedule = kept["state"], kept.get("schedule")  # the hold of the run that was stopped
     return result
 
 
