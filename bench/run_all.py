@@ -26,6 +26,7 @@ SCRIPTS = [
     "bench_judge.py",
     "bench_tasks.py",
     "bench_pretend.py",
+    "bench_phases.py",
 ]
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
@@ -212,7 +213,62 @@ def tables() -> str:
     judge = load("judge")
     if judge and "table" in judge:
         lines += [f"### The fluency judge on its labelled set ({judge['date']})", "", judge["table"], ""]
+    lines += phases_table(load("phases")) + device_check_table(load("device_check"))
     return "\n".join(lines)
+
+
+def phases_table(phases: dict) -> list[str]:
+    """bench_phases.py: held-idle share and utilisation, the host checks inside the hold vs after it."""
+    if not phases:
+        return []
+    lines = [
+        f"### A device held for the device's work only ({phases['date']}, 2 pretend devices, reference and judge "
+        f"on, {phases['cores']} cores shared with other work: load average {_load(phases)} at the start)",
+        "",
+        "| scenario | run | held-idle share | utilisation | span / ideal | held | device phases | not held "
+        "| checks after release | PASS checked | host CPU busy | wall |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, runs in phases["scenarios"].items():
+        for label in ("before", "after"):
+            r = runs[label]
+            lines.append(
+                f"| {name} ({runs['models']} models, {runs['attention_s']} s per attention product) | {label} "
+                f"| {100 * r['held_idle_share']:.0f}% | {100 * r['utilisation']:.0f}% | {r['span_over_ideal']:.2f}x "
+                f"| {r['held_s']:.0f} s | {r['device_s']:.0f} s | {r['unheld_s']:.0f} s | {r['checks_after_release']} "
+                f"| {r['passes_checked']}/{r['passes']} | {100 * r['host_cpu_busy']:.0f}% | {r['wall_s']:.0f} s |"
+            )
+    met = phases["met"]
+    lines += [
+        "",
+        f"Targets: held-idle share <= 10% after ({ok(met['held_idle_share'])}); device-bound utilisation >= 90% "
+        f"({ok(met['utilisation'])}) and span within 15% of the ideal ({ok(met['span_over_ideal'])}); every PASS "
+        f"checked against the reference ({ok(met['every_pass_checked'])}). {phases.get('host_bound', '')}.",
+        "",
+    ]
+    return lines
+
+
+def _load(results: dict) -> str:
+    loads = [r["load_before"] for s in results["scenarios"].values() for r in (s["before"], s["after"])]
+    return f"{min(loads)}-{max(loads)}"
+
+
+def device_check_table(check: dict) -> list[str]:
+    """device_check.sh on a CUDA GPU (a dry run on the pretend device is not reported here)."""
+    if not check or check.get("dry_run"):
+        return ["### The device check on a CUDA GPU", "", "Not run yet on a GPU: `bench/device_check.sh` there.", ""]
+    steps = check["steps"]
+    lines = [f"### The device check on a CUDA GPU ({check['date']}, {check.get('gpu')}, {check['wall_s']:.0f} s)", ""]
+    lines += ["| step | result |", "|---|---|"]
+    for name, step in steps.items():
+        shown = (
+            step.get("error")
+            or step.get("skipped")
+            or json.dumps({k: v for k, v in step.items() if k != "traceback"}, default=str)
+        )
+        lines.append(f"| {name} | {shown[:400]} |")
+    return [*lines, ""]
 
 
 def tasks_table(tasks: dict) -> list[str]:

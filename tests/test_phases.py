@@ -213,7 +213,9 @@ def test_the_checks_cells_are_appended_and_only_the_final_record_is_tagged():
     )
     device.cells = [nbformat.v4.new_code_cell("record = probe.run_probe(...)", outputs=[shown])]
     checks = nbformat.read(REPO / "notebooks" / "checks.ipynb", as_version=4)
-    merged = nbformat.reads(host_checks.append_checks(nbformat.writes(device).encode(), nbformat.writes(checks).encode()).decode(), 4)
+    merged = nbformat.reads(
+        host_checks.append_checks(nbformat.writes(device).encode(), nbformat.writes(checks).encode()).decode(), 4
+    )
     sources = [c.source for c in merged.cells]
     assert sources[0].startswith("record = probe.run_probe") and any("finish_checks" in s for s in sources)
     assert not any("phases.resume" in s for s in sources)  # the loader stays in the host process

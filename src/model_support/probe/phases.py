@@ -126,7 +126,9 @@ def save(record: Record, record_path: str) -> bool:
     if state is None:
         return False
     state["record_path"] = record_path  # where the final record goes when the checks run in this process
-    (folder / STATE_FILE).write_text(json.dumps({**state, "record": record, "device_phase": device_phase()}, default=str))
+    (folder / STATE_FILE).write_text(
+        json.dumps({**state, "record": record, "device_phase": device_phase()}, default=str)
+    )
     return True
 
 

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
+from typing import Any
 
 from ...fileio import atomic_write_json
 from ...probe.grant import GATE_VAR, GRANT_FILE
@@ -29,7 +30,7 @@ from ...probe.grant import GATE_VAR, GRANT_FILE
 _WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 
 
-def held(standby) -> Iterator[None] | nullcontext:
+def held(standby) -> AbstractContextManager[None]:
     """The devices of a gated ``standby``, held for the ``with`` block (none without a gate)."""
     return _held(standby) if getattr(standby, "gate", None) is not None else nullcontext()
 
@@ -46,7 +47,7 @@ def _held(standby) -> Iterator[None]:
         yield
 
 
-def await_grant(work: Path, task: dict) -> None:
+def await_grant(work: Path, task: Mapping[str, Any]) -> None:
     """In the probe process, before its notebook starts: read the model's files ahead, say it waits at the
     gate, wait for the grant (the kernel pins its devices from the grant file: ``probe.grant``)."""
     read_ahead(task.get("snapshot") or task["source"])

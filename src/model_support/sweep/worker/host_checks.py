@@ -184,7 +184,7 @@ class HostChecks:
             try:
                 path = standby.work / "checks_state.json"
                 path.write_text(json.dumps(state))
-                checks_task = {**task, "checks_state": str(path)}
+                checks_task: ProbeTask = {**task, "checks_state": str(path)}
                 done = standby.run(checks_task, fallback=False)
             finally:
                 with self.lock:

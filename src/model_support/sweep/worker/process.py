@@ -360,6 +360,7 @@ def _execute(work: Path) -> None:
     with ipc_kernel() as km:
         _warm_up(km, work)
         import papermill  # noqa: F401 imported while warming up, not once the model's devices are held
+
         (work / "warm").touch()  # for whoever wants to know the standby is ready (the benchmarks)
         if not sys.stdin.readline():  # stdin closed without a task: this standby is not needed
             return
@@ -385,7 +386,10 @@ def _run_notebook(work: Path, km) -> None:
         "hub_facts": task.get("facts", {}),
     }
     if task.get("checks_state"):  # a host process: the checks a device phase left (``worker.host_checks``)
-        notebook, parameters = paths.notebook("checks"), {"checks_state": task["checks_state"], "record_path": str(record_path)}
+        notebook, parameters = (
+            paths.notebook("checks"),
+            {"checks_state": task["checks_state"], "record_path": str(record_path)},
+        )
     outcome: dict = {}
     try:
         run_notebook(notebook, work / "out.ipynb", parameters, timeout=task["timeout_s"], km=km, log_output=True)
