@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -59,7 +60,7 @@ class Check:
         self.started, self.budget_s = time.time(), budget_s
         self.steps: dict[str, dict] = {}
 
-    def step(self, name: str, estimate_s: float, fn, *args) -> dict | None:
+    def step(self, name: str, estimate_s: float, fn, *args, **kwargs) -> dict | None:
         left = self.budget_s - (time.time() - self.started)
         if left < estimate_s:
             self.steps[name] = {"skipped": f"{left:.0f} s of the budget left, the step needs about {estimate_s:.0f} s"}
@@ -67,7 +68,7 @@ class Check:
         began = time.time()
         print(f"== {name}", flush=True)
         try:
-            result = fn(*args)
+            result = fn(*args, **kwargs)
             self.steps[name] = {**result, "wall_s": round(time.time() - began, 2)}
         except Exception as exc:  # noqa: BLE001 a failed step is a result; the next step still runs
             self.steps[name] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-2000:]}
@@ -84,11 +85,12 @@ def env(device: str) -> dict:
     }
 
 
-def papermill_probe(scratch: Path, device: str, model: str, **params) -> dict:
+def papermill_probe(scratch: Path, device: str, model: str, dry: bool, **params) -> dict:
     """`papermill notebooks/probe.ipynb out.ipynb -p model_id X -p device D`, as a user types it."""
     out, record_path = scratch / f"probe-{params.get('mode', 'eager')}.ipynb", scratch / "record.json"
     command = [sys.executable, "-m", "papermill", "notebooks/probe.ipynb", str(out), "-p", "model_id", model]
-    for key, value in {"device": device, "record_path": str(record_path), "judge": False, **params}.items():
+    params = {"device": device, "record_path": str(record_path), "judge": False, **_short(dry), **params}
+    for key, value in params.items():
         command += ["-p", key, str(value)]
     done = subprocess.run(command, cwd=REPO, env=env(device), capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
@@ -102,11 +104,14 @@ def papermill_probe(scratch: Path, device: str, model: str, **params) -> dict:
     return {k: record.get(k) for k in keys}
 
 
-def sweep(scratch: Path, device: str, models: list[str], workers: int) -> dict:
+def sweep(scratch: Path, device: str, models: list[str], workers: int, dry: bool) -> dict:
     data = scratch / f"sweep-{workers}"
+    shutil.rmtree(data, ignore_errors=True)  # a scratch folder used before
     definition = scratch / f"sweep-{workers}.yaml"
-    definition.write_text(json.dumps({"name": f"check-{workers}", "probe": {"device": device, "judge": False},
-                                      "workers": workers, "models": models}))  # fmt: skip
+    probe = {"device": device, "judge": False, **_short(dry)}
+    definition.write_text(
+        json.dumps({"name": f"check-{workers}", "probe": probe, "workers": workers, "models": models})
+    )
     command = [sys.executable, "-m", "model_support.cli", "sweep", str(definition), "--data-dir", str(data)]
     done = subprocess.run(
         [*command, "--no-report"], cwd=REPO, env=env(device), capture_output=True, text=True, timeout=900
@@ -157,6 +162,8 @@ def real_size(scratch: Path, device: str, dry: bool, tokenizer_from: str) -> dic
     from model_support.probe import devices, probe_core
     from model_support.probe.run import run_probe
 
+    if dry:
+        os.environ.update({k: v for k, v in env(device).items() if k == "MODEL_SUPPORT_PRETEND"})
     adapter = devices.resolve(device)
     found: dict = {}
     for name in REAL:
@@ -164,7 +171,11 @@ def real_size(scratch: Path, device: str, dry: bool, tokenizer_from: str) -> dic
         folder = build_random(scratch, name, dry, tokenizer_from)
         adapter.reset_peak_memory()
         result = probe_core.run_stages(
-            model_id=str(folder), dtype="bfloat16", device=adapter.torch_device, synchronize=adapter.synchronize
+            model_id=str(folder),
+            dtype="bfloat16",
+            device=adapter.torch_device,
+            synchronize=adapter.synchronize,
+            **_short(dry),
         )
         peak, source = adapter.peak_memory_mb()
         found[name] = {
@@ -182,10 +193,15 @@ def real_size(scratch: Path, device: str, dry: bool, tokenizer_from: str) -> dic
         del result
         if device == "cuda":
             torch.cuda.empty_cache()
-    record = run_probe(str(scratch / "llama-3.2-1b"), device=device, judge=False)
+    record = run_probe(str(scratch / "llama-3.2-1b"), device=device, judge=False, **_short(dry))
     found["llama-3.2-1b"]["numerics"] = record["numerics"]
     found["llama-3.2-1b"]["numerics_note"] = record["numerics_note"]
     return found
+
+
+def _short(dry: bool) -> dict:
+    """The dry run's probes generate 2 tokens (the pretend device dispatches every operator in Python)."""
+    return {"max_new_tokens": 2} if dry else {}
 
 
 def false_suspects(steps: dict) -> dict:
@@ -231,10 +247,10 @@ def main() -> int:
     )
     paths = [str(models_dir / name) for name in names]
     if built and "error" not in built:
-        check.step("probe_eager", 20, papermill_probe, scratch, device, paths[0])
-        check.step("probe_compile", 30, papermill_probe, scratch, device, paths[0], mode="compile")
-        check.step("sweep_1_worker", 40, sweep, scratch, device, paths, 1)
-        check.step("sweep_shared", 40, sweep, scratch, device, paths, 2 if dry else 4)
+        check.step("probe_eager", 20, papermill_probe, scratch, device, paths[0], dry)
+        check.step("probe_compile", 30, papermill_probe, scratch, device, paths[0], dry, mode="compile")
+        check.step("sweep_1_worker", 40, sweep, scratch, device, paths, 1, dry)
+        check.step("sweep_shared", 40, sweep, scratch, device, paths, 2 if dry else 4, dry)
         check.step("real_size", 30 if dry else 150, real_size, scratch, device, dry, paths[0])
     check.steps["false_suspects"] = false_suspects(check.steps)
     results = {
