@@ -8,7 +8,7 @@ phase in a gated probe process, the checks in a host process after the release).
 
 - host-heavy: 8 tiny models, 0.25 s per attention product (16 per probe: 4 s of device time a model);
   the host's own work (process start, imports, the reference, the judge) is as large as the device's.
-- device-bound: 6 tiny models, 1.5 s per attention product (24 s a model): the host has spare capacity.
+- device-bound: 6 tiny models, 2.5 s per attention product (40 s a model): the host has spare capacity.
 
 Figures from each sweep's ``sweep.json`` (``sweep.device_time``): the share of held time the devices
 were idle, the utilisation (device-phase time / devices x span) and the span against the ideal (sum of
@@ -43,7 +43,7 @@ MODELS = [
     "tiny-stablelm",
 ]
 ATTENTION = "aten::scaled_dot_product_attention"
-SCENARIOS = {"host-heavy": (8, 0.25), "device-bound": (6, 1.5)}
+SCENARIOS = {"host-heavy": (8, 0.25), "device-bound": (6, 2.5)}
 TARGETS = {"held_idle_share": 0.10, "utilisation": 0.90, "span_over_ideal": 1.15}
 
 
