@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 
 from ..record.schema import Record
-from . import agreement, judge, probe_core
+from . import agreement, judge, probe_core, probe_params
 from .signatures import failure_signature
 
 
@@ -40,10 +40,8 @@ def _on_the_reference(settings: dict, dtype: str, mode: str = "eager") -> dict:
 
     return probe_core.run_stages(
         model_id=settings["load_from"],
-        **{**probe_core.stage_settings(settings), "dtype": dtype},
+        **{**probe_params.stage_settings(settings), "dtype": dtype, "mode": mode},
         device=torch.device("cpu"),
-        mode=mode,
-        cache=settings["cache"],
         compile_backend="inductor",
     )
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import pprint
 
-from . import agreement, hub_fetch, probe_core
+from . import agreement, hub_fetch, probe_core, probe_params
 
 HEADER = '''#!/usr/bin/env python
 """Reproduce the model-support probe of {model_id!r} on {device!r}{sweep}.
@@ -134,9 +134,10 @@ if __name__ == "__main__":
     if SETTINGS["device"] != "cpu" and getattr(here, "type", None) != SETTINGS["device"]:
         sys.exit(f"device {SETTINGS['device']!r} is not available here (torch reports {here or 'no accelerator'})")
     sync = synchronizer(SETTINGS["device"])
-    settings = {k: v for k, v in SETTINGS.items() if k not in ("device", "distributed", "distributed_backend", "rank_env",
-                                                           "compile_backend", "reference", "reference_max_params",
-                                                           "numerics_margin", "numerics_bound")}
+    import inspect
+
+    staged = set(inspect.signature(run_stages).parameters) - {"device", "compile_backend"}  # given below
+    settings = {k: v for k, v in SETTINGS.items() if k in staged}
     if len(sys.argv) > 1:
         settings["model_id"] = sys.argv[1]
     elif settings["model_id"].startswith("local:"):
@@ -165,35 +166,25 @@ if __name__ == "__main__":
     sys.exit(0 if result["status"] == PASS else 1)
 """
 
-#: The reference check's settings (the script runs it after a PASS, as the probe did, and prints ``numerics``).
-REFERENCE_SETTINGS = ("reference", "reference_max_params", "numerics_margin", "numerics_bound")
-#: The settings a repro script carries: run_stages' parameters, the device type and the reference check's.
-SETTING_NAMES = (
-    "distributed",
-    "distributed_backend",
-    "rank_env",
-    "model_id",
-    "revision",
-    "dtype",
-    "task",
-    "prompt",
-    "image_prompt",
-    "max_new_tokens",
-    "chat_template",
-    "trust_remote_code",
-    "seed",
-    "mode",
-    "cache",
-    "device",
-    *REFERENCE_SETTINGS,
-    "compile_backend",
-)
+#: What a repro script's SETTINGS hold beyond the probe's settings: how the probe's device adapter resolved
+#: them (the compile backend; for a sharded run its ``DistributedConfig``, the process group's backend and each
+#: rank's environment).
+RESOLVED_NAMES = ("compile_backend", "distributed", "distributed_backend", "rank_env")
+#: The settings a repro script carries: the model, every probe setting (``probe_params.SETTINGS``; ``device``
+#: the resolved device type) and the resolved ones.
+SETTING_NAMES = ("model_id", *probe_params.SETTINGS, *RESOLVED_NAMES)
+
+
+def repro_settings(settings: dict) -> dict:
+    """A repro script's SETTINGS from the probe's ``settings`` (``SETTING_NAMES``; device the resolved type,
+    compile_backend the device adapter's; what the probe did not resolve is null)."""
+    return {name: settings.get(name) for name in SETTING_NAMES}
 
 
 def repro_script(settings: dict, sweep_id: str | None = None) -> str:
     """The script for one probe; ``settings`` holds SETTING_NAMES (device is the resolved type,
     compile_backend the device adapter's)."""
-    chosen = {name: settings.get(name) for name in SETTING_NAMES}
+    chosen = repro_settings(settings)
     header = HEADER.format(
         model_id=chosen["model_id"],
         device=chosen["device"],
