@@ -10,7 +10,6 @@ always gets a verdict. ``show`` displays it in the notebook and stores it in the
 from __future__ import annotations
 
 import gc
-import json
 import os
 import resource
 import time
@@ -25,7 +24,7 @@ from . import devices, hub, hub_fetch, probe_core, probe_params
 from .checks import NO_WEIGHTS_ATTRIBUTION, attribute, check_pass
 from .model_ids import machine_paths, portable_id
 from .records import fail, new_record
-from .repro import repro_script, repro_settings
+from .repro import set_repro
 
 #: The flag under which the record is stored in an executed notebook (``display.read_tagged``).
 RECORD_FLAG = "record"
@@ -84,8 +83,7 @@ def _repro(record: Record, settings: dict, adapter, **more) -> None:
         "model_id": record["model_id"],
         **more,
     }
-    record["repro_settings"] = json.dumps(repro_settings(chosen))
-    record["repro_script"] = repro_script(chosen, record["sweep_id"])
+    set_repro(record, chosen)
 
 
 def _rank_setup(adapter, count: int) -> dict:
