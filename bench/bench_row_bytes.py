@@ -2,7 +2,8 @@
 ``model-support sweep``, then the size of its ``results`` and ``excluded`` files over their rows, and what of
 each row is its repro script (the whole text in older files; its settings and the body's hash now).
 
-    python bench/bench_row_bytes.py [LABEL]   # LABEL: a name for this measurement (default: the git commit)
+    python bench/bench_row_bytes.py [LABEL] [--smoke]   # LABEL: a name for this measurement (default: the
+                                                        # git commit); --smoke: the whole params/smoke.yaml
 
 Writes bench/results/row_bytes.json (one entry per LABEL, so a before and an after sit side by side).
 """
@@ -21,15 +22,22 @@ from common import REPO, RESULTS, write_results
 FIXTURES = ("tiny-llama", "tiny-gpt2", "tiny-qwen2", "tiny-llava", "fail-missing-weights", "fail-short-positions")
 
 
-def measure(label: str) -> dict:
+def measure(smoke: bool) -> dict:
     import pyarrow.parquet as pq
     import yaml
 
     with tempfile.TemporaryDirectory(prefix="row-bytes-") as tmp:
         definition = Path(tmp) / "rows.yaml"
-        models = [str(REPO / "data" / "models" / name) for name in FIXTURES]
-        probe = {"device": "cpu", "reference": "cpu"}
-        definition.write_text(yaml.safe_dump({"name": "rows", "probe": probe, "workers": 1, "models": models}))
+        if smoke:
+            raw = yaml.safe_load((REPO / "params" / "smoke.yaml").read_text())
+            raw["models"] = [
+                str(REPO / m) if isinstance(m, str) else {**m, "id": str(REPO / m["id"])} for m in raw["models"]
+            ]
+            raw["name"] = "rows"
+        else:
+            models = [str(REPO / "data" / "models" / name) for name in FIXTURES]
+            raw = {"name": "rows", "probe": {"device": "cpu", "reference": "cpu"}, "workers": 1, "models": models}
+        definition.write_text(yaml.safe_dump(raw))
         data = Path(tmp) / "data"
         command = [sys.executable, "-m", "model_support.cli", "sweep", str(definition), "--data-dir", str(data)]
         subprocess.run(command, check=True, cwd=REPO, capture_output=True, timeout=1800)
@@ -44,7 +52,7 @@ def measure(label: str) -> dict:
         )
         bodies = sorted((data / "repro").glob("*.py")) if (data / "repro").is_dir() else []
         return {
-            "fixtures": list(FIXTURES),
+            "fixtures": "params/smoke.yaml" if smoke else list(FIXTURES),
             "rows": rows,
             "parquet_bytes": size,
             "bytes_per_row": round(size / rows),
@@ -56,13 +64,15 @@ def measure(label: str) -> dict:
 
 
 def main() -> None:
-    label = sys.argv[1] if len(sys.argv) > 1 else None
+    smoke = "--smoke" in sys.argv
+    args = [a for a in sys.argv[1:] if a != "--smoke"]
+    label = args[0] if args else None
     if label is None:
         label = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO)
         label = label.stdout.strip() or "unknown"
     path = RESULTS / "row_bytes.json"
     previous = json.loads(path.read_text()).get("runs", {}) if path.exists() else {}
-    found = measure(label)
+    found = measure(smoke)
     print(json.dumps(found, indent=1))
     write_results("row_bytes", {"runs": {**previous, label: found}})
 
