@@ -300,8 +300,10 @@ def summary_html(record: Record) -> str:
 
 
 def show(record: Record):
-    """Display the summary and store the full record in the output, tagged so readers find it."""
-    display.show_tagged(RECORD_FLAG, summary_html(record), record, f"{record['status']} {record['model_id']}")
+    """Display the summary and store the record in the output, tagged so readers find it: all of it but its
+    repro script's body, which its ``repro_sha256`` names (``repro.script_of`` puts the script together)."""
+    kept = {**record, "repro_script": None} if record["repro_sha256"] else record
+    display.show_tagged(RECORD_FLAG, summary_html(record), kept, f"{record['status']} {record['model_id']}")
 
 
 def record_from_notebook(path: Path) -> dict | None:
