@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import stored_records
 from model_support_pretend import CONFIG_VAR, VISIBLE_VAR, PretendConfigError, parse
 
 REPO = Path(__file__).resolve().parents[1]
@@ -378,7 +379,7 @@ def porting_loop(tmp_path_factory, fixture_models) -> dict:
     cli(["sweep", "params/pretend.yaml"], AFTER, data)
     (after,) = set(store.list_sweeps(data)) - {before}
     records = {
-        sweep: {display_name(r["model_id"]): r for r in store.read_records(data, sweep)} for sweep in (before, after)
+        sweep: {display_name(r["model_id"]): r for r in stored_records(data, sweep)} for sweep in (before, after)
     }
     return {"data": data, "before": before, "after": after, "records": records}
 
@@ -507,7 +508,7 @@ def test_a_model_bigger_than_one_device_runs_sharded_over_two(tmp_path, fixture_
     )
     cli(["sweep", str(definition), "--no-report"], {"devices": 2, "memory_gb": DEVICE_MEMORY_GB}, data)
     (sweep,) = store.list_sweeps(data)
-    (record,) = store.read_records(data, sweep)
+    (record,) = stored_records(data, sweep)
     assert (record["status"], record["devices_used"], record["parallelism"]) == ("PASS", 2, "tp"), (
         record["error_type"],
         record["error_message"],

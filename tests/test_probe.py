@@ -13,7 +13,7 @@ import nbformat
 import pytest
 
 from helpers import FAKE_TOKEN, probe_record, run_notebook
-from model_support.probe import checks, devices, judge
+from model_support.probe import checks, devices, judge, repro
 from model_support.probe import run as probe
 from model_support.record import schema
 
@@ -168,10 +168,11 @@ def test_executed_notebook_alone_tells_the_verdict(smoke_sweep):
         record = smoke_sweep["by_name"][name]
         path = data_dir / record["notebook_path"]
         stored = probe.record_from_notebook(path)
-        assert stored == record
+        assert stored == {**record, "repro_script": None}  # the script's body kept once, not in each notebook
+        assert repro.script_of(stored) == record["repro_script"]
         nb = nbformat.read(str(path), as_version=4)
         outputs = [o for c in nb.cells for o in c.get("outputs", []) if "data" in o]
-        assert [o["data"]["application/json"] for o in outputs if "application/json" in o["data"]] == [record]
+        assert [o["data"]["application/json"] for o in outputs if "application/json" in o["data"]] == [stored]
         assert any(record["status"] in o["data"].get("text/html", "") for o in outputs)
 
 
@@ -240,7 +241,7 @@ def test_the_headline_command_probes_one_model(tmp_path, fixture_models):
     record = json.loads(record_path.read_text())
     assert (record["status"], record["model_id"], record["tokens_out"]) == (schema.PASS, "local:tiny-llama", 8)
     assert record["output_token_ids"] == fixture_models["tiny-llama"]["expected_token_ids"]
-    assert probe.record_from_notebook(out) == record
+    assert probe.record_from_notebook(out) == {**record, "repro_script": None}
     assert str(REPO) not in record_path.read_text()  # no machine path in the record
 
 

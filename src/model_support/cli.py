@@ -245,16 +245,26 @@ def include(sweep_id, data_dir):
     click.echo(f"{sweep_id}: included ({results} result rows, {excluded} excluded rows)")
 
 
+def sweep_model_arguments(variant_help: str):
+    """SWEEP_ID MODEL, --data-dir and --variant: a command about one row of a sweep (debug, repro)."""
+
+    def apply(command):
+        for decorate in reversed(
+            (
+                click.argument("sweep_id"),
+                click.argument("model"),
+                data_dir_option,
+                click.option("--variant", default=None, metavar="VARIANT", help=variant_help),
+            )
+        ):
+            command = decorate(command)
+        return command
+
+    return apply
+
+
 @main.command()
-@click.argument("sweep_id")
-@click.argument("model")
-@data_dir_option
-@click.option(
-    "--variant",
-    default=None,
-    metavar="VARIANT",
-    help="Debug in a variant's settings (e.g. compile+static): mode, cache and token count.",
-)
+@sweep_model_arguments("Debug in a variant's settings (e.g. compile+static): mode, cache and token count.")
 @click.option(
     "-p",
     "--parameter",
@@ -289,6 +299,26 @@ def debug(sweep_id, model, data_dir, variant, parameters):
         raise SystemExit(1) from None
     click.echo(f"debug notebook: {path}")
     click.echo(debug_mod.summary_text(debug_mod.debug_result_from_notebook(path)))
+
+
+@main.command()
+@sweep_model_arguments("The row of a variant of the sweep's matrix (e.g. compile+static).")
+@user_errors
+def repro(sweep_id, model, data_dir, variant):
+    """Print the standalone script that reproduces MODEL's probe (id or unique fragment) in SWEEP_ID.
+
+    It runs with plain python (`model-support repro S M > run.py; python run.py`), imports nothing of
+    this package, and prints the probe's verdict and token ids as one JSON line.
+    """
+    from .debug import resolve_model
+    from .probe import probe_params
+    from .probe import repro as repro_mod
+    from .record import store
+
+    if variant is not None:
+        variant = probe_params.variant(probe_params.parse_variant(variant))
+    entry = resolve_model(store.read_sweep(data_dir, sweep_id), model)
+    click.echo(repro_mod.script_for(data_dir, sweep_id, entry.model_id, variant), nl=False)
 
 
 @main.command()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 
 from ..record.schema import Record
-from . import agreement, judge, probe_core
+from . import agreement, judge, probe_core, probe_params, reproduce
 from .signatures import failure_signature
 
 
@@ -40,10 +40,8 @@ def _on_the_reference(settings: dict, dtype: str, mode: str = "eager") -> dict:
 
     return probe_core.run_stages(
         model_id=settings["load_from"],
-        **{**probe_core.stage_settings(settings), "dtype": dtype},
+        **{**probe_params.stage_settings(settings), "dtype": dtype, "mode": mode},
         device=torch.device("cpu"),
-        mode=mode,
-        cache=settings["cache"],
         compile_backend="inductor",
     )
 
@@ -61,34 +59,15 @@ def run_reference(record: Record, settings: dict, device_steps: list | None, pro
         record["reference_note"] = skip
         record["numerics_note"] = f"no reference: {skip}"
         return
-    import torch
-
     record["reference_device"] = f"cpu:{ref_dtype}"
-    stage = "load"
-    try:
-        info: dict = {}
-        model, tokenizer = probe_core.load(
-            settings["load_from"],
-            settings["revision"],
-            ref_dtype,
-            settings["trust_remote_code"],
-            torch.device("cpu"),
-            info,
-            task=settings["task"],
+    try:  # the reference check a repro script runs too
+        found = reproduce.reference_check(
+            settings["load_from"], settings, ref_dtype, prompt_ids, record["output_token_ids"], device_steps
         )
-        stage = "template"  # the same prompt inputs (an image-text-to-text model's image among them)
-        tokenizer, _ids, _mask, extra_inputs = probe_core.prompt_inputs(
-            model, tokenizer, info, settings["prompt"], settings["image_prompt"], settings["chat_template"]
-        )
-        stage = "forward"
-        logits = agreement.teacher_forced_logits(model, prompt_ids, record["output_token_ids"], extra_inputs)
-    except Exception as exc:  # noqa: BLE001 the reference failing is no verdict: recorded, with its reason
-        record["reference_note"] = f"reference failed at {stage}: {type(exc).__name__}: {exc}"[:2000]
+    except reproduce.ReferenceFailed as exc:  # the reference failing is no verdict: recorded, with its reason
+        record["reference_note"] = f"reference failed at {exc.stage}: {exc}"[:2000]
         record["numerics_note"] = f"no reference: {record['reference_note']}"
         return
-    found = agreement.compare(
-        device_steps, logits, settings["numerics_margin"], settings["numerics_bound"], decode=tokenizer.decode
-    )
     for key in agreement.RECORD_KEYS:
         record[key] = found[key]
 

@@ -580,25 +580,6 @@ def compile_counts():
     }
 
 
-#: The probe parameters ``run_stages`` takes as they are.
-SETTING_KEYS = (
-    "revision",
-    "dtype",
-    "prompt",
-    "max_new_tokens",
-    "chat_template",
-    "trust_remote_code",
-    "seed",
-    "task",
-    "image_prompt",
-)
-
-
-def stage_settings(settings):
-    """``run_stages``' keyword arguments that are plain probe parameters, from ``settings``."""
-    return {key: settings[key] for key in SETTING_KEYS}
-
-
 #: The keys of ``run_stages``' result, in order (model and tokenizer only with keep_model).
 RESULT_KEYS = (
     "status",

@@ -24,13 +24,12 @@ from . import devices, hub, hub_fetch, probe_core, probe_params
 from .checks import NO_WEIGHTS_ATTRIBUTION, attribute, check_pass
 from .model_ids import machine_paths, portable_id
 from .records import fail, new_record
-from .repro import repro_script
+from .repro import set_repro
 
 #: The flag under which the record is stored in an executed notebook (``display.read_tagged``).
 RECORD_FLAG = "record"
-#: Probe parameters that are not settings of the probe itself.
-_NOT_SETTINGS = ("model_id", "record_path", "sweep_id", "notebook_path", "snapshot", "hub_facts")
-DEFAULTS = {k: v for k, v in probe_params.defaults().items() if k not in _NOT_SETTINGS}
+#: The probe's settings with their defaults (``probe_params.SETTINGS``: not the model, not the runner's bookkeeping).
+DEFAULTS = {k: v for k, v in probe_params.defaults().items() if k in probe_params.SETTINGS}
 #: What of the model's timeout is kept back from a sharded run's ranks (a tenth, at least 15 s), for the
 #: record and the reference: the ranks time out, saying where each one was, before the probe is killed.
 RANKS_KEEP_BACK, RANKS_KEEP_BACK_MIN_S = 0.1, 15.0
@@ -74,9 +73,9 @@ def stage_outcome(record: Record, settings: dict, result: dict) -> None:
     record["prompt"] = settings["image_prompt"] if image_task else settings["prompt"]
 
 
-def _repro(record: Record, settings: dict, adapter, **more) -> str:
-    """The record's repro script, from the settings as they stand: the device adapter's type and compile
-    backend, the record's model id and sweep (``more``: a sharded run's ``distributed`` config)."""
+def _repro(record: Record, settings: dict, adapter, **more) -> None:
+    """The record's repro script and its settings, from the settings as they stand: the device adapter's type
+    and compile backend, the record's model id and sweep (``more``: a sharded run's ``distributed`` config)."""
     chosen = {
         **settings,
         "device": adapter.type,
@@ -84,7 +83,7 @@ def _repro(record: Record, settings: dict, adapter, **more) -> str:
         "model_id": record["model_id"],
         **more,
     }
-    return repro_script(chosen, record["sweep_id"])
+    set_repro(record, chosen)
 
 
 def _rank_setup(adapter, count: int) -> dict:
@@ -134,9 +133,7 @@ def _sharded(record: Record, settings: dict, adapter) -> bool:
     left = settings["timeout_s"] - keep - (time.perf_counter() - settings["started"])
     result = sharded.run_sharded(settings, count, adapter.type, timeout_s=max(left, 1.0))
     if result.get("distributed_config"):  # its repro script launches the same ranks, as the adapter set them up
-        record["repro_script"] = _repro(
-            record, settings, adapter, distributed=result["distributed_config"], **_rank_setup(adapter, count)
-        )
+        _repro(record, settings, adapter, distributed=result["distributed_config"], **_rank_setup(adapter, count))
     schema.fill(record, {key: result.get(key) for key in (*STAGE_FIELDS, *SHARDED_FIELDS)})
     stage_outcome(record, settings, result)
     record["peak_host_mem_mb"] = _peak_host_mb()
@@ -212,7 +209,7 @@ def _probe(record: Record, settings: dict) -> None:
     if broken:  # transformers would fail every model's load with it: the environment, no verdict
         record["exclusion_reason"] = broken
         return
-    record["repro_script"] = _repro(record, settings, adapter)
+    _repro(record, settings, adapter)
     if settings["load_from"] == settings["model_id"] and not hub_fetch.is_local(settings["model_id"]):
         try:  # the download stage, run here when no sweep fetched the files ahead
             got = hub_fetch.fetch(
@@ -226,18 +223,16 @@ def _probe(record: Record, settings: dict) -> None:
         settings["load_from"] = got["path"]
         if not resolve_task(record, settings):  # the Hub's pipeline_tag, now known, decides an auto task
             return
-        record["repro_script"] = _repro(record, settings, adapter)  # from the downloaded files, the task resolved
+        _repro(record, settings, adapter)  # from the downloaded files, the task resolved
     if _sharded(record, settings, adapter):
         return
     record.update({"devices_used": 1, "parallelism": "none"})
     adapter.reset_peak_memory()
     result = probe_core.run_stages(
         model_id=settings["load_from"],
-        **probe_core.stage_settings(settings),
+        **probe_params.stage_settings(settings),
         device=adapter.torch_device,
         synchronize=adapter.synchronize if adapter.type != "cpu" else None,
-        mode=settings["mode"],
-        cache=settings["cache"],
         compile_backend=adapter.compile_backend(),
     )
     if settings["mode"] == "compile":
@@ -305,8 +300,10 @@ def summary_html(record: Record) -> str:
 
 
 def show(record: Record):
-    """Display the summary and store the full record in the output, tagged so readers find it."""
-    display.show_tagged(RECORD_FLAG, summary_html(record), record, f"{record['status']} {record['model_id']}")
+    """Display the summary and store the record in the output, tagged so readers find it: all of it but its
+    repro script's body, which its ``repro_sha256`` names (``repro.script_of`` puts the script together)."""
+    kept = {**record, "repro_script": None} if record["repro_sha256"] else record
+    display.show_tagged(RECORD_FLAG, summary_html(record), kept, f"{record['status']} {record['model_id']}")
 
 
 def record_from_notebook(path: Path) -> dict | None:
