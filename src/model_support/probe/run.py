@@ -22,7 +22,7 @@ from ..record.schema import Record
 from ..redact import redact_record
 from . import devices, hub, hub_fetch, probe_core, probe_params
 from .checks import NO_WEIGHTS_ATTRIBUTION, attribute, check_pass
-from .model_ids import machine_paths, portable_id
+from .model_ids import check_there, machine_paths, portable_id, unavailable
 from .records import fail, new_record
 from .repro import repro_script
 
@@ -168,12 +168,14 @@ def run_probe(
     A bad parameter value is this run's outcome (FAIL(other) at stage runner, with the one sentence
     that names it): a notebook always ends with a verdict. Sweeps refuse such values before any
     model runs. A Hub model is loaded from ``snapshot`` when the sweep downloaded it ahead (with the
-    ``hub_facts`` it learned then, for the record), else its download stage runs here; the network,
-    the disk or access rights failing there are no verdict: ``hub_fetch.EnvironmentProblem``,
-    ``NoAccess`` or ``NotOnHub`` is raised and no record written."""
+    ``hub_facts`` it learned then, for the record), else its download stage runs here. A model that is not
+    there (a local path that is no folder, a Hub id the Hub does not give: not on it, no access, the network
+    or the disk failing) is the user's to fix, not a verdict: ``model_ids.ModelUnavailable`` (one sentence,
+    a ``UserError``) is raised before any record is made, and none is written."""
     unknown = sorted(set(overrides) - set(DEFAULTS))
     if unknown:
         raise TypeError(f"unknown probe parameter(s): {', '.join(unknown)}; accepted: {', '.join(DEFAULTS)}")
+    check_there(snapshot or model_id)
     started = time.perf_counter()
     settings = {**DEFAULTS, **overrides, "model_id": model_id, "load_from": snapshot or model_id, "started": started}
     from transformers.utils import logging as hf_logging
@@ -182,8 +184,8 @@ def run_probe(
     record = new_record(portable_id(model_id), settings, sweep_id, notebook_path, hub_facts)
     try:
         _probe(record, settings)
-    except (hub_fetch.EnvironmentProblem, hub_fetch.NoAccess, hub_fetch.NotOnHub):
-        raise  # the harness's environment: not a verdict, no record
+    except (hub_fetch.EnvironmentProblem, hub_fetch.NoAccess, hub_fetch.NotOnHub) as exc:
+        raise unavailable(model_id, exc) from exc  # the model is not there: not a verdict, no record
     except Exception as exc:  # noqa: BLE001 a harness bug must still yield a record, never a lost model
         record_failure(record, "runner", exc, status=schema.FAIL_OTHER)
     record["duration_s"] = time.perf_counter() - started
