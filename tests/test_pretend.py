@@ -193,6 +193,33 @@ def test_a_crashing_operator_kills_the_process_as_a_runtime_abort_does():
     assert "pretend runtime: fatal error in aten::relu; aborting" in done.stderr
 
 
+def test_a_runtime_abort_names_its_operator_has_its_repro_script_and_is_the_stacks(tmp_path, monkeypatch):
+    """Two models whose kernels the runtime aborts in two operators: two rows whose message and signature carry
+    what the runtime last said (the operator), each with the repro script the probe wrote before it ran, each
+    rerun on the CPU reference, which does not abort: the stack's."""
+    from helpers import cli_sweep
+    from model_support.probe.model_ids import display_name
+    from model_support.record import store
+
+    monkeypatch.setenv(CONFIG_VAR, json.dumps({"crash_ops": ["aten::silu", "aten::gelu"]}))
+    definition = {
+        "name": "aborts",
+        "probe": {"device": "pretend", "judge": False},
+        "models": [TINY, "data/models/tiny-gpt-neox"],
+    }
+    data, sweep = cli_sweep(tmp_path, definition)
+    rows = {display_name(r["model_id"]): r for r in store.read_records(data, sweep)}
+    for name, op in (("tiny-llama", "aten::silu"), ("tiny-gpt-neox", "aten::gelu")):
+        row = rows[name]
+        said = f"it last said: pretend runtime: fatal error in {op}; aborting"
+        assert (row["status"], row["error_type"]) == ("FAIL(other)", "DeadKernelError"), name
+        assert row["error_message"] == f"the kernel died (killed by SIGABRT); {said}"
+        assert row["failure_signature"].endswith(said)
+        assert row["repro_script"].startswith("#!/usr/bin/env python") and f"local:{name}" in row["repro_script"]
+        assert (row["attribution"], row["reference_device"]) == ("stack", "cpu:bfloat16"), row["reference_note"]
+    assert rows["tiny-llama"]["failure_signature"] != rows["tiny-gpt-neox"]["failure_signature"]
+
+
 COMPOSITES = """
     import json
     import torch
@@ -470,7 +497,10 @@ def test_missing_operators_fail_the_models_that_call_them_and_are_the_stacks(por
     assert gpt2["device_mem_source"] == "torch.pretend.max_memory_allocated"
     opt = records["tiny-opt"]  # the runtime aborted its kernel; the sweep went on
     assert (opt["status"], opt["failure_stage"], opt["error_type"]) == ("FAIL(other)", "runner", "DeadKernelError")
-    assert "killed by SIGABRT" in opt["error_message"]
+    assert opt["error_message"].endswith(
+        "(killed by SIGABRT); it last said: pretend runtime: fatal error in aten::relu; aborting"
+    )
+    assert opt["attribution"] == "stack" and opt["repro_script"]
     assert {r["device_type"] for r in records.values()} == {"pretend"}
     assert {r["device_count"] for r in records.values() if r["status"] != "FAIL(other)"} == {1}  # pinned: one each
 

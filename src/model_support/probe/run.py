@@ -21,7 +21,7 @@ from ..record import schema
 from ..record.schema import Record
 from ..redact import redact_record
 from . import devices, hub, hub_fetch, probe_core, probe_params
-from .checks import NO_WEIGHTS_ATTRIBUTION, attribute, check_pass
+from .checks import NO_WEIGHTS_ATTRIBUTION, attribute, check_pass, write_started
 from .model_ids import check_there, machine_paths, portable_id, unavailable
 from .records import fail, new_record
 from .repro import repro_script
@@ -87,6 +87,13 @@ def _repro(record: Record, settings: dict, adapter, **more) -> str:
     return repro_script(chosen, record["sweep_id"])
 
 
+def _set_repro(record: Record, settings: dict, adapter, **more) -> None:
+    """The record's repro script (``_repro``), also written at once beside the record
+    (``checks.write_started``): a process that dies before its record (a device runtime abort) leaves it."""
+    record["repro_script"] = _repro(record, settings, adapter, **more)
+    write_started(settings.get("record_path"), record, settings)
+
+
 def _rank_setup(adapter, count: int) -> dict:
     """How the device adapter set up a sharded run's ranks, for its repro script: each rank's environment
     (``rank_env``, from this probe process's own, which the ranks inherit) and the process group's backend.
@@ -134,9 +141,7 @@ def _sharded(record: Record, settings: dict, adapter) -> bool:
     left = settings["timeout_s"] - keep - (time.perf_counter() - settings["started"])
     result = sharded.run_sharded(settings, count, adapter.type, timeout_s=max(left, 1.0))
     if result.get("distributed_config"):  # its repro script launches the same ranks, as the adapter set them up
-        record["repro_script"] = _repro(
-            record, settings, adapter, distributed=result["distributed_config"], **_rank_setup(adapter, count)
-        )
+        _set_repro(record, settings, adapter, distributed=result["distributed_config"], **_rank_setup(adapter, count))
     schema.fill(record, {key: result.get(key) for key in (*STAGE_FIELDS, *SHARDED_FIELDS)})
     stage_outcome(record, settings, result)
     record["peak_host_mem_mb"] = _peak_host_mb()
@@ -177,7 +182,14 @@ def run_probe(
         raise TypeError(f"unknown probe parameter(s): {', '.join(unknown)}; accepted: {', '.join(DEFAULTS)}")
     check_there(snapshot or model_id)
     started = time.perf_counter()
-    settings = {**DEFAULTS, **overrides, "model_id": model_id, "load_from": snapshot or model_id, "started": started}
+    settings = {
+        **DEFAULTS,
+        **overrides,
+        "model_id": model_id,
+        "load_from": snapshot or model_id,
+        "started": started,
+        "record_path": record_path,
+    }
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # per-shard progress bars only clutter notebooks and sweep logs
@@ -214,7 +226,7 @@ def _probe(record: Record, settings: dict) -> None:
     if broken:  # transformers would fail every model's load with it: the environment, no verdict
         record["exclusion_reason"] = broken
         return
-    record["repro_script"] = _repro(record, settings, adapter)
+    _set_repro(record, settings, adapter)
     if settings["load_from"] == settings["model_id"] and not hub_fetch.is_local(settings["model_id"]):
         try:  # the download stage, run here when no sweep fetched the files ahead
             got = hub_fetch.fetch(
@@ -228,7 +240,7 @@ def _probe(record: Record, settings: dict) -> None:
         settings["load_from"] = got["path"]
         if not resolve_task(record, settings):  # the Hub's pipeline_tag, now known, decides an auto task
             return
-        record["repro_script"] = _repro(record, settings, adapter)  # from the downloaded files, the task resolved
+        _set_repro(record, settings, adapter)  # from the downloaded files, the task resolved
     if _sharded(record, settings, adapter):
         return
     record.update({"devices_used": 1, "parallelism": "none"})
