@@ -99,10 +99,21 @@ def run_reference(record: Record, settings: dict, device_steps: list | None, pro
 
 def check_pass(record: Record, settings: dict, device_steps: list | None, prompt_ids: list[int] | None) -> None:
     """Everything said about a PASS beyond its verdict: the reference's view of its logits, the judge's of its
-    text (for every PASS: the only check where no reference runs)."""
-    run_reference(record, settings, device_steps, prompt_ids)
+    text (for every PASS: the only check where no reference runs). Neither changes the PASS: a check that
+    raises (the comparison, the judge's scoring) leaves its fields null with the reason in its note."""
+    try:
+        run_reference(record, settings, device_steps, prompt_ids)
+    except Exception as exc:  # noqa: BLE001 a check that cannot run is a note beside the PASS, never its verdict
+        for key in agreement.RECORD_KEYS:
+            record[key] = None
+        record["reference_note"] = f"the reference check could not run: {type(exc).__name__}: {exc}"[:2000]
+        record["numerics_note"] = f"no reference: {record['reference_note']}"[:2000]
     gc.collect()  # the reference model is freed before the judge loads
-    judge.judge_record(record, settings)
+    try:
+        judge.judge_record(record, settings)
+    except Exception as exc:  # noqa: BLE001 as above: the judge's failure is its note
+        record["fluent"] = record["fluency_score"] = None
+        record["fluency_note"] = f"the judge could not run: {type(exc).__name__}: {exc}"[:2000]
 
 
 #: A repo with no loadable weights fails on every device: the model's failure, nothing to rerun.
