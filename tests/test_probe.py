@@ -242,6 +242,7 @@ def test_the_headline_command_probes_one_model(tmp_path, fixture_models):
     assert record["output_token_ids"] == fixture_models["tiny-llama"]["expected_token_ids"]
     assert probe.record_from_notebook(out) == record
     assert str(REPO) not in record_path.read_text()  # no machine path in the record
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.ipynb", "r.json"]  # the early side file is gone
 
 
 def papermill_probe(tmp_path: Path, model_id: str, env: dict | None = None) -> subprocess.CompletedProcess:

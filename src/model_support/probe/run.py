@@ -21,7 +21,7 @@ from ..record import schema
 from ..record.schema import Record
 from ..redact import redact_record
 from . import devices, hub, hub_fetch, probe_core, probe_params
-from .checks import NO_WEIGHTS_ATTRIBUTION, attribute, check_pass, write_started
+from .checks import NO_WEIGHTS_ATTRIBUTION, attribute, check_pass, started_path, write_started
 from .model_ids import check_there, machine_paths, portable_id, unavailable
 from .records import fail, new_record
 from .repro import repro_script
@@ -204,6 +204,7 @@ def run_probe(
     schema.check_record(redact_record(record, machine_paths(model_id)))
     if record_path:
         atomic_write_json(Path(record_path), record)
+        started_path(record_path).unlink(missing_ok=True)  # the record says it all now
     return record
 
 
