@@ -155,7 +155,7 @@ class DeviceScheduler:
 
     # -- policy (called with the lock held) --
     def _dispatch(self) -> list[Request]:
-        now, granted = time.monotonic(), []
+        now, granted = time.monotonic(), list[Request]()
         if self.closed:
             return granted
         while self._queue:  # the head, as long as it fits
@@ -237,7 +237,7 @@ def run_on_devices(
     probe: Callable[[J, Devices], R],
     on_stop: Callable[[], None] | None = None,
 ) -> Iterator[R]:
-    """The local executor's scheduling (``runner.run_local``, on jobs in ``device_order``;
+    """The local executor's scheduling (``executors.base.Executor.results``, on jobs in ``device_order``;
     bench/bench_scheduler.py drives it with simulated probes): one thread per device, each taking the
     next job in order and calling ``probe(job, devices)``, which holds its devices for as long as it
     needs them (``with devices() as request``: the scheduler's policy decides when) or none (a job with
