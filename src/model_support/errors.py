@@ -12,6 +12,11 @@ class UserError(ValueError):
 
 
 class StorageFull(Exception):
-    """The data folder could not be written (a full disk, any OSError): one sentence saying what could
-    not be written, how much is free, what is already safe and the command that finishes the job.
-    Not a user's mistake in the command, so the CLI prints it without a usage banner (exit status 1)."""
+    """The data folder could not be written (a full disk, or the write's own error): one sentence saying
+    what could not be written, why, what is already safe and the command that finishes the job. Not a
+    user's mistake in the command, so the CLI prints it without a usage banner (exit status 1)."""
+
+
+class Interrupted(Exception):
+    """A sweep stopped before its end (Ctrl-C, SIGTERM, its executor failing): one sentence saying how
+    many models are stored and the command that finishes it (exit status 1, no usage banner)."""

@@ -6,7 +6,9 @@ over an ipc-transport kernel, so parallel kernels never collide on ports), wait 
 timeout, kill the whole process tree if it hangs, and come back with the record, the executed
 notebook and the log. A probe that wrote no record (kernel died, timeout, papermill error) still
 yields a FAIL(other) record with what is known: papermill's exception, the kernel's exit signal and
-the tail of the log.
+the tail of the log. A probe whose kernel never started, or whose process could not be spawned, has
+told nothing about its model: it comes back pending (problem ``harness``) with the sentence naming
+the cause, never as a record.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from .task import ProbeTask
 
 #: Seconds the process gets beyond the model's own timeout (kernel start, imports, notebook I/O).
 GRACE_S = 90
+#: Seconds a probe's kernel gets to answer after it is started (``MODEL_SUPPORT_KERNEL_START_S``).
+KERNEL_START_S = 120.0
 LOG_TAIL_CHARS = 3000
 
 
@@ -56,8 +60,44 @@ class TaskResult:
     variant: str | None = None
     schedule: dict | None = None  # the devices it held and when (local executor)
     pending: str | None = None
-    problem: str | None = None
+    problem: str | None = None  # "network", "disk" or "harness" (the kernel never started, no process)
     excluded: str | None = None
+
+
+def open_files_hint() -> str:
+    """``; the open-files limit here is 60 (ulimit -n)`` when that limit is low enough to be the cause."""
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return f"; the open-files limit here is {soft} (`ulimit -n`)" if 0 < soft < 256 else ""
+
+
+def _out_of_files(log: str, record: Record | None) -> str | None:
+    """Why a probe ended, when it is this host's low open-files limit (EMFILE: the kernel's sockets, or the
+    load opening files), not the model: then even its record says nothing about the model."""
+    said = log if record is None else f"{record.get('error_type')}: {record.get('error_message')}"
+    if "Too many open files" in said and open_files_hint():
+        return "the probe ran out of open files"
+    return None
+
+
+def harness_pending(task: ProbeTask, reason: str, log: str = "") -> TaskResult:
+    """Nothing was probed (the kernel never started, the process could not be spawned): pending with
+    ``reason``, for ``--resume``; never a record."""
+    return TaskResult(
+        None,
+        None,
+        redact(log) + f"not probed: {reason}\n",
+        task["model_id"],
+        task.get("variant"),
+        pending=reason,
+        problem="harness",
+    )
+
+
+def spawn_failed(task: ProbeTask, exc: OSError) -> TaskResult:
+    """The probe's process could not be started (fork's ENOMEM, too many open files)."""
+    return harness_pending(task, f"the probe process could not be started ({exc.strerror or exc}{open_files_hint()})")
 
 
 def _die_with_parent() -> None:
@@ -204,14 +244,20 @@ class Standby:
 
     def __init__(self, work_root: str | None = None, env: dict | None = None):
         self.work = Path(tempfile.mkdtemp(prefix="probe-", dir=work_root)).resolve()  # the kernel runs in it
-        self._log = open(self.work / "log.txt", "wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "model_support.sweep.worker.process", str(self.work)],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.PIPE,
-            env={**os.environ, **(env or {})},
-        )
+        try:
+            self._log = open(self.work / "log.txt", "wb")
+            # its own session: a Ctrl-C at the terminal reaches the runner only, which stops the probes itself
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "model_support.sweep.worker.process", str(self.work)],
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.PIPE,
+                env={**os.environ, **(env or {})},
+                start_new_session=True,
+            )
+        except OSError:  # no process (fork's ENOMEM, too many open files): the caller says so
+            shutil.rmtree(self.work, ignore_errors=True)
+            raise
         assert self.proc.stdin is not None  # stdin=PIPE
         self.stdin = self.proc.stdin
 
@@ -249,6 +295,9 @@ class Standby:
             notebook = whole_notebook(work / "out.ipynb")
             record = cast("Record | None", read_json(work / "record.json"))
             outcome = read_json(work / "outcome.json") or {}
+            harness = outcome.get("harness") or _out_of_files(log, record)
+            if harness and not timed_out:  # nothing told about the model
+                return harness_pending(task, harness + open_files_hint(), log)
             trouble = write_trouble(work, outcome, log, record, notebook)
             if trouble:  # the harness could not write: not a verdict, nothing partial kept; --resume retries
                 return TaskResult(
@@ -332,7 +381,11 @@ def run_task(
             return TaskResult(record, None, redact(head + f"{record['status']}: {error}\n"), task["model_id"])
         if got.path and got.path != task["source"]:
             task["snapshot"] = got.path
-        result = (standby or Standby(work_root)).run(task)
+        try:
+            standby = standby or Standby(work_root)
+        except OSError as exc:  # no process for the probe: the harness, not the model
+            return spawn_failed(task, exc)
+        result = standby.run(task)
         result.log, result.model_id, result.variant = redact(head) + result.log, task["model_id"], task.get("variant")
         return result
     finally:
@@ -395,17 +448,27 @@ from model_support import probe
 """
 
 
+class KernelNeverStarted(Exception):
+    """The kernel did not answer after it was started: nothing can run in it (the harness, not the model)."""
+
+
 def _warm_up(km, cwd: Path, stderr=None) -> None:
-    """Start the kernel (its fd 2 into ``stderr``) and import the stack in it (failures here surface later,
-    in the probe)."""
+    """Start the kernel (its fd 2 into ``stderr``) and import the stack in it (an import failure here surfaces
+    later, in the probe); KernelNeverStarted when the kernel never answers (``MODEL_SUPPORT_KERNEL_START_S``)."""
     from jupyter_core.utils import run_sync
 
+    start_s = float(os.environ.get("MODEL_SUPPORT_KERNEL_START_S", KERNEL_START_S))
+
     async def warm():
-        await km.start_kernel(cwd=str(cwd), stderr=stderr, extra_arguments=KERNEL_ARGUMENTS)
-        client = km.client()
-        client.start_channels()
+        client = None
         try:
-            await client.wait_for_ready(timeout=120)
+            await km.start_kernel(cwd=str(cwd), stderr=stderr, extra_arguments=KERNEL_ARGUMENTS)
+            client = km.client()
+            client.start_channels()
+            await client.wait_for_ready(timeout=start_s)
+        except (RuntimeError, TimeoutError, OSError) as exc:
+            raise KernelNeverStarted(f"the probe's kernel never started: {exc}") from exc
+        try:
             await client.execute_interactive(WARM_UP, store_history=False, timeout=300)
         finally:
             client.stop_channels()
@@ -422,7 +485,14 @@ def _execute(work: Path) -> None:
     from ...engine.kernels import ipc_kernel
 
     with ipc_kernel() as km, open(work / KERNEL_STDERR, "wb") as stderr:
-        _warm_up(km, work, stderr)
+        try:
+            _warm_up(km, work, stderr)
+        except KernelNeverStarted as exc:
+            print(exc, flush=True)
+            (work / "warm").touch()
+            if sys.stdin.readline():  # a task came: say why it was not probed
+                (work / "outcome.json").write_text(json.dumps({"harness": str(exc)}))
+            return
         (work / "warm").touch()  # for whoever wants to know the standby is ready (the benchmarks)
         if not sys.stdin.readline():  # stdin closed without a task: this standby is not needed
             return
@@ -452,6 +522,8 @@ def _run_notebook(work: Path, km) -> None:
     except Exception as exc:  # noqa: BLE001 whatever papermill raised is this model's outcome, recorded below
         outcome["error"] = {"type": type(exc).__name__, "message": str(exc)[:4000]}
         outcome["errno"] = getattr(exc, "errno", None)
+        if str(exc).startswith("Kernel didn't respond"):  # papermill could not reach the kernel: nothing ran
+            outcome["harness"] = f"the probe's kernel never started: {exc}"
         if km.exit_status is not None:
             outcome["kernel_exit"] = km.exit_status
     (work / "outcome.json").write_text(json.dumps(outcome))
