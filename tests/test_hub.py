@@ -567,3 +567,22 @@ def test_cache_budget_never_exceeded_over_six_cycles(server, tmp_path):
     assert errors == [] and len(peaks) > 10
     assert max(peaks) <= budget.max_bytes and max(peaks) > 0
     assert budget.used_bytes() == 0 and scan_cache_dir(cache).repos == frozenset()
+
+
+def test_the_librarys_retry_lines_go_to_the_model_whose_threads_wrote_them():
+    """Each fetch notes huggingface_hub's warnings from its own download threads only: fetch 1's log gets
+    none of fetch 12's lines (their pools name threads ``hub-fetch-1_0`` and ``hub-fetch-12_0``)."""
+    import logging
+    from concurrent.futures import ThreadPoolExecutor
+
+    logger = logging.getLogger("huggingface_hub")
+    lines: list[str] = []
+    handler = hub_fetch._LibraryLog("hub-fetch-1", lines.append, ())
+    logger.addHandler(handler)
+    try:
+        for prefix in ("hub-fetch-1", "hub-fetch-12", "hub-fetch-10"):
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix=prefix) as pool:
+                pool.submit(logger.warning, "Retrying in 1s [%s]", prefix).result()
+    finally:
+        logger.removeHandler(handler)
+    assert lines == ["huggingface_hub: Retrying in 1s [hub-fetch-1]"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import sys
 import time
 
@@ -493,3 +494,16 @@ def test_ray_holds_the_clusters_devices_and_refuses_others_before_the_sweep_is_w
     with pytest.raises(UserError, match=r"not for 'xpu' devices: run this sweep with --executor local"):
         sweep.run(definition, tmp_path / "data", executor="ray")
     assert not (tmp_path / "data" / "sweeps").exists()
+
+
+def test_ranks_import_the_package_from_where_the_probe_did(tmp_path):
+    """The ranks' PYTHONPATH starts with the folder the probe's ``model_support`` came from (``src`` in a
+    checkout), so a rank runs this code, not another install's."""
+    import model_support
+    from model_support.probe.sharded import launch
+
+    first = launch._child_env("cpu", 2)["PYTHONPATH"].split(os.pathsep)[0]
+    env = {**os.environ, "PYTHONPATH": first}
+    code = "import model_support; print(model_support.__file__)"
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert child.stdout.strip() == model_support.__file__, child.stderr[-500:]
