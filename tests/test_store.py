@@ -8,6 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from model_support.errors import UserError
 from model_support.fileio import atomic_write_json
 from model_support.record import schema, store
 from model_support.record.sweep_meta import ModelEntry, SweepMeta, safe_name
@@ -166,3 +167,68 @@ def test_the_runners_record_is_made_where_the_probes_is():
     )
     with pytest.raises(KeyError, match="not Hub facts of a record: status"):
         new_record("org/m", params, facts={"status": "PASS"})
+
+
+def test_two_compactions_at_once_do_not_share_a_temporary_file(tmp_path):
+    """A second write of the same Parquet file starting while the first is under way (two compactions of a
+    sweep at once): each writes its own temporary file, both finish, the last one's rows are the file's."""
+    path = tmp_path / "results" / "sweep=s" / "part-0.parquet"
+    inner = [schema.empty_record(sweep_id="s", model_id="org/inner", status="PASS")]
+
+    def outer():
+        yield schema.empty_record(sweep_id="s", model_id="org/outer-1", status="PASS")
+        assert store.write_parquet(inner, path) == 1  # the other compaction, finished in the middle of this one
+        yield schema.empty_record(sweep_id="s", model_id="org/outer-2", status="PASS")
+
+    assert store.write_parquet(outer(), path, batch_rows=1) == 2
+    assert pq.read_table(path).column("model_id").to_pylist() == ["org/outer-1", "org/outer-2"]
+    assert sorted(p.name for p in path.parent.iterdir()) == ["part-0.parquet"]  # no temporary file left
+
+
+@pytest.fixture
+def sweep_held_elsewhere(tmp_path):
+    """Sweep s1 with its lock held by another process (as a running sweep's runner holds it)."""
+    import subprocess
+    import sys
+
+    make_sweep(tmp_path, "s1", {"org/a": "PASS"})
+    code = (
+        "import sys; from pathlib import Path; from model_support.record import store\n"
+        f"with store.SweepLock(store.sweep_dir(Path({str(tmp_path)!r}), 's1')):\n"
+        "    print('held', flush=True); sys.stdin.read()\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield tmp_path
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+
+
+def test_a_running_sweeps_files_are_rewritten_by_no_other_command(sweep_held_elsewhere):
+    """aggregate, exclude, include and push --logs (compact, set_exclusion, set_published_logs) and push
+    (writing_all) refuse, in one sentence, while another process writes the sweep; nothing changed."""
+    data_dir = sweep_held_elsewhere
+    refusal = r"^Sweep folder .*s1 is being written by another running sweep; wait for it to finish\.$"
+    for attempt in (
+        lambda: store.compact(data_dir, "s1"),
+        lambda: store.set_exclusion(data_dir, "s1", "broken stack"),
+        lambda: store.set_exclusion(data_dir, "s1", None),
+        lambda: store.set_published_logs(data_dir, "s1", {"repo": "o/d", "bucket": None, "url": "https://x/"}),
+    ):
+        with pytest.raises(UserError, match=refusal):
+            attempt()
+    with pytest.raises(UserError, match=refusal), store.writing_all(data_dir):
+        pass
+    assert not store.parquet_file(data_dir, "results", "s1").exists()
+    assert store.exclusion(data_dir, "s1") is None and store.published_logs(data_dir, "s1") is None
+
+
+def test_the_holder_of_a_sweeps_lock_compacts_it_and_a_second_holder_is_refused(tmp_path):
+    make_sweep(tmp_path, "s1", {"org/a": "PASS"})
+    with store.SweepLock(store.sweep_dir(tmp_path, "s1")):
+        assert store.compact(tmp_path, "s1") == (1, 0)  # the runner, at the end of its run
+        with pytest.raises(UserError, match="being written by another running sweep"):
+            store.SweepLock(store.sweep_dir(tmp_path, "s1")).__enter__()
+    assert store.compact(tmp_path, "s1") == (1, 0)  # released: anyone may

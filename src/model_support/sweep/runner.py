@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import errno
-import fcntl
 import json
 import os
 import threading
@@ -25,6 +24,7 @@ from ..probe import devices, probe_params, provenance
 from ..probe.devices import pinning_env
 from ..probe.hub_fetch import is_local
 from ..record import schema, store
+from ..record.store import SweepLock  # one writer per sweep; the store's commands take it too
 from ..record.sweep_meta import SweepMeta, new_sweep_id
 from .budget import CacheBudget
 from .definition import SweepParams
@@ -71,29 +71,6 @@ def devices_needed(task: ProbeTask, devices_here: int) -> int:
         return sharded.plan_devices(count, params.get("dtype", "bfloat16"), memory, devices_here)
     except sharded.DoesNotFit:
         return 1  # the probe itself records why it cannot run
-
-
-class SweepLock:
-    """One runner per sweep at a time (a second ``--resume`` of a running sweep is refused)."""
-
-    def __init__(self, folder: Path):
-        folder.mkdir(parents=True, exist_ok=True)
-        self.path = folder / ".lock"
-
-    def __enter__(self):
-        self.handle = open(self.path, "a+")
-        try:
-            fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self.handle.close()
-            raise UserError(
-                f"Sweep folder {self.path.parent} is being written by another running sweep; wait for it to finish."
-            ) from None
-        return self
-
-    def __exit__(self, *exc):
-        fcntl.flock(self.handle, fcntl.LOCK_UN)
-        self.handle.close()
 
 
 def build_tasks(meta: SweepMeta) -> list[ProbeTask]:
