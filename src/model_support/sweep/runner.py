@@ -93,6 +93,7 @@ def build_tasks(meta: SweepMeta) -> list[ProbeTask]:
                 "scrub": {model.source: model.model_id} if model.source != model.model_id else {},
                 "hub": {k: model.hub.get(k) for k in schema.HUB_FIELDS if k in model.hub},
                 "planned_bytes": model.hub.get("planned_bytes"),
+                "revision_sha": model.hub.get("revision_sha"),
                 "cache_dir": cache.get("dir") or "",
                 "keep_cache": bool(cache.get("keep", False)),
             }
@@ -104,9 +105,13 @@ def tasks_to_run(data_dir: Path, meta: SweepMeta) -> list[ProbeTask]:
     """The (model, variant)s with no record yet: what this run of the sweep probes. Two words, two things:
     a model is *pending* when the environment kept it from being probed (``pending.json``: the network,
     the disk); a model with no record for any reason, pending or never reached, is *to run* (the report's
-    "not probed" and "not tested")."""
+    "not probed" and "not tested"). A model some of whose variants were probed already is downloaded at the
+    commit they were (``revision_sha``), wherever the revision asked for points now: one sweep, one commit."""
+    probed = {
+        r["model_id"]: r["revision_sha"] for r in store.iter_records(data_dir, meta.sweep_id) if r["revision_sha"]
+    }
     return [
-        t
+        {**t, "revision_sha": probed.get(t["model_id"]) or t.get("revision_sha")}
         for t in build_tasks(meta)
         if not store.record_file(data_dir, meta.sweep_id, t["model_id"], t["variant"]).exists()
     ]
