@@ -136,35 +136,41 @@ def test_the_declaration_gives_arrow_types_groups_and_versions():
         schema.names_in("hubb")
 
 
-def test_the_runners_record_is_made_where_the_probes_is():
-    """A probe that wrote no record gets one from the same constructor: the task's settings, variant and
-    the Hub's facts, as the probe's own record would carry them."""
+@pytest.mark.slow
+def test_the_runners_record_carries_what_the_probes_own_would(fixture_models):
+    """A probe that wrote no record (here: its notebook timed out) gets a stand-in from the runner that
+    says who, with which settings and Hub facts, as the probe's own record of the same task does (both
+    made by a real run of the probe notebook)."""
+    from model_support.probe import probe_params
     from model_support.probe.records import new_record
-    from model_support.sweep.worker.process import runner_failure
+    from model_support.sweep.worker.process import run_task
 
-    params = {"device": "cpu", "mode": "compile", "cache": "static", "max_new_tokens": 16, "reference": "none"}
-    facts = {"revision_sha": "abc", "download_s": 1.5, "download_bytes": 10, "pipeline_tag": "text-generation"}
+    params = {"device": "cpu", "mode": "eager", "cache": "static", "max_new_tokens": 4, "reference": "none"}
     task = {
         "sweep_id": "s",
-        "model_id": "org/m",
-        "source": "org/m",
+        "model_id": "local:tiny-llama",
+        "source": fixture_models["tiny-llama"]["path"],
         "params": params,
-        "variant": "compile+static+16t",
-        "timeout_s": 60,
-        "notebook_path": "sweeps/s/notebooks/org__m@compile+static+16t.ipynb",
-        "facts": facts,
+        "variant": probe_params.variant(params),
+        "timeout_s": 300,
+        "notebook_path": "sweeps/s/notebooks/tiny-llama@eager+static+4t.ipynb",
+        "hub": {"pipeline_tag": "text-generation", "license": "apache-2.0"},
     }
-    record = runner_failure(task, "ProbeTimeout", "timed out after 60 s", "the log\n", 0.0)
-    probe = new_record("org/m", params, "s", task["notebook_path"], facts)
-    same = ("sweep_id", "model_id", "variant", "mode", "cache", "max_new_tokens", "dtype", "prompt", "notebook_path")
-    assert {k: record[k] for k in same} == {k: probe[k] for k in same}
-    assert record["variant"] == "compile+static+16t" and record["dtype"] == "bfloat16"
-    assert {k: record[k] for k in facts} == facts
-    assert (record["status"], record["failure_stage"], record["failure_signature"]) == (
+    probe = run_task(task).record
+    record = run_task({**task, "timeout_s": 1}).record  # its first slow cell times out: the runner's record
+    assert probe["status"] == schema.PASS, probe["error_message"]
+    assert (record["status"], record["failure_stage"], record["error_type"]) == (
         "FAIL(other)",
         "runner",
-        "ProbeTimeout: timed out after <n> s",
+        "ProbeTimeout",
     )
+    same = (
+        *("sweep_id", "model_id", "revision", "variant", "mode", "cache", "max_new_tokens", "dtype", "prompt"),
+        *("seed", "trust_remote_code", "device_type", "notebook_path", "versions", "pipeline_tag", "license"),
+    )
+    assert {k: record[k] for k in same} == {k: probe[k] for k in same}
+    assert record["variant"] == "eager+static+4t" and record["license"] == "apache-2.0"
+    assert record["failure_signature"].startswith("ProbeTimeout: timed out after <n> s")
     with pytest.raises(KeyError, match="not Hub facts of a record: status"):
         new_record("org/m", params, facts={"status": "PASS"})
 
