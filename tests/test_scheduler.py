@@ -214,22 +214,29 @@ def test_results_are_yielded_as_they_finish():
 
 def test_closing_early_stops_the_rest_and_calls_on_stop():
     """Job 0 comes back at once; every other job that starts waits until on_stop lets it go (the
-    running probes being stopped): closing after the first result starts no further job."""
-    ran, gate = [], threading.Event()
+    running probes being stopped): closing after the first result starts no further job, and when
+    close returns no probe thread is left that could start one."""
+    ran, gate, stopping = [], threading.Event(), threading.Event()
 
     def probe(job, devices):
+        ran.append((job, stopping.is_set()))
         with devices():
-            ran.append(job)
             if job != 0:
                 assert gate.wait(30), "on_stop was not called"
         return job
 
-    results = run_on_devices(range(10_000), lambda j: 1, DeviceScheduler(4), probe, on_stop=gate.set)
+    def on_stop():
+        stopping.set()  # from here on, a probe that starts started after the close
+        gate.set()
+
+    results = run_on_devices(range(10_000), lambda j: 1, DeviceScheduler(4), probe, on_stop=on_stop)
     assert next(results) == 0
     results.close()  # returns once every started probe is over
     assert gate.is_set()
-    count = len(ran)
-    assert count <= 1 + 4 and len(ran) == count  # job 0, and at most one more per thread; none after close
+    started = [job for job, _ in ran]
+    assert sorted(started) == list(range(len(started))) and len(started) <= 1 + 4  # job 0, one more per thread
+    assert [job for job, after_close in ran if after_close] == []  # none after close
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("probe_")]  # none left to start one
 
 
 def test_an_error_in_a_probe_is_raised_after_its_devices_are_released():

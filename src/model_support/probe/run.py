@@ -300,7 +300,7 @@ def summary_html(record: Record) -> str:
         ("decode", fmt(record["decode_tokens_per_s"], " tok/s")),
         (
             "peak host / device memory",
-            f"{fmt(record['peak_host_mem_mb'], ' MB')} / {fmt(record['peak_device_mem_mb'], ' MB')}",
+            f"{fmt(record['peak_host_mem_mb'], ' MiB')} / {fmt(record['peak_device_mem_mb'], ' MiB')}",
         ),
         (
             "CPU reference",

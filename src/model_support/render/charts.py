@@ -183,7 +183,7 @@ def memory_chart(memory_by_size: pl.DataFrame):
         .encode(
             x=alt.X("size_bucket:N", sort=list(analysis.SIZE_BUCKETS), title="model size"),
             xOffset=alt.XOffset("metric:N"),
-            y=alt.Y("median:Q", title="median peak memory (MB)"),
+            y=alt.Y("median:Q", title="median peak memory (MiB)"),
             color=alt.Color("metric:N", title=None),
             tooltip=[
                 "size_bucket:N",
