@@ -168,6 +168,9 @@ def test_debug_says_before_running_that_the_stack_here_is_not_the_sweeps(loop_da
     assert second.name == "local_tiny-llama-2.ipynb" and first.exists()
     assert debug.debug_result_from_notebook(first)["forward_ok"] is False  # the earlier finding kept
     assert debug.debug_result_from_notebook(second)["forward_ok"] is True
+    outputs = json.dumps(json.loads(second.read_text())["cells"])
+    assert "Loading weights" not in outputs  # transformers' progress bars are off in the notebook too
+    assert "Kernel is running over TCP" not in done.stderr  # an ipc kernel, as every notebook run of ours
 
 
 def test_a_set_up_failure_prints_its_sentence(loop_data):

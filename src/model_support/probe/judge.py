@@ -56,11 +56,16 @@ class Judge:
     """A loaded judge model: ``score(prompt, text)`` -> fluent, fluency_score, repeated, note."""
 
     def __init__(self, source: str):
+        from .devices import prepare_environment
+
+        prepare_environment("cpu")  # before torch: no backend autoload (torch_tpu's tcmalloc, absl, PJRT lines)
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from . import hub_fetch
-        from .probe_core import HUB_KERNELS_OFF
+        from .probe_core import HUB_KERNELS_OFF, quiet_loading
+
+        quiet_loading()
 
         start = time.perf_counter()
         self.source = source
