@@ -395,6 +395,8 @@ def on_device(extra_inputs, device, model):
 
 #: torch's entry-point group for out-of-tree device backends (its "autoload"); see ``load_backend``.
 BACKENDS_GROUP = "torch.backends"
+#: The variable that turns torch's autoload of every installed backend off ("0"), before ``import torch``.
+AUTOLOAD_VAR = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 
 
 def backend_device(entry_point_name):
