@@ -339,17 +339,17 @@ def debug(sweep_id, model, data_dir, variant, parameters):
     import yaml
 
     from . import debug as debug_mod
-    from .record import store
 
     overrides = {name: yaml.safe_load(value) for name, value in parameters}  # 0.5 -> float, as papermill's -y
+    run = debug_mod.prepare_debug(data_dir, sweep_id, model, parameters=overrides, variant=variant)
+    if run.stack_note:  # the notebook runs on the stack here: say so before it runs
+        click.echo(run.stack_note)
     try:
-        path = debug_mod.run_debug_notebook(data_dir, sweep_id, model, parameters=overrides, variant=variant)
+        path = debug_mod.execute_debug(run)
     except papermill.PapermillExecutionError as exc:
-        entry = debug_mod.resolve_model(store.read_sweep(data_dir, sweep_id), model)
-        click.echo(
-            f"debug notebook stopped at a cell error ({exc.ename}): "
-            f"{debug_mod.debug_notebook_path(data_dir, sweep_id, entry.model_id, variant=variant)}"
-        )
+        said = next((line.strip() for line in str(exc.evalue).splitlines() if line.strip()), "")
+        click.echo(f"debug notebook stopped at a cell error: {exc.ename}" + (f": {said}" if said else ""))
+        click.echo(f"debug notebook: {run.out}")
         raise SystemExit(1) from None
     click.echo(f"debug notebook: {path}")
     click.echo(debug_mod.summary_text(debug_mod.debug_result_from_notebook(path)))

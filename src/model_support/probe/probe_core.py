@@ -88,6 +88,14 @@ def trimmed_traceback(exc, max_lines=60):
 HUB_KERNELS_OFF = {"use_kernels": False}
 
 
+def quiet_loading():
+    """transformers' own switch for its progress bars ("Loading weights" per checkpoint): off, since they land
+    in sweep logs, notebooks and command output, where they say nothing a record or a timing does not."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
 def load(model_id, revision, dtype, trust_remote_code, device, info, extra=None, task=TEXT_GENERATION):
     """Config, tokenizer (or, for image-text-to-text, the processor) and weights, moved to ``device``. Fills
     ``info`` as it learns things, so a later failure still records the model type, architectures, task and
@@ -96,6 +104,7 @@ def load(model_id, revision, dtype, trust_remote_code, device, info, extra=None,
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
 
+    quiet_loading()
     kwargs = {"revision": revision or None, "trust_remote_code": trust_remote_code}
     if task != "auto":  # known before the config: a config that fails to load still says its task
         info["task"] = task
@@ -386,6 +395,8 @@ def on_device(extra_inputs, device, model):
 
 #: torch's entry-point group for out-of-tree device backends (its "autoload"); see ``load_backend``.
 BACKENDS_GROUP = "torch.backends"
+#: The variable that turns torch's autoload of every installed backend off ("0"), before ``import torch``.
+AUTOLOAD_VAR = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 
 
 def backend_device(entry_point_name):
