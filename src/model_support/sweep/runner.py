@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..errors import Interrupted, StorageFull, UserError
-from ..probe import probe_params, provenance
+from ..probe import devices, probe_params, provenance
 from ..probe.hub_fetch import is_local
 from ..record import schema, store
 from ..record.store import SweepLock  # one writer per sweep; the store's commands take it too
