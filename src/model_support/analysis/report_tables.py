@@ -142,6 +142,7 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
     names = list(queries)
     tables = dict(zip(names, pl.collect_all([queries[n] for n in names])))
     tables["sweeps"] = sweeps
+    tables["device_time"] = _device_time(data_dir, sweep_id)
     tables["variant_stats"] = order_variants(tables["variant_stats"])
     tables["verdict_grid"] = grid_from_long(tables["verdict_grid"])
     probed = pl.concat(
@@ -162,3 +163,13 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
     changes = tables["changes"].join(unprobed_keys.unique(KEY), on=KEY, how="left", maintain_order="left")
     tables["changes"] = changes.filter(~((pl.col("change") == "removed") & pl.col("_u").fill_null(False))).drop("_u")
     return tables
+
+
+def _device_time(data_dir: Path | str, sweep_id: str) -> pl.DataFrame:
+    """How the sweep's last run used its devices (sweep.json's ``device_time``: held-idle share, utilisation);
+    one row, or none for a sweep without it (older sweeps, Ray, a synthetic history)."""
+    try:
+        used = store.read_sweep(Path(data_dir), sweep_id).device_time
+    except (OSError, ValueError):
+        return pl.DataFrame()
+    return pl.DataFrame([used]) if used else pl.DataFrame()

@@ -120,18 +120,3 @@ def notebook_to_html(notebook_path: Path | str, title: str | None = None) -> str
     )
     body, _ = exporter.from_notebook_node(nb)
     return body
-
-
-def device_time_html(data_dir: Path | str, sweep_id: str) -> str:
-    """One line: how the sweep's last run used its devices (held-idle share, utilisation; sweep.json's
-    ``device_time``), or "" for a sweep that has none (older sweeps, Ray, CPU-only runs without holds)."""
-    import html
-
-    from ..record import store
-    from ..sweep.device_time import sentence
-
-    try:
-        used = store.read_sweep(Path(data_dir), sweep_id).device_time
-    except (UserError, OSError, ValueError):
-        return ""
-    return f'<p class="ms-note">{html.escape(sentence(used).capitalize())}.</p>' if used else ""

@@ -36,7 +36,7 @@ from ...probe import phases
 from ...probe.devices import pinning_env
 from ...record import store
 from ...redact import redact
-from .process import Standby, TaskResult, run_task
+from .process import Standby, TaskResult, run_task, spawn_failed
 from .task import ProbeTask
 
 #: ``together`` keeps the host checks in the probe's own process (as before the split; the benchmark's
@@ -137,7 +137,10 @@ def in_phases(task: ProbeTask, got, hold, processes, checks: HostChecks, kind: s
             finally:
                 times["end"] = time.time()
 
-    standby = processes.take_gated(held)
+    try:
+        standby = processes.take_gated(held)
+    except OSError as exc:  # the harness, not the model: nothing was probed
+        return spawn_failed(task, exc)
     try:
         result = run_task({**task, "params": {**task["params"], "checks": "after"}}, standby=standby, fetched=got)
     finally:
@@ -179,7 +182,13 @@ class HostChecks:
         if load_from:
             state["settings"] = {**state["settings"], "load_from": load_from}
         with self.slots:
-            standby = self._take()
+            try:
+                standby = self._take()
+            except OSError as exc:  # no host process (fork's ENOMEM, too many open files): a note, as a death is
+                record = phases.unfinished(state["record"], f"no host process could be started ({exc})")
+                final = TaskResult(record, _unfinished(result.notebook, str(exc)), result.log)
+                final.model_id, final.variant, final.schedule = result.model_id, result.variant, result.schedule
+                return final
             began = time.time()
             try:
                 path = standby.work / "checks_state.json"
