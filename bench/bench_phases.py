@@ -1,14 +1,15 @@
 """Hold a device for the device's work only: held-idle share and utilisation, before and after the split.
 
-Two scenarios on 2 pretend devices whose attention products are device time (``slow_ops``: a sleep per
-call, during which the host is free, as while a TPU computes), reference and judge on, each swept with
+Two scenarios on 2 pretend devices whose attention's matrix products (``aten::bmm``, 32 per probe of 8 tokens on
+these 2-layer models) are device time (``slow_ops``: a sleep per call, during which the host is free, as
+while a TPU computes), reference and judge on, each swept with
 ``model-support sweep`` twice: *before* (``MODEL_SUPPORT_PHASES=together``: the host checks in the probe's
 own process, inside its hold; as the sweep ran before the split) and *after* (the default: the device
 phase in a gated probe process, the checks in a host process after the release).
 
-- host-heavy: 8 tiny models, 0.25 s per attention product (16 per probe: 4 s of device time a model);
+- host-heavy: 8 tiny models, 0.25 s per product (8 s of device time a model);
   the host's own work (process start, imports, the reference, the judge) is as large as the device's.
-- device-bound: 6 tiny models, 2.5 s per attention product (40 s a model): the host has spare capacity.
+- device-bound: 6 tiny models, 1.0 s per product (32 s a model): the host has spare capacity.
 
 Figures from each sweep's ``sweep.json`` (``sweep.device_time``): the share of held time the devices
 were idle, the utilisation (device-phase time / devices x span) and the span against the ideal (sum of
@@ -42,8 +43,8 @@ MODELS = [
     "tiny-granite",
     "tiny-stablelm",
 ]
-ATTENTION = "aten::scaled_dot_product_attention"
-SCENARIOS = {"host-heavy": (8, 0.25), "device-bound": (6, 2.5)}
+ATTENTION = "aten::bmm"  # attention's batched matrix products (scaled_dot_product_attention's parts)
+SCENARIOS = {"host-heavy": (8, 0.25), "device-bound": (6, 1.0)}
 TARGETS = {"held_idle_share": 0.10, "utilisation": 0.90, "span_over_ideal": 1.15}
 
 

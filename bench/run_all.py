@@ -233,7 +233,7 @@ def phases_table(phases: dict) -> list[str]:
         for label in ("before", "after"):
             r = runs[label]
             lines.append(
-                f"| {name} ({runs['models']} models, {runs['attention_s']} s per attention product) | {label} "
+                f"| {name} ({runs['models']} models, {runs['attention_s']} s per bmm) | {label} "
                 f"| {100 * r['held_idle_share']:.0f}% | {100 * r['utilisation']:.0f}% | {r['span_over_ideal']:.2f}x "
                 f"| {r['held_s']:.0f} s | {r['device_s']:.0f} s | {r['unheld_s']:.0f} s | {r['checks_after_release']} "
                 f"| {r['passes_checked']}/{r['passes']} | {100 * r['host_cpu_busy']:.0f}% | {r['wall_s']:.0f} s |"
