@@ -191,17 +191,17 @@ def test_a_check_that_raises_is_a_note_and_never_changes_the_verdict(monkeypatch
 
 
 def test_the_figures_of_held_idle_share_and_utilisation():
-    """Two devices over a 10 s span (first grant to last release): holds of 4 s and 6 s with 3 s and 6 s of
+    """Two devices over an 8 s span (first grant to last release): holds of 4 s and 6 s with 3 s and 6 s of
     device phase, a 2-device hold of 2 s with 2 s: held 14 device-seconds, device 13, idle 1 (7%),
-    utilisation 13 / 20; the first model's checks end 2 s after the last release."""
+    utilisation 13 / 16, 2 device-seconds not held; the first model's checks end 2 s after the last release."""
     rows = [
         {"devices": [0], "start": 100.0, "end": 104.0, "device_s": 3.0, "checks_start": 104.0, "checks_end": 110.0},
         {"devices": [1], "start": 100.0, "end": 106.0, "device_s": 6.0},
         {"devices": [0, 1], "start": 106.0, "end": 108.0, "device_s": 2.0},
     ]
     got = device_time.summarise(rows, 2)
-    assert (got["span_s"], got["held_s"], got["device_s"], got["held_idle_s"]) == (10.0, 14.0, 13.0, 1.0)
-    assert (got["held_idle_share"], got["utilisation"], got["unheld_s"]) == (round(1 / 14, 4), 0.65, 6.0)
+    assert (got["span_s"], got["held_s"], got["device_s"], got["held_idle_s"]) == (8.0, 14.0, 13.0, 1.0)
+    assert (got["held_idle_share"], got["utilisation"], got["unheld_s"]) == (round(1 / 14, 4), 0.8125, 2.0)
     assert got["checks_after_release"] == 1 and got["ideal_span_s"] == 6.5 and got["checks_tail_s"] == 2.0
     assert device_time.summarise([{"devices": [0], "start": 0, "end": 1}], 1) is None  # older rows: no figures
 
