@@ -64,10 +64,13 @@ def phase_file(sweep_dir: Path, task: ProbeTask) -> Path:
 def keep(sweep_dir: Path, task: ProbeTask, result: TaskResult) -> None:
     """The device phase, kept before its checks start: a kill between the phases loses nothing."""
     notebook = result.notebook.decode() if result.notebook is not None else None
-    atomic_write_json(
-        phase_file(sweep_dir, task),
-        {"state": result.checks, "notebook": notebook, "log": result.log, "schedule": result.schedule},
-    )
+    try:
+        atomic_write_json(
+            phase_file(sweep_dir, task),
+            {"state": result.checks, "notebook": notebook, "log": result.log, "schedule": result.schedule},
+        )
+    except OSError:  # a full disk: the checks still run; the record's own write says the disk is full
+        pass
 
 
 def saved(sweep_dir: Path, task: ProbeTask) -> TaskResult | None:
