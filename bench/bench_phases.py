@@ -31,7 +31,7 @@ from pathlib import Path
 
 import psutil
 import yaml
-from common import REPO, fixtures, write_results
+from common import REPO, RESULTS, fixtures, write_results
 
 MODELS = [
     "tiny-llama",
@@ -97,10 +97,16 @@ def sweep(data: Path, name: str, models: list[str], delay: float, phases: str) -
 
 def main() -> None:
     quick = "--quick" in sys.argv
+    only = sys.argv[sys.argv.index("--scenario") + 1] if "--scenario" in sys.argv else None
     found = fixtures()
     data = Path(tempfile.mkdtemp(prefix="bench-phases-"))
     results: dict = {"scenarios": {}, "cores": os.cpu_count(), "quick": quick}
     chosen = {"host-heavy": (3, 0.25)} if quick else SCENARIOS
+    if only:  # one scenario again, the others' runs kept from the last results (a run cut short)
+        kept = RESULTS / "phases.json"
+        if kept.exists():
+            results["scenarios"] = json.loads(kept.read_text())["scenarios"]
+        chosen = {only: SCENARIOS[only]}
     for name, (count, delay) in chosen.items():
         models = [found[m]["path"] for m in MODELS[:count]]
         runs = {}
@@ -126,15 +132,22 @@ def main() -> None:
     write_results("phases_quick" if quick else "phases", results)
 
 
-def host_words(after: dict) -> str:
-    """Where the host is the bottleneck: the devices not held while the host is busy."""
+def host_words(after: dict, per_product: float = 0.25, products: int = 32) -> str:
+    """Where the host is the bottleneck, with numbers: the devices not held, the host's cores busy, and the
+    device phases against the device time they hold (the pretend device's dispatch runs on the host)."""
     if not after:
         return ""
     waiting = after["unheld_s"] / (after["devices"] * after["span_s"])
+    phases = sorted(after["device_phase_s"])
+    median = phases[len(phases) // 2]
     return (
-        f"host-heavy, after: the devices were not held {100 * waiting:.0f}% of the span while the host's "
-        f"{after.get('host_cpu_busy', 0) * 100:.0f}% of {os.cpu_count()} cores were busy (load average "
-        f"{after.get('load_before')} at the start, shared machine): the host is the bottleneck there"
+        f"host-heavy, after: the host's {os.cpu_count()} cores were {after.get('host_cpu_busy', 0) * 100:.0f}% busy "
+        f"(load average {after.get('load_before')} at the start, a shared machine) while the devices were held "
+        f"{100 * (1 - waiting):.0f}% of the span: the host is the bottleneck there, and it shows in the device "
+        f"phases (median {median:.1f} s for {per_product * products:.0f} s of device time: the pretend device's "
+        f"operators run on those busy cores) and in the wall time ({after['wall_s']:.0f} s for a "
+        f"{after['span_s']:.0f} s span: the first process's warm-up, then {after['checks_tail_s']:.0f} s of checks "
+        "after the last release)"
     )
 
 
