@@ -63,6 +63,9 @@ import sys
 
 # `import torch` would autoload every installed out-of-tree backend; load_backend loads the one needed.
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+from transformers.utils import logging as hf_logging  # noqa: E402  (after the autoload switch)
+
+hf_logging.disable_progress_bar()  # transformers' "Loading weights" bars would bury what the script prints
 """
 BODY_END = """
 

@@ -21,8 +21,8 @@ from ..record import schema
 from ..record.schema import Record
 from ..redact import redact_record
 from . import devices, hub, hub_fetch, probe_core, probe_params
-from .checks import NO_WEIGHTS_ATTRIBUTION, attribute, check_pass
-from .model_ids import machine_paths, portable_id
+from .checks import NO_WEIGHTS_ATTRIBUTION, attribute, check_pass, started_path, write_started
+from .model_ids import check_there, machine_paths, portable_id, unavailable
 from .records import fail, new_record
 from .repro import set_repro
 
@@ -86,6 +86,13 @@ def _repro(record: Record, settings: dict, adapter, **more) -> None:
     set_repro(record, chosen)
 
 
+def _set_repro(record: Record, settings: dict, adapter, **more) -> None:
+    """The record's repro script (``_repro``), also written at once beside the record
+    (``checks.write_started``): a process that dies before its record (a device runtime abort) leaves it."""
+    _repro(record, settings, adapter, **more)
+    write_started(settings.get("record_path"), record, settings)
+
+
 def _rank_setup(adapter, count: int) -> dict:
     """How the device adapter set up a sharded run's ranks, for its repro script: each rank's environment
     (``rank_env``, from this probe process's own, which the ranks inherit) and the process group's backend.
@@ -133,7 +140,7 @@ def _sharded(record: Record, settings: dict, adapter) -> bool:
     left = settings["timeout_s"] - keep - (time.perf_counter() - settings["started"])
     result = sharded.run_sharded(settings, count, adapter.type, timeout_s=max(left, 1.0))
     if result.get("distributed_config"):  # its repro script launches the same ranks, as the adapter set them up
-        _repro(record, settings, adapter, distributed=result["distributed_config"], **_rank_setup(adapter, count))
+        _set_repro(record, settings, adapter, distributed=result["distributed_config"], **_rank_setup(adapter, count))
     schema.fill(record, {key: result.get(key) for key in (*STAGE_FIELDS, *SHARDED_FIELDS)})
     stage_outcome(record, settings, result)
     record["peak_host_mem_mb"] = _peak_host_mb()
@@ -165,28 +172,38 @@ def run_probe(
     A bad parameter value is this run's outcome (FAIL(other) at stage runner, with the one sentence
     that names it): a notebook always ends with a verdict. Sweeps refuse such values before any
     model runs. A Hub model is loaded from ``snapshot`` when the sweep downloaded it ahead (with the
-    ``hub_facts`` it learned then, for the record), else its download stage runs here; the network,
-    the disk or access rights failing there are no verdict: ``hub_fetch.EnvironmentProblem``,
-    ``NoAccess`` or ``NotOnHub`` is raised and no record written."""
+    ``hub_facts`` it learned then, for the record), else its download stage runs here. A model that is not
+    there (a local path that is no folder, a Hub id the Hub does not give: not on it, no access, the network
+    or the disk failing) is the user's to fix, not a verdict: ``model_ids.ModelUnavailable`` (one sentence,
+    a ``UserError``) is raised before any record is made, and none is written."""
     unknown = sorted(set(overrides) - set(DEFAULTS))
     if unknown:
         raise TypeError(f"unknown probe parameter(s): {', '.join(unknown)}; accepted: {', '.join(DEFAULTS)}")
+    check_there(snapshot or model_id)
     started = time.perf_counter()
-    settings = {**DEFAULTS, **overrides, "model_id": model_id, "load_from": snapshot or model_id, "started": started}
+    settings = {
+        **DEFAULTS,
+        **overrides,
+        "model_id": model_id,
+        "load_from": snapshot or model_id,
+        "started": started,
+        "record_path": record_path,
+    }
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # per-shard progress bars only clutter notebooks and sweep logs
     record = new_record(portable_id(model_id), settings, sweep_id, notebook_path, hub_facts)
     try:
         _probe(record, settings)
-    except (hub_fetch.EnvironmentProblem, hub_fetch.NoAccess, hub_fetch.NotOnHub):
-        raise  # the harness's environment: not a verdict, no record
+    except (hub_fetch.EnvironmentProblem, hub_fetch.NoAccess, hub_fetch.NotOnHub) as exc:
+        raise unavailable(model_id, exc) from exc  # the model is not there: not a verdict, no record
     except Exception as exc:  # noqa: BLE001 a harness bug must still yield a record, never a lost model
         record_failure(record, "runner", exc, status=schema.FAIL_OTHER)
     record["duration_s"] = time.perf_counter() - started
     schema.check_record(redact_record(record, machine_paths(model_id)))
     if record_path:
         atomic_write_json(Path(record_path), record)
+        started_path(record_path).unlink(missing_ok=True)  # the record says it all now
     return record
 
 
@@ -209,7 +226,7 @@ def _probe(record: Record, settings: dict) -> None:
     if broken:  # transformers would fail every model's load with it: the environment, no verdict
         record["exclusion_reason"] = broken
         return
-    _repro(record, settings, adapter)
+    _set_repro(record, settings, adapter)
     if settings["load_from"] == settings["model_id"] and not hub_fetch.is_local(settings["model_id"]):
         try:  # the download stage, run here when no sweep fetched the files ahead
             got = hub_fetch.fetch(
@@ -223,7 +240,7 @@ def _probe(record: Record, settings: dict) -> None:
         settings["load_from"] = got["path"]
         if not resolve_task(record, settings):  # the Hub's pipeline_tag, now known, decides an auto task
             return
-        _repro(record, settings, adapter)  # from the downloaded files, the task resolved
+        _set_repro(record, settings, adapter)  # from the downloaded files, the task resolved
     if _sharded(record, settings, adapter):
         return
     record.update({"devices_used": 1, "parallelism": "none"})
@@ -283,7 +300,7 @@ def summary_html(record: Record) -> str:
         ("decode", fmt(record["decode_tokens_per_s"], " tok/s")),
         (
             "peak host / device memory",
-            f"{fmt(record['peak_host_mem_mb'], ' MB')} / {fmt(record['peak_device_mem_mb'], ' MB')}",
+            f"{fmt(record['peak_host_mem_mb'], ' MiB')} / {fmt(record['peak_device_mem_mb'], ' MiB')}",
         ),
         (
             "CPU reference",

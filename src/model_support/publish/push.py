@@ -116,7 +116,7 @@ def push(
     api = huggingface_hub.HfApi(endpoint=endpoint, token=token)
     policy = retry_policy()
     retrier = Retrier(repo_id, "", token, policy["attempts"], policy["backoff_s"], 60.0, log)
-    with _sentences(where):
+    with store.writing_all(data_dir), _sentences(where):  # no sweep changes while it is sent
         retrier.call(lambda: _ensure_repo(api, repo_id, private), "create the repo")
         if bucket:
             with _sentences(f"the Hub bucket {bucket!r}"):

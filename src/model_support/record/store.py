@@ -8,11 +8,15 @@ Hive-style folders mean adding a sweep never rewrites another, and ``scan`` read
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import fcntl
 import hashlib
 import itertools
 import json
 import os
+import tempfile
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -103,7 +107,10 @@ def write_parquet(records, path: Path, batch_rows: int = 512) -> int:
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
+    # a name of its own (two compactions of one sweep at once must not write into one temporary file)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(name)
     rows, writer = 0, None
     iterator = iter(records)
     try:
@@ -117,8 +124,10 @@ def write_parquet(records, path: Path, batch_rows: int = 512) -> int:
             if writer is not None:
                 writer.close()
         if rows:
+            os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide shared sweep data
             os.replace(tmp, path)
         else:
+            tmp.unlink()
             path.unlink(missing_ok=True)
     except BaseException:
         tmp.unlink(missing_ok=True)  # a failed write (a full disk) leaves no temp file behind
@@ -131,6 +140,68 @@ def write_parquet(records, path: Path, batch_rows: int = 512) -> int:
 
 def sweep_dir(data_dir: Path, sweep_id: str) -> Path:
     return Path(data_dir) / "sweeps" / sweep_id
+
+
+class SweepLock:
+    """One writer per sweep at a time: the runner for the whole run (a second ``--resume`` of a running
+    sweep is refused), and each command that rewrites a sweep's files (``compact``: ``aggregate``,
+    ``exclude``, ``include``, ``push --logs``) for its rewrite, refused while a sweep runs. An flock on
+    ``<sweep>/.lock``: the kernel drops it when the holder dies, so a killed sweep leaves no stale lock.
+
+    A process that holds a sweep's lock may rewrite that sweep's files without taking it again
+    (``held``): the runner compacts at the end of its run."""
+
+    _held: set[Path] = set()
+    _guard = threading.Lock()
+
+    def __init__(self, folder: Path):
+        folder.mkdir(parents=True, exist_ok=True)
+        self.path = Path(folder).resolve() / ".lock"
+
+    def __enter__(self):
+        self.handle = open(self.path, "a+")  # noqa: SIM115 closed in __exit__
+        try:
+            fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.handle.close()
+            raise UserError(
+                f"Sweep folder {self.path.parent} is being written by another running sweep; wait for it to finish."
+            ) from None
+        with self._guard:
+            self._held.add(self.path)
+        return self
+
+    def __exit__(self, *exc):
+        with self._guard:
+            self._held.discard(self.path)
+        fcntl.flock(self.handle, fcntl.LOCK_UN)
+        self.handle.close()
+
+    @classmethod
+    def held(cls, folder: Path) -> bool:
+        """Whether this process holds ``folder``'s lock."""
+        with cls._guard:
+            return Path(folder).resolve() / ".lock" in cls._held
+
+
+@contextlib.contextmanager
+def writing_all(data_dir: Path):
+    """Hold every sweep's lock of the data folder (``push``: none may change while it is sent)."""
+    with contextlib.ExitStack() as locks:
+        for sweep_id in list_sweeps(data_dir):
+            locks.enter_context(writing(data_dir, sweep_id))
+        yield
+
+
+@contextlib.contextmanager
+def writing(data_dir: Path, sweep_id: str):
+    """Hold ``sweep_id``'s lock while rewriting its files (already held by this process: nothing to take)."""
+    folder = sweep_dir(data_dir, sweep_id)
+    if SweepLock.held(folder):
+        yield
+    else:
+        with SweepLock(folder):
+            yield
 
 
 def stem(model_id: str, variant: str | None = None) -> str:
@@ -299,11 +370,12 @@ def set_published_logs(data_dir: Path, sweep_id: str, where: dict | None) -> tup
     """Record where this sweep's notebooks and logs are published (None: nowhere) and compact again, so
     that each row's ``notebook_url`` and ``log_url`` point there; returns (results, excluded)."""
     path = sweep_dir(data_dir, sweep_id) / PUBLISHED
-    if where is None:
-        path.unlink(missing_ok=True)
-    else:
-        atomic_write_json(path, where)
-    return compact(data_dir, sweep_id)
+    with writing(data_dir, sweep_id):
+        if where is None:
+            path.unlink(missing_ok=True)
+        else:
+            atomic_write_json(path, where)
+        return compact(data_dir, sweep_id)
 
 
 def _with_urls(record: dict, folder: Path, base: str) -> dict:
@@ -323,8 +395,14 @@ def compact(data_dir: Path, sweep_id: str) -> tuple[int, int]:
     ``excluded``, every other to ``results``. Rewrites only this sweep's files, each atomically; the
     JSON records stay the source of truth, so compaction can be redone at any time and gives the
     same rows (a whole-sweep exclusion and the published logs' addresses are applied here). Records are
-    streamed (two passes), so memory stays flat however long the sweep. Returns (results, excluded)."""
+    streamed (two passes), so memory stays flat however long the sweep. Returns (results, excluded).
+    Refused (one sentence) while another process writes the sweep (``SweepLock``)."""
     meta = read_sweep(data_dir, sweep_id)
+    with writing(data_dir, sweep_id):
+        return _compact(data_dir, sweep_id, meta)
+
+
+def _compact(data_dir: Path, sweep_id: str, meta: SweepMeta) -> tuple[int, int]:
     whole_sweep_reason = exclusion(data_dir, sweep_id)
     published = published_logs(data_dir, sweep_id)
     before_running = [
@@ -357,13 +435,14 @@ def set_exclusion(data_dir: Path, sweep_id: str, reason: str | None) -> tuple[in
     """Exclude a whole sweep (a broken stack) with ``reason``, or include it again with None."""
     read_sweep(data_dir, sweep_id)  # refuses an unknown sweep with the list of known ones
     path = sweep_dir(data_dir, sweep_id) / "exclusion.json"
-    if reason is None:
-        path.unlink(missing_ok=True)
-    else:
-        if not reason.strip():
-            raise UserError("An exclusion needs a reason; pass --reason with a short explanation.")
-        atomic_write_json(path, {"reason": reason})
-    return compact(data_dir, sweep_id)
+    if reason is not None and not reason.strip():
+        raise UserError("An exclusion needs a reason; pass --reason with a short explanation.")
+    with writing(data_dir, sweep_id):
+        if reason is None:
+            path.unlink(missing_ok=True)
+        else:
+            atomic_write_json(path, {"reason": reason})
+        return compact(data_dir, sweep_id)
 
 
 CONFIG_BLOCK = """- config_name: {config}
