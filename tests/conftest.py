@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import CHROMIUM, FAKE_TOKEN, REPO
+from helpers import CHROMIUM, FAKE_TOKEN, REPO, stored_records
 
 # torch_tpu, installed for the tpu adapter's tests, is autoloaded by every `import torch` unless this
 # is off; probes that use no TPU turn it off themselves, the test process does it here.
@@ -130,9 +130,8 @@ def smoke_sweep(tmp_path_factory, fixture_models) -> dict:
         else:
             os.environ["HF_TOKEN"] = previous
     from model_support.probe.model_ids import display_name
-    from model_support.record import store
 
-    summary["records"] = store.read_records(data_dir, summary["sweep_id"])
+    summary["records"] = stored_records(data_dir, summary["sweep_id"])
     summary["by_name"] = {display_name(r["model_id"]): r for r in summary["records"]}
     return summary
 

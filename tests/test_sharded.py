@@ -462,6 +462,8 @@ def test_ray_asks_for_each_models_devices_and_gives_the_same_rows(tmp_path):
     from model_support.record import store
     from model_support.sweep import definition as params
     from model_support.sweep import runner as sweep
+    from model_support.sweep.executors import devices_needed
+    from model_support.sweep.executors.ray import ray_resources
 
     auto = {"devices": "auto", "device_memory_gb": 0.001}
     raw = {
@@ -475,8 +477,8 @@ def test_ray_asks_for_each_models_devices_and_gives_the_same_rows(tmp_path):
     assert summary["executor"] == "ray" and set(rows["status"]) == {"PASS"}
     assert dict(rows.select("model_id", "devices_used").iter_rows()) == {"local:sharded-llama": 2, "local:tiny-gpt2": 1}
     tasks = sweep.build_tasks(store.read_sweep(tmp_path / "data", summary["sweep_id"]))
-    assert [sweep.ray_resources("cpu", sweep.devices_needed(t, 2)) for t in tasks] == [{"num_cpus": 2}, {"num_cpus": 1}]
-    assert sweep.ray_resources("tpu", 4) == {"num_cpus": 1, "resources": {"TPU": 4}}
+    assert [ray_resources("cpu", devices_needed(t, 2)) for t in tasks] == [{"num_cpus": 2}, {"num_cpus": 1}]
+    assert ray_resources("tpu", 4) == {"num_cpus": 1, "resources": {"TPU": 4}}
 
 
 def test_ray_holds_the_clusters_devices_and_refuses_others_before_the_sweep_is_written(tmp_path):
@@ -485,11 +487,12 @@ def test_ray_holds_the_clusters_devices_and_refuses_others_before_the_sweep_is_w
     from model_support.errors import UserError
     from model_support.sweep import definition as params
     from model_support.sweep import runner as sweep
+    from model_support.sweep.executors.ray import ray_auto_device, ray_resources
 
-    assert sweep.ray_auto_device({"CPU": 16.0, "GPU": 2.0}) == "cuda"
-    assert sweep.ray_auto_device({"CPU": 8.0, "TPU": 4.0}) == "tpu"
-    assert sweep.ray_auto_device({"CPU": 2.0}) == "cpu"
-    assert sweep.ray_resources("cuda", 2) == {"num_cpus": 1, "num_gpus": 2}  # the cuda adapter's Ray resource
+    assert ray_auto_device({"CPU": 16.0, "GPU": 2.0}) == "cuda"
+    assert ray_auto_device({"CPU": 8.0, "TPU": 4.0}) == "tpu"
+    assert ray_auto_device({"CPU": 2.0}) == "cpu"
+    assert ray_resources("cuda", 2) == {"num_cpus": 1, "num_gpus": 2}  # the cuda adapter's Ray resource
     raw = {"name": "ray-xpu", "probe": {"device": "xpu"}, "models": ["data/models/tiny-gpt2"]}
     definition = params.parse(raw, source="ray.yaml", base=checkout_root())
     with pytest.raises(UserError, match=r"not for 'xpu' devices: run this sweep with --executor local"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import fcntl
+import hashlib
 import itertools
 import json
 import os
@@ -29,6 +30,10 @@ if TYPE_CHECKING:  # polars is imported where it is used: the probe kernel write
     import polars as pl
 
 CONFIGS = ("results", "excluded")
+#: The folder of repro bodies, one file per body (``<sha256>.py``): in a sweep's folder and in the data folder.
+REPRO = "repro"
+#: The first line of every repro script's body (``probe.repro.body``): where a script's header ends.
+REPRO_BODY_MARK = "# ---- The probe's own code"
 #: A sweep's file saying where its notebooks and logs are published (``published_logs``).
 PUBLISHED = "published.json"
 
@@ -57,6 +62,42 @@ def scan(data_dir: Path, config: str = "results") -> pl.LazyFrame:
     )
 
 
+#: The text columns a reader filters or groups rows by: they keep Parquet statistics (min and max per row
+#: group, for pruning), as every column of another type does. The other texts (tracebacks, messages, notes,
+#: settings) do not: a statistic holds the longest texts whole, twice, and cost more than the rows themselves.
+KEY_TEXTS = (
+    "sweep_id",
+    "model_id",
+    "variant",
+    "status",
+    "failure_stage",
+    "task",
+    "model_type",
+    "error_type",
+    "failure_signature",
+    "mode",
+    "cache",
+    "dtype",
+    "device_type",
+    "parallelism",
+    "numerics",
+    "attribution",
+    "pipeline_tag",
+    "repro_sha256",
+)
+
+
+def statistics_columns() -> list[str]:
+    """The columns written with statistics: ``KEY_TEXTS`` and every column that is not a text."""
+    import pyarrow as pa
+
+    return [
+        f.name
+        for f in schema.SCHEMA
+        if f.name in KEY_TEXTS or not (pa.types.is_string(f.type) or pa.types.is_large_string(f.type))
+    ]
+
+
 def write_parquet(records, path: Path, batch_rows: int = 512) -> int:
     """Records (any iterable) -> one Parquet file with exactly the declared schema, atomically,
     written in row groups of ``batch_rows`` so memory does not grow with the sweep. Writes no file
@@ -76,7 +117,7 @@ def write_parquet(records, path: Path, batch_rows: int = 512) -> int:
         try:
             while batch := list(itertools.islice(iterator, batch_rows)):
                 if writer is None:
-                    writer = pq.ParquetWriter(tmp, schema.SCHEMA)
+                    writer = pq.ParquetWriter(tmp, schema.SCHEMA, write_statistics=statistics_columns())
                 writer.write_table(schema.to_table(batch))
                 rows += len(batch)
         finally:
@@ -197,8 +238,44 @@ def list_sweeps(data_dir: Path) -> list[str]:
     return [sweep_id for _, sweep_id in sorted(metas)]
 
 
+def repro_dir(data_dir: Path, sweep_id: str | None = None) -> Path:
+    """Where repro bodies are kept: a sweep's ``repro/`` (as its probes wrote them), or with no sweep the data
+    folder's (every sweep's bodies, beside the Parquet files and on the Hub)."""
+    return (sweep_dir(data_dir, sweep_id) if sweep_id else Path(data_dir)) / REPRO
+
+
+def split_repro(record: schema.Record, folder: Path) -> schema.Record:
+    """The record without its whole repro script: the script's body kept once in ``folder/<repro_sha256>.py``,
+    the record keeping its ``repro_settings`` and the body's hash (``probe.repro.script_of`` puts it together
+    again). A script whose body is not the hash's stays whole, as older records have it."""
+    script, sha = record.get("repro_script"), record.get("repro_sha256")
+    start = script.find(REPRO_BODY_MARK) if script else -1
+    if not script or not sha or start < 0 or not record.get("repro_settings"):
+        return record
+    body = script[start:].encode()
+    if hashlib.sha256(body).hexdigest() != sha:
+        return record
+    path = folder / f"{sha}.py"
+    if not path.exists():
+        atomic_write_bytes(path, body)
+    return {**record, "repro_script": None}
+
+
+def copy_repro_bodies(data_dir: Path, sweep_id: str) -> int:
+    """A sweep's repro bodies into the data folder's ``repro/`` (each body once for every sweep: content
+    addressed), so the dataset and its push carry them; returns how many were new."""
+    new = 0
+    for path in sorted(repro_dir(data_dir, sweep_id).glob("*.py")):
+        target = repro_dir(data_dir) / path.name
+        if not target.exists():
+            atomic_write_bytes(target, path.read_bytes())
+            new += 1
+    return new
+
+
 def store_result(data_dir: Path, sweep_id: str, record: schema.Record, notebook: bytes | None, log: str) -> Path:
-    """Keep one model's outcome: notebook and log first, the record last (its presence means done)."""
+    """Keep one model's outcome: notebook and log first, the repro body (once per body), the record last
+    (its presence means done)."""
     folder = sweep_dir(data_dir, sweep_id)
     model_id = record["model_id"] or ""  # check_record below refuses a record without one
     name = stem(model_id, record["variant"])
@@ -206,7 +283,7 @@ def store_result(data_dir: Path, sweep_id: str, record: schema.Record, notebook:
         atomic_write_bytes(folder / "notebooks" / f"{name}.ipynb", notebook)
     atomic_write_bytes(folder / "logs" / f"{name}.log", log.encode())
     path = record_file(data_dir, sweep_id, model_id, record["variant"])
-    atomic_write_json(path, schema.check_record(record))
+    atomic_write_json(path, schema.check_record(split_repro(record, repro_dir(data_dir, sweep_id))))
     return path
 
 
@@ -349,6 +426,7 @@ def _compact(data_dir: Path, sweep_id: str, meta: SweepMeta) -> tuple[int, int]:
     excluded = write_parquet(
         itertools.chain(records(excluded=True), before_running), parquet_file(data_dir, "excluded", sweep_id)
     )
+    copy_repro_bodies(data_dir, sweep_id)
     write_dataset_card(data_dir)
     return results, excluded
 
@@ -385,7 +463,9 @@ One row per model per sweep; the columns are the probe's record fields (`model_s
 
 - `results`: every probed model: `status` is PASS, FAIL(load), FAIL(gen) or FAIL(other), with
   `failure_stage`, `failure_signature`, the error and traceback, tokens, timings, memory, the CPU
-  reference check, the full version stack and a `repro_script`.
+  reference check, the full version stack, and the standalone script that reproduces the probe: its
+  `repro_settings` and `repro_sha256`, the name of its body in `repro/<sha256>.py` beside the Parquet
+  files (`model-support repro SWEEP_ID MODEL`; older rows carry the whole script in `repro_script`).
 - `excluded`: models excluded before running (with `exclusion_reason`) and whole sweeps excluded
   after the fact (a broken stack). Excluded rows are never counted as failures.
 

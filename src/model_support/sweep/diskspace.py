@@ -31,11 +31,28 @@ def check_room(data_dir: Path, probes: int, report: bool) -> None:
         )
 
 
-def disk_words(exc: OSError, data_dir: Path) -> str:
-    """``no space left on device, 12 KB free`` (or the OSError's own words for other write errors)."""
+#: Free bytes under which a failed write is put down to a full disk whatever its error says.
+NEARLY_FULL_BYTES = 1_000_000
+#: errno values that mean the disk (or a file-size or quota limit) refused a write.
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _free(data_dir: Path) -> int:
     existing = next(p for p in (data_dir, *data_dir.parents) if p.exists())
-    free = size_text(shutil.disk_usage(existing).free)
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+    return shutil.disk_usage(existing).free
+
+
+def disk_full(exc: OSError, data_dir: Path) -> bool:
+    """Whether a failed write to the data folder was for lack of space: its errno says so, or the disk
+    itself is nearly full (checked now). Too many open files, ENOMEM, a permission are not."""
+    return exc.errno in DISK_ERRNOS or _free(data_dir) < NEARLY_FULL_BYTES
+
+
+def disk_words(exc: OSError, data_dir: Path) -> str:
+    """``no space left on its disk, 12 KB free`` when the disk is full (``disk_full``), else the OSError's
+    own words with the free space (``Too many open files, 80 GB free``)."""
+    free = size_text(_free(data_dir))
+    if disk_full(exc, data_dir):
         return f"no space left on its disk, {free} free"
     return f"{exc.strerror or type(exc).__name__}, {free} free"
 
