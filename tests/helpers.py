@@ -21,6 +21,16 @@ def run_notebook(notebook: str, out: Path, **parameters) -> Path:
     return run(REPO / "notebooks" / notebook, out, parameters)
 
 
+def stored_records(data: Path, sweep_id: str) -> list[dict]:
+    """A sweep's stored records, each with its whole repro script put together again (``repro.script_of``:
+    the row's settings and the body its ``repro_sha256`` names, kept once in the sweep's ``repro/``)."""
+    from model_support.probe import repro
+    from model_support.record import store
+
+    bodies = store.repro_dir(data, sweep_id)
+    return [{**r, "repro_script": repro.script_of(r, bodies)} for r in store.read_records(data, sweep_id)]
+
+
 def read_json(path: Path) -> dict:
     return json.loads(Path(path).read_text())
 

@@ -177,14 +177,14 @@ def timing_chart(histogram: pl.DataFrame):
 
 def memory_chart(memory_by_size: pl.DataFrame):
     """Median peak memory by model size, one panel per metric (host, device) on its own scale: a device's
-    few MB would be an invisible sliver beside a host's hundreds on a shared axis."""
+    few MiB would be an invisible sliver beside a host's hundreds on a shared axis."""
     alt = _alt()
     return (
         alt.Chart(alt.Data(values=_values(memory_by_size)))
         .mark_bar()
         .encode(
             x=alt.X("size_bucket:N", sort=list(analysis.SIZE_BUCKETS), title="model size"),
-            y=alt.Y("median:Q", title="median peak memory (MB)"),
+            y=alt.Y("median:Q", title="median peak memory (MiB)"),
             color=alt.Color("metric:N", title=None, legend=None),
             tooltip=[
                 "size_bucket:N",

@@ -57,7 +57,7 @@ class Adapter:
         pass
 
     def peak_memory_mb(self) -> tuple[float | None, str | None]:
-        """(peak MB, where the number came from); (None, None) when nothing trustworthy exists."""
+        """(peak MiB, where the number came from); (None, None) when nothing trustworthy exists."""
         return None, None
 
     def device_name(self) -> str:
