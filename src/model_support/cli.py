@@ -353,6 +353,8 @@ def debug(sweep_id, model, data_dir, variant, parameters):
         raise SystemExit(1) from None
     click.echo(f"debug notebook: {path}")
     click.echo(debug_mod.summary_text(debug_mod.debug_result_from_notebook(path)))
+    if run.stack_note:  # the conclusion above is this stack's: said again where it is read
+        click.echo(f"stack:      this environment's, not the one sweep {sweep_id} ran on (see the first line)")
 
 
 @main.command()
