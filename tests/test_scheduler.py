@@ -192,7 +192,7 @@ def test_a_request_larger_than_the_machine_is_refused_with_one_sentence():
 
     with pytest.raises(ValueError, match="needs 16 devices"):
         consume(run_on_devices([1, 16], lambda need: need, scheduler, probe))
-    assert scheduler.acquire(8, timeout=1) == tuple(range(8))  # nothing leaked
+    assert scheduler.free == tuple(range(8)) and scheduler.closed  # nothing leaked; the run closed it
 
 
 def test_results_are_yielded_as_they_finish():
@@ -214,22 +214,29 @@ def test_results_are_yielded_as_they_finish():
 
 def test_closing_early_stops_the_rest_and_calls_on_stop():
     """Job 0 comes back at once; every other job that starts waits until on_stop lets it go (the
-    running probes being stopped): closing after the first result starts no further job."""
-    ran, gate = [], threading.Event()
+    running probes being stopped): closing after the first result starts no further job, and when
+    close returns no probe thread is left that could start one."""
+    ran, gate, stopping = [], threading.Event(), threading.Event()
 
     def probe(job, devices):
+        ran.append((job, stopping.is_set()))
         with devices():
-            ran.append(job)
             if job != 0:
                 assert gate.wait(30), "on_stop was not called"
         return job
 
-    results = run_on_devices(range(10_000), lambda j: 1, DeviceScheduler(4), probe, on_stop=gate.set)
+    def on_stop():
+        stopping.set()  # from here on, a probe that starts started after the close
+        gate.set()
+
+    results = run_on_devices(range(10_000), lambda j: 1, DeviceScheduler(4), probe, on_stop=on_stop)
     assert next(results) == 0
     results.close()  # returns once every started probe is over
     assert gate.is_set()
-    count = len(ran)
-    assert count <= 1 + 4 and len(ran) == count  # job 0, and at most one more per thread; none after close
+    started = [job for job, _ in ran]
+    assert sorted(started) == list(range(len(started))) and len(started) <= 1 + 4  # job 0, one more per thread
+    assert [job for job, after_close in ran if after_close] == []  # none after close
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("probe_")]  # none left to start one
 
 
 def test_an_error_in_a_probe_is_raised_after_its_devices_are_released():
@@ -243,7 +250,7 @@ def test_an_error_in_a_probe_is_raised_after_its_devices_are_released():
 
     with pytest.raises(RuntimeError, match="probe exploded"):
         consume(run_on_devices(["ok", "bad", "ok"], lambda j: 2, scheduler, probe))
-    assert scheduler.acquire(4, timeout=1) == (0, 1, 2, 3)
+    assert scheduler.free == (0, 1, 2, 3)  # released, though the run ended on the error (and closed it)
 
 
 def test_a_job_that_needs_no_device_holds_none():
@@ -329,7 +336,7 @@ def test_a_probe_waiting_for_devices_starts_nothing_after_a_stop():
     assert scheduler._queue, "the two-device job never asked for its devices"
     results.close()  # the stop: "running" is let go (as a killed probe ends) and gives its device back
     assert started == ["running", "quick"]
-    assert scheduler._free == {0, 1}  # every device back, none granted after the stop
+    assert scheduler.free == (0, 1)  # every device back, none granted after the stop
 
 
 def test_a_closed_scheduler_grants_nothing_and_still_takes_devices_back():

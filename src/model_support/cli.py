@@ -310,16 +310,26 @@ def include(sweep_id, data_dir):
     click.echo(f"{sweep_id}: included ({results} result rows, {excluded} excluded rows)")
 
 
+def sweep_model_arguments(variant_help: str):
+    """SWEEP_ID MODEL, --data-dir and --variant: a command about one row of a sweep (debug, repro)."""
+
+    def apply(command):
+        for decorate in reversed(
+            (
+                click.argument("sweep_id"),
+                click.argument("model"),
+                data_dir_option,
+                click.option("--variant", default=None, metavar="VARIANT", help=variant_help),
+            )
+        ):
+            command = decorate(command)
+        return command
+
+    return apply
+
+
 @main.command()
-@click.argument("sweep_id")
-@click.argument("model")
-@data_dir_option
-@click.option(
-    "--variant",
-    default=None,
-    metavar="VARIANT",
-    help="Debug in a variant's settings (e.g. compile+static): mode, cache and token count.",
-)
+@sweep_model_arguments("Debug in a variant's settings (e.g. compile+static): mode, cache and token count.")
 @click.option(
     "-p",
     "--parameter",
@@ -340,20 +350,42 @@ def debug(sweep_id, model, data_dir, variant, parameters):
     import yaml
 
     from . import debug as debug_mod
-    from .record import store
 
     overrides = {name: yaml.safe_load(value) for name, value in parameters}  # 0.5 -> float, as papermill's -y
+    run = debug_mod.prepare_debug(data_dir, sweep_id, model, parameters=overrides, variant=variant)
+    if run.stack_note:  # the notebook runs on the stack here: say so before it runs
+        click.echo(run.stack_note)
     try:
-        path = debug_mod.run_debug_notebook(data_dir, sweep_id, model, parameters=overrides, variant=variant)
+        path = debug_mod.execute_debug(run)
     except papermill.PapermillExecutionError as exc:
-        entry = debug_mod.resolve_model(store.read_sweep(data_dir, sweep_id), model)
-        click.echo(
-            f"debug notebook stopped at a cell error ({exc.ename}): "
-            f"{debug_mod.debug_notebook_path(data_dir, sweep_id, entry.model_id, variant=variant)}"
-        )
+        said = next((line.strip() for line in str(exc.evalue).splitlines() if line.strip()), "")
+        click.echo(f"debug notebook stopped at a cell error: {exc.ename}" + (f": {said}" if said else ""))
+        click.echo(f"debug notebook: {run.out}")
         raise SystemExit(1) from None
     click.echo(f"debug notebook: {path}")
     click.echo(debug_mod.summary_text(debug_mod.debug_result_from_notebook(path)))
+    if run.stack_note:  # the conclusion above is this stack's: said again where it is read
+        click.echo(f"stack:      this environment's, not the one sweep {sweep_id} ran on (see the first line)")
+
+
+@main.command()
+@sweep_model_arguments("The row of a variant of the sweep's matrix (e.g. compile+static).")
+@user_errors
+def repro(sweep_id, model, data_dir, variant):
+    """Print the standalone script that reproduces MODEL's probe (id or unique fragment) in SWEEP_ID.
+
+    It runs with plain python (`model-support repro S M > run.py; python run.py`), imports nothing of
+    this package, and prints the probe's verdict and token ids as one JSON line.
+    """
+    from .debug import resolve_model
+    from .probe import probe_params
+    from .probe import repro as repro_mod
+    from .record import store
+
+    if variant is not None:
+        variant = probe_params.variant(probe_params.parse_variant(variant))
+    entry = resolve_model(store.read_sweep(data_dir, sweep_id), model)
+    click.echo(repro_mod.script_for(data_dir, sweep_id, entry.model_id, variant), nl=False)
 
 
 @main.command()

@@ -5,6 +5,11 @@ wrong and how to fix it. The CLI prints it (exit status 2) instead of a tracebac
 class UserError(ValueError):
     """Bad input (a params file, a flag, a parameter, an unknown sweep): one sentence, no traceback."""
 
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows for it in a notebook cell (papermill's error then carries it too): the
+        sentence, not the frames that raised it."""
+        return [f"{type(self).__name__}: {self}"]
+
 
 class StorageFull(Exception):
     """The data folder could not be written (a full disk, or the write's own error): one sentence saying

@@ -261,6 +261,10 @@ def check_devices(definition: SweepParams) -> None:
             raise SweepConfigError(problem)
 
 
+#: How long importing torchvision (and torch) in the check's child process may take.
+VISION_CHECK_TIMEOUT_S = 300.0
+
+
 def check_vision() -> None:
     """An installed torchvision that does not import beside this torch (a build for another torch) makes
     transformers fail every model's load, text models included: refused before the sweep, with the sentence
@@ -276,7 +280,16 @@ def check_vision() -> None:
 
     check = "from model_support.probe.probe_core import torchvision_broken; print(torchvision_broken() or 'ok')"
     env = {**os.environ, devices.AUTOLOAD_VAR: "0"}
-    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env=env, timeout=300)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", check], capture_output=True, text=True, env=env, timeout=VISION_CHECK_TIMEOUT_S
+        )
+    except subprocess.TimeoutExpired:
+        raise SweepConfigError(
+            f"This environment cannot probe models: importing torchvision did not finish within "
+            f"{VISION_CHECK_TIMEOUT_S:g} s; check it with `python -c 'import torchvision'`, or uninstall it "
+            "(pip uninstall torchvision) if no model needs it."
+        ) from None
     answer = (done.stdout.strip().splitlines() or [f"the check failed: {done.stderr.strip()[-300:]}"])[-1]
     if answer != "ok":
         raise SweepConfigError(f"This environment cannot probe models: {answer}.")

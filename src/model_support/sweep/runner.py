@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import errno
-import fcntl
 import json
 import time
 from collections import Counter
@@ -22,9 +21,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..errors import Interrupted, StorageFull, UserError
-from ..probe import probe_params, provenance
+from ..probe import devices, probe_params, provenance
 from ..probe.hub_fetch import is_local
 from ..record import schema, store
+from ..record.store import SweepLock  # one writer per sweep; the store's commands take it too
 from ..record.sweep_meta import SweepMeta, new_sweep_id
 from . import executors
 from .budget import CacheBudget
@@ -32,29 +32,6 @@ from .definition import SweepParams
 from .diskspace import check_room, disk_full, disk_words, relative_to_data
 from .executors.ray import ExecutorLost, check_ray_device
 from .worker.task import ProbeTask
-
-
-class SweepLock:
-    """One runner per sweep at a time (a second ``--resume`` of a running sweep is refused)."""
-
-    def __init__(self, folder: Path):
-        folder.mkdir(parents=True, exist_ok=True)
-        self.path = folder / ".lock"
-
-    def __enter__(self):
-        self.handle = open(self.path, "a+")
-        try:
-            fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self.handle.close()
-            raise UserError(
-                f"Sweep folder {self.path.parent} is being written by another running sweep; wait for it to finish."
-            ) from None
-        return self
-
-    def __exit__(self, *exc):
-        fcntl.flock(self.handle, fcntl.LOCK_UN)
-        self.handle.close()
 
 
 def build_tasks(meta: SweepMeta) -> list[ProbeTask]:
@@ -77,6 +54,7 @@ def build_tasks(meta: SweepMeta) -> list[ProbeTask]:
                 "scrub": {model.source: model.model_id} if model.source != model.model_id else {},
                 "hub": {k: model.hub.get(k) for k in schema.HUB_FIELDS if k in model.hub},
                 "planned_bytes": model.hub.get("planned_bytes"),
+                "revision_sha": model.hub.get("revision_sha"),
                 "cache_dir": cache.get("dir") or "",
                 "keep_cache": bool(cache.get("keep", False)),
             }
@@ -88,9 +66,13 @@ def tasks_to_run(data_dir: Path, meta: SweepMeta) -> list[ProbeTask]:
     """The (model, variant)s with no record yet: what this run of the sweep probes. Two words, two things:
     a model is *pending* when the environment kept it from being probed (``pending.json``: the network,
     the disk); a model with no record for any reason, pending or never reached, is *to run* (the report's
-    "not probed" and "not tested")."""
+    "not probed" and "not tested"). A model some of whose variants were probed already is downloaded at the
+    commit they were (``revision_sha``), wherever the revision asked for points now: one sweep, one commit."""
+    probed = {
+        r["model_id"]: r["revision_sha"] for r in store.iter_records(data_dir, meta.sweep_id) if r["revision_sha"]
+    }
     return [
-        t
+        {**t, "revision_sha": probed.get(t["model_id"]) or t.get("revision_sha")}
         for t in build_tasks(meta)
         if not store.record_file(data_dir, meta.sweep_id, t["model_id"], t["variant"]).exists()
     ]
@@ -114,6 +96,7 @@ def create(params: SweepParams, data_dir: Path) -> SweepMeta:
         excluded=params.excluded,
         cache=params.cache,
         versions=provenance.versions(),
+        device_config=devices.stack_configuration(),
         host=provenance.host(),
     )
     meta.write(store.sweep_dir(data_dir, meta.sweep_id))

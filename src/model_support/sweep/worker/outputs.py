@@ -8,6 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
+from ...display import size_text
 from ...redact import redact
 from ..diskspace import DISK_ERRNOS, NEARLY_FULL_BYTES
 
@@ -47,7 +48,7 @@ def write_trouble(work: Path, outcome: dict, log: str, record: object, notebook:
         free = shutil.disk_usage(work).free
         return (
             f"the probe process could not write its notebook or record: no space left on the data folder's disk "
-            f"({free / 1024:.0f} KB free)"
+            f"({size_text(free)} free)"
         )
     if record is not None and notebook is None:
         return "the probe wrote its record but not a whole notebook"

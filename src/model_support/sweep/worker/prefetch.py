@@ -80,7 +80,10 @@ class Prefetcher:
         if size is None:  # the Hub was not asked when the sweep was created: ask now
             try:
                 facts = hub.model_facts(
-                    task["source"], task["params"].get("revision") or "", log=lambda _: None, **hub_fetch.retry_policy()
+                    task["source"],
+                    task.get("revision_sha") or task["params"].get("revision") or "",
+                    log=lambda _: None,
+                    **hub_fetch.retry_policy(),
                 )
             except hub_fetch.EnvironmentProblem as exc:
                 return Download("pending", reason=str(exc), problem=exc.kind)

@@ -28,7 +28,7 @@ from typing import cast
 
 from ... import paths
 from ...probe import probe_core
-from ...probe.checks import NO_WEIGHTS_ATTRIBUTION
+from ...probe.checks import NO_WEIGHTS_ATTRIBUTION, started_path
 from ...probe.hub_fetch import is_local
 from ...probe.records import fail, new_record
 from ...record import schema
@@ -154,11 +154,13 @@ def runner_failure(
     status: str = schema.FAIL_OTHER,
     stage: str = "runner",
     traceback: str | None = None,
+    left: dict | None = None,
 ) -> Record:
     """A record for a probe that could not write its own: FAIL(other) at stage runner (the kernel
     died, a timeout), or what the download stage found (FAIL(load) at stage download). Made where the
     probe makes its own (``records.new_record``), from the same task: its probe task is the one the sweep
-    decided (``with_task``), else unknown (the probe decides auto from the config)."""
+    decided (``with_task``), else unknown (the probe decides auto from the config). ``left``: what the probe
+    left before it died (``checks.write_started``): its repro script, and how to attribute its death."""
     tail = log[-LOG_TAIL_CHARS:]
     record = new_record(
         task["model_id"],
@@ -171,9 +173,64 @@ def runner_failure(
         duration_s=time.time() - started,
         **_ATTRIBUTION_OF_STAGE[stage],
     )
+    if left:
+        record["repro_script"] = left["record"].get("repro_script")
     traceback = traceback or f"(no traceback: the probe wrote no record)\n--- log tail ---\n{tail}"
     fail(record, stage, status, error_type, message, traceback, placed=False)
+    if left and error_type == "DeadKernelError":  # its death is rerun on the reference, as a failure would be
+        if left["record"].get("device_type") in (None, "cpu"):
+            record["reference_note"] = "attribution not run: the kernel died on the CPU, where the reference runs too"
+        else:
+            schema.fill(record, _attribute_death(left, task["timeout_s"]))
     return schema.check_record(redact_record(record, task.get("scrub")))
+
+
+def _attribute_death(started: dict, timeout_s: float) -> dict:
+    """``checks.attribute_dead`` in a child process (the runner never loads a model): the fields whose
+    failure a dead probe's was, or the reason it could not say."""
+    if started["record"].get("num_params") is None and started["record"].get("hub_num_params") is None:
+        started = {**started, "record": {**started["record"], "num_params": _estimate_params(started["settings"])}}
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as file:
+        json.dump(started, file)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "model_support.probe.checks", file.name],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env={**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},  # the CPU only: no device backend loaded
+        )
+    except subprocess.TimeoutExpired:
+        return {"reference_note": f"attribution not run: the reference did not finish within {timeout_s:g} s"}
+    finally:
+        os.unlink(file.name)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        said = (done.stderr.strip().splitlines() or [_describe_exit(done.returncode)])[-1]
+        return {"reference_note": f"attribution not run: the reference's process failed ({said})"[:2000]}
+    return json.loads(lines[-1])
+
+
+def _estimate_params(settings: dict) -> int | None:
+    """The model's parameter count from its safetensors headers, for the reference's size limits."""
+    from ...probe import sharded
+
+    try:
+        return sharded.estimate_params(settings["load_from"], settings["revision"], settings["trust_remote_code"])
+    except Exception:  # noqa: BLE001 unknown: the reference's limits then go by none
+        return None
+
+
+def last_words(text: str) -> str | None:
+    """The last line a process wrote (its stderr): what a device runtime says as it aborts."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:500] if lines else None
+
+
+#: The kernel's own stderr (what the process writes on fd 2: a device runtime's last words as it aborts).
+KERNEL_STDERR = "kernel.stderr"
+#: ipykernel would otherwise pipe fd 2 into the notebook through a thread: lost when the process aborts.
+KERNEL_ARGUMENTS = ["--IPKernelApp.capture_fd_output=False"]
 
 
 class Standby:
@@ -232,6 +289,9 @@ class Standby:
                 _kill_tree(self.proc)
             self._log.close()
             log = (work / "log.txt").read_text(errors="replace")
+            said = _read_text(work / KERNEL_STDERR)
+            if said.strip():
+                log += f"--- the kernel's own stderr ---\n{said}"
             notebook = whole_notebook(work / "out.ipynb")
             record = cast("Record | None", read_json(work / "record.json"))
             outcome = read_json(work / "outcome.json") or {}
@@ -249,7 +309,10 @@ class Standby:
                     problem="disk",
                 )
             if record is None:
-                record = _record_from_outcome(task, outcome, self.proc.returncode, timed_out, log, started)
+                left = read_json(started_path(work / "record.json"))
+                record = _record_from_outcome(
+                    task, outcome, self.proc.returncode, timed_out, log, started, left, last_words(said)
+                )
             return TaskResult(record=record, notebook=notebook, log=redact(log))
         finally:
             shutil.rmtree(work, ignore_errors=True)
@@ -341,7 +404,16 @@ def with_task(task: ProbeTask) -> ProbeTask:
     return {**task, "params": {**params, "task": decided}} if decided else task
 
 
-def _record_from_outcome(task, outcome, returncode, timed_out, log, started) -> Record:
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _record_from_outcome(task, outcome, returncode, timed_out, log, started, left=None, said=None) -> Record:
+    """The stand-in record of a probe that wrote none; ``left``: what it wrote before it ran
+    (``checks.write_started``), ``said``: the last line its kernel wrote (``last_words``)."""
     error = outcome.get("error") or {}
     kernel = _describe_exit(outcome.get("kernel_exit")) if "kernel_exit" in outcome else None
     if timed_out:
@@ -352,14 +424,17 @@ def _record_from_outcome(task, outcome, returncode, timed_out, log, started) -> 
         message = f"timed out after {task['timeout_s']:g} s (the model's timeout); papermill: {error.get('message', '').splitlines()[0] if error.get('message') else ''}"
     elif error.get("type") == "DeadKernelError":
         error_type = "DeadKernelError"
-        message = f"the kernel died ({kernel}) while the probe ran: {error.get('message', '').strip()}"
+        if said:  # the runtime's own last words (the operator, when it named one): two aborts, two signatures
+            message = f"the kernel died ({kernel}); it last said: {said}"
+        else:
+            message = f"the kernel died ({kernel}) while the probe ran: {error.get('message', '').strip()}"
     elif error:
         error_type = error.get("type", "RunnerError")
         message = f"{error.get('message', '').strip()}"
     else:
         error_type = "NoRecord"
         message = f"the probe wrote no record (probe process {_describe_exit(returncode)})"
-    return runner_failure(task, error_type, message, log, started)
+    return runner_failure(task, error_type, message, log, started, left=left)
 
 
 #: Run in a standby kernel before its model is known: what every probe imports, nothing device-bound
@@ -377,9 +452,9 @@ class KernelNeverStarted(Exception):
     """The kernel did not answer after it was started: nothing can run in it (the harness, not the model)."""
 
 
-def _warm_up(km, cwd: Path) -> None:
-    """Start the kernel and import the stack in it (an import failure here surfaces later, in the probe);
-    KernelNeverStarted when the kernel never answers (``MODEL_SUPPORT_KERNEL_START_S``)."""
+def _warm_up(km, cwd: Path, stderr=None) -> None:
+    """Start the kernel (its fd 2 into ``stderr``) and import the stack in it (an import failure here surfaces
+    later, in the probe); KernelNeverStarted when the kernel never answers (``MODEL_SUPPORT_KERNEL_START_S``)."""
     from jupyter_core.utils import run_sync
 
     start_s = float(os.environ.get("MODEL_SUPPORT_KERNEL_START_S", KERNEL_START_S))
@@ -387,7 +462,7 @@ def _warm_up(km, cwd: Path) -> None:
     async def warm():
         client = None
         try:
-            await km.start_kernel(cwd=str(cwd))
+            await km.start_kernel(cwd=str(cwd), stderr=stderr, extra_arguments=KERNEL_ARGUMENTS)
             client = km.client()
             client.start_channels()
             await client.wait_for_ready(timeout=start_s)
@@ -409,9 +484,9 @@ def _execute(work: Path) -> None:
     that kernel; leaves out.ipynb, record.json, outcome.json."""
     from ...engine.kernels import ipc_kernel
 
-    with ipc_kernel() as km:
+    with ipc_kernel() as km, open(work / KERNEL_STDERR, "wb") as stderr:
         try:
-            _warm_up(km, work)
+            _warm_up(km, work, stderr)
         except KernelNeverStarted as exc:
             print(exc, flush=True)
             (work / "warm").touch()
