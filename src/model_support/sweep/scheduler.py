@@ -159,11 +159,6 @@ class DeviceScheduler:
             waiting, self._queue = self._queue, []
         self._notify(waiting)
 
-    def reopen(self) -> None:
-        """Grant again after a ``close`` (once whoever was stopped is done: ``run_on_devices`` at its end)."""
-        with self._lock:
-            self.closed = False
-
     # -- policy (called with the lock held) --
     def _dispatch(self) -> list[Request]:
         now, granted = time.monotonic(), list[Request]()
@@ -256,7 +251,7 @@ def run_on_devices(
     stays flat. An exception from ``probe`` is raised here, after its devices were given back. Closing
     early cancels the jobs not started, closes the scheduler (a job waiting for devices gets none:
     ``SchedulerClosed`` in its thread, not here), calls ``on_stop`` (to stop the running probes) and waits,
-    so no probe starts after a stop; then the scheduler is open again for another run."""
+    so no probe starts after a stop."""
     pool = ThreadPoolExecutor(max_workers=scheduler.size, thread_name_prefix="probe")
 
     def one(index: int, job: J) -> R:
@@ -274,4 +269,3 @@ def run_on_devices(
         if on_stop is not None:
             on_stop()
         pool.shutdown(wait=True)
-        scheduler.reopen()  # every job is over: the scheduler may serve another run
