@@ -27,6 +27,14 @@ def _env(config: dict | None) -> dict:
     return env
 
 
+def name_of(key: str) -> str:
+    """A fixture's folder name from a plan's model key (``local:tiny-llama [eager+dynamic+4t]``: the variant of
+    4 new tokens)."""
+    from model_support.probe.model_ids import display_name
+
+    return display_name(key.split(" [")[0])
+
+
 def cli(args: list, data: Path, config: dict | None = None) -> subprocess.CompletedProcess:
     done = subprocess.run(
         [*CLI, *args, "--data-dir", str(data)], capture_output=True, text=True, cwd=REPO, env=_env(config), timeout=1800
@@ -250,9 +258,7 @@ def test_a_cpu_sweep_records_every_fixtures_census(ops_loop):
 
 
 def test_the_prediction_from_the_cpu_census_is_the_pretend_sweeps_verdict_model_for_model(ops_loop):
-    from model_support.probe.model_ids import display_name
-
-    predicted = {display_name(k): v for k, v in ops_loop["predicted"]["models"].items()}
+    predicted = {name_of(k): v for k, v in ops_loop["predicted"]["models"].items()}
     actual = ops_loop["records"]["stack"]
     assert {name: p["predicted"] for name, p in predicted.items()} == {n: r["status"] for n, r in actual.items()}
     assert predicted["tiny-llama"]["ops_missing"] == ["aten::rsqrt", "aten::silu"]
@@ -271,10 +277,8 @@ def test_a_stopped_run_takes_its_census_from_the_reference_and_records_what_the_
 
 
 def test_the_plan_and_implementing_its_first_operator_makes_exactly_its_unlocks_pass(ops_loop):
-    from model_support.probe.model_ids import display_name
-
     plan = ops_loop["plan"]["plan"]
-    named = [(s["op"], sorted(map(display_name, s["unlocks"])), sorted(map(display_name, s["blocks"]))) for s in plan]
+    named = [(s["op"], sorted(map(name_of, s["unlocks"])), sorted(map(name_of, s["blocks"]))) for s in plan]
     assert named == [
         ("aten::gelu", ["tiny-gpt-neox"], ["tiny-gpt-neox"]),
         ("aten::rsqrt", [], ["tiny-llama"]),  # llama lacks two: unlocked only at the second
@@ -292,6 +296,10 @@ def test_the_report_says_what_to_implement_next_and_the_fallbacks(ops_loop):
     plan = html[html.index("The porting plan") :]
     assert plan.index("aten::gelu") < plan.index("aten::rsqrt") < plan.index("aten::silu")
     assert "CPU fallbacks, the most-run first" in html and "aten::tanh" in plan
+    from model_support.render.explorer import explorer_data  # the explorer's lacks column: the census' missing ops
+
+    lacks = {o[7] for o in explorer_data(ops_loop["data"])["outcomes"] if o[7]}
+    assert lacks == {"aten::rsqrt, aten::silu", "aten::gelu"}
 
 
 def test_the_diff_says_which_operators_the_stack_gained(ops_loop):

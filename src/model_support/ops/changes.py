@@ -1,6 +1,7 @@
 """Which operators a stack gained or lost between two sweeps, from the ``ops`` config (each sweep's status of
 each operator its census saw): gained, an operator missing or falling back before that runs now (or a missing
-one that now falls back); lost, the other way. An operator only one of the two censuses saw says nothing."""
+one that now falls back); lost, the other way. An operator only one of the two censuses saw says nothing, nor
+do two sweeps on different devices (two stacks, not one that changed)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,11 @@ def stack_changes(data_dir: Path, before: str, after: str) -> list[dict]:
     frame = (
         store.scan_ops(Path(data_dir))
         .filter(pl.col("sweep_id").is_in([before, after]))
-        .select("sweep_id", "op", "status")
+        .select("sweep_id", "op", "status", "device_type")
     )
     rows = frame.collect()
+    if rows["device_type"].drop_nulls().n_unique() > 1:  # two devices: two stacks, not one that changed
+        return []
     status = {(r["sweep_id"], r["op"]): r["status"] for r in rows.iter_rows(named=True)}
     changes = []
     for op in sorted({op for _, op in status}):

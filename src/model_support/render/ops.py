@@ -3,7 +3,6 @@ fallbacks ranked by how often they run) and ``model-support ops``' tables (docs/
 
 from __future__ import annotations
 
-import html
 import io
 from collections import Counter
 from pathlib import Path
@@ -128,4 +127,4 @@ def ops_text(
             f"The census was taken on {', '.join(sorted(census_devices))}, not {on}: kernels chosen per device "
             "(attention) can differ (docs/ops.md)."
         )
-    return html.unescape(buffer.getvalue())
+    return buffer.getvalue()
