@@ -168,6 +168,27 @@ def test_the_generic_adapter_reads_a_real_stacks_registrations():
     }
 
 
+def test_a_stack_this_machine_lacks_is_one_sentence():
+    """``--on cuda`` with a CPU-only torch: no kernels to read, said in one sentence (no prediction of all-missing)."""
+    import torch
+
+    if torch.cuda.is_available() or torch._C._dispatch_has_kernel_for_dispatch_key("aten::empty.memory_format", "CUDA"):
+        pytest.skip("this machine has a CUDA stack")
+    done = subprocess.run(
+        [sys.executable, "-m", "model_support.ops", "cuda"],
+        input='["aten::mm"]',
+        capture_output=True,
+        text=True,
+        env=_env(None),
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == {
+        "problem": f"torch {torch.__version__} here registers no kernels for dispatch key CUDA: this machine has no "
+        "such stack to read (install its backend, or run where it is)."
+    }
+
+
 def test_the_ops_config_rows():
     from model_support.record.ops_table import op_rows
 
@@ -237,11 +258,12 @@ def ops_loop(tmp_path_factory, fixture_models) -> dict:
         if name == "cpu":
             predicted = json.loads(cli(["ops", sweeps["cpu"], "--on", "pretend", "--json"], data, STACK).stdout)
     plan = json.loads(cli(["ops", sweeps["stack"], "--json"], data, None).stdout)
+    text = cli(["ops", sweeps["cpu"], "--on", "pretend"], data, STACK).stdout
     before = set(store.list_sweeps(data))
     cli(["sweep", str(_definition(tmp / "next.yaml", "pretend")), "--no-report"], data, NEXT)
     (sweeps["next"],) = set(store.list_sweeps(data)) - before
     records = {k: {display_name(r["model_id"]): r for r in store.read_records(data, s)} for k, s in sweeps.items()}
-    return {"data": data, "sweeps": sweeps, "records": records, "predicted": predicted, "plan": plan}
+    return {"data": data, "sweeps": sweeps, "records": records, "predicted": predicted, "plan": plan, "text": text}
 
 
 def test_a_cpu_sweep_records_every_fixtures_census(ops_loop):
@@ -264,6 +286,14 @@ def test_the_prediction_from_the_cpu_census_is_the_pretend_sweeps_verdict_model_
     assert predicted["tiny-llama"]["ops_missing"] == ["aten::rsqrt", "aten::silu"]
     assert predicted["tiny-gpt2"] == {"ops_missing": [], "ops_fallback": ["aten::tanh"], "predicted": "PASS"}
     assert {r["status"] for r in actual.values()} == {"PASS", "FAIL(gen)", "FAIL(load)"}
+
+
+def test_the_ops_command_prints_the_predictions_the_plan_and_where_the_census_came_from(ops_loop):
+    text = ops_loop["text"]
+    assert "Predicted on the pretend stack of this machine" in text and "What to implement next" in text
+    llama = next(line for line in text.splitlines() if "tiny-llama" in line)
+    assert "PASS" in llama and "FAIL(gen)" in llama and "aten::rsqrt" in llama  # recorded on the CPU, predicted here
+    assert "The census was taken on cpu, not pretend" in " ".join(text.split())
 
 
 def test_a_stopped_run_takes_its_census_from_the_reference_and_records_what_the_stack_lacks(ops_loop):

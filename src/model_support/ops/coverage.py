@@ -9,7 +9,7 @@ reference failed too) keeps its recorded verdict; a row with no census at all (c
 an older sweep) is ``unknown``.
 
 The coverage of *this machine's* stack comes from its device adapter in a child process
-(``python -m model_support.ops.coverage DEVICE``, the operators on stdin), as the sweep's runner asks for a
+(``python -m model_support.ops DEVICE``, the operators on stdin), as the sweep's runner asks for a
 device's facts: the backend is loaded there, never in the command's own process.
 """
 
@@ -148,7 +148,7 @@ def stack_coverage(device: str, ops: list[str]) -> dict[str, str]:
     env = {**os.environ}
     env.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
     done = subprocess.run(
-        [sys.executable, "-m", "model_support.ops.coverage", device],
+        [sys.executable, "-m", "model_support.ops", device],
         input=json.dumps(ops),
         capture_output=True,
         text=True,
@@ -166,7 +166,7 @@ def stack_coverage(device: str, ops: list[str]) -> dict[str, str]:
     return answer["coverage"]
 
 
-def _child(device: str, ops: list[str]) -> dict:
+def child(device: str, ops: list[str]) -> dict:
     """In the child: load ``device``'s backend and ask its adapter (``op_coverage``)."""
     from ..probe import devices
 
@@ -178,8 +178,7 @@ def _child(device: str, ops: list[str]) -> dict:
             devices.load_backend(device)
         except devices.DeviceUnavailable as exc:
             return {"problem": str(exc)}
-    return {"coverage": adapter.op_coverage(ops)}
-
-
-if __name__ == "__main__":
-    print(json.dumps(_child(sys.argv[1], json.loads(sys.stdin.read() or "[]"))))
+    try:
+        return {"coverage": adapter.op_coverage(ops)}
+    except devices.DeviceUnavailable as exc:
+        return {"problem": str(exc)}

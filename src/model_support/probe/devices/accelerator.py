@@ -201,10 +201,16 @@ def dispatch_coverage(ops: Iterable[str], key: str) -> dict[str, str]:
       structured operator whose out= variant cannot be found.
 
     A backend written in Python (a tensor subclass, as the pretend accelerator is) registers almost nothing:
-    its adapter answers instead."""
+    its adapter answers instead. ``DeviceUnavailable`` when nothing at all is registered for ``key`` (a CPU-only
+    torch asked about cuda)."""
     import torch
 
     has = torch._C._dispatch_has_kernel_for_dispatch_key
+    if not has("aten::empty.memory_format", key):  # what every backend registers first
+        raise DeviceUnavailable(
+            f"torch {torch.__version__} here registers no kernels for dispatch key {key}: this machine has no such "
+            "stack to read (install its backend, or run where it is)."
+        )
     known = set(torch._C._dispatch_get_all_op_names())
     fallback = torch._C._dispatch_has_backend_fallback(getattr(torch._C.DispatchKey, key))
     coverage = {}
