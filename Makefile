@@ -51,9 +51,13 @@ lint: $(STAMP)
 	.venv/bin/lint-imports --no-cache
 	.venv/bin/mypy
 
-# The whole suite: lint, unit tests, real sweeps and notebooks, the browser tests.
-test: fixtures browser lint
-	$(PY) -m pytest -q
+# The whole suite: lint, then unit tests, real sweeps and notebooks, the browser tests, on TEST_WORKERS
+# pytest-xdist workers (tests sharing a module or session fixture, the smoke sweep's, run on one worker:
+# tests/conftest.py groups them, so each is built once). TEST_WORKERS=0: one process, no xdist.
+TEST_WORKERS ?= 2
+XDIST     = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+test: lint fixtures browser
+	$(PY) -m pytest -q $(XDIST)
 
 # Unit tests and a few real probes (no sweeps, no browser): a couple of minutes.
 test-fast: fixtures

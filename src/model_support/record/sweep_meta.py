@@ -92,6 +92,9 @@ class SweepMeta:
     cache: dict = field(default_factory=dict)
     matrix: dict = field(default_factory=dict)
     versions: dict = field(default_factory=dict)
+    #: The device backends' own configuration the sweep ran with (``devices.stack_configuration``); None in
+    #: sweeps written before it was recorded.
+    device_config: dict | None = None
     host: str = ""
     version: int = VERSION
 
