@@ -65,13 +65,28 @@ def _census_class():
             self.on_cpu = device_type == "cpu"
             self.stage: str | None = None
             self.recording = not self.on_cpu
+            self.active = False  # on torch's dispatch stack
             self.seen: dict[str, list[Any]] = {}  # name -> [first stage, calls], in the order of first call
             self._decomposes: dict[Any, bool] = {}
+
+        # Held with ``with``, the mode goes onto torch's dispatch stack only once a stage it counts begins (on the
+        # CPU the generation: the weights' loading then pays nothing), and comes off at the end of the block.
+        def __enter__(self):
+            self.active = False
+            return self
+
+        def __exit__(self, *exc):
+            if self.active:
+                self.active = False
+                TorchDispatchMode.__exit__(self, *exc)
 
         def enter(self, stage: str) -> None:
             self.stage = stage
             if self.on_cpu:
                 self.recording = stage in CPU_STAGES
+            if self.recording and not self.active:
+                self.active = True
+                TorchDispatchMode.__enter__(self)
 
         def _reaches_device(self, args, kwargs) -> bool:
             if self.on_cpu:
@@ -97,8 +112,11 @@ def _census_class():
             if not self.recording or not self._reaches_device(args, kwargs):
                 return func(*args, **kwargs)
             if self._composite(func):
-                with self:  # its parts come back through the census
+                TorchDispatchMode.__enter__(self)  # its parts come back through the census
+                try:
                     out = func.decompose(*args, **kwargs)
+                finally:
+                    TorchDispatchMode.__exit__(self, None, None, None)
                 if out is not NotImplemented:
                     return out
             name = func.name()  # aten::add.Tensor; aten::rsqrt for the default overload
