@@ -289,7 +289,7 @@ function detail(i) {
   }
   for (const [k, v] of hubItems(m, i)) h.push("<dt>" + esc(k) + "</dt><dd>" + esc(v) + "</dd>");
   const links = [];
-  if (nb) links.push('<a class="notebook" href="' + esc(nb) + '">executed notebook</a>');
+  if (nb) links.push('<a class="notebook" href="' + esc(nb) + '">executed notebook' + (other ? " (latest run)" : "") + "</a>");
   if (nbUrl) links.push('<a class="notebook-url" href="' + esc(nbUrl) + '">notebook on the Hub</a>');
   if (logUrl) links.push('<a class="log-url" href="' + esc(logUrl) + '">log on the Hub</a>');
   if (report) links.push('<a class="report" href="' + esc(report) + '">sweep report</a>');
