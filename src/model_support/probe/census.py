@@ -33,7 +33,7 @@ FIELDS = ("ops", "ops_stages", "ops_calls", "ops_source")
 
 def dispatch_key(device_type: str) -> str:
     """The dispatch key a device's kernels are registered under: the device type upper-cased where torch has such
-    a key (``CPU``, ``CUDA``, ``XPU``, ``MPS``), else ``PrivateUse1`` (an out-of-tree backend: tpu, pretend)."""
+    a key (``CPU``, ``CUDA``, ``XPU``, ``MPS``), else ``PrivateUse1`` (an out-of-tree backend: tpu, npu)."""
     import torch
 
     key = device_type.upper()

@@ -200,7 +200,7 @@ def dispatch_coverage(ops: Iterable[str], key: str) -> dict[str, str]:
     - ``unknown``: the dispatcher does not know the operator (a library that is not loaded here), or a
       structured operator whose out= variant cannot be found.
 
-    A backend written in Python (a tensor subclass, as the pretend accelerator is) registers almost nothing:
+    A backend written in Python (a tensor subclass, as the test double of docs/devices.md) registers almost nothing:
     its adapter answers instead. ``DeviceUnavailable`` when nothing at all is registered for ``key`` (a CPU-only
     torch asked about cuda)."""
     import torch
