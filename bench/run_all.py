@@ -27,6 +27,7 @@ SCRIPTS = [
     "bench_tasks.py",
     "bench_pretend.py",
     "bench_row_bytes.py",
+    "bench_ops.py",
 ]
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
@@ -204,6 +205,7 @@ def tables() -> str:
                 f"| {r['us_per_op']:.0f} us | {'equal' if r['tokens_equal'] else 'differ'} |"
             )
         lines.append("")
+    lines += ops_table(load("ops"))
     scheduler = load("scheduler")
     if scheduler and "table" in scheduler:
         lines += [f"### Multi-device scheduling by simulation ({scheduler['date']})", "", scheduler["table"], ""]
@@ -269,6 +271,36 @@ def write_readme() -> None:
     text = readme.read_text()
     start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
     readme.write_text(text[:start] + "\n" + tables() + "\n" + text[end:])
+
+
+def ops_table(ops: dict) -> list[str]:
+    """bench_ops.py: the census's cost per probe, and the prediction's time for 1,000 models."""
+    if not ops:
+        return []
+    cell = lambda d: f"{d['median']:.2f} s [{d['min']:.2f}-{d['max']:.2f}]"  # noqa: E731
+    lines = [
+        f"### The operator census and the prediction ({ops['date']}, {ops['reps']} repetitions, median [min-max])",
+        "",
+        "| model | device | stages | stages with the census | census (fastest runs) | whole probe | share of the probe | operators / calls |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for c in ops["census"]:
+        lines.append(
+            f"| {c['model']} | {c['device']} | {cell(c['stages_s'])} | {cell(c['stages_with_census_s'])} "
+            f"| {c['census_s']:+.3f} s | {c['probe_s']:.2f} s | {100 * c['share_of_probe']:.1f}% | {c['ops']} / {c['calls']:,} |"
+        )
+    p = ops["prediction"]
+    lines += [
+        "",
+        f"Census under 5% of the probe's time: {ok(ops['met']['census_under_5pct'])}.",
+        "",
+        f"Prediction for a sweep of {p['models']:,} models (synthetic census rows; {p['predicted_fail']} predicted to "
+        f"fail, {p['plan_steps']} plan steps): `model-support ops SWEEP --json` {cell(p['cli_s'])}; with `--on cpu` "
+        f"(a child process asks the adapter) {cell(p['cli_on_cpu_s'])}; read + predict + plan in process "
+        f"{cell(p['in_process_s'])}. In seconds: {ok(ops['met']['prediction_in_seconds'])}.",
+        "",
+    ]
+    return lines
 
 
 def main() -> None:

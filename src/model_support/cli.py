@@ -268,9 +268,51 @@ def report(sweep_id, baseline, data_dir):
 @user_errors
 def diff(sweep_a, sweep_b, data_dir):
     """What broke and what got fixed between SWEEP_A (before) and SWEEP_B (after)."""
+    from .ops.changes import changes_text, stack_changes
     from .render.terminal import format_diff
 
     click.echo(format_diff(data_dir, sweep_a, sweep_b))
+    gained_or_lost = changes_text(stack_changes(data_dir, sweep_a, sweep_b))  # from the census (docs/ops.md)
+    if gained_or_lost:
+        click.echo(gained_or_lost)
+
+
+@main.command()
+@click.argument("sweep_id")
+@click.option(
+    "--on",
+    "on",
+    default=None,
+    metavar="DEVICE",
+    help="Predict on this machine's DEVICE stack (cpu, cuda, tpu, ...) instead of the sweep's own.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the plan and the predictions as JSON.")
+@data_dir_option
+@user_errors
+def ops(sweep_id, on, as_json, data_dir):
+    """The operators SWEEP_ID's models need: each model's verdict predicted from the census alone (no model
+    runs), and the porting plan (missing operators, the one that unlocks the most models first)."""
+    import json
+
+    from . import ops as ops_mod
+    from .ops.plan import plan_json
+    from .render.ops import ops_text
+
+    models = ops_mod.sweep_models(data_dir, sweep_id)
+    coverage = ops_mod.stack_coverage(on, ops_mod.coverage.census_ops(models)) if on else None
+    ops_mod.predict(models, coverage)
+    steps = ops_mod.porting_plan(models)
+    if as_json:
+        click.echo(json.dumps(plan_json(models, steps), indent=1))
+    else:
+        click.echo(
+            ops_text(
+                models,
+                steps,
+                on,
+                {"cpu" if m.source == "reference" else m.device_type for m in models if m.ops is not None},
+            )
+        )
 
 
 @main.command()

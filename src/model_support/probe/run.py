@@ -9,6 +9,7 @@ always gets a verdict. ``show`` displays it in the notebook and stores it in the
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import resource
@@ -20,7 +21,7 @@ from ..fileio import atomic_write_json
 from ..record import schema
 from ..record.schema import Record
 from ..redact import redact_record
-from . import devices, hub, hub_fetch, probe_core, probe_params
+from . import census, devices, hub, hub_fetch, probe_core, probe_params
 from .checks import NO_WEIGHTS_ATTRIBUTION, attribute, check_pass, started_path, write_started
 from .model_ids import check_there, machine_paths, portable_id, unavailable
 from .records import fail, new_record
@@ -245,13 +246,18 @@ def _probe(record: Record, settings: dict) -> None:
         return
     record.update({"devices_used": 1, "parallelism": "none"})
     adapter.reset_peak_memory()
-    result = probe_core.run_stages(
-        model_id=settings["load_from"],
-        **probe_params.stage_settings(settings),
-        device=adapter.torch_device,
-        synchronize=adapter.synchronize if adapter.type != "cpu" else None,
-        compile_backend=adapter.compile_backend(),
-    )
+    counted = census.Census(adapter.type) if census.takes_census(settings["mode"]) else None
+    with counted or contextlib.nullcontext():
+        result = probe_core.run_stages(
+            model_id=settings["load_from"],
+            **probe_params.stage_settings(settings),
+            device=adapter.torch_device,
+            synchronize=adapter.synchronize if adapter.type != "cpu" else None,
+            compile_backend=adapter.compile_backend(),
+            on_stage=counted.enter if counted else None,
+        )
+    if counted is not None and not result["exclusion_reason"]:
+        schema.fill(record, counted.fields(census.RUN if result["exception"] is None else census.PARTIAL))
     if settings["mode"] == "compile":
         record["compile_backend"] = adapter.compile_backend()
     schema.fill(record, {key: result[key] for key in STAGE_FIELDS})
@@ -265,13 +271,22 @@ def _probe(record: Record, settings: dict) -> None:
         record_failure(record, result["failure_stage"], result["exception"], status=result["status"])
         del result  # the failed model (held by the exception's frames) is freed before the reference loads
         gc.collect()
-        attribute(record, settings)
+        attribute(record, settings)  # a partial census is replaced by the reference's when that completes
+        _coverage(record, adapter)
         return
     record["status"] = schema.PASS
+    _coverage(record, adapter)
     device_steps, prompt_ids = result["step_scores"], result["input_ids"]
     del result  # the device's model is freed before the reference loads
     gc.collect()
     check_pass(record, settings, device_steps, prompt_ids)
+
+
+def _coverage(record: Record, adapter) -> None:
+    """What the device's stack does with each operator of the census (the adapter's ``op_coverage``):
+    ``ops_missing``, ``ops_fallback``, ``ops_unknown``."""
+    if record["ops"] is not None:
+        schema.fill(record, census.coverage_fields(record["ops"], adapter.op_coverage(record["ops"])))
 
 
 def summary_html(record: Record) -> str:

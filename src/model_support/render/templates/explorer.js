@@ -15,7 +15,8 @@ const lower = M.map((m) => m[0].toLowerCase());
 // runs: [first sweep, n sweeps, outcome] triples; env exceptions: [sweep, env] pairs (else the sweep's env).
 // An outcome: [verdict, signature, attribution (whose failure; null for a pass or when not attributed), devices used
 // (a result's null reads as 1; null for a run listed without a row), parallelism ("none", "tp", "ep"), a PASS's
-// check (one of D.checks; null for anything else), the step where it diverges from the reference (or null)].
+// check (one of D.checks; null for anything else), the step where it diverges from the reference (or null), the
+// operators its stack lacks of its census (joined; null for none or no census: docs/ops.md)].
 const NO_ENV = ["", null, null, null];
 // Outcomes of a sweep that listed the model without a row: not probed (pending) or not tested.
 const UNPROBED = new Set(O.map((o, i) => (D.unprobed.includes(o[0]) ? i : -1)).filter((i) => i >= 0));
@@ -35,6 +36,10 @@ const parallelOf = (o) => (o[4] && o[4] !== "none" ? o[4] : "");
 const devicesText = (o) => (o[3] == null ? "" : o[3] + (parallelOf(o) ? " " + parallelOf(o) : ""));
 const MULTI_DEVICE = O.some((o) => devicesOf(o) > 1 || parallelOf(o));
 if (!MULTI_DEVICE) document.body.classList.add("one-device");
+// The operators an outcome's stack lacks (the census against its coverage): a column only when some run lacks one.
+const lacksOf = (o) => o[7] || "";
+const lacksText = (o) => (o[7] ? o[7].split(", ").length + ": " + o[7].split(", ")[0] : "");
+if (!O.some((o) => o[7])) document.body.classList.add("no-ops");
 function env(m, s) {
   const x = m[3];
   for (let k = 0; k < x.length; k += 2) if (x[k] === s) return x[k + 1];
@@ -164,7 +169,9 @@ function update() {
       '</td><td class="whose' + (w ? " w-" + w : "") + '" title="' + esc(D.attribution_help[w] || "") + '">' + esc(w) +
       '</td><td class="col-minor check' + (SUSPECT.has(checkOf(o)) ? " suspect" : "") + '" title="' +
       esc((D.check_help[checkOf(o)] || "") + (checkText(o) ? " (" + checkText(o) + ")" : "")) + '">' + esc(checkText(o)) +
-      '</td><td class="col-devices col-minor devices">' + esc(devicesText(o)) + "</td>" + cell("sig", sig) + sweepCell(en[0]) +
+      '</td><td class="col-devices col-minor devices">' + esc(devicesText(o)) + "</td>" +
+      '<td class="col-ops col-minor lacks" title="' + esc(lacksOf(o) ? "lacks " + lacksOf(o) : "") + '">' +
+      esc(lacksText(o)) + "</td>" + cell("sig", sig) + sweepCell(en[0]) +
       cell("col-minor device", e[0] || S[en[0]][2]) +
       '<td class="col-minor stack" title="' + esc(stackTitle(e)) + '">' + esc(stackText(e)) +
       '</td><td class="col-minor num">' + runs(m) + "</td>" +
