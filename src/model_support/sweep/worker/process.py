@@ -354,7 +354,7 @@ def _execute(work: Path) -> None:
 
 
 def _run_notebook(work: Path, km) -> None:
-    from .notebooks import run_notebook
+    from ...engine.notebooks import run_notebook
 
     task: ProbeTask = json.loads((work / "task.json").read_text())
     record_path = work / "record.json"
