@@ -58,6 +58,7 @@ def new_record(
             "seed": settings["seed"],
             "trust_remote_code": settings["trust_remote_code"],
             "versions": provenance.versions(),
+            "stack_sha": provenance.stack_sha(),
             "host": provenance.host(),
             "started_at": now_iso(),
             "notebook_path": notebook_path or None,

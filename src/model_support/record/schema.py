@@ -122,8 +122,8 @@ GROUPS = {
 #: 1: the first fields; 2: token counts; 3: downloads and Hub metadata; 4: attribution; 5: variants and
 #: execution modes; 6: runs over several devices; 7: what each rank of such a run said; 8: where the
 #: run's notebook and log are published; 9: whether a PASS is right (logit agreement, fluency judge);
-#: 10: the task (image-text-to-text beside text-generation).
-VERSION = 10
+#: 10: the task (image-text-to-text beside text-generation); 11: the whole installed stack's hash.
+VERSION = 11
 
 
 class Record(TypedDict):
@@ -217,6 +217,9 @@ class Record(TypedDict):
     fluency_score: Annotated[float | None, Col("numerics", 9, "the judge's mean log-probability per token")]
     fluency_note: Annotated[str | None, Col("numerics", 9, "the repetition measure, or why the judge did not run")]
     versions: Annotated[Versions | None, Col("provenance", 1, "python, torch, torch_tpu, libtpu, transformers, ...")]
+    stack_sha: Annotated[
+        str | None, Col("provenance", 11, "sha256 (16 hex) of every installed distribution: sweep.json's stack")
+    ]
     host: Annotated[str | None, Col("provenance", 1, "the host's name")]
     started_at: Annotated[str | None, Col("provenance", 1, "UTC, ISO 8601")]
     duration_s: Annotated[float | None, Col("timing", 1, "the whole probe, in seconds")]

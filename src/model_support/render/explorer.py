@@ -54,6 +54,7 @@ import polars as pl
 
 from .. import analysis, paths
 from ..analysis import coverage
+from ..bisect import results as bisect_results
 from ..fileio import atomic_write_text
 from ..record import schema
 from ..record.schema import VERDICT_COLORS
@@ -167,6 +168,13 @@ def explorer_data(data_dir: Path | str) -> dict:
             if (m, v) in position and s in sweep_position
         ],
         "models": [[entry[field] for field in ENTRY_FIELDS if field in entry] for entry in entries],
+        # [entry, sweep, "transformers 5.25.0"] of every run a bisect named the release of (bisect.json)
+        "changed_by": [
+            [position[key], sweep_position[s], said]
+            for s in sweep_position
+            for key, said in bisect_results.changed_by(data_dir, s).items()
+            if key in position
+        ],
     }
 
 

@@ -328,6 +328,7 @@ def create(params: SweepParams, data_dir: Path) -> SweepMeta:
         excluded=params.excluded,
         cache=params.cache,
         versions=provenance.versions(),
+        stack=provenance.stack(),
         host=provenance.host(),
     )
     meta.write(store.sweep_dir(data_dir, meta.sweep_id))

@@ -1,0 +1,164 @@
+"""model-support bisect, for real: a wheelhouse written by the test, two real sweeps whose probes ran on two
+releases of its package (each sweep run from an overlay environment), and the bisect naming the package and
+the first release that changed a fixture model; a flaky model reported flaky; a release with no wheel for
+this Python skipped with its reason. Offline: releases come from the wheelhouse (--find-links, --no-index)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from fixtures.wheelhouse import FLAKY_FORWARD, SWITCH_FORWARD, custom_model, wheelhouse
+from helpers import REPO
+from model_support.bisect import releases, results, stacks
+from model_support.bisect.envs import InstallError, Overlays
+from model_support.bisect.releases import Release
+from model_support.bisect.search import split
+from model_support.probe import provenance
+from model_support.record import store
+from model_support.record.sweep_meta import SweepMeta
+
+CLI = [sys.executable, "-m", "model_support.cli"]
+VERSIONS = ["1.0", "1.1", "1.2", "2.0", "2.1"]
+
+
+@pytest.fixture(scope="module")
+def two_sweeps(tmp_path_factory, fixture_models):
+    """Sweep A on tinyswitch 1.0 (and tinydecoy 1.0), sweep B on tinyswitch 2.1 (tinydecoy 1.1), each run
+    by `model-support sweep` inside an overlay environment holding those releases."""
+    tmp = tmp_path_factory.mktemp("bisect")
+    wheels = wheelhouse(tmp / "wheels", VERSIONS, broken_from="2.0", no_wheel=("1.1",))
+    source = REPO / "data" / "models" / "modes-graph-break"
+    switch = custom_model(source, tmp / "models" / "switch", SWITCH_FORWARD)
+    flaky = custom_model(source, tmp / "models" / "flaky", FLAKY_FORWARD)
+    env = {
+        **os.environ,
+        "HF_MODULES_CACHE": str(tmp / "hf-modules"),
+        "BISECT_FLAKY_COUNTER": str(tmp / "flaky-count"),
+    }
+    cache = tmp / "envs"
+    overlays = Overlays(cache, wheels)
+    data = tmp / "data"
+    ids = []
+    for name, pins in (
+        ("before", {"tinyswitch": "1.0", "tinydecoy": "1.0"}),
+        ("after", {"tinyswitch": "2.1", "tinydecoy": "1.1"}),
+    ):
+        definition = {
+            "name": name,
+            "probe": {"device": "cpu", "reference": "none", "judge": False, "trust_remote_code": True},
+            "timeout_s": 300,
+            "workers": 2,
+            "models": [str(switch), str(flaky)],
+        }
+        path = tmp / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(definition))
+        command = [str(overlays.python(pins)), "-m", "model_support.cli", "sweep", str(path), "--no-report"]
+        run = subprocess.run([*command, "--data-dir", str(data)], capture_output=True, text=True, cwd=REPO, env=env)
+        assert run.returncode == 0, run.stderr[-3000:]
+        ids.append(next(s for s in store.list_sweeps(data) if s not in ids))
+    return {"data": data, "a": ids[0], "b": ids[1], "wheels": wheels, "cache": cache, "env": env}
+
+
+def cli(two_sweeps, *args: str) -> subprocess.CompletedProcess:
+    command = [*CLI, *args, "--data-dir", str(two_sweeps["data"])]
+    return subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=two_sweeps["env"], timeout=900)
+
+
+def test_sweeps_record_the_whole_stack_they_ran_on(two_sweeps):
+    data, a, b = two_sweeps["data"], two_sweeps["a"], two_sweeps["b"]
+    meta_a, meta_b = store.read_sweep(data, a), store.read_sweep(data, b)
+    assert meta_a.stack["tinyswitch"] == "1.0" and meta_b.stack["tinyswitch"] == "2.1"
+    assert meta_a.stack["torch"] == meta_a.versions["torch"]
+    changes = [str(c) for c in stacks.sweep_stack_changes(data, a, b)]
+    assert changes == ["tinydecoy 1.0 -> 1.1", "tinyswitch 1.0 -> 2.1"]
+    # each row points at its sweep's stack by hash (a few bytes, not the list)
+    for sweep_id, meta in ((a, meta_a), (b, meta_b)):
+        assert {r["stack_sha"] for r in store.read_records(data, sweep_id)} == {provenance.stack_sha(meta.stack)}
+    verdicts = {r["model_id"]: r["status"] for r in store.read_records(data, b)}
+    assert verdicts == {"local:switch": "FAIL(gen)", "local:flaky": "FAIL(gen)"}
+    assert {r["status"] for r in store.read_records(data, a)} == {"PASS"}
+
+
+def test_bisect_names_the_package_and_the_first_release(two_sweeps):
+    a, b = two_sweeps["a"], two_sweeps["b"]
+    run = cli(
+        two_sweeps,
+        "bisect",
+        a,
+        b,
+        "--find-links",
+        str(two_sweeps["wheels"]),
+        "--json",
+        "--cache-dir",
+        str(two_sweeps["cache"]),
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    answers = {x["model_id"]: x for x in json.loads(run.stdout)}
+    switch = answers["local:switch"]
+    assert switch["status"] == "found", switch
+    assert (switch["package"], switch["last_same"], switch["first_changed"]) == ("tinyswitch", "1.2", "2.0")
+    assert switch["verdicts"] == {"1.0": "PASS", "1.2": "PASS", "2.0": "FAIL(gen)", "2.1": "FAIL(gen)"}
+    # the decoy's swap was tried and did not bring the PASS back
+    assert any(
+        s["step"] == "swap" and s["package"] == "tinydecoy" and s["verdict"] == "FAIL(gen)" for s in switch["steps"]
+    )
+    (skipped,) = switch["skipped"]
+    assert skipped["version"] == "1.1" and "no wheel for this Python" in skipped["reason"]
+    assert switch["unsplit"] is None and switch["seconds"] > 0
+    flaky = answers["local:flaky"]
+    assert flaky["status"] == "flaky" and flaky["package"] is None, flaky
+    # stored with sweep B, and shown where the change is
+    assert results.changed_by(two_sweeps["data"], b, a) == {("local:switch", "eager+dynamic"): "tinyswitch 2.0"}
+    diff = cli(two_sweeps, "diff", a, b)
+    assert "changed by tinyswitch 2.0" in diff.stdout and "tinyswitch 1.0 -> 2.1" in diff.stdout, diff.stdout
+
+
+def test_single_record_form_and_clean(two_sweeps):
+    b, cache = two_sweeps["b"], two_sweeps["cache"]
+    wheels = str(two_sweeps["wheels"])
+    args = ["bisect", b, "switch", "--package", "tinyswitch", "--from", "1.0", "--find-links", wheels]
+    run = cli(two_sweeps, *args, "--json", "--cache-dir", str(cache), "--clean")
+    assert run.returncode == 0, run.stderr[-3000:]
+    (answer,) = json.loads(run.stdout)
+    assert (answer["package"], answer["last_same"], answer["first_changed"]) == ("tinyswitch", "1.2", "2.0")
+    assert not cache.exists()  # --clean removed the overlay environments
+
+
+def test_search_says_the_range_it_could_not_split():
+    inner = [Release("1.1"), Release("1.2", skip="no wheel for this Python"), Release("1.3")]
+    verdicts = {"1.1": "PASS", "1.3": "FAIL(gen)"}
+    lo, hi, skipped = split(inner, "PASS", verdicts.__getitem__)
+    assert (lo, hi) == (0, 2) and skipped == {1: "no wheel for this Python"}  # 1.1 .. 1.3: 1.2 untried
+
+    def uninstallable(version):
+        raise InstallError(f"tinyswitch=={version}: conflict")
+
+    assert split([Release("1.5")], "PASS", uninstallable) == (-1, 1, {0: "tinyswitch==1.5: conflict"})
+
+
+def test_releases_between_leave_out_pre_releases_and_yanked():
+    found = [Release(v) for v in ("1.0", "1.1rc1", "1.1", "1.2", "2.0")] + [Release("1.3", yanked=True)]
+    assert [r.version for r in releases.between(found, "1.0", "2.0")] == ["1.1", "1.2"]
+    assert [r.version for r in releases.between(found, "2.0", "1.0", pre=True, yanked=True)] == [
+        "1.3",
+        "1.2",
+        "1.1",
+        "1.1rc1",
+    ]
+
+
+def test_older_sweep_json_reads_its_few_versions_as_the_stack():
+    meta = SweepMeta.from_dict(
+        {"sweep_id": "old-20260101T000000Z", "probe": {}, "models": [], "versions": {"torch": "2.9", "python": "3.11"}}
+    )
+    assert meta.stack == {} and stacks.sweep_stack(meta) == {"torch": "2.9"}
+    assert (
+        stacks.changes_line(stacks.stack_changes({"torch": "2.9"}, {"torch": "2.10"}))
+        == "packages that differ: torch 2.9 -> 2.10"
+    )
