@@ -26,6 +26,7 @@ SCRIPTS = [
     "bench_judge.py",
     "bench_tasks.py",
     "bench_pretend.py",
+    "bench_bisect.py",
 ]
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
@@ -209,6 +210,24 @@ def tables() -> str:
     if numerics and "table" in numerics:
         lines += [f"### Is a PASS right? The reference check's thresholds and cost ({numerics['date']})", ""]
         lines += [numerics["table"], ""]
+    bisect = load("bisect")
+    if bisect:
+        lines += [
+            f"### model-support bisect: {bisect['models']} models over {bisect['releases_between']} releases "
+            f"({bisect['date']}, {bisect['candidates']} differing packages, goal < {bisect['goal_s']} s)",
+            "",
+            "| environments | wall | runs (per model) | repro script, median | scripts, total | environments, total "
+            "| right answer | goal |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for label in ("cold", "warm"):
+            r = bisect[label]
+            lines.append(
+                f"| {label} | {r['wall_s']:.1f} s | {r['runs']} ({r['runs_per_model']}) | {r['run_s_median']:.2f} s "
+                f"| {r['runs_s_total']:.1f} s | {r['env_s_total']:.1f} s | {'yes' if r['right'] else 'no'} "
+                f"| {ok(r['wall_s'] < bisect['goal_s'])} |"
+            )
+        lines.append("")
     judge = load("judge")
     if judge and "table" in judge:
         lines += [f"### The fluency judge on its labelled set ({judge['date']})", "", judge["table"], ""]

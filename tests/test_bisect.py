@@ -13,10 +13,10 @@ import sys
 import pytest
 import yaml
 
-from fixtures.wheelhouse import FLAKY_FORWARD, SWITCH_FORWARD, custom_model, wheelhouse
+from fixtures.wheelhouse import FLAKY_FORWARD, SWITCH_FORWARD, custom_model, wheelhouse, write_wheel
 from helpers import REPO
 from model_support.bisect import releases, results, stacks
-from model_support.bisect.envs import InstallError, Overlays
+from model_support.bisect.envs import InstallError, Overlays, conflicts
 from model_support.bisect.releases import Release
 from model_support.bisect.search import split
 from model_support.probe import provenance
@@ -117,6 +117,20 @@ def test_bisect_names_the_package_and_the_first_release(two_sweeps):
     assert results.changed_by(two_sweeps["data"], b, a) == {("local:switch", "eager+dynamic"): "tinyswitch 2.0"}
     diff = cli(two_sweeps, "diff", a, b)
     assert "changed by tinyswitch 2.0" in diff.stdout and "tinyswitch 1.0 -> 2.1" in diff.stdout, diff.stdout
+    # the report's header and its changed rows, and the explorer's data, say the same
+    from model_support import analysis
+    from model_support.render import html, sections
+
+    tables = analysis.report_tables(two_sweeps["data"], b, a)
+    sections.add_bisect(tables, two_sweeps["data"], b, a)  # what the report notebook does
+    page = html.header_html(tables, b, a) + sections.changes_html(tables, b, a)
+    assert "tinydecoy 1.0 -&gt; 1.1, tinyswitch 1.0 -&gt; 2.1" in page
+    assert "changed by" in page and "tinyswitch 2.0" in page
+    from model_support.render.explorer import explorer_data
+
+    data = explorer_data(two_sweeps["data"])
+    ((entry, _sweep, said),) = data["changed_by"]
+    assert data["models"][entry][0] == "local:switch" and said == "tinyswitch 2.0"
 
 
 def test_single_record_form_and_clean(two_sweeps):
@@ -162,3 +176,27 @@ def test_older_sweep_json_reads_its_few_versions_as_the_stack():
         stacks.changes_line(stacks.stack_changes({"torch": "2.9"}, {"torch": "2.10"}))
         == "packages that differ: torch 2.9 -> 2.10"
     )
+
+
+def test_a_pin_between_two_packages_is_found_and_an_overlay_shadows_the_base(tmp_path):
+    """pinned 2.0 requires helper>=2 (pinned 1.0 does not): swapping helper back alone breaks that pin."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    write_wheel(wheels, "pinned", "1.0", {"pinned/__init__.py": "V = 1\n"})
+    write_wheel(wheels, "pinned", "2.0", {"pinned/__init__.py": "V = 2\n"}, requires=("helper>=2",))
+    for version in ("1.0", "2.0"):
+        write_wheel(wheels, "helper", version, {"helper/__init__.py": f"V = {version!r}\n"})
+    overlays = Overlays(tmp_path / "envs", wheels)
+    layers = {n: overlays.layer(n, v) for n, v in (("pinned", "2.0"), ("helper", "1.0"))}
+    (conflict,) = conflicts({}, {"pinned": "2.0", "helper": "1.0"}, layers)
+    assert str(conflict) == "pinned 2.0 requires helper>=2, and this environment has helper 1.0"
+    assert (
+        conflicts({}, {"pinned": "2.0", "helper": "2.0"}, {**layers, "helper": overlays.layer("helper", "2.0")}) == []
+    )
+    # an overlay's distribution comes first: its version is the one imported and the one metadata reports
+    python = overlays.python({"helper": "2.0"})
+    code = "import helper, importlib.metadata as m, polars; print(helper.V, m.version('helper'))"
+    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["2.0", "2.0"]  # and the project's packages (polars) still import
+    with pytest.raises(InstallError, match="pinned==3.0 could not be installed"):
+        overlays.layer("pinned", "3.0")

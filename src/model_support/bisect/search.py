@@ -142,6 +142,7 @@ class Bisector:
         started = time.monotonic()
         python = self.overlays.python(pins)
         script = self._script(job.row.script)
+        ready = time.monotonic()
         verdict, note = run_repro(python, script, job.row.args, job.row.timeout_s)
         job.steps.append(
             {
@@ -150,7 +151,8 @@ class Bisector:
                 "version": version,
                 "verdict": verdict,
                 "note": note,
-                "seconds": round(time.monotonic() - started, 2),
+                "seconds": round(time.monotonic() - ready, 2),  # the repro script's run
+                "env_s": round(ready - started, 2),  # building (or finding) its environment
             }
         )
         return verdict
