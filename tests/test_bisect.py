@@ -200,3 +200,16 @@ def test_a_pin_between_two_packages_is_found_and_an_overlay_shadows_the_base(tmp
     assert out.stdout.split() == ["2.0", "2.0"]  # and the project's packages (polars) still import
     with pytest.raises(InstallError, match="pinned==3.0 could not be installed"):
         overlays.layer("pinned", "3.0")
+
+
+def test_pip_builds_the_overlays_where_uv_is_absent(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    write_wheel(wheels, "helper", "3.0", {"helper/__init__.py": "V = 3\n"})
+    overlays = Overlays(tmp_path / "envs", wheels)
+    overlays.uv = None  # what uv_binary() gives without the uv package or a uv on PATH
+    python = overlays.python({"helper": "3.0"})
+    out = subprocess.run([str(python), "-c", "import helper; print(helper.V)"], capture_output=True, text=True)
+    assert out.stdout.strip() == "3", out.stderr[-2000:]
+    overlays.clean()
+    assert not (tmp_path / "envs").exists()
