@@ -25,9 +25,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> Path:
-    """A fresh venv with this package's wheel installed; returns its python."""
-    root = tmp_path_factory.mktemp("install")
+def wheel(tmp_path_factory) -> Path:
+    """This package's wheel, built from the checkout's tracked and unignored files."""
+    root = tmp_path_factory.mktemp("wheel")
     source = root / "source"
     files = subprocess.run(
         ["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True, text=True, check=True
@@ -54,7 +54,13 @@ def installed(tmp_path_factory) -> Path:
         capture_output=True,
         timeout=300,
     )
-    wheel = next((root / "dist").glob("model_support-*.whl"))
+    return next((root / "dist").glob("model_support-*.whl"))
+
+
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory) -> Path:
+    """A fresh venv with this package's wheel installed; returns its python."""
+    root = tmp_path_factory.mktemp("install")
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
@@ -74,6 +80,21 @@ def installed(tmp_path_factory) -> Path:
         timeout=300,
     )
     return python
+
+
+def test_the_wheel_holds_no_test_code_and_registers_no_torch_backend(wheel):
+    """The pretend accelerator and the fixture builders are test code (pretend/, tests/fixtures/): a user's
+    install of model-support carries none of it and hooks nothing into torch's backend autoload."""
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        entry_points = next((archive.read(n).decode() for n in names if n.endswith(".dist-info/entry_points.txt")), "")
+    assert any(n.startswith("model_support/probe/") for n in names)  # it is the package
+    test_code = [n for n in names if "pretend" in n or "/testing/" in n or "fixtures" in n]
+    assert test_code == []
+    assert "torch.backends" not in entry_points and "pretend" not in entry_points, entry_points
+    assert "[console_scripts]" in entry_points and "model-support" in entry_points
 
 
 def run(python: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
