@@ -299,8 +299,10 @@ class Bisector:
 
         def one(job: Job) -> dict:
             answer = self.bisect(job)
-            if log:
-                log(answer_line(answer))
+            if log:  # progress, as each row finishes (the answers themselves come at the end)
+                log(
+                    f"bisected {answer['model_id']} [{answer['variant']}]: {answer['status']}, {answer['seconds']:.0f} s"
+                )
             return answer
 
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:

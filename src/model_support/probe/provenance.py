@@ -72,9 +72,13 @@ def stack() -> dict[str, str]:
     package shadows the base one's)."""
     found: dict[str, str] = {}
     for dist in metadata.distributions():
-        name = dist.metadata["Name"]
+        folder = getattr(dist, "_path", None)  # <name>-<version>.dist-info names both: no METADATA to parse
+        stem = folder.name.removesuffix(".dist-info") if folder and folder.name.endswith(".dist-info") else ""
+        name, _, version = stem.partition("-")
+        if not (name and version):  # an .egg-info (an editable install): read its METADATA (~3 ms each)
+            name, version = dist.metadata["Name"] or "", dist.version
         if name:
-            found.setdefault(canonicalize_name(name), dist.version)
+            found.setdefault(canonicalize_name(name), version)
     return dict(sorted(found.items()))
 
 
