@@ -240,7 +240,18 @@ class Bisector:
         if len(job.candidates) == 1:  # the swap is end A
             return job.candidates[0], pins_a, []
         names = {c.name: c for c in job.candidates}
-        for change in job.candidates:
+        group = list(job.candidates)
+        while len(group) > 2:  # halve: swap half of them at once (end A swapped them all): log2(n) runs, not n
+            half = group[: len(group) // 2]
+            try:
+                pins = pins_b
+                for change in half:
+                    pins = self.with_version(pins, change.name, change.before)
+            except InstallError:
+                break  # one by one over what is left
+            label = ", ".join(c.name for c in half)
+            group = half if self.run(job, "swap", pins, label) == verdict_a else group[len(group) // 2 :]
+        for change in group:  # each alone: the one whose swap restores A's verdict
             try:
                 pins = self.with_version(pins_b, change.name, change.before)
                 together = []
