@@ -213,3 +213,26 @@ def test_pip_builds_the_overlays_where_uv_is_absent(tmp_path):
     assert out.stdout.strip() == "3", out.stderr[-2000:]
     overlays.clean()
     assert not (tmp_path / "envs").exists()
+
+
+def test_many_differing_packages_are_halved_before_one_is_swapped_alone(tmp_path):
+    """Six packages moved; the fourth did it: found in 2 runs (two halvings, the second of it alone), not 4."""
+    from model_support.bisect.search import Bisector, Job
+    from model_support.bisect.stacks import Change, Row
+
+    class Counting(Bisector):  # the repro script's answer: A's verdict while pkg-d is at A's version
+        def run(self, job, step, pins, package=None, version=None):
+            job.steps.append({"step": step, "package": package})
+            return "PASS" if pins.get("pkg-d") == "1" else "FAIL(gen)"
+
+        def _conflicts(self, pins):
+            return []  # no pins between these packages
+
+    changes = [Change(f"pkg-{c}", "1", "2") for c in "abcdef"]
+    bisector = Counting(Overlays(tmp_path), find_links=None)
+    row = Row("local:m", "eager+dynamic", "PASS", "FAIL(gen)", "", [], 60.0)
+    job = Job(row, {c.name: "1" for c in changes}, {c.name: "2" for c in changes}, changes)
+    pins_b = {c.name: "2" for c in changes}
+    change, pins, together = bisector.find_package(job, pins_b, {c.name: "1" for c in changes}, "PASS")
+    assert change.name == "pkg-d" and pins["pkg-d"] == "1" and together == []
+    assert [s["package"] for s in job.steps] == ["pkg-a, pkg-b, pkg-c", "pkg-d"]

@@ -250,7 +250,12 @@ class Bisector:
             except InstallError:
                 break  # one by one over what is left
             label = ", ".join(c.name for c in half)
-            group = half if self.run(job, "swap", pins, label) == verdict_a else group[len(group) // 2 :]
+            if self.run(job, "swap", pins, label) == verdict_a:
+                if len(half) == 1:  # that swap was this one package alone
+                    return half[0], pins, []
+                group = half
+            else:
+                group = group[len(group) // 2 :]
         for change in group:  # each alone: the one whose swap restores A's verdict
             try:
                 pins = self.with_version(pins_b, change.name, change.before)
