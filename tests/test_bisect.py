@@ -236,3 +236,19 @@ def test_many_differing_packages_are_halved_before_one_is_swapped_alone(tmp_path
     change, pins, together = bisector.find_package(job, pins_b, {c.name: "1" for c in changes}, "PASS")
     assert change.name == "pkg-d" and pins["pkg-d"] == "1" and together == []
     assert [s["package"] for s in job.steps] == ["pkg-a, pkg-b, pkg-c", "pkg-d"]
+
+
+def test_bad_input_is_one_sentence_before_anything_runs(tmp_path):
+    from click.testing import CliRunner
+
+    from model_support.cli import main
+
+    data = ["--data-dir", str(tmp_path)]
+    for args, said in (
+        ([], "Give two sweeps"),
+        (["s", "m", "--package", "torch"], "--package needs --from VERSION"),
+        (["a", "b", "--from", "1.0"], "--from and --to go with --package"),
+        (["a", "b"], "Sweep 'a' does not exist"),
+    ):
+        result = CliRunner().invoke(main, ["bisect", *args, *data])
+        assert result.exit_code == 2 and said in result.output, (args, result.output)
