@@ -202,6 +202,9 @@ class Bisector:
             pins_b = self.pins_for(job.stack_b)
             pins_a = pins_b
             for change in job.candidates:
+                if change.before is None and change.name in self.base:  # A lacked it; an overlay cannot take it out
+                    out["note"] += f"{change.name} (not in A's stack) stays installed at end A; "
+                    continue
                 pins_a = self.with_version(pins_a, change.name, change.before)
             verdict_b, trouble_b = self.end(job, "end B", pins_b, row.verdict_b)
             verdict_a, trouble_a = self.end(job, "end A", pins_a, row.verdict_a)
@@ -211,7 +214,11 @@ class Bisector:
             return {**out, "status": NOT_RUN, "note": "the repro script gave no verdict at an end (see steps)"}
         if FLAKY in (trouble_a, trouble_b):
             which = "B's" if trouble_b == FLAKY else "A's"
-            return {**out, "status": FLAKY, "note": f"two runs of {which} environment gave different verdicts"}
+            return {
+                **out,
+                "status": FLAKY,
+                "note": out["note"] + f"two runs of {which} environment gave different verdicts",
+            }
         if trouble_a or trouble_b:
             which = "B" if trouble_b else "A"
             recorded = row.verdict_b if trouble_b else row.verdict_a
@@ -219,7 +226,7 @@ class Bisector:
             return {
                 **out,
                 "status": NOT_REPRODUCED,
-                "note": f"sweep {which} recorded {recorded}; two runs of its stack here give {got}",
+                "note": out["note"] + f"sweep {which} recorded {recorded}; two runs of its stack here give {got}",
             }
         out.update(verdict_a=verdict_a, verdict_b=verdict_b)  # the records' (reran); --from's in the single form
         if verdict_a == verdict_b:
@@ -230,7 +237,7 @@ class Bisector:
             return {**out, "status": NO_PACKAGE, "note": f"no single swap restores {verdict_a} (tried {tried})"}
         out.update(package=change.name, together=together)
         if together:
-            out["note"] = f"{change.name} and {', '.join(together)} must move together (a version pin between them). "
+            out["note"] += f"{change.name} and {', '.join(together)} must move together (a version pin between them). "
         self.search(job, change, pins_swap, verdict_a, verdict_b, out)
         return out
 
