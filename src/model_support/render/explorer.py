@@ -12,7 +12,9 @@ versions, and a detail panel: whose failure it is (with the reference's signatur
 devices and parallelism of the run, the model's variants side by side in the chosen sweep, its
 history across sweeps, the latest error, traceback and repro script (with a Copy button), and links
 to its executed notebook, to the sweep's report and, once ``model-support push --logs`` published them,
-to its notebook and log on the Hub (``notebook_url``, ``log_url``); for a PASS, its check and why. The list has a devices column
+to its notebook and log on the Hub (``notebook_url``, ``log_url``); for a PASS, its check and why; for a run
+a bisect named the release of (the sweep's ``bisect.json``), "changed by <package> <version>" (in the list's
+and the history's signature cells too). The list has a devices column
 ("2 tp") only when some run used more than one device or a parallelism; the detail panel always says
 both. The list fits a 1280 px screen: fixed column widths, a sweep shown by name and date (its id on
 hover, ``sweep_labels``), no cell wrapping, a cell too narrow for its text ending in "…" with the
