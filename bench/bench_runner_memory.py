@@ -48,8 +48,10 @@ def child(count: int) -> dict:
         )
         return execute.TaskResult(record=record, notebook=b"{}", log="fake probe\n")
 
-    sweep.run_task = fake_run_task
-    sweep.Standby = FakeStandby
+    from model_support.sweep.executors import base, local
+
+    local.run_task = base.run_task = fake_run_task
+    local.Standby = FakeStandby
     from model_support.probe import hub_fetch
 
     hub_fetch.is_local = sweep.is_local = lambda source: True  # nothing to download: the runner alone
@@ -86,7 +88,7 @@ def main() -> None:
     print(f"growth from {rows[0]['count']} to {rows[-1]['count']} models: {growth:+.1f} MB")
     write_results(
         "runner_memory",
-        {"rows": rows, "growth_mb": round(growth, 1), "target": "flat (within ~10 MB)", "met": growth <= 10},
+        {"rows": rows, "growth_mb": round(growth, 1), "target": "flat (within ~10 MiB)", "met": growth <= 10},
     )
 
 

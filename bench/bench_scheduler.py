@@ -10,7 +10,7 @@ size), so a run takes seconds. Per scheduler and model order:
 The head-wait bound is against the longest probe as measured (grant to end: the sleep plus thread
 hand-offs), with 2 ms for the release and the next grant to pass between threads.
 
-Schedulers: every row but the first runs ``scheduler.run_on_devices``, the function ``runner.run_local``
+Schedulers: every row but the first runs ``scheduler.run_on_devices``, the function ``executors.base.Executor.results``
 schedules a sweep's probes with (one thread per device, each taking the next model and holding the
 devices it needs from the scheduler while it runs), with the policy named:
 - baseline: the slot queue of sweeps before devices were handed out (simulated here): 8 workers share 8
@@ -25,7 +25,7 @@ devices it needs from the scheduler while it runs), with the policy named:
 - runner: ``DeviceScheduler`` (FIFO + reservation backfilling), any free devices (cuda) or aligned blocks
   only (tpu): what a sweep runs.
 Orders: ``given`` (the shuffled list) and ``largest`` (``scheduler.device_order``: biggest first, what
-``run_local`` hands its models out in whenever one needs more than one device).
+a sweep hands its models out in whenever one needs more than one device).
 
     .venv/bin/python bench/bench_scheduler.py [--models 1000] [--reps 1]
 """
@@ -109,7 +109,7 @@ def need_of(task: tuple[int, float]) -> int:
 
 
 def slots_schedule(tasks, need_of, devices: int):
-    """The baseline: ``sweep.run_local``'s slot queue, a model taking its N slots in turn under a lock."""
+    """The baseline: the old slot queue, a model taking its N slots in turn under a lock."""
     slots: Queue = Queue()
     for slot in range(devices):
         slots.put(slot)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import tempfile
+from pathlib import Path
 
 import pytest
 
-from helpers import CHROMIUM, FAKE_TOKEN, REPO
+from helpers import CHROMIUM, FAKE_TOKEN, REPO, stored_records
 
 # torch_tpu, installed for the tpu adapter's tests, is autoloaded by every `import torch` unless this
 # is off; probes that use no TPU turn it off themselves, the test process does it here.
@@ -21,12 +22,81 @@ os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp(prefix="hf-datasets-
 HEAVY_FIXTURES = {"smoke_sweep", "real_report", "rendered", "fixture_sweep", "browser", "porting_loop", "two_sweeps"}
 
 
+#: Shared fixtures cheap enough to build once per xdist worker (a cached folder listing, a browser launch):
+#: they do not tie the tests that use them to one worker.
+PER_WORKER_FIXTURES = {"fixture_models", "browser"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects
 def pytest_collection_modifyitems(config, items):
     """Mark every test that uses a heavy fixture as slow, so `pytest -m "not slow"` (make test-fast)
     keeps the unit tests and the few real probes that are quick."""
     for item in items:
         if HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+
+
+class XdistGroups:
+    """Groups the tests that share a module- or session-scoped fixture, so that under `pytest -n 2 --dist
+    loadgroup` (make test) each such fixture (the smoke sweep, a module's sweeps) is built once, on one
+    worker. xdist 3.8 puts a test in its group by appending ``@group`` to its node id through
+    ``item._nodeid``, which pytest 9.2's structured node ids ignore: the id is set here as xdist means to."""
+
+    @pytest.hookimpl(trylast=True)  # after deselection, and after xdist's own hook (which finds no id to change)
+    def pytest_collection_modifyitems(self, config, items):
+        from _pytest.nodeid import NodeId
+
+        loadgroup = config.getoption("loadgroup", False)  # set on xdist's workers by --dist loadgroup
+        for item, group in shared_fixture_groups(items).items():
+            item.add_marker(pytest.mark.xdist_group(group))
+            if loadgroup and "@" not in item.nodeid:
+                item._id = NodeId.parse(f"{item.nodeid}@{group}")
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(XdistGroups(), "model-support-xdist-groups")
+
+
+def shared_fixture_groups(items) -> dict:
+    """{test: group name} for the tests that use one of our module- or session-scoped fixtures (not
+    ``PER_WORKER_FIXTURES``): tests that share one, directly or through other tests, form one group,
+    named for its first fixture. Tests with none are left to xdist's balancing, one by one."""
+    parent: dict = {}
+
+    def root(key):
+        while parent.setdefault(key, key) != key:
+            key = parent[key]
+        return key
+
+    uses: dict = {}
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        shared = [
+            (defs[-1].baseid, name)
+            for name, defs in (info.name2fixturedefs.items() if info else ())
+            if defs and name not in PER_WORKER_FIXTURES and _ours_and_shared(defs[-1])
+        ]
+        if shared:
+            uses[item] = shared
+            root(shared[0])
+            for key in shared[1:]:
+                parent[root(key)] = root(shared[0])
+    members: dict = {}
+    for key in parent:
+        members.setdefault(root(key), []).append(key)
+    # a group is named for its session fixture when it has one (the smoke sweep), else its first module's
+    names = {r: min(keys, key=lambda k: (k[0].endswith(".py"), k)) for r, keys in members.items()}
+    groups = {}
+    for item, keys in uses.items():
+        baseid, name = names[root(keys[0])]
+        groups[item] = f"{Path(baseid).stem if baseid.endswith('.py') else 'conftest'}.{name}"
+    return groups
+
+
+def _ours_and_shared(fixturedef) -> bool:
+    """A fixture of this test suite (conftest or a test module), built once per module or session."""
+    module = getattr(fixturedef.func, "__module__", "") or ""
+    return fixturedef.scope in ("module", "package", "session") and (module == "conftest" or module.startswith("test_"))
 
 
 @pytest.fixture(scope="session")
@@ -60,9 +130,8 @@ def smoke_sweep(tmp_path_factory, fixture_models) -> dict:
         else:
             os.environ["HF_TOKEN"] = previous
     from model_support.probe.model_ids import display_name
-    from model_support.record import store
 
-    summary["records"] = store.read_records(data_dir, summary["sweep_id"])
+    summary["records"] = stored_records(data_dir, summary["sweep_id"])
     summary["by_name"] = {display_name(r["model_id"]): r for r in summary["records"]}
     return summary
 

@@ -14,13 +14,21 @@ CHROMIUM = Path("/usr/bin/chromium")
 
 
 def run_notebook(notebook: str, out: Path, **parameters) -> Path:
-    """Execute one of the project's notebooks for real with papermill; returns the output path."""
-    import papermill
+    """Execute one of the project's notebooks for real with papermill, as every notebook run of ours is
+    (``engine.run_notebook``: an ipc kernel, shut down after); returns the output path."""
+    from model_support.engine.notebooks import run_notebook as run
 
-    papermill.execute_notebook(
-        str(REPO / "notebooks" / notebook), str(out), parameters=parameters, progress_bar=False, kernel_name="python3"
-    )
-    return out
+    return run(REPO / "notebooks" / notebook, out, parameters)
+
+
+def stored_records(data: Path, sweep_id: str) -> list[dict]:
+    """A sweep's stored records, each with its whole repro script put together again (``repro.script_of``:
+    the row's settings and the body its ``repro_sha256`` names, kept once in the sweep's ``repro/``)."""
+    from model_support.probe import repro
+    from model_support.record import store
+
+    bodies = store.repro_dir(data, sweep_id)
+    return [{**r, "repro_script": repro.script_of(r, bodies)} for r in store.read_records(data, sweep_id)]
 
 
 def read_json(path: Path) -> dict:

@@ -150,7 +150,7 @@ def test_sweep_labels_are_name_and_date_unless_two_would_read_the_same():
         "smoke 2026-12-01",
         "smoke 2026-12-02 02:00",
         "smoke 2026-12-02 09:00",
-        "nightly 2026-12-02 09:00 dddd",
-        "nightly 2026-12-02 09:00 eeee",
+        "nightly 2026-12-02 09:00:00 dddd",
+        "nightly 2026-12-02 09:00:00 eeee",
         "no-time-in-this-id",
     ]

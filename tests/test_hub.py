@@ -567,3 +567,62 @@ def test_cache_budget_never_exceeded_over_six_cycles(server, tmp_path):
     assert errors == [] and len(peaks) > 10
     assert max(peaks) <= budget.max_bytes and max(peaks) > 0
     assert budget.used_bytes() == 0 and scan_cache_dir(cache).repos == frozenset()
+
+
+def test_the_librarys_retry_lines_go_to_the_model_whose_threads_wrote_them():
+    """Each fetch notes huggingface_hub's warnings from its own download threads only: fetch 1's log gets
+    none of fetch 12's lines (their pools name threads ``hub-fetch-1_0`` and ``hub-fetch-12_0``)."""
+    import logging
+    from concurrent.futures import ThreadPoolExecutor
+
+    logger = logging.getLogger("huggingface_hub")
+    lines: list[str] = []
+    handler = hub_fetch._LibraryLog("hub-fetch-1", lines.append, ())
+    logger.addHandler(handler)
+    try:
+        for prefix in ("hub-fetch-1", "hub-fetch-12", "hub-fetch-10"):
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix=prefix) as pool:
+                pool.submit(logger.warning, "Retrying in 1s [%s]", prefix).result()
+    finally:
+        logger.removeHandler(handler)
+    assert lines == ["huggingface_hub: Retrying in 1s [hub-fetch-1]"]
+
+
+def test_a_resumed_sweep_downloads_a_model_at_the_commit_it_already_probed(server, tmp_path):
+    """One sweep, one commit of a model: its tasks carry the commit the Hub resolved when the sweep was
+    created, and once a variant was probed the commit that variant was downloaded at; the download asks
+    the Hub for that commit, not for where the branch points now."""
+    from model_support.record import store
+    from model_support.record.sweep_meta import ModelEntry, SweepMeta
+    from model_support.sweep import runner
+
+    sha = server.sha("org/full")
+    meta = SweepMeta(
+        sweep_id="s",
+        name="s",
+        created_at="2026-12-01T00:00:00+00:00",
+        probe={"device": "cpu"},
+        models=[ModelEntry("org/full", hub={"revision_sha": "f" * 40})],
+        matrix={"max_new_tokens": [4, 8]},
+    )
+    meta.write(store.sweep_dir(tmp_path, "s"))
+    assert [t["revision_sha"] for t in runner.tasks_to_run(tmp_path, meta)] == ["f" * 40] * 2
+    first = runner.build_tasks(meta)[0]
+    record = schema.empty_record(
+        sweep_id="s", model_id="org/full", variant=first["variant"], status="PASS", revision_sha=sha
+    )
+    store.store_result(tmp_path, "s", record, None, "log\n")
+    [task] = runner.tasks_to_run(tmp_path, meta)
+    assert task["revision_sha"] == sha and task["variant"] != first["variant"]
+
+    code = (
+        "import json, sys; from model_support.sweep.worker.download import download\n"
+        "got = download(json.loads(sys.argv[1])); print(json.dumps([got.kind, got.fields.get('revision_sha')]))"
+    )
+    env = {**os.environ, "HF_ENDPOINT": server.url, "HF_HUB_OFFLINE": "0", "HF_HUB_CACHE": str(tmp_path / "hf")}
+    run = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(task)], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == ["ready", sha], run.stderr[-2000:]
+    asked = [r["path"] for r in server.requests if r["route"] == "info"]
+    assert asked and all(path.endswith(f"/revision/{sha}") for path in asked)

@@ -10,7 +10,12 @@ import model_support
 import model_support.probe
 
 REPO = Path(__file__).resolve().parents[1]
-REPRO_BODY = {"model_support.probe.probe_core", "model_support.probe.hub_fetch", "model_support.probe.agreement"}
+REPRO_BODY = {
+    "model_support.probe.probe_core",
+    "model_support.probe.hub_fetch",
+    "model_support.probe.agreement",
+    "model_support.probe.reproduce",
+}
 
 
 def _contracts() -> configparser.ConfigParser:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import cli_debug, cli_sweep, probe_record
+from helpers import cli_debug, cli_sweep, probe_record, stored_records
 from model_support.probe import probe_params
 from model_support.probe import run as probe
 from model_support.record import schema, store
@@ -139,7 +139,7 @@ def test_a_model_that_refuses_a_static_cache_fails_only_in_static_variants(tmp_p
     data, sweep_id = cli_sweep(
         tmp_path, {"name": "static", "probe": {"device": "cpu"}, "matrix": matrix, "models": [path]}
     )
-    records = {r["variant"]: r for r in store.read_records(data, sweep_id)}
+    records = {r["variant"]: r for r in stored_records(data, sweep_id)}
     dynamic, static = records["eager+dynamic"], records["eager+static"]
     assert dynamic["status"] == "PASS" and dynamic["tokens_out"] == 8 and dynamic["reference_match"] is True
     assert (static["status"], static["failure_stage"], static["error_type"]) == ("FAIL(gen)", "generate", "KeyError")

@@ -46,6 +46,9 @@ def test_per_model_overrides_are_checked_and_runner_owned_parameters_refused():
 
 def test_other_mistakes():
     assert "'name' is missing" in refuse({"models": ["a"]})
+    for unresumable in ("", "-x", "//", ".hidden"):  # ids starting with - (read as an option) or . (hidden)
+        message = refuse({"name": unresumable, "models": ["a"]})
+        assert f"name {unresumable!r} cannot name a sweep" in message and "`--resume`" in message
     assert "listed twice" in refuse({"name": "x", "models": ["a", "a"]})
     assert "no models" in refuse({"name": "x", "models": []})
     assert "executor" in refuse({"name": "x", "models": ["a"], "executor": "slurm"})
@@ -140,6 +143,7 @@ BAD_DEFINITIONS = {
     "cache budget": ({"cache": {"max_gb": 0}}, "cache.max_gb must be greater than 0"),
     "cache key": ({"cache": {"size": 3}}, "unknown key 'size'"),
     "no name": ({"name": None}, "'name' is missing"),
+    "empty name": ({"name": ""}, "name '' cannot name a sweep"),
 }
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import stored_records
 from model_support_pretend import CONFIG_VAR, VISIBLE_VAR, PretendConfigError, parse
 
 REPO = Path(__file__).resolve().parents[1]
@@ -193,6 +194,84 @@ def test_a_crashing_operator_kills_the_process_as_a_runtime_abort_does():
     assert "pretend runtime: fatal error in aten::relu; aborting" in done.stderr
 
 
+def test_a_runtime_abort_names_its_operator_has_its_repro_script_and_is_the_stacks(tmp_path, monkeypatch):
+    """Two models whose kernels the runtime aborts in two operators: two rows whose message and signature carry
+    what the runtime last said (the operator), each with the repro script the probe wrote before it ran, each
+    rerun on the CPU reference, which does not abort: the stack's."""
+    from helpers import cli_sweep
+    from model_support.probe.model_ids import display_name
+    from model_support.record import store
+
+    monkeypatch.setenv(CONFIG_VAR, json.dumps({"crash_ops": ["aten::silu", "aten::gelu"]}))
+    definition = {
+        "name": "aborts",
+        "probe": {"device": "pretend", "judge": False},
+        "models": [TINY, "data/models/tiny-gpt-neox"],
+    }
+    data, sweep = cli_sweep(tmp_path, definition)
+    rows = {display_name(r["model_id"]): r for r in store.read_records(data, sweep)}
+    for name, op in (("tiny-llama", "aten::silu"), ("tiny-gpt-neox", "aten::gelu")):
+        row = rows[name]
+        said = f"it last said: pretend runtime: fatal error in {op}; aborting"
+        assert (row["status"], row["error_type"]) == ("FAIL(other)", "DeadKernelError"), name
+        assert row["error_message"] == f"the kernel died (killed by SIGABRT); {said}"
+        assert row["failure_signature"].endswith(said)
+        assert row["repro_script"].startswith("#!/usr/bin/env python") and f"local:{name}" in row["repro_script"]
+        assert (row["attribution"], row["reference_device"]) == ("stack", "cpu:bfloat16"), row["reference_note"]
+    assert rows["tiny-llama"]["failure_signature"] != rows["tiny-gpt-neox"]["failure_signature"]
+
+
+COMPOSITES = """
+    import json
+    import torch
+    import torch.nn.functional as F
+    from model_support.probe import devices
+
+    devices.resolve("pretend")
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4).to("pretend")
+    eye = torch.eye(4).to("pretend")
+    q = torch.ones(1, 1, 2, 4, device="pretend")
+    out = {}
+    for mode, context in (("inference_mode", torch.inference_mode), ("no_grad", torch.no_grad), ("grad", torch.enable_grad)):
+        with context():
+            out[mode] = {"linear": F.linear(x, eye).cpu().tolist()}
+            try:
+                F.scaled_dot_product_attention(q, q, q)
+                out[mode]["sdpa"] = "ran"
+            except NotImplementedError as exc:
+                out[mode]["sdpa"] = str(exc)
+    print(json.dumps(out))
+"""
+
+
+def test_composite_operators_reach_the_backend_as_their_parts_in_every_mode():
+    """A C++ backend receives ``aten::linear`` and ``aten::scaled_dot_product_attention`` as the operators they
+    decompose into (``CompositeImplicitAutograd``), under ``torch.inference_mode()`` (the probe's) as in any
+    other mode: a wrong ``aten::mm`` makes linear wrong, a missing ``aten::bmm`` stops attention."""
+    out = child_json(COMPOSITES, {"wrong_ops": ["aten::mm"], "missing_ops": ["aten::bmm"]})
+    right = [[float(4 * r + c) for c in range(4)] for r in range(3)]
+    for mode in ("inference_mode", "no_grad", "grad"):
+        assert out[mode]["linear"] == [[-v for v in reversed(row)] for row in right], mode
+        assert out[mode]["sdpa"].startswith("Could not run 'aten::bmm' with arguments from the 'pretend' backend."), (
+            mode
+        )
+
+
+def test_a_fault_on_an_operator_no_backend_receives_is_refused():
+    """A fault on a composite (``aten::linear``) would never happen: refused as a typo is, naming the way out."""
+    code = """
+        import json
+        from model_support.probe import devices
+        try:
+            devices.resolve("pretend")
+        except devices.DeviceUnavailable as exc:
+            print(json.dumps(str(exc)))
+        """
+    refused = child_json(code, {"wrong_ops": ["aten::linear"]})
+    assert "wrong_ops names 'aten::linear', which no backend receives" in refused
+    assert "name one of those" in refused
+
+
 def test_off_unless_configured_and_a_typo_in_a_fault_is_refused():
     code = """
         import json
@@ -304,6 +383,27 @@ def test_compile_mode_uses_the_backend_the_adapter_names(tmp_path, monkeypatch, 
     assert record["matches_eager"] is True and record["graphs"] >= 1
 
 
+def test_a_wrong_or_missing_matrix_product_is_a_wrong_or_failed_run(tmp_path, monkeypatch, fixture_models):
+    """tiny-llama's projections are ``aten::linear``, which reaches a backend as ``aten::mm``: on a stack with a
+    wrong mm the probe (papermill, inference mode) still generates, and the CPU reference says ``diverges``; on
+    one without mm it is FAIL(gen) naming it, the stack's (the CPU reference runs)."""
+    from helpers import probe_record
+
+    model = fixture_models["tiny-llama"]["path"]
+    (tmp_path / "wrong").mkdir()
+    (tmp_path / "missing").mkdir()
+    monkeypatch.setenv(CONFIG_VAR, json.dumps({"wrong_ops": ["aten::mm"]}))
+    wrong = probe_record(tmp_path / "wrong", model, device="pretend", reference="cpu", judge=False)
+    assert (wrong["status"], wrong["numerics"]) == ("PASS", "diverges"), (
+        wrong["error_message"],
+        wrong["numerics_note"],
+    )
+    monkeypatch.setenv(CONFIG_VAR, json.dumps({"missing_ops": ["aten::mm"]}))
+    missing = probe_record(tmp_path / "missing", model, device="pretend", reference="cpu", judge=False)
+    assert (missing["status"], missing["failure_stage"], missing["attribution"]) == ("FAIL(gen)", "generate", "stack")
+    assert missing["error_message"].startswith("Could not run 'aten::mm' with arguments from the 'pretend' backend.")
+
+
 PROBE = """
     import json, sys
     from model_support.probe import run as probe
@@ -378,7 +478,7 @@ def porting_loop(tmp_path_factory, fixture_models) -> dict:
     cli(["sweep", "params/pretend.yaml"], AFTER, data)
     (after,) = set(store.list_sweeps(data)) - {before}
     records = {
-        sweep: {display_name(r["model_id"]): r for r in store.read_records(data, sweep)} for sweep in (before, after)
+        sweep: {display_name(r["model_id"]): r for r in stored_records(data, sweep)} for sweep in (before, after)
     }
     return {"data": data, "before": before, "after": after, "records": records}
 
@@ -398,7 +498,10 @@ def test_missing_operators_fail_the_models_that_call_them_and_are_the_stacks(por
     assert gpt2["device_mem_source"] == "torch.pretend.max_memory_allocated"
     opt = records["tiny-opt"]  # the runtime aborted its kernel; the sweep went on
     assert (opt["status"], opt["failure_stage"], opt["error_type"]) == ("FAIL(other)", "runner", "DeadKernelError")
-    assert "killed by SIGABRT" in opt["error_message"]
+    assert opt["error_message"].endswith(
+        "(killed by SIGABRT); it last said: pretend runtime: fatal error in aten::relu; aborting"
+    )
+    assert opt["attribution"] == "stack" and opt["repro_script"]
     assert {r["device_type"] for r in records.values()} == {"pretend"}
     assert {r["device_count"] for r in records.values() if r["status"] != "FAIL(other)"} == {1}  # pinned: one each
 
@@ -507,7 +610,7 @@ def test_a_model_bigger_than_one_device_runs_sharded_over_two(tmp_path, fixture_
     )
     cli(["sweep", str(definition), "--no-report"], {"devices": 2, "memory_gb": DEVICE_MEMORY_GB}, data)
     (sweep,) = store.list_sweeps(data)
-    (record,) = store.read_records(data, sweep)
+    (record,) = stored_records(data, sweep)
     assert (record["status"], record["devices_used"], record["parallelism"]) == ("PASS", 2, "tp"), (
         record["error_type"],
         record["error_message"],

@@ -13,7 +13,7 @@ import nbformat
 import pytest
 
 from helpers import FAKE_TOKEN, probe_record, run_notebook
-from model_support.probe import checks, devices, judge
+from model_support.probe import checks, devices, judge, repro
 from model_support.probe import run as probe
 from model_support.record import schema
 
@@ -168,10 +168,11 @@ def test_executed_notebook_alone_tells_the_verdict(smoke_sweep):
         record = smoke_sweep["by_name"][name]
         path = data_dir / record["notebook_path"]
         stored = probe.record_from_notebook(path)
-        assert stored == record
+        assert stored == {**record, "repro_script": None}  # the script's body kept once, not in each notebook
+        assert repro.script_of(stored) == record["repro_script"]
         nb = nbformat.read(str(path), as_version=4)
         outputs = [o for c in nb.cells for o in c.get("outputs", []) if "data" in o]
-        assert [o["data"]["application/json"] for o in outputs if "application/json" in o["data"]] == [record]
+        assert [o["data"]["application/json"] for o in outputs if "application/json" in o["data"]] == [stored]
         assert any(record["status"] in o["data"].get("text/html", "") for o in outputs)
 
 
@@ -240,8 +241,63 @@ def test_the_headline_command_probes_one_model(tmp_path, fixture_models):
     record = json.loads(record_path.read_text())
     assert (record["status"], record["model_id"], record["tokens_out"]) == (schema.PASS, "local:tiny-llama", 8)
     assert record["output_token_ids"] == fixture_models["tiny-llama"]["expected_token_ids"]
-    assert probe.record_from_notebook(out) == record
+    assert probe.record_from_notebook(out) == {**record, "repro_script": None}
     assert str(REPO) not in record_path.read_text()  # no machine path in the record
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.ipynb", "r.json"]  # the early side file is gone
+
+
+def papermill_probe(tmp_path: Path, model_id: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``papermill notebooks/probe.ipynb out.ipynb -p model_id MODEL -p device cpu``, as a user types it."""
+    import os
+
+    command = [os.path.join(os.path.dirname(sys.executable), "papermill"), "notebooks/probe.ipynb"]
+    command += [str(tmp_path / "out.ipynb"), "-p", "model_id", model_id, "-p", "device", "cpu"]
+    command += ["-p", "record_path", str(tmp_path / "r.json")]
+    return subprocess.run(
+        command, cwd=REPO, capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})}
+    )
+
+
+def the_notebooks_error(out: Path) -> tuple[int, dict]:
+    """The executed notebook's error output: (the index of its cell among the code cells, the output)."""
+    cells = [cell for cell in nbformat.read(out, as_version=4).cells if cell.cell_type == "code"]
+    (found,) = [(i, o) for i, cell in enumerate(cells) for o in cell.get("outputs", []) if o.output_type == "error"]
+    return found
+
+
+@pytest.mark.parametrize(
+    ("model_id", "env", "sentence"),
+    [
+        (
+            "data/models/tiny-gtp2",
+            {},
+            "model_id 'data/models/tiny-gtp2' is no folder on this machine: did you mean 'data/models/tiny-gpt2'?",
+        ),
+        (
+            "HuggingFaceTB/SmolLM2-135M",
+            {"HF_HUB_OFFLINE": "1"},
+            "model_id 'HuggingFaceTB/SmolLM2-135M' could not be fetched: the Hub was not contacted: offline mode is on "
+            "(HF_HUB_OFFLINE=1) (model info); check the network (HF_ENDPOINT, HF_HUB_OFFLINE, a proxy) and run the probe again.",
+        ),
+        (
+            "HuggingFaceTB/SmolLM2-135M",
+            {"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:9", "MODEL_SUPPORT_HUB_BACKOFF_S": "0.01"},
+            "model_id 'HuggingFaceTB/SmolLM2-135M' could not be fetched: the Hub could not be reached",
+        ),
+    ],
+    ids=["typo", "offline", "unreachable"],
+)
+def test_a_model_that_is_not_there_stops_the_notebook_with_one_sentence(tmp_path, model_id, env, sentence):
+    """A typo in a local path, or a Hub id while the Hub cannot be reached, is the user's to fix, not the model's
+    verdict: the call cell stops with one sentence (the cell's whole traceback), papermill exits non-zero, and
+    no record is written."""
+    run = papermill_probe(tmp_path, model_id, {"HF_HUB_CACHE": str(tmp_path / "cache"), **env})
+    assert run.returncode != 0 and f"ModelUnavailable: {sentence}" in run.stderr, run.stderr[-3000:]
+    assert not (tmp_path / "r.json").exists()
+    cell, error = the_notebooks_error(tmp_path / "out.ipynb")
+    assert cell == 2  # the parameters, the injected parameters, then the call cell: the first that runs anything
+    assert error.ename == "ModelUnavailable" and error.traceback == [f"ModelUnavailable: {error.evalue}"]
+    assert error.evalue.startswith(sentence) and error.evalue.endswith((".", "?")) and "\n" not in error.evalue
 
 
 def test_a_bad_parameter_still_ends_the_notebook_with_a_verdict(tmp_path, fixture_models):

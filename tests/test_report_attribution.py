@@ -180,26 +180,28 @@ def test_report_leads_with_whose_failures(attr_report):
     assert re.sub(r"<[^>]+>", "", head) == "6 failures: stack 2, model 2, both 1, unknown 1"
     assert re.search(r"<dt>pass rate on the stack</dt><dd>50\.0% \(4 of 8", text)
     assert re.search(r"<dt>passed \(pass rate\)</dt><dd>4 \(40\.0%\)</dd>", text)
-    # What a porting team acts on first: the split, the failure modes, the diff; the breakdowns after.
+    # What a porting team acts on first: the verdicts, the diff, the split, the failure modes; the breakdowns
+    # after, and how the page is made last (render.layout.SECTIONS).
     order = [
+        "Verdicts",
+        "Changes since the baseline",
         "Whose failures",
         "Failure signatures",
-        "Changes since the baseline",
-        "Verdicts",
         "Pass rate by task, model type and size",
         "Timings",
         "CPU reference agreement",
         "History across sweeps",
         "Legend",
+        "About this report",
     ]
     positions = [text.index(f">{h}<") for h in order]
     assert positions == sorted(positions)
-    sigs = text[positions[1] : positions[2]]
+    sigs = text[positions[3] : positions[4]]
     assert "stack 2, model 1" in sigs and "<td>new</td>" in sigs
-    changes = text[positions[2] : positions[3]]
+    changes = text[positions[1] : positions[2]]
     assert changes.index("newly broken by the stack (1)") < changes.index("newly failing everywhere (1)")
     assert changes.index("org/m02") < changes.index("org/m03")
-    legend = text[positions[-1] :]
+    legend = text[positions[-2] : positions[-1]]
     for term, help_text in schema.ATTRIBUTION_HELP.items():
         assert f"<code>{term}</code>" in legend and help_text in legend
     assert "<code>pass rate on the stack</code>" in legend and "<code>pass rate</code>" in legend
@@ -388,7 +390,8 @@ def modes_report(modes_data) -> dict:
 def test_modes_section_in_the_report(modes_report):
     text = modes_report["text"]
     assert re.search(r"<dt>runs probed \(model x variant\)</dt><dd>8 \(2 models, 4 variants\)</dd>", text)
-    section = text[text.index('id="execution-modes"') : text.index(">Verdicts<")]
+    start = text.index('id="execution-modes"')
+    section = text[start : text.index("<h2", start)]
     assert "Pass eager, fail compiled (1 model)" in section and html.escape(SIG_DYNAMO) in section
     assert "count runs (model-variant pairs)" in section
     assert "compile_s median" in section and "recompilations" in section and "matches eager" in section

@@ -120,16 +120,16 @@ def checks_report(checks_data):
 def test_the_report_lists_suspect_passes_first_with_their_step(checks_report):
     text = checks_report["text"]
     assert re.search(r"<dt>suspect passes</dt><dd>3 \(2 diverge from the reference, 1 not fluent", text)
-    order = ["Whose failures", "Is a PASS right?", "Failure signatures", "Changes since the baseline"]
+    order = ["Changes since the baseline", "Whose failures", "Is a PASS right?", "Failure signatures"]
     positions = [text.index(f">{h}<") for h in order]
     assert positions == sorted(positions)
-    section = text[positions[1] : positions[2]]
+    section = text[positions[2] : positions[3]]
     lead = re.sub(r"<[^>]+>", "", re.search(r'<p class="ms-lead">(.*?)</p>', section).group(1))
     assert lead.startswith("7 passes: 3 suspect (2 diverge from the reference, 1 with no reference are not fluent)")
     listed = section[section.index("Suspect passes") : section.index("All passes")]
     assert listed.index("org/c2") < listed.index("org/c5") < listed.index("org/c3")
     assert "diverges at step" in listed and "step 3 of 8: KL 2.1 nats" in listed
-    changes = text[positions[3] :]
+    changes = text[positions[0] : positions[1]]
     assert changes.index("newly suspect (3)") < changes.index("no longer suspect (1)")
     assert "Is a PASS right? (what its check says)" in text  # the legend explains every kind
 

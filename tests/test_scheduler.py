@@ -192,7 +192,7 @@ def test_a_request_larger_than_the_machine_is_refused_with_one_sentence():
 
     with pytest.raises(ValueError, match="needs 16 devices"):
         consume(run_on_devices([1, 16], lambda need: need, scheduler, probe))
-    assert scheduler.acquire(8, timeout=1) == tuple(range(8))  # nothing leaked
+    assert scheduler.free == tuple(range(8)) and scheduler.closed  # nothing leaked; the run closed it
 
 
 def test_results_are_yielded_as_they_finish():
@@ -214,22 +214,29 @@ def test_results_are_yielded_as_they_finish():
 
 def test_closing_early_stops_the_rest_and_calls_on_stop():
     """Job 0 comes back at once; every other job that starts waits until on_stop lets it go (the
-    running probes being stopped): closing after the first result starts no further job."""
-    ran, gate = [], threading.Event()
+    running probes being stopped): closing after the first result starts no further job, and when
+    close returns no probe thread is left that could start one."""
+    ran, gate, stopping = [], threading.Event(), threading.Event()
 
     def probe(job, devices):
+        ran.append((job, stopping.is_set()))
         with devices():
-            ran.append(job)
             if job != 0:
                 assert gate.wait(30), "on_stop was not called"
         return job
 
-    results = run_on_devices(range(10_000), lambda j: 1, DeviceScheduler(4), probe, on_stop=gate.set)
+    def on_stop():
+        stopping.set()  # from here on, a probe that starts started after the close
+        gate.set()
+
+    results = run_on_devices(range(10_000), lambda j: 1, DeviceScheduler(4), probe, on_stop=on_stop)
     assert next(results) == 0
     results.close()  # returns once every started probe is over
     assert gate.is_set()
-    count = len(ran)
-    assert count <= 1 + 4 and len(ran) == count  # job 0, and at most one more per thread; none after close
+    started = [job for job, _ in ran]
+    assert sorted(started) == list(range(len(started))) and len(started) <= 1 + 4  # job 0, one more per thread
+    assert [job for job, after_close in ran if after_close] == []  # none after close
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("probe_")]  # none left to start one
 
 
 def test_an_error_in_a_probe_is_raised_after_its_devices_are_released():
@@ -243,7 +250,7 @@ def test_an_error_in_a_probe_is_raised_after_its_devices_are_released():
 
     with pytest.raises(RuntimeError, match="probe exploded"):
         consume(run_on_devices(["ok", "bad", "ok"], lambda j: 2, scheduler, probe))
-    assert scheduler.acquire(4, timeout=1) == (0, 1, 2, 3)
+    assert scheduler.free == (0, 1, 2, 3)  # released, though the run ended on the error (and closed it)
 
 
 def test_a_job_that_needs_no_device_holds_none():
@@ -305,3 +312,53 @@ def test_pinning_env():
     assert pinning_env("fake", (0, 1)) == {"FAKE_VISIBLE_DEVICES": "0,1"}
     with pytest.raises(ValueError, match="must be pinned to at least one device"):
         pinning_env("fake", ())
+
+
+def test_a_probe_waiting_for_devices_starts_nothing_after_a_stop():
+    """The stop kills the running probe, which gives its device back: the probe waiting for that device
+    must not be granted it and start (it would run a fresh model to its timeout in a stopped sweep)."""
+    scheduler, started, stopping = DeviceScheduler(2), [], threading.Event()
+
+    def probe(job, devices):
+        name, _need = job
+        with devices():
+            started.append(name)
+            if name == "running":
+                assert stopping.wait(30), "on_stop was not called"
+        return name
+
+    jobs = [("running", 1), ("quick", 1), ("waiting", 2)]
+    results = run_on_devices(jobs, lambda j: j[1], scheduler, probe, on_stop=stopping.set)
+    assert next(results) == "quick"
+    deadline = time.monotonic() + 30
+    while not scheduler._queue and time.monotonic() < deadline:  # "waiting" asks for both devices
+        time.sleep(0.01)
+    assert scheduler._queue, "the two-device job never asked for its devices"
+    results.close()  # the stop: "running" is let go (as a killed probe ends) and gives its device back
+    assert started == ["running", "quick"]
+    assert scheduler.free == (0, 1)  # every device back, none granted after the stop
+
+
+def test_a_closed_scheduler_grants_nothing_and_still_takes_devices_back():
+    from model_support.sweep.scheduler import SchedulerClosed
+
+    scheduler = DeviceScheduler(2)
+    held = scheduler.acquire(2)
+    waiter_error = []
+
+    def wait_for_one():
+        try:
+            scheduler.acquire(1)
+        except SchedulerClosed as error:
+            waiter_error.append(error)
+
+    thread = threading.Thread(target=wait_for_one)
+    thread.start()
+    while not scheduler._queue:
+        time.sleep(0.01)
+    scheduler.close()
+    thread.join(10)
+    assert waiter_error and not thread.is_alive()
+    scheduler.release(held)
+    with pytest.raises(SchedulerClosed):
+        scheduler.submit(1)

@@ -462,3 +462,19 @@ SP = "/opt/venv/lib/python3.12/site-packages"
 )
 def test_place_rule_on_paths(files, expected):
     assert failure_place(_frames(*files)) == expected
+
+
+def test_a_signature_cut_mid_word_ends_with_an_ellipsis():
+    """A message longer than the signature holds is cut at a word boundary (the key it always had), or inside
+    a word when that would lose over half: then it says it goes on. A column's cut always says so."""
+    from model_support.probe.signatures import ELLIPSIS, shorten
+
+    sig = failure_signature("RuntimeError", "failed at " + "x" * 300)
+    assert sig == "RuntimeError: failed at " + "x" * (MAX_SIGNATURE_LEN - 25) + ELLIPSIS
+    assert len(sig) == MAX_SIGNATURE_LEN
+    words = failure_signature("RuntimeError", "a failure message about a backend " * 10)
+    assert not words.endswith(ELLIPSIS) and words.split()[-1] in {"a", "failure", "message", "about", "backend"}
+    assert len(words) <= MAX_SIGNATURE_LEN
+    assert shorten("a failure message about a backend", 20) == "a failure message…"
+    assert shorten("x" * 300, 20) == "x" * 19 + ELLIPSIS
+    assert shorten("short enough", 20) == "short enough"

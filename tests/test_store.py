@@ -8,6 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from model_support.errors import UserError
 from model_support.fileio import atomic_write_json
 from model_support.record import schema, store
 from model_support.record.sweep_meta import ModelEntry, SweepMeta, safe_name
@@ -135,34 +136,105 @@ def test_the_declaration_gives_arrow_types_groups_and_versions():
         schema.names_in("hubb")
 
 
-def test_the_runners_record_is_made_where_the_probes_is():
-    """A probe that wrote no record gets one from the same constructor: the task's settings, variant and
-    the Hub's facts, as the probe's own record would carry them."""
+@pytest.mark.slow
+def test_the_runners_record_carries_what_the_probes_own_would(fixture_models):
+    """A probe that wrote no record (here: its notebook timed out) gets a stand-in from the runner that
+    says who, with which settings and Hub facts, as the probe's own record of the same task does (both
+    made by a real run of the probe notebook)."""
+    from model_support.probe import probe_params
     from model_support.probe.records import new_record
-    from model_support.sweep.worker.process import runner_failure
+    from model_support.sweep.worker.process import run_task
 
-    params = {"device": "cpu", "mode": "compile", "cache": "static", "max_new_tokens": 16, "reference": "none"}
-    facts = {"revision_sha": "abc", "download_s": 1.5, "download_bytes": 10, "pipeline_tag": "text-generation"}
+    params = {"device": "cpu", "mode": "eager", "cache": "static", "max_new_tokens": 4, "reference": "none"}
     task = {
         "sweep_id": "s",
-        "model_id": "org/m",
-        "source": "org/m",
+        "model_id": "local:tiny-llama",
+        "source": fixture_models["tiny-llama"]["path"],
         "params": params,
-        "variant": "compile+static+16t",
-        "timeout_s": 60,
-        "notebook_path": "sweeps/s/notebooks/org__m@compile+static+16t.ipynb",
-        "facts": facts,
+        "variant": probe_params.variant(params),
+        "timeout_s": 300,
+        "notebook_path": "sweeps/s/notebooks/tiny-llama@eager+static+4t.ipynb",
+        "hub": {"pipeline_tag": "text-generation", "license": "apache-2.0"},
     }
-    record = runner_failure(task, "ProbeTimeout", "timed out after 60 s", "the log\n", 0.0)
-    probe = new_record("org/m", params, "s", task["notebook_path"], facts)
-    same = ("sweep_id", "model_id", "variant", "mode", "cache", "max_new_tokens", "dtype", "prompt", "notebook_path")
-    assert {k: record[k] for k in same} == {k: probe[k] for k in same}
-    assert record["variant"] == "compile+static+16t" and record["dtype"] == "bfloat16"
-    assert {k: record[k] for k in facts} == facts
-    assert (record["status"], record["failure_stage"], record["failure_signature"]) == (
+    probe = run_task(task).record
+    record = run_task({**task, "timeout_s": 1}).record  # its first slow cell times out: the runner's record
+    assert probe["status"] == schema.PASS, probe["error_message"]
+    assert (record["status"], record["failure_stage"], record["error_type"]) == (
         "FAIL(other)",
         "runner",
-        "ProbeTimeout: timed out after <n> s",
+        "ProbeTimeout",
     )
+    same = (
+        *("sweep_id", "model_id", "revision", "variant", "mode", "cache", "max_new_tokens", "dtype", "prompt"),
+        *("seed", "trust_remote_code", "device_type", "notebook_path", "versions", "pipeline_tag", "license"),
+    )
+    assert {k: record[k] for k in same} == {k: probe[k] for k in same}
+    assert record["variant"] == "eager+static+4t" and record["license"] == "apache-2.0"
+    assert record["failure_signature"].startswith("ProbeTimeout: timed out after <n> s")
     with pytest.raises(KeyError, match="not Hub facts of a record: status"):
         new_record("org/m", params, facts={"status": "PASS"})
+
+
+def test_two_compactions_at_once_do_not_share_a_temporary_file(tmp_path):
+    """A second write of the same Parquet file starting while the first is under way (two compactions of a
+    sweep at once): each writes its own temporary file, both finish, the last one's rows are the file's."""
+    path = tmp_path / "results" / "sweep=s" / "part-0.parquet"
+    inner = [schema.empty_record(sweep_id="s", model_id="org/inner", status="PASS")]
+
+    def outer():
+        yield schema.empty_record(sweep_id="s", model_id="org/outer-1", status="PASS")
+        assert store.write_parquet(inner, path) == 1  # the other compaction, finished in the middle of this one
+        yield schema.empty_record(sweep_id="s", model_id="org/outer-2", status="PASS")
+
+    assert store.write_parquet(outer(), path, batch_rows=1) == 2
+    assert pq.read_table(path).column("model_id").to_pylist() == ["org/outer-1", "org/outer-2"]
+    assert sorted(p.name for p in path.parent.iterdir()) == ["part-0.parquet"]  # no temporary file left
+
+
+@pytest.fixture
+def sweep_held_elsewhere(tmp_path):
+    """Sweep s1 with its lock held by another process (as a running sweep's runner holds it)."""
+    import subprocess
+    import sys
+
+    make_sweep(tmp_path, "s1", {"org/a": "PASS"})
+    code = (
+        "import sys; from pathlib import Path; from model_support.record import store\n"
+        f"with store.SweepLock(store.sweep_dir(Path({str(tmp_path)!r}), 's1')):\n"
+        "    print('held', flush=True); sys.stdin.read()\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield tmp_path
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+
+
+def test_a_running_sweeps_files_are_rewritten_by_no_other_command(sweep_held_elsewhere):
+    """aggregate, exclude, include and push --logs (compact, set_exclusion, set_published_logs) and push
+    (writing_all) refuse, in one sentence, while another process writes the sweep; nothing changed."""
+    data_dir = sweep_held_elsewhere
+    refusal = r"^Sweep folder .*s1 is being written by another running sweep; wait for it to finish\.$"
+    for attempt in (
+        lambda: store.compact(data_dir, "s1"),
+        lambda: store.set_exclusion(data_dir, "s1", "broken stack"),
+        lambda: store.set_exclusion(data_dir, "s1", None),
+        lambda: store.set_published_logs(data_dir, "s1", {"repo": "o/d", "bucket": None, "url": "https://x/"}),
+    ):
+        with pytest.raises(UserError, match=refusal):
+            attempt()
+    with pytest.raises(UserError, match=refusal), store.writing_all(data_dir):
+        pass
+    assert not store.parquet_file(data_dir, "results", "s1").exists()
+    assert store.exclusion(data_dir, "s1") is None and store.published_logs(data_dir, "s1") is None
+
+
+def test_the_holder_of_a_sweeps_lock_compacts_it_and_a_second_holder_is_refused(tmp_path):
+    make_sweep(tmp_path, "s1", {"org/a": "PASS"})
+    with store.SweepLock(store.sweep_dir(tmp_path, "s1")):
+        assert store.compact(tmp_path, "s1") == (1, 0)  # the runner, at the end of its run
+        with pytest.raises(UserError, match="being written by another running sweep"):
+            store.SweepLock(store.sweep_dir(tmp_path, "s1")).__enter__()
+    assert store.compact(tmp_path, "s1") == (1, 0)  # released: anyone may

@@ -260,3 +260,66 @@ def test_aggregate_notebook_gives_the_same_bytes_as_the_cli(smoke_sweep, tmp_pat
         "aggregate.ipynb", tmp_path / "aggregate.ipynb", sweep_id=smoke_sweep["sweep_id"], data_dir=str(data_dir)
     )
     assert path.read_bytes() == before
+
+
+def test_a_kernel_that_never_starts_leaves_the_model_pending_not_failed(fixture_models, tmp_path):
+    """With too few open files the probe's kernel never answers: that says nothing about the model, so no
+    FAIL row, no report traceback; it is retried, then left pending with the cause and --resume."""
+    params_file = small_params(tmp_path, fixture_models, ["tiny-gpt2"])
+    data_dir = tmp_path / "data"
+    command = " ".join([*CLI, "sweep", str(params_file), "--data-dir", str(data_dir), "--workers", "1"])
+    run = subprocess.run(
+        ["bash", "-c", f"ulimit -n 60; exec {command}"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "MODEL_SUPPORT_KERNEL_START_S": "10"},
+    )
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr[-3000:]
+    sweep_id = the_sweep_dir(data_dir).name
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("1 model could not be probed (the probe"), last
+    assert "the open-files limit here is 60" in last and f"model-support sweep --resume {sweep_id}" in last
+    assert records_in(data_dir) == 0  # never a FAIL row
+    pending = store.read_pending(data_dir, sweep_id)
+    assert [p["problem"] for p in pending.values()] == ["harness"]
+    assert "tried 2 times" in next(iter(pending.values()))["reason"]
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_stopped_sweep_starts_no_probe_ends_in_seconds_and_says_how_to_finish(fixture_models, tmp_path, stop):
+    """A two-device model runs while a hanging one waits for a device: the stop kills the first, and the
+    device it gives back must not start the waiting one (it would hang to its 600 s timeout)."""
+    path = tmp_path / "stop.yaml"
+    models = [
+        {"id": fixture_models["sharded-llama"]["path"], "overrides": {"devices": "2"}},
+        {"id": fixture_models["fail-hang"]["path"], "overrides": {"trust_remote_code": True}},
+    ]
+    body = {"name": "stop", "probe": {"device": "cpu", "reference": "none"}, "models": models, "timeout_s": 600}
+    path.write_text(yaml.safe_dump(body))
+    data_dir = tmp_path / "data"
+    runner = subprocess.Popen(
+        [*CLI, "sweep", str(path), "--data-dir", str(data_dir), "--workers", "2", "--no-report"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    import psutil
+
+    def probes():
+        return [p for p in psutil.process_iter(["cmdline"]) if str(data_dir) in " ".join(p.info["cmdline"] or [])]
+
+    try:
+        wait_for(lambda: probes())
+        time.sleep(3)
+        runner.send_signal(stop)
+        out, err = runner.communicate(timeout=60)  # within seconds, not the waiting model's timeout
+    finally:
+        runner.kill()
+    sweep_id = the_sweep_dir(data_dir).name
+    assert runner.returncode == 1 and "Traceback" not in err, err[-3000:]
+    assert err.strip().splitlines()[-1] == (
+        f"Error: The sweep was stopped: 0 of 2 stored; `model-support sweep --resume {sweep_id}` finishes it."
+    )
+    assert not (store.sweep_dir(data_dir, sweep_id) / "logs").exists()  # nothing started after the stop
+    wait_for(lambda: not probes(), timeout=30)  # and nothing left running

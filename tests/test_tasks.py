@@ -82,16 +82,25 @@ def test_auto_decides_from_the_pipeline_tag_else_the_config(fixture_models):
     }
 
 
-def test_a_sweep_decides_auto_by_the_pipeline_tag_and_excludes_other_tasks_before_downloading():
+def test_a_sweep_decides_auto_by_the_pipeline_tag_and_excludes_other_tasks_before_downloading(tmp_path, fixture_models):
+    """What the probe ran as, read off its record: tiny-gemma3 is in both auto classes (the config alone makes it
+    a VLM); a sweep whose Hub tag says text-generation probes it as text-generation, through the notebook."""
     base = {"model_id": "org/m", "source": "org/never-downloaded", "variant": None, "params": {"task": "auto"}}
-    assert process.with_task({**base, "hub": {"pipeline_tag": "image-text-to-text"}})["params"]["task"] == (
-        "image-text-to-text"
-    )
-    assert process.with_task({**base, "hub": {}})["params"]["task"] == "auto"  # the config decides, in the probe
-    chosen = {**base, "params": {"task": "text-generation"}, "hub": {"pipeline_tag": "fill-mask"}}
-    assert process.with_task(chosen) == chosen  # an explicit task is kept
     result = process.run_task({**base, "hub": {"pipeline_tag": "fill-mask"}})
     assert result.record is None and result.excluded.startswith("the Hub lists this model as fill-mask")
+    task = {
+        "sweep_id": "s",
+        "model_id": "org/tiny-gemma3",
+        "source": fixture_models["tiny-gemma3"]["path"],
+        "params": {"device": "cpu", "reference": "none", "task": "auto", "max_new_tokens": 4},
+        "variant": "eager+dynamic+4t",
+        "timeout_s": 300,
+        "notebook_path": "sweeps/s/notebooks/org__tiny-gemma3.ipynb",
+        "hub": {"pipeline_tag": "text-generation"},
+    }
+    record = process.run_task(task).record
+    assert (record["task"], record["image_sha256"]) == ("text-generation", None), record["error_message"]
+    assert record["status"] == schema.PASS, record["error_message"]
 
 
 def test_processor_files_are_downloaded_with_the_model():
@@ -340,6 +349,7 @@ def test_debug_hooks_the_vision_tower_and_the_projector(fixture_models):
     assert steps["ok"] and steps["output_token_ids"] == fixture_models["tiny-llava"]["expected_token_ids"]
 
 
+@pytest.mark.slow  # a compile, a sweep or a sharded run: not in make test-fast
 def test_a_vlm_runs_tensor_parallel_by_its_language_models_plan(fixture_models):
     from model_support.probe import sharded
 
@@ -348,6 +358,7 @@ def test_a_vlm_runs_tensor_parallel_by_its_language_models_plan(fixture_models):
     assert (result["task"], result["image_tokens"], result["tokens_out"]) == ("image-text-to-text", 16, 8)
 
 
+@pytest.mark.slow  # a compile, a sweep or a sharded run: not in make test-fast
 def test_a_hub_sweep_of_image_text_to_text_models_by_their_pipeline_tag(fixture_models, tmp_path):
     """``models_from_hub: {task: image-text-to-text}`` lists the Hub's VLMs and probes them as such (their
     processor files downloaded with them); a listed model the Hub tags with another task is an excluded row,
@@ -416,6 +427,7 @@ def test_a_hub_sweep_of_image_text_to_text_models_by_their_pipeline_tag(fixture_
     assert ("fixtures/tiny-llava", "processor_config.json") in fetched  # the processor comes with the model
 
 
+@pytest.mark.slow  # a compile, a sweep or a sharded run: not in make test-fast
 def test_a_vlm_runs_compiled_with_a_static_cache(fixture_models):
     record = probe.run_probe(
         fixture_models["tiny-llava"]["path"], device="cpu", reference="none", mode="compile", cache="static"

@@ -8,13 +8,14 @@ and exit status 2, never a bare stack trace. ``--data-dir`` is one shared option
 from __future__ import annotations
 
 import functools
+import signal
 import sys
 from collections import Counter
 from pathlib import Path
 
 import click
 
-from .errors import StorageFull, UserError
+from .errors import Interrupted, StorageFull, UserError
 from .paths import DATA_DIR_VAR
 
 
@@ -33,16 +34,17 @@ def data_dir_option(command):
 
 def user_errors(command):
     """A UserError becomes click's usage error (one sentence, exit status 2); a StorageFull (the data
-    folder could not be written) one sentence with exit status 1. ``--debug`` shows the traceback."""
+    folder could not be written) or an Interrupted (a sweep stopped early) one sentence with exit status 1.
+    ``--debug`` shows the traceback."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         try:
             return command(*args, **kwargs)
-        except (UserError, StorageFull) as exc:
+        except (UserError, StorageFull, Interrupted) as exc:
             if click.get_current_context().find_root().params.get("debug"):
                 raise
-            if isinstance(exc, StorageFull):
+            if isinstance(exc, (StorageFull, Interrupted)):
                 raise click.ClickException(str(exc)) from None
             raise click.UsageError(str(exc)) from None
 
@@ -86,6 +88,20 @@ def main(debug):
 @user_errors
 def sweep(params_file, data_dir, workers, executor, prefetch, resume, report):
     """Run the probe notebook once per model of PARAMS_FILE (YAML) and publish the results."""
+    if params_file is None and resume is None:
+        raise UserError("Give a sweep definition such as params/smoke.yaml, or --resume SWEEP_ID.")
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)  # SIGTERM stops the sweep as Ctrl-C does, in one sentence
+    try:
+        _sweep(params_file, data_dir, workers, executor, prefetch, resume, report)
+    except KeyboardInterrupt:  # before the sweep was written (or after its end): nothing to finish
+        raise Interrupted("The sweep was stopped before it started; nothing was written.") from None
+
+
+def _stop_on_sigterm(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _sweep(params_file, data_dir, workers, executor, prefetch, resume, report):
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -101,8 +117,6 @@ def sweep(params_file, data_dir, workers, executor, prefetch, resume, report):
     from .sweep import definition as params_mod
     from .sweep import runner as sweep_mod
 
-    if params_file is None and resume is None:
-        raise UserError("Give a sweep definition such as params/smoke.yaml, or --resume SWEEP_ID.")
     definition = params_mod.load(params_file) if params_file else None
     if resume:
         store.read_sweep(data_dir, resume)  # an unknown id is refused before the progress bar starts
@@ -150,21 +164,61 @@ def sweep(params_file, data_dir, workers, executor, prefetch, resume, report):
         )
     click.echo(f"records:  {data_dir / 'sweeps' / summary['sweep_id']}")
     click.echo(f"dataset:  {data_dir / 'results'} and {data_dir / 'excluded'} (card: {data_dir / 'README.md'})")
+    rendered = True
     if report:
-        _render(data_dir, summary["sweep_id"], None)
+        try:
+            rendered = _report_after_sweep(data_dir, summary)
+        except KeyboardInterrupt:
+            raise Interrupted(
+                f"Stopped while rendering the report of {summary['sweep_id']}: the records and Parquet files are "
+                f"complete; `model-support report {summary['sweep_id']}` renders it."
+            ) from None
     if summary["pending"]:  # not probed, not failed: the environment kept them; say so, and how to finish
         click.echo(pending_sentence(summary["sweep_id"], summary["pending"]), err=True)
+    if summary["pending"] or not rendered:
         raise SystemExit(1)
 
 
 def pending_sentence(sweep_id: str, pending: dict) -> str:
-    """The one sentence a sweep ends with when the environment kept models from being probed."""
+    """The one sentence a sweep ends with when the environment kept models from being probed: downloads
+    (the network, the disk), or the harness (a kernel that never started: the first cause, named)."""
     n = len(pending)
+    them = "them" if n != 1 else "it"
+    harness = [p for p in pending.values() if p.get("problem") == "harness"]
+    if harness:
+        return (
+            f"{n} model{'s' if n != 1 else ''} could not be probed ({harness[0]['reason']}): fix that, then run "
+            f"`model-support sweep --resume {sweep_id}` to finish {them}."
+        )
     problems = ", ".join(sorted({p.get("problem") or "network" for p in pending.values()}))
     return (
         f"{n} model{'s' if n != 1 else ''} could not be downloaded ({problems}): run "
-        f"`model-support sweep --resume {sweep_id}` to finish {'them' if n != 1 else 'it'}."
+        f"`model-support sweep --resume {sweep_id}` to finish {them}."
     )
+
+
+def _report_after_sweep(data_dir: Path, summary: dict) -> bool:
+    """The sweep's report, or one sentence why there is none: no model stored yet, or rendering failed
+    (the records are safe either way; a full disk is ``_render``'s StorageFull). False when it failed."""
+    sweep_id = summary["sweep_id"]
+    if not any(summary["rows"]):  # no result row and no excluded row: nothing to report on
+        click.echo(f"report:   none (no model of {sweep_id} is stored yet)", err=True)
+        return True
+    try:
+        _render(data_dir, sweep_id, None)
+    except (UserError, StorageFull):
+        raise
+    except Exception as exc:  # noqa: BLE001 - one sentence; --debug shows the traceback
+        if click.get_current_context().find_root().params.get("debug"):
+            raise
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        click.echo(
+            f"Could not render the report of {sweep_id} ({type(exc).__name__}: {first}); the records and Parquet "
+            f"files are complete: run `model-support report {sweep_id}` once that is fixed.",
+            err=True,
+        )
+        return False
+    return True
 
 
 def _render(data_dir: Path, sweep_id: str, baseline: str | None) -> None:
@@ -245,16 +299,26 @@ def include(sweep_id, data_dir):
     click.echo(f"{sweep_id}: included ({results} result rows, {excluded} excluded rows)")
 
 
+def sweep_model_arguments(variant_help: str):
+    """SWEEP_ID MODEL, --data-dir and --variant: a command about one row of a sweep (debug, repro)."""
+
+    def apply(command):
+        for decorate in reversed(
+            (
+                click.argument("sweep_id"),
+                click.argument("model"),
+                data_dir_option,
+                click.option("--variant", default=None, metavar="VARIANT", help=variant_help),
+            )
+        ):
+            command = decorate(command)
+        return command
+
+    return apply
+
+
 @main.command()
-@click.argument("sweep_id")
-@click.argument("model")
-@data_dir_option
-@click.option(
-    "--variant",
-    default=None,
-    metavar="VARIANT",
-    help="Debug in a variant's settings (e.g. compile+static): mode, cache and token count.",
-)
+@sweep_model_arguments("Debug in a variant's settings (e.g. compile+static): mode, cache and token count.")
 @click.option(
     "-p",
     "--parameter",
@@ -275,20 +339,42 @@ def debug(sweep_id, model, data_dir, variant, parameters):
     import yaml
 
     from . import debug as debug_mod
-    from .record import store
 
     overrides = {name: yaml.safe_load(value) for name, value in parameters}  # 0.5 -> float, as papermill's -y
+    run = debug_mod.prepare_debug(data_dir, sweep_id, model, parameters=overrides, variant=variant)
+    if run.stack_note:  # the notebook runs on the stack here: say so before it runs
+        click.echo(run.stack_note)
     try:
-        path = debug_mod.run_debug_notebook(data_dir, sweep_id, model, parameters=overrides, variant=variant)
+        path = debug_mod.execute_debug(run)
     except papermill.PapermillExecutionError as exc:
-        entry = debug_mod.resolve_model(store.read_sweep(data_dir, sweep_id), model)
-        click.echo(
-            f"debug notebook stopped at a cell error ({exc.ename}): "
-            f"{debug_mod.debug_notebook_path(data_dir, sweep_id, entry.model_id, variant=variant)}"
-        )
+        said = next((line.strip() for line in str(exc.evalue).splitlines() if line.strip()), "")
+        click.echo(f"debug notebook stopped at a cell error: {exc.ename}" + (f": {said}" if said else ""))
+        click.echo(f"debug notebook: {run.out}")
         raise SystemExit(1) from None
     click.echo(f"debug notebook: {path}")
     click.echo(debug_mod.summary_text(debug_mod.debug_result_from_notebook(path)))
+    if run.stack_note:  # the conclusion above is this stack's: said again where it is read
+        click.echo(f"stack:      this environment's, not the one sweep {sweep_id} ran on (see the first line)")
+
+
+@main.command()
+@sweep_model_arguments("The row of a variant of the sweep's matrix (e.g. compile+static).")
+@user_errors
+def repro(sweep_id, model, data_dir, variant):
+    """Print the standalone script that reproduces MODEL's probe (id or unique fragment) in SWEEP_ID.
+
+    It runs with plain python (`model-support repro S M > run.py; python run.py`), imports nothing of
+    this package, and prints the probe's verdict and token ids as one JSON line.
+    """
+    from .debug import resolve_model
+    from .probe import probe_params
+    from .probe import repro as repro_mod
+    from .record import store
+
+    if variant is not None:
+        variant = probe_params.variant(probe_params.parse_variant(variant))
+    entry = resolve_model(store.read_sweep(data_dir, sweep_id), model)
+    click.echo(repro_mod.script_for(data_dir, sweep_id, entry.model_id, variant), nl=False)
 
 
 @main.command()

@@ -15,6 +15,16 @@ from pathlib import Path
 NOTEBOOK_KEY = "model_support"
 
 
+def size_text(nbytes: float) -> str:
+    """A size on disk or on the wire in decimal units, as the Hub and ``cache.max_gb`` count them
+    (1 KB = 1e3, 1 MB = 1e6, 1 GB = 1e9 bytes): ``16.1 GB``. Memory (host RAM, device HBM) is counted in
+    binary units and labelled so (MiB, GiB): the records' ``*_mem_mb`` fields hold MiB."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if abs(nbytes) >= scale:
+            return f"{nbytes / scale:.3g} {unit}"
+    return f"{int(nbytes)} bytes"
+
+
 def kv_table(rows, title: str | None = None, color: str | None = None) -> str:
     """A two-column (name, value) HTML table; rows whose value is None are left out."""
     body = "".join(

@@ -13,6 +13,8 @@ from .config import CONFIG_VAR
 
 
 class PretendAdapter(AcceleratorAdapter):
+    config_vars = (CONFIG_VAR,)  # the faults the stack has: a different value is a different stack
+
     def hardware_visible(self) -> bool:
         return CONFIG_VAR in os.environ
 

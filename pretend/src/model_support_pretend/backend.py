@@ -26,6 +26,14 @@ def operator(name: str):
         return None
 
 
+def _never_reaches_a_backend(op) -> bool:
+    """``op`` (its default overload, for a name without one: what models call) is composite
+    (``tensor.composite``): a backend receives its parts instead, so a fault on it would never happen."""
+    if not isinstance(op, torch._ops.OpOverload):
+        op = getattr(op, "default", None) or getattr(op, op.overloads()[0])
+    return _tensor.composite(op)
+
+
 def _check_ops(config: Config) -> None:
     """Every operator a fault names must exist: a typo would otherwise be a fault that never happens."""
     from .config import CONFIG_VAR, PretendConfigError
@@ -36,6 +44,11 @@ def _check_ops(config: Config) -> None:
                 raise PretendConfigError(
                     f"{CONFIG_VAR}: {key} names {name!r}, which is no operator torch knows; write it as 'aten::rsqrt' "
                     "(or 'aten::add.Tensor' for one overload)."
+                )
+            if _never_reaches_a_backend(operator(name)):
+                raise PretendConfigError(
+                    f"{CONFIG_VAR}: {key} names {name!r}, which no backend receives: it reaches a backend as the "
+                    "operators it decomposes into (aten::linear as aten::mm or aten::addmm); name one of those."
                 )
 
 

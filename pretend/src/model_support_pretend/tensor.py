@@ -228,8 +228,31 @@ def _on_cpu(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
+#: Per operator: whether it has a ``CompositeImplicitAutograd`` kernel (``composite``), asked once each.
+_COMPOSITE: dict = {}
+
+
+def composite(func) -> bool:
+    """Whether ``func`` is one a compiled backend never sees whole: an operator with a
+    ``CompositeImplicitAutograd`` kernel (``aten::linear``, ``aten::matmul``,
+    ``aten::scaled_dot_product_attention``) reaches a C++ backend as the operators it decomposes into, in
+    every mode, unless the backend registers the composite itself. Under ``torch.inference_mode()`` it reaches
+    a Python backend whole instead (the autograd keys that would decompose it are skipped)."""
+    known = _COMPOSITE.get(func)
+    if known is None:
+        known = _COMPOSITE[func] = torch._C._dispatch_has_kernel_for_dispatch_key(
+            func.name(), "CompositeImplicitAutograd"
+        )
+    return known
+
+
 def run(func, args, kwargs):
-    """One operator on the pretend device (see the module docstring)."""
+    """One operator on the pretend device (see the module docstring). A composite operator runs as its
+    parts (``composite``), each of them through here with its own faults, as a C++ backend receives it."""
+    if composite(func):
+        out = func.decompose(*args, **kwargs)
+        if out is not NotImplemented:
+            return out
     act_out_faults(func)
     leaves = tree_flatten((args, kwargs))[0]
     target = _target_device(leaves)

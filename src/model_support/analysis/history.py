@@ -2,13 +2,15 @@
 
 A sweep is known by its ``sweeps/<id>/sweep.json`` (read through ``sweep_meta.SweepMeta``, whatever
 version wrote it) or by rows in either config. ``label`` (name and UTC time, from
-``sweep_meta.parse_sweep_id``) is what charts and tables show for a sweep.
+``sweep_meta.parse_sweep_id``, finer where two sweeps would read the same: ``sweep_labels``) is what charts
+and tables show for a sweep.
 """
 
 from __future__ import annotations
 
 import glob
 import json
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -48,6 +50,38 @@ def sweep_label(sweep_id: str, created: datetime | None = None) -> str:
     parsed = parse_sweep_id(sweep_id)
     when = parsed.time or created
     return f"{parsed.name} {when:%Y-%m-%d %H:%M}" if when else parsed.name
+
+
+#: How finely a sweep's UTC time is shown, coarsest first (``sweep_labels``).
+_TIME_FORMATS = ("%Y-%m-%d", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S")
+
+
+def sweep_labels(sweep_ids: list[str], created: list[datetime | None] | None = None, coarsest: int = 1) -> list[str]:
+    """Labels that tell the sweeps apart: name and UTC time (from the id, else ``created``), shown to the
+    minute (``coarsest=1``; ``0``: the date) and finer only where two would read the same: the seconds of
+    two sweeps started in the same minute, then the id's suffix of two started in the same second; an id
+    that still reads like another's is shown whole. A chart axis with one category per label never draws
+    two sweeps as one."""
+    parsed = [parse_sweep_id(i) for i in sweep_ids]
+    times = [p.time or (created[k] if created else None) for k, p in enumerate(parsed)]
+
+    def label(k: int, level: int) -> str:
+        p, when = parsed[k], times[k]
+        if when is None:
+            return p.name
+        text = f"{p.name} {when:{_TIME_FORMATS[min(level, len(_TIME_FORMATS) - 1)]}}"
+        return f"{text} {p.suffix}" if level >= len(_TIME_FORMATS) and p.suffix else text
+
+    levels = [coarsest] * len(sweep_ids)
+    labels = [label(k, coarsest) for k in range(len(sweep_ids))]
+    for _ in range(len(_TIME_FORMATS) + 1 - coarsest):
+        seen = Counter(labels)
+        for k, text in enumerate(labels):
+            if seen[text] > 1:
+                levels[k] += 1
+                labels[k] = label(k, levels[k])
+    seen = Counter(labels)
+    return [text if seen[text] == 1 else sweep_ids[k] for k, text in enumerate(labels)]
 
 
 def sweep_stats(results: Frame) -> pl.LazyFrame:
@@ -172,6 +206,13 @@ def sweep_index(data_dir: Path | str, stats: pl.DataFrame | None = None, cache_d
                 "params_file": info["params_file"] if info else None,
             }
         )
+    records.sort(
+        key=lambda r: (r["created_at"] is None, r["created_at"] or datetime.min.replace(tzinfo=UTC), r["sweep_id"])
+    )
+    ids: list[str] = [str(r["sweep_id"]) for r in records]
+    times: list[datetime | None] = [r["created_at"] if isinstance(r["created_at"], datetime) else None for r in records]
+    for record, text in zip(records, sweep_labels(ids, times)):
+        record["label"] = text  # two sweeps started in the same minute read apart
     frame = pl.DataFrame(
         records,
         schema={
@@ -250,7 +291,7 @@ def _history_q(stats: pl.DataFrame, sweeps: pl.DataFrame | None, excluded: Frame
     if sweeps is None:
         ids = stats["sweep_id"].unique().to_list()
         order = pl.LazyFrame(
-            {"sweep_id": ids, "name": [parse_sweep_id(i).name for i in ids], "label": [sweep_label(i) for i in ids]},
+            {"sweep_id": ids, "name": [parse_sweep_id(i).name for i in ids], "label": sweep_labels(ids)},
             schema={"sweep_id": pl.String, "name": pl.String, "label": pl.String},
         ).join(
             per_sweep.select(

@@ -14,12 +14,22 @@ from .compare import (
     generate_steps,
     load_for_debug,
     load_reference,
+    named_operator,
     offender_reason,
     reference_numerics,
     summary_text,
 )
 from .compiled import explain_graph_breaks, graph_breaks_html
-from .runner import debug_notebook_path, debug_parameters, resolve_model, run_debug_notebook
+from .runner import (
+    DebugRun,
+    debug_notebook_path,
+    debug_parameters,
+    execute_debug,
+    prepare_debug,
+    resolve_model,
+    run_debug_notebook,
+)
+from .stack import stack_difference
 from .tracer import (
     ROOT_LABEL,
     ForwardTrace,

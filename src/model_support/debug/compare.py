@@ -14,6 +14,7 @@ read back).
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from ..probe import agreement, probe_core, provenance
@@ -427,11 +428,11 @@ def conclusion(result: dict) -> str:
         if (device["error_type"], device["module"]) == (reference["error_type"], reference["module"]):
             return "fails the same way on the CPU reference: not specific to this device"
         return (
-            f"fails on the CPU reference too, but differently: {device['error_type']} in {_where(device)} on the "
-            f"device, {reference['error_type']} in {_where(reference)} on the reference"
+            f"fails on the CPU reference too, but differently: {_error(device)} in {_where(device)} on the "
+            f"device, {_error(reference)} in {_where(reference)} on the reference"
         )
     if device:
-        return f"only the device fails: first in {_where(device)}, {device['error_type']}"
+        return f"only the device fails: first in {_where(device)}, {_error(device)}"
     offender = result.get("first_offender")
     numerics = result.get("numerics") or {}
     if offender:
@@ -447,6 +448,22 @@ def _where(failure: dict) -> str:
     )
 
 
+#: A dispatcher operator as error messages name it: ``aten::rsqrt``, ``aten::add.Tensor``, ``prims::convert``.
+_OPERATOR = re.compile(r"\b[a-z_][a-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?")
+
+
+def named_operator(failure: dict | None) -> str | None:
+    """The operator a failure's message names (``aten::rsqrt`` of a backend without that kernel), or None."""
+    found = _OPERATOR.search((failure or {}).get("error_message") or "")
+    return found.group(0) if found else None
+
+
+def _error(failure: dict) -> str:
+    """The exception's type, and the operator when its message names one: ``NotImplementedError on aten::rsqrt``."""
+    operator = named_operator(failure)
+    return failure["error_type"] + (f" on {operator}" if operator else "")
+
+
 def summary_text(result: dict) -> str:
     """Three lines for the terminal: where the forward breaks, where it diverges, where generate fails."""
     failure = result.get("forward_failure")
@@ -454,12 +471,14 @@ def summary_text(result: dict) -> str:
     generation = result.get("generation") or {}
     lines = [
         f"conclusion: {conclusion(result)}",
-        f"forward:    {'raises in ' + failure['module'] + ' (' + failure.get('class', '') + ')' if failure else 'runs'}",
+        f"forward:    {'raises ' + _error(failure) + ' in ' + _where(failure) if failure else 'runs'}",
         f"divergence: {offender['module'] + ': ' + offender['reason'] if offender else 'none above tolerance ' + str(result.get('tolerance'))}",
     ]
     if generation and not generation.get("ok", True):
+        failed = generation.get("failure")
         lines.append(
             f"generate:   fails at step {generation.get('step')} (sequence length {generation.get('seq_len')})"
+            + (f": {_error(failed)} in {_where(failed)}" if failed else "")
         )
     elif generation:
         lines.append(

@@ -1,12 +1,16 @@
 """Run the debug notebook for one model of a sweep, with that sweep's settings.
 
-``run_debug_notebook`` executes ``notebooks/debug.ipynb`` (through ``worker.notebooks``, as every
-notebook run of ours) into ``<sweep_dir>/debug/<safe_name>.ipynb``. Its parameters follow the one
-declaration in ``probe_params.DEBUG_PARAMS``.
+``run_debug_notebook`` executes ``notebooks/debug.ipynb`` (through ``engine.notebooks``, as every
+notebook run of ours) into ``<sweep_dir>/debug/<safe_name>.ipynb`` (then ``-2``, ``-3``...: an earlier debug
+notebook is never overwritten). Its parameters follow the one declaration in ``probe_params.DEBUG_PARAMS``.
+Before it runs, ``prepare_debug`` compares this environment's stack with the sweep's (``stack``): the notebook
+runs on the stack here, which in a porting loop is often not the sweep's.
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import paths
@@ -48,9 +52,28 @@ def resolve_model(meta: SweepMeta, model: str) -> ModelEntry:
 
 
 def debug_notebook_path(data_dir, sweep_id: str, model_id: str, out_dir=None, variant: str | None = None) -> Path:
-    """Where ``run_debug_notebook`` writes: ``<out_dir or sweep_dir/debug>/<model[@variant]>.ipynb``."""
+    """Where the next ``run_debug_notebook`` of this model writes: ``<out_dir or sweep_dir/debug>/<model[@variant]>.ipynb``
+    for the first, then ``<model[@variant]>-2.ipynb``, ``-3``...: an earlier debug notebook (of another stack,
+    other parameters) is never overwritten."""
     folder = Path(out_dir) if out_dir is not None else store.sweep_dir(data_dir, sweep_id) / "debug"
-    return folder / f"{store.stem(model_id, variant)}.ipynb"
+    name = store.stem(model_id, variant)
+    path, number = folder / f"{name}.ipynb", 1
+    while path.exists():
+        number += 1
+        path = folder / f"{name}-{number}.ipynb"
+    return path
+
+
+def _reserve(data_dir, sweep_id: str, model_id: str, out_dir, variant: str | None) -> Path:
+    """``debug_notebook_path``, created empty at once (two debug runs started together take two numbers)."""
+    while True:
+        path = debug_notebook_path(data_dir, sweep_id, model_id, out_dir, variant)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with open(path, "x"):
+                return path
+        except FileExistsError:
+            continue
 
 
 def debug_parameters(meta: SweepMeta, entry: ModelEntry, extra: dict | None = None) -> dict:
@@ -66,6 +89,61 @@ def debug_parameters(meta: SweepMeta, entry: ModelEntry, extra: dict | None = No
     return {key: value for key, value in merged.items() if key in declared}
 
 
+@dataclass
+class DebugRun:
+    """One debug run, prepared: the model's entry, the notebook's parameters, where it writes, and the
+    sentence to print before it runs when this environment's stack is not the sweep's (``stack.stack_difference``)."""
+
+    entry: ModelEntry
+    parameters: dict
+    out: Path
+    stack_note: str | None
+
+
+def prepare_debug(
+    data_dir, sweep_id: str, model: str, out_dir=None, *, parameters: dict | None = None, variant: str | None = None
+) -> DebugRun:
+    """Everything ``run_debug_notebook`` checks and decides before the notebook runs (bad input is a UserError);
+    the output path is reserved (created empty)."""
+    from ..probe.probe_core import NOT_AVAILABLE, fused_eager_missing
+    from .stack import stack_difference
+
+    meta = store.read_sweep(data_dir, sweep_id)
+    entry = resolve_model(meta, model)
+    if variant:  # the variant's settings (mode, cache, tokens), under any explicit -p override
+        try:
+            parameters = {**probe_params.parse_variant(variant), **(parameters or {})}
+        except probe_params.ParameterError as exc:
+            raise UserError(str(exc)) from None
+    params = debug_parameters(meta, entry, parameters)
+    if params.get("mode") == "fused" and params.get("device") not in ("tpu", "auto"):  # a TPU's mode only
+        raise UserError(f"{NOT_AVAILABLE}: {fused_eager_missing(params['device'])}.")
+    note = stack_difference(meta, _recorded(data_dir, sweep_id, entry.model_id, variant))
+    out = _reserve(data_dir, sweep_id, entry.model_id, out_dir, variant)
+    return DebugRun(entry, params, out, note)
+
+
+def _recorded(data_dir, sweep_id: str, model_id: str, variant: str | None) -> dict | None:
+    path = store.record_file(data_dir, sweep_id, model_id, variant)
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def execute_debug(run: DebugRun, *, execution_timeout: float | None = None) -> Path:
+    """Execute ``notebooks/debug.ipynb`` as ``run`` prepared it; returns ``run.out``. A run that wrote nothing
+    (the kernel never started) leaves no empty file behind."""
+    from ..engine.notebooks import run_notebook
+
+    try:
+        return run_notebook(paths.notebook("debug"), run.out, run.parameters, timeout=execution_timeout)
+    except BaseException:
+        if run.out.exists() and run.out.stat().st_size == 0:
+            run.out.unlink()
+        raise
+
+
 def run_debug_notebook(
     data_dir,
     sweep_id: str,
@@ -79,21 +157,9 @@ def run_debug_notebook(
     """Execute ``notebooks/debug.ipynb`` for one model of a sweep, with the sweep's settings.
 
     ``model``: the full model id or a unique fragment of it (e.g. its folder name). Parameters are
-    ``debug_parameters``. Writes ``<sweep_dir>/debug/<safe_name>.ipynb`` (or into ``out_dir``) and
-    returns its path. When a cell raises, papermill's ``PapermillExecutionError`` propagates; the
-    executed notebook is still written at ``debug_notebook_path(...)`` and shows the error."""
-    from ..engine.notebooks import run_notebook
-    from ..probe.probe_core import NOT_AVAILABLE, fused_eager_missing
-
-    meta = store.read_sweep(data_dir, sweep_id)
-    entry = resolve_model(meta, model)
-    if variant:  # the variant's settings (mode, cache, tokens), under any explicit -p override
-        try:
-            parameters = {**probe_params.parse_variant(variant), **(parameters or {})}
-        except probe_params.ParameterError as exc:
-            raise UserError(str(exc)) from None
-    params = debug_parameters(meta, entry, parameters)
-    if params.get("mode") == "fused" and params.get("device") not in ("tpu", "auto"):  # a TPU's mode only
-        raise UserError(f"{NOT_AVAILABLE}: {fused_eager_missing(params['device'])}.")
-    out = debug_notebook_path(data_dir, sweep_id, entry.model_id, out_dir, variant)
-    return run_notebook(paths.notebook("debug"), out, params, timeout=execution_timeout)
+    ``debug_parameters``. Writes ``debug_notebook_path(...)`` (``<sweep_dir>/debug/<safe_name>.ipynb``, then
+    ``-2``, ``-3``...; or into ``out_dir``) and returns its path. When a cell raises, papermill's
+    ``PapermillExecutionError`` propagates; the executed notebook is still written and shows the error.
+    ``prepare_debug`` and ``execute_debug`` are the two halves (the command prints between them)."""
+    run = prepare_debug(data_dir, sweep_id, model, out_dir, parameters=parameters, variant=variant)
+    return execute_debug(run, execution_timeout=execution_timeout)

@@ -9,9 +9,13 @@ device is released.
 from __future__ import annotations
 
 import gc
+import json
+import sys
+from pathlib import Path
 
+from ..fileio import atomic_write_json
 from ..record.schema import Record
-from . import agreement, judge, probe_core
+from . import agreement, judge, probe_core, probe_params, reproduce
 from .signatures import failure_signature
 
 
@@ -40,10 +44,8 @@ def _on_the_reference(settings: dict, dtype: str, mode: str = "eager") -> dict:
 
     return probe_core.run_stages(
         model_id=settings["load_from"],
-        **{**probe_core.stage_settings(settings), "dtype": dtype},
+        **{**probe_params.stage_settings(settings), "dtype": dtype, "mode": mode},
         device=torch.device("cpu"),
-        mode=mode,
-        cache=settings["cache"],
         compile_backend="inductor",
     )
 
@@ -61,44 +63,36 @@ def run_reference(record: Record, settings: dict, device_steps: list | None, pro
         record["reference_note"] = skip
         record["numerics_note"] = f"no reference: {skip}"
         return
-    import torch
-
     record["reference_device"] = f"cpu:{ref_dtype}"
-    stage = "load"
-    try:
-        info: dict = {}
-        model, tokenizer = probe_core.load(
-            settings["load_from"],
-            settings["revision"],
-            ref_dtype,
-            settings["trust_remote_code"],
-            torch.device("cpu"),
-            info,
-            task=settings["task"],
+    try:  # the reference check a repro script runs too
+        found = reproduce.reference_check(
+            settings["load_from"], settings, ref_dtype, prompt_ids, record["output_token_ids"], device_steps
         )
-        stage = "template"  # the same prompt inputs (an image-text-to-text model's image among them)
-        tokenizer, _ids, _mask, extra_inputs = probe_core.prompt_inputs(
-            model, tokenizer, info, settings["prompt"], settings["image_prompt"], settings["chat_template"]
-        )
-        stage = "forward"
-        logits = agreement.teacher_forced_logits(model, prompt_ids, record["output_token_ids"], extra_inputs)
-    except Exception as exc:  # noqa: BLE001 the reference failing is no verdict: recorded, with its reason
-        record["reference_note"] = f"reference failed at {stage}: {type(exc).__name__}: {exc}"[:2000]
+    except reproduce.ReferenceFailed as exc:  # the reference failing is no verdict: recorded, with its reason
+        record["reference_note"] = f"reference failed at {exc.stage}: {exc}"[:2000]
         record["numerics_note"] = f"no reference: {record['reference_note']}"
         return
-    found = agreement.compare(
-        device_steps, logits, settings["numerics_margin"], settings["numerics_bound"], decode=tokenizer.decode
-    )
     for key in agreement.RECORD_KEYS:
         record[key] = found[key]
 
 
 def check_pass(record: Record, settings: dict, device_steps: list | None, prompt_ids: list[int] | None) -> None:
     """Everything said about a PASS beyond its verdict: the reference's view of its logits, the judge's of its
-    text (for every PASS: the only check where no reference runs)."""
-    run_reference(record, settings, device_steps, prompt_ids)
+    text (for every PASS: the only check where no reference runs). Neither changes the PASS: a check that
+    raises (the comparison, the judge's scoring) leaves its fields null with the reason in its note."""
+    try:
+        run_reference(record, settings, device_steps, prompt_ids)
+    except Exception as exc:  # noqa: BLE001 a check that cannot run is a note beside the PASS, never its verdict
+        for key in agreement.RECORD_KEYS:
+            record[key] = None
+        record["reference_note"] = f"the reference check could not run: {type(exc).__name__}: {exc}"[:2000]
+        record["numerics_note"] = f"no reference: {record['reference_note']}"[:2000]
     gc.collect()  # the reference model is freed before the judge loads
-    judge.judge_record(record, settings)
+    try:
+        judge.judge_record(record, settings)
+    except Exception as exc:  # noqa: BLE001 as above: the judge's failure is its note
+        record["fluent"] = record["fluency_score"] = None
+        record["fluency_note"] = f"the judge could not run: {type(exc).__name__}: {exc}"[:2000]
 
 
 #: A repo with no loadable weights fails on every device: the model's failure, nothing to rerun.
@@ -156,3 +150,54 @@ def attribute(record: Record, settings: dict) -> None:
     if record["attribution"] == "both":
         record["reference_signature"] = signature
         record["reference_note"] = f"the reference fails at {ref['failure_stage']}: {type(exc).__name__}: {exc}"[:2000]
+
+
+#: The record fields a probe that died early leaves for its stand-in record and its attribution.
+STARTED_FIELDS = ("repro_script", "repro_settings", "repro_sha256", "device_type", "num_params", "hub_num_params")
+
+
+def started_path(record_path: str | Path) -> Path:
+    """Where a probe writing its record to ``record_path`` leaves what it knows before it runs
+    (``write_started``): ``record.json`` -> ``record.started.json``."""
+    path = Path(record_path)
+    return path.with_name(f"{path.stem}.started.json")
+
+
+def write_started(record_path: str | None, record: Record, settings: dict) -> None:
+    """What the probe knows before its stages run (its repro script, its settings), beside the record it
+    will write: a process that dies on the way (a device runtime abort, a kill) leaves it for the runner's
+    stand-in record, which then has the repro script and is attributed (``attribute_dead``)."""
+    if not record_path:
+        return
+    fields = {key: record.get(key) for key in STARTED_FIELDS}
+    atomic_write_json(started_path(record_path), {"record": fields, "settings": settings})
+
+
+def attribute_dead(started: dict) -> dict:
+    """Whose failure a probe's death was (its process killed by a signal: a device runtime abort): the same
+    stages rerun in the reference configuration, as ``attribute`` does for a failure the probe caught. The CPU
+    does not abort: ``stack`` when the reference passes, ``both`` with its signature when it fails (another
+    failure than the death); null with the reason in ``reference_note`` when it could not run. The fields to
+    fill the stand-in record with."""
+    record, settings = dict(started["record"]), started["settings"]
+    ref_dtype = _reference_dtype(record["device_type"], settings["dtype"])
+    skip = reference_skip(record, settings, ref_dtype)  # type: ignore[arg-type]
+    if skip:
+        return {"reference_note": f"attribution {skip}"}
+    found = {"reference_device": f"cpu:{ref_dtype}", "reference_note": None}
+    ref = _on_the_reference(settings, ref_dtype, "compile" if settings["mode"] == "compile" else "eager")
+    if ref["exclusion_reason"]:
+        return {**found, "reference_note": f"attribution not run: {ref['exclusion_reason']}"[:2000]}
+    if ref["exception"] is None:
+        return {**found, "attribution": "stack"}
+    exc = ref["exception"]
+    return {
+        **found,
+        "attribution": "both",
+        "reference_signature": failure_signature(type(exc).__name__, str(exc), probe_core.trimmed_traceback(exc)),
+        "reference_note": f"the reference fails at {ref['failure_stage']}: {type(exc).__name__}: {exc}"[:2000],
+    }
+
+
+if __name__ == "__main__":  # python -m model_support.probe.checks STARTED_JSON: attribute_dead's fields, as JSON
+    print(json.dumps(attribute_dead(json.loads(Path(sys.argv[1]).read_text()))))

@@ -329,14 +329,16 @@ _FETCHES = itertools.count()
 
 class _LibraryLog(logging.Handler):
     """huggingface_hub's own retry warnings ("Retrying in 1s", "Trying to resume download..."), from this
-    fetch's download threads only, into ``log``: the retries the library makes are noted like ours."""
+    fetch's download threads only, into ``log``: the retries the library makes are noted like ours. The
+    pool names its threads ``<prefix>_<n>``: the name up to its last ``_`` is matched whole (a prefix
+    match would give ``hub-fetch-1`` the lines of ``hub-fetch-12``, another model's)."""
 
     def __init__(self, prefix, log, secrets):
         super().__init__(logging.WARNING)
         self.prefix, self.log, self.secrets = prefix, log, secrets
 
     def emit(self, record):
-        if record.threadName.startswith(self.prefix):
+        if (record.threadName or "").rpartition("_")[0] == self.prefix:
             self.log(_scrub("huggingface_hub: " + " ".join(record.getMessage().split())[:300], self.secrets))
 
 

@@ -56,11 +56,17 @@ class Judge:
     """A loaded judge model: ``score(prompt, text)`` -> fluent, fluency_score, repeated, note."""
 
     def __init__(self, source: str):
+        import os
+
+        from .probe_core import AUTOLOAD_VAR, HUB_KERNELS_OFF, quiet_loading
+
+        os.environ.setdefault(AUTOLOAD_VAR, "0")  # before torch: no backend autoload (torch_tpu's tcmalloc, absl, PJRT)
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from . import hub_fetch
-        from .probe_core import HUB_KERNELS_OFF
+
+        quiet_loading()
 
         start = time.perf_counter()
         self.source = source

@@ -88,6 +88,14 @@ def trimmed_traceback(exc, max_lines=60):
 HUB_KERNELS_OFF = {"use_kernels": False}
 
 
+def quiet_loading():
+    """transformers' own switch for its progress bars ("Loading weights" per checkpoint): off, since they land
+    in sweep logs, notebooks and command output, where they say nothing a record or a timing does not."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
 def load(model_id, revision, dtype, trust_remote_code, device, info, extra=None, task=TEXT_GENERATION):
     """Config, tokenizer (or, for image-text-to-text, the processor) and weights, moved to ``device``. Fills
     ``info`` as it learns things, so a later failure still records the model type, architectures, task and
@@ -96,6 +104,7 @@ def load(model_id, revision, dtype, trust_remote_code, device, info, extra=None,
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
 
+    quiet_loading()
     kwargs = {"revision": revision or None, "trust_remote_code": trust_remote_code}
     if task != "auto":  # known before the config: a config that fails to load still says its task
         info["task"] = task
@@ -386,6 +395,8 @@ def on_device(extra_inputs, device, model):
 
 #: torch's entry-point group for out-of-tree device backends (its "autoload"); see ``load_backend``.
 BACKENDS_GROUP = "torch.backends"
+#: The variable that turns torch's autoload of every installed backend off ("0"), before ``import torch``.
+AUTOLOAD_VAR = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 
 
 def backend_device(entry_point_name):
@@ -580,25 +591,6 @@ def compile_counts():
     }
 
 
-#: The probe parameters ``run_stages`` takes as they are.
-SETTING_KEYS = (
-    "revision",
-    "dtype",
-    "prompt",
-    "max_new_tokens",
-    "chat_template",
-    "trust_remote_code",
-    "seed",
-    "task",
-    "image_prompt",
-)
-
-
-def stage_settings(settings):
-    """``run_stages``' keyword arguments that are plain probe parameters, from ``settings``."""
-    return {key: settings[key] for key in SETTING_KEYS}
-
-
 #: The keys of ``run_stages``' result, in order (model and tokenizer only with keep_model).
 RESULT_KEYS = (
     "status",
@@ -625,6 +617,7 @@ RESULT_KEYS = (
     "graph_break_reasons",
     "recompilations",
     "matches_eager",
+    "matches_eager_note",
     "task",
     "image_tokens",
     "image_sha256",
@@ -683,7 +676,7 @@ def run_stages(
     first token's time carries the compilation (``compile_s``); graphs, breaks and recompilations are
     counted. ``mode`` "fused" runs it in TorchTPU's deferred-and-fused eager (``execution_context``;
     check ``fused_eager_missing`` first). In both, the same generation runs again in plain eager to say
-    whether the tokens match (``matches_eager``).
+    whether the tokens match (``matches_eager``; a rerun that raises is a note, ``matches_eager_note``).
 
     Hooks for a sharded rank: ``load_kwargs`` (its ``distributed_config``), ``timer`` (a StepTimer that
     also reports progress), ``on_stage(name)`` as each stage starts, ``on_load(model)`` once loaded,
@@ -709,7 +702,7 @@ def run_stages(
         )
         run.in_mode(result, stage, mode, compile_backend, timer or StepTimer(synchronize))
         if mode != "eager":
-            result["matches_eager"] = run.eagerly() == result["output_token_ids"]
+            _compare_with_eager(result, run)
         result["status"] = PASS
         if keep_model:
             result["model"], result["tokenizer"] = model, tokenizer
@@ -721,6 +714,16 @@ def run_stages(
         result["failure_stage"] = stage.name
         result["exception"] = exc
     return result
+
+
+def _compare_with_eager(result, run):
+    """``matches_eager``: the same generation again in plain eager, a check beside the verdict, never part
+    of it: a rerun that raises leaves it null with the reason in ``matches_eager_note``, and the run's
+    verdict is what the run did."""
+    try:
+        result["matches_eager"] = run.eagerly() == result["output_token_ids"]
+    except Exception as exc:  # noqa: BLE001 whatever stops the rerun, the run itself generated
+        result["matches_eager_note"] = f"the plain eager rerun failed: {type(exc).__name__}: {exc}"[:2000]
 
 
 def _timed_load(result, model_id, revision, dtype, trust_remote_code, device, synchronize, load_kwargs, on_load, task):

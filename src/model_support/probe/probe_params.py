@@ -10,13 +10,14 @@ Standard library only: the probe kernel, the sweep runner and the CLI all import
 
 from __future__ import annotations
 
+import inspect
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UserError
 from .agreement import DEFAULT_BOUND, DEFAULT_MARGIN
-from .probe_core import DEFAULT_IMAGE_PROMPT, TASKS
+from .probe_core import DEFAULT_IMAGE_PROMPT, TASKS, run_stages
 
 DEFAULT_PROMPT = "The future of AI is"
 #: auto: the Hub's pipeline_tag when known, else the config (``probe_core.task_of_config``).
@@ -51,6 +52,7 @@ class Param:
     integers: bool = False  # a str parameter that also takes an integer (devices: 2 or "auto")
     pattern: str | None = None  # a str parameter's values: this regular expression, whole
     pattern_words: str = ""  # ... in words
+    setting: bool = True  # a setting of the run; False: the runner's bookkeeping (where the record goes, ...)
 
     def accepted(self) -> str:
         """What is accepted, in words."""
@@ -163,16 +165,25 @@ PROBE_PARAMS: tuple[Param, ...] = (
         "",
         "where to write the record as JSON; empty means only inside this notebook",
         runner_owned=True,
+        setting=False,
     ),
-    Param("sweep_id", str, "", "set by the sweep runner", runner_owned=True),
+    Param("sweep_id", str, "", "set by the sweep runner", runner_owned=True, setting=False),
     Param(
         "snapshot",
         str,
         "",
         "set by the sweep runner: a local folder with the model's files, downloaded ahead; empty means download here",
         runner_owned=True,
+        setting=False,
     ),
-    Param("notebook_path", str, "", "set by the sweep runner: where this executed notebook is kept", runner_owned=True),
+    Param(
+        "notebook_path",
+        str,
+        "",
+        "set by the sweep runner: where this executed notebook is kept",
+        runner_owned=True,
+        setting=False,
+    ),
     Param(
         "timeout_s",
         float,
@@ -187,11 +198,22 @@ PROBE_PARAMS: tuple[Param, ...] = (
         {},
         "set by the sweep runner: the Hub's metadata and download facts for the record (schema groups hub, download)",
         runner_owned=True,
+        setting=False,
     ),
 )
 BY_NAME = {p.name: p for p in PROBE_PARAMS}
 #: What a sweep definition may set in ``probe:`` or a model's ``overrides:``.
 SETTABLE = tuple(p.name for p in PROBE_PARAMS if not p.runner_owned and p.name != "model_id")
+#: The settings a probe runs with: every parameter but the model and the runner's bookkeeping (``setting``).
+SETTINGS = tuple(p.name for p in PROBE_PARAMS if p.setting and p.name != "model_id")
+#: The parameters the probe resolves before its stages get them: the folder to load, the torch device.
+_RESOLVED = ("model_id", "device")
+#: The settings ``probe_core.run_stages`` takes as they are: every parameter it names, but the resolved ones.
+STAGE_SETTINGS = tuple(
+    name for name in SETTINGS if name in inspect.signature(run_stages).parameters and name not in _RESOLVED
+)
+#: The settings of the reference check (the CPU reference after a PASS, attribution after a FAIL).
+REFERENCE_SETTINGS = ("reference", "reference_max_params", "numerics_margin", "numerics_bound")
 
 #: The debug notebook: the probe's loading and generation parameters, plus its own.
 DEBUG_PARAMS: tuple[Param, ...] = (
@@ -208,6 +230,17 @@ DEBUG_PARAMS: tuple[Param, ...] = (
 
 def defaults(params: tuple[Param, ...] = PROBE_PARAMS) -> dict:
     return {p.name: p.default for p in params}
+
+
+def values(namespace: dict, params: tuple[Param, ...] = PROBE_PARAMS) -> dict:
+    """Every declared parameter's value in ``namespace`` (a notebook's ``globals()`` after its parameters
+    cell): the notebook's call passes them all, so a parameter declared here reaches the probe."""
+    return {p.name: namespace[p.name] for p in params}
+
+
+def stage_settings(settings: dict) -> dict:
+    """``run_stages``' keyword arguments that are plain probe settings (``STAGE_SETTINGS``), from ``settings``."""
+    return {name: settings[name] for name in STAGE_SETTINGS}
 
 
 def check(settings: dict, where: str = "", params: tuple[Param, ...] = PROBE_PARAMS, settable_only=False) -> dict:
@@ -250,18 +283,23 @@ def combinations(matrix: dict | None) -> list[dict]:
     return [dict(zip(axes, combo)) for combo in itertools.product(*(matrix[a] for a in axes))] if axes else [{}]
 
 
+#: How a matrix axis reads in a variant label: its value as it is, or ``<n>t`` for max_new_tokens.
+_LABEL_SUFFIX = {"max_new_tokens": "t"}
+#: The axes a label always names (the rest only when not at their declared default).
+_ALWAYS_LABELLED = ("mode", "cache")
+
+
 def parse_variant(label: str) -> dict:
     """``compile+static+32t`` -> {"mode": "compile", "cache": "static", "max_new_tokens": 32}; the inverse
     of ``variant``; one sentence (ParameterError) for a label that is none."""
     parts = label.split("+")
     try:
-        settings: dict[str, Any] = {"mode": parts[0], "cache": parts[1]}
-        if len(parts) == 3 and parts[2].endswith("t"):
-            settings["max_new_tokens"] = int(parts[2][:-1])
-        elif len(parts) != 2:
-            raise ValueError(label)
+        settings: dict[str, Any] = dict(zip(_ALWAYS_LABELLED, parts[: len(_ALWAYS_LABELLED)], strict=True))
+        for part in parts[len(_ALWAYS_LABELLED) :]:
+            axis = next(a for a, suffix in _LABEL_SUFFIX.items() if part.endswith(suffix) and a not in settings)
+            settings[axis] = BY_NAME[axis].type(part.removesuffix(_LABEL_SUFFIX[axis]))
         check(settings)
-    except (IndexError, ValueError):
+    except (ValueError, StopIteration):
         raise ParameterError(
             f"{label!r} is not a variant; variants read like eager+dynamic, compile+static or eager+dynamic+32t."
         ) from None
@@ -269,11 +307,14 @@ def parse_variant(label: str) -> dict:
 
 
 def variant(settings: dict) -> str:
-    """A record's short, stable variant label: ``eager+dynamic``, ``compile+static``, ``eager+dynamic+32t``
-    (the token count only when it is not the default 8)."""
-    label = f"{settings.get('mode', 'eager')}+{settings.get('cache', 'dynamic')}"
-    tokens = settings.get("max_new_tokens", 8)
-    return label if tokens == 8 else f"{label}+{tokens}t"
+    """A record's short, stable variant label: ``eager+dynamic``, ``compile+static``, ``eager+dynamic+32t``:
+    each ``MATRIX_AXES`` setting, mode and cache always, the others only when not at their declared default."""
+    parts = []
+    for axis in MATRIX_AXES:
+        value = settings.get(axis, BY_NAME[axis].default)
+        if axis in _ALWAYS_LABELLED or value != BY_NAME[axis].default:
+            parts.append(f"{value}{_LABEL_SUFFIX.get(axis, '')}")
+    return "+".join(parts)
 
 
 def write_parameters_cells() -> None:

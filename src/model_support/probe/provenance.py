@@ -31,26 +31,31 @@ def package_version(name: str) -> str | None:
         return None
 
 
+#: How long one git command may take (a checkout on a hung network file system would otherwise hang every probe).
+GIT_TIMEOUT_S = 10.0
+
+
+def _git(root, *args: str) -> str | None:
+    """``git -C root ARGS``'s output, or None when git is missing, fails or does not answer in time."""
+    try:
+        out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
 @functools.cache
 def git_commit() -> str | None:
-    """The commit of the checkout this package was imported from (null for a non-git install)."""
+    """The commit of the checkout this package was imported from (null for a non-git install), with
+    ``-dirty`` when tracked files changed, ``-dirty?`` when git could not tell."""
     root = checkout_root()
     if root is None:
         return None
-    try:
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
+    commit = _git(root, "rev-parse", "HEAD")
+    if not commit:
         return None
-    commit = out.stdout.strip()
-    if out.returncode != 0 or not commit:
-        return None
-    dirty = subprocess.run(
-        ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-        capture_output=True,
-        text=True,
-        timeout=10,
-    ).stdout.strip()
-    return commit + ("-dirty" if dirty else "")
+    dirty = _git(root, "status", "--porcelain", "--untracked-files=no")
+    return commit + ("-dirty?" if dirty is None else "-dirty" if dirty else "")
 
 
 @functools.cache

@@ -19,6 +19,8 @@ from ..record.schema import Record
 from . import probe_params, provenance
 from .signatures import failure_signature
 
+#: The probe settings a record has a field of the same name for (the rest are in its ``repro_settings``).
+RECORDED_SETTINGS = tuple(name for name in probe_params.SETTINGS if name in schema.FIELDS)
 #: Record fields the Hub's facts may fill (what the download stage and the Hub's metadata say).
 FACT_FIELDS = (*schema.DOWNLOAD_FIELDS, *schema.HUB_FIELDS)
 
@@ -47,16 +49,12 @@ def new_record(
         **{
             "sweep_id": sweep_id or None,
             "model_id": model_id,
+            **{name: settings[name] for name in RECORDED_SETTINGS},
+            # as a record says them: no revision is null, an undecided task null, the prompt the one the task uses
             "revision": settings["revision"] or None,
             "task": None if task == "auto" else task,
             "prompt": settings["image_prompt"] if task == schema.IMAGE_TEXT_TO_TEXT else settings["prompt"],
-            "max_new_tokens": settings["max_new_tokens"],
             "variant": probe_params.variant(settings),
-            "mode": settings["mode"],
-            "cache": settings["cache"],
-            "dtype": settings["dtype"],
-            "seed": settings["seed"],
-            "trust_remote_code": settings["trust_remote_code"],
             "versions": provenance.versions(),
             "stack_sha": provenance.stack_sha(),
             "host": provenance.host(),

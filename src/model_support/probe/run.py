@@ -21,16 +21,15 @@ from ..record import schema
 from ..record.schema import Record
 from ..redact import redact_record
 from . import devices, hub, hub_fetch, probe_core, probe_params
-from .checks import NO_WEIGHTS_ATTRIBUTION, attribute, check_pass
-from .model_ids import machine_paths, portable_id
+from .checks import NO_WEIGHTS_ATTRIBUTION, attribute, check_pass, started_path, write_started
+from .model_ids import check_there, machine_paths, portable_id, unavailable
 from .records import fail, new_record
-from .repro import repro_script
+from .repro import set_repro
 
 #: The flag under which the record is stored in an executed notebook (``display.read_tagged``).
 RECORD_FLAG = "record"
-#: Probe parameters that are not settings of the probe itself.
-_NOT_SETTINGS = ("model_id", "record_path", "sweep_id", "notebook_path", "snapshot", "hub_facts")
-DEFAULTS = {k: v for k, v in probe_params.defaults().items() if k not in _NOT_SETTINGS}
+#: The probe's settings with their defaults (``probe_params.SETTINGS``: not the model, not the runner's bookkeeping).
+DEFAULTS = {k: v for k, v in probe_params.defaults().items() if k in probe_params.SETTINGS}
 #: What of the model's timeout is kept back from a sharded run's ranks (a tenth, at least 15 s), for the
 #: record and the reference: the ranks time out, saying where each one was, before the probe is killed.
 RANKS_KEEP_BACK, RANKS_KEEP_BACK_MIN_S = 0.1, 15.0
@@ -74,9 +73,9 @@ def stage_outcome(record: Record, settings: dict, result: dict) -> None:
     record["prompt"] = settings["image_prompt"] if image_task else settings["prompt"]
 
 
-def _repro(record: Record, settings: dict, adapter, **more) -> str:
-    """The record's repro script, from the settings as they stand: the device adapter's type and compile
-    backend, the record's model id and sweep (``more``: a sharded run's ``distributed`` config)."""
+def _repro(record: Record, settings: dict, adapter, **more) -> None:
+    """The record's repro script and its settings, from the settings as they stand: the device adapter's type
+    and compile backend, the record's model id and sweep (``more``: a sharded run's ``distributed`` config)."""
     chosen = {
         **settings,
         "device": adapter.type,
@@ -84,7 +83,14 @@ def _repro(record: Record, settings: dict, adapter, **more) -> str:
         "model_id": record["model_id"],
         **more,
     }
-    return repro_script(chosen, record["sweep_id"])
+    set_repro(record, chosen)
+
+
+def _set_repro(record: Record, settings: dict, adapter, **more) -> None:
+    """The record's repro script (``_repro``), also written at once beside the record
+    (``checks.write_started``): a process that dies before its record (a device runtime abort) leaves it."""
+    _repro(record, settings, adapter, **more)
+    write_started(settings.get("record_path"), record, settings)
 
 
 def _rank_setup(adapter, count: int) -> dict:
@@ -134,9 +140,7 @@ def _sharded(record: Record, settings: dict, adapter) -> bool:
     left = settings["timeout_s"] - keep - (time.perf_counter() - settings["started"])
     result = sharded.run_sharded(settings, count, adapter.type, timeout_s=max(left, 1.0))
     if result.get("distributed_config"):  # its repro script launches the same ranks, as the adapter set them up
-        record["repro_script"] = _repro(
-            record, settings, adapter, distributed=result["distributed_config"], **_rank_setup(adapter, count)
-        )
+        _set_repro(record, settings, adapter, distributed=result["distributed_config"], **_rank_setup(adapter, count))
     schema.fill(record, {key: result.get(key) for key in (*STAGE_FIELDS, *SHARDED_FIELDS)})
     stage_outcome(record, settings, result)
     record["peak_host_mem_mb"] = _peak_host_mb()
@@ -168,28 +172,38 @@ def run_probe(
     A bad parameter value is this run's outcome (FAIL(other) at stage runner, with the one sentence
     that names it): a notebook always ends with a verdict. Sweeps refuse such values before any
     model runs. A Hub model is loaded from ``snapshot`` when the sweep downloaded it ahead (with the
-    ``hub_facts`` it learned then, for the record), else its download stage runs here; the network,
-    the disk or access rights failing there are no verdict: ``hub_fetch.EnvironmentProblem``,
-    ``NoAccess`` or ``NotOnHub`` is raised and no record written."""
+    ``hub_facts`` it learned then, for the record), else its download stage runs here. A model that is not
+    there (a local path that is no folder, a Hub id the Hub does not give: not on it, no access, the network
+    or the disk failing) is the user's to fix, not a verdict: ``model_ids.ModelUnavailable`` (one sentence,
+    a ``UserError``) is raised before any record is made, and none is written."""
     unknown = sorted(set(overrides) - set(DEFAULTS))
     if unknown:
         raise TypeError(f"unknown probe parameter(s): {', '.join(unknown)}; accepted: {', '.join(DEFAULTS)}")
+    check_there(snapshot or model_id)
     started = time.perf_counter()
-    settings = {**DEFAULTS, **overrides, "model_id": model_id, "load_from": snapshot or model_id, "started": started}
+    settings = {
+        **DEFAULTS,
+        **overrides,
+        "model_id": model_id,
+        "load_from": snapshot or model_id,
+        "started": started,
+        "record_path": record_path,
+    }
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # per-shard progress bars only clutter notebooks and sweep logs
     record = new_record(portable_id(model_id), settings, sweep_id, notebook_path, hub_facts)
     try:
         _probe(record, settings)
-    except (hub_fetch.EnvironmentProblem, hub_fetch.NoAccess, hub_fetch.NotOnHub):
-        raise  # the harness's environment: not a verdict, no record
+    except (hub_fetch.EnvironmentProblem, hub_fetch.NoAccess, hub_fetch.NotOnHub) as exc:
+        raise unavailable(model_id, exc) from exc  # the model is not there: not a verdict, no record
     except Exception as exc:  # noqa: BLE001 a harness bug must still yield a record, never a lost model
         record_failure(record, "runner", exc, status=schema.FAIL_OTHER)
     record["duration_s"] = time.perf_counter() - started
     schema.check_record(redact_record(record, machine_paths(model_id)))
     if record_path:
         atomic_write_json(Path(record_path), record)
+        started_path(record_path).unlink(missing_ok=True)  # the record says it all now
     return record
 
 
@@ -212,7 +226,7 @@ def _probe(record: Record, settings: dict) -> None:
     if broken:  # transformers would fail every model's load with it: the environment, no verdict
         record["exclusion_reason"] = broken
         return
-    record["repro_script"] = _repro(record, settings, adapter)
+    _set_repro(record, settings, adapter)
     if settings["load_from"] == settings["model_id"] and not hub_fetch.is_local(settings["model_id"]):
         try:  # the download stage, run here when no sweep fetched the files ahead
             got = hub_fetch.fetch(
@@ -226,18 +240,16 @@ def _probe(record: Record, settings: dict) -> None:
         settings["load_from"] = got["path"]
         if not resolve_task(record, settings):  # the Hub's pipeline_tag, now known, decides an auto task
             return
-        record["repro_script"] = _repro(record, settings, adapter)  # from the downloaded files, the task resolved
+        _set_repro(record, settings, adapter)  # from the downloaded files, the task resolved
     if _sharded(record, settings, adapter):
         return
     record.update({"devices_used": 1, "parallelism": "none"})
     adapter.reset_peak_memory()
     result = probe_core.run_stages(
         model_id=settings["load_from"],
-        **probe_core.stage_settings(settings),
+        **probe_params.stage_settings(settings),
         device=adapter.torch_device,
         synchronize=adapter.synchronize if adapter.type != "cpu" else None,
-        mode=settings["mode"],
-        cache=settings["cache"],
         compile_backend=adapter.compile_backend(),
     )
     if settings["mode"] == "compile":
@@ -288,7 +300,7 @@ def summary_html(record: Record) -> str:
         ("decode", fmt(record["decode_tokens_per_s"], " tok/s")),
         (
             "peak host / device memory",
-            f"{fmt(record['peak_host_mem_mb'], ' MB')} / {fmt(record['peak_device_mem_mb'], ' MB')}",
+            f"{fmt(record['peak_host_mem_mb'], ' MiB')} / {fmt(record['peak_device_mem_mb'], ' MiB')}",
         ),
         (
             "CPU reference",
@@ -305,8 +317,10 @@ def summary_html(record: Record) -> str:
 
 
 def show(record: Record):
-    """Display the summary and store the full record in the output, tagged so readers find it."""
-    display.show_tagged(RECORD_FLAG, summary_html(record), record, f"{record['status']} {record['model_id']}")
+    """Display the summary and store the record in the output, tagged so readers find it: all of it but its
+    repro script's body, which its ``repro_sha256`` names (``repro.script_of`` puts the script together)."""
+    kept = {**record, "repro_script": None} if record["repro_sha256"] else record
+    display.show_tagged(RECORD_FLAG, summary_html(record), kept, f"{record['status']} {record['model_id']}")
 
 
 def record_from_notebook(path: Path) -> dict | None:

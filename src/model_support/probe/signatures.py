@@ -151,7 +151,8 @@ def failure_signature(error_type: str | None, message: str | None, traceback: st
     With ``traceback`` (the formatted traceback a record stores), the place the error was raised
     is appended, `` @ <stem>.<function>`` (module docstring); without one, or where the place is
     not meaningful, the signature is the message-only one. The result is at most
-    ``MAX_SIGNATURE_LEN`` characters, cut at a word boundary in the message part.
+    ``MAX_SIGNATURE_LEN`` characters, cut at a word boundary in the message part (a cut inside one long word
+    ends with "…").
     """
     etype = (error_type or "").strip().rsplit(".", 1)[-1]
     norm = normalize_message(message)
@@ -164,13 +165,30 @@ def failure_signature(error_type: str | None, message: str | None, traceback: st
     return _cut(signature, MAX_SIGNATURE_LEN - len(PLACE_SEP) - len(place)) + PLACE_SEP + place
 
 
-def _cut(text: str, limit: int) -> str:
-    """``text`` in at most ``limit`` characters, at a word boundary unless that loses over half."""
-    if len(text) > limit:
-        cut = text[:limit]
-        head, sep, _ = cut.rpartition(" ")
-        text = head if sep and len(head) > limit // 2 else cut
-    return text.rstrip()
+#: What ends a text cut inside a word (a signature, a table cell): no cut word reads as a whole one.
+ELLIPSIS = "…"
+
+
+def _cut(text: str, limit: int, *, mark: bool = False) -> str:
+    """``text`` in at most ``limit`` characters, at a word boundary unless that loses over half. A cut inside a
+    word ends with ``ELLIPSIS`` (within the limit); with ``mark``, any cut does. A signature marks only the
+    mid-word cut: its words are a key across sweeps, and one cut at a word boundary keeps the key it had."""
+    text = text.rstrip()
+    if len(text) <= limit:
+        return text
+    head, sep, _ = text[:limit].rpartition(" ")
+    if sep and len(head) > limit // 2 and not mark:
+        return head.rstrip()
+    room = limit - len(ELLIPSIS)
+    head, sep, _ = text[:room].rpartition(" ")
+    kept = head if sep and len(head) > room // 2 else text[:room]
+    return kept.rstrip() + ELLIPSIS
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` for a column of at most ``limit`` characters: cut at a word boundary where it can be, ending
+    with ``ELLIPSIS`` whenever it is cut."""
+    return _cut(text, limit, mark=True)
 
 
 def _placeless(etype: str, message: str | None) -> bool:

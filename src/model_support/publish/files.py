@@ -68,6 +68,13 @@ def dataset_files(data_dir: Path) -> list[Upload]:
     return files
 
 
+def repro_files(data_dir: Path) -> list[Upload]:
+    """The repro scripts' bodies, ``repro/<sha256>.py``, each once for every sweep (a row names its body by
+    ``repro_sha256``): uploaded beside the Parquet files, never deleted (rows of other sweeps may name them)."""
+    folder = store.repro_dir(data_dir)
+    return [Upload(f"{store.REPRO}/{path.name}", path, None, "repro") for path in sorted(folder.glob("*.py"))]
+
+
 def dataset_sweep(path_in_repo: str) -> str | None:
     """The sweep a repo's ``results/`` or ``excluded/`` Parquet file belongs to, else None."""
     parts = path_in_repo.split("/")

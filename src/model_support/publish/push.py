@@ -116,7 +116,7 @@ def push(
     api = huggingface_hub.HfApi(endpoint=endpoint, token=token)
     policy = retry_policy()
     retrier = Retrier(repo_id, "", token, policy["attempts"], policy["backoff_s"], 60.0, log)
-    with _sentences(where):
+    with store.writing_all(data_dir), _sentences(where):  # no sweep changes while it is sent
         retrier.call(lambda: _ensure_repo(api, repo_id, private), "create the repo")
         if bucket:
             with _sentences(f"the Hub bucket {bucket!r}"):
@@ -282,7 +282,7 @@ def _commit(
     remote_sweeps = {sweep for p in remote if (sweep := files.dataset_sweep(p))}
     rows = card.sweep_rows(data_dir)
     latest = card.latest_with_results(rows)
-    uploads = [*dataset, *log_uploads, *_latest_report(data_dir, stage, latest, token)]
+    uploads = [*dataset, *files.repro_files(data_dir), *log_uploads, *_latest_report(data_dir, stage, latest, token)]
     report, path = None, f"reports/{latest}.html"
     if latest and (path in remote or any(u.path == path for u in uploads)):
         url = f"{endpoint}/datasets/{repo_id}/resolve/main/{path}"

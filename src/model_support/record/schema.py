@@ -122,8 +122,10 @@ GROUPS = {
 #: 1: the first fields; 2: token counts; 3: downloads and Hub metadata; 4: attribution; 5: variants and
 #: execution modes; 6: runs over several devices; 7: what each rank of such a run said; 8: where the
 #: run's notebook and log are published; 9: whether a PASS is right (logit agreement, fluency judge);
-#: 10: the task (image-text-to-text beside text-generation); 11: the whole installed stack's hash.
-VERSION = 11
+#: 10: the task (image-text-to-text beside text-generation); 11: the repro script's settings and body hash
+#: (the body stored once, ``repro/<sha256>.py``); 12: why a compiled run was not compared with eager;
+#: 13: the whole installed stack's hash (``stack_sha``; the list in sweep.json).
+VERSION = 13
 
 
 class Record(TypedDict):
@@ -181,6 +183,7 @@ class Record(TypedDict):
     graph_break_reasons: Annotated[list[str] | None, Col("compile", 5, "the first graph break reasons")]
     recompilations: Annotated[int | None, Col("compile", 5, "graphs beyond the first")]
     matches_eager: Annotated[bool | None, Col("compile", 5, "compile or fused: the same tokens as plain eager")]
+    matches_eager_note: Annotated[str | None, Col("compile", 12, "why matches_eager is null: the eager rerun failed")]
     devices_used: Annotated[int | None, Col("sharded", 6, "devices the probe ran on", older=1)]
     parallelism: Annotated[str | None, Col("sharded", 6, "none, tp or ep", older="none")]
     tp_size: Annotated[int | None, Col("sharded", 6, "tensor parallel degree")]
@@ -192,8 +195,8 @@ class Record(TypedDict):
     ranks_agree: Annotated[bool | None, Col("sharded", 7, "every rank generated the same tokens")]
     rank_errors: Annotated[list[str] | None, Col("sharded", 7, "what each rank that raised said, one line each")]
     rank_log_tail: Annotated[str | None, Col("sharded", 7, "the end of the failed ranks' stderr (stacks of a hang)")]
-    peak_host_mem_mb: Annotated[float | None, Col("memory", 1, "peak host memory of the probe process")]
-    peak_device_mem_mb: Annotated[float | None, Col("memory", 1, "peak device memory (the most of any rank)")]
+    peak_host_mem_mb: Annotated[float | None, Col("memory", 1, "peak host memory of the probe process, in MiB")]
+    peak_device_mem_mb: Annotated[float | None, Col("memory", 1, "peak device memory (the most of any rank), in MiB")]
     device_mem_source: Annotated[str | None, Col("memory", 1, "where the device memory figure comes from")]
     compile_cache_hits: Annotated[int | None, Col("device", 1, "the device's compilation cache hits")]
     compile_cache_misses: Annotated[int | None, Col("device", 1, "the device's compilation cache misses")]
@@ -218,7 +221,7 @@ class Record(TypedDict):
     fluency_note: Annotated[str | None, Col("numerics", 9, "the repetition measure, or why the judge did not run")]
     versions: Annotated[Versions | None, Col("provenance", 1, "python, torch, torch_tpu, libtpu, transformers, ...")]
     stack_sha: Annotated[
-        str | None, Col("provenance", 11, "sha256 (16 hex) of every installed distribution: sweep.json's stack")
+        str | None, Col("provenance", 13, "sha256 (16 hex) of every installed distribution: sweep.json's stack")
     ]
     host: Annotated[str | None, Col("provenance", 1, "the host's name")]
     started_at: Annotated[str | None, Col("provenance", 1, "UTC, ISO 8601")]
@@ -226,7 +229,16 @@ class Record(TypedDict):
     notebook_path: Annotated[str | None, Col("provenance", 1, "the executed notebook, relative to the data folder")]
     notebook_url: Annotated[str | None, Col("provenance", 8, "the executed notebook where `push --logs` published it")]
     log_url: Annotated[str | None, Col("provenance", 8, "the probe's log where `push --logs` published it")]
-    repro_script: Annotated[str | None, Col("provenance", 1, "a standalone script that reproduces the probe")]
+    repro_script: Annotated[
+        str | None,
+        Col("provenance", 1, "older files: the whole standalone script (now: repro_settings + repro_sha256)"),
+    ]
+    repro_settings: Annotated[
+        str | None, Col("provenance", 11, "JSON: the probe's settings as it ran them, the repro script's SETTINGS")
+    ]
+    repro_sha256: Annotated[
+        str | None, Col("provenance", 11, "the repro script's body, `repro/<sha256>.py` beside the data")
+    ]
     exclusion_reason: Annotated[str | None, Col("verdict", 1, "why the row has no verdict (excluded)")]
     pipeline_tag: Annotated[str | None, Col("hub", 3, "the Hub's pipeline tag")]
     library_name: Annotated[str | None, Col("hub", 3, "the Hub's library name")]

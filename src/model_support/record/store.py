@@ -8,10 +8,15 @@ Hive-style folders mean adding a sweep never rewrites another, and ``scan`` read
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import fcntl
+import hashlib
 import itertools
 import json
 import os
+import tempfile
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +30,10 @@ if TYPE_CHECKING:  # polars is imported where it is used: the probe kernel write
     import polars as pl
 
 CONFIGS = ("results", "excluded")
+#: The folder of repro bodies, one file per body (``<sha256>.py``): in a sweep's folder and in the data folder.
+REPRO = "repro"
+#: The first line of every repro script's body (``probe.repro.body``): where a script's header ends.
+REPRO_BODY_MARK = "# ---- The probe's own code"
 #: A sweep's file saying where its notebooks and logs are published (``published_logs``).
 PUBLISHED = "published.json"
 
@@ -53,6 +62,42 @@ def scan(data_dir: Path, config: str = "results") -> pl.LazyFrame:
     )
 
 
+#: The text columns a reader filters or groups rows by: they keep Parquet statistics (min and max per row
+#: group, for pruning), as every column of another type does. The other texts (tracebacks, messages, notes,
+#: settings) do not: a statistic holds the longest texts whole, twice, and cost more than the rows themselves.
+KEY_TEXTS = (
+    "sweep_id",
+    "model_id",
+    "variant",
+    "status",
+    "failure_stage",
+    "task",
+    "model_type",
+    "error_type",
+    "failure_signature",
+    "mode",
+    "cache",
+    "dtype",
+    "device_type",
+    "parallelism",
+    "numerics",
+    "attribution",
+    "pipeline_tag",
+    "repro_sha256",
+)
+
+
+def statistics_columns() -> list[str]:
+    """The columns written with statistics: ``KEY_TEXTS`` and every column that is not a text."""
+    import pyarrow as pa
+
+    return [
+        f.name
+        for f in schema.SCHEMA
+        if f.name in KEY_TEXTS or not (pa.types.is_string(f.type) or pa.types.is_large_string(f.type))
+    ]
+
+
 def write_parquet(records, path: Path, batch_rows: int = 512) -> int:
     """Records (any iterable) -> one Parquet file with exactly the declared schema, atomically,
     written in row groups of ``batch_rows`` so memory does not grow with the sweep. Writes no file
@@ -62,22 +107,27 @@ def write_parquet(records, path: Path, batch_rows: int = 512) -> int:
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
+    # a name of its own (two compactions of one sweep at once must not write into one temporary file)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(name)
     rows, writer = 0, None
     iterator = iter(records)
     try:
         try:
             while batch := list(itertools.islice(iterator, batch_rows)):
                 if writer is None:
-                    writer = pq.ParquetWriter(tmp, schema.SCHEMA)
+                    writer = pq.ParquetWriter(tmp, schema.SCHEMA, write_statistics=statistics_columns())
                 writer.write_table(schema.to_table(batch))
                 rows += len(batch)
         finally:
             if writer is not None:
                 writer.close()
         if rows:
+            os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide shared sweep data
             os.replace(tmp, path)
         else:
+            tmp.unlink()
             path.unlink(missing_ok=True)
     except BaseException:
         tmp.unlink(missing_ok=True)  # a failed write (a full disk) leaves no temp file behind
@@ -90,6 +140,68 @@ def write_parquet(records, path: Path, batch_rows: int = 512) -> int:
 
 def sweep_dir(data_dir: Path, sweep_id: str) -> Path:
     return Path(data_dir) / "sweeps" / sweep_id
+
+
+class SweepLock:
+    """One writer per sweep at a time: the runner for the whole run (a second ``--resume`` of a running
+    sweep is refused), and each command that rewrites a sweep's files (``compact``: ``aggregate``,
+    ``exclude``, ``include``, ``push --logs``) for its rewrite, refused while a sweep runs. An flock on
+    ``<sweep>/.lock``: the kernel drops it when the holder dies, so a killed sweep leaves no stale lock.
+
+    A process that holds a sweep's lock may rewrite that sweep's files without taking it again
+    (``held``): the runner compacts at the end of its run."""
+
+    _held: set[Path] = set()
+    _guard = threading.Lock()
+
+    def __init__(self, folder: Path):
+        folder.mkdir(parents=True, exist_ok=True)
+        self.path = Path(folder).resolve() / ".lock"
+
+    def __enter__(self):
+        self.handle = open(self.path, "a+")  # noqa: SIM115 closed in __exit__
+        try:
+            fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.handle.close()
+            raise UserError(
+                f"Sweep folder {self.path.parent} is being written by another running sweep; wait for it to finish."
+            ) from None
+        with self._guard:
+            self._held.add(self.path)
+        return self
+
+    def __exit__(self, *exc):
+        with self._guard:
+            self._held.discard(self.path)
+        fcntl.flock(self.handle, fcntl.LOCK_UN)
+        self.handle.close()
+
+    @classmethod
+    def held(cls, folder: Path) -> bool:
+        """Whether this process holds ``folder``'s lock."""
+        with cls._guard:
+            return Path(folder).resolve() / ".lock" in cls._held
+
+
+@contextlib.contextmanager
+def writing_all(data_dir: Path):
+    """Hold every sweep's lock of the data folder (``push``: none may change while it is sent)."""
+    with contextlib.ExitStack() as locks:
+        for sweep_id in list_sweeps(data_dir):
+            locks.enter_context(writing(data_dir, sweep_id))
+        yield
+
+
+@contextlib.contextmanager
+def writing(data_dir: Path, sweep_id: str):
+    """Hold ``sweep_id``'s lock while rewriting its files (already held by this process: nothing to take)."""
+    folder = sweep_dir(data_dir, sweep_id)
+    if SweepLock.held(folder):
+        yield
+    else:
+        with SweepLock(folder):
+            yield
 
 
 def stem(model_id: str, variant: str | None = None) -> str:
@@ -126,8 +238,44 @@ def list_sweeps(data_dir: Path) -> list[str]:
     return [sweep_id for _, sweep_id in sorted(metas)]
 
 
+def repro_dir(data_dir: Path, sweep_id: str | None = None) -> Path:
+    """Where repro bodies are kept: a sweep's ``repro/`` (as its probes wrote them), or with no sweep the data
+    folder's (every sweep's bodies, beside the Parquet files and on the Hub)."""
+    return (sweep_dir(data_dir, sweep_id) if sweep_id else Path(data_dir)) / REPRO
+
+
+def split_repro(record: schema.Record, folder: Path) -> schema.Record:
+    """The record without its whole repro script: the script's body kept once in ``folder/<repro_sha256>.py``,
+    the record keeping its ``repro_settings`` and the body's hash (``probe.repro.script_of`` puts it together
+    again). A script whose body is not the hash's stays whole, as older records have it."""
+    script, sha = record.get("repro_script"), record.get("repro_sha256")
+    start = script.find(REPRO_BODY_MARK) if script else -1
+    if not script or not sha or start < 0 or not record.get("repro_settings"):
+        return record
+    body = script[start:].encode()
+    if hashlib.sha256(body).hexdigest() != sha:
+        return record
+    path = folder / f"{sha}.py"
+    if not path.exists():
+        atomic_write_bytes(path, body)
+    return {**record, "repro_script": None}
+
+
+def copy_repro_bodies(data_dir: Path, sweep_id: str) -> int:
+    """A sweep's repro bodies into the data folder's ``repro/`` (each body once for every sweep: content
+    addressed), so the dataset and its push carry them; returns how many were new."""
+    new = 0
+    for path in sorted(repro_dir(data_dir, sweep_id).glob("*.py")):
+        target = repro_dir(data_dir) / path.name
+        if not target.exists():
+            atomic_write_bytes(target, path.read_bytes())
+            new += 1
+    return new
+
+
 def store_result(data_dir: Path, sweep_id: str, record: schema.Record, notebook: bytes | None, log: str) -> Path:
-    """Keep one model's outcome: notebook and log first, the record last (its presence means done)."""
+    """Keep one model's outcome: notebook and log first, the repro body (once per body), the record last
+    (its presence means done)."""
     folder = sweep_dir(data_dir, sweep_id)
     model_id = record["model_id"] or ""  # check_record below refuses a record without one
     name = stem(model_id, record["variant"])
@@ -135,7 +283,7 @@ def store_result(data_dir: Path, sweep_id: str, record: schema.Record, notebook:
         atomic_write_bytes(folder / "notebooks" / f"{name}.ipynb", notebook)
     atomic_write_bytes(folder / "logs" / f"{name}.log", log.encode())
     path = record_file(data_dir, sweep_id, model_id, record["variant"])
-    atomic_write_json(path, schema.check_record(record))
+    atomic_write_json(path, schema.check_record(split_repro(record, repro_dir(data_dir, sweep_id))))
     return path
 
 
@@ -222,11 +370,12 @@ def set_published_logs(data_dir: Path, sweep_id: str, where: dict | None) -> tup
     """Record where this sweep's notebooks and logs are published (None: nowhere) and compact again, so
     that each row's ``notebook_url`` and ``log_url`` point there; returns (results, excluded)."""
     path = sweep_dir(data_dir, sweep_id) / PUBLISHED
-    if where is None:
-        path.unlink(missing_ok=True)
-    else:
-        atomic_write_json(path, where)
-    return compact(data_dir, sweep_id)
+    with writing(data_dir, sweep_id):
+        if where is None:
+            path.unlink(missing_ok=True)
+        else:
+            atomic_write_json(path, where)
+        return compact(data_dir, sweep_id)
 
 
 def _with_urls(record: dict, folder: Path, base: str) -> dict:
@@ -246,8 +395,14 @@ def compact(data_dir: Path, sweep_id: str) -> tuple[int, int]:
     ``excluded``, every other to ``results``. Rewrites only this sweep's files, each atomically; the
     JSON records stay the source of truth, so compaction can be redone at any time and gives the
     same rows (a whole-sweep exclusion and the published logs' addresses are applied here). Records are
-    streamed (two passes), so memory stays flat however long the sweep. Returns (results, excluded)."""
+    streamed (two passes), so memory stays flat however long the sweep. Returns (results, excluded).
+    Refused (one sentence) while another process writes the sweep (``SweepLock``)."""
     meta = read_sweep(data_dir, sweep_id)
+    with writing(data_dir, sweep_id):
+        return _compact(data_dir, sweep_id, meta)
+
+
+def _compact(data_dir: Path, sweep_id: str, meta: SweepMeta) -> tuple[int, int]:
     whole_sweep_reason = exclusion(data_dir, sweep_id)
     published = published_logs(data_dir, sweep_id)
     before_running = [
@@ -271,6 +426,7 @@ def compact(data_dir: Path, sweep_id: str) -> tuple[int, int]:
     excluded = write_parquet(
         itertools.chain(records(excluded=True), before_running), parquet_file(data_dir, "excluded", sweep_id)
     )
+    copy_repro_bodies(data_dir, sweep_id)
     write_dataset_card(data_dir)
     return results, excluded
 
@@ -279,13 +435,14 @@ def set_exclusion(data_dir: Path, sweep_id: str, reason: str | None) -> tuple[in
     """Exclude a whole sweep (a broken stack) with ``reason``, or include it again with None."""
     read_sweep(data_dir, sweep_id)  # refuses an unknown sweep with the list of known ones
     path = sweep_dir(data_dir, sweep_id) / "exclusion.json"
-    if reason is None:
-        path.unlink(missing_ok=True)
-    else:
-        if not reason.strip():
-            raise UserError("An exclusion needs a reason; pass --reason with a short explanation.")
-        atomic_write_json(path, {"reason": reason})
-    return compact(data_dir, sweep_id)
+    if reason is not None and not reason.strip():
+        raise UserError("An exclusion needs a reason; pass --reason with a short explanation.")
+    with writing(data_dir, sweep_id):
+        if reason is None:
+            path.unlink(missing_ok=True)
+        else:
+            atomic_write_json(path, {"reason": reason})
+        return compact(data_dir, sweep_id)
 
 
 CONFIG_BLOCK = """- config_name: {config}
@@ -306,7 +463,9 @@ One row per model per sweep; the columns are the probe's record fields (`model_s
 
 - `results`: every probed model: `status` is PASS, FAIL(load), FAIL(gen) or FAIL(other), with
   `failure_stage`, `failure_signature`, the error and traceback, tokens, timings, memory, the CPU
-  reference check, the full version stack and a `repro_script`.
+  reference check, the full version stack, and the standalone script that reproduces the probe: its
+  `repro_settings` and `repro_sha256`, the name of its body in `repro/<sha256>.py` beside the Parquet
+  files (`model-support repro SWEEP_ID MODEL`; older rows carry the whole script in `repro_script`).
 - `excluded`: models excluded before running (with `exclusion_reason`) and whole sweeps excluded
   after the fact (a broken stack). Excluded rows are never counted as failures.
 

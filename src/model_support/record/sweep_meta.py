@@ -2,8 +2,8 @@
 
 ``sweep.json`` is written first when a sweep is created: its settings, frozen model list (Hub
 rankings resolved once), exclusions, stack versions, the whole installed stack (``stack``: every
-distribution and its version, version 3; older files read it as empty) and host. Real sweeps, the synthetic history
-and the tests all write it through ``SweepMeta``; ``SweepMeta.from_dict`` also reads the older
+distribution and its version, version 3; older files read it as empty) and host. Real sweeps, the
+synthetic history and the tests all write it through ``SweepMeta``; ``SweepMeta.from_dict`` also reads the older
 shapes (version 1: ``probe`` with model dicts; the synthetic history's ``settings`` with plain
 model ids), so readers never see more than one shape.
 
@@ -94,6 +94,9 @@ class SweepMeta:
     matrix: dict = field(default_factory=dict)
     versions: dict = field(default_factory=dict)
     stack: dict[str, str] = field(default_factory=dict)
+    #: The device backends' own configuration the sweep ran with (``devices.stack_configuration``); None in
+    #: sweeps written before it was recorded.
+    device_config: dict | None = None
     host: str = ""
     version: int = VERSION
 

@@ -176,25 +176,29 @@ def timing_chart(histogram: pl.DataFrame):
 
 
 def memory_chart(memory_by_size: pl.DataFrame):
+    """Median peak memory by model size, one panel per metric (host, device) on its own scale: a device's
+    few MiB would be an invisible sliver beside a host's hundreds on a shared axis."""
     alt = _alt()
     return (
         alt.Chart(alt.Data(values=_values(memory_by_size)))
         .mark_bar()
         .encode(
             x=alt.X("size_bucket:N", sort=list(analysis.SIZE_BUCKETS), title="model size"),
-            xOffset=alt.XOffset("metric:N"),
-            y=alt.Y("median:Q", title="median peak memory (MB)"),
-            color=alt.Color("metric:N", title=None),
+            y=alt.Y("median:Q", title="median peak memory (MiB)"),
+            color=alt.Color("metric:N", title=None, legend=None),
             tooltip=[
                 "size_bucket:N",
                 "metric:N",
                 "count:Q",
-                alt.Tooltip("median:Q", format=",.0f"),
-                alt.Tooltip("p90:Q", format=",.0f"),
-                alt.Tooltip("max:Q", format=",.0f"),
+                alt.Tooltip("median:Q", format=",.1f"),
+                alt.Tooltip("p90:Q", format=",.1f"),
+                alt.Tooltip("max:Q", format=",.1f"),
             ],
         )
-        .properties(width=480, title="Peak memory by model size")
+        .properties(width=300, height=200)
+        .facet(column=alt.Column("metric:N", title=None, sort=list(analysis.MEMORY_METRICS)))
+        .resolve_scale(y="independent")
+        .properties(title="Peak memory by model size")
     )
 
 

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,11 +55,11 @@ import polars as pl
 
 from .. import analysis, paths
 from ..analysis import coverage
+from ..analysis.history import sweep_labels as history_labels
 from ..bisect import results as bisect_results
 from ..fileio import atomic_write_text
 from ..record import schema
 from ..record.schema import VERDICT_COLORS
-from ..record.sweep_meta import parse_sweep_id
 from .explorer_rows import (
     EXCLUDED,
     HUB_FACTS,
@@ -182,14 +181,9 @@ def explorer_data(data_dir: Path | str) -> dict:
 
 def sweep_labels(sweep_ids: list[str]) -> list[str]:
     """What the list shows for each sweep (its full id is the tooltip): its name and UTC date, with the
-    time where two sweeps of one name share a date, and the id's suffix where they share the minute."""
-    parsed = [parse_sweep_id(i) for i in sweep_ids]
-    labels = [f"{p.name} {p.time:%Y-%m-%d}" if p.time else p.name for p in parsed]
-    for finer in (lambda p: p.label, lambda p: f"{p.label} {p.suffix or ''}".strip()):
-        seen = Counter(labels)
-        labels = [finer(p) if seen[label] > 1 else label for p, label in zip(parsed, labels)]
-    seen = Counter(labels)
-    return [label if seen[label] == 1 else i for label, i in zip(labels, sweep_ids)]
+    time where two sweeps of one name share a date, the seconds where they share the minute, and the id's
+    suffix where they share the second (``analysis.history.sweep_labels``)."""
+    return history_labels(sweep_ids, coarsest=0)
 
 
 def _with_sweep_envs(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -17,6 +17,7 @@ from .. import analysis
 from ..analysis import coverage
 from ..analysis.frames import check_note_col, pass_check_col, variant_col
 from ..analysis.parallel import devices_col, parallelism_col
+from ..probe import repro
 from ..record import store
 
 EXCLUDED = "excluded"
@@ -237,6 +238,8 @@ def latest_details(data_dir: Path, keys: pl.DataFrame) -> dict[tuple[str, str], 
         "error_message",
         "traceback",
         "repro_script",
+        "repro_settings",
+        "repro_sha256",
         "notebook_path",
         "versions",
         "started_at",
@@ -261,4 +264,7 @@ def latest_details(data_dir: Path, keys: pl.DataFrame) -> dict[tuple[str, str], 
         .unique(["model_id", "variant"], keep="first", maintain_order=True)
         .collect()
     )
-    return {(r["model_id"], r["variant"]): r for r in latest.iter_rows(named=True)}
+    rows = {(r["model_id"], r["variant"]): r for r in latest.iter_rows(named=True)}
+    for row in rows.values():  # the whole script, its body from the data folder's repro/ (older rows have it)
+        row["repro_script"] = repro.script_of_or_none(row, store.repro_dir(data_dir))
+    return rows

@@ -176,7 +176,7 @@ def header_html(tables: dict[str, pl.DataFrame], sweep_id: str, baseline_sweep_i
     items = "".join(
         f"<dt>{html.escape(k)}</dt><dd>{raw[k] if k in raw else html.escape(str(v))}</dd>" for k, v in facts.items()
     )
-    return f'<dl class="ms-head">{items}</dl>'
+    return f'<dl class="ms-head ms-facts">{items}</dl>'
 
 
 def charted_model_types(by_type: pl.DataFrame) -> tuple[pl.DataFrame, str]:

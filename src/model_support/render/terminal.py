@@ -15,6 +15,7 @@ from .. import analysis
 from ..bisect import results as bisect_results
 from ..bisect import stacks
 from ..probe.model_ids import display_name
+from ..probe.signatures import shorten
 from ..record import schema, store
 
 # --------------------------------------------------------------------------------------------
@@ -79,7 +80,7 @@ def format_diff(
         for r in part.head(max_per_change).iter_rows(named=True):
             now, was = r["signature_after"], r["signature_before"]
             if r.get("check_note"):  # newly suspect (or no longer): what the check says now, not a signature
-                now = f"{r['check_after']}: {r['check_note']}"
+                now = f"{r['check_after']}: {r['check_note']}" if r.get("check_after") else r["check_note"]
             sig = now or ""
             if was and was != now:
                 whose = f" [{r['attribution_before']}]" if r.get("attribution_before") else ""
@@ -112,6 +113,11 @@ def format_diff(
     return buffer.getvalue()
 
 
+def _count(value) -> str:
+    """A count as the table shows it: "-" where none was recorded (a probe that stopped before generating)."""
+    return "-" if value is None else str(value)
+
+
 def verdict_table(records: list[dict], console) -> None:
     """The sweep's verdicts, one row per model (per model and variant for a sweep with a matrix; failures
     grouped by verdict), then the counts."""
@@ -128,7 +134,9 @@ def verdict_table(records: list[dict], console) -> None:
     ):
         variant = [r.get("variant") or analysis.DEFAULT_VARIANT] if with_variant else []
         if r.get("exclusion_reason"):  # no verdict: gated, gone, or a mode this stack does not offer
-            table.add_row(display_name(r["model_id"]), *variant, "excluded", "", "", "", r["exclusion_reason"][:80])
+            table.add_row(
+                display_name(r["model_id"]), *variant, "excluded", "", "", "", shorten(r["exclusion_reason"], 80)
+            )
             continue
         whose = (r.get("attribution") or analysis.UNKNOWN_ATTRIBUTION) if r["status"] != schema.PASS else ""
         table.add_row(
@@ -137,8 +145,8 @@ def verdict_table(records: list[dict], console) -> None:
             r["status"],
             r["failure_stage"] or "",
             whose,
-            f"{r['tokens_in']}/{r['tokens_out']}",
-            (r["failure_signature"] or "")[:80],
+            f"{_count(r['tokens_in'])}/{_count(r['tokens_out'])}",
+            shorten(r["failure_signature"] or "", 80),
         )
     console.print(table)
     summary = Counter(r["status"] if not r.get("exclusion_reason") else "excluded" for r in records)

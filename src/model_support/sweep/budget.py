@@ -18,6 +18,7 @@ from pathlib import Path
 import huggingface_hub
 from huggingface_hub import constants as hf_constants
 
+from ..display import size_text
 from ..probe import hub_fetch
 from ..probe.hub import metadata
 
@@ -54,13 +55,6 @@ def list_models(task="text-generation", sort="downloads", limit=50, *, token=Non
             raise
         raise problem from exc
     return [{"model_id": info.id, **metadata(info)} for info in infos]
-
-
-def _fmt(nbytes) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if abs(nbytes) >= scale:
-            return f"{nbytes / scale:.3g} {unit}"
-    return f"{int(nbytes)} B"
 
 
 def _tree_bytes(folder: Path) -> int:
@@ -129,14 +123,14 @@ class CacheBudget:
             if self.max_bytes is not None and nbytes > self.max_bytes - self._kept:
                 if self._kept:
                     return (
-                        f"too large for what is left of the cache budget: {_fmt(nbytes)} > "
-                        f"{_fmt(self.max_bytes - self._kept)} ({self.max_gb:g} GB, {_fmt(self._kept)} kept)."
+                        f"too large for what is left of the cache budget: {size_text(nbytes)} > "
+                        f"{size_text(self.max_bytes - self._kept)} ({self.max_gb:g} GB, {size_text(self._kept)} kept)."
                     )
-                return f"too large for the cache budget: {_fmt(nbytes)} > {self.max_gb:g} GB."
+                return f"too large for the cache budget: {size_text(nbytes)} > {self.max_gb:g} GB."
             room = self._disk_room() + (0 if self.keep else self._added(exclude=()) - self._kept)
             if nbytes > room:
                 return (
-                    f"too large for the free disk: {_fmt(nbytes)} > {_fmt(max(room, 0))} free "
+                    f"too large for the free disk: {size_text(nbytes)} > {size_text(max(room, 0))} free "
                     f"(after a {self.margin_gb:g} GB margin)."
                 )
         return None

@@ -17,7 +17,7 @@ import yaml
 from ..errors import UserError
 from ..probe import devices, probe_core, probe_params
 from ..probe.model_ids import is_local, portable_id
-from ..record.sweep_meta import ModelEntry
+from ..record.sweep_meta import ModelEntry, new_sweep_id, safe_name
 
 TOP_KEYS = {
     "name": str,
@@ -82,6 +82,20 @@ def _check_keys(where: str, mapping: dict, accepted: dict) -> None:
             raise SweepConfigError(
                 f"{where}: {key!r} must be {_type_label(expected)}, not {type(value).__name__} ({value!r})."
             )
+
+
+def check_name(source: str, name: str) -> None:
+    """A name whose sweep id (``sweep_meta.new_sweep_id``: the name made file-safe, then the time) starts
+    with a letter, a digit or ``_``: an empty name (or one of slashes) gives an id starting with ``-``,
+    which ``--resume`` then reads as an option, and one starting with ``.`` a hidden folder."""
+    safe = safe_name(name)
+    if not safe or safe[0] in "-.":
+        example = new_sweep_id(name)
+        raise SweepConfigError(
+            f"{source}: name {name!r} cannot name a sweep (its id would start {example[:12]!r}..., which "
+            "`--resume` would read as an option or hide); give a name that starts with a letter or digit, such "
+            "as 'smoke'."
+        )
 
 
 def check_probe_settings(where: str, settings: dict) -> None:
@@ -154,6 +168,7 @@ def parse(raw: dict, source: str = "<params>", base: Path | None = None) -> Swee
     _check_keys(source, raw, TOP_KEYS)
     if "name" not in raw:
         raise SweepConfigError(f"{source}: 'name' is missing; give the sweep a short name such as 'smoke'.")
+    check_name(source, raw["name"])
     executor = raw.get("executor", "local")
     if executor not in EXECUTORS:
         raise SweepConfigError(f"{source}: executor {executor!r} is not one of {', '.join(EXECUTORS)}.")
@@ -246,6 +261,10 @@ def check_devices(definition: SweepParams) -> None:
             raise SweepConfigError(problem)
 
 
+#: How long importing torchvision (and torch) in the check's child process may take.
+VISION_CHECK_TIMEOUT_S = 300.0
+
+
 def check_vision() -> None:
     """An installed torchvision that does not import beside this torch (a build for another torch) makes
     transformers fail every model's load, text models included: refused before the sweep, with the sentence
@@ -261,7 +280,16 @@ def check_vision() -> None:
 
     check = "from model_support.probe.probe_core import torchvision_broken; print(torchvision_broken() or 'ok')"
     env = {**os.environ, devices.AUTOLOAD_VAR: "0"}
-    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env=env, timeout=300)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", check], capture_output=True, text=True, env=env, timeout=VISION_CHECK_TIMEOUT_S
+        )
+    except subprocess.TimeoutExpired:
+        raise SweepConfigError(
+            f"This environment cannot probe models: importing torchvision did not finish within "
+            f"{VISION_CHECK_TIMEOUT_S:g} s; check it with `python -c 'import torchvision'`, or uninstall it "
+            "(pip uninstall torchvision) if no model needs it."
+        ) from None
     answer = (done.stdout.strip().splitlines() or [f"the check failed: {done.stderr.strip()[-300:]}"])[-1]
     if answer != "ok":
         raise SweepConfigError(f"This environment cannot probe models: {answer}.")

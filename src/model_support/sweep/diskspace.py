@@ -7,12 +7,13 @@ import errno
 import shutil
 from pathlib import Path
 
+from ..display import size_text
 from ..errors import StorageFull
 
 #: What one model's notebook, log and record take at least (a tiny model's; large ones write no more).
-BYTES_PER_MODEL = 40 * 1024
+BYTES_PER_MODEL = 40_000
 #: What a sweep's report and the explorer take.
-REPORT_BYTES = 2 * 1024 * 1024
+REPORT_BYTES = 2_000_000
 
 
 def check_room(data_dir: Path, probes: int, report: bool) -> None:
@@ -24,24 +25,34 @@ def check_room(data_dir: Path, probes: int, report: bool) -> None:
     free = shutil.disk_usage(existing).free
     if free < need / 2:
         raise StorageFull(
-            f"The data folder {data_dir} has {_size(free)} free, clearly too little for this sweep (about "
-            f"{_size(need)}: {probes} probes' notebooks, logs and records{' and the report' if report else ''}); "
+            f"The data folder {data_dir} has {size_text(free)} free, clearly too little for this sweep (about "
+            f"{size_text(need)}: {probes} probes' notebooks, logs and records{' and the report' if report else ''}); "
             "make room or pass --data-dir on a larger disk."
         )
 
 
-def _size(nbytes: float) -> str:
-    for unit, scale in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.1f} {unit}"
-    return f"{int(nbytes)} bytes"
+#: Free bytes under which a failed write is put down to a full disk whatever its error says.
+NEARLY_FULL_BYTES = 1_000_000
+#: errno values that mean the disk (or a file-size or quota limit) refused a write.
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _free(data_dir: Path) -> int:
+    existing = next(p for p in (data_dir, *data_dir.parents) if p.exists())
+    return shutil.disk_usage(existing).free
+
+
+def disk_full(exc: OSError, data_dir: Path) -> bool:
+    """Whether a failed write to the data folder was for lack of space: its errno says so, or the disk
+    itself is nearly full (checked now). Too many open files, ENOMEM, a permission are not."""
+    return exc.errno in DISK_ERRNOS or _free(data_dir) < NEARLY_FULL_BYTES
 
 
 def disk_words(exc: OSError, data_dir: Path) -> str:
-    """``no space left on device, 12 KB free`` (or the OSError's own words for other write errors)."""
-    existing = next(p for p in (data_dir, *data_dir.parents) if p.exists())
-    free = _size(shutil.disk_usage(existing).free)
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+    """``no space left on its disk, 12 KB free`` when the disk is full (``disk_full``), else the OSError's
+    own words with the free space (``Too many open files, 80 GB free``)."""
+    free = size_text(_free(data_dir))
+    if disk_full(exc, data_dir):
         return f"no space left on its disk, {free} free"
     return f"{exc.strerror or type(exc).__name__}, {free} free"
 

@@ -53,6 +53,10 @@ J = TypeVar("J")
 R = TypeVar("R")
 
 
+class SchedulerClosed(RuntimeError):
+    """The scheduler was closed (the sweep stopped): a request waiting for devices, or made after, gets none."""
+
+
 @dataclass(eq=False)
 class Request:
     """One wait for devices, with its times (time.monotonic) for tests and benchmarks."""
@@ -80,6 +84,13 @@ class DeviceScheduler:
         self._free = set(self.ids)
         self._queue: list[Request] = []
         self._lock = threading.Lock()
+        self.closed = False
+
+    @property
+    def free(self) -> tuple[int, ...]:
+        """The devices no request holds now (all of them after a run that gave back what it took)."""
+        with self._lock:
+            return tuple(d for d in self.ids if d in self._free)
 
     def acquire(self, need: int, key=None, timeout: float | None = None) -> tuple[int, ...]:
         """Block until ``need`` devices are granted; return their ids (TimeoutError after ``timeout`` s).
@@ -87,6 +98,8 @@ class DeviceScheduler:
         request = self.submit(need, key)
         if not request.event.wait(timeout) and self.cancel(request):
             raise TimeoutError(f"{need} device(s) were not free within {timeout} s.")
+        if not request.ids:
+            raise SchedulerClosed("the scheduler was closed while this request waited")
         return request.ids
 
     @contextmanager
@@ -95,6 +108,8 @@ class DeviceScheduler:
         times (queued, head, granted); they are given back however the block ends."""
         request = self.submit(need, key)
         request.event.wait()
+        if not request.ids:  # closed while it waited: no devices, nothing to give back
+            raise SchedulerClosed("the scheduler was closed while this request waited")
         try:
             yield request
         finally:
@@ -108,6 +123,8 @@ class DeviceScheduler:
             raise ValueError(f"A model that needs {need} devices cannot run here: there are only {self.size}.")
         request = Request(need, key)
         with self._lock:
+            if self.closed:
+                raise SchedulerClosed("the scheduler is closed: it grants nothing more")
             self._queue.append(request)
             granted = self._dispatch()
         self._notify(granted)
@@ -133,9 +150,20 @@ class DeviceScheduler:
         self._notify(granted)
         return True
 
+    def close(self) -> None:
+        """Grant nothing more (the sweep stopped): every waiting request wakes with no devices (``hold`` and
+        ``acquire`` raise ``SchedulerClosed``), new ones are refused; devices held are still given back. So a
+        probe killed by the stop frees its devices to no one, and no fresh probe starts on them."""
+        with self._lock:
+            self.closed = True
+            waiting, self._queue = self._queue, []
+        self._notify(waiting)
+
     # -- policy (called with the lock held) --
     def _dispatch(self) -> list[Request]:
-        now, granted = time.monotonic(), []
+        now, granted = time.monotonic(), list[Request]()
+        if self.closed:
+            return granted
         while self._queue:  # the head, as long as it fits
             head = self._queue[0]
             head.head = head.head or now
@@ -215,13 +243,15 @@ def run_on_devices(
     probe: Callable[[J, Devices], R],
     on_stop: Callable[[], None] | None = None,
 ) -> Iterator[R]:
-    """The local executor's scheduling (``runner.run_local``, on jobs in ``device_order``;
+    """The local executor's scheduling (``executors.base.Executor.results``, on jobs in ``device_order``;
     bench/bench_scheduler.py drives it with simulated probes): one thread per device, each taking the
     next job in order and calling ``probe(job, devices)``, which holds its devices for as long as it
     needs them (``with devices() as request``: the scheduler's policy decides when) or none (a job with
     nothing to run). Results are yielded as the probes finish, and a finished one is not kept: memory
     stays flat. An exception from ``probe`` is raised here, after its devices were given back. Closing
-    early cancels the jobs not started, calls ``on_stop`` (to stop the running probes) and waits."""
+    early cancels the jobs not started, closes the scheduler (a job waiting for devices gets none:
+    ``SchedulerClosed`` in its thread, not here), calls ``on_stop`` (to stop the running probes) and waits,
+    so no probe starts after a stop."""
     pool = ThreadPoolExecutor(max_workers=scheduler.size, thread_name_prefix="probe")
 
     def one(index: int, job: J) -> R:
@@ -235,6 +265,7 @@ def run_on_devices(
                 yield future.result()
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
+        scheduler.close()
         if on_stop is not None:
             on_stop()
         pool.shutdown(wait=True)

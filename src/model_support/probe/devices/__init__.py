@@ -17,6 +17,6 @@ from . import cuda, tpu  # noqa: F401  (their registrations)
 from .accelerator import AcceleratorAdapter
 from .backends import AUTOLOAD_VAR, load_backend, prepare_environment
 from .base import Adapter, DeviceUnavailable
-from .registry import adapter_for, register, registered
+from .registry import adapter_for, register, registered, stack_configuration
 from .resolve import DeviceFacts, auto_candidates, check_available, facts, pinning_env, resolve
 from .tpu import torch_tpu_installed, tpu_hardware_visible, tpu_rank_env

@@ -17,7 +17,7 @@ from importlib.metadata import entry_points
 from .. import probe_core
 from .base import DeviceUnavailable
 
-AUTOLOAD_VAR = "TORCH_DEVICE_BACKEND_AUTOLOAD"
+AUTOLOAD_VAR = probe_core.AUTOLOAD_VAR
 
 
 def prepare_environment(device: str = "auto") -> None:

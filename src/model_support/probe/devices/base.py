@@ -26,6 +26,11 @@ class Adapter:
     #: The Ray resource that holds one of these devices and pins a task to it (Ray sets the visibility
     #: variable), for ``--executor ray``; None where Ray has none. The CPU's cores are Ray's CPUs.
     ray_resource: str | None = "CPU"
+    #: The environment variables that configure the backend itself (what it is told to be, beyond which of
+    #: its devices a process sees): part of the stack, as its versions are. A sweep records the ones set
+    #: (sweep.json's ``device_config``, ``registry.stack_configuration``); ``model-support debug`` says when
+    #: the environment it runs in holds others.
+    config_vars: tuple[str, ...] = ()
 
     def __init__(self, type: str = "cpu"):
         self.type = type
@@ -52,7 +57,7 @@ class Adapter:
         pass
 
     def peak_memory_mb(self) -> tuple[float | None, str | None]:
-        """(peak MB, where the number came from); (None, None) when nothing trustworthy exists."""
+        """(peak MiB, where the number came from); (None, None) when nothing trustworthy exists."""
         return None, None
 
     def device_name(self) -> str:

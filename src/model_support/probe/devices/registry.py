@@ -8,6 +8,8 @@ by the generic ``AcceleratorAdapter``, and ``cpu`` by the base ``Adapter``.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from importlib.metadata import entry_points
 
 from .accelerator import AcceleratorAdapter
@@ -52,3 +54,11 @@ def adapter_class(name: str) -> type[Adapter]:
 def adapter_for(name: str) -> Adapter:
     """The adapter of device ``name`` (nothing imported, nothing checked: ``resolve`` checks)."""
     return adapter_class(name)(name)
+
+
+def stack_configuration(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The device backends' own configuration in ``environ`` (default: this process's): every registered
+    adapter's ``config_vars`` that are set, by name. Nothing is imported or loaded."""
+    environ = os.environ if environ is None else environ
+    names = [var for cls in registered().values() for var in cls.config_vars]
+    return {var: environ[var] for var in dict.fromkeys(names) if var in environ}

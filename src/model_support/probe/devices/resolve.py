@@ -79,17 +79,32 @@ def facts(device: str) -> DeviceFacts:
     return _facts_from_child(device, tuple(sorted(os.environ.items())))
 
 
+#: How long the child that checks a device may take (loading a backend and asking it takes seconds; a hung
+#: driver or runtime would otherwise hold the sweep's start forever).
+FACTS_TIMEOUT_S = 300.0
+
+
 @functools.lru_cache(maxsize=16)
 def _facts_from_child(device: str, environ: tuple) -> DeviceFacts:
     env = dict(environ)
     env.setdefault(AUTOLOAD_VAR, "0")
-    done = subprocess.run(
-        [sys.executable, "-m", "model_support.probe.devices", device],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "model_support.probe.devices", device],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=FACTS_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        return DeviceFacts(
+            device,
+            0,
+            None,
+            f"Device {device!r} could not be checked: asking it for its kind, count and memory did not answer "
+            f"within {FACTS_TIMEOUT_S:g} s (a hung driver or runtime?); check it with "
+            f"`python -m model_support.probe.devices {device}`.",
+        )
     lines = done.stdout.strip().splitlines()
     try:
         return DeviceFacts(**json.loads(lines[-1]))

@@ -87,9 +87,17 @@ def run_sharded(settings: dict, world_size: int, device_type: str = "cpu", timeo
     return result
 
 
+def _import_root() -> str:
+    """The folder this package was imported from (``src`` in a checkout, ``site-packages`` installed): what
+    the ranks need first on ``PYTHONPATH`` to import the same code."""
+    import model_support
+
+    return str(Path(model_support.__file__).resolve().parents[1])
+
+
 def _child_env(device_type: str, world_size: int) -> dict:
     env = dict(os.environ)
-    src = str(Path(__file__).resolve().parents[2])
+    src = _import_root()
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     # torch_tpu is imported explicitly by TPU ranks after they pinned their chip; nothing else loads it.
     env.setdefault(devices.AUTOLOAD_VAR, "0")

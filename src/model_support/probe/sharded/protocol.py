@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import signal
 
-from .. import probe_core
+from .. import probe_core, probe_params
 
 #: Test-only switch, read by every rank: ``ACTION:RANK:STEP`` makes rank RANK, once it has generated
 #: STEP new tokens, ``kill`` itself (SIGKILL, as the OOM killer would) or ``hang`` (sleep forever).
@@ -20,19 +20,10 @@ STACKS_SIGNAL = signal.SIGUSR1
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 #: Exit status of a rank whose stages raised (its result file says what): the agent stops the others.
 RANK_FAILED_EXIT = 3
-#: The probe settings a rank uses, with run_stages' defaults; plus this module's own.
+#: The probe settings a rank uses (run_stages' own, ``probe_params.STAGE_SETTINGS``) with their declared
+#: defaults; plus this module's own.
 RANK_DEFAULTS = {
-    "revision": "",
-    "dtype": "bfloat16",
-    "prompt": probe_core.DEFAULT_PROMPT,
-    "max_new_tokens": 8,
-    "chat_template": "auto",
-    "trust_remote_code": False,
-    "seed": 0,
-    "cache": "dynamic",
-    "mode": "eager",
-    "task": "auto",
-    "image_prompt": probe_core.DEFAULT_IMAGE_PROMPT,
+    **{name: probe_params.BY_NAME[name].default for name in probe_params.STAGE_SETTINGS},
     # "auto": parallelism_for's choice; "tp" or "ep" force one (transformers refuses what the model lacks).
     "parallelism": "auto",
     # for "ep": "auto" (the tensor plan when there is one, else FSDP), "tp" or "fsdp".

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from ...fileio import atomic_write_json
-from .. import devices, probe_core
+from .. import devices, probe_core, probe_params
 from .protocol import RANK_FAILED_EXIT, RANK_KEYS, STACKS_SIGNAL, STAGE_KEYS, TEST_FAULT_ENV, _die_with_parent
 
 
@@ -111,10 +111,9 @@ def _rank_body(job: dict, rank: int, local_rank: int, progress: _Progress) -> di
         split = job["distributed_config"]
         result = probe_core.run_stages(
             model_id=settings["model"],
-            **probe_core.stage_settings(settings),
+            **probe_params.stage_settings(settings),
             device=device,
             synchronize=synchronize,
-            cache=settings["cache"],
             load_kwargs={"distributed_config": DistributedConfig(**split)} if split else None,
             timer=_RankTimer(synchronize, progress, _test_fault(rank)),
             on_stage=lambda stage: progress(stage=stage, **({"tokens": 0} if stage == "generate" else {})),

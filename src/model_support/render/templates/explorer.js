@@ -180,6 +180,23 @@ function update() {
     : (count === 1 ? " model matches" : " models match");
   $("#match-count").textContent = count + what;
   $("#more").textContent = count > MAX_ROWS ? "Showing the first " + MAX_ROWS + " of " + count + "; refine the search." : "";
+  refreshDetail();
+}
+// After a filter changes, the open panel follows the list: the same row again (in the sweep now chosen), or
+// closed when the list no longer shows it; never a run the list does not show beside it.
+function refreshDetail() {
+  const panel = $("#detail");
+  if (panel.hidden || panel.dataset.i === undefined) return;
+  const i = Number(panel.dataset.i);
+  const tr = document.querySelector('#results tbody tr[data-i="' + i + '"]');
+  if (!tr) {
+    panel.hidden = true;
+    delete panel.dataset.i;
+    document.body.classList.remove("detail-open");
+    return;
+  }
+  tr.classList.add("selected");
+  detail(i);
 }
 // What the Hub says about the model (latest known), as definition-list items.
 function hubItems(m, i) {
@@ -210,21 +227,32 @@ function unprobedEntries(m, i, after) {
   }
   return out;
 }
+// The open detail panel shows the run the list shows: in the chosen sweep (else the latest run). Error texts are
+// the latest run's only, and say so when the chosen sweep is another.
 function detail(i) {
   const m = M[i];
   const last = entry(m, -1);
+  const chosen = current().sweep;
+  const picked = chosen >= 0 ? entry(m, chosen) : null;
+  const run = picked || last;
+  const other = run[0] !== last[0];
   const sweep = S[last[0]][0];
-  const o = O[last[1]];
-  const ran = !UNPROBED.has(last[1]);
+  const o = O[run[1]];
+  const ran = !UNPROBED.has(run[1]);
   const versions = m[9] >= 0 ? JSON.parse(D.versions[m[9]]) : {};
   const errorType = text(m[4], m, sweep), message = text(m[5], m, sweep), tb = text(m[6], m, sweep);
   const repro = text(m[7], m, sweep), nb = text(m[8], m, sweep);
   const nbUrl = text(m[14], m, sweep), logUrl = text(m[15], m, sweep);
-  const report = S[last[0]][3];
+  const report = S[run[0]][3];
   const h = [];
-  h.push("<h2>" + esc(m[0]) + "</h2>");
-  h.push("<dl><dt>" + (ran ? "latest run" : "latest") + "</dt><dd>" + esc(sweep) + ' <span class="st ' + slug(o[0]) +
-    '">' + esc(o[0]) + "</span></dd>");
+  h.push('<h2 data-i="' + i + '">' + esc(m[0]) + "</h2>");
+  h.push('<dl><dt>' + (other ? "run in sweep" : ran ? "latest run" : "latest") + '</dt><dd class="run">' +
+    esc(S[run[0]][0]) + ' <span class="st ' + slug(o[0]) + '">' + esc(o[0]) + "</span></dd>");
+  if (other) {
+    const lo = O[last[1]];
+    h.push('<dt>latest run</dt><dd class="latest">' + esc(sweep) + ' <span class="st ' + slug(lo[0]) + '">' +
+      esc(lo[0]) + "</span></dd>");
+  }
   if (MULTI) h.push('<dt>variant</dt><dd class="variant">' + esc(variantOf(m)) + "</dd>");
   if (ran) {
     h.push("<dt>model type</dt><dd>" + esc(D.types[m[1]]) + "</dd>");
@@ -240,27 +268,32 @@ function detail(i) {
         esc(o[4] || "none") + "</dd>");
     }
     if (o[5]) {
-      const note = text(m[16], m, sweep);
+      const note = other ? null : text(m[16], m, sweep);  // the latest run's note
       h.push('<dt>check</dt><dd class="check' + (SUSPECT.has(o[5]) ? " suspect" : "") + '"><b>' + esc(checkText(o)) +
         "</b>: " + esc(D.check_help[o[5]]) + (note ? '<br><span class="check-note">' + esc(note) + "</span>" : "") +
         "</dd>");
     }
-    const refSig = m[12] >= 0 ? D.texts[m[12]] : null, refNote = text(m[13], m, sweep);
+    const refSig = m[12] >= 0 && !other ? D.texts[m[12]] : null, refNote = other ? null : text(m[13], m, sweep);
     if (refSig) h.push('<dt>reference signature</dt><dd class="reference-signature">' + esc(refSig) + "</dd>");
     if (refNote) h.push('<dt>reference note</dt><dd class="reference-note">' + esc(refNote) + "</dd>");
-    if (changedBy(i, last[0])) h.push('<dt>changed by</dt><dd class="changed-by">' + esc(changedBy(i, last[0])) + "</dd>");
-    h.push("<dt>started</dt><dd>" + esc(m[10]) + "</dd>");
-    h.push("<dt>versions</dt><dd>" + esc(Object.entries(versions).map(([k, v]) => k + " " + v).join(", ")) + "</dd>");
+    if (changedBy(i, run[0])) h.push('<dt>changed by</dt><dd class="changed-by">' + esc(changedBy(i, run[0])) + "</dd>");
+    if (other) {  // the chosen sweep's stack; the start time and every version are kept for the latest run only
+      const he = envRow(run[2]);
+      h.push("<dt>stack</dt><dd>" + esc((he[0] || S[run[0]][2]) + ": " + stackTitle(he)) + "</dd>");
+    } else {
+      h.push("<dt>started</dt><dd>" + esc(m[10]) + "</dd>");
+      h.push("<dt>versions</dt><dd>" + esc(Object.entries(versions).map(([k, v]) => k + " " + v).join(", ")) + "</dd>");
+    }
   }
   for (const [k, v] of hubItems(m, i)) h.push("<dt>" + esc(k) + "</dt><dd>" + esc(v) + "</dd>");
   const links = [];
-  if (nb) links.push('<a class="notebook" href="' + esc(nb) + '">executed notebook</a>');
+  if (nb) links.push('<a class="notebook" href="' + esc(nb) + '">executed notebook' + (other ? " (latest run)" : "") + "</a>");
   if (nbUrl) links.push('<a class="notebook-url" href="' + esc(nbUrl) + '">notebook on the Hub</a>');
   if (logUrl) links.push('<a class="log-url" href="' + esc(logUrl) + '">log on the Hub</a>');
   if (report) links.push('<a class="report" href="' + esc(report) + '">sweep report</a>');
   if (links.length) h.push("<dt>open</dt><dd>" + links.join(" · ") + "</dd>");
   h.push("</dl>");
-  const waiting = unprobedEntries(m, i, ran ? last[0] : -1);
+  const waiting = unprobedEntries(m, i, !UNPROBED.has(last[1]) ? last[0] : -1);
   if (waiting.length) {
     h.push('<div class="unprobed">');
     for (const [s, uo, problem, at] of waiting) {
@@ -290,7 +323,8 @@ function detail(i) {
     h.push("</tbody></table>");
   }
   if (errorType || message) {
-    h.push('<h3>Error</h3><pre class="error">' + esc((errorType ? errorType + ": " : "") + (message || "")) + "</pre>");
+    h.push("<h3>Error" + (other ? " (of the latest run, " + esc(sweep) + ")" : "") + '</h3><pre class="error">' +
+      esc((errorType ? errorType + ": " : "") + (message || "")) + "</pre>");
   }
   if (tb) h.push('<details><summary>traceback</summary><pre class="traceback">' + esc(tb) + "</pre></details>");
   if (repro) {
@@ -318,6 +352,7 @@ function detail(i) {
   h.push("</tbody></table>");
   h.push('<p class="note">Error texts are kept for the latest run only.</p>');
   const panel = $("#detail");
+  panel.dataset.i = String(i);
   panel.innerHTML = h.join("");
   panel.hidden = false;
   document.body.classList.add("detail-open");

@@ -46,7 +46,7 @@ def download(task: ProbeTask) -> Download:
     try:
         got = hub_fetch.fetch(
             source,
-            revision=params.get("revision") or "",
+            revision=task.get("revision_sha") or params.get("revision") or "",  # the sweep's commit, once known
             cache_dir=task.get("cache_dir") or None,
             trust_remote_code=bool(params.get("trust_remote_code")),
             log=lines.append,

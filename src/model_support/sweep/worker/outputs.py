@@ -4,15 +4,14 @@ case the model is left pending rather than stored with a broken notebook or give
 
 from __future__ import annotations
 
-import errno
 import json
 import shutil
 from pathlib import Path
 
+from ...display import size_text
 from ...redact import redact
+from ..diskspace import DISK_ERRNOS, NEARLY_FULL_BYTES
 
-#: errno values that mean the disk (or a file-size limit) refused a write.
-DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 _DISK_WORDS = ("No space left on device", "Disk quota exceeded", "File too large")
 
 
@@ -38,16 +37,18 @@ def whole_notebook(path: Path) -> bytes | None:
 
 def write_trouble(work: Path, outcome: dict, log: str, record: object, notebook: bytes | None) -> str | None:
     """Why the probe process's own files are not whole, when a write failed (a full disk): the model is
-    then left pending rather than stored with a broken notebook or given a verdict."""
+    then left pending rather than stored with a broken notebook or given a verdict. Papermill's own write
+    failing for space is the disk; the words "No space left on device" in the log, or no file written at
+    all, are the disk only when the disk is nearly full now (a model's own error may say those words about
+    another file system)."""
     said = log + (outcome.get("error") or {}).get("message", "")  # papermill's error carries the cell's
-    disk = outcome.get("errno") in DISK_ERRNOS or any(word in said for word in _DISK_WORDS)
-    if not disk and record is None and not outcome:  # wrote nothing at all: was there room to write?
-        disk = shutil.disk_usage(work).free < 256 * 1024
+    suspect = any(word in said for word in _DISK_WORDS) or (record is None and not outcome)
+    disk = outcome.get("errno") in DISK_ERRNOS or (suspect and shutil.disk_usage(work).free < NEARLY_FULL_BYTES)
     if disk:
         free = shutil.disk_usage(work).free
         return (
             f"the probe process could not write its notebook or record: no space left on the data folder's disk "
-            f"({free / 1024:.0f} KB free)"
+            f"({size_text(free)} free)"
         )
     if record is not None and notebook is None:
         return "the probe wrote its record but not a whole notebook"

@@ -9,13 +9,16 @@ disk). So a sweep's wall time approaches max(download, probe) rather than their 
 never fills. ``done`` frees a model's place: its files are deleted (unless the sweep keeps its
 cache) and the next download may start. A model too large for the budget is excluded with the
 reason, before anything is downloaded.
+
+Downloads run on daemon threads: ``close`` (the sweep stopped) waits for none of them. A download
+cut short leaves huggingface_hub's own ``.incomplete`` file, which the next fetch resumes.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
 from ...probe import hub, hub_fetch
 from ..budget import CacheBudget
@@ -28,7 +31,7 @@ class Prefetcher:
         self._tasks = tasks
         self._window = threading.Semaphore(max(1, window))
         self._budget = budget
-        self._pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="prefetch")
+        self._slots = threading.Semaphore(max(1, threads))  # downloads at once
         self._futures: dict[int, Future] = {}
         self._ready = [threading.Event() for _ in tasks]
         self._stop = threading.Event()
@@ -52,9 +55,22 @@ class Prefetcher:
                 if early is not None:
                     future.set_result(early)
                 else:
-                    future = self._pool.submit(download, task)
+                    self._slots.acquire()
+                    if self._stop.is_set():
+                        return
+                    threading.Thread(
+                        target=self._download, args=(task, future), name=f"prefetch-{index}", daemon=True
+                    ).start()
             self._futures[index] = future
             self._ready[index].set()
+
+    def _download(self, task: ProbeTask, future: Future) -> None:
+        try:
+            future.set_result(download(task))
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for this model
+            future.set_exception(exc)
+        finally:
+            self._slots.release()
 
     def _reserve(self, task: ProbeTask) -> Download | None:
         """Room in the budget for ``task``'s download (waiting for it), or why it cannot be fetched."""
@@ -64,7 +80,10 @@ class Prefetcher:
         if size is None:  # the Hub was not asked when the sweep was created: ask now
             try:
                 facts = hub.model_facts(
-                    task["source"], task["params"].get("revision") or "", log=lambda _: None, **hub_fetch.retry_policy()
+                    task["source"],
+                    task.get("revision_sha") or task["params"].get("revision") or "",
+                    log=lambda _: None,
+                    **hub_fetch.retry_policy(),
                 )
             except hub_fetch.EnvironmentProblem as exc:
                 return Download("pending", reason=str(exc), problem=exc.kind)
@@ -79,12 +98,16 @@ class Prefetcher:
         return None
 
     def wait(self, index: int) -> Download:
-        """``tasks[index]``'s download, once finished (it never raises for the Hub's answer)."""
+        """``tasks[index]``'s download, once finished (it never raises for the Hub's answer); ``pending`` at
+        once when the sweep stops first."""
         self._ready[index].wait()
         future = self._futures.get(index)
-        if future is None or future.cancelled():  # closed before this model's turn
-            return Download("pending", reason="the sweep stopped before this model was downloaded")
-        return future.result()
+        while future is not None and not self._stop.is_set():
+            try:
+                return future.result(timeout=0.5)
+            except TimeoutError:
+                continue
+        return Download("pending", reason="the sweep stopped before this model was downloaded")
 
     def done(self, index: int, got: Download) -> None:
         """The model's probe is over: delete its files (unless kept), free its place in the window."""
@@ -97,9 +120,10 @@ class Prefetcher:
         self._window.release()
 
     def close(self) -> None:
-        """Stop downloading; whoever still waits for a model gets ``pending``."""
+        """Stop downloading now, waiting for no download in flight; whoever still waits for a model gets
+        ``pending``."""
         self._stop.set()
         self._window.release()
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._slots.release()
         for ready in self._ready:
             ready.set()

@@ -6,7 +6,9 @@ over an ipc-transport kernel, so parallel kernels never collide on ports), wait 
 timeout, kill the whole process tree if it hangs, and come back with the record, the executed
 notebook and the log. A probe that wrote no record (kernel died, timeout, papermill error) still
 yields a FAIL(other) record with what is known: papermill's exception, the kernel's exit signal and
-the tail of the log.
+the tail of the log. A probe whose kernel never started, or whose process could not be spawned, has
+told nothing about its model: it comes back pending (problem ``harness``) with the sentence naming
+the cause, never as a record.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import cast
 
 from ... import paths
 from ...probe import probe_core
-from ...probe.checks import NO_WEIGHTS_ATTRIBUTION
+from ...probe.checks import NO_WEIGHTS_ATTRIBUTION, started_path
 from ...probe.hub_fetch import is_local
 from ...probe.records import fail, new_record
 from ...record import schema
@@ -39,6 +41,8 @@ from .task import ProbeTask
 
 #: Seconds the process gets beyond the model's own timeout (kernel start, imports, notebook I/O).
 GRACE_S = 90
+#: Seconds a probe's kernel gets to answer after it is started (``MODEL_SUPPORT_KERNEL_START_S``).
+KERNEL_START_S = 120.0
 LOG_TAIL_CHARS = 3000
 
 
@@ -56,8 +60,44 @@ class TaskResult:
     variant: str | None = None
     schedule: dict | None = None  # the devices it held and when (local executor)
     pending: str | None = None
-    problem: str | None = None
+    problem: str | None = None  # "network", "disk" or "harness" (the kernel never started, no process)
     excluded: str | None = None
+
+
+def open_files_hint() -> str:
+    """``; the open-files limit here is 60 (ulimit -n)`` when that limit is low enough to be the cause."""
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return f"; the open-files limit here is {soft} (`ulimit -n`)" if 0 < soft < 256 else ""
+
+
+def _out_of_files(log: str, record: Record | None) -> str | None:
+    """Why a probe ended, when it is this host's low open-files limit (EMFILE: the kernel's sockets, or the
+    load opening files), not the model: then even its record says nothing about the model."""
+    said = log if record is None else f"{record.get('error_type')}: {record.get('error_message')}"
+    if "Too many open files" in said and open_files_hint():
+        return "the probe ran out of open files"
+    return None
+
+
+def harness_pending(task: ProbeTask, reason: str, log: str = "") -> TaskResult:
+    """Nothing was probed (the kernel never started, the process could not be spawned): pending with
+    ``reason``, for ``--resume``; never a record."""
+    return TaskResult(
+        None,
+        None,
+        redact(log) + f"not probed: {reason}\n",
+        task["model_id"],
+        task.get("variant"),
+        pending=reason,
+        problem="harness",
+    )
+
+
+def spawn_failed(task: ProbeTask, exc: OSError) -> TaskResult:
+    """The probe's process could not be started (fork's ENOMEM, too many open files)."""
+    return harness_pending(task, f"the probe process could not be started ({exc.strerror or exc}{open_files_hint()})")
 
 
 def _die_with_parent() -> None:
@@ -114,11 +154,13 @@ def runner_failure(
     status: str = schema.FAIL_OTHER,
     stage: str = "runner",
     traceback: str | None = None,
+    left: dict | None = None,
 ) -> Record:
     """A record for a probe that could not write its own: FAIL(other) at stage runner (the kernel
     died, a timeout), or what the download stage found (FAIL(load) at stage download). Made where the
     probe makes its own (``records.new_record``), from the same task: its probe task is the one the sweep
-    decided (``with_task``), else unknown (the probe decides auto from the config)."""
+    decided (``with_task``), else unknown (the probe decides auto from the config). ``left``: what the probe
+    left before it died (``checks.write_started``): its repro script, and how to attribute its death."""
     tail = log[-LOG_TAIL_CHARS:]
     record = new_record(
         task["model_id"],
@@ -131,9 +173,64 @@ def runner_failure(
         duration_s=time.time() - started,
         **_ATTRIBUTION_OF_STAGE[stage],
     )
+    if left:
+        record["repro_script"] = left["record"].get("repro_script")
     traceback = traceback or f"(no traceback: the probe wrote no record)\n--- log tail ---\n{tail}"
     fail(record, stage, status, error_type, message, traceback, placed=False)
+    if left and error_type == "DeadKernelError":  # its death is rerun on the reference, as a failure would be
+        if left["record"].get("device_type") in (None, "cpu"):
+            record["reference_note"] = "attribution not run: the kernel died on the CPU, where the reference runs too"
+        else:
+            schema.fill(record, _attribute_death(left, task["timeout_s"]))
     return schema.check_record(redact_record(record, task.get("scrub")))
+
+
+def _attribute_death(started: dict, timeout_s: float) -> dict:
+    """``checks.attribute_dead`` in a child process (the runner never loads a model): the fields whose
+    failure a dead probe's was, or the reason it could not say."""
+    if started["record"].get("num_params") is None and started["record"].get("hub_num_params") is None:
+        started = {**started, "record": {**started["record"], "num_params": _estimate_params(started["settings"])}}
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as file:
+        json.dump(started, file)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "model_support.probe.checks", file.name],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env={**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},  # the CPU only: no device backend loaded
+        )
+    except subprocess.TimeoutExpired:
+        return {"reference_note": f"attribution not run: the reference did not finish within {timeout_s:g} s"}
+    finally:
+        os.unlink(file.name)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        said = (done.stderr.strip().splitlines() or [_describe_exit(done.returncode)])[-1]
+        return {"reference_note": f"attribution not run: the reference's process failed ({said})"[:2000]}
+    return json.loads(lines[-1])
+
+
+def _estimate_params(settings: dict) -> int | None:
+    """The model's parameter count from its safetensors headers, for the reference's size limits."""
+    from ...probe import sharded
+
+    try:
+        return sharded.estimate_params(settings["load_from"], settings["revision"], settings["trust_remote_code"])
+    except Exception:  # noqa: BLE001 unknown: the reference's limits then go by none
+        return None
+
+
+def last_words(text: str) -> str | None:
+    """The last line a process wrote (its stderr): what a device runtime says as it aborts."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:500] if lines else None
+
+
+#: The kernel's own stderr (what the process writes on fd 2: a device runtime's last words as it aborts).
+KERNEL_STDERR = "kernel.stderr"
+#: ipykernel would otherwise pipe fd 2 into the notebook through a thread: lost when the process aborts.
+KERNEL_ARGUMENTS = ["--IPKernelApp.capture_fd_output=False"]
 
 
 class Standby:
@@ -147,14 +244,20 @@ class Standby:
 
     def __init__(self, work_root: str | None = None, env: dict | None = None):
         self.work = Path(tempfile.mkdtemp(prefix="probe-", dir=work_root)).resolve()  # the kernel runs in it
-        self._log = open(self.work / "log.txt", "wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "model_support.sweep.worker.process", str(self.work)],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.PIPE,
-            env={**os.environ, **(env or {})},
-        )
+        try:
+            self._log = open(self.work / "log.txt", "wb")
+            # its own session: a Ctrl-C at the terminal reaches the runner only, which stops the probes itself
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "model_support.sweep.worker.process", str(self.work)],
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.PIPE,
+                env={**os.environ, **(env or {})},
+                start_new_session=True,
+            )
+        except OSError:  # no process (fork's ENOMEM, too many open files): the caller says so
+            shutil.rmtree(self.work, ignore_errors=True)
+            raise
         assert self.proc.stdin is not None  # stdin=PIPE
         self.stdin = self.proc.stdin
 
@@ -186,9 +289,15 @@ class Standby:
                 _kill_tree(self.proc)
             self._log.close()
             log = (work / "log.txt").read_text(errors="replace")
+            said = _read_text(work / KERNEL_STDERR)
+            if said.strip():
+                log += f"--- the kernel's own stderr ---\n{said}"
             notebook = whole_notebook(work / "out.ipynb")
             record = cast("Record | None", read_json(work / "record.json"))
             outcome = read_json(work / "outcome.json") or {}
+            harness = outcome.get("harness") or _out_of_files(log, record)
+            if harness and not timed_out:  # nothing told about the model
+                return harness_pending(task, harness + open_files_hint(), log)
             trouble = write_trouble(work, outcome, log, record, notebook)
             if trouble:  # the harness could not write: not a verdict, nothing partial kept; --resume retries
                 return TaskResult(
@@ -200,7 +309,10 @@ class Standby:
                     problem="disk",
                 )
             if record is None:
-                record = _record_from_outcome(task, outcome, self.proc.returncode, timed_out, log, started)
+                left = read_json(started_path(work / "record.json"))
+                record = _record_from_outcome(
+                    task, outcome, self.proc.returncode, timed_out, log, started, left, last_words(said)
+                )
             return TaskResult(record=record, notebook=notebook, log=redact(log))
         finally:
             shutil.rmtree(work, ignore_errors=True)
@@ -269,7 +381,11 @@ def run_task(
             return TaskResult(record, None, redact(head + f"{record['status']}: {error}\n"), task["model_id"])
         if got.path and got.path != task["source"]:
             task["snapshot"] = got.path
-        result = (standby or Standby(work_root)).run(task)
+        try:
+            standby = standby or Standby(work_root)
+        except OSError as exc:  # no process for the probe: the harness, not the model
+            return spawn_failed(task, exc)
+        result = standby.run(task)
         result.log, result.model_id, result.variant = redact(head) + result.log, task["model_id"], task.get("variant")
         return result
     finally:
@@ -288,7 +404,16 @@ def with_task(task: ProbeTask) -> ProbeTask:
     return {**task, "params": {**params, "task": decided}} if decided else task
 
 
-def _record_from_outcome(task, outcome, returncode, timed_out, log, started) -> Record:
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _record_from_outcome(task, outcome, returncode, timed_out, log, started, left=None, said=None) -> Record:
+    """The stand-in record of a probe that wrote none; ``left``: what it wrote before it ran
+    (``checks.write_started``), ``said``: the last line its kernel wrote (``last_words``)."""
     error = outcome.get("error") or {}
     kernel = _describe_exit(outcome.get("kernel_exit")) if "kernel_exit" in outcome else None
     if timed_out:
@@ -299,14 +424,17 @@ def _record_from_outcome(task, outcome, returncode, timed_out, log, started) -> 
         message = f"timed out after {task['timeout_s']:g} s (the model's timeout); papermill: {error.get('message', '').splitlines()[0] if error.get('message') else ''}"
     elif error.get("type") == "DeadKernelError":
         error_type = "DeadKernelError"
-        message = f"the kernel died ({kernel}) while the probe ran: {error.get('message', '').strip()}"
+        if said:  # the runtime's own last words (the operator, when it named one): two aborts, two signatures
+            message = f"the kernel died ({kernel}); it last said: {said}"
+        else:
+            message = f"the kernel died ({kernel}) while the probe ran: {error.get('message', '').strip()}"
     elif error:
         error_type = error.get("type", "RunnerError")
         message = f"{error.get('message', '').strip()}"
     else:
         error_type = "NoRecord"
         message = f"the probe wrote no record (probe process {_describe_exit(returncode)})"
-    return runner_failure(task, error_type, message, log, started)
+    return runner_failure(task, error_type, message, log, started, left=left)
 
 
 #: Run in a standby kernel before its model is known: what every probe imports, nothing device-bound
@@ -320,16 +448,27 @@ from model_support import probe
 """
 
 
-def _warm_up(km, cwd: Path) -> None:
-    """Start the kernel and import the stack in it (failures here surface later, in the probe)."""
+class KernelNeverStarted(Exception):
+    """The kernel did not answer after it was started: nothing can run in it (the harness, not the model)."""
+
+
+def _warm_up(km, cwd: Path, stderr=None) -> None:
+    """Start the kernel (its fd 2 into ``stderr``) and import the stack in it (an import failure here surfaces
+    later, in the probe); KernelNeverStarted when the kernel never answers (``MODEL_SUPPORT_KERNEL_START_S``)."""
     from jupyter_core.utils import run_sync
 
+    start_s = float(os.environ.get("MODEL_SUPPORT_KERNEL_START_S", KERNEL_START_S))
+
     async def warm():
-        await km.start_kernel(cwd=str(cwd))
-        client = km.client()
-        client.start_channels()
+        client = None
         try:
-            await client.wait_for_ready(timeout=120)
+            await km.start_kernel(cwd=str(cwd), stderr=stderr, extra_arguments=KERNEL_ARGUMENTS)
+            client = km.client()
+            client.start_channels()
+            await client.wait_for_ready(timeout=start_s)
+        except (RuntimeError, TimeoutError, OSError) as exc:
+            raise KernelNeverStarted(f"the probe's kernel never started: {exc}") from exc
+        try:
             await client.execute_interactive(WARM_UP, store_history=False, timeout=300)
         finally:
             client.stop_channels()
@@ -345,8 +484,15 @@ def _execute(work: Path) -> None:
     that kernel; leaves out.ipynb, record.json, outcome.json."""
     from ...engine.kernels import ipc_kernel
 
-    with ipc_kernel() as km:
-        _warm_up(km, work)
+    with ipc_kernel() as km, open(work / KERNEL_STDERR, "wb") as stderr:
+        try:
+            _warm_up(km, work, stderr)
+        except KernelNeverStarted as exc:
+            print(exc, flush=True)
+            (work / "warm").touch()
+            if sys.stdin.readline():  # a task came: say why it was not probed
+                (work / "outcome.json").write_text(json.dumps({"harness": str(exc)}))
+            return
         (work / "warm").touch()  # for whoever wants to know the standby is ready (the benchmarks)
         if not sys.stdin.readline():  # stdin closed without a task: this standby is not needed
             return
@@ -376,6 +522,8 @@ def _run_notebook(work: Path, km) -> None:
     except Exception as exc:  # noqa: BLE001 whatever papermill raised is this model's outcome, recorded below
         outcome["error"] = {"type": type(exc).__name__, "message": str(exc)[:4000]}
         outcome["errno"] = getattr(exc, "errno", None)
+        if str(exc).startswith("Kernel didn't respond"):  # papermill could not reach the kernel: nothing ran
+            outcome["harness"] = f"the probe's kernel never started: {exc}"
         if km.exit_status is not None:
             outcome["kernel_exit"] = km.exit_status
     (work / "outcome.json").write_text(json.dumps(outcome))

@@ -22,6 +22,9 @@ class ProbeTask(TypedDict):
     scrub: NotRequired[dict[str, str]]  #: machine paths -> the portable id, replaced in everything kept
     hub: NotRequired[dict[str, Any]]  #: the Hub's metadata from the model list (``schema.HUB_FIELDS``)
     planned_bytes: NotRequired[int | None]  #: the download's size, from the Hub's file list
+    #: the commit to download (``runner.tasks_to_run``: the one the sweep already probed, else the one the Hub
+    #: resolved when the sweep was created), so that one sweep never mixes commits of a model; None: ask the Hub
+    revision_sha: NotRequired[str | None]
     cache_dir: NotRequired[str]
     keep_cache: NotRequired[bool]
     snapshot: NotRequired[str]  #: the local folder the files were downloaded to, ahead of the probe

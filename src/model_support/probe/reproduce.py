@@ -1,0 +1,232 @@
+"""What a repro script runs, and the reference check the probe runs too.
+
+A record's repro script is a header that sets ``SETTINGS`` (the probe's settings as it ran them) followed by
+its body: the source of ``hub_fetch``, ``probe_core``, ``agreement`` and this module (``repro.body``), then
+``sys.exit(main(SETTINGS, sys.argv))``. In the script the four modules share one namespace, so the
+``from .<module> import ...`` lines below are dropped when the body is built; this module imports nothing
+else of the package (an import contract keeps it so), only the standard library, torch and transformers.
+
+``reference_check`` is the probe's own check of a PASS (``checks.run_reference`` calls it) and the script's:
+the CPU reference, teacher-forced on the device's tokens, compared with the device's best logits.
+"""
+
+import json
+import os
+import sys
+from typing import Any
+
+from .agreement import RECORD_KEYS, compare, reference_dtype, teacher_forced_logits
+from .hub_fetch import fetch, is_local
+from .probe_core import (
+    NOT_AVAILABLE,
+    PASS,
+    fused_eager_missing,
+    load,
+    load_backend,
+    prompt_inputs,
+    run_stages,
+    synchronizer,
+    trimmed_traceback,
+)
+
+#: What the script prints of a run (one JSON line), beside the reference's numerics after a PASS.
+SHOWN = (
+    "status",
+    "task",
+    "failure_stage",
+    "error_type",
+    "error_message",
+    "tokens_in",
+    "tokens_out",
+    "image_tokens",
+    "output_token_ids",
+    "failed_step",
+    "generated_text",
+)
+#: What a rank of the script's sharded run reports (JSON), for rank 0's line and its reference check.
+RANK_REPORT = (*SHOWN, "num_params", "input_ids", "step_scores")
+#: ``run_stages`` parameters the script passes itself rather than from SETTINGS.
+_GIVEN = ("model_id", "device", "synchronize", "compile_backend", "load_kwargs")
+
+
+class ReferenceFailed(RuntimeError):
+    """The reference could not run: ``stage`` says where (load, template, forward); no verdict either way."""
+
+    def __init__(self, stage: str, exc: BaseException):
+        super().__init__(f"{type(exc).__name__}: {exc}")
+        self.stage = stage
+
+
+def reference_check(
+    load_from: str,
+    settings: dict,
+    dtype: str,
+    prompt_ids: list[int] | None,
+    output_ids: list[int] | None,
+    device_steps: list | None,
+) -> dict:
+    """Is a PASS right? The model again on the CPU in ``dtype``, one forward pass over the prompt plus the
+    device's own tokens (teacher forcing), compared step by step with the device's best logits
+    (``agreement.compare``, with ``settings``' numerics_margin and numerics_bound): ``RECORD_KEYS``.
+    ``settings``: the probe's (revision, trust_remote_code, task, prompt, image_prompt, chat_template).
+    ReferenceFailed when the reference itself cannot load, template or run."""
+    import torch
+
+    stage = "load"
+    try:
+        info: dict = {}
+        model, tokenizer = load(
+            load_from,
+            settings["revision"],
+            dtype,
+            settings["trust_remote_code"],
+            torch.device("cpu"),
+            info,
+            task=settings["task"],
+        )
+        stage = "template"  # the same prompt inputs (an image-text-to-text model's image among them)
+        tokenizer, _ids, _mask, extra_inputs = prompt_inputs(
+            model, tokenizer, info, settings["prompt"], settings["image_prompt"], settings["chat_template"]
+        )
+        stage = "forward"
+        logits = teacher_forced_logits(model, prompt_ids, output_ids, extra_inputs)
+    except Exception as exc:  # noqa: BLE001 the caller says what it means
+        raise ReferenceFailed(stage, exc) from exc
+    found = compare(device_steps, logits, settings["numerics_margin"], settings["numerics_bound"], tokenizer.decode)
+    return {key: found[key] for key in RECORD_KEYS}
+
+
+def _numerics(settings: dict, load_from: str, result: dict) -> dict:
+    """The probe's check of a PASS, again (``reference_check``), as the script prints it."""
+    if result["status"] != PASS or settings["reference"] != "cpu":
+        return {}
+    if (result["num_params"] or 0) > settings["reference_max_params"]:
+        return {
+            "numerics": None,
+            "numerics_note": f"no reference: above reference_max_params={settings['reference_max_params']}",
+        }
+    dtype = reference_dtype(settings["device"], settings["dtype"])
+    run = {**settings, "task": result.get("task") or settings["task"]}
+    try:
+        found = reference_check(
+            load_from, run, dtype, result["input_ids"], result["output_token_ids"], result["step_scores"]
+        )
+    except ReferenceFailed as exc:
+        return {"numerics": None, "numerics_note": f"no reference: reference failed at {exc.stage}: {exc}"}
+    return {"reference_device": f"cpu:{dtype}", **found}
+
+
+def _staged(settings: dict) -> dict:
+    """The settings ``run_stages`` takes as they are."""
+    import inspect
+
+    names = set(inspect.signature(run_stages).parameters) - set(_GIVEN)
+    return {name: value for name, value in settings.items() if name in names}
+
+
+def _error(result: dict) -> dict:
+    exc = result["exception"]
+    return {
+        "error_type": type(exc).__name__ if exc is not None else None,
+        "error_message": str(exc)[:2000] if exc is not None else None,
+    }
+
+
+def _rank(rank: int, world: int, port: int, settings: dict, load_from: str, folder: str) -> None:
+    """One rank of a sharded run: its environment as the probe's device adapter set it up, its own device, the
+    probe's process group, the stages on its shard of the model; its report into ``folder``."""
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world)
+    )
+    pinned = settings["rank_env"][rank]  # the device adapter's environment for this rank (a TPU rank: its chip)
+    os.environ.update(pinned)
+    import torch
+    import torch.distributed as dist
+    from transformers import DistributedConfig
+
+    kind = settings["device"]
+    load_backend(kind)
+    device = torch.device("cpu")
+    if kind != "cpu":  # each rank its own device, as the probe's ranks; a pinned rank takes its process's one
+        index = torch.accelerator.current_device_index() if pinned else rank
+        torch.accelerator.set_device_index(index)
+        if torch.accelerator.current_device_index() != index:  # a backend the generic call does not reach
+            getattr(torch, kind).set_device(index)
+        device = torch.device(kind, index)
+    backend = settings["distributed_backend"]  # the probe's process group, as its device adapter named it
+    dist.init_process_group(backend=backend, device_id=device if backend == "nccl" else None)
+    result = run_stages(
+        load_from,
+        device=device,
+        load_kwargs={"distributed_config": DistributedConfig(**settings["distributed"])},
+        **_staged(settings),
+    )
+    report = {**{key: result.get(key) for key in RANK_REPORT}, **_error(result)}
+    with open(os.path.join(folder, f"rank{rank}.json"), "w") as handle:
+        json.dump(report, handle)
+
+
+def run_ranks(settings: dict, load_from: str) -> int:
+    """A sharded probe's ranks again: one process per rank (torch.multiprocessing), each on its own device as
+    the probe ran them (gloo on the CPU, the device backend's process group elsewhere); rank 0's line."""
+    import socket
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    world = max(v for k, v in settings["distributed"].items() if k.endswith("_size"))
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    folder = tempfile.mkdtemp(prefix="repro-ranks-")
+    mp.spawn(_rank, args=(world, port, settings, load_from, folder), nprocs=world, join=True)
+    with open(os.path.join(folder, "rank0.json")) as handle:
+        result = json.load(handle)
+    print(json.dumps({**{key: result.get(key) for key in SHOWN}, **_numerics(settings, load_from, result)}))
+    return 0 if result["status"] == PASS else 1
+
+
+def main(settings: dict, argv: list[str]) -> int | str:
+    """The probe again, with plain python: the download stage (a Hub model), the stages on the device in the
+    probe's mode, the reference check after a PASS; one JSON line. A model probed from a local folder takes
+    the folder as ``argv[1]``. Exit status 0 on PASS, 1 otherwise; a sentence where nothing could run."""
+    import torch
+
+    load_backend(settings["device"])
+    here = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+    if settings["device"] != "cpu" and getattr(here, "type", None) != settings["device"]:
+        return f"device {settings['device']!r} is not available here (torch reports {here or 'no accelerator'})"
+    load_from = settings["model_id"]
+    if len(argv) > 1:
+        load_from = argv[1]
+    elif load_from.startswith("local:"):
+        return f"{load_from} was a local folder: pass its path, python {argv[0]} /path/to/folder"
+    if not is_local(load_from):  # the download stage, as the probe ran it
+        got = fetch(
+            load_from,
+            settings["revision"],
+            trust_remote_code=settings["trust_remote_code"],
+            log=lambda line: print(line, file=sys.stderr),
+        )
+        load_from = got["path"]
+    if settings["distributed"]:  # a sharded probe: its ranks again, one process each, as the probe ran them
+        if settings["rank_env"] is None or settings["distributed_backend"] is None:
+            return "the probe's ranks could not be set up on this device (the record's error says why)"
+        return run_ranks(settings, load_from)
+    missing = fused_eager_missing(settings["device"]) if settings["mode"] == "fused" else None
+    if missing:
+        return f"{NOT_AVAILABLE}: {missing}"
+    result: dict[str, Any] = run_stages(
+        load_from,
+        device=torch.device(settings["device"]),
+        synchronize=synchronizer(settings["device"]),
+        compile_backend=settings["compile_backend"] or "inductor",  # torch.compile's in mode compile: the adapter's
+        **_staged(settings),
+    )
+    if result["exclusion_reason"]:  # the environment (a missing torchvision), not the model: no verdict
+        return f"no verdict: {result['exclusion_reason']}"
+    result.update(_error(result))
+    print(json.dumps({**{key: result[key] for key in SHOWN}, **_numerics(settings, load_from, result)}))
+    if result["exception"] is not None:
+        print(trimmed_traceback(result["exception"]), file=sys.stderr)
+    return 0 if result["status"] == PASS else 1

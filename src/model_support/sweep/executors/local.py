@@ -1,0 +1,119 @@
+"""The local executor: N probes at once on this host's devices, each in its own pinned process.
+
+A probe takes the devices the scheduler grants (``executors.base``) in a process pinned to them (the
+device adapter's ``pinning_env``). Each slot also keeps the process for its next model warming up
+(``_Processes``: kernel started, torch and transformers imported) while the current model runs, only
+where it has a core to itself: on accelerators (the host is mostly idle while the device computes)
+or when there are fewer CPU workers than cores. A CPU sweep that already fills every core gains
+nothing from it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from ...probe import devices
+from ...probe.devices import pinning_env
+from ..budget import CacheBudget
+from ..worker.download import Download
+from ..worker.process import Standby, TaskResult, run_task, spawn_failed
+from ..worker.task import ProbeTask
+from .base import Executor, Stopped, device_kind
+
+
+class _Processes:
+    """A local sweep's probe processes: for each device slot, one warming up for its next model
+    (``worker.process.Standby``) while models remain to be handed out, and the ones running (stopped at
+    once when the sweep ends early)."""
+
+    def __init__(self, kind: str, work_root: Path, prewarm: bool, models: int):
+        self.kind, self.work_root, self.prewarm = kind, str(work_root), prewarm
+        self.left = models  # models not handed out yet: a standby is started only for one of them
+        self.warm: dict[int, Standby] = {}
+        self.running: set[Standby] = set()
+        self.lock = threading.Lock()
+        self.stopped = False
+
+    def skip(self) -> None:
+        """A model that needs no process (its download did not give files to probe)."""
+        with self.lock:
+            self.left -= 1
+
+    def take(self, ids: tuple[int, ...], retry: bool = False) -> Standby:
+        """The process for a model on devices ``ids``: the slot's warm one (a fresh one on a ``retry``), else
+        a new one pinned to them; and, while models remain, the next one for the slot starts warming up.
+        OSError when a process cannot be started (fork's ENOMEM, too many open files)."""
+        with self.lock:
+            if self.stopped:  # the stop came between the grant and here: start nothing
+                raise Stopped("the sweep stopped")
+            if not retry:
+                self.left -= 1
+            current = self.warm.pop(ids[0], None) if len(ids) == 1 and not retry else None
+            current = current or Standby(self.work_root, pinning_env(self.kind, ids))
+            self.running.add(current)
+            if self.prewarm and self.left > len(self.warm) and not self.stopped:  # a model to come needs one
+                try:
+                    self.warm[ids[0]] = Standby(self.work_root, pinning_env(self.kind, ids))
+                except OSError:
+                    pass  # no warm process: the next model starts its own (and says so if it cannot)
+        return current
+
+    def done(self, standby: Standby) -> None:
+        with self.lock:
+            self.running.discard(standby)
+
+    def stop(self) -> None:
+        """Kill what runs and what warms up (the sweep ended early); warm up nothing more."""
+        with self.lock:
+            self.stopped = True
+            for standby in list(self.running) + list(self.warm.values()):
+                standby.kill()
+
+    def discard(self) -> None:
+        for standby in self.warm.values():
+            standby.discard()
+
+
+class LocalExecutor(Executor):
+    """Probes in processes on this host (see the module docstring); ``work_root`` holds their folders."""
+
+    name = "local"
+
+    def __init__(
+        self, device: str, workers: int, work_root: Path, budget: CacheBudget | None = None, prefetch: int = 1
+    ):
+        super().__init__(device, workers, budget, prefetch)
+        self.kind = device_kind(device)
+        self.contiguous = devices.adapter_for(self.kind).aligned_blocks
+        self.work_root = work_root
+        self._processes: _Processes | None = None
+
+    def start(self, needs: list[int]) -> None:
+        accelerated = self.kind != "cpu"
+        prewarm = (accelerated or self.workers < (os.cpu_count() or 1)) and max(needs, default=1) == 1
+        self._processes = _Processes(self.kind, self.work_root, prewarm, len(self.tasks))
+
+    def no_probe(self, task: ProbeTask) -> None:
+        assert self._processes is not None
+        self._processes.skip()
+
+    def run_one(self, task: ProbeTask, got: Download, ids: tuple[int, ...], retry: bool) -> TaskResult:
+        assert self._processes is not None
+        try:
+            standby = self._processes.take(ids, retry=retry)
+        except OSError as exc:  # the harness, not the model: nothing was probed
+            return spawn_failed(task, exc)
+        try:
+            return run_task(task, standby=standby, fetched=got)
+        finally:
+            self._processes.done(standby)
+
+    def kill_running(self) -> None:
+        if self._processes is not None:
+            self._processes.stop()
+
+    def finish(self) -> None:
+        if self._processes is not None:
+            self._processes.discard()

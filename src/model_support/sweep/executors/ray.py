@@ -1,0 +1,244 @@
+"""The Ray executor: each probe a Ray task asking for its devices as Ray resources, with the local
+executor's promises kept on the driver (``executors.base``).
+
+What differs from local, and why:
+- Devices: the driver's scheduler hands out ``workers`` devices (by default the cluster's count of
+  the device's Ray resource) in ``device_order``, and a granted probe becomes a Ray task asking for
+  them (``ray_resources``: ``num_gpus``, ``{"TPU": N}``, N CPUs); Ray picks the node and pins the task
+  (it sets the visibility variable). A request that no node of the cluster can satisfy would wait in
+  Ray forever: it is refused before anything runs, as the local executor refuses a model needing
+  more devices than the sweep has.
+- Downloads: the driver's prefetcher downloads ahead within the cache budget, and a task gets the
+  snapshot's path (the task makes no budget of its own, so it never deletes files another probe on
+  the host still reads). On a cluster of several hosts the cache folder (``cache.dir``) must be one
+  they share.
+- ``schedule.jsonl``: the devices the driver granted, when, and the node and accelerator ids Ray gave.
+- A task whose worker died (killed for memory, a crash) is the model's stand-in row, FAIL(other) at
+  stage runner naming how it died, as a dead kernel is under the local executor; losing the cluster
+  ends the sweep in one sentence. On a stop every outstanding task is cancelled (its process tree
+  killed) before the driver lets go of the cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Generator
+from typing import Any
+
+from ...errors import UserError
+from ...probe import devices
+from ..budget import CacheBudget
+from ..worker.download import Download
+from ..worker.process import TaskResult, run_task, runner_failure
+from ..worker.task import ProbeTask
+from .base import Executor, Stopped, devices_needed
+
+
+class ExecutorLost(RuntimeError):
+    """The executor itself failed (the Ray cluster went away): not any model's verdict."""
+
+
+def check_ray_device(device: str) -> None:
+    """Refuse, in one sentence, a device the Ray executor cannot hand out (its adapter names no Ray
+    resource): its probes would reserve no device and share whichever they find (out of memory,
+    attributed to the model). "auto" is the cluster's (``ray_auto_device``)."""
+    if device != "auto" and devices.adapter_for(device).ray_resources(1) is None:
+        raise _not_on_ray(device)
+
+
+def _not_on_ray(device: str) -> UserError:
+    held = [name for name, cls in devices.registered().items() if cls.ray_resource]
+    return UserError(
+        f"The ray executor holds devices as Ray resources, which Ray has for {' and '.join(held)} devices only, "
+        f"not for {device!r} devices: run this sweep with --executor local (it pins each probe to its own "
+        f"{device} device), or use device {', '.join(['auto', 'cpu', *held[:-1]])} or {held[-1]}."
+    )
+
+
+def ray_auto_device(cluster: dict) -> str:
+    """Device "auto" on a Ray cluster (``ray.cluster_resources()``): the first accelerator whose Ray resource
+    it has (GPUs, then TPU chips), else the CPU, so each probe reserves the device it will run on."""
+    for name, cls in devices.registered().items():
+        if cls.ray_resource and cluster.get(cls.ray_resource):
+            return name
+    return "cpu"
+
+
+def ray_resources(device: str, need: int = 1) -> dict:
+    """What one probe asks of the Ray cluster: its devices as the adapter's Ray resource (one CPU per rank
+    on a CPU sweep, where the ranks are processes)."""
+    resources = devices.adapter_for(device).ray_resources(need)
+    if resources is None:
+        raise _not_on_ray(device)
+    return resources
+
+
+def _as_totals(resources: dict) -> dict[str, float]:
+    """``remote.options`` keywords as the resource totals a node reports (``ray.nodes()``)."""
+    totals = {"CPU": float(resources.get("num_cpus", 0)), "GPU": float(resources.get("num_gpus", 0))}
+    totals.update({name: float(n) for name, n in (resources.get("resources") or {}).items()})
+    return {name: n for name, n in totals.items() if n}
+
+
+def unsatisfiable(wanted: dict, nodes: list[dict]) -> bool:
+    """Whether no alive node of the cluster has every resource ``wanted`` (``remote.options`` keywords)."""
+    need = _as_totals(wanted)
+    return not any(
+        node.get("Alive", True) and all(node.get("Resources", {}).get(name, 0) >= n for name, n in need.items())
+        for node in nodes
+    )
+
+
+def _probe_on_ray(task: ProbeTask, got: Download) -> TaskResult:
+    """The Ray task: the probe with the files the driver downloaded; what Ray gave it, for schedule.jsonl."""
+    import ray
+
+    result = run_task(task, fetched=got)
+    context = ray.get_runtime_context()
+    given = {name: list(ids) for name, ids in context.get_accelerator_ids().items() if ids}
+    result.schedule = {"node": context.get_node_id(), **({"ray_devices": given} if given else {})}
+    return result
+
+
+class RayExecutor(Executor):
+    """Probes as Ray tasks (see the module docstring). Joins the cluster in RAY_ADDRESS when set, else
+    starts a local Ray with ``workers`` CPUs; ``workers`` None: the cluster's device count."""
+
+    name = "ray"
+
+    def __init__(self, device: str, workers: int | None, budget: CacheBudget | None = None, prefetch: int = 1):
+        super().__init__(device, workers or 0, budget, prefetch)
+        self._asked_workers = workers
+        self._refs: set = set()
+        self._refs_lock = threading.Lock()
+        self._started_here = False
+        self._remote: Any = None
+
+    def results(self) -> Generator[TaskResult, None, None]:
+        import_ray()
+        self._connect()
+        try:
+            yield from super().results()
+        finally:
+            if self._started_here:
+                import ray
+
+                ray.shutdown()
+
+    def _connect(self) -> None:
+        import ray
+
+        if not ray.is_initialized():
+            address = os.environ.get("RAY_ADDRESS")
+            try:
+                if address:
+                    ray.init(address=address, log_to_driver=False)
+                else:
+                    ray.init(num_cpus=self._asked_workers or 1, include_dashboard=False, log_to_driver=False)
+            except (ConnectionError, RuntimeError) as exc:
+                where = f"the Ray cluster at {address}" if address else "a local Ray"
+                raise UserError(
+                    f"Could not start or join {where} ({str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}); "
+                    "start it (`ray start --head`), fix RAY_ADDRESS, or run with --executor local."
+                ) from None
+            self._started_here = True
+        cluster = ray.cluster_resources()
+        if self.device == "auto":
+            self.device = ray_auto_device(cluster)
+        if not self.workers:  # one per device of the cluster (its CPUs on a CPU sweep)
+            resource = devices.adapter_for(self.device).ray_resource or "CPU"
+            self.workers = max(1, int(cluster.get(resource, 1)))
+        self._remote = ray.remote(_probe_on_ray)
+
+    def needs(self) -> list[int]:
+        return [devices_needed(task, self.workers) for task in self.tasks]
+
+    def start(self, needs: list[int]) -> None:
+        """Refuse a request no node can satisfy (Ray would keep it waiting forever)."""
+        import ray
+
+        nodes = ray.nodes()
+        for task, need in zip(self.tasks, needs):
+            wanted = ray_resources(self.device, need)
+            if unsatisfiable(wanted, nodes):
+                alive = [node.get("Resources", {}) for node in nodes if node.get("Alive", True)]
+                largest: dict = max(alive, key=lambda r: sum(r.get(n, 0) for n in _as_totals(wanted)), default={})
+                have = ", ".join(f"{name} {largest.get(name, 0):g}" for name in _as_totals(wanted))
+                raise UserError(
+                    f"{task['model_id']} asks Ray for {_describe(wanted)} and no node of the cluster has that "
+                    f"much (a node has {have or 'nothing'}); add a node that has, or lower its devices."
+                )
+
+    def run_one(self, task: ProbeTask, got: Download, ids: tuple[int, ...], retry: bool) -> TaskResult:
+        import ray
+
+        assert self._remote is not None
+        started = time.time()
+        with self._refs_lock:
+            if self.stopped.is_set():
+                raise Stopped(task["model_id"])
+            options = {"max_retries": 0, **ray_resources(self.device, len(ids))}
+            ref = self._remote.options(**options).remote(task, got)
+            self._refs.add(ref)
+        try:
+            return ray.get(ref)
+        except ray.exceptions.TaskCancelledError:
+            raise Stopped(task["model_id"]) from None
+        except (
+            ray.exceptions.WorkerCrashedError,
+            ray.exceptions.OutOfMemoryError,
+            ray.exceptions.NodeDiedError,
+        ) as exc:
+            if self.stopped.is_set():
+                raise Stopped(task["model_id"]) from None
+            return _worker_died(task, got, exc, started)
+        except ray.exceptions.RayTaskError:
+            raise  # run_task raised: a bug of ours, shown as it is
+        except ray.exceptions.RayError as exc:
+            if self.stopped.is_set():
+                raise Stopped(task["model_id"]) from None
+            raise ExecutorLost(f"the Ray cluster failed while probing {task['model_id']} ({_first_line(exc)})") from exc
+        finally:
+            with self._refs_lock:
+                self._refs.discard(ref)
+
+    def kill_running(self) -> None:
+        """Cancel every outstanding task, its process tree with it (``force``)."""
+        import ray
+
+        with self._refs_lock:
+            refs = list(self._refs)
+        for ref in refs:
+            try:
+                ray.cancel(ref, force=True)
+            except (ray.exceptions.RayError, ValueError, TypeError):
+                pass  # already finished
+
+
+def _describe(wanted: dict) -> str:
+    return ", ".join(f"{n:g} {name}" for name, n in _as_totals(wanted).items())
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+
+
+def _worker_died(task: ProbeTask, got: Download, exc: BaseException, started: float) -> TaskResult:
+    """The model's stand-in row when its Ray worker died mid-probe (as a dead kernel under local)."""
+    task = {**task, "facts": {**task.get("hub", {}), **got.fields}}
+    kind = "killed for memory by Ray" if type(exc).__name__ == "OutOfMemoryError" else "it died"
+    message = f"the Ray worker running the probe ended ({kind}): {_first_line(exc)}"
+    log = "".join(f"{line}\n" for line in got.log) + f"{message}\n"
+    record = runner_failure(task, "RayWorkerDied", message, log, started)
+    return TaskResult(record, None, log, task["model_id"], task.get("variant"))
+
+
+def import_ray() -> None:
+    """Ray, or the sentence that says how to install it."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise UserError("The ray executor needs Ray; install it with `pip install -e '.[ray]'`.") from None

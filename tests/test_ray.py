@@ -1,0 +1,154 @@
+"""The Ray executor keeps the local executor's promises, on a real local Ray (2 CPUs) and real probes of
+the tiny fixtures: schedule.jsonl, a request no node can satisfy refused up front, a worker that dies
+is its model's row (the sweep goes on), and a stop cancels every outstanding task."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from model_support.errors import UserError
+from model_support.probe.model_ids import display_name
+from model_support.record import schema, store
+from model_support.sweep import definition as params
+from model_support.sweep import runner as sweep
+
+ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """One local Ray for the module, started here: the sweeps join it (and must not shut it down)."""
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def definition(tmp_path: Path, fixture_models: dict, names: list[str], overrides: dict | None = None, **extra):
+    models = [
+        {
+            "id": fixture_models[n]["path"],
+            "overrides": {**fixture_models[n]["overrides"], **(overrides or {}).get(n, {})},
+        }
+        for n in names
+    ]
+    path = tmp_path / "ray.yaml"
+    body = {"name": "ray", "probe": {"device": "cpu", "reference": "none"}, "models": models, **extra}
+    path.write_text(yaml.safe_dump(body))
+    return params.load(path)
+
+
+def sweep_id_in(data_dir: Path) -> str | None:
+    found = list((data_dir / "sweeps").glob("*/sweep.json"))
+    return found[0].parent.name if found else None
+
+
+def probes_of(data_dir: Path) -> list[tuple[psutil.Process, dict]]:
+    """This sweep's probe processes, with the task each was handed (its task.json)."""
+    sweep_id, found = sweep_id_in(data_dir), []
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        if "model_support.sweep.worker.process" not in cmdline:
+            continue
+        try:
+            task = json.loads((Path(cmdline[-1]) / "task.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if task["sweep_id"] == sweep_id:
+            found.append((process, task))
+    return found
+
+
+def wait_for(condition, timeout: float = 240.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.1)
+    raise AssertionError("condition not reached in time")
+
+
+def in_thread(target, timeout: float):
+    """Run ``target`` on a thread; its result, or the test fails (instead of hanging) after ``timeout``."""
+    out: dict = {}
+
+    def run():
+        try:
+            out["value"] = target()
+        except BaseException as error:  # noqa: BLE001 - re-raised in the test thread
+            out["error"] = error
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert not thread.is_alive(), f"the sweep did not end within {timeout} s"
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+def test_a_ray_sweep_logs_its_schedule_as_a_local_one_does(local_ray, fixture_models, tmp_path):
+    names = ["tiny-gpt2", "fail-missing-weights"]
+    data = tmp_path / "data"
+    summary = sweep.run(definition(tmp_path, fixture_models, names), data, workers=2, executor="ray")
+    assert summary["executor"] == "ray" and summary["workers"] == 2
+    rows = {display_name(r["model_id"]): r["status"] for r in store.read_records(data, summary["sweep_id"])}
+    assert rows == {"tiny-gpt2": "PASS", "fail-missing-weights": "FAIL(load)"}
+    lines = (store.sweep_dir(data, summary["sweep_id"]) / "schedule.jsonl").read_text().splitlines()
+    schedule = {display_name(entry["model_id"]): entry for entry in map(json.loads, lines)}
+    assert sorted(schedule) == sorted(names)
+    for entry in schedule.values():
+        assert len(entry["devices"]) == 1 and set(entry["devices"]) <= {0, 1}
+        assert entry["start"] <= entry["end"] and entry["node"] == ray.get_runtime_context().get_node_id()
+
+
+def test_a_request_no_node_can_satisfy_is_refused_before_anything_runs(local_ray, fixture_models, tmp_path):
+    """Four devices on a CPU sweep ask Ray for 4 CPUs; the only node has 2: Ray would wait forever."""
+    chosen = definition(tmp_path, fixture_models, ["tiny-gpt2"], overrides={"tiny-gpt2": {"devices": "4"}})
+    with pytest.raises(UserError, match=r"asks Ray for 4 CPU and no node of the cluster has that much"):
+        in_thread(lambda: sweep.run(chosen, tmp_path / "data", workers=4, executor="ray"), timeout=120)
+    assert not list((tmp_path / "data" / "sweeps").glob("*/records/*.json"))
+
+
+def test_a_ray_worker_that_dies_is_its_models_row_and_the_sweep_goes_on(local_ray, fixture_models, tmp_path):
+    names = ["fail-hang", "tiny-gpt2"]
+    data = tmp_path / "data"
+    chosen = definition(tmp_path, fixture_models, names, timeout_s=300)
+
+    def kill_the_hanging_models_worker():
+        process, _task = wait_for(lambda: [p for p in probes_of(data) if "fail-hang" in p[1]["source"]][:1])[0]
+        process.parent().send_signal(signal.SIGKILL)  # the Ray worker, as the OOM killer would
+
+    killer = threading.Thread(target=kill_the_hanging_models_worker, daemon=True)
+    killer.start()
+    summary = in_thread(lambda: sweep.run(chosen, data, workers=2, executor="ray"), timeout=300)
+    killer.join(1)
+    rows = {display_name(r["model_id"]): r for r in store.read_records(data, summary["sweep_id"])}
+    assert rows["tiny-gpt2"]["status"] == "PASS"
+    died = rows["fail-hang"]
+    assert (died["status"], died["failure_stage"], died["error_type"]) == (schema.FAIL_OTHER, "runner", "RayWorkerDied")
+    assert "the Ray worker running the probe ended" in died["error_message"]
+
+
+def test_a_stop_cancels_every_outstanding_ray_task(local_ray, fixture_models, tmp_path):
+    data = tmp_path / "data"
+    chosen = definition(tmp_path, fixture_models, ["tiny-gpt2", "fail-hang"], timeout_s=300)
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_the_first_result(record, done, total):
+        raise Stop
+
+    with pytest.raises(Stop):
+        in_thread(lambda: sweep.run(chosen, data, workers=2, executor="ray", on_result=stop_at_the_first_result), 300)
+    wait_for(lambda: not probes_of(data), timeout=30)  # the hanging model's task was cancelled, its probe killed
