@@ -26,6 +26,7 @@ SCRIPTS = [
     "bench_judge.py",
     "bench_tasks.py",
     "bench_pretend.py",
+    "bench_row_bytes.py",
     "bench_bisect.py",
 ]
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
@@ -185,6 +186,7 @@ def tables() -> str:
             )
         lines.append("")
     lines += tasks_table(load("tasks"))
+    lines += row_bytes_table(load("row_bytes"))
     pretend = load("pretend")
     if pretend:
         lines += [
@@ -235,6 +237,26 @@ def tables() -> str:
     if judge and "table" in judge:
         lines += [f"### The fluency judge on its labelled set ({judge['date']})", "", judge["table"], ""]
     return "\n".join(lines)
+
+
+def row_bytes_table(found: dict) -> list[str]:
+    """Parquet bytes per row, one line per measurement (before and after the repro bodies were kept once)."""
+    if not found:
+        return []
+    lines = [
+        f"### Parquet bytes per row ({found['date']})",
+        "",
+        "| measurement | sweep | rows | Parquet bytes | bytes per row | repro_script chars per row | repro_settings chars per row | repro bodies (bytes) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for label, run in found["runs"].items():
+        sweep = run["fixtures"] if isinstance(run["fixtures"], str) else ", ".join(run["fixtures"])
+        lines.append(
+            f"| {label} | {sweep} | {run['rows']} | {run['parquet_bytes']:,} | {run['bytes_per_row']:,} | "
+            f"{run['repro_script_chars_per_row']:,} | {run['repro_settings_chars_per_row']:,} | "
+            f"{run['repro_bodies']} ({run['repro_body_bytes']:,}) |"
+        )
+    return [*lines, ""]
 
 
 def tasks_table(tasks: dict) -> list[str]:

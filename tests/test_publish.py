@@ -230,6 +230,24 @@ def test_the_card_says_what_a_row_is_the_sweeps_and_how_to_load_them(hub, tmp_pa
     assert "are not published" in body  # no --logs
 
 
+def test_the_repro_bodies_go_up_beside_the_rows_once_and_the_card_says_where(hub, tmp_path):
+    """A row names its repro script's body (``repro_sha256``); the push sends ``repro/<sha256>.py`` with the rows."""
+    from model_support.probe import repro
+
+    data = tmp_path / "data"
+    a, _ = two_sweeps(data)
+    text, sha = repro.body()
+    (store.repro_dir(data, a) / f"{sha}.py").parent.mkdir(parents=True)
+    (store.repro_dir(data, a) / f"{sha}.py").write_text(text)
+    store.compact(data, a)  # compaction copies the sweep's bodies beside the Parquet files
+    push(hub, data)
+    files = repo_files(hub)
+    assert files[f"repro/{sha}.py"] == text.encode()
+    assert "repro/<repro_sha256>.py" in files["README.md"].decode()
+    again = push(hub, data)
+    assert (again.files, again.deleted) == (0, 0)
+
+
 def test_a_sweep_moved_to_excluded_moves_on_the_hub_in_one_commit(hub, tmp_path):
     data = tmp_path / "data"
     a, _ = two_sweeps(data)

@@ -8,6 +8,7 @@ and exit status 2, never a bare stack trace. ``--data-dir`` is one shared option
 from __future__ import annotations
 
 import functools
+import os
 import signal
 import sys
 from collections import Counter
@@ -92,9 +93,19 @@ def sweep(params_file, data_dir, workers, executor, prefetch, resume, report):
         raise UserError("Give a sweep definition such as params/smoke.yaml, or --resume SWEEP_ID.")
     signal.signal(signal.SIGTERM, _stop_on_sigterm)  # SIGTERM stops the sweep as Ctrl-C does, in one sentence
     try:
-        _sweep(params_file, data_dir, workers, executor, prefetch, resume, report)
-    except KeyboardInterrupt:  # before the sweep was written (or after its end): nothing to finish
-        raise Interrupted("The sweep was stopped before it started; nothing was written.") from None
+        try:
+            _sweep(params_file, data_dir, workers, executor, prefetch, resume, report)
+        except KeyboardInterrupt:  # before the sweep was written: nothing to finish
+            raise Interrupted("The sweep was stopped before it started; nothing was written.") from None
+    except Interrupted as exc:
+        if click.get_current_context().find_root().params.get("debug"):
+            raise
+        # Everything is stored and the probes are stopped; a download thread still reading from the Hub
+        # (a library's worker thread, which Python joins at exit) must not keep the process alive.
+        click.echo(f"Error: {exc}", err=True)
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(1)
 
 
 def _stop_on_sigterm(signum, frame):

@@ -259,8 +259,8 @@ def run_on_devices(
 
     try:
         unfinished = {pool.submit(one, index, job) for index, job in enumerate(jobs)}
-        while unfinished:
-            done, unfinished = wait(unfinished, return_when=FIRST_COMPLETED)
+        while unfinished:  # woken twice a second: a signal (Ctrl-C) another thread received is acted on
+            done, unfinished = wait(unfinished, timeout=0.5, return_when=FIRST_COMPLETED)
             for future in done:
                 yield future.result()
     finally:
