@@ -16,6 +16,7 @@ from packaging.utils import canonicalize_name
 from .. import analysis
 from ..analysis.frames import variant_col
 from ..errors import UserError
+from ..probe import repro
 from ..record import store
 from ..record.sweep_meta import SweepMeta
 
@@ -89,16 +90,12 @@ class Row:
 
 
 def repro_of(data_dir: Path | str, sweep_id: str, model_id: str, variant: str) -> str | None:
-    """The repro script of a row of the dataset (the one place that reads it)."""
-    found = (
-        store.scan(Path(data_dir), "results")
-        .filter(pl.col("sweep_id") == sweep_id, pl.col("model_id") == model_id)
-        .with_columns(variant_col())
-        .filter(pl.col("variant") == variant)
-        .select("repro_script")
-        .collect()
-    )
-    return found["repro_script"][0] if found.height else None
+    """The repro script of a row (the one place that asks for it: ``repro.script_for``, what ``model-support
+    repro SWEEP MODEL`` prints)."""
+    try:
+        return repro.script_for(Path(data_dir), sweep_id, model_id, variant)
+    except UserError:
+        return None
 
 
 def _verdicts(data_dir: Path, sweep_id: str) -> dict[tuple[str, str], str | None]:
