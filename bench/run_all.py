@@ -28,6 +28,7 @@ SCRIPTS = [
     "bench_pretend.py",
     "bench_row_bytes.py",
     "bench_ops.py",
+    "bench_bisect.py",
 ]
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
@@ -213,6 +214,27 @@ def tables() -> str:
     if numerics and "table" in numerics:
         lines += [f"### Is a PASS right? The reference check's thresholds and cost ({numerics['date']})", ""]
         lines += [numerics["table"], ""]
+    bisect = load("bisect")
+    if bisect:
+        lines += [
+            f"### model-support bisect: {bisect['models']} models over {bisect['releases_between']} releases "
+            f"({bisect['date']}, {bisect['candidates']} differing packages, goal < {bisect['goal_s']} s)",
+            "",
+            "| environments | wall | load average | runs (per model) | repro script, median | scripts, total "
+            "| environments, total | CPU (children) | idle-machine estimate | right answer | goal (wall / idle) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for label in ("cold", "warm"):
+            r = bisect.get(label)
+            if not r:
+                continue
+            lines.append(
+                f"| {label} | {r['wall_s']:.1f} s | {r['load_average']} | {r['runs']} ({r['runs_per_model']}) "
+                f"| {r['run_s_median']:.2f} s | {r['runs_s_total']:.1f} s | {r['env_s_total']:.1f} s | {r['cpu_s']:.1f} s "
+                f"| {r['idle_estimate_s']:.1f} s | {'yes' if r['right'] else 'no'} "
+                f"| {ok(r['wall_s'] < bisect['goal_s'])} / {ok(r['idle_estimate_s'] < bisect['goal_s'])} |"
+            )
+        lines.append("")
     judge = load("judge")
     if judge and "table" in judge:
         lines += [f"### The fluency judge on its labelled set ({judge['date']})", "", judge["table"], ""]

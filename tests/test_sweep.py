@@ -26,7 +26,9 @@ CLI = [sys.executable, "-m", "model_support.cli"]
 def test_smoke_sweep_publishes_one_row_per_fixture(smoke_sweep, fixture_models):
     data_dir = Path(smoke_sweep["data_dir"])
     meta = store.read_sweep(data_dir, smoke_sweep["sweep_id"])
-    assert meta.versions["torch"] and meta.probe["device"] == "cpu" and meta.version == 2
+    assert meta.versions["torch"] and meta.probe["device"] == "cpu" and meta.version == 3
+    # the whole stack: every installed distribution, and each row points at it by its hash
+    assert meta.stack["torch"] == meta.versions["torch"] and "polars" in meta.stack
     rows = store.scan(data_dir).collect()
     names = sorted(display_name(m) for m in rows["model_id"].to_list())
     # every fixture, once; one whose processor needs a package missing here is an excluded row instead

@@ -467,6 +467,116 @@ def judge(text, prompt, jsonl, judge_model):
 
 
 @main.command()
+@click.argument("first", required=False)
+@click.argument("second", required=False)
+@click.option(
+    "--model",
+    "models",
+    multiple=True,
+    metavar="MODEL",
+    help="Bisect this model (repeatable; default: every model whose verdict differs).",
+)
+@click.option("--package", default=None, metavar="NAME", help="Single-record form: SWEEP MODEL over NAME's releases.")
+@click.option(
+    "--from", "from_version", default=None, metavar="VERSION", help="With --package: the version to start at."
+)
+@click.option(
+    "--to", "to_version", default=None, metavar="VERSION", help="With --package: the end (default: the sweep's)."
+)
+@click.option(
+    "--find-links",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="Take releases from this folder of wheels (nightlies, a vendor's builds), not the index.",
+)
+@click.option("--pre", is_flag=True, help="Include pre-releases.")
+@click.option("--yanked", is_flag=True, help="Include yanked releases.")
+@click.option(
+    "--cache-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="Where overlay environments are kept (default: $MODEL_SUPPORT_BISECT_CACHE, else DATA_DIR/bisect-envs).",
+)
+@click.option("--jobs", type=click.IntRange(min=1), default=None, help="Models bisected at once (default: up to 4).")
+@click.option("--clean", is_flag=True, help="Remove the cached overlay environments afterwards (alone: only that).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per model.")
+@data_dir_option
+@user_errors
+def bisect(
+    first,
+    second,
+    models,
+    package,
+    from_version,
+    to_version,
+    find_links,
+    pre,
+    yanked,
+    cache_dir,
+    jobs,
+    clean,
+    as_json,
+    data_dir,
+):
+    """Which package and release changed a model's verdict between sweeps FIRST (A) and SECOND (B); or, with
+    --package NAME --from VERSION, one model's record (FIRST=SWEEP SECOND=MODEL) over NAME's releases
+    (docs/bisect.md). Answers are stored beside B's sweep.json (bisect.json)."""
+    import json
+
+    from .bisect import run as bisect_run
+    from .bisect.search import answer_line
+
+    log = None if as_json else (lambda line: click.echo(line, err=True))
+    answers: list = []
+    if first is None or second is None:
+        if not clean:
+            raise UserError("Give two sweeps (model-support bisect A B), or SWEEP MODEL --package NAME --from VERSION.")
+    elif package:
+        if not from_version:
+            raise UserError("--package needs --from VERSION (the version whose verdict you expect back).")
+        answers = bisect_run.bisect_record(
+            data_dir,
+            first,
+            second,
+            package=package,
+            from_version=from_version,
+            to_version=to_version,
+            find_links=find_links,
+            cache=cache_dir,
+            pre=pre,
+            yanked=yanked,
+            log=log,
+        )
+    else:
+        if from_version or to_version:
+            raise UserError("--from and --to go with --package NAME (the single-record form).")
+        answers = bisect_run.bisect_sweeps(
+            data_dir,
+            first,
+            second,
+            models=models,
+            find_links=find_links,
+            cache=cache_dir,
+            pre=pre,
+            yanked=yanked,
+            jobs=jobs,
+            log=log,
+        )
+    if as_json:
+        click.echo(json.dumps(answers, indent=1))
+    elif first and second:
+        for answer in answers:
+            click.echo(answer_line(answer))
+        if not answers:
+            click.echo(f"No model's verdict differs between {first} and {second}.")
+    if clean:
+        folder = bisect_run.clean(data_dir, cache_dir)
+        click.echo(f"removed the overlay environments in {folder}", err=True)
+
+
+@main.command()
 @click.argument("repo_id")
 @data_dir_option
 @click.option(

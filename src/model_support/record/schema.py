@@ -125,8 +125,9 @@ GROUPS = {
 #: run's notebook and log are published; 9: whether a PASS is right (logit agreement, fluency judge);
 #: 10: the task (image-text-to-text beside text-generation); 11: the repro script's settings and body hash
 #: (the body stored once, ``repro/<sha256>.py``); 12: why a compiled run was not compared with eager; 13: the
-#: operator census and the stack's coverage of it.
-VERSION = 13
+#: operator census and the stack's coverage of it; 14: the whole installed stack's hash (``stack_sha``; the
+#: list in sweep.json).
+VERSION = 14
 
 
 class Record(TypedDict):
@@ -221,6 +222,9 @@ class Record(TypedDict):
     fluency_score: Annotated[float | None, Col("numerics", 9, "the judge's mean log-probability per token")]
     fluency_note: Annotated[str | None, Col("numerics", 9, "the repetition measure, or why the judge did not run")]
     versions: Annotated[Versions | None, Col("provenance", 1, "python, torch, torch_tpu, libtpu, transformers, ...")]
+    stack_sha: Annotated[
+        str | None, Col("provenance", 14, "sha256 (16 hex) of every installed distribution: sweep.json's stack")
+    ]
     host: Annotated[str | None, Col("provenance", 1, "the host's name")]
     started_at: Annotated[str | None, Col("provenance", 1, "UTC, ISO 8601")]
     duration_s: Annotated[float | None, Col("timing", 1, "the whole probe, in seconds")]

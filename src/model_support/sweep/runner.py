@@ -96,6 +96,7 @@ def create(params: SweepParams, data_dir: Path) -> SweepMeta:
         excluded=params.excluded,
         cache=params.cache,
         versions=provenance.versions(),
+        stack=provenance.stack(),
         device_config=devices.stack_configuration(),
         host=provenance.host(),
     )

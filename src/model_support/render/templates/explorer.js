@@ -6,6 +6,9 @@ const $ = (sel) => document.querySelector(sel);
 const esc = (s) => String(s == null ? "" : s).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
 const M = D.models, S = D.sweeps, O = D.outcomes, E = D.envs;
 const lower = M.map((m) => m[0].toLowerCase());
+// What a bisect named as the release that changed entry i's run in sweep s (bisect.json), or "".
+const CHANGED_BY = new Map((D.changed_by || []).map(([i, s, said]) => [i + ":" + s, said]));
+const changedBy = (i, s) => CHANGED_BY.get(i + ":" + s) || "";
 // An entry (one model and variant): [id, type, runs, env exceptions, error_type, message, traceback, repro,
 // notebook, versions, started, variant (index into D.variants), reference signature, reference note, the
 // published notebook's and log's addresses (push --logs), check note (why a PASS's check says what it says),
@@ -162,7 +165,8 @@ function update() {
   const html = [];
   for (const [i, en] of rows) {
     const m = M[i], o = O[en[1]], e = envRow(en[2]), hub = hubOf(m);
-    const sig = o[1] || (UNPROBED.has(en[1]) ? D.verdict_help[o[0]] : "");
+    const cb = changedBy(i, en[0]);  // a bisect named the release that changed this run
+    const sig = (cb ? "changed by " + cb + ": " : "") + (o[1] || (UNPROBED.has(en[1]) ? D.verdict_help[o[0]] : ""));
     const w = whose(o);
     html.push('<tr data-i="' + i + '">' + cell("model", m[0]) + cell("col-variant variant", variantOf(m)) +
       cell("col-minor type", D.types[m[1]]) + '<td class="st ' + slug(o[0]) + '">' + esc(o[0]) +
@@ -279,6 +283,7 @@ function detail(i) {
     const refSig = m[12] >= 0 && !other ? D.texts[m[12]] : null, refNote = other ? null : text(m[13], m, sweep);
     if (refSig) h.push('<dt>reference signature</dt><dd class="reference-signature">' + esc(refSig) + "</dd>");
     if (refNote) h.push('<dt>reference note</dt><dd class="reference-note">' + esc(refNote) + "</dd>");
+    if (changedBy(i, run[0])) h.push('<dt>changed by</dt><dd class="changed-by">' + esc(changedBy(i, run[0])) + "</dd>");
     if (other) {  // the chosen sweep's stack; the start time and every version are kept for the latest run only
       const he = envRow(run[2]);
       h.push("<dt>stack</dt><dd>" + esc((he[0] || S[run[0]][2]) + ": " + stackTitle(he)) + "</dd>");
@@ -346,7 +351,7 @@ function detail(i) {
       const name = rep ? '<a href="' + esc(rep) + '">' + label + "</a>" : label;
       h.push('<tr><td class="sweep" title="' + esc(S[s][0]) + '">' + name + '</td><td class="st ' + slug(ho[0]) + '">' +
         esc(ho[0]) + '</td><td class="whose">' + esc(whose(ho)) + "</td>" + cell("check", checkText(ho)) +
-        cell("sig", ho[1] || "") +
+        cell("sig", (changedBy(i, s) ? "changed by " + changedBy(i, s) + ": " : "") + (ho[1] || "")) +
         '<td class="stack" title="' + esc((he[0] || S[s][2]) + ": " + stackTitle(he)) + '">' +
         esc((he[0] || S[s][2]) + " " + stackText(he)) + "</td></tr>");
     }
