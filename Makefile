@@ -5,6 +5,8 @@ STAMP     := .venv/.installed-$(shell cat pyproject.toml pretend/pyproject.toml 
 DATA      ?= data
 PARAMS    ?= params/smoke.yaml
 WORKERS   ?= 2
+TEST_WORKERS ?= 2
+XDIST     = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 export PYTHONWARNINGS ?= ignore:<TorchTpu/Performance/TcMalloc/
 
 .PHONY: setup venv lock fixtures sweep test test-fast lint bench lab browser clean-data
@@ -51,17 +53,15 @@ lint: $(STAMP)
 	.venv/bin/lint-imports --no-cache
 	.venv/bin/mypy
 
-# The whole suite: lint, then unit tests, real sweeps and notebooks, the browser tests, on TEST_WORKERS
-# pytest-xdist workers (tests sharing a module or session fixture, the smoke sweep's, run on one worker:
-# tests/conftest.py groups them, so each is built once). TEST_WORKERS=0: one process, no xdist.
-TEST_WORKERS ?= 2
-XDIST     = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+# The whole suite: lint first, then unit tests, real sweeps and notebooks, the browser tests, on
+# TEST_WORKERS pytest-xdist workers (tests sharing a module or session fixture, the smoke sweep's, run on
+# one worker: tests/conftest.py groups them, so each is built once). TEST_WORKERS=0: one process, no xdist.
 test: lint fixtures browser
 	$(PY) -m pytest -q $(XDIST)
 
-# Unit tests and a few real probes (no sweeps, no browser): a couple of minutes.
+# Unit tests and the quick real probes (no sweeps, no browser), on the same workers as `make test`.
 test-fast: fixtures
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" $(XDIST)
 
 bench: fixtures browser
 	$(PY) bench/run_all.py

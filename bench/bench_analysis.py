@@ -285,8 +285,8 @@ def main() -> None:
         (
             "(a) load + all report tables",
             f"median {t['median_s']:.2f} s (min {t['min_s']:.2f}, max {t['max_s']:.2f}), "
-            f"peak RSS {t['peak_rss_mb']:.0f} MB",
-            "< 3 s, < 1500 MB",
+            f"peak RSS {t['peak_rss_mb']:.0f} MiB",
+            "< 3 s, < 1500 MiB",
         ),
         (
             "(b) render report",

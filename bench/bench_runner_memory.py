@@ -88,7 +88,7 @@ def main() -> None:
     print(f"growth from {rows[0]['count']} to {rows[-1]['count']} models: {growth:+.1f} MB")
     write_results(
         "runner_memory",
-        {"rows": rows, "growth_mb": round(growth, 1), "target": "flat (within ~10 MB)", "met": growth <= 10},
+        {"rows": rows, "growth_mb": round(growth, 1), "target": "flat (within ~10 MiB)", "met": growth <= 10},
     )
 
 

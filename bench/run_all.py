@@ -27,6 +27,9 @@ SCRIPTS = [
     "bench_tasks.py",
     "bench_pretend.py",
     "bench_phases.py",
+    "bench_row_bytes.py",
+    "bench_ops.py",
+    "bench_bisect.py",
 ]
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
@@ -185,6 +188,7 @@ def tables() -> str:
             )
         lines.append("")
     lines += tasks_table(load("tasks"))
+    lines += row_bytes_table(load("row_bytes"))
     pretend = load("pretend")
     if pretend:
         lines += [
@@ -203,6 +207,7 @@ def tables() -> str:
                 f"| {r['us_per_op']:.0f} us | {'equal' if r['tokens_equal'] else 'differ'} |"
             )
         lines.append("")
+    lines += ops_table(load("ops"))
     scheduler = load("scheduler")
     if scheduler and "table" in scheduler:
         lines += [f"### Multi-device scheduling by simulation ({scheduler['date']})", "", scheduler["table"], ""]
@@ -210,11 +215,52 @@ def tables() -> str:
     if numerics and "table" in numerics:
         lines += [f"### Is a PASS right? The reference check's thresholds and cost ({numerics['date']})", ""]
         lines += [numerics["table"], ""]
+    bisect = load("bisect")
+    if bisect:
+        lines += [
+            f"### model-support bisect: {bisect['models']} models over {bisect['releases_between']} releases "
+            f"({bisect['date']}, {bisect['candidates']} differing packages, goal < {bisect['goal_s']} s)",
+            "",
+            "| environments | wall | load average | runs (per model) | repro script, median | scripts, total "
+            "| environments, total | CPU (children) | idle-machine estimate | right answer | goal (wall / idle) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for label in ("cold", "warm"):
+            r = bisect.get(label)
+            if not r:
+                continue
+            lines.append(
+                f"| {label} | {r['wall_s']:.1f} s | {r['load_average']} | {r['runs']} ({r['runs_per_model']}) "
+                f"| {r['run_s_median']:.2f} s | {r['runs_s_total']:.1f} s | {r['env_s_total']:.1f} s | {r['cpu_s']:.1f} s "
+                f"| {r['idle_estimate_s']:.1f} s | {'yes' if r['right'] else 'no'} "
+                f"| {ok(r['wall_s'] < bisect['goal_s'])} / {ok(r['idle_estimate_s'] < bisect['goal_s'])} |"
+            )
+        lines.append("")
     judge = load("judge")
     if judge and "table" in judge:
         lines += [f"### The fluency judge on its labelled set ({judge['date']})", "", judge["table"], ""]
     lines += phases_table(load("phases")) + device_check_table(load("device_check"))
     return "\n".join(lines)
+
+
+def row_bytes_table(found: dict) -> list[str]:
+    """Parquet bytes per row, one line per measurement (before and after the repro bodies were kept once)."""
+    if not found:
+        return []
+    lines = [
+        f"### Parquet bytes per row ({found['date']})",
+        "",
+        "| measurement | sweep | rows | Parquet bytes | bytes per row | repro_script chars per row | repro_settings chars per row | repro bodies (bytes) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for label, run in found["runs"].items():
+        sweep = run["fixtures"] if isinstance(run["fixtures"], str) else ", ".join(run["fixtures"])
+        lines.append(
+            f"| {label} | {sweep} | {run['rows']} | {run['parquet_bytes']:,} | {run['bytes_per_row']:,} | "
+            f"{run['repro_script_chars_per_row']:,} | {run['repro_settings_chars_per_row']:,} | "
+            f"{run['repro_bodies']} ({run['repro_body_bytes']:,}) |"
+        )
+    return [*lines, ""]
 
 
 def phases_table(phases: dict) -> list[str]:
@@ -303,6 +349,36 @@ def write_readme() -> None:
     text = readme.read_text()
     start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
     readme.write_text(text[:start] + "\n" + tables() + "\n" + text[end:])
+
+
+def ops_table(ops: dict) -> list[str]:
+    """bench_ops.py: the census's cost per probe, and the prediction's time for 1,000 models."""
+    if not ops:
+        return []
+    cell = lambda d: f"{d['median']:.2f} s [{d['min']:.2f}-{d['max']:.2f}]"  # noqa: E731
+    lines = [
+        f"### The operator census and the prediction ({ops['date']}, {ops['reps']} repetitions, median [min-max])",
+        "",
+        "| model | device | stages | stages with the census | census (fastest runs) | whole probe | share of the probe | operators / calls |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for c in ops["census"]:
+        lines.append(
+            f"| {c['model']} | {c['device']} | {cell(c['stages_s'])} | {cell(c['stages_with_census_s'])} "
+            f"| {c['census_s']:+.3f} s | {c['probe_s']:.2f} s | {100 * c['share_of_probe']:.1f}% | {c['ops']} / {c['calls']:,} |"
+        )
+    p = ops["prediction"]
+    lines += [
+        "",
+        f"Census under 5% of the probe's time: {ok(ops['met']['census_under_5pct'])}.",
+        "",
+        f"Prediction for a sweep of {p['models']:,} models (synthetic census rows; {p['predicted_fail']} predicted to "
+        f"fail, {p['plan_steps']} plan steps): `model-support ops SWEEP --json` {cell(p['cli_s'])}; with `--on cpu` "
+        f"(a child process asks the adapter) {cell(p['cli_on_cpu_s'])}; read + predict + plan in process "
+        f"{cell(p['in_process_s'])}. In seconds: {ok(ops['met']['prediction_in_seconds'])}.",
+        "",
+    ]
+    return lines
 
 
 def main() -> None:

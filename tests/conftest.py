@@ -19,7 +19,7 @@ os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp(prefix="hf-datasets-
 
 
 #: Fixtures that run real sweeps, notebooks or renders: a test using one is slow (not in `make test-fast`).
-HEAVY_FIXTURES = {"smoke_sweep", "real_report", "rendered", "fixture_sweep", "browser", "porting_loop"}
+HEAVY_FIXTURES = {"smoke_sweep", "real_report", "rendered", "fixture_sweep", "browser", "porting_loop", "two_sweeps"}
 
 
 #: Shared fixtures cheap enough to build once per xdist worker (a cached folder listing, a browser launch):

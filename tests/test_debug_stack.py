@@ -164,6 +164,7 @@ def test_debug_says_before_running_that_the_stack_here_is_not_the_sweeps(loop_da
         "differ from the sweep's verdict (the sweep recorded FAIL(gen): NotImplementedError: Could not run "
         "'aten::rsqrt' with arguments from the 'pretend' backend.)."
     )
+    assert lines[-1] == f"stack:      this environment's, not the one sweep {SWEEP} ran on (see the first line)"
     second = Path(lines[1].removeprefix("debug notebook: "))
     assert second.name == "local_tiny-llama-2.ipynb" and first.exists()
     assert debug.debug_result_from_notebook(first)["forward_ok"] is False  # the earlier finding kept

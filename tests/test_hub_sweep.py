@@ -368,3 +368,66 @@ def test_the_hub_facts_are_later_fields_that_older_files_lack():
 
     assert set(FACT_FIELDS) <= set(schema.LATER_FIELDS)
     assert "download" in schema.STAGES
+
+
+def test_under_ray_the_downloads_run_ahead_within_the_budget_and_the_cache_is_emptied(hub, tmp_path, fixture_models):
+    """The Ray executor keeps the local one's promises: the driver downloads within the cache budget (a
+    budget below the models' sum), each Ray task probes the snapshot it was handed, the sweep's downloads
+    are deleted after their probes, and schedule.jsonl says which devices each probe held."""
+    pytest.importorskip("ray")
+    hub.faults.clear()
+    names = TINY[:3]
+    cache, data = tmp_path / "cache", tmp_path / "data"
+    sizes = [sum(f.stat().st_size for f in Path(fixture_models[n]["path"]).iterdir() if f.is_file()) for n in names]
+    budget = 1.5 * max(sizes)
+    assert budget < sum(sizes)
+    params = definition(tmp_path, [f"fixtures/{n}" for n in names], cache, budget / 1e9)
+    run = sweep_cli(
+        ["sweep", str(params), "--data-dir", str(data), "--no-report", "--executor", "ray", "--workers", "2"],
+        hub.url,
+        cache,
+        tmp_path,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    done = records(data)
+    assert {r["status"] for r in done.values()} == {"PASS"} and len(done) == len(names)
+    assert all(r["download_bytes"] > 0 for r in done.values())  # downloaded by the driver, ahead
+    for name in names:  # every download deleted after its probe (what is left is huggingface_hub's refs)
+        assert not list((cache / f"models--fixtures--{name}").glob("blobs/*")), name
+    assert _cache_bytes(cache) < 1000
+    schedule = [json.loads(line) for line in (store.sweep_dir(data, sweep_id_of(data)) / "schedule.jsonl").open()]
+    assert sorted(entry["model_id"] for entry in schedule) == sorted(done)
+    assert all(len(entry["devices"]) == 1 and "node" in entry for entry in schedule)
+
+
+def test_a_stop_during_a_download_ends_the_sweep_in_seconds(hub, tmp_path):
+    """The prefetcher's close waits for no download in flight: a sweep stopped while a model downloads at
+    1 KB/s (about a thousand seconds for its weights) ends within seconds, in one sentence."""
+    import signal
+
+    hub.faults.clear()
+    hub.faults.throttle(1000, repo="fixtures/tiny-opt")
+    cache, data = tmp_path / "cache", tmp_path / "data"
+    params = definition(tmp_path, ["fixtures/tiny-opt"], cache)
+    env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0", "HF_HUB_CACHE": str(cache)}
+    env.pop("HF_TOKEN", None)
+    runner = subprocess.Popen(
+        [*CLI, "sweep", str(params), "--data-dir", str(data), "--no-report"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    try:
+        deadline = time.time() + 120
+        while not list(cache.glob("models--fixtures--tiny-opt/blobs/*.incomplete")) and time.time() < deadline:
+            time.sleep(0.2)
+        assert list(cache.glob("models--fixtures--tiny-opt/blobs/*.incomplete")), "the download never started"
+        runner.send_signal(signal.SIGINT)
+        out, err = runner.communicate(timeout=30)
+    finally:
+        runner.kill()
+        hub.faults.clear()
+    assert runner.returncode == 1 and "Traceback" not in err, err[-3000:]
+    assert err.strip().splitlines()[-1].startswith("Error: The sweep was stopped: 0 of 1 stored;")

@@ -151,12 +151,12 @@ def uploaded(hub) -> list[bytes]:
     return out
 
 
-def load_back(hub, tmp_path: Path) -> dict[str, list[dict]]:
-    """Both configs as `datasets.load_dataset(REPO_ID, config)` reads them through HF_ENDPOINT (a fresh
+def load_back(hub, tmp_path: Path, configs: tuple = ("results", "excluded")) -> dict[str, list[dict]]:
+    """The ``configs`` as `datasets.load_dataset(REPO_ID, config)` reads them through HF_ENDPOINT (a fresh
     process: huggingface_hub and datasets read the endpoint at import)."""
     code = (
         "import datasets, json, sys\n"
-        "out = {c: datasets.load_dataset(sys.argv[1], c, split='train').to_list() for c in ('results', 'excluded')}\n"
+        f"out = {{c: datasets.load_dataset(sys.argv[1], c, split='train').to_list() for c in {configs!r}}}\n"
         "print(json.dumps(out, default=str))\n"
     )
     env = {
@@ -228,6 +228,24 @@ def test_the_card_says_what_a_row_is_the_sweeps_and_how_to_load_them(hub, tmp_pa
     assert f"[reports/{b}.html]({report_url})" in body
     assert fetch(report_url) == (data / "reports" / f"{b}.html").read_bytes()  # the link opens the report
     assert "are not published" in body  # no --logs
+
+
+def test_the_repro_bodies_go_up_beside_the_rows_once_and_the_card_says_where(hub, tmp_path):
+    """A row names its repro script's body (``repro_sha256``); the push sends ``repro/<sha256>.py`` with the rows."""
+    from model_support.probe import repro
+
+    data = tmp_path / "data"
+    a, _ = two_sweeps(data)
+    text, sha = repro.body()
+    (store.repro_dir(data, a) / f"{sha}.py").parent.mkdir(parents=True)
+    (store.repro_dir(data, a) / f"{sha}.py").write_text(text)
+    store.compact(data, a)  # compaction copies the sweep's bodies beside the Parquet files
+    push(hub, data)
+    files = repo_files(hub)
+    assert files[f"repro/{sha}.py"] == text.encode()
+    assert "repro/<repro_sha256>.py" in files["README.md"].decode()
+    again = push(hub, data)
+    assert (again.files, again.deleted) == (0, 0)
 
 
 def test_a_sweep_moved_to_excluded_moves_on_the_hub_in_one_commit(hub, tmp_path):
@@ -468,3 +486,32 @@ def test_a_real_sweep_publishes_its_logs_and_no_token(smoke_sweep, hub, tmp_path
     for blob in uploaded(hub):
         assert FAKE_TOKEN.encode() not in blob
         assert str(REPO_ROOT / "data" / "models").encode() not in blob  # the fixtures' folder names this machine
+
+
+def test_the_ops_config_is_pushed_with_the_others_and_loads_from_the_hub(hub, tmp_path):
+    """A sweep whose records carry an operator census: compaction writes its ``ops`` config (docs/ops.md), the
+    push uploads it, the card declares it, and ``datasets`` loads it back from the Hub."""
+    data = tmp_path / "data"
+    sweep_id = "ops-20261204T020000Z-dddd"
+    write_sweep(data, sweep_id, {"org/a": "PASS", "org/b": "FAIL(gen)"})
+    for record in store.read_records(data, sweep_id):
+        missing = ["aten::rsqrt"] if record["status"] != "PASS" else []
+        census = {
+            "ops": ["aten::mm", "aten::rsqrt"][: 2 if missing else 1],
+            "ops_stages": ["generate", "generate"][: 2 if missing else 1],
+            "ops_calls": [4, 2][: 2 if missing else 1],
+            "ops_source": "reference" if missing else "run",
+            "ops_missing": missing,
+            "ops_fallback": [],
+            "ops_unknown": [],
+        }
+        store.store_result(data, sweep_id, {**record, **census}, None, "log\n")
+    store.compact(data, sweep_id)
+    assert f"ops/sweep={sweep_id}/part-0.parquet" in local_files(data)
+    push(hub, data)
+    files = repo_files(hub)
+    assert f"ops/sweep={sweep_id}/part-0.parquet" in files
+    assert b"config_name: ops" in files["README.md"]
+    rows = {r["op"]: r for r in load_back(hub, tmp_path, ("ops",))["ops"]}
+    assert (rows["aten::mm"]["status"], rows["aten::mm"]["models"]) == ("implemented", ["org/a", "org/b"])
+    assert (rows["aten::rsqrt"]["status"], rows["aten::rsqrt"]["calls"]) == ("missing", 2)

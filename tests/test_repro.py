@@ -99,3 +99,19 @@ def test_a_script_whose_body_is_not_its_hash_stays_whole(tmp_path):
         repro_script=f"SETTINGS = {{}}\n{store.REPRO_BODY_MARK} changed after hashing\n",
     )
     assert store.split_repro(record, tmp_path) == record and not list(tmp_path.iterdir())
+
+
+def test_the_smoke_sweeps_parquet_is_at_most_4_kb_a_row(smoke_sweep):
+    """The dataset stopped repeating the repro script: ~36 KB a row before, nearly all of it script."""
+    import pyarrow.parquet as pq
+
+    files = sorted(Path(smoke_sweep["data_dir"]).glob("*/sweep=*/*.parquet"))
+    rows = sum(pq.read_metadata(f).num_rows for f in files)
+    assert rows >= 40
+    assert sum(f.stat().st_size for f in files) / rows <= 4096
+
+
+def test_statistics_are_kept_for_declared_columns_only():
+    assert set(store.KEY_TEXTS) <= set(schema.FIELDS)
+    kept = store.statistics_columns()
+    assert "sweep_id" in kept and "num_params" in kept and "traceback" not in kept and "repro_settings" not in kept

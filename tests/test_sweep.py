@@ -26,7 +26,9 @@ CLI = [sys.executable, "-m", "model_support.cli"]
 def test_smoke_sweep_publishes_one_row_per_fixture(smoke_sweep, fixture_models):
     data_dir = Path(smoke_sweep["data_dir"])
     meta = store.read_sweep(data_dir, smoke_sweep["sweep_id"])
-    assert meta.versions["torch"] and meta.probe["device"] == "cpu" and meta.version == 2
+    assert meta.versions["torch"] and meta.probe["device"] == "cpu" and meta.version == 3
+    # the whole stack: every installed distribution, and each row points at it by its hash
+    assert meta.stack["torch"] == meta.versions["torch"] and "polars" in meta.stack
     rows = store.scan(data_dir).collect()
     names = sorted(display_name(m) for m in rows["model_id"].to_list())
     # every fixture, once; one whose processor needs a package missing here is an excluded row instead
@@ -321,3 +323,40 @@ def test_a_stopped_sweep_starts_no_probe_ends_in_seconds_and_says_how_to_finish(
     )
     assert not (store.sweep_dir(data_dir, sweep_id) / "logs").exists()  # nothing started after the stop
     wait_for(lambda: not probes(), timeout=30)  # and nothing left running
+
+
+def test_a_models_own_words_about_a_full_disk_are_its_verdict_not_a_full_disk(fixture_models, tmp_path):
+    """A model whose own code fails with "No space left on device" about another file system (its shared
+    memory, say; the runtime's words on stderr, in the probe's log) on a data disk with room: its FAIL row,
+    not "disk full, make room" ending the sweep."""
+    import shutil
+
+    folder = tmp_path / "models" / "says-disk-full"
+    shutil.copytree(fixture_models["fail-hang"]["path"], folder)
+    (folder / "modeling_hang.py").write_text(
+        "import errno\nimport os\n\nfrom transformers import LlamaForCausalLM\n\nfrom .configuration_hang import HangConfig\n\n\n"
+        "class HangForCausalLM(LlamaForCausalLM):\n    config_class = HangConfig\n\n"
+        "    def forward(self, *args, **kwargs):\n"
+        "        os.write(2, b'runtime: writing /dev/shm/torch_1: No space left on device\\n')\n"
+        "        raise OSError(errno.ENOSPC, 'No space left on device', '/dev/shm/torch_1')\n"
+    )
+    path = tmp_path / "words.yaml"
+    models = [{"id": str(folder), "overrides": {"trust_remote_code": True}}, fixture_models["tiny-gpt2"]["path"]]
+    path.write_text(
+        yaml.safe_dump({"name": "words", "probe": {"device": "cpu", "reference": "none"}, "models": models})
+    )
+    data_dir = tmp_path / "data"
+    run = subprocess.run(
+        [*CLI, "sweep", str(path), "--data-dir", str(data_dir), "--workers", "1", "--no-report"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = {
+        display_name(m): r
+        for m, *r in store.scan(data_dir).collect().select("model_id", "status", "error_message").iter_rows()
+    }
+    assert rows["tiny-gpt2"][0] == schema.PASS
+    status, message = rows["says-disk-full"]
+    assert status.startswith("FAIL") and "No space left on device" in message

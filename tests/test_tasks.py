@@ -349,6 +349,7 @@ def test_debug_hooks_the_vision_tower_and_the_projector(fixture_models):
     assert steps["ok"] and steps["output_token_ids"] == fixture_models["tiny-llava"]["expected_token_ids"]
 
 
+@pytest.mark.slow  # a compile, a sweep or a sharded run: not in make test-fast
 def test_a_vlm_runs_tensor_parallel_by_its_language_models_plan(fixture_models):
     from model_support.probe import sharded
 
@@ -357,6 +358,7 @@ def test_a_vlm_runs_tensor_parallel_by_its_language_models_plan(fixture_models):
     assert (result["task"], result["image_tokens"], result["tokens_out"]) == ("image-text-to-text", 16, 8)
 
 
+@pytest.mark.slow  # a compile, a sweep or a sharded run: not in make test-fast
 def test_a_hub_sweep_of_image_text_to_text_models_by_their_pipeline_tag(fixture_models, tmp_path):
     """``models_from_hub: {task: image-text-to-text}`` lists the Hub's VLMs and probes them as such (their
     processor files downloaded with them); a listed model the Hub tags with another task is an excluded row,
@@ -425,6 +427,7 @@ def test_a_hub_sweep_of_image_text_to_text_models_by_their_pipeline_tag(fixture_
     assert ("fixtures/tiny-llava", "processor_config.json") in fetched  # the processor comes with the model
 
 
+@pytest.mark.slow  # a compile, a sweep or a sharded run: not in make test-fast
 def test_a_vlm_runs_compiled_with_a_static_cache(fixture_models):
     record = probe.run_probe(
         fixture_models["tiny-llava"]["path"], device="cpu", reference="none", mode="compile", cache="static"

@@ -8,6 +8,7 @@ and exit status 2, never a bare stack trace. ``--data-dir`` is one shared option
 from __future__ import annotations
 
 import functools
+import os
 import signal
 import sys
 from collections import Counter
@@ -92,9 +93,19 @@ def sweep(params_file, data_dir, workers, executor, prefetch, resume, report):
         raise UserError("Give a sweep definition such as params/smoke.yaml, or --resume SWEEP_ID.")
     signal.signal(signal.SIGTERM, _stop_on_sigterm)  # SIGTERM stops the sweep as Ctrl-C does, in one sentence
     try:
-        _sweep(params_file, data_dir, workers, executor, prefetch, resume, report)
-    except KeyboardInterrupt:  # before the sweep was written (or after its end): nothing to finish
-        raise Interrupted("The sweep was stopped before it started; nothing was written.") from None
+        try:
+            _sweep(params_file, data_dir, workers, executor, prefetch, resume, report)
+        except KeyboardInterrupt:  # before the sweep was written: nothing to finish
+            raise Interrupted("The sweep was stopped before it started; nothing was written.") from None
+    except Interrupted as exc:
+        if click.get_current_context().find_root().params.get("debug"):
+            raise
+        # Everything is stored and the probes are stopped; a download thread still reading from the Hub
+        # (a library's worker thread, which Python joins at exit) must not keep the process alive.
+        click.echo(f"Error: {exc}", err=True)
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(1)
 
 
 def _stop_on_sigterm(signum, frame):
@@ -261,9 +272,51 @@ def report(sweep_id, baseline, data_dir):
 @user_errors
 def diff(sweep_a, sweep_b, data_dir):
     """What broke and what got fixed between SWEEP_A (before) and SWEEP_B (after)."""
+    from .ops.changes import changes_text, stack_changes
     from .render.terminal import format_diff
 
     click.echo(format_diff(data_dir, sweep_a, sweep_b))
+    gained_or_lost = changes_text(stack_changes(data_dir, sweep_a, sweep_b))  # from the census (docs/ops.md)
+    if gained_or_lost:
+        click.echo(gained_or_lost)
+
+
+@main.command()
+@click.argument("sweep_id")
+@click.option(
+    "--on",
+    "on",
+    default=None,
+    metavar="DEVICE",
+    help="Predict on this machine's DEVICE stack (cpu, cuda, tpu, ...) instead of the sweep's own.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the plan and the predictions as JSON.")
+@data_dir_option
+@user_errors
+def ops(sweep_id, on, as_json, data_dir):
+    """The operators SWEEP_ID's models need: each model's verdict predicted from the census alone (no model
+    runs), and the porting plan (missing operators, the one that unlocks the most models first)."""
+    import json
+
+    from . import ops as ops_mod
+    from .ops.plan import plan_json
+    from .render.ops import ops_text
+
+    models = ops_mod.sweep_models(data_dir, sweep_id)
+    coverage = ops_mod.stack_coverage(on, ops_mod.coverage.census_ops(models)) if on else None
+    ops_mod.predict(models, coverage)
+    steps = ops_mod.porting_plan(models)
+    if as_json:
+        click.echo(json.dumps(plan_json(models, steps), indent=1))
+    else:
+        click.echo(
+            ops_text(
+                models,
+                steps,
+                on,
+                {"cpu" if m.source == "reference" else m.device_type for m in models if m.ops is not None},
+            )
+        )
 
 
 @main.command()
@@ -357,6 +410,8 @@ def debug(sweep_id, model, data_dir, variant, parameters):
         raise SystemExit(1) from None
     click.echo(f"debug notebook: {path}")
     click.echo(debug_mod.summary_text(debug_mod.debug_result_from_notebook(path)))
+    if run.stack_note:  # the conclusion above is this stack's: said again where it is read
+        click.echo(f"stack:      this environment's, not the one sweep {sweep_id} ran on (see the first line)")
 
 
 @main.command()
@@ -413,6 +468,116 @@ def judge(text, prompt, jsonl, judge_model):
     for item in items:
         found = scorer.score(item.get("prompt", ""), item["text"])
         click.echo(json.dumps({key: found[key] for key in judge_mod.SCORE_KEYS}))
+
+
+@main.command()
+@click.argument("first", required=False)
+@click.argument("second", required=False)
+@click.option(
+    "--model",
+    "models",
+    multiple=True,
+    metavar="MODEL",
+    help="Bisect this model (repeatable; default: every model whose verdict differs).",
+)
+@click.option("--package", default=None, metavar="NAME", help="Single-record form: SWEEP MODEL over NAME's releases.")
+@click.option(
+    "--from", "from_version", default=None, metavar="VERSION", help="With --package: the version to start at."
+)
+@click.option(
+    "--to", "to_version", default=None, metavar="VERSION", help="With --package: the end (default: the sweep's)."
+)
+@click.option(
+    "--find-links",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="Take releases from this folder of wheels (nightlies, a vendor's builds), not the index.",
+)
+@click.option("--pre", is_flag=True, help="Include pre-releases.")
+@click.option("--yanked", is_flag=True, help="Include yanked releases.")
+@click.option(
+    "--cache-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="Where overlay environments are kept (default: $MODEL_SUPPORT_BISECT_CACHE, else DATA_DIR/bisect-envs).",
+)
+@click.option("--jobs", type=click.IntRange(min=1), default=None, help="Models bisected at once (default: up to 4).")
+@click.option("--clean", is_flag=True, help="Remove the cached overlay environments afterwards (alone: only that).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per model.")
+@data_dir_option
+@user_errors
+def bisect(
+    first,
+    second,
+    models,
+    package,
+    from_version,
+    to_version,
+    find_links,
+    pre,
+    yanked,
+    cache_dir,
+    jobs,
+    clean,
+    as_json,
+    data_dir,
+):
+    """Which package and release changed a model's verdict between sweeps FIRST (A) and SECOND (B); or, with
+    --package NAME --from VERSION, one model's record (FIRST=SWEEP SECOND=MODEL) over NAME's releases
+    (docs/bisect.md). Answers are stored beside B's sweep.json (bisect.json)."""
+    import json
+
+    from .bisect import run as bisect_run
+    from .bisect.search import answer_line
+
+    log = None if as_json else (lambda line: click.echo(line, err=True))
+    answers: list = []
+    if first is None or second is None:
+        if not clean:
+            raise UserError("Give two sweeps (model-support bisect A B), or SWEEP MODEL --package NAME --from VERSION.")
+    elif package:
+        if not from_version:
+            raise UserError("--package needs --from VERSION (the version whose verdict you expect back).")
+        answers = bisect_run.bisect_record(
+            data_dir,
+            first,
+            second,
+            package=package,
+            from_version=from_version,
+            to_version=to_version,
+            find_links=find_links,
+            cache=cache_dir,
+            pre=pre,
+            yanked=yanked,
+            log=log,
+        )
+    else:
+        if from_version or to_version:
+            raise UserError("--from and --to go with --package NAME (the single-record form).")
+        answers = bisect_run.bisect_sweeps(
+            data_dir,
+            first,
+            second,
+            models=models,
+            find_links=find_links,
+            cache=cache_dir,
+            pre=pre,
+            yanked=yanked,
+            jobs=jobs,
+            log=log,
+        )
+    if as_json:
+        click.echo(json.dumps(answers, indent=1))
+    elif first and second:
+        for answer in answers:
+            click.echo(answer_line(answer))
+        if not answers:
+            click.echo(f"No model's verdict differs between {first} and {second}.")
+    if clean:
+        folder = bisect_run.clean(data_dir, cache_dir)
+        click.echo(f"removed the overlay environments in {folder}", err=True)
 
 
 @main.command()

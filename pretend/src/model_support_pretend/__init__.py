@@ -7,7 +7,7 @@ device-backend autoload entry point (group ``torch.backends`` in pyproject.toml)
 itself only when ``MODEL_SUPPORT_PRETEND`` is set: elsewhere ``load`` does nothing.
 
 ``MODEL_SUPPORT_PRETEND`` holds JSON (``config``): ``devices``, ``memory_gb``, ``missing_ops``,
-``unsupported_dtypes``, ``wrong_ops``, ``crash_ops``, ``slow_ops``; ``PRETEND_VISIBLE_DEVICES``
+``unsupported_dtypes``, ``wrong_ops``, ``crash_ops``, ``slow_ops``, ``fallback_ops``; ``PRETEND_VISIBLE_DEVICES``
 pins a process to some of the devices.
 """
 

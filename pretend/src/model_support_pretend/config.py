@@ -17,7 +17,19 @@ NAME = "pretend"
 CONFIG_VAR = "MODEL_SUPPORT_PRETEND"
 #: Which of the ``devices`` this process sees (``"1,3"``), as CUDA_VISIBLE_DEVICES / TPU_VISIBLE_CHIPS do.
 VISIBLE_VAR = "PRETEND_VISIBLE_DEVICES"
-KEYS = ("devices", "memory_gb", "missing_ops", "unsupported_dtypes", "wrong_ops", "crash_ops", "slow_ops")
+KEYS = (
+    "devices",
+    "memory_gb",
+    "missing_ops",
+    "unsupported_dtypes",
+    "wrong_ops",
+    "crash_ops",
+    "slow_ops",
+    "fallback_ops",
+)
+#: Seconds a ``fallback_ops`` operator costs per call beyond its work: a real CPU fallback copies its inputs to
+#: the host and its results back.
+FALLBACK_S = 0.002
 
 
 class PretendConfigError(ValueError):
@@ -33,6 +45,7 @@ class Config:
     wrong_ops: frozenset = field(default_factory=frozenset)
     crash_ops: frozenset = field(default_factory=frozenset)
     slow_ops: dict = field(default_factory=dict)
+    fallback_ops: frozenset = field(default_factory=frozenset)  # run on the CPU underneath, slowly: a CPU fallback
     visible: tuple = (0,)  # the physical devices this process sees, in index order
 
     @property
@@ -78,6 +91,7 @@ def parse(text: str, visible: str | None = None) -> Config:
         wrong_ops=_names(raw, "wrong_ops"),
         crash_ops=_names(raw, "crash_ops"),
         slow_ops={k: float(v) for k, v in slow.items()},
+        fallback_ops=_names(raw, "fallback_ops"),
         visible=_visible(visible, devices),
     )
 

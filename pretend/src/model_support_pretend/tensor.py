@@ -20,7 +20,7 @@ import torch
 from torch._subclasses.fake_tensor import is_fake
 from torch.utils._pytree import tree_flatten, tree_map_only
 
-from .config import NAME, Config
+from .config import FALLBACK_S, NAME, Config
 
 
 class Ledger:
@@ -180,6 +180,8 @@ def act_out_faults(func) -> None:
     for name in names:
         if name in config.slow_ops:
             time.sleep(config.slow_ops[name])
+    if any(n in config.fallback_ops for n in names):  # no kernel, a CPU fallback: correct, and slow
+        time.sleep(FALLBACK_S)
     if any(n in config.missing_ops for n in names):
         raise NotImplementedError(
             f"Could not run '{names[0]}' with arguments from the '{NAME}' backend. This could be because the "

@@ -25,6 +25,7 @@ from .modes import (
     grid_from_long,
     order_variants,
 )
+from .ops_tables import ops_tables
 from .parallel import MULTI_DEVICE_COLUMNS, _by_parallelism_q, _multi_device_q
 from .tables import (
     _attribution_q,
@@ -94,7 +95,7 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
     more than one device) and by_parallelism (none / tp / ep); and the runs listed but without a row
     (``coverage.unprobed``): pending (model_id, variant, problem, last_error, at, baseline_status) and
     not_tested (model_id, variant, listed_by, baseline_status). Those are no failures: they are left out of ``changes`` (where they would read as
-    "removed").
+    "removed"). The operators (``ops_tables``): ops_summary, ops_plan, ops_fallbacks, ops_changes.
     """
     results = store.scan(Path(data_dir), "results")
     excluded = store.scan(Path(data_dir), "excluded")
@@ -162,6 +163,7 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
     unprobed_keys = pl.concat([pending.select(KEY), not_tested.select(KEY)]).with_columns(pl.lit(True).alias("_u"))
     changes = tables["changes"].join(unprobed_keys.unique(KEY), on=KEY, how="left", maintain_order="left")
     tables["changes"] = changes.filter(~((pl.col("change") == "removed") & pl.col("_u").fill_null(False))).drop("_u")
+    tables.update(ops_tables(data_dir, sweep_id, baseline_sweep_id))
     return tables
 
 

@@ -8,14 +8,16 @@ device is released.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import sys
 from pathlib import Path
 
 from ..fileio import atomic_write_json
+from ..record import schema
 from ..record.schema import Record
-from . import agreement, judge, probe_core, probe_params, reproduce
+from . import agreement, census, judge, probe_core, probe_params, reproduce
 from .signatures import failure_signature
 
 
@@ -36,18 +38,21 @@ def first_divergence(device_ids: list[int], reference_ids: list[int]) -> int | N
     return None
 
 
-def _on_the_reference(settings: dict, dtype: str, mode: str = "eager") -> dict:
+def _on_the_reference(settings: dict, dtype: str, mode: str = "eager", counted=None) -> dict:
     """The probe's stages again, on the CPU in ``dtype``, with the run's KV cache and in ``mode`` (eager, or
     compile with inductor: a compiled failure is rerun compiled, so that its attribution compares like
-    with like; TorchTPU's fused eager has no CPU counterpart but plain eager)."""
+    with like; TorchTPU's fused eager has no CPU counterpart but plain eager). ``counted``: a CPU
+    ``census.Census`` held over the stages."""
     import torch
 
-    return probe_core.run_stages(
-        model_id=settings["load_from"],
-        **{**probe_params.stage_settings(settings), "dtype": dtype, "mode": mode},
-        device=torch.device("cpu"),
-        compile_backend="inductor",
-    )
+    with counted or contextlib.nullcontext():
+        return probe_core.run_stages(
+            model_id=settings["load_from"],
+            **{**probe_params.stage_settings(settings), "dtype": dtype, "mode": mode},
+            device=torch.device("cpu"),
+            compile_backend="inductor",
+            on_stage=counted.enter if counted else None,
+        )
 
 
 def run_reference(record: Record, settings: dict, device_steps: list | None, prompt_ids: list[int] | None) -> None:
@@ -137,12 +142,17 @@ def attribute(record: Record, settings: dict) -> None:
         record["reference_note"] = f"attribution {skip}"
         return
     record["reference_device"] = f"cpu:{ref_dtype}"
-    ref = _on_the_reference(settings, ref_dtype, "compile" if settings["mode"] == "compile" else "eager")
+    mode = "compile" if settings["mode"] == "compile" else "eager"
+    # the run stopped at its first missing operator: the reference's census, when it completes, is the row's
+    counted = census.Census("cpu") if record["ops_source"] == census.PARTIAL and census.takes_census(mode) else None
+    ref = _on_the_reference(settings, ref_dtype, mode, counted)
     if ref["exclusion_reason"]:  # the reference's environment, not a verdict either way
         record["reference_note"] = f"attribution not run: {ref['exclusion_reason']}"[:2000]
         return
     if ref["exception"] is None:
         record["attribution"] = "stack"
+        if counted is not None:
+            schema.fill(record, counted.fields(census.REFERENCE))
         return
     exc = ref["exception"]
     signature = failure_signature(type(exc).__name__, str(exc), probe_core.trimmed_traceback(exc))

@@ -1,16 +1,22 @@
 """Where a record came from: versions of the stack, this package's git commit, the host.
 
 Computed once per process (they do not change while a kernel lives) and attached to every record,
-as lm-evaluation-harness does for its results files.
+as lm-evaluation-harness does for its results files. ``versions`` names the few packages a reader
+filters by; ``stack`` is every installed distribution (``sweep.json`` keeps it whole, each record its
+``stack_sha``), so a difference in any package between two sweeps is found (``model-support bisect``).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import platform
 import socket
 import subprocess
 from importlib import metadata
+
+from packaging.utils import canonicalize_name
 
 from .. import __version__
 from ..paths import checkout_root
@@ -62,6 +68,30 @@ def versions() -> dict:
         "model_support": __version__,
         "git_commit": git_commit(),
     }
+
+
+@functools.cache
+def stack() -> dict[str, str]:
+    """Every distribution this process can import, by canonical name (``transformers``, ``torch-tpu``),
+    with its version: the first one on ``sys.path`` wins, as for ``import`` (an overlay environment's
+    package shadows the base one's)."""
+    found: dict[str, str] = {}
+    for dist in metadata.distributions():
+        folder = getattr(dist, "_path", None)  # <name>-<version>.dist-info names both: no METADATA to parse
+        stem = folder.name.removesuffix(".dist-info") if folder and folder.name.endswith(".dist-info") else ""
+        name, _, version = stem.partition("-")
+        if not (name and version):  # an .egg-info (an editable install): read its METADATA (~3 ms each)
+            name, version = dist.metadata["Name"] or "", dist.version
+        if name:
+            found.setdefault(canonicalize_name(name), version)
+    return dict(sorted(found.items()))
+
+
+def stack_sha(packages: dict[str, str] | None = None) -> str:
+    """The first 16 hex digits of the sha256 of ``packages`` (default: this process's ``stack``): what a
+    record carries instead of the whole list (``sweep.json`` has it)."""
+    text = json.dumps(stack() if packages is None else dict(sorted(packages.items())), separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def host() -> str:

@@ -56,6 +56,7 @@ def new_record(
             "prompt": settings["image_prompt"] if task == schema.IMAGE_TEXT_TO_TEXT else settings["prompt"],
             "variant": probe_params.variant(settings),
             "versions": provenance.versions(),
+            "stack_sha": provenance.stack_sha(),
             "host": provenance.host(),
             "started_at": now_iso(),
             "notebook_path": notebook_path or None,

@@ -49,7 +49,7 @@ tokens, against the device's (match / ties / diverges). Exit status 0 on PASS, 1
 and transformers; an accelerator torch does not ship (device 'tpu', any PrivateUse1 backend) also needs
 the package that provides it (loaded through torch's device-backend entry point) and that backend's own
 environment (a TPU VM for 'tpu'); an image-text-to-text model also Pillow (its image is drawn by
-probe_image_rgb() below, the bytes whose sha256 the record names in image_sha256).
+probe_image_rgb() below, the same bytes as the probe's: their sha256 is said below and in image_sha256).
 A model probed from a local folder (a model id 'local:<name>') needs that folder:
     python repro.py /path/to/<name>
 """
@@ -57,7 +57,11 @@ A model probed from a local folder (a model id 'local:<name>') needs that folder
 SETTINGS = {settings}
 '''
 
-BODY_START = """# ---- The probe's own code (model-support's hub_fetch, probe_core, agreement, reproduce), as it ran. ----
+#: The body's first lines (``store.REPRO_BODY_MARK`` first: where the store finds a script's body).
+BODY_START = (
+    store.REPRO_BODY_MARK
+    + """ (model-support's hub_fetch, probe_core, agreement, reproduce), as it ran. ----
+# The image-text-to-text probe image, drawn by probe_image_rgb(): RGB bytes of sha256 {image_sha256}.
 import os
 import sys
 
@@ -67,6 +71,7 @@ from transformers.utils import logging as hf_logging  # noqa: E402  (after the a
 
 hf_logging.disable_progress_bar()  # transformers' "Loading weights" bars would bury what the script prints
 """
+)
 BODY_END = """
 
 if __name__ == "__main__":
@@ -89,7 +94,8 @@ def _source(module) -> str:
 @functools.cache
 def body() -> tuple[str, str]:
     """(the body of every repro script of this code, its sha256)."""
-    text = BODY_START + "\n\n".join(_source(module) for module in BODY_MODULES) + BODY_END
+    start = BODY_START.format(image_sha256=probe_core.probe_image_sha256())
+    text = start + "\n\n".join(_source(module) for module in BODY_MODULES) + BODY_END
     return text, hashlib.sha256(text.encode()).hexdigest()
 
 

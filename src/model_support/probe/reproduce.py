@@ -132,12 +132,48 @@ def _error(result: dict) -> dict:
     }
 
 
-def _rank(rank: int, world: int, port: int, settings: dict, load_from: str, folder: str) -> None:
-    """One rank of a sharded run: its environment as the probe's device adapter set it up, its own device, the
-    probe's process group, the stages on its shard of the model; its report into ``folder``."""
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world)
+def launch_ranks(
+    world_size: int, run_id: str, entry_args: list[str], log_dir: str | None = None, shutdown_timeout: int = 5
+) -> dict:
+    """The sharded launcher, the probe's (``sharded.run_sharded``'s launcher process) and a repro script's:
+    torch.distributed's elastic agent starting ``world_size`` rank processes on this host, ``python
+    *entry_args`` each (rendezvous on a free local port, no restart, spawned). Each rank's output goes to
+    ``log_dir`` when given (the probe reads it), else to this process's. Returns the ranks that failed:
+    {rank: {exitcode, pid, timestamp}}."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    logs = DefaultLogsSpecs(log_dir=log_dir, redirects=Std.ALL) if log_dir else DefaultLogsSpecs()
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=world_size,
+        run_id=run_id,
+        rdzv_backend="c10d",
+        rdzv_endpoint="localhost:0",  # a free port: several sharded probes may run on one host
+        max_restarts=0,
+        monitor_interval=0.1,
+        start_method="spawn",
+        local_addr="localhost",
+        shutdown_timeout=shutdown_timeout,
+        logs_specs=logs,
     )
+    try:
+        elastic_launch(config, sys.executable)(*entry_args)
+    except ChildFailedError as exc:
+        return {
+            str(rank): {"exitcode": failure.exitcode, "pid": failure.pid, "timestamp": failure.timestamp}
+            for rank, failure in exc.failures.items()
+        }
+    return {}
+
+
+def _rank(settings: dict, folder: str, load_from: str) -> int:
+    """One rank of a repro script's sharded run (``python run.py --rank FOLDER MODEL``, started by
+    ``launch_ranks``): its environment as the probe's device adapter set it up, its own device, the probe's
+    process group, the stages on its shard of the model; its report into ``folder``."""
+    rank = int(os.environ["LOCAL_RANK"])
     pinned = settings["rank_env"][rank]  # the device adapter's environment for this rank (a TPU rank: its chip)
     os.environ.update(pinned)
     import torch
@@ -164,24 +200,23 @@ def _rank(rank: int, world: int, port: int, settings: dict, load_from: str, fold
     report = {**{key: result.get(key) for key in RANK_REPORT}, **_error(result)}
     with open(os.path.join(folder, f"rank{rank}.json"), "w") as handle:
         json.dump(report, handle)
+    dist.destroy_process_group()
+    return 0
 
 
-def run_ranks(settings: dict, load_from: str) -> int:
-    """A sharded probe's ranks again: one process per rank (torch.multiprocessing), each on its own device as
-    the probe ran them (gloo on the CPU, the device backend's process group elsewhere); rank 0's line."""
-    import socket
+def run_ranks(settings: dict, load_from: str, script: str) -> int | str:
+    """A sharded probe's ranks again, launched as the probe launched them (``launch_ranks``: one process per
+    rank, this ``script`` with ``--rank``), each on its own device as the probe ran them; rank 0's line."""
     import tempfile
 
-    import torch.multiprocessing as mp
-
     world = max(v for k, v in settings["distributed"].items() if k.endswith("_size"))
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]
     folder = tempfile.mkdtemp(prefix="repro-ranks-")
-    mp.spawn(_rank, args=(world, port, settings, load_from, folder), nprocs=world, join=True)
-    with open(os.path.join(folder, "rank0.json")) as handle:
-        result = json.load(handle)
+    failed = launch_ranks(world, f"repro-{os.getpid()}", [os.path.abspath(script), "--rank", folder, load_from])
+    try:
+        with open(os.path.join(folder, "rank0.json")) as handle:
+            result = json.load(handle)
+    except OSError:
+        return f"rank 0 wrote no result (failed ranks: {failed or 'none'})"
     print(json.dumps({**{key: result.get(key) for key in SHOWN}, **_numerics(settings, load_from, result)}))
     return 0 if result["status"] == PASS else 1
 
@@ -190,6 +225,8 @@ def main(settings: dict, argv: list[str]) -> int | str:
     """The probe again, with plain python: the download stage (a Hub model), the stages on the device in the
     probe's mode, the reference check after a PASS; one JSON line. A model probed from a local folder takes
     the folder as ``argv[1]``. Exit status 0 on PASS, 1 otherwise; a sentence where nothing could run."""
+    if len(argv) > 3 and argv[1] == "--rank":  # a rank of this script's sharded run (``run_ranks``)
+        return _rank(settings, argv[2], argv[3])
     import torch
 
     load_backend(settings["device"])
@@ -212,7 +249,7 @@ def main(settings: dict, argv: list[str]) -> int | str:
     if settings["distributed"]:  # a sharded probe: its ranks again, one process each, as the probe ran them
         if settings["rank_env"] is None or settings["distributed_backend"] is None:
             return "the probe's ranks could not be set up on this device (the record's error says why)"
-        return run_ranks(settings, load_from)
+        return run_ranks(settings, load_from, argv[0])
     missing = fused_eager_missing(settings["device"]) if settings["mode"] == "fused" else None
     if missing:
         return f"{NOT_AVAILABLE}: {missing}"

@@ -9,6 +9,8 @@ always gets a verdict. ``show`` displays it in the notebook and stores it in the
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import resource
 import time
@@ -19,8 +21,8 @@ from ..fileio import atomic_write_json
 from ..record import schema
 from ..record.schema import Record
 from ..redact import redact_record
-from . import devices, hub, hub_fetch, phases, probe_core, probe_params
-from .checks import NO_WEIGHTS_ATTRIBUTION, started_path, write_started
+from . import census, devices, hub, hub_fetch, phases, probe_core, probe_params
+from .checks import NO_WEIGHTS_ATTRIBUTION, attribute, started_path, write_started
 from .model_ids import check_there, machine_paths, portable_id, unavailable
 from .records import fail, new_record
 from .repro import set_repro
@@ -247,14 +249,18 @@ def _probe(record: Record, settings: dict) -> None:
         return
     record.update({"devices_used": 1, "parallelism": "none"})
     adapter.reset_peak_memory()
-    with phases.device_work():  # weights to the device, compilation, generation
+    counted = census.Census(adapter.type) if census.takes_census(settings["mode"]) else None
+    with counted or contextlib.nullcontext(), phases.device_work():  # weights to the device, compile, generate
         result = probe_core.run_stages(
             model_id=settings["load_from"],
             **probe_params.stage_settings(settings),
             device=adapter.torch_device,
             synchronize=adapter.synchronize if adapter.type != "cpu" else None,
             compile_backend=adapter.compile_backend(),
+            on_stage=counted.enter if counted else None,
         )
+    if counted is not None and not result["exclusion_reason"]:
+        schema.fill(record, counted.fields(census.RUN if result["exception"] is None else census.PARTIAL))
     if settings["mode"] == "compile":
         record["compile_backend"] = adapter.compile_backend()
     schema.fill(record, {key: result[key] for key in STAGE_FIELDS})
@@ -267,12 +273,25 @@ def _probe(record: Record, settings: dict) -> None:
     if result["exception"] is not None:
         record_failure(record, result["failure_stage"], result["exception"], status=result["status"])
         del result  # the failed model (held by the exception's frames) is freed before the reference loads
-        phases.checks(record, settings, "attribute")
+        if record["ops"] is not None:  # the reference's census replaces the partial one: its coverage asks
+            gc.collect()  # the device's stack, so this attribution stays in the device phase
+            attribute(record, settings)
+            _coverage(record, adapter)
+        else:
+            phases.checks(record, settings, "attribute")
         return
     record["status"] = schema.PASS
+    _coverage(record, adapter)
     device_steps, prompt_ids = result["step_scores"], result["input_ids"]
     del result  # the device's model is freed before the reference loads
     phases.checks(record, settings, "pass", device_steps, prompt_ids)
+
+
+def _coverage(record: Record, adapter) -> None:
+    """What the device's stack does with each operator of the census (the adapter's ``op_coverage``):
+    ``ops_missing``, ``ops_fallback``, ``ops_unknown``."""
+    if record["ops"] is not None:
+        schema.fill(record, census.coverage_fields(record["ops"], adapter.op_coverage(record["ops"])))
 
 
 def summary_html(record: Record) -> str:

@@ -61,7 +61,7 @@ class Upload:
 def dataset_files(data_dir: Path) -> list[Upload]:
     """Each sweep's Parquet file of each config, as the card's ``configs`` globs find them."""
     files = []
-    for config in store.CONFIGS:
+    for config in store.DATASET_CONFIGS:
         for path in sorted((Path(data_dir) / config).glob("sweep=*/*.parquet")):
             sweep_id = path.parent.name.removeprefix("sweep=")
             files.append(Upload(path.relative_to(data_dir).as_posix(), path, sweep_id, config))
@@ -80,7 +80,7 @@ def dataset_sweep(path_in_repo: str) -> str | None:
     parts = path_in_repo.split("/")
     if (
         len(parts) == 3
-        and parts[0] in store.CONFIGS
+        and parts[0] in store.DATASET_CONFIGS
         and parts[1].startswith("sweep=")
         and parts[2].endswith(".parquet")
     ):

@@ -302,7 +302,7 @@ def _commit(
     paths = {u.path for u in uploads}
     deleted = sorted(p for p in remote if files.dataset_sweep(p) in local_sweeps and p not in paths)
     touched = sorted(
-        {u.sweep_id for u in changed if u.kind in store.CONFIGS and u.sweep_id}
+        {u.sweep_id for u in changed if u.kind in store.DATASET_CONFIGS and u.sweep_id}
         | {sweep for p in deleted if (sweep := files.dataset_sweep(p))}
     )
     result = PushResult(

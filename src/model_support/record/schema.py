@@ -116,6 +116,7 @@ GROUPS = {
     "numerics": "is a PASS right: agreement with the reference on logits, and the fluency judge",
     "provenance": "the stack, the host, and how to see or reproduce the run",
     "hub": "the Hub's metadata (null for local folders)",
+    "ops": "the operators the probe dispatched to its device (its census) and what the stack lacks of them",
 }
 
 #: The record's current version: the highest ``since`` (raise it when adding fields, and give them that ``since``).
@@ -123,8 +124,10 @@ GROUPS = {
 #: execution modes; 6: runs over several devices; 7: what each rank of such a run said; 8: where the
 #: run's notebook and log are published; 9: whether a PASS is right (logit agreement, fluency judge);
 #: 10: the task (image-text-to-text beside text-generation); 11: the repro script's settings and body hash
-#: (the body stored once, ``repro/<sha256>.py``); 12: why a compiled run was not compared with eager.
-VERSION = 12
+#: (the body stored once, ``repro/<sha256>.py``); 12: why a compiled run was not compared with eager; 13: the
+#: operator census and the stack's coverage of it; 14: the whole installed stack's hash (``stack_sha``; the
+#: list in sweep.json).
+VERSION = 14
 
 
 class Record(TypedDict):
@@ -219,6 +222,9 @@ class Record(TypedDict):
     fluency_score: Annotated[float | None, Col("numerics", 9, "the judge's mean log-probability per token")]
     fluency_note: Annotated[str | None, Col("numerics", 9, "the repetition measure, or why the judge did not run")]
     versions: Annotated[Versions | None, Col("provenance", 1, "python, torch, torch_tpu, libtpu, transformers, ...")]
+    stack_sha: Annotated[
+        str | None, Col("provenance", 14, "sha256 (16 hex) of every installed distribution: sweep.json's stack")
+    ]
     host: Annotated[str | None, Col("provenance", 1, "the host's name")]
     started_at: Annotated[str | None, Col("provenance", 1, "UTC, ISO 8601")]
     duration_s: Annotated[float | None, Col("timing", 1, "the whole probe, in seconds")]
@@ -246,6 +252,17 @@ class Record(TypedDict):
     created_at: Annotated[str | None, Col("hub", 3, "when the repo was created")]
     base_model: Annotated[str | None, Col("hub", 3, "the base model the card names")]
     hub_num_params: Annotated[int | None, Col("hub", 3, "parameters, from the Hub's safetensors metadata")]
+    ops: Annotated[
+        list[str] | None, Col("ops", 13, "operators dispatched to the device (composites decomposed), first call first")
+    ]
+    ops_stages: Annotated[list[str] | None, Col("ops", 13, "the stage of each operator's first call")]
+    ops_calls: Annotated[list[int] | None, Col("ops", 13, "how often each operator was called in the probe")]
+    ops_source: Annotated[
+        str | None, Col("ops", 13, "where the census came from: run, reference (the run stopped) or partial")
+    ]
+    ops_missing: Annotated[list[str] | None, Col("ops", 13, "census operators the device's stack lacks")]
+    ops_fallback: Annotated[list[str] | None, Col("ops", 13, "census operators the stack runs on the CPU (fallback)")]
+    ops_unknown: Annotated[list[str] | None, Col("ops", 13, "census operators the device adapter cannot judge")]
 
 
 _SCALARS: dict[type, pa.DataType] = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}

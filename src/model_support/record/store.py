@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import UserError
 from ..fileio import atomic_write_bytes, atomic_write_json
-from . import schema
+from . import ops_table, schema
 from .schema import DEFAULT_VARIANT
 from .sweep_meta import SweepMeta, safe_name
 
@@ -30,6 +30,9 @@ if TYPE_CHECKING:  # polars is imported where it is used: the probe kernel write
     import polars as pl
 
 CONFIGS = ("results", "excluded")
+#: The third config: one row per operator per sweep, from the census (``ops_table``); every config of the dataset.
+OPS_CONFIG = "ops"
+DATASET_CONFIGS = (*CONFIGS, OPS_CONFIG)
 #: The folder of repro bodies, one file per body (``<sha256>.py``): in a sweep's folder and in the data folder.
 REPRO = "repro"
 #: The first line of every repro script's body (``probe.repro.body``): where a script's header ends.
@@ -60,6 +63,18 @@ def scan(data_dir: Path, config: str = "results") -> pl.LazyFrame:
     return pl.scan_parquet(
         files, hive_partitioning=False, schema=polars_schema(), missing_columns="insert", extra_columns="ignore"
     )
+
+
+def scan_ops(data_dir: Path) -> pl.LazyFrame:
+    """The ``ops`` config of every sweep, lazily (``ops_table``)."""
+    import polars as pl
+
+    files = sorted((Path(data_dir) / OPS_CONFIG).glob("sweep=*/*.parquet"))
+    frame = pl.from_arrow(ops_table.SCHEMA.empty_table())
+    assert isinstance(frame, pl.DataFrame)
+    if not files:
+        return frame.lazy()
+    return pl.scan_parquet(files, hive_partitioning=False, schema=frame.schema, missing_columns="insert")
 
 
 #: The text columns a reader filters or groups rows by: they keep Parquet statistics (min and max per row
@@ -98,11 +113,12 @@ def statistics_columns() -> list[str]:
     ]
 
 
-def write_parquet(records, path: Path, batch_rows: int = 512) -> int:
-    """Records (any iterable) -> one Parquet file with exactly the declared schema, atomically,
+def write_parquet(records, path: Path, batch_rows: int = 512, arrow_schema=None) -> int:
+    """Records (any iterable) -> one Parquet file with exactly the declared schema (or ``arrow_schema``), atomically,
     written in row groups of ``batch_rows`` so memory does not grow with the sweep. Writes no file
     (and removes an old one) when there are no rows: ``datasets`` refuses a file with no row group.
     Returns the number of rows."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     path = Path(path)
@@ -117,8 +133,12 @@ def write_parquet(records, path: Path, batch_rows: int = 512) -> int:
         try:
             while batch := list(itertools.islice(iterator, batch_rows)):
                 if writer is None:
-                    writer = pq.ParquetWriter(tmp, schema.SCHEMA, write_statistics=statistics_columns())
-                writer.write_table(schema.to_table(batch))
+                    if arrow_schema is None:
+                        writer = pq.ParquetWriter(tmp, schema.SCHEMA, write_statistics=statistics_columns())
+                    else:
+                        writer = pq.ParquetWriter(tmp, arrow_schema)
+                table = pa.Table.from_pylist(batch, schema=arrow_schema) if arrow_schema else schema.to_table(batch)
+                writer.write_table(table)
                 rows += len(batch)
         finally:
             if writer is not None:
@@ -426,6 +446,8 @@ def _compact(data_dir: Path, sweep_id: str, meta: SweepMeta) -> tuple[int, int]:
     excluded = write_parquet(
         itertools.chain(records(excluded=True), before_running), parquet_file(data_dir, "excluded", sweep_id)
     )
+    ops = [] if whole_sweep_reason else ops_table.op_rows(iter_records(data_dir, sweep_id))
+    write_parquet(ops, parquet_file(data_dir, OPS_CONFIG, sweep_id), arrow_schema=ops_table.SCHEMA)
     copy_repro_bodies(data_dir, sweep_id)
     write_dataset_card(data_dir)
     return results, excluded
@@ -468,10 +490,14 @@ One row per model per sweep; the columns are the probe's record fields (`model_s
   files (`model-support repro SWEEP_ID MODEL`; older rows carry the whole script in `repro_script`).
 - `excluded`: models excluded before running (with `exclusion_reason`) and whole sweeps excluded
   after the fact (a broken stack). Excluded rows are never counted as failures.
+- `ops`: one row per operator per sweep, from the probes' operator census: `op`, `status` on the sweep's
+  stack (implemented, CPU fallback, missing, unknown), `device_type`, `versions`, the `models` that call it,
+  `probes`, `calls` and `calls_per_probe`: a stack's coverage over time is a query.
 
 ```python
 from datasets import load_dataset
 results = load_dataset("<this folder or repo>", "results", split="train")
+ops = load_dataset("<this folder or repo>", "ops", split="train")
 ```
 
 Sweeps in this folder: {sweeps}.
@@ -501,7 +527,7 @@ def card_configs(data_dir: Path) -> str:
     """The card's YAML ``configs:`` block, each config only once it has a file (a config whose glob matches
     nothing would make ``load_dataset`` fail for every config)."""
     data_dir = Path(data_dir)
-    present = [c for c in CONFIGS if any((data_dir / c).glob("sweep=*/*.parquet"))]
+    present = [c for c in DATASET_CONFIGS if any((data_dir / c).glob("sweep=*/*.parquet"))]
     configs = "".join(CONFIG_BLOCK.format(config=c) + ("  default: true\n" if c == "results" else "") for c in present)
     return f"configs:\n{configs}" if configs else "configs: []\n"
 
@@ -511,7 +537,11 @@ def write_dataset_card(data_dir: Path) -> Path:
     publishes a fuller one (``publish.card``)."""
     data_dir = Path(data_dir)
     sweeps = sorted(
-        {p.parent.name.removeprefix("sweep=") for c in CONFIGS for p in (data_dir / c).glob("sweep=*/*.parquet")}
+        {
+            p.parent.name.removeprefix("sweep=")
+            for c in DATASET_CONFIGS
+            for p in (data_dir / c).glob("sweep=*/*.parquet")
+        }
     )
     card = (
         DATASET_CARD.replace("{configs}", card_configs(data_dir))

@@ -1,8 +1,9 @@
 """``sweep.json`` declared once, and sweep ids parsed in one place.
 
 ``sweep.json`` is written first when a sweep is created: its settings, frozen model list (Hub
-rankings resolved once), exclusions, stack versions and host. Real sweeps, the synthetic history
-and the tests all write it through ``SweepMeta``; ``SweepMeta.from_dict`` also reads the older
+rankings resolved once), exclusions, stack versions, the whole installed stack (``stack``: every
+distribution and its version, version 3; older files read it as empty) and host. Real sweeps, the
+synthetic history and the tests all write it through ``SweepMeta``; ``SweepMeta.from_dict`` also reads the older
 shapes (version 1: ``probe`` with model dicts; the synthetic history's ``settings`` with plain
 model ids), so readers never see more than one shape.
 
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from ..fileio import atomic_write_json
 
-VERSION = 2
+VERSION = 3
 _SWEEP_ID = re.compile(r"^(?P<name>.+?)-(?P<time>\d{8}T\d{6})Z?(?:-(?P<suffix>[0-9a-f]{4,}))?$")
 
 
@@ -92,6 +93,7 @@ class SweepMeta:
     cache: dict = field(default_factory=dict)
     matrix: dict = field(default_factory=dict)
     versions: dict = field(default_factory=dict)
+    stack: dict[str, str] = field(default_factory=dict)
     #: The device backends' own configuration the sweep ran with (``devices.stack_configuration``); None in
     #: sweeps written before it was recorded.
     device_config: dict | None = None

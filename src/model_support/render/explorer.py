@@ -12,7 +12,9 @@ versions, and a detail panel: whose failure it is (with the reference's signatur
 devices and parallelism of the run, the model's variants side by side in the chosen sweep, its
 history across sweeps, the latest error, traceback and repro script (with a Copy button), and links
 to its executed notebook, to the sweep's report and, once ``model-support push --logs`` published them,
-to its notebook and log on the Hub (``notebook_url``, ``log_url``); for a PASS, its check and why. The list has a devices column
+to its notebook and log on the Hub (``notebook_url``, ``log_url``); for a PASS, its check and why; for a run
+a bisect named the release of (the sweep's ``bisect.json``), "changed by <package> <version>" (in the list's
+and the history's signature cells too). The list has a devices column
 ("2 tp") only when some run used more than one device or a parallelism; the detail panel always says
 both. The list fits a 1280 px screen: fixed column widths, a sweep shown by name and date (its id on
 hover, ``sweep_labels``), no cell wrapping, a cell too narrow for its text ending in "…" with the
@@ -54,6 +56,7 @@ import polars as pl
 from .. import analysis, paths
 from ..analysis import coverage
 from ..analysis.history import sweep_labels as history_labels
+from ..bisect import results as bisect_results
 from ..fileio import atomic_write_text
 from ..record import schema
 from ..record.schema import VERDICT_COLORS
@@ -166,6 +169,13 @@ def explorer_data(data_dir: Path | str) -> dict:
             if (m, v) in position and s in sweep_position
         ],
         "models": [[entry[field] for field in ENTRY_FIELDS if field in entry] for entry in entries],
+        # [entry, sweep, "transformers 5.25.0"] of every run a bisect named the release of (bisect.json)
+        "changed_by": [
+            [position[key], sweep_position[s], said]
+            for s in sweep_position
+            for key, said in bisect_results.changed_by(data_dir, s).items()
+            if key in position
+        ],
     }
 
 

@@ -30,8 +30,18 @@ VERSION_KEYS = analysis.VERSION_COMPONENTS
 #: What an outcome is, in the page's lookup table: the verdict, the signature, whose failure it is, how
 #: many devices it ran on with which parallelism (a result row's nulls, from older files, read as 1 and "none";
 #: an excluded row keeps what it recorded; a pseudo-row has neither), and for a PASS what its check says
-#: (``analysis.PASS_CHECKS``) with the step where it diverges from the reference.
-OUTCOME_COLUMNS = ("status", "failure_signature", "attribution", "devices_used", "parallelism", "check", "check_step")
+#: (``analysis.PASS_CHECKS``) with the step where it diverges from the reference, and the operators its stack lacks
+#: of its census (``ops_missing``, joined; null without a census or when it lacks none: docs/ops.md).
+OUTCOME_COLUMNS = (
+    "status",
+    "failure_signature",
+    "attribution",
+    "devices_used",
+    "parallelism",
+    "check",
+    "check_step",
+    "lacks",
+)
 #: The order of a model's Hub facts in the page data (the page reads them by position).
 HUB_FACTS = (
     "pipeline_tag",
@@ -68,19 +78,25 @@ def _all_rows(data_dir: Path, unprobed: pl.DataFrame) -> pl.LazyFrame:
     """The rows of both configs and the ``unprobed`` pseudo-rows, ``LIGHT_COLUMNS`` and ``c`` (0 results,
     1 excluded, 2 not probed / not tested), lazily (nothing is read until the caller collects)."""
     light = list(LIGHT_COLUMNS)
-    no_check = [pl.lit(None, dtype=pl.String).alias("check"), pl.lit(None, dtype=pl.Int64).alias("check_step")]
+    no_check = [
+        pl.lit(None, dtype=pl.String).alias("check"),
+        pl.lit(None, dtype=pl.Int64).alias("check_step"),
+        pl.lit(None, dtype=pl.String).alias("lacks"),
+    ]
+    lacks = pl.when(pl.col("ops_missing").list.len() > 0).then(pl.col("ops_missing").list.join(", ")).alias("lacks")
     results = (
         store.scan(data_dir, "results")
-        .select(*light, "numerics", "numerics_step", "fluent")
+        .select(*light, "numerics", "numerics_step", "fluent", "ops_missing")
         .with_columns(
             variant_col(),
             devices_col(),
             parallelism_col(),
             pass_check_col().alias("check"),
             pl.col("numerics_step").alias("check_step"),
+            lacks,
             pl.lit(0, dtype=pl.Int8).alias("c"),
         )
-        .select(*light, "check", "check_step", "c")
+        .select(*light, "check", "check_step", "lacks", "c")
     )
     excluded = (
         store.scan(data_dir, "excluded")
@@ -93,7 +109,7 @@ def _all_rows(data_dir: Path, unprobed: pl.DataFrame) -> pl.LazyFrame:
             *no_check,
             pl.lit(1, dtype=pl.Int8).alias("c"),
         )
-        .select(*light, "check", "check_step", "c")
+        .select(*light, "check", "check_step", "lacks", "c")
     )
     types = results.collect_schema()
     pseudo = (
@@ -111,7 +127,7 @@ def _all_rows(data_dir: Path, unprobed: pl.DataFrame) -> pl.LazyFrame:
             *no_check,
             pl.lit(2, dtype=pl.Int8).alias("c"),
         )
-        .select(*light, "check", "check_step", "c")
+        .select(*light, "check", "check_step", "lacks", "c")
     )
     return pl.concat([results, excluded, pseudo])
 

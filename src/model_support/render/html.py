@@ -144,6 +144,9 @@ def header_html(tables: dict[str, pl.DataFrame], sweep_id: str, baseline_sweep_i
         "host": sweeps["host"] or "unknown",
         "stack": ", ".join(f"{c} {versions.get(c) or '-'}" for c in analysis.VERSION_COMPONENTS),
     }
+    packages = tables["packages"]["packages"][0] if "packages" in tables else ""  # sections.add_bisect
+    if packages and baseline_sweep_id:  # what differs from the baseline's stack (sweep.json)
+        facts["against the baseline"] = packages
     if variants > 1:
         models = tables["verdict_grid"].height
         facts["runs probed (model x variant)"] = f"{summary['models']:,} ({models:,} models, {variants} variants)"

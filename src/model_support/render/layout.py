@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from . import charts, modes, sections
+from . import charts, modes, ops, sections
 from .html import charted_model_types, legend_html, table_html, unprobed_html
 
 
@@ -158,6 +158,16 @@ SECTIONS: tuple[Section, ...] = (
         "message and traceback. One table for every task: in a sweep of both tasks, a signature says its task "
         "when only one task has it (else all).",
         lambda ctx: sections.signatures_html(ctx.tables, ctx.baseline_sweep_id),
+    ),
+    Section(
+        "what-to-implement-next",
+        "What to implement next",
+        "From the operator census of each probe (the operators it dispatched to its device, composite operators "
+        "decomposed): the missing operators in the order that unlocks the most models (a model is unlocked by the "
+        "step that implements its last missing operator), the operators the stack runs on the CPU (fallbacks), the "
+        "most-run first, and what the stack gained or lost since the baseline. <code>model-support ops "
+        "SWEEP_ID</code> prints the same plan and predicts the verdicts on another stack (docs/ops.md).",
+        lambda ctx: ops.implement_next_html(ctx.tables),
     ),
     Section("execution-modes", None, "", lambda ctx: modes.modes_html(ctx.tables)),
     Section("devices-and-parallelism", None, "", lambda ctx: sections.devices_html(ctx.tables)),

@@ -10,6 +10,8 @@ import html
 import polars as pl
 
 from .. import analysis
+from ..bisect import results as bisect_results
+from ..bisect import stacks
 from .html import table_html
 
 
@@ -131,9 +133,31 @@ def signatures_html(tables: dict[str, pl.DataFrame], baseline_sweep_id: str | No
     )
 
 
+def add_bisect(tables: dict[str, pl.DataFrame], data_dir, sweep_id: str, baseline_sweep_id: str | None) -> None:
+    """What the diff says of the stack, read from the data folder: ``tables["packages"]`` (one row: the
+    packages whose versions differ between the two sweeps, from their sweep.json) and a ``changed_by``
+    column on ``tables["changes"]`` ("tinyswitch 2.0" where a bisect named the release: sweep_id's
+    bisect.json)."""
+    if not baseline_sweep_id:
+        return
+    tables["packages"] = pl.DataFrame({"packages": [stacks.sweep_changes_line(data_dir, baseline_sweep_id, sweep_id)]})
+    found = bisect_results.changed_by(data_dir, sweep_id, baseline_sweep_id)
+    said = [
+        found.get((m, v or analysis.DEFAULT_VARIANT)) for m, v in tables["changes"].select("model_id", "variant").rows()
+    ]
+    tables["changes"] = tables["changes"].with_columns(pl.Series("changed_by", said, dtype=pl.String))
+
+
+def packages_line(tables: dict[str, pl.DataFrame]) -> str:
+    """The packages whose versions differ from the baseline's ("" when unknown: ``add_bisect`` not run)."""
+    packages = tables.get("packages")
+    return packages["packages"][0] if packages is not None and packages.height else ""
+
+
 CHANGE_COLUMNS = {
     "model_id": "model",
     "variant": "variant",
+    "changed_by": "changed by",
     "attribution": "whose",
     "attribution_before": "whose, before",
     "status_before": "before",
@@ -159,6 +183,8 @@ def changes_html(
     line = analysis.diff_summary(changes, baseline_sweep_id, sweep_id)
     left_out = sum(t["baseline_status"].is_not_null().sum() for t in (tables["pending"], tables["not_tested"]))
     parts = [f'<p class="ms-diff-summary"><b>{html.escape(line)}</b></p>']
+    if packages_line(tables):
+        parts.append(f'<p class="ms-packages">{html.escape(packages_line(tables))}.</p>')
     if left_out:
         parts.append(
             f'<p class="ms-note">{left_out:,} model{"s" if left_out != 1 else ""} of the baseline not probed in this '

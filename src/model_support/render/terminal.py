@@ -12,6 +12,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import analysis
+from ..bisect import results as bisect_results
+from ..bisect import stacks
 from ..probe.model_ids import display_name
 from ..probe.signatures import shorten
 from ..record import schema, store
@@ -36,7 +38,16 @@ def _on(device: str | None) -> str:
     return f" (on {device})" if device else ""
 
 
-def format_diff(diff: pl.DataFrame | Path | str, a: str, b: str, *, max_per_change: int = 15, width: int = 140) -> str:
+def format_diff(
+    diff: pl.DataFrame | Path | str,
+    a: str,
+    b: str,
+    *,
+    max_per_change: int = 15,
+    width: int = 140,
+    changed_by: dict | None = None,
+    packages: str = "",
+) -> str:
     """``diff_table``'s output as a terminal table, in ``analysis.CHANGES`` order: newly broken by the
     stack first (what a porting team acts on), newly suspect (a PASS whose logits now diverge from the
     reference, or with no reference whose text is not fluent: the step and why in the last column), then
@@ -46,13 +57,23 @@ def format_diff(diff: pl.DataFrame | Path | str, a: str, b: str, *, max_per_chan
     names each sweep's device when read from a folder; an earlier signature is followed by whose failure it
     was (``[stack]``: what a fix of the stack mended).
 
+    Under the title, the packages whose versions differ between the two sweeps (``packages``); a run a
+    bisect named the release of (``changed_by``: {(model_id, variant): "transformers 5.25.0"}, from B's
+    bisect.json) says "changed by transformers 5.25.0" in a column of its own.
+
     ``diff`` is a ``diff_table`` result, or a data folder to compute it from (``model-support diff``
-    passes the folder)."""
+    passes the folder; the packages and the bisect answers are then read from it too)."""
     devices: dict = {}
     if not isinstance(diff, pl.DataFrame):
-        diff = diff_table(diff, a, b, devices)
+        folder = Path(diff)
+        diff = diff_table(folder, a, b, devices)
+        packages = packages or stacks.sweep_changes_line(folder, a, b)
+        changed_by = bisect_results.changed_by(folder, b, a) if changed_by is None else changed_by
+    changed_by = changed_by or {}
     with_variant = "variant" in diff.columns and diff["variant"].ne_missing(analysis.DEFAULT_VARIANT).any()
+    with_cause = bool(changed_by)
     headers = ["model", *(["variant"] if with_variant else []), "change", "before", "after", "signature now (was)"]
+    headers += ["changed by"] if with_cause else []
     rows, left_out = [], []
     for change in analysis.CHANGES:
         part = diff.filter(pl.col("change") == change)
@@ -65,7 +86,11 @@ def format_diff(diff: pl.DataFrame | Path | str, a: str, b: str, *, max_per_chan
                 whose = f" [{r['attribution_before']}]" if r.get("attribution_before") else ""
                 sig = f"{sig} (was: {was}{whose})" if sig else f"(was: {was}{whose})"
             variant = [r["variant"] or analysis.DEFAULT_VARIANT] if with_variant else []
-            rows.append([r["model_id"], *variant, change, r["status_before"] or "-", r["status_after"] or "-", sig])
+            cause = changed_by.get((r["model_id"], r["variant"] or analysis.DEFAULT_VARIANT))
+            said = [f"changed by {cause}" if cause else ""] if with_cause else []
+            rows.append(
+                [r["model_id"], *variant, change, r["status_before"] or "-", r["status_after"] or "-", sig, *said]
+            )
         if part.height > max_per_change:
             left_out.append(f"{part.height - max_per_change} more {change}")
     more = f"... and {', '.join(left_out)} (see diff_table for all)" if left_out else ""
@@ -73,6 +98,8 @@ def format_diff(diff: pl.DataFrame | Path | str, a: str, b: str, *, max_per_chan
     title = f"{b}{_on(devices.get(b))} against {a}{_on(devices.get(a))}"
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, color_system=None, force_terminal=False, highlight=False)
+    if packages:
+        console.print(packages, soft_wrap=True)
     if rows:
         table = Table(*headers, title=title)
         for row in rows:

@@ -97,6 +97,7 @@ def create(params: SweepParams, data_dir: Path) -> SweepMeta:
         excluded=params.excluded,
         cache=params.cache,
         versions=provenance.versions(),
+        stack=provenance.stack(),
         device_config=devices.stack_configuration(),
         host=provenance.host(),
     )
@@ -133,16 +134,15 @@ def run(
     started = time.time()
     total = len(meta.models) * len(probe_params.combinations(meta.matrix))
     pending: dict[str, dict] = {}
-    with SweepLock(store.sweep_dir(data_dir, meta.sweep_id)):
+    with SweepLock(store.sweep_dir(data_dir, meta.sweep_id)), _stops(data_dir, meta.sweep_id, total):
         tasks = tasks_to_run(data_dir, meta)
         runner = _executor(executor, data_dir, meta, tasks, workers or meta.workers, prefetch)
         runner.submit(tasks)
-        with _stops(data_dir, meta.sweep_id, total):
-            results = runner.results()
-            try:
-                counts = _store_all(results, data_dir, meta, pending, total - len(tasks), total, on_result)
-            finally:
-                results.close()  # stops the running probes at once when the sweep ends early
+        results = runner.results()
+        try:
+            counts = _store_all(results, data_dir, meta, pending, total - len(tasks), total, on_result)
+        finally:
+            results.close()  # stops the running probes at once when the sweep ends early
         used = _device_time(data_dir, meta, started, runner.workers)
     return {
         "sweep_id": meta.sweep_id,
@@ -175,7 +175,8 @@ def _executor(
     """The sweep's executor, with its work folder, its cache budget (only when something is downloaded:
     files are deleted after each probe, within the budget) and how many models each worker fetches ahead."""
     work_root = store.sweep_dir(data_dir, meta.sweep_id) / ".work"
-    work_root.mkdir(exist_ok=True)
+    with _writing():
+        work_root.mkdir(exist_ok=True)
     budget = None
     if any(not is_local(t["source"]) for t in tasks):
         cache = meta.cache or {}

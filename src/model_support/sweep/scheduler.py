@@ -86,6 +86,12 @@ class DeviceScheduler:
         self._lock = threading.Lock()
         self.closed = False
 
+    @property
+    def free(self) -> tuple[int, ...]:
+        """The devices no request holds now (all of them after a run that gave back what it took)."""
+        with self._lock:
+            return tuple(d for d in self.ids if d in self._free)
+
     def acquire(self, need: int, key=None, timeout: float | None = None) -> tuple[int, ...]:
         """Block until ``need`` devices are granted; return their ids (TimeoutError after ``timeout`` s).
         ``key`` labels the request (a model id, an index): it is kept on the request, not used to order it."""
@@ -255,8 +261,8 @@ def run_on_devices(
 
     try:
         unfinished = {pool.submit(one, index, job) for index, job in enumerate(jobs)}
-        while unfinished:
-            done, unfinished = wait(unfinished, return_when=FIRST_COMPLETED)
+        while unfinished:  # woken twice a second: a signal (Ctrl-C) another thread received is acted on
+            done, unfinished = wait(unfinished, timeout=0.5, return_when=FIRST_COMPLETED)
             for future in done:
                 yield future.result()
     finally:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from .base import Adapter, DeviceUnavailable
+from .base import FALLBACK, IMPLEMENTED, MISSING, UNKNOWN, Adapter, DeviceUnavailable
 
 #: What a backend's generic call raises when the backend does not back it.
 REFUSALS = (RuntimeError, AttributeError, NotImplementedError, TypeError)
@@ -117,6 +117,12 @@ class AcceleratorAdapter(Adapter):
 
         return "aot_eager" if self.type == torch._C._get_privateuse1_backend_name() else "inductor"
 
+    def op_coverage(self, ops: Iterable[str]) -> dict[str, str]:
+        """What the backend registered with the dispatcher for its dispatch key (``dispatch_coverage``)."""
+        from ..census import dispatch_key
+
+        return dispatch_coverage(ops, dispatch_key(self.type))
+
     def distributed_backend(self) -> str:
         """The process-group backend torch.distributed has registered for this device, with gloo for
         the CPU tensors a run also holds."""
@@ -170,3 +176,60 @@ class AcceleratorAdapter(Adapter):
         if not ids:
             raise ValueError(f"A {self.type} probe must be pinned to at least one device.")
         return {self.visibility_variable: ",".join(str(i) for i in ids)}
+
+
+def _out_variants(name: str) -> list[str]:
+    """The out= overloads a structured operator's functional and in-place forms run through (``aten::add.Tensor``
+    and ``aten::add_.Tensor`` through ``aten::add.out``; ``aten::pow.Tensor_Scalar`` through
+    ``aten::pow.Tensor_Scalar_out``)."""
+    base, _, overload = name.partition(".")
+    base = base.removesuffix("_")
+    return [f"{base}.{overload}_out", f"{base}.out"] if overload else [f"{base}.out"]
+
+
+def dispatch_coverage(ops: Iterable[str], key: str) -> dict[str, str]:
+    """Each operator's status on the backend whose kernels are registered under dispatch key ``key``, read from
+    the dispatcher (``torch._C._dispatch_has_kernel_for_dispatch_key``, ``_dispatch_has_backend_fallback``):
+
+    - ``implemented``: a kernel for ``key``; a structured operator's default kernel whose out= variant has one
+      (what ``aten::rsqrt`` runs through on torch_tpu); a composite (CompositeImplicitAutograd or
+      CompositeExplicitAutograd) kernel, which runs the operator as others the backend receives;
+    - ``fallback``: none of those, and the backend registered a boxed fallback for its key (torch_xla's and
+      torch_tpu's run the operator on the CPU: the registrations cannot say what a fallback does);
+    - ``missing``: nothing at all (the dispatcher's "Could not run ... with arguments from the ... backend");
+    - ``unknown``: the dispatcher does not know the operator (a library that is not loaded here), or a
+      structured operator whose out= variant cannot be found.
+
+    A backend written in Python (a tensor subclass, as the test double of docs/devices.md) registers almost nothing:
+    its adapter answers instead. ``DeviceUnavailable`` when nothing at all is registered for ``key`` (a CPU-only
+    torch asked about cuda)."""
+    import torch
+
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    if not has("aten::empty.memory_format", key):  # what every backend registers first
+        raise DeviceUnavailable(
+            f"torch {torch.__version__} here registers no kernels for dispatch key {key}: this machine has no such "
+            "stack to read (install its backend, or run where it is)."
+        )
+    known = set(torch._C._dispatch_get_all_op_names())
+    fallback = torch._C._dispatch_has_backend_fallback(getattr(torch._C.DispatchKey, key))
+    coverage = {}
+    for name in ops:
+        if name not in known:
+            coverage[name] = UNKNOWN
+        elif has(name, key) or has(name, "CompositeImplicitAutograd") or has(name, "CompositeExplicitAutograd"):
+            coverage[name] = IMPLEMENTED
+        elif has(name, "CompositeExplicitAutogradNonFunctional"):
+            outs = [out for out in _out_variants(name) if out in known]
+            coverage[name] = (
+                UNKNOWN
+                if not outs
+                else IMPLEMENTED
+                if any(has(out, key) for out in outs)
+                else FALLBACK
+                if fallback
+                else MISSING
+            )
+        else:
+            coverage[name] = FALLBACK if fallback else MISSING
+    return coverage

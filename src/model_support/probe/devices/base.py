@@ -13,6 +13,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 
+#: What a stack does with an operator (``Adapter.op_coverage``): its own kernel (or a composite of others it has),
+#: a boxed fallback that runs it on the CPU, no kernel at all, or that the adapter cannot tell.
+IMPLEMENTED, FALLBACK, MISSING, UNKNOWN = "implemented", "fallback", "missing", "unknown"
+OP_STATUSES = (IMPLEMENTED, FALLBACK, MISSING, UNKNOWN)
+
 
 class DeviceUnavailable(RuntimeError):
     """The requested device cannot be used here; the message is one sentence saying why."""
@@ -83,6 +88,12 @@ class Adapter:
         from ..probe_core import fused_eager_missing
 
         return fused_eager_missing(self.type)
+
+    def op_coverage(self, ops: Iterable[str]) -> dict[str, str]:
+        """What this stack does with each operator (``aten::add.Tensor``): ``implemented``, ``fallback`` (it runs,
+        on the CPU underneath, slowly), ``missing`` or ``unknown`` (the adapter cannot judge it). The CPU runs
+        every operator a CPU census saw."""
+        return dict.fromkeys(ops, IMPLEMENTED)
 
     def devices_present(self) -> int:
         """How many devices a sharded probe may use: the accelerators; on the CPU one rank per core."""

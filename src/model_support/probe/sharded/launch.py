@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ...fileio import atomic_write_json
 from .. import devices, probe_core
+from ..reproduce import launch_ranks
 from .plan import NoParallelPlan, _plan, no_plan_sentence
 from .protocol import RANK_DEFAULTS, SHUTDOWN_GRACE_S, STACKS_SIGNAL, _die_with_parent
 from .results import _empty_result, _fail, _merge
@@ -206,33 +207,10 @@ def _launch_main(run_dir: Path) -> int:
     job = json.loads((run_dir / "job.json").read_text())
     outcome: dict = {"failures": {}}
     try:
-        from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
-        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-        from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
-        config = LaunchConfig(
-            min_nodes=1,
-            max_nodes=1,
-            nproc_per_node=job["world_size"],
-            run_id=job["run_id"],
-            rdzv_backend="c10d",
-            rdzv_endpoint="localhost:0",  # a free port: several sharded probes may run on one host
-            max_restarts=0,
-            monitor_interval=0.1,
-            start_method="spawn",
-            local_addr="localhost",
-            shutdown_timeout=SHUTDOWN_GRACE_S,
-            logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs"), redirects=Std.ALL),
+        entry = ["-m", "model_support.probe.sharded", "--rank", str(run_dir)]
+        outcome["failures"] = launch_ranks(
+            job["world_size"], job["run_id"], entry, str(run_dir / "logs"), SHUTDOWN_GRACE_S
         )
-        try:
-            elastic_launch(config, sys.executable)("-m", "model_support.probe.sharded", "--rank", str(run_dir))
-        except ChildFailedError as exc:
-            for rank, failure in exc.failures.items():
-                outcome["failures"][str(rank)] = {
-                    "exitcode": failure.exitcode,
-                    "pid": failure.pid,
-                    "timestamp": failure.timestamp,
-                }
     except Exception as exc:  # noqa: BLE001 written down for run_sharded to report
         outcome["launcher_error"] = f"{type(exc).__name__}: {exc}"
     atomic_write_json(run_dir / "launch.json", outcome)

@@ -6,6 +6,9 @@ const $ = (sel) => document.querySelector(sel);
 const esc = (s) => String(s == null ? "" : s).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
 const M = D.models, S = D.sweeps, O = D.outcomes, E = D.envs;
 const lower = M.map((m) => m[0].toLowerCase());
+// What a bisect named as the release that changed entry i's run in sweep s (bisect.json), or "".
+const CHANGED_BY = new Map((D.changed_by || []).map(([i, s, said]) => [i + ":" + s, said]));
+const changedBy = (i, s) => CHANGED_BY.get(i + ":" + s) || "";
 // An entry (one model and variant): [id, type, runs, env exceptions, error_type, message, traceback, repro,
 // notebook, versions, started, variant (index into D.variants), reference signature, reference note, the
 // published notebook's and log's addresses (push --logs), check note (why a PASS's check says what it says),
@@ -15,7 +18,8 @@ const lower = M.map((m) => m[0].toLowerCase());
 // runs: [first sweep, n sweeps, outcome] triples; env exceptions: [sweep, env] pairs (else the sweep's env).
 // An outcome: [verdict, signature, attribution (whose failure; null for a pass or when not attributed), devices used
 // (a result's null reads as 1; null for a run listed without a row), parallelism ("none", "tp", "ep"), a PASS's
-// check (one of D.checks; null for anything else), the step where it diverges from the reference (or null)].
+// check (one of D.checks; null for anything else), the step where it diverges from the reference (or null), the
+// operators its stack lacks of its census (joined; null for none or no census: docs/ops.md)].
 const NO_ENV = ["", null, null, null];
 // Outcomes of a sweep that listed the model without a row: not probed (pending) or not tested.
 const UNPROBED = new Set(O.map((o, i) => (D.unprobed.includes(o[0]) ? i : -1)).filter((i) => i >= 0));
@@ -35,6 +39,10 @@ const parallelOf = (o) => (o[4] && o[4] !== "none" ? o[4] : "");
 const devicesText = (o) => (o[3] == null ? "" : o[3] + (parallelOf(o) ? " " + parallelOf(o) : ""));
 const MULTI_DEVICE = O.some((o) => devicesOf(o) > 1 || parallelOf(o));
 if (!MULTI_DEVICE) document.body.classList.add("one-device");
+// The operators an outcome's stack lacks (the census against its coverage): a column only when some run lacks one.
+const lacksOf = (o) => o[7] || "";
+const lacksText = (o) => (o[7] ? o[7].split(", ").length + ": " + o[7].split(", ")[0] : "");
+if (!O.some((o) => o[7])) document.body.classList.add("no-ops");
 function env(m, s) {
   const x = m[3];
   for (let k = 0; k < x.length; k += 2) if (x[k] === s) return x[k + 1];
@@ -157,14 +165,17 @@ function update() {
   const html = [];
   for (const [i, en] of rows) {
     const m = M[i], o = O[en[1]], e = envRow(en[2]), hub = hubOf(m);
-    const sig = o[1] || (UNPROBED.has(en[1]) ? D.verdict_help[o[0]] : "");
+    const cb = changedBy(i, en[0]);  // a bisect named the release that changed this run
+    const sig = (cb ? "changed by " + cb + ": " : "") + (o[1] || (UNPROBED.has(en[1]) ? D.verdict_help[o[0]] : ""));
     const w = whose(o);
     html.push('<tr data-i="' + i + '">' + cell("model", m[0]) + cell("col-variant variant", variantOf(m)) +
       cell("col-minor type", D.types[m[1]]) + '<td class="st ' + slug(o[0]) + '">' + esc(o[0]) +
       '</td><td class="whose' + (w ? " w-" + w : "") + '" title="' + esc(D.attribution_help[w] || "") + '">' + esc(w) +
       '</td><td class="col-minor check' + (SUSPECT.has(checkOf(o)) ? " suspect" : "") + '" title="' +
       esc((D.check_help[checkOf(o)] || "") + (checkText(o) ? " (" + checkText(o) + ")" : "")) + '">' + esc(checkText(o)) +
-      '</td><td class="col-devices col-minor devices">' + esc(devicesText(o)) + "</td>" + cell("sig", sig) + sweepCell(en[0]) +
+      '</td><td class="col-devices col-minor devices">' + esc(devicesText(o)) + "</td>" +
+      '<td class="col-ops col-minor lacks" title="' + esc(lacksOf(o) ? "lacks " + lacksOf(o) : "") + '">' +
+      esc(lacksText(o)) + "</td>" + cell("sig", sig) + sweepCell(en[0]) +
       cell("col-minor device", e[0] || S[en[0]][2]) +
       '<td class="col-minor stack" title="' + esc(stackTitle(e)) + '">' + esc(stackText(e)) +
       '</td><td class="col-minor num">' + runs(m) + "</td>" +
@@ -272,6 +283,7 @@ function detail(i) {
     const refSig = m[12] >= 0 && !other ? D.texts[m[12]] : null, refNote = other ? null : text(m[13], m, sweep);
     if (refSig) h.push('<dt>reference signature</dt><dd class="reference-signature">' + esc(refSig) + "</dd>");
     if (refNote) h.push('<dt>reference note</dt><dd class="reference-note">' + esc(refNote) + "</dd>");
+    if (changedBy(i, run[0])) h.push('<dt>changed by</dt><dd class="changed-by">' + esc(changedBy(i, run[0])) + "</dd>");
     if (other) {  // the chosen sweep's stack; the start time and every version are kept for the latest run only
       const he = envRow(run[2]);
       h.push("<dt>stack</dt><dd>" + esc((he[0] || S[run[0]][2]) + ": " + stackTitle(he)) + "</dd>");
@@ -282,7 +294,7 @@ function detail(i) {
   }
   for (const [k, v] of hubItems(m, i)) h.push("<dt>" + esc(k) + "</dt><dd>" + esc(v) + "</dd>");
   const links = [];
-  if (nb) links.push('<a class="notebook" href="' + esc(nb) + '">executed notebook</a>');
+  if (nb) links.push('<a class="notebook" href="' + esc(nb) + '">executed notebook' + (other ? " (latest run)" : "") + "</a>");
   if (nbUrl) links.push('<a class="notebook-url" href="' + esc(nbUrl) + '">notebook on the Hub</a>');
   if (logUrl) links.push('<a class="log-url" href="' + esc(logUrl) + '">log on the Hub</a>');
   if (report) links.push('<a class="report" href="' + esc(report) + '">sweep report</a>');
@@ -339,7 +351,7 @@ function detail(i) {
       const name = rep ? '<a href="' + esc(rep) + '">' + label + "</a>" : label;
       h.push('<tr><td class="sweep" title="' + esc(S[s][0]) + '">' + name + '</td><td class="st ' + slug(ho[0]) + '">' +
         esc(ho[0]) + '</td><td class="whose">' + esc(whose(ho)) + "</td>" + cell("check", checkText(ho)) +
-        cell("sig", ho[1] || "") +
+        cell("sig", (changedBy(i, s) ? "changed by " + changedBy(i, s) + ": " : "") + (ho[1] || "")) +
         '<td class="stack" title="' + esc((he[0] || S[s][2]) + ": " + stackTitle(he)) + '">' +
         esc((he[0] || S[s][2]) + " " + stackText(he)) + "</td></tr>");
     }

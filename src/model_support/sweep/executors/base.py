@@ -101,7 +101,8 @@ class Executor:
         self._scheduler: DeviceScheduler | None = None
 
     def submit(self, tasks: list[ProbeTask]) -> None:
-        """Queue ``tasks`` (before ``results``): refused here, in one sentence, when one can never run."""
+        """Queue ``tasks`` (before ``results``, which refuses in one sentence, before any probe runs, a task
+        that can never run: more devices than the sweep has, or under Ray than any node has)."""
         self.tasks.extend(tasks)
 
     def refuse_too_big(self, needs: list[int], capacity: int) -> None:

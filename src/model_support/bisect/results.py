@@ -1,0 +1,50 @@
+"""``bisect.json``, beside sweep B's ``sweep.json``: the answers of every bisect run against it.
+
+{"version": 1, "answers": [{"baseline": A, "model_id", "variant", "status", "package", "last_same",
+"first_changed", "verdicts", "steps", "skipped", "unsplit", "together", "note", "seconds"}, ...]}: a new
+answer for the same (baseline, model, variant) replaces the old one. The report, the explorer and the
+terminal diff read ``changed_by`` from it: "changed by transformers 5.25.0".
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..fileio import atomic_write_json
+from ..record import store
+
+VERSION = 1
+FILE = "bisect.json"
+
+
+def bisect_file(data_dir: Path | str, sweep_id: str) -> Path:
+    return store.sweep_dir(Path(data_dir), sweep_id) / FILE
+
+
+def read_answers(data_dir: Path | str, sweep_id: str) -> list[dict]:
+    path = bisect_file(data_dir, sweep_id)
+    if not path.exists():
+        return []
+    return list(json.loads(path.read_text()).get("answers") or [])
+
+
+def store_answers(data_dir: Path | str, sweep_id: str, baseline: str | None, answers: list[dict]) -> Path:
+    """Add ``answers`` (against ``baseline``; None for the single-record form) to sweep_id's bisect.json."""
+    new = [{"baseline": baseline, **a} for a in answers]
+    keys = {(a["baseline"], a["model_id"], a["variant"]) for a in new}
+    kept = [a for a in read_answers(data_dir, sweep_id) if (a.get("baseline"), a["model_id"], a["variant"]) not in keys]
+    path = bisect_file(data_dir, sweep_id)
+    atomic_write_json(path, {"version": VERSION, "answers": kept + new})
+    return path
+
+
+def changed_by(data_dir: Path | str, sweep_id: str, baseline: str | None = None) -> dict[tuple[str, str], str]:
+    """{(model_id, variant): "transformers 5.25.0"} for each row of sweep_id a bisect named the release of
+    (against ``baseline`` when given, else any; the latest answer wins)."""
+    out = {}
+    for answer in read_answers(data_dir, sweep_id):
+        if answer.get("status") != "found" or (baseline and answer.get("baseline") not in (baseline, None)):
+            continue
+        out[(answer["model_id"], answer["variant"])] = f"{answer['package']} {answer['first_changed']}"
+    return out

@@ -1,0 +1,108 @@
+"""The two forms of ``model-support bisect``: sweep A against sweep B (every row whose verdict differs, or
+the models named), and one record over a range you suspect. Answers are stored in B's ``bisect.json``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from ..errors import UserError
+from ..record import store
+from . import results, stacks
+from .envs import Overlays
+from .search import Bisector, Job
+from .stacks import NOT_SWAPPED, Change
+
+#: Where overlay environments are cached unless ``--cache-dir`` says otherwise.
+CACHE_VAR = "MODEL_SUPPORT_BISECT_CACHE"
+
+
+def cache_dir(data_dir: Path | str, given: Path | str | None = None) -> Path:
+    """``given``, else $MODEL_SUPPORT_BISECT_CACHE, else ``<data dir>/bisect-envs``."""
+    return Path(given or os.environ.get(CACHE_VAR) or Path(data_dir) / "bisect-envs")
+
+
+def _workers(jobs: int | None, n: int) -> int:
+    return max(1, min(n, jobs or min(4, os.cpu_count() or 1)))
+
+
+def _bisector(data_dir, cache, find_links, pre, yanked) -> Bisector:
+    if find_links is not None and not Path(find_links).is_dir():
+        raise UserError(f"--find-links {find_links} is not a folder of wheels.")
+    return Bisector(Overlays(cache_dir(data_dir, cache), find_links), find_links=find_links, pre=pre, yanked=yanked)
+
+
+def bisect_sweeps(
+    data_dir: Path | str,
+    a: str,
+    b: str,
+    *,
+    models: tuple | list = (),
+    find_links: Path | None = None,
+    cache: Path | None = None,
+    pre: bool = False,
+    yanked: bool = False,
+    jobs: int | None = None,
+    log: Callable[[str], None] | None = None,
+) -> list[dict]:
+    """One answer per row of sweep ``b`` whose verdict differs from sweep ``a``'s (or per row of the
+    ``models`` named), stored in b's bisect.json."""
+    stacks.require_sweeps(data_dir, a, b)
+    stack_a = stacks.sweep_stack(store.read_sweep(Path(data_dir), a))
+    stack_b = stacks.sweep_stack(store.read_sweep(Path(data_dir), b))
+    candidates = [c for c in stacks.stack_changes(stack_a, stack_b) if c.name not in NOT_SWAPPED]
+    rows = stacks.rows_to_bisect(data_dir, a, b, models)
+    bisector = _bisector(data_dir, cache, find_links, pre, yanked)
+    jobs_ = [Job(row, stack_a, stack_b, candidates) for row in rows]
+    answers = bisector.bisect_all(jobs_, _workers(jobs, len(jobs_)), log)
+    if answers:
+        results.store_answers(data_dir, b, a, answers)
+    return answers
+
+
+def bisect_record(
+    data_dir: Path | str,
+    sweep_id: str,
+    model: str,
+    *,
+    package: str,
+    from_version: str,
+    to_version: str | None = None,
+    find_links: Path | None = None,
+    cache: Path | None = None,
+    pre: bool = False,
+    yanked: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> list[dict]:
+    """The single-record form: ``model``'s rows of ``sweep_id`` over ``package``'s releases from
+    ``from_version`` to ``to_version`` (default: the sweep's version of it), stored in its bisect.json."""
+    stacks.require_sweeps(data_dir, sweep_id)
+    name = canonicalize_name(package)
+    stack = stacks.sweep_stack(store.read_sweep(Path(data_dir), sweep_id))
+    to_version = to_version or stack.get(name)
+    if to_version is None:
+        raise UserError(f"Sweep {sweep_id}'s stack has no {package}: give --to VERSION.")
+    rows = stacks.rows_to_bisect(data_dir, None, sweep_id, [model])
+    stack_b = {**stack, name: to_version}
+    stack_a = {**stack, name: from_version}
+    jobs = []
+    for row in rows:
+        row.verdict_a = None  # what --from gives, found by its run
+        if to_version != stack.get(name):
+            row.verdict_b = None  # the record ran on another version: no record to compare with
+        jobs.append(Job(row, stack_a, stack_b, [Change(name, from_version, to_version)]))
+    bisector = _bisector(data_dir, cache, find_links, pre, yanked)
+    answers = bisector.bisect_all(jobs, 1, log)
+    if answers:
+        results.store_answers(data_dir, sweep_id, None, answers)
+    return answers
+
+
+def clean(data_dir: Path | str, cache: Path | None = None) -> Path:
+    """Remove the cached overlay environments; the folder removed."""
+    folder = cache_dir(data_dir, cache)
+    Overlays(folder).clean()
+    return folder

@@ -1,0 +1,166 @@
+"""Two sweeps' stacks and what differs between them; the rows whose verdict changed; a row's repro script.
+
+A sweep's stack is ``sweep.json``'s ``stack`` (every installed distribution, by canonical name). An older
+``sweep.json`` has only ``versions`` (torch, transformers, ...): its stack reads as those few packages, so
+the header of a diff still names what it can, as it did before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+from packaging.utils import canonicalize_name
+
+from .. import analysis
+from ..analysis.frames import variant_col
+from ..errors import UserError
+from ..probe import repro
+from ..record import store
+from ..record.sweep_meta import SweepMeta
+
+#: Distributions never swapped: the project itself (a repro script imports nothing of it).
+NOT_SWAPPED = frozenset({"model-support"})
+#: Keys of ``versions`` that name no distribution.
+NOT_PACKAGES = ("python", "git_commit", "model_support")
+
+
+def sweep_stack(meta: SweepMeta) -> dict[str, str]:
+    """{distribution: version} of the sweep's environment; the few ``versions`` for an older sweep.json."""
+    if meta.stack:
+        return dict(meta.stack)
+    return {canonicalize_name(k): v for k, v in meta.versions.items() if v and k not in NOT_PACKAGES}
+
+
+@dataclass(frozen=True)
+class Change:
+    """One distribution whose version differs between two stacks (None: not installed there)."""
+
+    name: str
+    before: str | None
+    after: str | None
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.before or '(none)'} -> {self.after or '(none)'}"
+
+
+def stack_changes(before: dict[str, str], after: dict[str, str]) -> list[Change]:
+    """The distributions whose versions differ between two stacks, by name."""
+    names = sorted(set(before) | set(after))
+    return [Change(n, before.get(n), after.get(n)) for n in names if before.get(n) != after.get(n)]
+
+
+def sweep_stack_changes(data_dir: Path | str, a: str, b: str) -> list[Change]:
+    """What differs between sweep ``a``'s stack and sweep ``b``'s."""
+    return stack_changes(
+        sweep_stack(store.read_sweep(Path(data_dir), a)), sweep_stack(store.read_sweep(Path(data_dir), b))
+    )
+
+
+def changes_line(changes: list[Change], limit: int = 8) -> str:
+    """The header line of a diff: "packages that differ: transformers 5.20.0 -> 5.25.0, ..."."""
+    if not changes:
+        return "same package versions in both sweeps"
+    shown = ", ".join(str(c) for c in changes[:limit])
+    more = f" and {len(changes) - limit} more" if len(changes) > limit else ""
+    return f"packages that differ: {shown}{more}"
+
+
+def sweep_changes_line(data_dir: Path | str, a: str, b: str) -> str:
+    """``changes_line`` of two sweeps in a data folder ("" when either sweep.json is missing: a report
+    rendered from Parquet alone)."""
+    try:
+        return changes_line(sweep_stack_changes(data_dir, a, b))
+    except UserError:
+        return ""
+
+
+@dataclass
+class Row:
+    """One (model, variant) run to bisect: its verdict in both sweeps, how to rerun it."""
+
+    model_id: str
+    variant: str
+    verdict_a: str | None
+    verdict_b: str | None
+    script: str
+    args: list[str]
+    timeout_s: float
+
+
+def repro_of(data_dir: Path | str, sweep_id: str, model_id: str, variant: str) -> str | None:
+    """The repro script of a row (the one place that asks for it: ``repro.script_for``, what ``model-support
+    repro SWEEP MODEL`` prints)."""
+    try:
+        return repro.script_for(Path(data_dir), sweep_id, model_id, variant)
+    except UserError:
+        return None
+
+
+def _verdicts(data_dir: Path, sweep_id: str) -> dict[tuple[str, str], str | None]:
+    rows = (
+        store.scan(data_dir, "results")
+        .filter(pl.col("sweep_id") == sweep_id)
+        .with_columns(variant_col())
+        .select("model_id", "variant", "status")
+        .collect()
+    )
+    return {(m, v): s for m, v, s in rows.iter_rows()}
+
+
+def resolve_model(meta: SweepMeta, name: str) -> str:
+    """A model id of the sweep from its id, folder name or a unique fragment; one sentence otherwise."""
+    ids = [m.model_id for m in meta.models]
+    for wanted in (name, f"local:{name}"):
+        if wanted in ids:
+            return wanted
+    hits = [m for m in ids if name in m]
+    if len(hits) == 1:
+        return hits[0]
+    said = "matches several models: " + ", ".join(hits[:5]) if hits else "is no model of it"
+    raise UserError(f"{name!r} {said} (sweep {meta.sweep_id}).")
+
+
+def rows_to_bisect(data_dir: Path | str, a: str | None, b: str, models: list[str] | tuple = ()) -> list[Row]:
+    """The rows of sweep ``b`` whose verdict differs from sweep ``a``'s (newly failing or newly passing,
+    whatever the attribution), or every variant of the ``models`` named; each with its repro script."""
+    data_dir = Path(data_dir)
+    meta_b = store.read_sweep(Path(data_dir), b)
+    after = _verdicts(data_dir, b)
+    before = _verdicts(data_dir, a) if a else {}
+    if models:
+        wanted = {resolve_model(meta_b, m) for m in models}
+        keys = sorted(k for k in after if k[0] in wanted)
+        missing = wanted - {k[0] for k in keys}
+        if missing:
+            raise UserError(f"Sweep {b} has no result row for {', '.join(sorted(missing))}.")
+    else:
+        keys = sorted(k for k, s in after.items() if k in before and before[k] is not None and s != before[k])
+    rows = []
+    for model_id, variant in keys:
+        script = repro_of(data_dir, b, model_id, variant)
+        if not script:
+            raise UserError(f"The row of {model_id} ({variant}) in sweep {b} has no repro script to rerun.")
+        entry = meta_b.model(model_id)
+        local = entry is not None and model_id.startswith("local:")
+        rows.append(
+            Row(
+                model_id=model_id,
+                variant=variant,
+                verdict_a=before.get((model_id, variant)),
+                verdict_b=after[(model_id, variant)],
+                script=script,
+                args=[entry.source] if local and entry else [],
+                timeout_s=float((entry.timeout_s if entry else None) or meta_b.timeout_s),
+            )
+        )
+    return rows
+
+
+def require_sweeps(data_dir: Path | str, *sweep_ids: str) -> None:
+    """Each sweep has a sweep.json and Parquet rows, or one sentence."""
+    sweeps = analysis.sweep_index(Path(data_dir), cache_dir=Path(data_dir) / analysis.SWEEP_CACHE)
+    for sweep_id in sweep_ids:
+        store.read_sweep(Path(data_dir), sweep_id)
+        analysis.require_sweep(sweeps, sweep_id)

@@ -1,0 +1,159 @@
+"""The operator census: which operators a probe dispatches to its device, at the level a compiled backend
+receives them.
+
+A ``Census`` is a ``TorchDispatchMode`` held over the probe's stages. Every operator that touches the
+probe's device passes through it: one with a ``CompositeImplicitAutograd`` kernel and no kernel of the
+device's own (``aten::linear``, ``aten::scaled_dot_product_attention``, ``aten::matmul``) is decomposed
+with ``func.decompose`` (its parts come back through the census), as the dispatcher decomposes it for a
+C++ backend; every other operator is counted, under its overload name (``aten::add.Tensor``; the default
+overload as ``aten::rsqrt``), with the stage it was first called in and how often, then run unchanged.
+So the census lists what the stack must implement, in the order a run needs it: the first missing one is
+the operator a run on that stack stops at, and its stage is the stage it fails in.
+
+On the CPU there is no device apart from the host: the census counts the generation (stage ``generate``)
+only, since the weights' loading and the prompt's tokenisation happen on the host on every stack. On an
+accelerator it counts every operator that names or touches the device, from the weights' copy on. A run
+that stopped early (its first missing operator) has a partial census; the probe then takes the census of
+its CPU reference rerun, when that completes (``ops_source``). docs/ops.md says how a CPU census can
+differ from a device's.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+#: Where a row's census came from (``ops_source``).
+RUN, REFERENCE, PARTIAL = "run", "reference", "partial"
+#: The stages a CPU census counts (the generation; a compile failure is the generation's too).
+CPU_STAGES = ("generate", "compile")
+#: The record's census fields, in order (``fields``).
+FIELDS = ("ops", "ops_stages", "ops_calls", "ops_source")
+
+
+def dispatch_key(device_type: str) -> str:
+    """The dispatch key a device's kernels are registered under: the device type upper-cased where torch has such
+    a key (``CPU``, ``CUDA``, ``XPU``, ``MPS``), else ``PrivateUse1`` (an out-of-tree backend: tpu, npu)."""
+    import torch
+
+    key = device_type.upper()
+    if device_type == torch._C._get_privateuse1_backend_name() or not hasattr(torch._C.DispatchKey, key):
+        return "PrivateUse1"  # an out-of-tree backend (torch_tpu before its device is registered: no chip here)
+    return key
+
+
+def Census(device_type: str) -> Any:
+    """A census of the operators that reach ``device_type`` (a ``TorchDispatchMode``, see the module docstring):
+    hold it (``with``) over the stages, pass its ``enter`` as their ``on_stage`` hook, read ``fields(source)``."""
+    return _census_class()(device_type)
+
+
+@functools.cache
+def _census_class():
+    """The mode's class, made on first use: importing this module imports no torch (the sweep's runner does)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+
+    class _Census(TorchDispatchMode):
+        def __init__(self, device_type: str):
+            super().__init__()
+            self.device_type = device_type
+            self.key = dispatch_key(device_type)
+            self.on_cpu = device_type == "cpu"
+            self.stage: str | None = None
+            self.recording = not self.on_cpu
+            self.active = False  # on torch's dispatch stack
+            self.seen: dict[str, list[Any]] = {}  # name -> [first stage, calls], in the order of first call
+            self._decomposes: dict[Any, bool] = {}
+
+        # Held with ``with``, the mode goes onto torch's dispatch stack only once a stage it counts begins (on the
+        # CPU the generation: the weights' loading then pays nothing), and comes off at the end of the block.
+        def __enter__(self):
+            self.active = False
+            return self
+
+        def __exit__(self, *exc):
+            if self.active:
+                self.active = False
+                TorchDispatchMode.__exit__(self, *exc)
+
+        def enter(self, stage: str) -> None:
+            self.stage = stage
+            if self.on_cpu:
+                self.recording = stage in CPU_STAGES
+            if self.recording and not self.active:
+                self.active = True
+                TorchDispatchMode.__enter__(self)
+
+        def _reaches_device(self, args, kwargs) -> bool:
+            if self.on_cpu:
+                return True
+            for leaf in tree_flatten((args, kwargs))[0]:
+                if isinstance(leaf, torch.device) and leaf.type == self.device_type:
+                    return True
+                if isinstance(leaf, torch.Tensor) and leaf.device.type == self.device_type:
+                    return True
+            return False
+
+        def _composite(self, func) -> bool:
+            """Whether the dispatcher hands the device ``func``'s parts: a CompositeImplicitAutograd kernel and no
+            kernel of the device's own (torch_tpu registers ``aten::linear`` itself, the CPU does not)."""
+            known = self._decomposes.get(func)
+            if known is None:
+                name = func.name()
+                known = self._decomposes[func] = has(name, "CompositeImplicitAutograd") and not has(name, self.key)
+            return known
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if not self.recording or not self._reaches_device(args, kwargs):
+                return func(*args, **kwargs)
+            if self._composite(func):
+                TorchDispatchMode.__enter__(self)  # its parts come back through the census
+                try:
+                    out = func.decompose(*args, **kwargs)
+                finally:
+                    TorchDispatchMode.__exit__(self, None, None, None)
+                if out is not NotImplemented:
+                    return out
+            name = func.name()  # aten::add.Tensor; aten::rsqrt for the default overload
+            entry = self.seen.get(name)
+            if entry is None:
+                self.seen[name] = [self.stage, 1]
+            else:
+                entry[1] += 1
+            return func(*args, **kwargs)
+
+        def fields(self, source: str) -> dict:
+            """The record's census: ``ops`` in the order of first call, the stage of each first call, the
+            calls of each, and where it came from."""
+            return {
+                "ops": list(self.seen),
+                "ops_stages": [stage or "load" for stage, _ in self.seen.values()],
+                "ops_calls": [calls for _, calls in self.seen.values()],
+                "ops_source": source,
+            }
+
+    return _Census
+
+
+def takes_census(mode: str, sharded: bool = False) -> bool:
+    """Whether a probe in ``mode`` takes its census: eager and fused eager do; torch.compile traces the forward
+    with its own dispatch machinery (a mode held over it would change what it traces), and a sharded run's
+    ranks are other processes: none there (null ``ops``)."""
+    return mode != "compile" and not sharded
+
+
+def coverage_fields(ops: list[str] | None, coverage: dict[str, str]) -> dict:
+    """``ops_missing``, ``ops_fallback`` and ``ops_unknown`` of a census, from the device adapter's
+    ``op_coverage`` (operator -> implemented / fallback / missing / unknown), each in census order; all null
+    without a census."""
+    if ops is None:
+        return {"ops_missing": None, "ops_fallback": None, "ops_unknown": None}
+    return {
+        f"ops_{status}": [op for op in ops if coverage.get(op) == status]
+        for status in ("missing", "fallback", "unknown")
+    }
