@@ -1,8 +1,8 @@
 """Whether ``model-support debug`` runs on the stack the sweep ran on.
 
 The debug notebook runs on whatever stack the current environment holds: its package versions and the
-device backends' own configuration (``devices.stack_configuration``: e.g. the pretend device's
-``MODEL_SUPPORT_PRETEND``, the faults that stack has). In the porting loop of docs/devices.md the
+device backends' own configuration (``devices.stack_configuration``: the variables each device adapter
+names as configuring its backend, e.g. ``LIBTPU_INIT_ARGS``, or a test backend's faults). In the porting loop of docs/devices.md the
 environment holds the second sweep's stack while a model of the first is debugged: the notebook then
 says "runs and agrees" of a model the sweep recorded as failing. ``stack_difference`` is the one
 sentence the command prints before it runs when the two differ.
