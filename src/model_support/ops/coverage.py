@@ -75,15 +75,12 @@ def sweep_models(data_dir: Path, sweep_id: str) -> list[ModelOps]:
     variant), with their census and the coverage their own stack recorded."""
     import polars as pl
 
-    store.read_sweep(data_dir, sweep_id)  # an unknown sweep is one sentence
-    rows = (
-        store.scan(data_dir, "results")
-        .filter(pl.col("sweep_id") == sweep_id)
-        .select(COLUMNS)
-        .sort("model_id")
-        .collect()
-        .iter_rows(named=True)
-    )
+    frame = store.scan(data_dir, "results").filter(pl.col("sweep_id") == sweep_id).select(COLUMNS).sort("model_id")
+    rows = frame.collect().rows(named=True)
+    if not rows:
+        # A dataset pulled from the Hub (or a history written by hand) has rows and no sweep.json, so only
+        # a sweep with neither is unknown: one sentence, with the known ones.
+        store.read_sweep(data_dir, sweep_id)
     return [
         ModelOps(
             key=store.pending_key(r["model_id"], r["variant"]),
