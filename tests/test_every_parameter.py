@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from helpers import REPO, run_notebook
-from model_support.probe import probe_params, repro
+from model_support.probe import phases, probe_params, repro
 
 MODEL = REPO / "data" / "models" / "tiny-llama"  # a text model: asked for image-text-to-text, it must not PASS
 
@@ -44,6 +44,7 @@ NON_DEFAULT = {
     "notebook_path": "sweeps/every-20261204T000000Z-abcd/notebooks/org_never-downloaded.ipynb",
     "timeout_s": 600.0,
     "hub_facts": {"likes": 5, "pipeline_tag": "text-generation"},
+    "checks": "after",  # the probe stops after its device phase; checks.ipynb runs its checks (as a sweep's host)
 }
 
 #: Where the record shows a parameter in a field of its own (or in what it did); every setting is also in the
@@ -78,6 +79,10 @@ def test_every_declared_parameter_reaches_the_record(tmp_path):
     values = {**NON_DEFAULT, "record_path": str(tmp_path / NON_DEFAULT["record_path"])}
     run_notebook("probe.ipynb", tmp_path / "out.ipynb", **values)
     record = json.loads(Path(values["record_path"]).read_text())  # record_path: written where it said
+    assert record["reference_note"] == phases.PENDING  # checks "after": the device phase ends the probe ...
+    state = tmp_path / phases.STATE_FILE
+    run_notebook("checks.ipynb", tmp_path / "checks.ipynb", checks_state=str(state), record_path=values["record_path"])
+    record = json.loads(Path(values["record_path"]).read_text())  # ... and the host's checks finish its record
     settings = json.loads(record["repro_settings"])
     assert set(settings) == set(repro.SETTING_NAMES)
     for name in probe_params.SETTINGS:

@@ -189,6 +189,22 @@ def test_a_stack_this_machine_lacks_is_one_sentence():
     }
 
 
+def test_an_unknown_sweep_is_one_sentence(tmp_path):
+    """``ops NOSUCH``: the known ids in one sentence, exit 2, no traceback (a pulled dataset with rows and no
+    sweep.json is known: the report reads its ops tables, see test_report's wholly excluded sweep)."""
+    done = subprocess.run(
+        [*CLI, "ops", "nosuch-20261201T000000Z", "--data-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=_env(None),
+        timeout=300,
+    )
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    assert "Unknown sweep id 'nosuch-20261201T000000Z'; the known sweep ids are: none." in done.stderr
+
+
 def test_the_ops_config_rows():
     from model_support.record.ops_table import op_rows
 

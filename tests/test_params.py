@@ -229,6 +229,45 @@ def test_a_device_this_machine_lacks_stops_the_sweep_before_any_model(tmp_path):
     assert not (tmp_path / "data").exists()
 
 
+def test_a_device_plugin_that_does_not_import_stops_only_its_own_device(tmp_path):
+    """Another package's adapter entry point that does not import: a sweep on that device is refused in one
+    sentence naming the plugin; a sweep on any other device is not stopped by it (it was a traceback for all)."""
+    import os
+    import subprocess
+    import sys
+
+    dist = tmp_path / "site" / "broken_adapter-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-adapter\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[model_support.devices]\nbrokendev = broken_adapter_nowhere:Adapter\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")])}
+    code = (
+        "from model_support.probe.devices import registry\n"
+        "print(sorted(registry.stack_configuration()))\n"  # every other adapter is still read
+        "print(registry.adapter_class('cpu').__name__)\n"
+        "registry.adapter_class('brokendev')\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert run.stdout.splitlines()[1] == "Adapter", run.stderr[-2000:]
+    assert (
+        "UserError: The device adapter of 'brokendev', broken_adapter_nowhere:Adapter (from broken-adapter) does "
+        "not import: ModuleNotFoundError: No module named 'broken_adapter_nowhere'; reinstall that package, or "
+        "uninstall it to use the generic adapter." in run.stderr
+    )
+    definition = tmp_path / "broken.yaml"
+    definition.write_text(yaml.safe_dump({"name": "broken", "probe": {"device": "brokendev"}, "models": ["org/m"]}))
+    run = subprocess.run(
+        [sys.executable, "-m", "model_support.cli", "sweep", str(definition), "--data-dir", str(tmp_path / "data")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
+    assert one_error(run.stderr).startswith("Error: The device adapter of 'brokendev', broken_adapter_nowhere:Adapter")
+    assert not (tmp_path / "data" / "sweeps").exists()
+
+
 def test_the_declaration_agrees_with_the_notebooks_and_torch():
     """One declaration: the notebooks' parameters cells say exactly it; every dtype is a torch float."""
     import nbformat

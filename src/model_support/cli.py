@@ -298,10 +298,13 @@ def ops(sweep_id, on, as_json, data_dir):
     runs), and the porting plan (missing operators, the one that unlocks the most models first)."""
     import json
 
+    from . import analysis
     from . import ops as ops_mod
     from .ops.plan import plan_json
     from .render.ops import ops_text
 
+    sweeps = analysis.sweep_index(Path(data_dir), cache_dir=Path(data_dir) / analysis.SWEEP_CACHE)
+    analysis.require_sweep(sweeps, sweep_id)  # an unknown sweep: one sentence, with the known ones
     models = ops_mod.sweep_models(data_dir, sweep_id)
     coverage = ops_mod.stack_coverage(on, ops_mod.coverage.census_ops(models)) if on else None
     ops_mod.predict(models, coverage)

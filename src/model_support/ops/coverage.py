@@ -72,15 +72,12 @@ class ModelOps:
 
 def sweep_models(data_dir: Path, sweep_id: str) -> list[ModelOps]:
     """The sweep's result rows (the Parquet dataset: compacted at the end of every sweep), one per (model,
-    variant), with their census and the coverage their own stack recorded."""
+    variant), with their census and the coverage their own stack recorded; none for a sweep with no result
+    rows (a caller refuses an unknown id: a pulled dataset has rows and no sweep.json)."""
     import polars as pl
 
     frame = store.scan(data_dir, "results").filter(pl.col("sweep_id") == sweep_id).select(COLUMNS).sort("model_id")
     rows = frame.collect().rows(named=True)
-    if not rows:
-        # A dataset pulled from the Hub (or a history written by hand) has rows and no sweep.json, so only
-        # a sweep with neither is unknown: one sentence, with the known ones.
-        store.read_sweep(data_dir, sweep_id)
     return [
         ModelOps(
             key=store.pending_key(r["model_id"], r["variant"]),

@@ -12,13 +12,14 @@ one process, as one story.
 
 A check that raises is a note on the record (``reference_note``, ``fluency_note``), never a verdict
 change: the verdict is the device phase's and is final when it ends. ``device_work`` times the device
-phase (``DEVICE_FILE`` next to ``record_path``) for the sweep's held-idle and utilisation figures.
+phase (``DEVICE_FILE``, in a sweep worker's folder) for the sweep's held-idle and utilisation figures.
 """
 
 from __future__ import annotations
 
 import gc
 import json
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,8 +29,10 @@ from ..fileio import atomic_write_json
 from ..record.schema import Record
 from . import checks as host
 
-#: Next to ``record_path``: the device phase's timings, and (checks "after") the host checks' inputs.
+#: In a sweep worker's folder: the device phase's timings, and (checks "after", next to ``record_path``) the
+#: host checks' inputs. The worker names the first in ``DEVICE_ENV``: a probe run by hand leaves no side file.
 DEVICE_FILE, STATE_FILE = "device_phase.json", "checks.json"
+DEVICE_ENV = "MODEL_SUPPORT_DEVICE_PHASE_FILE"
 #: What a record whose checks are still to run says in their place.
 PENDING = "pending: the host checks run after the device is released"
 
@@ -116,12 +119,13 @@ def unfinished(record: Record, why: str) -> Record:
 def save(record: Record, record_path: str) -> bool:
     """After the device phase: write its timings, and (checks "after") the checks' inputs with the record
     so far, next to ``record_path``. True when checks wait there for a host process."""
-    if not record_path:
-        return False
     # plain writes, no fsync: read by the sweep's worker once this process has ended (and its devices with
     # it); a kill before then leaves the model to run again, whole
+    if os.environ.get(DEVICE_ENV):
+        Path(os.environ[DEVICE_ENV]).write_text(json.dumps(device_phase()))
+    if not record_path:
+        return False
     folder = Path(record_path).parent
-    (folder / DEVICE_FILE).write_text(json.dumps(device_phase()))
     state = _pending.get(key(record))
     if state is None:
         return False

@@ -12,11 +12,14 @@ import os
 from collections.abc import Mapping
 from importlib.metadata import entry_points
 
+from ...errors import UserError
 from .accelerator import AcceleratorAdapter
 from .base import Adapter
 
 ENTRY_POINT_GROUP = "model_support.devices"
 ADAPTERS: dict[str, type[Adapter]] = {}
+#: Entry points that did not import, by device name: what went wrong (said when that device is asked for).
+BROKEN: dict[str, str] = {}
 _plugins_loaded = False
 
 
@@ -36,7 +39,13 @@ def _load_plugins() -> None:
         return
     _plugins_loaded = True
     for entry in entry_points(group=ENTRY_POINT_GROUP):
-        ADAPTERS.setdefault(entry.name, entry.load())
+        if entry.name in ADAPTERS:
+            continue
+        try:
+            ADAPTERS[entry.name] = entry.load()
+        except Exception as exc:  # noqa: BLE001 another package's broken plugin must not stop every other device
+            package = entry.dist.name if entry.dist else "its package"
+            BROKEN[entry.name] = f"{entry.value} (from {package}) does not import: {type(exc).__name__}: {exc}"
 
 
 def registered() -> dict[str, type[Adapter]]:
@@ -46,9 +55,17 @@ def registered() -> dict[str, type[Adapter]]:
 
 
 def adapter_class(name: str) -> type[Adapter]:
+    """The adapter of ``name``; a device whose registered adapter does not import is one sentence, never the
+    generic adapter in its place (it would judge the stack without what its own adapter knows)."""
     if name == "cpu":
         return Adapter
-    return registered().get(name, AcceleratorAdapter)
+    adapters = registered()
+    if name not in adapters and name in BROKEN:
+        raise UserError(
+            f"The device adapter of {name!r}, {BROKEN[name]}; reinstall that package, or uninstall it to use the "
+            "generic adapter."
+        )
+    return adapters.get(name, AcceleratorAdapter)
 
 
 def adapter_for(name: str) -> Adapter:

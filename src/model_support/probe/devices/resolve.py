@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
+from ...errors import UserError
 from .backends import AUTOLOAD_VAR, backend_devices
 from .base import Adapter, DeviceUnavailable
 from .registry import adapter_for, registered
@@ -117,7 +118,7 @@ def describe(device: str) -> DeviceFacts:
     """In the child: resolve ``device`` and say what it is."""
     try:
         adapter = resolve(device)
-    except DeviceUnavailable as exc:
+    except (DeviceUnavailable, UserError) as exc:  # no such device here; its adapter does not import
         return DeviceFacts(device, 0, None, str(exc))
     if adapter.type == "cpu":
         return _cpu_facts()

@@ -252,6 +252,7 @@ class Standby:
     def __init__(self, work_root: str | None = None, env: dict | None = None, gated: bool = False):
         self.work = Path(tempfile.mkdtemp(prefix="probe-", dir=work_root)).resolve()  # the kernel runs in it
         env = {**(env or {}), **(gate.gated_env(self.work) if gated else {})}
+        env[phases.DEVICE_ENV] = str(self.work / phases.DEVICE_FILE)  # the probe's device-phase timings
         try:
             self._log = open(self.work / "log.txt", "wb")
             # its own session: a Ctrl-C at the terminal reaches the runner only, which stops the probes itself
