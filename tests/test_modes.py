@@ -26,9 +26,10 @@ REPO = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "model_support.cli"]
 
 
-@pytest.mark.parametrize("model", ["data/models/tiny-llama", "data/models/SmolLM2-135M-Instruct"])
-def test_compile_with_a_static_cache_passes_and_counts_its_compilation(tmp_path, fixture_models, model):
-    record = probe_record(tmp_path, model, mode="compile", cache="static")
+def test_compile_with_a_static_cache_passes_and_counts_its_compilation(tmp_path, fixture_models):
+    # tiny-llama: the same code path as a real-size model (inductor compiling SmolLM2 on 2 cores took 124 s of
+    # the suite; bench/bench_modes.py compiles it, with its timings)
+    record = probe_record(tmp_path, "data/models/tiny-llama", mode="compile", cache="static")
     assert (record["status"], record["variant"], record["mode"], record["cache"]) == (
         "PASS",
         "compile+static",
