@@ -13,8 +13,8 @@ runs); the whole stays within ``--budget-s`` (a step that would start past it is
 5. the numerics check's false-suspect rate: healthy GPU bf16 kernels against the CPU float32 reference
    (``diverges`` among the PASSes of every run above, and Llama-3.2-1B's).
 
-``--dry-run`` runs every step on the pretend device with small sizes (a 2-layer "8B", 2 workers): what
-``make test`` runs, so the script never rots. Results: ``<out>/device_check.json`` (and the bench README's
+``--dry-run`` runs every step on one pretend device with small sizes (a 2-layer "8B"; 2 workers sharing the
+device, as 4 share the GPU): what ``make test`` runs, so the script never rots. Results: ``<out>/device_check.json`` (and the bench README's
 table when ``<out>`` is bench/results).
 """
 
@@ -77,7 +77,8 @@ class Check:
 
 
 def env(device: str) -> dict:
-    extra = {"MODEL_SUPPORT_PRETEND": json.dumps({"devices": 2})} if device == "pretend" else {}
+    # one device, as on a machine with one GPU: the shared sweep's workers are more than the devices
+    extra = {"MODEL_SUPPORT_PRETEND": json.dumps({"devices": 1})} if device == "pretend" else {}
     return {
         **os.environ,
         "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'pretend' / 'src'}:{os.environ.get('PYTHONPATH', '')}",

@@ -314,6 +314,23 @@ def test_pinning_env():
         pinning_env("fake", ())
 
 
+def test_more_workers_than_devices_share_them_and_a_model_needing_more_is_refused(tmp_path, monkeypatch):
+    """4 workers on one GPU all see GPU 0 (they pinned CUDA_VISIBLE_DEVICES=1..3, no GPU at all, before); a
+    model that needs more devices than the machine has is one sentence before any probe."""
+    from model_support.errors import UserError
+    from model_support.sweep.executors.local import LocalExecutor, _Processes
+
+    monkeypatch.setenv("MODEL_SUPPORT_PRETEND", '{"devices": 1}')  # the device facts come from a child process
+    processes = _Processes("pretend", tmp_path, prewarm=False, models=0)
+    assert processes.count == 1
+    assert processes.pin((0,)) == processes.pin((3,)) == {"PRETEND_VISIBLE_DEVICES": "0"}
+    executor = LocalExecutor("pretend", 4, tmp_path)
+    executor.submit([{"model_id": "org/wide"}])  # type: ignore[list-item]  # start reads only its id
+    with pytest.raises(UserError, match="^org/wide needs 2 pretend devices and this machine has 1.$"):
+        executor.start([2])
+    assert _Processes("cpu", tmp_path, prewarm=False, models=0).pin((3,)) == {}  # a CPU sweep's slots pin nothing
+
+
 def test_a_probe_waiting_for_devices_starts_nothing_after_a_stop():
     """The stop kills the running probe, which gives its device back: the probe waiting for that device
     must not be granted it and start (it would run a fresh model to its timeout in a stopped sweep)."""

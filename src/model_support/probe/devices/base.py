@@ -28,6 +28,9 @@ class Adapter:
 
     #: Whether a probe on several devices must own an aligned block of them (TPU slices), for the scheduler.
     aligned_blocks = False
+    #: Whether processes may share one device (a sweep with more workers than devices lays them round robin
+    #: over the devices: 4 probes on one GPU); False where a device is one process's (a TPU chip).
+    shared_devices = True
     #: The Ray resource that holds one of these devices and pins a task to it (Ray sets the visibility
     #: variable), for ``--executor ray``; None where Ray has none. The CPU's cores are Ray's CPUs.
     ray_resource: str | None = "CPU"

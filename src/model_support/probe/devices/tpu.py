@@ -66,6 +66,7 @@ class TpuAdapter(AcceleratorAdapter):
     visible_var = "TPU_VISIBLE_CHIPS"
     ray_resource = "TPU"
     aligned_blocks = True  # a process owns an aligned block of chips (TPU_CHIP_BOUNDS)
+    shared_devices = False  # a chip is opened by one process at a time
     config_vars = ("LIBTPU_INIT_ARGS",)  # the TPU runtime's flags: they change what the stack does
 
     def __init__(self, type: str = "tpu"):

@@ -14,6 +14,7 @@ import os
 import threading
 from pathlib import Path
 
+from ...errors import UserError
 from ...probe import devices
 from ...probe.devices import pinning_env
 from ..budget import CacheBudget
@@ -31,12 +32,21 @@ class _Processes:
 
     def __init__(self, kind: str, work_root: Path, prewarm: bool, models: int):
         self.kind, self.work_root, self.prewarm = kind, str(work_root), prewarm
+        # the devices there are: more workers than devices share them (4 workers on one GPU all see GPU 0)
+        self.count = devices.facts(kind).count if kind != "cpu" else 0
         self.left = models  # models not handed out yet: a standby is started only for one of them
         self.warm: dict[int, Standby] = {}
         self.pool: list[Standby] = []  # warm and pinned to nothing: for gated probes (``take_gated``)
         self.running: set[Standby] = set()
         self.lock = threading.Lock()
         self.stopped = False
+
+    def pin(self, ids: tuple[int, ...]) -> dict:
+        """The variables that pin a process to the scheduler's devices ``ids``: its slots, laid round robin over
+        the devices there are when the sweep has more workers than devices."""
+        if self.count and max(ids) >= self.count:
+            ids = tuple(sorted({i % self.count for i in ids}))
+        return pinning_env(self.kind, ids)
 
     def skip(self) -> None:
         """A model that needs no process (its download did not give files to probe)."""
@@ -70,11 +80,11 @@ class _Processes:
             if not retry:
                 self.left -= 1
             current = self.warm.pop(ids[0], None) if len(ids) == 1 and not retry else None
-            current = current or Standby(self.work_root, pinning_env(self.kind, ids))
+            current = current or Standby(self.work_root, self.pin(ids))
             self.running.add(current)
             if self.prewarm and self.left > len(self.warm) and not self.stopped:  # a model to come needs one
                 try:
-                    self.warm[ids[0]] = Standby(self.work_root, pinning_env(self.kind, ids))
+                    self.warm[ids[0]] = Standby(self.work_root, self.pin(ids))
                 except OSError:
                     pass  # no warm process: the next model starts its own (and says so if it cannot)
         return current
@@ -116,6 +126,16 @@ class LocalExecutor(Executor):
         accelerated = self.kind != "cpu"
         prewarm = (accelerated or self.workers < (os.cpu_count() or 1)) and max(needs, default=1) == 1
         self._processes = _Processes(self.kind, self.work_root, prewarm, len(self.tasks))
+        there, kind = self._processes.count, self.kind
+        if there and self.workers > there and not devices.adapter_for(kind).shared_devices:
+            raise UserError(
+                f"--workers {self.workers} is more than the {there} {kind} devices here, and a {kind} device is one "
+                f"process's at a time: run with --workers {there} or fewer."
+            )
+        too_big = [(t, n) for t, n in zip(self.tasks, needs) if there and n > there]
+        if too_big:  # more workers than devices share them; a model cannot take more devices than there are
+            task, need = too_big[0]
+            raise UserError(f"{task['model_id']} needs {need} {kind} devices and this machine has {there}.")
         if self.host_threads:
             self._checks = host_checks.HostChecks(self.host_threads, self.work_root, prewarm)
 
@@ -123,7 +143,7 @@ class LocalExecutor(Executor):
         if self._checks is None or self._processes is None:
             return None
         sweep_dir = self.work_root.parent
-        return host_checks.in_phases(task, got, hold, self._processes, self._checks, self.kind, sweep_dir)
+        return host_checks.in_phases(task, got, hold, self._processes, self._checks, sweep_dir)
 
     def no_probe(self, task: ProbeTask) -> None:
         assert self._processes is not None

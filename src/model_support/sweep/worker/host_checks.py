@@ -33,7 +33,6 @@ import nbformat
 from ...display import NOTEBOOK_KEY
 from ...fileio import atomic_write_json
 from ...probe import phases
-from ...probe.devices import pinning_env
 from ...record import store
 from ...redact import redact
 from .process import Standby, TaskResult, run_task, spawn_failed
@@ -121,7 +120,7 @@ def device_times(result: TaskResult) -> dict:
     return {"device_s": phase.get("device_s"), "device_start": phase.get("start"), "device_end": phase.get("end")}
 
 
-def in_phases(task: ProbeTask, got, hold, processes, checks: HostChecks, kind: str, sweep_dir: Path) -> TaskResult:
+def in_phases(task: ProbeTask, got, hold, processes, checks: HostChecks, sweep_dir: Path) -> TaskResult:
     """One model of a split sweep: its device phase in a gated probe process (handed the model now, its
     devices held from their grant until the process ends), then its host checks; or, when an earlier run
     of the sweep kept its device phase, its checks only."""
@@ -136,7 +135,7 @@ def in_phases(task: ProbeTask, got, hold, processes, checks: HostChecks, kind: s
         with hold() as grant:
             times.update(devices=list(grant.ids), start=time.time())
             try:
-                yield pinning_env(kind, grant.ids)
+                yield processes.pin(grant.ids)
             finally:
                 times["end"] = time.time()
 
