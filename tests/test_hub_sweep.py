@@ -256,7 +256,8 @@ def _cache_bytes(cache: Path) -> int:
 def test_download_time_is_its_own_stage_and_load_time_stays_local(hub, tmp_path, fixture_models):
     hub.faults.clear()
     size = sum(f.stat().st_size for f in Path(fixture_models["tiny-llama"]["path"]).iterdir() if f.is_file())
-    hub.faults.throttle(size // 3, repo="fixtures/tiny-llama")  # about 3 s to download
+    # about 8 s to download: far above loading the 1 MB model even on a loaded machine (3.2 s seen under CI's load)
+    hub.faults.throttle(size // 8, repo="fixtures/tiny-llama")
     cache, data = tmp_path / "cache", tmp_path / "data"
     models = ["fixtures/tiny-llama", fixture_models["tiny-llama"]["path"]]
     run = sweep_cli(
@@ -269,9 +270,9 @@ def test_download_time_is_its_own_stage_and_load_time_stays_local(hub, tmp_path,
     assert run.returncode == 0, run.stderr[-3000:]
     done = records(data)
     remote, local = done["fixtures/tiny-llama"], done["local:tiny-llama"]
-    assert remote["download_s"] >= 2.0, remote["download_s"]
+    assert remote["download_s"] >= 6.0, remote["download_s"]
     assert local["download_s"] is None and local["revision_sha"] is None  # a local folder skips the stage
-    # the throttled download (about 3 s) is not in load_s: were it, load would exceed the download itself
+    # the throttled download (about 8 s) is not in load_s: were it, load would exceed the download itself
     assert 0 < remote["load_s"] < remote["download_s"], (remote["load_s"], remote["download_s"])
     assert remote["output_token_ids"] == local["output_token_ids"]
     frame = store.scan(data).collect()
