@@ -105,10 +105,14 @@ class Executor:
         that can never run: more devices than the sweep has, or under Ray than any node has)."""
         self.tasks.extend(tasks)
 
+    def first_too_big(self, needs: list[int], capacity: int) -> tuple[ProbeTask, int] | None:
+        """The first task (and its need) that needs more than ``capacity`` devices; None when none does."""
+        return next(((task, need) for task, need in zip(self.tasks, needs) if need > capacity), None)
+
     def refuse_too_big(self, needs: list[int], capacity: int) -> None:
-        too_big = [(task, need) for task, need in zip(self.tasks, needs) if need > capacity]
+        too_big = self.first_too_big(needs, capacity)
         if too_big:
-            task, need = too_big[0]
+            task, need = too_big
             raise UserError(
                 f"{task['model_id']} needs {need} devices and the sweep has {capacity}; run it with "
                 f"--workers {need} or more (one per device)."

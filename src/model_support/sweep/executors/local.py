@@ -132,9 +132,9 @@ class LocalExecutor(Executor):
                 f"--workers {self.workers} is more than the {there} {kind} devices here, and a {kind} device is one "
                 f"process's at a time: run with --workers {there} or fewer."
             )
-        too_big = [(t, n) for t, n in zip(self.tasks, needs) if there and n > there]
+        too_big = self.first_too_big(needs, there) if there else None
         if too_big:  # more workers than devices share them; a model cannot take more devices than there are
-            task, need = too_big[0]
+            task, need = too_big
             raise UserError(f"{task['model_id']} needs {need} {kind} devices and this machine has {there}.")
         if self.host_threads:
             self._checks = host_checks.HostChecks(self.host_threads, self.work_root, prewarm)
