@@ -30,6 +30,7 @@ SCRIPTS = [
     "bench_row_bytes.py",
     "bench_ops.py",
     "bench_bisect.py",
+    "bench_zygote.py",
 ]
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
@@ -239,8 +240,29 @@ def tables() -> str:
     judge = load("judge")
     if judge and "table" in judge:
         lines += [f"### The fluency judge on its labelled set ({judge['date']})", "", judge["table"], ""]
-    lines += phases_table(load("phases")) + device_check_table(load("device_check"))
+    lines += phases_table(load("phases")) + device_check_table(load("device_check")) + zygote_table(load("zygote"))
     return "\n".join(lines)
+
+
+def zygote_table(found: dict) -> list[str]:
+    """bench_zygote.py: `model-support sweep` with kernels forked from the zygote vs fresh kernels."""
+    if not found:
+        return []
+    cpu, wall = found["cpu_s"], found["wall_s"]
+    return [
+        f"### Kernels forked from the zygote ({found['date']}, `model-support sweep` of {len(found['models'])} "
+        "fixtures, 2 workers)",
+        "",
+        "| kernels | CPU s (median) | wall s (median) |",
+        "|---|---|---|",
+        f"| fresh (`MODEL_SUPPORT_KERNEL_ZYGOTE=off`) | {cpu['fresh']['median']:.1f} | {wall['fresh']['median']:.1f} |",
+        f"| forked from the zygote | {cpu['zygote']['median']:.1f} | {wall['zygote']['median']:.1f} |",
+        "",
+        f"CPU {found['cpu_ratio']:.2f}x, wall {found['wall_ratio']:.2f}x; the same records field for field "
+        f"(timings and peak host memory aside): {'yes' if found['same_records'] else '**no**'}. Target: at most "
+        f"{found['target']}x the CPU with the same records ({ok(found['met'])}).",
+        "",
+    ]
 
 
 def row_bytes_table(found: dict) -> list[str]:

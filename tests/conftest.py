@@ -24,7 +24,7 @@ HEAVY_FIXTURES = {"smoke_sweep", "real_report", "rendered", "fixture_sweep", "br
 
 #: Shared fixtures cheap enough to build once per xdist worker (a cached folder listing, a browser launch):
 #: they do not tie the tests that use them to one worker.
-PER_WORKER_FIXTURES = {"fixture_models", "browser"}
+PER_WORKER_FIXTURES = {"fixture_models", "browser", "kernel_zygote"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects
@@ -153,3 +153,15 @@ def browser():
         )
         yield chromium
         chromium.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def kernel_zygote():
+    """One warm zygote per test process (``engine.zygote``): every kernel the tests start, in this process or
+    in the sweeps and CLI runs it starts, is forked from it where its environment allows, as a sweep's are.
+    ``MODEL_SUPPORT_KERNEL_ZYGOTE=off`` runs the suite on fresh kernels."""
+    from model_support.engine import zygote
+
+    proc = zygote.serve_here()
+    yield os.environ.get(zygote.ZYGOTE_ENV)
+    zygote.stop(proc)

@@ -5,15 +5,18 @@ device adapter's ``pinning_env``). Each slot also keeps the process for its next
 (``_Processes``: kernel started, torch and transformers imported) while the current model runs, only
 where it has a core to itself: on accelerators (the host is mostly idle while the device computes)
 or when there are fewer CPU workers than cores. A CPU sweep that already fills every core gains
-nothing from it.
+nothing from it. Every probe's kernel is forked from one zygote the executor starts for the sweep
+(``engine.zygote``: torch and transformers imported once, not once per model).
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 from pathlib import Path
 
+from ...engine import zygote
 from ...errors import UserError
 from ...probe import devices
 from ...probe.devices import pinning_env
@@ -119,6 +122,7 @@ class LocalExecutor(Executor):
         self.work_root = work_root
         self._processes: _Processes | None = None
         self._checks: host_checks.HostChecks | None = None
+        self._zygote: subprocess.Popen | None = None
         if host_checks.split_phases(self.kind):  # the host checks after the device phase, in a host process
             self.host_threads = host_checks.default_slots(workers)
 
@@ -136,6 +140,9 @@ class LocalExecutor(Executor):
         if too_big:  # more workers than devices share them; a model cannot take more devices than there are
             task, need = too_big
             raise UserError(f"{task['model_id']} needs {need} {kind} devices and this machine has {there}.")
+        # the probes' kernels forked from one warm process (its environment the probe processes', which turn
+        # device backend autoload off); after the refusals above: a refused sweep starts nothing
+        self._zygote = zygote.serve_here({devices.AUTOLOAD_VAR: os.environ.get(devices.AUTOLOAD_VAR, "0")})
         if self.host_threads:
             self._checks = host_checks.HostChecks(self.host_threads, self.work_root, prewarm)
 
@@ -173,3 +180,5 @@ class LocalExecutor(Executor):
             self._processes.discard()
         if self._checks is not None:
             self._checks.discard()
+        zygote.stop(self._zygote)
+        self._zygote = None

@@ -547,6 +547,8 @@ def _run_notebook(work: Path, km) -> None:
             outcome["harness"] = f"the probe's kernel never started: {exc}"
         if km.exit_status is not None:
             outcome["kernel_exit"] = km.exit_status
+        if km.harness_lost:  # its zygote ended and took the kernel with it (``engine.zygote``): pending, retried
+            outcome["harness"] = "the probe's kernel was lost with the zygote that forked it"
     (work / "outcome.json").write_text(json.dumps(outcome))
 
 
@@ -556,6 +558,11 @@ if __name__ == "__main__":
     _die_with_parent()
     if os.getppid() == 1:  # the runner died before the line above ran
         sys.exit(1)
+    import logging
+
+    # the probe's log: what its cells print, as papermill's log_output passes it on (its INFO lines), and warnings
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stdout)
+    logging.getLogger("papermill").setLevel(logging.INFO)
     _execute(Path(sys.argv[1]))
     sys.stdout.flush()
     os._exit(0)  # its files are written and closed: no interpreter teardown while its devices are held
