@@ -14,6 +14,11 @@ from helpers import CHROMIUM, FAKE_TOKEN, REPO, stored_records
 # is off; probes that use no TPU turn it off themselves, the test process does it here.
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Under xdist each worker's probes get their share of the cores (torch's intra-op threads), not all of them:
+# two workers each running 2-thread kernels on 2 cores spin in OpenMP waiting for each other.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _share = (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _share)))
 # datasets caches what it loaded by path; pytest reuses tmp paths across runs, so a session cache of its own.
 os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp(prefix="hf-datasets-"))
 
