@@ -1,7 +1,7 @@
 """The pretend accelerator's cost: a tiny probe on the pretend device against the same probe on the CPU.
 
 The pretend device runs every operator on the CPU underneath, through one Python function
-(``testing.pretend.tensor.run``: faults, unwrap, the CPU kernel, wrap and count memory): what it
+(``model_support_pretend.tensor.run``: faults, unwrap, the CPU kernel, wrap and count memory): what it
 costs is the Python dispatch per operator. Both sides run the probe's own stages
 (``probe_core.run_stages``: load, template, greedy generation) in one process with the backend on,
 alternating CPU and pretend each repetition so that drift in the machine's load hits both alike; the

@@ -15,10 +15,11 @@ import os
 import threading
 import time
 import weakref
+from typing import NamedTuple
 
 import torch
 from torch._subclasses.fake_tensor import is_fake
-from torch.utils._pytree import tree_flatten, tree_map_only
+from torch.utils._pytree import tree_flatten, tree_map
 
 from .config import FALLBACK_S, NAME, Config
 
@@ -72,6 +73,17 @@ def oom_message(ledger: Ledger, nbytes: int) -> str:
     )
 
 
+class Faults(NamedTuple):
+    """The faults the configuration gives one operator, under either of its names (``_names``)."""
+
+    names: tuple[str, str]
+    crash: bool
+    slow: tuple[float, ...]  # seconds to stall, per name that ``slow_ops`` gives
+    fallback: bool
+    missing: bool
+    wrong: bool
+
+
 class State:
     """The backend's process-wide state: its configuration, the current device, one ledger per device."""
 
@@ -79,6 +91,22 @@ class State:
         self.config = config
         self.current = 0
         self.ledgers = [Ledger(i, p, config.memory_bytes) for i, p in enumerate(config.visible)]
+        self._faults: dict = {}  # operator -> its Faults, worked out on its first call
+
+    def faults(self, func) -> Faults:
+        """What the configuration does to operator ``func`` (asked on every call: worked out once)."""
+        known = self._faults.get(func)
+        if known is None:
+            config, names = self.config, _names(func)
+            known = self._faults[func] = Faults(
+                names,
+                crash=any(n in config.crash_ops for n in names),
+                slow=tuple(config.slow_ops[n] for n in names if n in config.slow_ops),
+                fallback=any(n in config.fallback_ops for n in names),
+                missing=any(n in config.missing_ops for n in names),
+                wrong=any(n in config.wrong_ops for n in names),
+            )
+        return known
 
     def device(self, index: int | None = None) -> torch.device:
         return torch.device(NAME, self.current if index is None else index)
@@ -170,24 +198,23 @@ def _names(func) -> tuple[str, str]:
     return name, f"{name}.{overload}" if overload and overload != "default" else name
 
 
-def act_out_faults(func) -> None:
-    """What the configured faults do before ``func`` runs: crash, stall, or have no kernel."""
-    config = _state().config
-    names = _names(func)
-    if any(n in config.crash_ops for n in names):
-        os.write(2, f"{NAME} runtime: fatal error in {names[0]}; aborting\n".encode())
+def act_out_faults(func) -> Faults:
+    """What the configured faults do before ``func`` runs: crash, stall, or have no kernel; its ``Faults``."""
+    faults = _state().faults(func)
+    if faults.crash:
+        os.write(2, f"{NAME} runtime: fatal error in {faults.names[0]}; aborting\n".encode())
         os.abort()  # as a device runtime abort does: the process dies with SIGABRT
-    for name in names:
-        if name in config.slow_ops:
-            time.sleep(config.slow_ops[name])
-    if any(n in config.fallback_ops for n in names):  # no kernel, a CPU fallback: correct, and slow
+    for seconds in faults.slow:
+        time.sleep(seconds)
+    if faults.fallback:  # no kernel, a CPU fallback: correct, and slow
         time.sleep(FALLBACK_S)
-    if any(n in config.missing_ops for n in names):
+    if faults.missing:
         raise NotImplementedError(
-            f"Could not run '{names[0]}' with arguments from the '{NAME}' backend. This could be because the "
+            f"Could not run '{faults.names[0]}' with arguments from the '{NAME}' backend. This could be because the "
             "operator doesn't exist for this backend, or was omitted during the selective/custom build process "
             "(if using custom build)."
         )
+    return faults
 
 
 def _wrong(tensor: torch.Tensor) -> None:
@@ -248,6 +275,47 @@ def composite(func) -> bool:
     return known
 
 
+_MOVABLE = (torch.Tensor, torch.device)
+
+
+def _leaves(tree, into: list) -> list:
+    """The leaves of an operator's arguments or results (tuples, lists and dicts of tensors, devices, numbers),
+    in pytree's order. Hand-walked: ``tree_flatten`` on every call was most of a generation's time here."""
+    kind = type(tree)
+    if kind is tuple or kind is list:
+        for item in tree:
+            _leaves(item, into)
+    elif kind is dict:
+        for item in tree.values():
+            _leaves(item, into)
+    elif isinstance(tree, tuple | list | dict):  # a named tuple or another container: pytree knows it
+        into.extend(tree_flatten(tree)[0])
+    else:
+        into.append(tree)
+    return into
+
+
+def _map(fn, tree):
+    """``tree`` with every tensor and device in it replaced by ``fn`` of it (``_leaves``' walk)."""
+    kind = type(tree)
+    if kind is tuple or kind is list:
+        return kind(_map(fn, item) for item in tree)
+    if kind is dict:
+        return {key: _map(fn, item) for key, item in tree.items()}
+    if isinstance(tree, _MOVABLE):
+        return fn(tree)
+    if isinstance(tree, tuple | list | dict):
+        return tree_map(lambda leaf: fn(leaf) if isinstance(leaf, _MOVABLE) else leaf, tree)
+    return tree
+
+
+def _to_cpu(leaf):
+    """An argument as the CPU kernel takes it: a tensor's CPU data (``_on_cpu``), the CPU for the device."""
+    if isinstance(leaf, torch.Tensor):
+        return _on_cpu(leaf)
+    return _CPU if leaf.type == NAME else leaf
+
+
 def run(func, args, kwargs):
     """One operator on the pretend device (see the module docstring). A composite operator runs as its
     parts (``composite``), each of them through here with its own faults, as a C++ backend receives it."""
@@ -255,29 +323,29 @@ def run(func, args, kwargs):
         out = func.decompose(*args, **kwargs)
         if out is not NotImplemented:
             return out
-    act_out_faults(func)
-    leaves = tree_flatten((args, kwargs))[0]
+    faults = act_out_faults(func)
+    leaves = _leaves(kwargs, _leaves(args, []))
     target = _target_device(leaves)
     inputs = {id(t._data): t for t in leaves if isinstance(t, PretendTensor)}
     plain = {id(t) for t in leaves if isinstance(t, torch.Tensor) and not isinstance(t, PretendTensor)}
-    cpu_args, cpu_kwargs = tree_map_only(torch.Tensor, _on_cpu, (args, kwargs))
-    cpu_args, cpu_kwargs = tree_map_only(torch.device, lambda d: _CPU if d.type == NAME else d, (cpu_args, cpu_kwargs))
-    out = func(*cpu_args, **cpu_kwargs)
-    if any(n in _state().config.wrong_ops for n in _names(func)):
-        for tensor in tree_flatten(out)[0]:
+    out = func(*_map(_to_cpu, args), **_map(_to_cpu, kwargs))
+    if faults.wrong:
+        for tensor in _leaves(out, []):
             if isinstance(tensor, torch.Tensor):
                 _wrong(tensor)
     if target is None or target.type != NAME:
         return out  # a copy to the CPU, or no tensor on the device at all
 
-    def back(tensor):
-        if id(tensor) in inputs:  # in place: the input itself
-            return inputs[id(tensor)]
-        if id(tensor) in plain:  # an input that is not on the device (copy_ into a CPU tensor)
-            return tensor
-        return wrap(tensor, target)
+    def back(leaf):
+        if not isinstance(leaf, torch.Tensor):
+            return leaf
+        if id(leaf) in inputs:  # in place: the input itself
+            return inputs[id(leaf)]
+        if id(leaf) in plain:  # an input that is not on the device (copy_ into a CPU tensor)
+            return leaf
+        return wrap(leaf, target)
 
-    return tree_map_only(torch.Tensor, back, out)
+    return _map(back, out)
 
 
 def device_kernel(op):
