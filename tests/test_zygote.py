@@ -166,3 +166,21 @@ def test_a_zygote_that_ends_under_a_kernel_is_the_harness_not_the_model(monkeypa
         assert _gone(kernel.pid, within=10)
         assert not run_sync(km.is_alive)()
         assert km.harness_lost and km.exit_status == -signal.SIGKILL
+
+
+def test_a_zygote_whose_starter_is_already_gone_ends_at_once():
+    """A sweep SIGKILLed just as it started its zygote, before the zygote asked to die with it, left the zygote
+    serving as an orphan with torch imported (seen for hours after test_resume_after_sigkill): a zygote whose
+    starter is no longer its parent ends at once, its socket removed."""
+    import tempfile
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a starter that is not there any more (its pid is not this test's)
+    path = os.path.join(tempfile.mkdtemp(prefix="z", dir="/tmp"), "s")
+    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    zygote = subprocess.Popen([sys.executable, "-m", "model_support.engine.zygote", path, str(gone.pid)], env=env)
+    try:
+        assert zygote.wait(timeout=60) == 0
+    finally:
+        zygote.kill()
+    assert not os.path.exists(path) and not os.path.exists(os.path.dirname(path))

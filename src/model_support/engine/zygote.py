@@ -185,9 +185,9 @@ def _send(conn: socket.socket, message: dict) -> None:
         conn.sendall(json.dumps(message).encode() + b"\n")
 
 
-def serve(path: str) -> None:
+def serve(path: str, owner: int) -> None:
     """The zygote: import ``PRELOAD``, then fork a kernel per request on the socket at ``path`` until the
-    process that started it ends (``python -m model_support.engine.zygote PATH``)."""
+    process that started it (``owner``) ends (``python -m model_support.engine.zygote PATH OWNER_PID``)."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)  # requests wait here while the imports below run
@@ -201,7 +201,6 @@ def serve(path: str) -> None:
     # what the imports set themselves (torch's inductor cache folder): a fresh kernel's imports would set it too
     preloaded = {k: v for k, v in os.environ.items() if environment.get(k) != v}
     kernels: dict[int, socket.socket] = {}  # pid -> its requester's connection
-    owner = os.getppid()
     while os.getppid() == owner:
         readable, _, _ = select.select([listener, *kernels.values()], [], [], 0.5)
         for ready in readable:
@@ -356,7 +355,7 @@ def start(env: dict | None = None) -> tuple[subprocess.Popen, str] | None:
     folder = tempfile.mkdtemp(prefix="z", dir="/tmp")  # socket paths must stay short (< 108 bytes)
     path = os.path.join(folder, "s")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "model_support.engine.zygote", path],
+        [sys.executable, "-m", "model_support.engine.zygote", path, str(os.getpid())],
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,  # its imports' warnings: each kernel's own imports are its own
@@ -422,9 +421,14 @@ if __name__ == "__main__":
 
     with contextlib.suppress(OSError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: dies with its starter
+    starter = int(sys.argv[2])
     try:
-        serve(sys.argv[1])
+        # a starter killed before the line above ran (a sweep SIGKILLed as it began) left it an orphan: end now,
+        # as the death signal would have ended it (seen: a zygote holding its imports for hours after such a kill)
+        if os.getppid() == starter:
+            serve(sys.argv[1], starter)
     finally:
         with contextlib.suppress(OSError):
-            os.unlink(sys.argv[1])
+            os.unlink(sys.argv[1])  # none when it ended before it listened
+        with contextlib.suppress(OSError):
             os.rmdir(os.path.dirname(sys.argv[1]))
