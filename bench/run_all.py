@@ -93,12 +93,18 @@ def tables() -> str:
         ]
         for label in ("local_1", "local_2", "ray_2"):
             lines.append(f"| {label.replace('_', ', ')} worker(s) | {sweep[label]['wall_s']:.1f} s |")
+        if "local_2_every_core" in sweep:
+            lines.append(f"| local, 2 workers, each using every core | {sweep['local_2_every_core']['wall_s']:.1f} s |")
         lines += [
             "",
             f"- 2 workers vs 1: **{sweep['speedup_2_workers']:.2f}x** faster (target >= 1.7x: {ok(sweep['met']['speedup_2_workers'])})",
             f"- Ray vs local (2 workers each): **{sweep['ray_over_local']:.2f}x** the wall time (target <= 1.15x: {ok(sweep['met']['ray_over_local'])})",
-            "",
         ]
+        if "shared_over_every_core" in sweep:
+            lines.append(
+                f"- 2 workers sharing the cores vs each using every core: **{sweep['shared_over_every_core']:.2f}x** the wall time"
+            )
+        lines.append("")
     analysis = load("analysis")
     if analysis:
         t, r, e, b, p = (analysis.get(k, {}) for k in ("tables", "render", "explorer", "browser", "pandas"))

@@ -3,6 +3,7 @@ the policy checked by the order of grants and events, never by how long somethin
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -329,6 +330,34 @@ def test_more_workers_than_devices_share_them_and_a_model_needing_more_is_refuse
     with pytest.raises(UserError, match="^org/wide needs 2 pretend devices and this machine has 1.$"):
         executor.start([2])
     assert _Processes("cpu", tmp_path, prewarm=False, models=0).pin((3,)) == {}  # a CPU sweep's slots pin nothing
+
+
+def test_the_processes_a_sweep_runs_at_once_share_the_cores_for_torchs_threads(tmp_path, monkeypatch):
+    """Two CPU workers: the sweep's zygote and its probe processes get OMP_NUM_THREADS = cores / 2 (left alone,
+    each process's torch starts a thread per core and they spin waiting for each other), and the probe's kernel
+    is still forked from the zygote (the same environment); a value the user set is theirs."""
+    import psutil
+
+    from model_support.sweep.executors.local import THREADS_VAR, LocalExecutor, thread_share
+
+    monkeypatch.delenv(THREADS_VAR, raising=False)  # the suite sets its own (conftest): a user who did not
+    share = str(max(1, len(os.sched_getaffinity(0)) // 2))
+    assert thread_share(1, {}) == {} and thread_share(2, {THREADS_VAR: "3"}) == {}
+    executor = LocalExecutor("cpu", 2, tmp_path)
+    executor.submit([{"model_id": "org/a"}, {"model_id": "org/b"}])  # type: ignore[list-item]  # start reads ids
+    executor.start([1, 1])
+    try:
+        assert executor._zygote is not None and executor._processes is not None
+        zygote = psutil.Process(executor._zygote.pid)
+        assert zygote.environ().get(THREADS_VAR) == share
+        standby = executor._processes.take((0,))
+        assert psutil.Process(standby.proc.pid).environ().get(THREADS_VAR) == share
+        assert standby.wait_warm(120), "the probe process never warmed up"
+        kernels = [k for k in zygote.children() if k.cwd() == str(standby.work)]
+        assert kernels and kernels[0].environ().get(THREADS_VAR) == share  # forked, not started fresh
+    finally:
+        executor.kill_running()
+        executor.finish()
 
 
 def test_a_probe_waiting_for_devices_starts_nothing_after_a_stop():

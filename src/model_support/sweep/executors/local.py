@@ -6,7 +6,8 @@ device adapter's ``pinning_env``). Each slot also keeps the process for its next
 where it has a core to itself: on accelerators (the host is mostly idle while the device computes)
 or when there are fewer CPU workers than cores. A CPU sweep that already fills every core gains
 nothing from it. Every probe's kernel is forked from one zygote the executor starts for the sweep
-(``engine.zygote``: torch and transformers imported once, not once per model).
+(``engine.zygote``: torch and transformers imported once, not once per model). The processes that run at
+once share the host's cores for torch's threads (``thread_share``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 
 from ...engine import zygote
@@ -27,14 +29,30 @@ from ..worker.process import Standby, TaskResult, run_task, spawn_failed
 from ..worker.task import ProbeTask
 from .base import Executor, Stopped, device_kind
 
+#: The variable torch reads, when it is imported, for its intra-op threads (OpenMP's).
+THREADS_VAR = "OMP_NUM_THREADS"
+
+
+def thread_share(processes: int, environ: Mapping[str, str]) -> dict:
+    """The environment that gives each of ``processes`` probe processes running at once on this host its share
+    of the cores for torch's intra-op threads; nothing for one process, or where the user set the variable.
+    Left alone, every process's torch starts a thread per core, and several such processes on the same cores
+    spend their time waiting for each other in OpenMP (2 workers on 2 cores: a fifth of the CPU spun). Ray
+    sets it for its tasks the same way, and a sharded run for its ranks (``sharded.launch``)."""
+    if processes <= 1 or THREADS_VAR in environ:
+        return {}
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return {THREADS_VAR: str(max(1, cores // processes))}
+
 
 class _Processes:
     """A local sweep's probe processes: for each device slot, one warming up for its next model
     (``worker.process.Standby``) while models remain to be handed out, and the ones running (stopped at
     once when the sweep ends early)."""
 
-    def __init__(self, kind: str, work_root: Path, prewarm: bool, models: int):
+    def __init__(self, kind: str, work_root: Path, prewarm: bool, models: int, env: dict | None = None):
         self.kind, self.work_root, self.prewarm = kind, str(work_root), prewarm
+        self.env = env or {}  # what every process of the sweep gets (``thread_share``)
         # the devices there are: more workers than devices share them (4 workers on one GPU all see GPU 0)
         self.count = devices.facts(kind).count if kind != "cpu" else 0
         self.left = models  # models not handed out yet: a standby is started only for one of them
@@ -49,7 +67,7 @@ class _Processes:
         the devices there are when the sweep has more workers than devices."""
         if self.count and max(ids) >= self.count:
             ids = tuple(sorted({i % self.count for i in ids}))
-        return pinning_env(self.kind, ids)
+        return {**self.env, **pinning_env(self.kind, ids)}
 
     def skip(self) -> None:
         """A model that needs no process (its download did not give files to probe)."""
@@ -63,12 +81,12 @@ class _Processes:
             if self.stopped:
                 raise Stopped("the sweep stopped")
             self.left -= 1
-            current = self.pool.pop() if self.pool else Standby(self.work_root, gated=True)
+            current = self.pool.pop() if self.pool else Standby(self.work_root, self.env, gated=True)
             current.gate = gate
             self.running.add(current)
             if self.prewarm and self.left > len(self.pool) and not self.stopped:
                 try:
-                    self.pool.append(Standby(self.work_root, gated=True))
+                    self.pool.append(Standby(self.work_root, self.env, gated=True))
                 except OSError:
                     pass  # no warm process: the next model starts its own
         return current
@@ -129,7 +147,9 @@ class LocalExecutor(Executor):
     def start(self, needs: list[int]) -> None:
         accelerated = self.kind != "cpu"
         prewarm = (accelerated or self.workers < (os.cpu_count() or 1)) and max(needs, default=1) == 1
-        self._processes = _Processes(self.kind, self.work_root, prewarm, len(self.tasks))
+        # torch's threads: the host's cores shared by the probes and host checks that run at once
+        self.env = thread_share(self.workers + self.host_threads, os.environ)
+        self._processes = _Processes(self.kind, self.work_root, prewarm, len(self.tasks), self.env)
         there, kind = self._processes.count, self.kind
         if there and self.workers > there and not devices.adapter_for(kind).shared_devices:
             raise UserError(
@@ -142,9 +162,10 @@ class LocalExecutor(Executor):
             raise UserError(f"{task['model_id']} needs {need} {kind} devices and this machine has {there}.")
         # the probes' kernels forked from one warm process (its environment the probe processes', which turn
         # device backend autoload off); after the refusals above: a refused sweep starts nothing
-        self._zygote = zygote.serve_here({devices.AUTOLOAD_VAR: os.environ.get(devices.AUTOLOAD_VAR, "0")})
+        autoload = {devices.AUTOLOAD_VAR: os.environ.get(devices.AUTOLOAD_VAR, "0")}
+        self._zygote = zygote.serve_here({**autoload, **self.env})
         if self.host_threads:
-            self._checks = host_checks.HostChecks(self.host_threads, self.work_root, prewarm)
+            self._checks = host_checks.HostChecks(self.host_threads, self.work_root, prewarm, self.env)
 
     def in_phases(self, task: ProbeTask, got: Download, hold) -> TaskResult | None:
         if self._checks is None or self._processes is None:

@@ -158,21 +158,22 @@ class HostChecks:
     """Runs the host checks of a sweep's probes, ``slots`` at once, each in a fresh host process (one kept
     warming up, imports done, while checks run: ``Standby``, pinned to no device)."""
 
-    def __init__(self, slots: int, work_root: Path, prewarm: bool = True):
+    def __init__(self, slots: int, work_root: Path, prewarm: bool = True, env: dict | None = None):
         self.slots = threading.BoundedSemaphore(slots)
         self.work_root, self.prewarm = str(work_root), prewarm
+        self.env = env  # what every process of the sweep gets (the executor's thread share)
         self.warm: list[Standby] = []
         self.running: set[Standby] = set()
         self.lock = threading.Lock()
         self.stopped = False
         if prewarm:  # ready by the time the first device phase ends
-            self.warm.append(Standby(self.work_root))
+            self.warm.append(Standby(self.work_root, self.env))
 
     def _take(self) -> Standby:
         with self.lock:
-            standby = self.warm.pop() if self.warm else Standby(self.work_root)
+            standby = self.warm.pop() if self.warm else Standby(self.work_root, self.env)
             if self.prewarm and not self.stopped:
-                self.warm.append(Standby(self.work_root))
+                self.warm.append(Standby(self.work_root, self.env))
             self.running.add(standby)
         return standby
 
