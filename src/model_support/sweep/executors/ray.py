@@ -13,6 +13,9 @@ What differs from local, and why:
   the host still reads). On a cluster of several hosts the cache folder (``cache.dir``) must be one
   they share.
 - ``schedule.jsonl``: the devices the driver granted, when, and the node and accelerator ids Ray gave.
+- Kernels: Ray reuses a worker process for task after task, so a worker's first probe starts a zygote
+  (``engine.zygote``) that its next probes' kernels are forked from, as the local executor's are from
+  its one zygote per sweep (``_kernels_forked_here``); the zygote dies with the worker.
 - A task whose worker died (killed for memory, a crash) is the model's stand-in row, FAIL(other) at
   stage runner naming how it died, as a dead kernel is under the local executor; losing the cluster
   ends the sweep in one sentence. On a stop every outstanding task is cancelled (its process tree
@@ -27,6 +30,7 @@ import time
 from collections.abc import Generator
 from typing import Any
 
+from ...engine import zygote
 from ...errors import UserError
 from ...probe import devices
 from ..budget import CacheBudget
@@ -91,10 +95,25 @@ def unsatisfiable(wanted: dict, nodes: list[dict]) -> bool:
     )
 
 
+#: The zygotes this Ray worker process started (``_kernels_forked_here``), kept for the tasks it runs next.
+_ZYGOTES: list = []
+
+
+def _kernels_forked_here() -> None:
+    """In a Ray worker: unless a zygote already serves this worker's kernels, start one (it dies with the
+    worker) and name it, so that this probe's kernel and those of the next tasks Ray gives this worker are
+    forks of it. A task whose environment differs (Ray sets ``OMP_NUM_THREADS`` per task from its CPUs) gets
+    a zygote of its own, or a fresh kernel where none can serve (``zygote.serve_here``)."""
+    started = zygote.serve_here({devices.AUTOLOAD_VAR: os.environ.get(devices.AUTOLOAD_VAR, "0")})
+    if started is not None:
+        _ZYGOTES.append(started)
+
+
 def _probe_on_ray(task: ProbeTask, got: Download) -> TaskResult:
     """The Ray task: the probe with the files the driver downloaded; what Ray gave it, for schedule.jsonl."""
     import ray
 
+    _kernels_forked_here()
     result = run_task(task, fetched=got)
     context = ray.get_runtime_context()
     given = {name: list(ids) for name, ids in context.get_accelerator_ids().items() if ids}
