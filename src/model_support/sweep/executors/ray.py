@@ -104,6 +104,8 @@ def _kernels_forked_here() -> None:
     worker) and name it, so that this probe's kernel and those of the next tasks Ray gives this worker are
     forks of it. A task whose environment differs (Ray sets ``OMP_NUM_THREADS`` per task from its CPUs) gets
     a zygote of its own, or a fresh kernel where none can serve (``zygote.serve_here``)."""
+    if any(started.poll() is not None for started in _ZYGOTES):
+        return  # one ended by itself (a CUDA or ROCm build of torch, where none serves): fresh kernels from now on
     started = zygote.serve_here({devices.AUTOLOAD_VAR: os.environ.get(devices.AUTOLOAD_VAR, "0")})
     if started is not None:
         _ZYGOTES.append(started)
