@@ -30,7 +30,7 @@ from . import device_time, executors
 from .budget import CacheBudget
 from .definition import SweepParams
 from .diskspace import check_room, disk_full, disk_words, relative_to_data
-from .executors.ray import ExecutorLost, check_ray_device
+from .executors.ray import ExecutorLost, check_ray_address, check_ray_device
 from .worker import host_checks
 from .worker.task import ProbeTask
 
@@ -126,6 +126,7 @@ def run(
     data_dir = Path(data_dir).resolve()  # probe kernels run in their own folders
     if params is not None and (executor or params.executor) == "ray":  # before the sweep is written
         check_ray_device(params.probe.get("device", "auto"))
+        check_ray_address()
     meta = _start(params, data_dir, resume, report)
     executor = executor or meta.executor
     device = meta.probe.get("device", "auto")

@@ -25,6 +25,7 @@ What differs from local, and why:
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 from collections.abc import Generator
@@ -59,6 +60,36 @@ def _not_on_ray(device: str) -> UserError:
         f"not for {device!r} devices: run this sweep with --executor local (it pins each probe to its own "
         f"{device} device), or use device {', '.join(['auto', 'cpu', *held[:-1]])} or {held[-1]}."
     )
+
+
+#: Seconds a cluster's address gets to accept a connection before the sweep is refused.
+CONNECT_S = 5.0
+
+
+def unreachable(address: str) -> str | None:
+    """Why nothing answers at the Ray cluster address ``address`` (``host:port`` or ``ray://host:port``), when a
+    plain connection already says so: ``ray.init`` would wait minutes on it, retrying, before it failed. None
+    when something answers, or for an address that names no port (``auto``: Ray finds its own)."""
+    host, colon, port = address.removeprefix("ray://").rpartition(":")
+    if not colon or not port.isdigit() or not host:
+        return None
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_S).close()
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    return None
+
+
+def check_ray_address() -> None:
+    """Refuse, in one sentence, a ``RAY_ADDRESS`` where nothing answers (``unreachable``), before the sweep is
+    written: ``ray.init`` would hang on it for minutes."""
+    address = os.environ.get("RAY_ADDRESS")
+    why = unreachable(address) if address else None
+    if why:
+        raise UserError(
+            f"Could not join the Ray cluster at RAY_ADDRESS={address} ({why}); start it (`ray start --head`), "
+            "fix RAY_ADDRESS, or run with --executor local."
+        )
 
 
 def ray_auto_device(cluster: dict) -> str:
@@ -153,6 +184,7 @@ class RayExecutor(Executor):
 
         if not ray.is_initialized():
             address = os.environ.get("RAY_ADDRESS")
+            check_ray_address()
             try:
                 if address:
                     ray.init(address=address, log_to_driver=False)
