@@ -332,6 +332,15 @@ def test_more_workers_than_devices_share_them_and_a_model_needing_more_is_refuse
     assert _Processes("cpu", tmp_path, prewarm=False, models=0).pin((3,)) == {}  # a CPU sweep's slots pin nothing
 
 
+def _environ(process, wait_s: float = 10.0) -> dict:
+    """A process's environment as the kernel shows it: empty for a moment after its exec (Popen returns when the
+    exec closed its close-on-exec pipe, before the new stack, the environment on it, is laid out)."""
+    deadline = time.monotonic() + wait_s
+    while not (environ := process.environ()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return environ
+
+
 def test_the_processes_a_sweep_runs_at_once_share_the_cores_for_torchs_threads(tmp_path, monkeypatch):
     """Two CPU workers: the sweep's zygote and its probe processes get OMP_NUM_THREADS = cores / 2 (left alone,
     each process's torch starts a thread per core and they spin waiting for each other), and the probe's kernel
@@ -349,12 +358,12 @@ def test_the_processes_a_sweep_runs_at_once_share_the_cores_for_torchs_threads(t
     try:
         assert executor._zygote is not None and executor._processes is not None
         zygote = psutil.Process(executor._zygote.pid)
-        assert zygote.environ().get(THREADS_VAR) == share
+        assert _environ(zygote).get(THREADS_VAR) == share
         standby = executor._processes.take((0,))
-        assert psutil.Process(standby.proc.pid).environ().get(THREADS_VAR) == share
+        assert _environ(psutil.Process(standby.proc.pid)).get(THREADS_VAR) == share
         assert standby.wait_warm(120), "the probe process never warmed up"
         kernels = [k for k in zygote.children() if k.cwd() == str(standby.work)]
-        assert kernels and kernels[0].environ().get(THREADS_VAR) == share  # forked, not started fresh
+        assert kernels and _environ(kernels[0]).get(THREADS_VAR) == share  # forked, not started fresh
     finally:
         executor.kill_running()
         executor.finish()
