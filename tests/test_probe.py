@@ -86,6 +86,7 @@ def test_smollm2_passes_through_its_chat_template_with_readable_english(smoke_sw
     assert record["model_type"] == "llama" and record["num_params"] > 100_000_000
     assert record["load_s"] > 0 and record["first_token_s"] > 0 and record["decode_tokens_per_s"] > 0
     assert record["peak_host_mem_mb"] > 100 and record["peak_device_mem_mb"] is None  # cpu: no device memory
+    assert isinstance(record["cpu_threads"], int) and record["cpu_threads"] >= 1  # what its timings ran with
     # The CPU reference is a real comparison on a CPU-only run: another dtype.
     assert record["reference_device"] == "cpu:float32" and isinstance(record["reference_match"], bool)
 

@@ -314,9 +314,21 @@ def test_importable_without_torch():
     assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 0
 
 
+def test_each_cpu_rank_gets_its_share_of_the_probes_threads():
+    """A sweep sets each probe's OMP_NUM_THREADS (its share of the cores); the probe's ranks split it, as they
+    split every core when nothing is set."""
+    from model_support.probe.sharded.launch import rank_threads
+
+    cores = os.cpu_count() or 1
+    assert (rank_threads(2, {"OMP_NUM_THREADS": "4"}), rank_threads(4, {"OMP_NUM_THREADS": "4"})) == (2, 1)
+    assert rank_threads(2, {"OMP_NUM_THREADS": "1"}) == 1  # never none
+    assert rank_threads(2, {}) == rank_threads(2, {"OMP_NUM_THREADS": "4,2"}) == max(1, cores // 2)
+
+
 def test_the_papermill_probe_with_devices_2_is_tensor_parallel_and_agrees_in_float32(tmp_path):
     """The headline command with -p devices 2: one rank per (pretend) device, the model's TP plan, the
-    same greedy tokens as the one-device float32 run."""
+    same greedy tokens as the one-device float32 run; each record says the CPU threads its model ran with
+    (the probe's 2, split between the 2 ranks)."""
     import json
     import subprocess
 
@@ -352,6 +364,7 @@ def test_the_papermill_probe_with_devices_2_is_tensor_parallel_and_agrees_in_flo
             capture_output=True,
             text=True,
             timeout=600,
+            env={**os.environ, "OMP_NUM_THREADS": "2"},
         )
         assert run.returncode == 0, run.stderr[-3000:]
         records[devices] = json.loads(path.read_text())
@@ -360,6 +373,7 @@ def test_the_papermill_probe_with_devices_2_is_tensor_parallel_and_agrees_in_flo
     assert (one["devices_used"], one["parallelism"]) == (1, "none")
     assert two["output_token_ids"] == one["output_token_ids"] and len(two["load_s_per_rank"]) == 2
     assert two["ranks_agree"] is True and two["rank_errors"] is None
+    assert (one["cpu_threads"], two["cpu_threads"]) == (2, 1)
 
 
 def test_a_sweep_hands_out_devices_not_slots_and_resumes(tmp_path):

@@ -46,8 +46,9 @@ def record_failure(record: Record, stage: str, exc: BaseException, status: str |
     return fail(record, stage, status, type(exc).__name__, str(exc), probe_core.trimmed_traceback(exc))
 
 
-#: The sharded result's fields a record keeps as they are (its own group, and the peak over the ranks with its source).
-SHARDED_FIELDS = (*schema.SHARDED_FIELDS, "peak_device_mem_mb", "device_mem_source")
+#: The sharded result's fields a record keeps as they are (its own group, the peak over the ranks with its source,
+#: and the ranks' CPU threads).
+SHARDED_FIELDS = (*schema.SHARDED_FIELDS, "peak_device_mem_mb", "device_mem_source", "cpu_threads")
 #: The stage results a record keeps as they are (status and failure_stage are set with the error).
 STAGE_FIELDS = tuple(k for k in probe_core.RESULT_KEYS if k in schema.FIELDS and k not in ("status", "failure_stage"))
 
@@ -212,6 +213,8 @@ def run_probe(
 
 
 def _probe(record: Record, settings: dict) -> None:
+    import torch
+
     try:
         probe_params.check({k: v for k, v in settings.items() if k in probe_params.BY_NAME})
         adapter = devices.resolve(settings["device"])
@@ -220,7 +223,12 @@ def _probe(record: Record, settings: dict) -> None:
         record_failure(record, "runner", exc, status=schema.FAIL_OTHER)
         return
     record.update(
-        {"device_type": adapter.type, "device_name": adapter.device_name(), "device_count": adapter.device_count()}
+        {
+            "device_type": adapter.type,
+            "device_name": adapter.device_name(),
+            "device_count": adapter.device_count(),
+            "cpu_threads": torch.get_num_threads(),  # a sharded run's ranks say theirs
+        }
     )
     missing = adapter.mode_unavailable(settings["mode"])
     if missing:  # no verdict: this stack has no such mode (an ``excluded`` row in a sweep)

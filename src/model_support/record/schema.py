@@ -126,8 +126,8 @@ GROUPS = {
 #: 10: the task (image-text-to-text beside text-generation); 11: the repro script's settings and body hash
 #: (the body stored once, ``repro/<sha256>.py``); 12: why a compiled run was not compared with eager; 13: the
 #: operator census and the stack's coverage of it; 14: the whole installed stack's hash (``stack_sha``; the
-#: list in sweep.json).
-VERSION = 14
+#: list in sweep.json); 15: torch's CPU threads where the model ran (``cpu_threads``: the timings depend on it).
+VERSION = 15
 
 
 class Record(TypedDict):
@@ -178,6 +178,10 @@ class Record(TypedDict):
     first_token_s: Annotated[float | None, Col("timing", 1, "seconds to the first new token (compilation included)")]
     generate_s: Annotated[float | None, Col("timing", 1, "seconds generating")]
     decode_tokens_per_s: Annotated[float | None, Col("timing", 1, "new tokens per second after the first")]
+    cpu_threads: Annotated[
+        int | None,
+        Col("timing", 15, "torch's CPU threads where the model ran (each rank's, sharded): timings depend on it"),
+    ]
     compile_backend: Annotated[str | None, Col("compile", 5, "torch.compile's backend (inductor, tpu)")]
     compile_s: Annotated[float | None, Col("compile", 5, "the first forward, compilation included")]
     graphs: Annotated[int | None, Col("compile", 5, "graphs compiled")]

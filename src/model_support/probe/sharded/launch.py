@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
 from ...fileio import atomic_write_json
@@ -96,6 +97,15 @@ def _import_root() -> str:
     return str(Path(model_support.__file__).resolve().parents[1])
 
 
+def rank_threads(world_size: int, environ: Mapping[str, str] = os.environ) -> int:
+    """Each CPU rank's intra-op threads: the probe's (``OMP_NUM_THREADS`` where set, as a sweep sets each
+    probe's share of the cores, else every core) split among its ``world_size`` ranks, at least one. Left as
+    they were, two ranks of a probe that had the host's two cores would each take both."""
+    own = environ.get("OMP_NUM_THREADS", "").strip()
+    probes = int(own) if own.isdigit() and int(own) > 0 else os.cpu_count() or 1
+    return max(1, probes // world_size)
+
+
 def _child_env(device_type: str, world_size: int) -> dict:
     env = dict(os.environ)
     src = _import_root()
@@ -103,7 +113,7 @@ def _child_env(device_type: str, world_size: int) -> dict:
     # torch_tpu is imported explicitly by TPU ranks after they pinned their chip; nothing else loads it.
     env.setdefault(devices.AUTOLOAD_VAR, "0")
     if device_type == "cpu":
-        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // world_size)))
+        env["OMP_NUM_THREADS"] = str(rank_threads(world_size))
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 

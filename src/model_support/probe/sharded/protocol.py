@@ -42,6 +42,7 @@ RANK_KEYS = (
     "peak_device_mem_mb",
     "device_mem_source",
     "peak_host_mem_mb",
+    "cpu_threads",
     "local_param_bytes",
     "local_experts",
 )

@@ -87,6 +87,8 @@ def _rank_body(job: dict, rank: int, local_rank: int, progress: _Progress) -> di
     ``DistributedConfig``); every exception lands in the report with its stage."""
     import resource
 
+    import torch
+
     settings, device_type, world_size = job["settings"], job["device_type"], job["world_size"]
     report = dict.fromkeys(STAGE_KEYS + RANK_KEYS)
     for key in ("exception", "model", "tokenizer"):
@@ -140,6 +142,7 @@ def _rank_body(job: dict, rank: int, local_rank: int, progress: _Progress) -> di
         except Exception:  # noqa: BLE001 memory is informative only
             pass
     report["peak_host_mem_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    report["cpu_threads"] = torch.get_num_threads()  # the launcher's share of the probe's (timings depend on it)
     return report
 
 

@@ -62,6 +62,7 @@ def _empty_result(world_size: int, device_type: str) -> dict:
         peak_device_mem_mb_per_rank=None,
         device_mem_source=None,
         peak_host_mem_mb=None,
+        cpu_threads=None,
         local_param_bytes_per_rank=None,
         local_experts_per_rank=None,
         ranks_agree=None,
@@ -161,6 +162,8 @@ def _from_reports(result: dict, done: dict[int, dict], world_size: int) -> None:
     result["device_mem_source"] = sources[0] if sources else None
     hosts = [rep["peak_host_mem_mb"] for rep in done.values() if rep.get("peak_host_mem_mb") is not None]
     result["peak_host_mem_mb"] = max(hosts) if hosts else None
+    threads = [rep["cpu_threads"] for rep in done.values() if rep.get("cpu_threads") is not None]
+    result["cpu_threads"] = max(threads) if threads else None  # the ranks' are equal: one launcher set them
     base = done.get(0) or done[min(done)]
     for key in STAGE_KEYS:
         if key not in ("status", "failure_stage", "exception", "model", "tokenizer"):
