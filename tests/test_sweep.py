@@ -262,10 +262,17 @@ def test_aggregate_notebook_gives_the_same_bytes_as_the_cli(smoke_sweep, tmp_pat
     assert path.read_bytes() == before
 
 
-def test_a_kernel_that_never_starts_leaves_the_model_pending_not_failed(fixture_models, tmp_path):
+@pytest.mark.parametrize("device", ["cpu", "pretend"], ids=["cpu", "gated-device-phase"])
+def test_a_kernel_that_never_starts_leaves_the_model_pending_not_failed(fixture_models, tmp_path, device):
     """With too few open files the probe's kernel never answers: that says nothing about the model, so no
-    FAIL row, no report traceback; it is retried, then left pending with the cause and --resume."""
+    FAIL row, no report traceback; it is retried, then left pending with the cause and --resume. On an
+    accelerator the probe runs its device phase in a gated process (``worker.host_checks``): retried the same."""
     params_file = small_params(tmp_path, fixture_models, ["tiny-gpt2"])
+    pretend = {}
+    if device != "cpu":
+        body = yaml.safe_load(params_file.read_text())
+        params_file.write_text(yaml.safe_dump({**body, "probe": {**body["probe"], "device": device}}))
+        pretend = {"MODEL_SUPPORT_PRETEND": "{}", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
     data_dir = tmp_path / "data"
     command = " ".join([*CLI, "sweep", str(params_file), "--data-dir", str(data_dir), "--workers", "1"])
     run = subprocess.run(
@@ -274,7 +281,7 @@ def test_a_kernel_that_never_starts_leaves_the_model_pending_not_failed(fixture_
         text=True,
         timeout=600,
         # fresh kernels: one forked from the zygote (engine.zygote) opens too few files to hit the limit, and passes
-        env={**os.environ, "MODEL_SUPPORT_KERNEL_START_S": "10", "MODEL_SUPPORT_KERNEL_ZYGOTE": "off"},
+        env={**os.environ, "MODEL_SUPPORT_KERNEL_START_S": "10", "MODEL_SUPPORT_KERNEL_ZYGOTE": "off", **pretend},
     )
     assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr[-3000:]
     sweep_id = the_sweep_dir(data_dir).name

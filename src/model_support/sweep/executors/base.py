@@ -28,11 +28,8 @@ from ..budget import CacheBudget
 from ..scheduler import Devices, DeviceScheduler, SchedulerClosed, device_order, run_on_devices
 from ..worker.download import Download
 from ..worker.prefetch import Prefetcher
-from ..worker.process import TaskResult, run_task
+from ..worker.process import TaskResult, run_task, with_harness_retries
 from ..worker.task import ProbeTask
-
-#: Runs of one probe whose kernel never started (or whose process could not be spawned) before it is left pending.
-HARNESS_ATTEMPTS = 2
 
 
 def device_kind(device: str) -> str:
@@ -166,17 +163,16 @@ class Executor:
 
     def _on_devices(self, task: ProbeTask, got: Download, ids: tuple[int, ...]) -> TaskResult:
         """One probe on the devices granted, run again on a fresh process when its kernel never started."""
-        for attempt in range(HARNESS_ATTEMPTS):
+
+        def attempt(fresh: bool) -> TaskResult:
             if self.stopped.is_set():
                 raise Stopped(task["model_id"])
             started = time.time()
-            result = self.run_one(task, got, ids, retry=attempt > 0)
+            result = self.run_one(task, got, ids, retry=fresh)
             result.schedule = {"devices": list(ids), "start": started, "end": time.time(), **(result.schedule or {})}
-            if result.problem != "harness":
-                break
-        if result.problem == "harness":
-            result.pending = f"{result.pending}; tried {HARNESS_ATTEMPTS} times"
-        return result
+            return result
+
+        return with_harness_retries(attempt)
 
     def stop(self) -> None:
         """Start nothing more and kill what runs (idempotent; called when ``results`` is closed)."""

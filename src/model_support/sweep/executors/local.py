@@ -74,17 +74,19 @@ class _Processes:
         with self.lock:
             self.left -= 1
 
-    def take_gated(self, gate) -> Standby:
-        """A process for a model whose devices are not granted yet (``worker.gate``): a warm unpinned one,
-        pinned at the grant; while models remain, the next one starts warming up. OSError as ``take``."""
+    def take_gated(self, gate, retry: bool = False) -> Standby:
+        """A process for a model whose devices are not granted yet (``worker.gate``): a warm unpinned one (a
+        fresh one on a ``retry``), pinned at the grant; while models remain, the next one starts warming up.
+        OSError as ``take``."""
         with self.lock:
             if self.stopped:
                 raise Stopped("the sweep stopped")
-            self.left -= 1
-            current = self.pool.pop() if self.pool else Standby(self.work_root, self.env, gated=True)
+            if not retry:
+                self.left -= 1
+            current = self.pool.pop() if self.pool and not retry else Standby(self.work_root, self.env, gated=True)
             current.gate = gate
             self.running.add(current)
-            if self.prewarm and self.left > len(self.pool) and not self.stopped:
+            if self.prewarm and not retry and self.left > len(self.pool) and not self.stopped:
                 try:
                     self.pool.append(Standby(self.work_root, self.env, gated=True))
                 except OSError:

@@ -35,7 +35,7 @@ from ...fileio import atomic_write_json
 from ...probe import phases
 from ...record import store
 from ...redact import redact
-from .process import Standby, TaskResult, run_task, spawn_failed
+from .process import Standby, TaskResult, run_task, spawn_failed, with_harness_retries
 from .task import ProbeTask
 
 #: ``together`` keeps the host checks in the probe's own process (as before the split; the benchmark's
@@ -139,14 +139,17 @@ def in_phases(task: ProbeTask, got, hold, processes, checks: HostChecks, sweep_d
             finally:
                 times["end"] = time.time()
 
-    try:
-        standby = processes.take_gated(held)
-    except OSError as exc:  # the harness, not the model: nothing was probed
-        return spawn_failed(task, exc)
-    try:
-        result = run_task({**task, "params": {**task["params"], "checks": "after"}}, standby=standby, fetched=got)
-    finally:
-        processes.done(standby)
+    def attempt(fresh: bool) -> TaskResult:
+        try:
+            standby = processes.take_gated(held, retry=fresh)
+        except OSError as exc:  # the harness, not the model: nothing was probed
+            return spawn_failed(task, exc)
+        try:
+            return run_task({**task, "params": {**task["params"], "checks": "after"}}, standby=standby, fetched=got)
+        finally:
+            processes.done(standby)
+
+    result = with_harness_retries(attempt)  # a kernel that never started: once more on a fresh process
     result.schedule = {**times, **device_times(result)} if times else None
     if result.checks is None:  # a failure before its checks were stashed, or none to run
         return result

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -96,6 +97,22 @@ def harness_pending(task: ProbeTask, reason: str, log: str = "") -> TaskResult:
         pending=reason,
         problem="harness",
     )
+
+
+#: Runs of one probe whose kernel never started (or whose process could not be spawned) before it is left pending.
+HARNESS_ATTEMPTS = 2
+
+
+def with_harness_retries(probe: Callable[[bool], TaskResult], attempts: int = HARNESS_ATTEMPTS) -> TaskResult:
+    """``probe(fresh)`` until it tells something about its model, at most ``attempts`` times (``fresh``: on a new
+    process, not a warm one); a probe whose kernel never started every time is left pending saying so. Every
+    way of running a probe (a device slot's, a gated device phase's) keeps this promise through here."""
+    for attempt in range(attempts):
+        result = probe(attempt > 0)
+        if result.problem != "harness":
+            return result
+    result.pending = f"{result.pending}; tried {attempts} times"
+    return result
 
 
 def spawn_failed(task: ProbeTask, exc: OSError) -> TaskResult:
