@@ -16,7 +16,9 @@ were idle, the utilisation (device-phase time / devices x span) and the span aga
 device phases / devices); every PASS checked against the reference. The host's load (CPU busy over
 the span, from psutil) says where the host is the bottleneck.
 
-``--quick``: 3 models, the host-heavy scenario only (a smoke run of this script).
+``--quick``: 3 models, the host-heavy scenario only (a smoke run of this script). ``--executor ray``: the same
+sweeps on a local Ray the sweep starts (the device phase and the checks as two Ray tasks), into
+``phases_ray.json``.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ SCENARIOS = {"host-heavy": (8, 0.25), "device-bound": (6, 1.0)}
 TARGETS = {"held_idle_share": 0.10, "utilisation": 0.90, "span_over_ideal": 1.15}
 
 
-def sweep(data: Path, name: str, models: list[str], delay: float, phases: str) -> dict:
+def sweep(data: Path, name: str, models: list[str], delay: float, phases: str, executor: str = "local") -> dict:
     """One sweep through the CLI; its device figures, its verdicts and checks, the host's load."""
     definition = data / f"{name}.yaml"
     definition.parent.mkdir(parents=True, exist_ok=True)
@@ -65,7 +67,10 @@ def sweep(data: Path, name: str, models: list[str], delay: float, phases: str) -
     load = os.getloadavg()[0]
     started = time.time()
     done = subprocess.run(
-        [sys.executable, "-m", "model_support.cli", "sweep", str(definition), "--data-dir", str(data), "--no-report"],
+        [
+            *(sys.executable, "-m", "model_support.cli", "sweep", str(definition)),
+            *("--data-dir", str(data), "--no-report", "--executor", executor),
+        ],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -98,12 +103,14 @@ def sweep(data: Path, name: str, models: list[str], delay: float, phases: str) -
 def main() -> None:
     quick = "--quick" in sys.argv
     only = sys.argv[sys.argv.index("--scenario") + 1] if "--scenario" in sys.argv else None
+    executor = sys.argv[sys.argv.index("--executor") + 1] if "--executor" in sys.argv else "local"
+    name_of_results = "phases" + ("" if executor == "local" else f"_{executor}")
     found = fixtures()
     data = Path(tempfile.mkdtemp(prefix="bench-phases-"))
-    results: dict = {"scenarios": {}, "cores": os.cpu_count(), "quick": quick}
+    results: dict = {"scenarios": {}, "cores": os.cpu_count(), "quick": quick, "executor": executor}
     chosen = {"host-heavy": (3, 0.25)} if quick else SCENARIOS
     if only:  # one scenario again, the others' runs kept from the last results (a run cut short)
-        kept = RESULTS / "phases.json"
+        kept = RESULTS / f"{name_of_results}.json"
         if kept.exists():
             results["scenarios"] = json.loads(kept.read_text())["scenarios"]
         chosen = {only: SCENARIOS[only]}
@@ -112,7 +119,7 @@ def main() -> None:
         runs = {}
         for label, phases in (("before", "together"), ("after", "split")):
             print(f"== {name}, {label}", flush=True)
-            runs[label] = sweep(data, f"{name}-{label}", models, delay, phases)
+            runs[label] = sweep(data, f"{name}-{label}", models, delay, phases, executor)
             print(json.dumps(runs[label]), flush=True)
         runs["attention_s"], runs["models"] = delay, count
         results["scenarios"][name] = runs
@@ -129,7 +136,7 @@ def main() -> None:
         ),
     }
     results["host_bound"] = host_words(after)
-    write_results("phases_quick" if quick else "phases", results)
+    write_results(f"{name_of_results}_quick" if quick else name_of_results, results)
 
 
 def host_words(after: dict, per_product: float = 0.25, products: int = 32) -> str:

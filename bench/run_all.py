@@ -246,7 +246,8 @@ def tables() -> str:
     judge = load("judge")
     if judge and "table" in judge:
         lines += [f"### The fluency judge on its labelled set ({judge['date']})", "", judge["table"], ""]
-    lines += phases_table(load("phases")) + device_check_table(load("device_check")) + zygote_table(load("zygote"))
+    lines += phases_table(load("phases")) + phases_table(load("phases_ray"))
+    lines += device_check_table(load("device_check")) + zygote_table(load("zygote"))
     return "\n".join(lines)
 
 
@@ -295,9 +296,11 @@ def phases_table(phases: dict) -> list[str]:
     """bench_phases.py: held-idle share and utilisation, the host checks inside the hold vs after it."""
     if not phases:
         return []
+    on_ray = phases.get("executor") == "ray"
     lines = [
-        f"### A device held for the device's work only ({phases['date']}, 2 pretend devices, reference and judge "
-        f"on, {phases['cores']} cores shared with other work: load average {_load(phases)} at the start)",
+        f"### A device held for the device's work only{' under Ray' if on_ray else ''} ({phases['date']}, 2 pretend "
+        f"devices, reference and judge on, {phases['cores']} cores shared with other work: load average "
+        f"{_load(phases)} at the start)",
         "",
         "| scenario | run | held-idle share | utilisation | span / ideal | held | device phases | not held "
         "| checks after release | PASS checked | host CPU busy | wall |",
@@ -317,7 +320,8 @@ def phases_table(phases: dict) -> list[str]:
         "",
         f"Targets: held-idle share <= 10% after ({ok(met['held_idle_share'])}); device-bound utilisation >= 90% "
         f"({ok(met['utilisation'])}) and span within 15% of the ideal ({ok(met['span_over_ideal'])}); every PASS "
-        f"checked against the reference ({ok(met['every_pass_checked'])}). {phases.get('host_bound', '')}.",
+        f"checked against the reference ({ok(met['every_pass_checked'])})."
+        + (f" {phases['host_bound']}." if phases.get("host_bound") else ""),
         "",
     ]
     return lines

@@ -117,6 +117,43 @@ def test_every_pass_is_still_checked_and_its_notebook_tells_the_whole_story(phas
 
 
 @pytest.mark.slow
+def test_under_ray_the_device_phase_and_the_host_checks_are_separate_tasks(tmp_path, fixture_models):
+    """`model-support sweep --executor ray` on the pretend devices (a local Ray the sweep starts, given them as its
+    `pretend` resource): each model's device phase is a Ray task holding its device, its host checks another,
+    of a CPU only, that starts after the device was given back; every PASS is still checked, and nothing is
+    left kept once its record is stored."""
+    pytest.importorskip("ray")
+    names = ["tiny-llama", "tiny-gpt2"]
+    definition = _sweep_file(tmp_path, [fixture_models[n]["path"] for n in names])
+    data = tmp_path / "data"
+    done = subprocess.run(
+        [*CLI, "sweep", str(definition), "--data-dir", str(data), "--no-report", "--executor", "ray"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={k: v for k, v in _env({"devices": 2}).items() if k != "RAY_ADDRESS"},
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (sweep_id,) = store.list_sweeps(data)
+    folder = store.sweep_dir(data, sweep_id)
+    rows = [json.loads(line) for line in (folder / "schedule.jsonl").read_text().splitlines()]
+    assert len(rows) == 2
+    for row in rows:
+        assert row["start"] <= row["device_start"] <= row["device_end"] <= row["end"] <= row["checks_start"]
+        assert row["checks_end"] > row["checks_start"] and row["node"] and row["checks_node"]
+    records = store.read_records(data, sweep_id)
+    assert {r["status"] for r in records} == {schema.PASS}
+    for record in records:
+        assert record["numerics"] == "match" and record["reference_match"] is True, record["numerics_note"]
+        assert record["fluency_note"] and phases.PENDING not in json.dumps(record)
+        sources = [c.source for c in nbformat.read(data / record["notebook_path"], as_version=4).cells]
+        assert any("run_probe" in s for s in sources) and any("finish_checks" in s for s in sources)
+    assert store.read_sweep(data, sweep_id).device_time["checks_after_release"] == 2
+    assert not list((folder / "phases").glob("*.json"))
+
+
+@pytest.mark.slow
 def test_a_kill_between_the_phases_resumes_as_the_checks_only(tmp_path, fixture_models):
     """The runner SIGKILLed once a model's device phase is kept (its checks running): --resume runs its
     checks from the kept state, holds no device again, and stores the whole record."""

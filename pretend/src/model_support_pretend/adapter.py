@@ -17,6 +17,8 @@ from .config import CONFIG_VAR, from_environment
 
 class PretendAdapter(AcceleratorAdapter):
     config_vars = (CONFIG_VAR,)  # the faults the stack has: a different value is a different stack
+    #: Its devices as a Ray custom resource: a local Ray that a sweep starts is given this host's (Ray finds none).
+    ray_resource = "pretend"
 
     def hardware_visible(self) -> bool:
         return CONFIG_VAR in os.environ

@@ -26,7 +26,7 @@ def make(
     if name == "ray":
         from .ray import RayExecutor
 
-        return RayExecutor(device, workers, budget, prefetch)
+        return RayExecutor(device, workers, budget, prefetch, work_root)
     from .local import LocalExecutor
 
     return LocalExecutor(device, workers or default_workers(device), work_root, budget, prefetch)

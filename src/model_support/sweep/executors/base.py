@@ -27,6 +27,7 @@ from ...probe.hub_fetch import is_local
 from ..budget import CacheBudget
 from ..scheduler import Devices, DeviceScheduler, SchedulerClosed, device_order, run_on_devices
 from ..worker.download import Download
+from ..worker.host_checks import device_times
 from ..worker.prefetch import Prefetcher
 from ..worker.process import TaskResult, run_task, with_harness_retries
 from ..worker.task import ProbeTask
@@ -169,7 +170,8 @@ class Executor:
                 raise Stopped(task["model_id"])
             started = time.time()
             result = self.run_one(task, got, ids, retry=fresh)
-            result.schedule = {"devices": list(ids), "start": started, "end": time.time(), **(result.schedule or {})}
+            held = {"devices": list(ids), "start": started, "end": time.time()}
+            result.schedule = {**held, **(result.schedule or {}), **device_times(result)}  # its device phase too
             return result
 
         return with_harness_retries(attempt)

@@ -189,7 +189,6 @@ class LocalExecutor(Executor):
             result = run_task(task, standby=standby, fetched=got)
         finally:
             self._processes.done(standby)
-        result.schedule = host_checks.device_times(result)  # its device phase, in its schedule row
         return result
 
     def kill_running(self) -> None:

@@ -13,6 +13,9 @@ What differs from local, and why:
   the host still reads). On a cluster of several hosts the cache folder (``cache.dir``) must be one
   they share.
 - ``schedule.jsonl``: the devices the driver granted, when, and the node and accelerator ids Ray gave.
+- Phases: on an accelerator a model is two tasks (``in_phases``), as two processes are under local: the
+  device phase, holding its devices, then the host checks, of one CPU, after the driver's grant went to
+  the next model. One task for both would hold the devices until it returned, checks included.
 - Kernels: Ray reuses a worker process for task after task, so a worker's first probe starts a zygote
   (``engine.zygote``) that its next probes' kernels are forked from, as the local executor's are from
   its one zygote per sweep (``_kernels_forked_here``); the zygote dies with the worker.
@@ -28,15 +31,17 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
+from pathlib import Path
 from typing import Any
 
 from ...engine import zygote
 from ...errors import UserError
 from ...probe import devices
 from ..budget import CacheBudget
+from ..worker import host_checks
 from ..worker.download import Download
-from ..worker.process import TaskResult, run_task, runner_failure
+from ..worker.process import Standby, TaskResult, run_task, runner_failure
 from ..worker.task import ProbeTask
 from .base import Executor, Stopped, devices_needed
 
@@ -154,19 +159,43 @@ def _probe_on_ray(task: ProbeTask, got: Download) -> TaskResult:
     return result
 
 
+def _checks_on_ray(task: ProbeTask, state: dict) -> TaskResult:
+    """The Ray task of a probe's host checks, after its device phase gave its devices back: a process pinned to
+    no device (the task asks Ray for a CPU only), on whichever node Ray picks; the driver finishes the row."""
+    import ray
+
+    _kernels_forked_here()
+    try:
+        standby = Standby()
+    except OSError as exc:
+        return host_checks.no_host_process(exc)
+    done = host_checks.run_checks(standby, task, state)
+    done.schedule = {"checks_node": ray.get_runtime_context().get_node_id()}
+    return done
+
+
 class RayExecutor(Executor):
     """Probes as Ray tasks (see the module docstring). Joins the cluster in RAY_ADDRESS when set, else
     starts a local Ray with ``workers`` CPUs; ``workers`` None: the cluster's device count."""
 
     name = "ray"
 
-    def __init__(self, device: str, workers: int | None, budget: CacheBudget | None = None, prefetch: int = 1):
+    def __init__(
+        self,
+        device: str,
+        workers: int | None,
+        budget: CacheBudget | None = None,
+        prefetch: int = 1,
+        work_root: Path | None = None,
+    ):
         super().__init__(device, workers or 0, budget, prefetch)
         self._asked_workers = workers
         self._refs: set = set()
         self._refs_lock = threading.Lock()
         self._started_here = False
         self._remote: Any = None
+        self._checks_remote: Any = None
+        self.sweep_dir = work_root.parent if work_root is not None else None  # where device phases are kept
 
     def results(self) -> Generator[TaskResult, None, None]:
         import_ray()
@@ -189,7 +218,7 @@ class RayExecutor(Executor):
                 if address:
                     ray.init(address=address, log_to_driver=False)
                 else:
-                    ray.init(num_cpus=self._asked_workers or 1, include_dashboard=False, log_to_driver=False)
+                    ray.init(include_dashboard=False, log_to_driver=False, **self._local_resources())
             except (ConnectionError, RuntimeError) as exc:
                 where = f"the Ray cluster at {address}" if address else "a local Ray"
                 raise UserError(
@@ -204,6 +233,22 @@ class RayExecutor(Executor):
             resource = devices.adapter_for(self.device).ray_resource or "CPU"
             self.workers = max(1, int(cluster.get(resource, 1)))
         self._remote = ray.remote(_probe_on_ray)
+        self._checks_remote = ray.remote(_checks_on_ray)
+        if self.sweep_dir is not None and host_checks.split_phases(self.device):
+            self.host_threads = host_checks.default_slots(self.workers)  # the host checks, as Ray tasks of a CPU
+
+    def _local_resources(self) -> dict:
+        """A local Ray's resources: on a CPU sweep ``workers`` CPUs (its devices); on an accelerator a CPU for each
+        device's probe and for its host checks, and the devices of an adapter whose Ray resource Ray does not find
+        by itself (the pretend device's ``pretend``; Ray finds GPUs and TPU chips)."""
+        if self.device in ("cpu", "auto"):
+            return {"num_cpus": self._asked_workers or 1}
+        count = devices.facts(self.device).count
+        local: dict = {"num_cpus": max(os.cpu_count() or 1, 2 * (self._asked_workers or count or 1))}
+        resource = devices.adapter_for(self.device).ray_resource
+        if resource not in (None, "CPU", "GPU", "TPU"):
+            local["resources"] = {resource: count}
+        return local
 
     def needs(self) -> list[int]:
         return [devices_needed(task, self.workers) for task in self.tasks]
@@ -225,15 +270,52 @@ class RayExecutor(Executor):
                 )
 
     def run_one(self, task: ProbeTask, got: Download, ids: tuple[int, ...], retry: bool) -> TaskResult:
+        started = time.time()
+
+        def died(exc: BaseException) -> TaskResult:
+            return _worker_died(task, got, exc, started)
+
+        return self._call(self._remote, ray_resources(self.device, len(ids)), task, died, task, got)
+
+    def in_phases(self, task: ProbeTask, got: Download, hold) -> TaskResult | None:
+        """A probe of a split sweep: its device phase as a Ray task holding its devices (their grant held for it
+        only), then its host checks as a Ray task of a CPU while the devices serve the next model; or, when an
+        earlier run of the sweep kept its device phase, its checks only (``worker.host_checks``, as local)."""
+        if not self.host_threads or self.sweep_dir is None:
+            return None
+        kept = host_checks.saved(self.sweep_dir, task)
+        if kept is not None:  # its device phase ran before the sweep was stopped: never again on the device
+            return self._host_checks(task, kept, load_from=got.path or task["source"])
+        with hold() as grant:
+            phase = self._on_devices({**task, "params": {**task["params"], "checks": "after"}}, got, grant.ids)
+        if phase.checks is None:  # a failure before its checks were stashed, or none to run
+            return phase
+        host_checks.keep(self.sweep_dir, task, phase)
+        return self._host_checks(task, phase)
+
+    def _host_checks(self, task: ProbeTask, phase: TaskResult, load_from: str | None = None) -> TaskResult:
+        state = host_checks.check_state(phase, load_from)
+
+        def died(exc: BaseException) -> TaskResult:  # the verdict stands, with a note (as a host process's death)
+            why = f"the Ray worker running the host checks ended: {_first_line(exc)}"
+            return TaskResult(None, None, f"{why}\n", pending=why)
+
+        began = time.time()
+        done = self._call(self._checks_remote, {"num_cpus": 1}, task, died, task, state)
+        return host_checks.finished(phase, done, state, began, time.time())
+
+    def _call(
+        self, remote: Any, resources: dict, task: ProbeTask, died: Callable[[BaseException], TaskResult], *args: Any
+    ) -> TaskResult:
+        """``remote(*args)`` as a Ray task asking for ``resources``, its result; ``died`` says what a worker that
+        died under it means for ``task``. Stopped when the sweep stopped; ExecutorLost when the cluster went."""
         import ray
 
-        assert self._remote is not None
-        started = time.time()
+        assert remote is not None
         with self._refs_lock:
             if self.stopped.is_set():
                 raise Stopped(task["model_id"])
-            options = {"max_retries": 0, **ray_resources(self.device, len(ids))}
-            ref = self._remote.options(**options).remote(task, got)
+            ref = remote.options(max_retries=0, **resources).remote(*args)
             self._refs.add(ref)
         try:
             return ray.get(ref)
@@ -246,7 +328,7 @@ class RayExecutor(Executor):
         ) as exc:
             if self.stopped.is_set():
                 raise Stopped(task["model_id"]) from None
-            return _worker_died(task, got, exc, started)
+            return died(exc)
         except ray.exceptions.RayTaskError:
             raise  # run_task raised: a bug of ours, shown as it is
         except ray.exceptions.RayError as exc:

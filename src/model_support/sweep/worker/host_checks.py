@@ -184,41 +184,20 @@ class HostChecks:
         """``result`` (a device phase with checks left) finished: the final record, the notebook with the
         checks appended, the log with theirs; ``schedule`` gains when the checks ran. ``load_from``: where
         the model's files are now (a resumed sweep downloaded them again)."""
-        state = dict(result.checks or {})
-        if load_from:
-            state["settings"] = {**state["settings"], "load_from": load_from}
+        state = check_state(result, load_from)
         with self.slots:
             try:
                 standby = self._take()
             except OSError as exc:  # no host process (fork's ENOMEM, too many open files): a note, as a death is
-                record = phases.unfinished(state["record"], f"no host process could be started ({exc})")
-                final = TaskResult(record, _unfinished(result.notebook, str(exc)), result.log)
-                final.model_id, final.variant, final.schedule = result.model_id, result.variant, result.schedule
-                return final
+                return finished(result, no_host_process(exc), state, time.time(), time.time())
             began = time.time()
             try:
-                path = standby.work / "checks_state.json"
-                path.write_text(json.dumps(state))
-                checks_task: ProbeTask = {**task, "checks_state": str(path)}
-                done = standby.run(checks_task, fallback=False)
+                done = run_checks(standby, task, state)
             finally:
                 with self.lock:
                     self.running.discard(standby)
             ended = time.time()
-        if result.schedule is not None:
-            result.schedule = {**result.schedule, "checks_start": began, "checks_end": ended}
-        if done.problem == "disk":
-            return done
-        log = result.log + "--- host checks (after the device was released) ---\n" + done.log
-        if done.record is None:  # the host process died or timed out: the verdict stands, with a note
-            why = redact(f"the host process ended without a record ({done.log[-300:].strip()})")
-            record = phases.unfinished(state["record"], why)
-            final = TaskResult(record, _unfinished(result.notebook, why), log)
-        else:
-            final = TaskResult(done.record, append_checks(result.notebook, done.notebook), log)
-        final.model_id, final.variant, final.schedule = result.model_id, result.variant, result.schedule
-        final.device_phase = result.device_phase
-        return final
+        return finished(result, done, state, began, ended)
 
     def stop(self) -> None:
         with self.lock:
@@ -231,3 +210,46 @@ class HostChecks:
             warm, self.warm = self.warm, []
         for standby in warm:
             standby.discard()
+
+
+def check_state(result: TaskResult, load_from: str | None = None) -> dict:
+    """What the host checks of ``result`` (a device phase with checks left) start from; ``load_from``: where the
+    model's files are now (a resumed sweep downloaded them again)."""
+    state = dict(result.checks or {})
+    if load_from:
+        state["settings"] = {**state["settings"], "load_from": load_from}
+    return state
+
+
+def run_checks(standby: Standby, task: ProbeTask, state: dict) -> TaskResult:
+    """The host checks of ``state`` in ``standby``, a process pinned to no device (on this host, or on the Ray
+    worker a checks task runs on); its record is the final one."""
+    path = standby.work / "checks_state.json"
+    path.write_text(json.dumps(state))
+    return standby.run({**task, "checks_state": str(path)}, fallback=False)
+
+
+def no_host_process(exc: OSError) -> TaskResult:
+    """The checks' outcome when no host process could be started (fork's ENOMEM, too many open files)."""
+    why = f"no host process could be started ({exc})"
+    return TaskResult(None, None, f"{why}\n", pending=why)
+
+
+def finished(result: TaskResult, done: TaskResult, state: dict, began: float, ended: float) -> TaskResult:
+    """The model's final result from its device phase ``result`` and its host checks ``done`` (run from
+    ``began`` to ``ended``): the checks' record, the notebook with their cells appended, the two logs; a
+    checks run that left no record keeps the device phase's verdict with a note saying why."""
+    if result.schedule is not None:
+        result.schedule = {**result.schedule, **(done.schedule or {}), "checks_start": began, "checks_end": ended}
+    if done.problem == "disk":
+        return done
+    log = result.log + "--- host checks (after the device was released) ---\n" + done.log
+    if done.record is None:  # the host process died or timed out: the verdict stands, with a note
+        why = done.pending or redact(f"the host process ended without a record ({done.log[-300:].strip()})")
+        record = phases.unfinished(state["record"], why)
+        final = TaskResult(record, _unfinished(result.notebook, why), log)
+    else:
+        final = TaskResult(done.record, append_checks(result.notebook, done.notebook), log)
+    final.model_id, final.variant, final.schedule = result.model_id, result.variant, result.schedule
+    final.device_phase = result.device_phase
+    return final
