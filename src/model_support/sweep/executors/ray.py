@@ -240,7 +240,7 @@ class RayExecutor(Executor):
     def _local_resources(self) -> dict:
         """A local Ray's resources: on a CPU sweep ``workers`` CPUs (its devices); on an accelerator a CPU for each
         device's probe and for its host checks, and the devices of an adapter whose Ray resource Ray does not find
-        by itself (the pretend device's ``pretend``; Ray finds GPUs and TPU chips)."""
+        by itself (a custom resource an adapter names; Ray finds GPUs and TPU chips)."""
         if self.device in ("cpu", "auto"):
             return {"num_cpus": self._asked_workers or 1}
         count = devices.facts(self.device).count
