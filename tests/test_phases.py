@@ -154,10 +154,14 @@ def test_under_ray_the_device_phase_and_the_host_checks_are_separate_tasks(tmp_p
 
 
 @pytest.mark.slow
-def test_a_kill_between_the_phases_resumes_as_the_checks_only(tmp_path, fixture_models):
+@pytest.mark.parametrize("executor", ["local", "ray"])
+def test_a_kill_between_the_phases_resumes_as_the_checks_only(tmp_path, fixture_models, executor):
     """The runner SIGKILLed once a model's device phase is kept (its checks running): --resume runs its
-    checks from the kept state, holds no device again, and stores the whole record."""
-    definition = _sweep_file(tmp_path, [fixture_models["tiny-llama"]["path"]], workers=1)
+    checks from the kept state, holds no device again, and stores the whole record; under Ray too (the
+    resumed sweep keeps its executor)."""
+    if executor == "ray":
+        pytest.importorskip("ray")
+    definition = _sweep_file(tmp_path, [fixture_models["tiny-llama"]["path"]], workers=1, executor=executor)
     data = tmp_path / "data"
     runner = subprocess.Popen(
         [*CLI, "sweep", str(definition), "--data-dir", str(data), "--no-report"],
