@@ -283,15 +283,15 @@ class RayExecutor(Executor):
         earlier run of the sweep kept its device phase, its checks only (``worker.host_checks``, as local)."""
         if not self.host_threads or self.sweep_dir is None:
             return None
-        kept = host_checks.saved(self.sweep_dir, task)
-        if kept is not None:  # its device phase ran before the sweep was stopped: never again on the device
-            return self._host_checks(task, kept, load_from=got.path or task["source"])
-        with hold() as grant:
-            phase = self._on_devices({**task, "params": {**task["params"], "checks": "after"}}, got, grant.ids)
-        if phase.checks is None:  # a failure before its checks were stashed, or none to run
-            return phase
-        host_checks.keep(self.sweep_dir, task, phase)
-        return self._host_checks(task, phase)
+
+        def device_phase(phased: ProbeTask) -> TaskResult:
+            with hold() as grant:
+                return self._on_devices(phased, got, grant.ids)
+
+        def host(phase: TaskResult, load_from: str | None) -> TaskResult:
+            return self._host_checks(task, phase, load_from)
+
+        return host_checks.two_phases(task, got, self.sweep_dir, device_phase, host)
 
     def _host_checks(self, task: ProbeTask, phase: TaskResult, load_from: str | None = None) -> TaskResult:
         state = host_checks.check_state(phase, load_from)

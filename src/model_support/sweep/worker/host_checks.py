@@ -24,7 +24,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -120,14 +120,33 @@ def device_times(result: TaskResult) -> dict:
     return {"device_s": phase.get("device_s"), "device_start": phase.get("start"), "device_end": phase.get("end")}
 
 
-def in_phases(task: ProbeTask, got, hold, processes, checks: HostChecks, sweep_dir: Path) -> TaskResult:
-    """One model of a split sweep: its device phase in a gated probe process (handed the model now, its
-    devices held from their grant until the process ends), then its host checks; or, when an earlier run
-    of the sweep kept its device phase, its checks only."""
+def two_phases(
+    task: ProbeTask,
+    got,
+    sweep_dir: Path,
+    device_phase: Callable[[ProbeTask], TaskResult],
+    host: Callable[[TaskResult, str | None], TaskResult],
+    skipped: Callable[[], None] = lambda: None,
+) -> TaskResult:
+    """One model of a split sweep, as every executor runs it: ``device_phase`` of the task with its checks
+    left for after (``checks="after"``), kept (``keep``) before ``host(phase, None)`` runs its checks, so a
+    kill between the phases loses nothing; or, when an earlier run of the sweep kept its device phase, its
+    checks only (``host(kept, where its files are now)``; ``skipped`` says no device phase runs), never the
+    device again."""
     kept = saved(sweep_dir, task)
     if kept is not None:  # its device phase ran before the sweep was stopped: never again on the device
-        processes.skip()
-        return checks.run(task, kept, load_from=got.path or task["source"])
+        skipped()
+        return host(kept, got.path or task["source"])
+    result = device_phase({**task, "params": {**task["params"], "checks": "after"}})
+    if result.checks is None:  # a failure before its checks were stashed, or none to run
+        return result
+    keep(sweep_dir, task, result)  # the device is free again: the checks, on the host
+    return host(result, None)
+
+
+def in_phases(task: ProbeTask, got, hold, processes, checks: HostChecks, sweep_dir: Path) -> TaskResult:
+    """One model of a local split sweep (``two_phases``): its device phase in a gated probe process (handed the
+    model now, its devices held from their grant until the process ends), then its host checks."""
     times: dict = {}
 
     @contextmanager
@@ -139,22 +158,25 @@ def in_phases(task: ProbeTask, got, hold, processes, checks: HostChecks, sweep_d
             finally:
                 times["end"] = time.time()
 
-    def attempt(fresh: bool) -> TaskResult:
-        try:
-            standby = processes.take_gated(held, retry=fresh)
-        except OSError as exc:  # the harness, not the model: nothing was probed
-            return spawn_failed(task, exc)
-        try:
-            return run_task({**task, "params": {**task["params"], "checks": "after"}}, standby=standby, fetched=got)
-        finally:
-            processes.done(standby)
+    def device_phase(phased: ProbeTask) -> TaskResult:
+        def attempt(fresh: bool) -> TaskResult:
+            try:
+                standby = processes.take_gated(held, retry=fresh)
+            except OSError as exc:  # the harness, not the model: nothing was probed
+                return spawn_failed(task, exc)
+            try:
+                return run_task(phased, standby=standby, fetched=got)
+            finally:
+                processes.done(standby)
 
-    result = with_harness_retries(attempt)  # a kernel that never started: once more on a fresh process
-    result.schedule = {**times, **device_times(result)} if times else None
-    if result.checks is None:  # a failure before its checks were stashed, or none to run
+        result = with_harness_retries(attempt)  # a kernel that never started: once more on a fresh process
+        result.schedule = {**times, **device_times(result)} if times else None
         return result
-    keep(sweep_dir, task, result)  # the device is free again: the checks, on the host
-    return checks.run(task, result)
+
+    def host(phase: TaskResult, load_from: str | None) -> TaskResult:
+        return checks.run(task, phase, load_from=load_from)
+
+    return two_phases(task, got, sweep_dir, device_phase, host, processes.skip)
 
 
 class HostChecks:
