@@ -175,8 +175,8 @@ def _checks_on_ray(task: ProbeTask, state: dict) -> TaskResult:
 
 
 class RayExecutor(Executor):
-    """Probes as Ray tasks (see the module docstring). Joins the cluster in RAY_ADDRESS when set, else
-    starts a local Ray with ``workers`` CPUs; ``workers`` None: the cluster's device count."""
+    """Probes as Ray tasks (see the module docstring). Joins the cluster in RAY_ADDRESS when set, else starts a
+    local Ray (``_local_resources``); ``workers`` None: the cluster's device count."""
 
     name = "ray"
 
