@@ -30,6 +30,8 @@ from hub_server import serve  # noqa: E402
 
 from helpers import FAKE_TOKEN  # noqa: E402
 from model_support import publish  # noqa: E402
+from model_support.errors import UserError  # noqa: E402
+from model_support.fileio import STOP_AT_WRITE, atomic_write_json  # noqa: E402
 from model_support.record import schema, store  # noqa: E402
 from model_support.record.sweep_meta import ModelEntry, SweepMeta  # noqa: E402
 
@@ -515,3 +517,35 @@ def test_the_ops_config_is_pushed_with_the_others_and_loads_from_the_hub(hub, tm
     rows = {r["op"]: r for r in load_back(hub, tmp_path, ("ops",))["ops"]}
     assert (rows["aten::mm"]["status"], rows["aten::mm"]["models"]) == ("implemented", ["org/a", "org/b"])
     assert (rows["aten::rsqrt"]["status"], rows["aten::rsqrt"]["calls"]) == ("missing", 2)
+
+
+def test_push_refuses_a_data_folder_with_a_change_half_done(hub, tmp_path):
+    data = tmp_path / "data"
+    a, _ = two_sweeps(data)
+    atomic_write_json(store.sweep_dir(data, a) / store.CHANGE, {"change": "exclude", "sidecars": {}})
+    with pytest.raises(UserError, match=f"has a change half-done in sweep.s. {a}; refused to publish it"):
+        push(hub, data)
+    assert not hub.requests  # refused before it asked the Hub anything
+
+
+def test_a_push_killed_after_it_recorded_where_the_logs_go_leaves_no_row_pointing_at_them(hub, tmp_path):
+    """SIGKILLed at each write point until one stops it with ``published.json`` written (rows pointing at logs
+    the Hub never got): the next command undoes that, no row names a log."""
+    data = tmp_path / "data"
+    sweeps = two_sweeps(data)
+    code = (
+        "import sys; from model_support.publish.push import push\n"
+        f"push(sys.argv[1], {REPO_ID!r}, endpoint={hub.url!r}, logs=True, log=lambda line: None)\n"
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "0", "HF_TOKEN": WRITE}
+    for point in range(1, 8):
+        copy = tmp_path / f"stop{point}"
+        shutil.copytree(data, copy)
+        rc = subprocess.run([sys.executable, "-c", code, copy], env={**env, STOP_AT_WRITE: str(point)}).returncode
+        assert rc == -9, f"the push ended by itself ({rc}) before any stop left its logs recorded"
+        if any(store.published_logs(copy, s) for s in sweeps):
+            break
+    said = store.finish_interrupted(copy)
+    assert any("interrupted push" in line and "was undone" in line for line in said), said
+    assert all(store.published_logs(copy, s) is None for s in sweeps)
+    assert all(r["log_url"] is None and r["notebook_url"] is None for r in local_rows(copy, "results"))

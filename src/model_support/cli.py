@@ -20,6 +20,20 @@ from .errors import Interrupted, StorageFull, UserError
 from .paths import DATA_DIR_VAR
 
 
+def _finish_interrupted(ctx, param, data_dir: Path) -> Path:
+    """Every command reading or writing the data folder first finishes a change of its dataset that a stopped
+    process left half-done (``store.finish_interrupted``), one line each."""
+    from .record import store
+
+    if data_dir is not None and (Path(data_dir) / "sweeps").is_dir() and store.interrupted(data_dir):
+        try:
+            for line in store.finish_interrupted(data_dir):
+                click.echo(line, err=True)
+        except (UserError, OSError) as exc:
+            click.echo(f"Could not finish an interrupted change in {data_dir}: {exc}", err=True)
+    return data_dir
+
+
 def data_dir_option(command):
     """The shared ``--data-dir`` option."""
     return click.option(
@@ -29,6 +43,7 @@ def data_dir_option(command):
         default=Path("data"),
         show_default=True,
         show_envvar=True,
+        callback=_finish_interrupted,
         help="Data folder (sweeps, Parquet dataset, reports).",
     )(command)
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import polars as pl
 
+from .. import fileio
 from ..fileio import atomic_write_bytes
 from ..probe import probe_params
 from ..record import schema, store
@@ -133,7 +134,7 @@ def _cached_listing(path: Path, cache_dir: Path) -> pl.DataFrame:
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
         for old in cache_dir.glob(f"{glob.escape(path.parent.name)}.*.parquet"):
-            old.unlink(missing_ok=True)
+            fileio.remove(old)
         buffer = io.BytesIO()
         frame.write_parquet(buffer)
         atomic_write_bytes(cached, buffer.getvalue())

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import polars as pl
 
+from .. import fileio
 from ..errors import UserError
 from ..fileio import atomic_write_text
 from ..record import schema, store
@@ -146,7 +147,7 @@ def _cached_meta_facts(path: Path, cache_dir: Path | None) -> dict:
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)
         for old in cached.parent.glob(f"{glob.escape(path.parent.name)}.*.json"):
-            old.unlink(missing_ok=True)
+            fileio.remove(old)
         atomic_write_text(cached, json.dumps(facts))
     except OSError:
         pass

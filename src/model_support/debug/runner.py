@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import paths
+from .. import fileio, paths
 from ..errors import UserError
 from ..probe import probe_params
 from ..record import store
@@ -68,12 +68,8 @@ def _reserve(data_dir, sweep_id: str, model_id: str, out_dir, variant: str | Non
     """``debug_notebook_path``, created empty at once (two debug runs started together take two numbers)."""
     while True:
         path = debug_notebook_path(data_dir, sweep_id, model_id, out_dir, variant)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with open(path, "x"):
-                return path
-        except FileExistsError:
-            continue
+        if fileio.create_new(path):
+            return path
 
 
 def debug_parameters(meta: SweepMeta, entry: ModelEntry, extra: dict | None = None) -> dict:
@@ -124,7 +120,9 @@ def prepare_debug(
 
 
 def _recorded(data_dir, sweep_id: str, model_id: str, variant: str | None) -> dict | None:
-    path = store.record_file(data_dir, sweep_id, model_id, variant)
+    path = store.find_record(data_dir, sweep_id, model_id, variant)
+    if path is None:
+        return None
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
@@ -140,7 +138,7 @@ def execute_debug(run: DebugRun, *, execution_timeout: float | None = None) -> P
         return run_notebook(paths.notebook("debug"), run.out, run.parameters, timeout=execution_timeout)
     except BaseException:
         if run.out.exists() and run.out.stat().st_size == 0:
-            run.out.unlink()
+            fileio.remove(run.out)
         raise
 
 

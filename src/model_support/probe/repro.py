@@ -148,13 +148,13 @@ def script_of(record: dict, bodies: Path | None = None) -> str | None:
         return None
     text, own = body()
     if sha != own:
-        path = Path(bodies or ".") / f"{sha}.py"
-        if not path.exists():
+        stored = store.repro_body(Path(bodies or "."), sha, str(record.get("model_id")))
+        if stored is None:
             raise UserError(
                 f"The repro body {sha[:12]} of {record.get('model_id')} is not in {bodies}: "
                 "it comes with the data (repro/<sha256>.py); copy that folder with the Parquet files."
             )
-        text = path.read_text()
+        text = stored
     return header(json.loads(raw), record.get("sweep_id")) + "\n" + text
 
 
@@ -169,8 +169,8 @@ def script_of_or_none(record: dict, bodies: Path | None = None) -> str | None:
 def script_for(data_dir: Path, sweep_id: str, model_id: str, variant: str | None = None) -> str:
     """The standalone script of ``model_id`` (its record's id) in ``variant`` (default: the sweep's default
     variant) of a sweep in ``data_dir``; one sentence when the sweep has no such row or it has no script."""
-    path = store.record_file(data_dir, sweep_id, model_id, variant)
-    if not path.exists():
+    path = store.find_record(data_dir, sweep_id, model_id, variant)
+    if path is None:
         store.read_sweep(data_dir, sweep_id)  # an unknown sweep: its own sentence, with the known ones
         raise UserError(f"Sweep {sweep_id} has no record of {model_id}{f' in {variant}' if variant else ''} yet.")
     record = json.loads(path.read_text())

@@ -117,14 +117,16 @@ def push(
     policy = retry_policy()
     retrier = Retrier(repo_id, "", token, policy["attempts"], policy["backoff_s"], 60.0, log)
     with store.writing_all(data_dir), _sentences(where):  # no sweep changes while it is sent
+        store.require_whole(data_dir)  # never a data folder with a change half-done
         retrier.call(lambda: _ensure_repo(api, repo_id, private), "create the repo")
         if bucket:
             with _sentences(f"the Hub bucket {bucket!r}"):
                 retrier.call(lambda: api.create_bucket(bucket, private=private, exist_ok=True), "create the bucket")
         destinations = _destinations(data_dir, repo_id, bucket, logs, endpoint)
         undo: dict[str, dict | None] = {}
+        journals = contextlib.ExitStack()
         try:
-            undo = _record_destinations(data_dir, destinations)
+            undo = _record_destinations(data_dir, destinations, journals)
             with tempfile.TemporaryDirectory(prefix=".push-", dir=data_dir) as folder:
                 stage = Path(folder)
                 staged = {
@@ -135,9 +137,11 @@ def push(
                 result = retrier.call(
                     lambda: _commit(api, repo_id, data_dir, stage, in_repo, destinations, endpoint, token), "commit"
                 )
+            journals.close()  # published: the rows' addresses stand
         except BaseException as exc:
             for sweep_id, previous in undo.items():
                 store.set_published_logs(data_dir, sweep_id, previous)
+            journals.close()  # undone here: the journals are spent
             if isinstance(exc, OSError):  # the Hub's errors arrive classified: this one is the data folder's
                 raise PushError(
                     f"Could not write under {data_dir} while preparing the push ({exc}); nothing changed on the "
@@ -211,14 +215,19 @@ def _destinations(data_dir: Path, repo_id: str, bucket: str | None, logs: bool, 
     return chosen
 
 
-def _record_destinations(data_dir: Path, destinations: dict[str, dict]) -> dict[str, dict | None]:
-    """Record each sweep's new destination (recompacting it); returns what to restore on failure."""
+def _record_destinations(
+    data_dir: Path, destinations: dict[str, dict], journals: contextlib.ExitStack
+) -> dict[str, dict | None]:
+    """Record each sweep's new destination (recompacting it); returns what to restore on failure. Each change
+    is journaled with what it replaced (``store.change``, closed in ``journals`` once the push is done): a push
+    killed before that leaves no row pointing at logs that were never published, the next command undoes it."""
     undo = {}
     try:
         for sweep_id, destination in destinations.items():
             before = store.published_logs(data_dir, sweep_id)
             if before != destination:
                 undo[sweep_id] = before
+                journals.enter_context(store.change(data_dir, sweep_id, "push", {store.PUBLISHED: before}))
                 store.set_published_logs(data_dir, sweep_id, destination)
     except BaseException:
         for sweep_id, previous in undo.items():

@@ -15,14 +15,17 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import tempfile
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .. import fileio
 from ..errors import UserError
 from ..fileio import atomic_write_bytes, atomic_write_json
 from . import ops_table, schema
+from .names import check_name, legacy_name, model_file_name
 from .schema import DEFAULT_VARIANT
 from .sweep_meta import SweepMeta, safe_name
 
@@ -145,10 +148,10 @@ def write_parquet(records, path: Path, batch_rows: int = 512, arrow_schema=None)
                 writer.close()
         if rows:
             os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide shared sweep data
-            os.replace(tmp, path)
+            fileio.replace_file(tmp, path)  # synced, then renamed: a crash never leaves a torn file
         else:
             tmp.unlink()
-            path.unlink(missing_ok=True)
+            fileio.remove(path)
     except BaseException:
         tmp.unlink(missing_ok=True)  # a failed write (a full disk) leaves no temp file behind
         raise
@@ -159,7 +162,8 @@ def write_parquet(records, path: Path, batch_rows: int = 512, arrow_schema=None)
 
 
 def sweep_dir(data_dir: Path, sweep_id: str) -> Path:
-    return Path(data_dir) / "sweeps" / sweep_id
+    """A sweep's folder; the id is checked to be a plain name first (never a path out of the data folder)."""
+    return Path(data_dir) / "sweeps" / check_name(sweep_id, "sweep id", f"{Path(data_dir) / 'sweeps'}")
 
 
 class SweepLock:
@@ -228,12 +232,56 @@ def stem(model_id: str, variant: str | None = None) -> str:
     """The file name of a (model, variant)'s record, notebook and log: the model's safe name, plus
     ``@<variant>`` for any variant but the default one (so sweeps without a matrix keep their names)."""
     if variant in (None, DEFAULT_VARIANT):
-        return safe_name(model_id)
-    return f"{safe_name(model_id)}@{safe_name(variant)}"
+        return model_file_name(model_id)
+    return f"{model_file_name(model_id)}@{safe_name(variant)}"
+
+
+def legacy_stem(model_id: str, variant: str | None = None) -> str:
+    """The name ``stem`` gave before names were one to one (``names.legacy_name``): what older sweeps hold."""
+    if variant in (None, DEFAULT_VARIANT):
+        return legacy_name(model_id)
+    return f"{legacy_name(model_id)}@{safe_name(variant)}"
+
+
+def migrate_names(data_dir: Path, sweep_id: str) -> int:
+    """Move records stored under a name that is not their model's one-to-one name (a sweep stored before
+    names were one to one: ``tiny+opt`` as ``tiny_opt``) to it, so that resume finds each and a new record
+    never overwrites another model's. Returns how many moved (the caller says so in one line)."""
+    moved = 0
+    folder = sweep_dir(data_dir, sweep_id) / "records"
+    for path in sorted(folder.glob("*.json")):
+        record = json.loads(path.read_text())
+        model_id, variant = record.get("model_id"), record.get("variant")
+        if not isinstance(model_id, str):
+            continue
+        target = folder / f"{stem(model_id, variant)}.json"
+        if target != path and not target.exists():
+            atomic_write_bytes(target, path.read_bytes())
+            fileio.remove(path)
+            moved += 1
+    return moved
 
 
 def record_file(data_dir: Path, sweep_id: str, model_id: str, variant: str | None = None) -> Path:
     return sweep_dir(data_dir, sweep_id) / "records" / f"{stem(model_id, variant)}.json"
+
+
+def find_record(data_dir: Path, sweep_id: str, model_id: str, variant: str | None = None) -> Path | None:
+    """The record file of (model, variant) in a sweep, or None: under its one-to-one name, or under the name an
+    older sweep gave it (``legacy_stem``), either only when the record inside is that model's."""
+    folder = sweep_dir(data_dir, sweep_id) / "records"
+    for name in dict.fromkeys((stem(model_id, variant), legacy_stem(model_id, variant))):
+        path = folder / f"{name}.json"
+        if not path.exists():
+            continue
+        try:
+            stored = json.loads(path.read_text())
+        except ValueError:
+            continue
+        same_variant = (stored.get("variant") or DEFAULT_VARIANT) == (variant or DEFAULT_VARIANT)
+        if stored.get("model_id") == model_id and same_variant:
+            return path
+    return None
 
 
 def notebook_relpath(sweep_id: str, model_id: str, variant: str | None = None) -> str:
@@ -247,7 +295,13 @@ def read_sweep(data_dir: Path, sweep_id: str) -> SweepMeta:
     if not path.exists():
         known = ", ".join(list_sweeps(data_dir)) or "none yet"
         raise UserError(f"Sweep {sweep_id!r} does not exist under {data_dir}/sweeps; known sweeps: {known}.")
-    return SweepMeta.from_dict(json.loads(path.read_text()))
+    meta = SweepMeta.from_dict(json.loads(path.read_text()))
+    if meta.sweep_id != sweep_id:
+        raise UserError(
+            f"{path}: field sweep_id is {meta.sweep_id!r}, not its folder's name {sweep_id!r}; refused (the file "
+            "was moved or edited): set sweep_id to the folder's name."
+        )
+    return meta
 
 
 def list_sweeps(data_dir: Path) -> list[str]:
@@ -283,14 +337,44 @@ def split_repro(record: schema.Record, folder: Path) -> schema.Record:
 
 def copy_repro_bodies(data_dir: Path, sweep_id: str) -> int:
     """A sweep's repro bodies into the data folder's ``repro/`` (each body once for every sweep: content
-    addressed), so the dataset and its push carry them; returns how many were new."""
+    addressed), so the dataset and its push carry them; returns how many were new. Only bodies whose contents
+    hash to their name are copied (``repro_body``), under the data folder's lock."""
     new = 0
-    for path in sorted(repro_dir(data_dir, sweep_id).glob("*.py")):
-        target = repro_dir(data_dir) / path.name
-        if not target.exists():
-            atomic_write_bytes(target, path.read_bytes())
-            new += 1
+    with data_folder_lock(data_dir):
+        for path in sorted(repro_dir(data_dir, sweep_id).glob("*.py")):
+            target = repro_dir(data_dir) / path.name
+            if target.exists() or not REPRO_NAME.fullmatch(path.stem):
+                continue
+            body = path.read_bytes()
+            if hashlib.sha256(body).hexdigest() == path.stem:
+                atomic_write_bytes(target, body)
+                new += 1
     return new
+
+
+#: A repro body's name: the SHA-256 of its contents, 64 lowercase hex characters.
+REPRO_NAME = re.compile(r"[0-9a-f]{64}")
+
+
+def repro_body(folder: Path, sha: object, whose: str) -> str | None:
+    """The repro body named ``sha`` in ``folder`` (a sweep's ``repro/`` or the data folder's), read only by a
+    checked hash: ``sha`` must be 64 hex characters, the file inside ``folder``, and its contents must hash to
+    ``sha``; anything else is refused in one sentence naming ``whose`` record. None when there is no such file."""
+    if not isinstance(sha, str) or not REPRO_NAME.fullmatch(sha):
+        raise UserError(
+            f"The record of {whose} names its repro body {str(sha)[:80]!r}, which is not a SHA-256 (64 hex "
+            "characters); refused: the record was edited or damaged, run the model again."
+        )
+    path = Path(folder) / f"{sha}.py"
+    if not path.is_file():
+        return None
+    body = path.read_bytes()
+    if hashlib.sha256(body).hexdigest() != sha:
+        raise UserError(
+            f"The repro body {path} of {whose} does not hash to its name {sha[:12]}...; refused (it was altered): "
+            "restore it from the sweep's repro/ folder or run the model again."
+        )
+    return body.decode()
 
 
 def store_result(data_dir: Path, sweep_id: str, record: schema.Record, notebook: bytes | None, log: str) -> Path:
@@ -347,7 +431,7 @@ def write_pending(data_dir: Path, sweep_id: str, pending: dict[str, dict]) -> No
     if pending:
         atomic_write_json(path, pending)
     else:
-        path.unlink(missing_ok=True)
+        fileio.remove(path)
 
 
 def read_pending(data_dir: Path, sweep_id: str) -> dict[str, dict]:
@@ -359,6 +443,11 @@ def iter_records(data_dir: Path, sweep_id: str):
     """The finished records of a sweep, one at a time (sorted by file name), with every field."""
     for path in sorted((sweep_dir(data_dir, sweep_id) / "records").glob("*.json")):
         record = json.loads(path.read_text())
+        if record.get("sweep_id") not in (None, sweep_id):
+            raise UserError(
+                f"{path}: field sweep_id is {record.get('sweep_id')!r}, not its sweep's {sweep_id!r}; refused (the "
+                "record was copied or edited): set sweep_id to its folder's name, or move the record to its sweep."
+            )
         yield schema.empty_record(**{k: v for k, v in record.items() if k in schema.FIELDS})
 
 
@@ -370,6 +459,7 @@ def read_records(data_dir: Path, sweep_id: str) -> list[dict]:
 
 
 def parquet_file(data_dir: Path, config: str, sweep_id: str) -> Path:
+    check_name(sweep_id, "sweep id", f"{Path(data_dir) / config}")
     return Path(data_dir) / config / f"sweep={sweep_id}" / "part-0.parquet"
 
 
@@ -386,15 +476,115 @@ def published_logs(data_dir: Path, sweep_id: str) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+# --- changes of the dataset, committed as a whole ----------------------------------------------
+#
+# A change that rewrites a sweep's Parquet files (compaction, ``exclude``, ``include``, a push recording where
+# the logs go) is a journaled redo: first ``change.json`` in the sweep's folder (what the change is, and the
+# sidecar files it ends with: ``exclusion.json``, ``published.json``), then the sidecars, then the Parquet
+# files in an order that can only duplicate a row, never lose one (the config a row moves *to* is written
+# before the one it leaves), and ``change.json`` removed last. The JSON records are the source of truth and
+# compaction rebuilds the files from them, so finishing an interrupted change is doing it again: the next
+# command that reads or writes the data folder (``finish_interrupted``) does, and says so in one line. A
+# plain reader (``datasets``) may see a moving row in both configs for an instant, never in neither.
+
+#: The journal of a change in progress, in the sweep's folder.
+CHANGE = "change.json"
+#: The sidecar files a change may set (the journal says their final contents, or None for no file).
+SIDECARS = ("exclusion.json", PUBLISHED)
+_open_changes: set[Path] = set()
+
+
+@contextlib.contextmanager
+def change(data_dir: Path, sweep_id: str, what: str, sidecars: dict[str, dict | None] | None = None):
+    """Journal a change of ``sweep_id``'s dataset files (``what``: compact, exclude, include, push) that ends
+    with ``sidecars`` ({file name: contents or None}); the caller holds the sweep's lock. Nested in an open
+    change of the same sweep (``set_exclusion`` compacting), the outer journal covers it. The journal stays
+    when the body raises: the change is half-done, the next command finishes it."""
+    journal = sweep_dir(data_dir, sweep_id) / CHANGE
+    key = journal.resolve()
+    if key in _open_changes:
+        yield
+        return
+    atomic_write_json(
+        journal,
+        {
+            "change": what,
+            "sidecars": sidecars or {},
+            "at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        },
+    )
+    _open_changes.add(key)
+    try:
+        yield
+    finally:
+        _open_changes.discard(key)
+    fileio.remove(journal)
+
+
+def _apply_sidecars(data_dir: Path, sweep_id: str, sidecars: dict[str, dict | None]) -> None:
+    for name, contents in sidecars.items():
+        if name not in SIDECARS:
+            continue
+        path = sweep_dir(data_dir, sweep_id) / name
+        if contents is None:
+            fileio.remove(path)
+        else:
+            atomic_write_json(path, contents)
+
+
+def interrupted(data_dir: Path) -> list[str]:
+    """The sweeps with a change half-done (a journal left by a process that stopped mid-change)."""
+    return sorted(p.parent.name for p in (Path(data_dir) / "sweeps").glob(f"*/{CHANGE}"))
+
+
+def finish_interrupted(data_dir: Path, sweep_ids: list[str] | None = None) -> list[str]:
+    """Finish every change a stopped process left half-done (of ``sweep_ids``, default all): its sidecars set
+    as the journal says, its Parquet files rebuilt from the records, the journal removed. A sweep another
+    process is writing is left to it. Returns one sentence per change finished."""
+    said = []
+    for sweep_id in sweep_ids if sweep_ids is not None else interrupted(data_dir):
+        journal = sweep_dir(data_dir, sweep_id) / CHANGE
+        if not journal.exists():
+            continue
+        try:
+            lock = writing(data_dir, sweep_id)
+            lock.__enter__()
+        except UserError:
+            continue  # its writer is alive and finishes it
+        try:
+            try:
+                entry = json.loads(journal.read_text())
+            except ValueError:
+                entry = {"change": "unknown", "sidecars": {}}
+            _apply_sidecars(data_dir, sweep_id, entry.get("sidecars") or {})
+            if (sweep_dir(data_dir, sweep_id) / "sweep.json").exists():
+                _compact(data_dir, sweep_id, read_sweep(data_dir, sweep_id))
+            fileio.remove(journal)
+        finally:
+            lock.__exit__(None, None, None)
+        what = entry.get("change", "change")
+        done = "undone" if what == "push" else "finished"
+        said.append(
+            f"Sweep {sweep_id}: an interrupted {what} (begun {entry.get('at', 'earlier')}) was {done}: its "
+            "dataset files were rebuilt from its records."
+        )
+    return said
+
+
+def require_whole(data_dir: Path) -> None:
+    """Refuse (one sentence) while any sweep of the data folder has a change half-done (``push``)."""
+    if half := interrupted(data_dir):
+        raise UserError(
+            f"{data_dir} has a change half-done in sweep(s) {', '.join(half)}; refused to publish it: run "
+            f"`model-support aggregate {half[0]}` (any command finishes it) and push again."
+        )
+
+
 def set_published_logs(data_dir: Path, sweep_id: str, where: dict | None) -> tuple[int, int]:
     """Record where this sweep's notebooks and logs are published (None: nowhere) and compact again, so
     that each row's ``notebook_url`` and ``log_url`` point there; returns (results, excluded)."""
-    path = sweep_dir(data_dir, sweep_id) / PUBLISHED
-    with writing(data_dir, sweep_id):
-        if where is None:
-            path.unlink(missing_ok=True)
-        else:
-            atomic_write_json(path, where)
+    with writing(data_dir, sweep_id), change(data_dir, sweep_id, "publish", {PUBLISHED: where}):
+        _apply_sidecars(data_dir, sweep_id, {PUBLISHED: where})
         return compact(data_dir, sweep_id)
 
 
@@ -412,14 +602,19 @@ def compact(data_dir: Path, sweep_id: str) -> tuple[int, int]:
     """Records (plus the models excluded before running) -> this sweep's two Parquet files.
 
     A record with an ``exclusion_reason`` (a model found gated or gone while the sweep ran) goes to
-    ``excluded``, every other to ``results``. Rewrites only this sweep's files, each atomically; the
-    JSON records stay the source of truth, so compaction can be redone at any time and gives the
-    same rows (a whole-sweep exclusion and the published logs' addresses are applied here). Records are
-    streamed (two passes), so memory stays flat however long the sweep. Returns (results, excluded).
-    Refused (one sentence) while another process writes the sweep (``SweepLock``)."""
+    ``excluded``, every other to ``results``. Rewrites only this sweep's files, as one journaled change
+    (``change``); the JSON records stay the source of truth, so compaction can be redone at any time and
+    gives the same rows (a whole-sweep exclusion and the published logs' addresses are applied here). A
+    change of this sweep left half-done by a stopped process is finished first. Records are streamed (two
+    passes), so memory stays flat however long the sweep. Returns (results, excluded). Refused (one
+    sentence) while another process writes the sweep (``SweepLock``)."""
     meta = read_sweep(data_dir, sweep_id)
     with writing(data_dir, sweep_id):
-        return _compact(data_dir, sweep_id, meta)
+        journal = sweep_dir(data_dir, sweep_id) / CHANGE
+        if journal.exists() and journal.resolve() not in _open_changes:
+            finish_interrupted(data_dir, [sweep_id])
+        with change(data_dir, sweep_id, "compact"):
+            return _compact(data_dir, sweep_id, meta)
 
 
 def _compact(data_dir: Path, sweep_id: str, meta: SweepMeta) -> tuple[int, int]:
@@ -439,32 +634,55 @@ def _compact(data_dir: Path, sweep_id: str, meta: SweepMeta) -> tuple[int, int]:
             elif bool(record["exclusion_reason"]) == excluded:
                 yield record
 
-    if whole_sweep_reason:
-        results = write_parquet([], parquet_file(data_dir, "results", sweep_id))
-    else:
-        results = write_parquet(records(excluded=False), parquet_file(data_dir, "results", sweep_id))
-    excluded = write_parquet(
-        itertools.chain(records(excluded=True), before_running), parquet_file(data_dir, "excluded", sweep_id)
+    copy_repro_bodies(data_dir, sweep_id)  # before any row that names a body
+    results_file, excluded_file = (
+        parquet_file(data_dir, "results", sweep_id),
+        parquet_file(data_dir, "excluded", sweep_id),
     )
+
+    def write_results() -> int:
+        return write_parquet([] if whole_sweep_reason else records(excluded=False), results_file)
+
+    def write_excluded() -> int:
+        return write_parquet(itertools.chain(records(excluded=True), before_running), excluded_file)
+
+    # the config the rows move to first: a stop between the two files leaves a row in both, never in neither
+    if whole_sweep_reason:
+        excluded = write_excluded()
+        results = write_results()
+    else:
+        results = write_results()
+        excluded = write_excluded()
     ops = [] if whole_sweep_reason else ops_table.op_rows(iter_records(data_dir, sweep_id))
     write_parquet(ops, parquet_file(data_dir, OPS_CONFIG, sweep_id), arrow_schema=ops_table.SCHEMA)
-    copy_repro_bodies(data_dir, sweep_id)
     write_dataset_card(data_dir)
     return results, excluded
 
 
 def set_exclusion(data_dir: Path, sweep_id: str, reason: str | None) -> tuple[int, int]:
-    """Exclude a whole sweep (a broken stack) with ``reason``, or include it again with None."""
+    """Exclude a whole sweep (a broken stack) with ``reason``, or include it again with None: one journaled
+    change (``change``), finished by the next command if this one is stopped midway."""
     read_sweep(data_dir, sweep_id)  # refuses an unknown sweep with the list of known ones
-    path = sweep_dir(data_dir, sweep_id) / "exclusion.json"
     if reason is not None and not reason.strip():
         raise UserError("An exclusion needs a reason; pass --reason with a short explanation.")
-    with writing(data_dir, sweep_id):
-        if reason is None:
-            path.unlink(missing_ok=True)
-        else:
-            atomic_write_json(path, {"reason": reason})
+    sidecar = {"exclusion.json": None if reason is None else {"reason": reason}}
+    with writing(data_dir, sweep_id), change(data_dir, sweep_id, "include" if reason is None else "exclude", sidecar):
+        _apply_sidecars(data_dir, sweep_id, sidecar)
         return compact(data_dir, sweep_id)
+
+
+@contextlib.contextmanager
+def data_folder_lock(data_dir: Path):
+    """The data folder's own lock (``<data>/.lock``, an flock): its shared files (the dataset card, the
+    shared ``repro/``) are written by one process at a time. Blocking: each holder holds it for a moment."""
+    data_dir = Path(data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with open(data_dir / ".lock", "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 CONFIG_BLOCK = """- config_name: {config}
@@ -549,5 +767,6 @@ def write_dataset_card(data_dir: Path) -> Path:
         .replace("{fields}", field_table())
     )
     path = data_dir / "README.md"
-    atomic_write_bytes(path, card.encode())
+    with data_folder_lock(data_dir):
+        atomic_write_bytes(path, card.encode())
     return path

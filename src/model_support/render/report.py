@@ -10,12 +10,11 @@ out, so a report opens from disk with no network.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import polars as pl
 
-from .. import analysis, paths
+from .. import analysis, fileio, paths
 from ..errors import UserError
 from ..fileio import atomic_write_text
 
@@ -86,13 +85,13 @@ def render_report(
             kernel_name=kernel_name or "python3",
         )
     except OSError:  # a full disk: nothing half-written is left
-        partial.unlink(missing_ok=True)
+        fileio.remove(partial)
         raise
     except BaseException:  # a cell error: keep the executed notebook, which shows it
         if partial.exists():
-            os.replace(partial, executed)
+            fileio.replace_file(partial, executed)
         raise
-    os.replace(partial, executed)
+    fileio.replace_file(partial, executed)
     out_html = Path(out_html) if out_html else out_dir / f"{sweep_id}.html"
     title = f"Sweep report: {sweep_id}" + (f" (against {baseline_sweep_id})" if baseline_sweep_id else "")
     atomic_write_text(out_html, notebook_to_html(executed, title=title))

@@ -17,6 +17,7 @@ import yaml
 from ..errors import UserError
 from ..probe import devices, probe_core, probe_params
 from ..probe.model_ids import is_local, portable_id
+from ..record.names import model_file_name
 from ..record.sweep_meta import ModelEntry, new_sweep_id, safe_name
 
 TOP_KEYS = {
@@ -230,6 +231,14 @@ def parse(raw: dict, source: str = "<params>", base: Path | None = None) -> Swee
     duplicates = sorted({m for m in ids if ids.count(m) > 1})
     if duplicates:
         raise SweepConfigError(f"{source}: model {duplicates[0]!r} is listed twice; list each model once.")
+    files: dict[str, str] = {}  # one to one, and apart on a filesystem that ignores case too
+    for model_id in ids:
+        other = files.setdefault(model_file_name(model_id).lower(), model_id)
+        if other != model_id:
+            raise SweepConfigError(
+                f"{source}: models {other!r} and {model_id!r} would share one record file on a filesystem that "
+                "ignores case; list one of them in a sweep of its own."
+            )
     models = [m for m in models if m.model_id not in excluded]
     if not models:
         raise SweepConfigError(f"{source}: no models to run; list some under 'models'.")

@@ -19,17 +19,14 @@ generation, from ``probe.phases``) and, where the host checks ran after the rele
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from .. import fileio
 
 
 def read_rows(sweep_dir: Path, since: float | None = None) -> list[dict]:
     """The sweep's holds (``schedule.jsonl``), those granted at ``since`` or later (this run of it)."""
-    try:
-        lines = (Path(sweep_dir) / "schedule.jsonl").read_text().splitlines()
-    except OSError:
-        return []
-    rows = [json.loads(line) for line in lines if line.strip()]
+    rows = list(fileio.read_lines(Path(sweep_dir) / "schedule.jsonl"))  # a torn line skipped, said once
     return [r for r in rows if since is None or r["start"] >= since]
 
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import errno
-import json
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from .. import fileio
 from ..errors import Interrupted, StorageFull, UserError
 from ..probe import devices, probe_params, provenance
 from ..probe.hub_fetch import is_local
@@ -75,7 +76,7 @@ def tasks_to_run(data_dir: Path, meta: SweepMeta) -> list[ProbeTask]:
     return [
         {**t, "revision_sha": probed.get(t["model_id"]) or t.get("revision_sha")}
         for t in build_tasks(meta)
-        if not store.record_file(data_dir, meta.sweep_id, t["model_id"], t["variant"]).exists()
+        if store.find_record(data_dir, meta.sweep_id, t["model_id"], t["variant"]) is None
     ]
 
 
@@ -136,6 +137,12 @@ def run(
     total = len(meta.models) * len(probe_params.combinations(meta.matrix))
     pending: dict[str, dict] = {}
     with SweepLock(store.sweep_dir(data_dir, meta.sweep_id)), _stops(data_dir, meta.sweep_id, total):
+        if resume and (moved := store.migrate_names(data_dir, meta.sweep_id)):
+            print(
+                f"Sweep {meta.sweep_id}: {moved} record(s) moved to their one-to-one file names (stored before "
+                "two model ids could no longer share a file).",
+                file=sys.stderr,
+            )
         tasks = tasks_to_run(data_dir, meta)
         runner = _executor(executor, data_dir, meta, tasks, workers or meta.workers, prefetch)
         runner.submit(tasks)
@@ -265,10 +272,10 @@ def _store_all(results, data_dir: Path, meta: SweepMeta, pending: dict, done: in
             if result.problem == "disk":  # the data folder is full: every other model would fail the same way
                 raise OSError(errno.ENOSPC, result.pending, str(store.sweep_dir(data_dir, sweep_id) / "notebooks"))
             if result.schedule is not None:  # which devices each probe held, when: a log, appended
-                with open(store.sweep_dir(data_dir, sweep_id) / "schedule.jsonl", "a") as handle:
-                    handle.write(
-                        json.dumps({"model_id": result.model_id, "variant": result.variant, **result.schedule}) + "\n"
-                    )
+                fileio.append_line(
+                    store.sweep_dir(data_dir, sweep_id) / "schedule.jsonl",
+                    {"model_id": result.model_id, "variant": result.variant, **result.schedule},
+                )
             if result.record is not None:
                 store.store_result(data_dir, sweep_id, result.record, result.notebook, result.log)
                 host_checks.forget(data_dir, sweep_id, result.model_id, result.variant)  # its kept device phase

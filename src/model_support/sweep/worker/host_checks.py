@@ -30,6 +30,7 @@ from pathlib import Path
 
 import nbformat
 
+from ... import fileio
 from ...display import NOTEBOOK_KEY
 from ...fileio import atomic_write_json
 from ...probe import phases
@@ -87,7 +88,7 @@ def saved(sweep_dir: Path, task: ProbeTask) -> TaskResult | None:
 def forget(data_dir: Path, sweep_id: str, model_id: str, variant: str | None) -> None:
     """The model's record is stored: its kept device phase is no longer needed."""
     stem = store.stem(model_id, variant)
-    (store.sweep_dir(data_dir, sweep_id) / "phases" / f"{stem}.json").unlink(missing_ok=True)
+    fileio.remove(store.sweep_dir(data_dir, sweep_id) / "phases" / f"{stem}.json")
 
 
 def append_checks(device: bytes | None, checks: bytes | None) -> bytes | None:

@@ -1,0 +1,175 @@
+"""Identifiers that become paths (plain names, one-to-one file names), stored code read by its checked hash,
+and JSON-lines files that survive a torn tail."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from model_support import fileio
+from model_support.errors import UserError
+from model_support.probe import repro
+from model_support.record import names, schema, store
+from model_support.record.sweep_meta import ModelEntry, SweepMeta
+from model_support.sweep import device_time
+
+CLI = [sys.executable, "-m", "model_support.cli"]
+
+
+def write_sweep(data: Path, sweep_id: str, models: list[str], stored_id: str | None = None) -> None:
+    meta = SweepMeta(
+        sweep_id=stored_id or sweep_id,
+        name="t",
+        created_at="2026-12-05T00:00:00+00:00",
+        probe={"device": "cpu"},
+        models=[ModelEntry(m) for m in models],
+    )
+    meta.write(store.sweep_dir(data, sweep_id))
+
+
+def files_outside(root: Path, data: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if data not in p.parents and p != data]
+
+
+def test_a_climbing_sweep_id_in_sweep_json_is_refused_before_anything_is_written(tmp_path):
+    data = tmp_path / "deep" / "data"
+    write_sweep(data, "s1", ["org/a"], stored_id="../../../somewhere")
+    before = files_outside(tmp_path, data)
+    run = subprocess.run([*CLI, "sweep", "--resume", "s1", "--data-dir", str(data)], capture_output=True, text=True)
+    assert run.returncode == 2
+    assert "sweep.json: field sweep_id is '../../../somewhere', not its folder's name 's1'" in run.stderr
+    assert "Traceback" not in run.stderr
+    assert files_outside(tmp_path, data) == before
+    assert sorted(p.name for p in store.sweep_dir(data, "s1").iterdir()) == ["sweep.json"]
+
+
+@pytest.mark.parametrize("sweep_id", ["../../x", "/etc", "a/b", "..", "a\0b"])
+def test_sweep_ids_from_the_command_line_are_plain_names(tmp_path, sweep_id):
+    with pytest.raises(UserError, match="is not a plain name"):
+        store.compact(tmp_path, sweep_id)
+    with pytest.raises(UserError, match="is not a plain name"):
+        store.parquet_file(tmp_path, "results", sweep_id)
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_record_of_another_sweep_is_refused_naming_the_file_and_field(tmp_path):
+    write_sweep(tmp_path, "s1", ["org/a"])
+    record = schema.empty_record(sweep_id="../elsewhere", model_id="org/a", status="PASS")
+    fileio.atomic_write_json(store.record_file(tmp_path, "s1", "org/a"), record)
+    with pytest.raises(UserError, match=r"org__a.json: field sweep_id is '../elsewhere', not its sweep's 's1'"):
+        store.compact(tmp_path, "s1")
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [("local:tiny+opt", "local:tiny_opt"), ("org/model", "org__model"), ("local:x", "local_x"), ("a b", "a_b")],
+)
+def test_model_ids_map_to_file_names_one_to_one(a, b):
+    assert names.model_file_name(a) != names.model_file_name(b)
+    for name in (names.model_file_name(a), names.model_file_name(b)):
+        assert names.check_name(name, "file", "test") == name
+
+
+def test_plain_ids_keep_the_names_older_sweeps_have():
+    for model_id in ("org/model", "local:tiny-opt", "HuggingFaceTB/SmolLM2-135M-Instruct", "gpt2"):
+        assert names.model_file_name(model_id) == names.legacy_name(model_id)
+
+
+def test_a_definition_whose_models_would_share_a_file_is_refused_naming_both(tmp_path):
+    from model_support.sweep import definition
+
+    path = tmp_path / "p.yaml"
+    path.write_text("name: t\nprobe: {device: cpu}\nmodels: [Org/Model, org/model]\n")
+    with pytest.raises(UserError, match="models 'Org/Model' and 'org/model' would share one record file"):
+        definition.load(path)
+
+
+def test_a_sweep_stored_under_the_old_names_resumes_and_keeps_both_models(tmp_path):
+    """An older sweep holds local:tiny+opt under the legacy name ``local_tiny_opt`` (which is also tiny_opt's
+    name): it is found as done, moved to its own name once, and tiny_opt's record never overwrites it."""
+    write_sweep(tmp_path, "s1", ["local:tiny+opt", "local:tiny_opt"])
+    old = schema.empty_record(sweep_id="s1", model_id="local:tiny+opt", status="PASS")
+    fileio.atomic_write_json(store.sweep_dir(tmp_path, "s1") / "records" / "local_tiny_opt.json", old)
+    assert store.find_record(tmp_path, "s1", "local:tiny+opt") is not None
+    assert store.find_record(tmp_path, "s1", "local:tiny_opt") is None
+    assert store.migrate_names(tmp_path, "s1") == 1
+    store.store_result(
+        tmp_path, "s1", schema.empty_record(sweep_id="s1", model_id="local:tiny_opt", status="FAIL(gen)"), None, ""
+    )
+    assert sorted((r["model_id"], r["status"]) for r in store.iter_records(tmp_path, "s1")) == [
+        ("local:tiny+opt", "PASS"),
+        ("local:tiny_opt", "FAIL(gen)"),
+    ]
+
+
+def _record_with_body(data: Path, sha: str) -> None:
+    write_sweep(data, "s1", ["org/a"])
+    record = schema.empty_record(sweep_id="s1", model_id="org/a", status="PASS")
+    record.update(repro_settings=json.dumps({"model_id": "org/a"}), repro_sha256=sha)
+    fileio.atomic_write_json(store.record_file(data, "s1", "org/a"), record)
+
+
+def test_a_repro_body_outside_the_repro_folder_is_refused(tmp_path):
+    data = tmp_path / "data"
+    outside = tmp_path / "elsewhere" / "x.py"
+    outside.parent.mkdir()
+    outside.write_text("print('not the probe')\n")
+    _record_with_body(data, "../../../../elsewhere/x")
+    with pytest.raises(UserError, match="names its repro body '../../../../elsewhere/x', which is not a SHA-256"):
+        repro.script_for(data, "s1", "org/a")
+    run = subprocess.run([*CLI, "repro", "s1", "org/a", "--data-dir", str(data)], capture_output=True, text=True)
+    assert run.returncode == 2 and "not the probe" not in run.stdout and "which is not a SHA-256" in run.stderr
+
+
+def test_an_altered_repro_body_is_refused(tmp_path):
+    body = store.REPRO_BODY_MARK + "\nprint('the probe')\n"
+    sha = hashlib.sha256(body.encode()).hexdigest()
+    _record_with_body(tmp_path, sha)
+    path = store.repro_dir(tmp_path, "s1") / f"{sha}.py"
+    fileio.atomic_write_text(path, body)
+    assert "print('the probe')" in repro.script_for(tmp_path, "s1", "org/a")
+    fileio.atomic_write_text(path, body + "import os; os.system('rm -rf ~')\n")
+    with pytest.raises(UserError, match="does not hash to its name"):
+        repro.script_for(tmp_path, "s1", "org/a")
+    assert store.copy_repro_bodies(tmp_path, "s1") == 0  # an altered body is not copied into the dataset either
+
+
+def test_appends_start_on_a_fresh_line_and_readers_skip_a_torn_one(tmp_path, capsys):
+    path = tmp_path / "schedule.jsonl"
+    fileio.append_line(path, {"model_id": "a", "start": 1.0, "end": 2.0, "devices": [0], "device_s": 0.5})
+    with open(path, "a") as handle:  # a full disk mid-append: half a line, no newline
+        handle.write('{"model_id": "b", "sta')
+    fileio.append_line(path, {"model_id": "c", "start": 3.0, "end": 4.0, "devices": [0], "device_s": 0.5})
+    assert [r["model_id"] for r in device_time.read_rows(tmp_path)] == ["a", "c"]
+    assert "skipped 1 unreadable line(s)" in capsys.readouterr().err
+
+
+def test_write_parquet_syncs_before_it_replaces(tmp_path, monkeypatch):
+    calls = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(
+        os, "fsync", lambda fd: calls.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))) or real_fsync(fd)
+    )
+    monkeypatch.setattr(os, "replace", lambda a, b: calls.append(("replace", str(a))) or real_replace(a, b))
+    store.write_parquet([schema.empty_record(sweep_id="s", model_id="m", status="PASS")], tmp_path / "p.parquet")
+    replaced = next(i for i, c in enumerate(calls) if c[0] == "replace")
+    assert ("fsync", calls[replaced][1]) in calls[:replaced]
+
+
+def test_the_card_and_shared_repro_wait_for_the_data_folders_lock(tmp_path):
+    done = threading.Event()
+    with store.data_folder_lock(tmp_path):
+        writer = threading.Thread(target=lambda: (store.write_dataset_card(tmp_path), done.set()))
+        writer.start()
+        time.sleep(0.3)
+        assert not done.is_set() and not (tmp_path / "README.md").exists()
+    writer.join(timeout=10)
+    assert done.is_set() and (tmp_path / "README.md").exists()
