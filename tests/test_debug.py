@@ -405,3 +405,44 @@ def test_the_debug_notebook_and_the_record_say_the_same_about_the_same_run(fixtu
     assert {k: result["numerics"][k] for k in keys} == {k: record[k] for k in keys}
     assert (record["numerics"], record["numerics_step"]) == ("diverges", 0)
     assert "numerics:   diverges (step 0 of 8" in debug.summary_text(result)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("model", "faults", "expected"),
+    [
+        ("tiny-gpt2", {"devices": 1}, "conclusion: runs and agrees with the CPU reference within tolerance"),
+        ("tiny-llama", {"devices": 1, "missing_ops": ["aten::rsqrt"]}, "conclusion: only the device fails: first in"),
+    ],
+)
+def test_debug_on_the_pretend_device_reports_only_failures_the_probe_has(
+    tmp_path, fixture_models, model, faults, expected
+):
+    """The tracer ran its forward outside the probe's inference mode: on the pretend device every PASS model
+    'failed' with "Cannot set version_counter for inference tensor" at input_ids.view; a real FAIL(gen) (a
+    missing operator) must still be named with its module."""
+    import os
+
+    from helpers import cli_debug
+
+    os.environ["MODEL_SUPPORT_PRETEND"] = json.dumps(faults)
+    try:
+        run = cli_debug(
+            tmp_path, fixture_models[model]["path"], {"device": "pretend", "reference": "cpu"}, {}, "eager+dynamic"
+        )
+    finally:
+        del os.environ["MODEL_SUPPORT_PRETEND"]
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert expected in run.stdout, run.stdout
+    assert "version_counter" not in run.stdout
+    if "missing_ops" in faults:
+        assert "RMSNorm" in run.stdout and "rsqrt" in run.stdout
+
+
+def test_a_failure_only_the_tracer_has_is_said_to_be_the_tracers():
+    failure = {"error_type": "RuntimeError", "error_message": "x", "module": "transformer", "class": "GPT2Model"}
+    said = debug.compare.conclusion({"forward_failure": failure, "generation": {"ok": True}})
+    assert said.startswith("the tracer's failure, not the model's") and "generation ran on the device" in said
+    assert debug.compare.conclusion({"forward_failure": failure, "generation": {"ok": False}}).startswith(
+        "only the device fails"
+    )

@@ -506,3 +506,24 @@ def test_explorer_search_and_detail(browser, rendered):
     assert detail.locator(".error").inner_text().strip()
     assert attempted == [] and errors == []
     page.close()
+
+
+def test_the_default_baseline_is_the_previous_sweep_of_the_same_name_and_device(tmp_path):
+    """A CPU sweep's report compared against a pretend sweep of another list: every model a change."""
+
+    def sweep(sweep_id: str, device: str) -> None:
+        rows = [{**_rec(sweep_id, "org/m1", PASS), "device_type": device}]
+        store.write_parquet(rows, tmp_path / "results" / f"sweep={sweep_id}" / "part-0.parquet")
+
+    sweep("hand-20261201T000000Z", "cpu")
+    sweep("hand-20261202T000000Z", "pretend")
+    sweep("other-20261203T000000Z", "cpu")
+    sweep("hand-20261204T000000Z", "cpu")
+    assert report.previous_sweep(tmp_path, "hand-20261204T000000Z") == "hand-20261201T000000Z"
+    assert report.previous_sweep(tmp_path, "other-20261203T000000Z") is None
+    assert report.previous_sweep(tmp_path, "hand-20261202T000000Z") is None
+
+
+def test_suspect_passes_are_counted_in_one_vocabulary():
+    words = analysis.suspect_words({analysis.DIVERGES: 2, analysis.NOT_FLUENT: 1, analysis.AGREES: 7})
+    assert words == "3 (2 diverge from the reference, 1 not fluent with no reference)"

@@ -173,3 +173,59 @@ def test_the_card_and_shared_repro_wait_for_the_data_folders_lock(tmp_path):
         assert not done.is_set() and not (tmp_path / "README.md").exists()
     writer.join(timeout=10)
     assert done.is_set() and (tmp_path / "README.md").exists()
+
+
+def _three_sweeps(data: Path) -> list[str]:
+    ids = ["smoke-20261201T000000Z-aaaa", "smoke-20261202T000000Z-bbbb", "other-20261203T000000Z-cccc"]
+    for day, sweep_id in enumerate(ids, 1):
+        meta = SweepMeta(
+            sweep_id=sweep_id,
+            name=sweep_id.split("-")[0],
+            created_at=f"2026-12-0{day}T00:00:00+00:00",
+            probe={"device": "cpu"},
+            models=[ModelEntry("org/a"), ModelEntry("org/b")],
+        )
+        meta.write(store.sweep_dir(data, sweep_id))
+        store.store_result(
+            data, sweep_id, schema.empty_record(sweep_id=sweep_id, model_id="org/a", status="PASS"), None, ""
+        )
+    return ids
+
+
+def test_a_sweep_id_is_easy_to_give(tmp_path):
+    a, b, c = _three_sweeps(tmp_path)
+    assert store.resolve_sweep_id(tmp_path, a) == a
+    assert store.resolve_sweep_id(tmp_path, "latest") == c
+    assert store.resolve_sweep_id(tmp_path, "latest:smoke") == b
+    assert store.resolve_sweep_id(tmp_path, "other") == c  # a unique prefix
+    with pytest.raises(UserError, match=r"is the start of 2 sweeps .*; give more of the id; `latest:smoke` names"):
+        store.resolve_sweep_id(tmp_path, "smoke")
+    with pytest.raises(UserError, match=f"did you mean {b}"):
+        store.resolve_sweep_id(tmp_path, "smoke-20261202T000000Z-bbbc")
+    with pytest.raises(UserError, match="No sweep named 'nightly'.*the names are other, smoke"):
+        store.resolve_sweep_id(tmp_path, "latest:nightly")
+
+
+def test_list_shows_the_sweeps_newest_first_and_commands_take_latest(tmp_path):
+    a, b, c = _three_sweeps(tmp_path)
+    run = subprocess.run([*CLI, "list", "--json", "--data-dir", str(tmp_path)], capture_output=True, text=True)
+    rows = json.loads(run.stdout)
+    assert [r["sweep_id"] for r in rows] == [c, b, a]
+    assert rows[0] | {"sweep_id": None} == {
+        "sweep_id": None,
+        "name": "other",
+        "device": "cpu",
+        "models": 2,
+        "PASS": 1,
+        "FAIL(load)": 0,
+        "FAIL(gen)": 0,
+        "FAIL(other)": 0,
+        "excluded": 0,
+        "state": "1 to run",
+    }
+    table = subprocess.run([*CLI, "list", "--data-dir", str(tmp_path)], capture_output=True, text=True).stdout
+    assert table.index(c) < table.index(b) < table.index(a)
+    agg = subprocess.run(
+        [*CLI, "aggregate", "latest:smoke", "--data-dir", str(tmp_path)], capture_output=True, text=True
+    )
+    assert agg.returncode == 0 and agg.stdout.startswith(f"{b}: 1 result rows"), agg.stderr

@@ -48,6 +48,21 @@ def data_dir_option(command):
     )(command)
 
 
+#: The arguments that name a sweep: each may be given as ``latest``, ``latest:NAME`` or a unique prefix.
+SWEEP_ARGUMENTS = ("sweep_id", "sweep_a", "sweep_b", "resume", "baseline")
+
+
+def _resolve_sweep_ids(kwargs: dict) -> None:
+    """Each sweep argument as the id it means (``store.resolve_sweep_id``), in place."""
+    if "data_dir" not in kwargs:
+        return
+    from .record import store
+
+    for name in SWEEP_ARGUMENTS:
+        if kwargs.get(name):
+            kwargs[name] = store.resolve_sweep_id(kwargs["data_dir"], kwargs[name])
+
+
 def user_errors(command):
     """A UserError becomes click's usage error (one sentence, exit status 2); a StorageFull (the data
     folder could not be written) or an Interrupted (a sweep stopped early) one sentence with exit status 1.
@@ -56,6 +71,7 @@ def user_errors(command):
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         try:
+            _resolve_sweep_ids(kwargs)
             return command(*args, **kwargs)
         except (UserError, StorageFull, Interrupted) as exc:
             if click.get_current_context().find_root().params.get("debug"):
@@ -178,17 +194,25 @@ def _sweep(params_file, data_dir, workers, executor, prefetch, resume, report):
         )
     # written to a log (nohup on a TPU VM, CI) the table gets 160 columns, not rich's default 80
     table_console = Console() if sys.stdout.isatty() else Console(width=160)
-    verdict_table(store.read_records(data_dir, summary["sweep_id"]), table_console)
+    records = store.read_records(data_dir, summary["sweep_id"])
+    verdict_table(records, table_console)
     click.echo(
         f"sweep {summary['sweep_id']}: {summary['ran']} probed now, {summary['total']} models, "
         f"{summary['wall_s']:.1f} s with {summary['workers']} worker(s) ({summary['executor']})"
     )
+    if summary["verdicts"].get("PASS"):  # is a PASS right: the report's words (analysis.suspect_words)
+        from . import analysis
+
+        checks = analysis.pass_checks(store.scan(data_dir), summary["sweep_id"])
+        click.echo(f"suspect passes: {analysis.suspect_words(dict(checks.select('check', 'count').rows()))}")
     if summary["excluded_before"]:  # in the excluded config and the report, so said here too
         click.echo(
             f"excluded before running: {len(summary['excluded_before'])} "
             f"({'; '.join(f'{m}: {r}' for m, r in sorted(summary['excluded_before'].items()))})"
         )
-    if summary.get("device_time"):  # held-idle share and utilisation (sweep.device_time)
+    accelerator = any(r.get("device_type") not in (None, "cpu") for r in records)
+    if summary.get("device_time") and accelerator:  # held-idle share and utilisation (sweep.device_time): a CPU
+        # sweep holds no device, its "devices" are worker slots
         from .sweep.device_time import sentence
 
         click.echo(sentence(summary["device_time"]))
@@ -271,7 +295,10 @@ def _render(data_dir: Path, sweep_id: str, baseline: str | None) -> None:
 @main.command()
 @click.argument("sweep_id")
 @click.option(
-    "--baseline", default=None, metavar="SWEEP_ID", help="Compare against this sweep (default: the previous one)."
+    "--baseline",
+    default=None,
+    metavar="SWEEP_ID",
+    help="Compare against this sweep (default: the previous sweep of the same name and device).",
 )
 @data_dir_option
 @user_errors
@@ -372,6 +399,28 @@ def include(sweep_id, data_dir):
 
     results, excluded = store.set_exclusion(data_dir, sweep_id, None)
     click.echo(f"{sweep_id}: included ({results} result rows, {excluded} excluded rows)")
+
+
+@main.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per sweep.")
+@data_dir_option
+@user_errors
+def list_(as_json, data_dir):
+    """The sweeps of the data folder, newest first: name, device, models, verdict counts, whether complete.
+    Any command taking a sweep id also takes `latest`, `latest:NAME` or a unique prefix of one."""
+    import json
+
+    from .render.terminal import sweep_list_rows, sweep_list_table
+
+    rows = sweep_list_rows(data_dir)
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+    elif not rows:
+        click.echo(f"No sweeps under {data_dir}/sweeps yet; `make sweep` runs the default one.")
+    else:
+        from rich.console import Console
+
+        sweep_list_table(rows, Console() if sys.stdout.isatty() else Console(width=160))
 
 
 def sweep_model_arguments(variant_help: str):
@@ -549,7 +598,11 @@ def bisect(
 
     from .bisect import run as bisect_run
     from .bisect.search import answer_line
+    from .record import store
 
+    if first is not None and second is not None:  # sweeps as users give them (latest, a prefix)
+        first = store.resolve_sweep_id(data_dir, first)
+        second = second if package else store.resolve_sweep_id(data_dir, second)
     log = None if as_json else (lambda line: click.echo(line, err=True))
     answers: list = []
     if first is None or second is None:

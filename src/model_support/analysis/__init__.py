@@ -1,7 +1,7 @@
 """Analysis: small Polars queries over the dataset (one sweep's tables, the diff against a
 baseline, the history across sweeps), each returning a small DataFrame; the report renders them."""
 
-from .checks import pass_checks, suspect_passes
+from .checks import pass_checks, suspect_passes, suspect_words
 from .diff import change_counts, diff_summary, model_changes, signature_changes
 from .frames import (
     AGREES,

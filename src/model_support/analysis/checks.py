@@ -37,6 +37,16 @@ def _pass_checks_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
     )
 
 
+def suspect_words(checks: dict[str, int]) -> str:
+    """The suspect passes in the words the report, the terminal and the explorer share: ``2 (1 diverge from the
+    reference, 1 not fluent with no reference)``; ``checks`` maps each check (``PASS_CHECKS``) to its count."""
+    diverge, not_fluent = checks.get(SUSPECT_CHECKS[0], 0), checks.get(SUSPECT_CHECKS[1], 0)
+    return (
+        f"{diverge + not_fluent:,} ({diverge:,} diverge from the reference, {not_fluent:,} not fluent with no "
+        "reference)"
+    )
+
+
 def suspect_passes(results: Frame, sweep_id: str) -> pl.DataFrame:
     """The passes whose check is suspect (``SUSPECT_CHECKS``), diverging ones first: model_id, variant, check,
     step (where the device diverges from the reference; null for a judge's verdict), note (why), generated_text,

@@ -242,15 +242,17 @@ def require_sweep(sweeps: pl.DataFrame, sweep_id: str) -> str:
 
 
 def previous_sweep_id(sweeps: pl.DataFrame, sweep_id: str) -> str | None:
-    """The latest sweep created before ``sweep_id`` that has results rows (a wholly excluded sweep,
-    e.g. a broken stack, is no baseline); None when there is none."""
+    """The latest sweep of the same name on the same device type created before ``sweep_id`` that has results
+    rows (a wholly excluded sweep, e.g. a broken stack, is no baseline); None when there is none. A sweep of
+    another list or another device is no default baseline: its diff would be every model's."""
     require_sweep(sweeps, sweep_id)
-    ids = sweeps["sweep_id"].to_list()
-    models = sweeps["models"].to_list()
-    position = ids.index(sweep_id)
-    for index in range(position - 1, -1, -1):
-        if models[index]:
-            return ids[index]
+    rows = sweeps.to_dicts()
+    position = [r["sweep_id"] for r in rows].index(sweep_id)
+    this = rows[position]
+    for row in reversed(rows[:position]):
+        same_device = this["device_type"] is None or row["device_type"] == this["device_type"]  # None: no rows
+        if row["models"] and row["name"] == this["name"] and same_device:
+            return row["sweep_id"]
     return None
 
 

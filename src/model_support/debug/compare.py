@@ -431,6 +431,12 @@ def conclusion(result: dict) -> str:
             f"fails on the CPU reference too, but differently: {_error(device)} in {_where(device)} on the "
             f"device, {_error(reference)} in {_where(reference)} on the reference"
         )
+    if device and result.get("forward_failure") and generation.get("ok") is True:
+        # the probe's own path (generate) ran on the device: what failed is the traced forward, the tracer's
+        return (
+            f"the tracer's failure, not the model's: its traced forward raised {_error(device)} in {_where(device)}, "
+            "while the probe's generation ran on the device"
+        )
     if device:
         return f"only the device fails: first in {_where(device)}, {_error(device)}"
     offender = result.get("first_offender")

@@ -260,12 +260,12 @@ def trace_forward(
     import torch
 
     device = model_device(model)
-    kwargs = {"input_ids": input_ids.to(device), **probe_core.on_device(extra_inputs, device, model)}
-    if attention_mask is not None:
-        kwargs["attention_mask"] = attention_mask.to(device)
     tracer = ModuleTracer(model, capture=capture)
     failure = None
-    with tracer, torch.inference_mode():
+    with tracer, torch.inference_mode():  # the inputs made on the device inside it, as the probe's generate does
+        kwargs = {"input_ids": input_ids.to(device), **probe_core.on_device(extra_inputs, device, model)}
+        if attention_mask is not None:
+            kwargs["attention_mask"] = attention_mask.to(device)
         try:
             model(**kwargs)
             if synchronize:

@@ -312,6 +312,49 @@ def list_sweeps(data_dir: Path) -> list[str]:
     return [sweep_id for _, sweep_id in sorted(metas)]
 
 
+#: The word that names the newest sweep (``latest``, or ``latest:NAME`` for the newest of a name).
+LATEST = "latest"
+
+
+def resolve_sweep_id(data_dir: Path, given: str) -> str:
+    """The sweep id a user means: the id itself, ``latest`` (the newest sweep), ``latest:NAME`` (the newest of a
+    name), or a unique prefix of one; else one sentence with the closest ids (``model-support list`` shows them)."""
+    import difflib
+
+    from .sweep_meta import parse_sweep_id
+
+    if (Path(data_dir) / "sweeps" / check_name(given, "sweep id", "the command line") / "sweep.json").exists():
+        return given
+    known = list_sweeps(data_dir)  # oldest first
+    if given == LATEST or given.startswith(f"{LATEST}:"):
+        name = given.partition(":")[2]
+        of_name = [s for s in known if not name or parse_sweep_id(s).name == name]
+        if of_name:
+            return of_name[-1]
+        names = sorted({parse_sweep_id(s).name for s in known})
+        raise UserError(
+            f"No sweep {'named ' + repr(name) + ' ' if name else ''}under {data_dir}/sweeps"
+            + (f"; the names are {', '.join(names)}." if names else "; run a sweep first (make sweep).")
+        )
+    matches = [s for s in known if s.startswith(given)]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        of_names = {parse_sweep_id(s).name for s in matches}
+        hint = f"; `{LATEST}:{of_names.pop()}` names the newest" if len(of_names) == 1 else ""
+        raise UserError(
+            f"Sweep {given!r} is the start of {len(matches)} sweeps ({', '.join(matches[-3:])}"
+            f"{', ...' if len(matches) > 3 else ''}); give more of the id{hint}."
+        )
+    close = difflib.get_close_matches(given, known, n=3, cutoff=0.5)
+    listing = (
+        f"did you mean {' or '.join(close)}?" if close else f"known sweeps: {', '.join(known[-5:]) or 'none yet'}."
+    )
+    raise UserError(
+        f"Sweep {given!r} does not exist under {data_dir}/sweeps; {listing} (`model-support list` shows them all)"
+    )
+
+
 def repro_dir(data_dir: Path, sweep_id: str | None = None) -> Path:
     """Where repro bodies are kept: a sweep's ``repro/`` (as its probes wrote them), or with no sweep the data
     folder's (every sweep's bodies, beside the Parquet files and on the Hub)."""

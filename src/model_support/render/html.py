@@ -156,10 +156,7 @@ def header_html(tables: dict[str, pl.DataFrame], sweep_id: str, baseline_sweep_i
     facts["failures (whose)"] = ""
     facts["passed (pass rate)"] = f"{summary['passed']:,} ({100 * rate:.1f}%)" if rate is not None else "0"
     checks = dict(tables["pass_checks"].select("check", "count").rows())
-    facts["suspect passes"] = (
-        f"{tables['suspect_passes'].height:,} ({checks.get(analysis.DIVERGES, 0):,} diverge from the reference, "
-        f"{checks.get(analysis.NOT_FLUENT, 0):,} not fluent with no reference)"
-    )
+    facts["suspect passes"] = analysis.suspect_words(checks)
     can_run = summary["models"] - (summary["model_failures"] or 0)
     facts["pass rate on the stack"] = (
         f"{_percent(summary['stack_pass_rate'])} ({summary['passed']:,} of {can_run:,}: the "
@@ -172,7 +169,12 @@ def header_html(tables: dict[str, pl.DataFrame], sweep_id: str, baseline_sweep_i
         facts["not tested (no record yet)"] = f"{tables['not_tested'].height:,}"
     if tables["pending"].height or tables["not_tested"].height:
         facts["to finish them"] = coverage.resume_command(sweep_id)
-    facts["baseline"] = baseline_sweep_id or "none"
+    how = "`--baseline ID` chooses another"
+    facts["baseline"] = (
+        f"{baseline_sweep_id} ({how})"
+        if baseline_sweep_id
+        else f"none: no earlier sweep of the same name and device ({how})"
+    )
     items = "".join(
         f"<dt>{html.escape(k)}</dt><dd>{raw[k] if k in raw else html.escape(str(v))}</dd>" for k, v in facts.items()
     )

@@ -29,7 +29,8 @@ def _sweeps(data_dir) -> pl.DataFrame:
 
 
 def previous_sweep(data_dir: Path | str, sweep_id: str) -> str | None:
-    """The latest sweep created before ``sweep_id`` (with results rows): the default baseline."""
+    """The latest sweep of the same name and device created before ``sweep_id`` (with results rows): the
+    default baseline (``analysis.previous_sweep_id``)."""
     return analysis.previous_sweep_id(_sweeps(data_dir), sweep_id)
 
 

@@ -14,6 +14,7 @@ from rich.table import Table
 from .. import analysis
 from ..bisect import results as bisect_results
 from ..bisect import stacks
+from ..errors import UserError
 from ..probe.model_ids import display_name
 from ..probe.signatures import shorten
 from ..record import schema, store
@@ -152,3 +153,55 @@ def verdict_table(records: list[dict], console) -> None:
     summary = Counter(r["status"] if not r.get("exclusion_reason") else "excluded" for r in records)
     shown = (*schema.VERDICTS, "excluded") if summary.get("excluded") else schema.VERDICTS
     console.print("  ".join(f"{k}: {summary.get(k, 0)}" for k in shown))
+
+
+def sweep_list_rows(data_dir: Path | str) -> list[dict]:
+    """Every sweep of the data folder, newest first: id, name, device, models (x variants), verdict counts from
+    its records, excluded, and its state (complete, N to run, or running now)."""
+    from ..probe import probe_params
+    from ..record.sweep_meta import parse_sweep_id
+
+    rows = []
+    data_dir = Path(data_dir)
+    for sweep_id in reversed(store.list_sweeps(data_dir)):
+        meta = store.read_sweep(data_dir, sweep_id)
+        records = store.read_records(data_dir, sweep_id)
+        counts = Counter(r["status"] if not r.get("exclusion_reason") else "excluded" for r in records)
+        devices = Counter(r["device_type"] for r in records if r.get("device_type"))
+        expected = len(meta.models) * len(probe_params.combinations(meta.matrix))
+        try:
+            with store.writing(data_dir, sweep_id):
+                running = False
+        except UserError:
+            running = True
+        left = expected - len(records)
+        rows.append(
+            {
+                "sweep_id": sweep_id,
+                "name": meta.name or parse_sweep_id(sweep_id).name,
+                "device": devices.most_common(1)[0][0] if devices else meta.probe.get("device", "auto"),
+                "models": expected,
+                **{v: counts.get(v, 0) for v in schema.VERDICTS},
+                "excluded": counts.get("excluded", 0) + len(meta.excluded or {}),
+                "state": "running" if running else ("complete" if left <= 0 else f"{left} to run"),
+            }
+        )
+    return rows
+
+
+def sweep_list_table(rows: list[dict], console) -> None:
+    """``sweep_list_rows`` as a terminal table."""
+    table = Table(title="sweeps, newest first")
+    for column in ("sweep", "name", "device", "models", *schema.VERDICTS, "excluded", "state"):
+        table.add_column(column, overflow="fold")
+    for r in rows:
+        table.add_row(
+            r["sweep_id"],
+            r["name"],
+            str(r["device"]),
+            str(r["models"]),
+            *(str(r[v]) for v in schema.VERDICTS),
+            str(r["excluded"]),
+            r["state"],
+        )
+    console.print(table)
