@@ -223,6 +223,14 @@ def test_is_local(tmp_path):
     assert not hub_fetch.is_local("gpt2") and not hub_fetch.is_local("org/name")
 
 
+def test_a_hub_id_stays_a_hub_id_beside_a_folder_of_its_name(tmp_path, monkeypatch):
+    (tmp_path / "org" / "name").mkdir(parents=True)
+    (tmp_path / "gpt2").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert not hub_fetch.is_local("org/name") and not hub_fetch.is_local("gpt2")
+    assert hub_fetch.is_local("./org/name") and hub_fetch.is_local("./gpt2")
+
+
 # -- fetch ----------------------------------------------------------------------------------------------------
 def test_fetch_downloads_exactly_the_plan(server, repos, tmp_path):
     cache = tmp_path / "cache"

@@ -97,10 +97,11 @@ _TOKEN_RE = re.compile(r"hf_[A-Za-z0-9]{20,}")
 
 
 def is_local(model_id):
-    """True for a local folder (existing, or a path-looking string: starting with / . ~, or with more than
-    one /); False for a Hub id ("name", "org/name")."""
+    """True for a local folder (a path-looking string: starting with / . ~, or with more than one /); False for
+    a Hub id ("name", "org/name") even where a folder of that name happens to be in the current directory: what
+    a model id means must not depend on where the command was typed (write ``./name`` for such a folder)."""
     text = str(model_id)
-    return text.startswith(("/", ".", "~")) or text.count("/") > 1 or os.path.isdir(os.path.expanduser(text))
+    return text.startswith(("/", ".", "~")) or text.count("/") > 1
 
 
 def plan_files(files, trust_remote_code=False):
