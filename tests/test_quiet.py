@@ -65,3 +65,5 @@ def test_the_single_probe_the_tests_run_uses_the_ipc_kernel(tmp_path, capfd):
     assert record["status"] == "PASS"
     captured = capfd.readouterr()
     assert noise_in(captured.err + captured.out) == []
+    # tqdm.auto's "IProgress not found" (no ipywidgets in a probe kernel) is no longer in the executed notebook
+    assert "IProgress" not in (tmp_path / "tiny-gpt2.ipynb").read_text()
