@@ -173,14 +173,16 @@ def _sweep(params_file, data_dir, workers, executor, prefetch, resume, report):
         TextColumn("ETA"),
         TimeRemainingColumn(),
     )
-    with Progress(*columns, console=console) as progress:
+    # a bar on a terminal; in a log (nohup, CI, a pipe) one plain line per model, no control codes
+    with Progress(*columns, console=console, disable=not console.is_terminal) as progress:
         bar = progress.add_task("sweep", total=None, verdicts="")
 
         def on_result(record, done, total):
             counts[record["status"]] += 1
-            progress.update(
-                bar, completed=done, total=total, verdicts=" ".join(f"{k}={v}" for k, v in sorted(counts.items()))
-            )
+            verdicts = " ".join(f"{k}={v}" for k, v in sorted(counts.items()))
+            progress.update(bar, completed=done, total=total, verdicts=verdicts)
+            if not console.is_terminal:
+                click.echo(f"[{done}/{total}] {record.get('model_id')}: {record['status']}  ({verdicts})", err=True)
 
         summary = sweep_mod.run(
             definition,
