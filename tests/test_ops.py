@@ -46,19 +46,20 @@ def cli(args: list, data: Path, config: dict | None = None) -> subprocess.Comple
 # --- the plan and the prediction, on made-up censuses --------------------------------------------------
 
 
-def _model(key, ops, missing=(), fallback=(), stages=None, status="PASS", source="run"):
+def _model(key, ops, missing=(), fallback=(), stages=None, status="PASS", source="run", device="cpu", **row):
     from model_support.ops import ModelOps
 
     return ModelOps(
         key=key,
         status=status,
-        device_type="cpu",
-        ops=list(ops),
-        stages=stages or ["generate"] * len(ops),
-        calls=[1] * len(ops),
+        device_type=device,
+        ops=None if ops is None else list(ops),
+        stages=stages or ["generate"] * len(ops or ()),
+        calls=[1] * len(ops or ()),
         source=source,
         ops_missing=list(missing),
         ops_fallback=list(fallback),
+        **row,
     )
 
 
@@ -106,6 +107,63 @@ def test_the_prediction_is_the_stage_of_the_first_missing_operator_and_a_fallbac
     assert predict([none], coverage)[0].predicted == "FAIL(load)"
 
 
+def test_the_plan_counts_cumulative_unlocks_and_groups_operators_that_only_unlock_together():
+    """Every model needs two operators the stack lacks (missing, or crashing: a runtime abort): no single operator
+    unlocks any model, so the plan's steps are the pairs, each with the models predicted PASS once it is done;
+    a model that fails on its own too (the CPU reference fails) is in no step, and said so."""
+    from model_support.ops import porting_plan, predict
+    from model_support.ops.plan import plan_json
+    from model_support.record.ops_table import CRASHES, IMPLEMENTED, MISSING
+
+    coverage = {"aten::mm": IMPLEMENTED, "aten::rsqrt": MISSING, "aten::silu": MISSING, "aten::gelu": MISSING}
+    coverage |= {"aten::relu": CRASHES}
+    models = predict(
+        [
+            _model("a", ["aten::mm", "aten::rsqrt", "aten::silu"]),
+            _model("b", ["aten::rsqrt", "aten::mm", "aten::silu"]),
+            _model("c", ["aten::relu", "aten::gelu"]),
+            _model("own", ["aten::rsqrt", "aten::gelu"], status="FAIL(gen)", source="partial", attribution="model"),
+            _model("fine", ["aten::mm"]),
+        ],
+        coverage,
+    )
+    steps = porting_plan(models)
+    assert [(s.ops, s.unlocks, s.passing) for s in steps] == [
+        (("aten::rsqrt", "aten::silu"), ["a", "b"], 3),  # fine passes already: 1, then 3 of 5
+        (("aten::gelu", "aten::relu"), ["c"], 4),
+    ]
+    assert steps[1].faults == {"aten::gelu": "missing", "aten::relu": "crashes"}
+    assert [m.predicted for m in models] == ["FAIL(gen)", "FAIL(gen)", "FAIL(other)", "FAIL(gen)", "PASS"]
+    answer = plan_json(models, steps)
+    assert answer["passing"] == 1 and answer["plan"][0]["op"] == "aten::rsqrt + aten::silu"
+    assert answer["blocked"] == [{"by": "its own failure: the CPU reference fails too", "models": ["own"]}]
+
+
+def test_the_plan_on_the_sweeps_own_stack_counts_its_aborts_and_its_wrong_output():
+    """On the sweep's own stack the rows are the coverage: a kernel that died, the stack's (the CPU reference
+    passed), names the operator its runtime aborted in: a step of the plan; a PASS whose output diverges from the
+    reference names no operator: it stays blocked, said so; a failure of the stack's that names none stays too."""
+    from model_support.ops import porting_plan, predict, still_blocked
+    from model_support.ops.plan import DIVERGES, UNNAMED
+    from model_support.probe.census import stopped_by
+
+    died = "the kernel died (killed by SIGABRT); it last said: pretend runtime: fatal error in aten::relu; aborting"
+    dead = {"error_type": "DeadKernelError", "attribution": "stack", "failure_stage": "runner"}
+    stopped = stopped_by({**dead, "error_message": died})
+    models = predict(
+        [
+            _model("opt", None, status="FAIL(other)", source=None, stopped=stopped, device="pretend", **dead),
+            _model("wrong", ["aten::mm"], numerics="diverges", device="pretend"),
+            _model("dtype", ["aten::_to_copy"], status="FAIL(load)", source="reference", attribution="stack"),
+            _model("fine", ["aten::mm"], numerics="match", device="pretend"),
+        ]
+    )
+    assert stopped == "aten::relu" and [m.predicted for m in models] == ["FAIL(other)", "PASS", "FAIL(load)", "PASS"]
+    (step,) = porting_plan(models)
+    assert (step.op, step.faults, step.unlocks, step.passing) == ("aten::relu", {"aten::relu": "crashes"}, ["opt"], 2)
+    assert still_blocked(models) == [(DIVERGES, ["wrong"]), (UNNAMED, ["dtype"])]
+
+
 # --- the census and the adapters' coverage --------------------------------------------------------------
 
 
@@ -139,6 +197,72 @@ def test_the_pretend_adapter_answers_from_its_configuration(monkeypatch):
     coverage = PretendAdapter("pretend").op_coverage(["aten::add.Tensor", "aten::tanh", "aten::mm"])
     assert coverage == {"aten::add.Tensor": "missing", "aten::tanh": "fallback", "aten::mm": "implemented"}
     assert parse('{"fallback_ops": ["aten::tanh"]}').fallback_ops == frozenset({"aten::tanh"})
+
+
+def test_the_pretend_coverage_knows_its_aborts_wrong_operators_and_refused_dtypes(monkeypatch):
+    """``ops --on pretend`` reads the stack's every fault: a model calling an operator its runtime aborts in is
+    FAIL(other), as a dead kernel is; one run in a dtype the stack refuses is FAIL(load), at the weights' copy;
+    one calling a wrong operator passes, and no step of the plan counts it before that operator is fixed. Off
+    (the variable unset), the coverage is one sentence, never an empty answer that predicts every model PASS."""
+    from model_support.ops import porting_plan, predict
+    from model_support.ops.coverage import census_ops
+    from model_support.probe.devices import DeviceUnavailable
+    from model_support_pretend.adapter import PretendAdapter
+
+    config = {"crash_ops": ["aten::relu"], "wrong_ops": ["aten::mm"], "unsupported_dtypes": ["float16"]}
+    monkeypatch.setenv(PRETEND_VAR, json.dumps(config))
+    models = [
+        _model("opt", ["aten::relu", "aten::addmm"], dtype="bfloat16"),
+        _model("half", ["aten::_to_copy", "aten::addmm"], stages=["load", "generate"], dtype="float16"),
+        _model("llama", ["aten::mm", "aten::silu"], dtype="bfloat16"),
+    ]
+    coverage = PretendAdapter("pretend").op_coverage(census_ops(models))
+    assert coverage["aten::relu"] == "crashes" and coverage["aten::mm"] == "wrong"
+    assert (coverage["dtype::float16"], coverage["dtype::bfloat16"]) == ("missing", "implemented")
+    opt, half, llama = predict(models, coverage)
+    assert (opt.predicted, opt.first_missing, opt.ops_crashing) == ("FAIL(other)", "aten::relu", ["aten::relu"])
+    assert (half.predicted, half.first_missing) == ("FAIL(load)", "dtype::float16")
+    assert (llama.predicted, llama.ops_wrong, llama.passes) == ("PASS", ["aten::mm"], False)
+    assert [(s.op, s.unlocks, s.passing) for s in porting_plan(models)] == [
+        ("aten::mm", ["llama"], 1),
+        ("aten::relu", ["opt"], 2),
+        ("dtype::float16", ["half"], 3),
+    ]
+    monkeypatch.delenv(PRETEND_VAR)
+    with pytest.raises(DeviceUnavailable, match="the pretend accelerator is off here"):
+        PretendAdapter("pretend").op_coverage(["aten::mm"])
+
+
+def test_a_stopped_runs_census_keeps_the_devices_operators_and_the_one_that_stopped_it():
+    """The CPU reference of a run stopped at ``aten::bmm`` calls its own attention kernel, never bmm: its census
+    completes the device's partial one (what the reference alone called, after it), never replaces it; the
+    operator a stack's failure names is missing whatever the adapter read."""
+    from model_support.probe import census
+
+    partial = {
+        "ops": ["aten::_to_copy", "aten::mm", "aten::bmm"],
+        "ops_stages": ["load", "generate", "generate"],
+        "ops_calls": [20, 3, 1],
+        "ops_source": "partial",
+    }
+    reference = {
+        "ops": ["aten::mm", "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::silu"],
+        "ops_stages": ["generate"] * 3,
+        "ops_calls": [40, 8, 8],
+        "ops_source": "reference",
+    }
+    done = census.completed(partial, reference)
+    assert done == {
+        "ops": [*partial["ops"], "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::silu"],
+        "ops_stages": ["load", "generate", "generate", "generate", "generate"],
+        "ops_calls": [20, 40, 1, 8, 8],
+        "ops_source": "reference",
+    }
+    failure = {"attribution": "stack", "error_message": "Could not run 'aten::bmm' with arguments from the 'x' backend"}
+    assert census.stopped_by(failure) == "aten::bmm"
+    assert census.stopped_by({**failure, "attribution": "model"}) is None  # the reference fails too: not the stack's
+    fields = census.coverage_fields(done["ops"], dict.fromkeys(done["ops"], "implemented"), "aten::bmm")
+    assert fields == {"ops_missing": ["aten::bmm"], "ops_fallback": [], "ops_unknown": []}
 
 
 def test_the_generic_adapter_reads_a_real_stacks_registrations():
@@ -189,6 +313,95 @@ def test_a_stack_this_machine_lacks_is_one_sentence():
     }
 
 
+def test_a_device_this_machine_does_not_know_is_named_with_those_it_can_read():
+    """``--on gpu``: no such device here, in the user's word, and the stacks this machine can read (not the
+    dispatcher's PrivateUse1 that an unknown name would be read as)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "model_support.ops", "gpu"],
+        input='["aten::mm"]',
+        capture_output=True,
+        text=True,
+        env=_env(None),
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    problem = json.loads(done.stdout)["problem"]
+    assert problem.startswith("There is no device 'gpu' here (an NVIDIA or AMD GPU is cuda); this machine can read")
+    assert "cpu, " in problem and "pretend" in problem and "PrivateUse1" not in problem
+
+
+def test_a_stack_whose_coverage_does_not_come_in_time_is_one_sentence(monkeypatch):
+    """The child that reads a stack's coverage is given a time; past it, one sentence, never a traceback."""
+    from model_support.errors import UserError
+    from model_support.ops import coverage
+
+    monkeypatch.setattr(coverage, "COVERAGE_TIMEOUT_S", 0.01)  # no python starts that fast: a real timeout
+    with pytest.raises(UserError) as caught:
+        coverage.stack_coverage("cpu", ["aten::mm"])
+    assert str(caught.value) == (
+        "The cpu stack's coverage could not be read here: its backend did not answer within 0.01 s."
+    )
+
+
+def test_the_note_on_where_the_census_was_taken_says_which_models():
+    """A pretend sweep whose stopped runs were completed by their CPU reference, and one model's census from the
+    CPU, predicted ``--on pretend``: the note names the one taken elsewhere and the completed ones, never
+    "taken on cpu, pretend, not pretend"."""
+    from model_support.ops import porting_plan, predict
+    from model_support.render.ops import ops_text
+
+    models = predict(
+        [
+            _model("a", ["aten::mm"], device="pretend"),
+            _model("b", ["aten::mm", "aten::bmm"], device="pretend", source="reference", status="FAIL(gen)"),
+            _model("c", ["aten::mm"], device="cpu"),
+        ],
+        {"aten::mm": "implemented", "aten::bmm": "missing"},
+    )
+    text = " ".join(ops_text(models, porting_plan(models), "pretend", {"cpu", "pretend"}).split())
+    assert "not pretend" in text and "cpu, pretend" not in text
+    assert "The census of 1 of 3 models was taken on cpu, not pretend" in text
+    assert "1 stopped run on pretend ends its census with what the CPU reference alone called." in text
+
+
+def test_the_operator_status_words_are_declared_once():
+    """``implemented`` / ``fallback`` / ``missing`` / ``unknown`` (and the ops config's ``CPU fallback``) are declared
+    in ``record.ops_table`` only: the device adapters, the census and ``ops`` import them."""
+    import ast
+
+    from model_support.probe import devices
+    from model_support.record import ops_table
+
+    assert devices.OP_STATUSES is ops_table.OP_STATUSES
+    declared = []
+    for root in (REPO / "src", REPO / "pretend" / "src"):
+        for path in root.rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Constant) and node.value in ("implemented", "fallback", "CPU fallback"):
+                    declared.append(path.relative_to(REPO).as_posix())
+    assert set(declared) == {"src/model_support/record/ops_table.py"}
+
+
+def test_the_ops_config_is_linear_in_the_models():
+    """Compaction's ``ops`` rows look each model up in a set: the model ids are compared a number of times that
+    grows with the models, not with their square (a list searched per row was)."""
+    from model_support.record.ops_table import op_rows
+
+    compared = [0]
+
+    class Counted(str):
+        __hash__ = str.__hash__
+
+        def __eq__(self, other):
+            compared[0] += 1
+            return str.__eq__(self, other)
+
+    base = {"sweep_id": "s", "device_type": "pretend", "versions": None, "ops": ["aten::mm"], "ops_calls": [1]}
+    rows = op_rows({**base, "model_id": Counted(f"m{i}")} for i in range(2000))
+    assert rows[0]["probes"] == 2000 and len(rows[0]["models"]) == 2000
+    assert compared[0] < 2000
+
+
 def test_an_unknown_sweep_is_one_sentence(tmp_path):
     """``ops NOSUCH``: the known ids in one sentence, exit 2, no traceback (a pulled dataset with rows and no
     sweep.json is known: the report reads its ops tables, see test_report's wholly excluded sweep)."""
@@ -202,7 +415,7 @@ def test_an_unknown_sweep_is_one_sentence(tmp_path):
     )
     assert done.returncode != 0
     assert "Traceback" not in done.stderr
-    assert "Unknown sweep id 'nosuch-20261201T000000Z'; the known sweep ids are: none." in done.stderr
+    assert "Sweep 'nosuch-20261201T000000Z' does not exist under" in done.stderr and "known sweeps: none yet" in done.stderr
 
 
 def test_the_ops_config_rows():
@@ -300,7 +513,13 @@ def test_the_prediction_from_the_cpu_census_is_the_pretend_sweeps_verdict_model_
     actual = ops_loop["records"]["stack"]
     assert {name: p["predicted"] for name, p in predicted.items()} == {n: r["status"] for n, r in actual.items()}
     assert predicted["tiny-llama"]["ops_missing"] == ["aten::rsqrt", "aten::silu"]
-    assert predicted["tiny-gpt2"] == {"ops_missing": [], "ops_fallback": ["aten::tanh"], "predicted": "PASS"}
+    assert predicted["tiny-gpt2"] == {
+        "ops_missing": [],
+        "ops_crashing": [],
+        "ops_wrong": [],
+        "ops_fallback": ["aten::tanh"],
+        "predicted": "PASS",
+    }
     assert {r["status"] for r in actual.values()} == {"PASS", "FAIL(gen)", "FAIL(load)"}
 
 
@@ -327,9 +546,13 @@ def test_the_plan_and_implementing_its_first_operator_makes_exactly_its_unlocks_
     named = [(s["op"], sorted(map(name_of, s["unlocks"])), sorted(map(name_of, s["blocks"]))) for s in plan]
     assert named == [
         ("aten::gelu", ["tiny-gpt-neox"], ["tiny-gpt-neox"]),
-        ("aten::rsqrt", [], ["tiny-llama"]),  # llama lacks two: unlocked only at the second
-        ("aten::silu", ["tiny-llama"], ["tiny-llama"]),
+        ("aten::rsqrt + aten::silu", ["tiny-llama"], ["tiny-llama"]),  # llama lacks two: they only unlock together
     ]
+    assert [s["passing"] for s in plan] == [3, 4] and ops_loop["plan"]["passing"] == 2  # gpt2, opt pass already
+    assert ops_loop["plan"]["blocked"] == [
+        {"by": "its own failure: the CPU reference fails too", "models": [ops_loop["plan"]["blocked"][0]["models"][0]]}
+    ]
+    assert name_of(ops_loop["plan"]["blocked"][0]["models"][0]) == "fail-missing-weights"
     before, after = ops_loop["records"]["stack"], ops_loop["records"]["next"]
     newly = sorted(n for n in after if after[n]["status"] == "PASS" and before[n]["status"] != "PASS")
     assert newly == named[0][1]
@@ -364,3 +587,41 @@ def test_the_ops_config_loads_with_datasets(ops_loop):
     assert status["aten::rsqrt"] == "missing" and status["aten::tanh"] == "CPU fallback"
     assert status["aten::mm"] == "implemented"
     assert "config_name: ops" in (data / "README.md").read_text()
+
+
+#: A stack without ``aten::bmm``: every attention on the pretend device takes the math path, which needs it; the
+#: CPU reference never calls it (its attention is its own flash kernel).
+NO_BMM = {"missing_ops": ["aten::bmm"]}
+
+
+@pytest.mark.slow
+def test_a_stack_lacking_bmm_lists_it_on_every_failing_row_and_ops_predicts_those_failures(tmp_path, fixture_models):
+    """A real sweep on a stack lacking ``aten::bmm``: each FAIL(gen) row keeps the device's census (the weights'
+    ``aten::_to_copy`` at load, then the math attention's ``aten::bmm``, where it stopped) completed by what the
+    CPU reference alone called, lists bmm as missing, and ``ops`` predicts the failures on the sweep's own stack
+    (a census replaced by the reference's lost bmm: no missing operator, every model predicted PASS)."""
+    import yaml
+
+    from model_support.probe.model_ids import display_name
+    from model_support.record import store
+
+    probe = {"device": "pretend", "max_new_tokens": 2, "judge": False, "reference": "cpu"}
+    models = [str(REPO / "data" / "models" / m) for m in ("tiny-llama", "tiny-gpt2")]
+    definition = tmp_path / "bmm.yaml"
+    definition.write_text(yaml.safe_dump({"name": "no-bmm", "probe": probe, "models": models, "workers": 1}))
+    data = tmp_path / "data"
+    cli(["sweep", str(definition), "--no-report"], data, NO_BMM)
+    (sweep,) = store.list_sweeps(data)
+    rows = {display_name(r["model_id"]): r for r in store.read_records(data, sweep)}
+    assert set(rows) == {"tiny-llama", "tiny-gpt2"}
+    for name, r in rows.items():
+        assert (r["status"], r["attribution"], r["ops_source"]) == ("FAIL(gen)", "stack", "reference"), name
+        assert r["error_message"].startswith("Could not run 'aten::bmm'"), name
+        assert r["ops_missing"] == ["aten::bmm"], name
+        assert r["ops_stages"][r["ops"].index("aten::bmm")] == "generate", name
+        assert r["ops_stages"][r["ops"].index("aten::_to_copy")] == "load", name  # the device's census, kept
+    answer = json.loads(cli(["ops", sweep, "--json"], data).stdout)
+    predicted = {name_of(k): (m["predicted"], m["ops_missing"]) for k, m in answer["models"].items()}
+    assert predicted == {name: ("FAIL(gen)", ["aten::bmm"]) for name in rows}
+    (step,) = answer["plan"]
+    assert (step["op"], sorted(map(name_of, step["unlocks"])), step["passing"]) == ("aten::bmm", sorted(rows), 2)

@@ -1,6 +1,6 @@
 """The Ray executor keeps the local executor's promises, on a real local Ray (2 CPUs) and real probes of
-the tiny fixtures: schedule.jsonl, a request no node can satisfy refused up front, a worker that dies
-is its model's row (the sweep goes on), and a stop cancels every outstanding task."""
+the tiny fixtures: schedule.jsonl, a request no node can satisfy refused up front, a worker lost under a probe
+leaves its model pending (never a verdict), and a stop cancels every outstanding task."""
 
 from __future__ import annotations
 
@@ -189,24 +189,56 @@ def test_a_request_no_node_can_satisfy_is_refused_before_anything_runs(local_ray
     assert not list((tmp_path / "data" / "sweeps").glob("*/records/*.json"))
 
 
-def test_a_ray_worker_that_dies_is_its_models_row_and_the_sweep_goes_on(local_ray, fixture_models, tmp_path):
-    names = ["fail-hang", "tiny-gpt2"]
+def test_a_ray_worker_lost_under_a_probe_leaves_its_model_pending_and_resume_probes_it(
+    local_ray, fixture_models, tmp_path
+):
+    """A Ray worker killed under its probe (SIGKILL from outside, as a node going away would: Ray raises
+    WorkerCrashedError) says nothing about the model: the probe is run once more on a fresh task, then left
+    pending with the cause, never a FAIL row; ``--resume`` probes it. It was a FAIL(other) ``RayWorkerDied`` row."""
     data = tmp_path / "data"
-    chosen = definition(tmp_path, fixture_models, names, timeout_s=300)
+    chosen = definition(tmp_path, fixture_models, ["tiny-gpt2"], overrides={"tiny-gpt2": {"judge": False}})
+    killed: list[str] = []
 
-    def kill_the_hanging_models_worker():
-        process, _task = wait_for(lambda: [p for p in probes_of(data) if "fail-hang" in p[1]["source"]][:1])[0]
-        process.parent().send_signal(signal.SIGKILL)  # the Ray worker, as the OOM killer would
+    def kill_the_worker_under_each_try():
+        while len(killed) < 2:
+            fresh = wait_for(lambda: [p for p, _task in probes_of(data) if p.cmdline()[-1] not in killed][:1], 120)
+            killed.append(fresh[0].cmdline()[-1])  # the probe's folder: one per try
+            fresh[0].parent().send_signal(signal.SIGKILL)  # the Ray worker running it
 
-    killer = threading.Thread(target=kill_the_hanging_models_worker, daemon=True)
+    killer = threading.Thread(target=kill_the_worker_under_each_try, daemon=True)
     killer.start()
-    summary = in_thread(lambda: sweep.run(chosen, data, workers=2, executor="ray"), timeout=300)
-    killer.join(1)
-    rows = {display_name(r["model_id"]): r for r in store.read_records(data, summary["sweep_id"])}
-    assert rows["tiny-gpt2"]["status"] == "PASS"
-    died = rows["fail-hang"]
-    assert (died["status"], died["failure_stage"], died["error_type"]) == (schema.FAIL_OTHER, "runner", "RayWorkerDied")
-    assert "the Ray worker running the probe ended" in died["error_message"]
+    summary = in_thread(lambda: sweep.run(chosen, data, workers=1, executor="ray"), timeout=240)
+    assert len(killed) == 2 and not store.read_records(data, summary["sweep_id"])  # tried twice, never a FAIL row
+    (pending,) = summary["pending"].values()
+    assert pending["problem"] == "harness", pending
+    assert pending["reason"].startswith("the Ray worker running the probe was lost (WorkerCrashedError: ")
+    assert pending["reason"].endswith("; tried 2 times")
+    resumed = in_thread(lambda: sweep.run(None, data, executor="ray", resume=summary["sweep_id"]), timeout=240)
+    (record,) = store.read_records(data, summary["sweep_id"])
+    assert record["status"] == schema.PASS and not resumed["pending"]
+
+
+def test_a_memory_kill_is_the_models_row_only_on_a_rerun_that_ran_alone(monkeypatch):
+    """Ray's memory monitor kills the most recently started task when its node runs low, not the one using the
+    memory: a probe it kills is the harness's (run again, then pending saying so) unless its rerun was killed
+    while no other task of the sweep ran, the model's out-of-memory row (FAIL(other), the host's memory)."""
+    from model_support.sweep.executors.ray import RayExecutor
+    from model_support.sweep.worker.download import Download
+
+    killed = ray.exceptions.OutOfMemoryError("Task was killed due to the node running low on memory.\nMemory on...")
+    task = {"sweep_id": "s", "model_id": "m", "source": "/m", "params": {"device": "cpu"}, "variant": "eager+dynamic"}
+    task |= {"timeout_s": 60.0, "notebook_path": "sweeps/s/notebooks/m.ipynb"}
+    executor = RayExecutor("cpu", 2)
+
+    def outcome(others: int, retry: bool):
+        monkeypatch.setattr(RayExecutor, "_call", lambda self, remote, resources, t, died, *args: died(killed, others))
+        return executor.run_one(task, Download("ready", path="/m"), (0,), retry=retry)
+
+    first, crowded, alone = outcome(0, False), outcome(1, True), outcome(0, True)
+    assert first.record is None and first.problem == "harness" and crowded.problem == "harness"
+    assert "while 1 other task of the sweep ran" in crowded.pending and "run fewer workers per node" in crowded.pending
+    assert (alone.record["status"], alone.record["failure_stage"]) == (schema.FAIL_OTHER, "runner")
+    assert alone.record["error_type"] == "RayOutOfMemory" and "out of host memory" in alone.record["error_message"]
 
 
 def test_a_stop_cancels_every_outstanding_ray_task(local_ray, fixture_models, tmp_path):

@@ -471,7 +471,8 @@ def test_a_model_needing_more_devices_than_the_sweep_has_is_refused(tmp_path):
 
 
 def test_ray_asks_for_each_models_devices_and_gives_the_same_rows(tmp_path):
-    """The same mixed sweep on a local Ray: a 2-device probe asks for 2 CPUs (its ranks), the others 1."""
+    """The same mixed sweep on a local Ray: a 2-device probe asks for 2 CPUs (its ranks), the others 1; the Ray the
+    sweep starts listens on the loopback address only."""
     pytest.importorskip("ray")
     from model_support.record import store
     from model_support.sweep import definition as params
@@ -486,9 +487,18 @@ def test_ray_asks_for_each_models_devices_and_gives_the_same_rows(tmp_path):
         "models": [{"id": "data/models/sharded-llama", "overrides": auto}, "data/models/tiny-gpt2"],
     }
     definition = params.parse(raw, source="ray.yaml", base=checkout_root())
-    summary = sweep.run(definition, tmp_path / "data", workers=2, executor="ray")
+    listens: list = []
+
+    def where_ray_listens(record, done, total):  # while the local Ray the sweep started runs
+        import ray
+
+        listens.append(({n["NodeManagerAddress"] for n in ray.nodes()}, ray.get_runtime_context().gcs_address))
+
+    summary = sweep.run(definition, tmp_path / "data", workers=2, executor="ray", on_result=where_ray_listens)
     rows = store.scan(tmp_path / "data").collect()
     assert summary["executor"] == "ray" and set(rows["status"]) == {"PASS"}
+    # a local Ray is this host's alone: its node and its GCS on the loopback address, not the host's network one
+    assert listens and all(nodes == {"127.0.0.1"} and gcs.startswith("127.0.0.1:") for nodes, gcs in listens)
     assert dict(rows.select("model_id", "devices_used").iter_rows()) == {"local:sharded-llama": 2, "local:tiny-gpt2": 1}
     tasks = sweep.build_tasks(store.read_sweep(tmp_path / "data", summary["sweep_id"]))
     assert [ray_resources("cpu", devices_needed(t, 2)) for t in tasks] == [{"num_cpus": 2}, {"num_cpus": 1}]

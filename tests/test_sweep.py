@@ -294,6 +294,64 @@ def test_a_kernel_that_never_starts_leaves_the_model_pending_not_failed(fixture_
     assert "tried 2 times" in next(iter(pending.values()))["reason"]
 
 
+def test_the_kernels_start_is_not_on_the_models_clock(fixture_models, tmp_path, monkeypatch):
+    """A kernel that takes 15 s to start (an IPython startup file that sleeps: the kernel's own start path), a
+    model timeout of 10 s and a grace of 2 s: the model's clock starts once the kernel is up and the stack
+    imported, so it PASSes. It was a ProbeTimeout FAIL(other): the process got timeout + grace from the hand-over,
+    its start included (the grace is 90 s, less than a kernel gets to start; a loaded host, a slow file system,
+    a backend's import can take longer)."""
+    from model_support.sweep.worker import process
+
+    startup = tmp_path / "ipython" / "profile_default" / "startup"
+    startup.mkdir(parents=True)
+    (startup / "00-slow.py").write_text("import time\ntime.sleep(15)\n")
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    monkeypatch.setattr(process, "GRACE_S", 2)
+    path = tmp_path / "slow.yaml"
+    probe = {"device": "cpu", "reference": "none", "judge": False}
+    body = {"name": "slow", "probe": probe, "models": [fixture_models["tiny-gpt2"]["path"]], "timeout_s": 10}
+    path.write_text(yaml.safe_dump(body))
+    summary = sweep.run(params.load(path), tmp_path / "data", workers=1)
+    (record,) = store.read_records(tmp_path / "data", summary["sweep_id"])
+    assert record["status"] == schema.PASS, record["error_message"]
+
+
+def test_a_prefetcher_that_fails_ends_the_sweep_in_seconds_with_its_error(fixture_models, tmp_path, monkeypatch):
+    """The prefetcher's feeder thread hands each model its download (``worker.prefetch``); one that raised (here
+    the first thing it calls, as a thread that cannot be started would) left every probe waiting for its model,
+    and the sweep with it, forever. Now the sweep ends at once, in one sentence with the error."""
+    import threading
+    from types import SimpleNamespace
+
+    from model_support.errors import Interrupted
+    from model_support.sweep.worker import prefetch
+
+    def cannot(source: str) -> bool:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(prefetch, "hub_fetch", SimpleNamespace(is_local=cannot))
+    monkeypatch.setenv("MODEL_SUPPORT_KERNEL_ZYGOTE", "off")  # no process to warm: the sweep ends before any probe
+    definition = params.load(small_params(tmp_path, fixture_models, ["tiny-gpt2", "tiny-llama"]))
+    ended: list = []
+
+    def run() -> None:
+        try:
+            sweep.run(definition, tmp_path / "data", workers=1)
+        except Exception as error:  # noqa: BLE001 - checked below
+            ended.append(error)
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+    runner.join(30)  # it ends in a fraction of a second
+    assert not runner.is_alive(), "the sweep waited for its downloads forever"
+    sweep_id = the_sweep_dir(tmp_path / "data").name
+    assert [type(error) for error in ended] == [Interrupted]
+    assert str(ended[0]) == (
+        "The sweep ended early (the downloads ahead of the probes stopped: RuntimeError: can't start new thread): "
+        f"0 of 2 stored; `model-support sweep --resume {sweep_id}` finishes it."
+    )
+
+
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_a_stopped_sweep_starts_no_probe_ends_in_seconds_and_says_how_to_finish(fixture_models, tmp_path, stop):
     """A two-device model runs while a hanging one waits for a device: the stop kills the first, and the
@@ -368,3 +426,56 @@ def test_a_models_own_words_about_a_full_disk_are_its_verdict_not_a_full_disk(fi
     assert rows["tiny-gpt2"][0] == schema.PASS
     status, message = rows["says-disk-full"]
     assert status.startswith("FAIL") and "No space left on device" in message
+
+
+@pytest.mark.slow
+def test_names_a_file_cannot_tell_apart_stay_two_models_and_a_torn_schedule_line_resumes(fixture_models, tmp_path):
+    """``tiny+opt`` and ``tiny_opt`` shared one record file (one overwrote the other); a torn last line of
+    ``schedule.jsonl`` (a full disk mid-append) ended every later --resume in a JSONDecodeError, no report."""
+    import shutil
+
+    for name in ("tiny+opt", "tiny_opt"):
+        shutil.copytree(fixture_models["tiny-opt"]["path"], tmp_path / "models" / name)
+    params_file = tmp_path / "apart.yaml"
+    params_file.write_text(
+        yaml.safe_dump(
+            {
+                "name": "apart",
+                "probe": {"device": "cpu", "reference": "none", "judge": False},
+                "models": [str(tmp_path / "models" / n) for n in ("tiny+opt", "tiny_opt")],
+            }
+        )
+    )
+    data_dir = tmp_path / "data"
+    first = subprocess.run(
+        [*CLI, "sweep", str(params_file), "--data-dir", str(data_dir), "--workers", "2", "--no-report"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert first.returncode == 0, first.stderr[-3000:]
+    (sweep_id,) = store.list_sweeps(data_dir)
+    records = sorted((store.sweep_dir(data_dir, sweep_id) / "records").glob("*.json"))
+    assert len(records) == 2
+    assert sorted(r["model_id"] for r in store.iter_records(data_dir, sweep_id)) == ["local:tiny+opt", "local:tiny_opt"]
+    # one model to probe again, and a schedule whose last append was cut short
+    store.record_file(data_dir, sweep_id, "local:tiny+opt").unlink()
+    with open(store.sweep_dir(data_dir, sweep_id) / "schedule.jsonl", "a") as handle:
+        handle.write('{"model_id": "local:tiny+opt", "variant": "eager+dyn')
+    resumed = subprocess.run(
+        [*CLI, "sweep", "--resume", sweep_id, "--data-dir", str(data_dir)], capture_output=True, text=True, timeout=600
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "1 probed now, 2 models" in resumed.stdout
+    assert "schedule.jsonl: skipped 1 unreadable line(s)" in resumed.stderr
+    # the report's words for a suspect PASS beside the verdicts; a CPU sweep held no device, so no device line
+    assert "suspect passes: 0 (0 diverge from the reference, 0 not fluent with no reference)" in resumed.stdout
+    assert "devices:" not in resumed.stdout and "held" not in resumed.stdout
+    # not a terminal: one plain progress line per model, no bar redrawn with control codes
+    assert (
+        "[2/2] local:tiny+opt: PASS" in resumed.stderr and "\x1b[" not in resumed.stderr and "\r" not in resumed.stderr
+    )
+    assert (data_dir / "reports" / f"{sweep_id}.html").exists()
+    rows = store.scan(data_dir).collect()
+    assert sorted(rows["model_id"].to_list()) == ["local:tiny+opt", "local:tiny_opt"]
+    assert rows["status"].to_list() == ["PASS", "PASS"]

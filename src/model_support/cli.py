@@ -356,14 +356,7 @@ def ops(sweep_id, on, as_json, data_dir):
     if as_json:
         click.echo(json.dumps(plan_json(models, steps), indent=1))
     else:
-        click.echo(
-            ops_text(
-                models,
-                steps,
-                on,
-                {"cpu" if m.source == "reference" else m.device_type for m in models if m.ops is not None},
-            )
-        )
+        click.echo(ops_text(models, steps, on))
 
 
 @main.command()

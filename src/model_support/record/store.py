@@ -325,7 +325,12 @@ def resolve_sweep_id(data_dir: Path, given: str) -> str:
 
     if (Path(data_dir) / "sweeps" / check_name(given, "sweep id", "the command line") / "sweep.json").exists():
         return given
+    # a dataset pulled without its sweeps/ folder knows its sweeps by their Parquet folders
+    pulled = {p.name.removeprefix("sweep=") for c in DATASET_CONFIGS for p in (Path(data_dir) / c).glob("sweep=*")}
+    if given in pulled:
+        return given
     known = list_sweeps(data_dir)  # oldest first
+    known += sorted(pulled - set(known))
     if given == LATEST or given.startswith(f"{LATEST}:"):
         name = given.partition(":")[2]
         of_name = [s for s in known if not name or parse_sweep_id(s).name == name]

@@ -28,7 +28,7 @@ from ..budget import CacheBudget
 from ..scheduler import Devices, DeviceScheduler, SchedulerClosed, device_order, run_on_devices
 from ..worker.download import Download
 from ..worker.host_checks import device_times
-from ..worker.prefetch import Prefetcher
+from ..worker.prefetch import Prefetcher, PrefetchFailed
 from ..worker.process import TaskResult, run_task, with_harness_retries
 from ..worker.task import ProbeTask
 
@@ -73,6 +73,11 @@ def devices_needed(task: ProbeTask, devices_here: int) -> int:
 
 class Stopped(RuntimeError):
     """The sweep stopped before this probe started: nothing is run, nothing is stored for it."""
+
+
+class ExecutorLost(RuntimeError):
+    """The executor itself failed (the Ray cluster went away, the downloads ahead stopped): not any model's
+    verdict; the sweep ends in one sentence saying what is stored and how to finish it."""
 
 
 class Executor:
@@ -144,7 +149,10 @@ class Executor:
     def _probe(self, index: int, hold: Devices) -> TaskResult:
         task = self.tasks[index]
         assert self._downloads is not None  # results() made it
-        got = self._downloads.wait(index)
+        try:
+            got = self._downloads.wait(index)
+        except PrefetchFailed as exc:  # no model can come: the sweep ends with that error, not a wait forever
+            raise ExecutorLost(str(exc)) from exc
         try:
             if self.stopped.is_set():
                 raise Stopped(task["model_id"])

@@ -19,10 +19,16 @@ What differs from local, and why:
 - Kernels: Ray reuses a worker process for task after task, so a worker's first probe starts a zygote
   (``engine.zygote``) that its next probes' kernels are forked from, as the local executor's are from
   its one zygote per sweep (``_kernels_forked_here``); the zygote dies with the worker.
-- A task whose worker died (killed for memory, a crash) is the model's stand-in row, FAIL(other) at
-  stage runner naming how it died, as a dead kernel is under the local executor; losing the cluster
-  ends the sweep in one sentence. On a stop every outstanding task is cancelled (its process tree
-  killed) before the driver lets go of the cluster.
+- A task whose Ray worker or node was lost under it (``WorkerCrashedError``, ``NodeDiedError``, its result
+  lost with its node: ``_lost``) has told nothing about its model, as a kernel that never started has not
+  under local: it is run once more on a fresh task, then left pending with the cause (``--resume`` probes
+  it), never a FAIL row. The model's kernel is a process of its own under the worker, so the worker itself
+  dying is not the model (a kernel that dies is the model's row, as under local). Ray's memory monitor
+  (``OutOfMemoryError``) kills the most recently started task when the node runs low, not the one using the
+  memory: a probe it kills is run again too, and only a rerun killed while no other task of the sweep ran is
+  the model's out-of-memory row (FAIL(other), the host's memory); else it is left pending saying so.
+  Losing the cluster ends the sweep in one sentence. On a stop every outstanding task is cancelled (its
+  process tree killed) before the driver lets go of the cluster.
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,13 +48,9 @@ from ...probe import devices
 from ..budget import CacheBudget
 from ..worker import host_checks
 from ..worker.download import Download
-from ..worker.process import Standby, TaskResult, run_task, runner_failure
+from ..worker.process import Standby, TaskResult, harness_pending, run_task, runner_failure
 from ..worker.task import ProbeTask
-from .base import Executor, Stopped, devices_needed
-
-
-class ExecutorLost(RuntimeError):
-    """The executor itself failed (the Ray cluster went away): not any model's verdict."""
+from .base import Executor, ExecutorLost, Stopped, devices_needed
 
 
 def check_ray_device(device: str) -> None:
@@ -131,6 +134,37 @@ def unsatisfiable(wanted: dict, nodes: list[dict]) -> bool:
     )
 
 
+#: The loopback address a local Ray binds to: it has no other node, so nothing beyond this host need reach it.
+LOOPBACK = "127.0.0.1"
+#: ``ray.init``'s arguments for a local Ray (``RAY_ADDRESS`` unset): its processes (GCS, raylet, workers, agents)
+#: on the loopback address only, no dashboard, the workers' output kept out of the sweep's terminal.
+LOCAL_RAY: dict[str, Any] = {
+    "_node_ip_address": LOOPBACK,
+    "include_dashboard": False,
+    "dashboard_host": LOOPBACK,
+    "log_to_driver": False,
+}
+
+
+@contextmanager
+def _loopback_only() -> Iterator[None]:
+    """While a local Ray starts: keep its loopback ``_node_ip_address``. On Linux Ray replaces a loopback node
+    address with the host's reachable one, so that other nodes can join (and its processes then listen on every
+    interface); it keeps it where clusters are off (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER``, read when Ray is
+    imported: its constant is set here for the start). A local Ray of a sweep has no other node."""
+    from ray._private import ray_constants
+
+    before = getattr(ray_constants, "ENABLE_RAY_CLUSTER", None)
+    if before is None:  # a Ray without the switch: its own default
+        yield
+        return
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = before
+
+
 #: The zygotes this Ray worker process started (``_kernels_forked_here``), kept for the tasks it runs next.
 _ZYGOTES: list = []
 
@@ -176,7 +210,8 @@ def _checks_on_ray(task: ProbeTask, state: dict) -> TaskResult:
 
 class RayExecutor(Executor):
     """Probes as Ray tasks (see the module docstring). Joins the cluster in RAY_ADDRESS when set, else starts a
-    local Ray (``_local_resources``); ``workers`` None: the cluster's device count."""
+    local Ray on the loopback address only (``LOCAL_RAY``, ``_local_resources``); ``workers`` None: the cluster's
+    device count."""
 
     name = "ray"
 
@@ -218,7 +253,8 @@ class RayExecutor(Executor):
                 if address:
                     ray.init(address=address, log_to_driver=False)
                 else:
-                    ray.init(include_dashboard=False, log_to_driver=False, **self._local_resources())
+                    with _loopback_only():
+                        ray.init(**LOCAL_RAY, **self._local_resources())
             except (ConnectionError, RuntimeError) as exc:
                 where = f"the Ray cluster at {address}" if address else "a local Ray"
                 raise UserError(
@@ -270,10 +306,15 @@ class RayExecutor(Executor):
                 )
 
     def run_one(self, task: ProbeTask, got: Download, ids: tuple[int, ...], retry: bool) -> TaskResult:
+        """The probe as a Ray task; a worker lost under it is the harness's (``with_harness_retries`` runs it again
+        on a fresh task, then leaves it pending), and so is a memory kill, but on a rerun (``retry``) that ran
+        alone, which is the model's (module docstring)."""
         started = time.time()
 
-        def died(exc: BaseException) -> TaskResult:
-            return _worker_died(task, got, exc, started)
+        def died(exc: BaseException, others: int) -> TaskResult:
+            if _killed_for_memory(exc) and retry and not others:
+                return _out_of_memory(task, got, exc, started)
+            return harness_pending(task, _lost_words(exc, others), "".join(f"{line}\n" for line in got.log))
 
         return self._call(self._remote, ray_resources(self.device, len(ids)), task, died, task, got)
 
@@ -296,7 +337,7 @@ class RayExecutor(Executor):
     def _host_checks(self, task: ProbeTask, phase: TaskResult, load_from: str | None = None) -> TaskResult:
         state = host_checks.check_state(phase, load_from)
 
-        def died(exc: BaseException) -> TaskResult:  # the verdict stands, with a note (as a host process's death)
+        def died(exc: BaseException, others: int) -> TaskResult:  # the verdict stands, with a note (as locally)
             why = f"the Ray worker running the host checks ended: {_first_line(exc)}"
             return TaskResult(None, None, f"{why}\n", pending=why)
 
@@ -305,13 +346,20 @@ class RayExecutor(Executor):
         return host_checks.finished(phase, done, state, began, time.time())
 
     def _call(
-        self, remote: Any, resources: dict, task: ProbeTask, died: Callable[[BaseException], TaskResult], *args: Any
+        self,
+        remote: Any,
+        resources: dict,
+        task: ProbeTask,
+        died: Callable[[BaseException, int], TaskResult],
+        *args: Any,
     ) -> TaskResult:
-        """``remote(*args)`` as a Ray task asking for ``resources``, its result; ``died`` says what a worker that
-        died under it means for ``task``. Stopped when the sweep stopped; ExecutorLost when the cluster went."""
+        """``remote(*args)`` as a Ray task asking for ``resources``, its result; ``died(exc, others)`` says what a
+        worker lost under it (``_lost``, or killed for memory while ``others`` tasks of the sweep ran) means for
+        ``task``. Stopped when the sweep stopped; ExecutorLost when the cluster went."""
         import ray
 
         assert remote is not None
+        went: tuple[type[BaseException], ...] = (*_lost(), ray.exceptions.OutOfMemoryError)
         with self._refs_lock:
             if self.stopped.is_set():
                 raise Stopped(task["model_id"])
@@ -321,14 +369,12 @@ class RayExecutor(Executor):
             return ray.get(ref)
         except ray.exceptions.TaskCancelledError:
             raise Stopped(task["model_id"]) from None
-        except (
-            ray.exceptions.WorkerCrashedError,
-            ray.exceptions.OutOfMemoryError,
-            ray.exceptions.NodeDiedError,
-        ) as exc:
+        except went as exc:
             if self.stopped.is_set():
                 raise Stopped(task["model_id"]) from None
-            return died(exc)
+            with self._refs_lock:
+                others = len(self._refs) - 1
+            return died(exc, others)
         except ray.exceptions.RayTaskError:
             raise  # run_task raised: a bug of ours, shown as it is
         except ray.exceptions.RayError as exc:
@@ -361,13 +407,43 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
-def _worker_died(task: ProbeTask, got: Download, exc: BaseException, started: float) -> TaskResult:
-    """The model's stand-in row when its Ray worker died mid-probe (as a dead kernel under local)."""
+def _lost() -> tuple[type[BaseException], ...]:
+    """Ray's words for a task whose worker or node went away under it (or its result with its node): the harness
+    lost, nothing said about the model. (``LocalRayletDiedError``, the driver's own node, is the cluster lost.)"""
+    import ray
+
+    errors = ray.exceptions
+    return (errors.WorkerCrashedError, errors.NodeDiedError, errors.ActorDiedError, errors.ObjectLostError)
+
+
+def _killed_for_memory(exc: BaseException) -> bool:
+    """Whether Ray's memory monitor killed the task (the node ran low on memory), not the worker or node dying."""
+    import ray
+
+    return isinstance(exc, ray.exceptions.OutOfMemoryError)
+
+
+def _lost_words(exc: BaseException, others: int) -> str:
+    """Why a probe whose Ray worker went under it was not probed, in one line (``harness_pending``'s reason)."""
+    if not _killed_for_memory(exc):
+        return f"the Ray worker running the probe was lost ({_first_line(exc)})"
+    beside = f" while {others} other task{'s' if others != 1 else ''} of the sweep ran" if others else ""
+    return (
+        f"Ray's memory monitor killed the probe{beside} (its node ran low on memory, and Ray kills the most recently "
+        f"started task, not the one using the memory: run fewer workers per node) ({_first_line(exc)})"
+    )
+
+
+def _out_of_memory(task: ProbeTask, got: Download, exc: BaseException, started: float) -> TaskResult:
+    """The model's row when Ray's memory monitor killed its rerun while no other task of the sweep ran: the model
+    took the node's host memory, FAIL(other) at stage runner as a kernel killed for memory is under local."""
     task = {**task, "facts": {**task.get("hub", {}), **got.fields}}
-    kind = "killed for memory by Ray" if type(exc).__name__ == "OutOfMemoryError" else "it died"
-    message = f"the Ray worker running the probe ended ({kind}): {_first_line(exc)}"
+    message = (
+        "Ray's memory monitor killed the probe on its rerun, with no other task of the sweep running: "
+        f"the model ran its node out of host memory ({_first_line(exc)})"
+    )
     log = "".join(f"{line}\n" for line in got.log) + f"{message}\n"
-    record = runner_failure(task, "RayWorkerDied", message, log, started)
+    record = runner_failure(task, "RayOutOfMemory", message, log, started)
     return TaskResult(record, None, log, task["model_id"], task.get("variant"))
 
 

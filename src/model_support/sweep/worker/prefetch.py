@@ -11,7 +11,9 @@ cache) and the next download may start. A model too large for the budget is excl
 reason, before anything is downloaded.
 
 Downloads run on daemon threads: ``close`` (the sweep stopped) waits for none of them. A download
-cut short leaves huggingface_hub's own ``.incomplete`` file, which the next fetch resumes.
+cut short leaves huggingface_hub's own ``.incomplete`` file, which the next fetch resumes. A feeder that
+raises (a thread that cannot be started, a bug) hands no model on: whoever waits for one gets
+``PrefetchFailed`` with its error, so the sweep ends in one sentence instead of waiting forever.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ from ...probe import hub, hub_fetch
 from ..budget import CacheBudget
 from .download import Download, download
 from .task import ProbeTask
+
+
+class PrefetchFailed(RuntimeError):
+    """The prefetcher's feeder raised: no model after the one it was handing on can be downloaded."""
 
 
 class Prefetcher:
@@ -39,8 +45,18 @@ class Prefetcher:
         self._left = Counter(task["source"] for task in tasks)
         self._reserved: set[str] = set()
         self._lock = threading.Lock()
-        self._feeder = threading.Thread(target=self._feed, name="prefetch-feeder", daemon=True)
+        self._failed: BaseException | None = None
+        self._feeder = threading.Thread(target=self._feed_or_fail, name="prefetch-feeder", daemon=True)
         self._feeder.start()
+
+    def _feed_or_fail(self) -> None:
+        """``_feed``; when it raises, every model not handed on yet gets its error (``wait``), not a wait forever."""
+        try:
+            self._feed()
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for a model it did not hand on
+            self._failed = exc
+            for ready in self._ready:
+                ready.set()
 
     def _feed(self) -> None:
         for index, task in enumerate(self._tasks):
@@ -99,9 +115,15 @@ class Prefetcher:
 
     def wait(self, index: int) -> Download:
         """``tasks[index]``'s download, once finished (it never raises for the Hub's answer); ``pending`` at
-        once when the sweep stops first."""
+        once when the sweep stops first; ``PrefetchFailed`` when the feeder raised before handing it on."""
         self._ready[index].wait()
         future = self._futures.get(index)
+        if future is None and self._failed is not None:
+            failed = self._failed
+            text = str(failed).strip().splitlines()
+            raise PrefetchFailed(
+                f"the downloads ahead of the probes stopped: {type(failed).__name__}" + (f": {text[0]}" if text else "")
+            ) from failed
         while future is not None and not self._stop.is_set():
             try:
                 return future.result(timeout=0.5)

@@ -2,13 +2,13 @@
 
 ``run_task`` is what a sweep worker does for one model, under the local executor and inside a Ray
 task alike: start ``python -m model_support.sweep.worker.process`` (papermill executing ``notebooks/probe.ipynb``
-over an ipc-transport kernel, so parallel kernels never collide on ports), wait up to the model's
-timeout, kill the whole process tree if it hangs, and come back with the record, the executed
-notebook and the log. A probe that wrote no record (kernel died, timeout, papermill error) still
-yields a FAIL(other) record with what is known: papermill's exception, the kernel's exit signal and
-the tail of the log. A probe whose kernel never started, or whose process could not be spawned, has
-told nothing about its model: it comes back pending (problem ``harness``) with the sentence naming
-the cause, never as a record.
+over an ipc-transport kernel, so parallel kernels never collide on ports), wait for its kernel to be up (the
+harness's time, on a clock of its own), then up to the model's timeout, kill the whole process tree if it
+hangs, and come back with the record, the executed notebook and the log. A probe that wrote no record
+(kernel died, timeout, papermill error) still yields a FAIL(other) record with what is known: papermill's
+exception, the kernel's exit signal and the tail of the log. A probe whose kernel never started (or was not
+up within ``start_limit``), or whose process could not be spawned, has told nothing about its model: it comes
+back pending (problem ``harness``) with the sentence naming the cause, never as a record.
 """
 
 from __future__ import annotations
@@ -41,10 +41,12 @@ from .download import Download, download
 from .outputs import read_json, whole_notebook, write_trouble
 from .task import ProbeTask
 
-#: Seconds the process gets beyond the model's own timeout (kernel start, imports, notebook I/O).
+#: Seconds the process gets beyond the model's own timeout (papermill's start, notebook I/O, the record).
 GRACE_S = 90
 #: Seconds a probe's kernel gets to answer after it is started (``MODEL_SUPPORT_KERNEL_START_S``).
 KERNEL_START_S = 120.0
+#: Seconds the warm-up's imports (torch, transformers) get in a started kernel; past them the probe imports its own.
+WARM_UP_S = 300.0
 LOG_TAIL_CHARS = 3000
 
 
@@ -118,6 +120,19 @@ def with_harness_retries(probe: Callable[[bool], TaskResult], attempts: int = HA
 def spawn_failed(task: ProbeTask, exc: OSError) -> TaskResult:
     """The probe's process could not be started (fork's ENOMEM, too many open files)."""
     return harness_pending(task, f"the probe process could not be started ({exc.strerror or exc}{open_files_hint()})")
+
+
+def kernel_start_s() -> float:
+    """Seconds a probe's kernel gets to answer after it is started (``MODEL_SUPPORT_KERNEL_START_S``)."""
+    return float(os.environ.get("MODEL_SUPPORT_KERNEL_START_S", KERNEL_START_S))
+
+
+def start_limit() -> float:
+    """Seconds a probe process gets, once handed its model, to have its kernel up and the stack imported: the
+    harness's start, on a clock of its own, so that a slow start (a loaded host, a slow file system, a backend's
+    import) never eats the model's timeout. The start's own steps have limits (``_warm_up``): a process past
+    this one is stuck outside them, and its model is not probed (``harness_pending``)."""
+    return kernel_start_s() + WARM_UP_S + GRACE_S
 
 
 def _die_with_parent() -> None:
@@ -296,8 +311,34 @@ class Standby:
             time.sleep(0.05)
         return False
 
+    def up_within(self, limit: float) -> bool:
+        """Whether the kernel got up and the stack imported (or the process ended: what it left says why) within
+        ``limit`` seconds from now."""
+        deadline = time.time() + limit
+        while not (self.work / "warm").exists() and self.proc.poll() is None:
+            if time.time() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def _await(self, timeout_s: float) -> tuple[bool, str | None]:
+        """Wait for the probe handed over: its kernel's start first, on the harness's clock (``start_limit``), then
+        the model's ``timeout_s`` plus ``GRACE_S`` from there, killing the whole tree past either. (Whether the
+        model timed out, why its kernel never got up.)"""
+        limit = start_limit()
+        if not self.up_within(limit):
+            _kill_tree(self.proc)
+            return False, f"the probe's kernel was not up within {limit:g} s"
+        with gate.held(self):  # a gated process: its devices, from their grant until it ends
+            try:
+                self.proc.wait(timeout=timeout_s + GRACE_S)
+            except subprocess.TimeoutExpired:
+                _kill_tree(self.proc)
+                return True, None
+        return False, None
+
     def run(self, task: ProbeTask, fallback: bool = True) -> TaskResult:
-        """Hand ``task`` over, wait up to its timeout (killing the whole tree past it), collect; a probe that
+        """Hand ``task`` over, wait up to its timeout once its kernel is up (``_await``), collect; a probe that
         wrote no record gets the runner's (``fallback``; a host-checks process's caller says it instead)."""
         started = time.time()
         work = self.work
@@ -308,13 +349,7 @@ class Standby:
                 self.stdin.close()
             except BrokenPipeError:
                 pass  # the process died while warming up: recorded below from what it left
-            timed_out = False
-            with gate.held(self):  # a gated process: its devices, from their grant until it ends
-                try:
-                    self.proc.wait(timeout=task["timeout_s"] + GRACE_S)
-                except subprocess.TimeoutExpired:
-                    timed_out = True
-                    _kill_tree(self.proc)
+            timed_out, never_up = self._await(task["timeout_s"])
             self._log.close()
             log = (work / "log.txt").read_text(errors="replace")
             said = _read_text(work / KERNEL_STDERR)
@@ -323,7 +358,7 @@ class Standby:
             notebook = whole_notebook(work / "out.ipynb")
             record = cast("Record | None", read_json(work / "record.json"))
             outcome = read_json(work / "outcome.json") or {}
-            harness = outcome.get("harness") or _out_of_files(log, record)
+            harness = outcome.get("harness") or _out_of_files(log, record) or never_up
             if harness and not timed_out:  # nothing told about the model
                 return harness_pending(task, harness + open_files_hint(), log)
             trouble = write_trouble(work, outcome, log, record, notebook)
@@ -447,7 +482,7 @@ def _record_from_outcome(task, outcome, returncode, timed_out, log, started, lef
     kernel = _describe_exit(outcome.get("kernel_exit")) if "kernel_exit" in outcome else None
     if timed_out:
         error_type = "ProbeTimeout"
-        message = f"the probe process did not finish within the model's timeout of {task['timeout_s']:g} s plus {GRACE_S} s grace and was killed"
+        message = f"the probe process did not finish within the model's timeout of {task['timeout_s']:g} s plus {GRACE_S} s grace (counted once its kernel was up) and was killed"
     elif error.get("type") == "CellTimeoutError":
         error_type = "ProbeTimeout"
         message = f"timed out after {task['timeout_s']:g} s (the model's timeout); papermill: {error.get('message', '').splitlines()[0] if error.get('message') else ''}"
@@ -487,7 +522,7 @@ def _warm_up(km, cwd: Path, stderr=None) -> None:
     later, in the probe); KernelNeverStarted when the kernel never answers (``MODEL_SUPPORT_KERNEL_START_S``)."""
     from jupyter_core.utils import run_sync
 
-    start_s = float(os.environ.get("MODEL_SUPPORT_KERNEL_START_S", KERNEL_START_S))
+    start_s = kernel_start_s()
 
     async def warm():
         client = None
@@ -499,7 +534,7 @@ def _warm_up(km, cwd: Path, stderr=None) -> None:
         except (RuntimeError, TimeoutError, OSError) as exc:
             raise KernelNeverStarted(f"the probe's kernel never started: {exc}") from exc
         try:
-            await client.execute_interactive(WARM_UP, store_history=False, timeout=300)
+            await client.execute_interactive(WARM_UP, store_history=False, timeout=WARM_UP_S)
         finally:
             client.stop_channels()
 
