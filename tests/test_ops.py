@@ -415,7 +415,10 @@ def test_an_unknown_sweep_is_one_sentence(tmp_path):
     )
     assert done.returncode != 0
     assert "Traceback" not in done.stderr
-    assert "Sweep 'nosuch-20261201T000000Z' does not exist under" in done.stderr and "known sweeps: none yet" in done.stderr
+    assert (
+        "Sweep 'nosuch-20261201T000000Z' does not exist under" in done.stderr
+        and "known sweeps: none yet" in done.stderr
+    )
 
 
 def test_the_ops_config_rows():

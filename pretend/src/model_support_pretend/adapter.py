@@ -10,9 +10,17 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from model_support.probe.devices import FALLBACK, IMPLEMENTED, MISSING, AcceleratorAdapter
+from model_support.probe.devices import (
+    CRASHES,
+    FALLBACK,
+    IMPLEMENTED,
+    MISSING,
+    WRONG,
+    AcceleratorAdapter,
+    DeviceUnavailable,
+)
 
-from .config import CONFIG_VAR, from_environment
+from .config import CONFIG_VAR, Config, from_environment
 
 
 class PretendAdapter(AcceleratorAdapter):
@@ -32,16 +40,33 @@ class PretendAdapter(AcceleratorAdapter):
         return super().unavailable(elsewhere)
 
     def op_coverage(self, ops: Iterable[str]) -> dict[str, str]:
-        """From the configuration: ``missing_ops`` are missing, ``fallback_ops`` fall back to the CPU, every other
-        operator is implemented (a name without an overload covers all of them, as the faults do)."""
+        """From the configuration, every fault the stack has: ``missing_ops`` are missing, ``crash_ops`` crash (the
+        runtime aborts), ``wrong_ops`` are wrong, ``fallback_ops`` fall back to the CPU, every other operator is
+        implemented (a name without an overload covers all of them, as the faults do); ``dtype::float64`` is missing
+        when ``unsupported_dtypes`` lists float64. The backend off here is one sentence, never an empty answer
+        (which would predict every model PASS)."""
         config = from_environment()
         if config is None:
-            return {}
+            raise DeviceUnavailable(
+                f"The pretend stack's coverage cannot be read: the pretend accelerator is off here (set {CONFIG_VAR})."
+            )
+        return {name: _status(config, name) for name in ops}
 
-        def status(name: str) -> str:
-            names = {name, name.partition(".")[0]}
-            if names & config.missing_ops:
-                return MISSING
-            return FALLBACK if names & config.fallback_ops else IMPLEMENTED
 
-        return {name: status(name) for name in ops}
+def _status(config: Config, name: str) -> str:
+    """What the configured stack does with operator (or ``dtype::<dtype>``) ``name``; the fault that strikes
+    first wins, as in the backend (a crash before anything else, then a missing kernel); a wrong result says more
+    than a slow one."""
+    namespace, _, rest = name.partition("::")
+    if namespace == "dtype":
+        return MISSING if rest in config.unsupported_dtypes else IMPLEMENTED
+    names = {name, name.partition(".")[0]}
+    for faults, status in (
+        (config.crash_ops, CRASHES),
+        (config.missing_ops, MISSING),
+        (config.wrong_ops, WRONG),
+        (config.fallback_ops, FALLBACK),
+    ):
+        if names & faults:
+            return status
+    return IMPLEMENTED

@@ -1,6 +1,6 @@
-"""The report's operator tables (docs/ops.md): the porting plan on the sweep's own stack, the CPU fallbacks
-ranked by how often they ran, and the operators the stack gained or lost since the baseline, from the census
-(``model_support.ops``), as Polars frames for ``report_tables``."""
+"""The report's operator tables (docs/ops.md): the porting plan on the sweep's own stack (with what keeps the
+models no step unlocks), the CPU fallbacks ranked by how often they ran, and the operators the stack gained or
+lost since the baseline, from the census (``model_support.ops``), as Polars frames for ``report_tables``."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from pathlib import Path
 
 import polars as pl
 
-from ..ops import ModelOps, PlanStep, porting_plan, predict, sweep_models
+from ..ops import ModelOps, PlanStep, passing_now, porting_plan, predict, still_blocked, sweep_models
 from ..ops.changes import stack_changes
 from ..probe.model_ids import display_name
+from ..record.ops_table import MISSING
 
 
 def _names(keys: list[str], most: int = 8) -> str:
@@ -19,14 +20,22 @@ def _names(keys: list[str], most: int = 8) -> str:
     return shown + (f" (+{len(keys) - most})" if len(keys) > most else "")
 
 
+def step_ops(step: PlanStep) -> str:
+    """The step's operators, each with what is wrong with it where it is not simply missing: ``aten::relu
+    (crashes)``; a group joined by `` + ``."""
+    return " + ".join(op if step.faults.get(op) == MISSING else f"{op} ({step.faults.get(op)})" for op in step.ops)
+
+
 def plan_frame(steps: list[PlanStep]) -> pl.DataFrame:
-    """step, op, unlocks (how many), models unlocked, blocks (how many), models blocked."""
+    """step, fix (the operators: a group only unlocks together), unlocks (how many), passing (models predicted PASS
+    once done, cumulative), models unlocked, blocks (how many), models blocked."""
     return pl.DataFrame(
         [
             {
                 "step": i,
-                "op": s.op,
+                "fix": step_ops(s),
                 "unlocks": len(s.unlocks),
+                "passing": s.passing,
                 "models unlocked": _names(s.unlocks),
                 "blocks": len(s.blocks),
                 "models blocked": _names(s.blocks),
@@ -35,13 +44,20 @@ def plan_frame(steps: list[PlanStep]) -> pl.DataFrame:
         ],
         schema={
             "step": pl.Int64,
-            "op": pl.String,
+            "fix": pl.String,
             "unlocks": pl.Int64,
+            "passing": pl.Int64,
             "models unlocked": pl.String,
             "blocks": pl.Int64,
             "models blocked": pl.String,
         },
     )
+
+
+def blocked_frame(models: list[ModelOps]) -> pl.DataFrame:
+    """The models no step unlocks, by what keeps them: blocked by, models (how many), which."""
+    rows = [{"blocked by": why, "models": len(keys), "which": _names(keys)} for why, keys in still_blocked(models)]
+    return pl.DataFrame(rows, schema={"blocked by": pl.String, "models": pl.Int64, "which": pl.String})
 
 
 def fallback_frame(models: list[ModelOps]) -> pl.DataFrame:
@@ -59,20 +75,23 @@ def fallback_frame(models: list[ModelOps]) -> pl.DataFrame:
 
 
 def ops_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | None) -> dict[str, pl.DataFrame]:
-    """ops_summary (rows, with_census, blocked, to_implement), ops_plan, ops_fallbacks and ops_changes (op,
-    before, after, change; empty without a baseline on the same device)."""
+    """ops_summary (rows, with_census, passing, blocked, to_implement, steps), ops_plan, ops_blocked, ops_fallbacks
+    and ops_changes (op, before, after, change; empty without a baseline on the same device)."""
     models = predict(sweep_models(Path(data_dir), sweep_id))
     steps = porting_plan(models)
     changes = stack_changes(Path(data_dir), baseline_sweep_id, sweep_id) if baseline_sweep_id else []
     summary = {
         "rows": len(models),
         "with_census": sum(m.ops is not None for m in models),
-        "blocked": sum(1 for m in models if m.ops_missing),
-        "to_implement": len(steps),
+        "passing": passing_now(models),
+        "blocked": sum(1 for m in models if m.blockers),
+        "to_implement": sum(len(s.ops) for s in steps),
+        "steps": len(steps),
     }
     return {
         "ops_summary": pl.DataFrame([summary]),
         "ops_plan": plan_frame(steps),
+        "ops_blocked": blocked_frame(models),
         "ops_fallbacks": fallback_frame(models),
         "ops_changes": pl.DataFrame(
             changes, schema={"op": pl.String, "before": pl.String, "after": pl.String, "change": pl.String}

@@ -9,8 +9,13 @@ from pathlib import Path
 
 from ..record import ops_table, store
 
-#: How good a status is, for the direction of a change.
-RANK = {ops_table.MISSING: 0, ops_table.UNKNOWN: 1, ops_table.CPU_FALLBACK: 1, ops_table.IMPLEMENTED: 2}
+#: How good a status of the ``ops`` config is, for the direction of a change.
+RANK = {
+    ops_table.ROW_STATUS[ops_table.MISSING]: 0,
+    ops_table.ROW_STATUS[ops_table.UNKNOWN]: 1,
+    ops_table.ROW_STATUS[ops_table.FALLBACK]: 1,
+    ops_table.ROW_STATUS[ops_table.IMPLEMENTED]: 2,
+}
 
 
 def stack_changes(data_dir: Path, before: str, after: str) -> list[dict]:

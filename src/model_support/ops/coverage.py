@@ -1,12 +1,19 @@
-"""A sweep's census against a stack: each model's missing and fallback operators, and its predicted verdict.
+"""A sweep's census against a stack: each model's missing, crashing, wrong and fallback operators, its predicted
+verdict, and what keeps it from a predicted PASS.
 
 The census of a row (``ops`` in the order of first call, ``ops_stages``) says what the model needs; a stack's
-coverage (operator -> implemented / fallback / missing / unknown) what it has. A model's first missing
-operator is where a run on that stack stops, and its stage the verdict (``probe_core.STAGE_VERDICT``: the
-generation's is ``FAIL(gen)``, the weights' copy's ``FAIL(load)``); a model with none passes, fallbacks
-included. A row with no complete census (the model failed on its own before it ran, everywhere: the
-reference failed too) keeps its recorded verdict; a row with no census at all (compile mode, a sharded run,
-an older sweep) is ``unknown``.
+coverage (operator -> ``record.ops_table.OP_STATUSES``) what it has. A model's first missing or crashing operator
+is where a run on that stack stops: a missing one's stage gives the verdict (``probe_core.STAGE_VERDICT``: the
+generation's is ``FAIL(gen)``, the weights' copy's ``FAIL(load)``), a crashing one (the runtime aborts) is
+``FAIL(other)``, as a dead kernel is; a stack that refuses the run's dtype (``dtype::bfloat16`` missing) fails it at
+load. A model with none passes, fallbacks included (a wrong operator passes too, with wrong output). A row with
+no complete census (the model failed on its own before it ran, everywhere: the reference failed too) keeps its
+recorded verdict; a row with no census at all (compile mode, a sharded run, an older sweep) is ``unknown``.
+
+On the sweep's own stack (no coverage given) the rows are the coverage: their ``ops_missing``, ``ops_fallback``,
+``ops_unknown``, and the operator each failure of the stack's names (``census.stopped_by``: missing where the run
+raised, crashing where its kernel died); a row's recorded verdict stands where its census explains nothing (a
+failure that names no operator).
 
 The coverage of *this machine's* stack comes from its device adapter in a child process
 (``python -m model_support.ops DEVICE``, the operators on stdin), as the sweep's runner asks for a
@@ -24,18 +31,27 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..probe import census
-from ..probe.devices import FALLBACK, IMPLEMENTED, MISSING, UNKNOWN
 from ..probe.probe_core import STAGE_VERDICT
 from ..record import schema, store
+from ..record.ops_table import CRASHES, FALLBACK, IMPLEMENTED, MISSING, UNKNOWN, WRONG
 
 #: The prediction where the census cannot tell.
 UNKNOWN_VERDICT = "unknown"
+#: The error type of a row whose kernel died (the worker's stand-in record): its operator crashed, it raised nothing.
+DEAD_KERNEL = "DeadKernelError"
+#: The statuses where a run stops.
+STOPS = (MISSING, CRASHES)
 #: The row columns the prediction reads.
 COLUMNS = (
     "model_id",
     "variant",
     "status",
     "failure_stage",
+    "error_type",
+    "error_message",
+    "attribution",
+    "numerics",
+    "dtype",
     "device_type",
     *census.FIELDS,
     "ops_missing",
@@ -59,15 +75,59 @@ class ModelOps:
     ops_fallback: list[str] = field(default_factory=list)
     ops_unknown: list[str] = field(default_factory=list)
     predicted: str = UNKNOWN_VERDICT
-    first_missing: str | None = None
+    first_missing: str | None = None  # where a run on the stack stops (an operator, or ``dtype::...``)
+    dtype: str | None = None
+    attribution: str | None = None
+    failure_stage: str | None = None
+    error_type: str | None = None
+    numerics: str | None = None
+    stopped: str | None = None  # the operator a failure of the stack's names (``census.stopped_by``)
+    ops_crashing: list[str] = field(default_factory=list)
+    ops_wrong: list[str] = field(default_factory=list)
+    blockers: list[str] = field(default_factory=list)  # what must be fixed for a predicted PASS, first needed first
+    faults: dict[str, str] = field(default_factory=dict)  # blocker -> missing / crashes / wrong
+    diverges: bool = False  # a PASS on its own stack whose output diverges, and no wrong operator named
 
     @property
     def complete(self) -> bool:
-        """A census of a run that completed (the row's own, or its CPU reference's)."""
+        """A census of a run that completed (the row's own, or completed by its CPU reference's)."""
         return self.ops is not None and self.source in (census.RUN, census.REFERENCE)
 
+    @property
+    def died(self) -> bool:
+        """Its kernel died (a runtime abort): it raised nothing, its census died with it."""
+        return self.error_type == DEAD_KERNEL
+
+    @property
+    def passes(self) -> bool:
+        """Predicted PASS with nothing wrong: no wrong operator, no diverging output."""
+        return self.predicted == schema.PASS and not self.blockers and not self.diverges
+
+    @property
+    def unlockable(self) -> bool:
+        """Fixing its blockers makes it a predicted PASS, as far as the census can tell: its census is complete,
+        or it has none because its kernel died at the operator its failure names (the CPU reference passed)."""
+        if not self.blockers:
+            return False
+        return self.complete or (self.ops is None and self.died and self.stopped is not None)
+
+    def requirements(self) -> tuple[list[str], list[str]]:
+        """(operators, stages) the model needs of a stack, in the order a run needs them: its census, then the
+        operator that stopped it when the census lacks it (a sweep from before census.completed)."""
+        ops, stages = list(self.ops or []), list(self.stages or ["generate"] * len(self.ops or []))
+        if self.stopped and self.stopped not in ops:
+            ops.append(self.stopped)
+            stages.append(self.failure_stage or "generate")
+        return ops, stages
+
     def as_json(self) -> dict:
-        return {"ops_missing": self.ops_missing, "ops_fallback": self.ops_fallback, "predicted": self.predicted}
+        return {
+            "ops_missing": self.ops_missing,
+            "ops_crashing": self.ops_crashing,
+            "ops_wrong": self.ops_wrong,
+            "ops_fallback": self.ops_fallback,
+            "predicted": self.predicted,
+        }
 
 
 def sweep_models(data_dir: Path, sweep_id: str) -> list[ModelOps]:
@@ -77,32 +137,43 @@ def sweep_models(data_dir: Path, sweep_id: str) -> list[ModelOps]:
     import polars as pl
 
     frame = store.scan(data_dir, "results").filter(pl.col("sweep_id") == sweep_id).select(COLUMNS).sort("model_id")
-    rows = frame.collect().rows(named=True)
-    return [
-        ModelOps(
-            key=store.pending_key(r["model_id"], r["variant"]),
-            status=r["status"],
-            device_type=r["device_type"],
-            ops=r["ops"],
-            stages=r["ops_stages"],
-            calls=r["ops_calls"],
-            source=r["ops_source"],
-            ops_missing=list(r["ops_missing"] or []),
-            ops_fallback=list(r["ops_fallback"] or []),
-            ops_unknown=list(r["ops_unknown"] or []),
-        )
-        for r in rows
-    ]
+    return [_model(r) for r in frame.collect().rows(named=True)]
+
+
+def _model(r: dict) -> ModelOps:
+    """A row's ``ModelOps``."""
+    return ModelOps(
+        key=store.pending_key(r["model_id"], r["variant"]),
+        status=r["status"],
+        device_type=r["device_type"],
+        ops=r["ops"],
+        stages=r["ops_stages"],
+        calls=r["ops_calls"],
+        source=r["ops_source"],
+        ops_missing=list(r["ops_missing"] or []),
+        ops_fallback=list(r["ops_fallback"] or []),
+        ops_unknown=list(r["ops_unknown"] or []),
+        dtype=r["dtype"],
+        attribution=r["attribution"],
+        failure_stage=r["failure_stage"],
+        error_type=r["error_type"],
+        numerics=r["numerics"],
+        stopped=census.stopped_by(r),
+    )
 
 
 def census_ops(models: list[ModelOps]) -> list[str]:
-    """Every operator the models' censuses name, once each."""
-    return list(dict.fromkeys(op for m in models for op in (m.ops or [])))
+    """What to ask a stack about, once each: every operator the models' censuses name, the operators their
+    failures name, and their dtypes (``dtype::bfloat16``)."""
+    names = [op for m in models for op in m.requirements()[0]]
+    dtypes = [f"{census.DTYPE_NAMESPACE}{m.dtype}" for m in models if m.dtype]
+    return list(dict.fromkeys([*names, *dtypes]))
 
 
 def recorded_coverage(models: list[ModelOps]) -> dict[str, str]:
     """The coverage the sweep's own stack recorded on its rows (``ops_missing``, ``ops_fallback``, ``ops_unknown``;
-    every other census operator implemented)."""
+    the operator a failure of the stack's names: crashing where its kernel died, else missing; every other
+    operator implemented)."""
     coverage = dict.fromkeys(census_ops(models), IMPLEMENTED)
     for m in models:
         coverage.update(dict.fromkeys(m.ops_unknown, UNKNOWN))
@@ -110,45 +181,82 @@ def recorded_coverage(models: list[ModelOps]) -> dict[str, str]:
         coverage.update(dict.fromkeys(m.ops_fallback, FALLBACK))
     for m in models:
         coverage.update(dict.fromkeys(m.ops_missing, MISSING))
+    for m in models:
+        if m.stopped is not None:
+            coverage[m.stopped] = CRASHES if m.died else MISSING
     return coverage
 
 
 def predict(models: list[ModelOps], coverage: dict[str, str] | None = None) -> list[ModelOps]:
-    """Each model's missing and fallback operators on the stack ``coverage`` describes (None: the sweep's own,
-    as its rows recorded it) and its predicted verdict (see the module docstring). Changes ``models`` in place."""
+    """Each model's missing, crashing, wrong and fallback operators on the stack ``coverage`` describes (None: the
+    sweep's own, as its rows recorded it), its predicted verdict and its blockers (see the module docstring).
+    Changes ``models`` in place."""
+    own = coverage is None
     coverage = recorded_coverage(models) if coverage is None else coverage
     for m in models:
-        if m.ops is None:
-            m.predicted = UNKNOWN_VERDICT if m.status == schema.PASS or m.status is None else m.status
-            continue
-        m.ops_missing = [op for op in m.ops if coverage.get(op) == MISSING]
-        m.ops_fallback = [op for op in m.ops if coverage.get(op) == FALLBACK]
-        m.ops_unknown = [op for op in m.ops if coverage.get(op, UNKNOWN) == UNKNOWN]
-        m.first_missing = m.ops_missing[0] if m.ops_missing else None
-        if m.first_missing is not None:
-            stage = (m.stages or [])[m.ops.index(m.first_missing)] if m.stages else "generate"
-            m.predicted = STAGE_VERDICT.get(stage, schema.FAIL_OTHER)
-        elif not m.complete:  # it failed on its own before its census was complete, on the reference too
-            m.predicted = m.status or UNKNOWN_VERDICT
-        else:
-            m.predicted = schema.PASS
+        _predict(m, coverage, own)
     return models
+
+
+def _predict(m: ModelOps, coverage: dict[str, str], own: bool) -> None:
+    """One model's prediction (``predict``)."""
+    ops, stages = m.requirements()
+    status_of = {op: coverage.get(op, UNKNOWN) for op in ops}
+    m.ops_missing = [op for op in ops if status_of[op] == MISSING]
+    m.ops_crashing = [op for op in ops if status_of[op] == CRASHES]
+    m.ops_wrong = [op for op in ops if status_of[op] == WRONG]
+    m.ops_fallback = [op for op in ops if status_of[op] == FALLBACK]
+    m.ops_unknown = [op for op in ops if status_of[op] == UNKNOWN]
+    dtype = census.dtype_name(m.dtype)
+    refused = [dtype] if dtype is not None and coverage.get(dtype) == MISSING else []
+    stops = [op for op in ops if status_of[op] in STOPS]
+    m.faults = {
+        **dict.fromkeys(refused, MISSING),
+        **{op: status_of[op] for op in ops if status_of[op] in (MISSING, CRASHES, WRONG)},
+    }
+    m.blockers = list(m.faults)
+    m.first_missing = next(iter([*refused, *stops]), None)
+    m.diverges = own and m.status == schema.PASS and m.numerics == "diverges" and not m.ops_wrong
+    if refused:  # the weights' copy is the first thing a run puts on the device
+        m.predicted = schema.FAIL_LOAD
+    elif stops:
+        first = stops[0]
+        stage = stages[ops.index(first)] if status_of[first] == MISSING else "runner"
+        m.predicted = STAGE_VERDICT.get(stage, schema.FAIL_OTHER)
+    elif m.ops is None and m.stopped is None:  # no census: the recorded failure, or nothing to say of a PASS
+        m.predicted = UNKNOWN_VERDICT if m.status == schema.PASS or m.status is None else m.status
+    elif m.ops is None:  # its kernel died at an operator that runs here: nothing says what follows it
+        m.predicted = UNKNOWN_VERDICT
+    elif own or not m.complete:  # the stack's verdict stands (a failure naming no operator); or its own failure
+        m.predicted = m.status or UNKNOWN_VERDICT
+    else:
+        m.predicted = schema.PASS
+
+
+#: How long the child that reads a stack's coverage may take (it imports torch and loads one backend).
+COVERAGE_TIMEOUT_S = 300.0
 
 
 def stack_coverage(device: str, ops: list[str]) -> dict[str, str]:
     """What this machine's ``device`` stack does with each of ``ops``, asked of a child process that loads its
     backend (the device itself need not be present: the registrations are the backend's, a TPU's are read
-    without a TPU). One sentence (``UserError``) when the backend cannot be loaded."""
+    without a TPU). One sentence (``UserError``) when the backend cannot be loaded or does not answer in time."""
     env = {**os.environ}
     env.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
-    done = subprocess.run(
-        [sys.executable, "-m", "model_support.ops", device],
-        input=json.dumps(ops),
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "model_support.ops", device],
+            input=json.dumps(ops),
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=COVERAGE_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        raise UserError(
+            f"The {device} stack's coverage could not be read here: its backend did not answer within "
+            f"{COVERAGE_TIMEOUT_S:g} s."
+        ) from None
     lines = done.stdout.strip().splitlines()
     try:
         answer = json.loads(lines[-1])
@@ -160,12 +268,50 @@ def stack_coverage(device: str, ops: list[str]) -> dict[str, str]:
     return answer["coverage"]
 
 
+#: torch's own accelerators whose stack a machine can read when its torch build has their kernels.
+_BUILT_IN = ("cuda", "xpu", "mps", "hpu")
+
+
+def readable_stacks() -> list[str]:
+    """The devices whose stacks this machine can read (in the child): the CPU, torch's accelerators its build has
+    kernels for, and the installed out-of-tree backends (torch_tpu's tpu, ...)."""
+    import torch
+
+    from ..probe.devices.backends import backend_devices
+
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    built = [d for d in _BUILT_IN if has("aten::empty.memory_format", d.upper())]
+    return list(dict.fromkeys(["cpu", *built, *backend_devices()]))
+
+
+def _known_device(device: str) -> bool:
+    """Whether ``device`` names a device at all here: one torch knows, an installed backend's, or an adapter's."""
+    import torch
+
+    from ..probe import devices
+    from ..probe.devices.backends import backend_devices
+
+    if device in backend_devices() or device in devices.registered():
+        return True
+    try:
+        torch.device(device)
+    except RuntimeError:
+        return False
+    return device != "privateuseone"
+
+
 def child(device: str, ops: list[str]) -> dict:
     """In the child: load ``device``'s backend and ask its adapter (``op_coverage``)."""
     from ..probe import devices
 
     if device == "auto":
         return {"problem": "--on needs a device's name (cpu, cuda, tpu, or a backend's own), not auto."}
+    if device != "cpu" and not _known_device(device):
+        hint = " (an NVIDIA or AMD GPU is cuda)" if device.lower() == "gpu" else ""
+        return {
+            "problem": f"There is no device {device!r} here{hint}; this machine can read the stacks of: "
+            f"{', '.join(readable_stacks())}."
+        }
     adapter = devices.adapter_for(device)
     if device != "cpu":
         try:

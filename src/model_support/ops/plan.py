@@ -1,55 +1,144 @@
-"""The porting plan: which missing operator to implement next, greedily, by the models each one unlocks.
+"""The porting plan: what to fix next, greedily, by how many models each step makes a predicted PASS.
 
-A model is unlocked by the step that implements its *last* missing operator: counting first errors (failure
-signatures) gives the wrong answer, since the first error hides the next one. Each step takes the operator
-that unlocks the most models still blocked; ties go to the operator the most of them call, then by name.
-Models that fail for other reasons than a missing operator (their own, or a census that cannot tell) are in
-no step: implementing operators does not unlock them.
+A model is unlocked by the step that fixes its *last* blocker (an operator the stack lacks, one its runtime aborts
+in, one that gives wrong results, or a dtype it refuses): counting first errors (failure signatures) gives the
+wrong answer, since the first error hides the next one. Each step fixes the set of operators that unlocks the most
+models per operator fixed: one operator where one unlocks models by itself, or a group of operators that only
+unlock together (a model lacking both ``aten::rsqrt`` and ``aten::silu`` passes when both are done, neither alone
+unlocks it). The candidates are the models' remaining blocker sets, and a step is never a set a smaller one lies
+inside (that one goes first); ties go to fewer operators, then to the operators the most still-blocked models
+need, then by name. Each step says how many models are predicted PASS once it is done (cumulative). Models that
+fail for other reasons (their own, a failure that names no operator, a census that cannot tell) are in no step:
+``still_blocked`` says what keeps them.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .coverage import ModelOps
+from .coverage import UNKNOWN_VERDICT, ModelOps
 
 
 @dataclass(frozen=True)
 class PlanStep:
-    """One operator to implement: the models it unlocks at this step, and those it blocks (lack it) until then."""
+    """One step: the operators to fix (one, or a group that only unlocks together) and what each lacks, the models
+    it unlocks, those it blocks (they need one of its operators) until then, and how many models are predicted
+    PASS once it is done."""
 
-    op: str
+    ops: tuple[str, ...]
     unlocks: list[str]
     blocks: list[str]
+    passing: int
+    faults: dict[str, str]
+
+    @property
+    def op(self) -> str:
+        """The step's operators as one name: ``aten::rsqrt + aten::silu`` for a group."""
+        return " + ".join(self.ops)
 
     def as_json(self) -> dict:
-        return {"op": self.op, "unlocks": self.unlocks, "blocks": self.blocks}
+        return {
+            "op": self.op,
+            "ops": list(self.ops),
+            "faults": self.faults,
+            "unlocks": self.unlocks,
+            "passing": self.passing,
+            "blocks": self.blocks,
+        }
+
+
+def passing_now(models: Iterable[ModelOps]) -> int:
+    """How many models are predicted PASS on the stack before any step (nothing wrong with them either)."""
+    return sum(1 for m in models if m.passes)
+
+
+def _best_group(sets: Counter) -> frozenset:
+    """The operators to fix next, from the remaining blocker sets (``sets``: each distinct one, with how many
+    models have exactly it): the set with the most models per operator (then fewer operators, then the operators
+    the most models still need, then the names); then, while a smaller remaining set lies inside it, that one, so
+    a step is always a set none of whose parts unlocks a model by itself. Linear in the distinct sets per step
+    (models of one architecture share their census: a sweep of thousands has tens or hundreds of them)."""
+    need: Counter = Counter()
+    for needs, models in sets.items():
+        for op in needs:
+            need[op] += models
+
+    def key(g: frozenset) -> tuple:
+        return (-sets[g] / len(g), len(g), -sum(need[op] for op in g), sorted(g))
+
+    group = min(sets, key=key)
+    while True:
+        inside = [s for s in sets if s < group]
+        if not inside:
+            return group
+        group = min(inside, key=key)
 
 
 def porting_plan(models: list[ModelOps]) -> list[PlanStep]:
-    """The greedy plan over ``models`` (predicted by ``coverage.predict``, so ``ops_missing`` is per model)."""
-    remaining = {m.key: set(m.ops_missing) for m in models if m.ops_missing}
+    """The greedy plan over ``models`` (predicted by ``coverage.predict``, so each has its ``blockers``)."""
+    remaining = {m.key: frozenset(m.blockers) for m in models if m.unlockable}
+    faults = {op: fault for m in models for op, fault in m.faults.items()}
+    passing = passing_now(models)
     steps = []
     while remaining:
-        candidates = sorted({op for missing in remaining.values() for op in missing})
-
-        def score(op: str) -> tuple[int, int, str]:
-            unlocks = sum(1 for missing in remaining.values() if missing == {op})
-            calls = sum(1 for missing in remaining.values() if op in missing)
-            return (-unlocks, -calls, op)
-
-        op = min(candidates, key=score)
-        blocks = sorted(key for key, missing in remaining.items() if op in missing)
-        unlocks = sorted(key for key in blocks if remaining[key] == {op})
-        steps.append(PlanStep(op, unlocks, blocks))
+        group = _best_group(Counter(remaining.values()))
+        blocks = sorted(key for key, needs in remaining.items() if needs & group)
+        unlocks = [key for key in blocks if remaining[key] <= group]
+        passing += len(unlocks)
+        need = Counter(op for key in blocks for op in remaining[key] & group)
+        ops = tuple(sorted(group, key=lambda op: (-need[op], op)))
+        steps.append(PlanStep(ops, unlocks, blocks, passing, {op: faults[op] for op in ops}))
         for key in blocks:
-            remaining[key].discard(op)
+            remaining[key] -= group
             if not remaining[key]:
                 del remaining[key]
     return steps
 
 
+#: Why a model that no step unlocks stays blocked, in the order they are shown.
+NO_CENSUS = "no census to predict from (compile mode, a sharded run, an older sweep, or a kernel that died)"
+OWN_FAILURE = "its own failure: the CPU reference fails too"
+DIVERGES = "its output diverges from the CPU reference and no operator is named"
+PARTIAL = "a partial census: what it needs after the operator that stopped it is unknown"
+UNNAMED = "a failure that names no operator"
+
+
+def blocked_reason(m: ModelOps) -> str | None:
+    """Why no step of the plan unlocks ``m`` (one of the reasons above); None for a model that passes or that a
+    step unlocks."""
+    if m.passes or m.unlockable:
+        return None
+    if m.predicted == UNKNOWN_VERDICT:
+        return NO_CENSUS
+    if m.attribution in ("model", "both"):
+        return OWN_FAILURE
+    if m.diverges:
+        return DIVERGES
+    if m.blockers:
+        return PARTIAL
+    return UNNAMED
+
+
+def still_blocked(models: list[ModelOps]) -> list[tuple[str, list[str]]]:
+    """The models no step unlocks, by what keeps them: [(reason, model keys)], in the reasons' order."""
+    found: dict[str, list[str]] = {}
+    for m in models:
+        reason = blocked_reason(m)
+        if reason is not None:
+            found.setdefault(reason, []).append(m.key)
+    order = (NO_CENSUS, OWN_FAILURE, DIVERGES, PARTIAL, UNNAMED)
+    return [(reason, found[reason]) for reason in order if reason in found]
+
+
 def plan_json(models: list[ModelOps], steps: list[PlanStep]) -> dict:
-    """``model-support ops --json``: {"plan": [{"op", "unlocks", "blocks"}...], "models": {key: {"ops_missing",
-    "ops_fallback", "predicted"}}}."""
-    return {"plan": [s.as_json() for s in steps], "models": {m.key: m.as_json() for m in models}}
+    """``model-support ops --json``: {"passing": before any step, "plan": [{"op", "ops", "faults", "unlocks",
+    "passing", "blocks"}...], "blocked": [{"by", "models"}...], "models": {key: {"ops_missing", "ops_crashing",
+    "ops_wrong", "ops_fallback", "predicted"}}}."""
+    return {
+        "passing": passing_now(models),
+        "plan": [s.as_json() for s in steps],
+        "blocked": [{"by": reason, "models": keys} for reason, keys in still_blocked(models)],
+        "models": {m.key: m.as_json() for m in models},
+    }

@@ -13,17 +13,23 @@ the operator a run on that stack stops at, and its stage is the stage it fails i
 On the CPU there is no device apart from the host: the census counts the generation (stage ``generate``)
 only, since the weights' loading and the prompt's tokenisation happen on the host on every stack. On an
 accelerator it counts every operator that names or touches the device, from the weights' copy on. A run
-that stopped early (its first missing operator) has a partial census; the probe then takes the census of
-its CPU reference rerun, when that completes (``ops_source``). docs/ops.md says how a CPU census can
-differ from a device's.
+that stopped early (its first missing operator) has a partial census; when its CPU reference rerun completes,
+what the reference alone called is added after it (``completed``, ``ops_source`` ``reference``): the device's
+own operators stay, the one that stopped the run first among them (the CPU calls other kernels: its attention
+is not the math path's ``aten::bmm``). docs/ops.md says how a CPU census can differ from a device's.
 """
 
 from __future__ import annotations
 
 import functools
+import re
+from collections.abc import Mapping
 from typing import Any
 
-#: Where a row's census came from (``ops_source``).
+from ..record.ops_table import FALLBACK, MISSING, UNKNOWN
+
+#: Where a row's census came from (``ops_source``): the run's own (complete); the run's up to where it stopped,
+#: then what its CPU reference rerun alone called (the rerun completed); the run's up to where it stopped.
 RUN, REFERENCE, PARTIAL = "run", "reference", "partial"
 #: The stages a CPU census counts (the generation; a compile failure is the generation's too).
 CPU_STAGES = ("generate", "compile")
@@ -156,13 +162,70 @@ def takes_census(mode: str, sharded: bool = False) -> bool:
     return mode != "compile" and not sharded
 
 
-def coverage_fields(ops: list[str] | None, coverage: dict[str, str]) -> dict:
+def completed(partial: Mapping[str, Any], reference: Mapping[str, Any]) -> dict:
+    """The census of a run that stopped, completed by its CPU reference rerun's (both ``fields``): the device's
+    operators first, in their order, with their stages (the operator that stopped the run among them: counted
+    before it ran), then the operators only the reference called. A shared operator's calls are the larger count
+    (the stopped run's are cut short). ``ops_source`` is ``reference``."""
+    ops = list(partial["ops"])
+    stages, calls = list(partial["ops_stages"]), list(partial["ops_calls"])
+    index = {op: i for i, op in enumerate(ops)}
+    for op, stage, count in zip(reference["ops"], reference["ops_stages"], reference["ops_calls"]):
+        if op in index:
+            calls[index[op]] = max(calls[index[op]], count)
+        else:
+            ops.append(op)
+            stages.append(stage)
+            calls.append(count)
+    return {"ops": ops, "ops_stages": stages, "ops_calls": calls, "ops_source": REFERENCE}
+
+
+#: An operator's name in an error message (``Could not run 'aten::bmm' with arguments from ...``; a runtime's "fatal
+#: error in aten::relu"); C++ namespaces that name no operator are left out.
+_OPERATOR = re.compile(r"\b([A-Za-z_]\w*)::([A-Za-z_]\w*(?:\.\w+)?)")
+_NOT_OPERATORS = frozenset({"c10", "at", "std", "torch", "caffe2", "c10d", "pybind11"})
+
+
+def operator_named(message: str | None, among: list[str] | None = None) -> str | None:
+    """The first operator ``message`` names (within ``among``, a census, when given): the operator that stopped a
+    run whose failure is the stack's, by the words of its error."""
+    for found in _OPERATOR.finditer(message or ""):
+        name = f"{found[1]}::{found[2]}".rstrip(".")
+        if found[1] not in _NOT_OPERATORS and (among is None or name in among):
+            return name
+    return None
+
+
+def stopped_by(record: Mapping[str, Any]) -> str | None:
+    """The operator that stopped a run whose failure is the stack's (``attribution`` ``stack``: the CPU reference
+    passes), as its error names it; None for any other row."""
+    if record.get("attribution") != "stack":
+        return None
+    return operator_named(record.get("error_message"))
+
+
+#: How a census asks a stack about a dtype (``dtype::bfloat16``): beside the operators, since a stack that refuses
+#: a dtype fails every model run in it, at the weights' copy.
+DTYPE_NAMESPACE = "dtype::"
+
+
+def dtype_name(dtype: str | None) -> str | None:
+    """``dtype::bfloat16`` for a run in bfloat16 (the name an adapter's ``op_coverage`` is asked); None without one."""
+    return f"{DTYPE_NAMESPACE}{dtype}" if dtype else None
+
+
+def coverage_fields(ops: list[str] | None, coverage: dict[str, str], stopped: str | None = None) -> dict:
     """``ops_missing``, ``ops_fallback`` and ``ops_unknown`` of a census, from the device adapter's
     ``op_coverage`` (operator -> implemented / fallback / missing / unknown), each in census order; all null
-    without a census."""
+    without a census. ``stopped``: the operator that stopped the run, the stack's failure (``stopped_by``), is
+    missing whatever the adapter reads (a registered kernel that raised; one the census did not reach)."""
     if ops is None:
         return {"ops_missing": None, "ops_fallback": None, "ops_unknown": None}
-    return {
-        f"ops_{status}": [op for op in ops if coverage.get(op) == status]
-        for status in ("missing", "fallback", "unknown")
+    if stopped is not None:
+        coverage = {**coverage, stopped: MISSING}
+    fields = {
+        f"ops_{status}": [op for op in ops if coverage.get(op) == status] for status in (MISSING, FALLBACK, UNKNOWN)
     }
+    if stopped is not None and stopped not in ops:
+        fields["ops_missing"].insert(0, stopped)
+    return fields

@@ -143,7 +143,7 @@ def attribute(record: Record, settings: dict) -> None:
         return
     record["reference_device"] = f"cpu:{ref_dtype}"
     mode = "compile" if settings["mode"] == "compile" else "eager"
-    # the run stopped at its first missing operator: the reference's census, when it completes, is the row's
+    # the run stopped: what its reference alone calls, when it completes, is added to the row's partial census
     counted = census.Census("cpu") if record["ops_source"] == census.PARTIAL and census.takes_census(mode) else None
     ref = _on_the_reference(settings, ref_dtype, mode, counted)
     if ref["exclusion_reason"]:  # the reference's environment, not a verdict either way
@@ -152,7 +152,7 @@ def attribute(record: Record, settings: dict) -> None:
     if ref["exception"] is None:
         record["attribution"] = "stack"
         if counted is not None:
-            schema.fill(record, counted.fields(census.REFERENCE))
+            schema.fill(record, census.completed(record, counted.fields(census.REFERENCE)))
         return
     exc = ref["exception"]
     signature = failure_signature(type(exc).__name__, str(exc), probe_core.trimmed_traceback(exc))

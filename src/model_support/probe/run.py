@@ -281,7 +281,7 @@ def _probe(record: Record, settings: dict) -> None:
     if result["exception"] is not None:
         record_failure(record, result["failure_stage"], result["exception"], status=result["status"])
         del result  # the failed model (held by the exception's frames) is freed before the reference loads
-        if record["ops"] is not None:  # the reference's census replaces the partial one: its coverage asks
+        if record["ops"] is not None:  # the reference's census completes the partial one: its coverage asks
             gc.collect()  # the device's stack, so this attribution stays in the device phase
             attribute(record, settings)
             _coverage(record, adapter)
@@ -297,9 +297,10 @@ def _probe(record: Record, settings: dict) -> None:
 
 def _coverage(record: Record, adapter) -> None:
     """What the device's stack does with each operator of the census (the adapter's ``op_coverage``):
-    ``ops_missing``, ``ops_fallback``, ``ops_unknown``."""
+    ``ops_missing``, ``ops_fallback``, ``ops_unknown``; the operator that stopped a stack's failure is missing."""
     if record["ops"] is not None:
-        schema.fill(record, census.coverage_fields(record["ops"], adapter.op_coverage(record["ops"])))
+        coverage = adapter.op_coverage(record["ops"])
+        schema.fill(record, census.coverage_fields(record["ops"], coverage, census.stopped_by(record)))
 
 
 def summary_html(record: Record) -> str:

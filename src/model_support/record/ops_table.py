@@ -1,36 +1,35 @@
-"""The dataset's third config, ``ops``: one row per operator per sweep, from the rows' census.
+"""The dataset's third config, ``ops``: one row per operator per sweep, from the rows' census; and the words for
+what a stack does with an operator, declared here once.
 
 Each row says which operator (``aten::add.Tensor``), on which stack (the sweep's device and versions), with
 what status there (``implemented``, ``CPU fallback``, ``missing``, or ``unknown`` where the device adapter
 cannot judge), the models whose probes called it and how often a probe calls it. A stack's coverage over
 time is then a query over ``ops`` (docs/ops.md). Written by ``store.compact`` beside ``results`` and
 ``excluded``.
+
+The status words live here, the lowest room that says them (the device adapters in ``probe.devices``, the census
+and ``ops`` import them), so this module imports nothing heavy until its Arrow schema is asked for: the adapters
+are imported by processes that must stay light (the sweep's runner, a gated probe waiting for its devices).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
+from typing import Any
 
-import pyarrow as pa
+#: What a stack does with an operator (a device adapter's ``op_coverage``): its own kernel (or a composite of
+#: others it has), a boxed fallback that runs it on the CPU, no kernel at all, or that the adapter cannot tell.
+IMPLEMENTED, FALLBACK, MISSING, UNKNOWN = "implemented", "fallback", "missing", "unknown"
+#: Two more an adapter that knows its stack's faults can say (a dispatcher's registrations cannot tell them): the
+#: device's runtime aborts in the operator (the process dies), or it runs and gives wrong results. A row records
+#: neither: ``ops`` predicts from them.
+CRASHES, WRONG = "crashes", "wrong"
+OP_STATUSES = (IMPLEMENTED, FALLBACK, MISSING, UNKNOWN, CRASHES, WRONG)
+#: The ``ops`` config's status of the four a row records, as a reader says them (a fallback runs on the CPU).
+ROW_STATUS = {IMPLEMENTED: "implemented", FALLBACK: "CPU fallback", MISSING: "missing", UNKNOWN: "unknown"}
+CPU_FALLBACK = ROW_STATUS[FALLBACK]
 
-from .schema import Versions, arrow_type
-
-#: The row statuses, from the adapter's (``devices.OP_STATUSES``) as a reader says them.
-IMPLEMENTED, CPU_FALLBACK, MISSING, UNKNOWN = "implemented", "CPU fallback", "missing", "unknown"
-
-SCHEMA = pa.schema(
-    [
-        pa.field("sweep_id", pa.string()),
-        pa.field("op", pa.string()),
-        pa.field("status", pa.string()),
-        pa.field("device_type", pa.string()),
-        pa.field("versions", arrow_type(Versions)),
-        pa.field("models", pa.list_(pa.string())),
-        pa.field("probes", pa.int64()),
-        pa.field("calls", pa.int64()),
-        pa.field("calls_per_probe", pa.float64()),
-    ]
-)
 #: What each column holds (the dataset card).
 DOCS = {
     "sweep_id": "the sweep",
@@ -45,8 +44,49 @@ DOCS = {
 }
 
 
+@functools.cache
+def _schema() -> Any:
+    """The config's Arrow schema, built on first use (pyarrow is imported then, not with the status words)."""
+    import pyarrow as pa
+
+    from .schema import Versions, arrow_type
+
+    return pa.schema(
+        [
+            pa.field("sweep_id", pa.string()),
+            pa.field("op", pa.string()),
+            pa.field("status", pa.string()),
+            pa.field("device_type", pa.string()),
+            pa.field("versions", arrow_type(Versions)),
+            pa.field("models", pa.list_(pa.string())),
+            pa.field("probes", pa.int64()),
+            pa.field("calls", pa.int64()),
+            pa.field("calls_per_probe", pa.float64()),
+        ]
+    )
+
+
+def __getattr__(name: str) -> Any:
+    """``ops_table.SCHEMA``, the Arrow schema, made when first read (PEP 562): see the module docstring."""
+    if name == "SCHEMA":
+        return _schema()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _row_status(op: str, missing: set, fallback: set, unknown: set) -> str:
+    """One record's status of ``op``, from its ``ops_missing``, ``ops_fallback`` and ``ops_unknown``."""
+    status = MISSING if op in missing else FALLBACK if op in fallback else UNKNOWN if op in unknown else IMPLEMENTED
+    return ROW_STATUS[status]
+
+
+#: A status seen by any probe of the sweep wins over those after it (a model that stopped at an operator says more
+#: about the stack than one that never reached it).
+_WORST_FIRST = (ROW_STATUS[MISSING], CPU_FALLBACK, ROW_STATUS[UNKNOWN], ROW_STATUS[IMPLEMENTED])
+
+
 def op_rows(records: Iterable[dict]) -> list[dict]:
-    """The ``ops`` rows of one sweep's records (those with a census), the most-called operator first."""
+    """The ``ops`` rows of one sweep's records (those with a census), the most-called operator first. Linear in the
+    records: each operator's models are a set (a sweep of 10,000 models searched a list per row before)."""
     found: dict[str, dict] = {}
     stack: dict = {}
     for record in records:
@@ -56,26 +96,18 @@ def op_rows(records: Iterable[dict]) -> list[dict]:
         missing, fallback = set(record.get("ops_missing") or ()), set(record.get("ops_fallback") or ())
         unknown = set(record.get("ops_unknown") or ())
         for op, calls in zip(record["ops"], record.get("ops_calls") or [0] * len(record["ops"])):
-            row = found.setdefault(
-                op, {"sweep_id": record["sweep_id"], "op": op, "statuses": set(), "models": [], "calls": 0}
-            )
-            row["statuses"].add(
-                MISSING
-                if op in missing
-                else CPU_FALLBACK
-                if op in fallback
-                else UNKNOWN
-                if op in unknown
-                else IMPLEMENTED
-            )
-            if record["model_id"] not in row["models"]:
-                row["models"].append(record["model_id"])
+            row = found.get(op)
+            if row is None:
+                row = found[op] = {"sweep_id": record["sweep_id"], "op": op, "statuses": set(), "models": set()}
+                row.update(calls=0, probes=0)
+            row["statuses"].add(_row_status(op, missing, fallback, unknown))
+            row["models"].add(record["model_id"])
             row["calls"] += calls
-            row["probes"] = row.get("probes", 0) + 1
+            row["probes"] += 1
     rows = []
     for row in found.values():
         statuses = row.pop("statuses")
-        status = next(s for s in (MISSING, CPU_FALLBACK, UNKNOWN, IMPLEMENTED) if s in statuses)
+        status = next(s for s in _WORST_FIRST if s in statuses)
         rows.append(
             {
                 **row,

@@ -10,8 +10,10 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
-from ..ops import ModelOps, PlanStep
+from ..analysis.ops_tables import step_ops
+from ..ops import ModelOps, PlanStep, passing_now, still_blocked
 from ..probe.model_ids import display_name
+from ..record.ops_table import CPU_FALLBACK
 from .html import table_html
 
 
@@ -22,25 +24,30 @@ def _names(keys: list[str], most: int = 8) -> str:
 
 def implement_next_html(tables: dict[str, pl.DataFrame]) -> str:
     """The report's section (``layout.SECTIONS``): the porting plan over the sweep's own rows (what its stack
-    lacks, from the census), the fallbacks ranked by how often they ran, and the operators the stack gained or
-    lost since the baseline. A sweep without a census says so."""
+    lacks, from the census and the failures' operators), what keeps the models no step unlocks, the fallbacks
+    ranked by how often they ran, and the operators the stack gained or lost since the baseline. A sweep without a
+    census says so."""
     summary = tables["ops_summary"].row(0, named=True)
-    if not summary["with_census"]:
+    if not summary["with_census"] and tables["ops_plan"].is_empty():
         return '<p class="ms-note">No operator census in this sweep (older records, compile mode or sharded runs).</p>'
-    blocked, steps = summary["blocked"], summary["to_implement"]
+    blocked, fixes = summary["blocked"], summary["to_implement"]
     lead = (
         f'<p class="ms-lead"><b>{blocked:,} model{"s" if blocked != 1 else ""} lack{"" if blocked != 1 else "s"} '
-        f"operators of this stack; {steps:,} operator{'s' if steps != 1 else ''} to implement</b> "
-        f"({summary['with_census']:,} of {summary['rows']:,} rows have a census). Each step unlocks the models whose "
-        "last missing operator it is.</p>"
+        f"operators of this stack; {fixes:,} operator{'s' if fixes != 1 else ''} to fix</b> "
+        f"({summary['passing']:,} of {summary['rows']:,} rows predicted PASS now; {summary['with_census']:,} have a "
+        "census). Each step unlocks the models whose last blocker it fixes; operators that only unlock together are "
+        "one step; <i>passing</i> counts the models predicted PASS once it is done.</p>"
     )
     plan = table_html(tables["ops_plan"], max_rows=100, empty="Nothing is missing: every census operator runs.")
+    blocked_table = table_html(tables["ops_blocked"], empty="none: every model passes once the plan is done.")
     ranked = table_html(tables["ops_fallbacks"], max_rows=100, empty="No operator falls back to the CPU.")
     changes = table_html(tables["ops_changes"], empty="none (or no baseline on this device)")
     return (
         lead
         + "<h3>The porting plan</h3>"
         + plan
+        + "<h3>What no step unlocks</h3>"
+        + blocked_table
         + "<h3>CPU fallbacks, the most-run first</h3>"
         + '<p class="ms-note">They pass, slowly: each call runs on the host.</p>'
         + ranked
@@ -49,15 +56,32 @@ def implement_next_html(tables: dict[str, pl.DataFrame]) -> str:
     )
 
 
-def ops_text(
-    models: list[ModelOps], steps: list[PlanStep], on: str | None, census_devices: set, width: int = 140
-) -> str:
-    """``model-support ops``' terminal output: each model's predicted verdict and what it lacks, then the plan."""
-    buffer = io.StringIO()
-    console = Console(file=buffer, width=width, force_terminal=False)
-    where = f"the {on} stack of this machine" if on else "the sweep's own stack"
+def census_note(models: list[ModelOps], on: str) -> str | None:
+    """What the census a prediction ``--on`` a device comes from, where that is not the device's own: the
+    models whose census was taken on another device (its kernels can differ: attention), and the stopped runs'
+    censuses, whose operators after the stop are their CPU reference's. None when every census is ``on``'s."""
+    taken = [m for m in models if m.ops is not None]
+    elsewhere = sorted({m.device_type or "an unknown device" for m in taken if m.device_type != on})
+    finished_on_cpu = [m for m in taken if m.source == "reference" and m.device_type == on and on != "cpu"]
+    said = []
+    if elsewhere:
+        count = sum(1 for m in taken if m.device_type != on)
+        whose = "The census was" if count == len(taken) else f"The census of {count} of {len(taken)} models was"
+        said.append(
+            f"{whose} taken on {', '.join(elsewhere)}, not {on}: kernels chosen per device (attention) can differ "
+            "(docs/ops.md)."
+        )
+    if finished_on_cpu:
+        runs = "1 stopped run" if len(finished_on_cpu) == 1 else f"{len(finished_on_cpu)} stopped runs"
+        ends = "ends its" if len(finished_on_cpu) == 1 else "end their"
+        said.append(f"{runs} on {on} {ends} census with what the CPU reference alone called.")
+    return " ".join(said) or None
+
+
+def _verdicts_table(models: list[ModelOps], where: str) -> Table:
+    """Each model's recorded and predicted verdict, where a run stops and what the stack lacks of it."""
     verdicts = Table(title=f"Predicted on {where}", title_justify="left")
-    for column in ("model", "recorded", "predicted", "first missing", "missing", "fallback"):
+    for column in ("model", "recorded", "predicted", "stops at", "missing", "crashing", "wrong", CPU_FALLBACK):
         verdicts.add_column(column, overflow="fold")
     for m in models:
         verdicts.add_row(
@@ -66,18 +90,40 @@ def ops_text(
             m.predicted,
             m.first_missing or "",
             ", ".join(m.ops_missing),
+            ", ".join(m.ops_crashing),
+            ", ".join(m.ops_wrong),
             ", ".join(m.ops_fallback),
         )
-    console.print(verdicts)
-    plan = Table(title="What to implement next", title_justify="left")
-    for column in ("step", "op", "unlocks", "blocks"):
+    return verdicts
+
+
+def _plan_table(models: list[ModelOps], steps: list[PlanStep]) -> Table:
+    """The plan, a step a row: what to fix, what it unlocks, and the models predicted PASS once it is done."""
+    plan = Table(
+        title=f"What to implement next ({passing_now(models)} of {len(models)} predicted PASS now)",
+        title_justify="left",
+    )
+    for column in ("step", "fix", "unlocks", "passing", "blocks"):
         plan.add_column(column, overflow="fold")
     for i, s in enumerate(steps, 1):
-        plan.add_row(str(i), s.op, _names(s.unlocks) or "-", _names(s.blocks))
-    console.print(plan if steps else "Nothing to implement: no census operator is missing.")
-    if on and census_devices - {on}:
-        console.print(
-            f"The census was taken on {', '.join(sorted(census_devices))}, not {on}: kernels chosen per device "
-            "(attention) can differ (docs/ops.md)."
-        )
+        plan.add_row(str(i), step_ops(s), _names(s.unlocks) or "-", f"{s.passing} of {len(models)}", _names(s.blocks))
+    return plan
+
+
+def ops_text(
+    models: list[ModelOps], steps: list[PlanStep], on: str | None, census_devices: set | None = None, width: int = 140
+) -> str:
+    """``model-support ops``' terminal output: each model's predicted verdict and what it lacks, the plan, what
+    keeps the models no step unlocks, and where the census came from. ``census_devices`` is not read (the note
+    comes from ``models``); cli.py passes it until its call drops it."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, force_terminal=False)
+    where = f"the {on} stack of this machine" if on else "the sweep's own stack"
+    console.print(_verdicts_table(models, where))
+    console.print(_plan_table(models, steps) if steps else "Nothing to fix: no census operator is missing.")
+    for why, keys in still_blocked(models):
+        console.print(f"Stay blocked, {len(keys)}: {why}: {_names(keys)}.")
+    note = census_note(models, on) if on else None
+    if note:
+        console.print(note)
     return buffer.getvalue()

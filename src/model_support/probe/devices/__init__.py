@@ -16,7 +16,7 @@ The probe calls ``resolve(device)``; the sweep's runner calls ``facts``, ``check
 from . import cuda, tpu  # noqa: F401  (their registrations)
 from .accelerator import AcceleratorAdapter
 from .backends import AUTOLOAD_VAR, load_backend, prepare_environment
-from .base import FALLBACK, IMPLEMENTED, MISSING, OP_STATUSES, UNKNOWN, Adapter, DeviceUnavailable
+from .base import CRASHES, FALLBACK, IMPLEMENTED, MISSING, OP_STATUSES, UNKNOWN, WRONG, Adapter, DeviceUnavailable
 from .registry import adapter_for, register, registered, stack_configuration
 from .resolve import DeviceFacts, auto_candidates, check_available, facts, pinning_env, resolve
 from .tpu import torch_tpu_installed, tpu_hardware_visible, tpu_rank_env

@@ -13,10 +13,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 
-#: What a stack does with an operator (``Adapter.op_coverage``): its own kernel (or a composite of others it has),
-#: a boxed fallback that runs it on the CPU, no kernel at all, or that the adapter cannot tell.
-IMPLEMENTED, FALLBACK, MISSING, UNKNOWN = "implemented", "fallback", "missing", "unknown"
-OP_STATUSES = (IMPLEMENTED, FALLBACK, MISSING, UNKNOWN)
+# What a stack does with an operator (``Adapter.op_coverage``): the words are declared once, in ``record.ops_table``.
+from ...record.ops_table import CRASHES, FALLBACK, IMPLEMENTED, MISSING, OP_STATUSES, UNKNOWN, WRONG  # noqa: F401
 
 
 class DeviceUnavailable(RuntimeError):
@@ -94,8 +92,10 @@ class Adapter:
 
     def op_coverage(self, ops: Iterable[str]) -> dict[str, str]:
         """What this stack does with each operator (``aten::add.Tensor``): ``implemented``, ``fallback`` (it runs,
-        on the CPU underneath, slowly), ``missing`` or ``unknown`` (the adapter cannot judge it). The CPU runs
-        every operator a CPU census saw."""
+        on the CPU underneath, slowly), ``missing`` or ``unknown`` (the adapter cannot judge it); an adapter that
+        knows its stack's faults may also say ``crashes`` or ``wrong`` (``record.ops_table.OP_STATUSES``). A name
+        ``dtype::<dtype>`` asks whether the stack holds tensors of that dtype (``missing`` when it refuses them).
+        The CPU runs every operator a CPU census saw."""
         return dict.fromkeys(ops, IMPLEMENTED)
 
     def devices_present(self) -> int:
