@@ -9,6 +9,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -41,9 +43,9 @@ def two_sweeps(tmp_path_factory, fixture_models):
         "HF_MODULES_CACHE": str(tmp / "hf-modules"),
         "BISECT_FLAKY_COUNTER": str(tmp / "flaky-count"),
     }
-    cache = tmp / "envs"
-    overlays = Overlays(cache, wheels)
     data = tmp / "data"
+    cache = data / "bisect-envs"  # the default cache: the bisects below find these environments there
+    overlays = Overlays(cache, wheels)
     ids = []
     for name, pins in (
         ("before", {"tinyswitch": "1.0", "tinydecoy": "1.0"}),
@@ -65,9 +67,9 @@ def two_sweeps(tmp_path_factory, fixture_models):
     return {"data": data, "a": ids[0], "b": ids[1], "wheels": wheels, "cache": cache, "env": env}
 
 
-def cli(two_sweeps, *args: str) -> subprocess.CompletedProcess:
-    command = [*CLI, *args, "--data-dir", str(two_sweeps["data"])]
-    return subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=two_sweeps["env"], timeout=900)
+def cli(two_sweeps, *args: str, cwd=REPO, data_dir=None) -> subprocess.CompletedProcess:
+    command = [*CLI, *args, "--data-dir", str(data_dir or two_sweeps["data"])]
+    return subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=two_sweeps["env"], timeout=900)
 
 
 def test_sweeps_record_the_whole_stack_they_ran_on(two_sweeps):
@@ -86,18 +88,11 @@ def test_sweeps_record_the_whole_stack_they_ran_on(two_sweeps):
 
 
 def test_bisect_names_the_package_and_the_first_release(two_sweeps):
+    """Run as from a project root: the data folder relative (``data``), the cache its default (``data/bisect-envs``)."""
     a, b = two_sweeps["a"], two_sweeps["b"]
-    run = cli(
-        two_sweeps,
-        "bisect",
-        a,
-        b,
-        "--find-links",
-        str(two_sweeps["wheels"]),
-        "--json",
-        "--cache-dir",
-        str(two_sweeps["cache"]),
-    )
+    root = two_sweeps["data"].parent
+    wheels = str(two_sweeps["wheels"])
+    run = cli(two_sweeps, "bisect", a, b, "--find-links", wheels, "--json", cwd=root, data_dir="data")
     assert run.returncode == 0, run.stderr[-3000:]
     answers = {x["model_id"]: x for x in json.loads(run.stdout)}
     switch = answers["local:switch"]
@@ -133,13 +128,16 @@ def test_bisect_names_the_package_and_the_first_release(two_sweeps):
     assert data["models"][entry][0] == "local:switch" and said == "tinyswitch 2.0"
 
 
-def test_single_record_form_and_clean(two_sweeps):
+def test_single_record_form_from_another_folder_and_clean(two_sweeps, tmp_path):
+    """From another folder with an absolute --data-dir, reusing the environments the bisect above built
+    from the project root (the same default cache): the same first release."""
     b, cache = two_sweeps["b"], two_sweeps["cache"]
     wheels = str(two_sweeps["wheels"])
     args = ["bisect", b, "switch", "--package", "tinyswitch", "--from", "1.0", "--find-links", wheels]
-    run = cli(two_sweeps, *args, "--json", "--cache-dir", str(cache), "--clean")
+    run = cli(two_sweeps, *args, "--json", "--clean", cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     (answer,) = json.loads(run.stdout)
+    assert answer["status"] == "found", answer
     assert (answer["package"], answer["last_same"], answer["first_changed"]) == ("tinyswitch", "1.2", "2.0")
     assert not cache.exists()  # --clean removed the overlay environments
 
@@ -208,6 +206,7 @@ def test_pip_builds_the_overlays_where_uv_is_absent(tmp_path):
     write_wheel(wheels, "helper", "3.0", {"helper/__init__.py": "V = 3\n"})
     overlays = Overlays(tmp_path / "envs", wheels)
     overlays.uv = None  # what uv_binary() gives without the uv package or a uv on PATH
+    assert overlays.tool.startswith("pip ") and "pip install 'model-support[bisect]'" in overlays.tool
     python = overlays.python({"helper": "3.0"})
     out = subprocess.run([str(python), "-c", "import helper; print(helper.V)"], capture_output=True, text=True)
     assert out.stdout.strip() == "3", out.stderr[-2000:]
@@ -229,7 +228,7 @@ def test_many_differing_packages_are_halved_before_one_is_swapped_alone(tmp_path
             return []  # no pins between these packages
 
     changes = [Change(f"pkg-{c}", "1", "2") for c in "abcdef"]
-    bisector = Counting(Overlays(tmp_path), find_links=None)
+    bisector = Counting(Overlays(tmp_path))
     row = Row("local:m", "eager+dynamic", "PASS", "FAIL(gen)", "", [], 60.0)
     job = Job(row, {c.name: "1" for c in changes}, {c.name: "2" for c in changes}, changes)
     pins_b = {c.name: "2" for c in changes}
@@ -252,3 +251,248 @@ def test_bad_input_is_one_sentence_before_anything_runs(tmp_path):
     ):
         result = CliRunner().invoke(main, ["bisect", *args, *data])
         assert result.exit_code == 2 and said in result.output, (args, result.output)
+
+
+# -- the search over real overlay environments, with tiny scripts instead of a model's repro ------------------
+#: A stand-in repro script: imports the packages of the row's stack and prints a verdict line, as a repro
+#: script does (``{"status": ...}``); a package that refuses to import leaves no verdict.
+VERDICT_OF = """import json
+{imports}
+print(json.dumps({{"status": "PASS" if {passes} else "FAIL(gen)"}}))
+"""
+#: A release that checks, at import, the version of another package (as transformers checks huggingface-hub).
+NEEDS_OLD = """import {other}
+if not {other}.V.startswith("1."):
+    raise ImportError("{name} {version} needs {other}<2, found " + {other}.V)
+V = {version!r}
+GOOD = {good}
+"""
+
+
+@pytest.fixture(scope="module")
+def small_wheels(tmp_path_factory):
+    """Wheels of small packages: ``needy`` (1.0 declares hubby<2 and 1.5 only checks it at import; 3.0 is the
+    one that breaks), ``hubby`` 2.0, and ``pkga``..``pkgd`` 1.0 and 2.0 (pkga 1.0 imports only beside pkgc
+    1.0, undeclared); with a cache of overlays shared by the tests."""
+    folder = tmp_path_factory.mktemp("small-wheels")
+    write_wheel(folder, "hubby", "2.0", {"hubby/__init__.py": 'V = "2.0"\n'})
+    for version, requires in (("1.0", ("hubby<2",)), ("1.5", ())):
+        text = NEEDS_OLD.format(other="hubby", name="needy", version=version, good=True)
+        write_wheel(folder, "needy", version, {"needy/__init__.py": text}, requires=requires)
+    for version, good in (("2.0", True), ("3.0", False)):
+        write_wheel(folder, "needy", version, {"needy/__init__.py": f"V = {version!r}\nGOOD = {good}\n"})
+    for name in ("pkga", "pkgb", "pkgc", "pkgd"):
+        for version in ("1.0", "2.0"):
+            text = f"V = {version!r}\n"
+            if (name, version) == ("pkga", "1.0"):
+                text = NEEDS_OLD.format(other="pkgc", name=name, version=version, good=True)
+            write_wheel(folder, name, version, {f"{name}/__init__.py": text})
+    return {"wheels": folder, "cache": folder.parent / "small-envs"}
+
+
+def small_job(script: str, stack_a: dict, stack_b: dict, verdict_a, verdict_b):
+    """A row run by ``script`` whose stacks are ``stack_a`` and ``stack_b`` (every differing package a candidate)."""
+    from model_support.bisect.search import Job
+    from model_support.bisect.stacks import Row
+
+    row = Row("local:small", "eager+dynamic", verdict_a, verdict_b, script, [], 60.0)
+    return Job(row, stack_a, stack_b, stacks.stack_changes(stack_a, stack_b))
+
+
+def test_a_release_that_conflicts_is_named_with_the_requirement_and_skipped(small_wheels):
+    """--from needy 1.0 requires hubby<2 beside hubby 2.0 (declared); 1.5 refuses hubby 2.0 at import (not
+    declared): both skipped with the requirement, and the search starts at 2.0, the nearest that runs."""
+    from model_support.bisect.search import Bisector
+
+    bisector = Bisector(Overlays(small_wheels["cache"], small_wheels["wheels"]))
+    script = VERDICT_OF.format(imports="import needy", passes="needy.GOOD")
+    stack_b = {"needy": "3.0", "hubby": "2.0"}
+    job = small_job(script, {**stack_b, "needy": "1.0"}, stack_b, None, "FAIL(gen)")
+    answer = bisector.bisect(job)
+    assert answer["status"] == "found", answer
+    assert (answer["package"], answer["last_same"], answer["first_changed"]) == ("needy", "2.0", "3.0")
+    skipped = {s["version"]: s["reason"] for s in answer["skipped"]}
+    assert skipped["1.0"] == (
+        "needy 1.0 cannot run with this stack: needy 1.0 requires hubby<2, and this environment has hubby 2.0"
+    )
+    assert skipped["1.5"] == (
+        "needy 1.5 gave no verdict with this stack (exit status 1: ImportError: needy 1.5 needs hubby<2, found 2.0)"
+    )
+    assert answer["note"] == (
+        "needy 1.0 (--from) cannot run with this stack (see skipped): skipped, and the search starts at 2.0, "
+        "the nearest release that runs."
+    )
+
+
+def test_a_half_that_cannot_be_built_falls_back_to_one_by_one(small_wheels):
+    """pkgb did it; swapping the first half (pkga, pkgb) gives no verdict (pkga 1.0 imports only beside pkgc
+    1.0): that says nothing of the other half, and the one-by-one swaps still name pkgb."""
+    from model_support.bisect.search import Bisector
+
+    bisector = Bisector(Overlays(small_wheels["cache"], small_wheels["wheels"]))
+    names = ("pkga", "pkgb", "pkgc", "pkgd")
+    script = VERDICT_OF.format(imports="\n".join(f"import {n}" for n in names), passes='pkgb.V == "1.0"')
+    job = small_job(script, dict.fromkeys(names, "1.0"), dict.fromkeys(names, "2.0"), "PASS", "FAIL(gen)")
+    answer = bisector.bisect(job)
+    assert (answer["status"], answer["package"], answer["together"]) == ("found", "pkgb", []), answer
+    half = next(s for s in answer["steps"] if s["package"] == "pkga, pkgb")
+    assert half["verdict"] is None and "inconclusive" in half["note"] and "ImportError: pkga 1.0" in half["note"]
+    assert answer["installer"].startswith(("uv ", "pip "))
+
+
+def test_halves_move_what_a_pin_ties_to_them_and_the_answer_is_checked(tmp_path):
+    """torch, torchvision and transformers differ; torch did it; each torchvision needs its own torch. The
+    half (torch) moves torchvision with it, and the package named is the one whose own swap restored A."""
+    from model_support.bisect.envs import Conflict
+    from model_support.bisect.search import Bisector
+
+    class Pinned(Bisector):  # a fake environment builder: verdicts and pins from the rule above, nothing built
+        def run(self, job, step, pins, package=None, version=None):
+            job.steps.append({"step": step, "package": package})
+            if pins.get("torch", "2") != pins.get("torchvision", "2"):
+                return None  # torchvision does not import beside another torch
+            return "PASS" if pins.get("torch") == "1" else "FAIL(gen)"
+
+        def _conflicts(self, pins):
+            torch, vision = pins.get("torch", "2"), pins.get("torchvision", "2")
+            return [] if torch == vision else [Conflict("torchvision", vision, f"torch=={vision}", "torch", torch)]
+
+    names = ("torch", "torchvision", "transformers")
+    job = small_job("", dict.fromkeys(names, "1"), dict.fromkeys(names, "2"), "PASS", "FAIL(gen)")
+    change, pins, together = Pinned(Overlays(tmp_path)).find_package(
+        job, dict.fromkeys(names, "2"), dict.fromkeys(names, "1"), "PASS"
+    )
+    assert (change.name, together) == ("torch", ["torchvision"]) and pins["torch"] == pins["torchvision"] == "1"
+    assert [s["package"] for s in job.steps] == ["torch (with torchvision)", "torch (with torchvision)"]
+
+
+def test_an_environment_works_from_any_folder_and_is_rechecked_when_reused(tmp_path, monkeypatch):
+    """Built from one folder with a relative cache path, used from another; one whose .pth lists a relative
+    layer (as an older version wrote) is found wrong when reused and built again."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    write_wheel(wheels, "helper", "2.0", {"helper/__init__.py": "V = '2.0'\n"})
+    here, elsewhere = tmp_path / "here", tmp_path / "elsewhere"
+    here.mkdir(), elsewhere.mkdir()
+    monkeypatch.chdir(here)
+    python = here / Overlays("cache", wheels).python({"helper": "2.0"})
+    code = ["-c", "import helper; print(helper.V)"]
+    out = subprocess.run([str(python), *code], capture_output=True, text=True, cwd=elsewhere)
+    assert out.stdout.strip() == "2.0", out.stderr[-2000:]
+    (pth,) = (here / "cache" / "envs").glob("*/lib/python*/site-packages/_model_support_overlay.pth")
+    relative = pth.read_text().replace(str((here / "cache").resolve()), "cache")  # a relative layer path
+    assert "'cache/layers/helper-2.0" in relative
+    pth.write_text(relative)
+    monkeypatch.chdir(elsewhere)
+    python = Overlays(here / "cache", wheels).python({"helper": "2.0"})
+    out = subprocess.run([str(python), *code], capture_output=True, text=True, cwd=elsewhere)
+    assert out.stdout.strip() == "2.0", out.stderr[-2000:]
+
+
+def test_layers_are_keyed_on_their_source(tmp_path):
+    """helper 1.0 from two wheelhouses (a vendor's build and PyPI's, say) are two layers, not one."""
+    cache, pythons = tmp_path / "envs", []
+    for vendor in ("pypi", "vendor"):
+        (tmp_path / vendor).mkdir()
+        write_wheel(tmp_path / vendor, "helper", "1.0", {"helper/__init__.py": f"V = {vendor!r}\n"})
+        pythons.append(Overlays(cache, tmp_path / vendor).python({"helper": "1.0"}))
+    code = ["-c", "import helper; print(helper.V)"]
+    said = [subprocess.run([str(p), *code], capture_output=True, text=True).stdout.strip() for p in pythons]
+    assert said == ["pypi", "vendor"]
+
+
+def test_a_step_that_times_out_ends_its_whole_process_group(tmp_path):
+    from model_support.bisect.search import run_repro
+
+    script = tmp_path / "hang.py"
+    pid_file = tmp_path / "child.pid"
+    script.write_text(
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(20)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "time.sleep(60)\n"
+    )
+    verdict, note = run_repro(Path(sys.executable), script, [], timeout_s=1)
+    assert (verdict, note) == ("FAIL(other)", "timed out after 1 s")
+    child, deadline = int(pid_file.read_text()), time.monotonic() + 5
+    while running(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not running(child)  # the script's own child ended with it
+
+
+def running(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_each_answer_is_stored_as_it_finishes_and_one_that_could_not_run_replaces_none(tmp_path):
+    """One row's unexpected exception is that row's answer; the other rows' answers are stored; an answer
+    that could not run never replaces a stored one."""
+    from model_support.bisect import run as bisect_run
+    from model_support.bisect.search import Bisector
+
+    class OneBug(Bisector):
+        def _bisect(self, job):
+            if job.row.model_id == "local:bug":
+                raise RuntimeError("a bug in one row")
+            return {"status": "found", "package": "pkg", "first_changed": "2.0", "note": ""}
+
+    (tmp_path / "sweeps" / "b-20260101T000000Z").mkdir(parents=True)
+    jobs = [small_job("", {}, {}, "PASS", "FAIL(gen)") for _ in range(2)]
+    jobs[0].row.model_id = "local:bug"
+    store_each = bisect_run._store_each(tmp_path, "b-20260101T000000Z", "a")
+    answers = OneBug(Overlays(tmp_path / "envs")).bisect_all(jobs, 2, None, store_each)
+    assert [a["status"] for a in answers] == ["could not run", "found"]
+    assert answers[0]["note"] == "the bisect stopped: RuntimeError: a bug in one row"
+    stored = {a["model_id"]: a["status"] for a in results.read_answers(tmp_path, "b-20260101T000000Z")}
+    assert stored == {"local:bug": "could not run", "local:small": "found"}
+    store_each({**answers[1], "status": "could not run"})  # a later bisect whose steps could not run the pins
+    assert results.changed_by(tmp_path, "b-20260101T000000Z", "a") == {("local:small", "eager+dynamic"): "pkg 2.0"}
+
+
+def test_releases_are_listed_from_the_configured_index(tmp_path, monkeypatch):
+    """pip's configured index (PEP 691 JSON over HTTP here) and an extra one (PEP 503 HTML in a folder):
+    yanked and Requires-Python read from them; the installers are given the same source."""
+    import http.server
+    import threading
+
+    files = [
+        {"filename": "tinyswitch-1.0-py3-none-any.whl"},
+        {"filename": "tinyswitch-1.1-py3-none-any.whl", "yanked": "broken"},
+        {"filename": "tinyswitch-1.2.tar.gz", "requires-python": ">=4"},
+    ]
+
+    class Index(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            found = self.path == "/simple/tinyswitch/" and "json" in self.headers.get("Accept", "")
+            body = json.dumps({"meta": {"api-version": "1.0"}, "name": "tinyswitch", "files": files}).encode()
+            self.send_response(200 if found else 404)
+            self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
+            self.end_headers()
+            self.wfile.write(body if found else b"")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Index)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    extra = tmp_path / "simple" / "tinyswitch"
+    extra.mkdir(parents=True)
+    (extra / "index.html").write_text('<a href="../../f/tinyswitch-2.0-py3-none-any.whl#sha256=00">x</a>')
+    index = f"http://127.0.0.1:{server.server_port}/simple"
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_INDEX_URL", index)
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", (tmp_path / "simple").as_uri())
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    try:
+        source = releases.Source.configured()
+        found = {r.version: (r.yanked, r.skip) for r in releases.releases_of("TinySwitch", source)}
+    finally:
+        server.shutdown()
+    assert found == {"1.0": (False, None), "1.1": (True, None), "1.2": (False, found["1.2"][1]), "2.0": (False, None)}
+    assert found["1.2"][1].startswith("requires Python >=4")
+    assert source.flags() == ["--index-url", index, "--extra-index-url", (tmp_path / "simple").as_uri()]

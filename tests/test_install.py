@@ -97,6 +97,33 @@ def test_the_wheel_holds_no_test_code_and_registers_no_torch_backend(wheel):
     assert "[console_scripts]" in entry_points and "model-support" in entry_points
 
 
+def test_each_dependency_is_where_it_is_used(wheel):
+    """``datasets`` (the tests read the dataset back with it; the package never imports it) and ``uv`` (only the
+    bisect builds environments with it) are extras, not what every user installs."""
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = next(archive.read(n).decode() for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+    required = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:") and "extra ==" not in line]
+    names = {
+        line.split(":", 1)[1].strip().split(";")[0].split("[")[0].split(">")[0].split("=")[0].strip()
+        for line in required
+    }
+    assert "datasets" not in names and "uv" not in names, sorted(names)
+    assert any("uv" in line and 'extra == "bisect"' in line for line in metadata.splitlines())
+    import ast
+
+    source = Path(__file__).resolve().parents[1] / "src" / "model_support"
+    imported = {
+        (alias.name if isinstance(node, ast.Import) else node.module or "").split(".")[0]
+        for path in source.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in node.names
+    }
+    assert "datasets" not in imported  # (uv is imported by the bisect only, guarded: pip where it is absent)
+
+
 def run(python: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{python.parent}:{os.environ['PATH']}"}
     return subprocess.run([str(python), *args], cwd=cwd, capture_output=True, text=True, timeout=900, env=env)

@@ -595,9 +595,6 @@ def bisect(
     from .bisect.search import answer_line
     from .record import store
 
-    if first is not None and second is not None:  # sweeps as users give them (latest, a prefix)
-        first = store.resolve_sweep_id(data_dir, first)
-        second = second if package else store.resolve_sweep_id(data_dir, second)
     log = None if as_json else (lambda line: click.echo(line, err=True))
     answers: list = []
     if first is None or second is None:
@@ -606,6 +603,7 @@ def bisect(
     elif package:
         if not from_version:
             raise UserError("--package needs --from VERSION (the version whose verdict you expect back).")
+        first = store.resolve_sweep_id(data_dir, first)  # as users give it (latest, a prefix)
         answers = bisect_run.bisect_record(
             data_dir,
             first,
@@ -622,6 +620,7 @@ def bisect(
     else:
         if from_version or to_version:
             raise UserError("--from and --to go with --package NAME (the single-record form).")
+        first, second = store.resolve_sweep_id(data_dir, first), store.resolve_sweep_id(data_dir, second)
         answers = bisect_run.bisect_sweeps(
             data_dir,
             first,

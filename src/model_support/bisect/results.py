@@ -1,9 +1,12 @@
 """``bisect.json``, beside sweep B's ``sweep.json``: the answers of every bisect run against it.
 
 {"version": 1, "answers": [{"baseline": A, "model_id", "variant", "status", "package", "last_same",
-"first_changed", "verdicts", "steps", "skipped", "unsplit", "together", "note", "seconds"}, ...]}: a new
-answer for the same (baseline, model, variant) replaces the old one. The report, the explorer and the
-terminal diff read ``changed_by`` from it: "changed by transformers 5.25.0".
+"first_changed", "verdicts", "steps", "skipped", "unsplit", "together", "note", "installer", "seconds"},
+...]}: a new answer for the same (baseline, model, variant) replaces the old one, except one that could not
+run (its steps never ran the pins: an environment not built, an end with no verdict), which never replaces
+an answer. Each answer is stored as its row finishes, under a lock file (two bisects of one sweep at once
+lose nothing). The report, the explorer and the terminal diff read ``changed_by`` from it: "changed by
+transformers 5.25.0".
 """
 
 from __future__ import annotations
@@ -13,9 +16,12 @@ from pathlib import Path
 
 from ..fileio import atomic_write_json
 from ..record import store
+from .envs import locked
 
 VERSION = 1
 FILE = "bisect.json"
+#: An answer's status when its steps could not run the pins (search's other statuses say what was found).
+NOT_RUN = "could not run"
 
 
 def bisect_file(data_dir: Path | str, sweep_id: str) -> Path:
@@ -29,13 +35,22 @@ def read_answers(data_dir: Path | str, sweep_id: str) -> list[dict]:
     return list(json.loads(path.read_text()).get("answers") or [])
 
 
+def _key(answer: dict) -> tuple:
+    return (answer.get("baseline"), answer["model_id"], answer["variant"])
+
+
 def store_answers(data_dir: Path | str, sweep_id: str, baseline: str | None, answers: list[dict]) -> Path:
-    """Add ``answers`` (against ``baseline``; None for the single-record form) to sweep_id's bisect.json."""
-    new = [{"baseline": baseline, **a} for a in answers]
-    keys = {(a["baseline"], a["model_id"], a["variant"]) for a in new}
-    kept = [a for a in read_answers(data_dir, sweep_id) if (a.get("baseline"), a["model_id"], a["variant"]) not in keys]
+    """Add ``answers`` (against ``baseline``; None for the single-record form) to sweep_id's bisect.json; an
+    answer that could not run is kept only where its row has no answer yet (it never replaces one)."""
     path = bisect_file(data_dir, sweep_id)
-    atomic_write_json(path, {"version": VERSION, "answers": kept + new})
+    with locked(path.with_name(".bisect.lock")):
+        stored = read_answers(data_dir, sweep_id)
+        have = {_key(a) for a in stored}
+        new = [{"baseline": baseline, **a} for a in answers]
+        new = [a for a in new if a.get("status") != NOT_RUN or _key(a) not in have]
+        keys = {_key(a) for a in new}
+        kept = [a for a in stored if _key(a) not in keys]
+        atomic_write_json(path, {"version": VERSION, "answers": kept + new})
     return path
 
 

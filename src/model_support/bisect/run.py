@@ -13,6 +13,7 @@ from ..errors import UserError
 from ..record import store
 from . import results, stacks
 from .envs import Overlays
+from .releases import Source
 from .search import Bisector, Job
 from .stacks import NOT_SWAPPED, Change
 
@@ -21,18 +22,34 @@ CACHE_VAR = "MODEL_SUPPORT_BISECT_CACHE"
 
 
 def cache_dir(data_dir: Path | str, given: Path | str | None = None) -> Path:
-    """``given``, else $MODEL_SUPPORT_BISECT_CACHE, else ``<data dir>/bisect-envs``."""
-    return Path(given or os.environ.get(CACHE_VAR) or Path(data_dir) / "bisect-envs")
+    """``given``, else $MODEL_SUPPORT_BISECT_CACHE, else ``<data dir>/bisect-envs``; absolute (resolved
+    from the folder the command was typed in), as every path the environments hold must be."""
+    return Path(given or os.environ.get(CACHE_VAR) or Path(data_dir) / "bisect-envs").resolve()
 
 
 def _workers(jobs: int | None, n: int) -> int:
     return max(1, min(n, jobs or min(4, os.cpu_count() or 1)))
 
 
-def _bisector(data_dir, cache, find_links, pre, yanked) -> Bisector:
+def _bisector(data_dir, cache, find_links, pre, yanked, log=None) -> Bisector:
+    """The bisector over this source (the wheelhouse, else pip's configured index); says on ``log`` what
+    builds the environments and where the releases come from."""
     if find_links is not None and not Path(find_links).is_dir():
         raise UserError(f"--find-links {find_links} is not a folder of wheels.")
-    return Bisector(Overlays(cache_dir(data_dir, cache), find_links), find_links=find_links, pre=pre, yanked=yanked)
+    overlays = Overlays(cache_dir(data_dir, cache), Source.wheelhouse(find_links) if find_links else None)
+    if log:
+        log(f"overlay environments in {overlays.cache}, built with {overlays.tool}; releases from {overlays.source}")
+    return Bisector(overlays, pre=pre, yanked=yanked)
+
+
+def _store_each(data_dir: Path | str, sweep_id: str, baseline: str | None) -> Callable[[dict], None]:
+    """Stores an answer in the sweep's bisect.json as its row finishes (not all at the end: a later row's
+    trouble loses nothing answered)."""
+
+    def store(answer: dict) -> None:
+        results.store_answers(data_dir, sweep_id, baseline, [answer])
+
+    return store
 
 
 def bisect_sweeps(
@@ -55,12 +72,9 @@ def bisect_sweeps(
     stack_b = stacks.sweep_stack(store.read_sweep(Path(data_dir), b))
     candidates = [c for c in stacks.stack_changes(stack_a, stack_b) if c.name not in NOT_SWAPPED]
     rows = stacks.rows_to_bisect(data_dir, a, b, models)
-    bisector = _bisector(data_dir, cache, find_links, pre, yanked)
+    bisector = _bisector(data_dir, cache, find_links, pre, yanked, log if rows else None)
     jobs_ = [Job(row, stack_a, stack_b, candidates) for row in rows]
-    answers = bisector.bisect_all(jobs_, _workers(jobs, len(jobs_)), log)
-    if answers:
-        results.store_answers(data_dir, b, a, answers)
-    return answers
+    return bisector.bisect_all(jobs_, _workers(jobs, len(jobs_)), log, _store_each(data_dir, b, a))
 
 
 def bisect_record(
@@ -94,11 +108,8 @@ def bisect_record(
         if to_version != stack.get(name):
             row.verdict_b = None  # the record ran on another version: no record to compare with
         jobs.append(Job(row, stack_a, stack_b, [Change(name, from_version, to_version)]))
-    bisector = _bisector(data_dir, cache, find_links, pre, yanked)
-    answers = bisector.bisect_all(jobs, 1, log)
-    if answers:
-        results.store_answers(data_dir, sweep_id, None, answers)
-    return answers
+    bisector = _bisector(data_dir, cache, find_links, pre, yanked, log)
+    return bisector.bisect_all(jobs, 1, log, _store_each(data_dir, sweep_id, None))
 
 
 def clean(data_dir: Path | str, cache: Path | None = None) -> Path:

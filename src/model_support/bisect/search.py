@@ -5,37 +5,50 @@ For each row (model, variant) whose verdict differs between sweep A and sweep B:
    every differing package at A's version. An end whose rerun disagrees with its record is run once more:
    two runs of one environment that disagree make the row *flaky* (not bisected); two that agree with each
    other but not with the record make it *not reproduced* (something the stack does not name changed);
-2. the package: B's stack with one differing package at A's version (and any package a version pin ties
-   it to: they move together, and the answer says so); the one whose swap restores A's verdict is it;
+2. the package: B's stack with some differing packages at A's version, each swap with the packages a
+   version pin ties to them (they move together, and the answer says so): halves first while more than
+   two are left, keeping the half that restores A's verdict; a half that gives no verdict (an environment
+   that cannot be built or does not import) says nothing about the other half, so the search goes on one
+   package at a time; the package named is always one whose own swap was run and restored A's verdict;
 3. its releases between the two versions (``releases``), binary search, rerunning the repro script on
-   each: the last release with A's verdict and the first with B's. A release that cannot be installed
-   here is skipped with its reason; the answer says the range it could not split.
+   each: the last release with A's verdict and the first with B's. A release that cannot be installed or
+   imported with the rest of the stack is skipped with the reason (the requirement that conflicts, or the
+   installer's or the script's own words), and the search goes on around it; the answer says the range it
+   could not split. In the single-record form a ``--from`` release that cannot run here is skipped the same
+   way and the search starts at the nearest release that runs.
+
+A step is the repro script in its own process group, timed alone: a Hub model's files are fetched before
+the steps (a download is not the script's time), and a step that runs out of time is ended with every
+process it started.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
+import signal
 import subprocess
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..probe import provenance
 from ..record import schema
-from .envs import InstallError, Overlays, conflicts
+from .envs import InstallError, Overlays, conflicts, locked
 from .releases import Release, between, releases_of
+from .results import NOT_RUN
 from .stacks import NOT_SWAPPED, Change, Row
 
-FOUND, FLAKY, NOT_REPRODUCED, NO_PACKAGE, NOT_RUN, SAME = (
+FOUND, FLAKY, NOT_REPRODUCED, NO_PACKAGE, SAME = (
     "found",
     "flaky",
     "not reproduced",
     "no single package",
-    "could not run",
     "same verdict",
 )
 #: What an answer's ``status`` means (docs/bisect.md says the same).
@@ -45,29 +58,64 @@ STATUS_HELP = {
     NOT_REPRODUCED: "an end's verdict does not come back when rerun here (the record's environment differs in "
     "something the stack does not name: the device, the host, the model's files)",
     NO_PACKAGE: "no single package's swap restores A's verdict (they may act together)",
-    NOT_RUN: "an environment could not be built, or the repro script gave no verdict",
+    NOT_RUN: "an end's environment could not be built or gave no verdict here (the note says which and why)",
     SAME: "both ends give the same verdict: nothing to bisect",
 }
+#: A traceback's last line: the exception that stopped a script ("ImportError: ...").
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*")
 
 
-def run_repro(python: Path, script: Path, args: list[str], timeout_s: float) -> tuple[str | None, str | None]:
-    """(verdict, note) of one run of a repro script: the status of its JSON line; a timeout or a killed
-    process is FAIL(other), as the sweep records them; no JSON line is no verdict (note: why)."""
+def _end_group(proc: subprocess.Popen) -> None:
+    """End every process left in a step's group (it runs in a group of its own): what the script started
+    dies with it, on a timeout and after a normal exit alike."""
     try:
-        out = subprocess.run([str(python), str(script), *args], capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return schema.FAIL_OTHER, f"timed out after {timeout_s:.0f} s"
-    for line in reversed(out.stdout.splitlines()):
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def why_no_verdict(stderr: str, returncode: int) -> str:
+    """The words of a script that printed no verdict: its exception's line where it has one, else its last two lines."""
+    lines = [line.strip() for line in (stderr or "").splitlines() if line.strip()]
+    said = next((line for line in reversed(lines) if _EXCEPTION_LINE.match(line)), None)
+    return f"exit status {returncode}: {(said or ' '.join(lines[-2:]))[:400]}"
+
+
+def run_repro(
+    python: Path, script: Path, args: list[str], timeout_s: float, cwd: Path | None = None
+) -> tuple[str | None, str | None]:
+    """(verdict, note) of one run of a repro script, in a process group of its own: the status of its JSON
+    line; a timeout (the whole group ended) or a killed process is FAIL(other), as the sweep records them; no
+    JSON line is no verdict (note: why)."""
+    with subprocess.Popen(
+        [str(python), str(script), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        start_new_session=True,
+    ) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _end_group(proc)
+            try:
+                proc.communicate(timeout=30)  # a process that left the group may still hold the pipes
+            except subprocess.TimeoutExpired:
+                pass
+            return schema.FAIL_OTHER, f"timed out after {timeout_s:.0f} s"
+        finally:
+            _end_group(proc)
+    for line in reversed(stdout.splitlines()):
         try:
             said = json.loads(line)
         except ValueError:
             continue
         if isinstance(said, dict) and said.get("status") in schema.VERDICTS:
             return said["status"], said.get("error_type")
-    if out.returncode < 0:
-        return schema.FAIL_OTHER, f"killed by signal {-out.returncode}"
-    tail = " ".join((out.stderr or "").strip().splitlines()[-2:])[:300]
-    return None, f"no verdict (exit status {out.returncode}): {tail}"
+    if proc.returncode < 0:
+        return schema.FAIL_OTHER, f"killed by signal {-proc.returncode}"
+    return None, why_no_verdict(stderr, proc.returncode)
 
 
 def split(inner: list[Release], verdict_a: str | None, attempt: Callable[[str], str | None]) -> tuple[int, int, dict]:
@@ -109,11 +157,11 @@ class Job:
 
 
 class Bisector:
-    """Runs jobs (several at once): environments from ``overlays``, releases from the wheelhouse or the index."""
+    """Runs jobs (several at once): environments from ``overlays``, releases from the same source (its
+    wheelhouse, or the index pip is configured with)."""
 
-    def __init__(self, overlays: Overlays, *, find_links: Path | None, pre: bool = False, yanked: bool = False):
+    def __init__(self, overlays: Overlays, *, pre: bool = False, yanked: bool = False):
         self.overlays = overlays
-        self.find_links = find_links
         self.pre, self.yanked = pre, yanked
         self.base = provenance.stack()
         self._releases: dict[str, list[Release]] = {}
@@ -134,42 +182,92 @@ class Bisector:
         return out
 
     def _conflicts(self, pins: dict[str, str]) -> list:
+        """The requirements ``pins`` break here (this project's own requirements left out: a repro script
+        imports nothing of it)."""
         layers = {n: self.overlays.layer(n, v) for n, v in pins.items()}
-        return conflicts(self.base, pins, layers)
+        return [c for c in conflicts(self.base, pins, layers) if c.requirer not in NOT_SWAPPED]
+
+    def closure(self, pins: dict, moved: list[str], names: dict[str, Change]) -> tuple[dict, list[str]]:
+        """``pins`` with every candidate a version pin ties to a ``moved`` package (or to one moved with it)
+        moved to A's version too, as single swaps and halves both need: (the pins, the names moved with them)."""
+        moving, together = set(moved), list[str]()
+        while True:
+            tied = None
+            for conflict in self._conflicts(pins):
+                for mine, other in ((conflict.requirer, conflict.name), (conflict.name, conflict.requirer)):
+                    if mine in moving and other in names and other not in moving:
+                        tied = other
+                        break
+                if tied:
+                    break
+            if tied is None:
+                return pins, together
+            moving.add(tied)
+            together.append(tied)
+            pins = self.with_version(pins, tied, names[tied].before)
+
+    def explain(self, pins: dict[str, str], moved: set[str] | None, note: str | None) -> str:
+        """Why a step gave no verdict, in words: the requirements its pins break (those of the ``moved``
+        packages; every one at an end), then what the installer or the script said."""
+        try:
+            found = [c for c in self._conflicts(pins) if moved is None or {c.requirer, c.name} & moved]
+        except InstallError:
+            found = []
+        return "; ".join([*(str(c) for c in found[:2]), note or "no verdict"])
 
     def run(self, job: Job, step: str, pins: dict[str, str], package: str | None = None, version: str | None = None):
-        """One run of the row's repro script with ``pins`` on this environment; recorded in job.steps."""
+        """One run of the row's repro script with ``pins`` on this environment; recorded in job.steps. An
+        environment that cannot be built is no verdict (None), with the reason in the step's note."""
         started = time.monotonic()
-        python = self.overlays.python(pins)
+        entry = {"step": step, "package": package, "version": version, "verdict": None}
+        try:
+            python = self.overlays.python(pins)
+        except InstallError as exc:
+            job.steps.append({**entry, "note": str(exc), "env_s": round(time.monotonic() - started, 2)})
+            return None
         script = self._script(job.row.script)
         ready = time.monotonic()
-        verdict, note = run_repro(python, script, job.row.args, job.row.timeout_s)
+        verdict, note = run_repro(python, script, job.row.args, job.row.timeout_s, cwd=script.parent)
+        seconds = round(time.monotonic() - ready, 2)  # the repro script's run
+        if verdict is None:
+            moved = None if package is None or version is None else {package}
+            note = self.explain(pins, moved, note)
         job.steps.append(
-            {
-                "step": step,
-                "package": package,
-                "version": version,
-                "verdict": verdict,
-                "note": note,
-                "seconds": round(time.monotonic() - ready, 2),  # the repro script's run
-                "env_s": round(ready - started, 2),  # building (or finding) its environment
-            }
+            {**entry, "verdict": verdict, "note": note, "seconds": seconds, "env_s": round(ready - started, 2)}
         )
         return verdict
 
     def _script(self, text: str) -> Path:
+        """The script's file in the cache (absolute, one per text), written once under its lock."""
         path = self.overlays.cache / "scripts" / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.py"
-        with self._guard:
+        with locked(self.overlays.cache / "locks" / f"script-{path.stem}.lock"):
             if not path.exists():
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(text)
         return path
 
     def releases(self, name: str) -> list[Release]:
+        """``name``'s releases from the overlays' source, listed once per bisect."""
         with self._guard:
             if name not in self._releases:
-                self._releases[name] = releases_of(name, self.find_links)
+                self._releases[name] = releases_of(name, self.overlays.source)
             return self._releases[name]
+
+    def fetch(self, job: Job) -> None:
+        """A Hub model's files, downloaded before its first step and handed to every step as the folder to
+        load (the script then downloads nothing): a step's timeout is the script's run, not the download."""
+        hub = job.row.hub
+        if not hub or job.row.args:
+            return
+        from ..probe import hub_fetch
+
+        got = hub_fetch.fetch(
+            hub["model_id"],
+            hub.get("revision") or "",
+            trust_remote_code=bool(hub.get("trust_remote_code")),
+            log=lambda line: None,
+        )
+        job.row.args = [got["path"]]
 
     # -- one row -----------------------------------------------------------------------------
     def end(self, job: Job, label: str, pins: dict[str, str], recorded: str | None) -> tuple[str | None, str | None]:
@@ -181,23 +279,32 @@ class Bisector:
         return first, FLAKY if second != first else NOT_REPRODUCED
 
     def bisect(self, job: Job) -> dict:
+        """The row's answer; an unexpected exception is an answer too (``could not run``, naming it), so one
+        row's trouble never loses the others'."""
         started = time.monotonic()
-        answer = self._bisect(job)
+        try:
+            answer = self._bisect(job)
+        except Exception as exc:  # noqa: BLE001 - the other rows' answers are kept; this one says what stopped it
+            answer = {**_blank(job.row), "status": NOT_RUN, "note": f"the bisect stopped: {type(exc).__name__}: {exc}"}
         answer.update(
+            note=answer["note"].strip().rstrip(";"),
             model_id=job.row.model_id,
             variant=job.row.variant,
             steps=job.steps,
+            installer=self.overlays.tool,
             seconds=round(time.monotonic() - started, 2),
         )
         return answer
 
     def _bisect(self, job: Job) -> dict:
         row = job.row
-        out: dict = {"status": None, "package": None, "last_same": None, "first_changed": None}
-        out.update(verdict_a=row.verdict_a, verdict_b=row.verdict_b, verdicts={}, skipped=[], unsplit=None)
-        out.update(together=[], note="")
+        out = _blank(row)
         if not job.candidates:
             return {**out, "status": NO_PACKAGE, "note": "no package version differs between the two stacks"}
+        try:
+            self.fetch(job)
+        except Exception as exc:  # noqa: BLE001 - hub_fetch's own exceptions name what went wrong
+            return {**out, "status": NOT_RUN, "note": f"the model's files could not be fetched: {exc}"}
         try:
             pins_b = self.pins_for(job.stack_b)
             pins_a = pins_b
@@ -206,12 +313,22 @@ class Bisector:
                     out["note"] += f"{change.name} (not in A's stack) stays installed at end A; "
                     continue
                 pins_a = self.with_version(pins_a, change.name, change.before)
-            verdict_b, trouble_b = self.end(job, "end B", pins_b, row.verdict_b)
-            verdict_a, trouble_a = self.end(job, "end A", pins_a, row.verdict_a)
         except InstallError as exc:
             return {**out, "status": NOT_RUN, "note": str(exc)}
-        if verdict_a is None or verdict_b is None:
-            return {**out, "status": NOT_RUN, "note": "the repro script gave no verdict at an end (see steps)"}
+        verdict_b, trouble_b = self.end(job, "end B", pins_b, row.verdict_b)
+        if verdict_b is None:
+            said = f"B's stack gave no verdict here ({job.steps[-1]['note']}): not bisected"
+            return {**out, "status": NOT_RUN, "note": out["note"] + said}
+        if self.narrows(job):
+            verdict_a, trouble_a = self.start(job, pins_b, out), None
+            if verdict_a is None:
+                return {**out, "status": NOT_RUN}
+            pins_a = self.with_version(pins_b, job.candidates[0].name, job.candidates[0].before)
+        else:
+            verdict_a, trouble_a = self.end(job, "end A", pins_a, row.verdict_a)
+            if verdict_a is None:
+                said = f"A's stack gave no verdict here ({job.steps[-1]['note']}): not bisected"
+                return {**out, "status": NOT_RUN, "note": out["note"] + said}
         if FLAKY in (trouble_a, trouble_b):
             which = "B's" if trouble_b == FLAKY else "A's"
             return {
@@ -230,52 +347,126 @@ class Bisector:
             }
         out.update(verdict_a=verdict_a, verdict_b=verdict_b)  # the records' (reran); --from's in the single form
         if verdict_a == verdict_b:
-            return {**out, "status": SAME, "note": f"{verdict_a} at both ends"}
+            return {**out, "status": SAME, "note": out["note"] + f"{verdict_a} at both ends"}
         change, pins_swap, together = self.find_package(job, pins_b, pins_a, verdict_a)
         if change is None:
             tried = ", ".join(c.name for c in job.candidates)
-            return {**out, "status": NO_PACKAGE, "note": f"no single swap restores {verdict_a} (tried {tried})"}
+            return {
+                **out,
+                "status": NO_PACKAGE,
+                "note": out["note"] + f"no single swap restores {verdict_a} (tried {tried})",
+            }
         out.update(package=change.name, together=together)
         if together:
             out["note"] += f"{change.name} and {', '.join(together)} must move together (a version pin between them). "
         self.search(job, change, pins_swap, verdict_a, verdict_b, out)
         return out
 
+    @staticmethod
+    def narrows(job: Job) -> bool:
+        """The single-record form (one package, ``--from``'s verdict unknown until it runs): a ``--from``
+        release that cannot run here is skipped, not the end of the bisect."""
+        (change, *more) = job.candidates
+        return not more and job.row.verdict_a is None and change.before is not None and change.after is not None
+
+    def start(self, job: Job, pins_b: dict, out: dict) -> str | None:
+        """End A of the single-record form: ``--from``'s verdict; where it cannot run with this stack, the
+        verdict of the nearest release toward B's that runs, which becomes the start (job.candidates says
+        so), each release passed over in ``out["skipped"]`` with its reason. None when none runs (the note
+        says why)."""
+        change = job.candidates[0]
+        start, end = change.before, change.after
+        assert start is not None and end is not None  # narrows() said so
+        try:
+            inner = between(self.releases(change.name), start, end, pre=self.pre, yanked=self.yanked)
+        except OSError:
+            inner = []
+        passed: list[dict] = []
+        for release in [Release(start), *inner]:
+            try:
+                if release.skip:
+                    raise InstallError(release.skip)
+                verdict = self.attempt(job, change.name, pins_b, release.version, "end A")
+            except InstallError as exc:
+                passed.append({"version": release.version, "reason": str(exc)})
+                continue
+            out["skipped"] += passed
+            if passed:
+                job.candidates = [Change(change.name, release.version, change.after)]
+                out["note"] += (
+                    f"{change.name} {change.before} (--from) cannot run with this stack (see skipped): skipped, "
+                    f"and the search starts at {release.version}, the nearest release that runs. "
+                )
+            return verdict
+        out["skipped"] += passed
+        out["note"] += (
+            f"no release of {change.name} from {change.before} to {change.after} runs with this stack "
+            f"({passed[0]['reason']}): not bisected"
+        )
+        return None
+
+    def attempt(self, job: Job, name: str, pins_swap: dict, version: str, step: str = "bisect") -> str:
+        """The verdict with ``name`` at ``version`` over ``pins_swap``; ``InstallError`` naming the release
+        and why when it cannot run with the rest of the stack (a requirement it or the stack breaks: not
+        run; an environment that cannot be built, or a script that gave no verdict there)."""
+        pins = self.with_version(pins_swap, name, version)
+        found = [str(c) for c in self._conflicts(pins) if name in (c.name, c.requirer)]
+        if found:
+            job.steps.append({"step": step, "package": name, "version": version, "verdict": None, "note": found[0]})
+            raise InstallError(f"{name} {version} cannot run with this stack: {found[0]}")
+        verdict = self.run(job, step, pins, name, version)
+        if verdict is None:
+            raise InstallError(f"{name} {version} gave no verdict with this stack ({job.steps[-1]['note']})")
+        return verdict
+
+    def swap(self, job: Job, pins_b: dict, group: list[Change], names: dict[str, Change]):
+        """B's stack with ``group`` (and what a pin ties to it) at A's versions: (verdict, pins, the names
+        moved with it); verdict None when it cannot be built or gives no verdict (inconclusive)."""
+        try:
+            pins = pins_b
+            for change in group:
+                pins = self.with_version(pins, change.name, change.before)
+            pins, together = self.closure(pins, [c.name for c in group], names)
+        except InstallError as exc:
+            label = ", ".join(c.name for c in group)
+            job.steps.append({"step": "swap", "package": label, "version": None, "verdict": None, "note": str(exc)})
+            return None, pins_b, []
+        label = ", ".join(c.name for c in group) + (f" (with {', '.join(together)})" if together else "")
+        version = group[0].before if len(group) == 1 and not together else None
+        return self.run(job, "swap", pins, label if version is None else group[0].name, version), pins, together
+
     def find_package(self, job: Job, pins_b: dict, pins_a: dict, verdict_a: str):
         """The candidate whose swap (with what a pin ties it to) restores A's verdict: (change, its pins
-        with the package at A's version, the packages moved with it); (None, {}, []) when none does."""
+        with the package at A's version, the packages moved with it); (None, {}, []) when none does.
+
+        Halves first while more than two are left (log2(n) runs, not n): a half that restores A's verdict
+        holds the culprit; one that gives another verdict does not; one that gives none (inconclusive)
+        ends the halving, and the packages left are swapped one by one. Every package named had its own
+        swap run, and it restored A's verdict."""
         if len(job.candidates) == 1:  # the swap is end A
             return job.candidates[0], pins_a, []
         names = {c.name: c for c in job.candidates}
         group = list(job.candidates)
-        while len(group) > 2:  # halve: swap half of them at once (end A swapped them all): log2(n) runs, not n
+        while len(group) > 2:
             half = group[: len(group) // 2]
-            try:
-                pins = pins_b
-                for change in half:
-                    pins = self.with_version(pins, change.name, change.before)
-            except InstallError:
-                break  # one by one over what is left
-            label = ", ".join(c.name for c in half)
-            if self.run(job, "swap", pins, label) == verdict_a:
-                if len(half) == 1:  # that swap was this one package alone
-                    return half[0], pins, []
-                group = half
-            else:
-                group = group[len(group) // 2 :]
-        for change in group:  # each alone: the one whose swap restores A's verdict
-            try:
-                pins = self.with_version(pins_b, change.name, change.before)
-                together = []
-                for conflict in self._conflicts(pins):
-                    other = conflict.name if conflict.requirer == change.name else conflict.requirer
-                    if other in names and other not in together and other != change.name:
-                        together.append(other)
-                        pins = self.with_version(pins, other, names[other].before)
-            except InstallError as exc:
-                job.steps.append({"step": "swap", "package": change.name, "version": change.before, "note": str(exc)})
-                continue
-            if self.run(job, "swap", pins, change.name, change.before) == verdict_a:
+            verdict, pins, together = self.swap(job, pins_b, half, names)
+            if verdict is None:
+                job.steps[-1]["note"] = f"{job.steps[-1]['note']} (inconclusive: one by one instead)"
+                break
+            swapped = {c.name for c in half} | set(together)
+            if verdict == verdict_a and len(swapped) == 1:  # that swap was this one package alone
+                return half[0], pins, []
+            kept = (
+                [c for c in job.candidates if c.name in swapped]
+                if verdict == verdict_a
+                else [c for c in group if c.name not in swapped]
+            )
+            if not kept or len(kept) >= len(group):
+                break  # a pin tied the half to the rest: nothing learned
+            group = kept
+        for change in group:  # each alone: the first whose swap restores A's verdict
+            verdict, pins, together = self.swap(job, pins_b, [change], names)
+            if verdict == verdict_a:
                 return change, pins, together
         return None, {}, []
 
@@ -291,45 +482,63 @@ class Bisector:
             inner = between(self.releases(change.name), start, end, pre=self.pre, yanked=self.yanked)
         except OSError as exc:
             inner = []
-            out["note"] += f"its releases could not be listed ({exc}); "
+            out["note"] += f"its releases could not be listed from {self.overlays.source} ({exc}); "
 
-        def attempt(version: str) -> str | None:
-            pins = self.with_version(pins_swap, change.name, version)
-            found = [str(c) for c in self._conflicts(pins) if change.name in (c.name, c.requirer)]
-            if found:
-                raise InstallError(f"conflict: {found[0]}")
-            verdict = self.run(job, "bisect", pins, change.name, version)
+        def attempt(version: str) -> str:
+            verdict = self.attempt(job, change.name, pins_swap, version)
             out["verdicts"][version] = verdict
             return verdict
 
         lo, hi, skipped = split(inner, verdict_a, attempt)
         versions = [start, *(r.version for r in inner), end]
         out.update(status=FOUND, last_same=versions[lo + 1], first_changed=versions[hi + 1])
-        out["skipped"] = [{"version": inner[i].version, "reason": reason} for i, reason in sorted(skipped.items())]
-        if any(lo < i < hi for i in skipped):
+        out["skipped"] += [{"version": inner[i].version, "reason": reason} for i, reason in sorted(skipped.items())]
+        inside = [inner[i].version for i in sorted(skipped) if lo < i < hi]
+        if inside:
             out["unsplit"] = [versions[lo + 1], versions[hi + 1]]
             out["note"] += (
                 f"the range {versions[lo + 1]}..{versions[hi + 1]} could not be split: "
-                + ", ".join(inner[i].version for i in sorted(skipped) if lo < i < hi)
-                + " could not be installed here"
+                f"{', '.join(inside)} could not run here (skipped: see skipped)"
+            )
+        elif skipped:
+            out["note"] += (
+                f"{len(skipped)} release(s) that could not run here skipped (see skipped); the search went on around them"
             )
         third = {v for v in out["verdicts"].values() if v not in (verdict_a, verdict_b)}
         if third:
             out["note"] += f"; some releases gave a third verdict ({', '.join(sorted(map(str, third)))})"
 
-    def bisect_all(self, jobs: list[Job], workers: int = 1, log: Callable[[str], None] | None = None) -> list[dict]:
-        """Every job's answer, in the jobs' order; ``workers`` rows at once."""
-
-        def one(job: Job) -> dict:
-            answer = self.bisect(job)
-            if log:  # progress, as each row finishes (the answers themselves come at the end)
-                log(
-                    f"bisected {answer['model_id']} [{answer['variant']}]: {answer['status']}, {answer['seconds']:.0f} s"
-                )
-            return answer
-
+    def bisect_all(
+        self,
+        jobs: list[Job],
+        workers: int = 1,
+        log: Callable[[str], None] | None = None,
+        on_answer: Callable[[dict], None] | None = None,
+    ) -> list[dict]:
+        """Every job's answer, in the jobs' order; ``workers`` rows at once. ``on_answer`` gets each answer
+        as its row finishes (in this thread: the caller stores it then, so a later row's trouble loses
+        nothing already answered)."""
+        answers: dict[int, dict] = {}
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            return list(pool.map(one, jobs))
+            futures = {pool.submit(self.bisect, job): i for i, job in enumerate(jobs)}
+            for future in as_completed(futures):
+                answer = future.result()
+                answers[futures[future]] = answer
+                if on_answer:
+                    on_answer(answer)
+                if log:
+                    log(
+                        f"bisected {answer['model_id']} [{answer['variant']}]: {answer['status']}, {answer['seconds']:.0f} s"
+                    )
+        return [answers[i] for i in range(len(jobs))]
+
+
+def _blank(row: Row) -> dict:
+    """An answer with nothing found yet (the verdicts the records give)."""
+    out: dict = {"status": None, "package": None, "last_same": None, "first_changed": None}
+    out.update(verdict_a=row.verdict_a, verdict_b=row.verdict_b, verdicts={}, skipped=[], unsplit=None)
+    out.update(together=[], note="")
+    return out
 
 
 def answer_line(answer: dict) -> str:

@@ -7,6 +7,7 @@ the header of a diff still names what it can, as it did before.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,6 +88,8 @@ class Row:
     script: str
     args: list[str]
     timeout_s: float
+    #: A Hub model's download ({model_id, revision, trust_remote_code}), fetched before the steps; None: local.
+    hub: dict | None = None
 
 
 def repro_of(data_dir: Path | str, sweep_id: str, model_id: str, variant: str) -> str | None:
@@ -96,6 +99,17 @@ def repro_of(data_dir: Path | str, sweep_id: str, model_id: str, variant: str) -
         return repro.script_for(Path(data_dir), sweep_id, model_id, variant)
     except UserError:
         return None
+
+
+def hub_download(data_dir: Path, sweep_id: str, model_id: str, variant: str) -> dict | None:
+    """What a Hub model's steps load, from its record: the commit its files were downloaded at (else the
+    revision asked for) and whether its own code was allowed; None for a local model."""
+    path = store.find_record(data_dir, sweep_id, model_id, variant)
+    if model_id.startswith("local:") or path is None:
+        return None
+    record = json.loads(path.read_text())
+    revision = record.get("revision_sha") or record.get("revision") or ""
+    return {"model_id": model_id, "revision": revision, "trust_remote_code": bool(record.get("trust_remote_code"))}
 
 
 def _verdicts(data_dir: Path, sweep_id: str) -> dict[tuple[str, str], str | None]:
@@ -153,6 +167,7 @@ def rows_to_bisect(data_dir: Path | str, a: str | None, b: str, models: list[str
                 script=script,
                 args=[entry.source] if local and entry else [],
                 timeout_s=float((entry.timeout_s if entry else None) or meta_b.timeout_s),
+                hub=None if local else hub_download(data_dir, b, model_id, variant),
             )
         )
     return rows

@@ -733,12 +733,6 @@ def data_folder_lock(data_dir: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-CONFIG_BLOCK = """- config_name: {config}
-  data_files:
-  - split: train
-    path: {config}/sweep=*/*.parquet
-"""
-
 DATASET_CARD = """---
 {configs}license: other
 tags:
@@ -791,11 +785,21 @@ def field_table() -> str:
 
 def card_configs(data_dir: Path) -> str:
     """The card's YAML ``configs:`` block, each config only once it has a file (a config whose glob matches
-    nothing would make ``load_dataset`` fail for every config)."""
+    nothing would make ``load_dataset`` fail for every config); written by huggingface_hub's card data, as the
+    Hub reads it."""
+    from huggingface_hub import DatasetCardData
+
     data_dir = Path(data_dir)
     present = [c for c in DATASET_CONFIGS if any((data_dir / c).glob("sweep=*/*.parquet"))]
-    configs = "".join(CONFIG_BLOCK.format(config=c) + ("  default: true\n" if c == "results" else "") for c in present)
-    return f"configs:\n{configs}" if configs else "configs: []\n"
+    configs = [
+        {
+            "config_name": c,
+            "data_files": [{"split": "train", "path": f"{c}/sweep=*/*.parquet"}],
+            **({"default": True} if c == "results" else {}),
+        }
+        for c in present
+    ]
+    return DatasetCardData(configs=configs).to_yaml() + "\n"
 
 
 def write_dataset_card(data_dir: Path) -> Path:
