@@ -496,3 +496,51 @@ def test_releases_are_listed_from_the_configured_index(tmp_path, monkeypatch):
     assert found == {"1.0": (False, None), "1.1": (True, None), "1.2": (False, found["1.2"][1]), "2.0": (False, None)}
     assert found["1.2"][1].startswith("requires Python >=4")
     assert source.flags() == ["--index-url", index, "--extra-index-url", (tmp_path / "simple").as_uri()]
+
+
+def test_two_sweeps_differing_only_in_the_backends_settings_say_so(tmp_path):
+    """Two pretend sweeps that differ only in MODEL_SUPPORT_PRETEND read "same package versions" before: the
+    backend's configuration is part of the stack."""
+    for sweep_id, config in (
+        ("a-20261201T000000Z", {"devices": 1, "missing_ops": ["aten::rsqrt"]}),
+        ("b-20261202T000000Z", {"devices": 1}),
+    ):
+        SweepMeta(
+            sweep_id=sweep_id,
+            name="p",
+            created_at="2026-12-0" + sweep_id[8] + "T00:00:00+00:00",
+            probe={"device": "pretend"},
+            models=[],
+            stack={"torch": "2.13.0"},
+            device_config={"MODEL_SUPPORT_PRETEND": json.dumps(config)},
+        ).write(store.sweep_dir(tmp_path, sweep_id))
+    line = stacks.sweep_changes_line(tmp_path, "a-20261201T000000Z", "b-20261202T000000Z")
+    assert line == (
+        'backend settings that differ: MODEL_SUPPORT_PRETEND \'{"devices": 1, "missing_ops": ["aten::rsqrt"]}\' -> '
+        "'{\"devices\": 1}'"
+    )
+    assert stacks.changes_line([], settings=[]) == "same package versions in both sweeps and the same backend settings"
+    assert stacks.changes_line([], settings=None) == "same package versions in both sweeps"  # not recorded: unknown
+
+
+def test_a_backend_setting_is_recorded_only_where_its_adapter_declares_it_safe_to_show():
+    from model_support.probe.devices.base import Adapter
+    from model_support.probe.devices.tpu import TpuAdapter
+
+    class Vendor(Adapter):
+        config_vars = ("VENDOR_*",)
+        config_shown = ("VENDOR_FLAGS",)
+
+    environ = {"VENDOR_FLAGS": "--fast", "VENDOR_LICENSE_KEY": "s3cret", "HOME": "/root"}
+    found = Vendor.configuration(environ)
+    assert found["VENDOR_FLAGS"] == "--fast" and "s3cret" not in json.dumps(found)
+    assert found["VENDOR_LICENSE_KEY"].startswith("<not shown: sha256 ")  # a change still shows as a change
+    assert Vendor.configuration(environ, shown_only=True) == {"VENDOR_FLAGS": "--fast"}  # what a repro script sets
+    # the harness's own per-probe variables (a chip's pinning, a rank's place) are not the stack's configuration
+    tpu = {
+        "LIBTPU_INIT_ARGS": "--xla_x",
+        "TPU_VISIBLE_CHIPS": "0",
+        "TPU_PROCESS_PORT": "8476",
+        "TPU_ACCELERATOR_TYPE": "v5e",
+    }
+    assert TpuAdapter.configuration(tpu) == {"LIBTPU_INIT_ARGS": "--xla_x", "TPU_ACCELERATOR_TYPE": "v5e"}

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from helpers import REPO, run_notebook
 from model_support.probe import phases, probe_params, repro
 
@@ -89,3 +91,55 @@ def test_every_declared_parameter_reaches_the_record(tmp_path):
         assert settings[name] == NON_DEFAULT[name], name
     missed = [name for name, reflected in EFFECT.items() if not reflected(record)]
     assert not missed, {name: record.get(name) for name in missed}
+
+
+# --------------------------------------------------------------------------------------------
+# bad input, refused by the notebook's first cell before anything runs: papermill fails, no record is written
+
+
+def refused(tmp_path: Path, **parameters):
+    """The probe notebook run with ``parameters`` (and a record_path): papermill's error, after checking that
+    no record (nor the record's early repro script) was written."""
+    import papermill
+
+    record_path = tmp_path / "record.json"
+    with pytest.raises(papermill.PapermillExecutionError) as info:
+        run_notebook(
+            "probe.ipynb", tmp_path / "out.ipynb", model_id=str(MODEL), record_path=str(record_path), **parameters
+        )
+    assert not list(tmp_path.glob("record*")), list(tmp_path.iterdir())
+    return info.value
+
+
+def test_a_mistyped_parameter_is_refused_with_what_it_accepts(tmp_path):
+    """``-p devcie cpu`` ran the default device (papermill only warns of the name) and ``-p dtype float99`` wrote a
+    FAIL(other) record: each mistake is now one sentence, the closest declared name or what is accepted."""
+    error = refused(tmp_path, devcie="cpu", dtype="float99", numerics_margin=float("nan"), max_new_tokens="8")
+    assert error.ename == "ParameterError"
+    assert error.evalue.splitlines() == [
+        "4 mistakes in the parameters of notebooks/probe.ipynb:",
+        "'devcie' is not a parameter of notebooks/probe.ipynb; did you mean 'device'?",
+        "dtype='float99' is not accepted; use one of bfloat16, float16, float32, float64, half, float, double.",
+        "probe parameter 'max_new_tokens' must be an integer >= 1, not str '8'.",
+        "numerics_margin=nan is not a finite number; use a number >= 0.",
+    ]
+
+
+def test_a_typo_in_the_backends_configuration_is_refused_not_a_verdict(tmp_path, monkeypatch):
+    """A backend that does not start with its configuration (a typo in MODEL_SUPPORT_PRETEND; a bad
+    LIBTPU_INIT_ARGS alike) was a FAIL(other) record at stage runner: the user's typo as a verdict."""
+    monkeypatch.setenv("MODEL_SUPPORT_PRETEND", '{"devcies": 2}')
+    error = refused(tmp_path, device="pretend")
+    assert error.ename == "BackendConfigError"
+    assert error.evalue == (
+        "The pretend backend does not start with the configuration MODEL_SUPPORT_PRETEND sets here "
+        "(PretendConfigError: MODEL_SUPPORT_PRETEND: unknown key(s) devcies; accepted: devices, memory_gb, "
+        "missing_ops, unsupported_dtypes, wrong_ops, crash_ops, slow_ops, fallback_ops); fix MODEL_SUPPORT_PRETEND, "
+        "or unset it, and run again."
+    )
+    from model_support.probe.devices import misconfigured
+
+    with pytest.raises(misconfigured.BackendConfigError, match="The pretend backend does not start"):
+        misconfigured.refuse("auto")  # auto skipped a backend that failed: the CPU instead, silently
+    monkeypatch.delenv("MODEL_SUPPORT_PRETEND")
+    misconfigured.refuse("pretend")  # not configured: the device is not here, which the probe records (design)

@@ -1,7 +1,8 @@
 """The explorer fits a 1280 x 800 screen: no column of the list is cut off or pushed out of view, with the
 detail panel closed or open, for a plain history and for a page that shows every column the list has
 (variants, multi-device runs, Hub facts, long ids); sweeps read as name and date with the id on hover, no
-row wraps, and a cell too narrow for its text carries the whole text as its tooltip."""
+row wraps, and a cell too narrow for its text carries the whole text as its tooltip. Whose failure it is
+reads whole in the list ("unknown" included), and the detail panel's history cuts no cell: it is read there."""
 
 from __future__ import annotations
 
@@ -30,6 +31,9 @@ MEASURE = """() => {
     heads,
     untitled: cut.filter((td) => !td.title || (!td.matches('.sweep, .stack, .whose') && td.title !== td.textContent))
       .map((td) => td.className + ': ' + td.textContent),
+    whose_cut: cut.filter((td) => td.matches('.whose')).map((td) => td.textContent),
+    panel_cut: [...document.querySelectorAll('#detail table.history td')].filter(shown)
+      .filter((td) => td.scrollWidth > td.clientWidth).map((td) => td.className + ': ' + td.textContent),
     verdicts_cut: cut.filter((td) => td.matches('.st')).map((td) => td.textContent),
     heights: [...new Set([...document.querySelectorAll('#results tbody tr')].map((tr) => Math.round(tr.getBoundingClientRect().height)))],
     sweeps: [...document.querySelectorAll('#results tbody td.sweep')].slice(0, 3).map((td) => [td.textContent, td.title]),
@@ -91,6 +95,7 @@ def check_fits(page, label: str) -> dict:
     assert [h[0] for h in measured["heads"] if h[2] or h[3]] == [], f"{label}: headers cut or out of view {heads}"
     assert all(h[1] >= 30 for h in measured["heads"]), f"{label}: a column narrower than 30 px {heads}"
     assert measured["untitled"] == [] and measured["verdicts_cut"] == [], label
+    assert measured["whose_cut"] == [] and measured["panel_cut"] == [], (label, measured)
     assert len(measured["heights"]) == 1, f"{label}: rows of several heights (a cell wraps) {measured['heights']}"
     return measured
 

@@ -532,6 +532,10 @@ def test_the_ops_command_prints_the_predictions_the_plan_and_where_the_census_ca
     llama = next(line for line in text.splitlines() if "tiny-llama" in line)
     assert "PASS" in llama and "FAIL(gen)" in llama and "aten::rsqrt" in llama  # recorded on the CPU, predicted here
     assert "The census was taken on cpu, not pretend" in " ".join(text.split())
+    # which configuration of the backend it predicted for (with MODEL_SUPPORT_PRETEND unset: refused, see below)
+    said = next(line for line in text.splitlines() if line.startswith("predicted for pretend as this environment"))
+    assert "MODEL_SUPPORT_PRETEND=" in said and "aten::rsqrt" in said
+    assert ops_loop["predicted"]["configuration"] == {"MODEL_SUPPORT_PRETEND": json.dumps(STACK)}
 
 
 def test_a_stopped_run_takes_its_census_from_the_reference_and_records_what_the_stack_lacks(ops_loop):

@@ -1,5 +1,6 @@
 """Sweep definitions are validated before anything runs: one sentence naming the problem."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ def refuse(raw) -> str:
     with pytest.raises(SweepConfigError) as info:
         params.parse(raw, source="t.yaml", base=REPO)
     message = str(info.value)
-    assert "\n" not in message and message.endswith(".")
+    assert "\n" not in message and message.endswith((".", "?"))  # one sentence ("did you mean 'x'?")
     return message
 
 
@@ -35,8 +36,12 @@ def test_wrong_types_are_refused():
         {"name": "x", "models": ["a"], "probe": {"max_new_tokens": "8"}}
     )
     assert "must be true or false" in refuse({"name": "x", "models": ["a"], "probe": {"trust_remote_code": "yes"}})
-    assert "'workers' must be int" in refuse({"name": "x", "models": ["a"], "workers": 1.5})
-    assert "'timeout_s' must be int or float" in refuse({"name": "x", "models": ["a"], "timeout_s": True})
+    assert "workers must be a whole number of at least 1, not float 1.5" in refuse(
+        {"name": "x", "models": ["a"], "workers": 1.5}
+    )
+    assert "timeout_s must be a number of seconds greater than 0, not bool True" in refuse(
+        {"name": "x", "models": ["a"], "timeout_s": True}
+    )
 
 
 def test_per_model_overrides_are_checked_and_runner_owned_parameters_refused():
@@ -59,9 +64,105 @@ def test_missing_file_and_bad_yaml(tmp_path):
     with pytest.raises(SweepConfigError, match="does not exist"):
         params.load(tmp_path / "nope.yaml")
     bad = tmp_path / "bad.yaml"
-    bad.write_text("name: [unclosed\n")
-    with pytest.raises(SweepConfigError, match="not valid YAML"):
+    bad.write_text("name: x\nprobe:\n  dtype: float32\n   device: cpu\n")
+    with pytest.raises(SweepConfigError, match=r"bad.yaml, line 4, column 10: not valid YAML: mapping values are not"):
         params.load(bad)
+
+
+def refuse_file(tmp_path, text: str) -> list[str]:
+    """``definition.load`` of a file holding ``text``: its mistakes, one line each (the file named on each)."""
+    path = tmp_path / "d.yaml"
+    path.write_text(text)
+    with pytest.raises(SweepConfigError) as info:
+        params.load(path, check_device=False)
+    lines = str(info.value).splitlines()
+    mistakes = lines[1:] if len(lines) > 1 else lines
+    assert len(lines) == 1 or lines[0] == f"{len(mistakes)} mistakes in {path}:"
+    assert all(line.startswith(f"{path}, line ") and line.endswith((".", "?")) for line in mistakes), lines
+    return [line.removeprefix(f"{path}, ") for line in mistakes]
+
+
+def test_every_mistake_of_a_definition_is_listed_with_its_line(tmp_path):
+    """Three mistakes, three sentences in the file's order, each with its line; an unknown key with the closest
+    known one on every path (the sweep's keys as the probe's)."""
+    assert refuse_file(
+        tmp_path,
+        "name: x\nprobe:\n  dtype: float99\n  devcie: cpu\nmodels:\n  - " + TINY + "\nworkres: 2\n",
+    ) == [
+        "line 3: probe: dtype='float99' is not accepted; use one of bfloat16, float16, float32, float64, half, float, "
+        "double.",
+        "line 4: probe: 'devcie' is not a parameter of notebooks/probe.ipynb; did you mean 'device'?",
+        "line 7: unknown key 'workres' (did you mean 'workers'?); accepted keys are name, description, models, "
+        "exclude, probe, timeout_s, workers, executor, models_from_hub, cache, prefetch, matrix.",
+    ]
+    nested = (
+        "name: x\ncache: {max_bg: 3}\nmodels_from_hub: {sortt: likes}\nexclude: [{id: a, reasons: b}]\n"
+        "models:\n  - {id: " + TINY + ", overides: {}}\n  - {id: " + TINY + ", overrides: {seeds: 1}}\n"
+        "matrix: {modes: [eager]}\n"
+    )
+    assert refuse_file(tmp_path, nested) == [
+        "line 2: cache: unknown key 'max_bg' (did you mean 'max_gb'?); accepted keys are dir, max_gb, keep.",
+        "line 3: models_from_hub: unknown key 'sortt' (did you mean 'sort'?); accepted keys are task, sort, limit.",
+        "line 4: exclude[0]: 'reason' is missing; an exclusion needs both 'id' and 'reason'.",
+        "line 4: exclude[0]: unknown key 'reasons' (did you mean 'reason'?); accepted keys are id, reason.",
+        "line 6: models[0]: unknown key 'overides' (did you mean 'overrides'?); accepted keys are id, overrides, "
+        "timeout_s, exclude.",
+        "line 7: models[1].overrides: 'seeds' is not a parameter of notebooks/probe.ipynb; did you mean 'seed'?",
+        "line 8: matrix: 'modes' cannot be a matrix axis; use mode, cache, max_new_tokens.",
+    ]
+
+
+def test_a_yaml_syntax_error_names_its_line_and_column(tmp_path):
+    (mistake,) = refuse_file(tmp_path, "name: x\nprobe:\n  dtype: float32\n   device: cpu\n")
+    assert mistake == "line 4, column 10: not valid YAML: mapping values are not allowed here."
+
+
+def test_a_key_given_twice_is_refused_not_replaced(tmp_path):
+    """YAML keeps the last of two equal keys: a second ``probe:`` would drop the first's settings, silently."""
+    text = "name: x\nprobe:\n  dtype: float32\nmodels: [" + TINY + "]\nprobe:\n  device: cpu\n"
+    assert refuse_file(tmp_path, text) == [
+        "line 5: probe is given twice (first at line 2), and the second would replace the first; give it once."
+    ]
+    assert refuse_file(tmp_path, "name: x\nmodels:\n  - {id: a, timeout_s: 5, timeout_s: 6}\n") == [
+        "line 3: models[0].timeout_s is given twice (first at line 3), and the second would replace the first; "
+        "give it once."
+    ]
+
+
+def test_nan_and_inf_are_refused_wherever_a_number_is_asked(tmp_path):
+    """``nan <= 0`` is false: a range check alone let ``.nan`` through as a timeout, a budget or a threshold."""
+    text = (
+        "name: x\ntimeout_s: .nan\ncache: {max_gb: .inf}\n"
+        "probe: {numerics_margin: .nan, numerics_bound: .inf, device_memory_gb: .inf}\n"
+        "models:\n  - {id: " + TINY + ", timeout_s: -.inf}\n"
+    )
+    assert refuse_file(tmp_path, text) == [
+        "line 2: timeout_s must be a number of seconds greater than 0, not float nan.",
+        "line 3: cache.max_gb must be a number of GB greater than 0, not float inf.",
+        "line 4: probe: numerics_margin=nan is not a finite number; use a number >= 0.",
+        "line 4: probe: numerics_bound=inf is not a finite number; use a number >= 0.",
+        "line 4: probe: device_memory_gb=inf is not a finite number; use a number >= 0.",
+        "line 6: models[0].timeout_s must be a number of seconds greater than 0, not float -inf.",
+    ]
+
+
+def test_a_record_is_checked_against_its_declaration_when_stored(tmp_path):
+    """A wrongly typed field is refused where the record is stored, naming the field and what it holds; it used
+    to be stored, and compaction failed on it with Arrow's "Expected bytes, got a 'int' object" and no column."""
+    from model_support.record import schema, store
+
+    record = schema.empty_record(sweep_id="s", model_id="org/m", status="PASS", model_type=7)
+    with pytest.raises(ValueError, match=r"^record of 'org/m': field model_type must be text \(string\), not int 7\.$"):
+        store.store_result(tmp_path, "s", record, None, "")
+    assert not store.record_file(tmp_path, "s", "org/m", None).exists()
+    for field, value, said in (
+        ("tokens_in", True, "tokens_in must be an integer (int64), not bool True"),
+        ("architectures", "LlamaForCausalLM", "architectures must be a list, not str 'LlamaForCausalLM'"),
+        ("ops_calls", [3, "4"], "ops_calls has an item that must be an integer (int64), not str '4'"),
+        ("versions", {"torch": 2.9}, "versions.torch must be text (string), not float 2.9"),
+    ):
+        with pytest.raises(ValueError, match=f"field {re.escape(said)}"):
+            schema.check_record({**schema.empty_record(model_id="org/m"), field: value})
 
 
 def test_hub_rankings_offline_say_so(monkeypatch):
@@ -110,8 +211,14 @@ def one_error(output: str) -> str:
 
 
 BAD_DEFINITIONS = {
-    "negative timeout": ({"timeout_s": -5}, "timeout_s must be greater than 0"),
-    "zero timeout": ({"timeout_s": 0}, "timeout_s must be greater than 0"),
+    "negative timeout": ({"timeout_s": -5}, "timeout_s must be a number of seconds greater than 0, not int -5"),
+    "zero timeout": ({"timeout_s": 0}, "timeout_s must be a number of seconds greater than 0, not int 0"),
+    "nan timeout": ({"timeout_s": float("nan")}, "timeout_s must be a number of seconds greater than 0, not float nan"),
+    "inf timeout": ({"timeout_s": float("inf")}, "timeout_s must be a number of seconds greater than 0, not float inf"),
+    "nan numerics": ({"probe": {"numerics_margin": float("nan")}}, "numerics_margin=nan is not a finite number"),
+    "inf numerics": ({"probe": {"numerics_bound": float("inf")}}, "numerics_bound=inf is not a finite number"),
+    "inf device memory": ({"probe": {"device_memory_gb": float("inf")}}, "device_memory_gb=inf is not a finite"),
+    "nan cache budget": ({"cache": {"max_gb": float("nan")}}, "cache.max_gb must be a number of GB greater than 0"),
     "not a device name": (
         {"probe": {"device": "GPU 0"}},
         "device='GPU 0' is not accepted; use cpu, auto or an accelerator's name in lower case",
@@ -127,10 +234,10 @@ BAD_DEFINITIONS = {
     "string for bool": ({"probe": {"trust_remote_code": "yes"}}, "must be true or false"),
     "runner-owned": ({"probe": {"record_path": "r.json"}}, "set by the sweep runner"),
     "typo": ({"probe": {"max_new_tokenz": 3}}, "'max_new_tokenz' is not a parameter of notebooks/probe.ipynb"),
-    "zero workers": ({"workers": 0}, "workers must be at least 1"),
-    "float workers": ({"workers": 1.5}, "'workers' must be int"),
-    "unknown key": ({"modles": [TINY]}, "unknown key 'modles'"),
-    "executor": ({"executor": "slurm"}, "executor 'slurm' is not one of local, ray"),
+    "zero workers": ({"workers": 0}, "workers must be a whole number of at least 1, not int 0"),
+    "float workers": ({"workers": 1.5}, "workers must be a whole number of at least 1, not float 1.5"),
+    "unknown key": ({"modles": [TINY]}, "unknown key 'modles' (did you mean 'models'?)"),
+    "executor": ({"executor": "slurm"}, "executor must be local or ray, not str 'slurm'"),
     "missing folder": (
         {"models": ["data/models/does-not-exist"]},
         "local model folder 'data/models/does-not-exist' does not exist",
@@ -138,10 +245,13 @@ BAD_DEFINITIONS = {
     "listed twice": ({"models": [TINY, TINY]}, "listed twice"),
     "no models": ({"models": []}, "no models"),
     "bad override": ({"models": [{"id": TINY, "overrides": {"dtype": "int4"}}]}, "dtype='int4' is not accepted"),
-    "bad model timeout": ({"models": [{"id": TINY, "timeout_s": -1}]}, "timeout_s must be greater than 0"),
+    "bad model timeout": (
+        {"models": [{"id": TINY, "timeout_s": -1}]},
+        "models[0].timeout_s must be a number of seconds greater than 0",
+    ),
     "exclusion without reason": ({"exclude": [{"id": "a/b"}]}, "needs both 'id' and 'reason'"),
-    "cache budget": ({"cache": {"max_gb": 0}}, "cache.max_gb must be greater than 0"),
-    "cache key": ({"cache": {"size": 3}}, "unknown key 'size'"),
+    "cache budget": ({"cache": {"max_gb": 0}}, "cache.max_gb must be a number of GB greater than 0, not int 0"),
+    "cache key": ({"cache": {"size": 3}}, "cache: unknown key 'size'; accepted keys are dir, max_gb, keep"),
     "no name": ({"name": None}, "'name' is missing"),
     "empty name": ({"name": ""}, "name '' cannot name a sweep"),
 }
@@ -163,7 +273,7 @@ def test_bad_definitions_are_refused_by_the_cli_with_one_sentence(case, tmp_path
     result = CliRunner().invoke(main, ["sweep", str(definition), "--data-dir", str(data_dir)])
     assert result.exit_code == 2, result.output
     error = one_error(result.output)
-    assert expected in error and error.endswith("."), result.output
+    assert expected in error and error.endswith((".", "?")), result.output
     assert not data_dir.exists()  # no sweep folder, no record, no Parquet row, no temp file
 
 
@@ -176,8 +286,8 @@ BAD_FLAGS = {
         ["sweep", "--resume", "nope-20260101T000000Z-abcd"],
         "Sweep 'nope-20260101T000000Z-abcd' does not exist",
     ),
-    "unknown report": (["report", "nope"], "Unknown sweep id 'nope'"),
-    "unknown diff": (["diff", "a", "b"], "Unknown sweep id 'a'"),
+    "unknown report": (["report", "nope"], "Sweep 'nope' does not exist"),
+    "unknown diff": (["diff", "a", "b"], "Sweep 'a' does not exist"),
     "unknown aggregate": (["aggregate", "nope"], "Sweep 'nope' does not exist"),
     "unknown exclude": (["exclude", "nope", "--reason", "x"], "Sweep 'nope' does not exist"),
     "unknown debug sweep": (["debug", "nope", "tiny"], "Sweep 'nope' does not exist"),

@@ -7,6 +7,7 @@ run for real on it, as they would on a TPU."""
 
 from __future__ import annotations
 
+import html
 import json
 import signal
 import subprocess
@@ -545,6 +546,11 @@ def test_the_diff_and_the_report_show_what_the_fix_made_pass(porting_loop):
     assert "newly passing" in report and ">pretend<" in report  # the header's device
     assert "whose, before" in report  # the newly passing runs' earlier failures: the stack's
     assert '"pretend"' in (reports / "index.html").read_text()  # the explorer's device column and filter
+    # the two sweeps differ only in the backend's configuration: the diff and the report say which setting
+    # (they said "same package versions in both sweeps")
+    assert "backend settings that differ: MODEL_SUPPORT_PRETEND" in out and "same package versions" not in out
+    assert "backend settings that differ: MODEL_SUPPORT_PRETEND" in html.unescape(report)
+    assert "backend settings" in report and "aten::rsqrt" in html.unescape(report)
 
 
 def test_debug_names_the_first_module_whose_forward_hits_the_missing_operator(porting_loop):
@@ -573,8 +579,19 @@ def test_the_repro_script_reproduces_the_failure_on_the_device(porting_loop, tmp
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert (out["status"], out["failure_stage"], out["error_type"]) == ("FAIL(gen)", "generate", "NotImplementedError")
     assert out["error_message"] == record["error_message"]
-    fixed = subprocess.run(
+    # the script carries the backend's configuration as the probe ran (device_config): on the fixed stack's
+    # environment it sets the sweep's faults again, says so, and reproduces the failure
+    again = subprocess.run(
         [sys.executable, str(script), folder], capture_output=True, text=True, env=pretend_env(AFTER), timeout=600
+    )
+    assert again.returncode == 1 and "setting MODEL_SUPPORT_PRETEND=" in again.stderr, again.stderr[-3000:]
+    assert json.loads(again.stdout.strip().splitlines()[-1])["status"] == "FAIL(gen)"
+    fixed = subprocess.run(
+        [sys.executable, str(script), folder],
+        capture_output=True,
+        text=True,
+        env={**pretend_env(AFTER), "MODEL_SUPPORT_REPRO_KEEP_CONFIG": "1"},
+        timeout=600,
     )
     assert fixed.returncode == 0, fixed.stderr[-3000:]  # on the fixed stack it passes, with the CPU's tokens
     assert (
@@ -638,3 +655,20 @@ def test_a_model_bigger_than_one_device_runs_sharded_over_two(tmp_path, fixture_
             assert out["output_token_ids"] == record["output_token_ids"]
         else:
             assert "Could not run 'aten::rsqrt'" in out["error_message"] and "'pretend' backend" in out["error_message"]
+
+
+def test_bisect_names_the_backend_setting_that_changed_a_verdict(porting_loop):
+    """The two sweeps run the same packages and differ only in MODEL_SUPPORT_PRETEND: the bisect could not see
+    it ("no package version differs"); it now names the setting, having run B's packages with A's setting."""
+    data, before, after = porting_loop["data"], porting_loop["before"], porting_loop["after"]
+    done = cli(["bisect", before, after, "--model", "tiny-llama", "--json"], AFTER, data)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (answer,) = json.loads(done.stdout)
+    assert answer["status"] == "a backend setting", answer
+    assert [s["name"] for s in answer["setting"]] == ["MODEL_SUPPORT_PRETEND"]
+    assert "aten::rsqrt" in answer["setting"][0]["before"] and "aten::rsqrt" not in answer["setting"][0]["after"]
+    assert [(s["step"], s["verdict"]) for s in answer["steps"]] == [
+        ("end B", "PASS"),
+        ("end A", "FAIL(gen)"),
+        ("A's settings", "FAIL(gen)"),
+    ]

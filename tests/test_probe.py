@@ -301,19 +301,22 @@ def test_a_model_that_is_not_there_stops_the_notebook_with_one_sentence(tmp_path
     assert error.evalue.startswith(sentence) and error.evalue.endswith((".", "?")) and "\n" not in error.evalue
 
 
-def test_a_bad_parameter_still_ends_the_notebook_with_a_verdict(tmp_path, fixture_models):
-    out = run_notebook(
-        "probe.ipynb",
-        tmp_path / "out.ipynb",
-        model_id=fixture_models["tiny-llama"]["path"],
-        device="GPU",
-        record_path=str(tmp_path / "r.json"),
-    )
-    record = probe.record_from_notebook(out)
-    assert (record["status"], record["failure_stage"]) == (schema.FAIL_OTHER, "runner")
-    assert record["error_message"] == (
-        "device='GPU' is not accepted; use cpu, auto or an accelerator's name in lower case (cuda, tpu, xpu, mps, ...)."
-    )
+def test_a_bad_device_name_is_refused_before_anything_runs(tmp_path, fixture_models):
+    """``device='GPU'`` was a FAIL(other) record (the user's typo as a verdict): it is bad input, refused with
+    what is accepted, and no record is written."""
+    import papermill
+
+    with pytest.raises(papermill.PapermillExecutionError) as info:
+        run_notebook(
+            "probe.ipynb",
+            tmp_path / "out.ipynb",
+            model_id=fixture_models["tiny-llama"]["path"],
+            device="GPU",
+            record_path=str(tmp_path / "r.json"),
+        )
+    assert info.value.ename == "ParameterError"
+    assert "device='GPU' is not accepted" in info.value.evalue
+    assert not (tmp_path / "r.json").exists()
 
 
 def test_tpu_without_a_tpu_is_one_clear_sentence(tmp_path, fixture_models):

@@ -166,6 +166,60 @@ def test_pass_rate_breakdowns_by_hand(hand_counted):
     ]
 
 
+def test_models_that_failed_before_loading_are_not_of_unknown_size(hand_counted):
+    """Sweep A's org/m3 failed at load before its parameters were counted: its own group, not "unknown" (which
+    would read as a 0% pass rate for models of unknown size); sweep B's org/m3 passed unmeasured: unknown."""
+    results = store.scan(hand_counted, "results")
+    by_size = analysis.pass_rate_by_size(results, A)
+    assert [(str(b), m, p) for b, m, p in by_size.select("size_bucket", "models", "passed").rows()] == [
+        ("<10M", 1, 1),
+        ("10M-1B", 1, 1),
+        ("1-10B", 1, 0),
+        (">10B", 1, 1),
+        ("failed before loading", 1, 0),
+    ]
+    assert "unknown" in analysis.pass_rate_by_size(results, B)["size_bucket"].cast(pl.String).to_list()
+
+
+def test_every_table_is_the_one_autoescaped_macro():
+    """The report's tables, the execution modes' grid, the probe's and the debug notebook's key/value tables, the
+    debug comparison and the graph breaks: each is the one Jinja2 table macro, which escapes every cell."""
+    from model_support import debug, display
+    from model_support.debug.compare import COLUMNS
+    from model_support.render import html, modes
+
+    calls = []
+    macro = display._table_macro()
+    bad = "<script>alert(1)</script>"
+
+    def spy(*args):
+        calls.append(args)
+        return macro(*args)
+
+    def cells(row: dict) -> pl.DataFrame:
+        return pl.DataFrame([{c: row.get(c) for c in COLUMNS}])
+
+    offender = cells({"index": 0, "module": bad, "class": "Linear", "exceeds": True, "first_offender": True})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(display, "_table_macro", lambda: spy)
+        shown = [
+            html.table_html(pl.DataFrame({"status": [bad], "count": [2], "share": [0.4]})),
+            modes.grid_html(pl.DataFrame({"model_id": [bad], "eager+dynamic": [PASS]})),
+            display.kv_table([("model", bad)]),
+            debug.table_html(offender),
+            debug.graph_breaks_html({"graphs": 2, "graph_breaks": 1, "breaks": [{"reason": bad, "where": None}]}),
+        ]
+    assert len(calls) == 5
+    for text in shown:
+        assert bad not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    assert shown[0].startswith('<table class="ms-table"><thead><tr><th>status</th><th>count</th><th>share</th>')
+    assert '<td class="num">2</td><td class="num">40.0%</td></tr></tbody></table>' in shown[0]
+    assert (
+        f'<td class="ms-verdict st-PASS" style="background:{schema.VERDICT_COLORS[PASS]};color:#fff">PASS</td>'
+        in (shown[1])
+    )
+
+
 def test_failure_signatures_by_hand(hand_counted):
     sigs = analysis.failure_signatures(store.scan(hand_counted, "results"), B)
     assert sigs.select("failure_signature", "count", "failure_stage", "status").rows() == [

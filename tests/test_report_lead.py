@@ -2,12 +2,19 @@
 the report's first screen holds the verdicts and what changed since the baseline, its sections come in the one
 declared order (``render.layout.SECTIONS``) with how the page is made last; two sweeps started in the same
 minute read apart in the explorer and the history chart; the open detail panel follows the sweep filter; the
-device-memory bars keep their own scale beside the host's; the terminal never prints ``None``.
+device-memory bars keep their own scale beside the host's; the history's pass rate is drawn from 0, once for a
+stack that never changed; every model is in one table that sorts and filters, with its record and repro; an
+opened traceback reads across its table; the terminal never prints ``None``.
 
 The data: two sweeps of one name started 30 seconds apart, on a pretend device, where one model fails in the
 first (the stack's failure: a missing operator) and passes in the second."""
 
 from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import polars as pl
 import pytest
@@ -22,6 +29,14 @@ FIRST, SECOND = "loop-20261201T020010Z-aaaa", "loop-20261201T020040Z-bbbb"
 MODELS = [f"org/model-{i}" for i in range(6)]
 FIXED = "org/model-1"  # FAIL(gen) in FIRST, PASS in SECOND
 MISSING = "NotImplementedError: Could not run 'aten::rsqrt' with arguments from the 'pretend' backend."
+TRACEBACK = (
+    "Traceback (most recent call last):\n"
+    '  File "/opt/venv/lib/python3.13/site-packages/transformers/models/llama/modeling_llama.py", line 72, in forward\n'
+    "    variance = hidden_states.pow(2).mean(-1, keepdim=True); hidden_states * torch.rsqrt(variance + eps)\n"
+    f"{MISSING}"
+)
+#: Every probe's repro script: its settings, then the body kept once in the data folder's repro/ (by its hash).
+REPRO_BODY = store.REPRO_BODY_MARK + "\nprint('the probe, again')\n"
 
 
 def write_loop(data) -> None:
@@ -50,8 +65,12 @@ def write_loop(data) -> None:
                 peak_device_mem_mb=0.4 + 0.01 * i,
                 tokens_in=5,
                 tokens_out=None if failed else 8,
+                traceback=TRACEBACK if failed else None,
                 versions={"torch": "2.13.0+cpu", "transformers": "5.25.0"},
                 started_at=f"2026-12-01T02:00:{second + i:02d}+00:00",
+                repro_script="SETTINGS = {}\n" + REPRO_BODY,
+                repro_settings="{}",
+                repro_sha256=hashlib.sha256(REPRO_BODY.encode()).hexdigest(),
             )
             store.store_result(data, sweep_id, record, None, "log\n")
         store.compact(data, sweep_id)
@@ -106,9 +125,90 @@ def test_device_memory_has_its_own_scale_and_sweeps_a_minute_apart_draw_apart(br
     bars = page.evaluate(BARS, "#ms-chart-memory")
     assert len(bars) == 2 and min(h for *_, h in bars) > 100, bars  # host ~420 MB, device ~0.4 MB: both tall
     points = page.evaluate(POINTS, "#ms-chart-history")
-    assert len(points) == 6 and len(set(points)) == 2, points  # two sweeps, three panels: two columns
+    assert len(points) == 2 and len(set(points)) == 2, points  # two sweeps, one panel: the stack never changed
     labels = page.locator("#ms-chart-history").inner_text()
     assert "loop 2026-12-01 02:00:10" in labels and "loop 2026-12-01 02:00:40" in labels
+    assert attempted == [] and errors == []
+    page.close()
+
+
+#: The texts of one chart's y-axis labels, and of its panels' titles.
+Y_LABELS = "(sel) => [...document.querySelectorAll(sel + ' g.role-axis')].filter((g) => g.querySelector('.role-axis-title')?.textContent === 'pass rate').flatMap((g) => [...g.querySelectorAll('.role-axis-label text')].map((t) => t.textContent))"
+TITLES = "(sel) => [...document.querySelectorAll(sel + ' g.role-title-text text')].map((t) => t.textContent)"
+
+
+@pytest.mark.browser
+def test_the_history_starts_at_zero_and_draws_a_constant_stack_once(browser, loop):
+    """Pass rates of 67% and 83% on an axis from 0 (not from 66%, where a small step looks like a cliff); a stack
+    whose every component kept its version gets one history panel, not one per component, and no version chart."""
+    page, attempted, errors = offline_page(browser)
+    page.goto(loop["html"].as_uri())
+    page.wait_for_selector("#ms-chart-history svg")
+    assert page.locator("#ms-chart-history g.mark-line.role-mark").count() == 1
+    labels = page.evaluate(Y_LABELS, "#ms-chart-history")
+    assert labels[0] == "0%" and labels[-1] == "100%", labels
+    assert page.evaluate(TITLES, "#ms-chart-history") == ["Pass rate over sweeps (one stack throughout)"]
+    assert page.locator("#ms-chart-by-version").count() == 0
+    assert "no chart by version" in page.locator("#history-across-sweeps ~ p.ms-note").first.inner_text()
+    assert attempted == [] and errors == []
+    page.close()
+
+
+#: Each row of the per-model table that shows: [model, verdict, host MiB, tokens out].
+MODEL_ROWS = """() => { const heads = [...document.querySelectorAll('#ms-models thead th')].map((th) => th.textContent);
+  const at = (name) => heads.indexOf(name);
+  return [...document.querySelectorAll('#ms-models tbody tr')].filter((tr) => !tr.hidden)
+    .map((tr) => [at('model'), at('verdict'), at('host MiB'), at('tokens out')].map((k) => tr.cells[k].textContent)); }"""
+
+
+def _local(url: str) -> Path:
+    """A link's file on disk (the page's links are relative: the browser resolves them against the report)."""
+    return Path(unquote(urlparse(url).path))
+
+
+@pytest.mark.browser
+def test_every_model_sorts_and_filters_with_its_record_and_repro(browser, loop):
+    """The report lists every model of the sweep, PASS included, with its numbers, a link to its record and its
+    repro body that open, and its repro command; a heading sorts (again: the other way, empty cells last), words
+    filter. An opened traceback reads across its whole table, nothing cut."""
+    page, attempted, errors = offline_page(browser)
+    page.set_viewport_size(SCREEN)
+    page.goto(loop["html"].as_uri())
+    page.wait_for_selector("#ms-models tbody tr")
+    rows = page.evaluate(MODEL_ROWS)
+    assert [r[0] for r in rows] == MODELS and [r[1] for r in rows].count(schema.PASS) == 5
+    assert page.locator("#ms-models-count").inner_text() == "6 of 6 models shown"
+    for model_id in MODELS:  # each run's record and repro body, linked from the report's folder
+        row = page.locator("#ms-models tbody tr", has_text=model_id)
+        record = _local(row.locator("a", has_text="record").evaluate("(a) => a.href"))
+        assert json.loads(record.read_text())["model_id"] == model_id and record.parent.name == "records"
+        body = _local(row.locator("a", has_text="repro").evaluate("(a) => a.href"))
+        assert body.parent == loop["data"] / "repro" and body.read_text() == REPRO_BODY
+        assert f"model-support repro {SECOND} {model_id}" in row.locator("details pre").text_content()
+
+    page.locator("#ms-models th", has_text="host MiB").click()
+    page.locator("#ms-models th", has_text="host MiB").click()  # again: largest first
+    assert [r[0] for r in page.evaluate(MODEL_ROWS)] == MODELS[::-1]
+    page.locator("#ms-models th", has_text="tokens out").click()  # the failed run has none: last, either way
+    assert page.evaluate(MODEL_ROWS)[-1][:2] == ["org/model-4", schema.FAIL_GEN]
+    page.locator("#ms-models th", has_text="tokens out").click()
+    assert page.evaluate(MODEL_ROWS)[-1][:2] == ["org/model-4", schema.FAIL_GEN]
+
+    page.locator("#ms-models-filter").fill("model-4")
+    page.wait_for_function("document.querySelector('#ms-models-count').textContent.startsWith('1 of 6')")
+    assert [r[0] for r in page.evaluate(MODEL_ROWS)] == ["org/model-4"]
+    page.locator("#ms-models-filter").fill("pass model")
+    page.wait_for_function("document.querySelector('#ms-models-count').textContent.startsWith('5 of 6')")
+    assert "org/model-4" not in [r[0] for r in page.evaluate(MODEL_ROWS)]
+
+    signatures = page.locator("table.ms-table", has=page.locator("th", has_text="failure signature"))
+    signatures.locator("summary", has_text="traceback").click()
+    shown = page.locator("tr.ms-unfolded pre")
+    shown.wait_for(state="visible")
+    assert shown.text_content() == TRACEBACK
+    box, table = shown.bounding_box(), signatures.bounding_box()
+    assert box["width"] > table["width"] - 40 and box["x"] + box["width"] <= SCREEN["width"], (box, table)
+    assert shown.evaluate("(pre) => pre.scrollWidth <= pre.clientWidth")  # the long lines wrap, nothing cut
     assert attempted == [] and errors == []
     page.close()
 

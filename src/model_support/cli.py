@@ -353,10 +353,18 @@ def ops(sweep_id, on, as_json, data_dir):
     coverage = ops_mod.stack_coverage(on, ops_mod.coverage.census_ops(models)) if on else None
     ops_mod.predict(models, coverage)
     steps = ops_mod.porting_plan(models)
+    configured = None
+    if on:  # the stack predicted for is the backend as configured here: part of the answer
+        from .probe.devices.registry import adapter_class
+
+        configured = adapter_class(on).configuration()
     if as_json:
-        click.echo(json.dumps(plan_json(models, steps), indent=1))
+        click.echo(json.dumps({**plan_json(models, steps), "on": on, "configuration": configured}, indent=1))
     else:
         click.echo(ops_text(models, steps, on))
+        if on:
+            said = "; ".join(f"{k}={v!r}" for k, v in configured.items()) if configured else "none set"
+            click.echo(f"predicted for {on} as this environment configures its backend: {said}")
 
 
 @main.command()

@@ -8,11 +8,16 @@ in the executed notebook.
 
 from __future__ import annotations
 
+import functools
 import html
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 NOTEBOOK_KEY = "model_support"
+#: The table macro's template (``render/templates/table.html.j2``), found by path: this module is in the package's
+#: lowest room and imports nothing of ``render``, which it serves as much as the probe and the debug notebook.
+TABLE_TEMPLATE = Path(__file__).parent / "render" / "templates" / "table.html.j2"
 
 
 def size_text(nbytes: float) -> str:
@@ -25,20 +30,84 @@ def size_text(nbytes: float) -> str:
     return f"{int(nbytes)} bytes"
 
 
+@dataclass(frozen=True)
+class Cell:
+    """One cell of ``html_table``: its ``text`` (escaped by the macro, so any value is safe to show), shown as
+    it is, folded (``fold``: the summary shown; the text whole in a <pre> once opened), as ``lines`` (one a line),
+    as ``links`` ((text, href) pairs) or as ``code``; a header cell (``header``) or a data cell; and the
+    attributes a table needs to look and behave as it did when built by hand (class, style, title, and
+    ``sort``: the value a sortable table orders the column by, as ``data-sort``)."""
+
+    text: object = ""
+    header: bool = False
+    cls: str | None = None
+    style: str | None = None
+    title: str | None = None
+    sort: object = None
+    fold: str | None = None
+    lines: Sequence[object] | None = None
+    links: Sequence[tuple[str, str]] = ()
+    code: bool = False
+
+    @property
+    def tag(self) -> str:
+        return "th" if self.header else "td"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of ``html_table``: its cells, and a class or style of its own (a highlighted offender)."""
+
+    cells: Sequence[Cell]
+    cls: str | None = None
+    style: str | None = None
+
+    @property
+    def attrs(self) -> dict[str, object]:
+        return {"class": self.cls, "style": self.style}
+
+
+@functools.cache
+def _table_macro():
+    """The ``table`` macro of the one table template, autoescaped; loaded once per process."""
+    from jinja2 import Environment, FileSystemLoader
+
+    env = Environment(loader=FileSystemLoader(str(TABLE_TEMPLATE.parent)), autoescape=True)
+    return env.get_template(TABLE_TEMPLATE.name).module.table
+
+
+def html_table(
+    head: Iterable[Cell | str],
+    rows: Iterable[Row | Sequence[Cell]],
+    *,
+    cls: str | None = None,
+    style: str | None = None,
+    id: str | None = None,
+) -> str:
+    """A <table> through the one Jinja2 macro (autoescaped): ``head`` (its header cells; a plain string is a
+    plain header; none: no <thead>), ``rows`` (a ``Row`` or its cells) and the table's class, style and id.
+    Every table of the project is built here, so escaping and markup are decided once."""
+    head_cells = [c if isinstance(c, Cell) else Cell(c, header=True) for c in head]
+    body = [r if isinstance(r, Row) else Row(r) for r in rows]
+    return str(_table_macro()(head_cells, body, {"class": cls, "style": style, "id": id}))
+
+
 def kv_table(rows, title: str | None = None, color: str | None = None) -> str:
     """A two-column (name, value) HTML table; rows whose value is None are left out."""
-    body = "".join(
-        f"<tr><th style='text-align:left;vertical-align:top'>{html.escape(str(k))}</th>"
-        f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>"
-        for k, v in rows
-        if v is not None
+    body = html_table(
+        [],
+        (
+            [Cell(k, header=True, style="text-align:left;vertical-align:top"), Cell(v, style="text-align:left")]
+            for k, v in rows
+            if v is not None
+        ),
     )
     head = (
         f"<h3 style='color:{color}'>{html.escape(title)}</h3>"
         if title and color
         else (f"<h3>{html.escape(title)}</h3>" if title else "")
     )
-    return f"{head}<table>{body}</table>"
+    return f"{head}{body}"
 
 
 def show_html(markup: str) -> None:

@@ -36,6 +36,7 @@ from .tables import (
     _histogram_q,
     _memory_by_size_q,
     _memory_stats_q,
+    _models_q,
     _reference_q,
     _signatures_q,
     _sweep_summary_q,
@@ -73,6 +74,7 @@ SWEEP_COLUMNS = tuple(
             "generated_text",
             *MODE_COLUMNS,
             *MULTI_DEVICE_COLUMNS,
+            "repro_sha256",
         )
     )
 )
@@ -92,7 +94,8 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
     (the three components stacked); the execution modes (``analysis.modes``): variant_stats (one row per
     variant: more than one means a matrix sweep), verdict_grid, eager_pass_compile_fail,
     graph_break_reasons; models bigger than one chip (``analysis.parallel``): multi_device (the runs on
-    more than one device) and by_parallelism (none / tp / ep); and the runs listed but without a row
+    more than one device) and by_parallelism (none / tp / ep); models (every run, PASS included: ``tables.model_rows``
+    with its record and repro body's paths, ``with_files``); and the runs listed but without a row
     (``coverage.unprobed``): pending (model_id, variant, problem, last_error, at, baseline_status) and
     not_tested (model_id, variant, listed_by, baseline_status). Those are no failures: they are left out of ``changes`` (where they would read as
     "removed"). The operators (``ops_tables``): ops_summary, ops_plan, ops_fallbacks, ops_changes.
@@ -139,6 +142,7 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
         "graph_break_reasons": _break_reasons_q(rows, sweep_id),
         "multi_device": _multi_device_q(rows, sweep_id),
         "by_parallelism": _by_parallelism_q(rows, sweep_id),
+        "models": _models_q(rows, sweep_id),
     }
     names = list(queries)
     tables = dict(zip(names, pl.collect_all([queries[n] for n in names])))
@@ -164,7 +168,42 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
     changes = tables["changes"].join(unprobed_keys.unique(KEY), on=KEY, how="left", maintain_order="left")
     tables["changes"] = changes.filter(~((pl.col("change") == "removed") & pl.col("_u").fill_null(False))).drop("_u")
     tables.update(ops_tables(data_dir, sweep_id, baseline_sweep_id))
+    tables["models"] = with_files(data_dir, sweep_id, tables["models"])
     return tables
+
+
+def with_files(data_dir: Path | str, sweep_id: str, models: pl.DataFrame) -> pl.DataFrame:
+    """``models`` (``tables.model_rows``) with where each run's files are, relative to the data folder, or null
+    where absent: ``record`` (its JSON record, ``store.record_file``; an older sweep's name found by
+    ``store.find_record``) and ``repro_body`` (its repro body: the data folder's ``repro/<sha>.py``, else the
+    sweep's). The report links them from ``reports/``; each folder is listed once, not probed per model."""
+    data_dir = Path(data_dir)
+    folder = store.sweep_dir(data_dir, sweep_id)
+
+    def names(path: Path) -> set[str]:
+        return {p.name for p in path.iterdir()} if path.is_dir() else set()
+
+    records, bodies, sweep_bodies = names(folder / "records"), names(store.repro_dir(data_dir)), names(folder / "repro")
+    record_paths: list[str | None] = []
+    body_paths: list[str | None] = []
+    for model_id, variant, sha in models.select("model_id", "variant", "repro_sha256").rows():
+        name = f"{store.stem(model_id, variant)}.json"
+        if name in records:
+            record_paths.append(f"sweeps/{sweep_id}/records/{name}")
+        elif records and (found := store.find_record(data_dir, sweep_id, model_id, variant)):
+            record_paths.append(found.relative_to(data_dir).as_posix())
+        else:
+            record_paths.append(None)
+        valid = isinstance(sha, str) and store.REPRO_NAME.fullmatch(sha)
+        if valid and f"{sha}.py" in bodies:
+            body_paths.append(f"{store.REPRO}/{sha}.py")
+        elif valid and f"{sha}.py" in sweep_bodies:
+            body_paths.append(f"sweeps/{sweep_id}/{store.REPRO}/{sha}.py")
+        else:
+            body_paths.append(None)
+    return models.with_columns(
+        pl.Series("record", record_paths, dtype=pl.String), pl.Series("repro_body", body_paths, dtype=pl.String)
+    )
 
 
 def _device_time(data_dir: Path | str, sweep_id: str) -> pl.DataFrame:

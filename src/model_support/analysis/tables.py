@@ -15,6 +15,7 @@ from .frames import (
     MEMORY_METRICS,
     NO_SIGNATURE,
     REFERENCE_OUTCOMES,
+    SIZE_BUCKETS,
     TASKS,
     TIMING_METRICS,
     TOKEN_METRICS,
@@ -24,9 +25,38 @@ from .frames import (
     _sweep_rows,
     _with_rate,
     attribution_col,
+    check_note_col,
+    pass_check_col,
     size_bucket,
     task_col,
+    variant_col,
 )
+
+#: The size group of a model that failed before it was loaded (at download or load, no parameters counted):
+#: apart from "unknown" (loaded, its count not recorded), whose pass rate it would otherwise drag to 0%.
+NOT_LOADED = "failed before loading"
+#: The size groups of the report's breakdowns, in order: ``SIZE_BUCKETS``, then ``NOT_LOADED``.
+SIZE_GROUPS = (*SIZE_BUCKETS, NOT_LOADED)
+#: The stages a failure can stop at before the model's parameters exist.
+BEFORE_LOADING = ("download", "load")
+
+
+def size_group() -> pl.Expr:
+    """``size_bucket``, with a failure at download or load that counted no parameters as ``NOT_LOADED`` (an
+    Enum of ``SIZE_GROUPS``, so it sorts in size order): its size is unknown because it never loaded."""
+    not_loaded = (
+        pl.col("num_params").is_null()
+        & pl.col("status").ne_missing(schema.PASS)
+        & pl.col("failure_stage").is_in(list(BEFORE_LOADING)).fill_null(False)
+    )
+    return (
+        pl.when(not_loaded)
+        .then(pl.lit(NOT_LOADED))
+        .otherwise(size_bucket().cast(pl.String))
+        .cast(pl.Enum(SIZE_GROUPS))
+        .alias("size_bucket")
+    )
+
 
 # --------------------------------------------------------------------------------------------
 # one sweep
@@ -157,12 +187,13 @@ def _by_model_type_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
 
 
 def pass_rate_by_size(results: Frame, sweep_id: str) -> pl.DataFrame:
-    """size_bucket (see ``SIZE_BUCKETS``), models, passed, failed, pass_rate; buckets present only."""
+    """size_bucket (see ``SIZE_GROUPS``: the models that failed before loading apart from the ones of unknown
+    size), models, passed, failed, pass_rate; buckets present only."""
     return _by_size_q(results, sweep_id).collect()
 
 
 def _by_size_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
-    lf = _sweep_rows(results, sweep_id, ["num_params", "status"]).with_columns(size_bucket())
+    lf = _sweep_rows(results, sweep_id, ["num_params", "status", "failure_stage"]).with_columns(size_group())
     return _with_rate(lf.group_by("size_bucket").agg(_rate_aggs())).sort("size_bucket")
 
 
@@ -319,12 +350,17 @@ def _memory_stats_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
 
 
 def memory_by_size(results: Frame, sweep_id: str) -> pl.DataFrame:
-    """size_bucket, metric (host/device peak), count, median, p90, max: memory against model size."""
+    """size_bucket (``SIZE_GROUPS``), metric (host/device peak), count, median, p90, max: memory against model
+    size."""
     return _memory_by_size_q(results, sweep_id).collect()
 
 
 def _memory_by_size_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
-    lf = _sweep_rows(results, sweep_id, ["num_params", *MEMORY_METRICS]).with_columns(size_bucket())
+    lf = (
+        _sweep_rows(results, sweep_id, ["num_params", "status", "failure_stage", *MEMORY_METRICS])
+        .with_columns(size_group())
+        .drop("status", "failure_stage")
+    )
     long = lf.unpivot(on=list(MEMORY_METRICS), index="size_bucket", variable_name="metric", value_name="value")
     value = pl.col("value").cast(pl.Float64)
     return (
@@ -363,4 +399,46 @@ def _reference_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
         .with_columns(share=pl.when(pl.col("count").sum() > 0).then(pl.col("count") / pl.col("count").sum()))
         .sort("order")
         .select("outcome", "count", "share")
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# every model of a sweep
+
+#: What the report's per-model table shows of each run, besides its record and repro (``report_tables``).
+MODEL_TABLE_COLUMNS = (
+    "model_id",
+    "variant",
+    "task",
+    "num_params",
+    "status",
+    "attribution",
+    "check",
+    "numerics_step",
+    "check_note",
+    "failure_stage",
+    "failure_signature",
+    *TOKEN_METRICS,
+    *TIMING_METRICS,
+    *MEMORY_METRICS,
+    "repro_sha256",
+)
+
+
+def model_rows(results: Frame, sweep_id: str) -> pl.DataFrame:
+    """Every run of the sweep, PASS included, one row each (``MODEL_TABLE_COLUMNS``), by model and variant:
+    its verdict, whose failure, what a PASS's check says (``check``, the step it diverges at, why), its
+    tokens, times and peak memory, and its repro body's hash. The report lists them all, sortable."""
+    return _models_q(results, sweep_id).collect()
+
+
+def _models_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
+    read = ["model_id", "variant", "task", "num_params", "status", "attribution", "failure_stage", "failure_signature"]
+    checks = ["numerics", "numerics_step", "numerics_note", "fluent", "fluency_note"]
+    metrics = [*TOKEN_METRICS, *TIMING_METRICS, *MEMORY_METRICS]
+    return (
+        _sweep_rows(results, sweep_id, [*read, *checks, *metrics, "repro_sha256"])
+        .with_columns(variant_col(), task_col(), attribution_col(), pass_check_col().alias("check"), check_note_col())
+        .sort("model_id", "variant")
+        .select(MODEL_TABLE_COLUMNS)
     )

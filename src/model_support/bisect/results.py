@@ -59,7 +59,13 @@ def changed_by(data_dir: Path | str, sweep_id: str, baseline: str | None = None)
     (against ``baseline`` when given, else any; the latest answer wins)."""
     out = {}
     for answer in read_answers(data_dir, sweep_id):
-        if answer.get("status") != "found" or (baseline and answer.get("baseline") not in (baseline, None)):
+        if answer.get("status") not in ("found", "a backend setting"):
             continue
-        out[(answer["model_id"], answer["variant"])] = f"{answer['package']} {answer['first_changed']}"
+        if baseline and answer.get("baseline") not in (baseline, None):
+            continue
+        if answer["status"] == "found":
+            said = f"{answer['package']} {answer['first_changed']}"
+        else:  # a backend setting (search.SETTING): its name
+            said = "setting " + ", ".join(s["name"] for s in answer.get("setting") or [])
+        out[(answer["model_id"], answer["variant"])] = said
     return out

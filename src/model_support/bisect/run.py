@@ -73,7 +73,9 @@ def bisect_sweeps(
     candidates = [c for c in stacks.stack_changes(stack_a, stack_b) if c.name not in NOT_SWAPPED]
     rows = stacks.rows_to_bisect(data_dir, a, b, models)
     bisector = _bisector(data_dir, cache, find_links, pre, yanked, log if rows else None)
-    jobs_ = [Job(row, stack_a, stack_b, candidates) for row in rows]
+    settings_a = stacks.sweep_settings(store.read_sweep(Path(data_dir), a))
+    settings_b = stacks.sweep_settings(store.read_sweep(Path(data_dir), b))
+    jobs_ = [Job(row, stack_a, stack_b, candidates, settings_a=settings_a, settings_b=settings_b) for row in rows]
     return bisector.bisect_all(jobs_, _workers(jobs, len(jobs_)), log, _store_each(data_dir, b, a))
 
 

@@ -42,15 +42,19 @@ from ..record import schema
 from .envs import InstallError, Overlays, conflicts, locked
 from .releases import Release, between, releases_of
 from .results import NOT_RUN
-from .stacks import NOT_SWAPPED, Change, Row
+from .stacks import NOT_SWAPPED, Change, Row, SettingChange
 
-FOUND, FLAKY, NOT_REPRODUCED, NO_PACKAGE, SAME = (
+FOUND, FLAKY, NOT_REPRODUCED, NO_PACKAGE, SAME, SETTING = (
     "found",
     "flaky",
     "not reproduced",
     "no single package",
     "same verdict",
+    "a backend setting",
 )
+#: Tells a repro script to keep this environment's backend configuration (``reproduce.KEEP_CONFIG_VAR``): a step
+#: sets the configuration of the end it stands for.
+KEEP_CONFIG_VAR = "MODEL_SUPPORT_REPRO_KEEP_CONFIG"
 #: What an answer's ``status`` means (docs/bisect.md says the same).
 STATUS_HELP = {
     FOUND: "the package and the two releases around the change are named",
@@ -60,6 +64,7 @@ STATUS_HELP = {
     NO_PACKAGE: "no single package's swap restores A's verdict (they may act together)",
     NOT_RUN: "an end's environment could not be built or gave no verdict here (the note says which and why)",
     SAME: "both ends give the same verdict: nothing to bisect",
+    SETTING: "the backend's configuration changed it: B's packages with A's setting give A's verdict",
 }
 #: A traceback's last line: the exception that stopped a script ("ImportError: ...").
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*")
@@ -81,18 +86,34 @@ def why_no_verdict(stderr: str, returncode: int) -> str:
     return f"exit status {returncode}: {(said or ' '.join(lines[-2:]))[:400]}"
 
 
+def step_env(settings: dict[str, str] | None, names: set[str]) -> dict[str, str] | None:
+    """The environment of a step standing for an end whose backend configuration is ``settings`` (of the
+    setting ``names`` either end has): those set, the others unset, the script told to keep them. None: this
+    process's environment as it is (no configuration recorded)."""
+    if settings is None:
+        return None
+    env = {k: v for k, v in os.environ.items() if k not in names}
+    return {**env, **settings, KEEP_CONFIG_VAR: "1"}
+
+
 def run_repro(
-    python: Path, script: Path, args: list[str], timeout_s: float, cwd: Path | None = None
+    python: Path,
+    script: Path,
+    args: list[str],
+    timeout_s: float,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> tuple[str | None, str | None]:
     """(verdict, note) of one run of a repro script, in a process group of its own: the status of its JSON
     line; a timeout (the whole group ended) or a killed process is FAIL(other), as the sweep records them; no
-    JSON line is no verdict (note: why)."""
+    JSON line is no verdict (note: why). ``env``: the step's environment (``step_env``), else this one's."""
     with subprocess.Popen(
         [str(python), str(script), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         cwd=cwd,
+        env=env,
         start_new_session=True,
     ) as proc:
         try:
@@ -154,6 +175,21 @@ class Job:
     #: The packages that may have done it (differing between the stacks), or the one named.
     candidates: list[Change]
     steps: list[dict] = field(default_factory=list)
+    #: The backend's configuration at each end (``sweep.json``'s ``device_config``), None where not recorded.
+    settings_a: dict[str, str] | None = None
+    settings_b: dict[str, str] | None = None
+
+    def setting_changes(self) -> list[SettingChange]:
+        """The backend settings that differ between the ends (none when either is not recorded)."""
+        if self.settings_a is None or self.settings_b is None:
+            return []
+        a, b = self.settings_a, self.settings_b
+        return [SettingChange(n, a.get(n), b.get(n)) for n in sorted(set(a) | set(b)) if a.get(n) != b.get(n)]
+
+    def env(self, end: str) -> dict[str, str] | None:
+        """The environment of a step standing for ``end`` ("a" or "b"): its backend configuration."""
+        settings = self.settings_a if end == "a" else self.settings_b
+        return step_env(settings, set(self.settings_a or {}) | set(self.settings_b or {}))
 
 
 class Bisector:
@@ -215,9 +251,18 @@ class Bisector:
             found = []
         return "; ".join([*(str(c) for c in found[:2]), note or "no verdict"])
 
-    def run(self, job: Job, step: str, pins: dict[str, str], package: str | None = None, version: str | None = None):
-        """One run of the row's repro script with ``pins`` on this environment; recorded in job.steps. An
-        environment that cannot be built is no verdict (None), with the reason in the step's note."""
+    def run(
+        self,
+        job: Job,
+        step: str,
+        pins: dict[str, str],
+        package: str | None = None,
+        version: str | None = None,
+        end: str = "b",
+    ):
+        """One run of the row's repro script with ``pins`` on this environment and the backend configuration of
+        ``end`` (B's but for end A and the setting swap); recorded in job.steps. An environment that cannot be
+        built is no verdict (None), with the reason in the step's note."""
         started = time.monotonic()
         entry = {"step": step, "package": package, "version": version, "verdict": None}
         try:
@@ -227,7 +272,7 @@ class Bisector:
             return None
         script = self._script(job.row.script)
         ready = time.monotonic()
-        verdict, note = run_repro(python, script, job.row.args, job.row.timeout_s, cwd=script.parent)
+        verdict, note = run_repro(python, script, job.row.args, job.row.timeout_s, cwd=script.parent, env=job.env(end))
         seconds = round(time.monotonic() - ready, 2)  # the repro script's run
         if verdict is None:
             moved = None if package is None or version is None else {package}
@@ -272,10 +317,11 @@ class Bisector:
     # -- one row -----------------------------------------------------------------------------
     def end(self, job: Job, label: str, pins: dict[str, str], recorded: str | None) -> tuple[str | None, str | None]:
         """(verdict, trouble) of an end, rerun; trouble is FLAKY or NOT_REPRODUCED when it disagrees."""
-        first = self.run(job, label, pins)
+        side = "a" if label == "end A" else "b"
+        first = self.run(job, label, pins, end=side)
         if first is None or recorded is None or first == recorded:
             return first, None
-        second = self.run(job, label + " (again)", pins)
+        second = self.run(job, label + " (again)", pins, end=side)
         return first, FLAKY if second != first else NOT_REPRODUCED
 
     def bisect(self, job: Job) -> dict:
@@ -299,8 +345,12 @@ class Bisector:
     def _bisect(self, job: Job) -> dict:
         row = job.row
         out = _blank(row)
-        if not job.candidates:
-            return {**out, "status": NO_PACKAGE, "note": "no package version differs between the two stacks"}
+        if not job.candidates and not job.setting_changes():
+            return {
+                **out,
+                "status": NO_PACKAGE,
+                "note": "no package version or backend setting differs between the two stacks",
+            }
         try:
             self.fetch(job)
         except Exception as exc:  # noqa: BLE001 - hub_fetch's own exceptions name what went wrong
@@ -348,6 +398,22 @@ class Bisector:
         out.update(verdict_a=verdict_a, verdict_b=verdict_b)  # the records' (reran); --from's in the single form
         if verdict_a == verdict_b:
             return {**out, "status": SAME, "note": out["note"] + f"{verdict_a} at both ends"}
+        if settings := job.setting_changes():  # B's packages with A's backend configuration
+            if self.run(job, "A's settings", pins_b, end="a") == verdict_a:
+                shown = "; ".join(str(s) for s in settings)
+                return {
+                    **out,
+                    "status": SETTING,
+                    "setting": [{"name": s.name, "before": s.before, "after": s.after} for s in settings],
+                    "note": out["note"]
+                    + f"B's packages with A's backend settings give {verdict_a}: changed by {shown}",
+                }
+            if not job.candidates:
+                return {
+                    **out,
+                    "status": NO_PACKAGE,
+                    "note": out["note"] + f"A's backend settings with B's packages do not restore {verdict_a}",
+                }
         change, pins_swap, together = self.find_package(job, pins_b, pins_a, verdict_a)
         if change is None:
             tried = ", ".join(c.name for c in job.candidates)
@@ -366,6 +432,8 @@ class Bisector:
     def narrows(job: Job) -> bool:
         """The single-record form (one package, ``--from``'s verdict unknown until it runs): a ``--from``
         release that cannot run here is skipped, not the end of the bisect."""
+        if not job.candidates:
+            return False
         (change, *more) = job.candidates
         return not more and job.row.verdict_a is None and change.before is not None and change.after is not None
 
@@ -546,6 +614,8 @@ def answer_line(answer: dict) -> str:
     name = answer["model_id"] + ("" if answer["variant"] == schema.DEFAULT_VARIANT else f" [{answer['variant']}]")
     runs = sum(1 for s in answer["steps"] if s.get("verdict") is not None or "seconds" in s)
     took = f"{runs} runs, {answer['seconds']:.1f} s"
+    if answer["status"] == SETTING:
+        return f"{name}: changed by a backend setting: {answer['note'].rsplit('changed by ', 1)[-1]}; {took}"
     if answer["status"] == FOUND:
         said = (
             f"{name}: changed by {answer['package']} {answer['first_changed']} "

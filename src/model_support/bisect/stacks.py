@@ -59,20 +59,61 @@ def sweep_stack_changes(data_dir: Path | str, a: str, b: str) -> list[Change]:
     )
 
 
-def changes_line(changes: list[Change], limit: int = 8) -> str:
-    """The header line of a diff: "packages that differ: transformers 5.20.0 -> 5.25.0, ..."."""
-    if not changes:
-        return "same package versions in both sweeps"
-    shown = ", ".join(str(c) for c in changes[:limit])
-    more = f" and {len(changes) - limit} more" if len(changes) > limit else ""
-    return f"packages that differ: {shown}{more}"
+@dataclass(frozen=True)
+class SettingChange:
+    """One setting of the device backend's own configuration (an environment variable its adapter declares:
+    ``MODEL_SUPPORT_PRETEND``, ``LIBTPU_INIT_ARGS``) that differs between two sweeps (None: not set there)."""
+
+    name: str
+    before: str | None
+    after: str | None
+
+    def __str__(self) -> str:
+        def shown(value: str | None) -> str:
+            return "(unset)" if value is None else repr(value if len(value) <= 120 else value[:117] + "...")
+
+        return f"{self.name} {shown(self.before)} -> {shown(self.after)}"
+
+
+def sweep_settings(meta: SweepMeta) -> dict[str, str] | None:
+    """The backend configuration the sweep recorded (``device_config``); None for a sweep.json from before it
+    was recorded (nothing known, so nothing said to differ)."""
+    return None if meta.device_config is None else dict(meta.device_config)
+
+
+def setting_changes(before: dict[str, str] | None, after: dict[str, str] | None) -> list[SettingChange] | None:
+    """The backend settings that differ between two sweeps; None (unknown) when either did not record them."""
+    if before is None or after is None:
+        return None
+    names = sorted(set(before) | set(after))
+    return [SettingChange(n, before.get(n), after.get(n)) for n in names if before.get(n) != after.get(n)]
+
+
+def sweep_setting_changes(data_dir: Path | str, a: str, b: str) -> list[SettingChange] | None:
+    """What differs between sweep ``a``'s backend configuration and sweep ``b``'s."""
+    meta_a, meta_b = store.read_sweep(Path(data_dir), a), store.read_sweep(Path(data_dir), b)
+    return setting_changes(sweep_settings(meta_a), sweep_settings(meta_b))
+
+
+def changes_line(changes: list[Change], limit: int = 8, settings: list[SettingChange] | None = None) -> str:
+    """The header line of a diff: "packages that differ: transformers 5.20.0 -> 5.25.0, ..." and the backend's
+    settings that differ ("backend settings that differ: MODEL_SUPPORT_PRETEND '{...}' -> '{...}'")."""
+    parts = []
+    if changes:
+        more = f" and {len(changes) - limit} more" if len(changes) > limit else ""
+        parts.append(f"packages that differ: {', '.join(str(c) for c in changes[:limit])}{more}")
+    if settings:
+        parts.append(f"backend settings that differ: {'; '.join(str(s) for s in settings)}")
+    if not parts:
+        return "same package versions in both sweeps" + (" and the same backend settings" if settings == [] else "")
+    return "; ".join(parts)
 
 
 def sweep_changes_line(data_dir: Path | str, a: str, b: str) -> str:
-    """``changes_line`` of two sweeps in a data folder ("" when either sweep.json is missing: a report
-    rendered from Parquet alone)."""
+    """``changes_line`` of two sweeps in a data folder, packages and backend settings ("" when either sweep.json
+    is missing: a report rendered from Parquet alone)."""
     try:
-        return changes_line(sweep_stack_changes(data_dir, a, b))
+        return changes_line(sweep_stack_changes(data_dir, a, b), settings=sweep_setting_changes(data_dir, a, b))
     except UserError:
         return ""
 

@@ -3,7 +3,7 @@ code (the model's or transformers') where the graph broke. Shown by the debug no
 
 from __future__ import annotations
 
-import html
+from ..display import Cell, html_table
 
 
 def explain_graph_breaks(model, input_ids, attention_mask=None, extra_inputs=None) -> dict:
@@ -30,15 +30,12 @@ def explain_graph_breaks(model, input_ids, attention_mask=None, extra_inputs=Non
 
 
 def graph_breaks_html(explained: dict) -> str:
-    esc = html.escape
+    """The graph count, then each break's reason and where it broke (``display.html_table``)."""
     head = (
         f"<p><b>torch.compile</b>: {explained['graphs']} graph(s), {explained['graph_breaks']} graph break(s) "
         "in one forward.</p>"
     )
     if not explained["breaks"]:
         return head
-    rows = "".join(
-        f"<tr><td>{esc(b['reason'])}</td><td><code>{esc(b['where'] or '-')}</code></td></tr>"
-        for b in explained["breaks"]
-    )
-    return f"{head}<table><thead><tr><th>reason</th><th>where</th></tr></thead><tbody>{rows}</tbody></table>"
+    rows = ([Cell(b["reason"]), Cell(b["where"] or "-", code=True)] for b in explained["breaks"])
+    return head + html_table(["reason", "where"], rows)

@@ -6,6 +6,7 @@ import html
 import math
 
 from .. import display
+from ..display import Cell, Row
 from ..probe.checks import first_divergence
 from .compare import COLUMNS, conclusion, first_offender, offender_reason
 from .tracer import ROOT_LABEL
@@ -154,8 +155,8 @@ def failure_html(failure: dict | None, what: str) -> str:
 
 
 def table_html(table, max_height: int = 420) -> str:
-    """The comparison table as self-contained HTML, scrollable, the first offender highlighted."""
-    esc = html.escape
+    """The comparison table as self-contained HTML (``display.html_table``), scrollable, the first offender
+    highlighted."""
 
     def fmt(value):
         if value is None:
@@ -165,23 +166,19 @@ def table_html(table, max_height: int = 420) -> str:
         return str(value)
 
     shown = tuple(c for c in COLUMNS if c != "first_offender")  # shown by the row's colour instead
-    head = "".join(f"<th style='position:sticky;top:0;background:#fff'>{esc(c)}</th>" for c in shown)
-    body = []
-    for row in table.iter_rows(named=True):
-        style = (
-            " style='background:#ffd7d5;font-weight:bold'"
-            if row["first_offender"]
-            else (" style='background:#fff4e5'" if row["exceeds"] else "")
+    head = [Cell(c, header=True, style="position:sticky;top:0;background:#fff") for c in shown]
+    rows = (
+        Row(
+            [Cell(_label(row[c]) if c == "module" else fmt(row[c]), style="white-space:nowrap") for c in shown],
+            style=(
+                "background:#ffd7d5;font-weight:bold"
+                if row["first_offender"]
+                else ("background:#fff4e5" if row["exceeds"] else None)
+            ),
         )
-        cells = "".join(
-            f"<td style='white-space:nowrap'>{esc(_label(row[c]) if c == 'module' else fmt(row[c]))}</td>"
-            for c in shown
-        )
-        body.append(f"<tr{style}>{cells}</tr>")
-    return (
-        f"<div style='max-height:{max_height}px;overflow:auto'><table><thead><tr>{head}</tr></thead>"
-        f"<tbody>{''.join(body)}</tbody></table></div>"
+        for row in table.iter_rows(named=True)
     )
+    return f"<div style='max-height:{max_height}px;overflow:auto'>{display.html_table(head, rows)}</div>"
 
 
 def divergence_html(table, tolerance: float) -> str:

@@ -2,15 +2,20 @@
 
 The probe notebook's parameters cell is generated from this declaration (a test checks that the
 notebook says exactly this), the sweep validation checks every probe setting against it, the
-debug notebook and the CLI follow it, and the probe itself checks its arguments with it. A bad
-value is refused with one sentence naming the value and what is accepted, before anything runs.
+debug notebook and the CLI follow it, and the probe itself checks its arguments with it: the probe
+notebook's first cell after the parameters refuses a name papermill was given that is not declared
+(with the closest declared one) and a bad value (``refuse_mistakes``). A bad value is refused with one
+sentence naming the value and what is accepted, before anything runs.
 
 Standard library only: the probe kernel, the sweep runner and the CLI all import it cheaply.
 """
 
 from __future__ import annotations
 
+import ast
+import difflib
 import inspect
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -68,25 +73,32 @@ class Param:
             self.type
         ]
 
-    def check(self, value: Any, where: str = "") -> Any:
-        """The value if acceptable, else a ParameterError naming it and what is accepted."""
+    def problem(self, value: Any, where: str = "") -> str | None:
+        """Why ``value`` is not acceptable (one sentence naming it and what is accepted), or None. A float
+        must be finite: ``nan`` passes every ``<`` comparison, so a range alone would let it through."""
         prefix = f"{where}: " if where else ""
         if self.integers and isinstance(value, int) and not isinstance(value, bool):
             value = str(value)
         wrong_bool = isinstance(value, bool) and self.type is not bool
         number_ok = self.type is float and isinstance(value, int)
         if wrong_bool or not (isinstance(value, self.type) or number_ok):
-            raise ParameterError(
-                f"{prefix}probe parameter {self.name!r} must be {self.accepted()}, not "
-                f"{type(value).__name__} {value!r}."
-            )
+            return f"{prefix}probe parameter {self.name!r} must be {self.accepted()}, not {type(value).__name__} {value!r}."
+        if self.type is float and not math.isfinite(value):
+            return f"{prefix}{self.name}={value!r} is not a finite number; use {self.accepted()}."
         if self.pattern and not re.fullmatch(self.pattern, value):
-            raise ParameterError(f"{prefix}{self.name}={value!r} is not accepted; use {self.accepted()}.")
+            return f"{prefix}{self.name}={value!r} is not accepted; use {self.accepted()}."
         if self.choices and value not in self.choices:
-            raise ParameterError(f"{prefix}{self.name}={value!r} is not accepted; use {self.accepted()}.")
+            return f"{prefix}{self.name}={value!r} is not accepted; use {self.accepted()}."
         if self.minimum is not None and value < self.minimum:
-            raise ParameterError(f"{prefix}{self.name}={value!r} is too small; use {self.accepted()}.")
-        return value
+            return f"{prefix}{self.name}={value!r} is too small; use {self.accepted()}."
+        return None
+
+    def check(self, value: Any, where: str = "") -> Any:
+        """The value if acceptable, else a ParameterError naming it and what is accepted (``problem``)."""
+        problem = self.problem(value, where)
+        if problem:
+            raise ParameterError(problem)
+        return str(value) if self.integers and isinstance(value, int) and not isinstance(value, bool) else value
 
 
 #: In the order the notebook's parameters cell lists them.
@@ -254,23 +266,84 @@ def stage_settings(settings: dict) -> dict:
     return {name: settings[name] for name in STAGE_SETTINGS}
 
 
-def check(settings: dict, where: str = "", params: tuple[Param, ...] = PROBE_PARAMS, settable_only=False) -> dict:
-    """Check every setting (names and values); return them. ``settable_only`` refuses the
-    runner-owned ones and model_id (what a sweep file may not set)."""
+def closest(name: str, names) -> str | None:
+    """The declared name ``name`` most likely meant (a typo: ``devcie`` for ``device``), or None."""
+    found = difflib.get_close_matches(str(name), list(names), n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def unknown_name(name: str, accepted, notebook: str = "probe.ipynb", where: str = "") -> str:
+    """The sentence for a parameter the notebook does not declare: the closest declared one when there is one
+    (a typo), else every accepted name."""
+    prefix = f"{where}: " if where else ""
+    meant = closest(name, accepted)
+    hint = f"did you mean {meant!r}?" if meant else f"accepted: {', '.join(accepted)}."
+    return f"{prefix}{name!r} is not a parameter of notebooks/{notebook}; {hint}"
+
+
+def problems(
+    settings: dict, where: str = "", params: tuple[Param, ...] = PROBE_PARAMS, settable_only: bool = False
+) -> list[str]:
+    """Every mistake in ``settings`` (names and values), one sentence each, in their order. ``settable_only``
+    refuses the runner-owned ones and model_id (what a sweep file may not set)."""
     declared = {p.name: p for p in params}
     accepted = [n for n in declared if not settable_only or n in SETTABLE]
+    notebook = "debug.ipynb" if params is DEBUG_PARAMS else "probe.ipynb"
     prefix = f"{where}: " if where else ""
+    found = []
     for name, value in settings.items():
         param = declared.get(name)
         if param is None:
-            notebook = "debug.ipynb" if params is DEBUG_PARAMS else "probe.ipynb"
-            raise ParameterError(
-                f"{prefix}{name!r} is not a parameter of notebooks/{notebook}; accepted: {', '.join(accepted)}."
-            )
-        if settable_only and name not in SETTABLE:
-            raise ParameterError(f"{prefix}{name!r} is set by the sweep runner for each model; remove it.")
-        param.check(value, where)
+            found.append(unknown_name(name, accepted, notebook, where))
+        elif settable_only and name not in SETTABLE:
+            found.append(f"{prefix}{name!r} is set by the sweep runner for each model; remove it.")
+        else:
+            found.append(param.problem(value, where) or "")
+    return [sentence for sentence in found if sentence]
+
+
+def check(settings: dict, where: str = "", params: tuple[Param, ...] = PROBE_PARAMS, settable_only=False) -> dict:
+    """Check every setting (names and values, ``problems``); return them, or raise a ParameterError with the
+    first mistake."""
+    found = problems(settings, where, params, settable_only)
+    if found:
+        raise ParameterError(found[0])
     return settings
+
+
+#: The first line of the cell papermill injects after the parameters cell (its ``injected-parameters`` cell).
+INJECTED_HEADER = "# Parameters"
+
+
+def injected_names(namespace: dict) -> list[str]:
+    """The names papermill's ``injected-parameters`` cell assigned (the ``-p`` names), read from IPython's
+    input history (``In``) in the notebook's ``namespace``. Papermill only warns about a name the
+    notebook does not declare, and a kernel's globals cannot tell an injected name from any other (a warm
+    kernel holds its imports), so the cell's own source says what was given. [] outside IPython."""
+    history = namespace.get("In") or []
+    cell = next((c for c in reversed(history) if c.splitlines()[:1] == [INJECTED_HEADER]), None)
+    if cell is None:
+        return []
+    names = []
+    for node in ast.parse(cell).body:
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        names += [t.id for t in targets if isinstance(t, ast.Name)]
+    return names
+
+
+def refuse_mistakes(namespace: dict, params: tuple[Param, ...] = PROBE_PARAMS, notebook: str = "probe.ipynb") -> None:
+    """The notebook's first call, after its parameters: every name papermill was given must be declared
+    (a mistyped one would leave its parameter at the default, silently), and every declared parameter's
+    value acceptable (a bad one would otherwise become a FAIL(other) record, the user's typo as a verdict).
+    A ParameterError lists every mistake, one sentence each: papermill then exits non-zero, before
+    anything ran and with no record written."""
+    declared = [p.name for p in params]
+    found = [unknown_name(n, declared, notebook) for n in injected_names(namespace) if n not in declared]
+    found += problems({p.name: namespace[p.name] for p in params if p.name in namespace}, params=params)
+    if len(found) == 1:
+        raise ParameterError(found[0])
+    if found:
+        raise ParameterError(f"{len(found)} mistakes in the parameters of notebooks/{notebook}:\n" + "\n".join(found))
 
 
 def parameters_cell(params: tuple[Param, ...] = PROBE_PARAMS, notebook: str = "probe.ipynb") -> str:

@@ -33,8 +33,9 @@ from . import agreement, hub_fetch, probe_core, probe_params, reproduce
 BODY_MODULES = (hub_fetch, probe_core, agreement, reproduce)
 #: What a repro script's SETTINGS hold beyond the probe's settings: how the probe's device adapter resolved
 #: them (the compile backend; for a sharded run its ``DistributedConfig``, the process group's backend and each
-#: rank's environment).
-RESOLVED_NAMES = ("compile_backend", "distributed", "distributed_backend", "rank_env")
+#: rank's environment) and the backend's own configuration as the probe ran (``device_config``: the variables
+#: its adapter declares and shows; the script sets them before it loads the backend).
+RESOLVED_NAMES = ("compile_backend", "distributed", "distributed_backend", "rank_env", "device_config")
 #: The settings a repro script carries: the model, every probe setting (``probe_params.SETTINGS``; ``device``
 #: the resolved device type) and the resolved ones.
 SETTING_NAMES = ("model_id", *probe_params.SETTINGS, *RESOLVED_NAMES)

@@ -221,12 +221,32 @@ def run_ranks(settings: dict, load_from: str, script: str) -> int | str:
     return 0 if result["status"] == PASS else 1
 
 
+#: Set to 1 to run a repro script on this environment's backend configuration instead of the probe's (what the
+#: bisect does to test whether a setting changed a verdict).
+KEEP_CONFIG_VAR = "MODEL_SUPPORT_REPRO_KEEP_CONFIG"
+
+
+def apply_device_config(config: dict | None) -> None:
+    """The backend's configuration as the probe ran it (``device_config``: LIBTPU_INIT_ARGS, MODEL_SUPPORT_PRETEND,
+    ...), set before the backend loads, each change said on stderr; left as it is with ``KEEP_CONFIG_VAR``=1."""
+    if not config or os.environ.get(KEEP_CONFIG_VAR) == "1":
+        return
+    for name, value in config.items():
+        if os.environ.get(name) != value:
+            print(
+                f"setting {name}={value!r} as the probe ran ({KEEP_CONFIG_VAR}=1 keeps this environment's)",
+                file=sys.stderr,
+            )
+            os.environ[name] = value
+
+
 def main(settings: dict, argv: list[str]) -> int | str:
     """The probe again, with plain python: the download stage (a Hub model), the stages on the device in the
     probe's mode, the reference check after a PASS; one JSON line. A model probed from a local folder takes
     the folder as ``argv[1]``. Exit status 0 on PASS, 1 otherwise; a sentence where nothing could run."""
     if len(argv) > 3 and argv[1] == "--rank":  # a rank of this script's sharded run (``run_ranks``)
         return _rank(settings, argv[2], argv[3])
+    apply_device_config(settings.get("device_config"))
     import torch
 
     load_backend(settings["device"])

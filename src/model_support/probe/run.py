@@ -82,6 +82,7 @@ def _repro(record: Record, settings: dict, adapter, **more) -> None:
         **settings,
         "device": adapter.type,
         "compile_backend": adapter.compile_backend(),
+        "device_config": adapter.configuration(shown_only=True) or None,  # the backend's own, set by the script
         "model_id": record["model_id"],
         **more,
     }

@@ -9,6 +9,7 @@ nullable for that reason.
 
 from __future__ import annotations
 
+import numbers
 import types
 import typing
 from dataclasses import dataclass
@@ -356,7 +357,9 @@ def fill(record: Record, values: typing.Mapping[str, Any]) -> Record:
 
 
 def check_record(record: Record) -> Record:
-    """Refuse a record whose keys differ from the schema or whose verdict is not one of the four."""
+    """Refuse a record whose keys differ from the schema, whose verdict is not one of the four, or whose field
+    holds a value of another type than its declaration's (``wrong_type``): said where the record is made and
+    stored, naming the field, rather than by Arrow at compaction ("Expected bytes, got a 'int' object")."""
     missing = sorted(set(FIELDS) - set(record))
     extra = sorted(set(record) - set(FIELDS))
     if missing or extra:
@@ -365,7 +368,56 @@ def check_record(record: Record) -> Record:
         raise ValueError(f"status {record['status']!r} is not one of {', '.join(VERDICTS)}")
     if record["failure_stage"] is not None and record["failure_stage"] not in STAGES:
         raise ValueError(f"failure_stage {record['failure_stage']!r} is not one of {', '.join(STAGES)}")
+    for name, arrow in FIELDS.items():
+        wrong = wrong_type(record[name], arrow)
+        if wrong:
+            raise ValueError(f"record of {record['model_id']!r}: field {name}{wrong}")
     return record
+
+
+#: What each Arrow type of the declaration holds, in words, and the Python values it takes (bool is no number).
+_TYPE_WORDS = {pa.string(): "text", pa.int64(): "an integer", pa.float64(): "a number", pa.bool_(): "true or false"}
+_INT64 = range(-(2**63), 2**63)
+
+
+def _fits(value: Any, arrow: pa.DataType) -> bool:
+    """Whether ``value`` (not None) is what a column of type ``arrow`` holds (a number of numpy's too, as Arrow
+    takes it; a bool is no number)."""
+    if arrow == pa.string():
+        return isinstance(value, str)
+    if arrow == pa.bool_():
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    if arrow == pa.int64():
+        return isinstance(value, numbers.Integral) and int(value) in _INT64
+    if arrow == pa.float64():
+        return isinstance(value, numbers.Real)
+    return False
+
+
+def wrong_type(value: Any, arrow: pa.DataType) -> str | None:
+    """Why ``value`` does not fit a field of Arrow type ``arrow`` (the rest of a sentence after the field's name:
+    " must be ..., not ...", ".python must be ...", " has an item that must be ..."), or None: null fits every
+    field; a list's items and a struct's fields are checked as fields are."""
+    if value is None:
+        return None
+    if pa.types.is_list(arrow):
+        if not isinstance(value, list | tuple):
+            return f" must be a list, not {type(value).__name__} {value!r:.80}."
+        inner = next((w for w in (wrong_type(item, arrow.value_type) for item in value) if w), None)
+        return f" has an item that{inner}" if inner else None
+    if pa.types.is_struct(arrow):
+        if not isinstance(value, dict):
+            return f" must be a mapping, not {type(value).__name__} {value!r:.80}."
+        for child in arrow:
+            inner = wrong_type(value.get(child.name), child.type)
+            if inner:
+                return f".{child.name}{inner}"
+        return None
+    if _fits(value, arrow):
+        return None
+    return f" must be {_TYPE_WORDS.get(arrow, str(arrow))} ({arrow}), not {type(value).__name__} {value!r:.80}."
 
 
 def to_table(records: list[Record]) -> pa.Table:

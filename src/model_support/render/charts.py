@@ -12,6 +12,7 @@ from pathlib import Path
 import polars as pl
 
 from .. import analysis
+from ..analysis.tables import SIZE_GROUPS
 from ..fileio import atomic_write_text
 from ..record import schema
 from ..record.schema import VERDICT_COLORS
@@ -183,7 +184,7 @@ def memory_chart(memory_by_size: pl.DataFrame):
         alt.Chart(alt.Data(values=_values(memory_by_size)))
         .mark_bar()
         .encode(
-            x=alt.X("size_bucket:N", sort=list(analysis.SIZE_BUCKETS), title="model size"),
+            x=alt.X("size_bucket:N", sort=list(SIZE_GROUPS), title="model size"),
             y=alt.Y("median:Q", title="median peak memory (MiB)"),
             color=alt.Color("metric:N", title=None, legend=None),
             tooltip=[
@@ -221,10 +222,17 @@ def reference_chart(reference: pl.DataFrame):
     )
 
 
+def varying_components(history: pl.DataFrame) -> list[str]:
+    """The stack components whose version differs between the charted sweeps: only these get a panel of their
+    own (a panel per constant component would draw the same line again, in one colour)."""
+    return [c for c in analysis.VERSION_COMPONENTS if history[c].fill_null("none").n_unique() > 1]
+
+
 def history_chart(history: pl.DataFrame):
-    """Pass rate per sweep in creation order, once per stack component, points coloured by its
-    version (and shaped by device, one line per device): a regression shows as a step where the
-    colour changes. Sweeps are labelled by name and UTC time (``analysis.history.sweep_label``), one
+    """Pass rate per sweep in creation order on a y-axis from 0 to 100% (a drop from 90% to 85% reads as the
+    small step it is), once per stack component whose version changed, points coloured by its version (and
+    shaped by device, one line per device): a regression shows as a step where the colour changes. With one
+    stack throughout, one panel. Sweeps are labelled by name and UTC time (``analysis.history.sweep_label``), one
     tick each: a time axis would label sweeps seconds apart as ":42"."""
     alt = _alt()
     history = history.filter(pl.col("models") > 0).with_columns(
@@ -232,33 +240,41 @@ def history_chart(history: pl.DataFrame):
     )
     order = history["label"].to_list()
     data = alt.Data(values=_values(history))
+    tooltip = [
+        "sweep_id:N",
+        "device_type:N",
+        "models:Q",
+        alt.Tooltip("pass_rate:Q", format=".1%"),
+        *[f"{c}:N" for c in analysis.VERSION_COMPONENTS],
+    ]
     charts = []
-    for component in analysis.VERSION_COMPONENTS:
+    panels: list[str | None] = [*varying_components(history)] or [None]
+    for component in panels:
         base = alt.Chart(data).encode(
             x=alt.X("label:N", sort=order, title=None, axis=alt.Axis(labelAngle=-30, labelLimit=220)),
-            y=alt.Y("pass_rate:Q", axis=alt.Axis(format="%"), scale=alt.Scale(zero=False), title="pass rate"),
+            y=alt.Y("pass_rate:Q", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1]), title="pass rate"),
         )
         line = base.mark_line(color="#bbb").encode(detail="device_type:N")  # one line per device
+        color = alt.Color(f"{component}:N", title=component, sort=None) if component else alt.value("#1565c0")
         points = base.mark_point(size=45, filled=True).encode(
-            color=alt.Color(f"{component}:N", title=component, sort=None),
-            shape=alt.Shape("device_type:N", title="device"),
-            tooltip=[
-                "sweep_id:N",
-                "device_type:N",
-                "models:Q",
-                alt.Tooltip("pass_rate:Q", format=".1%"),
-                *[f"{c}:N" for c in analysis.VERSION_COMPONENTS],
-            ],
+            color=color, shape=alt.Shape("device_type:N", title="device"), tooltip=tooltip
         )
-        charts.append((line + points).properties(width=700, height=150, title=f"Pass rate over sweeps, by {component}"))
+        title = (
+            f"Pass rate over sweeps, by {component}" if component else "Pass rate over sweeps (one stack throughout)"
+        )
+        charts.append((line + points).properties(width=700, height=150, title=title))
     return alt.vconcat(*charts).resolve_scale(color="independent")
 
 
 def version_chart(by_version: pl.DataFrame):
+    """Pass rate per version of each stack component that had more than one (one bar per component would only
+    repeat the overall pass rate); None when every component kept one version."""
     alt = _alt()
     charts = []
     for component in analysis.VERSION_COMPONENTS:
         part = by_version.filter(pl.col("component") == component)
+        if part.height < 2:
+            continue
         charts.append(
             alt.Chart(alt.Data(values=_values(part)))
             .mark_bar(color="#1565c0")
@@ -275,4 +291,4 @@ def version_chart(by_version: pl.DataFrame):
             )
             .properties(width=220, height=160)
         )
-    return alt.hconcat(*charts).properties(title="Pass rate by stack version")
+    return alt.hconcat(*charts).properties(title="Pass rate by stack version") if charts else None

@@ -4,14 +4,23 @@ not probed, the legend. The sections a porting team acts on (the split, failure 
 
 from __future__ import annotations
 
+import dataclasses
 import html
+import math
+import shlex
 from datetime import date, datetime
+from urllib.parse import quote
 
 import polars as pl
 
 from .. import analysis
 from ..analysis import coverage
-from ..display import show_html  # the report notebook shows its sections with html.show_html
+from ..analysis.tables import NOT_LOADED
+from ..display import (
+    Cell,
+    html_table,
+    show_html,  # the report notebook shows its sections with html.show_html
+)
 from ..record import schema
 from .charts import chart_html
 
@@ -55,52 +64,54 @@ TERM_HELP = {
 }
 
 
+#: What each size group of the breakdowns means (``analysis.tables.SIZE_GROUPS``).
+SIZE_HELP = {
+    **{b: b for b in analysis.SIZE_BUCKETS},
+    "unknown": "num_params not recorded (the model loaded, or failed after loading)",
+    NOT_LOADED: "failed at download or load, before its parameters could be counted: apart from unknown, so a "
+    "size's pass rate is of models that ran",
+}
+
 FOLDED = ("error_message", "traceback", "repro_script")
 
 
-def _cell(value, column: str) -> tuple[str, bool]:
-    """(escaped HTML, is_number) for one table cell."""
+def _cell(value, column: str) -> Cell:
+    """One table cell: rates as percentages, numbers right-aligned (class ``num``), lists one item a line, long
+    or multi-line text (a message, a traceback) folded under its first line."""
     if value is None:
-        return "", False
+        return Cell("")
     if isinstance(value, bool):
-        return str(value).lower(), False
+        return Cell(str(value).lower())
     if isinstance(value, float):
         if column in ("pass_rate", "share"):
-            return f"{100 * value:.1f}%", True
-        return (f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"), True
+            return Cell(f"{100 * value:.1f}%", cls="num")
+        return Cell(f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}", cls="num")
     if isinstance(value, int):
-        return f"{value:,}", True
+        return Cell(f"{value:,}", cls="num")
     if isinstance(value, (list, tuple)):
-        return "<br>".join(html.escape(str(v)) for v in value), False
+        return Cell(lines=[str(v) for v in value])
     if isinstance(value, datetime):
-        return html.escape(value.strftime("%Y-%m-%d %H:%M UTC")), False
+        return Cell(value.strftime("%Y-%m-%d %H:%M UTC"))
     if isinstance(value, date):
-        return html.escape(value.isoformat()), False
+        return Cell(value.isoformat())
     text = str(value)
     if column in FOLDED or "\n" in text or len(text) > 160:
         lines = text.strip().splitlines() or [""]
         if column == "traceback":
             first = f"traceback ({len(lines)} lines)"
         else:
-            first = html.escape(lines[0][:80]) + ("&hellip;" if len(lines) > 1 or len(lines[0]) > 80 else "")
-        return f"<details><summary>{first}</summary><pre>{html.escape(text)}</pre></details>", False
-    return html.escape(text), False
+            first = lines[0][:80] + ("…" if len(lines) > 1 or len(lines[0]) > 80 else "")
+        return Cell(text, fold=first)
+    return Cell(text)
 
 
 def table_html(df: pl.DataFrame, *, max_rows: int = 100, empty: str = "none") -> str:
-    """A small DataFrame as a plain HTML table: rates as percentages, long text folded."""
+    """A small DataFrame as a plain HTML table (``display.html_table``): rates as percentages, long text folded."""
     if df.height == 0:
         return f'<p class="ms-note">{html.escape(empty)}</p>'
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in df.columns)
-    body = []
-    for row in df.head(max_rows).iter_rows(named=True):
-        cells = []
-        for column, value in row.items():
-            text, number = _cell(value, column)
-            cells.append(f'<td class="num">{text}</td>' if number else f"<td>{text}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
+    rows = ([_cell(value, column) for column, value in row.items()] for row in df.head(max_rows).iter_rows(named=True))
     more = f'<p class="ms-note">{df.height - max_rows} more rows not shown.</p>' if df.height > max_rows else ""
-    return f'<table class="ms-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>{more}'
+    return html_table(df.columns, rows, cls="ms-table") + more
 
 
 def _percent(rate) -> str:
@@ -144,6 +155,8 @@ def header_html(tables: dict[str, pl.DataFrame], sweep_id: str, baseline_sweep_i
         "host": sweeps["host"] or "unknown",
         "stack": ", ".join(f"{c} {versions.get(c) or '-'}" for c in analysis.VERSION_COMPONENTS),
     }
+    if "settings" in tables:  # the backend's own configuration is part of the stack (sections.add_bisect)
+        facts["backend settings"] = tables["settings"]["settings"][0]
     packages = tables["packages"]["packages"][0] if "packages" in tables else ""  # sections.add_bisect
     if packages and baseline_sweep_id:  # what differs from the baseline's stack (sweep.json)
         facts["against the baseline"] = packages
@@ -233,10 +246,114 @@ def legend_html() -> str:
         + dl("Attribution (whose failure)", analysis.ATTRIBUTION_KIND_HELP)
         + dl("Is a PASS right? (what its check says)", analysis.PASS_CHECK_HELP)
         + dl("Other terms", TERM_HELP)
-        + dl(
-            "Size buckets (num_params)",
-            {b: b if b != "unknown" else "num_params not recorded" for b in analysis.SIZE_BUCKETS},
-        )
+        + dl("Size buckets (num_params)", SIZE_HELP)
+    )
+
+
+def _size_text(n: int | None) -> str:
+    """A parameter count as the size buckets say it: 1.2M, 350M, 7.2B."""
+    if n is None:
+        return ""
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return str(n)
+
+
+def _sorted_cell(value, column: str) -> Cell:
+    """A number's cell (``_cell``) that a sortable table orders by its value, not its text ("1,234" or "0.5")."""
+    if value is None:
+        return Cell("")
+    finite = not isinstance(value, float) or math.isfinite(value)  # NaN has no order: such a cell sorts by its text
+    return dataclasses.replace(_cell(value, column), sort=value if finite else None)
+
+
+def repro_command(sweep_id: str, model_id: str, variant: str | None) -> str:
+    """The command that prints a run's standalone repro script (``model-support repro``)."""
+    command = f"model-support repro {shlex.quote(sweep_id)} {shlex.quote(model_id)}"
+    if variant and variant != analysis.DEFAULT_VARIANT:
+        command += f" --variant {shlex.quote(variant)}"
+    return command
+
+
+def _link(path: str) -> str:
+    """A data-folder path as a link from the report's folder (``data/reports/``): ``../<path>``, quoted."""
+    return "../" + quote(path)
+
+
+#: The per-model table's numbers: (column, heading, what it is).
+MODEL_NUMBERS = (
+    ("tokens_in", "tokens in", "the prompt's tokens after the chat template (an image's included)"),
+    ("tokens_out", "tokens out", "tokens generated"),
+    ("load_s", "load s", "seconds to load the model onto the device"),
+    ("first_token_s", "first token s", "seconds to the first generated token, compilation included"),
+    ("decode_tokens_per_s", "tokens/s", "decode tokens per second"),
+    ("peak_host_mem_mb", "host MiB", "peak host memory"),
+    ("peak_device_mem_mb", "device MiB", "peak device memory"),
+)
+
+
+def _model_row(row: dict, sweep_id: str, variants: bool, tasks: bool) -> list[Cell]:
+    """One run of the per-model table: who, how it ended, what its check says, its numbers, its files."""
+    check = row["check"] or ""
+    if check == analysis.DIVERGES and row["numerics_step"] is not None:
+        check += f" at step {row['numerics_step']}"
+    color = schema.VERDICT_COLORS.get(row["status"] or "")
+    links = [("record", _link(row["record"]))] if row["record"] else []
+    if row["repro_body"]:
+        links.append(("repro", _link(row["repro_body"])))
+    cells = [Cell(row["model_id"], cls="ms-model")]
+    if variants:
+        cells.append(Cell(row["variant"]))
+    if tasks:
+        cells.append(Cell(row["task"]))
+    cells += [
+        Cell(_size_text(row["num_params"]), cls="num", sort=row["num_params"]),
+        Cell(row["status"] or "", cls="ms-st", style=f"color:{color}" if color else None),
+        Cell(row["attribution"] or ""),
+        Cell(check, cls="ms-suspect" if row["check"] in analysis.SUSPECT_CHECKS else None, title=row["check_note"]),
+        Cell(
+            row["failure_signature"] or "",
+            cls="ms-sig",
+            title=f"at {stage}" if (stage := row["failure_stage"]) else None,
+        ),
+        *(_sorted_cell(row[column], column) for column, _, _ in MODEL_NUMBERS),
+        Cell(links=links) if links else Cell(""),
+        Cell(repro_command(sweep_id, row["model_id"], row["variant"]), fold="command"),
+    ]
+    return cells
+
+
+def models_html(tables: dict[str, pl.DataFrame], sweep_id: str) -> str:
+    """Every run of the sweep, PASS included, in one table that sorts by any column and filters by text in the
+    page (``templates/table.js``, which the page inlines: no network): its verdict, whose failure, its check (numerics against
+    the CPU reference, or fluency), its numbers, a link to its record (and repro body) and its repro command."""
+    models = tables["models"]
+    if not models.height:
+        return '<p class="ms-note">No model was probed in this sweep.</p>'
+    variants = tables["variant_stats"].height > 1
+    tasks = models["task"].n_unique() > 1
+    unit = "runs" if variants else "models"
+    head = [Cell("model", header=True)]
+    head += [Cell("variant", header=True)] if variants else []
+    head += [Cell("task", header=True)] if tasks else []
+    head += [
+        Cell("size", header=True, title="parameters of the loaded model"),
+        Cell("verdict", header=True),
+        Cell("whose", header=True, title="whose failure: stack, model, both or unknown"),
+        Cell("check", header=True, title="a PASS's check: its logits against the CPU reference, else fluency"),
+        Cell("signature", header=True, title="a failure's signature"),
+        *(Cell(heading, header=True, title=what) for _, heading, what in MODEL_NUMBERS),
+        Cell("files", header=True, title="the run's record (JSON) and repro body, beside this report"),
+        Cell("repro", header=True, title="the command that prints the run's standalone repro script"),
+    ]
+    rows = (_model_row(row, sweep_id, variants, tasks) for row in models.iter_rows(named=True))
+    table = html_table(head, rows, cls="ms-table ms-models ms-sortable", id="ms-models")
+    return (
+        '<div class="ms-filter-bar"><input type="search" id="ms-models-filter" class="ms-filter" '
+        'placeholder="filter: any words of a row (a model, a verdict, a signature)" aria-label="filter the models">'
+        f' <span id="ms-models-count" class="ms-note" data-unit="{unit}">{models.height:,} {unit}</span></div>'
+        f'<div class="ms-scroll">{table}</div>'
     )
 
 

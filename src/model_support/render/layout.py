@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from . import charts, modes, ops, sections
-from .html import charted_model_types, legend_html, table_html, unprobed_html
+from .html import charted_model_types, legend_html, models_html, table_html, unprobed_html
 
 
 @dataclass(frozen=True)
@@ -93,10 +93,18 @@ def _memory(ctx: Context) -> str:
 
 
 def _history(ctx: Context) -> str:
+    """Pass rate over sweeps, and by stack version where a component's version changed (a chart of one
+    version per component would repeat the pass rate), then both tables."""
     tables = ctx.tables
+    by_version = charts.version_chart(tables["by_version"])
     return (
         _chart(charts.history_chart(tables["history"]), "history")
-        + _chart(charts.version_chart(tables["by_version"]), "by-version")
+        + (
+            _chart(by_version, "by-version")
+            if by_version is not None
+            else '<p class="ms-note">Every sweep ran the same version of each stack component: no chart by '
+            "version (the table below lists them).</p>"
+        )
         + table_html(tables["by_version"], max_rows=200)
         + table_html(tables["history"].reverse(), max_rows=100)
     )
@@ -180,10 +188,21 @@ SECTIONS: tuple[Section, ...] = (
         lambda ctx: unprobed_html(ctx.tables, ctx.sweep_id),
     ),
     Section(
+        "every-model",
+        "Every model",
+        "Every run of this sweep, PASS included: its verdict, whose failure it is, what its check says (a PASS's "
+        "logits against the CPU reference, else the judge's fluency), its size, tokens, times and peak memory, its "
+        "record and how to reproduce it. Click a heading to sort by it (again: the other way); type in the box to "
+        "keep the rows that hold every word typed.",
+        lambda ctx: models_html(ctx.tables, ctx.sweep_id),
+    ),
+    Section(
         "pass-rate-by-task-model-type-and-size",
         "Pass rate by task, model type and size",
         "The tasks: text-generation (a prompt) and image-text-to-text (the probe image and a prompt, through the "
-        "model's processor); a row older than the task column reads as text-generation.",
+        "model's processor); a row older than the task column reads as text-generation. By size, the models that "
+        "failed before loading (at download or load: no parameters counted) are a group of their own, apart from "
+        "the ones of unknown size.",
         _breakdowns,
     ),
     Section(

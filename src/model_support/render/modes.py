@@ -4,11 +4,11 @@ compiled, compile accounting, speed and agreement with eager, per variant."""
 
 from __future__ import annotations
 
-import html
 import re
 
 import polars as pl
 
+from ..display import Cell, html_table
 from ..record.schema import VERDICT_COLORS
 from .charts import chart_html, variant_speed_chart
 from .html import table_html
@@ -25,17 +25,20 @@ def grid_html(grid: pl.DataFrame, max_rows: int = 300) -> str:
     if not grid.height:
         return '<p class="ms-note">No runs.</p>'
     variants = grid.columns[1:]
-    head = "<th>model</th>" + "".join(f'<th class="ms-variant">{html.escape(v)}</th>' for v in variants)
-    body = []
-    for row in grid.head(max_rows).iter_rows():
-        cells = [f"<td>{html.escape(row[0])}</td>"]
-        for status in row[1:]:
-            color = VERDICT_COLORS.get(status or "")
-            style = f' style="background:{color};color:#fff"' if color else ""
-            cells.append(f'<td class="ms-verdict {verdict_slug(status)}"{style}>{html.escape(status or "")}</td>')
-        body.append("<tr>" + "".join(cells) + "</tr>")
+    head = [Cell("model", header=True), *(Cell(v, header=True, cls="ms-variant") for v in variants)]
+    rows = ([Cell(row[0]), *(_verdict_cell(status) for status in row[1:])] for row in grid.head(max_rows).iter_rows())
     more = f'<p class="ms-note">{grid.height - max_rows:,} more models not shown.</p>' if grid.height > max_rows else ""
-    return f'<table class="ms-table ms-grid"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>{more}'
+    return html_table(head, rows, cls="ms-table ms-grid") + more
+
+
+def _verdict_cell(status: str | None) -> Cell:
+    """A grid cell: the verdict on its colour (white text), as a support matrix shows it; empty for no run."""
+    color = VERDICT_COLORS.get(status or "")
+    return Cell(
+        status or "",
+        cls=f"ms-verdict {verdict_slug(status)}",
+        style=f"background:{color};color:#fff" if color else None,
+    )
 
 
 COMPILE_COLUMNS = {

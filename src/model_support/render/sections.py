@@ -6,12 +6,15 @@ flagged), and the changes since the baseline (what the stack newly broke first, 
 from __future__ import annotations
 
 import html
+from pathlib import Path
 
 import polars as pl
 
 from .. import analysis
 from ..bisect import results as bisect_results
 from ..bisect import stacks
+from ..errors import UserError
+from ..record import store
 from .html import table_html
 
 
@@ -137,7 +140,13 @@ def add_bisect(tables: dict[str, pl.DataFrame], data_dir, sweep_id: str, baselin
     """What the diff says of the stack, read from the data folder: ``tables["packages"]`` (one row: the
     packages whose versions differ between the two sweeps, from their sweep.json) and a ``changed_by``
     column on ``tables["changes"]`` ("tinyswitch 2.0" where a bisect named the release: sweep_id's
-    bisect.json)."""
+    bisect.json); ``tables["settings"]`` (one row: this sweep's backend configuration, shown beside its stack)."""
+    try:
+        settings = stacks.sweep_settings(store.read_sweep(Path(data_dir), sweep_id))
+    except UserError:  # a report rendered from Parquet alone: no sweep.json
+        settings = None
+    if settings:
+        tables["settings"] = pl.DataFrame({"settings": ["; ".join(f"{k}={v!r}" for k, v in sorted(settings.items()))]})
     if not baseline_sweep_id:
         return
     tables["packages"] = pl.DataFrame({"packages": [stacks.sweep_changes_line(data_dir, baseline_sweep_id, sweep_id)]})

@@ -1,10 +1,11 @@
 """Sweep definitions (YAML in ``params/``), validated before anything runs.
 
-A typo or a bad value must never become a silently ignored setting or a FAIL row per model: every
-key is checked against the keys below, every probe setting against the probe's one declaration
-(``probe_params``: name, type, allowed values or range), local model folders must exist, and the
-device must be present on this machine (checked once, up front, with the sentence the probe itself
-would record). Each problem is one sentence that names it and says what is accepted.
+A typo or a bad value must never become a silently ignored setting or a FAIL row per model: the keys,
+their types and ranges are declared once (``definition_model``, pydantic: unknown keys forbidden, types
+strict, no nan or inf), every probe setting is checked against the probe's one declaration
+(``probe_params``), local model folders must exist, and the device must be present on this machine
+(checked once, up front, with the sentence the probe itself would record). Every mistake is found in one
+pass and said at once, one sentence each, naming the file and line, what is wrong and what is accepted.
 """
 
 from __future__ import annotations
@@ -12,38 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from ..errors import UserError
-from ..probe import devices, probe_core, probe_params
+from ..probe import devices, probe_core
 from ..probe.model_ids import is_local, portable_id
 from ..record.names import model_file_name
-from ..record.sweep_meta import ModelEntry, new_sweep_id, safe_name
-
-TOP_KEYS = {
-    "name": str,
-    "description": str,
-    "models": list,
-    "exclude": list,
-    "probe": dict,
-    "timeout_s": (int, float),
-    "workers": int,
-    "executor": str,
-    "models_from_hub": dict,
-    "cache": dict,
-    "prefetch": int,
-    "matrix": dict,
-}
-MODEL_KEYS = {"id": str, "overrides": dict, "timeout_s": (int, float), "exclude": str}
-EXCLUDE_KEYS = {"id": str, "reason": str}
-HUB_KEYS = {"task": str, "sort": str, "limit": int}
-HUB_SORTS = ("downloads", "trending", "likes")
-CACHE_KEYS = {"dir": str, "max_gb": (int, float), "keep": bool}
-EXECUTORS = ("local", "ray")
+from ..record.sweep_meta import ModelEntry
 
 
 class SweepConfigError(UserError):
-    """A sweep definition is wrong; the message is one sentence naming what and how to fix it."""
+    """A sweep definition is wrong; the message is one sentence per mistake, naming what and how to fix it."""
 
 
 @dataclass
@@ -63,85 +41,14 @@ class SweepParams:
     matrix: dict = field(default_factory=dict)
 
 
-def _type_label(expected) -> str:
-    if isinstance(expected, tuple):
-        return " or ".join(t.__name__ for t in expected)
-    return expected.__name__
-
-
-def _check_keys(where: str, mapping: dict, accepted: dict) -> None:
-    if not isinstance(mapping, dict):
-        raise SweepConfigError(
-            f"{where} must be a mapping with keys {', '.join(accepted)}, not {type(mapping).__name__}."
-        )
-    for key, value in mapping.items():
-        if key not in accepted:
-            raise SweepConfigError(f"{where}: unknown key {key!r}; accepted keys are {', '.join(accepted)}.")
-        expected = accepted[key]
-        allowed = expected if isinstance(expected, tuple) else (expected,)
-        if (isinstance(value, bool) and bool not in allowed) or not isinstance(value, expected):
-            raise SweepConfigError(
-                f"{where}: {key!r} must be {_type_label(expected)}, not {type(value).__name__} ({value!r})."
-            )
-
-
-def check_name(source: str, name: str) -> None:
-    """A name whose sweep id (``sweep_meta.new_sweep_id``: the name made file-safe, then the time) starts
-    with a letter, a digit or ``_``: an empty name (or one of slashes) gives an id starting with ``-``,
-    which ``--resume`` then reads as an option, and one starting with ``.`` a hidden folder."""
-    safe = safe_name(name)
-    if not safe or safe[0] in "-.":
-        example = new_sweep_id(name)
-        raise SweepConfigError(
-            f"{source}: name {name!r} cannot name a sweep (its id would start {example[:12]!r}..., which "
-            "`--resume` would read as an option or hide); give a name that starts with a letter or digit, such "
-            "as 'smoke'."
-        )
-
-
-def check_probe_settings(where: str, settings: dict) -> None:
-    """Every key a settable probe parameter, every value acceptable (``probe_params``)."""
-    try:
-        probe_params.check(settings, where, settable_only=True)
-    except probe_params.ParameterError as exc:
-        raise SweepConfigError(str(exc)) from None
-
-
-def _positive(where: str, key: str, value) -> None:
-    if value is not None and value <= 0:
-        raise SweepConfigError(f"{where}: {key} must be greater than 0 (seconds), not {value!r}.")
-
-
-def check_matrix(source: str, matrix: dict) -> dict:
-    """``matrix: {mode: [eager, compile], cache: [dynamic, static], max_new_tokens: [8, 32]}``: each axis one
-    of ``probe_params.MATRIX_AXES`` with a non-empty list of acceptable, distinct values."""
-    for axis, values in matrix.items():
-        where = f"{source}: matrix"
-        if axis not in probe_params.MATRIX_AXES:
-            raise SweepConfigError(
-                f"{where}: {axis!r} cannot be a matrix axis; use {', '.join(probe_params.MATRIX_AXES)}."
-            )
-        if not isinstance(values, list) or not values or len(set(map(str, values))) != len(values):
-            raise SweepConfigError(f"{where}: {axis!r} needs a list of distinct values, like [eager, compile].")
-        for value in values:
-            check_probe_settings(where, {axis: value})
-    return dict(matrix)
-
-
-def resolve_source(model_id: str, base: Path, where: str) -> str:
-    """A local folder (relative to ``base``) becomes an absolute path and must exist; a Hub id
-    stays as it is."""
-    if not is_local(model_id) and not (base / model_id).is_dir():
-        return model_id
-    candidate = Path(model_id).expanduser()
-    if not candidate.is_absolute():
-        candidate = base / candidate
-    if not candidate.is_dir():
-        raise SweepConfigError(
-            f"{where}: the local model folder {model_id!r} does not exist; "
-            "build the fixtures with `make fixtures` or fix the path."
-        )
-    return str(candidate.resolve())
+def refuse(found: list[tuple[tuple[int, int], str]], source: str) -> None:
+    """Raise one SweepConfigError saying every mistake (((line, column), sentence) pairs): one sentence, or a
+    count and a sentence a line, in the file's order."""
+    mistakes = [sentence for _, sentence in sorted(found, key=lambda mistake: mistake[0])]
+    if len(mistakes) == 1:
+        raise SweepConfigError(mistakes[0])
+    if mistakes:
+        raise SweepConfigError(f"{len(mistakes)} mistakes in {source}:\n" + "\n".join(mistakes))
 
 
 def hub_models(spec: dict) -> list[dict]:
@@ -160,103 +67,81 @@ def hub_models(spec: dict) -> list[dict]:
         ) from None
 
 
-def parse(raw: dict, source: str = "<params>", base: Path | None = None) -> SweepParams:
-    """Validate a loaded YAML mapping into ``SweepParams``; raise SweepConfigError on the first problem.
-    Long because it reads as the definition's field list, one check after another in the file's order."""
-    base = base or Path.cwd()
-    if not isinstance(raw, dict):
-        raise SweepConfigError(f"{source}: the file must hold a mapping with keys {', '.join(TOP_KEYS)}.")
-    _check_keys(source, raw, TOP_KEYS)
-    if "name" not in raw:
-        raise SweepConfigError(f"{source}: 'name' is missing; give the sweep a short name such as 'smoke'.")
-    check_name(source, raw["name"])
-    executor = raw.get("executor", "local")
-    if executor not in EXECUTORS:
-        raise SweepConfigError(f"{source}: executor {executor!r} is not one of {', '.join(EXECUTORS)}.")
-    probe = dict(raw.get("probe") or {})
-    check_probe_settings(f"{source}: probe", probe)
-    _positive(source, "timeout_s", raw.get("timeout_s"))
-    workers = raw.get("workers")
-    if workers is not None and workers < 1:
-        raise SweepConfigError(f"{source}: workers must be at least 1, not {workers}.")
-    prefetch = raw.get("prefetch", 1)
-    if prefetch < 0:
-        raise SweepConfigError(f"{source}: prefetch must be 0 (no download ahead) or more, not {prefetch}.")
-    matrix = check_matrix(source, raw.get("matrix") or {})
-    cache = dict(raw.get("cache") or {})
-    _check_keys(f"{source}: cache", cache, CACHE_KEYS)
-    if cache.get("max_gb") is not None and cache["max_gb"] <= 0:
-        raise SweepConfigError(f"{source}: cache.max_gb must be greater than 0, not {cache['max_gb']!r}.")
+def parse(raw, source: str = "<params>", base: Path | None = None, lines: dict | None = None, found=()) -> SweepParams:
+    """Validate a loaded YAML mapping into ``SweepParams``; a SweepConfigError says every mistake at once
+    (``definition_model``; ``lines``: each key's line in the file, ``found``: mistakes its reader found).
+    What needs the definition whole (the Hub's rankings, a model listed twice) comes after."""
+    from . import definition_model  # pydantic: imported only where a definition is read
 
+    base = base or Path.cwd()
+    checked, mistakes = definition_model.validate(raw, source, base, lines or {})
+    refuse([*found, *mistakes], source)
+    assert checked is not None
     models: list[ModelEntry] = []
     excluded: dict[str, str] = {}
-    for index, entry in enumerate(raw.get("models") or []):
-        where = f"{source}: models[{index}]"
-        if isinstance(entry, str):
-            entry = {"id": entry}
-        _check_keys(where, entry, MODEL_KEYS)
-        if "id" not in entry:
-            raise SweepConfigError(f"{where}: 'id' is missing; give a Hub id or a local folder.")
-        check_probe_settings(f"{where}: overrides", entry.get("overrides") or {})
-        _positive(where, "timeout_s", entry.get("timeout_s"))
-        if "exclude" in entry:
-            excluded[portable_id(entry["id"])] = entry["exclude"]
+    listed_at: dict[str, str] = {}  # model id -> its file and line
+    for index, entry in enumerate(checked.models or []):
+        if entry.exclude is not None:
+            excluded[portable_id(entry.id)] = entry.exclude
             continue
-        path = resolve_source(entry["id"], base, where)
-        models.append(ModelEntry(portable_id(path), path, dict(entry.get("overrides") or {}), entry.get("timeout_s")))
-    for index, entry in enumerate(raw.get("exclude") or []):
-        where = f"{source}: exclude[{index}]"
-        _check_keys(where, entry, EXCLUDE_KEYS)
-        if "id" not in entry or "reason" not in entry:
-            raise SweepConfigError(f"{where}: an exclusion needs both 'id' and 'reason'.")
-        excluded[portable_id(entry["id"])] = entry["reason"]
-    hub_list = {}
-    if "models_from_hub" in raw:
-        hub_list = raw["models_from_hub"]
-        _check_keys(f"{source}: models_from_hub", hub_list, HUB_KEYS)
-        if hub_list.get("sort", "downloads") not in HUB_SORTS:
-            raise SweepConfigError(f"{source}: models_from_hub.sort must be one of {', '.join(HUB_SORTS)}.")
-        if hub_list.get("task", probe_core.TEXT_GENERATION) not in probe_core.TASKS:
-            raise SweepConfigError(
-                f"{source}: models_from_hub.task {hub_list['task']!r} is not a task the probe runs; use "
-                f"{' or '.join(probe_core.TASKS)}."
-            )
+        path = definition_model.local_source(entry.id, base)  # a folder there (checked), or a Hub id
+        overrides = raw["models"][index].get("overrides") if isinstance(raw["models"][index], dict) else None
+        models.append(ModelEntry(portable_id(path), path, dict(overrides or {}), entry.timeout_s))
+        listed_at[portable_id(path)] = _at(source, lines or {}, ("models", index))
+    for exclusion in checked.exclude or []:
+        excluded[portable_id(exclusion.id)] = exclusion.reason
+    hub_list = dict(raw.get("models_from_hub") or {})
+    if checked.models_from_hub is not None:  # ``models_from_hub: {}`` lists the defaults' models
         known = {m.model_id for m in models}
-        for found in hub_models(hub_list):
-            if found["model_id"] not in known and found["model_id"] not in excluded:
+        for found_model in hub_models(hub_list):
+            if found_model["model_id"] not in known and found_model["model_id"] not in excluded:
                 models.append(
-                    ModelEntry(found["model_id"], hub={**found, "listed_by": hub_list.get("sort", "downloads")})
+                    ModelEntry(
+                        found_model["model_id"], hub={**found_model, "listed_by": hub_list.get("sort", "downloads")}
+                    )
                 )
-    ids = [m.model_id for m in models]
+    _one_each([m.model_id for m in models], lambda model_id: listed_at.get(model_id, source))
+    models = [m for m in models if m.model_id not in excluded]
+    if not models:
+        raise SweepConfigError(f"{source}: no models to run; list some under 'models'.")
+    return SweepParams(
+        name=checked.name,
+        models=models,
+        excluded=excluded,
+        probe=dict(raw.get("probe") or {}),
+        timeout_s=checked.timeout_s,
+        workers=checked.workers,
+        executor=checked.executor,
+        source=source,
+        description=checked.description,
+        cache=dict(raw.get("cache") or {}),
+        hub_list=hub_list,
+        prefetch=checked.prefetch,
+        matrix=dict(raw.get("matrix") or {}),
+    )
+
+
+def _at(source: str, lines: dict, loc: tuple) -> str:
+    """``source``, with the line of ``loc`` when the file's lines are known."""
+    return f"{source}, line {lines[loc][0]}" if loc in lines else source
+
+
+def _one_each(ids: list[str], where) -> None:
+    """Each model once, and no two whose record files would be one on a filesystem that ignores case; ``where``
+    says where a model is listed (its file and line: the last of those of equal ids)."""
     duplicates = sorted({m for m in ids if ids.count(m) > 1})
     if duplicates:
-        raise SweepConfigError(f"{source}: model {duplicates[0]!r} is listed twice; list each model once.")
+        raise SweepConfigError(
+            f"{where(duplicates[0])}: model {duplicates[0]!r} is listed twice; list each model once."
+        )
     files: dict[str, str] = {}  # one to one, and apart on a filesystem that ignores case too
     for model_id in ids:
         other = files.setdefault(model_file_name(model_id).lower(), model_id)
         if other != model_id:
             raise SweepConfigError(
-                f"{source}: models {other!r} and {model_id!r} would share one record file on a filesystem that "
-                "ignores case; list one of them in a sweep of its own."
+                f"{where(model_id)}: models {other!r} and {model_id!r} would share one record file on a filesystem "
+                "that ignores case; list one of them in a sweep of its own."
             )
-    models = [m for m in models if m.model_id not in excluded]
-    if not models:
-        raise SweepConfigError(f"{source}: no models to run; list some under 'models'.")
-    return SweepParams(
-        name=raw["name"],
-        models=models,
-        excluded=excluded,
-        probe=probe,
-        timeout_s=float(raw.get("timeout_s", 900)),
-        workers=workers,
-        executor=executor,
-        source=source,
-        description=raw.get("description", ""),
-        cache=cache,
-        hub_list=hub_list,
-        prefetch=prefetch,
-        matrix=matrix,
-    )
 
 
 def check_devices(definition: SweepParams) -> None:
@@ -362,16 +247,20 @@ def _other_task(definition: SweepParams, entry: ModelEntry) -> str | None:
 def load(path: Path, check_device: bool = True) -> SweepParams:
     """Read and validate a params YAML file (and, unless told not to, that its device is here and
     that its Hub models exist: ``check_devices``, ``check_hub``)."""
+    import yaml
+
+    from . import definition_model
+
     path = Path(path)
     if not path.is_file():
         raise SweepConfigError(
             f"Sweep definition {str(path)!r} does not exist; pass a YAML file such as params/smoke.yaml."
         )
     try:
-        raw = yaml.safe_load(path.read_text())
+        read = definition_model.read(path.read_text(), str(path))
     except yaml.YAMLError as exc:
-        raise SweepConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]}).") from exc
-    definition = parse(raw, source=str(path), base=Path.cwd())
+        raise SweepConfigError(definition_model.yaml_mistake(exc, str(path))) from None
+    definition = parse(read.raw, source=str(path), base=Path.cwd(), lines=read.lines, found=read.twice)
     if check_device:
         check_devices(definition)
         check_vision()

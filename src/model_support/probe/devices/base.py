@@ -36,7 +36,37 @@ class Adapter:
     #: its devices a process sees): part of the stack, as its versions are. A sweep records the ones set
     #: (sweep.json's ``device_config``, ``registry.stack_configuration``); ``model-support debug`` says when
     #: the environment it runs in holds others.
+    #: Names, or prefixes ending in ``*`` (``TPU_*``).
     config_vars: tuple[str, ...] = ()
+    #: Of those, the ones whose values may be stored and shown (names or prefixes): any other is recorded by its
+    #: fingerprint only (``<not shown: sha256 …>``), so a changed value still shows as a change, never the value.
+    config_shown: tuple[str, ...] = ()
+    #: Variables matching ``config_vars`` that the harness itself sets per probe (pinning, a rank's place): not
+    #: the stack's configuration.
+    harness_vars: tuple[str, ...] = ()
+
+    @classmethod
+    def config_names(cls, environ: Mapping[str, str] | None = None) -> list[str]:
+        """The backend configuration variables set in ``environ`` (default: this process's), sorted."""
+        environ = os.environ if environ is None else environ
+        skip = {*cls.harness_vars, getattr(cls, "visible_var", None)}
+        return sorted(n for n in environ if n not in skip and _matches(n, cls.config_vars))
+
+    @classmethod
+    def configuration(cls, environ: Mapping[str, str] | None = None, shown_only: bool = False) -> dict[str, str]:
+        """This backend's configuration in ``environ``: each declared variable set there, with its value where the
+        adapter declares it safe to show, else its fingerprint (left out with ``shown_only``: what a repro
+        script can set)."""
+        import hashlib
+
+        environ = os.environ if environ is None else environ
+        found = {}
+        for name in cls.config_names(environ):
+            if _matches(name, cls.config_shown):
+                found[name] = environ[name]
+            elif not shown_only:
+                found[name] = f"<not shown: sha256 {hashlib.sha256(environ[name].encode()).hexdigest()[:12]}>"
+        return found
 
     def __init__(self, type: str = "cpu"):
         self.type = type
@@ -137,3 +167,8 @@ class Adapter:
         """What a probe on ``need`` of these devices asks of Ray (``remote.options``), None where Ray cannot
         hold them (``ray_resource``): on the CPU one core per rank, the ranks being processes."""
         return {"num_cpus": need}
+
+
+def _matches(name: str, patterns: Iterable[str]) -> bool:
+    """Whether ``name`` is one of ``patterns`` (a name, or a prefix ending in ``*``)."""
+    return any(name.startswith(p[:-1]) if p.endswith("*") else name == p for p in patterns)

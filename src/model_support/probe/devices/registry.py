@@ -8,7 +8,6 @@ by the generic ``AcceleratorAdapter``, and ``cpu`` by the base ``Adapter``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from importlib.metadata import entry_points
 
@@ -75,7 +74,9 @@ def adapter_for(name: str) -> Adapter:
 
 def stack_configuration(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The device backends' own configuration in ``environ`` (default: this process's): every registered
-    adapter's ``config_vars`` that are set, by name. Nothing is imported or loaded."""
-    environ = os.environ if environ is None else environ
-    names = [var for cls in registered().values() for var in cls.config_vars]
-    return {var: environ[var] for var in dict.fromkeys(names) if var in environ}
+    adapter's ``configuration`` (its ``config_vars`` that are set; a value its adapter does not declare safe to
+    show as a fingerprint). Nothing is imported or loaded."""
+    found: dict[str, str] = {}
+    for cls in registered().values():
+        found.update(cls.configuration(environ))
+    return dict(sorted(found.items()))

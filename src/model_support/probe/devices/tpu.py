@@ -67,7 +67,10 @@ class TpuAdapter(AcceleratorAdapter):
     ray_resource = "TPU"
     aligned_blocks = True  # a process owns an aligned block of chips (TPU_CHIP_BOUNDS)
     shared_devices = False  # a chip is opened by one process at a time
-    config_vars = ("LIBTPU_INIT_ARGS",)  # the TPU runtime's flags: they change what the stack does
+    # the TPU runtime's flags and its PJRT/XLA settings: they change what the stack does
+    config_vars = ("LIBTPU_INIT_ARGS", "XLA_FLAGS", "PJRT_*", "TPU_*")
+    config_shown = config_vars  # flags and topology, no secret
+    harness_vars = tuple(tpu_rank_env(0, 1))  # a sharded rank's place, set per probe by the harness
 
     def __init__(self, type: str = "tpu"):
         super().__init__(type)
