@@ -1,7 +1,8 @@
 # Every target creates the virtual environment (.venv) when it is missing.
 # torch is pinned to 2.13.0: it installs from local disk here, a bare `torch` pulls a multi-GB CUDA build.
 PY        := .venv/bin/python
-STAMP     := .venv/.installed-$(shell cat pyproject.toml pretend/pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
+KERNEL_CONFIG := etc/ipython/ipython_kernel_config.py
+STAMP     := .venv/.installed-$(shell cat pyproject.toml pretend/pyproject.toml constraints.txt $(KERNEL_CONFIG) | cksum | cut -d' ' -f1)
 DATA      ?= data
 PARAMS    ?= params/smoke.yaml
 WORKERS   ?= 2
@@ -9,13 +10,13 @@ TEST_WORKERS ?= 2
 XDIST     = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 export PYTHONWARNINGS ?= ignore:<TorchTpu/Performance/TcMalloc/
 
-.PHONY: setup venv lock fixtures sweep test test-fast lint bench lab browser clean-data
+.PHONY: setup venv lock lock-lab fixtures sweep test test-fast lint bench lab browser clean-data
 
 setup: venv fixtures browser
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml pretend/pyproject.toml constraints.txt
+$(STAMP): pyproject.toml pretend/pyproject.toml constraints.txt $(KERNEL_CONFIG)
 	@test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
@@ -23,6 +24,8 @@ $(STAMP): pyproject.toml pretend/pyproject.toml constraints.txt
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e pretend
 	@# a venv built before JupyterLab moved to .venv-lab keeps its server stack (slow imports): drop it
 	@$(PY) -m pip uninstall -q -y jupyterlab jupyterlab-server jupyter-server jupyter-lsp jupyter-events notebook-shim rfc3987-syntax >/dev/null 2>&1 || true
+	@# the kernel's configuration (IPython reads {sys.prefix}/etc/ipython): no TCP warning from a plain papermill run
+	@mkdir -p .venv/etc/ipython && cp $(KERNEL_CONFIG) .venv/etc/ipython/
 	@rm -f .venv/.installed-*
 	@touch $@
 
@@ -33,6 +36,13 @@ lock:
 	.venv-lock/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
 	{ grep '^#' constraints.txt; .venv-lock/bin/python -m pip freeze --exclude-editable | sed 's/^torch==.*/torch==2.13.0/' | sort -f; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt && rm -rf .venv-lock
+
+# constraints-lab.txt: the same for JupyterLab's venv (`make lab`): a fresh resolve of jupyterlab, frozen.
+lock-lab:
+	rm -rf .venv-lock && python3 -m venv .venv-lock
+	.venv-lock/bin/python -m pip install -q --disable-pip-version-check jupyterlab
+	{ grep '^#' constraints-lab.txt; .venv-lock/bin/python -m pip freeze | sort -f; } > constraints-lab.txt.new
+	mv constraints-lab.txt.new constraints-lab.txt && rm -rf .venv-lock
 
 fixtures: $(STAMP)
 	PYTHONPATH=tests $(PY) -m fixtures.build --dir $(DATA)/models
@@ -69,12 +79,20 @@ bench: fixtures browser
 # JupyterLab at the data folder: open any executed probe notebook and re-run it top to bottom.
 # JupyterLab and its server stack live in their own venv (.venv-lab), out of what runs a probe (its
 # dependencies slow `import papermill` by seconds); the notebooks run on the project's kernel
-# (.venv's python, registered in .venv-lab as "python3"). --allow-root: containers run as root.
+# (.venv's python, registered in .venv-lab as "python3"). --allow-root: containers run as root. Every version
+# is locked by constraints-lab.txt (`make lock-lab` renews it); .venv-lab is installed again only when it changes.
 LAB_PORT ?= 8888
-lab: fixtures
-	@test -x .venv-lab/bin/jupyter || (python3 -m venv .venv-lab && .venv-lab/bin/python -m pip install -q --disable-pip-version-check jupyterlab)
-	$(PY) -m ipykernel install --prefix .venv-lab --name python3 --display-name "model-support (.venv)" >/dev/null
-	.venv-lab/bin/jupyter lab --notebook-dir=$(DATA) --no-browser --ip=127.0.0.1 --port=$(LAB_PORT) --allow-root
+LAB_VENV ?= .venv-lab
+LAB_STAMP := $(LAB_VENV)/.installed-$(shell cksum < constraints-lab.txt | cut -d' ' -f1)
+lab: fixtures $(LAB_STAMP)
+	$(PY) -m ipykernel install --prefix $(LAB_VENV) --name python3 --display-name "model-support (.venv)" >/dev/null
+	$(LAB_VENV)/bin/jupyter lab --notebook-dir=$(DATA) --no-browser --ip=127.0.0.1 --port=$(LAB_PORT) --allow-root
+
+$(LAB_STAMP): constraints-lab.txt
+	@test -x $(LAB_VENV)/bin/python || python3 -m venv $(LAB_VENV)
+	$(LAB_VENV)/bin/python -m pip install -q --disable-pip-version-check -c constraints-lab.txt jupyterlab
+	@rm -f $(LAB_VENV)/.installed-*
+	@touch $@
 
 clean-data:
 	rm -rf $(DATA)/sweeps $(DATA)/results $(DATA)/excluded $(DATA)/reports $(DATA)/README.md

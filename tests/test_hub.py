@@ -634,3 +634,27 @@ def test_a_resumed_sweep_downloads_a_model_at_the_commit_it_already_probed(serve
     assert json.loads(run.stdout.strip().splitlines()[-1]) == ["ready", sha], run.stderr[-2000:]
     asked = [r["path"] for r in server.requests if r["route"] == "info"]
     assert asked and all(path.endswith(f"/revision/{sha}") for path in asked)
+
+
+def test_an_offline_hub_id_not_in_the_cache_is_named_in_one_sentence(monkeypatch, tmp_path):
+    """Offline (HF_HUB_OFFLINE=1, as the suite runs), a Hub id the cache lacks: the sentence the probe prints names
+    it and says why; a model the cache holds is not said to be missing."""
+    from model_support.probe.model_ids import unavailable
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    endpoint = f"http://127.0.0.1:{closed_port()}"
+    with pytest.raises(EnvironmentProblem) as err:
+        hub_fetch.fetch("org/nosuch", cache_dir=tmp_path, endpoint=endpoint, **FAST)
+    said = str(unavailable("org/nosuch", err.value))
+    assert "model 'org/nosuch' is not in the local Hugging Face cache (HF_HUB_CACHE) and offline mode is on" in said
+    assert said.endswith(".") and ". " not in said, said  # one sentence
+    with pytest.raises(EnvironmentProblem, match="model 'org/nosuch' is not in the local"):  # a sweep's look-up
+        hub.model_facts("org/nosuch", endpoint=endpoint, attempts=1, log=lambda _: None)
+    sha = "a" * 40
+    (tmp_path / "models--org--cached" / "snapshots" / sha).mkdir(parents=True)
+    (tmp_path / "models--org--cached" / "snapshots" / sha / "config.json").write_text("{}")
+    (tmp_path / "models--org--cached" / "refs").mkdir()
+    (tmp_path / "models--org--cached" / "refs" / "main").write_text(sha)
+    with pytest.raises(EnvironmentProblem, match="offline mode") as err:
+        hub_fetch.fetch("org/cached", cache_dir=tmp_path, endpoint=endpoint, **FAST)
+    assert "not in the local" not in str(err.value)

@@ -277,8 +277,9 @@ def the_notebooks_error(out: Path) -> tuple[int, dict]:
         (
             "HuggingFaceTB/SmolLM2-135M",
             {"HF_HUB_OFFLINE": "1"},
-            "model_id 'HuggingFaceTB/SmolLM2-135M' could not be fetched: the Hub was not contacted: offline mode is on "
-            "(HF_HUB_OFFLINE=1) (model info); check the network (HF_ENDPOINT, HF_HUB_OFFLINE, a proxy) and run the probe again.",
+            "model_id 'HuggingFaceTB/SmolLM2-135M' could not be fetched: model 'HuggingFaceTB/SmolLM2-135M' is not in the "
+            "local Hugging Face cache (HF_HUB_CACHE) and offline mode is on (HF_HUB_OFFLINE=1); check the network "
+            "(HF_ENDPOINT, HF_HUB_OFFLINE, a proxy) and run the probe again.",
         ),
         (
             "HuggingFaceTB/SmolLM2-135M",

@@ -216,14 +216,17 @@ def _short(exc):
 _TRANSPORT = {"TransportError", "RequestException", "IncompleteRead", "ProtocolError", "ChunkedEncodingError"}
 
 
-def classify(exc, model_id, revision="", token_sent=False):
+def classify(exc, model_id, revision="", token_sent=False, cache_dir=None):
     """``(exception to raise, transient, Retry-After seconds, one-line label)`` for an error met while
-    fetching; the exception is None when the error is none of the classified kinds (a bug: let it raise)."""
+    fetching; the exception is None when the error is none of the classified kinds (a bug: let it raise).
+    ``cache_dir``: the Hugging Face cache the model would be loaded from offline (None: huggingface_hub's)."""
     names, short, mid = _mro_names(exc), _short(exc), repr(model_id)
     if isinstance(exc, (EnvironmentProblem, NoAccess, NotOnHub, NoLoadableWeights)):
         return exc, False, None, str(exc)
     if "OfflineModeIsEnabled" in names:
-        problem = EnvironmentProblem("the Hub was not contacted: offline mode is on (HF_HUB_OFFLINE=1).")
+        problem = _offline_miss(model_id, revision, cache_dir) or EnvironmentProblem(
+            "the Hub was not contacted: offline mode is on (HF_HUB_OFFLINE=1)."
+        )
         return problem, False, None, short
     if isinstance(exc, hf_errors.LocalEntryNotFoundError):  # the library's wrapper around its last HEAD error
         if (cause := exc.__cause__ or exc.__context__) is not None:
@@ -294,8 +297,8 @@ def _default_token():
 class Retrier:
     """Runs calls with the retry policy above, logging each retry; shared by the download threads of a fetch."""
 
-    def __init__(self, model_id, revision, token, attempts, backoff_s, max_backoff_s, log):
-        self.model_id, self.revision = model_id, revision
+    def __init__(self, model_id, revision, token, attempts, backoff_s, max_backoff_s, log, cache_dir=None):
+        self.model_id, self.revision, self.cache_dir = model_id, revision, cache_dir
         self.attempts, self.backoff_s, self.max_backoff_s, self.log = max(1, attempts), backoff_s, max_backoff_s, log
         sent = token if isinstance(token, str) else (_default_token() if token is not False else None)
         self.token_sent, self.secrets = bool(sent), [s for s in (token if isinstance(token, str) else None, sent) if s]
@@ -306,7 +309,9 @@ class Retrier:
             try:
                 return fn()
             except Exception as exc:  # noqa: BLE001 - classified below; unknown kinds re-raise as they are
-                problem, transient, after, label = classify(exc, self.model_id, self.revision, self.token_sent)
+                problem, transient, after, label = classify(
+                    exc, self.model_id, self.revision, self.token_sent, self.cache_dir
+                )
                 if problem is None:
                     raise
                 final = not transient or attempt == self.attempts or (library_retries and _library_retried(exc))
@@ -382,10 +387,12 @@ def fetch(
     if is_local(model_id):
         return _local_folder(model_id)
     cache_dir = str(cache_dir or hf_constants.HF_HUB_CACHE)
+    if hf_constants.HF_HUB_OFFLINE and (missing := _offline_miss(model_id, revision, cache_dir)):
+        raise missing  # said before any call, without the retrier's "(model info)"
     policy = retry_policy()
     attempts = policy["attempts"] if attempts is None else attempts
     backoff_s = policy["backoff_s"] if backoff_s is None else backoff_s
-    retrier = Retrier(model_id, revision, token, attempts, backoff_s, max_backoff_s, log)
+    retrier = Retrier(model_id, revision, token, attempts, backoff_s, max_backoff_s, log, cache_dir)
     api = huggingface_hub.HfApi(endpoint=endpoint, token=token)
     info = retrier.call(lambda: api.model_info(model_id, revision=revision or None, files_metadata=True), "model info")
     sha = info.sha
@@ -438,6 +445,24 @@ def fetch(
         "files": plan,
         "retries": list(retrier.lines),
     }
+
+
+def _offline_miss(model_id, revision, cache_dir=None):
+    """Offline, for a model the cache (``cache_dir``, else huggingface_hub's) holds no config of at ``revision``:
+    the EnvironmentProblem that says so, naming it. None when the cache has it (offline mode alone is then the
+    problem), or for an invalid id (the lookup says so)."""
+    try:
+        found = huggingface_hub.try_to_load_from_cache(
+            model_id, "config.json", cache_dir=cache_dir, revision=revision or None
+        )
+    except hf_errors.HFValidationError:
+        return None
+    if isinstance(found, str):
+        return None
+    return EnvironmentProblem(
+        f"model {model_id!r} is not in the local Hugging Face cache (HF_HUB_CACHE) and offline mode is on "
+        "(HF_HUB_OFFLINE=1)."
+    )
 
 
 def _local_folder(model_id):
