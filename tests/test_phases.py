@@ -80,9 +80,21 @@ def test_the_checks_run_while_the_next_model_holds_the_device(phased_sweep):
         if a is not b and a["devices"] == b["devices"] and b["start"] < a["checks_end"] and b["end"] > a["checks_start"]
     ]
     assert overlaps, rows
-    # the figures: in the terminal and sweep.json, computed from those rows
+    # each device phase is the device's own work as the probe measured it: at least its generation, never its
+    # host-side loading (config, tokenizer, weights built in host memory) nor its chat template
+    records = {r["model_id"]: r for r in store.read_records(phased_sweep["data"], phased_sweep["sweep_id"])}
+    for row in rows:
+        record = records[row["model_id"]]
+        assert record["generate_s"] <= row["device_s"] < record["load_s"] + record["generate_s"], (row, record)
+    # the figures in the terminal and sweep.json: what the worker (holds) and the probes (device phases) measured
     meta = store.read_sweep(phased_sweep["data"], phased_sweep["sweep_id"])
-    assert meta.device_time == device_time.summarise(rows, 2)
+    held = sum((row["end"] - row["start"]) * len(row["devices"]) for row in rows)
+    device = sum(row["device_s"] * len(row["devices"]) for row in rows)
+    span = max(row["end"] for row in rows) - min(row["start"] for row in rows)
+    assert meta.device_time["held_s"] == pytest.approx(held, abs=0.01)
+    assert meta.device_time["device_s"] == pytest.approx(device, abs=0.01)
+    assert meta.device_time["held_idle_s"] == pytest.approx(held - device, abs=0.01)
+    assert meta.device_time["utilisation"] == pytest.approx(device / (2 * span), abs=0.001)
     assert meta.device_time["checks_after_release"] == 3
     assert device_time.sentence(meta.device_time) in phased_sweep["stdout"]
     assert not list((phased_sweep["folder"] / "phases").glob("*.json"))  # kept only until the record is stored
@@ -211,6 +223,45 @@ def test_the_single_papermill_probe_still_shows_everything(tmp_path, fixture_mod
     assert phases.PENDING not in json.dumps(record)
 
 
+def test_the_device_phase_is_the_devices_work_not_the_hosts_loading(fixture_models):
+    """What the probe measures as its device phase (``device_phase.json``, the sweep's held-idle figures) starts
+    once the host has loaded the config, the tokenizer and the weights and applied the chat template: it wrapped
+    them all, and held-idle read better than it was. Compared with the stages' own clocks in the record."""
+    from model_support.probe.run import run_probe
+
+    record = run_probe(fixture_models["tiny-gpt2"]["path"], device="cpu", reference="none", judge=False)
+    timed = phases.device_phase()
+    assert record["status"] == schema.PASS
+    assert record["generate_s"] <= timed["device_s"] < record["load_s"] + record["generate_s"], (timed, record)
+    assert timed["end"] - timed["start"] < record["load_s"] + record["generate_s"]  # it starts after the loading
+
+
+def test_the_stages_hook_pauses_the_device_clock_while_the_host_works():
+    """``phases.stages``: inside ``device_work`` a host stage (load, template) stops the clock and a device stage
+    starts it again, the weights' move to the device (``to_device``) included, so the phase starts with the move;
+    the hook it chains (the census's) sees every stage; without stages the whole block is the device's (a sharded
+    run's ranks)."""
+    seen: list[str] = []
+    on_stage = phases.stages(seen.append)
+    phases.start()
+    with phases.device_work():
+        on_stage("load")
+        time.sleep(0.3)  # config, tokenizer, weights built in host memory
+        phases.to_device()
+        time.sleep(0.05)  # the weights move
+        on_stage("template")
+        time.sleep(0.3)  # the chat template
+        on_stage("generate")
+        time.sleep(0.05)
+    device = phases.device_phase()
+    assert seen == ["load", "template", "generate"]
+    assert 0.1 <= device["device_s"] < 0.3 and 0.4 <= device["end"] - device["start"] < 0.7  # from the move on
+    phases.to_device()  # outside a device phase: nothing
+    with phases.device_work():
+        time.sleep(0.05)
+    assert phases.device_phase()["device_s"] == pytest.approx(device["device_s"] + 0.05, abs=0.04)
+
+
 def _record(**fields) -> dict:
     return schema.empty_record(model_id="m", sweep_id="s", variant="eager+dynamic", **fields)
 
@@ -229,6 +280,31 @@ def test_a_check_that_raises_is_a_note_and_never_changes_the_verdict(monkeypatch
     assert record["status"] == schema.PASS and record["failure_stage"] is None
     assert "RuntimeError: the judge's folder vanished" in record["reference_note"]
     assert "vanished" in record["numerics_note"] and "vanished" in record["fluency_note"]
+
+
+def test_host_checks_whose_kernel_never_started_are_retried_then_left_pending_for_resume(tmp_path):
+    """A host process whose kernel never starts (an IPython startup that outlasts the start limit) ran no check:
+    it is tried once more on a fresh process, then the model is left pending (problem ``harness``) with no
+    schedule row, its device phase kept for ``--resume`` to run its checks, as a device phase's kernel would be.
+    It was a record stored with "host checks not finished: the probe's kernel never started" in place of its
+    reference and judge, which ``--resume`` never redoes."""
+    from model_support.sweep.worker.process import TaskResult
+
+    startup = tmp_path / "ipython" / "profile_default" / "startup"
+    startup.mkdir(parents=True)
+    (startup / "00-slow.py").write_text("import time\ntime.sleep(60)\n")
+    never = {"IPYTHONDIR": str(tmp_path / "ipython"), "MODEL_SUPPORT_KERNEL_START_S": "1"}
+    checks = host_checks.HostChecks(1, tmp_path, prewarm=False, env={**never, "MODEL_SUPPORT_KERNEL_ZYGOTE": "off"})
+    record = _record(status=schema.PASS)
+    phases.checks(record, {"checks": "after"}, "pass", [[1]], [1])
+    state = {**phases._pending.pop(phases.key(record)), "record": record}
+    held = {"devices": [0], "start": 1.0, "end": 2.0}
+    device_phase = TaskResult(record, None, "device phase\n", "m", "eager+dynamic", schedule=held, checks=state)
+    task = {"model_id": "m", "variant": "eager+dynamic", "timeout_s": 60.0}
+    final = checks.run(task, device_phase)  # type: ignore[arg-type]  # run_checks reads these keys only
+    assert (final.record, final.problem, final.schedule) == (None, "harness", None), final.record
+    assert final.pending.startswith("its host checks did not run: the probe's kernel never started")
+    assert final.pending.endswith("; tried 2 times") and final.model_id == "m"
 
 
 def test_the_figures_of_held_idle_share_and_utilisation():

@@ -254,3 +254,21 @@ def test_a_stop_cancels_every_outstanding_ray_task(local_ray, fixture_models, tm
     with pytest.raises(Stop):
         in_thread(lambda: sweep.run(chosen, data, workers=2, executor="ray", on_result=stop_at_the_first_result), 300)
     wait_for(lambda: not probes_of(data), timeout=30)  # the hanging model's task was cancelled, its probe killed
+
+
+def test_a_local_ray_for_device_auto_is_started_for_the_device_auto_finds(monkeypatch):
+    """Device ``auto`` is resolved before a local Ray starts: on a host with two (pretend) accelerators its Ray gets
+    a CPU for each device's probe and for its host checks, and the two devices, as for ``device: pretend``. Resolved
+    once Ray was up, it came too late: the local Ray for ``auto`` had started with the one CPU of a CPU sweep."""
+    import os
+
+    from model_support.sweep.executors.ray import RayExecutor
+
+    monkeypatch.setenv("MODEL_SUPPORT_PRETEND", json.dumps({"devices": 2}))  # the facts come from a child process
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    auto, named = RayExecutor("auto", None), RayExecutor("pretend", None)
+    wanted = {"num_cpus": max(os.cpu_count() or 1, 4), "resources": {"pretend": 2}}
+    assert auto._local_resources() == named._local_resources() == wanted
+    assert auto.device == "pretend"
+    monkeypatch.delenv("MODEL_SUPPORT_PRETEND")  # no accelerator: the CPU's one worker, as for ``device: cpu``
+    assert RayExecutor("auto", None)._local_resources() == {"num_cpus": 1}

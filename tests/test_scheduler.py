@@ -417,3 +417,35 @@ def test_a_closed_scheduler_grants_nothing_and_still_takes_devices_back():
     scheduler.release(held)
     with pytest.raises(SchedulerClosed):
         scheduler.submit(1)
+
+
+def test_a_retry_runs_on_a_fresh_process_and_leaves_the_slots_warm_one_to_the_next_model(tmp_path):
+    """A probe whose kernel never started runs again on a fresh process (``take(retry=True)``); the process warming
+    up for the slot's next model stays the slot's. It was replaced by another, and went on running, owned by no one
+    (no stop or discard reached it), until the sweep ended."""
+    import psutil
+
+    from model_support.sweep.executors.local import _Processes
+
+    def ours() -> list:
+        found = []
+        for child in psutil.Process().children():
+            try:
+                if str(tmp_path) in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
+                    found.append(child)
+            except psutil.NoSuchProcess:
+                pass
+        return found
+
+    processes = _Processes("cpu", tmp_path, prewarm=True, models=3)
+    try:
+        first = processes.take((0,))
+        warm = processes.warm[0]
+        again = processes.take((0,), retry=True)
+        assert again not in (first, warm) and processes.warm == {0: warm}
+        processes.stop()
+        processes.discard()
+        assert not ours()
+    finally:
+        for stray in ours():
+            stray.kill()

@@ -184,3 +184,126 @@ def test_a_zygote_whose_starter_is_already_gone_ends_at_once():
     finally:
         zygote.kill()
     assert not os.path.exists(path) and not os.path.exists(os.path.dirname(path))
+
+
+# --- engine.children: one way to end a process tree, to die with a parent, to ask a child for JSON ----------------
+
+
+def _pid_in(path: Path, within: float = 30.0) -> int:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        text = path.read_text() if path.exists() else ""
+        if text.endswith("\n"):
+            return int(text)
+        time.sleep(0.02)
+    raise AssertionError(f"no pid in {path}")
+
+
+def _ended(pid: int, within: float) -> bool:
+    """Whether ``pid`` ended within ``within`` seconds: gone, or a zombie its new parent has not reaped yet (this
+    host's first process reaps orphans only every second or so)."""
+    import psutil
+
+    deadline = time.time() + within
+    while time.time() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_a_process_tree_is_ended_whole_with_its_groups_and_its_strays(tmp_path):
+    """``children.kill_tree``: the root; a child of it that leads a session of its own (as a kernel and a sharded
+    rank do); an orphan in that child's group, no longer under the root (its parent exited: re-parented, it is found
+    by its group only); a stray of the same job elsewhere (``also``). All ended, the root reaped, when it returns."""
+    import psutil
+
+    from model_support.engine import children
+
+    def python(code: str, *args: str, session: bool = False) -> str:  # a line of Python that starts another
+        more = ", start_new_session=True" if session else ""
+        return f"subprocess.Popen([sys.executable, '-c', {code!r}, *{list(args)!r}]{more})"
+
+    head = "import os, subprocess, sys, time; "
+    leaf = head + "open(sys.argv[1], 'w').write(f'{os.getpid()}\\n'); time.sleep(60)"
+    orphaned = head + python(leaf, str(tmp_path / "orphan"))  # starts it and exits
+    leader = head + python(orphaned) + ".wait(); time.sleep(60)"
+    root = subprocess.Popen([sys.executable, "-c", head + python(leader, session=True) + "; time.sleep(60)"])
+    stray = subprocess.Popen([sys.executable, "-c", leaf, str(tmp_path / "stray")], start_new_session=True)
+    orphan_pid, stray_pid = _pid_in(tmp_path / "orphan"), _pid_in(tmp_path / "stray")
+    assert orphan_pid not in [p.pid for p in psutil.Process(root.pid).children(recursive=True)]
+    started = time.monotonic()
+    children.kill_tree(root, also=[psutil.Process(stray_pid)])
+    assert time.monotonic() - started < 10 and root.returncode == -signal.SIGKILL
+    assert stray.wait(timeout=10) == -signal.SIGKILL
+    assert _ended(orphan_pid, within=10)
+
+
+def test_a_child_that_asks_to_die_with_its_parent_does(tmp_path):
+    """``children.die_with_parent``: a process between the runner and a probe SIGKILLed, the probe goes too."""
+    leaf = (
+        "import os, sys, time; from model_support.engine import children; children.die_with_parent(); "
+        "open(sys.argv[1], 'w').write(f'{os.getpid()}\\n'); time.sleep(60)"
+    )
+    middle = (
+        f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {leaf!r}, sys.argv[1]]); time.sleep(60)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", middle, str(tmp_path / "leaf")])
+    leaf_pid = _pid_in(tmp_path / "leaf")
+    parent.kill()
+    parent.wait()
+    assert _ended(leaf_pid, within=10)
+
+
+#: A sitecustomize that makes every Python started with it (the short-lived children below) hang at once, with a
+#: grandchild that holds its output open: the case a plain ``subprocess.run(timeout=)`` waited out in full.
+_HANG = """
+import os, subprocess, sys, time
+if os.environ.get("MODEL_SUPPORT_TEST_HANG"):
+    os.environ.pop("MODEL_SUPPORT_TEST_HANG")
+    code = "import os, sys, time; open(sys.argv[1], 'a').write(f'{os.getpid()}\\\\n'); time.sleep(120)"
+    subprocess.Popen([sys.executable, "-c", code, os.environ["MODEL_SUPPORT_TEST_HANG_PIDS"]])
+    time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("child", ["device facts", "stack coverage", "attribution of a dead probe"])
+def test_a_child_asked_for_json_that_hangs_is_ended_with_its_group_in_one_sentence(child, tmp_path, monkeypatch):
+    """The three children whose answer is their last line of JSON (a device's facts, a stack's coverage, the CPU
+    reference of a probe whose kernel died) share one timeout: past it their whole process group is killed (a
+    grandchild kept the caller waiting out its own sleep) and the caller says in one sentence what did not answer."""
+    import importlib
+
+    from model_support.errors import UserError
+    from model_support.ops import coverage
+    from model_support.sweep.worker import process
+
+    resolve = importlib.import_module("model_support.probe.devices.resolve")
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_HANG)
+    pids = tmp_path / "pids"
+    monkeypatch.setenv("PYTHONPATH", f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    monkeypatch.setenv("MODEL_SUPPORT_TEST_HANG", "1")
+    monkeypatch.setenv("MODEL_SUPPORT_TEST_HANG_PIDS", str(pids))
+    monkeypatch.setattr(resolve, "FACTS_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(coverage, "COVERAGE_TIMEOUT_S", 1.0)
+    started = time.monotonic()
+    if child == "device facts":
+        said = resolve.facts("gpu").problem  # facts are cached per environment: this one is new (the pids path)
+        assert said.startswith("Device 'gpu' could not be checked: asking it for its kind, count and memory did not ")
+    elif child == "stack coverage":
+        with pytest.raises(UserError) as caught:
+            coverage.stack_coverage("cpu", ["aten::mm"])
+        said = str(caught.value)
+        assert said == "The cpu stack's coverage could not be read here: its backend did not answer within 1 s."
+    else:
+        started_probe = {"record": {"num_params": 1000, "device_type": "pretend"}, "settings": {}}
+        said = process._attribute_death(started_probe, timeout_s=1.0)["reference_note"]
+        assert said == "attribution not run: the reference did not answer within 1 s"
+    assert "did not answer within 1 s" in said and said.count(". ") <= 1
+    assert time.monotonic() - started < 15
+    assert _ended(_pid_in(pids), within=10)  # the grandchild went with its group

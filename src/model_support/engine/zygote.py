@@ -45,6 +45,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from . import children
+
 ZYGOTE_ENV = "MODEL_SUPPORT_KERNEL_ZYGOTE"
 #: ``MODEL_SUPPORT_KERNEL_ZYGOTE=off``: every kernel a fresh process (the benchmark's baseline, or a doubt).
 OFF = "off"
@@ -126,10 +128,7 @@ def _child(request: dict, fds: list[int], listener: socket.socket, connections: 
         for conn in connections:
             conn.close()
         os.setsid()  # its own process group, as jupyter_client starts a kernel (signals go to the group)
-        with contextlib.suppress(OSError):
-            import ctypes
-
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # dies with the zygote
+        children.die_with_parent()  # dies with the zygote
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
@@ -166,18 +165,6 @@ def _child(request: dict, fds: list[int], listener: socket.socket, connections: 
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(code)
-
-
-def _kill_tree(pid: int) -> None:
-    import psutil
-
-    try:
-        victims = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return
-    for victim in victims:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            victim.kill()
 
 
 def _send(conn: socket.socket, message: dict) -> None:
@@ -238,7 +225,7 @@ def serve(path: str, owner: int) -> None:
                 with contextlib.suppress(OSError):
                     if ready.recv(1):
                         continue
-                _kill_tree(pid)
+                children.kill_tree(pid, reap=False)  # the loop below reaps it (its exit status)
         while kernels:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -251,7 +238,7 @@ def serve(path: str, owner: int) -> None:
                 _send(conn, {"exit": os.waitstatus_to_exitcode(status)})
                 conn.close()
     for pid in list(kernels):
-        _kill_tree(pid)
+        children.kill_tree(pid, reap=False)  # the zygote ends: its kernels with it (init reaps them)
 
 
 # --- the requester's side --------------------------------------------------------------------------
@@ -417,10 +404,7 @@ def stop(proc: subprocess.Popen | None) -> None:
 
 
 if __name__ == "__main__":
-    import ctypes
-
-    with contextlib.suppress(OSError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: dies with its starter
+    children.die_with_parent()  # dies with its starter
     starter = int(sys.argv[2])
     try:
         # a starter killed before the line above ran (a sweep SIGKILLed as it began) left it an orphan: end now,

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..engine import children
 from ..errors import UserError
 from ..probe import census
 from ..probe.probe_core import STAGE_VERDICT
@@ -243,26 +243,11 @@ def stack_coverage(device: str, ops: list[str]) -> dict[str, str]:
     without a TPU). One sentence (``UserError``) when the backend cannot be loaded or does not answer in time."""
     env = {**os.environ}
     env.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+    argv = [sys.executable, "-m", "model_support.ops", device]
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "model_support.ops", device],
-            input=json.dumps(ops),
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=COVERAGE_TIMEOUT_S,
-        )
-    except subprocess.TimeoutExpired:
-        raise UserError(
-            f"The {device} stack's coverage could not be read here: its backend did not answer within "
-            f"{COVERAGE_TIMEOUT_S:g} s."
-        ) from None
-    lines = done.stdout.strip().splitlines()
-    try:
-        answer = json.loads(lines[-1])
-    except (IndexError, ValueError):
-        why = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UserError(f"The {device} stack's coverage could not be read here: {why}") from None
+        answer = children.last_json(argv, "its backend", COVERAGE_TIMEOUT_S, input=json.dumps(ops), env=env)
+    except children.ChildFailed as exc:
+        raise UserError(f"The {device} stack's coverage could not be read here: {str(exc).rstrip('.')}.") from None
     if "problem" in answer:
         raise UserError(answer["problem"])
     return answer["coverage"]

@@ -12,7 +12,10 @@ one process, as one story.
 
 A check that raises is a note on the record (``reference_note``, ``fluency_note``), never a verdict
 change: the verdict is the device phase's and is final when it ends. ``device_work`` times the device
-phase (``DEVICE_FILE``, in a sweep worker's folder) for the sweep's held-idle and utilisation figures.
+phase (``DEVICE_FILE``, in a sweep worker's folder) for the sweep's held-idle and utilisation figures: the
+device's own work only. Inside it, the stages' hook (``stages``) takes out the stretches where the host works
+and the device waits (the config, the tokenizer and the weights built in host memory, the chat template):
+counted as the device's, they made held-idle read better than it was.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import gc
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -38,6 +41,19 @@ PENDING = "pending: the host checks run after the device is released"
 
 _spans: list[tuple[float, float]] = []  # this process's device work, (start, end) wall clock
 _pending: dict[str, dict] = {}  # checks stashed by the device phase in this process, by record key
+#: The stages of ``probe_core.run_stages`` where the host works and the device waits: "load" (the config, the
+#: tokenizer, the weights built in host memory; until they start to move, ``to_device``) and "template" (the
+#: chat template). The others ("generate", "compile") are the device's.
+HOST_STAGES = frozenset({"load", "template"})
+
+
+class _Clock:
+    """The device stretch open now: inside a ``device_work`` block (``inside``), since ``since`` (None while the
+    host works); ``staged``: the block's stages said where the device works (the block as a whole is not)."""
+
+    inside = False
+    staged = False
+    since: float | None = None
 
 
 def key(record: Record) -> str:
@@ -49,15 +65,52 @@ def start() -> None:
     _spans.clear()
 
 
+def _close() -> None:
+    if _Clock.since is not None:
+        _spans.append((_Clock.since, time.time()))
+        _Clock.since = None
+
+
+def _open() -> None:
+    if _Clock.inside and _Clock.since is None:
+        _Clock.since = time.time()
+
+
 @contextmanager
 def device_work() -> Iterator[None]:
     """Time a stretch of the device phase: weights to the device, compilation, generation, the device's
-    own counters (a sharded run's ranks, on their devices)."""
-    began = time.time()
+    own counters (a sharded run's ranks, on their devices). Counted whole unless the stages inside say where the
+    host works (``stages``)."""
+    _Clock.inside, _Clock.staged = True, False
+    _open()
     try:
         yield
     finally:
-        _spans.append((began, time.time()))
+        _close()
+        _Clock.inside = False
+
+
+def stages(then: Callable[[str], None] | None = None) -> Callable[[str], None]:
+    """An ``on_stage`` hook for ``probe_core.run_stages`` inside ``device_work``: a host stage (``HOST_STAGES``)
+    pauses the device phase's clock, a device stage restarts it; ``then(stage)`` is called too (the census)."""
+
+    def on_stage(name: str) -> None:
+        if _Clock.inside and not _Clock.staged:  # from the first stage on, the stages say where the device works
+            _Clock.staged, _Clock.since = True, None
+        if name in HOST_STAGES:
+            _close()
+        else:
+            _open()
+        if then is not None:
+            then(name)
+
+    return on_stage
+
+
+def to_device() -> None:
+    """Inside the load stage, the weights built in host memory start to move to the device: its work from here
+    (``run_stages``' ``on_device`` hook, where the stages announce it)."""
+    _open()
 
 
 def device_phase() -> dict:

@@ -96,7 +96,7 @@ def quiet_loading():
     hf_logging.disable_progress_bar()
 
 
-def load(model_id, revision, dtype, trust_remote_code, device, info, extra=None, task=TEXT_GENERATION):
+def load(model_id, revision, dtype, trust_remote_code, device, info, extra=None, task=TEXT_GENERATION, on_device=None):
     """Config, tokenizer (or, for image-text-to-text, the processor) and weights, moved to ``device``. Fills
     ``info`` as it learns things, so a later failure still records the model type, architectures, task and
     size. ``task`` "auto" decides from the config (``task_of_config``). ``extra``: more keyword arguments for
@@ -127,6 +127,8 @@ def load(model_id, revision, dtype, trust_remote_code, device, info, extra=None,
             f"{len(newly)} weights of {type(model).__name__} are not in the checkpoint and were newly initialised: {shown}"
         )
     if not (extra or {}).get("distributed_config"):
+        if on_device:  # built in host memory: from here on, the device's work
+            on_device()
         model.to(device)  # a model split by a distributed_config is already on this rank's device
     model.eval()
     return model, tokenizer
@@ -662,6 +664,7 @@ def run_stages(
     no_grad=False,
     task="auto",
     image_prompt=DEFAULT_IMAGE_PROMPT,
+    on_device=None,
 ):
     """Load, template, generate, each guarded: every exception lands in the result with its stage.
 
@@ -690,7 +693,17 @@ def run_stages(
     try:
         stage.enter("load")
         model, tokenizer = _timed_load(
-            result, model_id, revision, dtype, trust_remote_code, device, synchronize, load_kwargs, on_load, task
+            result,
+            model_id,
+            revision,
+            dtype,
+            trust_remote_code,
+            device,
+            synchronize,
+            load_kwargs,
+            on_load,
+            task,
+            on_device,
         )
         stage.enter("template")
         tokenizer, input_ids, attention_mask, extra_inputs = _template(
@@ -726,11 +739,23 @@ def _compare_with_eager(result, run):
         result["matches_eager_note"] = f"the plain eager rerun failed: {type(exc).__name__}: {exc}"[:2000]
 
 
-def _timed_load(result, model_id, revision, dtype, trust_remote_code, device, synchronize, load_kwargs, on_load, task):
+def _timed_load(
+    result,
+    model_id,
+    revision,
+    dtype,
+    trust_remote_code,
+    device,
+    synchronize,
+    load_kwargs,
+    on_load,
+    task,
+    on_device=None,
+):
     """The load stage: ``load`` (the processor for an image-text-to-text model), timed to the device's sync
     (``load_s``), then ``on_load(model)``."""
     start = time.perf_counter()
-    model, tokenizer = load(model_id, revision, dtype, trust_remote_code, device, result, load_kwargs, task)
+    model, tokenizer = load(model_id, revision, dtype, trust_remote_code, device, result, load_kwargs, task, on_device)
     if synchronize:
         synchronize()
     result["load_s"] = time.perf_counter() - start

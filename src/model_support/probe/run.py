@@ -266,7 +266,8 @@ def _probe(record: Record, settings: dict) -> None:
             device=adapter.torch_device,
             synchronize=adapter.synchronize if adapter.type != "cpu" else None,
             compile_backend=adapter.compile_backend(),
-            on_stage=counted.enter if counted else None,
+            on_stage=phases.stages(counted.enter if counted else None),  # the host's loading off the device clock
+            on_device=phases.to_device,  # the weights move: the device's work again
         )
     if counted is not None and not result["exclusion_reason"]:
         schema.fill(record, counted.fields(census.RUN if result["exception"] is None else census.PARTIAL))

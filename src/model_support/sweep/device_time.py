@@ -9,8 +9,9 @@ generation, from ``probe.phases``) and, where the host checks ran after the rele
 
 - held: device-seconds between grant and release, summed over holds;
 - device: device-seconds of device phases (a hold over N devices counts N times);
-- idle while held: held - device (the process starting, the notebook, and with the phases together the
-  host checks); its share of held is the figure a TPU host pays for;
+- idle while held: held - device (the process starting, the host-side loading: config, tokenizer, weights
+  built in host memory, chat template; the notebook, and with the phases together the host checks); its share
+  of held is the figure a TPU host pays for;
 - utilisation: device / (devices x span), the span from the first grant to the last release (the
   devices' part of the sweep; the host checks after the last release are ``checks_tail_s``);
 - not held: devices x span - held (devices waiting for the host: a process to warm up, a check to
@@ -64,7 +65,8 @@ def sentence(stats: dict | None) -> str:
     if not stats:
         return ""
     after = stats["checks_after_release"]
-    idle = "process start, notebook" + ("" if after == stats["holds"] else ", host checks in the hold")
+    idle = "process start, loading on the host, notebook"
+    idle += "" if after == stats["holds"] else ", host checks in the hold"
     return (
         f"devices: {stats['devices']} held {stats['held_s']:.1f} s over a {stats['span_s']:.1f} s span, device "
         f"phases {stats['device_s']:.1f} s: idle {100 * (stats['held_idle_share'] or 0):.0f}% of the held time "

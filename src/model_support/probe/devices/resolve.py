@@ -7,11 +7,11 @@ from __future__ import annotations
 import functools
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
+from ...engine import children
 from ...errors import UserError
 from .backends import AUTOLOAD_VAR, backend_devices
 from .base import Adapter, DeviceUnavailable
@@ -89,29 +89,20 @@ FACTS_TIMEOUT_S = 300.0
 def _facts_from_child(device: str, environ: tuple) -> DeviceFacts:
     env = dict(environ)
     env.setdefault(AUTOLOAD_VAR, "0")
+    argv = [sys.executable, "-m", "model_support.probe.devices", device]
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "model_support.probe.devices", device],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=FACTS_TIMEOUT_S,
-        )
-    except subprocess.TimeoutExpired:
         return DeviceFacts(
-            device,
-            0,
-            None,
-            f"Device {device!r} could not be checked: asking it for its kind, count and memory did not answer "
-            f"within {FACTS_TIMEOUT_S:g} s (a hung driver or runtime?); check it with "
-            f"`python -m model_support.probe.devices {device}`.",
+            **children.last_json(argv, "asking it for its kind, count and memory", FACTS_TIMEOUT_S, env=env)
         )
-    lines = done.stdout.strip().splitlines()
-    try:
-        return DeviceFacts(**json.loads(lines[-1]))
-    except (IndexError, ValueError, TypeError):
-        why = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return DeviceFacts(device, 0, None, f"Device {device!r} could not be checked: {why}")
+    except children.ChildFailed as exc:
+        hint = (
+            f" (a hung driver or runtime?); check it with `python -m model_support.probe.devices {device}`"
+            if exc.timed_out
+            else ""
+        )
+        return DeviceFacts(device, 0, None, f"Device {device!r} could not be checked: {str(exc).rstrip('.')}{hint}.")
+    except TypeError as exc:  # an answer that is no device's facts
+        return DeviceFacts(device, 0, None, f"Device {device!r} could not be checked: {exc}.")
 
 
 def describe(device: str) -> DeviceFacts:

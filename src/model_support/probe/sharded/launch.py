@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -15,11 +14,12 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
+from ...engine import children
 from ...fileio import atomic_write_json
 from .. import devices, probe_core
 from ..reproduce import launch_ranks
 from .plan import NoParallelPlan, _plan, no_plan_sentence
-from .protocol import RANK_DEFAULTS, SHUTDOWN_GRACE_S, STACKS_SIGNAL, _die_with_parent
+from .protocol import RANK_DEFAULTS, SHUTDOWN_GRACE_S, STACKS_SIGNAL
 from .results import _empty_result, _fail, _merge
 
 
@@ -174,38 +174,20 @@ def _stop_everything(launcher: subprocess.Popen, run_dir: Path, result: dict) ->
 
     The ranks run in sessions of their own (the agent starts them so), so killing the launcher's
     process group is not enough: the process tree is listed first, rank pid files catch any rank
-    that was already re-parented, and each rank's own process group is killed too."""
+    that was already re-parented, and each rank's own process group is killed too (``children.kill_tree``)."""
     import psutil
 
-    procs = {}
-    try:
-        for child in psutil.Process(launcher.pid).children(recursive=True):
-            procs[child.pid] = child
-    except psutil.NoSuchProcess:
-        pass
+    ranks = []
     pids = _rank_pids(run_dir)
     result["rank_pids"] = [pids[rank] for rank in sorted(pids)]
     for pid in pids.values():
         try:
             proc = psutil.Process(pid)
             if str(run_dir) in " ".join(proc.cmdline()):  # that rank, not a recycled pid
-                procs[pid] = proc
+                ranks.append(proc)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             pass
-    if launcher.poll() is None:
-        launcher.kill()
-    for pid, proc in procs.items():
-        try:
-            if os.getpgid(pid) == pid:  # a rank leads its own group: whatever it started goes with it
-                os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-    launcher.wait()
-    psutil.wait_procs(list(procs.values()), timeout=30)
+    children.kill_tree(launcher, also=ranks)
 
 
 # --- the launcher process ------------------------------------------------------------------------------
@@ -213,7 +195,7 @@ def _stop_everything(launcher: subprocess.Popen, run_dir: Path, result: dict) ->
 
 def _launch_main(run_dir: Path) -> int:
     """One elastic agent, ``world_size`` rank processes on this host; their failures into launch.json."""
-    _die_with_parent()
+    children.die_with_parent()
     job = json.loads((run_dir / "job.json").read_text())
     outcome: dict = {"failures": {}}
     try:

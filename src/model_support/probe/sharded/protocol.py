@@ -49,10 +49,8 @@ RANK_KEYS = (
 
 
 def _die_with_parent() -> None:
-    """Linux: SIGKILL this process when its parent dies, so nothing of a run outlives its caller."""
-    try:
-        import ctypes
+    """Linux: SIGKILL this process when its parent dies, so nothing of a run outlives its caller (the one helper,
+    ``engine.children.die_with_parent``)."""
+    from ...engine.children import die_with_parent
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+    die_with_parent()

@@ -105,7 +105,9 @@ class _Processes:
             current = self.warm.pop(ids[0], None) if len(ids) == 1 and not retry else None
             current = current or Standby(self.work_root, self.pin(ids))
             self.running.add(current)
-            if self.prewarm and self.left > len(self.warm) and not self.stopped:  # a model to come needs one
+            # a model to come needs one, unless the slot has one already (a retry leaves the slot's warm one
+            # warming: replacing it would leave that process running, owned by no one, until the sweep ends)
+            if self.prewarm and ids[0] not in self.warm and self.left > len(self.warm) and not self.stopped:
                 try:
                     self.warm[ids[0]] = Standby(self.work_root, self.pin(ids))
                 except OSError:

@@ -48,7 +48,7 @@ from ...probe import devices
 from ..budget import CacheBudget
 from ..worker import host_checks
 from ..worker.download import Download
-from ..worker.process import Standby, TaskResult, harness_pending, run_task, runner_failure
+from ..worker.process import Standby, TaskResult, harness_pending, run_task, runner_failure, with_harness_retries
 from ..worker.task import ProbeTask
 from .base import Executor, ExecutorLost, Stopped, devices_needed
 
@@ -107,6 +107,14 @@ def ray_auto_device(cluster: dict) -> str:
         if cls.ray_resource and cluster.get(cls.ray_resource):
             return name
     return "cpu"
+
+
+def local_auto_device() -> str:
+    """Device "auto" for a local Ray, before it starts: this host's accelerator (``devices.facts``, asked of a child
+    process) when Ray can hand it out as a resource, else the CPU: what ``ray_auto_device`` finds on the started
+    Ray, whose resources then follow from it."""
+    kind = devices.facts("auto").type
+    return kind if kind != "cpu" and devices.adapter_for(kind).ray_resource else "cpu"
 
 
 def ray_resources(device: str, need: int = 1) -> dict:
@@ -276,8 +284,12 @@ class RayExecutor(Executor):
     def _local_resources(self) -> dict:
         """A local Ray's resources: on a CPU sweep ``workers`` CPUs (its devices); on an accelerator a CPU for each
         device's probe and for its host checks, and the devices of an adapter whose Ray resource Ray does not find
-        by itself (a custom resource an adapter names; Ray finds GPUs and TPU chips)."""
-        if self.device in ("cpu", "auto"):
+        by itself (a custom resource an adapter names; Ray finds GPUs and TPU chips). Device ``auto`` is resolved
+        here, before the local Ray starts (``local_auto_device``): read from the started Ray, it came too late, and
+        an accelerator sweep's local Ray had the one CPU of a CPU sweep (one probe at a time, its checks waiting)."""
+        if self.device == "auto":
+            self.device = local_auto_device()
+        if self.device == "cpu":
             return {"num_cpus": self._asked_workers or 1}
         count = devices.facts(self.device).count
         local: dict = {"num_cpus": max(os.cpu_count() or 1, 2 * (self._asked_workers or count or 1))}
@@ -341,8 +353,11 @@ class RayExecutor(Executor):
             why = f"the Ray worker running the host checks ended: {_first_line(exc)}"
             return TaskResult(None, None, f"{why}\n", pending=why)
 
+        def attempt(fresh: bool) -> TaskResult:  # each a fresh task and host process: a kernel that never started
+            return self._call(self._checks_remote, {"num_cpus": 1}, task, died, task, state)  # runs once more
+
         began = time.time()
-        done = self._call(self._checks_remote, {"num_cpus": 1}, task, died, task, state)
+        done = with_harness_retries(attempt)
         return host_checks.finished(phase, done, state, began, time.time())
 
     def _call(

@@ -36,7 +36,7 @@ from ...fileio import atomic_write_json
 from ...probe import phases
 from ...record import store
 from ...redact import redact
-from .process import Standby, TaskResult, run_task, spawn_failed, with_harness_retries
+from .process import Standby, TaskResult, open_files_hint, run_task, spawn_failed, with_harness_retries
 from .task import ProbeTask
 
 #: ``together`` keeps the host checks in the probe's own process (as before the split; the benchmark's
@@ -195,10 +195,12 @@ class HostChecks:
         if prewarm:  # ready by the time the first device phase ends
             self.warm.append(Standby(self.work_root, self.env))
 
-    def _take(self) -> Standby:
+    def _take(self, fresh: bool = False) -> Standby:
+        """A host process: the warm one (a new one when ``fresh``: a retry, whose warm one may share the cause), and
+        while this is no retry, the next one starts warming up."""
         with self.lock:
-            standby = self.warm.pop() if self.warm else Standby(self.work_root, self.env)
-            if self.prewarm and not self.stopped:
+            standby = self.warm.pop() if self.warm and not fresh else Standby(self.work_root, self.env)
+            if self.prewarm and not fresh and not self.stopped:
                 self.warm.append(Standby(self.work_root, self.env))
             self.running.add(standby)
         return standby
@@ -206,19 +208,27 @@ class HostChecks:
     def run(self, task: ProbeTask, result: TaskResult, load_from: str | None = None) -> TaskResult:
         """``result`` (a device phase with checks left) finished: the final record, the notebook with the
         checks appended, the log with theirs; ``schedule`` gains when the checks ran. ``load_from``: where
-        the model's files are now (a resumed sweep downloaded them again)."""
+        the model's files are now (a resumed sweep downloaded them again). A host process whose kernel never
+        started (or that could not be started) ran no check: tried once more on a fresh one, then the model is
+        left pending (``finished``), its device phase kept for ``--resume``, as a device phase's would be."""
         state = check_state(result, load_from)
-        with self.slots:
+
+        def attempt(fresh: bool) -> TaskResult:
+            if self.stopped:  # no process is started once the sweep stops: the kept phase waits for --resume
+                return TaskResult(None, None, "", pending="the sweep stopped before they ran", problem="harness")
             try:
-                standby = self._take()
-            except OSError as exc:  # no host process (fork's ENOMEM, too many open files): a note, as a death is
-                return finished(result, no_host_process(exc), state, time.time(), time.time())
-            began = time.time()
+                standby = self._take(fresh)
+            except OSError as exc:  # no host process (fork's ENOMEM, too many open files): nothing ran
+                return no_host_process(exc)
             try:
-                done = run_checks(standby, task, state)
+                return run_checks(standby, task, state)
             finally:
                 with self.lock:
                     self.running.discard(standby)
+
+        with self.slots:
+            began = time.time()
+            done = with_harness_retries(attempt)
             ended = time.time()
         return finished(result, done, state, began, ended)
 
@@ -253,20 +263,27 @@ def run_checks(standby: Standby, task: ProbeTask, state: dict) -> TaskResult:
 
 
 def no_host_process(exc: OSError) -> TaskResult:
-    """The checks' outcome when no host process could be started (fork's ENOMEM, too many open files)."""
-    why = f"no host process could be started ({exc})"
-    return TaskResult(None, None, f"{why}\n", pending=why)
+    """The checks' outcome when no host process could be started (fork's ENOMEM, too many open files): the
+    harness's, as a probe process that could not be spawned (retried, then pending)."""
+    why = f"no host process could be started ({exc.strerror or exc}{open_files_hint()})"
+    return TaskResult(None, None, f"{why}\n", pending=why, problem="harness")
 
 
 def finished(result: TaskResult, done: TaskResult, state: dict, began: float, ended: float) -> TaskResult:
     """The model's final result from its device phase ``result`` and its host checks ``done`` (run from
     ``began`` to ``ended``): the checks' record, the notebook with their cells appended, the two logs; a
-    checks run that left no record keeps the device phase's verdict with a note saying why."""
+    checks run that left no record keeps the device phase's verdict with a note saying why. Checks that never ran
+    (``done.problem`` "harness": their kernel never started, no host process) are no note but the model left
+    pending: a note would be permanent (the record stored, ``--resume`` never redoes it) for what told nothing."""
     if result.schedule is not None:
         result.schedule = {**result.schedule, **(done.schedule or {}), "checks_start": began, "checks_end": ended}
     if done.problem == "disk":
         return done
     log = result.log + "--- host checks (after the device was released) ---\n" + done.log
+    if done.problem == "harness":  # no check ran (no kernel): pending, and --resume runs them from the kept phase
+        why = f"its host checks did not run: {done.pending}"
+        # no schedule row: the kept device phase carries its hold to the run that finishes it (one row per hold)
+        return TaskResult(None, None, log, result.model_id, result.variant, pending=why, problem="harness")
     if done.record is None:  # the host process died or timed out: the verdict stands, with a note
         why = done.pending or redact(f"the host process ended without a record ({done.log[-300:].strip()})")
         record = phases.unfinished(state["record"], why)

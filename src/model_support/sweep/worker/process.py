@@ -13,7 +13,6 @@ back pending (problem ``harness``) with the sentence naming the cause, never as 
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import shutil
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import cast
 
 from ... import paths
+from ...engine import children
 from ...probe import phases, probe_core
 from ...probe.checks import NO_WEIGHTS_ATTRIBUTION, started_path
 from ...probe.hub_fetch import is_local
@@ -135,30 +135,6 @@ def start_limit() -> float:
     return kernel_start_s() + WARM_UP_S + GRACE_S
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this process when the runner dies, so a killed sweep leaves no orphans."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
-def _kill_tree(proc: subprocess.Popen) -> None:
-    import psutil
-
-    try:
-        children = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        children = []
-    for child in children:
-        try:
-            child.kill()
-        except psutil.NoSuchProcess:
-            pass
-    proc.kill()
-    proc.wait()
-
-
 def _describe_exit(code: int | None) -> str:
     if code is None:
         return "unknown"
@@ -227,23 +203,16 @@ def _attribute_death(started: dict, timeout_s: float) -> dict:
         started = {**started, "record": {**started["record"], "num_params": _estimate_params(started["settings"])}}
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as file:
         json.dump(started, file)
+    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}  # the CPU only: no device backend loaded
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "model_support.probe.checks", file.name],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            env={**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},  # the CPU only: no device backend loaded
-        )
-    except subprocess.TimeoutExpired:
-        return {"reference_note": f"attribution not run: the reference did not finish within {timeout_s:g} s"}
+        argv = [sys.executable, "-m", "model_support.probe.checks", file.name]
+        return children.last_json(argv, "the reference", timeout_s, env=env)
+    except children.ChildFailed as exc:
+        if exc.timed_out:
+            return {"reference_note": f"attribution not run: {exc}"}
+        return {"reference_note": f"attribution not run: the reference's process failed ({exc})"[:2000]}
     finally:
         os.unlink(file.name)
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        said = (done.stderr.strip().splitlines() or [_describe_exit(done.returncode)])[-1]
-        return {"reference_note": f"attribution not run: the reference's process failed ({said})"[:2000]}
-    return json.loads(lines[-1])
 
 
 def _estimate_params(settings: dict) -> int | None:
@@ -327,13 +296,13 @@ class Standby:
         model timed out, why its kernel never got up.)"""
         limit = start_limit()
         if not self.up_within(limit):
-            _kill_tree(self.proc)
+            children.kill_tree(self.proc)
             return False, f"the probe's kernel was not up within {limit:g} s"
         with gate.held(self):  # a gated process: its devices, from their grant until it ends
             try:
                 self.proc.wait(timeout=timeout_s + GRACE_S)
             except subprocess.TimeoutExpired:
-                _kill_tree(self.proc)
+                children.kill_tree(self.proc)
                 return True, None
         return False, None
 
@@ -384,7 +353,7 @@ class Standby:
     def kill(self) -> None:
         """Stop its process tree now (a sweep ending early); ``run`` then returns what is left."""
         if self.proc.poll() is None:
-            _kill_tree(self.proc)
+            children.kill_tree(self.proc)
 
     def discard(self) -> None:
         """No model came for it: end it (closing stdin makes it exit) and clean up."""
@@ -392,7 +361,7 @@ class Standby:
             self.stdin.close()
             self.proc.wait(timeout=30)
         except (BrokenPipeError, subprocess.TimeoutExpired):
-            _kill_tree(self.proc)
+            children.kill_tree(self.proc)
         self._log.close()
         shutil.rmtree(self.work, ignore_errors=True)
 
@@ -607,7 +576,7 @@ def _run_notebook(work: Path, km) -> None:
 if __name__ == "__main__":
     # Set here, in the child, rather than with Popen(preexec_fn=...): a preexec_fn runs between fork and
     # exec and can deadlock when the runner has other threads (downloads, logging) holding locks.
-    _die_with_parent()
+    children.die_with_parent()
     if os.getppid() == 1:  # the runner died before the line above ran
         sys.exit(1)
     import logging
