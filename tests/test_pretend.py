@@ -646,7 +646,7 @@ def test_a_model_bigger_than_one_device_runs_sharded_over_two(tmp_path, fixture_
             [sys.executable, str(script), folder],
             capture_output=True,
             text=True,
-            env=pretend_env({**config, **faults}),
+            env=pretend_env({**config, **faults}, MODEL_SUPPORT_REPRO_KEEP_CONFIG="1"),  # this stack's faults
             timeout=600,
         )
         out = json.loads(done.stdout.strip().splitlines()[-1])

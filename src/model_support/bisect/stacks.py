@@ -62,7 +62,7 @@ def sweep_stack_changes(data_dir: Path | str, a: str, b: str) -> list[Change]:
 @dataclass(frozen=True)
 class SettingChange:
     """One setting of the device backend's own configuration (an environment variable its adapter declares:
-    ``MODEL_SUPPORT_PRETEND``, ``LIBTPU_INIT_ARGS``) that differs between two sweeps (None: not set there)."""
+    ``LIBTPU_INIT_ARGS``, ``XLA_FLAGS``) that differs between two sweeps (None: not set there)."""
 
     name: str
     before: str | None
@@ -97,7 +97,7 @@ def sweep_setting_changes(data_dir: Path | str, a: str, b: str) -> list[SettingC
 
 def changes_line(changes: list[Change], limit: int = 8, settings: list[SettingChange] | None = None) -> str:
     """The header line of a diff: "packages that differ: transformers 5.20.0 -> 5.25.0, ..." and the backend's
-    settings that differ ("backend settings that differ: MODEL_SUPPORT_PRETEND '{...}' -> '{...}'")."""
+    settings that differ ("backend settings that differ: LIBTPU_INIT_ARGS '...' -> '...'")."""
     parts = []
     if changes:
         more = f" and {len(changes) - limit} more" if len(changes) > limit else ""

@@ -227,7 +227,7 @@ KEEP_CONFIG_VAR = "MODEL_SUPPORT_REPRO_KEEP_CONFIG"
 
 
 def apply_device_config(config: dict | None) -> None:
-    """The backend's configuration as the probe ran it (``device_config``: LIBTPU_INIT_ARGS, MODEL_SUPPORT_PRETEND,
+    """The backend's configuration as the probe ran it (``device_config``: LIBTPU_INIT_ARGS, XLA_FLAGS,
     ...), set before the backend loads, each change said on stderr; left as it is with ``KEEP_CONFIG_VAR``=1."""
     if not config or os.environ.get(KEEP_CONFIG_VAR) == "1":
         return

@@ -1,7 +1,7 @@
 """A device backend that cannot start with the configuration it was given is bad input, not a verdict.
 
-A backend's own configuration (the variables its adapter declares in ``config_vars``: ``MODEL_SUPPORT_PRETEND``
-for the pretend accelerator, ``LIBTPU_INIT_ARGS`` for the TPU runtime) is the user's to write. When the
+A backend's own configuration (the variables its adapter declares in ``config_vars``: ``LIBTPU_INIT_ARGS`` for
+the TPU runtime, a JSON configuration for a backend written in Python) is the user's to write. When the
 backend raises while it loads or starts with it set (a typo in the JSON, a flag libtpu does not know), the
 probe would record that as a FAIL(other) at stage runner and exit 0: the typo as a verdict. ``refuse``, called
 by the probe notebook before anything runs, says it in one sentence instead, and no record is written.
