@@ -404,6 +404,29 @@ def include(sweep_id, data_dir):
     click.echo(f"{sweep_id}: included ({results} result rows, {excluded} excluded rows)")
 
 
+@main.command()
+@click.argument("sweep_id")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["markdown", "csv", "json", "junit"]),
+    default="markdown",
+    show_default=True,
+    help="JUnit XML for a CI system, Markdown for a README or a pull-request comment, CSV or JSON.",
+)
+@click.option(
+    "--suspect-fails", is_flag=True, help="JUnit: a suspect PASS is a failing case (else a passing one saying so)."
+)
+@data_dir_option
+@user_errors
+def export(sweep_id, fmt, suspect_fails, data_dir):
+    """SWEEP_ID's support matrix from the dataset alone: one row per model and variant, its verdict, whether a
+    PASS is right, tokens/s, the stack, its record and repro."""
+    from .render.exports import export as export_sweep
+
+    click.echo(export_sweep(data_dir, sweep_id, fmt, suspect_fails), nl=False)  # `> file`: a CI's artifact
+
+
 @main.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per sweep.")
 @data_dir_option

@@ -1,0 +1,209 @@
+"""A sweep's support matrix in the formats other tools read: JUnit XML for CI systems, Markdown for a README or a
+pull-request comment, CSV and JSON for anything else (``model-support export``).
+
+Read from the dataset alone (the ``results`` and ``excluded`` configs): a dataset pulled from the Hub, with no
+``sweeps/`` folder, exports the same. One row per model and variant: its verdict, whether a PASS is right
+(numerics or fluency, the report's words), tokens per second, the stack, and where its record and repro are.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import polars as pl
+
+from .. import analysis
+from ..analysis.frames import variant_col
+from ..errors import UserError
+from ..record import schema, store
+
+FORMATS = ("markdown", "csv", "json", "junit")
+#: The columns of every format, in order.
+COLUMNS = (
+    "model_id",
+    "variant",
+    "status",
+    "check",
+    "suspect",
+    "failure_stage",
+    "attribution",
+    "failure_signature",
+    "error_message",
+    "decode_tokens_per_s",
+    "device_type",
+    "torch",
+    "torch_tpu",
+    "transformers",
+    "repro",
+    "notebook_url",
+    "log_url",
+    "duration_s",
+)
+
+
+def export_rows(data_dir: Path | str, sweep_id: str) -> list[dict]:
+    """The sweep's rows (models excluded before or by their probe included, status ``excluded``), sorted by model
+    and variant; one sentence when the dataset has none of the sweep."""
+    data_dir = Path(data_dir)
+    wanted = [
+        "model_id",
+        "variant",
+        "status",
+        "failure_stage",
+        "attribution",
+        "failure_signature",
+        "error_message",
+        "decode_tokens_per_s",
+        "device_type",
+        "versions",
+        "repro_sha256",
+        "notebook_url",
+        "log_url",
+        "numerics",
+        "fluent",
+        "exclusion_reason",
+        "duration_s",
+    ]
+    frames = [
+        store.scan(data_dir, config).filter(pl.col("sweep_id") == sweep_id).select(wanted).collect()
+        for config in store.CONFIGS
+    ]
+    rows = pl.concat(frames, how="vertical_relaxed")
+    if rows.height == 0:
+        raise UserError(
+            f"The dataset in {data_dir} has no rows of sweep {sweep_id!r}; `model-support aggregate {sweep_id}` "
+            "writes them from its records."
+        )
+    rows = rows.with_columns(variant_col(), analysis.pass_check_col().alias("check")).sort("model_id", "variant")
+    out = []
+    for r in rows.iter_rows(named=True):
+        versions = r["versions"] or {}
+        excluded = bool(r["exclusion_reason"])
+        out.append(
+            {
+                "model_id": r["model_id"],
+                "variant": r["variant"],
+                "status": "excluded" if excluded else r["status"],
+                "check": r["check"],
+                "suspect": r["check"] in analysis.SUSPECT_CHECKS,
+                "failure_stage": r["failure_stage"],
+                "attribution": r["attribution"],
+                "failure_signature": r["failure_signature"],
+                "error_message": r["exclusion_reason"] if excluded else r["error_message"],
+                "decode_tokens_per_s": r["decode_tokens_per_s"],
+                "device_type": r["device_type"],
+                **{c: versions.get(c) for c in ("torch", "torch_tpu", "transformers")},
+                "repro": f"{store.REPRO}/{r['repro_sha256']}.py" if r["repro_sha256"] else None,
+                "notebook_url": r["notebook_url"],
+                "log_url": r["log_url"],
+                "duration_s": r["duration_s"],
+            }
+        )
+    return out
+
+
+def export(data_dir: Path | str, sweep_id: str, fmt: str, suspect_fails: bool = False) -> str:
+    """The sweep in ``fmt`` (one of ``FORMATS``). JUnit: a suspect PASS is a failure with ``suspect_fails``,
+    else a passing case that says why it is suspect."""
+    if fmt not in FORMATS:
+        raise UserError(f"Unknown export format {fmt!r}; use one of {', '.join(FORMATS)}.")
+    rows = export_rows(data_dir, sweep_id)
+    if fmt == "json":
+        return json.dumps(rows, indent=1) + "\n"
+    if fmt == "csv":
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        return buffer.getvalue()
+    if fmt == "markdown":
+        return markdown(sweep_id, rows)
+    return junit(sweep_id, rows, suspect_fails)
+
+
+def _cell(value) -> str:
+    """A Markdown table cell: no line breaks, no pipes."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    return str(value).replace("|", "\\|").replace("\n", " ")[:160]
+
+
+def markdown(sweep_id: str, rows: list[dict]) -> str:
+    """A heading, the verdict counts, then one table row per model and variant."""
+    counts = {v: sum(r["status"] == v for r in rows) for v in (*schema.VERDICTS, "excluded")}
+    suspect = sum(bool(r["suspect"]) for r in rows)
+    lines = [
+        f"## Sweep {sweep_id}",
+        "",
+        ", ".join(f"{k}: {n}" for k, n in counts.items()) + f"; suspect passes: {suspect}",
+        "",
+        "| model | variant | verdict | check | stage | whose | signature | tokens/s | device | torch | transformers | repro |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        cells = (
+            r["model_id"],
+            r["variant"],
+            r["status"],
+            r["check"],
+            r["failure_stage"],
+            r["attribution"],
+            r["failure_signature"] or (r["error_message"] if r["status"] == "excluded" else None),
+            r["decode_tokens_per_s"],
+            r["device_type"],
+            r["torch"],
+            r["transformers"],
+            f"`{r['repro']}`" if r["repro"] else None,
+        )
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def junit(sweep_id: str, rows: list[dict], suspect_fails: bool = False) -> str:
+    """JUnit XML: one test suite (the sweep), one test case per model and variant (``classname`` the sweep,
+    ``name`` the model and its variant, unique); a FAIL is a ``failure`` with its message and signature, an
+    excluded model ``skipped`` with its reason, a suspect PASS a failure with ``suspect_fails``, else a passing
+    case whose ``system-out`` says why it is suspect."""
+    suite = ET.Element("testsuite", name=sweep_id)
+    failures = skipped = 0
+    for r in rows:
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname=sweep_id,
+            name=f"{r['model_id']} [{r['variant']}]",
+            time=f"{r['duration_s'] or 0.0:.3f}",
+        )
+        if r["status"] == "excluded":
+            ET.SubElement(case, "skipped", message=(r["error_message"] or "excluded")[:500])
+            skipped += 1
+        elif r["status"] != schema.PASS:
+            failure = ET.SubElement(
+                case,
+                "failure",
+                message=f"{r['status']} at {r['failure_stage'] or '?'}: {(r['error_message'] or '')[:400]}",
+                type=r["failure_signature"] or r["status"] or "",
+            )
+            failure.text = f"whose: {r['attribution'] or 'unknown'}; repro: {r['repro'] or '-'}"
+            failures += 1
+        elif r["suspect"]:
+            said = f"suspect PASS: {r['check']}"
+            if suspect_fails:
+                ET.SubElement(case, "failure", message=said, type="suspect PASS")
+                failures += 1
+            else:
+                ET.SubElement(case, "system-out").text = said
+    suite.set("tests", str(len(rows)))
+    suite.set("failures", str(failures))
+    suite.set("errors", "0")
+    suite.set("skipped", str(skipped))
+    suites = ET.Element("testsuites", name="model-support")
+    suites.append(suite)
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
