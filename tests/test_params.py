@@ -399,3 +399,43 @@ def test_the_declaration_agrees_with_the_notebooks_and_torch():
             assert eval(inspected[p.name]["default"]) == p.default, p.name  # noqa: S307 (our own literal)
     assert probe.DEFAULTS == {p.name: p.default for p in probe_params.PROBE_PARAMS if p.name in probe.DEFAULTS}
     assert all(getattr(torch, d).is_floating_point for d in probe_params.FLOAT_DTYPES)
+
+
+def test_probe_settings_given_on_the_command_line_override_the_definition(tmp_path, fixture_models):
+    """``model-support sweep DEF --device cpu -p max_new_tokens=3``: a definition tried with other settings
+    without editing it; the overrides are checked against the probe's declaration, every mistake at once."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from model_support.record import store
+    from model_support.sweep import definition
+
+    path = tmp_path / "d.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "o",
+                "probe": {"device": "auto", "reference": "none", "judge": False, "max_new_tokens": 8},
+                "models": [fixture_models["tiny-gpt2"]["path"]],
+            }
+        )
+    )
+    loaded = definition.load(path, check_device=False, overrides={"device": "cpu", "max_new_tokens": 3})
+    assert (loaded.probe["device"], loaded.probe["max_new_tokens"]) == ("cpu", 3)
+    cli = [sys.executable, "-m", "model_support.cli", "sweep", str(path), "--data-dir", str(tmp_path / "data")]
+    bad = subprocess.run(
+        [*cli, "-p", "max_new_tokens=0", "-p", "devcie=cpu", "-p", "nonsense"], capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and "3 mistakes" in bad.stderr, bad.stderr
+    assert "'devcie'" in bad.stderr and "did you mean 'device'" in bad.stderr and "max_new_tokens" in bad.stderr
+    assert not (tmp_path / "data" / "sweeps").exists()
+    done = subprocess.run(
+        [*cli, "--device", "cpu", "-p", "max_new_tokens=3", "--no-report"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (sweep_id,) = store.list_sweeps(tmp_path / "data")
+    (record,) = store.read_records(tmp_path / "data", sweep_id)
+    assert (record["status"], record["max_new_tokens"], record["device_type"]) == ("PASS", 3, "cpu")
+    assert store.read_sweep(tmp_path / "data", sweep_id).probe["max_new_tokens"] == 3  # what --resume runs

@@ -117,15 +117,29 @@ def main(debug):
 @click.option(
     "--report/--no-report", default=True, show_default=True, help="Render the sweep's HTML report at the end."
 )
+@click.option(
+    "--device", default=None, help="Probe on this device instead of the definition's (any device name, auto)."
+)
+@click.option(
+    "-p",
+    "--param",
+    "overrides",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Set a probe parameter over the definition's (repeatable; a YAML value: 32, true, bfloat16).",
+)
 @user_errors
-def sweep(params_file, data_dir, workers, executor, prefetch, resume, report):
+def sweep(params_file, data_dir, workers, executor, prefetch, resume, report, device, overrides):
     """Run the probe notebook once per model of PARAMS_FILE (YAML) and publish the results."""
     if params_file is None and resume is None:
         raise UserError("Give a sweep definition such as params/smoke.yaml, or --resume SWEEP_ID.")
+    probe_overrides = _probe_overrides(device, overrides)
+    if probe_overrides and resume:
+        raise UserError("--device and -p set a new sweep's probe; a resumed sweep keeps its own (sweep.json).")
     signal.signal(signal.SIGTERM, _stop_on_sigterm)  # SIGTERM stops the sweep as Ctrl-C does, in one sentence
     try:
         try:
-            _sweep(params_file, data_dir, workers, executor, prefetch, resume, report)
+            _sweep(params_file, data_dir, workers, executor, prefetch, resume, report, probe_overrides)
         except KeyboardInterrupt:  # before the sweep was written: nothing to finish
             raise Interrupted("The sweep was stopped before it started; nothing was written.") from None
     except Interrupted as exc:
@@ -139,11 +153,37 @@ def sweep(params_file, data_dir, workers, executor, prefetch, resume, report):
         os._exit(1)
 
 
+def _probe_overrides(device: str | None, given: tuple[str, ...]) -> dict:
+    """``--device`` and each ``-p NAME=VALUE`` (the value read as YAML), checked against the probe's one
+    declaration: every mistake at once, in one UserError."""
+    import yaml
+
+    from .probe import probe_params
+
+    settings: dict = {}
+    malformed = []
+    for item in given:
+        name, sep, raw = item.partition("=")
+        if not sep or not name.strip():
+            malformed.append(f"-p {item!r} is not NAME=VALUE (e.g. -p max_new_tokens=32)")
+            continue
+        try:
+            settings[name.strip()] = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            settings[name.strip()] = raw
+    if device is not None:
+        settings["device"] = device
+    found = malformed + probe_params.problems(settings, "the command line", settable_only=True)
+    if found:
+        raise UserError(found[0] if len(found) == 1 else f"{len(found)} mistakes: " + "; ".join(found))
+    return settings
+
+
 def _stop_on_sigterm(signum, frame):
     raise KeyboardInterrupt
 
 
-def _sweep(params_file, data_dir, workers, executor, prefetch, resume, report):
+def _sweep(params_file, data_dir, workers, executor, prefetch, resume, report, probe_overrides=None):
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -159,7 +199,7 @@ def _sweep(params_file, data_dir, workers, executor, prefetch, resume, report):
     from .sweep import definition as params_mod
     from .sweep import runner as sweep_mod
 
-    definition = params_mod.load(params_file) if params_file else None
+    definition = params_mod.load(params_file, overrides=probe_overrides) if params_file else None
     if resume:
         store.read_sweep(data_dir, resume)  # an unknown id is refused before the progress bar starts
     console = Console(stderr=True)

@@ -244,9 +244,10 @@ def _other_task(definition: SweepParams, entry: ModelEntry) -> str | None:
     return None
 
 
-def load(path: Path, check_device: bool = True) -> SweepParams:
+def load(path: Path, check_device: bool = True, overrides: dict | None = None) -> SweepParams:
     """Read and validate a params YAML file (and, unless told not to, that its device is here and
-    that its Hub models exist: ``check_devices``, ``check_hub``)."""
+    that its Hub models exist: ``check_devices``, ``check_hub``). ``overrides``: probe settings from the
+    command line (``--device``, ``-p NAME=VALUE``), over the file's ``probe:`` and validated with it."""
     import yaml
 
     from . import definition_model
@@ -260,7 +261,10 @@ def load(path: Path, check_device: bool = True) -> SweepParams:
         read = definition_model.read(path.read_text(), str(path))
     except yaml.YAMLError as exc:
         raise SweepConfigError(definition_model.yaml_mistake(exc, str(path))) from None
-    definition = parse(read.raw, source=str(path), base=Path.cwd(), lines=read.lines, found=read.twice)
+    raw = read.raw
+    if overrides and isinstance(raw, dict) and isinstance(raw.get("probe") or {}, dict):
+        raw = {**raw, "probe": {**(raw.get("probe") or {}), **overrides}}
+    definition = parse(raw, source=str(path), base=Path.cwd(), lines=read.lines, found=read.twice)
     if check_device:
         check_devices(definition)
         check_vision()
