@@ -352,17 +352,50 @@ def report(sweep_id, baseline, data_dir):
 @main.command()
 @click.argument("sweep_a")
 @click.argument("sweep_b")
+@click.option(
+    "--fail-on",
+    "fail_on",
+    default=None,
+    metavar="LIST",
+    help="Exit 1 on these (comma-separated): regressions (passed in A, not now), new-failures (also models new in B).",
+)
+@click.option(
+    "--expect",
+    "expect_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Expected verdicts (YAML: MODEL: {verdict, reason, until}): known failures do not fail the gate.",
+)
 @data_dir_option
 @user_errors
-def diff(sweep_a, sweep_b, data_dir):
-    """What broke and what got fixed between SWEEP_A (before) and SWEEP_B (after)."""
+def diff(sweep_a, sweep_b, data_dir, fail_on, expect_file):
+    """What broke and what got fixed between SWEEP_A (before) and SWEEP_B (after); with --fail-on, a gate: one
+    line per regression, exit status 1 when there is one (expected failures, --expect, do not count)."""
+    from .analysis import gate as gate_mod
     from .ops.changes import changes_text, stack_changes
     from .render.terminal import format_diff
 
+    gates = [g.strip() for g in (fail_on or "").split(",") if g.strip()]
+    expectations = gate_mod.load_expectations(expect_file) if expect_file else None
+    result = gate_mod.gate(data_dir, sweep_a, sweep_b, gates, expectations) if gates or expectations else None
     click.echo(format_diff(data_dir, sweep_a, sweep_b))
     gained_or_lost = changes_text(stack_changes(data_dir, sweep_a, sweep_b))  # from the census (docs/ops.md)
     if gained_or_lost:
         click.echo(gained_or_lost)
+    if result is None:
+        return
+    for line in result.known:
+        click.echo(f"known failure: {line}")
+    for line in result.notes:
+        click.echo(line)
+    for line in result.failing:
+        click.echo(line)
+    if gates:
+        click.echo(
+            f"gate ({', '.join(gates)}): {'FAILED, ' + str(len(result.failing)) + ' regression(s)' if result.failed else 'passed'}"
+        )
+    if result.failed:
+        raise SystemExit(1)
 
 
 @main.command()
