@@ -108,3 +108,29 @@ def test_a_bad_expectations_file_and_an_unknown_gate_are_one_sentence(tmp_path):
         gate.gate(tmp_path, "a", "b", ["speed"])
     with pytest.raises(UserError, match="--fail-on perf needs"):
         gate.gate(tmp_path, "a", "b", ["perf"])
+
+
+def test_a_models_support_card_comes_from_the_dataset(sweeps):
+    import shutil
+
+    import model_support
+
+    shutil.rmtree(sweeps / "sweeps")  # the dataset alone, as pulled from the Hub
+    (card,) = model_support.support("org/m2", sweeps)
+    assert (card["device_type"], card["variant"], card["verdict"], card["sweep_id"]) == (
+        "cpu",
+        "eager+dynamic",
+        "FAIL(gen)",
+        B,
+    )
+    assert (card["sweeps"], card["agreeing"], card["failure_signature"]) == (2, 1, "RuntimeError: boom")
+    (five,) = model_support.support("org/m5", sweeps)
+    assert (five["verdict"], five["check"], five["suspect"]) == ("PASS", "agrees", False)
+    with pytest.raises(UserError, match="No row of 'org/m9'.*did you mean org/m"):
+        model_support.support("org/m9", sweeps)
+    done = subprocess.run(
+        [sys.executable, "-m", "model_support.cli", "support", "org/m2", "--data-dir", str(sweeps)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0 and "FAIL(gen), last verified" in done.stdout and "1 of 2 sweeps agree" in done.stdout

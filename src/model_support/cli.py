@@ -500,6 +500,33 @@ def export(sweep_id, fmt, suspect_fails, data_dir):
     click.echo(export_sweep(data_dir, sweep_id, fmt, suspect_fails), nl=False)  # `> file`: a CI's artifact
 
 
+@main.command()
+@click.argument("model")
+@click.option("--json", "as_json", is_flag=True, help="Print the card as JSON, one object per stack and variant.")
+@data_dir_option
+@user_errors
+def support(model, as_json, data_dir):
+    """MODEL's support card from the dataset alone: per stack and variant its latest verdict, whether that PASS is
+    right, when last verified, how many sweeps agree, and the evidence (also `model_support.support()`)."""
+    import json
+
+    from .analysis.support import support as card
+
+    cards = card(model, data_dir)
+    if as_json:
+        click.echo(json.dumps(cards, indent=1))
+        return
+    for c in cards:
+        stack = ", ".join(f"{k} {c[k]}" for k in ("torch", "torch_tpu", "transformers") if c[k])
+        verdict = f"{c['verdict']}{' (suspect: ' + c['check'] + ')' if c['suspect'] else ''}"
+        click.echo(
+            f"{c['device_type']} [{c['variant']}] {stack}: {verdict}, last verified {c['last_verified']} in "
+            f"{c['sweep_id']} ({c['agreeing']} of {c['sweeps']} sweeps agree)"
+            + (f"; repro {c['repro']}" if c["repro"] else "")
+            + (f"; {c['failure_signature']}" if c["failure_signature"] else "")
+        )
+
+
 @main.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per sweep.")
 @data_dir_option
