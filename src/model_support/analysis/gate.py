@@ -13,11 +13,10 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import polars as pl
-
 from ..errors import UserError
 from ..record import schema, store
-from .frames import SUSPECT_CHECKS, pass_check_col, variant_col
+from . import diff
+from .frames import SUSPECT_CHECKS
 
 #: What ``--fail-on`` takes.
 GATES = ("regressions", "new-failures", "perf")
@@ -84,14 +83,9 @@ def load_expectations(path: Path | str) -> dict[str, Expectation]:
 
 
 def _outcomes(data_dir: Path, sweep_id: str) -> dict[tuple[str, str], tuple[str, bool, str | None]]:
-    """{(model, variant): (status, suspect, signature)} of a sweep's results (excluded rows are not results)."""
-    rows = (
-        store.scan(data_dir, "results")
-        .filter(pl.col("sweep_id") == sweep_id)
-        .select("model_id", "variant", "status", "numerics", "fluent", "failure_signature")
-        .with_columns(variant_col(), pass_check_col().alias("check"))
-        .collect()
-    )
+    """{(model, variant): (status, suspect, signature)} of a sweep's results (excluded rows are not results), as
+    the diff reads them (``diff._outcomes``: the latest run of each)."""
+    rows = diff._outcomes(store.scan(data_dir, "results"), sweep_id).collect()
     return {
         (r["model_id"], r["variant"]): (r["status"], r["check"] in SUSPECT_CHECKS, r["failure_signature"])
         for r in rows.iter_rows(named=True)
