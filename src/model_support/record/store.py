@@ -580,6 +580,21 @@ def _apply_sidecars(data_dir: Path, sweep_id: str, sidecars: dict[str, dict | No
             atomic_write_json(path, contents)
 
 
+def _take_over(data_dir: Path, sweep_id: str) -> dict | None:
+    """The change a stopped process left half-done in ``sweep_id`` (its journal), with its sidecars set as the
+    journal says: what remains is to rebuild the files from the records. None when there is none (or it is this
+    process's own, open). The caller holds the sweep's lock."""
+    journal = sweep_dir(data_dir, sweep_id) / CHANGE
+    if not journal.exists() or journal.resolve() in _open_changes:
+        return None
+    try:
+        entry = json.loads(journal.read_text())
+    except ValueError:  # a journal torn as it was written: the change had not begun
+        entry = {"change": "unknown", "sidecars": {}}
+    _apply_sidecars(data_dir, sweep_id, entry.get("sidecars") or {})
+    return entry
+
+
 def interrupted(data_dir: Path) -> list[str]:
     """The sweeps with a change half-done (a journal left by a process that stopped mid-change)."""
     return sorted(p.parent.name for p in (Path(data_dir) / "sweeps").glob(f"*/{CHANGE}"))
@@ -591,25 +606,17 @@ def finish_interrupted(data_dir: Path, sweep_ids: list[str] | None = None) -> li
     process is writing is left to it. Returns one sentence per change finished."""
     said = []
     for sweep_id in sweep_ids if sweep_ids is not None else interrupted(data_dir):
-        journal = sweep_dir(data_dir, sweep_id) / CHANGE
-        if not journal.exists():
-            continue
-        try:
-            lock = writing(data_dir, sweep_id)
-            lock.__enter__()
-        except UserError:
-            continue  # its writer is alive and finishes it
-        try:
+        with contextlib.ExitStack() as held:
             try:
-                entry = json.loads(journal.read_text())
-            except ValueError:
-                entry = {"change": "unknown", "sidecars": {}}
-            _apply_sidecars(data_dir, sweep_id, entry.get("sidecars") or {})
+                held.enter_context(writing(data_dir, sweep_id))
+            except UserError:
+                continue  # its writer is alive and finishes it
+            entry = _take_over(data_dir, sweep_id)
+            if entry is None:
+                continue
             if (sweep_dir(data_dir, sweep_id) / "sweep.json").exists():
                 _compact(data_dir, sweep_id, read_sweep(data_dir, sweep_id))
-            fileio.remove(journal)
-        finally:
-            lock.__exit__(None, None, None)
+            fileio.remove(sweep_dir(data_dir, sweep_id) / CHANGE)
         what = entry.get("change", "change")
         done = "undone" if what == "push" else "finished"
         said.append(
@@ -658,9 +665,7 @@ def compact(data_dir: Path, sweep_id: str) -> tuple[int, int]:
     sentence) while another process writes the sweep (``SweepLock``)."""
     meta = read_sweep(data_dir, sweep_id)
     with writing(data_dir, sweep_id):
-        journal = sweep_dir(data_dir, sweep_id) / CHANGE
-        if journal.exists() and journal.resolve() not in _open_changes:
-            finish_interrupted(data_dir, [sweep_id])
+        _take_over(data_dir, sweep_id)  # a change left half-done: its sidecars now, its files by this compaction
         with change(data_dir, sweep_id, "compact"):
             return _compact(data_dir, sweep_id, meta)
 
