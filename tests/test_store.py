@@ -137,15 +137,18 @@ def test_the_declaration_gives_arrow_types_groups_and_versions():
 
 
 @pytest.mark.slow
-def test_the_runners_record_carries_what_the_probes_own_would(fixture_models):
+def test_the_runners_record_carries_what_the_probes_own_would(fixture_models, monkeypatch):
     """A probe that wrote no record (here: its notebook timed out) gets a stand-in from the runner that
     says who, with which settings and Hub facts, as the probe's own record of the same task does (both
-    made by a real run of the probe notebook)."""
+    made by a real run of the probe notebook). The device is a slow one (the pretend device, each embedding
+    lookup 0.5 s), so the generation cell outlasts a 1 s timeout however fast the host: once the kernel's start
+    stopped counting against the model's clock, a tiny model on the CPU could finish inside it."""
     from model_support.probe import probe_params
     from model_support.probe.records import new_record
     from model_support.sweep.worker.process import run_task
 
-    params = {"device": "cpu", "mode": "eager", "cache": "static", "max_new_tokens": 4, "reference": "none"}
+    monkeypatch.setenv("MODEL_SUPPORT_PRETEND", json.dumps({"slow_ops": {"aten::embedding": 0.5}}))
+    params = {"device": "pretend", "mode": "eager", "cache": "static", "max_new_tokens": 4, "reference": "none"}
     task = {
         "sweep_id": "s",
         "model_id": "local:tiny-llama",
