@@ -253,50 +253,14 @@ def stack_coverage(device: str, ops: list[str]) -> dict[str, str]:
     return answer["coverage"]
 
 
-#: torch's own accelerators whose stack a machine can read when its torch build has their kernels.
-_BUILT_IN = ("cuda", "xpu", "mps", "hpu")
-
-
-def readable_stacks() -> list[str]:
-    """The devices whose stacks this machine can read (in the child): the CPU, torch's accelerators its build has
-    kernels for, and the installed out-of-tree backends (torch_tpu's tpu, ...)."""
-    import torch
-
-    from ..probe.devices.backends import backend_devices
-
-    has = torch._C._dispatch_has_kernel_for_dispatch_key
-    built = [d for d in _BUILT_IN if has("aten::empty.memory_format", d.upper())]
-    return list(dict.fromkeys(["cpu", *built, *backend_devices()]))
-
-
-def _known_device(device: str) -> bool:
-    """Whether ``device`` names a device at all here: one torch knows, an installed backend's, or an adapter's."""
-    import torch
-
-    from ..probe import devices
-    from ..probe.devices.backends import backend_devices
-
-    if device in backend_devices() or device in devices.registered():
-        return True
-    try:
-        torch.device(device)
-    except RuntimeError:
-        return False
-    return device != "privateuseone"
-
-
 def child(device: str, ops: list[str]) -> dict:
     """In the child: load ``device``'s backend and ask its adapter (``op_coverage``)."""
     from ..probe import devices
 
     if device == "auto":
         return {"problem": "--on needs a device's name (cpu, cuda, tpu, or a backend's own), not auto."}
-    if device != "cpu" and not _known_device(device):
-        hint = " (an NVIDIA or AMD GPU is cuda)" if device.lower() == "gpu" else ""
-        return {
-            "problem": f"There is no device {device!r} here{hint}; this machine can read the stacks of: "
-            f"{', '.join(readable_stacks())}."
-        }
+    if device != "cpu" and not devices.known_device(device):
+        return {"problem": devices.unknown_device(device)}
     adapter = devices.adapter_for(device)
     if device != "cpu":
         try:

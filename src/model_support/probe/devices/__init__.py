@@ -18,5 +18,15 @@ from .accelerator import AcceleratorAdapter
 from .backends import AUTOLOAD_VAR, load_backend, prepare_environment
 from .base import CRASHES, FALLBACK, IMPLEMENTED, MISSING, OP_STATUSES, UNKNOWN, WRONG, Adapter, DeviceUnavailable
 from .registry import adapter_for, register, registered, stack_configuration
-from .resolve import DeviceFacts, auto_candidates, check_available, facts, pinning_env, resolve
+from .resolve import (
+    DeviceFacts,
+    auto_candidates,
+    check_available,
+    facts,
+    known_device,
+    pinning_env,
+    readable_stacks,
+    resolve,
+    unknown_device,
+)
 from .tpu import torch_tpu_installed, tpu_hardware_visible, tpu_rank_env

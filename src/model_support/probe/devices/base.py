@@ -44,6 +44,9 @@ class Adapter:
     #: Variables matching ``config_vars`` that the harness itself sets per probe (pinning, a rank's place): not
     #: the stack's configuration.
     harness_vars: tuple[str, ...] = ()
+    #: Names users give this device that no backend answers to, each with the sentence that says what it is here
+    #: ({"gpu": "an NVIDIA or AMD GPU is cuda"}): said when such a name is refused.
+    aliases: dict[str, str] = {}
 
     @classmethod
     def config_names(cls, environ: Mapping[str, str] | None = None) -> list[str]:

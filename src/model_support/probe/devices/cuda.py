@@ -14,6 +14,7 @@ from .registry import register
 class CudaAdapter(AcceleratorAdapter):
     visible_var = "CUDA_VISIBLE_DEVICES"
     ray_resource = "GPU"
+    aliases = {"gpu": "an NVIDIA or AMD GPU is cuda"}
 
     def __init__(self, type: str = "cuda"):
         super().__init__(type)

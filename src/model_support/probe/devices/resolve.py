@@ -136,3 +136,47 @@ def pinning_env(kind: str, ids: Iterable[int]) -> dict:
 def main(argv: list[str]) -> None:
     """``python -m model_support.probe.devices DEVICE``: one JSON line, the device's facts."""
     print(json.dumps(asdict(describe(argv[0]))))
+
+
+#: torch's own accelerators, whose stack a machine can read when its torch build has their kernels.
+TORCH_ACCELERATORS = ("cuda", "xpu", "mps", "hpu")
+
+
+def readable_stacks() -> list[str]:
+    """The devices whose stacks this machine can read (in a child that loads them): the CPU, the adapters' and
+    installed backends' devices torch has kernels for here or whose backend is installed."""
+    import torch
+
+    installed = backend_devices()
+
+    def readable(name: str) -> bool:
+        if name in installed:
+            return True
+        try:
+            return torch._C._dispatch_has_kernel_for_dispatch_key("aten::empty.memory_format", name.upper())
+        except RuntimeError:  # no dispatch key of that name in this torch
+            return False
+
+    built_in = [n for n in dict.fromkeys([*TORCH_ACCELERATORS, *registered()]) if n not in installed and n != "cpu"]
+    return list(dict.fromkeys(["cpu", *(n for n in built_in if readable(n)), *installed]))
+
+
+def known_device(device: str) -> bool:
+    """Whether ``device`` names a device at all here: one torch knows, an installed backend's, or an adapter's."""
+    import torch
+
+    if device in backend_devices() or device in registered():
+        return True
+    try:
+        torch.device(device)
+    except RuntimeError:
+        return False
+    return device != "privateuseone"
+
+
+def unknown_device(device: str) -> str:
+    """The sentence for a device name nothing here knows: what the user may have meant (an adapter's ``aliases``:
+    "gpu"), and the stacks this machine can read."""
+    hints = [hint for cls in registered().values() for alias, hint in cls.aliases.items() if alias == device.lower()]
+    hint = f" ({hints[0]})" if hints else ""
+    return f"There is no device {device!r} here{hint}; this machine can read the stacks of: {', '.join(readable_stacks())}."
