@@ -5,11 +5,13 @@ models are random weights from real configs (Llama-3-8B and Llama-3.2-1B, bf16) 
 tokenizer. Each step is timed and guarded (a step that fails is recorded with its error and the next
 runs); the whole stays within ``--budget-s`` (a step that would start past it is skipped, and says so).
 
-1. a papermill probe on ``cuda`` (tiny-llama): verdict, peak device memory from the allocator;
+1. a papermill probe on ``cuda`` (tiny-llama): verdict, peak device memory from the allocator, and the perf
+   phase (TTFT, TPOT with their spread, tokens/s, bandwidth utilisation against the GPU's declared peak);
 2. compile mode (inductor) on the same model: compile time, graphs, matches eager;
 3. the fixtures' sweep with 1 worker, then with 4 sharing the GPU: wall, verdicts, held-idle share and
    utilisation (``sweep.device_time``);
-4. the real-size models: load (from disk to the GPU) and generation time, the allocator's peak;
+4. the real-size models: load (from disk to the GPU) and generation time, the allocator's peak; Llama-3.2-1B's
+   perf phase (its TPOT and model bandwidth utilisation: the first real MBU figure);
 5. the numerics check's false-suspect rate: healthy GPU bf16 kernels against the CPU float32 reference
    (``diverges`` among the PASSes of every run above, and Llama-3.2-1B's).
 
@@ -50,6 +52,11 @@ REAL = {
         tie_word_embeddings=True,
     ),
 }  # fmt: skip
+#: The perf phase's figures a probe records (issue 37: how fast, with the spread over repeats; bandwidth use).
+PERF_KEYS = (
+    "ttft_s", "ttft_spread", "tpot_s", "tpot_spread", "perf_tokens_per_s", "perf_first_call_s",
+    "perf_peak_device_mem_mb", "decode_bytes_per_token", "bandwidth_utilisation", "perf_note", "ops_time_source",
+)  # fmt: skip
 SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
 
 
@@ -78,7 +85,7 @@ class Check:
 
 def env(device: str) -> dict:
     # one device, as on a machine with one GPU: the shared sweep's workers are more than the devices
-    extra = {"MODEL_SUPPORT_PRETEND": json.dumps({"devices": 1})} if device == "pretend" else {}
+    extra = {"MODEL_SUPPORT_PRETEND": json.dumps({"devices": 1, "bandwidth_gbs": 10})} if device == "pretend" else {}
     return {
         **os.environ,
         "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'pretend' / 'src'}:{os.environ.get('PYTHONPATH', '')}",
@@ -90,7 +97,7 @@ def papermill_probe(scratch: Path, device: str, model: str, dry: bool, **params)
     """`papermill notebooks/probe.ipynb out.ipynb -p model_id X -p device D`, as a user types it."""
     out, record_path = scratch / f"probe-{params.get('mode', 'eager')}.ipynb", scratch / "record.json"
     command = [sys.executable, "-m", "papermill", "notebooks/probe.ipynb", str(out), "-p", "model_id", model]
-    params = {"device": device, "record_path": str(record_path), "judge": False, **_short(dry), **params}
+    params = {"device": device, "record_path": str(record_path), "judge": False, **_short(dry), **_perf(dry), **params}
     for key, value in params.items():
         command += ["-p", key, str(value)]
     done = subprocess.run(command, cwd=REPO, env=env(device), capture_output=True, text=True, timeout=600)
@@ -100,7 +107,7 @@ def papermill_probe(scratch: Path, device: str, model: str, dry: bool, **params)
     keys = (
         "status", "device_type", "device_name", "load_s", "first_token_s", "generate_s", "decode_tokens_per_s",
         "peak_device_mem_mb", "device_mem_source", "numerics", "compile_backend", "compile_s", "graphs",
-        "graph_breaks", "matches_eager", "error_message",
+        "graph_breaks", "matches_eager", "error_message", *PERF_KEYS,
     )  # fmt: skip
     return {k: record.get(k) for k in keys}
 
@@ -194,15 +201,21 @@ def real_size(scratch: Path, device: str, dry: bool, tokenizer_from: str) -> dic
         del result
         if device == "cuda":
             torch.cuda.empty_cache()
-    record = run_probe(str(scratch / "llama-3.2-1b"), device=device, judge=False, **_short(dry))
+    record = run_probe(str(scratch / "llama-3.2-1b"), device=device, judge=False, **_short(dry), **_perf(dry))
     found["llama-3.2-1b"]["numerics"] = record["numerics"]
     found["llama-3.2-1b"]["numerics_note"] = record["numerics_note"]
+    found["llama-3.2-1b"]["perf"] = {k: record[k] for k in PERF_KEYS}  # TTFT, TPOT, MBU of a real-size model
     return found
 
 
 def _short(dry: bool) -> dict:
     """The dry run's probes generate 2 tokens (the pretend device dispatches every operator in Python)."""
     return {"max_new_tokens": 2} if dry else {}
+
+
+def _perf(dry: bool) -> dict:
+    """The dry run's perf phase: 2 repeats of 4 tokens (a GPU's: the defaults)."""
+    return {"perf_tokens": 4, "perf_repeats": 2} if dry else {}
 
 
 def false_suspects(steps: dict) -> dict:

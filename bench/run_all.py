@@ -31,6 +31,8 @@ SCRIPTS = [
     "bench_ops.py",
     "bench_bisect.py",
     "bench_zygote.py",
+    "bench_localise.py",
+    "bench_perf.py",
 ]
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
@@ -215,6 +217,7 @@ def tables() -> str:
             )
         lines.append("")
     lines += ops_table(load("ops"))
+    lines += localise_table(load("localise"))
     scheduler = load("scheduler")
     if scheduler and "table" in scheduler:
         lines += [f"### Multi-device scheduling by simulation ({scheduler['date']})", "", scheduler["table"], ""]
@@ -248,7 +251,38 @@ def tables() -> str:
         lines += [f"### The fluency judge on its labelled set ({judge['date']})", "", judge["table"], ""]
     lines += phases_table(load("phases")) + phases_table(load("phases_ray"))
     lines += device_check_table(load("device_check")) + zygote_table(load("zygote"))
+    lines += perf_table(load("perf"))
     return "\n".join(lines)
+
+
+def perf_table(found: dict) -> list[str]:
+    """bench_perf.py: the perf phase's cost per probe and TPOT's spread over its repeats (CPU, smoke list)."""
+    if not found:
+        return []
+    lines = [
+        f"### The perf phase ({found['date']}, CPU, {found['perf_repeats']} repeats of {found['perf_tokens']} tokens, "
+        f"{found['reps']} probes each way)",
+        "",
+        "| model | probe without / with it (median s) | its cost | share of a probe (goal < 20%) | TPOT | "
+        "TPOT spread | TPOT CV (goal < 5%) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, m in found["models"].items():
+        if "error" in m:
+            lines.append(f"| {name} | failed: {m['error'][-200:]} | | | | | |")
+            continue
+        lines.append(
+            f"| {name} | {m['probe_off_s']['median']:.2f} / {m['probe_on_s']['median']:.2f} | {m['perf_cost_s']:+.2f} s "
+            f"| {m['perf_share']:.1%} | {m['tpot_ms']:.2f} ms | {m['tpot_spread']:.1%} | {m['tpot_cv']:.1%} |"
+        )
+    met = found["met"]
+    lines += [
+        "",
+        f"Under a fifth of a probe: {ok(met['perf_share_under_a_fifth'])}; TPOT CV under 5%: "
+        f"{ok(met['tpot_cv_under_5pct'])}.",
+        "",
+    ]
+    return lines
 
 
 def zygote_table(found: dict) -> list[str]:
@@ -381,6 +415,37 @@ def write_readme() -> None:
     text = readme.read_text()
     start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
     readme.write_text(text[:start] + "\n" + tables() + "\n" + text[end:])
+
+
+def localise_table(loc: dict) -> list[str]:
+    """bench_localise.py: ``model-support localise`` end to end per model, under bf16-sized noise on every matmul."""
+    if not loc:
+        return []
+    lines = [
+        f"### The first wrong operator: `model-support localise` per model ({loc['date']}, pretend device, "
+        f"bf16-sized noise on every matmul; goal under {loc['goal_s']:.0f} s each)",
+        "",
+        "| model | command (fresh process) | forward with every operator replayed | operators checked | flagged |",
+        "|---|---|---|---|---|",
+    ]
+    for name, r in loc["models"].items():
+        if "command_s" not in r:
+            lines.append(f"| {name} | skipped: {r['skipped']} | | | |")
+            continue
+        lines.append(
+            f"| {name} | {r['command_s']:.1f} s | {r['forward_s']:.2f} s | {r['ops_checked']:,} | {r['operator'] or 'none'}"
+            + (f" (the forward raised: {r['forward_raised']})" if r.get("forward_raised") else "")
+            + " |"
+        )
+    two = loc["smollm2_two_percent"]
+    lines += [
+        "",
+        f"Under a minute each: {ok(loc['met']['under_a_minute_each'])}; nothing flagged under bf16-sized noise: "
+        f"{ok(loc['met']['no_false_alarm_under_bf16_noise'])}; SmolLM2 with every matmul off by 2%: "
+        f"{two.get('operator')} in {two.get('module')} ({two.get('command_s')} s): {ok(loc['met']['two_percent_named'])}.",
+        "",
+    ]
+    return lines
 
 
 def ops_table(ops: dict) -> list[str]:

@@ -29,6 +29,7 @@ def test_the_device_check_dry_runs_every_step(tmp_path, fixture_models):
     assert done.returncode == 0 and not failed, (failed, done.stdout[-2000:], done.stderr[-2000:])
     assert results["dry_run"] and results["device"] == "pretend"
     assert steps["probe_eager"]["status"] == "PASS" and steps["probe_eager"]["peak_device_mem_mb"]
+    assert steps["probe_eager"]["tpot_s"] > 0 and steps["probe_eager"]["bandwidth_utilisation"] > 0  # the perf phase
     assert steps["probe_compile"]["compile_backend"] and steps["probe_compile"]["graphs"]
     for name in ("sweep_1_worker", "sweep_shared"):
         assert set(steps[name]["verdicts"].values()) == {"PASS"} and steps[name]["device_time"]["held_s"] > 0

@@ -40,12 +40,16 @@ NON_DEFAULT = {
     "judge": False,
     "judge_model": "data/models/tiny-gpt2",
     "seed": 7,
+    "perf": False,
+    "perf_tokens": 4,
+    "perf_repeats": 2,
     "record_path": "record.json",
     "sweep_id": "every-20261204T000000Z-abcd",
     "snapshot": str(MODEL),
     "notebook_path": "sweeps/every-20261204T000000Z-abcd/notebooks/org_never-downloaded.ipynb",
     "timeout_s": 600.0,
     "hub_facts": {"likes": 5, "pipeline_tag": "text-generation"},
+    "stack_name": "no-rsqrt",
     "checks": "after",  # the probe stops after its device phase; checks.ipynb runs its checks (as a sweep's host)
 }
 
@@ -59,13 +63,15 @@ EFFECT = {
     # the task asked for, not the config's nor the Hub's (pipeline_tag text-generation): no text-generation PASS
     "task": lambda r: r["task"] == "image-text-to-text" and r["status"] != "PASS",
     "image_prompt": lambda r: r["prompt"] == "What is drawn here?",
-    "max_new_tokens": lambda r: r["max_new_tokens"] == 3 and r["variant"] == "compile+static+3t",
+    "max_new_tokens": lambda r: r["max_new_tokens"] == 3 and r["variant"] == "compile+static+3t@no-rsqrt",
+    "stack_name": lambda r: r["stack_name"] == "no-rsqrt",  # and the variant's "@no-rsqrt"
     "mode": lambda r: r["mode"] == "compile",
     "cache": lambda r: r["cache"] == "static",
     "devices": lambda r: r["memory_estimate_bytes"] is not None,  # planned: only for devices other than 1
     "trust_remote_code": lambda r: r["trust_remote_code"] is True,
     "reference": lambda r: r["reference_note"] == "attribution switched off (reference='none')",
     "seed": lambda r: r["seed"] == 7,
+    "perf": lambda r: r["perf_note"] == "not measured: perf=False",
     "sweep_id": lambda r: r["sweep_id"] == NON_DEFAULT["sweep_id"],
     "snapshot": lambda r: r["model_type"] == "llama",  # loaded from the snapshot's config
     "notebook_path": lambda r: r["notebook_path"] == NON_DEFAULT["notebook_path"],

@@ -106,8 +106,6 @@ def test_a_bad_expectations_file_and_an_unknown_gate_are_one_sentence(tmp_path):
         expect(tmp_path, "org/a: {verdict: FAIL, reason: r}\norg/b: {verdict: PASS}\n")
     with pytest.raises(UserError, match="'speed' is not one of regressions, new-failures, perf"):
         gate.gate(tmp_path, "a", "b", ["speed"])
-    with pytest.raises(UserError, match="--fail-on perf needs"):
-        gate.gate(tmp_path, "a", "b", ["perf"])
 
 
 def test_a_models_support_card_comes_from_the_dataset(sweeps):
@@ -134,3 +132,25 @@ def test_a_models_support_card_comes_from_the_dataset(sweeps):
         text=True,
     )
     assert done.returncode == 0 and "FAIL(gen), last verified" in done.stdout and "1 of 2 sweeps agree" in done.stdout
+
+
+def test_a_definitions_expectations_and_reruns_are_checked_before_anything_runs(tmp_path):
+    """``expect:`` is relative to the definition and read into sweep.json's form; a missing file, a bad rerun count
+    and a bad entry are each one sentence, before a sweep is written."""
+    from model_support.analysis import expectations
+    from model_support.sweep import definition
+
+    folder = tmp_path / "defs"
+    folder.mkdir()
+    (folder / "d.yaml").write_text("name: n\nmodels: [org/m]\nexpect: nope.yaml\nreruns: -1\n")
+    with pytest.raises(UserError, match=r"(?s)2 mistakes.*line 3: expect 'nope.yaml' is no file.*line 4: reruns"):
+        definition.load(folder / "d.yaml", check_device=False)
+    (folder / "e.yaml").write_text(
+        "org/m: {verdict: FAIL(gen), reason: r, until: 2027-01-31}\norg/n: {verdict: FAIL}\n"
+    )
+    (folder / "d.yaml").write_text("name: n\nmodels: [org/m]\nexpect: e.yaml\nreruns: 2\n")
+    params = definition.load(folder / "d.yaml", check_device=False)
+    assert params.reruns == 2 and params.expectations["file"] == str(folder / "e.yaml")
+    assert params.expectations["entries"]["org/m"]["until"] == "2027-01-31"  # JSON for sweep.json
+    with pytest.raises(UserError, match=r"2 mistakes: .*e.yaml: org/n: verdict 'FAIL' is not one of"):
+        expectations.from_meta(params.expectations)

@@ -93,7 +93,7 @@ def test_every_mistake_of_a_definition_is_listed_with_its_line(tmp_path):
         "double.",
         "line 4: probe: 'devcie' is not a parameter of notebooks/probe.ipynb; did you mean 'device'?",
         "line 7: unknown key 'workres' (did you mean 'workers'?); accepted keys are name, description, models, "
-        "exclude, probe, timeout_s, workers, executor, models_from_hub, cache, prefetch, matrix.",
+        "exclude, probe, timeout_s, workers, executor, models_from_hub, cache, prefetch, matrix, stacks, expect, reruns.",
     ]
     nested = (
         "name: x\ncache: {max_bg: 3}\nmodels_from_hub: {sortt: likes}\nexclude: [{id: a, reasons: b}]\n"

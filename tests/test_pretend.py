@@ -553,6 +553,27 @@ def test_the_diff_and_the_report_show_what_the_fix_made_pass(porting_loop):
     assert "backend settings" in report and "aten::rsqrt" in html.unescape(report)
 
 
+def test_the_junit_export_of_the_pretend_sweep_is_valid_junit_with_a_case_per_model(porting_loop):
+    """What a CI system reads: the export of a real sweep, parsed by a JUnit parser and validated against the JUnit
+    schema (tests/data/junit.xsd): one case per model, unique names, the FAIL rows as failures with their signature."""
+    import junitparser
+    import xmlschema
+
+    data, before = porting_loop["data"], porting_loop["before"]
+    out = data.parent / "before.xml"  # beside the data folder: nothing written into it
+    out.write_text(cli(["export", before, "--format", "junit"], BEFORE, data).stdout)
+    xmlschema.XMLSchema(str(REPO / "tests" / "data" / "junit.xsd")).validate(str(out))
+    (suite,) = list(junitparser.JUnitXml.fromfile(str(out)))
+    records = porting_loop["records"][before]
+    cases = {case.name: case for case in suite}
+    assert len(cases) == suite.tests == len(records)  # one case per model, names unique
+    failed = {name for name, case in cases.items() if any(isinstance(r, junitparser.Failure) for r in case.result)}
+    assert failed == {f"{r['model_id']} [{r['variant']}]" for r in records.values() if r["status"] != "PASS"}
+    rsqrt = cases["local:tiny-llama [eager+dynamic]"].result[0]
+    assert rsqrt.type == records["tiny-llama"]["failure_signature"] and "FAIL(gen) at generate" in rsqrt.message
+    assert suite.failures == len(failed) and all(case.is_passed for n, case in cases.items() if n not in failed)
+
+
 def test_debug_names_the_first_module_whose_forward_hits_the_missing_operator(porting_loop):
     from model_support import debug
 

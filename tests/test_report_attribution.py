@@ -456,6 +456,15 @@ def test_explorer_variant_filter_and_side_by_side(browser, modes_report):
     assert side.locator("td:first-child").all_inner_texts() == list(VARIANTS)
     assert side.locator("td.st").all_inner_texts() == [PASS, PASS, GEN, GEN]
     assert detail.locator("table.variants td.sig").all_inner_texts()[2] == SIG_DYNAMO
+    # its support card: per variant the latest verdict and how many of the sweeps that ran it agree (V0 ran eager
+    # only, as an older file; the compile variants passed in V1 and fail in V2)
+    card = detail.locator("table.support tbody tr")
+    assert card.locator("td:first-child").all_inner_texts() == list(VARIANTS)
+    assert card.locator("td.st").all_inner_texts() == [PASS, PASS, GEN, GEN]
+    assert card.locator("td.agree").all_inner_texts() == ["3 of 3", "2 of 2", "1 of 2", "1 of 2"]
+    verified = card.locator("td.verified")  # last verified in V2 (the sweep's date; its id on hover)
+    assert {verified.nth(k).get_attribute("title") for k in range(4)} == {V2}
+    assert {t[:10] for t in verified.all_inner_texts()} == {"2026-12-03"}
     # in the chosen sweep: V1, where every variant passed
     page.locator("#sweep-filter").select_option(label=V1)
     page.locator("#results tbody tr").first.click()

@@ -128,18 +128,27 @@ def main(debug):
     metavar="NAME=VALUE",
     help="Set a probe parameter over the definition's (repeatable; a YAML value: 32, true, bfloat16).",
 )
+@click.option(
+    "--reruns",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Rerun a verdict that differs from the baseline's up to N times before it counts (default: the "
+    "definition's reruns, else 1; 0: none).",
+)
 @user_errors
-def sweep(params_file, data_dir, workers, executor, prefetch, resume, report, device, overrides):
+def sweep(params_file, data_dir, workers, executor, prefetch, resume, report, device, overrides, reruns):
     """Run the probe notebook once per model of PARAMS_FILE (YAML) and publish the results."""
     if params_file is None and resume is None:
         raise UserError("Give a sweep definition such as params/smoke.yaml, or --resume SWEEP_ID.")
     probe_overrides = _probe_overrides(device, overrides)
     if probe_overrides and resume:
         raise UserError("--device and -p set a new sweep's probe; a resumed sweep keeps its own (sweep.json).")
+    if reruns is not None and resume:
+        raise UserError("--reruns sets a new sweep's reruns; a resumed sweep keeps its own (sweep.json).")
     signal.signal(signal.SIGTERM, _stop_on_sigterm)  # SIGTERM stops the sweep as Ctrl-C does, in one sentence
     try:
         try:
-            _sweep(params_file, data_dir, workers, executor, prefetch, resume, report, probe_overrides)
+            _sweep(params_file, data_dir, workers, executor, prefetch, resume, report, probe_overrides, reruns)
         except KeyboardInterrupt:  # before the sweep was written: nothing to finish
             raise Interrupted("The sweep was stopped before it started; nothing was written.") from None
     except Interrupted as exc:
@@ -183,7 +192,7 @@ def _stop_on_sigterm(signum, frame):
     raise KeyboardInterrupt
 
 
-def _sweep(params_file, data_dir, workers, executor, prefetch, resume, report, probe_overrides=None):
+def _sweep(params_file, data_dir, workers, executor, prefetch, resume, report, probe_overrides=None, reruns=None):
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -194,12 +203,15 @@ def _sweep(params_file, data_dir, workers, executor, prefetch, resume, report, p
         TimeRemainingColumn,
     )
 
+    from .analysis import expectations, flakes
     from .record import store
     from .render.terminal import verdict_table
     from .sweep import definition as params_mod
     from .sweep import runner as sweep_mod
 
     definition = params_mod.load(params_file, overrides=probe_overrides) if params_file else None
+    if definition is not None:
+        expectations.from_meta(definition.expectations)  # its entries checked before anything runs
     if resume:
         store.read_sweep(data_dir, resume)  # an unknown id is refused before the progress bar starts
     console = Console(stderr=True)
@@ -233,6 +245,8 @@ def _sweep(params_file, data_dir, workers, executor, prefetch, resume, report, p
             on_result=on_result,
             prefetch=prefetch,
             report=report,
+            screen=functools.partial(flakes.baseline_for, data_dir),  # flakes rerun against the report's baseline
+            reruns_n=reruns,
         )
     # written to a log (nohup on a TPU VM, CI) the table gets 160 columns, not rich's default 80
     table_console = Console() if sys.stdout.isatty() else Console(width=160)
@@ -357,7 +371,16 @@ def report(sweep_id, baseline, data_dir):
     "fail_on",
     default=None,
     metavar="LIST",
-    help="Exit 1 on these (comma-separated): regressions (passed in A, not now), new-failures (also models new in B).",
+    help="Exit 1 on these (comma-separated): regressions (passed in A, not now), new-failures (also models new in B), "
+    "perf (TPOT, TTFT or tokens/s worse beyond --perf-threshold and beyond the repeats' noise).",
+)
+@click.option(
+    "--perf-threshold",
+    "perf_threshold",
+    default=None,
+    metavar="PCT",
+    help="With --fail-on perf: how much worse a median must be to count (default 5%; the repeats' ranges must not "
+    "overlap too).",
 )
 @click.option(
     "--expect",
@@ -368,16 +391,24 @@ def report(sweep_id, baseline, data_dir):
 )
 @data_dir_option
 @user_errors
-def diff(sweep_a, sweep_b, data_dir, fail_on, expect_file):
+def diff(sweep_a, sweep_b, data_dir, fail_on, perf_threshold, expect_file):
     """What broke and what got fixed between SWEEP_A (before) and SWEEP_B (after); with --fail-on, a gate: one
     line per regression, exit status 1 when there is one (expected failures, --expect, do not count)."""
     from .analysis import gate as gate_mod
+    from .analysis.perf import parse_threshold
     from .ops.changes import changes_text, stack_changes
     from .render.terminal import format_diff
 
     gates = [g.strip() for g in (fail_on or "").split(",") if g.strip()]
-    expectations = gate_mod.load_expectations(expect_file) if expect_file else None
-    result = gate_mod.gate(data_dir, sweep_a, sweep_b, gates, expectations) if gates or expectations else None
+    if perf_threshold is not None and "perf" not in gates:
+        raise UserError("--perf-threshold applies to --fail-on perf; add perf to --fail-on or drop it.")
+    threshold = parse_threshold(perf_threshold)
+    expectations = gate_mod.load_expectations(expect_file) if expect_file else _recorded_expectations(data_dir, sweep_b)
+    result = (
+        gate_mod.gate(data_dir, sweep_a, sweep_b, gates, expectations, perf_threshold=threshold)
+        if gates or expectations
+        else None
+    )
     click.echo(format_diff(data_dir, sweep_a, sweep_b))
     gained_or_lost = changes_text(stack_changes(data_dir, sweep_a, sweep_b))  # from the census (docs/ops.md)
     if gained_or_lost:
@@ -396,6 +427,16 @@ def diff(sweep_a, sweep_b, data_dir, fail_on, expect_file):
         )
     if result.failed:
         raise SystemExit(1)
+
+
+def _recorded_expectations(data_dir: Path, sweep_id: str) -> dict | None:
+    """The expectations sweep ``sweep_id``'s definition named (sweep.json's ``expect``), when its folder is here."""
+    from .analysis import expectations
+    from .record import store
+
+    if not (store.sweep_dir(data_dir, sweep_id) / "sweep.json").is_file():
+        return None
+    return expectations.from_meta(store.read_sweep(data_dir, sweep_id).expect) or None
 
 
 @main.command()
@@ -625,6 +666,32 @@ def repro(sweep_id, model, data_dir, variant):
         variant = probe_params.variant(probe_params.parse_variant(variant))
     entry = resolve_model(store.read_sweep(data_dir, sweep_id), model)
     click.echo(repro_mod.script_for(data_dir, sweep_id, entry.model_id, variant), nl=False)
+
+
+@main.command()
+@sweep_model_arguments("Localise the row of a variant of the sweep's matrix (a compiled one runs eagerly).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (operator null when none is wrong).")
+@user_errors
+def localise(sweep_id, model, data_dir, variant, as_json):
+    """Name the first aten operator whose output on SWEEP_ID's device is wrong for MODEL (id or unique fragment).
+
+    One forward of the probe's prompt runs on the device (this environment's stack), each operator replayed on
+    the CPU from the device's own inputs; the first wrong one is stored beside the record
+    (sweeps/<id>/localised/) with a one-operator script that exits 1 while the stack gets it wrong.
+    """
+    import json
+
+    from .debug import localise as localise_mod
+
+    result = localise_mod.localise(data_dir, sweep_id, model, variant)
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    if result["stack_note"]:
+        click.echo(result["stack_note"])
+    click.echo(result["summary"])
+    if result["repro"]:
+        click.echo(f"repro: python {result['repro']}  (input shapes {result['shapes']}, dtypes {result['dtypes']})")
 
 
 @main.command()

@@ -40,6 +40,15 @@ class PretendAdapter(AcceleratorAdapter):
             )
         return super().unavailable(elsewhere)
 
+    synchronous_ops = True  # its operators run in Python, on the CPU underneath: done when the call returns
+
+    def peak_bandwidth_gbs(self) -> tuple[float | None, str]:
+        """What its configuration declares (``bandwidth_gbs``), or that it declares none."""
+        config = from_environment()
+        if config is None or config.bandwidth_gbs is None:
+            return None, f"the pretend device declares no peak memory bandwidth (set bandwidth_gbs in {CONFIG_VAR})"
+        return config.bandwidth_gbs, f"bandwidth_gbs in {CONFIG_VAR}"
+
     def op_coverage(self, ops: Iterable[str]) -> dict[str, str]:
         """From the configuration, every fault the stack has: ``missing_ops`` are missing, ``crash_ops`` crash (the
         runtime aborts), ``wrong_ops`` are wrong, ``fallback_ops`` fall back to the CPU, every other operator is

@@ -38,7 +38,7 @@ def _check_ops(config: Config) -> None:
     """Every operator a fault names must exist: a typo would otherwise be a fault that never happens."""
     from .config import CONFIG_VAR, PretendConfigError
 
-    for key in ("missing_ops", "wrong_ops", "crash_ops", "slow_ops", "fallback_ops"):
+    for key in ("missing_ops", "wrong_ops", "crash_ops", "slow_ops", "fallback_ops", "flaky_ops"):
         for name in getattr(config, key):
             if "::" not in name or operator(name) is None:
                 raise PretendConfigError(

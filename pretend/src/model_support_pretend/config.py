@@ -26,6 +26,9 @@ KEYS = (
     "crash_ops",
     "slow_ops",
     "fallback_ops",
+    "bandwidth_gbs",
+    "flaky_ops",
+    "flaky_file",
 )
 #: Seconds a ``fallback_ops`` operator costs per call beyond its work: a real CPU fallback copies its inputs to
 #: the host and its results back.
@@ -43,10 +46,15 @@ class Config:
     missing_ops: frozenset = field(default_factory=frozenset)
     unsupported_dtypes: frozenset = field(default_factory=frozenset)
     wrong_ops: frozenset = field(default_factory=frozenset)
+    wrong_by: dict = field(default_factory=dict)  # of wrong_ops, those given a relative error: noise, not a bug
     crash_ops: frozenset = field(default_factory=frozenset)
     slow_ops: dict = field(default_factory=dict)
     fallback_ops: frozenset = field(default_factory=frozenset)  # run on the CPU underneath, slowly: a CPU fallback
     visible: tuple = (0,)  # the physical devices this process sees, in index order
+    bandwidth_gbs: float | None = None  # the peak memory bandwidth it declares (GB/s); None: it declares none
+    # {operator: N}: missing in the 1st, (N+1)th, ... process that calls one of them, counted in ``flaky_file``
+    flaky_ops: dict = field(default_factory=dict)
+    flaky_file: str | None = None
 
     @property
     def memory_bytes(self) -> int | None:
@@ -58,6 +66,23 @@ def _names(raw: dict, key: str) -> frozenset:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise PretendConfigError(f"{CONFIG_VAR}: {key!r} must be a list of names, not {value!r}.")
     return frozenset(value)
+
+
+def _wrong(raw: dict) -> tuple[frozenset, dict]:
+    """``wrong_ops``: a list of names (each output reversed and negated: a kernel with a bug), or a mapping of
+    names to a relative error ({"aten::mm": 0.02}: each value off by that much, with a random sign: a kernel
+    that is only imprecise; 0.0039, half of bf16's epsilon, is bf16-sized noise)."""
+    value = raw.get("wrong_ops", [])
+    if not isinstance(value, dict):
+        return _names(raw, "wrong_ops"), {}
+    if not all(
+        isinstance(k, str) and k and isinstance(v, int | float) and not isinstance(v, bool) and v > 0
+        for k, v in value.items()
+    ):
+        raise PretendConfigError(
+            f"{CONFIG_VAR}: 'wrong_ops' must be a list of names or map names to a relative error > 0, not {value!r}."
+        )
+    return frozenset(value), {k: float(v) for k, v in value.items()}
 
 
 def parse(text: str, visible: str | None = None) -> Config:
@@ -83,16 +108,37 @@ def parse(text: str, visible: str | None = None) -> Config:
         for k, v in slow.items()
     ):
         raise PretendConfigError(f"{CONFIG_VAR}: 'slow_ops' must map operator names to seconds >= 0, not {slow!r}.")
+    bandwidth = raw.get("bandwidth_gbs")
+    if bandwidth is not None and (
+        not isinstance(bandwidth, int | float) or isinstance(bandwidth, bool) or bandwidth <= 0
+    ):
+        raise PretendConfigError(f"{CONFIG_VAR}: 'bandwidth_gbs' must be a number of GB/s above 0, not {bandwidth!r}.")
+    wrong_ops, wrong_by = _wrong(raw)
+    flaky, flaky_file = raw.get("flaky_ops", {}), raw.get("flaky_file")
+    if not isinstance(flaky, dict) or not all(
+        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 2 for k, v in flaky.items()
+    ):
+        raise PretendConfigError(
+            f"{CONFIG_VAR}: 'flaky_ops' must map operator names to a period N >= 2, not {flaky!r}."
+        )
+    if flaky and (not isinstance(flaky_file, str) or not flaky_file):
+        raise PretendConfigError(
+            f"{CONFIG_VAR}: 'flaky_ops' needs 'flaky_file', the path of the file that counts the processes calling them."
+        )
     return Config(
         devices=devices,
         memory_gb=None if memory is None else float(memory),
         missing_ops=_names(raw, "missing_ops"),
         unsupported_dtypes=_names(raw, "unsupported_dtypes"),
-        wrong_ops=_names(raw, "wrong_ops"),
+        wrong_ops=wrong_ops,
+        wrong_by=wrong_by,
         crash_ops=_names(raw, "crash_ops"),
         slow_ops={k: float(v) for k, v in slow.items()},
         fallback_ops=_names(raw, "fallback_ops"),
         visible=_visible(visible, devices),
+        bandwidth_gbs=None if bandwidth is None else float(bandwidth),
+        flaky_ops=dict(flaky),
+        flaky_file=flaky_file,
     )
 
 

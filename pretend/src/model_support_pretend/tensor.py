@@ -82,6 +82,7 @@ class Faults(NamedTuple):
     fallback: bool
     missing: bool
     wrong: bool
+    off_by: float | None  # a relative error (``wrong_ops`` given as a mapping) rather than a bug
 
 
 class State:
@@ -92,6 +93,7 @@ class State:
         self.current = 0
         self.ledgers = [Ledger(i, p, config.memory_bytes) for i, p in enumerate(config.visible)]
         self._faults: dict = {}  # operator -> its Faults, worked out on its first call
+        self._turn: int | None = None  # this process's turn among those calling a ``flaky_ops`` operator
 
     def faults(self, func) -> Faults:
         """What the configuration does to operator ``func`` (asked on every call: worked out once)."""
@@ -103,10 +105,21 @@ class State:
                 crash=any(n in config.crash_ops for n in names),
                 slow=tuple(config.slow_ops[n] for n in names if n in config.slow_ops),
                 fallback=any(n in config.fallback_ops for n in names),
-                missing=any(n in config.missing_ops for n in names),
+                missing=any(n in config.missing_ops for n in names) or self._flaky(names),
                 wrong=any(n in config.wrong_ops for n in names),
+                off_by=next((config.wrong_by[n] for n in names if n in config.wrong_by), None),
             )
         return known
+
+    def _flaky(self, names: tuple[str, str]) -> bool:
+        """Whether a ``flaky_ops`` operator is missing in this process: its turn (drawn from ``flaky_file`` once,
+        at the first call of any of them) is the 1st, (N+1)th, (2N+1)th... of the processes that called one."""
+        periods = [self.config.flaky_ops[n] for n in names if n in self.config.flaky_ops]
+        if not periods:
+            return False
+        if self._turn is None:
+            self._turn = _draw_turn(self.config.flaky_file or "")  # parse requires it with flaky_ops
+        return (self._turn - 1) % periods[0] == 0
 
     def device(self, index: int | None = None) -> torch.device:
         return torch.device(NAME, self.current if index is None else index)
@@ -122,6 +135,22 @@ class State:
 
 
 STATE: State | None = None  # set by ``backend.register``
+
+
+def _draw_turn(path: str) -> int:
+    """The next turn in the counter file ``path`` (1 for the first process), under an exclusive lock: every
+    process (each probe attempt is a new kernel) counts once, in order, whatever runs beside it."""
+    import fcntl
+
+    with open(path, "a+", encoding="utf-8") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.seek(0)
+        turn = int(handle.read().strip() or 0) + 1
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(turn))
+        handle.flush()
+        return turn
 
 
 def _state() -> State:
@@ -229,6 +258,15 @@ def _wrong(tensor: torch.Tensor) -> None:
     tensor.copy_(bad)
 
 
+def _off_by(tensor: torch.Tensor, relative: float) -> None:
+    """Make ``tensor``'s floating values off by ``relative`` each, in place, with a random sign (a fixed seed: the
+    same call is off the same way every time); other dtypes are left exact."""
+    if not tensor.is_floating_point() or not tensor.numel():
+        return
+    signs = torch.randint(0, 2, tensor.shape, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    tensor.copy_(tensor.double() * (1 + relative * signs))
+
+
 def _target_device(leaves: list) -> torch.device | None:
     """Where the results live: the device an argument names (``device=``, ``to(device)``) when there is
     one, else the pretend device of the inputs (``leaves``: the operator's arguments, flattened)."""
@@ -331,7 +369,9 @@ def run(func, args, kwargs):
     out = func(*_map(_to_cpu, args), **_map(_to_cpu, kwargs))
     if faults.wrong:
         for tensor in _leaves(out, []):
-            if isinstance(tensor, torch.Tensor):
+            if isinstance(tensor, torch.Tensor) and faults.off_by is not None:
+                _off_by(tensor, faults.off_by)
+            elif isinstance(tensor, torch.Tensor):
                 _wrong(tensor)
     if target is None or target.type != NAME:
         return out  # a copy to the CPU, or no tensor on the device at all

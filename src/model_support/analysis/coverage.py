@@ -97,7 +97,7 @@ def model_variants(meta: SweepMeta, overrides: dict | None = None) -> list[str]:
     model's overrides (``probe_params.variant``); one, the sweep's own, without a matrix."""
     base = {**(meta.probe or {}), **(overrides or {})}
     labels = []
-    for combo in probe_params.combinations(getattr(meta, "matrix", None)):
+    for combo in probe_params.combinations(getattr(meta, "matrix", None), getattr(meta, "stacks", None)):
         try:
             label = probe_params.variant({**base, **combo})
         except (TypeError, ValueError, AttributeError):  # a hand-edited sweep.json

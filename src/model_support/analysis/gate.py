@@ -15,20 +15,14 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..record import schema, store
-from . import diff
+from . import diff, perf
+from .expectations import SUSPECT_PASS, Expectation, load_expectations
 from .frames import SUSPECT_CHECKS
+
+__all__ = ["GATES", "SUSPECT_PASS", "Expectation", "GateResult", "gate", "load_expectations"]
 
 #: What ``--fail-on`` takes.
 GATES = ("regressions", "new-failures", "perf")
-#: An expectation's verdict besides the four: a PASS whose numbers or text are suspect.
-SUSPECT_PASS = "suspect PASS"
-
-
-@dataclass(frozen=True)
-class Expectation:
-    verdict: str
-    reason: str
-    until: _dt.date | None = None
 
 
 @dataclass
@@ -44,50 +38,36 @@ class GateResult:
         return bool(self.failing)
 
 
-def load_expectations(path: Path | str) -> dict[str, Expectation]:
-    """The expectations file, every mistake said at once (one sentence each, naming the model)."""
-    import yaml
-
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(
-            f"Expectations file {str(path)!r} does not exist; give a YAML file of MODEL: {{verdict, reason}}."
-        )
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise UserError(f"{path}: not YAML ({str(exc).splitlines()[0]}).") from None
-    if not isinstance(raw, dict):
-        raise UserError(f"{path}: expected a mapping of model id to {{verdict, reason, until}}.")
-    accepted = (*schema.VERDICTS, SUSPECT_PASS)
-    found, mistakes = {}, []
-    for model_id, entry in raw.items():
-        where = f"{path}: {model_id}"
-        if not isinstance(entry, dict):
-            mistakes.append(f"{where}: expected {{verdict, reason, until}}, not {entry!r}")
-            continue
-        unknown = sorted(set(entry) - {"verdict", "reason", "until"})
-        verdict, reason, until = entry.get("verdict"), entry.get("reason"), entry.get("until")
-        if unknown:
-            mistakes.append(f"{where}: unknown key(s) {', '.join(unknown)}; use verdict, reason, until")
-        if verdict not in accepted:
-            mistakes.append(f"{where}: verdict {verdict!r} is not one of {', '.join(accepted)}")
-        if not isinstance(reason, str) or not reason.strip():
-            mistakes.append(f"{where}: an expectation needs a reason (an issue link or a sentence)")
-        if until is not None and not isinstance(until, _dt.date):
-            mistakes.append(f"{where}: until {until!r} is not a date (YYYY-MM-DD)")
-        found[str(model_id)] = Expectation(str(verdict), str(reason), until if isinstance(until, _dt.date) else None)
-    if mistakes:
-        raise UserError(mistakes[0] if len(mistakes) == 1 else f"{len(mistakes)} mistakes: " + "; ".join(mistakes))
-    return found
-
-
 def _outcomes(data_dir: Path, sweep_id: str) -> dict[tuple[str, str], tuple[str, bool, str | None]]:
     """{(model, variant): (status, suspect, signature)} of a sweep's results (excluded rows are not results), as
     the diff reads them (``diff._outcomes``: the latest run of each)."""
     rows = diff._outcomes(store.scan(data_dir, "results"), sweep_id).collect()
     return {
         (r["model_id"], r["variant"]): (r["status"], r["check"] in SUSPECT_CHECKS, r["failure_signature"])
+        for r in rows.iter_rows(named=True)
+    }
+
+
+def _flaky(data_dir: Path, sweep_id: str) -> dict[tuple[str, str], str]:
+    """{(model, variant): its attempts' verdicts in words} of the sweep's runs marked ``flaky`` (rerun, and the
+    attempts gave two verdicts: ``sweep.reruns``)."""
+    import json
+
+    import polars as pl
+
+    from .frames import variant_col
+
+    rows = (
+        store.scan(data_dir, "results")
+        .filter((pl.col("sweep_id") == sweep_id) & pl.col("flaky").fill_null(False))
+        .with_columns(variant_col())
+        .select("model_id", "variant", "attempts")
+        .collect()
+    )
+    return {
+        (r["model_id"], r["variant"]): " then ".join(
+            SUSPECT_PASS if a.get("suspect") else str(a.get("status")) for a in json.loads(r["attempts"] or "[]")
+        )
         for r in rows.iter_rows(named=True)
     }
 
@@ -99,20 +79,18 @@ def gate(
     fail_on: list[str],
     expectations: dict[str, Expectation] | None = None,
     today: _dt.date | None = None,
+    perf_threshold: float = perf.DEFAULT_THRESHOLD,
 ) -> GateResult:
-    """The gate of sweep ``b`` against ``a`` for each of ``fail_on`` (``GATES``)."""
+    """The gate of sweep ``b`` against ``a`` for each of ``fail_on`` (``GATES``); ``perf``: a slowdown beyond
+    ``perf_threshold`` and beyond noise (``analysis.perf``)."""
     unknown = [g for g in fail_on if g not in GATES]
     if unknown:
         raise UserError(f"--fail-on {unknown[0]!r} is not one of {', '.join(GATES)}.")
-    if "perf" in fail_on:
-        raise UserError(
-            "--fail-on perf needs the repeated performance measurements (TTFT, TPOT with their spread) that are not "
-            "recorded yet; use regressions or new-failures."
-        )
     data_dir = Path(data_dir)
     today = today or _dt.datetime.now(_dt.UTC).date()
     expectations = expectations or {}
     before, after = _outcomes(data_dir, a), _outcomes(data_dir, b)
+    flaky = _flaky(data_dir, b)
     result = GateResult()
     expired = {m for m, e in expectations.items() if e.until is not None and e.until < today}
     for model_id in sorted(expired):
@@ -132,6 +110,9 @@ def gate(
         if expected and expected.verdict == verdict:
             result.known.append(f"{name}: {verdict}, expected ({expected.reason})")
             continue
+        if (model_id, variant) in flaky:  # its attempts disagreed (``sweep.reruns``): not a change
+            result.notes.append(f"flaky: {name}: {flaky[model_id, variant]}: not counted as a change")
+            continue
         was = before.get((model_id, variant))
         passed_before = was is not None and was[0] == schema.PASS and not was[1]
         why = f" (expected {expected.verdict}, got {verdict})" if expected else ""
@@ -140,4 +121,8 @@ def gate(
             result.failing.append(f"regression: {name}: PASS -> {said}{why}")
         elif "new-failures" in fail_on and (was is None or passed_before):
             result.failing.append(f"new failure: {name}: {'not in ' + a if was is None else 'PASS'} -> {said}{why}")
+    if "perf" in fail_on:
+        slower, notes = perf.gate_lines(data_dir, a, b, perf_threshold)
+        result.failing += slower
+        result.notes += notes
     return result

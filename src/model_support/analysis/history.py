@@ -241,14 +241,15 @@ def require_sweep(sweeps: pl.DataFrame, sweep_id: str) -> str:
     return sweep_id
 
 
-def previous_sweep_id(sweeps: pl.DataFrame, sweep_id: str) -> str | None:
+def previous_sweep_id(sweeps: pl.DataFrame, sweep_id: str, device_type: str | None = None) -> str | None:
     """The latest sweep of the same name on the same device type created before ``sweep_id`` that has results
     rows (a wholly excluded sweep, e.g. a broken stack, is no baseline); None when there is none. A sweep of
-    another list or another device is no default baseline: its diff would be every model's."""
+    another list or another device is no default baseline: its diff would be every model's. ``device_type``: the
+    sweep's own, where its rows do not say it yet (a sweep running: ``analysis.flakes``)."""
     require_sweep(sweeps, sweep_id)
     rows = sweeps.to_dicts()
     position = [r["sweep_id"] for r in rows].index(sweep_id)
-    this = rows[position]
+    this = {**rows[position], **({"device_type": device_type} if device_type else {})}
     for row in reversed(rows[:position]):
         same_device = this["device_type"] is None or row["device_type"] == this["device_type"]  # None: no rows
         if row["models"] and row["name"] == this["name"] and same_device:
@@ -372,3 +373,83 @@ def _by_version_q(stats: pl.DataFrame, component: str, sweeps: pl.DataFrame | No
             "first_sweep",
         )
     )
+
+
+# --------------------------------------------------------------------------------------------
+# flips and streaks per model
+
+
+def model_streaks(results: Frame, sweeps: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Per model and variant over the sweeps of one name and device type, oldest first: name, device_type, model_id,
+    variant, sweeps (how many had it), flips (how often its outcome changed from one of those sweeps to the next),
+    outcome (the latest: a verdict, or ``suspect PASS``), streak (that many sweeps in a row, ending with the latest),
+    since (the streak's first sweep), last_sweep, flaky (the latest run's attempts disagreed). A nightly's model
+    that flips every other night is flaky; one "failing since SWEEP, 4 sweeps in a row" is a standing failure."""
+    from .frames import SUSPECT_CHECKS, pass_check_col, variant_col
+
+    sweeps = sweeps if sweeps is not None else sweep_index_from_rows(results)
+    order = sweeps.select("sweep_id", "name", "created_at", pl.col("device_type").alias("sweep_device"))
+    rows = (
+        _with_columns(
+            results, ["sweep_id", "model_id", "variant", "status", "numerics", "fluent", "flaky", "started_at"]
+        )
+        .filter(pl.col("status").is_not_null())
+        .with_columns(variant_col(), pass_check_col().alias("check"))
+        .sort("started_at", nulls_last=False)
+        .unique(["sweep_id", "model_id", "variant"], keep="last")
+        .join(order.lazy(), on="sweep_id", how="inner")
+        .sort("created_at", "sweep_id")
+        .collect()
+    )
+    found: dict[tuple, dict] = {}
+    for r in rows.iter_rows(named=True):
+        outcome = "suspect PASS" if r["status"] == schema.PASS and r["check"] in SUSPECT_CHECKS else r["status"]
+        key = (r["name"], r["sweep_device"], r["model_id"], r["variant"])
+        seen = found.get(key)
+        if seen is None:
+            found[key] = {"sweeps": 1, "flips": 0, "outcome": outcome, "streak": 1, "since": r["sweep_id"]}
+        elif outcome == seen["outcome"]:
+            seen.update(sweeps=seen["sweeps"] + 1, streak=seen["streak"] + 1)
+        else:
+            seen.update(
+                sweeps=seen["sweeps"] + 1, flips=seen["flips"] + 1, outcome=outcome, streak=1, since=r["sweep_id"]
+            )
+        found[key].update(last_sweep=r["sweep_id"], flaky=bool(r["flaky"]))
+    return pl.DataFrame(
+        [
+            {"name": k[0], "device_type": k[1], "model_id": k[2], "variant": k[3], **v}
+            for k, v in sorted(found.items(), key=lambda kv: tuple(str(p) for p in kv[0]))
+        ],
+        schema={
+            "name": pl.String,
+            "device_type": pl.String,
+            "model_id": pl.String,
+            "variant": pl.String,
+            "sweeps": pl.Int64,
+            "flips": pl.Int64,
+            "outcome": pl.String,
+            "streak": pl.Int64,
+            "since": pl.String,
+            "last_sweep": pl.String,
+            "flaky": pl.Boolean,
+        },
+        orient="row",
+    )
+
+
+def sweep_index_from_rows(results: Frame) -> pl.DataFrame:
+    """The sweeps the rows name, with their name, device type and first start (no data folder at hand)."""
+    stats = sweep_stats(results).collect()
+    order = _history_q(stats, None, None).collect()
+    return order.select("sweep_id", "name", "created_at", "device_type")
+
+
+def streak_words(row: dict, labels: dict[str, str] | None = None) -> str:
+    """``failing since nightly 2026-12-04 00:00 (FAIL(gen)), 4 sweeps in a row; 3 flips in 9 sweeps``."""
+    labels = labels or {}
+    since = labels.get(row["since"], row["since"])
+    state = "passing" if row["outcome"] == schema.PASS else f"failing ({row['outcome']})"
+    words = f"{state} since {since}, {row['streak']} sweep{'s' if row['streak'] != 1 else ''} in a row"
+    if row["flips"]:
+        words += f"; {row['flips']} flip{'s' if row['flips'] != 1 else ''} in {row['sweeps']} sweeps"
+    return words + ("; flaky in the latest" if row["flaky"] else "")

@@ -6,11 +6,13 @@ of every row (``history.sweep_stats``); a second one derives all the tables from
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import polars as pl
 
 from ..record import store
+from . import perf
 from .checks import CHECK_COLUMNS, _pass_checks_q, _suspect_q
 from .coverage import unprobed
 from .diff import KEY, _changes_q, _signature_changes_q
@@ -168,15 +170,41 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
     changes = tables["changes"].join(unprobed_keys.unique(KEY), on=KEY, how="left", maintain_order="left")
     tables["changes"] = changes.filter(~((pl.col("change") == "removed") & pl.col("_u").fill_null(False))).drop("_u")
     tables.update(ops_tables(data_dir, sweep_id, baseline_sweep_id))
+    tables["perf"] = perf.perf_table(data_dir, sweep_id)  # every PASS's speed; beyond noise since the baseline
+    if baseline_sweep_id:
+        tables["perf_changes"] = perf.changes(data_dir, baseline_sweep_id, sweep_id)
     tables["models"] = with_files(data_dir, sweep_id, tables["models"])
+    tables.update(_standing(data_dir, sweep_id, sweeps))
     return tables
+
+
+def _standing(data_dir: Path | str, sweep_id: str, sweeps: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    """expectations: the sweep's runs against the expectations its definition named (``analysis.expectations``,
+    with its flaky runs apart); streaks: flips and streaks of its models over the sweeps of its name and device
+    (``history.model_streaks``), the models that flipped or keep failing."""
+    from . import expectations, flakes, gate
+    from .history import model_streaks
+
+    folder = store.sweep_dir(Path(data_dir), sweep_id)
+    expected = (
+        expectations.from_meta(store.read_sweep(Path(data_dir), sweep_id).expect)
+        if (folder / "sweep.json").is_file()
+        else {}
+    )
+    table = expectations.standing(flakes.outcomes(data_dir, sweep_id), expected, gate._flaky(Path(data_dir), sweep_id))
+    streaks = model_streaks(store.scan(Path(data_dir), "results"), sweeps).filter(
+        (pl.col("last_sweep") == sweep_id) & ((pl.col("flips") > 0) | (pl.col("outcome") != "PASS"))
+    )
+    return {"expectations": table, "streaks": streaks}
 
 
 def with_files(data_dir: Path | str, sweep_id: str, models: pl.DataFrame) -> pl.DataFrame:
     """``models`` (``tables.model_rows``) with where each run's files are, relative to the data folder, or null
     where absent: ``record`` (its JSON record, ``store.record_file``; an older sweep's name found by
-    ``store.find_record``) and ``repro_body`` (its repro body: the data folder's ``repro/<sha>.py``, else the
-    sweep's). The report links them from ``reports/``; each folder is listed once, not probed per model."""
+    ``store.find_record``), ``repro_body`` (its repro body: the data folder's ``repro/<sha>.py``, else the
+    sweep's) and ``localised`` (``model-support localise``'s result, its first wrong operator in
+    ``localised_operator``: "none" when none is wrong). The report links them from ``reports/``; each folder is
+    listed once, not probed per model."""
     data_dir = Path(data_dir)
     folder = store.sweep_dir(data_dir, sweep_id)
 
@@ -184,10 +212,15 @@ def with_files(data_dir: Path | str, sweep_id: str, models: pl.DataFrame) -> pl.
         return {p.name for p in path.iterdir()} if path.is_dir() else set()
 
     records, bodies, sweep_bodies = names(folder / "records"), names(store.repro_dir(data_dir)), names(folder / "repro")
+    localised = names(folder / store.LOCALISED)
     record_paths: list[str | None] = []
     body_paths: list[str | None] = []
+    localised_paths: list[str | None] = []
+    operators: list[str | None] = []
     for model_id, variant, sha in models.select("model_id", "variant", "repro_sha256").rows():
         name = f"{store.stem(model_id, variant)}.json"
+        localised_paths.append(f"sweeps/{sweep_id}/{store.LOCALISED}/{name}" if name in localised else None)
+        operators.append(_localised_operator(folder / store.LOCALISED / name) if name in localised else None)
         if name in records:
             record_paths.append(f"sweeps/{sweep_id}/records/{name}")
         elif records and (found := store.find_record(data_dir, sweep_id, model_id, variant)):
@@ -202,8 +235,19 @@ def with_files(data_dir: Path | str, sweep_id: str, models: pl.DataFrame) -> pl.
         else:
             body_paths.append(None)
     return models.with_columns(
-        pl.Series("record", record_paths, dtype=pl.String), pl.Series("repro_body", body_paths, dtype=pl.String)
+        pl.Series("record", record_paths, dtype=pl.String),
+        pl.Series("repro_body", body_paths, dtype=pl.String),
+        pl.Series("localised", localised_paths, dtype=pl.String),
+        pl.Series("localised_operator", operators, dtype=pl.String),
     )
+
+
+def _localised_operator(path: Path) -> str | None:
+    """The first wrong operator a stored localisation names ("none" when none is wrong); None if unreadable."""
+    try:
+        return json.loads(path.read_text()).get("operator") or "none"
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _device_time(data_dir: Path | str, sweep_id: str) -> pl.DataFrame:

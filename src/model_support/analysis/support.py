@@ -1,8 +1,8 @@
 """A model's support card from code: ``model_support.support("org/model", data_dir)`` and ``model-support
 support MODEL``.
 
-Read from the dataset alone (the ``results`` config, local or pulled from the Hub): for each stack (device type
-and torch / torch_tpu / transformers versions) and variant, the model's latest verdict, whether that PASS is
+Read from the dataset alone (the ``results`` config, local or pulled from the Hub): for each stack (its name in a sweep of several,
+device type and torch / torch_tpu / transformers versions) and variant, the model's latest verdict, whether that PASS is
 right, when it was last verified, how many sweeps of that stack and variant agree with it, and the evidence
 (the sweep, the repro body, the published notebook and log).
 """
@@ -17,8 +17,8 @@ from ..errors import UserError
 from ..record import store
 from .frames import SUSPECT_CHECKS, pass_check_col, variant_col
 
-#: What names a stack on a card.
-STACK_KEYS = ("device_type", "torch", "torch_tpu", "transformers")
+#: What names a stack on a card: the sweep's stack name (``stacks:``; null for a sweep of one), the device and versions.
+STACK_KEYS = ("stack_name", "device_type", "torch", "torch_tpu", "transformers")
 
 
 def support(model_id: str, data_dir: Path | str = "data") -> list[dict]:
@@ -34,6 +34,7 @@ def support(model_id: str, data_dir: Path | str = "data") -> list[dict]:
             "numerics",
             "fluent",
             "failure_signature",
+            "stack_name",
             "device_type",
             "versions",
             "started_at",
@@ -49,7 +50,13 @@ def support(model_id: str, data_dir: Path | str = "data") -> list[dict]:
     cards: dict[tuple, list[dict]] = {}
     for r in rows.iter_rows(named=True):
         versions = r["versions"] or {}
-        stack = (r["device_type"], versions.get("torch"), versions.get("torch_tpu"), versions.get("transformers"))
+        stack = (
+            r["stack_name"],
+            r["device_type"],
+            versions.get("torch"),
+            versions.get("torch_tpu"),
+            versions.get("transformers"),
+        )
         cards.setdefault((*stack, r["variant"]), []).append(r)
     out = []
     for key, runs in cards.items():

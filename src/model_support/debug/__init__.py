@@ -1,5 +1,6 @@
 """Debug one failing model: which module raises (``tracer``), which module diverges from the CPU
-reference and at which generation step it fails (``compare``), shown by ``views``; ``runner``
+reference and at which generation step it fails (``compare``), which aten operator is the first wrong one
+(``localise``, its one-operator script ``op_repro``), shown by ``views``; ``runner``
 executes ``notebooks/debug.ipynb`` for one model of a sweep. The notebook calls these names."""
 
 from ..display import show_html
@@ -20,6 +21,7 @@ from .compare import (
     summary_text,
 )
 from .compiled import explain_graph_breaks, graph_breaks_html
+from .localise import Localised, localise_forward, localised_html
 from .runner import (
     DebugRun,
     debug_notebook_path,

@@ -247,7 +247,7 @@ def model_dtype(model) -> str | None:
 
 
 def trace_forward(
-    model, input_ids, attention_mask=None, capture: bool = True, synchronize=None, extra_inputs=None
+    model, input_ids, attention_mask=None, capture: bool = True, synchronize=None, extra_inputs=None, within=None
 ) -> ForwardTrace:
     """One forward pass of ``model`` (inputs moved to its device) with every module hooked: for an
     image-text-to-text model, with its image inputs (``extra_inputs``), so the vision tower and the projector
@@ -256,13 +256,18 @@ def trace_forward(
     Never raises for the model's own exception: it is ``ForwardTrace.failure``. ``synchronize`` (the
     device adapter's) runs after the pass, so an asynchronous device error surfaces here too.
     Capturing copies every module's output to the CPU, which also forces each one to be computed
-    on lazy backends: pass ``capture=False`` to find where a forward raises without that."""
+    on lazy backends: pass ``capture=False`` to find where a forward raises without that. ``within``: a function
+    of the tracer giving a context to hold around the pass, inside the inference mode (the localiser's dispatch
+    mode, which reads the tracer's module stack)."""
+    import contextlib
+
     import torch
 
     device = model_device(model)
     tracer = ModuleTracer(model, capture=capture)
     failure = None
-    with tracer, torch.inference_mode():  # the inputs made on the device inside it, as the probe's generate does
+    watch = within(tracer) if within is not None else contextlib.nullcontext()
+    with tracer, torch.inference_mode(), watch:  # the inputs made on the device inside it, as the probe's generate does
         kwargs = {"input_ids": input_ids.to(device), **probe_core.on_device(extra_inputs, device, model)}
         if attention_mask is not None:
             kwargs["attention_mask"] = attention_mask.to(device)

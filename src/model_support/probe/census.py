@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import re
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,6 +36,10 @@ RUN, REFERENCE, PARTIAL = "run", "reference", "partial"
 CPU_STAGES = ("generate", "compile")
 #: The record's census fields, in order (``fields``).
 FIELDS = ("ops", "ops_stages", "ops_calls", "ops_source")
+#: The stages whose calls a census times (``timed``): the verdict's generation, the figure a slowdown moves.
+TIMED_STAGES = ("generate", "compile")
+#: ``ops_time_source`` of a census timed on the host clock.
+HOST_CLOCK = "host clock around each call in the generation (the device's operators finish before they return)"
 
 
 def dispatch_key(device_type: str) -> str:
@@ -48,10 +53,12 @@ def dispatch_key(device_type: str) -> str:
     return key
 
 
-def Census(device_type: str) -> Any:
+def Census(device_type: str, timed: bool = False) -> Any:
     """A census of the operators that reach ``device_type`` (a ``TorchDispatchMode``, see the module docstring):
-    hold it (``with``) over the stages, pass its ``enter`` as their ``on_stage`` hook, read ``fields(source)``."""
-    return _census_class()(device_type)
+    hold it (``with``) over the stages, pass its ``enter`` as their ``on_stage`` hook, read ``fields(source)``.
+    ``timed``: also the seconds each operator's calls take in the generation (``TIMED_STAGES``), on the host
+    clock: only true where a call returns once its work is done (the adapter's ``synchronous_ops``)."""
+    return _census_class()(device_type, timed)
 
 
 @functools.cache
@@ -64,9 +71,11 @@ def _census_class():
     has = torch._C._dispatch_has_kernel_for_dispatch_key
 
     class _Census(TorchDispatchMode):
-        def __init__(self, device_type: str):
+        def __init__(self, device_type: str, timed: bool = False):
             super().__init__()
             self.device_type = device_type
+            self.timed = timed
+            self.seconds: dict[str, float] = {}  # name -> seconds in the timed stages
             self.key = dispatch_key(device_type)
             self.on_cpu = device_type == "cpu"
             self.stage: str | None = None
@@ -140,7 +149,13 @@ def _census_class():
                 self.seen[name] = [self.stage, 1]
             else:
                 entry[1] += 1
-            return func(*args, **kwargs)
+            if not self.timed or self.stage not in TIMED_STAGES:
+                return func(*args, **kwargs)
+            began = time.perf_counter()
+            try:
+                return func(*args, **kwargs)
+            finally:
+                self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - began
 
         def fields(self, source: str) -> dict:
             """The record's census: ``ops`` in the order of first call, the stage of each first call, the
@@ -152,7 +167,19 @@ def _census_class():
                 "ops_source": source,
             }
 
+        def times(self) -> dict:
+            """``ops_device_s`` (each census operator's seconds in the generation, in ``ops`` order) and
+            ``ops_time_source``; null, saying why, for a census not timed (an asynchronous device)."""
+            if not self.timed:
+                return not_timed(f"{self.device_type} queues its operators asynchronously (no profiler read)")
+            return {"ops_device_s": [self.seconds.get(op, 0.0) for op in self.seen], "ops_time_source": HOST_CLOCK}
+
     return _Census
+
+
+def not_timed(why: str) -> dict:
+    """The per-operator time fields of a run whose operators were not timed, with the reason."""
+    return {"ops_device_s": None, "ops_time_source": f"not measured: {why}"}
 
 
 def takes_census(mode: str, sharded: bool = False) -> bool:

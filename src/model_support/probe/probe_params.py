@@ -174,6 +174,14 @@ PROBE_PARAMS: tuple[Param, ...] = (
     ),
     Param("seed", int, 0, "torch seed before generation", minimum=0),
     Param(
+        "perf",
+        bool,
+        True,
+        "time a PASS on its device after the verdict (TTFT, TPOT, tokens/s over repeats, bandwidth use); false skips it",
+    ),
+    Param("perf_tokens", int, 32, "perf: new tokens per timed generation", minimum=2),
+    Param("perf_repeats", int, 3, "perf: timed generations after a warm-up (median and spread)", minimum=1),
+    Param(
         "record_path",
         str,
         "",
@@ -213,6 +221,16 @@ PROBE_PARAMS: tuple[Param, ...] = (
         "set by the sweep runner: the Hub's metadata and download facts for the record (schema groups hub, download)",
         runner_owned=True,
         setting=False,
+    ),
+    Param(
+        "stack_name",
+        str,
+        "",
+        "set by the sweep runner: the stack (a `stacks:` entry of the definition) this probe ran on; names its "
+        "variant (eager+dynamic@NAME); empty: the sweep has one stack",
+        pattern=r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}|",
+        pattern_words="a stack's name: letters, digits, '.', '_' and '-', starting with a letter or digit",
+        runner_owned=True,
     ),
     Param(
         "checks",
@@ -357,28 +375,36 @@ def parameters_cell(params: tuple[Param, ...] = PROBE_PARAMS, notebook: str = "p
     return "\n".join(lines)
 
 
-def combinations(matrix: dict | None) -> list[dict]:
+def combinations(matrix: dict | None, stacks: dict | None = None) -> list[dict]:
     """A sweep's ``matrix:`` ({axis: [values]}) -> its combinations of probe settings, in a stable order
-    ([{}] without a matrix): one probe, notebook and record each, per model."""
+    ([{}] without a matrix), each on every one of its ``stacks:`` (``stack_name``, stack by stack): one probe,
+    notebook and record each, per model."""
     import itertools
 
     matrix = matrix or {}
     axes = list(matrix)
-    return [dict(zip(axes, combo)) for combo in itertools.product(*(matrix[a] for a in axes))] if axes else [{}]
+    combos = [dict(zip(axes, combo)) for combo in itertools.product(*(matrix[a] for a in axes))] if axes else [{}]
+    return [{**c, "stack_name": name} for name in stacks for c in combos] if stacks else combos
 
 
 #: How a matrix axis reads in a variant label: its value as it is, or ``<n>t`` for max_new_tokens.
 _LABEL_SUFFIX = {"max_new_tokens": "t"}
+#: Between a variant's settings and the stack it ran on, in a sweep of several stacks (``eager+dynamic@no-rsqrt``).
+STACK_MARK = "@"
 #: The axes a label always names (the rest only when not at their declared default).
 _ALWAYS_LABELLED = ("mode", "cache")
 
 
 def parse_variant(label: str) -> dict:
-    """``compile+static+32t`` -> {"mode": "compile", "cache": "static", "max_new_tokens": 32}; the inverse
-    of ``variant``; one sentence (ParameterError) for a label that is none."""
-    parts = label.split("+")
+    """``compile+static+32t`` -> {"mode": "compile", "cache": "static", "max_new_tokens": 32} (and
+    ``...@NAME`` -> its ``stack_name``); the inverse of ``variant``; one sentence (ParameterError) for a label that is none."""
+    settings_part, _, stack = label.partition(STACK_MARK)
+    parts = settings_part.split("+")
     try:
-        settings: dict[str, Any] = dict(zip(_ALWAYS_LABELLED, parts[: len(_ALWAYS_LABELLED)], strict=True))
+        if stack:
+            BY_NAME["stack_name"].check(stack)
+        settings: dict[str, Any] = {"stack_name": stack} if stack else {}
+        settings |= dict(zip(_ALWAYS_LABELLED, parts[: len(_ALWAYS_LABELLED)], strict=True))
         for part in parts[len(_ALWAYS_LABELLED) :]:
             axis = next(a for a, suffix in _LABEL_SUFFIX.items() if part.endswith(suffix) and a not in settings)
             settings[axis] = BY_NAME[axis].type(part.removesuffix(_LABEL_SUFFIX[axis]))
@@ -398,7 +424,8 @@ def variant(settings: dict) -> str:
         value = settings.get(axis, BY_NAME[axis].default)
         if axis in _ALWAYS_LABELLED or value != BY_NAME[axis].default:
             parts.append(f"{value}{_LABEL_SUFFIX.get(axis, '')}")
-    return "+".join(parts)
+    stack = settings.get("stack_name") or ""
+    return "+".join(parts) + (f"{STACK_MARK}{stack}" if stack else "")
 
 
 def write_parameters_cells() -> None:

@@ -52,6 +52,7 @@ def new_record(
             **{name: settings[name] for name in RECORDED_SETTINGS},
             # as a record says them: no revision is null, an undecided task null, the prompt the one the task uses
             "revision": settings["revision"] or None,
+            "stack_name": settings["stack_name"] or None,
             "task": None if task == "auto" else task,
             "prompt": settings["image_prompt"] if task == schema.IMAGE_TEXT_TO_TEXT else settings["prompt"],
             "variant": probe_params.variant(settings),

@@ -21,7 +21,7 @@ from ..fileio import atomic_write_json
 from ..record import schema
 from ..record.schema import Record
 from ..redact import redact_record
-from . import census, devices, hub, hub_fetch, phases, probe_core, probe_params
+from . import census, devices, hub, hub_fetch, performance, phases, probe_core, probe_params
 from .checks import NO_WEIGHTS_ATTRIBUTION, attribute, started_path, write_started
 from .model_ids import check_there, machine_paths, portable_id, unavailable
 from .records import fail, new_record
@@ -158,6 +158,7 @@ def _sharded(record: Record, settings: dict, adapter) -> bool:
             phases.checks(record, settings, "attribute")
         return True
     record["status"] = schema.PASS
+    schema.fill(record, performance.perf_fields(record, settings, {}, adapter))  # why not: several devices
     phases.checks(record, settings, "pass", result.get("step_scores"), result.get("input_ids"))
     return True
 
@@ -258,7 +259,7 @@ def _probe(record: Record, settings: dict) -> None:
         return
     record.update({"devices_used": 1, "parallelism": "none"})
     adapter.reset_peak_memory()
-    counted = census.Census(adapter.type) if census.takes_census(settings["mode"]) else None
+    counted = census.Census(adapter.type, adapter.synchronous_ops) if census.takes_census(settings["mode"]) else None
     with counted or contextlib.nullcontext(), phases.device_work():  # weights to the device, compile, generate
         result = probe_core.run_stages(
             model_id=settings["load_from"],
@@ -268,9 +269,13 @@ def _probe(record: Record, settings: dict) -> None:
             compile_backend=adapter.compile_backend(),
             on_stage=phases.stages(counted.enter if counted else None),  # the host's loading off the device clock
             on_device=phases.to_device,  # the weights move: the device's work again
+            keep_model=settings["perf"],  # the perf phase times it again, still on the device
         )
     if counted is not None and not result["exclusion_reason"]:
         schema.fill(record, counted.fields(census.RUN if result["exception"] is None else census.PARTIAL))
+        schema.fill(record, counted.times() if result["exception"] is None else census.not_timed("not a PASS"))
+    elif not result["exclusion_reason"]:
+        schema.fill(record, census.not_timed(f"no census in mode {settings['mode']} (and no profiler read)"))
     if settings["mode"] == "compile":
         record["compile_backend"] = adapter.compile_backend()
     schema.fill(record, {key: result[key] for key in STAGE_FIELDS})
@@ -282,6 +287,7 @@ def _probe(record: Record, settings: dict) -> None:
         return
     if result["exception"] is not None:
         record_failure(record, result["failure_stage"], result["exception"], status=result["status"])
+        schema.fill(record, performance.perf_fields(record, settings, {}, adapter))  # why not: not a PASS
         del result  # the failed model (held by the exception's frames) is freed before the reference loads
         if record["ops"] is not None:  # the reference's census completes the partial one: its coverage asks
             gc.collect()  # the device's stack, so this attribution stays in the device phase
@@ -292,6 +298,8 @@ def _probe(record: Record, settings: dict) -> None:
         return
     record["status"] = schema.PASS
     _coverage(record, adapter)
+    with phases.device_work():  # the perf phase: the same model timed again on its device, before the release
+        schema.fill(record, performance.perf_fields(record, settings, result, adapter))
     device_steps, prompt_ids = result["step_scores"], result["input_ids"]
     del result  # the device's model is freed before the reference loads
     phases.checks(record, settings, "pass", device_steps, prompt_ids)

@@ -118,6 +118,7 @@ GROUPS = {
     "provenance": "the stack, the host, and how to see or reproduce the run",
     "hub": "the Hub's metadata (null for local folders)",
     "ops": "the operators the probe dispatched to its device (its census) and what the stack lacks of them",
+    "perf": "how fast a PASS runs on its device: repeats after the verdict, compile apart, bandwidth utilisation",
 }
 
 #: The record's current version: the highest ``since`` (raise it when adding fields, and give them that ``since``).
@@ -127,8 +128,12 @@ GROUPS = {
 #: 10: the task (image-text-to-text beside text-generation); 11: the repro script's settings and body hash
 #: (the body stored once, ``repro/<sha256>.py``); 12: why a compiled run was not compared with eager; 13: the
 #: operator census and the stack's coverage of it; 14: the whole installed stack's hash (``stack_sha``; the
-#: list in sweep.json); 15: torch's CPU threads where the model ran (``cpu_threads``: the timings depend on it).
-VERSION = 15
+#: list in sweep.json); 15: torch's CPU threads where the model ran (``cpu_threads``: the timings depend on it);
+#: 16: performance measured over repeats in the device phase (TTFT, TPOT, tokens/s, their spread, bandwidth
+#: utilisation, per-operator device time); 17: where the numbers go wrong (the operator a silent crash died in,
+#: host syncs and CPU fallbacks per token, recompiles across prompt lengths); 18: attempts (a changed verdict
+#: rerun before it counts, ``flaky``) and the stack a row ran on in a sweep of several (``stack_name``).
+VERSION = 18
 
 
 class Record(TypedDict):
@@ -164,7 +169,10 @@ class Record(TypedDict):
     generated_text: Annotated[str | None, Col("generation", 1, "the generated tokens, decoded")]
     failed_step: Annotated[int | None, Col("generation", 1, "new tokens generated before generation raised")]
     max_new_tokens: Annotated[int | None, Col("settings", 1, "greedy new tokens asked for")]
-    variant: Annotated[str | None, Col("identity", 5, "mode+cache[+<n>t]", older=DEFAULT_VARIANT)]
+    variant: Annotated[str | None, Col("identity", 5, "mode+cache[+<n>t][@<stack>]", older=DEFAULT_VARIANT)]
+    stack_name: Annotated[
+        str | None, Col("identity", 18, "the stack it ran on in a sweep of several (`stacks:`); null: one stack")
+    ]
     mode: Annotated[str | None, Col("settings", 5, "eager, fused or compile")]
     cache: Annotated[str | None, Col("settings", 5, "the KV cache: dynamic or static")]
     dtype: Annotated[str | None, Col("settings", 1, "the dtype the model was loaded in")]
@@ -247,6 +255,21 @@ class Record(TypedDict):
         str | None, Col("provenance", 11, "the repro script's body, `repro/<sha256>.py` beside the data")
     ]
     exclusion_reason: Annotated[str | None, Col("verdict", 1, "why the row has no verdict (excluded)")]
+    attempts: Annotated[
+        str | None,
+        Col(
+            "verdict",
+            18,
+            "JSON list, first first: each attempt's status, suspect, failure_signature, started_at, duration_s (a "
+            "verdict that differed from the baseline's, rerun before it counts); null: run once",
+        ),
+    ]
+    flaky: Annotated[
+        bool | None,
+        Col(
+            "verdict", 18, "the attempts gave two verdicts (or suspect-ness): the record is the first that did not pass"
+        ),
+    ]
     pipeline_tag: Annotated[str | None, Col("hub", 3, "the Hub's pipeline tag")]
     library_name: Annotated[str | None, Col("hub", 3, "the Hub's library name")]
     downloads: Annotated[int | None, Col("hub", 3, "downloads (last 30 days)")]
@@ -268,6 +291,34 @@ class Record(TypedDict):
     ops_missing: Annotated[list[str] | None, Col("ops", 13, "census operators the device's stack lacks")]
     ops_fallback: Annotated[list[str] | None, Col("ops", 13, "census operators the stack runs on the CPU (fallback)")]
     ops_unknown: Annotated[list[str] | None, Col("ops", 13, "census operators the device adapter cannot judge")]
+    ops_device_s: Annotated[
+        list[float] | None, Col("ops", 16, "seconds each census operator took in the verdict's generation")
+    ]
+    ops_time_source: Annotated[
+        str | None, Col("ops", 16, "how ops_device_s was timed, or why not (not measured: compile, async device)")
+    ]
+    perf_tokens_out: Annotated[int | None, Col("perf", 16, "new tokens per perf repeat (perf_tokens)")]
+    perf_first_call_s: Annotated[
+        float | None, Col("perf", 16, "the perf phase's warm-up generation, compilation and first calls included")
+    ]
+    ttft_s: Annotated[float | None, Col("perf", 16, "time to first token, prefill of the prompt, median of repeats")]
+    ttft_s_repeats: Annotated[list[float] | None, Col("perf", 16, "ttft_s of each repeat")]
+    ttft_spread: Annotated[float | None, Col("perf", 16, "(max - min) / median of ttft_s_repeats")]
+    tpot_s: Annotated[float | None, Col("perf", 16, "seconds per output token after the first, median of repeats")]
+    tpot_s_repeats: Annotated[list[float] | None, Col("perf", 16, "tpot_s of each repeat")]
+    tpot_spread: Annotated[float | None, Col("perf", 16, "(max - min) / median of tpot_s_repeats")]
+    perf_tokens_per_s: Annotated[
+        float | None, Col("perf", 16, "new tokens per second over a whole generation, median of repeats")
+    ]
+    perf_tokens_per_s_repeats: Annotated[list[float] | None, Col("perf", 16, "perf_tokens_per_s of each repeat")]
+    perf_peak_device_mem_mb: Annotated[float | None, Col("perf", 16, "peak device memory over the perf phase, MiB")]
+    decode_bytes_per_token: Annotated[
+        int | None, Col("perf", 16, "bytes a decode step reads: parameters (active experts) + KV cache at mid-run")
+    ]
+    bandwidth_utilisation: Annotated[
+        float | None, Col("perf", 16, "decode_bytes_per_token / tpot_s over the device's declared peak bandwidth")
+    ]
+    perf_note: Annotated[str | None, Col("perf", 16, "what was measured and how, or why not")]
 
 
 _SCALARS: dict[type, pa.DataType] = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}

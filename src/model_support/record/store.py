@@ -38,6 +38,8 @@ OPS_CONFIG = "ops"
 DATASET_CONFIGS = (*CONFIGS, OPS_CONFIG)
 #: The folder of repro bodies, one file per body (``<sha256>.py``): in a sweep's folder and in the data folder.
 REPRO = "repro"
+#: A sweep's folder of first wrong operators (``debug.localise``): ``<model>.json``, its one-operator script, inputs.
+LOCALISED = "localised"
 #: The first line of every repro script's body (``probe.repro.body``): where a script's header ends.
 REPRO_BODY_MARK = "# ---- The probe's own code"
 #: A sweep's file saying where its notebooks and logs are published (``published_logs``).

@@ -92,6 +92,9 @@ class SweepMeta:
     prefetch: int = 1
     cache: dict = field(default_factory=dict)
     matrix: dict = field(default_factory=dict)
+    #: ``stacks:``: name -> {"env": {VAR: value}}: every model and variant ran on each, its rows' ``stack_name``
+    #: and variant (``eager+dynamic@NAME``) naming it; {} for a sweep of one stack (and sweeps before it existed).
+    stacks: dict = field(default_factory=dict)
     versions: dict = field(default_factory=dict)
     stack: dict[str, str] = field(default_factory=dict)
     #: The device backends' own configuration the sweep ran with (``devices.stack_configuration``); None in
@@ -100,6 +103,13 @@ class SweepMeta:
     host: str = ""
     #: how the last run used its devices (``sweep.device_time``: held-idle share, utilisation, where the rest went)
     device_time: dict = field(default_factory=dict)
+    #: The expectations the definition named (``expect:``): {"file": path, "entries": {model: {verdict, reason,
+    #: until}}} as the file held them when the sweep was created (``analysis.expectations``); {} for none.
+    expect: dict = field(default_factory=dict)
+    #: How often a verdict that differs from the baseline's is rerun before it counts (``sweep.reruns``).
+    reruns: int = 1
+    #: The sweep those verdicts were compared with (chosen at the first run, kept for ``--resume``); None: none.
+    baseline: str | None = None
     version: int = VERSION
 
     def to_dict(self) -> dict:

@@ -302,6 +302,8 @@ def _model_row(row: dict, sweep_id: str, variants: bool, tasks: bool) -> list[Ce
     links = [("record", _link(row["record"]))] if row["record"] else []
     if row["repro_body"]:
         links.append(("repro", _link(row["repro_body"])))
+    if row.get("localised"):  # model-support localise ran: its first wrong operator (or none) beside the record
+        links.append((f"wrong op: {row.get('localised_operator') or '?'}", _link(row["localised"])))
     cells = [Cell(row["model_id"], cls="ms-model")]
     if variants:
         cells.append(Cell(row["variant"]))

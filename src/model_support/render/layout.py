@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from . import charts, modes, ops, sections
+from . import charts, modes, ops, perf, sections, stacks
 from .html import charted_model_types, legend_html, models_html, table_html, unprobed_html
 
 
@@ -121,6 +121,45 @@ def _about(ctx: Context) -> str:
     )
 
 
+#: The lists of the known-and-new-failures section (``analysis.expectations.standing``'s kinds): anchor, heading.
+_STANDING_LISTS = {
+    "new failure": ("new-failures", "New failures (not expected)"),
+    "known failure": ("known-failures", "Known failures (expected, with their reason)"),
+    "flaky": ("flaky", "Flaky (the rerun gave another verdict: not counted as a change)"),
+    "unexpectedly passing": ("unexpectedly-passing", "Unexpectedly passing: remove the expectation"),
+    "expired expectation": ("expired-expectations", "Expired expectations: renew or remove them"),
+}
+
+
+def _standing(ctx: Context) -> str:
+    """Known failures (the sweep definition's ``expect:``, with their reason) apart from new ones, the flaky runs,
+    the expectations to remove or renew, and the models that flipped or keep failing; "" when none of it applies."""
+    from ..analysis.history import streak_words
+
+    table, streaks = ctx.tables.get("expectations"), ctx.tables.get("streaks")
+    parts = []
+    if table is not None and table.height and set(table["kind"]) - {"new failure"}:
+        for kind, (anchor, heading) in _STANDING_LISTS.items():
+            rows = table.filter(pl.col("kind") == kind).drop("kind")
+            if rows.height:
+                parts.append(f'<h3 id="{anchor}">{html.escape(heading)} ({rows.height})</h3>{table_html(rows)}')
+    if streaks is not None and streaks.height:
+        labels = dict(ctx.tables["sweeps"].select("sweep_id", "label").rows()) if "sweeps" in ctx.tables else {}
+        words = streaks.select(
+            "model_id",
+            "variant",
+            pl.Series("history", [streak_words(r, labels) for r in streaks.iter_rows(named=True)]),
+        )
+        parts.append(f'<h3 id="flips-and-streaks">Flips and streaks</h3>{table_html(words)}')
+    if not parts:
+        return ""
+    return (
+        '<h2 id="known-and-new-failures">Known and new failures</h2><p>The failures the sweep definition expects '
+        "(<code>expect:</code>) are known; the others are new. A run whose verdict differed from the baseline's was "
+        "rerun before it counted: one whose attempts disagree is flaky, neither new nor known.</p>" + "".join(parts)
+    )
+
+
 SECTIONS: tuple[Section, ...] = (
     Section(
         "verdicts",
@@ -137,6 +176,7 @@ SECTIONS: tuple[Section, ...] = (
         "a transformers or checkpoint change).",
         lambda ctx: sections.changes_html(ctx.tables, ctx.sweep_id, ctx.baseline_sweep_id),
     ),
+    Section("known-and-new-failures", None, "", lambda ctx: _standing(ctx)),
     Section(
         "whose-failures",
         "Whose failures",
@@ -178,6 +218,7 @@ SECTIONS: tuple[Section, ...] = (
         lambda ctx: ops.implement_next_html(ctx.tables),
     ),
     Section("execution-modes", None, "", lambda ctx: modes.modes_html(ctx.tables)),
+    Section("stacks", None, "", lambda ctx: stacks.stacks_html(ctx.tables)),
     Section("devices-and-parallelism", None, "", lambda ctx: sections.devices_html(ctx.tables)),
     Section(
         "not-probed",
@@ -223,6 +264,18 @@ SECTIONS: tuple[Section, ...] = (
             + table_html(ctx.tables["timings"])
             + _device_time(ctx)
         ),
+    ),
+    Section(
+        "performance",
+        "Performance",
+        "Every PASS timed again on its device after its verdict (the perf phase, <code>perf_tokens</code> new tokens, "
+        "a warm-up then <code>perf_repeats</code> repeats): TTFT (the prompt's prefill and first token) and TPOT (per "
+        "token after it) as medians, ± half their spread over the repeats; tokens/s over a whole generation; the "
+        "warm-up, compilation included; the peak device memory; the share of the device's declared memory bandwidth "
+        "a decode step reaches (parameters and KV cache read per token); the operators that took longest in the "
+        "verdict's generation where they were timed. Against the baseline, a run counts as slower or faster when a "
+        "median moved by more than 5% and the repeats do not overlap (<code>model-support diff --fail-on perf</code>).",
+        lambda ctx: perf.perf_html(ctx.tables),
     ),
     Section(
         "peak-memory",

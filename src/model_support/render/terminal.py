@@ -168,7 +168,7 @@ def sweep_list_rows(data_dir: Path | str) -> list[dict]:
         records = store.read_records(data_dir, sweep_id)
         counts = Counter(r["status"] if not r.get("exclusion_reason") else "excluded" for r in records)
         devices = Counter(r["device_type"] for r in records if r.get("device_type"))
-        expected = len(meta.models) * len(probe_params.combinations(meta.matrix))
+        expected = len(meta.models) * len(probe_params.combinations(meta.matrix, meta.stacks))
         try:
             with store.writing(data_dir, sweep_id):
                 running = False

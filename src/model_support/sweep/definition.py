@@ -39,6 +39,15 @@ class SweepParams:
     hub_list: dict = field(default_factory=dict)
     prefetch: int = 1
     matrix: dict = field(default_factory=dict)
+    #: The expectations file (absolute; ``expect:``, relative to the definition), "" for none.
+    expect: str = ""
+    #: How often a verdict that differs from the baseline's is rerun before it counts (``sweep.reruns``).
+    reruns: int = 1
+    #: What sweep.json keeps of ``expect``: {"file", "entries": the file's mapping, dates as ISO text}; checked by
+    #: ``analysis.expectations.from_meta`` (the CLI, before the sweep is written).
+    expectations: dict = field(default_factory=dict)
+    #: ``stacks:``: name -> {"env": {VAR: value}}; every model and variant runs on each (empty: one stack)
+    stacks: dict = field(default_factory=dict)
 
 
 def refuse(found: list[tuple[tuple[int, int], str]], source: str) -> None:
@@ -104,6 +113,8 @@ def parse(raw, source: str = "<params>", base: Path | None = None, lines: dict |
     models = [m for m in models if m.model_id not in excluded]
     if not models:
         raise SweepConfigError(f"{source}: no models to run; list some under 'models'.")
+    folder = Path(source).parent if Path(source).is_file() else base  # ``expect:`` is relative to the definition
+    expect = str((folder / checked.expect).resolve()) if checked.expect else ""
     return SweepParams(
         name=checked.name,
         models=models,
@@ -118,7 +129,31 @@ def parse(raw, source: str = "<params>", base: Path | None = None, lines: dict |
         hub_list=hub_list,
         prefetch=checked.prefetch,
         matrix=dict(raw.get("matrix") or {}),
+        expect=expect,
+        expectations=_expectations(expect, _at(source, lines or {}, ("expect",))) if expect else {},
+        reruns=checked.reruns,
+        stacks={name: {"env": dict(stack.env)} for name, stack in (checked.stacks or {}).items()},
     )
+
+
+def _expectations(path: str, where: str) -> dict:
+    """The expectations file's mapping as sweep.json keeps it (``SweepParams.expectations``): read here, its entries
+    checked by the analysis that reads them (``analysis.expectations``)."""
+    import datetime as _dt
+    import json
+
+    import yaml
+
+    try:
+        raw = yaml.safe_load(Path(path).read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise SweepConfigError(f"{where}: expect: {path} is not YAML ({str(exc).splitlines()[0]}).") from None
+    if not isinstance(raw, dict):
+        raise SweepConfigError(
+            f"{where}: expect: {path} must hold a mapping of model id to {{verdict, reason, until}}."
+        )
+    entries = json.loads(json.dumps(raw, default=lambda v: v.isoformat() if isinstance(v, _dt.date) else str(v)))
+    return {"file": path, "entries": entries}
 
 
 def _at(source: str, lines: dict, loc: tuple) -> str:

@@ -195,6 +195,19 @@ def _task(task: str) -> str:
     return task
 
 
+def _expect_file(path: str, info: ValidationInfo) -> str:
+    """An expectations file that is there, relative to the definition's folder (its entries are checked where the
+    expectations are read: ``analysis.expectations``)."""
+    folder = (info.context or {}).get("folder") or Path.cwd()
+    if not (Path(folder) / path).is_file():
+        raise _mistake(
+            f"{path!r} is no file (relative to {str(folder)!r}, the definition's folder); give an expectations YAML "
+            "file of MODEL: {verdict, reason, until}.",
+            at="subject",
+        )
+    return path
+
+
 def _id_alone(entry: Any) -> Any:
     """A model given as its id alone (``- org/model``) is ``{id: org/model}``."""
     return {"id": entry} if isinstance(entry, str) else entry
@@ -246,6 +259,40 @@ class Cache(_Strict):
     keep: bool = Field(False, description="true or false")
 
 
+def _stack_name(name: str) -> str:
+    """A stack's name names its rows' variant (``eager+dynamic@NAME``) and so their files: a plain name."""
+    problem = probe_params.BY_NAME["stack_name"].problem(name)
+    if problem or not name:
+        raise _mistake(
+            f"stack name {name!r} is not a plain name; use letters, digits, '.', '_' and '-' (such as 'no-rsqrt').",
+            at="subject",
+        )
+    return name
+
+
+class Stack(_Strict):
+    """One stack of a sweep that runs its models on several (``stacks:``): the environment variables it sets
+    (the backend's settings, ``MODEL_SUPPORT_PRETEND``, ``LIBTPU_INIT_ARGS``, ...) for its probes' processes."""
+
+    env: dict[str, str] = Field(
+        default_factory=dict, description="a mapping of environment variable names to string values"
+    )
+    packages: dict[str, str] | None = Field(None, description="a mapping of distributions to versions")
+
+    @model_validator(mode="after")
+    def _runnable(self) -> "Stack":
+        if self.packages:
+            raise _mistake(
+                "a stack's packages are not run by a sweep yet (the bisect's overlay environments run repro scripts, "
+                "not probe notebooks); give env only, or compare package versions with `model-support bisect`.",
+                at="self",
+            )
+        for name in self.env:
+            if not name or not all(c.isalnum() or c == "_" for c in name) or name[0].isdigit():
+                raise _mistake(f"{name!r} is not an environment variable name (letters, digits and '_').", at="self")
+        return self
+
+
 class Definition(_Strict):
     """A sweep definition, as docs/sweeps.md lists its keys."""
 
@@ -266,6 +313,13 @@ class Definition(_Strict):
     cache: Cache | None = Field(None, description="a mapping {dir, max_gb, keep}")
     prefetch: int = Field(1, ge=0, description="0 (no download ahead) or more")
     matrix: Matrix | None = Field(None, description="a mapping of probe parameters to lists of values")  # type: ignore[valid-type]
+    stacks: dict[Annotated[str, AfterValidator(_stack_name)], Stack] | None = Field(
+        None, description="a mapping of stack names to {env}"
+    )
+    expect: Annotated[str, AfterValidator(_expect_file)] | None = Field(
+        None, description="an expectations file (YAML), relative to the definition"
+    )
+    reruns: int = Field(1, ge=0, description="0 (no rerun) or more: how often a changed verdict is rerun")
 
 
 #: What a list's item is, in words, by the list's key.
@@ -278,7 +332,8 @@ ITEM_WORDS = {
 def validate(raw: Any, source: str, base: Path, lines: Lines) -> tuple[Definition | None, list[Mistake]]:
     """The definition, or None and every mistake in it (one sentence each, with its line)."""
     try:
-        return Definition.model_validate(raw, context={"base": base}), []
+        folder = Path(source).parent if Path(source).is_file() else base
+        return Definition.model_validate(raw, context={"base": base, "folder": folder}), []
     except ValidationError as exc:
         return None, [(_at(tuple(e["loc"]), lines), _sentence(e, source, lines)) for e in exc.errors()]
 

@@ -16,6 +16,7 @@ import datetime as _dt
 import errno
 import sys
 import time
+import typing
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,7 +28,7 @@ from ..probe.hub_fetch import is_local
 from ..record import schema, store
 from ..record.store import SweepLock  # one writer per sweep; the store's commands take it too
 from ..record.sweep_meta import SweepMeta, new_sweep_id
-from . import device_time, executors
+from . import device_time, executors, reruns
 from .budget import CacheBudget
 from .definition import SweepParams
 from .diskspace import check_room, disk_full, disk_words, relative_to_data
@@ -41,7 +42,7 @@ def build_tasks(meta: SweepMeta) -> list[ProbeTask]:
     resume), model by model: a model's variants run one after another, on its downloaded files."""
     tasks: list[ProbeTask] = []
     cache = meta.cache or {}
-    for model, combo in ((m, c) for m in meta.models for c in probe_params.combinations(meta.matrix)):
+    for model, combo in ((m, c) for m in meta.models for c in probe_params.combinations(meta.matrix, meta.stacks)):
         tasks.append(
             {
                 "sweep_id": meta.sweep_id,
@@ -80,7 +81,7 @@ def tasks_to_run(data_dir: Path, meta: SweepMeta) -> list[ProbeTask]:
     ]
 
 
-def create(params: SweepParams, data_dir: Path) -> SweepMeta:
+def create(params: SweepParams, data_dir: Path, reruns_n: int | None = None) -> SweepMeta:
     """Write sweep.json (settings, models, stack, host) before anything runs; return it."""
     meta = SweepMeta(
         sweep_id=new_sweep_id(params.name),
@@ -92,6 +93,7 @@ def create(params: SweepParams, data_dir: Path) -> SweepMeta:
         workers=params.workers,
         prefetch=params.prefetch,
         matrix=params.matrix,
+        stacks=params.stacks,
         probe=params.probe,
         timeout_s=params.timeout_s,
         models=params.models,
@@ -101,6 +103,8 @@ def create(params: SweepParams, data_dir: Path) -> SweepMeta:
         stack=provenance.stack(),
         device_config=devices.stack_configuration(),
         host=provenance.host(),
+        expect=params.expectations,
+        reruns=params.reruns if reruns_n is None else reruns_n,
     )
     meta.write(store.sweep_dir(data_dir, meta.sweep_id))
     return meta
@@ -115,6 +119,8 @@ def run(
     on_result: Callable[[dict, int, int], None] | None = None,
     prefetch: int | None = None,
     report: bool = False,
+    screen: Callable[[SweepMeta, str], reruns.Screen | None] | None = None,
+    reruns_n: int | None = None,
 ) -> dict:
     """Run (or resume) a sweep to the end; return a summary with the sweep id and verdict counts.
 
@@ -123,18 +129,23 @@ def run(
     the command that finishes the job; nothing partial is left and the running probes are stopped. A stop
     (KeyboardInterrupt: Ctrl-C, or SIGTERM as the CLI turns it) or the executor failing ends it with
     ``Interrupted``, the same kind of sentence. The sweep refuses to start when the folder's free space is
-    clearly too small for what it will write (``check_room``)."""
+    clearly too small for what it will write (``check_room``).
+
+    ``screen`` (``analysis.flakes.baseline_for``, given by the CLI: this room does not read the dataset's tables)
+    gives the baseline of a sweep (its meta and its resolved device type): a run whose verdict differs from the
+    baseline's is rerun (``reruns``: up to sweep.json's ``reruns`` times; ``reruns_n`` sets it for a new sweep)
+    before it is stored, in rounds after the first pass."""
     data_dir = Path(data_dir).resolve()  # probe kernels run in their own folders
     if params is not None and (executor or params.executor) == "ray":  # before the sweep is written
         check_ray_device(params.probe.get("device", "auto"))
         check_ray_address()
-    meta = _start(params, data_dir, resume, report)
+    meta = _start(params, data_dir, resume, report, reruns_n)
     executor = executor or meta.executor
     device = meta.probe.get("device", "auto")
     if executor == "ray":
         check_ray_device(device)
     started = time.time()
-    total = len(meta.models) * len(probe_params.combinations(meta.matrix))
+    total = len(meta.models) * len(probe_params.combinations(meta.matrix, meta.stacks))
     pending: dict[str, dict] = {}
     with SweepLock(store.sweep_dir(data_dir, meta.sweep_id)), _stops(data_dir, meta.sweep_id, total):
         if resume and (moved := store.migrate_names(data_dir, meta.sweep_id)):
@@ -143,14 +154,28 @@ def run(
                 "two model ids could no longer share a file).",
                 file=sys.stderr,
             )
+        screening = _screening(data_dir, meta, screen, device)
         tasks = tasks_to_run(data_dir, meta)
-        runner = _executor(executor, data_dir, meta, tasks, workers or meta.workers, prefetch)
-        runner.submit(tasks)
-        results = runner.results()
-        try:
-            counts = _store_all(results, data_dir, meta, pending, total - len(tasks), total, on_result)
-        finally:
-            results.close()  # stops the running probes at once when the sweep ends early
+        done = total - len(tasks)
+        for stack, group in _by_stack(tasks):  # one pass per stack, its processes started in its environment
+            with _stack_environment(meta, stack):
+                todo = group
+                while True:  # the pass, then a round of reruns of the verdicts that differ from the baseline's
+                    runner = _executor(executor, data_dir, meta, todo, workers or meta.workers, prefetch)
+                    runner.submit(todo)
+                    results = runner.results()
+                    again: list = []
+                    try:
+                        settled_before = done + len(group) - len(todo)
+                        counts = _store_all(
+                            results, data_dir, meta, pending, settled_before, total, on_result, screening, again
+                        )
+                    finally:
+                        results.close()  # stops the running probes at once when the sweep ends early
+                    todo = [t for t in group if (t["model_id"], t["variant"]) in set(again)]
+                    if not todo:
+                        break
+            done += len(group)
         used = _device_time(data_dir, meta, started, runner.workers)
     return {
         "sweep_id": meta.sweep_id,
@@ -166,6 +191,50 @@ def run(
         "excluded_before": dict(meta.excluded or {}),
         "device_time": used,
     }
+
+
+def _by_stack(tasks: list[ProbeTask]) -> list[tuple[str, list[ProbeTask]]]:
+    """The tasks in one group per stack (``stack_name``; "" for a sweep of one), in the sweep's order; one empty
+    group when nothing is left to run (the pass then only stores what is there)."""
+    groups: dict[str, list[ProbeTask]] = {}
+    for task in tasks:
+        groups.setdefault(task["params"].get("stack_name") or "", []).append(task)
+    return list(groups.items()) or [("", [])]
+
+
+@contextlib.contextmanager
+def _stack_environment(meta: SweepMeta, stack: str) -> Iterator[None]:
+    """This process's environment with the stack's variables set (``stacks:`` NAME ``env``) while its pass runs:
+    the executor's processes (workers, warm probes, the kernel zygote) start from it, so each probe, its
+    recorded backend configuration (``device_config``) and its repro script are the stack's. Put back after."""
+    import os
+
+    env = (meta.stacks.get(stack) or {}).get("env") or {} if stack else {}
+    before = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _screening(
+    data_dir: Path, meta: SweepMeta, screen: Callable[[SweepMeta, str], reruns.Screen | None] | None, device: str
+) -> reruns.Screen | None:
+    """The baseline this run's verdicts are screened against (none without ``screen`` or with ``reruns: 0``); the
+    one chosen is kept in sweep.json (``baseline``; "" for none) at the first run, for ``--resume``."""
+    if screen is None or not meta.reruns:
+        return None
+    found = screen(meta, executors.device_kind(device))
+    if meta.baseline is None:
+        meta.baseline = found.sweep_id if found else ""
+        with _writing():
+            meta.write(store.sweep_dir(data_dir, meta.sweep_id))
+    return found
 
 
 def _device_time(data_dir: Path, meta: SweepMeta, started: float, workers: int) -> dict | None:
@@ -216,7 +285,9 @@ def _finish_words(data_dir: Path, sweep_id: str, total: int) -> str:
     return f"{_stored(data_dir, sweep_id)} of {total} stored; `model-support sweep --resume {sweep_id}` finishes it"
 
 
-def _start(params: SweepParams | None, data_dir: Path, resume: str | None, report: bool) -> SweepMeta:
+def _start(
+    params: SweepParams | None, data_dir: Path, resume: str | None, report: bool, reruns_n: int | None = None
+) -> SweepMeta:
     """The sweep to run: the one to resume, or a new one written from ``params``; refused (before it is
     written) when the data folder is clearly too small for it."""
     if resume:
@@ -225,9 +296,9 @@ def _start(params: SweepParams | None, data_dir: Path, resume: str | None, repor
         return meta
     if params is None:
         raise UserError("Give a sweep definition (params YAML) or --resume SWEEP_ID.")
-    check_room(data_dir, len(params.models) * len(probe_params.combinations(params.matrix)), report)
+    check_room(data_dir, len(params.models) * len(probe_params.combinations(params.matrix, params.stacks)), report)
     try:
-        return create(params, data_dir)
+        return create(params, data_dir, reruns_n)
     except OSError as exc:
         raise StorageFull(
             f"Could not create the sweep in {data_dir} ({disk_words(exc, data_dir)}); make room, "
@@ -263,9 +334,20 @@ def _writing() -> Iterator[None]:
         raise _WriteFailed(exc) from exc
 
 
-def _store_all(results, data_dir: Path, meta: SweepMeta, pending: dict, done: int, total: int, on_result) -> tuple:
-    """Store each result as it comes back (a failed write ends it: the caller says so); then the pending
-    list and the Parquet files. Returns the Parquet row counts."""
+def _store_all(
+    results,
+    data_dir: Path,
+    meta: SweepMeta,
+    pending: dict,
+    done: int,
+    total: int,
+    on_result,
+    screen: reruns.Screen | None = None,
+    again: list | None = None,
+) -> tuple:
+    """Store each result as it comes back (a failed write ends it: the caller says so), a record once its attempts
+    are settled (``reruns.settle``: a run to probe again goes to ``again``); then the pending list and the Parquet
+    files. Returns the Parquet row counts."""
     sweep_id = meta.sweep_id
     for result in results:
         with _writing():
@@ -277,10 +359,22 @@ def _store_all(results, data_dir: Path, meta: SweepMeta, pending: dict, done: in
                     {"model_id": result.model_id, "variant": result.variant, **result.schedule},
                 )
             if result.record is not None:
-                store.store_result(data_dir, sweep_id, result.record, result.notebook, result.log)
+                settled = reruns.settle(
+                    data_dir, sweep_id, dict(result.record), result.notebook, result.log, screen, meta.reruns
+                )
+                if settled is None:  # its verdict differs from the baseline's: probed again, its device phase too
+                    host_checks.forget(data_dir, sweep_id, result.model_id, result.variant)
+                    if again is not None:
+                        again.append((result.model_id, result.variant))
+                    continue
+                final = typing.cast(schema.Record, settled.record)
+                store.store_result(data_dir, sweep_id, final, settled.notebook, settled.log)
                 host_checks.forget(data_dir, sweep_id, result.model_id, result.variant)  # its kept device phase
+                reruns.forget(data_dir, sweep_id, result.model_id, result.variant)
+                result.record = final
             elif result.excluded is not None:
                 store.store_exclusion(data_dir, sweep_id, result.model_id, result.excluded, result.log, result.variant)
+                reruns.forget(data_dir, sweep_id, result.model_id, result.variant)
             else:  # the environment kept it from being probed: no record, --resume retries it
                 pending[store.pending_key(result.model_id, result.variant)] = {
                     "reason": result.pending,

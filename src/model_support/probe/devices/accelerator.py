@@ -76,6 +76,8 @@ class AcceleratorAdapter(Adapter):
             self._synchronize = synchronizer(self.type)
         self._synchronize()
 
+    synchronous_ops = False  # a device queues its operators: a call returns before its work is done
+
     def reset_peak_memory(self) -> None:
         self.ask("reset_peak_memory_stats")
 

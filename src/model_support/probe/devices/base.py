@@ -99,6 +99,15 @@ class Adapter:
         """(peak MiB, where the number came from); (None, None) when nothing trustworthy exists."""
         return None, None
 
+    def peak_bandwidth_gbs(self) -> tuple[float | None, str]:
+        """(the device's peak memory bandwidth in GB/s, where that figure comes from), or (None, why there is
+        none): the denominator of a decode step's bandwidth utilisation (``performance``)."""
+        return None, f"the {self.type} adapter declares no peak memory bandwidth"
+
+    #: Whether an operator's work is done when its call returns (the CPU; a backend that runs it in Python), so
+    #: the census can time each call on the host clock; an asynchronous device queues it (no time without a sync).
+    synchronous_ops = True
+
     def device_name(self) -> str:
         import platform
 

@@ -32,6 +32,16 @@ class CudaAdapter(AcceleratorAdapter):
     def distributed_backend(self) -> str:
         return "nccl"
 
+    def peak_bandwidth_gbs(self) -> tuple[float | None, str]:
+        """From the GPU's memory clock and bus width (double data rate), as torch's device properties give them."""
+        import torch
+
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        clock_khz, bus_bits = getattr(props, "memory_clock_rate", None), getattr(props, "memory_bus_width", None)
+        if not clock_khz or not bus_bits:
+            return None, f"torch {torch.__version__} does not give the GPU's memory clock and bus width"
+        return 2 * clock_khz * 1e3 * bus_bits / 8 / 1e9, "memory clock x bus width x 2, torch.cuda device properties"
+
     def hardware_visible(self) -> bool:
         return self.visible_count() > 0
 

@@ -329,6 +329,7 @@ function detail(i) {
     }
     h.push("</tbody></table>");
   }
+  h.push(supportCard(siblings, i));
   if (errorType || message) {
     h.push("<h3>Error" + (other ? " (of the latest run, " + esc(sweep) + ")" : "") + '</h3><pre class="error">' +
       esc((errorType ? errorType + ": " : "") + (message || "")) + "</pre>");
@@ -365,9 +366,32 @@ function detail(i) {
   document.body.classList.add("detail-open");
   const button = panel.querySelector("button.copy");
   if (button) button.addEventListener("click", () => copy(repro, button));
-  for (const tr of panel.querySelectorAll("table.variants tbody tr")) {
+  for (const tr of panel.querySelectorAll("table.variants tbody tr, table.support tbody tr")) {
     tr.addEventListener("click", () => detail(Number(tr.dataset.i)));
   }
+}
+// The model's support card: per variant (mode, cache and, in a sweep of several stacks, the stack after "@") its
+// latest verdict, when that was verified (the sweep's date), how many of the sweeps that ran it agree with that
+// verdict, and the stack it ran on; the same as `model-support support MODEL` answers from the dataset.
+function supportCard(siblings, i) {
+  const h = ['<h3>Support</h3><table class="support"><thead><tr><th>variant</th><th>latest verdict</th>' +
+    '<th>last verified</th><th>sweeps agreeing</th><th>stack</th></tr></thead><tbody>'];
+  for (const j of siblings) {
+    const mj = M[j], last = entry(mj, -1), lo = O[last[1]];
+    let ran = 0, agree = 0;
+    for (let k = 0; k < mj[2].length; k += 3) {
+      if (UNPROBED.has(mj[2][k + 2])) continue;
+      ran += mj[2][k + 1];
+      if (O[mj[2][k + 2]][0] === lo[0]) agree += mj[2][k + 1];
+    }
+    const he = envRow(env(mj, last[0]));
+    h.push('<tr data-i="' + j + '"' + (j === i ? ' class="selected"' : "") + "><td>" + esc(variantOf(mj)) +
+      '</td><td class="st ' + slug(lo[0]) + '">' + esc(lo[0]) + '</td><td class="verified" title="' +
+      esc(S[last[0]][0]) + '">' + esc(S[last[0]][1]) + '</td><td class="agree">' + agree + " of " + ran +
+      '</td><td class="stack">' + esc((he[0] || S[last[0]][2]) + " " + stackText(he)) + "</td></tr>");
+  }
+  h.push("</tbody></table>");
+  return h.join("");
 }
 function copy(textToCopy, button) {
   const done = () => { button.textContent = "Copied"; setTimeout(() => { button.textContent = "Copy"; }, 1500); };

@@ -1,0 +1,85 @@
+"""The perf phase's cost per probe, and the spread of TPOT over its repeats, on the smoke list's text models.
+
+Per model, in one warm process on the CPU (the smoke list's device), whole probes (``run_probe``: stages, the
+perf phase, the CPU reference, the judge) alternate with the perf phase off (``perf=False``) and on (the
+defaults: ``perf_tokens`` 32, ``perf_repeats`` 3); the perf phase's cost is the difference of the medians, as a
+share of a probe without it (goal: under a fifth). From the runs with it on: TPOT's spread over the repeats
+((max - min) / median) and its coefficient of variation (goal on a quiet machine: under 5%).
+
+    .venv/bin/python bench/bench_perf.py [--reps 3] [--models tiny-llama,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+
+from common import REPO, fixtures, spread, write_results
+
+MODELS = ["SmolLM2-135M-Instruct", "tiny-llama", "tiny-qwen2", "tiny-gpt2", "tiny-opt", "tiny-phi3"]
+
+CHILD = """
+import json, sys
+from model_support.probe.run import run_probe
+
+model, reps = sys.argv[1], int(sys.argv[2])
+run_probe(model, device="cpu")  # warm: imports, the judge's first load
+out = {"off": [], "on": [], "tpot_spread": [], "tpot_cv": [], "tpot_s": [], "first_call_s": []}
+for _ in range(reps):
+    for perf in (False, True):
+        r = run_probe(model, device="cpu", perf=perf)
+        assert r["status"] == "PASS", r["error_message"]
+        out["on" if perf else "off"].append(r["duration_s"])
+        if perf:
+            rep = r["tpot_s_repeats"]
+            out["tpot_spread"].append(r["tpot_spread"])
+            out["tpot_cv"].append(statistics.stdev(rep) / statistics.mean(rep))
+            out["tpot_s"].append(r["tpot_s"])
+            out["first_call_s"].append(r["perf_first_call_s"])
+print(json.dumps(out))
+""".replace("import json, sys", "import json, statistics, sys")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--models", default=",".join(MODELS))
+    args = parser.parse_args()
+    fixtures()
+    results: dict = {"reps": args.reps, "perf_tokens": 32, "perf_repeats": 3, "models": {}}
+    for name in args.models.split(","):
+        done = subprocess.run(
+            [sys.executable, "-c", CHILD, str(REPO / "data" / "models" / name), str(args.reps)],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+        )
+        if done.returncode:
+            results["models"][name] = {"error": done.stderr[-2000:]}
+            continue
+        got = json.loads(done.stdout.strip().splitlines()[-1])
+        off, on = statistics.median(got["off"]), statistics.median(got["on"])
+        results["models"][name] = {
+            "probe_off_s": spread(got["off"]),
+            "probe_on_s": spread(got["on"]),
+            "perf_cost_s": round(on - off, 3),
+            "perf_share": round((on - off) / off, 3),
+            "tpot_ms": round(1e3 * statistics.median(got["tpot_s"]), 3),
+            "tpot_spread": round(statistics.median(got["tpot_spread"]), 4),
+            "tpot_cv": round(statistics.median(got["tpot_cv"]), 4),
+            "first_call_s": round(statistics.median(got["first_call_s"]), 3),
+        }
+        print(name, results["models"][name], flush=True)
+    measured = [m for m in results["models"].values() if "perf_share" in m]
+    results["met"] = {
+        "perf_share_under_a_fifth": all(m["perf_share"] < 0.2 for m in measured) if measured else None,
+        "tpot_cv_under_5pct": all(m["tpot_cv"] < 0.05 for m in measured) if measured else None,
+    }
+    write_results("perf", results)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+"""Expected verdicts: a YAML file ``{MODEL_ID: {verdict: "FAIL(gen)", reason: "...", until: 2027-01-31}}``.
+
+Why a file of its own: the gate (``gate``), the sweep's report and ``diff`` read the same expectations, given
+with ``--expect FILE`` or in the sweep definition (``expect: FILE``, recorded in sweep.json's ``expect`` as the
+entries the file held when the sweep was created, so the report and ``diff`` need no file later). A known
+failure is one whose verdict is the expected one and whose expectation has not expired (``until`` is past); an
+expectation with another verdict counts as none; an expected failure that now passes is said ("unexpectedly
+passing: remove the expectation"), and so is an expired expectation. ``verdict`` is one of the four, or
+``suspect PASS`` (a PASS whose logits or text are suspect).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from ..record import schema
+
+#: An expectation's verdict besides the four: a PASS whose numbers or text are suspect.
+SUSPECT_PASS = "suspect PASS"
+#: What an expectation's verdict may be.
+ACCEPTED = (*schema.VERDICTS, SUSPECT_PASS)
+#: How a run stands against the expectations (``judge``).
+KNOWN, UNEXPECTED, UNEXPECTEDLY_PASSING = "known failure", "new failure", "unexpectedly passing"
+
+
+@dataclass(frozen=True)
+class Expectation:
+    verdict: str
+    reason: str
+    until: _dt.date | None = None
+
+
+def load_expectations(path: Path | str) -> dict[str, Expectation]:
+    """The expectations file, every mistake said at once (one sentence each, naming the model)."""
+    return parse(read(path), str(path))
+
+
+def read(path: Path | str) -> dict:
+    """The file's mapping as YAML gives it (not checked: ``parse`` does); a missing or non-YAML file is one
+    sentence."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(
+            f"Expectations file {str(path)!r} does not exist; give a YAML file of MODEL: {{verdict, reason}}."
+        )
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise UserError(f"{path}: not YAML ({str(exc).splitlines()[0]}).") from None
+    if not isinstance(raw, dict):
+        raise UserError(f"{path}: expected a mapping of model id to {{verdict, reason, until}}.")
+    return raw
+
+
+def _date(value: Any) -> _dt.date | None:
+    """``until`` as YAML gives it (a date) or as sweep.json keeps it (ISO text); None when it is neither."""
+    if isinstance(value, _dt.date):
+        return value
+    if isinstance(value, str):
+        try:
+            return _dt.date.fromisoformat(value)
+        except ValueError:
+            return None
+    return None
+
+
+def parse(raw: Any, source: str) -> dict[str, Expectation]:
+    """A mapping of expectations (a file's, or sweep.json's ``expect.entries``) checked: every mistake at once."""
+    if not isinstance(raw, dict):
+        raise UserError(f"{source}: expected a mapping of model id to {{verdict, reason, until}}.")
+    found, mistakes = {}, []
+    for model_id, entry in raw.items():
+        where = f"{source}: {model_id}"
+        if not isinstance(entry, dict):
+            mistakes.append(f"{where}: expected {{verdict, reason, until}}, not {entry!r}")
+            continue
+        unknown = sorted(set(entry) - {"verdict", "reason", "until"})
+        verdict, reason, until = entry.get("verdict"), entry.get("reason"), entry.get("until")
+        if unknown:
+            mistakes.append(f"{where}: unknown key(s) {', '.join(unknown)}; use verdict, reason, until")
+        if verdict not in ACCEPTED:
+            mistakes.append(f"{where}: verdict {verdict!r} is not one of {', '.join(ACCEPTED)}")
+        if not isinstance(reason, str) or not reason.strip():
+            mistakes.append(f"{where}: an expectation needs a reason (an issue link or a sentence)")
+        if until is not None and _date(until) is None:
+            mistakes.append(f"{where}: until {until!r} is not a date (YYYY-MM-DD)")
+        found[str(model_id)] = Expectation(str(verdict), str(reason), _date(until))
+    if mistakes:
+        raise UserError(mistakes[0] if len(mistakes) == 1 else f"{len(mistakes)} mistakes: " + "; ".join(mistakes))
+    return found
+
+
+def to_meta(path: Path | str) -> dict:
+    """What sweep.json keeps of an expectations file: its path and its entries (checked; dates as ISO text)."""
+    found = load_expectations(path)
+    return {
+        "file": str(path),
+        "entries": {
+            m: {"verdict": e.verdict, "reason": e.reason, "until": e.until.isoformat() if e.until else None}
+            for m, e in found.items()
+        },
+    }
+
+
+def from_meta(expect: dict | None) -> dict[str, Expectation]:
+    """The expectations a sweep recorded (sweep.json's ``expect``); none when it recorded none."""
+    if not expect or not expect.get("entries"):
+        return {}
+    return parse(expect["entries"], str(expect.get("file") or "sweep.json expect"))
+
+
+def expired(expectations: dict[str, Expectation], today: _dt.date | None = None) -> set[str]:
+    """The models whose expectation's ``until`` is past."""
+    today = today or _dt.datetime.now(_dt.UTC).date()
+    return {m for m, e in expectations.items() if e.until is not None and e.until < today}
+
+
+def verdict_of(status: str | None, suspect: bool) -> str | None:
+    """A run's verdict as an expectation names it: a suspect PASS apart from a clean one."""
+    return SUSPECT_PASS if status == schema.PASS and suspect else status
+
+
+def judge(
+    model_id: str, verdict: str | None, expectations: dict[str, Expectation], gone: set[str]
+) -> tuple[str | None, Expectation | None]:
+    """How one run (its ``verdict_of``) stands: (``KNOWN``, ``UNEXPECTED``, ``UNEXPECTEDLY_PASSING`` or None for
+    a clean PASS nobody expected to fail, its live expectation). ``gone``: the expired ones (``expired``)."""
+    expected = expectations.get(model_id) if model_id not in gone else None
+    if verdict == schema.PASS:
+        return (UNEXPECTEDLY_PASSING, expected) if expected and expected.verdict != verdict else (None, None)
+    if expected and expected.verdict == verdict:
+        return KNOWN, expected
+    return UNEXPECTED, expected
+
+
+#: The kinds ``standing`` sorts a sweep's runs into, in the order the report lists them.
+STANDINGS = (UNEXPECTED, KNOWN, "flaky", UNEXPECTEDLY_PASSING, "expired expectation")
+
+
+def standing(
+    outcomes: dict[tuple[str, str], tuple[str | None, bool]],
+    expectations: dict[str, Expectation],
+    flaky: dict[tuple[str, str], str] | None = None,
+    today: _dt.date | None = None,
+):
+    """A sweep's runs against its expectations, for the report: kind (``STANDINGS``: new failures, known failures
+    with their reason, flaky runs (attempts that disagreed: neither), unexpectedly passing ("remove the
+    expectation"), expired expectations), model_id, variant, verdict, expected, reason. A clean PASS nobody
+    expected to fail is not listed. ``outcomes``: {(model, variant): (status, suspect)}."""
+    import polars as pl
+
+    flaky = flaky or {}
+    gone = expired(expectations, today)
+    rows: list[tuple[str, str, str | None, str | None, str | None, str | None]] = []
+    for (model_id, variant), (status, suspect) in sorted(outcomes.items()):
+        verdict = verdict_of(status, suspect)
+        kind, expected = judge(model_id, verdict, expectations, gone)
+        if (model_id, variant) in flaky and kind != KNOWN:
+            kind = "flaky"
+        if kind is None:
+            continue
+        reason = expected.reason if expected else (f"attempts: {flaky[model_id, variant]}" if kind == "flaky" else None)
+        rows.append((kind, model_id, variant, verdict, expected.verdict if expected else None, reason))
+    for model_id in sorted(gone):
+        e = expectations[model_id]
+        rows.append(("expired expectation", model_id, None, None, e.verdict, f"{e.reason} (until {e.until})"))
+    frame = pl.DataFrame(  # typed columns: an empty frame (nothing to list) sorts and renders like a full one
+        rows,
+        schema={name: pl.String for name in ("kind", "model_id", "variant", "verdict", "expected", "reason")},
+        orient="row",
+    )
+    order = pl.col("kind").replace_strict(list(STANDINGS), list(range(len(STANDINGS))), return_dtype=pl.Int64)
+    return frame.sort(order, maintain_order=True)

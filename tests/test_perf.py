@@ -1,0 +1,134 @@
+"""How fast, and did it get slower: the perf phase, the perf gate and the report's performance section, for real.
+
+Three sweeps of three tiny models on the pretend device, one model at a time, into one data folder: two
+fault-free (noise is not a regression, in either direction) and one whose ``aten::rsqrt`` is slowed, by about
+twice the noise of two fault-free sweeps. RMSNorm models (tiny-llama, tiny-qwen2) call rsqrt in every layer,
+LayerNorm models (tiny-gpt2) do not: the gate must fail on exactly the former, naming the operator.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from helpers import REPO
+
+CLI = [sys.executable, "-m", "model_support.cli"]
+RMS_NORM, LAYER_NORM = ("tiny-llama", "tiny-qwen2"), ("tiny-gpt2",)
+#: The gate's threshold here. This host is shared (the suite's other worker, other processes): its load drifts
+#: by up to ~20% between two sweeps a minute apart, and a drift that lasts a whole sweep moves every repeat of it
+#: alike (their ranges then do not overlap). The default 5% is for a quiet machine (bench/bench_perf.py measures
+#: the spread there).
+THRESHOLD = "25%"
+#: Seconds added to each rsqrt call: RMSNorm models call it twice per layer and once at the end of each step
+#: (tiny-llama: 5 calls a step; a 0.3 ms sleep costs 0.4 ms or more: +30% and up of a ~7 ms step, about twice the
+#: noise of two fault-free sweeps here).
+SLOW_RSQRT_S = 0.0003
+CLEAN = {"bandwidth_gbs": 10}
+PROBE = {"device": "pretend", "reference": "none", "judge": False, "perf_tokens": 16, "perf_repeats": 5}
+
+
+def cli(args: list, data, config: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "MODEL_SUPPORT_PRETEND": json.dumps(config or CLEAN), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([*CLI, *args, "--data-dir", str(data)], capture_output=True, text=True, cwd=REPO, env=env)
+    assert not check or done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+@pytest.fixture(scope="module")
+def perf_sweeps(tmp_path_factory, fixture_models) -> dict:
+    """Sweeps a and b (fault-free) and slow (rsqrt slowed), one after the other, one model at a time each, into
+    one data folder."""
+    import yaml
+
+    from model_support.record import store
+
+    tmp = tmp_path_factory.mktemp("perf")
+    data = tmp / "data"
+    models = [str(REPO / "data" / "models" / m) for m in (*RMS_NORM, *LAYER_NORM)]
+    configs = {"a": CLEAN, "b": CLEAN, "slow": {**CLEAN, "slow_ops": {"aten::rsqrt": SLOW_RSQRT_S}}}
+    for name, config in configs.items():
+        definition = tmp / f"{name}.yaml"
+        definition.write_text(yaml.safe_dump({"name": name, "probe": PROBE, "models": models, "workers": 1}))
+        cli(["sweep", str(definition), "--no-report"], data, config)
+    ids = {name: next(s for s in store.list_sweeps(data) if s.startswith(f"{name}-")) for name in configs}
+    return {"data": data, "ids": ids, "records": {k: store.read_records(data, v) for k, v in ids.items()}}
+
+
+def test_every_pass_is_timed_on_its_device_with_repeats_spread_and_bandwidth(perf_sweeps):
+    for record in perf_sweeps["records"]["a"]:
+        name = record["model_id"]
+        assert record["status"] == "PASS", name
+        assert len(record["tpot_s_repeats"]) == len(record["ttft_s_repeats"]) == 5, name
+        assert min(record["tpot_s_repeats"]) <= record["tpot_s"] <= max(record["tpot_s_repeats"])
+        assert record["tpot_spread"] >= 0 and record["perf_tokens_out"] == 16
+        assert record["perf_first_call_s"] > record["ttft_s"] > 0 and record["perf_tokens_per_s"] > 0
+        assert record["perf_peak_device_mem_mb"] > 0 and record["decode_bytes_per_token"] > 0
+        assert 0 < record["bandwidth_utilisation"] < 1, name  # against the 10 GB/s the pretend device declares
+        assert "against 10 GB/s (bandwidth_gbs in MODEL_SUPPORT_PRETEND)" in record["perf_note"]
+        # the census timed each operator of the verdict's generation: one figure per operator
+        assert len(record["ops_device_s"]) == len(record["ops"]) and sum(record["ops_device_s"]) > 0
+        assert record["ops_time_source"].startswith("host clock")
+        # the existing timings keep their meaning: the verdict's own generation
+        assert record["first_token_s"] > 0 and record["tokens_out"] == 8
+    slow = {r["model_id"].rsplit("/", 1)[-1].removeprefix("local:"): r for r in perf_sweeps["records"]["slow"]}
+    rsqrt = {n: dict(zip(r["ops"], r["ops_device_s"])).get("aten::rsqrt") for n, r in slow.items()}
+    assert all(rsqrt[n] > 8 * SLOW_RSQRT_S for n in RMS_NORM) and rsqrt["tiny-gpt2"] is None
+
+
+def test_the_perf_gate_names_the_rmsnorm_models_and_rsqrt_and_not_the_layernorm_ones(perf_sweeps):
+    data, ids = perf_sweeps["data"], perf_sweeps["ids"]
+    done = cli(["diff", ids["a"], ids["slow"], "--fail-on", "perf", "--perf-threshold", THRESHOLD], data, check=False)
+    slower = [line for line in done.stdout.splitlines() if line.startswith("slower: ")]
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+    named = {line.split(": ")[1].split(" [")[0].rsplit("/", 1)[-1].removeprefix("local:") for line in slower}
+    assert named == set(RMS_NORM), slower
+    tpot = [line for line in slower if ": tpot_s " in line]
+    assert len(tpot) == 2 and all("grew most: aten::rsqrt +" in line for line in tpot), slower
+    assert "gate (perf): FAILED" in done.stdout
+
+
+def test_two_fault_free_sweeps_pass_the_perf_gate_both_ways(perf_sweeps):
+    data, ids = perf_sweeps["data"], perf_sweeps["ids"]
+    for a, b in ((ids["a"], ids["b"]), (ids["b"], ids["a"])):
+        done = cli(["diff", a, b, "--fail-on", "perf", "--perf-threshold", THRESHOLD], data, check=False)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+        assert "perf: 3 run(s) timed in both sweeps" in done.stdout and "gate (perf): passed" in done.stdout
+
+
+def test_the_threshold_is_one_sentence_when_wrong_and_loosens_the_gate(perf_sweeps):
+    data, ids = perf_sweeps["data"], perf_sweeps["ids"]
+    bad = cli(["diff", ids["a"], ids["b"], "--fail-on", "perf", "--perf-threshold", "fast"], data, check=False)
+    assert bad.returncode == 2 and "--perf-threshold 'fast' is not a threshold" in bad.stderr
+    alone = cli(["diff", ids["a"], ids["b"], "--perf-threshold", "5%"], data, check=False)
+    assert alone.returncode == 2 and "--perf-threshold applies to --fail-on perf" in alone.stderr
+    loose = cli(["diff", ids["a"], ids["slow"], "--fail-on", "perf", "--perf-threshold", "900%"], data, check=False)
+    assert loose.returncode == 0, loose.stdout[-2000:]
+
+
+def test_the_reports_performance_section_lists_every_pass_and_the_slower_ones(perf_sweeps, browser):
+    from helpers import offline_page
+    from model_support.analysis.report_tables import report_tables
+    from model_support.render.layout import SECTIONS, Context, section_html
+
+    data, ids = perf_sweeps["data"], perf_sweeps["ids"]
+    (section,) = [s for s in SECTIONS if s.anchor == "performance"]  # the report's own section, as it renders it
+    page_html = section_html(section, Context(report_tables(data, ids["slow"], ids["a"]), ids["slow"], ids["a"]))
+    page, attempted, errors = offline_page(browser)
+    page.set_content(f"<html><body>{page_html}</body></html>")
+    heading = page.locator("h2#performance")
+    assert heading.count() == 1
+    section = page.evaluate(
+        """() => { const out = []; let el = document.querySelector('h2#performance').nextElementSibling;
+        while (el && el.tagName !== 'H2') { out.push(el.innerText); el = el.nextElementSibling; } return out.join('\\n'); }"""
+    )
+    for record in perf_sweeps["records"]["slow"]:
+        assert record["model_id"] in section
+    slower = section.split("Slower than the baseline, beyond noise")[1].split("Faster than the baseline")[0]
+    assert all(m in slower for m in RMS_NORM) and "tiny-gpt2" not in slower
+    assert "aten::rsqrt" in section and "ms ±" in section
+    assert not attempted and not errors
