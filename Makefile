@@ -10,7 +10,7 @@ TEST_WORKERS ?= 2
 XDIST     = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 export PYTHONWARNINGS ?= ignore:<TorchTpu/Performance/TcMalloc/
 
-.PHONY: setup venv lock lock-lab fixtures sweep test test-fast lint bench lab browser clean-data
+.PHONY: setup venv lock lock-lab fixtures sweep nightly test test-fast lint bench lab browser clean-data
 
 setup: venv fixtures browser
 
@@ -50,6 +50,12 @@ fixtures: $(STAMP)
 # The main job: sweep the offline default model list on the local device, then render its report.
 sweep: fixtures
 	.venv/bin/model-support sweep $(PARAMS) --data-dir $(DATA) --workers $(WORKERS)
+
+# The nightly (docs/nightly.md): the sweep, its gate against the last sweep of the same name and device, JUnit and
+# Markdown, a bisect and a drafted bug report per regression; exit status 1 when the gate fails. NIGHTLY_ARGS: more
+# options (--fail-on regressions,new-failures,perf, --expect FILE, --push REPO_ID, --find-links DIR).
+nightly: fixtures
+	.venv/bin/model-support nightly $(PARAMS) --data-dir $(DATA) --workers $(WORKERS) $(NIGHTLY_ARGS)
 
 # Debian's Chromium for the browser tests (a test never downloads a browser).
 browser:

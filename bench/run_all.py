@@ -33,6 +33,7 @@ SCRIPTS = [
     "bench_zygote.py",
     "bench_localise.py",
     "bench_perf.py",
+    "bench_instruments.py",
 ]
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
@@ -252,7 +253,37 @@ def tables() -> str:
     lines += phases_table(load("phases")) + phases_table(load("phases_ray"))
     lines += device_check_table(load("device_check")) + zygote_table(load("zygote"))
     lines += perf_table(load("perf"))
+    lines += instruments_table(load("instruments"))
     return "\n".join(lines)
+
+
+def instruments_table(found: dict) -> list[str]:
+    """bench_instruments.py: what counting the host cost and the flight recorder add to a probe (pretend device)."""
+    if not found:
+        return []
+    lines = [
+        f"### The probe's instruments ({found['date']}, pretend device, {found['reps']} repeats each way)",
+        "",
+        "| model | probe (s) | host-cost counting | its share (goal < 5%) | flight recorder | its share (goal < 5%) "
+        "| per operator |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, m in found["models"].items():
+        if "error" in m:
+            lines.append(f"| {name} | failed: {m['error'][-200:]} | | | | | |")
+            continue
+        lines.append(
+            f"| {name} | {m['probe_s']:.2f} | {m['host_cost_extra_s']:+.3f} s | {m['host_cost_share_of_probe']:.1%} "
+            f"| {m['recorder_extra_s']:+.3f} s | {m['recorder_share_of_probe']:.1%} | {m['recorder_us_per_op']} us ({m.get('recorder_us_per_op_micro')} us alone) |"
+        )
+    met = found["met"]
+    lines += [
+        "",
+        f"Host-cost counting under 5%: {ok(met['host_cost_under_5pct'])}; flight recorder under 5%: "
+        f"{ok(met['recorder_under_5pct'])}.",
+        "",
+    ]
+    return lines
 
 
 def perf_table(found: dict) -> list[str]:

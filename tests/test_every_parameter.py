@@ -43,6 +43,7 @@ NON_DEFAULT = {
     "perf": False,
     "perf_tokens": 4,
     "perf_repeats": 2,
+    "recompile_check": True,
     "record_path": "record.json",
     "sweep_id": "every-20261204T000000Z-abcd",
     "snapshot": str(MODEL),
@@ -134,14 +135,15 @@ def test_a_mistyped_parameter_is_refused_with_what_it_accepts(tmp_path):
 def test_a_typo_in_the_backends_configuration_is_refused_not_a_verdict(tmp_path, monkeypatch):
     """A backend that does not start with its configuration (a typo in MODEL_SUPPORT_PRETEND; a bad
     LIBTPU_INIT_ARGS alike) was a FAIL(other) record at stage runner: the user's typo as a verdict."""
+    from model_support_pretend.config import KEYS  # every key it accepts, as the sentence lists them
+
     monkeypatch.setenv("MODEL_SUPPORT_PRETEND", '{"devcies": 2}')
     error = refused(tmp_path, device="pretend")
     assert error.ename == "BackendConfigError"
     assert error.evalue == (
         "The pretend backend does not start with the configuration MODEL_SUPPORT_PRETEND sets here "
-        "(PretendConfigError: MODEL_SUPPORT_PRETEND: unknown key(s) devcies; accepted: devices, memory_gb, "
-        "missing_ops, unsupported_dtypes, wrong_ops, crash_ops, slow_ops, fallback_ops); fix MODEL_SUPPORT_PRETEND, "
-        "or unset it, and run again."
+        f"(PretendConfigError: MODEL_SUPPORT_PRETEND: unknown key(s) devcies; accepted: {', '.join(KEYS)}); fix "
+        "MODEL_SUPPORT_PRETEND, or unset it, and run again."
     )
     from model_support.probe.devices import misconfigured
 

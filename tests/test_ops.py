@@ -244,12 +244,22 @@ def test_a_stopped_runs_census_keeps_the_devices_operators_and_the_one_that_stop
         "ops_stages": ["load", "generate", "generate"],
         "ops_calls": [20, 3, 1],
         "ops_source": "partial",
+        "ops_sig_ops": ["aten::_to_copy", "aten::mm", "aten::bmm"],
+        "ops_sig_dtypes": ["bf16->bf16", "bf16,bf16", "bf16,bf16"],
+        "ops_sig_calls": [20, 3, 1],
+        "ops_sig_min_rank": [1, 2, 3],
+        "ops_sig_max_rank": [2, 2, 3],
     }
     reference = {
         "ops": ["aten::mm", "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::silu"],
         "ops_stages": ["generate"] * 3,
         "ops_calls": [40, 8, 8],
         "ops_source": "reference",
+        "ops_sig_ops": ["aten::mm", "aten::mm", "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::silu"],
+        "ops_sig_dtypes": ["bf16,bf16", "f32,f32", "bf16,bf16,bf16", "bf16"],
+        "ops_sig_calls": [38, 2, 8, 8],
+        "ops_sig_min_rank": [1, 2, 4, 3],
+        "ops_sig_max_rank": [3, 2, 4, 3],
     }
     done = census.completed(partial, reference)
     assert done == {
@@ -257,6 +267,12 @@ def test_a_stopped_runs_census_keeps_the_devices_operators_and_the_one_that_stop
         "ops_stages": ["load", "generate", "generate", "generate", "generate"],
         "ops_calls": [20, 40, 1, 8, 8],
         "ops_source": "reference",
+        # per (operator, signature): a shared one keeps the larger count and the widest ranks, the rest follow
+        "ops_sig_ops": [*partial["ops"], "aten::mm", "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::silu"],
+        "ops_sig_dtypes": ["bf16->bf16", "bf16,bf16", "bf16,bf16", "f32,f32", "bf16,bf16,bf16", "bf16"],
+        "ops_sig_calls": [20, 38, 1, 2, 8, 8],
+        "ops_sig_min_rank": [1, 1, 3, 2, 4, 3],
+        "ops_sig_max_rank": [2, 3, 3, 2, 4, 3],
     }
     failure = {"attribution": "stack", "error_message": "Could not run 'aten::bmm' with arguments from the 'x' backend"}
     assert census.stopped_by(failure) == "aten::bmm"
@@ -594,6 +610,45 @@ def test_the_ops_config_loads_with_datasets(ops_loop):
     assert status["aten::rsqrt"] == "missing" and status["aten::tanh"] == "CPU fallback"
     assert status["aten::mm"] == "implemented"
     assert "config_name: ops" in (data / "README.md").read_text()
+
+
+def test_the_pretend_census_keeps_each_operators_dtype_signatures_and_ranks(ops_loop):
+    """A real census on the pretend device: tiny-llama's RMSNorm upcasts to float32 before ``aten::rsqrt`` (the
+    stack lacks it: the run stopped there, counted before it raised), on a (batch, positions, 1) tensor: ``f32``,
+    3 dims; per operator the signatures' calls add up to its calls."""
+    llama = ops_loop["records"]["stack"]["tiny-llama"]
+    sigs = list(zip(*(llama[f] for f in ("ops_sig_ops", "ops_sig_dtypes", "ops_sig_min_rank", "ops_sig_max_rank"))))
+    assert [s[1:] for s in sigs if s[0] == "aten::rsqrt"] == [("f32", 3, 3)]
+    # the upcast before it; silu, which the stopped run never reached, from its CPU reference (in bfloat16)
+    assert {("aten::_to_copy", "bf16->f32"), ("aten::silu", "bf16")} <= {s[:2] for s in sigs}
+    gpt2 = ops_loop["records"]["stack"]["tiny-gpt2"]  # a PASS: its own census, whole
+    calls = dict(zip(gpt2["ops"], gpt2["ops_calls"]))
+    for op in gpt2["ops"]:
+        assert calls[op] == sum(c for o, c in zip(gpt2["ops_sig_ops"], gpt2["ops_sig_calls"]) if o == op), op
+    assert len(gpt2["ops_sig_device_s"]) == len(gpt2["ops_sig_ops"])  # timed on the pretend device's host clock
+
+
+def test_the_ops_config_has_a_row_per_operator_and_dtype_signature(ops_loop):
+    from model_support.record import store
+
+    rows = store.scan_ops(ops_loop["data"]).collect()
+    stack = rows.filter(rows["sweep_id"] == ops_loop["sweeps"]["stack"])
+    assert stack.select("op", "dtypes").n_unique() == stack.height  # one row per (operator, signature)
+    rsqrt = stack.filter(stack["op"] == "aten::rsqrt").to_dicts()
+    assert [(r["dtypes"], r["min_rank"], r["max_rank"], r["status"]) for r in rsqrt] == [("f32", 3, 3, "missing")]
+    assert len(set(stack.filter(stack["op"] == "aten::_to_copy")["dtypes"])) >= 2  # bf16->f32, f32->bf16, ...
+
+
+def test_the_plans_steps_name_the_dtypes_and_ranks_to_implement(ops_loop):
+    plan = ops_loop["plan"]["plan"]
+    assert [s["precise"] for s in plan] == [
+        "aten::gelu for bf16, 3 dims",
+        "aten::rsqrt for f32, 3 dims + aten::silu for bf16, 3 dims",
+    ]
+    assert plan[1]["signatures"]["aten::rsqrt"] == [
+        {"dtypes": "f32", "min_rank": 3, "max_rank": 3, "calls": plan[1]["signatures"]["aten::rsqrt"][0]["calls"]}
+    ]
+    assert "aten::rsqrt for f32, 3 dims" in ops_loop["text"]  # the terminal's plan, from the CPU census
 
 
 #: A stack without ``aten::bmm``: every attention on the pretend device takes the math path, which needs it; the

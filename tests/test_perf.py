@@ -1,8 +1,9 @@
 """How fast, and did it get slower: the perf phase, the perf gate and the report's performance section, for real.
 
 Three sweeps of three tiny models on the pretend device, one model at a time, into one data folder: two
-fault-free (noise is not a regression, in either direction) and one whose ``aten::rsqrt`` is slowed, by about
-twice the noise of two fault-free sweeps. RMSNorm models (tiny-llama, tiny-qwen2) call rsqrt in every layer,
+fault-free (noise is not a regression, in either direction) and one whose ``aten::rsqrt`` is slowed, by several
+times the noise two fault-free sweeps show on this shared host (the suite's other worker makes it large: a
+slowdown sized at twice a quiet machine's noise passed and failed by turns under `make test`). RMSNorm models (tiny-llama, tiny-qwen2) call rsqrt in every layer,
 LayerNorm models (tiny-gpt2) do not: the gate must fail on exactly the former, naming the operator.
 """
 
@@ -20,14 +21,14 @@ from helpers import REPO
 CLI = [sys.executable, "-m", "model_support.cli"]
 RMS_NORM, LAYER_NORM = ("tiny-llama", "tiny-qwen2"), ("tiny-gpt2",)
 #: The gate's threshold here. This host is shared (the suite's other worker, other processes): its load drifts
-#: by up to ~20% between two sweeps a minute apart, and a drift that lasts a whole sweep moves every repeat of it
-#: alike (their ranges then do not overlap). The default 5% is for a quiet machine (bench/bench_perf.py measures
-#: the spread there).
-THRESHOLD = "25%"
+#: by 20% and more between two sweeps a minute apart (measured under `make test`: a fault-free tiny-gpt2 "faster
+#: beyond noise" at 25%), and a drift that lasts a whole sweep moves every repeat of it alike (their ranges then do
+#: not overlap). The default 5% is for a quiet machine (bench/bench_perf.py measures the spread there).
+THRESHOLD = "50%"
 #: Seconds added to each rsqrt call: RMSNorm models call it twice per layer and once at the end of each step
-#: (tiny-llama: 5 calls a step; a 0.3 ms sleep costs 0.4 ms or more: +30% and up of a ~7 ms step, about twice the
-#: noise of two fault-free sweeps here).
-SLOW_RSQRT_S = 0.0003
+#: (tiny-llama: 5 calls a step, so 5 ms a call adds 25 ms to a step of ~7 ms on the pretend device, census on: far
+#: beyond the threshold even when the fault-free sweep ran under three times the load; tiny-gpt2 is untouched).
+SLOW_RSQRT_S = 0.005
 CLEAN = {"bandwidth_gbs": 10}
 PROBE = {"device": "pretend", "reference": "none", "judge": False, "perf_tokens": 16, "perf_repeats": 5}
 
@@ -132,3 +133,20 @@ def test_the_reports_performance_section_lists_every_pass_and_the_slower_ones(pe
     assert all(m in slower for m in RMS_NORM) and "tiny-gpt2" not in slower
     assert "aten::rsqrt" in section and "ms ±" in section
     assert not attempted and not errors
+
+
+def test_the_report_lists_the_passes_that_sync_more_than_once_per_token(perf_sweeps):
+    """Counted by the pretend backend on every PASS: tiny-gpt2's forward asks whether its pad token is among its ids
+    (a sync per token beyond generate's own end-of-sequence check), the RMSNorm models' do not; only it is listed."""
+    from model_support.analysis.host_cost import host_cost_table
+
+    data, ids = perf_sweeps["data"], perf_sweeps["ids"]
+    syncs = {
+        r["model_id"].rsplit("/", 1)[-1].removeprefix("local:"): r["host_syncs_per_token"]
+        for r in perf_sweeps["records"]["a"]
+    }
+    assert syncs == {"tiny-llama": 1.0, "tiny-qwen2": 1.0, "tiny-gpt2": 2.0}
+    assert {r["harness_syncs_per_token"] for r in perf_sweeps["records"]["a"]} == {2.0}
+    table = host_cost_table(data, ids["a"])
+    assert table["model_id"].str.ends_with("tiny-gpt2").to_list() == [True]
+    assert table.row(0, named=True)["host_syncs_per_token"] == 2.0 and table.row(0, named=True)["fallbacks"] is None

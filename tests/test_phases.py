@@ -33,7 +33,14 @@ PRETEND_VAR = "MODEL_SUPPORT_PRETEND"
 
 def _sweep_file(tmp_path: Path, models: list[str], **more) -> Path:
     path = tmp_path / "phases.yaml"
-    definition = {"name": "phases", "probe": {"device": "pretend"}, "workers": 2, "models": models, **more}
+    # no perf phase: its repeats are device work too, and these tests hold the phases to the verdict's stages
+    definition = {
+        "name": "phases",
+        "probe": {"device": "pretend", "perf": False},
+        "workers": 2,
+        "models": models,
+        **more,
+    }
     path.write_text(yaml.safe_dump(definition))
     return path
 
@@ -229,7 +236,7 @@ def test_the_device_phase_is_the_devices_work_not_the_hosts_loading(fixture_mode
     them all, and held-idle read better than it was. Compared with the stages' own clocks in the record."""
     from model_support.probe.run import run_probe
 
-    record = run_probe(fixture_models["tiny-gpt2"]["path"], device="cpu", reference="none", judge=False)
+    record = run_probe(fixture_models["tiny-gpt2"]["path"], device="cpu", reference="none", judge=False, perf=False)
     timed = phases.device_phase()
     assert record["status"] == schema.PASS
     assert record["generate_s"] <= timed["device_s"] < record["load_s"] + record["generate_s"], (timed, record)

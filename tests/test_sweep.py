@@ -308,7 +308,7 @@ def test_the_kernels_start_is_not_on_the_models_clock(fixture_models, tmp_path, 
     monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
     monkeypatch.setattr(process, "GRACE_S", 2)
     path = tmp_path / "slow.yaml"
-    probe = {"device": "cpu", "reference": "none", "judge": False}
+    probe = {"device": "cpu", "reference": "none", "judge": False, "perf": False}  # the verdict's stages only
     body = {"name": "slow", "probe": probe, "models": [fixture_models["tiny-gpt2"]["path"]], "timeout_s": 10}
     path.write_text(yaml.safe_dump(body))
     summary = sweep.run(params.load(path), tmp_path / "data", workers=1)

@@ -148,7 +148,9 @@ def sweep(params_file, data_dir, workers, executor, prefetch, resume, report, de
     signal.signal(signal.SIGTERM, _stop_on_sigterm)  # SIGTERM stops the sweep as Ctrl-C does, in one sentence
     try:
         try:
-            _sweep(params_file, data_dir, workers, executor, prefetch, resume, report, probe_overrides, reruns)
+            _, ok = _sweep(params_file, data_dir, workers, executor, prefetch, resume, report, probe_overrides, reruns)
+            if not ok:
+                raise SystemExit(1)
         except KeyboardInterrupt:  # before the sweep was written: nothing to finish
             raise Interrupted("The sweep was stopped before it started; nothing was written.") from None
     except Interrupted as exc:
@@ -193,6 +195,8 @@ def _stop_on_sigterm(signum, frame):
 
 
 def _sweep(params_file, data_dir, workers, executor, prefetch, resume, report, probe_overrides=None, reruns=None):
+    """Run (or resume) the sweep, say what it did; (its summary, whether it finished: every model probed and the
+    report rendered)."""
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -285,8 +289,67 @@ def _sweep(params_file, data_dir, workers, executor, prefetch, resume, report, p
             ) from None
     if summary["pending"]:  # not probed, not failed: the environment kept them; say so, and how to finish
         click.echo(pending_sentence(summary["sweep_id"], summary["pending"]), err=True)
-    if summary["pending"] or not rendered:
-        raise SystemExit(1)
+    return summary, not (summary["pending"] or not rendered)
+
+
+@main.command()
+@click.argument("params_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@data_dir_option
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Parallel probes (default: params).")
+@click.option(
+    "--reruns", type=click.IntRange(min=0), default=None, help="Reruns of a changed verdict (default: params)."
+)
+@click.option(
+    "--fail-on",
+    default="regressions,new-failures",
+    show_default=True,
+    help="The gates that fail the night: regressions, new-failures, perf (comma-separated).",
+)
+@click.option(
+    "--expect", type=click.Path(path_type=Path), default=None, help="Expected verdicts (YAML) over the definition's."
+)
+@click.option("--perf-threshold", default=None, help="With --fail-on perf: the slowdown that counts (default 5%).")
+@click.option("--report/--no-report", default=True, show_default=True, help="Render the sweep's HTML report.")
+@click.option(
+    "--bisect/--no-bisect", default=True, show_default=True, help="Bisect each failing model when the stacks differ."
+)
+@click.option(
+    "--find-links",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="The bisect's releases from this folder of wheels.",
+)
+@click.option(
+    "--push", "push_to", default=None, metavar="REPO_ID", help="Push the dataset and logs to this Hub dataset repo."
+)
+@user_errors
+def nightly(
+    params_file, data_dir, workers, reruns, fail_on, expect, perf_threshold, report, bisect, find_links, push_to
+):
+    """The nightly: sweep PARAMS_FILE (flakes rerun), gate it against the last sweep of the same name and device,
+    export JUnit and Markdown, bisect and draft a bug report per regression signature, push; exit 1 on a failed
+    gate (docs/nightly.md)."""
+    from . import nightly as nightly_mod
+    from .analysis import perf
+
+    gates = nightly_mod.check_fail_on(fail_on)
+    threshold = perf.parse_threshold(perf_threshold) if perf_threshold is not None else None
+    if expect is not None and not expect.is_file():
+        raise UserError(f"--expect {expect} is no file; give an expectations YAML file of MODEL: {{verdict, reason}}.")
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    summary, finished = _sweep(params_file, data_dir, workers, None, None, None, report, None, reruns)
+    status = nightly_mod.after_sweep(
+        data_dir,
+        summary["sweep_id"],
+        fail_on=gates,
+        expect=expect,
+        perf_threshold=threshold,
+        bisect=bisect,
+        find_links=find_links,
+        push_to=push_to,
+        log=click.echo,
+    )
+    raise SystemExit(status or (0 if finished else 1))
 
 
 def pending_sentence(sweep_id: str, pending: dict) -> str:

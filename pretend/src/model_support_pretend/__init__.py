@@ -14,6 +14,12 @@ a lock, since each probe attempt is a new process), and the operator is missing 
 of them, present in the others: with N = 2, a probe fails, its rerun passes (a sweep's flake screening). ``wrong_ops`` is a list (each output reversed and negated: a kernel with a
 bug) or maps operators to a relative error (``{"aten::mm": 0.02}``: every value off by 2%, with a random sign;
 ``0.0039``, half of bf16's epsilon, is noise the size of bf16 rounding, which ``model-support localise`` must not flag).
+``wrong_past_length`` (``{"aten::_safe_softmax": 32}``) makes an operator wrong once the sequence axis it works over
+reaches N positions (``config.PAST_LENGTH_AXES`` names each axis): a KV-cache or long-context bug.
+A ``crash_ops`` operator aborts the process; ``"crash_message": false`` makes the abort silent (no last words on
+stderr), ``"crash_after": N`` reports it N operators later (an asynchronous runtime's late report), unless
+``PRETEND_LAUNCH_BLOCKING=1`` (CUDA_LAUNCH_BLOCKING's counterpart). The backend counts its own device-to-host syncs
+and CPU fallbacks (``counters``), read through the adapter's ``host_counters``.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from model_support.probe.devices import (
     DeviceUnavailable,
 )
 
-from .config import CONFIG_VAR, Config, from_environment
+from .config import BLOCKING_VAR, CONFIG_VAR, Config, from_environment
 
 
 class PretendAdapter(AcceleratorAdapter):
@@ -41,6 +41,14 @@ class PretendAdapter(AcceleratorAdapter):
         return super().unavailable(elsewhere)
 
     synchronous_ops = True  # its operators run in Python, on the CPU underneath: done when the call returns
+    #: What makes its runtime report a crash at the operator that caused it (``crash_after`` ignored).
+    blocking_env = {BLOCKING_VAR: "1"}
+
+    def host_counters(self):
+        """The backend's own counts of syncs and CPU fallbacks (``counters.Counters``)."""
+        from . import tensor
+
+        return tensor.STATE.counters if tensor.STATE is not None else None
 
     def peak_bandwidth_gbs(self) -> tuple[float | None, str]:
         """What its configuration declares (``bandwidth_gbs``), or that it declares none."""

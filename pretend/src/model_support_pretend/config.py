@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 NAME = "pretend"
 #: The JSON that switches the backend on and sets its faults.
@@ -29,10 +29,27 @@ KEYS = (
     "bandwidth_gbs",
     "flaky_ops",
     "flaky_file",
+    "crash_message",
+    "crash_after",
+    "wrong_past_length",
 )
+#: Set to 1, the runtime reports a crash at the operator that caused it (``crash_after`` ignored), as
+#: ``CUDA_LAUNCH_BLOCKING=1`` makes CUDA's: the synchronous rerun's switch (the adapter's ``blocking_env``). Not part
+#: of the stack's configuration: the same faults, reported sooner.
+BLOCKING_VAR = "PRETEND_LAUNCH_BLOCKING"
 #: Seconds a ``fallback_ops`` operator costs per call beyond its work: a real CPU fallback copies its inputs to
 #: the host and its results back.
 FALLBACK_S = 0.002
+#: The operators ``wrong_past_length`` can break, each past a length along the sequence axis it works over (a
+#: KV-cache or long-context bug), by what that axis is (``tensor.sequence_length`` reads it): the softmaxes over their
+#: ``dim`` (in attention, the key positions: the cache's length), ``aten::bmm`` over its contraction (mat1's last
+#: dimension: the key positions of attention's probabilities times values; in queries times keys it is the head
+#: size, so N must exceed that). The attention of transformers' sdpa reaches a backend as these.
+PAST_LENGTH_AXES = {
+    "aten::_safe_softmax": "the dimension it normalises (dim): in attention, the key positions",
+    "aten::_softmax": "the dimension it normalises (dim): in attention, the key positions",
+    "aten::bmm": "the contraction (mat1's last dimension): in attention's probabilities x values, the key positions",
+}
 
 
 class PretendConfigError(ValueError):
@@ -55,6 +72,11 @@ class Config:
     # {operator: N}: missing in the 1st, (N+1)th, ... process that calls one of them, counted in ``flaky_file``
     flaky_ops: dict = field(default_factory=dict)
     flaky_file: str | None = None
+    crash_message: bool = True  # False: a crash aborts with no word on stderr, as many runtimes' aborts do
+    crash_after: int = 0  # a crash reported this many operators later, as an asynchronous runtime reports it
+    blocking: bool = False  # BLOCKING_VAR set: every crash reported at its own operator
+    # {operator: N}: its results wrong once its sequence axis (``PAST_LENGTH_AXES``) reaches N positions
+    wrong_past_length: dict = field(default_factory=dict)
 
     @property
     def memory_bytes(self) -> int | None:
@@ -125,6 +147,14 @@ def parse(text: str, visible: str | None = None) -> Config:
         raise PretendConfigError(
             f"{CONFIG_VAR}: 'flaky_ops' needs 'flaky_file', the path of the file that counts the processes calling them."
         )
+    past = _past_length(raw)
+    message, after = raw.get("crash_message", True), raw.get("crash_after", 0)
+    if not isinstance(message, bool):
+        raise PretendConfigError(f"{CONFIG_VAR}: 'crash_message' must be true or false, not {message!r}.")
+    if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+        raise PretendConfigError(
+            f"{CONFIG_VAR}: 'crash_after' must be a whole number of operators >= 0, not {after!r}."
+        )
     return Config(
         devices=devices,
         memory_gb=None if memory is None else float(memory),
@@ -139,7 +169,28 @@ def parse(text: str, visible: str | None = None) -> Config:
         bandwidth_gbs=None if bandwidth is None else float(bandwidth),
         flaky_ops=dict(flaky),
         flaky_file=flaky_file,
+        crash_message=message,
+        crash_after=after,
+        wrong_past_length=past,
     )
+
+
+def _past_length(raw: dict) -> dict:
+    """``wrong_past_length``: {operator: N}, an operator of ``PAST_LENGTH_AXES`` wrong from N positions on."""
+    value = raw.get("wrong_past_length", {})
+    if not isinstance(value, dict) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value.values()
+    ):
+        raise PretendConfigError(
+            f"{CONFIG_VAR}: 'wrong_past_length' must map operator names to a length N >= 1 (positions), not {value!r}."
+        )
+    unknown = sorted(set(value) - set(PAST_LENGTH_AXES))
+    if unknown:
+        raise PretendConfigError(
+            f"{CONFIG_VAR}: 'wrong_past_length' names {', '.join(unknown)}, whose sequence axis it does not know; "
+            f"it breaks {', '.join(PAST_LENGTH_AXES)} (the operators attention reaches a backend as)."
+        )
+    return dict(value)
 
 
 def _visible(value: str | None, devices: int) -> tuple:
@@ -162,4 +213,7 @@ def from_environment(environ=None) -> Config | None:
     text = environ.get(CONFIG_VAR)
     if text is None:
         return None
-    return parse(text, environ.get(VISIBLE_VAR))
+    config = parse(text, environ.get(VISIBLE_VAR))
+    if environ.get(BLOCKING_VAR, "") not in ("", "0"):
+        config = replace(config, blocking=True)
+    return config

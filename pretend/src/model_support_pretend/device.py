@@ -53,7 +53,9 @@ def set_device(device) -> None:
 
 
 def synchronize(device=None) -> None:
-    """Every operator has finished when it returns: nothing is queued."""
+    """Every operator has finished when it returns: nothing is queued. Still a wait of the host on the device
+    wherever a real one queues: counted (``counters``)."""
+    _state().counters.sync()
 
 
 def manual_seed_all(seed: int) -> None:

@@ -22,6 +22,7 @@ from torch._subclasses.fake_tensor import is_fake
 from torch.utils._pytree import tree_flatten, tree_map
 
 from .config import FALLBACK_S, NAME, Config
+from .counters import Counters
 
 
 class Ledger:
@@ -83,6 +84,7 @@ class Faults(NamedTuple):
     missing: bool
     wrong: bool
     off_by: float | None  # a relative error (``wrong_ops`` given as a mapping) rather than a bug
+    past_length: int | None = None  # ``wrong_past_length``: wrong once its sequence axis reaches this many positions
 
 
 class State:
@@ -94,6 +96,24 @@ class State:
         self.ledgers = [Ledger(i, p, config.memory_bytes) for i, p in enumerate(config.visible)]
         self._faults: dict = {}  # operator -> its Faults, worked out on its first call
         self._turn: int | None = None  # this process's turn among those calling a ``flaky_ops`` operator
+        self.counters = Counters()  # its syncs and fallbacks, for the adapter's ``host_counters``
+        self.doomed: list | None = None  # [the crashed operator, operators left before the abort is reported]
+
+    def crash(self, name: str) -> None:
+        """Operator ``name`` crashed: the runtime aborts now, or ``crash_after`` operators later (reported late, as
+        an asynchronous runtime reports it; at once under ``BLOCKING_VAR``)."""
+        if self.doomed is None:
+            self.doomed = [name, 0 if self.config.blocking else self.config.crash_after]
+        self.count_down()
+
+    def count_down(self) -> None:
+        """One more operator since the crash: the abort, when its turn has come."""
+        assert self.doomed is not None
+        if self.doomed[1] <= 0:
+            if self.config.crash_message:
+                os.write(2, f"{NAME} runtime: fatal error in {self.doomed[0]}; aborting\n".encode())
+            os.abort()  # as a device runtime abort does: the process dies with SIGABRT
+        self.doomed[1] -= 1
 
     def faults(self, func) -> Faults:
         """What the configuration does to operator ``func`` (asked on every call: worked out once)."""
@@ -108,6 +128,7 @@ class State:
                 missing=any(n in config.missing_ops for n in names) or self._flaky(names),
                 wrong=any(n in config.wrong_ops for n in names),
                 off_by=next((config.wrong_by[n] for n in names if n in config.wrong_by), None),
+                past_length=config.wrong_past_length.get(names[0]),
             )
         return known
 
@@ -183,6 +204,7 @@ class PretendTensor(torch.Tensor):
         return repr(self._data).replace("tensor(", "PretendTensor(", 1)[:-1] + f", device='{self.device}')"
 
     def tolist(self):  # torch refuses tolist() on subclasses; a device tensor copies its values to the host
+        _state().counters.sync()
         return self._data.tolist()
 
     def __tensor_flatten__(self):
@@ -229,13 +251,16 @@ def _names(func) -> tuple[str, str]:
 
 def act_out_faults(func) -> Faults:
     """What the configured faults do before ``func`` runs: crash, stall, or have no kernel; its ``Faults``."""
-    faults = _state().faults(func)
+    state = _state()
+    if state.doomed is not None:  # an earlier operator crashed: reported now, or some operators later
+        state.count_down()
+    faults = state.faults(func)
     if faults.crash:
-        os.write(2, f"{NAME} runtime: fatal error in {faults.names[0]}; aborting\n".encode())
-        os.abort()  # as a device runtime abort does: the process dies with SIGABRT
+        state.crash(faults.names[0])
     for seconds in faults.slow:
         time.sleep(seconds)
     if faults.fallback:  # no kernel, a CPU fallback: correct, and slow
+        state.counters.fallback(faults.names[1])
         time.sleep(FALLBACK_S)
     if faults.missing:
         raise NotImplementedError(
@@ -256,6 +281,15 @@ def _wrong(tensor: torch.Tensor) -> None:
     else:
         bad = tensor + 1
     tensor.copy_(bad)
+
+
+def sequence_length(name: str, args, kwargs) -> int:
+    """The length of the sequence axis operator ``name`` works over (``config.PAST_LENGTH_AXES`` says which, and
+    parse allows no other): a softmax's ``dim``; ``aten::bmm``'s contraction, mat1's last dimension."""
+    if name == "aten::bmm":
+        return int(args[0].shape[-1])
+    dim = args[1] if len(args) > 1 else kwargs["dim"]
+    return int(args[0].shape[dim])
 
 
 def _off_by(tensor: torch.Tensor, relative: float) -> None:
@@ -283,6 +317,8 @@ def _target_device(leaves: list) -> torch.device | None:
 
 
 _CPU = torch.device("cpu")
+#: ``.item()`` and ``bool()`` of a device tensor end here; ``copy_`` into a host tensor copies out too.
+_SCALAR, _COPY = torch.ops.aten._local_scalar_dense.default, torch.ops.aten.copy_.default
 
 
 def _on_cpu(tensor: torch.Tensor) -> torch.Tensor:
@@ -367,6 +403,10 @@ def run(func, args, kwargs):
     inputs = {id(t._data): t for t in leaves if isinstance(t, PretendTensor)}
     plain = {id(t) for t in leaves if isinstance(t, torch.Tensor) and not isinstance(t, PretendTensor)}
     out = func(*_map(_to_cpu, args), **_map(_to_cpu, kwargs))
+    if faults.past_length is not None and sequence_length(faults.names[0], args, kwargs) >= faults.past_length:
+        for tensor in _leaves(out, []):  # a KV-cache or long-context bug: wrong from that length on
+            if isinstance(tensor, torch.Tensor):
+                _wrong(tensor)
     if faults.wrong:
         for tensor in _leaves(out, []):
             if isinstance(tensor, torch.Tensor) and faults.off_by is not None:
@@ -374,7 +414,11 @@ def run(func, args, kwargs):
             elif isinstance(tensor, torch.Tensor):
                 _wrong(tensor)
     if target is None or target.type != NAME:
+        if inputs:  # a copy to the host: the host waits for the device's data
+            _state().counters.sync(out)
         return out  # a copy to the CPU, or no tensor on the device at all
+    if func is _SCALAR or (func is _COPY and inputs and id(args[0]) in plain):  # .item(); a copy into a host tensor
+        _state().counters.sync()
 
     def back(leaf):
         if not isinstance(leaf, torch.Tensor):
@@ -402,6 +446,8 @@ def copy_from(src, dst, non_blocking=False):
     """``aten::_copy_from``: a copy into or out of the device that bypassed Python dispatch (``torch.tensor(...,
     device=...)`` does). The faults of ``aten::copy_`` apply."""
     act_out_faults(torch.ops.aten.copy_.default)
+    if isinstance(src, PretendTensor) and not isinstance(dst, PretendTensor):
+        _state().counters.sync()
     source = src._data if isinstance(src, PretendTensor) else src
     target = dst._data if isinstance(dst, PretendTensor) else dst
     target.copy_(source, non_blocking)

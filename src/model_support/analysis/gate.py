@@ -32,6 +32,9 @@ class GateResult:
     failing: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     known: list[str] = field(default_factory=list)
+    #: The verdict changes behind ``failing`` (not the slowdowns), one dict each: kind ("regression" or "new
+    #: failure"), model_id, variant, before (the baseline's verdict; None: not in it), after, signature.
+    changes: list[dict] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:
@@ -117,10 +120,13 @@ def gate(
         passed_before = was is not None and was[0] == schema.PASS and not was[1]
         why = f" (expected {expected.verdict}, got {verdict})" if expected else ""
         said = f"{verdict}" + (f": {signature}" if signature else "")
+        change = {"model_id": model_id, "variant": variant, "after": verdict, "signature": signature}
         if "regressions" in fail_on and passed_before:
             result.failing.append(f"regression: {name}: PASS -> {said}{why}")
+            result.changes.append({"kind": "regression", "before": schema.PASS, **change})
         elif "new-failures" in fail_on and (was is None or passed_before):
             result.failing.append(f"new failure: {name}: {'not in ' + a if was is None else 'PASS'} -> {said}{why}")
+            result.changes.append({"kind": "new failure", "before": was and schema.PASS, **change})
     if "perf" in fail_on:
         slower, notes = perf.gate_lines(data_dir, a, b, perf_threshold)
         result.failing += slower

@@ -180,6 +180,17 @@ def _variant_stats_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
     )
 
 
+def _recompile_flags_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
+    """model_id, variant, recompile_flag, recompiles_dynamic, recompile_guard: the compiled runs that recompile per
+    prompt length or per token with automatic dynamic shapes on (``probe.instruments.recompiles``)."""
+    return (
+        _rows(results, sweep_id)
+        .filter(pl.col("recompile_flag").is_not_null())
+        .select("model_id", "variant", "recompile_flag", "recompiles_dynamic", "recompile_guard")
+        .sort("model_id", "variant")
+    )
+
+
 def graph_break_reasons(results: Frame, sweep_id: str, top: int = 20) -> pl.DataFrame:
     """reason, runs (that hit it), variants, example_models (up to 3): torch.compile's graph-break
     reasons across the sweep, most common first, at most ``top``."""

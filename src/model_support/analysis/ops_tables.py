@@ -21,9 +21,12 @@ def _names(keys: list[str], most: int = 8) -> str:
 
 
 def step_ops(step: PlanStep) -> str:
-    """The step's operators, each with what is wrong with it where it is not simply missing: ``aten::relu
-    (crashes)``; a group joined by `` + ``."""
-    return " + ".join(op if step.faults.get(op) == MISSING else f"{op} ({step.faults.get(op)})" for op in step.ops)
+    """The step's operators, each with the dtype signatures and ranks needed of it and what is wrong with it where
+    it is not simply missing: ``aten::rsqrt for f32, 3 dims``, ``aten::relu for bf16, 3 dims (crashes)``; a group
+    joined by `` + ``."""
+    return " + ".join(
+        step.precise_op(op) + ("" if step.faults.get(op) == MISSING else f" ({step.faults.get(op)})") for op in step.ops
+    )
 
 
 def plan_frame(steps: list[PlanStep]) -> pl.DataFrame:

@@ -12,7 +12,7 @@ from pathlib import Path
 import polars as pl
 
 from ..record import store
-from . import perf
+from . import host_cost, perf
 from .checks import CHECK_COLUMNS, _pass_checks_q, _suspect_q
 from .coverage import unprobed
 from .diff import KEY, _changes_q, _signature_changes_q
@@ -23,6 +23,7 @@ from .modes import (
     _break_reasons_q,
     _eager_pass_compile_fail_q,
     _grid_long_q,
+    _recompile_flags_q,
     _variant_stats_q,
     grid_from_long,
     order_variants,
@@ -142,6 +143,7 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
         "verdict_grid": _grid_long_q(rows, sweep_id, excluded),
         "eager_pass_compile_fail": _eager_pass_compile_fail_q(rows, sweep_id),
         "graph_break_reasons": _break_reasons_q(rows, sweep_id),
+        "recompile_flags": _recompile_flags_q(rows, sweep_id),
         "multi_device": _multi_device_q(rows, sweep_id),
         "by_parallelism": _by_parallelism_q(rows, sweep_id),
         "models": _models_q(rows, sweep_id),
@@ -171,6 +173,7 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
     tables["changes"] = changes.filter(~((pl.col("change") == "removed") & pl.col("_u").fill_null(False))).drop("_u")
     tables.update(ops_tables(data_dir, sweep_id, baseline_sweep_id))
     tables["perf"] = perf.perf_table(data_dir, sweep_id)  # every PASS's speed; beyond noise since the baseline
+    tables["host_cost"] = host_cost.host_cost_table(data_dir, sweep_id)  # PASS runs that sync or fall back per token
     if baseline_sweep_id:
         tables["perf_changes"] = perf.changes(data_dir, baseline_sweep_id, sweep_id)
     tables["models"] = with_files(data_dir, sweep_id, tables["models"])

@@ -3,7 +3,7 @@ engineer attaches to a bug report against the stack.
 
 The script is a header, the source of ``op_check`` (its program and its tolerances: the same judgement the
 localiser made), the repro scripts' own ``apply_device_config`` and ``load_backend`` (so it sets the stack's backend
-configuration as it ran, e.g. the pretend device's faults or ``LIBTPU_INIT_ARGS``, and loads only that backend),
+configuration as it ran, e.g. ``LIBTPU_INIT_ARGS`` or a test backend's faults, and loads only that backend),
 then its ``SETTINGS``. It needs torch and the device's backend package, nothing of this project.
 
 The inputs (the device's own inputs of that call, copied to the CPU) are one ``torch.save`` file stored by its

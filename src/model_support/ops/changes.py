@@ -1,7 +1,8 @@
 """Which operators a stack gained or lost between two sweeps, from the ``ops`` config (each sweep's status of
 each operator its census saw): gained, an operator missing or falling back before that runs now (or a missing
 one that now falls back); lost, the other way. An operator only one of the two censuses saw says nothing, nor
-do two sweeps on different devices (two stacks, not one that changed)."""
+do two sweeps on different devices (two stacks, not one that changed). Per operator: its worst status over its
+dtype signatures (the config's rows)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,11 @@ def stack_changes(data_dir: Path, before: str, after: str) -> list[dict]:
     rows = frame.collect()
     if rows["device_type"].drop_nulls().n_unique() > 1:  # two devices: two stacks, not one that changed
         return []
-    status = {(r["sweep_id"], r["op"]): r["status"] for r in rows.iter_rows(named=True)}
+    status: dict[tuple, str] = {}  # an operator's worst status over its dtype signatures (one row each)
+    for r in rows.iter_rows(named=True):
+        key = (r["sweep_id"], r["op"])
+        if key not in status or RANK.get(r["status"], 2) < RANK.get(status[key], 2):
+            status[key] = r["status"]
     changes = []
     for op in sorted({op for _, op in status}):
         was, now = status.get((before, op)), status.get((after, op))

@@ -6,7 +6,10 @@ coverage (operator -> ``record.ops_table.OP_STATUSES``) what it has. A model's f
 is where a run on that stack stops: a missing one's stage gives the verdict (``probe_core.STAGE_VERDICT``: the
 generation's is ``FAIL(gen)``, the weights' copy's ``FAIL(load)``), a crashing one (the runtime aborts) is
 ``FAIL(other)``, as a dead kernel is; a stack that refuses the run's dtype (``dtype::bfloat16`` missing) fails it at
-load. A model with none passes, fallbacks included (a wrong operator passes too, with wrong output). A row with
+load, and one that refuses a dtype only some calls use (a bfloat16 model's RMSNorm upcast to float32: the census'
+dtype signatures, ``bf16->f32``) fails it at the first operator whose signature names it, by that operator's stage
+(the dtype is the blocker). Coverage is judged per operator, and per dtype through ``dtype::`` alone: no adapter
+here can say that an operator it has lacks one dtype (a registration covers every dtype). A model with none passes, fallbacks included (a wrong operator passes too, with wrong output). A row with
 no complete census (the model failed on its own before it ran, everywhere: the reference failed too) keeps its
 recorded verdict; a row with no census at all (compile mode, a sharded run, an older sweep) is ``unknown``.
 
@@ -87,6 +90,17 @@ class ModelOps:
     blockers: list[str] = field(default_factory=list)  # what must be fixed for a predicted PASS, first needed first
     faults: dict[str, str] = field(default_factory=dict)  # blocker -> missing / crashes / wrong
     diverges: bool = False  # a PASS on its own stack whose output diverges, and no wrong operator named
+    # (op, dtype signature, calls, min rank, max rank) of each census entry (``census.SIG_FIELDS``); none before them
+    signatures: list[tuple] = field(default_factory=list)
+
+    def needed_dtypes(self) -> dict[str, str]:
+        """``dtype::<dtype>`` of each dtype the census' signatures name -> the first operator whose signature names
+        it (what a stack must hold for that call to run)."""
+        needs: dict[str, str] = {}
+        for op, dtypes, *_ in self.signatures:
+            for name in census.signature_dtypes(dtypes or ""):
+                needs.setdefault(f"{census.DTYPE_NAMESPACE}{name}", op)
+        return needs
 
     @property
     def complete(self) -> bool:
@@ -159,6 +173,9 @@ def _model(r: dict) -> ModelOps:
         error_type=r["error_type"],
         numerics=r["numerics"],
         stopped=census.stopped_by(r),
+        signatures=list(zip(*(r[f] or [None] * len(r["ops_sig_ops"]) for f in census.SIG_FIELDS)))
+        if r.get("ops_sig_ops") is not None
+        else [],
     )
 
 
@@ -167,7 +184,8 @@ def census_ops(models: list[ModelOps]) -> list[str]:
     failures name, and their dtypes (``dtype::bfloat16``)."""
     names = [op for m in models for op in m.requirements()[0]]
     dtypes = [f"{census.DTYPE_NAMESPACE}{m.dtype}" for m in models if m.dtype]
-    return list(dict.fromkeys([*names, *dtypes]))
+    named = [name for m in models for name in m.needed_dtypes()]  # the dtypes the signatures name
+    return list(dict.fromkeys([*names, *dtypes, *named]))
 
 
 def recorded_coverage(models: list[ModelOps]) -> dict[str, str]:
@@ -209,19 +227,25 @@ def _predict(m: ModelOps, coverage: dict[str, str], own: bool) -> None:
     m.ops_unknown = [op for op in ops if status_of[op] == UNKNOWN]
     dtype = census.dtype_name(m.dtype)
     refused = [dtype] if dtype is not None and coverage.get(dtype) == MISSING else []
-    stops = [op for op in ops if status_of[op] in STOPS]
+    # a dtype some calls use (the signatures) that the stack refuses stops the run at the first of those calls
+    late = {n: op for n, op in m.needed_dtypes().items() if coverage.get(n) == MISSING and n not in refused}
+    stop_at = {op: op for op in ops if status_of[op] in STOPS}
+    for name, op in late.items():
+        stop_at.setdefault(op, name)
+    stops = [op for op in ops if op in stop_at]
     m.faults = {
         **dict.fromkeys(refused, MISSING),
         **{op: status_of[op] for op in ops if status_of[op] in (MISSING, CRASHES, WRONG)},
+        **dict.fromkeys(late, MISSING),
     }
     m.blockers = list(m.faults)
-    m.first_missing = next(iter([*refused, *stops]), None)
+    m.first_missing = next(iter([*refused, *(stop_at[op] for op in stops)]), None)
     m.diverges = own and m.status == schema.PASS and m.numerics == "diverges" and not m.ops_wrong
     if refused:  # the weights' copy is the first thing a run puts on the device
         m.predicted = schema.FAIL_LOAD
     elif stops:
         first = stops[0]
-        stage = stages[ops.index(first)] if status_of[first] == MISSING else "runner"
+        stage = stages[ops.index(first)] if status_of[first] != CRASHES or stop_at[first] != first else "runner"
         m.predicted = STAGE_VERDICT.get(stage, schema.FAIL_OTHER)
     elif m.ops is None and m.stopped is None:  # no census: the recorded failure, or nothing to say of a PASS
         m.predicted = UNKNOWN_VERDICT if m.status == schema.PASS or m.status is None else m.status

@@ -10,15 +10,24 @@ inside (that one goes first); ties go to fewer operators, then to the operators 
 need, then by name. Each step says how many models are predicted PASS once it is done (cumulative). Models that
 fail for other reasons (their own, a failure that names no operator, a census that cannot tell) are in no step:
 ``still_blocked`` says what keeps them.
+
+Each step also says precisely what to implement (``PlanStep.precise``): per operator, the dtype signatures and ranks
+the models it blocks called it with, from their census (``aten::rsqrt for f32, 3 dims``); per refused dtype, the
+calls that need it (``dtype::float32 (aten::_to_copy bf16->f32, 2-3 dims)``). A census from before signatures says
+the operator alone.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from ..probe import census
 from .coverage import UNKNOWN_VERDICT, ModelOps
+
+#: Signatures a step's line names per operator (the most-called first); the rest are counted.
+SHOWN_SIGNATURES = 3
 
 
 @dataclass(frozen=True)
@@ -32,16 +41,30 @@ class PlanStep:
     blocks: list[str]
     passing: int
     faults: dict[str, str]
+    # per operator (or dtype::), the signatures the models it blocks need: [{"dtypes", "min_rank", "max_rank",
+    # "calls", and "op" for a dtype's}], the most-called first (``signatures_needed``)
+    signatures: dict[str, list[dict]] = field(default_factory=dict)
 
     @property
     def op(self) -> str:
         """The step's operators as one name: ``aten::rsqrt + aten::silu`` for a group."""
         return " + ".join(self.ops)
 
+    def precise_op(self, op: str) -> str:
+        """One operator of the step with what the models need of it: ``aten::rsqrt for f32, 3 dims``."""
+        return precise(op, self.signatures.get(op, []))
+
+    @property
+    def precise(self) -> str:
+        """The step as one line naming dtypes and ranks: ``aten::rsqrt for f32, 3 dims + aten::silu for bf16, 3 dims``."""
+        return " + ".join(self.precise_op(op) for op in self.ops)
+
     def as_json(self) -> dict:
         return {
             "op": self.op,
             "ops": list(self.ops),
+            "precise": self.precise,
+            "signatures": {op: self.signatures.get(op, []) for op in self.ops},
             "faults": self.faults,
             "unlocks": self.unlocks,
             "passing": self.passing,
@@ -76,8 +99,50 @@ def _best_group(sets: Counter) -> frozenset:
         group = min(inside, key=key)
 
 
+def dims(low: int | None, high: int | None) -> str:
+    """``3 dims``, ``1-3 dims``; ``dims unknown`` where the census could not tell."""
+    if low is None or high is None:
+        return "dims unknown"
+    return f"{low} dims" if low == high else f"{low}-{high} dims"
+
+
+def precise(op: str, signatures: list[dict]) -> str:
+    """``op`` with the signatures needed of it: ``aten::rsqrt for f32, 3 dims``; several joined by ``;``;
+    a dtype's with the calls that need it: ``dtype::float32 (aten::_to_copy bf16->f32, 3 dims)``."""
+    if not signatures:
+        return op
+    shown = signatures[:SHOWN_SIGNATURES]
+    more = f"; +{len(signatures) - len(shown)} more" if len(signatures) > len(shown) else ""
+    if op.startswith(census.DTYPE_NAMESPACE):
+        said = "; ".join(f"{s['op']} {s['dtypes']}, {dims(s['min_rank'], s['max_rank'])}" for s in shown)
+        return f"{op} ({said}{more})"
+    said = "; ".join(f"{s['dtypes'] or 'no tensors'}, {dims(s['min_rank'], s['max_rank'])}" for s in shown)
+    return f"{op} for {said}{more}"
+
+
+def signatures_needed(models: Iterable[ModelOps], op: str) -> list[dict]:
+    """The signatures ``models`` called ``op`` with (for ``dtype::X``: their calls whose signature names X), merged
+    over the models: calls summed, ranks widened; the most-called first. Empty without signatures."""
+    dtype = op.removeprefix(census.DTYPE_NAMESPACE) if op.startswith(census.DTYPE_NAMESPACE) else None
+    merged: dict[tuple, dict] = {}
+    for m in models:
+        for name, dtypes, calls, low, high in m.signatures:
+            if (name != op) if dtype is None else (dtype not in census.signature_dtypes(dtypes or "")):
+                continue
+            row = merged.setdefault((name, dtypes), {"dtypes": dtypes, "min_rank": low, "max_rank": high, "calls": 0})
+            if dtype is not None:
+                row["op"] = name
+            row["calls"] += calls or 0
+            if low is not None:
+                row["min_rank"] = low if row["min_rank"] is None else min(row["min_rank"], low)
+            if high is not None:
+                row["max_rank"] = high if row["max_rank"] is None else max(row["max_rank"], high)
+    return sorted(merged.values(), key=lambda r: -r["calls"])
+
+
 def porting_plan(models: list[ModelOps]) -> list[PlanStep]:
     """The greedy plan over ``models`` (predicted by ``coverage.predict``, so each has its ``blockers``)."""
+    by_key = {m.key: m for m in models}
     remaining = {m.key: frozenset(m.blockers) for m in models if m.unlockable}
     faults = {op: fault for m in models for op, fault in m.faults.items()}
     passing = passing_now(models)
@@ -89,7 +154,8 @@ def porting_plan(models: list[ModelOps]) -> list[PlanStep]:
         passing += len(unlocks)
         need = Counter(op for key in blocks for op in remaining[key] & group)
         ops = tuple(sorted(group, key=lambda op: (-need[op], op)))
-        steps.append(PlanStep(ops, unlocks, blocks, passing, {op: faults[op] for op in ops}))
+        needed = {op: signatures_needed([by_key[key] for key in blocks], op) for op in ops}
+        steps.append(PlanStep(ops, unlocks, blocks, passing, {op: faults[op] for op in ops}, needed))
         for key in blocks:
             remaining[key] -= group
             if not remaining[key]:
@@ -132,13 +198,30 @@ def still_blocked(models: list[ModelOps]) -> list[tuple[str, list[str]]]:
     return [(reason, found[reason]) for reason in order if reason in found]
 
 
+def fallback_work(models: list[ModelOps]) -> list[dict]:
+    """The work the steps leave: operators the stack runs but on the CPU (``ops_fallback``). A fallback blocks no
+    verdict, so no step fixes it; it is work still, since every model that calls it pays a copy to the host and
+    back on every call (a row's ``fallback_calls_per_token`` measures it): [{"op", "models", "calls"}], weighed by
+    how many models call it, then by their calls (the census'), then by name."""
+    found: dict[str, dict] = {}
+    for m in models:
+        calls = dict(zip(m.ops or [], m.calls or []))
+        for op in m.ops_fallback:
+            entry = found.setdefault(op, {"op": op, "models": [], "calls": 0})
+            entry["models"].append(m.key)
+            entry["calls"] += calls.get(op) or 0
+    return sorted(found.values(), key=lambda e: (-len(e["models"]), -e["calls"], e["op"]))
+
+
 def plan_json(models: list[ModelOps], steps: list[PlanStep]) -> dict:
-    """``model-support ops --json``: {"passing": before any step, "plan": [{"op", "ops", "faults", "unlocks",
-    "passing", "blocks"}...], "blocked": [{"by", "models"}...], "models": {key: {"ops_missing", "ops_crashing",
+    """``model-support ops --json``: {"passing": before any step, "plan": [{"op", "ops", "precise", "signatures",
+    "faults", "unlocks", "passing", "blocks"}...], "blocked": [{"by", "models"}...], "fallbacks": [{"op", "models",
+    "calls"}...] (``fallback_work``), "models": {key: {"ops_missing", "ops_crashing",
     "ops_wrong", "ops_fallback", "predicted"}}}."""
     return {
         "passing": passing_now(models),
         "plan": [s.as_json() for s in steps],
         "blocked": [{"by": reason, "models": keys} for reason, keys in still_blocked(models)],
+        "fallbacks": fallback_work(models),
         "models": {m.key: m.as_json() for m in models},
     }

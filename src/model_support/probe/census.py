@@ -17,6 +17,17 @@ that stopped early (its first missing operator) has a partial census; when its C
 what the reference alone called is added after it (``completed``, ``ops_source`` ``reference``): the device's
 own operators stay, the one that stopped the run first among them (the CPU calls other kernels: its attention
 is not the math path's ``aten::bmm``). docs/ops.md says how a CPU census can differ from a device's.
+
+Per operator the census also keeps its **dtype signatures** (``ops_sig_*``: one entry per operator and signature, in
+the order of first call) with their calls, the range of ranks they were called with, and their seconds where timed:
+a stack's kernel may exist for float32 and not for bfloat16, or for 2-d inputs only. A signature is written
+``dtype_signature``'s way: the dtypes of the call's tensor arguments in order, short names (``bf16``, ``f32``,
+``i64``, ``bool``; others as torch names them), a list of tensors as the distinct dtypes of its tensors in brackets
+(``aten::cat``'s ``[bf16]``), then ``->`` and the output dtype where the call names one (``dtype=``: ``aten::_to_copy``
+from bfloat16 to float32 is ``bf16->f32``) or has no tensor argument (a factory: ``aten::arange`` of int64 is
+``->i64``, the dtype of what it made). The rank is the highest of the tensor arguments' (a broadcast's output rank),
+or a factory's output's; null where neither is known (a factory that raised, whose signature is then ``""``).
+Counting costs one hand walk over the call's arguments (``_inputs``) and one dictionary update per call.
 """
 
 from __future__ import annotations
@@ -34,8 +45,10 @@ from ..record.ops_table import FALLBACK, MISSING, UNKNOWN
 RUN, REFERENCE, PARTIAL = "run", "reference", "partial"
 #: The stages a CPU census counts (the generation; a compile failure is the generation's too).
 CPU_STAGES = ("generate", "compile")
+#: The record's per-(operator, dtype signature) fields, parallel lists in the order of first call (``fields``).
+SIG_FIELDS = ("ops_sig_ops", "ops_sig_dtypes", "ops_sig_calls", "ops_sig_min_rank", "ops_sig_max_rank")
 #: The record's census fields, in order (``fields``).
-FIELDS = ("ops", "ops_stages", "ops_calls", "ops_source")
+FIELDS = ("ops", "ops_stages", "ops_calls", "ops_source", *SIG_FIELDS)
 #: The stages whose calls a census times (``timed``): the verdict's generation, the figure a slowdown moves.
 TIMED_STAGES = ("generate", "compile")
 #: ``ops_time_source`` of a census timed on the host clock.
@@ -61,12 +74,41 @@ def Census(device_type: str, timed: bool = False) -> Any:
     return _census_class()(device_type, timed)
 
 
+def names_device(tree, device_type: str) -> bool:
+    """Whether a tensor on ``device_type``, or that device itself, is among ``tree``'s leaves (an operator's
+    arguments). Shared by every dispatch mode that watches the device (the census, the flight recorder)."""
+    return _device_walker()(tree, device_type)
+
+
+@functools.cache
+def _device_walker():
+    """``names_device``'s walk, made on first use (torch imported once, not per call). Hand-walked over the tuples,
+    lists and dicts operators take: ``tree_flatten`` on every call cost a third of a census."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    def walk(tree, device_type: str) -> bool:
+        kind = type(tree)
+        if kind is tuple or kind is list:
+            return any(walk(item, device_type) for item in tree)
+        if kind is dict:
+            return any(walk(item, device_type) for item in tree.values())
+        if isinstance(tree, torch.Tensor):
+            return tree.device.type == device_type
+        if isinstance(tree, torch.device):
+            return tree.type == device_type
+        if isinstance(tree, tuple | list | dict):  # a named tuple or another container: pytree knows it
+            return any(walk(leaf, device_type) for leaf in tree_flatten(tree)[0])
+        return False
+
+    return walk
+
+
 @functools.cache
 def _census_class():
     """The mode's class, made on first use: importing this module imports no torch (the sweep's runner does)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_flatten
 
     has = torch._C._dispatch_has_kernel_for_dispatch_key
 
@@ -75,7 +117,8 @@ def _census_class():
             super().__init__()
             self.device_type = device_type
             self.timed = timed
-            self.seconds: dict[str, float] = {}  # name -> seconds in the timed stages
+            # (name, input dtypes, output dtype) -> [calls, min rank, max rank, seconds in the timed stages]
+            self.sigs: dict[tuple, list] = {}
             self.key = dispatch_key(device_type)
             self.on_cpu = device_type == "cpu"
             self.stage: str | None = None
@@ -107,20 +150,7 @@ def _census_class():
             return self.on_cpu or self._names_device(args) or self._names_device(kwargs)
 
         def _names_device(self, tree) -> bool:
-            """Whether a tensor on the device, or the device itself, is among ``tree``'s leaves. Hand-walked over
-            the tuples, lists and dicts operators take: ``tree_flatten`` on every call cost a third of a census."""
-            kind = type(tree)
-            if kind is tuple or kind is list:
-                return any(self._names_device(item) for item in tree)
-            if kind is dict:
-                return any(self._names_device(item) for item in tree.values())
-            if isinstance(tree, torch.Tensor):
-                return tree.device.type == self.device_type
-            if isinstance(tree, torch.device):
-                return tree.type == self.device_type
-            if isinstance(tree, tuple | list | dict):  # a named tuple or another container: pytree knows it
-                return any(self._names_device(leaf) for leaf in tree_flatten(tree)[0])
-            return False
+            return names_device(tree, self.device_type)
 
         def _composite(self, func) -> bool:
             """Whether the dispatcher hands the device ``func``'s parts: a CompositeImplicitAutograd kernel and no
@@ -149,22 +179,43 @@ def _census_class():
                 self.seen[name] = [self.stage, 1]
             else:
                 entry[1] += 1
-            if not self.timed or self.stage not in TIMED_STAGES:
-                return func(*args, **kwargs)
-            began = time.perf_counter()
+            dtypes, rank = _inputs(args, kwargs)
+            named = kwargs.get("dtype")
+            timing = self.timed and self.stage in TIMED_STAGES
+            began = time.perf_counter() if timing else 0.0
+            out: Any = None
             try:
-                return func(*args, **kwargs)
+                out = func(*args, **kwargs)
             finally:
-                self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - began
+                if rank < 0 and isinstance(out, torch.Tensor):  # a factory: the dtype and rank of what it made
+                    named, rank = out.dtype if named is None else named, out.dim()
+                sig = self.sigs.get((name, dtypes, named))
+                if sig is None:
+                    sig = self.sigs[(name, dtypes, named)] = [0, rank, rank, 0.0]
+                sig[0] += 1
+                if rank >= 0:
+                    if rank < sig[1] or sig[1] < 0:
+                        sig[1] = rank
+                    if rank > sig[2]:
+                        sig[2] = rank
+                if timing:
+                    sig[3] += time.perf_counter() - began
+            return out
 
         def fields(self, source: str) -> dict:
             """The record's census: ``ops`` in the order of first call, the stage of each first call, the
             calls of each, and where it came from."""
+            sigs = list(self.sigs.items())
             return {
                 "ops": list(self.seen),
                 "ops_stages": [stage or "load" for stage, _ in self.seen.values()],
                 "ops_calls": [calls for _, calls in self.seen.values()],
                 "ops_source": source,
+                "ops_sig_ops": [name for (name, _, _), _ in sigs],
+                "ops_sig_dtypes": [dtype_signature(dtypes, out) for (_, dtypes, out), _ in sigs],
+                "ops_sig_calls": [entry[0] for _, entry in sigs],
+                "ops_sig_min_rank": [entry[1] if entry[1] >= 0 else None for _, entry in sigs],
+                "ops_sig_max_rank": [entry[2] if entry[2] >= 0 else None for _, entry in sigs],
             }
 
         def times(self) -> dict:
@@ -172,14 +223,81 @@ def _census_class():
             ``ops_time_source``; null, saying why, for a census not timed (an asynchronous device)."""
             if not self.timed:
                 return not_timed(f"{self.device_type} queues its operators asynchronously (no profiler read)")
-            return {"ops_device_s": [self.seconds.get(op, 0.0) for op in self.seen], "ops_time_source": HOST_CLOCK}
+            per_op = dict.fromkeys(self.seen, 0.0)
+            for (name, _, _), entry in self.sigs.items():
+                per_op[name] += entry[3]
+            return {
+                "ops_device_s": list(per_op.values()),
+                "ops_sig_device_s": [entry[3] for entry in self.sigs.values()],
+                "ops_time_source": HOST_CLOCK,
+            }
+
+    def _inputs(args, kwargs) -> tuple[tuple, int]:
+        """The dtypes of a call's tensor arguments in order (a list of tensors as the tuple of its distinct dtypes)
+        and their highest rank (-1: no tensor): hand-walked, one level deep, as operators take them (cheap)."""
+        dtypes: list = []
+        rank = -1
+        for arg in (*args, *kwargs.values()) if kwargs else args:
+            if isinstance(arg, torch.Tensor):
+                dtypes.append(arg.dtype)
+                if arg.dim() > rank:
+                    rank = arg.dim()
+            elif (type(arg) is list or type(arg) is tuple) and arg:
+                inner = []
+                for item in arg:
+                    if isinstance(item, torch.Tensor):
+                        if item.dtype not in inner:
+                            inner.append(item.dtype)
+                        if item.dim() > rank:
+                            rank = item.dim()
+                if inner:
+                    dtypes.append(tuple(inner))
+        return tuple(dtypes), rank
 
     return _Census
 
 
+#: Short names of the common dtypes in a signature; any other is torch's name without ``torch.``.
+_SHORT = {
+    "float32": "f32",
+    "bfloat16": "bf16",
+    "float16": "f16",
+    "float64": "f64",
+    "int64": "i64",
+    "int32": "i32",
+    "int16": "i16",
+    "int8": "i8",
+    "uint8": "u8",
+}
+
+
+def short_dtype(dtype: Any) -> str:
+    """``bf16`` for torch.bfloat16 (or "bfloat16"): a signature's name of a dtype."""
+    name = str(dtype).removeprefix("torch.")
+    return _SHORT.get(name, name)
+
+
+#: A signature's short names back to torch's (``dtype::float32`` is what an adapter is asked).
+_LONG = {short: long for long, short in _SHORT.items()}
+
+
+def signature_dtypes(signature: str) -> list[str]:
+    """The dtypes a signature names, as torch names them, once each: ``bf16,[f32]->i64`` ->
+    ``["bfloat16", "float32", "int64"]`` (what a stack must hold for the call to run)."""
+    names = re.split(r"[,\[\]]|->", signature)
+    return list(dict.fromkeys(_LONG.get(n, n) for n in names if n))
+
+
+def dtype_signature(dtypes: tuple, out: Any = None) -> str:
+    """The canonical signature (see the module docstring) of a call whose tensor arguments have ``dtypes`` (a tuple
+    per list argument) and whose output dtype is named ``out`` (None: not named)."""
+    parts = ["[" + ",".join(map(short_dtype, d)) + "]" if isinstance(d, tuple) else short_dtype(d) for d in dtypes]
+    return ",".join(parts) + (f"->{short_dtype(out)}" if out is not None else "")
+
+
 def not_timed(why: str) -> dict:
     """The per-operator time fields of a run whose operators were not timed, with the reason."""
-    return {"ops_device_s": None, "ops_time_source": f"not measured: {why}"}
+    return {"ops_device_s": None, "ops_sig_device_s": None, "ops_time_source": f"not measured: {why}"}
 
 
 def takes_census(mode: str, sharded: bool = False) -> bool:
@@ -204,7 +322,37 @@ def completed(partial: Mapping[str, Any], reference: Mapping[str, Any]) -> dict:
             ops.append(op)
             stages.append(stage)
             calls.append(count)
-    return {"ops": ops, "ops_stages": stages, "ops_calls": calls, "ops_source": REFERENCE}
+    return {
+        "ops": ops,
+        "ops_stages": stages,
+        "ops_calls": calls,
+        "ops_source": REFERENCE,
+        **_completed_sigs(partial, reference),
+    }
+
+
+def _completed_sigs(partial: Mapping[str, Any], reference: Mapping[str, Any]) -> dict:
+    """``completed``'s signatures: the stopped run's, then those only the reference called; a shared (operator,
+    signature) keeps the larger count and the widest range of ranks. A run from before signatures has none."""
+    if partial.get("ops_sig_ops") is None or reference.get("ops_sig_ops") is None:
+        return dict.fromkeys(SIG_FIELDS)
+    rows = {(op, sig): [calls, low, high] for op, sig, calls, low, high in zip(*(partial[f] for f in SIG_FIELDS))}
+    for op, sig, calls, low, high in zip(*(reference[f] for f in SIG_FIELDS)):
+        row = rows.get((op, sig))
+        if row is None:
+            rows[(op, sig)] = [calls, low, high]
+            continue
+        row[0] = max(row[0], calls)
+        row[1] = min((r for r in (row[1], low) if r is not None), default=None)
+        row[2] = max((r for r in (row[2], high) if r is not None), default=None)
+    keys = list(rows)
+    return {
+        "ops_sig_ops": [op for op, _ in keys],
+        "ops_sig_dtypes": [sig for _, sig in keys],
+        "ops_sig_calls": [rows[k][0] for k in keys],
+        "ops_sig_min_rank": [rows[k][1] for k in keys],
+        "ops_sig_max_rank": [rows[k][2] for k in keys],
+    }
 
 
 #: An operator's name in an error message (``Could not run 'aten::bmm' with arguments from ...``; a runtime's "fatal

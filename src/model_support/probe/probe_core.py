@@ -53,8 +53,35 @@ class VisionBackendMissing(RuntimeError):
     torchvision, num2words): no verdict, an exclusion (the same model passes where it is installed)."""
 
 
-#: Failures of the environment, not of the model: the result carries ``exclusion_reason`` and no verdict.
-NOT_A_VERDICT = (NotAProbedTask, VisionBackendMissing)
+class TooLongForPositions(ValueError):
+    """The prompt plus the asked ``max_new_tokens`` do not fit the model's positions (``positions_short``): the
+    length asked of it, not the model, is wrong there: excluded on the length axis, no verdict."""
+
+
+#: Failures of the environment (or of what was asked), not of the model: the result carries ``exclusion_reason``
+#: and no verdict.
+NOT_A_VERDICT = (NotAProbedTask, VisionBackendMissing, TooLongForPositions)
+#: The new tokens the verdict generates by default (``max_new_tokens``' default).
+VERDICT_TOKENS = 8
+
+
+def positions_short(model, tokens_in, max_new_tokens):
+    """Why the model's positions (its text config's ``max_position_embeddings``; gpt2's ``n_positions``) cannot
+    hold the prompt's ``tokens_in`` and ``max_new_tokens`` more, or None. Only the length axis excludes: a model
+    that cannot hold even the prompt plus the verdict's ``VERDICT_TOKENS`` fails at any length as at the default
+    (FAIL(gen), its own verdict), so it is not excluded here; one that holds those but not the asked length is."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    positions = getattr(config, "max_position_embeddings", None)
+    need = tokens_in + max_new_tokens
+    if not isinstance(positions, int) or need <= positions:
+        return None
+    if tokens_in + min(max_new_tokens, VERDICT_TOKENS) > positions:  # fails at the default too: its own verdict
+        return None
+    return (
+        f"max_position_embeddings={positions} cannot hold the prompt's {tokens_in} tokens plus max_new_tokens="
+        f"{max_new_tokens} ({need} positions): excluded on the length axis (ask for at most "
+        f"{positions - tokens_in} new tokens)"
+    )
 
 
 def is_oom(exc):
@@ -709,6 +736,9 @@ def run_stages(
         tokenizer, input_ids, attention_mask, extra_inputs = _template(
             result, model, tokenizer, prompt, image_prompt, chat_template
         )
+        short = positions_short(model, result["tokens_in"], max_new_tokens)
+        if short:  # before generating: the length asked does not fit, an exclusion rather than a failure
+            raise TooLongForPositions(short)
         stage.enter("generate")
         run = _Generation(
             model, tokenizer, input_ids, attention_mask, max_new_tokens, device, cache, seed, no_grad, extra_inputs

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..errors import UserError
 from .agreement import DEFAULT_BOUND, DEFAULT_MARGIN
-from .probe_core import DEFAULT_IMAGE_PROMPT, TASKS, run_stages
+from .probe_core import DEFAULT_IMAGE_PROMPT, TASKS, VERDICT_TOKENS, run_stages
 
 DEFAULT_PROMPT = "The future of AI is"
 #: auto: the Hub's pipeline_tag when known, else the config (``probe_core.task_of_config``).
@@ -123,7 +123,7 @@ PROBE_PARAMS: tuple[Param, ...] = (
     ),
     Param("prompt", str, DEFAULT_PROMPT, "rendered through the chat template when there is one"),
     Param("image_prompt", str, DEFAULT_IMAGE_PROMPT, "image-text-to-text: the prompt beside the probe image"),
-    Param("max_new_tokens", int, 8, "greedy new tokens", minimum=1),
+    Param("max_new_tokens", int, VERDICT_TOKENS, "greedy new tokens", minimum=1),
     Param(
         "mode",
         str,
@@ -181,6 +181,12 @@ PROBE_PARAMS: tuple[Param, ...] = (
     ),
     Param("perf_tokens", int, 32, "perf: new tokens per timed generation", minimum=2),
     Param("perf_repeats", int, 3, "perf: timed generations after a warm-up (median and spread)", minimum=1),
+    Param(
+        "recompile_check",
+        bool,
+        False,
+        "compile mode: also generate from 2 more prompt lengths, automatic dynamic shapes off then on, counting recompiles",
+    ),
     Param(
         "record_path",
         str,

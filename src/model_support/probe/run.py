@@ -23,6 +23,7 @@ from ..record.schema import Record
 from ..redact import redact_record
 from . import census, devices, hub, hub_fetch, performance, phases, probe_core, probe_params
 from .checks import NO_WEIGHTS_ATTRIBUTION, attribute, started_path, write_started
+from .instruments import flight_recorder, host_cost, recompiles
 from .model_ids import check_there, machine_paths, portable_id, unavailable
 from .records import fail, new_record
 from .repro import set_repro
@@ -260,16 +261,22 @@ def _probe(record: Record, settings: dict) -> None:
     record.update({"devices_used": 1, "parallelism": "none"})
     adapter.reset_peak_memory()
     counted = census.Census(adapter.type, adapter.synchronous_ops) if census.takes_census(settings["mode"]) else None
-    with counted or contextlib.nullcontext(), phases.device_work():  # weights to the device, compile, generate
+    # the flight recorder first: under the census, it sees the operators as the census counts them
+    recorder = flight_recorder.recorder_for(settings, adapter, census.takes_census(settings["mode"]))
+    meter, no_meter = host_cost.meter_for(adapter, settings["mode"])
+    watchers = [hook.enter for hook in (counted, recorder) if hook is not None]
+    with recorder or contextlib.nullcontext(), counted or contextlib.nullcontext(), phases.device_work():
         result = probe_core.run_stages(
             model_id=settings["load_from"],
             **probe_params.stage_settings(settings),
             device=adapter.torch_device,
             synchronize=adapter.synchronize if adapter.type != "cpu" else None,
             compile_backend=adapter.compile_backend(),
-            on_stage=phases.stages(counted.enter if counted else None),  # the host's loading off the device clock
+            on_stage=phases.stages(_each(watchers)),  # the host's loading off the device clock
+            timer=meter.timer(adapter.synchronize) if meter else None,  # counts the host cost as tokens arrive
             on_device=phases.to_device,  # the weights move: the device's work again
-            keep_model=settings["perf"],  # the perf phase times it again, still on the device
+            # the perf phase times it again, the recompile check compiles it again, still on the device
+            keep_model=settings["perf"] or recompiles.why_not({"status": schema.PASS}, settings) is None,
         )
     if counted is not None and not result["exclusion_reason"]:
         schema.fill(record, counted.fields(census.RUN if result["exception"] is None else census.PARTIAL))
@@ -297,12 +304,27 @@ def _probe(record: Record, settings: dict) -> None:
             phases.checks(record, settings, "attribute")
         return
     record["status"] = schema.PASS
+    schema.fill(record, meter.fields() if meter else host_cost.not_measured(no_meter or ""))
     _coverage(record, adapter)
     with phases.device_work():  # the perf phase: the same model timed again on its device, before the release
         schema.fill(record, performance.perf_fields(record, settings, result, adapter))
+        if settings["mode"] == "compile":  # recompiles across prompt lengths (recompile_check), or why not
+            schema.fill(record, recompiles.recompile_fields(record, settings, result, adapter))
     device_steps, prompt_ids = result["step_scores"], result["input_ids"]
     del result  # the device's model is freed before the reference loads
     phases.checks(record, settings, "pass", device_steps, prompt_ids)
+
+
+def _each(hooks: list):
+    """One ``on_stage`` hook calling each of ``hooks`` (the census', the flight recorder's); None for none."""
+    if not hooks:
+        return None
+
+    def each(stage: str) -> None:
+        for hook in hooks:
+            hook(stage)
+
+    return each
 
 
 def _coverage(record: Record, adapter) -> None:
@@ -351,7 +373,7 @@ def summary_html(record: Record) -> str:
     ]
     if record["exclusion_reason"]:  # no verdict: e.g. a mode this stack does not offer
         rows.insert(2, ("excluded", record["exclusion_reason"]))
-    status = record["status"] or ("not available" if record["exclusion_reason"] else "?")
+    status = record["status"] or ("excluded" if record["exclusion_reason"] else "?")
     return display.kv_table(rows, title=status, color=schema.verdict_color(record["status"]))
 
 

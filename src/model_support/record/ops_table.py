@@ -1,9 +1,12 @@
-"""The dataset's third config, ``ops``: one row per operator per sweep, from the rows' census; and the words for
-what a stack does with an operator, declared here once.
+"""The dataset's third config, ``ops``: one row per operator and dtype signature per sweep, from the rows' census;
+and the words for what a stack does with an operator, declared here once.
 
-Each row says which operator (``aten::add.Tensor``), on which stack (the sweep's device and versions), with
-what status there (``implemented``, ``CPU fallback``, ``missing``, or ``unknown`` where the device adapter
-cannot judge), the models whose probes called it and how often a probe calls it. A stack's coverage over
+Each row says which operator (``aten::add.Tensor``) with which dtype signature (``bf16,bf16``: the census'
+``ops_sig_dtypes``, ``probe.census.dtype_signature``) and range of ranks, on which stack (the sweep's device and
+versions), with what status there (``implemented``, ``CPU fallback``, ``missing``, or ``unknown`` where the device
+adapter cannot judge: the operator's, which the row's probes recorded), the models whose probes called it and how
+often a probe calls it. A record from before signatures (record version 17) gives one row per operator, its
+``dtypes`` null. A stack's coverage over
 time is then a query over ``ops`` (docs/ops.md). Written by ``store.compact`` beside ``results`` and
 ``excluded``.
 
@@ -34,6 +37,9 @@ CPU_FALLBACK = ROW_STATUS[FALLBACK]
 DOCS = {
     "sweep_id": "the sweep",
     "op": "the operator, as the dispatcher names it (aten::add.Tensor; aten::rsqrt for the default overload)",
+    "dtypes": "its dtype signature: the tensor arguments' dtypes in order, ->dtype when named (null: an older census)",
+    "min_rank": "the lowest rank the probes called it with in that signature",
+    "max_rank": "the highest rank the probes called it with in that signature",
     "status": "on the sweep's stack: implemented, CPU fallback, missing, or unknown (the adapter cannot judge)",
     "device_type": "the sweep's device",
     "versions": "the sweep's stack (python, torch, torch_tpu, libtpu, transformers, ...)",
@@ -55,6 +61,9 @@ def _schema() -> Any:
         [
             pa.field("sweep_id", pa.string()),
             pa.field("op", pa.string()),
+            pa.field("dtypes", pa.string()),
+            pa.field("min_rank", pa.int64()),
+            pa.field("max_rank", pa.int64()),
             pa.field("status", pa.string()),
             pa.field("device_type", pa.string()),
             pa.field("versions", arrow_type(Versions)),
@@ -84,10 +93,32 @@ def _row_status(op: str, missing: set, fallback: set, unknown: set) -> str:
 _WORST_FIRST = (ROW_STATUS[MISSING], CPU_FALLBACK, ROW_STATUS[UNKNOWN], ROW_STATUS[IMPLEMENTED])
 
 
+def _signatures(record: dict) -> Iterable[tuple]:
+    """(op, dtypes, calls, min rank, max rank) of each of a record's census entries: per signature, or per operator
+    (dtypes and ranks null) for a census from before signatures."""
+    if record.get("ops_sig_ops") is not None:
+        return zip(*(record.get(f) or [None] * len(record["ops_sig_ops"]) for f in SIG_COLUMNS))
+    ops = record["ops"]
+    return zip(ops, [None] * len(ops), record.get("ops_calls") or [0] * len(ops), [None] * len(ops), [None] * len(ops))
+
+
+#: The record's per-signature census fields (``probe.census.SIG_FIELDS``), in the order ``_signatures`` reads them.
+SIG_COLUMNS = ("ops_sig_ops", "ops_sig_dtypes", "ops_sig_calls", "ops_sig_min_rank", "ops_sig_max_rank")
+
+
+def _widen(low: int | None, high: int | None, row: dict) -> None:
+    """The row's range of ranks widened to ``low``..``high`` (None: unknown)."""
+    if low is not None:
+        row["min_rank"] = low if row["min_rank"] is None else min(row["min_rank"], low)
+    if high is not None:
+        row["max_rank"] = high if row["max_rank"] is None else max(row["max_rank"], high)
+
+
 def op_rows(records: Iterable[dict]) -> list[dict]:
-    """The ``ops`` rows of one sweep's records (those with a census), the most-called operator first. Linear in the
-    records: each operator's models are a set (a sweep of 10,000 models searched a list per row before)."""
-    found: dict[str, dict] = {}
+    """The ``ops`` rows of one sweep's records (those with a census), one per operator and dtype signature, the
+    most-called first. Linear in the records: each row's models are a set (a sweep of 10,000 models searched a list
+    per row before)."""
+    found: dict[tuple, dict] = {}
     stack: dict = {}
     for record in records:
         if record.get("exclusion_reason") or record.get("ops") is None:
@@ -95,15 +126,16 @@ def op_rows(records: Iterable[dict]) -> list[dict]:
         stack = stack or {"device_type": record.get("device_type"), "versions": record.get("versions")}
         missing, fallback = set(record.get("ops_missing") or ()), set(record.get("ops_fallback") or ())
         unknown = set(record.get("ops_unknown") or ())
-        for op, calls in zip(record["ops"], record.get("ops_calls") or [0] * len(record["ops"])):
-            row = found.get(op)
+        for op, dtypes, calls, low, high in _signatures(record):
+            row = found.get((op, dtypes))
             if row is None:
-                row = found[op] = {"sweep_id": record["sweep_id"], "op": op, "statuses": set(), "models": set()}
-                row.update(calls=0, probes=0)
+                row = found[(op, dtypes)] = {"sweep_id": record["sweep_id"], "op": op, "dtypes": dtypes}
+                row.update(statuses=set(), models=set(), calls=0, probes=0, min_rank=None, max_rank=None)
             row["statuses"].add(_row_status(op, missing, fallback, unknown))
             row["models"].add(record["model_id"])
-            row["calls"] += calls
+            row["calls"] += calls or 0
             row["probes"] += 1
+            _widen(low, high, row)
     rows = []
     for row in found.values():
         statuses = row.pop("statuses")
@@ -117,5 +149,5 @@ def op_rows(records: Iterable[dict]) -> list[dict]:
                 "calls_per_probe": row["calls"] / row["probes"],
             }
         )
-    rows.sort(key=lambda r: (-r["calls"], r["op"]))
+    rows.sort(key=lambda r: (-r["calls"], r["op"], r["dtypes"] or ""))
     return rows

@@ -119,6 +119,7 @@ GROUPS = {
     "hub": "the Hub's metadata (null for local folders)",
     "ops": "the operators the probe dispatched to its device (its census) and what the stack lacks of them",
     "perf": "how fast a PASS runs on its device: repeats after the verdict, compile apart, bandwidth utilisation",
+    "host": "what a PASS costs the host: device-to-host syncs and CPU fallbacks per decode token, as the stack counts them",
 }
 
 #: The record's current version: the highest ``since`` (raise it when adding fields, and give them that ``since``).
@@ -197,6 +198,23 @@ class Record(TypedDict):
     graph_breaks: Annotated[int | None, Col("compile", 5, "graph breaks")]
     graph_break_reasons: Annotated[list[str] | None, Col("compile", 5, "the first graph break reasons")]
     recompilations: Annotated[int | None, Col("compile", 5, "graphs beyond the first")]
+    recompile_lengths: Annotated[
+        list[int] | None, Col("compile", 17, "recompile_check: the prompt lengths generated from (the verdict's first)")
+    ]
+    recompiles_static: Annotated[
+        list[int] | None, Col("compile", 17, "recompiles at each of those lengths, automatic dynamic shapes off")
+    ]
+    recompiles_dynamic: Annotated[
+        list[int] | None, Col("compile", 17, "recompiles at each of those lengths, automatic dynamic shapes on")
+    ]
+    recompile_flag: Annotated[
+        str | None,
+        Col("compile", 17, "per length and/or per token: the last length recompiled with dynamic shapes on; null: no"),
+    ]
+    recompile_guard: Annotated[
+        str | None, Col("compile", 17, "the guard behind the flag (else the first that failed), as dynamo says it")
+    ]
+    recompile_note: Annotated[str | None, Col("compile", 17, "how the recompiles were counted, or why not")]
     matches_eager: Annotated[bool | None, Col("compile", 5, "compile or fused: the same tokens as plain eager")]
     matches_eager_note: Annotated[str | None, Col("compile", 12, "why matches_eager is null: the eager rerun failed")]
     devices_used: Annotated[int | None, Col("sharded", 6, "devices the probe ran on", older=1)]
@@ -297,6 +315,20 @@ class Record(TypedDict):
     ops_time_source: Annotated[
         str | None, Col("ops", 16, "how ops_device_s was timed, or why not (not measured: compile, async device)")
     ]
+    ops_sig_ops: Annotated[
+        list[str] | None,
+        Col("ops", 17, "per (operator, dtype signature), first call first: its operator (parallel ops_sig_* lists)"),
+    ]
+    ops_sig_dtypes: Annotated[
+        list[str] | None,
+        Col("ops", 17, "its dtype signature: the tensor arguments' dtypes in order, ->dtype if named (bf16->f32)"),
+    ]
+    ops_sig_calls: Annotated[list[int] | None, Col("ops", 17, "its calls in the probe")]
+    ops_sig_min_rank: Annotated[list[int] | None, Col("ops", 17, "the lowest rank it was called with")]
+    ops_sig_max_rank: Annotated[list[int] | None, Col("ops", 17, "the highest rank it was called with")]
+    ops_sig_device_s: Annotated[
+        list[float] | None, Col("ops", 17, "its seconds in the verdict's generation (as ops_device_s)")
+    ]
     perf_tokens_out: Annotated[int | None, Col("perf", 16, "new tokens per perf repeat (perf_tokens)")]
     perf_first_call_s: Annotated[
         float | None, Col("perf", 16, "the perf phase's warm-up generation, compilation and first calls included")
@@ -319,6 +351,33 @@ class Record(TypedDict):
         float | None, Col("perf", 16, "decode_bytes_per_token / tpot_s over the device's declared peak bandwidth")
     ]
     perf_note: Annotated[str | None, Col("perf", 16, "what was measured and how, or why not")]
+    crash_operator: Annotated[
+        str | None, Col("verdict", 17, "a dead kernel: the operator it died in, by the flight recorder (aten::mm)")
+    ]
+    crash_operator_args: Annotated[
+        str | None, Col("verdict", 17, "that operator's tensor arguments as dtype[shape], in order")
+    ]
+    crash_operator_note: Annotated[
+        str | None, Col("verdict", 17, "how crash_operator was found (last operator, synchronous rerun), or why not")
+    ]
+    host_syncs_per_token: Annotated[
+        float | None,
+        Col("host", 17, "device-to-host syncs (.item(), copies to the host) per decode token, harness apart"),
+    ]
+    harness_syncs_per_token: Annotated[
+        float | None, Col("host", 17, "the probe's own syncs per decode token (its timer's sync, its streamer's copy)")
+    ]
+    prefill_host_syncs: Annotated[int | None, Col("host", 17, "device-to-host syncs of the prompt's prefill")]
+    fallback_calls_per_token: Annotated[
+        float | None, Col("host", 17, "calls of operators that ran on the CPU (fallbacks) per decode token")
+    ]
+    fallback_ops: Annotated[
+        list[str] | None, Col("host", 17, "operators that fell back to the CPU in the generation, first first")
+    ]
+    fallback_op_calls: Annotated[
+        list[int] | None, Col("host", 17, "each fallback operator's calls in the generation (prefill and decode)")
+    ]
+    host_cost_note: Annotated[str | None, Col("host", 17, "how the host cost was counted, or why not")]
 
 
 _SCALARS: dict[type, pa.DataType] = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}

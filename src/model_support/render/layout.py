@@ -176,7 +176,6 @@ SECTIONS: tuple[Section, ...] = (
         "a transformers or checkpoint change).",
         lambda ctx: sections.changes_html(ctx.tables, ctx.sweep_id, ctx.baseline_sweep_id),
     ),
-    Section("known-and-new-failures", None, "", lambda ctx: _standing(ctx)),
     Section(
         "whose-failures",
         "Whose failures",
@@ -186,6 +185,7 @@ SECTIONS: tuple[Section, ...] = (
         "possible. The pass rate on the stack leaves the models' own failures out of the denominator.",
         lambda ctx: sections.whose_html(ctx.tables),
     ),
+    Section("known-and-new-failures", None, "", lambda ctx: _standing(ctx)),
     Section(
         "is-a-pass-right",
         "Is a PASS right?",
@@ -276,6 +276,18 @@ SECTIONS: tuple[Section, ...] = (
         "verdict's generation where they were timed. Against the baseline, a run counts as slower or faster when a "
         "median moved by more than 5% and the repeats do not overlap (<code>model-support diff --fail-on perf</code>).",
         lambda ctx: perf.perf_html(ctx.tables),
+    ),
+    Section(
+        "host-cost",
+        "What a PASS costs the host",
+        "PASS runs whose decode tokens each wait on the device more than once (device-to-host syncs: "
+        "<code>.item()</code>, copies to the host; generate's own end-of-sequence check is one) or run an operator "
+        "on the CPU (fallbacks), as the stack's backend counted them in the verdict's generation, the prompt's "
+        "prefill apart and the probe's own syncs apart (harness). Stacks that keep no such counts say "
+        "<code>not measured</code> in <code>host_cost_note</code>.",
+        lambda ctx: table_html(
+            ctx.tables["host_cost"], empty="No PASS syncs more than once or falls back to the CPU per token."
+        ),
     ),
     Section(
         "peak-memory",

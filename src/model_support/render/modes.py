@@ -101,6 +101,14 @@ def modes_html(tables: dict[str, pl.DataFrame]) -> str:
     ]
     if tables["graph_break_reasons"].height:
         parts += ["<h4>Graph-break reasons</h4>", table_html(tables["graph_break_reasons"])]
+    flagged = tables.get("recompile_flags")
+    if flagged is not None and flagged.height:  # recompile_check: slow in production, whatever the verdict
+        parts += [
+            "<h4>Recompiles per prompt length or per token</h4>",
+            '<p class="ms-note">Compiled runs that still recompiled at a third prompt length with automatic dynamic '
+            "shapes on, with the guard that failed.</p>",
+            table_html(flagged.rename({"model_id": "model", "recompiles_dynamic": "recompiles per length"})),
+        ]
     parts += [
         "<h3>Speed per variant</h3>",
         table_html(_pick(stats, SPEED_COLUMNS)),

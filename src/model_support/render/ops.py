@@ -12,6 +12,7 @@ from rich.table import Table
 
 from ..analysis.ops_tables import step_ops
 from ..ops import ModelOps, PlanStep, passing_now, still_blocked
+from ..ops.plan import fallback_work
 from ..probe.model_ids import display_name
 from ..record.ops_table import CPU_FALLBACK
 from .html import table_html
@@ -123,6 +124,11 @@ def ops_text(
     console.print(_plan_table(models, steps) if steps else "Nothing to fix: no census operator is missing.")
     for why, keys in still_blocked(models):
         console.print(f"Stay blocked, {len(keys)}: {why}: {_names(keys)}.")
+    for work in fallback_work(models):  # no verdict waits on them, every call pays a trip to the host
+        console.print(
+            f"Then, a CPU fallback to implement: {work['op']}, called {work['calls']} times by "
+            f"{len(work['models'])} model(s): {_names(work['models'])}."
+        )
     note = census_note(models, on) if on else None
     if note:
         console.print(note)

@@ -272,7 +272,7 @@ def _stack_name(name: str) -> str:
 
 class Stack(_Strict):
     """One stack of a sweep that runs its models on several (``stacks:``): the environment variables it sets
-    (the backend's settings, ``MODEL_SUPPORT_PRETEND``, ``LIBTPU_INIT_ARGS``, ...) for its probes' processes."""
+    (the backend's settings: ``LIBTPU_INIT_ARGS``, ``XLA_FLAGS``, ...) for its probes' processes."""
 
     env: dict[str, str] = Field(
         default_factory=dict, description="a mapping of environment variable names to string values"

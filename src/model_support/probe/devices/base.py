@@ -107,6 +107,16 @@ class Adapter:
     #: Whether an operator's work is done when its call returns (the CPU; a backend that runs it in Python), so
     #: the census can time each call on the host clock; an asynchronous device queues it (no time without a sync).
     synchronous_ops = True
+    #: The environment that makes the runtime report an error at the operator that caused it, not at a later call
+    #: (``CUDA_LAUNCH_BLOCKING=1``): a silent abort is rerun once with it, so the flight recorder names the
+    #: operator (``probe.instruments.flight_recorder``). {}: the stack has none (nothing is rerun).
+    blocking_env: dict[str, str] = {}
+
+    def host_counters(self):
+        """The backend's own counts of device-to-host syncs and CPU fallbacks (the ``HostCounters`` protocol of
+        ``probe.instruments.host_cost``), or None where the stack keeps none (the host cost is then not measured,
+        never guessed). The CPU is the host: nothing to count."""
+        return None
 
     def device_name(self) -> str:
         import platform

@@ -15,6 +15,7 @@ class CudaAdapter(AcceleratorAdapter):
     visible_var = "CUDA_VISIBLE_DEVICES"
     ray_resource = "GPU"
     aliases = {"gpu": "an NVIDIA or AMD GPU is cuda"}
+    blocking_env = {"CUDA_LAUNCH_BLOCKING": "1"}  # kernel errors reported at the launch that caused them
 
     def __init__(self, type: str = "cuda"):
         super().__init__(type)

@@ -31,6 +31,7 @@ from ...engine import children
 from ...probe import phases, probe_core
 from ...probe.checks import NO_WEIGHTS_ATTRIBUTION, started_path
 from ...probe.hub_fetch import is_local
+from ...probe.instruments import flight_recorder
 from ...probe.records import fail, new_record
 from ...record import schema
 from ...record.schema import Record
@@ -254,6 +255,7 @@ class Standby:
         self.work = Path(tempfile.mkdtemp(prefix="probe-", dir=work_root)).resolve()  # the kernel runs in it
         env = {**(env or {}), **(gate.gated_env(self.work) if gated else {})}
         env[phases.DEVICE_ENV] = str(self.work / phases.DEVICE_FILE)  # the probe's device-phase timings
+        env[flight_recorder.FLIGHT_VAR] = str(self.work / flight_recorder.FLIGHT_FILE)  # outlives a dead kernel
         try:
             self._log = open(self.work / "log.txt", "wb")
             # its own session: a Ctrl-C at the terminal reaches the runner only, which stops the probes itself
@@ -342,8 +344,9 @@ class Standby:
                 )
             if record is None and fallback:
                 left = read_json(started_path(work / "record.json"))
+                crash = flight_recorder.crash_fields(work, outcome.get("error", {}).get("type") == "DeadKernelError")
                 record = _record_from_outcome(
-                    task, outcome, self.proc.returncode, timed_out, log, started, left, last_words(said)
+                    task, outcome, self.proc.returncode, timed_out, log, started, left, last_words(said), crash
                 )
             checks, phase = read_json(work / phases.STATE_FILE), read_json(work / phases.DEVICE_FILE)
             return TaskResult(record, notebook, redact(log), checks=checks if record else None, device_phase=phase)
@@ -444,9 +447,13 @@ def _read_text(path: Path) -> str:
         return ""
 
 
-def _record_from_outcome(task, outcome, returncode, timed_out, log, started, left=None, said=None) -> Record:
+def _record_from_outcome(
+    task, outcome, returncode, timed_out, log, started, left=None, said=None, crash=None
+) -> Record:
     """The stand-in record of a probe that wrote none; ``left``: what it wrote before it ran
-    (``checks.write_started``), ``said``: the last line its kernel wrote (``last_words``)."""
+    (``checks.write_started``), ``said``: the last line its kernel wrote (``last_words``), ``crash``: the operator
+    its kernel died in, by the flight recorder (``flight_recorder.crash_fields``)."""
+    crash = crash or {}
     error = outcome.get("error") or {}
     kernel = _describe_exit(outcome.get("kernel_exit")) if "kernel_exit" in outcome else None
     if timed_out:
@@ -461,13 +468,15 @@ def _record_from_outcome(task, outcome, returncode, timed_out, log, started, lef
             message = f"the kernel died ({kernel}); it last said: {said}"
         else:
             message = f"the kernel died ({kernel}) while the probe ran: {error.get('message', '').strip()}"
+        if crash.get("crash_operator") and flight_recorder.silent(said):  # the recorder names what the runtime did not
+            message += f"; it died in {crash['crash_operator']} (flight recorder)"
     elif error:
         error_type = error.get("type", "RunnerError")
         message = f"{error.get('message', '').strip()}"
     else:
         error_type = "NoRecord"
         message = f"the probe wrote no record (probe process {_describe_exit(returncode)})"
-    return runner_failure(task, error_type, message, log, started, left=left)
+    return schema.fill(runner_failure(task, error_type, message, log, started, left=left), crash)
 
 
 #: Run in a standby kernel before its model is known: what every probe imports, nothing device-bound
@@ -559,6 +568,7 @@ def _run_notebook(work: Path, km) -> None:
             {"checks_state": task["checks_state"], "record_path": str(record_path)},
         )
     outcome: dict = {}
+    began = time.time()
     try:
         run_notebook(notebook, work / "out.ipynb", parameters, timeout=task["timeout_s"], km=km, log_output=True)
     except Exception as exc:  # noqa: BLE001 whatever papermill raised is this model's outcome, recorded below
@@ -568,6 +578,10 @@ def _run_notebook(work: Path, km) -> None:
             outcome["harness"] = f"the probe's kernel never started: {exc}"
         if km.exit_status is not None:
             outcome["kernel_exit"] = km.exit_status
+        if type(exc).__name__ == "DeadKernelError":  # a silent abort: rerun once synchronously, devices still held
+            left_s = task["timeout_s"] - (time.time() - began)
+            said = last_words(_read_text(work / KERNEL_STDERR))
+            flight_recorder.rerun_silent_crash(work, started_path(record_path), km.exit_status, said, left_s)
         if km.harness_lost:  # its zygote ended and took the kernel with it (``engine.zygote``): pending, retried
             outcome["harness"] = "the probe's kernel was lost with the zygote that forked it"
     (work / "outcome.json").write_text(json.dumps(outcome))

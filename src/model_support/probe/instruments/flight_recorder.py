@@ -1,0 +1,251 @@
+"""The flight recorder: the last operators dispatched to the device, in a file that outlives the process.
+
+Why: a device runtime that aborts (SIGABRT, SIGSEGV) often says nothing, or says it late: an asynchronous runtime
+reports a kernel's fault at a later call. The probe's record dies with the process; the runner's stand-in record
+then knows only "the kernel died". The recorder keeps the last ``SLOTS`` operators the probe dispatched to its
+device (name, the dtype and shape of each tensor argument, the stage) in a small file in the probe's work folder,
+so that the runner's record names the operator the kernel died in (``crash_fields``).
+
+Cheap by construction: the file has a fixed size and is mapped into memory (``mmap``, shared): an operator is one
+``struct.pack_into`` into a ring slot and one into the header's counter, no system call, no JSON; the kernel's page
+cache keeps what was written when the process dies. It is a ``TorchDispatchMode`` of the census' kind, held under
+the census (so it sees the operators as the census counts them, composites decomposed); like every dispatch mode it
+sees eager runs only: in compile mode it reads "not measured".
+
+An asynchronous runtime's late abort makes the last operator recorded a later one than the culprit. So a silent
+abort of a stack whose adapter declares a ``blocking_env`` (``CUDA_LAUNCH_BLOCKING=1``; a test backend's own
+switch) is rerun once, synchronously, in the probe's process (``rerun_silent_crash``, the
+model's stages only, under the recorder: ``instruments.rerun``), and that rerun's last operator is the one named.
+
+Standard library only at import: the sweep's runner reads the file (``read``, ``crash_fields``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import mmap
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ...fileio import atomic_write_json
+
+#: Where the probe writes its recorder's file: set by the sweep's runner per probe (``sweep.worker.process``).
+FLIGHT_VAR = "MODEL_SUPPORT_FLIGHT_FILE"
+#: The file's name in the probe's work folder; the synchronous rerun's beside it.
+FLIGHT_FILE, RERUN_FILE = "flight.bin", "flight-blocking.bin"
+#: Operators kept, and the bytes of each slot (an operator's line is cut to fit).
+SLOTS, SLOT_BYTES = 16, 512
+_MAGIC = b"MSFLIGHT"
+_HEADER = struct.Struct("<8sIIQ")  # magic, slots, slot bytes, operators recorded so far
+_META_BYTES = 1024  # JSON: the device, its adapter's blocking_env, the mode
+_SLOT = struct.Struct("<QH")  # the operator's number, its line's length; then the line (utf-8)
+_SLOTS_AT = _HEADER.size + _META_BYTES
+SIZE = _SLOTS_AT + SLOTS * SLOT_BYTES
+#: The signals of a runtime's abort or fault: a silent one of these is rerun synchronously (a SIGKILL is not).
+ABORTS = (signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE)
+
+
+def FlightRecorder(path: str | Path, device_type: str, meta: dict | None = None) -> Any:
+    """The recorder over ``path`` for operators reaching ``device_type`` (a ``TorchDispatchMode``: hold it with
+    ``with`` over the stages; ``enter(stage)`` names the stage). ``meta``: what the runner needs to know of the
+    run (its adapter's ``blocking_env``)."""
+    return _recorder_class()(Path(path), device_type, meta or {})
+
+
+def _line(name: str, stage: str | None, args, kwargs) -> bytes:
+    """``aten::mm|bfloat16[5, 64], bfloat16[64, 64]|generate``: what one slot holds."""
+    import torch
+
+    tensors = []
+
+    def walk(tree) -> None:
+        if isinstance(tree, torch.Tensor):
+            tensors.append(f"{str(tree.dtype).removeprefix('torch.')}{list(tree.shape)}")
+        elif isinstance(tree, tuple | list):
+            for item in tree:
+                walk(item)
+        elif isinstance(tree, dict):
+            for item in tree.values():
+                walk(item)
+
+    walk(args)
+    walk(kwargs)
+    return f"{name}|{', '.join(tensors)}|{stage or ''}".encode()[: SLOT_BYTES - _SLOT.size]
+
+
+@functools.cache
+def _recorder_class():
+    """The mode's class, made on first use: importing this module imports no torch (the runner reads files)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from .. import census
+    from ..census import dispatch_key
+
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+
+    class _FlightRecorder(TorchDispatchMode):
+        def __init__(self, path: Path, device_type: str, meta: dict):
+            super().__init__()
+            self.path, self.device_type, self.meta = path, device_type, meta
+            self.key = dispatch_key(device_type)
+            self.stage: str | None = None
+            self.count = 0
+            self._decomposes: dict[Any, bool] = {}
+            self.map: mmap.mmap | None = None
+
+        def __enter__(self):
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.ftruncate(fd, SIZE)
+                self.map = mmap.mmap(fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            finally:
+                os.close(fd)
+            meta = json.dumps({**self.meta, "device": self.device_type}).encode()[:_META_BYTES]
+            self.map[_HEADER.size : _HEADER.size + len(meta)] = meta
+            _HEADER.pack_into(self.map, 0, _MAGIC, SLOTS, SLOT_BYTES, 0)
+            return super().__enter__()
+
+        def __exit__(self, *exc):
+            super().__exit__(*exc)
+            if self.map is not None:
+                self.map.close()
+                self.map = None
+
+        def enter(self, stage: str) -> None:
+            self.stage = stage
+
+        def _reaches_device(self, tree) -> bool:
+            return census.names_device(tree, self.device_type)
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if self.map is None or not (self._reaches_device(args) or self._reaches_device(kwargs)):
+                return func(*args, **kwargs)
+            decomposes = self._decomposes.get(func)
+            if decomposes is None:  # as the census: a composite reaches the device as its parts
+                name = func.name()
+                decomposes = self._decomposes[func] = has(name, "CompositeImplicitAutograd") and not has(name, self.key)
+            if decomposes:
+                TorchDispatchMode.__enter__(self)  # its parts come back through the recorder
+                try:
+                    out = func.decompose(*args, **kwargs)
+                finally:
+                    TorchDispatchMode.__exit__(self, None, None, None)
+                if out is not NotImplemented:
+                    return out
+            line = _line(func.name(), self.stage, args, kwargs)
+            self.count += 1
+            at = _SLOTS_AT + (self.count % SLOTS) * SLOT_BYTES
+            _SLOT.pack_into(self.map, at, self.count, len(line))
+            self.map[at + _SLOT.size : at + _SLOT.size + len(line)] = line
+            struct.pack_into("<Q", self.map, 16, self.count)  # the header's counter, last: the slot is whole
+            return func(*args, **kwargs)
+
+    return _FlightRecorder
+
+
+def read(path: str | Path) -> dict | None:
+    """What a recorder's file holds: {"meta": {...}, "recorded": N, "ops": [{"op", "args", "stage"}, ...]} with the
+    last operator last; None when there is no such file (no recorder ran) or it is not one."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return None
+    if len(data) < SIZE or data[:8] != _MAGIC:
+        return None
+    _, slots, slot_bytes, recorded = _HEADER.unpack_from(data, 0)
+    meta = json.loads(data[_HEADER.size : _SLOTS_AT].rstrip(b"\0") or b"{}")
+    ops = []
+    for number in range(max(1, recorded - slots + 1), recorded + 1):
+        at = _SLOTS_AT + (number % slots) * slot_bytes
+        stored, length = _SLOT.unpack_from(data, at)
+        if stored != number:  # overwritten while the process died mid-slot: skipped
+            continue
+        name, args, stage = data[at + _SLOT.size : at + _SLOT.size + length].decode(errors="replace").split("|", 2)
+        ops.append({"op": name, "args": args, "stage": stage})
+    return {"meta": meta, "recorded": recorded, "ops": ops}
+
+
+def recorder_for(settings: dict, adapter, mode_sees: bool) -> Any:
+    """The probe's recorder, when its runner asked for one (``FLIGHT_VAR``), the device is not the host and a
+    dispatch mode sees the run (``mode_sees``: eager and fused); else None."""
+    path = os.environ.get(FLIGHT_VAR)
+    if not path or adapter.type == "cpu" or not mode_sees:
+        return None
+    return FlightRecorder(path, adapter.type, {"blocking_env": adapter.blocking_env, "mode": settings["mode"]})
+
+
+def silent(said: str | None) -> bool:
+    """Whether a dead kernel's last words (``said``) name no operator: the runtime did not say where it died."""
+    from ..census import operator_named
+
+    return operator_named(said) is None
+
+
+def rerun_silent_crash(work: Path, started: Path, kernel_exit: int | None, said: str | None, left_s: float) -> None:
+    """In the probe's process, once its kernel died: a silent abort (``ABORTS``, last words naming no operator) of a
+    stack whose recorder says it has a ``blocking_env`` is rerun once with it (``instruments.rerun``: the model's
+    stages only, under a recorder writing ``RERUN_FILE``), within ``left_s`` seconds (what is left of the model's
+    timeout). Its outcome is in that file, and in ``RERUN_FILE.json`` (exit status, or the timeout)."""
+    recorded = read(work / FLIGHT_FILE)
+    if recorded is None or not kernel_exit or -kernel_exit not in ABORTS or not silent(said):
+        return
+    blocking = recorded["meta"].get("blocking_env") or {}
+    if not blocking or not started.exists() or all(os.environ.get(k) == v for k, v in blocking.items()):
+        return  # no synchronous mode, nothing to rerun from, or the run already was synchronous
+    env = {**os.environ, **blocking, FLIGHT_VAR: str(work / RERUN_FILE), "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    argv = [sys.executable, "-m", "model_support.probe.instruments.rerun", str(started)]
+    began = time.perf_counter()
+    outcome: dict[str, Any]
+    try:
+        done = subprocess.run(argv, env=env, capture_output=True, timeout=max(left_s, 10.0), check=False)
+        outcome = {"exit": done.returncode, "seconds": time.perf_counter() - began}
+    except subprocess.TimeoutExpired:
+        outcome = {"exit": None, "seconds": time.perf_counter() - began, "timed_out": True}
+    outcome["blocking_env"] = blocking
+    atomic_write_json(work / f"{RERUN_FILE}.json", outcome)
+
+
+def _args(op: dict) -> str:
+    return op["args"] or "no tensor arguments"
+
+
+def crash_fields(work: Path, died: bool) -> dict:
+    """The record's ``crash_operator`` fields for a probe in ``work`` whose kernel died (``died``), from the
+    recorder's file and its synchronous rerun's; {} when no recorder ran."""
+    recorded = read(work / FLIGHT_FILE)
+    if not died or recorded is None:
+        return {}
+    if not recorded["ops"]:
+        return {"crash_operator_note": "the flight recorder saw no operator on the device before the kernel died"}
+    last = recorded["ops"][-1]
+    rerun = read(work / RERUN_FILE)
+    outcome = _read_json(work / f"{RERUN_FILE}.json")
+    first = f"the last operator dispatched to the device (flight recorder, {recorded['recorded']} recorded)"
+    if outcome is None:
+        return {"crash_operator": last["op"], "crash_operator_args": _args(last), "crash_operator_note": first}
+    switch = " ".join(f"{k}={v}" for k, v in outcome["blocking_env"].items())
+    if rerun and rerun["ops"] and outcome["exit"] is not None and outcome["exit"] < 0:
+        culprit = rerun["ops"][-1]
+        note = f"the operator a synchronous rerun ({switch}) died in; the first run's last operator was {last['op']}"
+        return {"crash_operator": culprit["op"], "crash_operator_args": _args(culprit), "crash_operator_note": note}
+    why = "timed out" if outcome.get("timed_out") else f"ended with exit status {outcome['exit']}"
+    note = (
+        f"{first}; a synchronous rerun ({switch}) {why} without dying, so an asynchronous report may name a later one"
+    )
+    return {"crash_operator": last["op"], "crash_operator_args": _args(last), "crash_operator_note": note}
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
