@@ -34,6 +34,7 @@ SCRIPTS = [
     "bench_localise.py",
     "bench_perf.py",
     "bench_instruments.py",
+    "bench_exports.py",
 ]
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
@@ -254,7 +255,37 @@ def tables() -> str:
     lines += device_check_table(load("device_check")) + zygote_table(load("zygote"))
     lines += perf_table(load("perf"))
     lines += instruments_table(load("instruments"))
+    lines += exports_table(load("exports"))
     return "\n".join(lines)
+
+
+def exports_table(found: dict) -> list[str]:
+    """bench_exports.py: the commands a CI reads the dataset with, as typed (a fresh process, its imports in)."""
+    if not found:
+        return []
+    lines = [
+        f"### Exports and the support card ({found['date']}, {found['reps']} repeats, median [min-max] seconds)",
+        "",
+        "| history | command | export junit | markdown | csv | json | support MODEL | goal |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for label in ("smoke", "large"):
+        r = found.get(label)
+        if not r:
+            continue
+        for kind in ("command_s", "library_s"):
+            cells = " | ".join(
+                f"{r[kind][k]['median']:.2f} [{r[kind][k]['min']:.2f}-{r[kind][k]['max']:.2f}]"
+                for k in ("junit", "markdown", "csv", "json", "support")
+            )
+            goal = (
+                f"< {found['goal_s']:g} s: {ok(found['met']['smoke_command_under_goal'])}" if label == "smoke" else ""
+            )
+            what = "the command" if kind == "command_s" else "the library call"
+            lines.append(
+                f"| {r['sweeps']} sweeps x {r['models']} models | {what} | {cells} | {goal if kind == 'command_s' else ''} |"
+            )
+    return [*lines, ""]
 
 
 def instruments_table(found: dict) -> list[str]:

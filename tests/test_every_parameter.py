@@ -40,7 +40,7 @@ NON_DEFAULT = {
     "judge": False,
     "judge_model": "data/models/tiny-gpt2",
     "seed": 7,
-    "perf": False,
+    "perf": "off",
     "perf_tokens": 4,
     "perf_repeats": 2,
     "recompile_check": True,
@@ -72,7 +72,7 @@ EFFECT = {
     "trust_remote_code": lambda r: r["trust_remote_code"] is True,
     "reference": lambda r: r["reference_note"] == "attribution switched off (reference='none')",
     "seed": lambda r: r["seed"] == 7,
-    "perf": lambda r: r["perf_note"] == "not measured: perf=False",
+    "perf": lambda r: r["perf_note"] == "not measured: perf=off",
     "sweep_id": lambda r: r["sweep_id"] == NON_DEFAULT["sweep_id"],
     "snapshot": lambda r: r["model_type"] == "llama",  # loaded from the snapshot's config
     "notebook_path": lambda r: r["notebook_path"] == NON_DEFAULT["notebook_path"],

@@ -66,6 +66,10 @@ def test_the_runners_crash_fields_say_how_the_operator_was_found(tmp_path):
         found["crash_operator"] == "aten::neg"
         and "ended with exit status 0 without dying" in found["crash_operator_note"]
     )
+    # a compiled run that died had no recorder: it says why, never a guess
+    compiled = flight_recorder.crash_fields(tmp_path / "compiled", died=True, mode="compile")
+    assert compiled == {"crash_operator_note": flight_recorder.NOT_IN_COMPILE}
+    assert flight_recorder.crash_fields(tmp_path / "compiled", died=True, mode="eager") == {}
 
 
 @pytest.mark.parametrize(
@@ -138,3 +142,48 @@ def test_the_plan_weighs_a_fallback_as_work_after_its_steps():
         {"op": "aten::tanh", "models": ["a", "b"], "calls": 20},
         {"op": "aten::erf", "models": ["b"], "calls": 90},
     ]
+
+
+#: tiny-gpt2 probed in compile mode on the CPU (inductor), whose adapter offers torch.profiler's CPU activity; then
+#: again with an adapter that offers none (a stack without a profiler): the fields each reads.
+COMPILED = """
+    import json
+    from model_support.probe import devices, run
+    from model_support.probe.instruments import profiled
+    keys = ("status", "tokens_out", "ops_device_s", "ops_time_source", *profiled.FIELDS, *run.host_cost.FIELDS)
+    for offered in (("cpu",), ()):
+        devices.Adapter.profiler_activities = offered
+        record = run.run_probe("data/models/tiny-gpt2", device="cpu", mode="compile", reference="none", judge=False,
+                               perf=False)
+        print(json.dumps({k: record[k] for k in keys}))
+"""
+
+
+def test_a_compiled_run_reads_its_operators_and_syncs_from_the_adapters_profiler():
+    """No dispatch mode sees a compiled run: the CPU adapter's profiler does. tiny-gpt2's compiled generation calls
+    aten operators around and inside its compiled graphs (frame 0 compiled for the prefill, the first decode step,
+    then dynamic shapes), each timed by its self time; it syncs once for the prefill and once per decode token
+    (generate's end-of-sequence check, a ``_local_scalar_dense``), none of them the probe's own on the CPU. An
+    adapter that offers no profiler reads "not measured", never a guess."""
+    env = {**__import__("os").environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(COMPILED)], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    read, unread = (json.loads(line) for line in done.stdout.strip().splitlines()[-2:])
+    assert (read["status"], read["tokens_out"]) == ("PASS", 8)
+    assert read["ops_time_source"].startswith("torch.profiler (compiled: fused kernels counted as their graph")
+    assert read["ops_device_s"] is None  # no census: its operators are not the census's
+    ops = read["profiled_ops"]
+    assert "Torch-Compiled Region: 0/0" in ops and "aten::_local_scalar_dense" in ops
+    assert len(ops) == len(read["profiled_ops_calls"]) == len(read["profiled_ops_s"])
+    assert all(n > 0 for n in read["profiled_ops_calls"]) and all(s >= 0 for s in read["profiled_ops_s"])
+    assert not any("dynamo" in op or "compile" in op.lower() for op in ops if not op.startswith("Torch-Compiled"))
+    assert (read["host_syncs_per_token"], read["harness_syncs_per_token"], read["prefill_host_syncs"]) == (1.0, 0.0, 1)
+    assert read["fallback_calls_per_token"] is None  # a profiler does not tell a fallback
+    assert read["host_cost_note"].startswith("counted by torch.profiler in the compiled run over 7 decode tokens")
+    assert unread["status"] == "PASS" and unread["profiled_ops"] is None and unread["host_syncs_per_token"] is None
+    assert unread["ops_time_source"] == (
+        "not measured: no census in mode compile, and the cpu adapter offers no profiler for compiled runs"
+    )
+    assert unread["host_cost_note"] == "not measured: the CPU is the host"

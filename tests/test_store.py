@@ -149,6 +149,7 @@ def test_the_runners_record_carries_what_the_probes_own_would(fixture_models, mo
 
     monkeypatch.setenv("MODEL_SUPPORT_PRETEND", json.dumps({"slow_ops": {"aten::embedding": 0.5}}))
     params = {"device": "pretend", "mode": "eager", "cache": "static", "max_new_tokens": 4, "reference": "none"}
+    params["perf"] = "off"  # its repeats of 0.5 s lookups would take minutes: this test is about the timeout
     task = {
         "sweep_id": "s",
         "model_id": "local:tiny-llama",

@@ -251,6 +251,7 @@ def _sweep(params_file, data_dir, workers, executor, prefetch, resume, report, p
             report=report,
             screen=functools.partial(flakes.baseline_for, data_dir),  # flakes rerun against the report's baseline
             reruns_n=reruns,
+            interpreters=functools.partial(_stack_interpreters, data_dir),  # stacks that pin other packages
         )
     # written to a log (nohup on a TPU VM, CI) the table gets 160 columns, not rich's default 80
     table_console = Console() if sys.stdout.isatty() else Console(width=160)
@@ -350,6 +351,26 @@ def nightly(
         log=click.echo,
     )
     raise SystemExit(status or (0 if finished else 1))
+
+
+def _stack_interpreters(data_dir: Path, meta) -> dict[str, str]:
+    """{stack: interpreter} of a sweep's stacks that pin packages: the bisect's overlay environments (the project's
+    environment with those releases on top; cached under $MODEL_SUPPORT_BISECT_CACHE or <data>/bisect-envs, from
+    pip's configured index or find-links); one sentence for a release that cannot be installed here."""
+    from .bisect.envs import InstallError, Overlays
+    from .bisect.run import cache_dir
+
+    overlays = Overlays(cache_dir(data_dir))
+    found = {}
+    for name, stack in meta.stacks.items():
+        if stack.get("packages"):
+            pins = ", ".join(f"{d}=={v}" for d, v in sorted(stack["packages"].items()))
+            click.echo(f"stack {name}: an environment with {pins} ({overlays.tool}, from {overlays.source})", err=True)
+            try:
+                found[name] = str(overlays.python(stack["packages"]))
+            except InstallError as exc:
+                raise UserError(f"Stack {name!r} ({pins}) cannot be built here: {exc}") from None
+    return found
 
 
 def pending_sentence(sweep_id: str, pending: dict) -> str:
@@ -827,6 +848,21 @@ def judge(text, prompt, jsonl, judge_model):
     help="Where overlay environments are kept (default: $MODEL_SUPPORT_BISECT_CACHE, else DATA_DIR/bisect-envs).",
 )
 @click.option("--jobs", type=click.IntRange(min=1), default=None, help="Models bisected at once (default: up to 4).")
+@click.option(
+    "--metric",
+    type=click.Choice(["tpot", "ttft", "tokens_per_s"]),
+    default=None,
+    help="Bisect a slowdown, not a verdict: the rows whose metric got slower beyond --perf-threshold and noise "
+    "(the perf gate's rule), each step timed by the repro script (best with --jobs 1: steps at once share the host).",
+)
+@click.option(
+    "--perf-threshold",
+    "perf_threshold",
+    default=None,
+    metavar="PCT",
+    help="With --metric: how much worse a median must be to count as slower (default 5%; the repeats' ranges must "
+    "not overlap too).",
+)
 @click.option("--clean", is_flag=True, help="Remove the cached overlay environments afterwards (alone: only that).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per model.")
 @data_dir_option
@@ -843,21 +879,29 @@ def bisect(
     yanked,
     cache_dir,
     jobs,
+    metric,
+    perf_threshold,
     clean,
     as_json,
     data_dir,
 ):
     """Which package and release changed a model's verdict between sweeps FIRST (A) and SECOND (B); or, with
     --package NAME --from VERSION, one model's record (FIRST=SWEEP SECOND=MODEL) over NAME's releases
-    (docs/bisect.md). Answers are stored beside B's sweep.json (bisect.json)."""
+    (docs/bisect.md); with --metric, which slowed it. Answers are stored beside B's sweep.json (bisect.json)."""
     import json
 
+    from .analysis import perf
     from .bisect import run as bisect_run
     from .bisect.search import answer_line
     from .record import store
 
     log = None if as_json else (lambda line: click.echo(line, err=True))
     answers: list = []
+    if perf_threshold is not None and metric is None:
+        raise UserError("--perf-threshold applies to --metric; add --metric tpot (or ttft, tokens_per_s) or drop it.")
+    if metric and package:
+        raise UserError("--metric bisects two sweeps (model-support bisect A B --metric tpot), not --package's form.")
+    threshold = perf.parse_threshold(perf_threshold)
     if first is None or second is None:
         if not clean:
             raise UserError("Give two sweeps (model-support bisect A B), or SWEEP MODEL --package NAME --from VERSION.")
@@ -893,13 +937,17 @@ def bisect(
             yanked=yanked,
             jobs=jobs,
             log=log,
+            metric=perf.METRIC_NAMES[metric] if metric else None,
+            threshold=threshold,
         )
     if as_json:
         click.echo(json.dumps(answers, indent=1))
     elif first and second:
         for answer in answers:
             click.echo(answer_line(answer))
-        if not answers:
+        if not answers and metric:
+            click.echo(f"No model's {metric} got slower beyond {threshold:.0%} and noise between {first} and {second}.")
+        elif not answers:
             click.echo(f"No model's verdict differs between {first} and {second}.")
     if clean:
         folder = bisect_run.clean(data_dir, cache_dir)

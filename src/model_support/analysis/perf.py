@@ -17,6 +17,7 @@ from pathlib import Path
 import polars as pl
 
 from ..errors import UserError
+from ..probe import probe_params
 from ..record import schema, store
 from .diff import KEY
 from .frames import Frame, _sweep_rows, variant_col
@@ -27,6 +28,8 @@ METRICS = {
     "ttft_s": ("ttft_s_repeats", False),
     "perf_tokens_per_s": ("perf_tokens_per_s_repeats", True),
 }
+#: ``bisect --metric``'s words for the metrics (the record's names, as the repro script prints them, beside).
+METRIC_NAMES = {"tpot": "tpot_s", "ttft": "ttft_s", "tokens_per_s": "perf_tokens_per_s"}
 #: The gate's default threshold: a median 5% worse (vLLM's TPU performance test uses a stated tolerance too).
 DEFAULT_THRESHOLD = 0.05
 #: The columns a comparison reads.
@@ -89,6 +92,22 @@ def _spread(values: list[float]) -> float | None:
     return (max(values) - min(values)) / middle if middle > 0 else None
 
 
+def direction(
+    a: float, b: float, ra: list[float], rb: list[float], more_is_better: bool, threshold: float
+) -> str | None:
+    """ "slower" or "faster" when the median moved from ``a`` to ``b`` by more than ``threshold`` (relative) with
+    the repeats ``ra`` and ``rb`` apart (every one of one side beyond every one of the other), else None (noise):
+    the gate's rule, and the label of each step of ``bisect --metric``."""
+    change = (b - a) / a
+    up, apart_up, apart_down = change > threshold, min(rb) > max(ra), max(rb) < min(ra)
+    down = -change > threshold
+    if (down and apart_down) if more_is_better else (up and apart_up):
+        return "slower"
+    if (up and apart_up) if more_is_better else (down and apart_down):
+        return "faster"
+    return None
+
+
 def _grew_most(before: dict, after: dict) -> str | None:
     """The operator whose time in the generation grew the most from ``before`` to ``after`` (census times), as
     ``aten::rsqrt +0.0123 s``; None without times on both sides."""
@@ -119,13 +138,9 @@ def changes(data_dir: Path | str, before_id: str, after_id: str, threshold: floa
             if not a or not b or not ra or not rb:
                 continue
             change = (b - a) / a
-            worse = (-change if more_is_better else change) > threshold and (
-                max(rb) < min(ra) if more_is_better else min(rb) > max(ra)
-            )
-            better = (change if more_is_better else -change) > threshold and (
-                min(rb) > max(ra) if more_is_better else max(rb) < min(ra)
-            )
-            if worse or better:
+            moved = direction(a, b, ra, rb, more_is_better, threshold)
+            worse = moved == "slower"
+            if moved:
                 found.append(
                     {
                         "model_id": now["model_id"],
@@ -155,6 +170,13 @@ def changes(data_dir: Path | str, before_id: str, after_id: str, threshold: floa
     return pl.DataFrame(found, schema=schema_)
 
 
+def slower(data_dir: Path | str, before_id: str, after_id: str, metric: str, threshold: float) -> list[dict]:
+    """The (model, variant) rows whose ``metric`` (a ``METRICS`` name) got slower beyond noise from ``before_id``
+    to ``after_id`` (``changes``' rows): what ``bisect --metric`` bisects when no model is named."""
+    found = changes(data_dir, before_id, after_id, threshold)
+    return found.filter((pl.col("metric") == metric) & (pl.col("direction") == "slower")).to_dicts()
+
+
 def compared(data_dir: Path | str, before_id: str, after_id: str) -> int:
     """How many (model, variant) runs both sweeps timed (a PASS with repeats in each): what the gate compared."""
     results = store.scan(Path(data_dir), "results")
@@ -172,6 +194,41 @@ def regression_line(row: dict) -> str:
         f"slower: {row['model_id']} [{row['variant']}]: {row['metric']} {row['before']:.4g} -> {row['after']:.4g} "
         f"({row['change']:+.1%}; spread {spread(row['spread_before'])} -> {spread(row['spread_after'])}){where}"
     )
+
+
+def between_stacks(data_dir: Path | str, sweep_id: str, threshold: float = DEFAULT_THRESHOLD) -> pl.DataFrame:
+    """In a sweep of several stacks (``stacks:``): each run whose TPOT, TTFT or tokens/s on a stack moved beyond
+    noise (``direction``: the gate's rule) against the same model and variant on the sweep's first stack (the
+    definition's order): model_id, variant (without its stack), stack, reference (the first stack), metric,
+    direction, before, after, change. Empty for a sweep of one stack."""
+    names: list[str] = []
+    try:
+        names = list(store.read_sweep(Path(data_dir), sweep_id).stacks or {})
+    except UserError:  # a dataset without its sweeps/ folder: the stacks in name order
+        pass
+    rows = _latest_passes(store.scan(Path(data_dir), "results"), sweep_id, ("stack_name",)).collect()
+    runs: dict[tuple[str, str], dict[str, dict]] = {}
+    for r in rows.iter_rows(named=True):
+        if r["stack_name"]:
+            base = r["variant"].partition(probe_params.STACK_MARK)[0]
+            runs.setdefault((r["model_id"], base), {})[r["stack_name"]] = r
+    order = names or sorted({s for on in runs.values() for s in on})
+    found = []
+    for (model_id, base), on in sorted(runs.items()):
+        first = next(s for s in order if s in on)
+        for stack in (s for s in order if s in on and s != first):
+            then, now = on[first], on[stack]
+            for metric, (repeats, more_is_better) in METRICS.items():
+                a, b, ra, rb = then[metric], now[metric], then[repeats] or [], now[repeats] or []
+                moved = direction(a, b, ra, rb, more_is_better, threshold) if a and b and ra and rb else None
+                if moved:
+                    found.append(
+                        {"model_id": model_id, "variant": base, "stack": stack, "reference": first, "metric": metric}
+                        | {"direction": moved, "before": a, "after": b, "change": (b - a) / a}
+                    )
+    columns = ("model_id", "variant", "stack", "reference", "metric", "direction")
+    schema_ = {**dict.fromkeys(columns, pl.String), **dict.fromkeys(("before", "after", "change"), pl.Float64)}
+    return pl.DataFrame(found, schema=schema_)
 
 
 def perf_table(data_dir: Path | str, sweep_id: str, top: int = 3) -> pl.DataFrame:

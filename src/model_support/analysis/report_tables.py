@@ -172,6 +172,7 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
     changes = tables["changes"].join(unprobed_keys.unique(KEY), on=KEY, how="left", maintain_order="left")
     tables["changes"] = changes.filter(~((pl.col("change") == "removed") & pl.col("_u").fill_null(False))).drop("_u")
     tables.update(ops_tables(data_dir, sweep_id, baseline_sweep_id))
+    tables["stack_speed"] = perf.between_stacks(data_dir, sweep_id)  # a sweep of several stacks: beyond noise
     tables["perf"] = perf.perf_table(data_dir, sweep_id)  # every PASS's speed; beyond noise since the baseline
     tables["host_cost"] = host_cost.host_cost_table(data_dir, sweep_id)  # PASS runs that sync or fall back per token
     if baseline_sweep_id:

@@ -1,8 +1,9 @@
 """``bisect.json``, beside sweep B's ``sweep.json``: the answers of every bisect run against it.
 
 {"version": 1, "answers": [{"baseline": A, "model_id", "variant", "status", "package", "last_same",
-"first_changed", "verdicts", "steps", "skipped", "unsplit", "together", "note", "installer", "seconds"},
-...]}: a new answer for the same (baseline, model, variant) replaces the old one, except one that could not
+"first_changed", "verdicts", "steps", "skipped", "unsplit", "together", "note", "installer", "seconds"; with
+``--metric`` also "metric", "threshold", "before", "after": end A's and end B's medians as timed here}, ...]}: a
+new answer for the same (baseline, model, variant, metric) replaces the old one, except one that could not
 run (its steps never ran the pins: an environment not built, an end with no verdict), which never replaces
 an answer. Each answer is stored as its row finishes, under a lock file (two bisects of one sweep at once
 lose nothing). The report, the explorer and the terminal diff read ``changed_by`` from it: "changed by
@@ -36,7 +37,8 @@ def read_answers(data_dir: Path | str, sweep_id: str) -> list[dict]:
 
 
 def _key(answer: dict) -> tuple:
-    return (answer.get("baseline"), answer["model_id"], answer["variant"])
+    """An answer per (baseline, model, variant) and question: the verdict, or a metric (``bisect --metric``)."""
+    return (answer.get("baseline"), answer["model_id"], answer["variant"], answer.get("metric"))
 
 
 def store_answers(data_dir: Path | str, sweep_id: str, baseline: str | None, answers: list[dict]) -> Path:
@@ -59,8 +61,8 @@ def changed_by(data_dir: Path | str, sweep_id: str, baseline: str | None = None)
     (against ``baseline`` when given, else any; the latest answer wins)."""
     out = {}
     for answer in read_answers(data_dir, sweep_id):
-        if answer.get("status") not in ("found", "a backend setting"):
-            continue
+        if answer.get("status") not in ("found", "a backend setting") or answer.get("metric"):
+            continue  # a metric's answer says what slowed a row, not what changed its verdict
         if baseline and answer.get("baseline") not in (baseline, None):
             continue
         if answer["status"] == "found":

@@ -9,12 +9,13 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from ..analysis import perf
 from ..errors import UserError
 from ..record import store
 from . import results, stacks
 from .envs import Overlays
 from .releases import Source
-from .search import Bisector, Job
+from .search import AS_A, SLOWER, Bisector, Job
 from .stacks import NOT_SWAPPED, Change
 
 #: Where overlay environments are cached unless ``--cache-dir`` says otherwise.
@@ -64,19 +65,38 @@ def bisect_sweeps(
     yanked: bool = False,
     jobs: int | None = None,
     log: Callable[[str], None] | None = None,
+    metric: str | None = None,
+    threshold: float = perf.DEFAULT_THRESHOLD,
 ) -> list[dict]:
     """One answer per row of sweep ``b`` whose verdict differs from sweep ``a``'s (or per row of the
-    ``models`` named), stored in b's bisect.json."""
+    ``models`` named), stored in b's bisect.json. With ``metric`` (``perf.METRICS``' tpot_s, ttft_s,
+    perf_tokens_per_s): per row whose metric got slower beyond ``threshold`` and noise (the perf gate's rule),
+    each step timed by the repro script, ``metric_repeats`` times."""
     stacks.require_sweeps(data_dir, a, b)
+    meta_b = store.read_sweep(Path(data_dir), b)
     stack_a = stacks.sweep_stack(store.read_sweep(Path(data_dir), a))
-    stack_b = stacks.sweep_stack(store.read_sweep(Path(data_dir), b))
+    stack_b = stacks.sweep_stack(meta_b)
     candidates = [c for c in stacks.stack_changes(stack_a, stack_b) if c.name not in NOT_SWAPPED]
-    rows = stacks.rows_to_bisect(data_dir, a, b, models)
+    keys = None
+    if metric and not models:
+        keys = [(r["model_id"], r["variant"]) for r in perf.slower(data_dir, a, b, metric, threshold)]
+    rows = stacks.rows_to_bisect(data_dir, a, b, models, keys)
+    for row in rows if metric else ():
+        row.verdict_a, row.verdict_b = AS_A, SLOWER  # the labels each step gets against end A
+    repeats = metric_repeats(meta_b.probe)
     bisector = _bisector(data_dir, cache, find_links, pre, yanked, log if rows else None)
     settings_a = stacks.sweep_settings(store.read_sweep(Path(data_dir), a))
     settings_b = stacks.sweep_settings(store.read_sweep(Path(data_dir), b))
     jobs_ = [Job(row, stack_a, stack_b, candidates, settings_a=settings_a, settings_b=settings_b) for row in rows]
+    for job in jobs_ if metric else ():
+        job.metric, job.threshold, job.repeats = metric, threshold, repeats
     return bisector.bisect_all(jobs_, _workers(jobs, len(jobs_)), log, _store_each(data_dir, b, a))
+
+
+def metric_repeats(probe: dict) -> int:
+    """The repeats each step of ``--metric`` times: the sweep's ``perf_repeats``, at least 3 (two repeats'
+    ranges are apart too easily for "apart" to mean beyond noise)."""
+    return max(3, int(probe.get("perf_repeats") or 3))
 
 
 def bisect_record(

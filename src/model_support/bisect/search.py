@@ -17,6 +17,12 @@ For each row (model, variant) whose verdict differs between sweep A and sweep B:
    could not split. In the single-record form a ``--from`` release that cannot run here is skipped the same
    way and the search starts at the nearest release that runs.
 
+With ``--metric`` (``Job.metric``: tpot_s, ttft_s or perf_tokens_per_s) the question is speed, not the verdict:
+end A runs first and its repeats are the baseline (the repro script times ``Job.repeats`` generations after
+its PASS, ``reproduce.PERF_VAR``); every later step is labelled "as A" or "slower" by the perf gate's rule
+(``analysis.perf.direction``: median worse by more than the threshold and the repeats' ranges apart, so noise
+is not a change), and the searches above run unchanged on those labels.
+
 A step is the repro script in its own process group, timed alone: a Hub model's files are fetched before
 the steps (a download is not the script's time), and a step that runs out of time is ended with every
 process it started.
@@ -29,6 +35,7 @@ import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import threading
 import time
@@ -37,6 +44,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..analysis import perf
 from ..probe import provenance
 from ..record import schema
 from .envs import InstallError, Overlays, conflicts, locked
@@ -52,6 +60,11 @@ FOUND, FLAKY, NOT_REPRODUCED, NO_PACKAGE, SAME, SETTING = (
     "same verdict",
     "a backend setting",
 )
+#: The labels of a step of ``bisect --metric`` (its verdict, in the search's terms): no slower than end A, or
+#: slower beyond noise.
+AS_A, SLOWER = "as A", "slower"
+#: Tells a repro script to time repeats after its PASS (``reproduce.PERF_VAR``): the number of repeats.
+PERF_VAR = "MODEL_SUPPORT_REPRO_PERF"
 #: Tells a repro script to keep this environment's backend configuration (``reproduce.KEEP_CONFIG_VAR``): a step
 #: sets the configuration of the end it stands for.
 KEEP_CONFIG_VAR = "MODEL_SUPPORT_REPRO_KEEP_CONFIG"
@@ -107,6 +120,19 @@ def run_repro(
     """(verdict, note) of one run of a repro script, in a process group of its own: the status of its JSON
     line; a timeout (the whole group ended) or a killed process is FAIL(other), as the sweep records them; no
     JSON line is no verdict (note: why). ``env``: the step's environment (``step_env``), else this one's."""
+    verdict, note, _said = run_repro_line(python, script, args, timeout_s, cwd, env)
+    return verdict, note
+
+
+def run_repro_line(
+    python: Path,
+    script: Path,
+    args: list[str],
+    timeout_s: float,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> tuple[str | None, str | None, dict]:
+    """``run_repro``, with the script's JSON line (its ``perf`` timing among it; {} where it printed none)."""
     with subprocess.Popen(
         [str(python), str(script), *args],
         stdout=subprocess.PIPE,
@@ -124,7 +150,7 @@ def run_repro(
                 proc.communicate(timeout=30)  # a process that left the group may still hold the pipes
             except subprocess.TimeoutExpired:
                 pass
-            return schema.FAIL_OTHER, f"timed out after {timeout_s:.0f} s"
+            return schema.FAIL_OTHER, f"timed out after {timeout_s:.0f} s", {}
         finally:
             _end_group(proc)
     for line in reversed(stdout.splitlines()):
@@ -133,10 +159,10 @@ def run_repro(
         except ValueError:
             continue
         if isinstance(said, dict) and said.get("status") in schema.VERDICTS:
-            return said["status"], said.get("error_type")
+            return said["status"], said.get("error_type"), said
     if proc.returncode < 0:
-        return schema.FAIL_OTHER, f"killed by signal {-proc.returncode}"
-    return None, why_no_verdict(stderr, proc.returncode)
+        return schema.FAIL_OTHER, f"killed by signal {-proc.returncode}", {}
+    return None, why_no_verdict(stderr, proc.returncode), {}
 
 
 def split(inner: list[Release], verdict_a: str | None, attempt: Callable[[str], str | None]) -> tuple[int, int, dict]:
@@ -178,6 +204,30 @@ class Job:
     #: The backend's configuration at each end (``sweep.json``'s ``device_config``), None where not recorded.
     settings_a: dict[str, str] | None = None
     settings_b: dict[str, str] | None = None
+    #: ``bisect --metric``: the metric (an ``analysis.perf.METRICS`` name), its threshold, the repeats each step
+    #: times, and end A's repeats once run (the baseline every later step is labelled against).
+    metric: str | None = None
+    threshold: float = perf.DEFAULT_THRESHOLD
+    repeats: int = 3
+    baseline: list[float] | None = None
+
+    def label(self, verdict: str | None, said: dict) -> tuple[str | None, dict, str | None]:
+        """A step of ``--metric`` in the search's terms: (label, what the step keeps of its timing, a note
+        where there is no label). Not a PASS: its verdict (a third one); a PASS without timing: no label; the
+        first timed PASS (end A) is the baseline, "as A"; later ones "slower" or "as A" (``perf.direction``)."""
+        if verdict != schema.PASS:
+            return verdict, {}, None
+        repeats_key, more_is_better = perf.METRICS[self.metric or ""]
+        values = [v for v in ((said.get("perf") or {}).get(repeats_key) or []) if v is not None]
+        if not values:
+            return None, {}, f"the repro script printed no timing ({said.get('perf_note') or 'no perf in its line'})"
+        timing = {"median": statistics.median(values), "repeats": values}
+        if self.baseline is None:
+            self.baseline = values
+            return AS_A, timing, None
+        base = self.baseline
+        moved = perf.direction(statistics.median(base), timing["median"], base, values, more_is_better, self.threshold)
+        return (SLOWER if moved == "slower" else AS_A), timing, None
 
     def setting_changes(self) -> list[SettingChange]:
         """The backend settings that differ between the ends (none when either is not recorded)."""
@@ -271,9 +321,17 @@ class Bisector:
             job.steps.append({**entry, "note": str(exc), "env_s": round(time.monotonic() - started, 2)})
             return None
         script = self._script(job.row.script)
+        env = job.env(end)
+        if job.metric:  # the script times repeats after its PASS
+            env = {**(os.environ if env is None else env), PERF_VAR: str(job.repeats)}
         ready = time.monotonic()
-        verdict, note = run_repro(python, script, job.row.args, job.row.timeout_s, cwd=script.parent, env=job.env(end))
+        verdict, note, said = run_repro_line(python, script, job.row.args, job.row.timeout_s, script.parent, env)
         seconds = round(time.monotonic() - ready, 2)  # the repro script's run
+        if job.metric and verdict is not None:
+            entry["ran"] = verdict  # the script's own verdict, beside the label
+            verdict, timing, why = job.label(verdict, said)
+            entry.update(timing)
+            note = why or note
         if verdict is None:
             moved = None if package is None or version is None else {package}
             note = self.explain(pins, moved, note)
@@ -365,11 +423,23 @@ class Bisector:
                 pins_a = self.with_version(pins_a, change.name, change.before)
         except InstallError as exc:
             return {**out, "status": NOT_RUN, "note": str(exc)}
+        if job.metric:  # end A first: its repeats are the baseline every later step is labelled against
+            out.update(metric=job.metric, threshold=job.threshold)
+            if self.run(job, "end A", pins_a, end="a") != AS_A:
+                said = job.steps[-1].get("note") or f"gave {job.steps[-1].get('ran')}"
+                return {**out, "status": NOT_RUN, "note": out["note"] + f"A's stack gave no timing here ({said})"}
+            out["before"] = job.steps[-1]["median"]
         verdict_b, trouble_b = self.end(job, "end B", pins_b, row.verdict_b)
+        if job.metric:
+            out["after"] = job.steps[-1].get("median")
         if verdict_b is None:
             said = f"B's stack gave no verdict here ({job.steps[-1]['note']}): not bisected"
             return {**out, "status": NOT_RUN, "note": out["note"] + said}
-        if self.narrows(job):
+        verdict_a: str | None
+        trouble_a: str | None
+        if job.metric:
+            verdict_a, trouble_a = AS_A, None  # run first, above
+        elif self.narrows(job):
             verdict_a, trouble_a = self.start(job, pins_b, out), None
             if verdict_a is None:
                 return {**out, "status": NOT_RUN}
@@ -614,6 +684,12 @@ def answer_line(answer: dict) -> str:
     name = answer["model_id"] + ("" if answer["variant"] == schema.DEFAULT_VARIANT else f" [{answer['variant']}]")
     runs = sum(1 for s in answer["steps"] if s.get("verdict") is not None or "seconds" in s)
     took = f"{runs} runs, {answer['seconds']:.1f} s"
+    if answer.get("metric"):  # bisect --metric: which figure, and its medians at the two ends as timed here
+        shown = lambda v: "-" if v is None else f"{v:.4g}"  # noqa: E731
+        name += (
+            f": {answer['metric']} {shown(answer.get('before'))} -> {shown(answer.get('after'))} "
+            f"(medians here; slower means worse by more than {answer['threshold']:.0%} with the repeats apart)"
+        )
     if answer["status"] == SETTING:
         return f"{name}: changed by a backend setting: {answer['note'].rsplit('changed by ', 1)[-1]}; {took}"
     if answer["status"] == FOUND:

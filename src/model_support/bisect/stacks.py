@@ -177,9 +177,12 @@ def resolve_model(meta: SweepMeta, name: str) -> str:
     raise UserError(f"{name!r} {said} (sweep {meta.sweep_id}).")
 
 
-def rows_to_bisect(data_dir: Path | str, a: str | None, b: str, models: list[str] | tuple = ()) -> list[Row]:
+def rows_to_bisect(
+    data_dir: Path | str, a: str | None, b: str, models: list[str] | tuple = (), keys: list[tuple] | None = None
+) -> list[Row]:
     """The rows of sweep ``b`` whose verdict differs from sweep ``a``'s (newly failing or newly passing,
-    whatever the attribution), or every variant of the ``models`` named; each with its repro script."""
+    whatever the attribution), or every variant of the ``models`` named, or the (model, variant) ``keys``
+    given (``bisect --metric``: the slower ones); each with its repro script."""
     data_dir = Path(data_dir)
     meta_b = store.read_sweep(Path(data_dir), b)
     after = _verdicts(data_dir, b)
@@ -190,6 +193,8 @@ def rows_to_bisect(data_dir: Path | str, a: str | None, b: str, models: list[str
         missing = wanted - {k[0] for k in keys}
         if missing:
             raise UserError(f"Sweep {b} has no result row for {', '.join(sorted(missing))}.")
+    elif keys is not None:
+        keys = sorted(k for k in keys if k in after)
     else:
         keys = sorted(k for k, s in after.items() if k in before and before[k] is not None and s != before[k])
     rows = []

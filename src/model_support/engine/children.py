@@ -24,6 +24,17 @@ from typing import Any
 
 #: ``prctl`` option: the signal this process gets when its parent ends (Linux).
 _PR_SET_PDEATHSIG = 1
+#: The Python a sweep's probe processes (and their zygote) run: set while a stack of other package versions runs
+#: (a sweep's ``stacks:`` entry with ``packages``: its overlay environment's interpreter, built by ``bisect.envs``).
+PYTHON_VAR = "MODEL_SUPPORT_PROBE_PYTHON"
+
+
+def interpreter(environ: Mapping[str, str] | None = None) -> str:
+    """The interpreter a probe's processes run: ``PYTHON_VAR`` in ``environ`` (default: this process's), else this
+    process's own."""
+    import sys
+
+    return (os.environ if environ is None else environ).get(PYTHON_VAR) or sys.executable
 
 
 def die_with_parent() -> None:

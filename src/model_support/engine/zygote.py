@@ -342,7 +342,7 @@ def start(env: dict | None = None) -> tuple[subprocess.Popen, str] | None:
     folder = tempfile.mkdtemp(prefix="z", dir="/tmp")  # socket paths must stay short (< 108 bytes)
     path = os.path.join(folder, "s")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "model_support.engine.zygote", path, str(os.getpid())],
+        [children.interpreter(env), "-m", "model_support.engine.zygote", path, str(os.getpid())],
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,  # its imports' warnings: each kernel's own imports are its own

@@ -44,11 +44,23 @@ def not_measured(why: str) -> dict:
     return {**dict.fromkeys(FIELDS), "perf_note": f"not measured: {why}"}
 
 
+def wanted(settings: dict, device_type: str | None) -> str | None:
+    """Why the perf phase is off for these settings on ``device_type``, or None: ``perf`` off (or false), or auto on
+    the CPU, where its repeats cost more than the probe itself (bench/results/perf.json: SmolLM2-135M 2.5 times)."""
+    perf = settings.get("perf", "auto")
+    if perf in (False, "off"):
+        return "perf=off"
+    if perf in ("auto", None) and device_type == "cpu":
+        return "perf=auto, off on the CPU (its repeats would cost more than the probe; perf=on times it)"
+    return None
+
+
 def why_not(record: Mapping[str, Any], settings: dict) -> str | None:
-    """Why this probe's performance is not measured, or None: switched off, not a PASS, an image-text-to-text
-    model (its image inputs are not kept past the verdict's generation)."""
-    if not settings.get("perf", True):
-        return "perf=False"
+    """Why this probe's performance is not measured, or None: switched off (``wanted``), not a PASS, an
+    image-text-to-text model (its image inputs are not kept past the verdict's generation)."""
+    off = wanted(settings, record.get("device_type"))
+    if off is not None:
+        return off
     if record.get("status") != schema.PASS:
         return "not a PASS"
     if (record.get("devices_used") or 1) > 1:

@@ -41,6 +41,8 @@ MATRIX_AXES = ("mode", "cache", "max_new_tokens")
 REFERENCES = ("cpu", "none")
 #: Where a probe's host checks run: in its own process, or after its device phase, in a host process.
 CHECKS = ("here", "after")
+#: The perf phase: on, off, or auto (on for an accelerator, off on the CPU); true and false read as on and off.
+PERF_CHOICES = ("auto", "on", "off")
 
 
 class ParameterError(UserError):
@@ -57,6 +59,7 @@ class Param:
     minimum: int | float | None = None  # inclusive
     runner_owned: bool = False  # set by the sweep runner for each model; a sweep file may not set it
     integers: bool = False  # a str parameter that also takes an integer (devices: 2 or "auto")
+    booleans: bool = False  # a str parameter of choices on/off that also takes true/false (perf: false)
     pattern: str | None = None  # a str parameter's values: this regular expression, whole
     pattern_words: str = ""  # ... in words
     setting: bool = True  # a setting of the run; False: the runner's bookkeeping (where the record goes, ...)
@@ -79,6 +82,8 @@ class Param:
         prefix = f"{where}: " if where else ""
         if self.integers and isinstance(value, int) and not isinstance(value, bool):
             value = str(value)
+        if self.booleans and isinstance(value, bool):
+            value = "on" if value else "off"
         wrong_bool = isinstance(value, bool) and self.type is not bool
         number_ok = self.type is float and isinstance(value, int)
         if wrong_bool or not (isinstance(value, self.type) or number_ok):
@@ -98,6 +103,8 @@ class Param:
         problem = self.problem(value, where)
         if problem:
             raise ParameterError(problem)
+        if self.booleans and isinstance(value, bool):
+            return "on" if value else "off"
         return str(value) if self.integers and isinstance(value, int) and not isinstance(value, bool) else value
 
 
@@ -175,9 +182,13 @@ PROBE_PARAMS: tuple[Param, ...] = (
     Param("seed", int, 0, "torch seed before generation", minimum=0),
     Param(
         "perf",
-        bool,
-        True,
-        "time a PASS on its device after the verdict (TTFT, TPOT, tokens/s over repeats, bandwidth use); false skips it",
+        str,
+        "auto",
+        "time a PASS on its device after the verdict (TTFT, TPOT, tokens/s over repeats, bandwidth use): on, off, or "
+        "auto: on for an accelerator, off on the CPU (there it costs more than the probe: bench/results/perf.json); "
+        "true and false read as on and off",
+        choices=PERF_CHOICES,
+        booleans=True,
     ),
     Param("perf_tokens", int, 32, "perf: new tokens per timed generation", minimum=2),
     Param("perf_repeats", int, 3, "perf: timed generations after a warm-up (median and spread)", minimum=1),

@@ -20,6 +20,9 @@ from .hub_fetch import fetch, is_local
 from .probe_core import (
     NOT_AVAILABLE,
     PASS,
+    StepTimer,
+    compile_forward,
+    execution_context,
     fused_eager_missing,
     load,
     load_backend,
@@ -240,6 +243,76 @@ def apply_device_config(config: dict | None) -> None:
             os.environ[name] = value
 
 
+#: Set to a number of repeats to time that many greedy generations after a PASS (``bisect --metric``): the JSON
+#: line then holds ``perf``, each repeat's TTFT, TPOT and tokens/s, named as the record's repeats.
+PERF_VAR = "MODEL_SUPPORT_REPRO_PERF"
+
+
+def timed_repeats(settings: dict, result: dict, device, synchronize, repeats: int) -> dict:
+    """The perf phase's figures, again, on this environment: one warm-up generation of ``perf_tokens`` greedy
+    tokens from the probe's prompt (compilation paid there in mode compile), then ``repeats`` timed ones, each
+    token stamped after a device sync (``StepTimer``). A small loop of its own rather than ``probe.performance``,
+    which the repro body cannot import; it measures as that does: TTFT the first token, TPOT the median gap after
+    it, tokens/s over the whole generation, end of sequence suppressed so every repeat decodes as many tokens."""
+    import statistics
+    import time
+
+    import torch
+
+    model, tokenizer = result["model"], result["tokenizer"]
+    tokens = int(settings.get("perf_tokens") or 32)
+    ids = torch.tensor([result["input_ids"]], dtype=torch.long)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    mode = settings["mode"]
+    eager_forward = compile_forward(model, settings["compile_backend"] or "inductor") if mode == "compile" else None
+    out: dict = {"perf_tokens": tokens, "ttft_s_repeats": [], "tpot_s_repeats": [], "perf_tokens_per_s_repeats": []}
+    try:
+        with execution_context(mode):
+            for n in range(repeats + 1):  # the first is the warm-up
+                timer = StepTimer(synchronize)
+                if synchronize:
+                    synchronize()
+                start = time.perf_counter()
+                with torch.inference_mode():
+                    model.generate(
+                        input_ids=ids.to(device),
+                        attention_mask=torch.ones_like(ids).to(device),
+                        max_new_tokens=tokens,
+                        min_new_tokens=tokens,
+                        do_sample=False,
+                        pad_token_id=pad,
+                        streamer=timer,
+                    )
+                if n == 0:
+                    continue
+                times = timer.times
+                gaps = [after - before for before, after in zip(times, times[1:])]
+                out["ttft_s_repeats"].append(times[0] - start)
+                out["tpot_s_repeats"].append(statistics.median(gaps) if gaps else None)
+                out["perf_tokens_per_s_repeats"].append(len(times) / (times[-1] - start))
+    finally:
+        if eager_forward is not None:
+            model.forward = eager_forward
+    return out
+
+
+def _perf_repeats() -> int:
+    """The repeats ``PERF_VAR`` asks for (0: none)."""
+    raw = os.environ.get(PERF_VAR) or "0"
+    return int(raw) if raw.isdigit() else 0
+
+
+def _perf(settings: dict, result: dict, device, synchronize) -> dict:
+    """``{"perf": ...}`` after a PASS when ``PERF_VAR`` asks for repeats (a note where the timing raised)."""
+    repeats = _perf_repeats()
+    if repeats <= 0 or result["status"] != PASS or result.get("model") is None:
+        return {}
+    try:
+        return {"perf": timed_repeats(settings, result, device, synchronize, repeats)}
+    except Exception as exc:  # noqa: BLE001 a timing beside the verdict, never a change of it
+        return {"perf": None, "perf_note": f"the timing raised {type(exc).__name__}: {exc}"[:2000]}
+
+
 def main(settings: dict, argv: list[str]) -> int | str:
     """The probe again, with plain python: the download stage (a Hub model), the stages on the device in the
     probe's mode, the reference check after a PASS; one JSON line. A model probed from a local folder takes
@@ -273,17 +346,21 @@ def main(settings: dict, argv: list[str]) -> int | str:
     missing = fused_eager_missing(settings["device"]) if settings["mode"] == "fused" else None
     if missing:
         return f"{NOT_AVAILABLE}: {missing}"
+    device, synchronize = torch.device(settings["device"]), synchronizer(settings["device"])
     result: dict[str, Any] = run_stages(
         load_from,
-        device=torch.device(settings["device"]),
-        synchronize=synchronizer(settings["device"]),
+        device=device,
+        synchronize=synchronize,
         compile_backend=settings["compile_backend"] or "inductor",  # torch.compile's in mode compile: the adapter's
+        keep_model=_perf_repeats() > 0,  # timed again after the verdict (``_perf``)
         **_staged(settings),
     )
     if result["exclusion_reason"]:  # the environment (a missing torchvision), not the model: no verdict
         return f"no verdict: {result['exclusion_reason']}"
     result.update(_error(result))
-    print(json.dumps({**{key: result[key] for key in SHOWN}, **_numerics(settings, load_from, result)}))
+    timed = _perf(settings, result, device, synchronize)
+    result["model"] = result["tokenizer"] = None  # the device's copy let go before the CPU reference loads its own
+    print(json.dumps({**{key: result[key] for key in SHOWN}, **timed, **_numerics(settings, load_from, result)}))
     if result["exception"] is not None:
         print(trimmed_traceback(result["exception"]), file=sys.stderr)
     return 0 if result["status"] == PASS else 1

@@ -23,7 +23,7 @@ from ..record.schema import Record
 from ..redact import redact_record
 from . import census, devices, hub, hub_fetch, performance, phases, probe_core, probe_params
 from .checks import NO_WEIGHTS_ATTRIBUTION, attribute, started_path, write_started
-from .instruments import flight_recorder, host_cost, recompiles
+from .instruments import flight_recorder, host_cost, profiled, recompiles
 from .model_ids import check_there, machine_paths, portable_id, unavailable
 from .records import fail, new_record
 from .repro import set_repro
@@ -264,25 +264,37 @@ def _probe(record: Record, settings: dict) -> None:
     # the flight recorder first: under the census, it sees the operators as the census counts them
     recorder = flight_recorder.recorder_for(settings, adapter, census.takes_census(settings["mode"]))
     meter, no_meter = host_cost.meter_for(adapter, settings["mode"])
+    # a compiled run, which no dispatch mode sees: the adapter's profiler over its generation, where it offers one
+    profiler, no_profiler = profiled.profiler_for(adapter, settings["mode"], meter is not None)
+    sync = adapter.synchronize if adapter.type != "cpu" else None
     watchers = [hook.enter for hook in (counted, recorder) if hook is not None]
-    with recorder or contextlib.nullcontext(), counted or contextlib.nullcontext(), phases.device_work():
+    with (
+        recorder or contextlib.nullcontext(),
+        counted or contextlib.nullcontext(),
+        profiler or contextlib.nullcontext(),
+        phases.device_work(),
+    ):
         result = probe_core.run_stages(
             model_id=settings["load_from"],
             **probe_params.stage_settings(settings),
             device=adapter.torch_device,
-            synchronize=adapter.synchronize if adapter.type != "cpu" else None,
+            synchronize=sync,
             compile_backend=adapter.compile_backend(),
             on_stage=phases.stages(_each(watchers)),  # the host's loading off the device clock
-            timer=meter.timer(adapter.synchronize) if meter else None,  # counts the host cost as tokens arrive
+            # counts the host cost as tokens arrive (the backend's counters, else the profiler's trace)
+            timer=meter.timer(adapter.synchronize) if meter else profiler.timer(sync) if profiler else None,
             on_device=phases.to_device,  # the weights move: the device's work again
             # the perf phase times it again, the recompile check compiles it again, still on the device
-            keep_model=settings["perf"] or recompiles.why_not({"status": schema.PASS}, settings) is None,
+            keep_model=performance.wanted(settings, adapter.type) is None
+            or recompiles.why_not({"status": schema.PASS}, settings) is None,
         )
     if counted is not None and not result["exclusion_reason"]:
         schema.fill(record, counted.fields(census.RUN if result["exception"] is None else census.PARTIAL))
         schema.fill(record, counted.times() if result["exception"] is None else census.not_timed("not a PASS"))
+    elif profiler is not None and not result["exclusion_reason"]:
+        schema.fill(record, profiler.ops_fields() if result["exception"] is None else census.not_timed("not a PASS"))
     elif not result["exclusion_reason"]:
-        schema.fill(record, census.not_timed(f"no census in mode {settings['mode']} (and no profiler read)"))
+        schema.fill(record, census.not_timed(f"no census in mode {settings['mode']}, and {no_profiler}"))
     if settings["mode"] == "compile":
         record["compile_backend"] = adapter.compile_backend()
     schema.fill(record, {key: result[key] for key in STAGE_FIELDS})
@@ -304,7 +316,10 @@ def _probe(record: Record, settings: dict) -> None:
             phases.checks(record, settings, "attribute")
         return
     record["status"] = schema.PASS
-    schema.fill(record, meter.fields() if meter else host_cost.not_measured(no_meter or ""))
+    if meter is None and profiler is not None:
+        schema.fill(record, profiler.host_fields())
+    else:
+        schema.fill(record, meter.fields() if meter else host_cost.not_measured(no_meter or ""))
     _coverage(record, adapter)
     with phases.device_work():  # the perf phase: the same model timed again on its device, before the release
         schema.fill(record, performance.perf_fields(record, settings, result, adapter))

@@ -329,6 +329,14 @@ class Record(TypedDict):
     ops_sig_device_s: Annotated[
         list[float] | None, Col("ops", 17, "its seconds in the verdict's generation (as ops_device_s)")
     ]
+    profiled_ops: Annotated[
+        list[str] | None,
+        Col("ops", 17, "a compiled run's aten operators and compiled graph regions as its profiler saw them"),
+    ]
+    profiled_ops_calls: Annotated[list[int] | None, Col("ops", 17, "each profiled_ops entry's calls in the generation")]
+    profiled_ops_s: Annotated[
+        list[float] | None, Col("ops", 17, "each profiled_ops entry's self seconds (device time where profiled)")
+    ]
     perf_tokens_out: Annotated[int | None, Col("perf", 16, "new tokens per perf repeat (perf_tokens)")]
     perf_first_call_s: Annotated[
         float | None, Col("perf", 16, "the perf phase's warm-up generation, compilation and first calls included")

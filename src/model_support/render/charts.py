@@ -203,6 +203,32 @@ def memory_chart(memory_by_size: pl.DataFrame):
     )
 
 
+def speed_chart(perf: pl.DataFrame):
+    """Tokens per second (the perf phase's median) against the model's size, one point per PASS run (model and
+    variant), on log scales: decode is bound by the bytes read per token, so speed falls with size and a model far
+    below its neighbours is the one to look at."""
+    alt = _alt()
+    points = perf.select("model_id", "variant", "num_params", "perf_tokens_per_s", "tpot_s").drop_nulls(
+        ["num_params", "perf_tokens_per_s"]
+    )
+    return (
+        alt.Chart(alt.Data(values=_values(points)))
+        .mark_circle(size=60)
+        .encode(
+            x=alt.X("num_params:Q", scale=alt.Scale(type="log"), title="parameters"),
+            y=alt.Y("perf_tokens_per_s:Q", scale=alt.Scale(type="log"), title="tokens/s (median of repeats)"),
+            tooltip=[
+                "model_id:N",
+                "variant:N",
+                alt.Tooltip("num_params:Q", format=","),
+                alt.Tooltip("perf_tokens_per_s:Q", format=",.1f"),
+                alt.Tooltip("tpot_s:Q", format=".4f"),
+            ],
+        )
+        .properties(width=420, height=240, title="Tokens per second against model size")
+    )
+
+
 def reference_chart(reference: pl.DataFrame):
     alt = _alt()
     return (

@@ -13,6 +13,7 @@ import html
 
 import polars as pl
 
+from .charts import chart_html, speed_chart
 from .html import table_html
 
 
@@ -51,6 +52,8 @@ def perf_html(tables: dict[str, pl.DataFrame]) -> str:
     if table is None or table.is_empty():
         return ""
     parts = [table_html(_shown(table), max_rows=500)]
+    if table.drop_nulls(["num_params", "perf_tokens_per_s"]).height:  # nothing timed (perf off): no empty chart
+        parts.append(chart_html(speed_chart(table), "speed"))
     moved = tables.get("perf_changes")
     if moved is not None:
         for direction in ("slower", "faster"):

@@ -63,6 +63,7 @@ def stacks_html(tables: dict[str, pl.DataFrame], max_rows: int = 300) -> str:
         if changed
         else f"<p>The stacks agree on every one of the {len(rows)} runs.</p>"
     )
+    said += speed_html(tables.get("stack_speed"))
     return (
         '<h2 id="stacks">Stacks side by side</h2>'
         f'<p class="ms-note">The same models on {len(stacks)} stacks in one sweep (<code>stacks:</code>: '
@@ -72,3 +73,17 @@ def stacks_html(tables: dict[str, pl.DataFrame], max_rows: int = 300) -> str:
         + html_table(head, body, cls="ms-table ms-grid")
         + more
     )
+
+
+def speed_html(speed: pl.DataFrame | None) -> str:
+    """The runs whose speed on a stack moved beyond noise against the first stack (``analysis.perf.between_stacks``),
+    one line each; "" when none did (or nothing was timed)."""
+    if speed is None or not speed.height:
+        return ""
+    items = "".join(
+        f"<li><b>{html.escape(r['model_id'])}</b> [{html.escape(r['variant'])}]: {html.escape(r['direction'])} on "
+        f"{html.escape(r['stack'])} than on {html.escape(r['reference'])}: {html.escape(r['metric'])} "
+        f"{r['before']:.4g} -> {r['after']:.4g} ({r['change']:+.0%})</li>"
+        for r in speed.iter_rows(named=True)
+    )
+    return f"<p>Speed beyond noise (the perf phase's repeats apart, the gate's rule):</p><ul>{items}</ul>"

@@ -46,7 +46,8 @@ class SweepParams:
     #: What sweep.json keeps of ``expect``: {"file", "entries": the file's mapping, dates as ISO text}; checked by
     #: ``analysis.expectations.from_meta`` (the CLI, before the sweep is written).
     expectations: dict = field(default_factory=dict)
-    #: ``stacks:``: name -> {"env": {VAR: value}}; every model and variant runs on each (empty: one stack)
+    #: ``stacks:``: name -> {"env": {VAR: value}, "packages": {dist: version}}; every model and variant runs on each
+    #: (empty: one stack)
     stacks: dict = field(default_factory=dict)
 
 
@@ -132,7 +133,10 @@ def parse(raw, source: str = "<params>", base: Path | None = None, lines: dict |
         expect=expect,
         expectations=_expectations(expect, _at(source, lines or {}, ("expect",))) if expect else {},
         reruns=checked.reruns,
-        stacks={name: {"env": dict(stack.env)} for name, stack in (checked.stacks or {}).items()},
+        stacks={
+            name: {"env": dict(stack.env), **({"packages": dict(stack.packages)} if stack.packages else {})}
+            for name, stack in (checked.stacks or {}).items()
+        },
     )
 
 

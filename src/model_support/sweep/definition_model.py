@@ -272,21 +272,26 @@ def _stack_name(name: str) -> str:
 
 class Stack(_Strict):
     """One stack of a sweep that runs its models on several (``stacks:``): the environment variables it sets
-    (the backend's settings: ``LIBTPU_INIT_ARGS``, ``XLA_FLAGS``, ...) for its probes' processes."""
+    (the backend's settings: ``LIBTPU_INIT_ARGS``, ``XLA_FLAGS``, ...) for its probes' processes, and the
+    distributions it pins to other versions (its probes run in an overlay environment: ``bisect.envs``)."""
 
     env: dict[str, str] = Field(
         default_factory=dict, description="a mapping of environment variable names to string values"
     )
-    packages: dict[str, str] | None = Field(None, description="a mapping of distributions to versions")
+    packages: dict[str, str] = Field(default_factory=dict, description="a mapping of distributions to versions")
 
     @model_validator(mode="after")
     def _runnable(self) -> "Stack":
-        if self.packages:
-            raise _mistake(
-                "a stack's packages are not run by a sweep yet (the bisect's overlay environments run repro scripts, "
-                "not probe notebooks); give env only, or compare package versions with `model-support bisect`.",
-                at="self",
-            )
+        from packaging.utils import canonicalize_name
+        from packaging.version import InvalidVersion, Version
+
+        for dist, version in self.packages.items():
+            if canonicalize_name(dist) == "model-support":
+                raise _mistake("a stack cannot pin model-support itself: the probe is this checkout's.", at="self")
+            try:
+                Version(version)
+            except InvalidVersion:
+                raise _mistake(f"{dist}: {version!r} is not a version (such as 5.24.0).", at="self") from None
         for name in self.env:
             if not name or not all(c.isalnum() or c == "_" for c in name) or name[0].isdigit():
                 raise _mistake(f"{name!r} is not an environment variable name (letters, digits and '_').", at="self")
@@ -314,7 +319,7 @@ class Definition(_Strict):
     prefetch: int = Field(1, ge=0, description="0 (no download ahead) or more")
     matrix: Matrix | None = Field(None, description="a mapping of probe parameters to lists of values")  # type: ignore[valid-type]
     stacks: dict[Annotated[str, AfterValidator(_stack_name)], Stack] | None = Field(
-        None, description="a mapping of stack names to {env}"
+        None, description="a mapping of stack names to {env, packages}"
     )
     expect: Annotated[str, AfterValidator(_expect_file)] | None = Field(
         None, description="an expectations file (YAML), relative to the definition"

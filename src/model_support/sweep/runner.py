@@ -121,6 +121,7 @@ def run(
     report: bool = False,
     screen: Callable[[SweepMeta, str], reruns.Screen | None] | None = None,
     reruns_n: int | None = None,
+    interpreters: Callable[[SweepMeta], dict[str, str]] | None = None,
 ) -> dict:
     """Run (or resume) a sweep to the end; return a summary with the sweep id and verdict counts.
 
@@ -134,8 +135,16 @@ def run(
     ``screen`` (``analysis.flakes.baseline_for``, given by the CLI: this room does not read the dataset's tables)
     gives the baseline of a sweep (its meta and its resolved device type): a run whose verdict differs from the
     baseline's is rerun (``reruns``: up to sweep.json's ``reruns`` times; ``reruns_n`` sets it for a new sweep)
-    before it is stored, in rounds after the first pass."""
+    before it is stored, in rounds after the first pass.
+
+    ``interpreters`` (the CLI's: the bisect's overlay environments, a room above this one) gives, for a sweep whose
+    ``stacks:`` pin packages, each such stack's interpreter: its pass's processes run it (``children.PYTHON_VAR``)."""
     data_dir = Path(data_dir).resolve()  # probe kernels run in their own folders
+    if params is not None and params.stacks and any(s.get("packages") for s in params.stacks.values()):
+        if (executor or params.executor) == "ray":
+            raise UserError(
+                "A stack's packages run in a local overlay environment; run this sweep with --executor local."
+            )
     if params is not None and (executor or params.executor) == "ray":  # before the sweep is written
         check_ray_device(params.probe.get("device", "auto"))
         check_ray_address()
@@ -156,9 +165,10 @@ def run(
             )
         screening = _screening(data_dir, meta, screen, device)
         tasks = tasks_to_run(data_dir, meta)
+        pythons = _interpreters(meta, interpreters) if tasks else {}
         done = total - len(tasks)
         for stack, group in _by_stack(tasks):  # one pass per stack, its processes started in its environment
-            with _stack_environment(meta, stack):
+            with _stack_environment(meta, stack, pythons.get(stack)):
                 todo = group
                 while True:  # the pass, then a round of reruns of the verdicts that differ from the baseline's
                     runner = _executor(executor, data_dir, meta, todo, workers or meta.workers, prefetch)
@@ -202,14 +212,31 @@ def _by_stack(tasks: list[ProbeTask]) -> list[tuple[str, list[ProbeTask]]]:
     return list(groups.items()) or [("", [])]
 
 
+def _interpreters(meta: SweepMeta, interpreters: Callable[[SweepMeta], dict[str, str]] | None) -> dict[str, str]:
+    """{stack: interpreter} for the stacks that pin packages; one sentence when nothing can build them."""
+    if not any((s or {}).get("packages") for s in (meta.stacks or {}).values()):
+        return {}
+    if interpreters is None:
+        raise UserError(
+            f"Sweep {meta.sweep_id} pins packages in its stacks: run it with `model-support sweep`, which builds "
+            "their environments."
+        )
+    return interpreters(meta)
+
+
 @contextlib.contextmanager
-def _stack_environment(meta: SweepMeta, stack: str) -> Iterator[None]:
-    """This process's environment with the stack's variables set (``stacks:`` NAME ``env``) while its pass runs:
-    the executor's processes (workers, warm probes, the kernel zygote) start from it, so each probe, its
-    recorded backend configuration (``device_config``) and its repro script are the stack's. Put back after."""
+def _stack_environment(meta: SweepMeta, stack: str, python: str | None = None) -> Iterator[None]:
+    """This process's environment with the stack's variables set (``stacks:`` NAME ``env``; ``python``: the
+    interpreter of its overlay environment, for a stack that pins packages) while its pass runs: the executor's
+    processes (workers, warm probes, the kernel zygote) start from it, so each probe, its recorded stack and
+    backend configuration (``device_config``) and its repro script are the stack's. Put back after."""
     import os
 
-    env = (meta.stacks.get(stack) or {}).get("env") or {} if stack else {}
+    from ..engine.children import PYTHON_VAR
+
+    env = dict((meta.stacks.get(stack) or {}).get("env") or {} if stack else {})
+    if python:
+        env[PYTHON_VAR] = python
     before = {name: os.environ.get(name) for name in env}
     os.environ.update(env)
     try:

@@ -26,6 +26,8 @@ class AcceleratorAdapter(Adapter):
     visible_var: str | None = None
     #: Ray has resources for some accelerators only (their adapters name them): none here.
     ray_resource: str | None = None
+    #: No profiler is read for a backend in general (its adapter names one it offers: cuda's).
+    profiler_activities: tuple[str, ...] = ()
 
     def _module(self):
         import torch

@@ -112,6 +112,11 @@ class Adapter:
     #: operator (``probe.instruments.flight_recorder``). {}: the stack has none (nothing is rerun).
     blocking_env: dict[str, str] = {}
 
+    #: The torch.profiler activities (``cpu``, ``cuda``) that read a compiled run on this stack, where no dispatch mode
+    #: sees (``probe.instruments.profiled``: its per-operator time and host syncs); () where the stack offers no
+    #: profiler (they read "not measured"). The CPU's: torch.profiler's CPU activity.
+    profiler_activities: tuple[str, ...] = ("cpu",)
+
     def host_counters(self):
         """The backend's own counts of device-to-host syncs and CPU fallbacks (the ``HostCounters`` protocol of
         ``probe.instruments.host_cost``), or None where the stack keeps none (the host cost is then not measured,

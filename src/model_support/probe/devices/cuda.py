@@ -16,6 +16,7 @@ class CudaAdapter(AcceleratorAdapter):
     ray_resource = "GPU"
     aliases = {"gpu": "an NVIDIA or AMD GPU is cuda"}
     blocking_env = {"CUDA_LAUNCH_BLOCKING": "1"}  # kernel errors reported at the launch that caused them
+    profiler_activities = ("cpu", "cuda")  # torch.profiler (kineto/CUPTI) reads a compiled run's kernels and copies
 
     def __init__(self, type: str = "cuda"):
         super().__init__(type)

@@ -218,10 +218,19 @@ def _args(op: dict) -> str:
     return op["args"] or "no tensor arguments"
 
 
-def crash_fields(work: Path, died: bool) -> dict:
+#: Why a compiled run that died names no operator: never a guess.
+NOT_IN_COMPILE = (
+    "not measured: compile mode (no dispatch mode sees a compiled run's operators, and a profiler's data dies with "
+    "the crashed process)"
+)
+
+
+def crash_fields(work: Path, died: bool, mode: str | None = None) -> dict:
     """The record's ``crash_operator`` fields for a probe in ``work`` whose kernel died (``died``), from the
-    recorder's file and its synchronous rerun's; {} when no recorder ran."""
+    recorder's file and its synchronous rerun's; {} when no recorder ran (a compiled run: why not, ``mode``)."""
     recorded = read(work / FLIGHT_FILE)
+    if died and recorded is None and mode == "compile":
+        return {"crash_operator_note": NOT_IN_COMPILE}
     if not died or recorded is None:
         return {}
     if not recorded["ops"]:

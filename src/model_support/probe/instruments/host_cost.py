@@ -4,7 +4,8 @@ Why: a model that passes but copies to the host or runs an operator on the CPU a
 production, and no verdict says so (tt-xla#2241, executorch#12495). They are counted where they happen, by the
 backend itself (the adapter's ``host_counters``, the ``HostCounters`` protocol below): never the census read back
 against the stack's configuration, which would guess. A stack that keeps no such counters reads "not measured"
-(CUDA, TPU today: their profilers are not read yet), never a guess.
+(CUDA, TPU today), never a guess; in compile mode
+an adapter's profiler counts the syncs instead where it offers one (``profiled``).
 
 The verdict's generation is counted, token by token: the probe's step timer (``probe_core.StepTimer``, a
 ``generate()`` streamer) reads the counters as each token arrives, so the prompt's prefill (the first token)

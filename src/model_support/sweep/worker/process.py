@@ -206,7 +206,7 @@ def _attribute_death(started: dict, timeout_s: float) -> dict:
         json.dump(started, file)
     env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}  # the CPU only: no device backend loaded
     try:
-        argv = [sys.executable, "-m", "model_support.probe.checks", file.name]
+        argv = [children.interpreter(), "-m", "model_support.probe.checks", file.name]
         return children.last_json(argv, "the reference", timeout_s, env=env)
     except children.ChildFailed as exc:
         if exc.timed_out:
@@ -260,7 +260,7 @@ class Standby:
             self._log = open(self.work / "log.txt", "wb")
             # its own session: a Ctrl-C at the terminal reaches the runner only, which stops the probes itself
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "model_support.sweep.worker.process", str(self.work)],
+                [children.interpreter(), "-m", "model_support.sweep.worker.process", str(self.work)],
                 stdout=self._log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.PIPE,
@@ -344,7 +344,8 @@ class Standby:
                 )
             if record is None and fallback:
                 left = read_json(started_path(work / "record.json"))
-                crash = flight_recorder.crash_fields(work, outcome.get("error", {}).get("type") == "DeadKernelError")
+                died = outcome.get("error", {}).get("type") == "DeadKernelError"
+                crash = flight_recorder.crash_fields(work, died, task["params"].get("mode"))
                 record = _record_from_outcome(
                     task, outcome, self.proc.returncode, timed_out, log, started, left, last_words(said), crash
                 )
