@@ -43,7 +43,7 @@ NON_DEFAULT = {
     "perf": "off",
     "perf_tokens": 4,
     "perf_repeats": 2,
-    "recompile_check": True,
+    "recompile_check": "on",
     "record_path": "record.json",
     "sweep_id": "every-20261204T000000Z-abcd",
     "snapshot": str(MODEL),

@@ -20,10 +20,11 @@ from helpers import REPO
 
 CLI = [sys.executable, "-m", "model_support.cli"]
 RMS_NORM, LAYER_NORM = ("tiny-llama", "tiny-qwen2"), ("tiny-gpt2",)
-#: The gate's threshold here. This host is shared (the suite's other worker, other processes): its load drifts
-#: by 20% and more between two sweeps a minute apart (measured under `make test`: a fault-free tiny-gpt2 "faster
-#: beyond noise" at 25%), and a drift that lasts a whole sweep moves every repeat of it alike (their ranges then do
-#: not overlap). The default 5% is for a quiet machine (bench/bench_perf.py measures the spread there).
+#: The gate's threshold here. This host is shared (the suite's other worker, other processes). The perf phase times
+#: the pretend device on its own clock (its kernels' CPU time plus its stalls: ``PretendAdapter.perf_clock``), which
+#: other processes do not move: two fault-free sweeps under `make test` now differ by up to ~11% (on the wall clock
+#: they differed by 2x to 4x, their repeat ranges apart). The repro script that ``bisect --metric`` times still reads
+#: the wall clock, so the module keeps a wide margin. The default 5% is for a quiet machine (bench/bench_perf.py).
 THRESHOLD = "50%"
 #: Seconds added to each rsqrt call: RMSNorm models call it twice per layer and once at the end of each step
 #: (tiny-llama: 5 calls a step, so 5 ms a call adds 25 ms to a step of ~7 ms on the pretend device, census on: far

@@ -391,6 +391,9 @@ def test_compile_mode_uses_the_backend_the_adapter_names(tmp_path, monkeypatch, 
     record = probe_record(tmp_path, fixture_models["tiny-gpt2"]["path"], device="pretend", mode="compile")
     assert (record["status"], record["variant"], record["compile_backend"]) == ("PASS", "compile+dynamic", "aot_eager")
     assert record["matches_eager"] is True and record["graphs"] >= 1
+    # on an accelerator the compile mode also checks recompiles across prompt lengths (recompile_check=auto)
+    assert len(record["recompile_lengths"]) == 3 and len(record["recompiles_static"]) == 3, record["recompile_note"]
+    assert "size mismatch" in record["recompile_guard"] and record["recompile_flag"] is None
 
 
 def test_a_wrong_or_missing_matrix_product_is_a_wrong_or_failed_run(tmp_path, monkeypatch, fixture_models):

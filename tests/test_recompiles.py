@@ -54,4 +54,4 @@ def test_a_shape_dependent_branch_recompiles_per_length_and_names_its_guard(shap
     assert torch._dynamo.config.automatic_dynamic_shapes  # the check leaves dynamo's settings as it found them
     # off, and outside compile mode: a reason, no counts
     off = recompiles.recompile_fields(record, {**settings, "recompile_check": False}, result, None)
-    assert off["recompiles_dynamic"] is None and off["recompile_note"] == "not measured: recompile_check=False"
+    assert off["recompiles_dynamic"] is None and off["recompile_note"] == "not measured: recompile_check=off"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 import weakref
 from typing import NamedTuple
 
@@ -258,10 +257,10 @@ def act_out_faults(func) -> Faults:
     if faults.crash:
         state.crash(faults.names[0])
     for seconds in faults.slow:
-        time.sleep(seconds)
+        state.counters.stall(seconds)
     if faults.fallback:  # no kernel, a CPU fallback: correct, and slow
         state.counters.fallback(faults.names[1])
-        time.sleep(FALLBACK_S)
+        state.counters.stall(FALLBACK_S)
     if faults.missing:
         raise NotImplementedError(
             f"Could not run '{faults.names[0]}' with arguments from the '{NAME}' backend. This could be because the "

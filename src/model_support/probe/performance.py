@@ -70,15 +70,16 @@ def why_not(record: Mapping[str, Any], settings: dict) -> str | None:
     return None
 
 
-def _one_run(model, tokenizer, ids, mask, tokens: int, device, synchronize) -> tuple[float, list[float]]:
-    """One greedy generation of exactly ``tokens`` new tokens: (start, each token's time after a device sync)."""
+def _one_run(model, tokenizer, ids, mask, tokens: int, device, synchronize, clock) -> tuple[float, list[float]]:
+    """One greedy generation of exactly ``tokens`` new tokens: (start, each token's time after a device sync), on
+    ``clock`` (the adapter's own, else the host's wall clock)."""
     import torch
 
-    timer = probe_core.StepTimer(synchronize)
+    timer = probe_core.StepTimer(synchronize, clock)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     if synchronize:
         synchronize()
-    start = time.perf_counter()
+    start = clock()
     with torch.inference_mode():
         model.generate(
             input_ids=ids.to(device),  # as the verdict's generation: moved inside inference mode
@@ -128,6 +129,8 @@ def measure(model, tokenizer, prompt_ids: list[int], settings: dict, adapter) ->
     tokens, repeats = int(settings["perf_tokens"]), int(settings["perf_repeats"])
     device = adapter.torch_device
     synchronize = adapter.synchronize if adapter.type != "cpu" else None
+    own_clock = adapter.perf_clock()
+    clock = own_clock or time.perf_counter
     ids = torch.tensor([prompt_ids], dtype=torch.long)
     mask = torch.ones_like(ids)
     mode = settings["mode"]
@@ -135,13 +138,13 @@ def measure(model, tokenizer, prompt_ids: list[int], settings: dict, adapter) ->
     adapter.reset_peak_memory()
     try:
         with probe_core.execution_context(mode):
-            start, times = _one_run(model, tokenizer, ids, mask, tokens, device, synchronize)
+            start, times = _one_run(model, tokenizer, ids, mask, tokens, device, synchronize, clock)
             first_call = times[-1] - start
             ttft, tpot, per_s = [], [], []
             gc.collect()  # as timeit does: no collection of the verdict's garbage inside a timed repeat
             gc.disable()
             for _ in range(repeats):
-                start, times = _one_run(model, tokenizer, ids, mask, tokens, device, synchronize)
+                start, times = _one_run(model, tokenizer, ids, mask, tokens, device, synchronize, clock)
                 ttft.append(times[0] - start)
                 steps = [after - before for before, after in zip(times, times[1:])]
                 tpot.append(statistics.median(steps) if steps else None)  # a stray pause moves no median
@@ -174,7 +177,8 @@ def measure(model, tokenizer, prompt_ids: list[int], settings: dict, adapter) ->
         notes.append(f"bandwidth: {how}, against {peak_gbs:g} GB/s ({source})")
     else:
         notes.append(f"bandwidth utilisation not measured: {source}")
-    fields["perf_note"] = f"{repeats} repeats of {tokens} tokens after a warm-up; " + "; ".join(notes)
+    timed = "on the device's own clock" if own_clock else "on the host's wall clock"
+    fields["perf_note"] = f"{repeats} repeats of {tokens} tokens after a warm-up, {timed}; " + "; ".join(notes)
     return fields
 
 

@@ -194,9 +194,13 @@ PROBE_PARAMS: tuple[Param, ...] = (
     Param("perf_repeats", int, 3, "perf: timed generations after a warm-up (median and spread)", minimum=1),
     Param(
         "recompile_check",
-        bool,
-        False,
-        "compile mode: also generate from 2 more prompt lengths, automatic dynamic shapes off then on, counting recompiles",
+        str,
+        "auto",
+        "compile mode: also generate from 2 more prompt lengths, automatic dynamic shapes off then on, counting "
+        "recompiles: on, off, or auto: on for an accelerator, off on the CPU (there each extra length costs 10-25 s "
+        "of inductor); true and false read as on and off",
+        choices=PERF_CHOICES,
+        booleans=True,
     ),
     Param(
         "record_path",

@@ -286,7 +286,7 @@ def _probe(record: Record, settings: dict) -> None:
             on_device=phases.to_device,  # the weights move: the device's work again
             # the perf phase times it again, the recompile check compiles it again, still on the device
             keep_model=performance.wanted(settings, adapter.type) is None
-            or recompiles.why_not({"status": schema.PASS}, settings) is None,
+            or recompiles.why_not({"status": schema.PASS, "device_type": adapter.type}, settings) is None,
         )
     if counted is not None and not result["exclusion_reason"]:
         schema.fill(record, counted.fields(census.RUN if result["exception"] is None else census.PARTIAL))
