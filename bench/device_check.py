@@ -116,7 +116,7 @@ def sweep(scratch: Path, device: str, models: list[str], workers: int, dry: bool
     data = scratch / f"sweep-{workers}"
     shutil.rmtree(data, ignore_errors=True)  # a scratch folder used before
     definition = scratch / f"sweep-{workers}.yaml"
-    probe = {"device": device, "judge": False, **_short(dry)}
+    probe = {"device": device, "judge": False, **_short(dry), **_perf(dry)}
     definition.write_text(
         json.dumps({"name": f"check-{workers}", "probe": probe, "workers": workers, "models": models})
     )

@@ -91,7 +91,7 @@ BACKEND_CHECKS = """
     import json, time
     import torch
     from model_support.probe import devices, probe_core
-    from model_support_pretend import tensor
+    from model_support_pretend import counters, tensor
 
     adapter = devices.resolve("pretend")  # loads the backend through its torch.backends entry point
     out = {"accelerator": str(torch.accelerator.current_accelerator()), "count": torch.accelerator.device_count(),
@@ -130,7 +130,7 @@ BACKEND_CHECKS = """
     out["wrong"] = (x @ torch.eye(4).to("pretend")).cpu().tolist()
     out["wrong_again"] = (x @ torch.eye(4).to("pretend")).cpu().tolist()
     slept = []
-    tensor.time.sleep = slept.append  # the slow operator's delay, recorded rather than waited for
+    counters.time.sleep = slept.append  # the slow operator's stall, recorded rather than waited for
     (x - x).cpu()
     out["slept"] = slept
     on_one = torch.ones(2, device="pretend:1")
