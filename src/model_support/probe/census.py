@@ -74,6 +74,36 @@ def Census(device_type: str, timed: bool = False) -> Any:
     return _census_class()(device_type, timed)
 
 
+#: (operator, dispatch key) -> whether the device gets the operator's parts (``composite_on``).
+_COMPOSITE: dict[tuple, bool] = {}
+
+
+def composite_on(func, key: str) -> bool:
+    """Whether the dispatcher hands the device of dispatch ``key`` ``func``'s parts: a CompositeImplicitAutograd
+    kernel and no kernel of the device's own (torch_tpu registers ``aten::linear`` itself, the CPU does not). Shared
+    by every dispatch mode that watches the device, so each sees the operators the census counts."""
+    known = _COMPOSITE.get((func, key))
+    if known is None:
+        import torch
+
+        has = torch._C._dispatch_has_kernel_for_dispatch_key
+        name = func.name()
+        known = _COMPOSITE[(func, key)] = has(name, "CompositeImplicitAutograd") and not has(name, key)
+    return known
+
+
+def decompose_through(mode, func, args, kwargs):
+    """``func`` run as its parts, each dispatched back through ``mode`` (a dispatch mode watching the device, off
+    torch's stack while its own ``__torch_dispatch__`` runs); NotImplemented where the operator has no parts."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    TorchDispatchMode.__enter__(mode)
+    try:
+        return func.decompose(*args, **kwargs)
+    finally:
+        TorchDispatchMode.__exit__(mode, None, None, None)
+
+
 def names_device(tree, device_type: str) -> bool:
     """Whether a tensor on ``device_type``, or that device itself, is among ``tree``'s leaves (an operator's
     arguments). Shared by every dispatch mode that watches the device (the census, the flight recorder)."""
@@ -110,8 +140,6 @@ def _census_class():
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    has = torch._C._dispatch_has_kernel_for_dispatch_key
-
     class _Census(TorchDispatchMode):
         def __init__(self, device_type: str, timed: bool = False):
             super().__init__()
@@ -125,7 +153,6 @@ def _census_class():
             self.recording = not self.on_cpu
             self.active = False  # on torch's dispatch stack
             self.seen: dict[str, list[Any]] = {}  # name -> [first stage, calls], in the order of first call
-            self._decomposes: dict[Any, bool] = {}
 
         # Held with ``with``, the mode goes onto torch's dispatch stack only once a stage it counts begins (on the
         # CPU the generation: the weights' loading then pays nothing), and comes off at the end of the block.
@@ -153,24 +180,14 @@ def _census_class():
             return names_device(tree, self.device_type)
 
         def _composite(self, func) -> bool:
-            """Whether the dispatcher hands the device ``func``'s parts: a CompositeImplicitAutograd kernel and no
-            kernel of the device's own (torch_tpu registers ``aten::linear`` itself, the CPU does not)."""
-            known = self._decomposes.get(func)
-            if known is None:
-                name = func.name()
-                known = self._decomposes[func] = has(name, "CompositeImplicitAutograd") and not has(name, self.key)
-            return known
+            return composite_on(func, self.key)
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             if not self.recording or not self._reaches_device(args, kwargs):
                 return func(*args, **kwargs)
             if self._composite(func):
-                TorchDispatchMode.__enter__(self)  # its parts come back through the census
-                try:
-                    out = func.decompose(*args, **kwargs)
-                finally:
-                    TorchDispatchMode.__exit__(self, None, None, None)
+                out = decompose_through(self, func, args, kwargs)  # its parts come back through the census
                 if out is not NotImplemented:
                     return out
             name = func.name()  # aten::add.Tensor; aten::rsqrt for the default overload

@@ -83,13 +83,10 @@ def _line(name: str, stage: str | None, args, kwargs) -> bytes:
 @functools.cache
 def _recorder_class():
     """The mode's class, made on first use: importing this module imports no torch (the runner reads files)."""
-    import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from .. import census
     from ..census import dispatch_key
-
-    has = torch._C._dispatch_has_kernel_for_dispatch_key
 
     class _FlightRecorder(TorchDispatchMode):
         def __init__(self, path: Path, device_type: str, meta: dict):
@@ -98,7 +95,6 @@ def _recorder_class():
             self.key = dispatch_key(device_type)
             self.stage: str | None = None
             self.count = 0
-            self._decomposes: dict[Any, bool] = {}
             self.map: mmap.mmap | None = None
 
         def __enter__(self):
@@ -129,16 +125,8 @@ def _recorder_class():
             kwargs = kwargs or {}
             if self.map is None or not (self._reaches_device(args) or self._reaches_device(kwargs)):
                 return func(*args, **kwargs)
-            decomposes = self._decomposes.get(func)
-            if decomposes is None:  # as the census: a composite reaches the device as its parts
-                name = func.name()
-                decomposes = self._decomposes[func] = has(name, "CompositeImplicitAutograd") and not has(name, self.key)
-            if decomposes:
-                TorchDispatchMode.__enter__(self)  # its parts come back through the recorder
-                try:
-                    out = func.decompose(*args, **kwargs)
-                finally:
-                    TorchDispatchMode.__exit__(self, None, None, None)
+            if census.composite_on(func, self.key):  # as the census: a composite reaches the device as its parts
+                out = census.decompose_through(self, func, args, kwargs)  # its parts come back through the recorder
                 if out is not NotImplemented:
                     return out
             line = _line(func.name(), self.stage, args, kwargs)
