@@ -88,8 +88,9 @@ class Profiled:
     def start(self) -> None:
         from torch.profiler import ProfilerActivity, profile
 
-        kinds = {"cpu": ProfilerActivity.CPU, "cuda": ProfilerActivity.CUDA}
-        self.profile = profile(activities=[kinds[a] for a in self.activities])  # no shapes, stacks or memory
+        # the adapter names torch.profiler's activities (``Adapter.profiler_activities``): no backend is named here
+        kinds = [getattr(ProfilerActivity, a.upper()) for a in self.activities]
+        self.profile = profile(activities=kinds)  # no shapes, stacks or memory
         self.profile.start()
 
     def stop(self) -> None:
