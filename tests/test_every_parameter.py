@@ -43,6 +43,7 @@ NON_DEFAULT = {
     "perf": "off",
     "perf_tokens": 4,
     "perf_repeats": 2,
+    "perf_trace": True,  # perf off: nothing profiled (tests/test_perf_trace.py keeps a trace)
     "recompile_check": "on",
     "record_path": "record.json",
     "sweep_id": "every-20261204T000000Z-abcd",

@@ -91,7 +91,7 @@ BACKEND_CHECKS = """
     import json, time
     import torch
     from model_support.probe import devices, probe_core
-    from model_support_pretend import counters, tensor
+    from model_support_pretend import tensor
 
     adapter = devices.resolve("pretend")  # loads the backend through its torch.backends entry point
     out = {"accelerator": str(torch.accelerator.current_accelerator()), "count": torch.accelerator.device_count(),
@@ -130,9 +130,17 @@ BACKEND_CHECKS = """
     out["wrong"] = (x @ torch.eye(4).to("pretend")).cpu().tolist()
     out["wrong_again"] = (x @ torch.eye(4).to("pretend")).cpu().tolist()
     slept = []
-    counters.time.sleep = slept.append  # the slow operator's stall, recorded rather than waited for
+    tensor.time.sleep = slept.append  # the slow operator's stall, recorded rather than waited for
+    clock = probe_core.device_clock("pretend")  # torch.pretend.perf_clock: its timeline, as the perf phase reads it
+    began = clock()
     (x - x).cpu()
-    out["slept"] = slept
+    out["slept"], out["clock_stall"] = slept, clock() - began
+    began = clock()
+    x.view(12)
+    out["clock_view"] = clock() - began
+    began = clock()
+    x + x  # one kernel: 5 us to launch, 144 bytes at 100 GB/s
+    out["clock_add"] = clock() - began
     on_one = torch.ones(2, device="pretend:1")
     try:
         torch.ones(2, device="pretend:0") + on_one
@@ -173,11 +181,26 @@ def test_the_backend_runs_on_the_cpu_underneath_with_its_faults():
     assert out["wrong"] == [[-v for v in reversed(row)] for row in right]  # wrong, and the same wrong every time
     assert out["wrong_again"] == out["wrong"]
     assert out["slept"] == [2.5]
+    # its clock: the stall counted whole (plus the subtraction's and the copy's kernels), a view launches nothing,
+    # a kernel its launch latency plus its bytes at the bandwidth, with each process's pace within 2% (jitter 1%)
+    assert 2.5 < out["clock_stall"] < 2.5 + 1e-4 and out["clock_view"] == 0
+    assert 5e-6 * 0.96 < out["clock_add"] < 5e-6 * 1.05
     assert out["two_devices"] == (
         "Expected all tensors to be on the same device, but found at least two devices, pretend:0 and pretend:1!"
     )
     assert (out["rank_device"], out["current"]) == ("pretend:1", 1)
     assert (out["compile_backend"], out["distributed"]) == ("aot_eager", "cpu:gloo,pretend:pretend")
+
+
+def test_the_device_clock_is_launch_latency_plus_bytes_at_the_bandwidth_with_a_bounded_pace():
+    from model_support_pretend.clock import NOISE_BOUND, DeviceClock
+
+    exact = DeviceClock(launch_s=5e-6, bandwidth_gbs=10, jitter=0)
+    exact.kernel(10**9)  # 1 GB at 10 GB/s
+    exact.stall(0.25)
+    assert exact.now() == 5e-6 + 0.1 + 0.25
+    paces = [DeviceClock(5e-6, None, 0.01).pace for _ in range(2000)]
+    assert max(paces) - min(paces) <= NOISE_BOUND * 0.01 + 1e-9 and max(paces) > 1.01 and min(paces) < 0.99
 
 
 def test_a_crashing_operator_kills_the_process_as_a_runtime_abort_does():

@@ -50,21 +50,6 @@ class PretendAdapter(AcceleratorAdapter):
 
         return tensor.STATE.counters if tensor.STATE is not None else None
 
-    def perf_clock(self):
-        """Its own clock, as a device's event timer is: the CPU time of the thread running its kernels (they run in
-        that thread, on the CPU underneath) plus the seconds it stalled (``slow_ops``, fallbacks). Unlike the wall
-        clock it is not moved by other processes competing for the host's cores, so two sweeps of one stack time
-        alike on a busy host; a stall still counts whole."""
-        import time
-
-        from . import tensor
-
-        def clock() -> float:
-            state = tensor.STATE
-            return time.thread_time() + (state.counters.stalled_s if state is not None else 0.0)
-
-        return clock
-
     def peak_bandwidth_gbs(self) -> tuple[float | None, str]:
         """What its configuration declares (``bandwidth_gbs``), or that it declares none."""
         config = from_environment()

@@ -32,6 +32,8 @@ KEYS = (
     "crash_message",
     "crash_after",
     "wrong_past_length",
+    "launch_us",
+    "clock_jitter",
 )
 #: Set to 1, the runtime reports a crash at the operator that caused it (``crash_after`` ignored), as
 #: ``CUDA_LAUNCH_BLOCKING=1`` makes CUDA's: the synchronous rerun's switch (the adapter's ``blocking_env``). Not part
@@ -77,6 +79,9 @@ class Config:
     blocking: bool = False  # BLOCKING_VAR set: every crash reported at its own operator
     # {operator: N}: its results wrong once its sequence axis (``PAST_LENGTH_AXES``) reaches N positions
     wrong_past_length: dict = field(default_factory=dict)
+    # its clock (``clock.DeviceClock``): each kernel's launch latency, and the relative spread of its timings
+    launch_us: float = 5.0
+    clock_jitter: float = 0.01
 
     @property
     def memory_bytes(self) -> int | None:
@@ -155,6 +160,13 @@ def parse(text: str, visible: str | None = None) -> Config:
         raise PretendConfigError(
             f"{CONFIG_VAR}: 'crash_after' must be a whole number of operators >= 0, not {after!r}."
         )
+    launch, jitter = raw.get("launch_us", 5.0), raw.get("clock_jitter", 0.01)
+    if not isinstance(launch, int | float) or isinstance(launch, bool) or launch < 0:
+        raise PretendConfigError(f"{CONFIG_VAR}: 'launch_us' must be microseconds >= 0 per kernel, not {launch!r}.")
+    if not isinstance(jitter, int | float) or isinstance(jitter, bool) or not 0 <= jitter < 0.3:
+        raise PretendConfigError(
+            f"{CONFIG_VAR}: 'clock_jitter' must be a relative spread from 0 to below 0.3 (0.01: 1%), not {jitter!r}."
+        )
     return Config(
         devices=devices,
         memory_gb=None if memory is None else float(memory),
@@ -172,6 +184,8 @@ def parse(text: str, visible: str | None = None) -> Config:
         crash_message=message,
         crash_after=after,
         wrong_past_length=past,
+        launch_us=float(launch),
+        clock_jitter=float(jitter),
     )
 
 

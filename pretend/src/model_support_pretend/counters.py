@@ -10,7 +10,6 @@ syncs apart (its timer's ``synchronize``, the copy its streamer is handed), so t
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterator
 
 
@@ -20,7 +19,6 @@ class Counters:
     def __init__(self) -> None:
         self.syncs = 0
         self.harness_syncs = 0
-        self.stalled_s = 0.0  # the seconds its slow operators and fallbacks stalled (``stall``): its clock counts them
         self.fallbacks: dict[str, int] = {}
         self._harness = 0  # inside ``harness()``
         self._last_copy: int | None = None  # the host tensor the last counted copy out made (its id)
@@ -32,11 +30,6 @@ class Counters:
         else:
             self.syncs += 1
             self._last_copy = id(made) if made is not None else None
-
-    def stall(self, seconds: float) -> None:
-        """The device stalls (a slow operator, a fallback's round trip): slept, and counted on its clock."""
-        time.sleep(seconds)
-        self.stalled_s += seconds
 
     def fallback(self, op: str) -> None:
         self.fallbacks[op] = self.fallbacks.get(op, 0) + 1

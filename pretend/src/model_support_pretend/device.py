@@ -58,6 +58,13 @@ def synchronize(device=None) -> None:
     _state().counters.sync()
 
 
+def perf_clock() -> float:
+    """Seconds on the device's own timeline (``clock.DeviceClock``), read as ``time.perf_counter`` is: what its
+    event timer would say. Read after ``synchronize`` (nothing is queued here anyway). A device module that offers
+    ``perf_clock`` is timed on it by the probe's perf phase and the repro script (``probe_core.device_clock``)."""
+    return _state().clock.now()
+
+
 def manual_seed_all(seed: int) -> None:
     """Random numbers are drawn by the CPU underneath: torch.manual_seed already seeds them."""
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import weakref
 from typing import NamedTuple
 
@@ -20,6 +21,7 @@ import torch
 from torch._subclasses.fake_tensor import is_fake
 from torch.utils._pytree import tree_flatten, tree_map
 
+from .clock import DeviceClock
 from .config import FALLBACK_S, NAME, Config
 from .counters import Counters
 
@@ -96,7 +98,14 @@ class State:
         self._faults: dict = {}  # operator -> its Faults, worked out on its first call
         self._turn: int | None = None  # this process's turn among those calling a ``flaky_ops`` operator
         self.counters = Counters()  # its syncs and fallbacks, for the adapter's ``host_counters``
+        self.clock = DeviceClock(config.launch_us * 1e-6, config.bandwidth_gbs, config.clock_jitter)
         self.doomed: list | None = None  # [the crashed operator, operators left before the abort is reported]
+
+    def stall(self, seconds: float) -> None:
+        """The device stalls (a slow operator, a fallback's round trip): slept, so the host waits as it would, and
+        counted whole on its clock."""
+        time.sleep(seconds)
+        self.clock.stall(seconds)
 
     def crash(self, name: str) -> None:
         """Operator ``name`` crashed: the runtime aborts now, or ``crash_after`` operators later (reported late, as
@@ -122,7 +131,8 @@ class State:
             known = self._faults[func] = Faults(
                 names,
                 crash=any(n in config.crash_ops for n in names),
-                slow=tuple(config.slow_ops[n] for n in names if n in config.slow_ops),
+                # once per name given (a default overload's two names are one: ``aten::rsqrt`` stalls once a call)
+                slow=tuple(config.slow_ops[n] for n in dict.fromkeys(names) if n in config.slow_ops),
                 fallback=any(n in config.fallback_ops for n in names),
                 missing=any(n in config.missing_ops for n in names) or self._flaky(names),
                 wrong=any(n in config.wrong_ops for n in names),
@@ -257,10 +267,10 @@ def act_out_faults(func) -> Faults:
     if faults.crash:
         state.crash(faults.names[0])
     for seconds in faults.slow:
-        state.counters.stall(seconds)
+        state.stall(seconds)
     if faults.fallback:  # no kernel, a CPU fallback: correct, and slow
         state.counters.fallback(faults.names[1])
-        state.counters.stall(FALLBACK_S)
+        state.stall(FALLBACK_S)
     if faults.missing:
         raise NotImplementedError(
             f"Could not run '{faults.names[0]}' with arguments from the '{NAME}' backend. This could be because the "
@@ -402,6 +412,10 @@ def run(func, args, kwargs):
     inputs = {id(t._data): t for t in leaves if isinstance(t, PretendTensor)}
     plain = {id(t) for t in leaves if isinstance(t, torch.Tensor) and not isinstance(t, PretendTensor)}
     out = func(*_map(_to_cpu, args), **_map(_to_cpu, kwargs))
+    if not func.is_view:  # a view launches nothing: it is the same data, described again
+        nbytes = _nbytes(leaves + _leaves(out, []))
+        if nbytes is not None:  # None: torch.compile tracing with symbolic shapes, nothing runs on the device
+            _state().clock.kernel(nbytes)
     if faults.past_length is not None and sequence_length(faults.names[0], args, kwargs) >= faults.past_length:
         for tensor in _leaves(out, []):  # a KV-cache or long-context bug: wrong from that length on
             if isinstance(tensor, torch.Tensor):
@@ -431,6 +445,19 @@ def run(func, args, kwargs):
     return _map(back, out)
 
 
+def _nbytes(leaves: list) -> int | None:
+    """The bytes of the tensors among ``leaves``: what a kernel taking or making them reads or writes; None where a
+    tensor is a trace's fake one (torch.compile at work: nothing runs on the device)."""
+    total = 0
+    for t in leaves:
+        if isinstance(t, torch.Tensor):
+            n = t.numel()
+            if type(n) is not int or is_fake(t._data if isinstance(t, PretendTensor) else t):
+                return None
+            total += n * t.element_size()
+    return total
+
+
 def device_kernel(op):
     """The PrivateUse1 kernel of ``op``, for calls that reach the device with no device tensor among their
     inputs: the factories (``empty``, ``empty_strided``) asked for ``device='pretend'``."""
@@ -445,6 +472,7 @@ def copy_from(src, dst, non_blocking=False):
     """``aten::_copy_from``: a copy into or out of the device that bypassed Python dispatch (``torch.tensor(...,
     device=...)`` does). The faults of ``aten::copy_`` apply."""
     act_out_faults(torch.ops.aten.copy_.default)
+    _state().clock.kernel(2 * src.numel() * src.element_size())
     if isinstance(src, PretendTensor) and not isinstance(dst, PretendTensor):
         _state().counters.sync()
     source = src._data if isinstance(src, PretendTensor) else src

@@ -53,6 +53,8 @@ FIELDS = ("ops", "ops_stages", "ops_calls", "ops_source", *SIG_FIELDS)
 TIMED_STAGES = ("generate", "compile")
 #: ``ops_time_source`` of a census timed on the host clock.
 HOST_CLOCK = "host clock around each call in the generation (the device's operators finish before they return)"
+#: ``ops_time_source`` of a census timed on the device's own clock (``Adapter.perf_clock``).
+DEVICE_CLOCK = "the device's own clock around each call in the generation (its timeline, as the perf phase reads it)"
 
 
 def dispatch_key(device_type: str) -> str:
@@ -66,12 +68,13 @@ def dispatch_key(device_type: str) -> str:
     return key
 
 
-def Census(device_type: str, timed: bool = False) -> Any:
+def Census(device_type: str, timed: bool = False, clock=None) -> Any:
     """A census of the operators that reach ``device_type`` (a ``TorchDispatchMode``, see the module docstring):
     hold it (``with``) over the stages, pass its ``enter`` as their ``on_stage`` hook, read ``fields(source)``.
     ``timed``: also the seconds each operator's calls take in the generation (``TIMED_STAGES``), on the host
-    clock: only true where a call returns once its work is done (the adapter's ``synchronous_ops``)."""
-    return _census_class()(device_type, timed)
+    clock, or on ``clock`` (the device's own, ``Adapter.perf_clock``): only true where a call returns once its work
+    is done (the adapter's ``synchronous_ops``)."""
+    return _census_class()(device_type, timed, clock)
 
 
 #: (operator, dispatch key) -> whether the device gets the operator's parts (``composite_on``).
@@ -141,10 +144,12 @@ def _census_class():
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class _Census(TorchDispatchMode):
-        def __init__(self, device_type: str, timed: bool = False):
+        def __init__(self, device_type: str, timed: bool = False, clock=None):
             super().__init__()
             self.device_type = device_type
             self.timed = timed
+            self.clock = clock or time.perf_counter
+            self.time_source = DEVICE_CLOCK if clock else HOST_CLOCK
             # (name, input dtypes, output dtype) -> [calls, min rank, max rank, seconds in the timed stages]
             self.sigs: dict[tuple, list] = {}
             self.key = dispatch_key(device_type)
@@ -199,7 +204,7 @@ def _census_class():
             dtypes, rank = _inputs(args, kwargs)
             named = kwargs.get("dtype")
             timing = self.timed and self.stage in TIMED_STAGES
-            began = time.perf_counter() if timing else 0.0
+            began = self.clock() if timing else 0.0
             out: Any = None
             try:
                 out = func(*args, **kwargs)
@@ -216,7 +221,7 @@ def _census_class():
                     if rank > sig[2]:
                         sig[2] = rank
                 if timing:
-                    sig[3] += time.perf_counter() - began
+                    sig[3] += self.clock() - began
             return out
 
         def fields(self, source: str) -> dict:
@@ -246,7 +251,7 @@ def _census_class():
             return {
                 "ops_device_s": list(per_op.values()),
                 "ops_sig_device_s": [entry[3] for entry in self.sigs.values()],
-                "ops_time_source": HOST_CLOCK,
+                "ops_time_source": self.time_source,
             }
 
     def _inputs(args, kwargs) -> tuple[tuple, int]:

@@ -12,20 +12,30 @@ tokens. The model bandwidth utilisation (MBU) is the bytes a decode step reads (
 active experts' share of a mixture of experts, plus the KV cache at the mean position) over TPOT, against the
 peak bandwidth the device adapter declares (``peak_bandwidth_gbs``; none on the CPU).
 
-A measurement that cannot run, or raises, is a note (``perf_note``), never a verdict change. The fields are
-the record's group ``perf`` (``record.schema``).
+With ``perf_trace`` on, one more generation after the timed repeats (so the profiler slows none of them) runs
+under torch.profiler with the activities the adapter offers (``Adapter.profiler_activities``, as the compiled runs'
+``instruments.profiled``); its Chrome trace (Perfetto opens it), gzipped, is kept beside the record and named by
+``perf_trace_path``. A stack whose adapter offers no profiler keeps none, and the note says so.
+
+A measurement that cannot run, or raises, is a note (``perf_note``), never a verdict change; so is a trace that
+could not be kept. The fields are the record's group ``perf`` (``record.schema``).
 """
 
 from __future__ import annotations
 
 import gc
+import gzip
 import statistics
+import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
-from ..record import schema
+from ..fileio import atomic_write_bytes
+from ..record import schema, store
 from . import probe_core
+from .instruments import profiled
 
 #: The record's performance fields (group ``perf``), null unless measured.
 FIELDS = schema.names_in("perf")
@@ -120,10 +130,60 @@ def decode_bytes_per_token(model, context: float) -> tuple[int, str]:
     return int(params + kv), how + f" + KV cache at {context:g} positions"
 
 
-def measure(model, tokenizer, prompt_ids: list[int], settings: dict, adapter) -> dict:
+def trace_keeper(
+    record: Mapping[str, Any], settings: dict, adapter
+) -> tuple[Callable[[bytes], str] | None, str | None]:
+    """(keep, None): how to keep a trace (``perf_trace`` on: ``keep_trace``); (None, why): asked for, but no trace
+    can be made or kept; (None, None): not asked for."""
+    if not settings.get("perf_trace"):
+        return None, None
+    if not tuple(adapter.profiler_activities):
+        return None, f"the {adapter.type} adapter offers no profiler"
+    if not settings.get("record_path"):
+        return None, "the probe keeps no files without a record_path"
+    return (lambda data: keep_trace(data, record.get("sweep_id"), settings["record_path"])), None
+
+
+def keep_trace(data: bytes, sweep_id: str | None, record_path: str) -> str:
+    """Keep a trace's gzipped ``data`` beside the record (``store.TRACES/<sha256>.json.gz`` in ``record_path``'s
+    folder: a sweep's driver copies it into the sweep's folder, ``store.keep_traces``); returns its path relative to
+    the data folder in a sweep (``store.trace_relpath``), else relative to the record's folder."""
+    name = store.trace_name(data)
+    atomic_write_bytes(Path(record_path).parent / store.TRACES / name, data)
+    return store.trace_relpath(sweep_id, name) if sweep_id else f"{store.TRACES}/{name}"
+
+
+def chrome_trace(run: Callable[[], Any], activities) -> bytes:
+    """``run`` (one generation) under torch.profiler with the adapter's ``activities`` (no shapes, stacks or memory):
+    its Chrome trace JSON, gzipped (tiny-gpt2's 4 tokens on the CPU: 450 KB of JSON, 31 KB gzipped). torch's exporter
+    writes a file itself: it goes to a temporary folder outside the data folder, whose writes are ``fileio``'s."""
+    from torch.profiler import profile
+
+    with profile(activities=profiled.activities(activities)) as prof:
+        run()
+    with tempfile.TemporaryDirectory(prefix="perf-trace-") as folder:
+        path = Path(folder) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        return gzip.compress(path.read_bytes(), mtime=0)  # mtime 0: the same trace, the same bytes and name
+
+
+def _traced(run: Callable[[], Any], adapter, keep: Callable[[bytes], str]) -> tuple[str | None, str]:
+    """(path, note) of the perf phase's profiled generation; a profiler or a write that fails is a note."""
+    activities = tuple(adapter.profiler_activities)
+    try:
+        path = keep(chrome_trace(run, activities))
+    except Exception as exc:  # noqa: BLE001 the trace is a measurement beside the timed repeats
+        return None, f"no profiler trace: {type(exc).__name__}: {exc}"[:500]
+    return path, f"one more generation profiled ({', '.join(activities)}) after the timed ones: {path}"
+
+
+def measure(
+    model, tokenizer, prompt_ids: list[int], settings: dict, adapter, keep: Callable[[bytes], str] | None = None
+) -> dict:
     """The perf fields of a PASS, measured on ``adapter``'s device with the verdict's ``model`` (still on it) and
     prompt (``prompt_ids``), in the probe's mode (compile: its forward compiled again, so the first call pays
-    the compilation; fused: TorchTPU's deferred-and-fused eager)."""
+    the compilation; fused: TorchTPU's deferred-and-fused eager). ``keep``: profile one more generation after the
+    timed ones and keep its trace so (``trace_keeper``)."""
     import torch
 
     tokens, repeats = int(settings["perf_tokens"]), int(settings["perf_repeats"])
@@ -136,10 +196,13 @@ def measure(model, tokenizer, prompt_ids: list[int], settings: dict, adapter) ->
     mode = settings["mode"]
     eager_forward = probe_core.compile_forward(model, adapter.compile_backend()) if mode == "compile" else None
     adapter.reset_peak_memory()
+    trace: tuple[str | None, str] | None = None  # the profiled generation's (path, note), when kept
     try:
         with probe_core.execution_context(mode):
-            start, times = _one_run(model, tokenizer, ids, mask, tokens, device, synchronize, clock)
-            first_call = times[-1] - start
+            # the warm-up on the host's wall clock: compilation is the host's work, which no device timeline shows
+            began = time.perf_counter()
+            _one_run(model, tokenizer, ids, mask, tokens, device, synchronize, clock)
+            first_call = time.perf_counter() - began
             ttft, tpot, per_s = [], [], []
             gc.collect()  # as timeit does: no collection of the verdict's garbage inside a timed repeat
             gc.disable()
@@ -149,6 +212,11 @@ def measure(model, tokenizer, prompt_ids: list[int], settings: dict, adapter) ->
                 steps = [after - before for before, after in zip(times, times[1:])]
                 tpot.append(statistics.median(steps) if steps else None)  # a stray pause moves no median
                 per_s.append(len(times) / (times[-1] - start))
+            gc.enable()
+            if keep is not None:  # after the timed repeats: the profiler slows none of them
+                trace = _traced(
+                    lambda: _one_run(model, tokenizer, ids, mask, tokens, device, synchronize, clock), adapter, keep
+                )
     finally:
         gc.enable()
         if eager_forward is not None:
@@ -177,6 +245,9 @@ def measure(model, tokenizer, prompt_ids: list[int], settings: dict, adapter) ->
         notes.append(f"bandwidth: {how}, against {peak_gbs:g} GB/s ({source})")
     else:
         notes.append(f"bandwidth utilisation not measured: {source}")
+    if trace is not None:
+        fields["perf_trace_path"], said = trace
+        notes.append(said)
     timed = "on the device's own clock" if own_clock else "on the host's wall clock"
     fields["perf_note"] = f"{repeats} repeats of {tokens} tokens after a warm-up, {timed}; " + "; ".join(notes)
     return fields
@@ -190,7 +261,11 @@ def perf_fields(record: Mapping[str, Any], settings: dict, result: dict, adapter
         return not_measured(why)
     if result.get("model") is None:
         return not_measured("the verdict's model was not kept")
+    keep, no_trace = trace_keeper(record, settings, adapter)
     try:
-        return measure(result["model"], result["tokenizer"], result["input_ids"], settings, adapter)
+        fields = measure(result["model"], result["tokenizer"], result["input_ids"], settings, adapter, keep)
     except Exception as exc:  # noqa: BLE001 the perf phase is a measurement beside the verdict
         return not_measured(f"the perf phase raised {type(exc).__name__}: {exc}"[:2000])
+    if no_trace:
+        fields["perf_note"] += f"; no profiler trace: {no_trace}"
+    return fields

@@ -465,6 +465,19 @@ def synchronizer(device_type):
         return getattr(torch, device_type).synchronize
 
 
+def device_clock(device_type):
+    """The device's own clock, where its backend's device module (``torch.<type>``) offers one as ``perf_clock``
+    (a ``time.perf_counter``-like function reading the device's timeline, as its event timer would), else None: the
+    host's wall clock, read after a sync. The perf phase (``Adapter.perf_clock``) and the repro script's timed
+    repeats read the same, so ``bisect --metric`` compares like with like."""
+    if device_type == "cpu":
+        return None
+    import torch
+
+    clock = getattr(getattr(torch, device_type, None), "perf_clock", None)
+    return clock if callable(clock) else None
+
+
 class StepTimer:
     """A generate() streamer that timestamps each new token (after a device sync, so compilation and
     queued work are counted where they happen)."""

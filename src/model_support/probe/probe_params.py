@@ -193,6 +193,13 @@ PROBE_PARAMS: tuple[Param, ...] = (
     Param("perf_tokens", int, 32, "perf: new tokens per timed generation", minimum=2),
     Param("perf_repeats", int, 3, "perf: timed generations after a warm-up (median and spread)", minimum=1),
     Param(
+        "perf_trace",
+        bool,
+        False,
+        "perf: profile one more generation after the timed ones with the adapter's profiler and keep its Chrome "
+        "trace (Perfetto opens it) beside the record",
+    ),
+    Param(
         "recompile_check",
         str,
         "auto",

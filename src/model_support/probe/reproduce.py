@@ -22,6 +22,7 @@ from .probe_core import (
     PASS,
     StepTimer,
     compile_forward,
+    device_clock,
     execution_context,
     fused_eager_missing,
     load,
@@ -253,7 +254,8 @@ def timed_repeats(settings: dict, result: dict, device, synchronize, repeats: in
     tokens from the probe's prompt (compilation paid there in mode compile), then ``repeats`` timed ones, each
     token stamped after a device sync (``StepTimer``). A small loop of its own rather than ``probe.performance``,
     which the repro body cannot import; it measures as that does: TTFT the first token, TPOT the median gap after
-    it, tokens/s over the whole generation, end of sequence suppressed so every repeat decodes as many tokens."""
+    it, tokens/s over the whole generation, end of sequence suppressed so every repeat decodes as many tokens; on
+    the device's own clock where it has one (``device_clock``), as the perf phase times."""
     import statistics
     import time
 
@@ -265,14 +267,15 @@ def timed_repeats(settings: dict, result: dict, device, synchronize, repeats: in
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     mode = settings["mode"]
     eager_forward = compile_forward(model, settings["compile_backend"] or "inductor") if mode == "compile" else None
+    clock = device_clock(settings["device"]) or time.perf_counter
     out: dict = {"perf_tokens": tokens, "ttft_s_repeats": [], "tpot_s_repeats": [], "perf_tokens_per_s_repeats": []}
     try:
         with execution_context(mode):
             for n in range(repeats + 1):  # the first is the warm-up
-                timer = StepTimer(synchronize)
+                timer = StepTimer(synchronize, clock)
                 if synchronize:
                     synchronize()
-                start = time.perf_counter()
+                start = clock()
                 with torch.inference_mode():
                     model.generate(
                         input_ids=ids.to(device),

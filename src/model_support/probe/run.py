@@ -260,7 +260,11 @@ def _probe(record: Record, settings: dict) -> None:
         return
     record.update({"devices_used": 1, "parallelism": "none"})
     adapter.reset_peak_memory()
-    counted = census.Census(adapter.type, adapter.synchronous_ops) if census.takes_census(settings["mode"]) else None
+    counted = (
+        census.Census(adapter.type, adapter.synchronous_ops, adapter.perf_clock())
+        if census.takes_census(settings["mode"])
+        else None
+    )
     # the flight recorder first: under the census, it sees the operators as the census counts them
     recorder = flight_recorder.recorder_for(settings, adapter, census.takes_census(settings["mode"]))
     meter, no_meter = host_cost.meter_for(adapter, settings["mode"])

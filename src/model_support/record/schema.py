@@ -339,7 +339,8 @@ class Record(TypedDict):
     ]
     perf_tokens_out: Annotated[int | None, Col("perf", 16, "new tokens per perf repeat (perf_tokens)")]
     perf_first_call_s: Annotated[
-        float | None, Col("perf", 16, "the perf phase's warm-up generation, compilation and first calls included")
+        float | None,
+        Col("perf", 16, "the perf phase's warm-up generation, compilation and first calls included (host clock)"),
     ]
     ttft_s: Annotated[float | None, Col("perf", 16, "time to first token, prefill of the prompt, median of repeats")]
     ttft_s_repeats: Annotated[list[float] | None, Col("perf", 16, "ttft_s of each repeat")]
@@ -359,6 +360,10 @@ class Record(TypedDict):
         float | None, Col("perf", 16, "decode_bytes_per_token / tpot_s over the device's declared peak bandwidth")
     ]
     perf_note: Annotated[str | None, Col("perf", 16, "what was measured and how, or why not")]
+    perf_trace_path: Annotated[
+        str | None,
+        Col("perf", 18, "perf_trace: one more generation's torch.profiler Chrome trace (.json.gz) in the data folder"),
+    ]
     crash_operator: Annotated[
         str | None, Col("verdict", 17, "a dead kernel: the operator it died in, by the flight recorder (aten::mm)")
     ]

@@ -44,6 +44,9 @@ LOCALISED = "localised"
 REPRO_BODY_MARK = "# ---- The probe's own code"
 #: A sweep's file saying where its notebooks and logs are published (``published_logs``).
 PUBLISHED = "published.json"
+#: A sweep's folder of profiler traces (the perf phase's, ``perf_trace``): gzipped Chrome trace JSON, which Perfetto
+#: opens, named by the SHA-256 of its bytes (``<sha256>.json.gz``); a record's ``perf_trace_path`` names its own.
+TRACES = "traces"
 
 
 def polars_schema() -> pl.Schema:
@@ -425,6 +428,40 @@ def repro_body(folder: Path, sha: object, whose: str) -> str | None:
             "restore it from the sweep's repro/ folder or run the model again."
         )
     return body.decode()
+
+
+#: A kept trace's name: the SHA-256 of its gzipped bytes.
+TRACE_NAME = re.compile(r"[0-9a-f]{64}\.json\.gz")
+
+
+def trace_name(data: bytes) -> str:
+    """The name a trace's gzipped ``data`` is kept under: content addressed, so an attempt and its rerun each keep
+    theirs, and a copy made twice (a split sweep's device phase, then its record) is one file."""
+    return f"{hashlib.sha256(data).hexdigest()}.json.gz"
+
+
+def trace_relpath(sweep_id: str, name: str) -> str:
+    """Where a sweep's trace ``name`` is kept, relative to the data folder (portable, as ``notebook_relpath``)."""
+    return f"sweeps/{sweep_id}/{TRACES}/{name}"
+
+
+def traces_in(folder: Path) -> dict[str, bytes]:
+    """The traces a probe left in its work ``folder`` (``TRACES/<sha256>.json.gz``), name -> bytes, for the sweep's
+    driver to keep (a Ray worker's folder is on another host): only those whose bytes hash to their name."""
+    found = {}
+    for path in sorted((Path(folder) / TRACES).glob("*.json.gz")):
+        data = path.read_bytes()
+        if TRACE_NAME.fullmatch(path.name) and trace_name(data) == path.name:
+            found[path.name] = data
+    return found
+
+
+def keep_traces(sweep_folder: Path, traces: dict[str, bytes] | None) -> None:
+    """A probe's ``traces`` (``traces_in``) into its sweep's ``TRACES/``, each once, before its record names them."""
+    for name, data in (traces or {}).items():
+        path = Path(sweep_folder) / TRACES / name
+        if TRACE_NAME.fullmatch(name) and trace_name(data) == name and not path.exists():
+            atomic_write_bytes(path, data)
 
 
 def store_result(data_dir: Path, sweep_id: str, record: schema.Record, notebook: bytes | None, log: str) -> Path:

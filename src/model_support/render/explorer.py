@@ -26,6 +26,9 @@ Size: 100 sweeps x 10,000 models must stay well under 10 MB, so the data is stor
   used + parallelism + a PASS's check and its step, an index into a lookup table); the environment
   (device and torch / torch_tpu / transformers versions) is stored once per sweep, plus ``[sweep, env]``
   for the rare row whose environment differs from its sweep's;
+- a timed PASS's speed (tokens/s with its repeats' spread, and TPOT) differs on every sweep, so it is kept
+  apart from the outcome: two characters a number, per entry from its first timed sweep to its last
+  (``explorer_speed``; the detail panel's history shows it in a column, and a sparkline across sweeps);
 - error texts, tracebacks, repro scripts, notebook paths and the reference's signature and note are
   kept for the latest run only, and de-duplicated through one string table after the model id and
   sweep id in them are replaced by placeholders (the page puts them back).
@@ -60,6 +63,7 @@ from ..bisect import results as bisect_results
 from ..fileio import atomic_write_text
 from ..record import schema
 from ..record.schema import VERDICT_COLORS
+from . import explorer_speed
 from .explorer_rows import (
     EXCLUDED,
     HUB_FACTS,
@@ -169,6 +173,8 @@ def explorer_data(data_dir: Path | str) -> dict:
             if (m, v) in position and s in sweep_position
         ],
         "models": [[entry[field] for field in ENTRY_FIELDS if field in entry] for entry in entries],
+        # each timed entry's tokens/s, spread and TPOT per sweep, as codes (explorer_speed)
+        "speed": explorer_speed.page_data(data_dir, sweeps, position),
         # [entry, sweep, "transformers 5.25.0"] of every run a bisect named the release of (bisect.json)
         "changed_by": [
             [position[key], sweep_position[s], said]

@@ -386,6 +386,7 @@ def _store_all(
                     {"model_id": result.model_id, "variant": result.variant, **result.schedule},
                 )
             if result.record is not None:
+                store.keep_traces(store.sweep_dir(data_dir, sweep_id), result.traces)  # before a record names one
                 settled = reruns.settle(
                     data_dir, sweep_id, dict(result.record), result.notebook, result.log, screen, meta.reruns
                 )

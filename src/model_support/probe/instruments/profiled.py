@@ -65,6 +65,15 @@ def profiler_for(adapter, mode: str, counted: bool) -> tuple[Profiled | None, st
     return Profiled(activities, adapter.type), None
 
 
+def activities(names) -> list:
+    """torch.profiler's activities for the names an adapter offers (``Adapter.profiler_activities``: ``cpu``,
+    ``cuda``, torch.profiler's own names, looked up on ``ProfilerActivity``): no backend is named here. Also what
+    the perf phase's trace (``performance``) profiles with."""
+    from torch.profiler import ProfilerActivity
+
+    return [getattr(ProfilerActivity, name.upper()) for name in names]
+
+
 class Profiled:
     """torch.profiler over one generation, started and stopped by the step timer it makes (``timer``); held with
     ``with`` so that a generation that raised stops it too."""
@@ -86,11 +95,9 @@ class Profiled:
         return _Timer(self, synchronize)
 
     def start(self) -> None:
-        from torch.profiler import ProfilerActivity, profile
+        from torch.profiler import profile
 
-        # the adapter names torch.profiler's activities (``Adapter.profiler_activities``): no backend is named here
-        kinds = [getattr(ProfilerActivity, a.upper()) for a in self.activities]
-        self.profile = profile(activities=kinds)  # no shapes, stacks or memory
+        self.profile = profile(activities=activities(self.activities))  # no shapes, stacks or memory
         self.profile.start()
 
     def stop(self) -> None:

@@ -9,6 +9,55 @@ const lower = M.map((m) => m[0].toLowerCase());
 // What a bisect named as the release that changed entry i's run in sweep s (bisect.json), or "".
 const CHANGED_BY = new Map((D.changed_by || []).map(([i, s, said]) => [i + ":" + s, said]));
 const changedBy = (i, s) => CHANGED_BY.get(i + ":" + s) || "";
+// Each timed entry's speed (explorer_speed): [entry, first sweep, codes], from its first timed sweep to its last,
+// 6 characters a timed sweep: tokens/s (median of the repeats), their spread ((max - min) / median, %) and TPOT
+// (ms), two characters each (3 significant figures); one character (SP.gap) for a sweep in between not timed.
+const SP = D.speed || {alphabet: "", gap: "!", low: 0, entries: []};
+const SPEED = new Map(SP.entries.map(([i, first, codes]) => [i, [first, codes]]));
+const DIGIT = new Map([...SP.alphabet].map((c, k) => [c, k]));
+function speedNumber(codes, at) {
+  const n = DIGIT.get(codes[at]) * SP.alphabet.length + DIGIT.get(codes[at + 1]);
+  if (n < 2) return n === 0 ? null : 0;
+  const e = Math.floor((n - 2) / 900) + SP.low, mantissa = 100 + ((n - 2) % 900);
+  return e >= 2 ? mantissa * 10 ** (e - 2) : mantissa / 10 ** (2 - e);
+}
+// Entry i's [tokens/s, spread %, TPOT ms] in sweep s (spread or TPOT may be null), or null: that run was not timed.
+function speedOf(i, s) {
+  const sp = SPEED.get(i);
+  if (!sp || s < sp[0]) return null;
+  const codes = sp[1];
+  let at = 0;
+  for (let t = sp[0]; t < s && at < codes.length; t++) at += codes[at] === SP.gap ? 1 : 6;
+  if (at >= codes.length || codes[at] === SP.gap) return null;
+  const tps = speedNumber(codes, at);
+  return tps == null ? null : [tps, speedNumber(codes, at + 2), speedNumber(codes, at + 4)];
+}
+// A history row's speed cell: tokens/s and its repeats' spread, TPOT below; "not timed" for a PASS without, "" otherwise.
+function speedCell(sp, pass) {
+  if (!sp) return '<td class="speed">' + (pass ? '<span class="untimed">not timed</span>' : "") + "</td>";
+  const [tps, spread, tpot] = sp;
+  const spreadText = spread == null ? "" : Number(spread.toPrecision(2)) + "%";
+  const title = tps + " tokens/s, the median of the repeats" +
+    (spreadText ? "; their spread (max - min) / median " + spreadText : "") +
+    (tpot == null ? "" : "; TPOT " + tpot + " ms per output token after the first");
+  return '<td class="speed" title="' + esc(title) + '"><b class="tps">' + tps + "</b>" +
+    (spreadText ? ' <span class="spread">' + esc(spreadText) + "</span>" : "") +
+    (tpot == null ? "" : '<br><span class="tpot">' + tpot + " ms</span>") + "</td>";
+}
+// A model's tokens/s across its timed sweeps, oldest first, as a tiny line (no chart library), or "".
+function sparkline(i, sweeps) {
+  const points = sweeps.map((s) => [s, speedOf(i, s)]).filter(([, sp]) => sp).map(([s, sp]) => [s, sp[0]]);
+  if (points.length < 2) return "";
+  const W = 160, H = 28, P = 3, lo = Math.min(...points.map((p) => p[1])), hi = Math.max(...points.map((p) => p[1]));
+  const x = (k) => P + (k * (W - 2 * P)) / (points.length - 1);
+  const y = (v) => (hi === lo ? H / 2 : H - P - ((v - lo) * (H - 2 * P)) / (hi - lo));
+  const xy = points.map((p, k) => x(k).toFixed(1) + "," + y(p[1]).toFixed(1));
+  const dots = points.map((p, k) => '<circle cx="' + x(k).toFixed(1) + '" cy="' + y(p[1]).toFixed(1) + '" r="2"><title>' +
+    esc((S[p[0]][5] || S[p[0]][0]) + ": " + p[1] + " tokens/s") + "</title></circle>").join("");
+  return '<p class="speed-line">tokens/s across ' + points.length + ' timed sweeps (' + lo + " to " + hi + ') ' +
+    '<svg class="spark" width="' + W + '" height="' + H + '" viewBox="0 0 ' + W + " " + H + '" role="img">' +
+    '<polyline fill="none" stroke="#1565c0" stroke-width="1.5" points="' + xy.join(" ") + '"/>' + dots + "</svg></p>";
+}
 // An entry (one model and variant): [id, type, runs, env exceptions, error_type, message, traceback, repro,
 // notebook, versions, started, variant (index into D.variants), reference signature, reference note, the
 // published notebook's and log's addresses (push --logs), check note (why a PASS's check says what it says),
@@ -338,23 +387,33 @@ function detail(i) {
   if (repro) {
     h.push('<h3>Reproduce <button class="copy" type="button">Copy</button></h3><pre class="repro">' + esc(repro) + "</pre>");
   }
-  h.push('<h3>History' + (MULTI ? " (" + esc(variantOf(m)) + ")" : "") + '</h3><table class="history"><thead><tr>' +
-    '<th class="h-sweep">sweep</th><th class="h-verdict">verdict</th><th class="h-whose">whose</th>' +
-    '<th class="h-check">check</th><th>signature</th>' +
-    '<th class="h-stack" title="device, then torch / torch_tpu / transformers">stack</th>' +
-    "</tr></thead><tbody>");
+  const timed = SPEED.has(i);  // a speed column only for an entry with a timed run
   const hh = m[2];
+  const ranIn = [];
+  for (let k = 0; k < hh.length; k += 3) for (let s = hh[k]; s < hh[k] + hh[k + 1]; s++) ranIn.push(s);
+  // A run's signature reads in a row of its own across the table, under its run: the panel is too narrow for
+  // a column of it beside the others (it had none left at 1280 px).
+  h.push('<h3>History' + (MULTI ? " (" + esc(variantOf(m)) + ")" : "") + "</h3>" + (timed ? sparkline(i, ranIn) : "") +
+    '<table class="history"><thead><tr>' +
+    '<th class="h-sweep">sweep</th><th class="h-verdict">verdict</th><th class="h-whose">whose</th>' +
+    '<th class="h-check">check</th>' +
+    (timed ? '<th class="h-speed" title="tokens/s: the median of the repeats, then their spread ((max - min) / median); ' +
+      'below, TPOT: ms per output token after the first">tokens/s</th>' : "") +
+    '<th class="h-stack" title="device, then torch / torch_tpu / transformers; the signature below">stack</th>' +
+    "</tr></thead><tbody>");
   for (let k = hh.length - 3; k >= 0; k -= 3) {
     const ho = O[hh[k + 2]];
     for (let s = hh[k] + hh[k + 1] - 1; s >= hh[k]; s--) {
       const he = envRow(env(m, s));
       const rep = S[s][3], label = esc(S[s][5] || S[s][0]);
       const name = rep ? '<a href="' + esc(rep) + '">' + label + "</a>" : label;
-      h.push('<tr><td class="sweep" title="' + esc(S[s][0]) + '">' + name + '</td><td class="st ' + slug(ho[0]) + '">' +
-        esc(ho[0]) + '</td><td class="whose">' + esc(whose(ho)) + "</td>" + cell("check", checkText(ho)) +
-        cell("sig", (changedBy(i, s) ? "changed by " + changedBy(i, s) + ": " : "") + (ho[1] || "")) +
+      const sig = (changedBy(i, s) ? "changed by " + changedBy(i, s) + ": " : "") + (ho[1] || "");
+      h.push("<tr" + (sig ? ' class="signed"' : "") + '><td class="sweep" title="' + esc(S[s][0]) + '">' + name +
+        '</td><td class="st ' + slug(ho[0]) + '">' + esc(ho[0]) + '</td><td class="whose">' + esc(whose(ho)) + "</td>" +
+        cell("check", checkText(ho)) + (timed ? speedCell(speedOf(i, s), ho[0] === "PASS") : "") +
         '<td class="stack" title="' + esc((he[0] || S[s][2]) + ": " + stackTitle(he)) + '">' +
         esc((he[0] || S[s][2]) + " " + stackText(he)) + "</td></tr>");
+      if (sig) h.push('<tr class="h-signature"><td class="sig" colspan="' + (timed ? 6 : 5) + '">' + esc(sig) + "</td></tr>");
     }
   }
   h.push("</tbody></table>");

@@ -65,6 +65,7 @@ def keep(sweep_dir: Path, task: ProbeTask, result: TaskResult) -> None:
     """The device phase, kept before its checks start: a kill between the phases loses nothing."""
     notebook = result.notebook.decode() if result.notebook is not None else None
     try:
+        store.keep_traces(sweep_dir, result.traces)  # its perf trace, which the record names, kept with it
         atomic_write_json(
             phase_file(sweep_dir, task),
             {"state": result.checks, "notebook": notebook, "log": result.log, "schedule": result.schedule},

@@ -33,7 +33,7 @@ from ...probe.checks import NO_WEIGHTS_ATTRIBUTION, started_path
 from ...probe.hub_fetch import is_local
 from ...probe.instruments import flight_recorder
 from ...probe.records import fail, new_record
-from ...record import schema
+from ...record import schema, store
 from ...record.schema import Record
 from ...redact import redact, redact_record
 from ..budget import CacheBudget
@@ -69,6 +69,7 @@ class TaskResult:
     pending: str | None = None
     problem: str | None = None  # "network", "disk" or "harness" (the kernel never started, no process)
     excluded: str | None = None
+    traces: dict[str, bytes] | None = None  # the perf phase's profiler traces, name -> gzipped bytes (``store``)
 
 
 def open_files_hint() -> str:
@@ -350,7 +351,9 @@ class Standby:
                     task, outcome, self.proc.returncode, timed_out, log, started, left, last_words(said), crash
                 )
             checks, phase = read_json(work / phases.STATE_FILE), read_json(work / phases.DEVICE_FILE)
-            return TaskResult(record, notebook, redact(log), checks=checks if record else None, device_phase=phase)
+            result = TaskResult(record, notebook, redact(log), checks=checks if record else None, device_phase=phase)
+            result.traces = store.traces_in(work) if record else None  # read before the work folder goes
+            return result
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
