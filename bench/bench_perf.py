@@ -1,18 +1,22 @@
 """The perf phase's cost per probe, and the spread of TPOT over its repeats, on the smoke list's text models.
 
-Per model, in one warm process on the CPU (the smoke list's device), whole probes (``run_probe``: stages, the
+Per model, in one warm process on the device (``--device``: the CPU, the smoke list's device, where ``perf`` is
+off by default; or the pretend accelerator, where it is on, timed on its modelled clock), whole probes (``run_probe``: stages, the
 perf phase, the CPU reference, the judge) alternate with the perf phase off (``perf=False``) and on (the
 defaults: ``perf_tokens`` 32, ``perf_repeats`` 3); the perf phase's cost is the difference of the medians, as a
 share of a probe without it (goal: under a fifth). From the runs with it on: TPOT's spread over the repeats
 ((max - min) / median) and its coefficient of variation (goal on a quiet machine: under 5%).
 
-    .venv/bin/python bench/bench_perf.py [--reps 3] [--models tiny-llama,...]
+    .venv/bin/python bench/bench_perf.py [--reps 3] [--models tiny-llama,...] [--device cpu|pretend]
+
+Results: bench/results/perf.json (CPU), perf_pretend.json (the pretend device).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -25,12 +29,12 @@ CHILD = """
 import json, sys
 from model_support.probe.run import run_probe
 
-model, reps = sys.argv[1], int(sys.argv[2])
-run_probe(model, device="cpu")  # warm: imports, the judge's first load
+model, reps, device = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+run_probe(model, device=device)  # warm: imports, the judge's first load
 out = {"off": [], "on": [], "tpot_spread": [], "tpot_cv": [], "tpot_s": [], "first_call_s": []}
 for _ in range(reps):
     for perf in (False, True):
-        r = run_probe(model, device="cpu", perf=perf)
+        r = run_probe(model, device=device, perf=perf)
         assert r["status"] == "PASS", r["error_message"]
         out["on" if perf else "off"].append(r["duration_s"])
         if perf:
@@ -47,15 +51,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--device", choices=("cpu", "pretend"), default="cpu")
     args = parser.parse_args()
     fixtures()
-    results: dict = {"reps": args.reps, "perf_tokens": 32, "perf_repeats": 3, "models": {}}
+    results: dict = {"reps": args.reps, "perf_tokens": 32, "perf_repeats": 3, "device": args.device, "models": {}}
+    env = dict(os.environ)
+    if args.device == "pretend":
+        env["MODEL_SUPPORT_PRETEND"] = json.dumps({"bandwidth_gbs": 10})
     for name in args.models.split(","):
         done = subprocess.run(
-            [sys.executable, "-c", CHILD, str(REPO / "data" / "models" / name), str(args.reps)],
+            [sys.executable, "-c", CHILD, str(REPO / "data" / "models" / name), str(args.reps), args.device],
             capture_output=True,
             text=True,
             cwd=REPO,
+            env=env,
         )
         if done.returncode:
             results["models"][name] = {"error": done.stderr[-2000:]}
@@ -78,7 +87,7 @@ def main() -> None:
         "perf_share_under_a_fifth": all(m["perf_share"] < 0.2 for m in measured) if measured else None,
         "tpot_cv_under_5pct": all(m["tpot_cv"] < 0.05 for m in measured) if measured else None,
     }
-    write_results("perf", results)
+    write_results("perf" if args.device == "cpu" else f"perf_{args.device}", results)
 
 
 if __name__ == "__main__":

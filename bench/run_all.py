@@ -33,6 +33,7 @@ SCRIPTS = [
     "bench_zygote.py",
     "bench_localise.py",
     "bench_perf.py",
+    "bench_perf.py --device pretend",
     "bench_instruments.py",
     "bench_exports.py",
 ]
@@ -253,7 +254,7 @@ def tables() -> str:
         lines += [f"### The fluency judge on its labelled set ({judge['date']})", "", judge["table"], ""]
     lines += phases_table(load("phases")) + phases_table(load("phases_ray"))
     lines += device_check_table(load("device_check")) + zygote_table(load("zygote"))
-    lines += perf_table(load("perf"))
+    lines += perf_table(load("perf")) + perf_table(load("perf_pretend"))
     lines += instruments_table(load("instruments"))
     lines += exports_table(load("exports"))
     return "\n".join(lines)
@@ -318,11 +319,13 @@ def instruments_table(found: dict) -> list[str]:
 
 
 def perf_table(found: dict) -> list[str]:
-    """bench_perf.py: the perf phase's cost per probe and TPOT's spread over its repeats (CPU, smoke list)."""
+    """bench_perf.py: the perf phase's cost per probe and TPOT's spread over its repeats (smoke list, on the CPU or
+    the pretend device)."""
     if not found:
         return []
+    device = {"cpu": "CPU", "pretend": "pretend device, its modelled clock"}[found.get("device", "cpu")]
     lines = [
-        f"### The perf phase ({found['date']}, CPU, {found['perf_repeats']} repeats of {found['perf_tokens']} tokens, "
+        f"### The perf phase ({found['date']}, {device}, {found['perf_repeats']} repeats of {found['perf_tokens']} tokens, "
         f"{found['reps']} probes each way)",
         "",
         "| model | probe without / with it (median s) | its cost | share of a probe (goal < 20%) | TPOT | "
@@ -548,7 +551,8 @@ def main() -> None:
     only = sys.argv[1:] or SCRIPTS
     for script in only:
         print(f"== {script}", flush=True)
-        subprocess.run([sys.executable, str(HERE / script)], check=True, cwd=HERE.parent)
+        name, *args = script.split()  # a script, and its arguments where it runs more than one way
+        subprocess.run([sys.executable, str(HERE / name), *args], check=True, cwd=HERE.parent)
     write_readme()
     print(f"bench done in {time.perf_counter() - started:.0f} s; tables written to bench/README.md")
 

@@ -509,7 +509,7 @@ def test_two_sweeps_differing_only_in_the_backends_settings_say_so(tmp_path):
             sweep_id=sweep_id,
             name="p",
             created_at="2026-12-0" + sweep_id[8] + "T00:00:00+00:00",
-            probe={"device": "pretend"},
+            probe={"device": "pretend", "perf": False},
             models=[],
             stack={"torch": "2.13.0"},
             device_config={"MODEL_SUPPORT_PRETEND": json.dumps(config)},

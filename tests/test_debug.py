@@ -428,7 +428,11 @@ def test_debug_on_the_pretend_device_reports_only_failures_the_probe_has(
     os.environ["MODEL_SUPPORT_PRETEND"] = json.dumps(faults)
     try:
         run = cli_debug(
-            tmp_path, fixture_models[model]["path"], {"device": "pretend", "reference": "cpu"}, {}, "eager+dynamic"
+            tmp_path,
+            fixture_models[model]["path"],
+            {"device": "pretend", "reference": "cpu", "perf": False},
+            {},
+            "eager+dynamic",
         )
     finally:
         del os.environ["MODEL_SUPPORT_PRETEND"]

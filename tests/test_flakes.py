@@ -32,7 +32,7 @@ EXPECT = (
 def _sweep(tmp_path: Path, data: Path, name: str, config: dict, **extra) -> str:
     definition = {
         "name": "flakes",
-        "probe": {"device": "pretend", "judge": False},
+        "probe": {"device": "pretend", "judge": False, "perf": False},
         "models": MODELS,
         **extra,
     }

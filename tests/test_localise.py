@@ -57,7 +57,7 @@ def pretend_sweep(data: Path, path: str, config: dict, device: str = "pretend") 
         sweep_id="s",
         name="s",
         created_at="2026-12-01T00:00:00+00:00",
-        probe={"device": device, "dtype": "bfloat16"},
+        probe={"device": device, "dtype": "bfloat16", "perf": False},
         models=[ModelEntry(f"local:{MODEL}", path)],
         device_config={"MODEL_SUPPORT_PRETEND": json.dumps(config)} if device == "pretend" else {},
     ).write(store.sweep_dir(data, "s"))

@@ -45,7 +45,7 @@ CHILD = """
     from model_support.probe.run import run_probe
 
     KEEP = ("status", "exclusion_reason", "tokens_in", "tokens_out", "numerics", "numerics_step", "first_divergence",
-            "reference_match", "peak_device_mem_mb", "failure_stage")
+            "reference_match", "peak_device_mem_mb", "failure_stage", "perf_note", "tpot_s")
     out = {}
     for name, model, settings in json.loads(sys.argv[1]):
         record = run_probe(model, **settings)
@@ -80,6 +80,8 @@ def test_a_bug_past_a_length_is_found_where_it_appears_and_moves_with_the_prompt
             ("longer_prompt", llama, {**PROBE, "max_new_tokens": 32, "prompt": LONGER_PROMPT}),
             ("beyond_positions", llama, {**PROBE, "max_new_tokens": 300}),
             ("fails_at_any_length", short, {**PROBE, "max_new_tokens": 16, "reference": "none"}),
+            # the perf phase's longer decode, checked against the positions as max_new_tokens is
+            ("perf_beyond_positions", llama, {**PROBE, "reference": "none", "perf": True, "perf_tokens": 300}),
         ]
     )
     short_run, long_run, moved = got["short"], got["long"], got["longer_prompt"]
@@ -104,6 +106,12 @@ def test_a_bug_past_a_length_is_found_where_it_appears_and_moves_with_the_prompt
     )
     failed = got["fails_at_any_length"]
     assert (failed["status"], failed["failure_stage"], failed["exclusion_reason"]) == ("FAIL(gen)", "generate", None)
+    timed = got["perf_beyond_positions"]  # a PASS still; its perf phase not run, saying why
+    assert timed["status"] == "PASS" and timed["tpot_s"] is None
+    assert (
+        f"max_position_embeddings=256 cannot hold the prompt's {timed['tokens_in']} tokens plus perf_tokens=300"
+        in (timed["perf_note"])
+    )
 
 
 @pytest.mark.parametrize(

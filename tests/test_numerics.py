@@ -226,12 +226,12 @@ def test_a_stack_that_computes_wrong_numbers_passes_but_diverges_and_is_not_flue
     (tmp_path / "wrong").mkdir()
     (tmp_path / "clean").mkdir()
     monkeypatch.setenv("MODEL_SUPPORT_PRETEND", json.dumps({"wrong_ops": ["aten::silu"]}))
-    wrong = probe_record(tmp_path / "wrong", model, device="pretend", reference="cpu")
+    wrong = probe_record(tmp_path / "wrong", model, device="pretend", reference="cpu", perf=False)
     assert wrong["status"] == "PASS" and wrong["device_type"] == "pretend", wrong["error_message"]
     assert wrong["numerics"] == "diverges" and wrong["numerics_step"] == 0, wrong["numerics_note"]
     assert wrong["fluent"] is False, wrong["fluency_note"]
     monkeypatch.setenv("MODEL_SUPPORT_PRETEND", json.dumps({}))
-    clean = probe_record(tmp_path / "clean", model, device="pretend", reference="cpu")
+    clean = probe_record(tmp_path / "clean", model, device="pretend", reference="cpu", perf=False)
     assert clean["status"] == "PASS" and clean["device_type"] == "pretend"
     assert clean["numerics"] == "match" and clean["fluent"] is True, (clean["numerics_note"], clean["fluency_note"])
 
@@ -299,6 +299,7 @@ def test_an_eager_rerun_that_raises_leaves_the_compiled_pass_a_pass(tmp_path, mo
         mode="compile",
         judge=False,
         recompile_check="off",
+        perf=False,
     )  # the subject is the eager rerun; the recompile check has its own tests
     assert (record["status"], record["variant"]) == ("PASS", "compile+dynamic"), record["error_message"]
     assert record["matches_eager"] is None and record["tokens_out"] == 8

@@ -480,7 +480,13 @@ NEXT = {"missing_ops": ["aten::rsqrt", "aten::silu"], "fallback_ops": ["aten::ta
 def _definition(path: Path, device: str) -> Path:
     import yaml
 
-    probe = {"device": device, "max_new_tokens": 4, "judge": False, "reference": "cpu" if device != "cpu" else "none"}
+    probe = {
+        "device": device,
+        "max_new_tokens": 4,
+        "judge": False,
+        "reference": "cpu" if device != "cpu" else "none",
+        "perf": False,
+    }
     models = [str(REPO / "data" / "models" / m) for m in MODELS]
     path.write_text(yaml.safe_dump({"name": f"ops-{device}", "probe": probe, "models": models, "workers": 1}))
     return path
@@ -667,7 +673,7 @@ def test_a_stack_lacking_bmm_lists_it_on_every_failing_row_and_ops_predicts_thos
     from model_support.probe.model_ids import display_name
     from model_support.record import store
 
-    probe = {"device": "pretend", "max_new_tokens": 2, "judge": False, "reference": "cpu"}
+    probe = {"device": "pretend", "max_new_tokens": 2, "judge": False, "reference": "cpu", "perf": False}
     models = [str(REPO / "data" / "models" / m) for m in ("tiny-llama", "tiny-gpt2")]
     definition = tmp_path / "bmm.yaml"
     definition.write_text(yaml.safe_dump({"name": "no-bmm", "probe": probe, "models": models, "workers": 1}))

@@ -45,7 +45,7 @@ def write_loop(data) -> None:
             sweep_id=sweep_id,
             name="loop",
             created_at=f"2026-12-01T02:00:{second}+00:00",
-            probe={"device": "pretend"},
+            probe={"device": "pretend", "perf": False},
             models=[ModelEntry(m) for m in MODELS],
         ).write(store.sweep_dir(data, sweep_id))
         for i, model_id in enumerate(MODELS):

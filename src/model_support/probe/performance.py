@@ -261,6 +261,12 @@ def perf_fields(record: Mapping[str, Any], settings: dict, result: dict, adapter
         return not_measured(why)
     if result.get("model") is None:
         return not_measured("the verdict's model was not kept")
+    positions, need = probe_core.positions_of(result["model"]), len(result["input_ids"]) + int(settings["perf_tokens"])
+    if positions is not None and need > positions:  # as the length axis checks max_new_tokens
+        return not_measured(
+            f"max_position_embeddings={positions} cannot hold the prompt's {len(result['input_ids'])} tokens plus "
+            f"perf_tokens={settings['perf_tokens']} (ask for at most {positions - len(result['input_ids'])})"
+        )
     keep, no_trace = trace_keeper(record, settings, adapter)
     try:
         fields = measure(result["model"], result["tokenizer"], result["input_ids"], settings, adapter, keep)

@@ -65,15 +65,22 @@ NOT_A_VERDICT = (NotAProbedTask, VisionBackendMissing, TooLongForPositions)
 VERDICT_TOKENS = 8
 
 
+def positions_of(model):
+    """The positions a model can hold (its text config's ``max_position_embeddings``; gpt2's ``n_positions``, which
+    transformers maps to it), or None where the config names none."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    positions = getattr(config, "max_position_embeddings", None)
+    return positions if isinstance(positions, int) else None
+
+
 def positions_short(model, tokens_in, max_new_tokens):
     """Why the model's positions (its text config's ``max_position_embeddings``; gpt2's ``n_positions``) cannot
     hold the prompt's ``tokens_in`` and ``max_new_tokens`` more, or None. Only the length axis excludes: a model
     that cannot hold even the prompt plus the verdict's ``VERDICT_TOKENS`` fails at any length as at the default
     (FAIL(gen), its own verdict), so it is not excluded here; one that holds those but not the asked length is."""
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    positions = getattr(config, "max_position_embeddings", None)
+    positions = positions_of(model)
     need = tokens_in + max_new_tokens
-    if not isinstance(positions, int) or need <= positions:
+    if positions is None or need <= positions:
         return None
     if tokens_in + min(max_new_tokens, VERDICT_TOKENS) > positions:  # fails at the default too: its own verdict
         return None
