@@ -224,6 +224,9 @@ def test_the_card_says_what_a_row_is_the_sweeps_and_how_to_load_them(hub, tmp_pa
     assert f"| `{a}` | 2026-12-01 00:00 | cpu | 3 | 2 | 66.7% | 1 | 2.13.0 |" in body
     assert f"| `{b}` | 2026-12-02 00:00 | cpu | 2 | 2 | 100.0% | 0 | 2.13.0 |" in body
     assert "- torch: 2.13.0" in body and "- transformers: 5.0.0" in body
+    for field in schema.DECLARATION:  # every column documented, the perf phase's among them
+        assert f"| `{field.name}` | `{field.type}` | {field.group} | {field.since} |" in body, field.name
+    assert "| `tpot_s` | `double` | perf | 16 | seconds per output token after the first" in body
     assert f'load_dataset("{REPO_ID}", "results", split="train")' in body
     assert f'load_dataset("{REPO_ID}", "excluded", split="train")' in body
     report_url = f"{hub.url}/datasets/{REPO_ID}/resolve/main/reports/{b}.html"

@@ -79,6 +79,7 @@ def render_card(
         versions=versions,
         report=report,
         logs=" and ".join(where),
+        fields=store.field_table(),
     )
 
 
