@@ -228,6 +228,10 @@ class PretendTensor(torch.Tensor):
         return run(func, args, kwargs or {})
 
 
+#: The types of a CPU tensor holding real data (a trace's fake tensors, and other wrappers, are subclasses).
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
 def wrap(data: torch.Tensor, device: torch.device) -> PretendTensor:
     """``data`` as a tensor on ``device``: refused for a dtype the device lacks, counted against its memory."""
     config = _state().config
@@ -239,7 +243,7 @@ def wrap(data: torch.Tensor, device: torch.device) -> PretendTensor:
         )
     ledger = _state().ledger(device)
     device = torch.device(NAME, ledger.index)
-    if is_fake(data) or type(data) not in (torch.Tensor, torch.nn.Parameter):
+    if type(data) not in _PLAIN or is_fake(data):
         # torch.compile's fake tensors (nothing allocated) and other wrappers (a collective's result waiting
         # for its data): counted, if at all, where their data are
         return PretendTensor(data, device)
@@ -452,7 +456,8 @@ def _nbytes(leaves: list) -> int | None:
     for t in leaves:
         if isinstance(t, torch.Tensor):
             n = t.numel()
-            if type(n) is not int or is_fake(t._data if isinstance(t, PretendTensor) else t):
+            data = t._data if isinstance(t, PretendTensor) else t
+            if type(n) is not int or (type(data) not in _PLAIN and is_fake(data)):  # a plain tensor is never fake
                 return None
             total += n * t.element_size()
     return total
