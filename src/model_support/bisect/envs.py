@@ -43,6 +43,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.tags import sys_tags
 from packaging.utils import canonicalize_name
 
+from ..engine import children
 from .releases import Source
 
 COMPLETE = ".complete"
@@ -234,17 +235,15 @@ class Overlays:
         where it was built shows here."""
         python = venv / "bin" / "python"
         command = [str(python), "-c", _VERIFY, *pins]
-        try:
-            out = subprocess.run(command, capture_output=True, text=True, cwd=venv, timeout=120)
-        except (OSError, subprocess.TimeoutExpired) as exc:
+        try:  # the package's protocol for a short-lived child: its last line of stdout, as JSON
+            seen = children.last_json(command, "the overlay environment", 120, cwd=str(venv))
+        except OSError as exc:
             raise InstallError(f"the overlay environment could not be started: {exc}") from None
-        try:
-            seen = json.loads(out.stdout.splitlines()[-1]) if out.returncode == 0 else {}
-        except (ValueError, IndexError):
-            seen = {}
-        wrong = {n: seen.get(n) for n, v in pins.items() if seen.get(n) != v}
+        except children.ChildFailed as exc:
+            raise InstallError(f"the overlay environment could not report its packages: {exc}") from None
+        wrong = {n: (seen or {}).get(n) for n, v in pins.items() if (seen or {}).get(n) != v}
         if wrong:
-            raise InstallError(f"the overlay environment shows {wrong} instead of the pins {pins}: {_reason(out)}")
+            raise InstallError(f"the overlay environment shows {wrong} instead of the pins {pins}")
 
     def clean(self) -> None:
         """Remove every layer and environment (and uv's cache of them)."""
