@@ -244,6 +244,9 @@ def test_the_explorer_shows_a_models_tokens_per_s_across_sweeps(perf_sweeps, bro
         assert float(tps) == three(llama["perf_tokens_per_s"]) > 0, (name, tps, llama["perf_tokens_per_s"])
         assert float(tpot.removesuffix(" ms")) == three(llama["tpot_s"] * 1000), (name, tpot, llama["tpot_s"])
     assert page.locator("#detail svg.spark circle").count() == len(perf_sweeps["ids"])
+    assert (
+        f"across {len(perf_sweeps['ids'])} timed sweeps on pretend" in page.locator("#detail p.speed-line").inner_text()
+    )
 
     # A model timed, then a PASS not timed, then timed again; another that always fails (never timed).
     hand = tmp_path / "data"

@@ -81,3 +81,20 @@ def test_an_adapter_without_a_profiler_keeps_no_trace_and_says_why(tmp_path, fix
     assert record["perf_trace_path"] is None
     assert record["perf_note"].endswith("; no profiler trace: the pretend adapter offers no profiler")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["record.json"]  # no traces folder beside it
+
+
+def test_a_record_never_names_a_trace_that_was_not_kept(tmp_path):
+    """A split sweep's device phase whose trace write failed: the record the runner stores names no file."""
+    from model_support.record import store
+
+    kept = tmp_path / "sweeps" / "s" / store.TRACES / ("0" * 64 + ".json.gz")
+    kept.parent.mkdir(parents=True)
+    kept.write_bytes(b"x")
+    here = {"perf_trace_path": f"sweeps/s/{store.TRACES}/{kept.name}", "perf_note": "3 repeats"}
+    assert store.trace_kept(tmp_path, here) == here
+    gone = {**here, "perf_trace_path": f"sweeps/s/{store.TRACES}/{'1' * 64}.json.gz"}
+    assert store.trace_kept(tmp_path, gone) == {
+        "perf_trace_path": None,
+        "perf_note": "3 repeats; the profiler trace was not kept",
+    }
+    assert store.trace_kept(tmp_path, {"perf_trace_path": None}) == {"perf_trace_path": None}

@@ -65,6 +65,8 @@ def child_json(code: str, config: dict | None = None, **extra) -> dict:
         ('{"memory_gb": -1}', None, "'memory_gb' must be a number of GB above 0"),
         ('{"missing_ops": "aten::rsqrt"}', None, "'missing_ops' must be a list of names"),
         ('{"slow_ops": {"aten::mm": "1s"}}', None, "'slow_ops' must map operator names to seconds"),
+        ('{"launch_us": -1}', None, "'launch_us' must be microseconds >= 0 per kernel, not -1"),
+        ('{"clock_jitter": 0.5}', None, "'clock_jitter' must be a relative spread from 0 to below 0.3"),
         ('{"devices": 2}', "0,2", "PRETEND_VISIBLE_DEVICES='0,2' must list distinct device ids below 2"),
         ('{"devices": 2}', "1,1", "must list distinct device ids"),
     ],
@@ -134,7 +136,9 @@ BACKEND_CHECKS = """
     clock = probe_core.device_clock("pretend")  # torch.pretend.perf_clock: its timeline, as the perf phase reads it
     began = clock()
     (x - x).cpu()
-    out["slept"], out["clock_stall"] = slept, clock() - began
+    out["slept"], out["clock_stall"] = list(slept), clock() - began
+    x.neg()  # a default overload, slowed under its one name: one stall a call
+    out["slept_neg"] = slept[1:]
     began = clock()
     x.view(12)
     out["clock_view"] = clock() - began
@@ -160,7 +164,7 @@ def test_the_backend_runs_on_the_cpu_underneath_with_its_faults():
         "missing_ops": ["aten::rsqrt"],
         "unsupported_dtypes": ["float64"],
         "wrong_ops": ["aten::mm"],
-        "slow_ops": {"aten::sub.Tensor": 2.5},
+        "slow_ops": {"aten::sub.Tensor": 2.5, "aten::neg": 1.5},
     }
     out = child_json(BACKEND_CHECKS, config, **{VISIBLE_VAR: "2,3"})
     assert (out["accelerator"], out["count"], out["physical"]) == ("pretend", 2, [2, 3])
@@ -180,7 +184,7 @@ def test_the_backend_runs_on_the_cpu_underneath_with_its_faults():
     right = [[float(4 * r + c) for c in range(4)] for r in range(3)]
     assert out["wrong"] == [[-v for v in reversed(row)] for row in right]  # wrong, and the same wrong every time
     assert out["wrong_again"] == out["wrong"]
-    assert out["slept"] == [2.5]
+    assert out["slept"] == [2.5] and out["slept_neg"] == [1.5]
     # its clock: the stall counted whole (plus the subtraction's and the copy's kernels), a view launches nothing,
     # a kernel its launch latency plus its bytes at the bandwidth, with each process's pace within 2% (jitter 1%)
     assert 2.5 < out["clock_stall"] < 2.5 + 1e-4 and out["clock_view"] == 0
@@ -411,12 +415,16 @@ def test_compile_mode_uses_the_backend_the_adapter_names(tmp_path, monkeypatch, 
     from helpers import probe_record
 
     monkeypatch.setenv(CONFIG_VAR, json.dumps({}))
-    record = probe_record(tmp_path, fixture_models["tiny-gpt2"]["path"], device="pretend", mode="compile", perf=False)
+    record = probe_record(
+        tmp_path, fixture_models["tiny-gpt2"]["path"], device="pretend", mode="compile", perf_tokens=4, perf_repeats=1
+    )
     assert (record["status"], record["variant"], record["compile_backend"]) == ("PASS", "compile+dynamic", "aot_eager")
     assert record["matches_eager"] is True and record["graphs"] >= 1
     # on an accelerator the compile mode also checks recompiles across prompt lengths (recompile_check=auto)
     assert len(record["recompile_lengths"]) == 3 and len(record["recompiles_static"]) == 3, record["recompile_note"]
     assert "size mismatch" in record["recompile_guard"] and record["recompile_flag"] is None
+    # its clock sees only what its dispatch runs, not a compiled graph: a compiled run is timed on the host's clock
+    assert record["tpot_s"] > 0 and "on the host's wall clock" in record["perf_note"], record["perf_note"]
 
 
 def test_a_wrong_or_missing_matrix_product_is_a_wrong_or_failed_run(tmp_path, monkeypatch, fixture_models):

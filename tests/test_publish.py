@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -227,6 +228,8 @@ def test_the_card_says_what_a_row_is_the_sweeps_and_how_to_load_them(hub, tmp_pa
     for field in schema.DECLARATION:  # every column documented, the perf phase's among them
         assert f"| `{field.name}` | `{field.type}` | {field.group} | {field.since} |" in body, field.name
     assert "| `tpot_s` | `double` | perf | 16 | seconds per output token after the first" in body
+    kl = next(line for line in body.splitlines() if line.startswith("| `reference_max_kl` |"))
+    assert len(re.findall(r"(?<!\\)\|", kl)) == 6, kl  # a | in a field's words is escaped: one row, five cells
     assert f'load_dataset("{REPO_ID}", "results", split="train")' in body
     assert f'load_dataset("{REPO_ID}", "excluded", split="train")' in body
     report_url = f"{hub.url}/datasets/{REPO_ID}/resolve/main/reports/{b}.html"

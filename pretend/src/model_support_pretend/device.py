@@ -58,6 +58,11 @@ def synchronize(device=None) -> None:
     _state().counters.sync()
 
 
+#: Its clock moves with the operators its dispatch runs; a compiled graph runs the CPU operators underneath, past it,
+#: so compiled runs are timed on the host's clock (``probe_core.device_clock``).
+perf_clock_sees_compiled = False
+
+
 def perf_clock() -> float:
     """Seconds on the device's own timeline (``clock.DeviceClock``), read as ``time.perf_counter`` is: what its
     event timer would say. Read after ``synchronize`` (nothing is queued here anyway). A device module that offers

@@ -42,6 +42,7 @@ COLUMNS = (
     *(r for r, _ in METRICS.values()),
     "ops",
     "ops_device_s",
+    "ops_time_source",
 )
 #: The per-model table's columns (the report's performance section), in order.
 TABLE_COLUMNS = (
@@ -110,8 +111,11 @@ def direction(
 
 def _grew_most(before: dict, after: dict) -> str | None:
     """The operator whose time in the generation grew the most from ``before`` to ``after`` (census times), as
-    ``aten::rsqrt +0.0123 s``; None without times on both sides."""
+    ``aten::rsqrt +0.0123 s``; None without times on both sides, or with times read on different clocks
+    (``ops_time_source``: the host's around each call, or the device's own), which no difference compares."""
     if not before.get("ops_device_s") or not after.get("ops_device_s"):
+        return None
+    if before.get("ops_time_source") != after.get("ops_time_source"):
         return None
     was = dict(zip(before["ops"], before["ops_device_s"]))
     growth = {op: s - was.get(op, 0.0) for op, s in zip(after["ops"], after["ops_device_s"])}

@@ -189,7 +189,7 @@ def measure(
     tokens, repeats = int(settings["perf_tokens"]), int(settings["perf_repeats"])
     device = adapter.torch_device
     synchronize = adapter.synchronize if adapter.type != "cpu" else None
-    own_clock = adapter.perf_clock()
+    own_clock = adapter.perf_clock(settings["mode"])
     clock = own_clock or time.perf_counter
     ids = torch.tensor([prompt_ids], dtype=torch.long)
     mask = torch.ones_like(ids)
@@ -248,7 +248,7 @@ def measure(
     if trace is not None:
         fields["perf_trace_path"], said = trace
         notes.append(said)
-    timed = "on the device's own clock" if own_clock else "on the host's wall clock"
+    timed = f"on the device's own clock (torch.{adapter.type}.perf_clock)" if own_clock else "on the host's wall clock"
     fields["perf_note"] = f"{repeats} repeats of {tokens} tokens after a warm-up, {timed}; " + "; ".join(notes)
     return fields
 

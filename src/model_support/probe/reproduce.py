@@ -267,7 +267,7 @@ def timed_repeats(settings: dict, result: dict, device, synchronize, repeats: in
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     mode = settings["mode"]
     eager_forward = compile_forward(model, settings["compile_backend"] or "inductor") if mode == "compile" else None
-    clock = device_clock(settings["device"]) or time.perf_counter
+    clock = device_clock(settings["device"], settings["mode"]) or time.perf_counter
     out: dict = {"perf_tokens": tokens, "ttft_s_repeats": [], "tpot_s_repeats": [], "perf_tokens_per_s_repeats": []}
     try:
         with execution_context(mode):

@@ -261,7 +261,7 @@ def _probe(record: Record, settings: dict) -> None:
     record.update({"devices_used": 1, "parallelism": "none"})
     adapter.reset_peak_memory()
     counted = (
-        census.Census(adapter.type, adapter.synchronous_ops, adapter.perf_clock())
+        census.Census(adapter.type, adapter.synchronous_ops, adapter.perf_clock(settings["mode"]))
         if census.takes_census(settings["mode"])
         else None
     )

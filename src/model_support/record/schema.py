@@ -133,8 +133,9 @@ GROUPS = {
 #: 16: performance measured over repeats in the device phase (TTFT, TPOT, tokens/s, their spread, bandwidth
 #: utilisation, per-operator device time); 17: where the numbers go wrong (the operator a silent crash died in,
 #: host syncs and CPU fallbacks per token, recompiles across prompt lengths); 18: attempts (a changed verdict
-#: rerun before it counts, ``flaky``) and the stack a row ran on in a sweep of several (``stack_name``).
-VERSION = 18
+#: rerun before it counts, ``flaky``) and the stack a row ran on in a sweep of several (``stack_name``); 19: the
+#: perf phase's profiler trace (``perf_trace_path``).
+VERSION = 19
 
 
 class Record(TypedDict):
@@ -362,7 +363,11 @@ class Record(TypedDict):
     perf_note: Annotated[str | None, Col("perf", 16, "what was measured and how, or why not")]
     perf_trace_path: Annotated[
         str | None,
-        Col("perf", 18, "perf_trace: one more generation's torch.profiler Chrome trace (.json.gz) in the data folder"),
+        Col(
+            "perf",
+            19,
+            "perf_trace: one more generation's profiler trace (.json.gz), kept in the data folder, unpublished",
+        ),
     ]
     crash_operator: Annotated[
         str | None, Col("verdict", 17, "a dead kernel: the operator it died in, by the flight recorder (aten::mm)")

@@ -464,6 +464,16 @@ def keep_traces(sweep_folder: Path, traces: dict[str, bytes] | None) -> None:
             atomic_write_bytes(path, data)
 
 
+def trace_kept(data_dir: Path, record: dict) -> dict:
+    """``record``, its ``perf_trace_path`` cleared (and said so in ``perf_note``) when the trace it names is not in the
+    data folder (a write that failed in a split sweep's device phase): a record never names a file that is not there."""
+    path = record.get("perf_trace_path")
+    if not path or (Path(data_dir) / path).is_file():
+        return record
+    note = f"{record.get('perf_note') or ''}; the profiler trace was not kept".lstrip("; ")
+    return {**record, "perf_trace_path": None, "perf_note": note}
+
+
 def store_result(data_dir: Path, sweep_id: str, record: schema.Record, notebook: bytes | None, log: str) -> Path:
     """Keep one model's outcome: notebook and log first, the repro body (once per body), the record last
     (its presence means done)."""
@@ -820,7 +830,8 @@ read it as null, or as the value noted.
 def field_table() -> str:
     """The dataset card's rows of fields, from the record's declaration (``schema.DECLARATION``)."""
     return "\n".join(
-        f"| `{f.name}` | `{f.type}` | {f.group} | {f.since} | {f.doc.replace('<', '&lt;').replace('>', '&gt;')}"
+        f"| `{f.name}` | `{f.type}` | {f.group} | {f.since} | "
+        + f.doc.replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
         + (f" (older files: `{f.older}`)" if f.older is not None else "")
         + " |"
         for f in schema.DECLARATION

@@ -36,7 +36,7 @@ def _shown(table: pl.DataFrame) -> pl.DataFrame:
                 "TTFT": _ms(r["ttft_s"], r["ttft_spread"]),
                 "TPOT": _ms(r["tpot_s"], r["tpot_spread"]),
                 "tokens/s": r["perf_tokens_per_s"],
-                "first call, compile included (s)": r["perf_first_call_s"],
+                "first call, compile included (s, host clock)": r["perf_first_call_s"],
                 "peak device MiB": r["perf_peak_device_mem_mb"],
                 "bandwidth utilisation": f"{util:.2%}" if util is not None else None,
                 "slowest operators": r["slowest_ops"],

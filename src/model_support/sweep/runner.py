@@ -395,7 +395,7 @@ def _store_all(
                     if again is not None:
                         again.append((result.model_id, result.variant))
                     continue
-                final = typing.cast(schema.Record, settled.record)
+                final = typing.cast(schema.Record, store.trace_kept(data_dir, settled.record))
                 store.store_result(data_dir, sweep_id, final, settled.notebook, settled.log)
                 host_checks.forget(data_dir, sweep_id, result.model_id, result.variant)  # its kept device phase
                 reruns.forget(data_dir, sweep_id, result.model_id, result.variant)

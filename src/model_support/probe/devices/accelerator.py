@@ -78,12 +78,12 @@ class AcceleratorAdapter(Adapter):
             self._synchronize = synchronizer(self.type)
         self._synchronize()
 
-    def perf_clock(self):
-        """The backend's own timeline where its device module offers one (``probe_core.device_clock``: the repro
-        script times on the same), else None: the host's wall clock, after a sync."""
+    def perf_clock(self, mode: str = "eager"):
+        """The backend's own timeline where its device module offers one for ``mode`` (``probe_core.device_clock``:
+        the repro script times on the same), else None: the host's wall clock, after a sync."""
         from ..probe_core import device_clock
 
-        return device_clock(self.type)
+        return device_clock(self.type, mode)
 
     synchronous_ops = False  # a device queues its operators: a call returns before its work is done
 

@@ -117,7 +117,7 @@ class Adapter:
     #: profiler (they read "not measured"). The CPU's: torch.profiler's CPU activity.
     profiler_activities: tuple[str, ...] = ("cpu",)
 
-    def perf_clock(self):
+    def perf_clock(self, mode: str = "eager"):
         """The clock the perf phase times tokens on (a ``time.perf_counter``-like function), or None for the host's
         wall clock (``performance``). A device with a clock of its own (events on the device's timeline) gives it, so
         other processes competing for the host's cores do not move its figures."""

@@ -44,9 +44,13 @@ function speedCell(sp, pass) {
     (spreadText ? ' <span class="spread">' + esc(spreadText) + "</span>" : "") +
     (tpot == null ? "" : '<br><span class="tpot">' + tpot + " ms</span>") + "</td>";
 }
-// A model's tokens/s across its timed sweeps, oldest first, as a tiny line (no chart library), or "".
+// A model's tokens/s across its timed sweeps on the device of its latest timed run, oldest first, as a tiny line
+// (no chart library), or "": figures from another device (another clock, another machine) are not on its line.
 function sparkline(i, sweeps) {
-  const points = sweeps.map((s) => [s, speedOf(i, s)]).filter(([, sp]) => sp).map(([s, sp]) => [s, sp[0]]);
+  const deviceOf = (s) => envRow(env(M[i], s))[0] || S[s][2];
+  const timed = sweeps.filter((s) => speedOf(i, s));
+  const device = timed.length ? deviceOf(timed[timed.length - 1]) : null;
+  const points = timed.filter((s) => deviceOf(s) === device).map((s) => [s, speedOf(i, s)[0]]);
   if (points.length < 2) return "";
   const W = 160, H = 28, P = 3, lo = Math.min(...points.map((p) => p[1])), hi = Math.max(...points.map((p) => p[1]));
   const x = (k) => P + (k * (W - 2 * P)) / (points.length - 1);
@@ -54,7 +58,7 @@ function sparkline(i, sweeps) {
   const xy = points.map((p, k) => x(k).toFixed(1) + "," + y(p[1]).toFixed(1));
   const dots = points.map((p, k) => '<circle cx="' + x(k).toFixed(1) + '" cy="' + y(p[1]).toFixed(1) + '" r="2"><title>' +
     esc((S[p[0]][5] || S[p[0]][0]) + ": " + p[1] + " tokens/s") + "</title></circle>").join("");
-  return '<p class="speed-line">tokens/s across ' + points.length + ' timed sweeps (' + lo + " to " + hi + ') ' +
+  return '<p class="speed-line">tokens/s across ' + points.length + " timed sweeps on " + esc(device) + " (" + lo + " to " + hi + ") " +
     '<svg class="spark" width="' + W + '" height="' + H + '" viewBox="0 0 ' + W + " " + H + '" role="img">' +
     '<polyline fill="none" stroke="#1565c0" stroke-width="1.5" points="' + xy.join(" ") + '"/>' + dots + "</svg></p>";
 }
