@@ -476,8 +476,8 @@ def device_clock(device_type, mode="eager"):
     """The device's own clock, where its backend's device module (``torch.<type>``) offers one as ``perf_clock``
     (a ``time.perf_counter``-like function reading the device's timeline, as its event timer would), else None: the
     host's wall clock, read after a sync. A module whose clock does not see what a compiled graph runs says so
-    (``perf_clock_sees_compiled = False``: the pretend device's compiled graphs run on the CPU underneath, past its
-    dispatch): in mode compile, None. The perf phase (``Adapter.perf_clock``) and the repro script's timed repeats
+    (``perf_clock_sees_compiled = False``: a backend written in Python, whose compiled graphs run on the CPU
+    underneath, past its dispatch): in mode compile, None. The perf phase (``Adapter.perf_clock``) and the repro script's timed repeats
     read the same, so ``bisect --metric`` compares like with like."""
     if device_type == "cpu":
         return None
