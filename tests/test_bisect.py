@@ -412,8 +412,8 @@ def test_a_step_that_times_out_ends_its_whole_process_group(tmp_path):
         f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
         "time.sleep(60)\n"
     )
-    verdict, note = run_repro(Path(sys.executable), script, [], timeout_s=1)
-    assert (verdict, note) == ("FAIL(other)", "timed out after 1 s")
+    verdict, note, said = run_repro(Path(sys.executable), script, [], timeout_s=1)
+    assert (verdict, note, said) == ("FAIL(other)", "timed out after 1 s", {})
     child, deadline = int(pid_file.read_text()), time.monotonic() + 5
     while running(child) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -416,16 +416,17 @@ def run(func, args, kwargs):
     inputs = {id(t._data): t for t in leaves if isinstance(t, PretendTensor)}
     plain = {id(t) for t in leaves if isinstance(t, torch.Tensor) and not isinstance(t, PretendTensor)}
     out = func(*_map(_to_cpu, args), **_map(_to_cpu, kwargs))
+    results = _leaves(out, [])
     if not func.is_view:  # a view launches nothing: it is the same data, described again
-        nbytes = _nbytes(leaves + _leaves(out, []))
+        nbytes = _nbytes(leaves + results)
         if nbytes is not None:  # None: torch.compile tracing with symbolic shapes, nothing runs on the device
             _state().clock.kernel(nbytes)
     if faults.past_length is not None and sequence_length(faults.names[0], args, kwargs) >= faults.past_length:
-        for tensor in _leaves(out, []):  # a KV-cache or long-context bug: wrong from that length on
+        for tensor in results:  # a KV-cache or long-context bug: wrong from that length on
             if isinstance(tensor, torch.Tensor):
                 _wrong(tensor)
     if faults.wrong:
-        for tensor in _leaves(out, []):
+        for tensor in results:
             if isinstance(tensor, torch.Tensor) and faults.off_by is not None:
                 _off_by(tensor, faults.off_by)
             elif isinstance(tensor, torch.Tensor):

@@ -241,7 +241,8 @@ class Overlays:
             raise InstallError(f"the overlay environment could not be started: {exc}") from None
         except children.ChildFailed as exc:
             raise InstallError(f"the overlay environment could not report its packages: {exc}") from None
-        wrong = {n: (seen or {}).get(n) for n, v in pins.items() if (seen or {}).get(n) != v}
+        seen = seen if isinstance(seen, dict) else {}
+        wrong = {n: seen.get(n) for n, v in pins.items() if seen.get(n) != v}
         if wrong:
             raise InstallError(f"the overlay environment shows {wrong} instead of the pins {pins}")
 

@@ -46,6 +46,7 @@ from pathlib import Path
 
 from ..analysis import perf
 from ..probe import provenance
+from ..probe.reproduce import KEEP_CONFIG_VAR, PERF_VAR  # what a step tells its repro script: keep, time
 from ..record import schema
 from .envs import InstallError, Overlays, conflicts, locked
 from .releases import Release, between, releases_of
@@ -63,11 +64,6 @@ FOUND, FLAKY, NOT_REPRODUCED, NO_PACKAGE, SAME, SETTING = (
 #: The labels of a step of ``bisect --metric`` (its verdict, in the search's terms): no slower than end A, or
 #: slower beyond noise.
 AS_A, SLOWER = "as A", "slower"
-#: Tells a repro script to time repeats after its PASS (``reproduce.PERF_VAR``): the number of repeats.
-PERF_VAR = "MODEL_SUPPORT_REPRO_PERF"
-#: Tells a repro script to keep this environment's backend configuration (``reproduce.KEEP_CONFIG_VAR``): a step
-#: sets the configuration of the end it stands for.
-KEEP_CONFIG_VAR = "MODEL_SUPPORT_REPRO_KEEP_CONFIG"
 #: What an answer's ``status`` means (docs/bisect.md says the same).
 STATUS_HELP = {
     FOUND: "the package and the two releases around the change are named",
@@ -116,23 +112,11 @@ def run_repro(
     timeout_s: float,
     cwd: Path | None = None,
     env: dict[str, str] | None = None,
-) -> tuple[str | None, str | None]:
-    """(verdict, note) of one run of a repro script, in a process group of its own: the status of its JSON
-    line; a timeout (the whole group ended) or a killed process is FAIL(other), as the sweep records them; no
-    JSON line is no verdict (note: why). ``env``: the step's environment (``step_env``), else this one's."""
-    verdict, note, _said = run_repro_line(python, script, args, timeout_s, cwd, env)
-    return verdict, note
-
-
-def run_repro_line(
-    python: Path,
-    script: Path,
-    args: list[str],
-    timeout_s: float,
-    cwd: Path | None = None,
-    env: dict[str, str] | None = None,
 ) -> tuple[str | None, str | None, dict]:
-    """``run_repro``, with the script's JSON line (its ``perf`` timing among it; {} where it printed none)."""
+    """(verdict, note, its JSON line) of one run of a repro script, in a process group of its own: the status of
+    its JSON line; a timeout (the whole group ended) or a killed process is FAIL(other), as the sweep records
+    them; no JSON line is no verdict (note: why). The line holds the script's ``perf`` timing where asked ({}
+    where it printed none). ``env``: the step's environment (``step_env``), else this one's."""
     with subprocess.Popen(
         [str(python), str(script), *args],
         stdout=subprocess.PIPE,
@@ -325,7 +309,7 @@ class Bisector:
         if job.metric:  # the script times repeats after its PASS
             env = {**(os.environ if env is None else env), PERF_VAR: str(job.repeats)}
         ready = time.monotonic()
-        verdict, note, said = run_repro_line(python, script, job.row.args, job.row.timeout_s, script.parent, env)
+        verdict, note, said = run_repro(python, script, job.row.args, job.row.timeout_s, script.parent, env)
         seconds = round(time.monotonic() - ready, 2)  # the repro script's run
         if job.metric and verdict is not None:
             entry["ran"] = verdict  # the script's own verdict, beside the label
