@@ -18,28 +18,35 @@ BEFORE = {"org/m1": "PASS", "org/m2": "PASS", "org/m3": "FAIL(gen)", "org/m5": "
 AFTER = {"org/m1": "PASS", "org/m2": "FAIL(gen)", "org/m3": "FAIL(gen)", "org/m4": "FAIL(load)", "org/m5": "PASS"}
 
 
+def _sweep(data, sweep_id: str, day: int, defined: list[str], rows: dict[str, str], excluded=()) -> None:
+    """A sweep of ready-made records: ``defined`` its definition's models, ``rows`` their verdicts, ``excluded``
+    the models it excluded (an excluded row, the environment's doing)."""
+    SweepMeta(
+        sweep_id=sweep_id,
+        name="nightly",
+        created_at=f"2026-12-0{day}T00:00:00+00:00",
+        probe={},
+        models=[ModelEntry(m) for m in defined],
+    ).write(store.sweep_dir(data, sweep_id))
+    for model_id, status in rows.items():
+        record = schema.empty_record(
+            sweep_id=sweep_id,
+            model_id=model_id,
+            status=status,
+            device_type="cpu",
+            failure_signature=None if status == "PASS" else "RuntimeError: boom",
+            numerics="match" if status == "PASS" else None,
+        )
+        store.store_result(data, sweep_id, record, None, "")
+    for model_id in excluded:
+        store.store_exclusion(data, sweep_id, model_id, "no access to the gated repo", "")
+    store.compact(data, sweep_id)
+
+
 @pytest.fixture
 def sweeps(tmp_path):
     for day, (sweep_id, statuses) in enumerate(((A, BEFORE), (B, AFTER)), 4):
-        SweepMeta(
-            sweep_id=sweep_id,
-            name="nightly",
-            created_at=f"2026-12-0{day}T00:00:00+00:00",
-            probe={},
-            models=[ModelEntry(m) for m in statuses],
-        ).write(store.sweep_dir(tmp_path, sweep_id))
-        for model_id, status in statuses.items():
-            failed = status != "PASS"
-            record = schema.empty_record(
-                sweep_id=sweep_id,
-                model_id=model_id,
-                status=status,
-                device_type="cpu",
-                failure_signature="RuntimeError: boom" if failed else None,
-                numerics=None if failed else "match",
-            )
-            store.store_result(tmp_path, sweep_id, record, None, "")
-        store.compact(tmp_path, sweep_id)
+        _sweep(tmp_path, sweep_id, day, list(statuses), statuses)
     return tmp_path
 
 
@@ -52,7 +59,7 @@ def expect(tmp_path, text: str):
 def test_new_failures_and_regressions_fail_the_gate_and_expectations_make_them_known(sweeps, tmp_path):
     found = gate.gate(sweeps, A, B, ["new-failures"])
     assert found.failing == [
-        "new failure: org/m2 [eager+dynamic]: PASS -> FAIL(gen): RuntimeError: boom",
+        "regression: org/m2 [eager+dynamic]: PASS -> FAIL(gen): RuntimeError: boom",  # a regression is new too
         "new failure: org/m4 [eager+dynamic]: not in " + A + " -> FAIL(load): RuntimeError: boom",
     ]  # m3 failed before too: not new; m5 passes now
     assert [line.split(":")[1] for line in gate.gate(sweeps, A, B, ["regressions"]).failing] == [
@@ -98,13 +105,13 @@ def test_the_command_exits_1_naming_the_model_and_0_when_every_failure_is_expect
     assert ok.returncode == 0 and "gate (new-failures): passed" in ok.stdout, ok.stderr
     one = subprocess.run([*base, "--expect", str(tmp_path / "some.yaml")], capture_output=True, text=True)
     assert one.returncode == 1 and "new failure: org/m4 [eager+dynamic]" in one.stdout
-    assert "gate (new-failures): FAILED, 1 regression(s)" in one.stdout
+    assert "gate (new-failures): FAILED: 1 new failure" in one.stdout
 
 
 def test_a_bad_expectations_file_and_an_unknown_gate_are_one_sentence(tmp_path):
     with pytest.raises(UserError, match="2 mistakes: .*verdict 'FAIL' is not one of .*an expectation needs a reason"):
         expect(tmp_path, "org/a: {verdict: FAIL, reason: r}\norg/b: {verdict: PASS}\n")
-    with pytest.raises(UserError, match="'speed' is not one of regressions, new-failures, perf"):
+    with pytest.raises(UserError, match="'speed' is not one of regressions, new-failures, dropped, perf"):
         gate.gate(tmp_path, "a", "b", ["speed"])
 
 
@@ -154,3 +161,49 @@ def test_a_definitions_expectations_and_reruns_are_checked_before_anything_runs(
     assert params.expectations["entries"]["org/m"]["until"] == "2027-01-31"  # JSON for sweep.json
     with pytest.raises(UserError, match=r"2 mistakes: .*e.yaml: org/n: verdict 'FAIL' is not one of"):
         expectations.from_meta(params.expectations)
+
+
+def test_nothing_vanishes_silently_an_unfinished_sweep_fails_and_exclusions_count_in_neither_direction(tmp_path):
+    """Why 2 and 7: a model with a verdict in A and none in B is named (dropped by the definition: failing only
+    ``--fail-on dropped``; left to run: failing every gate, with how to finish it; no row and no definition to say
+    why: vanished, a regression); a model excluded in A and failing in B counts in neither direction."""
+    before = {"org/kept": "PASS", "org/todo": "PASS", "org/dropped": "PASS", "org/gone": "FAIL(gen)"}
+    _sweep(tmp_path, A, 4, list(before) + ["org/excl"], before, excluded=["org/excl"])
+    after = {"org/kept": "PASS", "org/excl": "FAIL(gen)", "org/gone": "FAIL(gen)"}
+    _sweep(tmp_path, B, 5, ["org/kept", "org/todo", "org/excl", "org/gone"], after)
+    found = gate.gate(tmp_path, A, B, ["regressions"])
+    assert found.failing == [f"not run: org/todo [eager+dynamic]: {B} has not run it yet"]
+    assert found.to_run == [("org/todo", "eager+dynamic")]
+    assert f"finish it with `model-support sweep --resume {B}`" in found.notes[-1]
+    assert f"dropped: org/dropped [eager+dynamic]: PASS in {A}, left out of {B}'s definition" in found.notes
+    assert f"excluded: org/excl [eager+dynamic]: excluded in {A} (no access to the gated repo)" in found.notes
+    assert not any("org/excl" in line for line in found.failing)
+    assert any(line.startswith("dropped: org/dropped") for line in gate.gate(tmp_path, A, B, ["dropped"]).failing)
+    for line in found.failing + found.notes:
+        assert "org/kept" not in line
+    import shutil
+
+    shutil.rmtree(tmp_path / "sweeps")  # the dataset alone: no definition says why a row is missing
+    pulled = gate.gate(tmp_path, A, B, ["regressions"])
+    assert sorted(pulled.failing) == [
+        f"vanished: org/dropped [eager+dynamic]: PASS in {A}, no row in {B} and nothing says why",
+        f"vanished: org/todo [eager+dynamic]: PASS in {A}, no row in {B} and nothing says why",
+    ]
+    assert pulled.summary() == "FAILED: 2 vanished"
+
+
+def test_an_expectation_of_a_pass_is_met_by_a_pass_in_the_gate_and_the_report_alike(sweeps, tmp_path):
+    """Why 8: ``verdict: PASS`` was "unexpectedly passing" in the gate and nothing in the report."""
+    from model_support.analysis import decision, expectations
+
+    known = expect(tmp_path, "org/m1: {verdict: PASS, reason: passes since torch 2.13}\n")
+    found = gate.gate(sweeps, A, B, ["regressions"], known)
+    assert not any("org/m1" in line for line in found.notes + found.failing)
+    table = expectations.standing(decision.read_runs(sweeps, B).runs, known)
+    assert "org/m1" not in table["model_id"].to_list()
+
+
+def test_the_perf_gate_that_compared_nothing_fails(sweeps):
+    """Why 2: two sweeps with nothing timed in both used to pass with a "0 run(s) timed" note."""
+    found = gate.gate(sweeps, A, B, ["perf"])
+    assert found.failed and found.failing[-1].startswith("perf: nothing compared: no run is a PASS timed alike")

@@ -304,7 +304,7 @@ def _sweep(params_file, data_dir, workers, executor, prefetch, resume, report, p
     "--fail-on",
     default="regressions,new-failures",
     show_default=True,
-    help="The gates that fail the night: regressions, new-failures, perf (comma-separated).",
+    help="The gates that fail the night: regressions, new-failures, dropped, perf (comma-separated).",
 )
 @click.option(
     "--expect", type=click.Path(path_type=Path), default=None, help="Expected verdicts (YAML) over the definition's."
@@ -506,9 +506,7 @@ def diff(sweep_a, sweep_b, data_dir, fail_on, perf_threshold, expect_file):
     for line in result.failing:
         click.echo(line)
     if gates:
-        click.echo(
-            f"gate ({', '.join(gates)}): {'FAILED, ' + str(len(result.failing)) + ' regression(s)' if result.failed else 'passed'}"
-        )
+        click.echo(f"gate ({', '.join(gates)}): {result.summary()}")
     if result.failed:
         raise SystemExit(1)
 

@@ -18,6 +18,7 @@ import polars as pl
 
 from . import fileio
 from .analysis import expectations as expected_mod
+from .analysis import flakes
 from .analysis import gate as gate_mod
 from .analysis import perf as perf_mod
 from .bisect import stacks as bisect_stacks
@@ -93,7 +94,7 @@ def after_sweep(
     meta = store.read_sweep(data_dir, sweep_id)
     for path in write_exports(data_dir, sweep_id):
         log(f"export:   {path}")
-    baseline = meta.baseline or None
+    baseline = flakes.baseline_id(data_dir, meta)  # the one rule: recorded by the sweep, else the last of its name
     status = 0
     if baseline is None:
         log(f"No earlier sweep named {meta.name!r} on this device: nothing to gate against (the next night will).")
@@ -106,9 +107,11 @@ def after_sweep(
             log(f"  {line}")
         for line in result.failing:
             log(f"  {line}")
+        log(f"  gate: {result.summary()}")
         if result.failed:
             status = 1
-            drafts = _draft(data_dir, meta.name, baseline, sweep_id, result.changes, bisect, find_links, log)
+            failures = [c for c in result.changes if c["after"]]  # a vanished run has no failure to report
+            drafts = _draft(data_dir, meta.name, baseline, sweep_id, failures, bisect, find_links, log)
             for path in drafts:
                 log(f"drafted:  {path}")
         else:

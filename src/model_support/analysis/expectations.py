@@ -115,58 +115,39 @@ def from_meta(expect: dict | None) -> dict[str, Expectation]:
     return parse(expect["entries"], str(expect.get("file") or "sweep.json expect"))
 
 
-def expired(expectations: dict[str, Expectation], today: _dt.date | None = None) -> set[str]:
-    """The models whose expectation's ``until`` is past."""
-    today = today or _dt.datetime.now(_dt.UTC).date()
-    return {m for m, e in expectations.items() if e.until is not None and e.until < today}
-
-
-def verdict_of(status: str | None, suspect: bool) -> str | None:
-    """A run's verdict as an expectation names it: a suspect PASS apart from a clean one."""
-    return SUSPECT_PASS if status == schema.PASS and suspect else status
-
-
-def judge(
-    model_id: str, verdict: str | None, expectations: dict[str, Expectation], gone: set[str]
-) -> tuple[str | None, Expectation | None]:
-    """How one run (its ``verdict_of``) stands: (``KNOWN``, ``UNEXPECTED``, ``UNEXPECTEDLY_PASSING`` or None for
-    a clean PASS nobody expected to fail, its live expectation). ``gone``: the expired ones (``expired``)."""
-    expected = expectations.get(model_id) if model_id not in gone else None
-    if verdict == schema.PASS:
-        return (UNEXPECTEDLY_PASSING, expected) if expected and expected.verdict != verdict else (None, None)
-    if expected and expected.verdict == verdict:
-        return KNOWN, expected
-    return UNEXPECTED, expected
-
-
 #: The kinds ``standing`` sorts a sweep's runs into, in the order the report lists them.
 STANDINGS = (UNEXPECTED, KNOWN, "flaky", UNEXPECTEDLY_PASSING, "expired expectation")
 
 
-def standing(
-    outcomes: dict[tuple[str, str], tuple[str | None, bool]],
-    expectations: dict[str, Expectation],
-    flaky: dict[tuple[str, str], str] | None = None,
-    today: _dt.date | None = None,
-):
-    """A sweep's runs against its expectations, for the report: kind (``STANDINGS``: new failures, known failures
-    with their reason, flaky runs (attempts that disagreed: neither), unexpectedly passing ("remove the
-    expectation"), expired expectations), model_id, variant, verdict, expected, reason. A clean PASS nobody
-    expected to fail is not listed. ``outcomes``: {(model, variant): (status, suspect)}."""
+def standing(runs: dict, expectations: dict[str, Expectation], today: _dt.date | None = None):
+    """A sweep's runs against its expectations, for the report, by the gate's own decision (``analysis.decision``,
+    each run against no baseline): kind (``STANDINGS``: new failures, known failures with their reason, flaky runs
+    (a clean PASS among the attempts: neither), unexpectedly passing ("remove the expectation"), expired
+    expectations), model_id, variant, verdict, expected, reason. A clean PASS nobody expected to fail, or expected
+    to pass, is not listed. ``runs``: ``decision.read_runs(...).runs``."""
     import polars as pl
 
-    flaky = flaky or {}
-    gone = expired(expectations, today)
-    rows: list[tuple[str, str, str | None, str | None, str | None, str | None]] = []
-    for (model_id, variant), (status, suspect) in sorted(outcomes.items()):
-        verdict = verdict_of(status, suspect)
-        kind, expected = judge(model_id, verdict, expectations, gone)
-        if (model_id, variant) in flaky and kind != KNOWN:
-            kind = "flaky"
-        if kind is None:
+    from . import decision
+
+    today = today or _dt.datetime.now(_dt.UTC).date()
+    in_force, gone = decision.live(expectations, today)
+    words = {
+        decision.NEW_FAILURE: UNEXPECTED,
+        decision.EXPECTED: KNOWN,
+        decision.FLAKY: "flaky",
+        decision.UNEXPECTEDLY_PASSING: UNEXPECTEDLY_PASSING,
+    }
+    rows: list[tuple[str, str | None, str | None, str | None, str | None, str | None]] = []
+    for (model_id, variant), run in sorted(runs.items()):
+        if not run.has_verdict:
             continue
-        reason = expected.reason if expected else (f"attempts: {flaky[model_id, variant]}" if kind == "flaky" else None)
-        rows.append((kind, model_id, variant, verdict, expected.verdict if expected else None, reason))
+        expected = in_force.get(model_id)
+        change = decision.decide(model_id, variant, decision.Run(decision.NO_ROW), run, expected)
+        kind = words.get(change.kind)
+        if kind is None or (kind == KNOWN and run.passes):
+            continue
+        reason = expected.reason if expected else (f"attempts: {run.flaky}" if kind == "flaky" else None)
+        rows.append((kind, model_id, variant, run.state, expected.verdict if expected else None, reason))
     for model_id in sorted(gone):
         e = expectations[model_id]
         rows.append(("expired expectation", model_id, None, None, e.verdict, f"{e.reason} (until {e.until})"))

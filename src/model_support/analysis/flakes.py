@@ -2,7 +2,7 @@
 
 Why here: the sweep room does not read the dataset's tables, and the baseline must be the one the sweep's report
 picks (``previous_sweep_id``: the last sweep of the same name and device with results) and be read as the diff reads
-a sweep (``diff._outcomes``: the latest run of each (model, variant); suspect by ``pass_check_col``). The CLI hands
+a sweep (``decision.read_runs``: the latest run of each (model, variant); suspect by ``pass_check_col``). The CLI hands
 ``baseline_for`` to ``sweep.runner.run``.
 """
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import polars as pl
 
-from ..record import store
+from ..record import schema
 from ..record.sweep_meta import SweepMeta
-from . import diff
+from . import decision
 from .frames import SUSPECT_CHECKS, pass_check_col
 from .history import SWEEP_CACHE, previous_sweep_id, sweep_index
 
@@ -40,19 +40,29 @@ class Baseline:
 
 
 def outcomes(data_dir: Path | str, sweep_id: str) -> dict[tuple[str, str], tuple[str | None, bool]]:
-    """{(model, variant): (status, suspect)} of a sweep's results, as the diff reads them."""
-    rows = diff._outcomes(store.scan(Path(data_dir), "results"), sweep_id).collect()
+    """{(model, variant): (status, suspect)} of a sweep's verdicts, as the gate reads them (``decision.read_runs``)."""
+    from .decision import SUSPECT_PASS
+
     return {
-        (r["model_id"], r["variant"]): (r["status"], r["check"] in SUSPECT_CHECKS) for r in rows.iter_rows(named=True)
+        key: (schema.PASS, True) if run.state == SUSPECT_PASS else (run.state, False)
+        for key, run in decision.read_runs(data_dir, sweep_id).runs.items()
+        if run.has_verdict
     }
 
 
-def baseline_for(data_dir: Path | str, meta: SweepMeta, device_type: str) -> Baseline | None:
-    """The baseline of sweep ``meta`` (running on ``device_type``): the one it recorded (``meta.baseline``; "" for
-    none), else the report's default (``previous_sweep_id``); None when there is none."""
+def baseline_id(data_dir: Path | str, meta: SweepMeta, device_type: str | None = None) -> str | None:
+    """The one rule for a sweep's baseline: the one it recorded (``meta.baseline``; "" for none), else the last
+    sweep of the same name and device with results (``previous_sweep_id``, the report's default); None for none.
+    ``device_type``: the sweep's own, where its rows do not say it yet (a sweep starting)."""
     data_dir = Path(data_dir)
-    chosen = meta.baseline
-    if chosen is None:
-        sweeps = sweep_index(data_dir, cache_dir=data_dir / SWEEP_CACHE)
-        chosen = previous_sweep_id(sweeps, meta.sweep_id, device_type) or ""
+    if meta.baseline is not None:
+        return meta.baseline or None
+    sweeps = sweep_index(data_dir, cache_dir=data_dir / SWEEP_CACHE)
+    return previous_sweep_id(sweeps, meta.sweep_id, device_type)
+
+
+def baseline_for(data_dir: Path | str, meta: SweepMeta, device_type: str) -> Baseline | None:
+    """The baseline of sweep ``meta`` (running on ``device_type``, ``baseline_id``) and its outcomes; None when there
+    is none."""
+    chosen = baseline_id(data_dir, meta, device_type)
     return Baseline(chosen, outcomes(data_dir, chosen)) if chosen else None

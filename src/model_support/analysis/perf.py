@@ -1,9 +1,9 @@
 """Performance between two sweeps, beyond noise: what the gate (``--fail-on perf``) and the report say.
 
 Why a rule and not a plain percentage: one sweep's timing of a model moves by a few per cent from run to run
-(the host's load, the allocator, the clocks), so a change counts only when the median moved by more than the
-threshold *and* the two sweeps' repeats do not overlap (every repeat of one beyond every repeat of the other).
-Each PASS carries its repeats (``ttft_s_repeats``, ``tpot_s_repeats``, ``perf_tokens_per_s_repeats``: the
+(the host's load, the allocator, the clocks), so a change counts only when two like runs' medians moved by more than
+the threshold *and* beyond the noise of both sweeps' repeats: the rule is ``analysis.decision``'s (``perf_change``,
+``compare_repeats``), the one decision every reader shares. Each PASS carries its repeats (``ttft_s_repeats``, ``tpot_s_repeats``, ``perf_tokens_per_s_repeats``: the
 record's ``perf`` group, measured in the device phase by ``probe.performance``). Where the census timed the
 operators (``ops_device_s``, eager modes on a device whose calls are synchronous), a slowdown names the
 operator whose time grew the most.
@@ -11,7 +11,6 @@ operator whose time grew the most.
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 
 import polars as pl
@@ -19,6 +18,7 @@ import polars as pl
 from ..errors import UserError
 from ..probe import probe_params
 from ..record import schema, store
+from . import decision
 from .diff import KEY
 from .frames import Frame, _sweep_rows, variant_col
 
@@ -43,6 +43,8 @@ COLUMNS = (
     "ops",
     "ops_device_s",
     "ops_time_source",
+    "perf_note",
+    *(f for f in decision.LIKE if f != "perf_clock"),
 )
 #: The per-model table's columns (the report's performance section), in order.
 TABLE_COLUMNS = (
@@ -84,29 +86,55 @@ def _latest_passes(results: Frame, sweep_id: str, columns) -> pl.LazyFrame:
         .sort("started_at", nulls_last=False)
         .unique(KEY, keep="last", maintain_order=False)
         .filter(pl.col("status") == schema.PASS)
+        .with_columns(clock_col())
     )
 
 
-def _spread(values: list[float]) -> float | None:
-    """(max - min) / median, as the probe's ``performance.spread``."""
-    middle = statistics.median(values) if values else 0.0
-    return (max(values) - min(values)) / middle if middle > 0 else None
+def clock_col() -> pl.Expr:
+    """Which clock timed a run's repeats, read from its ``perf_note`` (the probe names it there): ``device`` (the
+    backend's own timeline), ``host`` (the host's wall clock after a sync), or null where not said."""
+    note = pl.col("perf_note")
+    return (
+        pl.when(note.str.contains("device's own clock", literal=True))
+        .then(pl.lit("device"))
+        .when(note.str.contains("host's wall clock", literal=True))
+        .then(pl.lit("host"))
+        .otherwise(None)
+        .alias("perf_clock")
+    )
 
 
-def direction(
-    a: float, b: float, ra: list[float], rb: list[float], more_is_better: bool, threshold: float
-) -> str | None:
-    """ "slower" or "faster" when the median moved from ``a`` to ``b`` by more than ``threshold`` (relative) with
-    the repeats ``ra`` and ``rb`` apart (every one of one side beyond every one of the other), else None (noise):
-    the gate's rule, and the label of each step of ``bisect --metric``."""
-    change = (b - a) / a
-    up, apart_up, apart_down = change > threshold, min(rb) > max(ra), max(rb) < min(ra)
-    down = -change > threshold
-    if (down and apart_down) if more_is_better else (up and apart_up):
-        return "slower"
-    if (up and apart_up) if more_is_better else (down and apart_down):
-        return "faster"
-    return None
+def direction(ra: list[float], rb: list[float], more_is_better: bool, threshold: float) -> str | None:
+    """ "slower" or "faster" when the repeats ``rb`` moved from ``ra`` beyond the threshold and beyond noise
+    (``decision.compare_repeats``: the gate's rule), else None: the label of each step of ``bisect --metric``."""
+    moved = decision.compare_repeats(ra, rb, more_is_better, threshold).kind
+    return moved if moved in (decision.SLOWER, decision.FASTER) else None
+
+
+def compare_runs(then: dict, now: dict, threshold: float, ignore: tuple[str, ...] = ()) -> tuple[str, list, str]:
+    """Two PASS rows of one (model, variant) (``_latest_passes``): (kind, the metrics' ``MetricChange``s, why).
+    Not comparable when either was not timed or they are unlike (``decision.unlike``, less the fields in
+    ``ignore``: the stack, between the stacks of one sweep); slower when a metric got slower beyond noise, faster
+    when one got faster and none slower, within noise otherwise."""
+    timed = [bool(r.get("tpot_s_repeats")) for r in (then, now)]
+    if not all(timed):
+        where = " or ".join(s for s, t in zip(("A", "B"), timed) if not t)
+        note = (now if not timed[1] else then).get("perf_note") or "no repeats"
+        return decision.NOT_COMPARABLE, [], f"not timed in {where} ({note})"
+    differs = decision.unlike(
+        {k: v for k, v in then.items() if k not in ignore}, {k: v for k, v in now.items() if k not in ignore}
+    )
+    if differs:
+        return decision.NOT_COMPARABLE, [], "; ".join(differs)
+    found = [
+        decision.compare_repeats(then[repeats] or [], now[repeats] or [], more_is_better, threshold, metric)
+        for metric, (repeats, more_is_better) in METRICS.items()
+    ]
+    kinds = {m.kind for m in found}
+    for kind in (decision.SLOWER, decision.FASTER, decision.WITHIN_NOISE):
+        if kind in kinds:
+            return kind, found, "; ".join(m.why for m in found if m.why)
+    return decision.NOT_COMPARABLE, found, "; ".join(m.why for m in found if m.why)
 
 
 def _grew_most(before: dict, after: dict) -> str | None:
@@ -123,55 +151,68 @@ def _grew_most(before: dict, after: dict) -> str | None:
     return f"{op} +{growth[op]:.4f} s" if op is not None and growth[op] > 0 else None
 
 
-def changes(data_dir: Path | str, before_id: str, after_id: str, threshold: float = DEFAULT_THRESHOLD) -> pl.DataFrame:
-    """Every (model, variant, metric) whose median moved by more than ``threshold`` with the two sweeps' repeat
-    ranges apart, slower or faster: model_id, variant, metric, direction (slower / faster), before, after,
-    change (relative, signed as the metric moved), spread_before, spread_after, operator (the one whose time grew
-    most, for a slowdown where both census were timed). Models that are not a PASS with repeats in both are
-    left out."""
+def run_changes(
+    data_dir: Path | str, before_id: str, after_id: str, threshold: float = DEFAULT_THRESHOLD
+) -> list[dict]:
+    """Every (model, variant) that is a PASS in both sweeps and timed in at least one, decided (``compare_runs``):
+    model_id, variant, kind (``decision.PERF_KINDS``), metrics (``MetricChange``s), why, then and now (the rows)."""
     results = store.scan(Path(data_dir), "results")
     before, after = pl.collect_all([_latest_passes(results, before_id, ()), _latest_passes(results, after_id, ())])
     was = {(r["model_id"], r["variant"]): r for r in before.iter_rows(named=True)}
     found = []
     for now in sorted(after.iter_rows(named=True), key=lambda r: (r["model_id"], r["variant"])):
         then = was.get((now["model_id"], now["variant"]))
-        if then is None:
+        if then is None or not (then.get("tpot_s_repeats") or now.get("tpot_s_repeats")):
             continue
-        for metric, (repeats, more_is_better) in METRICS.items():
-            a, b, ra, rb = then[metric], now[metric], then[repeats] or [], now[repeats] or []
-            if not a or not b or not ra or not rb:
+        kind, metrics, why = compare_runs(then, now, threshold)
+        found.append(
+            {"model_id": now["model_id"], "variant": now["variant"], "kind": kind, "metrics": metrics}
+            | {"why": why, "then": then, "now": now}
+        )
+    return found
+
+
+#: ``changes``' columns.
+CHANGE_SCHEMA = {
+    "model_id": pl.String,
+    "variant": pl.String,
+    "metric": pl.String,
+    "direction": pl.String,
+    "before": pl.Float64,
+    "after": pl.Float64,
+    "change": pl.Float64,
+    "spread_before": pl.Float64,
+    "spread_after": pl.Float64,
+    "operator": pl.String,
+}
+
+
+def changes(data_dir: Path | str, before_id: str, after_id: str, threshold: float = DEFAULT_THRESHOLD) -> pl.DataFrame:
+    """Every (model, variant, metric) of two like runs whose median moved beyond the threshold and the noise,
+    slower or faster (``run_changes``): model_id, variant, metric, direction (slower / faster), before, after, change
+    (relative, signed as the metric moved), spread_before, spread_after, operator (the one whose time grew most, for
+    a slowdown where both census were timed)."""
+    found = []
+    for run in run_changes(data_dir, before_id, after_id, threshold):
+        for m in run["metrics"]:
+            if m.kind not in (decision.SLOWER, decision.FASTER):
                 continue
-            change = (b - a) / a
-            moved = direction(a, b, ra, rb, more_is_better, threshold)
-            worse = moved == "slower"
-            if moved:
-                found.append(
-                    {
-                        "model_id": now["model_id"],
-                        "variant": now["variant"],
-                        "metric": metric,
-                        "direction": "slower" if worse else "faster",
-                        "before": a,
-                        "after": b,
-                        "change": change,
-                        "spread_before": _spread(ra),
-                        "spread_after": _spread(rb),
-                        "operator": _grew_most(then, now) if worse else None,
-                    }
-                )
-    schema_ = {
-        "model_id": pl.String,
-        "variant": pl.String,
-        "metric": pl.String,
-        "direction": pl.String,
-        "before": pl.Float64,
-        "after": pl.Float64,
-        "change": pl.Float64,
-        "spread_before": pl.Float64,
-        "spread_after": pl.Float64,
-        "operator": pl.String,
-    }
-    return pl.DataFrame(found, schema=schema_)
+            repeats = METRICS[m.metric][0]
+            found.append(
+                {
+                    "model_id": run["model_id"],
+                    "variant": run["variant"],
+                    "metric": m.metric,
+                    "direction": m.kind,
+                    "before": m.before,
+                    "after": m.after,
+                    "change": m.change,
+                    "spread_before": decision.spread(run["then"][repeats] or []),
+                    "spread_after": decision.spread(run["now"][repeats] or []),
+                    "operator": _grew_most(run["then"], run["now"]) if m.kind == decision.SLOWER else None,
+                }
+            )
+    return pl.DataFrame(found, schema=CHANGE_SCHEMA)
 
 
 def slower(data_dir: Path | str, before_id: str, after_id: str, metric: str, threshold: float) -> list[dict]:
@@ -181,23 +222,21 @@ def slower(data_dir: Path | str, before_id: str, after_id: str, metric: str, thr
     return found.filter((pl.col("metric") == metric) & (pl.col("direction") == "slower")).to_dicts()
 
 
-def compared(data_dir: Path | str, before_id: str, after_id: str) -> int:
-    """How many (model, variant) runs both sweeps timed (a PASS with repeats in each): what the gate compared."""
-    results = store.scan(Path(data_dir), "results")
-    before, after = pl.collect_all(
-        [_latest_passes(results, s, ()).filter(pl.col("tpot_s_repeats").is_not_null()) for s in (before_id, after_id)]
-    )
-    return before.select(KEY).join(after.select(KEY), on=KEY).height
-
-
-def regression_line(row: dict) -> str:
-    """One line per slowdown: model, metric, before, after, change, spread, and the operator whose time grew."""
-    where = f"; grew most: {row['operator']}" if row["operator"] else "; operator time not measured"
+def regression_line(run: dict) -> str:
+    """One line per slower run, its slower metrics listed: before, after, change, spread, and the operator whose
+    time grew most."""
+    grew = _grew_most(run["then"], run["now"])
+    where = f"; grew most: {grew}" if grew else "; operator time not measured"
     spread = lambda s: f"{s:.1%}" if s is not None else "-"  # noqa: E731
-    return (
-        f"slower: {row['model_id']} [{row['variant']}]: {row['metric']} {row['before']:.4g} -> {row['after']:.4g} "
-        f"({row['change']:+.1%}; spread {spread(row['spread_before'])} -> {spread(row['spread_after'])}){where}"
-    )
+    parts = []
+    for m in run["metrics"]:
+        if m.kind == decision.SLOWER:
+            repeats = METRICS[m.metric][0]
+            parts.append(
+                f"{m.metric} {m.before:.4g} -> {m.after:.4g} ({m.change:+.1%}; spread "
+                f"{spread(decision.spread(run['then'][repeats]))} -> {spread(decision.spread(run['now'][repeats]))})"
+            )
+    return f"slower: {run['model_id']} [{run['variant']}]: " + ", ".join(parts) + where
 
 
 def between_stacks(data_dir: Path | str, sweep_id: str, threshold: float = DEFAULT_THRESHOLD) -> pl.DataFrame:
@@ -221,14 +260,12 @@ def between_stacks(data_dir: Path | str, sweep_id: str, threshold: float = DEFAU
     for (model_id, base), on in sorted(runs.items()):
         first = next(s for s in order if s in on)
         for stack in (s for s in order if s in on and s != first):
-            then, now = on[first], on[stack]
-            for metric, (repeats, more_is_better) in METRICS.items():
-                a, b, ra, rb = then[metric], now[metric], then[repeats] or [], now[repeats] or []
-                moved = direction(a, b, ra, rb, more_is_better, threshold) if a and b and ra and rb else None
-                if moved:
+            _, metrics, _ = compare_runs(on[first], on[stack], threshold, ignore=("stack_name",))
+            for m in metrics:
+                if m.kind in (decision.SLOWER, decision.FASTER):
                     found.append(
-                        {"model_id": model_id, "variant": base, "stack": stack, "reference": first, "metric": metric}
-                        | {"direction": moved, "before": a, "after": b, "change": (b - a) / a}
+                        {"model_id": model_id, "variant": base, "stack": stack, "reference": first, "metric": m.metric}
+                        | {"direction": m.kind, "before": m.before, "after": m.after, "change": m.change}
                     )
     columns = ("model_id", "variant", "stack", "reference", "metric", "direction")
     schema_ = {**dict.fromkeys(columns, pl.String), **dict.fromkeys(("before", "after", "change"), pl.Float64)}
@@ -261,15 +298,32 @@ def perf_table(data_dir: Path | str, sweep_id: str, top: int = 3) -> pl.DataFram
 
 
 def gate_lines(data_dir: Path | str, before_id: str, after_id: str, threshold: float) -> tuple[list[str], list[str]]:
-    """The perf gate: (one failing line per slowdown beyond noise, notes: how many runs were compared, and the
-    speed-ups, which never fail it)."""
-    found = changes(data_dir, before_id, after_id, threshold).to_dicts()
-    failing = [regression_line(row) for row in found if row["direction"] == "slower"]
-    faster = sorted({f"{r['model_id']} [{r['variant']}]" for r in found if r["direction"] == "faster"})
+    """The perf gate: (failing lines: one per slower run, its metrics listed, and one when nothing could be
+    compared, since a gate that compared nothing has said nothing; notes: how many runs were compared, the runs
+    not comparable and why, those within noise only because of the noise, and the speed-ups, which never fail it)."""
+    runs = run_changes(data_dir, before_id, after_id, threshold)
+    compared = [r for r in runs if r["kind"] != decision.NOT_COMPARABLE]
+    failing = [regression_line(r) for r in runs if r["kind"] == decision.SLOWER]
+    if not compared:
+        failing.append(
+            f"perf: nothing compared: no run is a PASS timed alike in both {before_id} and {after_id} "
+            "(the perf phase runs on an accelerator, or with -p perf=on)"
+        )
     notes = [
-        f"perf: {compared(data_dir, before_id, after_id)} run(s) timed in both sweeps, compared at a {threshold:.0%} "
-        "threshold with the repeats' ranges apart"
+        f"perf: {len(compared)} run(s) timed alike in both sweeps, compared at a {threshold:.0%} threshold and "
+        f"{decision.NOISE_SIGMAS:g} times the repeats' noise"
     ]
+    notes += [
+        f"perf: not comparable: {r['model_id']} [{r['variant']}]: {r['why']}"
+        for r in runs
+        if r["kind"] == decision.NOT_COMPARABLE
+    ]
+    notes += [
+        f"perf: within noise: {r['model_id']} [{r['variant']}]: {r['why']}"
+        for r in runs
+        if r["kind"] == decision.WITHIN_NOISE and r["why"]
+    ]
+    faster = [f"{r['model_id']} [{r['variant']}]" for r in runs if r["kind"] == decision.FASTER]
     if faster:
         notes.append(f"perf: faster beyond noise: {', '.join(faster)}")
     return failing, notes

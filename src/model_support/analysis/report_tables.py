@@ -186,7 +186,7 @@ def _standing(data_dir: Path | str, sweep_id: str, sweeps: pl.DataFrame) -> dict
     """expectations: the sweep's runs against the expectations its definition named (``analysis.expectations``,
     with its flaky runs apart); streaks: flips and streaks of its models over the sweeps of its name and device
     (``history.model_streaks``), the models that flipped or keep failing."""
-    from . import expectations, flakes, gate
+    from . import decision, expectations
     from .history import model_streaks
 
     folder = store.sweep_dir(Path(data_dir), sweep_id)
@@ -195,7 +195,7 @@ def _standing(data_dir: Path | str, sweep_id: str, sweeps: pl.DataFrame) -> dict
         if (folder / "sweep.json").is_file()
         else {}
     )
-    table = expectations.standing(flakes.outcomes(data_dir, sweep_id), expected, gate._flaky(Path(data_dir), sweep_id))
+    table = expectations.standing(decision.read_runs(data_dir, sweep_id).runs, expected)
     streaks = model_streaks(store.scan(Path(data_dir), "results"), sweeps).filter(
         (pl.col("last_sweep") == sweep_id) & ((pl.col("flips") > 0) | (pl.col("outcome") != "PASS"))
     )

@@ -20,7 +20,7 @@ For each row (model, variant) whose verdict differs between sweep A and sweep B:
 With ``--metric`` (``Job.metric``: tpot_s, ttft_s or perf_tokens_per_s) the question is speed, not the verdict:
 end A runs first and its repeats are the baseline (the repro script times ``Job.repeats`` generations after
 its PASS, ``reproduce.PERF_VAR``); every later step is labelled "as A" or "slower" by the perf gate's rule
-(``analysis.perf.direction``: median worse by more than the threshold and the repeats' ranges apart, so noise
+(``analysis.perf.direction``: median worse by more than the threshold and beyond the repeats' noise, so noise
 is not a change), and the searches above run unchanged on those labels.
 
 A step is the repro script in its own process group, timed alone: a Hub model's files are fetched before
@@ -210,7 +210,7 @@ class Job:
             self.baseline = values
             return AS_A, timing, None
         base = self.baseline
-        moved = perf.direction(statistics.median(base), timing["median"], base, values, more_is_better, self.threshold)
+        moved = perf.direction(base, values, more_is_better, self.threshold)
         return (SLOWER if moved == "slower" else AS_A), timing, None
 
     def setting_changes(self) -> list[SettingChange]:

@@ -285,9 +285,7 @@ class Record(TypedDict):
     ]
     flaky: Annotated[
         bool | None,
-        Col(
-            "verdict", 18, "the attempts gave two verdicts (or suspect-ness): the record is the first that did not pass"
-        ),
+        Col("verdict", 18, "an attempt passed and one did not: the record is the first that did not pass"),
     ]
     pipeline_tag: Annotated[str | None, Col("hub", 3, "the Hub's pipeline tag")]
     library_name: Annotated[str | None, Col("hub", 3, "the Hub's library name")]

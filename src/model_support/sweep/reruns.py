@@ -7,14 +7,14 @@ kept in sweep.json (``baseline``) so a resumed sweep screens against the same on
 
 The rule, per (model, variant): the first attempt's outcome (status, suspect) is compared with the baseline's (a
 run absent from the baseline differs when it does not pass; with no baseline nothing is rerun). A differing run is
-rerun, up to ``reruns`` times, until an attempt disagrees with the others. Still one record per (model, variant):
+rerun, up to ``reruns`` times, until one attempt passed and one did not (``flaky``). Still one record per (model, variant):
 
 - ``attempts`` (JSON text, first first: each attempt's status, suspect, failure_signature, started_at and
   duration_s) on every record that was rerun, null on one run once. JSON rather than a list of verdicts: an attempt
   is more than its verdict (a suspect PASS, the signature it failed with, when), and the column's type stays the
   same when an attempt says more later, as ``repro_settings`` does;
-- ``flaky``: true when the attempts gave two outcomes (a verdict, or a PASS suspect once and clean once), false
-  when every attempt gave the same one (a real change: it counts), null when run once;
+- ``flaky``: true when at least one attempt passed (a clean PASS) and at least one did not (``flaky``), false when
+  none passed or all did (a real change, or the worse of two failures: it counts), null when run once;
 - the record itself (its verdict, error, notebook) is the **first attempt that did not pass** (PASS and not
   suspect), else the first: the worse, so a flaky model is never reported as supported, and its failure's evidence
   (error, traceback, notebook) is the record's. The log holds every attempt's, one after another.
@@ -92,6 +92,13 @@ def _passes(outcome: tuple[str | None, bool]) -> bool:
     return outcome[0] == schema.PASS and not outcome[1]
 
 
+def flaky(outcomes: list[tuple[str | None, bool]]) -> bool:
+    """Flaky means it passed once: at least one attempt a clean PASS and at least one not. Attempts that fail
+    differently (FAIL(load) then FAIL(gen), a failure then a timeout) are no flake: the worse failure counts
+    (``analysis.decision`` reads the attempts by the same rule)."""
+    return any(_passes(o) for o in outcomes) and not all(_passes(o) for o in outcomes)
+
+
 def settle(
     data_dir: Path,
     sweep_id: str,
@@ -112,7 +119,7 @@ def settle(
     outcomes = [screen.outcome(a["record"]) if screen else (a["record"]["status"], False) for a in done]
     before = screen.before(model_id, variant or schema.DEFAULT_VARIANT) if screen else None
     changed = (outcomes[0] != before) if before is not None else not _passes(outcomes[0])
-    disagree = len(set(outcomes)) > 1
+    disagree = flaky(outcomes)
     if screen is not None and changed and not disagree and len(done) < 1 + reruns:
         name = None
         if notebook is not None:

@@ -252,16 +252,17 @@ def _stack_environment(meta: SweepMeta, stack: str, python: str | None = None) -
 def _screening(
     data_dir: Path, meta: SweepMeta, screen: Callable[[SweepMeta, str], reruns.Screen | None] | None, device: str
 ) -> reruns.Screen | None:
-    """The baseline this run's verdicts are screened against (none without ``screen`` or with ``reruns: 0``); the
-    one chosen is kept in sweep.json (``baseline``; "" for none) at the first run, for ``--resume``."""
-    if screen is None or not meta.reruns:
+    """The baseline this run's verdicts are screened against (none without ``screen`` or with ``reruns: 0``). The
+    baseline is chosen at the first run whatever ``reruns`` says and kept in sweep.json (``baseline``; "" for none):
+    the nightly gates against it, and ``--resume`` screens against the same one."""
+    if screen is None or (meta.baseline is not None and not meta.reruns):
         return None
     found = screen(meta, executors.device_kind(device))
     if meta.baseline is None:
         meta.baseline = found.sweep_id if found else ""
         with _writing():
             meta.write(store.sweep_dir(data_dir, meta.sweep_id))
-    return found
+    return found if meta.reruns else None
 
 
 def _device_time(data_dir: Path, meta: SweepMeta, started: float, workers: int) -> dict | None:

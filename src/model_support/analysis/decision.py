@@ -1,0 +1,434 @@
+"""The one decision: how each (model, variant) stands between a baseline sweep A and a later sweep B.
+
+Why one module: the gate a CI runs (``diff --fail-on``), the nightly, the report's standing and the perf
+comparison each used to decide for themselves, and their copies disagreed (an expectation ``verdict: PASS`` was
+"unexpectedly passing" in one and nothing in another; a model excluded in A and failing in B was "new" in one and
+"neither" in another). Here the decision is a pure function of two ``Run`` states, an expectation and a date
+(``decide``), its table tested as data (tests/test_decision.py), and everything else reads it.
+
+A run's state in one sweep (``STATES``): its verdict (``PASS``, ``suspect PASS``: its logits diverge from the
+reference or its text is not fluent, or one of the three failures), or why it has none: ``excluded`` (a row of the
+``excluded`` config: the environment, a budget, a mode the stack lacks), ``not run`` (in the sweep's definition, no
+row yet: pending or never reached; ``--resume`` finishes it), ``absent`` (not in the sweep's definition) or
+``no row`` (no row, and the sweep's definition is not here to say why: a dataset pulled from the Hub).
+
+The rules, in order (the first that applies):
+
+1. **B not finished is no passing gate**: a run still to run in B is ``not run`` and fails under every gate word,
+   with how to finish it.
+2. **Excluded in either sweep counts in neither direction** (the environment is never a verdict): ``excluded``,
+   named, failing no gate.
+3. **Nothing vanishes silently**: a run with a verdict in A and none in B is ``dropped`` when B's definition left it
+   out (failing only ``--fail-on dropped``) and ``vanished`` when nothing says why (failing ``regressions`` and
+   ``new-failures``).
+4. A live expectation (not past its ``until``) whose verdict is B's makes it ``expected`` (a PASS expected as a PASS
+   too); one whose verdict B's clean PASS is not makes it ``unexpectedly passing`` (said, never failing). An
+   expectation with another verdict counts as none, and the line says what was expected.
+5. **Flaky means it passed once**: B's attempts (``sweep.reruns``) include a clean PASS and a run that was not:
+   ``flaky``, said, failing nothing. Attempts that fail differently are the worse failure, and count.
+6. Otherwise by verdicts: A clean PASS, B not (a failure or a suspect PASS): ``regression`` (fails ``regressions``
+   and ``new-failures``); no verdict in A, B not passing: ``new failure`` (fails ``new-failures``); A not passing,
+   B a clean PASS: ``fixed``; both not passing: ``still failing``; both passing: ``passing``.
+
+Performance (``perf_change``): two PASS runs' repeats are compared only when they are like (the same
+``perf_tokens``, device, mode, dtype, stack of a several-stack sweep and clock); otherwise ``not comparable`` with
+what differs. Like runs are decided from their medians against the threshold *and* a noise estimate taken from both
+sweeps' repeats: ``slower`` / ``faster`` when the medians moved by more than both, ``within noise`` otherwise (the
+line says when the noise, not the threshold, decided: more repeats would). The noise is the robust spread of each
+side (1.4826 x the median absolute deviation over the median, a standard deviation's estimate that one wild repeat
+does not move), the two combined as independent errors, times ``NOISE_SIGMAS``. A median and a MAD, not the ranges:
+one disturbed repeat of three moves a range without bound, and a median not at all.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from ..record import schema
+from .expectations import SUSPECT_PASS, Expectation
+
+# --------------------------------------------------------------------------------------------
+# the states of a run in one sweep
+
+EXCLUDED = "excluded"
+NOT_RUN = "not run"
+ABSENT = "absent"
+NO_ROW = "no row"
+#: Every state a run can be in, in one sweep: a verdict, or why there is none.
+STATES = (schema.PASS, SUSPECT_PASS, *schema.VERDICTS[1:], EXCLUDED, NOT_RUN, ABSENT, NO_ROW)
+#: The states that carry a verdict.
+VERDICT_STATES = (schema.PASS, SUSPECT_PASS, *schema.VERDICTS[1:])
+
+# --------------------------------------------------------------------------------------------
+# the vocabulary of a change
+
+REGRESSION = "regression"
+NEW_FAILURE = "new failure"
+VANISHED = "vanished"
+DROPPED = "dropped"
+NOT_RUN_IN_B = "not run"
+EXCLUDED_CHANGE = "excluded"
+FLAKY = "flaky"
+EXPECTED = "expected"
+EXPIRED = "expired"
+UNEXPECTEDLY_PASSING = "unexpectedly passing"
+FIXED = "fixed"
+STILL_FAILING = "still failing"
+PASSING = "passing"
+#: Every kind of change, in the order the gate says them (what fails first).
+KINDS = (
+    NOT_RUN_IN_B,
+    REGRESSION,
+    NEW_FAILURE,
+    VANISHED,
+    DROPPED,
+    FLAKY,
+    EXCLUDED_CHANGE,
+    EXPECTED,
+    EXPIRED,
+    UNEXPECTEDLY_PASSING,
+    FIXED,
+    STILL_FAILING,
+    PASSING,
+)
+#: What ``--fail-on`` takes: the words a gate can fail under.
+GATES = ("regressions", "new-failures", "dropped", "perf")
+#: Which gate words each kind fails under (the rest fail none).
+FAILS_UNDER = {
+    NOT_RUN_IN_B: frozenset(GATES),
+    REGRESSION: frozenset({"regressions", "new-failures"}),
+    NEW_FAILURE: frozenset({"new-failures"}),
+    VANISHED: frozenset({"regressions", "new-failures"}),
+    DROPPED: frozenset({"dropped"}),
+}
+#: The kinds a gate mentions without failing (the rest, ``fixed``, ``still failing``, ``passing``, are the diff's).
+SAID = (FLAKY, EXCLUDED_CHANGE, DROPPED, UNEXPECTEDLY_PASSING, EXPIRED)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One (model, variant) in one sweep: its ``state`` (``STATES``), its failure signature, why it was excluded,
+    and, for a run rerun before it counted, its attempts in words when at least one passed cleanly and one did not
+    (``flaky``; None otherwise)."""
+
+    state: str
+    signature: str | None = None
+    reason: str | None = None
+    flaky: str | None = None
+
+    def __post_init__(self):
+        if self.state not in STATES:
+            raise ValueError(f"{self.state!r} is not one of {STATES}")
+
+    @property
+    def has_verdict(self) -> bool:
+        return self.state in VERDICT_STATES
+
+    @property
+    def passes(self) -> bool:
+        """A clean PASS: PASS and not suspect."""
+        return self.state == schema.PASS
+
+
+@dataclass(frozen=True)
+class Change:
+    """How one run stands: ``kind`` (``KINDS``), the line the gate says, and the gate words it fails under."""
+
+    model_id: str
+    variant: str | None
+    kind: str
+    line: str
+    before: str
+    after: str
+    signature: str | None = None
+    fails: frozenset[str] = field(default_factory=frozenset)
+
+    def fails_on(self, words: Iterable[str]) -> bool:
+        return bool(self.fails & set(words))
+
+
+def verdict_state(status: str | None, suspect: bool) -> str:
+    """A record's verdict as a state: a suspect PASS apart from a clean one."""
+    if status == schema.PASS and suspect:
+        return SUSPECT_PASS
+    if status not in schema.VERDICTS:
+        raise ValueError(f"{status!r} is no verdict")
+    return status
+
+
+def flaky_attempts(attempts: list[dict] | None) -> str | None:
+    """A rerun's attempts in words when they make it flaky (at least one clean PASS and at least one attempt that
+    was not one), else None: attempts that fail differently are no flake."""
+    if not attempts or len(attempts) < 2:
+        return None
+    states = [
+        SUSPECT_PASS if a.get("suspect") and a.get("status") == schema.PASS else a.get("status") for a in attempts
+    ]
+    if schema.PASS in states and any(s != schema.PASS for s in states):
+        return " then ".join(str(s) for s in states)
+    return None
+
+
+def live(expectations: dict[str, Expectation], today: _dt.date) -> tuple[dict[str, Expectation], set[str]]:
+    """(the expectations still in force, the models whose expectation's ``until`` is past)."""
+    gone = {m for m, e in expectations.items() if e.until is not None and e.until < today}
+    return {m: e for m, e in expectations.items() if m not in gone}, gone
+
+
+def _name(model_id: str, variant: str | None) -> str:
+    return f"{model_id} [{variant}]" if variant else model_id
+
+
+def decide(
+    model_id: str,
+    variant: str | None,
+    a: Run,
+    b: Run,
+    expected: Expectation | None = None,
+    a_name: str = "A",
+    b_name: str = "B",
+) -> Change:
+    """The change of one run from A to B (the module's rules); ``expected``: its live expectation, if any."""
+    name = _name(model_id, variant)
+
+    def change(kind: str, line: str) -> Change:
+        return Change(model_id, variant, kind, line, a.state, b.state, b.signature, FAILS_UNDER.get(kind, frozenset()))
+
+    if b.state == NOT_RUN:
+        return change(NOT_RUN_IN_B, f"not run: {name}: {b_name} has not run it yet")
+    if EXCLUDED in (a.state, b.state):
+        where = b_name if b.state == EXCLUDED else a_name
+        why = (b if b.state == EXCLUDED else a).reason
+        return change(EXCLUDED_CHANGE, f"excluded: {name}: excluded in {where}" + (f" ({why})" if why else ""))
+    if not b.has_verdict:
+        if not a.has_verdict:
+            return change(PASSING, f"{name}: in neither sweep")
+        if b.state == ABSENT:
+            return change(DROPPED, f"dropped: {name}: {a.state} in {a_name}, left out of {b_name}'s definition")
+        return change(VANISHED, f"vanished: {name}: {a.state} in {a_name}, no row in {b_name} and nothing says why")
+    verdict = b.state
+    said = verdict + (f": {b.signature}" if b.signature and not b.passes else "")
+    if expected is not None and expected.verdict == verdict:
+        return change(EXPECTED, f"{name}: {verdict}, expected ({expected.reason})")
+    if b.passes:
+        if expected is not None:
+            return change(
+                UNEXPECTEDLY_PASSING,
+                f"unexpectedly passing: {name} (expected {expected.verdict}): remove the expectation",
+            )
+        if a.has_verdict and not a.passes:
+            return change(FIXED, f"fixed: {name}: {a.state} -> PASS")
+        return change(PASSING, f"{name}: PASS")
+    if b.flaky:
+        return change(FLAKY, f"flaky: {name}: {b.flaky}: not counted as a change")
+    why = f" (expected {expected.verdict}, got {verdict})" if expected else ""
+    if a.passes:
+        return change(REGRESSION, f"regression: {name}: PASS -> {said}{why}")
+    if not a.has_verdict:
+        was = {NOT_RUN: f"not run in {a_name}", NO_ROW: f"not in {a_name}", ABSENT: f"not in {a_name}"}[a.state]
+        return change(NEW_FAILURE, f"new failure: {name}: {was} -> {said}{why}")
+    return change(STILL_FAILING, f"{name}: {a.state} -> {said}{why}")
+
+
+def decide_all(
+    before: dict[tuple[str, str], Run],
+    after: dict[tuple[str, str], Run],
+    expectations: dict[str, Expectation] | None = None,
+    today: _dt.date | None = None,
+    a_name: str = "A",
+    b_name: str = "B",
+    b_complete: bool | None = None,
+) -> list[Change]:
+    """Every run of either sweep decided, plus one ``expired`` entry per expectation past its date, in ``KINDS``
+    order. A run in one sweep's map and not the other's is ``ABSENT`` there when that sweep's definition is known
+    (``b_complete`` is not None for B; A's runs only come from its rows) and ``NO_ROW`` when it is not."""
+    today = today or _dt.datetime.now(_dt.UTC).date()
+    in_force, gone = live(expectations or {}, today)
+    missing_b = Run(NO_ROW if b_complete is None else ABSENT)
+    found = []
+    for key in sorted(set(before) | set(after)):
+        model_id, variant = key
+        a, b = before.get(key, Run(NO_ROW)), after.get(key, missing_b)
+        found.append(decide(model_id, variant, a, b, in_force.get(model_id), a_name, b_name))
+    for model_id in sorted(gone):
+        e = (expectations or {})[model_id]
+        found.append(
+            Change(
+                model_id,
+                None,
+                EXPIRED,
+                f"expired expectation: {model_id} (until {e.until}): renew or remove it",
+                "",
+                "",
+            )
+        )
+    order = {k: i for i, k in enumerate(KINDS)}
+    return sorted(found, key=lambda c: order[c.kind])
+
+
+# --------------------------------------------------------------------------------------------
+# performance: like with like, medians against the noise
+
+SLOWER, FASTER, WITHIN_NOISE, NOT_COMPARABLE = "slower", "faster", "within noise", "not comparable"
+PERF_KINDS = (SLOWER, FASTER, WITHIN_NOISE, NOT_COMPARABLE)
+#: How many combined standard deviations a median must move to be beyond noise (3: ~0.3% of noise-only
+#: comparisons of normal repeats would exceed it, before the threshold also has to be passed).
+NOISE_SIGMAS = 3.0
+#: A median absolute deviation times this estimates a standard deviation (for normal data).
+MAD_TO_SIGMA = 1.4826
+#: What must be equal for two runs' timings to compare: field -> how a difference reads.
+LIKE = {
+    "perf_tokens_out": "tokens per repeat (perf_tokens)",
+    "device_type": "device",
+    "device_name": "device name",
+    "mode": "mode",
+    "dtype": "dtype",
+    "stack_name": "stack",
+    "perf_clock": "clock",
+}
+
+
+def robust_noise(values: list[float]) -> float | None:
+    """One side's relative noise: 1.4826 x MAD / median (a standard deviation's estimate, as a fraction of the
+    median, that one wild repeat does not move); None with fewer than two repeats (no noise can be measured)."""
+    values = [v for v in values if v is not None]
+    if len(values) < 2:
+        return None
+    middle = statistics.median(values)
+    if middle <= 0:
+        return None
+    return MAD_TO_SIGMA * statistics.median(abs(v - middle) for v in values) / middle
+
+
+def spread(values: list[float]) -> float | None:
+    """(max - min) / median of repeats: what the record keeps as ``*_spread`` (the probe computes it the same)."""
+    middle = statistics.median(values) if values else 0.0
+    return (max(values) - min(values)) / middle if middle > 0 else None
+
+
+@dataclass(frozen=True)
+class MetricChange:
+    """One metric of one run between two sweeps: ``kind`` (``PERF_KINDS``), before and after medians, the change
+    (relative, signed as the metric moved), the bound it had to pass (max of threshold and noise) and why."""
+
+    metric: str
+    kind: str
+    before: float | None = None
+    after: float | None = None
+    change: float | None = None
+    bound: float | None = None
+    why: str = ""
+
+
+def compare_repeats(
+    ra: list[float], rb: list[float], more_is_better: bool, threshold: float, metric: str = ""
+) -> MetricChange:
+    """Two sweeps' repeats of one metric: slower / faster when the median moved by more than the threshold and by
+    more than ``NOISE_SIGMAS`` of the combined noise, within noise otherwise; not comparable with fewer than two
+    repeats on a side (no noise to measure)."""
+    ra, rb = [v for v in ra or [] if v is not None], [v for v in rb or [] if v is not None]
+    if len(ra) < 2 or len(rb) < 2:
+        side = "A" if len(ra) < 2 else "B"
+        return MetricChange(metric, NOT_COMPARABLE, why=f"fewer than 2 repeats in {side}: its noise cannot be measured")
+    a, b = statistics.median(ra), statistics.median(rb)
+    if a <= 0 or b <= 0:
+        return MetricChange(metric, NOT_COMPARABLE, a, b, why="a median of zero")
+    change = (b - a) / a
+    noise = NOISE_SIGMAS * math.hypot(robust_noise(ra) or 0.0, robust_noise(rb) or 0.0)
+    bound = max(threshold, noise)
+    worse = -change if more_is_better else change
+    if abs(change) <= bound:
+        why = ""
+        if abs(change) > threshold:
+            why = f"beyond the threshold but within the repeats' noise ({noise:.1%}): more repeats would tell"
+        return MetricChange(metric, WITHIN_NOISE, a, b, change, bound, why)
+    return MetricChange(metric, SLOWER if worse > 0 else FASTER, a, b, change, bound)
+
+
+def unlike(then: dict, now: dict) -> list[str]:
+    """What makes two runs' timings not comparable (``LIKE``), as "mode eager -> compile"; [] when they are like.
+    A field neither row has (an older file) is not held against them."""
+    return [
+        f"{said} {then.get(f)} -> {now.get(f)}"
+        for f, said in LIKE.items()
+        if (then.get(f) is not None or now.get(f) is not None) and then.get(f) != now.get(f)
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# a sweep's runs, read once for every reader
+
+
+@dataclass
+class SweepRuns:
+    """A sweep's runs as the decision reads them: ``runs`` {(model, variant): Run}; ``complete``: whether its
+    definition is here (then a run of another sweep missing from it is ``absent``, not ``no row``), and the
+    (model, variant)s still to run, in order."""
+
+    sweep_id: str
+    runs: dict[tuple[str, str], Run]
+    defined: bool
+    to_run: list[tuple[str, str]]
+
+
+def read_runs(data_dir, sweep_id: str) -> SweepRuns:
+    """A sweep's runs: each (model, variant)'s latest result (``diff._outcomes``: suspect by the report's rule, its
+    attempts read for a flake), its excluded rows, and, where its sweep.json is here, the runs of its definition with
+    neither (``not run``). The one query the gate, the report's standing and the flake screen share."""
+    import json
+    from pathlib import Path
+
+    import polars as pl
+
+    from ..record import store
+    from . import diff
+    from .frames import SUSPECT_CHECKS, variant_col
+
+    data_dir = Path(data_dir)
+    results = store.scan(data_dir, "results")
+    latest = diff._outcomes(results, sweep_id)
+    attempts = (
+        results.filter(pl.col("sweep_id") == sweep_id)
+        .with_columns(variant_col())
+        .sort("started_at", nulls_last=False)
+        .unique(["model_id", "variant"], keep="last", maintain_order=False)
+        .select("model_id", "variant", "attempts")
+    )
+    excluded = (
+        store.scan(data_dir, "excluded")
+        .filter(pl.col("sweep_id") == sweep_id)
+        .with_columns(variant_col())
+        .select("model_id", "variant", "exclusion_reason")
+    )
+    rows, tried, out = pl.collect_all([latest, attempts, excluded])
+    tries = {(r["model_id"], r["variant"]): r["attempts"] for r in tried.iter_rows(named=True)}
+    runs: dict[tuple[str, str], Run] = {}
+    for r in out.iter_rows(named=True):
+        runs[r["model_id"], r["variant"]] = Run(EXCLUDED, reason=r["exclusion_reason"])
+    for r in rows.iter_rows(named=True):
+        key = (r["model_id"], r["variant"])
+        if r["status"] not in schema.VERDICTS:
+            continue
+        raw = tries.get(key)
+        runs[key] = Run(
+            verdict_state(r["status"], r["check"] in SUSPECT_CHECKS),
+            r["failure_signature"],
+            flaky=flaky_attempts(json.loads(raw) if raw else None),
+        )
+    defined, to_run = False, []
+    if (store.sweep_dir(data_dir, sweep_id) / "sweep.json").is_file():
+        from ..probe import probe_params
+
+        meta = store.read_sweep(data_dir, sweep_id)
+        defined = True
+        for entry in meta.models:
+            for combo in probe_params.combinations(meta.matrix, meta.stacks):
+                key = (entry.model_id, probe_params.variant({**meta.probe, **entry.overrides, **combo}))
+                if key not in runs:
+                    runs[key] = Run(NOT_RUN)
+                    to_run.append(key)
+    return SweepRuns(sweep_id, runs, defined, to_run)

@@ -1,0 +1,211 @@
+"""The one decision (``analysis.decision``) as a table: every state of A against every state of B, with and
+without expectations, flakes and expiry, each with its kind, the line the gate prints and the gate words it fails
+under; and the perf rule on hand-built repeat lists. Pure data: well under a second."""
+
+from __future__ import annotations
+
+import datetime as _dt
+
+import pytest
+
+from model_support.analysis import decision as d
+from model_support.analysis.expectations import Expectation
+
+# Columns: B's state; rows: A's state; cells: the kind (abbreviated below). Read a row as "A was X, B is ...".
+B_STATES = ("PASS", "suspect PASS", "FAIL(load)", "FAIL(gen)", "FAIL(other)", "excluded", "not run", "absent", "no row")
+SHORT = {
+    "pass": d.PASSING,
+    "regr": d.REGRESSION,
+    "new": d.NEW_FAILURE,
+    "fixd": d.FIXED,
+    "same": d.STILL_FAILING,
+    "excl": d.EXCLUDED_CHANGE,
+    "todo": d.NOT_RUN_IN_B,
+    "drop": d.DROPPED,
+    "gone": d.VANISHED,
+}
+TABLE = """
+A \\ B         PASS  susp  load  gen   other excl  todo  abs   norow
+PASS           pass  regr  regr  regr  regr  excl  todo  drop  gone
+suspect PASS   fixd  same  same  same  same  excl  todo  drop  gone
+FAIL(load)     fixd  same  same  same  same  excl  todo  drop  gone
+FAIL(gen)      fixd  same  same  same  same  excl  todo  drop  gone
+FAIL(other)    fixd  same  same  same  same  excl  todo  drop  gone
+excluded       excl  excl  excl  excl  excl  excl  todo  excl  excl
+not run        pass  new   new   new   new   excl  todo  pass  pass
+absent         pass  new   new   new   new   excl  todo  pass  pass
+no row         pass  new   new   new   new   excl  todo  pass  pass
+"""
+#: Which words each kind fails under: regressions, new-failures, dropped, perf.
+FAILS = {
+    d.NOT_RUN_IN_B: {"regressions", "new-failures", "dropped", "perf"},
+    d.REGRESSION: {"regressions", "new-failures"},
+    d.NEW_FAILURE: {"new-failures"},
+    d.VANISHED: {"regressions", "new-failures"},
+    d.DROPPED: {"dropped"},
+}
+
+
+def _cells():
+    lines = [line for line in TABLE.strip().splitlines()[1:]]
+    for line in lines:
+        a_state = line[:15].strip()
+        for b_state, cell in zip(B_STATES, line[15:].split()):
+            yield a_state, b_state, SHORT[cell]
+
+
+CELLS = list(_cells())
+
+
+def run(state: str, **kw) -> d.Run:
+    return d.Run(state, signature="RuntimeError: boom" if state.startswith("FAIL") else None, **kw)
+
+
+def test_the_table_covers_every_state_against_every_state():
+    assert len(CELLS) == len(d.STATES) ** 2
+    assert {(a, b) for a, b, _ in CELLS} == {(a, b) for a in d.STATES for b in d.STATES}
+
+
+@pytest.mark.parametrize("a_state,b_state,kind", CELLS, ids=[f"{a}->{b}" for a, b, _ in CELLS])
+def test_each_cell_decides_its_kind_line_and_gate_words(a_state, b_state, kind):
+    change = d.decide("org/m", "eager+dynamic", run(a_state), run(b_state), None, "a1", "b1")
+    assert change.kind == kind
+    assert change.fails == frozenset(FAILS.get(kind, set()))
+    for word in d.GATES:
+        assert change.fails_on([word]) == (word in FAILS.get(kind, set()))
+    assert "org/m [eager+dynamic]" in change.line
+    if kind in (d.REGRESSION, d.NEW_FAILURE, d.VANISHED, d.DROPPED, d.NOT_RUN_IN_B, d.EXCLUDED_CHANGE):
+        assert change.line.startswith(kind + ":")
+
+
+LINES = {
+    ("PASS", "FAIL(gen)"): "regression: org/m [eager+dynamic]: PASS -> FAIL(gen): RuntimeError: boom",
+    ("PASS", "suspect PASS"): "regression: org/m [eager+dynamic]: PASS -> suspect PASS",
+    ("no row", "FAIL(load)"): "new failure: org/m [eager+dynamic]: not in a1 -> FAIL(load): RuntimeError: boom",
+    ("not run", "FAIL(gen)"): "new failure: org/m [eager+dynamic]: not run in a1 -> FAIL(gen): RuntimeError: boom",
+    ("PASS", "absent"): "dropped: org/m [eager+dynamic]: PASS in a1, left out of b1's definition",
+    ("FAIL(gen)", "no row"): "vanished: org/m [eager+dynamic]: FAIL(gen) in a1, no row in b1 and nothing says why",
+    ("PASS", "not run"): "not run: org/m [eager+dynamic]: b1 has not run it yet",
+    ("excluded", "FAIL(gen)"): "excluded: org/m [eager+dynamic]: excluded in a1 (too large)",
+    ("FAIL(gen)", "PASS"): "fixed: org/m [eager+dynamic]: FAIL(gen) -> PASS",
+}
+
+
+@pytest.mark.parametrize("states,line", LINES.items(), ids=[f"{a}->{b}" for a, b in LINES])
+def test_the_lines_the_gate_prints(states, line):
+    a_state, b_state = states
+    a = run(a_state, reason="too large") if a_state == "excluded" else run(a_state)
+    assert d.decide("org/m", "eager+dynamic", a, run(b_state), None, "a1", "b1").line == line
+
+
+EXPECT_GEN = Expectation("FAIL(gen)", "https://example.org/issue/1")
+EXPECT_PASS = Expectation("PASS", "passes since 2.13")
+EXPECT_SUSPECT = Expectation("suspect PASS", "bf16 rounding")
+
+
+@pytest.mark.parametrize(
+    "a_state,b_state,expected,kind,fails",
+    [
+        ("PASS", "FAIL(gen)", EXPECT_GEN, d.EXPECTED, set()),  # a known failure: never fails
+        ("no row", "FAIL(gen)", EXPECT_GEN, d.EXPECTED, set()),
+        ("PASS", "PASS", EXPECT_PASS, d.EXPECTED, set()),  # expected to pass, passes: nothing unexpected
+        ("PASS", "suspect PASS", EXPECT_SUSPECT, d.EXPECTED, set()),
+        ("FAIL(gen)", "PASS", EXPECT_GEN, d.UNEXPECTEDLY_PASSING, set()),
+        ("PASS", "FAIL(load)", EXPECT_GEN, d.REGRESSION, {"regressions", "new-failures"}),  # another verdict: none
+        ("PASS", "not run", EXPECT_GEN, d.NOT_RUN_IN_B, set(d.GATES)),  # unfinished beats an expectation
+    ],
+)
+def test_expectations(a_state, b_state, expected, kind, fails):
+    change = d.decide("org/m", "eager+dynamic", run(a_state), run(b_state), expected)
+    assert (change.kind, set(change.fails)) == (kind, fails)
+    if kind == d.REGRESSION:
+        assert change.line.endswith("(expected FAIL(gen), got FAIL(load))")
+    if kind == d.EXPECTED and b_state != "PASS":
+        assert change.line == f"org/m [eager+dynamic]: {b_state}, expected ({expected.reason})"
+
+
+def test_an_expired_expectation_counts_as_none_and_is_said_once():
+    exp = {"org/m": Expectation("FAIL(gen)", "r", _dt.date(2026, 1, 1))}
+    found = d.decide_all(
+        {("org/m", "v"): run("PASS")}, {("org/m", "v"): run("FAIL(gen)")}, exp, _dt.date(2026, 12, 5), "a1", "b1"
+    )
+    assert [(c.kind, c.fails_on(["regressions"])) for c in found] == [(d.REGRESSION, True), (d.EXPIRED, False)]
+    assert found[1].line == "expired expectation: org/m (until 2026-01-01): renew or remove it"
+    live = d.decide_all(
+        {("org/m", "v"): run("PASS")}, {("org/m", "v"): run("FAIL(gen)")}, exp, _dt.date(2025, 12, 5), "a1", "b1"
+    )
+    assert [c.kind for c in live] == [d.EXPECTED]
+
+
+@pytest.mark.parametrize(
+    "attempts,flaky",
+    [
+        ([("FAIL(gen)", False), ("PASS", False)], "FAIL(gen) then PASS"),
+        ([("PASS", False), ("FAIL(other)", False)], "PASS then FAIL(other)"),
+        ([("FAIL(load)", False), ("FAIL(gen)", False)], None),  # two failures: the worse counts
+        ([("FAIL(gen)", False), ("FAIL(other)", False), ("FAIL(gen)", False)], None),
+        ([("PASS", True), ("FAIL(gen)", False)], None),  # a suspect PASS never passed
+        ([("PASS", True), ("PASS", False)], "suspect PASS then PASS"),
+        ([("FAIL(gen)", False)], None),
+    ],
+)
+def test_flaky_means_it_passed_once(attempts, flaky):
+    said = d.flaky_attempts([{"status": s, "suspect": suspect} for s, suspect in attempts])
+    assert said == flaky
+    b = d.Run("FAIL(gen)", flaky=said)
+    change = d.decide("org/m", "v", run("PASS"), b)
+    assert change.kind == (d.FLAKY if flaky else d.REGRESSION)
+    assert change.fails_on(["regressions"]) is (flaky is None)
+
+
+def test_decide_all_reads_a_missing_run_by_whether_bs_definition_is_known():
+    before = {("org/m", "v"): run("PASS")}
+    assert d.decide_all(before, {}, b_complete=None)[0].kind == d.VANISHED
+    assert d.decide_all(before, {}, b_complete=True)[0].kind == d.DROPPED
+
+
+# --------------------------------------------------------------------------------------------
+# perf: like with like, the medians against the noise
+
+
+def test_one_disturbed_baseline_repeat_does_not_hide_a_20_percent_slowdown():
+    moved = d.compare_repeats([0.010, 0.0101, 0.015], [0.0121] * 3, more_is_better=False, threshold=0.05)
+    assert moved.kind == d.SLOWER and moved.change == pytest.approx(0.198, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    "ra,rb",
+    [
+        ([0.010, 0.010, 0.0101], [0.010, 0.0101, 0.030]),  # one wild repeat in B
+        ([0.010, 0.030, 0.0101], [0.010, 0.0101, 0.010]),  # one wild repeat in A
+        ([0.010, 0.0002, 0.0101], [0.010, 0.0101, 0.0100]),  # one wild fast one
+    ],
+)
+def test_one_wild_repeat_on_either_side_does_not_decide(ra, rb):
+    assert d.compare_repeats(ra, rb, more_is_better=False, threshold=0.05).kind == d.WITHIN_NOISE
+
+
+def test_a_change_beyond_the_threshold_but_inside_the_noise_is_within_noise_and_says_why():
+    moved = d.compare_repeats(
+        [0.8, 1.0, 1.2, 0.9, 1.1], [0.9, 1.1, 1.3, 1.0, 1.2], more_is_better=False, threshold=0.05
+    )
+    assert moved.kind == d.WITHIN_NOISE and "more repeats would tell" in moved.why
+
+
+def test_more_is_better_flips_the_direction_and_one_repeat_is_not_comparable():
+    assert d.compare_repeats([100, 101, 99], [80, 81, 79], more_is_better=True, threshold=0.05).kind == d.SLOWER
+    assert d.compare_repeats([100, 101, 99], [120, 121, 119], more_is_better=True, threshold=0.05).kind == d.FASTER
+    assert d.compare_repeats([100], [80, 81, 79], more_is_better=True, threshold=0.05).kind == d.NOT_COMPARABLE
+
+
+def test_unlike_runs_are_not_comparable_naming_what_differs():
+    then = {
+        "perf_tokens_out": 32,
+        "device_type": "pretend",
+        "mode": "eager",
+        "dtype": "bfloat16",
+        "perf_clock": "device",
+    }
+    assert d.unlike(then, dict(then)) == []
+    assert d.unlike(then, {**then, "perf_tokens_out": 8}) == ["tokens per repeat (perf_tokens) 32 -> 8"]
+    assert d.unlike(then, {**then, "perf_clock": "host"}) == ["clock device -> host"]
