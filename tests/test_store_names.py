@@ -110,6 +110,26 @@ def test_a_sweep_stored_under_the_old_names_resumes_and_keeps_both_models(tmp_pa
     ]
 
 
+def test_a_record_under_two_names_is_read_once_and_the_next_migration_removes_the_old_one(tmp_path, capsys):
+    """A migration stopped between writing a record's own name and removing its old one leaves it under both:
+    the reader keeps one (from its own name) and says so; the next migration removes the old name."""
+    write_sweep(tmp_path, "s1", ["local:tiny+opt", "org/a"])
+    store.store_result(tmp_path, "s1", schema.empty_record(sweep_id="s1", model_id="org/a", status="PASS"), None, "")
+    record = schema.empty_record(sweep_id="s1", model_id="local:tiny+opt", status="PASS")
+    records = store.sweep_dir(tmp_path, "s1") / "records"
+    for name in ("local_tiny_opt", store.stem("local:tiny+opt")):
+        fileio.atomic_write_json(records / f"{name}.json", record)
+    assert store.compact(tmp_path, "s1") == (2, 0)
+    assert sorted(store.scan(tmp_path).collect()["model_id"]) == ["local:tiny+opt", "org/a"]
+    said = capsys.readouterr().err
+    assert said.count("local_tiny_opt.json: the record of local:tiny+opt is also under its own name") == 1, said
+    assert "`model-support sweep --resume s1` removes the old name" in said
+    assert store.migrate_names(tmp_path, "s1") == 1
+    assert sorted(p.name for p in records.iterdir()) == [f"{store.stem('local:tiny+opt')}.json", "org__a.json"]
+    store.compact(tmp_path, "s1")
+    assert "also under its own name" not in capsys.readouterr().err
+
+
 def _record_with_body(data: Path, sha: str) -> None:
     write_sweep(data, "s1", ["org/a"])
     record = schema.empty_record(sweep_id="s1", model_id="org/a", status="PASS")
@@ -162,6 +182,60 @@ def test_write_parquet_syncs_before_it_replaces(tmp_path, monkeypatch):
     store.write_parquet([schema.empty_record(sweep_id="s", model_id="m", status="PASS")], tmp_path / "p.parquet")
     replaced = next(i for i, c in enumerate(calls) if c[0] == "replace")
     assert ("fsync", calls[replaced][1]) in calls[:replaced]
+
+
+def _entries(folder: Path) -> dict[str, int]:
+    """A folder's entries as a crash would find them if they were on the disk: name -> inode."""
+    return {entry.name: entry.inode() for entry in os.scandir(folder)}
+
+
+def _synced_entries(monkeypatch) -> dict[str, dict[str, int]]:
+    """Record each fsync of a folder with the folder's entries at that moment (the real fsync still runs): a
+    rename, creation or removal after a folder's last sync is not on the disk, and SIGKILL cannot show it."""
+    synced: dict[str, dict[str, int]] = {}
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if os.path.isdir(path):
+            synced[path] = _entries(Path(path))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return synced
+
+
+def _parquet(path: Path, rows: int) -> None:
+    store.write_parquet([schema.empty_record(sweep_id="s", model_id="m", status="PASS")] * rows, path)
+
+
+#: Each write helper that changes a folder's entries: (set up, act, the folders whose entries it changes).
+FOLDER_CHANGES = {
+    "a file in new folders": (
+        None,
+        lambda d: fileio.atomic_write_bytes(d / "a" / "b" / "r.json", b"{}"),
+        ["", "a", "a/b"],
+    ),
+    "a file replaced": ("r.json", lambda d: fileio.atomic_write_json(d / "r.json", {"a": 1}), [""]),
+    "a file removed": ("r.json", lambda d: fileio.remove(d / "r.json"), [""]),
+    "a name reserved": (None, lambda d: fileio.create_new(d / "n" / "reserved"), ["", "n"]),
+    "a JSON-lines file begun": (None, lambda d: fileio.append_line(d / "log.jsonl", {"a": 1}), [""]),
+    "a Parquet file in a new folder": (None, lambda d: _parquet(d / "results" / "p.parquet", 1), ["", "results"]),
+    "a Parquet file with no rows removed": ("p.parquet", lambda d: _parquet(d / "p.parquet", 0), [""]),
+}
+
+
+@pytest.mark.parametrize("case", list(FOLDER_CHANGES))
+def test_every_folder_is_synced_after_its_entries_change(tmp_path, monkeypatch, case):
+    """The last fsync of each folder a write changed saw the folder as it is now: the rename (creation, removal)
+    is durable, not only the file's bytes."""
+    existing, act, folders = FOLDER_CHANGES[case]
+    if existing:
+        (tmp_path / existing).write_bytes(b"old")
+    synced = _synced_entries(monkeypatch)
+    act(tmp_path)
+    for folder in (tmp_path / f for f in folders):
+        assert synced.get(str(folder.resolve())) == _entries(folder), f"{folder}: changed after its last sync"
 
 
 def test_the_card_and_shared_repro_wait_for_the_data_folders_lock(tmp_path):

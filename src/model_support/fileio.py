@@ -34,7 +34,8 @@ def write_point(path: Path) -> None:
 
 
 def _fsync_dir(folder: Path) -> None:
-    """Make a rename in ``folder`` durable (a crash after a replace must not bring the old file back)."""
+    """Make a change of ``folder``'s entries durable (a file renamed in, created or removed): a rename is atomic
+    but lives in the folder's own blocks, so a crash before they reach the disk brings the old entry back."""
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:
@@ -45,6 +46,19 @@ def _fsync_dir(folder: Path) -> None:
         pass  # some filesystems refuse to sync a folder: the rename is still atomic
     finally:
         os.close(fd)
+
+
+def make_folders(folder: Path) -> None:
+    """Create ``folder`` and its missing parents, each new one synced into its parent: a file synced into a
+    folder whose own entry was never synced is lost with the folder after a crash."""
+    missing = []
+    folder = Path(folder)
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    for new in reversed(missing):
+        new.mkdir(exist_ok=True)
+        _fsync_dir(new.parent)
 
 
 def replace_file(tmp: Path, path: Path) -> None:
@@ -59,7 +73,7 @@ def replace_file(tmp: Path, path: Path) -> None:
 def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Write ``data`` to ``path`` atomically (temp file in the same folder, fsync, rename)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folders(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -72,6 +86,7 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    _fsync_dir(path.parent)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -86,13 +101,15 @@ def create_new(path: Path) -> bool:
     """Create ``path`` empty unless it exists (a name reserved by two processes at once goes to one): True when
     this call created it."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folders(path.parent)
     write_point(path)
     try:
         with open(path, "x"):
-            return True
+            pass
     except FileExistsError:
         return False
+    _fsync_dir(path.parent)
+    return True
 
 
 def remove(path: Path) -> None:
@@ -101,15 +118,17 @@ def remove(path: Path) -> None:
     if path.exists():
         write_point(path)
         path.unlink(missing_ok=True)
+        _fsync_dir(path.parent)
 
 
 def append_line(path: Path, obj) -> None:
     """Append ``obj`` as one JSON line to ``path``, starting on a fresh line: a line torn by a crash or a full
     disk mid-append stays one bad line (readers skip it), never glued to the next good one."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folders(path.parent)
     line = (json.dumps(obj, default=str) + "\n").encode()
     write_point(path)
+    new = not path.exists()
     with open(path, "ab+") as handle:
         handle.seek(0, os.SEEK_END)
         if handle.tell():
@@ -119,6 +138,8 @@ def append_line(path: Path, obj) -> None:
         handle.write(line)
         handle.flush()
         os.fsync(handle.fileno())
+    if new:
+        _fsync_dir(path.parent)
 
 
 def read_lines(path: Path) -> Iterator[dict]:

@@ -16,6 +16,7 @@ import itertools
 import json
 import os
 import re
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -130,7 +131,7 @@ def write_parquet(records, path: Path, batch_rows: int = 512, arrow_schema=None)
     import pyarrow.parquet as pq
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    fileio.make_folders(path.parent)
     # a name of its own (two compactions of one sweep at once must not write into one temporary file)
     fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
@@ -251,7 +252,10 @@ def legacy_stem(model_id: str, variant: str | None = None) -> str:
 def migrate_names(data_dir: Path, sweep_id: str) -> int:
     """Move records stored under a name that is not their model's one-to-one name (a sweep stored before
     names were one to one: ``tiny+opt`` as ``tiny_opt``) to it, so that resume finds each and a new record
-    never overwrites another model's. Returns how many moved (the caller says so in one line)."""
+    never overwrites another model's. A move writes the new name, then removes the old one; a migration
+    stopped between the two left the record under both, so an old name whose record is already under its own
+    name is removed too (else compaction would read the model twice). Returns how many moved (the caller says
+    so in one line)."""
     moved = 0
     folder = sweep_dir(data_dir, sweep_id) / "records"
     for path in sorted(folder.glob("*.json")):
@@ -260,11 +264,26 @@ def migrate_names(data_dir: Path, sweep_id: str) -> int:
         if not isinstance(model_id, str):
             continue
         target = folder / f"{stem(model_id, variant)}.json"
-        if target != path and not target.exists():
+        if target == path:
+            continue
+        if not target.exists():
             atomic_write_bytes(target, path.read_bytes())
-            fileio.remove(path)
-            moved += 1
+        elif not _holds(target, model_id, variant):
+            continue  # another model's record under that name: never overwritten, never dropped
+        fileio.remove(path)
+        moved += 1
     return moved
+
+
+def _holds(path: Path, model_id: str, variant: str | None) -> bool:
+    """Whether the record file ``path`` is there and is (model, variant)'s: a file name alone does not say (an
+    older sweep's name may be another model's one-to-one name)."""
+    try:
+        stored = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    same_variant = (stored.get("variant") or DEFAULT_VARIANT) == (variant or DEFAULT_VARIANT)
+    return stored.get("model_id") == model_id and same_variant
 
 
 def record_file(data_dir: Path, sweep_id: str, model_id: str, variant: str | None = None) -> Path:
@@ -277,14 +296,7 @@ def find_record(data_dir: Path, sweep_id: str, model_id: str, variant: str | Non
     folder = sweep_dir(data_dir, sweep_id) / "records"
     for name in dict.fromkeys((stem(model_id, variant), legacy_stem(model_id, variant))):
         path = folder / f"{name}.json"
-        if not path.exists():
-            continue
-        try:
-            stored = json.loads(path.read_text())
-        except ValueError:
-            continue
-        same_variant = (stored.get("variant") or DEFAULT_VARIANT) == (variant or DEFAULT_VARIANT)
-        if stored.get("model_id") == model_id and same_variant:
+        if _holds(path, model_id, variant):
             return path
     return None
 
@@ -537,15 +549,42 @@ def read_pending(data_dir: Path, sweep_id: str) -> dict[str, dict]:
 
 
 def iter_records(data_dir: Path, sweep_id: str):
-    """The finished records of a sweep, one at a time (sorted by file name), with every field."""
-    for path in sorted((sweep_dir(data_dir, sweep_id) / "records").glob("*.json")):
+    """The finished records of a sweep, one at a time (sorted by file name), with every field. A record also kept
+    under its own one-to-one name (``migrate_names`` stopped between writing it and removing the old name) is read
+    once, from its own name, and said so on stderr: a model is never two rows."""
+    folder = sweep_dir(data_dir, sweep_id) / "records"
+    for path in sorted(folder.glob("*.json")):
         record = json.loads(path.read_text())
         if record.get("sweep_id") not in (None, sweep_id):
             raise UserError(
                 f"{path}: field sweep_id is {record.get('sweep_id')!r}, not its sweep's {sweep_id!r}; refused (the "
                 "record was copied or edited): set sweep_id to its folder's name, or move the record to its sweep."
             )
+        if _also_under_own_name(path, record, sweep_id):
+            continue
         yield schema.empty_record(**{k: v for k, v in record.items() if k in schema.FIELDS})
+
+
+_said_twice: set[Path] = set()
+
+
+def _also_under_own_name(path: Path, record: dict, sweep_id: str) -> bool:
+    """Whether the record at ``path`` is under an older name while its model's own name holds it too (a name
+    migration stopped midway); said once per file on stderr, with how to finish the migration."""
+    model_id, variant = record.get("model_id"), record.get("variant")
+    if not isinstance(model_id, str):
+        return False
+    own = path.with_name(f"{stem(model_id, variant)}.json")
+    if own == path or not _holds(own, model_id, variant):
+        return False
+    if path not in _said_twice:
+        _said_twice.add(path)
+        print(
+            f"{path}: the record of {model_id} is also under its own name {own.name} (a name migration stopped "
+            f"midway); read once, from {own.name}. `model-support sweep --resume {sweep_id}` removes the old name.",
+            file=sys.stderr,
+        )
+    return True
 
 
 def read_records(data_dir: Path, sweep_id: str) -> list[dict]:
