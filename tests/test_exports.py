@@ -20,7 +20,8 @@ from model_support.render import exports
 SWEEP = "nightly-20261205T000000Z-abcd"
 ROWS = {
     "org/good": {"status": "PASS", "numerics": "match", "decode_tokens_per_s": 41.5},
-    "org/wrong": {"status": "PASS", "numerics": "diverges"},
+    "org/wrong": {"status": "PASS", "numerics": "diverges", "decode_tokens_per_s": 40.0, "perf_tokens_per_s": 2.1}
+    | {"perf_tokens_out": 32},
     "org/broken": {
         "status": "FAIL(gen)",
         "failure_stage": "generate",
@@ -81,6 +82,17 @@ def test_markdown_csv_and_json_say_the_same_rows(dataset):
     text = exports.export(dataset, SWEEP, "markdown")
     assert "PASS: 2, FAIL(load): 0, FAIL(gen): 1, FAIL(other): 0, excluded: 1; suspect passes: 1" in text
     assert sum(line.startswith("| org/") for line in text.splitlines()) == 4 and "\\|" not in text
+
+
+def test_every_exported_speed_names_its_source_and_is_the_perf_phases_where_there_is_one(dataset):
+    """Issue 46, Why 11: the Markdown's tokens/s was the verdict's 8-token rate even where the perf phase timed a
+    19-times slower one."""
+    rows = {r["model_id"]: r for r in json.loads(exports.export(dataset, SWEEP, "json"))}
+    assert (rows["org/wrong"]["tokens_per_s"], rows["org/good"]["tokens_per_s"]) == (2.1, 41.5)
+    assert rows["org/wrong"]["tokens_per_s_source"] == "perf phase, median of repeats of 32 tokens"
+    assert rows["org/good"]["tokens_per_s_source"] == "the verdict's generation"
+    text = exports.export(dataset, SWEEP, "markdown")
+    assert "| 2.1 (perf) |" in text and "| 41.5 (verdict) |" in text and "40.0" not in text
 
 
 def test_the_command_exports_the_latest_sweep_and_refuses_an_unknown_one(dataset):

@@ -156,3 +156,16 @@ def test_a_stack_that_pins_a_package_runs_its_probes_in_an_overlay_environment(t
     broken = got["broken"]
     assert broken["status"] == "FAIL(gen)" and "tinyswitch 2.1 refuses this model" in broken["error_message"]
     assert got["ok"]["stack_sha"] != broken["stack_sha"]  # each ran on its own installed stack
+
+
+def test_a_structured_setting_names_the_keys_that_changed_not_the_whole_value():
+    """Issue 46, Why 11: the bisect said the whole JSON setting; it names the keys that changed."""
+    from model_support.bisect.stacks import SettingChange
+
+    json_setting = SettingChange(
+        "MODEL_SUPPORT_PRETEND", '{"devices": 2}', '{"devices": 2, "missing_ops": ["aten::rsqrt"]}'
+    )
+    assert str(json_setting) == "MODEL_SUPPORT_PRETEND: missing_ops (unset) -> '[\"aten::rsqrt\"]'"
+    flags = SettingChange("LIBTPU_INIT_ARGS", "--xla_a=1 --xla_b", "--xla_a=2 --xla_b")
+    assert str(flags) == "LIBTPU_INIT_ARGS: xla_a '1' -> '2'"
+    assert str(SettingChange("PJRT_DEVICE", None, "TPU")) == "PJRT_DEVICE (unset) -> 'TPU'"

@@ -47,9 +47,21 @@ import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ..record import schema
-from .expectations import SUSPECT_PASS, Expectation
+
+#: A PASS whose logits diverge from the reference or whose text is not fluent: a state, and an expectation's verdict.
+SUSPECT_PASS = "suspect PASS"
+
+
+class Expectation(Protocol):
+    """An expected verdict (``analysis.expectations.Expectation``, which reads the YAML): what the decision needs."""
+
+    verdict: str
+    reason: str
+    until: _dt.date | None
+
 
 # --------------------------------------------------------------------------------------------
 # the states of a run in one sweep

@@ -18,9 +18,9 @@ from typing import Any
 
 from ..errors import UserError
 from ..record import schema
+from . import decision
+from .decision import SUSPECT_PASS  # an expectation's verdict besides the four: a PASS whose numbers are suspect
 
-#: An expectation's verdict besides the four: a PASS whose numbers or text are suspect.
-SUSPECT_PASS = "suspect PASS"
 #: What an expectation's verdict may be.
 ACCEPTED = (*schema.VERDICTS, SUSPECT_PASS)
 #: How a run stands against the expectations (``judge``).
@@ -126,8 +126,6 @@ def standing(runs: dict, expectations: dict[str, Expectation], today: _dt.date |
     expectations), model_id, variant, verdict, expected, reason. A clean PASS nobody expected to fail, or expected
     to pass, is not listed. ``runs``: ``decision.read_runs(...).runs``."""
     import polars as pl
-
-    from . import decision
 
     today = today or _dt.datetime.now(_dt.UTC).date()
     in_force, gone = decision.live(expectations, today)

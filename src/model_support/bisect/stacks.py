@@ -69,10 +69,39 @@ class SettingChange:
     after: str | None
 
     def __str__(self) -> str:
-        def shown(value: str | None) -> str:
-            return "(unset)" if value is None else repr(value if len(value) <= 120 else value[:117] + "...")
+        def shown(value) -> str:
+            text = value if isinstance(value, str) else json.dumps(value)
+            return "(unset)" if value is None else repr(text if len(text) <= 120 else text[:117] + "...")
 
+        keys = self.keys()
+        if keys:  # a structured setting: the keys that changed, not the whole value
+            return f"{self.name}: " + ", ".join(f"{k} {shown(a)} -> {shown(b)}" for k, a, b in keys)
         return f"{self.name} {shown(self.before)} -> {shown(self.after)}"
+
+    def keys(self) -> list[tuple[str, object, object]]:
+        """The keys that changed inside a structured setting: a JSON object (the pretend device's configuration),
+        or flags (``--name=value``, as LIBTPU_INIT_ARGS and XLA_FLAGS hold them); [] for a plain value."""
+        a, b = _structured(self.before), _structured(self.after)
+        if a is None or b is None:
+            return []
+        return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def _structured(value: str | None) -> dict | None:
+    """A setting's value as {key: value}: {} when unset, a JSON object's items, or ``--flag=value`` tokens (a bare
+    ``--flag`` as true); None for anything else."""
+    if value is None or not value.strip():
+        return {}
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict):
+        return parsed
+    tokens = value.split()
+    if all(t.startswith("--") for t in tokens):
+        return {t[2:].partition("=")[0]: (t.partition("=")[2] if "=" in t else True) for t in tokens}
+    return None
 
 
 def sweep_settings(meta: SweepMeta) -> dict[str, str] | None:

@@ -3,8 +3,8 @@
 From ``analysis.perf``: one row per PASS (TTFT, TPOT and tokens/s as medians of the perf phase's repeats with
 their spread, the warm-up with compilation, peak device memory, bandwidth utilisation, the slowest operators of
 its generation, and the note that says why a figure is missing), then the runs slower or faster than the
-baseline beyond noise (the median moved by more than 5% and the repeats' ranges do not overlap, the rule of
-``model-support diff --fail-on perf``).
+baseline beyond noise (like runs whose median moved by more than 5% and by more than the repeats' noise, the rule of
+``model-support diff --fail-on perf``, ``analysis.decision``), their figures as the terminal says them.
 """
 
 from __future__ import annotations
@@ -21,6 +21,39 @@ def _ms(value: float | None, spread: float | None = None) -> str | None:
     if value is None:
         return None
     return f"{value * 1e3:.2f} ms" + (f" ±{spread / 2:.1%}" if spread is not None else "")
+
+
+def _moved(table: pl.DataFrame) -> pl.DataFrame:
+    """The slower or faster runs as the gate's lines say them: the change and spreads as signed percentages, the
+    medians in ms (times) or tokens/s (rates), never raw ratios."""
+
+    def figure(metric: str, value: float | None) -> str | None:
+        if value is None:
+            return None
+        return f"{value:.1f} tokens/s" if metric == "perf_tokens_per_s" else f"{value * 1e3:.2f} ms"
+
+    pct = lambda v, sign="": None if v is None else f"{v:{sign}.1%}"  # noqa: E731
+    return pl.DataFrame(
+        [
+            {
+                "model_id": r["model_id"],
+                "variant": r["variant"],
+                "metric": r["metric"],
+                "before": figure(r["metric"], r["before"]),
+                "after": figure(r["metric"], r["after"]),
+                "change": pct(r["change"], "+"),
+                "spread before": pct(r["spread_before"]),
+                "spread after": pct(r["spread_after"]),
+                "operator that grew most": r["operator"],
+            }
+            for r in table.iter_rows(named=True)
+        ],
+        schema=dict.fromkeys(
+            ("model_id", "variant", "metric", "before", "after", "change", "spread before", "spread after")
+            + ("operator that grew most",),
+            pl.String,
+        ),
+    )
 
 
 def _shown(table: pl.DataFrame) -> pl.DataFrame:
@@ -61,7 +94,7 @@ def perf_html(tables: dict[str, pl.DataFrame]) -> str:
             parts.append(f"<h3>{html.escape(direction.capitalize())} than the baseline, beyond noise</h3>")
             parts.append(
                 table_html(
-                    some.drop("direction"),
+                    _moved(some),
                     empty=f"No run is {direction} than the baseline beyond noise.",
                 )
             )

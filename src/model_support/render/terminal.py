@@ -94,7 +94,9 @@ def format_diff(
             )
         if part.height > max_per_change:
             left_out.append(f"{part.height - max_per_change} more {change}")
-    more = f"... and {', '.join(left_out)} (see diff_table for all)" if left_out else ""
+    more = (
+        f"... and {', '.join(left_out)} (`model-support report {b} --baseline {a}` lists them all)" if left_out else ""
+    )
     summary = analysis.diff_summary(diff, a, b)
     title = f"{b}{_on(devices.get(b))} against {a}{_on(devices.get(a))}"
     buffer = io.StringIO()
