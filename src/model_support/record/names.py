@@ -42,8 +42,10 @@ def check_name(value: object, what: str, where: str) -> str:
     return text
 
 
-def legacy_name(text: str) -> str:
-    """The file name this tool gave an id before names were one to one (``safe_name``): still read."""
+def safe_name(text: str) -> str:
+    """Text as a file name (one folder/file per sanitized id, as lm-eval does): a sweep's name in its id, a variant
+    in a record's name, and the name a model's record had before names were one to one (``legacy_name``), still
+    read."""
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", text.strip("/").replace("/", "__"))
     if len(name) > 120:
         name = name[:100] + "-" + hashlib.sha1(text.encode()).hexdigest()[:10]
@@ -55,6 +57,10 @@ def model_file_name(model_id: str) -> str:
     plain kind keeps its legacy name (``org__model``, ``local_tiny-opt``); any other gets the legacy name
     shortened, ``~`` and 16 hex characters of the id's SHA-256."""
     if len(model_id) <= _MAX and _PLAIN_ID.fullmatch(model_id) and not model_id.startswith("local_"):
-        return legacy_name(model_id)
+        return safe_name(model_id)
     digest = hashlib.sha256(model_id.encode()).hexdigest()[:16]
-    return f"{legacy_name(model_id)[:80]}~{digest}"
+    return f"{safe_name(model_id)[:80]}~{digest}"
+
+
+#: The file name this tool gave a model id before names were one to one: ``safe_name`` itself.
+legacy_name = safe_name

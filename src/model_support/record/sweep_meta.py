@@ -20,19 +20,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..fileio import atomic_write_json
+from .names import safe_name
 
 VERSION = 3
 _SWEEP_ID = re.compile(r"^(?P<name>.+?)-(?P<time>\d{8}T\d{6})Z?(?:-(?P<suffix>[0-9a-f]{4,}))?$")
-
-
-def safe_name(text: str) -> str:
-    """Text as a file name (one folder/file per sanitized id, as lm-eval does)."""
-    import hashlib
-
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", text.strip("/").replace("/", "__"))
-    if len(name) > 120:
-        name = name[:100] + "-" + hashlib.sha1(text.encode()).hexdigest()[:10]
-    return name
 
 
 def new_sweep_id(name: str, now: _dt.datetime | None = None) -> str:
