@@ -128,7 +128,7 @@ def test_the_list_fits_1280_pixels(browser, tmp_path, kind):
             "signature",
             "sweep",
             "device",
-            "torch / tpu / tf",
+            "stack",
             "runs",
             "task",
             "downloads",

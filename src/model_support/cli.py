@@ -629,21 +629,27 @@ def export(sweep_id, fmt, suspect_fails, data_dir):
 @data_dir_option
 @user_errors
 def support(model, as_json, data_dir):
-    """MODEL's support card from the dataset alone: per stack and variant its latest verdict, whether that PASS is
-    right, when last verified, how many sweeps agree, and the evidence (also `model_support.support()`)."""
+    """MODEL's support card from the dataset alone (id or unique fragment, as debug takes it): per stack (its packages,
+    the device backend as its adapter declares it, and the backend's settings) and variant its latest verdict, whether
+    that PASS is right, when last verified, how many sweeps agree, and the evidence (also `model_support.support()`)."""
     import json
 
+    from .analysis.support import model_ids
     from .analysis.support import support as card
+    from .debug.runner import resolve_id
 
-    cards = card(model, data_dir)
+    cards = card(resolve_id(model_ids(data_dir), model, f"the dataset in {data_dir}"), data_dir)
     if as_json:
         click.echo(json.dumps(cards, indent=1))
         return
     for c in cards:
-        stack = ", ".join(f"{k} {c[k]}" for k in ("torch", "torch_tpu", "transformers") if c[k])
+        stack = [f"torch {c['torch']}" if c["torch"] else "", c["backend"] or ""]  # the backend: as its adapter says
+        stack += [f"transformers {c['transformers']}" if c["transformers"] else ""]
+        stack += [f"{name}={value}" for name, value in c["backend_settings"].items()]  # its settings
         verdict = f"{c['verdict']}{' (suspect: ' + c['check'] + ')' if c['suspect'] else ''}"
         click.echo(
-            f"{c['device_type']} [{c['variant']}] {stack}: {verdict}, last verified {c['last_verified']} in "
+            f"{c['device_type']}{' stack ' + c['stack_name'] if c['stack_name'] else ''} [{c['variant']}] "
+            f"{', '.join(part for part in stack if part)}: {verdict}, last verified {c['last_verified']} in "
             f"{c['sweep_id']} ({c['agreeing']} of {c['sweeps']} sweeps agree)"
             + (f"; repro {c['repro']}" if c["repro"] else "")
             + (f"; {c['failure_signature']}" if c["failure_signature"] else "")

@@ -26,6 +26,7 @@ from .config import BLOCKING_VAR, CONFIG_VAR, Config, from_environment
 class PretendAdapter(AcceleratorAdapter):
     config_vars = (CONFIG_VAR,)  # the faults the stack has: a different value is a different stack
     config_shown = config_vars
+    backend_packages = ("model-support-pretend",)  # the backend is this distribution: its version is its build
     #: Its devices as a Ray custom resource: a local Ray that a sweep starts is given this host's (Ray finds none).
     ray_resource = "pretend"
 

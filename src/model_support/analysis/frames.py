@@ -21,8 +21,12 @@ Frame = pl.LazyFrame | pl.DataFrame
 SIZE_BUCKETS = ("<10M", "10M-1B", "1-10B", ">10B", "unknown")
 #: Outcomes of the CPU reference check.
 REFERENCE_OUTCOMES = ("match", "mismatch", "not run")
-#: Stack components the history is broken down by (fields of the ``versions`` struct).
-VERSION_COMPONENTS = ("torch", "torch_tpu", "transformers")
+#: The stack component that is the device backend: the packages and runtime its adapter declares (``backend_col``).
+BACKEND = "backend"
+#: Stack components the history is broken down by (``version``): torch, the device backend, transformers.
+VERSION_COMPONENTS = ("torch", BACKEND, "transformers")
+#: The columns ``version`` reads (a query selecting columns selects these for it).
+VERSION_COLUMNS = ("versions", "device_type", "backend_versions")
 TIMING_METRICS = ("load_s", "first_token_s", "decode_tokens_per_s")
 MEMORY_METRICS = ("peak_host_mem_mb", "peak_device_mem_mb")
 TOKEN_METRICS = ("tokens_in", "tokens_out", "image_tokens")
@@ -240,4 +244,45 @@ def _describe(lf: pl.LazyFrame, metrics, stats) -> pl.LazyFrame:
 
 
 def version(component: str) -> pl.Expr:
-    return pl.col("versions").struct.field(component)
+    """A stack component of a row (one of ``VERSION_COMPONENTS``, or a field of ``versions``): the device backend is
+    ``backend_col``, any other a field of its ``versions``. Reads ``VERSION_COLUMNS``."""
+    return backend_col() if component == BACKEND else pl.col("versions").struct.field(component)
+
+
+def backend_col() -> pl.Expr:
+    """The device backend a row ran on, as one text (``BACKEND``): its ``backend_versions`` as its device's adapter
+    declared them (``torch_tpu 0.2.0, libtpu 0.0.52``). A row from before that field reads, from its ``versions``, the
+    packages its device's adapter declares that ``versions`` had a field for. Null where the backend is torch alone
+    (the CPU) or unknown (an older row of a backend ``versions`` never named), never another build's."""
+    older = [
+        pl.when(pl.col("device_type") == device).then(
+            pl.concat_str(
+                [pl.format(f"{name} {{}}", version(name)) for name in packages], separator=", ", ignore_nulls=True
+            )
+        )
+        for device, packages in _older_backends().items()
+    ]
+    text = pl.coalesce(pl.col("backend_versions").list.join(", "), *older)
+    return pl.when(text != "").then(text).alias(BACKEND)
+
+
+def _older_backends() -> dict[str, tuple[str, ...]]:
+    """Per device whose backend a row from before ``backend_versions`` can be read from its ``versions``: the packages
+    its adapter declares that ``versions`` had a field for."""
+    from ..probe.devices import registered
+
+    fields = set(schema.Versions.__annotations__)
+    found = {}
+    for device, adapter in registered().items():
+        kept = tuple(name for name in adapter.backend_packages if name in fields)
+        if kept:
+            found[device] = kept
+    return found
+
+
+def backend_settings_col() -> pl.Expr:
+    """The device backend's settings a row ran with, as JSON (``backend_config``: its adapter's variables); a row from
+    before that field, the settings its repro script sets (``repro_settings``' ``device_config``), null where neither
+    says (no setting, or unknown)."""
+    older = pl.col("repro_settings").str.json_path_match("$.device_config")
+    return pl.coalesce(pl.col("backend_config"), older).alias("backend_settings")

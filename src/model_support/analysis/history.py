@@ -21,7 +21,7 @@ from ..errors import UserError
 from ..fileio import atomic_write_text
 from ..record import schema, store
 from ..record.sweep_meta import SweepMeta, parse_sweep_id
-from .frames import VERSION_COMPONENTS, Frame, _lazy, _with_columns, _with_rate, version
+from .frames import VERSION_COLUMNS, VERSION_COMPONENTS, Frame, _lazy, _with_columns, _with_rate, version
 
 # --------------------------------------------------------------------------------------------
 # sweeps
@@ -87,9 +87,9 @@ def sweep_labels(sweep_ids: list[str], created: list[datetime | None] | None = N
 
 def sweep_stats(results: Frame) -> pl.LazyFrame:
     """The one pass over every row that the across-sweep tables need: row counts by sweep_id,
-    status, device_type, host and the torch, torch_tpu and transformers versions (columns ``n``
+    status, device_type, host and the stack's components (``VERSION_COMPONENTS``: torch, the backend, transformers; columns ``n``
     and ``first_started_at``). A few hundred rows for a million records."""
-    lf = _with_columns(results, ["sweep_id", "status", "device_type", "host", "started_at", "versions"])
+    lf = _with_columns(results, list(dict.fromkeys(["sweep_id", "status", "host", "started_at", *VERSION_COLUMNS])))
     return lf.group_by(
         "sweep_id", "status", "device_type", "host", *[version(c).alias(c) for c in VERSION_COMPONENTS]
     ).agg(pl.len().cast(pl.Int64).alias("n"), pl.col("started_at").min().alias("first_started_at"))
@@ -265,7 +265,7 @@ def pass_rate_history(
     results: Frame, sweeps: pl.DataFrame | None = None, excluded: Frame | None = None
 ) -> pl.DataFrame:
     """One row per sweep, oldest first: sweep_id, name, created_at, models, passed, failed,
-    pass_rate, excluded, device_type, and the sweep's (most common) torch, torch_tpu and
+    pass_rate, excluded, device_type, and the sweep's (most common) torch, backend (``frames.backend_col``) and
     transformers versions, so that a regression shows up as a step at a version change.
 
     ``sweeps`` (a ``sweep_index``) gives names and creation times; without it the order is each
@@ -332,8 +332,8 @@ def _history_q(stats: pl.DataFrame, sweeps: pl.DataFrame | None, excluded: Frame
 
 
 def pass_rate_by_version(results: Frame, component: str, sweeps: pl.DataFrame | None = None) -> pl.DataFrame:
-    """Pass rate per version of one stack ``component`` (torch, torch_tpu or transformers):
-    component, version ("none" where not installed, e.g. torch_tpu on a CUDA sweep), sweeps,
+    """Pass rate per version of one stack ``component`` (torch, backend or transformers):
+    component, version ("none" where not known, e.g. the backend of a row from before its adapter said it), sweeps,
     models, passed, failed, pass_rate, first_sweep; in order of first appearance."""
     return _by_version_q(sweep_stats(results).collect(), component, sweeps).collect()
 

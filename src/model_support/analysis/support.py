@@ -1,24 +1,59 @@
 """A model's support card from code: ``model_support.support("org/model", data_dir)`` and ``model-support
 support MODEL``.
 
-Read from the dataset alone (the ``results`` config, local or pulled from the Hub): for each stack (its name in a sweep of several,
-device type and torch / torch_tpu / transformers versions) and variant, the model's latest verdict, whether that PASS is
-right, when it was last verified, how many sweeps of that stack and variant agree with it, and the evidence
-(the sweep, the repro body, the published notebook and log).
+Read from the dataset alone (the ``results`` config, local or pulled from the Hub): for each stack (its name in a sweep
+of several, the device type, torch and transformers versions, the device backend as its adapter declares it, and the
+backend's settings) and variant, the model's latest verdict, whether that PASS is right, when it was last verified, how
+many sweeps of that stack and variant agree with it, and the evidence (the sweep, the repro body, the published
+notebook and log).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import polars as pl
 
 from ..errors import UserError
 from ..record import store
-from .frames import SUSPECT_CHECKS, pass_check_col, variant_col
+from .frames import BACKEND, SUSPECT_CHECKS, backend_col, backend_settings_col, pass_check_col, variant_col, version
 
-#: What names a stack on a card: the sweep's stack name (``stacks:``; null for a sweep of one), the device and versions.
-STACK_KEYS = ("stack_name", "device_type", "torch", "torch_tpu", "transformers")
+#: What names a stack on a card: the sweep's stack name (``stacks:``; null for a sweep of one), the device, the torch
+#: and transformers versions, the device backend (``frames.backend_col``: the packages and runtime its adapter
+#: declares; null for torch alone) and the backend's settings (its adapter's variables, compared as data).
+STACK_KEYS = ("stack_name", "device_type", "torch", BACKEND, "transformers", "backend_settings")
+
+
+def model_ids(data_dir: Path | str = "data") -> list[str]:
+    """Every model id the dataset's ``results`` hold, sorted."""
+    known = store.scan(Path(data_dir), "results").select("model_id").unique().collect()["model_id"].to_list()
+    return sorted(k for k in known if k)
+
+
+def closest(model_id: str, ids: list[str]) -> list[str]:
+    """Up to three of ``ids`` that read most like ``model_id`` (difflib's ratio, at least 0.4), closest first."""
+    import difflib
+
+    return difflib.get_close_matches(model_id, ids, n=3, cutoff=0.4)
+
+
+def _settings(text: str | None) -> dict:
+    """A row's backend settings (JSON of variable -> value), {} for none."""
+    return json.loads(text) if text else {}
+
+
+def _as_data(value: str):
+    """A setting's value as data where it is JSON (spacing and key order aside), else as written."""
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def _settings_key(settings: dict) -> str:
+    """What two rows' settings must share to be one stack: every variable's value, compared as data."""
+    return json.dumps({name: _as_data(value) for name, value in settings.items()}, sort_keys=True)
 
 
 def support(model_id: str, data_dir: Path | str = "data") -> list[dict]:
@@ -27,36 +62,34 @@ def support(model_id: str, data_dir: Path | str = "data") -> list[dict]:
     rows = (
         store.scan(Path(data_dir), "results")
         .filter(pl.col("model_id") == model_id)
+        .with_columns(
+            variant_col(),
+            pass_check_col().alias("check"),
+            version("torch").alias("torch"),
+            backend_col(),
+            version("transformers").alias("transformers"),
+            backend_settings_col(),
+        )
         .select(
             "sweep_id",
             "variant",
             "status",
-            "numerics",
-            "fluent",
+            "check",
             "failure_signature",
-            "stack_name",
-            "device_type",
-            "versions",
+            *STACK_KEYS,
             "started_at",
             "repro_sha256",
             "notebook_url",
             "log_url",
         )
-        .with_columns(variant_col(), pass_check_col().alias("check"))
         .collect()
     )
     if rows.height == 0:
         raise UserError(f"No row of {model_id!r} in the dataset in {data_dir}; {_closest(model_id, data_dir)}")
     cards: dict[tuple, list[dict]] = {}
     for r in rows.iter_rows(named=True):
-        versions = r["versions"] or {}
-        stack = (
-            r["stack_name"],
-            r["device_type"],
-            versions.get("torch"),
-            versions.get("torch_tpu"),
-            versions.get("transformers"),
-        )
+        r["backend_settings"] = _settings(r["backend_settings"])
+        stack = tuple(r[k] for k in STACK_KEYS[:-1]) + (_settings_key(r["backend_settings"]),)
         cards.setdefault((*stack, r["variant"]), []).append(r)
     out = []
     for key, runs in cards.items():
@@ -66,7 +99,7 @@ def support(model_id: str, data_dir: Path | str = "data") -> list[dict]:
         out.append(
             {
                 "model_id": model_id,
-                **dict(zip(STACK_KEYS, key[:-1], strict=True)),
+                **{k: latest[k] for k in STACK_KEYS},
                 "variant": key[-1],
                 "verdict": verdict,
                 "check": latest["check"],
@@ -86,8 +119,6 @@ def support(model_id: str, data_dir: Path | str = "data") -> list[dict]:
 
 
 def _closest(model_id: str, data_dir: Path | str) -> str:
-    import difflib
-
-    known = store.scan(Path(data_dir), "results").select("model_id").unique().collect()["model_id"].to_list()
-    close = difflib.get_close_matches(model_id, [k for k in known if k], n=3, cutoff=0.4)
+    known = model_ids(data_dir)
+    close = closest(model_id, known)
     return f"did you mean {' or '.join(close)}?" if close else f"the dataset knows {len(known)} models."

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import fileio, paths
+from ..analysis.support import closest
 from ..errors import UserError
 from ..probe import probe_params
 from ..record import store
@@ -28,27 +29,32 @@ def _listing(ids: list[str]) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
-def resolve_model(meta: SweepMeta, model: str) -> ModelEntry:
-    """The sweep's model entry for ``model``: its full id, its folder name (``safe_name``), or a
-    fragment of either that matches exactly one model (case-insensitive). UserError otherwise."""
-    ids = [entry.model_id for entry in meta.models]
-    for entry in meta.models:
-        if model in (entry.model_id, safe_name(entry.model_id)):
-            return entry
+def resolve_id(ids: list[str], model: str, where: str) -> str:
+    """The one of ``ids`` that ``model`` names: the full id, its folder name (``safe_name``), or a fragment of either
+    that matches exactly one (case-insensitive): what every command taking a MODEL argument accepts. A UserError
+    otherwise, naming ``where`` the ids are from: the ids it matches, or, matching none, the closest ids (else them
+    all, up to a dozen)."""
+    for model_id in ids:
+        if model in (model_id, safe_name(model_id)):
+            return model_id
     needle = model.lower()
-    matches = [
-        entry
-        for entry in meta.models
-        if needle and (needle in entry.model_id.lower() or needle in safe_name(entry.model_id).lower())
-    ]
+    matches = [i for i in ids if needle and (needle in i.lower() or needle in safe_name(i).lower())]
     if len(matches) == 1:
         return matches[0]
-    if not matches:
-        raise UserError(f"No model of sweep {meta.sweep_id} matches {model!r}; candidates: {_listing(ids) or 'none'}.")
-    raise UserError(
-        f"{model!r} matches {len(matches)} models of sweep {meta.sweep_id}, give more of the id: "
-        f"{_listing([m.model_id for m in matches])}."
-    )
+    if matches:
+        raise UserError(
+            f"{model!r} matches {len(matches)} models of {where}, give more of the id: {_listing(matches)}."
+        )
+    close = closest(model, ids)
+    if close:
+        raise UserError(f"No model of {where} matches {model!r}; did you mean {' or '.join(close)}?")
+    raise UserError(f"No model of {where} matches {model!r}; candidates: {_listing(ids) or 'none'}.")
+
+
+def resolve_model(meta: SweepMeta, model: str) -> ModelEntry:
+    """The sweep's model entry for ``model`` (``resolve_id`` over the sweep's models)."""
+    model_id = resolve_id([entry.model_id for entry in meta.models], model, f"sweep {meta.sweep_id}")
+    return next(entry for entry in meta.models if entry.model_id == model_id)
 
 
 def debug_notebook_path(data_dir, sweep_id: str, model_id: str, out_dir=None, variant: str | None = None) -> Path:
@@ -101,7 +107,8 @@ def prepare_debug(
 ) -> DebugRun:
     """Everything ``run_debug_notebook`` checks and decides before the notebook runs (bad input is a UserError);
     the output path is reserved (created empty)."""
-    from ..probe.probe_core import NOT_AVAILABLE, fused_eager_missing
+    from ..probe import devices
+    from ..probe.probe_core import NOT_AVAILABLE
     from .stack import stack_difference
 
     meta = store.read_sweep(data_dir, sweep_id)
@@ -112,8 +119,9 @@ def prepare_debug(
         except probe_params.ParameterError as exc:
             raise UserError(str(exc)) from None
     params = debug_parameters(meta, entry, parameters)
-    if params.get("mode") == "fused" and params.get("device") not in ("tpu", "auto"):  # a TPU's mode only
-        raise UserError(f"{NOT_AVAILABLE}: {fused_eager_missing(params['device'])}.")
+    device, mode = params.get("device"), params.get("mode")
+    if device and device != "auto" and mode and not devices.adapter_class(device).offers(mode):  # a backend's own mode
+        raise UserError(f"{NOT_AVAILABLE}: {devices.adapter_for(device).mode_unavailable(mode)}.")
     note = stack_difference(meta, _recorded(data_dir, sweep_id, entry.model_id, variant))
     out = _reserve(data_dir, sweep_id, entry.model_id, out_dir, variant)
     return DebugRun(entry, params, out, note)

@@ -20,8 +20,13 @@ from packaging.utils import canonicalize_name
 
 from .. import __version__
 from ..paths import checkout_root
+from ..record.schema import Versions
 
-PACKAGES = ("torch", "torch_tpu", "libtpu", "transformers", "tokenizers", "accelerate")
+#: What ``versions`` is besides package versions.
+_NOT_PACKAGES = ("python", "model_support", "git_commit")
+#: The packages a record's ``versions`` names: the fields of its declaration (``schema.Versions``), kept as the first
+#: records had them. Which packages make up a device backend is its adapter's to say (``backend_versions``).
+PACKAGES = tuple(name for name in Versions.__annotations__ if name not in _NOT_PACKAGES)
 
 
 def package_version(name: str) -> str | None:
@@ -60,7 +65,7 @@ def git_commit() -> str | None:
 
 @functools.cache
 def versions() -> dict:
-    """The stack: python, torch, torch_tpu, libtpu, transformers, tokenizers, accelerate, us."""
+    """The stack as a record's ``versions`` holds it: python, each of ``PACKAGES``, this package and its commit."""
     found = {name: package_version(name) for name in PACKAGES}
     return {
         "python": platform.python_version(),

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..record import schema
 from ..record.schema import Record
-from . import probe_params, provenance
+from . import devices, probe_params, provenance
 from .signatures import failure_signature
 
 #: The probe settings a record has a field of the same name for (the rest are in its ``repro_settings``).
@@ -58,6 +58,7 @@ def new_record(
             "variant": probe_params.variant(settings),
             "versions": provenance.versions(),
             "stack_sha": provenance.stack_sha(),
+            **devices.backend_identity(settings["device"]),  # the device's backend, as its adapter declares it
             "host": provenance.host(),
             "started_at": now_iso(),
             "notebook_path": notebook_path or None,

@@ -231,6 +231,7 @@ def _probe(record: Record, settings: dict) -> None:
             "device_name": adapter.device_name(),
             "device_count": adapter.device_count(),
             "cpu_threads": torch.get_num_threads(),  # a sharded run's ranks say theirs
+            **devices.backend_identity(adapter.type),  # the backend of the device resolved (``auto``: now known)
         }
     )
     missing = adapter.mode_unavailable(settings["mode"])

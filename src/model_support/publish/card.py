@@ -21,7 +21,7 @@ UNKNOWN = "–"
 
 def sweep_rows(data_dir: Path) -> pl.DataFrame:
     """Every sweep of the data folder with rows, oldest first: sweep_id, label, created_at, device_type,
-    models, passed, pass_rate, excluded and the torch, torch_tpu and transformers versions."""
+    models, passed, pass_rate, excluded and the stack's components (``analysis.VERSION_COMPONENTS``: torch, backend, transformers)."""
     sweeps = analysis.sweep_index(data_dir)
     history = analysis.pass_rate_history(store.scan(data_dir, "results"), sweeps, store.scan(data_dir, "excluded"))
     return history.filter((pl.col("models") > 0) | (pl.col("excluded") > 0))

@@ -134,8 +134,9 @@ GROUPS = {
 #: utilisation, per-operator device time); 17: where the numbers go wrong (the operator a silent crash died in,
 #: host syncs and CPU fallbacks per token, recompiles across prompt lengths); 18: attempts (a changed verdict
 #: rerun before it counts, ``flaky``) and the stack a row ran on in a sweep of several (``stack_name``); 19: the
-#: perf phase's profiler trace (``perf_trace_path``).
-VERSION = 19
+#: perf phase's profiler trace (``perf_trace_path``); 20: the device backend a row ran on, as its adapter declares it
+#: (``backend_versions``: its packages and runtime; ``backend_config``: its settings).
+VERSION = 20
 
 
 class Record(TypedDict):
@@ -256,6 +257,24 @@ class Record(TypedDict):
     versions: Annotated[Versions | None, Col("provenance", 1, "python, torch, torch_tpu, libtpu, transformers, ...")]
     stack_sha: Annotated[
         str | None, Col("provenance", 14, "sha256 (16 hex) of every installed distribution: sweep.json's stack")
+    ]
+    backend_versions: Annotated[
+        list[str] | None,
+        Col(
+            "provenance",
+            20,
+            "the device backend's own packages, then its toolkit or runtime, as its adapter declares them "
+            "(`torch_tpu 0.2.0`, `cuda-toolkit 12.8`); empty: torch alone (the CPU)",
+        ),
+    ]
+    backend_config: Annotated[
+        str | None,
+        Col(
+            "provenance",
+            20,
+            "JSON: the device backend's own settings as the probe ran (its adapter's variables; a value not safe to "
+            "show, by its fingerprint); null: none set",
+        ),
     ]
     host: Annotated[str | None, Col("provenance", 1, "the host's name")]
     started_at: Annotated[str | None, Col("provenance", 1, "UTC, ISO 8601")]

@@ -15,7 +15,7 @@ import polars as pl
 
 from .. import analysis
 from ..analysis import coverage
-from ..analysis.frames import check_note_col, pass_check_col, variant_col
+from ..analysis.frames import check_note_col, pass_check_col, variant_col, version
 from ..analysis.parallel import devices_col, parallelism_col
 from ..probe import repro
 from ..record import store
@@ -71,6 +71,7 @@ LIGHT_COLUMNS = (
     "device_type",
     "exclusion_reason",
     "versions",
+    "backend_versions",
 )
 
 
@@ -122,7 +123,8 @@ def _all_rows(data_dir: Path, unprobed: pl.DataFrame) -> pl.LazyFrame:
             "failure_signature",
             *[
                 pl.lit(None, dtype=types[c]).alias(c)
-                for c in ("attribution", "devices_used", "parallelism", "device_type", "exclusion_reason", "versions")
+                for c in ("attribution", "devices_used", "parallelism", "device_type", "exclusion_reason")
+                + ("versions", "backend_versions")
             ],
             *no_check,
             pl.lit(2, dtype=pl.Int8).alias("c"),
@@ -148,7 +150,7 @@ def encoded_rows(data_dir: Path, sweeps: pl.DataFrame, unprobed: pl.DataFrame):
     outcome_cols = list(OUTCOME_COLUMNS)
     env_cols = ["device_type", *VERSION_KEYS]
     wide = (
-        every.with_columns([pl.col("versions").struct.field(k).alias(k) for k in VERSION_KEYS])
+        every.with_columns([version(k).alias(k) for k in VERSION_KEYS])
         .join(order, on="sweep_id", how="inner")
         .with_columns(
             pl.struct("model_id", "variant").hash(seed=0).alias("m"),

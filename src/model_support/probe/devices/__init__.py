@@ -16,8 +16,19 @@ The probe calls ``resolve(device)``; the sweep's runner calls ``facts``, ``check
 from . import cuda, tpu  # noqa: F401  (their registrations)
 from .accelerator import AcceleratorAdapter
 from .backends import AUTOLOAD_VAR, load_backend, prepare_environment
-from .base import CRASHES, FALLBACK, IMPLEMENTED, MISSING, OP_STATUSES, UNKNOWN, WRONG, Adapter, DeviceUnavailable
-from .registry import adapter_for, register, registered, stack_configuration
+from .base import (
+    COMMON_MODES,
+    CRASHES,
+    FALLBACK,
+    IMPLEMENTED,
+    MISSING,
+    OP_STATUSES,
+    UNKNOWN,
+    WRONG,
+    Adapter,
+    DeviceUnavailable,
+)
+from .registry import adapter_class, adapter_for, backend_identity, register, registered, stack_configuration
 from .resolve import (
     DeviceFacts,
     auto_candidates,

@@ -29,6 +29,14 @@ class AcceleratorAdapter(Adapter):
     #: No profiler is read for a backend in general (its adapter names one it offers: cuda's).
     profiler_activities: tuple[str, ...] = ()
 
+    def packages(self) -> tuple[str, ...]:
+        """What its adapter declares (``backend_packages``), else the distributions whose ``torch.backends`` entry point
+        provides the device (an out-of-tree backend served by this adapter: its package); none for the backends
+        torch ships (xpu, mps)."""
+        from .backends import backend_distributions
+
+        return self.backend_packages or backend_distributions(self.type)
+
     def _module(self):
         import torch
 

@@ -37,6 +37,13 @@ def backend_devices() -> list[str]:
     return list(dict.fromkeys(probe_core.backend_device(e.name) for e in found))
 
 
+def backend_distributions(device: str) -> tuple[str, ...]:
+    """The distributions whose ``torch.backends`` entry point provides ``device`` (read from package metadata; nothing
+    loaded): an out-of-tree backend's own packages, where its adapter declares none."""
+    found = entry_points(group=probe_core.BACKENDS_GROUP)
+    return tuple(dict.fromkeys(e.dist.name for e in found if e.dist and probe_core.backend_device(e.name) == device))
+
+
 def load_backend(device: str) -> None:
     """``probe_core.load_backend``, with a backend that fails to load said in one sentence (``DeviceUnavailable``)."""
     try:

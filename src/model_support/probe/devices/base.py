@@ -13,8 +13,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 
+from packaging.utils import canonicalize_name
+
 # What a stack does with an operator (``Adapter.op_coverage``): the words are declared once, in ``record.ops_table``.
 from ...record.ops_table import CRASHES, FALLBACK, IMPLEMENTED, MISSING, OP_STATUSES, UNKNOWN, WRONG  # noqa: F401
+
+#: The execution modes every backend may have (``Adapter.offers``); any other is a backend's own (``own_modes``).
+COMMON_MODES = ("eager", "compile")
 
 
 class DeviceUnavailable(RuntimeError):
@@ -47,6 +52,15 @@ class Adapter:
     #: Names users give this device that no backend answers to, each with the sentence that says what it is here
     #: ({"gpu": "an NVIDIA or AMD GPU is cuda"}): said when such a name is refused.
     aliases: dict[str, str] = {}
+    #: The distributions that make up this backend beside torch (names, or prefixes ending in ``*``): what two builds
+    #: of it differ by. Their installed versions, then ``runtime_versions``, are the backend's identity
+    #: (``backend_versions``): recorded on every row, the stack the support card and the history group by. The CPU's
+    #: backend is torch itself: none.
+    backend_packages: tuple[str, ...] = ()
+    #: The execution modes this backend may offer beyond ``COMMON_MODES`` (a mode of its own, as TorchTPU's fused
+    #: eager): a mode the device's adapter does not offer is refused before anything runs (``offers``); whether the
+    #: stack here has it is ``mode_unavailable``'s to say.
+    own_modes: tuple[str, ...] = ()
 
     @classmethod
     def config_names(cls, environ: Mapping[str, str] | None = None) -> list[str]:
@@ -70,6 +84,36 @@ class Adapter:
             elif not shown_only:
                 found[name] = f"<not shown: sha256 {hashlib.sha256(environ[name].encode()).hexdigest()[:12]}>"
         return found
+
+    @classmethod
+    def offers(cls, mode: str) -> bool:
+        """Whether this backend can have execution ``mode`` at all (``COMMON_MODES``, and its ``own_modes``)."""
+        return mode in COMMON_MODES or mode in cls.own_modes
+
+    def packages(self) -> tuple[str, ...]:
+        """The distributions of this backend beside torch (``backend_packages``)."""
+        return self.backend_packages
+
+    def runtime_versions(self) -> dict[str, str]:
+        """The backend's toolkit or runtime versions that no installed distribution states (CUDA's toolkit and
+        driver), by name, read without importing torch (a sweep's worker asks too); {} where it has none."""
+        return {}
+
+    def backend_versions(self) -> list[str]:
+        """The backend's identity: ``name version`` of each of its installed distributions (``packages``; a name as
+        the adapter declares it, a prefix's matches by their canonical names), then of each ``runtime_versions``;
+        [] where the backend is torch alone (the CPU). Reads package metadata only."""
+        from ..provenance import stack
+
+        installed = stack()
+        found = []
+        for pattern in self.packages():
+            if pattern.endswith("*"):
+                prefix = canonicalize_name(pattern[:-1])
+                found += [f"{name} {version}" for name, version in installed.items() if name.startswith(prefix)]
+            elif canonicalize_name(pattern) in installed:
+                found.append(f"{pattern} {installed[canonicalize_name(pattern)]}")
+        return found + [f"{name} {version}" for name, version in self.runtime_versions().items()]
 
     def __init__(self, type: str = "cpu"):
         self.type = type
@@ -146,7 +190,8 @@ class Adapter:
 
     def mode_unavailable(self, mode: str) -> str | None:
         """Why this stack cannot run the probe in ``mode``, or None. Only ``fused`` (TorchTPU's
-        deferred-and-fused eager) can be missing: a TPU with a torch_tpu that exposes it runs it."""
+        deferred-and-fused eager, the tpu adapter's ``own_modes``) can be missing: a TPU with a torch_tpu that
+        exposes it runs it."""
         if mode != "fused":
             return None
         from ..probe_core import fused_eager_missing

@@ -4,10 +4,41 @@ counted without torch, NCCL for a sharded run's process group, and the sentence 
 from __future__ import annotations
 
 import glob
+import importlib.util
 import os
+import re
+import sys
+from pathlib import Path
 
 from .accelerator import AcceleratorAdapter
 from .registry import register
+
+#: Where the NVIDIA kernel driver says its version ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15 ...").
+NVIDIA_DRIVER_FILE = Path("/proc/driver/nvidia/version")
+
+
+def torch_build(name: str) -> str | None:
+    """``torch.version.<name>`` (the CUDA or HIP toolkit torch was built with; None for a CPU build), without importing
+    torch where it is not imported yet: read from its ``version.py``, as torch writes it at build time."""
+    if "torch" in sys.modules:
+        return getattr(sys.modules["torch"].version, name, None)
+    spec = importlib.util.find_spec("torch")
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    try:
+        text = (Path(folders[0]) / "version.py").read_text() if folders else ""
+    except OSError:
+        return None
+    found = re.search(rf"^{name}\s*(?::[^=\n]*)?=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
+    return found.group(1) if found else None
+
+
+def nvidia_driver(path: Path = NVIDIA_DRIVER_FILE) -> str | None:
+    """The NVIDIA kernel driver's version, from ``path``; None where there is none (no driver loaded, another OS)."""
+    try:
+        found = re.search(r"Kernel Module\s+(?:for\s+\S+\s+)?(\d[\w.]*)", path.read_text())
+    except OSError:
+        return None
+    return found.group(1) if found else None
 
 
 @register("cuda")
@@ -17,6 +48,13 @@ class CudaAdapter(AcceleratorAdapter):
     aliases = {"gpu": "an NVIDIA or AMD GPU is cuda"}
     blocking_env = {"CUDA_LAUNCH_BLOCKING": "1"}  # kernel errors reported at the launch that caused them
     profiler_activities = ("cpu", "cuda")  # torch.profiler (kineto/CUPTI) reads a compiled run's kernels and copies
+    # the CUDA libraries torch's wheels install beside it (cu12 and later names); a source build has none
+    backend_packages = ("nvidia-cuda-runtime*", "nvidia-cublas*", "nvidia-cudnn*", "nvidia-nccl*")
+
+    def runtime_versions(self) -> dict[str, str]:
+        """The toolkit torch was built with (CUDA, or HIP on ROCm) and the NVIDIA driver, where there is one."""
+        toolkit = {"cuda-toolkit": torch_build("cuda"), "hip": torch_build("hip"), "nvidia-driver": nvidia_driver()}
+        return {name: version for name, version in toolkit.items() if version}
 
     def __init__(self, type: str = "cuda"):
         super().__init__(type)

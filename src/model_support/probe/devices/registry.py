@@ -8,6 +8,7 @@ by the generic ``AcceleratorAdapter``, and ``cpu`` by the base ``Adapter``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from importlib.metadata import entry_points
 
@@ -80,3 +81,22 @@ def stack_configuration(environ: Mapping[str, str] | None = None) -> dict[str, s
     for cls in registered().values():
         found.update(cls.configuration(environ))
     return dict(sorted(found.items()))
+
+
+def backend_identity(device: str, environ: Mapping[str, str] | None = None) -> dict:
+    """The record's fields that say which backend ``device`` is: ``backend_versions`` (its adapter's packages and
+    runtime versions, ``Adapter.backend_versions``) and ``backend_config`` (JSON: its adapter's configuration variables
+    set in ``environ``, default this process's, a value not declared safe to show by its fingerprint; null when none
+    is set). {} for ``auto`` (no device yet: the probe says once it has resolved one) and for a device whose adapter
+    does not import. Nothing is imported or loaded."""
+    if device == "auto":
+        return {}
+    try:
+        adapter = adapter_for(device)
+    except UserError:
+        return {}
+    config = adapter.configuration(environ)
+    return {
+        "backend_versions": adapter.backend_versions(),
+        "backend_config": json.dumps(config, sort_keys=True) if config else None,
+    }

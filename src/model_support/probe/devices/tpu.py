@@ -71,6 +71,8 @@ class TpuAdapter(AcceleratorAdapter):
     config_vars = ("LIBTPU_INIT_ARGS", "XLA_FLAGS", "PJRT_*", "TPU_*")
     config_shown = config_vars  # flags and topology, no secret
     harness_vars = tuple(tpu_rank_env(0, 1))  # a sharded rank's place, set per probe by the harness
+    backend_packages = ("torch_tpu", "libtpu")  # TorchTPU and the TPU runtime it drives: their builds are the stack's
+    own_modes = ("fused",)  # TorchTPU's deferred-and-fused eager (``probe_core.fused_eager_missing``)
 
     def __init__(self, type: str = "tpu"):
         super().__init__(type)

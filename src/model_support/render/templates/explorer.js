@@ -126,9 +126,9 @@ const sweepCell = (s) => '<td class="sweep" title="' + esc(S[s][0]) + '">' + esc
 // Cells that truncate with "…" carry their whole text as a tooltip.
 const cell = (cls, value) => '<td class="' + cls + '" title="' + esc(value) + '">' + esc(value) + "</td>";
 if (!M.some(hubOf)) document.body.classList.add("no-hub");
-// An environment's torch / torch_tpu / transformers versions, as one cell and as its tooltip.
+// An environment's torch / device backend (its adapter's packages) / transformers versions, as one cell and as its tooltip.
 const stackText = (e) => e.slice(1).map((v) => v || "–").join(" / ");
-const stackTitle = (e) => ["torch", "torch_tpu", "transformers"].map((k, j) => k + " " + (e[j + 1] || "none")).join(", ");
+const stackTitle = (e) => ["torch", "backend", "transformers"].map((k, j) => k + " " + (e[j + 1] || "none")).join(", ");
 // What a PASS's check says ("" for anything else), suspect or not, and as the list shows it ("diverges at step 3").
 const SUSPECT = new Set(D.suspect_checks);
 const checkOf = (o) => o[5] || "";
@@ -168,7 +168,7 @@ for (const [name, ids] of Object.entries(D.views)) {
 fill("#device-filter", uniq(E.map((e) => e[0])).map((v) => [v, v]));
 fill("#sweep-filter", S.map((s, i) => [String(i), s[0]]).reverse());
 fill("#torch-filter", uniq(E.map((e) => e[1])).map((v) => [v, "torch " + v]));
-fill("#torch_tpu-filter", uniq(E.map((e) => e[2])).map((v) => [v, "torch_tpu " + v]));
+fill("#torch_tpu-filter", uniq(E.map((e) => e[2])).map((v) => [v, v]));
 fill("#transformers-filter", uniq(E.map((e) => e[3])).map((v) => [v, "transformers " + v]));
 
 let shown = [];
@@ -403,7 +403,7 @@ function detail(i) {
     '<th class="h-check">check</th>' +
     (timed ? '<th class="h-speed" title="tokens/s: the median of the repeats, then their spread ((max - min) / median); ' +
       'below, TPOT: ms per output token after the first">tokens/s</th>' : "") +
-    '<th class="h-stack" title="device, then torch / torch_tpu / transformers; the signature below">stack</th>' +
+    '<th class="h-stack" title="device, then torch / the device backend / transformers; the signature below">stack</th>' +
     "</tr></thead><tbody>");
   for (let k = hh.length - 3; k >= 0; k -= 3) {
     const ho = O[hh[k + 2]];
