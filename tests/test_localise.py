@@ -31,13 +31,22 @@ from model_support.render.html import MODEL_NUMBERS
 from model_support_pretend import PretendConfigError, parse
 
 MODEL = "tiny-llama"
+#: CUDA's flash attention kernel, and the pretend device's own attention kernel (its ``sdpa_kernel``).
+FLASH, OWN = "aten::_scaled_dot_product_flash_attention", "pretend::attention"
 #: Each case: its stack, and the operator and module the localiser must name (None: nothing is wrong).
 CASES = {
     "rsqrt": ({"wrong_ops": ["aten::rsqrt"]}, "aten::rsqrt", "model.layers.0.input_layernorm"),
     "silu": ({"wrong_ops": ["aten::silu"]}, "aten::silu", "model.layers.0.mlp.act_fn"),
     "bf16-noise": ({"wrong_ops": {"aten::mm": 0.0039, "aten::bmm": 0.0039}}, None, None),
     "two-percent": ({"wrong_ops": {"aten::mm": 0.02}}, "aten::mm", "model.layers.0.self_attn.q_proj"),
+    # attention run as CUDA runs it, one fused kernel the CPU has none of: replayed through the math attention
+    "flash": ({"sdpa_kernel": "flash", "wrong_ops": [FLASH]}, FLASH, "model.layers.0.self_attn"),
+    "flash-healthy": ({"sdpa_kernel": "flash"}, None, None),
+    # attention run as a kernel of the device's own, which nothing replays: not judged, and said first
+    "own-then-silu": ({"sdpa_kernel": "own", "wrong_ops": ["aten::silu"]}, "aten::silu", "model.layers.0.mlp.act_fn"),
 }
+#: The wrong operator is one the CPU cannot run (a kernel registered for the device alone): not judged, never agreeing.
+NOT_JUDGED_CASE = {"sdpa_kernel": "own", "wrong_ops": [OWN]}
 #: The case run through the command line: inside attention (sdpa decomposed, as the census does).
 CLI_CASE = ({"wrong_ops": ["aten::bmm"]}, "aten::bmm", "model.layers.0.self_attn")
 
@@ -85,13 +94,26 @@ def run_cli(data: Path, config: dict) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, env=child_env(config), timeout=300)
 
 
+def run_script(script: Path, config: dict | None = None, **env) -> subprocess.CompletedProcess:
+    """A one-operator script run with plain python in its folder (nothing of this project on its path)."""
+    return subprocess.run(
+        [sys.executable, script.name],
+        capture_output=True,
+        text=True,
+        env=child_env(config, **env),
+        cwd=script.parent,
+        timeout=300,
+    )
+
+
 @pytest.fixture(scope="module")
 def localised(tmp_path_factory, fixture_models) -> dict:
     """Every case localised at once, each on its own stack in its own process: name -> (result, data folder)."""
     path = fixture_models[MODEL]["path"]
     jobs = {}
     with ThreadPoolExecutor(max_workers=3) as pool:
-        for name, (config, _, _) in {**CASES, "cli": CLI_CASE}.items():
+        stacks = {name: config for name, (config, _, _) in {**CASES, "cli": CLI_CASE}.items()}
+        for name, config in {**stacks, "not-judged": NOT_JUDGED_CASE}.items():
             data = tmp_path_factory.mktemp(f"localise-{name}")
             pretend_sweep(data, path, config)
             jobs[name] = (pool.submit(run_cli if name == "cli" else run_library, data, config), data)
@@ -139,23 +161,44 @@ def test_the_one_operator_script_fails_on_the_faulty_stack_and_passes_without_th
     assert inputs.stem == hashlib.sha256(inputs.read_bytes()).hexdigest()  # stored by its content
     assert inputs.stat().st_size < 1_000_000
 
-    def run(**env):  # plain python, in the script's folder: nothing of this project on its path
-        config = env.pop("config", None)
-        return subprocess.run(
-            [sys.executable, script.name],
-            capture_output=True,
-            text=True,
-            env=child_env(config, **env),
-            cwd=script.parent,
-            timeout=300,
-        )
-
-    faulty = run()  # the script sets the stack's configuration itself, as the sweep's repro scripts do
+    faulty = run_script(script)  # the script sets the stack's configuration itself, as the sweep's repro scripts do
     assert faulty.returncode == 1, faulty.stderr[-2000:]
     assert "WRONG" in faulty.stdout and "on pretend" in faulty.stdout and "on the CPU" in faulty.stdout
-    healthy = run(config={}, MODEL_SUPPORT_REPRO_KEEP_CONFIG="1")  # the same stack with the fault removed
+    healthy = run_script(script, {}, MODEL_SUPPORT_REPRO_KEEP_CONFIG="1")  # the same stack with the fault removed
     assert healthy.returncode == 0, healthy.stdout[-2000:] + healthy.stderr[-2000:]
     assert "they agree" in healthy.stdout
+
+
+@pytest.mark.slow
+def test_a_fused_attention_kernel_the_cpu_cannot_run_is_judged_through_the_math_attention(localised):
+    wrong, _ = localised["flash"]
+    assert wrong["summary"].startswith(f"The first wrong operator of {wrong['ops_checked']} checked is {FLASH}")
+    assert wrong["module_class"] == "LlamaAttention" and wrong["ops_not_judged"] == 0
+    healthy, _ = localised["flash-healthy"]
+    assert healthy["ops_not_judged"] == 0 and healthy["summary"].startswith("No operator is wrong")
+    # its output and logsumexp compared; what the math attention does not make is named, never counted as agreeing
+    (unjudged,) = healthy["outputs_not_judged"]
+    assert unjudged["operator"] == FLASH and "rng_state" in unjudged["outputs"]
+    assert not {"output", "logsumexp"} & set(unjudged["outputs"])
+    script = Path(wrong["repro"])  # the script replays it as the localiser did: through the math attention
+    faulty = run_script(script)
+    assert faulty.returncode == 1 and "WRONG" in faulty.stdout, faulty.stdout[-2000:] + faulty.stderr[-2000:]
+    fixed = run_script(script, {"sdpa_kernel": "flash"}, MODEL_SUPPORT_REPRO_KEEP_CONFIG="1")
+    assert fixed.returncode == 0 and "they agree" in fixed.stdout, fixed.stdout[-2000:] + fixed.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_an_operator_the_cpu_cannot_run_is_not_judged_and_never_agrees(localised):
+    result, _ = localised["not-judged"]  # the wrong operator is the device's own: nothing can replay it
+    assert result["operator"] is None and result["ops_not_judged"] == 2  # one per layer
+    assert {o["operator"] for o in result["not_judged_ops"]} == {OWN}
+    assert "the CPU cannot run it" in result["not_judged_ops"][0]["reason"]
+    assert result["summary"].startswith(f"Not every operator was judged: 2 of the {result['ops_checked'] + 2}")
+    assert "No operator is wrong" not in result["summary"] and f"all {result['ops_checked']}" not in result["summary"]
+    first, _ = localised["own-then-silu"]  # an operator not judged before the first wrong one: said first
+    assert first["operator"] == "aten::silu" and first["ops_not_judged"] == 2
+    assert first["summary"].startswith(f"1 operator before the first wrong one could not be judged ({OWN}")
+    assert "The first wrong operator of" in first["summary"]
 
 
 @pytest.mark.slow
@@ -248,11 +291,54 @@ def test_two_percent_one_wrong_value_a_nan_or_an_integer_off_by_one_are_faults()
     assert _judged(torch.ones(2, 3), torch.ones(3, 2))["wrong"]
 
 
+#: Each fused attention kernel the CPU has none of, called as the sdpa composite calls it (its own argument order):
+#: query, key and value, then a float mask where it takes one, causal where it does not, and a scale.
+FUSED_CALLS = {
+    "aten::_scaled_dot_product_flash_attention": lambda q, k, v, mask: ((q, k, v, 0.0, True, False), None),
+    "aten::_scaled_dot_product_efficient_attention": lambda q, k, v, mask: ((q, k, v, mask, True, 0.0, False), mask),
+    "aten::_scaled_dot_product_cudnn_attention": lambda q, k, v, mask: ((q, k, v, mask, True, 0.0, False, False), mask),
+    "aten::_scaled_dot_product_fused_attention_overrideable": lambda q, k, v, mask: ((q, k, v, mask), mask),
+}
+
+
+@pytest.mark.parametrize("name", FUSED_CALLS)
+def test_each_fused_attention_kernel_is_replayed_from_its_own_arguments(name):
+    """The CPU's own flash attention (another kernel than the math attention) stands for the device: its output and
+    logsumexp agree with the replay; made without the mask or the causality the call asked for, they do not."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 4, 6, 16).bfloat16() for _ in range(3))
+    mask = (torch.randn(1, 1, 6, 6) * 3).bfloat16()
+    op = op_check.operator(name, "default")
+    args, used_mask = FUSED_CALLS[name](q, k, v, mask)
+    with pytest.raises(NotImplementedError):  # the CPU has no kernel of it
+        op(*args, scale=0.3)
+
+    def device(attn_mask, causal):  # the kernel's outputs, the CPU's flash attention computing the first two
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, causal, attn_mask=attn_mask, scale=0.3
+        )
+        rest = [torch.empty(0) for _ in op._schema.returns[2:]]
+        return (out, lse, *rest)
+
+    right = device(used_mask, used_mask is None)
+    judged = op_check.judge(right, op_check.replay(op, args, {"scale": 0.3}, right), name)
+    assert not judged["wrong"], judged["reason"]
+    assert set(judged["not_judged"]) == {r.name for r in op._schema.returns[2:]}
+    unmasked = device(None, False)  # the mask (or the causality) not applied
+    assert op_check.judge(unmasked, op_check.replay(op, args, {"scale": 0.3}, unmasked), name)["wrong"]
+
+
 def test_the_pretend_noise_fault_is_a_mapping_of_relative_errors():
     config = parse('{"wrong_ops": {"aten::mm": 0.02}}')
     assert config.wrong_ops == frozenset({"aten::mm"}) and config.wrong_by == {"aten::mm": 0.02}
     with pytest.raises(PretendConfigError, match="map names to a relative error > 0"):
         parse('{"wrong_ops": {"aten::mm": 0}}')
+
+
+def test_the_pretend_attention_kernel_is_one_it_knows():
+    assert parse('{"sdpa_kernel": "flash"}').sdpa_kernel == "flash" and parse("{}").sdpa_kernel == "math"
+    with pytest.raises(PretendConfigError, match="'sdpa_kernel' must be one of 'math', 'flash', 'own', not 'fast'"):
+        parse('{"sdpa_kernel": "fast"}')
 
 
 # --- bad input: one sentence, before anything runs -------------------------------------------------------------

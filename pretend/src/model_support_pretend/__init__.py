@@ -19,7 +19,8 @@ reaches N positions (``config.PAST_LENGTH_AXES`` names each axis): a KV-cache or
 A ``crash_ops`` operator aborts the process; ``"crash_message": false`` makes the abort silent (no last words on
 stderr), ``"crash_after": N`` reports it N operators later (an asynchronous runtime's late report), unless
 ``PRETEND_LAUNCH_BLOCKING=1`` (CUDA_LAUNCH_BLOCKING's counterpart). The backend counts its own device-to-host syncs
-and CPU fallbacks (``counters``), read through the adapter's ``host_counters``.
+and CPU fallbacks (``counters``), read through the adapter's ``host_counters``. ``sdpa_kernel`` (``"flash"``,
+``"own"``) runs attention as one fused kernel the CPU has none of (``attention``), as an accelerator does.
 """
 
 from __future__ import annotations

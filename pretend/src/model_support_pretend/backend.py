@@ -8,6 +8,7 @@ import sys
 
 import torch
 
+from . import attention as _attention
 from . import device as _device_module
 from . import tensor as _tensor
 from .config import NAME, Config
@@ -69,6 +70,7 @@ def register(config: Config) -> None:
         op = getattr(getattr(torch.ops.aten, base), overload or "default")
         _LIBRARY.impl(name, _tensor.device_kernel(op), "PrivateUse1")
     _LIBRARY.impl("_copy_from", _tensor.copy_from, "PrivateUse1")
+    _attention.install(config.sdpa_kernel)
     _register_process_group()
 
 

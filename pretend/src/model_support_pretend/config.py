@@ -34,6 +34,7 @@ KEYS = (
     "wrong_past_length",
     "launch_us",
     "clock_jitter",
+    "sdpa_kernel",
 )
 #: Set to 1, the runtime reports a crash at the operator that caused it (``crash_after`` ignored), as
 #: ``CUDA_LAUNCH_BLOCKING=1`` makes CUDA's: the synchronous rerun's switch (the adapter's ``blocking_env``). Not part
@@ -52,6 +53,11 @@ PAST_LENGTH_AXES = {
     "aten::_softmax": "the dimension it normalises (dim): in attention, the key positions",
     "aten::bmm": "the contraction (mat1's last dimension): in attention's probabilities x values, the key positions",
 }
+
+#: What the device runs scaled_dot_product_attention as (``sdpa_kernel``, see ``attention``): the math attention
+#: (the default), CUDA's flash attention kernel, or a kernel of this device's own; neither of the last two has a
+#: CPU kernel.
+SDPA_KERNELS = ("math", "flash", "own")
 
 
 class PretendConfigError(ValueError):
@@ -82,6 +88,7 @@ class Config:
     # its clock (``clock.DeviceClock``): each kernel's launch latency, and the relative spread of its timings
     launch_us: float = 5.0
     clock_jitter: float = 0.01
+    sdpa_kernel: str = SDPA_KERNELS[0]  # what attention runs as on the device (``attention``)
 
     @property
     def memory_bytes(self) -> int | None:
@@ -167,6 +174,11 @@ def parse(text: str, visible: str | None = None) -> Config:
         raise PretendConfigError(
             f"{CONFIG_VAR}: 'clock_jitter' must be a relative spread from 0 to below 0.3 (0.01: 1%), not {jitter!r}."
         )
+    sdpa_kernel = raw.get("sdpa_kernel", SDPA_KERNELS[0])
+    if sdpa_kernel not in SDPA_KERNELS:
+        raise PretendConfigError(
+            f"{CONFIG_VAR}: 'sdpa_kernel' must be one of {', '.join(map(repr, SDPA_KERNELS))}, not {sdpa_kernel!r}."
+        )
     return Config(
         devices=devices,
         memory_gb=None if memory is None else float(memory),
@@ -186,6 +198,7 @@ def parse(text: str, visible: str | None = None) -> Config:
         wrong_past_length=past,
         launch_us=float(launch),
         clock_jitter=float(jitter),
+        sdpa_kernel=sdpa_kernel,
     )
 
 

@@ -11,6 +11,13 @@ are judged (``op_check.judge``: a tolerance per dtype, so bf16 rounding is not a
 starts from the device's inputs, an error upstream never counts against the operators after it: the first
 operator flagged is where the numbers go wrong, not where the damage shows.
 
+Every operator is judged or said not to be. A fused attention kernel the CPU has none of (CUDA's flash attention)
+is replayed through the math attention (``op_check.replay``), its outputs no CPU attention makes named as not
+judged; an operator the CPU cannot run at all (a kernel of the device's own, a dtype the CPU lacks) is "not
+judged", with the reason, never counted as agreeing: with such operators and none wrong the finding says so, not
+"all agree", and when some ran before the first wrong operator it says so first, since the numbers may have gone
+wrong there.
+
 ``localise`` does it for one model of a sweep, on the sweep's device (the stack this environment holds, as
 ``model-support debug``; the sentence of ``stack.stack_difference`` when it is not the sweep's), stores the result
 beside the record (``sweeps/<id>/localised/<model>.json``) and the first wrong operator's one-operator script
@@ -47,11 +54,16 @@ KEYS = ("operator", "overload", "module", "shapes", "dtypes", "max_abs_error", "
 @dataclass
 class Localised:
     """What one checked forward found: every operator flagged (in the order they ran, the first first, with its
-    encoded inputs for the repro), how many were checked, and the forward's own failure (``tracer``'s) if any."""
+    encoded inputs for the repro), how many were judged, those that could not be (``unjudged``), and the forward's
+    own failure (``tracer``'s) if any."""
 
-    checked: int = 0
+    checked: int = 0  # operators judged: their CPU replay compared with the device's output
     flagged: int = 0  # every operator flagged; ``wrong`` lists the first ``MAX_LISTED``
     wrong: list[dict] = field(default_factory=list)
+    not_judged: int = 0  # operators the CPU could not replay; ``unjudged`` lists the first ``MAX_LISTED``
+    unjudged: list[dict] = field(default_factory=list)
+    # operator -> {"outputs": [...], "reason": ...}: outputs of judged operators that no CPU replay makes
+    outputs_not_judged: dict[str, dict] = field(default_factory=dict)
     first_inputs: tuple | None = None  # (args, kwargs) of the first wrong operator, ``op_check.encode``d
     forward_failure: dict | None = None
     device_type: str | None = None
@@ -100,41 +112,72 @@ def _check_class():
             writes = func._schema.is_mutable  # in place (a cache update): its inputs kept before it writes them
             encoded = op_check.encode((args, kwargs), self.device_type, copy=writes)
             out = super().__torch_dispatch__(func, types, args, kwargs)  # the census counts it, the device runs it
-            self.found.checked += 1
+            on_device = op_check.to_cpu(out)
             try:
                 cpu_args, cpu_kwargs = op_check.place(encoded, fresh=writes)
-                reference = func(*cpu_args, **cpu_kwargs)
-            except Exception:  # noqa: BLE001 the CPU has no kernel for it (a dtype it lacks): nothing to judge by
+                reference = op_check.replay(func, cpu_args, cpu_kwargs, on_device)
+            except Exception as exc:  # noqa: BLE001 the CPU cannot run it (no kernel, a dtype it lacks): not judged
+                self._not_judged(func, encoded, exc)
                 return out
-            judged = op_check.judge(op_check.to_cpu(out), reference, name)
+            self.found.checked += 1
+            judged = op_check.judge(on_device, reference, name)
+            if judged["not_judged"] and name not in self.found.outputs_not_judged:
+                self.found.outputs_not_judged[name] = {
+                    "outputs": list(judged["not_judged"]),
+                    "reason": op_check.unjudged_outputs(judged["not_judged"]),
+                }
             if judged["wrong"]:
                 # the first one's inputs for its repro: copies of its own (an input on the CPU may change later)
                 kept = encoded if writes or self.found.wrong else op_check.encode((args, kwargs), self.device_type)
                 self._flag(func, kept, judged)
             return out
 
+        def _entry(self, func) -> dict:
+            """What names an operator in the finding: itself, its module, its place among the operators run."""
+            module, module_class = self._module()
+            return {
+                "operator": func._schema.name,
+                "overload": func._overloadname,
+                "module": module,
+                "module_class": module_class,
+                "index": self.found.checked + self.found.not_judged - 1,
+            }
+
         def _flag(self, func, encoded, judged: dict) -> None:
             self.found.flagged += 1
             if len(self.found.wrong) >= MAX_LISTED:
                 return
-            module, module_class = self._module()
             shapes, dtypes = op_check.describe(encoded)
             self.found.wrong.append(
                 {
-                    "operator": func._schema.name,
-                    "overload": func._overloadname,
-                    "module": module,
-                    "module_class": module_class,
-                    "index": self.found.checked - 1,
+                    **self._entry(func),
                     "shapes": shapes,
                     "dtypes": dtypes,
                     **{k: judged[k] for k in ("max_abs_error", "max_rel_error", "rms_rel_error", "reason")},
+                    "not_judged_before": self.found.not_judged,
                 }
             )
             if self.found.first_inputs is None:
                 self.found.first_inputs = encoded
 
+        def _not_judged(self, func, encoded, exc: Exception) -> None:
+            """An operator the CPU could not replay: listed with why, so that it never counts as agreeing."""
+            self.found.not_judged += 1
+            if len(self.found.unjudged) >= MAX_LISTED:
+                return
+            shapes, dtypes = op_check.describe(encoded)
+            entry = {**self._entry(func), "shapes": shapes, "dtypes": dtypes, "reason": _cannot_run(exc)}
+            self.found.unjudged.append(entry)
+
     return _OperatorCheck
+
+
+def _cannot_run(exc: Exception) -> str:
+    """Why an operator was not judged, in one clause: the CPU's error, its first sentence (a reader needs which
+    kernel is missing, not torch's advice on custom builds)."""
+    text = str(exc).strip()
+    message = text.splitlines()[0].split(". ")[0].rstrip(".")[:160] if text else ""
+    return f"the CPU cannot run it ({type(exc).__name__}{': ' + message if message else ''})"
 
 
 def localise_forward(model, input_ids, attention_mask=None, extra_inputs=None, synchronize=None) -> Localised:
@@ -167,25 +210,63 @@ def localise_forward(model, input_ids, attention_mask=None, extra_inputs=None, s
     return found
 
 
+def _named(entry: dict) -> str:
+    """An operator of the finding as a reader finds it: ``aten::bmm (default) in model.layers.0.self_attn (...)``."""
+    where = f" ({entry['module_class']})" if entry.get("module_class") else ""
+    return f"{entry['operator']} ({entry['overload']}) in {entry['module']}{where}"
+
+
+def _operators(count: int) -> str:
+    """``1 operator``, ``2 operators``: a count in a sentence."""
+    return f"{count} operator{'' if count == 1 else 's'}"
+
+
 def summary(found: Localised, dtype: str | None = None) -> str:
-    """The finding in one sentence; never a failure that was not found."""
+    """The finding in a sentence or two; never a failure that was not found, and never "all agree" over operators
+    that were not judged: those are said first when they ran before the first wrong one."""
     first = found.first
     if found.device_type == "cpu":
         return "The model ran on the CPU: there is no device to compare with the CPU, so no operator was checked."
     raised = found.forward_failure
     tail = f"; the forward then raised {raised['error_type']} in {raised['module'] or ROOT_LABEL}" if raised else ""
-    if first is None:
+    within = f"within the tolerance{' of ' + dtype if dtype else ''}"
+    outputs = _outputs_note(found)
+    if first is None and not found.not_judged:
         return (
             f"No operator is wrong: all {found.checked} operators the forward ran on {found.device_type} agree with "
-            f"the CPU's replay from the same inputs within the tolerance{' of ' + dtype if dtype else ''}{tail}."
+            f"the CPU's replay from the same inputs {within}{tail}.{outputs}"
         )
+    if first is None:
+        unjudged = found.unjudged[0]
+        return (
+            f"Not every operator was judged: {found.not_judged} of the {found.checked + found.not_judged} operators "
+            f"the forward ran on {found.device_type} could not be replayed on the CPU, so nothing here says whether "
+            f"they are right (the first: {_named(unjudged)}: {unjudged['reason']}); the other {found.checked} agree "
+            f"with the CPU's replay from the same inputs {within}{tail}.{outputs}"
+        )
+    before = first.get("not_judged_before", 0)
+    lead = ""
+    if before:
+        unjudged = found.unjudged[0]
+        lead = (
+            f"{_operators(before)} before the first wrong one could not be judged ({_named(unjudged)}"
+            f"{' and others' if before > 1 else ''}: {unjudged['reason']}), so the numbers may already go wrong there. "
+        )
+    after = found.not_judged - before
     return (
-        f"The first wrong operator of {found.checked} checked is {first['operator']} ({first['overload']}) in "
-        f"{first['module']}"
-        + (f" ({first['module_class']})" if first["module_class"] else "")
-        + f": max abs error {first['max_abs_error']:.3g}, max rel error {first['max_rel_error']:.3g} "
-        f"({first['reason']}){tail}."
+        lead + f"The first wrong operator of {found.checked} checked is {_named(first)}: max abs error "
+        f"{first['max_abs_error']:.3g}, max rel error {first['max_rel_error']:.3g} ({first['reason']}){tail}."
+        + (f" {_operators(after)} after it could not be judged." if after else "")
+        + outputs
     )
+
+
+def _outputs_note(found: Localised) -> str:
+    """The outputs of judged operators that were not compared, as a sentence (empty when there are none)."""
+    if not found.outputs_not_judged:
+        return ""
+    parts = [f"{name}'s {note['reason']}" for name, note in found.outputs_not_judged.items()]
+    return f" Outputs not judged: {'; '.join(parts)}."
 
 
 def result_of(found: Localised, repro: str | None = None, **context) -> dict:
@@ -201,6 +282,9 @@ def result_of(found: Localised, repro: str | None = None, **context) -> dict:
         ops_checked=found.checked,
         ops_wrong=found.flagged,
         wrong_ops=[{k: w[k] for k in ("operator", "overload", "module", "max_rel_error")} for w in found.wrong],
+        ops_not_judged=found.not_judged,
+        not_judged_ops=[{k: u[k] for k in ("operator", "overload", "module", "reason")} for u in found.unjudged],
+        outputs_not_judged=[{"operator": name, **note} for name, note in found.outputs_not_judged.items()],
         forward_failure=found.forward_failure,
         tolerance=op_check.tolerance_text(),
         device=found.device_type,
@@ -334,31 +418,42 @@ def _run(params: dict, device: str):
 
 
 def localised_html(found: Localised, dtype: str | None = None) -> str:
-    """The finding for the debug notebook: the sentence, then every flagged operator (the first highlighted)."""
+    """The finding for the debug notebook: the sentence, every flagged operator (the first highlighted), then every
+    operator that could not be judged, with why."""
     import html
 
     from .. import display
     from ..display import Cell, Row
 
-    colour = "#cf222e" if found.first else "#1a7f37"
-    head = f"<p style='color:{colour}'><b>{html.escape(summary(found, dtype))}</b></p>"
-    if not found.wrong:
-        return head + f"<p><small>{html.escape(op_check.tolerance_text())}.</small></p>"
-    columns = ("operator #", "operator", "overload", "module", "shapes", "dtypes", "max_abs_error", "max_rel_error")
-    rows = (
-        Row(
-            [
-                Cell(w["index"]),
-                Cell(w["operator"], code=True),
-                Cell(w["overload"]),
-                Cell(w["module"], code=True),
-                Cell(w["shapes"]),
-                Cell(", ".join(w["dtypes"])),
-                Cell(f"{w['max_abs_error']:.3g}"),
-                Cell(f"{w['max_rel_error']:.3g}"),
-            ],
-            style="background:#ffd7d5;font-weight:bold" if w is found.first else None,
+    colour = "#cf222e" if found.first else "#9a6700" if found.not_judged else "#1a7f37"
+    parts = [f"<p style='color:{colour}'><b>{html.escape(summary(found, dtype))}</b></p>"]
+    columns = ("operator #", "operator", "overload", "module", "shapes", "dtypes")
+    if found.wrong:
+        rows = (
+            Row(
+                [*_cells(w), Cell(f"{w['max_abs_error']:.3g}"), Cell(f"{w['max_rel_error']:.3g}")],
+                style="background:#ffd7d5;font-weight:bold" if w is found.first else None,
+            )
+            for w in found.wrong
         )
-        for w in found.wrong
-    )
-    return head + display.html_table(columns, rows) + f"<p><small>{html.escape(op_check.tolerance_text())}.</small></p>"
+        parts.append(display.html_table((*columns, "max_abs_error", "max_rel_error"), rows))
+    if found.unjudged:
+        parts.append(f"<p>Not judged ({found.not_judged}): the CPU could not replay these.</p>")
+        rows = (Row([*_cells(u), Cell(u["reason"])]) for u in found.unjudged)
+        parts.append(display.html_table((*columns, "why"), rows))
+    parts.append(f"<p><small>{html.escape(op_check.tolerance_text())}.</small></p>")
+    return "".join(parts)
+
+
+def _cells(entry: dict) -> list:
+    """The cells that name an operator of the finding in the notebook's tables (``columns`` of ``localised_html``)."""
+    from ..display import Cell
+
+    return [
+        Cell(entry["index"]),
+        Cell(entry["operator"], code=True),
+        Cell(entry["overload"]),
+        Cell(entry["module"], code=True),
+        Cell(entry["shapes"]),
+        Cell(", ".join(entry["dtypes"])),
+    ]

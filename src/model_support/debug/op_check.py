@@ -26,6 +26,14 @@ and a non-finite value where the other side has another (inf or nan against a nu
 Integer and boolean outputs (indices, masks, argmax) must be equal. Reported: ``max_abs_error``
 (``max |device - cpu|``) and ``max_rel_error`` (that over the output's scale, as the debug notebook's module
 comparison measures a module's output).
+
+**What is the CPU's output?** The same operator on the CPU (``replay``), except for the fused attention kernels
+(``FUSED_ATTENTION``: CUDA's flash, memory-efficient and cuDNN attention, a backend's overrideable one), which the
+CPU has no kernel of: those are replayed through the math attention from the same query, key, value, mask, scale
+and causality (``attention_reference``), in float32 as a fused kernel accumulates, and judged on the attention's
+output and its logsumexp; the outputs no CPU attention makes (sequence offsets and lengths, random-number state, a
+debug mask) are named as not judged (``NotJudged``), never counted as agreeing. An operator the CPU cannot run at
+all makes ``replay`` raise: its caller says it was not judged.
 """
 
 import hashlib
@@ -71,6 +79,19 @@ NOT_REPLAYED = frozenset(
         "aten::randperm",
     }
 )
+#: The fused attention kernels, replayed through the math attention where the CPU cannot run them
+#: (``attention_reference``); the CPU runs the last itself.
+FUSED_ATTENTION = frozenset(
+    {
+        "aten::_scaled_dot_product_flash_attention",
+        "aten::_scaled_dot_product_efficient_attention",
+        "aten::_scaled_dot_product_cudnn_attention",
+        "aten::_scaled_dot_product_fused_attention_overrideable",
+        "aten::_scaled_dot_product_flash_attention_for_cpu",
+    }
+)
+#: Why a fused attention's other outputs are not judged.
+NO_CPU_OUTPUT = "no CPU attention makes them: sequence offsets and lengths, random-number state, a debug mask"
 #: How an inputs file marks what is not a plain value: a tensor that was on the device (its CPU copy inside), the
 #: device itself, a memory format (which pickle cannot save).
 ON_DEVICE, DEVICE, MEMORY_FORMAT = "__on_device__", "__device__", "__memory_format__"
@@ -233,13 +254,111 @@ def _judge_tensor(device, cpu, name):
     return max_abs, max_rel, rms_rel, None
 
 
+class NotJudged:
+    """In a reference, an output the CPU's replay cannot make (a fused attention's random-number state): ``judge``
+    names it and compares nothing, so it never counts as agreeing."""
+
+    def __init__(self, output, why):
+        self.output, self.why = output, why
+
+    def __repr__(self):
+        return f"<{self.output}: not judged>"
+
+
+def replay(op, args, kwargs, device_out=None):
+    """Operator ``op`` on the CPU from the device's inputs (``args`` and ``kwargs`` placed on the CPU): the reference
+    its device output (``device_out``, on the CPU) is judged against. A fused attention kernel the CPU has no
+    kernel of is replayed through the math attention (``attention_reference``); any other operator the CPU cannot
+    run raises, and its caller says it was not judged."""
+    try:
+        return op(*args, **kwargs)
+    except Exception:
+        if op._schema.name not in FUSED_ATTENTION:
+            raise
+    return attention_reference(op, args, kwargs, device_out)
+
+
+def _bound(op, args, kwargs):
+    """An operator's arguments by their names in its schema, the defaults filled in: the fused attention kernels
+    take the same inputs in different places (the mask is ``attn_bias`` or ``attn_mask``, or absent)."""
+    bound = {}
+    for index, argument in enumerate(op._schema.arguments):
+        if index < len(args):
+            bound[argument.name] = args[index]
+        elif argument.name in kwargs:
+            bound[argument.name] = kwargs[argument.name]
+        elif argument.has_default_value():
+            bound[argument.name] = argument.default_value
+    return bound
+
+
+def attention_reference(op, args, kwargs, device_out=None):
+    """A fused attention kernel's outputs as the CPU computes them from the same inputs (its arguments on the CPU):
+    the attention's output through the math attention (``aten::_scaled_dot_product_attention_math``) in float32, as
+    a fused kernel accumulates, rounded to the query's dtype; its logsumexp (the natural log of the sum over the keys
+    of the exponentiated scaled, masked scores) where ``device_out``'s has one value per query; every other output
+    ``NotJudged``. Raises where no reference exists (dropout draws random numbers)."""
+    import torch
+
+    bound = _bound(op, args, kwargs)
+    if bound.get("dropout_p"):
+        raise ValueError(f"dropout {bound['dropout_p']} draws random numbers: there is no reference to replay")
+    query, key, value = bound["query"], bound["key"], bound["value"]
+    mask = bound.get("attn_bias", bound.get("attn_mask"))
+    wide = torch.float64 if query.dtype == torch.float64 else torch.float32
+    if mask is not None and mask.dtype != torch.bool:
+        mask = mask.to(wide)
+    query, key, value = (t.to(wide) for t in (query, key, value))
+    causal, scale = bool(bound.get("is_causal")), bound.get("scale")
+    grouped = key.shape[-3] != query.shape[-3]
+    output = torch.ops.aten._scaled_dot_product_attention_math(
+        query, key, value, mask, 0.0, causal, None, scale=scale, enable_gqa=grouped
+    )[0].to(bound["query"].dtype)
+    names = [r.name for r in op._schema.returns]
+    device = _leaves(device_out, []) if device_out is not None else []
+    lse = _logsumexp(query, key, mask, causal, scale, device[1] if len(device) > 1 else None)
+    return (output, lse, *(NotJudged(name, NO_CPU_OUTPUT) for name in names[2:]))
+
+
+def _logsumexp(query, key, mask, causal, scale, device_lse):
+    """The attention's logsumexp, one value per query, shaped as ``device_lse`` holds it (an empty one: not computed
+    on the device either); ``NotJudged`` where it holds something else (padded), or where a query sees no key (what
+    a kernel writes for it differs)."""
+    import math
+
+    import torch
+
+    if device_lse is not None and isinstance(device_lse, torch.Tensor) and device_lse.numel() == 0:
+        return torch.empty_like(device_lse)
+    groups = query.shape[-3] // key.shape[-3]
+    key = key.repeat_interleave(groups, dim=-3) if groups > 1 else key
+    scores = query @ key.transpose(-2, -1) * (1 / math.sqrt(query.shape[-1]) if scale is None else scale)
+    if causal:
+        seen = torch.ones(scores.shape[-2:], dtype=torch.bool).tril()
+        scores = scores.masked_fill(~seen, -math.inf)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else scores + mask
+    lse = torch.logsumexp(scores, dim=-1)
+    if not torch.isfinite(lse).all():
+        return NotJudged("logsumexp", "a query sees no key, and kernels write different values for it")
+    if device_lse is None or not isinstance(device_lse, torch.Tensor):
+        return lse
+    if tuple(device_lse.shape) == tuple(lse.shape) + (1,):
+        lse = lse.unsqueeze(-1)
+    if tuple(device_lse.shape) != tuple(lse.shape):
+        return NotJudged("logsumexp", f"shape {list(device_lse.shape)} on the device, not one value per query")
+    return lse.to(device_lse.dtype)
+
+
 def judge(device_out, cpu_out, name=None):
     """Operator ``name``'s output on the device (every tensor in it already on the CPU) against the CPU's: a dict with ``wrong``,
     ``reason`` (the first wrong output's), ``max_abs_error``, ``max_rel_error`` and ``rms_rel_error`` (the worst
-    over the outputs). See the module docstring for the tolerances."""
+    over the outputs), and ``not_judged`` ({output: why} of the reference's ``NotJudged`` outputs). See the module
+    docstring for the tolerances."""
     import torch
 
     found = {"wrong": False, "reason": None, "max_abs_error": 0.0, "max_rel_error": 0.0, "rms_rel_error": 0.0}
+    found["not_judged"] = {}
     device_leaves, cpu_leaves = _leaves(device_out, []), _leaves(cpu_out, [])
     if len(device_leaves) != len(cpu_leaves):
         return {
@@ -248,6 +367,9 @@ def judge(device_out, cpu_out, name=None):
             "reason": f"{len(device_leaves)} outputs on the device, {len(cpu_leaves)} on the CPU",
         }
     for d, c in zip(device_leaves, cpu_leaves):
+        if isinstance(c, NotJudged):
+            found["not_judged"][c.output] = c.why
+            continue
         if isinstance(d, torch.Tensor) and isinstance(c, torch.Tensor):
             max_abs, max_rel, rms_rel, reason = _judge_tensor(d, c, name)
         elif isinstance(d, float) and isinstance(c, float):
@@ -264,6 +386,14 @@ def judge(device_out, cpu_out, name=None):
         if reason and not found["wrong"]:
             found.update(wrong=True, reason=reason)
     return found
+
+
+def unjudged_outputs(not_judged):
+    """``judge``'s ``not_judged`` in words, the outputs grouped by why: "rng_state, unused (why)"."""
+    by_why = {}
+    for output, why in not_judged.items():
+        by_why.setdefault(why, []).append(output)
+    return "; ".join(f"{', '.join(outputs)} ({why})" for why, outputs in by_why.items())
 
 
 def to_cpu(out):
@@ -315,7 +445,7 @@ def run_script(settings, argv, apply_device_config, load_backend):
     device = torch.device(settings["device"])
     with torch.inference_mode():  # as the model ran
         on_device = to_cpu(op(*place(inputs["args"], device), **place(inputs["kwargs"], device)))
-        on_cpu = op(*place(inputs["args"]), **place(inputs["kwargs"]))
+        on_cpu = replay(op, place(inputs["args"]), place(inputs["kwargs"]), on_device)
     found = judge(on_device, on_cpu, settings["operator"])
     torch.set_printoptions(precision=6, threshold=64, edgeitems=3)
     print(f"{settings['operator']}.{settings['overload']} on {device} (in {settings['module']}):\n{on_device}")
@@ -324,5 +454,6 @@ def run_script(settings, argv, apply_device_config, load_backend):
         f"max_abs_error {found['max_abs_error']:.6g}, max_rel_error {found['max_rel_error']:.6g}, "
         f"rms_rel_error {found['rms_rel_error']:.6g}: "
         + (f"WRONG: {found['reason']}" if found["wrong"] else "they agree within the tolerance")
+        + (f"; not judged: {unjudged_outputs(found['not_judged'])}" if found["not_judged"] else "")
     )
     return 1 if found["wrong"] else 0
