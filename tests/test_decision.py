@@ -84,7 +84,7 @@ LINES = {
     ("no row", "FAIL(load)"): "new failure: org/m [eager+dynamic]: not in a1 -> FAIL(load): RuntimeError: boom",
     ("not run", "FAIL(gen)"): "new failure: org/m [eager+dynamic]: not run in a1 -> FAIL(gen): RuntimeError: boom",
     ("PASS", "absent"): "dropped: org/m [eager+dynamic]: PASS in a1, left out of b1's definition",
-    ("FAIL(gen)", "no row"): "vanished: org/m [eager+dynamic]: FAIL(gen) in a1, no row in b1 and nothing says why",
+    ("FAIL(gen)", "no row"): "vanished: org/m [eager+dynamic]: FAIL(gen) in a1, no row in b1 (nothing says why)",
     ("PASS", "not run"): "not run: org/m [eager+dynamic]: b1 has not run it yet",
     ("excluded", "FAIL(gen)"): "excluded: org/m [eager+dynamic]: excluded in a1 (too large)",
     ("FAIL(gen)", "PASS"): "fixed: org/m [eager+dynamic]: FAIL(gen) -> PASS",
@@ -209,3 +209,54 @@ def test_unlike_runs_are_not_comparable_naming_what_differs():
     assert d.unlike(then, dict(then)) == []
     assert d.unlike(then, {**then, "perf_tokens_out": 8}) == ["tokens per repeat (perf_tokens) 32 -> 8"]
     assert d.unlike(then, {**then, "perf_clock": "host"}) == ["clock device -> host"]
+
+
+# --------------------------------------------------------------------------------------------
+# what the cold review found (each failed before its fix)
+
+
+def test_a_run_flaky_in_a_that_fails_outright_in_b_is_a_regression():
+    """A flaky night's record is its failure, so the night after compared a failure with a failure and passed."""
+    a = d.Run("FAIL(gen)", "RuntimeError: boom", flaky="FAIL(gen) then PASS")
+    change = d.decide("org/m", "v", a, run("FAIL(gen)"), None, "a1", "b1")
+    assert change.kind == d.REGRESSION and "flaky in a1 (FAIL(gen) then PASS)" in change.line
+
+
+def test_a_night_that_excluded_or_did_not_run_a_model_hides_no_regression_after_it():
+    before = d.SweepRuns("b1", {("org/m", "v"): d.Run(d.EXCLUDED, reason="no access")}, True, [])
+    after = d.SweepRuns("c1", {("org/m", "v"): run("FAIL(gen)")}, True, [])
+    earlier = {("org/m", "v"): d.Run("PASS", reason="the last verdict before b1, in a1")}
+    (change,) = d.decide_sweeps(before, after, None, None, earlier.get)
+    assert change.kind == d.REGRESSION and "the last verdict before b1, in a1" in change.line
+    (alone,) = d.decide_sweeps(before, after, None, None, lambda key: None)  # nothing earlier: neither direction
+    assert alone.kind == d.EXCLUDED_CHANGE
+
+
+def test_a_changed_variant_is_no_dropped_model_and_a_model_excluded_whole_is_excluded_in_every_variant():
+    before = d.SweepRuns(
+        "a1", {("org/m", "eager+dynamic"): run("PASS"), ("org/x", "compile+dynamic"): run("PASS")}, True, []
+    )
+    after = d.SweepRuns(
+        "b1",
+        {("org/m", "eager+dynamic+16t"): run("FAIL(gen)")},
+        True,
+        [],
+        models={"org/m": {"eager+dynamic+16t"}},
+        excluded_models={"org/x": "no access"},
+    )
+    kinds = {(c.model_id, c.variant): (c.kind, c.line) for c in d.decide_sweeps(before, after)}
+    kind, line = kinds["org/m", "eager+dynamic"]
+    assert kind == d.VANISHED and "B's definition runs it as eager+dynamic+16t: the variant changed" in line
+    assert kinds["org/x", "compile+dynamic"][0] == d.EXCLUDED_CHANGE
+
+
+def test_more_repeats_narrow_the_noise_and_a_nan_is_no_timing():
+    import random
+
+    spread_out = [0.95, 1.0, 1.05]
+    assert d.median_noise(spread_out * 20) < d.median_noise(spread_out) / 3  # a standard error: more repeats tell
+    rng = random.Random(7)
+    many = [1.0 + rng.gauss(0, 0.05) for _ in range(60)], [1.12 + rng.gauss(0, 0.05) for _ in range(60)]
+    assert d.compare_repeats(*many, more_is_better=False, threshold=0.05).kind == d.SLOWER
+    nan = float("nan")
+    assert d.compare_repeats([0.01, 0.01, 0.0101], [nan, nan, 0.03], False, 0.05).kind == d.NOT_COMPARABLE

@@ -186,8 +186,8 @@ def test_nothing_vanishes_silently_an_unfinished_sweep_fails_and_exclusions_coun
     shutil.rmtree(tmp_path / "sweeps")  # the dataset alone: no definition says why a row is missing
     pulled = gate.gate(tmp_path, A, B, ["regressions"])
     assert sorted(pulled.failing) == [
-        f"vanished: org/dropped [eager+dynamic]: PASS in {A}, no row in {B} and nothing says why",
-        f"vanished: org/todo [eager+dynamic]: PASS in {A}, no row in {B} and nothing says why",
+        f"vanished: org/dropped [eager+dynamic]: PASS in {A}, no row in {B} (nothing says why)",
+        f"vanished: org/todo [eager+dynamic]: PASS in {A}, no row in {B} (nothing says why)",
     ]
     assert pulled.summary() == "FAILED: 2 vanished"
 
@@ -207,3 +207,38 @@ def test_the_perf_gate_that_compared_nothing_fails(sweeps):
     """Why 2: two sweeps with nothing timed in both used to pass with a "0 run(s) timed" note."""
     found = gate.gate(sweeps, A, B, ["perf"])
     assert found.failed and found.failing[-1].startswith("perf: nothing compared: no run is a PASS timed alike")
+
+
+def test_the_perf_gate_fails_a_run_timed_in_a_and_not_in_b_and_compares_like_runs_only(tmp_path):
+    """Review: B's perf phase breaking (a PASS, "not measured") passed the gate with a note; unlike runs compare not."""
+    timed = {
+        "tpot_s": 0.01,
+        "tpot_s_repeats": [0.01, 0.0101, 0.0099],
+        "ttft_s": 0.02,
+        "ttft_s_repeats": [0.02, 0.0201, 0.0199],
+        "perf_tokens_per_s": 100.0,
+        "perf_tokens_per_s_repeats": [100.0, 99.0, 101.0],
+        "perf_tokens_out": 32,
+        "mode": "eager",
+        "dtype": "bfloat16",
+        "perf_note": "3 repeats of 32 tokens after a warm-up, on the host's wall clock",
+    }
+    untimed = {"perf_note": "not measured: the perf phase raised OutOfMemoryError"}
+    for day, (sweep_id, fields) in enumerate(((A, timed), (B, untimed)), 4):
+        SweepMeta(
+            sweep_id=sweep_id,
+            name="n",
+            created_at=f"2026-12-0{day}T00:00:00+00:00",
+            probe={},
+            models=[ModelEntry("org/m")],
+        ).write(store.sweep_dir(tmp_path, sweep_id))
+        record = schema.empty_record(
+            sweep_id=sweep_id, model_id="org/m", status="PASS", device_type="cuda", numerics="match", **fields
+        )
+        store.store_result(tmp_path, sweep_id, record, None, "")
+        store.compact(tmp_path, sweep_id)
+    found = gate.gate(tmp_path, A, B, ["perf"])
+    assert found.failing[0] == (
+        f"perf: not timed: org/m [eager+dynamic]: timed in {A}, not timed in B "
+        "(not measured: the perf phase raised OutOfMemoryError)"
+    )

@@ -455,16 +455,17 @@ def report(sweep_id, baseline, data_dir):
     "fail_on",
     default=None,
     metavar="LIST",
-    help="Exit 1 on these (comma-separated): regressions (passed in A, not now), new-failures (also models new in B), "
-    "perf (TPOT, TTFT or tokens/s worse beyond --perf-threshold and beyond the repeats' noise).",
+    help="Exit 1 on these (comma-separated): regressions (passed in A, not now; also a run vanished from B), "
+    "new-failures (also models new in B), dropped (a run B's definition left out), perf (TPOT, TTFT or tokens/s "
+    "worse beyond --perf-threshold and beyond the repeats' noise). A B with runs still to run fails any of them.",
 )
 @click.option(
     "--perf-threshold",
     "perf_threshold",
     default=None,
     metavar="PCT",
-    help="With --fail-on perf: how much worse a median must be to count (default 5%; the repeats' ranges must not "
-    "overlap too).",
+    help="With --fail-on perf: how much worse a median must be to count (default 5%; it must also move by more than "
+    "4 times the medians' standard error, from the repeats).",
 )
 @click.option(
     "--expect",
@@ -864,8 +865,8 @@ def judge(text, prompt, jsonl, judge_model):
     "perf_threshold",
     default=None,
     metavar="PCT",
-    help="With --metric: how much worse a median must be to count as slower (default 5%; the repeats' ranges must "
-    "not overlap too).",
+    help="With --metric: how much worse a median must be to count as slower (default 5%; beyond the repeats' noise "
+    "too, as the gate's rule).",
 )
 @click.option("--clean", is_flag=True, help="Remove the cached overlay environments afterwards (alone: only that).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per model.")

@@ -34,6 +34,7 @@ KEYS = (
     "wrong_past_length",
     "launch_us",
     "clock_jitter",
+    "clock",
     "sdpa_kernel",
 )
 #: Set to 1, the runtime reports a crash at the operator that caused it (``crash_after`` ignored), as
@@ -88,6 +89,9 @@ class Config:
     # its clock (``clock.DeviceClock``): each kernel's launch latency, and the relative spread of its timings
     launch_us: float = 5.0
     clock_jitter: float = 0.01
+    # "device": ``torch.pretend.perf_clock`` offers the timeline above; "host": it offers none, so the device is timed
+    # on the host's wall clock after a sync, as CUDA's and the TPU's are (and its stalls, slept, are what it reads)
+    clock: str = "device"
     sdpa_kernel: str = SDPA_KERNELS[0]  # what attention runs as on the device (``attention``)
 
     @property
@@ -174,6 +178,9 @@ def parse(text: str, visible: str | None = None) -> Config:
         raise PretendConfigError(
             f"{CONFIG_VAR}: 'clock_jitter' must be a relative spread from 0 to below 0.3 (0.01: 1%), not {jitter!r}."
         )
+    clock = raw.get("clock", "device")
+    if clock not in ("device", "host"):
+        raise PretendConfigError(f"{CONFIG_VAR}: 'clock' must be 'device' or 'host', not {clock!r}.")
     sdpa_kernel = raw.get("sdpa_kernel", SDPA_KERNELS[0])
     if sdpa_kernel not in SDPA_KERNELS:
         raise PretendConfigError(
@@ -198,6 +205,7 @@ def parse(text: str, visible: str | None = None) -> Config:
         wrong_past_length=past,
         launch_us=float(launch),
         clock_jitter=float(jitter),
+        clock=clock,
         sdpa_kernel=sdpa_kernel,
     )
 

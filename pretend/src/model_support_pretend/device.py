@@ -55,7 +55,7 @@ def set_device(device) -> None:
 def synchronize(device=None) -> None:
     """Every operator has finished when it returns: nothing is queued. Still a wait of the host on the device
     wherever a real one queues: counted (``counters``)."""
-    _state().counters.sync()
+    _state().sync()
 
 
 #: Its clock moves with the operators its dispatch runs; a compiled graph runs the CPU operators underneath, past it,
@@ -63,11 +63,19 @@ def synchronize(device=None) -> None:
 perf_clock_sees_compiled = False
 
 
-def perf_clock() -> float:
+def _perf_clock() -> float:
     """Seconds on the device's own timeline (``clock.DeviceClock``), read as ``time.perf_counter`` is: what its
     event timer would say. Read after ``synchronize`` (nothing is queued here anyway). A device module that offers
     ``perf_clock`` is timed on it by the probe's perf phase and the repro script (``probe_core.device_clock``)."""
     return _state().clock.now()
+
+
+def __getattr__(name: str):
+    """``perf_clock``, offered only where the configuration keeps the device's own timeline (``clock``: "device",
+    the default); with "host" the module has none, as ``torch.cuda`` has none: the device is timed on the host."""
+    if name == "perf_clock" and _state().config.clock == "device":
+        return _perf_clock
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def manual_seed_all(seed: int) -> None:

@@ -99,13 +99,22 @@ class State:
         self._faults: dict = {}  # operator -> its Faults, worked out on its first call
         self._turn: int | None = None  # this process's turn among those calling a ``flaky_ops`` operator
         self.counters = Counters()  # its syncs and fallbacks, for the adapter's ``host_counters``
-        self.clock = DeviceClock(config.launch_us * 1e-6, config.bandwidth_gbs, config.clock_jitter)
+        self.clock = DeviceClock(
+            config.launch_us * 1e-6, config.bandwidth_gbs, config.clock_jitter, queued=config.clock == "host"
+        )
         self.doomed: list | None = None  # [the crashed operator, operators left before the abort is reported]
+
+    def sync(self, made=None) -> None:
+        """A device-to-host synchronisation (a sync, a copy to the host): the host waits for the queued work
+        (``clock.wait``: only with ``clock: host``), and it is counted (``counters``)."""
+        self.clock.wait()
+        self.counters.sync(made)
 
     def stall(self, seconds: float) -> None:
         """The device stalls (a slow operator, a fallback's round trip): slept, so the host waits as it would, and
         counted whole on its clock."""
-        time.sleep(seconds)
+        if not self.clock.queued:  # queued (``clock: host``), the host waits for it at the next sync instead
+            time.sleep(seconds)
         self.clock.stall(seconds)
 
     def crash(self, name: str) -> None:
@@ -214,7 +223,7 @@ class PretendTensor(torch.Tensor):
         return repr(self._data).replace("tensor(", "PretendTensor(", 1)[:-1] + f", device='{self.device}')"
 
     def tolist(self):  # torch refuses tolist() on subclasses; a device tensor copies its values to the host
-        _state().counters.sync()
+        _state().sync()
         return self._data.tolist()
 
     def __tensor_flatten__(self):
@@ -435,10 +444,10 @@ def run(func, args, kwargs):
                 _wrong(tensor)
     if target is None or target.type != NAME:
         if inputs:  # a copy to the host: the host waits for the device's data
-            _state().counters.sync(out)
+            _state().sync(out)
         return out  # a copy to the CPU, or no tensor on the device at all
     if func is _SCALAR or (func is _COPY and inputs and id(args[0]) in plain):  # .item(); a copy into a host tensor
-        _state().counters.sync()
+        _state().sync()
 
     def back(leaf):
         if not isinstance(leaf, torch.Tensor):
@@ -482,7 +491,7 @@ def copy_from(src, dst, non_blocking=False):
     act_out_faults(torch.ops.aten.copy_.default)
     _state().clock.kernel(2 * src.numel() * src.element_size())
     if isinstance(src, PretendTensor) and not isinstance(dst, PretendTensor):
-        _state().counters.sync()
+        _state().sync()
     source = src._data if isinstance(src, PretendTensor) else src
     target = dst._data if isinstance(dst, PretendTensor) else dst
     target.copy_(source, non_blocking)

@@ -25,7 +25,8 @@ The rules, in order (the first that applies):
    too); one whose verdict B's clean PASS is not makes it ``unexpectedly passing`` (said, never failing). An
    expectation with another verdict counts as none, and the line says what was expected.
 5. **Flaky means it passed once**: B's attempts (``sweep.reruns``) include a clean PASS and a run that was not:
-   ``flaky``, said, failing nothing. Attempts that fail differently are the worse failure, and count.
+   ``flaky``, said, failing nothing. Attempts that fail differently are the worse failure, and count. A run flaky in
+   A passed there once: B failing it outright is a ``regression``.
 6. Otherwise by verdicts: A clean PASS, B not (a failure or a suspect PASS): ``regression`` (fails ``regressions``
    and ``new-failures``); no verdict in A, B not passing: ``new failure`` (fails ``new-failures``); A not passing,
    B a clean PASS: ``fixed``; both not passing: ``still failing``; both passing: ``passing``.
@@ -34,10 +35,13 @@ Performance (``perf_change``): two PASS runs' repeats are compared only when the
 ``perf_tokens``, device, mode, dtype, stack of a several-stack sweep and clock); otherwise ``not comparable`` with
 what differs. Like runs are decided from their medians against the threshold *and* a noise estimate taken from both
 sweeps' repeats: ``slower`` / ``faster`` when the medians moved by more than both, ``within noise`` otherwise (the
-line says when the noise, not the threshold, decided: more repeats would). The noise is the robust spread of each
-side (1.4826 x the median absolute deviation over the median, a standard deviation's estimate that one wild repeat
-does not move), the two combined as independent errors, times ``NOISE_SIGMAS``. A median and a MAD, not the ranges:
-one disturbed repeat of three moves a range without bound, and a median not at all.
+line says when the noise, not the threshold, decided: more repeats would tell). The noise is each median's standard
+error (1.2533 x sigma / sqrt(n), sigma the standard deviation of the repeats less the one farthest from their
+median), the two combined as independent errors, times ``NOISE_SIGMAS`` (4). Medians, not the ranges the gate once
+compared: one disturbed repeat of three moves a range without bound, and a median not at all; a standard error, not
+one repeat's spread: more repeats narrow it, so a small slowdown is caught by asking for more (``perf_repeats``).
+Left as it is: between two sweeps a host's load can move every repeat of one sweep at once, which no repeat shows;
+the threshold covers that, and on a busy host a larger one is needed (tests/test_perf_host_clock.py).
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -58,9 +62,14 @@ SUSPECT_PASS = "suspect PASS"
 class Expectation(Protocol):
     """An expected verdict (``analysis.expectations.Expectation``, which reads the YAML): what the decision needs."""
 
-    verdict: str
-    reason: str
-    until: _dt.date | None
+    @property
+    def verdict(self) -> str: ...
+
+    @property
+    def reason(self) -> str: ...
+
+    @property
+    def until(self) -> _dt.date | None: ...
 
 
 # --------------------------------------------------------------------------------------------
@@ -185,7 +194,7 @@ def flaky_attempts(attempts: list[dict] | None) -> str | None:
     return None
 
 
-def live(expectations: dict[str, Expectation], today: _dt.date) -> tuple[dict[str, Expectation], set[str]]:
+def live(expectations: Mapping[str, Expectation], today: _dt.date) -> tuple[dict[str, Expectation], set[str]]:
     """(the expectations still in force, the models whose expectation's ``until`` is past)."""
     gone = {m for m, e in expectations.items() if e.until is not None and e.until < today}
     return {m: e for m, e in expectations.items() if m not in gone}, gone
@@ -221,7 +230,8 @@ def decide(
             return change(PASSING, f"{name}: in neither sweep")
         if b.state == ABSENT:
             return change(DROPPED, f"dropped: {name}: {a.state} in {a_name}, left out of {b_name}'s definition")
-        return change(VANISHED, f"vanished: {name}: {a.state} in {a_name}, no row in {b_name} and nothing says why")
+        why_not = b.reason or "nothing says why"
+        return change(VANISHED, f"vanished: {name}: {a.state} in {a_name}, no row in {b_name} ({why_not})")
     verdict = b.state
     said = verdict + (f": {b.signature}" if b.signature and not b.passes else "")
     if expected is not None and expected.verdict == verdict:
@@ -238,8 +248,11 @@ def decide(
     if b.flaky:
         return change(FLAKY, f"flaky: {name}: {b.flaky}: not counted as a change")
     why = f" (expected {expected.verdict}, got {verdict})" if expected else ""
+    where = f" ({a.reason})" if a.reason and a.has_verdict else ""
     if a.passes:
-        return change(REGRESSION, f"regression: {name}: PASS -> {said}{why}")
+        return change(REGRESSION, f"regression: {name}: PASS{where} -> {said}{why}")
+    if a.flaky:  # it passed once in A: a run that now fails every attempt has regressed from that
+        return change(REGRESSION, f"regression: {name}: {a.state}, flaky in {a_name} ({a.flaky}){where} -> {said}{why}")
     if not a.has_verdict:
         was = {NOT_RUN: f"not run in {a_name}", NO_ROW: f"not in {a_name}", ABSENT: f"not in {a_name}"}[a.state]
         return change(NEW_FAILURE, f"new failure: {name}: {was} -> {said}{why}")
@@ -249,35 +262,45 @@ def decide(
 def decide_all(
     before: dict[tuple[str, str], Run],
     after: dict[tuple[str, str], Run],
-    expectations: dict[str, Expectation] | None = None,
+    expectations: Mapping[str, Expectation] | None = None,
     today: _dt.date | None = None,
     a_name: str = "A",
     b_name: str = "B",
     b_complete: bool | None = None,
 ) -> list[Change]:
+    """``decide_sweeps`` over two maps of runs: a run in one map and not in B's is ``ABSENT`` there when B's
+    definition is known (``b_complete``) and ``NO_ROW`` when it is not."""
+    return decide_sweeps(
+        SweepRuns(a_name, before, False, []),
+        SweepRuns(b_name, after, bool(b_complete), []),
+        expectations,
+        today,
+    )
+
+
+def decide_sweeps(
+    before: SweepRuns,
+    after: SweepRuns,
+    expectations: Mapping[str, Expectation] | None = None,
+    today: _dt.date | None = None,
+    earlier: Callable[[tuple[str, str]], Run | None] | None = None,
+) -> list[Change]:
     """Every run of either sweep decided, plus one ``expired`` entry per expectation past its date, in ``KINDS``
-    order. A run in one sweep's map and not the other's is ``ABSENT`` there when that sweep's definition is known
-    (``b_complete`` is not None for B; A's runs only come from its rows) and ``NO_ROW`` when it is not."""
+    order. A run A excluded or had not run is read from ``earlier`` (the last verdict of the sweeps before A, of
+    its name and device) where it has one: a night that said nothing hides no regression that follows it."""
     today = today or _dt.datetime.now(_dt.UTC).date()
     in_force, gone = live(expectations or {}, today)
-    missing_b = Run(NO_ROW if b_complete is None else ABSENT)
     found = []
-    for key in sorted(set(before) | set(after)):
+    for key in sorted(set(before.runs) | set(after.runs)):
         model_id, variant = key
-        a, b = before.get(key, Run(NO_ROW)), after.get(key, missing_b)
-        found.append(decide(model_id, variant, a, b, in_force.get(model_id), a_name, b_name))
+        a, b = before.state(key, "A"), after.state(key, "B")
+        if a.state in (EXCLUDED, NOT_RUN) and earlier is not None:
+            a = earlier(key) or a
+        found.append(decide(model_id, variant, a, b, in_force.get(model_id), before.sweep_id, after.sweep_id))
     for model_id in sorted(gone):
         e = (expectations or {})[model_id]
-        found.append(
-            Change(
-                model_id,
-                None,
-                EXPIRED,
-                f"expired expectation: {model_id} (until {e.until}): renew or remove it",
-                "",
-                "",
-            )
-        )
+        line = f"expired expectation: {model_id} (until {e.until}): renew or remove it"
+        found.append(Change(model_id, None, EXPIRED, line, "", ""))
     order = {k: i for i, k in enumerate(KINDS)}
     return sorted(found, key=lambda c: order[c.kind])
 
@@ -287,11 +310,11 @@ def decide_all(
 
 SLOWER, FASTER, WITHIN_NOISE, NOT_COMPARABLE = "slower", "faster", "within noise", "not comparable"
 PERF_KINDS = (SLOWER, FASTER, WITHIN_NOISE, NOT_COMPARABLE)
-#: How many combined standard deviations a median must move to be beyond noise (3: ~0.3% of noise-only
-#: comparisons of normal repeats would exceed it, before the threshold also has to be passed).
-NOISE_SIGMAS = 3.0
-#: A median absolute deviation times this estimates a standard deviation (for normal data).
-MAD_TO_SIGMA = 1.4826
+#: How many combined standard errors a median must move to be beyond noise (4: noise-only comparisons of three
+#: repeats at a few per cent of noise exceed it well under 1% of the time, measured by simulation in review).
+NOISE_SIGMAS = 4.0
+#: The standard error of a median is about this times the standard deviation over the square root of the repeats.
+MEDIAN_SE = 1.2533
 #: What must be equal for two runs' timings to compare: field -> how a difference reads.
 LIKE = {
     "perf_tokens_out": "tokens per repeat (perf_tokens)",
@@ -304,16 +327,25 @@ LIKE = {
 }
 
 
-def robust_noise(values: list[float]) -> float | None:
-    """One side's relative noise: 1.4826 x MAD / median (a standard deviation's estimate, as a fraction of the
-    median, that one wild repeat does not move); None with fewer than two repeats (no noise can be measured)."""
-    values = [v for v in values if v is not None]
+def finite(values) -> list[float]:
+    """The repeats that are numbers (a null or a NaN is no timing)."""
+    return [float(v) for v in values or [] if v is not None and math.isfinite(v)]
+
+
+def median_noise(values: list[float]) -> float | None:
+    """One side's noise on its median, relative to it: the standard error of a median (1.2533 x sigma / sqrt(n)),
+    sigma estimated as the standard deviation of the repeats less the one farthest from their median (so one wild
+    repeat does not inflate it, as a median is not moved by it). It shrinks with more repeats: more repeats tell.
+    None with fewer than two repeats (no noise can be measured)."""
+    values = finite(values)
     if len(values) < 2:
         return None
     middle = statistics.median(values)
     if middle <= 0:
         return None
-    return MAD_TO_SIGMA * statistics.median(abs(v - middle) for v in values) / middle
+    kept = sorted(values, key=lambda v: abs(v - middle))[:-1] if len(values) >= 3 else values
+    sigma = statistics.stdev(kept) if len(kept) >= 2 else 0.0
+    return MEDIAN_SE * sigma / math.sqrt(len(values)) / middle
 
 
 def spread(values: list[float]) -> float | None:
@@ -340,17 +372,19 @@ def compare_repeats(
     ra: list[float], rb: list[float], more_is_better: bool, threshold: float, metric: str = ""
 ) -> MetricChange:
     """Two sweeps' repeats of one metric: slower / faster when the median moved by more than the threshold and by
-    more than ``NOISE_SIGMAS`` of the combined noise, within noise otherwise; not comparable with fewer than two
-    repeats on a side (no noise to measure)."""
-    ra, rb = [v for v in ra or [] if v is not None], [v for v in rb or [] if v is not None]
+    more than ``NOISE_SIGMAS`` of the medians' combined standard errors (``median_noise``), within noise otherwise;
+    not comparable with fewer than two repeats on a side (no noise to measure)."""
+    ra, rb = finite(ra), finite(rb)
     if len(ra) < 2 or len(rb) < 2:
         side = "A" if len(ra) < 2 else "B"
-        return MetricChange(metric, NOT_COMPARABLE, why=f"fewer than 2 repeats in {side}: its noise cannot be measured")
+        return MetricChange(
+            metric, NOT_COMPARABLE, why=f"fewer than 2 repeats in {side} (perf_repeats): its noise cannot be measured"
+        )
     a, b = statistics.median(ra), statistics.median(rb)
     if a <= 0 or b <= 0:
         return MetricChange(metric, NOT_COMPARABLE, a, b, why="a median of zero")
     change = (b - a) / a
-    noise = NOISE_SIGMAS * math.hypot(robust_noise(ra) or 0.0, robust_noise(rb) or 0.0)
+    noise = NOISE_SIGMAS * math.hypot(median_noise(ra) or 0.0, median_noise(rb) or 0.0)
     bound = max(threshold, noise)
     worse = -change if more_is_better else change
     if abs(change) <= bound:
@@ -362,10 +396,12 @@ def compare_repeats(
 
 
 def unlike(then: dict, now: dict) -> list[str]:
-    """What makes two runs' timings not comparable (``LIKE``), as "mode eager -> compile"; [] when they are like.
-    A field neither row has (an older file) is not held against them."""
+    """What makes two runs' timings not comparable (``LIKE``), as "mode eager -> compile"; [] when they are like. A
+    field neither row has (an older file) is not held against them; one only one of them has is said as unknown on
+    the other side (recorded before the field was)."""
+    said_as = lambda v, side: f"unknown in {side} (recorded before it was)" if v is None else str(v)  # noqa: E731
     return [
-        f"{said} {then.get(f)} -> {now.get(f)}"
+        f"{said} {said_as(then.get(f), 'A')} -> {said_as(now.get(f), 'B')}"
         for f, said in LIKE.items()
         if (then.get(f) is not None or now.get(f) is not None) and then.get(f) != now.get(f)
     ]
@@ -385,6 +421,25 @@ class SweepRuns:
     runs: dict[tuple[str, str], Run]
     defined: bool
     to_run: list[tuple[str, str]]
+    #: The definition's models and the variants it runs each as ({} without a definition).
+    models: dict[str, set[str]] = field(default_factory=dict)
+    #: Models excluded as a whole (an excluded row with no variant: the definition's ``exclude:``, a budget), and why.
+    excluded_models: dict[str, str | None] = field(default_factory=dict)
+
+    def state(self, key: tuple[str, str], side: str) -> Run:
+        """The run of ``key`` here, or why there is none: excluded with its model, in the definition as other
+        variants (no row, saying so), left out of the definition (absent), or no definition to say (no row)."""
+        if key in self.runs:
+            return self.runs[key]
+        model_id = key[0]
+        if model_id in self.excluded_models:
+            return Run(EXCLUDED, reason=self.excluded_models[model_id])
+        if not self.defined:
+            return Run(NO_ROW)
+        if model_id in self.models:
+            others = ", ".join(sorted(self.models[model_id]))
+            return Run(NO_ROW, reason=f"{side}'s definition runs it as {others}: the variant changed")
+        return Run(ABSENT)
 
 
 def read_runs(data_dir, sweep_id: str) -> SweepRuns:
@@ -413,14 +468,17 @@ def read_runs(data_dir, sweep_id: str) -> SweepRuns:
     excluded = (
         store.scan(data_dir, "excluded")
         .filter(pl.col("sweep_id") == sweep_id)
-        .with_columns(variant_col())
-        .select("model_id", "variant", "exclusion_reason")
+        .with_columns(pl.col("variant").is_null().alias("whole_model"), variant_col())
+        .select("model_id", "variant", "exclusion_reason", "whole_model")
     )
     rows, tried, out = pl.collect_all([latest, attempts, excluded])
     tries = {(r["model_id"], r["variant"]): r["attempts"] for r in tried.iter_rows(named=True)}
     runs: dict[tuple[str, str], Run] = {}
+    whole: dict[str, str | None] = {}
     for r in out.iter_rows(named=True):
         runs[r["model_id"], r["variant"]] = Run(EXCLUDED, reason=r["exclusion_reason"])
+        if r["whole_model"]:  # no variant: the model as a whole (the definition's exclude:, a budget)
+            whole[r["model_id"]] = r["exclusion_reason"]
     for r in rows.iter_rows(named=True):
         key = (r["model_id"], r["variant"])
         if r["status"] not in schema.VERDICTS:
@@ -432,15 +490,19 @@ def read_runs(data_dir, sweep_id: str) -> SweepRuns:
             flaky=flaky_attempts(json.loads(raw) if raw else None),
         )
     defined, to_run = False, []
+    models: dict[str, set[str]] = {}
     if (store.sweep_dir(data_dir, sweep_id) / "sweep.json").is_file():
         from ..probe import probe_params
 
         meta = store.read_sweep(data_dir, sweep_id)
         defined = True
+        for model_id, reason in (meta.excluded or {}).items():  # excluded by the definition, before running
+            whole.setdefault(model_id, reason)
         for entry in meta.models:
             for combo in probe_params.combinations(meta.matrix, meta.stacks):
                 key = (entry.model_id, probe_params.variant({**meta.probe, **entry.overrides, **combo}))
-                if key not in runs:
+                models.setdefault(entry.model_id, set()).add(key[1])
+                if key not in runs and entry.model_id not in whole:
                     runs[key] = Run(NOT_RUN)
                     to_run.append(key)
-    return SweepRuns(sweep_id, runs, defined, to_run)
+    return SweepRuns(sweep_id, runs, defined, to_run, models, whole)

@@ -130,11 +130,12 @@ def compare_runs(then: dict, now: dict, threshold: float, ignore: tuple[str, ...
         decision.compare_repeats(then[repeats] or [], now[repeats] or [], more_is_better, threshold, metric)
         for metric, (repeats, more_is_better) in METRICS.items()
     ]
+    why = "; ".join(dict.fromkeys(m.why for m in found if m.why))  # one reason once, not once per metric
     kinds = {m.kind for m in found}
     for kind in (decision.SLOWER, decision.FASTER, decision.WITHIN_NOISE):
         if kind in kinds:
-            return kind, found, "; ".join(m.why for m in found if m.why)
-    return decision.NOT_COMPARABLE, found, "; ".join(m.why for m in found if m.why)
+            return kind, found, why
+    return decision.NOT_COMPARABLE, found, why
 
 
 def _grew_most(before: dict, after: dict) -> str | None:
@@ -304,19 +305,23 @@ def gate_lines(data_dir: Path | str, before_id: str, after_id: str, threshold: f
     runs = run_changes(data_dir, before_id, after_id, threshold)
     compared = [r for r in runs if r["kind"] != decision.NOT_COMPARABLE]
     failing = [regression_line(r) for r in runs if r["kind"] == decision.SLOWER]
+    # timed in A and a PASS in B that was not timed (its perf phase broke, or was turned off): the speed vanished
+    untimed = [r for r in runs if r["kind"] == decision.NOT_COMPARABLE and r["why"].startswith("not timed in B")]
+    failing += [f"perf: not timed: {r['model_id']} [{r['variant']}]: timed in {before_id}, {r['why']}" for r in untimed]
     if not compared:
+        reasons = sorted({r["why"] for r in runs if r not in untimed})
+        hint = "; ".join(reasons[:3]) if reasons else "the perf phase runs on an accelerator, or with -p perf=on"
         failing.append(
-            f"perf: nothing compared: no run is a PASS timed alike in both {before_id} and {after_id} "
-            "(the perf phase runs on an accelerator, or with -p perf=on)"
+            f"perf: nothing compared: no run is a PASS timed alike in both {before_id} and {after_id} ({hint})"
         )
     notes = [
         f"perf: {len(compared)} run(s) timed alike in both sweeps, compared at a {threshold:.0%} threshold and "
-        f"{decision.NOISE_SIGMAS:g} times the repeats' noise"
+        f"{decision.NOISE_SIGMAS:g} times the medians' standard error"
     ]
     notes += [
         f"perf: not comparable: {r['model_id']} [{r['variant']}]: {r['why']}"
         for r in runs
-        if r["kind"] == decision.NOT_COMPARABLE
+        if r["kind"] == decision.NOT_COMPARABLE and r not in untimed
     ]
     notes += [
         f"perf: within noise: {r['model_id']} [{r['variant']}]: {r['why']}"

@@ -672,7 +672,7 @@ def answer_line(answer: dict) -> str:
         shown = lambda v: "-" if v is None else f"{v:.4g}"  # noqa: E731
         name += (
             f": {answer['metric']} {shown(answer.get('before'))} -> {shown(answer.get('after'))} "
-            f"(medians here; slower means worse by more than {answer['threshold']:.0%} with the repeats apart)"
+            f"(medians here; slower means worse by more than {answer['threshold']:.0%} and beyond the repeats' noise)"
         )
     if answer["status"] == SETTING:
         return f"{name}: changed by a backend setting: {answer['note'].rsplit('changed by ', 1)[-1]}; {took}"

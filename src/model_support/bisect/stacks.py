@@ -79,7 +79,7 @@ class SettingChange:
         return f"{self.name} {shown(self.before)} -> {shown(self.after)}"
 
     def keys(self) -> list[tuple[str, object, object]]:
-        """The keys that changed inside a structured setting: a JSON object (the pretend device's configuration),
+        """The keys that changed inside a structured setting: a JSON object (a Python backend's whole configuration in one variable),
         or flags (``--name=value``, as LIBTPU_INIT_ARGS and XLA_FLAGS hold them); [] for a plain value."""
         a, b = _structured(self.before), _structured(self.after)
         if a is None or b is None:

@@ -6,7 +6,7 @@ before the device is released (``run.py``), the same model generates ``perf_toke
 probe's own prompt once as a warm-up (``perf_first_call_s``: compilation and first-call costs included), then
 ``perf_repeats`` more times, each timed per token after a device sync (``probe_core.StepTimer``): TTFT (the
 prompt's prefill and first token), TPOT (the median of the seconds between tokens after it: a pause of the
-host on one token moves no median, where it would move a mean) and tokens/s over the whole generation, with their medians, their per-repeat values (the gate's "ranges do not overlap") and their spread
+host on one token moves no median, where it would move a mean) and tokens/s over the whole generation, with their medians, their per-repeat values (the gate's noise estimate, ``analysis.decision``) and their spread
 ((max - min) / median). End of sequence is suppressed (``min_new_tokens``) so every repeat decodes as many
 tokens. The model bandwidth utilisation (MBU) is the bytes a decode step reads (the parameters, only the
 active experts' share of a mixture of experts, plus the KV cache at the mean position) over TPOT, against the

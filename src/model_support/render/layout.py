@@ -274,7 +274,7 @@ SECTIONS: tuple[Section, ...] = (
         "warm-up, compilation included; the peak device memory; the share of the device's declared memory bandwidth "
         "a decode step reaches (parameters and KV cache read per token); the operators that took longest in the "
         "verdict's generation where they were timed. Against the baseline, a run counts as slower or faster when a "
-        "median moved by more than 5% and the repeats do not overlap (<code>model-support diff --fail-on perf</code>).",
+        "median of two like runs moved by more than 5% and beyond the repeats' noise (<code>model-support diff --fail-on perf</code>).",
         lambda ctx: perf.perf_html(ctx.tables),
     ),
     Section(

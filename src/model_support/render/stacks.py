@@ -86,4 +86,4 @@ def speed_html(speed: pl.DataFrame | None) -> str:
         f"{r['before']:.4g} -> {r['after']:.4g} ({r['change']:+.0%})</li>"
         for r in speed.iter_rows(named=True)
     )
-    return f"<p>Speed beyond noise (the perf phase's repeats apart, the gate's rule):</p><ul>{items}</ul>"
+    return f"<p>Speed beyond noise (the medians moved beyond the threshold and the repeats' noise, the gate's rule):</p><ul>{items}</ul>"
