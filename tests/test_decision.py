@@ -260,3 +260,13 @@ def test_more_repeats_narrow_the_noise_and_a_nan_is_no_timing():
     assert d.compare_repeats(*many, more_is_better=False, threshold=0.05).kind == d.SLOWER
     nan = float("nan")
     assert d.compare_repeats([0.01, 0.01, 0.0101], [nan, nan, 0.03], False, 0.05).kind == d.NOT_COMPARABLE
+
+
+def test_the_rerun_screen_keeps_the_same_rule_for_a_flake():
+    """Why 3: ``sweep.reruns`` set ``flaky`` whenever the attempts differed (FAIL(load) then FAIL(gen))."""
+    from model_support.sweep import reruns
+
+    assert reruns.flaky([("FAIL(load)", False), ("FAIL(gen)", False)]) is False
+    assert reruns.flaky([("PASS", True), ("FAIL(gen)", False)]) is False  # a suspect PASS never passed
+    assert reruns.flaky([("FAIL(gen)", False), ("PASS", False)]) is True
+    assert reruns.flaky([("PASS", False), ("PASS", False)]) is False

@@ -53,6 +53,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ..probe.performance import spread  # noqa: F401 (the record's *_spread, read by the perf comparison)
 from ..record import schema
 
 #: A PASS whose logits diverge from the reference or whose text is not fluent: a state, and an expectation's verdict.
@@ -346,12 +347,6 @@ def median_noise(values: list[float]) -> float | None:
     kept = sorted(values, key=lambda v: abs(v - middle))[:-1] if len(values) >= 3 else values
     sigma = statistics.stdev(kept) if len(kept) >= 2 else 0.0
     return MEDIAN_SE * sigma / math.sqrt(len(values)) / middle
-
-
-def spread(values: list[float]) -> float | None:
-    """(max - min) / median of repeats: what the record keeps as ``*_spread`` (the probe computes it the same)."""
-    middle = statistics.median(values) if values else 0.0
-    return (max(values) - min(values)) / middle if middle > 0 else None
 
 
 @dataclass(frozen=True)
