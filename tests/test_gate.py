@@ -242,3 +242,29 @@ def test_the_perf_gate_fails_a_run_timed_in_a_and_not_in_b_and_compares_like_run
         f"perf: not timed: org/m [eager+dynamic]: timed in {A}, not timed in B "
         "(not measured: the perf phase raised OutOfMemoryError)"
     )
+
+
+def test_the_diffs_table_says_the_gates_words(tmp_path):
+    """Review: one `diff` printed a flaky run as "newly failing" and an excluded one as "removed" above gate lines
+    saying "flaky" and "excluded"."""
+    import json
+
+    from model_support.render.terminal import diff_table
+
+    _sweep(tmp_path, A, 4, ["org/flaky", "org/excl"], {"org/flaky": "PASS", "org/excl": "PASS"})
+    _sweep(tmp_path, B, 5, ["org/flaky", "org/excl"], {}, excluded=["org/excl"])
+    attempts = json.dumps([{"status": "FAIL(gen)", "suspect": False}, {"status": "PASS", "suspect": False}])
+    record = schema.empty_record(
+        sweep_id=B,
+        model_id="org/flaky",
+        status="FAIL(gen)",
+        device_type="cpu",
+        failure_signature="RuntimeError: boom",
+        attempts=attempts,
+        flaky=True,
+    )
+    store.store_result(tmp_path, B, record, None, "")
+    store.compact(tmp_path, B)
+    table = {r["model_id"]: r["change"] for r in diff_table(tmp_path, A, B).iter_rows(named=True)}
+    assert table == {"org/flaky": "flaky", "org/excl": "excluded"}
+    assert not gate.gate(tmp_path, A, B, ["regressions", "new-failures"]).failed

@@ -501,3 +501,30 @@ def read_runs(data_dir, sweep_id: str) -> SweepRuns:
                     runs[key] = Run(NOT_RUN)
                     to_run.append(key)
     return SweepRuns(sweep_id, runs, defined, to_run, models, whole)
+
+
+#: The decision's kinds the diff's table says in its place (``relabel``), each one of ``frames.CHANGES``.
+RELABELLED = (VANISHED, NOT_RUN_IN_B, FLAKY, EXCLUDED_CHANGE, DROPPED)
+
+
+def relabel(changes, data_dir, a: str, b: str):
+    """The diff's changes (``diff.model_changes``: from the results alone) in the decision's words where the decision
+    says more: a run flaky, excluded, dropped, vanished or not run is said so, never "newly failing" or "removed",
+    so the table and the gate under it speak one vocabulary."""
+    import polars as pl
+
+    found = {(c.model_id, c.variant): c.kind for c in decide_sweeps(read_runs(data_dir, a), read_runs(data_dir, b))}
+    said = {key: kind for key, kind in found.items() if kind in RELABELLED}
+    if not said or not changes.height:
+        return changes
+    dtype = changes.schema["change"]
+    words = pl.DataFrame(
+        [(m, v, k) for (m, v), k in said.items()],
+        schema={"model_id": pl.String, "variant": pl.String, "_kind": pl.String},
+        orient="row",
+    )
+    return (
+        changes.join(words, on=["model_id", "variant"], how="left", maintain_order="left")
+        .with_columns(pl.coalesce(pl.col("_kind").cast(dtype), pl.col("change")).alias("change"))
+        .drop("_kind")
+    )

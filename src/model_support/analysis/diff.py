@@ -17,6 +17,7 @@ from .checks import CHECK_COLUMNS
 from .frames import (
     CHANGES,
     DEFAULT_VARIANT,
+    GATE_CHANGES,
     NEWLY_BROKEN_BY_STACK,
     NEWLY_FAILING,
     NEWLY_FAILING_EVERYWHERE,
@@ -191,5 +192,5 @@ def change_counts(changes: pl.DataFrame) -> dict[str, int]:
 def diff_summary(diff: pl.DataFrame, a: str, b: str) -> str:
     """One line: how many runs changed, by kind (``CHANGES`` order: what the stack newly broke first)."""
     counts = change_counts(diff)
-    parts = ", ".join(f"{n} {change}" for change, n in counts.items())
+    parts = ", ".join(f"{n} {change}" for change, n in counts.items() if n or change not in GATE_CHANGES)
     return f"{a} -> {b}: {parts}."

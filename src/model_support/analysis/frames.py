@@ -42,17 +42,25 @@ NEWLY_FAILING_EVERYWHERE = "newly failing everywhere"
 #: A run that passes now with a suspect check (``SUSPECT_CHECKS``) and was not a suspect PASS before; and back.
 NEWLY_SUSPECT = "newly suspect"
 NO_LONGER_SUSPECT = "no longer suspect"
+#: The gate's own words the diff says where the decision says more (``decision.relabel``); a summary names them only
+#: when some run is one.
+GATE_CHANGES = ("vanished", "not run", "flaky", "excluded", "dropped")
 CHANGES = (
     NEWLY_BROKEN_BY_STACK,
     NEWLY_SUSPECT,
     NEWLY_FAILING,
     NEWLY_FAILING_EVERYWHERE,
+    "vanished",
+    "not run",
+    "flaky",
     "newly passing",
     NO_LONGER_SUSPECT,
     "status changed",
     "signature changed",
     "added",
     "removed",
+    "excluded",
+    "dropped",
 )
 #: Whose failure it is, as the report counts it: ``schema.ATTRIBUTIONS`` plus a failure with none recorded.
 UNKNOWN_ATTRIBUTION = "unknown"

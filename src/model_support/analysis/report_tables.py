@@ -12,7 +12,7 @@ from pathlib import Path
 import polars as pl
 
 from ..record import store
-from . import host_cost, perf
+from . import decision, host_cost, perf
 from .checks import CHECK_COLUMNS, _pass_checks_q, _suspect_q
 from .coverage import unprobed
 from .diff import KEY, _changes_q, _signature_changes_q
@@ -170,7 +170,10 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
     tables["not_tested"] = not_tested.join(baseline, on=KEY, how="left", maintain_order="left")
     unprobed_keys = pl.concat([pending.select(KEY), not_tested.select(KEY)]).with_columns(pl.lit(True).alias("_u"))
     changes = tables["changes"].join(unprobed_keys.unique(KEY), on=KEY, how="left", maintain_order="left")
-    tables["changes"] = changes.filter(~((pl.col("change") == "removed") & pl.col("_u").fill_null(False))).drop("_u")
+    changes = changes.filter(~((pl.col("change") == "removed") & pl.col("_u").fill_null(False))).drop("_u")
+    if baseline_sweep_id:  # the gate's own words where it says more: flaky, excluded, dropped, vanished
+        changes = decision.relabel(changes, data_dir, baseline_sweep_id, sweep_id)
+    tables["changes"] = changes
     tables.update(ops_tables(data_dir, sweep_id, baseline_sweep_id))
     tables["stack_speed"] = perf.between_stacks(data_dir, sweep_id)  # a sweep of several stacks: beyond noise
     tables["perf"] = perf.perf_table(data_dir, sweep_id)  # every PASS's speed; beyond noise since the baseline

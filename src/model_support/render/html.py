@@ -53,6 +53,9 @@ TERM_HELP = {
     "status changed / signature changed": "failing in both sweeps, with a different verdict / the same verdict "
     "but a different failure signature",
     "added / removed": "probed in only one of the two sweeps (a model not probed now is left out, not removed)",
+    "vanished / not run / flaky / excluded / dropped": "the gate's words (docs/dataset.md): a verdict in the baseline "
+    "and no row now with nothing to say why; still to run; passed once among its attempts; excluded in either sweep "
+    "(the environment's doing, counted in neither direction); left out of this sweep's definition",
     "first_token_s": "time to the first generated token, including compilation",
     "variant": "a run's execution mode, KV cache and new-token count when not 8 (eager+dynamic, compile+static, "
     "eager+dynamic+32t); a sweep with a matrix probes each model in several, and then every count is of runs "

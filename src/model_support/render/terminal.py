@@ -32,7 +32,9 @@ def diff_table(data_dir: Path | str, a: str, b: str, devices: dict | None = None
     analysis.require_sweep(sweeps, b)
     if devices is not None:
         devices.update(sweeps.filter(pl.col("sweep_id").is_in([a, b])).select("sweep_id", "device_type").iter_rows())
-    return analysis.model_changes(store.scan(Path(data_dir), "results"), b, a)
+    from ..analysis import decision
+
+    return decision.relabel(analysis.model_changes(store.scan(Path(data_dir), "results"), b, a), data_dir, a, b)
 
 
 def _on(device: str | None) -> str:
