@@ -124,16 +124,17 @@ def test_expectations(a_state, b_state, expected, kind, fails):
         assert change.line == f"org/m [eager+dynamic]: {b_state}, expected ({expected.reason})"
 
 
+def sweeps(before: dict, after: dict, after_defined: bool = False) -> tuple[d.SweepRuns, d.SweepRuns]:
+    return d.SweepRuns("a1", before, False, []), d.SweepRuns("b1", after, after_defined, [])
+
+
 def test_an_expired_expectation_counts_as_none_and_is_said_once():
     exp = {"org/m": Expectation("FAIL(gen)", "r", _dt.date(2026, 1, 1))}
-    found = d.decide_all(
-        {("org/m", "v"): run("PASS")}, {("org/m", "v"): run("FAIL(gen)")}, exp, _dt.date(2026, 12, 5), "a1", "b1"
-    )
+    pair = sweeps({("org/m", "v"): run("PASS")}, {("org/m", "v"): run("FAIL(gen)")})
+    found = d.decide_sweeps(*pair, exp, _dt.date(2026, 12, 5))
     assert [(c.kind, c.fails_on(["regressions"])) for c in found] == [(d.REGRESSION, True), (d.EXPIRED, False)]
     assert found[1].line == "expired expectation: org/m (until 2026-01-01): renew or remove it"
-    live = d.decide_all(
-        {("org/m", "v"): run("PASS")}, {("org/m", "v"): run("FAIL(gen)")}, exp, _dt.date(2025, 12, 5), "a1", "b1"
-    )
+    live = d.decide_sweeps(*pair, exp, _dt.date(2025, 12, 5))
     assert [c.kind for c in live] == [d.EXPECTED]
 
 
@@ -158,10 +159,10 @@ def test_flaky_means_it_passed_once(attempts, flaky):
     assert change.fails_on(["regressions"]) is (flaky is None)
 
 
-def test_decide_all_reads_a_missing_run_by_whether_bs_definition_is_known():
+def test_a_missing_run_is_read_by_whether_bs_definition_is_known():
     before = {("org/m", "v"): run("PASS")}
-    assert d.decide_all(before, {}, b_complete=None)[0].kind == d.VANISHED
-    assert d.decide_all(before, {}, b_complete=True)[0].kind == d.DROPPED
+    assert d.decide_sweeps(*sweeps(before, {}))[0].kind == d.VANISHED
+    assert d.decide_sweeps(*sweeps(before, {}, after_defined=True))[0].kind == d.DROPPED
 
 
 # --------------------------------------------------------------------------------------------

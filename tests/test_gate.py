@@ -268,3 +268,15 @@ def test_the_diffs_table_says_the_gates_words(tmp_path):
     table = {r["model_id"]: r["change"] for r in diff_table(tmp_path, A, B).iter_rows(named=True)}
     assert table == {"org/flaky": "flaky", "org/excl": "excluded"}
     assert not gate.gate(tmp_path, A, B, ["regressions", "new-failures"]).failed
+
+
+def test_a_night_that_excluded_a_model_hides_no_regression_after_it(tmp_path):
+    """Review: PASS, then excluded (no access), then FAIL(gen) passed the gate of the last two nights for ever."""
+    c = "nightly-20261206T000000Z-cccc"
+    _sweep(tmp_path, A, 4, ["org/m"], {"org/m": "PASS"})
+    _sweep(tmp_path, B, 5, ["org/m"], {}, excluded=["org/m"])
+    _sweep(tmp_path, c, 6, ["org/m"], {"org/m": "FAIL(gen)"})
+    found = gate.gate(tmp_path, B, c, ["regressions"])
+    assert found.failing == [
+        f"regression: org/m [eager+dynamic]: PASS (the last verdict before {B}, in {A}) -> FAIL(gen): RuntimeError: boom"
+    ]

@@ -185,14 +185,10 @@ def verdict_state(status: str | None, suspect: bool) -> str:
 def flaky_attempts(attempts: list[dict] | None) -> str | None:
     """A rerun's attempts in words when they make it flaky (at least one clean PASS and at least one attempt that
     was not one), else None: attempts that fail differently are no flake."""
-    if not attempts or len(attempts) < 2:
+    outcomes = [(a.get("status"), bool(a.get("suspect"))) for a in attempts or []]
+    if not schema.flaky(outcomes):
         return None
-    states = [
-        SUSPECT_PASS if a.get("suspect") and a.get("status") == schema.PASS else a.get("status") for a in attempts
-    ]
-    if schema.PASS in states and any(s != schema.PASS for s in states):
-        return " then ".join(str(s) for s in states)
-    return None
+    return " then ".join(str(verdict_state(s, suspect) if s in schema.VERDICTS else s) for s, suspect in outcomes)
 
 
 def live(expectations: Mapping[str, Expectation], today: _dt.date) -> tuple[dict[str, Expectation], set[str]]:
@@ -260,25 +256,6 @@ def decide(
     return change(STILL_FAILING, f"{name}: {a.state} -> {said}{why}")
 
 
-def decide_all(
-    before: dict[tuple[str, str], Run],
-    after: dict[tuple[str, str], Run],
-    expectations: Mapping[str, Expectation] | None = None,
-    today: _dt.date | None = None,
-    a_name: str = "A",
-    b_name: str = "B",
-    b_complete: bool | None = None,
-) -> list[Change]:
-    """``decide_sweeps`` over two maps of runs: a run in one map and not in B's is ``ABSENT`` there when B's
-    definition is known (``b_complete``) and ``NO_ROW`` when it is not."""
-    return decide_sweeps(
-        SweepRuns(a_name, before, False, []),
-        SweepRuns(b_name, after, bool(b_complete), []),
-        expectations,
-        today,
-    )
-
-
 def decide_sweeps(
     before: SweepRuns,
     after: SweepRuns,
@@ -304,6 +281,50 @@ def decide_sweeps(
         found.append(Change(model_id, None, EXPIRED, line, "", ""))
     order = {k: i for i, k in enumerate(KINDS)}
     return sorted(found, key=lambda c: order[c.kind])
+
+
+def earlier_verdicts(data_dir, a: str, depth: int = 10) -> Callable[[tuple[str, str]], Run | None]:
+    """For a run sweep ``a`` excluded or had not run: its last verdict in the sweeps before ``a`` of the same name and
+    device (up to ``depth`` of them, read once, when first asked), naming the sweep; None where none had one."""
+    from pathlib import Path
+
+    chain: list[SweepRuns] | None = None
+
+    def read_chain() -> list[SweepRuns]:
+        from .history import SWEEP_CACHE, previous_sweep_id, sweep_index
+
+        folder = Path(data_dir)
+        sweeps = sweep_index(folder, cache_dir=folder / SWEEP_CACHE)
+        known, found = set(sweeps["sweep_id"].to_list()), []
+        current: str | None = a
+        for _ in range(depth):
+            if current is None or current not in known:
+                break
+            current = previous_sweep_id(sweeps, current)
+            if current is not None:
+                found.append(read_runs(folder, current))
+        return found
+
+    def earlier(key: tuple[str, str]) -> Run | None:
+        nonlocal chain
+        if chain is None:
+            chain = read_chain()
+        for runs in chain:
+            run = runs.runs.get(key)
+            if run is not None and run.has_verdict:
+                return Run(run.state, run.signature, f"the last verdict before {a}, in {runs.sweep_id}", run.flaky)
+        return None
+
+    return earlier
+
+
+def decide_between(
+    data_dir, a: str, b: str, expectations: Mapping[str, Expectation] | None = None, today: _dt.date | None = None
+) -> tuple[SweepRuns, SweepRuns, list[Change]]:
+    """Sweeps ``a`` and ``b`` read (``read_runs``) and decided (``decide_sweeps``, a silent night in A read from the
+    sweeps before it): what the gate and the diff's table both say."""
+    before, after = read_runs(data_dir, a), read_runs(data_dir, b)
+    return before, after, decide_sweeps(before, after, expectations, today, earlier_verdicts(data_dir, a))
 
 
 # --------------------------------------------------------------------------------------------
@@ -390,15 +411,15 @@ def compare_repeats(
     return MetricChange(metric, SLOWER if worse > 0 else FASTER, a, b, change, bound)
 
 
-def unlike(then: dict, now: dict) -> list[str]:
-    """What makes two runs' timings not comparable (``LIKE``), as "mode eager -> compile"; [] when they are like. A
-    field neither row has (an older file) is not held against them; one only one of them has is said as unknown on
-    the other side (recorded before the field was)."""
+def unlike(then: dict, now: dict, ignore: tuple[str, ...] = ()) -> list[str]:
+    """What makes two runs' timings not comparable (``LIKE``, less the fields in ``ignore``), as "mode eager ->
+    compile"; [] when they are like. A field neither row has (an older file) is not held against them; one only one
+    of them has is said as unknown on the other side (recorded before the field was)."""
     said_as = lambda v, side: f"unknown in {side} (recorded before it was)" if v is None else str(v)  # noqa: E731
     return [
         f"{said} {said_as(then.get(f), 'A')} -> {said_as(now.get(f), 'B')}"
         for f, said in LIKE.items()
-        if (then.get(f) is not None or now.get(f) is not None) and then.get(f) != now.get(f)
+        if f not in ignore and (then.get(f) is not None or now.get(f) is not None) and then.get(f) != now.get(f)
     ]
 
 
@@ -453,21 +474,13 @@ def read_runs(data_dir, sweep_id: str) -> SweepRuns:
     data_dir = Path(data_dir)
     results = store.scan(data_dir, "results")
     latest = diff._outcomes(results, sweep_id)
-    attempts = (
-        results.filter(pl.col("sweep_id") == sweep_id)
-        .with_columns(variant_col())
-        .sort("started_at", nulls_last=False)
-        .unique(["model_id", "variant"], keep="last", maintain_order=False)
-        .select("model_id", "variant", "attempts")
-    )
     excluded = (
         store.scan(data_dir, "excluded")
         .filter(pl.col("sweep_id") == sweep_id)
         .with_columns(pl.col("variant").is_null().alias("whole_model"), variant_col())
         .select("model_id", "variant", "exclusion_reason", "whole_model")
     )
-    rows, tried, out = pl.collect_all([latest, attempts, excluded])
-    tries = {(r["model_id"], r["variant"]): r["attempts"] for r in tried.iter_rows(named=True)}
+    rows, out = pl.collect_all([latest, excluded])
     runs: dict[tuple[str, str], Run] = {}
     whole: dict[str, str | None] = {}
     for r in out.iter_rows(named=True):
@@ -478,7 +491,7 @@ def read_runs(data_dir, sweep_id: str) -> SweepRuns:
         key = (r["model_id"], r["variant"])
         if r["status"] not in schema.VERDICTS:
             continue
-        raw = tries.get(key)
+        raw = r["attempts"]
         runs[key] = Run(
             verdict_state(r["status"], r["check"] in SUSPECT_CHECKS),
             r["failure_signature"],
@@ -513,7 +526,7 @@ def relabel(changes, data_dir, a: str, b: str):
     so the table and the gate under it speak one vocabulary."""
     import polars as pl
 
-    found = {(c.model_id, c.variant): c.kind for c in decide_sweeps(read_runs(data_dir, a), read_runs(data_dir, b))}
+    found = {(c.model_id, c.variant): c.kind for c in decide_between(data_dir, a, b)[2]}
     said = {key: kind for key, kind in found.items() if kind in RELABELLED}
     if not said or not changes.height:
         return changes

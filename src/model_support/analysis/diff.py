@@ -41,14 +41,31 @@ KEY = ["model_id", "variant"]
 
 
 def _outcomes(results: Frame, sweep_id: str) -> pl.LazyFrame:
-    cols = ["model_id", "variant", "failure_signature", "error_message", "attribution", "started_at", *CHECK_COLUMNS]
+    cols = [
+        "model_id",
+        "variant",
+        "failure_signature",
+        "error_message",
+        "attribution",
+        "started_at",
+        "attempts",
+        *CHECK_COLUMNS,
+    ]
     return (
         _sweep_rows(results, sweep_id, cols)
         .with_columns(variant_col(), attribution_col(), pass_check_col().alias("check"), check_note_col())
         .sort("started_at", nulls_last=False)
         .unique(KEY, keep="last", maintain_order=False)
         .select(
-            *KEY, "status", "failure_signature", "error_message", "attribution", "check", "numerics_step", "check_note"
+            *KEY,
+            "status",
+            "failure_signature",
+            "error_message",
+            "attribution",
+            "check",
+            "numerics_step",
+            "check_note",
+            "attempts",
         )
     )
 

@@ -50,35 +50,6 @@ class GateResult:
         return "FAILED: " + ", ".join(f"{n} {kind}" for kind, n in self.counts.items() if n)
 
 
-def _earlier(data_dir: Path, a: str, depth: int = 10):
-    """For a run sweep ``a`` excluded or had not run: its last verdict in the sweeps before ``a`` of the same name and
-    device (up to ``depth`` of them), naming the sweep; None where none had one."""
-    from .history import SWEEP_CACHE, previous_sweep_id, sweep_index
-
-    chain: list[decision.SweepRuns] = []
-
-    def earlier(key: tuple[str, str]) -> decision.Run | None:
-        if not chain:
-            sweeps = sweep_index(data_dir, cache_dir=data_dir / SWEEP_CACHE)
-            current: str | None = a
-            for _ in range(depth):
-                if current is None or current not in sweeps["sweep_id"].to_list():
-                    break
-                current = previous_sweep_id(sweeps, current)
-                if current is not None:
-                    chain.append(decision.read_runs(data_dir, current))
-            chain.append(decision.SweepRuns(a, {}, False, []))  # read once: an empty end marks it done
-        for runs in chain:
-            run = runs.runs.get(key)
-            if run is not None and run.has_verdict:
-                return decision.Run(
-                    run.state, run.signature, f"the last verdict before {a}, in {runs.sweep_id}", run.flaky
-                )
-        return None
-
-    return earlier
-
-
 def check_gates(words: list[str]) -> None:
     """One sentence for a word ``--fail-on`` does not take."""
     unknown = [g for g in words if g not in GATES]
@@ -99,12 +70,11 @@ def gate(
     ``perf_threshold`` and beyond noise (``analysis.perf``, ``decision.compare_repeats``)."""
     check_gates(fail_on)
     data_dir = Path(data_dir)
-    before, after = decision.read_runs(data_dir, a), decision.read_runs(data_dir, b)
+    before, after, found = decision.decide_between(data_dir, a, b, expectations, today)
     if not before.runs and not before.defined:
         raise UserError(
             f"No sweep {a!r} in {data_dir}: nothing to gate against; `model-support list` shows the sweeps."
         )
-    found = decision.decide_sweeps(before, after, expectations, today, _earlier(data_dir, a))
     result = GateResult(to_run=after.to_run)
     for change in found:
         if change.kind in decision.FAILS_UNDER and not change.fails_on(fail_on) and change.kind not in decision.SAID:

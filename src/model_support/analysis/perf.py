@@ -121,9 +121,7 @@ def compare_runs(then: dict, now: dict, threshold: float, ignore: tuple[str, ...
         where = " or ".join(s for s, t in zip(("A", "B"), timed) if not t)
         note = (now if not timed[1] else then).get("perf_note") or "no repeats"
         return decision.NOT_COMPARABLE, [], f"not timed in {where} ({note})"
-    differs = decision.unlike(
-        {k: v for k, v in then.items() if k not in ignore}, {k: v for k, v in now.items() if k not in ignore}
-    )
+    differs = decision.unlike(then, now, ignore)
     if differs:
         return decision.NOT_COMPARABLE, [], "; ".join(differs)
     found = [

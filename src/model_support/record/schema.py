@@ -484,6 +484,14 @@ LATER_FIELDS = tuple(f.name for f in DECLARATION if f.since > 1)
 OLDER_DEFAULTS = {f.name: f.older for f in DECLARATION if f.older is not None}
 
 
+def flaky(outcomes: typing.Iterable[tuple[str | None, bool]]) -> bool:
+    """Flaky means it passed once: among a rerun's attempts, each (status, suspect), at least one a clean PASS and at
+    least one not. Attempts that fail differently (FAIL(load) then FAIL(gen)) are no flake: the worse failure counts.
+    The one rule of the record's ``flaky``, the rerun screen (``sweep.reruns``) and the gate (``analysis.decision``)."""
+    clean = [status == PASS and not suspect for status, suspect in outcomes]
+    return any(clean) and not all(clean)
+
+
 def empty_record(**values: Any) -> Record:
     """A record with every field present (null), then ``values`` filled in.
 

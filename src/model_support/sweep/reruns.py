@@ -92,11 +92,8 @@ def _passes(outcome: tuple[str | None, bool]) -> bool:
     return outcome[0] == schema.PASS and not outcome[1]
 
 
-def flaky(outcomes: list[tuple[str | None, bool]]) -> bool:
-    """Flaky means it passed once: at least one attempt a clean PASS and at least one not. Attempts that fail
-    differently (FAIL(load) then FAIL(gen), a failure then a timeout) are no flake: the worse failure counts
-    (``analysis.decision`` reads the attempts by the same rule)."""
-    return any(_passes(o) for o in outcomes) and not all(_passes(o) for o in outcomes)
+#: The flake rule (``schema.flaky``): at least one attempt a clean PASS and at least one not.
+flaky = schema.flaky
 
 
 def settle(
