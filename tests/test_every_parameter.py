@@ -41,8 +41,10 @@ NON_DEFAULT = {
     "judge_model": "data/models/tiny-gpt2",
     "seed": 7,
     "perf": "off",
-    "perf_tokens": 4,
+    "perf_tokens": 6,
     "perf_repeats": 2,
+    "perf_spread": 0.1,
+    "perf_budget": 0.5,
     "perf_trace": True,  # perf off: nothing profiled (tests/test_perf_trace.py keeps a trace)
     "recompile_check": "on",
     "record_path": "record.json",

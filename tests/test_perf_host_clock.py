@@ -39,7 +39,9 @@ def _start(tmp_path, data, name: str, config: dict) -> subprocess.Popen:
             "judge": False,
             "perf": "on",
             "perf_tokens": 6,
-            "perf_repeats": 3,
+            "perf_repeats": 3,  # each of the three, whatever their spread and cost: the gate's noise as it was
+            "perf_spread": 0,
+            "perf_budget": 0,
         },
         "reruns": 0,
         "models": [str(REPO / "data" / "models" / "tiny-llama")],

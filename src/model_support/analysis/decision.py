@@ -394,7 +394,9 @@ def compare_repeats(
     if len(ra) < 2 or len(rb) < 2:
         side = "A" if len(ra) < 2 else "B"
         return MetricChange(
-            metric, NOT_COMPARABLE, why=f"fewer than 2 repeats in {side} (perf_repeats): its noise cannot be measured"
+            metric,
+            NOT_COMPARABLE,
+            why=f"fewer than 2 repeats in {side} (its perf phase stopped there: perf_stop): its noise cannot be measured",
         )
     a, b = statistics.median(ra), statistics.median(rb)
     if a <= 0 or b <= 0:

@@ -57,6 +57,8 @@ TABLE_COLUMNS = (
     "tpot_spread",
     "perf_tokens_per_s",
     "perf_first_call_s",
+    "perf_repeats_run",
+    "perf_stop",
     "perf_peak_device_mem_mb",
     "bandwidth_utilisation",
     "slowest_ops",

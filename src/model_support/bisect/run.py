@@ -94,9 +94,10 @@ def bisect_sweeps(
 
 
 def metric_repeats(probe: dict) -> int:
-    """The repeats each step of ``--metric`` times: the sweep's ``perf_repeats``, at least 3 (two repeats'
-    ranges are apart too easily for "apart" to mean beyond noise)."""
-    return max(3, int(probe.get("perf_repeats") or 3))
+    """The repeats each step of ``--metric`` times: the sweep's ``perf_repeats`` (the perf phase's cap), at least 3
+    (two repeats' ranges are apart too easily for "apart" to mean beyond noise) and at most 5 (each step is a whole
+    install and probe; the perf phase stops at 3 once its spread is in reach, ``probe.performance.Plan``)."""
+    return min(max(3, int(probe.get("perf_repeats") or 3)), 5)
 
 
 def bisect_record(

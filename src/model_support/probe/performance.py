@@ -1,16 +1,32 @@
-"""How fast a PASS runs on its device: the perf phase, repeated, after the verdict's generation.
+"""How fast a PASS runs on its device: the perf phase, sized by what it measures, after the verdict's generation.
 
 Why: the verdict's generation times 8 tokens once, compilation included; a team porting a stack asks how
-fast a model decodes in steady state and whether that moved. So, in the device phase, after the verdict and
-before the device is released (``run.py``), the same model generates ``perf_tokens`` greedy tokens from the
-probe's own prompt once as a warm-up (``perf_first_call_s``: compilation and first-call costs included), then
-``perf_repeats`` more times, each timed per token after a device sync (``probe_core.StepTimer``): TTFT (the
-prompt's prefill and first token), TPOT (the median of the seconds between tokens after it: a pause of the
-host on one token moves no median, where it would move a mean) and tokens/s over the whole generation, with their medians, their per-repeat values (the gate's noise estimate, ``analysis.decision``) and their spread
-((max - min) / median). End of sequence is suppressed (``min_new_tokens``) so every repeat decodes as many
-tokens. The model bandwidth utilisation (MBU) is the bytes a decode step reads (the parameters, only the
-active experts' share of a mixture of experts, plus the KV cache at the mean position) over TPOT, against the
-peak bandwidth the device adapter declares (``peak_bandwidth_gbs``; none on the CPU).
+fast a model decodes in steady state and whether that moved. A nightly over thousands of models pays for every
+token of it in device hours, so the phase costs the device what its answers need and no more:
+
+- **The verdict's generation is its first repeat.** In eager and fused modes the verdict ran the very code the
+  repeats run, timed per token after a device sync on the host's clock: it is the phase's warm-up (its first token
+  is ``perf_first_call_s``, the first call) and its decode steps' median is the first TPOT repeat. In compile mode
+  the forward is compiled again (a warm-up generation pays it first), and on a device clock of its own the
+  verdict's host-clock steps are not comparable: there the phase times its own repeats only.
+- **Timed repeats of ``perf_tokens``** (4: the first prices the prompt, TTFT; the others TPOT) greedy tokens from
+  the probe's own prompt, each timed per token after a device sync (``probe_core.StepTimer``): TTFT, TPOT (the
+  median of the seconds between tokens after the first: a pause of the host on one token moves no median) and
+  tokens/s over the whole generation. The length is a setting, never chosen from timings, so two sweeps' repeats
+  stay like with like (``analysis.decision.LIKE``); the number of repeats is what adapts.
+- **As many repeats as TPOT needs** (``Plan``): one always runs (TTFT needs a warm first token); then the phase stops
+  once TPOT's spread, (max - min) / median, is within ``perf_spread`` (5%) over at least three repeats, or when the
+  next repeat (priced as the last) would take the phase past ``perf_budget`` (a quarter) of the probe's device
+  phase before it, or at ``perf_repeats`` (10) repeats. ``perf_repeats_run`` and ``perf_stop`` say how many ran and
+  why it stopped; ``perf_device_s`` is the phase's device time (``probe.phases`` counts it as the device's work).
+
+Measured (bench/results/perf_cost.json): on 8 tiny models over 2 pretend devices whose every matrix product takes
+250 ms (a decode-bound device), the sweep with the phase on against ``perf: off``; before this sizing (a 32-token
+warm-up and 3 repeats of 32 tokens) the phase was ~16 times the verdict's decode work. End of sequence is
+suppressed (``min_new_tokens``) so every repeat decodes as many tokens. The model bandwidth utilisation (MBU) is
+the bytes a decode step reads (the parameters, only the active experts' share of a mixture of experts, plus the
+KV cache at the mean position) over TPOT, against the peak bandwidth the device adapter declares
+(``peak_bandwidth_gbs``; none on the CPU).
 
 With ``perf_trace`` on, one more generation after the timed repeats (so the profiler slows none of them) runs
 under torch.profiler with the activities the adapter offers (``Adapter.profiler_activities``, as the compiled runs'
@@ -29,12 +45,13 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..fileio import atomic_write_bytes
 from ..record import schema, store
-from . import probe_core
+from . import phases, probe_core
 from .instruments import profiled
 
 #: The record's performance fields (group ``perf``), null unless measured.
@@ -80,8 +97,8 @@ def why_not(record: Mapping[str, Any], settings: dict) -> str | None:
     return None
 
 
-def _one_run(model, tokenizer, ids, mask, tokens: int, device, synchronize, clock) -> tuple[float, list[float]]:
-    """One greedy generation of exactly ``tokens`` new tokens: (start, each token's time after a device sync), on
+def _one_run(model, tokenizer, ids, mask, options: dict, device, synchronize, clock) -> tuple[float, list[float]]:
+    """One greedy generation as ``generate_options`` says: (start, each token's time after a device sync), on
     ``clock`` (the adapter's own, else the host's wall clock)."""
     import torch
 
@@ -94,11 +111,10 @@ def _one_run(model, tokenizer, ids, mask, tokens: int, device, synchronize, cloc
         model.generate(
             input_ids=ids.to(device),  # as the verdict's generation: moved inside inference mode
             attention_mask=mask.to(device),
-            max_new_tokens=tokens,
-            min_new_tokens=tokens,
             do_sample=False,
             pad_token_id=pad,
             streamer=timer,
+            **options,
         )
     return start, timer.times
 
@@ -177,16 +193,87 @@ def _traced(run: Callable[[], Any], adapter, keep: Callable[[bytes], str]) -> tu
     return path, f"one more generation profiled ({', '.join(activities)}) after the timed ones: {path}"
 
 
+@dataclass
+class Plan:
+    """How far the phase may go: ``cap`` timed repeats at most (``perf_repeats``), stop once TPOT's spread is at most
+    ``goal`` over at least ``MIN_REPEATS`` (``perf_spread``), and start no repeat that would take the phase's device
+    seconds past ``budget_s`` (``perf_budget`` x the probe's device phase before it; None: no limit)."""
+
+    cap: int
+    goal: float
+    budget_s: float | None
+
+    def stop(self, tpot: list[float], warm: int, spent_s: float, last_s: float) -> str | None:
+        """Why no further repeat runs (``STOPS``), or None: go on. ``tpot``: the TPOT of each timed repeat so far;
+        ``warm``: how many of them the phase ran itself (one always runs: TTFT needs a warm first token)."""
+        if warm == 0:
+            return None
+        if self.goal > 0 and len(tpot) >= MIN_REPEATS and (spread(tpot) or 0.0) <= self.goal:  # 0: every repeat
+            return "spread"
+        if len(tpot) >= self.cap:
+            return "cap"
+        if self.budget_s is not None and spent_s + last_s > self.budget_s:
+            return "budget"
+        return None
+
+
+#: The verdict's TPOT counts as a repeat when within this of the first repeat's (the TPOT spread goal): farther, its
+#: instruments (the census, the step scores) showed in its steps, and it is the warm-up only.
+AGREE = 0.05
+#: Why the repeats stopped (``perf_stop``): TPOT's spread reached the goal, the next repeat would pass the budget,
+#: or the cap on repeats was reached.
+STOPS = ("spread", "budget", "cap")
+#: TPOT's spread is judged over at least this many repeats: a median of three is not moved by one wild repeat,
+#: and the gate's noise estimate leaves the wildest out (``analysis.decision.median_noise``).
+MIN_REPEATS = 3
+
+
+def generate_options(tokens: int, settings: dict, verdict: Mapping[str, Any] | None) -> dict:
+    """The generate() options of a timed repeat: ``tokens`` new tokens, the probe's KV cache (``cache``: static asks
+    transformers' static cache, as the verdict's generation did). End of sequence is suppressed (``min_new_tokens``)
+    only where it could come: a greedy repeat no longer than the verdict's generation, which reached its length,
+    makes the same tokens, and the suppression is work on the device the verdict did not do (7.6% of tiny-llama's
+    step on the pretend device's clock), which would set the verdict's steps apart from the repeats'."""
+    options: dict[str, Any] = {"max_new_tokens": tokens}
+    if settings.get("cache") == "static":
+        options["cache_implementation"] = "static"
+    if verdict is None or tokens > (verdict.get("tokens_out") or 0):
+        options["min_new_tokens"] = tokens
+    return options
+
+
+def verdict_steps(verdict: Mapping[str, Any] | None, settings: dict, own_clock) -> list[float] | None:
+    """The verdict's own decode steps (seconds between its tokens), when its generation is one of the phase's
+    repeats: in eager and fused modes (compile mode compiles the forward again, so its verdict ran other code), on
+    the clock the phase times on (the verdict's timer stamps each token on the host's clock and on the device's own,
+    ``probe_core.StepTimer.device_clock``) and with two steps or more; None otherwise."""
+    if verdict is None or settings["mode"] == "compile":
+        return None
+    times = (verdict.get("token_times") or {}).get("host" if own_clock is None else "device") or []
+    steps = [after - before for before, after in zip(times, times[1:])]
+    return steps if len(steps) >= 2 else None
+
+
 def measure(
-    model, tokenizer, prompt_ids: list[int], settings: dict, adapter, keep: Callable[[bytes], str] | None = None
+    model,
+    tokenizer,
+    prompt_ids: list[int],
+    settings: dict,
+    adapter,
+    keep: Callable[[bytes], str] | None = None,
+    verdict: Mapping[str, Any] | None = None,
+    budget_s: float | None = None,
 ) -> dict:
     """The perf fields of a PASS, measured on ``adapter``'s device with the verdict's ``model`` (still on it) and
-    prompt (``prompt_ids``), in the probe's mode (compile: its forward compiled again, so the first call pays
-    the compilation; fused: TorchTPU's deferred-and-fused eager). ``keep``: profile one more generation after the
-    timed ones and keep its trace so (``trace_keeper``)."""
+    prompt (``prompt_ids``), in the probe's mode (compile: its forward compiled again, so a warm-up generation pays
+    the compilation first; fused: TorchTPU's deferred-and-fused eager). ``verdict``: the verdict's generation
+    (``token_times``, ``first_token_s``): in eager and fused modes it is the warm-up and its TPOT the first repeat
+    (``verdict_steps``). Timed repeats of ``perf_tokens`` then run as ``Plan`` says. ``keep``: profile one more
+    generation after the timed ones and keep its trace so (``trace_keeper``)."""
     import torch
 
-    tokens, repeats = int(settings["perf_tokens"]), int(settings["perf_repeats"])
+    tokens = int(settings["perf_tokens"])
+    plan = Plan(int(settings["perf_repeats"]), float(settings["perf_spread"]), budget_s)
     device = adapter.torch_device
     synchronize = adapter.synchronize if adapter.type != "cpu" else None
     own_clock = adapter.perf_clock(settings["mode"])
@@ -194,33 +281,48 @@ def measure(
     ids = torch.tensor([prompt_ids], dtype=torch.long)
     mask = torch.ones_like(ids)
     mode = settings["mode"]
+    reused = verdict_steps(verdict, settings, own_clock)
+    options = generate_options(tokens, settings, verdict)
     eager_forward = probe_core.compile_forward(model, adapter.compile_backend()) if mode == "compile" else None
     adapter.reset_peak_memory()
     trace: tuple[str | None, str] | None = None  # the profiled generation's (path, note), when kept
+    ttft: list[float] = []
+    apart: float | None = None  # how far the verdict's TPOT was from the first repeat's, when too far to count
+    tpot: list[float] = [statistics.median(reused)] if reused else []
+    per_s: list[float] = []
+    gc.collect()  # as timeit does: no collection of the verdict's garbage inside a timed repeat
+    began = time.perf_counter()
     try:
         with probe_core.execution_context(mode):
-            # the warm-up on the host's wall clock: compilation is the host's work, which no device timeline shows
-            began = time.perf_counter()
-            _one_run(model, tokenizer, ids, mask, tokens, device, synchronize, clock)
-            first_call = time.perf_counter() - began
-            ttft, tpot, per_s = [], [], []
-            gc.collect()  # as timeit does: no collection of the verdict's garbage inside a timed repeat
+            if reused is None:  # a warm-up of its own, on the host's wall clock: compilation is the host's work
+                _one_run(model, tokenizer, ids, mask, options, device, synchronize, clock)
+                first_call = time.perf_counter() - began
+            else:  # the verdict's generation warmed the model: its first token is the first call
+                first_call = (verdict or {}).get("first_token_s")
             gc.disable()
-            for _ in range(repeats):
-                start, times = _one_run(model, tokenizer, ids, mask, tokens, device, synchronize, clock)
+            last = 0.0
+            while (stop := plan.stop(tpot, len(ttft), time.perf_counter() - began, last)) is None:
+                went = time.perf_counter()
+                start, times = _one_run(model, tokenizer, ids, mask, options, device, synchronize, clock)
+                last = time.perf_counter() - went
                 ttft.append(times[0] - start)
                 steps = [after - before for before, after in zip(times, times[1:])]
-                tpot.append(statistics.median(steps) if steps else None)  # a stray pause moves no median
+                if steps:
+                    tpot.append(statistics.median(steps))  # a stray pause moves no median
                 per_s.append(len(times) / (times[-1] - start))
+                if reused and len(ttft) == 1 and len(tpot) == 2 and abs(tpot[0] - tpot[1]) > AGREE * tpot[1]:
+                    apart = tpot.pop(0) / tpot[0] - 1  # the verdict's instruments showed: a warm-up only
+                    reused = None
             gc.enable()
             if keep is not None:  # after the timed repeats: the profiler slows none of them
                 trace = _traced(
-                    lambda: _one_run(model, tokenizer, ids, mask, tokens, device, synchronize, clock), adapter, keep
+                    lambda: _one_run(model, tokenizer, ids, mask, options, device, synchronize, clock), adapter, keep
                 )
     finally:
         gc.enable()
         if eager_forward is not None:
             model.forward = eager_forward
+    phase_s = time.perf_counter() - began
     peak_mb, _ = adapter.peak_memory_mb()
     fields: dict[str, Any] = {
         **dict.fromkeys(FIELDS),
@@ -232,11 +334,18 @@ def measure(
         "perf_tokens_per_s": statistics.median(per_s),
         "perf_tokens_per_s_repeats": per_s,
         "perf_peak_device_mem_mb": peak_mb,
+        "perf_repeats_run": len(tpot),
+        "perf_stop": stop,
+        "perf_device_s": phase_s,
     }
-    steps = [t for t in tpot if t is not None]
-    if steps:
-        fields.update(tpot_s=statistics.median(steps), tpot_s_repeats=steps, tpot_spread=spread(steps))
-    notes = []
+    if tpot:
+        fields.update(tpot_s=statistics.median(tpot), tpot_s_repeats=tpot, tpot_spread=spread(tpot))
+    notes = [_sized(plan, stop, tpot, tokens, bool(reused), phase_s)]
+    if apart is not None:
+        notes.append(
+            f"the verdict's generation was its warm-up only: its TPOT was {apart:+.1%} from the first repeat's (beyond "
+            f"{AGREE:.0%}: its instruments, the census or the step scores, showed in it)"
+        )
     nbytes, how = decode_bytes_per_token(model, len(prompt_ids) + tokens / 2)
     fields["decode_bytes_per_token"] = nbytes
     peak_gbs, source = adapter.peak_bandwidth_gbs()
@@ -249,8 +358,39 @@ def measure(
         fields["perf_trace_path"], said = trace
         notes.append(said)
     timed = f"on the device's own clock (torch.{adapter.type}.perf_clock)" if own_clock else "on the host's wall clock"
-    fields["perf_note"] = f"{repeats} repeats of {tokens} tokens after a warm-up, {timed}; " + "; ".join(notes)
+    fields["perf_note"] = f"{notes[0]}, {timed}; " + "; ".join(notes[1:])
     return fields
+
+
+def _sized(plan: Plan, stop: str, tpot: list[float], tokens: int, reused: bool, phase_s: float) -> str:
+    """What the phase ran and why it stopped, in words (the record's ``perf_note``)."""
+    n = len(tpot)
+    ran = f"{n} repeats of {tokens} tokens"
+    if reused:
+        ran = f"{n} repeats (the verdict's generation and {n - 1} of {tokens} tokens)"
+    said = spread(tpot)
+    spread_words = f"TPOT spread {said:.1%}" if said is not None else "no TPOT spread (one repeat)"
+    if stop == "spread":
+        why = f"{spread_words}, within perf_spread {plan.goal:.0%}"
+    elif stop == "budget":
+        why = (
+            f"the budget: another repeat would take the phase past {plan.budget_s:.2f} s (perf_budget of the probe's "
+            f"device phase; {phase_s:.2f} s spent), {spread_words}"
+        )
+    else:
+        why = f"the cap of perf_repeats={plan.cap}, {spread_words} (goal {plan.goal:.0%})"
+    return f"{ran}; stopped by {why}"
+
+
+def budget(settings: dict, verdict: Mapping[str, Any]) -> float | None:
+    """The phase's device seconds at most: ``perf_budget`` x the probe's device phase so far (``phases``: the
+    weights moved, the verdict's generation; where no phase was timed, as a probe run outside a sweep's worker
+    may be, the verdict's generation alone); None where ``perf_budget`` is 0 (no limit)."""
+    share = float(settings.get("perf_budget") or 0.0)
+    if share <= 0:
+        return None
+    spent = phases.device_phase()["device_s"] or verdict.get("generate_s") or 0.0
+    return share * spent
 
 
 def perf_fields(record: Mapping[str, Any], settings: dict, result: dict, adapter) -> dict:
@@ -269,7 +409,17 @@ def perf_fields(record: Mapping[str, Any], settings: dict, result: dict, adapter
         )
     keep, no_trace = trace_keeper(record, settings, adapter)
     try:
-        fields = measure(result["model"], result["tokenizer"], result["input_ids"], settings, adapter, keep)
+        with phases.part("perf"):  # the device's work, said apart in the sweep's device time
+            fields = measure(
+                result["model"],
+                result["tokenizer"],
+                result["input_ids"],
+                settings,
+                adapter,
+                keep,
+                result,
+                budget(settings, result),
+            )
     except Exception as exc:  # noqa: BLE001 the perf phase is a measurement beside the verdict
         return not_measured(f"the perf phase raised {type(exc).__name__}: {exc}"[:2000])
     if no_trace:

@@ -40,6 +40,7 @@ DEVICE_ENV = "MODEL_SUPPORT_DEVICE_PHASE_FILE"
 PENDING = "pending: the host checks run after the device is released"
 
 _spans: list[tuple[float, float]] = []  # this process's device work, (start, end) wall clock
+_parts: dict[str, float] = {}  # of it, the seconds of the named parts (``part``: the perf phase, the recompile check)
 _pending: dict[str, dict] = {}  # checks stashed by the device phase in this process, by record key
 #: The stages of ``probe_core.run_stages`` where the host works and the device waits: "load" (the config, the
 #: tokenizer, the weights built in host memory; until they start to move, ``to_device``) and "template" (the
@@ -63,6 +64,7 @@ def key(record: Record) -> str:
 def start() -> None:
     """A probe starts in this process: its device time counts from zero (a rerun in the same kernel)."""
     _spans.clear()
+    _parts.clear()
 
 
 def _close() -> None:
@@ -107,6 +109,19 @@ def stages(then: Callable[[str], None] | None = None) -> Callable[[str], None]:
     return on_stage
 
 
+@contextmanager
+def part(name: str) -> Iterator[None]:
+    """A named part of a ``device_work`` block (``"perf"``, ``"recompiles"``): its seconds are the device's work like
+    the rest of the block, and said apart (``device_phase``'s ``parts``), so the sweep's device time shows what the
+    perf phase and the recompile check cost the device. Outside a block it counts nothing."""
+    began = time.time()
+    try:
+        yield
+    finally:
+        if _Clock.inside:
+            _parts[name] = _parts.get(name, 0.0) + time.time() - began
+
+
 def to_device() -> None:
     """Inside the load stage, the weights built in host memory start to move to the device: its work from here
     (``run_stages``' ``on_device`` hook, where the stages announce it)."""
@@ -114,13 +129,15 @@ def to_device() -> None:
 
 
 def device_phase() -> dict:
-    """The device phase so far: its seconds, and when it started and ended (wall clock)."""
+    """The device phase so far: its seconds, when it started and ended (wall clock), and the seconds of its named
+    parts (``part``)."""
     if not _spans:
-        return {"device_s": 0.0, "start": None, "end": None}
+        return {"device_s": 0.0, "start": None, "end": None, "parts": {}}
     return {
         "device_s": sum(end - begin for begin, end in _spans),
         "start": _spans[0][0],
         "end": _spans[-1][1],
+        "parts": dict(_parts),
     }
 
 

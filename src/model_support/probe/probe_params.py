@@ -185,13 +185,43 @@ PROBE_PARAMS: tuple[Param, ...] = (
         str,
         "auto",
         "time a PASS on its device after the verdict (TTFT, TPOT, tokens/s over repeats, bandwidth use): on, off, or "
-        "auto: on for an accelerator, off on the CPU (there it costs more than the probe: bench/results/perf.json); "
-        "true and false read as on and off",
+        "auto: on for an accelerator, off on the CPU (the stack ported is not the CPU's, and CPU sweeps pay for every "
+        "second); true and false read as on and off",
         choices=PERF_CHOICES,
         booleans=True,
     ),
-    Param("perf_tokens", int, 32, "perf: new tokens per timed generation", minimum=2),
-    Param("perf_repeats", int, 3, "perf: timed generations after a warm-up (median and spread)", minimum=1),
+    Param(
+        "perf_tokens",
+        int,
+        4,
+        "perf: new tokens per timed repeat (its first prices the prompt: TTFT; the rest TPOT); fixed, so two sweeps' "
+        "repeats compare",
+        minimum=2,
+    ),
+    Param(
+        "perf_repeats",
+        int,
+        10,
+        "perf: at most this many timed repeats (the verdict's own generation counts as one where it can); fewer "
+        "when TPOT's spread reaches perf_spread or the next would pass perf_budget",
+        minimum=1,
+    ),
+    Param(
+        "perf_spread",
+        float,
+        0.05,
+        "perf: stop repeating once TPOT's spread, (max - min) / median over the repeats, is at most this; 0 runs "
+        "every repeat perf_repeats and perf_budget allow",
+        minimum=0,
+    ),
+    Param(
+        "perf_budget",
+        float,
+        0.25,
+        "perf: the phase's device time at most this share of the probe's device phase before it (one timed repeat "
+        "always runs: TTFT needs it); 0: no limit",
+        minimum=0,
+    ),
     Param(
         "perf_trace",
         bool,

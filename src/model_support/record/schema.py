@@ -135,8 +135,9 @@ GROUPS = {
 #: host syncs and CPU fallbacks per token, recompiles across prompt lengths); 18: attempts (a changed verdict
 #: rerun before it counts, ``flaky``) and the stack a row ran on in a sweep of several (``stack_name``); 19: the
 #: perf phase's profiler trace (``perf_trace_path``); 20: the device backend a row ran on, as its adapter declares it
-#: (``backend_versions``: its packages and runtime; ``backend_config``: its settings).
-VERSION = 20
+#: (``backend_versions``: its packages and runtime; ``backend_config``: its settings); 21: how the perf phase sized
+#: itself (``perf_repeats_run``, ``perf_stop``) and its device seconds (``perf_device_s``).
+VERSION = 21
 
 
 class Record(TypedDict):
@@ -358,7 +359,21 @@ class Record(TypedDict):
     perf_tokens_out: Annotated[int | None, Col("perf", 16, "new tokens per perf repeat (perf_tokens)")]
     perf_first_call_s: Annotated[
         float | None,
-        Col("perf", 16, "the perf phase's warm-up generation, compilation and first calls included (host clock)"),
+        Col(
+            "perf",
+            16,
+            "the first generation of the model as timed (the verdict's, or in compile mode the phase's warm-up), "
+            "compilation and first calls included (host clock)",
+        ),
+    ]
+    perf_repeats_run: Annotated[
+        int | None, Col("perf", 21, "timed repeats behind tpot_s (the verdict's generation counted where it was one)")
+    ]
+    perf_stop: Annotated[
+        str | None, Col("perf", 21, "why the repeats stopped: spread (reached perf_spread), budget, cap (perf_repeats)")
+    ]
+    perf_device_s: Annotated[
+        float | None, Col("perf", 21, "the perf phase's seconds on the device (warm-up, repeats, trace), host clock")
     ]
     ttft_s: Annotated[float | None, Col("perf", 16, "time to first token, prefill of the prompt, median of repeats")]
     ttft_s_repeats: Annotated[list[float] | None, Col("perf", 16, "ttft_s of each repeat")]

@@ -70,6 +70,9 @@ def _shown(table: pl.DataFrame) -> pl.DataFrame:
                 "TPOT": _ms(r["tpot_s"], r["tpot_spread"]),
                 "tokens/s": r["perf_tokens_per_s"],
                 "first call, compile included (s, host clock)": r["perf_first_call_s"],
+                "repeats (why they stopped)": f"{r['perf_repeats_run']} ({r['perf_stop']})"
+                if r.get("perf_repeats_run") is not None
+                else None,
                 "peak device MiB": r["perf_peak_device_mem_mb"],
                 "bandwidth utilisation": f"{util:.2%}" if util is not None else None,
                 "slowest operators": r["slowest_ops"],

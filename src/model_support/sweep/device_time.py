@@ -15,7 +15,10 @@ generation, from ``probe.phases``) and, where the host checks ran after the rele
 - utilisation: device / (devices x span), the span from the first grant to the last release (the
   devices' part of the sweep; the host checks after the last release are ``checks_tail_s``);
 - not held: devices x span - held (devices waiting for the host: a process to warm up, a check to
-  finish before a worker takes the next model, the sweep's end).
+  finish before a worker takes the next model, the sweep's end);
+- parts: of the device seconds, those of the device phase's named parts (``device_parts``: ``perf``, the perf
+  phase's repeats; ``recompiles``, the recompile check's generations). They are the device's work and counted
+  in it, so held-idle stays the host's share; said apart so a sweep shows what timing cost its devices.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import fileio
+
+#: How the sentence names a device phase's parts.
+PART_WORDS = {"perf": "the perf phase", "recompiles": "the recompile check"}
 
 
 def read_rows(sweep_dir: Path, since: float | None = None) -> list[dict]:
@@ -43,6 +49,10 @@ def summarise(rows: list[dict], devices: int) -> dict | None:
     held = sum((r["end"] - r["start"]) * len(r["devices"]) for r in timed)
     device = sum(min(r["device_s"], r["end"] - r["start"]) * len(r["devices"]) for r in timed)
     checks = [r for r in timed if r.get("checks_end") is not None]
+    parts: dict[str, float] = {}
+    for r in timed:
+        for name, seconds in (r.get("device_parts") or {}).items():
+            parts[name] = parts.get(name, 0.0) + seconds * len(r["devices"])
     return {
         "devices": devices,
         "holds": len(timed),
@@ -57,6 +67,7 @@ def summarise(rows: list[dict], devices: int) -> dict | None:
         "checks_after_release": len(checks),
         "checks_s": round(sum(r["checks_end"] - r["checks_start"] for r in checks), 3),
         "checks_tail_s": round(max(tail, 0.0), 3),
+        "parts_s": {name: round(seconds, 3) for name, seconds in sorted(parts.items())},
     }
 
 
@@ -67,9 +78,11 @@ def sentence(stats: dict | None) -> str:
     after = stats["checks_after_release"]
     idle = "process start, loading on the host, notebook"
     idle += "" if after == stats["holds"] else ", host checks in the hold"
+    parts = stats.get("parts_s") or {}
+    within = ", ".join(f"{PART_WORDS.get(name, name)} {seconds:.1f} s" for name, seconds in parts.items() if seconds)
     return (
         f"devices: {stats['devices']} held {stats['held_s']:.1f} s over a {stats['span_s']:.1f} s span, device "
-        f"phases {stats['device_s']:.1f} s: idle {100 * (stats['held_idle_share'] or 0):.0f}% of the held time "
+        f"phases {stats['device_s']:.1f} s{f' (of which {within})' if within else ''}: idle {100 * (stats['held_idle_share'] or 0):.0f}% of the held time "
         f"({stats['held_idle_s']:.1f} s: {idle}), utilisation {100 * stats['utilisation']:.0f}%, not held "
         f"{stats['unheld_s']:.1f} s (waiting for the host); host checks after the release: {after} of "
         f"{stats['holds']} probes"

@@ -117,9 +117,15 @@ def _unfinished(device: bytes | None, why: str) -> bytes | None:
 
 
 def device_times(result: TaskResult) -> dict:
-    """For its schedule row: the probe's own device phase (``probe.phases``), seconds, start and end."""
+    """For its schedule row: the probe's own device phase (``probe.phases``), seconds, start and end, and the seconds
+    of its named parts within (the perf phase, the recompile check)."""
     phase = result.device_phase or {}
-    return {"device_s": phase.get("device_s"), "device_start": phase.get("start"), "device_end": phase.get("end")}
+    return {
+        "device_s": phase.get("device_s"),
+        "device_start": phase.get("start"),
+        "device_end": phase.get("end"),
+        "device_parts": phase.get("parts") or {},
+    }
 
 
 def two_phases(

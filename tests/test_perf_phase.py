@@ -1,0 +1,143 @@
+"""The perf phase sized by what it measures (issue 47): the verdict's generation as its first repeat, as many repeats
+as TPOT's spread needs within a budget and a cap, and its device seconds counted and said apart.
+
+The rule (``performance.Plan``) is a table; the rest runs real probes on the pretend device, whose own clock makes a
+step's time a model of the device's work (noise-free where ``clock_jitter`` is 0), and on the CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from model_support.probe import performance, phases
+from model_support.sweep import device_time
+
+PLAN = performance.Plan(cap=5, goal=0.05, budget_s=1.0)
+
+
+@pytest.mark.parametrize(
+    ("tpot", "warm", "spent", "last", "stop"),
+    [
+        ([], 0, 0.0, 0.0, None),  # nothing timed yet: the first repeat always runs
+        ([1.0], 0, 5.0, 5.0, None),  # the verdict's repeat only: a warm one still runs, over budget or not
+        ([1.0, 1.0], 1, 0.1, 0.1, None),  # two repeats: the spread is judged over three
+        ([1.0, 1.0, 1.01], 2, 0.2, 0.1, "spread"),  # 1% over three: enough
+        ([1.0, 1.0, 1.2], 2, 0.2, 0.1, None),  # 20%: one more
+        ([1.0, 1.0, 1.2], 2, 0.95, 0.1, "budget"),  # ... which would pass the budget
+        ([1.0, 1.0, 1.2], 2, 0.9, 0.1, None),  # exactly at the budget is within it
+        ([1.0, 1.2, 1.0, 1.2, 1.0], 4, 0.2, 0.01, "cap"),  # five: the cap, spread or not
+        ([1.0, 1.0], 1, 0.6, 0.5, "budget"),  # the verdict and one repeat, and no budget for a second (a slow device)
+    ],
+)
+def test_the_plan_stops_on_spread_budget_or_cap(tpot, warm, spent, last, stop):
+    assert PLAN.stop(tpot, warm, spent, last) == stop
+
+
+def test_no_budget_means_the_cap_or_the_spread_decides():
+    plan = performance.Plan(cap=3, goal=0.0, budget_s=None)
+    assert plan.stop([1.0, 1.1], 1, 1e9, 1e9) is None and plan.stop([1.0, 1.1, 1.0], 2, 1e9, 1e9) == "cap"
+    assert plan.stop([1.0, 1.0, 1.0], 2, 0, 0) == "cap"  # a goal of 0: every repeat the cap allows, even alike
+
+
+def test_the_budget_is_a_share_of_the_device_phase_so_far_and_zero_is_none():
+    phases.start()
+    with phases.device_work():
+        time.sleep(0.2)
+    assert performance.budget({"perf_budget": 0.25}, {"generate_s": 9.0}) == pytest.approx(0.05, abs=0.01)
+    assert performance.budget({"perf_budget": 0}, {"generate_s": 9.0}) is None
+    phases.start()  # no device phase timed (a probe outside a sweep's worker): the verdict's generation
+    assert performance.budget({"perf_budget": 0.5}, {"generate_s": 4.0}) == 2.0
+
+
+def test_the_verdicts_steps_count_in_eager_on_the_phases_clock_never_in_compile():
+    verdict = {"token_times": {"host": [0.5, 0.6, 0.7, 0.85], "device": [10.0, 10.2, 10.4, 10.6]}}
+    host = performance.verdict_steps(verdict, {"mode": "eager"}, None)
+    assert host == pytest.approx([0.1, 0.1, 0.15])
+    assert performance.verdict_steps(verdict, {"mode": "fused"}, time.perf_counter) == pytest.approx([0.2] * 3)
+    assert performance.verdict_steps(verdict, {"mode": "compile"}, None) is None  # its forward compiled again
+    two = {"token_times": {"host": [0.5, 0.6], "device": []}}
+    assert performance.verdict_steps(two, {"mode": "eager"}, None) is None  # one step: no median of steps
+    assert performance.verdict_steps(two, {"mode": "eager"}, time.perf_counter) is None  # no device stamps
+
+
+def test_a_repeat_suppresses_the_end_only_where_it_could_come_and_keeps_the_cache():
+    verdict = {"tokens_out": 8}
+    assert performance.generate_options(4, {"cache": "dynamic"}, verdict) == {"max_new_tokens": 4}
+    assert performance.generate_options(16, {"cache": "static"}, verdict) == {
+        "max_new_tokens": 16,
+        "min_new_tokens": 16,
+        "cache_implementation": "static",
+    }
+    assert performance.generate_options(4, {}, {"tokens_out": 2})["min_new_tokens"] == 4  # it stopped early
+
+
+def test_a_part_counts_inside_a_device_block_only_and_the_sweep_sums_it_per_device():
+    phases.start()
+    with phases.part("perf"):  # outside a device phase: nothing
+        time.sleep(0.02)
+    with phases.device_work():
+        time.sleep(0.05)
+        with phases.part("perf"):
+            time.sleep(0.1)
+    timed = phases.device_phase()
+    assert timed["parts"]["perf"] == pytest.approx(0.1, abs=0.04) and timed["device_s"] >= timed["parts"]["perf"]
+    rows = [
+        {"start": 0, "end": 10, "devices": [0, 1], "device_s": 9, "device_parts": {"perf": 2.0, "recompiles": 1.0}},
+        {"start": 1, "end": 11, "devices": [0], "device_s": 9, "device_parts": {"perf": 1.5}},
+    ]
+    stats = device_time.summarise(rows, 2)
+    assert stats["parts_s"] == {"perf": 5.5, "recompiles": 2.0} and stats["device_s"] == 27
+    said = device_time.sentence(stats)
+    assert "(of which the perf phase 5.5 s, the recompile check 2.0 s)" in said, said
+
+
+def _probe(model: str, device: str, **settings) -> dict:
+    from model_support.probe.run import run_probe
+
+    return run_probe(model, device=device, reference="none", judge=False, perf="on", **settings)
+
+
+@pytest.fixture
+def pretend_quiet():
+    """The pretend device with a noise-free clock: a step's time is its modelled work."""
+    before = os.environ.get("MODEL_SUPPORT_PRETEND")
+    os.environ["MODEL_SUPPORT_PRETEND"] = json.dumps({"clock_jitter": 0})
+    yield
+    if before is None:
+        os.environ.pop("MODEL_SUPPORT_PRETEND")
+    else:
+        os.environ["MODEL_SUPPORT_PRETEND"] = before
+
+
+def test_on_the_pretend_device_the_verdict_is_the_first_repeat_and_the_phase_stays_in_its_budget(
+    fixture_models, pretend_quiet
+):
+    """The defaults: the verdict's generation counted (its device-clock steps within the goal of the repeats': no
+    work the verdict did not do, such as suppressing the end, set apart), at least one repeat of its own for TTFT,
+    the phase's seconds said and counted as the device's part "perf"; then every repeat the cap allows when the
+    budget and the spread goal are off."""
+    record = _probe(fixture_models["tiny-llama"]["path"], "pretend")
+    assert record["status"] == "PASS" and record["perf_stop"] in performance.STOPS
+    assert record["perf_repeats_run"] == len(record["tpot_s_repeats"]) >= 2 and len(record["ttft_s_repeats"]) >= 1
+    assert record["perf_note"].startswith(f"{record['perf_repeats_run']} repeats (the verdict's generation and ")
+    assert record["tpot_spread"] <= 0.05, record["tpot_s_repeats"]  # the verdict's steps agree with the repeats'
+    assert record["perf_tokens_out"] == 4 and record["perf_first_call_s"] > 0
+    assert phases.device_phase()["parts"]["perf"] >= record["perf_device_s"] > 0
+    every = _probe(fixture_models["tiny-llama"]["path"], "pretend", perf_repeats=5, perf_budget=0, perf_spread=0)
+    assert every["perf_repeats_run"] == 5 and len(every["ttft_s_repeats"]) == 4 and every["perf_stop"] == "cap"
+    assert "stopped by the cap of perf_repeats=5" in every["perf_note"]
+
+
+def test_on_the_cpu_a_verdict_apart_from_the_repeats_is_a_warm_up_only(fixture_models):
+    """On the host's clock the verdict's steps carry its instruments' cost; where they are beyond the goal from the
+    first repeat's, the verdict is the warm-up only and the note says by how much; the repeats stop once their
+    spread is within the goal (a spread goal of 1000% here: the shared machine's noise is not the subject)."""
+    record = _probe(fixture_models["tiny-gpt2"]["path"], "cpu", perf_budget=0, perf_spread=10.0)
+    assert record["status"] == "PASS" and record["perf_stop"] == "spread", record["perf_note"]
+    counted = record["perf_note"].startswith("3 repeats (the verdict's generation and 2 of 4 tokens)")
+    apart = "the verdict's generation was its warm-up only" in record["perf_note"]
+    assert counted != apart, record["perf_note"]  # one or the other, said
+    assert len(record["ttft_s_repeats"]) == (2 if counted else 3)
