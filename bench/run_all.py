@@ -411,22 +411,40 @@ def zygote_table(found: dict) -> list[str]:
 
 
 def row_bytes_table(found: dict) -> list[str]:
-    """Parquet bytes per row, one line per measurement (before and after the repro bodies were kept once)."""
+    """Parquet bytes per row, one line per measurement: the ``results`` config's rows (the goal), ``results`` and
+    ``excluded`` together, every config (``ops`` too), the footers' share and the repro script's."""
     if not found:
         return []
     lines = [
         f"### Parquet bytes per row ({found['date']})",
         "",
-        "| measurement | sweep | rows | Parquet bytes | bytes per row | repro_script chars per row | repro_settings chars per row | repro bodies (bytes) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| measurement | sweep | rows (results / excluded / ops) | Parquet bytes | footers | results bytes per row "
+        "| results + excluded per row | all configs per row | repro_script chars per row | repro_settings chars per "
+        "row | repro bodies (bytes) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for label, run in found["runs"].items():
         sweep = run["fixtures"] if isinstance(run["fixtures"], str) else ", ".join(run["fixtures"])
-        lines.append(
-            f"| {label} | {sweep} | {run['rows']} | {run['parquet_bytes']:,} | {run['bytes_per_row']:,} | "
-            f"{run['repro_script_chars_per_row']:,} | {run['repro_settings_chars_per_row']:,} | "
-            f"{run['repro_bodies']} ({run['repro_body_bytes']:,}) |"
+        configs = run.get("configs")
+        rows = (
+            " / ".join(f"{configs.get(c, {}).get('rows', 0)}" for c in ("results", "excluded", "ops"))
+            if configs
+            else f"{run['rows']} (together)"  # an older entry, from before the ops config: results and excluded
         )
+        footer = f"{run['footer_bytes']:,}" if "footer_bytes" in run else "-"
+        per_row = run.get("results_bytes_per_row")
+        lines.append(
+            f"| {label} | {sweep} | {rows} | {run['parquet_bytes']:,} | {footer} | "
+            f"{f'{per_row:,}' if per_row is not None else '-'} | {run.get('record_bytes_per_row', run['bytes_per_row']):,} | "
+            f"{run['bytes_per_row']:,} | {run['repro_script_chars_per_row']:,} | "
+            f"{run['repro_settings_chars_per_row']:,} | {run['repro_bodies']} ({run['repro_body_bytes']:,}) |"
+        )
+    lines += ["", "Where the bytes went (compressed bytes over every file, the costliest columns first):", ""]
+    lines += [
+        f"- {label}: " + ", ".join(f"`{name}` {size:,}" for name, size in run["top_columns"].items())
+        for label, run in found["runs"].items()
+        if "top_columns" in run
+    ]
     return [*lines, ""]
 
 

@@ -122,10 +122,18 @@ def statistics_columns() -> list[str]:
     ]
 
 
+#: How every Parquet file of the dataset is written (docs/dataset.md; bench/bench_row_bytes.py measured each choice
+#: on the smoke sweep): zstd (level 12: nearly all of level 19's gain in a twentieth of its time) over plain encoding,
+#: since a dictionary page per column costs more than it saves once zstd shares the repeats (the per-repeat and
+#: per-signature lists, the notes, the settings); no copy of the Arrow schema in the footer (~14 kB a file: every
+#: column's type is a plain Parquet type that pyarrow, Polars and ``datasets`` read back as declared).
+PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 12, "use_dictionary": False, "store_schema": False}
+
+
 def write_parquet(records, path: Path, batch_rows: int = 512, arrow_schema=None) -> int:
     """Records (any iterable) -> one Parquet file with exactly the declared schema (or ``arrow_schema``), atomically,
-    written in row groups of ``batch_rows`` so memory does not grow with the sweep. Writes no file
-    (and removes an old one) when there are no rows: ``datasets`` refuses a file with no row group.
+    written in row groups of ``batch_rows`` so memory does not grow with the sweep, with ``PARQUET_OPTIONS``.
+    Writes no file (and removes an old one) when there are no rows: ``datasets`` refuses a file with no row group.
     Returns the number of rows."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -143,9 +151,11 @@ def write_parquet(records, path: Path, batch_rows: int = 512, arrow_schema=None)
             while batch := list(itertools.islice(iterator, batch_rows)):
                 if writer is None:
                     if arrow_schema is None:
-                        writer = pq.ParquetWriter(tmp, schema.SCHEMA, write_statistics=statistics_columns())
+                        writer = pq.ParquetWriter(
+                            tmp, schema.SCHEMA, write_statistics=statistics_columns(), **PARQUET_OPTIONS
+                        )
                     else:
-                        writer = pq.ParquetWriter(tmp, arrow_schema)
+                        writer = pq.ParquetWriter(tmp, arrow_schema, **PARQUET_OPTIONS)
                 table = pa.Table.from_pylist(batch, schema=arrow_schema) if arrow_schema else schema.to_table(batch)
                 writer.write_table(table)
                 rows += len(batch)
