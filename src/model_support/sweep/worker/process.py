@@ -186,8 +186,9 @@ def runner_failure(
         duration_s=time.time() - started,
         **_ATTRIBUTION_OF_STAGE[stage],
     )
-    if left:
-        record["repro_script"] = left["record"].get("repro_script")
+    if left:  # the script as the probe kept it: its settings and body's hash, so the store keeps the body once
+        for key in ("repro_script", "repro_settings", "repro_sha256"):
+            record[key] = left["record"].get(key)
     traceback = traceback or f"(no traceback: the probe wrote no record)\n--- log tail ---\n{tail}"
     fail(record, stage, status, error_type, message, traceback, placed=False)
     if left and error_type == "DeadKernelError":  # its death is rerun on the reference, as a failure would be
