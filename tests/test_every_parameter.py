@@ -47,6 +47,9 @@ NON_DEFAULT = {
     "perf_budget": 0.5,
     "perf_trace": True,  # perf off: nothing profiled (tests/test_perf_trace.py keeps a trace)
     "recompile_check": "on",
+    "census": "full",  # compile mode: no census either way (tests/test_census_sampled.py: sampled, full and off)
+    "flight_recorder": "on",  # the CPU: no recorder (tests/test_instruments.py)
+    "host_cost": "off",
     "record_path": "record.json",
     "sweep_id": "every-20261204T000000Z-abcd",
     "snapshot": str(MODEL),

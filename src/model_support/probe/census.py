@@ -28,6 +28,19 @@ from bfloat16 to float32 is ``bf16->f32``) or has no tensor argument (a factory:
 ``->i64``, the dtype of what it made). The rank is the highest of the tensor arguments' (a broadcast's output rank),
 or a factory's output's; null where neither is known (a factory that raised, whose signature is then ``""``).
 Counting costs one hand walk over the call's arguments (``_inputs``) and one dictionary update per call.
+
+**Sampled** (the probe's default, ``census`` sampled): most of a census' cost is not its bookkeeping but being a
+Python dispatch mode at all (about 6 us an operator on this machine, its own counting under 1 us), and every decode
+step after the first dispatches the same operators. So the probe hands the census its generation's token streamer
+(``following``): the census counts the load, the prompt's prefill and the decode steps until ``ALIKE_STEPS`` in a
+row dispatched the same (operator, signature) calls, then steps off torch's dispatch stack, and steps back on for the
+generation's last token and what follows it (each step's logits read back). The steps it skipped are added as
+copies of the last one it counted, calls and seconds (``EXTRAPOLATED`` says so in ``ops_time_source``): the
+operators, signatures and ranks are the full census's, and the calls too where every decode step is alike
+(``tests/test_census_sampled.py`` checks it on the text fixtures), but for a generation that stopped early at its
+end-of-sequence token after the census stepped off: its last step's stop check (``aten::max``, ``aten::eq``, the
+``aten::_local_scalar_dense`` that reads it) is one call short. A step that differs (a cache that changes shape at a
+window) keeps the census counting until two are alike again.
 """
 
 from __future__ import annotations
@@ -55,6 +68,17 @@ TIMED_STAGES = ("generate", "compile")
 HOST_CLOCK = "host clock around each call in the generation (the device's operators finish before they return)"
 #: ``ops_time_source`` of a census timed on the device's own clock (``Adapter.perf_clock``).
 DEVICE_CLOCK = "the device's own clock around each call in the generation (its timeline, as the perf phase reads it)"
+#: The probe's ``census`` setting: sampled (the later decode steps extrapolated), full (every step counted), off.
+SAMPLED, FULL, OFF = "sampled", "full", "off"
+#: A sampled census steps out once this many decode steps in a row dispatched the same calls.
+ALIKE_STEPS = 2
+#: Said in ``ops_time_source`` (``times``, ``not_timed``) when a sampled census extrapolated any step: the same
+#: words for every such run, so two sweeps' times still compare (``analysis.perf``).
+EXTRAPOLATED = (
+    "census sampled: decode steps counted until two in a row dispatched the same operators, the later ones' calls and "
+    "seconds extrapolated from the last counted (a generation that stopped early at its end-of-sequence token misses "
+    "its last stop check's)"
+)
 
 
 def dispatch_key(device_type: str) -> str:
@@ -73,8 +97,27 @@ def Census(device_type: str, timed: bool = False, clock=None) -> Any:
     hold it (``with``) over the stages, pass its ``enter`` as their ``on_stage`` hook, read ``fields(source)``.
     ``timed``: also the seconds each operator's calls take in the generation (``TIMED_STAGES``), on the host
     clock, or on ``clock`` (the device's own, ``Adapter.perf_clock``): only true where a call returns once its work
-    is done (the adapter's ``synchronous_ops``)."""
+    is done (the adapter's ``synchronous_ops``). Sampled: hand the generation its ``following(timer)``."""
     return _census_class()(device_type, timed, clock)
+
+
+class _Following:
+    """A generation's token streamer (``probe_core.StepTimer``) that tells its census of each token first
+    (``Census.following``); everything else is the streamer's own (``times``)."""
+
+    def __init__(self, counted, timer):
+        self._counted, self._timer = counted, timer
+
+    def put(self, value) -> None:
+        self._counted.token()
+        self._timer.put(value)
+
+    def end(self) -> None:
+        self._counted.tokens_end()
+        self._timer.end()
+
+    def __getattr__(self, name: str):
+        return getattr(self._timer, name)
 
 
 #: (operator, dispatch key) -> whether the device gets the operator's parts (``composite_on``).
@@ -158,6 +201,14 @@ def _census_class():
             self.recording = not self.on_cpu
             self.active = False  # on torch's dispatch stack
             self.seen: dict[str, list[Any]] = {}  # name -> [first stage, calls], in the order of first call
+            # sampling (``following``): tokens streamed so far (the prompt's first), the token to step back on at
+            # (the generation's last), each signature's (calls, seconds) at the last token, the last decode step's
+            # calls and seconds per signature, the steps run off the stack not yet added, and those added
+            self.tokens, self.last_token = 0, None
+            self.mark: dict[tuple, tuple] | None = None
+            self.step: dict[tuple, tuple] | None = None
+            self.out, self.sampled, self.skipped, self.extrapolated, self.stepped = False, False, 0, 0, False
+            self.steps_alike = 0  # decode steps in a row alike, the last counted among them
 
         # Held with ``with``, the mode goes onto torch's dispatch stack only once a stage it counts begins (on the
         # CPU the generation: the weights' loading then pays nothing), and comes off at the end of the block.
@@ -169,6 +220,84 @@ def _census_class():
             if self.active:
                 self.active = False
                 TorchDispatchMode.__exit__(self, *exc)
+            self.out = False
+
+        def following(self, timer, max_new_tokens: int | None = None):
+            """``timer`` (the verdict's generation's streamer), telling this census of each token: it then counts
+            the decode steps until ``ALIKE_STEPS`` in a row are alike and extrapolates the rest (sampled, see the
+            module docstring); ``max_new_tokens``: it steps back on at the last one."""
+            self.sampled = True
+            self.last_token = max_new_tokens + 1 if max_new_tokens else None  # the prompt is the first
+            return _Following(self, timer)
+
+        def token(self) -> None:
+            """A token was streamed (the prompt's first, then each new one): a decode step ended."""
+            self.tokens += 1
+            if self.out:
+                self.skipped += 1
+                if self.last_token is not None and self.tokens >= self.last_token:
+                    self._step_on()
+                return
+            if not self.sampled or not self.active or self.stage not in TIMED_STAGES:
+                return
+            mark = {key: (sig[0], sig[3]) for key, sig in self.sigs.items()}
+            if self.mark is not None and self.tokens >= 3:  # the prefill's token was the second: a decode step
+                step = {
+                    key: (calls - self.mark.get(key, (0, 0.0))[0], seconds - self.mark.get(key, (0, 0.0))[1])
+                    for key, (calls, seconds) in mark.items()
+                    if calls != self.mark.get(key, (0, 0.0))[0]
+                }
+                alike = self.step is not None and _calls(step) == _calls(self.step)
+                self.step = step
+                if alike and self.steps_alike + 1 >= ALIKE_STEPS:
+                    self._step_off()
+                self.steps_alike = self.steps_alike + 1 if alike else 1
+            self.mark = mark
+
+        def tokens_end(self) -> None:
+            """The generation ended: back on the stack for what follows (its logits read back), the rest added."""
+            if self.out:
+                self._step_on()
+            self.sampled = False  # one generation sampled: any other (fused mode's eager rerun) counted whole
+
+        def _step_off(self) -> None:
+            if self.last_token is not None and self.tokens >= self.last_token:
+                return  # that was the last token: nothing left to skip
+            from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+            if _get_current_dispatch_mode() is not self:  # another mode above it: it cannot come off alone
+                return
+            TorchDispatchMode.__exit__(self, None, None, None)
+            self.active, self.out, self.stepped = False, True, True
+
+        def _step_on(self) -> None:
+            self._settle()
+            self.out = False
+            if self.recording and not self.active:
+                self.active = True
+                TorchDispatchMode.__enter__(self)
+
+        def _settle(self) -> None:
+            """The decode steps run off the stack, added as copies of the last one counted."""
+            if not self.skipped or self.step is None:
+                return
+            n, self.skipped = self.skipped, 0
+            self.extrapolated += n
+            for key, (calls, seconds) in self.step.items():
+                sig = self.sigs[key]
+                sig[0] += n * calls
+                sig[3] += n * seconds
+                self.seen[key[0]][1] += n * calls
+
+        def note(self, text: str) -> str:
+            """``text`` (``ops_time_source``), with ``EXTRAPOLATED`` where this census stepped off the stack."""
+            self._settle()
+            return f"{text}; {EXTRAPOLATED}" if self.stepped else text
+
+        def not_timed(self, why: str) -> dict:
+            """``not_timed(why)``, saying what was extrapolated (a run that failed after its census stepped off)."""
+            fields = not_timed(why)
+            return {**fields, "ops_time_source": self.note(fields["ops_time_source"])}
 
         def enter(self, stage: str) -> None:
             self.stage = stage
@@ -227,6 +356,7 @@ def _census_class():
         def fields(self, source: str) -> dict:
             """The record's census: ``ops`` in the order of first call, the stage of each first call, the
             calls of each, and where it came from."""
+            self._settle()
             sigs = list(self.sigs.items())
             return {
                 "ops": list(self.seen),
@@ -244,15 +374,19 @@ def _census_class():
             """``ops_device_s`` (each census operator's seconds in the generation, in ``ops`` order) and
             ``ops_time_source``; null, saying why, for a census not timed (an asynchronous device)."""
             if not self.timed:
-                return not_timed(f"{self.device_type} queues its operators asynchronously (no profiler read)")
+                return self.not_timed(f"{self.device_type} queues its operators asynchronously (no profiler read)")
+            self._settle()
             per_op = dict.fromkeys(self.seen, 0.0)
             for (name, _, _), entry in self.sigs.items():
                 per_op[name] += entry[3]
             return {
                 "ops_device_s": list(per_op.values()),
                 "ops_sig_device_s": [entry[3] for entry in self.sigs.values()],
-                "ops_time_source": self.time_source,
+                "ops_time_source": self.note(self.time_source),
             }
+
+    def _calls(step: dict) -> dict:
+        return {key: calls for key, (calls, _) in step.items()}
 
     def _inputs(args, kwargs) -> tuple[tuple, int]:
         """The dtypes of a call's tensor arguments in order (a list of tensors as the tuple of its distinct dtypes)

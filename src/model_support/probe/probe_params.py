@@ -239,6 +239,36 @@ PROBE_PARAMS: tuple[Param, ...] = (
         choices=PERF_CHOICES,
         booleans=True,
     ),
+    # the probe's instruments, each at most 5% of a probe or off by default (bench/bench_instruments.py)
+    Param(
+        "census",
+        str,
+        "sampled",
+        "the operator census (eager and fused modes): sampled counts the load, the prefill and the decode steps until "
+        "two in a row dispatch the same operators, the later steps' calls extrapolated (ops_time_source says so); "
+        "full counts every step; off takes none (ops null); false reads as off",
+        choices=("sampled", "full", "off"),
+        booleans=True,
+    ),
+    Param(
+        "flight_recorder",
+        str,
+        "auto",
+        "the operator a dead kernel died in: auto records nothing in the probe's own run and reruns a silent abort "
+        "once under the recorder (synchronously where the stack can); on records the probe's own run too (a crash "
+        "that may not come back); off: neither; true and false read as on and off",
+        choices=("auto", "on", "off"),
+        booleans=True,
+    ),
+    Param(
+        "host_cost",
+        str,
+        "on",
+        "count a PASS's host syncs and CPU fallbacks per decode token where the backend keeps counters: on or off; "
+        "true and false read as on and off",
+        choices=("on", "off"),
+        booleans=True,
+    ),
     Param(
         "record_path",
         str,

@@ -261,18 +261,25 @@ def _probe(record: Record, settings: dict) -> None:
         return
     record.update({"devices_used": 1, "parallelism": "none"})
     adapter.reset_peak_memory()
+    # the instruments, each at most 5% of a probe or off by default (bench/bench_instruments.py): the census
+    # (sampled: it steps out once the decode steps repeat), the flight recorder (armed; a crash is rerun under it)
+    # and the host meter
     counted = (
         census.Census(adapter.type, adapter.synchronous_ops, adapter.perf_clock(settings["mode"]))
-        if census.takes_census(settings["mode"])
+        if census.takes_census(settings["mode"]) and settings["census"] != census.OFF
         else None
     )
     # the flight recorder first: under the census, it sees the operators as the census counts them
     recorder = flight_recorder.recorder_for(settings, adapter, census.takes_census(settings["mode"]))
-    meter, no_meter = host_cost.meter_for(adapter, settings["mode"])
+    meter, no_meter = host_cost.meter_for(adapter, settings["mode"], settings["host_cost"])
     # a compiled run, which no dispatch mode sees: the adapter's profiler over its generation, where it offers one
     profiler, no_profiler = profiled.profiler_for(adapter, settings["mode"], meter is not None)
     sync = adapter.synchronize if adapter.type != "cpu" else None
     watchers = [hook.enter for hook in (counted, recorder) if hook is not None]
+    # counts the host cost as tokens arrive (the backend's counters, else the profiler's trace)
+    timer = meter.timer(adapter.synchronize) if meter else profiler.timer(sync) if profiler else None
+    if counted is not None and settings["census"] == census.SAMPLED:  # the census hears each token
+        timer = counted.following(timer or probe_core.StepTimer(sync), settings["max_new_tokens"])
     with (
         recorder or contextlib.nullcontext(),
         counted or contextlib.nullcontext(),
@@ -286,8 +293,7 @@ def _probe(record: Record, settings: dict) -> None:
             synchronize=sync,
             compile_backend=adapter.compile_backend(),
             on_stage=phases.stages(_each(watchers)),  # the host's loading off the device clock
-            # counts the host cost as tokens arrive (the backend's counters, else the profiler's trace)
-            timer=meter.timer(adapter.synchronize) if meter else profiler.timer(sync) if profiler else None,
+            timer=timer,
             on_device=phases.to_device,  # the weights move: the device's work again
             # the perf phase times it again, the recompile check compiles it again, still on the device
             keep_model=performance.wanted(settings, adapter.type) is None
@@ -295,9 +301,11 @@ def _probe(record: Record, settings: dict) -> None:
         )
     if counted is not None and not result["exclusion_reason"]:
         schema.fill(record, counted.fields(census.RUN if result["exception"] is None else census.PARTIAL))
-        schema.fill(record, counted.times() if result["exception"] is None else census.not_timed("not a PASS"))
+        schema.fill(record, counted.times() if result["exception"] is None else counted.not_timed("not a PASS"))
     elif profiler is not None and not result["exclusion_reason"]:
         schema.fill(record, profiler.ops_fields() if result["exception"] is None else census.not_timed("not a PASS"))
+    elif census.takes_census(settings["mode"]) and not result["exclusion_reason"]:
+        schema.fill(record, census.not_timed("census=off"))
     elif not result["exclusion_reason"]:
         schema.fill(record, census.not_timed(f"no census in mode {settings['mode']}, and {no_profiler}"))
     if settings["mode"] == "compile":
@@ -321,7 +329,7 @@ def _probe(record: Record, settings: dict) -> None:
             phases.checks(record, settings, "attribute")
         return
     record["status"] = schema.PASS
-    if meter is None and profiler is not None:
+    if meter is None and profiler is not None and settings["host_cost"] != "off":
         schema.fill(record, profiler.host_fields())
     else:
         schema.fill(record, meter.fields() if meter else host_cost.not_measured(no_meter or ""))

@@ -17,6 +17,14 @@ abort of a stack whose adapter declares a ``blocking_env`` (``CUDA_LAUNCH_BLOCKI
 switch) is rerun once, synchronously, in the probe's process (``rerun_silent_crash``, the
 model's stages only, under the recorder: ``instruments.rerun``), and that rerun's last operator is the one named.
 
+**Off in a probe's own run by default** (the probe's ``flight_recorder`` setting, ``auto``): a dispatch mode costs
+every operator a Python call (about 20 us with its line; up to a sixth of a small model's probe on the pretend
+device, ``bench/bench_instruments.py``), and its answer is only needed when a kernel dies. So the probe only arms
+the file (its meta: ``recording`` auto, no mode on the stack), and a probe whose kernel died silently (last words
+naming no operator) is rerun once under the recorder, synchronously where the stack has a switch, which is what names
+the operator: the rerun above, for every silent abort. ``on`` records the probe's own run as well (a crash that
+may not come back in a rerun: a nightly chasing a flaky abort); ``off``: neither, the row says so.
+
 Standard library only at import: the sweep's runner reads the file (``read``, ``crash_fields``).
 """
 
@@ -50,13 +58,17 @@ _SLOTS_AT = _HEADER.size + _META_BYTES
 SIZE = _SLOTS_AT + SLOTS * SLOT_BYTES
 #: The signals of a runtime's abort or fault: a silent one of these is rerun synchronously (a SIGKILL is not).
 ABORTS = (signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE)
+#: The probe's ``flight_recorder`` setting: auto (armed: the file, no recording; a silent abort rerun under it), on
+#: (the probe's own run recorded too), off.
+AUTO, ON, OFF = "auto", "on", "off"
 
 
-def FlightRecorder(path: str | Path, device_type: str, meta: dict | None = None) -> Any:
+def FlightRecorder(path: str | Path, device_type: str, meta: dict | None = None, recording: bool = True) -> Any:
     """The recorder over ``path`` for operators reaching ``device_type`` (a ``TorchDispatchMode``: hold it with
     ``with`` over the stages; ``enter(stage)`` names the stage). ``meta``: what the runner needs to know of the
-    run (its adapter's ``blocking_env``)."""
-    return _recorder_class()(Path(path), device_type, meta or {})
+    run (its adapter's ``blocking_env``, the ``recording`` setting). ``recording`` False: the file with its meta only
+    (armed), no mode on torch's stack, nothing recorded."""
+    return _recorder_class()(Path(path), device_type, meta or {}, recording)
 
 
 def _line(name: str, stage: str | None, args, kwargs) -> bytes:
@@ -89,9 +101,9 @@ def _recorder_class():
     from ..census import dispatch_key
 
     class _FlightRecorder(TorchDispatchMode):
-        def __init__(self, path: Path, device_type: str, meta: dict):
+        def __init__(self, path: Path, device_type: str, meta: dict, recording: bool = True):
             super().__init__()
-            self.path, self.device_type, self.meta = path, device_type, meta
+            self.path, self.device_type, self.meta, self.recording = path, device_type, meta, recording
             self.key = dispatch_key(device_type)
             self.stage: str | None = None
             self.count = 0
@@ -107,10 +119,11 @@ def _recorder_class():
             meta = json.dumps({**self.meta, "device": self.device_type}).encode()[:_META_BYTES]
             self.map[_HEADER.size : _HEADER.size + len(meta)] = meta
             _HEADER.pack_into(self.map, 0, _MAGIC, SLOTS, SLOT_BYTES, 0)
-            return super().__enter__()
+            return super().__enter__() if self.recording else self
 
         def __exit__(self, *exc):
-            super().__exit__(*exc)
+            if self.recording:
+                super().__exit__(*exc)
             if self.map is not None:
                 self.map.close()
                 self.map = None
@@ -162,13 +175,16 @@ def read(path: str | Path) -> dict | None:
     return {"meta": meta, "recorded": recorded, "ops": ops}
 
 
-def recorder_for(settings: dict, adapter, mode_sees: bool) -> Any:
+def recorder_for(settings: dict, adapter, mode_sees: bool, rerun: bool = False) -> Any:
     """The probe's recorder, when its runner asked for one (``FLIGHT_VAR``), the device is not the host and a
-    dispatch mode sees the run (``mode_sees``: eager and fused); else None."""
+    dispatch mode sees the run (``mode_sees``: eager and fused); else None. It records with ``flight_recorder`` on
+    and in a crash's ``rerun``; else it is armed only (``AUTO``: the runner reruns a silent abort; ``OFF``: not)."""
     path = os.environ.get(FLIGHT_VAR)
     if not path or adapter.type == "cpu" or not mode_sees:
         return None
-    return FlightRecorder(path, adapter.type, {"blocking_env": adapter.blocking_env, "mode": settings["mode"]})
+    switch = ON if rerun else settings.get("flight_recorder", AUTO)
+    meta = {"blocking_env": adapter.blocking_env, "mode": settings["mode"], "recording": switch}
+    return FlightRecorder(path, adapter.type, meta, recording=switch == ON)
 
 
 def silent(said: str | None) -> bool:
@@ -179,16 +195,21 @@ def silent(said: str | None) -> bool:
 
 
 def rerun_silent_crash(work: Path, started: Path, kernel_exit: int | None, said: str | None, left_s: float) -> None:
-    """In the probe's process, once its kernel died: a silent abort (``ABORTS``, last words naming no operator) of a
-    stack whose recorder says it has a ``blocking_env`` is rerun once with it (``instruments.rerun``: the model's
-    stages only, under a recorder writing ``RERUN_FILE``), within ``left_s`` seconds (what is left of the model's
-    timeout). Its outcome is in that file, and in ``RERUN_FILE.json`` (exit status, or the timeout)."""
+    """In the probe's process, once its kernel died: a silent abort (``ABORTS``, last words naming no operator) is
+    rerun once (``instruments.rerun``: the model's stages only, under a recorder writing ``RERUN_FILE``) with the
+    stack's ``blocking_env`` where it has one and the run was not synchronous already; with the recorder armed only
+    (``AUTO``: nothing recorded of the probe's own run) also without one, since only the rerun can name the operator.
+    Within ``left_s`` seconds (what is left of the model's timeout). Its outcome is in that file, and in
+    ``RERUN_FILE.json`` (exit status, or the timeout, and the switch it ran with)."""
     recorded = read(work / FLIGHT_FILE)
     if recorded is None or not kernel_exit or -kernel_exit not in ABORTS or not silent(said):
         return
+    switch = recorded["meta"].get("recording", ON)  # a file from before the setting was recorded
     blocking = recorded["meta"].get("blocking_env") or {}
-    if not blocking or not started.exists() or all(os.environ.get(k) == v for k, v in blocking.items()):
-        return  # no synchronous mode, nothing to rerun from, or the run already was synchronous
+    if all(os.environ.get(k) == v for k, v in blocking.items()):
+        blocking = {}  # the run already was synchronous (or the stack has no switch)
+    if switch == OFF or not started.exists() or (switch == ON and not blocking):
+        return  # not asked, nothing to rerun from, or the recorder's own last operator is as good as a rerun's
     env = {**os.environ, **blocking, FLIGHT_VAR: str(work / RERUN_FILE), "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
     argv = [sys.executable, "-m", "model_support.probe.instruments.rerun", str(started)]
     began = time.perf_counter()
@@ -221,6 +242,11 @@ def crash_fields(work: Path, died: bool, mode: str | None = None) -> dict:
         return {"crash_operator_note": NOT_IN_COMPILE}
     if not died or recorded is None:
         return {}
+    switch = recorded["meta"].get("recording", ON)
+    if switch == OFF:
+        return {"crash_operator_note": "not measured: flight_recorder=off"}
+    if switch == AUTO:
+        return _rerun_only(work)
     if not recorded["ops"]:
         return {"crash_operator_note": "the flight recorder saw no operator on the device before the kernel died"}
     last = recorded["ops"][-1]
@@ -239,6 +265,38 @@ def crash_fields(work: Path, died: bool, mode: str | None = None) -> dict:
         f"{first}; a synchronous rerun ({switch}) {why} without dying, so an asynchronous report may name a later one"
     )
     return {"crash_operator": last["op"], "crash_operator_args": _args(last), "crash_operator_note": note}
+
+
+#: Why a dead kernel's row names no operator with the recorder armed only (``AUTO``), and no rerun ran.
+NOT_RERUN = (
+    "not measured: the flight recorder is off in a probe's own run (flight_recorder auto: only a silent abort is "
+    "rerun under it, and this one was not rerun: its runtime's last words, in the error, name its operator, or "
+    "the probe left nothing to rerun from); flight_recorder on records the probe's own run"
+)
+
+
+def _rerun_only(work: Path) -> dict:
+    """``crash_fields`` with the probe's own run not recorded (``AUTO``): its rerun's last operator, or why none."""
+    outcome = _read_json(work / f"{RERUN_FILE}.json")
+    if outcome is None:
+        return {"crash_operator_note": NOT_RERUN}
+    blocking = outcome.get("blocking_env") or {}
+    how = f"a synchronous rerun ({' '.join(f'{k}={v}' for k, v in blocking.items())})" if blocking else "a rerun"
+    rerun = read(work / RERUN_FILE)
+    if rerun and rerun["ops"] and outcome["exit"] is not None and outcome["exit"] < 0:
+        culprit = rerun["ops"][-1]
+        note = (
+            f"the operator {how} died in, under the flight recorder (off in the probe's own run: flight_recorder auto)"
+        )
+        if not blocking:
+            note += "; the stack has no synchronous switch, so an asynchronous report may name a later one"
+        return {"crash_operator": culprit["op"], "crash_operator_args": _args(culprit), "crash_operator_note": note}
+    why = "timed out" if outcome.get("timed_out") else f"ended with exit status {outcome['exit']}"
+    note = (
+        f"not measured: the flight recorder is off in a probe's own run (flight_recorder auto), and {how} under it "
+        f"{why} without dying (a crash that did not come back; flight_recorder on records the probe's own run)"
+    )
+    return {"crash_operator_note": note}
 
 
 def _read_json(path: Path) -> dict | None:

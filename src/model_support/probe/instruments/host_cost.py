@@ -103,8 +103,11 @@ class _Timer(probe_core.StepTimer):
         super().put(value)
 
 
-def meter_for(adapter, mode: str) -> tuple[Meter | None, str | None]:
-    """(a meter on ``adapter``'s counters, None) or (None, why the host cost is not measured)."""
+def meter_for(adapter, mode: str, switch: str = "on") -> tuple[Meter | None, str | None]:
+    """(a meter on ``adapter``'s counters, None) or (None, why the host cost is not measured: also the probe's
+    ``host_cost`` setting, ``switch``, off)."""
+    if switch == "off":
+        return None, "host_cost=off"
     if adapter.type == "cpu":
         return None, "the CPU is the host"
     counters = adapter.host_counters()

@@ -1,8 +1,8 @@
 """The synchronous rerun of a silent abort: ``python -m model_support.probe.instruments.rerun STARTED_JSON``.
 
 Started by the probe's process once its kernel died silently (``flight_recorder.rerun_silent_crash``), with the
-adapter's ``blocking_env`` set (errors reported at the operator that caused them) and ``FLIGHT_VAR`` naming the
-rerun's recorder file. It runs only what the dead probe ran on the device, the model's stages
+adapter's ``blocking_env`` set where the stack has one (errors reported at the operator that caused them) and
+``FLIGHT_VAR`` naming the rerun's recorder file, which records whatever the probe's ``flight_recorder`` setting. It runs only what the dead probe ran on the device, the model's stages
 (``probe_core.run_stages``, from the settings the probe wrote before them: ``checks.write_started``), under the
 flight recorder, pinned to the same devices (the process inherits the probe's pinning, or its grant): no census,
 no reference, no record. It is expected to die; its recorder's last operator is then the one the run died in.
@@ -21,7 +21,7 @@ def main(started_path: str) -> int:
     settings = json.loads(open(started_path, encoding="utf-8").read())["settings"]
     devices.prepare_environment(settings["device"])  # a gated probe's grant: the same devices
     adapter = devices.resolve(settings["device"])
-    recorder = flight_recorder.recorder_for(settings, adapter, mode_sees=True)
+    recorder = flight_recorder.recorder_for(settings, adapter, mode_sees=True, rerun=True)
     if recorder is None:
         return 2
     with recorder:
