@@ -156,10 +156,36 @@ def _draft(data_dir, name, baseline, sweep_id, changes, bisect, find_links, log)
     folder = reports_dir(data_dir, sweep_id)
     folder.mkdir(parents=True, exist_ok=True)
     written = []
+    plan = _plan_section(data_dir, sweep_id, regressions)
     for file_name, text in bug_reports.drafts(sweep_id, baseline, device, changed, regressions, note):
-        fileio.atomic_write_text(folder / file_name, text)
+        fileio.atomic_write_text(folder / file_name, text + plan(file_name))
         written.append(folder / file_name)
     return written
+
+
+def _plan_section(data_dir: Path, sweep_id: str, regressions: list) -> Callable[[str], str]:
+    """The porting plan's word on a draft's models (``render.ops.plan_markdown``: the steps that unlock them, a
+    localised wrong operator's among them, and each one's standing), by the draft's file name ("" for none). The
+    sweep's own stack and data only: its census and the answers ``model-support localise`` kept in its folder."""
+    from .ops import porting_plan, predict, sweep_models
+    from .render.ops import plan_markdown
+
+    models = predict(sweep_models(data_dir, sweep_id))
+    steps = porting_plan(models)
+    groups: dict[str, list[str]] = {}
+    for r in regressions:  # a draft covers one group (``bug_reports.group_key``), named after it
+        groups.setdefault(bug_reports.slug(bug_reports.group_key(r)), []).append(
+            store.pending_key(r.model_id, r.variant)
+        )
+
+    def section(file_name: str) -> str:
+        keys = next((k for name, k in groups.items() if file_name.endswith(f"-{name}.md")), [])
+        lines = plan_markdown(models, steps, keys)
+        if not lines:
+            return ""
+        return "\n## In the porting plan (`model-support ops " + sweep_id + "`)\n\n" + "\n".join(lines) + "\n"
+
+    return section
 
 
 def check_fail_on(fail_on: str) -> tuple[str, ...]:

@@ -11,8 +11,8 @@ import polars as pl
 
 from ..ops import ModelOps, PlanStep, passing_now, porting_plan, predict, still_blocked, sweep_models
 from ..ops.changes import stack_changes
+from ..ops.plan import DIVERGES, not_localised, not_localised_line, standing
 from ..probe.model_ids import display_name
-from ..record.ops_table import MISSING
 
 
 def _names(keys: list[str], most: int = 8) -> str:
@@ -20,13 +20,12 @@ def _names(keys: list[str], most: int = 8) -> str:
     return shown + (f" (+{len(keys) - most})" if len(keys) > most else "")
 
 
-def step_ops(step: PlanStep) -> str:
+def step_ops(step: PlanStep, by: str = "") -> str:
     """The step's operators, each with the dtype signatures and ranks needed of it and what is wrong with it where
-    it is not simply missing: ``aten::rsqrt for f32, 3 dims``, ``aten::relu for bf16, 3 dims (crashes)``; a group
-    joined by `` + ``."""
-    return " + ".join(
-        step.precise_op(op) + ("" if step.faults.get(op) == MISSING else f" ({step.faults.get(op)})") for op in step.ops
-    )
+    it is not simply missing (``PlanStep.fault``): ``aten::rsqrt for f32, 3 dims``, ``aten::relu for bf16, 3 dims
+    (crashes)``, ``aten::rsqrt for f32, 3 dims (wrong numbers in 2 models, localised)`` (``by`` after localised: who
+    localised it); a group joined by `` + ``."""
+    return " + ".join(step.precise_op(op) + (f" ({step.fault(op, by)})" if step.fault(op) else "") for op in step.ops)
 
 
 def plan_frame(steps: list[PlanStep]) -> pl.DataFrame:
@@ -58,9 +57,28 @@ def plan_frame(steps: list[PlanStep]) -> pl.DataFrame:
 
 
 def blocked_frame(models: list[ModelOps]) -> pl.DataFrame:
-    """The models no step unlocks, by what keeps them: blocked by, models (how many), which."""
-    rows = [{"blocked by": why, "models": len(keys), "which": _names(keys)} for why, keys in still_blocked(models)]
+    """The models no step unlocks, by what keeps them: blocked by, models (how many), which; a diverging PASS not
+    localised with the command that localises it."""
+    rows = [
+        {"blocked by": why, "models": len(keys), "which": _names(keys)}
+        for why, keys in still_blocked(models)
+        if why != DIVERGES  # said with their commands, below
+    ]
+    unlocalised = not_localised(models)
+    if unlocalised:
+        keys = [m.key for m in unlocalised]
+        rows.append({"blocked by": not_localised_line(models), "models": len(keys), "which": _names(keys)})
     return pl.DataFrame(rows, schema={"blocked by": pl.String, "models": pl.Int64, "which": pl.String})
+
+
+def standing_frame(models: list[ModelOps]) -> pl.DataFrame:
+    """Each model's one standing in the plan (``ops.plan.standing``): model, recorded, predicted, standing."""
+    rows = [
+        {"model": display_name(m.key), "recorded": m.status, "predicted": m.predicted, "standing": standing(m)}
+        for m in models
+    ]
+    columns = ("model", "recorded", "predicted", "standing")
+    return pl.DataFrame(rows, schema=dict.fromkeys(columns, pl.String))
 
 
 def fallback_frame(models: list[ModelOps]) -> pl.DataFrame:
@@ -78,8 +96,10 @@ def fallback_frame(models: list[ModelOps]) -> pl.DataFrame:
 
 
 def ops_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | None) -> dict[str, pl.DataFrame]:
-    """ops_summary (rows, with_census, passing, blocked, to_implement, steps), ops_plan, ops_blocked, ops_fallbacks
-    and ops_changes (op, before, after, change; empty without a baseline on the same device)."""
+    """ops_summary (rows, with_census, passing, blocked, to_implement, steps, wrong: the models blocked by a wrong
+    operator, not_localised: the diverging PASSes no one localised), ops_plan, ops_blocked, ops_standing (each
+    model's standing), ops_fallbacks and ops_changes (op, before, after, change; empty without a baseline on the
+    same device)."""
     models = predict(sweep_models(Path(data_dir), sweep_id))
     steps = porting_plan(models)
     changes = stack_changes(Path(data_dir), baseline_sweep_id, sweep_id) if baseline_sweep_id else []
@@ -90,11 +110,14 @@ def ops_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | Non
         "blocked": sum(1 for m in models if m.blockers),
         "to_implement": sum(len(s.ops) for s in steps),
         "steps": len(steps),
+        "wrong": sum(1 for m in models if m.ops_wrong),
+        "not_localised": len(not_localised(models)),
     }
     return {
         "ops_summary": pl.DataFrame([summary]),
         "ops_plan": plan_frame(steps),
         "ops_blocked": blocked_frame(models),
+        "ops_standing": standing_frame(models),
         "ops_fallbacks": fallback_frame(models),
         "ops_changes": pl.DataFrame(
             changes, schema={"op": pl.String, "before": pl.String, "after": pl.String, "change": pl.String}

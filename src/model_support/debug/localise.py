@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
+from ..ops import localised as localised_answers
 from ..probe import probe_params
 from ..record import store
 from ..record.schema import DEFAULT_VARIANT
@@ -296,16 +297,13 @@ def result_of(found: Localised, repro: str | None = None, **context) -> dict:
 
 def localised_dir(data_dir, sweep_id: str) -> Path:
     """A sweep's ``localised/`` folder."""
-    return store.sweep_dir(data_dir, sweep_id) / LOCALISED
+    return localised_answers.folder(data_dir, sweep_id)
 
 
 def stored(data_dir, sweep_id: str, model_id: str, variant: str | None = None) -> dict | None:
-    """A model's stored localisation in a sweep (``localise``'s result), or None."""
-    path = localised_dir(data_dir, sweep_id) / f"{store.stem(model_id, variant)}.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    """A model's stored localisation in a sweep (``localise``'s result), or None. The porting plan reads the same
+    answers (``ops.localised``): a wrong operator found here is a step of the sweep's plan."""
+    return localised_answers.stored(data_dir, sweep_id, model_id, variant)
 
 
 def _record(data_dir, sweep_id: str, model_id: str, variant: str | None) -> dict:

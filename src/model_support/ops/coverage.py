@@ -16,7 +16,11 @@ recorded verdict; a row with no census at all (compile mode, a sharded run, an o
 On the sweep's own stack (no coverage given) the rows are the coverage: their ``ops_missing``, ``ops_fallback``,
 ``ops_unknown``, and the operator each failure of the stack's names (``census.stopped_by``: missing where the run
 raised, crashing where its kernel died); a row's recorded verdict stands where its census explains nothing (a
-failure that names no operator).
+failure that names no operator). The operators ``model-support localise`` found wrong in a model (its answer in the
+sweep's folder, ``ops.localised``) are wrong for that model: blockers, unless its PASS is right (its output matches
+the CPU reference: the operator's error changed nothing it returned). Wrong is per model, as localised: an
+operator localised wrong in one model is not assumed wrong in another that calls it (that one's diverging PASS is
+said to be not localised).
 
 The coverage of *this machine's* stack comes from its device adapter in a child process
 (``python -m model_support.ops DEVICE``, the operators on stdin), as the sweep's runner asks for a
@@ -33,10 +37,11 @@ from pathlib import Path
 
 from ..engine import children
 from ..errors import UserError
-from ..probe import census
+from ..probe import agreement, census
 from ..probe.probe_core import STAGE_VERDICT
 from ..record import schema, store
 from ..record.ops_table import CRASHES, FALLBACK, IMPLEMENTED, MISSING, UNKNOWN, WRONG
+from . import localised as localised_mod
 
 #: The prediction where the census cannot tell.
 UNKNOWN_VERDICT = "unknown"
@@ -92,6 +97,26 @@ class ModelOps:
     diverges: bool = False  # a PASS on its own stack whose output diverges, and no wrong operator named
     # (op, dtype signature, calls, min rank, max rank) of each census entry (``census.SIG_FIELDS``); none before them
     signatures: list[tuple] = field(default_factory=list)
+    # the operators ``model-support localise`` found wrong in it on the sweep's stack, the first first (``ops.localised``);
+    # None: never localised, []: localised, and no operator is wrong
+    localised: list[str] | None = None
+    sweep_id: str | None = None
+    model_id: str | None = None
+    variant: str | None = None
+
+    @property
+    def right(self) -> bool:
+        """A PASS whose output agrees with the CPU reference (``numerics`` match or ties): right as recorded."""
+        return self.status == schema.PASS and self.numerics in (agreement.MATCH, agreement.TIES)
+
+    @property
+    def diverging(self) -> bool:
+        """A PASS whose output diverges from the CPU reference, as recorded (a wrong operator named or not)."""
+        return self.status == schema.PASS and self.numerics == agreement.DIVERGES
+
+    def localise_command(self) -> str:
+        """The command that localises it (``model-support localise SWEEP MODEL [--variant V]``)."""
+        return localised_mod.command(self.sweep_id, self.model_id or self.key, self.variant)
 
     def needed_dtypes(self) -> dict[str, str]:
         """``dtype::<dtype>`` of each dtype the census' signatures name -> the first operator whose signature names
@@ -146,18 +171,27 @@ class ModelOps:
 
 def sweep_models(data_dir: Path, sweep_id: str) -> list[ModelOps]:
     """The sweep's result rows (the Parquet dataset: compacted at the end of every sweep), one per (model,
-    variant), with their census and the coverage their own stack recorded; none for a sweep with no result
-    rows (a caller refuses an unknown id: a pulled dataset has rows and no sweep.json)."""
+    variant), with their census, the coverage their own stack recorded and what ``model-support localise`` found
+    in them (``localised``, from the sweep's folder); none for a sweep with no result rows (a caller refuses an
+    unknown id: a pulled dataset has rows and no sweep.json)."""
     import polars as pl
 
     frame = store.scan(data_dir, "results").filter(pl.col("sweep_id") == sweep_id).select(COLUMNS).sort("model_id")
-    return [_model(r) for r in frame.collect().rows(named=True)]
+    models = [_model(r) for r in frame.collect().rows(named=True)]
+    found = localised_mod.answers(data_dir, sweep_id)
+    for m in models:
+        m.sweep_id = sweep_id
+        if m.key in found:
+            m.localised = localised_mod.wrong_ops(found[m.key])
+    return models
 
 
 def _model(r: dict) -> ModelOps:
     """A row's ``ModelOps``."""
     return ModelOps(
         key=store.pending_key(r["model_id"], r["variant"]),
+        model_id=r["model_id"],
+        variant=r["variant"],
         status=r["status"],
         device_type=r["device_type"],
         ops=r["ops"],
@@ -220,6 +254,10 @@ def _predict(m: ModelOps, coverage: dict[str, str], own: bool) -> None:
     """One model's prediction (``predict``)."""
     ops, stages = m.requirements()
     status_of = {op: coverage.get(op, UNKNOWN) for op in ops}
+    if own and m.localised and not m.right:  # wrong for this model, as localise found it (a stop stays a stop)
+        ops += [op for op in m.localised if op not in status_of]
+        stages += ["generate"] * (len(ops) - len(stages))
+        status_of |= {op: WRONG for op in m.localised if status_of.get(op) not in STOPS}
     m.ops_missing = [op for op in ops if status_of[op] == MISSING]
     m.ops_crashing = [op for op in ops if status_of[op] == CRASHES]
     m.ops_wrong = [op for op in ops if status_of[op] == WRONG]
@@ -240,7 +278,7 @@ def _predict(m: ModelOps, coverage: dict[str, str], own: bool) -> None:
     }
     m.blockers = list(m.faults)
     m.first_missing = next(iter([*refused, *(stop_at[op] for op in stops)]), None)
-    m.diverges = own and m.status == schema.PASS and m.numerics == "diverges" and not m.ops_wrong
+    m.diverges = own and m.diverging and not m.ops_wrong
     if refused:  # the weights' copy is the first thing a run puts on the device
         m.predicted = schema.FAIL_LOAD
     elif stops:

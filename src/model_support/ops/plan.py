@@ -11,6 +11,11 @@ need, then by name. Each step says how many models are predicted PASS once it is
 fail for other reasons (their own, a failure that names no operator, a census that cannot tell) are in no step:
 ``still_blocked`` says what keeps them.
 
+A wrong operator is a blocker like a missing one: on another stack where its adapter says so (``wrong``), on the
+sweep's own stack where ``model-support localise`` found it wrong in a model (``ModelOps.localised``); a step fixing
+one says in how many of the models it blocks it was localised (``PlanStep.localised``). A diverging PASS that was
+never localised is in no step, and said so with the command that would localise it (``not_localised``).
+
 Each step also says precisely what to implement (``PlanStep.precise``): per operator, the dtype signatures and ranks
 the models it blocks called it with, from their census (``aten::rsqrt for f32, 3 dims``); per refused dtype, the
 calls that need it (``dtype::float32 (aten::_to_copy bf16->f32, 2-3 dims)``). A census from before signatures says
@@ -24,6 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..probe import census
+from ..record.ops_table import MISSING, WRONG
 from .coverage import UNKNOWN_VERDICT, ModelOps
 
 #: Signatures a step's line names per operator (the most-called first); the rest are counted.
@@ -44,6 +50,8 @@ class PlanStep:
     # per operator (or dtype::), the signatures the models it blocks need: [{"dtypes", "min_rank", "max_rank",
     # "calls", and "op" for a dtype's}], the most-called first (``signatures_needed``)
     signatures: dict[str, list[dict]] = field(default_factory=dict)
+    # per wrong operator: the models it blocks in which ``model-support localise`` found it wrong
+    localised: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def op(self) -> str:
@@ -53,6 +61,18 @@ class PlanStep:
     def precise_op(self, op: str) -> str:
         """One operator of the step with what the models need of it: ``aten::rsqrt for f32, 3 dims``."""
         return precise(op, self.signatures.get(op, []))
+
+    def fault(self, op: str, by: str = "") -> str:
+        """What is wrong with one operator of the step, in words ("" for a missing one: the plan's default):
+        ``crashes``, ``wrong numbers in 2 models, localised`` (``by`` follows: `` by model-support localise``),
+        ``wrong numbers`` (a stack's coverage says so)."""
+        fault = self.faults.get(op)
+        if fault == MISSING or fault is None:
+            return ""
+        if fault == WRONG and self.localised.get(op):
+            count = len(self.localised[op])
+            return f"wrong numbers in {count} model{'' if count == 1 else 's'}, localised{by}"
+        return "wrong numbers" if fault == WRONG else fault
 
     @property
     def precise(self) -> str:
@@ -69,6 +89,7 @@ class PlanStep:
             "unlocks": self.unlocks,
             "passing": self.passing,
             "blocks": self.blocks,
+            "localised": {op: keys for op, keys in self.localised.items() if keys},
         }
 
 
@@ -155,7 +176,9 @@ def porting_plan(models: list[ModelOps]) -> list[PlanStep]:
         need = Counter(op for key in blocks for op in remaining[key] & group)
         ops = tuple(sorted(group, key=lambda op: (-need[op], op)))
         needed = {op: signatures_needed([by_key[key] for key in blocks], op) for op in ops}
-        steps.append(PlanStep(ops, unlocks, blocks, passing, {op: faults[op] for op in ops}, needed))
+        localised = {op: [key for key in blocks if op in (by_key[key].localised or ())] for op in ops}
+        step_faults = {op: faults[op] for op in ops}
+        steps.append(PlanStep(ops, unlocks, blocks, passing, step_faults, needed, localised))
         for key in blocks:
             remaining[key] -= group
             if not remaining[key]:
@@ -166,7 +189,8 @@ def porting_plan(models: list[ModelOps]) -> list[PlanStep]:
 #: Why a model that no step unlocks stays blocked, in the order they are shown.
 NO_CENSUS = "no census to predict from (compile mode, a sharded run, an older sweep, or a kernel that died)"
 OWN_FAILURE = "its own failure: the CPU reference fails too"
-DIVERGES = "its output diverges from the CPU reference and no operator is named"
+DIVERGES = "its output diverges from the CPU reference and it is not localised: no operator is named"
+NONE_FOUND = "its output diverges from the CPU reference and model-support localise found no operator wrong"
 PARTIAL = "a partial census: what it needs after the operator that stopped it is unknown"
 UNNAMED = "a failure that names no operator"
 
@@ -181,7 +205,7 @@ def blocked_reason(m: ModelOps) -> str | None:
     if m.attribution in ("model", "both"):
         return OWN_FAILURE
     if m.diverges:
-        return DIVERGES
+        return DIVERGES if m.localised is None else NONE_FOUND
     if m.blockers:
         return PARTIAL
     return UNNAMED
@@ -194,8 +218,52 @@ def still_blocked(models: list[ModelOps]) -> list[tuple[str, list[str]]]:
         reason = blocked_reason(m)
         if reason is not None:
             found.setdefault(reason, []).append(m.key)
-    order = (NO_CENSUS, OWN_FAILURE, DIVERGES, PARTIAL, UNNAMED)
+    order = (NO_CENSUS, OWN_FAILURE, DIVERGES, NONE_FOUND, PARTIAL, UNNAMED)
     return [(reason, found[reason]) for reason in order if reason in found]
+
+
+def not_localised(models: list[ModelOps]) -> list[ModelOps]:
+    """The diverging PASSes ``model-support localise`` has not been run on (in no step, never silently dropped)."""
+    return [m for m in models if m.diverges and m.localised is None]
+
+
+def not_localised_line(models: list[ModelOps]) -> str | None:
+    """``2 diverging PASSes not localised: run model-support localise SWEEP MODEL`` (one command per model); None
+    when every diverging PASS is localised."""
+    found = not_localised(models)
+    if not found:
+        return None
+    count = len(found)
+    commands = "; ".join(m.localise_command() for m in found)
+    return f"{count} diverging PASS{'' if count == 1 else 'es'} not localised: run {commands}"
+
+
+#: Each model's one standing in the plan (``standing``).
+RUNS = "runs on the device"
+BLOCKED_MISSING = "blocked by missing ops"
+BLOCKED_WRONG = "blocked by wrong numbers"
+BLOCKED_OTHER = "blocked"
+
+
+def standing(m: ModelOps) -> str:
+    """Where a model stands, in one phrase: it runs on the device (predicted PASS, nothing wrong), blocked by
+    missing ops (missing or crashing operators, a refused dtype), blocked by wrong numbers (localised: the
+    operators localise named; not localised: a diverging PASS no one localised yet; or the stack's coverage says
+    so), both, or blocked for a reason no step fixes (``blocked_reason``)."""
+    if m.passes:
+        return RUNS
+    stops = [op for op in m.blockers if m.faults.get(op) != WRONG]
+    wrong = [op for op in m.blockers if m.faults.get(op) == WRONG]
+    if wrong:
+        localised = [op for op in wrong if op in (m.localised or ())]
+        how = f"localised: {', '.join(localised)}" if localised else f"the stack's coverage: {', '.join(wrong)}"
+        said = f"{BLOCKED_WRONG} ({how})"
+        return f"{BLOCKED_MISSING} ({', '.join(stops)}) and {said.removeprefix('blocked by ')}" if stops else said
+    if stops:
+        return f"{BLOCKED_MISSING} ({', '.join(stops)})"
+    if m.diverges:
+        return f"{BLOCKED_WRONG} ({'not localised' if m.localised is None else 'localise named no operator'})"
+    return f"{BLOCKED_OTHER}: {blocked_reason(m) or m.predicted}"
 
 
 def fallback_work(models: list[ModelOps]) -> list[dict]:
@@ -215,13 +283,16 @@ def fallback_work(models: list[ModelOps]) -> list[dict]:
 
 def plan_json(models: list[ModelOps], steps: list[PlanStep]) -> dict:
     """``model-support ops --json``: {"passing": before any step, "plan": [{"op", "ops", "precise", "signatures",
-    "faults", "unlocks", "passing", "blocks"}...], "blocked": [{"by", "models"}...], "fallbacks": [{"op", "models",
-    "calls"}...] (``fallback_work``), "models": {key: {"ops_missing", "ops_crashing",
-    "ops_wrong", "ops_fallback", "predicted"}}}."""
+    "faults", "unlocks", "passing", "blocks", "localised"}...], "blocked": [{"by", "models"}...], "not_localised":
+    [{"model", "command"}...] (the diverging PASSes no one localised), "fallbacks": [{"op", "models", "calls"}...]
+    (``fallback_work``), "models": {key: {"ops_missing", "ops_crashing", "ops_wrong", "ops_fallback",
+    "predicted"}}, "standing": {key: ``standing``}}."""
     return {
         "passing": passing_now(models),
         "plan": [s.as_json() for s in steps],
         "blocked": [{"by": reason, "models": keys} for reason, keys in still_blocked(models)],
+        "not_localised": [{"model": m.key, "command": m.localise_command()} for m in not_localised(models)],
         "fallbacks": fallback_work(models),
         "models": {m.key: m.as_json() for m in models},
+        "standing": {m.key: standing(m) for m in models},
     }

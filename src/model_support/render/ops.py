@@ -4,15 +4,17 @@ fallbacks ranked by how often they run, what the stack gained or lost; from ``an
 
 from __future__ import annotations
 
+import functools
 import io
 
 import polars as pl
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..analysis.ops_tables import step_ops
 from ..ops import ModelOps, PlanStep, passing_now, still_blocked
-from ..ops.plan import fallback_work
+from ..ops.plan import DIVERGES, fallback_work, not_localised, not_localised_line, standing
 from ..probe.model_ids import display_name
 from ..record.ops_table import CPU_FALLBACK
 from .html import table_html
@@ -32,15 +34,31 @@ def implement_next_html(tables: dict[str, pl.DataFrame]) -> str:
     if not summary["with_census"] and tables["ops_plan"].is_empty():
         return '<p class="ms-note">No operator census in this sweep (older records, compile mode or sharded runs).</p>'
     blocked, fixes = summary["blocked"], summary["to_implement"]
+    wrong = summary.get("wrong") or 0
     lead = (
-        f'<p class="ms-lead"><b>{blocked:,} model{"s" if blocked != 1 else ""} lack{"" if blocked != 1 else "s"} '
-        f"operators of this stack; {fixes:,} operator{'s' if fixes != 1 else ''} to fix</b> "
+        f'<p class="ms-lead"><b>{blocked:,} model{"s are" if blocked != 1 else " is"} blocked by operators of this '
+        f"stack (missing, crashing or wrong: {wrong:,} by wrong numbers); {fixes:,} operator"
+        f"{'s' if fixes != 1 else ''} to fix</b> "
         f"({summary['passing']:,} of {summary['rows']:,} rows predicted PASS now; {summary['with_census']:,} have a "
-        "census). Each step unlocks the models whose last blocker it fixes; operators that only unlock together are "
+        "census). Each step unlocks the models whose last blocker it fixes, missing and wrong operators alike (a "
+        "wrong one is named by <code>model-support localise</code>); operators that only unlock together are "
         "one step; <i>passing</i> counts the models predicted PASS once it is done.</p>"
     )
-    plan = table_html(tables["ops_plan"], max_rows=100, empty="Nothing is missing: every census operator runs.")
+    unlocalised = summary.get("not_localised") or 0
+    if unlocalised:
+        lead += (
+            f'<p class="ms-note">{unlocalised:,} diverging PASS{"es" if unlocalised != 1 else ""} not localised: '
+            "no operator is named for them yet, so no step counts them (the commands below; then <code>model-support "
+            "report</code> renders this plan again).</p>"
+        )
+    plan = table_html(
+        tables["ops_plan"],
+        max_rows=100,
+        empty="Nothing to fix: no census operator is missing, crashing or localised wrong.",
+    )
     blocked_table = table_html(tables["ops_blocked"], empty="none: every model passes once the plan is done.")
+    standing = tables.get("ops_standing")
+    standing_table = table_html(standing, max_rows=200, empty="no rows") if standing is not None else ""
     ranked = table_html(tables["ops_fallbacks"], max_rows=100, empty="No operator falls back to the CPU.")
     changes = table_html(tables["ops_changes"], empty="none (or no baseline on this device)")
     return (
@@ -49,6 +67,7 @@ def implement_next_html(tables: dict[str, pl.DataFrame]) -> str:
         + plan
         + "<h3>What no step unlocks</h3>"
         + blocked_table
+        + ("<h3>Each model's standing</h3>" + standing_table if standing_table else "")
         + "<h3>CPU fallbacks, the most-run first</h3>"
         + '<p class="ms-note">They pass, slowly: each call runs on the host.</p>'
         + ranked
@@ -82,19 +101,22 @@ def census_note(models: list[ModelOps], on: str) -> str | None:
 def _verdicts_table(models: list[ModelOps], where: str) -> Table:
     """Each model's recorded and predicted verdict, where a run stops and what the stack lacks of it."""
     verdicts = Table(title=f"Predicted on {where}", title_justify="left")
-    for column in ("model", "recorded", "predicted", "stops at", "missing", "crashing", "wrong", CPU_FALLBACK):
+    columns = ("model", "recorded", "predicted", "standing", "stops at", "missing", "crashing", "wrong", CPU_FALLBACK)
+    for column in columns:
         verdicts.add_column(column, overflow="fold")
     for m in models:
-        verdicts.add_row(
+        cells = (
             display_name(m.key),
             m.status or "-",
             m.predicted,
+            standing(m),
             m.first_missing or "",
             ", ".join(m.ops_missing),
             ", ".join(m.ops_crashing),
             ", ".join(m.ops_wrong),
             ", ".join(m.ops_fallback),
         )
+        verdicts.add_row(*map(escape, cells))  # a variant's [brackets] are text, not rich's markup
     return verdicts
 
 
@@ -107,7 +129,8 @@ def _plan_table(models: list[ModelOps], steps: list[PlanStep]) -> Table:
     for column in ("step", "fix", "unlocks", "passing", "blocks"):
         plan.add_column(column, overflow="fold")
     for i, s in enumerate(steps, 1):
-        plan.add_row(str(i), step_ops(s), _names(s.unlocks) or "-", f"{s.passing} of {len(models)}", _names(s.blocks))
+        cells = (str(i), step_ops(s), _names(s.unlocks) or "-", f"{s.passing} of {len(models)}", _names(s.blocks))
+        plan.add_row(*map(escape, cells))
     return plan
 
 
@@ -121,15 +144,48 @@ def ops_text(
     console = Console(file=buffer, width=width, force_terminal=False)
     where = f"the {on} stack of this machine" if on else "the sweep's own stack"
     console.print(_verdicts_table(models, where))
-    console.print(_plan_table(models, steps) if steps else "Nothing to fix: no census operator is missing.")
+    say = functools.partial(console.print, markup=False, highlight=False)
+    if steps:
+        console.print(_plan_table(models, steps))
+    else:
+        say("Nothing to fix: no census operator is missing, crashing or localised wrong.")
     for why, keys in still_blocked(models):
-        console.print(f"Stay blocked, {len(keys)}: {why}: {_names(keys)}.")
+        if why != DIVERGES:  # the diverging PASSes not localised: below, with the commands that localise them
+            say(f"Stay blocked, {len(keys)}: {why}: {_names(keys)}.")
+    unlocalised = not_localised_line(models)
+    if unlocalised:
+        say(f"{unlocalised}.")
     for work in fallback_work(models):  # no verdict waits on them, every call pays a trip to the host
-        console.print(
+        say(
             f"Then, a CPU fallback to implement: {work['op']}, called {work['calls']} times by "
             f"{len(work['models'])} model(s): {_names(work['models'])}."
         )
     note = census_note(models, on) if on else None
     if note:
-        console.print(note)
+        say(note)
     return buffer.getvalue()
+
+
+def plan_markdown(models: list[ModelOps], steps: list[PlanStep], keys: list[str]) -> list[str]:
+    """The porting plan as it concerns the models ``keys`` (a drafted bug report's), Markdown lines: each step
+    that unlocks one of them (a wrong operator's step says it was localised by ``model-support localise``), each
+    one's standing, and the command that localises a diverging PASS no one localised. [] when the plan says
+    nothing of them."""
+    wanted = set(keys)
+    by_key = {m.key: m for m in models}
+    unlocalised = {m.key for m in not_localised(models)}
+    lines = []
+    for i, s in enumerate(steps, 1):
+        mine = [k for k in s.unlocks if k in wanted]
+        if not mine:
+            continue
+        lines.append(
+            f"- Step {i} of {len(steps)}: fix {step_ops(s, ' by `model-support localise`')}. It unlocks {_names(mine)} "
+            f"({s.passing} of {len(models)} models predicted PASS once it is done)."
+        )
+    for key in keys:
+        m = by_key.get(key)
+        if m is not None:
+            tail = f": run `{m.localise_command()}`" if key in unlocalised else ""
+            lines.append(f"- {display_name(key)}: {standing(m)}{tail}.")
+    return lines
