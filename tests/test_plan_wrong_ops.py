@@ -64,6 +64,7 @@ def wrong_sweep(tmp_path_factory, fixture_models) -> dict:
     before_text = cli(["ops", sweep], data).stdout
     with ThreadPoolExecutor(max_workers=2) as pool:  # what the not-localised line says to run, run
         commands = [c["command"].split()[1:] for c in before["not_localised"]]
+        commands[-1] = commands[-1][: commands[-1].index("--variant")]  # the model's one variant, found by localise
         list(pool.map(lambda args: cli(args, data), commands))
     after = json.loads(cli(["ops", sweep, "--json"], data, stack=None).stdout)  # the sweep's data alone
     text = cli(["ops", sweep], data, stack=None).stdout

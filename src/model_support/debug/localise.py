@@ -321,6 +321,19 @@ def _record(data_dir, sweep_id: str, model_id: str, variant: str | None) -> dict
     return record
 
 
+def _only_variant(data_dir, sweep_id: str, model_id: str) -> str | None:
+    """The one variant ``model_id`` ran in, in a sweep that never ran it in the default one (a definition's
+    ``max_new_tokens: 2`` makes ``eager+dynamic+2t``); None where it has no record; one sentence naming them when
+    it ran in several, so --variant says which."""
+    variants = sorted({r["variant"] for r in store.read_records(data_dir, sweep_id) if r["model_id"] == model_id})
+    if len(variants) > 1:
+        raise UserError(
+            f"{model_id} ran in {len(variants)} variants of sweep {sweep_id}: say which with --variant "
+            f"({', '.join(variants)})."
+        )
+    return variants[0] if variants else None
+
+
 def localise(data_dir, sweep_id: str, model: str, variant: str | None = None) -> dict:
     """Localise MODEL (its id or a unique fragment) of a sweep on the sweep's device, on this environment's stack:
     store the result as ``sweeps/<id>/localised/<model>.json`` (and the first wrong operator's script and inputs
@@ -332,6 +345,8 @@ def localise(data_dir, sweep_id: str, model: str, variant: str | None = None) ->
     meta = store.read_sweep(data_dir, sweep_id)
     entry = resolve_model(meta, model)
     overrides: dict = {}
+    if not variant and store.find_record(data_dir, sweep_id, entry.model_id, None) is None:
+        variant = _only_variant(data_dir, sweep_id, entry.model_id)  # its one variant is the one meant
     if variant:
         try:
             overrides = probe_params.parse_variant(variant)

@@ -292,6 +292,7 @@ def measure(
     per_s: list[float] = []
     gc.collect()  # as timeit does: no collection of the verdict's garbage inside a timed repeat
     began = time.perf_counter()
+    first_call: float | None = None
     try:
         with probe_core.execution_context(mode):
             if reused is None:  # a warm-up of its own, on the host's wall clock: compilation is the host's work

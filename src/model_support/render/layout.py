@@ -211,8 +211,10 @@ SECTIONS: tuple[Section, ...] = (
         "what-to-implement-next",
         "What to implement next",
         "From the operator census of each probe (the operators it dispatched to its device, composite operators "
-        "decomposed): the missing operators in the order that unlocks the most models (a model is unlocked by the "
-        "step that implements its last missing operator), the operators the stack runs on the CPU (fallbacks), the "
+        "decomposed) and the wrong operators <code>model-support localise</code> named in this sweep: the operators "
+        "to implement or fix in the order that unlocks the most models (a model is unlocked by the step that gives "
+        "its last missing or wrong operator; a diverging PASS not localised yet is said with the command that "
+        "localises it), each model's standing, the operators the stack runs on the CPU (fallbacks), the "
         "most-run first, and what the stack gained or lost since the baseline. <code>model-support ops "
         "SWEEP_ID</code> prints the same plan and predicts the verdicts on another stack (docs/ops.md).",
         lambda ctx: ops.implement_next_html(ctx.tables),
