@@ -20,7 +20,9 @@ A ``crash_ops`` operator aborts the process; ``"crash_message": false`` makes th
 stderr), ``"crash_after": N`` reports it N operators later (an asynchronous runtime's late report), unless
 ``PRETEND_LAUNCH_BLOCKING=1`` (CUDA_LAUNCH_BLOCKING's counterpart). The backend counts its own device-to-host syncs
 and CPU fallbacks (``counters``), read through the adapter's ``host_counters``. ``sdpa_kernel`` (``"flash"``,
-``"own"``) runs attention as one fused kernel the CPU has none of (``attention``), as an accelerator does.
+``"own"``) runs attention as one fused kernel the CPU has none of (``attention``), as an accelerator does. A kernel
+registered through ``torch.library`` for its dispatch key (PrivateUse1) replaces its own implementation of that
+operator, faults and all, as the dispatcher makes it for a C++ backend (``tensor.hosted``; docs/host_ops.md).
 """
 
 from __future__ import annotations

@@ -45,6 +45,11 @@ class PretendAdapter(AcceleratorAdapter):
     #: What makes its runtime report a crash at the operator that caused it (``crash_after`` ignored).
     blocking_env = {BLOCKING_VAR: "1"}
 
+    def host_kernels(self) -> tuple[bool, str | None]:
+        """Yes: a kernel registered through ``torch.library`` for its dispatch key (PrivateUse1) replaces its own
+        implementation of the operator, as the dispatcher makes it for a C++ backend (``tensor.hosted``)."""
+        return True, None
+
     def host_counters(self):
         """The backend's own counts of syncs and CPU fallbacks (``counters.Counters``)."""
         from . import tensor

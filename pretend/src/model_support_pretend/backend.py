@@ -65,11 +65,9 @@ def register(config: Config) -> None:
     _setup_privateuseone_for_python_backend(NAME, backend_module=_device_module)
     sys.modules[f"torch.{NAME}"] = _device_module
     _LIBRARY = torch.library.Library("aten", "IMPL")
-    for name in _tensor.FACTORIES:
-        base, _, overload = name.partition(".")
-        op = getattr(getattr(torch.ops.aten, base), overload or "default")
-        _LIBRARY.impl(name, _tensor.device_kernel(op), "PrivateUse1")
-    _LIBRARY.impl("_copy_from", _tensor.copy_from, "PrivateUse1")
+    for op in _tensor.FACTORIES:
+        _LIBRARY.impl(op, _tensor.device_kernel(op), _tensor.KEY)
+    _LIBRARY.impl(_tensor.COPY_FROM, _tensor.copy_from, _tensor.KEY)
     _attention.install(config.sdpa_kernel)
     _register_process_group()
 

@@ -7,6 +7,11 @@ device ``pretend:<i>`` and holds the real data as a CPU tensor. Every operator o
 ``run``, which acts out the configured faults, runs the operator on the CPU data, and wraps the
 results again, counting each new storage against the device's memory (``Ledger``). A clean run is
 therefore bit for bit the CPU's in the same dtype: the same kernels, in the same order.
+
+A kernel registered through ``torch.library`` for the device's dispatch key (PrivateUse1, ``register_kernel(op,
+"pretend", fn)``) replaces the backend's own implementation of that operator, as the dispatcher makes it for a C++
+backend: ``run`` calls it instead (``hosted``), and the operator's configured faults no longer apply; its calls are
+counted as CPU fallbacks (a host kernel, ``model_support.probe.host_ops``, copies its inputs to the CPU and back).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import NamedTuple
 
 import torch
 from torch._subclasses.fake_tensor import is_fake
+from torch.library import _impls as _REGISTERED
 from torch.utils._pytree import tree_flatten, tree_map
 
 from .attention import KERNELS as FUSED
@@ -372,6 +378,33 @@ def composite(func) -> bool:
     return known
 
 
+#: The device's dispatch key, for which ``torch.library`` registers a kernel of this device (``hosted``).
+KEY = "PrivateUse1"
+_DISPATCH_KEY = getattr(torch._C.DispatchKey, KEY)
+#: Per operator: the key under which ``torch.library`` records a kernel of it registered from Python for ``KEY``
+#: (in ``_REGISTERED``: ``Library.impl`` adds the key, the library's destruction removes it); None for the backend's
+#: own kernels (``FACTORIES``, ``_copy_from``), which call ``run``. Kernels compiled into torch for every device
+#: (c10d's collectives) are not there: the backend runs those on its CPU data, as it always did.
+_HOSTED: dict = {}
+
+
+def hosted(func) -> bool:
+    """Whether a kernel registered through ``torch.library`` for the device's dispatch key replaces the backend's
+    own ``func``, as the dispatcher would call it for a C++ backend. Asked on every call: one set lookup, nothing
+    cached goes stale."""
+    key = _HOSTED.get(func, False)
+    if key is False:
+        key = _HOSTED[func] = None if func in _OWN else f"{func.name().replace('::', '/', 1)}/{KEY}"
+    return key is not None and key in _REGISTERED
+
+
+def host_kernel(func, args, kwargs):
+    """``func`` by the kernel registered for the device's dispatch key, counted as a CPU fallback; the kernel's own
+    operators (its copies to the CPU and back) come through ``run`` as any other."""
+    _state().counters.fallback(_names(func)[1])
+    return func._op_dk(_DISPATCH_KEY, *args, **kwargs)
+
+
 _MOVABLE = (torch.Tensor, torch.device)
 
 
@@ -415,7 +448,10 @@ def _to_cpu(leaf):
 
 def run(func, args, kwargs):
     """One operator on the pretend device (see the module docstring). A composite operator runs as its
-    parts (``composite``), each of them through here with its own faults, as a C++ backend receives it."""
+    parts (``composite``), each of them through here with its own faults, as a C++ backend receives it. A kernel
+    registered for the device's dispatch key runs instead of all that (``hosted``)."""
+    if hosted(func):
+        return host_kernel(func, args, kwargs)
     if composite(func):
         out = func.decompose(*args, **kwargs)
         if out is not NotImplemented:
@@ -499,4 +535,8 @@ def copy_from(src, dst, non_blocking=False):
 
 
 #: Operators the device runs without a device tensor among their inputs (see ``device_kernel``).
-FACTORIES = ("empty.memory_format", "empty_strided")
+FACTORIES = (torch.ops.aten.empty.memory_format, torch.ops.aten.empty_strided.default)
+COPY_FROM = torch.ops.aten._copy_from.default
+#: The operators whose kernels for the device's dispatch key are the backend's own (``backend.register``): never
+#: ``hosted``.
+_OWN = frozenset((*FACTORIES, COPY_FROM))

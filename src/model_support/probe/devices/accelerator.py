@@ -29,6 +29,13 @@ class AcceleratorAdapter(Adapter):
     #: No profiler is read for a backend in general (its adapter names one it offers: cuda's).
     profiler_activities: tuple[str, ...] = ()
 
+    def host_kernels(self) -> tuple[bool, str | None]:
+        """Yes: torch's dispatcher calls a kernel registered for a device's dispatch key (``CUDA``, ``PrivateUse1``
+        for an out-of-tree backend such as TorchTPU) instead of the backend's own, for any backend built on it. Tested
+        here only on a backend written in Python that honours such kernels as the dispatcher would (docs/host_ops.md);
+        on CUDA and TPU hardware it is untested."""
+        return True, None
+
     def packages(self) -> tuple[str, ...]:
         """What its adapter declares (``backend_packages``), else the distributions whose ``torch.backends`` entry point
         provides the device (an out-of-tree backend served by this adapter: its package); none for the backends

@@ -167,6 +167,13 @@ class Adapter:
         other processes competing for the host's cores do not move its figures."""
         return None
 
+    def host_kernels(self) -> tuple[bool, str | None]:
+        """Whether this backend takes host kernels (``probe.host_ops``: a kernel registered through ``torch.library``
+        for its dispatch key that runs one operator on the CPU and copies the results back), as (True, None), or
+        (False, why not) in one sentence. Declared, torch not imported. The CPU is the host: there is nowhere to
+        move an operator to."""
+        return False, f"the {self.type} device is the host: its operators already run on the CPU"
+
     def host_counters(self):
         """The backend's own counts of device-to-host syncs and CPU fallbacks (the ``HostCounters`` protocol of
         ``probe.instruments.host_cost``), or None where the stack keeps none (the host cost is then not measured,
