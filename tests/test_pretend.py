@@ -242,7 +242,7 @@ def test_a_silent_late_abort_names_its_operator_has_its_repro_script_and_is_the_
         "models": [TINY, "data/models/tiny-gpt-neox"],
     }
     data, sweep = cli_sweep(tmp_path, definition)
-    rows = {display_name(r["model_id"]): r for r in store.read_records(data, sweep)}
+    rows = {display_name(r["model_id"]): r for r in stored_records(data, sweep)}  # the script put together again
     for name, op in (("tiny-llama", "aten::silu"), ("tiny-gpt-neox", "aten::gelu")):
         row = rows[name]
         said = f"it died in {op} (flight recorder)"

@@ -20,7 +20,7 @@ token of it in device hours, so the phase costs the device what its answers need
   phase before it, or at ``perf_repeats`` (10) repeats. ``perf_repeats_run`` and ``perf_stop`` say how many ran and
   why it stopped; ``perf_device_s`` is the phase's device time (``probe.phases`` counts it as the device's work).
 
-Measured (bench/results/perf_cost.json): on 8 tiny models over 2 pretend devices whose every matrix product takes
+Measured (bench/results/perf_cost.json): on 8 tiny models over 2 modelled devices (bench_perf_cost.py) whose every matrix product takes
 250 ms (a decode-bound device), the sweep with the phase on against ``perf: off``; before this sizing (a 32-token
 warm-up and 3 repeats of 32 tokens) the phase was ~16 times the verdict's decode work. End of sequence is
 suppressed (``min_new_tokens``) so every repeat decodes as many tokens. The model bandwidth utilisation (MBU) is
@@ -233,7 +233,7 @@ def generate_options(tokens: int, settings: dict, verdict: Mapping[str, Any] | N
     transformers' static cache, as the verdict's generation did). End of sequence is suppressed (``min_new_tokens``)
     only where it could come: a greedy repeat no longer than the verdict's generation, which reached its length,
     makes the same tokens, and the suppression is work on the device the verdict did not do (7.6% of tiny-llama's
-    step on the pretend device's clock), which would set the verdict's steps apart from the repeats'."""
+    step on a modelled device's clock), which would set the verdict's steps apart from the repeats'."""
     options: dict[str, Any] = {"max_new_tokens": tokens}
     if settings.get("cache") == "static":
         options["cache_implementation"] = "static"
