@@ -766,7 +766,9 @@ def localise(sweep_id, model, data_dir, variant, as_json):
 
     One forward of the probe's prompt runs on the device (this environment's stack), each operator replayed on
     the CPU from the device's own inputs; the first wrong one is stored beside the record
-    (sweeps/<id>/localised/) with a one-operator script that exits 1 while the stack gets it wrong.
+    (sweeps/<id>/localised/) with a one-operator script that exits 1 while the stack gets it wrong. Then the
+    forward runs again with it on the host: confirmed when the model then matches, else the next wrong operator
+    joins it there (up to 3).
     """
     import json
 
@@ -776,11 +778,8 @@ def localise(sweep_id, model, data_dir, variant, as_json):
     if as_json:
         click.echo(json.dumps(result))
         return
-    if result["stack_note"]:
-        click.echo(result["stack_note"])
-    click.echo(result["summary"])
-    if result["repro"]:
-        click.echo(f"repro: python {result['repro']}  (input shapes {result['shapes']}, dtypes {result['dtypes']})")
+    for line in localise_mod.answer_lines(result):
+        click.echo(line)
 
 
 @main.command()

@@ -19,11 +19,12 @@ judged", with the reason, never counted as agreeing: with such operators and non
 wrong there.
 
 ``localise`` does it for one model of a sweep, on the sweep's device (the stack this environment holds, as
-``model-support debug``; the sentence of ``stack.stack_difference`` when it is not the sweep's), stores the result
-beside the record (``sweeps/<id>/localised/<model>.json``) and the first wrong operator's one-operator script
-(``op_repro``). ``localise_forward`` is the same on a loaded model (the debug notebook's cell). Eager only:
-a compiled run's operators never pass through a dispatch mode, so a compile variant is localised eagerly, and
-says so.
+``model-support debug``; the sentence of ``stack.stack_difference`` when it is not the sweep's), proves the blame
+(``prove``: the forward again with the wrong operator on the host, ``probe.host_ops``, and the next one found so,
+up to ``MAX_ON_HOST``), stores the result beside the record (``sweeps/<id>/localised/<model>.json``) and the first
+wrong operator's one-operator script (``op_repro``). ``localise_forward`` is the same on a loaded model (the debug
+notebook's cell). Eager only: a compiled run's operators never pass through a dispatch mode, so a compile variant
+is localised eagerly, and says so.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..ops import localised as localised_answers
-from ..probe import probe_params
+from ..probe import host_ops, probe_params
 from ..record import store
 from ..record.schema import DEFAULT_VARIANT
 from . import op_check
@@ -50,6 +51,9 @@ LOCALISED = store.LOCALISED
 MAX_LISTED = 20
 #: The keys of ``--json``'s object (and of every stored result), the finding's first.
 KEYS = ("operator", "overload", "module", "shapes", "dtypes", "max_abs_error", "max_rel_error", "repro")
+#: The most operators the proof (``prove``) puts on the host at once: past them the next wrong operator is named,
+#: not proven.
+MAX_ON_HOST = 3
 
 
 @dataclass
@@ -270,6 +274,178 @@ def _outputs_note(found: Localised) -> str:
     return f" Outputs not judged: {'; '.join(parts)}."
 
 
+# --- the blame proven: the forward again with the wrong operators on the host ---------------------------------
+
+
+def prove(found: Localised, host_kernels: tuple[bool, str | None], rerun) -> dict | None:
+    """Whether the first wrong operator of ``found`` is the whole fault: the forward again (``rerun(names)``: the
+    checked forward with the operators ``names`` on the host, ``probe.host_ops.on_host``; returns its
+    ``Localised`` and the host kernels' calls) with that operator on the host, so its CPU kernel runs in the device's
+    place. The rerun *matches the reference* when its forward ran to its end, every operator it ran on the device
+    was judged, and each agrees with the CPU's replay of it from the same inputs (``op_check``'s tolerance): the
+    operator-level reference the localiser judges by, not the probe's tokens. Then the blame is confirmed. When the
+    rerun finds another wrong operator, it is not enough: that one joins the others on the host and the forward
+    runs again, up to ``MAX_ON_HOST`` operators on the host (the bound said when reached), so two wrong operators
+    are both named. An operator that cannot go to the host (``host_ops.refusals``: a view, an operator the CPU has
+    no kernel of...) or a device whose adapter takes no host kernels (``host_kernels``: its ``(False, why)``) ends
+    the proof with a sentence saying so, by name and why. None when nothing is wrong.
+
+    The proof, as stored: ``verdict`` (confirmed, bound, refused, no host kernels, not taken, not judged, raised),
+    ``matches`` (the last rerun matched), ``chain`` (every wrong operator named, the first first, and the name each
+    was put on the host as), ``on_host`` (the last rerun's), ``reruns`` (each one's operators on the host, counts,
+    next wrong operator, failure, host calls), ``bound`` and ``sentences`` (what the command prints)."""
+    if found.first is None:
+        return None
+    sentences: list[str] = []
+    proof: dict = {"verdict": None, "matches": False, "bound": MAX_ON_HOST, "chain": [], "on_host": [], "reruns": []}
+    proof["sentences"] = sentences
+    entry = found.first
+    able, why = host_kernels
+    proof["chain"].append(_link(entry))
+    if not able:
+        sentences.append(
+            f"not proven: the {found.device_type} device takes no host kernels ({why}), so {_op(entry)} cannot "
+            "be put on the host and the forward run again without it"
+        )
+        return _ended(proof, "no host kernels")
+    names: list[str] = []
+    while True:
+        name, refused = _host_name(entry)
+        if name is None:
+            sentences.append(
+                f"not proven: {_op(entry)} cannot run on the host ({refused}), so no rerun can show the model "
+                "right without it"
+            )
+            return _ended(proof, "refused")
+        names.append(name)
+        proof["chain"][-1]["on_host"] = name
+        try:
+            again, calls = rerun(list(names))
+        except (host_ops.HostOpsRefused, RuntimeError) as exc:  # a kernel already registered for it, say
+            sentences.append(f"not proven: {_listed(names)} could not be put on the host: {exc}")
+            return _ended(proof, "refused")
+        proof["on_host"] = list(names)
+        proof["reruns"].append(_rerun_of(names, again, calls))
+        hosted = f"with {_listed(names)} on the host"
+        following = again.first
+        if following is None:
+            return _ended(proof, *_last_rerun(again, hosted, calls, sentences))
+        if _host_name(following)[0] in names:  # hosted, and still wrong: the device never called the kernel
+            sentences.append(
+                f"not proven: {hosted} the forward still goes wrong at {_op(following)}: the "
+                f"{found.device_type} device did not run its host kernel"
+            )
+            return _ended(proof, "not taken")
+        proof["chain"].append(_link(following))
+        total = again.checked + again.not_judged
+        sentences.append(
+            f"not enough: {hosted} the forward still diverges at operator #{following['index'] + 1} of {total}; "
+            f"the next wrong operator is {_named(following)}, max rel error {following['max_rel_error']:.3g}"
+        )
+        if len(names) >= MAX_ON_HOST:
+            sentences.append(
+                f"the proof stops at its bound of {MAX_ON_HOST} operators on the host: {_op(following)} is named, "
+                "not proven"
+            )
+            return _ended(proof, "bound")
+        entry = following
+
+
+def _op(entry: dict) -> str:
+    """A wrong operator as the census and the plan name it: ``aten::rsqrt``, ``aten::mul.Tensor``."""
+    return localised_answers.op_name(entry["operator"], entry.get("overload"))
+
+
+def _listed(names: list[str]) -> str:
+    """``aten::mul``, ``aten::mul and aten::silu``, ``a, b and c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _link(entry: dict) -> dict:
+    """A wrong operator of the proof's chain, as stored (``on_host``: the name it went to the host as)."""
+    keys = ("operator", "overload", "module", "module_class", "index", "max_rel_error")
+    return {"name": _op(entry), **{key: entry.get(key) for key in keys}, "on_host": None}
+
+
+def _host_name(entry: dict) -> tuple[str | None, str | None]:
+    """(the name a wrong operator goes to the host as, None) or (None, why it cannot go). Its whole packet
+    (``aten::mul``: a stack's kernel is rarely wrong in one form only) when the packet goes, else its own overload;
+    refused when its own overload is."""
+    operator, overload = entry["operator"], entry.get("overload") or localised_answers.DEFAULT_OVERLOAD
+    own = f"{operator}.{overload}"
+    refused = host_ops.refusals([own])
+    if refused:
+        return None, refused[own]
+    return (own if host_ops.refusals([operator]) else operator), None
+
+
+def _rerun_of(names: list[str], again: Localised, calls: dict) -> dict:
+    """One rerun of the proof, as stored."""
+    following = again.first
+    failure = again.forward_failure
+    return {
+        "on_host": list(names),
+        "ops_checked": again.checked,
+        "ops_wrong": again.flagged,
+        "ops_not_judged": again.not_judged,
+        "next": {key: following.get(key) for key in ("operator", "overload", "module", "index", "max_rel_error")}
+        if following
+        else None,
+        "forward_failure": {key: failure.get(key) for key in ("error_type", "module", "error_message")}
+        if failure
+        else None,
+        "host_calls": dict(calls),
+        "seconds": again.seconds,
+    }
+
+
+def _last_rerun(again: Localised, hosted: str, calls: dict, sentences: list[str]) -> tuple[str, bool]:
+    """The sentence of a rerun that found no wrong operator: confirmed only when it matches the reference (see
+    ``prove``); else why not. (verdict, matches)."""
+    failure = again.forward_failure
+    if failure:
+        sentences.append(
+            f"not proven: {hosted} no operator is wrong, but the forward raised {failure['error_type']} in "
+            f"{failure['module'] or ROOT_LABEL}, so the model does not run to its end"
+        )
+        return "raised", False
+    if again.not_judged:
+        unjudged = again.unjudged[0]
+        sentences.append(
+            f"not proven: {hosted} no operator judged is wrong, but {again.not_judged} of the "
+            f"{again.checked + again.not_judged} operators could not be judged (the first: {_named(unjudged)}: "
+            f"{unjudged['reason']}), so the model is not shown to match the reference"
+        )
+        return "not judged", False
+    ran = sum(calls.values())
+    sentences.append(
+        f"confirmed: {hosted} the model matches the reference: all {again.checked} operators its forward ran on "
+        f"{again.device_type} agree with the CPU's replay from the same inputs, none unjudged, nothing raised "
+        f"({ran} call{'' if ran == 1 else 's'} on the host)"
+    )
+    return "confirmed", True
+
+
+def _ended(proof: dict, verdict: str, matches: bool = False) -> dict:
+    proof.update(verdict=verdict, matches=matches)
+    return proof
+
+
+def proof_lines(proof: dict | None) -> list[str]:
+    """The proof as the command prints it: one line a sentence, in the order they happened."""
+    return [f"{sentence}." for sentence in (proof or {}).get("sentences", [])]
+
+
+def answer_lines(result: dict) -> list[str]:
+    """What ``model-support localise`` prints for a stored result: the stack's sentence (when this stack is not the
+    sweep's), the finding, the first wrong operator's script, then the proof."""
+    lines = [result["stack_note"]] if result.get("stack_note") else []
+    lines.append(result["summary"])
+    if result.get("repro"):
+        lines.append(f"repro: python {result['repro']}  (input shapes {result['shapes']}, dtypes {result['dtypes']})")
+    return lines + proof_lines(result.get("proof"))
+
+
 def result_of(found: Localised, repro: str | None = None, **context) -> dict:
     """The stored (and ``--json``) object: ``KEYS`` first (all null when nothing is wrong), then the rest."""
     first = found.first or {}
@@ -336,8 +512,9 @@ def _only_variant(data_dir, sweep_id: str, model_id: str) -> str | None:
 
 def localise(data_dir, sweep_id: str, model: str, variant: str | None = None) -> dict:
     """Localise MODEL (its id or a unique fragment) of a sweep on the sweep's device, on this environment's stack:
-    store the result as ``sweeps/<id>/localised/<model>.json`` (and the first wrong operator's script and inputs
-    beside it) and return it (``result_of``; ``stack_note`` says when this stack is not the sweep's). Bad input
+    prove the first wrong operator on the host (``prove``; the result's ``proof``); store the result as
+    ``sweeps/<id>/localised/<model>.json`` (and the first wrong operator's script and inputs beside it) and return
+    it (``result_of``; ``stack_note`` says when this stack is not the sweep's). Bad input
     (an unknown sweep or model, a model with no record, a sweep on the CPU) is one sentence, before anything runs."""
     from .runner import debug_parameters, resolve_model
     from .stack import stack_difference
@@ -363,6 +540,7 @@ def localise(data_dir, sweep_id: str, model: str, variant: str | None = None) ->
         )
     note = stack_difference(meta, record)
     found, loaded, adapter = _run(params, device)
+    proof = prove(found, adapter.host_kernels(), functools.partial(_rerun, loaded, adapter))
     folder = localised_dir(data_dir, sweep_id)
     name = store.stem(entry.model_id, variant)
     repro = None
@@ -391,6 +569,7 @@ def localise(data_dir, sweep_id: str, model: str, variant: str | None = None) ->
         if params.get("mode") == "compile"
         else None,
         stack_note=note,
+        proof=proof,
     )
     from .. import fileio
 
@@ -428,6 +607,18 @@ def _run(params: dict, device: str):
         loaded["model"], loaded["input_ids"], loaded["attention_mask"], loaded["extra_inputs"], adapter.synchronize
     )
     return found, loaded, adapter
+
+
+def _rerun(loaded: dict, adapter, names: list[str]) -> tuple[Localised, dict]:
+    """The proof's rerun (``prove``): the checked forward of the loaded model again, ``names`` on the host."""
+    model = loaded["model"]
+    from .tracer import model_device
+
+    with host_ops.on_host(model_device(model).type, names) as hosted:
+        again = localise_forward(
+            model, loaded["input_ids"], loaded["attention_mask"], loaded["extra_inputs"], adapter.synchronize
+        )
+    return again, dict(hosted.calls)
 
 
 def localised_html(found: Localised, dtype: str | None = None) -> str:

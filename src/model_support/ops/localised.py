@@ -2,7 +2,8 @@
 
 ``localise`` keeps one answer per (model, variant) in the sweep's own folder, ``sweeps/<id>/localised/<model>.json``
 (written atomically; the verdict records are never touched): the first wrong operator (``operator`` and
-``overload``, null when none is wrong) and every operator it flagged (``wrong_ops``, the first ``MAX_LISTED``).
+``overload``, null when none is wrong), every operator it flagged (``wrong_ops``, the first ``MAX_LISTED``) and
+its proof's chain (``proof.chain``: the wrong operators found one after another with those before on the host).
 The plan reads them from there: the sweep's own data, no adapter's knowledge of its faults. A wrong operator is
 named as the census names it (``aten::rsqrt``; ``aten::add.Tensor`` for another overload than the default), so a
 localised operator and a census entry are one name. A pulled dataset has no sweep folder: nothing is localised.
@@ -55,8 +56,11 @@ def op_name(operator: str, overload: str | None) -> str:
 
 
 def wrong_ops(answer: dict) -> list[str]:
-    """The operators an answer found wrong, each once, the first wrong one first ([] when none is)."""
-    entries = answer.get("wrong_ops") or []
+    """The operators an answer found wrong, each once, the first wrong one first, then its proof's chain (each
+    operator found wrong with the ones before it on the host: a second wrong operator the listed first
+    ``MAX_LISTED`` flags may not reach), then the rest ([] when none is)."""
+    chain = (answer.get("proof") or {}).get("chain") or []
+    entries = [*chain, *(answer.get("wrong_ops") or [])]
     if answer.get("operator"):
         entries = [{"operator": answer["operator"], "overload": answer.get("overload")}, *entries]
     names = (op_name(e["operator"], e.get("overload")) for e in entries if isinstance(e, dict) and e.get("operator"))

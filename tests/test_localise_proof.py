@@ -1,0 +1,198 @@
+"""The blame proven (issue 48, part 6): ``model-support localise`` ends with the forward again, the wrong operator on
+the host (``probe.host_ops``), confirmed when the model then matches the reference, else the next wrong operator
+named and put there too, up to ``localise.MAX_ON_HOST``.
+
+For real, on the pretend device over tiny-llama (its rotary embedding, RMSNorm and gated MLP multiply; its MLP's
+activation is SiLU): a wrong ``aten::mul`` is confirmed; with ``aten::mul`` and ``aten::silu`` wrong both are named
+and the model matches with both on the host. The command's printed answer is the stored one's. The pretend stack
+names ``aten::mul.Tensor``: its fault check cannot take the packet ``aten::mul``, which has no default overload.
+The proof's other endings (a refused operator, a device without host kernels, the bound, an operator not judged, a
+forward that raises, a kernel the device ignores) run on made-up reruns.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from test_localise import MODEL, child_env, pretend_sweep
+
+from model_support.debug import localise
+from model_support.debug.localise import Localised
+from model_support.ops import localised as localised_answers
+
+MUL = "aten::mul.Tensor"
+#: Each case: its stack, the chain of wrong operators it names (as the plan does) and what goes to the host.
+CASES = {
+    "mul": ({"wrong_ops": [MUL]}, [MUL], ["aten::mul"]),
+    "mul-silu": ({"wrong_ops": [MUL, "aten::silu"]}, [MUL, "aten::silu"], ["aten::mul", "aten::silu"]),
+}
+
+
+def run_cli(data: Path, config: dict) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "model_support.cli", "localise", "s", MODEL, "--data-dir", str(data)]
+    return subprocess.run(command, capture_output=True, text=True, env=child_env(config), timeout=300)
+
+
+@pytest.fixture(scope="module")
+def proved(tmp_path_factory, fixture_models) -> dict:
+    """Each case localised through the command line, in its own process: name -> (printed lines, stored answer)."""
+    path = fixture_models[MODEL]["path"]
+    jobs = {}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for name, (config, _, _) in CASES.items():
+            data = tmp_path_factory.mktemp(f"proof-{name}")
+            pretend_sweep(data, path, config)
+            jobs[name] = (pool.submit(run_cli, data, config), data)
+        done = {name: (job.result(), data) for name, (job, data) in jobs.items()}
+    results = {}
+    for name, (run, data) in done.items():
+        assert run.returncode == 0, f"{name}: {run.stderr[-3000:]}"
+        results[name] = (run.stdout.splitlines(), localise.stored(data, "s", f"local:{MODEL}"))
+    return results
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES)
+def test_the_wrong_operators_are_named_and_the_model_matches_with_them_on_the_host(proved, case):
+    lines, answer = proved[case]
+    _, chain, on_host = CASES[case]
+    assert lines == localise.answer_lines(answer)  # the printed answer is the stored one
+    assert (answer["operator"], answer["overload"]) == ("aten::mul", "Tensor")
+    proof = answer["proof"]
+    assert [link["name"] for link in proof["chain"]] == chain
+    assert [link["on_host"] for link in proof["chain"]] == on_host == proof["on_host"]
+    assert (proof["verdict"], proof["matches"], proof["bound"]) == ("confirmed", True, localise.MAX_ON_HOST)
+    last = proof["reruns"][-1]
+    assert last["ops_wrong"] == last["ops_not_judged"] == 0 and last["ops_checked"] == answer["ops_checked"]
+    assert last["host_calls"][MUL] > 0 and last["forward_failure"] is None
+    assert lines[-1].startswith(f"confirmed: with {' and '.join(on_host)} on the host the model matches the reference")
+    assert localised_answers.wrong_ops(answer)[: len(chain)] == chain  # the plan's wrong operators of the model
+
+
+@pytest.mark.slow
+def test_the_second_wrong_operator_is_found_with_the_first_on_the_host(proved):
+    lines, answer = proved["mul-silu"]
+    first, second = answer["proof"]["reruns"]
+    assert first["on_host"] == ["aten::mul"] and first["next"]["operator"] == "aten::silu"
+    assert "aten::silu" not in first["host_calls"] and second["host_calls"]["aten::silu"] > 0
+    (enough,) = [line for line in lines if line.startswith("not enough:")]
+    assert enough.startswith(
+        f"not enough: with aten::mul on the host the forward still diverges at operator #{first['next']['index'] + 1}"
+    )
+    assert "the next wrong operator is aten::silu (default) in model.layers.0.mlp.act_fn (SiLUActivation)" in enough
+    assert lines.index(enough) == len(lines) - 2  # then the confirmation
+    _, single = proved["mul"]
+    assert single["proof"]["reruns"][0]["on_host"] == ["aten::mul"] and len(single["proof"]["reruns"]) == 1
+
+
+def test_every_operator_of_the_chain_is_a_wrong_operator_of_the_plan():
+    """The first ``MAX_LISTED`` flags can all be the first operator's: the chain's second still reaches the plan."""
+    answer = {
+        "operator": "aten::mul",
+        "overload": "Tensor",
+        "wrong_ops": [{"operator": "aten::mul", "overload": "Tensor"}] * localise.MAX_LISTED,
+        "proof": {"chain": [{"operator": "aten::mul", "overload": "Tensor"}, {"operator": "aten::silu"}]},
+    }
+    assert localised_answers.wrong_ops(answer) == [MUL, "aten::silu"]
+    del answer["proof"]  # an answer stored before the proof reads as before
+    assert localised_answers.wrong_ops(answer) == [MUL]
+
+
+# --- the proof's other endings, on made-up reruns ---------------------------------------------------------------
+
+
+def wrong(operator: str, overload: str = "default", index: int = 5) -> dict:
+    """A flagged operator as the localiser lists it."""
+    return {
+        "operator": operator,
+        "overload": overload,
+        "module": "model.layers.0.mlp",
+        "module_class": "LlamaMLP",
+        "index": index,
+        "max_rel_error": 0.5,
+    }
+
+
+def found(*flagged: dict, checked: int = 100, not_judged: list | None = None, failure: dict | None = None):
+    unjudged = not_judged or []
+    return Localised(
+        checked=checked,
+        flagged=len(flagged),
+        wrong=list(flagged),
+        not_judged=len(unjudged),
+        unjudged=unjudged,
+        forward_failure=failure,
+        device_type="pretend",
+    )
+
+
+class Reruns:
+    """Made-up reruns: each call the next ``Localised``, the names it was asked to put on the host kept."""
+
+    def __init__(self, *results: Localised):
+        self.results, self.asked = list(results), []
+
+    def __call__(self, names):
+        self.asked.append(list(names))
+        return self.results.pop(0), {name: 1 for name in names}
+
+
+def test_the_bound_is_said_when_reached_and_the_next_operator_named():
+    operators = ["aten::mul", "aten::silu", "aten::exp", "aten::neg"]
+    reruns = Reruns(*(found(wrong(op, index=i)) for i, op in enumerate(operators[1:])))
+    proof = localise.prove(found(wrong("aten::mul", "Tensor")), (True, None), reruns)
+    assert reruns.asked == [operators[:1], operators[:2], operators[:3]] and localise.MAX_ON_HOST == 3
+    assert [link["name"] for link in proof["chain"]] == [MUL, *operators[1:]] and proof["chain"][-1]["on_host"] is None
+    assert (proof["verdict"], proof["matches"]) == ("bound", False)
+    assert [s.split(":")[0] for s in proof["sentences"]] == ["not enough"] * 3 + [
+        "the proof stops at its bound of 3 operators on the host"
+    ]
+    assert "aten::neg is named, not proven" in proof["sentences"][-1]
+
+
+@pytest.mark.parametrize(
+    ("operator", "why"),
+    [
+        ("aten::transpose", "it is a view"),
+        ("aten::_scaled_dot_product_flash_attention", "the CPU has no kernel for it"),
+    ],
+)
+def test_an_operator_that_cannot_go_to_the_host_is_said_by_name_with_why(operator, why):
+    reruns = Reruns()
+    proof = localise.prove(
+        found(wrong(operator, "int" if "transpose" in operator else "default")), (True, None), reruns
+    )
+    assert reruns.asked == [] and proof["verdict"] == "refused" and not proof["matches"]
+    (sentence,) = proof["sentences"]
+    assert sentence.startswith(f"not proven: {operator}") and why in sentence
+
+
+def test_a_second_operator_refused_ends_the_chain_with_both_named():
+    reruns = Reruns(found(wrong("aten::transpose", "int")))
+    proof = localise.prove(found(wrong("aten::mul", "Tensor")), (True, None), reruns)
+    assert [link["name"] for link in proof["chain"]] == [MUL, "aten::transpose.int"] and proof["verdict"] == "refused"
+    assert proof["sentences"][0].startswith("not enough") and proof["sentences"][1].startswith("not proven")
+
+
+def test_a_device_without_host_kernels_says_why_and_reruns_nothing():
+    reruns = Reruns()
+    proof = localise.prove(found(wrong("aten::mul", "Tensor")), (False, "its backend ignores them"), reruns)
+    assert reruns.asked == [] and proof["verdict"] == "no host kernels" and proof["chain"][0]["on_host"] is None
+    assert "takes no host kernels (its backend ignores them)" in proof["sentences"][0]
+
+
+def test_no_confirmation_over_operators_not_judged_a_raising_forward_or_an_ignored_kernel():
+    unjudged = {**wrong("pretend::attention"), "reason": "the CPU cannot run it (NotImplementedError)"}
+    proof = localise.prove(found(wrong("aten::silu")), (True, None), Reruns(found(not_judged=[unjudged])))
+    assert (proof["verdict"], proof["matches"]) == ("not judged", False)
+    assert "1 of the 101 operators could not be judged" in proof["sentences"][0]
+    failure = {"error_type": "RuntimeError", "module": "model.norm", "error_message": "boom"}
+    proof = localise.prove(found(wrong("aten::silu")), (True, None), Reruns(found(failure=failure)))
+    assert proof["verdict"] == "raised" and "raised RuntimeError in model.norm" in proof["sentences"][0]
+    proof = localise.prove(found(wrong("aten::silu")), (True, None), Reruns(found(wrong("aten::silu"))))
+    assert proof["verdict"] == "not taken" and "did not run its host kernel" in proof["sentences"][0]
+    assert localise.prove(found(), (True, None), Reruns()) is None  # nothing wrong: nothing to prove
