@@ -232,7 +232,6 @@ def test_a_silent_late_abort_names_its_operator_has_its_repro_script_and_is_the_
     is the porting loop's tiny-opt.)"""
     from helpers import cli_sweep
     from model_support.probe.model_ids import display_name
-    from model_support.record import store
 
     config = {"crash_ops": ["aten::silu", "aten::gelu"], "crash_message": False, "crash_after": 3}
     monkeypatch.setenv(CONFIG_VAR, json.dumps(config))
@@ -307,6 +306,26 @@ def test_a_fault_on_an_operator_no_backend_receives_is_refused():
     refused = child_json(code, {"wrong_ops": ["aten::linear"]})
     assert "wrong_ops names 'aten::linear', which no backend receives" in refused
     assert "name one of those" in refused
+
+
+def test_a_fault_on_an_operator_whose_default_is_torchscripts_takes_its_tensor_forms():
+    """``aten::mul`` and ``aten::add`` name no default form a backend receives (their ``default`` is TorchScript's
+    product and sum of scalars): a fault on the name reaches their tensor forms, and the backend loads."""
+    code = """
+        import json
+        import torch
+        from model_support.probe import devices
+        devices.resolve("pretend")
+        x = torch.ones(3, device="pretend")
+        try:
+            (x + x).cpu()
+            added = "ran"
+        except Exception as exc:
+            added = str(exc)
+        print(json.dumps({"mul": (x * x).cpu().tolist(), "add": added}))
+        """
+    out = child_json(code, {"wrong_ops": ["aten::mul"], "missing_ops": ["aten::add"]})
+    assert out["mul"] != [1.0, 1.0, 1.0] and out["add"].startswith("Could not run 'aten::add'"), out
 
 
 def test_off_unless_configured_and_a_typo_in_a_fault_is_refused():
