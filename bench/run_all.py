@@ -50,6 +50,58 @@ def ok(flag) -> str:
     return "met" if flag else ("**not met**" if flag is not None else "-")
 
 
+def cold_command_table(cold: dict) -> list[str]:
+    """bench_cold_command.py: the papermill probe against its repro script, like for like and as typed, and where
+    its time goes; with the baseline notebook's rounds ("before") where it ran one."""
+    if not cold or "parts" not in cold:
+        return []
+    r = cold["repro_script_s"]
+    runs = {"after": cold, "after, as typed (judge on)": cold["as_typed"]}
+    if "before" in cold:
+        runs = {"before": cold["before"], "before, as typed": cold["before"]["as_typed"], **runs}
+
+    def wall(s: dict) -> str:
+        return f"{s['median']:.2f} s [{s['min']:.2f}-{s['max']:.2f}]"
+
+    lines = [
+        f"### The headline command, cold ({cold['date']}, {cold['model']}, {cold['reps']} rounds, interleaved, "
+        "median [min-max])",
+        "",
+        "Like for like: `-p reference none -p judge False`, neither of which the repro script runs; as typed: the "
+        "judge on, its default (the difference is the judge, the probe's own work).",
+        "",
+        "| command | wall | over the repro script | CPU | over the repro script |",
+        "|---|---|---|---|---|",
+        f"| `python repro.py ...` (the record's repro script) | {wall(r)} | | {wall(cold['repro_script_cpu_s'])} | |",
+    ]
+    for name, run in runs.items():
+        judge = f", the judge {run['judge_s']:+.2f} s" if "judge_s" in run else ""
+        judge_cpu = f", the judge {run['judge_cpu_s']:+.2f} s" if "judge_cpu_s" in run else ""
+        lines.append(
+            f"| `papermill notebooks/probe.ipynb ...`, {name} | {wall(run['papermill_probe_s'])} "
+            f"| {run['overhead_s']:+.2f} s ({run['ratio']:.2f}x){judge} | {wall(run['cpu_s'])} "
+            f"| {run['cpu_overhead_s']:+.2f} s{judge_cpu} |"
+        )
+    lines += [
+        "",
+        "Where the papermill probe's time goes (median seconds):",
+        "",
+        "| part | " + " | ".join(runs) + " |",
+        "|---|" + "---|" * len(runs),
+    ]
+    lines += [
+        f"| {said} | " + " | ".join(f"{run['parts_s'][part]:.2f}" for run in runs.values()) + " |"
+        for part, said in cold["parts"].items()
+    ]
+    lines += [
+        "",
+        f"The papermill probe over its repro script, like for like: **{cold['overhead_s']:+.2f} s** "
+        f"(target <= {cold['target_s']} s: {ok(cold['met'])})",
+        "",
+    ]
+    return lines
+
+
 def tables() -> str:
     lines = []
     probe = load("probe_overhead")
@@ -163,23 +215,7 @@ def tables() -> str:
             f"{ok(prefetch['met'])})",
             "",
         ]
-    cold = load("cold_command")
-    if cold:
-        p, r = cold["papermill_probe_s"], cold["repro_script_s"]
-        lines += [
-            f"### The headline command, cold ({cold['date']}, {cold['model']}, {cold['reps']} runs each, "
-            "alternating, median [min-max])",
-            "",
-            "| command | wall |",
-            "|---|---|",
-            f"| `papermill notebooks/probe.ipynb out.ipynb -p model_id ...` | {p['median']:.2f} s "
-            f"[{p['min']:.2f}-{p['max']:.2f}] |",
-            f"| `python repro.py ...` (the record's repro script) | {r['median']:.2f} s [{r['min']:.2f}-{r['max']:.2f}] |",
-            "",
-            f"Fixed overhead of the papermill probe: **{cold['overhead_s']:+.2f} s** (target <= {cold['target_s']} s: "
-            f"{ok(cold['met'])})",
-            "",
-        ]
+    lines += cold_command_table(load("cold_command"))
     modes = load("modes")
     if modes:
         lines += [

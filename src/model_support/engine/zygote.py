@@ -45,7 +45,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import children
+from . import children, kernel_side
 
 ZYGOTE_ENV = "MODEL_SUPPORT_KERNEL_ZYGOTE"
 #: ``MODEL_SUPPORT_KERNEL_ZYGOTE=off``: every kernel a fresh process (the benchmark's baseline, or a doubt).
@@ -55,14 +55,10 @@ LATE_PREFIXES = ("MODEL_SUPPORT_", "JPY_", "PYTEST_")
 LATE_SUFFIXES = ("_VISIBLE_DEVICES", "_VISIBLE_CHIPS")
 #: the token, the terminal's size, polars' jemalloc (polars is not preloaded), the shell's last command
 LATE_NAMES = frozenset({"HF_TOKEN", "COLUMNS", "LINES", "_RJEM_MALLOC_CONF", "_"})
-#: What every kernel of ours imports, nothing device-bound (the probe's ``WARM_UP`` less the package), and not
-#: ipykernel's kernel app: it reads ``JPY_PARENT_PID`` when it is imported (0.1 s to import in the kernel).
-PRELOAD = (
-    "import IPython, zmq, tornado.ioloop, ipykernel.ipkernel\n"
-    "import torch, torch._dynamo, torch.distributed.tensor\n"
-    "import transformers\n"
-    "from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer\n"
-)
+#: What every kernel of ours imports, nothing device-bound (the probe's ``WARM_UP`` less the package: the kernel's
+#: modules and ``kernel_side.STACK``), and not ipykernel's kernel app: it reads ``JPY_PARENT_PID`` when it is
+#: imported (0.1 s to import in the kernel).
+PRELOAD = "import IPython, zmq, tornado.ioloop, ipykernel.ipkernel\n" + kernel_side.STACK
 _MAX_MESSAGE = 1 << 20
 #: The resource limits a kernel gets from its requester, as a fresh process inherits them (``ulimit``).
 LIMITS = (
@@ -179,7 +175,7 @@ def serve(path: str, owner: int) -> None:
     listener.bind(path)
     listener.listen(64)  # requests wait here while the imports below run
     environment = dict(os.environ)
-    exec(compile(PRELOAD, "<zygote preload>", "exec"), {})  # noqa: S102 a fixed string of ours
+    kernel_side.preload(PRELOAD)  # frozen out of the collector's sight, in every kernel forked from here too
     import torch
 
     if torch.version.cuda or getattr(torch.version, "hip", None) or "ipykernel.kernelapp" in sys.modules:
