@@ -47,6 +47,7 @@ NON_DEFAULT = {
     "perf_budget": 0.5,
     "perf_trace": True,  # perf off: nothing profiled (tests/test_perf_trace.py keeps a trace)
     "recompile_check": "on",
+    "host_ops": "missing",  # on the CPU, the host itself: nothing put there, and still a what-if run, kept apart
     "census": "full",  # compile mode: no census either way (tests/test_census_sampled.py: sampled, full and off)
     "flight_recorder": "on",  # the CPU: no recorder (tests/test_instruments.py)
     "host_cost": "off",
@@ -83,6 +84,7 @@ EFFECT = {
     "snapshot": lambda r: r["model_type"] == "llama",  # loaded from the snapshot's config
     "notebook_path": lambda r: r["notebook_path"] == NON_DEFAULT["notebook_path"],
     "hub_facts": lambda r: r["likes"] == 5 and r["pipeline_tag"] == "text-generation",
+    "host_ops": lambda r: r["what_if"] is True and r["host_ops"] == "missing" and r["host_ops_run"] == [],
 }
 
 

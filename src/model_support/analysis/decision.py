@@ -318,11 +318,29 @@ def earlier_verdicts(data_dir, a: str, depth: int = 10) -> Callable[[tuple[str, 
     return earlier
 
 
+def refuse_what_if(data_dir, *sweep_ids: str) -> None:
+    """One sentence for a what-if sweep (its definition put operators on the host, ``host_ops``): its runs are not
+    the stack's verdicts, so the gate and the diff compare none of them."""
+    from pathlib import Path
+
+    from ..errors import UserError
+    from ..record import store
+
+    for sweep_id in sweep_ids:
+        path = store.sweep_dir(Path(data_dir), sweep_id) / "sweep.json"
+        if path.exists() and store.read_sweep(Path(data_dir), sweep_id).probe.get("host_ops"):
+            raise UserError(
+                f"Sweep {sweep_id} is a what-if sweep (host_ops puts operators on the host): its runs are not the "
+                "stack's verdicts, so the gate compares none of them; compare two sweeps of the stack itself."
+            )
+
+
 def decide_between(
     data_dir, a: str, b: str, expectations: Mapping[str, Expectation] | None = None, today: _dt.date | None = None
 ) -> tuple[SweepRuns, SweepRuns, list[Change]]:
     """Sweeps ``a`` and ``b`` read (``read_runs``) and decided (``decide_sweeps``, a silent night in A read from the
     sweeps before it): what the gate and the diff's table both say."""
+    refuse_what_if(data_dir, a, b)
     before, after = read_runs(data_dir, a), read_runs(data_dir, b)
     return before, after, decide_sweeps(before, after, expectations, today, earlier_verdicts(data_dir, a))
 

@@ -119,6 +119,12 @@ class _Following:
     def __getattr__(self, name: str):
         return getattr(self._timer, name)
 
+    def __setattr__(self, name: str, value) -> None:  # the streamer's settings (its device clock) are the streamer's
+        if name.startswith("_"):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._timer, name, value)
+
 
 #: (operator, dispatch key) -> whether the device gets the operator's parts (``composite_on``).
 _COMPOSITE: dict[tuple, bool] = {}

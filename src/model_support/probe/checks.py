@@ -92,7 +92,8 @@ def check_pass(record: Record, settings: dict, device_steps: list | None, prompt
             record[key] = None
         record["reference_note"] = f"the reference check could not run: {type(exc).__name__}: {exc}"[:2000]
         record["numerics_note"] = f"no reference: {record['reference_note']}"[:2000]
-    gc.collect()  # the reference model is freed before the judge loads
+    if settings.get("judge") and settings.get("reference") != "none":
+        gc.collect()  # the reference model is freed before the judge loads (0.38 s a walk: only when both load)
     try:
         judge.judge_record(record, settings)
     except Exception as exc:  # noqa: BLE001 as above: the judge's failure is its note

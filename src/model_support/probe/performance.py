@@ -88,6 +88,8 @@ def why_not(record: Mapping[str, Any], settings: dict) -> str | None:
     off = wanted(settings, record.get("device_type"))
     if off is not None:
         return off
+    if settings.get("host_ops"):
+        return "a what-if run (host_ops): its timings would time the host's copies, not the stack"
     if record.get("status") != schema.PASS:
         return "not a PASS"
     if (record.get("devices_used") or 1) > 1:

@@ -270,6 +270,16 @@ PROBE_PARAMS: tuple[Param, ...] = (
         booleans=True,
     ),
     Param(
+        "host_ops",
+        str,
+        "",
+        "a what-if run: these aten operators run on the host's CPU kernels (comma-separated: aten::rsqrt,aten::gelu), "
+        "or missing: every operator the stack lacks; its record is kept apart (the what_if config), never the "
+        "stack's verdict; empty: the stack as it is",
+        pattern=r"|missing|(aten::[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)?)(, ?aten::[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)?)*",
+        pattern_words="empty, missing, or aten operators separated by commas (aten::rsqrt,aten::add.Tensor)",
+    ),
+    Param(
         "record_path",
         str,
         "",

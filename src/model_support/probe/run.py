@@ -21,7 +21,7 @@ from ..fileio import atomic_write_json
 from ..record import schema
 from ..record.schema import Record
 from ..redact import redact_record
-from . import census, devices, hub, hub_fetch, performance, phases, probe_core, probe_params
+from . import census, devices, hub, hub_fetch, performance, phases, probe_core, probe_params, what_if
 from .checks import NO_WEIGHTS_ATTRIBUTION, attribute, started_path, write_started
 from .instruments import flight_recorder, host_cost, profiled, recompiles
 from .model_ids import check_there, machine_paths, portable_id, unavailable
@@ -238,6 +238,10 @@ def _probe(record: Record, settings: dict) -> None:
     if missing:  # no verdict: this stack has no such mode (an ``excluded`` row in a sweep)
         record["exclusion_reason"] = f"{probe_core.NOT_AVAILABLE}: {missing}"
         return
+    refused = what_if.refusal(settings.get("host_ops"), adapter)
+    if refused:  # one sentence before anything runs (a sweep refuses it before it starts: sweep.definition)
+        record["exclusion_reason"] = refused
+        return
     broken = probe_core.torchvision_broken()
     if broken:  # transformers would fail every model's load with it: the environment, no verdict
         record["exclusion_reason"] = broken
@@ -257,8 +261,25 @@ def _probe(record: Record, settings: dict) -> None:
         if not resolve_task(record, settings):  # the Hub's pipeline_tag, now known, decides an auto task
             return
         _set_repro(record, settings, adapter)  # from the downloaded files, the task resolved
+    if settings.get("host_ops") and _sharded_what_if(record, settings, adapter):
+        return
     if _sharded(record, settings, adapter):
         return
+    with what_if.hosting(record, settings, adapter):  # a what-if run: the operators it names on the host
+        _on_device(record, settings, adapter)
+
+
+def _sharded_what_if(record: Record, settings: dict, adapter) -> bool:
+    """A what-if run that would put operators on the host over several devices (or ``devices=auto``, which may
+    be several) is not run yet: said as its exclusion (no verdict), True."""
+    if str(settings.get("devices", "1")) == "1" or not what_if.operators(settings["host_ops"], adapter)[0]:
+        return False
+    record["exclusion_reason"] = "host_ops runs on one device only for now: ask devices=1 for a what-if run"
+    return True
+
+
+def _on_device(record: Record, settings: dict, adapter) -> None:
+    """The probe on one device: its stages under the instruments, the verdict, the perf phase, the checks."""
     record.update({"devices_used": 1, "parallelism": "none"})
     adapter.reset_peak_memory()
     # the instruments, each at most 5% of a probe or off by default (bench/bench_instruments.py): the census

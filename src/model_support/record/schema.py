@@ -120,6 +120,7 @@ GROUPS = {
     "ops": "the operators the probe dispatched to its device (its census) and what the stack lacks of them",
     "perf": "how fast a PASS runs on its device: repeats after the verdict, compile apart, bandwidth utilisation",
     "host": "what a PASS costs the host: device-to-host syncs and CPU fallbacks per decode token, as the stack counts them",
+    "what_if": "a what-if run: operators the device lacks or gets wrong run on the host's CPU kernels (host_ops)",
 }
 
 #: The record's current version: the highest ``since`` (raise it when adding fields, and give them that ``since``).
@@ -137,7 +138,8 @@ GROUPS = {
 #: perf phase's profiler trace (``perf_trace_path``); 20: the device backend a row ran on, as its adapter declares it
 #: (``backend_versions``: its packages and runtime; ``backend_config``: its settings); 21: how the perf phase sized
 #: itself (``perf_repeats_run``, ``perf_stop``) and its device seconds (``perf_device_s``).
-VERSION = 21
+#: 22: what-if runs (``what_if``, ``host_ops`` and what ran on the host, ``probe.host_ops``).
+VERSION = 22
 
 
 class Record(TypedDict):
@@ -428,6 +430,22 @@ class Record(TypedDict):
         list[int] | None, Col("host", 17, "each fallback operator's calls in the generation (prefill and decode)")
     ]
     host_cost_note: Annotated[str | None, Col("host", 17, "how the host cost was counted, or why not")]
+    what_if: Annotated[
+        bool | None,
+        Col("what_if", 22, "operators ran on the host (host_ops): kept in the what_if config, never a stack verdict"),
+    ]
+    host_ops: Annotated[
+        str | None, Col("what_if", 22, "the host_ops setting: the operators asked on the host, or missing")
+    ]
+    host_ops_run: Annotated[
+        list[str] | None, Col("what_if", 22, "the operator forms registered on the host for the run")
+    ]
+    host_ops_note: Annotated[str | None, Col("what_if", 22, "what host_ops put on the host, what it could not and why")]
+    host_op_names: Annotated[list[str] | None, Col("what_if", 22, "the host operators called, first first")]
+    host_op_calls: Annotated[list[int] | None, Col("what_if", 22, "each host_op_names entry's calls in the run")]
+    host_op_calls_per_token: Annotated[
+        float | None, Col("what_if", 22, "host operator calls per generated token (prefill included)")
+    ]
 
 
 _SCALARS: dict[type, pa.DataType] = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}

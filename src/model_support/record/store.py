@@ -36,7 +36,10 @@ if TYPE_CHECKING:  # polars is imported where it is used: the probe kernel write
 CONFIGS = ("results", "excluded")
 #: The third config: one row per operator per sweep, from the census (``ops_table``); every config of the dataset.
 OPS_CONFIG = "ops"
-DATASET_CONFIGS = (*CONFIGS, OPS_CONFIG)
+#: What-if runs (``what_if``: operators on the host, ``probe.host_ops``), the stack's records' shape, apart: nothing
+#: that reads ``results`` (the gate, the exports, the support card, the published default config) sees them.
+WHAT_IF_CONFIG = "what_if"
+DATASET_CONFIGS = (*CONFIGS, OPS_CONFIG, WHAT_IF_CONFIG)
 #: The folder of repro bodies, one file per body (``<sha256>.py``): in a sweep's folder and in the data folder.
 REPRO = "repro"
 #: A sweep's folder of first wrong operators (``debug.localise``): ``<model>.json``, its one-operator script, inputs.
@@ -63,8 +66,8 @@ def scan(data_dir: Path, config: str = "results") -> pl.LazyFrame:
     """All sweeps of one config, lazily. Files written before a column existed read it as null."""
     import polars as pl
 
-    if config not in CONFIGS:
-        raise UserError(f"config {config!r} is not one of {', '.join(CONFIGS)}")
+    if config not in (*CONFIGS, WHAT_IF_CONFIG):
+        raise UserError(f"config {config!r} is not one of {', '.join((*CONFIGS, WHAT_IF_CONFIG))}")
     root = Path(data_dir) / config
     files = sorted(root.glob("sweep=*/*.parquet"))
     if not files:
@@ -755,7 +758,7 @@ def compact(data_dir: Path, sweep_id: str) -> tuple[int, int]:
     """Records (plus the models excluded before running) -> this sweep's two Parquet files.
 
     A record with an ``exclusion_reason`` (a model found gated or gone while the sweep ran) goes to
-    ``excluded``, every other to ``results``. Rewrites only this sweep's files, as one journaled change
+    ``excluded``, a what-if run's (``what_if``) to its own config, every other to ``results`` (``config_of``). Rewrites only this sweep's files, as one journaled change
     (``change``); the JSON records stay the source of truth, so compaction can be redone at any time and
     gives the same rows (a whole-sweep exclusion and the published logs' addresses are applied here). A
     change of this sweep left half-done by a stopped process is finished first. Records are streamed (two
@@ -768,6 +771,14 @@ def compact(data_dir: Path, sweep_id: str) -> tuple[int, int]:
             return _compact(data_dir, sweep_id, meta)
 
 
+def config_of(record: dict) -> str:
+    """The config a record's row belongs to: ``excluded`` (no verdict), ``what_if`` (operators ran on the host: never
+    the stack's verdict), else ``results``."""
+    if record.get("exclusion_reason"):
+        return "excluded"
+    return WHAT_IF_CONFIG if record.get("what_if") else "results"
+
+
 def _compact(data_dir: Path, sweep_id: str, meta: SweepMeta) -> tuple[int, int]:
     whole_sweep_reason = exclusion(data_dir, sweep_id)
     published = published_logs(data_dir, sweep_id)
@@ -776,13 +787,14 @@ def _compact(data_dir: Path, sweep_id: str, meta: SweepMeta) -> tuple[int, int]:
         for model_id, reason in meta.excluded.items()
     ]
 
-    def records(excluded: bool):
+    def records(config: str):
         for record in iter_records(data_dir, sweep_id):
             if published:
                 record = _with_urls(record, sweep_dir(data_dir, sweep_id), published["url"])
             if whole_sweep_reason:
-                yield {**record, "exclusion_reason": record["exclusion_reason"] or whole_sweep_reason}
-            elif bool(record["exclusion_reason"]) == excluded:
+                if config == "excluded":
+                    yield {**record, "exclusion_reason": record["exclusion_reason"] or whole_sweep_reason}
+            elif config_of(record) == config:
                 yield record
 
     copy_repro_bodies(data_dir, sweep_id)  # before any row that names a body
@@ -792,10 +804,10 @@ def _compact(data_dir: Path, sweep_id: str, meta: SweepMeta) -> tuple[int, int]:
     )
 
     def write_results() -> int:
-        return write_parquet([] if whole_sweep_reason else records(excluded=False), results_file)
+        return write_parquet(records("results"), results_file)
 
     def write_excluded() -> int:
-        return write_parquet(itertools.chain(records(excluded=True), before_running), excluded_file)
+        return write_parquet(itertools.chain(records("excluded"), before_running), excluded_file)
 
     # the config the rows move to first: a stop between the two files leaves a row in both, never in neither
     if whole_sweep_reason:
@@ -804,7 +816,12 @@ def _compact(data_dir: Path, sweep_id: str, meta: SweepMeta) -> tuple[int, int]:
     else:
         results = write_results()
         excluded = write_excluded()
-    ops = [] if whole_sweep_reason else ops_table.op_rows(iter_records(data_dir, sweep_id))
+    write_parquet(records(WHAT_IF_CONFIG), parquet_file(data_dir, WHAT_IF_CONFIG, sweep_id))  # none: no file
+    ops = (
+        []
+        if whole_sweep_reason
+        else ops_table.op_rows(r for r in iter_records(data_dir, sweep_id) if not r.get("what_if"))
+    )
     write_parquet(ops, parquet_file(data_dir, OPS_CONFIG, sweep_id), arrow_schema=ops_table.SCHEMA)
     write_dataset_card(data_dir)
     return results, excluded
@@ -856,6 +873,10 @@ One row per model per sweep; the columns are the probe's record fields (`model_s
 - `ops`: one row per operator per sweep, from the probes' operator census: `op`, `status` on the sweep's
   stack (implemented, CPU fallback, missing, unknown), `device_type`, `versions`, the `models` that call it,
   `probes`, `calls` and `calls_per_probe`: a stack's coverage over time is a query.
+- `what_if`: what-if runs (`what_if` true), the `results` columns: the same models with the operators their
+  device lacks or gets wrong run on the host's CPU kernels (`host_ops`, `host_ops_run`, `host_op_calls`), which
+  prove a porting plan's step or a blamed operator by running. Never a verdict of the stack: no PASS here counts
+  in `results`, the gate, the exports or the support card.
 
 ```python
 from datasets import load_dataset

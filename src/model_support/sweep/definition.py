@@ -194,6 +194,24 @@ def check_devices(definition: SweepParams) -> None:
             raise SweepConfigError(problem)
 
 
+def check_host_ops(definition: SweepParams) -> None:
+    """A ``host_ops`` setting (a what-if sweep, ``probe.what_if``) the device takes and whose operators can all run
+    on the host: refused once, up front, naming each operator that cannot and why (it imports torch, so only a
+    definition that asks for host operators pays for it)."""
+    settings = [definition.probe, *(m.overrides for m in definition.models)]
+    asked = {
+        (s.get("device", definition.probe.get("device", "auto")), s["host_ops"]) for s in settings if s.get("host_ops")
+    }
+    if not asked:
+        return
+    from ..probe import what_if
+
+    for device, setting in sorted(asked):
+        problem = what_if.refusal(setting, devices.resolve(device))
+        if problem:
+            raise SweepConfigError(problem)
+
+
 #: How long importing torchvision (and torch) in the check's child process may take.
 VISION_CHECK_TIMEOUT_S = 300.0
 
@@ -306,6 +324,7 @@ def load(path: Path, check_device: bool = True, overrides: dict | None = None) -
     definition = parse(raw, source=str(path), base=Path.cwd(), lines=read.lines, found=read.twice)
     if check_device:
         check_devices(definition)
+        check_host_ops(definition)
         check_vision()
         check_hub(definition)
     return definition

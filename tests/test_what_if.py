@@ -1,0 +1,127 @@
+"""What-if runs (issue 48, parts 1 and 2): a sweep with ``host_ops`` runs the operators it names on the host's CPU
+kernels, through kernels registered for the device's dispatch key (``probe.host_ops``), and is never the stack's
+verdict: its rows are kept in the ``what_if`` config, and the gate, the exports, the support card and the
+``results`` config read the same before and after it.
+
+On the pretend device whose ``aten::silu`` crashes (the process aborts, as a device runtime's does): the stack's
+sweep fails tiny-llama (SiLU-gated MLP) and passes tiny-gpt2 (GELU); the what-if sweep with silu on the host passes
+tiny-llama, its numbers checked against the CPU reference, its host calls counted."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from helpers import REPO
+
+PRETEND = {"crash_ops": ["aten::silu"], "crash_message": False}
+MODELS = [str(REPO / "data" / "models" / m) for m in ("tiny-llama", "tiny-gpt2")]
+PROBE = {"device": "pretend", "max_new_tokens": 4, "judge": False, "perf": False}
+
+
+def cli(args: list, data, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "MODEL_SUPPORT_PRETEND": json.dumps(PRETEND), "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    done = subprocess.run(
+        [sys.executable, "-m", "model_support.cli", *args, "--data-dir", str(data)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=900,
+    )
+    assert not check or done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return done
+
+
+def sweep(tmp, data, name: str, probe: dict, check: bool = True) -> subprocess.CompletedProcess:
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"name": name, "probe": {**PROBE, **probe}, "models": MODELS, "workers": 2}))
+    return cli(["sweep", str(path), "--no-report"], data, check)
+
+
+def seen(data, sweep_id: str) -> dict:
+    """What the stack's readers say of a sweep: its results rows, its exports, the support card of each model."""
+    import polars as pl
+
+    from model_support.analysis.support import support
+    from model_support.record import store
+    from model_support.render.exports import export
+
+    rows = store.scan(data, "results").filter(pl.col("sweep_id") == sweep_id).select("model_id", "status")
+    return {
+        "results": sorted(rows.collect().rows()),
+        "all_results": store.scan(data, "results").select(pl.len()).collect().item(),
+        "junit": export(data, sweep_id, "junit"),
+        "markdown": export(data, sweep_id, "markdown"),
+        "support": {m: support(f"local:{m.rsplit('/', 1)[-1]}", data) for m in MODELS},
+    }
+
+
+@pytest.fixture(scope="module")
+def what_if(tmp_path_factory, fixture_models) -> dict:
+    from model_support.record import store
+
+    tmp = tmp_path_factory.mktemp("what-if")
+    data = tmp / "data"
+    sweep(tmp, data, "stack", {})
+    (stack,) = store.list_sweeps(data)
+    before = seen(data, stack)
+    sweep(tmp, data, "silu-on-host", {"host_ops": "aten::silu", "perf": "on"})  # asked, and still not timed
+    (hosted,) = [s for s in store.list_sweeps(data) if s != stack]
+    return {"tmp": tmp, "data": data, "stack": stack, "hosted": hosted, "before": before, "after": seen(data, stack)}
+
+
+def test_the_stack_crashes_where_the_what_if_run_passes_with_silu_on_the_host(what_if):
+    import polars as pl
+
+    from model_support.record import store
+
+    data = what_if["data"]
+    stack = dict(what_if["before"]["results"])
+    assert stack["local:tiny-llama"].startswith("FAIL") and stack["local:tiny-gpt2"] == "PASS", stack
+    rows = store.scan(data, "what_if").filter(pl.col("sweep_id") == what_if["hosted"]).collect()
+    llama = rows.filter(pl.col("model_id") == "local:tiny-llama").row(0, named=True)
+    assert llama["status"] == "PASS" and llama["what_if"] is True and llama["numerics"] == "match"
+    assert llama["host_ops"] == "aten::silu" and "aten::silu" in llama["host_ops_run"]
+    assert llama["host_op_names"] == ["aten::silu"] and llama["host_op_calls"][0] > 0
+    assert llama["host_op_calls_per_token"] == llama["host_op_calls"][0] / llama["tokens_out"]
+    assert llama["perf_note"].startswith("not measured: a what-if run (host_ops)")
+    gpt2 = rows.filter(pl.col("model_id") == "local:tiny-gpt2").row(0, named=True)
+    assert gpt2["status"] == "PASS" and gpt2["host_op_names"] == [] and gpt2["host_op_calls_per_token"] == 0
+
+
+def test_a_what_if_run_is_never_the_stacks_verdict(what_if):
+    """The results config holds no row of the what-if sweep, and what the gate, the exports and the support card
+    say of the stack is what they said before it ran."""
+    import polars as pl
+
+    from model_support.record import store
+
+    data, before, after = what_if["data"], what_if["before"], what_if["after"]
+    assert store.scan(data, "results").filter(pl.col("sweep_id") == what_if["hosted"]).collect().height == 0
+    assert after == before  # results rows, JUnit, Markdown and every support card, unchanged
+    assert all("PASS" not in str(card) or "tiny-gpt2" in name for name, card in after["support"].items())
+    done = cli(["diff", what_if["stack"], what_if["hosted"], "--fail-on", "regressions"], data, check=False)
+    assert done.returncode != 0 and f"Sweep {what_if['hosted']} is a what-if sweep" in done.stderr + done.stdout
+
+
+@pytest.mark.parametrize(
+    ("asked", "said"),
+    [
+        ("aten::empty.memory_format", "aten::empty.memory_format cannot run on the host: it is a factory"),
+        ("aten::silu,aten::view", "aten::view cannot run on the host: it is a view"),
+    ],
+)
+def test_an_operator_that_cannot_go_to_the_host_is_refused_by_name_before_anything_runs(what_if, asked, said):
+    from model_support.record import store
+
+    data = what_if["data"]
+    known = set(store.list_sweeps(data))
+    done = sweep(what_if["tmp"], data, "refused", {"host_ops": asked}, check=False)
+    assert done.returncode != 0 and said in done.stderr, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and set(store.list_sweeps(data)) == known  # nothing ran
