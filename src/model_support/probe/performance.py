@@ -9,7 +9,7 @@ token of it in device hours, so the phase costs the device what its answers need
   is ``perf_first_call_s``, the first call) and its decode steps' median is the first TPOT repeat. In compile mode
   the forward is compiled again (a warm-up generation pays it first), and on a device clock of its own the
   verdict's host-clock steps are not comparable: there the phase times its own repeats only.
-- **Timed repeats of ``perf_tokens``** (4: the first prices the prompt, TTFT; the others TPOT) greedy tokens from
+- **Timed repeats of ``perf_tokens``** (2: the first prices the prompt, TTFT; the second one TPOT step) greedy tokens from
   the probe's own prompt, each timed per token after a device sync (``probe_core.StepTimer``): TTFT, TPOT (the
   median of the seconds between tokens after the first: a pause of the host on one token moves no median) and
   tokens/s over the whole generation. The length is a setting, never chosen from timings, so two sweeps' repeats

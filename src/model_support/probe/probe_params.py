@@ -193,9 +193,9 @@ PROBE_PARAMS: tuple[Param, ...] = (
     Param(
         "perf_tokens",
         int,
-        4,
-        "perf: new tokens per timed repeat (its first prices the prompt: TTFT; the rest TPOT); fixed, so two sweeps' "
-        "repeats compare",
+        2,
+        "perf: new tokens per timed repeat (its first prices the prompt: TTFT; each after it one TPOT step); fixed, "
+        "so two sweeps' repeats compare",
         minimum=2,
     ),
     Param(
