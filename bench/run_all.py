@@ -32,6 +32,7 @@ SCRIPTS = [
     "bench_bisect.py",
     "bench_zygote.py",
     "bench_localise.py",
+    "bench_ops_prove.py",
     "bench_perf.py",
     "bench_perf.py --device pretend",
     "bench_perf_cost.py",
@@ -258,6 +259,7 @@ def tables() -> str:
         lines.append("")
     lines += ops_table(load("ops"))
     lines += localise_table(load("localise"))
+    lines += ops_prove_table(load("ops_prove"))
     scheduler = load("scheduler")
     if scheduler and "table" in scheduler:
         lines += [f"### Multi-device scheduling by simulation ({scheduler['date']})", "", scheduler["table"], ""]
@@ -604,6 +606,28 @@ def localise_table(loc: dict) -> list[str]:
         "",
     ]
     return lines
+
+
+def ops_prove_table(found: dict) -> list[str]:
+    """bench_ops_prove.py: ``model-support ops SWEEP --prove`` on a four-model sweep with two missing operators."""
+    if not found:
+        return []
+    cell = lambda d: f"{d['median']:.1f} s [{d['min']:.1f}-{d['max']:.1f}]"  # noqa: E731
+    steps = "; ".join(f"{s['op']} ({s['unlocks']} models): {s['outcome']}" for s in found["steps"])
+    return [
+        f"### The plan proven by running: `model-support ops SWEEP --prove` ({found['date']}, pretend device lacking "
+        f"{' and '.join(found['stack']['missing_ops'])}, {', '.join(found['models'])}; {found['workers']} workers, "
+        f"{found['reps']} repetitions from the stack's sweep alone, median [min-max]; load average {found['load_average']})",
+        "",
+        "| the stack's sweep (4 probes) | `--prove` (fresh process) | what-if sweeps / probes | `--prove` again (read back) | steps |",
+        "|---|---|---|---|---|",
+        f"| {found['stack_sweep_s']:.1f} s | {cell(found['prove_s'])} | {found['what_if_sweeps']} / {found['probes']} "
+        f"| {found['prove_again_s']:.1f} s | {steps} |",
+        "",
+        f"Every step confirmed: {ok(found['met']['every_step_confirmed'])}; within a few minutes (goal under "
+        f"{found['goal_s']:.0f} s): {ok(found['met']['within_a_few_minutes'])}.",
+        "",
+    ]
 
 
 def ops_table(ops: dict) -> list[str]:

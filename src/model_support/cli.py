@@ -532,36 +532,118 @@ def _recorded_expectations(data_dir: Path, sweep_id: str) -> dict | None:
     help="Predict on this machine's DEVICE stack (cpu, cuda, tpu, ...) instead of the sweep's own.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the plan and the predictions as JSON.")
+@click.option(
+    "--prove",
+    is_flag=True,
+    help="Run each step's operators (cumulatively) on the host over the models it unlocks (what-if sweeps), and "
+    "say whether running confirms it.",
+)
+@click.option(
+    "--complete",
+    is_flag=True,
+    help="First run the models a missing operator stopped with every missing operator on the host "
+    "(host_ops: missing), so their census lists everything the stack lacks.",
+)
+@click.option(
+    "--workers", type=click.IntRange(min=1), default=None, help="What-if probes at once (default: the sweep's)."
+)
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "ray"]),
+    default=None,
+    help="Where what-if probes run (default: the sweep's).",
+)
 @data_dir_option
 @user_errors
-def ops(sweep_id, on, as_json, data_dir):
+def ops(sweep_id, on, as_json, prove, complete, workers, executor, data_dir):
     """The operators SWEEP_ID's models need: each model's verdict predicted from the census alone (no model
-    runs), and the porting plan (missing operators, the one that unlocks the most models first)."""
+    runs), and the porting plan (missing operators, the one that unlocks the most models first); with --prove,
+    each step run with its operators on the host (docs/ops.md)."""
     import json
 
     from . import analysis
     from . import ops as ops_mod
-    from .ops.plan import plan_json
+    from .ops.plan import plan_json, step_proofs
+    from .ops.prove import last_proof
     from .render.ops import ops_text
 
     sweeps = analysis.sweep_index(Path(data_dir), cache_dir=Path(data_dir) / analysis.SWEEP_CACHE)
     analysis.require_sweep(sweeps, sweep_id)  # an unknown sweep: one sentence, with the known ones
+    if (prove or complete) and on:
+        raise UserError("--prove and --complete run the sweep's own stack; --on predicts another one: use one of them.")
+    if prove or complete:
+        _what_if(Path(data_dir), sweep_id, prove, complete, workers, executor, as_json)
     models = ops_mod.sweep_models(data_dir, sweep_id)
     coverage = ops_mod.stack_coverage(on, ops_mod.coverage.census_ops(models)) if on else None
     ops_mod.predict(models, coverage)
     steps = ops_mod.porting_plan(models)
+    proofs = None if on else step_proofs(models, steps, ops_mod.proof.read(data_dir, sweep_id).get("unhostable") or {})
     configured = None
     if on:  # the stack predicted for is the backend as configured here: part of the answer
         from .probe.devices.registry import adapter_class
 
         configured = adapter_class(on).configuration()
+    proven = [] if on else last_proof(data_dir, sweep_id, models)
     if as_json:
-        click.echo(json.dumps({**plan_json(models, steps), "on": on, "configuration": configured}, indent=1))
+        answer = {**plan_json(models, steps, proofs), "on": on, "configuration": configured, "proof": proven}
+        click.echo(json.dumps(answer, indent=1))
     else:
-        click.echo(ops_text(models, steps, on))
+        click.echo(ops_text(models, steps, on, proofs=proofs, proven=proven))
         if on:
             said = "; ".join(f"{k}={v!r}" for k, v in configured.items()) if configured else "none set"
             click.echo(f"predicted for {on} as this environment configures its backend: {said}")
+
+
+def _what_if(data_dir: Path, sweep_id: str, prove: bool, complete: bool, workers, executor, quiet: bool) -> None:
+    """``ops --complete`` and ``--prove``: their what-if sweeps run through the sweep runner (its workers,
+    executors and resume), on this environment's stack, which must be the sweep's (``ops.prove``); each step said
+    as it ends (on stderr with ``quiet``: --json prints JSON alone)."""
+    from .debug.stack import differences
+    from .ops import prove as prove_mod
+    from .probe import devices, provenance
+    from .record import store
+    from .sweep import definition, runner
+
+    meta = store.read_sweep(data_dir, sweep_id)
+    found = differences(meta, provenance.versions(), devices.stack_configuration())
+    if found:
+        raise UserError(
+            f"--prove and --complete run on this environment's stack, which is not the one sweep {sweep_id} ran on "
+            f"({'; '.join(found)}): set that stack here and run it again."
+        )
+
+    class Sweeps:
+        def create(self, name, entries, probe, description):
+            params = definition.SweepParams(
+                name=name,
+                models=entries,
+                excluded={},
+                probe=probe,
+                timeout_s=meta.timeout_s,
+                workers=workers or meta.workers,
+                executor=executor or meta.executor,
+                description=description,
+                cache=meta.cache,
+                prefetch=meta.prefetch,
+                reruns=0,
+            )
+            definition.check_devices(params)
+            definition.check_host_ops(params)
+            return runner.create(params, data_dir, reruns_n=0).sweep_id
+
+        def run(self, what_if_id):
+            runner.run(None, data_dir, workers, executor, resume=what_if_id)
+
+    say = functools.partial(click.echo, err=quiet)
+    with store.SweepLock(store.sweep_dir(data_dir, sweep_id)):  # one proof of a sweep at a time
+        if complete:
+            prove_mod.complete(data_dir, sweep_id, Sweeps(), say)
+        if prove:
+            say(
+                f"Proving the plan of {sweep_id}: each step's operators, with the earlier steps', on the host of its "
+                "device, over the models the step unlocks."
+            )
+            prove_mod.prove(data_dir, sweep_id, Sweeps(), say)
 
 
 @main.command()

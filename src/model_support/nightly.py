@@ -165,13 +165,17 @@ def _draft(data_dir, name, baseline, sweep_id, changes, bisect, find_links, log)
 
 def _plan_section(data_dir: Path, sweep_id: str, regressions: list) -> Callable[[str], str]:
     """The porting plan's word on a draft's models (``render.ops.plan_markdown``: the steps that unlock them, a
-    localised wrong operator's among them, and each one's standing), by the draft's file name ("" for none). The
-    sweep's own stack and data only: its census and the answers ``model-support localise`` kept in its folder."""
-    from .ops import porting_plan, predict, sweep_models
+    localised wrong operator's among them, "confirmed by running" where ``model-support ops --prove`` ran a step
+    with its operators on the host and they PASSed and agreed with the reference, and each one's standing), by the
+    draft's file name ("" for none). The sweep's own stack and data only: its census, the answers
+    ``model-support localise`` kept in its folder and the what-if sweeps its ``proof.json`` names."""
+    from .ops import porting_plan, predict, proof, sweep_models
+    from .ops.plan import step_proofs
     from .render.ops import plan_markdown
 
     models = predict(sweep_models(data_dir, sweep_id))
     steps = porting_plan(models)
+    proofs = step_proofs(models, steps, proof.read(data_dir, sweep_id).get("unhostable") or {})
     groups: dict[str, list[str]] = {}
     for r in regressions:  # a draft covers one group (``bug_reports.group_key``), named after it
         groups.setdefault(bug_reports.slug(bug_reports.group_key(r)), []).append(
@@ -180,7 +184,7 @@ def _plan_section(data_dir: Path, sweep_id: str, regressions: list) -> Callable[
 
     def section(file_name: str) -> str:
         keys = next((k for name, k in groups.items() if file_name.endswith(f"-{name}.md")), [])
-        lines = plan_markdown(models, steps, keys)
+        lines = plan_markdown(models, steps, keys, proofs)
         if not lines:
             return ""
         return "\n## In the porting plan (`model-support ops " + sweep_id + "`)\n\n" + "\n".join(lines) + "\n"

@@ -10,8 +10,10 @@ from pathlib import Path
 import polars as pl
 
 from ..ops import ModelOps, PlanStep, passing_now, porting_plan, predict, still_blocked, sweep_models
+from ..ops import proof as proof_mod
 from ..ops.changes import stack_changes
-from ..ops.plan import DIVERGES, not_localised, not_localised_line, standing
+from ..ops.plan import DIVERGES, cumulative, earlier_words, not_localised, not_localised_line, standing, step_proofs
+from ..ops.prove import last_proof
 from ..probe.model_ids import display_name
 
 
@@ -95,13 +97,80 @@ def fallback_frame(models: list[ModelOps]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema={"op": pl.String, "calls": pl.Int64, "models": pl.Int64, "which": pl.String})
 
 
+def proof_frame(models: list[ModelOps], steps: list[PlanStep], unhostable: dict) -> pl.DataFrame:
+    """The plan's steps as running says them (``ops.plan.step_proofs``): step, fix, on the host (the step's operators
+    and every earlier step's), unlocks (the models), proof (confirmed, not confirmed, predicted), said."""
+    proofs = step_proofs(models, steps, unhostable)
+    rows = []
+    for i, (s, p) in enumerate(zip(steps, proofs), 1):
+        earlier = earlier_words(models, steps, i)
+        rows.append(
+            {
+                "step": i,
+                "fix": step_ops(s),
+                "on the host": ", ".join(sorted(cumulative(steps, i))),
+                "unlocks": _names(s.unlocks),
+                "proof": p.outcome,
+                "said": p.said + (f"; {earlier}" if earlier else ""),
+                "what-if sweeps": ", ".join(p.sweep_ids),
+            }
+        )
+    names = ("fix", "on the host", "unlocks", "proof", "said", "what-if sweeps")
+    columns = {"step": pl.Int64, **dict.fromkeys(names, pl.String)}
+    return pl.DataFrame(rows, schema=columns)
+
+
+def proof_runs_frame(proven: list[dict], shown: pl.DataFrame) -> pl.DataFrame:
+    """The last ``--prove``'s steps as they ran (``ops.prove.last_proof``): step, on the host, ran (the models),
+    what-if sweeps, proof, said; empty when the plan's steps (``shown``, ``proof_frame``) say the same (its steps
+    are the plan's, as proven)."""
+    same = set(zip(shown["what-if sweeps"], shown["proof"]))
+    if all((", ".join(s.get("sweep_ids") or []), s["outcome"]) in same for s in proven):
+        proven = []
+    rows = [
+        {
+            "step": s["step"],
+            "on the host": (s.get("host_ops") or "").replace(",", ", "),
+            "ran": _names(s.get("ran") or []),
+            "what-if sweeps": ", ".join(s.get("sweep_ids") or []),
+            "proof": s["outcome"],
+            "said": s["said"],
+        }
+        for s in proven
+    ]
+    columns = {"step": pl.Int64, **dict.fromkeys(("on the host", "ran", "what-if sweeps", "proof", "said"), pl.String)}
+    return pl.DataFrame(rows, schema=columns)
+
+
+def host_frame(models: list[ModelOps]) -> pl.DataFrame:
+    """The models a what-if run said something of: model, recorded (the stack's verdict, unchanged), standing (runs
+    with N operators on the host, or blocked by something no host operator fixes, ...), what-if sweep (the one that
+    says it)."""
+    rows = []
+    for m in models:
+        if not m.runs:
+            continue
+        run = proof_mod.on_host(m.runs) or m.runs[-1]
+        said = {
+            "model": display_name(m.key),
+            "recorded": m.status,
+            "standing": standing(m),
+            "what-if sweep": run.sweep_id,
+        }
+        rows.append(said)
+    return pl.DataFrame(rows, schema=dict.fromkeys(("model", "recorded", "standing", "what-if sweep"), pl.String))
+
+
 def ops_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | None) -> dict[str, pl.DataFrame]:
     """ops_summary (rows, with_census, passing, blocked, to_implement, steps, wrong: the models blocked by a wrong
-    operator, not_localised: the diverging PASSes no one localised), ops_plan, ops_blocked, ops_standing (each
-    model's standing), ops_fallbacks and ops_changes (op, before, after, change; empty without a baseline on the
-    same device)."""
+    operator, not_localised: the diverging PASSes no one localised, what_if: the models a what-if run said something
+    of), ops_plan, ops_blocked, ops_standing (each model's standing), ops_fallbacks, ops_changes (op, before, after,
+    change; empty without a baseline on the same device), and for the "What if" section ops_proof (each step as
+    running says it), ops_proof_runs (the last ``--prove`` as it ran) and ops_host (the models a what-if run said
+    something of)."""
     models = predict(sweep_models(Path(data_dir), sweep_id))
     steps = porting_plan(models)
+    proven = proof_frame(models, steps, proof_mod.read(data_dir, sweep_id).get("unhostable") or {})
     changes = stack_changes(Path(data_dir), baseline_sweep_id, sweep_id) if baseline_sweep_id else []
     summary = {
         "rows": len(models),
@@ -112,6 +181,7 @@ def ops_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | Non
         "steps": len(steps),
         "wrong": sum(1 for m in models if m.ops_wrong),
         "not_localised": len(not_localised(models)),
+        "what_if": sum(1 for m in models if m.runs),
     }
     return {
         "ops_summary": pl.DataFrame([summary]),
@@ -122,4 +192,7 @@ def ops_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | Non
         "ops_changes": pl.DataFrame(
             changes, schema={"op": pl.String, "before": pl.String, "after": pl.String, "change": pl.String}
         ),
+        "ops_proof": proven,
+        "ops_proof_runs": proof_runs_frame(last_proof(data_dir, sweep_id, models), proven),
+        "ops_host": host_frame(models),
     }

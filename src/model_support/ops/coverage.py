@@ -42,6 +42,7 @@ from ..probe.probe_core import STAGE_VERDICT
 from ..record import schema, store
 from ..record.ops_table import CRASHES, FALLBACK, IMPLEMENTED, MISSING, UNKNOWN, WRONG
 from . import localised as localised_mod
+from . import proof as proof_mod
 
 #: The prediction where the census cannot tell.
 UNKNOWN_VERDICT = "unknown"
@@ -103,6 +104,12 @@ class ModelOps:
     sweep_id: str | None = None
     model_id: str | None = None
     variant: str | None = None
+    # what running it with operators on the host said (``ops.proof``: the what-if sweeps of the sweep, in order)
+    runs: list[proof_mod.Run] = field(default_factory=list)
+    # operators a what-if run stopped at that were not on the host, which its census did not show: op -> fault
+    learned: dict[str, str] = field(default_factory=dict)
+    # the what-if sweep whose ``host_ops: missing`` run gave its census (it ran to its end), or None
+    completed_by: str | None = None
 
     @property
     def right(self) -> bool:
@@ -157,6 +164,10 @@ class ModelOps:
         if self.stopped and self.stopped not in ops:
             ops.append(self.stopped)
             stages.append(self.failure_stage or "generate")
+        for op in self.learned:  # found by running it with operators on the host
+            if op not in ops:
+                ops.append(op)
+                stages.append("generate")
         return ops, stages
 
     def as_json(self) -> dict:
@@ -166,24 +177,52 @@ class ModelOps:
             "ops_wrong": self.ops_wrong,
             "ops_fallback": self.ops_fallback,
             "predicted": self.predicted,
+            # what its what-if runs found, where they ran (``ops.proof``): the operators a run then stopped at, the
+            # sweep whose complete census it uses
+            **({"learned": self.learned} if self.learned else {}),
+            **({"completed_by": self.completed_by} if self.completed_by else {}),
         }
 
 
 def sweep_models(data_dir: Path, sweep_id: str) -> list[ModelOps]:
     """The sweep's result rows (the Parquet dataset: compacted at the end of every sweep), one per (model,
-    variant), with their census, the coverage their own stack recorded and what ``model-support localise`` found
-    in them (``localised``, from the sweep's folder); none for a sweep with no result rows (a caller refuses an
-    unknown id: a pulled dataset has rows and no sweep.json)."""
+    variant), with their census, the coverage their own stack recorded, what ``model-support localise`` found
+    in them (``localised``, from the sweep's folder) and what its what-if sweeps found (``ops.proof``: a complete
+    census from a ``host_ops: missing`` run replaces a stopped one; operators a run then stopped at are
+    ``learned``); none for a sweep with no result rows (a caller refuses an unknown id: a pulled dataset has rows
+    and no sweep.json)."""
     import polars as pl
 
     frame = store.scan(data_dir, "results").filter(pl.col("sweep_id") == sweep_id).select(COLUMNS).sort("model_id")
     models = [_model(r) for r in frame.collect().rows(named=True)]
     found = localised_mod.answers(data_dir, sweep_id)
+    ran = proof_mod.runs(data_dir, sweep_id)
     for m in models:
         m.sweep_id = sweep_id
         if m.key in found:
             m.localised = localised_mod.wrong_ops(found[m.key])
+        with_runs(m, ran.get(m.key, []))
     return models
+
+
+def with_runs(m: ModelOps, runs: list[proof_mod.Run]) -> None:
+    """What its what-if runs say of ``m``: the census of its latest complete ``host_ops: missing`` run instead of
+    a stopped one (the run went on to its end, so its census lists every operator the stack lacks), and the
+    operators a run stopped at that were not on the host (``learned``)."""
+    m.runs = runs
+    done = proof_mod.completed(runs)
+    if done is not None and m.source != census.RUN:
+        r = _model(dict(done.row))
+        m.ops, m.stages, m.calls, m.source, m.signatures = r.ops, r.stages, r.calls, r.source, r.signatures
+        m.ops_missing = list(dict.fromkeys([*r.ops_missing, *m.ops_missing]))
+        m.ops_fallback, m.ops_unknown = r.ops_fallback, r.ops_unknown
+        m.completed_by = done.sweep_id
+    m.learned = proof_mod.learned(runs)
+    known = {entry[0] for entry in m.signatures}
+    for run in runs:  # the signatures it stopped at, from that run's census
+        stopped = _model(dict(run.row)).signatures if run.learned in m.learned and run.learned not in known else []
+        m.signatures += [entry for entry in stopped if entry[0] == run.learned]
+        known |= {entry[0] for entry in stopped}
 
 
 def _model(r: dict) -> ModelOps:
@@ -254,6 +293,8 @@ def _predict(m: ModelOps, coverage: dict[str, str], own: bool) -> None:
     """One model's prediction (``predict``)."""
     ops, stages = m.requirements()
     status_of = {op: coverage.get(op, UNKNOWN) for op in ops}
+    if own:  # a what-if run of this model stopped there, with it not on the host: a stop for this model
+        status_of |= {op: fault for op, fault in m.learned.items() if status_of.get(op) not in STOPS}
     if own and m.localised and not m.right:  # wrong for this model, as localise found it (a stop stays a stop)
         ops += [op for op in m.localised if op not in status_of]
         stages += ["generate"] * (len(ops) - len(stages))

@@ -29,7 +29,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..probe import census
+from ..probe.model_ids import display_name
 from ..record.ops_table import MISSING, WRONG
+from . import proof as proof_mod
 from .coverage import UNKNOWN_VERDICT, ModelOps
 
 #: Signatures a step's line names per operator (the most-called first); the rest are counted.
@@ -161,12 +163,14 @@ def signatures_needed(models: Iterable[ModelOps], op: str) -> list[dict]:
     return sorted(merged.values(), key=lambda r: -r["calls"])
 
 
-def porting_plan(models: list[ModelOps]) -> list[PlanStep]:
-    """The greedy plan over ``models`` (predicted by ``coverage.predict``, so each has its ``blockers``)."""
+def porting_plan(models: list[ModelOps], fixed: frozenset = frozenset()) -> list[PlanStep]:
+    """The greedy plan over ``models`` (predicted by ``coverage.predict``, so each has its ``blockers``); ``fixed``:
+    operators taken as done already (the steps a proof ran: ``ops.prove``), the plan of what remains after them."""
     by_key = {m.key: m for m in models}
-    remaining = {m.key: frozenset(m.blockers) for m in models if m.unlockable}
+    remaining = {m.key: frozenset(m.blockers) - fixed for m in models if m.unlockable}
+    passing = passing_now(models) + sum(1 for needs in remaining.values() if not needs)
+    remaining = {key: needs for key, needs in remaining.items() if needs}
     faults = {op: fault for m in models for op, fault in m.faults.items()}
-    passing = passing_now(models)
     steps = []
     while remaining:
         group = _best_group(Counter(remaining.values()))
@@ -184,6 +188,57 @@ def porting_plan(models: list[ModelOps]) -> list[PlanStep]:
             if not remaining[key]:
                 del remaining[key]
     return steps
+
+
+def cumulative(steps: list[PlanStep], upto: int) -> set[str]:
+    """The operators of steps 1..``upto`` (1-based): what is on the host when step ``upto`` is run."""
+    return {op for s in steps[:upto] for op in s.ops}
+
+
+def with_earlier(models: list[ModelOps], steps: list[PlanStep], index: int) -> dict[str, list[tuple[str, int]]]:
+    """The models step ``index`` (1-based) unlocks that need an operator of an earlier step too: key -> [(operator,
+    its step)], its own step's last (a model needing two operators is unlocked at the step that gives both)."""
+    by_key = {m.key: m for m in models}
+    step_of = {op: i for i, s in enumerate(steps[:index], 1) for op in s.ops}
+    found = {}
+    for key in steps[index - 1].unlocks:
+        needs = sorted(
+            ((op, step_of[op]) for op in by_key[key].blockers if op in step_of), key=lambda pair: (pair[1], pair[0])
+        )
+        if any(i < index for _, i in needs):
+            found[key] = needs
+    return found
+
+
+def earlier_words(models: list[ModelOps], steps: list[PlanStep], index: int) -> str:
+    """``tiny-gemma needs aten::rsqrt (step 1) and aten::gelu (step 2): unlocked at step 2, with both`` for each
+    model step ``index`` unlocks that needs an earlier step's operator too; "" for none."""
+    said = []
+    for key, needs in with_earlier(models, steps, index).items():
+        ops = [f"{op} (step {i})" for op, i in needs]
+        joined = ", ".join(ops[:-1]) + f" and {ops[-1]}" if len(ops) > 1 else ops[0]
+        both = "both" if len(ops) == 2 else f"all {len(ops)}"
+        said.append(f"{display_name(key)} needs {joined}: unlocked at step {index}, with {both}")
+    return "; ".join(said)
+
+
+def step_proofs(
+    models: list[ModelOps], steps: list[PlanStep], unhostable: Iterable[str] = ()
+) -> list[proof_mod.StepProof]:
+    """Each step as running says it (``proof.judge``): its cumulative operators (less those that cannot go to the
+    host, ``unhostable``, and refused dtypes) on the host over the models it unlocks."""
+    runs = {m.key: m.runs for m in models}
+    skip = {op for m in models for op in m.blockers if op.startswith(census.DTYPE_NAMESPACE)} | set(unhostable)
+    found = []
+    for i, step in enumerate(steps, 1):
+        refused = [op for op in step.ops if op in skip]
+        if refused:  # its models are not run: nothing can confirm it
+            said = f"not proven: {', '.join(refused)} cannot run on the host"
+            found.append(proof_mod.StepProof(proof_mod.NOT_CONFIRMED, said, [], {}, []))
+            continue
+        hosted = {op for op in cumulative(steps, i) if op not in skip}
+        found.append(proof_mod.judge(hosted, step.unlocks, runs))
+    return found
 
 
 #: Why a model that no step unlocks stays blocked, in the order they are shown.
@@ -243,15 +298,29 @@ RUNS = "runs on the device"
 BLOCKED_MISSING = "blocked by missing ops"
 BLOCKED_WRONG = "blocked by wrong numbers"
 BLOCKED_OTHER = "blocked"
+#: A model a what-if run found right with operators on the host (``runs with 2 operators on the host (...)``).
+RUNS_ON_HOST = "runs with"
+#: A model a what-if run found failing for a reason no operator on the host fixes.
+NO_HOST_FIX = "blocked by something no host operator fixes"
 
 
 def standing(m: ModelOps) -> str:
-    """Where a model stands, in one phrase: it runs on the device (predicted PASS, nothing wrong), blocked by
-    missing ops (missing or crashing operators, a refused dtype), blocked by wrong numbers (localised: the
-    operators localise named; not localised: a diverging PASS no one localised yet; or the stack's coverage says
-    so), both, or blocked for a reason no step fixes (``blocked_reason``)."""
+    """Where a model stands, in one phrase: it runs on the device (predicted PASS, nothing wrong); it runs with N
+    operators on the host (a what-if run with them there PASSed and agrees with the reference: ``ops.proof``);
+    blocked by something no host operator fixes (its latest what-if run stopped at an operator that was on the
+    host, diverged, or failed naming none); blocked by missing ops (missing or crashing operators, a refused dtype,
+    operators a what-if run then stopped at), blocked by wrong numbers (localised: the operators localise named; not
+    localised: a diverging PASS no one localised yet; or the stack's coverage says so), both, or blocked for a
+    reason no step fixes (``blocked_reason``)."""
     if m.passes:
         return RUNS
+    hosted = proof_mod.on_host(m.runs)
+    if hosted is not None:
+        count = len(hosted.called)
+        return f"{RUNS_ON_HOST} {count} operator{'' if count == 1 else 's'} on the host ({hosted.hosted_words()})"
+    stuck = proof_mod.stuck(m.runs)
+    if stuck is not None:
+        return f"{NO_HOST_FIX}: {stuck}"
     stops = [op for op in m.blockers if m.faults.get(op) != WRONG]
     wrong = [op for op in m.blockers if m.faults.get(op) == WRONG]
     if wrong:
@@ -281,15 +350,20 @@ def fallback_work(models: list[ModelOps]) -> list[dict]:
     return sorted(found.values(), key=lambda e: (-len(e["models"]), -e["calls"], e["op"]))
 
 
-def plan_json(models: list[ModelOps], steps: list[PlanStep]) -> dict:
+def plan_json(models: list[ModelOps], steps: list[PlanStep], proofs: list | None = None) -> dict:
     """``model-support ops --json``: {"passing": before any step, "plan": [{"op", "ops", "precise", "signatures",
-    "faults", "unlocks", "passing", "blocks", "localised"}...], "blocked": [{"by", "models"}...], "not_localised":
-    [{"model", "command"}...] (the diverging PASSes no one localised), "fallbacks": [{"op", "models", "calls"}...]
-    (``fallback_work``), "models": {key: {"ops_missing", "ops_crashing", "ops_wrong", "ops_fallback",
-    "predicted"}}, "standing": {key: ``standing``}}."""
+    "faults", "unlocks", "passing", "blocks", "localised", "proof": {"outcome", "said", "sweep_ids"} (``proofs``:
+    ``step_proofs``; null without), "with_earlier": {key: [[op, step]...]}}...], "blocked": [{"by", "models"}...],
+    "not_localised": [{"model", "command"}...] (the diverging PASSes no one localised), "fallbacks": [{"op",
+    "models", "calls"}...] (``fallback_work``), "models": {key: {"ops_missing", "ops_crashing", "ops_wrong",
+    "ops_fallback", "predicted", and where what-if runs found them "learned", "completed_by"}}, "standing": {key: ``standing``}}."""
+    proven = [{"outcome": p.outcome, "said": p.said, "sweep_ids": p.sweep_ids} for p in proofs] if proofs else None
     return {
         "passing": passing_now(models),
-        "plan": [s.as_json() for s in steps],
+        "plan": [
+            {**s.as_json(), "proof": proven[i - 1] if proven else None, "with_earlier": with_earlier(models, steps, i)}
+            for i, s in enumerate(steps, 1)
+        ],
         "blocked": [{"by": reason, "models": keys} for reason, keys in still_blocked(models)],
         "not_localised": [{"model": m.key, "command": m.localise_command()} for m in not_localised(models)],
         "fallbacks": fallback_work(models),

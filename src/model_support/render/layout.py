@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from . import charts, modes, ops, perf, sections, stacks
+from . import charts, modes, ops, perf, sections, stacks, what_if
 from .html import charted_model_types, legend_html, models_html, table_html, unprobed_html
 
 
@@ -218,6 +218,16 @@ SECTIONS: tuple[Section, ...] = (
         "most-run first, and what the stack gained or lost since the baseline. <code>model-support ops "
         "SWEEP_ID</code> prints the same plan and predicts the verdicts on another stack (docs/ops.md).",
         lambda ctx: ops.implement_next_html(ctx.tables),
+    ),
+    Section(
+        "what-if",
+        "What if",
+        "The plan proven by running (<code>model-support ops SWEEP_ID --prove</code>): each step's operators, with "
+        "the earlier steps', on the host of the sweep's device (what-if sweeps: kept apart, never the stack's "
+        "verdicts), over the models the step unlocks; confirmed when each PASSes and agrees with the CPU reference, "
+        "else not confirmed with why (an operator the census did not see, wrong numbers). Then the models that run "
+        "with operators on the host, which, and how often per token (docs/ops.md).",
+        lambda ctx: what_if.what_if_html(ctx.tables, ctx.sweep_id),
     ),
     Section("execution-modes", None, "", lambda ctx: modes.modes_html(ctx.tables)),
     Section("stacks", None, "", lambda ctx: stacks.stacks_html(ctx.tables)),

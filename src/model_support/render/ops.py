@@ -14,7 +14,8 @@ from rich.table import Table
 
 from ..analysis.ops_tables import step_ops
 from ..ops import ModelOps, PlanStep, passing_now, still_blocked
-from ..ops.plan import DIVERGES, fallback_work, not_localised, not_localised_line, standing
+from ..ops.plan import DIVERGES, earlier_words, fallback_work, not_localised, not_localised_line, standing
+from ..ops.proof import CONFIRMED, PREDICTED
 from ..probe.model_ids import display_name
 from ..record.ops_table import CPU_FALLBACK
 from .html import table_html
@@ -120,33 +121,45 @@ def _verdicts_table(models: list[ModelOps], where: str) -> Table:
     return verdicts
 
 
-def _plan_table(models: list[ModelOps], steps: list[PlanStep]) -> Table:
-    """The plan, a step a row: what to fix, what it unlocks, and the models predicted PASS once it is done."""
+def _plan_table(models: list[ModelOps], steps: list[PlanStep], proofs: list | None = None) -> Table:
+    """The plan, a step a row: what to fix, what it unlocks, and the models predicted PASS once it is done; with
+    ``proofs`` (``ops.plan.step_proofs``: what running with its operators on the host said), a column saying it."""
     plan = Table(
         title=f"What to implement next ({passing_now(models)} of {len(models)} predicted PASS now)",
         title_justify="left",
     )
-    for column in ("step", "fix", "unlocks", "passing", "blocks"):
+    for column in ("step", "fix", "unlocks", "passing", "blocks", *(("proof",) if proofs else ())):
         plan.add_column(column, overflow="fold")
     for i, s in enumerate(steps, 1):
-        cells = (str(i), step_ops(s), _names(s.unlocks) or "-", f"{s.passing} of {len(models)}", _names(s.blocks))
+        cells = [str(i), step_ops(s), _names(s.unlocks) or "-", f"{s.passing} of {len(models)}", _names(s.blocks)]
+        if proofs:
+            earlier = earlier_words(models, steps, i)
+            cells.append(proofs[i - 1].said + (f"; {earlier}" if earlier else ""))
         plan.add_row(*map(escape, cells))
     return plan
 
 
 def ops_text(
-    models: list[ModelOps], steps: list[PlanStep], on: str | None, census_devices: set | None = None, width: int = 140
+    models: list[ModelOps],
+    steps: list[PlanStep],
+    on: str | None,
+    census_devices: set | None = None,
+    width: int = 140,
+    proofs: list | None = None,
+    proven: list[dict] | None = None,
 ) -> str:
-    """``model-support ops``' terminal output: each model's predicted verdict and what it lacks, the plan, what
-    keeps the models no step unlocks, and where the census came from. ``census_devices`` is not read (the note
-    comes from ``models``); cli.py passes it until its call drops it."""
+    """``model-support ops``' terminal output: each model's predicted verdict and what it lacks, the plan (with
+    ``proofs``, where its what-if runs exist: what running each step said), what keeps the models no step
+    unlocks, where the census came from, and the last ``--prove``'s steps as they ran (``proven``:
+    ``ops.prove.last_proof``). ``census_devices`` is not read (the note comes from ``models``)."""
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, force_terminal=False)
     where = f"the {on} stack of this machine" if on else "the sweep's own stack"
     console.print(_verdicts_table(models, where))
     say = functools.partial(console.print, markup=False, highlight=False)
+    ran = proven or any(m.runs for m in models)
     if steps:
-        console.print(_plan_table(models, steps))
+        console.print(_plan_table(models, steps, proofs if ran else None))
     else:
         say("Nothing to fix: no census operator is missing, crashing or localised wrong.")
     for why, keys in still_blocked(models):
@@ -163,14 +176,37 @@ def ops_text(
     note = census_note(models, on) if on else None
     if note:
         say(note)
+    completed = [m for m in models if m.completed_by]
+    if completed:
+        which = ", ".join(f"{display_name(m.key)} ({m.completed_by})" for m in completed)
+        say(f"Census completed by running with every missing operator on the host (host_ops: missing): {which}.")
+    shown = {(tuple(p.sweep_ids), p.outcome) for p in proofs or []}
+    if proven and any((tuple(step["sweep_ids"]), step["outcome"]) not in shown for step in proven):
+        say("The last proof (model-support ops --prove) as it ran, judged from its what-if records:")
+        for step in proven:
+            say(f"  {step['line']}")
     return buffer.getvalue()
 
 
-def plan_markdown(models: list[ModelOps], steps: list[PlanStep], keys: list[str]) -> list[str]:
+def _proven(proofs: list | None, index: int) -> str:
+    """`` Confirmed by running: ...`` (or not, and why) for step ``index`` where it was run on the host; "" else."""
+    found = proofs[index - 1] if proofs else None
+    if found is None or found.outcome == PREDICTED:
+        return ""
+    where = f" (what-if sweep {', '.join(f'`{s}`' for s in found.sweep_ids)})" if found.sweep_ids else ""
+    if found.outcome == CONFIRMED:
+        return f" Confirmed by running: {found.said.removeprefix('confirmed: ')}{where}."
+    return f" Not confirmed by running: {found.said.removeprefix('not confirmed: ')}{where}."
+
+
+def plan_markdown(
+    models: list[ModelOps], steps: list[PlanStep], keys: list[str], proofs: list | None = None
+) -> list[str]:
     """The porting plan as it concerns the models ``keys`` (a drafted bug report's), Markdown lines: each step
-    that unlocks one of them (a wrong operator's step says it was localised by ``model-support localise``), each
-    one's standing, and the command that localises a diverging PASS no one localised. [] when the plan says
-    nothing of them."""
+    that unlocks one of them (a wrong operator's step says it was localised by ``model-support localise``; with
+    ``proofs``, ``ops.plan.step_proofs``, a step run with its operators on the host says "confirmed by running" or
+    not and why), each one's standing, and the command that localises a diverging PASS no one localised. [] when
+    the plan says nothing of them."""
     wanted = set(keys)
     by_key = {m.key: m for m in models}
     unlocalised = {m.key for m in not_localised(models)}
@@ -181,7 +217,7 @@ def plan_markdown(models: list[ModelOps], steps: list[PlanStep], keys: list[str]
             continue
         lines.append(
             f"- Step {i} of {len(steps)}: fix {step_ops(s, ' by `model-support localise`')}. It unlocks {_names(mine)} "
-            f"({s.passing} of {len(models)} models predicted PASS once it is done)."
+            f"({s.passing} of {len(models)} models predicted PASS once it is done)." + _proven(proofs, i)
         )
     for key in keys:
         m = by_key.get(key)
