@@ -106,6 +106,8 @@ def test_a_what_if_run_is_never_the_stacks_verdict(what_if):
     assert store.scan(data, "results").filter(pl.col("sweep_id") == what_if["hosted"]).collect().height == 0
     assert after == before  # results rows, JUnit, Markdown and every support card, unchanged
     assert all("PASS" not in str(card) or "tiny-gpt2" in name for name, card in after["support"].items())
+    assert store.resolve_sweep_id(data, "latest") == what_if["stack"]  # the newest sweep of the stack, not the what-if
+    assert store.resolve_sweep_id(data, "latest:silu-on-host") == what_if["hosted"]  # named, it is found
     done = cli(["diff", what_if["stack"], what_if["hosted"], "--fail-on", "regressions"], data, check=False)
     assert done.returncode != 0 and f"Sweep {what_if['hosted']} is a what-if sweep" in done.stderr + done.stdout
 

@@ -342,6 +342,20 @@ def list_sweeps(data_dir: Path) -> list[str]:
     return [sweep_id for _, sweep_id in sorted(metas)]
 
 
+def _stack_sweeps(data_dir: Path, known: list[str]) -> list[str]:
+    """Of ``known``, the sweeps of the stack itself: not what-if sweeps (their definition puts operators on the host,
+    ``probe.what_if``), whose runs are no verdict of it."""
+
+    def what_if(sweep_id: str) -> bool:
+        path = Path(data_dir) / "sweeps" / sweep_id / "sweep.json"
+        if not path.exists():
+            return False
+        raw = json.loads(path.read_text())
+        return bool((raw.get("probe") or raw.get("settings") or {}).get("host_ops"))
+
+    return [s for s in known if not what_if(s)]
+
+
 #: The word that names the newest sweep (``latest``, or ``latest:NAME`` for the newest of a name).
 LATEST = "latest"
 
@@ -363,7 +377,8 @@ def resolve_sweep_id(data_dir: Path, given: str) -> str:
     known += sorted(pulled - set(known))
     if given == LATEST or given.startswith(f"{LATEST}:"):
         name = given.partition(":")[2]
-        of_name = [s for s in known if not name or parse_sweep_id(s).name == name]
+        # plain ``latest`` is the newest sweep of the stack: a what-if sweep (``ops --prove``) only when named
+        of_name = [s for s in known if parse_sweep_id(s).name == name] if name else _stack_sweeps(data_dir, known)
         if of_name:
             return of_name[-1]
         names = sorted({parse_sweep_id(s).name for s in known})
