@@ -117,7 +117,8 @@ def compare_runs(then: dict, now: dict, threshold: float, ignore: tuple[str, ...
     """Two PASS rows of one (model, variant) (``_latest_passes``): (kind, the metrics' ``MetricChange``s, why).
     Not comparable when either was not timed or they are unlike (``decision.unlike``, less the fields in
     ``ignore``: the stack, between the stacks of one sweep); slower when a metric got slower beyond noise, faster
-    when one got faster and none slower, within noise otherwise."""
+    when one got faster and none slower, not comparable when a metric could not be compared, within noise
+    otherwise."""
     timed = [bool(r.get("tpot_s_repeats")) for r in (then, now)]
     if not all(timed):
         where = " or ".join(s for s, t in zip(("A", "B"), timed) if not t)
@@ -132,7 +133,9 @@ def compare_runs(then: dict, now: dict, threshold: float, ignore: tuple[str, ...
     ]
     why = "; ".join(dict.fromkeys(m.why for m in found if m.why))  # one reason once, not once per metric
     kinds = {m.kind for m in found}
-    for kind in (decision.SLOWER, decision.FASTER, decision.WITHIN_NOISE):
+    # a metric that could not be compared (one repeat: no noise to judge by) is never read as within noise: the run
+    # is then not comparable unless another metric moved beyond noise
+    for kind in (decision.SLOWER, decision.FASTER, decision.NOT_COMPARABLE, decision.WITHIN_NOISE):
         if kind in kinds:
             return kind, found, why
     return decision.NOT_COMPARABLE, found, why

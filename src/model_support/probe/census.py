@@ -210,7 +210,8 @@ def _census_class():
             # sampling (``following``): tokens streamed so far (the prompt's first), the token to step back on at
             # (the generation's last), each signature's (calls, seconds) at the last token, the last decode step's
             # calls and seconds per signature, the steps run off the stack not yet added, and those added
-            self.tokens, self.last_token = 0, None
+            self.tokens = 0
+            self.last_token: int | None = None  # the streamer's token at which the census steps back on
             self.mark: dict[tuple, tuple] | None = None
             self.step: dict[tuple, tuple] | None = None
             self.out, self.sampled, self.skipped, self.extrapolated, self.stepped = False, False, 0, 0, False

@@ -4,21 +4,22 @@ Why: the verdict's generation times 8 tokens once, compilation included; a team 
 fast a model decodes in steady state and whether that moved. A nightly over thousands of models pays for every
 token of it in device hours, so the phase costs the device what its answers need and no more:
 
-- **The verdict's generation is its first repeat.** In eager and fused modes the verdict ran the very code the
-  repeats run, timed per token after a device sync on the host's clock: it is the phase's warm-up (its first token
-  is ``perf_first_call_s``, the first call) and its decode steps' median is the first TPOT repeat. In compile mode
-  the forward is compiled again (a warm-up generation pays it first), and on a device clock of its own the
-  verdict's host-clock steps are not comparable: there the phase times its own repeats only.
-- **Timed repeats of ``perf_tokens``** (2: the first prices the prompt, TTFT; the second one TPOT step) greedy tokens from
-  the probe's own prompt, each timed per token after a device sync (``probe_core.StepTimer``): TTFT, TPOT (the
-  median of the seconds between tokens after the first: a pause of the host on one token moves no median) and
-  tokens/s over the whole generation. The length is a setting, never chosen from timings, so two sweeps' repeats
-  stay like with like (``analysis.decision.LIKE``); the number of repeats is what adapts.
-- **As many repeats as TPOT needs** (``Plan``): one always runs (TTFT needs a warm first token); then the phase stops
-  once TPOT's spread, (max - min) / median, is within ``perf_spread`` (5%) over at least three repeats, or when the
-  next repeat (priced as the last) would take the phase past ``perf_budget`` (a quarter) of the probe's device
-  phase before it, or at ``perf_repeats`` (10) repeats. ``perf_repeats_run`` and ``perf_stop`` say how many ran and
-  why it stopped; ``perf_device_s`` is the phase's device time (``probe.phases`` counts it as the device's work).
+- **The verdict's generation gives TPOT.** In eager and fused modes the verdict ran the very code the repeats run,
+  timed per token after a device sync on the host's clock and the device's own (``StepTimer.device_clock``): it is
+  the phase's warm-up (its first token is ``perf_first_call_s``, the first call) and its decode steps, the first left
+  out (the decode shape's first call), are TPOT's samples (``verdict_steps``). In compile mode the forward is compiled
+  again (a warm-up generation pays it first, outside the budget) and the repeats give TPOT's steps themselves.
+- **The repeats give a warm TTFT**: ``perf_tokens`` (1; 4 where the verdict gives no TPOT) greedy tokens from the
+  probe's own prompt, timed per token after a device sync: TTFT (the prompt's prefill and first token, which the
+  verdict only ran cold), each further token one more TPOT sample, and tokens/s (over the repeat; with repeats of one
+  token over the verdict's length, a warm TTFT and the verdict's TPOT for each token after it). The length is a
+  setting, never chosen from timings, so two sweeps stay like with like (``analysis.decision.LIKE``).
+- **As many as the figures need** (``Plan``): two always (a TTFT of one repeat has no noise to be compared by: a
+  gate cannot tell a regression from noise on it); then until TPOT's spread, (max - min) / median of its samples, is
+  within ``perf_spread`` (5%; or where a repeat adds no sample), or the next repeat (priced as the last) would take
+  the phase past ``perf_budget`` (a quarter) of the probe's device phase before it, or ``perf_repeats`` (10) ran.
+  ``perf_repeats_run`` and ``perf_stop`` say how many and why; ``perf_device_s`` is the phase's device time
+  (``probe.phases`` counts it as the device's work, ``part("perf")``).
 
 Measured (bench/results/perf_cost.json): on 8 tiny models over 2 modelled devices (bench_perf_cost.py) whose every matrix product takes
 250 ms (a decode-bound device), the sweep with the phase on against ``perf: off``; before this sizing (a 32-token
@@ -197,37 +198,40 @@ def _traced(run: Callable[[], Any], adapter, keep: Callable[[bytes], str]) -> tu
 
 @dataclass
 class Plan:
-    """How far the phase may go: ``cap`` timed repeats at most (``perf_repeats``), stop once TPOT's spread is at most
-    ``goal`` over at least ``MIN_REPEATS`` (``perf_spread``), and start no repeat that would take the phase's device
-    seconds past ``budget_s`` (``perf_budget`` x the probe's device phase before it; None: no limit)."""
+    """How far the phase may go: ``cap`` timed repeats of its own at most (``perf_repeats``); at least ``MIN_OWN``
+    (two warm TTFTs: a TTFT with one repeat has no noise to compare by); then stop once TPOT's spread over its
+    samples is at most ``goal`` (``perf_spread``; 0: never), or where its repeats add no TPOT sample (a repeat of one
+    token), and start no repeat that would take the phase's device seconds past ``budget_s`` (``perf_budget`` x the
+    probe's device phase before it; None: no limit)."""
 
     cap: int
     goal: float
     budget_s: float | None
 
-    def stop(self, tpot: list[float], warm: int, spent_s: float, last_s: float) -> str | None:
-        """Why no further repeat runs (``STOPS``), or None: go on. ``tpot``: the TPOT of each timed repeat so far;
-        ``warm``: how many of them the phase ran itself (one always runs: TTFT needs a warm first token)."""
-        if warm == 0:
+    def stop(self, tpot: list[float], own: int, spent_s: float, last_s: float, adds_steps: bool = True) -> str | None:
+        """Why no further repeat runs (``STOPS``), or None: go on. ``tpot``: the TPOT samples so far (the verdict's
+        decode steps, the repeats' steps); ``own``: the repeats the phase ran itself."""
+        if own < min(MIN_OWN, self.cap):
             return None
-        if self.goal > 0 and len(tpot) >= MIN_REPEATS and (spread(tpot) or 0.0) <= self.goal:  # 0: every repeat
+        settled = len(tpot) >= MIN_SAMPLES and (spread(tpot) or 0.0) <= self.goal
+        if self.goal > 0 and (settled or not adds_steps):  # 0: every repeat the cap and budget allow
             return "spread"
-        if len(tpot) >= self.cap:
+        if own >= self.cap:
             return "cap"
         if self.budget_s is not None and spent_s + last_s > self.budget_s:
             return "budget"
         return None
 
 
-#: The verdict's TPOT counts as a repeat when within this of the first repeat's (the TPOT spread goal): farther, its
-#: instruments (the census, the step scores) showed in its steps, and it is the warm-up only.
-AGREE = 0.05
-#: Why the repeats stopped (``perf_stop``): TPOT's spread reached the goal, the next repeat would pass the budget,
-#: or the cap on repeats was reached.
+#: Why the repeats stopped (``perf_stop``): TPOT's spread reached the goal (or nothing more could narrow it), the
+#: next repeat would pass the budget, or the cap on repeats was reached.
 STOPS = ("spread", "budget", "cap")
-#: TPOT's spread is judged over at least this many repeats: a median of three is not moved by one wild repeat,
-#: and the gate's noise estimate leaves the wildest out (``analysis.decision.median_noise``).
-MIN_REPEATS = 3
+#: Timed repeats the phase always runs itself: two warm first tokens, so TTFT has a noise to be compared by.
+MIN_OWN = 2
+#: TPOT's spread is judged over at least this many samples (a median of three is not moved by one wild one).
+MIN_SAMPLES = 3
+#: The repeat's length where the verdict gives no TPOT (compile mode, a verdict of one step): enough steps for one.
+OWN_TPOT_TOKENS = 4
 
 
 def generate_options(tokens: int, settings: dict, verdict: Mapping[str, Any] | None) -> dict:
@@ -244,15 +248,26 @@ def generate_options(tokens: int, settings: dict, verdict: Mapping[str, Any] | N
     return options
 
 
+def tpot_samples(decoded: list[list[float]]) -> list[float]:
+    """TPOT's samples from each generation's decode steps: each generation's median where two or more decoded (the
+    steps of one generation move together with the host's or the device's pace, so the spread between generations
+    is the noise a sweep's TPOT has; a pause moves no median); where only one did (the verdict's, with repeats of
+    one token), its steps, the only noise there is to read (the gate's threshold covers what moves them together)."""
+    if len(decoded) >= 2:
+        return [statistics.median(steps) for steps in decoded]
+    return list(decoded[0]) if decoded else []
+
+
 def verdict_steps(verdict: Mapping[str, Any] | None, settings: dict, own_clock) -> list[float] | None:
     """The verdict's own decode steps (seconds between its tokens), when its generation is one of the phase's
     repeats: in eager and fused modes (compile mode compiles the forward again, so its verdict ran other code), on
     the clock the phase times on (the verdict's timer stamps each token on the host's clock and on the device's own,
-    ``probe_core.StepTimer.device_clock``) and with two steps or more; None otherwise."""
+    ``probe_core.StepTimer.device_clock``), its first decode step left out (the decode shape's first call), with two
+    steps or more left; None otherwise."""
     if verdict is None or settings["mode"] == "compile":
         return None
     times = (verdict.get("token_times") or {}).get("host" if own_clock is None else "device") or []
-    steps = [after - before for before, after in zip(times, times[1:])]
+    steps = [after - before for before, after in zip(times, times[1:])][1:]  # the first: the decode shape's first call
     return steps if len(steps) >= 2 else None
 
 
@@ -274,7 +289,6 @@ def measure(
     generation after the timed ones and keep its trace so (``trace_keeper``)."""
     import torch
 
-    tokens = int(settings["perf_tokens"])
     plan = Plan(int(settings["perf_repeats"]), float(settings["perf_spread"]), budget_s)
     device = adapter.torch_device
     synchronize = adapter.synchronize if adapter.type != "cpu" else None
@@ -284,14 +298,16 @@ def measure(
     mask = torch.ones_like(ids)
     mode = settings["mode"]
     reused = verdict_steps(verdict, settings, own_clock)
+    # with the verdict's steps TPOT is had: a repeat need only price the prompt (perf_tokens 1); without, it needs steps
+    tokens = int(settings["perf_tokens"]) if reused else max(int(settings["perf_tokens"]), OWN_TPOT_TOKENS)
     options = generate_options(tokens, settings, verdict)
     eager_forward = probe_core.compile_forward(model, adapter.compile_backend()) if mode == "compile" else None
     adapter.reset_peak_memory()
     trace: tuple[str | None, str] | None = None  # the profiled generation's (path, note), when kept
     ttft: list[float] = []
-    apart: float | None = None  # how far the verdict's TPOT was from the first repeat's, when too far to count
-    tpot: list[float] = [statistics.median(reused)] if reused else []
-    per_s: list[float] = []
+    decoded: list[list[float]] = [reused] if reused else []  # each generation's decode steps (seconds)
+    tpot: list[float] = tpot_samples(decoded)
+    per_repeat: list[float] = []  # each repeat's whole generation, for tokens/s
     gc.collect()  # as timeit does: no collection of the verdict's garbage inside a timed repeat
     began = time.perf_counter()
     first_call: float | None = None
@@ -303,19 +319,17 @@ def measure(
             else:  # the verdict's generation warmed the model: its first token is the first call
                 first_call = (verdict or {}).get("first_token_s")
             gc.disable()
-            last = 0.0
-            while (stop := plan.stop(tpot, len(ttft), time.perf_counter() - began, last)) is None:
+            timed_from, last = time.perf_counter(), 0.0  # a compilation in the warm-up is the host's, not the budget's
+            while (stop := plan.stop(tpot, len(ttft), time.perf_counter() - timed_from, last, tokens > 1)) is None:
                 went = time.perf_counter()
                 start, times = _one_run(model, tokenizer, ids, mask, options, device, synchronize, clock)
                 last = time.perf_counter() - went
                 ttft.append(times[0] - start)
                 steps = [after - before for before, after in zip(times, times[1:])]
                 if steps:
-                    tpot.append(statistics.median(steps))  # a stray pause moves no median
-                per_s.append(len(times) / (times[-1] - start))
-                if reused and len(ttft) == 1 and len(tpot) == 2 and abs(tpot[0] - tpot[1]) > AGREE * tpot[1]:
-                    apart = tpot.pop(0) / tpot[0] - 1  # the verdict's instruments showed: a warm-up only
-                    reused = None
+                    decoded.append(steps)
+                    tpot = tpot_samples(decoded)
+                per_repeat.append(times[-1] - start)
             gc.enable()
             if keep is not None:  # after the timed repeats: the profiler slows none of them
                 trace = _traced(
@@ -327,29 +341,35 @@ def measure(
             model.forward = eager_forward
     phase_s = time.perf_counter() - began
     peak_mb, _ = adapter.peak_memory_mb()
+    tpot_s = statistics.median(tpot) if tpot else None
+    # tokens/s over a generation: measured whole where the repeats decode, else over the verdict's length from a warm
+    # TTFT and the verdict's TPOT for each token after it (said in the note)
+    derived = bool(reused) and tokens == 1
+    length = int((verdict or {}).get("tokens_out") or 1) if derived else tokens
+    per_s = [
+        length / (first + (length - 1) * (tpot_s or 0.0) if derived else whole)
+        for whole, first in zip(per_repeat, ttft)
+    ]
     fields: dict[str, Any] = {
         **dict.fromkeys(FIELDS),
         "perf_tokens_out": tokens,
         "perf_first_call_s": first_call,
         "ttft_s": statistics.median(ttft),
         "ttft_s_repeats": ttft,
-        "ttft_spread": spread(ttft),
+        "ttft_spread": spread(ttft) if len(ttft) > 1 else None,
         "perf_tokens_per_s": statistics.median(per_s),
         "perf_tokens_per_s_repeats": per_s,
         "perf_peak_device_mem_mb": peak_mb,
-        "perf_repeats_run": len(tpot),
+        "perf_repeats_run": len(ttft),
         "perf_stop": stop,
         "perf_device_s": phase_s,
     }
     if tpot:
-        fields.update(tpot_s=statistics.median(tpot), tpot_s_repeats=tpot, tpot_spread=spread(tpot))
-    notes = [_sized(plan, stop, tpot, tokens, bool(reused), phase_s)]
-    if apart is not None:
-        notes.append(
-            f"the verdict's generation was its warm-up only: its TPOT was {apart:+.1%} from the first repeat's (beyond "
-            f"{AGREE:.0%}: its instruments, the census or the step scores, showed in it)"
-        )
-    nbytes, how = decode_bytes_per_token(model, len(prompt_ids) + tokens / 2)
+        fields.update(tpot_s=tpot_s, tpot_s_repeats=tpot, tpot_spread=spread(tpot) if len(tpot) > 1 else None)
+    notes = [_sized(plan, stop, tpot, ttft, tokens, bool(reused), phase_s)]
+    if derived:
+        notes.append(f"tokens/s over the verdict's {length} tokens: a warm TTFT, then its TPOT for each token after")
+    nbytes, how = decode_bytes_per_token(model, len(prompt_ids) + length / 2)
     fields["decode_bytes_per_token"] = nbytes
     peak_gbs, source = adapter.peak_bandwidth_gbs()
     if peak_gbs and fields["tpot_s"]:
@@ -365,16 +385,22 @@ def measure(
     return fields
 
 
-def _sized(plan: Plan, stop: str, tpot: list[float], tokens: int, reused: bool, phase_s: float) -> str:
+def _sized(
+    plan: Plan, stop: str, tpot: list[float], ttft: list[float], tokens: int, reused: bool, phase_s: float
+) -> str:
     """What the phase ran and why it stopped, in words (the record's ``perf_note``)."""
-    n = len(tpot)
-    ran = f"{n} repeats of {tokens} tokens"
+    ran = f"{len(ttft)} repeats of {tokens} token{'s' if tokens != 1 else ''}"
     if reused:
-        ran = f"{n} repeats (the verdict's generation and {n - 1} of {tokens} tokens)"
-    said = spread(tpot)
-    spread_words = f"TPOT spread {said:.1%}" if said is not None else "no TPOT spread (one repeat)"
+        ran += "; TPOT from the verdict's decode steps" + (" and the repeats'" if tokens > 1 else "")
+    said = spread(tpot) if len(tpot) > 1 else None
+    spread_words = f"TPOT spread {said:.1%} over {len(tpot)} samples" if said is not None else "no TPOT spread"
     if stop == "spread":
-        why = f"{spread_words}, within perf_spread {plan.goal:.0%}"
+        settled = said is not None and said <= plan.goal
+        why = (
+            f"{spread_words}, within perf_spread {plan.goal:.0%}"
+            if settled
+            else f"{spread_words} (a repeat of one token adds no step)"
+        )
     elif stop == "budget":
         why = (
             f"the budget: another repeat would take the phase past {plan.budget_s:.2f} s (perf_budget of the probe's "

@@ -557,16 +557,23 @@ def generate(
     if scores is not None:
         extra.update(output_logits=True, return_dict_in_generate=True)
     with torch.no_grad() if no_grad else torch.inference_mode():
-        output = model.generate(
-            input_ids=input_ids.to(device),
-            attention_mask=attention_mask.to(device),
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            pad_token_id=pad,
-            streamer=timer,
-            **on_device(extra_inputs, device, model),
-            **extra,
-        )
+        try:
+            output = model.generate(
+                input_ids=input_ids.to(device),
+                attention_mask=attention_mask.to(device),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=pad,
+                streamer=timer,
+                **on_device(extra_inputs, device, model),
+                **extra,
+            )
+        except BaseException:
+            # generate() ends its streamer only when it finishes: a census that stepped off torch's dispatch stack
+            # mid-generation (``Census.following``) must step back on before this mode restores the dispatch state
+            if timer is not None:
+                timer.end()
+            raise
         if scores is not None:
             scores.extend(top_scores(step[0]) for step in output.logits)
             output = output.sequences

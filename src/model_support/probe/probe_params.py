@@ -193,33 +193,33 @@ PROBE_PARAMS: tuple[Param, ...] = (
     Param(
         "perf_tokens",
         int,
-        2,
-        "perf: new tokens per timed repeat (its first prices the prompt: TTFT; each after it one TPOT step); fixed, "
-        "so two sweeps' repeats compare",
-        minimum=2,
+        1,
+        "perf: new tokens per timed repeat: the first prices the prompt (a warm TTFT), each after it adds a TPOT step "
+        "to the verdict's (4 where the verdict gives none: compile mode); fixed, so two sweeps' repeats compare",
+        minimum=1,
     ),
     Param(
         "perf_repeats",
         int,
         10,
-        "perf: at most this many timed repeats (the verdict's own generation counts as one where it can); fewer "
-        "when TPOT's spread reaches perf_spread or the next would pass perf_budget",
+        "perf: at most this many timed repeats of its own (two always run: TTFT's noise); fewer when TPOT's spread "
+        "reaches perf_spread or the next would pass perf_budget",
         minimum=1,
     ),
     Param(
         "perf_spread",
         float,
         0.05,
-        "perf: stop repeating once TPOT's spread, (max - min) / median over the repeats, is at most this; 0 runs "
-        "every repeat perf_repeats and perf_budget allow",
+        "perf: stop repeating once TPOT's spread, (max - min) / median over its steps (the verdict's and the "
+        "repeats'), is at most this; 0 runs every repeat perf_repeats and perf_budget allow",
         minimum=0,
     ),
     Param(
         "perf_budget",
         float,
         0.25,
-        "perf: the phase's device time at most this share of the probe's device phase before it (one timed repeat "
-        "always runs: TTFT needs it); 0: no limit",
+        "perf: no repeat past the first two that would take the phase's device time past this share of the probe's "
+        "device phase before it; 0: no limit",
         minimum=0,
     ),
     Param(

@@ -358,7 +358,8 @@ def _on_device(record: Record, settings: dict, adapter) -> None:
     with phases.device_work():  # the perf phase: the same model timed again on its device, before the release
         schema.fill(record, performance.perf_fields(record, settings, result, adapter))
         if settings["mode"] == "compile":  # recompiles across prompt lengths (recompile_check), or why not
-            schema.fill(record, recompiles.recompile_fields(record, settings, result, adapter))
+            with phases.part("recompiles"):  # the device's work, said apart in the sweep's device time
+                schema.fill(record, recompiles.recompile_fields(record, settings, result, adapter))
     device_steps, prompt_ids = result["step_scores"], result["input_ids"]
     del result  # the device's model is freed before the reference loads
     phases.checks(record, settings, "pass", device_steps, prompt_ids)

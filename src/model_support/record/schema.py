@@ -369,7 +369,7 @@ class Record(TypedDict):
         ),
     ]
     perf_repeats_run: Annotated[
-        int | None, Col("perf", 21, "timed repeats behind tpot_s (the verdict's generation counted where it was one)")
+        int | None, Col("perf", 21, "timed repeats the perf phase ran itself (each a warm TTFT)")
     ]
     perf_stop: Annotated[
         str | None, Col("perf", 21, "why the repeats stopped: spread (reached perf_spread), budget, cap (perf_repeats)")
@@ -380,8 +380,15 @@ class Record(TypedDict):
     ttft_s: Annotated[float | None, Col("perf", 16, "time to first token, prefill of the prompt, median of repeats")]
     ttft_s_repeats: Annotated[list[float] | None, Col("perf", 16, "ttft_s of each repeat")]
     ttft_spread: Annotated[float | None, Col("perf", 16, "(max - min) / median of ttft_s_repeats")]
-    tpot_s: Annotated[float | None, Col("perf", 16, "seconds per output token after the first, median of repeats")]
-    tpot_s_repeats: Annotated[list[float] | None, Col("perf", 16, "tpot_s of each repeat")]
+    tpot_s: Annotated[float | None, Col("perf", 16, "seconds per output token after the first, median of its samples")]
+    tpot_s_repeats: Annotated[
+        list[float] | None,
+        Col(
+            "perf",
+            16,
+            "TPOT's samples: each timed generation's median step (the verdict's after its first, the repeats'), or the verdict's steps where only it decoded",
+        ),
+    ]
     tpot_spread: Annotated[float | None, Col("perf", 16, "(max - min) / median of tpot_s_repeats")]
     perf_tokens_per_s: Annotated[
         float | None, Col("perf", 16, "new tokens per second over a whole generation, median of repeats")
