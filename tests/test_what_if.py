@@ -127,3 +127,29 @@ def test_an_operator_that_cannot_go_to_the_host_is_refused_by_name_before_anythi
     done = sweep(what_if["tmp"], data, "refused", {"host_ops": asked}, check=False)
     assert done.returncode != 0 and said in done.stderr, done.stderr[-2000:]
     assert "Traceback" not in done.stderr and set(store.list_sweeps(data)) == known  # nothing ran
+
+
+def test_a_what_if_sweep_is_refused_where_it_would_pass_for_the_stacks(what_if):
+    """Review's findings: host_ops in one model's overrides (a sweep mixing what-if runs with the stack's), a
+    nightly of a what-if definition, the repro script of a what-if run (it would run the stack's own kernels) are one
+    sentence each; ``list`` counts a what-if sweep's runs apart from the stack's verdicts."""
+    import yaml
+
+    from model_support.record import store
+
+    tmp, data = what_if["tmp"], what_if["data"]
+    known = set(store.list_sweeps(data))
+    mixed = tmp / "mixed.yaml"
+    models = [MODELS[0], {"id": MODELS[1], "overrides": {"host_ops": "aten::silu"}}]
+    mixed.write_text(yaml.safe_dump({"name": "mixed", "probe": PROBE, "models": models}))
+    done = cli(["sweep", str(mixed), "--no-report"], data, check=False)
+    assert done.returncode != 0 and "host_ops is set in the overrides of" in done.stderr, done.stderr[-1500:]
+    night = tmp / "night.yaml"
+    night.write_text(yaml.safe_dump({"name": "night", "probe": {**PROBE, "host_ops": "aten::silu"}, "models": MODELS}))
+    done = cli(["nightly", str(night), "--no-report", "--no-bisect"], data, check=False)
+    assert done.returncode != 0 and "a nightly cannot gate it" in done.stderr, done.stderr[-1500:]
+    assert set(store.list_sweeps(data)) == known  # nothing ran
+    done = cli(["repro", what_if["hosted"], "tiny-llama", "--variant", "eager+dynamic+4t"], data, check=False)
+    assert done.returncode != 0 and "as a what-if run (host_ops='aten::silu'" in done.stderr, done.stderr[-1500:]
+    listed = cli(["list"], data).stdout
+    assert "what-if: 2 run(s)" in listed and "│ 0    │" in listed, listed  # no PASS of the stack

@@ -293,6 +293,22 @@ def _sweep(params_file, data_dir, workers, executor, prefetch, resume, report, p
     return summary, not (summary["pending"] or not rendered)
 
 
+def _no_what_if_nightly(params_file) -> None:
+    """A nightly gates the stack: a definition that puts operators on the host (a what-if sweep) is refused before
+    anything runs, in one sentence."""
+    import yaml
+
+    try:
+        raw = yaml.safe_load(Path(params_file).read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return  # the sweep's own reading says what is wrong with the file
+    if isinstance(raw, dict) and isinstance(raw.get("probe"), dict) and raw["probe"].get("host_ops"):
+        raise UserError(
+            f"{params_file} puts operators on the host (probe: host_ops): a what-if sweep is no verdict of the stack, "
+            "so a nightly cannot gate it; run it with model-support sweep, or ops SWEEP --prove."
+        )
+
+
 @main.command()
 @click.argument("params_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @data_dir_option
@@ -337,6 +353,7 @@ def nightly(
     threshold = perf.parse_threshold(perf_threshold) if perf_threshold is not None else None
     if expect is not None and not expect.is_file():
         raise UserError(f"--expect {expect} is no file; give an expectations YAML file of MODEL: {{verdict, reason}}.")
+    _no_what_if_nightly(params_file)
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     summary, finished = _sweep(params_file, data_dir, workers, None, None, None, report, None, reruns)
     status = nightly_mod.after_sweep(

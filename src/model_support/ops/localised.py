@@ -32,12 +32,14 @@ def stored(data_dir, sweep_id: str, model_id: str, variant: str | None = None) -
 
 def answers(data_dir, sweep_id: str) -> dict[str, dict]:
     """Every stored answer of a sweep, by the plan's model key (``store.pending_key``: the model id, plus
-    `` [variant]`` for any variant but the default), the folder listed once; {} where there is none."""
+    `` [variant]`` for any variant but the default), the folder listed once; {} where there is none. An answer made
+    on another stack than the sweep's (its ``stack_note``) is none of the sweep's: its wrong operator may be right
+    on the sweep's stack."""
     where = folder(data_dir, sweep_id)
     found: dict[str, dict] = {}
     for path in sorted(where.glob("*.json")) if where.is_dir() else []:
         answer = _read(path)
-        if answer and answer.get("model_id"):
+        if answer and answer.get("model_id") and not answer.get("stack_note"):
             found[store.pending_key(answer["model_id"], answer.get("variant"))] = answer
     return found
 

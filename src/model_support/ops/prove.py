@@ -123,6 +123,8 @@ def _run(
         if known.get("host_ops") == setting and keys & set(known.get("models") or []):
             if not (store.sweep_dir(data_dir, known["sweep_id"]) / "sweep.json").is_file():
                 continue
+            if not proof._evidence(meta, proof._meta(data_dir, known["sweep_id"])):
+                continue  # not a what-if sweep of this stack (another device configuration): run it anew
             mine = [m for m in todo if m.key in known["models"]]
             if any(all(r.sweep_id != known["sweep_id"] for r in m.runs) for m in mine):
                 sweeps.run(known["sweep_id"])  # an interrupted one (a model without its row): finished, compacted
@@ -285,7 +287,10 @@ def last_proof(data_dir, sweep_id: str, models: list[ModelOps]) -> list[dict]:
     runs = {m.key: m.runs for m in models}
     steps: list[dict] = []
     for step in record.get("steps") or []:
-        ran = step.get("ran") or []
+        named = set(step.get("sweep_ids") or [])
+        # the models its what-if sweeps hold rows of, with those proof.json lists: an edited list hides none of them
+        held = [key for key, found in runs.items() if any(r.sweep_id in named for r in found)]
+        ran = list(dict.fromkeys([*(step.get("ran") or []), *held]))
         hosted = [op for op in (step.get("host_ops") or "").split(",") if op]
         judged = proof.judge(hosted, ran, runs, step.get("sweep_ids") or []) if ran else None
         refused = {op: why for op, why in (record.get("unhostable") or {}).items() if op in step["ops"]}

@@ -170,7 +170,11 @@ def sweep_list_rows(data_dir: Path | str) -> list[dict]:
     for sweep_id in reversed(store.list_sweeps(data_dir)):
         meta = store.read_sweep(data_dir, sweep_id)
         records = store.read_records(data_dir, sweep_id)
-        counts = Counter(r["status"] if not r.get("exclusion_reason") else "excluded" for r in records)
+        # a what-if run (operators on the host) is no verdict of the stack: counted apart, as its state says
+        what_if = sum(bool(r.get("what_if")) and not r.get("exclusion_reason") for r in records)
+        counts = Counter(
+            "excluded" if r.get("exclusion_reason") else r["status"] for r in records if not r.get("what_if")
+        )
         devices = Counter(r["device_type"] for r in records if r.get("device_type"))
         expected = len(meta.models) * len(probe_params.combinations(meta.matrix, meta.stacks))
         try:
@@ -187,7 +191,8 @@ def sweep_list_rows(data_dir: Path | str) -> list[dict]:
                 "models": expected,
                 **{v: counts.get(v, 0) for v in schema.VERDICTS},
                 "excluded": counts.get("excluded", 0) + len(meta.excluded or {}),
-                "state": "running" if running else ("complete" if left <= 0 else f"{left} to run"),
+                "state": ("running" if running else ("complete" if left <= 0 else f"{left} to run"))
+                + (f", what-if: {what_if} run(s) with operators on the host" if what_if else ""),
             }
         )
     return rows

@@ -199,6 +199,12 @@ def check_host_ops(definition: SweepParams) -> None:
     on the host: refused once, up front, naming each operator that cannot and why (it imports torch, so only a
     definition that asks for host operators pays for it)."""
     settings = [definition.probe, *(m.overrides for m in definition.models)]
+    mixed = [m.model_id for m in definition.models if m.overrides.get("host_ops")]
+    if mixed:
+        raise SweepConfigError(
+            f"host_ops is set in the overrides of {', '.join(mixed[:3])}: a what-if run belongs in a sweep of its own "
+            "(set host_ops under probe:), so no sweep mixes the stack's verdicts with what-if runs."
+        )
     asked = {
         (s.get("device", definition.probe.get("device", "auto")), s["host_ops"]) for s in settings if s.get("host_ops")
     }
@@ -207,7 +213,10 @@ def check_host_ops(definition: SweepParams) -> None:
     from ..probe import what_if
 
     for device, setting in sorted(asked):
-        problem = what_if.refusal(setting, devices.resolve(device))
+        adapter = devices.resolve(device)
+        problem = what_if.refusal(setting, adapter)
+        if problem is None and not adapter.host_kernels()[0]:  # missing, where nothing can go to the host
+            problem = f"host_ops={setting!r} on {adapter.type}: {adapter.host_kernels()[1]}; a what-if sweep needs an accelerator."
         if problem:
             raise SweepConfigError(problem)
 
@@ -327,4 +336,6 @@ def load(path: Path, check_device: bool = True, overrides: dict | None = None) -
         check_host_ops(definition)
         check_vision()
         check_hub(definition)
+    elif any(m.overrides.get("host_ops") for m in definition.models):
+        check_host_ops(definition)  # a sweep mixing what-if runs with the stack's is refused wherever it is read
     return definition

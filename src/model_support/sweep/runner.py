@@ -195,7 +195,14 @@ def run(
         "ran": len(tasks) - len(pending),
         "total": total,
         "wall_s": time.time() - started,
-        "verdicts": dict(Counter(r["status"] for r in store.iter_records(data_dir, meta.sweep_id) if r["status"])),
+        # a what-if run's verdict is no verdict of the stack: said as one ("what-if PASS")
+        "verdicts": dict(
+            Counter(
+                f"what-if {r['status']}" if r.get("what_if") else r["status"]
+                for r in store.iter_records(data_dir, meta.sweep_id)
+                if r["status"]
+            )
+        ),
         "rows": counts,
         "pending": pending,
         "excluded_before": dict(meta.excluded or {}),
@@ -254,7 +261,11 @@ def _screening(
 ) -> reruns.Screen | None:
     """The baseline this run's verdicts are screened against (none without ``screen`` or with ``reruns: 0``). The
     baseline is chosen at the first run whatever ``reruns`` says and kept in sweep.json (``baseline``; "" for none):
-    the nightly gates against it, and ``--resume`` screens against the same one."""
+    the nightly gates against it, and ``--resume`` screens against the same one. A what-if sweep (``host_ops``) has
+    none: its runs are no verdicts of the stack to screen."""
+    if meta.probe.get("host_ops"):  # a what-if sweep is no verdict of the stack: no baseline, no flake reruns
+        meta.baseline = meta.baseline if meta.baseline is not None else ""
+        return None
     if screen is None or (meta.baseline is not None and not meta.reruns):
         return None
     found = screen(meta, executors.device_kind(device))
