@@ -151,5 +151,7 @@ def test_a_what_if_sweep_is_refused_where_it_would_pass_for_the_stacks(what_if):
     assert set(store.list_sweeps(data)) == known  # nothing ran
     done = cli(["repro", what_if["hosted"], "tiny-llama", "--variant", "eager+dynamic+4t"], data, check=False)
     assert done.returncode != 0 and "as a what-if run (host_ops='aten::silu'" in done.stderr, done.stderr[-1500:]
+    done = cli(["export", what_if["hosted"], "--format", "junit"], data, check=False)
+    assert done.returncode != 0 and "is a what-if sweep (operators on the host)" in done.stderr, done.stderr[-1500:]
     listed = cli(["list"], data).stdout
     assert "what-if: 2 run(s)" in listed and "│ 0    │" in listed, listed  # no PASS of the stack

@@ -78,6 +78,14 @@ def export_rows(data_dir: Path | str, sweep_id: str) -> list[dict]:
         for config in store.CONFIGS
     ]
     rows = pl.concat(frames, how="vertical_relaxed")
+    if (
+        rows.height == 0
+        and store.scan(data_dir, store.WHAT_IF_CONFIG).filter(pl.col("sweep_id") == sweep_id).head(1).collect().height
+    ):
+        raise UserError(
+            f"Sweep {sweep_id} is a what-if sweep (operators on the host): its rows are no verdicts of the stack, "
+            "so no export lists them; they are the dataset's what_if config."
+        )
     if rows.height == 0:
         raise UserError(
             f"The dataset in {data_dir} has no rows of sweep {sweep_id!r}; `model-support aggregate {sweep_id}` "
