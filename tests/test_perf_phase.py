@@ -56,13 +56,14 @@ def test_the_budget_is_a_share_of_the_device_phase_so_far_and_zero_is_none():
 
 def test_the_verdicts_steps_count_in_eager_on_the_phases_clock_never_in_compile():
     verdict = {"token_times": {"host": [0.5, 0.6, 0.7, 0.85, 0.95], "device": [10.0, 10.2, 10.4, 10.6, 10.8]}}
-    host = performance.verdict_steps(verdict, {"mode": "eager"}, None)
-    assert host == pytest.approx([0.1, 0.15, 0.1])  # the first step (the decode shape's first call) left out
-    assert performance.verdict_steps(verdict, {"mode": "fused"}, time.perf_counter) == pytest.approx([0.2] * 3)
-    assert performance.verdict_steps(verdict, {"mode": "compile"}, None) is None  # its forward compiled again
-    three = {"token_times": {"host": [0.5, 0.6, 0.7], "device": []}}
-    assert performance.verdict_steps(three, {"mode": "eager"}, None) is None  # one step left: no median of steps
-    assert performance.verdict_steps(three, {"mode": "eager"}, time.perf_counter) is None  # no device stamps
+    clock = time.perf_counter  # a device's own clock
+    # the first step (the decode shape's first call) left out
+    assert performance.verdict_steps(verdict, {"mode": "fused"}, clock) == pytest.approx([0.2] * 3)
+    assert performance.verdict_steps(verdict, {"mode": "eager"}, None) is None  # the host's clock: instruments, noise
+    assert performance.verdict_steps(verdict, {"mode": "compile"}, clock) is None  # its forward compiled again
+    three = {"token_times": {"host": [0.5, 0.6, 0.7], "device": [1.0, 1.1, 1.2]}}
+    assert performance.verdict_steps(three, {"mode": "eager"}, clock) is None  # one step left: no median of steps
+    assert performance.verdict_steps({"token_times": {"host": [0.5, 0.6, 0.7, 0.8]}}, {"mode": "eager"}, clock) is None
 
 
 def test_a_repeat_suppresses_the_end_only_where_it_could_come_and_keeps_the_cache():
@@ -136,8 +137,9 @@ def test_on_the_pretend_device_the_verdict_gives_tpot_and_two_repeats_a_warm_ttf
 
 
 def test_on_the_cpu_the_repeats_add_steps_until_the_spread_is_reached(fixture_models):
-    """Repeats of several tokens add TPOT samples until the spread goal is met (a goal of 1000% here: the shared
-    machine's noise is not the subject)."""
+    """On the host's clock TPOT comes from the phase's own repeats (4 tokens at least), each one's median step a
+    sample, until three give the spread goal (a goal of 1000% here: the shared machine's noise is not the subject)."""
     record = _probe(fixture_models["tiny-gpt2"]["path"], "cpu", perf_budget=0, perf_spread=10.0, perf_tokens=3)
     assert record["status"] == "PASS" and record["perf_stop"] == "spread", record["perf_note"]
-    assert record["perf_repeats_run"] == 2 and len(record["tpot_s_repeats"]) == 3  # three generations' medians
+    assert record["perf_tokens_out"] == 4 and record["perf_repeats_run"] == 3 == len(record["tpot_s_repeats"])
+    assert record["perf_note"].startswith("3 repeats of 4 tokens; stopped by TPOT spread"), record["perf_note"]

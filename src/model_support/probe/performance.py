@@ -5,10 +5,12 @@ fast a model decodes in steady state and whether that moved. A nightly over thou
 token of it in device hours, so the phase costs the device what its answers need and no more:
 
 - **The verdict's generation gives TPOT.** In eager and fused modes the verdict ran the very code the repeats run,
-  timed per token after a device sync on the host's clock and the device's own (``StepTimer.device_clock``): it is
-  the phase's warm-up (its first token is ``perf_first_call_s``, the first call) and its decode steps, the first left
-  out (the decode shape's first call), are TPOT's samples (``verdict_steps``). In compile mode the forward is compiled
-  again (a warm-up generation pays it first, outside the budget) and the repeats give TPOT's steps themselves.
+  timed per token after a device sync, on the device's own clock too (``StepTimer.device_clock``): it is the phase's
+  warm-up (its first token is ``perf_first_call_s``, the first call) and, on a device with a clock of its own, its
+  decode steps, the first left out (the decode shape's first call), are TPOT's samples (``verdict_steps``). On the
+  host's clock (the CPU, a device without one) its steps carry the instruments and the host's noise, and in compile
+  mode the forward is compiled again (a warm-up generation pays it first, outside the budget): there the repeats
+  give TPOT's steps themselves.
 - **The repeats give a warm TTFT**: ``perf_tokens`` (1; 4 where the verdict gives no TPOT) greedy tokens from the
   probe's own prompt, timed per token after a device sync: TTFT (the prompt's prefill and first token, which the
   verdict only ran cold), each further token one more TPOT sample, and tokens/s (over the repeat; with repeats of one
@@ -261,12 +263,13 @@ def tpot_samples(decoded: list[list[float]]) -> list[float]:
 def verdict_steps(verdict: Mapping[str, Any] | None, settings: dict, own_clock) -> list[float] | None:
     """The verdict's own decode steps (seconds between its tokens), when its generation is one of the phase's
     repeats: in eager and fused modes (compile mode compiles the forward again, so its verdict ran other code), on
-    the clock the phase times on (the verdict's timer stamps each token on the host's clock and on the device's own,
-    ``probe_core.StepTimer.device_clock``), its first decode step left out (the decode shape's first call), with two
-    steps or more left; None otherwise."""
-    if verdict is None or settings["mode"] == "compile":
+    the device's own clock (the verdict's timer stamps each token on it too, ``probe_core.StepTimer.device_clock``;
+    on the host's clock the verdict's steps carry its instruments and the host's noise: the CPU's TPOT spread over
+    them was 117-2000% in bench_perf), its first decode step left out (the decode shape's first call), with two steps
+    or more left; None otherwise."""
+    if verdict is None or settings["mode"] == "compile" or own_clock is None:
         return None
-    times = (verdict.get("token_times") or {}).get("host" if own_clock is None else "device") or []
+    times = (verdict.get("token_times") or {}).get("device") or []
     steps = [after - before for before, after in zip(times, times[1:])][1:]  # the first: the decode shape's first call
     return steps if len(steps) >= 2 else None
 
