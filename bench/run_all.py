@@ -329,32 +329,54 @@ def exports_table(found: dict) -> list[str]:
 
 
 def instruments_table(found: dict) -> list[str]:
-    """bench_instruments.py: what counting the host cost and the flight recorder add to a probe (pretend device)."""
-    if not found:
+    """bench_instruments.py: each instrument's share of a probe, before and after, on the command users type."""
+    if not found or "devices" not in found:
         return []
     lines = [
-        f"### The probe's instruments ({found['date']}, pretend device, {found['reps']} repeats each way)",
+        f"### The probe's instruments ({found['date']}, `model-support sweep` of {', '.join(found['models'])}; "
+        f"{found['reps']} runs of each configuration, interleaved, and {found['stage_reps']} of the stages alone; medians)",
         "",
-        "| model | probe (s) | host-cost counting | its share (goal < 5%) | flight recorder | its share (goal < 5%) "
-        "| per operator |",
-        "|---|---|---|---|---|---|---|",
+        "| device | instrument | state | timed alone: CPU s a sweep | share of the command's CPU (goal <= 5%) | share "
+        "of the probes' stages | the command with / without it: CPU s | its CPU (paired) | wall | probes' wall |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for name, m in found["models"].items():
-        if "error" in m:
-            lines.append(f"| {name} | failed: {m['error'][-200:]} | | | | | |")
-            continue
-        lines.append(
-            f"| {name} | {m['probe_s']:.2f} | {m['host_cost_extra_s']:+.3f} s | {m['host_cost_share_of_probe']:.1%} "
-            f"| {m['recorder_extra_s']:+.3f} s | {m['recorder_share_of_probe']:.1%} | {m['recorder_us_per_op']} us ({m.get('recorder_us_per_op_micro')} us alone) |"
-        )
-    met = found["met"]
+
+    def figure(part: dict) -> str:
+        return f"{part['paired_extra_s']:+.2f} s, {part['paired_share']:+.1%}"
+
+    for device, measured in found["devices"].items():
+        configs = measured["configs"]
+        for s in measured["shares"]:
+            pair = " / ".join(f"{configs[c]['command_cpu_s']['median']:.1f}" for c in (s["with"], s["without"]))
+            lines.append(
+                f"| {device} | {s['instrument']} | {s['state']} | {s['alone']['extra_cpu_s']:+.3f} "
+                f"| {s['alone']['share']:.1%} | {s['alone']['share_of_stages']:.1%} | {pair} "
+                f"| {figure(s['command_cpu_s'])} | {figure(s['command_s'])} | {figure(s['probes_s'])} |"
+            )
+    micro = found.get("micro_us_per_op") or {}
     lines += [
         "",
-        f"Host-cost counting under 5%: {ok(met['host_cost_under_5pct'])}; flight recorder under 5%: "
-        f"{ok(met['recorder_under_5pct'])}.",
+        "CPU seconds per operator (a CPU `add`, in one process): " + ", ".join(f"{k} {v} us" for k, v in micro.items()),
         "",
     ]
-    return lines
+
+    def shares(by_device) -> str:
+        if not isinstance(by_device, dict):
+            return by_device
+        return ", ".join(
+            f"{d} {v['share']:.1%} of the command ({v['share_of_stages']:.0%} of the stages)"
+            for d, v in by_device.items()
+        )
+
+    lines.append("Each instrument (timed alone, over the command's CPU seconds), before / after:")
+    lines.append("")
+    for name, verdict in found["instruments"].items():
+        why = f": {verdict['why']}" if verdict.get("why") else ""
+        lines.append(
+            f"- {name} (default {verdict['default']}): {ok(verdict['met'])}. Before: {shares(verdict['before'])}. "
+            f"After: {shares(verdict['after'])}{why}."
+        )
+    return [*lines, ""]
 
 
 def perf_cost_table(found: dict) -> list[str]:
