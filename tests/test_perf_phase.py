@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 
 import pytest
 
+from helpers import REPO
 from model_support.probe import performance, phases
 from model_support.sweep import device_time
 
@@ -103,34 +106,52 @@ def _probe(model: str, device: str, **settings) -> dict:
     return run_probe(model, device=device, reference="none", judge=False, perf="on", **settings)
 
 
-@pytest.fixture
-def pretend_quiet():
-    """The pretend device with a noise-free clock: a step's time is its modelled work."""
-    before = os.environ.get("MODEL_SUPPORT_PRETEND")
-    os.environ["MODEL_SUPPORT_PRETEND"] = json.dumps({"clock_jitter": 0})
-    yield
-    if before is None:
-        os.environ.pop("MODEL_SUPPORT_PRETEND")
-    else:
-        os.environ["MODEL_SUPPORT_PRETEND"] = before
+#: A probe on the pretend device, in a child process (registering the device renames PrivateUse1 for the life of the
+#: process: in a test worker it leaked into every later test there), with a noise-free clock; prints the record and
+#: the device phase's parts.
+CHILD = """
+import json, sys
+from model_support.probe import phases
+from model_support.probe.run import run_probe
+for settings in json.loads(sys.argv[2]):
+    r = run_probe(sys.argv[1], device="pretend", reference="none", judge=False, perf="on", **settings)
+    print(json.dumps({"record": r, "parts": phases.device_phase()["parts"]}, default=str))
+"""
 
 
-def test_on_the_pretend_device_the_verdict_gives_tpot_and_two_repeats_a_warm_ttft(fixture_models, pretend_quiet):
+def _pretend(model: str, *settings: dict) -> list[dict]:
+    env = {**os.environ, "MODEL_SUPPORT_PRETEND": json.dumps({"clock_jitter": 0}), "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, model, json.dumps(list(settings))],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def test_on_the_pretend_device_the_verdict_gives_tpot_and_two_repeats_a_warm_ttft(fixture_models):
     """The defaults: TPOT from the verdict's decode steps on the device's clock (no work the verdict did not do, such
     as suppressing the end, sets the repeats apart), two repeats of one token for a warm TTFT the gate can compare,
     the phase's seconds said and counted as the device's part "perf"; every repeat the cap allows when the budget and
-    the spread goal are off, each further token a TPOT sample."""
-    record = _probe(fixture_models["tiny-llama"]["path"], "pretend")
+    the spread goal are off, each generation's median step a TPOT sample."""
+    default, every = _pretend(
+        fixture_models["tiny-llama"]["path"],
+        {},
+        {"perf_repeats": 5, "perf_budget": 0, "perf_spread": 0, "perf_tokens": 3},
+    )
+    record = default["record"]
     assert record["status"] == "PASS" and record["perf_stop"] == "spread", record["perf_note"]
     assert record["perf_repeats_run"] == len(record["ttft_s_repeats"]) == 2 and record["perf_tokens_out"] == 1
     assert len(record["tpot_s_repeats"]) == record["tokens_out"] - 2  # the verdict's steps but its first
     assert record["perf_note"].startswith("2 repeats of 1 token; TPOT from the verdict's decode steps; stopped by TPOT")
     assert record["tpot_spread"] <= 0.05 and record["ttft_spread"] <= 0.05, record["perf_note"]
     assert record["perf_tokens_per_s"] == pytest.approx(8 / (record["ttft_s"] + 7 * record["tpot_s"]), rel=0.01)
-    assert record["perf_first_call_s"] > 0 and phases.device_phase()["parts"]["perf"] >= record["perf_device_s"] > 0
-    every = _probe(
-        fixture_models["tiny-llama"]["path"], "pretend", perf_repeats=5, perf_budget=0, perf_spread=0, perf_tokens=3
-    )
+    assert record["perf_first_call_s"] > 0 and default["parts"]["perf"] >= record["perf_device_s"] > 0
+    every = every["record"]
     assert every["perf_repeats_run"] == 5 == len(every["ttft_s_repeats"]) and every["perf_stop"] == "cap"
     assert len(every["tpot_s_repeats"]) == 1 + 5  # each generation's median: the verdict's and five of its own
     assert "stopped by the cap of perf_repeats=5" in every["perf_note"]

@@ -18,7 +18,7 @@ switch) is rerun once, synchronously, in the probe's process (``rerun_silent_cra
 model's stages only, under the recorder: ``instruments.rerun``), and that rerun's last operator is the one named.
 
 **Off in a probe's own run by default** (the probe's ``flight_recorder`` setting, ``auto``): a dispatch mode costs
-every operator a Python call (about 20 us with its line; up to a sixth of a small model's probe on the pretend
+every operator a Python call (about 20 us with its line; up to a sixth of a small model's probe on a Python
 device, ``bench/bench_instruments.py``), and its answer is only needed when a kernel dies. So the probe only arms
 the file (its meta: ``recording`` auto, no mode on the stack), and a probe whose kernel died silently (last words
 naming no operator) is rerun once under the recorder, synchronously where the stack has a switch, which is what names
