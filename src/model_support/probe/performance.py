@@ -269,7 +269,7 @@ def verdict_steps(verdict: Mapping[str, Any] | None, settings: dict, own_clock) 
     or more left; None otherwise."""
     if verdict is None or settings["mode"] == "compile" or own_clock is None:
         return None
-    times = (verdict.get("token_times") or {}).get("device") or []
+    times = verdict.get("token_times") or []
     steps = [after - before for before, after in zip(times, times[1:])][1:]  # the first: the decode shape's first call
     return steps if len(steps) >= 2 else None
 
@@ -287,7 +287,8 @@ def measure(
     """The perf fields of a PASS, measured on ``adapter``'s device with the verdict's ``model`` (still on it) and
     prompt (``prompt_ids``), in the probe's mode (compile: its forward compiled again, so a warm-up generation pays
     the compilation first; fused: TorchTPU's deferred-and-fused eager). ``verdict``: the verdict's generation
-    (``token_times``, ``first_token_s``): in eager and fused modes it is the warm-up and its TPOT the first repeat
+    (``token_times`` on the device's clock, ``first_token_s``): in eager and fused modes it is the warm-up, and on a
+    device's own clock its decode steps are TPOT's samples
     (``verdict_steps``). Timed repeats of ``perf_tokens`` then run as ``Plan`` says. ``keep``: profile one more
     generation after the timed ones and keep its trace so (``trace_keeper``)."""
     import torch
