@@ -414,9 +414,12 @@ def perf_table(found: dict) -> list[str]:
         return []
     device = {"cpu": "CPU", "pretend": "pretend device, its modelled clock"}[found.get("device", "cpu")]
     sized = "perf_spread" in found  # measured since the phase sizes itself (issue 47)
+    tokens = "/".join(map(str, found.get("repeat_tokens") or [found.get("perf_tokens")]))
+    cpu = found.get("device", "cpu") == "cpu"
+    budget = "no budget on the CPU" if cpu else f"{found.get('perf_budget', 0):.0%} of the probe's device phase"
     how = (
-        f"repeats of {found['perf_tokens']} tokens until TPOT's spread is within {found['perf_spread']:.0%}, at most "
-        f"{found['perf_repeats']} and {found['perf_budget']:.0%} of the probe's device phase"
+        f"repeats of {tokens} token{'' if tokens == '1' else 's'} until TPOT is steady within {found['perf_spread']:.0%}, at most "
+        f"{found['perf_repeats']}, {budget}"
         if sized
         else f"{found['perf_repeats']} repeats of {found['perf_tokens']} tokens after a warm-up"
     )

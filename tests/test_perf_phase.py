@@ -34,10 +34,21 @@ STEADY = [1.0] * 6  # a verdict's decode steps, alike
         ([1.0, 1.2, 1.0], 2, 0.9, 0.1, True, None),  # exactly at the budget is within it
         ([1.0, 1.2, 1.0, 1.2], 5, 0.2, 0.01, True, "cap"),  # five: the cap, spread or not
         ([1.0, 1.0], 2, 0.0, 0.0, True, None),  # two samples: the spread is judged over three
+        ([1.0, 1.0], 2, 5.0, 5.0, True, None),  # ... and the budget waits for them (a spread of two is no figure)
+        ([1.3, 1.0, 1.02, 1.01], 3, 0.1, 0.1, True, "spread"),  # the last three steady: a slow first is warm-up
+        ([1.0, 1.02, 1.01, 1.3], 3, 0.1, 0.1, True, None),  # a wild last one: not steady, one more
+        ([1.0, 1.0], 1, 5.0, 5.0, True, None),  # one repeat: two always run
     ],
 )
 def test_the_plan_stops_on_spread_budget_or_cap(tpot, own, spent, last, adds, stop):
     assert PLAN.stop(tpot, own, spent, last, adds) == stop
+
+
+def test_steady_is_the_last_three_samples_within_the_goal_and_none_before_three():
+    assert performance.steady([2.0, 1.0, 1.04, 1.0], 0.05) == [1.0, 1.04, 1.0]
+    assert performance.steady([1.0, 1.0, 1.06], 0.05) is None  # 6%: not within 5%
+    assert performance.steady([1.0, 1.0], 0.05) is None  # two samples settle nothing
+    assert performance.steady([], 0.05) is None
 
 
 def test_no_budget_means_the_cap_or_the_spread_decides_and_a_cap_of_one_runs_one():
@@ -119,8 +130,9 @@ for settings in json.loads(sys.argv[2]):
 """
 
 
-def _pretend(model: str, *settings: dict) -> list[dict]:
-    env = {**os.environ, "MODEL_SUPPORT_PRETEND": json.dumps({"clock_jitter": 0}), "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+def _pretend(model: str, *settings: dict, device: dict | None = None) -> list[dict]:
+    config = json.dumps(device or {"clock_jitter": 0})
+    env = {**os.environ, "MODEL_SUPPORT_PRETEND": config, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
     done = subprocess.run(
         [sys.executable, "-c", CHILD, model, json.dumps(list(settings))],
         capture_output=True,
@@ -158,9 +170,28 @@ def test_on_the_pretend_device_the_verdict_gives_tpot_and_two_repeats_a_warm_ttf
 
 
 def test_on_the_cpu_the_repeats_add_steps_until_the_spread_is_reached(fixture_models):
-    """On the host's clock TPOT comes from the phase's own repeats (4 tokens at least), each one's median step a
+    """On the host's clock TPOT comes from the phase's own repeats (16 tokens on the CPU), each one's median step a
     sample, until three give the spread goal (a goal of 1000% here: the shared machine's noise is not the subject)."""
     record = _probe(fixture_models["tiny-gpt2"]["path"], "cpu", perf_budget=0, perf_spread=10.0, perf_tokens=3)
     assert record["status"] == "PASS" and record["perf_stop"] == "spread", record["perf_note"]
-    assert record["perf_tokens_out"] == 4 and record["perf_repeats_run"] == 3 == len(record["tpot_s_repeats"])
-    assert record["perf_note"].startswith("3 repeats of 4 tokens; stopped by TPOT spread"), record["perf_note"]
+    assert record["perf_tokens_out"] == 16 and record["perf_repeats_run"] == 3 == len(record["tpot_s_repeats"])
+    assert record["perf_note"].startswith("3 repeats of 16 tokens; stopped by TPOT spread"), record["perf_note"]
+
+
+def test_on_the_hosts_clock_the_budget_waits_for_three_samples_of_tpot(fixture_models):
+    """On an accelerator timed on the host's clock (the pretend device with ``clock: host``, as CUDA) the repeats give
+    TPOT, 4 tokens each; a budget its device phase cannot buy a third repeat with stops the phase only once TPOT has
+    the three samples a spread is judged over (bench_perf on the CPU: every run stopped at two before)."""
+    (got,) = _pretend(
+        fixture_models["tiny-gpt2"]["path"], {"perf_budget": 1e-6, "perf_spread": 0}, device={"clock": "host"}
+    )
+    record = got["record"]
+    assert record["status"] == "PASS" and record["perf_stop"] == "budget", record["perf_note"]
+    assert record["perf_tokens_out"] == 4, record["perf_note"]
+    assert record["perf_repeats_run"] == 3 == len(record["tpot_s_repeats"]), record["perf_note"]
+    assert "on the host's wall clock" in record["perf_note"]
+
+
+def test_on_the_cpu_no_budget_applies_the_phase_runs_there_only_when_asked(fixture_models):
+    record = _probe(fixture_models["tiny-gpt2"]["path"], "cpu", perf_budget=1e-6, perf_spread=0, perf_repeats=4)
+    assert record["perf_stop"] == "cap" and record["perf_repeats_run"] == 4, record["perf_note"]

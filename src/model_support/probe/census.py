@@ -40,7 +40,8 @@ operators, signatures and ranks are the full census's, and the calls too where e
 (``tests/test_census_sampled.py`` checks it on the text fixtures), but for a generation that stopped early at its
 end-of-sequence token after the census stepped off: its last step's stop check (``aten::max``, ``aten::eq``, the
 ``aten::_local_scalar_dense`` that reads it) is one call short. A step that differs (a cache that changes shape at a
-window) keeps the census counting until two are alike again.
+window) keeps the census counting until two are alike again; one that first differs after the census stepped off (a
+sliding window first reached past the steps counted) is not seen: ``census: full`` counts such a model whole.
 """
 
 from __future__ import annotations

@@ -17,9 +17,11 @@ token of it in device hours, so the phase costs the device what its answers need
   token over the verdict's length, a warm TTFT and the verdict's TPOT for each token after it). The length is a
   setting, never chosen from timings, so two sweeps stay like with like (``analysis.decision.LIKE``).
 - **As many as the figures need** (``Plan``): two always (a TTFT of one repeat has no noise to be compared by: a
-  gate cannot tell a regression from noise on it); then until TPOT's spread, (max - min) / median of its samples, is
-  within ``perf_spread`` (5%; or where a repeat adds no sample), or the next repeat (priced as the last) would take
-  the phase past ``perf_budget`` (a quarter) of the probe's device phase before it, or ``perf_repeats`` (10) ran.
+  gate cannot tell a regression from noise on it); then until TPOT is steady, (max - min) / median of its last three
+  samples within ``perf_spread`` (5%; the samples before them left out as warm-up: ``steady``), or a repeat adds no
+  sample, or the next repeat (priced as the last) would take the phase past ``perf_budget`` (a quarter) of the
+  probe's device phase before it (once TPOT has three samples; never on the CPU, where the phase runs only when
+  asked: ``budget``), or ``perf_repeats`` (10) ran.
   ``perf_repeats_run`` and ``perf_stop`` say how many and why; ``perf_device_s`` is the phase's device time
   (``probe.phases`` counts it as the device's work, ``part("perf")``).
 
@@ -76,12 +78,15 @@ def not_measured(why: str) -> dict:
 
 def wanted(settings: dict, device_type: str | None) -> str | None:
     """Why the perf phase is off for these settings on ``device_type``, or None: ``perf`` off (or false), or auto on
-    the CPU, where its repeats cost more than the probe itself (bench/results/perf.json: SmolLM2-135M 2.5 times)."""
+    the CPU: the CPU is not the stack being ported, and the smoke sweep and CI pay for every CPU second (the phase
+    there: 2-21% of a warm probe, bench/results/perf.json; ``perf=on`` times it)."""
     perf = settings.get("perf", "auto")
     if perf in (False, "off"):
         return "perf=off"
     if perf in ("auto", None) and device_type == "cpu":
-        return "perf=auto, off on the CPU (its repeats would cost more than the probe; perf=on times it)"
+        return (
+            "perf=auto, off on the CPU (not the stack being ported, and every CPU second is paid for; perf=on times it)"
+        )
     return None
 
 
@@ -201,10 +206,12 @@ def _traced(run: Callable[[], Any], adapter, keep: Callable[[bytes], str]) -> tu
 @dataclass
 class Plan:
     """How far the phase may go: ``cap`` timed repeats of its own at most (``perf_repeats``); at least ``MIN_OWN``
-    (two warm TTFTs: a TTFT with one repeat has no noise to compare by); then stop once TPOT's spread over its
-    samples is at most ``goal`` (``perf_spread``; 0: never), or where its repeats add no TPOT sample (a repeat of one
-    token), and start no repeat that would take the phase's device seconds past ``budget_s`` (``perf_budget`` x the
-    probe's device phase before it; None: no limit)."""
+    (two warm TTFTs: a TTFT with one repeat has no noise to compare by); then stop once TPOT is steady (``steady``:
+    its last ``MIN_SAMPLES`` samples within ``goal``, ``perf_spread``; 0: never), or where its repeats add no TPOT
+    sample (a repeat of one token), and start no repeat that would take the phase's device seconds past ``budget_s``
+    (``perf_budget`` x the probe's device phase before it; None: no limit) once TPOT has ``MIN_SAMPLES`` samples:
+    where the repeats are TPOT's only source (the host's clock, compile mode) a tiny model's device phase would
+    otherwise buy two, and a spread over two is no figure (bench_perf on the CPU: every run stopped so, at 0.7-16.7%)."""
 
     cap: int
     goal: float
@@ -215,14 +222,26 @@ class Plan:
         decode steps, the repeats' steps); ``own``: the repeats the phase ran itself."""
         if own < min(MIN_OWN, self.cap):
             return None
-        settled = len(tpot) >= MIN_SAMPLES and (spread(tpot) or 0.0) <= self.goal
-        if self.goal > 0 and (settled or not adds_steps):  # 0: every repeat the cap and budget allow
+        if self.goal > 0 and (not adds_steps or steady(tpot, self.goal) is not None):  # 0: all the cap and budget allow
             return "spread"
         if own >= self.cap:
             return "cap"
-        if self.budget_s is not None and spent_s + last_s > self.budget_s:
+        judged = len(tpot) >= MIN_SAMPLES or not adds_steps  # a spread needs three samples before the budget counts
+        if judged and self.budget_s is not None and spent_s + last_s > self.budget_s:
             return "budget"
         return None
+
+
+def steady(tpot: list[float], goal: float) -> list[float] | None:
+    """TPOT's steady samples, or None: its last ``MIN_SAMPLES`` where their spread is within ``goal``. Earlier ones
+    are the warm-up a benchmark leaves out (as JMH's warm-up iterations, until the figures settle): a host's first
+    generations after the verdict run slower as its caches, allocator and clock settle (tiny-llama on this CPU:
+    0.731, 0.718, 0.727, then 0.70 ms and steady), and a spread, (max - min) / median, only widens with more samples,
+    so a phase judged over all of them would never settle once an early one strayed."""
+    last = tpot[-MIN_SAMPLES:]
+    if len(last) < MIN_SAMPLES or (spread(last) or 0.0) > goal:
+        return None
+    return last
 
 
 #: Why the repeats stopped (``perf_stop``): TPOT's spread reached the goal (or nothing more could narrow it), the
@@ -230,10 +249,24 @@ class Plan:
 STOPS = ("spread", "budget", "cap")
 #: Timed repeats the phase always runs itself: two warm first tokens, so TTFT has a noise to be compared by.
 MIN_OWN = 2
-#: TPOT's spread is judged over at least this many samples (a median of three is not moved by one wild one).
+#: TPOT's spread is judged over this many samples, its last (a median of three is not moved by one wild one).
 MIN_SAMPLES = 3
-#: The repeat's length where the verdict gives no TPOT (compile mode, a verdict of one step): enough steps for one.
+#: The repeat's length where the verdict gives no TPOT (the host's clock, compile mode): enough steps for a median.
 OWN_TPOT_TOKENS = 4
+#: ... on the CPU, where the phase runs only when asked: a tiny model's decode step there is under a millisecond,
+#: mostly transformers' Python, and the host's jitter of tens of microseconds moves a median of 3 steps by 5-10%
+#: (tiny-llama: 3 repeats' spread 1.8-5.6% with 4 or 8 tokens, 1.3-1.9% with 16; SmolLM2-135M's 21 ms steps: 1-3%).
+#: A setting of the device, never chosen from timings: two CPU sweeps' repeats stay alike.
+CPU_TPOT_TOKENS = 16
+
+
+def repeat_tokens(settings: dict, device_type: str, verdict_gives_tpot: bool) -> int:
+    """A timed repeat's new tokens: ``perf_tokens`` where the verdict's steps give TPOT (``verdict_steps``), else at
+    least enough for TPOT's own samples (``OWN_TPOT_TOKENS``; ``CPU_TPOT_TOKENS`` on the CPU)."""
+    asked = int(settings["perf_tokens"])
+    if verdict_gives_tpot:
+        return asked
+    return max(asked, CPU_TPOT_TOKENS if device_type == "cpu" else OWN_TPOT_TOKENS)
 
 
 def generate_options(tokens: int, settings: dict, verdict: Mapping[str, Any] | None) -> dict:
@@ -303,7 +336,7 @@ def measure(
     mode = settings["mode"]
     reused = verdict_steps(verdict, settings, own_clock)
     # with the verdict's steps TPOT is had: a repeat need only price the prompt (perf_tokens 1); without, it needs steps
-    tokens = int(settings["perf_tokens"]) if reused else max(int(settings["perf_tokens"]), OWN_TPOT_TOKENS)
+    tokens = repeat_tokens(settings, adapter.type, bool(reused))
     options = generate_options(tokens, settings, verdict)
     eager_forward = probe_core.compile_forward(model, adapter.compile_backend()) if mode == "compile" else None
     adapter.reset_peak_memory()
@@ -312,17 +345,18 @@ def measure(
     decoded: list[list[float]] = [reused] if reused else []  # each generation's decode steps (seconds)
     tpot: list[float] = tpot_samples(decoded)
     per_repeat: list[float] = []  # each repeat's whole generation, for tokens/s
-    gc.collect()  # as timeit does: no collection of the verdict's garbage inside a timed repeat
     began = time.perf_counter()
     first_call: float | None = None
     try:
+        gc.collect(1)  # the verdict's young garbage freed (a full collection cost 0.2 s a probe outside a kernel)
+        gc.disable()  # as timeit does: no collection inside a repeat
         with probe_core.execution_context(mode):
-            if reused is None:  # a warm-up of its own, on the host's wall clock: compilation is the host's work
+            if mode == "compile":  # a warm-up of its own, on the host's wall clock: compilation is the host's work
                 _one_run(model, tokenizer, ids, mask, options, device, synchronize, clock)
                 first_call = time.perf_counter() - began
-            else:  # the verdict's generation warmed the model: its first token is the first call
+            else:  # the verdict's generation ran this code and warmed it: its first token is the first call (a slow
+                # first repeat on the host's clock is left out of TPOT as warm-up, ``steady``)
                 first_call = (verdict or {}).get("first_token_s")
-            gc.disable()
             timed_from, last = time.perf_counter(), 0.0  # a compilation in the warm-up is the host's, not the budget's
             while (stop := plan.stop(tpot, len(ttft), time.perf_counter() - timed_from, last, tokens > 1)) is None:
                 went = time.perf_counter()
@@ -344,6 +378,9 @@ def measure(
         if eager_forward is not None:
             model.forward = eager_forward
     phase_s = time.perf_counter() - began
+    warm_up = 0  # generations whose TPOT sample is left out as warm-up, before the steady ones
+    if stop == "spread" and tokens > 1 and (settled := steady(tpot, plan.goal)) is not None:
+        warm_up, tpot = len(tpot) - len(settled), settled
     peak_mb, _ = adapter.peak_memory_mb()
     tpot_s = statistics.median(tpot) if tpot else None
     # tokens/s over a generation: measured whole where the repeats decode, else over the verdict's length from a warm
@@ -371,6 +408,8 @@ def measure(
     if tpot:
         fields.update(tpot_s=tpot_s, tpot_s_repeats=tpot, tpot_spread=spread(tpot) if len(tpot) > 1 else None)
     notes = [_sized(plan, stop, tpot, ttft, tokens, bool(reused), phase_s)]
+    if warm_up:
+        notes.append(f"TPOT from the last {len(tpot)} generations, the {warm_up} before them left out as warm-up")
     if derived:
         notes.append(f"tokens/s over the verdict's {length} tokens: a warm TTFT, then its TPOT for each token after")
     nbytes, how = decode_bytes_per_token(model, len(prompt_ids) + length / 2)
@@ -401,7 +440,7 @@ def _sized(
     if stop == "spread":
         settled = said is not None and said <= plan.goal
         why = (
-            f"{spread_words}, within perf_spread {plan.goal:.0%}"
+            f"{spread_words}, steady within perf_spread {plan.goal:.0%}"
             if settled
             else f"{spread_words} (a repeat of one token adds no step)"
         )
@@ -415,12 +454,16 @@ def _sized(
     return f"{ran}; stopped by {why}"
 
 
-def budget(settings: dict, verdict: Mapping[str, Any]) -> float | None:
+def budget(settings: dict, verdict: Mapping[str, Any], device_type: str = "") -> float | None:
     """The phase's device seconds at most: ``perf_budget`` x the probe's device phase so far (``phases``: the
     weights moved, the verdict's generation; where no phase was timed, as a probe run outside a sweep's worker
-    may be, the verdict's generation alone); None where ``perf_budget`` is 0 (no limit)."""
+    may be, the verdict's generation alone); None where ``perf_budget`` is 0 (no limit), and on the CPU. The budget
+    guards an accelerator's hours in a nightly that times every PASS (``perf: auto``); on the CPU the phase runs only
+    when asked (``perf: on``), asked for its figures, and a tiny model's device phase there (its verdict's 8 tokens,
+    no weights moved) buys no more than three repeats: TPOT's spread over them was 8-20% (bench_perf). There the
+    spread and ``perf_repeats`` decide."""
     share = float(settings.get("perf_budget") or 0.0)
-    if share <= 0:
+    if share <= 0 or device_type == "cpu":
         return None
     spent = phases.device_phase()["device_s"] or verdict.get("generate_s") or 0.0
     return share * spent
@@ -434,11 +477,14 @@ def perf_fields(record: Mapping[str, Any], settings: dict, result: dict, adapter
         return not_measured(why)
     if result.get("model") is None:
         return not_measured("the verdict's model was not kept")
-    positions, need = probe_core.positions_of(result["model"]), len(result["input_ids"]) + int(settings["perf_tokens"])
+    reused = verdict_steps(result, settings, adapter.perf_clock(settings["mode"])) is not None
+    tokens = repeat_tokens(settings, adapter.type, reused)
+    positions, need = probe_core.positions_of(result["model"]), len(result["input_ids"]) + tokens
     if positions is not None and need > positions:  # as the length axis checks max_new_tokens
         return not_measured(
             f"max_position_embeddings={positions} cannot hold the prompt's {len(result['input_ids'])} tokens plus "
-            f"perf_tokens={settings['perf_tokens']} (ask for at most {positions - len(result['input_ids'])})"
+            f"the repeats' {tokens} (perf_tokens={settings['perf_tokens']}; at most "
+            f"{positions - len(result['input_ids'])} fit)"
         )
     keep, no_trace = trace_keeper(record, settings, adapter)
     try:
@@ -451,7 +497,7 @@ def perf_fields(record: Mapping[str, Any], settings: dict, result: dict, adapter
                 adapter,
                 keep,
                 result,
-                budget(settings, result),
+                budget(settings, result, adapter.type),
             )
     except Exception as exc:  # noqa: BLE001 the perf phase is a measurement beside the verdict
         return not_measured(f"the perf phase raised {type(exc).__name__}: {exc}"[:2000])

@@ -210,16 +210,18 @@ PROBE_PARAMS: tuple[Param, ...] = (
         "perf_spread",
         float,
         0.05,
-        "perf: stop repeating once TPOT's spread, (max - min) / median over its steps (the verdict's and the "
-        "repeats'), is at most this; 0 runs every repeat perf_repeats and perf_budget allow",
+        "perf: stop repeating once TPOT is steady: its spread, (max - min) / median, over its last three samples "
+        "(the verdict's steps, or each generation's median step) at most this, earlier ones left out as warm-up; 0 "
+        "runs every repeat perf_repeats and perf_budget allow",
         minimum=0,
     ),
     Param(
         "perf_budget",
         float,
         0.25,
-        "perf: no repeat past the first two that would take the phase's device time past this share of the probe's "
-        "device phase before it; 0: no limit",
+        "perf: no repeat, once two ran and TPOT has three samples, that would take the phase's device time past "
+        "this share of the probe's device phase before it; 0: no limit; none on the CPU (the phase runs there only "
+        "when asked)",
         minimum=0,
     ),
     Param(
