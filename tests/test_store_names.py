@@ -303,3 +303,22 @@ def test_list_shows_the_sweeps_newest_first_and_commands_take_latest(tmp_path):
         [*CLI, "aggregate", "latest:smoke", "--data-dir", str(tmp_path)], capture_output=True, text=True
     )
     assert agg.returncode == 0 and agg.stdout.startswith(f"{b}: 1 result rows"), agg.stderr
+
+
+def test_latest_in_a_dataset_pulled_without_its_sweeps_is_the_newest_sweep_of_the_stack(tmp_path):
+    """A pulled dataset knows its sweeps by their Parquet folders only: ``latest`` is the newest by the time in the
+    ids (not the last name), and a sweep whose rows are all what-if rows is no sweep of the stack."""
+    older_by_name = "zeta-20261201T000000Z-aaaa"
+    newest_stack = "alpha-20261203T000000Z-bbbb"
+    what_if = "silu-on-host-20261205T000000Z-cccc"  # newer still, but its runs ran operators on the host
+    for config, sweep_id in (
+        ("results", older_by_name),
+        ("results", newest_stack),
+        ("excluded", what_if),
+        (store.WHAT_IF_CONFIG, what_if),
+    ):
+        (tmp_path / config / f"sweep={sweep_id}").mkdir(parents=True)
+    assert not (tmp_path / "sweeps").exists()
+    assert store.resolve_sweep_id(tmp_path, "latest") == newest_stack
+    assert store.resolve_sweep_id(tmp_path, "latest:silu-on-host") == what_if  # named, it is found
+    assert store.resolve_sweep_id(tmp_path, "latest:zeta") == older_by_name

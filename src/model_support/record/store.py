@@ -344,16 +344,27 @@ def list_sweeps(data_dir: Path) -> list[str]:
 
 def _stack_sweeps(data_dir: Path, known: list[str]) -> list[str]:
     """Of ``known``, the sweeps of the stack itself: not what-if sweeps (their definition puts operators on the host,
-    ``probe.what_if``), whose runs are no verdict of it."""
+    ``probe.what_if``), whose runs are no verdict of it. A dataset pulled without ``sweeps/`` has no definition to
+    ask: there a sweep with ``what_if`` rows and no ``results`` rows is one (every run of a what-if sweep that is
+    not excluded is a ``what_if`` row, ``config_of``)."""
 
     def what_if(sweep_id: str) -> bool:
         path = Path(data_dir) / "sweeps" / sweep_id / "sweep.json"
         if not path.exists():
-            return False
+            held = {c for c in ("results", WHAT_IF_CONFIG) if (Path(data_dir) / c / f"sweep={sweep_id}").is_dir()}
+            return held == {WHAT_IF_CONFIG}
         raw = json.loads(path.read_text())
         return bool((raw.get("probe") or raw.get("settings") or {}).get("host_ops"))
 
     return [s for s in known if not what_if(s)]
+
+
+def _created(sweep_id: str) -> tuple:
+    """A pulled sweep's place in time: the UTC time in its id (an id in no known shape first, by name)."""
+    from .sweep_meta import parse_sweep_id
+
+    parsed = parse_sweep_id(sweep_id)
+    return (parsed.time is not None, parsed.time or 0, sweep_id)
 
 
 #: The word that names the newest sweep (``latest``, or ``latest:NAME`` for the newest of a name).
@@ -374,7 +385,7 @@ def resolve_sweep_id(data_dir: Path, given: str) -> str:
     if given in pulled:
         return given
     known = list_sweeps(data_dir)  # oldest first
-    known += sorted(pulled - set(known))
+    known += sorted(pulled - set(known), key=_created)  # by the time in their ids: by name, latest was the last name
     if given == LATEST or given.startswith(f"{LATEST}:"):
         name = given.partition(":")[2]
         # plain ``latest`` is the newest sweep of the stack: a what-if sweep (``ops --prove``) only when named
