@@ -71,9 +71,17 @@ def what_if(tmp_path_factory, fixture_models) -> dict:
     sweep(tmp, data, "stack", {})
     (stack,) = store.list_sweeps(data)
     before = seen(data, stack)
-    sweep(tmp, data, "silu-on-host", {"host_ops": "aten::silu", "perf": "on"})  # asked, and still not timed
+    done = sweep(tmp, data, "silu-on-host", {"host_ops": "aten::silu", "perf": "on"})  # asked, and still not timed
     (hosted,) = [s for s in store.list_sweeps(data) if s != stack]
-    return {"tmp": tmp, "data": data, "stack": stack, "hosted": hosted, "before": before, "after": seen(data, stack)}
+    return {
+        "tmp": tmp,
+        "data": data,
+        "stack": stack,
+        "hosted": hosted,
+        "before": before,
+        "after": seen(data, stack),
+        "said": done.stdout,
+    }
 
 
 def test_the_stack_crashes_where_the_what_if_run_passes_with_silu_on_the_host(what_if):
@@ -155,3 +163,19 @@ def test_a_what_if_sweep_is_refused_where_it_would_pass_for_the_stacks(what_if):
     assert done.returncode != 0 and "is a what-if sweep (operators on the host)" in done.stderr, done.stderr[-1500:]
     listed = cli(["list"], data).stdout
     assert "what-if: 2 run(s)" in listed and "│ 0    │" in listed, listed  # no PASS of the stack
+
+
+def test_a_what_if_sweep_says_what_it_is_in_its_summary_and_its_own_report(what_if):
+    """Its runs are read where they are kept (the ``what_if`` config): its report counts them, not "not tested",
+    and says first that operators ran on the host; the sweep's summary says each verdict as a what-if one."""
+    from model_support.analysis.report_tables import report_tables
+    from model_support.render.html import header_html
+
+    assert "what-if PASS: 2  what-if FAIL(load): 0" in what_if["said"], what_if["said"][-2000:]
+    tables = report_tables(what_if["data"], what_if["hosted"])
+    assert tables["summary"]["models"][0] == 2 and tables["not_tested"].height == 0
+    assert tables["what_if"]["host_ops"].to_list() == ["aten::silu"]
+    head = header_html(tables, what_if["hosted"], None)
+    assert "<dt>what-if</dt>" in head and "host_ops: aten::silu" in head and "no verdict of the stack" in head
+    stack = report_tables(what_if["data"], what_if["stack"])
+    assert "what_if" not in stack and stack["summary"]["models"][0] == 2  # the stack's own: no what-if row in it

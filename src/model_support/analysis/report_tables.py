@@ -101,15 +101,19 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
     with its record and repro body's paths, ``with_files``); and the runs listed but without a row
     (``coverage.unprobed``): pending (model_id, variant, problem, last_error, at, baseline_status) and
     not_tested (model_id, variant, listed_by, baseline_status). Those are no failures: they are left out of ``changes`` (where they would read as
-    "removed"). The operators (``ops_tables``): ops_summary, ops_plan, ops_fallbacks, ops_changes.
+    "removed"). The operators (``ops_tables``): ops_summary, ops_plan, ops_fallbacks, ops_changes. A what-if
+    sweep's runs are read from the ``what_if`` config, where they are kept apart from the stack's, and ``what_if``
+    (one row: its ``host_ops``) says it is one.
     """
     results = store.scan(Path(data_dir), "results")
     excluded = store.scan(Path(data_dir), "excluded")
     wanted = [sweep_id] + ([baseline_sweep_id] if baseline_sweep_id else [])
+    # a sweep's runs where they are kept: a what-if sweep's in ``what_if`` (no stack sweep has rows there)
+    own = pl.concat([results, store.scan(Path(data_dir), store.WHAT_IF_CONFIG)])
     stats, read, excluded_keys = pl.collect_all(
         [
             sweep_stats(results),
-            results.select(SWEEP_COLUMNS).filter(pl.col("sweep_id").is_in(wanted)),
+            own.select(SWEEP_COLUMNS).filter(pl.col("sweep_id").is_in(wanted)),
             excluded.filter(pl.col("sweep_id") == sweep_id).select("model_id", "variant"),
         ]
     )
@@ -151,6 +155,8 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
     names = list(queries)
     tables = dict(zip(names, pl.collect_all([queries[n] for n in names])))
     tables["sweeps"] = sweeps
+    if host_ops := store.what_if_setting(Path(data_dir), sweep_id):  # its runs are no verdict of the stack: said
+        tables["what_if"] = pl.DataFrame({"host_ops": [host_ops]})
     tables["device_time"] = _device_time(data_dir, sweep_id)
     tables["variant_stats"] = order_variants(tables["variant_stats"])
     tables["verdict_grid"] = grid_from_long(tables["verdict_grid"])

@@ -342,21 +342,27 @@ def list_sweeps(data_dir: Path) -> list[str]:
     return [sweep_id for _, sweep_id in sorted(metas)]
 
 
-def _stack_sweeps(data_dir: Path, known: list[str]) -> list[str]:
-    """Of ``known``, the sweeps of the stack itself: not what-if sweeps (their definition puts operators on the host,
-    ``probe.what_if``), whose runs are no verdict of it. A dataset pulled without ``sweeps/`` has no definition to
-    ask: there a sweep with ``what_if`` rows and no ``results`` rows is one (every run of a what-if sweep that is
-    not excluded is a ``what_if`` row, ``config_of``)."""
-
-    def what_if(sweep_id: str) -> bool:
-        path = Path(data_dir) / "sweeps" / sweep_id / "sweep.json"
-        if not path.exists():
-            held = {c for c in ("results", WHAT_IF_CONFIG) if (Path(data_dir) / c / f"sweep={sweep_id}").is_dir()}
-            return held == {WHAT_IF_CONFIG}
+def what_if_setting(data_dir: Path, sweep_id: str) -> str | None:
+    """The ``host_ops`` of a what-if sweep (its definition puts operators on the host, ``probe.what_if``: its runs
+    are no verdict of the stack), else None. A dataset pulled without ``sweeps/`` has no definition to ask: there a
+    sweep with ``what_if`` rows and no ``results`` rows is one (every run of a what-if sweep that is not excluded is
+    a ``what_if`` row, ``config_of``), its setting read from them."""
+    path = Path(data_dir) / "sweeps" / sweep_id / "sweep.json"
+    if path.exists():
         raw = json.loads(path.read_text())
-        return bool((raw.get("probe") or raw.get("settings") or {}).get("host_ops"))
+        return (raw.get("probe") or raw.get("settings") or {}).get("host_ops") or None
+    held = {c for c in ("results", WHAT_IF_CONFIG) if (Path(data_dir) / c / f"sweep={sweep_id}").is_dir()}
+    if held != {WHAT_IF_CONFIG}:
+        return None
+    import polars as pl
 
-    return [s for s in known if not what_if(s)]
+    said = scan(data_dir, WHAT_IF_CONFIG).filter(pl.col("sweep_id") == sweep_id).select("host_ops").head(1).collect()
+    return (said["host_ops"][0] if said.height else None) or "(not recorded)"
+
+
+def _stack_sweeps(data_dir: Path, known: list[str]) -> list[str]:
+    """Of ``known``, the sweeps of the stack itself: not what-if sweeps (``what_if_setting``)."""
+    return [s for s in known if not what_if_setting(data_dir, s)]
 
 
 def _created(sweep_id: str) -> tuple:

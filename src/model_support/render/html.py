@@ -158,6 +158,12 @@ def header_html(tables: dict[str, pl.DataFrame], sweep_id: str, baseline_sweep_i
         "host": sweeps["host"] or "unknown",
         "stack": ", ".join(f"{c} {versions.get(c) or '-'}" for c in analysis.VERSION_COMPONENTS),
     }
+    if "what_if" in tables:  # operators on the host: these runs are no verdict of the stack, said first
+        facts["what-if"] = (
+            f"operators on the host's CPU kernels (host_ops: {tables['what_if']['host_ops'][0]}): these runs are no "
+            "verdict of the stack; they are kept apart (the what_if config), and no gate, export or support card "
+            "counts them"
+        )
     if "settings" in tables:  # the backend's own configuration is part of the stack (sections.add_bisect)
         facts["backend settings"] = tables["settings"]["settings"][0]
     packages = tables["packages"]["packages"][0] if "packages" in tables else ""  # sections.add_bisect

@@ -147,16 +147,27 @@ def verdict_table(records: list[dict], console) -> None:
         table.add_row(
             display_name(r["model_id"]),
             *variant,
-            r["status"],
+            _verdict(r),
             r["failure_stage"] or "",
             whose,
             f"{_count(r['tokens_in'])}/{_count(r['tokens_out'])}",
             shorten(r["failure_signature"] or "", 80),
         )
     console.print(table)
-    summary = Counter(r["status"] if not r.get("exclusion_reason") else "excluded" for r in records)
-    shown = (*schema.VERDICTS, "excluded") if summary.get("excluded") else schema.VERDICTS
+    summary = Counter(_verdict(r) if not r.get("exclusion_reason") else "excluded" for r in records)
+    what_if = any(r.get("what_if") for r in records)
+    verdicts = tuple(f"{WHAT_IF} {v}" for v in schema.VERDICTS) if what_if else schema.VERDICTS
+    shown = (*verdicts, "excluded") if summary.get("excluded") else verdicts
     console.print("  ".join(f"{k}: {summary.get(k, 0)}" for k in shown))
+
+
+#: A what-if run's verdict is no verdict of the stack (operators ran on the host): said as one, "what-if PASS".
+WHAT_IF = "what-if"
+
+
+def _verdict(record: dict) -> str:
+    """A run's verdict as the terminal says it: a what-if run's marked so (as the sweep's summary counts it)."""
+    return f"{WHAT_IF} {record['status']}" if record.get("what_if") else record["status"]
 
 
 def sweep_list_rows(data_dir: Path | str) -> list[dict]:
