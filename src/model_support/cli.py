@@ -805,7 +805,7 @@ def sweep_model_arguments(variant_help: str):
     type=(str, str),
     multiple=True,
     metavar="NAME VALUE",
-    help="Override a debug notebook parameter (e.g. -p device cpu, -p tolerance 0.5).",
+    help="Override a debug notebook parameter (e.g. -p device cpu, -p tolerance 0.5, -p host_ops aten::rsqrt).",
 )
 @user_errors
 def debug(sweep_id, model, data_dir, variant, parameters):
@@ -813,16 +813,20 @@ def debug(sweep_id, model, data_dir, variant, parameters):
 
     Prints the executed notebook's path: open it in JupyterLab (make lab) to see where the model
     breaks (first failing module, generation step) and where it diverges from the CPU reference.
+    A what-if sweep's host_ops (operators on the host's CPU kernels) hold in the notebook too, and are said.
     """
     import papermill
     import yaml
 
     from . import debug as debug_mod
 
-    overrides = {name: yaml.safe_load(value) for name, value in parameters}  # 0.5 -> float, as papermill's -y
+    # 0.5 -> float, as papermill's -y; an empty value stays empty (-p host_ops '': the stack as it is)
+    overrides = {name: yaml.safe_load(value) if value.strip() else value for name, value in parameters}
     run = debug_mod.prepare_debug(data_dir, sweep_id, model, parameters=overrides, variant=variant)
     if run.stack_note:  # the notebook runs on the stack here: say so before it runs
         click.echo(run.stack_note)
+    if run.host_note:  # a what-if run (host_ops), or a what-if sweep's model debugged without its operators on the host
+        click.echo(run.host_note)
     try:
         path = debug_mod.execute_debug(run)
     except papermill.PapermillExecutionError as exc:
@@ -831,7 +835,10 @@ def debug(sweep_id, model, data_dir, variant, parameters):
         click.echo(f"debug notebook: {run.out}")
         raise SystemExit(1) from None
     click.echo(f"debug notebook: {path}")
-    click.echo(debug_mod.summary_text(debug_mod.debug_result_from_notebook(path)))
+    result = debug_mod.debug_result_from_notebook(path)
+    click.echo(debug_mod.summary_text(result))
+    if debug_mod.hosting.sentence(result):  # the conclusion above is a what-if run's: said where it is read
+        click.echo(f"host ops:   {debug_mod.hosting.sentence(result)}")
     if run.stack_note:  # the conclusion above is this stack's: said again where it is read
         click.echo(f"stack:      this environment's, not the one sweep {sweep_id} ran on (see the first line)")
 

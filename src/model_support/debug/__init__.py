@@ -1,9 +1,11 @@
 """Debug one failing model: which module raises (``tracer``), which module diverges from the CPU
 reference and at which generation step it fails (``compare``), which aten operator is the first wrong one
 (``localise``, its one-operator script ``op_repro``), shown by ``views``; ``runner``
-executes ``notebooks/debug.ipynb`` for one model of a sweep. The notebook calls these names."""
+executes ``notebooks/debug.ipynb`` for one model of a sweep, with a what-if sweep's operators on the host
+(``hosting``). The notebook calls these names."""
 
 from ..display import show_html
+from . import hosting
 from .compare import (
     COLUMNS,
     DEFAULT_TOLERANCE,
@@ -21,6 +23,7 @@ from .compare import (
     summary_text,
 )
 from .compiled import explain_graph_breaks, graph_breaks_html
+from .hosting import Hosting, show_host_ops, with_host_ops
 from .localise import Localised, localise_forward, localised_html
 from .runner import (
     DebugRun,

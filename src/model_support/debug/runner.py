@@ -4,7 +4,9 @@
 notebook run of ours) into ``<sweep_dir>/debug/<safe_name>.ipynb`` (then ``-2``, ``-3``...: an earlier debug
 notebook is never overwritten). Its parameters follow the one declaration in ``probe_params.DEBUG_PARAMS``.
 Before it runs, ``prepare_debug`` compares this environment's stack with the sweep's (``stack``): the notebook
-runs on the stack here, which in a porting loop is often not the sweep's.
+runs on the stack here, which in a porting loop is often not the sweep's. A what-if sweep's ``host_ops`` (operators on
+the host's CPU kernels, ``probe.what_if``) is one of its parameters: the notebook runs with them on the host
+(``hosting``), and ``prepare_debug`` says so, or refuses a setting that cannot run, before it runs.
 """
 
 from __future__ import annotations
@@ -93,13 +95,15 @@ def debug_parameters(meta: SweepMeta, entry: ModelEntry, extra: dict | None = No
 
 @dataclass
 class DebugRun:
-    """One debug run, prepared: the model's entry, the notebook's parameters, where it writes, and the
-    sentence to print before it runs when this environment's stack is not the sweep's (``stack.stack_difference``)."""
+    """One debug run, prepared: the model's entry, the notebook's parameters, where it writes, the
+    sentence to print before it runs when this environment's stack is not the sweep's (``stack.stack_difference``),
+    and the one when it runs operators on the host, or the sweep did and it does not (``hosting.before_running``)."""
 
     entry: ModelEntry
     parameters: dict
     out: Path
     stack_note: str | None
+    host_note: str | None = None
 
 
 def prepare_debug(
@@ -109,6 +113,7 @@ def prepare_debug(
     the output path is reserved (created empty)."""
     from ..probe import devices
     from ..probe.probe_core import NOT_AVAILABLE
+    from .hosting import before_running
     from .stack import stack_difference
 
     meta = store.read_sweep(data_dir, sweep_id)
@@ -122,9 +127,10 @@ def prepare_debug(
     device, mode = params.get("device"), params.get("mode")
     if device and device != "auto" and mode and not devices.adapter_class(device).offers(mode):  # a backend's own mode
         raise UserError(f"{NOT_AVAILABLE}: {devices.adapter_for(device).mode_unavailable(mode)}.")
+    host_note = before_running({**meta.probe, **entry.overrides}, params)  # a refusal: one sentence, nothing written
     note = stack_difference(meta, _recorded(data_dir, sweep_id, entry.model_id, variant))
     out = _reserve(data_dir, sweep_id, entry.model_id, out_dir, variant)
-    return DebugRun(entry, params, out, note)
+    return DebugRun(entry, params, out, note, host_note)
 
 
 def _recorded(data_dir, sweep_id: str, model_id: str, variant: str | None) -> dict | None:

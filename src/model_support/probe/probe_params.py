@@ -356,7 +356,7 @@ STAGE_SETTINGS = tuple(
 #: The settings of the reference check (the CPU reference after a PASS, attribution after a FAIL).
 REFERENCE_SETTINGS = ("reference", "reference_max_params", "numerics_margin", "numerics_bound")
 
-#: The debug notebook: the probe's loading and generation parameters, plus its own.
+#: The debug notebook: the probe's loading and generation parameters (a what-if run's ``host_ops`` too), plus its own.
 DEBUG_PARAMS: tuple[Param, ...] = (
     Param("model_id", str, "data/models/diverge-bf16-overflow", "Hub id or local folder"),
     *(
@@ -365,7 +365,7 @@ DEBUG_PARAMS: tuple[Param, ...] = (
     ),
     Param("reference_dtype", str, "float32", "dtype of the CPU reference copy", choices=FLOAT_DTYPES),
     Param("tolerance", float, 0.2, "relative: max abs difference over the reference's max abs value", minimum=0),
-    *(BY_NAME[n] for n in ("max_new_tokens", "seed", "mode", "cache", "numerics_margin", "numerics_bound")),
+    *(BY_NAME[n] for n in ("max_new_tokens", "seed", "mode", "cache", "numerics_margin", "numerics_bound", "host_ops")),
 )
 
 
