@@ -13,6 +13,22 @@ FAKE_TOKEN = "hf_" + "FakeTokenForLeakTests" + "x" * 16  # placed in HF_TOKEN du
 CHROMIUM = Path("/usr/bin/chromium")
 
 
+def pretend_cli(args: list, data: Path, pretend: dict) -> subprocess.CompletedProcess:
+    """``model-support ARGS --data-dir DATA`` in a child process on the pretend device configured by ``pretend``
+    (``MODEL_SUPPORT_PRETEND``; registered only in that process, never in a test worker)."""
+    import os
+
+    env = {**os.environ, "MODEL_SUPPORT_PRETEND": json.dumps(pretend), "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    return subprocess.run(
+        [sys.executable, "-m", "model_support.cli", *args, "--data-dir", str(data)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=900,
+    )
+
+
 def run_notebook(notebook: str, out: Path, **parameters) -> Path:
     """Execute one of the project's notebooks for real with papermill, as every notebook run of ours is
     (``engine.run_notebook``: an ipc kernel, shut down after); returns the output path."""

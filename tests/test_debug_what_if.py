@@ -11,30 +11,20 @@ command's child processes (the sweep's workers, the notebook's kernel), never in
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from helpers import REPO
+from helpers import pretend_cli
 
 PRETEND = {"devices": 1, "missing_ops": ["aten::rsqrt"]}
 PROBE = {"device": "pretend", "judge": False, "perf": False, "host_ops": "aten::rsqrt"}
 
 
 def cli(args: list, data: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "MODEL_SUPPORT_PRETEND": json.dumps(PRETEND), "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
-    return subprocess.run(
-        [sys.executable, "-m", "model_support.cli", *args, "--data-dir", str(data)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env,
-        timeout=900,
-    )
+    return pretend_cli(args, data, PRETEND)
 
 
 @pytest.fixture(scope="module")

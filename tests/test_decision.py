@@ -208,7 +208,9 @@ def test_unlike_runs_are_not_comparable_naming_what_differs():
         "perf_clock": "device",
     }
     assert d.unlike(then, dict(then)) == []
-    assert d.unlike(then, {**then, "perf_tokens_out": 8}) == ["tokens per repeat (perf_tokens) 32 -> 8"]
+    assert d.unlike(then, {**then, "perf_tokens_out": 8}) == [
+        "tokens per timed repeat (perf_tokens, or the phase's own floor: 4, 16 on the CPU) 32 -> 8"
+    ]
     assert d.unlike(then, {**then, "perf_clock": "host"}) == ["clock device -> host"]
 
 

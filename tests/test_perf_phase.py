@@ -35,8 +35,7 @@ STEADY = [1.0] * 6  # a verdict's decode steps, alike
         ([1.0, 1.2, 1.0, 1.2], 5, 0.2, 0.01, True, "cap"),  # five: the cap, spread or not
         ([1.0, 1.0], 2, 0.0, 0.0, True, None),  # two samples: the spread is judged over three
         ([1.0, 1.0], 2, 5.0, 5.0, True, None),  # ... and the budget waits for them (a spread of two is no figure)
-        ([1.3, 1.0, 1.02, 1.01], 3, 0.1, 0.1, True, "spread"),  # the last three steady: a slow first is warm-up
-        ([1.0, 1.02, 1.01, 1.3], 3, 0.1, 0.1, True, None),  # a wild last one: not steady, one more
+        ([1.3, 1.0, 1.02, 1.01], 3, 0.1, 0.1, True, None),  # every sample counts: none is chosen for agreeing
         ([1.0, 1.0], 1, 5.0, 5.0, True, None),  # one repeat: two always run
     ],
 )
@@ -44,11 +43,18 @@ def test_the_plan_stops_on_spread_budget_or_cap(tpot, own, spent, last, adds, st
     assert PLAN.stop(tpot, own, spent, last, adds) == stop
 
 
-def test_steady_is_the_last_three_samples_within_the_goal_and_none_before_three():
-    assert performance.steady([2.0, 1.0, 1.04, 1.0], 0.05) == [1.0, 1.04, 1.0]
-    assert performance.steady([1.0, 1.0, 1.06], 0.05) is None  # 6%: not within 5%
-    assert performance.steady([1.0, 1.0], 0.05) is None  # two samples settle nothing
-    assert performance.steady([], 0.05) is None
+def test_the_probes_time_limit_stops_any_repeat_after_the_first_that_would_pass_half_of_what_is_left():
+    """A measurement never turns a PASS into a timeout: past the deadline no repeat starts, before the two TTFTs and
+    the three samples too; the first always runs (a TTFT to report), and the note says which limit stopped it."""
+    plan = performance.Plan(cap=10, goal=0.0, budget_s=None, deadline_s=1.0)
+    assert plan.stop([], 0, 0.0, 0.0) is None  # the first repeat runs
+    assert plan.stop([1.0], 1, 0.6, 0.6) == "budget" and plan.limit == "time"
+    assert performance.Plan(cap=10, goal=0.0, budget_s=None, deadline_s=1.0).stop([1.0], 1, 0.5, 0.5) is None
+    started = time.perf_counter() - 100.0  # a probe 100 s into a 300 s limit: 100 s for the phase
+    assert performance._deadline({"started": started, "timeout_s": 300.0}, time.perf_counter()) == pytest.approx(
+        100.0, abs=1.0
+    )
+    assert performance._deadline({"timeout_s": 300.0}, time.perf_counter()) is None
 
 
 def test_no_budget_means_the_cap_or_the_spread_decides_and_a_cap_of_one_runs_one():
@@ -66,6 +72,10 @@ def test_the_budget_is_a_share_of_the_device_phase_so_far_and_zero_is_none():
     assert performance.budget({"perf_budget": 0}, {"generate_s": 9.0}) is None
     phases.start()  # no device phase timed (a probe outside a sweep's worker): the verdict's generation
     assert performance.budget({"perf_budget": 0.5}, {"generate_s": 4.0}) == 2.0
+    # on the CPU the host is the device: the whole probe so far (a tiny model's device phase bought two repeats)
+    started = time.perf_counter() - 2.0
+    cpu = performance.budget({"perf_budget": 0.25, "started": started}, {"generate_s": 0.01}, "cpu")
+    assert cpu == pytest.approx(0.5, abs=0.05)
 
 
 def test_the_verdicts_steps_count_in_eager_on_the_phases_clock_never_in_compile():
@@ -192,6 +202,12 @@ def test_on_the_hosts_clock_the_budget_waits_for_three_samples_of_tpot(fixture_m
     assert "on the host's wall clock" in record["perf_note"]
 
 
-def test_on_the_cpu_no_budget_applies_the_phase_runs_there_only_when_asked(fixture_models):
-    record = _probe(fixture_models["tiny-gpt2"]["path"], "cpu", perf_budget=1e-6, perf_spread=0, perf_repeats=4)
-    assert record["perf_stop"] == "cap" and record["perf_repeats_run"] == 4, record["perf_note"]
+def test_a_phase_with_no_other_limit_stops_at_half_the_time_the_probe_has_left(fixture_models):
+    """No spread goal, no budget and a cap of 100,000 repeats: the probe's time limit (2 s) still stops the phase, at
+    half the time the probe had left, so the checks after it keep theirs; the note names the limit."""
+    record = _probe(
+        fixture_models["tiny-gpt2"]["path"], "cpu", perf_spread=0, perf_budget=0, perf_repeats=100_000, timeout_s=2.0
+    )
+    assert record["status"] == "PASS" and record["perf_stop"] == "budget", record["perf_note"]
+    assert "stopped by the probe's time limit" in record["perf_note"]
+    assert 1 <= record["perf_repeats_run"] < 100_000 and record["perf_device_s"] < 1.5, record["perf_note"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import stored_records
+from helpers import pretend_cli, stored_records
 from model_support.sweep import definition
 from model_support.sweep.definition import SweepConfigError
 
@@ -30,15 +30,7 @@ STACKS = {
 
 
 def cli(args: list, data: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", PRETEND: json.dumps({"devices": 2})}
-    return subprocess.run(
-        [sys.executable, "-m", "model_support.cli", *args, "--data-dir", str(data)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env,
-        timeout=900,
-    )
+    return pretend_cli(args, data, {"devices": 2})
 
 
 def write_definition(folder: Path, stacks: dict, models=("tiny-llama", "tiny-gpt2")) -> Path:

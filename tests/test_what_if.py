@@ -9,15 +9,12 @@ tiny-llama, its numbers checked against the CPU reference, its host calls counte
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import sys
 
 import pytest
 import yaml
 
-from helpers import REPO
+from helpers import REPO, pretend_cli
 
 PRETEND = {"crash_ops": ["aten::silu"], "crash_message": False}
 MODELS = [str(REPO / "data" / "models" / m) for m in ("tiny-llama", "tiny-gpt2")]
@@ -25,15 +22,7 @@ PROBE = {"device": "pretend", "max_new_tokens": 4, "judge": False, "perf": False
 
 
 def cli(args: list, data, check: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "MODEL_SUPPORT_PRETEND": json.dumps(PRETEND), "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
-    done = subprocess.run(
-        [sys.executable, "-m", "model_support.cli", *args, "--data-dir", str(data)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env,
-        timeout=900,
-    )
+    done = pretend_cli(args, data, PRETEND)
     assert not check or done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     return done
 
@@ -172,6 +161,7 @@ def test_a_what_if_sweep_says_what_it_is_in_its_summary_and_its_own_report(what_
     from model_support.render.html import header_html
 
     assert "what-if PASS: 2  what-if FAIL(load): 0" in what_if["said"], what_if["said"][-2000:]
+    assert f"dataset:  {what_if['data'] / 'what_if'} (what-if runs: no verdict of the stack)" in what_if["said"]
     tables = report_tables(what_if["data"], what_if["hosted"])
     assert tables["summary"]["models"][0] == 2 and tables["not_tested"].height == 0
     assert tables["what_if"]["host_ops"].to_list() == ["aten::silu"]

@@ -278,7 +278,10 @@ def _sweep(params_file, data_dir, workers, executor, prefetch, resume, report, p
 
         click.echo(sentence(summary["device_time"]))
     click.echo(f"records:  {data_dir / 'sweeps' / summary['sweep_id']}")
-    click.echo(f"dataset:  {data_dir / 'results'} and {data_dir / 'excluded'} (card: {data_dir / 'README.md'})")
+    if store.what_if_setting(data_dir, summary["sweep_id"]):  # its runs are kept apart from the stack's verdicts
+        click.echo(f"dataset:  {data_dir / store.WHAT_IF_CONFIG} (what-if runs: no verdict of the stack)")
+    else:
+        click.echo(f"dataset:  {data_dir / 'results'} and {data_dir / 'excluded'} (card: {data_dir / 'README.md'})")
     rendered = True
     if report:
         try:
@@ -411,8 +414,17 @@ def pending_sentence(sweep_id: str, pending: dict) -> str:
 def _report_after_sweep(data_dir: Path, summary: dict) -> bool:
     """The sweep's report, or one sentence why there is none: no model stored yet, or rendering failed
     (the records are safe either way; a full disk is ``_render``'s StorageFull). False when it failed."""
+    import polars as pl
+
+    from .record import store
+
     sweep_id = summary["sweep_id"]
-    if not any(summary["rows"]):  # no result row and no excluded row: nothing to report on
+    what_if_rows = (  # a what-if sweep's runs are kept in their own config
+        store.scan(data_dir, store.WHAT_IF_CONFIG).filter(pl.col("sweep_id") == sweep_id).head(1).collect().height
+        if store.what_if_setting(data_dir, sweep_id)
+        else 0
+    )
+    if not any(summary["rows"]) and not what_if_rows:  # no row of any config: nothing to report on
         click.echo(f"report:   none (no model of {sweep_id} is stored yet)", err=True)
         return True
     try:

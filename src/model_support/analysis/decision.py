@@ -357,7 +357,7 @@ NOISE_SIGMAS = 4.0
 MEDIAN_SE = 1.2533
 #: What must be equal for two runs' timings to compare: field -> how a difference reads.
 LIKE = {
-    "perf_tokens_out": "tokens per repeat (perf_tokens)",
+    "perf_tokens_out": "tokens per timed repeat (perf_tokens, or the phase's own floor: 4, 16 on the CPU)",
     "device_type": "device",
     "device_name": "device name",
     "mode": "mode",

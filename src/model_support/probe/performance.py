@@ -9,19 +9,20 @@ token of it in device hours, so the phase costs the device what its answers need
   warm-up (its first token is ``perf_first_call_s``, the first call) and, on a device with a clock of its own, its
   decode steps, the first left out (the decode shape's first call), are TPOT's samples (``verdict_steps``). On the
   host's clock (the CPU, a device without one) its steps carry the instruments and the host's noise, and in compile
-  mode the forward is compiled again (a warm-up generation pays it first, outside the budget): there the repeats
-  give TPOT's steps themselves.
-- **The repeats give a warm TTFT**: ``perf_tokens`` (1; 4 where the verdict gives no TPOT) greedy tokens from the
-  probe's own prompt, timed per token after a device sync: TTFT (the prompt's prefill and first token, which the
-  verdict only ran cold), each further token one more TPOT sample, and tokens/s (over the repeat; with repeats of one
-  token over the verdict's length, a warm TTFT and the verdict's TPOT for each token after it). The length is a
-  setting, never chosen from timings, so two sweeps stay like with like (``analysis.decision.LIKE``).
+  mode the forward is compiled again: there a warm-up generation of the phase's own runs first (outside the budget)
+  and the repeats give TPOT's steps themselves, each one's median step a sample.
+- **The repeats give a warm TTFT**: ``perf_tokens`` (1) greedy tokens from the probe's own prompt, or where the
+  verdict gives no TPOT at least ``OWN_TPOT_TOKENS`` (4; ``CPU_TPOT_TOKENS``, 16, on the CPU: ``repeat_tokens``),
+  timed per token after a device sync: TTFT (the prompt's prefill and first token, which the verdict only ran
+  cold), each further token one more TPOT step, and tokens/s (over the repeat; with repeats of one token over the
+  verdict's length, a warm TTFT and the verdict's TPOT for each token after it). The length is a setting, never
+  chosen from timings, so two sweeps stay like with like (``analysis.decision.LIKE``).
 - **As many as the figures need** (``Plan``): two always (a TTFT of one repeat has no noise to be compared by: a
-  gate cannot tell a regression from noise on it); then until TPOT is steady, (max - min) / median of its last three
-  samples within ``perf_spread`` (5%; the samples before them left out as warm-up: ``steady``), or a repeat adds no
-  sample, or the next repeat (priced as the last) would take the phase past ``perf_budget`` (a quarter) of the
-  probe's device phase before it (once TPOT has three samples; never on the CPU, where the phase runs only when
-  asked: ``budget``), or ``perf_repeats`` (10) ran.
+  gate cannot tell a regression from noise on it); then until TPOT's spread, (max - min) / median over all its
+  samples, is within ``perf_spread`` (5%; or a repeat adds no sample), or the next repeat (priced as the last) would
+  take the phase past ``perf_budget`` (a quarter) of the probe's device time before it (its device phase; on the
+  CPU, where the host is the device, the whole probe so far: ``budget``) once TPOT has three samples, or
+  ``perf_repeats`` (10) ran; and never past half the time the probe has left before its ``timeout_s``.
   ``perf_repeats_run`` and ``perf_stop`` say how many and why; ``perf_device_s`` is the phase's device time
   (``probe.phases`` counts it as the device's work, ``part("perf")``).
 
@@ -206,42 +207,44 @@ def _traced(run: Callable[[], Any], adapter, keep: Callable[[bytes], str]) -> tu
 @dataclass
 class Plan:
     """How far the phase may go: ``cap`` timed repeats of its own at most (``perf_repeats``); at least ``MIN_OWN``
-    (two warm TTFTs: a TTFT with one repeat has no noise to compare by); then stop once TPOT is steady (``steady``:
-    its last ``MIN_SAMPLES`` samples within ``goal``, ``perf_spread``; 0: never), or where its repeats add no TPOT
-    sample (a repeat of one token), and start no repeat that would take the phase's device seconds past ``budget_s``
-    (``perf_budget`` x the probe's device phase before it; None: no limit) once TPOT has ``MIN_SAMPLES`` samples:
-    where the repeats are TPOT's only source (the host's clock, compile mode) a tiny model's device phase would
-    otherwise buy two, and a spread over two is no figure (bench_perf on the CPU: every run stopped so, at 0.7-16.7%)."""
+    (two warm TTFTs: a TTFT with one repeat has no noise to compare by); then stop once TPOT's spread over its
+    samples is at most ``goal`` (``perf_spread``; 0: never), or where its repeats add no TPOT sample (a repeat of one
+    token), and start no repeat that would take the phase's device seconds past ``budget_s`` (``perf_budget`` x the
+    probe's device time before it; None: no limit) once TPOT has ``MIN_SAMPLES`` samples: where the repeats are
+    TPOT's only source (the host's clock, compile mode) a tiny model's device phase would otherwise buy two, and a
+    spread over two is no figure (bench_perf on the CPU: every run stopped so, at 0.7-16.7%). Whatever else says,
+    no repeat starts that would take the phase past ``deadline_s`` (half the time the probe has left before its
+    ``timeout_s``): a measurement never turns a PASS into a timeout.
+
+    Every sample counts, none is chosen: a rule that kept the last three that agreed (tried, and reviewed) made the
+    gate's noise estimate 4 times too small, and noise read as a regression 2-4.5 times as often."""
 
     cap: int
     goal: float
     budget_s: float | None
+    deadline_s: float | None = None
+    #: What stopped a "budget" stop: the budget, or the probe's time limit (the note says which).
+    limit: str = ""
 
     def stop(self, tpot: list[float], own: int, spent_s: float, last_s: float, adds_steps: bool = True) -> str | None:
         """Why no further repeat runs (``STOPS``), or None: go on. ``tpot``: the TPOT samples so far (the verdict's
-        decode steps, the repeats' steps); ``own``: the repeats the phase ran itself."""
+        decode steps, the repeats' steps); ``own``: the repeats the phase ran itself; ``spent_s``: the phase's timed
+        seconds so far; ``last_s``: the last repeat's (the next one's price)."""
+        if self.deadline_s is not None and own >= 1 and spent_s + last_s > self.deadline_s:
+            self.limit = "time"
+            return "budget"
         if own < min(MIN_OWN, self.cap):
             return None
-        if self.goal > 0 and (not adds_steps or steady(tpot, self.goal) is not None):  # 0: all the cap and budget allow
+        settled = len(tpot) >= MIN_SAMPLES and (spread(tpot) or 0.0) <= self.goal
+        if self.goal > 0 and (settled or not adds_steps):  # 0: every repeat the cap and budget allow
             return "spread"
         if own >= self.cap:
             return "cap"
         judged = len(tpot) >= MIN_SAMPLES or not adds_steps  # a spread needs three samples before the budget counts
         if judged and self.budget_s is not None and spent_s + last_s > self.budget_s:
+            self.limit = "budget"
             return "budget"
         return None
-
-
-def steady(tpot: list[float], goal: float) -> list[float] | None:
-    """TPOT's steady samples, or None: its last ``MIN_SAMPLES`` where their spread is within ``goal``. Earlier ones
-    are the warm-up a benchmark leaves out (as JMH's warm-up iterations, until the figures settle): a host's first
-    generations after the verdict run slower as its caches, allocator and clock settle (tiny-llama on this CPU:
-    0.731, 0.718, 0.727, then 0.70 ms and steady), and a spread, (max - min) / median, only widens with more samples,
-    so a phase judged over all of them would never settle once an early one strayed."""
-    last = tpot[-MIN_SAMPLES:]
-    if len(last) < MIN_SAMPLES or (spread(last) or 0.0) > goal:
-        return None
-    return last
 
 
 #: Why the repeats stopped (``perf_stop``): TPOT's spread reached the goal (or nothing more could narrow it), the
@@ -249,14 +252,14 @@ def steady(tpot: list[float], goal: float) -> list[float] | None:
 STOPS = ("spread", "budget", "cap")
 #: Timed repeats the phase always runs itself: two warm first tokens, so TTFT has a noise to be compared by.
 MIN_OWN = 2
-#: TPOT's spread is judged over this many samples, its last (a median of three is not moved by one wild one).
+#: TPOT's spread is judged over at least this many samples (a median of three is not moved by one wild one).
 MIN_SAMPLES = 3
 #: The repeat's length where the verdict gives no TPOT (the host's clock, compile mode): enough steps for a median.
+#: A setting, never chosen from timings (``decision.LIKE`` compares ``perf_tokens_out``).
 OWN_TPOT_TOKENS = 4
 #: ... on the CPU, where the phase runs only when asked: a tiny model's decode step there is under a millisecond,
 #: mostly transformers' Python, and the host's jitter of tens of microseconds moves a median of 3 steps by 5-10%
 #: (tiny-llama: 3 repeats' spread 1.8-5.6% with 4 or 8 tokens, 1.3-1.9% with 16; SmolLM2-135M's 21 ms steps: 1-3%).
-#: A setting of the device, never chosen from timings: two CPU sweeps' repeats stay alike.
 CPU_TPOT_TOKENS = 16
 
 
@@ -351,13 +354,15 @@ def measure(
         gc.collect(1)  # the verdict's young garbage freed (a full collection cost 0.2 s a probe outside a kernel)
         gc.disable()  # as timeit does: no collection inside a repeat
         with probe_core.execution_context(mode):
-            if mode == "compile":  # a warm-up of its own, on the host's wall clock: compilation is the host's work
+            if reused is None:  # a warm-up of its own, on the host's wall clock: a compilation (compile mode; fused
+                # mode's programs for the repeat's length) is the host's work, and the first repeat after the verdict
+                # runs slowest on the host's clock (tiny-llama's first TTFT: +9% over the next two, in review)
                 _one_run(model, tokenizer, ids, mask, options, device, synchronize, clock)
                 first_call = time.perf_counter() - began
-            else:  # the verdict's generation ran this code and warmed it: its first token is the first call (a slow
-                # first repeat on the host's clock is left out of TPOT as warm-up, ``steady``)
+            else:  # the verdict's generation warmed the model: its first token is the first call
                 first_call = (verdict or {}).get("first_token_s")
             timed_from, last = time.perf_counter(), 0.0  # a compilation in the warm-up is the host's, not the budget's
+            plan.deadline_s = _deadline(settings, timed_from)
             while (stop := plan.stop(tpot, len(ttft), time.perf_counter() - timed_from, last, tokens > 1)) is None:
                 went = time.perf_counter()
                 start, times = _one_run(model, tokenizer, ids, mask, options, device, synchronize, clock)
@@ -378,9 +383,6 @@ def measure(
         if eager_forward is not None:
             model.forward = eager_forward
     phase_s = time.perf_counter() - began
-    warm_up = 0  # generations whose TPOT sample is left out as warm-up, before the steady ones
-    if stop == "spread" and tokens > 1 and (settled := steady(tpot, plan.goal)) is not None:
-        warm_up, tpot = len(tpot) - len(settled), settled
     peak_mb, _ = adapter.peak_memory_mb()
     tpot_s = statistics.median(tpot) if tpot else None
     # tokens/s over a generation: measured whole where the repeats decode, else over the verdict's length from a warm
@@ -408,8 +410,6 @@ def measure(
     if tpot:
         fields.update(tpot_s=tpot_s, tpot_s_repeats=tpot, tpot_spread=spread(tpot) if len(tpot) > 1 else None)
     notes = [_sized(plan, stop, tpot, ttft, tokens, bool(reused), phase_s)]
-    if warm_up:
-        notes.append(f"TPOT from the last {len(tpot)} generations, the {warm_up} before them left out as warm-up")
     if derived:
         notes.append(f"tokens/s over the verdict's {length} tokens: a warm TTFT, then its TPOT for each token after")
     nbytes, how = decode_bytes_per_token(model, len(prompt_ids) + length / 2)
@@ -440,9 +440,14 @@ def _sized(
     if stop == "spread":
         settled = said is not None and said <= plan.goal
         why = (
-            f"{spread_words}, steady within perf_spread {plan.goal:.0%}"
+            f"{spread_words}, within perf_spread {plan.goal:.0%}"
             if settled
             else f"{spread_words} (a repeat of one token adds no step)"
+        )
+    elif stop == "budget" and plan.limit == "time":
+        why = (
+            f"the probe's time limit: another repeat would take the phase past {plan.deadline_s:.2f} s (half the time "
+            f"the probe had left before timeout_s), {spread_words}"
         )
     elif stop == "budget":
         why = (
@@ -455,18 +460,28 @@ def _sized(
 
 
 def budget(settings: dict, verdict: Mapping[str, Any], device_type: str = "") -> float | None:
-    """The phase's device seconds at most: ``perf_budget`` x the probe's device phase so far (``phases``: the
-    weights moved, the verdict's generation; where no phase was timed, as a probe run outside a sweep's worker
-    may be, the verdict's generation alone); None where ``perf_budget`` is 0 (no limit), and on the CPU. The budget
-    guards an accelerator's hours in a nightly that times every PASS (``perf: auto``); on the CPU the phase runs only
-    when asked (``perf: on``), asked for its figures, and a tiny model's device phase there (its verdict's 8 tokens,
-    no weights moved) buys no more than three repeats: TPOT's spread over them was 8-20% (bench_perf). There the
-    spread and ``perf_repeats`` decide."""
+    """The phase's device seconds at most: ``perf_budget`` x the probe's device time so far; None where
+    ``perf_budget`` is 0 (no limit). On an accelerator that is its device phase (``phases``: the weights moved, the
+    verdict's generation; where no phase was timed, as a probe run outside a sweep's worker may be, the verdict's
+    generation alone). On the CPU the host is the device, and everything the probe did so far ran on it (loading, the
+    verdict's generation): its device phase alone (a tiny model's 8 tokens, no weights moved) bought two repeats, and
+    TPOT's spread over them was 0.7-16.7% (bench_perf)."""
     share = float(settings.get("perf_budget") or 0.0)
-    if share <= 0 or device_type == "cpu":
+    if share <= 0:
         return None
+    if device_type == "cpu" and settings.get("started") is not None:
+        return share * (time.perf_counter() - float(settings["started"]))
     spent = phases.device_phase()["device_s"] or verdict.get("generate_s") or 0.0
     return share * spent
+
+
+def _deadline(settings: dict, now: float) -> float | None:
+    """Seconds the phase may run from ``now``: half the time the probe has left before ``timeout_s`` (the checks
+    after it need the rest); None where the probe knows no start or limit (``measure`` called on its own)."""
+    started, limit = settings.get("started"), settings.get("timeout_s")
+    if started is None or not limit:
+        return None
+    return max(0.0, 0.5 * (float(limit) - (now - float(started))))
 
 
 def perf_fields(record: Mapping[str, Any], settings: dict, result: dict, adapter) -> dict:

@@ -195,7 +195,8 @@ PROBE_PARAMS: tuple[Param, ...] = (
         int,
         1,
         "perf: new tokens per timed repeat: the first prices the prompt (a warm TTFT), each after it adds a TPOT step "
-        "to the verdict's (4 where the verdict gives none: compile mode); fixed, so two sweeps' repeats compare",
+        "to the verdict's (at least 4 where the verdict gives none: the host's clock, compile mode; 16 on the CPU); "
+        "fixed, so two sweeps' repeats compare",
         minimum=1,
     ),
     Param(
@@ -210,9 +211,8 @@ PROBE_PARAMS: tuple[Param, ...] = (
         "perf_spread",
         float,
         0.05,
-        "perf: stop repeating once TPOT is steady: its spread, (max - min) / median, over its last three samples "
-        "(the verdict's steps, or each generation's median step) at most this, earlier ones left out as warm-up; 0 "
-        "runs every repeat perf_repeats and perf_budget allow",
+        "perf: stop repeating once TPOT's spread, (max - min) / median over its samples (the verdict's steps, or "
+        "each generation's median step), is at most this; 0 runs every repeat perf_repeats and perf_budget allow",
         minimum=0,
     ),
     Param(
@@ -220,8 +220,7 @@ PROBE_PARAMS: tuple[Param, ...] = (
         float,
         0.25,
         "perf: no repeat, once two ran and TPOT has three samples, that would take the phase's device time past "
-        "this share of the probe's device phase before it; 0: no limit; none on the CPU (the phase runs there only "
-        "when asked)",
+        "this share of the probe's device time before it (on the CPU the whole probe so far); 0: no limit",
         minimum=0,
     ),
     Param(

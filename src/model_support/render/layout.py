@@ -281,9 +281,9 @@ SECTIONS: tuple[Section, ...] = (
         "performance",
         "Performance",
         "Every PASS timed on its device (the perf phase: the verdict's own generation is its warm-up and, in eager "
-        "and fused modes, its first repeat; then repeats of <code>perf_tokens</code> new tokens until TPOT is steady, "
-        "its last three samples within <code>perf_spread</code>, or the phase would pass <code>perf_budget</code> of "
-        "the probe's device time (an accelerator's), or <code>perf_repeats</code> ran; the table says how many ran and why they stopped): TTFT (the prompt's prefill and first token) and TPOT (per "
+        "and fused modes, its first repeat; then repeats of <code>perf_tokens</code> new tokens (at least 4 where they "
+        "give TPOT, 16 on the CPU) until TPOT's spread is within <code>perf_spread</code>, or the phase would pass "
+        "<code>perf_budget</code> of the probe's device time, or <code>perf_repeats</code> ran; the table says how many ran and why they stopped): TTFT (the prompt's prefill and first token) and TPOT (per "
         "token after it) as medians, ± half their spread over the repeats; tokens/s over a whole generation; the "
         "first call, compilation included; the peak device memory; the share of the device's declared memory bandwidth "
         "a decode step reaches (parameters and KV cache read per token); the operators that took longest in the "
