@@ -211,3 +211,20 @@ def test_a_phase_with_no_other_limit_stops_at_half_the_time_the_probe_has_left(f
     assert record["status"] == "PASS" and record["perf_stop"] == "budget", record["perf_note"]
     assert "stopped by the probe's time limit" in record["perf_note"]
     assert 1 <= record["perf_repeats_run"] < 100_000 and record["perf_device_s"] < 1.5, record["perf_note"]
+
+
+def test_the_repro_scripts_timing_gives_tpot_with_the_default_of_one_token(fixture_models):
+    """``bisect --metric tpot`` times the repro script: with ``perf_tokens`` 1 (the perf phase's default, whose TPOT
+    comes from the verdict's steps) its repeats still decode the phase's own floor (16 on the CPU) and give TPOT."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from model_support.probe import reproduce
+
+    path = fixture_models["tiny-gpt2"]["path"]
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    ids = tokenizer("The future of AI is")["input_ids"]
+    settings = {"perf_tokens": 1, "device": "cpu", "mode": "eager", "compile_backend": None}
+    result = {"model": model, "tokenizer": tokenizer, "input_ids": ids}
+    timed = reproduce.timed_repeats(settings, result, torch.device("cpu"), None, 2)
+    assert timed["perf_tokens"] == 16 and len(timed["tpot_s_repeats"]) == 2 and min(timed["tpot_s_repeats"]) > 0

@@ -351,7 +351,9 @@ def decide_between(
 SLOWER, FASTER, WITHIN_NOISE, NOT_COMPARABLE = "slower", "faster", "within noise", "not comparable"
 PERF_KINDS = (SLOWER, FASTER, WITHIN_NOISE, NOT_COMPARABLE)
 #: How many combined standard errors a median must move to be beyond noise (4: noise-only comparisons of three
-#: repeats at a few per cent of noise exceed it well under 1% of the time, measured by simulation in review).
+#: repeats at a few per cent of noise exceed it well under 1% of the time, measured by simulation in review; with
+#: the perf phase's optional stopping, which ends where the samples happen to agree, and a 5% threshold, about 2%
+#: at 3-5% noise per generation, review's simulation again).
 NOISE_SIGMAS = 4.0
 #: The standard error of a median is about this times the standard deviation over the square root of the repeats.
 MEDIAN_SE = 1.2533
