@@ -301,6 +301,11 @@ def test_a_dead_kernels_row_says_how_its_operator_was_found_with_the_recorder_ar
     off: not measured, saying so."""
     _armed(tmp_path, "auto")
     assert flight_recorder.crash_fields(tmp_path, died=True) == {"crash_operator_note": flight_recorder.NOT_RERUN}
+    killed = flight_recorder.crash_fields(tmp_path, died=True, kernel_exit=-9)["crash_operator_note"]  # OOM killer
+    assert killed.startswith("not measured: the kernel was killed by SIGKILL (what the kernel's OOM killer sends")
+    assert "not aborted by its runtime, so it was not rerun" in killed
+    aborted = flight_recorder.crash_fields(tmp_path, died=True, kernel_exit=-6)  # an abort no rerun came back from
+    assert aborted == {"crash_operator_note": flight_recorder.NOT_RERUN}
     found = _rerun(tmp_path, -6, {"X_BLOCKING": "1"})
     assert (found["crash_operator"], found["crash_operator_args"]) == ("aten::exp", "float32[2]")
     assert found["crash_operator_note"].startswith("the operator a synchronous rerun (X_BLOCKING=1) died in, under")

@@ -234,9 +234,10 @@ NOT_IN_COMPILE = (
 )
 
 
-def crash_fields(work: Path, died: bool, mode: str | None = None) -> dict:
-    """The record's ``crash_operator`` fields for a probe in ``work`` whose kernel died (``died``), from the
-    recorder's file and its synchronous rerun's; {} when no recorder ran (a compiled run: why not, ``mode``)."""
+def crash_fields(work: Path, died: bool, mode: str | None = None, kernel_exit: int | None = None) -> dict:
+    """The record's ``crash_operator`` fields for a probe in ``work`` whose kernel died (``died``; ``kernel_exit``:
+    its exit status, minus the signal that ended it), from the recorder's file and its synchronous rerun's; {} when
+    no recorder ran (a compiled run: why not, ``mode``)."""
     recorded = read(work / FLIGHT_FILE)
     if died and recorded is None and mode == "compile":
         return {"crash_operator_note": NOT_IN_COMPILE}
@@ -246,7 +247,7 @@ def crash_fields(work: Path, died: bool, mode: str | None = None) -> dict:
     if switch == OFF:
         return {"crash_operator_note": "not measured: flight_recorder=off"}
     if switch == AUTO:
-        return _rerun_only(work)
+        return _rerun_only(work, kernel_exit)
     if not recorded["ops"]:
         return {"crash_operator_note": "the flight recorder saw no operator on the device before the kernel died"}
     last = recorded["ops"][-1]
@@ -275,9 +276,29 @@ NOT_RERUN = (
 )
 
 
-def _rerun_only(work: Path) -> dict:
+def killed(kernel_exit: int | None) -> str | None:
+    """The signal that ended a kernel, by name, where it is not a runtime's abort (``ABORTS``): SIGKILL (what the
+    kernel's OOM killer sends), SIGTERM; None otherwise."""
+    if kernel_exit is None or kernel_exit >= 0 or -kernel_exit in ABORTS:
+        return None
+    try:
+        return signal.Signals(-kernel_exit).name
+    except ValueError:
+        return f"signal {-kernel_exit}"
+
+
+def _rerun_only(work: Path, kernel_exit: int | None = None) -> dict:
     """``crash_fields`` with the probe's own run not recorded (``AUTO``): its rerun's last operator, or why none."""
     outcome = _read_json(work / f"{RERUN_FILE}.json")
+    if outcome is None and (name := killed(kernel_exit)):  # a kill, not an abort: nothing a rerun would name
+        oom = " (what the kernel's OOM killer sends when memory runs out)" if name == "SIGKILL" else ""
+        return {
+            "crash_operator_note": (
+                f"not measured: the kernel was killed by {name}{oom}, not aborted by its runtime, so it was not rerun "
+                "under the flight recorder (flight_recorder auto reruns a silent abort only); flight_recorder on "
+                "records the probe's own run"
+            )
+        }
     if outcome is None:
         return {"crash_operator_note": NOT_RERUN}
     blocking = outcome.get("blocking_env") or {}

@@ -347,7 +347,7 @@ class Standby:
             if record is None and fallback:
                 left = read_json(started_path(work / "record.json"))
                 died = outcome.get("error", {}).get("type") == "DeadKernelError"
-                crash = flight_recorder.crash_fields(work, died, task["params"].get("mode"))
+                crash = flight_recorder.crash_fields(work, died, task["params"].get("mode"), outcome.get("kernel_exit"))
                 record = _record_from_outcome(
                     task, outcome, self.proc.returncode, timed_out, log, started, left, last_words(said), crash
                 )
