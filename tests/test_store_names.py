@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from model_support import fileio
+from model_support.analysis import decision
 from model_support.errors import UserError
 from model_support.probe import repro
 from model_support.record import names, schema, store
@@ -305,20 +306,81 @@ def test_list_shows_the_sweeps_newest_first_and_commands_take_latest(tmp_path):
     assert agg.returncode == 0 and agg.stdout.startswith(f"{b}: 1 result rows"), agg.stderr
 
 
+def _rows(data: Path, config: str, sweep_id: str, **fields) -> None:
+    record = schema.empty_record(sweep_id=sweep_id, model_id="org/a", status="PASS", **fields)
+    if config == "excluded":
+        record = {**record, "status": None, "exclusion_reason": "gated"}
+    store.write_parquet([record], store.parquet_file(data, config, sweep_id))
+
+
 def test_latest_in_a_dataset_pulled_without_its_sweeps_is_the_newest_sweep_of_the_stack(tmp_path):
-    """A pulled dataset knows its sweeps by their Parquet folders only: ``latest`` is the newest by the time in the
-    ids (not the last name), and a sweep whose rows are all what-if rows is no sweep of the stack."""
+    """A pulled dataset knows its sweeps by their Parquet files only: ``latest`` is the newest by the time in the
+    ids (not the last name), a sweep whose rows carry ``host_ops`` is a what-if sweep (even one whose rows are all
+    excluded) and no sweep of the stack, and a folder compaction left empty names no sweep."""
     older_by_name = "zeta-20261201T000000Z-aaaa"
     newest_stack = "alpha-20261203T000000Z-bbbb"
     what_if = "silu-on-host-20261205T000000Z-cccc"  # newer still, but its runs ran operators on the host
-    for config, sweep_id in (
-        ("results", older_by_name),
-        ("results", newest_stack),
-        ("excluded", what_if),
-        (store.WHAT_IF_CONFIG, what_if),
-    ):
-        (tmp_path / config / f"sweep={sweep_id}").mkdir(parents=True)
+    all_excluded = "rsqrt-on-host-20261206T000000Z-dddd"  # a what-if sweep all of whose models were gated
+    _rows(tmp_path, "results", older_by_name)
+    _rows(tmp_path, "results", newest_stack)
+    _rows(tmp_path, store.WHAT_IF_CONFIG, what_if, host_ops="aten::silu", what_if=True)
+    _rows(tmp_path, "excluded", all_excluded, host_ops="aten::rsqrt")
+    (tmp_path / "results" / "sweep=empty-20261209T000000Z-eeee").mkdir()  # left empty by a compaction
     assert not (tmp_path / "sweeps").exists()
     assert store.resolve_sweep_id(tmp_path, "latest") == newest_stack
     assert store.resolve_sweep_id(tmp_path, "latest:silu-on-host") == what_if  # named, it is found
     assert store.resolve_sweep_id(tmp_path, "latest:zeta") == older_by_name
+    assert (store.what_if_setting(tmp_path, all_excluded), store.what_if_setting(tmp_path, newest_stack)) == (
+        "aten::rsqrt",
+        None,
+    )
+    with pytest.raises(UserError, match="is a what-if sweep"):  # the gate refuses a pulled one too
+        decision.refuse_what_if(tmp_path, newest_stack, what_if)
+
+
+def test_latest_orders_local_and_pulled_sweeps_by_time_together(tmp_path):
+    """A data folder with sweeps of its own and pulled ones: one order by time (pulled ones listed after the local
+    ones made an older pulled sweep ``latest``)."""
+    local = _three_sweeps(tmp_path)  # 2026-12-01 .. 2026-12-03
+    _rows(tmp_path, "results", "pulled-20261130T000000Z-ffff")  # older than every local one
+    assert store.resolve_sweep_id(tmp_path, "latest") == local[-1]
+    _rows(tmp_path, "results", "pulled-20261210T000000Z-9999")  # newer than every local one
+    assert store.resolve_sweep_id(tmp_path, "latest") == "pulled-20261210T000000Z-9999"
+
+
+def test_a_what_if_sweeps_stand_in_records_are_what_if_rows_never_the_stacks_verdicts():
+    """The runner's stand-in for a crash or a timeout carries the setting only (``host_ops``): still a what-if row
+    (review found one stored in ``results`` as the stack's FAIL(other), then a stack sweep's baseline)."""
+    crashed = schema.empty_record(sweep_id="s", model_id="org/a", status="FAIL(other)", host_ops="aten::silu")
+    assert store.config_of(crashed) == store.WHAT_IF_CONFIG
+    assert store.config_of({**crashed, "exclusion_reason": "gated"}) == "excluded"
+    assert store.config_of(schema.empty_record(sweep_id="s", model_id="org/a", status="PASS")) == "results"
+
+
+def test_a_what_if_sweep_takes_no_baseline_and_is_none(tmp_path):
+    """A what-if sweep named as the stack's sweeps: its report's default baseline is none (its report failed to
+    render against the stack's, the gate refusing the pair), and its runs, a stand-in crash's too, stay out of the
+    stack's sweeps' baselines."""
+    from model_support.render import report
+
+    a, b, _ = _three_sweeps(tmp_path)
+    hosted = "smoke-20261204T000000Z-dddd"
+    SweepMeta(
+        sweep_id=hosted,
+        name="smoke",
+        created_at="2026-12-04T00:00:00+00:00",
+        probe={"device": "cpu", "host_ops": "aten::silu"},
+        models=[ModelEntry("org/a")],
+    ).write(store.sweep_dir(tmp_path, hosted))
+    crashed = schema.empty_record(sweep_id=hosted, model_id="org/a", status="FAIL(other)", host_ops="aten::silu")
+    store.store_result(tmp_path, hosted, crashed, None, "")
+    store.compact(tmp_path, hosted)
+    for sweep_id in (a, b):
+        store.compact(tmp_path, sweep_id)
+    assert report.previous_sweep(tmp_path, b) == a
+    assert report.previous_sweep(tmp_path, hosted) is None
+    assert not any((tmp_path / "results" / f"sweep={hosted}").glob("*.parquet"))  # a what-if row, not the stack's
+    assert (
+        store.resolve_sweep_id(tmp_path, "latest:smoke") == hosted
+        and store.resolve_sweep_id(tmp_path, "latest") != hosted
+    )

@@ -158,6 +158,7 @@ def test_a_what_if_sweep_says_what_it_is_in_its_summary_and_its_own_report(what_
     """Its runs are read where they are kept (the ``what_if`` config): its report counts them, not "not tested",
     and says first that operators ran on the host; the sweep's summary says each verdict as a what-if one."""
     from model_support.analysis.report_tables import report_tables
+    from model_support.render import report
     from model_support.render.html import header_html
 
     assert "what-if PASS: 2  what-if FAIL(load): 0" in what_if["said"], what_if["said"][-2000:]
@@ -167,5 +168,6 @@ def test_a_what_if_sweep_says_what_it_is_in_its_summary_and_its_own_report(what_
     assert tables["what_if"]["host_ops"].to_list() == ["aten::silu"]
     head = header_html(tables, what_if["hosted"], None)
     assert "<dt>what-if</dt>" in head and "host_ops: aten::silu" in head and "no verdict of the stack" in head
+    assert report.previous_sweep(what_if["data"], what_if["hosted"]) is None  # no stack sweep is its baseline
     stack = report_tables(what_if["data"], what_if["stack"])
     assert "what_if" not in stack and stack["summary"]["models"][0] == 2  # the stack's own: no what-if row in it

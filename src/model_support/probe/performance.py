@@ -80,7 +80,7 @@ def not_measured(why: str) -> dict:
 def wanted(settings: dict, device_type: str | None) -> str | None:
     """Why the perf phase is off for these settings on ``device_type``, or None: ``perf`` off (or false), or auto on
     the CPU: the CPU is not the stack being ported, and the smoke sweep and CI pay for every CPU second (the phase
-    there: 2-21% of a warm probe, bench/results/perf.json; ``perf=on`` times it)."""
+    there: 6-94% of a warm probe, bench/results/perf.json; ``perf=on`` times it)."""
     perf = settings.get("perf", "auto")
     if perf in (False, "off"):
         return "perf=off"
@@ -212,9 +212,11 @@ class Plan:
     token), and start no repeat that would take the phase's device seconds past ``budget_s`` (``perf_budget`` x the
     probe's device time before it; None: no limit) once TPOT has ``MIN_SAMPLES`` samples: where the repeats are
     TPOT's only source (the host's clock, compile mode) a tiny model's device phase would otherwise buy two, and a
-    spread over two is no figure (bench_perf on the CPU: every run stopped so, at 0.7-16.7%). Whatever else says,
-    no repeat starts that would take the phase past ``deadline_s`` (half the time the probe has left before its
-    ``timeout_s``): a measurement never turns a PASS into a timeout.
+    spread over two is no figure (bench_perf on the CPU: every run stopped so, at 0.7-16.7%). Once two ran, whatever
+    else says, no repeat starts that would take the phase past ``deadline_s`` (half the time the probe has left
+    before its ``timeout_s``; stop "time"), so the phase does not take the time its verdict's checks need. The first
+    two run regardless (a single TTFT is "not comparable" to the gate, which would hide a slower one), and so do a
+    warm-up and a trace: a probe at its limit can still be timed out.
 
     Every sample counts, none is chosen: a rule that kept the last three that agreed (tried, and reviewed) made the
     gate's noise estimate 4 times too small, and noise read as a regression 2-4.5 times as often."""
@@ -223,18 +225,15 @@ class Plan:
     goal: float
     budget_s: float | None
     deadline_s: float | None = None
-    #: What stopped a "budget" stop: the budget, or the probe's time limit (the note says which).
-    limit: str = ""
 
     def stop(self, tpot: list[float], own: int, spent_s: float, last_s: float, adds_steps: bool = True) -> str | None:
         """Why no further repeat runs (``STOPS``), or None: go on. ``tpot``: the TPOT samples so far (the verdict's
         decode steps, the repeats' steps); ``own``: the repeats the phase ran itself; ``spent_s``: the phase's timed
         seconds so far; ``last_s``: the last repeat's (the next one's price)."""
-        if self.deadline_s is not None and own >= 1 and spent_s + last_s > self.deadline_s:
-            self.limit = "time"
-            return "budget"
         if own < min(MIN_OWN, self.cap):
             return None
+        if self.deadline_s is not None and spent_s + last_s > self.deadline_s:
+            return "time"
         settled = len(tpot) >= MIN_SAMPLES and (spread(tpot) or 0.0) <= self.goal
         if self.goal > 0 and (settled or not adds_steps):  # 0: every repeat the cap and budget allow
             return "spread"
@@ -242,14 +241,14 @@ class Plan:
             return "cap"
         judged = len(tpot) >= MIN_SAMPLES or not adds_steps  # a spread needs three samples before the budget counts
         if judged and self.budget_s is not None and spent_s + last_s > self.budget_s:
-            self.limit = "budget"
             return "budget"
         return None
 
 
 #: Why the repeats stopped (``perf_stop``): TPOT's spread reached the goal (or nothing more could narrow it), the
-#: next repeat would pass the budget, or the cap on repeats was reached.
-STOPS = ("spread", "budget", "cap")
+#: next repeat would pass the budget, the cap on repeats was reached, or the next would pass half the time the probe
+#: had left (``Plan.deadline_s``).
+STOPS = ("spread", "budget", "cap", "time")
 #: Timed repeats the phase always runs itself: two warm first tokens, so TTFT has a noise to be compared by.
 MIN_OWN = 2
 #: TPOT's spread is judged over at least this many samples (a median of three is not moved by one wild one).
@@ -444,7 +443,7 @@ def _sized(
             if settled
             else f"{spread_words} (a repeat of one token adds no step)"
         )
-    elif stop == "budget" and plan.limit == "time":
+    elif stop == "time":
         why = (
             f"the probe's time limit: another repeat would take the phase past {plan.deadline_s:.2f} s (half the time "
             f"the probe had left before timeout_s), {spread_words}"

@@ -372,7 +372,12 @@ class Record(TypedDict):
         int | None, Col("perf", 21, "timed repeats the perf phase ran itself (each a warm TTFT)")
     ]
     perf_stop: Annotated[
-        str | None, Col("perf", 21, "why the repeats stopped: spread (reached perf_spread), budget, cap (perf_repeats)")
+        str | None,
+        Col(
+            "perf",
+            21,
+            "why the repeats stopped: spread (reached perf_spread), budget, cap (perf_repeats), time (the probe's limit)",
+        ),
     ]
     perf_device_s: Annotated[
         float | None, Col("perf", 21, "the perf phase's seconds on the device (warm-up, repeats, trace), host clock")

@@ -342,22 +342,34 @@ def list_sweeps(data_dir: Path) -> list[str]:
     return [sweep_id for _, sweep_id in sorted(metas)]
 
 
+def is_what_if(record: dict) -> bool:
+    """A run of a what-if sweep (operators on the host, ``probe.what_if``): no verdict of the stack. Its probe marks
+    it (``what_if``) once its device phase ran; a stand-in the runner wrote (a timeout, a dead kernel, a failed
+    download) or an early failure carries only the setting (``host_ops``), and is one too: review found such a crash
+    stored in ``results`` as the stack's verdict, and made a later stack sweep's baseline."""
+    return bool(record.get("what_if") or record.get("host_ops"))
+
+
 def what_if_setting(data_dir: Path, sweep_id: str) -> str | None:
     """The ``host_ops`` of a what-if sweep (its definition puts operators on the host, ``probe.what_if``: its runs
-    are no verdict of the stack), else None. A dataset pulled without ``sweeps/`` has no definition to ask: there a
-    sweep with ``what_if`` rows and no ``results`` rows is one (every run of a what-if sweep that is not excluded is
-    a ``what_if`` row, ``config_of``), its setting read from them."""
+    are no verdict of the stack), else None. A dataset pulled without ``sweeps/`` has no definition to ask: there any
+    row of the sweep, in any config (an excluded one too), that carries ``host_ops`` says it."""
     path = Path(data_dir) / "sweeps" / sweep_id / "sweep.json"
     if path.exists():
         raw = json.loads(path.read_text())
         return (raw.get("probe") or raw.get("settings") or {}).get("host_ops") or None
-    held = {c for c in ("results", WHAT_IF_CONFIG) if (Path(data_dir) / c / f"sweep={sweep_id}").is_dir()}
-    if held != {WHAT_IF_CONFIG}:
-        return None
     import polars as pl
 
-    said = scan(data_dir, WHAT_IF_CONFIG).filter(pl.col("sweep_id") == sweep_id).select("host_ops").head(1).collect()
-    return (said["host_ops"][0] if said.height else None) or "(not recorded)"
+    for config in (WHAT_IF_CONFIG, *CONFIGS):
+        if not any((Path(data_dir) / config / f"sweep={sweep_id}").glob("*.parquet")):
+            continue
+        rows = scan(data_dir, config).filter(
+            (pl.col("sweep_id") == sweep_id) & (pl.col("host_ops").fill_null("") != "")
+        )
+        said = rows.select("host_ops").head(1).collect()
+        if said.height:
+            return said["host_ops"][0]
+    return None
 
 
 def _stack_sweeps(data_dir: Path, known: list[str]) -> list[str]:
@@ -365,12 +377,19 @@ def _stack_sweeps(data_dir: Path, known: list[str]) -> list[str]:
     return [s for s in known if not what_if_setting(data_dir, s)]
 
 
-def _created(sweep_id: str) -> tuple:
-    """A pulled sweep's place in time: the UTC time in its id (an id in no known shape first, by name)."""
+def _created(data_dir: Path, sweep_id: str, local: dict[str, int]) -> tuple:
+    """A sweep's place in time: its sweep.json's ``created_at`` where it has one (``local``: their order), else the
+    UTC time in its id (a pulled sweep; an id in no known shape first, by name)."""
     from .sweep_meta import parse_sweep_id
 
+    if sweep_id in local:
+        created = read_sweep(data_dir, sweep_id).created_at
+        try:
+            return (1, _dt.datetime.fromisoformat(created).timestamp(), local[sweep_id], sweep_id)
+        except (TypeError, ValueError):
+            pass
     parsed = parse_sweep_id(sweep_id)
-    return (parsed.time is not None, parsed.time or 0, sweep_id)
+    return (int(parsed.time is not None), parsed.time.timestamp() if parsed.time else 0.0, -1, sweep_id)
 
 
 #: The word that names the newest sweep (``latest``, or ``latest:NAME`` for the newest of a name).
@@ -386,12 +405,20 @@ def resolve_sweep_id(data_dir: Path, given: str) -> str:
 
     if (Path(data_dir) / "sweeps" / check_name(given, "sweep id", "the command line") / "sweep.json").exists():
         return given
-    # a dataset pulled without its sweeps/ folder knows its sweeps by their Parquet folders
-    pulled = {p.name.removeprefix("sweep=") for c in DATASET_CONFIGS for p in (Path(data_dir) / c).glob("sweep=*")}
+    # a dataset pulled without its sweeps/ folder knows its sweeps by their Parquet files (compaction leaves empty
+    # folders behind in every config)
+    pulled = {
+        p.parent.name.removeprefix("sweep=")
+        for c in DATASET_CONFIGS
+        for p in (Path(data_dir) / c).glob("sweep=*/*.parquet")
+    }
     if given in pulled:
         return given
-    known = list_sweeps(data_dir)  # oldest first
-    known += sorted(pulled - set(known), key=_created)  # by the time in their ids: by name, latest was the last name
+    local = list_sweeps(data_dir)  # oldest first
+    # one order for all, by time: the local ones by their created_at, the pulled ones by the time in their ids
+    # (pulled ones listed after the local ones made an older pulled sweep `latest`; by name, the last name)
+    order = {sweep_id: i for i, sweep_id in enumerate(local)}
+    known = sorted(set(local) | pulled, key=lambda s: _created(data_dir, s, order))
     if given == LATEST or given.startswith(f"{LATEST}:"):
         name = given.partition(":")[2]
         # plain ``latest`` is the newest sweep of the stack: a what-if sweep (``ops --prove``) only when named
@@ -808,7 +835,7 @@ def config_of(record: dict) -> str:
     the stack's verdict), else ``results``."""
     if record.get("exclusion_reason"):
         return "excluded"
-    return WHAT_IF_CONFIG if record.get("what_if") else "results"
+    return WHAT_IF_CONFIG if is_what_if(record) else "results"
 
 
 def _compact(data_dir: Path, sweep_id: str, meta: SweepMeta) -> tuple[int, int]:
@@ -852,7 +879,7 @@ def _compact(data_dir: Path, sweep_id: str, meta: SweepMeta) -> tuple[int, int]:
     ops = (
         []
         if whole_sweep_reason
-        else ops_table.op_rows(r for r in iter_records(data_dir, sweep_id) if not r.get("what_if"))
+        else ops_table.op_rows(r for r in iter_records(data_dir, sweep_id) if not is_what_if(r))
     )
     write_parquet(ops, parquet_file(data_dir, OPS_CONFIG, sweep_id), arrow_schema=ops_table.SCHEMA)
     write_dataset_card(data_dir)

@@ -280,8 +280,9 @@ SECTIONS: tuple[Section, ...] = (
     Section(
         "performance",
         "Performance",
-        "Every PASS timed on its device (the perf phase: the verdict's own generation is its warm-up and, in eager "
-        "and fused modes, its first repeat; then repeats of <code>perf_tokens</code> new tokens (at least 4 where they "
+        "Every PASS timed on its device (the perf phase: on a device with a clock of its own the verdict's own "
+        "generation is its warm-up and, in eager and fused modes, gives TPOT; on the host's clock a warm-up of its "
+        "own runs first; then repeats of <code>perf_tokens</code> new tokens (at least 4 where they "
         "give TPOT, 16 on the CPU) until TPOT's spread is within <code>perf_spread</code>, or the phase would pass "
         "<code>perf_budget</code> of the probe's device time, or <code>perf_repeats</code> ran; the table says how many ran and why they stopped): TTFT (the prompt's prefill and first token) and TPOT (per "
         "token after it) as medians, ± half their spread over the repeats; tokens/s over a whole generation; the "

@@ -30,7 +30,12 @@ def _sweeps(data_dir) -> pl.DataFrame:
 
 def previous_sweep(data_dir: Path | str, sweep_id: str) -> str | None:
     """The latest sweep of the same name and device created before ``sweep_id`` (with results rows): the
-    default baseline (``analysis.previous_sweep_id``)."""
+    default baseline (``analysis.previous_sweep_id``); none for a what-if sweep, whose runs are no verdict of the
+    stack to compare (the gate refuses one: its report failed to render against a stack sweep of its name)."""
+    from ..record import store
+
+    if store.what_if_setting(Path(data_dir), sweep_id):
+        return None
     return analysis.previous_sweep_id(_sweeps(data_dir), sweep_id)
 
 

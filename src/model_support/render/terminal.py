@@ -155,7 +155,7 @@ def verdict_table(records: list[dict], console) -> None:
         )
     console.print(table)
     summary = Counter(_verdict(r) if not r.get("exclusion_reason") else "excluded" for r in records)
-    what_if = any(r.get("what_if") for r in records)
+    what_if = any(store.is_what_if(r) for r in records)
     verdicts = tuple(f"{WHAT_IF} {v}" for v in schema.VERDICTS) if what_if else schema.VERDICTS
     shown = (*verdicts, "excluded") if summary.get("excluded") else verdicts
     console.print("  ".join(f"{k}: {summary.get(k, 0)}" for k in shown))
@@ -167,7 +167,7 @@ WHAT_IF = "what-if"
 
 def _verdict(record: dict) -> str:
     """A run's verdict as the terminal says it: a what-if run's marked so (as the sweep's summary counts it)."""
-    return f"{WHAT_IF} {record['status']}" if record.get("what_if") else record["status"]
+    return f"{WHAT_IF} {record['status']}" if store.is_what_if(record) else record["status"]
 
 
 def sweep_list_rows(data_dir: Path | str) -> list[dict]:
@@ -182,9 +182,9 @@ def sweep_list_rows(data_dir: Path | str) -> list[dict]:
         meta = store.read_sweep(data_dir, sweep_id)
         records = store.read_records(data_dir, sweep_id)
         # a what-if run (operators on the host) is no verdict of the stack: counted apart, as its state says
-        what_if = sum(bool(r.get("what_if")) and not r.get("exclusion_reason") for r in records)
+        what_if = sum(store.is_what_if(r) and not r.get("exclusion_reason") for r in records)
         counts = Counter(
-            "excluded" if r.get("exclusion_reason") else r["status"] for r in records if not r.get("what_if")
+            "excluded" if r.get("exclusion_reason") else r["status"] for r in records if not store.is_what_if(r)
         )
         devices = Counter(r["device_type"] for r in records if r.get("device_type"))
         expected = len(meta.models) * len(probe_params.combinations(meta.matrix, meta.stacks))

@@ -198,7 +198,7 @@ def run(
         # a what-if run's verdict is no verdict of the stack: said as one ("what-if PASS")
         "verdicts": dict(
             Counter(
-                f"what-if {r['status']}" if r.get("what_if") else r["status"]
+                f"what-if {r['status']}" if store.is_what_if(r) else r["status"]
                 for r in store.iter_records(data_dir, meta.sweep_id)
                 if r["status"]
             )
