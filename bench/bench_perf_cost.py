@@ -19,17 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
 from bench_phases import MODELS  # the same 8 tiny models as the device-phase bench
-from common import REPO, fixtures, write_results
+from common import fixtures, pretend_sweep, write_results
 
 MATMULS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm")
 GOALS = {"ratio": 1.25, "held_idle_share": 0.10}
@@ -42,23 +38,7 @@ def sweep(data: Path, name: str, models: list[str], delay: float, perf: str | No
         probe["perf"] = perf
     definition = data / f"{name}.yaml"
     definition.write_text(yaml.safe_dump({"name": name, "probe": probe, "workers": 2, "models": models}))
-    env = {
-        **os.environ,
-        "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
-        "MODEL_SUPPORT_PRETEND": json.dumps({"devices": 2, "slow_ops": dict.fromkeys(MATMULS, delay)}),
-    }
-    started = time.time()
-    done = subprocess.run(
-        [sys.executable, "-m", "model_support.cli", "sweep", str(definition), "--data-dir", str(data), "--no-report"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env,
-        timeout=3600,
-    )
-    wall = time.time() - started
-    if done.returncode != 0:
-        raise SystemExit(done.stderr[-3000:])
+    _, wall = pretend_sweep(definition, data, {"devices": 2, "slow_ops": dict.fromkeys(MATMULS, delay)})
     folder = max((data / "sweeps").iterdir(), key=lambda p: p.stat().st_mtime)
     used = json.loads((folder / "sweep.json").read_text())["device_time"]
     records = [json.loads(p.read_text()) for p in (folder / "records").glob("*.json")]

@@ -25,15 +25,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import psutil
 import yaml
-from common import REPO, RESULTS, fixtures, write_results
+from common import RESULTS, fixtures, pretend_sweep, write_results
 
 MODELS = [
     "tiny-llama",
@@ -57,30 +55,11 @@ def sweep(data: Path, name: str, models: list[str], delay: float, phases: str, e
     definition.write_text(
         yaml.safe_dump({"name": name, "probe": {"device": "pretend"}, "workers": 2, "models": models})
     )
-    env = {
-        **os.environ,
-        "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
-        "MODEL_SUPPORT_PRETEND": json.dumps({"devices": 2, "slow_ops": {ATTENTION: delay}}),
-        "MODEL_SUPPORT_PHASES": phases,
-    }
     psutil.cpu_percent()  # starts the machine-wide CPU counter
     load = os.getloadavg()[0]
-    started = time.time()
-    done = subprocess.run(
-        [
-            *(sys.executable, "-m", "model_support.cli", "sweep", str(definition)),
-            *("--data-dir", str(data), "--no-report", "--executor", executor),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env,
-        timeout=3600,
-    )
-    wall = time.time() - started
+    pretend = {"devices": 2, "slow_ops": {ATTENTION: delay}}
+    _, wall = pretend_sweep(definition, data, pretend, {"MODEL_SUPPORT_PHASES": phases}, executor)
     cpu = psutil.cpu_percent() / 100
-    if done.returncode != 0:
-        raise SystemExit(done.stderr[-3000:])
     sweep_id = max((data / "sweeps").iterdir(), key=lambda p: p.stat().st_mtime).name
     folder = data / "sweeps" / sweep_id
     meta = json.loads((folder / "sweep.json").read_text())

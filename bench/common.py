@@ -19,6 +19,34 @@ os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+def pretend_sweep(definition: Path, data: Path, pretend: dict, env: dict | None = None, executor: str = "local"):
+    """``model-support sweep DEFINITION`` (the command users type, no report) on the pretend device configured by
+    ``pretend``, with ``env`` added: (the finished process, its wall seconds); a failed sweep ends the bench."""
+    import subprocess
+
+    started = time.time()
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "model_support.cli", "sweep", str(definition)),
+            *("--data-dir", str(data), "--no-report", "--executor", executor),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={
+            **os.environ,
+            "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
+            "MODEL_SUPPORT_PRETEND": json.dumps(pretend),
+            **(env or {}),
+        },
+        timeout=3600,
+    )
+    wall = time.time() - started
+    if done.returncode != 0:
+        raise SystemExit(done.stderr[-3000:])
+    return done, wall
+
+
 def spread(values: list[float]) -> dict:
     """Median and spread of repeated measurements (seconds, or whatever was measured)."""
     return {

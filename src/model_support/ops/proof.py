@@ -239,8 +239,8 @@ def runs(data_dir, sweep_id: str, proof: dict | None = None) -> dict[str, list[R
     named = [r["sweep_id"] for r in proof.get("runs") or [] if r.get("sweep_id")]
     if not named:
         return {}
-    own = _meta(data_dir, sweep_id)
-    kept = [s for s in named if own is not None and _evidence(own, _meta(data_dir, s))]
+    own = sweep_meta(data_dir, sweep_id)
+    kept = [s for s in named if own is not None and is_evidence(own, sweep_meta(data_dir, s))]
     order = {s: i for i, s in enumerate(kept)}
     frames = [
         store.scan(data_dir, config).filter(pl.col("sweep_id").is_in(kept)).select(COLUMNS).collect()
@@ -253,13 +253,14 @@ def runs(data_dir, sweep_id: str, proof: dict | None = None) -> dict[str, list[R
     return found
 
 
-def _evidence(own: SweepMeta, other: SweepMeta | None) -> bool:
+def is_evidence(own: SweepMeta, other: SweepMeta | None) -> bool:
     """A sweep ``proof.json`` names is evidence for the stack's sweep ``own``: a what-if sweep (its definition put
     operators on the host) that ran on the same stack."""
     return other is not None and bool(other.probe.get("host_ops")) and same_stack(own, other)
 
 
-def _meta(data_dir, sweep_id: str) -> SweepMeta | None:
+def sweep_meta(data_dir, sweep_id: str) -> SweepMeta | None:
+    """A sweep's definition, or None where its folder is gone or unreadable (no evidence then)."""
     try:
         return store.read_sweep(Path(data_dir), sweep_id)
     except Exception:  # noqa: BLE001 a sweep folder gone or unreadable: no evidence

@@ -123,7 +123,7 @@ def _run(
         if known.get("host_ops") == setting and keys & set(known.get("models") or []):
             if not (store.sweep_dir(data_dir, known["sweep_id"]) / "sweep.json").is_file():
                 continue
-            if not proof._evidence(meta, proof._meta(data_dir, known["sweep_id"])):
+            if not proof.is_evidence(meta, proof.sweep_meta(data_dir, known["sweep_id"])):
                 continue  # not a what-if sweep of this stack (another device configuration): run it anew
             mine = [m for m in todo if m.key in known["models"]]
             if any(all(r.sweep_id != known["sweep_id"] for r in m.runs) for m in mine):
