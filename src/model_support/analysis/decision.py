@@ -37,7 +37,7 @@ what differs. Like runs are decided from their medians against the threshold *an
 sweeps' repeats: ``slower`` / ``faster`` when the medians moved by more than both, ``within noise`` otherwise (the
 line says when the noise, not the threshold, decided: more repeats would tell). The noise is each median's standard
 error (1.2533 x sigma / sqrt(n), sigma the standard deviation of the repeats less the one farthest from their
-median), the two combined as independent errors, times ``NOISE_SIGMAS`` (4). Medians, not the ranges the gate once
+median, corrected for what that leaves out: ``_TRIMMED_SIGMA``), the two combined as independent errors, times ``NOISE_SIGMAS`` (4). Medians, not the ranges the gate once
 compared: one disturbed repeat of three moves a range without bound, and a median not at all; a standard error, not
 one repeat's spread: more repeats narrow it, so a small slowdown is caught by asking for more (``perf_repeats``).
 Left as it is: between two sweeps a host's load can move every repeat of one sweep at once, which no repeat shows;
@@ -376,7 +376,8 @@ def finite(values) -> list[float]:
 def median_noise(values: list[float]) -> float | None:
     """One side's noise on its median, relative to it: the standard error of a median (1.2533 x sigma / sqrt(n)),
     sigma estimated as the standard deviation of the repeats less the one farthest from their median (so one wild
-    repeat does not inflate it, as a median is not moved by it). It shrinks with more repeats: more repeats tell.
+    repeat does not inflate it, as a median is not moved by it), divided by what that estimate averages for normal
+    repeats (``_TRIMMED_SIGMA``: a third of sigma at three). It shrinks with more repeats: more repeats tell.
     None with fewer than two repeats (no noise can be measured)."""
     values = finite(values)
     if len(values) < 2:
