@@ -337,3 +337,21 @@ def test_an_operator_that_cannot_run_on_the_host_makes_its_step_not_proven_and_r
         "not proven: aten::transpose"
     )
     assert store.list_sweeps(data) == [stack]  # no what-if sweep
+
+
+def test_a_proof_whose_plan_changed_since_it_ran_is_said_to_be_stale(proven):
+    """The last --prove's steps against the plan now: alike, none is stale; a plan whose step 2 unlocks another
+    model, or that has one step only, makes the old step stale, said with how the plan reads now."""
+    from model_support import ops as ops_mod
+    from model_support.ops.plan import PlanStep
+    from model_support.ops.prove import last_proof
+
+    data, stack = proven["data"], proven["stack"]
+    models = ops_mod.sweep_models(data, stack)
+    ops_mod.predict(models, None)
+    steps = ops_mod.porting_plan(models)
+    assert [s["stale"] for s in last_proof(data, stack, models, steps)] == [None] * len(steps)
+    changed = [steps[0], PlanStep(steps[1].ops, ["local:tiny-opt"], [], 0, {})]
+    said = last_proof(data, stack, models, changed)[1]["said"]
+    assert f"stale: the plan's step 2 is now {' + '.join(steps[1].ops)}, unlocking tiny-opt (run --prove again)" in said
+    assert last_proof(data, stack, models, steps[:1])[1]["stale"] == "the plan has 1 step now, no step 2"

@@ -612,7 +612,7 @@ def ops(sweep_id, on, as_json, prove, complete, workers, executor, data_dir):
         from .probe.devices.registry import adapter_class
 
         configured = adapter_class(on).configuration()
-    proven = [] if on else last_proof(data_dir, sweep_id, models)
+    proven = [] if on else last_proof(data_dir, sweep_id, models, steps)
     if as_json:
         answer = {**plan_json(models, steps, proofs), "on": on, "configuration": configured, "proof": proven}
         click.echo(json.dumps(answer, indent=1))

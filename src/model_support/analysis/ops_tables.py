@@ -123,9 +123,9 @@ def proof_frame(models: list[ModelOps], steps: list[PlanStep], unhostable: dict)
 def proof_runs_frame(proven: list[dict], shown: pl.DataFrame) -> pl.DataFrame:
     """The last ``--prove``'s steps as they ran (``ops.prove.last_proof``): step, on the host, ran (the models),
     what-if sweeps, proof, said; empty when the plan's steps (``shown``, ``proof_frame``) say the same (its steps
-    are the plan's, as proven)."""
+    are the plan's, as proven) and none is stale (the plan changed since it ran: ``said`` says how)."""
     same = set(zip(shown["what-if sweeps"], shown["proof"]))
-    if all((", ".join(s.get("sweep_ids") or []), s["outcome"]) in same for s in proven):
+    if all((", ".join(s.get("sweep_ids") or []), s["outcome"]) in same and not s.get("stale") for s in proven):
         proven = []
     rows = [
         {
@@ -193,6 +193,6 @@ def ops_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | Non
             changes, schema={"op": pl.String, "before": pl.String, "after": pl.String, "change": pl.String}
         ),
         "ops_proof": proven,
-        "ops_proof_runs": proof_runs_frame(last_proof(data_dir, sweep_id, models), proven),
+        "ops_proof_runs": proof_runs_frame(last_proof(data_dir, sweep_id, models, steps), proven),
         "ops_host": host_frame(models),
     }

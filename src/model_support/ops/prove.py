@@ -279,10 +279,12 @@ def step_line(step: dict, before: list[dict]) -> str:
     )
 
 
-def last_proof(data_dir, sweep_id: str, models: list[ModelOps]) -> list[dict]:
+def last_proof(data_dir, sweep_id: str, models: list[ModelOps], plan: list | None = None) -> list[dict]:
     """The last ``--prove``'s steps as they ran, each judged again from its what-if records now (the records are
     the truth; ``proof.json`` names them): [{"step", "ops", "host_ops", "unlocks", "ran", "sweep_ids", "outcome",
-    "said", "line"}]."""
+    "said", "line", "stale"}]. ``plan``: the porting plan now (``plan.PlanStep``s); a step it no longer has as it
+    ran (other operators, other models unlocked: the census or the judged verdicts changed since) is said to be
+    stale (``stale``: how the plan's step reads now), so an old proof is not read as the plan's."""
     record = proof.read(data_dir, sweep_id)
     runs = {m.key: m.runs for m in models}
     steps: list[dict] = []
@@ -296,6 +298,21 @@ def last_proof(data_dir, sweep_id: str, models: list[ModelOps]) -> list[dict]:
         refused = {op: why for op, why in (record.get("unhostable") or {}).items() if op in step["ops"]}
         said = _said(judged, step.get("not_run") or {}, refused, step.get("earlier") or "")
         outcome = judged.outcome if judged and not step.get("not_run") and not refused else proof.NOT_CONFIRMED
-        entry = {**step, "outcome": outcome, "said": said}
+        stale = _stale(step, plan) if plan is not None else None
+        if stale:
+            said = f"{said}; stale: {stale}"
+        entry = {**step, "outcome": outcome, "said": said, "stale": stale}
         steps.append({**entry, "line": step_line(entry, steps)})
     return steps
+
+
+def _stale(step: dict, plan: list) -> str | None:
+    """How the plan's step of the same number reads now, where it is not the step that ran; None where it is."""
+    index = int(step.get("step") or 0)
+    if not 1 <= index <= len(plan):
+        return f"the plan has {len(plan)} step{'s' if len(plan) != 1 else ''} now, no step {index}"
+    now = plan[index - 1]
+    if tuple(now.ops) == tuple(step.get("ops") or ()) and sorted(now.unlocks) == sorted(step.get("unlocks") or []):
+        return None
+    unlocks = ", ".join(display_name(k) for k in now.unlocks) or "nothing"
+    return f"the plan's step {index} is now {' + '.join(now.ops)}, unlocking {unlocks} (run --prove again)"
