@@ -49,6 +49,9 @@ def test_the_probes_time_limit_stops_any_repeat_after_the_first_two_that_would_p
     plan = performance.Plan(cap=10, goal=0.0, budget_s=None, deadline_s=1.0)
     assert plan.stop([], 0, 0.0, 0.0) is None and plan.stop([1.0], 1, 5.0, 5.0) is None  # two always run
     assert plan.stop([1.0, 1.0], 2, 0.6, 0.6) == "time"
+    assert plan.stop([1.0, 1.0, 1.0], 2, 0.6, 0.6) == "time"  # a goal of 0: the spread never stops it
+    settled = performance.Plan(cap=3, goal=0.05, budget_s=None, deadline_s=1.0)
+    assert settled.stop([1.0, 1.0, 1.0], 2, 0.6, 0.6) == "spread" and settled.stop([1.0, 1.3], 3, 0.6, 0.6) == "cap"
     assert plan.stop([1.0, 1.0], 2, 0.5, 0.5) is None
     started = time.perf_counter() - 100.0  # a probe 100 s into a 300 s limit: 100 s for the phase
     assert performance._deadline({"started": started, "timeout_s": 300.0}, time.perf_counter()) == pytest.approx(

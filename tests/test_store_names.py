@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -370,7 +371,8 @@ def test_a_what_if_sweep_takes_no_baseline_and_is_none(tmp_path):
         name="smoke",
         created_at="2026-12-04T00:00:00+00:00",
         probe={"device": "cpu", "host_ops": "aten::silu"},
-        models=[ModelEntry("org/a")],
+        models=[ModelEntry("org/a"), ModelEntry("org/b")],
+        excluded={"org/b": "gated: no access"},  # excluded before running
     ).write(store.sweep_dir(tmp_path, hosted))
     crashed = schema.empty_record(sweep_id=hosted, model_id="org/a", status="FAIL(other)", host_ops="aten::silu")
     store.store_result(tmp_path, hosted, crashed, None, "")
@@ -384,3 +386,14 @@ def test_a_what_if_sweep_takes_no_baseline_and_is_none(tmp_path):
         store.resolve_sweep_id(tmp_path, "latest:smoke") == hosted
         and store.resolve_sweep_id(tmp_path, "latest") != hosted
     )
+    with pytest.raises(UserError, match="as a what-if run"):  # the stand-in's script would run the stack's kernels
+        repro.script_for(tmp_path, hosted, "org/a")
+    from model_support.render.terminal import sweep_list_rows
+
+    listed = next(r for r in sweep_list_rows(tmp_path) if r["sweep_id"] == hosted)
+    assert listed["excluded"] == 1 and listed["FAIL(other)"] == 0 and "what-if: 1 run(s)" in listed["state"]
+    pulled = tmp_path / "pulled"  # the dataset without sweeps/: its excluded row still says what it was
+    for config in ("results", "excluded", store.WHAT_IF_CONFIG):
+        if (tmp_path / config).exists():
+            shutil.copytree(tmp_path / config, pulled / config)
+    assert store.what_if_setting(pulled, hosted) == "aten::silu" and store.resolve_sweep_id(pulled, "latest") != hosted

@@ -377,7 +377,8 @@ def median_noise(values: list[float]) -> float | None:
     """One side's noise on its median, relative to it: the standard error of a median (1.2533 x sigma / sqrt(n)),
     sigma estimated as the standard deviation of the repeats less the one farthest from their median (so one wild
     repeat does not inflate it, as a median is not moved by it), divided by what that estimate averages for normal
-    repeats (``_TRIMMED_SIGMA``: a third of sigma at three). It shrinks with more repeats: more repeats tell.
+    repeats (``_TRIMMED_SIGMA``: a third of sigma at three; two repeats, nothing left out, are taken as they are). It
+    shrinks with more repeats: more repeats tell.
     None with fewer than two repeats (no noise can be measured)."""
     values = finite(values)
     if len(values) < 2:

@@ -232,13 +232,13 @@ class Plan:
         seconds so far; ``last_s``: the last repeat's (the next one's price)."""
         if own < min(MIN_OWN, self.cap):
             return None
-        if self.deadline_s is not None and spent_s + last_s > self.deadline_s:
-            return "time"
         settled = len(tpot) >= MIN_SAMPLES and (spread(tpot) or 0.0) <= self.goal
         if self.goal > 0 and (settled or not adds_steps):  # 0: every repeat the cap and budget allow
             return "spread"
         if own >= self.cap:
             return "cap"
+        if self.deadline_s is not None and spent_s + last_s > self.deadline_s:
+            return "time"
         judged = len(tpot) >= MIN_SAMPLES or not adds_steps  # a spread needs three samples before the budget counts
         if judged and self.budget_s is not None and spent_s + last_s > self.budget_s:
             return "budget"

@@ -175,7 +175,7 @@ def script_for(data_dir: Path, sweep_id: str, model_id: str, variant: str | None
         store.read_sweep(data_dir, sweep_id)  # an unknown sweep: its own sentence, with the known ones
         raise UserError(f"Sweep {sweep_id} has no record of {model_id}{f' in {variant}' if variant else ''} yet.")
     record = json.loads(path.read_text())
-    if record.get("what_if"):  # its script would run the stack's own kernels, not the host's: another answer
+    if store.is_what_if(record):  # its script would run the stack's own kernels, not the host's: another answer
         raise UserError(
             f"{model_id} ran in sweep {sweep_id} as a what-if run (host_ops={record.get('host_ops')!r}: operators on "
             "the host), which its standalone script does not do; run the probe notebook with -p host_ops "

@@ -24,7 +24,10 @@ def sweep_rows(data_dir: Path) -> pl.DataFrame:
     models, passed, pass_rate, excluded and the stack's components (``analysis.VERSION_COMPONENTS``: torch, backend, transformers)."""
     sweeps = analysis.sweep_index(data_dir)
     history = analysis.pass_rate_history(store.scan(data_dir, "results"), sweeps, store.scan(data_dir, "excluded"))
-    return history.filter((pl.col("models") > 0) | (pl.col("excluded") > 0))
+    rows = history.filter((pl.col("models") > 0) | (pl.col("excluded") > 0))
+    # a what-if sweep (operators on the host) is no sweep of the stack, even by its excluded rows alone
+    what_if = [s for s in rows["sweep_id"] if store.what_if_setting(Path(data_dir), s)]
+    return rows.filter(~pl.col("sweep_id").is_in(what_if))
 
 
 def latest_with_results(rows: pl.DataFrame) -> str | None:

@@ -361,20 +361,22 @@ def what_if_setting(data_dir: Path, sweep_id: str) -> str | None:
     import polars as pl
 
     for config in (WHAT_IF_CONFIG, *CONFIGS):
-        if not any((Path(data_dir) / config / f"sweep={sweep_id}").glob("*.parquet")):
+        files = sorted((Path(data_dir) / config / f"sweep={sweep_id}").glob("*.parquet"))  # this sweep's only
+        if not files:
             continue
-        rows = scan(data_dir, config).filter(
-            (pl.col("sweep_id") == sweep_id) & (pl.col("host_ops").fill_null("") != "")
+        rows = pl.scan_parquet(
+            files, hive_partitioning=False, schema=polars_schema(), missing_columns="insert", extra_columns="ignore"
         )
-        said = rows.select("host_ops").head(1).collect()
+        said = rows.filter(pl.col("host_ops").fill_null("") != "").select("host_ops").head(1).collect()
         if said.height:
             return said["host_ops"][0]
     return None
 
 
-def _stack_sweeps(data_dir: Path, known: list[str]) -> list[str]:
-    """Of ``known``, the sweeps of the stack itself: not what-if sweeps (``what_if_setting``)."""
-    return [s for s in known if not what_if_setting(data_dir, s)]
+def _newest_of_stack(data_dir: Path, known: list[str]) -> str | None:
+    """The newest of ``known`` (oldest first) that is a sweep of the stack itself, not a what-if sweep
+    (``what_if_setting``): asked newest first, so a pulled dataset's many sweeps are not each read."""
+    return next((s for s in reversed(known) if not what_if_setting(data_dir, s)), None)
 
 
 def _created(data_dir: Path, sweep_id: str, local: dict[str, int]) -> tuple:
@@ -382,10 +384,12 @@ def _created(data_dir: Path, sweep_id: str, local: dict[str, int]) -> tuple:
     UTC time in its id (a pulled sweep; an id in no known shape first, by name)."""
     from .sweep_meta import parse_sweep_id
 
-    if sweep_id in local:
-        created = read_sweep(data_dir, sweep_id).created_at
+    if sweep_id in local:  # the raw field, as list_sweeps reads it (a moved folder is read_sweep's to refuse)
+        raw = json.loads((Path(data_dir) / "sweeps" / sweep_id / "sweep.json").read_text()).get("created_at")
         try:
-            return (1, _dt.datetime.fromisoformat(created).timestamp(), local[sweep_id], sweep_id)
+            created = _dt.datetime.fromisoformat(raw)
+            created = created if created.tzinfo else created.replace(tzinfo=_dt.UTC)  # naive: UTC, as history reads
+            return (1, created.timestamp(), local[sweep_id], sweep_id)
         except (TypeError, ValueError):
             pass
     parsed = parse_sweep_id(sweep_id)
@@ -422,9 +426,13 @@ def resolve_sweep_id(data_dir: Path, given: str) -> str:
     if given == LATEST or given.startswith(f"{LATEST}:"):
         name = given.partition(":")[2]
         # plain ``latest`` is the newest sweep of the stack: a what-if sweep (``ops --prove``) only when named
-        of_name = [s for s in known if parse_sweep_id(s).name == name] if name else _stack_sweeps(data_dir, known)
-        if of_name:
-            return of_name[-1]
+        newest = (
+            next((s for s in reversed(known) if parse_sweep_id(s).name == name), None)
+            if name
+            else _newest_of_stack(data_dir, known)
+        )
+        if newest:
+            return newest
         names = sorted({parse_sweep_id(s).name for s in known})
         raise UserError(
             f"No sweep {'named ' + repr(name) + ' ' if name else ''}under {data_dir}/sweeps"
@@ -817,7 +825,7 @@ def compact(data_dir: Path, sweep_id: str) -> tuple[int, int]:
     """Records (plus the models excluded before running) -> this sweep's two Parquet files.
 
     A record with an ``exclusion_reason`` (a model found gated or gone while the sweep ran) goes to
-    ``excluded``, a what-if run's (``what_if``) to its own config, every other to ``results`` (``config_of``). Rewrites only this sweep's files, as one journaled change
+    ``excluded``, a what-if run's (``is_what_if``: marked, or carrying ``host_ops``) to its own config, every other to ``results`` (``config_of``). Rewrites only this sweep's files, as one journaled change
     (``change``); the JSON records stay the source of truth, so compaction can be redone at any time and
     gives the same rows (a whole-sweep exclusion and the published logs' addresses are applied here). A
     change of this sweep left half-done by a stopped process is finished first. Records are streamed (two
@@ -842,7 +850,13 @@ def _compact(data_dir: Path, sweep_id: str, meta: SweepMeta) -> tuple[int, int]:
     whole_sweep_reason = exclusion(data_dir, sweep_id)
     published = published_logs(data_dir, sweep_id)
     before_running = [
-        schema.empty_record(sweep_id=sweep_id, model_id=model_id, exclusion_reason=reason, started_at=meta.created_at)
+        schema.empty_record(
+            sweep_id=sweep_id,
+            model_id=model_id,
+            exclusion_reason=reason,
+            started_at=meta.created_at,
+            host_ops=meta.probe.get("host_ops") or None,  # a pulled what-if sweep's rows say what it was
+        )
         for model_id, reason in meta.excluded.items()
     ]
 

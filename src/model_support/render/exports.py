@@ -78,7 +78,7 @@ def export_rows(data_dir: Path | str, sweep_id: str) -> list[dict]:
         for config in store.CONFIGS
     ]
     rows = pl.concat(frames, how="vertical_relaxed")
-    if (
+    if store.what_if_setting(Path(data_dir), sweep_id) or (
         rows.height == 0
         and store.scan(data_dir, store.WHAT_IF_CONFIG).filter(pl.col("sweep_id") == sweep_id).head(1).collect().height
     ):

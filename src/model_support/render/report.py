@@ -74,8 +74,8 @@ def render_report(
     data_dir = Path(data_dir).resolve()
     sweeps = _sweeps(data_dir)
     analysis.require_sweep(sweeps, sweep_id)
-    if baseline_sweep_id is None:
-        baseline_sweep_id = analysis.previous_sweep_id(sweeps, sweep_id) or ""
+    if baseline_sweep_id is None:  # the default: none for a what-if sweep (``previous_sweep``)
+        baseline_sweep_id = previous_sweep(data_dir, sweep_id) or ""
     elif baseline_sweep_id:
         analysis.require_sweep(sweeps, baseline_sweep_id)
     out_dir = data_dir / REPORTS

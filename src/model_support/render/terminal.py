@@ -184,7 +184,9 @@ def sweep_list_rows(data_dir: Path | str) -> list[dict]:
         # a what-if run (operators on the host) is no verdict of the stack: counted apart, as its state says
         what_if = sum(store.is_what_if(r) and not r.get("exclusion_reason") for r in records)
         counts = Counter(
-            "excluded" if r.get("exclusion_reason") else r["status"] for r in records if not store.is_what_if(r)
+            "excluded" if r.get("exclusion_reason") else r["status"]
+            for r in records
+            if r.get("exclusion_reason") or not store.is_what_if(r)
         )
         devices = Counter(r["device_type"] for r in records if r.get("device_type"))
         expected = len(meta.models) * len(probe_params.combinations(meta.matrix, meta.stacks))
