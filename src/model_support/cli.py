@@ -414,16 +414,11 @@ def pending_sentence(sweep_id: str, pending: dict) -> str:
 def _report_after_sweep(data_dir: Path, summary: dict) -> bool:
     """The sweep's report, or one sentence why there is none: no model stored yet, or rendering failed
     (the records are safe either way; a full disk is ``_render``'s StorageFull). False when it failed."""
-    import polars as pl
-
     from .record import store
 
     sweep_id = summary["sweep_id"]
-    what_if_rows = (  # a what-if sweep's runs are kept in their own config
-        store.scan(data_dir, store.WHAT_IF_CONFIG).filter(pl.col("sweep_id") == sweep_id).head(1).collect().height
-        if store.what_if_setting(data_dir, sweep_id)
-        else 0
-    )
+    # a what-if sweep's runs are kept in their own config (write_parquet writes no file without a row)
+    what_if_rows = store.parquet_file(data_dir, store.WHAT_IF_CONFIG, sweep_id).exists()
     if not any(summary["rows"]) and not what_if_rows:  # no row of any config: nothing to report on
         click.echo(f"report:   none (no model of {sweep_id} is stored yet)", err=True)
         return True

@@ -108,8 +108,8 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
     results = store.scan(Path(data_dir), "results")
     excluded = store.scan(Path(data_dir), "excluded")
     wanted = [sweep_id] + ([baseline_sweep_id] if baseline_sweep_id else [])
-    # a sweep's runs where they are kept: a what-if sweep's in ``what_if`` (no stack sweep has rows there)
-    own = pl.concat([results, store.scan(Path(data_dir), store.WHAT_IF_CONFIG)])
+    host_ops = store.what_if_setting(Path(data_dir), sweep_id)  # a what-if sweep: no verdict of the stack, said
+    own = store.scan(Path(data_dir), store.WHAT_IF_CONFIG) if host_ops else results  # where its runs are kept
     stats, read, excluded_keys = pl.collect_all(
         [
             sweep_stats(results),
@@ -155,7 +155,7 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
     names = list(queries)
     tables = dict(zip(names, pl.collect_all([queries[n] for n in names])))
     tables["sweeps"] = sweeps
-    if host_ops := store.what_if_setting(Path(data_dir), sweep_id):  # its runs are no verdict of the stack: said
+    if host_ops:
         tables["what_if"] = pl.DataFrame({"host_ops": [host_ops]})
     tables["device_time"] = _device_time(data_dir, sweep_id)
     tables["variant_stats"] = order_variants(tables["variant_stats"])

@@ -22,16 +22,6 @@ import html
 from ..probe import host_ops, what_if
 
 
-def refusal(setting: str | None, adapter) -> str | None:
-    """One sentence refusing ``setting`` on ``adapter``'s device, or None: the probe's (``what_if.refusal``), and,
-    as a what-if sweep refuses it (``sweep.definition.check_host_ops``), ``missing`` where the device takes no host
-    kernels (nothing would go to the host, and the run would be the stack's)."""
-    refused = what_if.refusal(setting, adapter)
-    if refused is None and setting and adapter is not None and not adapter.host_kernels()[0]:
-        refused = f"host_ops={setting!r} cannot run on {adapter.type}: {adapter.host_kernels()[1]}."
-    return refused
-
-
 class Hosting(contextlib.AbstractContextManager):
     """The operators ``setting`` puts on the host for ``adapter``'s device, for the notebook's device-side cells.
 
@@ -42,7 +32,7 @@ class Hosting(contextlib.AbstractContextManager):
     def __init__(self, setting: str | None, adapter):
         self.setting = setting or ""
         self.device_type = adapter.type
-        refused = refusal(self.setting, adapter)
+        refused = what_if.refusal(self.setting, adapter, missing_too=True)  # as a what-if sweep refuses it
         if refused:
             raise what_if.HostOpsError(refused)
         self.names, self.said = what_if.operators(self.setting, adapter) if self.setting else ([], "")
@@ -130,7 +120,7 @@ def before_running(meta_probe: dict, params: dict) -> str | None:
         )
     device = params.get("device") or "auto"
     adapter = devices.adapter_for(device) if device != "auto" else None
-    refused = refusal(asked, adapter)
+    refused = what_if.refusal(asked, adapter, missing_too=True)
     if refused and adapter is not None and not adapter.host_kernels()[0]:
         refused += f" Give -p host_ops '' to debug it on {adapter.type} with no operator on the host."
     if refused:

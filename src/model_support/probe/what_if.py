@@ -43,12 +43,14 @@ def named(setting: str | None) -> list[str]:
     return [name.strip() for name in setting.split(",") if name.strip()]
 
 
-def refusal(setting: str | None, adapter=None) -> str | None:
+def refusal(setting: str | None, adapter=None, missing_too: bool = False) -> str | None:
     """One sentence refusing ``setting`` before anything runs, or None: the device's adapter takes no host kernels
-    (where ``adapter`` is known), or a named operator cannot go to the host (each by name, with why)."""
+    (where ``adapter`` is known), or a named operator cannot go to the host (each by name, with why). ``missing``
+    where the device takes none puts nothing there: the probe runs it as the stack; ``missing_too`` refuses it as
+    well, for a run that is meant to be a what-if run (a what-if sweep, a what-if debug run)."""
     if not setting:
         return None
-    if adapter is not None and named(setting):  # missing, where the device takes none, puts nothing there
+    if adapter is not None and (named(setting) or missing_too):
         takes, why = adapter.host_kernels()
         if not takes:
             return f"host_ops={setting!r} cannot run on {adapter.type}: {why}."

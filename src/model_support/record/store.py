@@ -336,10 +336,21 @@ def read_sweep(data_dir: Path, sweep_id: str) -> SweepMeta:
 
 def list_sweeps(data_dir: Path) -> list[str]:
     """Sweep ids with a sweep.json, oldest first (by created_at)."""
-    metas = []
-    for path in (Path(data_dir) / "sweeps").glob("*/sweep.json"):
-        metas.append((json.loads(path.read_text()).get("created_at", ""), path.parent.name))
-    return [sweep_id for _, sweep_id in sorted(metas)]
+    return _oldest_first(_created_at(data_dir))
+
+
+def _oldest_first(created_at: dict[str, str]) -> list[str]:
+    """Sweep ids by their ``created_at`` (``_created_at``), oldest first."""
+    return [sweep_id for _, sweep_id in sorted((created, sweep_id) for sweep_id, created in created_at.items())]
+
+
+def _created_at(data_dir: Path) -> dict[str, str]:
+    """Each sweep with a sweep.json: its ``created_at`` as written (the raw field: a moved folder is
+    ``read_sweep``'s to refuse, not a listing's)."""
+    return {
+        path.parent.name: json.loads(path.read_text()).get("created_at", "")
+        for path in (Path(data_dir) / "sweeps").glob("*/sweep.json")
+    }
 
 
 def is_what_if(record: dict) -> bool:
@@ -379,15 +390,14 @@ def _newest_of_stack(data_dir: Path, known: list[str]) -> str | None:
     return next((s for s in reversed(known) if not what_if_setting(data_dir, s)), None)
 
 
-def _created(data_dir: Path, sweep_id: str, local: dict[str, int]) -> tuple:
-    """A sweep's place in time: its sweep.json's ``created_at`` where it has one (``local``: their order), else the
-    UTC time in its id (a pulled sweep; an id in no known shape first, by name)."""
+def _created(sweep_id: str, created_at: dict[str, str], local: dict[str, int]) -> tuple:
+    """A sweep's place in time: its sweep.json's ``created_at`` where it has one (``_created_at``; ``local``: the
+    local sweeps' order), else the UTC time in its id (a pulled sweep; an id in no known shape first, by name)."""
     from .sweep_meta import parse_sweep_id
 
-    if sweep_id in local:  # the raw field, as list_sweeps reads it (a moved folder is read_sweep's to refuse)
-        raw = json.loads((Path(data_dir) / "sweeps" / sweep_id / "sweep.json").read_text()).get("created_at")
+    if sweep_id in local:
         try:
-            created = _dt.datetime.fromisoformat(raw)
+            created = _dt.datetime.fromisoformat(created_at[sweep_id])
             created = created if created.tzinfo else created.replace(tzinfo=_dt.UTC)  # naive: UTC, as history reads
             return (1, created.timestamp(), local[sweep_id], sweep_id)
         except (TypeError, ValueError):
@@ -418,11 +428,12 @@ def resolve_sweep_id(data_dir: Path, given: str) -> str:
     }
     if given in pulled:
         return given
-    local = list_sweeps(data_dir)  # oldest first
+    created_at = _created_at(data_dir)
+    local = _oldest_first(created_at)
     # one order for all, by time: the local ones by their created_at, the pulled ones by the time in their ids
     # (pulled ones listed after the local ones made an older pulled sweep `latest`; by name, the last name)
     order = {sweep_id: i for i, sweep_id in enumerate(local)}
-    known = sorted(set(local) | pulled, key=lambda s: _created(data_dir, s, order))
+    known = sorted(set(local) | pulled, key=lambda s: _created(s, created_at, order))
     if given == LATEST or given.startswith(f"{LATEST}:"):
         name = given.partition(":")[2]
         # plain ``latest`` is the newest sweep of the stack: a what-if sweep (``ops --prove``) only when named

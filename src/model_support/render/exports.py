@@ -78,10 +78,7 @@ def export_rows(data_dir: Path | str, sweep_id: str) -> list[dict]:
         for config in store.CONFIGS
     ]
     rows = pl.concat(frames, how="vertical_relaxed")
-    if store.what_if_setting(Path(data_dir), sweep_id) or (
-        rows.height == 0
-        and store.scan(data_dir, store.WHAT_IF_CONFIG).filter(pl.col("sweep_id") == sweep_id).head(1).collect().height
-    ):
+    if store.what_if_setting(Path(data_dir), sweep_id):  # its definition, or a pulled sweep's rows, say so
         raise UserError(
             f"Sweep {sweep_id} is a what-if sweep (operators on the host): its rows are no verdicts of the stack, "
             "so no export lists them; they are the dataset's what_if config."

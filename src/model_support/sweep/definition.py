@@ -214,9 +214,9 @@ def check_host_ops(definition: SweepParams) -> None:
 
     for device, setting in sorted(asked):
         adapter = devices.resolve(device)
-        problem = what_if.refusal(setting, adapter)
-        if problem is None and not adapter.host_kernels()[0]:  # missing, where nothing can go to the host
-            problem = f"host_ops={setting!r} on {adapter.type}: {adapter.host_kernels()[1]}; a what-if sweep needs an accelerator."
+        problem = what_if.refusal(setting, adapter, missing_too=True)  # missing too: nothing could go to the host
+        if problem and not adapter.host_kernels()[0]:
+            problem = f"{problem.removesuffix('.')}; a what-if sweep needs an accelerator."
         if problem:
             raise SweepConfigError(problem)
 
