@@ -53,7 +53,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..probe.performance import spread  # noqa: F401 (the record's *_spread, read by the perf comparison)
+from ..probe.performance import (
+    less_farthest,
+    spread,  # noqa: F401 (the record's *_spread, read by the perf comparison)
+)
 from ..record import schema
 
 #: A PASS whose logits diverge from the reference or whose text is not fluent: a state, and an expectation's verdict.
@@ -386,7 +389,7 @@ def median_noise(values: list[float]) -> float | None:
     middle = statistics.median(values)
     if middle <= 0:
         return None
-    kept = sorted(values, key=lambda v: abs(v - middle))[:-1] if len(values) >= 3 else values
+    kept = less_farthest(values) if len(values) >= 3 else values
     sigma = statistics.stdev(kept) / _trimmed_bias(len(values)) if len(kept) >= 2 else 0.0
     return MEDIAN_SE * sigma / math.sqrt(len(values)) / middle
 
