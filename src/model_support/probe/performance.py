@@ -19,10 +19,10 @@ token of it in device hours, so the phase costs the device what its answers need
   chosen from timings, so two sweeps stay like with like (``analysis.decision.LIKE``).
 - **As many as the figures need** (``Plan``): two always (a TTFT of one repeat has no noise to be compared by: a
   gate cannot tell a regression from noise on it); then until TPOT's spread, (max - min) / median over its
-  samples (from four on, less the one farthest from their median: ``spread``), is within ``perf_spread`` (5%; or a
+  samples (from six on, less the one farthest from their median: ``spread``), is within ``perf_spread`` (5%; or a
   repeat adds no sample), or the next repeat (priced as the last) would take the phase past ``perf_budget`` (a
   quarter) of the probe's device time before it (its device phase; on the CPU, where the host is the device, the
-  whole probe so far: ``budget``) once TPOT has four samples, or
+  whole probe so far: ``budget``) once TPOT has six samples, or
   ``perf_repeats`` (10) ran; and never past half the time the probe has left before its ``timeout_s``.
   ``perf_repeats_run`` and ``perf_stop`` say how many and why; ``perf_device_s`` is the phase's device time
   (``probe.phases`` counts it as the device's work, ``part("perf")``).
@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import gc
 import gzip
+import math
 import statistics
 import tempfile
 import time
@@ -66,19 +67,20 @@ FIELDS = schema.names_in("perf")
 
 
 def spread(values: list[float]) -> float | None:
-    """How far apart repeated measurements were, relative: (max - min) / median, over all of them up to three, and
-    from ``SPREAD_LEAVES_ONE_FROM`` (4) on over all less the one farthest from their median (``less_farthest``).
+    """How far apart repeated measurements were, relative: (max - min) / median over all of them, and from
+    ``SPREAD_LEAVES_ONE_FROM`` (6) on over all less the one farthest from their median (``less_farthest``); None
+    where there is none to say (no values, one that is no number, a median of 0 or less).
 
-    Why leave one out: a range over all repeats only widens with more of them, so once one wild repeat (a pause of
-    the host's) set it past ``perf_spread`` no further repeat could bring it back, and the phase ran on to its budget
-    or cap for nothing (bench_perf on the CPU: each of the 4 of 18 probes past 5% was one such, 5.3-19.6%; since, 102 of 108 within). The gate's noise
-    leaves out the same one (``analysis.decision.median_noise``), and the median, the repeats kept in the record
-    and the gate's estimate still hold every repeat: none is chosen for agreeing (a rule that kept only the last three
-    that agreed made the gate's noise 4 times too small). Not at three: the closer two of three are a third of the
-    noise (``decision._TRIMMED_SIGMA``), so a spread over them would stop nearly every phase at once. Simulated with
-    the stop rule and the gate (tests/test_perf_phase.py): noise reads as slower no more often than with the range
-    over all, and a phase reaches the goal more often (3% noise: 88% of phases against 53%)."""
-    if not values:
+    Why leave one out: a range over all only widens with more repeats, so once one wild repeat (a pause of the
+    host's) put it past ``perf_spread`` no further repeat could settle it (bench_perf on the CPU: every probe past 5%
+    had stopped so). Why not before six: a phase stopped on a looser spread leaves the gate a set of repeats chosen
+    for agreeing, and its noise estimate too small. Left out from four, noise read as a regression 2-3 times as
+    often where the budget bought more repeats (review's simulation, 31 noise models); from six, as often as with
+    the range over all, and no more where the budget is tight (``BUDGET_SAMPLES``), where it is rarer than it was
+    (tests/test_perf_phase.py). A level shift in a phase (two repeats or more apart from the rest) still reads whole.
+    The gate's noise leaves out the same one (``analysis.decision.median_noise``, from three on, corrected for it);
+    the median, the record's repeats and the gate's estimate hold every repeat."""
+    if not values or not all(math.isfinite(v) for v in values):
         return None
     middle = statistics.median(values)
     if middle <= 0:
@@ -88,14 +90,15 @@ def spread(values: list[float]) -> float | None:
 
 
 #: From this many repeats on, a spread leaves out the one farthest from their median (``spread``).
-SPREAD_LEAVES_ONE_FROM = 4
+SPREAD_LEAVES_ONE_FROM = 6
 
 
 def less_farthest(values: list[float]) -> list[float]:
     """``values`` less the one farthest from their median (one wild repeat moves a median not at all, a range or a
-    standard deviation without bound): what ``spread`` and the gate's noise (``decision.median_noise``) read."""
+    standard deviation without bound), of two as far the larger (slower, for a time), whatever their order: what
+    ``spread`` and the gate's noise (``decision.median_noise``) read."""
     middle = statistics.median(values)
-    return sorted(values, key=lambda v: abs(v - middle))[:-1]
+    return sorted(values, key=lambda v: (abs(v - middle), v))[:-1]
 
 
 def not_measured(why: str) -> dict:
@@ -236,11 +239,11 @@ class Plan:
     (two warm TTFTs: a TTFT with one repeat has no noise to compare by); then stop once TPOT's spread over its
     samples is at most ``goal`` (``perf_spread``; 0: never), or where its repeats add no TPOT sample (a repeat of one
     token), and start no repeat that would take the phase's device seconds past ``budget_s`` (``perf_budget`` x the
-    probe's device time before it; None: no limit) once TPOT has ``BUDGET_SAMPLES`` samples: where the repeats are
-    TPOT's only source (the host's clock, compile mode) a tiny model's device phase would otherwise buy two, and a
+    probe's device time before it; None: no limit) once TPOT has ``BUDGET_SAMPLES`` (6) samples: where the repeats
+    are TPOT's only source (the host's clock, compile mode) a tiny model's device phase would otherwise buy two, and a
     spread over two is no figure (bench_perf on the CPU: every run stopped so, at 0.7-16.7%); where three disagree,
-    a fourth lets the spread leave out one wild repeat (``spread``; every run bench_perf saw past 5% on the CPU was
-    the budget stopping at three, one of them wild). Once two ran, whatever
+    six let the spread leave out one wild repeat (``spread``; every probe bench_perf saw past 5% on the CPU was the
+    budget stopping at three, with one wild) and give the gate's noise estimate six repeats. Once two ran, whatever
     else says, no repeat starts that would take the phase past ``deadline_s`` (half the time the probe has left
     before its ``timeout_s``; stop "time"), so the phase does not take the time its verdict's checks need. The first
     two run regardless (a single TTFT is "not comparable" to the gate, which would hide a slower one), and so do a
@@ -260,7 +263,8 @@ class Plan:
         seconds so far; ``last_s``: the last repeat's (the next one's price)."""
         if own < min(MIN_OWN, self.cap):
             return None
-        settled = len(tpot) >= MIN_SAMPLES and (spread(tpot) or 0.0) <= self.goal
+        said = spread(tpot) if len(tpot) >= MIN_SAMPLES else None
+        settled = said is not None and said <= self.goal  # no spread to say (a NaN, a median of 0): not settled
         if self.goal > 0 and (settled or not adds_steps):  # 0: every repeat the cap and budget allow
             return "spread"
         if own >= self.cap:
@@ -281,8 +285,12 @@ STOPS = ("spread", "budget", "cap", "time")
 MIN_OWN = 2
 #: TPOT's spread is judged over at least this many samples (a median of three is not moved by one wild one).
 MIN_SAMPLES = 3
-#: The budget stops no phase before TPOT has this many samples: where three disagree, the spread of four leaves out
-#: the farthest (``spread``), so one wild repeat does not end the phase unsettled.
+#: The budget stops no phase before TPOT has this many samples: where three disagree, the spread of six leaves out
+#: the farthest (``spread``), so one wild repeat does not end the phase unsettled, and the gate reads six repeats,
+#: not three: simulated, noise read as slower less often in every noise model than when the budget stopped at three
+#: (0-0.8% of pairs against 0.8-3.9% with 1.5-10% noise, heavy tails, wild repeats; tests/test_perf_phase.py), at
+#: the price of up to three more repeats where the first three disagree (on a device's own clock the verdict's
+#: decode steps give six already).
 BUDGET_SAMPLES = SPREAD_LEAVES_ONE_FROM
 #: The repeat's length where the verdict gives no TPOT (the host's clock, compile mode): enough steps for a median.
 #: A setting, never chosen from timings (``decision.LIKE`` compares ``perf_tokens_out``).
@@ -466,7 +474,8 @@ def _sized(
     if reused:
         ran += "; TPOT from the verdict's decode steps" + (" and the repeats'" if tokens > 1 else "")
     said = spread(tpot) if len(tpot) > 1 else None
-    spread_words = f"TPOT spread {said:.1%} over {len(tpot)} samples" if said is not None else "no TPOT spread"
+    less = " less the farthest" if len(tpot) >= SPREAD_LEAVES_ONE_FROM else ""
+    spread_words = f"TPOT spread {said:.1%} over {len(tpot)} samples{less}" if said is not None else "no TPOT spread"
     if stop == "spread":
         settled = said is not None and said <= plan.goal
         why = (

@@ -386,7 +386,7 @@ class Record(TypedDict):
     ttft_s_repeats: Annotated[list[float] | None, Col("perf", 16, "ttft_s of each repeat")]
     ttft_spread: Annotated[
         float | None,
-        Col("perf", 16, "(max - min) / median of ttft_s_repeats (from four, less the farthest from the median)"),
+        Col("perf", 16, "(max - min) / median of ttft_s_repeats (from six, less the farthest from the median)"),
     ]
     tpot_s: Annotated[float | None, Col("perf", 16, "seconds per output token after the first, median of its samples")]
     tpot_s_repeats: Annotated[
@@ -399,7 +399,7 @@ class Record(TypedDict):
     ]
     tpot_spread: Annotated[
         float | None,
-        Col("perf", 16, "(max - min) / median of tpot_s_repeats (from four, less the farthest from the median)"),
+        Col("perf", 16, "(max - min) / median of tpot_s_repeats (from six, less the farthest from the median)"),
     ]
     perf_tokens_per_s: Annotated[
         float | None, Col("perf", 16, "new tokens per second over a whole generation, median of repeats")
