@@ -5,13 +5,11 @@ off by default; or the pretend accelerator, where it is on, timed on its modelle
 (``run_probe``: stages, the perf phase, the CPU reference, the judge) alternate with the perf phase off
 (``perf=False``) and on (its defaults: on the pretend device's own clock the verdict's decode steps give TPOT and
 two repeats of ``perf_tokens`` 1 a warm TTFT; on the CPU's, after a warm-up, repeats of 16 tokens give TPOT too,
-until its spread is within ``perf_spread`` 5%, or ``perf_budget`` (a quarter of the probe's device
+until its spread over all of them is within ``perf_spread`` 5%, or ``perf_budget`` (a quarter of the probe's device
 time: on the CPU the whole probe so far) or ``perf_repeats``, the cap, stops it: ``probe.performance.Plan``); the
 perf phase's cost is the difference of the medians, as a share of a probe without it (goal: under a fifth). From the
-runs with it on: TPOT's spread over the repeats the phase chose ((max - min) / median, from six samples on less
-the one farthest from their median, ``performance.spread``; goal: within 5%, the worst of the runs, and how many
-probes met it), the range over all of them (none left out), and, not chosen by the stop rule, how far the probes'
-TPOT medians lie apart (what the gate compares between sweeps); its coefficient of variation, how many repeats ran
+runs with it on: TPOT's spread over the repeats the phase chose ((max - min) / median; goal: within 5%, the worst of
+the runs, and how many probes met it), and, not chosen by the stop rule, how far the probes' TPOT medians lie apart (what the gate compares between sweeps); its coefficient of variation, how many repeats ran
 and why they stopped, and torch's CPU threads in the probes (``OMP_NUM_THREADS``, else one per core).
 
     .venv/bin/python bench/bench_perf.py [--reps 3] [--models tiny-llama,...] [--device cpu|pretend]
@@ -38,7 +36,7 @@ from model_support.probe.run import run_probe
 
 model, reps, device = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 run_probe(model, device=device)  # warm: imports, the judge's first load
-out = {"off": [], "on": [], "tpot_spread": [], "tpot_range": [], "tpot_cv": [], "tpot_s": [], "first_call_s": [], "repeats": [], "stops": [], "tokens": [], "threads": []}
+out = {"off": [], "on": [], "tpot_spread": [], "tpot_cv": [], "tpot_s": [], "first_call_s": [], "repeats": [], "stops": [], "tokens": [], "threads": []}
 for _ in range(reps):
     for perf in (False, True):
         r = run_probe(model, device=device, perf=perf)
@@ -47,7 +45,6 @@ for _ in range(reps):
         if perf:
             rep = r["tpot_s_repeats"]
             out["tpot_spread"].append(r["tpot_spread"])
-            out["tpot_range"].append((max(rep) - min(rep)) / statistics.median(rep))  # over all, none left out
             out["threads"].append(r["cpu_threads"])
             out["tpot_cv"].append(statistics.stdev(rep) / statistics.mean(rep))
             out["tpot_s"].append(r["tpot_s"])
@@ -99,8 +96,6 @@ def main() -> None:
             "tpot_spread": round(statistics.median(got["tpot_spread"]), 4),
             "tpot_spread_worst": round(max(got["tpot_spread"]), 4),
             "probes_within_5pct": sum(s <= 0.05 for s in got["tpot_spread"]),
-            # the range over every sample, none left out (the spread leaves out the farthest from six on)
-            "tpot_range_worst": round(max(got["tpot_range"]), 4),
             # not chosen by the stop rule: how far the probes' TPOT medians lie apart (what the gate compares)
             "tpot_across_probes": round(
                 (max(got["tpot_s"]) - min(got["tpot_s"])) / statistics.median(got["tpot_s"]), 4

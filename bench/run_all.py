@@ -429,21 +429,19 @@ def perf_table(found: dict) -> list[str]:
         f"### The perf phase ({found['date']}, {device}, {how}, {found['reps']} probes each way)",
         "",
         "| model | probe without / with it (median s) | its cost | share of a probe (goal < 20%) | TPOT | "
-        "TPOT spread (median / worst; goal <= 5%) | range over all, worst | TPOT across probes | TPOT CV | "
-        "repeats (why stopped) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "TPOT spread (median / worst; goal <= 5%) | TPOT across probes | TPOT CV | repeats (why stopped) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, m in found["models"].items():
         if "error" in m:
-            lines.append(f"| {name} | failed: {m['error'][-200:]} | | | | | | | | |")
+            lines.append(f"| {name} | failed: {m['error'][-200:]} | | | | | | | |")
             continue
         ran = ", ".join(f"{n} ({why})" for n, why in zip(m.get("repeats", []), m.get("stops", []))) or "-"
         worst = f" / {m['tpot_spread_worst']:.1%}" if "tpot_spread_worst" in m else ""
         across = f"{m['tpot_across_probes']:.1%}" if "tpot_across_probes" in m else "-"
-        whole = f"{m['tpot_range_worst']:.1%}" if "tpot_range_worst" in m else "-"
         lines.append(
             f"| {name} | {m['probe_off_s']['median']:.2f} / {m['probe_on_s']['median']:.2f} | {m['perf_cost_s']:+.2f} s "
-            f"| {m['perf_share']:.1%} | {m['tpot_ms']:.2f} ms | {m['tpot_spread']:.1%}{worst} | {whole} | {across} "
+            f"| {m['perf_share']:.1%} | {m['tpot_ms']:.2f} ms | {m['tpot_spread']:.1%}{worst} | {across} "
             f"| {m['tpot_cv']:.1%} "
             f"| {ran} |"
         )

@@ -18,11 +18,10 @@ token of it in device hours, so the phase costs the device what its answers need
   verdict's length, a warm TTFT and the verdict's TPOT for each token after it). The length is a setting, never
   chosen from timings, so two sweeps stay like with like (``analysis.decision.LIKE``).
 - **As many as the figures need** (``Plan``): two always (a TTFT of one repeat has no noise to be compared by: a
-  gate cannot tell a regression from noise on it); then until TPOT's spread, (max - min) / median over its
-  samples (from six on, less the one farthest from their median: ``spread``), is within ``perf_spread`` (5%; or a
-  repeat adds no sample), or the next repeat (priced as the last) would take the phase past ``perf_budget`` (a
-  quarter) of the probe's device time before it (its device phase; on the CPU, where the host is the device, the
-  whole probe so far: ``budget``) once TPOT has six samples, or
+  gate cannot tell a regression from noise on it); then until TPOT's spread, (max - min) / median over all its
+  samples, is within ``perf_spread`` (5%; or a repeat adds no sample), or the next repeat (priced as the last) would
+  take the phase past ``perf_budget`` (a quarter) of the probe's device time before it (its device phase; on the
+  CPU, where the host is the device, the whole probe so far: ``budget``) once TPOT has three samples, or
   ``perf_repeats`` (10) ran; and never past half the time the probe has left before its ``timeout_s``.
   ``perf_repeats_run`` and ``perf_stop`` say how many and why; ``perf_device_s`` is the phase's device time
   (``probe.phases`` counts it as the device's work, ``part("perf")``).
@@ -67,38 +66,19 @@ FIELDS = schema.names_in("perf")
 
 
 def spread(values: list[float]) -> float | None:
-    """How far apart repeated measurements were, relative: (max - min) / median over all of them, and from
-    ``SPREAD_LEAVES_ONE_FROM`` (6) on over all less the one farthest from their median (``less_farthest``); None
-    where there is none to say (no values, one that is no number, a median of 0 or less).
+    """(max - min) / median of repeated measurements, over every one: how far apart the repeats were, relative; None
+    where none can be said (no values, one that is no number, a median of 0 or less).
 
-    Why leave one out: a range over all only widens with more repeats, so once one wild repeat (a pause of the
-    host's) put it past ``perf_spread`` no further repeat could settle it (bench_perf on the CPU: every probe past 5%
-    had stopped so). Why not before six: a phase stopped on a looser spread leaves the gate a set of repeats chosen
-    for agreeing, and its noise estimate too small. Left out from four, noise read as a regression 2-3 times as
-    often where the budget bought more repeats (review's simulation, 31 noise models); from six, as often as with
-    the range over all, and no more where the budget is tight (``BUDGET_SAMPLES``), where it is rarer than it was
-    (tests/test_perf_phase.py). A level shift in a phase (two repeats or more apart from the rest) still reads whole.
-    The gate's noise leaves out the same one (``analysis.decision.median_noise``, from three on, corrected for it);
-    the median, the record's repeats and the gate's estimate hold every repeat."""
+    Over every one, none left out: a phase stopped on a spread that leaves out the farthest repeat (tried, from four
+    samples and from six, with the budget waiting for as many) leaves the gate repeats chosen for agreeing, or more
+    repeats than its noise estimate can read honestly. Two reviews' simulations (31 noise models, the same draws for
+    each rule) found noise read as slower 2-3 times as often where the budget bought more than four (from four), and
+    up to 1.8 times as often under a level shift inside a phase, with a slowdown caught half as often under two wild
+    repeats (from six): docs/design.md."""
     if not values or not all(math.isfinite(v) for v in values):
         return None
     middle = statistics.median(values)
-    if middle <= 0:
-        return None
-    kept = less_farthest(values) if len(values) >= SPREAD_LEAVES_ONE_FROM else values
-    return (max(kept) - min(kept)) / middle
-
-
-#: From this many repeats on, a spread leaves out the one farthest from their median (``spread``).
-SPREAD_LEAVES_ONE_FROM = 6
-
-
-def less_farthest(values: list[float]) -> list[float]:
-    """``values`` less the one farthest from their median (one wild repeat moves a median not at all, a range or a
-    standard deviation without bound), of two as far the larger (slower, for a time), whatever their order: what
-    ``spread`` and the gate's noise (``decision.median_noise``) read."""
-    middle = statistics.median(values)
-    return sorted(values, key=lambda v: (abs(v - middle), v))[:-1]
+    return (max(values) - min(values)) / middle if middle > 0 else None
 
 
 def not_measured(why: str) -> dict:
@@ -239,11 +219,9 @@ class Plan:
     (two warm TTFTs: a TTFT with one repeat has no noise to compare by); then stop once TPOT's spread over its
     samples is at most ``goal`` (``perf_spread``; 0: never), or where its repeats add no TPOT sample (a repeat of one
     token), and start no repeat that would take the phase's device seconds past ``budget_s`` (``perf_budget`` x the
-    probe's device time before it; None: no limit) once TPOT has ``BUDGET_SAMPLES`` (6) samples: where the repeats
-    are TPOT's only source (the host's clock, compile mode) a tiny model's device phase would otherwise buy two, and a
-    spread over two is no figure (bench_perf on the CPU: every run stopped so, at 0.7-16.7%); where three disagree,
-    six let the spread leave out one wild repeat (``spread``; every probe bench_perf saw past 5% on the CPU was the
-    budget stopping at three, with one wild) and give the gate's noise estimate six repeats. Once two ran, whatever
+    probe's device time before it; None: no limit) once TPOT has ``MIN_SAMPLES`` samples: where the repeats are
+    TPOT's only source (the host's clock, compile mode) a tiny model's device phase would otherwise buy two, and a
+    spread over two is no figure (bench_perf on the CPU: every run stopped so, at 0.7-16.7%). Once two ran, whatever
     else says, no repeat starts that would take the phase past ``deadline_s`` (half the time the probe has left
     before its ``timeout_s``; stop "time"), so the phase does not take the time its verdict's checks need. The first
     two run regardless (a single TTFT is "not comparable" to the gate, which would hide a slower one), and so do a
@@ -264,14 +242,14 @@ class Plan:
         if own < min(MIN_OWN, self.cap):
             return None
         said = spread(tpot) if len(tpot) >= MIN_SAMPLES else None
-        settled = said is not None and said <= self.goal  # no spread to say (a NaN, a median of 0): not settled
+        settled = said is not None and said <= self.goal  # none to say (a NaN, a median of 0): not settled
         if self.goal > 0 and (settled or not adds_steps):  # 0: every repeat the cap and budget allow
             return "spread"
         if own >= self.cap:
             return "cap"
         if self.deadline_s is not None and spent_s + last_s > self.deadline_s:
             return "time"
-        judged = len(tpot) >= BUDGET_SAMPLES or not adds_steps  # a spread that may leave one out, then the budget
+        judged = len(tpot) >= MIN_SAMPLES or not adds_steps  # a spread needs three samples before the budget counts
         if judged and self.budget_s is not None and spent_s + last_s > self.budget_s:
             return "budget"
         return None
@@ -285,13 +263,6 @@ STOPS = ("spread", "budget", "cap", "time")
 MIN_OWN = 2
 #: TPOT's spread is judged over at least this many samples (a median of three is not moved by one wild one).
 MIN_SAMPLES = 3
-#: The budget stops no phase before TPOT has this many samples: where three disagree, the spread of six leaves out
-#: the farthest (``spread``), so one wild repeat does not end the phase unsettled, and the gate reads six repeats,
-#: not three: simulated, noise read as slower less often in every noise model than when the budget stopped at three
-#: (0-0.8% of pairs against 0.8-3.9% with 1.5-10% noise, heavy tails, wild repeats; tests/test_perf_phase.py), at
-#: the price of up to three more repeats where the first three disagree (on a device's own clock the verdict's
-#: decode steps give six already).
-BUDGET_SAMPLES = SPREAD_LEAVES_ONE_FROM
 #: The repeat's length where the verdict gives no TPOT (the host's clock, compile mode): enough steps for a median.
 #: A setting, never chosen from timings (``decision.LIKE`` compares ``perf_tokens_out``).
 OWN_TPOT_TOKENS = 4
@@ -474,8 +445,7 @@ def _sized(
     if reused:
         ran += "; TPOT from the verdict's decode steps" + (" and the repeats'" if tokens > 1 else "")
     said = spread(tpot) if len(tpot) > 1 else None
-    less = " less the farthest" if len(tpot) >= SPREAD_LEAVES_ONE_FROM else ""
-    spread_words = f"TPOT spread {said:.1%} over {len(tpot)} samples{less}" if said is not None else "no TPOT spread"
+    spread_words = f"TPOT spread {said:.1%} over {len(tpot)} samples" if said is not None else "no TPOT spread"
     if stop == "spread":
         settled = said is not None and said <= plan.goal
         why = (

@@ -212,15 +212,14 @@ PROBE_PARAMS: tuple[Param, ...] = (
         float,
         0.05,
         "perf: stop repeating once TPOT's spread, (max - min) / median over its samples (the verdict's steps, or "
-        "each generation's median step; from six on less the one farthest from their median), is at most this; "
-        "0 runs every repeat perf_repeats and perf_budget allow",
+        "each generation's median step), is at most this; 0 runs every repeat perf_repeats and perf_budget allow",
         minimum=0,
     ),
     Param(
         "perf_budget",
         float,
         0.25,
-        "perf: no repeat, once two ran and TPOT has six samples, that would take the phase's device time past "
+        "perf: no repeat, once two ran and TPOT has three samples, that would take the phase's device time past "
         "this share of the probe's device time before it (on the CPU the whole probe so far); 0: no limit",
         minimum=0,
     ),

@@ -384,10 +384,7 @@ class Record(TypedDict):
     ]
     ttft_s: Annotated[float | None, Col("perf", 16, "time to first token, prefill of the prompt, median of repeats")]
     ttft_s_repeats: Annotated[list[float] | None, Col("perf", 16, "ttft_s of each repeat")]
-    ttft_spread: Annotated[
-        float | None,
-        Col("perf", 16, "(max - min) / median of ttft_s_repeats (from six, less the farthest from the median)"),
-    ]
+    ttft_spread: Annotated[float | None, Col("perf", 16, "(max - min) / median of ttft_s_repeats")]
     tpot_s: Annotated[float | None, Col("perf", 16, "seconds per output token after the first, median of its samples")]
     tpot_s_repeats: Annotated[
         list[float] | None,
@@ -397,10 +394,7 @@ class Record(TypedDict):
             "TPOT's samples: each timed generation's median step (the verdict's after its first, the repeats'), or the verdict's steps where only it decoded",
         ),
     ]
-    tpot_spread: Annotated[
-        float | None,
-        Col("perf", 16, "(max - min) / median of tpot_s_repeats (from six, less the farthest from the median)"),
-    ]
+    tpot_spread: Annotated[float | None, Col("perf", 16, "(max - min) / median of tpot_s_repeats")]
     perf_tokens_per_s: Annotated[
         float | None, Col("perf", 16, "new tokens per second over a whole generation, median of repeats")
     ]
