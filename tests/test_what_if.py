@@ -171,3 +171,21 @@ def test_a_what_if_sweep_says_what_it_is_in_its_summary_and_its_own_report(what_
     assert report.previous_sweep(what_if["data"], what_if["hosted"]) is None  # no stack sweep is its baseline
     stack = report_tables(what_if["data"], what_if["stack"])
     assert "what_if" not in stack and stack["summary"]["models"][0] == 2  # the stack's own: no what-if row in it
+
+
+def test_the_explorer_shows_the_stacks_sweeps_and_no_what_if_one(what_if):
+    """The explorer is the stack's history: a what-if sweep (its rows in its own config, its models listed in its
+    definition) is no column of it, neither as runs nor as models "not tested" by it."""
+    import shutil
+
+    from model_support.record import store
+    from model_support.render.explorer import explorer_data
+
+    page = explorer_data(what_if["data"])
+    shown = [row[0] for row in page["sweeps"]]
+    assert what_if["stack"] in shown and what_if["hosted"] not in shown, shown
+    pulled = what_if["tmp"] / "pulled"  # a dataset pulled without its definitions: the rows' host_ops tell
+    shutil.copytree(what_if["data"], pulled, ignore=shutil.ignore_patterns("sweeps", "reports"))
+    assert store.what_if_sweeps(pulled, [what_if["stack"], what_if["hosted"]]) == {what_if["hosted"]}
+    shown = [row[0] for row in explorer_data(pulled)["sweeps"]]
+    assert what_if["stack"] in shown and what_if["hosted"] not in shown, shown

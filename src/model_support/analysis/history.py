@@ -111,7 +111,7 @@ def _most_common(stats: pl.DataFrame | pl.LazyFrame, column: str) -> pl.LazyFram
 #: Where the report and the explorer keep what they read of each sweep.json (under the data folder).
 SWEEP_CACHE = Path("reports") / ".cache" / "sweeps"
 #: What ``sweep_index`` needs of a sweep.json (a few fields of a file that lists every model with its Hub facts).
-_META_FACTS = ("sweep_id", "name", "created_at", "params_file", "host", "device")
+_META_FACTS = ("sweep_id", "name", "created_at", "params_file", "host", "device", "host_ops")
 
 
 def _meta_facts(path: Path) -> dict:
@@ -126,6 +126,7 @@ def _meta_facts(path: Path) -> dict:
         "params_file": meta.params_file,
         "host": meta.host,
         "device": (meta.probe or {}).get("device"),
+        "host_ops": (meta.probe or {}).get("host_ops") or None,  # a what-if sweep's (store.what_if_setting)
     }
 
 
@@ -152,6 +153,22 @@ def _cached_meta_facts(path: Path, cache_dir: Path | None) -> dict:
     except OSError:
         pass
     return facts
+
+
+def what_if_sweeps(data_dir: Path | str, sweep_ids: list[str], cache_dir: Path | None = None) -> set[str]:
+    """Which of ``sweep_ids`` are what-if sweeps (``store.what_if_setting``): by their definition's facts as
+    ``sweep_index`` keeps them (``cache_dir``: a megabytes-long sweep.json is not parsed again), a sweep pulled
+    without its definition by its rows (``store.what_if_sweeps``: one scan per config)."""
+    data_dir = Path(data_dir)
+    found, pulled = set(), []
+    for sweep_id in sweep_ids:
+        path = data_dir / "sweeps" / sweep_id / "sweep.json"
+        if path.is_file():
+            if _cached_meta_facts(path, cache_dir)["host_ops"]:
+                found.add(sweep_id)
+        else:
+            pulled.append(sweep_id)
+    return found | store.what_if_sweeps(data_dir, pulled)
 
 
 def sweep_index(data_dir: Path | str, stats: pl.DataFrame | None = None, cache_dir: Path | None = None) -> pl.DataFrame:

@@ -59,6 +59,7 @@ import polars as pl
 from .. import analysis, paths
 from ..analysis import coverage
 from ..analysis.history import sweep_labels as history_labels
+from ..analysis.history import what_if_sweeps
 from ..bisect import results as bisect_results
 from ..fileio import atomic_write_text
 from ..record import schema
@@ -111,6 +112,10 @@ def explorer_data(data_dir: Path | str) -> dict:
     data_dir = Path(data_dir).resolve()
     reports = data_dir / "reports"
     sweeps = analysis.sweep_index(data_dir, cache_dir=data_dir / analysis.SWEEP_CACHE)
+    # the stack's history: a what-if sweep (operators on the host) is no verdict of it, neither its runs nor the
+    # models its definition lists ("not tested" by it); its own report tells it
+    what_if = what_if_sweeps(data_dir, sweeps["sweep_id"].to_list(), cache_dir=data_dir / analysis.SWEEP_CACHE)
+    sweeps = sweeps.filter(~pl.col("sweep_id").is_in(sorted(what_if)))
     listed, listed_hub = coverage.listings(data_dir, cache_dir=reports / ".cache" / "listings")
     pending = coverage.pending_rows(data_dir, sweeps["sweep_id"].to_list())
     unprobed = coverage.unprobed_rows(data_dir, listed, pending)
