@@ -384,29 +384,23 @@ def what_if_setting(data_dir: Path, sweep_id: str) -> str | None:
     return None
 
 
-def what_if_sweeps(data_dir: Path, sweep_ids: list[str]) -> set[str]:
-    """Which of ``sweep_ids`` are what-if sweeps (``what_if_setting``), asked of all at once: a sweep with its
-    definition here by it; the others (a pulled dataset's) by one scan per config for rows that carry ``host_ops``,
-    not one per sweep (a pulled history holds thousands)."""
+def what_if_sweeps_by_rows(data_dir: Path, sweep_ids: list[str]) -> set[str]:
+    """Which of ``sweep_ids`` are what-if sweeps by their rows, as ``what_if_setting`` asks a sweep pulled without
+    its definition (any row of it, in any config, that carries ``host_ops``), asked of all at once: one scan per
+    config, not one per sweep (a pulled history holds thousands). A sweep with its definition here is asked by it
+    (``analysis.history.what_if_sweeps``)."""
     import polars as pl
 
-    found, pulled = set(), []
-    for sweep_id in sweep_ids:
-        if (Path(data_dir) / "sweeps" / sweep_id / "sweep.json").exists():
-            if what_if_setting(data_dir, sweep_id):
-                found.add(sweep_id)
-        else:
-            pulled.append(sweep_id)
-    if pulled:
-        said = [
-            scan(data_dir, config)
-            .filter(pl.col("sweep_id").is_in(pulled) & (pl.col("host_ops").fill_null("") != ""))
-            .select("sweep_id")
-            .unique()
-            for config in (WHAT_IF_CONFIG, *CONFIGS)
-        ]
-        found |= set(pl.concat(pl.collect_all(said))["sweep_id"].to_list())
-    return found
+    if not sweep_ids:
+        return set()
+    said = [
+        scan(data_dir, config)
+        .filter(pl.col("sweep_id").is_in(sweep_ids) & (pl.col("host_ops").fill_null("") != ""))
+        .select("sweep_id")
+        .unique()
+        for config in (WHAT_IF_CONFIG, *CONFIGS)
+    ]
+    return set(pl.concat(pl.collect_all(said))["sweep_id"].to_list())
 
 
 def _newest_of_stack(data_dir: Path, known: list[str]) -> str | None:

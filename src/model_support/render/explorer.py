@@ -113,10 +113,11 @@ def explorer_data(data_dir: Path | str) -> dict:
     reports = data_dir / "reports"
     sweeps = analysis.sweep_index(data_dir, cache_dir=data_dir / analysis.SWEEP_CACHE)
     # the stack's history: a what-if sweep (operators on the host) is no verdict of it, neither its runs nor the
-    # models its definition lists ("not tested" by it); its own report tells it
-    what_if = what_if_sweeps(data_dir, sweeps["sweep_id"].to_list(), cache_dir=data_dir / analysis.SWEEP_CACHE)
-    sweeps = sweeps.filter(~pl.col("sweep_id").is_in(sorted(what_if)))
+    # models its definition lists ("not tested" by it, their Hub facts and rankings); its own report tells it
+    what_if = sorted(what_if_sweeps(data_dir, sweeps["sweep_id"].to_list(), cache_dir=data_dir / analysis.SWEEP_CACHE))
+    sweeps = sweeps.filter(~pl.col("sweep_id").is_in(what_if))
     listed, listed_hub = coverage.listings(data_dir, cache_dir=reports / ".cache" / "listings")
+    listed, listed_hub = (frame.filter(~pl.col("sweep_id").is_in(what_if)) for frame in (listed, listed_hub))
     pending = coverage.pending_rows(data_dir, sweeps["sweep_id"].to_list())
     unprobed = coverage.unprobed_rows(data_dir, listed, pending)
     rows, entry_names, outcomes, envs = encoded_rows(data_dir, sweeps, unprobed)
