@@ -192,6 +192,6 @@ def test_the_explorer_shows_the_stacks_sweeps_and_no_what_if_one(what_if):
     hosted = f"sweep={what_if['hosted']}"
     shutil.copytree(pulled / "what_if" / hosted, pulled / "results" / hosted, dirs_exist_ok=True)
     assert what_if["hosted"] in analysis.sweep_index(pulled)["sweep_id"].to_list()
-    assert store.what_if_sweeps_by_rows(pulled, [what_if["stack"], what_if["hosted"]]) == {what_if["hosted"]}
+    assert store.host_ops_by_rows(pulled, [what_if["stack"], what_if["hosted"]]) == {what_if["hosted"]: "aten::silu"}
     shown = [row[0] for row in explorer_data(pulled)["sweeps"]]
     assert what_if["stack"] in shown and what_if["hosted"] not in shown, shown

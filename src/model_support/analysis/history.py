@@ -158,7 +158,7 @@ def _cached_meta_facts(path: Path, cache_dir: Path | None) -> dict:
 def what_if_sweeps(data_dir: Path | str, sweep_ids: list[str], cache_dir: Path | None = None) -> set[str]:
     """Which of ``sweep_ids`` are what-if sweeps (``store.what_if_setting``): by their definition's facts as
     ``sweep_index`` keeps them (``cache_dir``: a megabytes-long sweep.json is not parsed again), a sweep pulled
-    without its definition by its rows (``store.what_if_sweeps_by_rows``: one scan per config)."""
+    without its definition by its rows (``store.host_ops_by_rows``: asked of all at once)."""
     data_dir = Path(data_dir)
     found, pulled = set(), []
     for sweep_id in sweep_ids:
@@ -168,7 +168,7 @@ def what_if_sweeps(data_dir: Path | str, sweep_ids: list[str], cache_dir: Path |
                 found.add(sweep_id)
         else:
             pulled.append(sweep_id)
-    return found | store.what_if_sweeps_by_rows(data_dir, pulled)
+    return found | set(store.host_ops_by_rows(data_dir, pulled))
 
 
 def sweep_index(data_dir: Path | str, stats: pl.DataFrame | None = None, cache_dir: Path | None = None) -> pl.DataFrame:

@@ -14,6 +14,7 @@ from pathlib import Path
 import polars as pl
 
 from .. import analysis, paths
+from ..analysis.history import what_if_sweeps
 from ..record import schema, store
 
 UNKNOWN = "–"
@@ -26,8 +27,8 @@ def sweep_rows(data_dir: Path) -> pl.DataFrame:
     history = analysis.pass_rate_history(store.scan(data_dir, "results"), sweeps, store.scan(data_dir, "excluded"))
     rows = history.filter((pl.col("models") > 0) | (pl.col("excluded") > 0))
     # a what-if sweep (operators on the host) is no sweep of the stack, even by its excluded rows alone
-    what_if = [s for s in rows["sweep_id"] if store.what_if_setting(Path(data_dir), s)]
-    return rows.filter(~pl.col("sweep_id").is_in(what_if))
+    what_if = what_if_sweeps(data_dir, rows["sweep_id"].to_list())
+    return rows.filter(~pl.col("sweep_id").is_in(sorted(what_if)))
 
 
 def latest_with_results(rows: pl.DataFrame) -> str | None:

@@ -369,38 +369,34 @@ def what_if_setting(data_dir: Path, sweep_id: str) -> str | None:
     if path.exists():
         raw = json.loads(path.read_text())
         return (raw.get("probe") or raw.get("settings") or {}).get("host_ops") or None
+    return host_ops_by_rows(data_dir, [sweep_id]).get(sweep_id)
+
+
+def host_ops_by_rows(data_dir: Path, sweep_ids: list[str]) -> dict[str, str]:
+    """Of ``sweep_ids``, each whose rows say it is a what-if sweep, as ``what_if_setting`` asks a sweep pulled without
+    its definition (any row of it, in any config, that carries ``host_ops``): its ``host_ops``. Asked of all at once
+    (a pulled history holds thousands), reading only those sweeps' own files. A sweep with its definition here is
+    asked by it (``what_if_setting``; ``analysis.history.what_if_sweeps``, from the facts ``sweep_index`` caches)."""
     import polars as pl
 
-    for config in (WHAT_IF_CONFIG, *CONFIGS):
-        files = sorted((Path(data_dir) / config / f"sweep={sweep_id}").glob("*.parquet"))  # this sweep's only
-        if not files:
-            continue
-        rows = pl.scan_parquet(
+    files = [
+        path
+        for config in (WHAT_IF_CONFIG, *CONFIGS)  # a what-if run's own config first
+        for sweep_id in sweep_ids
+        for path in sorted((Path(data_dir) / config / f"sweep={sweep_id}").glob("*.parquet"))
+    ]
+    if not files:
+        return {}
+    said = (
+        pl.scan_parquet(
             files, hive_partitioning=False, schema=polars_schema(), missing_columns="insert", extra_columns="ignore"
         )
-        said = rows.filter(pl.col("host_ops").fill_null("") != "").select("host_ops").head(1).collect()
-        if said.height:
-            return said["host_ops"][0]
-    return None
-
-
-def what_if_sweeps_by_rows(data_dir: Path, sweep_ids: list[str]) -> set[str]:
-    """Which of ``sweep_ids`` are what-if sweeps by their rows, as ``what_if_setting`` asks a sweep pulled without
-    its definition (any row of it, in any config, that carries ``host_ops``), asked of all at once: one scan per
-    config, not one per sweep (a pulled history holds thousands). A sweep with its definition here is asked by it
-    (``analysis.history.what_if_sweeps``)."""
-    import polars as pl
-
-    if not sweep_ids:
-        return set()
-    said = [
-        scan(data_dir, config)
-        .filter(pl.col("sweep_id").is_in(sweep_ids) & (pl.col("host_ops").fill_null("") != ""))
-        .select("sweep_id")
-        .unique()
-        for config in (WHAT_IF_CONFIG, *CONFIGS)
-    ]
-    return set(pl.concat(pl.collect_all(said))["sweep_id"].to_list())
+        .filter(pl.col("host_ops").fill_null("") != "")
+        .group_by("sweep_id", maintain_order=True)
+        .agg(pl.col("host_ops").first())
+        .collect()
+    )
+    return dict(zip(said["sweep_id"].to_list(), said["host_ops"].to_list()))
 
 
 def _newest_of_stack(data_dir: Path, known: list[str]) -> str | None:

@@ -111,10 +111,11 @@ def explorer_data(data_dir: Path | str) -> dict:
     """The page's data (see the module docstring for the encoding)."""
     data_dir = Path(data_dir).resolve()
     reports = data_dir / "reports"
-    sweeps = analysis.sweep_index(data_dir, cache_dir=data_dir / analysis.SWEEP_CACHE)
+    facts = data_dir / analysis.SWEEP_CACHE  # what sweep_index keeps of each sweep.json
+    sweeps = analysis.sweep_index(data_dir, cache_dir=facts)
     # the stack's history: a what-if sweep (operators on the host) is no verdict of it, neither its runs nor the
     # models its definition lists ("not tested" by it, their Hub facts and rankings); its own report tells it
-    what_if = sorted(what_if_sweeps(data_dir, sweeps["sweep_id"].to_list(), cache_dir=data_dir / analysis.SWEEP_CACHE))
+    what_if = sorted(what_if_sweeps(data_dir, sweeps["sweep_id"].to_list(), cache_dir=facts))
     sweeps = sweeps.filter(~pl.col("sweep_id").is_in(what_if))
     listed, listed_hub = coverage.listings(data_dir, cache_dir=reports / ".cache" / "listings")
     listed, listed_hub = (frame.filter(~pl.col("sweep_id").is_in(what_if)) for frame in (listed, listed_hub))
