@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
 
-import pytest
+# The environment a shell gave pytest, kept for the tests that run commands as a user types them
+# (tests/test_as_typed.py: helpers.SHELL_ENVIRON). Set here, in the first pytest process, before anything below
+# changes os.environ; xdist's workers inherit it (their own os.environ is this process's, changed).
+os.environ.setdefault("MODEL_SUPPORT_TESTS_SHELL_ENV", json.dumps(dict(os.environ)))
 
-from helpers import CHROMIUM, FAKE_TOKEN, REPO, stored_records
+import pytest  # noqa: E402
 
-# torch_tpu, installed for the tpu adapter's tests, is autoloaded by every `import torch` unless this
-# is off; probes that use no TPU turn it off themselves, the test process does it here.
-os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+# The test process is a process of ours: importing the package before anything imports torch makes torch autoload
+# no device backend here, as in every process of ours (model_support.backend_env), with torch_tpu installed.
+import model_support  # noqa: E402, F401
+from helpers import CHROMIUM, FAKE_TOKEN, REPO, stored_records  # noqa: E402
+
+# No test reaches the Hub: the Hub's protocol is tested against a local server (tests/hub_server.py).
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # Under xdist each worker's probes get their share of the cores (torch's intra-op threads), not all of them:
 # two workers each running 2-thread kernels on 2 cores spin in OpenMP waiting for each other.

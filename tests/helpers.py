@@ -4,11 +4,15 @@ an offline browser page. Imported as ``from helpers import ...`` (fixtures live 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+#: The environment the shell gave pytest (conftest.py kept it before the test harness changed anything): what a
+#: command a user types runs in.
+SHELL_ENVIRON: dict[str, str] = json.loads(os.environ.get("MODEL_SUPPORT_TESTS_SHELL_ENV") or "{}") or dict(os.environ)
 FAKE_TOKEN = "hf_" + "FakeTokenForLeakTests" + "x" * 16  # placed in HF_TOKEN during the smoke sweep
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -18,7 +22,7 @@ def pretend_cli(args: list, data: Path, pretend: dict) -> subprocess.CompletedPr
     (``MODEL_SUPPORT_PRETEND``; registered only in that process, never in a test worker)."""
     import os
 
-    env = {**os.environ, "MODEL_SUPPORT_PRETEND": json.dumps(pretend), "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    env = {**os.environ, "MODEL_SUPPORT_PRETEND": json.dumps(pretend)}
     return subprocess.run(
         [sys.executable, "-m", "model_support.cli", *args, "--data-dir", str(data)],
         capture_output=True,

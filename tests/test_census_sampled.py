@@ -52,7 +52,7 @@ BOTH = """
 
 
 def _both(device: str, models: list[str]) -> dict:
-    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "MODEL_SUPPORT_PRETEND": "{}"}
+    env = {**os.environ, "MODEL_SUPPORT_PRETEND": "{}"}
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(BOTH), device, *models],
         capture_output=True,
@@ -191,7 +191,7 @@ SWITCHED = """
 def test_each_instrument_is_switched_by_its_probe_setting():
     """``census`` sampled (the default) and full give the same census, the sampled one saying so; off gives none
     (null ``ops`` and coverage, ``ops_time_source`` why); ``host_cost`` off counts nothing, saying why."""
-    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "MODEL_SUPPORT_PRETEND": "{}"}
+    env = {**os.environ, "MODEL_SUPPORT_PRETEND": "{}"}
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(SWITCHED)], capture_output=True, text=True, env=env, timeout=600
     )

@@ -37,7 +37,6 @@ def test_a_step_failing_after_the_census_stepped_off_leaves_torch_working(tmp_pa
     (model / "config.json").write_text(json.dumps({**config, "sliding_window": 8}))
     env = {
         **os.environ,
-        "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
         "MODEL_SUPPORT_PRETEND": json.dumps({"missing_ops": ["aten::le.Tensor"]}),
     }
     done = subprocess.run(

@@ -57,7 +57,6 @@ def debug_cli(data: Path, config: dict | None) -> subprocess.CompletedProcess:
     import os
 
     env = {k: v for k, v in os.environ.items() if k != "MODEL_SUPPORT_PRETEND"}
-    env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
     if config is not None:
         env["MODEL_SUPPORT_PRETEND"] = json.dumps(config)
     return subprocess.run(

@@ -38,7 +38,7 @@ def _sweep(tmp_path: Path, data: Path, name: str, config: dict, **extra) -> str:
     }
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(definition))
-    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "MODEL_SUPPORT_PRETEND": json.dumps(config)}
+    env = {**os.environ, "MODEL_SUPPORT_PRETEND": json.dumps(config)}
     before = set(store.list_sweeps(data)) if data.exists() else set()
     flags = ["--no-report"] if name == "before" else []
     done = subprocess.run(

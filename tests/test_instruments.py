@@ -110,7 +110,7 @@ def test_a_pass_counts_its_syncs_and_fallbacks_per_decode_token_where_they_happe
     sequence is done); the probe's own two per token (its timer's device sync, the copy of the token its streamer
     is handed) are the harness's. The prompt's prefill is apart: 8 forwards, 16 tanh calls in all."""
     config = {"fallback_ops": ["aten::tanh"]}
-    env = {**__import__("os").environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", CONFIG_VAR: json.dumps(config)}
+    env = {**__import__("os").environ, CONFIG_VAR: json.dumps(config)}
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(HOST_COST)], capture_output=True, text=True, env=env, timeout=600
     )
@@ -165,7 +165,7 @@ def test_a_compiled_run_reads_its_operators_and_syncs_from_the_adapters_profiler
     then dynamic shapes), each timed by its self time; it syncs once for the prefill and once per decode token
     (generate's end-of-sequence check, a ``_local_scalar_dense``), none of them the probe's own on the CPU. An
     adapter that offers no profiler reads "not measured", never a guess."""
-    env = {**__import__("os").environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    env = {**__import__("os").environ}
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(COMPILED)], capture_output=True, text=True, env=env, timeout=600
     )

@@ -52,7 +52,7 @@ CLI_CASE = ({"wrong_ops": ["aten::bmm"]}, "aten::bmm", "model.layers.0.self_attn
 
 
 def child_env(config: dict | None, **extra) -> dict:
-    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "OMP_NUM_THREADS": "1", **extra}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **extra}
     env.pop("MODEL_SUPPORT_PRETEND", None)
     if config is not None:
         env["MODEL_SUPPORT_PRETEND"] = json.dumps(config)

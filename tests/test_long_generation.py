@@ -55,7 +55,7 @@ CHILD = """
 
 
 def _probes(runs: list) -> dict:
-    env = {"MODEL_SUPPORT_PRETEND": json.dumps(FAULT), "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    env = {"MODEL_SUPPORT_PRETEND": json.dumps(FAULT)}
     import os
 
     done = subprocess.run(

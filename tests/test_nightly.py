@@ -23,7 +23,7 @@ PRETEND = "MODEL_SUPPORT_PRETEND"
 
 
 def night(overlays: Overlays, pins: dict, definition, data, wheels, config: dict) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", PRETEND: json.dumps(config)}
+    env = {**os.environ, PRETEND: json.dumps(config)}
     command = [str(overlays.python(pins)), "-m", "model_support.cli", "nightly", str(definition)]
     # no report: an overlay environment's prefix has no nbconvert templates (its sweeps' reports render from .venv)
     command += ["--data-dir", str(data), "--find-links", str(wheels), "--no-report"]

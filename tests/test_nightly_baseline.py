@@ -18,7 +18,7 @@ from model_support.record import store
 
 
 def _night(definition, data, config: dict) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "MODEL_SUPPORT_PRETEND": json.dumps(config)}
+    env = {**os.environ, "MODEL_SUPPORT_PRETEND": json.dumps(config)}
     command = [sys.executable, "-m", "model_support.cli", "nightly", str(definition), "--data-dir", str(data)]
     return subprocess.run(
         [*command, "--no-report", "--no-bisect"], capture_output=True, text=True, cwd=REPO, env=env, timeout=600

@@ -20,7 +20,7 @@ PRETEND_VAR = "MODEL_SUPPORT_PRETEND"
 
 
 def _env(config: dict | None) -> dict:
-    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    env = {**os.environ}
     env.pop(PRETEND_VAR, None)
     if config is not None:
         env[PRETEND_VAR] = json.dumps(config)

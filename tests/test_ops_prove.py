@@ -34,7 +34,7 @@ VARIANT = "eager+dynamic+2t"  # max_new_tokens 2
 
 def cli(args: list, data: Path, stack: dict | None, check: bool = True) -> subprocess.CompletedProcess:
     """The command line for real, with the pretend stack ``stack`` in its environment (None: unset)."""
-    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    env = {**os.environ}
     env.pop("MODEL_SUPPORT_PRETEND", None)
     if stack is not None:
         env["MODEL_SUPPORT_PRETEND"] = json.dumps(stack)

@@ -50,7 +50,6 @@ def _start(tmp_path, data, name: str, config: dict) -> subprocess.Popen:
     path.write_text(yaml.safe_dump(definition))
     env = {
         **os.environ,
-        "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
         "MODEL_SUPPORT_PRETEND": json.dumps({"clock": "host", "launch_us": LAUNCH_US, **config}),
     }
     command = [*CLI, "sweep", str(path), "--data-dir", str(data / name), "--no-report", "--workers", "1"]

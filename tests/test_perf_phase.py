@@ -149,7 +149,7 @@ for settings in json.loads(sys.argv[2]):
 
 def _pretend(model: str, *settings: dict, device: dict | None = None) -> list[dict]:
     config = json.dumps(device or {"clock_jitter": 0})
-    env = {**os.environ, "MODEL_SUPPORT_PRETEND": config, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    env = {**os.environ, "MODEL_SUPPORT_PRETEND": config}
     done = subprocess.run(
         [sys.executable, "-c", CHILD, model, json.dumps(list(settings))],
         capture_output=True,

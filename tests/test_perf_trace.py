@@ -70,7 +70,7 @@ PRETEND = """
 
 @pytest.mark.slow
 def test_an_adapter_without_a_profiler_keeps_no_trace_and_says_why(tmp_path, fixture_models):
-    env = {**os.environ, "MODEL_SUPPORT_PRETEND": '{"bandwidth_gbs": 10}', "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    env = {**os.environ, "MODEL_SUPPORT_PRETEND": '{"bandwidth_gbs": 10}'}
     args = [str(tmp_path / "record.json"), json.dumps(PROBE), json.dumps(TIMED)]
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(PRETEND), *args], capture_output=True, text=True, cwd=REPO, env=env

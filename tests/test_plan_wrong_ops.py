@@ -29,7 +29,7 @@ VARIANT = "eager+dynamic+2t"  # max_new_tokens 2
 
 def cli(args: list, data: Path, stack: dict | None = STACK) -> subprocess.CompletedProcess:
     """The command line for real, with the pretend stack ``stack`` in its environment (None: unset)."""
-    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("MODEL_SUPPORT_PRETEND", None)
     if stack is not None:
         env["MODEL_SUPPORT_PRETEND"] = json.dumps(stack)

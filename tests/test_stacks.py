@@ -132,7 +132,6 @@ def test_a_stack_that_pins_a_package_runs_its_probes_in_an_overlay_environment(t
     data = tmp_path / "data"
     env = {
         **os.environ,
-        "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
         "PIP_FIND_LINKS": str(wheels),  # pip's configured source: the overlay environments install from it
         "PIP_NO_INDEX": "1",
         "MODEL_SUPPORT_BISECT_CACHE": str(tmp_path / "envs"),

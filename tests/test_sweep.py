@@ -272,7 +272,7 @@ def test_a_kernel_that_never_starts_leaves_the_model_pending_not_failed(fixture_
     if device != "cpu":
         body = yaml.safe_load(params_file.read_text())
         params_file.write_text(yaml.safe_dump({**body, "probe": {**body["probe"], "device": device}}))
-        pretend = {"MODEL_SUPPORT_PRETEND": "{}", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+        pretend = {"MODEL_SUPPORT_PRETEND": "{}"}
     data_dir = tmp_path / "data"
     command = " ".join([*CLI, "sweep", str(params_file), "--data-dir", str(data_dir), "--workers", "1"])
     run = subprocess.run(

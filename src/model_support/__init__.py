@@ -1,6 +1,12 @@
 """model_support: which Hugging Face models run on this accelerator stack, which fail, where and why."""
 
+from . import backend_env
+
 __version__ = "0.1.0"
+
+# Every process of ours imports this package before torch: it decides here that torch autoloads no backend (the
+# probe's adapter loads the one its device needs), whatever the shell or a backend package set (backend_env).
+backend_env.own()
 
 
 def __getattr__(name: str):

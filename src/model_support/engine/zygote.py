@@ -45,6 +45,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from .. import backend_env
 from . import children, kernel_side
 
 ZYGOTE_ENV = "MODEL_SUPPORT_KERNEL_ZYGOTE"
@@ -332,7 +333,7 @@ def fork_kernel(cmd: list[str], env: dict, cwd: str | None, stdout=None, stderr=
 def start(env: dict | None = None) -> tuple[subprocess.Popen, str] | None:
     """A zygote for this process's kernels (it dies with this process), its socket path: None where it
     could not serve (device backend autoload on)."""
-    env = {**os.environ, **(env or {})}
+    env = backend_env.child_environ(env)  # the backend each kernel loads is its adapter's to choose
     if env.get(AUTOLOAD) != "0":
         return None
     folder = tempfile.mkdtemp(prefix="z", dir="/tmp")  # socket paths must stay short (< 108 bytes)

@@ -30,11 +30,11 @@ device's facts: the backend is loaded there, never in the command's own process.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import backend_env
 from ..engine import children
 from ..errors import UserError
 from ..probe import agreement, census
@@ -354,8 +354,7 @@ def stack_coverage(device: str, ops: list[str]) -> dict[str, str]:
     """What this machine's ``device`` stack does with each of ``ops``, asked of a child process that loads its
     backend (the device itself need not be present: the registrations are the backend's, a TPU's are read
     without a TPU). One sentence (``UserError``) when the backend cannot be loaded or does not answer in time."""
-    env = {**os.environ}
-    env.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+    env = backend_env.child_environ()  # the child loads only this device's backend
     argv = [sys.executable, "-m", "model_support.ops", device]
     try:
         answer = children.last_json(argv, "its backend", COVERAGE_TIMEOUT_S, input=json.dumps(ops), env=env)

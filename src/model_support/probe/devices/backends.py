@@ -4,28 +4,27 @@ the one the probe uses, through torch's own device-backend entry points (``probe
 Why not torch's autoload: with torch_tpu installed, ``import torch`` autoloads it, which costs ~8 s and
 ~300 MB per process even on a machine with no TPU (and there, a later ``torch.accelerator`` call can
 stall while libtpu looks for a TPU), and every installed backend would load in every process.
-``prepare_environment`` turns that autoload off before torch is imported (unless the user set it), and
-the adapter loads the backend its device needs by calling that backend's entry point, as the autoload
-would have.
+The package owns that autoload (``backend_env``: off in every process of ours, whatever the shell or a backend
+package set), and the adapter loads the backend its device needs by calling that backend's entry point, as the
+autoload would have, noting what the backend writes into ``os.environ`` as its own (``backend_env.loading``).
 """
 
 from __future__ import annotations
 
-import os
 from importlib.metadata import entry_points
 
+from ... import backend_env
 from .. import probe_core
 from .base import DeviceUnavailable
 
-AUTOLOAD_VAR = probe_core.AUTOLOAD_VAR
+AUTOLOAD_VAR = backend_env.AUTOLOAD_VAR
 
 
 def prepare_environment(device: str = "auto") -> None:
-    """Call before ``import torch``: torch's autoload of every installed backend off (the adapter loads
-    the one ``device`` needs). Only the current process and the kernels it starts are affected, and
-    only when the user has not set the variable themselves. In a gated sweep process, the devices granted
-    to it are pinned here (``grant.apply``), before any backend loads."""
-    os.environ.setdefault(AUTOLOAD_VAR, "0")
+    """Call before ``import torch``: torch's autoload of every installed backend off (``backend_env.own``: the
+    adapter loads the one ``device`` needs). In a gated sweep process, the devices granted to it are pinned here
+    (``grant.apply``), before any backend loads."""
+    backend_env.own()
     from .. import grant
 
     grant.apply()
@@ -47,7 +46,8 @@ def backend_distributions(device: str) -> tuple[str, ...]:
 def load_backend(device: str) -> None:
     """``probe_core.load_backend``, with a backend that fails to load said in one sentence (``DeviceUnavailable``)."""
     try:
-        probe_core.load_backend(device)
+        with backend_env.loading():  # what the backend writes into os.environ is its own, never the stack's
+            probe_core.load_backend(device)
     except Exception as exc:  # noqa: BLE001 whatever a backend raises while loading, it is why the device is missing
         raise DeviceUnavailable(
             f"Device {device!r} was requested but its backend failed to load: {type(exc).__name__}: {exc}"

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from packaging.utils import canonicalize_name
 
 # What a stack does with an operator (``Adapter.op_coverage``): the words are declared once, in ``record.ops_table``.
+from ... import backend_env
 from ...record.ops_table import CRASHES, FALLBACK, IMPLEMENTED, MISSING, OP_STATUSES, UNKNOWN, WRONG  # noqa: F401
 
 #: The execution modes every backend may have (``Adapter.offers``); any other is a backend's own (``own_modes``).
@@ -64,8 +65,9 @@ class Adapter:
 
     @classmethod
     def config_names(cls, environ: Mapping[str, str] | None = None) -> list[str]:
-        """The backend configuration variables set in ``environ`` (default: this process's), sorted."""
-        environ = os.environ if environ is None else environ
+        """The backend configuration variables set in ``environ`` (default: this process's as the user and the
+        project set it, never what a backend package wrote for itself: ``backend_env.user_environ``), sorted."""
+        environ = backend_env.user_environ() if environ is None else environ
         skip = {*cls.harness_vars, getattr(cls, "visible_var", None)}
         return sorted(n for n in environ if n not in skip and _matches(n, cls.config_vars))
 
@@ -76,7 +78,7 @@ class Adapter:
         script can set)."""
         import hashlib
 
-        environ = os.environ if environ is None else environ
+        environ = backend_env.user_environ() if environ is None else environ
         found = {}
         for name in cls.config_names(environ):
             if _matches(name, cls.config_shown):

@@ -13,8 +13,6 @@ by a single probe, refused before anything runs by a sweep).
 
 from __future__ import annotations
 
-import os
-
 from ...errors import UserError
 from .base import DeviceUnavailable
 from .registry import adapter_class
@@ -27,7 +25,7 @@ class BackendConfigError(UserError):
 
 def configured(name: str) -> list[str]:
     """The configuration variables of device ``name``'s adapter that are set here."""
-    return adapter_class(name).config_names(os.environ)
+    return adapter_class(name).config_names()  # as the user set them (backend_env.user_environ)
 
 
 def _backends(device: str) -> list[str]:

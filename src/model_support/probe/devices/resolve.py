@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import sys
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
+from ... import backend_env
 from ...engine import children
 from ...errors import UserError
-from .backends import AUTOLOAD_VAR, backend_devices
+from .backends import backend_devices
 from .base import Adapter, DeviceUnavailable
 from .registry import adapter_for, registered
 
@@ -77,7 +77,7 @@ def facts(device: str) -> DeviceFacts:
     model_support.probe.devices DEVICE``), once per device and environment."""
     if device == "cpu" or (device == "auto" and not auto_candidates()):
         return _cpu_facts()
-    return _facts_from_child(device, tuple(sorted(os.environ.items())))
+    return _facts_from_child(device, tuple(sorted(backend_env.child_environ().items())))
 
 
 #: How long the child that checks a device may take (loading a backend and asking it takes seconds; a hung
@@ -87,8 +87,7 @@ FACTS_TIMEOUT_S = 300.0
 
 @functools.lru_cache(maxsize=16)
 def _facts_from_child(device: str, environ: tuple) -> DeviceFacts:
-    env = dict(environ)
-    env.setdefault(AUTOLOAD_VAR, "0")
+    env = dict(environ)  # backend_env.child_environ: the autoload off
     argv = [sys.executable, "-m", "model_support.probe.devices", device]
     try:
         return DeviceFacts(

@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ... import backend_env
 from ...fileio import atomic_write_json
 
 #: Where the probe writes its recorder's file: set by the sweep's runner per probe (``sweep.worker.process``).
@@ -210,7 +211,7 @@ def rerun_silent_crash(work: Path, started: Path, kernel_exit: int | None, said:
         blocking = {}  # the run already was synchronous (or the stack has no switch)
     if switch == OFF or not started.exists() or (switch == ON and not blocking):
         return  # not asked, nothing to rerun from, or the recorder's own last operator is as good as a rerun's
-    env = {**os.environ, **blocking, FLIGHT_VAR: str(work / RERUN_FILE), "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    env = backend_env.child_environ({**blocking, FLIGHT_VAR: str(work / RERUN_FILE)})
     argv = [sys.executable, "-m", "model_support.probe.instruments.rerun", str(started)]
     began = time.perf_counter()
     outcome: dict[str, Any]

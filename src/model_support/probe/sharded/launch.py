@@ -14,9 +14,10 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
+from ... import backend_env
 from ...engine import children
 from ...fileio import atomic_write_json
-from .. import devices, probe_core
+from .. import probe_core
 from ..reproduce import launch_ranks
 from .plan import NoParallelPlan, _plan, no_plan_sentence
 from .protocol import RANK_DEFAULTS, SHUTDOWN_GRACE_S, STACKS_SIGNAL
@@ -107,11 +108,10 @@ def rank_threads(world_size: int, environ: Mapping[str, str] = os.environ) -> in
 
 
 def _child_env(device_type: str, world_size: int) -> dict:
-    env = dict(os.environ)
+    # torch_tpu is imported explicitly by TPU ranks after they pinned their chip; nothing else loads it.
+    env = backend_env.child_environ()
     src = _import_root()
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    # torch_tpu is imported explicitly by TPU ranks after they pinned their chip; nothing else loads it.
-    env.setdefault(devices.AUTOLOAD_VAR, "0")
     if device_type == "cpu":
         env["OMP_NUM_THREADS"] = str(rank_threads(world_size))
     env.setdefault("PYTHONUNBUFFERED", "1")

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
+from ... import backend_env
 from ...engine import zygote
 from ...errors import UserError
 from ...probe import devices
@@ -164,10 +165,10 @@ class LocalExecutor(Executor):
         if too_big:  # more workers than devices share them; a model cannot take more devices than there are
             task, need = too_big
             raise UserError(f"{task['model_id']} needs {need} {kind} devices and this machine has {there}.")
-        # the probes' kernels forked from one warm process (its environment the probe processes', which turn
-        # device backend autoload off); after the refusals above: a refused sweep starts nothing
-        autoload = {devices.AUTOLOAD_VAR: os.environ.get(devices.AUTOLOAD_VAR, "0")}
-        self._zygote = zygote.serve_here({**autoload, **self.env})
+        # the probes' kernels forked from one warm process (its environment the probe processes', device backend
+        # autoload off whatever a backend wrote here: backend_env); after the refusals above: a refused sweep
+        # starts nothing
+        self._zygote = zygote.serve_here(backend_env.child_environ(self.env))
         if self.host_threads:
             self._checks = host_checks.HostChecks(self.host_threads, self.work_root, prewarm, self.env)
 

@@ -42,6 +42,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ... import backend_env
 from ...engine import zygote
 from ...errors import UserError
 from ...probe import devices
@@ -184,7 +185,7 @@ def _kernels_forked_here() -> None:
     a zygote of its own, or a fresh kernel where none can serve (``zygote.serve_here``)."""
     if any(started.poll() is not None for started in _ZYGOTES):
         return  # one ended by itself (a CUDA or ROCm build of torch, where none serves): fresh kernels from now on
-    started = zygote.serve_here({devices.AUTOLOAD_VAR: os.environ.get(devices.AUTOLOAD_VAR, "0")})
+    started = zygote.serve_here(backend_env.child_environ())  # the autoload off, whatever a backend wrote
     if started is not None:
         _ZYGOTES.append(started)
 

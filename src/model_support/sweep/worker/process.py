@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
-from ... import paths
+from ... import backend_env, paths
 from ...engine import children
 from ...probe import phases, probe_core
 from ...probe.checks import NO_WEIGHTS_ATTRIBUTION, started_path
@@ -206,7 +206,7 @@ def _attribute_death(started: dict, timeout_s: float) -> dict:
         started = {**started, "record": {**started["record"], "num_params": _estimate_params(started["settings"])}}
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as file:
         json.dump(started, file)
-    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}  # the CPU only: no device backend loaded
+    env = backend_env.child_environ()  # the CPU only: no device backend loaded
     try:
         argv = [children.interpreter(), "-m", "model_support.probe.checks", file.name]
         return children.last_json(argv, "the reference", timeout_s, env=env)
@@ -266,7 +266,7 @@ class Standby:
                 stdout=self._log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.PIPE,
-                env={**os.environ, **(env or {})},
+                env=backend_env.child_environ(env),
                 start_new_session=True,
             )
         except OSError:  # no process (fork's ENOMEM, too many open files): the caller says so
@@ -487,8 +487,7 @@ def _record_from_outcome(
 #: Run in a standby kernel before its model is known: what every probe imports, nothing device-bound
 #: (a device backend such as torch_tpu, when one is used, is loaded by its device adapter later).
 WARM_UP = """
-import os
-os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+import model_support  # before torch: the package decides that torch autoloads no backend (backend_env)
 import torch, transformers
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from model_support import probe
