@@ -29,9 +29,9 @@ STACK = {"missing_ops": ["aten::rsqrt"]}
 MODELS = ("tiny-llama", "tiny-opt")
 PROBE = {"device": "pretend", "max_new_tokens": 2, "judge": False, "perf": "off"}
 BIN = Path(sys.executable).parent
-#: What the TPU runtime says when it loads (torch_tpu's warnings, libtpu's set-up, PJRT's plugin, its lockfile, the
-#: path it writes): never in a pretend probe's log. (The notebooks name libtpu's version and LIBTPU_INIT_ARGS.)
-TPU_RUNTIME = re.compile(r"TorchTpu|pjrt_api|PjRt|libtpu\.so|TPU_LIBRARY_PATH|lockfile|metadata server", re.IGNORECASE)
+#: What the TPU runtime says when it loads (torch_tpu's tcmalloc warning, libtpu's set-up, PJRT's plugin, its
+#: lockfile, the path it writes): never in a pretend probe's output.
+TPU_RUNTIME = re.compile(r"TorchTpu/|tcmalloc|pjrt_api|PjRt|libtpu\.so|TPU_LIBRARY_PATH|lockfile|metadata server", re.I)
 
 
 def typed(
@@ -52,12 +52,18 @@ def ok(done: subprocess.CompletedProcess, status: int = 0) -> str:
     return done.stdout + done.stderr
 
 
+def outputs(notebook: Path) -> str:
+    """What an executed notebook's cells printed and raised (not its source, which names TorchTPU's modes)."""
+    import nbformat
+
+    cells = nbformat.read(notebook, as_version=4).cells
+    return json.dumps([cell.get("outputs", []) for cell in cells])
+
+
 def probe_logs(data: Path) -> dict[str, str]:
-    """Every probe's log and executed notebook in the data folder, by path."""
-    found = {}
-    for path in [*data.glob("sweeps/*/logs/*"), *data.glob("sweeps/*/notebooks/*.ipynb")]:
-        if path.is_file():
-            found[str(path.relative_to(data))] = path.read_text(errors="replace")
+    """Every probe's log and what its executed notebook printed, by path."""
+    found = {str(p.relative_to(data)): p.read_text(errors="replace") for p in data.glob("sweeps/*/logs/*")}
+    found |= {str(p.relative_to(data)): outputs(p) for p in data.glob("sweeps/*/notebooks/*.ipynb")}
     return found
 
 
@@ -134,7 +140,8 @@ def test_the_nightly_and_the_gate_pass_on_the_same_stack(loop):
 
 
 def test_the_records_repro_script_runs_as_typed(loop):
-    """``model-support repro SWEEP MODEL > run.py; python run.py``: the same verdict, with plain python."""
+    """``model-support repro SWEEP MODEL > run.py; python run.py FOLDER`` (a model probed from a local folder takes
+    that folder): the same verdict, with plain python; no --variant needed where the model ran in one variant."""
     data, stack = loop["data"], loop["stack"]
     script = ok(typed([str(BIN / "model-support"), "repro", stack, "tiny-opt", "--data-dir", str(data)], REPO))
     run = loop["tmp"] / "run.py"
@@ -142,7 +149,7 @@ def test_the_records_repro_script_runs_as_typed(loop):
         typed([str(BIN / "model-support"), "repro", stack, "tiny-opt", "--data-dir", str(data)], REPO).stdout
     )
     assert script
-    done = typed([sys.executable, str(run)], loop["tmp"])
+    done = typed([sys.executable, str(run), str(REPO / "data" / "models" / "tiny-opt")], loop["tmp"])  # its folder
     said = ok(done)
     assert "PASS" in said and not TPU_RUNTIME.search(said), said[-2000:]
 
@@ -158,4 +165,4 @@ def test_the_papermill_probe_as_typed(loop, tmp_path):
     ok(typed(command, REPO))
     found = json.loads(record.read_text())
     assert found["status"] == "FAIL(gen)" and "rsqrt" in found["error_message"], found["error_message"]
-    assert not TPU_RUNTIME.search((tmp_path / "out.ipynb").read_text())
+    assert not TPU_RUNTIME.search(outputs(tmp_path / "out.ipynb"))

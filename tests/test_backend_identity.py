@@ -323,7 +323,6 @@ REMAINING = {
     "probe/probe_core.py": {"tpu": 7, "torch_tpu": 1},
     "probe/sharded/__init__.py": {"tpu_rank_env": 1},  # re-exports the tpu adapter's function for tests/test_sharded.py
     "record/schema.py": {"torch_tpu": 1, "libtpu": 1},  # the versions struct's fields: older files have these columns
-    "render/exports.py": {"torch_tpu": 2},  # the export's columns (docs: issue 46's render remainder)
 }
 
 

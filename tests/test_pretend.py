@@ -671,7 +671,9 @@ def test_the_repro_script_reproduces_the_failure_on_the_device(porting_loop, tmp
     again = subprocess.run(
         [sys.executable, str(script), folder], capture_output=True, text=True, env=pretend_env(AFTER), timeout=600
     )
-    assert again.returncode == 1 and "setting MODEL_SUPPORT_PRETEND=" in again.stderr, again.stderr[-3000:]
+    # said on stdout, where a user reads the run (issue 54: it was on stderr only), with the flag that runs as found
+    assert again.returncode == 1 and "setting MODEL_SUPPORT_PRETEND=" in again.stdout, again.stderr[-3000:]
+    assert "--stack-as-found" in again.stdout
     assert json.loads(again.stdout.strip().splitlines()[-1])["status"] == "FAIL(gen)"
     fixed = subprocess.run(
         [sys.executable, str(script), folder],

@@ -329,7 +329,9 @@ def test_latest_in_a_dataset_pulled_without_its_sweeps_is_the_newest_sweep_of_th
     (tmp_path / "results" / "sweep=empty-20261209T000000Z-eeee").mkdir()  # left empty by a compaction
     assert not (tmp_path / "sweeps").exists()
     assert store.resolve_sweep_id(tmp_path, "latest") == newest_stack
-    assert store.resolve_sweep_id(tmp_path, "latest:silu-on-host") == what_if  # named, it is found
+    with pytest.raises(UserError, match="is a what-if sweep"):  # named, it is still no sweep of the stack
+        store.resolve_sweep_id(tmp_path, "latest:silu-on-host")
+    assert store.resolve_sweep_id(tmp_path, what_if) == what_if  # its id names it
     assert store.resolve_sweep_id(tmp_path, "latest:zeta") == older_by_name
     assert (store.what_if_setting(tmp_path, all_excluded), store.what_if_setting(tmp_path, newest_stack)) == (
         "aten::rsqrt",
@@ -383,9 +385,9 @@ def test_a_what_if_sweep_takes_no_baseline_and_is_none(tmp_path):
     assert report.previous_sweep(tmp_path, hosted) is None
     assert not any((tmp_path / "results" / f"sweep={hosted}").glob("*.parquet"))  # a what-if row, not the stack's
     assert (
-        store.resolve_sweep_id(tmp_path, "latest:smoke") == hosted
-        and store.resolve_sweep_id(tmp_path, "latest") != hosted
+        store.resolve_sweep_id(tmp_path, "latest:smoke") == b and store.resolve_sweep_id(tmp_path, "latest") != hosted
     )
+    assert store.resolve_sweep_id(tmp_path, hosted) == hosted  # its id names it
     with pytest.raises(UserError, match="as a what-if run"):  # the stand-in's script would run the stack's kernels
         repro.script_for(tmp_path, hosted, "org/a")
     from model_support.render.terminal import sweep_list_rows

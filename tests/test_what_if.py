@@ -9,12 +9,14 @@ tiny-llama, its numbers checked against the CPU reference, its host calls counte
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
 import yaml
 
 from helpers import REPO, pretend_cli
+from model_support.errors import UserError
 
 PRETEND = {"crash_ops": ["aten::silu"], "crash_message": False}
 MODELS = [str(REPO / "data" / "models" / m) for m in ("tiny-llama", "tiny-gpt2")]
@@ -104,7 +106,9 @@ def test_a_what_if_run_is_never_the_stacks_verdict(what_if):
     assert after == before  # results rows, JUnit, Markdown and every support card, unchanged
     assert all("PASS" not in str(card) or "tiny-gpt2" in name for name, card in after["support"].items())
     assert store.resolve_sweep_id(data, "latest") == what_if["stack"]  # the newest sweep of the stack, not the what-if
-    assert store.resolve_sweep_id(data, "latest:silu-on-host") == what_if["hosted"]  # named, it is found
+    with pytest.raises(UserError, match="is a what-if sweep"):  # latest never names one, even of its own name
+        store.resolve_sweep_id(data, "latest:silu-on-host")
+    assert store.resolve_sweep_id(data, what_if["hosted"][:-2]) == what_if["hosted"]  # its id (a prefix) does
     done = cli(["diff", what_if["stack"], what_if["hosted"], "--fail-on", "regressions"], data, check=False)
     assert done.returncode != 0 and f"Sweep {what_if['hosted']} is a what-if sweep" in done.stderr + done.stdout
 
@@ -150,8 +154,12 @@ def test_a_what_if_sweep_is_refused_where_it_would_pass_for_the_stacks(what_if):
     assert done.returncode != 0 and "as a what-if run (host_ops='aten::silu'" in done.stderr, done.stderr[-1500:]
     done = cli(["export", what_if["hosted"], "--format", "junit"], data, check=False)
     assert done.returncode != 0 and "is a what-if sweep (operators on the host)" in done.stderr, done.stderr[-1500:]
-    listed = cli(["list"], data).stdout
-    assert "what-if: 2 run(s)" in listed and "│ 0    │" in listed, listed  # no PASS of the stack
+    listed = {r["sweep_id"]: r for r in json.loads(cli(["list", "--json"], data).stdout)}[what_if["hosted"]]
+    assert listed["PASS"] == 0 and listed["what_if"]["PASS"] == 2, listed  # its own runs, no PASS of the stack
+    assert listed["what_if"]["host_ops"] == "aten::silu" and listed["what_if"]["proves"] is None  # run by hand
+    assert "what-if 2" in cli(["list"], data).stdout
+    said = " ".join(cli(["ops", what_if["hosted"]], data).stdout.split())  # no plan of its own: said, not empty
+    assert said.startswith(f"Sweep {what_if['hosted']} is a what-if run with aten::silu on the host"), said
 
 
 def test_a_what_if_sweep_says_what_it_is_in_its_summary_and_its_own_report(what_if):

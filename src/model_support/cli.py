@@ -19,12 +19,57 @@ import click
 from .errors import Interrupted, StorageFull, UserError
 from .paths import DATA_DIR_VAR
 
+#: The commands that create the data folder when it is missing (a new sweep writes one); every other command, and
+#: ``sweep --resume``, reads one.
+CREATES_DATA_DIR = ("sweep", "nightly")
+
+
+def _data_dir_words(ctx, data_dir: Path) -> str:
+    """The data folder as the user gave it: ``--data-dir X``, ``$MODEL_SUPPORT_DATA_DIR (X)`` or the default."""
+    from click.core import ParameterSource
+
+    source = ctx.get_parameter_source("data_dir")
+    if source == ParameterSource.ENVIRONMENT:
+        return f"${DATA_DIR_VAR} ({data_dir})"
+    if source == ParameterSource.DEFAULT:
+        return f"the default data folder {data_dir} (in {Path.cwd()})"
+    return f"--data-dir {data_dir}"
+
+
+def _require_data_dir(kwargs: dict) -> None:
+    """A data folder that does not exist, refused by every command that reads one (all but a new sweep:
+    ``CREATES_DATA_DIR``) in one sentence naming where it came from, before the command runs; a command naming a
+    sweep says that sweep does not exist, and why."""
+    data_dir = kwargs.get("data_dir")
+    ctx = click.get_current_context()
+    if data_dir is None or Path(data_dir).exists():
+        return
+    if ctx.command.name in CREATES_DATA_DIR and not kwargs.get("resume"):
+        return
+    named = _data_dir_words(ctx, Path(data_dir))
+    sweep = next((kwargs[name] for name in SWEEP_ARGUMENTS if kwargs.get(name)), None)
+    if sweep and (sweep == "latest" or sweep.startswith("latest:")):  # what the command was asked for, first
+        named = f"There is no {sweep!r} sweep, since {named}"
+    elif sweep:
+        named = f"Sweep {sweep!r} does not exist, since {named}"
+    raise UserError(
+        f"{named} does not exist: give the data folder a sweep wrote (the one holding sweeps/), or run "
+        "`model-support sweep` first, which creates it."
+    )
+
 
 def _finish_interrupted(ctx, param, data_dir: Path) -> Path:
-    """Every command reading or writing the data folder first finishes a change of its dataset that a stopped
-    process left half-done (``store.finish_interrupted``), one line each."""
+    """Every command reading or writing the data folder first refuses one that is a file, then finishes a change of
+    its dataset that a stopped process left half-done (``store.finish_interrupted``), one line each; a missing one is
+    ``_require_data_dir``'s (it needs to know the command's arguments)."""
     from .record import store
 
+    if data_dir is not None and not ctx.resilient_parsing and Path(data_dir).exists() and not Path(data_dir).is_dir():
+        raise click.UsageError(
+            f"{_data_dir_words(ctx, Path(data_dir))} is a file, not a folder: give the data folder, the one holding "
+            "sweeps/ (e.g. --data-dir data).",
+            ctx,
+        )
     if data_dir is not None and (Path(data_dir) / "sweeps").is_dir() and store.interrupted(data_dir):
         try:
             for line in store.finish_interrupted(data_dir):
@@ -71,6 +116,7 @@ def user_errors(command):
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         try:
+            _require_data_dir(kwargs)
             _resolve_sweep_ids(kwargs)
             return command(*args, **kwargs)
         except (UserError, StorageFull, Interrupted) as exc:
@@ -112,7 +158,8 @@ def main(debug):
     "resume",
     default=None,
     metavar="SWEEP_ID",
-    help="Finish an interrupted sweep: run only models without a record.",
+    help="Finish an interrupted sweep (instead of PARAMS_FILE): run only models without a record; a complete one is "
+    "said so and left as it is.",
 )
 @click.option(
     "--report/--no-report", default=True, show_default=True, help="Render the sweep's HTML report at the end."
@@ -140,11 +187,18 @@ def sweep(params_file, data_dir, workers, executor, prefetch, resume, report, de
     """Run the probe notebook once per model of PARAMS_FILE (YAML) and publish the results."""
     if params_file is None and resume is None:
         raise UserError("Give a sweep definition such as params/smoke.yaml, or --resume SWEEP_ID.")
+    if params_file is not None and resume is not None:
+        raise UserError(
+            f"Give {params_file} (a new sweep) or --resume {resume} (finish that sweep, which keeps its own definition "
+            "in sweep.json), not both."
+        )
     probe_overrides = _probe_overrides(device, overrides)
     if probe_overrides and resume:
         raise UserError("--device and -p set a new sweep's probe; a resumed sweep keeps its own (sweep.json).")
     if reruns is not None and resume:
         raise UserError("--reruns sets a new sweep's reruns; a resumed sweep keeps its own (sweep.json).")
+    if resume and _already_complete(data_dir, resume, report):
+        return
     signal.signal(signal.SIGTERM, _stop_on_sigterm)  # SIGTERM stops the sweep as Ctrl-C does, in one sentence
     try:
         try:
@@ -162,6 +216,37 @@ def sweep(params_file, data_dir, workers, executor, prefetch, resume, report, de
         sys.stderr.flush()
         sys.stdout.flush()
         os._exit(1)
+
+
+def _already_complete(data_dir: Path, sweep_id: str, report: bool) -> bool:
+    """``--resume`` of a sweep that finished (every model and variant has its record, its Parquet files hold them all
+    and, with ``report``, its report is there): one line saying so, exit status 0, nothing rewritten. False when
+    anything is left, a run or what a sweep stopped after its last record did not do (its compaction, its report):
+    the resume does it, as before."""
+    import pyarrow.parquet as pq
+
+    from .record import store
+    from .render.report import REPORTS
+    from .sweep import runner
+
+    meta = store.read_sweep(data_dir, sweep_id)
+    with store.SweepLock(store.sweep_dir(data_dir, sweep_id)):  # a sweep still running is refused, as before
+        if runner.tasks_to_run(data_dir, meta):
+            return False
+        stored = sum(1 for _ in store.iter_records(data_dir, sweep_id)) + len(meta.excluded or {})
+        files = [store.parquet_file(data_dir, c, sweep_id) for c in ("results", "excluded", store.WHAT_IF_CONFIG)]
+        if sum(pq.read_metadata(f).num_rows for f in files if f.is_file()) != stored:
+            return False
+        if report and not (Path(data_dir) / REPORTS / f"{sweep_id}.html").is_file():
+            return False
+        if moved := store.migrate_names(data_dir, sweep_id):  # what a resume promises (docs/dataset.md)
+            click.echo(f"Sweep {sweep_id}: {moved} record(s) moved to their one-to-one file names.", err=True)
+    click.echo(  # the words of a resume's last line (``_sweep``), then why nothing ran
+        f"sweep {sweep_id}: 0 probed now, {len(runner.build_tasks(meta))} models: the sweep is complete (every run has "
+        f"its record), nothing to resume and nothing rewritten; `model-support report {sweep_id}` renders its report "
+        "again."
+    )
+    return True
 
 
 def _probe_overrides(device: str | None, given: tuple[str, ...]) -> dict:
@@ -329,6 +414,13 @@ def _no_what_if_nightly(params_file) -> None:
     "--expect", type=click.Path(path_type=Path), default=None, help="Expected verdicts (YAML) over the definition's."
 )
 @click.option("--perf-threshold", default=None, help="With --fail-on perf: the slowdown that counts (default 5%).")
+@click.option(
+    "--across",
+    default=None,
+    metavar="LIST",
+    help="The settings the night may differ from its baseline in (comma-separated: device, dtype, mode); without "
+    "it the gate refuses a baseline whose runs differ in any of them (exit 2).",
+)
 @click.option("--report/--no-report", default=True, show_default=True, help="Render the sweep's HTML report.")
 @click.option(
     "--bisect/--no-bisect", default=True, show_default=True, help="Bisect each failing model when the stacks differ."
@@ -344,7 +436,7 @@ def _no_what_if_nightly(params_file) -> None:
 )
 @user_errors
 def nightly(
-    params_file, data_dir, workers, reruns, fail_on, expect, perf_threshold, report, bisect, find_links, push_to
+    params_file, data_dir, workers, reruns, fail_on, expect, perf_threshold, across, report, bisect, find_links, push_to
 ):
     """The nightly: sweep PARAMS_FILE (flakes rerun), gate it against the last sweep of the same name and device,
     export JUnit and Markdown, bisect and draft a bug report per regression signature, push; exit 1 on a failed
@@ -353,6 +445,7 @@ def nightly(
     from .analysis import perf
 
     gates = nightly_mod.check_fail_on(fail_on)
+    allowed = nightly_mod.check_across(across or "")
     threshold = perf.parse_threshold(perf_threshold) if perf_threshold is not None else None
     if expect is not None and not expect.is_file():
         raise UserError(f"--expect {expect} is no file; give an expectations YAML file of MODEL: {{verdict, reason}}.")
@@ -365,6 +458,7 @@ def nightly(
         fail_on=gates,
         expect=expect,
         perf_threshold=threshold,
+        across=allowed,
         bisect=bisect,
         find_links=find_links,
         push_to=push_to,
@@ -498,11 +592,20 @@ def report(sweep_id, baseline, data_dir):
     default=None,
     help="Expected verdicts (YAML: MODEL: {verdict, reason, until}): known failures do not fail the gate.",
 )
+@click.option(
+    "--across",
+    "across",
+    default=None,
+    metavar="LIST",
+    help="With --fail-on: the settings the two sweeps may differ in (comma-separated: device, dtype, mode); "
+    "without it the gate refuses sweeps whose runs differ in any of them.",
+)
 @data_dir_option
 @user_errors
-def diff(sweep_a, sweep_b, data_dir, fail_on, perf_threshold, expect_file):
+def diff(sweep_a, sweep_b, data_dir, fail_on, perf_threshold, expect_file, across):
     """What broke and what got fixed between SWEEP_A (before) and SWEEP_B (after); with --fail-on, a gate: one
-    line per regression, exit status 1 when there is one (expected failures, --expect, do not count)."""
+    line per regression, exit status 1 when there is one (expected failures, --expect, do not count). The gate
+    compares like with like: sweeps of another device, dtype or mode are refused (exit 2) unless --across names it."""
     from .analysis import gate as gate_mod
     from .analysis.perf import parse_threshold
     from .ops.changes import changes_text, stack_changes
@@ -511,10 +614,13 @@ def diff(sweep_a, sweep_b, data_dir, fail_on, perf_threshold, expect_file):
     gates = [g.strip() for g in (fail_on or "").split(",") if g.strip()]
     if perf_threshold is not None and "perf" not in gates:
         raise UserError("--perf-threshold applies to --fail-on perf; add perf to --fail-on or drop it.")
+    if across is not None and not gates:
+        raise UserError("--across applies to --fail-on; add the gates to --fail-on or drop it.")
+    allowed = gate_mod.check_across(across or "")
     threshold = parse_threshold(perf_threshold)
     expectations = gate_mod.load_expectations(expect_file) if expect_file else _recorded_expectations(data_dir, sweep_b)
     result = (
-        gate_mod.gate(data_dir, sweep_a, sweep_b, gates, expectations, perf_threshold=threshold)
+        gate_mod.gate(data_dir, sweep_a, sweep_b, gates, expectations, perf_threshold=threshold, across=allowed)
         if gates or expectations
         else None
     )
@@ -582,17 +688,26 @@ def _recorded_expectations(data_dir: Path, sweep_id: str) -> dict | None:
 def ops(sweep_id, on, as_json, prove, complete, workers, executor, data_dir):
     """The operators SWEEP_ID's models need: each model's verdict predicted from the census alone (no model
     runs), and the porting plan (missing operators, the one that unlocks the most models first); with --prove,
-    each step run with its operators on the host (docs/ops.md)."""
+    each step run with its operators on the host (docs/ops.md). A what-if sweep has no plan of its own: one sentence
+    says what it is and where its answers are (--json: that sentence in an object), exit status 0."""
     import json
 
     from . import analysis
     from . import ops as ops_mod
     from .ops.plan import plan_json, step_proofs
-    from .ops.prove import last_proof
+    from .ops.prove import last_proof, what_if_words
+    from .record import store
     from .render.ops import ops_text
 
     sweeps = analysis.sweep_index(Path(data_dir), cache_dir=Path(data_dir) / analysis.SWEEP_CACHE)
     analysis.require_sweep(sweeps, sweep_id)  # an unknown sweep: one sentence, with the known ones
+    host_ops = store.what_if_setting(Path(data_dir), sweep_id)
+    if host_ops:  # no plan of its own: what it is and where its answers are, said (a refusal only of --prove)
+        said = what_if_words(Path(data_dir), sweep_id, host_ops)
+        if prove or complete:
+            raise UserError(f"{said['said'].rstrip('.')}; --prove and --complete run a plan of the stack's sweep.")
+        click.echo(json.dumps(said, indent=1) if as_json else said["said"])
+        return
     if (prove or complete) and on:
         raise UserError("--prove and --complete run the sweep's own stack; --on predicts another one: use one of them.")
     if prove or complete:
@@ -727,6 +842,11 @@ def export(sweep_id, fmt, suspect_fails, data_dir):
     PASS is right, tokens/s, the stack, its record and repro."""
     from .render.exports import export as export_sweep
 
+    if suspect_fails and fmt != "junit":
+        raise UserError(
+            f"--suspect-fails applies to --format junit (a suspect PASS as a failing case); the {fmt} export already "
+            "says which PASSes are suspect (its check column): drop --suspect-fails or use --format junit."
+        )
     click.echo(export_sweep(data_dir, sweep_id, fmt, suspect_fails), nl=False)  # `> file`: a CI's artifact
 
 
@@ -743,9 +863,9 @@ def support(model, as_json, data_dir):
 
     from .analysis.support import model_ids
     from .analysis.support import support as card
-    from .debug.runner import resolve_id
+    from .probe.model_ids import resolve
 
-    cards = card(resolve_id(model_ids(data_dir), model, f"the dataset in {data_dir}"), data_dir)
+    cards = card(resolve(model_ids(data_dir), model, f"the dataset in {data_dir}"), data_dir)
     if as_json:
         click.echo(json.dumps(cards, indent=1))
         return
@@ -768,8 +888,9 @@ def support(model, as_json, data_dir):
 @data_dir_option
 @user_errors
 def list_(as_json, data_dir):
-    """The sweeps of the data folder, newest first: name, device, models, verdict counts, whether complete.
-    Any command taking a sweep id also takes `latest`, `latest:NAME` or a unique prefix of one."""
+    """The sweeps of the data folder, newest first: name, device, models, verdict counts, whether complete. A what-if
+    sweep (operators on the host) shows its own runs' counts, labelled what-if, right after the sweep it proves.
+    Any command taking a sweep id also takes `latest`, `latest:NAME` (never a what-if sweep) or a unique prefix."""
     import json
 
     from .render.terminal import sweep_list_rows, sweep_list_table
@@ -783,6 +904,16 @@ def list_(as_json, data_dir):
         from rich.console import Console
 
         sweep_list_table(rows, Console() if sys.stdout.isatty() else Console(width=160))
+
+
+def sweep_model(data_dir: Path, sweep_id: str, model: str) -> str:
+    """The model id of sweep ``sweep_id`` that MODEL names (``model_ids.resolve``: an exact name wins over
+    fragments), for debug, repro and localise; one sentence when it names none or several."""
+    from .probe.model_ids import resolve
+    from .record import store
+
+    meta = store.read_sweep(data_dir, sweep_id)
+    return resolve([entry.model_id for entry in meta.models], model, f"sweep {meta.sweep_id}")
 
 
 def sweep_model_arguments(variant_help: str):
@@ -829,6 +960,7 @@ def debug(sweep_id, model, data_dir, variant, parameters):
 
     # 0.5 -> float, as papermill's -y; an empty value stays empty (-p host_ops '': the stack as it is)
     overrides = {name: yaml.safe_load(value) if value.strip() else value for name, value in parameters}
+    model = sweep_model(data_dir, sweep_id, model)  # an exact name wins over fragments
     run = debug_mod.prepare_debug(data_dir, sweep_id, model, parameters=overrides, variant=variant)
     if run.stack_note:  # the notebook runs on the stack here: say so before it runs
         click.echo(run.stack_note)
@@ -859,15 +991,13 @@ def repro(sweep_id, model, data_dir, variant):
     It runs with plain python (`model-support repro S M > run.py; python run.py`), imports nothing of
     this package, and prints the probe's verdict and token ids as one JSON line.
     """
-    from .debug import resolve_model
     from .probe import probe_params
     from .probe import repro as repro_mod
-    from .record import store
 
     if variant is not None:
         variant = probe_params.variant(probe_params.parse_variant(variant))
-    entry = resolve_model(store.read_sweep(data_dir, sweep_id), model)
-    click.echo(repro_mod.script_for(data_dir, sweep_id, entry.model_id, variant), nl=False)
+    model_id = sweep_model(data_dir, sweep_id, model)
+    click.echo(repro_mod.script_for(data_dir, sweep_id, model_id, variant), nl=False)
 
 
 @main.command()
@@ -887,7 +1017,7 @@ def localise(sweep_id, model, data_dir, variant, as_json):
 
     from .debug import localise as localise_mod
 
-    result = localise_mod.localise(data_dir, sweep_id, model, variant)
+    result = localise_mod.localise(data_dir, sweep_id, sweep_model(data_dir, sweep_id, model), variant)
     if as_json:
         click.echo(json.dumps(result))
         return

@@ -117,6 +117,34 @@ def show_html(markup: str) -> None:
     display(HTML(markup))
 
 
+#: The one verdict that needs no reason beside it (``record.schema.PASS``: this room imports nothing of ``record``).
+PASS = "PASS"
+
+
+def outcome_text(record: Mapping[str, object]) -> str:
+    """A probe's outcome in one line, what its reader needs first: the verdict and, for any but a PASS, where it
+    failed and the sentence that says why (the record's error), or why there is no verdict (its exclusion reason)."""
+    status, model, device = record.get("status"), record.get("model_id"), record.get("device_type")
+    if status is None:
+        return f"no verdict for {model} on {device}: {record.get('exclusion_reason') or 'nothing ran'}"
+    if status == PASS:
+        return f"{PASS}: {model} on {device}"
+    why = ": ".join(str(x) for x in (record.get("error_type"), record.get("error_message")) if x)
+    return f"{status} at {record.get('failure_stage') or '?'}: {why or 'no error recorded'}"
+
+
+def show_outcome(record: Mapping[str, object]) -> None:
+    """Display ``outcome_text`` as the notebook's headline: large, and for any but a PASS boxed, so the sentence that
+    says why is read before the record's table (its text/plain is the line itself: ``papermill --log-output`` and
+    text viewers show it too)."""
+    from IPython.display import display
+
+    text = outcome_text(record)
+    box = "" if record.get("status") == PASS else "border-left:6px solid #c62828;background:#fff4f4;padding:8px 12px;"
+    markup = f"<div style='{box}font-size:1.15em;white-space:pre-wrap'><strong>{html.escape(text)}</strong></div>"
+    display({"text/html": markup, "text/plain": text}, raw=True)
+
+
 def show_tagged(flag: str, markup: str, data: Mapping[str, object], text: str) -> None:
     """Display ``markup`` and store ``data`` in the same output, tagged with ``flag``."""
     from IPython.display import display

@@ -44,14 +44,17 @@ def write_exports(data_dir: Path, sweep_id: str) -> list[Path]:
 
 
 def _rows(data_dir: Path, sweep_id: str) -> dict[tuple[str, str], dict]:
-    """{(model, variant): the row's error, attribution, repro body and versions} of a sweep's results."""
+    """{(model, variant): the row's error, attribution, repro body, versions and backend} of a sweep's results."""
     from .analysis.frames import variant_col
 
     rows = (
         store.scan(data_dir, "results")
         .filter(pl.col("sweep_id") == sweep_id)
         .with_columns(variant_col())
-        .select("model_id", "variant", "error_type", "error_message", "attribution", "repro_sha256", "versions")
+        .select(
+            *("model_id", "variant", "error_type", "error_message", "attribution", "repro_sha256", "versions"),
+            *("device_type", "backend_versions"),  # the backend that ran, for the draft's stack line
+        )
         .collect()
     )
     return {(r["model_id"], r["variant"]): r for r in rows.iter_rows(named=True)}
@@ -84,25 +87,37 @@ def after_sweep(
     fail_on: tuple[str, ...] = ("regressions", "new-failures"),
     expect: Path | str | None = None,
     perf_threshold: float | None = None,
+    across: tuple[str, ...] = (),
     bisect: bool = True,
     find_links: Path | None = None,
     push_to: str | None = None,
     log: Callable[[str], None] = print,
 ) -> int:
-    """Everything after the sweep; the exit status (1: the gate failed)."""
+    """Everything after the sweep; the exit status (1: the gate failed; 2: it refused to compare the night with its
+    baseline, their runs differing in a dtype or mode ``across`` does not allow: ``decision.refuse_unlike``). A
+    refusal is said as the gate's line and the push still runs: the night's verdicts are the night's, whatever the
+    gate could compare them with."""
     data_dir = Path(data_dir)
     meta = store.read_sweep(data_dir, sweep_id)
     for path in write_exports(data_dir, sweep_id):
         log(f"export:   {path}")
     baseline = flakes.baseline_id(data_dir, meta)  # the one rule: recorded by the sweep, else the last of its name
     status = 0
+    result: gate_mod.GateResult | None = None
     if baseline is None:
         log(f"No earlier sweep named {meta.name!r} on this device: nothing to gate against (the next night will).")
     else:
         known = expected_mod.load_expectations(expect) if expect else expected_mod.from_meta(meta.expect)
         threshold = perf_mod.DEFAULT_THRESHOLD if perf_threshold is None else perf_threshold
-        result = gate_mod.gate(data_dir, baseline, sweep_id, list(fail_on), known, perf_threshold=threshold)
         log(f"gate:     {sweep_id} against {baseline} ({', '.join(fail_on)})")
+        try:
+            result = gate_mod.gate(
+                data_dir, baseline, sweep_id, list(fail_on), known, perf_threshold=threshold, across=across
+            )
+        except UserError as refused:
+            log(f"  gate refused: {refused}")
+            status = 2
+    if result is not None:
         for line in result.known + result.notes:
             log(f"  {line}")
         for line in result.failing:
@@ -150,6 +165,8 @@ def _draft(data_dir, name, baseline, sweep_id, changes, bisect, find_links, log)
                 bisect=answers.get((c["model_id"], c["variant"])),
                 localised=_localised(data_dir, sweep_id, c["model_id"], c["variant"]),
                 versions=dict(row.get("versions") or {}),
+                device_type=row.get("device_type"),
+                backend_versions=row.get("backend_versions"),
             )
         )
     changed = bisect_stacks.sweep_changes_line(data_dir, baseline, sweep_id)
@@ -190,6 +207,12 @@ def _plan_section(data_dir: Path, sweep_id: str, regressions: list) -> Callable[
         return "\n## In the porting plan (`model-support ops " + sweep_id + "`)\n\n" + "\n".join(lines) + "\n"
 
     return section
+
+
+def check_across(across: str) -> tuple[str, ...]:
+    """``--across`` as a tuple of settings (``gate.check_across``), one sentence for another word: checked before the
+    sweep runs, as ``--fail-on`` is."""
+    return gate_mod.check_across(across)
 
 
 def check_fail_on(fail_on: str) -> tuple[str, ...]:

@@ -31,15 +31,21 @@ The rules, in order (the first that applies):
    and ``new-failures``); no verdict in A, B not passing: ``new failure`` (fails ``new-failures``); A not passing,
    B a clean PASS: ``fixed``; both not passing: ``still failing``; both passing: ``passing``.
 
+Two sweeps are gated only when alike (``refuse_unlike``): runs of another device, dtype or mode are refused in one
+sentence before anything is judged, unless ``--across`` names the setting (the variant names neither the device nor
+the dtype, so a FAIL on one device read as a regression of a PASS on another).
+
 Performance (``perf_change``): two PASS runs' repeats are compared only when they are like (the same
-``perf_tokens``, device, mode, dtype, stack of a several-stack sweep and clock); otherwise ``not comparable`` with
-what differs. Like runs are decided from their medians against the threshold *and* a noise estimate taken from both
-sweeps' repeats: ``slower`` / ``faster`` when the medians moved by more than both, ``within noise`` otherwise (the
-line says when the noise, not the threshold, decided: more repeats would tell). The noise is each median's standard
-error (1.2533 x sigma / sqrt(n), sigma the standard deviation of the repeats less the one farthest from their
-median, corrected for what that leaves out: ``_TRIMMED_SIGMA``), the two combined as independent errors, times ``NOISE_SIGMAS`` (4). Medians, not the ranges the gate once
-compared: one disturbed repeat of three moves a range without bound, and a median not at all; a standard error, not
-one repeat's spread: more repeats narrow it, so a small slowdown is caught by asking for more (``perf_repeats``).
+``perf_tokens``, device, mode, dtype, stack of a several-stack sweep, clock and input: prompt, chat template used,
+``tokens_in``); otherwise ``not comparable`` with what differs. A tokens/s derived from TTFT and TPOT (one-token
+repeats) is not judged: they are (``analysis.perf.judged``). Like runs are decided from their medians against the
+threshold *and* a noise estimate taken from both sweeps' repeats: ``slower`` / ``faster`` when the medians moved by
+more than both, ``within noise`` otherwise (the line says when the noise, not the threshold, decided: more repeats
+would tell). The noise is each median's standard error (1.2533 x sigma / sqrt(n), sigma the standard deviation of
+the repeats less the one farthest from their median, corrected for what that leaves out: ``_TRIMMED_SIGMA``), the
+two combined as independent errors, times ``NOISE_SIGMAS`` (4). Medians, not the ranges the gate once compared: one
+disturbed repeat of three moves a range without bound, and a median not at all; a standard error, not one repeat's
+spread: more repeats narrow it, so a small slowdown is caught by asking for more (``perf_repeats``).
 Left as it is: between two sweeps a host's load can move every repeat of one sweep at once, which no repeat shows;
 the threshold covers that, and on a busy host a larger one is needed (tests/test_perf_host_clock.py). Within one
 phase a level shift moves several repeats together, and the noise estimate assumes independent repeats: simulated
@@ -338,6 +344,94 @@ def refuse_what_if(data_dir, *sweep_ids: str) -> None:
             )
 
 
+#: What the gate holds alike between two whole sweeps (``refuse_unlike``): ``--across``'s word -> (the record's
+#: field, how it reads in the sentence). The variant names the mode, not the device nor the dtype: a CPU sweep's
+#: ``tiny-llama [eager+dynamic]`` and a pretend device's are one run to the decision, and the gate had failed on
+#: "regression: tiny-llama PASS -> FAIL(gen)" with the devices named only in the diff's header.
+ALIKE = {"device": ("device_type", "device"), "dtype": ("dtype", "dtype"), "mode": ("mode", "mode")}
+#: What ``--across`` takes.
+ACROSS = tuple(ALIKE)
+
+
+def check_across(words) -> tuple[str, ...]:
+    """``--across`` as a tuple of ``ACROSS`` words (a comma-separated text or a list); one sentence for another."""
+    from ..errors import UserError
+
+    if isinstance(words, str):
+        words = words.split(",")
+    found = tuple(w.strip() for w in words or () if w.strip())
+    unknown = [w for w in found if w not in ALIKE]
+    if unknown:
+        raise UserError(f"--across {unknown[0]!r} is not one of {', '.join(ACROSS)} (comma-separated).")
+    return found
+
+
+def sweep_settings(data_dir, sweep_id: str) -> dict[tuple[str, str], dict[str, str | None]]:
+    """{(model, variant): {device_type, dtype, mode}} of a sweep's verdicts (the latest row of each, as the decision
+    reads them); a null mode (an older file) read from the variant, which always names it."""
+    from pathlib import Path
+
+    import polars as pl
+
+    from ..record import store
+    from .frames import _sweep_rows, variant_col
+
+    fields = [column for column, _ in ALIKE.values()]
+    rows = (
+        _sweep_rows(store.scan(Path(data_dir), "results"), sweep_id, ["model_id", "variant", "started_at", *fields])
+        .with_columns(variant_col())
+        .with_columns(pl.coalesce(pl.col("mode"), pl.col("variant").str.split("+").list.first()).alias("mode"))
+        .sort("started_at", nulls_last=False)
+        .unique(["model_id", "variant"], keep="last", maintain_order=False)
+        .collect()
+    )
+    return {(r["model_id"], r["variant"]): {f: r[f] for f in fields} for r in rows.iter_rows(named=True)}
+
+
+def unlike_sweeps(before: dict, after: dict, across=()) -> dict[str, tuple[list[str], list[str]]]:
+    """What sets two sweeps' runs apart (``sweep_settings`` of each): {``--across`` word: (A's values, B's)} for each
+    ``ALIKE`` setting not in ``across`` that differs: a run both sweeps have ran with another value of it, or the
+    two share no value of it (the variant names the mode, so sweeps of disjoint modes share no run: each would read
+    as vanished and new). A null (a row that does not say: an older file, a hand-made record) says nothing; a sweep
+    with no rows has nothing to set apart. A definition that adds or drops a mode still compares what it shares."""
+    found = {}
+    for word, (column, _) in ALIKE.items():
+        if word in across:
+            continue
+        was = {run.get(column) for run in before.values()} - {None}
+        now = {run.get(column) for run in after.values()} - {None}
+        if not was or not now:
+            continue
+        shared = [
+            key
+            for key in before.keys() & after.keys()
+            if None not in (before[key].get(column), after[key].get(column))
+            and before[key][column] != after[key][column]
+        ]
+        if shared or not was & now:
+            found[word] = (sorted(was), sorted(now))
+    return found
+
+
+def refuse_unlike(data_dir, a: str, b: str, across=()) -> None:
+    """One sentence, before anything is judged, for two sweeps whose runs ran on another device (``device_type``),
+    dtype or mode (``unlike_sweeps``) unless ``across`` names each setting that may differ: a verdict on one device
+    is no regression of another, and a FAIL(gen) on the pretend device against a PASS on the CPU had failed the gate
+    as a regression. The perf gate keeps its own rule per run (``unlike``: such runs are not comparable)."""
+    from ..errors import UserError
+
+    differs = unlike_sweeps(sweep_settings(data_dir, a), sweep_settings(data_dir, b), check_across(across))
+    if not differs:
+        return
+    parts = [
+        f"{ALIKE[word][1]} ({', '.join(was)} in {a}; {', '.join(now)} in {b})" for word, (was, now) in differs.items()
+    ]
+    raise UserError(
+        f"Sweeps {a} and {b} differ in {' and '.join(parts)}: the gate compares a run only with itself on the "
+        f"same device, dtype and mode; give --across {','.join(differs)} to compare them anyway."
+    )
+
+
 def decide_between(
     data_dir, a: str, b: str, expectations: Mapping[str, Expectation] | None = None, today: _dt.date | None = None
 ) -> tuple[SweepRuns, SweepRuns, list[Change]]:
@@ -360,7 +454,10 @@ PERF_KINDS = (SLOWER, FASTER, WITHIN_NOISE, NOT_COMPARABLE)
 NOISE_SIGMAS = 4.0
 #: The standard error of a median is about this times the standard deviation over the square root of the repeats.
 MEDIAN_SE = 1.2533
-#: What must be equal for two runs' timings to compare: field -> how a difference reads.
+#: What must be equal for two runs' timings to compare: field -> how a difference reads. The input is part of the
+#: work timed: TTFT is the prompt's prefill and each decode step reads a KV cache as long as it, so a 52-token prompt
+#: against a 5-token one (another ``prompt``, a chat template used on one side only, another tokenizer's count) is
+#: not comparable; it had read as "timed alike ... passed".
 LIKE = {
     "perf_tokens_out": "tokens per timed repeat (perf_tokens, or the phase's own floor: 4, 16 on the CPU)",
     "device_type": "device",
@@ -369,7 +466,14 @@ LIKE = {
     "dtype": "dtype",
     "stack_name": "stack",
     "perf_clock": "clock",
+    "prompt": "prompt",
+    "chat_template_used": "chat template used",
+    "tokens_in": "prompt tokens (tokens_in, after the chat template)",
 }
+#: LIKE's fields said quoted and cut (a prompt can be long).
+_QUOTED = ("prompt",)
+#: How much of a quoted value a line says.
+_QUOTED_CHARS = 40
 
 
 def finite(values) -> list[float]:
@@ -474,10 +578,21 @@ def compare_repeats(
 def unlike(then: dict, now: dict, ignore: tuple[str, ...] = ()) -> list[str]:
     """What makes two runs' timings not comparable (``LIKE``, less the fields in ``ignore``), as "mode eager ->
     compile"; [] when they are like. A field neither row has (an older file) is not held against them; one only one
-    of them has is said as unknown on the other side (recorded before the field was)."""
-    said_as = lambda v, side: f"unknown in {side} (recorded before it was)" if v is None else str(v)  # noqa: E731
+    of them has is said as unknown on the other side, and the runs are not comparable: nothing vouches that they are
+    alike there. For the input's fields that is never an older file's gap (``prompt`` and ``chat_template_used`` are
+    in every record, ``tokens_in`` since version 2, the timings since 16), so a null on one side is a row that cannot
+    say what it timed."""
+
+    def said_as(name: str, value, side: str) -> str:
+        if value is None:
+            return f"unknown in {side} (its row does not say)"
+        if name in _QUOTED:
+            text = str(value)
+            return repr(text if len(text) <= _QUOTED_CHARS else text[: _QUOTED_CHARS - 1] + "…")
+        return str(value)
+
     return [
-        f"{said} {said_as(then.get(f), 'A')} -> {said_as(now.get(f), 'B')}"
+        f"{said} {said_as(f, then.get(f), 'A')} -> {said_as(f, now.get(f), 'B')}"
         for f, said in LIKE.items()
         if f not in ignore and (then.get(f) is not None or now.get(f) is not None) and then.get(f) != now.get(f)
     ]

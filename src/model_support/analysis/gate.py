@@ -17,10 +17,13 @@ from ..errors import UserError
 from . import decision, perf
 from .expectations import SUSPECT_PASS, Expectation, load_expectations
 
-__all__ = ["GATES", "SUSPECT_PASS", "Expectation", "GateResult", "gate", "load_expectations"]
+__all__ = ["ACROSS", "GATES", "SUSPECT_PASS", "Expectation", "GateResult", "check_across", "gate", "load_expectations"]
 
 #: What ``--fail-on`` takes.
 GATES = decision.GATES
+#: What ``--across`` takes: the settings two gated sweeps may be allowed to differ in.
+ACROSS = decision.ACROSS
+check_across = decision.check_across
 
 
 @dataclass
@@ -65,11 +68,21 @@ def gate(
     expectations: dict[str, Expectation] | None = None,
     today: _dt.date | None = None,
     perf_threshold: float = perf.DEFAULT_THRESHOLD,
+    across: tuple[str, ...] | list[str] = (),
 ) -> GateResult:
     """The gate of sweep ``b`` against ``a`` for each of ``fail_on`` (``GATES``); ``perf``: a slowdown beyond
-    ``perf_threshold`` and beyond noise (``analysis.perf``, ``decision.compare_repeats``)."""
+    ``perf_threshold`` and beyond noise (``analysis.perf``, ``decision.compare_repeats``).
+
+    A gate compares like with like: two sweeps whose runs differ in device, dtype or mode are refused in one
+    sentence before anything is judged (``decision.refuse_unlike``), unless ``across`` (``--across``) names each
+    setting allowed to differ; a what-if sweep is refused first (``decision.refuse_what_if``). Without a gate word
+    (the diff's table with a definition's expectations) nothing is gated, so nothing is refused."""
     check_gates(fail_on)
+    across = decision.check_across(across)
     data_dir = Path(data_dir)
+    if fail_on:
+        decision.refuse_what_if(data_dir, a, b)
+        decision.refuse_unlike(data_dir, a, b, across)
     before, after, found = decision.decide_between(data_dir, a, b, expectations, today)
     if not before.runs and not before.defined:
         raise UserError(

@@ -176,7 +176,8 @@ def sweep_index(data_dir: Path | str, stats: pl.DataFrame | None = None, cache_d
 
     A sweep is known by its ``sweeps/<id>/sweep.json`` or by rows in either config. Columns:
     sweep_id, name, created_at (UTC; from sweep.json, else the sweep's earliest ``started_at``),
-    models (results rows), excluded (excluded rows), device_type, host, params_file. ``stats``
+    models (results rows), excluded (excluded rows), device_type, host, params_file, what_if (a what-if sweep:
+    operators on the host, no verdict of the stack; ``what_if_sweeps``' rule: its definition, else its rows). ``stats``
     (``sweep_stats`` of the results, collected) saves a pass over the rows when already at hand;
     ``cache_dir`` keeps what it reads of each sweep.json there (see ``_cached_meta_facts``).
     """
@@ -202,6 +203,10 @@ def sweep_index(data_dir: Path | str, stats: pl.DataFrame | None = None, cache_d
     counted, excluded_counted = pl.collect_all([rows, excluded])
     by_rows = {r["sweep_id"]: r for r in counted.iter_rows(named=True)}
     by_excl = {r["sweep_id"]: r for r in excluded_counted.iter_rows(named=True)}
+    # a sweep pulled without its definition is a what-if one by its rows (asked of all at once; none in a data folder
+    # of its own sweeps): its runs are in the what_if config, or older stand-ins in results carry host_ops
+    pulled = sorted((set(by_rows) | set(by_excl)) - set(meta) - {None})
+    what_if = {s for s, facts in meta.items() if facts["host_ops"]} | set(store.host_ops_by_rows(data_dir, pulled))
 
     records = []
     for sweep_id in sorted((set(meta) | set(by_rows) | set(by_excl)) - {None}):
@@ -222,6 +227,7 @@ def sweep_index(data_dir: Path | str, stats: pl.DataFrame | None = None, cache_d
                 "device_type": row.get("device_type") or (info["device"] if info else None),
                 "host": (info["host"] if info else None) or row.get("host"),
                 "params_file": info["params_file"] if info else None,
+                "what_if": sweep_id in what_if,
             }
         )
     records.sort(
@@ -243,6 +249,7 @@ def sweep_index(data_dir: Path | str, stats: pl.DataFrame | None = None, cache_d
             "device_type": pl.String,
             "host": pl.String,
             "params_file": pl.String,
+            "what_if": pl.Boolean,
         },
         orient="row",
     )
@@ -262,14 +269,19 @@ def previous_sweep_id(sweeps: pl.DataFrame, sweep_id: str, device_type: str | No
     """The latest sweep of the same name on the same device type created before ``sweep_id`` that has results
     rows (a wholly excluded sweep, e.g. a broken stack, is no baseline); None when there is none. A sweep of
     another list or another device is no default baseline: its diff would be every model's. ``device_type``: the
-    sweep's own, where its rows do not say it yet (a sweep running: ``analysis.flakes``)."""
+    sweep's own, where its rows do not say it yet (a sweep running: ``analysis.flakes``). A what-if sweep
+    (``sweeps``' ``what_if``: operators on the host) is never one, nor has one: its runs are no verdict of the stack,
+    even where older stand-ins of it sit in results (the report's default baseline, the nightly's, the gate's
+    earlier verdicts all ask here)."""
     require_sweep(sweeps, sweep_id)
     rows = sweeps.to_dicts()
     position = [r["sweep_id"] for r in rows].index(sweep_id)
     this = {**rows[position], **({"device_type": device_type} if device_type else {})}
+    if this.get("what_if"):
+        return None
     for row in reversed(rows[:position]):
         same_device = this["device_type"] is None or row["device_type"] == this["device_type"]  # None: no rows
-        if row["models"] and row["name"] == this["name"] and same_device:
+        if row["models"] and row["name"] == this["name"] and same_device and not row.get("what_if"):
             return row["sweep_id"]
     return None
 

@@ -3,10 +3,11 @@
 Why a rule and not a plain percentage: one sweep's timing of a model moves by a few per cent from run to run
 (the host's load, the allocator, the clocks), so a change counts only when two like runs' medians moved by more than
 the threshold *and* beyond the noise of both sweeps' repeats: the rule is ``analysis.decision``'s (``perf_change``,
-``compare_repeats``), the one decision every reader shares. Each PASS carries its repeats (``ttft_s_repeats``, ``tpot_s_repeats``, ``perf_tokens_per_s_repeats``: the
-record's ``perf`` group, measured in the device phase by ``probe.performance``). Where the census timed the
-operators (``ops_device_s``, eager modes on a device whose calls are synchronous), a slowdown names the
-operator whose time grew the most.
+``compare_repeats``), the one decision every reader shares. Each PASS carries its repeats (``ttft_s_repeats``,
+``tpot_s_repeats``, ``perf_tokens_per_s_repeats``: the record's ``perf`` group, measured in the device phase by
+``probe.performance``); a tokens/s derived from TTFT and TPOT (repeats of one token) is not judged, those two are
+(``judged``). Where the census timed the operators (``ops_device_s``, eager modes on a device whose calls are
+synchronous), a slowdown names the operator whose time grew the most.
 """
 
 from __future__ import annotations
@@ -113,12 +114,35 @@ def direction(ra: list[float], rb: list[float], more_is_better: bool, threshold:
     return moved if moved in (decision.SLOWER, decision.FASTER) else None
 
 
+def derived_tokens_per_s(row: dict) -> bool:
+    """Whether a row's tokens/s was derived, not measured: its repeats were of one token (``perf_tokens_out`` 1),
+    so each repeat's tokens/s is the verdict's length over a warm TTFT plus the verdict's TPOT *median* for every
+    token after it (``probe.performance.tokens_per_s``; before the verdict's steps gave TPOT, one token's
+    tokens/s was 1 / TTFT, TTFT again). A repeat of one token times no step of its own, so a row says so by its
+    length alone, in older files too."""
+    return row.get("perf_tokens_out") == 1
+
+
+def judged(metric: str, then: dict, now: dict) -> bool:
+    """Whether the gate judges ``metric`` between two like rows: every metric, but tokens/s where it was derived
+    (``derived_tokens_per_s``).
+
+    Why not judged, rather than judged through TPOT's uncertainty: a derived tokens/s is a function of TTFT and TPOT,
+    which the gate judges each against its own repeats' noise; its own repeats share one TPOT median, so their
+    spread carries none of TPOT's noise, and judged on it, noise alone read as slower 2.4% of the time at 5% step
+    noise and 11.1% at 8% (TPOT alone 0.1%; tests/test_perf_noise.py). Carrying TPOT's noise into it would only say
+    again what TTFT and TPOT say: the generation's time is TTFT plus the steps, and a sum of two times each worse by
+    at most the threshold is worse by at most the threshold, so tokens/s cannot get slower beyond the threshold
+    unless TTFT or TPOT does. A measured tokens/s (repeats that decode) carries its own noise and is judged."""
+    return metric != "perf_tokens_per_s" or not (derived_tokens_per_s(then) or derived_tokens_per_s(now))
+
+
 def compare_runs(then: dict, now: dict, threshold: float, ignore: tuple[str, ...] = ()) -> tuple[str, list, str]:
     """Two PASS rows of one (model, variant) (``_latest_passes``): (kind, the metrics' ``MetricChange``s, why).
     Not comparable when either was not timed or they are unlike (``decision.unlike``, less the fields in
     ``ignore``: the stack, between the stacks of one sweep); slower when a metric got slower beyond noise, faster
     when one got faster and none slower, not comparable when a metric could not be compared, within noise
-    otherwise."""
+    otherwise. A metric the gate does not judge (``judged``: a derived tokens/s) is left out of the metrics."""
     timed = [bool(r.get("tpot_s_repeats")) for r in (then, now)]
     if not all(timed):
         where = " or ".join(s for s, t in zip(("A", "B"), timed) if not t)
@@ -130,6 +154,7 @@ def compare_runs(then: dict, now: dict, threshold: float, ignore: tuple[str, ...
     found = [
         decision.compare_repeats(then[repeats] or [], now[repeats] or [], more_is_better, threshold, metric)
         for metric, (repeats, more_is_better) in METRICS.items()
+        if judged(metric, then, now)
     ]
     why = "; ".join(dict.fromkeys(m.why for m in found if m.why))  # one reason once, not once per metric
     kinds = {m.kind for m in found}
@@ -317,9 +342,15 @@ def gate_lines(data_dir: Path | str, before_id: str, after_id: str, threshold: f
         failing.append(
             f"perf: nothing compared: no run is a PASS timed alike in both {before_id} and {after_id} ({hint})"
         )
+    derived = sum(not judged("perf_tokens_per_s", r["then"], r["now"]) for r in compared)
     notes = [
         f"perf: {len(compared)} run(s) timed alike in both sweeps, compared at a {threshold:.0%} threshold and "
         f"{decision.NOISE_SIGMAS:g} times the medians' standard error"
+        + (
+            f" (tokens/s not judged in {derived} of them: derived from TTFT and TPOT, repeats of one token)"
+            if derived
+            else ""
+        )
     ]
     notes += [
         f"perf: not comparable: {r['model_id']} [{r['variant']}]: {r['why']}"

@@ -4,8 +4,8 @@ support MODEL``.
 Read from the dataset alone (the ``results`` config, local or pulled from the Hub): for each stack (its name in a sweep
 of several, the device type, torch and transformers versions, the device backend as its adapter declares it, and the
 backend's settings) and variant, the model's latest verdict, whether that PASS is right, when it was last verified, how
-many sweeps of that stack and variant agree with it, and the evidence (the sweep, the repro body, the published
-notebook and log).
+many sweeps of that stack and variant agree with it, and the evidence (the sweep, the command that reproduces that
+latest run, ``repro.command``, and the published notebook and log).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 import polars as pl
 
 from ..errors import UserError
+from ..probe import repro
 from ..record import store
 from .frames import BACKEND, SUSPECT_CHECKS, backend_col, backend_settings_col, pass_check_col, variant_col, version
 
@@ -78,7 +79,7 @@ def support(model_id: str, data_dir: Path | str = "data") -> list[dict]:
             "failure_signature",
             *STACK_KEYS,
             "started_at",
-            "repro_sha256",
+            (pl.col("repro_sha256").is_not_null() | pl.col("repro_script").is_not_null()).alias("has_repro"),
             "notebook_url",
             "log_url",
         )
@@ -109,7 +110,10 @@ def support(model_id: str, data_dir: Path | str = "data") -> list[dict]:
                 "sweep_id": latest["sweep_id"],
                 "sweeps": len(runs),
                 "agreeing": sum(r["status"] == verdict for r in runs),
-                "repro": f"{store.REPRO}/{latest['repro_sha256']}.py" if latest["repro_sha256"] else None,
+                # the command that reproduces this latest run, not the body every row of its code shares
+                "repro": repro.command(latest["sweep_id"], model_id, key[-1], data_dir)
+                if latest["has_repro"]
+                else None,
                 "notebook_url": latest["notebook_url"],
                 "log_url": latest["log_url"],
             }

@@ -17,7 +17,7 @@ from packaging.utils import canonicalize_name
 from .. import analysis
 from ..analysis.frames import variant_col
 from ..errors import UserError
-from ..probe import repro
+from ..probe import model_ids, repro
 from ..record import store
 from ..record.sweep_meta import SweepMeta
 
@@ -194,16 +194,9 @@ def _verdicts(data_dir: Path, sweep_id: str) -> dict[tuple[str, str], str | None
 
 
 def resolve_model(meta: SweepMeta, name: str) -> str:
-    """A model id of the sweep from its id, folder name or a unique fragment; one sentence otherwise."""
-    ids = [m.model_id for m in meta.models]
-    for wanted in (name, f"local:{name}"):
-        if wanted in ids:
-            return wanted
-    hits = [m for m in ids if name in m]
-    if len(hits) == 1:
-        return hits[0]
-    said = "matches several models: " + ", ".join(hits[:5]) if hits else "is no model of it"
-    raise UserError(f"{name!r} {said} (sweep {meta.sweep_id}).")
+    """A model id of the sweep from its id, folder name or a unique fragment, an exact name first
+    (``model_ids.resolve``, as every command taking a MODEL reads it); one sentence otherwise."""
+    return model_ids.resolve([m.model_id for m in meta.models], name, f"sweep {meta.sweep_id}")
 
 
 def rows_to_bisect(

@@ -40,6 +40,7 @@ import hashlib
 import io
 import math
 import os
+import sys
 
 #: The epsilon a floating output of each dtype is judged by (see the module docstring).
 EPSILON = {"bfloat16": 2**-7, "float16": 2**-10, "float32": 2**-13, "float64": 2**-23}
@@ -424,16 +425,19 @@ def read_inputs(path, sha256):
     return torch.load(io.BytesIO(data), weights_only=True)
 
 
-def run_script(settings, argv, apply_device_config, load_backend):
+def run_script(settings, argv, set_up_backend):
     """The one-operator script: the operator on the device and on the CPU from the saved inputs, both outputs
-    printed, then the verdict. Exit status 1 while they differ beyond the tolerance, 0 when they agree.
-    ``apply_device_config`` and ``load_backend``: the repro scripts' own (``reproduce``, ``probe_core``), which set
-    the stack's backend configuration as it ran and load its backend."""
-    apply_device_config(settings.get("device_config"))
+    printed, then the verdict. Exit status 1 while they differ beyond the tolerance, 0 when they agree, 2 with one
+    sentence where this stack cannot run it (the device or its backend not here). ``set_up_backend``: the repro
+    scripts' own (``reproduce``), which sets the stack's backend configuration as it ran (or not: ``--stack-as-found``),
+    loads its backend and says why the device is not here."""
     os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+    argv, why = set_up_backend(settings, argv)
+    if why:
+        print(f"no verdict: {why}", file=sys.stderr)
+        return 2
     import torch
 
-    load_backend(settings["device"])
     folder = os.path.dirname(os.path.abspath(argv[0]))
     name = settings["inputs_sha256"] + ".pt"
     candidates = [argv[1]] if len(argv) > 1 else [os.path.join(folder, name), os.path.join(folder, "inputs", name)]

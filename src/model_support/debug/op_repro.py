@@ -2,9 +2,11 @@
 engineer attaches to a bug report against the stack.
 
 The script is a header, the source of ``op_check`` (its program and its tolerances: the same judgement the
-localiser made), the repro scripts' own ``apply_device_config`` and ``load_backend`` (so it sets the stack's backend
-configuration as it ran, e.g. ``LIBTPU_INIT_ARGS`` or a test backend's faults, and loads only that backend),
-then its ``SETTINGS``. It needs torch and the device's backend package, nothing of this project.
+localiser made), the repro scripts' own ``set_up_backend`` and what it calls (``apply_device_config``,
+``load_backend``: it sets the stack's backend configuration as it ran, e.g. ``LIBTPU_INIT_ARGS`` or a test backend's
+faults, each said on stdout, or leaves this environment's with ``--stack-as-found``; loads only that backend; and
+says in one sentence, exit status 2, where the device is not here), then its ``SETTINGS``. It needs torch and the
+device's backend package, nothing of this project.
 
 The inputs (the device's own inputs of that call, copied to the CPU) are one ``torch.save`` file stored by its
 content: ``inputs/<sha256>.pt`` beside the script; the script reads it only when its bytes hash to the sha256 it
@@ -32,9 +34,11 @@ HEADER = """#!/usr/bin/env python
 # (input shapes {shapes}, dtypes {dtypes}).
 # Run with plain python beside its inputs file ({inputs_file}, or inputs/{inputs_file}; else pass its path):
 # it runs the operator on the device and on the CPU from the device's own inputs, prints both outputs, and exits
-# 1 while they differ beyond the tolerance, 0 when they agree. Needs torch, and the package that provides the
-# device's backend. It sets the stack's backend configuration as the localiser ran it (SETTINGS' device_config;
-# {keep}=1 keeps this environment's).
+# 1 while they differ beyond the tolerance, 0 when they agree, 2 with one sentence where this stack cannot run it
+# (the device or its backend not here). Needs torch, and the package that provides the device's backend.
+# It sets the stack's backend configuration as the localiser ran it (SETTINGS' device_config), each setting said;
+# to run on this environment's stack as found instead (e.g. to check a fix): add {flag} to its command line
+# ({keep}=1 does the same).
 """
 
 TAIL = """
@@ -44,13 +48,14 @@ import sys  # noqa: E402
 
 BACKENDS_GROUP = {backends_group!r}
 KEEP_CONFIG_VAR = {keep_var!r}
+AS_FOUND_FLAG = {flag!r}
 
 {functions}
 
 SETTINGS = {settings}
 
 if __name__ == "__main__":
-    sys.exit(run_script(SETTINGS, sys.argv, apply_device_config, load_backend))
+    sys.exit(run_script(SETTINGS, sys.argv, set_up_backend))
 """
 
 #: An import of this package in a body that must run without it.
@@ -69,17 +74,25 @@ def script(settings: dict, sweep_id: str | None = None) -> str:
     device (its type), device_config, inputs_sha256, model_id."""
     functions = "\n\n".join(
         inspect.getsource(f)
-        for f in (probe_core.backend_device, probe_core.load_backend, reproduce.apply_device_config)
+        for f in (
+            probe_core.backend_device,
+            probe_core.load_backend,
+            reproduce.stack_as_found,
+            reproduce.apply_device_config,
+            reproduce.set_up_backend,
+        )
     )
     head = HEADER.format(
         sweep=f" (sweep {sweep_id})" if sweep_id else "",
         inputs_file=f"{settings['inputs_sha256']}.pt",
         keep=reproduce.KEEP_CONFIG_VAR,
+        flag=reproduce.AS_FOUND_FLAG,
         **{k: settings.get(k) for k in ("model_id", "device", "operator", "overload", "module", "shapes", "dtypes")},
     )
     tail = TAIL.format(
         backends_group=probe_core.BACKENDS_GROUP,
         keep_var=reproduce.KEEP_CONFIG_VAR,
+        flag=reproduce.AS_FOUND_FLAG,
         functions=functions,
         settings=pprint.pformat(settings, sort_dicts=False),
     )

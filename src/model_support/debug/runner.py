@@ -16,41 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import fileio, paths
-from ..analysis.support import closest
 from ..errors import UserError
-from ..probe import probe_params
+from ..probe import model_ids, probe_params
 from ..record import store
-from ..record.sweep_meta import ModelEntry, SweepMeta, safe_name
-
-_MAX_CANDIDATES_LISTED = 12
-
-
-def _listing(ids: list[str]) -> str:
-    shown = ", ".join(ids[:_MAX_CANDIDATES_LISTED])
-    more = len(ids) - _MAX_CANDIDATES_LISTED
-    return shown + (f" and {more} more" if more > 0 else "")
+from ..record.sweep_meta import ModelEntry, SweepMeta
 
 
 def resolve_id(ids: list[str], model: str, where: str) -> str:
-    """The one of ``ids`` that ``model`` names: the full id, its folder name (``safe_name``), or a fragment of either
-    that matches exactly one (case-insensitive): what every command taking a MODEL argument accepts. A UserError
-    otherwise, naming ``where`` the ids are from: the ids it matches, or, matching none, the closest ids (else them
-    all, up to a dozen)."""
-    for model_id in ids:
-        if model in (model_id, safe_name(model_id)):
-            return model_id
-    needle = model.lower()
-    matches = [i for i in ids if needle and (needle in i.lower() or needle in safe_name(i).lower())]
-    if len(matches) == 1:
-        return matches[0]
-    if matches:
-        raise UserError(
-            f"{model!r} matches {len(matches)} models of {where}, give more of the id: {_listing(matches)}."
-        )
-    close = closest(model, ids)
-    if close:
-        raise UserError(f"No model of {where} matches {model!r}; did you mean {' or '.join(close)}?")
-    raise UserError(f"No model of {where} matches {model!r}; candidates: {_listing(ids) or 'none'}.")
+    """The one of ``ids`` that ``model`` names, as every command taking a MODEL argument reads it: an exact name before
+    any fragment (``model_ids.resolve``: ``tiny-gemma`` is not ambiguous beside ``tiny-gemma3``)."""
+    return model_ids.resolve(ids, model, where)
 
 
 def resolve_model(meta: SweepMeta, model: str) -> ModelEntry:

@@ -105,6 +105,39 @@ def add_run(proof: dict, sweep_id: str, setting: str, models: list[str], purpose
     proof["runs"].append({"sweep_id": sweep_id, "host_ops": setting, "models": models, "purpose": purpose, "at": at})
 
 
+#: How a what-if sweep's description starts (``prove``): the stack's sweep it was run for, then what for.
+DESCRIBED = "what-if of "
+
+
+def description(sweep_id: str, purpose: str, host_ops: str) -> str:
+    """A what-if sweep's description in its sweep.json: ``what-if of SWEEP: step 2, host_ops=aten::gelu,...``."""
+    return f"{DESCRIBED}{sweep_id}: {purpose}, host_ops={host_ops}"
+
+
+def proven_sweeps(data_dir, what_if_ids: Iterable[str]) -> dict[str, str]:
+    """{what-if sweep: the stack's sweep it was run for} of ``what_if_ids`` where that is known: the sweep whose
+    ``proof.json`` names it, else the one its own sweep.json's description names (``description``). A what-if sweep
+    run by hand (``sweep -p host_ops=...``) proves no sweep: not in the answer."""
+    wanted = set(what_if_ids)
+    found: dict[str, str] = {}
+    if not wanted:
+        return found
+    for named in sorted((Path(data_dir) / "sweeps").glob(f"*/{PROOF_FILE}")):
+        for run in read(data_dir, named.parent.name).get("runs") or []:
+            if isinstance(run, dict) and run.get("sweep_id") in wanted:
+                found.setdefault(run["sweep_id"], named.parent.name)
+    for sweep_id in sorted(wanted - set(found)):
+        try:
+            said = json.loads((store.sweep_dir(data_dir, sweep_id) / "sweep.json").read_text()).get("description")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(said, str) and said.startswith(DESCRIBED) and ":" in said:
+            stack = said.removeprefix(DESCRIBED).split(":", 1)[0].strip()
+            if stack and stack != sweep_id:
+                found[sweep_id] = stack
+    return found
+
+
 def setting(ops: Iterable[str]) -> str:
     """The ``host_ops`` setting of a set of operators: sorted, comma-separated (one spelling per set)."""
     return ",".join(sorted(set(ops)))

@@ -81,6 +81,32 @@ def check(meta: SweepMeta) -> None:
         )
 
 
+def what_if_words(data_dir: Path, sweep_id: str, host_ops: str) -> dict:
+    """What ``model-support ops`` says of a what-if sweep ``sweep_id`` (``host_ops``: its setting), which has no plan
+    of its own (its runs are no verdict of the stack): {"sweep_id", "what_if": true, "host_ops", "proves": the stack's
+    sweep it was run for (``proof.proven_sweeps``) or None, "said": one sentence saying what it is and where its
+    answers are}."""
+    proves = proof.proven_sweeps(data_dir, [sweep_id]).get(sweep_id)
+    hosted = (
+        "every operator the stack lacks"
+        if host_ops.strip() == proof.MISSING_SETTING
+        else ", ".join(op.strip() for op in host_ops.split(",") if op.strip())
+    )
+    own = f"its own runs are in its report (`model-support report {sweep_id}`)"
+    if proves:
+        said = (
+            f"Sweep {sweep_id} is a what-if run of {proves} with {hosted} on the host, no verdict of the stack and no "
+            f"plan of its own: its answers are in the plan it proves (`model-support ops {proves}` lists the proof) "
+            f"and {own}."
+        )
+    else:
+        said = (
+            f"Sweep {sweep_id} is a what-if run with {hosted} on the host, no verdict of the stack and no plan of its "
+            f"own: {own}, and a plan is a stack sweep's (`model-support ops SWEEP` of one)."
+        )
+    return {"sweep_id": sweep_id, "what_if": True, "host_ops": host_ops, "proves": proves, "said": said}
+
+
 def entries(meta: SweepMeta, models: list[ModelOps]) -> list[list[ModelEntry]]:
     """The sweep's entries of ``models``, each with its variant's settings as overrides, in rounds with each model
     once (a sweep lists a model once: two variants of one model run in two sweeps)."""
@@ -132,7 +158,7 @@ def _run(
             keys -= set(known["models"])
     left = [m for m in todo if m.key in keys]
     for group in entries(meta, left) if left else []:
-        words = f"what-if of {meta.sweep_id}: {purpose}, host_ops={setting}"
+        words = proof.description(meta.sweep_id, purpose, setting)  # names the sweep it proves (``list`` reads it)
         sweep_id = sweeps.create(f"{meta.name}{SUFFIX}", group, _probe(meta, setting), words)
         named = [m.key for m in left if m.model_id in {e.model_id for e in group}]
         proof.add_run(record, sweep_id, setting, named, purpose)
@@ -265,7 +291,8 @@ def step_line(step: dict, before: list[dict]) -> str:
     """``step 2: aten::gelu on the host, with step 1's aten::rsqrt (what-if sweep ID; tiny-gemma, tiny-gpt-neox):
     confirmed: ...``."""
     earlier = sorted({op for s in before for op in s["ops"]})
-    also = f", with {'the earlier steps' if len(before) > 1 else 'step 1'}'s {', '.join(earlier)}" if earlier else ""
+    whose = "the earlier steps'" if len(before) > 1 else "step 1's"
+    also = f", with {whose} {', '.join(earlier)}" if earlier else ""
     where = "; ".join(
         part
         for part in (

@@ -11,9 +11,12 @@ import difflib
 from pathlib import Path
 
 from ..errors import UserError
+from ..record.names import model_file_name, safe_name
 from .hub_fetch import is_local
 
 LOCAL_PREFIX = "local:"
+#: How many ids a sentence of ``resolve`` lists before "and N more".
+_MAX_LISTED = 12
 
 
 def portable_id(source: str) -> str:
@@ -26,6 +29,49 @@ def portable_id(source: str) -> str:
 def display_name(model_id: str) -> str:
     """``local:tiny-llama`` -> ``tiny-llama``; a Hub id as it is."""
     return model_id.removeprefix(LOCAL_PREFIX)
+
+
+def _exact_names(model_id: str) -> tuple[tuple[str, ...], ...]:
+    """The names that name ``model_id`` exactly, strongest first: the id itself (and its file names), its display
+    name (``local:tiny-gemma`` -> ``tiny-gemma``), the name after a Hub id's organisation (``org/gpt2`` -> ``gpt2``)."""
+    shown = display_name(model_id)
+    return (model_id, safe_name(model_id), model_file_name(model_id)), (shown,), (shown.rsplit("/", 1)[-1],)
+
+
+def _listing(ids: list[str]) -> str:
+    more = len(ids) - _MAX_LISTED
+    return ", ".join(ids[:_MAX_LISTED]) + (f" and {more} more" if more > 0 else "")
+
+
+def resolve(ids: list[str], model: str, where: str) -> str:
+    """The one of ``ids`` that ``model`` names, as every command taking a MODEL argument reads it: an exact name first
+    (``_exact_names``: the id or its file name, then its display name, then the name after its organisation; as
+    typed, then ignoring case), else a fragment of the id or its file name that matches exactly one id (ignoring
+    case). So ``tiny-gemma`` is ``local:tiny-gemma`` even beside ``local:tiny-gemma3``. A UserError otherwise, naming
+    ``where`` the ids are from: the ids it matches, or, matching none, the closest ids (else them all, up to a
+    dozen)."""
+    names = {model_id: _exact_names(model_id) for model_id in ids}
+    for fold in (str, str.lower):
+        for tier in range(3):
+            exact = [i for i in ids if fold(model) in {fold(name) for name in names[i][tier]}]
+            if len(exact) == 1:
+                return exact[0]
+            if exact:
+                raise UserError(
+                    f"{model!r} is the name of {len(exact)} models of {where}; give the whole id: {_listing(exact)}."
+                )
+    needle = model.lower()
+    matches = [i for i in ids if needle and (needle in i.lower() or needle in safe_name(i).lower())]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise UserError(
+            f"{model!r} matches {len(matches)} models of {where}, give more of the id: {_listing(matches)}."
+        )
+    close = difflib.get_close_matches(model, ids, n=3, cutoff=0.4)
+    if close:
+        raise UserError(f"No model of {where} matches {model!r}; did you mean {' or '.join(close)}?")
+    raise UserError(f"No model of {where} matches {model!r}; candidates: {_listing(ids) or 'none'}.")
 
 
 def machine_paths(source: str) -> dict[str, str]:

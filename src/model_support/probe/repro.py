@@ -22,12 +22,13 @@ import inspect
 import json
 import pprint
 import re
+import shlex
 from pathlib import Path
 
 from ..errors import UserError
 from ..record import store
 from ..record.schema import Record
-from . import agreement, hub_fetch, probe_core, probe_params, reproduce
+from . import agreement, hub_fetch, model_ids, probe_core, probe_params, reproduce
 
 #: The modules whose source is the body, in order (each may import the earlier ones by name, nothing else).
 BODY_MODULES = (hub_fetch, probe_core, agreement, reproduce)
@@ -44,15 +45,20 @@ HEADER = '''#!/usr/bin/env python
 """Reproduce the model-support probe of {model_id!r} on {device!r}{sweep}.
 
 Run with plain python: it loads the model in {dtype} (task {task}), builds the prompt ({chat}),
-greedily generates {max_new_tokens} tokens and prints one JSON line with the verdict and the token ids,
-and, after a PASS with the CPU reference on, numerics: the reference's logits, teacher-forced on these
-tokens, against the device's (match / ties / diverges). Exit status 0 on PASS, 1 otherwise. Needs torch
-and transformers; an accelerator torch does not ship (device 'tpu', any PrivateUse1 backend) also needs
-the package that provides it (loaded through torch's device-backend entry point) and that backend's own
-environment (a TPU VM for 'tpu'); an image-text-to-text model also Pillow (its image is drawn by
-probe_image_rgb() below, the same bytes as the probe's: their sha256 is said below and in image_sha256).
+greedily generates {max_new_tokens} tokens, says its verdict in words and prints one JSON line with the
+verdict and the token ids, and, after a PASS with the CPU reference on, numerics: the reference's logits,
+teacher-forced on these tokens, against the device's (match / ties / diverges).
+Exit status: 0 on PASS; 1 on a FAIL (the failure's traceback on stderr); 2 with one sentence, no verdict,
+where this stack cannot run it (the device or its backend not here, a mode it lacks).
+The backend's settings as the probe ran them are set before the backend loads, each said on stdout
+(SETTINGS' device_config{config}). To run on this environment's stack as found instead (its own
+settings, e.g. to check a fix), add --stack-as-found (or set MODEL_SUPPORT_REPRO_KEEP_CONFIG=1).
+Needs torch and transformers; an accelerator torch does not ship (device 'tpu', any PrivateUse1 backend)
+also needs the package that provides it (loaded through torch's device-backend entry point) and that
+backend's own environment (a TPU VM for 'tpu'); an image-text-to-text model also Pillow (its image is drawn
+by probe_image_rgb() below, the same bytes as the probe's: their sha256 is said below and in image_sha256).
 A model probed from a local folder (a model id 'local:<name>') needs that folder:
-    python repro.py /path/to/<name>
+    python repro.py /path/to/<name> [--stack-as-found]
 """
 
 SETTINGS = {settings}
@@ -118,6 +124,7 @@ def header(settings: dict, sweep_id: str | None = None) -> str:
         if settings.get("chat_template") != "none"
         else "raw",
         max_new_tokens=settings.get("max_new_tokens"),
+        config=f": {', '.join(sorted(settings['device_config']))}" if settings.get("device_config") else ": none",
         settings=pprint.pformat(settings, sort_dicts=False),
     )
 
@@ -167,10 +174,37 @@ def script_of_or_none(record: dict, bodies: Path | None = None) -> str | None:
         return None
 
 
+#: The data folder the command line reads when given none (``--data-dir``'s default): a command leaves it out.
+DEFAULT_DATA_DIR = Path("data")
+
+
+def command(sweep_id: str, model_id: str, variant: str | None = None, data_dir: Path | str | None = None) -> str:
+    """The command that reproduces one row, (``model_id``, ``variant``) of a sweep: ``model-support repro`` writes its
+    standalone script (``script_for``), python runs it. ``--data-dir`` where ``data_dir`` is not the default; a model
+    probed from a local folder takes that folder (a placeholder, ``/path/to/<name>``, the script's header says so)."""
+    words = ["model-support", "repro", sweep_id, model_id]
+    words += ["--variant", variant] if variant else []
+    words += ["--data-dir", str(data_dir)] if data_dir is not None and Path(data_dir) != DEFAULT_DATA_DIR else []
+    run = ["python", "run.py"]
+    if model_id.startswith(model_ids.LOCAL_PREFIX):
+        run.append(f"/path/to/{model_ids.display_name(model_id)}")
+    return f"{shlex.join(words)} > run.py && {shlex.join(run)}"
+
+
 def script_for(data_dir: Path, sweep_id: str, model_id: str, variant: str | None = None) -> str:
     """The standalone script of ``model_id`` (its record's id) in ``variant`` (default: the sweep's default
-    variant) of a sweep in ``data_dir``; one sentence when the sweep has no such row or it has no script."""
+    variant, else the one variant the model ran in; several: one sentence naming them) of a sweep in ``data_dir``; one sentence when the sweep has no such row or it has no script."""
     path = store.find_record(data_dir, sweep_id, model_id, variant)
+    if path is None and variant is None:  # no default variant here (its settings were not the defaults): its own
+        store.read_sweep(data_dir, sweep_id)
+        ran = sorted(
+            {str(r.get("variant")) for r in store.read_records(data_dir, sweep_id) if r["model_id"] == model_id}
+        )
+        if len(ran) > 1:
+            raise UserError(
+                f"{model_id} ran in {len(ran)} variants in sweep {sweep_id}: give --variant, one of {', '.join(ran)}."
+            )
+        path = store.find_record(data_dir, sweep_id, model_id, ran[0]) if ran else None
     if path is None:
         store.read_sweep(data_dir, sweep_id)  # an unknown sweep: its own sentence, with the known ones
         raise UserError(f"Sweep {sweep_id} has no record of {model_id}{f' in {variant}' if variant else ''} yet.")

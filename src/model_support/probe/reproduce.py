@@ -221,27 +221,83 @@ def run_ranks(settings: dict, load_from: str, script: str) -> int | str:
             result = json.load(handle)
     except OSError:
         return f"rank 0 wrote no result (failed ranks: {failed or 'none'})"
+    print(_verdict_line(result))
     print(json.dumps({**{key: result.get(key) for key in SHOWN}, **_numerics(settings, load_from, result)}))
     return 0 if result["status"] == PASS else 1
 
 
-#: Set to 1 to run a repro script on this environment's backend configuration instead of the probe's (what the
-#: bisect does to test whether a setting changed a verdict).
+#: The flag that runs a repro script on the stack as this environment has it: the backend's settings left as they are
+#: here instead of set as the probe ran them (a porting team checking its fix; ``python run.py --stack-as-found``).
+AS_FOUND_FLAG = "--stack-as-found"
+#: The same as an environment variable, =1 (what the bisect sets for each step, and what older scripts read).
 KEEP_CONFIG_VAR = "MODEL_SUPPORT_REPRO_KEEP_CONFIG"
+#: The exit status of a script that reaches no verdict because this stack cannot run it (its device, its backend or
+#: a mode is not here), said in one sentence: apart from 0 (PASS) and 1 (a FAIL), so a rerun says which it was.
+NO_VERDICT_STATUS = 2
 
 
-def apply_device_config(config: dict | None) -> None:
-    """The backend's configuration as the probe ran it (``device_config``: LIBTPU_INIT_ARGS, XLA_FLAGS,
-    ...), set before the backend loads, each change said on stderr; left as it is with ``KEEP_CONFIG_VAR``=1."""
-    if not config or os.environ.get(KEEP_CONFIG_VAR) == "1":
-        return
-    for name, value in config.items():
-        if os.environ.get(name) != value:
-            print(
-                f"setting {name}={value!r} as the probe ran ({KEEP_CONFIG_VAR}=1 keeps this environment's)",
-                file=sys.stderr,
-            )
+def stack_as_found(argv: list[str]) -> tuple[bool, list[str]]:
+    """(whether the script runs on the stack as found: ``AS_FOUND_FLAG`` among ``argv`` or ``KEEP_CONFIG_VAR``=1,
+    ``argv`` without the flag)."""
+    rest = [arg for arg in argv if arg != AS_FOUND_FLAG]
+    return len(rest) < len(argv) or os.environ.get(KEEP_CONFIG_VAR) == "1", rest
+
+
+def apply_device_config(config: dict | None, argv: list[str]) -> list[str]:
+    """The backend's configuration as the probe ran it (``device_config``: LIBTPU_INIT_ARGS, XLA_FLAGS, a test
+    backend's faults, ...), set before the backend loads, each change said on stdout with the command that runs on
+    this environment's stack as found instead; on the stack as found (``stack_as_found``) nothing is set and what
+    differs from the recorded settings is said. Returns ``argv`` without the flag."""
+    import shlex
+
+    flagged = AS_FOUND_FLAG in argv
+    as_found, argv = stack_as_found(argv)
+    differs = {name: value for name, value in (config or {}).items() if os.environ.get(name) != value}
+    for name, value in differs.items():
+        here = f"{os.environ[name]!r}" if name in os.environ else "unset"
+        if as_found:
+            print(f"on the stack as found: {name} stays {here}, not {value!r} as the probe ran it")
+        else:
+            print(f"setting {name}={value!r} as the probe ran it (here it was {here})")
             os.environ[name] = value
+    if differs and as_found and not flagged:
+        print(f"({KEEP_CONFIG_VAR}=1 is the same as {AS_FOUND_FLAG})")
+    elif differs and not as_found:
+        command = shlex.join(["python", *argv, AS_FOUND_FLAG])
+        print(f"to run on this environment's stack as found instead (its own settings, e.g. to check a fix): {command}")
+    sys.stdout.flush()  # before anything the backend or the run write on stderr
+    return argv
+
+
+def set_up_backend(settings: dict, argv: list[str]) -> tuple[list[str], str | None]:
+    """The device's backend as the script runs on it: the recorded configuration set (``apply_device_config``, or
+    not, on the stack as found), the backend loaded (``load_backend``), the device asked for. Returns (``argv``
+    without the flag, None), or (``argv``, the sentence that says why this stack cannot run the script) where the
+    backend does not load or the device is not here: no traceback, no verdict."""
+    config = settings.get("device_config") or {}
+    argv = apply_device_config(config, argv)
+    kind = settings["device"]
+    if kind == "cpu":
+        return argv, None
+    import torch
+
+    unset = {name: value for name, value in config.items() if os.environ.get(name) != value}  # on the stack as found
+    hint = (
+        f"; the probe ran it with {', '.join(f'{n}={v!r}' for n, v in unset.items())}: without {AS_FOUND_FLAG} this "
+        "script sets that"
+        if unset
+        else ""
+    )
+    where = "on this stack as found" if unset else "here"
+    try:
+        load_backend(kind)
+    except Exception as exc:  # noqa: BLE001 a backend that refuses its configuration: one sentence
+        first = (str(exc).strip().splitlines() or [""])[0][:500]
+        return argv, f"the {kind!r} backend did not load {where}: {type(exc).__name__}: {first}{hint}"
+    here = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+    if getattr(here, "type", None) != kind:
+        return argv, f"device {kind!r} is not available {where} (torch reports {here or 'no accelerator'}){hint}"
+    return argv, None
 
 
 #: Set to a number of repeats to time that many greedy generations after a PASS (``bisect --metric``): the JSON
@@ -318,19 +374,36 @@ def _perf(settings: dict, result: dict, device, synchronize) -> dict:
         return {"perf": None, "perf_note": f"the timing raised {type(exc).__name__}: {exc}"[:2000]}
 
 
+def _no_verdict(sentence: str) -> int:
+    """Nothing could run on this stack: the one sentence that says why, on stderr, and ``NO_VERDICT_STATUS``."""
+    print(f"no verdict: {sentence}", file=sys.stderr)
+    return NO_VERDICT_STATUS
+
+
+def _verdict_line(result: dict) -> str:
+    """The run's verdict in words, before its JSON line: the verdict, where and why it failed, the exit status."""
+    line = f"verdict: {result['status']}"
+    if result["status"] != PASS:
+        said = (str(result.get("error_message") or "").strip().splitlines() or [""])[0][:300]
+        line += f" at {result.get('failure_stage') or '?'}: {result.get('error_type') or 'no error'}"
+        line += f": {said}" if said else ""
+    return line + f" (exit status {0 if result['status'] == PASS else 1})"
+
+
 def main(settings: dict, argv: list[str]) -> int | str:
     """The probe again, with plain python: the download stage (a Hub model), the stages on the device in the
-    probe's mode, the reference check after a PASS; one JSON line. A model probed from a local folder takes
-    the folder as ``argv[1]``. Exit status 0 on PASS, 1 otherwise; a sentence where nothing could run."""
+    probe's mode, the reference check after a PASS; its verdict in words, then one JSON line. The backend's settings
+    as the probe ran them are set first, each said on stdout (``apply_device_config``; ``AS_FOUND_FLAG`` anywhere in
+    ``argv`` runs on the stack as found instead). A model probed from a local folder takes the folder as its
+    argument. Exit status 0 on PASS, 1 on a FAIL (or a sentence for a command-line mistake), ``NO_VERDICT_STATUS``
+    with one sentence where this stack cannot run it (its device or backend not here, a mode it lacks)."""
     if len(argv) > 3 and argv[1] == "--rank":  # a rank of this script's sharded run (``run_ranks``)
         return _rank(settings, argv[2], argv[3])
-    apply_device_config(settings.get("device_config"))
+    argv, why = set_up_backend(settings, argv)
+    if why:
+        return _no_verdict(why)
     import torch
 
-    load_backend(settings["device"])
-    here = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
-    if settings["device"] != "cpu" and getattr(here, "type", None) != settings["device"]:
-        return f"device {settings['device']!r} is not available here (torch reports {here or 'no accelerator'})"
     load_from = settings["model_id"]
     if len(argv) > 1:
         load_from = argv[1]
@@ -346,11 +419,11 @@ def main(settings: dict, argv: list[str]) -> int | str:
         load_from = got["path"]
     if settings["distributed"]:  # a sharded probe: its ranks again, one process each, as the probe ran them
         if settings["rank_env"] is None or settings["distributed_backend"] is None:
-            return "the probe's ranks could not be set up on this device (the record's error says why)"
+            return _no_verdict("the probe's ranks could not be set up on this device (the record's error says why)")
         return run_ranks(settings, load_from, argv[0])
     missing = fused_eager_missing(settings["device"]) if settings["mode"] == "fused" else None
     if missing:
-        return f"{NOT_AVAILABLE}: {missing}"
+        return _no_verdict(f"{NOT_AVAILABLE}: {missing}")
     device, synchronize = torch.device(settings["device"]), synchronizer(settings["device"])
     result: dict[str, Any] = run_stages(
         load_from,
@@ -361,11 +434,14 @@ def main(settings: dict, argv: list[str]) -> int | str:
         **_staged(settings),
     )
     if result["exclusion_reason"]:  # the environment (a missing torchvision), not the model: no verdict
-        return f"no verdict: {result['exclusion_reason']}"
+        return _no_verdict(result["exclusion_reason"])
     result.update(_error(result))
+    if result["exception"] is not None:  # the failure's own traceback, said as such, before the verdict's lines
+        print(f"the {result['status']} this run met, its traceback (trimmed):", file=sys.stderr)
+        print(trimmed_traceback(result["exception"]), file=sys.stderr)
+        sys.stderr.flush()
     timed = _perf(settings, result, device, synchronize)
     result["model"] = result["tokenizer"] = None  # the device's copy let go before the CPU reference loads its own
+    print(_verdict_line(result))
     print(json.dumps({**{key: result[key] for key in SHOWN}, **timed, **_numerics(settings, load_from, result)}))
-    if result["exception"] is not None:
-        print(trimmed_traceback(result["exception"]), file=sys.stderr)
     return 0 if result["status"] == PASS else 1

@@ -225,6 +225,32 @@ def _place(path: str, func: str) -> str:
     return (redact(f"{stem}.{func.strip()}") or "")[:MAX_PLACE_LEN]
 
 
+#: A machine's path, up to the folder a reader knows the file by: ``site-packages`` (and ``dist-packages``) dropped,
+#: the models' dynamic code cache from ``transformers_modules/``, this project from ``model_support/`` and the
+#: standard library from ``lib/pythonX.Y/``; any other path under a home folder from ``~``. (pattern, replacement).
+_PATH = r"(?<![\w.~:/\\-])(?:[A-Za-z]:)?[/\\][^\s\"'<>]*[/\\]"
+_MACHINE_PATHS = (
+    (re.compile(_PATH + r"(?:site|dist)-packages[/\\]"), ""),
+    (re.compile(_PATH + r"(transformers_modules[/\\])"), r"\1"),
+    (re.compile(_PATH + r"(model_support[/\\])"), r"\1"),
+    (re.compile(_PATH + r"(lib[/\\]python\d+(?:\.\d+)?[/\\])"), r"\1"),
+    (re.compile(r"(?<![\w.~:/\\-])(?:/home/|/Users/|/root(?=/))[^/\s\"'<>]*"), "~"),
+)
+
+
+def portable_paths(text: str | None) -> str | None:
+    """``text`` (a traceback) with its machine paths shortened to the folder a reader knows the file by
+    (``/home/me/venv/lib/python3.11/site-packages/transformers/x.py`` -> ``transformers/x.py``, ``/srv/repo/src/
+    model_support/probe/run.py`` -> ``model_support/probe/run.py``; ``_MACHINE_PATHS``): what a report or page shows of
+    a record's traceback, so it names files, not the machine that ran them. ``failure_place`` reads the traceback as
+    recorded (its rule knows ``site-packages/transformers/``), so a record keeps it whole and a reader shortens it."""
+    if not text:
+        return text
+    for pattern, replacement in _MACHINE_PATHS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
 _TRACEBACK_HEADER = "Traceback (most recent call last):"
 #: ``  File "/x/modeling_llama.py", line 147, in apply_rotary_pos_emb``. A SyntaxError's location
 #: line has no ``, in``: it is not a frame.

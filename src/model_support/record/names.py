@@ -42,6 +42,16 @@ def check_name(value: object, what: str, where: str) -> str:
     return text
 
 
+#: A plain word: what a sweep's name must be so that its id (``<name>-<time>-<hex>``) and folder carry it as written
+#: (``latest:NAME`` finds it, the reports show it): letters, digits, ``.``, ``_`` and ``-``, a letter or digit first.
+PLAIN_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def is_plain_word(text: object) -> bool:
+    """Whether ``text`` is a ``PLAIN_WORD`` (at most 100 characters)."""
+    return isinstance(text, str) and PLAIN_WORD.fullmatch(text) is not None
+
+
 def safe_name(text: str) -> str:
     """Text as a file name (one folder/file per sanitized id, as lm-eval does): a sweep's name in its id, a variant
     in a record's name, and the name a model's record had before names were one to one (``legacy_name``), still

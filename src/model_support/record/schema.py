@@ -139,7 +139,10 @@ GROUPS = {
 #: (``backend_versions``: its packages and runtime; ``backend_config``: its settings); 21: how the perf phase sized
 #: itself (``perf_repeats_run``, ``perf_stop``) and its device seconds (``perf_device_s``).
 #: 22: what-if runs (``what_if``, ``host_ops`` and what ran on the host, ``probe.host_ops``).
-VERSION = 22
+#: 23: what a compiled run ran as (``compile_dynamic``, ``compile_cache``, ``recompile_limit_hit``: TorchTPU compiles
+#: with dynamic=False, so a compiled run takes the static KV cache) and its recompiles counted on the probe's own
+#: backend (``recompiles_backend``).
+VERSION = 23
 
 
 class Record(TypedDict):
@@ -203,6 +206,20 @@ class Record(TypedDict):
     graph_breaks: Annotated[int | None, Col("compile", 5, "graph breaks")]
     graph_break_reasons: Annotated[list[str] | None, Col("compile", 5, "the first graph break reasons")]
     recompilations: Annotated[int | None, Col("compile", 5, "graphs beyond the first")]
+    recompile_limit_hit: Annotated[
+        bool | None, Col("compile", 23, "a frame recompiled past dynamo's recompile limit: it ran eagerly from there")
+    ]
+    compile_dynamic: Annotated[
+        bool | None,
+        Col(
+            "compile",
+            23,
+            "torch.compile's dynamic as the stack sets it for its backend (false: TorchTPU's; null: auto)",
+        ),
+    ]
+    compile_cache: Annotated[
+        str | None, Col("compile", 23, "the KV cache the compiled run used (static where the compile is static)")
+    ]
     recompile_lengths: Annotated[
         list[int] | None, Col("compile", 17, "recompile_check: the prompt lengths generated from (the verdict's first)")
     ]
@@ -218,6 +235,10 @@ class Record(TypedDict):
     ]
     recompile_guard: Annotated[
         str | None, Col("compile", 17, "the guard behind the flag (else the first that failed), as dynamo says it")
+    ]
+    recompiles_backend: Annotated[
+        list[int] | None,
+        Col("compile", 23, "recompiles at each of those lengths on the probe's own backend, as the probe compiles"),
     ]
     recompile_note: Annotated[str | None, Col("compile", 17, "how the recompiles were counted, or why not")]
     matches_eager: Annotated[bool | None, Col("compile", 5, "compile or fused: the same tokens as plain eager")]

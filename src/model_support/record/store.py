@@ -426,8 +426,10 @@ LATEST = "latest"
 
 
 def resolve_sweep_id(data_dir: Path, given: str) -> str:
-    """The sweep id a user means: the id itself, ``latest`` (the newest sweep), ``latest:NAME`` (the newest of a
-    name), or a unique prefix of one; else one sentence with the closest ids (``model-support list`` shows them)."""
+    """The sweep id a user means: the id itself, ``latest`` (the newest sweep of the stack), ``latest:NAME`` (the
+    newest of the stack's of a name), or a unique prefix of one; else one sentence with the closest ids
+    (``model-support list`` shows them). ``latest`` never names a what-if sweep (``what_if_setting``: its runs are no
+    verdict of the stack), whatever its name: its id or a unique prefix of it does."""
     import difflib
 
     from .sweep_meta import parse_sweep_id
@@ -451,14 +453,18 @@ def resolve_sweep_id(data_dir: Path, given: str) -> str:
     known = sorted(set(local) | pulled, key=lambda s: _created(s, created_at, order))
     if given == LATEST or given.startswith(f"{LATEST}:"):
         name = given.partition(":")[2]
-        # plain ``latest`` is the newest sweep of the stack: a what-if sweep (``ops --prove``) only when named
-        newest = (
-            next((s for s in reversed(known) if parse_sweep_id(s).name == name), None)
-            if name
-            else _newest_of_stack(data_dir, known)
-        )
+        # ``latest`` and ``latest:NAME`` are the newest sweep of the stack (of that name): never a what-if sweep
+        # (``ops --prove``'s, or ``sweep -p host_ops=...`` under the stack's own name), which only its id names
+        named = [s for s in known if parse_sweep_id(s).name == name] if name else known
+        newest = _newest_of_stack(data_dir, named)
         if newest:
             return newest
+        if named:  # every one of them is a what-if sweep
+            raise UserError(
+                f"Every sweep {'named ' + repr(name) + ' ' if name else ''}under {data_dir}/sweeps is a what-if sweep "
+                f"(operators on the host: no verdict of the stack), which `{LATEST}` never names; give its id: the "
+                f"newest is {named[-1]}."
+            )
         names = sorted({parse_sweep_id(s).name for s in known})
         raise UserError(
             f"No sweep {'named ' + repr(name) + ' ' if name else ''}under {data_dir}/sweeps"
@@ -469,7 +475,9 @@ def resolve_sweep_id(data_dir: Path, given: str) -> str:
         return matches[0]
     if matches:
         of_names = {parse_sweep_id(s).name for s in matches}
-        hint = f"; `{LATEST}:{of_names.pop()}` names the newest" if len(of_names) == 1 else ""
+        # the hint names only what ``latest:NAME`` resolves to: a sweep of the stack, not a what-if one
+        one_name = len(of_names) == 1 and _newest_of_stack(data_dir, matches) is not None
+        hint = f"; `{LATEST}:{of_names.pop()}` names the newest" if one_name else ""
         raise UserError(
             f"Sweep {given!r} is the start of {len(matches)} sweeps ({', '.join(matches[-3:])}"
             f"{', ...' if len(matches) > 3 else ''}); give more of the id{hint}."

@@ -3,8 +3,9 @@
 Models failing the same way share one report (same signature: same cause, ``probe.signatures``). Each says
 what changed between the two sweeps (packages and backend settings), what the bisect named as the first bad
 release or setting for each model (or that it was not bisected, and why), the error, how to reproduce it (the
-``model-support repro`` command and the stored repro body), the first wrong operator where it was localised,
-and the stack it ran on. A draft: a person reads it, then files it against the stack.
+``model-support repro`` command), the first wrong operator where it was localised, and the stack it ran on: the
+packages, and of a device backend the one that ran (its ``backend_versions``, as its adapter named them; nothing of
+a backend on the CPU). A draft: a person reads it, then files it against the stack.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import re
 from dataclasses import dataclass, field
 
 from ..bisect.search import answer_line
+from ..probe import repro, reproduce
+from ..probe.devices import registered
 
 #: At most this much of an error message or traceback goes into a draft.
 MAX_ERROR_CHARS = 1500
@@ -35,6 +38,23 @@ class Regression:
     bisect: dict | None = None  # the bisect's answer (``bisect.search``), None: not bisected
     localised: dict | None = None  # ``model-support localise``'s result, None: not localised
     versions: dict = field(default_factory=dict)
+    device_type: str | None = None  # the row's device type; None: the draft's device where it names one
+    backend_versions: list[str] | None = None  # the row's backend that ran (``name version``); None: older rows
+
+
+def stack_line(versions: dict, device_type: str | None, backend_versions: list[str] | None) -> str:
+    """The stack a row ran on, in one line: its ``versions`` (python, torch, transformers, ...) without any device
+    backend's packages, then the backend that ran: its ``backend_versions`` as its adapter named them, or, for a row
+    from before them, what ``versions`` held of the packages ``device_type``'s adapter declares; nothing of a backend
+    where none ran (the CPU) or it is unknown, never a backend that was only installed."""
+    adapters = registered()
+    backend_fields = {name for adapter in adapters.values() for name in adapter.backend_packages}
+    shown = [f"{k} {v}" for k, v in sorted(versions.items()) if v and k not in backend_fields]
+    if backend_versions is None:
+        declared = adapters[device_type].backend_packages if device_type in adapters else ()
+        backend_versions = [f"{name} {versions[name]}" for name in declared if versions.get(name)]
+    backend = f"; backend ({device_type or 'device'}): {', '.join(backend_versions)}" if backend_versions else ""
+    return ", ".join(shown) + backend
 
 
 def group_key(r: Regression) -> str:
@@ -87,10 +107,12 @@ def draft(
         lines += ["", f"## Error ({first.model_id})", "", "```", error, "```"]
     lines += ["", "## Reproduce", ""]
     for r in group:
-        folder = " FOLDER" if r.model_id.startswith("local:") else ""  # a local model: its folder, given
-        command = f"model-support repro {sweep_id} {r.model_id} --variant {r.variant} > run.py && python run.py{folder}"
-        body = f" (the body: `repro/{r.repro_sha256}.py` in the dataset)" if r.repro_sha256 else ""
-        lines.append(f"- `{command}`{body}")
+        lines.append(f"- `{repro.command(sweep_id, r.model_id, r.variant)}`")
+    lines += [
+        "",
+        "Each script sets the backend's settings as the probe ran them, and says so; to run it on the stack as found "
+        f"instead (to check a fix), add `{reproduce.AS_FOUND_FLAG}` to its python command.",
+    ]
     found = [r for r in group if r.localised and r.localised.get("operator")]
     if found:
         lines += ["", "## First wrong operator", ""]
@@ -101,9 +123,9 @@ def draft(
                 f"shapes {loc.get('shapes')}, dtypes {loc.get('dtypes')}, max abs error {loc.get('max_abs_error')}"
                 + (f"; one-operator script `{loc['repro']}`" if loc.get("repro") else "")
             )
-    if first.versions:
-        shown = ", ".join(f"{k} {v}" for k, v in sorted(first.versions.items()) if v)
-        lines += ["", "## Stack", "", shown]
+    if first.versions or first.backend_versions:
+        device_type = first.device_type or (device if device not in ("", "auto") else None)
+        lines += ["", "## Stack", "", stack_line(first.versions, device_type, first.backend_versions)]
     return "\n".join(lines) + "\n"
 
 

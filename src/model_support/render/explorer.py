@@ -62,6 +62,7 @@ from ..analysis.history import sweep_labels as history_labels
 from ..analysis.history import what_if_sweeps
 from ..bisect import results as bisect_results
 from ..fileio import atomic_write_text
+from ..probe.signatures import portable_paths
 from ..record import schema
 from ..record.schema import VERDICT_COLORS
 from . import explorer_speed
@@ -292,7 +293,7 @@ def _entries(
             "env_exceptions": x or [],
             "error_type": texts.add(d.get("error_type")),
             "error_message": texts.add(template(d.get("error_message"), model_id, sweep_id)),
-            "traceback": texts.add(template(d.get("traceback"), model_id, sweep_id)),
+            "traceback": texts.add(template(portable_paths(d.get("traceback")), model_id, sweep_id)),
             "repro_script": texts.add(template(d.get("repro_script"), model_id, sweep_id)),
             "notebook": texts.add(
                 template(relative_href(d.get("notebook_path"), data_dir, reports), model_id, sweep_id)

@@ -31,7 +31,8 @@ VERSION_KEYS = analysis.VERSION_COMPONENTS
 #: many devices it ran on with which parallelism (a result row's nulls, from older files, read as 1 and "none";
 #: an excluded row keeps what it recorded; a pseudo-row has neither), and for a PASS what its check says
 #: (``analysis.PASS_CHECKS``) with the step where it diverges from the reference, and the operators its stack lacks
-#: of its census (``ops_missing``, joined; null without a census or when it lacks none: docs/ops.md).
+#: of its census (``ops_missing``, joined, or every one its what-if runs found: ``found_missing``; null without a
+#: census or when it lacks none: docs/ops.md).
 OUTCOME_COLUMNS = (
     "status",
     "failure_signature",
@@ -75,6 +76,24 @@ LIGHT_COLUMNS = (
 )
 
 
+def found_missing(data_dir: Path) -> pl.DataFrame:
+    """(sweep_id, model_id, variant, found) of each result row that what-if runs (``ops --complete``, ``--prove``:
+    the sweeps its folder's ``proof.json`` names) ran: every operator its stack was found to lack, as `model-support
+    ops` says them (``ops.sweep_models`` and ``ops.predict``: the complete census of a ``host_ops: missing`` run, and
+    an operator a run then stopped at), joined; its own row's census names only the one that stopped it."""
+    from .. import ops
+
+    found = []
+    for proof in sorted(Path(data_dir).glob("sweeps/*/proof.json")):
+        for m in ops.predict(ops.sweep_models(data_dir, proof.parent.name)):
+            if m.runs and m.ops_missing:
+                variant = m.variant or analysis.DEFAULT_VARIANT
+                found.append((m.sweep_id, m.model_id, variant, ", ".join(m.ops_missing)))
+    return pl.DataFrame(
+        found, schema=dict.fromkeys(("sweep_id", "model_id", "variant", "found"), pl.String), orient="row"
+    )
+
+
 def _all_rows(data_dir: Path, unprobed: pl.DataFrame) -> pl.LazyFrame:
     """The rows of both configs and the ``unprobed`` pseudo-rows, ``LIGHT_COLUMNS`` and ``c`` (0 results,
     1 excluded, 2 not probed / not tested), lazily (nothing is read until the caller collects)."""
@@ -99,6 +118,13 @@ def _all_rows(data_dir: Path, unprobed: pl.DataFrame) -> pl.LazyFrame:
         )
         .select(*light, "check", "check_step", "lacks", "c")
     )
+    found = found_missing(data_dir)
+    if found.height:  # what what-if runs found it lacks, over what its own census said
+        results = (
+            results.join(found.lazy(), on=["sweep_id", "model_id", "variant"], how="left")
+            .with_columns(pl.coalesce("found", "lacks").alias("lacks"))
+            .select(*light, "check", "check_step", "lacks", "c")
+        )
     excluded = (
         store.scan(data_dir, "excluded")
         .select(light)

@@ -3,7 +3,9 @@ pull-request comment, CSV and JSON for anything else (``model-support export``).
 
 Read from the dataset alone (the ``results`` and ``excluded`` configs): a dataset pulled from the Hub, with no
 ``sweeps/`` folder, exports the same. One row per model and variant: its verdict, whether a PASS is right
-(numerics or fluency, the report's words), tokens per second, the stack, and where its record and repro are.
+(numerics or fluency, the report's words), tokens per second, the stack it ran on (torch, the device backend that ran
+as its adapter named it, transformers), the command that reproduces it (``repro.command``) and where its notebook and
+log are.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from pathlib import Path
 import polars as pl
 
 from .. import analysis
-from ..analysis.frames import variant_col
+from ..analysis.frames import BACKEND, backend_col, variant_col
 from ..errors import UserError
+from ..probe import repro, reproduce
 from ..record import schema, store
 
 FORMATS = ("markdown", "csv", "json", "junit")
@@ -38,7 +41,7 @@ COLUMNS = (
     "decode_tokens_per_s",
     "device_type",
     "torch",
-    "torch_tpu",
+    BACKEND,
     "transformers",
     "repro",
     "notebook_url",
@@ -65,7 +68,7 @@ def export_rows(data_dir: Path | str, sweep_id: str) -> list[dict]:
         "perf_note",
         "device_type",
         "versions",
-        "repro_sha256",
+        "backend_versions",
         "notebook_url",
         "log_url",
         "numerics",
@@ -73,8 +76,9 @@ def export_rows(data_dir: Path | str, sweep_id: str) -> list[dict]:
         "exclusion_reason",
         "duration_s",
     ]
+    has_repro = (pl.col("repro_sha256").is_not_null() | pl.col("repro_script").is_not_null()).alias("has_repro")
     frames = [
-        store.scan(data_dir, config).filter(pl.col("sweep_id") == sweep_id).select(wanted).collect()
+        store.scan(data_dir, config).filter(pl.col("sweep_id") == sweep_id).select(*wanted, has_repro).collect()
         for config in store.CONFIGS
     ]
     rows = pl.concat(frames, how="vertical_relaxed")
@@ -88,7 +92,11 @@ def export_rows(data_dir: Path | str, sweep_id: str) -> list[dict]:
             f"The dataset in {data_dir} has no rows of sweep {sweep_id!r}; `model-support aggregate {sweep_id}` "
             "writes them from its records."
         )
-    rows = rows.with_columns(variant_col(), analysis.pass_check_col().alias("check")).sort("model_id", "variant")
+    rows = rows.with_columns(
+        variant_col(),
+        analysis.pass_check_col().alias("check"),
+        backend_col(),
+    ).sort("model_id", "variant")
     out = []
     for r in rows.iter_rows(named=True):
         versions = r["versions"] or {}
@@ -107,8 +115,12 @@ def export_rows(data_dir: Path | str, sweep_id: str) -> list[dict]:
                 **speed(r),
                 "decode_tokens_per_s": r["decode_tokens_per_s"],
                 "device_type": r["device_type"],
-                **{c: versions.get(c) for c in ("torch", "torch_tpu", "transformers")},
-                "repro": f"{store.REPRO}/{r['repro_sha256']}.py" if r["repro_sha256"] else None,
+                "torch": versions.get("torch"),
+                BACKEND: r[BACKEND],  # the backend that ran, as its adapter named it: none on the CPU
+                "transformers": versions.get("transformers"),
+                "repro": repro.command(sweep_id, r["model_id"], r["variant"], data_dir)
+                if r["has_repro"] and not excluded
+                else None,
                 "notebook_url": r["notebook_url"],
                 "log_url": r["log_url"],
                 "duration_s": r["duration_s"],
@@ -151,13 +163,20 @@ def export(data_dir: Path | str, sweep_id: str, fmt: str, suspect_fails: bool = 
     return junit(sweep_id, rows, suspect_fails)
 
 
-def _cell(value) -> str:
-    """A Markdown table cell: no line breaks, no pipes."""
+def stack_text(row: dict) -> str:
+    """The stack a row ran on, in words: its device, torch, the backend that ran (none on the CPU), transformers."""
+    parts = [f"torch {row['torch']}" if row["torch"] else None, row[BACKEND]]
+    parts.append(f"transformers {row['transformers']}" if row["transformers"] else None)
+    return f"{row['device_type'] or '?'}: " + (", ".join(p for p in parts if p) or "unknown")
+
+
+def _cell(value, limit: int | None = 160) -> str:
+    """A Markdown table cell: no line breaks, no pipes; at most ``limit`` characters (None: whole, a command)."""
     if value is None:
         return ""
     if isinstance(value, float):
         return f"{value:.1f}"
-    return str(value).replace("|", "\\|").replace("\n", " ")[:160]
+    return str(value).replace("|", "\\|").replace("\n", " ")[:limit]
 
 
 def markdown(sweep_id: str, rows: list[dict]) -> str:
@@ -170,9 +189,13 @@ def markdown(sweep_id: str, rows: list[dict]) -> str:
         ", ".join(f"{k}: {n}" for k, n in counts.items()) + f"; suspect passes: {suspect}",
         "",
         "tokens/s: (perf) the perf phase's median of timed repeats; (verdict) the verdict's own 8-token generation.",
+        "backend: the device backend that ran, as its adapter named it (none: torch alone, the CPU). repro: the command "
+        "that reproduces the row with plain python (its script sets the backend's settings as the probe ran them; "
+        f"add `{reproduce.AS_FOUND_FLAG}` to its python command to run on the stack as found instead).",
         "",
-        "| model | variant | verdict | check | stage | whose | signature | tokens/s | device | torch | transformers | repro |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | variant | verdict | check | stage | whose | signature | tokens/s | device | torch | backend "
+        "| transformers | repro |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         cells = (
@@ -188,10 +211,11 @@ def markdown(sweep_id: str, rows: list[dict]) -> str:
             else None,
             r["device_type"],
             r["torch"],
+            r[BACKEND],
             r["transformers"],
-            f"`{r['repro']}`" if r["repro"] else None,
         )
-        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+        command = _cell(f"`{r['repro']}`", None) if r["repro"] else ""  # whole: a command cut short runs nothing
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + f" | {command} |")
     return "\n".join(lines) + "\n"
 
 
@@ -220,7 +244,9 @@ def junit(sweep_id: str, rows: list[dict], suspect_fails: bool = False) -> str:
                 message=f"{r['status']} at {r['failure_stage'] or '?'}: {(r['error_message'] or '')[:400]}",
                 type=r["failure_signature"] or r["status"] or "",
             )
-            failure.text = f"whose: {r['attribution'] or 'unknown'}; repro: {r['repro'] or '-'}"
+            failure.text = "\n".join(
+                (f"whose: {r['attribution'] or 'unknown'}", f"stack: {stack_text(r)}", f"repro: {r['repro'] or '-'}")
+            )
             failures += 1
         elif r["suspect"]:
             said = f"suspect PASS: {r['check']}"

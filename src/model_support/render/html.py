@@ -21,6 +21,7 @@ from ..display import (
     html_table,
     show_html,  # the report notebook shows its sections with html.show_html
 )
+from ..probe.signatures import portable_paths
 from ..record import schema
 from .charts import chart_html
 
@@ -100,7 +101,8 @@ def _cell(value, column: str) -> Cell:
     text = str(value)
     if column in FOLDED or "\n" in text or len(text) > 160:
         lines = text.strip().splitlines() or [""]
-        if column == "traceback":
+        if column == "traceback":  # the files it names, not the machine that ran them
+            text = portable_paths(text) or ""
             first = f"traceback ({len(lines)} lines)"
         else:
             first = lines[0][:80] + ("…" if len(lines) > 1 or len(lines[0]) > 80 else "")

@@ -40,11 +40,13 @@ def previous_sweep(data_dir: Path | str, sweep_id: str) -> str | None:
 
 
 def latest_sweep(data_dir: Path | str) -> str:
-    """The most recently created sweep; a one-sentence ValueError when there is none."""
-    sweeps = _sweeps(data_dir)
-    if sweeps.height == 0:
+    """The most recently created sweep of the stack (``latest``: never a what-if sweep); one sentence when there is
+    none."""
+    from ..record import store
+
+    if _sweeps(data_dir).height == 0:
         raise UserError(f"There are no sweeps under {data_dir}: run a sweep first.")
-    return sweeps["sweep_id"][-1]
+    return store.resolve_sweep_id(Path(data_dir), store.LATEST)
 
 
 # --------------------------------------------------------------------------------------------

@@ -57,7 +57,7 @@ def format_diff(
     newly failing (no attribution), newly failing everywhere (the CPU reference fails too), newly passing,
     no longer suspect, status and signature changes, added and removed, at most ``max_per_change`` runs of
     each, then a one-line summary. A variant column only when some run is not ``eager+dynamic``; the title
-    names each sweep's device when read from a folder; an earlier signature is followed by whose failure it
+    ("B against A, the baseline (given first)") names each sweep's device when read from a folder; an earlier signature is followed by whose failure it
     was (``[stack]``: what a fix of the stack mended).
 
     Under the title, the packages whose versions differ between the two sweeps (``packages``); a run a
@@ -100,7 +100,8 @@ def format_diff(
         f"... and {', '.join(left_out)} (`model-support report {b} --baseline {a}` lists them all)" if left_out else ""
     )
     summary = analysis.diff_summary(diff, a, b)
-    title = f"{b}{_on(devices.get(b))} against {a}{_on(devices.get(a))}"
+    # `diff A B` reads "B against A": said which is which, so the order typed is not read backwards
+    title = f"{b}{_on(devices.get(b))} against {a}{_on(devices.get(a))}, the baseline (given first)"
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, color_system=None, force_terminal=False, highlight=False)
     if packages:
@@ -172,21 +173,30 @@ def _verdict(record: dict) -> str:
 
 def sweep_list_rows(data_dir: Path | str) -> list[dict]:
     """Every sweep of the data folder, newest first: id, name, device, models (x variants), verdict counts from
-    its records, excluded, and its state (complete, N to run, or running now)."""
+    its records, excluded, and its state (complete, N to run, or running now).
+
+    A what-if sweep (its definition puts operators on the host: ``store.what_if_setting``) has no verdict of the
+    stack: its verdict counts are 0 and its own runs' are kept apart, in ``what_if`` ({"host_ops", "proves": the
+    stack's sweep it was run for where known (``ops.proof.proven_sweeps``), else null, and a count per verdict}, a
+    key only a what-if sweep's row has), its state saying so; it is listed right after the sweep it proves (newest
+    first among them), else at its own time."""
+    from ..ops.proof import proven_sweeps
     from ..probe import probe_params
     from ..record.sweep_meta import parse_sweep_id
 
-    rows = []
+    rows, bases = [], {}
     data_dir = Path(data_dir)
     for sweep_id in reversed(store.list_sweeps(data_dir)):
         meta = store.read_sweep(data_dir, sweep_id)
         records = store.read_records(data_dir, sweep_id)
-        # a what-if run (operators on the host) is no verdict of the stack: counted apart, as its state says
-        what_if = sum(store.is_what_if(r) and not r.get("exclusion_reason") for r in records)
+        host_ops = meta.probe.get("host_ops") or None
+        # a what-if run (operators on the host) is no verdict of the stack: counted apart; in a what-if sweep every
+        # run is one (a stand-in written before stand-ins carried host_ops too)
+        hosted = [r for r in records if not r.get("exclusion_reason") and (host_ops or store.is_what_if(r))]
         counts = Counter(
             "excluded" if r.get("exclusion_reason") else r["status"]
             for r in records
-            if r.get("exclusion_reason") or not store.is_what_if(r)
+            if r.get("exclusion_reason") or not (host_ops or store.is_what_if(r))
         )
         devices = Counter(r["device_type"] for r in records if r.get("device_type"))
         expected = len(meta.models) * len(probe_params.combinations(meta.matrix, meta.stacks))
@@ -196,34 +206,78 @@ def sweep_list_rows(data_dir: Path | str) -> list[dict]:
         except UserError:
             running = True
         left = expected - len(records)
-        rows.append(
-            {
-                "sweep_id": sweep_id,
-                "name": meta.name or parse_sweep_id(sweep_id).name,
-                "device": devices.most_common(1)[0][0] if devices else meta.probe.get("device", "auto"),
-                "models": expected,
-                **{v: counts.get(v, 0) for v in schema.VERDICTS},
-                "excluded": counts.get("excluded", 0) + len(meta.excluded or {}),
-                "state": ("running" if running else ("complete" if left <= 0 else f"{left} to run"))
-                + (f", what-if: {what_if} run(s) with operators on the host" if what_if else ""),
-            }
-        )
-    return rows
+        bases[sweep_id] = "running" if running else ("complete" if left <= 0 else f"{left} to run")
+        row = {
+            "sweep_id": sweep_id,
+            "name": meta.name or parse_sweep_id(sweep_id).name,
+            "device": devices.most_common(1)[0][0] if devices else meta.probe.get("device", "auto"),
+            "models": expected,
+            **{v: counts.get(v, 0) for v in schema.VERDICTS},
+            "excluded": counts.get("excluded", 0) + len(meta.excluded or {}),
+            "state": bases[sweep_id]
+            + (f", {WHAT_IF}: {len(hosted)} run(s) with operators on the host" if hosted else ""),
+        }
+        if host_ops:
+            own = Counter(r["status"] for r in hosted)
+            row["what_if"] = {"host_ops": host_ops, "proves": None, **{v: own.get(v, 0) for v in schema.VERDICTS}}
+        rows.append(row)
+    proves = proven_sweeps(data_dir, [r["sweep_id"] for r in rows if "what_if" in r])
+    for r in rows:
+        if "what_if" in r:
+            r["what_if"]["proves"] = proves.get(r["sweep_id"])
+            runs = sum(r["what_if"][v] for v in schema.VERDICTS)
+            hosted = r["what_if"]["host_ops"]
+            r["state"] = f"{bases[r['sweep_id']]}, {WHAT_IF}: {runs} run(s) with {hosted} on the host"
+    return _beside_what_they_prove(rows)
+
+
+def _beside_what_they_prove(rows: list[dict]) -> list[dict]:
+    """``rows`` (newest first) with each what-if sweep that proves a listed sweep moved right after that sweep (newest
+    first among them); any other where it was."""
+    anchors = _stack_sweeps(rows)
+    ordered = []
+    for r in rows:
+        if _proves(r) not in anchors:
+            ordered.append(r)
+            ordered += [w for w in rows if _proves(w) == r["sweep_id"]]
+    return ordered
+
+
+def _proves(row: dict) -> str | None:
+    """The sweep a ``sweep_list_rows`` row's what-if sweep proves (None: a sweep of the stack, or not known)."""
+    return (row.get("what_if") or {}).get("proves")
+
+
+def _stack_sweeps(rows: list[dict]) -> set[str]:
+    """The listed sweeps of the stack: those a what-if sweep is listed beside."""
+    return {r["sweep_id"] for r in rows if "what_if" not in r}
 
 
 def sweep_list_table(rows: list[dict], console) -> None:
-    """``sweep_list_rows`` as a terminal table."""
-    table = Table(title="sweeps, newest first")
-    for column in ("sweep", "name", "device", "models", *schema.VERDICTS, "excluded", "state"):
+    """``sweep_list_rows`` as a terminal table: a what-if sweep's row shows its own runs' verdict counts, each
+    labelled what-if, right after the sweep it proves (its name marked ``↳``); its state says what it put on the
+    host; a line under the table says what that means."""
+    anchors = _stack_sweeps(rows)
+    what_ifs = [r for r in rows if "what_if" in r]
+    caption = (
+        f"{WHAT_IF}: a sweep run with operators on the host (ops SWEEP --prove, or host_ops): its own runs, no verdict "
+        "of the stack; ↳ right after the sweep it proves"
+        if what_ifs
+        else None
+    )
+    table = Table(title="sweeps, newest first", caption=caption)
+    table.add_column("sweep", no_wrap=True)  # whole, to copy: the state folds first
+    for column in ("name", "device", "models", *schema.VERDICTS, "excluded", "state"):
         table.add_column(column, overflow="fold")
     for r in rows:
+        what_if = r.get("what_if")
         table.add_row(
             r["sweep_id"],
-            r["name"],
+            f"↳ {r['name']}" if _proves(r) in anchors else r["name"],
             str(r["device"]),
             str(r["models"]),
-            *(str(r[v]) for v in schema.VERDICTS),
+            *(f"{WHAT_IF} {what_if[v]}" if what_if else str(r[v]) for v in schema.VERDICTS),
             str(r["excluded"]),
-            r["state"],
+            escape(r["state"]),
         )
     console.print(table)

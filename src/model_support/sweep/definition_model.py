@@ -33,6 +33,7 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 
 from ..probe import probe_core, probe_params
 from ..probe.model_ids import is_local
+from ..record.names import is_plain_word
 from ..record.sweep_meta import new_sweep_id, safe_name
 
 #: Where in the file each key and list item is: its path (keys and indexes, as pydantic's ``loc``) -> (line, column).
@@ -177,14 +178,20 @@ Matrix = _settings_model("Matrix", _axis, probe_params.MATRIX_AXES)
 
 
 def _sweep_name(name: str) -> str:
-    """A name whose sweep id (the name made file-safe, then the time) starts with a letter, a digit or ``_``:
-    an empty name (or one of slashes) gives an id starting with ``-``, which ``--resume`` then reads as an
-    option, and one starting with ``.`` a hidden folder."""
+    """A plain word (``names.PLAIN_WORD``), the start of its sweep's id and folder as written: an empty name (or one
+    of slashes) would give an id starting with ``-``, which ``--resume`` then reads as an option, one starting with
+    ``.`` a hidden folder, and any other character (``bad/../x``, a space) would be changed in the id
+    (``bad__..__x``), which ``latest:NAME`` would then not find."""
     safe = safe_name(name)
     if not safe or safe[0] in "-.":
         raise _mistake(
             f"name {name!r} cannot name a sweep (its id would start {new_sweep_id(name)[:12]!r}..., which `--resume` "
             "would read as an option or hide); give a name that starts with a letter or digit, such as 'smoke'."
+        )
+    if not is_plain_word(name):
+        raise _mistake(
+            f"name {name!r} is not a plain name (its sweep's id and folder would read {safe!r}); use letters, digits, "
+            "'.', '_' and '-', starting with a letter or digit, at most 100 characters, such as 'smoke'."
         )
     return name
 
