@@ -38,6 +38,7 @@ SCRIPTS = [
     "bench_perf_cost.py",
     "bench_instruments.py",
     "bench_exports.py",
+    "bench_as_typed.py",
 ]
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
@@ -260,6 +261,7 @@ def tables() -> str:
     lines += ops_table(load("ops"))
     lines += localise_table(load("localise"))
     lines += ops_prove_table(load("ops_prove"))
+    lines += as_typed_table(load("as_typed"))
     scheduler = load("scheduler")
     if scheduler and "table" in scheduler:
         lines += [f"### Multi-device scheduling by simulation ({scheduler['date']})", "", scheduler["table"], ""]
@@ -658,6 +660,27 @@ def ops_prove_table(found: dict) -> list[str]:
         "",
         f"Every step confirmed: {ok(found['met']['every_step_confirmed'])}; within a few minutes (goal under "
         f"{found['goal_s']:.0f} s): {ok(found['met']['within_a_few_minutes'])}.",
+        "",
+    ]
+
+
+def as_typed_table(found: dict) -> list[str]:
+    """bench_as_typed.py: ``ops SWEEP --prove`` typed with the autoload unset against exported as 0 (torch_tpu in)."""
+    if not found:
+        return []
+    cell = lambda d: f"{d['median']:.1f} s [{d['min']:.1f}-{d['max']:.1f}]"  # noqa: E731
+    return [
+        f"### As typed: `ops SWEEP --prove` with `TORCH_DEVICE_BACKEND_AUTOLOAD` unset ({found['date']}, torch_tpu "
+        f"installed, pretend device lacking {' and '.join(found['stack']['missing_ops'])}, {', '.join(found['models'])}; "
+        f"{found['reps']} alternating repetitions, median [min-max]; load average {found['load_average']})",
+        "",
+        "| unset (a new user's shell) | exported as 0 | unset / 0 (medians) | unset / 0 (minima) | probe logs naming the TPU runtime |",
+        "|---|---|---|---|---|",
+        f"| {cell(found['prove_unset_s'])} | {cell(found['prove_autoload_0_s'])} | {found['ratio_unset_over_0']:.2f}x "
+        f"| {found.get('ratio_of_minima', float('nan')):.2f}x | {len(found['probe_logs_naming_the_tpu_runtime'])} |",
+        "",
+        f"Within 20%: {ok(found['met']['within_20pct'])}; every proof confirmed: "
+        f"{ok(found['met']['every_proof_confirmed'])}; no TPU runtime in any probe: {ok(found['met']['no_tpu_runtime'])}.",
         "",
     ]
 

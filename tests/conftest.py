@@ -30,6 +30,34 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
 os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp(prefix="hf-datasets-"))
 
 
+#: Variables set by a library the first time a test's process uses it, or by pytest itself, not by the test: pytest's
+#: current test (set per phase), polars' allocator settings (set on its import), what ``ray.init`` writes into the
+#: driver's process once.
+SET_BY_IMPORTS = {"PYTEST_CURRENT_TEST", "_RJEM_MALLOC_CONF"}
+SET_BY_IMPORTS |= {"RAY_AUTH_MODE", "RAY_CLIENT_MODE", "RAY_USAGE_STATS_ENABLED", "PYTHONBREAKPOINT"}
+
+
+@pytest.fixture(autouse=True)
+def leaves_the_environment_and_folder_as_it_found_them():
+    """A test that leaves ``os.environ`` or the working folder changed fails (and they are put back, so one leak
+    fails one test, not every later test of its worker in an order-dependent way): a variable set directly and
+    then ``monkeypatch.delenv``-ed is "restored" by monkeypatch to the leaked value (test_hub_server's
+    HF_ENDPOINT pointed every later test at a server that was shut down). Module and session fixtures' changes
+    are set up before and torn down after it, so they are not counted."""
+    before, folder = dict(os.environ), os.getcwd()
+    yield
+    after, here = dict(os.environ), os.getcwd()
+    names = (before.keys() | after.keys()) - SET_BY_IMPORTS
+    changed = sorted(name for name in names if before.get(name) != after.get(name))
+    if changed:
+        os.environ.clear()
+        os.environ.update(before)
+    if here != folder:
+        os.chdir(folder)
+    assert not changed, f"the test left these environment variables changed: {', '.join(changed)}"
+    assert here == folder, f"the test left the working folder changed: {folder} -> {here}"
+
+
 #: Fixtures that run real sweeps, notebooks or renders: a test using one is slow (not in `make test-fast`).
 HEAVY_FIXTURES = {"smoke_sweep", "real_report", "rendered", "fixture_sweep", "browser", "porting_loop", "two_sweeps"}
 

@@ -40,7 +40,9 @@ def typed(
     """``command`` as a user types it in a shell (``env``, default the shell's that started pytest),
     ``MODEL_SUPPORT_PRETEND='<stack>'`` before it (the pretend stack is the environment, as a real one is:
     docs/devices.md)."""
-    env = dict(SHELL_ENVIRON if env is None else env)
+    if env is None:  # a new user's shell: the autoload unset, whatever the shell that ran pytest exported
+        env = {k: v for k, v in SHELL_ENVIRON.items() if k != "TORCH_DEVICE_BACKEND_AUTOLOAD"}
+    env = dict(env)
     env.pop("MODEL_SUPPORT_PRETEND", None)
     if stack is not None:
         env["MODEL_SUPPORT_PRETEND"] = json.dumps(stack)
@@ -166,3 +168,22 @@ def test_the_papermill_probe_as_typed(loop, tmp_path):
     found = json.loads(record.read_text())
     assert found["status"] == "FAIL(gen)" and "rsqrt" in found["error_message"], found["error_message"]
     assert not TPU_RUNTIME.search(outputs(tmp_path / "out.ipynb"))
+
+
+def test_the_repro_command_an_export_prints_works_on_a_pulled_dataset(loop):
+    """Review: exports and support cards print ``model-support repro SWEEP MODEL ...`` for every row, and on a dataset
+    pulled without its ``sweeps/`` folder (what a Hub dataset is) that command said the sweep does not exist. It
+    reads the row and the data folder's ``repro/`` bodies there."""
+    import shutil
+
+    data, stack, pulled = loop["data"], loop["stack"], loop["tmp"] / "pulled"
+    for config in ("results", "excluded"):
+        shutil.copytree(data / config, pulled / config)
+    shutil.copytree(data / "sweeps" / stack / "repro", pulled / "repro")
+    command = [str(BIN / "model-support"), "export", stack, "--format", "csv", "--data-dir", str(pulled)]
+    assert "model-support repro" in ok(typed(command, REPO))
+    script = ok(typed([str(BIN / "model-support"), "repro", stack, "tiny-opt", "--data-dir", str(pulled)], REPO))
+    run = loop["tmp"] / "pulled_run.py"
+    run.write_text(script)
+    said = ok(typed([sys.executable, str(run), str(REPO / "data" / "models" / "tiny-opt")], loop["tmp"]))
+    assert "PASS" in said, said[-2000:]

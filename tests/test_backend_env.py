@@ -85,3 +85,23 @@ def test_torch_imported_before_the_package_counts_the_known_backend_writes_as_th
     found = child(code, PYTHONWARNINGS="ignore")
     assert found["wrote"] == ["1", True], found  # torch_tpu's loader, as the issue saw it
     assert found == {**found, "child_libtpu": False, "autoload": "0"}, found
+
+
+def test_a_users_own_tpu_library_path_is_kept_when_torch_was_imported_first():
+    """Review: with torch imported before the package and no backend loaded, the user's own ``TPU_LIBRARY_PATH`` and
+    inductor cache folder were dropped from children and from the tpu adapter's configuration. A value the process
+    started with is the user's (``/proc/self/environ``), whatever imported torch first."""
+    code = """
+        import json, os
+        import torch
+        from model_support import backend_env
+        from model_support.probe.devices import adapter_for
+        child = backend_env.child_environ()
+        print(json.dumps({"child": [child.get("TPU_LIBRARY_PATH"), child.get("TORCHINDUCTOR_CACHE_DIR")],
+                          "config": adapter_for("tpu").configuration()}))
+    """
+    mine = {"TPU_LIBRARY_PATH": "/tmp/my_libtpu.so", "TORCHINDUCTOR_CACHE_DIR": "/tmp/my-inductor-cache"}
+    for autoload in ("0", "1"):
+        found = child(code, TORCH_DEVICE_BACKEND_AUTOLOAD=autoload, PYTHONWARNINGS="ignore", **mine)
+        assert found["child"] == ["/tmp/my_libtpu.so", "/tmp/my-inductor-cache"], (autoload, found)
+        assert found["config"] == {"TPU_LIBRARY_PATH": "/tmp/my_libtpu.so"}, (autoload, found)

@@ -117,7 +117,7 @@ def test_a_cpu_sweep_against_a_pretend_sweep_is_refused_in_one_sentence_unless_a
         assert str(refused.value) == sentence
     compared = gate.gate(cpu_and_pretend, A, B, ["regressions"], across=("device",))
     assert compared.failing == ["regression: local:tiny-llama [eager+dynamic]: PASS -> FAIL(gen): RuntimeError: boom"]
-    with pytest.raises(UserError, match="--across 'stack' is not one of device, dtype, mode"):
+    with pytest.raises(UserError, match="--across 'stack' is not one of device, dtype"):
         gate.gate(cpu_and_pretend, A, B, ["regressions"], across=("stack",))
     # through the command: exit status 2, the sentence, and nothing judged before it
     done = subprocess.run(
@@ -157,6 +157,8 @@ def test_only_what_across_names_may_differ_and_a_shared_mode_still_compares(tmp_
     assert decision.unlike_sweeps({("m", "eager+dynamic"): eager}, {("m", "compile+dynamic"): compiled}) == {
         "mode": (["eager"], ["compile"])
     }
+    with pytest.raises(UserError, match="--across 'mode' is not one of device, dtype"):  # review: nothing would pair
+        decision.check_across("mode")
     both = {("m", "eager+dynamic"): eager, ("m", "compile+dynamic"): compiled}
     assert decision.unlike_sweeps({("m", "eager+dynamic"): eager}, both) == {}
     unsaid = {"device_type": None, "dtype": None, "mode": "eager"}  # a row that does not say: says nothing

@@ -379,8 +379,7 @@ def test_cli_control_endpoint_and_hf_endpoint_env(model_dir, tmp_path, monkeypat
         with urllib.request.urlopen(f"{url}/_control/requests") as r:
             assert [x["status"] for x in json.load(r)] == [503, 200]
 
-        os.environ["HF_ENDPOINT"] = url  # too late for this process: read at import
-        monkeypatch.delenv("HF_ENDPOINT")
+        monkeypatch.setenv("HF_ENDPOINT", url)  # too late for this process: read at import (put back after the test)
         assert constants.ENDPOINT != url
         code = "from huggingface_hub import hf_hub_download as d; print(open(d('org/tiny', 'config.json')).read())"
         env = {**os.environ, "HF_ENDPOINT": url, "HF_HUB_OFFLINE": "0", "HF_HUB_CACHE": str(tmp_path / "c")}

@@ -176,3 +176,26 @@ def test_list_shows_a_what_if_sweeps_own_counts_right_after_the_sweep_it_proves(
     assert "↳ smoke-what-if" in line[PROVED] and "what-if 1" in line[PROVED] and "what-if 0" in line[PROVED], table
     assert "what-if" not in line[B] and "↳" not in line[BY_HAND] and "what-if 1" in line[BY_HAND], table
     assert "what-if: a sweep run with operators on the host" in " ".join(table.split())  # what the label means
+
+
+def test_an_old_what_if_stand_in_in_results_is_no_verdict_of_the_support_card_nor_a_flip(tmp_path):
+    """Review: a what-if sweep's timed-out stand-in left in ``results`` (until recompaction) was the support card's
+    latest verdict of the stack (FAIL(other), 1 of 3 sweeps agreeing) and a flip in the report's streaks (org/b: 4
+    sweeps, 2 flips, streak 1). Both read the stack's rows only (``store.of_the_stack``)."""
+    import polars as pl
+
+    from model_support.analysis.history import model_streaks, sweep_index
+    from model_support.analysis.support import support
+    from model_support.record import store
+
+    data = tmp_path / "data"
+    make(data, A, 1)
+    make(data, B, 2)
+    make(data, BY_HAND, 3, "aten::silu")
+    stand_in_in_results(data, BY_HAND)
+    make(data, LATER, 5)
+    assert store.scan(data, "results").filter(pl.col("sweep_id") == BY_HAND).collect().height  # the stand-in is there
+    cards = support("org/b", data)
+    assert {c["sweep_id"] for c in cards} == {LATER} and cards[0]["sweeps"] == 3, cards
+    streaks = model_streaks(store.scan(data, "results"), sweep_index(data)).filter(pl.col("model_id") == "org/b")
+    assert streaks.select("sweeps", "flips", "streak").row(0) == (3, 0, 3), streaks

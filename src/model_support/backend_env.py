@@ -35,15 +35,37 @@ _owned = False
 def own() -> None:
     """Take the autoload switch: "0" in this process from now on (the adapter loads the backend it needs). Called by
     the package's root on import, so by every entry point of ours before it imports torch. Where torch was imported
-    before (a notebook that imported it first), the variables backends are known to write are taken as theirs."""
+    before (a notebook that imported it first), a variable backends are known to write that differs from what the
+    process started with (``/proc/self/environ``: a value the user set is kept) is taken as theirs; where the start
+    cannot be read, only while a backend package is loaded."""
     global _owned
     if not _owned:
         _owned = True
         if "torch" in sys.modules:
-            for name in KNOWN_BACKEND_WRITES:
-                if name in os.environ:
+            start = _at_start()
+            for name in KNOWN_BACKEND_WRITES & os.environ.keys():
+                if start is not None and os.environ[name] != start.get(name):
+                    _written.setdefault(name, start.get(name))
+                elif start is None and _a_backend_loaded():
                     _written.setdefault(name, None)
     os.environ[AUTOLOAD_VAR] = "0"
+
+
+def _at_start() -> dict[str, str] | None:
+    """The environment this process was started with (Linux keeps it in ``/proc/self/environ``), or None."""
+    try:
+        raw = open("/proc/self/environ", "rb").read()  # noqa: SIM115 read once
+    except OSError:
+        return None
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {key.decode(errors="replace"): value.decode(errors="replace") for key, value in pairs}
+
+
+def _a_backend_loaded() -> bool:
+    """Whether a module of an installed ``torch.backends`` entry point is imported here (read from metadata)."""
+    from importlib.metadata import entry_points
+
+    return any(entry.module.partition(".")[0] in sys.modules for entry in entry_points(group="torch.backends"))
 
 
 @contextlib.contextmanager

@@ -46,6 +46,8 @@ def _require_data_dir(kwargs: dict) -> None:
         return
     if ctx.command.name in CREATES_DATA_DIR and not kwargs.get("resume"):
         return
+    if ctx.command.name == "bisect" and kwargs.get("clean"):  # empties the environment cache: reads no data folder
+        return
     named = _data_dir_words(ctx, Path(data_dir))
     sweep = next((kwargs[name] for name in SWEEP_ARGUMENTS if kwargs.get(name)), None)
     if sweep and (sweep == "latest" or sweep.startswith("latest:")):  # what the command was asked for, first
@@ -418,8 +420,8 @@ def _no_what_if_nightly(params_file) -> None:
     "--across",
     default=None,
     metavar="LIST",
-    help="The settings the night may differ from its baseline in (comma-separated: device, dtype, mode); without "
-    "it the gate refuses a baseline whose runs differ in any of them (exit 2).",
+    help="The settings the night may differ from its baseline in (comma-separated: device, dtype); without it "
+    "the gate refuses a baseline whose runs differ in either, or in mode (exit 2).",
 )
 @click.option("--report/--no-report", default=True, show_default=True, help="Render the sweep's HTML report.")
 @click.option(
@@ -597,8 +599,8 @@ def report(sweep_id, baseline, data_dir):
     "across",
     default=None,
     metavar="LIST",
-    help="With --fail-on: the settings the two sweeps may differ in (comma-separated: device, dtype, mode); "
-    "without it the gate refuses sweeps whose runs differ in any of them.",
+    help="With --fail-on: the settings the two sweeps may differ in (comma-separated: device, dtype); without it "
+    "the gate refuses sweeps whose runs differ in either; another mode (the variant names it) always.",
 )
 @data_dir_option
 @user_errors
@@ -912,6 +914,10 @@ def sweep_model(data_dir: Path, sweep_id: str, model: str) -> str:
     from .probe.model_ids import resolve
     from .record import store
 
+    if not (store.sweep_dir(data_dir, sweep_id) / "sweep.json").exists():  # a dataset pulled without sweeps/
+        ids = store.model_ids_of_rows(data_dir, sweep_id)
+        if ids:
+            return resolve(ids, model, f"sweep {sweep_id}")
     meta = store.read_sweep(data_dir, sweep_id)
     return resolve([entry.model_id for entry in meta.models], model, f"sweep {meta.sweep_id}")
 

@@ -420,9 +420,11 @@ def model_streaks(results: Frame, sweeps: pl.DataFrame | None = None) -> pl.Data
     order = sweeps.select("sweep_id", "name", "created_at", pl.col("device_type").alias("sweep_device"))
     rows = (
         _with_columns(
-            results, ["sweep_id", "model_id", "variant", "status", "numerics", "fluent", "flaky", "started_at"]
+            results,
+            ["sweep_id", "model_id", "variant", "status", "numerics", "fluent", "flaky", "started_at"]
+            + ["what_if", "host_ops"],
         )
-        .filter(pl.col("status").is_not_null())
+        .filter(pl.col("status").is_not_null(), store.of_the_stack())  # a what-if run is no flip of the stack
         .with_columns(variant_col(), pass_check_col().alias("check"))
         .sort("started_at", nulls_last=False)
         .unique(["sweep_id", "model_id", "variant"], keep="last")

@@ -62,7 +62,7 @@ def support(model_id: str, data_dir: Path | str = "data") -> list[dict]:
     dataset has no row of it (with the closest model ids)."""
     rows = (
         store.scan(Path(data_dir), "results")
-        .filter(pl.col("model_id") == model_id)
+        .filter(pl.col("model_id") == model_id, store.of_the_stack())
         .with_columns(
             variant_col(),
             pass_check_col().alias("check"),

@@ -44,6 +44,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import backend_env
 from ..analysis import perf
 from ..probe import provenance
 from ..probe.reproduce import KEEP_CONFIG_VAR, PERF_VAR  # what a step tells its repro script: keep, time
@@ -101,7 +102,7 @@ def step_env(settings: dict[str, str] | None, names: set[str]) -> dict[str, str]
     process's environment as it is (no configuration recorded)."""
     if settings is None:
         return None
-    env = {k: v for k, v in os.environ.items() if k not in names}
+    env = {k: v for k, v in backend_env.child_environ().items() if k not in names}  # no backend's own variables
     return {**env, **settings, KEEP_CONFIG_VAR: "1"}
 
 
@@ -307,7 +308,7 @@ class Bisector:
         script = self._script(job.row.script)
         env = job.env(end)
         if job.metric:  # the script times repeats after its PASS
-            env = {**(os.environ if env is None else env), PERF_VAR: str(job.repeats)}
+            env = {**(backend_env.child_environ() if env is None else env), PERF_VAR: str(job.repeats)}
         ready = time.monotonic()
         verdict, note, said = run_repro(python, script, job.row.args, job.row.timeout_s, script.parent, env)
         seconds = round(time.monotonic() - ready, 2)  # the repro script's run

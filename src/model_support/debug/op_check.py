@@ -431,7 +431,7 @@ def run_script(settings, argv, set_up_backend):
     sentence where this stack cannot run it (the device or its backend not here). ``set_up_backend``: the repro
     scripts' own (``reproduce``), which sets the stack's backend configuration as it ran (or not: ``--stack-as-found``),
     loads its backend and says why the device is not here."""
-    os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+    os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"  # set, not defaulted: a parent may hand down torch_tpu's "1"
     argv, why = set_up_backend(settings, argv)
     if why:
         print(f"no verdict: {why}", file=sys.stderr)

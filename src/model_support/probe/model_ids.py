@@ -32,10 +32,12 @@ def display_name(model_id: str) -> str:
 
 
 def _exact_names(model_id: str) -> tuple[tuple[str, ...], ...]:
-    """The names that name ``model_id`` exactly, strongest first: the id itself (and its file names), its display
-    name (``local:tiny-gemma`` -> ``tiny-gemma``), the name after a Hub id's organisation (``org/gpt2`` -> ``gpt2``)."""
+    """The names that name ``model_id`` exactly, strongest first: the id itself (and its file names), then its display
+    name (``local:tiny-gemma`` -> ``tiny-gemma``) or the name after a Hub id's organisation (``org/gpt2`` -> ``gpt2``)."""
     shown = display_name(model_id)
-    return (model_id, safe_name(model_id), model_file_name(model_id)), (shown,), (shown.rsplit("/", 1)[-1],)
+    # the display name and the name after the organisation are one tier: ``tiny-gemma`` names ``org/tiny-gemma`` as
+    # exactly as ``local:tiny-gemma`` (review: the display name had won without a word)
+    return (model_id, safe_name(model_id), model_file_name(model_id)), (shown, shown.rsplit("/", 1)[-1])
 
 
 def _listing(ids: list[str]) -> str:
@@ -45,14 +47,14 @@ def _listing(ids: list[str]) -> str:
 
 def resolve(ids: list[str], model: str, where: str) -> str:
     """The one of ``ids`` that ``model`` names, as every command taking a MODEL argument reads it: an exact name first
-    (``_exact_names``: the id or its file name, then its display name, then the name after its organisation; as
+    (``_exact_names``: the id or its file name, then its display name or the name after its organisation; as
     typed, then ignoring case), else a fragment of the id or its file name that matches exactly one id (ignoring
     case). So ``tiny-gemma`` is ``local:tiny-gemma`` even beside ``local:tiny-gemma3``. A UserError otherwise, naming
     ``where`` the ids are from: the ids it matches, or, matching none, the closest ids (else them all, up to a
     dozen)."""
     names = {model_id: _exact_names(model_id) for model_id in ids}
     for fold in (str, str.lower):
-        for tier in range(3):
+        for tier in range(2):
             exact = [i for i in ids if fold(model) in {fold(name) for name in names[i][tier]}]
             if len(exact) == 1:
                 return exact[0]

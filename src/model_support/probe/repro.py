@@ -72,8 +72,9 @@ BODY_START = (
 import os
 import sys
 
-# `import torch` would autoload every installed out-of-tree backend; load_backend loads the one needed.
-os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+# `import torch` would autoload every installed out-of-tree backend; load_backend loads the one needed. Set, not
+# defaulted: a parent that imported torch with torch_tpu installed hands down "1" (its loader writes it back).
+os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
 from transformers.utils import logging as hf_logging  # noqa: E402  (after the autoload switch)
 
 hf_logging.disable_progress_bar()  # transformers' "Loading weights" bars would bury what the script prints
@@ -191,9 +192,44 @@ def command(sweep_id: str, model_id: str, variant: str | None = None, data_dir: 
     return f"{shlex.join(words)} > run.py && {shlex.join(run)}"
 
 
+def _script_from_rows(data_dir: Path, sweep_id: str, model_id: str, variant: str | None) -> str:
+    """``script_for`` in a dataset pulled without its ``sweeps/`` folder (what exports and support cards print their
+    command for): the row of the ``results`` config and the data folder's ``repro/`` bodies."""
+    import polars as pl
+
+    from ..record.schema import DEFAULT_VARIANT
+
+    rows = (
+        store.scan(data_dir, "results")
+        .filter(pl.col("sweep_id") == sweep_id, pl.col("model_id") == model_id)
+        .with_columns(pl.col("variant").fill_null(DEFAULT_VARIANT))  # older rows: the default variant
+        .collect()
+    )
+    if variant is not None:
+        rows = rows.filter(pl.col("variant") == variant)
+    if rows.height == 0:
+        known = (
+            "a sweep of its results"
+            if store.scan(data_dir, "results").filter(pl.col("sweep_id") == sweep_id).head(1).collect().height
+            else "no sweep of it"
+        )
+        raise UserError(
+            f"Sweep {sweep_id} has no row of {model_id}{f' in {variant}' if variant else ''} in {data_dir} ({known})."
+        )
+    if rows.height > 1:
+        ran = ", ".join(sorted(str(v) for v in rows["variant"]))
+        raise UserError(f"{model_id} ran in {rows.height} variants in sweep {sweep_id}: give --variant, one of {ran}.")
+    script = script_of(rows.row(0, named=True), store.repro_dir(data_dir))
+    if script is None:
+        raise UserError(f"The row of {model_id} in sweep {sweep_id} has no repro script (nothing ran).")
+    return script
+
+
 def script_for(data_dir: Path, sweep_id: str, model_id: str, variant: str | None = None) -> str:
     """The standalone script of ``model_id`` (its record's id) in ``variant`` (default: the sweep's default
     variant, else the one variant the model ran in; several: one sentence naming them) of a sweep in ``data_dir``; one sentence when the sweep has no such row or it has no script."""
+    if not (store.sweep_dir(data_dir, sweep_id) / "sweep.json").exists():
+        return _script_from_rows(Path(data_dir), sweep_id, model_id, variant)
     path = store.find_record(data_dir, sweep_id, model_id, variant)
     if path is None and variant is None:  # no default variant here (its settings were not the defaults): its own
         store.read_sweep(data_dir, sweep_id)

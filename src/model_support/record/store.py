@@ -361,6 +361,25 @@ def is_what_if(record: dict) -> bool:
     return bool(record.get("what_if") or record.get("host_ops"))
 
 
+def model_ids_of_rows(data_dir: Path, sweep_id: str) -> list[str]:
+    """The models a sweep has rows of in the dataset (``results`` and ``excluded``), sorted: a pulled sweep's models."""
+    import polars as pl
+
+    found: set[str] = set()
+    for config in CONFIGS:
+        frame = scan(Path(data_dir), config).filter(pl.col("sweep_id") == sweep_id).select("model_id").unique()
+        found.update(m for m in frame.collect()["model_id"].to_list() if m)
+    return sorted(found)
+
+
+def of_the_stack():
+    """``is_what_if``'s negation as a Polars filter: the rows that are the stack's verdicts (an older what-if stand-in
+    left in ``results`` until recompaction is not one: the support card and the flips had read it as the stack's)."""
+    import polars as pl
+
+    return ~(pl.col("what_if").fill_null(False) | pl.col("host_ops").is_not_null())
+
+
 def what_if_setting(data_dir: Path, sweep_id: str) -> str | None:
     """The ``host_ops`` of a what-if sweep (its definition puts operators on the host, ``probe.what_if``: its runs
     are no verdict of the stack), else None. A dataset pulled without ``sweeps/`` has no definition to ask: there any
