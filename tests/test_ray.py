@@ -186,7 +186,30 @@ def test_a_request_no_node_can_satisfy_is_refused_before_anything_runs(local_ray
     chosen = definition(tmp_path, fixture_models, ["tiny-gpt2"], overrides={"tiny-gpt2": {"devices": "4"}})
     with pytest.raises(UserError, match=r"asks Ray for 4 CPU and no node of the cluster has that much"):
         in_thread(lambda: sweep.run(chosen, tmp_path / "data", workers=4, executor="ray"), timeout=120)
-    assert not list((tmp_path / "data" / "sweeps").glob("*/records/*.json"))
+    assert not list((tmp_path / "data" / "sweeps").glob("*/sweep.json"))  # nothing `list` shows as work to do
+
+
+def test_a_node_whose_stack_differs_from_the_drivers_is_refused_before_it_probes(
+    local_ray, fixture_models, tmp_path, monkeypatch
+):
+    """Every alive node says its stack's versions in a task pinned to it before any probe runs; one that differs from
+    the driver's is one sentence naming the node and the package, never a row, and the refused sweep leaves no
+    sweep.json (``list`` would show it as work to do). The driver's transformers is made to differ (the node's, in
+    its Ray worker, is the installed one)."""
+    from importlib.metadata import version
+
+    from model_support.sweep.executors import ray as ray_executor
+
+    real = ray_executor.node_stack
+    monkeypatch.setattr(ray_executor, "node_stack", lambda device: {**real(device), "transformers": "0.0.1"})
+    data = tmp_path / "data"
+    chosen = definition(tmp_path, fixture_models, ["tiny-gpt2"])
+    with pytest.raises(UserError) as refused:
+        in_thread(lambda: sweep.run(chosen, data, workers=1, executor="ray"), timeout=120)
+    node = ray.get_runtime_context().get_node_id()
+    assert f"(node {node[:12]}) has transformers {version('transformers')} (the driver has 0.0.1)" in str(refused.value)
+    assert "\n" not in str(refused.value) and not probes_of(data)
+    assert not list((data / "sweeps").glob("*/sweep.json"))
 
 
 def test_a_ray_worker_lost_under_a_probe_leaves_its_model_pending_and_resume_probes_it(

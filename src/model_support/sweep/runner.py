@@ -32,7 +32,7 @@ from . import device_time, executors, reruns
 from .budget import CacheBudget
 from .definition import SweepParams
 from .diskspace import check_room, disk_full, disk_words, relative_to_data
-from .executors.ray import ExecutorLost, check_ray_address, check_ray_device
+from .executors.ray import ExecutorLost, RayExecutor, check_ray_address, check_ray_device
 from .worker import host_checks
 from .worker.task import ProbeTask
 
@@ -81,15 +81,16 @@ def tasks_to_run(data_dir: Path, meta: SweepMeta) -> list[ProbeTask]:
     ]
 
 
-def create(params: SweepParams, data_dir: Path, reruns_n: int | None = None) -> SweepMeta:
-    """Write sweep.json (settings, models, stack, host) before anything runs; return it."""
+def create(params: SweepParams, data_dir: Path, reruns_n: int | None = None, executor: str | None = None) -> SweepMeta:
+    """Write sweep.json (settings, models, stack, host, the executor it runs on: ``executor``, else the
+    definition's) before anything runs; return it."""
     meta = SweepMeta(
         sweep_id=new_sweep_id(params.name),
         name=params.name,
         description=params.description,
         created_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         params_file=params.source,
-        executor=params.executor,
+        executor=executor or params.executor,
         workers=params.workers,
         prefetch=params.prefetch,
         matrix=params.matrix,
@@ -148,11 +149,42 @@ def run(
     if params is not None and (executor or params.executor) == "ray":  # before the sweep is written
         check_ray_device(params.probe.get("device", "auto"))
         check_ray_address()
-    meta = _start(params, data_dir, resume, report, reruns_n)
-    executor = executor or meta.executor
+    meta = _start(params, data_dir, resume, report, reruns_n, executor)
+    executor = executor or meta.executor  # a resumed sweep continues on the executor it was started with
     device = meta.probe.get("device", "auto")
     if executor == "ray":
         check_ray_device(device)
+        check_ray_address()  # a resumed Ray sweep whose cluster does not answer: one sentence naming it
+    try:
+        return _run(meta, data_dir, executor, device, workers, resume, on_result, prefetch, screen, interpreters)
+    except UserError:
+        if not resume:
+            _forget_refused(data_dir, meta.sweep_id)
+        raise
+
+
+def _forget_refused(data_dir: Path, sweep_id: str) -> None:
+    """A new sweep refused before anything of it was stored (a Ray cluster that cannot run it: capacity, a node's
+    stack, a request no node can satisfy): its folder removed, so that ``list`` shows no work to do."""
+    import shutil
+
+    folder = store.sweep_dir(data_dir, sweep_id)
+    if not _stored(data_dir, sweep_id) and not store.pending_file(data_dir, sweep_id).exists():
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run(
+    meta: SweepMeta,
+    data_dir: Path,
+    executor: str,
+    device: str,
+    workers: int | None,
+    resume: str | None,
+    on_result: Callable[[dict, int, int], None] | None,
+    prefetch: int | None,
+    screen: Callable[[SweepMeta, str], reruns.Screen | None] | None,
+    interpreters: Callable[[SweepMeta], dict[str, str]] | None,
+) -> dict:
     started = time.time()
     total = len(meta.models) * len(probe_params.combinations(meta.matrix, meta.stacks))
     pending: dict[str, dict] = {}
@@ -172,6 +204,8 @@ def run(
                 todo = group
                 while True:  # the pass, then a round of reruns of the verdicts that differ from the baseline's
                     runner = _executor(executor, data_dir, meta, todo, workers or meta.workers, prefetch)
+                    if isinstance(runner, RayExecutor):  # the stacks' variables travel with its tasks
+                        runner.stack_names = _stack_names(meta)
                     runner.submit(todo)
                     results = runner.results()
                     again: list = []
@@ -208,6 +242,12 @@ def run(
         "excluded_before": dict(meta.excluded or {}),
         "device_time": used,
     }
+
+
+def _stack_names(meta: SweepMeta) -> tuple[str, ...]:
+    """The variables any ``stacks:`` entry of the sweep sets: a Ray task sets them as the driver has them in its
+    stack's pass, and unsets those the pass leaves unset (``executors.ray.carried_environ``)."""
+    return tuple(sorted({name for s in (meta.stacks or {}).values() for name in ((s or {}).get("env") or {})}))
 
 
 def _by_stack(tasks: list[ProbeTask]) -> list[tuple[str, list[ProbeTask]]]:
@@ -325,7 +365,12 @@ def _finish_words(data_dir: Path, sweep_id: str, total: int) -> str:
 
 
 def _start(
-    params: SweepParams | None, data_dir: Path, resume: str | None, report: bool, reruns_n: int | None = None
+    params: SweepParams | None,
+    data_dir: Path,
+    resume: str | None,
+    report: bool,
+    reruns_n: int | None = None,
+    executor: str | None = None,
 ) -> SweepMeta:
     """The sweep to run: the one to resume, or a new one written from ``params``; refused (before it is
     written) when the data folder is clearly too small for it."""
@@ -337,7 +382,7 @@ def _start(
         raise UserError("Give a sweep definition (params YAML) or --resume SWEEP_ID.")
     check_room(data_dir, len(params.models) * len(probe_params.combinations(params.matrix, params.stacks)), report)
     try:
-        return create(params, data_dir, reruns_n)
+        return create(params, data_dir, reruns_n, executor)
     except OSError as exc:
         raise StorageFull(
             f"Could not create the sweep in {data_dir} ({disk_words(exc, data_dir)}); make room, "

@@ -29,15 +29,31 @@ What differs from local, and why:
   the model's out-of-memory row (FAIL(other), the host's memory); else it is left pending saying so.
   Losing the cluster ends the sweep in one sentence. On a stop every outstanding task is cancelled (its
   process tree killed) before the driver lets go of the cluster.
+- The stack travels with the task (``carried_environ``, ``_stack_here``): a Ray worker inherits its node's
+  environment (how ``ray start`` was run there), not the driver's, so each task is handed, in its arguments,
+  the driver's values of the variables that make the stack: every registered backend adapter's configuration
+  (``config_vars``: ``MODEL_SUPPORT_PRETEND``, ``LIBTPU_INIT_ARGS``, ``TPU_*``, ``XLA_FLAGS``), the project's own
+  settings (``MODEL_SUPPORT_*`` but the per-process ones, ``HF_*``, tokens) and the names of the sweep's
+  ``stacks:`` env. The task sets them in its worker for its run, unsets each such variable the driver does not
+  have (a node's own configuration never decides a verdict), and puts the worker's back after. Arguments, not
+  ``runtime_env``: Ray's ``env_vars`` can set a variable but never unset one, and a task's arguments reach the
+  task's process before it reads anything (its probe's kernel and zygote are started from it). A token travels
+  as its variable only: nothing records it.
+- Capacity and the nodes, when the driver joins (``_connect``): ``--workers`` above the devices the cluster has
+  now (its CPUs on a CPU sweep) is capped to them, saying so; every alive node is asked, by a task pinned to it
+  (``node_stack``), for its versions of the stack's packages (python, torch, transformers, model_support, the
+  backend's), and a node whose versions differ from the driver's is refused in one sentence naming it and the
+  package before any probe runs.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import sys
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -143,6 +159,169 @@ def unsatisfiable(wanted: dict, nodes: list[dict]) -> bool:
     )
 
 
+#: The project's own settings that travel with each task besides ``MODEL_SUPPORT_*`` (``carried_name``): where the Hub
+#: is and its cache, offline switches, tokens (set as the driver has them; each unset on the node where it has none).
+CARRIED_NAMES = frozenset(
+    {
+        "HF_HOME",
+        "HF_HUB_CACHE",
+        "HF_ENDPOINT",
+        "HF_HUB_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+        "HF_HUB_DISABLE_TELEMETRY",
+        "HF_TOKEN",
+        "HUGGING_FACE_HUB_TOKEN",
+    }
+)
+#: The project's prefix: its settings a probe reads (``MODEL_SUPPORT_KERNEL_START_S``, ``MODEL_SUPPORT_PHASES``,
+#: ``MODEL_SUPPORT_HUB_*``, ``MODEL_SUPPORT_MODELS_DIR``, ...) travel, but ``PER_PROCESS``.
+CARRIED_PREFIX = "MODEL_SUPPORT_"
+#: Project variables that name one process's own things (its zygote's socket, its device phase's file, its flight
+#: recorder, its device gate, an overlay interpreter on this host, a fault injected into this process): never carried
+#: and never unset: each process of the harness sets them for its children.
+PER_PROCESS = frozenset(
+    {
+        zygote.ZYGOTE_ENV,
+        "MODEL_SUPPORT_DEVICE_PHASE_FILE",
+        "MODEL_SUPPORT_FLIGHT_FILE",
+        "MODEL_SUPPORT_DEVICE_GATE",
+        "MODEL_SUPPORT_PROBE_PYTHON",
+        "MODEL_SUPPORT_STOP_AT_WRITE",
+    }
+)
+
+
+def carried_name(name: str) -> bool:
+    """Whether ``name`` is one of the project's own settings that travel with a task (``CARRIED_NAMES``, the
+    ``MODEL_SUPPORT_*`` settings but ``PER_PROCESS``)."""
+    return name in CARRIED_NAMES or (name.startswith(CARRIED_PREFIX) and name not in PER_PROCESS)
+
+
+def _config_names(environ: dict[str, str]) -> set[str]:
+    """Every registered backend adapter's configuration variables set in ``environ`` (its ``config_vars``, not its
+    harness variables: those Ray and the harness set per process)."""
+    return {name for cls in devices.registered().values() for name in cls.config_names(environ)}
+
+
+def carried_environ(extra: Iterable[str] = ()) -> dict[str, str]:
+    """What each Ray task carries from the driver (module docstring): the driver's values, as the user and the
+    project set them (``backend_env.user_environ``), of the backends' configuration variables, the project's
+    settings (``carried_name``) and ``extra`` (the names of the sweep's ``stacks:`` env), those set only."""
+    environ = backend_env.user_environ()
+    names = _config_names(environ) | {name for name in environ if carried_name(name)} | set(extra)
+    return {name: environ[name] for name in sorted(names) if name in environ}
+
+
+def _carried_here(carried: dict[str, str], extra: Iterable[str]) -> dict[str, str | None]:
+    """In the task's process: {name: value, or None to unset} that makes its environment the driver's for the stack:
+    ``carried`` set, and each variable of the same kinds set here but not on the driver unset."""
+    here = dict(os.environ)
+    names = _config_names(here) | {name for name in here if carried_name(name)} | set(extra)
+    return {name: carried.get(name) for name in names | set(carried)}
+
+
+@contextmanager
+def _stack_here(carried: dict[str, str], extra: Iterable[str] = ()) -> Iterator[None]:
+    """This Ray worker's environment with the driver's stack (``_carried_here``) while the task runs, its own put
+    back after (the worker serves the sweep's next tasks, maybe of another stack)."""
+    wanted = _carried_here(carried, extra)
+    before = {name: os.environ.get(name) for name in wanted}
+    _set_environ(wanted)
+    try:
+        yield
+    finally:
+        _set_environ(before)
+
+
+def _set_environ(values: dict[str, str | None]) -> None:
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+def capped_words(asked: int, have: int, resource: str) -> str:
+    """The line a sweep capped to the cluster's devices prints (``RayExecutor._connect``)."""
+    what = "CPUs" if resource == "CPU" else f"{resource} devices"
+    return (
+        f"The Ray cluster has {have} {what} now: running {have} probe(s) at once, not the {asked} asked "
+        "(--workers); add nodes for more."
+    )
+
+
+#: Seconds every node gets to say its stack's versions (``check_nodes``): a task of no CPU, pinned to the node.
+NODE_CHECK_S = 120.0
+
+
+def node_stack(device: str) -> dict[str, str]:
+    """The versions of this process's stack that a node must share with the driver: python, the record's packages
+    (torch, transformers, ...), model_support's, and the device's backend packages (``backend_versions``); a package
+    missing here is "not installed"."""
+    from ...probe import provenance
+
+    found = {name: str(version or "not installed") for name, version in provenance.versions().items()}
+    found.pop("git_commit", None)  # a node need not be a checkout: model_support's version says its build
+    for line in devices.adapter_for(device).backend_versions():
+        name, _, version = line.rpartition(" ")
+        found[name or line] = version
+    for name in devices.adapter_for(device).packages():
+        if "*" not in name and not any(key.replace("_", "-") == name.replace("_", "-") for key in found):
+            found[name] = "not installed"
+    return found
+
+
+def _node_stack_task(device: str) -> tuple[str, dict[str, str]]:
+    """The node check's Ray task (``check_nodes``): its host's name and ``node_stack``."""
+    return socket.gethostname(), node_stack(device)
+
+
+def stack_differences(driver: dict[str, str], node: dict[str, str]) -> list[str]:
+    """``package X here, Y on the driver`` for each package whose version differs."""
+    return [
+        f"{name} {node.get(name, 'not installed')} (the driver has {version})"
+        for name, version in driver.items()
+        if node.get(name, "not installed") != version
+    ]
+
+
+def check_nodes(device: str) -> None:
+    """Before any probe: every alive node of the cluster runs a task of no CPU pinned to it
+    (``NodeAffinitySchedulingStrategy``) that says its stack's versions (``node_stack``); a node whose versions
+    differ from the driver's, or that cannot run model_support, is refused in one sentence naming it and the package.
+    """
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    mine = node_stack(device)
+    remote = ray.remote(_node_stack_task)
+    asked = {}
+    for node in ray.nodes():
+        if node.get("Alive", True):
+            strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+            ref = remote.options(num_cpus=0, max_retries=0, scheduling_strategy=strategy).remote(device)
+            asked[ref] = node
+    wrong = []
+    for ref, node in asked.items():
+        where = f"{node.get('NodeManagerAddress', '?')} (node {node['NodeID'][:12]})"
+        try:
+            host, theirs = ray.get(ref, timeout=NODE_CHECK_S)
+        except ray.exceptions.GetTimeoutError:
+            wrong.append(f"the Ray node at {where} did not say its stack within {NODE_CHECK_S:g} s")
+            continue
+        except ray.exceptions.RayError as exc:
+            wrong.append(f"the Ray node at {where} could not run model_support ({_first_line(exc)})")
+            continue
+        found = stack_differences(mine, theirs)
+        if found:
+            wrong.append(f"the Ray node {host} at {where} has {', '.join(found)}")
+    if wrong:
+        raise UserError(
+            f"{'; '.join(wrong)}: a node must run the driver's stack, so install the driver's versions there "
+            "(or take the node out of the cluster) before this sweep runs on it."
+        )
+
+
 #: The loopback address a local Ray binds to: it has no other node, so nothing beyond this host need reach it.
 LOOPBACK = "127.0.0.1"
 #: ``ray.init``'s arguments for a local Ray (``RAY_ADDRESS`` unset): its processes (GCS, raylet, workers, agents)
@@ -190,29 +369,33 @@ def _kernels_forked_here() -> None:
         _ZYGOTES.append(started)
 
 
-def _probe_on_ray(task: ProbeTask, got: Download) -> TaskResult:
-    """The Ray task: the probe with the files the driver downloaded; what Ray gave it, for schedule.jsonl."""
+def _probe_on_ray(task: ProbeTask, got: Download, carried: dict[str, str], extra: tuple[str, ...]) -> TaskResult:
+    """The Ray task: the probe with the files the driver downloaded, in the driver's stack (``_stack_here``); what
+    Ray gave it, for schedule.jsonl."""
     import ray
 
-    _kernels_forked_here()
-    result = run_task(task, fetched=got)
+    with _stack_here(carried, extra):
+        _kernels_forked_here()
+        result = run_task(task, fetched=got)
     context = ray.get_runtime_context()
     given = {name: list(ids) for name, ids in context.get_accelerator_ids().items() if ids}
     result.schedule = {"node": context.get_node_id(), **({"ray_devices": given} if given else {})}
     return result
 
 
-def _checks_on_ray(task: ProbeTask, state: dict) -> TaskResult:
+def _checks_on_ray(task: ProbeTask, state: dict, carried: dict[str, str], extra: tuple[str, ...]) -> TaskResult:
     """The Ray task of a probe's host checks, after its device phase gave its devices back: a process pinned to
-    no device (the task asks Ray for a CPU only), on whichever node Ray picks; the driver finishes the row."""
+    no device (the task asks Ray for a CPU only), on whichever node Ray picks, in the driver's stack; the driver
+    finishes the row."""
     import ray
 
-    _kernels_forked_here()
-    try:
-        standby = Standby()
-    except OSError as exc:
-        return host_checks.no_host_process(exc)
-    done = host_checks.run_checks(standby, task, state)
+    with _stack_here(carried, extra):
+        _kernels_forked_here()
+        try:
+            standby = Standby()
+        except OSError as exc:
+            return host_checks.no_host_process(exc)
+        done = host_checks.run_checks(standby, task, state)
     done.schedule = {"checks_node": ray.get_runtime_context().get_node_id()}
     return done
 
@@ -240,6 +423,13 @@ class RayExecutor(Executor):
         self._remote: Any = None
         self._checks_remote: Any = None
         self.sweep_dir = work_root.parent if work_root is not None else None  # where device phases are kept
+        #: The names of the sweep's ``stacks:`` env (the runner's): they travel with each task too (``carried_environ``).
+        self.stack_names: tuple[str, ...] = ()
+
+    def _stack(self) -> tuple[dict[str, str], tuple[str, ...]]:
+        """What a task carries of the driver's stack now (its pass's ``stacks:`` env set: the runner's), and the
+        names of the sweep's ``stacks:`` env (set or unset in the task as on the driver)."""
+        return carried_environ(self.stack_names), self.stack_names
 
     def results(self) -> Generator[TaskResult, None, None]:
         import_ray()
@@ -274,9 +464,15 @@ class RayExecutor(Executor):
         cluster = ray.cluster_resources()
         if self.device == "auto":
             self.device = ray_auto_device(cluster)
+        resource = devices.adapter_for(self.device).ray_resource or "CPU"
+        have = int(cluster.get(resource, 0))
         if not self.workers:  # one per device of the cluster (its CPUs on a CPU sweep)
-            resource = devices.adapter_for(self.device).ray_resource or "CPU"
-            self.workers = max(1, int(cluster.get(resource, 1)))
+            self.workers = max(1, have)
+        self.start(self.needs())  # a model needing more than any node has: refused as such, before any cap
+        if have and self.workers > have:  # more at once would wait in Ray's queue holding the driver's grants
+            print(capped_words(self.workers, have, resource), file=sys.stderr)
+            self.workers = have
+        check_nodes(self.device)
         self._remote = ray.remote(_probe_on_ray)
         self._checks_remote = ray.remote(_checks_on_ray)
         if self.sweep_dir is not None and host_checks.split_phases(self.device):
@@ -329,7 +525,7 @@ class RayExecutor(Executor):
                 return _out_of_memory(task, got, exc, started)
             return harness_pending(task, _lost_words(exc, others), "".join(f"{line}\n" for line in got.log))
 
-        return self._call(self._remote, ray_resources(self.device, len(ids)), task, died, task, got)
+        return self._call(self._remote, ray_resources(self.device, len(ids)), task, died, task, got, *self._stack())
 
     def in_phases(self, task: ProbeTask, got: Download, hold) -> TaskResult | None:
         """A probe of a split sweep: its device phase as a Ray task holding its devices (their grant held for it
@@ -355,7 +551,7 @@ class RayExecutor(Executor):
             return TaskResult(None, None, f"{why}\n", pending=why)
 
         def attempt(fresh: bool) -> TaskResult:  # each a fresh task and host process: a kernel that never started
-            return self._call(self._checks_remote, {"num_cpus": 1}, task, died, task, state)  # runs once more
+            return self._call(self._checks_remote, {"num_cpus": 1}, task, died, task, state, *self._stack())
 
         began = time.time()
         done = with_harness_retries(attempt)
