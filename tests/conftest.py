@@ -35,6 +35,7 @@ os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp(prefix="hf-datasets-
 #: driver's process once.
 SET_BY_IMPORTS = {"PYTEST_CURRENT_TEST", "_RJEM_MALLOC_CONF"}
 SET_BY_IMPORTS |= {"RAY_AUTH_MODE", "RAY_CLIENT_MODE", "RAY_USAGE_STATS_ENABLED", "PYTHONBREAKPOINT"}
+SET_BY_IMPORTS |= {"TORCHINDUCTOR_CACHE_DIR"}  # torch's inductor, the first time a test's process compiles
 
 
 @pytest.fixture(autouse=True)

@@ -211,3 +211,39 @@ print(json.dumps({{"status": r["status"], "stage": r["failure_stage"], "module":
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert (result["status"], result["stage"], result["tokens_out"]) == ("FAIL(gen)", "compile", None)
     assert result["module"].startswith("torch._dynamo") and "no lowering for aten.mm" in result["message"]
+
+
+def test_a_stack_that_compiles_statically_generates_with_the_static_cache(fixture_models):
+    """Issue 58, item 3, on the CPU: a stack whose torch.compile gives its backend dynamic=False (TorchTPU patches
+    torch.compile so for ``tpu``; here a test double patches it for dynamo's ``eager`` backend, as torch_tpu's loader
+    does) has the compiled probe generate with the static KV cache: one prefill graph and one decode graph, nowhere
+    near dynamo's recompile limit, and the record says both (``compile_dynamic``, ``compile_cache``). Unpatched, the
+    probe compiles as before: torch's automatic dynamic shapes, the cache asked for."""
+    script = f"""
+import functools, json
+from model_support.probe import probe_core  # first: no backend autoloads with torch
+import torch
+def run():
+    r = probe_core.run_stages({fixture_models["tiny-llama"]["path"]!r}, device=torch.device("cpu"), mode="compile",
+                              compile_backend="eager", max_new_tokens=10, chat_template="none")
+    return {{k: r[k] for k in ("status", "compile_dynamic", "compile_cache", "graphs", "recompile_limit_hit",
+                               "matches_eager", "tokens_out")}}
+out = {{"auto": run()}}
+original = torch.compile
+@functools.wraps(original)
+def static_compile(*args, **kwargs):  # what torch_tpu's loader installs, for its own backend
+    if "dynamic" not in kwargs and kwargs.get("backend") == "eager":
+        kwargs["dynamic"] = False
+    return original(*args, **kwargs)
+torch.compile = static_compile
+out["static"] = run()
+print(json.dumps(out))
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    auto, static = out["auto"], out["static"]
+    assert (auto["status"], auto["compile_dynamic"], auto["compile_cache"]) == ("PASS", None, "dynamic")
+    assert (static["status"], static["compile_dynamic"], static["compile_cache"]) == ("PASS", False, "static")
+    assert static["graphs"] == 2 and static["recompile_limit_hit"] is False and static["matches_eager"] is True
+    assert static["tokens_out"] == auto["tokens_out"] == 10 and auto["recompile_limit_hit"] is False

@@ -5,6 +5,7 @@ implementing the plan's first operator makes exactly the models it unlocks pass.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -281,10 +282,16 @@ def test_a_stopped_runs_census_keeps_the_devices_operators_and_the_one_that_stop
     assert fields == {"ops_missing": ["aten::bmm"], "ops_fallback": [], "ops_unknown": []}
 
 
+#: Skip where the torch_tpu wheel is not installed, without importing it here (its loader writes into os.environ).
+needs_torch_tpu = pytest.mark.skipif(importlib.util.find_spec("torch_tpu") is None, reason="torch_tpu not installed")
+
+
+@needs_torch_tpu
 def test_the_generic_adapter_reads_a_real_stacks_registrations():
     """torch_tpu 0.2.0 registers its kernels (and a boxed fallback) for PrivateUse1 on import, TPU or not: the
-    generic adapter's reading of them, in a child process (importing torch_tpu renames nothing, but costs)."""
-    pytest.importorskip("torch_tpu")
+    generic adapter's reading of them, in a child process (importing torch_tpu renames nothing, but costs). Its
+    boxed fallback raises while its CPU fallback is off, the default (issue 58, item 2): an operator only it
+    catches is missing (tests/test_torch_tpu_contracts.py checks the switch)."""
     code = textwrap.dedent(
         """
         import json, warnings
@@ -302,10 +309,139 @@ def test_the_generic_adapter_reads_a_real_stacks_registrations():
     assert coverage == {
         "aten::rsqrt": "implemented",  # a structured op: its default kernel runs torch_tpu's aten::rsqrt.out
         "aten::linear": "implemented",  # torch_tpu registers the composite itself
-        "aten::_scaled_dot_product_flash_attention_for_cpu": "fallback",  # no kernel: torch_tpu's boxed fallback
+        # no kernel: torch_tpu's boxed fallback catches it, and raises with its CPU fallback off (the default)
+        "aten::_scaled_dot_product_flash_attention_for_cpu": "missing",
         "aten::_to_copy": "implemented",
         "nosuch::op": "unknown",
     }
+
+
+#: An operator with no TPU kernel that only torch_tpu 0.2.0's boxed fallback catches (the CPU's attention kernel).
+FALLBACK_ONLY = "aten::_scaled_dot_product_flash_attention_for_cpu"
+
+
+def _census_sweep(data: Path, sweep_id: str, censuses: dict[str, list[str]]) -> None:
+    """A CPU sweep of PASS rows with the given censuses (model id -> operators), written and compacted, nothing run."""
+    from model_support.record import schema, store
+    from model_support.record.sweep_meta import ModelEntry, SweepMeta
+
+    records = [
+        schema.empty_record(
+            sweep_id=sweep_id,
+            model_id=model_id,
+            status="PASS",
+            variant=schema.DEFAULT_VARIANT,
+            device_type="cpu",
+            dtype="float32",
+            ops=ops,
+            ops_stages=["generate"] * len(ops),
+            ops_calls=[1] * len(ops),
+            ops_source="run",
+            ops_missing=[],
+            ops_fallback=[],
+            ops_unknown=[],
+        )
+        for model_id, ops in censuses.items()
+    ]
+    models = [ModelEntry(r["model_id"]) for r in records]
+    SweepMeta(sweep_id=sweep_id, name="census", created_at="2026-12-01T00:00:00+00:00", probe={}, models=models).write(
+        store.sweep_dir(data, sweep_id)
+    )
+    for record in records:
+        store.store_result(data, sweep_id, record, None, "log\n")
+    store.compact(data, sweep_id)
+
+
+@needs_torch_tpu
+def test_ops_on_tpu_predicts_an_operator_only_the_fallback_catches_missing_and_names_the_switch(tmp_path):
+    """Issue 58, item 2: ``ops --on tpu`` of a census calling an operator only torch_tpu's boxed fallback catches
+    predicts it missing (FAIL(gen)), not a PASS with a fallback: torch_tpu's CPU fallback is off by default, and such
+    an operator raises "not implemented for TPU". The step that fixes it names the switch that would make it a CPU
+    fallback; a model that never calls it still passes."""
+    sweep = "census-20261201T000000Z-0001"
+    _census_sweep(
+        tmp_path,
+        sweep,
+        {
+            "local:attends": ["aten::_to_copy", "aten::mm", FALLBACK_ONLY],
+            "local:plain": ["aten::mm", "aten::add.Tensor"],
+        },
+    )
+    switch = "torch_tpu._internal.execution_mode.enable_cpu_fallback = True"
+    answer = json.loads(cli(["ops", sweep, "--on", "tpu", "--json"], tmp_path).stdout)
+    attends, plain = answer["models"]["local:attends"], answer["models"]["local:plain"]
+    assert (attends["predicted"], attends["ops_missing"], attends["ops_fallback"]) == ("FAIL(gen)", [FALLBACK_ONLY], [])
+    assert attends["notes"][FALLBACK_ONLY].startswith("missing while the tpu stack's CPU fallback is off")
+    assert switch in attends["notes"][FALLBACK_ONLY] and plain["predicted"] == "PASS"
+    (step,) = answer["plan"]
+    assert (step["op"], step["faults"], step["unlocks"]) == (
+        FALLBACK_ONLY,
+        {FALLBACK_ONLY: "missing"},
+        ["local:attends"],
+    )
+    assert switch in step["notes"][FALLBACK_ONLY]
+    text = cli(["ops", sweep, "--on", "tpu"], tmp_path).stdout
+    assert "FAIL(gen)" in text and f"{switch} makes it a CPU fallback" in text  # the plan's step says the switch
+
+
+def test_the_pretend_tpu_contract_without_a_cpu_fallback_predicts_its_fallback_operators_missing(monkeypatch):
+    """The pretend device playing TorchTPU's contract (``no_fallback``): its ``fallback_ops`` are missing while its CPU
+    fallback switch is off (the model calling one FAIL(gen), the step naming the switch), a fallback once it is on."""
+    from model_support.ops import porting_plan, predict
+    from model_support.ops.coverage import StackCoverage, census_ops
+    from model_support_pretend import device
+    from model_support_pretend.adapter import PretendAdapter
+
+    monkeypatch.setenv(PRETEND_VAR, json.dumps({"fallback_ops": ["aten::tanh"], "no_fallback": True}))
+    monkeypatch.setattr(device, "enable_cpu_fallback", False)
+    models = [_model("gpt2", ["aten::mm", "aten::tanh"]), _model("llama", ["aten::mm", "aten::silu"])]
+    coverage, notes = PretendAdapter("pretend").coverage_with_notes(census_ops(models))
+    assert (coverage["aten::tanh"], coverage["aten::mm"]) == ("missing", "implemented")
+    assert PretendAdapter("pretend").op_coverage(["aten::tanh"]) == {"aten::tanh": "missing"}
+    gpt2, llama = predict(models, StackCoverage(coverage, notes))
+    assert (gpt2.predicted, gpt2.ops_missing, llama.predicted) == ("FAIL(gen)", ["aten::tanh"], "PASS")
+    (step,) = porting_plan(models)
+    assert step.fault("aten::tanh") == (
+        "missing while the pretend stack's CPU fallback is off: torch.pretend.enable_cpu_fallback = True makes it a "
+        "CPU fallback"
+    )
+    monkeypatch.setattr(device, "enable_cpu_fallback", True)  # the switch on: a CPU fallback, the model passes
+    coverage, notes = PretendAdapter("pretend").coverage_with_notes(census_ops(models))
+    gpt2, _ = predict(models, StackCoverage(coverage, notes))
+    assert (coverage["aten::tanh"], gpt2.predicted, gpt2.ops_fallback) == ("fallback", "PASS", ["aten::tanh"])
+    monkeypatch.setenv(PRETEND_VAR, json.dumps({"fallback_ops": ["aten::tanh"]}))  # no contract: a fallback, no note
+    assert PretendAdapter("pretend").coverage_with_notes(["aten::tanh"]) == ({"aten::tanh": "fallback"}, {})
+
+
+NO_FALLBACK_RUN = """
+import json
+from model_support.probe import devices  # first: no backend autoloads with torch
+from model_support.probe.census import operator_named
+import torch
+devices.load_backend("pretend")
+x = torch.ones(3, device="pretend")
+try:
+    torch.tanh(x)
+    said = None
+except NotImplementedError as exc:
+    said = str(exc)
+torch.pretend.enable_cpu_fallback = True  # the contract's switch, as a user turns TorchTPU's on
+print(json.dumps({"said": said, "named": operator_named(said), "after": torch.tanh(x).cpu().tolist()}))
+"""
+
+
+def test_the_pretend_tpu_contract_raises_at_a_fallback_operator_until_its_switch_is_on():
+    """The contract played at run time: ``aten::tanh`` raises as TorchTPU's fallback does with its CPU fallback off
+    (the census names the operator from the error, so a stopped run's row lists it missing), and runs once
+    ``torch.pretend.enable_cpu_fallback`` is set."""
+    config = {"fallback_ops": ["aten::tanh"], "no_fallback": True}
+    done = subprocess.run(
+        [sys.executable, "-c", NO_FALLBACK_RUN], capture_output=True, text=True, env=_env(config), timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["said"] == "'aten::tanh' is not implemented for pretend. Please file a feature request"
+    assert out["named"] == "aten::tanh" and out["after"] == [0.7615941762924194] * 3
 
 
 def test_a_stack_this_machine_lacks_is_one_sentence():

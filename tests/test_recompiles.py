@@ -23,6 +23,8 @@ SHAPE_BRANCH = """        if out.logits.shape[1] % 3 == 0:  # a branch on the pr
 
 @pytest.fixture(scope="module")
 def shape_branch_model(tmp_path_factory, fixture_models) -> Path:
+    import torch._dynamo  # noqa: F401  # its import writes TORCHINDUCTOR_CACHE_DIR: here, before a test's env check
+
     folder = tmp_path_factory.mktemp("recompiles") / "modes-shape-branch"  # its own name: its own module cache
     shutil.copytree(fixture_models["modes-graph-break"]["path"], folder)
     code = folder / "modeling_graph_break.py"
@@ -55,3 +57,69 @@ def test_a_shape_dependent_branch_recompiles_per_length_and_names_its_guard(shap
     # off, and outside compile mode: a reason, no counts
     off = recompiles.recompile_fields(record, {**settings, "recompile_check": False}, result, None)
     assert off["recompiles_dynamic"] is None and off["recompile_note"] == "not measured: recompile_check=off"
+
+
+#: A compiled probe on the pretend device playing TorchTPU's compile contract (``compile_static``: its own backend,
+#: which torch.compile gives dynamic=False), then that compile of a function called with ten shapes, as a dynamic KV
+#: cache calls the forward with ten cache lengths: what the probe did before it took the static cache.
+STATIC_CONTRACT = """
+import json
+from model_support.probe import devices, probe_core, run  # first: no backend autoloads with torch
+import torch
+import torch._dynamo
+from torch._dynamo.utils import counters
+
+record = run.run_probe(
+    "data/models/tiny-gpt2", device="pretend", mode="compile", reference="none", judge=False, perf=False,
+    max_new_tokens=10,
+)
+fields = ("status", "compile_backend", "compile_dynamic", "compile_cache", "graphs", "recompile_limit_hit",
+          "matches_eager", "recompile_lengths", "recompiles_backend", "recompile_flag", "recompile_note")
+out = {key: record[key] for key in fields}
+adapter = devices.resolve("pretend")
+torch._dynamo.reset()
+counters.clear()
+step = torch.compile(lambda x: x * 2, backend=adapter.compile_backend())
+for n in range(1, 11):
+    step(torch.ones(n, device=adapter.torch_device))
+out["every_shape"] = probe_core.compile_counts()
+print(json.dumps(out))
+"""
+
+
+def test_a_static_compile_takes_the_static_cache_and_counts_recompiles_on_its_own_backend():
+    """Issue 58, item 3, on the pretend device playing TorchTPU's compile contract (torch.compile gives its backend
+    dynamic=False, as torch_tpu patches it for ``tpu``): every new shape is a new graph, and past dynamo's recompile
+    limit (8) a frame runs eagerly, so with a dynamic KV cache (a new length every token) "compiled" would be in name
+    only (``recompile_limit_hit`` says so: a function called with ten shapes here); the probe generates
+    with the static cache instead (2 graphs, the limit never near) and says so (``compile_dynamic``,
+    ``compile_cache``), and its recompile check counts on the probe's own backend with its dynamic setting
+    (``recompiles_backend``), not dynamo's eager backend with automatic dynamic shapes: each new prompt length is a
+    new graph there (flagged per length), which the eager series with dynamic shapes would not show."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from helpers import REPO
+
+    env = {**os.environ, "MODEL_SUPPORT_PRETEND": json.dumps({"compile_static": True})}
+    done = subprocess.run(
+        [sys.executable, "-c", STATIC_CONTRACT], capture_output=True, text=True, env=env, cwd=REPO, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (out["status"], out["compile_backend"], out["compile_dynamic"], out["compile_cache"]) == (
+        "PASS",
+        "pretend",
+        False,
+        "static",
+    )
+    assert out["graphs"] <= 3 and out["recompile_limit_hit"] is False and out["matches_eager"] is True
+    # the counterfactual: under the contract every new shape is a new graph, up to dynamo's limit, then eager
+    assert out["every_shape"]["recompile_limit_hit"] is True and out["every_shape"]["graphs"] == 8
+    # recompiles counted as the probe compiles: every new prompt length is a new graph with dynamic=False
+    assert out["recompile_lengths"] == [5, 8, 12] and out["recompiles_backend"][1:] == [1, 1]
+    assert out["recompile_flag"] == "per length"
+    assert "on the probe's own pretend backend (dynamic=False" in out["recompile_note"]
+    assert "static KV cache" in out["recompile_note"]

@@ -10,6 +10,7 @@ leave room for a busy host): about 3.5 minutes.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -127,11 +128,18 @@ def test_parallelism_for_the_plans_transformers_ships():
     assert sharded.distributed_config("ep", "fsdp", 2) == {"fsdp_size": 2, "ep_size": 2}
 
 
+#: The launch environment torch_tpu's set_tpu_launch_env sets for 2 ranks (tests/test_torch_tpu_conformance.py checks
+#: it against the package), as a rank inherits it from the launcher's parent.
+TPU_LAUNCH = {"TORCH_TPU_SLICEBUILDER_ADDRESSES": "localhost:8100,localhost:8101", "TORCH_TPU_TOPOLOGY": "1,2,1"}
+
+
 def test_tpu_rank_env_one_chip_per_process():
-    env = sharded.tpu_rank_env(1, 2, [4, 5])
-    assert env["TPU_VISIBLE_CHIPS"] == "5" and env["TPU_CHIPS_PER_PROCESS_BOUNDS"] == "1,1,1"
-    assert env["TPU_PROCESS_BOUNDS"] == "1,2,1" and env["CLOUD_TPU_TASK_ID"] == "1"
-    assert env["TPU_PROCESS_ADDRESSES"] == "localhost:8480,localhost:8481" and env["TPU_PROCESS_PORT"] == "8481"
+    """Each rank its own chip of the probe's grant, by TPU_VISIBLE_DEVICES (torch_tpu's runtime otherwise opens chip
+    LOCAL_RANK: chips 0-1 for a probe granted 4-5), and the launch environment the ranks share."""
+    assert sharded.tpu_rank_env(1, 2, [4, 5], TPU_LAUNCH) == {"TPU_VISIBLE_DEVICES": "5", **TPU_LAUNCH}
+    assert sharded.tpu_rank_env(0, 2, None, TPU_LAUNCH)["TPU_VISIBLE_DEVICES"] == "0"  # unpinned: chips 0..N-1
+    with pytest.raises(ValueError, match="2 TPU ranks need 2 chips"):
+        sharded.tpu_rank_env(1, 2, [4], TPU_LAUNCH)
 
 
 def test_a_tpu_rank_takes_its_processs_own_chip():
@@ -156,12 +164,84 @@ def test_a_sharded_repro_carries_how_the_adapter_set_up_each_rank(monkeypatch):
     from model_support.probe import run
     from model_support.probe.devices.tpu import TpuAdapter
 
-    monkeypatch.setenv("TPU_VISIBLE_CHIPS", "4,5")
+    monkeypatch.setenv("TPU_VISIBLE_DEVICES", "4,5")
+    for name, value in TPU_LAUNCH.items():
+        monkeypatch.setenv(name, value)
     setup = run._rank_setup(TpuAdapter(), 2)
-    assert setup["distributed_backend"] == "tpu_dist"
-    assert [env["TPU_VISIBLE_CHIPS"] for env in setup["rank_env"]] == ["4", "5"]
-    assert setup["rank_env"] == [sharded.tpu_rank_env(rank, 2, [4, 5]) for rank in range(2)]
-    assert run._rank_setup(TpuAdapter(), 3)["rank_env"] is None  # no 3-process TPU slice: the ranks failed on it
+    assert setup["distributed_backend"] == "cpu:gloo,tpu:tpu_dist"
+    assert [env["TPU_VISIBLE_DEVICES"] for env in setup["rank_env"]] == ["4", "5"]
+    assert setup["rank_env"] == [sharded.tpu_rank_env(rank, 2, [4, 5], TPU_LAUNCH) for rank in range(2)]
+    assert run._rank_setup(TpuAdapter(), 3)["rank_env"] is None  # no 3-chip TPU slice: the ranks failed on it
+
+
+def test_a_tpu_probe_launches_its_ranks_with_torch_tpus_launch_environment(monkeypatch):
+    """``run_sharded`` on TPU asks the adapter for the launch environment (torch_tpu's set_tpu_launch_env, in the probe
+    process) and hands it to the launcher, whose ranks inherit it; the probe's own environment keeps none of it. Where
+    the adapter refuses (no slice of that many chips), no rank starts and the sentence is the probe's."""
+    from model_support.probe.devices import tpu
+    from model_support.probe.sharded import launch
+
+    calls = []
+    monkeypatch.setattr(tpu, "_set_tpu_launch_env", lambda n: calls.append(n) or dict(TPU_LAUNCH))
+    monkeypatch.setattr(tpu, "chip_shape", lambda n: "1,2,1")
+    monkeypatch.setattr(tpu, "_LAUNCHED", {})
+    assert launch.launch_environment("tpu", 2) == TPU_LAUNCH
+    assert launch.launch_environment("tpu", 2) == TPU_LAUNCH and calls == [2]  # once per run: the repro gets the same
+    env = launch._child_env("tpu", 2, TPU_LAUNCH)
+    assert {k: env[k] for k in TPU_LAUNCH} == TPU_LAUNCH and not set(TPU_LAUNCH) & set(os.environ)
+    assert launch.launch_environment("cpu", 2) == {} and launch.launch_environment("cuda", 2) == {}
+
+    def no_slice(n):
+        raise ValueError(f"torch_tpu has no slice of {n} chips on this TPU v5e")
+
+    monkeypatch.setattr(tpu, "chip_shape", no_slice)
+    monkeypatch.setattr(tpu, "_LAUNCHED", {})
+    monkeypatch.setattr(sharded.launch, "_plan", lambda full, n, result: ("tp", {"tp_size": n}))
+    result = sharded.run_sharded({"load_from": "org/model"}, 2, "tpu")
+    assert (result["status"], result["failure_stage"], result["error_type"]) == (
+        probe_core.FAIL_OTHER,
+        "runner",
+        "LaunchFailed",
+    )
+    assert result["error_message"] == (
+        "2 tpu ranks cannot be launched here: torch_tpu has no slice of 2 chips on this TPU v5e"
+    )
+    assert result["launcher_pid"] is None and result["rank_pids"] == []
+
+
+def test_a_sharded_run_on_a_device_playing_the_tpu_launch_contract(tmp_path, tiny_llama, monkeypatch):
+    """The pretend device under the TPU contract's distributed clauses (``launch_env``, ``one_device``: a rank with
+    WORLD_SIZE set refuses to start without its launch environment, and opens one device: the single id its
+    visibility variable names, else device LOCAL_RANK, as torch_tpu's runtime does). A probe granted devices 2 and 3
+    of 4: its ranks start with the launch environment set in the probe process, and each opens the device it was
+    granted (not devices 0 and 1); without the launch environment, no rank starts, each saying why."""
+    opened = tmp_path / "opened.jsonl"
+    config = {"devices": 4, "launch_env": True, "one_device": True, "opened_log": str(opened)}
+    monkeypatch.setenv("MODEL_SUPPORT_PRETEND", json.dumps(config))
+    monkeypatch.setenv("PRETEND_VISIBLE_DEVICES", "2,3")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    two = sharded.run_sharded({"load_from": tiny_llama, "dtype": "float32"}, 2, "pretend")
+    assert two["status"] == probe_core.PASS, (two["error_message"], two["rank_errors"])
+    assert (two["devices_used"], two["parallelism"], two["ranks_agree"]) == (2, "tp", True)
+    assert two["output_token_ids"] == _one_process(tiny_llama, "float32")["output_token_ids"]
+    seen = sorted((json.loads(line) for line in opened.read_text().splitlines()), key=lambda r: r["rank"])
+    assert [(r["rank"], r["world_size"], r["opened"]) for r in seen] == [("0", "2", [2]), ("1", "2", [3])]
+    assert seen[0]["launch"] == seen[1]["launch"] and seen[0]["launch"]["PRETEND_TOPOLOGY"] == "1,2,1"
+    assert len(seen[0]["launch"]["PRETEND_LAUNCH_ADDRESSES"].split(",")) == 2
+    assert "PRETEND_LAUNCH_ADDRESSES" not in os.environ  # the probe's own environment is left as it was
+    _assert_nothing_left(two)
+
+    from model_support_pretend.adapter import PretendAdapter
+
+    monkeypatch.setattr(PretendAdapter, "launch_env", lambda self, world_size: {})  # a launcher that sets none
+    refused = sharded.run_sharded({"load_from": tiny_llama, "dtype": "float32"}, 2, "pretend")
+    assert (refused["status"], refused["failure_stage"]) == (probe_core.FAIL_OTHER, "runner")
+    assert refused["rank_errors"] and all(  # the first to refuse; the agent then stops the other
+        "pretend runtime: missing required environment variables for distributed training: "
+        "PRETEND_LAUNCH_ADDRESSES, PRETEND_TOPOLOGY" in line
+        for line in refused["rank_errors"]
+    ), refused["rank_errors"]
+    _assert_nothing_left(refused)
 
 
 def test_no_plan_model_gets_its_sentence_and_no_rank_starts(sharded_models):

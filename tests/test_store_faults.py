@@ -537,6 +537,8 @@ NOT_THE_STORE = {
     ("probe/instruments/flight_recorder.py", "_recorder_class._FlightRecorder.__enter__", "mmap.mmap"): "the flight "
     "recorder's ring, written through the memory map as the probe runs",
     ("probe/sharded/launch.py", "run_sharded", "shutil.rmtree"): "a sharded probe's ranks' scratch folder, removed",
+    ("sweep/runner.py", "_forget_refused", "shutil.rmtree"): "a new sweep refused before anything of it was stored "
+    "(no record, no pending file): its folder, so list shows no work to do",
     ("probe/sharded/launch.py", "_launch_and_wait", "open"): "the launcher's log in the ranks' scratch folder",
     ("probe/sharded/rank.py", "_rank_main", "Path.write_text"): "a rank's pid file in the ranks' scratch folder",
     ("probe/hub_fetch.py", "fetch", "Path.write_text"): "the Hugging Face cache's ref file (the cache, not the store)",

@@ -4,7 +4,7 @@ Why: torch's device-backend autoload (``TORCH_DEVICE_BACKEND_AUTOLOAD``, on unle
 backend on ``import torch``. With torch_tpu installed, a plain ``model-support`` command that imports torch (the
 host-ops check, ``ops --prove``) loaded the TPU runtime; torch_tpu's loader then wrote the variable back as "1"
 (with ``TPU_LIBRARY_PATH`` and ``TORCHINDUCTOR_CACHE_DIR``) into ``os.environ``, every ``setdefault(..., "0")``
-kept that "1", and each probe on the pretend device loaded torch_tpu, whose kernels took over ``PrivateUse1``.
+kept that "1", and each probe on a backend written in Python loaded torch_tpu, whose kernels took over ``PrivateUse1``.
 So the project owns the variable: importing ``model_support`` sets it to "0" in this process (``own``), the
 probe's adapter loads the one backend its device needs through that backend's entry point (``loading`` notes
 what the backend writes into ``os.environ`` as it loads), and a child gets ``child_environ``: the environment
@@ -80,6 +80,15 @@ def loading() -> Iterator[None]:
             if before.get(name) != os.environ.get(name):
                 _written.setdefault(name, before.get(name))
         os.environ[AUTOLOAD_VAR] = "0"  # whatever the backend's loader wrote back
+
+
+def put_back(before: Mapping[str, str | None]) -> None:
+    """Each variable of ``before`` ({name: its value before a change, None: unset}) as it was in ``os.environ``."""
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def backend_written() -> frozenset[str]:

@@ -8,7 +8,7 @@ the entry point group ``model_support.devices`` (pyproject.toml), as another pac
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from model_support.probe.devices import (
     CRASHES,
@@ -20,7 +20,10 @@ from model_support.probe.devices import (
     DeviceUnavailable,
 )
 
-from .config import BLOCKING_VAR, CONFIG_VAR, Config, from_environment
+from .config import BLOCKING_VAR, CONFIG_VAR, NAME, VISIBLE_VAR, Config, from_environment
+
+#: The TPU contract's CPU fallback switch (``no_fallback``), as a user sets it: ``device.enable_cpu_fallback``.
+FALLBACK_SWITCH = f"torch.{NAME}.enable_cpu_fallback"
 
 
 class PretendAdapter(AcceleratorAdapter):
@@ -69,12 +72,82 @@ class PretendAdapter(AcceleratorAdapter):
         implemented (a name without an overload covers all of them, as the faults do); ``dtype::float64`` is missing
         when ``unsupported_dtypes`` lists float64. The backend off here is one sentence, never an empty answer
         (which would predict every model PASS)."""
+        return self.coverage_with_notes(ops)[0]
+
+    def coverage_with_notes(self, ops: Iterable[str]) -> tuple[dict[str, str], dict[str, str]]:
+        """``op_coverage``, with its ``fallback_ops`` missing while the TPU contract's ``no_fallback`` holds and its CPU
+        fallback is off (``fallback_runs``), each noted with the switch (``fallback_applied``)."""
         config = from_environment()
         if config is None:
             raise DeviceUnavailable(
                 f"The pretend stack's coverage cannot be read: the pretend accelerator is off here (set {CONFIG_VAR})."
             )
-        return {name: _status(config, name) for name in ops}
+        return self.fallback_applied({name: _status(config, name) for name in ops})
+
+    def fallback_runs(self) -> tuple[bool, str | None]:
+        """Its ``fallback_ops`` run on the CPU, unless the TPU contract's ``no_fallback`` holds: then only while
+        ``torch.pretend.enable_cpu_fallback`` is True (False until a user sets it, as TorchTPU's switch)."""
+        config = from_environment()
+        if config is None or not config.no_fallback:
+            return True, None
+        from . import device
+
+        return bool(device.enable_cpu_fallback), f"{FALLBACK_SWITCH} = True"
+
+    def compile_backend(self) -> str:
+        """The TPU contract's own compile backend (``compile_static``: named after the device, dynamic=False by
+        default), else the generic adapter's (aot_eager)."""
+        config = from_environment()
+        if config is not None and config.compile_static:
+            return NAME
+        return super().compile_backend()
+
+    # --- the TPU contract's distributed clauses (``launch``): one device per rank, the launch environment --------
+
+    def launch_env(self, world_size: int) -> dict:
+        """Under ``launch_env``: what its ranks need set in their parent (``launch.launch_env``, as torch_tpu's
+        ``set_tpu_launch_env``), made once per run in this process; {} otherwise."""
+        config = from_environment()
+        if config is None or not config.launch_env:
+            return {}
+        from .launch import launch_env
+
+        key = (world_size, os.environ.get(VISIBLE_VAR, ""))
+        if key not in _LAUNCHED:
+            _LAUNCHED[key] = launch_env(world_size)
+        return dict(_LAUNCHED[key])
+
+    def rank_env(self, local_rank: int, world_size: int, environ: Mapping[str, str]) -> dict:
+        """Under ``one_device``: the rank's one device of the probe's grant (``PRETEND_VISIBLE_DEVICES``, else
+        0..world_size-1) as a single id, and the run's launch environment (``environ``'s, else the one this process
+        made for the run); as the tpu adapter gives a TPU rank its chip. And ``LOCAL_RANK=0``, the index of its one
+        device: transformers binds a rank to its current device when the device is named tpu, and to device
+        LOCAL_RANK otherwise, which a process with one device does not have. Otherwise nothing: every rank sees every
+        device and takes device ``local_rank``."""
+        config = from_environment(environ)
+        if config is None or not config.one_device:
+            return {}
+        from .launch import LAUNCH_VARS
+
+        granted = list(config.visible)
+        if len(granted) < world_size:
+            raise ValueError(f"{world_size} {NAME} ranks need {world_size} devices, got {granted}.")
+        launch = {n: environ[n] for n in LAUNCH_VARS if n in environ} or _LAUNCHED.get(
+            (world_size, environ.get(VISIBLE_VAR, ""))
+        )
+        return {VISIBLE_VAR: str(granted[local_rank]), "LOCAL_RANK": "0", **(launch or {})}
+
+    def rank_device(self, local_rank: int):
+        """Under ``one_device``: the one device its rank's process opened, at index 0; otherwise device
+        ``local_rank``."""
+        config = from_environment()
+        if config is None or not config.one_device:
+            return super().rank_device(local_rank)
+        return self.select(0)
+
+
+#: The launch environment this process made for a run (``PretendAdapter.launch_env``), by (ranks, grant).
+_LAUNCHED: dict[tuple, dict[str, str]] = {}
 
 
 def _status(config: Config, name: str) -> str:

@@ -63,6 +63,7 @@ def register(config: Config) -> None:
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
     _check_ops(config)
+    config = _launched(config)
     _tensor.STATE = _tensor.State(config)
     _setup_privateuseone_for_python_backend(NAME, backend_module=_device_module)
     sys.modules[f"torch.{NAME}"] = _device_module
@@ -72,6 +73,18 @@ def register(config: Config) -> None:
     _LIBRARY.impl(_tensor.COPY_FROM, _tensor.copy_from, _tensor.KEY)
     _attention.install(config.sdpa_kernel)
     _register_process_group()
+    if config.compile_static:
+        _play_static_compile()
+
+
+def _launched(config: Config) -> Config:
+    """The TPU contract's distributed clauses (``launch.rank_view``): a rank without its launch environment does not
+    start; a rank opens its one device."""
+    import os
+
+    from .launch import rank_view
+
+    return rank_view(config, os.environ)
 
 
 def _gloo(store, rank, size, timeout):
@@ -87,3 +100,35 @@ def _register_process_group() -> None:
 
     if dist.is_available() and NAME not in dist.Backend.backend_list:
         dist.Backend.register_backend(NAME, _gloo, devices=[NAME])
+
+
+def _static_backend(graph_module, example_inputs, **kwargs):
+    """The TPU contract's compile backend (``compile_static``): aot_eager underneath (its graphs run through
+    AOTAutograd on the device's tensors), refusing dynamic shapes as TorchTPU's ``tpu`` backend does."""
+    from torch._dynamo.backends.registry import lookup_backend
+
+    if not torch._dynamo.config.assume_static_by_default:
+        raise NotImplementedError(
+            f"{NAME} backend does not support torch.compile(..., dynamic=True, ...): run it with dynamic=None or False."
+        )
+    return lookup_backend("aot_eager")(graph_module, example_inputs, **kwargs)
+
+
+def _play_static_compile() -> None:
+    """The TPU contract's ``compile_static`` clause, as TorchTPU does it for ``tpu`` (its ``_loader``): a torch.compile
+    backend named after the device, and torch.compile patched to give it ``dynamic=False`` unless the caller says
+    otherwise (every new shape is a new graph; a dynamic KV cache recompiles at every decode length)."""
+    import functools
+
+    from torch._dynamo.backends.registry import register_backend
+
+    register_backend(compiler_fn=_static_backend, name=NAME)
+    original = torch.compile
+
+    @functools.wraps(original)
+    def static_compile(*args, **kwargs):
+        if "dynamic" not in kwargs and kwargs.get("backend") == NAME:
+            kwargs["dynamic"] = False
+        return original(*args, **kwargs)
+
+    torch.compile = static_compile  # as torch_tpu assigns its own

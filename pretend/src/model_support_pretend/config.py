@@ -17,7 +17,7 @@ NAME = "pretend"
 CONFIG_VAR = "MODEL_SUPPORT_PRETEND"
 #: Which of the ``devices`` this process sees (``"1,3"``), as CUDA_VISIBLE_DEVICES / TPU_VISIBLE_CHIPS do.
 VISIBLE_VAR = "PRETEND_VISIBLE_DEVICES"
-KEYS = (
+KEYS: tuple[str, ...] = (
     "devices",
     "memory_gb",
     "missing_ops",
@@ -37,6 +37,21 @@ KEYS = (
     "clock",
     "sdpa_kernel",
 )
+#: The TPU contract, clause by clause (``tpu_contract``): what TorchTPU 0.2.0 does that a stack may do, played on
+#: request so the TPU's paths run without a chip. ``no_fallback``: no CPU fallback unless switched on
+#: (``fallback_ops`` raise "'<op>' is not implemented for pretend" while ``torch.pretend.enable_cpu_fallback`` is
+#: False, as TorchTPU's ``enable_cpu_fallback`` is by default); ``compile_static``: the device compiles with its own
+#: torch.compile backend (``pretend``: aot_eager underneath), which torch.compile gives ``dynamic=False`` unless told
+#: otherwise and which refuses dynamic=True, as TorchTPU patches torch.compile for ``tpu``.
+TPU_CONTRACT_KEYS = ("no_fallback", "compile_static")
+KEYS = (*KEYS, *TPU_CONTRACT_KEYS)
+#: The TPU contract's distributed clauses (``launch``): ``launch_env``: a rank of a distributed launch (``WORLD_SIZE``
+#: set) refuses to start without the launch environment its parent sets (``launch.LAUNCH_VARS``), as TorchTPU's runtime
+#: refuses one without TORCH_TPU_SLICEBUILDER_ADDRESSES and TORCH_TPU_TOPOLOGY; ``one_device``: such a rank opens one
+#: device, the single id ``PRETEND_VISIBLE_DEVICES`` names, else device LOCAL_RANK (TorchTPU: TPU_VISIBLE_DEVICES, else
+#: LOCAL_RANK); ``opened_log``: a file where each process that registers the device says what it opened (JSON lines).
+DISTRIBUTED_CONTRACT_KEYS = ("launch_env", "one_device", "opened_log")
+KEYS = (*KEYS, *DISTRIBUTED_CONTRACT_KEYS)
 #: Set to 1, the runtime reports a crash at the operator that caused it (``crash_after`` ignored), as
 #: ``CUDA_LAUNCH_BLOCKING=1`` makes CUDA's: the synchronous rerun's switch (the adapter's ``blocking_env``). Not part
 #: of the stack's configuration: the same faults, reported sooner.
@@ -93,6 +108,13 @@ class Config:
     # on the host's wall clock after a sync, as CUDA's and the TPU's are (and its stalls, slept, are what it reads)
     clock: str = "device"
     sdpa_kernel: str = SDPA_KERNELS[0]  # what attention runs as on the device (``attention``)
+    # the TPU contract's clauses (``TPU_CONTRACT_KEYS``, ``tpu_contract``)
+    no_fallback: bool = False  # fallback_ops raise unless torch.pretend.enable_cpu_fallback is True
+    compile_static: bool = False  # its own compile backend, dynamic=False by default, as torch_tpu's
+    # the TPU contract's distributed clauses (``DISTRIBUTED_CONTRACT_KEYS``, ``launch``)
+    launch_env: bool = False  # a rank refuses to start without its launch environment
+    one_device: bool = False  # a rank opens one device: its single visible id, else LOCAL_RANK
+    opened_log: str | None = None  # where each process says what it opened
 
     @property
     def memory_bytes(self) -> int | None:
@@ -207,7 +229,34 @@ def parse(text: str, visible: str | None = None) -> Config:
         clock_jitter=float(jitter),
         clock=clock,
         sdpa_kernel=sdpa_kernel,
+        **tpu_contract(raw),
+        **distributed_contract(raw),
     )
+
+
+def distributed_contract(raw: dict) -> dict:
+    """The TPU contract's distributed clauses asked for (``DISTRIBUTED_CONTRACT_KEYS``)."""
+    found = {}
+    for key in ("launch_env", "one_device"):
+        value = raw.get(key, False)
+        if not isinstance(value, bool):
+            raise PretendConfigError(f"{CONFIG_VAR}: {key!r} must be true or false, not {value!r}.")
+        found[key] = value
+    log = raw.get("opened_log")
+    if log is not None and (not isinstance(log, str) or not log):
+        raise PretendConfigError(f"{CONFIG_VAR}: 'opened_log' must be the path of a file, not {log!r}.")
+    return {**found, "opened_log": log}
+
+
+def tpu_contract(raw: dict) -> dict:
+    """The TPU contract's clauses asked for (``TPU_CONTRACT_KEYS``): each true or false."""
+    found = {}
+    for key in TPU_CONTRACT_KEYS:
+        value = raw.get(key, False)
+        if not isinstance(value, bool):
+            raise PretendConfigError(f"{CONFIG_VAR}: {key!r} must be true or false, not {value!r}.")
+        found[key] = value
+    return found
 
 
 def _past_length(raw: dict) -> dict:

@@ -58,6 +58,11 @@ def synchronize(device=None) -> None:
     _state().sync()
 
 
+#: The TPU contract's CPU fallback switch (``no_fallback``, ``tensor._cpu_fallback_on``): with the clause on, a
+#: ``fallback_ops`` operator raises while this is False, as TorchTPU's ``enable_cpu_fallback`` (False by default);
+#: ``torch.pretend.enable_cpu_fallback = True`` runs it on the CPU. Without the clause it is not read.
+enable_cpu_fallback = False
+
 #: Its clock moves with the operators its dispatch runs; a compiled graph runs the CPU operators underneath, past it,
 #: so compiled runs are timed on the host's clock (``probe_core.device_clock``).
 perf_clock_sees_compiled = False

@@ -278,6 +278,14 @@ def _names(func) -> tuple[str, str]:
     return name, f"{name}.{overload}" if overload and overload != "default" else name
 
 
+def _cpu_fallback_on() -> bool:
+    """The TPU contract's switch (``no_fallback``): ``torch.pretend.enable_cpu_fallback``, False until a user sets it,
+    as TorchTPU's ``enable_cpu_fallback``."""
+    from . import device
+
+    return bool(device.enable_cpu_fallback)
+
+
 def act_out_faults(func) -> Faults:
     """What the configured faults do before ``func`` runs: crash, stall, or have no kernel; its ``Faults``."""
     state = _state()
@@ -288,6 +296,8 @@ def act_out_faults(func) -> Faults:
         state.crash(faults.names[0])
     for seconds in faults.slow:
         state.stall(seconds)
+    if faults.fallback and state.config.no_fallback and not _cpu_fallback_on():  # the TPU contract: it raises
+        raise NotImplementedError(f"'{faults.names[0]}' is not implemented for {NAME}. Please file a feature request")
     if faults.fallback:  # no kernel, a CPU fallback: correct, and slow
         state.counters.fallback(faults.names[1])
         state.stall(FALLBACK_S)

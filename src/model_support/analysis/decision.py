@@ -346,7 +346,7 @@ def refuse_what_if(data_dir, *sweep_ids: str) -> None:
 
 #: What the gate holds alike between two whole sweeps (``refuse_unlike``): ``--across``'s word -> (the record's
 #: field, how it reads in the sentence). The variant names the mode, not the device nor the dtype: a CPU sweep's
-#: ``tiny-llama [eager+dynamic]`` and a pretend device's are one run to the decision, and the gate had failed on
+#: ``tiny-llama [eager+dynamic]`` and an accelerator's are one run to the decision, and the gate had failed on
 #: "regression: tiny-llama PASS -> FAIL(gen)" with the devices named only in the diff's header.
 ALIKE = {"device": ("device_type", "device"), "dtype": ("dtype", "dtype"), "mode": ("mode", "mode")}
 #: What ``--across`` takes: not the mode, which the variant names, so that runs of another mode are other runs (every
@@ -417,7 +417,7 @@ def unlike_sweeps(before: dict, after: dict, across=()) -> dict[str, tuple[list[
 def refuse_unlike(data_dir, a: str, b: str, across=()) -> None:
     """One sentence, before anything is judged, for two sweeps whose runs ran on another device (``device_type``),
     dtype or mode (``unlike_sweeps``) unless ``across`` names each setting that may differ: a verdict on one device
-    is no regression of another, and a FAIL(gen) on the pretend device against a PASS on the CPU had failed the gate
+    is no regression of another, and a FAIL(gen) on an accelerator against a PASS on the CPU had failed the gate
     as a regression. The perf gate keeps its own rule per run (``unlike``: such runs are not comparable)."""
     from ..errors import UserError
 

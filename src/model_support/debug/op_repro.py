@@ -47,6 +47,7 @@ TAIL = """
 import sys  # noqa: E402
 
 BACKENDS_GROUP = {backends_group!r}
+BACKEND_ENTRY_POINTS_VAR = {entry_points_var!r}
 KEEP_CONFIG_VAR = {keep_var!r}
 AS_FOUND_FLAG = {flag!r}
 
@@ -91,6 +92,7 @@ def script(settings: dict, sweep_id: str | None = None) -> str:
     )
     tail = TAIL.format(
         backends_group=probe_core.BACKENDS_GROUP,
+        entry_points_var=probe_core.BACKEND_ENTRY_POINTS_VAR,
         keep_var=reproduce.KEEP_CONFIG_VAR,
         flag=reproduce.AS_FOUND_FLAG,
         functions=functions,

@@ -24,7 +24,10 @@ said to be not localised).
 
 The coverage of *this machine's* stack comes from its device adapter in a child process
 (``python -m model_support.ops DEVICE``, the operators on stdin), as the sweep's runner asks for a
-device's facts: the backend is loaded there, never in the command's own process.
+device's facts: the backend is loaded there, never in the command's own process. Its answer keeps the adapter's
+notes (``StackCoverage``): an operator only the stack's boxed fallback catches is ``missing`` where that fallback
+raises (TorchTPU's, off by default), and its note names the switch that would make it a CPU fallback; each model
+and the plan's step that fixes it say it.
 """
 
 from __future__ import annotations
@@ -110,6 +113,9 @@ class ModelOps:
     learned: dict[str, str] = field(default_factory=dict)
     # the what-if sweep whose ``host_ops: missing`` run gave its census (it ran to its end), or None
     completed_by: str | None = None
+    # per operator of its census whose status a switch of the stack decides, what the coverage said of it (an
+    # operator only the stack's boxed fallback catches: missing while its CPU fallback is off, naming the switch)
+    notes: dict[str, str] = field(default_factory=dict)
 
     @property
     def right(self) -> bool:
@@ -181,6 +187,8 @@ class ModelOps:
             # sweep whose complete census it uses
             **({"learned": self.learned} if self.learned else {}),
             **({"completed_by": self.completed_by} if self.completed_by else {}),
+            # where a switch of the stack decides an operator's status: which, and the switch (``StackCoverage``)
+            **({"notes": self.notes} if self.notes else {}),
         }
 
 
@@ -303,6 +311,8 @@ def _predict(m: ModelOps, coverage: dict[str, str], own: bool) -> None:
     """One model's prediction (``predict``)."""
     ops, stages = m.requirements()
     status_of = {op: coverage.get(op, UNKNOWN) for op in ops}
+    said = getattr(coverage, "notes", {})  # a StackCoverage's: what a switch of the stack decides
+    m.notes = {op: said[op] for op in ops if op in said}
     if own:  # a what-if run of this model stopped there, with it not on the host: a stop for this model
         status_of |= {op: fault for op, fault in m.learned.items() if status_of.get(op) not in STOPS}
     if own and m.localised and not m.right:  # wrong for this model, as localise found it (a stop stays a stop)
@@ -350,10 +360,22 @@ def _predict(m: ModelOps, coverage: dict[str, str], own: bool) -> None:
 COVERAGE_TIMEOUT_S = 300.0
 
 
-def stack_coverage(device: str, ops: list[str]) -> dict[str, str]:
+class StackCoverage(dict):
+    """A stack's coverage (operator -> status), with ``notes``: per operator whose status a switch of the stack
+    decides, the sentence its adapter says (``Adapter.coverage_with_notes``: an operator only the stack's boxed
+    fallback catches is missing while that fallback is off, "... makes it a CPU fallback"). ``predict`` gives each
+    model the notes on its operators (``ModelOps.notes``), and the plan's steps say them."""
+
+    def __init__(self, coverage: dict[str, str], notes: dict[str, str] | None = None):
+        super().__init__(coverage)
+        self.notes = dict(notes or {})
+
+
+def stack_coverage(device: str, ops: list[str]) -> StackCoverage:
     """What this machine's ``device`` stack does with each of ``ops``, asked of a child process that loads its
     backend (the device itself need not be present: the registrations are the backend's, a TPU's are read
-    without a TPU). One sentence (``UserError``) when the backend cannot be loaded or does not answer in time."""
+    without a TPU), with the adapter's notes (``StackCoverage``). One sentence (``UserError``) when the backend
+    cannot be loaded or does not answer in time."""
     env = backend_env.child_environ()  # the child loads only this device's backend
     argv = [sys.executable, "-m", "model_support.ops", device]
     try:
@@ -362,11 +384,12 @@ def stack_coverage(device: str, ops: list[str]) -> dict[str, str]:
         raise UserError(f"The {device} stack's coverage could not be read here: {str(exc).rstrip('.')}.") from None
     if "problem" in answer:
         raise UserError(answer["problem"])
-    return answer["coverage"]
+    return StackCoverage(answer["coverage"], answer.get("notes"))
 
 
 def child(device: str, ops: list[str]) -> dict:
-    """In the child: load ``device``'s backend and ask its adapter (``op_coverage``)."""
+    """In the child: load ``device``'s backend and ask its adapter (``coverage_with_notes``: its ``op_coverage`` and
+    what a switch of the stack decides)."""
     from ..probe import devices
 
     if device == "auto":
@@ -380,6 +403,7 @@ def child(device: str, ops: list[str]) -> dict:
         except devices.DeviceUnavailable as exc:
             return {"problem": str(exc)}
     try:
-        return {"coverage": adapter.op_coverage(ops)}
+        coverage, notes = adapter.coverage_with_notes(ops)
+        return {"coverage": coverage, "notes": notes}
     except devices.DeviceUnavailable as exc:
         return {"problem": str(exc)}

@@ -54,6 +54,9 @@ class PlanStep:
     signatures: dict[str, list[dict]] = field(default_factory=dict)
     # per wrong operator: the models it blocks in which ``model-support localise`` found it wrong
     localised: dict[str, list[str]] = field(default_factory=dict)
+    # per operator whose status a switch of the stack decides, the coverage's note (``coverage.StackCoverage``): an
+    # operator only its boxed fallback catches, missing while that fallback is off, and the switch that turns it on
+    notes: dict[str, str] = field(default_factory=dict)
 
     @property
     def op(self) -> str:
@@ -67,8 +70,12 @@ class PlanStep:
     def fault(self, op: str, by: str = "") -> str:
         """What is wrong with one operator of the step, in words ("" for a missing one: the plan's default):
         ``crashes``, ``wrong numbers in 2 models, localised`` (``by`` follows: `` by model-support localise``),
-        ``wrong numbers`` (a stack's coverage says so)."""
+        ``wrong numbers`` (a stack's coverage says so); a missing one a switch of the stack decides, the coverage's
+        note (``missing while the tpu stack's CPU fallback is off: torch_tpu...enable_cpu_fallback = True makes it a
+        CPU fallback``)."""
         fault = self.faults.get(op)
+        if fault == MISSING and op in self.notes:
+            return self.notes[op]
         if fault == MISSING or fault is None:
             return ""
         if fault == WRONG and self.localised.get(op):
@@ -92,6 +99,7 @@ class PlanStep:
             "passing": self.passing,
             "blocks": self.blocks,
             "localised": {op: keys for op, keys in self.localised.items() if keys},
+            "notes": {op: note for op, note in self.notes.items() if op in self.ops},
         }
 
 
@@ -171,6 +179,7 @@ def porting_plan(models: list[ModelOps], fixed: frozenset = frozenset()) -> list
     passing = passing_now(models) + sum(1 for needs in remaining.values() if not needs)
     remaining = {key: needs for key, needs in remaining.items() if needs}
     faults = {op: fault for m in models for op, fault in m.faults.items()}
+    notes = {op: note for m in models for op, note in m.notes.items()}
     steps = []
     while remaining:
         group = _best_group(Counter(remaining.values()))
@@ -182,7 +191,8 @@ def porting_plan(models: list[ModelOps], fixed: frozenset = frozenset()) -> list
         needed = {op: signatures_needed([by_key[key] for key in blocks], op) for op in ops}
         localised = {op: [key for key in blocks if op in (by_key[key].localised or ())] for op in ops}
         step_faults = {op: faults[op] for op in ops}
-        steps.append(PlanStep(ops, unlocks, blocks, passing, step_faults, needed, localised))
+        step_notes = {op: notes[op] for op in ops if op in notes}
+        steps.append(PlanStep(ops, unlocks, blocks, passing, step_faults, needed, localised, step_notes))
         for key in blocks:
             remaining[key] -= group
             if not remaining[key]:

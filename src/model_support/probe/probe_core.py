@@ -433,6 +433,9 @@ def on_device(extra_inputs, device, model):
 BACKENDS_GROUP = "torch.backends"
 #: The variable that turns torch's autoload of every installed backend off ("0"), before ``import torch``.
 AUTOLOAD_VAR = "TORCH_DEVICE_BACKEND_AUTOLOAD"
+#: The ``torch.backends`` entry points to load beside the one named for the device (comma-separated names): a backend
+#: whose entry point is not named ``<device>`` or ``torch_<device>``, which torch's autoload would have loaded.
+BACKEND_ENTRY_POINTS_VAR = "MODEL_SUPPORT_BACKEND_ENTRY_POINTS"
 
 
 def backend_device(entry_point_name):
@@ -447,13 +450,17 @@ def load_backend(device_type):
     backend (torch_tpu alone costs ~8 s and, on a machine with no TPU, can stall in libtpu's set-up).
     Nothing happens when torch already knows the device or no installed package provides it."""
     import importlib.metadata
+    import os
 
     import torch
 
     if device_type == "cpu" or torch._C._get_privateuse1_backend_name() == device_type:
         return
+    # a backend whose entry point is not named for its device (Intel Gaudi's ``device_backend`` for hpu) is named by
+    # the user in BACKEND_ENTRY_POINTS_VAR (comma-separated entry point names): torch's autoload is off in our processes
+    named = {n.strip() for n in os.environ.get(BACKEND_ENTRY_POINTS_VAR, "").split(",") if n.strip()}
     for entry in importlib.metadata.entry_points(group=BACKENDS_GROUP):
-        if backend_device(entry.name) == device_type:
+        if backend_device(entry.name) == device_type or entry.name in named:
             entry.load()()
 
 
@@ -632,22 +639,83 @@ def execution_context(mode):
 
 
 def compile_forward(model, backend):
-    """``model.forward`` through torch.compile with ``backend`` (inductor on cpu and cuda, tpu on TPU);
-    dynamo's counters start from zero. Returns the eager forward, to put back."""
+    """``model.forward`` through torch.compile with ``backend`` (inductor on cpu and cuda, tpu on TPU), as this
+    stack's torch.compile compiles it; dynamo's counters start from zero. Returns the eager forward, to put back.
+
+    Where that compile is static (``compile_dynamic`` False: TorchTPU patches torch.compile to ``dynamic=False`` for
+    its ``tpu`` backend), the model generates with transformers' static KV cache from here on
+    (``generation_config.cache_implementation``, which every later generate() of it reads: the eager rerun, the perf
+    phase, the recompile check, the repro script): a dynamic cache grows by one position per token, each length is
+    a new graph, and past dynamo's recompile limit (8) the forward runs eagerly, so a "compiled" run would be mostly
+    eager. With a static cache the decode steps share one graph: what the mode says it compiles."""
     import torch
     import torch._dynamo
     from torch._dynamo.utils import counters
 
     torch._dynamo.reset()
     counters.clear()
+    if compile_dynamic(backend) is False:
+        config = getattr(model, "generation_config", None)
+        if config is not None:
+            config.cache_implementation = "static"
     eager = model.forward
     model.forward = torch.compile(eager, backend=backend)
     return eager
 
 
+def _never_called():
+    """What ``compile_dynamic`` hands torch.compile: never traced, never run."""
+
+
+def compile_dynamic(backend):
+    """The ``dynamic`` this stack's torch.compile gives dynamo for ``backend`` when the caller names none: None
+    (torch's default: a dimension seen with two sizes becomes symbolic), or what a backend package patched in
+    (TorchTPU's torch.compile sets False for ``tpu``: every new shape a new graph). Read by handing torch.compile a
+    function while dynamo's ``optimize`` is stood in for (nothing is compiled, and what setting the backend up wrote
+    into ``os.environ``, inductor's cache folder, is taken back); None where that cannot be read."""
+    import os
+
+    import torch
+    import torch._dynamo
+
+    seen = []
+    optimize, environ = torch._dynamo.optimize, dict(os.environ)
+
+    def noted(*args, **kwargs):
+        seen.append(kwargs.get("dynamic"))
+        return lambda fn: fn
+
+    torch._dynamo.optimize = noted
+    try:
+        torch.compile(_never_called, backend=backend)
+    except Exception:  # noqa: BLE001 an unknown backend: torch.compile itself says so when the probe calls it
+        return None
+    finally:
+        torch._dynamo.optimize = optimize
+        for name in set(os.environ) - set(environ):
+            del os.environ[name]
+        os.environ.update(environ)
+    return seen[0] if seen else None
+
+
+def compile_settings(model, backend, cache):
+    """What a compiled generation ran with: ``compile_dynamic`` (the stack's torch.compile's ``dynamic`` for
+    ``backend``) and ``compile_cache`` (the KV cache it used: static where ``cache`` asked for it or the compile is
+    static, ``compile_forward``)."""
+    config = getattr(model, "generation_config", None)
+    static = cache == "static" or getattr(config, "cache_implementation", None) == "static"
+    return {"compile_dynamic": compile_dynamic(backend), "compile_cache": "static" if static else "dynamic"}
+
+
+#: How dynamo says a frame hit its recompile limit (``counters["unimplemented"]``): it runs eagerly from there.
+RECOMPILE_LIMIT_HIT = "Dynamo recompile limit exceeded"
+
+
 def compile_counts():
     """Graphs compiled, graph breaks (and the first reasons) and recompilations, from dynamo's counters.
-    Every graph beyond the first is a (re)compilation of the forward: a new shape or a failed guard."""
+    Every graph beyond the first is a (re)compilation of the forward: a new shape or a failed guard.
+    ``recompile_limit_hit``: a frame recompiled past dynamo's limit (``recompile_limit``, 8), and ran eagerly
+    from there: compiled in name only."""
     from torch._dynamo.utils import counters
 
     graphs = int(counters["stats"].get("unique_graphs", 0))
@@ -657,6 +725,7 @@ def compile_counts():
         "recompilations": max(0, graphs - 1),
         "graph_breaks": int(sum(breaks.values())),
         "graph_break_reasons": [str(reason)[:300] for reason in list(breaks)[:3]],
+        "recompile_limit_hit": any(str(k).startswith(RECOMPILE_LIMIT_HIT) for k in counters["unimplemented"]),
     }
 
 
@@ -686,6 +755,9 @@ RESULT_KEYS = (
     "graph_breaks",
     "graph_break_reasons",
     "recompilations",
+    "recompile_limit_hit",
+    "compile_dynamic",
+    "compile_cache",
     "matches_eager",
     "matches_eager_note",
     "task",
@@ -874,6 +946,8 @@ class _Generation:
         """The generate stage in ``mode``: tokens, text and timings into ``result``; a compile failure
         is blamed on stage "compile" only when plain eager generates (else eager's own error is raised)."""
         eager_forward = compile_forward(self.model, compile_backend) if mode == "compile" else None
+        if mode == "compile":  # the stack's dynamic setting, and the cache it made the generation use
+            result.update(compile_settings(self.model, compile_backend, self.cache))
         result["step_scores"] = []  # the device's best logits per step, for the reference check
         start = time.perf_counter()
         try:

@@ -377,7 +377,7 @@ def of_the_stack():
     left in ``results`` until recompaction is not one: the support card and the flips had read it as the stack's)."""
     import polars as pl
 
-    return ~(pl.col("what_if").fill_null(False) | pl.col("host_ops").is_not_null())
+    return ~(pl.col("what_if").fill_null(False) | (pl.col("host_ops").fill_null("") != ""))  # as is_what_if reads
 
 
 def what_if_setting(data_dir: Path, sweep_id: str) -> str | None:

@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from .. import fileio
+from .. import backend_env, fileio
 from ..errors import Interrupted, StorageFull, UserError
 from ..probe import devices, probe_params, provenance
 from ..probe.hub_fetch import is_local
@@ -289,11 +289,7 @@ def _stack_environment(meta: SweepMeta, stack: str, python: str | None = None) -
     try:
         yield
     finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        backend_env.put_back(before)
 
 
 def _screening(

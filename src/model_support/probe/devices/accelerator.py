@@ -144,10 +144,19 @@ class AcceleratorAdapter(Adapter):
         return "aot_eager" if self.type == torch._C._get_privateuse1_backend_name() else "inductor"
 
     def op_coverage(self, ops: Iterable[str]) -> dict[str, str]:
-        """What the backend registered with the dispatcher for its dispatch key (``dispatch_coverage``)."""
+        """What the backend registered with the dispatcher for its dispatch key (``dispatch_coverage``), with what its
+        boxed fallback does here (``fallback_applied``: an operator only that fallback catches is ``missing`` where
+        the fallback raises, TorchTPU's by default)."""
+        return self.coverage_with_notes(ops)[0]
+
+    def coverage_with_notes(self, ops: Iterable[str]) -> tuple[dict[str, str], dict[str, str]]:
+        """``op_coverage`` with the note on each operator only the boxed fallback catches, where a switch of the
+        stack decides what that fallback does (``fallback_runs``); a subclass's own ``op_coverage`` is its answer."""
+        if type(self).op_coverage is not AcceleratorAdapter.op_coverage:
+            return super().coverage_with_notes(ops)
         from ..census import dispatch_key
 
-        return dispatch_coverage(ops, dispatch_key(self.type))
+        return self.fallback_applied(dispatch_coverage(ops, dispatch_key(self.type)))
 
     def distributed_backend(self) -> str:
         """The process-group backend torch.distributed has registered for this device, with gloo for
@@ -220,8 +229,9 @@ def dispatch_coverage(ops: Iterable[str], key: str) -> dict[str, str]:
     - ``implemented``: a kernel for ``key``; a structured operator's default kernel whose out= variant has one
       (what ``aten::rsqrt`` runs through on torch_tpu); a composite (CompositeImplicitAutograd or
       CompositeExplicitAutograd) kernel, which runs the operator as others the backend receives;
-    - ``fallback``: none of those, and the backend registered a boxed fallback for its key (torch_xla's and
-      torch_tpu's run the operator on the CPU: the registrations cannot say what a fallback does);
+    - ``fallback``: none of those, and the backend registered a boxed fallback for its key (the registrations
+      cannot say what a fallback does: torch_xla's runs the operator on the CPU, torch_tpu's raises unless its CPU
+      fallback is switched on; the adapter's ``fallback_applied`` says which);
     - ``missing``: nothing at all (the dispatcher's "Could not run ... with arguments from the ... backend");
     - ``unknown``: the dispatcher does not know the operator (a library that is not loaded here), or a
       structured operator whose out= variant cannot be found.

@@ -212,8 +212,35 @@ class Adapter:
         on the CPU underneath, slowly), ``missing`` or ``unknown`` (the adapter cannot judge it); an adapter that
         knows its stack's faults may also say ``crashes`` or ``wrong`` (``record.ops_table.OP_STATUSES``). A name
         ``dtype::<dtype>`` asks whether the stack holds tensors of that dtype (``missing`` when it refuses them).
+        An operator only the stack's boxed fallback catches is ``fallback`` where that fallback runs it and
+        ``missing`` where it raises (``fallback_applied``; ``coverage_with_notes`` says which, naming the switch).
         The CPU runs every operator a CPU census saw."""
         return dict.fromkeys(ops, IMPLEMENTED)
+
+    def coverage_with_notes(self, ops: Iterable[str]) -> tuple[dict[str, str], dict[str, str]]:
+        """``op_coverage``, and per operator whose status a switch of its stack decides, the sentence that says so
+        (``fallback_applied``): what ``model-support ops --on`` shows beside the status. An adapter whose statuses a
+        switch decides overrides both (its ``op_coverage`` is this answer's first part); by default, no notes."""
+        return self.op_coverage(ops), {}
+
+    def fallback_runs(self) -> tuple[bool, str | None]:
+        """(whether an operator the stack has no kernel for, caught by its boxed CPU fallback, runs there rather than
+        raising; the switch that turns that fallback on, as a user writes it, or None where the stack has no such
+        switch). Default: the fallback runs (torch_xla's does), no switch. TorchTPU's is off by default
+        (``torch_tpu._internal.execution_mode.enable_cpu_fallback``): its adapter says so."""
+        return True, None
+
+    def fallback_applied(self, coverage: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+        """``coverage`` as the stack's registrations read (``fallback``: only its boxed fallback catches the
+        operator) with what that fallback does here (``fallback_runs``): each such operator stays ``fallback``
+        where the fallback runs, else it is ``missing`` (the operator raises, "not implemented for" the device);
+        and, where the stack has a switch for it, a note per such operator naming the switch and its state."""
+        runs, switch = self.fallback_runs()
+        caught = [op for op, status in coverage.items() if status == FALLBACK]
+        judged = {**coverage, **dict.fromkeys(caught, FALLBACK if runs else MISSING)}
+        if switch is None:
+            return judged, {}
+        return judged, dict.fromkeys(caught, fallback_note(self.type, runs, switch))
 
     def devices_present(self) -> int:
         """How many devices a sharded probe may use: the accelerators; on the CPU one rank per core."""
@@ -254,6 +281,14 @@ class Adapter:
         """What a probe on ``need`` of these devices asks of Ray (``remote.options``), None where Ray cannot
         hold them (``ray_resource``): on the CPU one core per rank, the ranks being processes."""
         return {"num_cpus": need}
+
+
+def fallback_note(device: str, runs: bool, switch: str) -> str:
+    """The note on an operator only a stack's boxed fallback catches: missing while its CPU fallback is off, with
+    the switch that would make it a fallback; a fallback while that switch is on."""
+    if runs:
+        return f"a CPU fallback: the {device} stack's CPU fallback is on ({switch})"
+    return f"missing while the {device} stack's CPU fallback is off: {switch} makes it a CPU fallback"
 
 
 def _matches(name: str, patterns: Iterable[str]) -> bool:

@@ -13,9 +13,10 @@ the census (so it sees the operators as the census counts them, composites decom
 sees eager runs only: in compile mode it reads "not measured".
 
 An asynchronous runtime's late abort makes the last operator recorded a later one than the culprit. So a silent
-abort of a stack whose adapter declares a ``blocking_env`` (``CUDA_LAUNCH_BLOCKING=1``; a test backend's own
-switch) is rerun once, synchronously, in the probe's process (``rerun_silent_crash``, the
-model's stages only, under the recorder: ``instruments.rerun``), and that rerun's last operator is the one named.
+abort of a stack whose adapter declares a ``blocking_env`` (``CUDA_LAUNCH_BLOCKING=1``; TorchTPU's
+``TORCH_TPU_LAUNCH_BLOCKING=1``, the name its binary reads; a test backend's own switch) is rerun once,
+synchronously, in the probe's process (``rerun_silent_crash``, the model's stages only, under the recorder:
+``instruments.rerun``), and that rerun's last operator is the one named.
 
 **Off in a probe's own run by default** (the probe's ``flight_recorder`` setting, ``auto``): a dispatch mode costs
 every operator a Python call (about 20 us with its line; up to a sixth of a small model's probe on a Python

@@ -17,10 +17,17 @@ in its decode ``per token`` (``recompile_flag``), and ``recompile_guard`` is the
 failed guards, a symbolic one (a shape-dependent branch: ``(input_ids.size()[1] % 3) != 0  # if ...``) rather than
 another graph's plain size mismatch. Without a flag it is the first guard that failed with dynamic shapes on.
 
-The check traces with dynamo's ``eager`` backend: recompiles are decided by dynamo's guards, which the backend
-does not set (it compiles each graph it is handed), so the counts are the model's at a fraction of the cost
-(inductor on this CPU: ~10 s a graph; a backend that adds guards of its own is not seen). Off by default: a tiny
-model costs ~10 graphs (10-25 s here).
+Those two series trace with dynamo's ``eager`` backend: recompiles are decided by dynamo's guards, which that
+backend does not set (it compiles each graph it is handed), so the counts are the model's at a fraction of the cost
+(inductor on this CPU: ~10 s a graph). They are not what the probe's own compile does where its backend sets guards
+of its own or its stack patches torch.compile's ``dynamic`` (TorchTPU: ``dynamic=False`` for ``tpu``, so every new
+shape is a new graph, and past dynamo's recompile limit the forward runs eagerly). So a third series,
+``recompiles_backend``, runs as the probe compiles (``probe_core.compile_forward``: the adapter's compile backend,
+the stack's torch.compile and its dynamic setting, the static KV cache a static compile takes), ``BACKEND_TOKENS``
+new tokens per length; its third length sets the flag. Where the probe's backend is inductor with torch's automatic
+dynamic shapes (the CPU's, CUDA's), the ``eager`` dynamic series stands in for it (the same guards, bar inductor's
+own shape specialisations; a tenth of the cost), and the note says so. Off by default on the CPU: a tiny model costs
+~10 graphs (10-25 s here).
 """
 
 from __future__ import annotations
@@ -35,8 +42,13 @@ from .. import probe_core
 MORE_TOKENS = (3, 7)
 #: New tokens per generation: a prefill and a decode step, the decode's cache grown once.
 NEW_TOKENS = 2
-#: The backend the check traces with (see the module docstring).
+#: The backend the check traces its two model series with (see the module docstring).
 BACKEND = "eager"
+#: New tokens per generation of the probe's own backend's series: a prefill and two decode steps, so that a
+#: recompile at the first decode step only (a new cache length) is per length, one at every step per token.
+BACKEND_TOKENS = 3
+#: The backend whose series the ``eager`` dynamic series stands in for, with torch's automatic dynamic shapes.
+STANDS_IN_FOR = "inductor"
 #: The record's fields of this check.
 FIELDS = (
     "recompile_lengths",
@@ -44,6 +56,7 @@ FIELDS = (
     "recompiles_dynamic",
     "recompile_flag",
     "recompile_guard",
+    "recompiles_backend",
     "recompile_note",
 )
 #: How much of a guard's text is kept.
@@ -144,10 +157,63 @@ def _grouped(failed: list[tuple[int, str]]) -> list[list[str]]:
 def _symbolic_first(guards: list[str]) -> str | None:
     """Of one recompile's failed guards, a symbolic one (a shape-dependent branch) rather than a graph's plain size
     or type mismatch; else the first."""
-    plain = ("size mismatch", "expected type", "tensor type")
+    plain = ("size mismatch", "expected type", "tensor type", "len(kwargs)")
     symbolic = [g for g in guards if not any(word in g for word in plain)]
-    found = (symbolic or guards)[:1]
+    found = (symbolic or [g for g in guards if "size mismatch" in g] or guards)[:1]
     return found[0][:GUARD_CHARS] if found else None
+
+
+def _backend_series(model, tokenizer, prompts, cache, device, backend) -> list[tuple[list[int], list[list[str]]]]:
+    """Per prompt: (the recompiles of the prefill, then of each decode step; the failed guards of each recompile),
+    as the probe compiles (``probe_core.compile_forward`` with its backend: the stack's torch.compile, its dynamic
+    setting, its cache), ``BACKEND_TOKENS`` new tokens. The guards come from dynamo's guard-failure hook, handed to
+    dynamo's ``optimize`` as the stack's torch.compile calls it; dynamo's recompile limit is raised while it runs, so
+    every recompile is counted (``probe_core.compile_counts`` says whether the verdict's own generation passed it)."""
+    import torch
+    import torch._dynamo
+    from torch._dynamo.utils import clear_compilation_metrics, get_compilation_metrics
+
+    failed: list[tuple[int, str]] = []
+
+    def recompiles() -> int:
+        return sum(1 for m in get_compilation_metrics() if m.recompile_reason is not None)
+
+    optimize = torch._dynamo.optimize
+
+    def hooked(*args, **kwargs):
+        return optimize(*args, guard_fail_fn=lambda fail: failed.append((recompiles(), fail.reason)), **kwargs)
+
+    clear_compilation_metrics()
+    torch._dynamo.optimize = hooked
+    try:
+        eager = probe_core.compile_forward(model, backend)
+    finally:
+        torch._dynamo.optimize = optimize
+    out = []
+    try:
+        with torch._dynamo.config.patch(recompile_limit=64):
+            for ids in prompts:
+                marks, before, seen = _Marks(recompiles), recompiles(), len(failed)
+                mask = torch.ones_like(ids)
+                probe_core.generate(model, tokenizer, ids, mask, BACKEND_TOKENS, device, marks, cache)
+                at = [*marks.at[1:], recompiles()]  # after the prefill, after each decode step
+                steps = [b - a for a, b in zip([before, *at], at)][:BACKEND_TOKENS]
+                out.append((steps, _grouped(failed[seen:])))
+    finally:
+        model.forward = eager
+        torch._dynamo.reset()
+    return out
+
+
+def _flags(prefill: int, decode: list[int]) -> list[str]:
+    """``per length`` (the prefill recompiled, or the decode's first step only: a new cache length) and/or ``per
+    token`` (every decode step recompiled) of one length's recompiles."""
+    flags = []
+    if prefill or (decode and decode[0] and not all(decode)):
+        flags.append("per length")
+    if len(decode) > 1 and all(decode):
+        flags.append("per token")
+    return flags
 
 
 def measure(model, tokenizer, prompt_ids: list[int], cache: str, adapter) -> dict:
@@ -160,8 +226,26 @@ def measure(model, tokenizer, prompt_ids: list[int], cache: str, adapter) -> dic
     device = adapter.torch_device
     static = _series(model, tokenizer, prompts, cache, device, dynamic=False)
     dynamic = _series(model, tokenizer, prompts, cache, device, dynamic=True)
-    prefill, decode, groups = dynamic[-1]
-    flags = [word for word, count in (("per length", prefill), ("per token", decode)) if count]
+    backend = adapter.compile_backend()
+    dynamic_setting = probe_core.compile_dynamic(backend)
+    if backend == STANDS_IN_FOR and dynamic_setting is None:
+        prefill, decode, groups = dynamic[-1]
+        flags = [word for word, count in (("per length", prefill), ("per token", decode)) if count]
+        on_backend = [p + d for p, d, _ in dynamic]
+        how = (
+            f"the probe's {backend} backend with automatic dynamic shapes: the {BACKEND} backend's dynamic series "
+            "stands in for it (the same guards, bar inductor's own shape specialisations)"
+        )
+    else:
+        own = _backend_series(model, tokenizer, prompts, cache, device, backend)
+        steps, groups = own[-1]
+        flags = _flags(steps[0], steps[1:])
+        on_backend = [sum(each) for each, _ in own]
+        kv = probe_core.compile_settings(model, backend, cache)["compile_cache"]
+        how = (
+            f"{BACKEND_TOKENS} new tokens per length on the probe's own {backend} backend (dynamic="
+            f"{dynamic_setting}, as this stack's torch.compile sets it; {kv} KV cache)"
+        )
     if flags:
         guard = _symbolic_first(groups[0] if groups else [])
     else:
@@ -173,9 +257,10 @@ def measure(model, tokenizer, prompt_ids: list[int], cache: str, adapter) -> dic
         "recompiles_dynamic": [p + d for p, d, _ in dynamic],
         "recompile_flag": ", ".join(flags) or None,
         "recompile_guard": guard,
+        "recompiles_backend": on_backend,
         "recompile_note": (
             f"{NEW_TOKENS} new tokens from each prompt length, automatic dynamic shapes off then on, dynamo's "
-            f"guards traced with the {BACKEND} backend; the third length "
-            + ("recompiled: " + " and ".join(flags) if flags else "compiled nothing with dynamic shapes on")
+            f"guards traced with the {BACKEND} backend; recompiles as the probe compiles: {how}; the third length "
+            + ("recompiled: " + " and ".join(flags) if flags else "compiled nothing")
         ),
     }

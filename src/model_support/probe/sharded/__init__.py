@@ -34,9 +34,12 @@ checked on 2 gloo ranks on the CPU:
 
 Processes: ``run_sharded`` starts a launcher process (its own session) that runs the elastic agent;
 the agent starts one rank process per device (``python -m model_support.probe.sharded --rank DIR``). A rank
-pins itself to its device through the environment before it imports torch (``TPU_VISIBLE_CHIPS`` and
-friends on TPU, one chip per process: written, not tested on a TPU here; ``LOCAL_RANK`` selects the GPU
-on CUDA), writes its progress and its result as JSON into the run folder, and dies with its parent.
+pins itself to its device through the environment before it imports torch (the adapter's ``rank_env``: on
+TPU its one chip of the probe's grant, ``TPU_VISIBLE_DEVICES``, and the launch environment torch_tpu's
+``set_tpu_launch_env`` set up in the probe process before the launcher started, which torch_tpu's runtime
+requires of a process with ``WORLD_SIZE`` set; checked against the installed torch_tpu, not run on a chip
+here; ``LOCAL_RANK`` selects the GPU on CUDA), writes its progress and its result as JSON into the run
+folder, and dies with its parent.
 A rank that crashes, is killed (the OOM killer's SIGKILL), or does not finish within the timeout ends
 the probe as ``FAIL(other)`` naming the rank and why; every process of the run is killed before
 ``run_sharded`` returns, whatever happened.

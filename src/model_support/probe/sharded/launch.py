@@ -1,6 +1,7 @@
 """``run_sharded`` and the processes it starts: the launcher (its own session) that runs torch's
-elastic agent, which starts one rank per device; the timeout, the stacks of ranks that hang, and the
-killing of every process of the run before ``run_sharded`` returns."""
+elastic agent, which starts one rank per device; the device's launch environment, set up in the probe
+process before the launcher starts (``launch_environment``); the timeout, the stacks of ranks that hang,
+and the killing of every process of the run before ``run_sharded`` returns."""
 
 from __future__ import annotations
 
@@ -17,11 +18,11 @@ from pathlib import Path
 from ... import backend_env
 from ...engine import children
 from ...fileio import atomic_write_json
-from .. import probe_core
+from .. import devices, probe_core
 from ..reproduce import launch_ranks
 from .plan import NoParallelPlan, _plan, no_plan_sentence
 from .protocol import RANK_DEFAULTS, SHUTDOWN_GRACE_S, STACKS_SIGNAL
-from .results import _empty_result, _fail, _merge
+from .results import LaunchFailed, _empty_result, _fail, _merge
 
 
 def run_sharded(settings: dict, world_size: int, device_type: str = "cpu", timeout_s: float = 300) -> dict:
@@ -67,6 +68,13 @@ def run_sharded(settings: dict, world_size: int, device_type: str = "cpu", timeo
         result["wall_s"] = time.perf_counter() - started
         return result
     dense = (result["parallelism_details"] or {}).get("dense") if kind == "ep" else None
+    try:
+        launch = launch_environment(device_type, world_size)
+    except (ValueError, devices.DeviceUnavailable) as exc:  # the device cannot launch these ranks: none started
+        refused = LaunchFailed(f"{world_size} {device_type} ranks cannot be launched here: {exc}")
+        _fail(result, probe_core.FAIL_OTHER, "runner", refused)
+        result["wall_s"] = time.perf_counter() - started
+        return result
     run_dir = Path(tempfile.mkdtemp(prefix="sharded-"))
     job = {
         "settings": full,
@@ -76,6 +84,7 @@ def run_sharded(settings: dict, world_size: int, device_type: str = "cpu", timeo
         "no_grad": kind == "ep" and dense == "fsdp" and world_size > 1,  # FSDP2 refuses inference tensors
         "timeout_s": timeout_s,
         "run_id": f"probe-{uuid.uuid4().hex[:8]}",
+        "launch_env": launch,
     }
     atomic_write_json(run_dir / "job.json", job)
     try:
@@ -107,9 +116,19 @@ def rank_threads(world_size: int, environ: Mapping[str, str] = os.environ) -> in
     return max(1, probes // world_size)
 
 
-def _child_env(device_type: str, world_size: int) -> dict:
+def launch_environment(device_type: str, world_size: int) -> dict[str, str]:
+    """What the device's backend needs set in the parent of ``world_size`` ranks before they start, the same for
+    every rank (the adapter's ``launch_env``: torch_tpu's own ``set_tpu_launch_env``, whose runtime refuses a rank
+    without it), computed here in the probe process and inherited by the launcher and its ranks; {} for a device
+    that needs none. ValueError or ``DeviceUnavailable`` (one sentence) where the device cannot launch them."""
+    launch = getattr(devices.adapter_for(device_type), "launch_env", None)
+    return dict(launch(world_size)) if launch is not None else {}
+
+
+def _child_env(device_type: str, world_size: int, launch: dict[str, str] | None = None) -> dict:
     # torch_tpu is imported explicitly by TPU ranks after they pinned their chip; nothing else loads it.
     env = backend_env.child_environ()
+    env.update(launch or {})  # the device's launch environment: the launcher's ranks inherit it
     src = _import_root()
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     if device_type == "cpu":
@@ -126,7 +145,7 @@ def _launch_and_wait(run_dir: Path, job: dict, timeout_s: float, result: dict) -
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
-        env=_child_env(job["device_type"], job["world_size"]),
+        env=_child_env(job["device_type"], job["world_size"], job.get("launch_env")),
         start_new_session=True,
     )
     result["launcher_pid"] = launcher.pid

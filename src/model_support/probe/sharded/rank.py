@@ -82,9 +82,12 @@ def _local_footprint(model) -> tuple[int, list[int] | None]:
     return total, experts or None
 
 
-def _rank_body(job: dict, rank: int, local_rank: int, progress: _Progress) -> dict:
+def _rank_body(
+    job: dict, rank: int, local_rank: int, progress: _Progress, pin_error: BaseException | None = None
+) -> dict:
     """The probe's stages on this rank (``probe_core.run_stages``, the model split by the job's
-    ``DistributedConfig``); every exception lands in the report with its stage."""
+    ``DistributedConfig``); every exception lands in the report with its stage (``pin_error``: why this rank
+    could not be given its device, a set-up failure)."""
     import resource
 
     import torch
@@ -104,6 +107,8 @@ def _rank_body(job: dict, rank: int, local_rank: int, progress: _Progress) -> di
         hf_logging.disable_progress_bar()
         if rank != 0:
             hf_logging.set_verbosity_error()
+        if pin_error is not None:
+            raise pin_error
         adapter = devices.resolve(device_type)  # loads the device's backend (torch_tpu: with its tpu_dist)
         device = adapter.rank_device(local_rank)
         if world_size > 1:
@@ -149,14 +154,19 @@ def _rank_body(job: dict, rank: int, local_rank: int, progress: _Progress) -> di
 def _rank_main(run_dir: Path) -> int:
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     job = json.loads((run_dir / "job.json").read_text())
-    # before torch (and the backend) is imported: this rank's device only
-    os.environ.update(devices.adapter_for(job["device_type"]).rank_env(local_rank, job["world_size"], os.environ))
+    # before torch (and the backend) is imported: this rank's device only (a TPU rank: its chip of the probe's
+    # grant, and the launch environment the launcher's parent set up, which the rank inherited)
+    try:
+        os.environ.update(devices.adapter_for(job["device_type"]).rank_env(local_rank, job["world_size"], os.environ))
+        pin_error = None
+    except Exception as exc:  # noqa: BLE001 the rank's report says why it has no device
+        pin_error = exc
     _die_with_parent()
     faulthandler.register(STACKS_SIGNAL, file=sys.stderr, all_threads=True)
     (run_dir / f"rank{rank}.pid").write_text(str(os.getpid()))
     progress = _Progress(run_dir, rank)
     progress()
-    report = _rank_body(job, rank, local_rank, progress)
+    report = _rank_body(job, rank, local_rank, progress, pin_error)
     atomic_write_json(run_dir / f"rank{rank}.json", report)
     if report["status"] != probe_core.PASS:
         os._exit(RANK_FAILED_EXIT)  # at once: the agent stops the others, no collective is left waiting

@@ -32,7 +32,7 @@ What differs from local, and why:
 - The stack travels with the task (``carried_environ``, ``_stack_here``): a Ray worker inherits its node's
   environment (how ``ray start`` was run there), not the driver's, so each task is handed, in its arguments,
   the driver's values of the variables that make the stack: every registered backend adapter's configuration
-  (``config_vars``: ``MODEL_SUPPORT_PRETEND``, ``LIBTPU_INIT_ARGS``, ``TPU_*``, ``XLA_FLAGS``), the project's own
+  (``config_vars``: ``LIBTPU_INIT_ARGS``, ``TPU_*``, ``XLA_FLAGS``), the project's own
   settings (``MODEL_SUPPORT_*`` but the per-process ones, ``HF_*``, tokens) and the names of the sweep's
   ``stacks:`` env. The task sets them in its worker for its run, unsets each such variable the driver does not
   have (a node's own configuration never decides a verdict), and puts the worker's back after. Arguments, not
