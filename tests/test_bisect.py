@@ -533,11 +533,13 @@ def test_a_backend_setting_is_recorded_only_where_its_adapter_declares_it_safe_t
     assert found["VENDOR_FLAGS"] == "--fast" and "s3cret" not in json.dumps(found)
     assert found["VENDOR_LICENSE_KEY"].startswith("<not shown: sha256 ")  # a change still shows as a change
     assert Vendor.configuration(environ, shown_only=True) == {"VENDOR_FLAGS": "--fast"}  # what a repro script sets
-    # the harness's own per-probe variables (a chip's pinning, a rank's place) are not the stack's configuration
+    # the harness's own per-probe variables (a chip's pinning, a rank's place) and the host's own (its accelerator
+    # type, issue 58's review: two hosts' records read as two stacks) are not the stack's configuration
     tpu = {
         "LIBTPU_INIT_ARGS": "--xla_x",
         "TPU_VISIBLE_CHIPS": "0",
         "TPU_PROCESS_PORT": "8476",
         "TPU_ACCELERATOR_TYPE": "v5e",
+        "TPU_MIN_LOG_LEVEL": "0",
     }
-    assert TpuAdapter.configuration(tpu) == {"LIBTPU_INIT_ARGS": "--xla_x", "TPU_ACCELERATOR_TYPE": "v5e"}
+    assert TpuAdapter.configuration(tpu) == {"LIBTPU_INIT_ARGS": "--xla_x", "TPU_MIN_LOG_LEVEL": "0"}

@@ -295,3 +295,18 @@ def test_a_local_ray_for_device_auto_is_started_for_the_device_auto_finds(monkey
     assert auto.device == "pretend"
     monkeypatch.delenv("MODEL_SUPPORT_PRETEND")  # no accelerator: the CPU's one worker, as for ``device: cpu``
     assert RayExecutor("auto", None)._local_resources() == {"num_cpus": 1}
+
+
+def test_a_nodes_own_tpu_variables_are_neither_carried_nor_unset_nor_recorded(monkeypatch):
+    """Review: a Ray task unset every TPU_* the driver lacked, the node's own too (what Ray writes for a task's chips,
+    a TPU VM's worker id, libtpu's metadata switch), and two hosts' records read as two stacks. A node's own
+    (``node_vars``) are left to the node; the stack's (LIBTPU_INIT_ARGS here) still follow the driver."""
+    from model_support.probe.devices import adapter_for
+    from model_support.sweep.executors import ray as ray_executor
+
+    node = {"TPU_WORKER_ID": "3", "TPU_SKIP_MDS_QUERY": "1", "TPU_HOST_BOUNDS": "1,1,1", "TPU_VISIBLE_CHIPS": "2"}
+    for name, value in {**node, "LIBTPU_INIT_ARGS": "--node-flag"}.items():
+        monkeypatch.setenv(name, value)
+    wanted = ray_executor._carried_here({}, ())
+    assert not node.keys() & wanted.keys() and wanted["LIBTPU_INIT_ARGS"] is None, wanted
+    assert adapter_for("tpu").configuration() == {"LIBTPU_INIT_ARGS": "--node-flag"}

@@ -348,6 +348,9 @@ def test_the_processes_a_sweep_runs_at_once_share_the_cores_for_torchs_threads(t
     from model_support.sweep.executors.local import THREADS_VAR, LocalExecutor, thread_share
 
     monkeypatch.delenv(THREADS_VAR, raising=False)  # the suite sets its own (conftest): a user who did not
+    # the session's zygote (conftest) serves the same environment under xdist (each worker's thread share is the one
+    # checked here), and a sweep then forks from it: this test is about the sweep's own zygote
+    monkeypatch.delenv("MODEL_SUPPORT_KERNEL_ZYGOTE", raising=False)
     share = str(max(1, len(os.sched_getaffinity(0)) // 2))
     assert thread_share(1, {}) == {} and thread_share(2, {THREADS_VAR: "3"}) == {}
     executor = LocalExecutor("cpu", 2, tmp_path)

@@ -50,6 +50,10 @@ class Adapter:
     #: Variables matching ``config_vars`` that the harness itself sets per probe (pinning, a rank's place): not
     #: the stack's configuration.
     harness_vars: tuple[str, ...] = ()
+    #: Variables matching ``config_vars`` that describe the host, not the stack (names or prefixes: a TPU VM's worker
+    #: id and topology, what Ray writes for a task's chips): neither recorded, nor carried to a Ray task, nor unset on
+    #: a node (review: a node's own were removed, and two hosts' records read as two stacks).
+    node_vars: tuple[str, ...] = ()
     #: Names users give this device that no backend answers to, each with the sentence that says what it is here
     #: ({"gpu": "an NVIDIA or AMD GPU is cuda"}): said when such a name is refused.
     aliases: dict[str, str] = {}
@@ -69,7 +73,9 @@ class Adapter:
         project set it, never what a backend package wrote for itself: ``backend_env.user_environ``), sorted."""
         environ = backend_env.user_environ() if environ is None else environ
         skip = {*cls.harness_vars, getattr(cls, "visible_var", None)}
-        return sorted(n for n in environ if n not in skip and _matches(n, cls.config_vars))
+        return sorted(
+            n for n in environ if n not in skip and _matches(n, cls.config_vars) and not _matches(n, cls.node_vars)
+        )
 
     @classmethod
     def configuration(cls, environ: Mapping[str, str] | None = None, shown_only: bool = False) -> dict[str, str]:

@@ -184,6 +184,14 @@ class TpuAdapter(AcceleratorAdapter):
     #: ranks) writes for the ranks to agree on: the run's place, not the stack's settings.
     launch_vars = LAUNCH_VARS
     harness_vars = tuple(dict.fromkeys((*PLACE_VARS, *launch_vars)))  # a probe's or a rank's place, set by the harness
+    # the host's own: a TPU VM's worker and topology, what Ray writes for a task's chips, libtpu's metadata switch,
+    # the ports and devices of a host's launch (not the stack: never recorded, carried or unset)
+    node_vars = (
+        *("TPU_WORKER_*", "TPU_NAME", "TPU_ACCELERATOR_TYPE", "TPU_TOPOLOGY*", "TPU_SKIP_MDS_QUERY"),
+        *("TPU_CHIPS_PER_HOST_BOUNDS", "TPU_HOST_BOUNDS", "TPU_VISIBLE_CHIPS", "TPU_CHIPS_PER_PROCESS_BOUNDS"),
+        *("TPU_PROCESS_BOUNDS", "TPU_PROCESS_PORT", "TPU_PROCESS_ADDRESSES", "TPU_VISIBLE_DEVICES"),
+        *("TORCH_TPU_BASE_PORT", "TORCH_TPU_DEVICES_PER_HOST"),
+    )
     #: torch_tpu's binary reads TORCH_TPU_LAUNCH_BLOCKING (not TPU_LAUNCH_BLOCKING): each op launched synchronously
     #: (its eager mode DEFER_NEVER_AND_LAUNCH_BLOCKING), so a silent abort's rerun names the operator that caused it
     blocking_env = {"TORCH_TPU_LAUNCH_BLOCKING": "1"}
@@ -329,6 +337,13 @@ class TpuAdapter(AcceleratorAdapter):
         return self.select(int(current or 0))
 
 
+#: What makes torch_tpu's ``set_tpu_launch_env`` take its multi-host path (review: a GKE indexed Job sets
+#: ``JOB_COMPLETION_INDEX`` on a single host, and the whole host's topology with fixed ports came back for 2 ranks).
+MULTI_HOST_VARS = ("JOB_COMPLETION_INDEX", "TPU_WORKER_HOSTNAMES")
+#: What it writes beside the launch variables (the multi-host path's), put back after the call.
+LAUNCHER_WRITES = ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
 def _set_tpu_launch_env(world_size: int) -> dict[str, str]:
     """Call torch_tpu's ``set_tpu_launch_env(nproc_per_node=world_size)`` and return what it set (``LAUNCH_VARS``),
     leaving this process's environment as it was. torch_tpu remembers a value it generated even once the variable
@@ -336,8 +351,10 @@ def _set_tpu_launch_env(world_size: int) -> dict[str, str]:
     addresses and shape."""
     distributed = importlib.import_module(LAUNCH_MODULE)
     resolved = getattr(importlib.import_module("torch_tpu._internal.env_utils"), "_resolved_values", {})
-    before = {name: os.environ.get(name) for name in LAUNCH_VARS}
+    before = {name: os.environ.get(name) for name in (*LAUNCH_VARS, *MULTI_HOST_VARS, *LAUNCHER_WRITES)}
     try:
+        for name in MULTI_HOST_VARS:  # a probe's ranks are on this host: never torch_tpu's multi-host path
+            os.environ.pop(name, None)
         for name in LAUNCH_VARS:
             if before[name] is None:
                 resolved.pop(name, None)
