@@ -36,6 +36,8 @@ os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp(prefix="hf-datasets-
 SET_BY_IMPORTS = {"PYTEST_CURRENT_TEST", "_RJEM_MALLOC_CONF"}
 SET_BY_IMPORTS |= {"RAY_AUTH_MODE", "RAY_CLIENT_MODE", "RAY_USAGE_STATS_ENABLED", "PYTHONBREAKPOINT"}
 SET_BY_IMPORTS |= {"TORCHINDUCTOR_CACHE_DIR"}  # torch's inductor, the first time a test's process compiles
+#: Prefixes of the same: inductor's own private switches (``_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR``).
+SET_BY_PREFIXES = ("_TORCHINDUCTOR_", "TORCHINDUCTOR_")
 
 
 @pytest.fixture(autouse=True)
@@ -48,7 +50,7 @@ def leaves_the_environment_and_folder_as_it_found_them():
     before, folder = dict(os.environ), os.getcwd()
     yield
     after, here = dict(os.environ), os.getcwd()
-    names = (before.keys() | after.keys()) - SET_BY_IMPORTS
+    names = {n for n in before.keys() | after.keys() if n not in SET_BY_IMPORTS and not n.startswith(SET_BY_PREFIXES)}
     changed = sorted(name for name in names if before.get(name) != after.get(name))
     if changed:
         os.environ.clear()
