@@ -226,19 +226,11 @@ def _stack_here(carried: dict[str, str], extra: Iterable[str] = ()) -> Iterator[
     back after (the worker serves the sweep's next tasks, maybe of another stack)."""
     wanted = _carried_here(carried, extra)
     before = {name: os.environ.get(name) for name in wanted}
-    _set_environ(wanted)
+    backend_env.put_back(wanted)  # set or unset, as the driver's stack has it
     try:
         yield
     finally:
-        _set_environ(before)
-
-
-def _set_environ(values: dict[str, str | None]) -> None:
-    for name, value in values.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
+        backend_env.put_back(before)
 
 
 def capped_words(asked: int, have: int, resource: str) -> str:
