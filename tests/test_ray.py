@@ -5,7 +5,9 @@ leaves its model pending (never a verdict), and a stop cancels every outstanding
 from __future__ import annotations
 
 import json
+import os
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -27,10 +29,17 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def local_ray():
-    """One local Ray for the module, started here: the sweeps join it (and must not shut it down)."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    """One local Ray for the module, started here: the sweeps join it (and must not shut it down). Ray 2.60 turns
+    token authentication on for a process that starts a local Ray (RAY_AUTH_MODE=token in its environment, kept after
+    ``ray.shutdown``): put back, as the executor puts it back after its own local Ray (``ray_cluster.put_back_auth``),
+    so that no later test of this process joins a cluster in a mode it did not choose."""
+    from model_support.sweep.executors.ray_cluster import put_back_auth
+
+    before = os.environ.get("RAY_AUTH_MODE")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
+    put_back_auth(before)
 
 
 def definition(tmp_path: Path, fixture_models: dict, names: list[str], overrides: dict | None = None, **extra):
@@ -152,12 +161,10 @@ def test_a_ray_address_where_nothing_answers_is_refused_in_one_sentence_before_t
 ):
     """ray.init waited minutes on such an address, retrying, before it failed; the running cluster's address
     (this module's local Ray) answers."""
-    import os
-    import socket
     import subprocess
     import sys
 
-    from model_support.sweep.executors.ray import unreachable
+    from model_support.sweep.executors.ray_cluster import unreachable
 
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
@@ -179,6 +186,127 @@ def test_a_ray_address_where_nothing_answers_is_refused_in_one_sentence_before_t
     )
     assert not (data / "sweeps").exists()  # nothing written
     assert unreachable(ray.get_runtime_context().gcs_address) is None and unreachable("auto") is None
+
+
+def test_an_address_where_no_ray_head_answers_is_refused_in_seconds_before_the_sweep_is_written(
+    fixture_models, tmp_path, monkeypatch
+):
+    """An address that accepts TCP but is no Ray head: ray.init retried 22 s on it and said "Could not start or join".
+    Asked first (``ray_cluster.check_ray_address``): an HTTP server answers gRPC with HTTP/1 (at once), a server that
+    accepts and never speaks is given 5 s; each one sentence naming the head's port as the fix, nothing written."""
+    import http.server
+
+    from model_support.sweep.executors.ray_cluster import CONNECT_S
+
+    http_server = http.server.HTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts (the kernel's backlog) and never says a word
+    threading.Thread(target=http_server.serve_forever, daemon=True).start()
+    chosen = definition(tmp_path, fixture_models, ["tiny-gpt2"])
+    try:
+        for server, heard in ((http_server.server_address[1], "UNAVAILABLE: "), (silent.getsockname()[1], "no Ray")):
+            monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{server}")
+            began = time.time()
+            with pytest.raises(UserError) as refused:
+                sweep.run(chosen, tmp_path / "data", executor="ray")
+            took = time.time() - began
+            said = str(refused.value)
+            assert said.startswith(
+                f"RAY_ADDRESS=127.0.0.1:{server} answers, but no Ray cluster's head does there ({heard}"
+            )
+            assert (
+                said.endswith(
+                    "point it at the head's address (the --port of `ray start --head`, 6379 by default), "
+                    "or run with --executor local."
+                )
+                and "\n" not in said
+            )
+            assert took < CONNECT_S + 5, took  # not ray.init's 22 s of retries
+            assert not (tmp_path / "data" / "sweeps").exists()
+    finally:
+        http_server.shutdown()
+        silent.close()
+
+
+@pytest.mark.parametrize("named", [None, "ray"], ids=["plain", "executor-named-again"])
+def test_a_plain_resume_of_a_ray_sweep_joins_where_it_ran_or_is_refused_naming_it(
+    fixture_models, tmp_path, monkeypatch, named
+):
+    """``sweep --resume ID`` of a Ray sweep without RAY_ADDRESS started a local Ray in place of the cluster. Now it
+    joins the cluster the sweep ran on (``ray.json``, written when it joined); one that no longer answers is refused
+    naming it, and a sweep that never said where it ran is refused too (here without any Ray: before anything
+    runs). The two-node module resumes a SIGKILLed driver's sweep on its cluster this way. Naming the executor again
+    (``--resume ID --executor ray``, ``named``) is the same resume: it once ignored ``ray.json`` and ran locally."""
+    from model_support.sweep.executors.ray_cluster import remember
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    data = tmp_path / "data"
+    meta = sweep.create(definition(tmp_path, fixture_models, ["tiny-gpt2"]), data.resolve(), executor="ray")
+    with pytest.raises(UserError) as refused:
+        sweep.run(None, data, executor=named, resume=meta.sweep_id)
+    assert str(refused.value) == (
+        f"Sweep {meta.sweep_id} runs on Ray, RAY_ADDRESS is not set and the sweep never said which cluster it ran on; "
+        "set RAY_ADDRESS to its cluster's address, or resume it with --executor local."
+    )
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # nothing listens on it once the block ends
+    remember(store.sweep_dir(data, meta.sweep_id), f"127.0.0.1:{port}")
+    with pytest.raises(UserError) as refused:
+        sweep.run(None, data, executor=named, resume=meta.sweep_id)
+    assert str(refused.value) == (
+        f"Could not join the Ray cluster at 127.0.0.1:{port}, where sweep {meta.sweep_id} ran (Connection refused); "
+        "start it, set RAY_ADDRESS to the cluster that runs it now, or resume it with --executor local."
+    )
+    assert store.sweep_dir(data, meta.sweep_id).is_dir()  # a resume that cannot run keeps the sweep: it has work
+
+
+def test_a_what_if_sweep_of_a_ray_sweep_runs_where_its_sweep_ran(fixture_models, tmp_path, monkeypatch):
+    """``ops --prove`` makes a what-if sweep and runs it as a resume: with no ``ray.json`` of its own it was refused
+    ("never said which cluster it ran on") even where its sweep ran on a local Ray. It inherits its sweep's."""
+    from model_support.sweep.executors import ray_cluster
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    data = (tmp_path / "data").resolve()
+    parent = sweep.create(definition(tmp_path, fixture_models, ["tiny-gpt2"]), data, executor="ray")
+    child = sweep.create(definition(tmp_path, fixture_models, ["tiny-gpt2"]), data, executor="ray")
+    ray_cluster.remember(store.sweep_dir(data, parent.sweep_id), None)  # it ran on a local Ray
+    ray_cluster.inherit(store.sweep_dir(data, parent.sweep_id), store.sweep_dir(data, child.sweep_id))
+    assert ray_cluster.address_to_join(store.sweep_dir(data, child.sweep_id), child.sweep_id, True) is None
+    ray_cluster.remember(store.sweep_dir(data, parent.sweep_id), "10.0.0.7:6379")
+    ray_cluster.inherit(store.sweep_dir(data, parent.sweep_id), store.sweep_dir(data, child.sweep_id))
+    assert ray_cluster.recorded(store.sweep_dir(data, child.sweep_id))["address"] == "10.0.0.7:6379"
+
+
+def test_a_device_no_node_has_is_refused_naming_the_ray_start_option_that_gives_it(
+    local_ray, fixture_models, tmp_path, monkeypatch
+):
+    """The cluster, not the driver, says which devices there are: this module's Ray has no ``pretend`` resource, so a
+    pretend sweep is refused naming ``ray start --resources``, not "lower its devices" (it asks for 1)."""
+    monkeypatch.setenv("MODEL_SUPPORT_PRETEND", json.dumps({"devices": 1}))  # the driver's (definition.load checks it)
+    chosen = definition(tmp_path, fixture_models, ["tiny-gpt2"], probe={"device": "pretend", "reference": "none"})
+    with pytest.raises(UserError) as refused:
+        in_thread(lambda: sweep.run(chosen, tmp_path / "data", executor="ray"), timeout=120)
+    said = str(refused.value)
+    assert said.startswith("No node of the Ray cluster has 'pretend', which ") and "lower its devices" not in said
+    assert "start its nodes with `ray start ... --resources '{\"pretend\": 1}'`" in said, said
+    assert not list((tmp_path / "data" / "sweeps").glob("*/sweep.json"))
+
+
+def test_the_drivers_own_devices_are_not_asked_of_a_sweep_that_runs_on_ray(fixture_models, tmp_path, monkeypatch):
+    """A GPU-less driver sweeps a GPU cluster: the definition's device check (the driver's) is skipped for Ray, whose
+    cluster is asked instead (the test above). Here the driver's pretend accelerator is off (the variable removed:
+    the device the driver lacks), and only the local executor's load refuses it."""
+    monkeypatch.delenv("MODEL_SUPPORT_PRETEND", raising=False)
+    path = tmp_path / "gpu.yaml"
+    models = [{"id": fixture_models["tiny-gpt2"]["path"]}]
+    path.write_text(yaml.safe_dump({"name": "gpu", "probe": {"device": "pretend"}, "models": models}))
+    with pytest.raises(UserError, match="pretend"):
+        params.load(path)
+    assert params.load(path, executor="ray").probe["device"] == "pretend"
+    path.write_text(
+        yaml.safe_dump({"name": "gpu", "probe": {"device": "pretend"}, "models": models, "executor": "ray"})
+    )
+    assert params.load(path).executor == "ray"
 
 
 def test_a_request_no_node_can_satisfy_is_refused_before_anything_runs(local_ray, fixture_models, tmp_path):
@@ -212,23 +340,56 @@ def test_a_node_whose_stack_differs_from_the_drivers_is_refused_before_it_probes
     assert not list((data / "sweeps").glob("*/sweep.json"))
 
 
-def test_a_ray_worker_lost_under_a_probe_leaves_its_model_pending_and_resume_probes_it(
+def test_a_node_that_joined_after_the_check_and_differs_runs_no_probe(local_ray, fixture_models):
+    """The nodes are checked when the driver joins; a node that joins later is checked by the first task Ray gives it:
+    one whose stack differs from the driver's runs no probe (the model is the harness's: run again, then pending
+    naming the node), one the driver checked runs it. The driver's transformers is made to differ here."""
+    from model_support.sweep.executors import ray as ray_executor
+    from model_support.sweep.worker.download import Download
+
+    def refused_there(checked):  # nested: Ray ships it by value
+        from model_support.sweep.executors import ray as in_the_task
+
+        return in_the_task._refused_here(checked)
+
+    node = ray.get_runtime_context().get_node_id()
+    installed = ray_executor.node_stack("cpu")
+    driver = {**installed, "transformers": "0.0.1"}
+    source = fixture_models["tiny-gpt2"]["path"]
+    task = {"sweep_id": "s", "model_id": "local:tiny-gpt2", "source": source, "params": {"device": "cpu"}}
+    task |= {"variant": "eager+dynamic", "timeout_s": 60.0, "notebook_path": "sweeps/s/notebooks/m.ipynb"}
+    later = ray_executor.Checked("cpu", frozenset(), driver)  # the driver checked none: this node joined after
+    probe = ray.remote(ray_executor._probe_on_ray).options(num_cpus=1)
+    result = ray.get(probe.remote(task, Download("ready", path=source), {}, (), later))
+    assert result.record is None and result.problem == "harness" and result.schedule["node"] == node
+    assert result.pending == (
+        f"the Ray node {socket.gethostname()} (node {node[:12]}) joined the cluster after the sweep checked its nodes "
+        f"and has transformers {installed['transformers']} (the driver has 0.0.1): install the driver's stack there, "
+        "or take it out of the cluster"
+    )
+    checked = ray_executor.Checked("cpu", frozenset({node}), driver)
+    assert ray.get(ray.remote(refused_there).options(num_cpus=0).remote(checked)) is None
+
+
+def test_a_ray_worker_lost_under_a_probe_leaves_its_model_pending_and_a_rerun_that_tells_says_so(
     local_ray, fixture_models, tmp_path
 ):
     """A Ray worker killed under its probe (SIGKILL from outside, as a node going away would: Ray raises
     WorkerCrashedError) says nothing about the model: the probe is run once more on a fresh task, then left
-    pending with the cause, never a FAIL row; ``--resume`` probes it. It was a FAIL(other) ``RayWorkerDied`` row."""
+    pending with the cause, never a FAIL row; ``--resume`` probes it. It was a FAIL(other) ``RayWorkerDied`` row.
+    On the resume the worker is killed once: the rerun's record says so (``reran_after``), and where it ran
+    (``ray_node``), as its log's first line and its schedule.jsonl row do; a rerun left no trace before."""
     data = tmp_path / "data"
     chosen = definition(tmp_path, fixture_models, ["tiny-gpt2"], overrides={"tiny-gpt2": {"judge": False}})
     killed: list[str] = []
 
-    def kill_the_worker_under_each_try():
-        while len(killed) < 2:
+    def kill_the_worker_under_each_try(times: int):
+        while len(killed) < times:
             fresh = wait_for(lambda: [p for p, _task in probes_of(data) if p.cmdline()[-1] not in killed][:1], 120)
             killed.append(fresh[0].cmdline()[-1])  # the probe's folder: one per try
             fresh[0].parent().send_signal(signal.SIGKILL)  # the Ray worker running it
 
-    killer = threading.Thread(target=kill_the_worker_under_each_try, daemon=True)
+    killer = threading.Thread(target=kill_the_worker_under_each_try, args=(2,), daemon=True)
     killer.start()
     summary = in_thread(lambda: sweep.run(chosen, data, workers=1, executor="ray"), timeout=240)
     assert len(killed) == 2 and not store.read_records(data, summary["sweep_id"])  # tried twice, never a FAIL row
@@ -236,32 +397,77 @@ def test_a_ray_worker_lost_under_a_probe_leaves_its_model_pending_and_resume_pro
     assert pending["problem"] == "harness", pending
     assert pending["reason"].startswith("the Ray worker running the probe was lost (WorkerCrashedError: ")
     assert pending["reason"].endswith("; tried 2 times")
+    killer = threading.Thread(target=kill_the_worker_under_each_try, args=(3,), daemon=True)  # once more
+    killer.start()
     resumed = in_thread(lambda: sweep.run(None, data, executor="ray", resume=summary["sweep_id"]), timeout=240)
     (record,) = store.read_records(data, summary["sweep_id"])
-    assert record["status"] == schema.PASS and not resumed["pending"]
+    assert record["status"] == schema.PASS and not resumed["pending"] and len(killed) == 3
+    assert record["reran_after"].startswith("the Ray worker running the probe was lost (WorkerCrashedError: ")
+    assert record["ray_node"] == ray.get_runtime_context().get_node_id()
+    log = (
+        store.sweep_dir(data, summary["sweep_id"]) / "logs" / f"{store.stem(record['model_id'], record['variant'])}.log"
+    )
+    assert log.read_text().startswith(
+        f"ran again on a fresh Ray task: its first run told nothing ({record['reran_after']})"
+    )
+    *_, row = [json.loads(line) for line in (store.sweep_dir(data, summary["sweep_id"]) / "schedule.jsonl").open()]
+    assert row["reran_after"] == record["reran_after"] and row["node"] == record["ray_node"]  # the resume's row
 
 
 def test_a_memory_kill_is_the_models_row_only_on_a_rerun_that_ran_alone(monkeypatch):
     """Ray's memory monitor kills the most recently started task when its node runs low, not the one using the
     memory: a probe it kills is the harness's (run again, then pending saying so) unless its rerun was killed
-    while no other task of the sweep ran, the model's out-of-memory row (FAIL(other), the host's memory)."""
+    while no other task of the sweep ran, the model's out-of-memory row (FAIL(other), the host's memory). Ray is
+    faked at its boundary only (the remote function's ``remote`` and ``ray.get``): whether another task of the sweep
+    runs is what the executor itself counts, here another model's probe still in flight on a thread."""
     from model_support.sweep.executors.ray import RayExecutor
     from model_support.sweep.worker.download import Download
+    from model_support.sweep.worker.process import TaskResult
 
     killed = ray.exceptions.OutOfMemoryError("Task was killed due to the node running low on memory.\nMemory on...")
-    task = {"sweep_id": "s", "model_id": "m", "source": "/m", "params": {"device": "cpu"}, "variant": "eager+dynamic"}
-    task |= {"timeout_s": 60.0, "notebook_path": "sweeps/s/notebooks/m.ipynb"}
+    base = {"sweep_id": "s", "source": "/m", "params": {"device": "cpu"}, "variant": "eager+dynamic"}
+    base |= {"timeout_s": 60.0, "notebook_path": "sweeps/s/notebooks/m.ipynb"}
+    task, other = {**base, "model_id": "m"}, {**base, "model_id": "other"}
+    started, release = threading.Event(), threading.Event()
+
+    def still_running() -> TaskResult:  # the other model's probe: in flight until released
+        started.set()
+        release.wait(60)
+        return TaskResult(None, None, "", "other", pending="done", problem="network")
+
+    def run_out_of_memory() -> TaskResult:
+        raise killed
+
+    outcome = {"m": run_out_of_memory, "other": still_running}
+
+    class Reference:
+        def __init__(self, model_id: str):
+            self.model_id = model_id
+
+    class Remote:  # what ``ray.remote(_probe_on_ray)`` gives: ``.options(**resources).remote(*args)``, a reference
+        def options(self, **resources):
+            return self
+
+        def remote(self, probed, *args):
+            return Reference(probed["model_id"])
+
+    monkeypatch.setattr(ray, "get", lambda reference, **kwargs: outcome[reference.model_id]())
     executor = RayExecutor("cpu", 2)
-
-    def outcome(others: int, retry: bool):
-        monkeypatch.setattr(RayExecutor, "_call", lambda self, remote, resources, t, died, *args: died(killed, others))
-        return executor.run_one(task, Download("ready", path="/m"), (0,), retry=retry)
-
-    first, crowded, alone = outcome(0, False), outcome(1, True), outcome(0, True)
-    assert first.record is None and first.problem == "harness" and crowded.problem == "harness"
+    executor._remote = Remote()
+    got = Download("ready", path="/m")
+    first = executor.run_one(task, got, (0,), retry=False)
+    beside = threading.Thread(target=executor.run_one, args=(other, got, (1,), False), daemon=True)
+    beside.start()
+    assert started.wait(30)
+    crowded = executor.run_one(task, got, (0,), retry=True)  # the other model's task is still in flight
+    release.set()
+    beside.join(30)
+    alone = executor.run_one(task, got, (0,), retry=True)
+    assert first.record is None and first.problem == "harness" and crowded.problem == "harness", crowded
     assert "while 1 other task of the sweep ran" in crowded.pending and "run fewer workers per node" in crowded.pending
     assert (alone.record["status"], alone.record["failure_stage"]) == (schema.FAIL_OTHER, "runner")
     assert alone.record["error_type"] == "RayOutOfMemory" and "out of host memory" in alone.record["error_message"]
+    assert alone.record["reran_after"].startswith("Ray's memory monitor killed the probe (")  # the first kill's words
 
 
 def test_a_stop_cancels_every_outstanding_ray_task(local_ray, fixture_models, tmp_path):

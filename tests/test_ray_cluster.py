@@ -1,54 +1,79 @@
-"""A sweep on a real Ray cluster of two nodes on this machine, started as an admin would (``ray start --head``, then
-``ray start --address`` for the second node, each with 1 CPU and one ``pretend`` device), with nothing of the
-sweep's settings in the nodes' environment (no ``MODEL_SUPPORT_PRETEND``): the driver's stack must travel with each
-task (issue 57). Before, every probe ran in its node's environment: ``DeviceUnavailable`` rows (the pretend
-accelerator off on the nodes), or the nodes' ``missing_ops`` instead of the driver's.
+"""Sweeps on a real Ray cluster of two nodes on this machine, started as an admin would (``ray start --head``, then
+``ray start --address`` for the second node, each with 1 CPU and one ``pretend`` device), with nothing of the sweep's
+settings in the nodes' environment (no ``MODEL_SUPPORT_PRETEND``): the driver's stack must travel with each task
+(issue 57). Before, every probe ran in its node's environment: ``DeviceUnavailable`` rows (the pretend accelerator off
+on the nodes), or the nodes' ``missing_ops`` instead of the driver's.
 
-One cluster for the module (``cluster``), one sweep on it (``swept``: tiny-llama, tiny-opt and tiny-gpt2 with
-``--workers 5``), then a resume of it: the module's time is the cluster's start and four probes."""
+The module once lost tiny-opt's row in CI (skipped since). The cause, found in that run's Ray logs: its pytest process
+had run a sweep on a local Ray before, and Ray 2.60 turns token authentication on for any process that starts a
+local Ray (``RAY_AUTH_MODE=token`` written into its environment, kept after ``ray.shutdown``). That driver joined this
+cluster, which has authentication off, and refused every call the nodes made back to it ("Missing authorization
+header"): the result it had to fetch from the other node's object store never came (``OwnerDiedError``), twice, and
+the model was left pending. Now the driver joins in the cluster's mode (``ray_cluster.use_auth``) and puts its own
+back after a local Ray; the sweep below runs from a driver with ``RAY_AUTH_MODE=token`` on purpose.
+
+One cluster for the module (``cluster``). Its main sweep (``killed_and_resumed``: tiny-llama, tiny-opt and tiny-gpt2
+with ``--workers 5``) runs as a user runs it, ``model-support sweep`` in a process of its own, SIGKILLed once its
+first record is stored, then finished with a plain ``model-support sweep --resume ID`` without ``RAY_ADDRESS``. Then a
+``stacks:`` sweep, a head with token authentication for the refusals, and last (it leaves the cluster a node to
+forget) a third node with another stack. The module's time is the nodes' starts and seven probes."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
+import re
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
 import pytest
 import yaml
 
+from model_support.errors import UserError
 from model_support.probe.model_ids import display_name
 from model_support.record import store
 from model_support.sweep import definition as params
 from model_support.sweep import runner as sweep
 
-# Skipped in this stop's CI: on the CI run of 2026-12-07 (a loaded 2-core machine) the module's sweep stored no row of
-# tiny-opt (2 of 3 models; the cause not yet found), where it had passed three times here. Issue 57 stays open on it:
-# run it by hand with MODEL_SUPPORT_RAY_CLUSTER_TESTS=1 while that is found.
-_SKIPPED_IN_CI = pytest.mark.skipif(
-    os.environ.get("MODEL_SUPPORT_RAY_CLUSTER_TESTS") != "1",
-    reason="a two-node Ray cluster's sweep lost tiny-opt's row once under CI load (issue 57 open); set "
-    "MODEL_SUPPORT_RAY_CLUSTER_TESTS=1 to run it",
-)
-
 ray = pytest.importorskip("ray")
-pytestmark = [pytest.mark.slow, _SKIPPED_IN_CI]
+pytestmark = pytest.mark.slow
 
 RAY = str(Path(sys.executable).parent / "ray")
+CLI = [sys.executable, "-m", "model_support.cli"]
 #: The driver's stack: a pretend accelerator without ``aten::rsqrt`` (tiny-llama needs it, tiny-opt does not).
 DRIVER_STACK = {"devices": 2, "missing_ops": ["aten::rsqrt"]}
 PROBE = {"device": "pretend", "max_new_tokens": 2, "judge": False, "perf": "off", "reference": "none"}
+MODELS = ["tiny-llama", "tiny-opt", "tiny-gpt2"]
+#: A token the driver of the main sweep holds in token mode (the cluster has authentication off).
+DRIVERS_TOKEN = "0123456789abcdef" * 4
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+#: Every port this module handed out: never twice (nodes start at once; a port handed out may not be bound yet).
+_HANDED: set[int] = set()
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports, none handed out before: each socket held until all are chosen (one at a time,
+    the system handed the same port twice, and ``ray start`` refused "a port number ... used by other components")."""
+    held = []
+    try:
+        while len(held) < count:
+            candidate = socket.create_server(("127.0.0.1", 0))
+            if candidate.getsockname()[1] in _HANDED:
+                candidate.close()
+                continue
+            held.append(candidate)
+            _HANDED.add(candidate.getsockname()[1])
+        return [s.getsockname()[1] for s in held]
+    finally:
+        for s in held:
+            s.close()
 
 
 def node_ports() -> list[str]:
@@ -59,20 +84,46 @@ def node_ports() -> list[str]:
         "runtime-env-agent-port",
         "metrics-export-port",
     )
-    return [arg for name in names for arg in (f"--{name}", str(free_port()))]
+    return [arg for name, port in zip(names, free_ports(len(names))) for arg in (f"--{name}", str(port))]
 
 
-def admins_environ() -> dict[str, str]:
+def admins_environ(**extra: str) -> dict[str, str]:
     """The environment an admin starts a node with: this shell's, without anything of a sweep's settings (no
-    ``MODEL_SUPPORT_*``, ``RAY_ADDRESS``), token authentication off (on, the nodes and the driver share a token
-    file in the home folder: a test would write one there)."""
+    ``MODEL_SUPPORT_*``, no ``RAY_*``), token authentication off unless ``extra`` says otherwise."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MODEL_SUPPORT_", "RAY_"))}
-    return {**env, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    return {**env, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", **extra}
+
+
+def ray_start(args: list[str], temp_dir: Path, env: dict[str, str]) -> subprocess.Popen:
+    """``ray start ARGS`` with 1 CPU and one pretend device, started (``started`` waits for it)."""
+    common = ["--num-cpus", "1", "--resources", json.dumps({"pretend": 1}), "--disable-usage-stats"]
+    command = [RAY, "start", *args, "--temp-dir", str(temp_dir), *common, *node_ports()]
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def started(*starts: subprocess.Popen) -> None:
+    for start in starts:
+        said = start.communicate(timeout=180)[0]
+        assert start.returncode == 0, said[-3000:]
+
+
+def start_head(temp_dir: Path, env: dict[str, str]) -> tuple[str, subprocess.Popen]:
+    """A head node (``ray start --head``) on this host's loopback address: its address, and its start."""
+    port, dashboard, client = free_ports(3)
+    args = ["--head", "--port", str(port), "--node-ip-address", "127.0.0.1", "--include-dashboard", "false"]
+    args += ["--dashboard-port", str(dashboard), "--ray-client-server-port", str(client)]
+    return f"127.0.0.1:{port}", ray_start(args, temp_dir, env)
+
+
+def node_id(temp_dir: Path) -> str:
+    """The id of the node started with ``temp_dir``, as its raylet logged it."""
+    log = (temp_dir / "session_latest" / "logs" / "raylet.out").read_text()
+    return re.search(r"Raylet of id, ([0-9a-f]+) started", log).group(1)
 
 
 def stop_nodes(temp_dirs: list[Path]) -> None:
     """The nodes' processes ended: those of this module's nodes only (their temp folders on their command lines),
-    not every Ray process of the host as ``ray stop`` would (another test's Ray, another user's)."""
+    not every Ray process of the host as ``ray stop`` would (another test's Ray, another user's); their folders gone."""
     ours = [
         p
         for p in psutil.process_iter(["cmdline"])
@@ -83,126 +134,256 @@ def stop_nodes(temp_dirs: list[Path]) -> None:
             process.terminate()
         except psutil.NoSuchProcess:
             pass
-    _, alive = psutil.wait_procs(ours, timeout=5)
+    _, alive = psutil.wait_procs(ours, timeout=1)  # the module is done with them: no graceful drain to wait for
     for process in alive:
         try:
             process.kill()
         except psutil.NoSuchProcess:
             pass
     psutil.wait_procs(alive, timeout=5)
+    for folder in temp_dirs:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+#: The token of the module's second cluster, a head with token authentication on (``cluster``).
+TOKEN = "fedcba9876543210" * 4
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """A head and a second node, each ``--num-cpus 1 --resources '{"pretend": 1}'``; ``RAY_ADDRESS`` names it for
-    the module's sweeps, which join it (and leave it running)."""
+def cluster():
+    """A head and a second node, each ``--num-cpus 1 --resources '{"pretend": 1}'``, token authentication off (a
+    private network's setup); the sweeps join it. Beside it, started at the same time as its second node, a head of
+    its own with token authentication on (``TOKEN``), for the refusals. Temp folders short (Ray's socket paths) and
+    this module's own."""
     if ray.is_initialized():
         ray.shutdown()
-    port = free_port()
-    temp_dirs = [Path(f"/tmp/ray57-{os.getpid()}-{n}") for n in ("head", "node")]
-    env = admins_environ()
-    common = ["--num-cpus", "1", "--resources", json.dumps({"pretend": 1}), "--disable-usage-stats"]
-    head = [RAY, "start", "--head", "--port", str(port), "--node-ip-address", "127.0.0.1"]
-    head += ["--include-dashboard", "false", "--dashboard-port", str(free_port())]
-    head += ["--ray-client-server-port", str(free_port()), "--temp-dir", str(temp_dirs[0])]
-    second = [RAY, "start", "--address", f"127.0.0.1:{port}", "--temp-dir", str(temp_dirs[1])]
+    temp_dirs = [Path(f"/tmp/ray57-{os.getpid()}-{n}") for n in ("head", "node", "odd", "token")]
     try:
-        for command in (head + common + node_ports(), second + common + node_ports()):
-            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
-            assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-        before = os.environ.get("RAY_ADDRESS")
-        os.environ["RAY_ADDRESS"] = f"127.0.0.1:{port}"
-        try:
-            yield {"address": f"127.0.0.1:{port}"}
-        finally:
-            os.environ.pop("RAY_ADDRESS") if before is None else os.environ.__setitem__("RAY_ADDRESS", before)
+        address, head = start_head(temp_dirs[0], admins_environ())
+        started(head)
+        second = ray_start(["--address", address], temp_dirs[1], admins_environ())
+        token_address, token_head = start_head(
+            temp_dirs[3], admins_environ(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=TOKEN)
+        )
+        started(second, token_head)
+        nodes = {node_id(d) for d in temp_dirs[:2]}
+        yield {"address": address, "dirs": temp_dirs, "nodes": nodes, "token_address": token_address}
     finally:
         if ray.is_initialized():
             ray.shutdown()
         stop_nodes(temp_dirs)
 
 
-def definition(tmp_path: Path, fixture_models: dict, names: list[str]):
+def write_definition(folder: Path, fixture_models: dict, names: list[str], **extra) -> Path:
     models = [{"id": fixture_models[n]["path"], "overrides": fixture_models[n]["overrides"]} for n in names]
-    path = tmp_path / "cluster.yaml"
-    path.write_text(yaml.safe_dump({"name": "cluster", "probe": PROBE, "models": models}))
-    return params.load(path)
-
-
-@pytest.fixture(scope="module")
-def swept(cluster, fixture_models, tmp_path_factory):
-    """One sweep on the cluster from a driver whose stack lacks rsqrt, asking for 5 workers: its summary, data
-    folder and what it printed."""
-    tmp = tmp_path_factory.mktemp("cluster")
-    data = tmp / "data"
-    said = io.StringIO()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MODEL_SUPPORT_PRETEND", json.dumps(DRIVER_STACK))
-        chosen = definition(tmp, fixture_models, ["tiny-llama", "tiny-opt", "tiny-gpt2"])
-        with contextlib.redirect_stderr(said):
-            summary = sweep.run(chosen, data, workers=5, executor="ray")
-    return {"summary": summary, "data": data, "said": said.getvalue()}
+    path = folder / "cluster.yaml"
+    path.write_text(yaml.safe_dump({"name": "cluster", "probe": PROBE, "models": models, **extra}))
+    return path
 
 
 def rows(data: Path, sweep_id: str) -> dict[str, dict]:
-    return {display_name(r["model_id"]): r for r in store.read_records(data, sweep_id)}
+    return {
+        display_name(r["model_id"]) + (f"@{r['stack_name']}" if r["stack_name"] else ""): r
+        for r in store.read_records(data, sweep_id)
+    }
 
 
-def test_the_drivers_stack_reaches_every_probe_on_nodes_started_without_it(swept):
+def explained(data: Path, sweep_id: str) -> str:
+    """What a failed assertion shows: the rows' verdicts and errors, and what was left pending and why."""
+    found = {n: (r["status"], r["error_type"], r["error_message"]) for n, r in rows(data, sweep_id).items()}
+    pending = store.pending_file(data, sweep_id)
+    return f"rows: {found}; pending: {pending.read_text() if pending.exists() else 'none'}"
+
+
+@pytest.fixture(scope="module")
+def killed_and_resumed(cluster, fixture_models, tmp_path_factory):
+    """The main sweep, as a user runs it: ``model-support sweep --executor ray --workers 5`` from a driver whose stack
+    lacks rsqrt and that has token authentication on (``RAY_AUTH_MODE=token``, as Ray 2.60 leaves a process that
+    started a local Ray); SIGKILLed once its first record is stored; then ``model-support sweep --resume ID`` with
+    no ``RAY_ADDRESS``. Its data folder, sweep id and what each run said."""
+    tmp = tmp_path_factory.mktemp("cluster")
+    data, definition = tmp / "data", write_definition(tmp, fixture_models, MODELS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env |= {
+        "MODEL_SUPPORT_PRETEND": json.dumps(DRIVER_STACK),
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": DRIVERS_TOKEN,
+    }
+    command = [*CLI, "sweep", str(definition), "--executor", "ray", "--workers", "5", "--data-dir", str(data)]
+    first = subprocess.Popen(
+        [*command, "--no-report"], env={**env, "RAY_ADDRESS": cluster["address"]}, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.time() + 240
+    while not list((data / "sweeps").glob("*/records/*.json")) and first.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    first.send_signal(signal.SIGKILL)
+    said_first = first.communicate(timeout=60)[1]
+    assert list((data / "sweeps").glob("*/records/*.json")), f"no record within 240 s: {said_first[-3000:]}"
+    found = list((data / "sweeps").glob("*/sweep.json"))
+    assert len(found) == 1, said_first[-3000:]
+    (sweep_dir,) = found
+    sweep_id = sweep_dir.parent.name
+    stored_before = len(store.read_records(data, sweep_id))
+    resumed = subprocess.run(
+        [*CLI, "sweep", "--resume", sweep_id, "--data-dir", str(data), "--no-report"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    return {
+        "data": data,
+        "sweep_id": sweep_id,
+        "first": said_first,
+        "stored_before": stored_before,
+        "resumed": resumed,
+    }
+
+
+def test_the_drivers_stack_reaches_every_probe_on_nodes_started_without_it(killed_and_resumed, cluster):
     """The nodes have no ``MODEL_SUPPORT_PRETEND``; the driver's (no rsqrt) reaches each probe, on both nodes: the
-    verdicts are the local executor's, and each record's backend configuration is sweep.json's. Before: every row
-    ``FAIL(other)`` DeviceUnavailable (the pretend accelerator off on the nodes)."""
-    summary, data = swept["summary"], swept["data"]
-    found = rows(data, summary["sweep_id"])
-    assert {name: r["status"] for name, r in found.items()} == {
-        "tiny-llama": "FAIL(gen)",
-        "tiny-opt": "PASS",
-        "tiny-gpt2": "PASS",
-    }, {n: (r["status"], r["error_type"], r["error_message"]) for n, r in found.items()}
-    assert "rsqrt" in found["tiny-llama"]["error_message"]
-    assert not any("DeviceUnavailable" in str(r.get("error_type")) for r in found.values())
-    meta = json.loads((store.sweep_dir(data, summary["sweep_id"]) / "sweep.json").read_text())
-    assert meta["executor"] == "ray" and meta["device_config"] == {"MODEL_SUPPORT_PRETEND": json.dumps(DRIVER_STACK)}
-    assert {r["backend_config"] for r in found.values()} == {json.dumps(meta["device_config"], sort_keys=True)}
-    schedule = [json.loads(line) for line in (store.sweep_dir(data, summary["sweep_id"]) / "schedule.jsonl").open()]
-    assert len({entry["node"] for entry in schedule if "node" in entry}) == 2  # both nodes probed
-
-
-def test_workers_beyond_the_clusters_devices_are_capped_to_them(swept):
-    """``--workers 5`` on a cluster of 2 pretend devices: 2 probes at once (schedule.jsonl: the devices the driver
-    granted, when), said in one line. Before: 5 accepted, the three probes "started" at once (Ray's queue)."""
-    summary, data = swept["summary"], swept["data"]
-    assert summary["workers"] == 2
-    assert "The Ray cluster has 2 pretend devices now: running 2 probe(s) at once, not the 5 asked" in swept["said"]
-    lines = (store.sweep_dir(data, summary["sweep_id"]) / "schedule.jsonl").read_text().splitlines()
-    spans = [(e["start"], e["end"]) for e in map(json.loads, lines) if "start" in e]
-    assert len(spans) == 3
-    most = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
-    assert most <= 2, spans
-
-
-def test_a_plain_resume_of_a_ray_sweep_continues_on_ray(swept, tmp_path):
-    """A Ray sweep whose driver died before it stored tiny-opt's record (its record gone, as a SIGKILLed driver leaves
-    it), resumed with plain ``sweep --resume ID``: on Ray (sweep.json's executor), one row per model. Before: sweep.json
-    said "local" for ``--executor ray`` and the resume ran locally."""
-    import shutil
-
-    summary, data = swept["summary"], tmp_path / "data"
-    shutil.copytree(swept["data"], data)
-    sweep_id = summary["sweep_id"]
-    opt = rows(data, sweep_id)["tiny-opt"]
-    record = store.find_record(data, sweep_id, opt["model_id"], opt["variant"])
-    assert record is not None
-    Path(record).unlink()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MODEL_SUPPORT_PRETEND", json.dumps(DRIVER_STACK))
-        resumed = sweep.run(None, data, resume=sweep_id)
-    assert resumed["executor"] == "ray" and resumed["ran"] == 1
+    verdicts are the local executor's, each record's backend configuration is sweep.json's and names the node it ran
+    on. Before: every row ``FAIL(other)`` DeviceUnavailable (the pretend accelerator off on the nodes); and from a
+    driver in token mode, a row lost (the cause of the CI failure, module docstring)."""
+    data, sweep_id = killed_and_resumed["data"], killed_and_resumed["sweep_id"]
     found = rows(data, sweep_id)
     assert {name: r["status"] for name, r in found.items()} == {
         "tiny-llama": "FAIL(gen)",
         "tiny-opt": "PASS",
         "tiny-gpt2": "PASS",
+    }, explained(data, sweep_id)
+    assert "rsqrt" in found["tiny-llama"]["error_message"]
+    assert not any("DeviceUnavailable" in str(r.get("error_type")) for r in found.values())
+    meta = json.loads((store.sweep_dir(data, sweep_id) / "sweep.json").read_text())
+    assert meta["executor"] == "ray" and meta["device_config"] == {"MODEL_SUPPORT_PRETEND": json.dumps(DRIVER_STACK)}
+    assert {r["backend_config"] for r in found.values()} == {json.dumps(meta["device_config"], sort_keys=True)}
+    assert {r["ray_node"] for r in found.values()} <= cluster["nodes"] and all(r["ray_node"] for r in found.values())
+    for folder in cluster["dirs"][:2]:  # both nodes ran probes (the killed run's rows of its own are gone with it)
+        ran = "".join(p.read_text() for p in (folder / "session_latest" / "logs").glob("worker-*.out"))
+        assert ":task_name:_probe_on_ray" in ran, folder
+
+
+def test_workers_beyond_the_clusters_devices_are_capped_to_them(killed_and_resumed):
+    """``--workers 5`` on a cluster of 2 pretend devices: 2 probes at once, in both runs (schedule.jsonl: the devices
+    the driver granted, when), said in one line. Before: 5 accepted, the three probes "started" at once (Ray's queue)."""
+    data, sweep_id = killed_and_resumed["data"], killed_and_resumed["sweep_id"]
+    assert (
+        "The Ray cluster has 2 pretend devices now: running 2 probe(s) at once, not the 5 asked"
+        in (killed_and_resumed["first"])
+    )
+    assert " with 2 worker(s) (ray)" in killed_and_resumed["resumed"].stdout
+    lines = (store.sweep_dir(data, sweep_id) / "schedule.jsonl").read_text().splitlines()
+    spans = [(e["start"], e["end"]) for e in map(json.loads, lines) if "start" in e]
+    assert spans and max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans) <= 2, spans
+
+
+def test_a_sigkilled_driver_resumed_with_a_plain_resume_continues_on_its_ray_cluster(killed_and_resumed, cluster):
+    """The driver SIGKILLed after its first record; ``sweep --resume ID`` with no ``RAY_ADDRESS`` joins the cluster the
+    sweep ran on (``ray.json``) and finishes it there: one row per model, nothing pending. Before: sweep.json said
+    "local" for ``--executor ray``, and a resume without RAY_ADDRESS would have started a local Ray."""
+    data, sweep_id, resumed = killed_and_resumed["data"], killed_and_resumed["sweep_id"], killed_and_resumed["resumed"]
+    assert 1 <= killed_and_resumed["stored_before"] < len(MODELS), explained(data, sweep_id)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"Sweep {sweep_id} ran on the Ray cluster at {cluster['address']}: resuming it there." in resumed.stderr
+    assert sorted(rows(data, sweep_id)) == sorted(MODELS), explained(data, sweep_id)
+    assert len(store.read_records(data, sweep_id)) == len(MODELS)
+    pending = store.pending_file(data, sweep_id)
+    assert not pending.exists() or not json.loads(pending.read_text()), pending.read_text()
+    assert json.loads((store.sweep_dir(data, sweep_id) / "ray.json").read_text())["address"] == cluster["address"]
+
+
+def test_a_stacks_sweep_on_the_cluster_gives_each_stack_its_own_verdict(cluster, fixture_models, tmp_path, monkeypatch):
+    """A ``stacks:`` sweep (base, no-rsqrt) of tiny-llama on the cluster: each pass's stack travels with its tasks, so
+    the verdicts differ per stack as they do locally. Before: both stacks PASS (the nodes' environment decided)."""
+    monkeypatch.setenv("RAY_ADDRESS", cluster["address"])
+    monkeypatch.setenv("MODEL_SUPPORT_PRETEND", json.dumps({"devices": 2}))  # the driver's own: its device is there
+    stacks = {
+        "base": {"env": {"MODEL_SUPPORT_PRETEND": json.dumps({"devices": 2})}},
+        "no-rsqrt": {"env": {"MODEL_SUPPORT_PRETEND": json.dumps(DRIVER_STACK)}},
     }
-    last = json.loads((store.sweep_dir(data, sweep_id) / "schedule.jsonl").read_text().splitlines()[-1])
-    assert display_name(last["model_id"]) == "tiny-opt" and last["node"]  # Ray's node id: it ran on the cluster
+    definition = params.load(write_definition(tmp_path, fixture_models, ["tiny-llama"], stacks=stacks))
+    summary = sweep.run(definition, tmp_path / "data", executor="ray")
+    found = rows(tmp_path / "data", summary["sweep_id"])
+    assert {n: r["status"] for n, r in found.items()} == {
+        "tiny-llama@base": "PASS",
+        "tiny-llama@no-rsqrt": "FAIL(gen)",
+    }, explained(tmp_path / "data", summary["sweep_id"])
+    assert "rsqrt" in found["tiny-llama@no-rsqrt"]["error_message"]
+
+
+def test_ray_refuses_a_driver_without_the_clusters_token_in_one_sentence(
+    cluster, fixture_models, tmp_path, monkeypatch
+):
+    """A head started with token authentication on (Ray 2.60's default for ``ray start --head``): a driver without its
+    token retried 17 s and said "Could not start or join the Ray cluster" (the cause, InvalidAuthToken, only in Ray's
+    log lines). Now one sentence at once, naming what to set, and nothing left that ``list`` shows as work to do; with
+    a wrong token, or the right one but token mode off, the sentence says which; with both, the driver may join."""
+    from model_support.sweep.executors.ray_cluster import check_ray_address
+
+    address = cluster["token_address"]
+    monkeypatch.setenv("RAY_ADDRESS", address)
+    monkeypatch.setenv("MODEL_SUPPORT_PRETEND", json.dumps(DRIVER_STACK))
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "no-token"))  # not ~/.ray/auth_token: none at all
+    definition = params.load(write_definition(tmp_path, fixture_models, ["tiny-gpt2"]))
+    began = time.time()
+    with pytest.raises(UserError) as refused:
+        sweep.run(definition, tmp_path / "data", executor="ray")
+    assert time.time() - began < 5
+    assert str(refused.value) == (
+        f"The Ray cluster at RAY_ADDRESS={address} has token authentication on and this driver's token is missing "
+        "(InvalidAuthToken); set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN to the head's token (`ray get-auth-token` "
+        "on the head prints it), or start the cluster with RAY_AUTH_MODE=disabled on a private network."
+    )
+    assert not (tmp_path / "data" / "sweeps").exists() or not list((tmp_path / "data" / "sweeps").iterdir())
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "0" * 64)
+    with pytest.raises(UserError, match=r"this driver's token is not the cluster's \(InvalidAuthToken\)"):
+        check_ray_address()
+    monkeypatch.setenv("RAY_AUTH_TOKEN", TOKEN)
+    with pytest.raises(UserError) as refused:
+        check_ray_address()
+    assert str(refused.value).endswith(
+        "has token authentication on and this driver does not use it (RAY_AUTH_MODE=disabled; its token, from "
+        "RAY_AUTH_TOKEN, is the cluster's); set RAY_AUTH_MODE=token."
+    )
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    assert check_ray_address() == "token"
+
+
+def test_a_node_started_with_another_stack_is_refused_before_it_probes(cluster, fixture_models, tmp_path, monkeypatch):
+    """A third node joins with another transformers (a ``transformers-0.0.1.dist-info`` first on its PYTHONPATH: what
+    ``importlib.metadata`` reports) and other project code (a copy of the package with one file changed: its version
+    is 0.1.0 all the same). The sweep is refused before any probe, in one sentence naming the node, the package and
+    the code; nothing is left that ``list`` shows as work to do. Last in the module: the cluster keeps the node."""
+    import model_support
+
+    odd = tmp_path / "odd"
+    (odd / "transformers-0.0.1.dist-info").mkdir(parents=True)
+    (odd / "transformers-0.0.1.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: transformers\nVersion: 0.0.1\n"
+    )
+    package = Path(model_support.__file__).parent
+    shutil.copytree(package, odd / "model_support", ignore=shutil.ignore_patterns("__pycache__"))
+    with open(odd / "model_support" / "__init__.py", "a") as changed:
+        changed.write("\n# another build of the project, same version\n")
+    started(ray_start(["--address", cluster["address"]], cluster["dirs"][2], admins_environ(PYTHONPATH=str(odd))))
+    node = node_id(cluster["dirs"][2])
+    monkeypatch.setenv("RAY_ADDRESS", cluster["address"])
+    monkeypatch.setenv("MODEL_SUPPORT_PRETEND", json.dumps(DRIVER_STACK))
+    definition = params.load(write_definition(tmp_path, fixture_models, ["tiny-gpt2"]))
+    with pytest.raises(UserError) as refused:
+        sweep.run(definition, tmp_path / "data", executor="ray")
+    said = str(refused.value)
+    from importlib.metadata import version
+
+    assert (
+        f"(node {node[:12]}) has transformers 0.0.1 (the driver has {version('transformers')}), model_support code "
+        in said
+    ), said
+    assert said.count("the Ray node ") == 1 and "\n" not in said, said  # the two nodes with the driver's stack pass
+    assert said.endswith(
+        "install the driver's versions and code there (or take the node out of the cluster) before "
+        "this sweep runs on it."
+    )
+    assert not (tmp_path / "data" / "sweeps").exists() or not list((tmp_path / "data" / "sweeps").iterdir())

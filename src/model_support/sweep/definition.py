@@ -310,10 +310,14 @@ def _other_task(definition: SweepParams, entry: ModelEntry) -> str | None:
     return None
 
 
-def load(path: Path, check_device: bool = True, overrides: dict | None = None) -> SweepParams:
+def load(
+    path: Path, check_device: bool = True, overrides: dict | None = None, executor: str | None = None
+) -> SweepParams:
     """Read and validate a params YAML file (and, unless told not to, that its device is here and
     that its Hub models exist: ``check_devices``, ``check_hub``). ``overrides``: probe settings from the
-    command line (``--device``, ``-p NAME=VALUE``), over the file's ``probe:`` and validated with it."""
+    command line (``--device``, ``-p NAME=VALUE``), over the file's ``probe:`` and validated with it.
+    ``executor``: the command line's ``--executor``; a sweep that runs on Ray has its devices checked on the
+    cluster (``executors.ray``), never on the driver, which may have none."""
     import yaml
 
     from . import definition_model
@@ -332,7 +336,8 @@ def load(path: Path, check_device: bool = True, overrides: dict | None = None) -
         raw = {**raw, "probe": {**(raw.get("probe") or {}), **overrides}}
     definition = parse(raw, source=str(path), base=Path.cwd(), lines=read.lines, found=read.twice)
     if check_device:
-        check_devices(definition)
+        if (executor or definition.executor) != "ray":
+            check_devices(definition)
         check_host_ops(definition)
         check_vision()
         check_hub(definition)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import errno
+import os
 import sys
 import time
 import typing
@@ -32,7 +33,8 @@ from . import device_time, executors, reruns
 from .budget import CacheBudget
 from .definition import SweepParams
 from .diskspace import check_room, disk_full, disk_words, relative_to_data
-from .executors.ray import ExecutorLost, RayExecutor, check_ray_address, check_ray_device
+from .executors.ray import ExecutorLost, RayExecutor, check_ray_device, session
+from .executors.ray_cluster import address_to_join, check_ray_address
 from .worker import host_checks
 from .worker.task import ProbeTask
 
@@ -150,13 +152,20 @@ def run(
         check_ray_device(params.probe.get("device", "auto"))
         check_ray_address()
     meta = _start(params, data_dir, resume, report, reruns_n, executor)
-    executor = executor or meta.executor  # a resumed sweep continues on the executor it was started with
+    # a resumed sweep continues on the executor it was started with: named again (`--resume ID --executor ray`) or not
+    continued = resume is not None and executor in (None, meta.executor)
+    executor = executor or meta.executor
     device = meta.probe.get("device", "auto")
-    if executor == "ray":
-        check_ray_device(device)
-        check_ray_address()  # a resumed Ray sweep whose cluster does not answer: one sentence naming it
+    address = None
     try:
-        return _run(meta, data_dir, executor, device, workers, resume, on_result, prefetch, screen, interpreters)
+        if executor == "ray":  # the cluster it joins: RAY_ADDRESS, or the one a resumed sweep ran on, checked there
+            check_ray_device(device)
+            address = address_to_join(store.sweep_dir(data_dir, meta.sweep_id), meta.sweep_id, continued)
+            if resume and address and address == os.environ.get("RAY_ADDRESS"):  # a new sweep's was, before it
+                check_ray_address(address)
+        return _run(
+            meta, data_dir, executor, device, workers, resume, on_result, prefetch, screen, interpreters, address
+        )
     except UserError:
         if not resume:
             _forget_refused(data_dir, meta.sweep_id)
@@ -184,11 +193,16 @@ def _run(
     prefetch: int | None,
     screen: Callable[[SweepMeta, str], reruns.Screen | None] | None,
     interpreters: Callable[[SweepMeta], dict[str, str]] | None,
+    address: str | None = None,
 ) -> dict:
     started = time.time()
     total = len(meta.models) * len(probe_params.combinations(meta.matrix, meta.stacks))
     pending: dict[str, dict] = {}
-    with SweepLock(store.sweep_dir(data_dir, meta.sweep_id)), _stops(data_dir, meta.sweep_id, total):
+    with (
+        SweepLock(store.sweep_dir(data_dir, meta.sweep_id)),
+        _stops(data_dir, meta.sweep_id, total),
+        session(executor) as joined,
+    ):  # one Ray connection for the run's passes and rounds
         if resume and (moved := store.migrate_names(data_dir, meta.sweep_id)):
             print(
                 f"Sweep {meta.sweep_id}: {moved} record(s) moved to their one-to-one file names (stored before "
@@ -204,8 +218,8 @@ def _run(
                 todo = group
                 while True:  # the pass, then a round of reruns of the verdicts that differ from the baseline's
                     runner = _executor(executor, data_dir, meta, todo, workers or meta.workers, prefetch)
-                    if isinstance(runner, RayExecutor):  # the stacks' variables travel with its tasks
-                        runner.stack_names = _stack_names(meta)
+                    if isinstance(runner, RayExecutor):  # the stacks' variables travel with its tasks, to that cluster
+                        runner.stack_names, runner.address, runner.session = _stack_names(meta), address, joined
                     runner.submit(todo)
                     results = runner.results()
                     again: list = []

@@ -22,8 +22,10 @@ What differs from local, and why:
 - A task whose Ray worker or node was lost under it (``WorkerCrashedError``, ``NodeDiedError``, its result
   lost with its node: ``_lost``) has told nothing about its model, as a kernel that never started has not
   under local: it is run once more on a fresh task, then left pending with the cause (``--resume`` probes
-  it), never a FAIL row. The model's kernel is a process of its own under the worker, so the worker itself
-  dying is not the model (a kernel that dies is the model's row, as under local). Ray's memory monitor
+  it), never a FAIL row. A rerun that tells says so (``_where_it_ran``): its record's ``reran_after``, the first
+  line of its log and its ``schedule.jsonl`` row name why the first run told nothing. The model's kernel is a
+  process of its own under the worker, so the worker itself dying is not the model (a kernel that dies is the
+  model's row, as under local). Ray's memory monitor
   (``OutOfMemoryError``) kills the most recently started task when the node runs low, not the one using the
   memory: a probe it kills is run again too, and only a rerun killed while no other task of the sweep ran is
   the model's out-of-memory row (FAIL(other), the host's memory); else it is left pending saying so.
@@ -39,15 +41,27 @@ What differs from local, and why:
   ``runtime_env``: Ray's ``env_vars`` can set a variable but never unset one, and a task's arguments reach the
   task's process before it reads anything (its probe's kernel and zygote are started from it). A token travels
   as its variable only: nothing records it.
+- Joining (``_connect``, ``ray_cluster``): the address is asked before ``ray.init`` (nothing there, no Ray head, a
+  token the driver lacks: one sentence each, with the fix), the driver joins in the cluster's authentication mode,
+  and the sweep's folder keeps the address (``ray.json``) for a plain ``--resume``. A local Ray is started as one
+  (``address="local"``: never a cluster an admin started on this host that Ray would find and join instead).
 - Capacity and the nodes, when the driver joins (``_connect``): ``--workers`` above the devices the cluster has
-  now (its CPUs on a CPU sweep) is capped to them, saying so; every alive node is asked, by a task pinned to it
-  (``node_stack``), for its versions of the stack's packages (python, torch, transformers, model_support, the
-  backend's), and a node whose versions differ from the driver's is refused in one sentence naming it and the
-  package before any probe runs.
+  now (its CPUs on a CPU sweep) is capped to them, saying so; a device no node has is refused naming the
+  ``ray start`` option that gives it; every alive node is asked, by a task pinned to it (``node_stack``), for its
+  versions of the stack's packages (python, torch, transformers, model_support, the backend's) and a digest of the
+  project's own code (``code_digest``: its version is always 0.1.0; ``WHERE``), and a node that differs from the
+  driver is refused in one sentence naming it and what differs before any probe runs. A node that joins later is checked by
+  the first task Ray gives it (``_refused_here``): one that differs runs no probe (the model is run again, then left
+  pending naming the node).
+- Where it ran: each record names its node (``ray_node``; ``host`` is the node's host name), and ``schedule.jsonl``
+  the node's id and host.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import os
 import socket
 import sys
@@ -58,7 +72,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ... import backend_env
+from ... import backend_env, paths
 from ...engine import zygote
 from ...errors import UserError
 from ...probe import devices
@@ -68,6 +82,7 @@ from ..worker.download import Download
 from ..worker.process import Standby, TaskResult, harness_pending, run_task, runner_failure, with_harness_retries
 from ..worker.task import ProbeTask
 from .base import Executor, ExecutorLost, Stopped, devices_needed
+from .ray_cluster import RECORD, check_ray_address, put_back_auth, remember, use_auth
 
 
 def check_ray_device(device: str) -> None:
@@ -85,36 +100,6 @@ def _not_on_ray(device: str) -> UserError:
         f"not for {device!r} devices: run this sweep with --executor local (it pins each probe to its own "
         f"{device} device), or use device {', '.join(['auto', 'cpu', *held[:-1]])} or {held[-1]}."
     )
-
-
-#: Seconds a cluster's address gets to accept a connection before the sweep is refused.
-CONNECT_S = 5.0
-
-
-def unreachable(address: str) -> str | None:
-    """Why nothing answers at the Ray cluster address ``address`` (``host:port`` or ``ray://host:port``), when a
-    plain connection already says so: ``ray.init`` would wait minutes on it, retrying, before it failed. None
-    when something answers, or for an address that names no port (``auto``: Ray finds its own)."""
-    host, colon, port = address.removeprefix("ray://").rpartition(":")
-    if not colon or not port.isdigit() or not host:
-        return None
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_S).close()
-    except OSError as exc:
-        return exc.strerror or type(exc).__name__
-    return None
-
-
-def check_ray_address() -> None:
-    """Refuse, in one sentence, a ``RAY_ADDRESS`` where nothing answers (``unreachable``), before the sweep is
-    written: ``ray.init`` would hang on it for minutes."""
-    address = os.environ.get("RAY_ADDRESS")
-    why = unreachable(address) if address else None
-    if why:
-        raise UserError(
-            f"Could not join the Ray cluster at RAY_ADDRESS={address} ({why}); start it (`ray start --head`), "
-            "fix RAY_ADDRESS, or run with --executor local."
-        )
 
 
 def ray_auto_device(cluster: dict) -> str:
@@ -244,16 +229,43 @@ def capped_words(asked: int, have: int, resource: str) -> str:
 
 #: Seconds every node gets to say its stack's versions (``check_nodes``): a task of no CPU, pinned to the node.
 NODE_CHECK_S = 120.0
+#: ``node_stack``'s name for ``code_digest``.
+CODE = "model_support code"
+#: ``node_stack``'s note of where its code is read from (host and folder), never compared itself: a node that reads the
+#: driver's very files has the driver's code, and comparing two digests of them taken a second apart would only
+#: catch an edit made in between (a checkout being worked on while a local Ray runs its sweep).
+WHERE = "_code_read_from"
+
+
+def code_digest() -> str:
+    """16 hex digits of a sha256 over this process's ``model_support`` package: each file's path in it and its bytes
+    (modules, the notebooks the probes run, templates; no caches, nothing hidden). The package's version is 0.1.0
+    whatever its code, so two nodes with other project code said the same version: this tells them apart."""
+    root = paths.package_file()
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        inside = path.relative_to(root)
+        if path.is_file() and path.suffix not in (".pyc", ".pyo") and not _hidden_or_cache(inside):
+            body = path.read_bytes()
+            digest.update(f"{inside.as_posix()}\0{len(body)}\0".encode())
+            digest.update(body)
+    return digest.hexdigest()[:16]
+
+
+def _hidden_or_cache(inside: Path) -> bool:
+    return any(part.startswith(".") or part == "__pycache__" for part in inside.parts)
 
 
 def node_stack(device: str) -> dict[str, str]:
-    """The versions of this process's stack that a node must share with the driver: python, the record's packages
-    (torch, transformers, ...), model_support's, and the device's backend packages (``backend_versions``); a package
-    missing here is "not installed"."""
+    """What a node must share with the driver: python's version, the record's packages' (torch, transformers, ...),
+    model_support's and its code's (``code_digest``), and the device's backend packages (``backend_versions``); a
+    package missing here is "not installed"."""
     from ...probe import provenance
 
     found = {name: str(version or "not installed") for name, version in provenance.versions().items()}
-    found.pop("git_commit", None)  # a node need not be a checkout: model_support's version says its build
+    found.pop("git_commit", None)  # a node need not be a checkout: the code's digest says what it runs
+    found[CODE] = code_digest()
+    found[WHERE] = _files_identity()
     for line in devices.adapter_for(device).backend_versions():
         name, _, version = line.rpartition(" ")
         found[name or line] = version
@@ -263,25 +275,53 @@ def node_stack(device: str) -> dict[str, str]:
     return found
 
 
+def _files_identity() -> str:
+    """Which files this process's model_support is read from, as only the same files on the same machine say it: the
+    boot's id (a container on the host shares it; another machine does not), the package folder's device and inode (a
+    container's own image, or another checkout at the same path, has others) and its path. A host name and a path
+    alone are not enough: two machines both called ``ubuntu`` with ``/opt/venv`` would pass."""
+    folder = Path(paths.package_file())
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = socket.gethostname()
+    try:
+        where = folder.stat()
+        inode = f"{where.st_dev}:{where.st_ino}"
+    except OSError:
+        inode = "?"
+    return f"{boot}:{inode}:{folder}"
+
+
 def _node_stack_task(device: str) -> tuple[str, dict[str, str]]:
     """The node check's Ray task (``check_nodes``): its host's name and ``node_stack``."""
     return socket.gethostname(), node_stack(device)
 
 
 def stack_differences(driver: dict[str, str], node: dict[str, str]) -> list[str]:
-    """``package X here, Y on the driver`` for each package whose version differs."""
+    """``package X (the driver has Y)`` for each package (or the code: unless the node reads the driver's own files,
+    ``WHERE``) whose version differs."""
+    same_files = WHERE in driver and driver[WHERE] == node.get(WHERE)
     return [
         f"{name} {node.get(name, 'not installed')} (the driver has {version})"
         for name, version in driver.items()
-        if node.get(name, "not installed") != version
+        if name != WHERE and not (name == CODE and same_files) and node.get(name, "not installed") != version
     ]
 
 
-def check_nodes(device: str) -> None:
+class Checked:
+    """What the driver found when it joined (``check_nodes``): the nodes that share its stack, and that stack. Each task
+    carries it: on a node that joined after (``_refused_here``) the task first compares that node's stack."""
+
+    def __init__(self, device: str, nodes: frozenset[str], stack: dict[str, str]):
+        self.device, self.nodes, self.stack = device, nodes, stack
+
+
+def check_nodes(device: str) -> Checked:
     """Before any probe: every alive node of the cluster runs a task of no CPU pinned to it
-    (``NodeAffinitySchedulingStrategy``) that says its stack's versions (``node_stack``); a node whose versions
-    differ from the driver's, or that cannot run model_support, is refused in one sentence naming it and the package.
-    """
+    (``NodeAffinitySchedulingStrategy``) that says its stack (``node_stack``); a node whose stack differs from the
+    driver's, or that cannot run model_support, is refused in one sentence naming it and what differs. Returns the
+    nodes checked and the driver's stack."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -309,9 +349,33 @@ def check_nodes(device: str) -> None:
             wrong.append(f"the Ray node {host} at {where} has {', '.join(found)}")
     if wrong:
         raise UserError(
-            f"{'; '.join(wrong)}: a node must run the driver's stack, so install the driver's versions there "
+            f"{'; '.join(wrong)}: a node must run the driver's stack, so install the driver's versions and code there "
             "(or take the node out of the cluster) before this sweep runs on it."
         )
+    return Checked(device, frozenset(node["NodeID"] for node in asked.values()), mine)
+
+
+@functools.cache
+def _this_nodes_stack(device: str) -> dict[str, str]:
+    """``node_stack`` of this Ray worker's node, once per worker (a worker serves one sweep)."""
+    return node_stack(device)
+
+
+def _refused_here(checked: Checked | None) -> str | None:
+    """In a Ray task: why this node may run no probe of the sweep, or None. A node the driver checked when it joined
+    may; one that joined later may when its stack is the driver's."""
+    import ray
+
+    node = ray.get_runtime_context().get_node_id()
+    if checked is None or node in checked.nodes:
+        return None
+    found = stack_differences(checked.stack, _this_nodes_stack(checked.device))
+    if not found:
+        return None
+    return (
+        f"the Ray node {socket.gethostname()} (node {node[:12]}) joined the cluster after the sweep checked its nodes "
+        f"and has {', '.join(found)}: install the driver's stack there, or take it out of the cluster"
+    )
 
 
 #: The loopback address a local Ray binds to: it has no other node, so nothing beyond this host need reach it.
@@ -361,26 +425,38 @@ def _kernels_forked_here() -> None:
         _ZYGOTES.append(started)
 
 
-def _probe_on_ray(task: ProbeTask, got: Download, carried: dict[str, str], extra: tuple[str, ...]) -> TaskResult:
-    """The Ray task: the probe with the files the driver downloaded, in the driver's stack (``_stack_here``); what
-    Ray gave it, for schedule.jsonl."""
+def _probe_on_ray(
+    task: ProbeTask, got: Download, carried: dict[str, str], extra: tuple[str, ...], checked: Checked | None = None
+) -> TaskResult:
+    """The Ray task: the probe with the files the driver downloaded, in the driver's stack (``_stack_here``), on a
+    node that runs it (``_refused_here``); where it ran and what Ray gave it, for schedule.jsonl and the record."""
     import ray
 
-    with _stack_here(carried, extra):
-        _kernels_forked_here()
-        result = run_task(task, fetched=got)
+    refused = _refused_here(checked)
+    if refused:
+        result = harness_pending(task, refused)
+    else:
+        with _stack_here(carried, extra):
+            _kernels_forked_here()
+            result = run_task(task, fetched=got)
     context = ray.get_runtime_context()
     given = {name: list(ids) for name, ids in context.get_accelerator_ids().items() if ids}
-    result.schedule = {"node": context.get_node_id(), **({"ray_devices": given} if given else {})}
+    where = {"node": context.get_node_id(), "host": socket.gethostname()}
+    result.schedule = {**where, **({"ray_devices": given} if given else {})}
     return result
 
 
-def _checks_on_ray(task: ProbeTask, state: dict, carried: dict[str, str], extra: tuple[str, ...]) -> TaskResult:
+def _checks_on_ray(
+    task: ProbeTask, state: dict, carried: dict[str, str], extra: tuple[str, ...], checked: Checked | None = None
+) -> TaskResult:
     """The Ray task of a probe's host checks, after its device phase gave its devices back: a process pinned to
-    no device (the task asks Ray for a CPU only), on whichever node Ray picks, in the driver's stack; the driver
-    finishes the row."""
+    no device (the task asks Ray for a CPU only), on whichever node Ray picks that runs it, in the driver's stack;
+    the driver finishes the row."""
     import ray
 
+    refused = _refused_here(checked)
+    if refused:
+        return TaskResult(None, None, f"{refused}\n", pending=refused, problem="harness")
     with _stack_here(carried, extra):
         _kernels_forked_here()
         try:
@@ -392,10 +468,44 @@ def _checks_on_ray(task: ProbeTask, state: dict, carried: dict[str, str], extra:
     return done
 
 
+class Session:
+    """One Ray connection for a whole run of a sweep (the runner's): its passes, one per ``stacks:`` entry, and its
+    rounds of reruns each make an executor, and each joined the cluster (or started a local Ray) and let go again: a
+    new Ray job every time, so new workers on every node, each importing the stack and starting its kernels' zygote
+    again. The first executor of a session joins; the later ones use that Ray; the session lets go when the run ends
+    (``close``)."""
+
+    def __init__(self) -> None:
+        self.joined = False
+        self.auth_before: str | None = None
+
+    def close(self) -> None:
+        """Let go of the Ray this session's first executor joined or started (nothing where none did)."""
+        if self.joined:
+            import ray
+
+            self.joined = False
+            ray.shutdown()
+            put_back_auth(self.auth_before)
+
+
+@contextmanager
+def session(executor: str) -> Iterator[Session | None]:
+    """A ``Session`` for a run of a sweep on ``executor`` ("ray"; None for any other), closed when the run ends."""
+    if executor != "ray":
+        yield None
+        return
+    joined = Session()
+    try:
+        yield joined
+    finally:
+        joined.close()
+
+
 class RayExecutor(Executor):
-    """Probes as Ray tasks (see the module docstring). Joins the cluster in RAY_ADDRESS when set, else starts a
-    local Ray on the loopback address only (``LOCAL_RAY``, ``_local_resources``); ``workers`` None: the cluster's
-    device count."""
+    """Probes as Ray tasks (see the module docstring). Joins the cluster at ``address`` (the runner's: RAY_ADDRESS, or
+    where a resumed sweep ran; ``ray_cluster.address_to_join``), else starts a local Ray on the loopback address only
+    (``LOCAL_RAY``, ``_local_resources``); ``workers`` None: the cluster's device count."""
 
     name = "ray"
 
@@ -417,6 +527,14 @@ class RayExecutor(Executor):
         self.sweep_dir = work_root.parent if work_root is not None else None  # where device phases are kept
         #: The names of the sweep's ``stacks:`` env (the runner's): they travel with each task too (``carried_environ``).
         self.stack_names: tuple[str, ...] = ()
+        #: The cluster to join (the runner's); None: a local Ray.
+        self.address: str | None = os.environ.get("RAY_ADDRESS") or None
+        self._auth_before: str | None = None
+        #: The run's ``Session`` (the runner's): the Ray this executor joins stays joined for the run's next ones.
+        self.session: Session | None = None
+        self._checked: Checked | None = None
+        #: Why a probe's first run told nothing, by (model, variant), until its rerun says so (``_where_it_ran``).
+        self._first_runs: dict[tuple[str, str | None], str] = {}
 
     def _stack(self) -> tuple[dict[str, str], tuple[str, ...]]:
         """What a task carries of the driver's stack now (its pass's ``stacks:`` env set: the runner's), and the
@@ -425,34 +543,52 @@ class RayExecutor(Executor):
 
     def results(self) -> Generator[TaskResult, None, None]:
         import_ray()
-        self._connect()
         try:
+            self._connect()  # in the try: a sweep refused after joining (its nodes, its devices) lets go too
             yield from super().results()
         finally:
-            if self._started_here:
+            if self._started_here and self.session is None:
                 import ray
 
                 ray.shutdown()
+                put_back_auth(self._auth_before)
+
+    def _join(self) -> None:
+        """Join the cluster at ``address`` in its authentication mode, or start a local Ray (never a cluster Ray
+        finds by itself: ``address="local"``); keep which in the sweep's folder (``ray_cluster.remember``)."""
+        import ray
+
+        address = self.address
+        auth = check_ray_address(address) if address else None  # one sentence for what ray.init would retry on
+        self._auth_before = use_auth(auth)
+        try:
+            if address:
+                ray.init(address=address, log_to_driver=False)
+            else:
+                with _loopback_only():
+                    ray.init(address="local", **LOCAL_RAY, **self._local_resources())
+        except Exception as exc:  # noqa: BLE001 - whatever Ray raised, the sweep ends in one sentence
+            put_back_auth(self._auth_before)
+            where = f"the Ray cluster at {address}" if address else "a local Ray"
+            raise UserError(
+                f"Could not start or join {where} ({_first_line(exc)}); start it (`ray start --head`), fix "
+                "RAY_ADDRESS, or run with --executor local."
+            ) from None
+        self._started_here = True
+        if self.session is not None:  # the run lets go of it at its end
+            self.session.joined, self.session.auth_before = True, self._auth_before
+        if address == "auto":  # the cluster Ray found: its head's address, for a resume
+            address = ray.get_runtime_context().gcs_address
+        remember(self.sweep_dir, address)
 
     def _connect(self) -> None:
         import ray
 
         if not ray.is_initialized():
-            address = os.environ.get("RAY_ADDRESS")
-            check_ray_address()
-            try:
-                if address:
-                    ray.init(address=address, log_to_driver=False)
-                else:
-                    with _loopback_only():
-                        ray.init(**LOCAL_RAY, **self._local_resources())
-            except (ConnectionError, RuntimeError) as exc:
-                where = f"the Ray cluster at {address}" if address else "a local Ray"
-                raise UserError(
-                    f"Could not start or join {where} ({str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}); "
-                    "start it (`ray start --head`), fix RAY_ADDRESS, or run with --executor local."
-                ) from None
-            self._started_here = True
+            self._join()
+        elif not (self.sweep_dir and (self.sweep_dir / RECORD).exists()):
+            # a process already connected (a notebook's, a test's Ray): the sweep ran there, so a resume joins it
+            remember(self.sweep_dir, ray.get_runtime_context().gcs_address)
         cluster = ray.cluster_resources()
         if self.device == "auto":
             self.device = ray_auto_device(cluster)
@@ -464,7 +600,7 @@ class RayExecutor(Executor):
         if have and self.workers > have:  # more at once would wait in Ray's queue holding the driver's grants
             print(capped_words(self.workers, have, resource), file=sys.stderr)
             self.workers = have
-        check_nodes(self.device)
+        self._checked = check_nodes(self.device)
         self._remote = ray.remote(_probe_on_ray)
         self._checks_remote = ray.remote(_checks_on_ray)
         if self.sweep_dir is not None and host_checks.split_phases(self.device):
@@ -491,20 +627,15 @@ class RayExecutor(Executor):
         return [devices_needed(task, self.workers) for task in self.tasks]
 
     def start(self, needs: list[int]) -> None:
-        """Refuse a request no node can satisfy (Ray would keep it waiting forever)."""
+        """Refuse a request no node can satisfy (Ray would keep it waiting forever): the cluster's own devices, not
+        the driver's, decide (``unsatisfiable_words``)."""
         import ray
 
         nodes = ray.nodes()
         for task, need in zip(self.tasks, needs):
             wanted = ray_resources(self.device, need)
             if unsatisfiable(wanted, nodes):
-                alive = [node.get("Resources", {}) for node in nodes if node.get("Alive", True)]
-                largest: dict = max(alive, key=lambda r: sum(r.get(n, 0) for n in _as_totals(wanted)), default={})
-                have = ", ".join(f"{name} {largest.get(name, 0):g}" for name in _as_totals(wanted))
-                raise UserError(
-                    f"{task['model_id']} asks Ray for {_describe(wanted)} and no node of the cluster has that "
-                    f"much (a node has {have or 'nothing'}); add a node that has, or lower its devices."
-                )
+                raise UserError(unsatisfiable_words(task["model_id"], self.device, need, wanted, nodes))
 
     def run_one(self, task: ProbeTask, got: Download, ids: tuple[int, ...], retry: bool) -> TaskResult:
         """The probe as a Ray task; a worker lost under it is the harness's (``with_harness_retries`` runs it again
@@ -517,7 +648,31 @@ class RayExecutor(Executor):
                 return _out_of_memory(task, got, exc, started)
             return harness_pending(task, _lost_words(exc, others), "".join(f"{line}\n" for line in got.log))
 
-        return self._call(self._remote, ray_resources(self.device, len(ids)), task, died, task, got, *self._stack())
+        resources = ray_resources(self.device, len(ids))
+        result = self._call(self._remote, resources, task, died, task, got, *self._stack(), self._checked)
+        return self._where_it_ran(task, result, retry)
+
+    def _where_it_ran(self, task: ProbeTask, result: TaskResult, retry: bool) -> TaskResult:
+        """``result`` saying where it ran: its record's (and its checks' record's) ``ray_node``; a rerun (``retry``)
+        after a first run that told nothing (a lost worker or node, a kernel that never started) says why in its
+        record's ``reran_after``, its log's first line and its schedule row. A first run that told nothing is kept
+        for its rerun."""
+        key = (task["model_id"], task.get("variant"))
+        if result.problem == "harness":
+            if not retry:
+                self._first_runs[key] = result.pending or "its first run told nothing"
+            return result
+        first = self._first_runs.pop(key, None) if retry else None
+        node = (result.schedule or {}).get("node")
+        for record in (result.record, (result.checks or {}).get("record")):
+            if record is not None:
+                record["ray_node"] = node
+                if first:
+                    record["reran_after"] = first
+        if first:
+            result.log = f"ran again on a fresh Ray task: its first run told nothing ({first})\n{result.log}"
+            result.schedule = {**(result.schedule or {}), "reran_after": first}
+        return result
 
     def in_phases(self, task: ProbeTask, got: Download, hold) -> TaskResult | None:
         """A probe of a split sweep: its device phase as a Ray task holding its devices (their grant held for it
@@ -543,7 +698,8 @@ class RayExecutor(Executor):
             return TaskResult(None, None, f"{why}\n", pending=why)
 
         def attempt(fresh: bool) -> TaskResult:  # each a fresh task and host process: a kernel that never started
-            return self._call(self._checks_remote, {"num_cpus": 1}, task, died, task, state, *self._stack())
+            resources = {"num_cpus": 1}
+            return self._call(self._checks_remote, resources, task, died, task, state, *self._stack(), self._checked)
 
         began = time.time()
         done = with_harness_retries(attempt)
@@ -600,6 +756,38 @@ class RayExecutor(Executor):
                 ray.cancel(ref, force=True)
             except (ray.exceptions.RayError, ValueError, TypeError):
                 pass  # already finished
+
+
+def _start_option(name: str, count: float) -> str:
+    """The ``ray start`` option that gives a node ``count`` of the Ray resource ``name``."""
+    if name in ("CPU", "GPU"):
+        return f"--num-{name.lower()}s {count:g}"
+    return f"--resources '{json.dumps({name: int(count) if count == int(count) else count})}'"
+
+
+def unsatisfiable_words(model_id: str, device: str, need: int, wanted: dict, nodes: list[dict]) -> str:
+    """Why no node can run ``model_id`` (asking Ray for ``wanted``: ``need`` ``device`` devices), with the fix: the
+    ``ray start`` options a node needs when none has such a resource at all; else how much the largest has, and
+    fewer devices for the model only where it asks for more than one."""
+    totals = _as_totals(wanted)
+    alive = [node.get("Resources", {}) for node in nodes if node.get("Alive", True)]
+    missing = [name for name in totals if not any(resources.get(name, 0) for resources in alive)]
+    if missing:
+        options = " ".join(_start_option(name, totals[name]) for name in missing)
+        return (
+            f"No node of the Ray cluster has {' or '.join(repr(name) for name in missing)}, which {model_id} asks "
+            f"for ({_describe(wanted)}: device {device}); start its nodes with `ray start ... {options}` (or add "
+            "such nodes), or probe on a device the cluster has (device auto takes the cluster's own)."
+        )
+    options = " ".join(_start_option(name, count) for name, count in totals.items())
+    largest: dict = max(alive, key=lambda r: sum(r.get(n, 0) for n in totals), default={})
+    have = ", ".join(f"{name} {largest.get(name, 0):g}" for name in totals)
+    most = int(largest.get(devices.adapter_for(device).ray_resource or "CPU", 0))
+    fewer = f", or lower its devices (devices: {most})" if need > 1 and most else ""
+    return (
+        f"{model_id} asks Ray for {_describe(wanted)} and no node of the cluster has that much (the largest has "
+        f"{have}); add a node that has (`ray start ... {options}`){fewer}."
+    )
 
 
 def _describe(wanted: dict) -> str:
