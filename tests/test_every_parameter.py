@@ -37,6 +37,8 @@ NON_DEFAULT = {
     "reference_max_params": 1000,
     "numerics_margin": 0.25,
     "numerics_bound": 0.05,
+    "long_text": "on",  # the task asked (image-text-to-text) is no PASS of tiny-llama: no long text (test_long_text.py)
+    "long_text_tokens": 32,
     "judge": False,
     "judge_model": "data/models/tiny-gpt2",
     "seed": 7,

@@ -1,13 +1,17 @@
-"""The blame proven (issue 48, part 6): ``model-support localise`` ends with the forward again, the wrong operator on
-the host (``probe.host_ops``), confirmed when the model then matches the reference, else the next wrong operator
-named and put there too, up to ``localise.MAX_ON_HOST``.
+"""The blame proven (issue 48, part 6; issue 56, part 3): ``model-support localise`` ends with the run replayed again,
+the wrong operator on the host (``probe.host_ops``), confirmed when the model's output then matches the CPU reference
+(``ops.proof.rerun_wrong``: the judgement ``ops --prove`` gives a what-if run, so the two cannot contradict each
+other), else the next wrong operator named and put there too, up to ``localise.MAX_ON_HOST``.
 
 For real, on the pretend device over tiny-llama (its rotary embedding, RMSNorm and gated MLP multiply; its MLP's
 activation is SiLU): a wrong ``aten::mul`` is confirmed; with ``aten::mul`` and ``aten::silu`` wrong both are named
 and the model matches with both on the host. The command's printed answer is the stored one's. The pretend stack
 names ``aten::mul.Tensor``: its fault check cannot take the packet ``aten::mul``, which has no default overload.
-The proof's other endings (a refused operator, a device without host kernels, the bound, an operator not judged, a
-forward that raises, a kernel the device ignores) run on made-up reruns.
+The proof's other endings (a refused operator, a device without host kernels, the bound, an output not checked or
+diverging, operators not judged, a run that raises, a kernel the device ignores, a divergence the replay cannot
+reach) run on made-up reruns, and so does the check that localise's verdict and ``ops --prove``'s are one judgement.
+The records here hold no generated tokens: the run replayed is the prompt's forward and the token it gives
+(tests/test_localise_decode.py replays real runs through their decode steps).
 """
 
 from __future__ import annotations
@@ -80,9 +84,9 @@ def test_the_second_wrong_operator_is_found_with_the_first_on_the_host(proved):
     assert first["on_host"] == ["aten::mul"] and first["next"]["operator"] == "aten::silu"
     assert "aten::silu" not in first["host_calls"] and second["host_calls"]["aten::silu"] > 0
     (enough,) = [line for line in lines if line.startswith("not enough:")]
-    assert enough.startswith(
-        f"not enough: with aten::mul on the host the forward still diverges at operator #{first['next']['index'] + 1}"
-    )
+    assert first["next"]["step"] == 0  # the record holds no generated tokens: the prompt's forward is the run
+    assert enough.startswith("not enough: with aten::mul on the host the run still goes wrong at step 0 (the prompt's")
+    assert f"at operator #{first['next']['index'] + 1} of that step's forward" in enough
     assert "the next wrong operator is aten::silu (default) in model.layers.0.mlp.act_fn (SiLUActivation)" in enough
     assert lines.index(enough) == len(lines) - 2  # then the confirmation
     _, single = proved["mul"]
@@ -117,7 +121,16 @@ def wrong(operator: str, overload: str = "default", index: int = 5) -> dict:
     }
 
 
-def found(*flagged: dict, checked: int = 100, not_judged: list | None = None, failure: dict | None = None):
+def found(
+    *flagged: dict,
+    checked: int = 100,
+    not_judged: list | None = None,
+    failure: dict | None = None,
+    numerics: str | None = None,
+    replay: localise.Replay | None = None,
+):
+    """A made-up run; ``numerics``: its output against the CPU reference, as the localiser judges a rerun with no
+    operator wrong (None: not judged)."""
     unjudged = not_judged or []
     return Localised(
         checked=checked,
@@ -127,6 +140,8 @@ def found(*flagged: dict, checked: int = 100, not_judged: list | None = None, fa
         unjudged=unjudged,
         forward_failure=failure,
         device_type="pretend",
+        numerics={"numerics": numerics, "numerics_note": f"step 3 of 8: {numerics}"} if numerics else None,
+        replay=replay,
     )
 
 
@@ -185,14 +200,52 @@ def test_a_device_without_host_kernels_says_why_and_reruns_nothing():
     assert "takes no host kernels (its backend ignores them)" in proof["sentences"][0]
 
 
-def test_no_confirmation_over_operators_not_judged_a_raising_forward_or_an_ignored_kernel():
+def test_no_confirmation_without_an_output_that_matches_nor_over_a_raising_run_or_an_ignored_kernel():
+    """A rerun with no operator wrong is judged by its output against the CPU reference, as ``ops --prove`` judges a
+    what-if run: not checked, tied or diverging, it confirms nothing; operators not judged are said either way."""
     unjudged = {**wrong("pretend::attention"), "reason": "the CPU cannot run it (NotImplementedError)"}
     proof = localise.prove(found(wrong("aten::silu")), (True, None), Reruns(found(not_judged=[unjudged])))
-    assert (proof["verdict"], proof["matches"]) == ("not judged", False)
-    assert "1 of the 101 operators could not be judged" in proof["sentences"][0]
+    assert (proof["verdict"], proof["matches"]) == ("not confirmed", False)
+    (said,) = proof["sentences"]
+    assert "its numbers were not checked against the CPU reference" in said
+    assert "1 of the 101 operators could not be judged" in said
+    proof = localise.prove(found(wrong("aten::silu")), (True, None), Reruns(found(numerics="diverges")))
+    assert (proof["verdict"], proof["matches"]) == ("not confirmed", False)
+    assert (
+        "no operator judged is wrong, but its output diverges from the CPU reference (step 3" in proof["sentences"][0]
+    )
+    matches = Reruns(found(not_judged=[unjudged], numerics="match"))
+    proof = localise.prove(found(wrong("aten::silu")), (True, None), matches)
+    assert (proof["verdict"], proof["matches"]) == ("confirmed", True)
+    assert "1 of the 101 operators could not be judged" in proof["sentences"][0]  # said, never counted as agreeing
     failure = {"error_type": "RuntimeError", "module": "model.norm", "error_message": "boom"}
-    proof = localise.prove(found(wrong("aten::silu")), (True, None), Reruns(found(failure=failure)))
+    proof = localise.prove(found(wrong("aten::silu")), (True, None), Reruns(found(failure=failure, numerics="match")))
     assert proof["verdict"] == "raised" and "raised RuntimeError in model.norm" in proof["sentences"][0]
     proof = localise.prove(found(wrong("aten::silu")), (True, None), Reruns(found(wrong("aten::silu"))))
     assert proof["verdict"] == "not taken" and "did not run its host kernel" in proof["sentences"][0]
     assert localise.prove(found(), (True, None), Reruns()) is None  # nothing wrong: nothing to prove
+
+
+def test_a_divergence_the_replay_cannot_reach_is_never_confirmed():
+    """The verdict's generation matches with the operator on the host, but the record's long-text check diverged at a
+    position this replay does not reach: not proven, never "matches the reference"."""
+    replay = localise.Replay(tokens=[1, 2], unreached="the long-text check diverged at position 600 of its text")
+    proof = localise.prove(found(wrong("aten::silu")), (True, None), Reruns(found(numerics="match", replay=replay)))
+    assert (proof["verdict"], proof["matches"]) == ("not reached", False)
+    assert "matches the reference" in proof["sentences"][0] and "position 600" in proof["sentences"][0]
+    assert proof["sentences"][0].startswith("not proven:")
+
+
+@pytest.mark.parametrize("numerics", ["match", "ties", "diverges", None])
+def test_localise_and_ops_prove_judge_a_rerun_with_one_function(numerics):
+    """The proof's verdict on a rerun with no wrong operator and a what-if run's ``right`` (what ``ops --prove``
+    confirms a step by) are one judgement of the same output: they cannot say different things."""
+    from model_support.ops import proof as proof_mod
+
+    proof = localise.prove(found(wrong("aten::silu")), (True, None), Reruns(found(numerics=numerics)))
+    row = {"sweep_id": "w", "status": "PASS", "numerics": numerics, "host_ops": "aten::silu"}
+    run = proof_mod.run_of(row)
+    assert proof["matches"] == run.right == (proof_mod.rerun_wrong(True, numerics) is None)
+    assert (proof["verdict"] == "confirmed") == (numerics == "match")
+    if not run.right:  # the same words for why not
+        assert run.stuck in proof["sentences"][0]

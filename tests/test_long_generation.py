@@ -26,10 +26,10 @@ PAST = 32
 FAULT = {"wrong_past_length": {"aten::_safe_softmax": PAST}}
 LONGER_PROMPT = "The future of AI is, in the words of the people who build it every day,"
 #: The probe's settings here. No chat template: the prompt is 5 tokens, so 8 new tokens stay below 32 positions
-#: (tiny-llama's template makes it 26). float32 on the device and in the reference, and bounds scaled to a tiny
-#: random model, whose next-token distribution is nearly flat: the default bounds (0.5 nats, 0.1 nats, set for
-#: real models' bf16) call its wrong attention a near-tie (flip margins ~0.05, KL ~5e-4 nats), where the clean
-#: run's KL is ~5e-15 nats, so any flip (margin 0) or a KL above 1e-6 nats is a divergence.
+#: (tiny-llama's template makes it 26). float32 on the device and in the reference, and bounds scaled to float32
+#: against float32 (set when the fixture was random and its next-token distribution nearly flat, where the default
+#: bounds, set for real models' bf16, called its wrong attention a near-tie): the clean run's KL is ~5e-15 nats, so
+#: any flip (margin 0) or a KL above 1e-6 nats is a divergence, the step where the wrong softmax first acts.
 PROBE = {
     "device": "pretend",
     "judge": False,
@@ -89,12 +89,15 @@ def test_a_bug_past_a_length_is_found_where_it_appears_and_moves_with_the_prompt
     assert (short_run["numerics"], short_run["reference_match"]) == ("match", True)
     assert short_run["tokens_in"] + 8 < PAST  # the bug's length is never reached in 8 tokens
     assert long_run["tokens_out"] == 64 and long_run["peak_device_mem_mb"] > short_run["peak_device_mem_mb"] > 0
-    # every position is checked: the first one whose keys reach 32 positions is where it leaves the reference
+    # every position is checked: the first one whose keys reach 32 positions is where it leaves the reference; the
+    # greedy token itself may hold a step or two longer (first_divergence), the trained fixture's margins being real
     where = PAST - long_run["tokens_in"]
-    assert (long_run["numerics"], long_run["numerics_step"], long_run["first_divergence"]) == ("diverges", where, where)
+    assert (long_run["numerics"], long_run["numerics_step"]) == ("diverges", where)
+    assert where <= long_run["first_divergence"] < long_run["tokens_out"]
     longer = moved["tokens_in"] - long_run["tokens_in"]
     assert longer > 0 and moved["tokens_in"] < PAST
-    assert (moved["numerics"], moved["first_divergence"]) == ("diverges", where - longer)
+    assert (moved["numerics"], moved["numerics_step"]) == ("diverges", where - longer)
+    assert moved["first_divergence"] >= where - longer
     # the length axis: what the positions cannot hold is excluded, with both numbers; a model that cannot hold even
     # the verdict's 8 tokens fails at any length as at the default (its own verdict, not the axis's)
     beyond = got["beyond_positions"]

@@ -6,8 +6,12 @@ For real: a sweep on the pretend device with ``wrong_ops: ["aten::rsqrt"]`` over
 rsqrt) and tiny-gpt2 (no rsqrt) gives two diverging PASSes. Before localise, ``ops SWEEP`` names no step and says
 the two are not localised, with the commands; after a real localise of each, ``ops SWEEP`` (the CLI) and the
 report's plan section (the report rendered, its HTML read) list ``aten::rsqrt`` as a step naming both, localised,
-and each model's standing; the nightly's drafted report for them says so too. The ranking of wrong and missing
-operators together runs on made-up censuses."""
+and each model's standing; the nightly's drafted report for them says so too. A wrong operator localised in a PASS
+whose output agrees with the reference is a step all the same (issue 56, part 4): tiny-qwen3 with every
+``aten::mul.Tensor`` wrong PASSes (its flat logits tie), ``ops`` said it "runs on the device" with no step; after
+``localise`` names the multiplication, ``ops`` lists it as a step, the model "computes wrong numbers", and
+``ops --prove`` confirms the step like any other. The ranking of wrong and missing operators together runs on
+made-up censuses."""
 
 from __future__ import annotations
 
@@ -158,6 +162,67 @@ def test_the_nightlys_draft_says_the_step_and_that_localise_found_it(wrong_sweep
     assert f"tiny-llama [{VARIANT}]: blocked by wrong numbers (localised: aten::rsqrt)" in draft
 
 
+# --- a PASS row with a localised wrong operator (issue 56, part 4) -----------------------------------------------
+
+MUL = "aten::mul.Tensor"
+MUL_STACK = {"wrong_ops": [MUL]}
+
+
+@pytest.fixture(scope="module")
+def pass_row(tmp_path_factory, fixture_models) -> dict:
+    """tiny-qwen3 with every ``aten::mul.Tensor`` wrong: its PASS (its flat logits agree with the reference all the
+    same), ``ops`` before localise, ``localise`` as the user types it, ``ops`` after, ``ops --prove``."""
+    import yaml
+
+    from model_support.record import store
+
+    tmp = tmp_path_factory.mktemp("plan-pass-row")
+    data = tmp / "data"
+    probe = {"device": "pretend", "max_new_tokens": 2, "reference": "cpu", "judge": False, "perf": False}
+    definition = tmp / "mul.yaml"
+    models = [fixture_models["tiny-qwen3"]["path"]]
+    definition.write_text(yaml.safe_dump({"name": "mul", "probe": probe, "models": models, "workers": 1}))
+    cli(["sweep", str(definition), "--no-report"], data, MUL_STACK)
+    (sweep,) = store.list_sweeps(data)
+    (record,) = store.read_records(data, sweep)
+    before = json.loads(cli(["ops", sweep, "--json"], data, stack=None).stdout)
+    localised = cli(["localise", sweep, "tiny-qwen3"], data, MUL_STACK).stdout
+    after = json.loads(cli(["ops", sweep, "--json"], data, stack=None).stdout)
+    text = cli(["ops", sweep], data, stack=None).stdout
+    proved = json.loads(cli(["ops", sweep, "--prove", "--json"], data, MUL_STACK).stdout)
+    return {"record": record, "before": before, "localised": localised, "after": after, "text": text, "proved": proved}
+
+
+@pytest.mark.slow
+def test_ops_lists_a_localised_wrong_operator_on_a_pass_row_as_a_step(pass_row):
+    record, before, after, text = pass_row["record"], pass_row["before"], pass_row["after"], pass_row["text"]
+    assert record["status"] == "PASS"
+    if record["numerics"] in ("match", "ties"):  # the reference check let it through: nothing but localise says it
+        assert before["plan"] == [] and list(before["standing"].values()) == ["runs on the device"]
+    assert pass_row["localised"].startswith("The first wrong operator of")
+    assert "aten::mul (Tensor)" in pass_row["localised"].splitlines()[0]
+    (step,) = after["plan"]
+    assert (step["op"], step["faults"]) == (MUL, {MUL: "wrong"})
+    assert names(step["unlocks"]) == names(step["localised"][MUL]) == ["tiny-qwen3"]
+    assert after["passing"] == 0  # a PASS computing wrong numbers is no predicted PASS of the plan
+    (standing,) = after["standing"].values()
+    agrees = record["numerics"] in ("match", "ties")
+    said = "computes wrong numbers" if agrees else "blocked by wrong numbers"
+    assert standing.startswith(f"{said} (localised: {MUL})"), standing
+    plan = text[text.index("What to implement next") :].splitlines()
+    fix = " ".join(line.split("│")[2].strip() for line in plan if line.startswith("│"))  # the column, unwrapped
+    assert fix.startswith(f"{MUL} for ") and fix.endswith("(wrong numbers in 1 model, localised)")
+    assert "Nothing to fix" not in text
+
+
+@pytest.mark.slow
+def test_the_pass_rows_step_is_proven_like_the_others(pass_row):
+    (step,) = pass_row["proved"]["plan"]
+    assert step["proof"]["outcome"] == "confirmed", step["proof"]["said"]
+    (standing,) = pass_row["proved"]["standing"].values()
+    assert standing.startswith(f"runs with 1 operator on the host ({MUL}")
+
+
 # --- the ranking, on made-up censuses ---------------------------------------------------------------------
 
 
@@ -184,7 +249,9 @@ def _model(key, ops, missing=(), localised=None, numerics="diverges", status="PA
 def test_wrong_and_missing_operators_rank_together_and_a_model_needing_both_waits_for_both():
     """rsqrt, localised wrong in b1 and b2, unlocks two models; gelu, missing, one: rsqrt goes first. ``both`` lacks
     gelu and was localised wrong at rsqrt: unlocked by the second step only. A PASS whose output matches the
-    reference is not blocked by an operator localise flagged in it; a diverging PASS never localised is said."""
+    reference is blocked by an operator localise flagged in it all the same (issue 56: flat logits agree with any
+    kernel; the operator is wrong for every prompt): it "computes wrong numbers", a step unlocks it; a diverging PASS
+    never localised is said."""
     from model_support.ops import porting_plan, predict
     from model_support.ops.plan import not_localised_line, plan_json, standing
 
@@ -201,16 +268,19 @@ def test_wrong_and_missing_operators_rank_together_and_a_model_needing_both_wait
     )
     steps = porting_plan(models)
     assert [(s.op, s.unlocks, s.blocks, s.passing) for s in steps] == [
-        (rsqrt, ["b1", "b2"], ["b1", "b2", "both"], 3),
+        (rsqrt, ["b1", "b2", "right"], ["b1", "b2", "both", "right"], 3),
         (gelu, ["both", "c"], ["both", "c"], 5),
     ]
-    assert steps[0].fault(rsqrt) == "wrong numbers in 3 models, localised" and steps[1].fault(gelu) == ""
+    assert steps[0].fault(rsqrt) == "wrong numbers in 4 models, localised" and steps[1].fault(gelu) == ""
     by = {m.key: m for m in models}
     assert standing(by["both"]) == "blocked by missing ops (aten::gelu) and wrong numbers (localised: aten::rsqrt)"
-    assert standing(by["right"]) == "runs on the device" and standing(by["c"]) == "blocked by missing ops (aten::gelu)"
+    assert standing(by["right"]) == (
+        "computes wrong numbers (localised: aten::rsqrt), though its output agrees with the CPU reference (match)"
+    )
+    assert standing(by["c"]) == "blocked by missing ops (aten::gelu)"
     assert standing(by["unseen"]) == "blocked by wrong numbers (not localised)"
     assert not_localised_line(models) == "1 diverging PASS not localised: run model-support localise s unseen"
-    assert plan_json(models, steps)["plan"][0]["localised"] == {rsqrt: ["b1", "b2", "both"]}
+    assert plan_json(models, steps)["plan"][0]["localised"] == {rsqrt: ["b1", "b2", "both", "right"]}
 
 
 def test_another_stacks_prediction_reads_its_coverage_not_the_sweeps_localised_answers():

@@ -300,7 +300,7 @@ def _sweep(params_file, data_dir, workers, executor, prefetch, resume, report, p
     from .sweep import definition as params_mod
     from .sweep import runner as sweep_mod
 
-    definition = params_mod.load(params_file, overrides=probe_overrides) if params_file else None
+    definition = params_mod.load(params_file, overrides=probe_overrides, executor=executor) if params_file else None
     if definition is not None:
         expectations.from_meta(definition.expectations)  # its entries checked before anything runs
     if resume:
@@ -744,6 +744,7 @@ def _what_if(data_dir: Path, sweep_id: str, prove: bool, complete: bool, workers
     from .probe import devices, provenance
     from .record import store
     from .sweep import definition, runner
+    from .sweep.executors import ray_cluster
 
     meta = store.read_sweep(data_dir, sweep_id)
     found = differences(meta, provenance.versions(), devices.stack_configuration())
@@ -768,9 +769,13 @@ def _what_if(data_dir: Path, sweep_id: str, prove: bool, complete: bool, workers
                 prefetch=meta.prefetch,
                 reruns=0,
             )
-            definition.check_devices(params)
+            if params.executor != "ray":  # a Ray sweep's devices are the cluster's, asked when it joins
+                definition.check_devices(params)
             definition.check_host_ops(params)
-            return runner.create(params, data_dir, reruns_n=0).sweep_id
+            created = runner.create(params, data_dir, reruns_n=0).sweep_id
+            if params.executor == "ray":  # it runs where its sweep ran, as a resume of that sweep would
+                ray_cluster.inherit(store.sweep_dir(data_dir, sweep_id), store.sweep_dir(data_dir, created))
+            return created
 
         def run(self, what_if_id):
             runner.run(None, data_dir, workers, executor, resume=what_if_id)
@@ -876,6 +881,8 @@ def support(model, as_json, data_dir):
         stack += [f"transformers {c['transformers']}" if c["transformers"] else ""]
         stack += [f"{name}={value}" for name, value in c["backend_settings"].items()]  # its settings
         verdict = f"{c['verdict']}{' (suspect: ' + c['check'] + ')' if c['suspect'] else ''}"
+        if c.get("check_measure"):  # which agreement measure judged it (probe.agreement.MEASURES)
+            verdict += f" [judged by {c['check_measure']}]"
         click.echo(
             f"{c['device_type']}{' stack ' + c['stack_name'] if c['stack_name'] else ''} [{c['variant']}] "
             f"{', '.join(part for part in stack if part)}: {verdict}, last verified {c['last_verified']} in "
@@ -1013,11 +1020,12 @@ def repro(sweep_id, model, data_dir, variant):
 def localise(sweep_id, model, data_dir, variant, as_json):
     """Name the first aten operator whose output on SWEEP_ID's device is wrong for MODEL (id or unique fragment).
 
-    One forward of the probe's prompt runs on the device (this environment's stack), each operator replayed on
-    the CPU from the device's own inputs; the first wrong one is stored beside the record
-    (sweeps/<id>/localised/) with a one-operator script that exits 1 while the stack gets it wrong. Then the
-    forward runs again with it on the host: confirmed when the model then matches, else the next wrong operator
-    joins it there (up to 3).
+    The run is replayed on the device (this environment's stack): the prompt's forward, then the record's own
+    tokens one decode step at a time through the KV cache, up to where the run first went wrong (or the long
+    text's first disagreement); each operator is replayed on the CPU from the device's own inputs, and the first
+    wrong one is stored beside the record (sweeps/<id>/localised/) with a one-operator script that exits 1 while
+    the stack gets it wrong. Then the run goes again with it on the host, judged as `ops --prove` judges:
+    confirmed when its output then matches the CPU reference, else the next wrong operator joins it (up to 3).
     """
     import json
 

@@ -36,6 +36,7 @@ KEYS: tuple[str, ...] = (
     "clock_jitter",
     "clock",
     "sdpa_kernel",
+    "matmul_noise",
 )
 #: The TPU contract, clause by clause (``tpu_contract``): what TorchTPU 0.2.0 does that a stack may do, played on
 #: request so the TPU's paths run without a chip. ``no_fallback``: no CPU fallback unless switched on
@@ -69,6 +70,12 @@ PAST_LENGTH_AXES = {
     "aten::_softmax": "the dimension it normalises (dim): in attention, the key positions",
     "aten::bmm": "the contraction (mat1's last dimension): in attention's probabilities x values, the key positions",
 }
+
+#: The matrix products ``matmul_noise`` makes noisy: what a linear layer (aten::linear: aten::mm, aten::addmm) and
+#: attention's products (aten::bmm, aten::baddbmm) reach a backend as.
+MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})
+#: bf16's unit roundoff (2^-8): the largest relative error of rounding to bfloat16, half its epsilon.
+BF16_ROUNDOFF = 2.0**-8
 
 #: What the device runs scaled_dot_product_attention as (``sdpa_kernel``, see ``attention``): the math attention
 #: (the default), CUDA's flash attention kernel, or a kernel of this device's own; neither of the last two has a
@@ -108,6 +115,9 @@ class Config:
     # on the host's wall clock after a sync, as CUDA's and the TPU's are (and its stalls, slept, are what it reads)
     clock: str = "device"
     sdpa_kernel: str = SDPA_KERNELS[0]  # what attention runs as on the device (``attention``)
+    # every matrix product's values off by a relative error drawn uniformly from +-matmul_noise (``MATMUL_OPS``): a
+    # healthy stack that rounds its products differently, BF16_ROUNDOFF the size of bf16's own rounding; no fault
+    matmul_noise: float | None = None
     # the TPU contract's clauses (``TPU_CONTRACT_KEYS``, ``tpu_contract``)
     no_fallback: bool = False  # fallback_ops raise unless torch.pretend.enable_cpu_fallback is True
     compile_static: bool = False  # its own compile backend, dynamic=False by default, as torch_tpu's
@@ -208,6 +218,12 @@ def parse(text: str, visible: str | None = None) -> Config:
         raise PretendConfigError(
             f"{CONFIG_VAR}: 'sdpa_kernel' must be one of {', '.join(map(repr, SDPA_KERNELS))}, not {sdpa_kernel!r}."
         )
+    noise = raw.get("matmul_noise")
+    if noise is not None and (not isinstance(noise, int | float) or isinstance(noise, bool) or not 0 < noise < 0.5):
+        raise PretendConfigError(
+            f"{CONFIG_VAR}: 'matmul_noise' must be a relative error above 0 and below 0.5 ({BF16_ROUNDOFF:.4g}: "
+            f"bf16's rounding), not {noise!r}."
+        )
     return Config(
         devices=devices,
         memory_gb=None if memory is None else float(memory),
@@ -229,6 +245,7 @@ def parse(text: str, visible: str | None = None) -> Config:
         clock_jitter=float(jitter),
         clock=clock,
         sdpa_kernel=sdpa_kernel,
+        matmul_noise=None if noise is None else float(noise),
         **tpu_contract(raw),
         **distributed_contract(raw),
     )

@@ -29,7 +29,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from .attention import KERNELS as FUSED
 from .clock import DeviceClock
-from .config import FALLBACK_S, NAME, Config
+from .config import FALLBACK_S, MATMUL_OPS, NAME, Config
 from .counters import Counters
 
 
@@ -93,6 +93,7 @@ class Faults(NamedTuple):
     wrong: bool
     off_by: float | None  # a relative error (``wrong_ops`` given as a mapping) rather than a bug
     past_length: int | None = None  # ``wrong_past_length``: wrong once its sequence axis reaches this many positions
+    noise: float | None = None  # ``matmul_noise``: a matrix product off by up to this much, like rounding (no fault)
 
 
 class State:
@@ -109,6 +110,8 @@ class State:
             config.launch_us * 1e-6, config.bandwidth_gbs, config.clock_jitter, queued=config.clock == "host"
         )
         self.doomed: list | None = None  # [the crashed operator, operators left before the abort is reported]
+        # ``matmul_noise``'s draws: seeded, so a process that runs the same operators is off the same way each run
+        self.noise = torch.Generator().manual_seed(0)
 
     def sync(self, made=None) -> None:
         """A device-to-host synchronisation (a sync, a copy to the host): the host waits for the queued work
@@ -154,6 +157,7 @@ class State:
                 wrong=any(n in config.wrong_ops for n in names),
                 off_by=next((config.wrong_by[n] for n in names if n in config.wrong_by), None),
                 past_length=config.wrong_past_length.get(names[0]),
+                noise=config.matmul_noise if names[0] in MATMUL_OPS else None,
             )
         return known
 
@@ -340,6 +344,16 @@ def _off_by(tensor: torch.Tensor, relative: float) -> None:
     tensor.copy_(tensor.double() * (1 + relative * signs))
 
 
+def _noisy(tensor: torch.Tensor, relative: float, generator: torch.Generator) -> None:
+    """Put a rounding-like error on ``tensor``'s floating values, in place: each times 1 + u, u drawn uniformly from
+    [-relative, relative] (``matmul_noise``). Unlike ``_off_by`` (a fault: every value off by the whole error, the
+    same pattern each call) it is drawn afresh each call, as rounding errors fall: a healthy stack's imprecision."""
+    if not tensor.is_floating_point() or not tensor.numel():
+        return
+    u = torch.rand(tensor.shape, generator=generator, dtype=torch.float64) * 2 - 1
+    tensor.copy_(tensor.double() * (1 + relative * u))
+
+
 def _target_device(leaves: list) -> torch.device | None:
     """Where the results live: the device an argument names (``device=``, ``to(device)``) when there is
     one, else the pretend device of the inputs (``leaves``: the operator's arguments, flattened)."""
@@ -488,6 +502,10 @@ def run(func, args, kwargs):
                 _off_by(tensor, faults.off_by)
             elif isinstance(tensor, torch.Tensor):
                 _wrong(tensor)
+    if faults.noise is not None and _nbytes(leaves + results) is not None:  # not while torch.compile traces
+        for tensor in results:
+            if isinstance(tensor, torch.Tensor):
+                _noisy(tensor, faults.noise, _state().noise)
     if target is None or target.type != NAME:
         if inputs:  # a copy to the host: the host waits for the device's data
             _state().sync(out)

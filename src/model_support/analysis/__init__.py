@@ -32,6 +32,7 @@ from .frames import (
     UNCHECKED,
     UNKNOWN_ATTRIBUTION,
     VERSION_COMPONENTS,
+    check_measure_col,
     pass_check_col,
     size_bucket,
     sort_variants,

@@ -7,10 +7,29 @@ from __future__ import annotations
 import polars as pl
 
 from ..record import schema
-from .frames import PASS_CHECKS, SUSPECT_CHECKS, Frame, _sweep_rows, check_note_col, pass_check_col, variant_col
+from .frames import (
+    PASS_CHECKS,
+    SUSPECT_CHECKS,
+    Frame,
+    _sweep_rows,
+    check_measure_col,
+    check_note_col,
+    check_step_col,
+    pass_check_col,
+    variant_col,
+)
 
 #: The columns a record needs for its check.
-CHECK_COLUMNS = ("status", "numerics", "numerics_step", "numerics_note", "fluent", "fluency_score", "fluency_note")
+CHECK_COLUMNS = (
+    "status",
+    "numerics",
+    "numerics_step",
+    "numerics_note",
+    "numerics_measure",
+    "fluent",
+    "fluency_score",
+    "fluency_note",
+)
 
 
 def pass_checks(results: Frame, sweep_id: str) -> pl.DataFrame:
@@ -49,8 +68,8 @@ def suspect_words(checks: dict[str, int]) -> str:
 
 def suspect_passes(results: Frame, sweep_id: str) -> pl.DataFrame:
     """The passes whose check is suspect (``SUSPECT_CHECKS``), diverging ones first: model_id, variant, check,
-    step (where the device diverges from the reference; null for a judge's verdict), note (why), generated_text,
-    fluency_score."""
+    measure (what judged it: ``frames.check_measure_col``), step (where the device diverges from the reference; null
+    for a judge's verdict), note (why), generated_text, fluency_score."""
     return _suspect_q(results, sweep_id).collect()
 
 
@@ -58,14 +77,21 @@ def _suspect_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
     order = pl.col("check").replace_strict(list(SUSPECT_CHECKS), list(range(len(SUSPECT_CHECKS))), default=None)
     return (
         _sweep_rows(results, sweep_id, ["model_id", "variant", "generated_text", *CHECK_COLUMNS])
-        .with_columns(variant_col(), pass_check_col().alias("check"), check_note_col().alias("note"))
+        .with_columns(
+            variant_col(),
+            pass_check_col().alias("check"),
+            check_measure_col().alias("measure"),
+            check_step_col().alias("step"),
+            check_note_col().alias("note"),
+        )
         .filter(pl.col("check").is_in(list(SUSPECT_CHECKS)))
         .sort(order, "model_id", "variant")
         .select(
             "model_id",
             "variant",
             "check",
-            pl.col("numerics_step").alias("step"),
+            "measure",
+            "step",
             "note",
             "generated_text",
             "fluency_score",

@@ -30,6 +30,7 @@ from .frames import (
     _sweep_rows,
     attribution_col,
     check_note_col,
+    check_step_col,
     pass_check_col,
     variant_col,
 )
@@ -53,7 +54,9 @@ def _outcomes(results: Frame, sweep_id: str) -> pl.LazyFrame:
     ]
     return (
         _sweep_rows(results, sweep_id, cols)
-        .with_columns(variant_col(), attribution_col(), pass_check_col().alias("check"), check_note_col())
+        .with_columns(
+            variant_col(), attribution_col(), pass_check_col().alias("check"), check_step_col(), check_note_col()
+        )
         .sort("started_at", nulls_last=False)
         .unique(KEY, keep="last", maintain_order=False)
         .select(
@@ -63,7 +66,7 @@ def _outcomes(results: Frame, sweep_id: str) -> pl.LazyFrame:
             "error_message",
             "attribution",
             "check",
-            "numerics_step",
+            "check_step",
             "check_note",
             "attempts",
         )
@@ -101,7 +104,7 @@ def _changes_q(results: Frame, sweep_id: str, baseline_sweep_id: str) -> pl.Lazy
         "error_message",
         "attribution",
         pl.col("check").alias("check_after"),
-        pl.col("numerics_step").alias("suspect_step"),
+        pl.col("check_step").alias("suspect_step"),
         "check_note",
     )
     sb, sa = pl.col("status_before"), pl.col("status_after")

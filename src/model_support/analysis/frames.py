@@ -84,13 +84,22 @@ SUSPECT_CHECKS = (DIVERGES, NOT_FLUENT)
 PASS_CHECK_HELP = {
     DIVERGES: "suspect: the device chose a token the reference does not consider close, its distribution differs "
     "beyond the bound, or its logits are not finite",
-    NOT_FLUENT: "suspect: no reference could run, and the judge finds the text not fluent (or no visible text)",
+    NOT_FLUENT: "suspect: no reference could run (or it was too flat to judge), and the judge finds the text not "
+    "fluent (or no visible text)",
     TIES: "the device computes what the reference computes, except flips where the reference's best tokens are "
     "within the margin (legitimate near-ties)",
     AGREES: "every step's top token is the reference's, and no step's distribution differs beyond the bound",
-    FLUENT: "no reference could run (too big for the host, switched off); the judge finds the text fluent",
+    FLUENT: "no reference could run (too big for the host, switched off) or it was too flat to judge; the judge finds "
+    "the text fluent",
     UNCHECKED: "neither the reference nor the judge said anything (switched off, or a sweep before these checks)",
 }
+#: What judged a PASS's check (``check_measure_col``): the reference's ``numerics_measure`` (agreement.MEASURES: logit
+#: error, flip margin, KL, finite), what a row from before it was judged by, or the fluency judge.
+OLDER_MEASURE = "KL + flip margin"
+JUDGE_MEASURE = "fluency judge"
+TOO_FLAT_MEASURE = "fluency judge (reference too flat)"
+#: ``numerics`` values that the reference judged (agreement.MATCH, TIES, DIVERGES); "too flat" leaves it to the judge.
+JUDGED_NUMERICS = ("match", "ties", "diverges")
 #: A record's variant when it has none (sweeps without a matrix, and files that predate the column).
 DEFAULT_VARIANT = schema.DEFAULT_VARIANT
 SIGNATURE_CHANGES = ("appeared", "vanished")
@@ -166,13 +175,45 @@ def pass_check_col() -> pl.Expr:
     )
 
 
+def check_step_col() -> pl.Expr:
+    """Where a PASS's check says it diverges from the reference (``numerics_step``), for a diverging check only: a
+    too flat reference also has a step (the first it could not judge), which is no divergence; named ``check_step``."""
+    return pl.when(pass_check_col() == DIVERGES).then(pl.col("numerics_step")).alias("check_step")
+
+
 def check_note_col() -> pl.Expr:
-    """Why a PASS's check says what it says: the reference's note where it judged, else the judge's."""
+    """Why a PASS's check says what it says: the reference's note where it judged, else the judge's (after the
+    reference's, where it ran but was too flat to judge)."""
+    numerics = pl.col("numerics")
     return (
-        pl.when(pl.col("numerics").is_not_null())
+        pl.when(numerics.is_in(JUDGED_NUMERICS))
         .then(pl.col("numerics_note"))
+        .when(numerics.is_not_null())
+        .then(pl.concat_str([pl.col("numerics_note"), pl.col("fluency_note")], separator="; ", ignore_nulls=True))
         .otherwise(pl.coalesce(pl.col("fluency_note"), pl.col("numerics_note")))
         .alias("check_note")
+    )
+
+
+def check_measure_col() -> pl.Expr:
+    """Which measure a PASS's check rests on (docs/numerics.md): where the reference judged, its
+    ``numerics_measure`` (``logit error``: the scale-free measure judged every step, beside the KL and the flips; a
+    diverging row's measure(s) that tripped), ``OLDER_MEASURE`` for a row from before that column; where the judge
+    decided, ``JUDGE_MEASURE`` (``TOO_FLAT_MEASURE`` when the reference ran but was too flat); null for a failure or an
+    unchecked PASS. Why: a ``match`` judged by the KL alone says little of a model whose logits are flat."""
+    numerics, fluent = pl.col("numerics"), pl.col("fluent")
+    return (
+        pl.when(pl.col("status").ne_missing(schema.PASS))
+        .then(None)
+        .when(numerics.is_in(JUDGED_NUMERICS))
+        .then(pl.coalesce(pl.col("numerics_measure"), pl.lit(OLDER_MEASURE)))
+        .when(fluent.is_not_null() & numerics.is_not_null())
+        .then(pl.lit(TOO_FLAT_MEASURE))
+        .when(fluent.is_not_null())
+        .then(pl.lit(JUDGE_MEASURE))
+        .otherwise(None)
+        .cast(pl.String)
+        .alias("check_measure")
     )
 
 

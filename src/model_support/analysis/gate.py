@@ -5,6 +5,11 @@ the two sweeps, hands each run to it, and turns its answers into lines: ``failin
 under the words asked for), ``known`` (expected failures, with their reason) and ``notes`` (said, not failing: flaky
 runs, exclusions, dropped models where ``dropped`` was not asked, unexpectedly passing ones, expired expectations,
 the perf comparison's notes). A regression counts once per model, its metrics listed on its line.
+
+A PASS whose long-text agreement (``long_text_rate``, ``probe.long_text``) dropped below what is expected of it is a
+regression too (``long_text_lines``, under ``regressions``): below the expectations file's rate less its tolerance
+where the file names the model, else below the baseline's own rate over the same text and length less
+``expectations.LONG_TEXT_TOLERANCE``. Its line names the rate, the floor it missed and where the text first diverged.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from . import decision, perf
-from .expectations import SUSPECT_PASS, Expectation, load_expectations
+from .expectations import LONG_TEXT_TOLERANCE, SUSPECT_PASS, Expectation, load_expectations
 
 __all__ = ["ACROSS", "GATES", "SUSPECT_PASS", "Expectation", "GateResult", "check_across", "gate", "load_expectations"]
 
@@ -117,6 +122,12 @@ def gate(
             f"{b} has {len(after.to_run)} run(s) still to run: finish it with `model-support sweep --resume {b}`, "
             "then gate again"
         )
+    if "regressions" in fail_on:
+        dropped, notes = long_text_lines(data_dir, a, b, expectations)
+        result.failing += dropped
+        result.notes += notes
+        if dropped:
+            result.counts[LONG_TEXT_DROP] = len(dropped)
     if "perf" in fail_on:
         slower, notes = perf.gate_lines(data_dir, a, b, perf_threshold)
         result.failing += slower
@@ -131,3 +142,86 @@ def gate(
             )
             result.counts[kind] = result.counts.get(kind, 0) + 1
     return result
+
+
+#: How the gate's summary counts a PASS whose long-text rate dropped below what is expected of it.
+LONG_TEXT_DROP = "long-text regression"
+#: The columns the long-text comparison reads.
+_LONG_TEXT_COLUMNS = (
+    "model_id",
+    "variant",
+    "status",
+    "started_at",
+    "long_text_rate",
+    "long_text_text",
+    "long_text_tokens",
+    "long_text_decode_diverges_at",
+    "long_text_prefill_diverges_at",
+)
+
+
+def _long_text_rows(data_dir: Path, sweep_id: str) -> dict[tuple[str, str], dict]:
+    """Each (model, variant)'s latest PASS in a sweep that measured a long-text rate."""
+    import polars as pl
+
+    from ..record import schema, store
+    from .frames import _sweep_rows, variant_col
+
+    rows = (
+        _sweep_rows(store.scan(data_dir, "results"), sweep_id, _LONG_TEXT_COLUMNS)
+        .with_columns(variant_col())
+        .sort("started_at", nulls_last=False)
+        .unique(["model_id", "variant"], keep="last", maintain_order=False)
+        .filter((pl.col("status") == schema.PASS) & pl.col("long_text_rate").is_not_null())
+        .collect()
+    )
+    return {(r["model_id"], r["variant"]): r for r in rows.iter_rows(named=True)}
+
+
+def long_text_lines(
+    data_dir: Path | str, a: str, b: str, expectations: dict[str, Expectation] | None = None
+) -> tuple[list[str], list[str]]:
+    """The long-text gate (under ``regressions``): (failing lines, notes). A PASS of ``b`` whose ``long_text_rate`` is
+    below its floor fails: the expectations file's rate less its tolerance where the file names the model (its
+    ``long_text``), else ``a``'s rate for the same run over the same text and length less ``LONG_TEXT_TOLERANCE``.
+    Said, not failing: a run ``a`` measured over another text or length (not comparable), and an expected rate the
+    sweep did not measure (``long_text`` off, or the check could not run: its row says why)."""
+    data_dir = Path(data_dir)
+    expected = getattr(expectations, "long_text", None) or {}
+    before, after = _long_text_rows(data_dir, a), _long_text_rows(data_dir, b)
+    failing, notes = [], []
+    for key, now in sorted(after.items()):
+        model_id, variant = key
+        name = f"{model_id} [{variant}]"
+        then, wanted = before.get(key), expected.get(model_id)
+        if wanted is not None:
+            floor, against = wanted.floor, f"expected {wanted.rate:.3f} less {wanted.tolerance:.3f}"
+        elif then is None:
+            continue
+        elif (then["long_text_text"], then["long_text_tokens"]) != (now["long_text_text"], now["long_text_tokens"]):
+            notes.append(
+                f"long text: not comparable: {name}: {then['long_text_tokens']} tokens of {then['long_text_text']} in "
+                f"{a}, {now['long_text_tokens']} of {now['long_text_text']} in {b}"
+            )
+            continue
+        else:
+            floor = then["long_text_rate"] - LONG_TEXT_TOLERANCE
+            against = f"{then['long_text_rate']:.3f} in {a} less {LONG_TEXT_TOLERANCE:.3f}"
+        if now["long_text_rate"] >= floor:
+            continue
+        where = [
+            f"{path} diverges at position {now[f'long_text_{path}_diverges_at']}"
+            for path in ("decode", "prefill")
+            if now[f"long_text_{path}_diverges_at"] is not None
+        ]
+        failing.append(
+            f"regression: {name}: long-text agreement {now['long_text_rate']:.3f} (lowest top-1 over 128-position "
+            f"windows of {now['long_text_tokens']} tokens), below {floor:.3f} ({against})"
+            + (f": {', '.join(where)}" if where else "")
+        )
+    for model_id in sorted(set(expected) - {m for m, _ in after}):
+        notes.append(
+            f"long text: {model_id}: a rate of {expected[model_id].rate:.3f} is expected, and {b} measured none "
+            "(long_text off, or the check could not run: its long_text_note says why)"
+        )
+    return failing, notes

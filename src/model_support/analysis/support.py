@@ -3,9 +3,9 @@ support MODEL``.
 
 Read from the dataset alone (the ``results`` config, local or pulled from the Hub): for each stack (its name in a sweep
 of several, the device type, torch and transformers versions, the device backend as its adapter declares it, and the
-backend's settings) and variant, the model's latest verdict, whether that PASS is right, when it was last verified, how
-many sweeps of that stack and variant agree with it, and the evidence (the sweep, the command that reproduces that
-latest run, ``repro.command``, and the published notebook and log).
+backend's settings) and variant, the model's latest verdict, whether that PASS is right (and the measure that judged
+it), when it was last verified, how many sweeps of that stack and variant agree with it, and the evidence (the sweep,
+the command that reproduces that latest run, ``repro.command``, and the published notebook and log).
 """
 
 from __future__ import annotations
@@ -18,7 +18,16 @@ import polars as pl
 from ..errors import UserError
 from ..probe import repro
 from ..record import store
-from .frames import BACKEND, SUSPECT_CHECKS, backend_col, backend_settings_col, pass_check_col, variant_col, version
+from .frames import (
+    BACKEND,
+    SUSPECT_CHECKS,
+    backend_col,
+    backend_settings_col,
+    check_measure_col,
+    pass_check_col,
+    variant_col,
+    version,
+)
 
 #: What names a stack on a card: the sweep's stack name (``stacks:``; null for a sweep of one), the device, the torch
 #: and transformers versions, the device backend (``frames.backend_col``: the packages and runtime its adapter
@@ -66,6 +75,7 @@ def support(model_id: str, data_dir: Path | str = "data") -> list[dict]:
         .with_columns(
             variant_col(),
             pass_check_col().alias("check"),
+            check_measure_col(),
             version("torch").alias("torch"),
             backend_col(),
             version("transformers").alias("transformers"),
@@ -76,6 +86,7 @@ def support(model_id: str, data_dir: Path | str = "data") -> list[dict]:
             "variant",
             "status",
             "check",
+            "check_measure",
             "failure_signature",
             *STACK_KEYS,
             "started_at",
@@ -104,6 +115,7 @@ def support(model_id: str, data_dir: Path | str = "data") -> list[dict]:
                 "variant": key[-1],
                 "verdict": verdict,
                 "check": latest["check"],
+                "check_measure": latest["check_measure"],  # what judged it (frames.check_measure_col)
                 "suspect": latest["check"] in SUSPECT_CHECKS,
                 "failure_signature": latest["failure_signature"],
                 "last_verified": latest["started_at"],

@@ -25,6 +25,7 @@ from .frames import (
     _sweep_rows,
     _with_rate,
     attribution_col,
+    check_measure_col,
     check_note_col,
     pass_check_col,
     size_bucket,
@@ -414,6 +415,7 @@ MODEL_TABLE_COLUMNS = (
     "status",
     "attribution",
     "check",
+    "check_measure",
     "numerics_step",
     "check_note",
     "failure_stage",
@@ -434,11 +436,18 @@ def model_rows(results: Frame, sweep_id: str) -> pl.DataFrame:
 
 def _models_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
     read = ["model_id", "variant", "task", "num_params", "status", "attribution", "failure_stage", "failure_signature"]
-    checks = ["numerics", "numerics_step", "numerics_note", "fluent", "fluency_note"]
+    checks = ["numerics", "numerics_step", "numerics_note", "numerics_measure", "fluent", "fluency_note"]
     metrics = [*TOKEN_METRICS, *TIMING_METRICS, *MEMORY_METRICS]
     return (
         _sweep_rows(results, sweep_id, [*read, *checks, *metrics, "repro_sha256"])
-        .with_columns(variant_col(), task_col(), attribution_col(), pass_check_col().alias("check"), check_note_col())
+        .with_columns(
+            variant_col(),
+            task_col(),
+            attribution_col(),
+            pass_check_col().alias("check"),
+            check_measure_col(),
+            check_note_col(),
+        )
         .sort("model_id", "variant")
         .select(MODEL_TABLE_COLUMNS)
     )

@@ -17,8 +17,10 @@ On the sweep's own stack (no coverage given) the rows are the coverage: their ``
 ``ops_unknown``, and the operator each failure of the stack's names (``census.stopped_by``: missing where the run
 raised, crashing where its kernel died); a row's recorded verdict stands where its census explains nothing (a
 failure that names no operator). The operators ``model-support localise`` found wrong in a model (its answer in the
-sweep's folder, ``ops.localised``) are wrong for that model: blockers, unless its PASS is right (its output matches
-the CPU reference: the operator's error changed nothing it returned). Wrong is per model, as localised: an
+sweep's folder, ``ops.localised``) are wrong for that model: blockers whatever its row's verdict, a PASS whose
+output agrees with the CPU reference too (issue 56: with every ``aten::mul`` wrong, the tiny fixtures' flat logits
+still ``tie`` or ``match``; a wrong operator the reference check did not see is no less wrong, and the next prompt may
+show it). Wrong is per model, as localised: an
 operator localised wrong in one model is not assumed wrong in another that calls it (that one's diverging PASS is
 said to be not localised).
 
@@ -315,7 +317,7 @@ def _predict(m: ModelOps, coverage: dict[str, str], own: bool) -> None:
     m.notes = {op: said[op] for op in ops if op in said}
     if own:  # a what-if run of this model stopped there, with it not on the host: a stop for this model
         status_of |= {op: fault for op, fault in m.learned.items() if status_of.get(op) not in STOPS}
-    if own and m.localised and not m.right:  # wrong for this model, as localise found it (a stop stays a stop)
+    if own and m.localised:  # wrong for this model, as localise found it, whatever its verdict (a stop stays a stop)
         ops += [op for op in m.localised if op not in status_of]
         stages += ["generate"] * (len(ops) - len(stages))
         status_of |= {op: WRONG for op in m.localised if status_of.get(op) not in STOPS}

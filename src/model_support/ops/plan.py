@@ -12,9 +12,12 @@ fail for other reasons (their own, a failure that names no operator, a census th
 ``still_blocked`` says what keeps them.
 
 A wrong operator is a blocker like a missing one: on another stack where its adapter says so (``wrong``), on the
-sweep's own stack where ``model-support localise`` found it wrong in a model (``ModelOps.localised``); a step fixing
-one says in how many of the models it blocks it was localised (``PlanStep.localised``). A diverging PASS that was
-never localised is in no step, and said so with the command that would localise it (``not_localised``).
+sweep's own stack where ``model-support localise`` found it wrong in a model (``ModelOps.localised``), whatever that
+model's verdict: a PASS whose output agrees with the CPU reference all the same "computes wrong numbers" and is a
+step like the others (the reference check compares a few tokens of one prompt; the operator is wrong for every
+prompt). A step fixing one says in how many of the models it blocks it was localised (``PlanStep.localised``). A
+diverging PASS that was never localised is in no step, and said so with the command that would localise it
+(``not_localised``).
 
 Each step also says precisely what to implement (``PlanStep.precise``): per operator, the dtype signatures and ranks
 the models it blocks called it with, from their census (``aten::rsqrt for f32, 3 dims``); per refused dtype, the
@@ -312,6 +315,8 @@ BLOCKED_OTHER = "blocked"
 RUNS_ON_HOST = "runs with"
 #: A model a what-if run found failing for a reason no operator on the host fixes.
 NO_HOST_FIX = "blocked by something no host operator fixes"
+#: A PASS whose output agrees with the CPU reference, with an operator ``model-support localise`` found wrong in it.
+COMPUTES_WRONG = "computes wrong numbers"
 
 
 def standing(m: ModelOps) -> str:
@@ -320,8 +325,9 @@ def standing(m: ModelOps) -> str:
     blocked by something no host operator fixes (its latest what-if run stopped at an operator that was on the
     host, diverged, or failed naming none); blocked by missing ops (missing or crashing operators, a refused dtype,
     operators a what-if run then stopped at), blocked by wrong numbers (localised: the operators localise named; not
-    localised: a diverging PASS no one localised yet; or the stack's coverage says so), both, or blocked for a
-    reason no step fixes (``blocked_reason``)."""
+    localised: a diverging PASS no one localised yet; or the stack's coverage says so), both; it computes wrong
+    numbers (a PASS agreeing with the CPU reference in which localise named wrong operators: no verdict says it,
+    the plan does); or blocked for a reason no step fixes (``blocked_reason``)."""
     if m.passes:
         return RUNS
     hosted = proof_mod.on_host(m.runs)
@@ -336,6 +342,8 @@ def standing(m: ModelOps) -> str:
     if wrong:
         localised = [op for op in wrong if op in (m.localised or ())]
         how = f"localised: {', '.join(localised)}" if localised else f"the stack's coverage: {', '.join(wrong)}"
+        if localised and not stops and m.right:
+            return f"{COMPUTES_WRONG} ({how}), though its output agrees with the CPU reference ({m.numerics})"
         said = f"{BLOCKED_WRONG} ({how})"
         return f"{BLOCKED_MISSING} ({', '.join(stops)}) and {said.removeprefix('blocked by ')}" if stops else said
     if stops:

@@ -10,7 +10,8 @@ what-if sweep run for it, and the last proof's steps as they ran (their ``said``
 judges again from the records, which are the truth).
 
 What a run says of a model (``Run``, one what-if row): it PASSes and agrees with the CPU reference (``right``:
-numerics ``match`` or ``ties``, the project's agreeing PASS; a PASS that diverges or was not checked is not), or
+numerics ``match``, ``rerun_wrong``, the judgement ``model-support localise`` gives its own reruns with operators on
+the host, so the two never contradict each other; a PASS that ties, diverges or was not checked is not), or
 it stops at an operator that was not on the host (``failed_at``: one the census did not see, a blocker of that
 model, ``learned``), or it fails for a reason no operator on the host fixes (``stuck``: the operator it stops at
 was on the host, wrong numbers, memory, a failure that names no operator). A run of another stack than the sweep's
@@ -199,9 +200,8 @@ class Run:
 
     @property
     def right(self) -> bool:
-        """It PASSed and agrees with the CPU reference (numerics ``match``): a proof takes no ``ties``, whose flips at
-        near-ties the tiny fixtures' flat logits make of any wrong kernel (review confirmed a step so)."""
-        return self.status == schema.PASS and self.numerics == agreement.MATCH
+        """It PASSed and agrees with the CPU reference (``rerun_wrong``: numerics ``match``)."""
+        return self.status == schema.PASS and rerun_wrong(True, self.numerics) is None
 
     @property
     def learned(self) -> str | None:
@@ -217,11 +217,7 @@ class Run:
         if self.right or self.learned is not None or self.excluded:
             return None
         if self.status == schema.PASS:
-            if self.numerics == agreement.DIVERGES:
-                return "its output diverges from the CPU reference"
-            if self.numerics == agreement.TIES:
-                return "its tokens flip from the CPU reference's (at near-ties): no proof that it is right"
-            return f"its numbers were not checked against the CPU reference (numerics: {self.numerics or 'none'})"
+            return rerun_wrong(True, self.numerics)
         if self.failed_at is not None:
             return f"it still fails at {self.failed_at}, which was on the host: {self.error}"
         return f"{self.status}, naming no operator: {self.error}"
@@ -232,6 +228,26 @@ class Run:
         names = ", ".join(self.called) or "none called"
         cpt = f"; {self.calls_per_token:.1f} calls per token" if self.calls_per_token is not None else ""
         return names + cpt
+
+
+def rerun_wrong(ran: bool, numerics: str | None) -> str | None:
+    """The one judgement of a run with operators on the host, whoever ran it: ``ops --prove``'s what-if run (a
+    probe's verdict and numerics, ``Run.right``) and ``model-support localise``'s proof (its replay of the run,
+    ``debug.localise.prove``) alike, so the two can never contradict each other. None when it is right: it ran to its
+    end (``ran``) and its output agrees with the CPU reference over every step it generated (numerics ``match``); else
+    why not, in words. A proof takes no ``ties``: flips at near-ties are what flat logits make of any wrong kernel
+    (review confirmed a step so), and a run whose numbers were not checked proves nothing."""
+    if not ran:
+        return "it did not run to its end"
+    if numerics == agreement.MATCH:
+        return None
+    if numerics == agreement.DIVERGES:
+        return "its output diverges from the CPU reference"
+    if numerics == agreement.TIES:
+        return "its tokens flip from the CPU reference's (at near-ties): no proof that it is right"
+    if numerics is not None and numerics == getattr(agreement, "TOO_FLAT", None):
+        return "its reference's logits are too flat to judge it by: no proof that it is right"
+    return f"its numbers were not checked against the CPU reference (numerics: {numerics or 'none'})"
 
 
 def _error(row: Mapping) -> str:

@@ -9,18 +9,36 @@ then says, step by step:
 
 - whether the device's top token is the reference's top token (top-1 agreement);
 - where they disagree, how far below its own best the reference ranks the device's token: the *flip
-  margin*, in nats (a log-probability difference, the same as the logit difference). A flip within
-  ``margin`` is a legitimate near-tie (bf16 against float32 picks either of two almost equal tokens);
+  margin*, in nats (a log-probability difference, the same as the logit difference). A flip within the
+  step's margin is a legitimate near-tie (bf16 against float32 picks either of two almost equal tokens).
+  The margin is ``margin`` nats, or ``relative_margin`` times the reference's logit spread where that is
+  smaller: logits spread over a tenth of a nat make every flip "within 0.5 nats", a wrong kernel's too;
+- the *logit error*: how far the device's kept logits are from the reference's logits for the same ids
+  (the root mean square of their difference, less its mean: a shift that softmax ignores), divided by the
+  spread of the reference's logits over the whole vocabulary (their standard deviation). Scale-free: the
+  same for logits spread over a tenth of a nat as over ten nats, so flat logits cannot hide a wrong
+  kernel behind a small KL. Rounding noise spreads over the vocabulary like the logits it rounds, so the
+  top-k's error tells the whole vocabulary's; and where the error is noise of that kind, the Pearson
+  correlation (PCC) of the two logit vectors over the vocabulary is 1 / sqrt(1 + error^2): the
+  ``DEFAULT_ERROR`` of 0.15 is a PCC of 0.989, next to the 0.99 tt-xla gates on. (The PCC of the 32 kept
+  logits themselves is no good judge: it sees only the top of the distribution, whose own spread is
+  small at a broad step: healthy bf16 takes it to 0.991 on SmolLM2, bf16-sized noise on its matmuls to
+  0.982; bench/README.md);
 - the KL divergence KL(reference || device) in nats over the device's top-k tokens plus one bucket
   for the rest of the vocabulary. Coarse-graining never increases a KL divergence, so this is a lower
   bound of the full-vocabulary KL, exact wherever the probability mass sits in the top-k; it needs
   k + 1 numbers per step from the device instead of the whole vocabulary (which a sharded rank would
-  otherwise ship through its report, and an accelerator copy to the host, every step).
+  otherwise ship through its report, and an accelerator copy to the host, every step). KL is in nats:
+  between two flat distributions it is small whatever computed them.
 
-The result is ``match`` (every step agrees, no KL above ``bound``), ``ties`` (the only disagreements
-are flips within ``margin``, no KL above ``bound``) or ``diverges`` (a flip beyond ``margin``, a KL above
-``bound``, or logits that are not finite on the device), with the step it points at. The defaults are
-measured (docs/numerics.md, ``bench/bench_numerics.py``).
+The result is ``match`` (every step agrees, no KL above ``bound``, no logit error above ``error``),
+``ties`` (the same, but for flips within the margin), ``diverges`` (a flip beyond the margin, a KL above
+``bound``, a logit error above ``error``, or logits that are not finite on the device) or ``too flat``:
+a reference whose logits spread over less than ``FLAT`` of their own size at some step, where a bf16
+run's rounding of the logits alone is of the size of the differences between them, so that neither a
+flip nor the logit error can tell a right device from a wrong one there (never match or ties: nothing
+vouched for those steps). ``numerics_measure`` says which measure judged. The defaults are measured
+(docs/numerics.md, ``bench/bench_numerics.py``).
 
 This module imports nothing from this package (only torch, lazily): its source follows
 ``probe_core``'s in every record's repro script, which prints the same ``numerics`` as the record.
@@ -28,23 +46,44 @@ This module imports nothing from this package (only torch, lazily): its source f
 
 import math
 
-MATCH, TIES, DIVERGES = "match", "ties", "diverges"
-NUMERICS = (MATCH, TIES, DIVERGES)
-#: nats. bf16 against a float32 reference flips at near-ties with a flip margin of at most 0.066
-#: (SmolLM2-135M-Instruct, 586 steps; 0.12 in an earlier run counting raw argmaxes) and 0.003 (tiny random
-#: models); a wrong kernel that perturbs a linear layer's output by 5% flips with margins up to 1.9.
+MATCH, TIES, DIVERGES, TOO_FLAT = "match", "ties", "diverges", "too flat"
+NUMERICS = (MATCH, TIES, DIVERGES, TOO_FLAT)
+#: The measures (``numerics_measure``): a judged row says ``logit error`` (it judged every step, beside the KL and
+#: the flips), a diverging one the measure(s) that tripped at its step (joined by " + "), a too flat one ``KL``
+#: (the one measure a flat reference leaves), logits that are not finite ``finite``.
+FLIP, LOGIT_ERROR, KL, FINITE = "flip margin", "logit error", "KL", "finite"
+MEASURES = (FLIP, LOGIT_ERROR, KL, FINITE)
+#: nats. bf16 against a float32 reference flips at near-ties with a flip margin of at most 0.029
+#: (SmolLM2-135M-Instruct, 593 steps; 0.066 and 0.12 in earlier runs) and 0.003 (the random tiny models of
+#: before); a wrong kernel that perturbs a linear layer's output by 5% flips with margins up to 1.9.
 DEFAULT_MARGIN = 0.5
-#: nats. The KL per step of bf16 against float32 is at most 0.022 on SmolLM2-135M-Instruct (1e-7 on
-#: tiny random models); a 5% wrong linear layer reaches 1.0, a 20% one 4.4 (bench/bench_numerics.py).
+#: Of the reference's logit spread (their standard deviation over the vocabulary): the margin where it is below
+#: ``DEFAULT_MARGIN`` nats. Healthy bf16 flips at most 0.008 of it on SmolLM2 (0.015 on the random tiny models of
+#: before, whose spread was 0.16 nats: 0.0024 nats); attention 5% off flips at 0.16 of it, a 5% wrong linear layer at
+#: 0.50, every aten::mul or aten::silu wrong (reversed and negated) at 1.7 to 10 (bench/bench_numerics.py).
+DEFAULT_RELATIVE_MARGIN = 0.15
+#: nats. The KL per step of bf16 against float32 is at most 0.010 on SmolLM2-135M-Instruct (5e-4 on the
+#: trained tiny fixtures); a 5% wrong linear layer reaches 1.0, a 20% one 4.6 (bench/bench_numerics.py).
 DEFAULT_BOUND = 0.1
+#: The logit error (of the reference's spread) above which a step diverges: healthy bf16 reaches 0.047 on SmolLM2
+#: (0.034 on the tiny fixtures) and 0.043 with bf16-sized noise on every matmul; a 1% wrong linear layer 0.074
+#: (inside bf16's own rounding: not to be called wrong), a 5% one 0.39; every aten::mul or aten::silu wrong
+#: (reversed and negated) 1.4 to 2.5 (bench/bench_numerics.py).
+DEFAULT_ERROR = 0.15
+#: A reference step whose logits' spread (standard deviation) is below this share of their size (root mean square)
+#: is too flat to judge: bf16 rounds each logit by up to 2^-9 of its size (0.0023 in RMS), so at a share of 0.05 the
+#: rounding of the logits alone is a third of ``DEFAULT_ERROR``. A scale-free bound: flatness in nats is no reason.
+FLAT = 0.05
 #: The keys ``compare`` returns that a record keeps, with the same names.
 RECORD_KEYS = (
     "numerics",
     "numerics_step",
     "numerics_note",
+    "numerics_measure",
     "reference_agreement",
     "reference_max_kl",
     "reference_flip_margin",
+    "reference_logit_error",
     "reference_match",
     "first_divergence",
 )
@@ -81,8 +120,9 @@ def teacher_forced_logits(model, prompt_ids, new_ids, extra_inputs=None):
     return out.logits[0, len(prompt_ids) - 1 :].float()
 
 
-def _step(device, reference_logits):
-    """One step: the device's top token(s), the flip margin, the KL over its top-k plus the rest."""
+def _step(device, reference_logits, margin, relative_margin):
+    """One step: the device's top token(s), the flip margin against the step's own margin, the KL over its top-k
+    plus the rest, the logit error over its top-k, and whether the reference is too flat to judge by the last two."""
     import torch
 
     values = torch.tensor(device["logits"], dtype=torch.float64)
@@ -90,7 +130,8 @@ def _step(device, reference_logits):
     lse = float(device["logsumexp"])
     if not (bool(torch.isfinite(values).all()) and math.isfinite(lse)):
         return {"finite": False}
-    ref = torch.log_softmax(reference_logits.double(), -1)
+    raw = reference_logits.double()
+    ref = torch.log_softmax(raw, -1)
     if not bool(torch.isfinite(ref).all()):
         return {"finite": True, "reference_finite": False}
     best = int(ref.argmax())
@@ -104,12 +145,22 @@ def _step(device, reference_logits):
     kl = float((ref_top.exp() * (ref_top - device_lp)).sum())
     if ref_rest > 0:
         kl += ref_rest * (math.log(ref_rest) - math.log(device_rest))
+    spread = float(raw.std(unbiased=False))  # over the whole vocabulary: the scale the logits' errors are judged on
+    size = float(raw.square().mean().sqrt())
+    flat = not spread > FLAT * size  # a spread of 0 too
+    off = values - raw[ids]
+    off = off - off.mean()  # a shift of every logit changes no probability
+    error = None if flat else float(off.square().mean().sqrt()) / spread
     return {
         "finite": True,
         "reference_finite": True,
         "agree": flip == 0.0,
         "flip": flip,
+        "margin": min(margin, relative_margin * spread),
         "kl": max(kl, 0.0),
+        "error": error,
+        "spread": spread,
+        "flat": flat,
         "device_token": chosen,
         "reference_token": best,
     }
@@ -119,24 +170,65 @@ def _token(decode, token):
     return f"{decode([token])!r} ({token})" if decode else str(token)
 
 
-def compare(device_steps, reference_logits, margin=DEFAULT_MARGIN, bound=DEFAULT_BOUND, decode=None):
+def _trips(step, bound, error):
+    """The measures by which one step diverges (``MEASURES``' order), none when it does not: on a step too flat to
+    judge by them, neither a flip nor the logit error counts (bf16's rounding of the logits is their size there)."""
+    trips = []
+    if not step["flat"] and not step["agree"] and step["flip"] > step["margin"]:
+        trips.append(FLIP)
+    if not step["flat"] and step["error"] > error:
+        trips.append(LOGIT_ERROR)
+    if step["kl"] > bound:
+        trips.append(KL)
+    return trips
+
+
+def _diverges_note(s, n, step, trips, bound, error, decode):
+    """What a diverging step says: each measure that tripped, with its number and its limit."""
+    said = []
+    if FLIP in trips:
+        said.append(
+            f"the device chose {_token(decode, step['device_token'])}, {step['flip']:.3g} nats below the reference's "
+            f"{_token(decode, step['reference_token'])} (margin {step['margin']:.3g})"
+        )
+    if LOGIT_ERROR in trips:
+        said.append(
+            f"its logits are off the reference's by {step['error']:.3g} of their spread ({step['spread']:.3g} nats; "
+            f"at most {error:g})"
+        )
+    if KL in trips:
+        said.append(f"KL {step['kl']:.3g} nats from the reference (bound {bound:g})")
+    return f"step {s} of {n}: " + "; ".join(said)
+
+
+def compare(
+    device_steps,
+    reference_logits,
+    margin=DEFAULT_MARGIN,
+    bound=DEFAULT_BOUND,
+    decode=None,
+    error=DEFAULT_ERROR,
+    relative_margin=DEFAULT_RELATIVE_MARGIN,
+):
     """The device's steps (``probe_core.top_scores`` each) against the reference's teacher-forced logits
     (one row per step). Returns ``RECORD_KEYS`` plus ``steps`` (per-step figures); ``decode`` (the
     tokenizer's) names tokens in the note.
 
-    ``numerics``: match / ties / diverges, or None when the reference's own logits are not finite (it
-    cannot judge); ``numerics_step``: the first step that diverges, else the first near-tie flip, else
-    None; ``reference_agreement``: the share of steps whose top token agrees; ``reference_max_kl``: the
-    largest KL (nats); ``reference_flip_margin``: the largest flip margin (nats; None without a flip);
-    ``reference_match`` / ``first_divergence``: every step agrees (the reference would have generated the
-    same tokens) / the first step that does not."""
-    steps = [_step(d, reference_logits[s]) for s, d in enumerate(device_steps)]
+    ``numerics``: match / ties / diverges / too flat, or None when the reference's own logits are not finite (it
+    cannot judge); ``numerics_step``: the first step that diverges, else the first too flat to judge, else the first
+    near-tie flip, else None; ``numerics_measure``: what judged (``MEASURES``); ``reference_agreement``: the share
+    of steps whose top token agrees; ``reference_max_kl``: the largest KL (nats); ``reference_flip_margin``: the
+    largest flip margin (nats; None without a flip); ``reference_logit_error``: the largest logit error (None when
+    no step could be judged by it); ``reference_match`` / ``first_divergence``: every step agrees (the reference
+    would have generated the same tokens) / the first step that does not."""
+    steps = [_step(d, reference_logits[s], margin, relative_margin) for s, d in enumerate(device_steps)]
     found = dict.fromkeys(RECORD_KEYS)
     found["steps"] = steps
     n = len(steps)
     for s, step in enumerate(steps):
         if not step["finite"]:
             found.update(numerics=DIVERGES, numerics_step=s, reference_match=False, first_divergence=s)
+            found.update(numerics_measure=FINITE)
             found["numerics_note"] = f"step {s} of {n}: the device's logits are not finite (inf or nan)"
             return found
         if not step["reference_finite"]:
@@ -145,34 +237,44 @@ def compare(device_steps, reference_logits, margin=DEFAULT_MARGIN, bound=DEFAULT
     flips = [s for s, step in enumerate(steps) if not step["agree"]]
     kls = [step["kl"] for step in steps]
     worst_kl = max(range(n), key=kls.__getitem__)
+    judged = [s for s, step in enumerate(steps) if not step["flat"]]
+    worst = max(judged, key=lambda s: steps[s]["error"], default=None)
     found.update(
         reference_agreement=(n - len(flips)) / n,
         reference_max_kl=kls[worst_kl],
         reference_flip_margin=max((steps[s]["flip"] for s in flips), default=None),
+        reference_logit_error=None if worst is None else steps[worst]["error"],
         reference_match=not flips,
         first_divergence=flips[0] if flips else None,
     )
     for s, step in enumerate(steps):
-        if not step["agree"] and step["flip"] > margin:
-            found.update(numerics=DIVERGES, numerics_step=s)
-            found["numerics_note"] = (
-                f"step {s} of {n}: the device chose {_token(decode, step['device_token'])}, {step['flip']:.3g} nats "
-                f"below the reference's {_token(decode, step['reference_token'])} (margin {margin:g})"
-            )
+        trips = _trips(step, bound, error)
+        if trips:
+            found.update(numerics=DIVERGES, numerics_step=s, numerics_measure=" + ".join(trips))
+            found["numerics_note"] = _diverges_note(s, n, step, trips, bound, error, decode)
             return found
-        if step["kl"] > bound:
-            found.update(numerics=DIVERGES, numerics_step=s)
-            found["numerics_note"] = f"step {s} of {n}: KL {step['kl']:.3g} nats from the reference (bound {bound:g})"
-            return found
-    kl_text = f"largest KL {kls[worst_kl]:.2g} nats (step {worst_kl}, bound {bound:g})"
+    said = f"largest KL {kls[worst_kl]:.2g} nats (step {worst_kl}, bound {bound:g})"
+    if worst is not None:
+        said += f", largest logit error {steps[worst]['error']:.2g} of the spread (step {worst}, at most {error:g})"
+    flat = [s for s, step in enumerate(steps) if step["flat"]]
+    if flat:
+        step = steps[flat[0]]
+        found.update(numerics=TOO_FLAT, numerics_step=flat[0], numerics_measure=KL)
+        found["numerics_note"] = (
+            f"{len(flat)} of {n} steps too flat to judge (first at step {flat[0]}: the reference's logits spread by "
+            f"{step['spread']:.3g}, under {FLAT:g} of their size, where bf16's rounding alone moves them as much): "
+            "neither a flip nor the logit error can tell a right device there, only the KL; " + said
+        )
+        return found
+    found["numerics_measure"] = LOGIT_ERROR
     if flips:
         found.update(numerics=TIES, numerics_step=flips[0])
         found["numerics_note"] = (
             f"{len(flips)} of {n} steps flip at a near-tie (first at step {flips[0]}; the reference ranks the "
-            f"device's token at most {found['reference_flip_margin']:.3g} nats below its best, margin {margin:g}); "
-            + kl_text
+            f"device's token at most {found['reference_flip_margin']:.3g} nats below its best, margin {margin:g} "
+            f"nats or {relative_margin:g} of the spread); " + said
         )
     else:
         found.update(numerics=MATCH)
-        found["numerics_note"] = f"all {n} steps agree; " + kl_text
+        found["numerics_note"] = f"all {n} steps agree; " + said
     return found

@@ -17,7 +17,7 @@ from pathlib import Path
 from ..fileio import atomic_write_json
 from ..record import schema
 from ..record.schema import Record
-from . import agreement, census, judge, probe_core, probe_params, reproduce
+from . import agreement, census, judge, long_text, probe_core, probe_params, reproduce
 from .signatures import failure_signature
 
 
@@ -81,10 +81,17 @@ def run_reference(record: Record, settings: dict, device_steps: list | None, pro
         record[key] = found[key]
 
 
-def check_pass(record: Record, settings: dict, device_steps: list | None, prompt_ids: list[int] | None) -> None:
-    """Everything said about a PASS beyond its verdict: the reference's view of its logits, the judge's of its
-    text (for every PASS: the only check where no reference runs). Neither changes the PASS: a check that
-    raises (the comparison, the judge's scoring) leaves its fields null with the reason in its note."""
+def check_pass(
+    record: Record,
+    settings: dict,
+    device_steps: list | None,
+    prompt_ids: list[int] | None,
+    long_text_found: dict | None = None,
+) -> None:
+    """Everything said about a PASS beyond its verdict: the reference's view of its logits, the long text's
+    agreement (``long_text_found``: what ``long_text_on_device`` kept in the device phase), the judge's view of its
+    text (for every PASS: the only check where no reference runs). None changes the PASS: a check that raises (the
+    comparison, the long text's reference, the judge's scoring) leaves its fields null with the reason in its note."""
     try:
         run_reference(record, settings, device_steps, prompt_ids)
     except Exception as exc:  # noqa: BLE001 a check that cannot run is a note beside the PASS, never its verdict
@@ -92,6 +99,12 @@ def check_pass(record: Record, settings: dict, device_steps: list | None, prompt
             record[key] = None
         record["reference_note"] = f"the reference check could not run: {type(exc).__name__}: {exc}"[:2000]
         record["numerics_note"] = f"no reference: {record['reference_note']}"[:2000]
+    try:
+        run_long_text(record, settings, long_text_found)
+    except Exception as exc:  # noqa: BLE001 as above: the long text's failure is its note
+        for key in long_text.RECORD_FIELDS:
+            record[key] = None
+        record["long_text_note"] = f"the long-text check could not run: {type(exc).__name__}: {exc}"[:2000]
     if settings.get("judge") and settings.get("reference") != "none":
         gc.collect()  # the reference model is freed before the judge loads (0.38 s a walk: only when both load)
     try:
@@ -99,6 +112,28 @@ def check_pass(record: Record, settings: dict, device_steps: list | None, prompt
     except Exception as exc:  # noqa: BLE001 as above: the judge's failure is its note
         record["fluent"] = record["fluency_score"] = None
         record["fluency_note"] = f"the judge could not run: {type(exc).__name__}: {exc}"[:2000]
+
+
+def long_text_on_device(record: Record, settings: dict, result: dict, adapter) -> dict | None:
+    """The long text's device half (``long_text.on_device``), in the device phase after a PASS and its perf phase, on
+    the model the stages kept: None when ``long_text`` is off, else what ``run_long_text`` needs after the release.
+    The CPU reference's limits (``reference_skip``) are asked first, so the device is not held for a text nothing
+    can judge (unless an earlier sweep's reference top-k is in the data folder)."""
+    if not long_text.wanted(settings):
+        return None
+    skip = reference_skip(record, settings, agreement.reference_dtype(record["device_type"], settings["dtype"]))
+    return long_text.on_device(record, settings, result, adapter, skip)
+
+
+def run_long_text(record: Record, settings: dict, found: dict | None) -> None:
+    """Agreement over the long text, the host's half (``long_text.check``): the device's paths against the CPU
+    reference's top-k per position, read from the data folder or computed there once; null fields with the reason
+    in ``long_text_note`` where it did not run. Never changes the verdict."""
+    skip = None
+    if found is not None and "note" not in found:
+        skip = reference_skip(record, settings, agreement.reference_dtype(record["device_type"], settings["dtype"]))
+        gc.collect()  # the verdict's reference model is freed before this one loads
+    long_text.check(record, settings, found, skip)
 
 
 #: A repo with no loadable weights fails on every device: the model's failure, nothing to rerun.

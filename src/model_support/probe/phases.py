@@ -39,7 +39,11 @@ DEVICE_ENV = "MODEL_SUPPORT_DEVICE_PHASE_FILE"
 #: What a record whose checks are still to run says in their place.
 PENDING = "pending: the host checks run after the device is released"
 
-_spans: list[tuple[float, float]] = []  # this process's device work, (start, end) wall clock
+#: The clock the device phase is timed on: wall-clock seconds (``time.time``), comparable across the sweep's
+#: processes (its schedule rows). Read at each call, so a test sets a fake one (``monkeypatch.setattr(phases, "now",
+#: clock)``) and asserts exact seconds, not a sleep's give or take.
+now: Callable[[], float] = time.time
+_spans: list[tuple[float, float]] = []  # this process's device work, (start, end) on ``now``'s clock
 _parts: dict[str, float] = {}  # of it, the seconds of the named parts (``part``: the perf phase, the recompile check)
 _pending: dict[str, dict] = {}  # checks stashed by the device phase in this process, by record key
 #: The stages of ``probe_core.run_stages`` where the host works and the device waits: "load" (the config, the
@@ -69,13 +73,13 @@ def start() -> None:
 
 def _close() -> None:
     if _Clock.since is not None:
-        _spans.append((_Clock.since, time.time()))
+        _spans.append((_Clock.since, now()))
         _Clock.since = None
 
 
 def _open() -> None:
     if _Clock.inside and _Clock.since is None:
-        _Clock.since = time.time()
+        _Clock.since = now()
 
 
 @contextmanager
@@ -114,12 +118,12 @@ def part(name: str) -> Iterator[None]:
     """A named part of a ``device_work`` block (``"perf"``, ``"recompiles"``): its seconds are the device's work like
     the rest of the block, and said apart (``device_phase``'s ``parts``), so the sweep's device time shows what the
     perf phase and the recompile check cost the device. Outside a block it counts nothing."""
-    began = time.time()
+    began = now()
     try:
         yield
     finally:
         if _Clock.inside:
-            _parts[name] = _parts.get(name, 0.0) + time.time() - began
+            _parts[name] = _parts.get(name, 0.0) + now() - began
 
 
 def to_device() -> None:
@@ -142,11 +146,23 @@ def device_phase() -> dict:
 
 
 def checks(
-    record: Record, settings: dict, kind: str, device_steps: list | None = None, prompt_ids: list | None = None
+    record: Record,
+    settings: dict,
+    kind: str,
+    device_steps: list | None = None,
+    prompt_ids: list | None = None,
+    long_text: dict | None = None,
 ) -> None:
-    """The host checks of ``record``: ``kind`` "pass" (the reference and the judge of a PASS) or "attribute"
-    (whose failure a FAIL is). Run now (``checks="here"``), or stashed for after the device phase."""
-    state = {"kind": kind, "settings": settings, "device_steps": device_steps, "prompt_ids": prompt_ids}
+    """The host checks of ``record``: ``kind`` "pass" (the reference, the long text's comparison, the judge of a PASS)
+    or "attribute" (whose failure a FAIL is). Run now (``checks="here"``), or stashed for after the device phase.
+    ``long_text``: what the long text's device half kept (``checks.long_text_on_device``), JSON like the rest."""
+    state = {
+        "kind": kind,
+        "settings": settings,
+        "device_steps": device_steps,
+        "prompt_ids": prompt_ids,
+        "long_text": long_text,
+    }
     if settings.get("checks") != "after":
         if settings.get("reference") != "none" or settings.get("judge"):
             gc.collect()  # the device's model (its cycles too) is freed before a check loads its own (0.38 s a walk)
@@ -156,17 +172,19 @@ def checks(
     record["reference_note"] = record["reference_note"] or PENDING
     if kind == "pass":
         record["numerics_note"] = record["fluency_note"] = PENDING
+        if long_text is not None:
+            record["long_text_note"] = PENDING
 
 
 def run_checks(record: Record, state: dict) -> Record:
     """Run the stashed checks on ``record``; a check that raises becomes a note, never a verdict change."""
     settings, verdict = state["settings"], (record["status"], record["failure_stage"])
-    for note in ("reference_note", "numerics_note", "fluency_note"):
+    for note in ("reference_note", "numerics_note", "fluency_note", "long_text_note"):
         if record[note] == PENDING:
             record[note] = None
     try:
         if state["kind"] == "pass":
-            host.check_pass(record, settings, state["device_steps"], state["prompt_ids"])
+            host.check_pass(record, settings, state["device_steps"], state["prompt_ids"], state.get("long_text"))
         else:
             host.attribute(record, settings)
     except Exception as exc:  # noqa: BLE001 a check's failure is said on the record, never its verdict
@@ -181,7 +199,7 @@ def run_checks(record: Record, state: dict) -> Record:
 
 def unfinished(record: Record, why: str) -> Record:
     """The checks could not run (their host process died or timed out): said in their place; the verdict stays."""
-    for note in ("reference_note", "numerics_note", "fluency_note"):
+    for note in ("reference_note", "numerics_note", "fluency_note", "long_text_note"):
         if record[note] == PENDING:
             record[note] = f"host checks not finished: {why}"[:2000]
     return record

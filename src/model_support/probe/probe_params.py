@@ -22,6 +22,9 @@ from typing import Any
 
 from ..errors import UserError
 from .agreement import DEFAULT_BOUND, DEFAULT_MARGIN
+from .long_text import CHOICES as LONG_TEXT_CHOICES
+from .long_text import DEFAULT_TOKENS as LONG_TEXT_TOKENS
+from .long_text import MIN_TOKENS as LONG_TEXT_MIN_TOKENS
 from .probe_core import DEFAULT_IMAGE_PROMPT, TASKS, VERDICT_TOKENS, run_stages
 
 DEFAULT_PROMPT = "The future of AI is"
@@ -171,6 +174,24 @@ PROBE_PARAMS: tuple[Param, ...] = (
         DEFAULT_BOUND,
         "nats: a step whose KL divergence from the reference exceeds this diverges",
         minimum=0,
+    ),
+    Param(
+        "long_text",
+        str,
+        "off",
+        "agreement over a long real text after a PASS (A Tale of Two Cities, teacher-forced on the device as one "
+        "prefill and token by token through the KV cache, each position's top token against the CPU reference's top "
+        "5, cached per model revision in the data folder): on or off; off by default, since its 1,024 decode steps cost "
+        "the device about 85 times a probe's device phase (bench/bench_long_text.py); true and false read as on and off",
+        choices=LONG_TEXT_CHOICES,
+        booleans=True,
+    ),
+    Param(
+        "long_text_tokens",
+        int,
+        LONG_TEXT_TOKENS,
+        "long_text: the text's length in tokens (at most the model's positions); each is one decode step on the device",
+        minimum=LONG_TEXT_MIN_TOKENS,
     ),
     Param("judge", bool, True, "score a PASS's text for fluency with a small language model on the CPU"),
     Param(

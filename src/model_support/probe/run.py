@@ -21,8 +21,8 @@ from ..fileio import atomic_write_json
 from ..record import schema
 from ..record.schema import Record
 from ..redact import redact_record
-from . import census, devices, hub, hub_fetch, performance, phases, probe_core, probe_params, what_if
-from .checks import NO_WEIGHTS_ATTRIBUTION, attribute, started_path, write_started
+from . import census, devices, hub, hub_fetch, long_text, performance, phases, probe_core, probe_params, what_if
+from .checks import NO_WEIGHTS_ATTRIBUTION, attribute, long_text_on_device, started_path, write_started
 from .instruments import flight_recorder, host_cost, profiled, recompiles
 from .model_ids import check_there, machine_paths, portable_id, unavailable
 from .records import fail, new_record
@@ -318,7 +318,8 @@ def _on_device(record: Record, settings: dict, adapter) -> None:
             on_device=phases.to_device,  # the weights move: the device's work again
             # the perf phase times it again, the recompile check compiles it again, still on the device
             keep_model=performance.wanted(settings, adapter.type) is None
-            or recompiles.why_not({"status": schema.PASS, "device_type": adapter.type}, settings) is None,
+            or recompiles.why_not({"status": schema.PASS, "device_type": adapter.type}, settings) is None
+            or long_text.wanted(settings),
         )
     if counted is not None and not result["exclusion_reason"]:
         schema.fill(record, counted.fields(census.RUN if result["exception"] is None else census.PARTIAL))
@@ -360,9 +361,11 @@ def _on_device(record: Record, settings: dict, adapter) -> None:
         if settings["mode"] == "compile":  # recompiles across prompt lengths (recompile_check), or why not
             with phases.part("recompiles"):  # the device's work, said apart in the sweep's device time
                 schema.fill(record, recompiles.recompile_fields(record, settings, result, adapter))
+        with phases.part("long_text"):  # the long text through both paths, said apart in the sweep's device time
+            long_found = long_text_on_device(record, settings, result, adapter)
     device_steps, prompt_ids = result["step_scores"], result["input_ids"]
     del result  # the device's model is freed before the reference loads
-    phases.checks(record, settings, "pass", device_steps, prompt_ids)
+    phases.checks(record, settings, "pass", device_steps, prompt_ids, long_found)
 
 
 def _each(hooks: list):

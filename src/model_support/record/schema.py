@@ -142,7 +142,9 @@ GROUPS = {
 #: 23: what a compiled run ran as (``compile_dynamic``, ``compile_cache``, ``recompile_limit_hit``: TorchTPU compiles
 #: with dynamic=False, so a compiled run takes the static KV cache) and its recompiles counted on the probe's own
 #: backend (``recompiles_backend``).
-VERSION = 23
+#: 24: agreement over a long real text (``long_text_*``: top-1 and top-5 per path, where it diverges, the gated rate).
+#: 24 also: which measure judged a PASS's numerics (``numerics_measure``) and the scale-free one (``reference_logit_error``).
+VERSION = 24
 
 
 class Record(TypedDict):
@@ -275,9 +277,55 @@ class Record(TypedDict):
     reference_agreement: Annotated[float | None, Col("numerics", 9, "the share of steps whose top token agrees")]
     reference_max_kl: Annotated[float | None, Col("numerics", 9, "the largest KL(reference || device), nats (top-k)")]
     reference_flip_margin: Annotated[float | None, Col("numerics", 9, "the largest flip's margin below the best, nats")]
+    numerics_measure: Annotated[
+        str | None,
+        Col(
+            "numerics",
+            24,
+            "what judged numerics: logit error (every step, with KL and flips), the measure(s) that diverged, or KL "
+            "alone (too flat); null: no reference, or a row from before (KL and the flip margin alone)",
+        ),
+    ]
+    reference_logit_error: Annotated[
+        float | None,
+        Col(
+            "numerics",
+            24,
+            "the largest per step: the device's top-k logits off the reference's (RMS, a shift aside) over the "
+            "reference's spread across the vocabulary; scale-free",
+        ),
+    ]
     fluent: Annotated[bool | None, Col("numerics", 9, "the fluency judge's verdict on the generated text")]
     fluency_score: Annotated[float | None, Col("numerics", 9, "the judge's mean log-probability per token")]
     fluency_note: Annotated[str | None, Col("numerics", 9, "the repetition measure, or why the judge did not run")]
+    long_text_tokens: Annotated[int | None, Col("numerics", 24, "long text: positions compared with the reference")]
+    long_text_text: Annotated[str | None, Col("numerics", 24, "long text: which text, name:sha256 (two_cities:...)")]
+    long_text_prefill_top1: Annotated[
+        float | None, Col("numerics", 24, "long text, one prefill: share of positions whose top token agrees")
+    ]
+    long_text_prefill_top5: Annotated[
+        float | None, Col("numerics", 24, "long text, one prefill: share whose top token is in the reference's top 5")
+    ]
+    long_text_decode_top1: Annotated[
+        float | None, Col("numerics", 24, "long text, token by token through the KV cache: top-1 agreement")
+    ]
+    long_text_decode_top5: Annotated[
+        float | None, Col("numerics", 24, "long text, token by token through the KV cache: top-5 agreement")
+    ]
+    long_text_first_disagreement: Annotated[
+        int | None, Col("numerics", 24, "long text: the first position whose top token differs (either path)")
+    ]
+    long_text_prefill_diverges_at: Annotated[
+        int | None, Col("numerics", 24, "long text, prefill: first position beyond the margin or the top 5")
+    ]
+    long_text_decode_diverges_at: Annotated[
+        int | None, Col("numerics", 24, "long text, decode: the step where it first diverges (localise replays it)")
+    ]
+    long_text_rate: Annotated[
+        float | None, Col("numerics", 24, "long text: lowest top-1 agreement over 128-position windows (gated)")
+    ]
+    long_text_device_s: Annotated[float | None, Col("numerics", 24, "long text: the device's seconds, both paths")]
+    long_text_note: Annotated[str | None, Col("numerics", 24, "long text: what it found, or why it did not run")]
     versions: Annotated[Versions | None, Col("provenance", 1, "python, torch, torch_tpu, libtpu, transformers, ...")]
     stack_sha: Annotated[
         str | None, Col("provenance", 14, "sha256 (16 hex) of every installed distribution: sweep.json's stack")
@@ -301,6 +349,10 @@ class Record(TypedDict):
         ),
     ]
     host: Annotated[str | None, Col("provenance", 1, "the host's name")]
+    ray_node: Annotated[str | None, Col("provenance", 24, "under Ray: the id of the node the probe ran on")]
+    reran_after: Annotated[
+        str | None, Col("provenance", 24, "why the probe ran a second time: its first run told nothing (a lost node)")
+    ]
     started_at: Annotated[str | None, Col("provenance", 1, "UTC, ISO 8601")]
     duration_s: Annotated[float | None, Col("timing", 1, "the whole probe, in seconds")]
     notebook_path: Annotated[str | None, Col("provenance", 1, "the executed notebook, relative to the data folder")]

@@ -15,7 +15,7 @@ import polars as pl
 
 from .. import analysis
 from ..analysis import coverage
-from ..analysis.frames import check_note_col, pass_check_col, variant_col, version
+from ..analysis.frames import check_note_col, check_step_col, pass_check_col, variant_col, version
 from ..analysis.parallel import devices_col, parallelism_col
 from ..probe import repro
 from ..record import store
@@ -112,7 +112,7 @@ def _all_rows(data_dir: Path, unprobed: pl.DataFrame) -> pl.LazyFrame:
             devices_col(),
             parallelism_col(),
             pass_check_col().alias("check"),
-            pl.col("numerics_step").alias("check_step"),
+            check_step_col(),  # a diverging check's step only (a too flat reference's is no divergence)
             lacks,
             pl.lit(0, dtype=pl.Int8).alias("c"),
         )

@@ -3,7 +3,7 @@ pull-request comment, CSV and JSON for anything else (``model-support export``).
 
 Read from the dataset alone (the ``results`` and ``excluded`` configs): a dataset pulled from the Hub, with no
 ``sweeps/`` folder, exports the same. One row per model and variant: its verdict, whether a PASS is right
-(numerics or fluency, the report's words), tokens per second, the stack it ran on (torch, the device backend that ran
+(numerics or fluency, the report's words, and the measure that judged it: ``check_measure``), tokens per second, the stack it ran on (torch, the device backend that ran
 as its adapter named it, transformers), the command that reproduces it (``repro.command``) and where its notebook and
 log are.
 """
@@ -31,6 +31,7 @@ COLUMNS = (
     "variant",
     "status",
     "check",
+    "check_measure",
     "suspect",
     "failure_stage",
     "attribution",
@@ -72,6 +73,7 @@ def export_rows(data_dir: Path | str, sweep_id: str) -> list[dict]:
         "notebook_url",
         "log_url",
         "numerics",
+        "numerics_measure",
         "fluent",
         "exclusion_reason",
         "duration_s",
@@ -95,6 +97,7 @@ def export_rows(data_dir: Path | str, sweep_id: str) -> list[dict]:
     rows = rows.with_columns(
         variant_col(),
         analysis.pass_check_col().alias("check"),
+        analysis.check_measure_col(),
         backend_col(),
     ).sort("model_id", "variant")
     out = []
@@ -107,6 +110,7 @@ def export_rows(data_dir: Path | str, sweep_id: str) -> list[dict]:
                 "variant": r["variant"],
                 "status": "excluded" if excluded else r["status"],
                 "check": r["check"],
+                "check_measure": r["check_measure"],
                 "suspect": r["check"] in analysis.SUSPECT_CHECKS,
                 "failure_stage": r["failure_stage"],
                 "attribution": r["attribution"],
@@ -170,6 +174,14 @@ def stack_text(row: dict) -> str:
     return f"{row['device_type'] or '?'}: " + (", ".join(p for p in parts if p) or "unknown")
 
 
+def check_text(row: dict) -> str | None:
+    """A PASS's check with the measure that judged it, ``agrees (logit error)``: a ``match`` judged by the KL alone
+    (a row from before the logit error, ``KL + flip margin``) says less of a model with flat logits."""
+    if row["check"] is None:
+        return None
+    return f"{row['check']} ({row['check_measure']})" if row.get("check_measure") else row["check"]
+
+
 def _cell(value, limit: int | None = 160) -> str:
     """A Markdown table cell: no line breaks, no pipes; at most ``limit`` characters (None: whole, a command)."""
     if value is None:
@@ -188,7 +200,8 @@ def markdown(sweep_id: str, rows: list[dict]) -> str:
         "",
         ", ".join(f"{k}: {n}" for k, n in counts.items()) + f"; suspect passes: {suspect}",
         "",
-        "tokens/s: (perf) the perf phase's median of timed repeats; (verdict) the verdict's own 8-token generation.",
+        "tokens/s: (perf) the perf phase's median of timed repeats; (verdict) the verdict's own 8-token generation. "
+        "check: what a PASS's check says, and in brackets the measure that judged it (docs/numerics.md).",
         "backend: the device backend that ran, as its adapter named it (none: torch alone, the CPU). repro: the command "
         "that reproduces the row with plain python (its script sets the backend's settings as the probe ran them; "
         f"add `{reproduce.AS_FOUND_FLAG}` to its python command to run on the stack as found instead).",
@@ -202,7 +215,7 @@ def markdown(sweep_id: str, rows: list[dict]) -> str:
             r["model_id"],
             r["variant"],
             r["status"],
-            r["check"],
+            check_text(r),
             r["failure_stage"],
             r["attribution"],
             r["failure_signature"] or (r["error_message"] if r["status"] == "excluded" else None),

@@ -309,6 +309,8 @@ def _model_row(row: dict, sweep_id: str, variants: bool, tasks: bool) -> list[Ce
     check = row["check"] or ""
     if check == analysis.DIVERGES and row["numerics_step"] is not None:
         check += f" at step {row['numerics_step']}"
+    if check and row.get("check_measure"):  # what judged it: a match by the KL alone says little of flat logits
+        check += f" ({row['check_measure']})"
     color = schema.VERDICT_COLORS.get(row["status"] or "")
     links = [("record", _link(row["record"]))] if row["record"] else []
     if row["repro_body"]:

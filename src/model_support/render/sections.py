@@ -61,6 +61,7 @@ SUSPECT_COLUMNS = {
     "model_id": "model",
     "variant": "variant",
     "check": "check",
+    "measure": "judged by",
     "step": "diverges at step",
     "note": "why",
     "generated_text": "generated text",

@@ -1,0 +1,204 @@
+"""Numbers a PASS can stand on (issue 56, parts 1 and 5): a stack that computes wrong numbers gets no unflagged PASS,
+and one that only rounds differently gets no flag. One real sweep per fault on the pretend device, with the CPU
+reference on, over the tiny fixtures, which are trained (``fixtures.tiny.train``) so that their logits have margins a
+wrong kernel changes:
+
+- every ``aten::mul.Tensor`` wrong (each output reversed and negated, raising nothing): no tiny text fixture
+  PASSes unflagged. Before this, tiny-llama and tiny-qwen3 said ``ties`` and tiny-opt ``match``: the random
+  fixtures' logits were nearly flat, and a KL between flat distributions is small whatever computed them;
+- ``aten::silu`` wrong, both ways the pretend device has (a bug: reversed and negated; imprecise: every value off by
+  50%): tiny-llama is flagged;
+- every matrix product off by a relative error within bf16's rounding (``matmul_noise``, no fault): no fault-free
+  model is flagged, SmolLM2-135M-Instruct among them.
+
+"Flagged" is what a reader of the sweep sees: the export marks the row suspect, the check and the measure that judged
+it are named. The comparison itself (``agreement.compare``) is also run here on logits whose answer is known: flat
+logits cannot hide a wrong kernel from the logit error, a reference too flat to judge is called ``too flat``, never
+``match`` or ``ties``, and the tie rule's margin follows the logits' spread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from fixtures.build import TINY_ARCHS
+from fixtures.tiny import MIN_MARGIN
+from model_support.probe import agreement, probe_core
+
+REPO = Path(__file__).resolve().parents[1]
+MUL = {"wrong_ops": ["aten::mul.Tensor"]}
+SILU_BUG = {"wrong_ops": ["aten::silu"]}
+SILU_OFF = {"wrong_ops": {"aten::silu": 0.5}}
+NOISE = {"matmul_noise": 2.0**-8}  # bf16's unit roundoff
+#: Each probe's settings: the CPU reference on (the check under test), the judge and the perf phase off (not it).
+PROBE = {"device": "pretend", "reference": "cpu", "judge": False, "perf": False}
+
+
+def sweep(tmp: Path, name: str, stack: dict, models: list[str]) -> list[dict]:
+    """``model-support sweep`` for real on the pretend device configured as ``stack``, then ``model-support export
+    --format json``: the export's rows (each model's verdict, check, the measure that judged it, suspect or not)."""
+    import yaml
+
+    from model_support.record import store
+
+    definition = tmp / f"{name}.yaml"
+    definition.write_text(yaml.safe_dump({"name": name, "probe": PROBE, "models": models, "workers": 2}))
+    data = tmp / name
+    env = {**os.environ, "MODEL_SUPPORT_PRETEND": json.dumps(stack), "OMP_NUM_THREADS": "1"}
+    for args in (["sweep", str(definition), "--no-report"], None):
+        if args is None:
+            (sweep_id,) = store.list_sweeps(data)
+            args = ["export", sweep_id, "--format", "json"]
+        done = subprocess.run(
+            [sys.executable, "-m", "model_support.cli", *args, "--data-dir", str(data)],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=env,
+            timeout=900,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def unflagged(rows: list[dict]) -> dict:
+    """The PASSes a reader would take as right: not suspect, and agreeing with the reference."""
+    return {r["model_id"]: (r["check"], r["check_measure"]) for r in rows if r["status"] == "PASS" and not r["suspect"]}
+
+
+def text_fixtures(fixture_models) -> list[str]:
+    """The tiny text-generation fixtures that PASS on a healthy stack."""
+    return [fixture_models[name]["path"] for name in (*TINY_ARCHS, "tiny-eos-early")]
+
+
+@pytest.mark.slow
+def test_every_multiplication_wrong_leaves_no_tiny_fixture_an_unflagged_pass(tmp_path, fixture_models):
+    rows = sweep(tmp_path, "mul", MUL, text_fixtures(fixture_models))
+    assert len(rows) == len(TINY_ARCHS) + 1
+    assert unflagged(rows) == {}
+    passed = {r["model_id"]: r for r in rows if r["status"] == "PASS"}
+    for name in ("tiny-llama", "tiny-qwen3", "tiny-opt"):  # the three that passed as ties and match before
+        row = passed[f"local:{name}"]
+        assert row["check"] == "diverges" and row["suspect"] is True, row
+        assert row["check_measure"] and set(row["check_measure"].split(" + ")) <= set(agreement.MEASURES), row
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("stack", "how"), [(SILU_BUG, "reversed and negated"), (SILU_OFF, "off by 50%")])
+def test_silu_wrong_flags_tiny_llama(tmp_path, fixture_models, stack, how):
+    (row,) = sweep(tmp_path, "silu", stack, [fixture_models["tiny-llama"]["path"]])
+    assert row["status"] == "PASS" and row["suspect"] is True and row["check"] == "diverges", (how, row)
+
+
+@pytest.mark.slow
+def test_bf16_sized_noise_on_every_matmul_flags_no_fault_free_model(tmp_path, fixture_models):
+    models = [*text_fixtures(fixture_models), fixture_models["SmolLM2-135M-Instruct"]["path"]]
+    rows = sweep(tmp_path, "noise", NOISE, models)
+    assert [r["status"] for r in rows] == ["PASS"] * len(models)
+    checks = unflagged(rows)
+    assert sorted(checks) == sorted(r["model_id"] for r in rows)
+    assert {check for check, _ in checks.values()} <= {"agrees", "agrees within ties"}, checks
+    assert {measure for _, measure in checks.values()} == {agreement.LOGIT_ERROR}, checks
+
+
+def test_the_tiny_fixtures_have_real_margins(fixture_models):
+    """What part 5 built, as the manifest says and the files show: every happy-path tiny model was trained, and at
+    each of the probe's greedy steps its best logit stands at least MIN_MARGIN nats above the next (a random model's
+    stand hundredths of a nat apart)."""
+    for name in TINY_ARCHS:
+        entry = fixture_models[name]
+        assert entry["training"]["steps"] >= 100 and entry["min_margin"] >= MIN_MARGIN, (name, entry)
+    model, tokenizer = probe_core.load(fixture_models["tiny-opt"]["path"], "", "float32", False, "cpu", {})
+    input_ids, mask, _ = probe_core.build_inputs(tokenizer, probe_core.DEFAULT_PROMPT, "auto")
+    scores: list[dict] = []
+    probe_core.generate(model, tokenizer, input_ids, mask, 8, "cpu", scores=scores)
+    assert min(step["logits"][0] - step["logits"][1] for step in scores) >= MIN_MARGIN
+
+
+def test_matmul_noise_is_rounding_not_a_fault():
+    """``matmul_noise`` is said in one sentence when it is no size, and the stack it makes reports no operator wrong
+    (``op_coverage``): a what-if or a plan must never try to fix a stack's rounding."""
+    from model_support_pretend import PretendConfigError, parse
+    from model_support_pretend.adapter import _status
+
+    config = parse(json.dumps(NOISE))
+    assert config.matmul_noise == 2.0**-8 and not config.wrong_ops
+    assert {_status(config, op) for op in ("aten::mm", "aten::addmm", "aten::bmm")} == {"implemented"}
+    for bad in (0, 0.5, True, "0.004"):
+        with pytest.raises(PretendConfigError, match="'matmul_noise' must be a relative error above 0 and below 0.5"):
+            parse(json.dumps({"matmul_noise": bad}))
+
+
+# --------------------------------------------------------------------------------------------
+# the comparison on logits whose answer is known
+
+VOCAB = 1000
+
+
+def _flat_pair(seed: int = 0, scale: float = 0.16, steps: int = 4, wrong: float = 0.0):
+    """A random model's logits (spread ``scale`` nats, as the random fixtures' were) as the reference, and the
+    device's: the same rounded to bf16, plus ``wrong`` times an unrelated vector (a wrong kernel's doing)."""
+    generator = torch.Generator().manual_seed(seed)
+    reference = torch.randn(steps, VOCAB, generator=generator) * scale
+    device = reference + wrong * torch.randn(steps, VOCAB, generator=generator) * scale
+    return [probe_core.top_scores(row.to(torch.bfloat16)) for row in device], reference
+
+
+def test_flat_logits_cannot_hide_a_wrong_kernel_from_the_logit_error():
+    """Logits spread over a tenth of a nat: a device whose logits are a third off has a KL far below the bound (the
+    old check said match or ties), and a logit error far above its limit. Scaled by 100, the same: scale-free."""
+    right = agreement.compare(*_flat_pair())
+    assert right["numerics"] == "match" and right["numerics_measure"] == agreement.LOGIT_ERROR
+    assert right["reference_logit_error"] < 0.05
+    device, reference = _flat_pair(wrong=0.3)
+    wrong = agreement.compare(device, reference)
+    assert wrong["reference_max_kl"] < 1e-3 < agreement.DEFAULT_BOUND  # KL cannot see it
+    assert wrong["numerics"] == "diverges" and agreement.LOGIT_ERROR in wrong["numerics_measure"].split(" + ")
+    assert wrong["reference_logit_error"] > 2 * agreement.DEFAULT_ERROR
+    assert "of their spread" in wrong["numerics_note"]
+    device, reference = _flat_pair(wrong=0.3, scale=16.0)
+    steep = agreement.compare(device, reference)
+    assert steep["reference_logit_error"] == pytest.approx(wrong["reference_logit_error"], rel=0.05)
+
+
+def test_a_flip_is_a_tie_only_within_the_logits_own_spread():
+    """Flat logits (spread 0.16 nats): a device that picks a token 0.1 nats below the reference's best flips within
+    0.5 nats, but not within 0.15 of the spread (0.024 nats): it diverges by its flip margin. The same flip on logits
+    spread over 4 nats is a tie."""
+    generator = torch.Generator().manual_seed(1)
+    reference = torch.randn(1, VOCAB, generator=generator) * 0.16
+    best = int(reference[0].argmax())
+    other = int(reference[0].argsort(descending=True)[5])
+    reference[0, other] = reference[0, best] - 0.1
+    device = reference.clone()
+    device[0, other] = device[0, best] + 0.1  # the device's best is the reference's runner-up
+    flat = agreement.compare([probe_core.top_scores(device[0])], reference)
+    assert flat["numerics"] == "diverges" and agreement.FLIP in flat["numerics_measure"], flat["numerics_note"]
+    assert flat["reference_flip_margin"] == pytest.approx(0.1, abs=1e-3)  # within DEFAULT_MARGIN's 0.5 nats
+    steep = reference * 25  # spread 4 nats; the flip is 2.5 nats now: scale the runner-up back to 0.1 below
+    steep[0, other] = steep[0, best] - 0.1
+    device = steep.clone()
+    device[0, other] = device[0, best] + 0.05
+    tie = agreement.compare([probe_core.top_scores(device[0])], steep)
+    assert tie["numerics"] == "ties", tie["numerics_note"]
+
+
+def test_a_reference_too_flat_to_judge_is_called_too_flat_never_match():
+    """Logits of 5 nats each, spread by a thousandth: bf16 rounds each by up to 0.02, twenty times their spread, so
+    no flip and no logit error can tell a right device there. The device computed them right (the same, rounded),
+    yet the answer is ``too flat``, judged by the KL alone, with the step and why."""
+    generator = torch.Generator().manual_seed(2)
+    reference = 5.0 + torch.randn(3, VOCAB, generator=generator) * 1e-3
+    found = agreement.compare([probe_core.top_scores(row.to(torch.bfloat16)) for row in reference], reference)
+    assert found["numerics"] == agreement.TOO_FLAT and found["numerics_step"] == 0
+    assert found["numerics_measure"] == agreement.KL and found["reference_logit_error"] is None
+    assert "too flat to judge" in found["numerics_note"]
+    constant = torch.zeros(1, VOCAB)
+    assert agreement.compare([probe_core.top_scores(constant[0])], constant)["numerics"] == agreement.TOO_FLAT
