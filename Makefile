@@ -10,7 +10,7 @@ TEST_WORKERS ?= 2
 XDIST     = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 export PYTHONWARNINGS ?= ignore:<TorchTpu/Performance/TcMalloc/
 
-.PHONY: setup venv lock lock-lab fixtures sweep nightly test test-fast lint bench lab browser clean-data
+.PHONY: setup venv lock lock-lab fixtures sweep nightly test test-fast lint bench mutation lab browser clean-data
 
 setup: venv fixtures browser
 
@@ -33,7 +33,7 @@ $(STAMP): pyproject.toml pretend/pyproject.toml constraints.txt $(KERNEL_CONFIG)
 lock:
 	rm -rf .venv-lock && python3 -m venv .venv-lock
 	.venv-lock/bin/python -m pip install -q --disable-pip-version-check torch==2.13.0
-	.venv-lock/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
+	.venv-lock/bin/python -m pip install -q --disable-pip-version-check -e '.[dev,mutation]'
 	{ grep '^#' constraints.txt; .venv-lock/bin/python -m pip freeze --exclude-editable | sed 's/^torch==.*/torch==2.13.0/' | sort -f; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt && rm -rf .venv-lock
 
@@ -81,6 +81,15 @@ test-fast: fixtures
 
 bench: fixtures browser
 	$(PY) bench/run_all.py
+
+# Mutation testing (bench/mutation.py; cosmic-ray, the `mutation` extra, pinned in constraints.txt): each rule of the
+# modules that decide answers broken on purpose, one mutant at a time, in a scratch copy (MUTATION_DIR, outside the
+# work tree), and their fast tests run against it; the report, survivors and why, is bench/mutation.md. Slow (hours on
+# a busy 2-core machine): never in `make test` or CI. MUTATION_ARGS: --only decision, --resume, --recheck, --report-only.
+MUTATION_DIR ?= $(or $(TMPDIR),/tmp)/model-support-mutation
+mutation: $(STAMP)
+	@$(PY) -c "import cosmic_ray" 2>/dev/null || $(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[mutation]'
+	$(PY) bench/mutation.py --scratch $(MUTATION_DIR) $(MUTATION_ARGS)
 
 # JupyterLab at the data folder: open any executed probe notebook and re-run it top to bottom.
 # JupyterLab and its server stack live in their own venv (.venv-lab), out of what runs a probe (its

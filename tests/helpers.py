@@ -137,3 +137,16 @@ def assert_charts_drawn(page, min_charts: int, timeout_ms: int = 20000) -> None:
 def wait_count(page, n: int) -> None:
     """Wait until the explorer says ``n`` entries match its filters."""
     page.wait_for_function(f"document.querySelector('#match-count').textContent.startsWith('{n} ')")
+
+
+class FakeClock:
+    """A clock that moves only when told (``advance``): what a test asserts about time is then exact."""
+
+    def __init__(self, at: float = 1000.0):
+        self.at = at
+
+    def __call__(self) -> float:
+        return self.at
+
+    def advance(self, seconds: float) -> None:
+        self.at += seconds

@@ -280,3 +280,78 @@ def test_a_night_that_excluded_a_model_hides_no_regression_after_it(tmp_path):
     assert found.failing == [
         f"regression: org/m [eager+dynamic]: PASS (the last verdict before {B}, in {A}) -> FAIL(gen): RuntimeError: boom"
     ]
+
+
+# --------------------------------------------------------------------------------------------
+# what `make mutation` found no test for (bench/mutation.md)
+
+
+def test_each_gate_word_is_gated_alone_and_the_rest_said_not_gated(tmp_path):
+    """Under ``--fail-on dropped`` a regression and a new failure are said, "not gated", and the dropped run after
+    them in the gate's order still fails it; under ``regressions`` the drop is said, not failed."""
+    _sweep(tmp_path, A, 4, ["org/r", "org/d"], {"org/r": "PASS", "org/d": "PASS"})
+    _sweep(tmp_path, B, 5, ["org/r", "org/n"], {"org/r": "FAIL(gen)", "org/n": "FAIL(load)"})
+    dropped = gate.gate(tmp_path, A, B, ["dropped"])
+    assert dropped.failing == [f"dropped: org/d [eager+dynamic]: PASS in {A}, left out of {B}'s definition"]
+    assert dropped.notes == [
+        "regression: org/r [eager+dynamic]: PASS -> FAIL(gen): RuntimeError: boom (not gated: add new-failures, "
+        "regressions to --fail-on)",
+        f"new failure: org/n [eager+dynamic]: not in {A} -> FAIL(load): RuntimeError: boom (not gated: add "
+        "new-failures to --fail-on)",
+    ]
+    assert dropped.summary() == "FAILED: 1 dropped" and dropped.changes == []
+    regressions = gate.gate(tmp_path, A, B, ["regressions"])
+    assert regressions.summary() == "FAILED: 1 regression"
+    assert regressions.changes == [
+        {"kind": "regression", "model_id": "org/r", "variant": "eager+dynamic", "before": "PASS"}
+        | {"after": "FAIL(gen)", "signature": "RuntimeError: boom"}
+    ]
+    every = gate.gate(tmp_path, A, B, ["regressions", "new-failures", "dropped"])
+    assert every.summary() == "FAILED: 1 regression, 1 new failure, 1 dropped"
+    assert [(c["kind"], c["before"], c["after"]) for c in every.changes] == [
+        ("regression", "PASS", "FAIL(gen)"),
+        ("new failure", None, "FAIL(load)"),  # no verdict before: none, not the state "absent"
+    ]
+
+
+def test_a_gate_against_a_sweep_that_is_not_there_is_one_sentence_and_a_bad_word_is_the_first_named(tmp_path):
+    _sweep(tmp_path, B, 5, ["org/m"], {"org/m": "PASS"})
+    with pytest.raises(UserError, match=f"No sweep 'nope' in {tmp_path}: nothing to gate against"):
+        gate.gate(tmp_path, "nope", B, [])
+    with pytest.raises(UserError, match="--fail-on 'speed' is not one of"):
+        gate.gate(tmp_path, "nope", B, ["speed", "regressions", "pace"])
+
+
+def test_the_perf_gates_summary_counts_each_kind_of_failing_line(tmp_path):
+    """One run slower, one timed in A and not in B: "FAILED: 1 slower, 1 not timed"; nothing compared at all:
+    "1 perf not compared"."""
+    timed = {
+        "tpot_s_repeats": [0.01, 0.0101, 0.0099],
+        "ttft_s_repeats": [0.02, 0.0201, 0.0199],
+        "perf_tokens_per_s_repeats": [100.0, 99.0, 101.0],
+        "perf_tokens_out": 4,
+        "perf_note": "3 repeats of 4 tokens after a warm-up, on the host's wall clock",
+    }
+    slower = {**timed, "tpot_s_repeats": [0.013, 0.0131, 0.0129], "ttft_s_repeats": [0.026, 0.0261, 0.0259]}
+    untimed = {"perf_note": "not measured: the perf phase raised OutOfMemoryError"}
+    for day, (sweep_id, rows) in enumerate(
+        ((A, {"org/s": timed, "org/u": timed}), (B, {"org/s": slower, "org/u": untimed})), 4
+    ):
+        SweepMeta(
+            sweep_id=sweep_id,
+            name="n",
+            created_at=f"2026-12-0{day}T00:00:00+00:00",
+            probe={},
+            models=[ModelEntry(m) for m in rows],
+        ).write(store.sweep_dir(tmp_path, sweep_id))
+        for model_id, fields in rows.items():
+            record = schema.empty_record(
+                sweep_id=sweep_id, model_id=model_id, status="PASS", device_type="cuda", numerics="match", **fields
+            )
+            store.store_result(tmp_path, sweep_id, record, None, "")
+        store.compact(tmp_path, sweep_id)
+    found = gate.gate(tmp_path, A, B, ["perf"])
+    assert found.summary() == "FAILED: 1 slower, 1 not timed", found.failing
+    assert [line.split(":")[0] for line in found.failing] == ["slower", "perf"]
+    same = gate.gate(tmp_path, B, B, ["perf"])  # B against itself: its timed run within noise, its untimed one unsaid
+    assert not same.failed and same.summary() == "passed"

@@ -91,3 +91,28 @@ def test_a_real_decode_slowdown_is_still_caught_through_tpot_and_a_measured_toke
     assert kind == decision.SLOWER and _slower(metrics, "perf_tokens_per_s")  # repeats that decode carry their noise
     assert not perf.judged("perf_tokens_per_s", _derived_row(rng, 0.01), _derived_row(rng, 0.01))
     assert perf.judged("perf_tokens_per_s", _measured_row(rng, 0.01), _measured_row(rng, 0.01))
+
+
+def test_which_metrics_are_judged_does_not_hang_on_how_a_metric_name_was_made():
+    """A metric named at run time (read from ``bisect --metric``, a row) is judged as the literal is."""
+    derived, measured = {"perf_tokens_out": 1}, {"perf_tokens_out": 4}
+    name = "".join(["perf_tokens", "_per_s"])
+    assert not perf.judged(name, derived, measured) and perf.judged(name, measured, measured)
+    assert perf.judged("".join(["tpot", "_s"]), derived, derived)
+    # every metric but a derived tokens/s: one sorting before it too
+    assert perf.judged("bandwidth_utilisation", derived, derived)
+
+
+def test_a_row_says_its_tokens_per_s_was_derived_by_its_one_token_repeats_alone():
+    assert perf.derived_tokens_per_s({"perf_tokens_out": 1})
+    for row in ({"perf_tokens_out": 4}, {"perf_tokens_out": None}, {}):  # measured, or an older row: not derived
+        assert not perf.derived_tokens_per_s(row)
+
+
+def test_bisects_direction_is_the_gates_verdict_on_one_metric():
+    """``bisect --metric``: "slower" or "faster" beyond the threshold and the noise, else None."""
+    steady = [1.0, 1.01, 0.99]
+    assert perf.direction(steady, [v * 1.3 for v in steady], False, 0.05) == "slower"
+    assert perf.direction(steady, [v * 1.3 for v in steady], True, 0.05) == "faster"
+    assert perf.direction(steady, [v * 1.01 for v in steady], False, 0.05) is None
+    assert perf.direction([1.0], steady, False, 0.05) is None  # not comparable: no direction

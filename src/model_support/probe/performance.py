@@ -64,6 +64,10 @@ from .instruments import profiled
 
 #: The record's performance fields (group ``perf``), null unless measured.
 FIELDS = schema.names_in("perf")
+#: The host's clock (seconds; ``time.perf_counter``, as the probe's ``started``): the phase's budget, deadline and
+#: device seconds, and its repeats where the device has no clock of its own. Read at each call, so a test sets a fake
+#: one (``monkeypatch.setattr(performance, "host_clock", clock)``) and asserts exact repeats, not a sleep's.
+host_clock: Callable[[], float] = time.perf_counter
 
 
 def spread(values: list[float]) -> float | None:
@@ -361,7 +365,7 @@ def measure(
     device = adapter.torch_device
     synchronize = adapter.synchronize if adapter.type != "cpu" else None
     own_clock = adapter.perf_clock(settings["mode"])
-    clock = own_clock or time.perf_counter
+    clock = own_clock or host_clock
     ids = torch.tensor([prompt_ids], dtype=torch.long)
     mask = torch.ones_like(ids)
     mode = settings["mode"]
@@ -376,7 +380,7 @@ def measure(
     decoded: list[list[float]] = [reused] if reused else []  # each generation's decode steps (seconds)
     tpot: list[float] = tpot_samples(decoded)
     per_repeat: list[float] = []  # each repeat's whole generation, for tokens/s
-    began = time.perf_counter()
+    began = host_clock()
     first_call: float | None = None
     try:
         gc.collect(1)  # the verdict's young garbage freed (a full collection cost 0.2 s a probe outside a kernel)
@@ -386,15 +390,15 @@ def measure(
                 # mode's programs for the repeat's length) is the host's work, and the first repeat after the verdict
                 # runs slowest on the host's clock (tiny-llama's first TTFT: +9% over the next two, in review)
                 _one_run(model, tokenizer, ids, mask, options, device, synchronize, clock)
-                first_call = time.perf_counter() - began
+                first_call = host_clock() - began
             else:  # the verdict's generation warmed the model: its first token is the first call
                 first_call = (verdict or {}).get("first_token_s")
-            timed_from, last = time.perf_counter(), 0.0  # a compilation in the warm-up is the host's, not the budget's
+            timed_from, last = host_clock(), 0.0  # a compilation in the warm-up is the host's, not the budget's
             plan.deadline_s = _deadline(settings, timed_from)
-            while (stop := plan.stop(tpot, len(ttft), time.perf_counter() - timed_from, last, tokens > 1)) is None:
-                went = time.perf_counter()
+            while (stop := plan.stop(tpot, len(ttft), host_clock() - timed_from, last, tokens > 1)) is None:
+                went = host_clock()
                 start, times = _one_run(model, tokenizer, ids, mask, options, device, synchronize, clock)
-                last = time.perf_counter() - went
+                last = host_clock() - went
                 ttft.append(times[0] - start)
                 steps = [after - before for before, after in zip(times, times[1:])]
                 if steps:
@@ -410,7 +414,7 @@ def measure(
         gc.enable()
         if eager_forward is not None:
             model.forward = eager_forward
-    phase_s = time.perf_counter() - began
+    phase_s = host_clock() - began
     peak_mb, _ = adapter.peak_memory_mb()
     tpot_s = statistics.median(tpot) if tpot else None
     # tokens/s over a generation: measured whole where the repeats decode, else over the verdict's length from a warm
@@ -498,7 +502,7 @@ def budget(settings: dict, verdict: Mapping[str, Any], device_type: str = "") ->
     if share <= 0:
         return None
     if device_type == "cpu" and settings.get("started") is not None:
-        return share * (time.perf_counter() - float(settings["started"]))
+        return share * (host_clock() - float(settings["started"]))
     spent = phases.device_phase()["device_s"] or verdict.get("generate_s") or 0.0
     return share * spent
 
