@@ -17,20 +17,32 @@ FAKE_TOKEN = "hf_" + "FakeTokenForLeakTests" + "x" * 16  # placed in HF_TOKEN du
 CHROMIUM = Path("/usr/bin/chromium")
 
 
-def pretend_cli(args: list, data: Path, pretend: dict) -> subprocess.CompletedProcess:
+def pretend_cli(
+    args: list, data: Path, pretend: dict | None, *, check: bool = False, threads: int | None = None, timeout: int = 900
+) -> subprocess.CompletedProcess:
     """``model-support ARGS --data-dir DATA`` in a child process on the pretend device configured by ``pretend``
-    (``MODEL_SUPPORT_PRETEND``; registered only in that process, never in a test worker)."""
+    (``MODEL_SUPPORT_PRETEND``; registered only in that process, never in a test worker; None: unset, the pretend
+    accelerator off). ``threads``: OMP_NUM_THREADS for the child (two test workers share two cores); ``check``: it
+    must exit 0 (its output's tail is the assertion's message)."""
     import os
 
-    env = {**os.environ, "MODEL_SUPPORT_PRETEND": json.dumps(pretend)}
-    return subprocess.run(
+    env = {**os.environ}
+    env.pop("MODEL_SUPPORT_PRETEND", None)
+    if pretend is not None:
+        env["MODEL_SUPPORT_PRETEND"] = json.dumps(pretend)
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
+    done = subprocess.run(
         [sys.executable, "-m", "model_support.cli", *args, "--data-dir", str(data)],
         capture_output=True,
         text=True,
         cwd=REPO,
         env=env,
-        timeout=900,
+        timeout=timeout,
     )
+    if check:
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return done
 
 
 def run_notebook(notebook: str, out: Path, **parameters) -> Path:

@@ -24,13 +24,13 @@ Each chain runs in its own processes, side by side (four new tokens: the diverge
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+
+from helpers import pretend_cli
 
 REPO = Path(__file__).resolve().parents[1]
 SOFTMAX = "aten::_safe_softmax"
@@ -44,15 +44,8 @@ SMOL = "SmolLM2-135M-Instruct"
 
 
 def cli(args: list, data: Path, stack: dict | None) -> subprocess.CompletedProcess:
-    """The command line for real, with the pretend stack ``stack`` in its environment (None: unset)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    env.pop("MODEL_SUPPORT_PRETEND", None)
-    if stack is not None:
-        env["MODEL_SUPPORT_PRETEND"] = json.dumps(stack)
-    command = [sys.executable, "-m", "model_support.cli", *args, "--data-dir", str(data)]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    return done
+    """The command line for real, with the pretend stack ``stack`` in its environment (None: unset); it must exit 0."""
+    return pretend_cli(args, data, stack, check=True, threads=1, timeout=600)
 
 
 def swept(tmp: Path, name: str, model_path: str, stack: dict) -> tuple[Path, str, dict]:

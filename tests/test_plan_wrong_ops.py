@@ -16,14 +16,14 @@ made-up censuses."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+
+from helpers import pretend_cli
 
 REPO = Path(__file__).resolve().parents[1]
 STACK = {"wrong_ops": ["aten::rsqrt"]}
@@ -32,15 +32,8 @@ VARIANT = "eager+dynamic+2t"  # max_new_tokens 2
 
 
 def cli(args: list, data: Path, stack: dict | None = STACK) -> subprocess.CompletedProcess:
-    """The command line for real, with the pretend stack ``stack`` in its environment (None: unset)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    env.pop("MODEL_SUPPORT_PRETEND", None)
-    if stack is not None:
-        env["MODEL_SUPPORT_PRETEND"] = json.dumps(stack)
-    command = [sys.executable, "-m", "model_support.cli", *args, "--data-dir", str(data)]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done
+    """The command line for real, with the pretend stack ``stack`` in its environment (None: unset); it must exit 0."""
+    return pretend_cli(args, data, stack, check=True, threads=1, timeout=600)
 
 
 def names(keys) -> list[str]:
