@@ -5,7 +5,8 @@ Calibration (``probe.agreement``'s ``DEFAULT_MARGIN``, ``DEFAULT_RELATIVE_MARGIN
 probe does, and the float32 reference is teacher-forced on those tokens. Over 20 prompts x 32 new tokens, per model:
 the steps, the flips (the top tokens differ), the largest flip margin (how far below its best the reference ranks
 the bf16 model's token; in nats and as a share of the reference's logit spread), the largest and 99th-percentile KL
-and logit error per step, the lowest PCC of the kept top-k logits with the reference's (the measure the logit error
+and logit error per step, the logit scale's largest distance from 1 (per prompt, as ``compare`` judges it, and
+per step), the lowest PCC of the kept top-k logits with the reference's (the measure the logit error
 replaced, shown to say why), and what ``compare`` says with the defaults. Then wrong kernels, raising nothing: a
 TorchDispatchMode multiplying one operator's outputs by 1 + eps * sin(0.7 * index) on SmolLM2-135M-Instruct (1%, 5%,
 20%); the pretend device's bug (``bug``: the outputs reversed along their last dimension and negated, as its
@@ -116,7 +117,7 @@ def calibrate(name: str, path: str, prompts: list[str], new_tokens: int, wrong=N
 
     model, tokenizer = probe_core.load(path, "", "bfloat16", False, torch.device("cpu"), {})
     reference, _ = probe_core.load(path, "", "float32", False, torch.device("cpu"), {})
-    steps, verdicts, measures = [], Counter(), Counter()
+    steps, verdicts, measures, scales = [], Counter(), Counter(), []
     for prompt in prompts:
         mode = _perturbing_mode(*wrong) if wrong else _fault_mode(*fault) if fault else None
         found = steps_of(model, reference, tokenizer, prompt, new_tokens, mode)
@@ -124,6 +125,9 @@ def calibrate(name: str, path: str, prompts: list[str], new_tokens: int, wrong=N
         if found["numerics"] == "diverges":
             measures.update(found["numerics_measure"].split(" + "))
         steps += [s for s in found["steps"] if s["finite"]]
+        sloped = [s["scale"] for s in found["steps"] if s.get("scale") is not None]
+        if sloped:  # the logit scale compare judges: the mean slope over the prompt's steps
+            scales.append(sum(sloped) / len(sloped))
     flips = [s for s in steps if not s["agree"]]
     kls = sorted(s["kl"] for s in steps)
     errors = sorted(s["error"] for s in steps if s["error"] is not None)
@@ -148,6 +152,8 @@ def calibrate(name: str, path: str, prompts: list[str], new_tokens: int, wrong=N
         "min_error": errors[0] if errors else None,
         "min_topk_pcc": pccs[0] if pccs else None,
         "flat_steps": sum(bool(s.get("flat")) for s in steps),
+        "max_scale_off": max((abs(x - 1.0) for x in scales), default=None),
+        "max_step_scale_off": max((abs(s["scale"] - 1.0) for s in steps if s.get("scale") is not None), default=None),
         "verdicts": dict(verdicts),
         "diverged_by": dict(measures),
     }
@@ -205,20 +211,22 @@ def main() -> None:
     lines = [
         f"bf16 on the CPU against the float32 reference, teacher-forced; defaults: margin "
         f"{agreement.DEFAULT_MARGIN:g} nats or {agreement.DEFAULT_RELATIVE_MARGIN:g} of the spread, bound "
-        f"{agreement.DEFAULT_BOUND:g} nats, logit error {agreement.DEFAULT_ERROR:g}. Healthy and noisy models must say "
+        f"{agreement.DEFAULT_BOUND:g} nats, logit error {agreement.DEFAULT_ERROR:g}, logit scale 1 +- "
+        f"{agreement.SCALE_TOLERANCE:g}. Healthy and noisy models must say "
         "match or ties, a wrong kernel diverges. Flip share: the flip margin over the reference's logit spread. "
         "Top-k PCC: the PCC of the 32 kept logits with the reference's (not used; shown to say why).",
         "",
         "| model | wrong kernel | steps | flips | largest flip (nats) | largest flip share | largest KL | p99 KL "
-        "| largest logit error | p99 logit error | smallest logit error | lowest top-k PCC | numerics per prompt "
-        "| diverged by |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| largest logit error | p99 logit error | smallest logit error | lowest top-k PCC | logit scale off 1 "
+        "(prompt; step) | numerics per prompt | diverged by |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['model']} | {r['wrong'] or '-'} | {r['steps']} | {r['flips']} | {_f(r['max_flip'])} | "
             f"{_f(r['max_flip_share'])} | {_f(r['max_kl'])} | {_f(r['p99_kl'])} | {_f(r['max_error'])} | "
             f"{_f(r['p99_error'])} | {_f(r['min_error'])} | {_f(r['min_topk_pcc'], 4)} | "
+            f"{_f(r['max_scale_off'], 2)}; {_f(r['max_step_scale_off'], 2)} | "
             + ", ".join(f"{k} {v}" for k, v in sorted(r["verdicts"].items(), key=lambda kv: str(kv[0])))
             + " | "
             + (", ".join(f"{k} {v}" for k, v in sorted(r["diverged_by"].items())) or "-")

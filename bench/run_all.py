@@ -40,6 +40,7 @@ SCRIPTS = [
     "bench_exports.py",
     "bench_as_typed.py",
     "bench_long_text.py",  # its table is written by hand in bench/README.md (outside the generated block)
+    "bench_long_text_late_fault.py",  # likewise
 ]
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 

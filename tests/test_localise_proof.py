@@ -249,3 +249,16 @@ def test_localise_and_ops_prove_judge_a_rerun_with_one_function(numerics):
     assert (proof["verdict"] == "confirmed") == (numerics == "match")
     if not run.right:  # the same words for why not
         assert run.stuck in proof["sentences"][0]
+
+
+def test_a_what_if_run_whose_long_text_still_diverges_proves_nothing():
+    """A wrong operator only the long text saw (a PASS whose 8 tokens match): ``ops --prove``'s what-if run with it on
+    the host is right only where the long text agrees too; one still diverging at position 600 is stuck, saying so."""
+    from model_support.ops import proof as proof_mod
+
+    row = {"sweep_id": "w", "status": "PASS", "numerics": "match", "host_ops": "aten::_safe_softmax"}
+    assert proof_mod.run_of(row).right
+    for path in ("prefill", "decode"):
+        run = proof_mod.run_of({**row, f"long_text_{path}_diverges_at": 600})
+        assert not run.right and run.stuck == "its long text diverges from the CPU reference at position 600"
+    assert "long_text_decode_diverges_at" in proof_mod.COLUMNS and "long_text_prefill_diverges_at" in proof_mod.COLUMNS

@@ -4,8 +4,11 @@ Real parts throughout: the shipped text, real models from the offline fixtures o
 accelerator (in a child process: it registers per process), the CPU reference computed and kept in a data folder,
 records checked against the schema, the gate over real Parquet sweeps. The acceptance: on SmolLM2-135M-Instruct, a
 fault-free pretend device against the CPU reports its top-1 agreement and first disagreement; ``_safe_softmax``
-wrong from 600 key positions on is caught at position 600 of the decode path, and missed by the verdict's 8 tokens
-(a real papermill probe: PASS, numerics match).
+wrong from a late position on is caught where it starts on the decode path, and missed by the verdict's 8 tokens (a
+real papermill probe: PASS, numerics match). Here on tiny-llama from position 160 of its 256 (the same operator and
+attention; minutes less of the pretend device's Python dispatch than SmolLM2's 30 layers over 640 positions):
+SmolLM2 from position 600, as the issue asks, is ``bench/bench_long_text.py --late-fault``'s, written down in
+bench/README.md.
 """
 
 from __future__ import annotations
@@ -220,14 +223,14 @@ import torch
 from model_support.probe import checks, devices, probe_core, probe_params
 from model_support.probe.run import DEFAULTS
 from model_support.record import schema
-model, tokens = sys.argv[1], int(sys.argv[2])
+model, tokens, name = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 adapter = devices.resolve("pretend")
 torch.set_num_threads(1)  # what a sweep's probe gets on a 2-core host; two threads contend with the other test worker
 settings = {**DEFAULTS, "device": "pretend", "long_text": "on", "long_text_tokens": tokens, "judge": False,
             "load_from": model, "model_id": model}
 result = probe_core.run_stages(model_id=model, **probe_params.stage_settings(settings), device=adapter.torch_device,
                                synchronize=adapter.synchronize, keep_model=True)
-record = schema.empty_record(model_id="local:SmolLM2-135M-Instruct", device_type="pretend", status=result["status"],
+record = schema.empty_record(model_id=f"local:{name}", device_type="pretend", status=result["status"],
                              num_params=result["num_params"], output_token_ids=result["output_token_ids"])
 found = checks.long_text_on_device(record, settings, result, adapter)
 checks.check_pass(record, settings, result["step_scores"], result["input_ids"], found)
@@ -235,10 +238,15 @@ print(json.dumps({k: v for k, v in record.items() if k.startswith("long_text") o
 """
 
 
-def _on_pretend(tmp_path: Path, pretend: dict, tokens: int) -> dict:
+def _on_pretend(tmp_path: Path, pretend: dict, tokens: int, model: Path = SMOLLM) -> dict:
+    # the pretend device's faults and the data folder the reference is kept in, for the child only
     env = {**os.environ, "MODEL_SUPPORT_PRETEND": json.dumps(pretend), "MODEL_SUPPORT_DATA_DIR": str(tmp_path)}
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(SMOLLM), str(tokens)], capture_output=True, text=True, env=env, timeout=1400
+        [sys.executable, "-c", CHILD, str(model), str(tokens), model.name],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1400,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -247,36 +255,43 @@ def _on_pretend(tmp_path: Path, pretend: dict, tokens: int) -> dict:
 @pytest.mark.slow
 def test_on_a_fault_free_pretend_device_the_long_text_reports_its_agreement_and_first_disagreement(tmp_path):
     """Issue 56's acceptance, first half: SmolLM2 on the pretend device (bf16, its operators the CPU's) against the
-    CPU float32 reference over 128 positions of the text: top-1 agreement and the first disagreement reported (bf16
-    flips a near-tie or two), nothing diverges."""
-    found = _on_pretend(tmp_path, {}, 128)
+    CPU float32 reference over 64 positions of the text: top-1 agreement and the first disagreement reported (bf16
+    flips a near-tie or two), nothing diverges, the gated rate (near-ties agree) whole."""
+    found = _on_pretend(tmp_path, {}, 64)
     assert found["numerics"] == "match"
-    assert found["long_text_tokens"] == 128 and found["long_text_decode_top1"] >= 0.9, found["long_text_note"]
+    assert found["long_text_tokens"] == 64 and found["long_text_decode_top1"] >= 0.9, found["long_text_note"]
     assert found["long_text_decode_diverges_at"] is None and found["long_text_prefill_diverges_at"] is None
+    assert found["long_text_rate"] == 1.0, found["long_text_note"]
     first = found["long_text_first_disagreement"]
-    assert first is None or 0 <= first < 128
+    assert first is None or 0 <= first < 64
     said = "every position agrees" if first is None else f"first disagreement at position {first}"
     assert "decode: top-1 " in found["long_text_note"] and said in found["long_text_note"]
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1500)  # 640 decode steps on the pretend device, each Python dispatch: minutes, more under load
-def test_a_fault_from_position_600_is_caught_there_by_the_long_text_and_missed_by_the_verdict(tmp_path, monkeypatch):
-    """Issue 56's acceptance, second half: ``_safe_softmax`` wrong once attention reads 600 key positions
-    (``wrong_past_length``). The verdict's 8 tokens never get there: a real papermill probe on the same device is
-    PASS with numerics ``match``. The long text's decode path diverges where the fault starts (the step whose
-    attention reads its 600th key, position 599, or the next), its gated rate collapses, and the one prefill over
-    640 positions is wrong from its start (every row of its attention reads 640 keys)."""
-    fault = {"wrong_past_length": {"aten::_safe_softmax": 600}}
+def test_a_late_fault_is_caught_where_it_starts_by_the_long_text_and_missed_by_the_verdict(
+    tmp_path, monkeypatch, fixture_models
+):
+    """Issue 56's acceptance, second half: ``_safe_softmax`` wrong once attention reads 160 key positions
+    (``wrong_past_length``) on tiny-llama (SmolLM2 at 600: the bench's). The verdict's 8 tokens never get there: a
+    real papermill probe on the same device is PASS with numerics ``match``. The long text's decode path diverges
+    where the fault starts (the step whose attention reads its 160th key, position 159, or the next), its gated rate
+    collapses, and the one prefill over 256 positions is wrong from its start (every row of its attention reads 256
+    keys)."""
+    late, tokens = 160, 256
+    model = Path(fixture_models["tiny-llama"]["path"])
+    fault = {"wrong_past_length": {"aten::_safe_softmax": late}}
     verdict_dir = tmp_path / "verdict"
     verdict_dir.mkdir()
     monkeypatch.setenv("MODEL_SUPPORT_PRETEND", json.dumps(fault))  # the probe's kernel inherits it
-    verdict = probe_record(verdict_dir, str(SMOLLM), device="pretend", reference="cpu", judge=False, perf="off")
+    verdict = probe_record(verdict_dir, str(model), device="pretend", reference="cpu", judge=False, perf="off")
     assert verdict["status"] == "PASS" and verdict["numerics"] == "match", verdict["numerics_note"]
-    assert verdict["tokens_in"] + verdict["tokens_out"] < 600
-    found = _on_pretend(tmp_path, fault, 640)
-    assert found["long_text_decode_diverges_at"] in (599, 600), found["long_text_note"]
-    assert found["long_text_decode_top1"] <= 601 / 640 and found["long_text_rate"] < 0.5, found["long_text_note"]
+    assert verdict["tokens_in"] + verdict["tokens_out"] < late
+    found = _on_pretend(tmp_path, fault, tokens, model)
+    assert found["long_text_tokens"] == tokens, found["long_text_note"]
+    assert found["long_text_decode_diverges_at"] in (late - 1, late), found["long_text_note"]
+    assert found["long_text_rate"] < 0.5, found["long_text_note"]  # the window after the fault, at full strength
+    assert found["long_text_decode_top1"] < 0.8, found["long_text_note"]  # some wrong positions keep their top-1
     assert found["long_text_prefill_diverges_at"] is not None and found["long_text_prefill_diverges_at"] < 10
     assert f"diverges at position {found['long_text_decode_diverges_at']}" in found["long_text_note"]
 
@@ -334,9 +349,8 @@ def _sweep(data: Path, sweep_id: str, day: int, rows: dict[str, dict]) -> None:
             sweep_id=sweep_id,
             model_id=model_id,
             status="PASS",
-            device_type="cpu",
             numerics="match",
-            **{"long_text_text": TEXT, "long_text_tokens": 1024, **fields},
+            **{"device_type": "cpu", "long_text_text": TEXT, "long_text_tokens": 1024, **fields},
         )
         store.store_result(data, sweep_id, record, None, "")
     store.compact(data, sweep_id)
@@ -375,14 +389,12 @@ def test_a_long_text_drop_beyond_the_tolerance_is_a_regression_the_gate_and_the_
     )
     found = gate.gate(tmp_path, A, B, ["regressions"])
     assert found.failing == [
-        "regression: org/drop [eager+dynamic]: long-text agreement 0.400 (lowest top-1 over 128-position windows of "
-        f"1024 tokens), below 0.870 (0.950 in {A} less 0.080): decode diverges at position 599, prefill diverges at "
-        "position 0"
+        "regression: org/drop [eager+dynamic]: long-text agreement 0.400 (lowest agreement within the margin over "
+        f"128-position windows of 1024 tokens), below 0.870 (0.950 in {A} less 0.080): decode diverges at position "
+        "599, prefill diverges at position 0"
     ]
     assert found.summary() == "FAILED: 1 long-text regression"
-    assert f"long text: not comparable: org/other [eager+dynamic]: 1024 tokens of {TEXT} in {A}, 512" in " ".join(
-        found.notes
-    )
+    assert f"long text: not comparable: org/other [eager+dynamic]: length 1024 in {A}, 512 in {B}" in found.notes
     assert not gate.gate(tmp_path, A, B, ["new-failures"]).failed  # a drop is a regression, not a new failure
     path = tmp_path / "expect.yaml"
     path.write_text("org/noise: {long_text: {rate: 0.99, tolerance: 0.01}}\norg/gone: {long_text: 0.9}\n")
@@ -414,3 +426,21 @@ def test_a_long_text_drop_beyond_the_tolerance_is_a_regression_the_gate_and_the_
         timeout=300,
     )
     assert command.returncode == 1 and "long-text agreement 0.400" in command.stdout, command.stdout + command.stderr
+
+
+@pytest.mark.parametrize("column", list(gate.LONG_TEXT_ALIKE))
+def test_the_long_text_gate_compares_a_rate_only_with_a_like_runs(tmp_path, column):
+    """Every column of ``LONG_TEXT_ALIKE``, from the declaration: a run that differs in it (another model revision,
+    whose reference is another; another device name, dtype, mode or stack) is not comparable, said and not failed,
+    though its rate fell from 0.95 to 0.40; the same drop between like runs fails."""
+    value = 512 if column == "long_text_tokens" else "other"
+    _sweep(tmp_path, A, 4, {"org/m": {"long_text_rate": 0.95}, "org/same": {"long_text_rate": 0.95}})
+    _sweep(tmp_path, B, 5, {"org/m": {"long_text_rate": 0.40, column: value}, "org/same": {"long_text_rate": 0.40}})
+    failing, notes = gate.long_text_lines(tmp_path, A, B)  # the sweeps' own device/dtype/mode check aside
+    assert [line.split(":")[1] for line in failing] == [" org/same [eager+dynamic]"], failing
+    said = f"long text: not comparable: org/m [eager+dynamic]: {gate.LONG_TEXT_ALIKE[column]} "
+    assert any(note.startswith(said) for note in notes), notes
+    if column in ("device_type", "device_name", "dtype"):  # what --across lets differ is compared
+        word = "dtype" if column == "dtype" else "device"
+        failing, _ = gate.long_text_lines(tmp_path, A, B, across=(word,))
+        assert len(failing) == 2, failing

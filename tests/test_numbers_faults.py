@@ -20,6 +20,7 @@ logits cannot hide a wrong kernel from the logit error, a reference too flat to 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -202,3 +203,57 @@ def test_a_reference_too_flat_to_judge_is_called_too_flat_never_match():
     assert "too flat to judge" in found["numerics_note"]
     constant = torch.zeros(1, VOCAB)
     assert agreement.compare([probe_core.top_scores(constant[0])], constant)["numerics"] == agreement.TOO_FLAT
+
+
+def _peaked(seed: int = 3, steps: int = 8) -> torch.Tensor:
+    """A decisive reference: logits spread over 3 nats, each step's best 2 nats above the rest."""
+    generator = torch.Generator().manual_seed(seed)
+    reference = torch.randn(steps, VOCAB, generator=generator) * 3
+    for s in range(steps):
+        reference[s, 10 + s] = reference[s].max() + 2
+    return reference
+
+
+def test_logits_scaled_down_keep_every_top_token_and_diverge_by_their_scale():
+    """A device whose logits come out 0.85 times the reference's (a model's logit scale or softcap left out): every
+    top token agrees, the KL stays under its bound and the logit error under its limit; the slope on the reference's
+    best tokens reads 0.85, beyond ``SCALE_TOLERANCE``. At 0.95 (within it) the same run matches."""
+    reference = _peaked()
+    steps = [probe_core.top_scores((row * 0.85).to(torch.bfloat16)) for row in reference]
+    found = agreement.compare(steps, reference)
+    assert found["reference_agreement"] == 1.0 and found["reference_max_kl"] < agreement.DEFAULT_BOUND
+    assert found["reference_logit_error"] < agreement.DEFAULT_ERROR
+    assert found["numerics"] == "diverges" and found["numerics_measure"] == agreement.LOGIT_SCALE
+    assert "the device's logits come out 0.85" in found["numerics_note"]
+    near = agreement.compare([probe_core.top_scores((row * 0.95).to(torch.bfloat16)) for row in reference], reference)
+    assert near["numerics"] == "match", near["numerics_note"]
+
+
+def test_what_is_too_flat_to_judge_follows_the_runs_dtype():
+    """Logits near -60 spread by 2 nats: in bf16 each is rounded by up to 0.23 nats, so the step is too flat to judge;
+    a float32 run rounds them 65,536 times finer, and the same logits, exact, are judged and match."""
+    reference = _peaked() * (2 / 3) - 60
+    bf16 = agreement.compare([probe_core.top_scores(row.to(torch.bfloat16)) for row in reference], reference)
+    assert bf16["numerics"] == agreement.TOO_FLAT
+    exact = [probe_core.top_scores(row) for row in reference]
+    assert agreement.compare(exact, reference, dtype="float32")["numerics"] == "match"
+    assert agreement.compare(exact, reference, dtype="torch.float32")["numerics"] == "match"
+    assert agreement.flat_share("float16") == agreement.FLAT / 8 and agreement.flat_share(None) == agreement.FLAT
+
+
+@pytest.mark.parametrize("pad", [-math.inf, -1e9, torch.finfo(torch.float32).min])
+def test_a_padded_vocabulary_is_judged_on_its_live_logits(pad):
+    """A vocabulary padded with masked ids (-inf, -1e9 or float32's lowest): a right device still matches (the
+    reference's -inf once made every step 'cannot judge'), and a device 30% off still diverges by its logit error
+    (the -1e9 once swelled the spread and hid it)."""
+    reference = torch.cat([_peaked(), torch.full((8, 24), pad)], dim=1)
+    right = agreement.compare([probe_core.top_scores(row.to(torch.bfloat16)) for row in reference], reference)
+    assert right["numerics"] == "match", right["numerics_note"]
+    generator = torch.Generator().manual_seed(4)
+    off = reference.clone()
+    off[:, :VOCAB] += 0.3 * 3 * torch.randn(8, VOCAB, generator=generator)
+    wrong = agreement.compare([probe_core.top_scores(row.to(torch.bfloat16)) for row in off], reference)
+    assert wrong["numerics"] == "diverges" and agreement.LOGIT_ERROR in wrong["numerics_measure"], wrong
+    assert wrong["reference_logit_error"] > 2 * agreement.DEFAULT_ERROR
+    small = torch.cat([_peaked()[:, :20], torch.full((8, 40), pad)], dim=1)  # fewer live ids than the device keeps
+    assert agreement.compare([probe_core.top_scores(row) for row in small], small)["numerics"] == "match"

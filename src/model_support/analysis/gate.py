@@ -123,7 +123,7 @@ def gate(
             "then gate again"
         )
     if "regressions" in fail_on:
-        dropped, notes = long_text_lines(data_dir, a, b, expectations)
+        dropped, notes = long_text_lines(data_dir, a, b, expectations, across)
         result.failing += dropped
         result.notes += notes
         if dropped:
@@ -146,6 +146,19 @@ def gate(
 
 #: How the gate's summary counts a PASS whose long-text rate dropped below what is expected of it.
 LONG_TEXT_DROP = "long-text regression"
+#: What two runs' long-text rates must share to be compared against each other (no expectations entry): the same
+#: text and length, the same model revision (its reference changes with it), device, dtype, mode and stack. The
+#: gate's ``--across`` lets the device or the dtype differ (``decision.ALIKE``'s columns for it).
+LONG_TEXT_ALIKE = {
+    "long_text_text": "text",
+    "long_text_tokens": "length",
+    "revision_sha": "model revision",
+    "device_type": "device",
+    "device_name": "device name",
+    "dtype": "dtype",
+    "mode": "mode",
+    "stack_name": "stack",
+}
 #: The columns the long-text comparison reads.
 _LONG_TEXT_COLUMNS = (
     "model_id",
@@ -153,10 +166,9 @@ _LONG_TEXT_COLUMNS = (
     "status",
     "started_at",
     "long_text_rate",
-    "long_text_text",
-    "long_text_tokens",
     "long_text_decode_diverges_at",
     "long_text_prefill_diverges_at",
+    *LONG_TEXT_ALIKE,
 )
 
 
@@ -179,14 +191,23 @@ def _long_text_rows(data_dir: Path, sweep_id: str) -> dict[tuple[str, str], dict
 
 
 def long_text_lines(
-    data_dir: Path | str, a: str, b: str, expectations: dict[str, Expectation] | None = None
+    data_dir: Path | str,
+    a: str,
+    b: str,
+    expectations: dict[str, Expectation] | None = None,
+    across: tuple[str, ...] | list[str] = (),
 ) -> tuple[list[str], list[str]]:
     """The long-text gate (under ``regressions``): (failing lines, notes). A PASS of ``b`` whose ``long_text_rate`` is
     below its floor fails: the expectations file's rate less its tolerance where the file names the model (its
-    ``long_text``), else ``a``'s rate for the same run over the same text and length less ``LONG_TEXT_TOLERANCE``.
-    Said, not failing: a run ``a`` measured over another text or length (not comparable), and an expected rate the
-    sweep did not measure (``long_text`` off, or the check could not run: its row says why)."""
+    ``long_text``), else ``a``'s rate for the same run less ``LONG_TEXT_TOLERANCE`` where the two runs are alike
+    (``LONG_TEXT_ALIKE``, but for what ``across`` lets differ). Said, not failing: a run of ``a`` that differs (not
+    comparable, naming what differs), and an expected rate the sweep did not measure (``long_text`` off, or the check
+    could not run: its row says why)."""
     data_dir = Path(data_dir)
+    free = {column for word in across for column in decision.ALIKE.get(word, ())}
+    if "device" in across:
+        free.add("device_name")
+    alike = {column: said for column, said in LONG_TEXT_ALIKE.items() if column not in free}
     expected = getattr(expectations, "long_text", None) or {}
     before, after = _long_text_rows(data_dir, a), _long_text_rows(data_dir, b)
     failing, notes = [], []
@@ -198,10 +219,10 @@ def long_text_lines(
             floor, against = wanted.floor, f"expected {wanted.rate:.3f} less {wanted.tolerance:.3f}"
         elif then is None:
             continue
-        elif (then["long_text_text"], then["long_text_tokens"]) != (now["long_text_text"], now["long_text_tokens"]):
+        elif differ := [column for column in alike if then.get(column) != now.get(column)]:
             notes.append(
-                f"long text: not comparable: {name}: {then['long_text_tokens']} tokens of {then['long_text_text']} in "
-                f"{a}, {now['long_text_tokens']} of {now['long_text_text']} in {b}"
+                f"long text: not comparable: {name}: "
+                + "; ".join(f"{alike[c]} {then.get(c)} in {a}, {now.get(c)} in {b}" for c in differ)
             )
             continue
         else:
@@ -215,7 +236,7 @@ def long_text_lines(
             if now[f"long_text_{path}_diverges_at"] is not None
         ]
         failing.append(
-            f"regression: {name}: long-text agreement {now['long_text_rate']:.3f} (lowest top-1 over 128-position "
+            f"regression: {name}: long-text agreement {now['long_text_rate']:.3f} (lowest agreement within the margin over 128-position "
             f"windows of {now['long_text_tokens']} tokens), below {floor:.3f} ({against})"
             + (f": {', '.join(where)}" if where else "")
         )

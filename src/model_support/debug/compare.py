@@ -265,7 +265,14 @@ def generate_steps(
 
 
 def reference_numerics(
-    reference_model, input_ids, generation: dict, margin: float, bound: float, tokenizer=None, extra_inputs=None
+    reference_model,
+    input_ids,
+    generation: dict,
+    margin: float,
+    bound: float,
+    tokenizer=None,
+    extra_inputs=None,
+    dtype=None,
 ) -> dict | None:
     """Is the device's generation right? The probe's own check (``agreement``): the reference teacher-forced on
     the device's tokens, against the device's best logits step by step; the record's ``numerics`` fields (the
@@ -277,7 +284,7 @@ def reference_numerics(
         reference_model, input_ids[0].tolist(), generation["output_token_ids"], extra_inputs
     )
     found = agreement.compare(
-        generation["step_scores"], logits, margin, bound, decode=tokenizer.decode if tokenizer else None
+        generation["step_scores"], logits, margin, bound, decode=tokenizer.decode if tokenizer else None, dtype=dtype
     )
     return {key: found[key] for key in agreement.RECORD_KEYS}
 
@@ -445,6 +452,11 @@ def conclusion(result: dict) -> str:
         return f"only the device diverges: first in {offender['module'] or '(model)'} ({offender['reason']})"
     if numerics.get("numerics") == agreement.DIVERGES:
         return f"runs, but its generation diverges from the CPU reference: {numerics['numerics_note']}"
+    if numerics.get("numerics") == agreement.TOO_FLAT:
+        return (
+            "runs, but the CPU reference's logits are too flat to say whether its numbers are right: "
+            f"{numerics['numerics_note']}"
+        )
     return "runs and agrees with the CPU reference within tolerance"
 
 

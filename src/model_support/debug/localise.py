@@ -519,6 +519,7 @@ class _Reference:
             margin=float(self.params.get("numerics_margin") or agreement.DEFAULT_MARGIN),
             bound=float(self.params.get("numerics_bound") or agreement.DEFAULT_BOUND),
             decode=getattr(tokenizer, "decode", None),
+            dtype=self.params.get("dtype"),
         )
         found.numerics = {key: judged.get(key) for key in agreement.RECORD_KEYS}
 

@@ -70,6 +70,8 @@ COLUMNS = (
     "host_op_calls_per_token",
     "dtype",
     "device_type",
+    "long_text_prefill_diverges_at",
+    "long_text_decode_diverges_at",
     *census.FIELDS,
     "ops_missing",
     "ops_fallback",
@@ -201,7 +203,7 @@ class Run:
     @property
     def right(self) -> bool:
         """It PASSed and agrees with the CPU reference (``rerun_wrong``: numerics ``match``)."""
-        return self.status == schema.PASS and rerun_wrong(True, self.numerics) is None
+        return self.status == schema.PASS and rerun_wrong(True, self.numerics, self.long_text_diverges_at) is None
 
     @property
     def learned(self) -> str | None:
@@ -217,10 +219,17 @@ class Run:
         if self.right or self.learned is not None or self.excluded:
             return None
         if self.status == schema.PASS:
-            return rerun_wrong(True, self.numerics)
+            return rerun_wrong(True, self.numerics, self.long_text_diverges_at)
         if self.failed_at is not None:
             return f"it still fails at {self.failed_at}, which was on the host: {self.error}"
         return f"{self.status}, naming no operator: {self.error}"
+
+    @property
+    def long_text_diverges_at(self) -> int | None:
+        """The first position where its long text diverges from the CPU reference, on either path (None: it agreed
+        over the text, or ran none)."""
+        found = [self.row.get(f"long_text_{path}_diverges_at") for path in ("prefill", "decode")]
+        return min((p for p in found if p is not None), default=None)
 
     def hosted_words(self) -> str:
         """The operators it called on the host, with their calls per token: ``aten::rsqrt, aten::gelu; 9.0 calls per
@@ -230,16 +239,20 @@ class Run:
         return names + cpt
 
 
-def rerun_wrong(ran: bool, numerics: str | None) -> str | None:
+def rerun_wrong(ran: bool, numerics: str | None, long_text_diverges_at: int | None = None) -> str | None:
     """The one judgement of a run with operators on the host, whoever ran it: ``ops --prove``'s what-if run (a
     probe's verdict and numerics, ``Run.right``) and ``model-support localise``'s proof (its replay of the run,
     ``debug.localise.prove``) alike, so the two can never contradict each other. None when it is right: it ran to its
-    end (``ran``) and its output agrees with the CPU reference over every step it generated (numerics ``match``); else
-    why not, in words. A proof takes no ``ties``: flips at near-ties are what flat logits make of any wrong kernel
-    (review confirmed a step so), and a run whose numbers were not checked proves nothing."""
+    end (``ran``) and its output agrees with the CPU reference over every step it generated (numerics ``match``) and,
+    where it ran the long text, over the text (``long_text_diverges_at`` None: a wrong operator that only the long
+    text saw is proven fixed only there); else why not, in words. A proof takes no ``ties``: flips at near-ties are
+    what flat logits make of any wrong kernel (review confirmed a step so), and a run whose numbers were not checked
+    proves nothing."""
     if not ran:
         return "it did not run to its end"
     if numerics == agreement.MATCH:
+        if long_text_diverges_at is not None:
+            return f"its long text diverges from the CPU reference at position {long_text_diverges_at}"
         return None
     if numerics == agreement.DIVERGES:
         return "its output diverges from the CPU reference"

@@ -24,6 +24,10 @@ then says, step by step:
   logits themselves is no good judge: it sees only the top of the distribution, whose own spread is
   small at a broad step: healthy bf16 takes it to 0.991 on SmolLM2, bf16-sized noise on its matmuls to
   0.982; bench/README.md);
+- the *logit scale*: the slope of the device's logits against the reference's over the reference's best tokens,
+  averaged over the steps. A device whose logits come out 0.8 times the reference's (a model's logit scale or
+  softcap left out) keeps every top token, and its logit error, less its mean over a top-k whose own spread is
+  small against the vocabulary's, stays small; its slope reads 0.8;
 - the KL divergence KL(reference || device) in nats over the device's top-k tokens plus one bucket
   for the rest of the vocabulary. Coarse-graining never increases a KL divergence, so this is a lower
   bound of the full-vocabulary KL, exact wherever the probability mass sits in the top-k; it needs
@@ -33,11 +37,15 @@ then says, step by step:
 
 The result is ``match`` (every step agrees, no KL above ``bound``, no logit error above ``error``),
 ``ties`` (the same, but for flips within the margin), ``diverges`` (a flip beyond the margin, a KL above
-``bound``, a logit error above ``error``, or logits that are not finite on the device) or ``too flat``:
+``bound``, a logit error above ``error``, a logit scale more than ``SCALE_TOLERANCE`` off 1, or logits that are not
+finite on the device) or ``too flat``:
 a reference whose logits spread over less than ``FLAT`` of their own size at some step, where a bf16
 run's rounding of the logits alone is of the size of the differences between them, so that neither a
 flip nor the logit error can tell a right device from a wrong one there (never match or ties: nothing
-vouched for those steps). ``numerics_measure`` says which measure judged. The defaults are measured
+vouched for those steps; the share is set for bf16 and scaled by the run's dtype, ``flat_share``). Masked logits
+(a padded vocabulary's -inf or -1e9, ``MASKED``) are no logits: left out of every measure but the flip (a device
+whose best token is one the reference masks flips by an infinite margin). ``numerics_measure`` says which measure
+judged. The defaults are measured
 (docs/numerics.md, ``bench/bench_numerics.py``).
 
 This module imports nothing from this package (only torch, lazily): its source follows
@@ -51,8 +59,8 @@ NUMERICS = (MATCH, TIES, DIVERGES, TOO_FLAT)
 #: The measures (``numerics_measure``): a judged row says ``logit error`` (it judged every step, beside the KL and
 #: the flips), a diverging one the measure(s) that tripped at its step (joined by " + "), a too flat one ``KL``
 #: (the one measure a flat reference leaves), logits that are not finite ``finite``.
-FLIP, LOGIT_ERROR, KL, FINITE = "flip margin", "logit error", "KL", "finite"
-MEASURES = (FLIP, LOGIT_ERROR, KL, FINITE)
+FLIP, LOGIT_ERROR, LOGIT_SCALE, KL, FINITE = "flip margin", "logit error", "logit scale", "KL", "finite"
+MEASURES = (FLIP, LOGIT_ERROR, LOGIT_SCALE, KL, FINITE)
 #: nats. bf16 against a float32 reference flips at near-ties with a flip margin of at most 0.029
 #: (SmolLM2-135M-Instruct, 593 steps; 0.066 and 0.12 in earlier runs) and 0.003 (the random tiny models of
 #: before); a wrong kernel that perturbs a linear layer's output by 5% flips with margins up to 1.9.
@@ -71,9 +79,28 @@ DEFAULT_BOUND = 0.1
 #: (reversed and negated) 1.4 to 2.5 (bench/bench_numerics.py).
 DEFAULT_ERROR = 0.15
 #: A reference step whose logits' spread (standard deviation) is below this share of their size (root mean square)
-#: is too flat to judge: bf16 rounds each logit by up to 2^-9 of its size (0.0023 in RMS), so at a share of 0.05 the
-#: rounding of the logits alone is a third of ``DEFAULT_ERROR``. A scale-free bound: flatness in nats is no reason.
+#: is too flat to judge in a bf16 run: bf16 rounds each logit by up to 2^-9 of its size (0.0023 in RMS), so at a share
+#: of 0.05 the rounding of the logits alone is a third of ``DEFAULT_ERROR``. A scale-free bound: flatness in nats is
+#: no reason. The size counts the logits' mean, since rounding does (logits near -60 are rounded by 0.12 nats, their
+#: spread or not); a run in another dtype scales the share by its rounding (``flat_share``): float32 rounds 65,536
+#: times finer, so an exact device whose logits sit at -60 is judged, not called too flat.
 FLAT = 0.05
+#: The rounding (unit roundoff times 2) of each dtype a run's logits come in, against which ``FLAT`` is set (bf16).
+ROUNDING = {"bfloat16": 2.0**-8, "float16": 2.0**-11, "float32": 2.0**-24, "float64": 2.0**-53}
+ROUNDING.update(half=ROUNDING["float16"], float=ROUNDING["float32"], double=ROUNDING["float64"])
+#: nats below the step's best: a logit further down is a mask, not a logit (a padded vocabulary's -inf, -1e9 or the
+#: dtype's lowest), left out of the spread and the size (else -1e9 padding makes every error look small) and of
+#: the logit error and the KL (its probability is 0).
+MASKED = 1e4
+#: The logit scale: over the judged steps, the mean slope of the device's logits against the reference's, fitted on
+#: the reference's best ``SCALE_IDS`` tokens (those the device kept: the reference picks them, so the device's noise
+#: cannot bias the slope). A device whose logits come out 0.8 of the reference's (a logit scale, softcap or final
+#: norm weight left out) keeps every top-1 and most of the KL, and its error less its mean is small against the
+#: whole vocabulary's spread; its slope reads 0.8. Healthy bf16 reads within 0.013 of 1 on SmolLM2 (0.003 on the
+#: tiny fixtures; 0.056 at its worst single step), bf16-sized noise on every matmul within 0.017 (0.004)
+#: (bench/bench_numerics.py); more than ``SCALE_TOLERANCE`` off 1 diverges.
+SCALE_IDS = 16
+SCALE_TOLERANCE = 0.1
 #: The keys ``compare`` returns that a record keeps, with the same names.
 RECORD_KEYS = (
     "numerics",
@@ -120,20 +147,53 @@ def teacher_forced_logits(model, prompt_ids, new_ids, extra_inputs=None):
     return out.logits[0, len(prompt_ids) - 1 :].float()
 
 
-def _step(device, reference_logits, margin, relative_margin):
+def flat_share(dtype=None):
+    """``FLAT`` for a run in ``dtype`` (a torch dtype's name; None or unknown reads as bfloat16): scaled by how
+    finely that dtype rounds its logits."""
+    name = str(dtype or "bfloat16").removeprefix("torch.")
+    return FLAT * ROUNDING.get(name, ROUNDING["bfloat16"]) / ROUNDING["bfloat16"]
+
+
+def _masked(values):
+    """Which of ``values`` (float64) are masks, not logits: -inf, or ``MASKED`` nats or more below the best."""
+    return values <= values.max() - MASKED
+
+
+def _slope(values, ids, raw):
+    """The device's logits against the reference's over the reference's best ``SCALE_IDS`` tokens the device kept
+    (least squares, the reference's as the variable: exact, and chosen by the reference): None with fewer than 4."""
+    import torch
+
+    best = set(raw.topk(min(SCALE_IDS, raw.numel())).indices.tolist())
+    keep = torch.tensor([int(i) in best for i in ids], dtype=torch.bool)
+    if int(keep.sum()) < 4:
+        return None
+    x, y = raw[ids[keep]], values[keep]
+    x = x - x.mean()
+    spread = float(x.square().sum())
+    return float((x * (y - y.mean())).sum()) / spread if spread > 0 else None
+
+
+def _step(device, reference_logits, margin, relative_margin, flat=FLAT):
     """One step: the device's top token(s), the flip margin against the step's own margin, the KL over its top-k
-    plus the rest, the logit error over its top-k, and whether the reference is too flat to judge by the last two."""
+    plus the rest, the logit error over its top-k, its slope against the reference (``_slope``), and whether the
+    reference is too flat to judge by the last three. Masked logits (``MASKED``) on either side are no logits."""
     import torch
 
     values = torch.tensor(device["logits"], dtype=torch.float64)
     ids = torch.tensor(device["ids"], dtype=torch.long)
     lse = float(device["logsumexp"])
-    if not (bool(torch.isfinite(values).all()) and math.isfinite(lse)):
+    if bool(torch.isnan(values).any() or torch.isposinf(values).any()) or not math.isfinite(lse):
+        return {"finite": False}
+    kept = ~_masked(values)  # a padded vocabulary's masked ids in the device's top-k (fewer live ids than k)
+    values, ids = values[kept], ids[kept]
+    if not values.numel():
         return {"finite": False}
     raw = reference_logits.double()
-    ref = torch.log_softmax(raw, -1)
-    if not bool(torch.isfinite(ref).all()):
+    if bool(torch.isnan(raw).any() or torch.isposinf(raw).any()) or not bool(torch.isfinite(raw.max())):
         return {"finite": True, "reference_finite": False}
+    live = ~_masked(raw)
+    ref = torch.log_softmax(raw.masked_fill(~live, -math.inf), -1)
     best = int(ref.argmax())
     tied = ids[values == values.max()]  # bf16 logits tie exactly more often than one might think
     chosen = int(tied[int(ref[tied].argmax())])  # of the device's equal best, the one the reference prefers
@@ -142,15 +202,19 @@ def _step(device, reference_logits, margin, relative_margin):
     ref_top = ref[ids]
     device_rest = max(1.0 - float(device_lp.exp().sum()), 1e-12)
     ref_rest = max(1.0 - float(ref_top.exp().sum()), 0.0)
-    kl = float((ref_top.exp() * (ref_top - device_lp)).sum())
+    p = ref_top.exp()
+    kl = float(torch.where(p > 0, p * (ref_top - device_lp), 0.0).sum())  # a masked id's probability is 0
     if ref_rest > 0:
         kl += ref_rest * (math.log(ref_rest) - math.log(device_rest))
-    spread = float(raw.std(unbiased=False))  # over the whole vocabulary: the scale the logits' errors are judged on
-    size = float(raw.square().mean().sqrt())
-    flat = not spread > FLAT * size  # a spread of 0 too
-    off = values - raw[ids]
+    # over the whole live vocabulary: the scale the logits' errors are judged on
+    spread = float(raw[live].std(unbiased=False)) if int(live.sum()) > 1 else 0.0
+    size = float(raw[live].square().mean().sqrt())
+    too_flat = not spread > flat * size  # a spread of 0 too
+    on = live[ids]  # the device's ids the reference does not mask (one it masks is a flip of infinite margin)
+    off = values[on] - raw[ids[on]]
     off = off - off.mean()  # a shift of every logit changes no probability
-    error = None if flat else float(off.square().mean().sqrt()) / spread
+    error = None if too_flat or not off.numel() else float(off.square().mean().sqrt()) / spread
+    scale = None if too_flat else _slope(values[on], ids[on], raw.masked_fill(~live, -math.inf))
     return {
         "finite": True,
         "reference_finite": True,
@@ -159,8 +223,9 @@ def _step(device, reference_logits, margin, relative_margin):
         "margin": min(margin, relative_margin * spread),
         "kl": max(kl, 0.0),
         "error": error,
+        "scale": scale,
         "spread": spread,
-        "flat": flat,
+        "flat": too_flat,
         "device_token": chosen,
         "reference_token": best,
     }
@@ -176,7 +241,7 @@ def _trips(step, bound, error):
     trips = []
     if not step["flat"] and not step["agree"] and step["flip"] > step["margin"]:
         trips.append(FLIP)
-    if not step["flat"] and step["error"] > error:
+    if not step["flat"] and step["error"] is not None and step["error"] > error:
         trips.append(LOGIT_ERROR)
     if step["kl"] > bound:
         trips.append(KL)
@@ -209,10 +274,12 @@ def compare(
     decode=None,
     error=DEFAULT_ERROR,
     relative_margin=DEFAULT_RELATIVE_MARGIN,
+    dtype=None,
 ):
     """The device's steps (``probe_core.top_scores`` each) against the reference's teacher-forced logits
     (one row per step). Returns ``RECORD_KEYS`` plus ``steps`` (per-step figures); ``decode`` (the
-    tokenizer's) names tokens in the note.
+    tokenizer's) names tokens in the note; ``dtype``: the run's (its logits' rounding sets what is too flat to
+    judge, ``flat_share``; None reads as bfloat16).
 
     ``numerics``: match / ties / diverges / too flat, or None when the reference's own logits are not finite (it
     cannot judge); ``numerics_step``: the first step that diverges, else the first too flat to judge, else the first
@@ -221,7 +288,8 @@ def compare(
     largest flip margin (nats; None without a flip); ``reference_logit_error``: the largest logit error (None when
     no step could be judged by it); ``reference_match`` / ``first_divergence``: every step agrees (the reference
     would have generated the same tokens) / the first step that does not."""
-    steps = [_step(d, reference_logits[s], margin, relative_margin) for s, d in enumerate(device_steps)]
+    flat = flat_share(dtype)
+    steps = [_step(d, reference_logits[s], margin, relative_margin, flat) for s, d in enumerate(device_steps)]
     found = dict.fromkeys(RECORD_KEYS)
     found["steps"] = steps
     n = len(steps)
@@ -256,6 +324,19 @@ def compare(
     said = f"largest KL {kls[worst_kl]:.2g} nats (step {worst_kl}, bound {bound:g})"
     if worst is not None:
         said += f", largest logit error {steps[worst]['error']:.2g} of the spread (step {worst}, at most {error:g})"
+    sloped = [s for s, step in enumerate(steps) if step.get("scale") is not None]
+    if sloped:
+        scale = sum(steps[s]["scale"] for s in sloped) / len(sloped)
+        said += f", logits at {scale:.3g} of the reference's scale (1 \u00b1 {SCALE_TOLERANCE:g})"
+        if abs(scale - 1.0) > SCALE_TOLERANCE:
+            s = max(sloped, key=lambda s: abs(steps[s]["scale"] - 1.0))
+            found.update(numerics=DIVERGES, numerics_step=s, numerics_measure=LOGIT_SCALE)
+            found["numerics_note"] = (
+                f"over {len(sloped)} of {n} steps the device's logits come out {scale:.3g} times the reference's "
+                f"(a slope on the reference's best {SCALE_IDS} tokens; at most {SCALE_TOLERANCE:g} off 1; step {s} "
+                f"{steps[s]['scale']:.3g}): every probability is off though the top tokens agree; " + said
+            )
+            return found
     flat = [s for s, step in enumerate(steps) if step["flat"]]
     if flat:
         step = steps[flat[0]]

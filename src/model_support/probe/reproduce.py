@@ -96,7 +96,14 @@ def reference_check(
         logits = teacher_forced_logits(model, prompt_ids, output_ids, extra_inputs)
     except Exception as exc:  # noqa: BLE001 the caller says what it means
         raise ReferenceFailed(stage, exc) from exc
-    found = compare(device_steps, logits, settings["numerics_margin"], settings["numerics_bound"], tokenizer.decode)
+    found = compare(
+        device_steps,
+        logits,
+        settings["numerics_margin"],
+        settings["numerics_bound"],
+        tokenizer.decode,
+        dtype=settings.get("dtype"),
+    )
     return {key: found[key] for key in RECORD_KEYS}
 
 

@@ -322,7 +322,8 @@ class Record(TypedDict):
         int | None, Col("numerics", 24, "long text, decode: the step where it first diverges (localise replays it)")
     ]
     long_text_rate: Annotated[
-        float | None, Col("numerics", 24, "long text: lowest top-1 agreement over 128-position windows (gated)")
+        float | None,
+        Col("numerics", 24, "long text: lowest agreement within the margin over 128-position windows (gated)"),
     ]
     long_text_device_s: Annotated[float | None, Col("numerics", 24, "long text: the device's seconds, both paths")]
     long_text_note: Annotated[str | None, Col("numerics", 24, "long text: what it found, or why it did not run")]
