@@ -151,6 +151,30 @@ def wait_count(page, n: int) -> None:
     page.wait_for_function(f"document.querySelector('#match-count').textContent.startsWith('{n} ')")
 
 
+def wait_until_blocked(thread, innermost: str, within: str | None = None, timeout: float = 60.0) -> None:
+    """Until ``thread`` is blocked where the test says it must wait: its innermost Python frame is the function
+    ``innermost`` (a C call such as ``flock`` or a lock's ``acquire`` has none of its own), called from ``within``
+    when given. A wait observed, not a sleep guessed: ``sleep(0.2); assert not done`` passes on a busy host where
+    the thread has not started yet, whatever the code does; here a thread that never blocks there (it ran through,
+    or never got there) fails the test."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        frame = sys._current_frames().get(thread.ident)
+        if frame is not None and frame.f_code.co_name == innermost:
+            names = set()
+            while frame is not None:
+                names.add(frame.f_code.co_name)
+                frame = frame.f_back
+            if within is None or within in names:
+                return
+        if not thread.is_alive():
+            raise AssertionError(f"the thread ended without blocking in {innermost}")
+        time.sleep(0.005)
+    raise AssertionError(f"the thread did not block in {innermost} within {timeout:g} s")
+
+
 class FakeClock:
     """A clock that moves only when told (``advance``): what a test asserts about time is then exact."""
 

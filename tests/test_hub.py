@@ -21,6 +21,7 @@ from huggingface_hub import constants, scan_cache_dir
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from hub_server import closed_port, serve  # noqa: E402
 
+from helpers import wait_until_blocked  # noqa: E402
 from model_support.probe import hub, hub_fetch  # noqa: E402
 from model_support.probe.hub_fetch import EnvironmentProblem, NoAccess, NoLoadableWeights, NotOnHub  # noqa: E402
 from model_support.probe.records import FACT_FIELDS  # noqa: E402
@@ -523,7 +524,7 @@ def test_cache_budget_refuses_and_waits(tmp_path):
     got = []
     waiter = threading.Thread(target=lambda: got.append(budget.reserve("b/two", 7_000_000_000, timeout_s=10)))
     waiter.start()
-    time.sleep(0.2)
+    wait_until_blocked(waiter, "wait", within="reserve")  # in the condition's wait, not merely not started yet
     assert got == []  # still waiting for a/one
     budget.release("a/one")
     waiter.join(5)

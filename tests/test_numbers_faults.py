@@ -257,3 +257,38 @@ def test_a_padded_vocabulary_is_judged_on_its_live_logits(pad):
     assert wrong["reference_logit_error"] > 2 * agreement.DEFAULT_ERROR
     small = torch.cat([_peaked()[:, :20], torch.full((8, 40), pad)], dim=1)  # fewer live ids than the device keeps
     assert agreement.compare([probe_core.top_scores(row) for row in small], small)["numerics"] == "match"
+
+
+def test_masks_are_the_references_to_say_never_the_devices():
+    """Review's two ways round the masks: a device that blows its best logit up to 3e4 (the others exact) made every
+    other logit a 'mask' by its own measure and read match; it diverges by its logit error. A device that leaves the
+    reference's padded ids live, giving them a quarter of its probability, diverges by ``MASK_LEAK``: it would
+    sample padding."""
+    reference = _peaked()
+    spiked = reference.clone()
+    for s in range(8):
+        spiked[s, 10 + s] = 3e4
+    found = agreement.compare([probe_core.top_scores(row) for row in spiked], reference, dtype="float32")
+    assert found["numerics"] == "diverges" and agreement.LOGIT_ERROR in found["numerics_measure"], found
+    padded = torch.cat([reference, torch.full((8, 24), -math.inf)], dim=1)
+    leaking = padded.clone()
+    leaking[:, VOCAB:] = padded[:, :VOCAB].max(dim=1, keepdim=True).values - 1.5
+    found = agreement.compare([probe_core.top_scores(row) for row in leaking], padded, dtype="float32")
+    assert found["numerics"] == "diverges" and agreement.MASK_LEAK in found["numerics_measure"], found
+    assert "of its probability to tokens the reference masks" in found["numerics_note"]
+
+
+def test_a_slope_the_rounding_or_the_noise_decides_is_no_scale():
+    """Review's false alarms: the reference's best 16 packed within a few bf16 steps at a level of 32 (a healthy
+    device read a slope of 0.57), and a broad step with noise the logit error calls healthy: such steps give no
+    slope, and a healthy device matches; a real 0.8x on decisive steps still diverges by its scale."""
+    generator = torch.Generator().manual_seed(5)
+    packed = torch.randn(8, VOCAB, generator=generator) * 2.5 + 20
+    top = torch.randperm(VOCAB, generator=generator)[:16]
+    packed[:, top] = 32 + torch.randn(8, 16, generator=generator) * 0.05
+    noisy = packed + 0.01 * torch.randn(8, VOCAB, generator=generator)
+    found = agreement.compare([probe_core.top_scores(row.to(torch.bfloat16)) for row in noisy], packed)
+    assert found["numerics"] in ("match", "ties") and all(s["scale"] is None for s in found["steps"]), found
+    reference = _peaked()
+    found = agreement.compare([probe_core.top_scores((row * 0.8).to(torch.bfloat16)) for row in reference], reference)
+    assert found["numerics"] == "diverges" and found["numerics_measure"] in (agreement.LOGIT_SCALE, "KL"), found

@@ -10,11 +10,11 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
+from helpers import wait_until_blocked
 from model_support import fileio
 from model_support.analysis import decision
 from model_support.errors import UserError
@@ -245,7 +245,7 @@ def test_the_card_and_shared_repro_wait_for_the_data_folders_lock(tmp_path):
     with store.data_folder_lock(tmp_path):
         writer = threading.Thread(target=lambda: (store.write_dataset_card(tmp_path), done.set()))
         writer.start()
-        time.sleep(0.3)
+        wait_until_blocked(writer, "data_folder_lock", within="write_dataset_card")  # in flock, seen there
         assert not done.is_set() and not (tmp_path / "README.md").exists()
     writer.join(timeout=10)
     assert done.is_set() and (tmp_path / "README.md").exists()

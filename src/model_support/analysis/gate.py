@@ -9,7 +9,7 @@ the perf comparison's notes). A regression counts once per model, its metrics li
 A PASS whose long-text agreement (``long_text_rate``, ``probe.long_text``) dropped below what is expected of it is a
 regression too (``long_text_lines``, under ``regressions``): below the expectations file's rate less its tolerance
 where the file names the model, else below the baseline's own rate over the same text and length less
-``expectations.LONG_TEXT_TOLERANCE``. Its line names the rate, the floor it missed and where the text first diverged.
+``expectations.long_text_tolerance``. Its line names the rate, the floor it missed and where the text first diverged.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from . import decision, perf
-from .expectations import LONG_TEXT_TOLERANCE, SUSPECT_PASS, Expectation, load_expectations
+from .expectations import SUSPECT_PASS, Expectation, load_expectations, long_text_tolerance
 
 __all__ = ["ACROSS", "GATES", "SUSPECT_PASS", "Expectation", "GateResult", "check_across", "gate", "load_expectations"]
 
@@ -199,7 +199,7 @@ def long_text_lines(
 ) -> tuple[list[str], list[str]]:
     """The long-text gate (under ``regressions``): (failing lines, notes). A PASS of ``b`` whose ``long_text_rate`` is
     below its floor fails: the expectations file's rate less its tolerance where the file names the model (its
-    ``long_text``), else ``a``'s rate for the same run less ``LONG_TEXT_TOLERANCE`` where the two runs are alike
+    ``long_text``), else ``a``'s rate for the same run less ``long_text_tolerance`` where the two runs are alike
     (``LONG_TEXT_ALIKE``, but for what ``across`` lets differ). Said, not failing: a run of ``a`` that differs (not
     comparable, naming what differs), and an expected rate the sweep did not measure (``long_text`` off, or the check
     could not run: its row says why)."""
@@ -226,8 +226,9 @@ def long_text_lines(
             )
             continue
         else:
-            floor = then["long_text_rate"] - LONG_TEXT_TOLERANCE
-            against = f"{then['long_text_rate']:.3f} in {a} less {LONG_TEXT_TOLERANCE:.3f}"
+            tolerance = long_text_tolerance(then["long_text_tokens"])
+            floor = then["long_text_rate"] - tolerance
+            against = f"{then['long_text_rate']:.3f} in {a} less {tolerance:.3f}"
         if now["long_text_rate"] >= floor:
             continue
         where = [

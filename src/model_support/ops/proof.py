@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import fileio
-from ..probe import agreement, census, provenance
+from ..probe import agreement, census, long_text, provenance
 from ..probe.model_ids import display_name
 from ..record import schema, store
 from ..record.ops_table import CRASHES, MISSING
@@ -72,6 +72,8 @@ COLUMNS = (
     "device_type",
     "long_text_prefill_diverges_at",
     "long_text_decode_diverges_at",
+    "long_text_rate",
+    "long_text_note",
     *census.FIELDS,
     "ops_missing",
     "ops_fallback",
@@ -203,7 +205,7 @@ class Run:
     @property
     def right(self) -> bool:
         """It PASSed and agrees with the CPU reference (``rerun_wrong``: numerics ``match``)."""
-        return self.status == schema.PASS and rerun_wrong(True, self.numerics, self.long_text_diverges_at) is None
+        return self.status == schema.PASS and rerun_wrong(True, self.numerics, self.row) is None
 
     @property
     def learned(self) -> str | None:
@@ -219,17 +221,10 @@ class Run:
         if self.right or self.learned is not None or self.excluded:
             return None
         if self.status == schema.PASS:
-            return rerun_wrong(True, self.numerics, self.long_text_diverges_at)
+            return rerun_wrong(True, self.numerics, self.row)
         if self.failed_at is not None:
             return f"it still fails at {self.failed_at}, which was on the host: {self.error}"
         return f"{self.status}, naming no operator: {self.error}"
-
-    @property
-    def long_text_diverges_at(self) -> int | None:
-        """The first position where its long text diverges from the CPU reference, on either path (None: it agreed
-        over the text, or ran none)."""
-        found = [self.row.get(f"long_text_{path}_diverges_at") for path in ("prefill", "decode")]
-        return min((p for p in found if p is not None), default=None)
 
     def hosted_words(self) -> str:
         """The operators it called on the host, with their calls per token: ``aten::rsqrt, aten::gelu; 9.0 calls per
@@ -239,21 +234,20 @@ class Run:
         return names + cpt
 
 
-def rerun_wrong(ran: bool, numerics: str | None, long_text_diverges_at: int | None = None) -> str | None:
+def rerun_wrong(ran: bool, numerics: str | None, row: Mapping | None = None) -> str | None:
     """The one judgement of a run with operators on the host, whoever ran it: ``ops --prove``'s what-if run (a
     probe's verdict and numerics, ``Run.right``) and ``model-support localise``'s proof (its replay of the run,
     ``debug.localise.prove``) alike, so the two can never contradict each other. None when it is right: it ran to its
     end (``ran``) and its output agrees with the CPU reference over every step it generated (numerics ``match``) and,
-    where it ran the long text, over the text (``long_text_diverges_at`` None: a wrong operator that only the long
-    text saw is proven fixed only there); else why not, in words. A proof takes no ``ties``: flips at near-ties are
-    what flat logits make of any wrong kernel (review confirmed a step so), and a run whose numbers were not checked
-    proves nothing."""
+    where its ``row`` asked for the long text (its ``long_text_note`` says something), over the text too: a rate of
+    at least ``long_text.PROVEN_RATE`` (a wrong operator only the long text saw is proven fixed only there; one stray
+    position beyond the margin is no fault, and a long text that did not run proves nothing); else why not, in
+    words. A proof takes no ``ties``: flips at near-ties are what flat logits make of any wrong kernel (review
+    confirmed a step so), and a run whose numbers were not checked proves nothing."""
     if not ran:
         return "it did not run to its end"
     if numerics == agreement.MATCH:
-        if long_text_diverges_at is not None:
-            return f"its long text diverges from the CPU reference at position {long_text_diverges_at}"
-        return None
+        return _long_text_wrong(row or {})
     if numerics == agreement.DIVERGES:
         return "its output diverges from the CPU reference"
     if numerics == agreement.TIES:
@@ -261,6 +255,24 @@ def rerun_wrong(ran: bool, numerics: str | None, long_text_diverges_at: int | No
     if numerics is not None and numerics == getattr(agreement, "TOO_FLAT", None):
         return "its reference's logits are too flat to judge it by: no proof that it is right"
     return f"its numbers were not checked against the CPU reference (numerics: {numerics or 'none'})"
+
+
+def _long_text_wrong(row: Mapping) -> str | None:
+    """Why a run's long text proves it not right (``rerun_wrong``), None where it agrees or was not asked for."""
+    if row.get("long_text_note") is None:
+        return None
+    rate = row.get("long_text_rate")
+    if rate is None:
+        return f"its long text did not run ({row['long_text_note'][:160]}): no proof over the text"
+    if rate >= long_text.PROVEN_RATE:
+        return None
+    found = [row.get(f"long_text_{path}_diverges_at") for path in ("prefill", "decode")]
+    first = min((p for p in found if p is not None), default=None)
+    where = f", first at position {first}" if first is not None else ""
+    return (
+        f"its long text still diverges from the CPU reference (rate {rate:.3f}, at least {long_text.PROVEN_RATE:g}"
+        f"{where})"
+    )
 
 
 def _error(row: Mapping) -> str:

@@ -43,8 +43,9 @@ a reference whose logits spread over less than ``FLAT`` of their own size at som
 run's rounding of the logits alone is of the size of the differences between them, so that neither a
 flip nor the logit error can tell a right device from a wrong one there (never match or ties: nothing
 vouched for those steps; the share is set for bf16 and scaled by the run's dtype, ``flat_share``). Masked logits
-(a padded vocabulary's -inf or -1e9, ``MASKED``) are no logits: left out of every measure but the flip (a device
-whose best token is one the reference masks flips by an infinite margin). ``numerics_measure`` says which measure
+(a padded vocabulary's -inf or -1e9, ``MASKED``; the reference's to say, never the device's) are no logits: left
+out of every measure but the flip (a device whose best token is one the reference masks flips by an infinite
+margin), and a device that gives them more than ``LEAK`` of its probability diverges (``MASK_LEAK``). ``numerics_measure`` says which measure
 judged. The defaults are measured
 (docs/numerics.md, ``bench/bench_numerics.py``).
 
@@ -59,8 +60,15 @@ NUMERICS = (MATCH, TIES, DIVERGES, TOO_FLAT)
 #: The measures (``numerics_measure``): a judged row says ``logit error`` (it judged every step, beside the KL and
 #: the flips), a diverging one the measure(s) that tripped at its step (joined by " + "), a too flat one ``KL``
 #: (the one measure a flat reference leaves), logits that are not finite ``finite``.
-FLIP, LOGIT_ERROR, LOGIT_SCALE, KL, FINITE = "flip margin", "logit error", "logit scale", "KL", "finite"
-MEASURES = (FLIP, LOGIT_ERROR, LOGIT_SCALE, KL, FINITE)
+FLIP, LOGIT_ERROR, LOGIT_SCALE, KL, MASK_LEAK, FINITE = (
+    "flip margin",
+    "logit error",
+    "logit scale",
+    "KL",
+    "masked tokens",
+    "finite",
+)
+MEASURES = (FLIP, LOGIT_ERROR, LOGIT_SCALE, KL, MASK_LEAK, FINITE)
 #: nats. bf16 against a float32 reference flips at near-ties with a flip margin of at most 0.029
 #: (SmolLM2-135M-Instruct, 593 steps; 0.066 and 0.12 in earlier runs) and 0.003 (the random tiny models of
 #: before); a wrong kernel that perturbs a linear layer's output by 5% flips with margins up to 1.9.
@@ -88,10 +96,14 @@ FLAT = 0.05
 #: The rounding (unit roundoff times 2) of each dtype a run's logits come in, against which ``FLAT`` is set (bf16).
 ROUNDING = {"bfloat16": 2.0**-8, "float16": 2.0**-11, "float32": 2.0**-24, "float64": 2.0**-53}
 ROUNDING.update(half=ROUNDING["float16"], float=ROUNDING["float32"], double=ROUNDING["float64"])
-#: nats below the step's best: a logit further down is a mask, not a logit (a padded vocabulary's -inf, -1e9 or the
-#: dtype's lowest), left out of the spread and the size (else -1e9 padding makes every error look small) and of
-#: the logit error and the KL (its probability is 0).
+#: nats below the step's best: a reference logit further down is a mask, not a logit (a padded vocabulary's -inf,
+#: -1e9 or the dtype's lowest), left out of the spread and the size (else -1e9 padding makes every error look small)
+#: and of the logit error and the KL (its probability is 0). Masks are the reference's to say: a device's logits are
+#: never masks by their own measure (one huge logit would make every other one a "mask" and hide its error: review).
 MASKED = 1e4
+#: The share of its probability a device may give the tokens the reference masks (padding, tokens a model never
+#: emits): above it, it would sample them, and the step diverges (``MASK_LEAK``), whatever the other measures say.
+LEAK = 1e-3
 #: The logit scale: over the judged steps, the mean slope of the device's logits against the reference's, fitted on
 #: the reference's best ``SCALE_IDS`` tokens (those the device kept: the reference picks them, so the device's noise
 #: cannot bias the slope). A device whose logits come out 0.8 of the reference's (a logit scale, softcap or final
@@ -101,6 +113,11 @@ MASKED = 1e4
 #: (bench/bench_numerics.py); more than ``SCALE_TOLERANCE`` off 1 diverges.
 SCALE_IDS = 16
 SCALE_TOLERANCE = 0.1
+#: A step's slope is left out where the reference's best tokens spread (standard deviation) over less than this
+#: many of the run's rounding (``ROUNDING`` times the step's best logit): best logits packed within a few bf16 steps
+#: round to the same values, and the slope reads the rounding, not the device (0.57 for a healthy device at a level
+#: of 32 with a spread of 0.05: review); from a spread of 4 roundings on, healthy reads within 0.01 of 1.
+SCALE_RESOLUTION = 4
 #: The keys ``compare`` returns that a record keeps, with the same names.
 RECORD_KEYS = (
     "numerics",
@@ -147,37 +164,54 @@ def teacher_forced_logits(model, prompt_ids, new_ids, extra_inputs=None):
     return out.logits[0, len(prompt_ids) - 1 :].float()
 
 
-def flat_share(dtype=None):
-    """``FLAT`` for a run in ``dtype`` (a torch dtype's name; None or unknown reads as bfloat16): scaled by how
-    finely that dtype rounds its logits."""
+def rounding(dtype=None):
+    """How finely a run in ``dtype`` (a torch dtype's name; None or unknown reads as bfloat16) rounds its logits:
+    ``ROUNDING``'s share."""
     name = str(dtype or "bfloat16").removeprefix("torch.")
-    return FLAT * ROUNDING.get(name, ROUNDING["bfloat16"]) / ROUNDING["bfloat16"]
+    return ROUNDING.get(name, ROUNDING["bfloat16"])
+
+
+def flat_share(dtype=None):
+    """``FLAT`` for a run in ``dtype``: scaled by how finely that dtype rounds its logits (``rounding``)."""
+    return FLAT * rounding(dtype) / ROUNDING["bfloat16"]
 
 
 def _masked(values):
-    """Which of ``values`` (float64) are masks, not logits: -inf, or ``MASKED`` nats or more below the best."""
+    """Which of the reference's ``values`` (float64) are masks, not logits: -inf, or ``MASKED`` nats or more below
+    its best."""
     return values <= values.max() - MASKED
 
 
-def _slope(values, ids, raw):
-    """The device's logits against the reference's over the reference's best ``SCALE_IDS`` tokens the device kept
-    (least squares, the reference's as the variable: exact, and chosen by the reference): None with fewer than 4."""
+def _slope(values, ids, raw, resolution):
+    """The device's logits against the reference's over the reference's best ``SCALE_IDS`` tokens (least squares,
+    the reference's as the variable: exact, and chosen by the reference). None where the step cannot say: one of
+    those tokens is not among the device's kept ones (a fit over the rest would be chosen by the device's own noise,
+    and lean flat), they spread over less than ``SCALE_RESOLUTION`` roundings (``resolution`` times the best logit),
+    or the slope's own standard error is above a quarter of ``SCALE_TOLERANCE`` (noise the logit error judges, not a
+    scale: review saw 0.57 read off a healthy device's broad step)."""
     import torch
 
-    best = set(raw.topk(min(SCALE_IDS, raw.numel())).indices.tolist())
-    keep = torch.tensor([int(i) in best for i in ids], dtype=torch.bool)
-    if int(keep.sum()) < 4:
+    top = raw.topk(min(SCALE_IDS, int(torch.isfinite(raw).sum()))).indices.tolist()
+    where = {int(i): j for j, i in enumerate(ids.tolist())}
+    if len(top) < 4 or any(t not in where for t in top):
         return None
-    x, y = raw[ids[keep]], values[keep]
-    x = x - x.mean()
-    spread = float(x.square().sum())
-    return float((x * (y - y.mean())).sum()) / spread if spread > 0 else None
+    x, y = raw[top], values[[where[t] for t in top]]
+    if not bool(torch.isfinite(y).all()):
+        return None
+    x, y = x - x.mean(), y - y.mean()
+    sxx = float(x.square().sum())
+    if not sxx > 0 or math.sqrt(sxx / len(x)) < SCALE_RESOLUTION * resolution * abs(float(raw.max())):
+        return None
+    slope = float((x * y).sum()) / sxx
+    error = math.sqrt(float((y - slope * x).square().sum()) / (len(x) - 2) / sxx)
+    return slope if error <= SCALE_TOLERANCE / 4 else None
 
 
-def _step(device, reference_logits, margin, relative_margin, flat=FLAT):
+def _step(device, reference_logits, margin, relative_margin, resolution=ROUNDING["bfloat16"]):
     """One step: the device's top token(s), the flip margin against the step's own margin, the KL over its top-k
-    plus the rest, the logit error over its top-k, its slope against the reference (``_slope``), and whether the
-    reference is too flat to judge by the last three. Masked logits (``MASKED``) on either side are no logits."""
+    plus the rest, the logit error over its top-k, its slope against the reference (``_slope``), the probability it
+    gives the tokens the reference masks, and whether the reference is too flat to judge by the error and the slope.
+    ``resolution``: the run's rounding (``rounding``). Masked logits (``MASKED``) are the reference's to say."""
     import torch
 
     values = torch.tensor(device["logits"], dtype=torch.float64)
@@ -185,9 +219,7 @@ def _step(device, reference_logits, margin, relative_margin, flat=FLAT):
     lse = float(device["logsumexp"])
     if bool(torch.isnan(values).any() or torch.isposinf(values).any()) or not math.isfinite(lse):
         return {"finite": False}
-    kept = ~_masked(values)  # a padded vocabulary's masked ids in the device's top-k (fewer live ids than k)
-    values, ids = values[kept], ids[kept]
-    if not values.numel():
+    if not values.numel() or not math.isfinite(float(values.max())):
         return {"finite": False}
     raw = reference_logits.double()
     if bool(torch.isnan(raw).any() or torch.isposinf(raw).any()) or not bool(torch.isfinite(raw.max())):
@@ -209,12 +241,19 @@ def _step(device, reference_logits, margin, relative_margin, flat=FLAT):
     # over the whole live vocabulary: the scale the logits' errors are judged on
     spread = float(raw[live].std(unbiased=False)) if int(live.sum()) > 1 else 0.0
     size = float(raw[live].square().mean().sqrt())
-    too_flat = not spread > flat * size  # a spread of 0 too
+    too_flat = not spread > FLAT * resolution / ROUNDING["bfloat16"] * size  # a spread of 0 too
     on = live[ids]  # the device's ids the reference does not mask (one it masks is a flip of infinite margin)
+    leak = float(device_lp[~on].exp().sum())  # what the device would sample that the reference never would
     off = values[on] - raw[ids[on]]
-    off = off - off.mean()  # a shift of every logit changes no probability
-    error = None if too_flat or not off.numel() else float(off.square().mean().sqrt()) / spread
-    scale = None if too_flat else _slope(values[on], ids[on], raw.masked_fill(~live, -math.inf))
+    if not off.numel():
+        error = None
+    elif not bool(torch.isfinite(off).all()):
+        error = math.inf  # the device masks a token the reference keeps
+    else:
+        off = off - off.mean()  # a shift of every logit changes no probability
+        error = float(off.square().mean().sqrt()) / spread if spread > 0 else None
+    error = None if too_flat else error
+    scale = None if too_flat else _slope(values[on], ids[on], raw.masked_fill(~live, -math.inf), resolution)
     return {
         "finite": True,
         "reference_finite": True,
@@ -224,6 +263,7 @@ def _step(device, reference_logits, margin, relative_margin, flat=FLAT):
         "kl": max(kl, 0.0),
         "error": error,
         "scale": scale,
+        "leak": leak,
         "spread": spread,
         "flat": too_flat,
         "device_token": chosen,
@@ -245,6 +285,8 @@ def _trips(step, bound, error):
         trips.append(LOGIT_ERROR)
     if step["kl"] > bound:
         trips.append(KL)
+    if step.get("leak", 0.0) > LEAK:
+        trips.append(MASK_LEAK)
     return trips
 
 
@@ -263,6 +305,8 @@ def _diverges_note(s, n, step, trips, bound, error, decode):
         )
     if KL in trips:
         said.append(f"KL {step['kl']:.3g} nats from the reference (bound {bound:g})")
+    if MASK_LEAK in trips:
+        said.append(f"it gives {step['leak']:.3g} of its probability to tokens the reference masks (at most {LEAK:g})")
     return f"step {s} of {n}: " + "; ".join(said)
 
 
@@ -288,8 +332,8 @@ def compare(
     largest flip margin (nats; None without a flip); ``reference_logit_error``: the largest logit error (None when
     no step could be judged by it); ``reference_match`` / ``first_divergence``: every step agrees (the reference
     would have generated the same tokens) / the first step that does not."""
-    flat = flat_share(dtype)
-    steps = [_step(d, reference_logits[s], margin, relative_margin, flat) for s, d in enumerate(device_steps)]
+    resolution = rounding(dtype)
+    steps = [_step(d, reference_logits[s], margin, relative_margin, resolution) for s, d in enumerate(device_steps)]
     found = dict.fromkeys(RECORD_KEYS)
     found["steps"] = steps
     n = len(steps)
