@@ -113,7 +113,7 @@ def calibrate(name: str, path: str, prompts: list[str], new_tokens: int, wrong=N
     ``fault`` ((kind, operators): ``_fault_mode``)."""
     import torch
 
-    from model_support.probe import probe_core
+    from model_support.probe import agreement, probe_core
 
     model, tokenizer = probe_core.load(path, "", "bfloat16", False, torch.device("cpu"), {})
     reference, _ = probe_core.load(path, "", "float32", False, torch.device("cpu"), {})
@@ -125,9 +125,9 @@ def calibrate(name: str, path: str, prompts: list[str], new_tokens: int, wrong=N
         if found["numerics"] == "diverges":
             measures.update(found["numerics_measure"].split(" + "))
         steps += [s for s in found["steps"] if s["finite"]]
-        sloped = [s["scale"] for s in found["steps"] if s.get("scale") is not None]
-        if sloped:  # the logit scale compare judges: the mean slope over the prompt's steps
-            scales.append(sum(sloped) / len(sloped))
+        pooled = agreement.logit_scale(found["steps"])  # the logit scale compare judges: one slope over the steps
+        if pooled is not None:
+            scales.append(pooled[0])
     flips = [s for s in steps if not s["agree"]]
     kls = sorted(s["kl"] for s in steps)
     errors = sorted(s["error"] for s in steps if s["error"] is not None)

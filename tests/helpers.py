@@ -159,15 +159,22 @@ def wait_until_blocked(thread, innermost: str, within: str | None = None, timeou
     or never got there) fails the test."""
     import time
 
+    def where():
+        frame = sys._current_frames().get(thread.ident)
+        if frame is None or frame.f_code.co_name != innermost:
+            return None
+        at, names = (frame.f_code, frame.f_lasti), set()
+        while frame is not None:
+            names.add(frame.f_code.co_name)
+            frame = frame.f_back
+        return at if within is None or within in names else None
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        frame = sys._current_frames().get(thread.ident)
-        if frame is not None and frame.f_code.co_name == innermost:
-            names = set()
-            while frame is not None:
-                names.add(frame.f_code.co_name)
-                frame = frame.f_back
-            if within is None or within in names:
+        at = where()
+        if at is not None:
+            time.sleep(0.05)  # still there, at the same instruction, a while later: blocked, not passing through
+            if where() == at:
                 return
         if not thread.is_alive():
             raise AssertionError(f"the thread ended without blocking in {innermost}")

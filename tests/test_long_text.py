@@ -447,8 +447,17 @@ def test_the_long_text_gate_compares_a_rate_only_with_a_like_runs(tmp_path, colu
 
 
 def test_the_baseline_tolerance_is_never_less_than_two_positions_of_the_shortest_window():
-    """Over 1,024 positions the default (three positions of a 128-window); over 32 positions, two of them (one stray
-    flip in a short text is no regression)."""
+    """Over 1,024 positions the default (three positions of a 128-window); over 32, two of them; over 200, whose last
+    window holds 72, two of those 72 (review: 70/72 failed a floor of 0.975); a drop of exactly two positions is
+    within it whatever the float's last bit says (29/31 against 1 - 2/31)."""
     assert expectations.long_text_tolerance(1024) == expectations.LONG_TEXT_TOLERANCE == 0.025
     assert expectations.long_text_tolerance(32) == 2 / 32
+    assert (
+        long_text.shortest_window(300) == 128
+        and long_text.shortest_window(200) == 72
+        and long_text.shortest_window(150) == 150
+    )
+    assert expectations.long_text_tolerance(200) == 2 / 72
     assert expectations.long_text_tolerance(None) == expectations.LONG_TEXT_TOLERANCE
+    for n in (23, 31, 32, 38, 54, 72):
+        assert long_text.proven((n - 2) / n, n) and not long_text.proven((n - 3) / n, n)

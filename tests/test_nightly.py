@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -86,3 +88,41 @@ def test_the_nightly_fails_on_the_regression_drafts_one_report_naming_the_settin
 def _signature(data, sweep_id: str) -> str:
     (record,) = [r for r in store.read_records(data, sweep_id) if r["model_id"] == "local:tiny-llama"]
     return record["failure_signature"]
+
+
+#: The nightly from Python, as docs/nightly.md shows it: a few lines, its exit status the process's.
+FROM_PYTHON = """
+import sys
+from model_support import workflows
+sys.exit(workflows.nightly(sys.argv[1], sys.argv[2], bisect=False, report=False))
+"""
+
+
+@pytest.mark.slow
+def test_a_nightly_from_python_says_and_exits_as_the_command_does(tmp_path, fixture_models):
+    """The second night of tiny-llama with aten::rsqrt missing, run twice from the same first night: once as
+    ``model-support nightly``, once as ``workflows.nightly`` from Python. Both exit 1 and name the same regression."""
+    definition = tmp_path / "nightly.yaml"
+    probe = {"device": "pretend", "max_new_tokens": 4, "reference": "none", "judge": False, "perf": False}
+    models = [fixture_models["tiny-llama"]["path"]]
+    definition.write_text(yaml.safe_dump({"name": "nightly", "probe": probe, "reruns": 0, "models": models}))
+    cli = [os.path.join(os.path.dirname(sys.executable), "model-support"), "nightly", str(definition)]
+    first = tmp_path / "first"
+
+    def run(command: list[str], fault: dict) -> subprocess.CompletedProcess:
+        env = {**os.environ, PRETEND: json.dumps(fault)}  # the stack's fault, for this night's probes only
+        return subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env, timeout=900)
+
+    ran = run([*cli, "--data-dir", str(first), "--no-report", "--no-bisect"], {})
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    shutil.copytree(first, tmp_path / "python")
+    fault = {"missing_ops": ["aten::rsqrt"]}
+    command = run([*cli, "--data-dir", str(first), "--no-report", "--no-bisect"], fault)
+    python = run([sys.executable, "-c", FROM_PYTHON, str(definition), str(tmp_path / "python")], fault)
+    assert command.returncode == python.returncode == 1, (command.stderr[-2000:], python.stderr[-2000:])
+
+    def regressions(done: subprocess.CompletedProcess) -> list[str]:
+        lines = [line.strip() for line in done.stdout.splitlines()]
+        return [line.split("FAIL(")[0] for line in lines if line.startswith("regression:")]
+
+    assert regressions(command) == regressions(python) == ["regression: local:tiny-llama [eager+dynamic+4t]: PASS -> "]

@@ -11,7 +11,6 @@ import functools
 import os
 import signal
 import sys
-from collections import Counter
 from pathlib import Path
 
 import click
@@ -204,8 +203,10 @@ def sweep(params_file, data_dir, workers, executor, prefetch, resume, report, de
     signal.signal(signal.SIGTERM, _stop_on_sigterm)  # SIGTERM stops the sweep as Ctrl-C does, in one sentence
     try:
         try:
-            _, ok = _sweep(params_file, data_dir, workers, executor, prefetch, resume, report, probe_overrides, reruns)
-            if not ok:
+            outcome = _sweep(
+                params_file, data_dir, workers, executor, prefetch, resume, report, probe_overrides, reruns
+            )
+            if not outcome.finished:
                 raise SystemExit(1)
         except KeyboardInterrupt:  # before the sweep was written: nothing to finish
             raise Interrupted("The sweep was stopped before it started; nothing was written.") from None
@@ -282,8 +283,10 @@ def _stop_on_sigterm(signum, frame):
 
 
 def _sweep(params_file, data_dir, workers, executor, prefetch, resume, report, probe_overrides=None, reruns=None):
-    """Run (or resume) the sweep, say what it did; (its summary, whether it finished: every model probed and the
-    report rendered)."""
+    """``workflows.sweep`` with a progress bar on a terminal (in a log, nohup or CI, one plain line per model, no
+    control codes) and its table 160 columns wide in a log; a ``workflows.SweepOutcome``."""
+    from contextlib import contextmanager
+
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -294,19 +297,10 @@ def _sweep(params_file, data_dir, workers, executor, prefetch, resume, report, p
         TimeRemainingColumn,
     )
 
-    from .analysis import expectations, flakes
-    from .record import store
-    from .render.terminal import verdict_table
-    from .sweep import definition as params_mod
-    from .sweep import runner as sweep_mod
+    from . import workflows
 
-    definition = params_mod.load(params_file, overrides=probe_overrides, executor=executor) if params_file else None
-    if definition is not None:
-        expectations.from_meta(definition.expectations)  # its entries checked before anything runs
-    if resume:
-        store.read_sweep(data_dir, resume)  # an unknown id is refused before the progress bar starts
     console = Console(stderr=True)
-    counts: Counter = Counter()
+    warn = functools.partial(click.echo, err=True)
     columns = (
         TextColumn("[bold]sweep"),
         BarColumn(),
@@ -316,87 +310,37 @@ def _sweep(params_file, data_dir, workers, executor, prefetch, resume, report, p
         TextColumn("ETA"),
         TimeRemainingColumn(),
     )
-    # a bar on a terminal; in a log (nohup, CI, a pipe) one plain line per model, no control codes
-    with Progress(*columns, console=console, disable=not console.is_terminal) as progress:
-        bar = progress.add_task("sweep", total=None, verdicts="")
 
-        def on_result(record, done, total):
-            counts[record["status"]] += 1
-            verdicts = " ".join(f"{k}={v}" for k, v in sorted(counts.items()))
-            progress.update(bar, completed=done, total=total, verdicts=verdicts)
-            if not console.is_terminal:
-                click.echo(f"[{done}/{total}] {record.get('model_id')}: {record['status']}  ({verdicts})", err=True)
+    @contextmanager
+    def bar():
+        tally = workflows.Tally()
+        with Progress(*columns, console=console, disable=not console.is_terminal) as progress:
+            task = progress.add_task("sweep", total=None, verdicts="")
 
-        summary = sweep_mod.run(
-            definition,
-            data_dir,
-            workers=workers,
-            executor=executor,
-            resume=resume,
-            on_result=on_result,
-            prefetch=prefetch,
-            report=report,
-            screen=functools.partial(flakes.baseline_for, data_dir),  # flakes rerun against the report's baseline
-            reruns_n=reruns,
-            interpreters=functools.partial(_stack_interpreters, data_dir),  # stacks that pin other packages
-        )
-    # written to a log (nohup on a TPU VM, CI) the table gets 160 columns, not rich's default 80
-    table_console = Console() if sys.stdout.isatty() else Console(width=160)
-    records = store.read_records(data_dir, summary["sweep_id"])
-    verdict_table(records, table_console)
-    click.echo(
-        f"sweep {summary['sweep_id']}: {summary['ran']} probed now, {summary['total']} models, "
-        f"{summary['wall_s']:.1f} s with {summary['workers']} worker(s) ({summary['executor']})"
+            def on_result(record, done, total):
+                verdicts = tally.add(record)
+                progress.update(task, completed=done, total=total, verdicts=verdicts)
+                if not console.is_terminal:
+                    warn(workflows.Tally.line(record, done, total, verdicts))
+
+            yield on_result
+
+    return workflows.sweep(
+        params_file,
+        data_dir,
+        workers=workers,
+        executor=executor,
+        prefetch=prefetch,
+        resume=resume,
+        report=report,
+        overrides=probe_overrides,
+        reruns=reruns,
+        watch=bar,
+        say=click.echo,
+        warn=warn,
+        debug=bool(click.get_current_context().find_root().params.get("debug")),
+        console=Console() if sys.stdout.isatty() else Console(width=160),
     )
-    if summary["verdicts"].get("PASS"):  # is a PASS right: the report's words (analysis.suspect_words)
-        from . import analysis
-
-        checks = analysis.pass_checks(store.scan(data_dir), summary["sweep_id"])
-        click.echo(f"suspect passes: {analysis.suspect_words(dict(checks.select('check', 'count').rows()))}")
-    if summary["excluded_before"]:  # in the excluded config and the report, so said here too
-        click.echo(
-            f"excluded before running: {len(summary['excluded_before'])} "
-            f"({'; '.join(f'{m}: {r}' for m, r in sorted(summary['excluded_before'].items()))})"
-        )
-    accelerator = any(r.get("device_type") not in (None, "cpu") for r in records)
-    if summary.get("device_time") and accelerator:  # held-idle share and utilisation (sweep.device_time): a CPU
-        # sweep holds no device, its "devices" are worker slots
-        from .sweep.device_time import sentence
-
-        click.echo(sentence(summary["device_time"]))
-    click.echo(f"records:  {data_dir / 'sweeps' / summary['sweep_id']}")
-    if store.what_if_setting(data_dir, summary["sweep_id"]):  # its runs are kept apart from the stack's verdicts
-        click.echo(f"dataset:  {data_dir / store.WHAT_IF_CONFIG} (what-if runs: no verdict of the stack)")
-    else:
-        click.echo(f"dataset:  {data_dir / 'results'} and {data_dir / 'excluded'} (card: {data_dir / 'README.md'})")
-    rendered = True
-    if report:
-        try:
-            rendered = _report_after_sweep(data_dir, summary)
-        except KeyboardInterrupt:
-            raise Interrupted(
-                f"Stopped while rendering the report of {summary['sweep_id']}: the records and Parquet files are "
-                f"complete; `model-support report {summary['sweep_id']}` renders it."
-            ) from None
-    if summary["pending"]:  # not probed, not failed: the environment kept them; say so, and how to finish
-        click.echo(pending_sentence(summary["sweep_id"], summary["pending"]), err=True)
-    return summary, not (summary["pending"] or not rendered)
-
-
-def _no_what_if_nightly(params_file) -> None:
-    """A nightly gates the stack: a definition that puts operators on the host (a what-if sweep) is refused before
-    anything runs, in one sentence."""
-    import yaml
-
-    try:
-        raw = yaml.safe_load(Path(params_file).read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        return  # the sweep's own reading says what is wrong with the file
-    if isinstance(raw, dict) and isinstance(raw.get("probe"), dict) and raw["probe"].get("host_ops"):
-        raise UserError(
-            f"{params_file} puts operators on the host (probe: host_ops): a what-if sweep is no verdict of the stack, "
-            "so a nightly cannot gate it; run it with model-support sweep, or ops SWEEP --prove."
-        )
 
 
 @main.command()
@@ -443,113 +387,31 @@ def nightly(
     """The nightly: sweep PARAMS_FILE (flakes rerun), gate it against the last sweep of the same name and device,
     export JUnit and Markdown, bisect and draft a bug report per regression signature, push; exit 1 on a failed
     gate (docs/nightly.md)."""
-    from . import nightly as nightly_mod
-    from .analysis import perf
+    from . import workflows
 
-    gates = nightly_mod.check_fail_on(fail_on)
-    allowed = nightly_mod.check_across(across or "")
-    threshold = perf.parse_threshold(perf_threshold) if perf_threshold is not None else None
-    if expect is not None and not expect.is_file():
-        raise UserError(f"--expect {expect} is no file; give an expectations YAML file of MODEL: {{verdict, reason}}.")
-    _no_what_if_nightly(params_file)
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)
-    summary, finished = _sweep(params_file, data_dir, workers, None, None, None, report, None, reruns)
-    status = nightly_mod.after_sweep(
-        data_dir,
-        summary["sweep_id"],
-        fail_on=gates,
-        expect=expect,
-        perf_threshold=threshold,
-        across=allowed,
-        bisect=bisect,
-        find_links=find_links,
-        push_to=push_to,
-        log=click.echo,
-    )
-    raise SystemExit(status or (0 if finished else 1))
+    def sweep_with(params_file, data_dir, **given):
+        signal.signal(signal.SIGTERM, _stop_on_sigterm)  # once every argument is checked, as a sweep's
+        return _sweep(params_file, data_dir, given["workers"], None, None, None, given["report"], None, given["reruns"])
 
-
-def _stack_interpreters(data_dir: Path, meta) -> dict[str, str]:
-    """{stack: interpreter} of a sweep's stacks that pin packages: the bisect's overlay environments (the project's
-    environment with those releases on top; cached under $MODEL_SUPPORT_BISECT_CACHE or <data>/bisect-envs, from
-    pip's configured index or find-links); one sentence for a release that cannot be installed here."""
-    from .bisect.envs import InstallError, Overlays
-    from .bisect.run import cache_dir
-
-    overlays = Overlays(cache_dir(data_dir))
-    found = {}
-    for name, stack in meta.stacks.items():
-        if stack.get("packages"):
-            pins = ", ".join(f"{d}=={v}" for d, v in sorted(stack["packages"].items()))
-            click.echo(f"stack {name}: an environment with {pins} ({overlays.tool}, from {overlays.source})", err=True)
-            try:
-                found[name] = str(overlays.python(stack["packages"]))
-            except InstallError as exc:
-                raise UserError(f"Stack {name!r} ({pins}) cannot be built here: {exc}") from None
-    return found
-
-
-def pending_sentence(sweep_id: str, pending: dict) -> str:
-    """The one sentence a sweep ends with when the environment kept models from being probed: downloads
-    (the network, the disk), or the harness (a kernel that never started: the first cause, named)."""
-    n = len(pending)
-    them = "them" if n != 1 else "it"
-    harness = [p for p in pending.values() if p.get("problem") == "harness"]
-    if harness:
-        return (
-            f"{n} model{'s' if n != 1 else ''} could not be probed ({harness[0]['reason']}): fix that, then run "
-            f"`model-support sweep --resume {sweep_id}` to finish {them}."
+    raise SystemExit(
+        workflows.nightly(
+            params_file,
+            data_dir,
+            workers=workers,
+            reruns=reruns,
+            fail_on=fail_on,
+            expect=expect,
+            perf_threshold=perf_threshold,
+            across=across,
+            report=report,
+            bisect=bisect,
+            find_links=find_links,
+            push_to=push_to,
+            sweep_with=sweep_with,
+            say=click.echo,
+            warn=functools.partial(click.echo, err=True),
         )
-    problems = ", ".join(sorted({p.get("problem") or "network" for p in pending.values()}))
-    return (
-        f"{n} model{'s' if n != 1 else ''} could not be downloaded ({problems}): run "
-        f"`model-support sweep --resume {sweep_id}` to finish {them}."
     )
-
-
-def _report_after_sweep(data_dir: Path, summary: dict) -> bool:
-    """The sweep's report, or one sentence why there is none: no model stored yet, or rendering failed
-    (the records are safe either way; a full disk is ``_render``'s StorageFull). False when it failed."""
-    from .record import store
-
-    sweep_id = summary["sweep_id"]
-    # a what-if sweep's runs are kept in their own config (write_parquet writes no file without a row)
-    what_if_rows = store.parquet_file(data_dir, store.WHAT_IF_CONFIG, sweep_id).exists()
-    if not any(summary["rows"]) and not what_if_rows:  # no row of any config: nothing to report on
-        click.echo(f"report:   none (no model of {sweep_id} is stored yet)", err=True)
-        return True
-    try:
-        _render(data_dir, sweep_id, None)
-    except (UserError, StorageFull):
-        raise
-    except Exception as exc:  # noqa: BLE001 - one sentence; --debug shows the traceback
-        if click.get_current_context().find_root().params.get("debug"):
-            raise
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
-        click.echo(
-            f"Could not render the report of {sweep_id} ({type(exc).__name__}: {first}); the records and Parquet "
-            f"files are complete: run `model-support report {sweep_id}` once that is fixed.",
-            err=True,
-        )
-        return False
-    return True
-
-
-def _render(data_dir: Path, sweep_id: str, baseline: str | None) -> None:
-    from .render import report
-
-    baseline = baseline or report.previous_sweep(data_dir, sweep_id)
-    try:
-        html = report.render_report(data_dir, sweep_id, baseline)
-    except OSError as exc:
-        from .sweep.diskspace import disk_words
-
-        raise StorageFull(
-            f"Could not write the report of {sweep_id} ({disk_words(exc, Path(data_dir).resolve())}): the sweep's "
-            f"records and Parquet files are complete; make room, then run `model-support report {sweep_id}`."
-        ) from exc
-    click.echo(f"report:   {html}" + (f" (baseline {baseline})" if baseline else ""))
-    click.echo(f"explorer: {Path(html).parent / 'index.html'}")
 
 
 @main.command()
@@ -564,7 +426,9 @@ def _render(data_dir: Path, sweep_id: str, baseline: str | None) -> None:
 @user_errors
 def report(sweep_id, baseline, data_dir):
     """Render the HTML failure-mode report of SWEEP_ID (and rebuild the explorer)."""
-    _render(data_dir, sweep_id, baseline)
+    from .workflows import render_report
+
+    render_report(data_dir, sweep_id, baseline, say=click.echo)
 
 
 @main.command()
@@ -712,8 +576,18 @@ def ops(sweep_id, on, as_json, prove, complete, workers, executor, data_dir):
         return
     if (prove or complete) and on:
         raise UserError("--prove and --complete run the sweep's own stack; --on predicts another one: use one of them.")
-    if prove or complete:
-        _what_if(Path(data_dir), sweep_id, prove, complete, workers, executor, as_json)
+    if prove or complete:  # each step said as it ends (on stderr with --json: it prints JSON alone)
+        from .workflows import what_if
+
+        what_if(
+            data_dir,
+            sweep_id,
+            prove=prove,
+            complete=complete,
+            workers=workers,
+            executor=executor,
+            say=functools.partial(click.echo, err=as_json),
+        )
     models = ops_mod.sweep_models(data_dir, sweep_id)
     coverage = ops_mod.stack_coverage(on, ops_mod.coverage.census_ops(models)) if on else None
     ops_mod.predict(models, coverage)
@@ -733,63 +607,6 @@ def ops(sweep_id, on, as_json, prove, complete, workers, executor, data_dir):
         if on:
             said = "; ".join(f"{k}={v!r}" for k, v in configured.items()) if configured else "none set"
             click.echo(f"predicted for {on} as this environment configures its backend: {said}")
-
-
-def _what_if(data_dir: Path, sweep_id: str, prove: bool, complete: bool, workers, executor, quiet: bool) -> None:
-    """``ops --complete`` and ``--prove``: their what-if sweeps run through the sweep runner (its workers,
-    executors and resume), on this environment's stack, which must be the sweep's (``ops.prove``); each step said
-    as it ends (on stderr with ``quiet``: --json prints JSON alone)."""
-    from .debug.stack import differences
-    from .ops import prove as prove_mod
-    from .probe import devices, provenance
-    from .record import store
-    from .sweep import definition, runner
-    from .sweep.executors import ray_cluster
-
-    meta = store.read_sweep(data_dir, sweep_id)
-    found = differences(meta, provenance.versions(), devices.stack_configuration())
-    if found:
-        raise UserError(
-            f"--prove and --complete run on this environment's stack, which is not the one sweep {sweep_id} ran on "
-            f"({'; '.join(found)}): set that stack here and run it again."
-        )
-
-    class Sweeps:
-        def create(self, name, entries, probe, description):
-            params = definition.SweepParams(
-                name=name,
-                models=entries,
-                excluded={},
-                probe=probe,
-                timeout_s=meta.timeout_s,
-                workers=workers or meta.workers,
-                executor=executor or meta.executor,
-                description=description,
-                cache=meta.cache,
-                prefetch=meta.prefetch,
-                reruns=0,
-            )
-            if params.executor != "ray":  # a Ray sweep's devices are the cluster's, asked when it joins
-                definition.check_devices(params)
-            definition.check_host_ops(params)
-            created = runner.create(params, data_dir, reruns_n=0).sweep_id
-            if params.executor == "ray":  # it runs where its sweep ran, as a resume of that sweep would
-                ray_cluster.inherit(store.sweep_dir(data_dir, sweep_id), store.sweep_dir(data_dir, created))
-            return created
-
-        def run(self, what_if_id):
-            runner.run(None, data_dir, workers, executor, resume=what_if_id)
-
-    say = functools.partial(click.echo, err=quiet)
-    with store.SweepLock(store.sweep_dir(data_dir, sweep_id)):  # one proof of a sweep at a time
-        if complete:
-            prove_mod.complete(data_dir, sweep_id, Sweeps(), say)
-        if prove:
-            say(
-                f"Proving the plan of {sweep_id}: each step's operators, with the earlier steps', on the host of its "
-                "device, over the models the step unlocks."
-            )
-            prove_mod.prove(data_dir, sweep_id, Sweeps(), say)
 
 
 @main.command()

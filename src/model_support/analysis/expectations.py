@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
+from ..probe import long_text as long_text_mod
 from ..record import schema
 from . import decision
 from .decision import SUSPECT_PASS  # an expectation's verdict besides the four: a PASS whose numbers are suspect
@@ -35,23 +36,12 @@ from .decision import SUSPECT_PASS  # an expectation's verdict besides the four:
 #: What an expectation's verdict may be.
 ACCEPTED = (*schema.VERDICTS, SUSPECT_PASS)
 #: The tolerance of a long-text expectation that names none, and of the comparison with the baseline where no entry
-#: names the model: 0.025, three positions of a 128-position window. The rate counts a near-tie flip as agreeing, so
-#: noise hardly moves it: on SmolLM2-135M over 1,024 positions (bench/bench_long_text.py, results/long_text_rates.json)
-#: two healthy bf16 stacks read 1.000, and every matrix product off by half of bf16's epsilon 0.992 (one position
-#: beyond the margin); a linear layer 2% wrong reads 0.953 and attention 20% wrong 0.953 over 512 (review's
-#: measurement); ``_safe_softmax`` wrong from position 600 takes it to 0. (The rate that counted near-ties read 0.977
-#: healthy and moved by 0.0625 with the noise: 0.08 then, which let a 2.5% wrong layer through.) A baseline over
-#: fewer positions than a window gets at least two positions' worth (``long_text_tolerance``): one stray flip is no
-#: regression.
-LONG_TEXT_TOLERANCE = 0.025
-#: Positions of a window (``probe.long_text.WINDOW``; not imported: the analysis reads no probe module for it).
-_WINDOW = 128
-
-
-def long_text_tolerance(tokens: int | None) -> float:
-    """The baseline comparison's tolerance over ``tokens`` positions: ``LONG_TEXT_TOLERANCE``, or two positions of
-    the shortest window where that is more."""
-    return max(LONG_TEXT_TOLERANCE, 2 / min(tokens or _WINDOW, _WINDOW))
+#: names the model (``probe.long_text.TOLERANCE``, measured there: 0.025, three positions of a 128-position window;
+#: the rate that counted near-ties read 0.977 healthy and moved by 0.0625 with bf16-sized noise, so it was 0.08 then,
+#: which let a 2.5% wrong layer through). A baseline's comparison gets at least two positions of its shortest window
+#: (``long_text_tolerance``): one stray flip is no regression.
+LONG_TEXT_TOLERANCE = long_text_mod.TOLERANCE
+long_text_tolerance = long_text_mod.tolerance
 
 
 #: How a run stands against the expectations (``judge``).

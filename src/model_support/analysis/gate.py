@@ -229,7 +229,7 @@ def long_text_lines(
             tolerance = long_text_tolerance(then["long_text_tokens"])
             floor = then["long_text_rate"] - tolerance
             against = f"{then['long_text_rate']:.3f} in {a} less {tolerance:.3f}"
-        if now["long_text_rate"] >= floor:
+        if now["long_text_rate"] >= floor - 1e-9:  # by positions, not by a float's last bit
             continue
         where = [
             f"{path} diverges at position {now[f'long_text_{path}_diverges_at']}"

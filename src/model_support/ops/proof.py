@@ -74,6 +74,7 @@ COLUMNS = (
     "long_text_decode_diverges_at",
     "long_text_rate",
     "long_text_note",
+    "long_text_tokens",
     *census.FIELDS,
     "ops_missing",
     "ops_fallback",
@@ -237,12 +238,13 @@ class Run:
 def rerun_wrong(ran: bool, numerics: str | None, row: Mapping | None = None) -> str | None:
     """The one judgement of a run with operators on the host, whoever ran it: ``ops --prove``'s what-if run (a
     probe's verdict and numerics, ``Run.right``) and ``model-support localise``'s proof (its replay of the run,
-    ``debug.localise.prove``) alike, so the two can never contradict each other. None when it is right: it ran to its
+    ``debug.localise.prove``) alike, so the two never contradict each other over the tokens. None when it is right: it ran to its
     end (``ran``) and its output agrees with the CPU reference over every step it generated (numerics ``match``) and,
-    where its ``row`` asked for the long text (its ``long_text_note`` says something), over the text too: a rate of
-    at least ``long_text.PROVEN_RATE`` (a wrong operator only the long text saw is proven fixed only there; one stray
-    position beyond the margin is no fault, and a long text that did not run proves nothing); else why not, in
-    words. A proof takes no ``ties``: flips at near-ties are what flat logits make of any wrong kernel (review
+    where its ``row`` ran the long text or could have, over the text too (``long_text.proven``: a wrong operator only
+    the long text saw is proven fixed only there; a stray position or two is no fault, and a long text that could run
+    and did not proves nothing); else why not, in words. ``localise`` passes no row: it judges its own replay, which
+    follows decode to the divergence it chases; where the two disagree over the long text, ``ops --prove``'s reading
+    of the whole text is the plan's. A proof takes no ``ties``: flips at near-ties are what flat logits make of any wrong kernel (review
     confirmed a step so), and a run whose numbers were not checked proves nothing."""
     if not ran:
         return "it did not run to its end"
@@ -258,20 +260,23 @@ def rerun_wrong(ran: bool, numerics: str | None, row: Mapping | None = None) -> 
 
 
 def _long_text_wrong(row: Mapping) -> str | None:
-    """Why a run's long text proves it not right (``rerun_wrong``), None where it agrees or was not asked for."""
-    if row.get("long_text_note") is None:
+    """Why a run's long text proves it not right (``rerun_wrong``), None where it agrees or was not asked for. A long
+    text that cannot run for this model (``not run: ...``: sharded, too few positions, no reference) was never part
+    of its answer, so it asks nothing; one that could and did not (the device raised on it) proves nothing."""
+    note = row.get("long_text_note")
+    if note is None or (row.get("long_text_rate") is None and note.startswith("not run:")):
         return None
     rate = row.get("long_text_rate")
     if rate is None:
-        return f"its long text did not run ({row['long_text_note'][:160]}): no proof over the text"
-    if rate >= long_text.PROVEN_RATE:
+        return f"its long text did not run ({note[:160]}): no proof over the text"
+    if long_text.proven(rate, row.get("long_text_tokens")):
         return None
     found = [row.get(f"long_text_{path}_diverges_at") for path in ("prefill", "decode")]
     first = min((p for p in found if p is not None), default=None)
     where = f", first at position {first}" if first is not None else ""
     return (
-        f"its long text still diverges from the CPU reference (rate {rate:.3f}, at least {long_text.PROVEN_RATE:g}"
-        f"{where})"
+        f"its long text still diverges from the CPU reference (rate {rate:.3f}, at least "
+        f"{1 - long_text.tolerance(row.get('long_text_tokens')):.3f}{where})"
     )
 
 

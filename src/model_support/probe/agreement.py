@@ -104,9 +104,9 @@ MASKED = 1e4
 #: The share of its probability a device may give the tokens the reference masks (padding, tokens a model never
 #: emits): above it, it would sample them, and the step diverges (``MASK_LEAK``), whatever the other measures say.
 LEAK = 1e-3
-#: The logit scale: over the judged steps, the mean slope of the device's logits against the reference's, fitted on
-#: the reference's best ``SCALE_IDS`` tokens (those the device kept: the reference picks them, so the device's noise
-#: cannot bias the slope). A device whose logits come out 0.8 of the reference's (a logit scale, softcap or final
+#: The logit scale: over the judged steps, one slope of the device's logits against the reference's, pooled, fitted on
+#: the reference's best ``SCALE_IDS`` tokens of each (the reference picks them, so the device's noise cannot bias the
+#: slope; judged where its standard error is at most a quarter of ``SCALE_TOLERANCE``). A device whose logits come out 0.8 of the reference's (a logit scale, softcap or final
 #: norm weight left out) keeps every top-1 and most of the KL, and its error less its mean is small against the
 #: whole vocabulary's spread; its slope reads 0.8. Healthy bf16 reads within 0.013 of 1 on SmolLM2 (0.003 on the
 #: tiny fixtures; 0.056 at its worst single step), bf16-sized noise on every matmul within 0.017 (0.004)
@@ -183,12 +183,11 @@ def _masked(values):
 
 
 def _slope(values, ids, raw, resolution):
-    """The device's logits against the reference's over the reference's best ``SCALE_IDS`` tokens (least squares,
-    the reference's as the variable: exact, and chosen by the reference). None where the step cannot say: one of
-    those tokens is not among the device's kept ones (a fit over the rest would be chosen by the device's own noise,
-    and lean flat), they spread over less than ``SCALE_RESOLUTION`` roundings (``resolution`` times the best logit),
-    or the slope's own standard error is above a quarter of ``SCALE_TOLERANCE`` (noise the logit error judges, not a
-    scale: review saw 0.57 read off a healthy device's broad step)."""
+    """One step's part of the logit scale's fit: the reference's best ``SCALE_IDS`` logits and the device's for the
+    same ids, each less its mean (least squares, the reference's as the variable: exact, and chosen by the
+    reference), as two lists. None where the step cannot say: one of those tokens is not among the device's kept ones
+    (a fit over the rest would be chosen by the device's own noise, and lean flat), or they spread over less than
+    ``SCALE_RESOLUTION`` roundings (``resolution`` times the best logit: the slope would read the rounding)."""
     import torch
 
     top = raw.topk(min(SCALE_IDS, int(torch.isfinite(raw).sum()))).indices.tolist()
@@ -202,9 +201,23 @@ def _slope(values, ids, raw, resolution):
     sxx = float(x.square().sum())
     if not sxx > 0 or math.sqrt(sxx / len(x)) < SCALE_RESOLUTION * resolution * abs(float(raw.max())):
         return None
-    slope = float((x * y).sum()) / sxx
-    error = math.sqrt(float((y - slope * x).square().sum()) / (len(x) - 2) / sxx)
-    return slope if error <= SCALE_TOLERANCE / 4 else None
+    return x.tolist(), y.tolist()
+
+
+def logit_scale(steps) -> tuple[float, float, int] | None:
+    """The logit scale over the steps that can say (``_slope``): one least-squares slope pooled over them (each step
+    centred on its own means), its standard error, and how many steps; None where none can say. Pooled, not a mean
+    of per-step slopes: at healthy bf16 noise each step's slope alone is too loose to judge (review: 0.8x read match
+    when every step was left out), their pool is not (a standard error of about 0.012)."""
+    fits = [step["fit"] for step in steps if step.get("fit") is not None]
+    if not fits:
+        return None
+    sxy = sum(a * b for x, y in fits for a, b in zip(x, y, strict=True))
+    sxx = sum(a * a for x, _ in fits for a in x)
+    slope = sxy / sxx
+    residual = sum((b - slope * a) ** 2 for x, y in fits for a, b in zip(x, y, strict=True))
+    freedom = sum(len(x) for x, _ in fits) - len(fits) - 1
+    return slope, math.sqrt(residual / max(freedom, 1) / sxx), len(fits)
 
 
 def _step(device, reference_logits, margin, relative_margin, resolution=ROUNDING["bfloat16"]):
@@ -253,7 +266,8 @@ def _step(device, reference_logits, margin, relative_margin, resolution=ROUNDING
         off = off - off.mean()  # a shift of every logit changes no probability
         error = float(off.square().mean().sqrt()) / spread if spread > 0 else None
     error = None if too_flat else error
-    scale = None if too_flat else _slope(values[on], ids[on], raw.masked_fill(~live, -math.inf), resolution)
+    fit = None if too_flat else _slope(values[on], ids[on], raw.masked_fill(~live, -math.inf), resolution)
+    scale = None if fit is None else sum(a * b for a, b in zip(*fit, strict=True)) / sum(a * a for a in fit[0])
     return {
         "finite": True,
         "reference_finite": True,
@@ -263,6 +277,7 @@ def _step(device, reference_logits, margin, relative_margin, resolution=ROUNDING
         "kl": max(kl, 0.0),
         "error": error,
         "scale": scale,
+        "fit": fit,
         "leak": leak,
         "spread": spread,
         "flat": too_flat,
@@ -349,7 +364,7 @@ def compare(
     flips = [s for s, step in enumerate(steps) if not step["agree"]]
     kls = [step["kl"] for step in steps]
     worst_kl = max(range(n), key=kls.__getitem__)
-    judged = [s for s, step in enumerate(steps) if not step["flat"]]
+    judged = [s for s, step in enumerate(steps) if not step["flat"] and step["error"] is not None]
     worst = max(judged, key=lambda s: steps[s]["error"], default=None)
     found.update(
         reference_agreement=(n - len(flips)) / n,
@@ -368,16 +383,17 @@ def compare(
     said = f"largest KL {kls[worst_kl]:.2g} nats (step {worst_kl}, bound {bound:g})"
     if worst is not None:
         said += f", largest logit error {steps[worst]['error']:.2g} of the spread (step {worst}, at most {error:g})"
-    sloped = [s for s, step in enumerate(steps) if step.get("scale") is not None]
-    if sloped:
-        scale = sum(steps[s]["scale"] for s in sloped) / len(sloped)
+    pooled = logit_scale(steps)
+    if pooled is not None and pooled[1] <= SCALE_TOLERANCE / 4:  # a looser fit says nothing either way
+        scale, _, count = pooled
         said += f", logits at {scale:.3g} of the reference's scale (1 \u00b1 {SCALE_TOLERANCE:g})"
         if abs(scale - 1.0) > SCALE_TOLERANCE:
+            sloped = [s for s, step in enumerate(steps) if step.get("scale") is not None]
             s = max(sloped, key=lambda s: abs(steps[s]["scale"] - 1.0))
             found.update(numerics=DIVERGES, numerics_step=s, numerics_measure=LOGIT_SCALE)
             found["numerics_note"] = (
-                f"over {len(sloped)} of {n} steps the device's logits come out {scale:.3g} times the reference's "
-                f"(a slope on the reference's best {SCALE_IDS} tokens; at most {SCALE_TOLERANCE:g} off 1; step {s} "
+                f"over {count} of {n} steps the device's logits come out {scale:.3g} times the reference's (one slope "
+                f"on the reference's best {SCALE_IDS} tokens of each; at most {SCALE_TOLERANCE:g} off 1; step {s} "
                 f"{steps[s]['scale']:.3g}): every probability is off though the top tokens agree; " + said
             )
             return found
