@@ -108,9 +108,10 @@ LEAK = 1e-3
 #: the reference's best ``SCALE_IDS`` tokens of each (the reference picks them, so the device's noise cannot bias the
 #: slope; judged where its standard error is at most a quarter of ``SCALE_TOLERANCE``). A device whose logits come out 0.8 of the reference's (a logit scale, softcap or final
 #: norm weight left out) keeps every top-1 and most of the KL, and its error less its mean is small against the
-#: whole vocabulary's spread; its slope reads 0.8. Healthy bf16 reads within 0.013 of 1 on SmolLM2 (0.003 on the
-#: tiny fixtures; 0.056 at its worst single step), bf16-sized noise on every matmul within 0.017 (0.004)
-#: (bench/bench_numerics.py); more than ``SCALE_TOLERANCE`` off 1 diverges.
+#: whole vocabulary's spread; its slope reads 0.8. Pooled over a prompt's steps, healthy bf16 reads within 0.0075 of
+#: 1 on SmolLM2 (10 prompts x 16 tokens; 0.002 on six tiny fixtures), bf16-sized noise on every matmul within 0.014
+#: (0.004), a linear layer 1% off 0.016 (bench/bench_numerics.py's calibrate, 2026-12-07); more than
+#: ``SCALE_TOLERANCE`` off 1 diverges.
 SCALE_IDS = 16
 SCALE_TOLERANCE = 0.1
 #: A step's slope is left out where the reference's best tokens spread (standard deviation) over less than this
