@@ -151,6 +151,35 @@ def wait_count(page, n: int) -> None:
     page.wait_for_function(f"document.querySelector('#match-count').textContent.startsWith('{n} ')")
 
 
+def ready_made_sweep(data: Path, sweep_id: str, day: int, rows: dict[str, dict], defined=None, excluded=()) -> None:
+    """A sweep of ready-made records, for the gate and the diff: ``rows`` {model: the record's fields} (``status``
+    PASS unless given: a PASS matches the reference, a failure has a signature), ``defined`` its definition's models
+    (``rows``' by default), ``excluded`` the models it excluded (an excluded row, the environment's doing)."""
+    from model_support.record import schema, store
+    from model_support.record.sweep_meta import ModelEntry, SweepMeta
+
+    SweepMeta(
+        sweep_id=sweep_id,
+        name="nightly",
+        created_at=f"2026-12-0{day}T00:00:00+00:00",
+        probe={},
+        models=[ModelEntry(m) for m in (rows if defined is None else defined)],
+    ).write(store.sweep_dir(data, sweep_id))
+    for model_id, fields in rows.items():
+        status = fields.get("status", "PASS")
+        record = schema.empty_record(
+            sweep_id=sweep_id,
+            model_id=model_id,
+            failure_signature=None if status == "PASS" else "RuntimeError: boom",
+            numerics="match" if status == "PASS" else None,
+            **{"status": status, **fields},
+        )
+        store.store_result(data, sweep_id, record, None, "")
+    for model_id in excluded:
+        store.store_exclusion(data, sweep_id, model_id, "no access to the gated repo", "")
+    store.compact(data, sweep_id)
+
+
 def wait_until_blocked(thread, innermost: str, within: str | None = None, timeout: float = 60.0) -> None:
     """Until ``thread`` is blocked where the test says it must wait: its innermost Python frame is the function
     ``innermost`` (a C call such as ``flock`` or a lock's ``acquire`` has none of its own), called from ``within``

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from helpers import ready_made_sweep
 from model_support.analysis import gate
 from model_support.errors import UserError
 from model_support.record import schema, store
@@ -21,26 +22,8 @@ AFTER = {"org/m1": "PASS", "org/m2": "FAIL(gen)", "org/m3": "FAIL(gen)", "org/m4
 def _sweep(data, sweep_id: str, day: int, defined: list[str], rows: dict[str, str], excluded=()) -> None:
     """A sweep of ready-made records: ``defined`` its definition's models, ``rows`` their verdicts, ``excluded``
     the models it excluded (an excluded row, the environment's doing)."""
-    SweepMeta(
-        sweep_id=sweep_id,
-        name="nightly",
-        created_at=f"2026-12-0{day}T00:00:00+00:00",
-        probe={},
-        models=[ModelEntry(m) for m in defined],
-    ).write(store.sweep_dir(data, sweep_id))
-    for model_id, status in rows.items():
-        record = schema.empty_record(
-            sweep_id=sweep_id,
-            model_id=model_id,
-            status=status,
-            device_type="cpu",
-            failure_signature=None if status == "PASS" else "RuntimeError: boom",
-            numerics="match" if status == "PASS" else None,
-        )
-        store.store_result(data, sweep_id, record, None, "")
-    for model_id in excluded:
-        store.store_exclusion(data, sweep_id, model_id, "no access to the gated repo", "")
-    store.compact(data, sweep_id)
+    fields = {m: {"status": status, "device_type": "cpu"} for m, status in rows.items()}
+    ready_made_sweep(data, sweep_id, day, fields, defined=defined, excluded=excluded)
 
 
 @pytest.fixture

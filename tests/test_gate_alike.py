@@ -9,10 +9,9 @@ import sys
 
 import pytest
 
+from helpers import ready_made_sweep
 from model_support.analysis import decision, gate, perf
 from model_support.errors import UserError
-from model_support.record import schema, store
-from model_support.record.sweep_meta import ModelEntry, SweepMeta
 
 A, B = "nightly-20261204T000000Z-aaaa", "nightly-20261205T000000Z-bbbb"
 SHORT = "The future of AI is"
@@ -38,24 +37,7 @@ TIMED = {
 
 def _sweep(data, sweep_id: str, day: int, rows: dict[str, dict]) -> None:
     """A sweep of ready-made records, ``rows`` {model: the record's fields}."""
-    SweepMeta(
-        sweep_id=sweep_id,
-        name="nightly",
-        created_at=f"2026-12-0{day}T00:00:00+00:00",
-        probe={},
-        models=[ModelEntry(m) for m in rows],
-    ).write(store.sweep_dir(data, sweep_id))
-    for model_id, fields in rows.items():
-        status = fields.get("status", "PASS")
-        record = schema.empty_record(
-            sweep_id=sweep_id,
-            model_id=model_id,
-            failure_signature=None if status == "PASS" else "RuntimeError: boom",
-            numerics="match" if status == "PASS" else None,
-            **{"status": status, **fields},
-        )
-        store.store_result(data, sweep_id, record, None, "")
-    store.compact(data, sweep_id)
+    ready_made_sweep(data, sweep_id, day, rows)
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,10 +13,9 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
+from helpers import ready_made_sweep
 from model_support.analysis import decision, gate, perf
 from model_support.errors import UserError
-from model_support.record import schema, store
-from model_support.record.sweep_meta import ModelEntry, SweepMeta
 
 A, B = "nightly-20261204T000000Z-aaaa", "nightly-20261205T000000Z-bbbb"
 SHORT = "The future of AI is"
@@ -91,21 +90,9 @@ def _clock(row: dict) -> str | None:
 
 def _sweep(data, sweep_id: str, day: int, fields: dict, status: str = "PASS") -> None:
     """A sweep of one ready-made record of org/m with ``fields``: a PASS, or a failure at generation."""
-    SweepMeta(
-        sweep_id=sweep_id,
-        name="nightly",
-        created_at=f"2026-12-0{day}T00:00:00+00:00",
-        probe={},
-        models=[ModelEntry("org/m")],
-    ).write(store.sweep_dir(data, sweep_id))
     if status == "PASS":
-        medians = {m: sorted(fields[r])[1] for m, (r, _) in perf.METRICS.items() if fields.get(r)}
-        fields = {**medians, **fields, "numerics": "match"}
-    else:
-        fields = {**fields, "failure_signature": "RuntimeError: boom"}
-    record = schema.empty_record(sweep_id=sweep_id, model_id="org/m", status=status, **fields)
-    store.store_result(data, sweep_id, record, None, "")
-    store.compact(data, sweep_id)
+        fields = {**{m: sorted(fields[r])[1] for m, (r, _) in perf.METRICS.items() if fields.get(r)}, **fields}
+    ready_made_sweep(data, sweep_id, day, {"org/m": {**fields, "status": status}})
 
 
 def test_the_spec_names_every_field_of_each_likeness_and_nothing_else():

@@ -22,13 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO, probe_record
+from helpers import REPO, probe_record, ready_made_sweep
 from model_support.analysis import expectations, gate
 from model_support.errors import UserError
 from model_support.probe import checks, devices, long_text, probe_core, probe_params
 from model_support.probe.run import DEFAULTS
-from model_support.record import schema, store
-from model_support.record.sweep_meta import ModelEntry, SweepMeta
+from model_support.record import schema
 
 SMOLLM = REPO / "data" / "models" / "SmolLM2-135M-Instruct"
 
@@ -337,23 +336,8 @@ TEXT = "two_cities:000000000000"
 
 def _sweep(data: Path, sweep_id: str, day: int, rows: dict[str, dict]) -> None:
     """A sweep of ready-made PASS records with ``rows``' long-text fields, as tests/test_gate.py builds sweeps."""
-    SweepMeta(
-        sweep_id=sweep_id,
-        name="nightly",
-        created_at=f"2026-12-0{day}T00:00:00+00:00",
-        probe={},
-        models=[ModelEntry(m) for m in rows],
-    ).write(store.sweep_dir(data, sweep_id))
-    for model_id, fields in rows.items():
-        record = schema.empty_record(
-            sweep_id=sweep_id,
-            model_id=model_id,
-            status="PASS",
-            numerics="match",
-            **{"device_type": "cpu", "long_text_text": TEXT, "long_text_tokens": 1024, **fields},
-        )
-        store.store_result(data, sweep_id, record, None, "")
-    store.compact(data, sweep_id)
+    defaults = {"device_type": "cpu", "long_text_text": TEXT, "long_text_tokens": 1024}
+    ready_made_sweep(data, sweep_id, day, {m: {**defaults, **fields} for m, fields in rows.items()})
 
 
 def test_a_long_text_drop_beyond_the_tolerance_is_a_regression_the_gate_and_the_nightly_name(tmp_path):

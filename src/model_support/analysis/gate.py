@@ -148,7 +148,7 @@ def gate(
 LONG_TEXT_DROP = "long-text regression"
 #: What two runs' long-text rates must share to be compared against each other (no expectations entry): the same
 #: text and length, the same model revision (its reference changes with it), device, dtype, mode and stack. The
-#: gate's ``--across`` lets the device or the dtype differ (``decision.ALIKE``'s columns for it).
+#: gate's ``--across`` lets the device or the dtype differ (``LONG_TEXT_ACROSS``).
 LONG_TEXT_ALIKE = {
     "long_text_text": "text",
     "long_text_tokens": "length",
@@ -159,6 +159,8 @@ LONG_TEXT_ALIKE = {
     "mode": "mode",
     "stack_name": "stack",
 }
+#: The columns of ``LONG_TEXT_ALIKE`` each ``--across`` word lets differ.
+LONG_TEXT_ACROSS = {"device": ("device_type", "device_name"), "dtype": ("dtype",)}
 #: The columns the long-text comparison reads.
 _LONG_TEXT_COLUMNS = (
     "model_id",
@@ -204,9 +206,7 @@ def long_text_lines(
     comparable, naming what differs), and an expected rate the sweep did not measure (``long_text`` off, or the check
     could not run: its row says why)."""
     data_dir = Path(data_dir)
-    free = {column for word in across for column in decision.ALIKE.get(word, ())}
-    if "device" in across:
-        free.add("device_name")
+    free = {column for word in across for column in LONG_TEXT_ACROSS.get(word, ())}
     alike = {column: said for column, said in LONG_TEXT_ALIKE.items() if column not in free}
     expected = getattr(expectations, "long_text", None) or {}
     before, after = _long_text_rows(data_dir, a), _long_text_rows(data_dir, b)
