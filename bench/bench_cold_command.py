@@ -14,7 +14,12 @@ processes', the kernel's included), steadier than wall time on a shared machine.
 earlier probe notebook the same way in the same rounds ("before").
 Target: the papermill probe at most 1.0 s over the repro script (the medians' difference).
 
-    .venv/bin/python bench/bench_cold_command.py [--reps 5] [--baseline NOTEBOOK]
+The command line, cold (``--cli``): ``model-support --help`` and ``model-support list`` (a data folder with no
+sweeps), each a fresh process, interleaved; ``--baseline-src DIR`` runs them (and the probe, with ``--baseline``)
+with an earlier checkout's ``src/`` first on PYTHONPATH too ("before"), e.g. ``git worktree add /tmp/before HEAD~1``.
+Target: no slower than before (the medians within their spread).
+
+    .venv/bin/python bench/bench_cold_command.py [--reps 5] [--baseline NOTEBOOK] [--baseline-src DIR] [--cli]
 """
 
 from __future__ import annotations
@@ -37,11 +42,11 @@ TARGET_S = 1.0
 NOTEBOOK = "notebooks/probe.ipynb"
 
 
-def timed(args: list[str], cwd: Path) -> tuple[float, float]:
+def timed(args: list[str], cwd: Path, env: dict | None = None) -> tuple[float, float]:
     """Wall seconds of the command, and the CPU seconds of its processes (the kernel's too: papermill waits for it)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run(args, cwd=cwd, check=True, capture_output=True, timeout=900)
+    subprocess.run(args, cwd=cwd, check=True, capture_output=True, timeout=900, env=env)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
@@ -87,11 +92,52 @@ PARTS = {
 }
 
 
+def with_src(src: str | None) -> dict | None:
+    """The environment that imports ``model_support`` from ``src`` (an earlier checkout's), or None: this one's."""
+    if not src:
+        return None
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(src).resolve()), os.environ.get("PYTHONPATH")])),
+    }
+
+
+def cold_cli(reps: int, baseline_src: str | None) -> dict:
+    """``model-support --help`` and ``list``, each a fresh process, interleaved with the same commands importing
+    ``baseline_src``'s package (before), when given."""
+    command = os.path.join(os.path.dirname(sys.executable), "model-support")
+    data = Path(tempfile.mkdtemp(prefix="bench-cold-cli-"))
+    (data / "sweeps").mkdir()
+    runs = {"help": [command, "--help"], "list": [command, "list", "--data-dir", str(data)]}
+    envs = {"after": None, **({"before": with_src(baseline_src)} if baseline_src else {})}
+    for env in envs.values():  # the disk cache warmed, and each side checked to run
+        for args in runs.values():
+            subprocess.run(args, cwd=REPO, check=True, capture_output=True, timeout=120, env=env)
+    walls = {(side, name): [] for side in envs for name in runs}
+    for _ in range(reps):
+        for name, args in runs.items():
+            for side, env in envs.items():
+                walls[(side, name)].append(timed(args, REPO, env)[0])
+    found = {side: {name: spread(walls[(side, name)]) for name in runs} for side in envs}
+    for name in runs:
+        said = f"model-support {' '.join(runs[name][1:2])}: {found['after'][name]['median']:.3f} s"
+        if "before" in found:
+            said += f" (before {found['before'][name]['median']:.3f} s)"
+        print(said)
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--baseline", help="an earlier probe notebook, run the same way in the same rounds (before)")
+    parser.add_argument("--baseline-src", help="an earlier checkout's src/: its package for the before runs")
+    parser.add_argument("--cli", action="store_true", help="only the command line's cold start (--help, list)")
     args = parser.parse_args()
+    cli = cold_cli(args.reps * 4, args.baseline_src)
+    if args.cli:
+        write_results("cold_cli", {"reps": args.reps * 4, **cli})
+        return
     folder = fixtures()["tiny-llama"]["path"]
     work = Path(tempfile.mkdtemp(prefix="bench-cold-"))
     runs = {
@@ -109,7 +155,8 @@ def main() -> None:
     split: dict[str, list[dict]] = {name: [] for name in runs if name != "repro"}
     for _ in range(args.reps):
         for name, command in runs.items():
-            wall, cpu = timed(command, work if name == "repro" else REPO)
+            env = with_src(args.baseline_src) if name.startswith("before") else None
+            wall, cpu = timed(command, work if name == "repro" else REPO, env)
             walls[name].append(wall)
             cpus[name].append(cpu)
             if name in split:
@@ -141,6 +188,7 @@ def main() -> None:
         "target_s": TARGET_S,
         "met": after["overhead_s"] <= TARGET_S,
         "parts": PARTS,
+        "cli": cli,
     }
     print(
         f"papermill probe {after['papermill_probe_s']['median']:.2f} s, repro script {script['median']:.2f} s: "

@@ -79,7 +79,7 @@ STAGES = """
 import contextlib, json, os, statistics, sys, tempfile, time
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from model_support.probe import census, devices, probe_core, probe_params, run
+from model_support.probe import census, census_mode, devices, probe_core, probe_params, run
 from model_support.probe.instruments import flight_recorder, host_cost
 
 device, reps, models = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
@@ -92,7 +92,7 @@ folder = tempfile.mkdtemp()
 KINDS = ["none", "census sampled", "census full", *(["recorder on", "host meter"] if device != "cpu" else [])]
 
 def stages(model, kind):
-    counted = census.Census(adapter.type, adapter.synchronous_ops) if kind.startswith("census") else None
+    counted = census_mode.Census(adapter.type, adapter.synchronous_ops) if kind.startswith("census") else None
     on = kind == "recorder on"
     recorder = flight_recorder.FlightRecorder(os.path.join(folder, "f.bin"), adapter.type) if on else None
     meter = host_cost.meter_for(adapter, "eager")[0] if kind == "host meter" else None
@@ -137,7 +137,7 @@ def loop(n=20000):
     return 1e6 * (time.process_time() - began) / n
 
 def counted():
-    with census.Census("cpu") as c:
+    with census_mode.Census("cpu") as c:
         c.enter("generate")
         return loop()
 

@@ -1,6 +1,6 @@
 """The operator census's cost per probe, and the prediction's time for a sweep of 1,000 models.
 
-Census: the probe's stages (``probe_core.run_stages``) with and without a ``census.Census`` held over them,
+Census: the probe's stages (``probe_core.run_stages``) with and without a ``census_mode.Census`` held over them,
 alternating each repetition in one warm process (tiny-llama and SmolLM2-135M on the CPU; tiny-llama on the
 pretend device, whose every operator already goes through Python), then one whole probe (``run_probe``:
 stages, CPU reference, judge) for the denominator: the census's cost is the difference of the fastest runs,
@@ -32,7 +32,7 @@ CENSUS_CHILD = """
 import json, sys, time
 import torch
 from model_support.probe import devices, probe_core
-from model_support.probe.census import Census
+from model_support.probe.census_mode import Census
 from model_support.probe.run import run_probe
 
 model, device, reps = sys.argv[1], sys.argv[2], int(sys.argv[3])

@@ -10,7 +10,7 @@ size), so a run takes seconds. Per scheduler and model order:
 The head-wait bound is against the longest probe as measured (grant to end: the sleep plus thread
 hand-offs), with 2 ms for the release and the next grant to pass between threads.
 
-Schedulers: every row but the first runs ``scheduler.run_on_devices``, the function ``executors.base.Executor.results``
+Schedulers: every row but the first runs ``scheduler.run_on_devices``, the function ``executors.contract.Executor.results``
 schedules a sweep's probes with (one thread per device, each taking the next model and holding the
 devices it needs from the scheduler while it runs), with the policy named:
 - baseline: the slot queue of sweeps before devices were handed out (simulated here): 8 workers share 8

@@ -159,7 +159,7 @@ TARGETS = (
     Target("redact", "redact.py", ("tests/test_redact.py", "tests/test_signatures.py", "-k", "redact or token")),
     Target(
         "store (journal)",
-        "record/store.py",
+        "record/journal.py",
         ("tests/test_journal.py",),
         ("CHANGE", "SIDECARS", "change", "_apply_sidecars", "_take_over", "interrupted", "finish_interrupted"),
     ),

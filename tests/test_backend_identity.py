@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from model_support import analysis
 from model_support.analysis.support import support
 from model_support.cli import main
-from model_support.debug.runner import prepare_debug
+from model_support.debug.debug_runner import prepare_debug
 from model_support.errors import UserError
 from model_support.probe import devices
 from model_support.probe.devices import cuda, registry

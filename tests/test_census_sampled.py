@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from model_support.probe import census
+from model_support.probe import census, census_mode
 from model_support.probe.instruments import flight_recorder, host_cost
 
 #: Text fixtures whose every decode step dispatches the same operators (attention, norms and caches of several
@@ -23,7 +23,7 @@ FIXTURES = ["tiny-llama", "tiny-gpt2", "tiny-gemma3", "tiny-opt", "tiny-phi3"]
 #: Each fixture's census, full and sampled, from the probe's stages as run.py holds them (on ``sys.argv[1]``).
 BOTH = """
     import json, sys
-    from model_support.probe import census, devices, probe_core, probe_params, run
+    from model_support.probe import census, census_mode, devices, probe_core, probe_params, run
 
     device, models = sys.argv[1], sys.argv[2:]
     devices.prepare_environment(device)
@@ -33,7 +33,7 @@ BOTH = """
     out = {}
     for model in models:
         for kind in ("full", "sampled"):
-            counted = census.Census(adapter.type, adapter.synchronous_ops)
+            counted = census_mode.Census(adapter.type, adapter.synchronous_ops)
             timer = probe_core.StepTimer(sync)
             if kind == "sampled":
                 timer = counted.following(timer, settings["max_new_tokens"])
@@ -128,7 +128,7 @@ def test_the_census_steps_off_only_once_two_decode_steps_are_alike_and_adds_the_
 
     steps = [["neg", "neg"], ["neg", "relu"], ["neg", "exp"], ["neg", "exp"], ["neg", "exp"], ["neg", "exp"]]
     steps.append(["neg", "exp"])
-    counted, inner = census.Census("cpu"), _Streamer()
+    counted, inner = census_mode.Census("cpu"), _Streamer()
     timer = counted.following(inner, max_new_tokens=len(steps))
     off = []
     real_put = counted.token
@@ -161,7 +161,7 @@ def test_a_census_under_another_mode_does_not_step_off():
             return func(*args, **(kwargs or {}))
 
     steps = [["neg"]] * 6
-    counted = census.Census("cpu")
+    counted = census_mode.Census("cpu")
     timer = counted.following(_Streamer(), max_new_tokens=len(steps))
     x = torch.ones(3)
     with torch.inference_mode(), counted:

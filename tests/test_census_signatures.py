@@ -15,7 +15,7 @@ def test_the_census_keeps_each_calls_dtypes_and_ranks():
     canonical signature, with the range of ranks it was called with and its calls."""
     import torch
 
-    from model_support.probe.census import Census
+    from model_support.probe.census_mode import Census
 
     counted = Census("cpu", timed=True)
     x = torch.ones(2, 5, 8, dtype=torch.bfloat16)

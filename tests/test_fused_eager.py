@@ -37,8 +37,8 @@ def test_the_tpu_stack_here_exposes_fused_eager_and_the_context_switches_it():
     the default (DEFER_NEVER) back."""
     lines = _in_a_child(
         "import torch\n"
-        "from model_support.probe import probe_core\n"
-        "print(probe_core.fused_eager_missing('tpu'))\n"
+        "from model_support.probe import probe_compile, probe_core\n"
+        "print(probe_compile.fused_eager_missing('tpu'))\n"
         "print(torch.tpu.eager_mode.name)\n"
         "with probe_core.execution_context('fused'):\n"
         "    print(torch.tpu.eager_mode.name)\n"
@@ -52,9 +52,9 @@ def test_a_stack_without_it_is_named():
     """Off a TPU the mode does not exist; a torch without torch.tpu (torch_tpu not loaded) says which
     torch_tpu lacks it."""
     lines = _in_a_child(
-        "from model_support.probe import probe_core\n"
-        "print(probe_core.fused_eager_missing('cpu'))\n"
-        "print(probe_core.fused_eager_missing('tpu'))\n",
+        "from model_support.probe import probe_compile, probe_core\n"
+        "print(probe_compile.fused_eager_missing('cpu'))\n"
+        "print(probe_compile.fused_eager_missing('tpu'))\n",
         autoload=False,
     )
     assert lines[-2] == "mode 'fused' is TorchTPU's deferred-and-fused eager; it runs on tpu devices only, not on cpu"

@@ -111,13 +111,13 @@ def diverging_step(record: dict, positions: int) -> int:
 
 @pytest.mark.slow
 def test_a_softmax_wrong_from_29_positions_is_named_at_the_step_where_the_run_diverges(chains):
-    from model_support.debug import localise
+    from model_support.debug import localise_words
 
     case = chains["llama"]
     record, answer, printed = case["record"], case["answer"], case["printed"]
     step = diverging_step(record, 29)
     assert step > 0 and (record["status"], record["numerics"], record["numerics_step"]) == ("PASS", "diverges", step)
-    assert printed == localise.answer_lines(answer)  # as typed: the stored answer, printed
+    assert printed == localise_words.answer_lines(answer)  # as typed: the stored answer, printed
     assert (answer["operator"], answer["overload"], answer.get("step")) == (SOFTMAX, "default", step), answer["summary"]
     assert answer["module_class"] == "LlamaAttention" and {w["operator"] for w in answer["wrong_ops"]} == {SOFTMAX}
     where = f"at step {step} (a decode step over 29 positions; the run diverged from the CPU reference there)"
@@ -146,11 +146,11 @@ def test_the_softmax_localised_in_a_decode_step_is_a_step_of_the_plan(chains):
 
 @pytest.mark.slow
 def test_localise_names_both_wrong_operators_each_where_it_first_goes_wrong_and_confirms_the_chain(chains):
-    from model_support.debug import localise
+    from model_support.debug import localise, localise_words
 
     case = chains["smol"]
     record, answer, printed = case["record"], case["answer"], case["printed"]
-    assert printed == localise.answer_lines(answer)
+    assert printed == localise_words.answer_lines(answer)
     assert (record["status"], record["numerics"]) == ("PASS", "diverges")
     assert (answer["operator"], answer.get("step")) == ("aten::silu", 0)  # wrong from the prompt's forward on
     proof = answer["proof"]

@@ -1,7 +1,7 @@
 """The blame proven (issue 48, part 6; issue 56, part 3): ``model-support localise`` ends with the run replayed again,
 the wrong operator on the host (``probe.host_ops``), confirmed when the model's output then matches the CPU reference
 (``ops.proof.rerun_wrong``: the judgement ``ops --prove`` gives a what-if run, so the two cannot contradict each
-other), else the next wrong operator named and put there too, up to ``localise.MAX_ON_HOST``.
+other), else the next wrong operator named and put there too, up to ``localise_proof.MAX_ON_HOST``.
 
 For real, on the pretend device over tiny-llama (its rotary embedding, RMSNorm and gated MLP multiply; its MLP's
 activation is SiLU): a wrong ``aten::mul`` is confirmed; with ``aten::mul`` and ``aten::silu`` wrong both are named
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from test_localise import MODEL, child_env, pretend_sweep
 
-from model_support.debug import localise
+from model_support.debug import findings, localise, localise_proof, localise_words
 from model_support.debug.localise import Localised
 from model_support.ops import localised as localised_answers
 
@@ -64,12 +64,12 @@ def proved(tmp_path_factory, fixture_models) -> dict:
 def test_the_wrong_operators_are_named_and_the_model_matches_with_them_on_the_host(proved, case):
     lines, answer = proved[case]
     _, chain, on_host = CASES[case]
-    assert lines == localise.answer_lines(answer)  # the printed answer is the stored one
+    assert lines == localise_words.answer_lines(answer)  # the printed answer is the stored one
     assert (answer["operator"], answer["overload"]) == ("aten::mul", "Tensor")
     proof = answer["proof"]
     assert [link["name"] for link in proof["chain"]] == chain
     assert [link["on_host"] for link in proof["chain"]] == on_host == proof["on_host"]
-    assert (proof["verdict"], proof["matches"], proof["bound"]) == ("confirmed", True, localise.MAX_ON_HOST)
+    assert (proof["verdict"], proof["matches"], proof["bound"]) == ("confirmed", True, localise_proof.MAX_ON_HOST)
     last = proof["reruns"][-1]
     assert last["ops_wrong"] == last["ops_not_judged"] == 0 and last["ops_checked"] == answer["ops_checked"]
     assert last["host_calls"][MUL] > 0 and last["forward_failure"] is None
@@ -98,7 +98,7 @@ def test_every_operator_of_the_chain_is_a_wrong_operator_of_the_plan():
     answer = {
         "operator": "aten::mul",
         "overload": "Tensor",
-        "wrong_ops": [{"operator": "aten::mul", "overload": "Tensor"}] * localise.MAX_LISTED,
+        "wrong_ops": [{"operator": "aten::mul", "overload": "Tensor"}] * findings.MAX_LISTED,
         "proof": {"chain": [{"operator": "aten::mul", "overload": "Tensor"}, {"operator": "aten::silu"}]},
     }
     assert localised_answers.wrong_ops(answer) == [MUL, "aten::silu"]
@@ -159,8 +159,8 @@ class Reruns:
 def test_the_bound_is_said_when_reached_and_the_next_operator_named():
     operators = ["aten::mul", "aten::silu", "aten::exp", "aten::neg"]
     reruns = Reruns(*(found(wrong(op, index=i)) for i, op in enumerate(operators[1:])))
-    proof = localise.prove(found(wrong("aten::mul", "Tensor")), (True, None), reruns)
-    assert reruns.asked == [operators[:1], operators[:2], operators[:3]] and localise.MAX_ON_HOST == 3
+    proof = localise_proof.prove(found(wrong("aten::mul", "Tensor")), (True, None), reruns)
+    assert reruns.asked == [operators[:1], operators[:2], operators[:3]] and localise_proof.MAX_ON_HOST == 3
     assert [link["name"] for link in proof["chain"]] == [MUL, *operators[1:]] and proof["chain"][-1]["on_host"] is None
     assert (proof["verdict"], proof["matches"]) == ("bound", False)
     assert [s.split(":")[0] for s in proof["sentences"]] == ["not enough"] * 3 + [
@@ -178,7 +178,7 @@ def test_the_bound_is_said_when_reached_and_the_next_operator_named():
 )
 def test_an_operator_that_cannot_go_to_the_host_is_said_by_name_with_why(operator, why):
     reruns = Reruns()
-    proof = localise.prove(
+    proof = localise_proof.prove(
         found(wrong(operator, "int" if "transpose" in operator else "default")), (True, None), reruns
     )
     assert reruns.asked == [] and proof["verdict"] == "refused" and not proof["matches"]
@@ -188,14 +188,14 @@ def test_an_operator_that_cannot_go_to_the_host_is_said_by_name_with_why(operato
 
 def test_a_second_operator_refused_ends_the_chain_with_both_named():
     reruns = Reruns(found(wrong("aten::transpose", "int")))
-    proof = localise.prove(found(wrong("aten::mul", "Tensor")), (True, None), reruns)
+    proof = localise_proof.prove(found(wrong("aten::mul", "Tensor")), (True, None), reruns)
     assert [link["name"] for link in proof["chain"]] == [MUL, "aten::transpose.int"] and proof["verdict"] == "refused"
     assert proof["sentences"][0].startswith("not enough") and proof["sentences"][1].startswith("not proven")
 
 
 def test_a_device_without_host_kernels_says_why_and_reruns_nothing():
     reruns = Reruns()
-    proof = localise.prove(found(wrong("aten::mul", "Tensor")), (False, "its backend ignores them"), reruns)
+    proof = localise_proof.prove(found(wrong("aten::mul", "Tensor")), (False, "its backend ignores them"), reruns)
     assert reruns.asked == [] and proof["verdict"] == "no host kernels" and proof["chain"][0]["on_host"] is None
     assert "takes no host kernels (its backend ignores them)" in proof["sentences"][0]
 
@@ -204,33 +204,37 @@ def test_no_confirmation_without_an_output_that_matches_nor_over_a_raising_run_o
     """A rerun with no operator wrong is judged by its output against the CPU reference, as ``ops --prove`` judges a
     what-if run: not checked, tied or diverging, it confirms nothing; operators not judged are said either way."""
     unjudged = {**wrong("pretend::attention"), "reason": "the CPU cannot run it (NotImplementedError)"}
-    proof = localise.prove(found(wrong("aten::silu")), (True, None), Reruns(found(not_judged=[unjudged])))
+    proof = localise_proof.prove(found(wrong("aten::silu")), (True, None), Reruns(found(not_judged=[unjudged])))
     assert (proof["verdict"], proof["matches"]) == ("not confirmed", False)
     (said,) = proof["sentences"]
     assert "its numbers were not checked against the CPU reference" in said
     assert "1 of the 101 operators could not be judged" in said
-    proof = localise.prove(found(wrong("aten::silu")), (True, None), Reruns(found(numerics="diverges")))
+    proof = localise_proof.prove(found(wrong("aten::silu")), (True, None), Reruns(found(numerics="diverges")))
     assert (proof["verdict"], proof["matches"]) == ("not confirmed", False)
     assert (
         "no operator judged is wrong, but its output diverges from the CPU reference (step 3" in proof["sentences"][0]
     )
     matches = Reruns(found(not_judged=[unjudged], numerics="match"))
-    proof = localise.prove(found(wrong("aten::silu")), (True, None), matches)
+    proof = localise_proof.prove(found(wrong("aten::silu")), (True, None), matches)
     assert (proof["verdict"], proof["matches"]) == ("confirmed", True)
     assert "1 of the 101 operators could not be judged" in proof["sentences"][0]  # said, never counted as agreeing
     failure = {"error_type": "RuntimeError", "module": "model.norm", "error_message": "boom"}
-    proof = localise.prove(found(wrong("aten::silu")), (True, None), Reruns(found(failure=failure, numerics="match")))
+    proof = localise_proof.prove(
+        found(wrong("aten::silu")), (True, None), Reruns(found(failure=failure, numerics="match"))
+    )
     assert proof["verdict"] == "raised" and "raised RuntimeError in model.norm" in proof["sentences"][0]
-    proof = localise.prove(found(wrong("aten::silu")), (True, None), Reruns(found(wrong("aten::silu"))))
+    proof = localise_proof.prove(found(wrong("aten::silu")), (True, None), Reruns(found(wrong("aten::silu"))))
     assert proof["verdict"] == "not taken" and "did not run its host kernel" in proof["sentences"][0]
-    assert localise.prove(found(), (True, None), Reruns()) is None  # nothing wrong: nothing to prove
+    assert localise_proof.prove(found(), (True, None), Reruns()) is None  # nothing wrong: nothing to prove
 
 
 def test_a_divergence_the_replay_cannot_reach_is_never_confirmed():
     """The verdict's generation matches with the operator on the host, but the record's long-text check diverged at a
     position this replay does not reach: not proven, never "matches the reference"."""
     replay = localise.Replay(tokens=[1, 2], unreached="the long-text check diverged at position 600 of its text")
-    proof = localise.prove(found(wrong("aten::silu")), (True, None), Reruns(found(numerics="match", replay=replay)))
+    proof = localise_proof.prove(
+        found(wrong("aten::silu")), (True, None), Reruns(found(numerics="match", replay=replay))
+    )
     assert (proof["verdict"], proof["matches"]) == ("not reached", False)
     assert "matches the reference" in proof["sentences"][0] and "position 600" in proof["sentences"][0]
     assert proof["sentences"][0].startswith("not proven:")
@@ -242,7 +246,7 @@ def test_localise_and_ops_prove_judge_a_rerun_with_one_function(numerics):
     confirms a step by) are one judgement of the same output: they cannot say different things."""
     from model_support.ops import proof as proof_mod
 
-    proof = localise.prove(found(wrong("aten::silu")), (True, None), Reruns(found(numerics=numerics)))
+    proof = localise_proof.prove(found(wrong("aten::silu")), (True, None), Reruns(found(numerics=numerics)))
     row = {"sweep_id": "w", "status": "PASS", "numerics": numerics, "host_ops": "aten::silu"}
     run = proof_mod.run_of(row)
     assert proof["matches"] == run.right == (proof_mod.rerun_wrong(True, numerics) is None)

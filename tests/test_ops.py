@@ -171,7 +171,7 @@ def test_the_plan_on_the_sweeps_own_stack_counts_its_aborts_and_its_wrong_output
 def test_the_census_counts_what_a_compiled_backend_receives():
     import torch
 
-    from model_support.probe.census import Census
+    from model_support.probe.census_mode import Census
 
     layer = torch.nn.Linear(4, 3)
     counted = Census("cpu")

@@ -178,7 +178,7 @@ def test_the_reports_performance_section_lists_every_pass_and_the_slower_ones(pe
 def test_the_report_lists_the_passes_that_sync_more_than_once_per_token(perf_sweeps):
     """Counted by the pretend backend on every PASS: tiny-gpt2's forward asks whether its pad token is among its ids
     (a sync per token beyond generate's own end-of-sequence check), the RMSNorm models' do not; only it is listed."""
-    from model_support.analysis.host_cost import host_cost_table
+    from model_support.analysis.host_cost_rows import host_cost_table
 
     data, ids = perf_sweeps["data"], perf_sweeps["ids"]
     syncs = {

@@ -326,10 +326,10 @@ def test_a_node_whose_stack_differs_from_the_drivers_is_refused_before_it_probes
     its Ray worker, is the installed one)."""
     from importlib.metadata import version
 
-    from model_support.sweep.executors import ray as ray_executor
+    from model_support.sweep.executors import ray_nodes
 
-    real = ray_executor.node_stack
-    monkeypatch.setattr(ray_executor, "node_stack", lambda device: {**real(device), "transformers": "0.0.1"})
+    real = ray_nodes.node_stack
+    monkeypatch.setattr(ray_nodes, "node_stack", lambda device: {**real(device), "transformers": "0.0.1"})
     data = tmp_path / "data"
     chosen = definition(tmp_path, fixture_models, ["tiny-gpt2"])
     with pytest.raises(UserError) as refused:
@@ -345,20 +345,21 @@ def test_a_node_that_joined_after_the_check_and_differs_runs_no_probe(local_ray,
     one whose stack differs from the driver's runs no probe (the model is the harness's: run again, then pending
     naming the node), one the driver checked runs it. The driver's transformers is made to differ here."""
     from model_support.sweep.executors import ray as ray_executor
+    from model_support.sweep.executors import ray_nodes
     from model_support.sweep.worker.download import Download
 
     def refused_there(checked):  # nested: Ray ships it by value
-        from model_support.sweep.executors import ray as in_the_task
+        from model_support.sweep.executors import ray_nodes as in_the_task
 
-        return in_the_task._refused_here(checked)
+        return in_the_task.refused_here(checked)
 
     node = ray.get_runtime_context().get_node_id()
-    installed = ray_executor.node_stack("cpu")
+    installed = ray_nodes.node_stack("cpu")
     driver = {**installed, "transformers": "0.0.1"}
     source = fixture_models["tiny-gpt2"]["path"]
     task = {"sweep_id": "s", "model_id": "local:tiny-gpt2", "source": source, "params": {"device": "cpu"}}
     task |= {"variant": "eager+dynamic", "timeout_s": 60.0, "notebook_path": "sweeps/s/notebooks/m.ipynb"}
-    later = ray_executor.Checked("cpu", frozenset(), driver)  # the driver checked none: this node joined after
+    later = ray_nodes.Checked("cpu", frozenset(), driver)  # the driver checked none: this node joined after
     probe = ray.remote(ray_executor._probe_on_ray).options(num_cpus=1)
     result = ray.get(probe.remote(task, Download("ready", path=source), {}, (), later))
     assert result.record is None and result.problem == "harness" and result.schedule["node"] == node
@@ -367,7 +368,7 @@ def test_a_node_that_joined_after_the_check_and_differs_runs_no_probe(local_ray,
         f"and has transformers {installed['transformers']} (the driver has 0.0.1): install the driver's stack there, "
         "or take it out of the cluster"
     )
-    checked = ray_executor.Checked("cpu", frozenset({node}), driver)
+    checked = ray_nodes.Checked("cpu", frozenset({node}), driver)
     assert ray.get(ray.remote(refused_there).options(num_cpus=0).remote(checked)) is None
 
 
@@ -508,11 +509,11 @@ def test_a_nodes_own_tpu_variables_are_neither_carried_nor_unset_nor_recorded(mo
     a TPU VM's worker id, libtpu's metadata switch), and two hosts' records read as two stacks. A node's own
     (``node_vars``) are left to the node; the stack's (LIBTPU_INIT_ARGS here) still follow the driver."""
     from model_support.probe.devices import adapter_for
-    from model_support.sweep.executors import ray as ray_executor
+    from model_support.sweep.executors import ray_nodes
 
     node = {"TPU_WORKER_ID": "3", "TPU_SKIP_MDS_QUERY": "1", "TPU_HOST_BOUNDS": "1,1,1", "TPU_VISIBLE_CHIPS": "2"}
     for name, value in {**node, "LIBTPU_INIT_ARGS": "--node-flag"}.items():
         monkeypatch.setenv(name, value)
-    wanted = ray_executor._carried_here({}, ())
+    wanted = ray_nodes.carried_here({}, ())
     assert not node.keys() & wanted.keys() and wanted["LIBTPU_INIT_ARGS"] is None, wanted
     assert adapter_for("tpu").configuration() == {"LIBTPU_INIT_ARGS": "--node-flag"}

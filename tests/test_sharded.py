@@ -196,7 +196,7 @@ def test_a_tpu_probe_launches_its_ranks_with_torch_tpus_launch_environment(monke
 
     monkeypatch.setattr(tpu, "chip_shape", no_slice)
     monkeypatch.setattr(tpu, "_LAUNCHED", {})
-    monkeypatch.setattr(sharded.launch, "_plan", lambda full, n, result: ("tp", {"tp_size": n}))
+    monkeypatch.setattr(sharded.launch, "plan_run", lambda full, n, result: ("tp", {"tp_size": n}))
     result = sharded.run_sharded({"load_from": "org/model"}, 2, "tpu")
     assert (result["status"], result["failure_stage"], result["error_type"]) == (
         probe_core.FAIL_OTHER,

@@ -508,7 +508,10 @@ GUARD_CASES = [
     ("import io, torch\ndef f():\n    b = io.BytesIO()\n    torch.save(x, b)", []),
     ("import torch\ntorch.save(x, path)", ["torch.save"]),
     ("import tempfile\ntempfile.NamedTemporaryFile('w', delete=False)", ["tempfile.NamedTemporaryFile"]),
-    ("from ..record import store\nstore.write_parquet(rows, path)", []),  # the project's own: scanned in store.py
+    (
+        "from ..record import store\nstore.write_parquet(rows, path)",
+        [],
+    ),  # the project's own: scanned in dataset_files.py
 ]
 
 
@@ -520,13 +523,21 @@ def test_the_write_guard_finds_writes_by_their_call(source, kinds):
 #: Writes that do not touch the store, each named (file, function, call) with why. Everything else is a write to
 #: the data folder and goes through ``model_support.fileio``.
 NOT_THE_STORE = {
-    ("record/store.py", "write_parquet", "tempfile.mkstemp"): "a Parquet file's temporary copy, a name of its own",
-    ("record/store.py", "write_parquet", "pyarrow.parquet.ParquetWriter"): "the temporary copy, moved in by "
+    (
+        "record/dataset_files.py",
+        "write_parquet",
+        "tempfile.mkstemp",
+    ): "a Parquet file's temporary copy, a name of its own",
+    ("record/dataset_files.py", "write_parquet", "pyarrow.parquet.ParquetWriter"): "the temporary copy, moved in by "
     "fileio.replace_file once whole and synced",
-    ("record/store.py", "write_parquet", "Path.unlink"): "the temporary copy of a Parquet file that was not moved in",
-    ("record/store.py", "SweepLock.__enter__", "open"): "a sweep's lock file (flock), never read",
-    ("record/store.py", "data_folder_lock", "open"): "the data folder's lock file (flock), never read",
-    ("render/modes.py", "_pick", "Path.rename"): "a Polars frame's columns renamed by a list, no file",
+    (
+        "record/dataset_files.py",
+        "write_parquet",
+        "Path.unlink",
+    ): "the temporary copy of a Parquet file that was not moved in",
+    ("record/sweep_folders.py", "SweepLock.__enter__", "open"): "a sweep's lock file (flock), never read",
+    ("record/sweep_folders.py", "data_folder_lock", "open"): "the data folder's lock file (flock), never read",
+    ("render/modes_section.py", "_pick", "Path.rename"): "a Polars frame's columns renamed by a list, no file",
     ("probe/phases.py", "save", "Path.write_text"): "a probe process's hand-over to its worker, in the probe's work "
     "folder, read once the process has ended",
     ("probe/run.py", "run_probe", "Path.unlink"): "the probe kernel's own marker beside its record, in its work folder",
@@ -540,7 +551,7 @@ NOT_THE_STORE = {
     ("sweep/runner.py", "_forget_refused", "shutil.rmtree"): "a new sweep refused before anything of it was stored "
     "(no record, no pending file): its folder, so list shows no work to do",
     ("probe/sharded/launch.py", "_launch_and_wait", "open"): "the launcher's log in the ranks' scratch folder",
-    ("probe/sharded/rank.py", "_rank_main", "Path.write_text"): "a rank's pid file in the ranks' scratch folder",
+    ("probe/sharded/rank.py", "rank_main", "Path.write_text"): "a rank's pid file in the ranks' scratch folder",
     ("probe/hub_fetch.py", "fetch", "Path.write_text"): "the Hugging Face cache's ref file (the cache, not the store)",
     ("probe/probe_params.py", "write_parameters_cells", "Path.write_text"): "the package's own notebooks (a "
     "developer's command)",
@@ -563,12 +574,12 @@ NOT_THE_STORE = {
     ("publish/files.py", "stage_logs", "Path.write_bytes"): "a push's staging folder (a temporary directory)",
     ("publish/push.py", "_commit", "Path.write_text"): "a push's staging folder (a temporary directory)",
     ("publish/push.py", "_latest_report", "Path.write_text"): "a push's staging folder (a temporary directory)",
-    ("sweep/worker/gate.py", "await_grant", "Path.touch"): "the probe's at-the-gate marker in its work folder",
+    ("sweep/worker/device_gate.py", "await_grant", "Path.touch"): "the probe's at-the-gate marker in its work folder",
     ("sweep/worker/host_checks.py", "run_checks", "Path.write_text"): "the host checks' input in the standby's work "
     "folder",
-    ("sweep/worker/process.py", "_attribute_death", "tempfile.NamedTemporaryFile"): "the attribution's input for its "
+    ("sweep/worker/deaths.py", "_attribute_death", "tempfile.NamedTemporaryFile"): "the attribution's input for its "
     "child process, in the system's temporary folder",
-    ("sweep/worker/process.py", "_attribute_death", "os.unlink"): "that input, removed when the child is done",
+    ("sweep/worker/deaths.py", "_attribute_death", "os.unlink"): "that input, removed when the child is done",
     ("sweep/worker/process.py", "Standby.__init__", "open"): "a standby's log in its work folder",
     ("sweep/worker/process.py", "Standby.__init__", "shutil.rmtree"): "a standby's work folder, removed when no "
     "process started",

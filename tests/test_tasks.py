@@ -18,7 +18,7 @@ from fixtures.build import missing_packages
 from fixtures.vlm_fixtures import VLM_ARCHS, VLM_FIXTURES
 from helpers import probe_record
 from model_support import paths
-from model_support.probe import probe_core, probe_params
+from model_support.probe import probe_core, probe_params, probe_vision
 from model_support.probe import run as probe
 from model_support.record import schema
 from model_support.sweep import definition
@@ -36,7 +36,7 @@ NOTEBOOK_VLMS = ("tiny-llava", "tiny-paligemma")
 def test_the_probe_image_is_drawn_the_same_and_shipped_as_that_png():
     from PIL import Image
 
-    rgb = probe_core.probe_image_rgb()
+    rgb = probe_vision.probe_image_rgb()
     image, sha = probe_core.probe_image()
     assert len(rgb) == 224 * 224 * 3 and image.size == (224, 224) and image.mode == "RGB"
     assert sha == hashlib.sha256(rgb).hexdigest() == IMAGE_SHA256
@@ -218,15 +218,15 @@ def test_a_missing_pillow_is_an_exclusion_not_a_verdict(tmp_path, fixture_models
 
 
 def test_only_an_import_error_names_a_missing_package():
-    from model_support.probe import probe_core
+    from model_support.probe import probe_vision
 
-    assert probe_core._missing_vision_package(ModuleNotFoundError("no PIL", name="PIL")) == (
+    assert probe_vision._missing_vision_package(ModuleNotFoundError("no PIL", name="PIL")) == (
         "this model's processor",
         "pillow",
     )
-    assert probe_core._missing_vision_package(AttributeError("no attribute", name="torchvision")) is None
+    assert probe_vision._missing_vision_package(AttributeError("no attribute", name="torchvision")) is None
     said = ValueError("Could not load any image processor class for x. ... Missing optional dependencies: torchvision.")
-    assert probe_core._missing_vision_package(said) == ("this model's image processor", "torchvision")
+    assert probe_vision._missing_vision_package(said) == ("this model's image processor", "torchvision")
 
 
 def test_the_smoke_sweep_probes_both_tasks(smoke_sweep, fixture_models):

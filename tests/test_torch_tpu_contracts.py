@@ -7,7 +7,7 @@ items 2, 3 and 5): a release that changes one of these fails the test named for 
   switch (``fallback_runs``) and calls such an operator missing while it is off, fallback once it is on, naming it.
 - **The compile patch** (item 3): torch_tpu patches torch.compile, when its device initialises, to give its ``tpu``
   backend ``dynamic=False``, and that backend refuses dynamic=True. The probe reads the stack's ``dynamic`` from
-  torch.compile itself (``probe_core.compile_dynamic``) and then generates with the static KV cache.
+  torch.compile itself (``probe_compile.compile_dynamic``) and then generates with the static KV cache.
 - **The settings** (item 5): the ``TORCH_TPU_*`` variables its binary reads that change results or timings are the
   adapter's configuration; the ones its own launcher writes are the harness's; the blocking switch its binary reads
   is ``TORCH_TPU_LAUNCH_BLOCKING``.
@@ -51,7 +51,7 @@ NOT_IMPLEMENTED = "' is not implemented for TPU. Please file a feature request"
 CHILD = textwrap.dedent(
     """
     import inspect, json
-    from model_support.probe import devices, probe_core
+    from model_support.probe import devices, probe_compile, probe_core
     devices.load_backend("tpu")  # torch_tpu's own entry point; no chip: no device, its registrations all the same
     import torch
     import torch_tpu._internal.compile  # registers the "tpu" compile backend (its loader does, on a TPU)
@@ -75,11 +75,11 @@ CHILD = textwrap.dedent(
     execution_mode.enable_cpu_fallback = False
     # the compile patch, installed as its device's initialisation installs it (no chip: it is not, by itself)
     out["patch_installed_at_init"] = "torch.compile = _default_tpu_compile" in inspect.getsource(_loader._init_device_impl)
-    unpatched = {name: probe_core.compile_dynamic(name) for name in ("tpu", "inductor")}
+    unpatched = {name: probe_compile.compile_dynamic(name) for name in ("tpu", "inductor")}
     torch.compile = _loader._default_tpu_compile
-    out["dynamic"] = {name: probe_core.compile_dynamic(name) for name in ("tpu", "inductor", "aot_eager")}
+    out["dynamic"] = {name: probe_compile.compile_dynamic(name) for name in ("tpu", "inductor", "aot_eager")}
     out["dynamic_unpatched"] = unpatched
-    out["explicit"] = probe_core.compile_dynamic(adapter.compile_backend())
+    out["explicit"] = probe_compile.compile_dynamic(adapter.compile_backend())
     out["refuses_dynamic"] = "dynamic=True" in inspect.getsource(TpuBackend.__call__) and (
         "assume_static_by_default" in inspect.getsource(TpuBackend.__call__)
     )

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from model_support.probe import probe_core
+from model_support.probe import probe_backend
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src" / "model_support"
@@ -118,9 +118,11 @@ def test_every_torch_tpu_name_the_adapter_and_the_probe_use_exists_in_the_wheel(
 
 
 def test_the_tpu_backend_loads_through_its_torch_backends_entry_point():
-    """The tpu adapter loads torch_tpu as torch's autoload does (``probe_core.load_backend``): through the
+    """The tpu adapter loads torch_tpu as torch's autoload does (``probe_backend.load_backend``): through the
     ``torch.backends`` entry point that provides device 'tpu'."""
-    found = [e for e in entry_points(group=probe_core.BACKENDS_GROUP) if probe_core.backend_device(e.name) == "tpu"]
+    found = [
+        e for e in entry_points(group=probe_backend.BACKENDS_GROUP) if probe_backend.backend_device(e.name) == "tpu"
+    ]
     assert [e.value for e in found] == ["torch_tpu._loader:load"]
     spec = importlib.util.find_spec("torch_tpu")  # its submodule's spec would import the package (and libtpu's setup)
     assert spec is not None and spec.submodule_search_locations

@@ -279,7 +279,7 @@ def test_a_child_asked_for_json_that_hangs_is_ended_with_its_group_in_one_senten
 
     from model_support.errors import UserError
     from model_support.ops import coverage
-    from model_support.sweep.worker import process
+    from model_support.sweep.worker import deaths
 
     resolve = importlib.import_module("model_support.probe.devices.resolve")
     site = tmp_path / "site"
@@ -302,7 +302,7 @@ def test_a_child_asked_for_json_that_hangs_is_ended_with_its_group_in_one_senten
         assert said == "The cpu stack's coverage could not be read here: its backend did not answer within 1 s."
     else:
         started_probe = {"record": {"num_params": 1000, "device_type": "pretend"}, "settings": {}}
-        said = process._attribute_death(started_probe, timeout_s=1.0)["reference_note"]
+        said = deaths._attribute_death(started_probe, timeout_s=1.0)["reference_note"]
         assert said == "attribution not run: the reference did not answer within 1 s"
     assert "did not answer within 1 s" in said and said.count(". ") <= 1
     assert time.monotonic() - started < 15

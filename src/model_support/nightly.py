@@ -66,7 +66,7 @@ def _bisect(data_dir: Path, a: str, b: str, models: list[str], find_links: Path 
     settings = bisect_stacks.sweep_setting_changes(data_dir, a, b) or []
     if not packages and not settings:
         return {}, "Not bisected: the two sweeps ran on the same packages and backend settings."
-    from .bisect.run import bisect_sweeps
+    from .bisect.forms import bisect_sweeps
 
     answers = bisect_sweeps(data_dir, a, b, models=models, find_links=find_links, log=log)
     return {(x["model_id"], x["variant"]): x for x in answers}, ""

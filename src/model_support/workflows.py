@@ -277,7 +277,7 @@ def stack_interpreters(data_dir: Path, meta, warn: Say = _stderr) -> dict[str, s
     environment with those releases on top; cached under $MODEL_SUPPORT_BISECT_CACHE or <data>/bisect-envs, from
     pip's configured index or find-links); one sentence for a release that cannot be installed here."""
     from .bisect.envs import InstallError, Overlays
-    from .bisect.run import cache_dir
+    from .bisect.forms import cache_dir
 
     overlays = Overlays(cache_dir(data_dir))
     found = {}

@@ -1,7 +1,6 @@
 """Analysis: small Polars queries over the dataset (one sweep's tables, the diff against a
 baseline, the history across sweeps), each returning a small DataFrame; the report renders them."""
 
-from .checks import pass_checks, suspect_passes, suspect_words
 from .diff import change_counts, diff_summary, model_changes, signature_changes
 from .frames import (
     AGREES,
@@ -50,6 +49,7 @@ from .history import (
 )
 from .modes import eager_pass_compile_fail, graph_break_reasons, sweep_variants, variant_stats, verdict_grid
 from .parallel import PARALLELISM_HELP, PARALLELISMS, multi_device_runs, pass_rate_by_parallelism, uses_devices
+from .passes_checked import pass_checks, suspect_passes, suspect_words
 from .report_tables import report_tables
 from .tables import (
     attribution_counts,

@@ -375,11 +375,11 @@ def sweep_settings(data_dir, sweep_id: str) -> dict[tuple[str, str], dict[str, s
     import polars as pl
 
     from ..record import store
-    from .frames import _sweep_rows, variant_col
+    from .frames import sweep_rows, variant_col
 
     fields = [column for column, _ in ALIKE.values()]
     rows = (
-        _sweep_rows(store.scan(Path(data_dir), "results"), sweep_id, ["model_id", "variant", "started_at", *fields])
+        sweep_rows(store.scan(Path(data_dir), "results"), sweep_id, ["model_id", "variant", "started_at", *fields])
         .with_columns(variant_col())
         .with_columns(pl.coalesce(pl.col("mode"), pl.col("variant").str.split("+").list.first()).alias("mode"))
         .sort("started_at", nulls_last=False)
@@ -641,7 +641,7 @@ class SweepRuns:
 
 
 def read_runs(data_dir, sweep_id: str) -> SweepRuns:
-    """A sweep's runs: each (model, variant)'s latest result (``diff._outcomes``: suspect by the report's rule, its
+    """A sweep's runs: each (model, variant)'s latest result (``diff.latest_outcomes``: suspect by the report's rule, its
     attempts read for a flake), its excluded rows, and, where its sweep.json is here, the runs of its definition with
     neither (``not run``). The one query the gate, the report's standing and the flake screen share."""
     import json
@@ -655,7 +655,7 @@ def read_runs(data_dir, sweep_id: str) -> SweepRuns:
 
     data_dir = Path(data_dir)
     results = store.scan(data_dir, "results")
-    latest = diff._outcomes(results, sweep_id)
+    latest = diff.latest_outcomes(results, sweep_id)
     excluded = (
         store.scan(data_dir, "excluded")
         .filter(pl.col("sweep_id") == sweep_id)

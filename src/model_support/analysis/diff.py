@@ -13,7 +13,6 @@ from __future__ import annotations
 import polars as pl
 
 from ..record import schema
-from .checks import CHECK_COLUMNS
 from .frames import (
     CHANGES,
     DEFAULT_VARIANT,
@@ -27,13 +26,14 @@ from .frames import (
     SIGNATURE_CHANGES,
     SUSPECT_CHECKS,
     Frame,
-    _sweep_rows,
     attribution_col,
     check_note_col,
     check_step_col,
     pass_check_col,
+    sweep_rows,
     variant_col,
 )
+from .passes_checked import CHECK_COLUMNS
 
 KEY = ["model_id", "variant"]
 
@@ -41,7 +41,7 @@ KEY = ["model_id", "variant"]
 # a sweep against its baseline
 
 
-def _outcomes(results: Frame, sweep_id: str) -> pl.LazyFrame:
+def latest_outcomes(results: Frame, sweep_id: str) -> pl.LazyFrame:
     cols = [
         "model_id",
         "variant",
@@ -53,7 +53,7 @@ def _outcomes(results: Frame, sweep_id: str) -> pl.LazyFrame:
         *CHECK_COLUMNS,
     ]
     return (
-        _sweep_rows(results, sweep_id, cols)
+        sweep_rows(results, sweep_id, cols)
         .with_columns(
             variant_col(), attribution_col(), pass_check_col().alias("check"), check_step_col(), check_note_col()
         )
@@ -86,18 +86,18 @@ def model_changes(results: Frame, sweep_id: str, baseline_sweep_id: str) -> pl.D
     now "no longer suspect". Unchanged runs are left out; a model excluded in one of the two sweeps shows as
     added or removed, never as a failure.
     """
-    return _changes_q(results, sweep_id, baseline_sweep_id).collect()
+    return changes_query(results, sweep_id, baseline_sweep_id).collect()
 
 
-def _changes_q(results: Frame, sweep_id: str, baseline_sweep_id: str) -> pl.LazyFrame:
-    before = _outcomes(results, baseline_sweep_id).select(
+def changes_query(results: Frame, sweep_id: str, baseline_sweep_id: str) -> pl.LazyFrame:
+    before = latest_outcomes(results, baseline_sweep_id).select(
         *KEY,
         pl.col("status").alias("status_before"),
         pl.col("failure_signature").alias("signature_before"),
         pl.col("check").alias("check_before"),
         pl.col("attribution").alias("attribution_before"),
     )
-    after = _outcomes(results, sweep_id).select(
+    after = latest_outcomes(results, sweep_id).select(
         *KEY,
         pl.col("status").alias("status_after"),
         pl.col("failure_signature").alias("signature_after"),
@@ -167,12 +167,12 @@ def _changes_q(results: Frame, sweep_id: str, baseline_sweep_id: str) -> pl.Lazy
 def signature_changes(results: Frame, sweep_id: str, baseline_sweep_id: str) -> pl.DataFrame:
     """failure_signature, change (appeared / vanished), count_before, count_after: failure
     signatures seen in only one of the two sweeps, largest first."""
-    return _signature_changes_q(results, sweep_id, baseline_sweep_id).collect()
+    return signature_changes_query(results, sweep_id, baseline_sweep_id).collect()
 
 
 def _signature_counts(results: Frame, sweep_id: str, name: str) -> pl.LazyFrame:
     return (
-        _sweep_rows(results, sweep_id, ["status", "failure_signature"])
+        sweep_rows(results, sweep_id, ["status", "failure_signature"])
         .filter(pl.col("status").ne_missing(schema.PASS))
         .with_columns(pl.col("failure_signature").fill_null(NO_SIGNATURE))
         .group_by("failure_signature")
@@ -180,7 +180,7 @@ def _signature_counts(results: Frame, sweep_id: str, name: str) -> pl.LazyFrame:
     )
 
 
-def _signature_changes_q(results: Frame, sweep_id: str, baseline_sweep_id: str) -> pl.LazyFrame:
+def signature_changes_query(results: Frame, sweep_id: str, baseline_sweep_id: str) -> pl.LazyFrame:
     before = _signature_counts(results, baseline_sweep_id, "count_before")
     after = _signature_counts(results, sweep_id, "count_after")
     return (

@@ -113,21 +113,21 @@ _DTYPES = store.polars_schema()
 # helpers
 
 
-def _lazy(frame: Frame) -> pl.LazyFrame:
+def as_lazy(frame: Frame) -> pl.LazyFrame:
     return frame.lazy() if isinstance(frame, pl.DataFrame) else frame
 
 
-def _with_columns(frame: Frame, columns) -> pl.LazyFrame:
+def restricted_to(frame: Frame, columns) -> pl.LazyFrame:
     """``frame`` restricted to ``columns``; a column the frame lacks is added as typed nulls."""
-    lf = _lazy(frame)
+    lf = as_lazy(frame)
     have = set(lf.collect_schema().names())
     exprs = [pl.col(c) if c in have else pl.lit(None, dtype=_DTYPES[c]).alias(c) for c in columns]
     return lf.select(exprs)
 
 
-def _sweep_rows(frame: Frame, sweep_id: str, columns) -> pl.LazyFrame:
+def sweep_rows(frame: Frame, sweep_id: str, columns) -> pl.LazyFrame:
     cols = list(dict.fromkeys(["sweep_id", *columns]))
-    return _with_columns(frame, cols).filter(pl.col("sweep_id") == sweep_id)
+    return restricted_to(frame, cols).filter(pl.col("sweep_id") == sweep_id)
 
 
 def older_col(name: str) -> pl.Expr:
@@ -237,14 +237,14 @@ def _passed() -> pl.Expr:
     return (pl.col("status") == schema.PASS).fill_null(False)
 
 
-def _rate_aggs() -> list[pl.Expr]:
+def rate_aggs() -> list[pl.Expr]:
     return [
         pl.len().cast(pl.Int64).alias("models"),
         _passed().sum().cast(pl.Int64).alias("passed"),
     ]
 
 
-def _with_rate(lf: pl.LazyFrame) -> pl.LazyFrame:
+def with_rate(lf: pl.LazyFrame) -> pl.LazyFrame:
     return lf.with_columns(
         failed=pl.col("models") - pl.col("passed"),
         pass_rate=pl.when(pl.col("models") > 0).then(pl.col("passed") / pl.col("models")),
@@ -269,7 +269,7 @@ def size_bucket(column: str = "num_params") -> pl.Expr:
     )
 
 
-def _describe(lf: pl.LazyFrame, metrics, stats) -> pl.LazyFrame:
+def describe(lf: pl.LazyFrame, metrics, stats) -> pl.LazyFrame:
     """One row per metric: ``count`` (non-null values) and each of ``stats`` as Float64."""
     funcs = {
         "mean": lambda c: c.mean(),

@@ -179,10 +179,10 @@ def _long_text_rows(data_dir: Path, sweep_id: str) -> dict[tuple[str, str], dict
     import polars as pl
 
     from ..record import schema, store
-    from .frames import _sweep_rows, variant_col
+    from .frames import sweep_rows, variant_col
 
     rows = (
-        _sweep_rows(store.scan(data_dir, "results"), sweep_id, _LONG_TEXT_COLUMNS)
+        sweep_rows(store.scan(data_dir, "results"), sweep_id, _LONG_TEXT_COLUMNS)
         .with_columns(variant_col())
         .sort("started_at", nulls_last=False)
         .unique(["model_id", "variant"], keep="last", maintain_order=False)

@@ -21,7 +21,7 @@ from ..errors import UserError
 from ..fileio import atomic_write_text
 from ..record import schema, store
 from ..record.sweep_meta import SweepMeta, parse_sweep_id
-from .frames import VERSION_COLUMNS, VERSION_COMPONENTS, Frame, _lazy, _with_columns, _with_rate, version
+from .frames import VERSION_COLUMNS, VERSION_COMPONENTS, Frame, as_lazy, restricted_to, version, with_rate
 
 # --------------------------------------------------------------------------------------------
 # sweeps
@@ -89,7 +89,7 @@ def sweep_stats(results: Frame) -> pl.LazyFrame:
     """The one pass over every row that the across-sweep tables need: row counts by sweep_id,
     status, device_type, host and the stack's components (``VERSION_COMPONENTS``: torch, the backend, transformers; columns ``n``
     and ``first_started_at``). A few hundred rows for a million records."""
-    lf = _with_columns(results, list(dict.fromkeys(["sweep_id", "status", "host", "started_at", *VERSION_COLUMNS])))
+    lf = restricted_to(results, list(dict.fromkeys(["sweep_id", "status", "host", "started_at", *VERSION_COLUMNS])))
     return lf.group_by(
         "sweep_id", "status", "device_type", "host", *[version(c).alias(c) for c in VERSION_COMPONENTS]
     ).agg(pl.len().cast(pl.Int64).alias("n"), pl.col("started_at").min().alias("first_started_at"))
@@ -98,7 +98,7 @@ def sweep_stats(results: Frame) -> pl.LazyFrame:
 def _most_common(stats: pl.DataFrame | pl.LazyFrame, column: str) -> pl.LazyFrame:
     """sweep_id -> the non-null value of ``column`` covering the most rows (ties: smallest value)."""
     return (
-        _lazy(stats)
+        as_lazy(stats)
         .drop_nulls(column)
         .group_by("sweep_id", column)
         .agg(pl.col("n").sum())
@@ -171,21 +171,26 @@ def what_if_sweeps(data_dir: Path | str, sweep_ids: list[str], cache_dir: Path |
     return found | set(store.host_ops_by_rows(data_dir, pulled))
 
 
-def sweep_index(data_dir: Path | str, stats: pl.DataFrame | None = None, cache_dir: Path | None = None) -> pl.DataFrame:
-    """Every known sweep, oldest first.
+#: The sweep index's columns (``sweep_index``).
+SWEEP_INDEX_SCHEMA = pl.Schema(
+    {
+        "sweep_id": pl.String(),
+        "name": pl.String(),
+        "label": pl.String(),
+        "created_at": pl.Datetime("us", "UTC"),
+        "models": pl.Int64(),
+        "excluded": pl.Int64(),
+        "device_type": pl.String(),
+        "host": pl.String(),
+        "params_file": pl.String(),
+        "what_if": pl.Boolean(),
+    }
+)
 
-    A sweep is known by its ``sweeps/<id>/sweep.json`` or by rows in either config. Columns:
-    sweep_id, name, created_at (UTC; from sweep.json, else the sweep's earliest ``started_at``),
-    models (results rows), excluded (excluded rows), device_type, host, params_file, what_if (a what-if sweep:
-    operators on the host, no verdict of the stack; ``what_if_sweeps``' rule: its definition, else its rows). ``stats``
-    (``sweep_stats`` of the results, collected) saves a pass over the rows when already at hand;
-    ``cache_dir`` keeps what it reads of each sweep.json there (see ``_cached_meta_facts``).
-    """
-    data_dir = Path(data_dir)
-    meta: dict[str, dict] = {}
-    for path in sorted((data_dir / "sweeps").glob("*/sweep.json")):
-        facts = _cached_meta_facts(path, cache_dir)
-        meta[facts["sweep_id"]] = facts
+
+def _counted_by_sweep(data_dir: Path, stats: pl.DataFrame | None) -> tuple[dict, dict]:
+    """Per sweep id: its results rows (count, first start, most common device type and host) and its excluded
+    rows (count, first start), in one ``pl.collect_all``."""
     if stats is None:
         stats = sweep_stats(store.scan(data_dir, "results")).collect()
     rows = (
@@ -202,7 +207,25 @@ def sweep_index(data_dir: Path | str, stats: pl.DataFrame | None = None, cache_d
     )
     counted, excluded_counted = pl.collect_all([rows, excluded])
     by_rows = {r["sweep_id"]: r for r in counted.iter_rows(named=True)}
-    by_excl = {r["sweep_id"]: r for r in excluded_counted.iter_rows(named=True)}
+    return by_rows, {r["sweep_id"]: r for r in excluded_counted.iter_rows(named=True)}
+
+
+def sweep_index(data_dir: Path | str, stats: pl.DataFrame | None = None, cache_dir: Path | None = None) -> pl.DataFrame:
+    """Every known sweep, oldest first.
+
+    A sweep is known by its ``sweeps/<id>/sweep.json`` or by rows in either config. Columns:
+    sweep_id, name, created_at (UTC; from sweep.json, else the sweep's earliest ``started_at``),
+    models (results rows), excluded (excluded rows), device_type, host, params_file, what_if (a what-if sweep:
+    operators on the host, no verdict of the stack; ``what_if_sweeps``' rule: its definition, else its rows). ``stats``
+    (``sweep_stats`` of the results, collected) saves a pass over the rows when already at hand;
+    ``cache_dir`` keeps what it reads of each sweep.json there (see ``_cached_meta_facts``).
+    """
+    data_dir = Path(data_dir)
+    meta: dict[str, dict] = {}
+    for path in sorted((data_dir / "sweeps").glob("*/sweep.json")):
+        facts = _cached_meta_facts(path, cache_dir)
+        meta[facts["sweep_id"]] = facts
+    by_rows, by_excl = _counted_by_sweep(data_dir, stats)
     # a sweep pulled without its definition is a what-if one by its rows (asked of all at once; none in a data folder
     # of its own sweeps): its runs are in the what_if config, or older stand-ins in results carry host_ops
     pulled = sorted((set(by_rows) | set(by_excl)) - set(meta) - {None})
@@ -237,22 +260,7 @@ def sweep_index(data_dir: Path | str, stats: pl.DataFrame | None = None, cache_d
     times: list[datetime | None] = [r["created_at"] if isinstance(r["created_at"], datetime) else None for r in records]
     for record, text in zip(records, sweep_labels(ids, times)):
         record["label"] = text  # two sweeps started in the same minute read apart
-    frame = pl.DataFrame(
-        records,
-        schema={
-            "sweep_id": pl.String,
-            "name": pl.String,
-            "label": pl.String,
-            "created_at": pl.Datetime("us", "UTC"),
-            "models": pl.Int64,
-            "excluded": pl.Int64,
-            "device_type": pl.String,
-            "host": pl.String,
-            "params_file": pl.String,
-            "what_if": pl.Boolean,
-        },
-        orient="row",
-    )
+    frame = pl.DataFrame(records, schema=SWEEP_INDEX_SCHEMA, orient="row")
     return frame.sort(["created_at", "sweep_id"], nulls_last=True)
 
 
@@ -300,10 +308,10 @@ def pass_rate_history(
     ``sweeps`` (a ``sweep_index``) gives names and creation times; without it the order is each
     sweep's earliest ``started_at``.
     """
-    return _history_q(sweep_stats(results).collect(), sweeps, excluded).collect()
+    return history_query(sweep_stats(results).collect(), sweeps, excluded).collect()
 
 
-def _history_q(stats: pl.DataFrame, sweeps: pl.DataFrame | None, excluded: Frame | None) -> pl.LazyFrame:
+def history_query(stats: pl.DataFrame, sweeps: pl.DataFrame | None, excluded: Frame | None) -> pl.LazyFrame:
     per_sweep = (
         stats.lazy()
         .group_by("sweep_id")
@@ -317,7 +325,7 @@ def _history_q(stats: pl.DataFrame, sweeps: pl.DataFrame | None, excluded: Frame
         per_sweep = per_sweep.join(_most_common(stats, column), on="sweep_id", how="left")
     if excluded is not None:
         n_excluded = (
-            _with_columns(excluded, ["sweep_id"]).group_by("sweep_id").agg(pl.len().cast(pl.Int64).alias("excluded"))
+            restricted_to(excluded, ["sweep_id"]).group_by("sweep_id").agg(pl.len().cast(pl.Int64).alias("excluded"))
         )
     else:
         n_excluded = pl.LazyFrame(schema={"sweep_id": pl.String, "excluded": pl.Int64})
@@ -342,7 +350,7 @@ def _history_q(stats: pl.DataFrame, sweeps: pl.DataFrame | None, excluded: Frame
         order.join(per_sweep.drop("first_started_at"), on="sweep_id", how="left")
         .join(n_excluded, on="sweep_id", how="left")
         .with_columns(pl.col("models").fill_null(0), pl.col("passed").fill_null(0), pl.col("excluded").fill_null(0))
-        .pipe(_with_rate)
+        .pipe(with_rate)
         .sort(["created_at", "sweep_id"], nulls_last=True)
         .select(
             "sweep_id",
@@ -364,10 +372,10 @@ def pass_rate_by_version(results: Frame, component: str, sweeps: pl.DataFrame | 
     """Pass rate per version of one stack ``component`` (torch, backend or transformers):
     component, version ("none" where not known, e.g. the backend of a row from before its adapter said it), sweeps,
     models, passed, failed, pass_rate, first_sweep; in order of first appearance."""
-    return _by_version_q(sweep_stats(results).collect(), component, sweeps).collect()
+    return by_version_query(sweep_stats(results).collect(), component, sweeps).collect()
 
 
-def _by_version_q(stats: pl.DataFrame, component: str, sweeps: pl.DataFrame | None) -> pl.LazyFrame:
+def by_version_query(stats: pl.DataFrame, component: str, sweeps: pl.DataFrame | None) -> pl.LazyFrame:
     if component not in VERSION_COMPONENTS:
         raise UserError(f"{component!r} is not one of the stack components {', '.join(VERSION_COMPONENTS)}")
     lf = stats.lazy().with_columns(pl.col(component).fill_null("none").alias("version"))
@@ -389,7 +397,7 @@ def _by_version_q(stats: pl.DataFrame, component: str, sweeps: pl.DataFrame | No
             pl.col("sweep_rank").min().alias("_rank"),
             pl.col("first_started_at").min().alias("_started"),
         )
-        .pipe(_with_rate)
+        .pipe(with_rate)
         .sort(["_rank", "_started", "version"], nulls_last=True)
         .select(
             pl.lit(component).alias("component"),
@@ -419,7 +427,7 @@ def model_streaks(results: Frame, sweeps: pl.DataFrame | None = None) -> pl.Data
     sweeps = sweeps if sweeps is not None else sweep_index_from_rows(results)
     order = sweeps.select("sweep_id", "name", "created_at", pl.col("device_type").alias("sweep_device"))
     rows = (
-        _with_columns(
+        restricted_to(
             results,
             ["sweep_id", "model_id", "variant", "status", "numerics", "fluent", "flaky", "started_at"]
             + ["what_if", "host_ops"],
@@ -471,7 +479,7 @@ def model_streaks(results: Frame, sweeps: pl.DataFrame | None = None) -> pl.Data
 def sweep_index_from_rows(results: Frame) -> pl.DataFrame:
     """The sweeps the rows name, with their name, device type and first start (no data folder at hand)."""
     stats = sweep_stats(results).collect()
-    order = _history_q(stats, None, None).collect()
+    order = history_query(stats, None, None).collect()
     return order.select("sweep_id", "name", "created_at", "device_type")
 
 

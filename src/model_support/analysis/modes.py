@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from ..probe import probe_core
+from ..probe import probe_compile
 from ..record import schema
-from .frames import Frame, _sweep_rows, attribution_col, sort_variants, variant_col
+from .frames import Frame, attribution_col, sort_variants, sweep_rows, variant_col
 
 #: The columns the tables of this module read.
 MODE_COLUMNS = (
@@ -30,7 +30,7 @@ MODE_COLUMNS = (
 
 
 def _rows(results: Frame, sweep_id: str) -> pl.LazyFrame:
-    return _sweep_rows(results, sweep_id, MODE_COLUMNS).with_columns(
+    return sweep_rows(results, sweep_id, MODE_COLUMNS).with_columns(
         variant_col(),
         pl.col("mode").fill_null(pl.col("variant").fill_null("eager").str.split("+").list.first()).alias("mode"),
     )
@@ -54,15 +54,15 @@ def verdict_grid(results: Frame, sweep_id: str, excluded: Frame | None = None) -
     """model_id, then one column per variant (in ``sweep_variants`` order) holding its verdict (null: not
     run in that variant; ``NOT_AVAILABLE_CELL`` or ``EXCLUDED_CELL`` for the ``excluded`` rows given).
     Models whose verdict differs between variants come first, then by name."""
-    return grid_from_long(_grid_long_q(results, sweep_id, excluded).collect())
+    return grid_from_long(grid_long_query(results, sweep_id, excluded).collect())
 
 
-def _grid_long_q(results: Frame, sweep_id: str, excluded: Frame | None = None) -> pl.LazyFrame:
+def grid_long_query(results: Frame, sweep_id: str, excluded: Frame | None = None) -> pl.LazyFrame:
     rows = _rows(results, sweep_id).select("model_id", "variant", "status")
     if excluded is not None:
         reason = pl.col("exclusion_reason").fill_null("")
-        cell = pl.when(reason.str.starts_with(probe_core.NOT_AVAILABLE)).then(pl.lit(NOT_AVAILABLE_CELL))
-        no_verdict = _sweep_rows(excluded, sweep_id, ["model_id", "variant", "exclusion_reason"]).select(
+        cell = pl.when(reason.str.starts_with(probe_compile.NOT_AVAILABLE)).then(pl.lit(NOT_AVAILABLE_CELL))
+        no_verdict = sweep_rows(excluded, sweep_id, ["model_id", "variant", "exclusion_reason"]).select(
             "model_id", variant_col(), cell.otherwise(pl.lit(EXCLUDED_CELL)).alias("status")
         )
         rows = pl.concat([rows, no_verdict], how="vertical_relaxed")
@@ -73,7 +73,7 @@ def _grid_long_q(results: Frame, sweep_id: str, excluded: Frame | None = None) -
 
 
 def grid_from_long(long: pl.DataFrame) -> pl.DataFrame:
-    """``_grid_long_q``'s rows (model_id, variant, status, mixed) -> the grid of ``verdict_grid``."""
+    """``grid_long_query``'s rows (model_id, variant, status, mixed) -> the grid of ``verdict_grid``."""
     variants = sort_variants(long["variant"].to_list())
     if not long.height:
         return pl.DataFrame(schema={"model_id": pl.String})
@@ -93,10 +93,10 @@ def eager_pass_compile_fail(results: Frame, sweep_id: str) -> pl.DataFrame:
     """The models that pass in an eager variant and fail in a compile one: one row per failing compile
     variant: model_id, variant, status, failure_stage, failure_signature, attribution, eager_passes (the
     eager variants it passes in)."""
-    return _eager_pass_compile_fail_q(results, sweep_id).collect()
+    return eager_pass_compile_fail_query(results, sweep_id).collect()
 
 
-def _eager_pass_compile_fail_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
+def eager_pass_compile_fail_query(results: Frame, sweep_id: str) -> pl.LazyFrame:
     rows = _rows(results, sweep_id)
     passed = pl.col("status") == schema.PASS
     eager = (
@@ -128,7 +128,7 @@ def variant_stats(results: Frame, sweep_id: str) -> pl.DataFrame:
     (first_token_s_median, decode_tokens_per_s_median); and agreement with eager (matches_eager_yes,
     matches_eager_no, matches_eager_unknown: runs whose greedy tokens match the eager run's, differ, or
     were not compared)."""
-    return order_variants(_variant_stats_q(results, sweep_id).collect())
+    return order_variants(variant_stats_query(results, sweep_id).collect())
 
 
 def order_variants(df: pl.DataFrame) -> pl.DataFrame:
@@ -136,7 +136,7 @@ def order_variants(df: pl.DataFrame) -> pl.DataFrame:
     return df.sort(pl.col("variant").replace_strict(order, default=len(order), return_dtype=pl.Int64))
 
 
-def _variant_stats_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
+def variant_stats_query(results: Frame, sweep_id: str) -> pl.LazyFrame:
     passed = (pl.col("status") == schema.PASS).fill_null(False)
     me = pl.col("matches_eager")
     return (
@@ -180,7 +180,7 @@ def _variant_stats_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
     )
 
 
-def _recompile_flags_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
+def recompile_flags_query(results: Frame, sweep_id: str) -> pl.LazyFrame:
     """model_id, variant, recompile_flag, recompiles_dynamic, recompile_guard: the compiled runs that recompile per
     prompt length or per token with automatic dynamic shapes on (``probe.instruments.recompiles``)."""
     return (
@@ -194,10 +194,10 @@ def _recompile_flags_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
 def graph_break_reasons(results: Frame, sweep_id: str, top: int = 20) -> pl.DataFrame:
     """reason, runs (that hit it), variants, example_models (up to 3): torch.compile's graph-break
     reasons across the sweep, most common first, at most ``top``."""
-    return _break_reasons_q(results, sweep_id, top).collect()
+    return break_reasons_query(results, sweep_id, top).collect()
 
 
-def _break_reasons_q(results: Frame, sweep_id: str, top: int = 20) -> pl.LazyFrame:
+def break_reasons_query(results: Frame, sweep_id: str, top: int = 20) -> pl.LazyFrame:
     return (
         _rows(results, sweep_id)
         .select("model_id", "variant", pl.col("graph_break_reasons").alias("reason"))

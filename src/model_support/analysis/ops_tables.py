@@ -161,6 +161,20 @@ def host_frame(models: list[ModelOps]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=dict.fromkeys(("model", "recorded", "standing", "what-if sweep"), pl.String))
 
 
+#: The operator tables of a sweep's report (``ops_tables``), by name.
+OPS_TABLES = (
+    "ops_summary",
+    "ops_plan",
+    "ops_blocked",
+    "ops_standing",
+    "ops_fallbacks",
+    "ops_changes",
+    "ops_proof",
+    "ops_proof_runs",
+    "ops_host",
+)
+
+
 def ops_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | None) -> dict[str, pl.DataFrame]:
     """ops_summary (rows, with_census, passing, blocked, to_implement, steps, wrong: the models blocked by a wrong
     operator, not_localised: the diverging PASSes no one localised, what_if: the models a what-if run said something

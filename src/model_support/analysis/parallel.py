@@ -9,7 +9,7 @@ from __future__ import annotations
 import polars as pl
 
 from ..record import schema
-from .frames import Frame, _rate_aggs, _sweep_rows, older_col, variant_col
+from .frames import Frame, older_col, rate_aggs, sweep_rows, variant_col
 
 #: Parallelism kinds, in display order (always listed, 0 models when absent); any other value follows.
 PARALLELISMS = ("none", "tp", "ep")
@@ -39,12 +39,12 @@ def multi_device_runs(results: Frame, sweep_id: str) -> pl.DataFrame:
     devices_used, parallelism, tp_size, ep_size, memory_estimate_gb (the plan's estimate of the weights, in
     GB to 2 decimals), status, and what the ranks said: ranks_agree (the same tokens on every rank),
     rank_errors (one line per rank that raised), rank_log_tail (the failed ranks' stderr: a hang's stacks)."""
-    return _multi_device_q(results, sweep_id).collect()
+    return multi_device_query(results, sweep_id).collect()
 
 
-def _multi_device_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
+def multi_device_query(results: Frame, sweep_id: str) -> pl.LazyFrame:
     return (
-        _sweep_rows(results, sweep_id, MULTI_DEVICE_COLUMNS)
+        sweep_rows(results, sweep_id, MULTI_DEVICE_COLUMNS)
         .with_columns(variant_col(), devices_col(), parallelism_col())
         .filter(pl.col("devices_used") > 1)
         .with_columns((pl.col("memory_estimate_bytes") / BYTES_PER_GB).round(2).alias("memory_estimate_gb"))
@@ -68,15 +68,15 @@ def _multi_device_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
 def pass_rate_by_parallelism(results: Frame, sweep_id: str) -> pl.DataFrame:
     """parallelism (none, tp, ep always, 0 models when absent; then any other), models (runs), passed,
     pass_rate (null for no models)."""
-    return _by_parallelism_q(results, sweep_id).collect()
+    return by_parallelism_query(results, sweep_id).collect()
 
 
-def _by_parallelism_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
+def by_parallelism_query(results: Frame, sweep_id: str) -> pl.LazyFrame:
     counts = (
-        _sweep_rows(results, sweep_id, ["parallelism", "status"])
+        sweep_rows(results, sweep_id, ["parallelism", "status"])
         .with_columns(parallelism_col())
         .group_by("parallelism")
-        .agg(_rate_aggs())
+        .agg(rate_aggs())
     )
     base = pl.LazyFrame({"parallelism": list(PARALLELISMS), "order": list(range(len(PARALLELISMS)))})
     return (

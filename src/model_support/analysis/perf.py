@@ -21,7 +21,7 @@ from ..probe import probe_params
 from ..record import schema, store
 from . import decision
 from .diff import KEY
-from .frames import Frame, _sweep_rows, variant_col
+from .frames import Frame, sweep_rows, variant_col
 
 #: The metrics compared: name -> (its repeats' column, whether more is better), in the order lines are said.
 METRICS = {
@@ -84,7 +84,7 @@ def parse_threshold(text: str | float | None) -> float:
 def _latest_passes(results: Frame, sweep_id: str, columns) -> pl.LazyFrame:
     """The latest run of each (model, variant) of a sweep, PASS only, with ``columns``."""
     return (
-        _sweep_rows(results, sweep_id, list(dict.fromkeys([*COLUMNS, *columns])))
+        sweep_rows(results, sweep_id, list(dict.fromkeys([*COLUMNS, *columns])))
         .with_columns(variant_col())
         .sort("started_at", nulls_last=False)
         .unique(KEY, keep="last", maintain_order=False)

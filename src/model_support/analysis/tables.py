@@ -20,17 +20,17 @@ from .frames import (
     TIMING_METRICS,
     TOKEN_METRICS,
     Frame,
-    _describe,
-    _rate_aggs,
-    _sweep_rows,
-    _with_rate,
     attribution_col,
     check_measure_col,
     check_note_col,
+    describe,
     pass_check_col,
+    rate_aggs,
     size_bucket,
+    sweep_rows,
     task_col,
     variant_col,
+    with_rate,
 )
 
 #: The size group of a model that failed before it was loaded (at download or load, no parameters counted):
@@ -65,11 +65,11 @@ def size_group() -> pl.Expr:
 
 def verdict_counts(results: Frame, sweep_id: str) -> pl.DataFrame:
     """status, count, share: the four verdicts always (count 0 when absent), then any other."""
-    return _verdict_counts_q(results, sweep_id).collect()
+    return verdict_counts_query(results, sweep_id).collect()
 
 
-def _verdict_counts_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
-    counts = _sweep_rows(results, sweep_id, ["status"]).group_by("status").agg(pl.len().cast(pl.Int64).alias("count"))
+def verdict_counts_query(results: Frame, sweep_id: str) -> pl.LazyFrame:
+    counts = sweep_rows(results, sweep_id, ["status"]).group_by("status").agg(pl.len().cast(pl.Int64).alias("count"))
     base = pl.LazyFrame({"status": list(schema.VERDICTS), "order": list(range(len(schema.VERDICTS)))})
     return (
         base.join(counts, on="status", how="full", coalesce=True)
@@ -86,20 +86,20 @@ def sweep_summary(results: Frame, sweep_id: str, excluded: Frame | None = None) 
     """One row: sweep_id, models (rows probed), passed, failed, pass_rate, excluded (counted apart, never
     failed), model_failures (failures attributed to the model: it fails the same way on the CPU reference)
     and stack_pass_rate = passed / (models - model_failures): how the stack does on what can run at all."""
-    return _sweep_summary_q(results, sweep_id, excluded).collect()
+    return sweep_summary_query(results, sweep_id, excluded).collect()
 
 
-def _sweep_summary_q(results: Frame, sweep_id: str, excluded: Frame | None) -> pl.LazyFrame:
+def sweep_summary_query(results: Frame, sweep_id: str, excluded: Frame | None) -> pl.LazyFrame:
     model_failure = (pl.col("status").ne_missing(schema.PASS) & (pl.col("attribution") == "model")).fill_null(False)
-    summary = _with_rate(
-        _sweep_rows(results, sweep_id, ["status", "attribution"]).select(
-            *_rate_aggs(), model_failure.sum().cast(pl.Int64).alias("model_failures")
+    summary = with_rate(
+        sweep_rows(results, sweep_id, ["status", "attribution"]).select(
+            *rate_aggs(), model_failure.sum().cast(pl.Int64).alias("model_failures")
         )
     )
     if excluded is None:
         n_excluded = pl.LazyFrame({"excluded": [0]}, schema={"excluded": pl.Int64})
     else:
-        n_excluded = _sweep_rows(excluded, sweep_id, []).select(pl.len().cast(pl.Int64).alias("excluded"))
+        n_excluded = sweep_rows(excluded, sweep_id, []).select(pl.len().cast(pl.Int64).alias("excluded"))
     can_run = pl.col("models") - pl.col("model_failures")
     return summary.join(n_excluded, how="cross").select(
         pl.lit(sweep_id).alias("sweep_id"),
@@ -116,12 +116,12 @@ def _sweep_summary_q(results: Frame, sweep_id: str, excluded: Frame | None) -> p
 def attribution_counts(results: Frame, sweep_id: str) -> pl.DataFrame:
     """Whose failures they are: attribution (stack, model, both, unknown: every one of
     ``ATTRIBUTION_KINDS``, count 0 when absent), count (failing rows), share (of the failures)."""
-    return _attribution_q(results, sweep_id).collect()
+    return attribution_query(results, sweep_id).collect()
 
 
-def _attribution_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
+def attribution_query(results: Frame, sweep_id: str) -> pl.LazyFrame:
     counts = (
-        _sweep_rows(results, sweep_id, ["status", "attribution"])
+        sweep_rows(results, sweep_id, ["status", "attribution"])
         .filter(pl.col("status").ne_missing(schema.PASS))
         .select(attribution_col())
         .group_by("attribution")
@@ -139,12 +139,12 @@ def _attribution_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
 
 def excluded_reasons(excluded: Frame, sweep_id: str) -> pl.DataFrame:
     """exclusion_reason, count, example_models (up to 3) for one sweep's excluded rows."""
-    return _excluded_reasons_q(excluded, sweep_id).collect()
+    return excluded_reasons_query(excluded, sweep_id).collect()
 
 
-def _excluded_reasons_q(excluded: Frame, sweep_id: str) -> pl.LazyFrame:
+def excluded_reasons_query(excluded: Frame, sweep_id: str) -> pl.LazyFrame:
     return (
-        _sweep_rows(excluded, sweep_id, ["model_id", "exclusion_reason"])
+        sweep_rows(excluded, sweep_id, ["model_id", "exclusion_reason"])
         .with_columns(pl.col("exclusion_reason").fill_null("(no reason given)"))
         .group_by("exclusion_reason")
         .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("model_id").sort().head(3).alias("example_models"))
@@ -155,15 +155,15 @@ def _excluded_reasons_q(excluded: Frame, sweep_id: str) -> pl.LazyFrame:
 def pass_rate_by_task(results: Frame, sweep_id: str) -> pl.DataFrame:
     """task, models (rows), passed, failed, pass_rate, distinct_models: one row per task the sweep probed, in
     ``TASKS`` order (text-generation first; a null task reads as text-generation)."""
-    return _by_task_q(results, sweep_id).collect()
+    return by_task_query(results, sweep_id).collect()
 
 
-def _by_task_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
-    lf = _sweep_rows(results, sweep_id, ["task", "model_id", "status"]).with_columns(task_col())
-    aggs = [*_rate_aggs(), pl.col("model_id").n_unique().cast(pl.Int64).alias("distinct_models")]
+def by_task_query(results: Frame, sweep_id: str) -> pl.LazyFrame:
+    lf = sweep_rows(results, sweep_id, ["task", "model_id", "status"]).with_columns(task_col())
+    aggs = [*rate_aggs(), pl.col("model_id").n_unique().cast(pl.Int64).alias("distinct_models")]
     order = pl.col("task").replace_strict(list(TASKS), list(range(len(TASKS))), default=len(TASKS))
     return (
-        _with_rate(lf.group_by("task").agg(aggs))
+        with_rate(lf.group_by("task").agg(aggs))
         .sort(order, pl.col("task"))
         .select("task", "models", "passed", "failed", "pass_rate", "distinct_models")
     )
@@ -172,16 +172,16 @@ def _by_task_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
 def pass_rate_by_model_type(results: Frame, sweep_id: str) -> pl.DataFrame:
     """model_type, models (rows), passed, failed, pass_rate, distinct_models; most common type first (null:
     "unknown")."""
-    return _by_model_type_q(results, sweep_id).collect()
+    return by_model_type_query(results, sweep_id).collect()
 
 
-def _by_model_type_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
-    lf = _sweep_rows(results, sweep_id, ["model_type", "model_id", "status"]).with_columns(
+def by_model_type_query(results: Frame, sweep_id: str) -> pl.LazyFrame:
+    lf = sweep_rows(results, sweep_id, ["model_type", "model_id", "status"]).with_columns(
         pl.col("model_type").fill_null("unknown")
     )
-    aggs = [*_rate_aggs(), pl.col("model_id").n_unique().cast(pl.Int64).alias("distinct_models")]
+    aggs = [*rate_aggs(), pl.col("model_id").n_unique().cast(pl.Int64).alias("distinct_models")]
     return (
-        _with_rate(lf.group_by("model_type").agg(aggs))
+        with_rate(lf.group_by("model_type").agg(aggs))
         .sort(["models", "model_type"], descending=[True, False])
         .select("model_type", "models", "passed", "failed", "pass_rate", "distinct_models")
     )
@@ -190,12 +190,12 @@ def _by_model_type_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
 def pass_rate_by_size(results: Frame, sweep_id: str) -> pl.DataFrame:
     """size_bucket (see ``SIZE_GROUPS``: the models that failed before loading apart from the ones of unknown
     size), models, passed, failed, pass_rate; buckets present only."""
-    return _by_size_q(results, sweep_id).collect()
+    return by_size_query(results, sweep_id).collect()
 
 
-def _by_size_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
-    lf = _sweep_rows(results, sweep_id, ["num_params", "status", "failure_stage"]).with_columns(size_group())
-    return _with_rate(lf.group_by("size_bucket").agg(_rate_aggs())).sort("size_bucket")
+def by_size_query(results: Frame, sweep_id: str) -> pl.LazyFrame:
+    lf = sweep_rows(results, sweep_id, ["num_params", "status", "failure_stage"]).with_columns(size_group())
+    return with_rate(lf.group_by("size_bucket").agg(rate_aggs())).sort("size_bucket")
 
 
 def failure_signatures(results: Frame, sweep_id: str, baseline_sweep_id: str | None = None) -> pl.DataFrame:
@@ -209,7 +209,7 @@ def failure_signatures(results: Frame, sweep_id: str, baseline_sweep_id: str | N
     failure_stage and status (the most common), error_type, example_models (up to 3, sorted), and a
     sample error_message and traceback (from the first example model).
     """
-    return _signatures_q(results, sweep_id, baseline_sweep_id).collect()
+    return signatures_query(results, sweep_id, baseline_sweep_id).collect()
 
 
 def _attribution_text() -> pl.Expr:
@@ -221,7 +221,7 @@ def _attribution_text() -> pl.Expr:
     return pl.when(pl.len() > 1).then(counted).otherwise(pl.col("attribution").first()).alias("attribution")
 
 
-def _signatures_q(results: Frame, sweep_id: str, baseline_sweep_id: str | None = None) -> pl.LazyFrame:
+def signatures_query(results: Frame, sweep_id: str, baseline_sweep_id: str | None = None) -> pl.LazyFrame:
     cols = [
         "model_id",
         "status",
@@ -234,7 +234,7 @@ def _signatures_q(results: Frame, sweep_id: str, baseline_sweep_id: str | None =
         "task",
     ]
     lf = (
-        _sweep_rows(results, sweep_id, cols)
+        sweep_rows(results, sweep_id, cols)
         .filter(pl.col("status").ne_missing(schema.PASS))
         .with_columns(pl.col("failure_signature").fill_null(NO_SIGNATURE), attribution_col(), task_col())
         .sort("model_id")
@@ -247,7 +247,7 @@ def _signatures_q(results: Frame, sweep_id: str, baseline_sweep_id: str | None =
     )
     if baseline_sweep_id:
         seen = (
-            _sweep_rows(results, baseline_sweep_id, ["status", "failure_signature"])
+            sweep_rows(results, baseline_sweep_id, ["status", "failure_signature"])
             .filter(pl.col("status").ne_missing(schema.PASS))
             .select(pl.col("failure_signature").fill_null(NO_SIGNATURE))
             .unique()
@@ -294,30 +294,30 @@ def token_stats(results: Frame, sweep_id: str) -> pl.DataFrame:
     """metric (tokens_in, tokens_out), count of non-null values, mean, median, min, max, total.
 
     Sweeps that predate these columns give count 0 and null statistics."""
-    return _token_stats_q(results, sweep_id).collect()
+    return token_stats_query(results, sweep_id).collect()
 
 
-def _token_stats_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
-    lf = _sweep_rows(results, sweep_id, TOKEN_METRICS)
-    return _describe(lf, TOKEN_METRICS, ("mean", "median", "min", "max", "total"))
+def token_stats_query(results: Frame, sweep_id: str) -> pl.LazyFrame:
+    lf = sweep_rows(results, sweep_id, TOKEN_METRICS)
+    return describe(lf, TOKEN_METRICS, ("mean", "median", "min", "max", "total"))
 
 
 def timing_stats(results: Frame, sweep_id: str) -> pl.DataFrame:
     """metric (load_s, first_token_s, decode_tokens_per_s), count, median, p90, max."""
-    return _timing_stats_q(results, sweep_id).collect()
+    return timing_stats_query(results, sweep_id).collect()
 
 
-def _timing_stats_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
-    return _describe(_sweep_rows(results, sweep_id, TIMING_METRICS), TIMING_METRICS, ("median", "p90", "max"))
+def timing_stats_query(results: Frame, sweep_id: str) -> pl.LazyFrame:
+    return describe(sweep_rows(results, sweep_id, TIMING_METRICS), TIMING_METRICS, ("median", "p90", "max"))
 
 
 def timing_histogram(results: Frame, sweep_id: str, bins: int = 20) -> pl.DataFrame:
     """metric, bin (0-based), bin_start, bin_end, count: equal-width bins from each metric's min to
     max, for charting a distribution without shipping every value."""
-    return _histogram_q(_sweep_rows(results, sweep_id, TIMING_METRICS), TIMING_METRICS, bins).collect()
+    return histogram_query(sweep_rows(results, sweep_id, TIMING_METRICS), TIMING_METRICS, bins).collect()
 
 
-def _histogram_q(lf: pl.LazyFrame, metrics, bins: int) -> pl.LazyFrame:
+def histogram_query(lf: pl.LazyFrame, metrics, bins: int) -> pl.LazyFrame:
     long = (
         lf.select([pl.col(m).cast(pl.Float64) for m in metrics])
         .unpivot(on=list(metrics), variable_name="metric", value_name="value")
@@ -343,22 +343,22 @@ def _histogram_q(lf: pl.LazyFrame, metrics, bins: int) -> pl.LazyFrame:
 
 def memory_stats(results: Frame, sweep_id: str) -> pl.DataFrame:
     """metric (peak_host_mem_mb, peak_device_mem_mb), count, median, p90, max."""
-    return _memory_stats_q(results, sweep_id).collect()
+    return memory_stats_query(results, sweep_id).collect()
 
 
-def _memory_stats_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
-    return _describe(_sweep_rows(results, sweep_id, MEMORY_METRICS), MEMORY_METRICS, ("median", "p90", "max"))
+def memory_stats_query(results: Frame, sweep_id: str) -> pl.LazyFrame:
+    return describe(sweep_rows(results, sweep_id, MEMORY_METRICS), MEMORY_METRICS, ("median", "p90", "max"))
 
 
 def memory_by_size(results: Frame, sweep_id: str) -> pl.DataFrame:
     """size_bucket (``SIZE_GROUPS``), metric (host/device peak), count, median, p90, max: memory against model
     size."""
-    return _memory_by_size_q(results, sweep_id).collect()
+    return memory_by_size_query(results, sweep_id).collect()
 
 
-def _memory_by_size_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
+def memory_by_size_query(results: Frame, sweep_id: str) -> pl.LazyFrame:
     lf = (
-        _sweep_rows(results, sweep_id, ["num_params", "status", "failure_stage", *MEMORY_METRICS])
+        sweep_rows(results, sweep_id, ["num_params", "status", "failure_stage", *MEMORY_METRICS])
         .with_columns(size_group())
         .drop("status", "failure_stage")
     )
@@ -379,16 +379,16 @@ def _memory_by_size_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
 
 def reference_agreement(results: Frame, sweep_id: str) -> pl.DataFrame:
     """outcome (match / mismatch / not run), count, share: the CPU reference check's verdicts."""
-    return _reference_q(results, sweep_id).collect()
+    return reference_query(results, sweep_id).collect()
 
 
-def _reference_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
+def reference_query(results: Frame, sweep_id: str) -> pl.LazyFrame:
     match = pl.col("reference_match")
     outcome = (
         pl.when(match.is_null()).then(pl.lit("not run")).when(match).then(pl.lit("match")).otherwise(pl.lit("mismatch"))
     )
     counts = (
-        _sweep_rows(results, sweep_id, ["reference_match"])
+        sweep_rows(results, sweep_id, ["reference_match"])
         .select(outcome.alias("outcome"))
         .group_by("outcome")
         .agg(pl.len().cast(pl.Int64).alias("count"))
@@ -431,15 +431,15 @@ def model_rows(results: Frame, sweep_id: str) -> pl.DataFrame:
     """Every run of the sweep, PASS included, one row each (``MODEL_TABLE_COLUMNS``), by model and variant:
     its verdict, whose failure, what a PASS's check says (``check``, the step it diverges at, why), its
     tokens, times and peak memory, and its repro body's hash. The report lists them all, sortable."""
-    return _models_q(results, sweep_id).collect()
+    return models_query(results, sweep_id).collect()
 
 
-def _models_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
+def models_query(results: Frame, sweep_id: str) -> pl.LazyFrame:
     read = ["model_id", "variant", "task", "num_params", "status", "attribution", "failure_stage", "failure_signature"]
     checks = ["numerics", "numerics_step", "numerics_note", "numerics_measure", "fluent", "fluency_note"]
     metrics = [*TOKEN_METRICS, *TIMING_METRICS, *MEMORY_METRICS]
     return (
-        _sweep_rows(results, sweep_id, [*read, *checks, *metrics, "repro_sha256"])
+        sweep_rows(results, sweep_id, [*read, *checks, *metrics, "repro_sha256"])
         .with_columns(
             variant_col(),
             task_col(),

@@ -67,7 +67,7 @@ def changed_by(data_dir: Path | str, sweep_id: str, baseline: str | None = None)
             continue
         if answer["status"] == "found":
             said = f"{answer['package']} {answer['first_changed']}"
-        else:  # a backend setting (search.SETTING): its name
+        else:  # a backend setting (answers.SETTING): its name
             said = "setting " + ", ".join(s["name"] for s in answer.get("setting") or [])
         out[(answer["model_id"], answer["variant"])] = said
     return out

@@ -31,12 +31,7 @@ process it started.
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import re
-import signal
 import statistics
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -47,107 +42,14 @@ from pathlib import Path
 from .. import backend_env
 from ..analysis import perf
 from ..probe import provenance
-from ..probe.reproduce import KEEP_CONFIG_VAR, PERF_VAR  # what a step tells its repro script: keep, time
+from ..probe.reproduce import PERF_VAR  # what a step tells its repro script: keep, time
 from ..record import schema
+from .answers import AS_A, FLAKY, FOUND, NO_PACKAGE, NOT_REPRODUCED, SAME, SETTING, SLOWER, blank, troubled
 from .envs import InstallError, Overlays, conflicts, locked
 from .releases import Release, between, releases_of
 from .results import NOT_RUN
 from .stacks import NOT_SWAPPED, Change, Row, SettingChange
-
-FOUND, FLAKY, NOT_REPRODUCED, NO_PACKAGE, SAME, SETTING = (
-    "found",
-    "flaky",
-    "not reproduced",
-    "no single package",
-    "same verdict",
-    "a backend setting",
-)
-#: The labels of a step of ``bisect --metric`` (its verdict, in the search's terms): no slower than end A, or
-#: slower beyond noise.
-AS_A, SLOWER = "as A", "slower"
-#: What an answer's ``status`` means (docs/bisect.md says the same).
-STATUS_HELP = {
-    FOUND: "the package and the two releases around the change are named",
-    FLAKY: "two runs of the same environment gave different verdicts: not bisected",
-    NOT_REPRODUCED: "an end's verdict does not come back when rerun here (the record's environment differs in "
-    "something the stack does not name: the device, the host, the model's files)",
-    NO_PACKAGE: "no single package's swap restores A's verdict (they may act together)",
-    NOT_RUN: "an end's environment could not be built or gave no verdict here (the note says which and why)",
-    SAME: "both ends give the same verdict: nothing to bisect",
-    SETTING: "the backend's configuration changed it: B's packages with A's setting give A's verdict",
-}
-#: A traceback's last line: the exception that stopped a script ("ImportError: ...").
-_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*")
-
-
-def _end_group(proc: subprocess.Popen) -> None:
-    """End every process left in a step's group (it runs in a group of its own): what the script started
-    dies with it, on a timeout and after a normal exit alike."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def why_no_verdict(stderr: str, returncode: int) -> str:
-    """The words of a script that printed no verdict: its exception's line where it has one, else its last two lines."""
-    lines = [line.strip() for line in (stderr or "").splitlines() if line.strip()]
-    said = next((line for line in reversed(lines) if _EXCEPTION_LINE.match(line)), None)
-    return f"exit status {returncode}: {(said or ' '.join(lines[-2:]))[:400]}"
-
-
-def step_env(settings: dict[str, str] | None, names: set[str]) -> dict[str, str] | None:
-    """The environment of a step standing for an end whose backend configuration is ``settings`` (of the
-    setting ``names`` either end has): those set, the others unset, the script told to keep them. None: this
-    process's environment as it is (no configuration recorded)."""
-    if settings is None:
-        return None
-    env = {k: v for k, v in backend_env.child_environ().items() if k not in names}  # no backend's own variables
-    return {**env, **settings, KEEP_CONFIG_VAR: "1"}
-
-
-def run_repro(
-    python: Path,
-    script: Path,
-    args: list[str],
-    timeout_s: float,
-    cwd: Path | None = None,
-    env: dict[str, str] | None = None,
-) -> tuple[str | None, str | None, dict]:
-    """(verdict, note, its JSON line) of one run of a repro script, in a process group of its own: the status of
-    its JSON line; a timeout (the whole group ended) or a killed process is FAIL(other), as the sweep records
-    them; no JSON line is no verdict (note: why). The line holds the script's ``perf`` timing where asked ({}
-    where it printed none). ``env``: the step's environment (``step_env``), else this one's."""
-    with subprocess.Popen(
-        [str(python), str(script), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=cwd,
-        env=env,
-        start_new_session=True,
-    ) as proc:
-        try:
-            stdout, stderr = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _end_group(proc)
-            try:
-                proc.communicate(timeout=30)  # a process that left the group may still hold the pipes
-            except subprocess.TimeoutExpired:
-                pass
-            return schema.FAIL_OTHER, f"timed out after {timeout_s:.0f} s", {}
-        finally:
-            _end_group(proc)
-    for line in reversed(stdout.splitlines()):
-        try:
-            said = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(said, dict) and said.get("status") in schema.VERDICTS:
-            return said["status"], said.get("error_type"), said
-    if proc.returncode < 0:
-        return schema.FAIL_OTHER, f"killed by signal {-proc.returncode}", {}
-    return None, why_no_verdict(stderr, proc.returncode), {}
+from .steps import run_repro, step_env
 
 
 def split(inner: list[Release], verdict_a: str | None, attempt: Callable[[str], str | None]) -> tuple[int, int, dict]:
@@ -374,7 +276,7 @@ class Bisector:
         try:
             answer = self._bisect(job)
         except Exception as exc:  # noqa: BLE001 - the other rows' answers are kept; this one says what stopped it
-            answer = {**_blank(job.row), "status": NOT_RUN, "note": f"the bisect stopped: {type(exc).__name__}: {exc}"}
+            answer = {**blank(job.row), "status": NOT_RUN, "note": f"the bisect stopped: {type(exc).__name__}: {exc}"}
         answer.update(
             note=answer["note"].strip().rstrip(";"),
             model_id=job.row.model_id,
@@ -387,7 +289,7 @@ class Bisector:
 
     def _bisect(self, job: Job) -> dict:
         row = job.row
-        out = _blank(row)
+        out = blank(row)
         if not job.candidates and not job.setting_changes():
             return {
                 **out,
@@ -434,41 +336,15 @@ class Bisector:
             if verdict_a is None:
                 said = f"A's stack gave no verdict here ({job.steps[-1]['note']}): not bisected"
                 return {**out, "status": NOT_RUN, "note": out["note"] + said}
-        if FLAKY in (trouble_a, trouble_b):
-            which = "B's" if trouble_b == FLAKY else "A's"
-            return {
-                **out,
-                "status": FLAKY,
-                "note": out["note"] + f"two runs of {which} environment gave different verdicts",
-            }
-        if trouble_a or trouble_b:
-            which = "B" if trouble_b else "A"
-            recorded = row.verdict_b if trouble_b else row.verdict_a
-            got = verdict_b if trouble_b else verdict_a
-            return {
-                **out,
-                "status": NOT_REPRODUCED,
-                "note": out["note"] + f"sweep {which} recorded {recorded}; two runs of its stack here give {got}",
-            }
+        ended = troubled(row, out, (verdict_a, trouble_a), (verdict_b, trouble_b))
+        if ended is not None:
+            return ended
         out.update(verdict_a=verdict_a, verdict_b=verdict_b)  # the records' (reran); --from's in the single form
         if verdict_a == verdict_b:
             return {**out, "status": SAME, "note": out["note"] + f"{verdict_a} at both ends"}
-        if settings := job.setting_changes():  # B's packages with A's backend configuration
-            if self.run(job, "A's settings", pins_b, end="a") == verdict_a:
-                shown = "; ".join(str(s) for s in settings)
-                return {
-                    **out,
-                    "status": SETTING,
-                    "setting": [{"name": s.name, "before": s.before, "after": s.after} for s in settings],
-                    "note": out["note"]
-                    + f"B's packages with A's backend settings give {verdict_a}: changed by {shown}",
-                }
-            if not job.candidates:
-                return {
-                    **out,
-                    "status": NO_PACKAGE,
-                    "note": out["note"] + f"A's backend settings with B's packages do not restore {verdict_a}",
-                }
+        by_setting = self._by_setting(job, pins_b, verdict_a, out)
+        if by_setting is not None:
+            return by_setting
         change, pins_swap, together = self.find_package(job, pins_b, pins_a, verdict_a)
         if change is None:
             tried = ", ".join(c.name for c in job.candidates)
@@ -482,6 +358,28 @@ class Bisector:
             out["note"] += f"{change.name} and {', '.join(together)} must move together (a version pin between them). "
         self.search(job, change, pins_swap, verdict_a, verdict_b, out)
         return out
+
+    def _by_setting(self, job: Job, pins_b, verdict_a: str, out: dict) -> dict | None:
+        """B's packages with A's backend configuration: the answer when that gives A's verdict back (a setting
+        changed it), or when no package differs either; None: the packages are bisected."""
+        settings = job.setting_changes()
+        if not settings:
+            return None
+        if self.run(job, "A's settings", pins_b, end="a") == verdict_a:
+            shown = "; ".join(str(s) for s in settings)
+            return {
+                **out,
+                "status": SETTING,
+                "setting": [{"name": s.name, "before": s.before, "after": s.after} for s in settings],
+                "note": out["note"] + f"B's packages with A's backend settings give {verdict_a}: changed by {shown}",
+            }
+        if not job.candidates:
+            return {
+                **out,
+                "status": NO_PACKAGE,
+                "note": out["note"] + f"A's backend settings with B's packages do not restore {verdict_a}",
+            }
+        return None
 
     @staticmethod
     def narrows(job: Job) -> bool:
@@ -654,36 +552,3 @@ class Bisector:
                         f"bisected {answer['model_id']} [{answer['variant']}]: {answer['status']}, {answer['seconds']:.0f} s"
                     )
         return [answers[i] for i in range(len(jobs))]
-
-
-def _blank(row: Row) -> dict:
-    """An answer with nothing found yet (the verdicts the records give)."""
-    out: dict = {"status": None, "package": None, "last_same": None, "first_changed": None}
-    out.update(verdict_a=row.verdict_a, verdict_b=row.verdict_b, verdicts={}, skipped=[], unsplit=None)
-    out.update(together=[], note="")
-    return out
-
-
-def answer_line(answer: dict) -> str:
-    """One line per row: what changed it, or why it was not bisected."""
-    name = answer["model_id"] + ("" if answer["variant"] == schema.DEFAULT_VARIANT else f" [{answer['variant']}]")
-    runs = sum(1 for s in answer["steps"] if s.get("verdict") is not None or "seconds" in s)
-    took = f"{runs} runs, {answer['seconds']:.1f} s"
-    if answer.get("metric"):  # bisect --metric: which figure, and its medians at the two ends as timed here
-        shown = lambda v: "-" if v is None else f"{v:.4g}"  # noqa: E731
-        name += (
-            f": {answer['metric']} {shown(answer.get('before'))} -> {shown(answer.get('after'))} "
-            f"(medians here; slower means worse by more than {answer['threshold']:.0%} and beyond the repeats' noise)"
-        )
-    if answer["status"] == SETTING:
-        return f"{name}: changed by a backend setting: {answer['note'].rsplit('changed by ', 1)[-1]}; {took}"
-    if answer["status"] == FOUND:
-        said = (
-            f"{name}: changed by {answer['package']} {answer['first_changed']} "
-            f"(last with {answer['verdict_a']}: {answer['last_same']}; first with {answer['verdict_b']}: "
-            f"{answer['first_changed']}); {took}"
-        )
-        if answer["skipped"]:
-            said += "; skipped " + "; ".join(f"{s['version']} ({s['reason']})" for s in answer["skipped"])
-        return said + (f"; {answer['note']}" if answer["note"] else "")
-    return f"{name}: {answer['status']}: {answer['note']}; {took}"

@@ -23,9 +23,7 @@ from .compare import (
     summary_text,
 )
 from .compiled import explain_graph_breaks, graph_breaks_html
-from .hosting import Hosting, show_host_ops, with_host_ops
-from .localise import Localised, localise_forward, localised_html
-from .runner import (
+from .debug_runner import (
     DebugRun,
     debug_notebook_path,
     debug_parameters,
@@ -34,6 +32,9 @@ from .runner import (
     resolve_model,
     run_debug_notebook,
 )
+from .hosting import Hosting, show_host_ops, with_host_ops
+from .localise import Localised, localise_forward
+from .localise_words import localised_html
 from .stack import stack_difference
 from .tracer import (
     ROOT_LABEL,

@@ -338,14 +338,14 @@ def load_reference(model_id: str, revision: str, reference_dtype: str, trust_rem
 # --- the result ----------------------------------------------------------------------------------------------
 
 
-def _json_safe(value):
+def json_safe(value):
     """Non-finite floats as strings ("inf", "nan"): notebook JSON has no inf."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
+        return [json_safe(v) for v in value]
     return value
 
 
@@ -421,7 +421,7 @@ def build_result(
             else:
                 gen["first_divergence"] = None
         result["generation"] = gen
-    return _json_safe(result)
+    return json_safe(result)
 
 
 def conclusion(result: dict) -> str:

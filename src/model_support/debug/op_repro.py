@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 
 from .. import fileio
-from ..probe import probe_core, reproduce
+from ..probe import probe_backend, reproduce
 from . import op_check
 
 #: Where a localised model's inputs files are kept, beside its script.
@@ -76,8 +76,8 @@ def script(settings: dict, sweep_id: str | None = None) -> str:
     functions = "\n\n".join(
         inspect.getsource(f)
         for f in (
-            probe_core.backend_device,
-            probe_core.load_backend,
+            probe_backend.backend_device,
+            probe_backend.load_backend,
             reproduce.stack_as_found,
             reproduce.apply_device_config,
             reproduce.set_up_backend,
@@ -91,8 +91,8 @@ def script(settings: dict, sweep_id: str | None = None) -> str:
         **{k: settings.get(k) for k in ("model_id", "device", "operator", "overload", "module", "shapes", "dtypes")},
     )
     tail = TAIL.format(
-        backends_group=probe_core.BACKENDS_GROUP,
-        entry_points_var=probe_core.BACKEND_ENTRY_POINTS_VAR,
+        backends_group=probe_backend.BACKENDS_GROUP,
+        entry_points_var=probe_backend.BACKEND_ENTRY_POINTS_VAR,
         keep_var=reproduce.KEEP_CONFIG_VAR,
         flag=reproduce.AS_FOUND_FLAG,
         functions=functions,

@@ -238,7 +238,7 @@ class Run:
 def rerun_wrong(ran: bool, numerics: str | None, row: Mapping | None = None) -> str | None:
     """The one judgement of a run with operators on the host, whoever ran it: ``ops --prove``'s what-if run (a
     probe's verdict and numerics, ``Run.right``) and ``model-support localise``'s proof (its replay of the run,
-    ``debug.localise.prove``) alike, so the two never contradict each other over the tokens. None when it is right: it ran to its
+    ``debug.localise_proof.prove``) alike, so the two never contradict each other over the tokens. None when it is right: it ran to its
     end (``ran``) and its output agrees with the CPU reference over every step it generated (numerics ``match``) and,
     where its ``row`` ran the long text or could have, over the text too (``long_text.proven``: a wrong operator only
     the long text saw is proven fixed only there; a stray position or two is no fault, and a long text that could run

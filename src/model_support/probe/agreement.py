@@ -352,16 +352,9 @@ def compare(
     steps = [_step(d, reference_logits[s], margin, relative_margin, resolution) for s, d in enumerate(device_steps)]
     found = dict.fromkeys(RECORD_KEYS)
     found["steps"] = steps
+    if _not_finite(steps, found):
+        return found
     n = len(steps)
-    for s, step in enumerate(steps):
-        if not step["finite"]:
-            found.update(numerics=DIVERGES, numerics_step=s, reference_match=False, first_divergence=s)
-            found.update(numerics_measure=FINITE)
-            found["numerics_note"] = f"step {s} of {n}: the device's logits are not finite (inf or nan)"
-            return found
-        if not step["reference_finite"]:
-            found["numerics_note"] = f"step {s} of {n}: the reference's own logits are not finite: it cannot judge"
-            return found
     flips = [s for s, step in enumerate(steps) if not step["agree"]]
     kls = [step["kl"] for step in steps]
     worst_kl = max(range(n), key=kls.__getitem__)
@@ -386,18 +379,46 @@ def compare(
         said += f", largest logit error {steps[worst]['error']:.2g} of the spread (step {worst}, at most {error:g})"
     pooled = logit_scale(steps)
     if pooled is not None and pooled[1] <= SCALE_TOLERANCE / 4:  # a looser fit says nothing either way
-        scale, _, count = pooled
-        said += f", logits at {scale:.3g} of the reference's scale (1 \u00b1 {SCALE_TOLERANCE:g})"
-        if abs(scale - 1.0) > SCALE_TOLERANCE:
-            sloped = [s for s, step in enumerate(steps) if step.get("scale") is not None]
-            s = max(sloped, key=lambda s: abs(steps[s]["scale"] - 1.0))
-            found.update(numerics=DIVERGES, numerics_step=s, numerics_measure=LOGIT_SCALE)
-            found["numerics_note"] = (
-                f"over {count} of {n} steps the device's logits come out {scale:.3g} times the reference's (one slope "
-                f"on the reference's best {SCALE_IDS} tokens of each; at most {SCALE_TOLERANCE:g} off 1; step {s} "
-                f"{steps[s]['scale']:.3g}): every probability is off though the top tokens agree; " + said
-            )
+        said += f", logits at {pooled[0]:.3g} of the reference's scale (1 \u00b1 {SCALE_TOLERANCE:g})"
+        if abs(pooled[0] - 1.0) > SCALE_TOLERANCE:
+            _scaled(steps, pooled, said, found)
             return found
+    _settled(steps, flips, said, margin, relative_margin, found)
+    return found
+
+
+def _not_finite(steps: list, found: dict) -> bool:
+    """Whether a step's logits are not finite, said in ``found``: the device's diverge, the reference's cannot
+    judge (``numerics`` None)."""
+    n = len(steps)
+    for s, step in enumerate(steps):
+        if not step["finite"]:
+            found.update(numerics=DIVERGES, numerics_step=s, reference_match=False, first_divergence=s)
+            found.update(numerics_measure=FINITE)
+            found["numerics_note"] = f"step {s} of {n}: the device's logits are not finite (inf or nan)"
+            return True
+        if not step["reference_finite"]:
+            found["numerics_note"] = f"step {s} of {n}: the reference's own logits are not finite: it cannot judge"
+            return True
+    return False
+
+
+def _scaled(steps: list, pooled: tuple, said: str, found: dict) -> None:
+    """The logits' pooled scale more than ``SCALE_TOLERANCE`` off 1: diverges, at the step whose slope is worst."""
+    scale, _, count = pooled
+    sloped = [s for s, step in enumerate(steps) if step.get("scale") is not None]
+    s = max(sloped, key=lambda s: abs(steps[s]["scale"] - 1.0))
+    found.update(numerics=DIVERGES, numerics_step=s, numerics_measure=LOGIT_SCALE)
+    found["numerics_note"] = (
+        f"over {count} of {len(steps)} steps the device's logits come out {scale:.3g} times the reference's (one "
+        f"slope on the reference's best {SCALE_IDS} tokens of each; at most {SCALE_TOLERANCE:g} off 1; step {s} "
+        f"{steps[s]['scale']:.3g}): every probability is off though the top tokens agree; " + said
+    )
+
+
+def _settled(steps: list, flips: list, said: str, margin, relative_margin, found: dict) -> None:
+    """Nothing diverged: too flat (the KL alone could judge), ties (near-tie flips) or match."""
+    n = len(steps)
     flat = [s for s, step in enumerate(steps) if step["flat"]]
     if flat:
         step = steps[flat[0]]
@@ -407,7 +428,7 @@ def compare(
             f"{step['spread']:.3g}, under {FLAT:g} of their size, where bf16's rounding alone moves them as much): "
             "neither a flip nor the logit error can tell a right device there, only the KL; " + said
         )
-        return found
+        return
     found["numerics_measure"] = LOGIT_ERROR
     if flips:
         found.update(numerics=TIES, numerics_step=flips[0])
@@ -419,4 +440,3 @@ def compare(
     else:
         found.update(numerics=MATCH)
         found["numerics_note"] = f"all {n} steps agree; " + said
-    return found

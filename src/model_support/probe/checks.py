@@ -42,7 +42,7 @@ def _on_the_reference(settings: dict, dtype: str, mode: str = "eager", counted=N
     """The probe's stages again, on the CPU in ``dtype``, with the run's KV cache and in ``mode`` (eager, or
     compile with inductor: a compiled failure is rerun compiled, so that its attribution compares like
     with like; TorchTPU's fused eager has no CPU counterpart but plain eager). ``counted``: a CPU
-    ``census.Census`` held over the stages."""
+    ``census_mode.Census`` held over the stages."""
     import torch
 
     with counted or contextlib.nullcontext():
@@ -180,7 +180,9 @@ def attribute(record: Record, settings: dict) -> None:
     record["reference_device"] = f"cpu:{ref_dtype}"
     mode = "compile" if settings["mode"] == "compile" else "eager"
     # the run stopped: what its reference alone calls, when it completes, is added to the row's partial census
-    counted = census.Census("cpu") if record["ops_source"] == census.PARTIAL and census.takes_census(mode) else None
+    from .census_mode import Census  # imports torch: this module imports none at its top
+
+    counted = Census("cpu") if record["ops_source"] == census.PARTIAL and census.takes_census(mode) else None
     ref = _on_the_reference(settings, ref_dtype, mode, counted)
     if ref["exclusion_reason"]:  # the reference's environment, not a verdict either way
         record["reference_note"] = f"attribution not run: {ref['exclusion_reason']}"[:2000]

@@ -1,4 +1,4 @@
-"""The probe kernel's side of the device gate (``sweep.worker.gate``): its devices' pinning, set at the grant.
+"""The probe kernel's side of the device gate (``sweep.worker.device_gate``): its devices' pinning, set at the grant.
 
 A sweep hands a gated probe process its model before its devices are granted; the process's kernel
 was started, warm, before anyone knew which devices it would get. ``apply`` (called by

@@ -58,7 +58,8 @@ class Judge:
     def __init__(self, source: str):
         import os
 
-        from .probe_core import AUTOLOAD_VAR, HUB_KERNELS_OFF, quiet_loading
+        from .probe_backend import AUTOLOAD_VAR
+        from .probe_core import HUB_KERNELS_OFF, quiet_loading
 
         os.environ.setdefault(AUTOLOAD_VAR, "0")  # before torch: no backend autoload (torch_tpu's tcmalloc, absl, PJRT)
         import torch

@@ -46,6 +46,7 @@ could not be kept. The fields are the record's group ``perf`` (``record.schema``
 
 from __future__ import annotations
 
+import functools
 import gc
 import gzip
 import math
@@ -53,7 +54,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -361,71 +362,102 @@ def measure(
     generation after the timed ones and keep its trace so (``trace_keeper``)."""
     import torch
 
-    plan = Plan(int(settings["perf_repeats"]), float(settings["perf_spread"]), budget_s)
-    device = adapter.torch_device
-    synchronize = adapter.synchronize if adapter.type != "cpu" else None
     own_clock = adapter.perf_clock(settings["mode"])
-    clock = own_clock or host_clock
-    ids = torch.tensor([prompt_ids], dtype=torch.long)
-    mask = torch.ones_like(ids)
-    mode = settings["mode"]
     reused = verdict_steps(verdict, settings, own_clock)
     # with the verdict's steps TPOT is had: a repeat need only price the prompt (perf_tokens 1); without, it needs steps
     tokens = repeat_tokens(settings, adapter.type, bool(reused))
-    options = generate_options(tokens, settings, verdict)
-    eager_forward = probe_core.compile_forward(model, adapter.compile_backend()) if mode == "compile" else None
+    ids = torch.tensor([prompt_ids], dtype=torch.long)
+    run = functools.partial(
+        _one_run,
+        model,
+        tokenizer,
+        ids,
+        torch.ones_like(ids),
+        generate_options(tokens, settings, verdict),
+        adapter.torch_device,
+        adapter.synchronize if adapter.type != "cpu" else None,
+        own_clock or host_clock,
+    )
+    plan = Plan(int(settings["perf_repeats"]), float(settings["perf_spread"]), budget_s)
+    eager_forward = (
+        probe_core.compile_forward(model, adapter.compile_backend()) if settings["mode"] == "compile" else None
+    )
     adapter.reset_peak_memory()
-    trace: tuple[str | None, str] | None = None  # the profiled generation's (path, note), when kept
-    ttft: list[float] = []
-    decoded: list[list[float]] = [reused] if reused else []  # each generation's decode steps (seconds)
-    tpot: list[float] = tpot_samples(decoded)
-    per_repeat: list[float] = []  # each repeat's whole generation, for tokens/s
-    began = host_clock()
+    try:
+        timed = _timed_runs(run, plan, settings, tokens, reused, verdict, adapter, keep)
+    finally:
+        if eager_forward is not None:
+            model.forward = eager_forward
+    return _fields(timed, plan, tokens, reused, verdict, model, len(prompt_ids), adapter, own_clock)
+
+
+@dataclass
+class _Timed:
+    """What the timed repeats measured (``_timed_runs``)."""
+
+    ttft: list[float] = field(default_factory=list)
+    tpot: list[float] = field(default_factory=list)
+    per_repeat: list[float] = field(default_factory=list)  # each repeat's whole generation, for tokens/s
     first_call: float | None = None
+    stop: str = ""  # why the repeats stopped (``Plan.stop``)
+    trace: tuple[str | None, str] | None = None  # the profiled generation's (path, note), when kept
+    phase_s: float = 0.0
+
+
+def _timed_runs(run, plan, settings: dict, tokens: int, reused, verdict, adapter, keep) -> _Timed:
+    """The warm-up (unless the verdict's generation was it), then the timed repeats as ``plan`` says, then the
+    profiled one when ``keep``; ``run()`` is one generation, returning its start and token times."""
+    timed = _Timed()
+    decoded: list[list[float]] = [reused] if reused else []  # each generation's decode steps (seconds)
+    timed.tpot = tpot_samples(decoded)
+    began = host_clock()
     try:
         gc.collect(1)  # the verdict's young garbage freed (a full collection cost 0.2 s a probe outside a kernel)
         gc.disable()  # as timeit does: no collection inside a repeat
-        with probe_core.execution_context(mode):
+        with probe_core.execution_context(settings["mode"]):
             if reused is None:  # a warm-up of its own, on the host's wall clock: a compilation (compile mode; fused
                 # mode's programs for the repeat's length) is the host's work, and the first repeat after the verdict
                 # runs slowest on the host's clock (tiny-llama's first TTFT: +9% over the next two, in review)
-                _one_run(model, tokenizer, ids, mask, options, device, synchronize, clock)
-                first_call = host_clock() - began
+                run()
+                timed.first_call = host_clock() - began
             else:  # the verdict's generation warmed the model: its first token is the first call
-                first_call = (verdict or {}).get("first_token_s")
+                timed.first_call = (verdict or {}).get("first_token_s")
             timed_from, last = host_clock(), 0.0  # a compilation in the warm-up is the host's, not the budget's
             plan.deadline_s = _deadline(settings, timed_from)
-            while (stop := plan.stop(tpot, len(ttft), host_clock() - timed_from, last, tokens > 1)) is None:
+            while (stop := plan.stop(timed.tpot, len(timed.ttft), host_clock() - timed_from, last, tokens > 1)) is None:
                 went = host_clock()
-                start, times = _one_run(model, tokenizer, ids, mask, options, device, synchronize, clock)
+                start, times = run()
                 last = host_clock() - went
-                ttft.append(times[0] - start)
+                timed.ttft.append(times[0] - start)
                 steps = [after - before for before, after in zip(times, times[1:])]
                 if steps:
                     decoded.append(steps)
-                    tpot = tpot_samples(decoded)
-                per_repeat.append(times[-1] - start)
+                    timed.tpot = tpot_samples(decoded)
+                timed.per_repeat.append(times[-1] - start)
+            timed.stop = stop
             gc.enable()
             if keep is not None:  # after the timed repeats: the profiler slows none of them
-                trace = _traced(
-                    lambda: _one_run(model, tokenizer, ids, mask, options, device, synchronize, clock), adapter, keep
-                )
+                timed.trace = _traced(run, adapter, keep)
     finally:
         gc.enable()
-        if eager_forward is not None:
-            model.forward = eager_forward
-    phase_s = host_clock() - began
+    timed.phase_s = host_clock() - began
+    return timed
+
+
+def _fields(timed: _Timed, plan, tokens: int, reused, verdict, model, prompt_len: int, adapter, own_clock) -> dict:
+    """The perf fields of what ``timed`` measured, with the note saying how."""
+    ttft, tpot = timed.ttft, timed.tpot
     peak_mb, _ = adapter.peak_memory_mb()
     tpot_s = statistics.median(tpot) if tpot else None
     # tokens/s over a generation: measured whole where the repeats decode, else over the verdict's length from a warm
     # TTFT and the verdict's TPOT for each token after it (said in the note)
     derived = bool(reused) and tokens == 1
     length = int((verdict or {}).get("tokens_out") or 1) if derived else tokens
-    per_s = tokens_per_s(per_repeat, ttft, tokens, length if derived else None, tpot_s)
+    per_s = tokens_per_s(timed.per_repeat, ttft, tokens, length if derived else None, tpot_s)
     fields: dict[str, Any] = {
         **dict.fromkeys(FIELDS),
         "perf_tokens_out": tokens,
-        "perf_first_call_s": first_call,
+        "perf_first_call_s": timed.first_call,
         "ttft_s": statistics.median(ttft),
         "ttft_s_repeats": ttft,
         "ttft_spread": spread(ttft) if len(ttft) > 1 else None,
@@ -433,18 +465,18 @@ def measure(
         "perf_tokens_per_s_repeats": per_s,
         "perf_peak_device_mem_mb": peak_mb,
         "perf_repeats_run": len(ttft),
-        "perf_stop": stop,
-        "perf_device_s": phase_s,
+        "perf_stop": timed.stop,
+        "perf_device_s": timed.phase_s,
     }
     if tpot:
         fields.update(tpot_s=tpot_s, tpot_s_repeats=tpot, tpot_spread=spread(tpot) if len(tpot) > 1 else None)
-    notes = [_sized(plan, stop, tpot, ttft, tokens, bool(reused), phase_s)]
+    notes = [_sized(plan, timed.stop, tpot, ttft, tokens, bool(reused), timed.phase_s)]
     if derived:
         notes.append(
             f"tokens/s over the verdict's {length} tokens: a warm TTFT, then its TPOT for each token after (derived: "
             "the gate judges its TTFT and TPOT, not it)"
         )
-    nbytes, how = decode_bytes_per_token(model, len(prompt_ids) + length / 2)
+    nbytes, how = decode_bytes_per_token(model, prompt_len + length / 2)
     fields["decode_bytes_per_token"] = nbytes
     peak_gbs, source = adapter.peak_bandwidth_gbs()
     if peak_gbs and fields["tpot_s"]:
@@ -452,11 +484,11 @@ def measure(
         notes.append(f"bandwidth: {how}, against {peak_gbs:g} GB/s ({source})")
     else:
         notes.append(f"bandwidth utilisation not measured: {source}")
-    if trace is not None:
-        fields["perf_trace_path"], said = trace
+    if timed.trace is not None:
+        fields["perf_trace_path"], said = timed.trace
         notes.append(said)
-    timed = f"on the device's own clock (torch.{adapter.type}.perf_clock)" if own_clock else "on the host's wall clock"
-    fields["perf_note"] = f"{notes[0]}, {timed}; " + "; ".join(notes[1:])
+    clock = f"on the device's own clock (torch.{adapter.type}.perf_clock)" if own_clock else "on the host's wall clock"
+    fields["perf_note"] = f"{notes[0]}, {clock}; " + "; ".join(notes[1:])
     return fields
 
 

@@ -1,7 +1,7 @@
 """The one place a probe's record is made, and how a failure fills it.
 
 The probe (``run.run_probe``) and the sweep's stand-in for a probe that wrote no record (the kernel
-died, the timeout, the download found no loadable weights: ``worker.process.runner_failure``) both
+died, the timeout, the download found no loadable weights: ``worker.deaths.runner_failure``) both
 start the record here, from the same inputs: who (sweep, model, variant), the settings the probe ran
 with, the stack and the host, and the Hub's facts the sweep fetched before the probe started. So
 the two kinds of record carry the same fields the same way, and nothing amends a record after the

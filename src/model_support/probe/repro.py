@@ -1,7 +1,8 @@
 """The standalone script that reproduces a probe: a header with its settings, and a body shared by every row.
 
-A repro script is ``header(SETTINGS) + body()``. The body is the source of ``hub_fetch``, ``probe_core``,
-``agreement`` and ``reproduce`` (the very code the probe ran: its download, its stages, its reference check,
+A repro script is ``header(SETTINGS) + body()``. The body is the source of ``hub_fetch``, the probe's stages
+(``probe_failures``, ``probe_vision``, ``probe_backend``, ``probe_compile``, ``probe_core``), ``agreement`` and
+``reproduce`` (the very code the probe ran: its download, its stages, its reference check,
 and the script's program), their imports of each other dropped (one namespace), then
 ``sys.exit(main(SETTINGS, sys.argv))``; so ``python repro.py`` needs only torch and transformers (plus the
 device's backend package), no papermill and no install of this project, and reaches the same verdict and
@@ -28,10 +29,21 @@ from pathlib import Path
 from ..errors import UserError
 from ..record import store
 from ..record.schema import Record
-from . import agreement, hub_fetch, model_ids, probe_core, probe_params, reproduce
+from . import (
+    agreement,
+    hub_fetch,
+    model_ids,
+    probe_backend,
+    probe_compile,
+    probe_core,
+    probe_failures,
+    probe_params,
+    probe_vision,
+    reproduce,
+)
 
 #: The modules whose source is the body, in order (each may import the earlier ones by name, nothing else).
-BODY_MODULES = (hub_fetch, probe_core, agreement, reproduce)
+BODY_MODULES = (hub_fetch, probe_failures, probe_vision, probe_backend, probe_compile, probe_core, agreement, reproduce)
 #: What a repro script's SETTINGS hold beyond the probe's settings: how the probe's device adapter resolved
 #: them (the compile backend; for a sharded run its ``DistributedConfig``, the process group's backend and each
 #: rank's environment) and the backend's own configuration as the probe ran (``device_config``: the variables
@@ -67,7 +79,8 @@ SETTINGS = {settings}
 #: The body's first lines (``store.REPRO_BODY_MARK`` first: where the store finds a script's body).
 BODY_START = (
     store.REPRO_BODY_MARK
-    + """ (model-support's hub_fetch, probe_core, agreement, reproduce), as it ran. ----
+    + """ (model-support's hub_fetch, probe_failures, probe_vision, probe_backend, probe_compile, probe_core, agreement,
+# reproduce), as it ran. ----
 # The image-text-to-text probe image, drawn by probe_image_rgb(): RGB bytes of sha256 {image_sha256}.
 import os
 import sys
@@ -102,7 +115,7 @@ def _source(module) -> str:
 @functools.cache
 def body() -> tuple[str, str]:
     """(the body of every repro script of this code, its sha256)."""
-    start = BODY_START.format(image_sha256=probe_core.probe_image_sha256())
+    start = BODY_START.format(image_sha256=probe_vision.probe_image_sha256())
     text = start + "\n\n".join(_source(module) for module in BODY_MODULES) + BODY_END
     return text, hashlib.sha256(text.encode()).hexdigest()
 

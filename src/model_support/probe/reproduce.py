@@ -17,21 +17,9 @@ from typing import Any
 
 from .agreement import RECORD_KEYS, compare, reference_dtype, teacher_forced_logits
 from .hub_fetch import fetch, is_local
-from .probe_core import (
-    NOT_AVAILABLE,
-    PASS,
-    StepTimer,
-    compile_forward,
-    device_clock,
-    execution_context,
-    fused_eager_missing,
-    load,
-    load_backend,
-    prompt_inputs,
-    run_stages,
-    synchronizer,
-    trimmed_traceback,
-)
+from .probe_backend import StepTimer, device_clock, load_backend, synchronizer
+from .probe_compile import NOT_AVAILABLE, compile_forward, execution_context, fused_eager_missing
+from .probe_core import PASS, load, prompt_inputs, run_stages, trimmed_traceback
 
 #: What the script prints of a run (one JSON line), beside the reference's numerics after a PASS.
 SHOWN = (

@@ -21,7 +21,20 @@ from ..fileio import atomic_write_json
 from ..record import schema
 from ..record.schema import Record
 from ..redact import redact_record
-from . import census, devices, hub, hub_fetch, long_text, performance, phases, probe_core, probe_params, what_if
+from . import (
+    census,
+    devices,
+    hub,
+    hub_fetch,
+    long_text,
+    performance,
+    phases,
+    probe_compile,
+    probe_core,
+    probe_params,
+    probe_vision,
+    what_if,
+)
 from .checks import NO_WEIGHTS_ATTRIBUTION, attribute, long_text_on_device, started_path, write_started
 from .instruments import flight_recorder, host_cost, profiled, recompiles
 from .model_ids import check_there, machine_paths, portable_id, unavailable
@@ -236,13 +249,13 @@ def _probe(record: Record, settings: dict) -> None:
     )
     missing = adapter.mode_unavailable(settings["mode"])
     if missing:  # no verdict: this stack has no such mode (an ``excluded`` row in a sweep)
-        record["exclusion_reason"] = f"{probe_core.NOT_AVAILABLE}: {missing}"
+        record["exclusion_reason"] = f"{probe_compile.NOT_AVAILABLE}: {missing}"
         return
     refused = what_if.refusal(settings.get("host_ops"), adapter)
     if refused:  # one sentence before anything runs (a sweep refuses it before it starts: sweep.definition)
         record["exclusion_reason"] = refused
         return
-    broken = probe_core.torchvision_broken()
+    broken = probe_vision.torchvision_broken()
     if broken:  # transformers would fail every model's load with it: the environment, no verdict
         record["exclusion_reason"] = broken
         return
@@ -285,8 +298,10 @@ def _on_device(record: Record, settings: dict, adapter) -> None:
     # the instruments, each at most 5% of a probe or off by default (bench/bench_instruments.py): the census
     # (sampled: it steps out once the decode steps repeat), the flight recorder (armed; a crash is rerun under it)
     # and the host meter
+    from .census_mode import Census  # imports torch: this module imports none until the device is set up
+
     counted = (
-        census.Census(adapter.type, adapter.synchronous_ops, adapter.perf_clock(settings["mode"]))
+        Census(adapter.type, adapter.synchronous_ops, adapter.perf_clock(settings["mode"]))
         if census.takes_census(settings["mode"]) and settings["census"] != census.OFF
         else None
     )
@@ -321,15 +336,8 @@ def _on_device(record: Record, settings: dict, adapter) -> None:
             or recompiles.why_not({"status": schema.PASS, "device_type": adapter.type}, settings) is None
             or long_text.wanted(settings),
         )
-    if counted is not None and not result["exclusion_reason"]:
-        schema.fill(record, counted.fields(census.RUN if result["exception"] is None else census.PARTIAL))
-        schema.fill(record, counted.times() if result["exception"] is None else counted.not_timed("not a PASS"))
-    elif profiler is not None and not result["exclusion_reason"]:
-        schema.fill(record, profiler.ops_fields() if result["exception"] is None else census.not_timed("not a PASS"))
-    elif census.takes_census(settings["mode"]) and not result["exclusion_reason"]:
-        schema.fill(record, census.not_timed("census=off"))
-    elif not result["exclusion_reason"]:
-        schema.fill(record, census.not_timed(f"no census in mode {settings['mode']}, and {no_profiler}"))
+    if not result["exclusion_reason"]:
+        _operators(record, settings, result, counted, profiler, no_profiler)
     if settings["mode"] == "compile":
         record["compile_backend"] = adapter.compile_backend()
     schema.fill(record, {key: result[key] for key in STAGE_FIELDS})
@@ -343,12 +351,7 @@ def _on_device(record: Record, settings: dict, adapter) -> None:
         record_failure(record, result["failure_stage"], result["exception"], status=result["status"])
         schema.fill(record, performance.perf_fields(record, settings, {}, adapter))  # why not: not a PASS
         del result  # the failed model (held by the exception's frames) is freed before the reference loads
-        if record["ops"] is not None:  # the reference's census completes the partial one: its coverage asks
-            gc.collect()  # the device's stack, so this attribution stays in the device phase
-            attribute(record, settings)
-            _coverage(record, adapter)
-        else:
-            phases.checks(record, settings, "attribute")
+        _attributed(record, settings, adapter)
         return
     record["status"] = schema.PASS
     if meter is None and profiler is not None and settings["host_cost"] != "off":
@@ -366,6 +369,31 @@ def _on_device(record: Record, settings: dict, adapter) -> None:
     device_steps, prompt_ids = result["step_scores"], result["input_ids"]
     del result  # the device's model is freed before the reference loads
     phases.checks(record, settings, "pass", device_steps, prompt_ids, long_found)
+
+
+def _operators(record: Record, settings: dict, result: dict, counted, profiler, no_profiler: str | None) -> None:
+    """The run's operators and their times: the census's (the run's own, or partial where it stopped), else the
+    profiler's (a compiled run), else why there are none."""
+    if counted is not None:
+        schema.fill(record, counted.fields(census.RUN if result["exception"] is None else census.PARTIAL))
+        schema.fill(record, counted.times() if result["exception"] is None else counted.not_timed("not a PASS"))
+    elif profiler is not None:
+        schema.fill(record, profiler.ops_fields() if result["exception"] is None else census.not_timed("not a PASS"))
+    elif census.takes_census(settings["mode"]):
+        schema.fill(record, census.not_timed("census=off"))
+    else:
+        schema.fill(record, census.not_timed(f"no census in mode {settings['mode']}, and {no_profiler}"))
+
+
+def _attributed(record: Record, settings: dict, adapter) -> None:
+    """A failed run's attribution: in the device phase where the reference's census completes the partial one
+    (its coverage asks the device's stack), else among the host checks."""
+    if record["ops"] is not None:
+        gc.collect()  # the failed model freed before the reference loads
+        attribute(record, settings)
+        _coverage(record, adapter)
+    else:
+        phases.checks(record, settings, "attribute")
 
 
 def _each(hooks: list):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..bisect.search import answer_line
+from ..bisect.answers import answer_line
 from ..probe import repro, reproduce
 from ..probe.devices import registered
 

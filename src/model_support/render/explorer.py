@@ -33,7 +33,7 @@ Size: 100 sweeps x 10,000 models must stay well under 10 MB, so the data is stor
   kept for the latest run only, and de-duplicated through one string table after the model id and
   sweep id in them are replaced by placeholders (the page puts them back).
 Excluded models are listed too, with the pseudo-verdict ``excluded`` and the reason as signature;
-so is every model a sweep listed without a row (``analysis.coverage``): ``not probed`` (pending: the
+so is every model a sweep listed without a row (``analysis.unprobed_models``): ``not probed`` (pending: the
 network or the disk kept it from being probed; its last error as signature) and ``not tested`` (no
 record yet: the sweep is running or was stopped). A model's "latest run" is its latest sweep with a
 verdict or an exclusion; a later not probed / not tested entry shows in its detail panel.
@@ -57,7 +57,7 @@ from pathlib import Path
 import polars as pl
 
 from .. import analysis, paths
-from ..analysis import coverage
+from ..analysis import unprobed_models
 from ..analysis.history import sweep_labels as history_labels
 from ..analysis.history import what_if_sweeps
 from ..bisect import results as bisect_results
@@ -118,10 +118,10 @@ def explorer_data(data_dir: Path | str) -> dict:
     # models its definition lists ("not tested" by it, their Hub facts and rankings); its own report tells it
     what_if = sorted(what_if_sweeps(data_dir, sweeps["sweep_id"].to_list(), cache_dir=facts))
     sweeps = sweeps.filter(~pl.col("sweep_id").is_in(what_if))
-    listed, listed_hub = coverage.listings(data_dir, cache_dir=reports / ".cache" / "listings")
+    listed, listed_hub = unprobed_models.listings(data_dir, cache_dir=reports / ".cache" / "listings")
     listed, listed_hub = (frame.filter(~pl.col("sweep_id").is_in(what_if)) for frame in (listed, listed_hub))
-    pending = coverage.pending_rows(data_dir, sweeps["sweep_id"].to_list())
-    unprobed = coverage.unprobed_rows(data_dir, listed, pending)
+    pending = unprobed_models.pending_rows(data_dir, sweeps["sweep_id"].to_list())
+    unprobed = unprobed_models.unprobed_rows(data_dir, listed, pending)
     rows, entry_names, outcomes, envs = encoded_rows(data_dir, sweeps, unprobed)
     rows, sweep_env = _with_sweep_envs(rows)
     hist = _histories(rows, entry_names, sweeps)
@@ -130,13 +130,13 @@ def explorer_data(data_dir: Path | str) -> dict:
     hist = hist.with_columns(
         pl.col("variant").replace_strict(variant_index, default=len(variants), return_dtype=pl.Int64).alias("vi")
     ).sort("model_id", "vi")
-    hub = coverage.latest_hub(data_dir, sweeps, listed_hub)
+    hub = unprobed_models.latest_hub(data_dir, sweeps, listed_hub)
     details = latest_details(data_dir, hist.select("model_id", "variant", "sweep_id"))
     hub_by_model = {r["model_id"]: r for r in hub.iter_rows(named=True)}
     entry_task = {key: entry_task_of(d, hub_by_model.get(key[0])) for key, d in details.items()}
     tasks = sorted(set(hub["pipeline_tag"].drop_nulls().to_list()) | {t for t in entry_task.values() if t})
     tables = _Tables(texts=Strings(), types=Strings(), versions=Strings(), tasks={t: k for k, t in enumerate(tasks)})
-    entries = _entries(data_dir, hist, details, hub_by_model, entry_task, coverage.rankings(listed), tables)
+    entries = _entries(data_dir, hist, details, hub_by_model, entry_task, unprobed_models.rankings(listed), tables)
     # Every entry of a model (one per variant), and each (model, variant)'s entry.
     entries_of: dict[str, list[int]] = {}
     position = {}
@@ -152,24 +152,12 @@ def explorer_data(data_dir: Path | str) -> dict:
         "types": tables.types.items,
         "texts": tables.texts.items,
         "versions": tables.versions.items,
-        "verdicts": [*schema.VERDICTS, *PSEUDO_VERDICTS],
-        "pseudo": list(PSEUDO_VERDICTS),
-        "unprobed": [NOT_PROBED, NOT_TESTED],
-        "verdict_help": {
-            **schema.VERDICT_HELP,
-            EXCLUDED: "left out on purpose; never counted as a failure",
-            **coverage.UNPROBED_HELP,
-        },
+        **_vocabulary(),
         "variants": variants,
-        "default_variant": analysis.DEFAULT_VARIANT,
-        "attributions": list(analysis.ATTRIBUTION_KINDS),
-        "attribution_help": analysis.ATTRIBUTION_KIND_HELP,
-        "checks": list(analysis.PASS_CHECKS),
-        "suspect_checks": list(analysis.SUSPECT_CHECKS),
-        "check_help": analysis.PASS_CHECK_HELP,
         "tasks": tasks,
         "views": {
-            name: [k for m in ids for k in entries_of.get(m, [])] for name, ids in coverage.views(listed, hub).items()
+            name: [k for m in ids for k in entries_of.get(m, [])]
+            for name, ids in unprobed_models.views(listed, hub).items()
         },
         # [entry, sweep, problem, when] of every pending run (the panel shows them with the resume command)
         "pending": [
@@ -190,6 +178,26 @@ def explorer_data(data_dir: Path | str) -> dict:
             for key, said in bisect_results.changed_by(data_dir, s).items()
             if key in position
         ],
+    }
+
+
+def _vocabulary() -> dict:
+    """The page's fixed words: the verdicts (and the pseudo ones), their help, attributions and PASS checks."""
+    return {
+        "verdicts": [*schema.VERDICTS, *PSEUDO_VERDICTS],
+        "pseudo": list(PSEUDO_VERDICTS),
+        "unprobed": [NOT_PROBED, NOT_TESTED],
+        "verdict_help": {
+            **schema.VERDICT_HELP,
+            EXCLUDED: "left out on purpose; never counted as a failure",
+            **unprobed_models.UNPROBED_HELP,
+        },
+        "default_variant": analysis.DEFAULT_VARIANT,
+        "attributions": list(analysis.ATTRIBUTION_KINDS),
+        "attribution_help": analysis.ATTRIBUTION_KIND_HELP,
+        "checks": list(analysis.PASS_CHECKS),
+        "suspect_checks": list(analysis.SUSPECT_CHECKS),
+        "check_help": analysis.PASS_CHECK_HELP,
     }
 
 

@@ -14,14 +14,14 @@ from pathlib import Path
 import polars as pl
 
 from .. import analysis
-from ..analysis import coverage
+from ..analysis import unprobed_models
 from ..analysis.frames import check_note_col, check_step_col, pass_check_col, variant_col, version
 from ..analysis.parallel import devices_col, parallelism_col
 from ..probe import repro
 from ..record import store
 
 EXCLUDED = "excluded"
-NOT_PROBED, NOT_TESTED = coverage.NOT_PROBED, coverage.NOT_TESTED
+NOT_PROBED, NOT_TESTED = unprobed_models.NOT_PROBED, unprobed_models.NOT_TESTED
 PSEUDO_VERDICTS = (EXCLUDED, NOT_PROBED, NOT_TESTED)
 #: Placeholders for the model id and the sweep id inside de-duplicated texts.
 MODEL_MARK = "\x01"

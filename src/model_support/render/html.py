@@ -14,7 +14,7 @@ from urllib.parse import quote
 import polars as pl
 
 from .. import analysis
-from ..analysis import coverage
+from ..analysis import unprobed_models
 from ..analysis.tables import NOT_LOADED
 from ..display import (
     Cell,
@@ -29,7 +29,7 @@ from .charts import chart_html
 TERM_HELP = {
     "excluded": "left out on purpose (not a text-generation model, too large, listed in params, or the whole sweep "
     "after the fact); never counted as a failure",
-    **coverage.UNPROBED_HELP,
+    **unprobed_models.UNPROBED_HELP,
     "failure signature": "the error type plus the message with volatile parts (numbers, paths, ids, names) replaced "
     "by placeholders: same cause, same signature",
     "pass rate": "PASS / models probed in the sweep (excluded, not probed and not tested models are not in the "
@@ -192,7 +192,7 @@ def header_html(tables: dict[str, pl.DataFrame], sweep_id: str, baseline_sweep_i
     if tables["not_tested"].height:
         facts["not tested (no record yet)"] = f"{tables['not_tested'].height:,}"
     if tables["pending"].height or tables["not_tested"].height:
-        facts["to finish them"] = coverage.resume_command(sweep_id)
+        facts["to finish them"] = unprobed_models.resume_command(sweep_id)
     how = "`--baseline ID` chooses another"
     facts["baseline"] = (
         f"{baseline_sweep_id} ({how})"
@@ -235,11 +235,13 @@ def unprobed_html(tables: dict[str, pl.DataFrame], sweep_id: str) -> str:
         pending, not_tested = pending.drop("variant", strict=False), not_tested.drop("variant", strict=False)
     if not pending.height and not not_tested.height:
         return '<p class="ms-note">Every model the sweep listed was probed or excluded.</p>'
-    resume = f"<code>{html.escape(coverage.resume_command(sweep_id))}</code>"
+    resume = f"<code>{html.escape(unprobed_models.resume_command(sweep_id))}</code>"
     parts = [f"<p><b>{pending.height:,} not probed, {not_tested.height:,} not tested.</b> To finish them: {resume}</p>"]
     parts.append(table_html(pending.rename(UNPROBED_COLUMNS, strict=False), max_rows=500, empty="None pending."))
     if not_tested.height:
-        parts.append(f'<h4>Not tested</h4><p class="ms-note">{html.escape(coverage.UNPROBED_HELP["not tested"])}</p>')
+        parts.append(
+            f'<h4>Not tested</h4><p class="ms-note">{html.escape(unprobed_models.UNPROBED_HELP["not tested"])}</p>'
+        )
         parts.append(table_html(not_tested.rename(UNPROBED_COLUMNS, strict=False), max_rows=500))
     return "".join(parts)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from . import charts, modes, ops, perf, sections, stacks, what_if
+from . import charts, modes_section, ops, perf_section, sections, stacks_section, what_if_section
 from .html import charted_model_types, legend_html, models_html, table_html, unprobed_html
 
 
@@ -227,10 +227,10 @@ SECTIONS: tuple[Section, ...] = (
         "verdicts), over the models the step unlocks; confirmed when each PASSes and agrees with the CPU reference, "
         "else not confirmed with why (an operator the census did not see, wrong numbers). Then the models that run "
         "with operators on the host, which, and how often per token (docs/ops.md).",
-        lambda ctx: what_if.what_if_html(ctx.tables, ctx.sweep_id),
+        lambda ctx: what_if_section.what_if_html(ctx.tables, ctx.sweep_id),
     ),
-    Section("execution-modes", None, "", lambda ctx: modes.modes_html(ctx.tables)),
-    Section("stacks", None, "", lambda ctx: stacks.stacks_html(ctx.tables)),
+    Section("execution-modes", None, "", lambda ctx: modes_section.modes_html(ctx.tables)),
+    Section("stacks", None, "", lambda ctx: stacks_section.stacks_html(ctx.tables)),
     Section("devices-and-parallelism", None, "", lambda ctx: sections.devices_html(ctx.tables)),
     Section(
         "not-probed",
@@ -291,7 +291,7 @@ SECTIONS: tuple[Section, ...] = (
         "a decode step reaches (parameters and KV cache read per token); the operators that took longest in the "
         "verdict's generation where they were timed. Against the baseline, a run counts as slower or faster when a "
         "median of two like runs moved by more than 5% and beyond the repeats' noise (<code>model-support diff --fail-on perf</code>).",
-        lambda ctx: perf.perf_html(ctx.tables),
+        lambda ctx: perf_section.perf_html(ctx.tables),
     ),
     Section(
         "host-cost",

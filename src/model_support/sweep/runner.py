@@ -33,8 +33,9 @@ from . import device_time, executors, reruns
 from .budget import CacheBudget
 from .definition import SweepParams
 from .diskspace import check_room, disk_full, disk_words, relative_to_data
-from .executors.ray import ExecutorLost, RayExecutor, check_ray_device, session
+from .executors.ray import ExecutorLost, RayExecutor, session
 from .executors.ray_cluster import address_to_join, check_ray_address
+from .executors.ray_resources import check_ray_device
 from .worker import host_checks
 from .worker.task import ProbeTask
 
@@ -260,7 +261,7 @@ def _run(
 
 def _stack_names(meta: SweepMeta) -> tuple[str, ...]:
     """The variables any ``stacks:`` entry of the sweep sets: a Ray task sets them as the driver has them in its
-    stack's pass, and unsets those the pass leaves unset (``executors.ray.carried_environ``)."""
+    stack's pass, and unsets those the pass leaves unset (``executors.ray_nodes.carried_environ``)."""
     return tuple(sorted({name for s in (meta.stacks or {}).values() for name in ((s or {}).get("env") or {})}))
 
 

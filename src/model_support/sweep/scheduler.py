@@ -244,7 +244,7 @@ def run_on_devices(
     on_stop: Callable[[], None] | None = None,
     threads: int | None = None,
 ) -> Iterator[R]:
-    """The local executor's scheduling (``executors.base.Executor.results``, on jobs in ``device_order``;
+    """The local executor's scheduling (``executors.contract.Executor.results``, on jobs in ``device_order``;
     bench/bench_scheduler.py drives it with simulated probes): one thread per device, each taking the
     next job in order and calling ``probe(job, devices)``, which holds its devices for as long as it
     needs them (``with devices() as request``: the scheduler's policy decides when) or none (a job with

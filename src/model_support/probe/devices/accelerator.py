@@ -88,7 +88,7 @@ class AcceleratorAdapter(Adapter):
 
     def synchronize(self) -> None:
         if getattr(self, "_synchronize", None) is None:
-            from ..probe_core import synchronizer
+            from ..probe_backend import synchronizer
 
             self._synchronize = synchronizer(self.type)
         self._synchronize()

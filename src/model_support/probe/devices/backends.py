@@ -1,5 +1,5 @@
 """Loading an out-of-tree device backend (torch_tpu, torch_npu, a PrivateUse1 backend written in Python): only
-the one the probe uses, through torch's own device-backend entry points (``probe_core.load_backend``).
+the one the probe uses, through torch's own device-backend entry points (``probe_backend.load_backend``).
 
 Why not torch's autoload: with torch_tpu installed, ``import torch`` autoloads it, which costs ~8 s and
 ~300 MB per process even on a machine with no TPU (and there, a later ``torch.accelerator`` call can
@@ -14,7 +14,7 @@ from __future__ import annotations
 from importlib.metadata import entry_points
 
 from ... import backend_env
-from .. import probe_core
+from .. import probe_backend
 from .base import DeviceUnavailable
 
 AUTOLOAD_VAR = backend_env.AUTOLOAD_VAR
@@ -32,22 +32,22 @@ def prepare_environment(device: str = "auto") -> None:
 
 def backend_devices() -> list[str]:
     """The devices that installed out-of-tree backends provide (read from package metadata; nothing loaded)."""
-    found = entry_points(group=probe_core.BACKENDS_GROUP)
-    return list(dict.fromkeys(probe_core.backend_device(e.name) for e in found))
+    found = entry_points(group=probe_backend.BACKENDS_GROUP)
+    return list(dict.fromkeys(probe_backend.backend_device(e.name) for e in found))
 
 
 def backend_distributions(device: str) -> tuple[str, ...]:
     """The distributions whose ``torch.backends`` entry point provides ``device`` (read from package metadata; nothing
     loaded): an out-of-tree backend's own packages, where its adapter declares none."""
-    found = entry_points(group=probe_core.BACKENDS_GROUP)
-    return tuple(dict.fromkeys(e.dist.name for e in found if e.dist and probe_core.backend_device(e.name) == device))
+    found = entry_points(group=probe_backend.BACKENDS_GROUP)
+    return tuple(dict.fromkeys(e.dist.name for e in found if e.dist and probe_backend.backend_device(e.name) == device))
 
 
 def load_backend(device: str) -> None:
-    """``probe_core.load_backend``, with a backend that fails to load said in one sentence (``DeviceUnavailable``)."""
+    """``probe_backend.load_backend``, with a backend that fails to load said in one sentence (``DeviceUnavailable``)."""
     try:
         with backend_env.loading():  # what the backend writes into os.environ is its own, never the stack's
-            probe_core.load_backend(device)
+            probe_backend.load_backend(device)
     except Exception as exc:  # noqa: BLE001 whatever a backend raises while loading, it is why the device is missing
         raise DeviceUnavailable(
             f"Device {device!r} was requested but its backend failed to load: {type(exc).__name__}: {exc}"

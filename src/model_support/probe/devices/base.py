@@ -209,7 +209,7 @@ class Adapter:
         exposes it runs it."""
         if mode != "fused":
             return None
-        from ..probe_core import fused_eager_missing
+        from ..probe_compile import fused_eager_missing
 
         return fused_eager_missing(self.type)
 

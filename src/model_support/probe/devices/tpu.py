@@ -199,7 +199,7 @@ class TpuAdapter(AcceleratorAdapter):
     #: off, an operator with no TPU kernel raises "'<op>' is not implemented for TPU" (``fallback_runs``)
     cpu_fallback_switch = "torch_tpu._internal.execution_mode.enable_cpu_fallback"
     backend_packages = ("torch_tpu", "libtpu")  # TorchTPU and the TPU runtime it drives: their builds are the stack's
-    own_modes = ("fused",)  # TorchTPU's deferred-and-fused eager (``probe_core.fused_eager_missing``)
+    own_modes = ("fused",)  # TorchTPU's deferred-and-fused eager (``probe_compile.fused_eager_missing``)
 
     def __init__(self, type: str = "tpu"):
         super().__init__(type)

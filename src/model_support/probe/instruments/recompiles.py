@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...record import schema
-from .. import probe_core
+from .. import probe_compile, probe_core
 
 #: Tokens added to the verdict's prompt for the second and third lengths.
 MORE_TOKENS = (3, 7)
@@ -227,7 +227,7 @@ def measure(model, tokenizer, prompt_ids: list[int], cache: str, adapter) -> dic
     static = _series(model, tokenizer, prompts, cache, device, dynamic=False)
     dynamic = _series(model, tokenizer, prompts, cache, device, dynamic=True)
     backend = adapter.compile_backend()
-    dynamic_setting = probe_core.compile_dynamic(backend)
+    dynamic_setting = probe_compile.compile_dynamic(backend)
     if backend == STANDS_IN_FOR and dynamic_setting is None:
         prefill, decode, groups = dynamic[-1]
         flags = [word for word, count in (("per length", prefill), ("per token", decode)) if count]

@@ -50,13 +50,12 @@ module imports no torch at import time.
 """
 
 from ..devices import tpu_rank_env
-from .launch import run_sharded
-from .plan import (
+from .device_plan import (
     DEFAULT_MARGIN,
     DTYPE_BYTES,
     DoesNotFit,
     NoParallelPlan,
-    _config_params,
+    config_params,
     distributed_config,
     dtype_bytes,
     estimate_params,
@@ -66,6 +65,7 @@ from .plan import (
     plan_devices,
     safetensors_params,
 )
+from .launch import run_sharded
 from .protocol import (
     RANK_DEFAULTS,
     RANK_FAILED_EXIT,
@@ -76,7 +76,7 @@ from .protocol import (
     STOP_SIGNALS,
     TEST_FAULT_ENV,
 )
-from .results import LaunchFailed, RankDied, RankError, RankTimeout
+from .rank_results import LaunchFailed, RankDied, RankError, RankTimeout
 
 # Their public home, as when this package was one module: a result's traceback text names them so.
 for _cls in (DoesNotFit, NoParallelPlan, RankDied, RankTimeout, LaunchFailed, RankError):

@@ -4,9 +4,9 @@ run_sharded, each given the run folder."""
 import sys
 from pathlib import Path
 
-from .launch import _launch_main
-from .rank import _rank_main
+from .launch import launch_main
+from .rank import rank_main
 
 if __name__ == "__main__":
     role, folder = sys.argv[1], Path(sys.argv[2])
-    sys.exit(_launch_main(folder) if role == "--launch" else _rank_main(folder))
+    sys.exit(launch_main(folder) if role == "--launch" else rank_main(folder))

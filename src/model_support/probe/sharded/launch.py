@@ -20,9 +20,9 @@ from ...engine import children
 from ...fileio import atomic_write_json
 from .. import devices, probe_core
 from ..reproduce import launch_ranks
-from .plan import NoParallelPlan, _plan, no_plan_sentence
+from .device_plan import NoParallelPlan, no_plan_sentence, plan_run
 from .protocol import RANK_DEFAULTS, SHUTDOWN_GRACE_S, STACKS_SIGNAL
-from .results import LaunchFailed, _empty_result, _fail, _merge
+from .rank_results import LaunchFailed, empty_result, fail_result, merge_outcome
 
 
 def run_sharded(settings: dict, world_size: int, device_type: str = "cpu", timeout_s: float = 300) -> dict:
@@ -54,17 +54,17 @@ def run_sharded(settings: dict, world_size: int, device_type: str = "cpu", timeo
         raise ValueError("settings must name the model: 'load_from' (a folder or Hub id) or 'model_id'.")
     if full["mode"] != "eager":
         raise ValueError(f"run_sharded runs the probe eagerly only, not mode={full['mode']!r}.")
-    result = _empty_result(world_size, device_type)
+    result = empty_result(world_size, device_type)
     result["ignored_settings"] = unknown or None
     try:
-        kind, kwargs = _plan(full, world_size, result)
+        kind, kwargs = plan_run(full, world_size, result)
     except Exception as exc:  # noqa: BLE001 the config did not load: the load stage's failure, no rank started
-        _fail(result, probe_core.classify("load", exc), "load", exc)
+        fail_result(result, probe_core.classify("load", exc), "load", exc)
         result["wall_s"] = time.perf_counter() - started
         return result
     if world_size > 1 and kind is None:
         model_class = (result["parallelism_details"] or {}).get("model_class")
-        _fail(result, probe_core.FAIL_OTHER, "load", NoParallelPlan(no_plan_sentence(model_class, world_size)))
+        fail_result(result, probe_core.FAIL_OTHER, "load", NoParallelPlan(no_plan_sentence(model_class, world_size)))
         result["wall_s"] = time.perf_counter() - started
         return result
     dense = (result["parallelism_details"] or {}).get("dense") if kind == "ep" else None
@@ -72,7 +72,7 @@ def run_sharded(settings: dict, world_size: int, device_type: str = "cpu", timeo
         launch = launch_environment(device_type, world_size)
     except (ValueError, devices.DeviceUnavailable) as exc:  # the device cannot launch these ranks: none started
         refused = LaunchFailed(f"{world_size} {device_type} ranks cannot be launched here: {exc}")
-        _fail(result, probe_core.FAIL_OTHER, "runner", refused)
+        fail_result(result, probe_core.FAIL_OTHER, "runner", refused)
         result["wall_s"] = time.perf_counter() - started
         return result
     run_dir = Path(tempfile.mkdtemp(prefix="sharded-"))
@@ -90,7 +90,7 @@ def run_sharded(settings: dict, world_size: int, device_type: str = "cpu", timeo
     try:
         left = timeout_s - (time.perf_counter() - started)  # planning (the config read) counts too
         outcome = _launch_and_wait(run_dir, job, max(left, 0.0), result)
-        _merge(result, run_dir, world_size, outcome)
+        merge_outcome(result, run_dir, world_size, outcome)
     finally:
         import shutil
 
@@ -212,7 +212,7 @@ def _stop_everything(launcher: subprocess.Popen, run_dir: Path, result: dict) ->
 # --- the launcher process ------------------------------------------------------------------------------
 
 
-def _launch_main(run_dir: Path) -> int:
+def launch_main(run_dir: Path) -> int:
     """One elastic agent, ``world_size`` rank processes on this host; their failures into launch.json."""
     children.die_with_parent()
     job = json.loads((run_dir / "job.json").read_text())

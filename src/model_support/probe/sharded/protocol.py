@@ -48,7 +48,7 @@ RANK_KEYS = (
 )
 
 
-def _die_with_parent() -> None:
+def die_with_launcher() -> None:
     """Linux: SIGKILL this process when its parent dies, so nothing of a run outlives its caller (the one helper,
     ``engine.children.die_with_parent``)."""
     from ...engine.children import die_with_parent

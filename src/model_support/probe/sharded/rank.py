@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ...fileio import atomic_write_json
 from .. import devices, probe_core, probe_params
-from .protocol import RANK_FAILED_EXIT, RANK_KEYS, STACKS_SIGNAL, STAGE_KEYS, TEST_FAULT_ENV, _die_with_parent
+from .protocol import RANK_FAILED_EXIT, RANK_KEYS, STACKS_SIGNAL, STAGE_KEYS, TEST_FAULT_ENV, die_with_launcher
 
 
 class _Progress:
@@ -151,7 +151,7 @@ def _rank_body(
     return report
 
 
-def _rank_main(run_dir: Path) -> int:
+def rank_main(run_dir: Path) -> int:
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     job = json.loads((run_dir / "job.json").read_text())
     # before torch (and the backend) is imported: this rank's device only (a TPU rank: its chip of the probe's
@@ -161,7 +161,7 @@ def _rank_main(run_dir: Path) -> int:
         pin_error = None
     except Exception as exc:  # noqa: BLE001 the rank's report says why it has no device
         pin_error = exc
-    _die_with_parent()
+    die_with_launcher()
     faulthandler.register(STACKS_SIGNAL, file=sys.stderr, all_threads=True)
     (run_dir / f"rank{rank}.pid").write_text(str(os.getpid()))
     progress = _Progress(run_dir, rank)

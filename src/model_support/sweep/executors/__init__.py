@@ -1,4 +1,4 @@
-"""Where a sweep's probes run: an ``Executor`` (``submit``, ``results``, ``stop``; ``executors.base``),
+"""Where a sweep's probes run: an ``Executor`` (``submit``, ``results``, ``stop``; ``executors.contract``),
 on this host (``local``: pinned processes) or on a Ray cluster (``ray``: one task per probe), with the
 same promises: downloads ahead within the cache budget, devices handed out by the scheduler,
 ``schedule.jsonl``, a stop that starts nothing more, a kernel that never started left pending."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..budget import CacheBudget
-from .base import Executor, Stopped, default_workers, device_kind, devices_needed
+from .contract import Executor, Stopped, default_workers, device_kind, devices_needed
 
 __all__ = ["Executor", "Stopped", "default_workers", "device_kind", "devices_needed", "make"]
 

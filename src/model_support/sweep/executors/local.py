@@ -1,6 +1,6 @@
 """The local executor: N probes at once on this host's devices, each in its own pinned process.
 
-A probe takes the devices the scheduler grants (``executors.base``) in a process pinned to them (the
+A probe takes the devices the scheduler grants (``executors.contract``) in a process pinned to them (the
 device adapter's ``pinning_env``). Each slot also keeps the process for its next model warming up
 (``_Processes``: kernel started, torch and transformers imported) while the current model runs, only
 where it has a core to itself: on accelerators (the host is mostly idle while the device computes)
@@ -28,7 +28,7 @@ from ..worker import host_checks
 from ..worker.download import Download
 from ..worker.process import Standby, TaskResult, run_task, spawn_failed
 from ..worker.task import ProbeTask
-from .base import Executor, Stopped, device_kind
+from .contract import Executor, Stopped, device_kind
 
 #: The variable torch reads, when it is imported, for its intra-op threads (OpenMP's).
 THREADS_VAR = "OMP_NUM_THREADS"
@@ -76,7 +76,7 @@ class _Processes:
             self.left -= 1
 
     def take_gated(self, gate, retry: bool = False) -> Standby:
-        """A process for a model whose devices are not granted yet (``worker.gate``): a warm unpinned one (a
+        """A process for a model whose devices are not granted yet (``worker.device_gate``): a warm unpinned one (a
         fresh one on a ``retry``), pinned at the grant; while models remain, the next one starts warming up.
         OSError as ``take``."""
         with self.lock:

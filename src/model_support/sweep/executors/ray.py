@@ -1,5 +1,5 @@
 """The Ray executor: each probe a Ray task asking for its devices as Ray resources, with the local
-executor's promises kept on the driver (``executors.base``).
+executor's promises kept on the driver (``executors.contract``).
 
 What differs from local, and why:
 - Devices: the driver's scheduler hands out ``workers`` devices (by default the cluster's count of
@@ -31,7 +31,7 @@ What differs from local, and why:
   the model's out-of-memory row (FAIL(other), the host's memory); else it is left pending saying so.
   Losing the cluster ends the sweep in one sentence. On a stop every outstanding task is cancelled (its
   process tree killed) before the driver lets go of the cluster.
-- The stack travels with the task (``carried_environ``, ``_stack_here``): a Ray worker inherits its node's
+- The stack travels with the task (``carried_environ``, ``stack_here``): a Ray worker inherits its node's
   environment (how ``ray start`` was run there), not the driver's, so each task is handed, in its arguments,
   the driver's values of the variables that make the stack: every registered backend adapter's configuration
   (``config_vars``: ``LIBTPU_INIT_ARGS``, ``TPU_*``, ``XLA_FLAGS``), the project's own
@@ -47,11 +47,11 @@ What differs from local, and why:
   (``address="local"``: never a cluster an admin started on this host that Ray would find and join instead).
 - Capacity and the nodes, when the driver joins (``_connect``): ``--workers`` above the devices the cluster has
   now (its CPUs on a CPU sweep) is capped to them, saying so; a device no node has is refused naming the
-  ``ray start`` option that gives it; every alive node is asked, by a task pinned to it (``node_stack``), for its
+  ``ray start`` option that gives it; every alive node is asked, by a task pinned to it (``ray_nodes.node_stack``), for its
   versions of the stack's packages (python, torch, transformers, model_support, the backend's) and a digest of the
   project's own code (``code_digest``: its version is always 0.1.0; ``WHERE``), and a node that differs from the
   driver is refused in one sentence naming it and what differs before any probe runs. A node that joins later is checked by
-  the first task Ray gives it (``_refused_here``): one that differs runs no probe (the model is run again, then left
+  the first task Ray gives it (``refused_here``): one that differs runs no probe (the model is run again, then left
   pending naming the node).
 - Where it ran: each record names its node (``ray_node``; ``host`` is the node's host name), and ``schedule.jsonl``
   the node's id and host.
@@ -59,20 +59,17 @@ What differs from local, and why:
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import json
 import os
 import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ... import backend_env, paths
+from ... import backend_env
 from ...engine import zygote
 from ...errors import UserError
 from ...probe import devices
@@ -81,302 +78,10 @@ from ..worker import host_checks
 from ..worker.download import Download
 from ..worker.process import Standby, TaskResult, harness_pending, run_task, runner_failure, with_harness_retries
 from ..worker.task import ProbeTask
-from .base import Executor, ExecutorLost, Stopped, devices_needed
+from .contract import Executor, ExecutorLost, Stopped, devices_needed
 from .ray_cluster import RECORD, check_ray_address, put_back_auth, remember, use_auth
-
-
-def check_ray_device(device: str) -> None:
-    """Refuse, in one sentence, a device the Ray executor cannot hand out (its adapter names no Ray
-    resource): its probes would reserve no device and share whichever they find (out of memory,
-    attributed to the model). "auto" is the cluster's (``ray_auto_device``)."""
-    if device != "auto" and devices.adapter_for(device).ray_resources(1) is None:
-        raise _not_on_ray(device)
-
-
-def _not_on_ray(device: str) -> UserError:
-    held = [name for name, cls in devices.registered().items() if cls.ray_resource]
-    return UserError(
-        f"The ray executor holds devices as Ray resources, which Ray has for {' and '.join(held)} devices only, "
-        f"not for {device!r} devices: run this sweep with --executor local (it pins each probe to its own "
-        f"{device} device), or use device {', '.join(['auto', 'cpu', *held[:-1]])} or {held[-1]}."
-    )
-
-
-def ray_auto_device(cluster: dict) -> str:
-    """Device "auto" on a Ray cluster (``ray.cluster_resources()``): the first accelerator whose Ray resource
-    it has (GPUs, then TPU chips), else the CPU, so each probe reserves the device it will run on."""
-    for name, cls in devices.registered().items():
-        if cls.ray_resource and cluster.get(cls.ray_resource):
-            return name
-    return "cpu"
-
-
-def local_auto_device() -> str:
-    """Device "auto" for a local Ray, before it starts: this host's accelerator (``devices.facts``, asked of a child
-    process) when Ray can hand it out as a resource, else the CPU: what ``ray_auto_device`` finds on the started
-    Ray, whose resources then follow from it."""
-    kind = devices.facts("auto").type
-    return kind if kind != "cpu" and devices.adapter_for(kind).ray_resource else "cpu"
-
-
-def ray_resources(device: str, need: int = 1) -> dict:
-    """What one probe asks of the Ray cluster: its devices as the adapter's Ray resource (one CPU per rank
-    on a CPU sweep, where the ranks are processes)."""
-    resources = devices.adapter_for(device).ray_resources(need)
-    if resources is None:
-        raise _not_on_ray(device)
-    return resources
-
-
-def _as_totals(resources: dict) -> dict[str, float]:
-    """``remote.options`` keywords as the resource totals a node reports (``ray.nodes()``)."""
-    totals = {"CPU": float(resources.get("num_cpus", 0)), "GPU": float(resources.get("num_gpus", 0))}
-    totals.update({name: float(n) for name, n in (resources.get("resources") or {}).items()})
-    return {name: n for name, n in totals.items() if n}
-
-
-def unsatisfiable(wanted: dict, nodes: list[dict]) -> bool:
-    """Whether no alive node of the cluster has every resource ``wanted`` (``remote.options`` keywords)."""
-    need = _as_totals(wanted)
-    return not any(
-        node.get("Alive", True) and all(node.get("Resources", {}).get(name, 0) >= n for name, n in need.items())
-        for node in nodes
-    )
-
-
-#: The project's own settings that travel with each task besides ``MODEL_SUPPORT_*`` (``carried_name``): where the Hub
-#: is and its cache, offline switches, tokens (set as the driver has them; each unset on the node where it has none).
-CARRIED_NAMES = frozenset(
-    {
-        "HF_HOME",
-        "HF_HUB_CACHE",
-        "HF_ENDPOINT",
-        "HF_HUB_OFFLINE",
-        "TRANSFORMERS_OFFLINE",
-        "HF_HUB_DISABLE_TELEMETRY",
-        "HF_TOKEN",
-        "HUGGING_FACE_HUB_TOKEN",
-    }
-)
-#: The project's prefix: its settings a probe reads (``MODEL_SUPPORT_KERNEL_START_S``, ``MODEL_SUPPORT_PHASES``,
-#: ``MODEL_SUPPORT_HUB_*``, ``MODEL_SUPPORT_MODELS_DIR``, ...) travel, but ``PER_PROCESS``.
-CARRIED_PREFIX = "MODEL_SUPPORT_"
-#: Project variables that name one process's own things (its zygote's socket, its device phase's file, its flight
-#: recorder, its device gate, an overlay interpreter on this host, a fault injected into this process): never carried
-#: and never unset: each process of the harness sets them for its children.
-PER_PROCESS = frozenset(
-    {
-        zygote.ZYGOTE_ENV,
-        "MODEL_SUPPORT_DEVICE_PHASE_FILE",
-        "MODEL_SUPPORT_FLIGHT_FILE",
-        "MODEL_SUPPORT_DEVICE_GATE",
-        "MODEL_SUPPORT_PROBE_PYTHON",
-        "MODEL_SUPPORT_STOP_AT_WRITE",
-    }
-)
-
-
-def carried_name(name: str) -> bool:
-    """Whether ``name`` is one of the project's own settings that travel with a task (``CARRIED_NAMES``, the
-    ``MODEL_SUPPORT_*`` settings but ``PER_PROCESS``)."""
-    return name in CARRIED_NAMES or (name.startswith(CARRIED_PREFIX) and name not in PER_PROCESS)
-
-
-def _config_names(environ: dict[str, str]) -> set[str]:
-    """Every registered backend adapter's configuration variables set in ``environ`` (its ``config_vars``, not its
-    harness variables: those Ray and the harness set per process)."""
-    return {name for cls in devices.registered().values() for name in cls.config_names(environ)}
-
-
-def carried_environ(extra: Iterable[str] = ()) -> dict[str, str]:
-    """What each Ray task carries from the driver (module docstring): the driver's values, as the user and the
-    project set them (``backend_env.user_environ``), of the backends' configuration variables, the project's
-    settings (``carried_name``) and ``extra`` (the names of the sweep's ``stacks:`` env), those set only."""
-    environ = backend_env.user_environ()
-    names = _config_names(environ) | {name for name in environ if carried_name(name)} | set(extra)
-    return {name: environ[name] for name in sorted(names) if name in environ}
-
-
-def _carried_here(carried: dict[str, str], extra: Iterable[str]) -> dict[str, str | None]:
-    """In the task's process: {name: value, or None to unset} that makes its environment the driver's for the stack:
-    ``carried`` set, and each variable of the same kinds set here but not on the driver unset."""
-    here = dict(os.environ)
-    names = _config_names(here) | {name for name in here if carried_name(name)} | set(extra)
-    return {name: carried.get(name) for name in names | set(carried)}
-
-
-@contextmanager
-def _stack_here(carried: dict[str, str], extra: Iterable[str] = ()) -> Iterator[None]:
-    """This Ray worker's environment with the driver's stack (``_carried_here``) while the task runs, its own put
-    back after (the worker serves the sweep's next tasks, maybe of another stack)."""
-    wanted = _carried_here(carried, extra)
-    before = {name: os.environ.get(name) for name in wanted}
-    backend_env.put_back(wanted)  # set or unset, as the driver's stack has it
-    try:
-        yield
-    finally:
-        backend_env.put_back(before)
-
-
-def capped_words(asked: int, have: int, resource: str) -> str:
-    """The line a sweep capped to the cluster's devices prints (``RayExecutor._connect``)."""
-    what = "CPUs" if resource == "CPU" else f"{resource} devices"
-    return (
-        f"The Ray cluster has {have} {what} now: running {have} probe(s) at once, not the {asked} asked "
-        "(--workers); add nodes for more."
-    )
-
-
-#: Seconds every node gets to say its stack's versions (``check_nodes``): a task of no CPU, pinned to the node.
-NODE_CHECK_S = 120.0
-#: ``node_stack``'s name for ``code_digest``.
-CODE = "model_support code"
-#: ``node_stack``'s note of where its code is read from (host and folder), never compared itself: a node that reads the
-#: driver's very files has the driver's code, and comparing two digests of them taken a second apart would only
-#: catch an edit made in between (a checkout being worked on while a local Ray runs its sweep).
-WHERE = "_code_read_from"
-
-
-def code_digest() -> str:
-    """16 hex digits of a sha256 over this process's ``model_support`` package: each file's path in it and its bytes
-    (modules, the notebooks the probes run, templates; no caches, nothing hidden). The package's version is 0.1.0
-    whatever its code, so two nodes with other project code said the same version: this tells them apart."""
-    root = paths.package_file()
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        inside = path.relative_to(root)
-        if path.is_file() and path.suffix not in (".pyc", ".pyo") and not _hidden_or_cache(inside):
-            body = path.read_bytes()
-            digest.update(f"{inside.as_posix()}\0{len(body)}\0".encode())
-            digest.update(body)
-    return digest.hexdigest()[:16]
-
-
-def _hidden_or_cache(inside: Path) -> bool:
-    return any(part.startswith(".") or part == "__pycache__" for part in inside.parts)
-
-
-def node_stack(device: str) -> dict[str, str]:
-    """What a node must share with the driver: python's version, the record's packages' (torch, transformers, ...),
-    model_support's and its code's (``code_digest``), and the device's backend packages (``backend_versions``); a
-    package missing here is "not installed"."""
-    from ...probe import provenance
-
-    found = {name: str(version or "not installed") for name, version in provenance.versions().items()}
-    found.pop("git_commit", None)  # a node need not be a checkout: the code's digest says what it runs
-    found[CODE] = code_digest()
-    found[WHERE] = _files_identity()
-    for line in devices.adapter_for(device).backend_versions():
-        name, _, version = line.rpartition(" ")
-        found[name or line] = version
-    for name in devices.adapter_for(device).packages():
-        if "*" not in name and not any(key.replace("_", "-") == name.replace("_", "-") for key in found):
-            found[name] = "not installed"
-    return found
-
-
-def _files_identity() -> str:
-    """Which files this process's model_support is read from, as only the same files on the same machine say it: the
-    boot's id (a container on the host shares it; another machine does not), the package folder's device and inode (a
-    container's own image, or another checkout at the same path, has others) and its path. A host name and a path
-    alone are not enough: two machines both called ``ubuntu`` with ``/opt/venv`` would pass."""
-    folder = Path(paths.package_file())
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        boot = socket.gethostname()
-    try:
-        where = folder.stat()
-        inode = f"{where.st_dev}:{where.st_ino}"
-    except OSError:
-        inode = "?"
-    return f"{boot}:{inode}:{folder}"
-
-
-def _node_stack_task(device: str) -> tuple[str, dict[str, str]]:
-    """The node check's Ray task (``check_nodes``): its host's name and ``node_stack``."""
-    return socket.gethostname(), node_stack(device)
-
-
-def stack_differences(driver: dict[str, str], node: dict[str, str]) -> list[str]:
-    """``package X (the driver has Y)`` for each package (or the code: unless the node reads the driver's own files,
-    ``WHERE``) whose version differs."""
-    same_files = WHERE in driver and driver[WHERE] == node.get(WHERE)
-    return [
-        f"{name} {node.get(name, 'not installed')} (the driver has {version})"
-        for name, version in driver.items()
-        if name != WHERE and not (name == CODE and same_files) and node.get(name, "not installed") != version
-    ]
-
-
-class Checked:
-    """What the driver found when it joined (``check_nodes``): the nodes that share its stack, and that stack. Each task
-    carries it: on a node that joined after (``_refused_here``) the task first compares that node's stack."""
-
-    def __init__(self, device: str, nodes: frozenset[str], stack: dict[str, str]):
-        self.device, self.nodes, self.stack = device, nodes, stack
-
-
-def check_nodes(device: str) -> Checked:
-    """Before any probe: every alive node of the cluster runs a task of no CPU pinned to it
-    (``NodeAffinitySchedulingStrategy``) that says its stack (``node_stack``); a node whose stack differs from the
-    driver's, or that cannot run model_support, is refused in one sentence naming it and what differs. Returns the
-    nodes checked and the driver's stack."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    mine = node_stack(device)
-    remote = ray.remote(_node_stack_task)
-    asked = {}
-    for node in ray.nodes():
-        if node.get("Alive", True):
-            strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
-            ref = remote.options(num_cpus=0, max_retries=0, scheduling_strategy=strategy).remote(device)
-            asked[ref] = node
-    wrong = []
-    for ref, node in asked.items():
-        where = f"{node.get('NodeManagerAddress', '?')} (node {node['NodeID'][:12]})"
-        try:
-            host, theirs = ray.get(ref, timeout=NODE_CHECK_S)
-        except ray.exceptions.GetTimeoutError:
-            wrong.append(f"the Ray node at {where} did not say its stack within {NODE_CHECK_S:g} s")
-            continue
-        except ray.exceptions.RayError as exc:
-            wrong.append(f"the Ray node at {where} could not run model_support ({_first_line(exc)})")
-            continue
-        found = stack_differences(mine, theirs)
-        if found:
-            wrong.append(f"the Ray node {host} at {where} has {', '.join(found)}")
-    if wrong:
-        raise UserError(
-            f"{'; '.join(wrong)}: a node must run the driver's stack, so install the driver's versions and code there "
-            "(or take the node out of the cluster) before this sweep runs on it."
-        )
-    return Checked(device, frozenset(node["NodeID"] for node in asked.values()), mine)
-
-
-@functools.cache
-def _this_nodes_stack(device: str) -> dict[str, str]:
-    """``node_stack`` of this Ray worker's node, once per worker (a worker serves one sweep)."""
-    return node_stack(device)
-
-
-def _refused_here(checked: Checked | None) -> str | None:
-    """In a Ray task: why this node may run no probe of the sweep, or None. A node the driver checked when it joined
-    may; one that joined later may when its stack is the driver's."""
-    import ray
-
-    node = ray.get_runtime_context().get_node_id()
-    if checked is None or node in checked.nodes:
-        return None
-    found = stack_differences(checked.stack, _this_nodes_stack(checked.device))
-    if not found:
-        return None
-    return (
-        f"the Ray node {socket.gethostname()} (node {node[:12]}) joined the cluster after the sweep checked its nodes "
-        f"and has {', '.join(found)}: install the driver's stack there, or take it out of the cluster"
-    )
-
+from .ray_nodes import Checked, capped_words, carried_environ, check_nodes, first_line, refused_here, stack_here
+from .ray_resources import local_auto_device, ray_auto_device, ray_resources, unsatisfiable, unsatisfiable_words
 
 #: The loopback address a local Ray binds to: it has no other node, so nothing beyond this host need reach it.
 LOOPBACK = "127.0.0.1"
@@ -428,15 +133,15 @@ def _kernels_forked_here() -> None:
 def _probe_on_ray(
     task: ProbeTask, got: Download, carried: dict[str, str], extra: tuple[str, ...], checked: Checked | None = None
 ) -> TaskResult:
-    """The Ray task: the probe with the files the driver downloaded, in the driver's stack (``_stack_here``), on a
-    node that runs it (``_refused_here``); where it ran and what Ray gave it, for schedule.jsonl and the record."""
+    """The Ray task: the probe with the files the driver downloaded, in the driver's stack (``stack_here``), on a
+    node that runs it (``refused_here``); where it ran and what Ray gave it, for schedule.jsonl and the record."""
     import ray
 
-    refused = _refused_here(checked)
+    refused = refused_here(checked)
     if refused:
         result = harness_pending(task, refused)
     else:
-        with _stack_here(carried, extra):
+        with stack_here(carried, extra):
             _kernels_forked_here()
             result = run_task(task, fetched=got)
     context = ray.get_runtime_context()
@@ -454,10 +159,10 @@ def _checks_on_ray(
     the driver finishes the row."""
     import ray
 
-    refused = _refused_here(checked)
+    refused = refused_here(checked)
     if refused:
         return TaskResult(None, None, f"{refused}\n", pending=refused, problem="harness")
-    with _stack_here(carried, extra):
+    with stack_here(carried, extra):
         _kernels_forked_here()
         try:
             standby = Standby()
@@ -571,7 +276,7 @@ class RayExecutor(Executor):
             put_back_auth(self._auth_before)
             where = f"the Ray cluster at {address}" if address else "a local Ray"
             raise UserError(
-                f"Could not start or join {where} ({_first_line(exc)}); start it (`ray start --head`), fix "
+                f"Could not start or join {where} ({first_line(exc)}); start it (`ray start --head`), fix "
                 "RAY_ADDRESS, or run with --executor local."
             ) from None
         self._started_here = True
@@ -694,7 +399,7 @@ class RayExecutor(Executor):
         state = host_checks.check_state(phase, load_from)
 
         def died(exc: BaseException, others: int) -> TaskResult:  # the verdict stands, with a note (as locally)
-            why = f"the Ray worker running the host checks ended: {_first_line(exc)}"
+            why = f"the Ray worker running the host checks ended: {first_line(exc)}"
             return TaskResult(None, None, f"{why}\n", pending=why)
 
         def attempt(fresh: bool) -> TaskResult:  # each a fresh task and host process: a kernel that never started
@@ -740,7 +445,7 @@ class RayExecutor(Executor):
         except ray.exceptions.RayError as exc:
             if self.stopped.is_set():
                 raise Stopped(task["model_id"]) from None
-            raise ExecutorLost(f"the Ray cluster failed while probing {task['model_id']} ({_first_line(exc)})") from exc
+            raise ExecutorLost(f"the Ray cluster failed while probing {task['model_id']} ({first_line(exc)})") from exc
         finally:
             with self._refs_lock:
                 self._refs.discard(ref)
@@ -756,47 +461,6 @@ class RayExecutor(Executor):
                 ray.cancel(ref, force=True)
             except (ray.exceptions.RayError, ValueError, TypeError):
                 pass  # already finished
-
-
-def _start_option(name: str, count: float) -> str:
-    """The ``ray start`` option that gives a node ``count`` of the Ray resource ``name``."""
-    if name in ("CPU", "GPU"):
-        return f"--num-{name.lower()}s {count:g}"
-    return f"--resources '{json.dumps({name: int(count) if count == int(count) else count})}'"
-
-
-def unsatisfiable_words(model_id: str, device: str, need: int, wanted: dict, nodes: list[dict]) -> str:
-    """Why no node can run ``model_id`` (asking Ray for ``wanted``: ``need`` ``device`` devices), with the fix: the
-    ``ray start`` options a node needs when none has such a resource at all; else how much the largest has, and
-    fewer devices for the model only where it asks for more than one."""
-    totals = _as_totals(wanted)
-    alive = [node.get("Resources", {}) for node in nodes if node.get("Alive", True)]
-    missing = [name for name in totals if not any(resources.get(name, 0) for resources in alive)]
-    if missing:
-        options = " ".join(_start_option(name, totals[name]) for name in missing)
-        return (
-            f"No node of the Ray cluster has {' or '.join(repr(name) for name in missing)}, which {model_id} asks "
-            f"for ({_describe(wanted)}: device {device}); start its nodes with `ray start ... {options}` (or add "
-            "such nodes), or probe on a device the cluster has (device auto takes the cluster's own)."
-        )
-    options = " ".join(_start_option(name, count) for name, count in totals.items())
-    largest: dict = max(alive, key=lambda r: sum(r.get(n, 0) for n in totals), default={})
-    have = ", ".join(f"{name} {largest.get(name, 0):g}" for name in totals)
-    most = int(largest.get(devices.adapter_for(device).ray_resource or "CPU", 0))
-    fewer = f", or lower its devices (devices: {most})" if need > 1 and most else ""
-    return (
-        f"{model_id} asks Ray for {_describe(wanted)} and no node of the cluster has that much (the largest has "
-        f"{have}); add a node that has (`ray start ... {options}`){fewer}."
-    )
-
-
-def _describe(wanted: dict) -> str:
-    return ", ".join(f"{n:g} {name}" for name, n in _as_totals(wanted).items())
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
 def _lost() -> tuple[type[BaseException], ...]:
@@ -818,11 +482,11 @@ def _killed_for_memory(exc: BaseException) -> bool:
 def _lost_words(exc: BaseException, others: int) -> str:
     """Why a probe whose Ray worker went under it was not probed, in one line (``harness_pending``'s reason)."""
     if not _killed_for_memory(exc):
-        return f"the Ray worker running the probe was lost ({_first_line(exc)})"
+        return f"the Ray worker running the probe was lost ({first_line(exc)})"
     beside = f" while {others} other task{'s' if others != 1 else ''} of the sweep ran" if others else ""
     return (
         f"Ray's memory monitor killed the probe{beside} (its node ran low on memory, and Ray kills the most recently "
-        f"started task, not the one using the memory: run fewer workers per node) ({_first_line(exc)})"
+        f"started task, not the one using the memory: run fewer workers per node) ({first_line(exc)})"
     )
 
 
@@ -832,7 +496,7 @@ def _out_of_memory(task: ProbeTask, got: Download, exc: BaseException, started: 
     task = {**task, "facts": {**task.get("hub", {}), **got.fields}}
     message = (
         "Ray's memory monitor killed the probe on its rerun, with no other task of the sweep running: "
-        f"the model ran its node out of host memory ({_first_line(exc)})"
+        f"the model ran its node out of host memory ({first_line(exc)})"
     )
     log = "".join(f"{line}\n" for line in got.log) + f"{message}\n"
     record = runner_failure(task, "RayOutOfMemory", message, log, started)

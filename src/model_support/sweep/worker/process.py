@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -29,15 +28,15 @@ from typing import cast
 from ... import backend_env, paths
 from ...engine import children
 from ...probe import phases, probe_core
-from ...probe.checks import NO_WEIGHTS_ATTRIBUTION, started_path
+from ...probe.checks import started_path
 from ...probe.hub_fetch import is_local
 from ...probe.instruments import flight_recorder
-from ...probe.records import fail, new_record
 from ...record import schema, store
 from ...record.schema import Record
-from ...redact import redact, redact_record
+from ...redact import redact
 from ..budget import CacheBudget
-from . import gate
+from . import device_gate
+from .deaths import describe_exit, last_words, runner_failure
 from .download import Download, download
 from .outputs import read_json, whole_notebook, write_trouble
 from .task import ProbeTask
@@ -48,7 +47,6 @@ GRACE_S = 90
 KERNEL_START_S = 120.0
 #: Seconds the warm-up's imports (torch, transformers) get in a started kernel; past them the probe imports its own.
 WARM_UP_S = 300.0
-LOG_TAIL_CHARS = 3000
 
 
 @dataclass
@@ -137,103 +135,6 @@ def start_limit() -> float:
     return kernel_start_s() + WARM_UP_S + GRACE_S
 
 
-def _describe_exit(code: int | None) -> str:
-    if code is None:
-        return "unknown"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit status {code}"
-
-
-#: Whose failure it is, for the failures the probe could not attribute itself (see ``probe.attribute``).
-_ATTRIBUTION_OF_STAGE = {
-    "runner": {
-        "reference_note": "attribution not run: the probe did not finish (timeout, dead kernel, no record), "
-        "so there is no failure to rerun on the reference"
-    },
-    "download": NO_WEIGHTS_ATTRIBUTION,
-}
-
-
-def runner_failure(
-    task: ProbeTask,
-    error_type: str,
-    message: str,
-    log: str,
-    started: float,
-    status: str = schema.FAIL_OTHER,
-    stage: str = "runner",
-    traceback: str | None = None,
-    left: dict | None = None,
-) -> Record:
-    """A record for a probe that could not write its own: FAIL(other) at stage runner (the kernel
-    died, a timeout), or what the download stage found (FAIL(load) at stage download). Made where the
-    probe makes its own (``records.new_record``), from the same task: its probe task is the one the sweep
-    decided (``with_task``), else unknown (the probe decides auto from the config). ``left``: what the probe
-    left before it died (``checks.write_started``): its repro script, and how to attribute its death."""
-    tail = log[-LOG_TAIL_CHARS:]
-    record = new_record(
-        task["model_id"],
-        task["params"],
-        task["sweep_id"],
-        task["notebook_path"],
-        task.get("facts"),
-        device_type=task["params"].get("device"),
-        started_at=time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(started)),
-        duration_s=time.time() - started,
-        **_ATTRIBUTION_OF_STAGE[stage],
-    )
-    if left:  # the script as the probe kept it: its settings and body's hash, so the store keeps the body once
-        for key in ("repro_script", "repro_settings", "repro_sha256"):
-            record[key] = left["record"].get(key)
-    traceback = traceback or f"(no traceback: the probe wrote no record)\n--- log tail ---\n{tail}"
-    fail(record, stage, status, error_type, message, traceback, placed=False)
-    if left and error_type == "DeadKernelError":  # its death is rerun on the reference, as a failure would be
-        if left["record"].get("device_type") in (None, "cpu"):
-            record["reference_note"] = "attribution not run: the kernel died on the CPU, where the reference runs too"
-        else:
-            schema.fill(record, _attribute_death(left, task["timeout_s"]))
-    return schema.check_record(redact_record(record, task.get("scrub")))
-
-
-def _attribute_death(started: dict, timeout_s: float) -> dict:
-    """``checks.attribute_dead`` in a child process (the runner never loads a model): the fields whose
-    failure a dead probe's was, or the reason it could not say."""
-    if started["record"].get("num_params") is None and started["record"].get("hub_num_params") is None:
-        started = {**started, "record": {**started["record"], "num_params": _estimate_params(started["settings"])}}
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as file:
-        json.dump(started, file)
-    env = backend_env.child_environ()  # the CPU only: no device backend loaded
-    try:
-        argv = [children.interpreter(), "-m", "model_support.probe.checks", file.name]
-        return children.last_json(argv, "the reference", timeout_s, env=env)
-    except children.ChildFailed as exc:
-        if exc.timed_out:
-            return {"reference_note": f"attribution not run: {exc}"}
-        return {"reference_note": f"attribution not run: the reference's process failed ({exc})"[:2000]}
-    finally:
-        os.unlink(file.name)
-
-
-def _estimate_params(settings: dict) -> int | None:
-    """The model's parameter count from its safetensors headers, for the reference's size limits."""
-    from ...probe import sharded
-
-    try:
-        return sharded.estimate_params(settings["load_from"], settings["revision"], settings["trust_remote_code"])
-    except Exception:  # noqa: BLE001 unknown: the reference's limits then go by none
-        return None
-
-
-def last_words(text: str) -> str | None:
-    """The last line a process wrote (its stderr): what a device runtime says as it aborts."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1][:500] if lines else None
-
-
 #: The kernel's own stderr (what the process writes on fd 2: a device runtime's last words as it aborts).
 KERNEL_STDERR = "kernel.stderr"
 #: ipykernel would otherwise pipe fd 2 into the notebook through a thread: lost when the process aborts.
@@ -249,13 +150,13 @@ class Standby:
     itself still runs in its own fresh process and kernel. ``env`` pins it to its device.
     """
 
-    #: A gated standby (``worker.gate``): its task is handed over before the grant; ``gate()`` holds the devices
+    #: A gated standby (``worker.device_gate``): its task is handed over before the grant; ``gate()`` holds the devices
     #: (a context manager yielding their pinning variables) from the grant until the process ends.
     gate = None
 
     def __init__(self, work_root: str | None = None, env: dict | None = None, gated: bool = False):
         self.work = Path(tempfile.mkdtemp(prefix="probe-", dir=work_root)).resolve()  # the kernel runs in it
-        env = {**(env or {}), **(gate.gated_env(self.work) if gated else {})}
+        env = {**(env or {}), **(device_gate.gated_env(self.work) if gated else {})}
         env[phases.DEVICE_ENV] = str(self.work / phases.DEVICE_FILE)  # the probe's device-phase timings
         env[flight_recorder.FLIGHT_VAR] = str(self.work / flight_recorder.FLIGHT_FILE)  # outlives a dead kernel
         try:
@@ -302,7 +203,7 @@ class Standby:
         if not self.up_within(limit):
             children.kill_tree(self.proc)
             return False, f"the probe's kernel was not up within {limit:g} s"
-        with gate.held(self):  # a gated process: its devices, from their grant until it ends
+        with device_gate.held(self):  # a gated process: its devices, from their grant until it ends
             try:
                 self.proc.wait(timeout=timeout_s + GRACE_S)
             except subprocess.TimeoutExpired:
@@ -460,7 +361,7 @@ def _record_from_outcome(
     its kernel died in, by the flight recorder (``flight_recorder.crash_fields``)."""
     crash = crash or {}
     error = outcome.get("error") or {}
-    kernel = _describe_exit(outcome.get("kernel_exit")) if "kernel_exit" in outcome else None
+    kernel = describe_exit(outcome.get("kernel_exit")) if "kernel_exit" in outcome else None
     if timed_out:
         error_type = "ProbeTimeout"
         message = f"the probe process did not finish within the model's timeout of {task['timeout_s']:g} s plus {GRACE_S} s grace (counted once its kernel was up) and was killed"
@@ -480,7 +381,7 @@ def _record_from_outcome(
         message = f"{error.get('message', '').strip()}"
     else:
         error_type = "NoRecord"
-        message = f"the probe wrote no record (probe process {_describe_exit(returncode)})"
+        message = f"the probe wrote no record (probe process {describe_exit(returncode)})"
     return schema.fill(runner_failure(task, error_type, message, log, started, left=left), crash)
 
 
@@ -553,8 +454,8 @@ def _run_notebook(work: Path, km) -> None:
 
     task: ProbeTask = json.loads((work / "task.json").read_text())
     record_path = work / "record.json"
-    if task.get("gated"):  # its model known, its devices not yet: wait for them (worker.gate)
-        gate.await_grant(work, task)
+    if task.get("gated"):  # its model known, its devices not yet: wait for them (worker.device_gate)
+        device_gate.await_grant(work, task)
     notebook = paths.notebook("probe")
     parameters = {
         **task["params"],

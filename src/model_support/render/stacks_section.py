@@ -11,7 +11,7 @@ import polars as pl
 
 from ..display import Cell, html_table
 from ..probe.probe_params import STACK_MARK
-from .modes import _verdict_cell
+from .modes_section import verdict_cell
 
 
 def stack_rows(grid: pl.DataFrame) -> tuple[list[str], list[tuple[str, str, dict[str, str | None]]]]:
@@ -54,7 +54,7 @@ def stacks_html(tables: dict[str, pl.DataFrame], max_rows: int = 300) -> str:
         *(Cell(s, header=True, cls="ms-stack") for s in stacks),
     ]
     body = (
-        [Cell(model), Cell(base), *(_verdict_cell(verdicts.get(s)) for s in stacks)]
+        [Cell(model), Cell(base), *(verdict_cell(verdicts.get(s)) for s in stacks)]
         for model, base, verdicts in rows[:max_rows]
     )
     more = f'<p class="ms-note">{len(rows) - max_rows:,} more runs not shown.</p>' if len(rows) > max_rows else ""

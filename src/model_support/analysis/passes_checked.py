@@ -11,11 +11,11 @@ from .frames import (
     PASS_CHECKS,
     SUSPECT_CHECKS,
     Frame,
-    _sweep_rows,
     check_measure_col,
     check_note_col,
     check_step_col,
     pass_check_col,
+    sweep_rows,
     variant_col,
 )
 
@@ -35,12 +35,12 @@ CHECK_COLUMNS = (
 def pass_checks(results: Frame, sweep_id: str) -> pl.DataFrame:
     """check (every one of ``PASS_CHECKS``, suspect ones first; count 0 when absent), suspect, count (passing
     rows), share (of the passes)."""
-    return _pass_checks_q(results, sweep_id).collect()
+    return pass_checks_query(results, sweep_id).collect()
 
 
-def _pass_checks_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
+def pass_checks_query(results: Frame, sweep_id: str) -> pl.LazyFrame:
     counts = (
-        _sweep_rows(results, sweep_id, CHECK_COLUMNS)
+        sweep_rows(results, sweep_id, CHECK_COLUMNS)
         .filter(pl.col("status") == schema.PASS)
         .select(pass_check_col().alias("check"))
         .group_by("check")
@@ -70,13 +70,13 @@ def suspect_passes(results: Frame, sweep_id: str) -> pl.DataFrame:
     """The passes whose check is suspect (``SUSPECT_CHECKS``), diverging ones first: model_id, variant, check,
     measure (what judged it: ``frames.check_measure_col``), step (where the device diverges from the reference; null
     for a judge's verdict), note (why), generated_text, fluency_score."""
-    return _suspect_q(results, sweep_id).collect()
+    return suspect_query(results, sweep_id).collect()
 
 
-def _suspect_q(results: Frame, sweep_id: str) -> pl.LazyFrame:
+def suspect_query(results: Frame, sweep_id: str) -> pl.LazyFrame:
     order = pl.col("check").replace_strict(list(SUSPECT_CHECKS), list(range(len(SUSPECT_CHECKS))), default=None)
     return (
-        _sweep_rows(results, sweep_id, ["model_id", "variant", "generated_text", *CHECK_COLUMNS])
+        sweep_rows(results, sweep_id, ["model_id", "variant", "generated_text", *CHECK_COLUMNS])
         .with_columns(
             variant_col(),
             pass_check_col().alias("check"),

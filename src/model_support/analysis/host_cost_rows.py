@@ -15,7 +15,7 @@ import polars as pl
 
 from ..record import schema, store
 from .diff import KEY
-from .frames import _sweep_rows, variant_col
+from .frames import sweep_rows, variant_col
 
 #: Syncs per decode token above which a PASS is listed (generate's end-of-sequence check is one).
 SYNCS_PER_TOKEN = 1.0
@@ -46,7 +46,7 @@ def host_cost_table(
     results = store.scan(Path(data_dir), "results")
     wanted = ["model_id", "variant", "status", "started_at", *schema.names_in("host")]
     rows = (
-        _sweep_rows(results, sweep_id, wanted)
+        sweep_rows(results, sweep_id, wanted)
         .with_columns(variant_col())
         .sort("started_at", nulls_last=False)
         .unique(KEY, keep="last", maintain_order=False)

@@ -87,7 +87,7 @@ def prepare_debug(
     """Everything ``run_debug_notebook`` checks and decides before the notebook runs (bad input is a UserError);
     the output path is reserved (created empty)."""
     from ..probe import devices
-    from ..probe.probe_core import NOT_AVAILABLE
+    from ..probe.probe_compile import NOT_AVAILABLE
     from .hosting import before_running
     from .stack import stack_difference
 

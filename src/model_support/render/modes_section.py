@@ -26,12 +26,12 @@ def grid_html(grid: pl.DataFrame, max_rows: int = 300) -> str:
         return '<p class="ms-note">No runs.</p>'
     variants = grid.columns[1:]
     head = [Cell("model", header=True), *(Cell(v, header=True, cls="ms-variant") for v in variants)]
-    rows = ([Cell(row[0]), *(_verdict_cell(status) for status in row[1:])] for row in grid.head(max_rows).iter_rows())
+    rows = ([Cell(row[0]), *(verdict_cell(status) for status in row[1:])] for row in grid.head(max_rows).iter_rows())
     more = f'<p class="ms-note">{grid.height - max_rows:,} more models not shown.</p>' if grid.height > max_rows else ""
     return html_table(head, rows, cls="ms-table ms-grid") + more
 
 
-def _verdict_cell(status: str | None) -> Cell:
+def verdict_cell(status: str | None) -> Cell:
     """A grid cell: the verdict on its colour (white text), as a support matrix shows it; empty for no run."""
     color = VERDICT_COLORS.get(status or "")
     return Cell(

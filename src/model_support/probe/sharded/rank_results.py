@@ -1,4 +1,4 @@
-"""A run's result: the empty result ``run_sharded`` fills, and ``_merge``, which reads the rank reports,
+"""A run's result: the empty result ``run_sharded`` fills, and ``merge_outcome``, which reads the rank reports,
 the launcher's outcome and the progress files of the run folder and decides which failure is the
 probe's (a timeout, a rank that died, a rank whose stages raised); the exceptions that name it."""
 
@@ -38,7 +38,7 @@ class _RankTraceback(Exception):
         return f'\n"""\n{self.text}\n"""'
 
 
-def _empty_result(world_size: int, device_type: str) -> dict:
+def empty_result(world_size: int, device_type: str) -> dict:
     result = dict.fromkeys(STAGE_KEYS)
     result.update(
         error_type=None,
@@ -75,7 +75,7 @@ def _empty_result(world_size: int, device_type: str) -> dict:
     return result
 
 
-def _fail(result: dict, status: str, stage: str, exc: BaseException, rank: int | None = None) -> dict:
+def fail_result(result: dict, status: str, stage: str, exc: BaseException, rank: int | None = None) -> dict:
     result.update(
         status=status,
         failure_stage=stage,
@@ -174,7 +174,7 @@ def _from_reports(result: dict, done: dict[int, dict], world_size: int) -> None:
     result["ranks_agree"] = all(o == outputs[0] for o in outputs) if len(done) == world_size else None
 
 
-def _merge(result: dict, run_dir: Path, world_size: int, outcome: dict) -> None:
+def merge_outcome(result: dict, run_dir: Path, world_size: int, outcome: dict) -> None:
     """The run's result from the rank reports, the launcher's outcome and the progress files.
 
     Which failure is the probe's: a timeout first (the ranks that did not finish), then a rank that
@@ -204,7 +204,7 @@ def _merge(result: dict, run_dir: Path, world_size: int, outcome: dict) -> None:
         label = f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}"
         message = f"{label} did not finish within {job['timeout_s']:g} s ({where}); all {world_size} ranks were killed"
         rank = behind[0] if behind else None
-        _fail(result, probe_core.FAIL_OTHER, stage_of(rank), RankTimeout(message), rank=rank)
+        fail_result(result, probe_core.FAIL_OTHER, stage_of(rank), RankTimeout(message), rank=rank)
         result["rank_log_tail"] = _log_tail(run_dir, missing)
         return
     died = [r for r in missing if (failures.get(r) or {}).get("exitcode")]
@@ -219,7 +219,7 @@ def _merge(result: dict, run_dir: Path, world_size: int, outcome: dict) -> None:
         message = (
             f"rank {rank} {_describe_exit(failures[rank]['exitcode'])} {_where(progress[rank], max_new)}; {others}"
         )
-        _fail(result, probe_core.FAIL_OTHER, stage_of(rank), RankDied(message), rank=rank)
+        fail_result(result, probe_core.FAIL_OTHER, stage_of(rank), RankDied(message), rank=rank)
         result["rank_log_tail"] = _log_tail(run_dir, [rank])
         return
     if raised:
@@ -244,7 +244,7 @@ def _merge(result: dict, run_dir: Path, world_size: int, outcome: dict) -> None:
             )
         else:
             rank, exc = None, LaunchFailed(outcome["launcher_error"])
-        _fail(result, probe_core.FAIL_OTHER, stage_of(rank), exc, rank=rank)
+        fail_result(result, probe_core.FAIL_OTHER, stage_of(rank), exc, rank=rank)
         launcher_log = run_dir / "launcher.log"
         result["rank_log_tail"] = _log_tail(run_dir, missing) or (
             launcher_log.read_text(errors="replace")[-4000:] if launcher_log.exists() else None

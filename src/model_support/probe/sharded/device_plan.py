@@ -1,7 +1,7 @@
 """How many devices a model needs and how transformers splits it over them: parameter and memory
 estimates (``estimate_params``, ``memory_estimate_bytes``), the device count (``plan_devices``), the
 parallelism (``parallelism_for``) and its ``DistributedConfig`` keyword arguments
-(``distributed_config``), and ``_plan``, which fills a run's result with all of it."""
+(``distributed_config``), and ``plan_run``, which fills a run's result with all of it."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def safetensors_params(folder: str | Path) -> int | None:
     return total
 
 
-def _config_params(model: str, revision: str, trust_remote_code: bool) -> int:
+def config_params(model: str, revision: str, trust_remote_code: bool) -> int:
     """Parameters of the model built from its config on the meta device (no memory, no weights)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
@@ -130,7 +130,7 @@ def estimate_params(model: str, revision: str = "", trust_remote_code: bool = Fa
             return int(sum(metadata.parameter_count.values()))
         except Exception:  # noqa: BLE001 no safetensors on the Hub, offline, gated: count from the config
             pass
-    return _config_params(model, revision, trust_remote_code)
+    return config_params(model, revision, trust_remote_code)
 
 
 # --- how to split it ---------------------------------------------------------------------------------
@@ -217,7 +217,7 @@ def no_plan_sentence(model_class: str | None, world_size: int) -> str:
     )
 
 
-def _plan(settings: dict, world_size: int, result: dict) -> tuple[str | None, dict | None]:
+def plan_run(settings: dict, world_size: int, result: dict) -> tuple[str | None, dict | None]:
     """Fill what the plan says (parallelism, sizes, memory estimate); returns (kind, DistributedConfig kwargs).
     A config that cannot be loaded is the probe's load failure, as it would be in probe_core.load."""
     model = settings["model"]
