@@ -20,7 +20,7 @@ from pathlib import Path
 from common import REPO, write_results
 
 from fixtures.wheelhouse import SWITCH_FORWARD, custom_model, wheelhouse
-from model_support.bisect import run as bisect_run
+from model_support.bisect import forms as bisect_run
 from model_support.probe import probe_params, provenance, repro
 from model_support.record import schema, store
 from model_support.record.sweep_meta import ModelEntry, SweepMeta

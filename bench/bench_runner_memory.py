@@ -48,9 +48,9 @@ def child(count: int) -> dict:
         )
         return execute.TaskResult(record=record, notebook=b"{}", log="fake probe\n")
 
-    from model_support.sweep.executors import base, local
+    from model_support.sweep.executors import contract, local
 
-    local.run_task = base.run_task = fake_run_task
+    local.run_task = contract.run_task = fake_run_task
     local.Standby = FakeStandby
     from model_support.probe import hub_fetch
 

@@ -79,6 +79,28 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
 
 
+#: Each test's seconds (setup, call and teardown) in a recent run of the whole suite, by node id without its xdist
+#: group: the order xdist hands the work out in (``XdistGroups``). `make test-durations` writes it again; a test it
+#: does not name counts as ``UNTIMED_S``. Only the order depends on it, never a result.
+DURATIONS = REPO / "tests" / "durations.json"
+UNTIMED_S = 1.0
+
+
+def longest_first(items, groups: dict) -> list:
+    """``items`` with each unit of work xdist hands out (a group, else one test) ordered by its seconds in
+    ``DURATIONS``, the longest first, the collection's order within a unit and between equals: on 2 cores the
+    suite is as long as its busiest worker, and a long group handed out last is a tail no other worker can share."""
+    timed = json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
+    units: dict = {}
+    for item in items:
+        units.setdefault(groups.get(item, item.nodeid.split("@")[0]), []).append(item)
+    seconds = {
+        unit: sum(timed.get(i.nodeid.split("@")[0], UNTIMED_S) for i in members) for unit, members in units.items()
+    }
+    order = sorted(units, key=lambda unit: -seconds[unit])  # sorted() is stable: ties keep the collection's order
+    return [item for unit in order for item in units[unit]]
+
+
 class XdistGroups:
     """Groups the tests that share a module- or session-scoped fixture, so that under `pytest -n 2 --dist
     loadgroup` (make test) each such fixture (the smoke sweep, a module's sweeps) is built once, on one
@@ -90,10 +112,34 @@ class XdistGroups:
         from _pytest.nodeid import NodeId
 
         loadgroup = config.getoption("loadgroup", False)  # set on xdist's workers by --dist loadgroup
-        for item, group in shared_fixture_groups(items).items():
+        groups = shared_fixture_groups(items)
+        items[:] = longest_first(items, groups)  # xdist keeps this order with --no-loadscope-reorder (make test)
+        for item, group in groups.items():
             item.add_marker(pytest.mark.xdist_group(group))
             if loadgroup and "@" not in item.nodeid:
                 item._id = NodeId.parse(f"{item.nodeid}@{group}")
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_logreport(self, report):
+        """Each test's seconds, summed over its phases, for `make test-durations` (``--write-durations``)."""
+        yield
+        self.seconds[report.nodeid.split("@")[0]] = self.seconds.get(report.nodeid.split("@")[0], 0.0) + report.duration
+
+    def pytest_sessionfinish(self, session):
+        if session.config.getoption("write_durations") and not os.environ.get("PYTEST_XDIST_WORKER"):
+            kept = {nodeid: round(s, 1) for nodeid, s in sorted(self.seconds.items()) if s >= UNTIMED_S}
+            DURATIONS.write_text(json.dumps(kept, indent=0) + "\n")
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--write-durations",
+        action="store_true",
+        help="write each test's seconds to tests/durations.json (the order xdist hands the work out in)",
+    )
 
 
 def pytest_configure(config):

@@ -320,7 +320,7 @@ BACKEND_WORDS = {"tpu", "libtpu", "pretend"}
 REMAINING = {
     # the repro body, pasted into every script, may import nothing of the package (.importlinter's repro-body
     # contract), so it cannot ask an adapter: its fused-eager check is TorchTPU's own API
-    "probe/probe_core.py": {"tpu": 7, "torch_tpu": 1},
+    "probe/probe_compile.py": {"tpu": 7, "torch_tpu": 1},
     "probe/sharded/__init__.py": {"tpu_rank_env": 1},  # re-exports the tpu adapter's function for tests/test_sharded.py
     "record/schema.py": {"torch_tpu": 1, "libtpu": 1},  # the versions struct's fields: older files have these columns
 }

@@ -432,7 +432,7 @@ def running(pid: int) -> bool:
 def test_each_answer_is_stored_as_it_finishes_and_one_that_could_not_run_replaces_none(tmp_path):
     """One row's unexpected exception is that row's answer; the other rows' answers are stored; an answer
     that could not run never replaces a stored one."""
-    from model_support.bisect import run as bisect_run
+    from model_support.bisect import forms as bisect_run
     from model_support.bisect.search import Bisector
 
     class OneBug(Bisector):

@@ -8,14 +8,11 @@ from pathlib import Path
 
 import model_support
 import model_support.probe
+from model_support.probe import repro
 
 REPO = Path(__file__).resolve().parents[1]
-REPRO_BODY = {
-    "model_support.probe.probe_core",
-    "model_support.probe.hub_fetch",
-    "model_support.probe.agreement",
-    "model_support.probe.reproduce",
-}
+#: The modules whose source is every repro script's body (``repro.BODY_MODULES``).
+REPRO_BODY = {module.__name__ for module in repro.BODY_MODULES}
 
 
 def _contracts() -> configparser.ConfigParser:

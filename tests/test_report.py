@@ -186,7 +186,7 @@ def test_every_table_is_the_one_autoescaped_macro():
     debug comparison and the graph breaks: each is the one Jinja2 table macro, which escapes every cell."""
     from model_support import debug, display
     from model_support.debug.compare import COLUMNS
-    from model_support.render import html, modes
+    from model_support.render import html, modes_section
 
     calls = []
     macro = display._table_macro()
@@ -204,7 +204,7 @@ def test_every_table_is_the_one_autoescaped_macro():
         mp.setattr(display, "_table_macro", lambda: spy)
         shown = [
             html.table_html(pl.DataFrame({"status": [bad], "count": [2], "share": [0.4]})),
-            modes.grid_html(pl.DataFrame({"model_id": [bad], "eager+dynamic": [PASS]})),
+            modes_section.grid_html(pl.DataFrame({"model_id": [bad], "eager+dynamic": [PASS]})),
             display.kv_table([("model", bad)]),
             debug.table_html(offender),
             debug.graph_breaks_html({"graphs": 2, "graph_breaks": 1, "breaks": [{"reason": bad, "where": None}]}),

@@ -398,9 +398,9 @@ def test_modes_section_in_the_report(modes_report):
     assert "data-dependent branch" in section
     # the older sweep, one variant: no modes section
     old = analysis.report_tables(modes_report["data"], V0)
-    from model_support.render import modes
+    from model_support.render import modes_section
 
-    assert modes.modes_html(old) == ""
+    assert modes_section.modes_html(old) == ""
 
 
 @pytest.mark.browser
@@ -491,7 +491,7 @@ def test_pending_and_not_tested_per_variant(modes_data, tmp_path):
     import json
     import shutil
 
-    from model_support.analysis import coverage
+    from model_support.analysis import unprobed_models
 
     data = tmp_path / "data"
     shutil.copytree(modes_data, data)
@@ -507,7 +507,7 @@ def test_pending_and_not_tested_per_variant(modes_data, tmp_path):
     store.write_pending(
         data, V2, {"mm/new [compile+static]": {"reason": "the Hub could not be reached", "problem": "network"}}
     )
-    pending, not_tested = coverage.unprobed(data, V2)
+    pending, not_tested = unprobed_models.unprobed(data, V2)
     assert pending.select("model_id", "variant", "problem").rows() == [("mm/new", "compile+static", "network")]
     assert not_tested.select("model_id", "variant").rows() == [
         ("mm/new", v) for v in ("compile+dynamic", "eager+dynamic", "eager+static")

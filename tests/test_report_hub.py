@@ -19,7 +19,7 @@ import pytest
 
 from helpers import offline_page
 from model_support import analysis
-from model_support.analysis import coverage
+from model_support.analysis import unprobed_models
 from model_support.probe import hub
 from model_support.record import schema, store
 from model_support.record.sweep_meta import ModelEntry, SweepMeta
@@ -170,7 +170,7 @@ def test_a_model_with_a_row_is_not_pending(hub_data, tmp_path):
     shutil.copytree(hub_data, data)
     pending = store.read_pending(data, B)
     store.write_pending(data, B, {**pending, "org/alpha": {"reason": "stale", "problem": "network", "at": "x"}})
-    pend, not_tested = coverage.unprobed(data, B)
+    pend, not_tested = unprobed_models.unprobed(data, B)
     assert pend["model_id"].to_list() == ["org/delta", "org/zeta"]
     assert not_tested["model_id"].to_list() == ["org/epsilon"]
 
@@ -252,13 +252,13 @@ def test_listing_cache_follows_sweep_json(hub_data, tmp_path):
     data = tmp_path / "data"
     shutil.copytree(hub_data, data)
     cache = tmp_path / "cache"
-    fresh = coverage.listings(data)
+    fresh = unprobed_models.listings(data)
     for _ in range(2):  # written, then read back
-        cached = coverage.listings(data, cache_dir=cache)
+        cached = unprobed_models.listings(data, cache_dir=cache)
         assert all(a.equals(b) for a, b in zip(cached, fresh))
     assert len(list(cache.glob(f"{B}.*.parquet"))) == 1
     _meta(B, [ModelEntry("org/alpha"), ModelEntry("org/omega")]).write(store.sweep_dir(data, B))
-    listed, hub_rows = coverage.listings(data, [B], cache_dir=cache)
+    listed, hub_rows = unprobed_models.listings(data, [B], cache_dir=cache)
     assert listed["model_id"].to_list() == ["org/alpha", "org/omega"] and hub_rows.height == 0
     assert len(list(cache.glob(f"{B}.*.parquet"))) == 1  # the stale one is gone
 

@@ -98,7 +98,7 @@ def test_plan_devices_picks_the_fewest_powers_of_two():
 def test_estimate_params_from_headers_and_from_config(tiny_llama):
     headers = sharded.safetensors_params(tiny_llama)
     assert headers == sharded.estimate_params(tiny_llama)
-    assert headers == sharded._config_params(tiny_llama, "", False)  # the meta-device count agrees
+    assert headers == sharded.config_params(tiny_llama, "", False)  # the meta-device count agrees
     assert headers == _one_process(tiny_llama, "float32")["num_params"]
 
 

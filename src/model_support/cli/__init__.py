@@ -11,6 +11,7 @@ several commands whose libraries cost from 0.2 s (the store) to 1.6 s (the workf
 from __future__ import annotations
 
 import importlib
+from collections.abc import MutableMapping
 
 import click
 
@@ -37,17 +38,40 @@ COMMANDS = {
 }
 
 
+class LazyCommands(MutableMapping):
+    """``COMMANDS`` as click's mapping of name -> command: every name is known without an import (the listing, the
+    "Did you mean" of a typo), a command is imported from its module when it is looked up."""
+
+    def __init__(self) -> None:
+        self._loaded: dict[str, click.Command] = {}
+
+    def __getitem__(self, name: str) -> click.Command:
+        if name not in self._loaded:
+            if name not in COMMANDS:
+                raise KeyError(name)
+            module = importlib.import_module(f"{__name__}.{COMMANDS[name]}")
+            self._loaded[name] = getattr(module, "list_" if name == "list" else name)
+        return self._loaded[name]
+
+    def __setitem__(self, name: str, command: click.Command) -> None:
+        self._loaded[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self._loaded[name]
+
+    def __iter__(self):
+        return iter(dict.fromkeys([*COMMANDS, *self._loaded]))
+
+    def __len__(self) -> int:
+        return len(set(COMMANDS) | set(self._loaded))
+
+
 class LazyGroup(click.Group):
     """A group whose commands are imported from their modules (``COMMANDS``) when first asked for."""
 
-    def list_commands(self, ctx):
-        return sorted(COMMANDS)
-
-    def get_command(self, ctx, name):
-        if name not in COMMANDS:
-            return None
-        module = importlib.import_module(f"{__name__}.{COMMANDS[name]}")
-        return getattr(module, "list_" if name == "list" else name)
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = LazyCommands()
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

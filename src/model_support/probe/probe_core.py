@@ -18,11 +18,24 @@ from .probe_compile import compile_counts, compile_forward, compile_settings, ex
 from .probe_failures import (
     NewlyInitialisedWeights,
     NoChatTemplate,
+    NoImageProcessor,
     NotAProbedTask,
     TooLongForPositions,
     VisionBackendMissing,
 )
 from .probe_vision import build_image_inputs, image_token_id, load_processor, probe_image, vision_environment
+
+# Their home as a stored traceback names them, as when they were defined here (in a repro script: its own).
+for _failure in (
+    NewlyInitialisedWeights,
+    NoChatTemplate,
+    NoImageProcessor,
+    NotAProbedTask,
+    TooLongForPositions,
+    VisionBackendMissing,
+):
+    _failure.__module__ = __name__
+del _failure
 
 PASS, FAIL_LOAD, FAIL_GEN, FAIL_OTHER = "PASS", "FAIL(load)", "FAIL(gen)", "FAIL(other)"
 DEFAULT_PROMPT = "The future of AI is"

@@ -152,8 +152,7 @@ def explorer_data(data_dir: Path | str) -> dict:
         "types": tables.types.items,
         "texts": tables.texts.items,
         "versions": tables.versions.items,
-        **_vocabulary(),
-        "variants": variants,
+        **_vocabulary(variants),
         "tasks": tasks,
         "views": {
             name: [k for m in ids for k in entries_of.get(m, [])]
@@ -181,8 +180,9 @@ def explorer_data(data_dir: Path | str) -> dict:
     }
 
 
-def _vocabulary() -> dict:
-    """The page's fixed words: the verdicts (and the pseudo ones), their help, attributions and PASS checks."""
+def _vocabulary(variants: list[str]) -> dict:
+    """The page's fixed words: the verdicts (and the pseudo ones), their help, the variants, attributions and
+    PASS checks (in the order the page's data always had them)."""
     return {
         "verdicts": [*schema.VERDICTS, *PSEUDO_VERDICTS],
         "pseudo": list(PSEUDO_VERDICTS),
@@ -192,6 +192,7 @@ def _vocabulary() -> dict:
             EXCLUDED: "left out on purpose; never counted as a failure",
             **unprobed_models.UNPROBED_HELP,
         },
+        "variants": variants,
         "default_variant": analysis.DEFAULT_VARIANT,
         "attributions": list(analysis.ATTRIBUTION_KINDS),
         "attribution_help": analysis.ATTRIBUTION_KIND_HELP,
