@@ -124,7 +124,9 @@ def step_browser(data: Path, reps: int) -> dict:
             args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
         )
         page = browser.new_page(viewport={"width": 1300, "height": 900})
-        page.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file:") else r.abort())
+        page.route(
+            "**/*", lambda r: r.continue_() if r.request.url.startswith("file:") else r.abort()
+        )
         start = time.perf_counter()
         page.goto(page_path.as_uri())
         page.wait_for_selector("#results tbody tr")
@@ -136,7 +138,9 @@ def step_browser(data: Path, reps: int) -> dict:
                 before = page.locator("#match-count").inner_text()
                 start = page.evaluate("performance.now()")
                 page.locator("#search").fill(fragment)
-                page.wait_for_function("(b) => document.querySelector('#match-count').textContent !== b", arg=before)
+                page.wait_for_function(
+                    "(b) => document.querySelector('#match-count').textContent !== b", arg=before
+                )
                 searches.append((page.evaluate("performance.now()") - start) / 1000)
         # The filter + render work alone, without the debounce or Playwright's round trips.
         direct = page.evaluate(
@@ -187,7 +191,9 @@ def step_pandas(data: Path, reps: int) -> dict:
         files = sorted(str(p) for p in (data / "results").glob("sweep=*/*.parquet"))
         table = ds.dataset(files, format="parquet").to_table(columns=columns).flatten()
         df = table.to_pandas()
-        ids = sorted(df["sweep_id"].unique())  # synthetic ids sort by time within a name; close enough here
+        ids = sorted(
+            df["sweep_id"].unique()
+        )  # synthetic ids sort by time within a name; close enough here
         sweep_id, baseline = ids[-1], ids[-2]
         cur = df[df["sweep_id"] == sweep_id]
         cur["status"].value_counts()
@@ -202,11 +208,15 @@ def step_pandas(data: Path, reps: int) -> dict:
         cur[["peak_host_mem_mb", "peak_device_mem_mb", "tokens_in", "tokens_out"]].describe()
         cur["reference_match"].value_counts(dropna=False)
         base = df[df["sweep_id"] == baseline][["model_id", "status"]]
-        merged = base.merge(cur[["model_id", "status"]], on="model_id", how="outer", suffixes=("_before", "_after"))
+        merged = base.merge(
+            cur[["model_id", "status"]], on="model_id", how="outer", suffixes=("_before", "_after")
+        )
         (merged["status_before"].eq("PASS") & merged["status_after"].ne("PASS")).sum()
         df.assign(passed=df["status"].eq("PASS")).groupby("sweep_id")["passed"].mean()
         for c in ("versions.torch", "versions.torch_tpu", "versions.transformers"):
-            df.assign(passed=df["status"].eq("PASS")).groupby(c, dropna=False)["passed"].agg(["mean", "size"])
+            df.assign(passed=df["status"].eq("PASS")).groupby(c, dropna=False)["passed"].agg(
+                ["mean", "size"]
+            )
         times.append(time.perf_counter() - start)
     return {**_spread(times), "peak_rss_mb": round(_maxrss_mb(), 1), "pandas": pd.__version__}
 
@@ -235,7 +245,9 @@ def _child(step: str, data: Path, reps: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, help="where the synthetic history lives (kept); default: a temp dir")
+    parser.add_argument(
+        "--data", type=Path, help="where the synthetic history lives (kept); default: a temp dir"
+    )
     parser.add_argument("--sweeps", type=int, default=100)
     parser.add_argument("--models", type=int, default=10_000)
     parser.add_argument("--reps", type=int, default=5)
@@ -259,7 +271,9 @@ def main() -> None:
             start = time.perf_counter()
             synthetic.write_synthetic_history(data, args.sweeps, args.models)
             results["generate_s"] = round(time.perf_counter() - start, 2)
-        results["parquet_mb"] = round(sum(p.stat().st_size for p in data.rglob("*.parquet")) / 1e6, 1)
+        results["parquet_mb"] = round(
+            sum(p.stat().st_size for p in data.rglob("*.parquet")) / 1e6, 1
+        )
         results["tables"] = _child("tables", data, args.reps)
         results["render"] = _child("render", data, 2)
         results["explorer"] = _child("explorer", data, 3)
@@ -268,7 +282,11 @@ def main() -> None:
     finally:
         if temp is not None:
             shutil.rmtree(temp, ignore_errors=True)
-    results["machine"] = {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()}
+    results["machine"] = {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+    }
     results["targets"] = TARGETS
     results["date"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

@@ -41,8 +41,15 @@ def main() -> None:
         base = Path(tmp) / "stack"
         definition = Path(tmp) / "porting.yaml"
         models = [str(REPO / "data" / "models" / m) for m in MODELS]
-        definition.write_text(yaml.safe_dump({"name": "porting", "probe": PROBE, "models": models, "workers": 2}))
-        ok(typed([model_support, "sweep", str(definition), "--data-dir", str(base), "--no-report"], REPO))
+        definition.write_text(
+            yaml.safe_dump({"name": "porting", "probe": PROBE, "models": models, "workers": 2})
+        )
+        ok(
+            typed(
+                [model_support, "sweep", str(definition), "--data-dir", str(base), "--no-report"],
+                REPO,
+            )
+        )
         (stack,) = [p.name for p in (base / "sweeps").iterdir()]
         for i in range(reps):
             for mode in ("unset", "0"):
@@ -50,7 +57,13 @@ def main() -> None:
                 shutil.copytree(base, data)
                 env = shell if mode == "unset" else {**shell, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
                 started = time.perf_counter()
-                said = ok(typed([model_support, "ops", stack, "--prove", "--data-dir", str(data)], REPO, env=env))
+                said = ok(
+                    typed(
+                        [model_support, "ops", stack, "--prove", "--data-dir", str(data)],
+                        REPO,
+                        env=env,
+                    )
+                )
                 times[mode].append(time.perf_counter() - started)
                 confirmed &= "confirmed: 1 of 1 predicted model PASSes" in " ".join(said.split())
                 leaked += [p for p, text in probe_logs(data).items() if TPU_RUNTIME.search(text)]
@@ -68,7 +81,11 @@ def main() -> None:
         "ratio_of_minima": round(min(times["unset"]) / min(times["0"]), 3),
         "probe_logs_naming_the_tpu_runtime": leaked,
         "goal_ratio": GOAL_RATIO,
-        "met": {"within_20pct": ratio <= GOAL_RATIO, "every_proof_confirmed": confirmed, "no_tpu_runtime": not leaked},
+        "met": {
+            "within_20pct": ratio <= GOAL_RATIO,
+            "every_proof_confirmed": confirmed,
+            "no_tpu_runtime": not leaked,
+        },
     }
     write_results("as_typed", results)
 

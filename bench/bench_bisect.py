@@ -34,13 +34,24 @@ def _sweep(data: Path, name: str, when: str, pins: dict, status: str, folders: l
     sweep_id = f"{name}-{when}-0000"
     stack = {**provenance.stack(), **pins}
     models = [ModelEntry(f"local:{f.name}", str(f)) for f in folders]
-    meta = SweepMeta(sweep_id, name, when, probe={"device": "cpu"}, models=models, stack=stack, timeout_s=300)
+    meta = SweepMeta(
+        sweep_id, name, when, probe={"device": "cpu"}, models=models, stack=stack, timeout_s=300
+    )
     meta.write(store.sweep_dir(data, sweep_id))
-    settings = {**probe_params.defaults(), "device": "cpu", "reference": "none", "trust_remote_code": True}
+    settings = {
+        **probe_params.defaults(),
+        "device": "cpu",
+        "reference": "none",
+        "trust_remote_code": True,
+    }
     for entry in models:
         script = repro.repro_script({**settings, "model_id": entry.model_id}, sweep_id)
         record = schema.empty_record(
-            sweep_id=sweep_id, model_id=entry.model_id, status=status, repro_script=script, device_type="cpu"
+            sweep_id=sweep_id,
+            model_id=entry.model_id,
+            status=status,
+            repro_script=script,
+            device_type="cpu",
         )
         store.store_result(data, sweep_id, record, None, "")
     store.compact(data, sweep_id)
@@ -51,12 +62,33 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-bisect-"))
     wheels = wheelhouse(tmp / "wheels", VERSIONS, broken_from=BROKEN_FROM)
     source = REPO / "data" / "models" / "modes-graph-break"
-    folders = [custom_model(source, tmp / "models" / f"switch-{k}", SWITCH_FORWARD) for k in range(MODELS)]
+    folders = [
+        custom_model(source, tmp / "models" / f"switch-{k}", SWITCH_FORWARD) for k in range(MODELS)
+    ]
     data = tmp / "data"
-    a = _sweep(data, "before", "20261201T000000Z", {"tinyswitch": "1.0", "tinydecoy": "1.0"}, "PASS", folders)
-    b = _sweep(data, "after", "20261202T000000Z", {"tinyswitch": "1.11", "tinydecoy": "1.1"}, "FAIL(gen)", folders)
+    a = _sweep(
+        data,
+        "before",
+        "20261201T000000Z",
+        {"tinyswitch": "1.0", "tinydecoy": "1.0"},
+        "PASS",
+        folders,
+    )
+    b = _sweep(
+        data,
+        "after",
+        "20261202T000000Z",
+        {"tinyswitch": "1.11", "tinydecoy": "1.1"},
+        "FAIL(gen)",
+        folders,
+    )
     cache = tmp / "envs"
-    out: dict = {"models": MODELS, "releases_between": len(VERSIONS) - 2, "candidates": 2, "goal_s": 120}
+    out: dict = {
+        "models": MODELS,
+        "releases_between": len(VERSIONS) - 2,
+        "candidates": 2,
+        "goal_s": 120,
+    }
     for label in ("cold", "warm"):  # cold: no overlay environment built yet; warm: all cached
         cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
@@ -65,7 +97,9 @@ def main() -> None:
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu_s = (after.ru_utime - cpu.ru_utime) + (after.ru_stime - cpu.ru_stime)
         runs = [s["seconds"] for x in answers for s in x["steps"] if s.get("verdict") is not None]
-        right = all((x["package"], x["first_changed"]) == ("tinyswitch", BROKEN_FROM) for x in answers)
+        right = all(
+            (x["package"], x["first_changed"]) == ("tinyswitch", BROKEN_FROM) for x in answers
+        )
         out[label] = {
             "wall_s": round(wall, 1),
             "runs": len(runs),

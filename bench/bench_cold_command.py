@@ -54,7 +54,17 @@ def timed(args: list[str], cwd: Path, env: dict | None = None) -> tuple[float, f
 
 def papermill_command(notebook: str, work: Path, name: str, folder: str, judge: bool) -> list[str]:
     papermill = os.path.join(os.path.dirname(sys.executable), "papermill")
-    command = [papermill, notebook, str(work / f"{name}.ipynb"), "-p", "model_id", folder, "-p", "device", "cpu"]
+    command = [
+        papermill,
+        notebook,
+        str(work / f"{name}.ipynb"),
+        "-p",
+        "model_id",
+        folder,
+        "-p",
+        "device",
+        "cpu",
+    ]
     command += ["-p", "reference", "none", "-p", "record_path", str(work / f"{name}.json")]
     return command if judge else [*command, "-p", "judge", "False"]
 
@@ -75,7 +85,9 @@ def parts(wall: float, notebook: Path, record: Path) -> dict:
         "kernel_start": at(cells[0]["start_time"]) - at(run["start_time"]),
         "imports_in_kernel": probe_cell["duration"] - probe_s,
         "probe": probe_s,
-        "other_cells": at(cells[-1]["end_time"]) - at(cells[0]["start_time"]) - probe_cell["duration"],
+        "other_cells": at(cells[-1]["end_time"])
+        - at(cells[0]["start_time"])
+        - probe_cell["duration"],
         "kernel_shutdown": at(run["end_time"]) - at(cells[-1]["end_time"]),
     }
 
@@ -98,7 +110,9 @@ def with_src(src: str | None) -> dict | None:
         return None
     return {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(src).resolve()), os.environ.get("PYTHONPATH")])),
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(Path(src).resolve()), os.environ.get("PYTHONPATH")])
+        ),
     }
 
 
@@ -130,9 +144,15 @@ def cold_cli(reps: int, baseline_src: str | None) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--baseline", help="an earlier probe notebook, run the same way in the same rounds (before)")
-    parser.add_argument("--baseline-src", help="an earlier checkout's src/: its package for the before runs")
-    parser.add_argument("--cli", action="store_true", help="only the command line's cold start (--help, list)")
+    parser.add_argument(
+        "--baseline", help="an earlier probe notebook, run the same way in the same rounds (before)"
+    )
+    parser.add_argument(
+        "--baseline-src", help="an earlier checkout's src/: its package for the before runs"
+    )
+    parser.add_argument(
+        "--cli", action="store_true", help="only the command line's cold start (--help, list)"
+    )
     args = parser.parse_args()
     cli = cold_cli(args.reps * 4, args.baseline_src)
     if args.cli:
@@ -146,9 +166,15 @@ def main() -> None:
     }
     if args.baseline:
         runs["before"] = papermill_command(args.baseline, work, "before", folder, judge=False)
-        runs["before_as_typed"] = papermill_command(args.baseline, work, "before_as_typed", folder, judge=True)
-    subprocess.run(runs["papermill"], cwd=REPO, check=True, capture_output=True, timeout=900)  # warms the disk cache
-    (work / "repro.py").write_text(json.loads((work / "papermill.json").read_text())["repro_script"])
+        runs["before_as_typed"] = papermill_command(
+            args.baseline, work, "before_as_typed", folder, judge=True
+        )
+    subprocess.run(
+        runs["papermill"], cwd=REPO, check=True, capture_output=True, timeout=900
+    )  # warms the disk cache
+    (work / "repro.py").write_text(
+        json.loads((work / "papermill.json").read_text())["repro_script"]
+    )
     runs = {"repro": [sys.executable, str(work / "repro.py"), folder], **runs}
     walls: dict[str, list[float]] = {name: [] for name in runs}
     cpus: dict[str, list[float]] = {name: [] for name in runs}
@@ -165,7 +191,9 @@ def main() -> None:
 
     def measured(name: str) -> dict:
         probe, cpu = spread(walls[name]), spread(cpus[name])
-        medians = {part: round(statistics.median(s[part] for s in split[name]), 3) for part in PARTS}
+        medians = {
+            part: round(statistics.median(s[part] for s in split[name]), 3) for part in PARTS
+        }
         return {
             "papermill_probe_s": probe,
             "overhead_s": round(probe["median"] - script["median"], 2),
@@ -176,7 +204,9 @@ def main() -> None:
         }
 
     after, typed = measured("papermill"), measured("as_typed")
-    typed["judge_s"] = round(typed["papermill_probe_s"]["median"] - after["papermill_probe_s"]["median"], 2)
+    typed["judge_s"] = round(
+        typed["papermill_probe_s"]["median"] - after["papermill_probe_s"]["median"], 2
+    )
     typed["judge_cpu_s"] = round(typed["cpu_s"]["median"] - after["cpu_s"]["median"], 2)
     results = {
         "model": "tiny-llama",

@@ -43,7 +43,13 @@ def history(data: Path, n_models: int) -> tuple[str, str]:
     ids = synthetic.write_synthetic_history(data, 10, n_models)
     shutil.rmtree(data / "sweeps")
     latest = ids[-1]
-    model = store.scan(data, "results").filter(pl.col("sweep_id") == latest).select("model_id").first().collect()
+    model = (
+        store.scan(data, "results")
+        .filter(pl.col("sweep_id") == latest)
+        .select("model_id")
+        .first()
+        .collect()
+    )
     return latest, model.item()
 
 

@@ -52,7 +52,12 @@ def sweep(server: HubServer, prefetch: int, work: Path) -> dict:
             }
         )
     )
-    env = {**os.environ, "HF_ENDPOINT": server.url, "HF_HUB_OFFLINE": "0", "HF_HUB_CACHE": str(cache)}
+    env = {
+        **os.environ,
+        "HF_ENDPOINT": server.url,
+        "HF_HUB_OFFLINE": "0",
+        "HF_HUB_CACHE": str(cache),
+    }
     start = time.perf_counter()
     run = subprocess.run(
         [
@@ -89,7 +94,9 @@ def sweep(server: HubServer, prefetch: int, work: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds-per-download", type=float, default=3.5)  # about a tiny probe: see the docstring
+    parser.add_argument(
+        "--seconds-per-download", type=float, default=3.5
+    )  # about a tiny probe: see the docstring
     args = parser.parse_args()
     found = fixtures()
     largest = max((Path(found[m]["path"]) / "model.safetensors").stat().st_size for m in MODELS)

@@ -179,11 +179,15 @@ def sweep_once(definition: Path, settings: dict, env: dict) -> dict:
         command += ["-p", f"{key}={value}"]
     with tempfile.TemporaryDirectory() as tmp:
         began, cpu = time.perf_counter(), _children_cpu()
-        done = subprocess.run([*command, "--data-dir", tmp], capture_output=True, text=True, env=env, cwd=REPO)
+        done = subprocess.run(
+            [*command, "--data-dir", tmp], capture_output=True, text=True, env=env, cwd=REPO
+        )
         wall, cpu = time.perf_counter() - began, _children_cpu() - cpu
         assert done.returncode == 0, done.stderr[-3000:]
         records = [json.loads(p.read_text()) for p in Path(tmp).glob("sweeps/*/records/*.json")]
-    bad = [(r["model_id"], r["status"], r["error_message"]) for r in records if r["status"] != "PASS"]
+    bad = [
+        (r["model_id"], r["status"], r["error_message"]) for r in records if r["status"] != "PASS"
+    ]
     assert not bad, bad
     return {
         "command_s": wall,
@@ -198,7 +202,11 @@ def in_process(device: str, paths: list[str], reps: int) -> dict:
     """``STAGES`` on ``device``: per model and instrument the medians of the stages' CPU and wall seconds."""
     env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "MODEL_SUPPORT_PRETEND": "{}"}
     done = subprocess.run(
-        [sys.executable, "-c", STAGES, device, str(reps), *paths], capture_output=True, text=True, cwd=REPO, env=env
+        [sys.executable, "-c", STAGES, device, str(reps), *paths],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -212,13 +220,21 @@ def commands(device: str, paths: list[str], reps: int) -> dict[str, list[dict]]:
     with tempfile.TemporaryDirectory() as tmp:
         definition = Path(tmp) / "instruments.yaml"
         probe = {"device": device, "max_new_tokens": 8, "perf": "off"}
-        plan = {"name": "instruments", "probe": probe, "timeout_s": 300, "workers": 1, "models": paths}
+        plan = {
+            "name": "instruments",
+            "probe": probe,
+            "timeout_s": 300,
+            "workers": 1,
+            "models": paths,
+        }
         definition.write_text(yaml.safe_dump(plan))
         sweep_once(definition, {}, env)  # warm: the page cache, the compiled bytecode
         for rep in range(reps):
             for name in configs[rep % len(configs) :] + configs[: rep % len(configs)]:
                 runs[name].append(sweep_once(definition, CONFIGS[name], env))
-                got = [round(runs[name][-1][k], 2) for k in ("command_s", "command_cpu_s", "probes_s")]
+                got = [
+                    round(runs[name][-1][k], 2) for k in ("command_s", "command_cpu_s", "probes_s")
+                ]
                 print(device, rep, name, *got, flush=True)
     return runs
 
@@ -238,14 +254,19 @@ def measure(device: str, names: list[str], models: dict, reps: int, stage_reps: 
             "census_calls": got[-1]["calls"],
             "ops_time_source": got[-1]["time_source"],
         }
-    default = {k: found["configs"]["default"][k]["median"] for k in ("command_cpu_s", "command_s", "probes_s")}
+    default = {
+        k: found["configs"]["default"][k]["median"]
+        for k in ("command_cpu_s", "command_s", "probes_s")
+    }
     stage_kind = {(i, s): kind for i, s, kind in IN_PROCESS}
     for instrument, state, with_it, without in SHARES:
         if with_it not in runs or without not in runs:
             continue
         share = {"instrument": instrument, "state": state, "with": with_it, "without": without}
         for k in ("command_cpu_s", "command_s", "probes_s"):
-            extra = statistics.median(r[k] for r in runs[with_it]) - statistics.median(r[k] for r in runs[without])
+            extra = statistics.median(r[k] for r in runs[with_it]) - statistics.median(
+                r[k] for r in runs[without]
+            )
             paired = statistics.median(a[k] - b[k] for a, b in zip(runs[with_it], runs[without]))
             share[k] = {
                 "extra_s": round(extra, 3),
@@ -270,7 +291,11 @@ def summary(devices: dict) -> tuple[dict, dict]:
     """Per instrument: its default, what it adds timed alone as a share of the command's CPU seconds (judged; the
     command's own differences are below this machine's noise) and of the probes' stages, before and after, on each
     device, and whether it is at most 5% or off by default (with why)."""
-    found = {(s["instrument"], s["state"], d): s["alone"] for d, f in devices.items() for s in f["shares"]}
+    found = {
+        (s["instrument"], s["state"], d): s["alone"]
+        for d, f in devices.items()
+        for s in f["shares"]
+    }
 
     def on(instrument: str, state: str | None) -> dict:
         if state is None:
@@ -329,8 +354,12 @@ def main() -> None:
         "devices": {},
     }
     earlier = json.loads(RESULTS_FILE.read_text()) if RESULTS_FILE.exists() else {}
-    if earlier.get("models") == names and earlier.get("reps") == args.reps:  # the devices not measured this time
-        results["devices"] = {d: f for d, f in earlier.get("devices", {}).items() if "in_process" in f}
+    if (
+        earlier.get("models") == names and earlier.get("reps") == args.reps
+    ):  # the devices not measured this time
+        results["devices"] = {
+            d: f for d, f in earlier.get("devices", {}).items() if "in_process" in f
+        }
     for device in args.devices.split(","):  # each written once measured: a later failure keeps it
         results["devices"][device] = measure(device, names, models, args.reps, args.stage_reps)
         print(device, json.dumps(results["devices"][device]["shares"]), flush=True)

@@ -86,8 +86,14 @@ def _perturbing_mode(ops: tuple[str, ...], eps: float):
     class Wrong(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            if func._schema.name.split("::")[1] in ops and isinstance(out, torch.Tensor) and out.is_floating_point():
-                pattern = torch.sin(torch.arange(out.numel(), dtype=torch.float32) * 0.7).reshape(out.shape)
+            if (
+                func._schema.name.split("::")[1] in ops
+                and isinstance(out, torch.Tensor)
+                and out.is_floating_point()
+            ):
+                pattern = torch.sin(torch.arange(out.numel(), dtype=torch.float32) * 0.7).reshape(
+                    out.shape
+                )
                 out = out * (1 + eps * pattern.to(out.dtype))
             return out
 
@@ -108,7 +114,10 @@ def build(models: dict) -> list[dict]:
             new = probe_core.generate(model, tokenizer, ids, mask, n, torch.device("cpu"))
         return tokenizer.decode(new, skip_special_tokens=True)
 
-    rows = [{"prompt": p, "text": t, "label": True, "source": "by hand"} for p, t in zip(PROMPTS, BY_HAND)]
+    rows = [
+        {"prompt": p, "text": t, "label": True, "source": "by hand"}
+        for p, t in zip(PROMPTS, BY_HAND)
+    ]
     model, tokenizer = probe_core.load(
         models["SmolLM2-135M-Instruct"]["path"], "", "bfloat16", False, torch.device("cpu"), {}
     )
@@ -124,7 +133,14 @@ def build(models: dict) -> list[dict]:
             )
         for ops, eps in WRONG_KERNELS if k < 6 else ():
             text = generate(model, tokenizer, prompt, 8, _perturbing_mode(ops, eps))
-            rows.append({"prompt": prompt, "text": text, "label": None, "source": f"wrong kernel ({ops[0]} {eps:.0%})"})
+            rows.append(
+                {
+                    "prompt": prompt,
+                    "text": text,
+                    "label": None,
+                    "source": f"wrong kernel ({ops[0]} {eps:.0%})",
+                }
+            )
     rng = random.Random(0)
     for k, prompt in enumerate(PROMPTS):
         word = REPEATED[k % len(REPEATED)]
@@ -137,9 +153,18 @@ def build(models: dict) -> list[dict]:
             }
         )
         ids = [rng.randrange(tokenizer.vocab_size) for _ in range(8)]
-        rows.append({"prompt": prompt, "text": tokenizer.decode(ids), "label": False, "source": "random ids"})
+        rows.append(
+            {
+                "prompt": prompt,
+                "text": tokenizer.decode(ids),
+                "label": False,
+                "source": "random ids",
+            }
+        )
     for name in sorted(n for n in models if n.startswith("tiny-")):
-        tiny, tiny_tokenizer = probe_core.load(models[name]["path"], "", "bfloat16", False, torch.device("cpu"), {})
+        tiny, tiny_tokenizer = probe_core.load(
+            models[name]["path"], "", "bfloat16", False, torch.device("cpu"), {}
+        )
         for prompt in PROMPTS[:3]:
             rows.append(
                 {
@@ -163,13 +188,18 @@ def score_set(rows: list[dict], judge) -> list[dict]:
 
 def accuracy(scored: list[dict], min_score: float, max_repeated: float) -> float:
     judged = [r for r in scored if r["fluency_score"] is not None]
-    right = sum(((r["fluency_score"] >= min_score) and (r["repeated"] <= max_repeated)) == r["label"] for r in judged)
+    right = sum(
+        ((r["fluency_score"] >= min_score) and (r["repeated"] <= max_repeated)) == r["label"]
+        for r in judged
+    )
     return right / len(judged)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--build", action="store_true", help="rebuild bench/data/fluency_labelled.jsonl (minutes)")
+    parser.add_argument(
+        "--build", action="store_true", help="rebuild bench/data/fluency_labelled.jsonl (minutes)"
+    )
     args = parser.parse_args()
     models = fixtures()
     if args.build or not SET.exists():
@@ -183,7 +213,9 @@ def main() -> None:
     rows = [json.loads(line) for line in SET.read_text().splitlines() if line.strip()]
     unlabelled = [r for r in rows if r["label"] is None]
     if unlabelled:
-        raise SystemExit(f"{len(unlabelled)} rows of {SET} have no label yet: read them and set label true or false")
+        raise SystemExit(
+            f"{len(unlabelled)} rows of {SET} have no label yet: read them and set label true or false"
+        )
     loads = []
     for _ in range(3):
         judge_mod.load_judge.cache_clear()
@@ -193,13 +225,18 @@ def main() -> None:
     scored = score_set(rows, judge)
     judged = [r for r in scored if r["fluency_score"] is not None]
     chosen = accuracy(scored, judge_mod.MIN_SCORE, judge_mod.MAX_REPEATED)
-    grid = [(accuracy(scored, s / 2, r / 10), s / 2, r / 10) for s in range(-16, -3) for r in range(3, 9)]
+    grid = [
+        (accuracy(scored, s / 2, r / 10), s / 2, r / 10)
+        for s in range(-16, -3)
+        for r in range(3, 9)
+    ]
     best = max(grid)
     by_source = {}
     for r in judged:
-        right = ((r["fluency_score"] >= judge_mod.MIN_SCORE) and (r["repeated"] <= judge_mod.MAX_REPEATED)) == r[
-            "label"
-        ]
+        right = (
+            (r["fluency_score"] >= judge_mod.MIN_SCORE)
+            and (r["repeated"] <= judge_mod.MAX_REPEATED)
+        ) == r["label"]
         entry = by_source.setdefault((r["source"], r["label"]), {"n": 0, "right": 0, "scores": []})
         entry["n"] += 1
         entry["right"] += right
@@ -225,12 +262,17 @@ def main() -> None:
     wrong = [
         r
         for r in judged
-        if r["label"] != ((r["fluency_score"] >= judge_mod.MIN_SCORE) and (r["repeated"] <= judge_mod.MAX_REPEATED))
+        if r["label"]
+        != (
+            (r["fluency_score"] >= judge_mod.MIN_SCORE)
+            and (r["repeated"] <= judge_mod.MAX_REPEATED)
+        )
     ]
     if wrong:
         lines += ["", "Misjudged:", ""]
         lines += [
-            f"- {r['source']}: {r['text']!r} ({r['fluency_score']:.2f}, {r['repeated']:.0%} repeated)" for r in wrong
+            f"- {r['source']}: {r['text']!r} ({r['fluency_score']:.2f}, {r['repeated']:.0%} repeated)"
+            for r in wrong
         ]
     write_results(
         "judge",

@@ -48,7 +48,9 @@ def one_model_sweep(data: Path, name: str, path: str, config: dict) -> None:
         models=[ModelEntry(f"local:{name}", path)],
         device_config={"MODEL_SUPPORT_PRETEND": json.dumps(config)},
     ).write(store.sweep_dir(data, "s"))
-    record = new_record(f"local:{name}", {"device": "pretend"}, sweep_id="s", status="PASS", device_type="pretend")
+    record = new_record(
+        f"local:{name}", {"device": "pretend"}, sweep_id="s", status="PASS", device_type="pretend"
+    )
     store.store_result(data, "s", record, None, "")
 
 
@@ -56,10 +58,26 @@ def localise(name: str, path: str, config: dict) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp)
         one_model_sweep(data, name, path, config)
-        env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "MODEL_SUPPORT_PRETEND": json.dumps(config)}
-        command = [sys.executable, "-m", "model_support.cli", "localise", "s", name, "--json", "--data-dir", str(data)]
+        env = {
+            **os.environ,
+            "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
+            "MODEL_SUPPORT_PRETEND": json.dumps(config),
+        }
+        command = [
+            sys.executable,
+            "-m",
+            "model_support.cli",
+            "localise",
+            "s",
+            name,
+            "--json",
+            "--data-dir",
+            str(data),
+        ]
         started = time.perf_counter()
-        done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, timeout=900)
+        done = subprocess.run(
+            command, capture_output=True, text=True, env=env, cwd=REPO, timeout=900
+        )
         seconds = time.perf_counter() - started
     if done.returncode != 0:
         return {"skipped": (done.stderr.strip().splitlines() or ["?"])[-1][:200]}
@@ -70,7 +88,9 @@ def localise(name: str, path: str, config: dict) -> dict:
         "ops_checked": result["ops_checked"],
         "operator": result["operator"],
         "module": result["module"],
-        "forward_raised": (result["forward_failure"] or {}).get("error_message"),  # checked up to there only
+        "forward_raised": (result["forward_failure"] or {}).get(
+            "error_message"
+        ),  # checked up to there only
     }
 
 

@@ -44,10 +44,14 @@ from common import REPO, fixtures, write_results
 #: step took 6 times as long with two, under a load of 8).
 THREADS = 1
 #: bf16-sized noise on every matrix product (the pretend device's relative error; 0.0039 is half of bf16's epsilon).
-NOISE = {"wrong_ops": dict.fromkeys(("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm"), 0.0039)}
+NOISE = {
+    "wrong_ops": dict.fromkeys(("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm"), 0.0039)
+}
 
 
-def child(model: str, device: str, lengths: list[int], probes: int, data: str, prefill: int) -> dict:
+def child(
+    model: str, device: str, lengths: list[int], probes: int, data: str, prefill: int
+) -> dict:
     """In a child process: the probe's device seconds, then the long text's at each length, and its rates; then the
     prefill alone over ``prefill`` positions, scored by windows."""
     import torch  # the child's environment turns torch's backend autoload off (run_child)
@@ -61,7 +65,13 @@ def child(model: str, device: str, lengths: list[int], probes: int, data: str, p
     out: dict = {"device": device, "threads": torch.get_num_threads(), "probe": []}
     work = Path(tempfile.mkdtemp(prefix="bench-long-text-"))
     for k in range(probes):
-        record = run_probe(model, record_path=str(work / f"r{k}.json"), device=device, reference="none", judge=False)
+        record = run_probe(
+            model,
+            record_path=str(work / f"r{k}.json"),
+            device=device,
+            reference="none",
+            judge=False,
+        )
         assert record["status"] == "PASS", record["error_message"]
         phase = phases.device_phase()
         out["probe"].append(
@@ -73,7 +83,13 @@ def child(model: str, device: str, lengths: list[int], probes: int, data: str, p
             }
         )
     adapter = devices.resolve(device)
-    settings = {**DEFAULTS, "device": device, "load_from": model, "model_id": model, "long_text": "on"}
+    settings = {
+        **DEFAULTS,
+        "device": device,
+        "load_from": model,
+        "model_id": model,
+        "long_text": "on",
+    }
     result = probe_core.run_stages(
         model_id=model,
         **probe_params.stage_settings(settings),
@@ -81,21 +97,28 @@ def child(model: str, device: str, lengths: list[int], probes: int, data: str, p
         synchronize=adapter.synchronize if adapter.type != "cpu" else None,
         keep_model=True,
     )
-    record = schema.empty_record(model_id=f"local:{Path(model).name}", device_type=adapter.type, status="PASS")
+    record = schema.empty_record(
+        model_id=f"local:{Path(model).name}", device_type=adapter.type, status="PASS"
+    )
     positions = probe_core.positions_of(result["model"])
     out["text_tokens"] = len(long_text.token_ids(result["tokenizer"], 10**6, None))
     out["long_text"] = {}
     for length in lengths:
         ids = long_text.token_ids(result["tokenizer"], length, positions)
         found = long_text.run_paths(
-            result["model"], ids, adapter.torch_device, adapter.synchronize if adapter.type != "cpu" else None
+            result["model"],
+            ids,
+            adapter.torch_device,
+            adapter.synchronize if adapter.type != "cpu" else None,
         )
         found.update(text=long_text.text_id(), ids=ids, mode="eager")
         began = time.perf_counter()
         reference, whence = long_text.reference_for(record, settings, ids)
         first_s = time.perf_counter() - began
         began = time.perf_counter()
-        long_text.reference_for(record, settings, ids)  # the second probe's: read from the data folder
+        long_text.reference_for(
+            record, settings, ids
+        )  # the second probe's: read from the data folder
         cached_s = time.perf_counter() - began
         compared = long_text.compare(found, reference, settings["numerics_margin"])
         out["long_text"][str(len(ids))] = {
@@ -111,16 +134,22 @@ def child(model: str, device: str, lengths: list[int], probes: int, data: str, p
     ids = long_text.token_ids(result["tokenizer"], prefill, positions)
     began = time.perf_counter()
     with torch.inference_mode():
-        logits = result["model"](input_ids=torch.tensor([ids], device=adapter.torch_device), use_cache=False).logits[0]
+        logits = result["model"](
+            input_ids=torch.tensor([ids], device=adapter.torch_device), use_cache=False
+        ).logits[0]
         values, top = logits.topk(long_text.TOP_K, dim=-1)
         top, values = top.cpu().tolist(), values.float().cpu().tolist()
     prefill_s = time.perf_counter() - began
     reference, _ = long_text.reference_for(record, settings, ids)
     # each position's margin as the check has it: 0.5 nats or 0.15 of the reference's spread there, the smaller
     spreads = reference.get("spreads") or [None] * len(ids)
-    margins = [0.5 if w is None else min(0.5, agreement.DEFAULT_RELATIVE_MARGIN * w) for w in spreads]
+    margins = [
+        0.5 if w is None else min(0.5, agreement.DEFAULT_RELATIVE_MARGIN * w) for w in spreads
+    ]
     rows = [
-        long_text._position(top[p], values[p], reference["ids"][p], reference["logprobs"][p], margins[p])
+        long_text._position(
+            top[p], values[p], reference["ids"][p], reference["logprobs"][p], margins[p]
+        )
         for p in range(len(ids))
     ]
     flags = [r[0] for r in rows]
@@ -141,12 +170,27 @@ def child(model: str, device: str, lengths: list[int], probes: int, data: str, p
 
 
 def run_child(
-    model: str, device: str, lengths: list[int], probes: int, data: Path, pretend: dict | None, prefill: int
+    model: str,
+    device: str,
+    lengths: list[int],
+    probes: int,
+    data: Path,
+    pretend: dict | None,
+    prefill: int,
 ) -> dict:
     env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "HF_HUB_OFFLINE": "1"}
     if pretend is not None:
         env["MODEL_SUPPORT_PRETEND"] = json.dumps(pretend)
-    args = [sys.executable, __file__, "--child", model, device, ",".join(map(str, lengths)), str(probes), str(data)]
+    args = [
+        sys.executable,
+        __file__,
+        "--child",
+        model,
+        device,
+        ",".join(map(str, lengths)),
+        str(probes),
+        str(data),
+    ]
     args.append(str(prefill))
     done = subprocess.run(args, capture_output=True, text=True, cwd=REPO, env=env, timeout=7200)
     if done.returncode != 0:
@@ -157,19 +201,42 @@ def run_child(
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         model, device, lengths, probes, data, prefill = sys.argv[2:8]
-        print(json.dumps(child(model, device, [int(n) for n in lengths.split(",")], int(probes), data, int(prefill))))
+        print(
+            json.dumps(
+                child(
+                    model,
+                    device,
+                    [int(n) for n in lengths.split(",")],
+                    int(probes),
+                    data,
+                    int(prefill),
+                )
+            )
+        )
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="SmolLM2-135M-Instruct")
     parser.add_argument("--tokens", type=int, default=1024)
-    parser.add_argument("--cpu-lengths", default="", help="the long text's lengths on the CPU (default: 128,TOKENS)")
-    parser.add_argument("--pretend-lengths", default="", help="... on the pretend device (the noise run: the longest)")
-    parser.add_argument("--quick", action="store_true", help="128 tokens, one probe each: a smoke run")
+    parser.add_argument(
+        "--cpu-lengths", default="", help="the long text's lengths on the CPU (default: 128,TOKENS)"
+    )
+    parser.add_argument(
+        "--pretend-lengths",
+        default="",
+        help="... on the pretend device (the noise run: the longest)",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="128 tokens, one probe each: a smoke run"
+    )
     args = parser.parse_args()
     tokens, probes = (128, 1) if args.quick else (args.tokens, 2)
 
     def lengths(given: str) -> list[int]:
-        return sorted({int(n) for n in given.split(",")}) if given else sorted({min(128, tokens), tokens})
+        return (
+            sorted({int(n) for n in given.split(",")})
+            if given
+            else sorted({min(128, tokens), tokens})
+        )
 
     cpu, pretend_lengths = lengths(args.cpu_lengths), lengths(args.pretend_lengths)
     model = fixtures()[args.model]["path"]
@@ -189,24 +256,39 @@ def main() -> None:
         probe_s = statistics.median(p["device_s"] for p in run["probe"])
         for n, found in run["long_text"].items():
             results["ratio"][f"{label}_{n}"] = round(found["device_s"] / probe_s, 2)
-        results["ratio"][f"{label}_prefill_{tokens}"] = round(run["prefill_only"]["device_s"] / probe_s, 3)
+        results["ratio"][f"{label}_prefill_{tokens}"] = round(
+            run["prefill_only"]["device_s"] / probe_s, 3
+        )
     longest = str(pretend_lengths[-1])
-    clean, noisy = runs["pretend"]["long_text"][longest], runs["pretend_noise"]["long_text"][longest]
+    clean, noisy = (
+        runs["pretend"]["long_text"][longest],
+        runs["pretend_noise"]["long_text"][longest],
+    )
     results["noise"] = {
         "both_paths_tokens": int(longest),
         **{
             key: round(noisy[key] - clean[key], 4)
-            for key in ("long_text_rate", "long_text_decode_top1", "long_text_prefill_top1", "long_text_decode_top5")
+            for key in (
+                "long_text_rate",
+                "long_text_decode_top1",
+                "long_text_prefill_top1",
+                "long_text_decode_top5",
+            )
         },
-        "diverges_at": [noisy["long_text_decode_diverges_at"], noisy["long_text_prefill_diverges_at"]],
+        "diverges_at": [
+            noisy["long_text_decode_diverges_at"],
+            noisy["long_text_prefill_diverges_at"],
+        ],
         "prefill_tokens": tokens,
         "prefill_rate": round(
-            runs["pretend_noise"]["prefill_only"]["rate"] - runs["pretend"]["prefill_only"]["rate"], 4
+            runs["pretend_noise"]["prefill_only"]["rate"] - runs["pretend"]["prefill_only"]["rate"],
+            4,
         ),
         "prefill_windows_moved": [
             round(b - a, 4)
             for a, b in zip(
-                runs["pretend"]["prefill_only"]["windows"], runs["pretend_noise"]["prefill_only"]["windows"]
+                runs["pretend"]["prefill_only"]["windows"],
+                runs["pretend_noise"]["prefill_only"]["windows"],
             )
         ],
     }

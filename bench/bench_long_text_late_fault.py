@@ -58,7 +58,9 @@ print(json.dumps({"verdict": {k: verdict[k] for k in ("status", "numerics", "num
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="SmolLM2-135M-Instruct")
-    parser.add_argument("--late", type=int, default=600, help="the key position the fault starts at")
+    parser.add_argument(
+        "--late", type=int, default=600, help="the key position the fault starts at"
+    )
     parser.add_argument("--tokens", type=int, default=640, help="the long text's length")
     args = parser.parse_args()
     model = fixtures()[args.model]["path"]
@@ -83,7 +85,12 @@ def main() -> None:
     if done.returncode != 0:
         raise SystemExit(done.stderr[-3000:])
     found = json.loads(done.stdout.strip().splitlines()[-1])
-    found.update(model=args.model, late=args.late, tokens=args.tokens, wall_s=round(time.perf_counter() - began, 1))
+    found.update(
+        model=args.model,
+        late=args.late,
+        tokens=args.tokens,
+        wall_s=round(time.perf_counter() - began, 1),
+    )
     lt, verdict = found["long_text"], found["verdict"]
     caught = lt["long_text_decode_diverges_at"] in (args.late - 1, args.late)
     missed = verdict["status"] == "PASS" and verdict["numerics"] == "match"

@@ -51,7 +51,10 @@ MATMULS = (
 )
 BF16_ROUNDOFF = 2.0**-8
 FAULTS = [
-    *[(name, "bug", ("aten::mul.Tensor",)) for name in ("tiny-llama", "tiny-qwen3", "tiny-opt", "tiny-gpt2")],
+    *[
+        (name, "bug", ("aten::mul.Tensor",))
+        for name in ("tiny-llama", "tiny-qwen3", "tiny-opt", "tiny-gpt2")
+    ],
     ("tiny-llama", "bug", ("aten::silu",)),
     ("tiny-qwen3", "bug", ("aten::silu",)),
     ("SmolLM2-135M-Instruct", "bug", ("aten::silu",)),
@@ -73,7 +76,12 @@ def _fault_mode(kind: str, ops: tuple[str, ...]):
             name = func._schema.name
             overload = func._overloadname
             named = {name, f"{name}.{overload}"}
-            if named & set(ops) and isinstance(out, torch.Tensor) and out.is_floating_point() and out.numel():
+            if (
+                named & set(ops)
+                and isinstance(out, torch.Tensor)
+                and out.is_floating_point()
+                and out.numel()
+            ):
                 if kind == "bug":
                     out = -(out.flip(-1) if out.dim() else out)
                 else:
@@ -97,7 +105,9 @@ def steps_of(model, reference, tokenizer, prompt: str, new_tokens: int, mode=Non
     ids, mask, _ = probe_core.build_inputs(tokenizer, prompt, "auto")
     scores: list[dict] = []
     with mode or contextlib.nullcontext():
-        new = probe_core.generate(model, tokenizer, ids, mask, new_tokens, torch.device("cpu"), scores=scores)
+        new = probe_core.generate(
+            model, tokenizer, ids, mask, new_tokens, torch.device("cpu"), scores=scores
+        )
     logits = agreement.teacher_forced_logits(reference, ids[0].tolist(), new)
     found = agreement.compare(scores, logits)
     for s, (step, kept) in enumerate(zip(found["steps"], scores)):
@@ -108,7 +118,9 @@ def steps_of(model, reference, tokenizer, prompt: str, new_tokens: int, mode=Non
     return found
 
 
-def calibrate(name: str, path: str, prompts: list[str], new_tokens: int, wrong=None, fault=None) -> dict:
+def calibrate(
+    name: str, path: str, prompts: list[str], new_tokens: int, wrong=None, fault=None
+) -> dict:
     """One model over ``prompts``: healthy, with a ``wrong`` kernel (bench_judge's perturbation) or with a pretend
     ``fault`` ((kind, operators): ``_fault_mode``)."""
     import torch
@@ -125,7 +137,9 @@ def calibrate(name: str, path: str, prompts: list[str], new_tokens: int, wrong=N
         if found["numerics"] == "diverges":
             measures.update(found["numerics_measure"].split(" + "))
         steps += [s for s in found["steps"] if s["finite"]]
-        pooled = agreement.logit_scale(found["steps"])  # the logit scale compare judges: one slope over the steps
+        pooled = agreement.logit_scale(
+            found["steps"]
+        )  # the logit scale compare judges: one slope over the steps
         if pooled is not None:
             scales.append(pooled[0])
     flips = [s for s in steps if not s["agree"]]
@@ -144,7 +158,9 @@ def calibrate(name: str, path: str, prompts: list[str], new_tokens: int, wrong=N
         "steps": len(steps),
         "flips": len(flips),
         "max_flip": max((s["flip"] for s in flips), default=None),
-        "max_flip_share": max((s["flip"] / s["spread"] for s in flips if s["spread"] > 0), default=None),
+        "max_flip_share": max(
+            (s["flip"] / s["spread"] for s in flips if s["spread"] > 0), default=None
+        ),
         "max_kl": kls[-1] if kls else None,
         "p99_kl": kls[int(0.99 * (len(kls) - 1))] if kls else None,
         "max_error": errors[-1] if errors else None,
@@ -153,7 +169,9 @@ def calibrate(name: str, path: str, prompts: list[str], new_tokens: int, wrong=N
         "min_topk_pcc": pccs[0] if pccs else None,
         "flat_steps": sum(bool(s.get("flat")) for s in steps),
         "max_scale_off": max((abs(x - 1.0) for x in scales), default=None),
-        "max_step_scale_off": max((abs(s["scale"] - 1.0) for s in steps if s.get("scale") is not None), default=None),
+        "max_step_scale_off": max(
+            (abs(s["scale"] - 1.0) for s in steps if s.get("scale") is not None), default=None
+        ),
         "verdicts": dict(verdicts),
         "diverged_by": dict(measures),
     }
@@ -181,7 +199,9 @@ def cost(path: str, reps: int = 3) -> dict:
         generated.append(time.perf_counter() - start)
         start = time.perf_counter()
         model, tokenizer = probe_core.load(path, "", "float32", False, torch.device("cpu"), {})
-        logits = agreement.teacher_forced_logits(model, device["input_ids"], device["output_token_ids"])
+        logits = agreement.teacher_forced_logits(
+            model, device["input_ids"], device["output_token_ids"]
+        )
         agreement.compare(device["step_scores"], logits, decode=tokenizer.decode)
         forced.append(time.perf_counter() - start)
     return {"generated_s": spread(generated), "teacher_forced_s": spread(forced)}
@@ -227,7 +247,9 @@ def main() -> None:
             f"{_f(r['max_flip_share'])} | {_f(r['max_kl'])} | {_f(r['p99_kl'])} | {_f(r['max_error'])} | "
             f"{_f(r['p99_error'])} | {_f(r['min_error'])} | {_f(r['min_topk_pcc'], 4)} | "
             f"{_f(r['max_scale_off'], 2)}; {_f(r['max_step_scale_off'], 2)} | "
-            + ", ".join(f"{k} {v}" for k, v in sorted(r["verdicts"].items(), key=lambda kv: str(kv[0])))
+            + ", ".join(
+                f"{k} {v}" for k, v in sorted(r["verdicts"].items(), key=lambda kv: str(kv[0]))
+            )
             + " | "
             + (", ".join(f"{k} {v}" for k, v in sorted(r["diverged_by"].items())) or "-")
             + " |"

@@ -134,21 +134,38 @@ def prediction_time(reps: int) -> dict:
         missing = [f"aten::op{i}" for i in range(30, 160, 13)]  # 10 missing operators
         pretend = json.dumps({"missing_ops": [], "fallback_ops": []})
         env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "MODEL_SUPPORT_PRETEND": pretend}
-        command = [sys.executable, "-m", "model_support.cli", "ops", sweep_id, "--json", "--data-dir", str(data)]
+        command = [
+            sys.executable,
+            "-m",
+            "model_support.cli",
+            "ops",
+            sweep_id,
+            "--json",
+            "--data-dir",
+            str(data),
+        ]
         cli_s, on_s, inproc_s = [], [], []
         for _ in range(reps):
             start = time.perf_counter()
-            done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+            done = subprocess.run(
+                command, capture_output=True, text=True, env=env, cwd=REPO, timeout=600
+            )
             cli_s.append(time.perf_counter() - start)
             assert done.returncode == 0, done.stderr[-2000:]
             start = time.perf_counter()
-            done = subprocess.run([*command, "--on", "cpu"], capture_output=True, text=True, env=env, cwd=REPO)
+            done = subprocess.run(
+                [*command, "--on", "cpu"], capture_output=True, text=True, env=env, cwd=REPO
+            )
             on_s.append(time.perf_counter() - start)
             assert done.returncode == 0, done.stderr[-2000:]
             start = time.perf_counter()
             models = ops.sweep_models(data, sweep_id)
             ops.predict(
-                models, {op: "missing" if op in missing else "implemented" for op in ops.coverage.census_ops(models)}
+                models,
+                {
+                    op: "missing" if op in missing else "implemented"
+                    for op in ops.coverage.census_ops(models)
+                },
             )
             steps = ops.porting_plan(models)
             inproc_s.append(time.perf_counter() - start)

@@ -57,10 +57,17 @@ def main() -> None:
         probes = sum(len(list((data / "sweeps" / s / "records").glob("*.json"))) for s in what_if)
     answer = answers[-1]
     steps = [
-        {"op": s["op"], "unlocks": len(s["unlocks"]), "outcome": s["proof"]["outcome"], "said": s["proof"]["said"]}
+        {
+            "op": s["op"],
+            "unlocks": len(s["unlocks"]),
+            "outcome": s["proof"]["outcome"],
+            "said": s["proof"]["said"],
+        }
         for s in answer["plan"]
     ]
-    confirmed = all(s["outcome"] == "confirmed" for a in answers for s in (x["proof"] for x in a["plan"]))
+    confirmed = all(
+        s["outcome"] == "confirmed" for a in answers for s in (x["proof"] for x in a["plan"])
+    )
     results = {
         "models": list(MODELS),
         "stack": STACK,

@@ -65,7 +65,10 @@ def main() -> None:
     fixtures()
     from model_support.probe.probe_params import BY_NAME
 
-    perf = {name: BY_NAME[name].default for name in ("perf_tokens", "perf_repeats", "perf_spread", "perf_budget")}
+    perf = {
+        name: BY_NAME[name].default
+        for name in ("perf_tokens", "perf_repeats", "perf_spread", "perf_budget")
+    }
     results: dict = {"reps": args.reps, **perf, "device": args.device, "models": {}}
     env = dict(os.environ)
     if args.device == "pretend":
@@ -74,7 +77,14 @@ def main() -> None:
     threads: set = set()
     for name in args.models.split(","):
         done = subprocess.run(
-            [sys.executable, "-c", CHILD, str(REPO / "data" / "models" / name), str(args.reps), args.device],
+            [
+                sys.executable,
+                "-c",
+                CHILD,
+                str(REPO / "data" / "models" / name),
+                str(args.reps),
+                args.device,
+            ],
             capture_output=True,
             text=True,
             cwd=REPO,
@@ -107,16 +117,28 @@ def main() -> None:
         }
         print(name, results["models"][name], flush=True)
     measured = [m for m in results["models"].values() if "perf_share" in m]
-    results["repeat_tokens"] = sorted(tokens)  # as run: 16 on the CPU, where the repeats give TPOT (repeat_tokens)
-    results["cpu_threads"] = sorted(threads)  # torch's intra-op threads in the probes (OMP_NUM_THREADS, else cores)
+    results["repeat_tokens"] = sorted(
+        tokens
+    )  # as run: 16 on the CPU, where the repeats give TPOT (repeat_tokens)
+    results["cpu_threads"] = sorted(
+        threads
+    )  # torch's intra-op threads in the probes (OMP_NUM_THREADS, else cores)
     results["probes_within_5pct"] = (
-        f"{sum(m['probes_within_5pct'] for m in measured)} of {args.reps * len(measured)}" if measured else None
+        f"{sum(m['probes_within_5pct'] for m in measured)} of {args.reps * len(measured)}"
+        if measured
+        else None
     )
     results["met"] = {
-        "perf_share_under_a_fifth": all(m["perf_share"] < 0.2 for m in measured) if measured else None,
+        "perf_share_under_a_fifth": all(m["perf_share"] < 0.2 for m in measured)
+        if measured
+        else None,
         "tpot_cv_under_5pct": all(m["tpot_cv"] < 0.05 for m in measured) if measured else None,
-        "tpot_spread_within_5pct": all(m["tpot_spread_worst"] <= 0.05 for m in measured) if measured else None,
-        "tpot_across_probes_within_5pct": all(m["tpot_across_probes"] <= 0.05 for m in measured) if measured else None,
+        "tpot_spread_within_5pct": all(m["tpot_spread_worst"] <= 0.05 for m in measured)
+        if measured
+        else None,
+        "tpot_across_probes_within_5pct": all(m["tpot_across_probes"] <= 0.05 for m in measured)
+        if measured
+        else None,
     }
     write_results("perf" if args.device == "cpu" else f"perf_{args.device}", results)
 

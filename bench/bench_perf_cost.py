@@ -37,8 +37,12 @@ def sweep(data: Path, name: str, models: list[str], delay: float, perf: str | No
     if perf is not None:
         probe["perf"] = perf
     definition = data / f"{name}.yaml"
-    definition.write_text(yaml.safe_dump({"name": name, "probe": probe, "workers": 2, "models": models}))
-    _, wall = pretend_sweep(definition, data, {"devices": 2, "slow_ops": dict.fromkeys(MATMULS, delay)})
+    definition.write_text(
+        yaml.safe_dump({"name": name, "probe": probe, "workers": 2, "models": models})
+    )
+    _, wall = pretend_sweep(
+        definition, data, {"devices": 2, "slow_ops": dict.fromkeys(MATMULS, delay)}
+    )
     folder = max((data / "sweeps").iterdir(), key=lambda p: p.stat().st_mtime)
     used = json.loads((folder / "sweep.json").read_text())["device_time"]
     records = [json.loads(p.read_text()) for p in (folder / "records").glob("*.json")]
@@ -60,7 +64,9 @@ def sweep(data: Path, name: str, models: list[str], delay: float, perf: str | No
         "device_time": used,
         "models": len(records),
         "passes": len(passes),
-        "passes_timed": sum(r.get("ttft_s") is not None and r.get("tpot_s") is not None for r in passes),
+        "passes_timed": sum(
+            r.get("ttft_s") is not None and r.get("tpot_s") is not None for r in passes
+        ),
         "per_model": per_model,
     }
 
@@ -69,7 +75,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=int, default=len(MODELS))
     parser.add_argument("--delay", type=float, default=0.25)
-    parser.add_argument("--quick", action="store_true", help="3 models, 0.05 s per product: a smoke run")
+    parser.add_argument(
+        "--quick", action="store_true", help="3 models, 0.05 s per product: a smoke run"
+    )
     args = parser.parse_args()
     count, delay = (3, 0.05) if args.quick else (args.models, args.delay)
     found = fixtures()

@@ -43,17 +43,23 @@ MODELS = [
     "tiny-granite",
     "tiny-stablelm",
 ]
-ATTENTION = "aten::bmm"  # attention's batched matrix products (scaled_dot_product_attention's parts)
+ATTENTION = (
+    "aten::bmm"  # attention's batched matrix products (scaled_dot_product_attention's parts)
+)
 SCENARIOS = {"host-heavy": (8, 0.25), "device-bound": (6, 1.0)}
 TARGETS = {"held_idle_share": 0.10, "utilisation": 0.90, "span_over_ideal": 1.15}
 
 
-def sweep(data: Path, name: str, models: list[str], delay: float, phases: str, executor: str = "local") -> dict:
+def sweep(
+    data: Path, name: str, models: list[str], delay: float, phases: str, executor: str = "local"
+) -> dict:
     """One sweep through the CLI; its device figures, its verdicts and checks, the host's load."""
     definition = data / f"{name}.yaml"
     definition.parent.mkdir(parents=True, exist_ok=True)
     definition.write_text(
-        yaml.safe_dump({"name": name, "probe": {"device": "pretend"}, "workers": 2, "models": models})
+        yaml.safe_dump(
+            {"name": name, "probe": {"device": "pretend"}, "workers": 2, "models": models}
+        )
     )
     psutil.cpu_percent()  # starts the machine-wide CPU counter
     load = os.getloadavg()[0]
@@ -75,7 +81,9 @@ def sweep(data: Path, name: str, models: list[str], delay: float, phases: str, e
         "passes_checked": sum(r["numerics"] is not None for r in passes),
         "host_cpu_busy": round(cpu, 3),
         "load_before": round(load, 1),
-        "device_phase_s": sorted(round(json.loads(line)["device_s"], 2) for line in (folder / "schedule.jsonl").open()),
+        "device_phase_s": sorted(
+            round(json.loads(line)["device_s"], 2) for line in (folder / "schedule.jsonl").open()
+        ),
     }
 
 
@@ -106,12 +114,17 @@ def main() -> None:
     bound = results["scenarios"].get("device-bound", {}).get("after", {})
     results["met"] = {
         "held_idle_share": all(
-            s["after"]["held_idle_share"] <= TARGETS["held_idle_share"] for s in results["scenarios"].values()
+            s["after"]["held_idle_share"] <= TARGETS["held_idle_share"]
+            for s in results["scenarios"].values()
         ),
         "utilisation": bound.get("utilisation", 0) >= TARGETS["utilisation"] if bound else None,
-        "span_over_ideal": bound.get("span_over_ideal", 9) <= TARGETS["span_over_ideal"] if bound else None,
+        "span_over_ideal": bound.get("span_over_ideal", 9) <= TARGETS["span_over_ideal"]
+        if bound
+        else None,
         "every_pass_checked": all(
-            r["passes_checked"] == r["passes"] for s in results["scenarios"].values() for r in (s["before"], s["after"])
+            r["passes_checked"] == r["passes"]
+            for s in results["scenarios"].values()
+            for r in (s["before"], s["after"])
         ),
     }
     results["host_bound"] = host_words(after)

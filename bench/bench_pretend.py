@@ -53,16 +53,23 @@ print(json.dumps(out))
 
 def measure(path: str, reps: int) -> dict:
     env = {**os.environ, "MODEL_SUPPORT_PRETEND": "{}", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
-    done = subprocess.run([sys.executable, "-c", CHILD, path, str(reps)], capture_output=True, text=True, env=env)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, path, str(reps)], capture_output=True, text=True, env=env
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     runs = json.loads(done.stdout.strip().splitlines()[-1])
     cpu, pretend = runs["cpu"], runs["pretend"]
-    assert all(r["tokens"] == cpu[0]["tokens"] for r in cpu + pretend), "the pretend device changed the tokens"
+    assert all(r["tokens"] == cpu[0]["tokens"] for r in cpu + pretend), (
+        "the pretend device changed the tokens"
+    )
     generate_cpu = spread([r["generate_s"] for r in cpu])
     generate_pretend = spread([r["generate_s"] for r in pretend])
     ops = pretend[0]["ops"]
     return {
-        "load_s": {"cpu": spread([r["load_s"] for r in cpu]), "pretend": spread([r["load_s"] for r in pretend])},
+        "load_s": {
+            "cpu": spread([r["load_s"] for r in cpu]),
+            "pretend": spread([r["load_s"] for r in pretend]),
+        },
         "generate_s": {"cpu": generate_cpu, "pretend": generate_pretend},
         "generate_ratio": round(generate_pretend["median"] / generate_cpu["median"], 2),
         "generate_ratio_min": round(generate_pretend["min"] / generate_cpu["min"], 2),

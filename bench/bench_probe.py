@@ -59,7 +59,11 @@ def run_probe(model_id: str, warm: bool = False) -> dict:
     result = (standby if warm else Standby()).run(task)
     wall = time.perf_counter() - start
     nb = nbformat.reads(result.notebook.decode(), as_version=4)
-    cells = [c.metadata.get("papermill", {}).get("duration") or 0.0 for c in nb.cells if c.cell_type == "code"]
+    cells = [
+        c.metadata.get("papermill", {}).get("duration") or 0.0
+        for c in nb.cells
+        if c.cell_type == "code"
+    ]
     record = result.record
     assert record["status"] == "PASS", record["error_message"]
     probe_cell = max(cells)
@@ -112,10 +116,14 @@ def measure(model_id: str, reps: int) -> dict:
             "harness (process, kernel start, importing torch and transformers in the warm-up, papermill, notebook I/O)": spread(
                 [p["wall"] - p["cells"] for p in probes]
             ),
-            "kernel imports of model_support": spread([p["probe_cell"] - p["duration_s"] for p in probes]),
+            "kernel imports of model_support": spread(
+                [p["probe_cell"] - p["duration_s"] for p in probes]
+            ),
             "probe itself (duration_s)": spread([p["duration_s"] for p in probes]),
             "of which load + generate": spread([p["stages"] for p in probes]),
-            "other cells (parameters, display)": spread([p["cells"] - p["probe_cell"] for p in probes]),
+            "other cells (parameters, display)": spread(
+                [p["cells"] - p["probe_cell"] for p in probes]
+            ),
         },
     }
     return out

@@ -24,7 +24,14 @@ from pathlib import Path
 from common import REPO, RESULTS, write_results
 
 #: A PASS and a FAIL of each kind the smoke sweep has, text and image-text-to-text.
-FIXTURES = ("tiny-llama", "tiny-gpt2", "tiny-qwen2", "tiny-llava", "fail-missing-weights", "fail-short-positions")
+FIXTURES = (
+    "tiny-llama",
+    "tiny-gpt2",
+    "tiny-qwen2",
+    "tiny-llava",
+    "fail-missing-weights",
+    "fail-short-positions",
+)
 #: How many of the costliest columns a measurement names.
 TOP_COLUMNS = 12
 
@@ -37,14 +44,28 @@ def sweep(smoke: bool, data: Path) -> None:
     if smoke:
         raw = yaml.safe_load((REPO / "params" / "smoke.yaml").read_text())
         raw["models"] = [
-            str(REPO / m) if isinstance(m, str) else {**m, "id": str(REPO / m["id"])} for m in raw["models"]
+            str(REPO / m) if isinstance(m, str) else {**m, "id": str(REPO / m["id"])}
+            for m in raw["models"]
         ]
         raw["name"] = "rows"
     else:
         models = [str(REPO / "data" / "models" / name) for name in FIXTURES]
-        raw = {"name": "rows", "probe": {"device": "cpu", "reference": "cpu"}, "workers": 1, "models": models}
+        raw = {
+            "name": "rows",
+            "probe": {"device": "cpu", "reference": "cpu"},
+            "workers": 1,
+            "models": models,
+        }
     definition.write_text(yaml.safe_dump(raw))
-    command = [sys.executable, "-m", "model_support.cli", "sweep", str(definition), "--data-dir", str(data)]
+    command = [
+        sys.executable,
+        "-m",
+        "model_support.cli",
+        "sweep",
+        str(definition),
+        "--data-dir",
+        str(data),
+    ]
     subprocess.run(command, check=True, cwd=REPO, capture_output=True, timeout=1800)
 
 
@@ -90,7 +111,9 @@ def where_bytes_go(data: Path) -> dict:
         "bytes_per_row": round(size / rows),
         # the goal's rows: one per model (and variant) of the sweep, the configs ``load_dataset`` reads by default
         "results_bytes_per_row": configs.get("results", {}).get("bytes_per_row"),
-        "record_bytes_per_row": round(sum(c["bytes"] for c in records) / max(sum(c["rows"] for c in records), 1)),
+        "record_bytes_per_row": round(
+            sum(c["bytes"] for c in records) / max(sum(c["rows"] for c in records), 1)
+        ),
         "configs": configs,
         "footer_bytes": footer,
         "column_bytes": sum(columns.values()),
@@ -107,7 +130,10 @@ def measure(smoke: bool, keep: Path | None = None) -> dict:
         data = (keep or Path(tmp)) / "data"
         data.parent.mkdir(parents=True, exist_ok=True)
         sweep(smoke, data)
-        return {"fixtures": "params/smoke.yaml" if smoke else list(FIXTURES), **where_bytes_go(data)}
+        return {
+            "fixtures": "params/smoke.yaml" if smoke else list(FIXTURES),
+            **where_bytes_go(data),
+        }
 
 
 def main() -> None:
@@ -124,7 +150,9 @@ def main() -> None:
     args = [a for a in args if a != "--smoke"]
     label = args[0] if args else None
     if label is None:
-        label = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO)
+        label = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
+        )
         label = label.stdout.strip() or "unknown"
     path = RESULTS / "row_bytes.json"
     previous = json.loads(path.read_text()).get("runs", {}) if path.exists() else {}

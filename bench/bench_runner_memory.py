@@ -54,9 +54,15 @@ def child(count: int) -> dict:
     local.Standby = FakeStandby
     from model_support.probe import hub_fetch
 
-    hub_fetch.is_local = sweep.is_local = lambda source: True  # nothing to download: the runner alone
+    hub_fetch.is_local = sweep.is_local = lambda source: (
+        True
+    )  # nothing to download: the runner alone
     with tempfile.TemporaryDirectory() as tmp:
-        raw = {"name": "memory", "models": [f"org/model-{i:05d}" for i in range(count)], "workers": 2}
+        raw = {
+            "name": "memory",
+            "models": [f"org/model-{i:05d}" for i in range(count)],
+            "workers": 2,
+        }
         definition = params.parse(yaml.safe_load(yaml.safe_dump(raw)), source="memory.yaml")
         start = time.perf_counter()
         summary = sweep.run(definition, tmp, workers=2)
@@ -80,15 +86,25 @@ def main() -> None:
     rows = []
     for count in args.counts:
         out = subprocess.run(
-            [sys.executable, __file__, "--child", str(count)], capture_output=True, text=True, check=True
+            [sys.executable, __file__, "--child", str(count)],
+            capture_output=True,
+            text=True,
+            check=True,
         )
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
-        print(f"{count:>6} models  peak RSS {rows[-1]['peak_rss_mb']:7.1f} MB  ({rows[-1]['wall_s']:.1f} s)")
+        print(
+            f"{count:>6} models  peak RSS {rows[-1]['peak_rss_mb']:7.1f} MB  ({rows[-1]['wall_s']:.1f} s)"
+        )
     growth = rows[-1]["peak_rss_mb"] - rows[0]["peak_rss_mb"]
     print(f"growth from {rows[0]['count']} to {rows[-1]['count']} models: {growth:+.1f} MB")
     write_results(
         "runner_memory",
-        {"rows": rows, "growth_mb": round(growth, 1), "target": "flat (within ~10 MiB)", "met": growth <= 10},
+        {
+            "rows": rows,
+            "growth_mb": round(growth, 1),
+            "target": "flat (within ~10 MiB)",
+            "met": growth <= 10,
+        },
     )
 
 

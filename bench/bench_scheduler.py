@@ -211,7 +211,9 @@ def table(rows: list[dict]) -> str:
     ]
     for r in rows:
         util = r["utilisation"]
-        cell = f"{util['median']:.1%}" + (f" [{util['min']:.1%}-{util['max']:.1%}]" if len(util["runs"]) > 1 else "")
+        cell = f"{util['median']:.1%}" + (
+            f" [{util['min']:.1%}-{util['max']:.1%}]" if len(util["runs"]) > 1 else ""
+        )
         lines.append(
             f"| {LABELS[r['scheduler']]} | {r['order']} | {cell} {'met' if r['met']['utilisation'] else '**not met**'} "
             f"| {r['max_head_wait_s'] * 1000:.1f} ms / {r['longest_probe_s'] * 1000:.1f} ms "
@@ -225,8 +227,12 @@ def table(rows: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=int, default=1000)
-    parser.add_argument("--small", type=int, default=100, help="the model count of the memory comparison")
-    parser.add_argument("--reps", type=int, default=1, help="seeds per row (utilisation and wall: median, spread)")
+    parser.add_argument(
+        "--small", type=int, default=100, help="the model count of the memory comparison"
+    )
+    parser.add_argument(
+        "--reps", type=int, default=1, help="seeds per row (utilisation and wall: median, spread)"
+    )
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:

@@ -58,14 +58,20 @@ def main() -> None:
     for label, workers, executor, threads in (*runs, ("local_2_every_core", 2, "local", cores)):
         results[label] = one_sweep(args.params, workers, executor, threads)
         print(f"{label:<8} {results[label]['wall_s']:8.1f} s  {results[label]['verdicts']}")
-    results["speedup_2_workers"] = round(results["local_1"]["wall_s"] / results["local_2"]["wall_s"], 3)
+    results["speedup_2_workers"] = round(
+        results["local_1"]["wall_s"] / results["local_2"]["wall_s"], 3
+    )
     results["ray_over_local"] = round(results["ray_2"]["wall_s"] / results["local_2"]["wall_s"], 3)
-    results["shared_over_every_core"] = round(results["local_2"]["wall_s"] / results["local_2_every_core"]["wall_s"], 3)
+    results["shared_over_every_core"] = round(
+        results["local_2"]["wall_s"] / results["local_2_every_core"]["wall_s"], 3
+    )
     results["met"] = {
         "speedup_2_workers": results["speedup_2_workers"] >= TARGETS["speedup_2_workers"],
         "ray_over_local": results["ray_over_local"] <= TARGETS["ray_over_local"],
     }
-    print(f"2 workers vs 1: {results['speedup_2_workers']:.2f}x faster; ray vs local: {results['ray_over_local']:.2f}x")
+    print(
+        f"2 workers vs 1: {results['speedup_2_workers']:.2f}x faster; ray vs local: {results['ray_over_local']:.2f}x"
+    )
     write_results("sweep_scaling", results)
 
 

@@ -60,7 +60,17 @@ def command(path: str, work: Path) -> float:
     record = work / f"{name}.json"
     start = time.perf_counter()
     subprocess.run(
-        [papermill, "notebooks/probe.ipynb", str(work / f"{name}.ipynb"), "-p", "model_id", path, "-p", "device", "cpu"]
+        [
+            papermill,
+            "notebooks/probe.ipynb",
+            str(work / f"{name}.ipynb"),
+            "-p",
+            "model_id",
+            path,
+            "-p",
+            "device",
+            "cpu",
+        ]
         + ["-p", "record_path", str(record)],
         cwd=REPO,
         check=True,
@@ -94,7 +104,9 @@ def main() -> None:
             walls[name].append(command(found[name]["path"], work))
     models = {}
     for name in names:
-        metrics = {key: spread([r[key] for r in runs[name]]) for key in runs[name][0] if key.endswith("_s")}
+        metrics = {
+            key: spread([r[key] for r in runs[name]]) for key in runs[name][0] if key.endswith("_s")
+        }
         metrics["decode_tokens_per_s"] = spread([r["decode_tokens_per_s"] for r in runs[name]])
         models[name] = {
             "task": "text-generation" if name == TEXT else "image-text-to-text",
@@ -104,18 +116,32 @@ def main() -> None:
             "stages": metrics,
             "command_s": spread(walls[name]),
         }
-        print(name, json.dumps(models[name]["stages"]["load_s"]), models[name]["command_s"]["median"])
+        print(
+            name, json.dumps(models[name]["stages"]["load_s"]), models[name]["command_s"]["median"]
+        )
     ratios = {
         vlm: {
-            key: round(models[vlm]["stages"][key]["median"] / models[TEXT]["stages"][key]["median"], 2)
+            key: round(
+                models[vlm]["stages"][key]["median"] / models[TEXT]["stages"][key]["median"], 2
+            )
             for key in ("load_s", "template_s", "first_token_s", "generate_s")
         }
-        | {"command_s": round(models[vlm]["command_s"]["median"] / models[TEXT]["command_s"]["median"], 2)}
+        | {
+            "command_s": round(
+                models[vlm]["command_s"]["median"] / models[TEXT]["command_s"]["median"], 2
+            )
+        }
         for vlm in VLMS
     }
     write_results(
         "tasks",
-        {"text": TEXT, "vlms": list(VLMS), "reps": REPS, "command_reps": COMMAND_REPS, "models": models}
+        {
+            "text": TEXT,
+            "vlms": list(VLMS),
+            "reps": REPS,
+            "command_reps": COMMAND_REPS,
+            "models": models,
+        }
         | {"ratios": ratios, "probe_image_s": round(image_s, 4)},
     )
 

@@ -19,7 +19,9 @@ os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def pretend_sweep(definition: Path, data: Path, pretend: dict, env: dict | None = None, executor: str = "local"):
+def pretend_sweep(
+    definition: Path, data: Path, pretend: dict, env: dict | None = None, executor: str = "local"
+):
     """``model-support sweep DEFINITION`` (the command users type, no report) on the pretend device configured by
     ``pretend``, with ``env`` added: (the finished process, its wall seconds); a failed sweep ends the bench."""
     import subprocess
@@ -66,7 +68,11 @@ def fixtures() -> dict:
 def write_results(name: str, results: dict) -> Path:
     results = {
         **results,
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+        },
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     path = RESULTS / f"{name}.json"

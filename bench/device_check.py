@@ -57,7 +57,13 @@ PERF_KEYS = (
     "ttft_s", "ttft_spread", "tpot_s", "tpot_spread", "perf_tokens_per_s", "perf_first_call_s",
     "perf_peak_device_mem_mb", "decode_bytes_per_token", "bandwidth_utilisation", "perf_note", "ops_time_source",
 )  # fmt: skip
-SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+SMALL = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+)
 
 
 class Check:
@@ -70,7 +76,9 @@ class Check:
     def step(self, name: str, estimate_s: float, fn, *args, **kwargs) -> dict | None:
         left = self.budget_s - (time.time() - self.started)
         if left < estimate_s:
-            self.steps[name] = {"skipped": f"{left:.0f} s of the budget left, the step needs about {estimate_s:.0f} s"}
+            self.steps[name] = {
+                "skipped": f"{left:.0f} s of the budget left, the step needs about {estimate_s:.0f} s"
+            }
             return None
         began = time.time()
         print(f"== {name}", flush=True)
@@ -78,14 +86,21 @@ class Check:
             result = fn(*args, **kwargs)
             self.steps[name] = {**result, "wall_s": round(time.time() - began, 2)}
         except Exception as exc:  # noqa: BLE001 a failed step is a result; the next step still runs
-            self.steps[name] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-2000:]}
+            self.steps[name] = {
+                "error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc()[-2000:],
+            }
         print(json.dumps(self.steps[name], default=str)[:600], flush=True)
         return self.steps[name]
 
 
 def env(device: str) -> dict:
     # one device, as on a machine with one GPU: the shared sweep's workers are more than the devices
-    extra = {"MODEL_SUPPORT_PRETEND": json.dumps({"devices": 1, "bandwidth_gbs": 10})} if device == "pretend" else {}
+    extra = (
+        {"MODEL_SUPPORT_PRETEND": json.dumps({"devices": 1, "bandwidth_gbs": 10})}
+        if device == "pretend"
+        else {}
+    )
     return {
         **os.environ,
         "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'pretend' / 'src'}:{os.environ.get('PYTHONPATH', '')}",
@@ -95,12 +110,33 @@ def env(device: str) -> dict:
 
 def papermill_probe(scratch: Path, device: str, model: str, dry: bool, **params) -> dict:
     """`papermill notebooks/probe.ipynb out.ipynb -p model_id X -p device D`, as a user types it."""
-    out, record_path = scratch / f"probe-{params.get('mode', 'eager')}.ipynb", scratch / "record.json"
-    command = [sys.executable, "-m", "papermill", "notebooks/probe.ipynb", str(out), "-p", "model_id", model]
-    params = {"device": device, "record_path": str(record_path), "judge": False, **_short(dry), **_perf(dry), **params}
+    out, record_path = (
+        scratch / f"probe-{params.get('mode', 'eager')}.ipynb",
+        scratch / "record.json",
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "papermill",
+        "notebooks/probe.ipynb",
+        str(out),
+        "-p",
+        "model_id",
+        model,
+    ]
+    params = {
+        "device": device,
+        "record_path": str(record_path),
+        "judge": False,
+        **_short(dry),
+        **_perf(dry),
+        **params,
+    }
     for key, value in params.items():
         command += ["-p", key, str(value)]
-    done = subprocess.run(command, cwd=REPO, env=env(device), capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        command, cwd=REPO, env=env(device), capture_output=True, text=True, timeout=600
+    )
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-1500:])
     record = json.loads(record_path.read_text())
@@ -121,11 +157,26 @@ def sweep(scratch: Path, device: str, models: list[str], workers: int, dry: bool
     definition = scratch / f"sweep-{workers}.yaml"
     probe = {"device": device, "judge": False, **_short(dry), **_perf(dry)}
     definition.write_text(
-        json.dumps({"name": f"check-{workers}", "probe": probe, "workers": workers, "models": models})
+        json.dumps(
+            {"name": f"check-{workers}", "probe": probe, "workers": workers, "models": models}
+        )
     )
-    command = [sys.executable, "-m", "model_support.cli", "sweep", str(definition), "--data-dir", str(data)]
+    command = [
+        sys.executable,
+        "-m",
+        "model_support.cli",
+        "sweep",
+        str(definition),
+        "--data-dir",
+        str(data),
+    ]
     done = subprocess.run(
-        [*command, "--no-report"], cwd=REPO, env=env(device), capture_output=True, text=True, timeout=900
+        [*command, "--no-report"],
+        cwd=REPO,
+        env=env(device),
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-1500:])
@@ -204,10 +255,14 @@ def real_size(scratch: Path, device: str, dry: bool, tokenizer_from: str) -> dic
         del result
         if device == "cuda":
             torch.cuda.empty_cache()
-    record = run_probe(str(scratch / "llama-3.2-1b"), device=device, judge=False, **_short(dry), **_perf(dry))
+    record = run_probe(
+        str(scratch / "llama-3.2-1b"), device=device, judge=False, **_short(dry), **_perf(dry)
+    )
     found["llama-3.2-1b"]["numerics"] = record["numerics"]
     found["llama-3.2-1b"]["numerics_note"] = record["numerics_note"]
-    found["llama-3.2-1b"]["perf"] = {k: record[k] for k in PERF_KEYS}  # TTFT, TPOT, MBU of a real-size model
+    found["llama-3.2-1b"]["perf"] = {
+        k: record[k] for k in PERF_KEYS
+    }  # TTFT, TPOT, MBU of a real-size model
     return found
 
 
@@ -246,21 +301,35 @@ def false_suspects(steps: dict) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--dry-run", action="store_true", help="the pretend device, small sizes (make test)")
-    parser.add_argument("--out", type=Path, default=HERE / "results", help="where device_check.json goes")
-    parser.add_argument("--budget-s", type=float, default=450.0, help="stop starting steps past this")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="the pretend device, small sizes (make test)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=HERE / "results", help="where device_check.json goes"
+    )
+    parser.add_argument(
+        "--budget-s", type=float, default=450.0, help="stop starting steps past this"
+    )
     args = parser.parse_args()
     dry = args.dry_run
     device = "pretend" if dry else "cuda"
-    scratch = Path(os.environ.get("DEVICE_CHECK_SCRATCH") or tempfile.mkdtemp(prefix="device-check-")).resolve()
+    scratch = Path(
+        os.environ.get("DEVICE_CHECK_SCRATCH") or tempfile.mkdtemp(prefix="device-check-")
+    ).resolve()
     scratch.mkdir(parents=True, exist_ok=True)
     check = Check(args.budget_s)
     from fixtures.build import build_fixtures
 
-    models_dir = REPO / "data" / "models"  # built offline where missing (the GPU machine), cached here
+    models_dir = (
+        REPO / "data" / "models"
+    )  # built offline where missing (the GPU machine), cached here
     names = FIXTURES[:2] if dry else FIXTURES
     built = check.step(
-        "fixtures", 5, lambda: {"built": sorted(set(build_fixtures(models_dir, names=names)["fixtures"]) & set(names))}
+        "fixtures",
+        5,
+        lambda: {
+            "built": sorted(set(build_fixtures(models_dir, names=names)["fixtures"]) & set(names))
+        },
     )
     paths = [str(models_dir / name) for name in names]
     if built and "error" not in built:
@@ -268,7 +337,17 @@ def main() -> int:
         # the dry run leaves out the compile probe's recompile check (three more prompt lengths, ~11 s on the pretend
         # device; tests/test_recompiles.py runs it): on the GPU it runs, and its lengths are recorded
         recompiles = {"recompile_check": False} if dry else {}
-        check.step("probe_compile", 30, papermill_probe, scratch, device, paths[0], dry, mode="compile", **recompiles)
+        check.step(
+            "probe_compile",
+            30,
+            papermill_probe,
+            scratch,
+            device,
+            paths[0],
+            dry,
+            mode="compile",
+            **recompiles,
+        )
         check.step("sweep_1_worker", 40, sweep, scratch, device, paths, 1, dry)
         check.step("sweep_shared", 40, sweep, scratch, device, paths, 2 if dry else 4, dry)
         check.step("real_size", 30 if dry else 150, real_size, scratch, device, dry, paths[0])
@@ -285,7 +364,9 @@ def main() -> int:
     (args.out / "device_check.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
     print(f"wrote {args.out / 'device_check.json'} in {results['wall_s']} s")
     if args.out.resolve() == (HERE / "results").resolve():
-        subprocess.run([sys.executable, str(HERE / "run_all.py"), "--tables"], check=False, cwd=REPO)
+        subprocess.run(
+            [sys.executable, str(HERE / "run_all.py"), "--tables"], check=False, cwd=REPO
+        )
     failed = [name for name, step in check.steps.items() if "error" in step]
     return 1 if failed else 0
 

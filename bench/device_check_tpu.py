@@ -38,10 +38,15 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-sys.path[:0] = [str(REPO / "src"), str(REPO / "tests")]  # this checkout's package, the offline fixture builders
+sys.path[:0] = [
+    str(REPO / "src"),
+    str(REPO / "tests"),
+]  # this checkout's package, the offline fixture builders
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")  # libtpu would retry the cloud metadata server for minutes
+os.environ.setdefault(
+    "TPU_SKIP_MDS_QUERY", "1"
+)  # libtpu would retry the cloud metadata server for minutes
 
 NO_TPU_STATUS = 2
 MODEL = "tiny-llama"
@@ -97,7 +102,9 @@ class Check:
     def step(self, name: str, estimate_s: float, fn, *args) -> dict:
         left = self.budget_s - (time.time() - self.started)
         if left < estimate_s:
-            self.steps[name] = {"skipped": f"{left:.0f} s of the budget left, the step needs about {estimate_s:.0f} s"}
+            self.steps[name] = {
+                "skipped": f"{left:.0f} s of the budget left, the step needs about {estimate_s:.0f} s"
+            }
             print(f"== {name}: skipped ({self.steps[name]['skipped']})", flush=True)
             return self.steps[name]
         began = time.time()
@@ -105,7 +112,10 @@ class Check:
         try:
             found = fn(*args)
         except Exception as exc:  # noqa: BLE001 a failed step is a result; the next step still runs
-            found = {"no": [f"raised {type(exc).__name__}: {exc}"], "traceback": traceback.format_exc()[-2000:]}
+            found = {
+                "no": [f"raised {type(exc).__name__}: {exc}"],
+                "traceback": traceback.format_exc()[-2000:],
+            }
         found["wall_s"] = round(time.time() - began, 1)
         for sentence in found.get("ok", []):
             print(f"  ok  {sentence}", flush=True)
@@ -116,7 +126,9 @@ class Check:
 
 
 def _verdict(found: dict, claim: bool, sentence: str, otherwise: str | None = None) -> None:
-    found.setdefault("ok" if claim else "no", []).append(sentence if claim else otherwise or f"not so: {sentence}")
+    found.setdefault("ok" if claim else "no", []).append(
+        sentence if claim else otherwise or f"not so: {sentence}"
+    )
 
 
 def env(extra: dict | None = None) -> dict:
@@ -151,10 +163,18 @@ def chips(scratch: Path) -> dict:
             found["shapes"][n] = tpu.chip_shape(n)
         except ValueError as exc:
             found["shapes"][n] = f"none ({exc})"
-    _verdict(found, found["count"] > 0, f"torch_tpu finds {found['count']} {found['generation']} chips bound to VFIO")
-    done = subprocess.run([sys.executable, "-c", CHIP_CHILD], env=env(), capture_output=True, text=True, timeout=300)
+    _verdict(
+        found,
+        found["count"] > 0,
+        f"torch_tpu finds {found['count']} {found['generation']} chips bound to VFIO",
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", CHIP_CHILD], env=env(), capture_output=True, text=True, timeout=300
+    )
     if done.returncode != 0:
-        _verdict(found, False, "", f"an unpinned process could not run on the TPU: {done.stderr[-800:]}")
+        _verdict(
+            found, False, "", f"an unpinned process could not run on the TPU: {done.stderr[-800:]}"
+        )
         return found
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     found["unpinned_process"] = seen
@@ -193,7 +213,11 @@ def pinning(scratch: Path) -> dict:
             f"{'' if procs[0].poll() is None else procs[0].stderr.read()[-800:]})",  # type: ignore[union-attr]
         )
         collide = subprocess.run(
-            [sys.executable, "-c", CHIP_CHILD], env=env(pinned((0,))), capture_output=True, text=True, timeout=300
+            [sys.executable, "-c", CHIP_CHILD],
+            env=env(pinned((0,))),
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         found["collision_stderr"] = collide.stderr[-1500:]
         _verdict(
@@ -210,15 +234,36 @@ def pinning(scratch: Path) -> dict:
     return found
 
 
-def papermill_probe(scratch: Path, name: str, chips_: tuple[int, ...], extra_env: dict | None = None, **params):
+def papermill_probe(
+    scratch: Path, name: str, chips_: tuple[int, ...], extra_env: dict | None = None, **params
+):
     """``papermill notebooks/probe.ipynb out.ipynb -p model_id X -p device tpu``, pinned as the sweep pins it."""
     out, record_path = scratch / f"{name}.ipynb", scratch / f"{name}.json"
     model = str(REPO / "data" / "models" / MODEL)
-    command = [sys.executable, "-m", "papermill", "notebooks/probe.ipynb", str(out), "-p", "model_id", model]
-    for key, value in {"device": "tpu", "record_path": str(record_path), "judge": False, **params}.items():
+    command = [
+        sys.executable,
+        "-m",
+        "papermill",
+        "notebooks/probe.ipynb",
+        str(out),
+        "-p",
+        "model_id",
+        model,
+    ]
+    for key, value in {
+        "device": "tpu",
+        "record_path": str(record_path),
+        "judge": False,
+        **params,
+    }.items():
         command += ["-p", key, str(value)]
     done = subprocess.run(
-        command, cwd=REPO, env=env({**pinned(chips_), **(extra_env or {})}), capture_output=True, text=True, timeout=600
+        command,
+        cwd=REPO,
+        env=env({**pinned(chips_), **(extra_env or {})}),
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-1500:])
@@ -237,7 +282,11 @@ def probe(scratch: Path) -> dict:
         "error_message",
     )
     found = {k: record.get(k) for k in keys}
-    _verdict(found, record["status"] == "PASS", f"tiny-llama passes eagerly on a chip ({record.get('numerics')})")
+    _verdict(
+        found,
+        record["status"] == "PASS",
+        f"tiny-llama passes eagerly on a chip ({record.get('numerics')})",
+    )
     _verdict(found, record["device_count"] == 1, "the probe's device_count is its one pinned chip")
     _verdict(
         found,
@@ -262,14 +311,23 @@ def sharded(scratch: Path) -> dict:
     found: dict = {"slice_sizes": sizes}
     size = next((n for n in sizes if n <= count), None)
     if size is None:
-        _verdict(found, False, "", f"torch_tpu has no slice of 2, 4 or 8 chips on this {count}-chip host")
+        _verdict(
+            found, False, "", f"torch_tpu has no slice of 2, 4 or 8 chips on this {count}-chip host"
+        )
         return found
-    block = tuple(range(count - size, count))  # the end of the host: not chips 0..size-1, which LOCAL_RANK would open
+    block = tuple(
+        range(count - size, count)
+    )  # the end of the host: not chips 0..size-1, which LOCAL_RANK would open
     found["granted"] = list(block)
     holder = None
-    if 0 not in block:  # another process holds chip 0 throughout: a rank opening chip LOCAL_RANK would collide
+    if (
+        0 not in block
+    ):  # another process holds chip 0 throughout: a rank opening chip LOCAL_RANK would collide
         holder = subprocess.Popen(
-            [sys.executable, "-c", CHIP_CHILD, "600"], env=env(pinned((0,))), stdout=subprocess.PIPE, text=True
+            [sys.executable, "-c", CHIP_CHILD, "600"],
+            env=env(pinned((0,))),
+            stdout=subprocess.PIPE,
+            text=True,
         )
         holder.stdout.readline()  # type: ignore[union-attr]  # piped: it holds chip 0 from here
     try:
@@ -278,14 +336,26 @@ def sharded(scratch: Path) -> dict:
         if holder is not None:
             holder.kill()
             holder.wait()
-    keys = ("status", "devices_used", "parallelism", "tp_size", "ranks_agree", "rank_errors", "error_message")
+    keys = (
+        "status",
+        "devices_used",
+        "parallelism",
+        "tp_size",
+        "ranks_agree",
+        "rank_errors",
+        "error_message",
+    )
     found.update({k: record.get(k) for k in keys})
     _verdict(
         found,
         record["status"] == "PASS" and record["devices_used"] == size,
         f"a {size}-rank tensor-parallel probe on chips {list(block)} passes, with torch_tpu's launch environment "
         "(set_tpu_launch_env) and cpu:gloo,tpu:tpu_dist"
-        + (", while chip 0 was held by another process: each rank opened its granted chip" if holder else ""),
+        + (
+            ", while chip 0 was held by another process: each rank opened its granted chip"
+            if holder
+            else ""
+        ),
         f"the sharded probe: {record['status']}: {record.get('error_message')} {record.get('rank_errors')}",
     )
     return found
@@ -293,7 +363,11 @@ def sharded(scratch: Path) -> dict:
 
 def memory(scratch: Path) -> dict:
     done = subprocess.run(
-        [sys.executable, "-c", MEMORY_CHILD], env=env(pinned((0,))), capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", MEMORY_CHILD],
+        env=env(pinned((0,))),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-1500:])
@@ -320,9 +394,16 @@ def compiled(scratch: Path) -> dict:
         "compile_cache_misses", "recompile_lengths", "recompiles_static", "recompiles_dynamic", "recompile_flag",
         "recompile_guard", "recompile_note", "error_message",
     )  # fmt: skip
-    first = papermill_probe(scratch, "probe-compile", (0,), cache, mode="compile", recompile_check="on")
-    again = papermill_probe(scratch, "probe-compile-again", (0,), cache, mode="compile", recompile_check="off")
-    found: dict = {"first": {k: first.get(k) for k in keys}, "again": {k: again.get(k) for k in keys}}
+    first = papermill_probe(
+        scratch, "probe-compile", (0,), cache, mode="compile", recompile_check="on"
+    )
+    again = papermill_probe(
+        scratch, "probe-compile-again", (0,), cache, mode="compile", recompile_check="off"
+    )
+    found: dict = {
+        "first": {k: first.get(k) for k in keys},
+        "again": {k: again.get(k) for k in keys},
+    }
     _verdict(
         found,
         first["status"] == "PASS" and first["compile_backend"] == "tpu",
@@ -348,13 +429,20 @@ def compiled(scratch: Path) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--out", type=Path, default=HERE / "results", help="where device_check_tpu.json goes")
-    parser.add_argument("--budget-s", type=float, default=500.0, help="stop starting steps past this")
+    parser.add_argument(
+        "--out", type=Path, default=HERE / "results", help="where device_check_tpu.json goes"
+    )
+    parser.add_argument(
+        "--budget-s", type=float, default=500.0, help="stop starting steps past this"
+    )
     args = parser.parse_args()
     from model_support.probe.devices import tpu
 
     if not tpu.torch_tpu_installed():
-        print("no TPU here: torch_tpu is not installed (on a TPU VM: pip install -e '.[tpu]')", file=sys.stderr)
+        print(
+            "no TPU here: torch_tpu is not installed (on a TPU VM: pip install -e '.[tpu]')",
+            file=sys.stderr,
+        )
         return NO_TPU_STATUS
     if not tpu.tpu_hardware_visible():
         print(
@@ -363,7 +451,9 @@ def main() -> int:
             file=sys.stderr,
         )
         return NO_TPU_STATUS
-    scratch = Path(os.environ.get("DEVICE_CHECK_SCRATCH") or tempfile.mkdtemp(prefix="device-check-tpu-")).resolve()
+    scratch = Path(
+        os.environ.get("DEVICE_CHECK_SCRATCH") or tempfile.mkdtemp(prefix="device-check-tpu-")
+    ).resolve()
     scratch.mkdir(parents=True, exist_ok=True)
     check = Check(args.budget_s)
     from fixtures.build import build_fixtures
@@ -383,7 +473,9 @@ def main() -> int:
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "device_check_tpu.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    (args.out / "device_check_tpu.json").write_text(
+        json.dumps(results, indent=1, default=str) + "\n"
+    )
     print(f"wrote {args.out / 'device_check_tpu.json'} in {results['wall_s']} s")
     unverified = [name for name, step in check.steps.items() if step.get("no") or "skipped" in step]
     return 1 if unverified else 0

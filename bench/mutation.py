@@ -120,8 +120,21 @@ TARGETS = (
     Target(
         "perf (likeness)",
         "analysis/perf.py",
-        ("tests/test_likeness.py", "tests/test_perf_noise.py", "tests/test_gate_alike.py", "tests/test_gate.py"),
-        ("METRICS", "COLUMNS", "clock_col", "direction", "derived_tokens_per_s", "judged", "compare_runs"),
+        (
+            "tests/test_likeness.py",
+            "tests/test_perf_noise.py",
+            "tests/test_gate_alike.py",
+            "tests/test_gate.py",
+        ),
+        (
+            "METRICS",
+            "COLUMNS",
+            "clock_col",
+            "direction",
+            "derived_tokens_per_s",
+            "judged",
+            "compare_runs",
+        ),
     ),
     Target(
         "phases",
@@ -156,12 +169,24 @@ TARGETS = (
             "_deadline",
         ),
     ),
-    Target("redact", "redact.py", ("tests/test_redact.py", "tests/test_signatures.py", "-k", "redact or token")),
+    Target(
+        "redact",
+        "redact.py",
+        ("tests/test_redact.py", "tests/test_signatures.py", "-k", "redact or token"),
+    ),
     Target(
         "store (journal)",
         "record/journal.py",
         ("tests/test_journal.py",),
-        ("CHANGE", "SIDECARS", "change", "_apply_sidecars", "_take_over", "interrupted", "finish_interrupted"),
+        (
+            "CHANGE",
+            "SIDECARS",
+            "change",
+            "_apply_sidecars",
+            "_take_over",
+            "interrupted",
+            "finish_interrupted",
+        ),
     ),
 )
 
@@ -176,9 +201,7 @@ LEFT_OUT_OPERATORS = (
 #: Parts of the lines and reasons ``EQUIVALENT`` says more than once.
 _SIGMA = "sigma = statistics.stdev(kept) / _trimmed_bias(len(values)) if len(kept) >= 2 else "
 _SORT = "for old, new in sorted((replace or {}).items(), key=lambda kv: "
-_REGEX = (
-    "the phrase has no regular-expression metacharacter: read as a pattern it matches what it matches read literally"
-)
+_REGEX = "the phrase has no regular-expression metacharacter: read as a pattern it matches what it matches read literally"
 _LONG_TEXT = (
     "not equivalent, guarded elsewhere: the long-text gate's lines (new work, uncommitted when this ran) are killed by "
     "tests/test_long_text.py::test_a_long_text_drop_beyond_the_tolerance_is_a_regression_the_gate_and_the_nightly_name "
@@ -187,23 +210,50 @@ _LONG_TEXT = (
 #: Survivors that change nothing, with why: (target name, the original line, the mutant's line; both stripped) ->
 #: reason. A survivor not here is listed as "no reason" in the report: kill it with a test, or write why it cannot be.
 EQUIVALENT: dict[tuple[str, str, str], str] = {
-    ("decision", "if n > 60:", "if n > 59:"): "60 is a row of the table, returned before this line is reached: "
+    (
+        "decision",
+        "if n > 60:",
+        "if n > 59:",
+    ): "60 is a row of the table, returned before this line is reached: "
     "`> 59` and `> 60` differ at 60 only",
-    ("decision", "if n > 60:", "if n >= 60:"): "the same: `>= 60` and `> 60` differ at 60 only, a row returned above",
-    ("decision", _SIGMA + "0.0", _SIGMA.replace(">= 2", ">= 1") + "0.0"): "`kept` always holds two repeats or more "
+    (
+        "decision",
+        "if n > 60:",
+        "if n >= 60:",
+    ): "the same: `>= 60` and `> 60` differ at 60 only, a row returned above",
+    (
+        "decision",
+        _SIGMA + "0.0",
+        _SIGMA.replace(">= 2", ">= 1") + "0.0",
+    ): "`kept` always holds two repeats or more "
     "here (fewer than two returned None above; two are kept whole, three or more lose one): the else branch is dead",
-    ("decision", _SIGMA + "0.0", _SIGMA + "-1.0"): "the same dead else branch (`kept` holds two repeats or more)",
+    (
+        "decision",
+        _SIGMA + "0.0",
+        _SIGMA + "-1.0",
+    ): "the same dead else branch (`kept` holds two repeats or more)",
     ("decision", _SIGMA + "0.0", _SIGMA + "1.0"): "the same dead else branch",
     (
         "decision",
         "low = max(k for k in _TRIMMED_SIGMA if k < n)",
         "low = max(k for k in _TRIMMED_SIGMA if k <= n)",
     ): "n is no row of the table here (a row returned above): `k <= n` and `k < n` pick the same row",
-    ("decision", "if len(allowed) == len(differs)", "if len(allowed) >= len(differs)"): "`allowed` is a subset of "
-    "`differs`: its length reaches theirs only when they are equal",
-    ("decision", "if len(allowed) == len(differs)", "if len(allowed) is len(differs)"): "lengths of at most three "
+    (
+        "decision",
+        "if len(allowed) == len(differs)",
+        "if len(allowed) >= len(differs)",
+    ): "`allowed` is a subset of `differs`: its length reaches theirs only when they are equal",
+    (
+        "decision",
+        "if len(allowed) == len(differs)",
+        "if len(allowed) is len(differs)",
+    ): "lengths of at most three "
     "(ALIKE's words): CPython keeps one object per small int, so `is` agrees with `==`",
-    ("decision", "if b.state == ABSENT:", "if b.state <= ABSENT:"): "B's state here is `absent` or `no row` (every "
+    (
+        "decision",
+        "if b.state == ABSENT:",
+        "if b.state <= ABSENT:",
+    ): "B's state here is `absent` or `no row` (every "
     "other returned above), and of those only `absent` sorts at or before `absent`",
     (
         "decision",
@@ -252,21 +302,42 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         'share = float(settings.get("perf_budget") or 0.0)',
         'share = float(settings.get("perf_budget") or -1.0)',
     ): "a budget not given read as -1 is at most 0 as 0 is: no limit either way",
-    ("performance (noise)", "if share <= 0:", "if share == 0:"): "`perf_budget` is at least 0 (`probe_params` refuses "
-    "less): `== 0` and `<= 0` agree",
-    ("phases", "staged = False", "staged = True"): "every `device_work` sets it before its only reader (the `stages` "
+    (
+        "performance (noise)",
+        "if share <= 0:",
+        "if share == 0:",
+    ): "`perf_budget` is at least 0 (`probe_params` refuses less): `== 0` and `<= 0` agree",
+    (
+        "phases",
+        "staged = False",
+        "staged = True",
+    ): "every `device_work` sets it before its only reader (the `stages` "
     "hook, which reads it only inside a block) can look at it: the class's initial value is never read",
-    ("gate", "elif change.kind == decision.EXPECTED:", "elif change.kind is decision.EXPECTED:"): "a change's kind "
+    (
+        "gate",
+        "elif change.kind == decision.EXPECTED:",
+        "elif change.kind is decision.EXPECTED:",
+    ): "a change's kind "
     "is always one of `decision`'s own constants (`decide` sets it), so `is` and `==` agree",
     ("gate", 'if "regressions" in fail_on:', 'if not "regressions" in fail_on:'): _LONG_TEXT,
     ("gate", "if dropped:", "if not dropped:"): _LONG_TEXT,
-    ("redact", "@overload", ""): "`typing.overload` declarations, for the type checker: the plain `def` after them "
+    (
+        "redact",
+        "@overload",
+        "",
+    ): "`typing.overload` declarations, for the type checker: the plain `def` after them "
     "replaces them at run time",
-    ("redact", _SORT + "-len(kv[0])):", _SORT + "~len(kv[0])):"): "~n is -n - 1: the same order, longest first",
+    (
+        "redact",
+        _SORT + "-len(kv[0])):",
+        _SORT + "~len(kv[0])):",
+    ): "~n is -n - 1: the same order, longest first",
 }
 
 
-def spans(source: str, names: tuple[str, ...]) -> tuple[list[tuple[int, int]], list[tuple[tuple, tuple]]]:
+def spans(
+    source: str, names: tuple[str, ...]
+) -> tuple[list[tuple[int, int]], list[tuple[tuple, tuple]]]:
     """(the line ranges of ``names``' top-level definitions, every annotation's (start, end) position)."""
     tree = ast.parse(source)
     wanted = []
@@ -362,16 +433,22 @@ def slug(target: Target) -> str:
     return re.sub(r"\W+", "_", target.name).strip("_")
 
 
-def run_target(target: Target, scratch: Path, resume: bool, env: dict, recheck: bool = False) -> dict:
+def run_target(
+    target: Target, scratch: Path, resume: bool, env: dict, recheck: bool = False
+) -> dict:
     """Init (unless resuming), filter, check the tests pass unmutated, run every mutant; returns the figures."""
     module = f"{PACKAGE}/{target.module}"
     source = (scratch / module).read_text()
     unknown = set(target.names) - defined(source)
     if unknown:
-        sys.exit(f"{target.module} defines no {', '.join(sorted(unknown))}: update TARGETS in bench/mutation.py")
+        sys.exit(
+            f"{target.module} defines no {', '.join(sorted(unknown))}: update TARGETS in bench/mutation.py"
+        )
     session = scratch / f"{slug(target)}.sqlite"
     began = time.monotonic()
-    baseline = subprocess.run(test_command(target, 600), cwd=scratch, env=env, capture_output=True, text=True)
+    baseline = subprocess.run(
+        test_command(target, 600), cwd=scratch, env=env, capture_output=True, text=True
+    )
     base_s = time.monotonic() - began
     if baseline.returncode != 0:
         sys.exit(f"{target.name}: its tests fail on the unmutated code:\n{baseline.stdout[-3000:]}")
@@ -388,14 +465,23 @@ def run_target(target: Target, scratch: Path, resume: bool, env: dict, recheck: 
     )
     if not (resume and session.exists()):
         session.unlink(missing_ok=True)
-        subprocess.run([cosmic_ray(), "init", str(config), str(session)], cwd=scratch, check=True, env=env)
+        subprocess.run(
+            [cosmic_ray(), "init", str(config), str(session)], cwd=scratch, check=True, env=env
+        )
         skip(target, session, source)
     elif recheck:  # the survivors tried again (against the tests as they are now), the rest kept
         with sqlite3.connect(session) as db:
             db.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED'")
     print(f"{target.name}: tests pass unmutated in {base_s:.1f} s; running its mutants", flush=True)
-    subprocess.run([cosmic_ray(), "exec", str(config), str(session)], cwd=scratch, check=True, env=env)
-    return {"target": target.name, "seconds": time.monotonic() - began, "baseline_s": base_s, "session": str(session)}
+    subprocess.run(
+        [cosmic_ray(), "exec", str(config), str(session)], cwd=scratch, check=True, env=env
+    )
+    return {
+        "target": target.name,
+        "seconds": time.monotonic() - began,
+        "baseline_s": base_s,
+        "session": str(session),
+    }
 
 
 def skip(target: Target, session: Path, source: str) -> None:
@@ -409,7 +495,9 @@ def skip(target: Target, session: Path, source: str) -> None:
             (spec,) = item.mutations
             why = left_out(target, found, spec.operator_name, spec.start_pos, spec.end_pos)
             if why is not None:
-                db.set_result(item.job_id, WorkResult(worker_outcome=WorkerOutcome.SKIPPED, output=why))
+                db.set_result(
+                    item.job_id, WorkResult(worker_outcome=WorkerOutcome.SKIPPED, output=why)
+                )
 
 
 def figures(target: Target, session: Path, source: str) -> dict:
@@ -420,7 +508,14 @@ def figures(target: Target, session: Path, source: str) -> dict:
         "FROM mutation_specs s LEFT JOIN work_results r ON r.job_id = s.job_id"
     ).fetchall()
     lines = source.splitlines()
-    found = {"generated": len(rows), "left_out": {}, "tried": 0, "killed": 0, "survived": [], "pending": 0}
+    found = {
+        "generated": len(rows),
+        "left_out": {},
+        "tried": 0,
+        "killed": 0,
+        "survived": [],
+        "pending": 0,
+    }
     for operator, row, _col, worker, test, output, diff in rows:
         if worker is None:
             found["pending"] += 1
@@ -429,11 +524,15 @@ def figures(target: Target, session: Path, source: str) -> dict:
         else:
             found["tried"] += 1
             if "no tests ran" in (output or "") or (worker or "").lower() != "normal":
-                found["broken"] = found.get("broken", 0) + 1  # its tests did not run: neither killed nor survived
+                found["broken"] = (
+                    found.get("broken", 0) + 1
+                )  # its tests did not run: neither killed nor survived
             elif (test or "").lower() == "survived":
                 line = lines[row - 1].strip()
                 changed = [
-                    d[1:].strip() for d in (diff or "").splitlines() if d.startswith("+") and not d.startswith("+++")
+                    d[1:].strip()
+                    for d in (diff or "").splitlines()
+                    if d.startswith("+") and not d.startswith("+++")
                 ]
                 reason = EQUIVALENT.get((target.name, line, changed[0] if changed else ""))
                 found["survived"].append(
@@ -486,10 +585,17 @@ def write_report(results: list[dict]) -> None:
             mutant = f" -> `{s['mutant'][0]}`" if s["mutant"] else ""
             out.append(
                 f"- `{r['module']}:{s['line']}` {s['operator']}: `{s['code']}`{mutant}: "
-                + (s["reason"] or "**no reason: kill it with a test or write why it is equivalent**")
+                + (
+                    s["reason"]
+                    or "**no reason: kill it with a test or write why it is equivalent**"
+                )
             )
     out.append(END)
-    text = REPORT.read_text() if REPORT.exists() else "# Mutation testing\n\n" + BEGIN + "\n" + END + "\n"
+    text = (
+        REPORT.read_text()
+        if REPORT.exists()
+        else "# Mutation testing\n\n" + BEGIN + "\n" + END + "\n"
+    )
     head, rest = text.split(BEGIN, 1)
     tail = rest.split(END, 1)[1]
     REPORT.write_text(head + "\n".join(out) + tail)
@@ -497,13 +603,24 @@ def write_report(results: list[dict]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scratch", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "model-support-mutation"))
-    parser.add_argument("--only", action="append", help="a target's name (its first word: decision, gate, ...)")
-    parser.add_argument("--resume", action="store_true", help="carry on with the sessions left in --scratch")
     parser.add_argument(
-        "--recheck", action="store_true", help="try the survivors again (after a new test), keep the rest"
+        "--scratch",
+        default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "model-support-mutation"),
     )
-    parser.add_argument("--report-only", action="store_true", help="rewrite the report from the sessions left")
+    parser.add_argument(
+        "--only", action="append", help="a target's name (its first word: decision, gate, ...)"
+    )
+    parser.add_argument(
+        "--resume", action="store_true", help="carry on with the sessions left in --scratch"
+    )
+    parser.add_argument(
+        "--recheck",
+        action="store_true",
+        help="try the survivors again (after a new test), keep the rest",
+    )
+    parser.add_argument(
+        "--report-only", action="store_true", help="rewrite the report from the sessions left"
+    )
     args = parser.parse_args()
     scratch = Path(args.scratch).resolve()
     if REPO in (scratch, *scratch.parents):
@@ -519,13 +636,21 @@ def main() -> None:
     timings = {}
     for target in chosen:
         if not args.report_only:
-            ran = run_target(target, scratch, args.resume or args.recheck, env, args.recheck)["seconds"]
-            stamp = scratch / f"{slug(target)}.seconds"  # a resumed run adds to the time the first one took
+            ran = run_target(target, scratch, args.resume or args.recheck, env, args.recheck)[
+                "seconds"
+            ]
+            stamp = (
+                scratch / f"{slug(target)}.seconds"
+            )  # a resumed run adds to the time the first one took
             timings[target.name] = ran + (
-                float(stamp.read_text()) if stamp.exists() and (args.resume or args.recheck) else 0.0
+                float(stamp.read_text())
+                if stamp.exists() and (args.resume or args.recheck)
+                else 0.0
             )
     results = []
-    for target in TARGETS:  # every target whose session is here: one run of --only keeps the others' figures
+    for (
+        target
+    ) in TARGETS:  # every target whose session is here: one run of --only keeps the others' figures
         session = scratch / f"{slug(target)}.sqlite"
         if not session.exists():
             continue
@@ -547,7 +672,9 @@ def main() -> None:
     write_report(results)
     for r in results:
         f = r["figures"]
-        print(f"{r['module']}: tried {f['tried']}, killed {f['killed']}, survived {len(f['survived'])}")
+        print(
+            f"{r['module']}: tried {f['tried']}, killed {f['killed']}, survived {len(f['survived'])}"
+        )
 
 
 if __name__ == "__main__":

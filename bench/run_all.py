@@ -154,9 +154,13 @@ def tables() -> str:
             "|---|---|",
         ]
         for label in ("local_1", "local_2", "ray_2"):
-            lines.append(f"| {label.replace('_', ', ')} worker(s) | {sweep[label]['wall_s']:.1f} s |")
+            lines.append(
+                f"| {label.replace('_', ', ')} worker(s) | {sweep[label]['wall_s']:.1f} s |"
+            )
         if "local_2_every_core" in sweep:
-            lines.append(f"| local, 2 workers, each using every core | {sweep['local_2_every_core']['wall_s']:.1f} s |")
+            lines.append(
+                f"| local, 2 workers, each using every core | {sweep['local_2_every_core']['wall_s']:.1f} s |"
+            )
         lines += [
             "",
             f"- 2 workers vs 1: **{sweep['speedup_2_workers']:.2f}x** faster (target >= 1.7x: {ok(sweep['met']['speedup_2_workers'])})",
@@ -169,7 +173,9 @@ def tables() -> str:
         lines.append("")
     analysis = load("analysis")
     if analysis:
-        t, r, e, b, p = (analysis.get(k, {}) for k in ("tables", "render", "explorer", "browser", "pandas"))
+        t, r, e, b, p = (
+            analysis.get(k, {}) for k in ("tables", "render", "explorer", "browser", "pandas")
+        )
         lines += [
             f"### Analysis at scale ({analysis['date']}, {analysis['sweeps']} sweeps x {analysis['models']} models, "
             f"{t.get('rows', 0):,} rows, {analysis.get('parquet_mb')} MB Parquet)",
@@ -196,7 +202,9 @@ def tables() -> str:
             "|---|---|---|",
         ]
         for row in memory["rows"]:
-            lines.append(f"| {row['count']} | {row['peak_rss_mb']:.1f} MB | {row['wall_s']:.1f} s |")
+            lines.append(
+                f"| {row['count']} | {row['peak_rss_mb']:.1f} MB | {row['wall_s']:.1f} s |"
+            )
         lines += [
             "",
             f"Growth from {memory['rows'][0]['count']} to {memory['rows'][-1]['count']} models: "
@@ -266,10 +274,18 @@ def tables() -> str:
     lines += as_typed_table(load("as_typed"))
     scheduler = load("scheduler")
     if scheduler and "table" in scheduler:
-        lines += [f"### Multi-device scheduling by simulation ({scheduler['date']})", "", scheduler["table"], ""]
+        lines += [
+            f"### Multi-device scheduling by simulation ({scheduler['date']})",
+            "",
+            scheduler["table"],
+            "",
+        ]
     numerics = load("numerics")
     if numerics and "table" in numerics:
-        lines += [f"### Is a PASS right? The reference check's thresholds and cost ({numerics['date']})", ""]
+        lines += [
+            f"### Is a PASS right? The reference check's thresholds and cost ({numerics['date']})",
+            "",
+        ]
         lines += [numerics["table"], ""]
     bisect = load("bisect")
     if bisect:
@@ -294,10 +310,19 @@ def tables() -> str:
         lines.append("")
     judge = load("judge")
     if judge and "table" in judge:
-        lines += [f"### The fluency judge on its labelled set ({judge['date']})", "", judge["table"], ""]
+        lines += [
+            f"### The fluency judge on its labelled set ({judge['date']})",
+            "",
+            judge["table"],
+            "",
+        ]
     lines += phases_table(load("phases")) + phases_table(load("phases_ray"))
     lines += device_check_table(load("device_check")) + zygote_table(load("zygote"))
-    lines += perf_table(load("perf")) + perf_table(load("perf_pretend")) + perf_cost_table(load("perf_cost"))
+    lines += (
+        perf_table(load("perf"))
+        + perf_table(load("perf_pretend"))
+        + perf_cost_table(load("perf_cost"))
+    )
     lines += instruments_table(load("instruments"))
     lines += exports_table(load("exports"))
     return "\n".join(lines)
@@ -323,7 +348,9 @@ def exports_table(found: dict) -> list[str]:
                 for k in ("junit", "markdown", "csv", "json", "support")
             )
             goal = (
-                f"< {found['goal_s']:g} s: {ok(found['met']['smoke_command_under_goal'])}" if label == "smoke" else ""
+                f"< {found['goal_s']:g} s: {ok(found['met']['smoke_command_under_goal'])}"
+                if label == "smoke"
+                else ""
             )
             what = "the command" if kind == "command_s" else "the library call"
             lines.append(
@@ -351,7 +378,9 @@ def instruments_table(found: dict) -> list[str]:
     for device, measured in found["devices"].items():
         configs = measured["configs"]
         for s in measured["shares"]:
-            pair = " / ".join(f"{configs[c]['command_cpu_s']['median']:.1f}" for c in (s["with"], s["without"]))
+            pair = " / ".join(
+                f"{configs[c]['command_cpu_s']['median']:.1f}" for c in (s["with"], s["without"])
+            )
             lines.append(
                 f"| {device} | {s['instrument']} | {s['state']} | {s['alone']['extra_cpu_s']:+.3f} "
                 f"| {s['alone']['share']:.1%} | {s['alone']['share_of_stages']:.1%} | {pair} "
@@ -360,7 +389,8 @@ def instruments_table(found: dict) -> list[str]:
     micro = found.get("micro_us_per_op") or {}
     lines += [
         "",
-        "CPU seconds per operator (a CPU `add`, in one process): " + ", ".join(f"{k} {v} us" for k, v in micro.items()),
+        "CPU seconds per operator (a CPU `add`, in one process): "
+        + ", ".join(f"{k} {v} us" for k, v in micro.items()),
         "",
     ]
 
@@ -416,7 +446,9 @@ def perf_table(found: dict) -> list[str]:
     CPU or the pretend device)."""
     if not found:
         return []
-    device = {"cpu": "CPU", "pretend": "pretend device, its modelled clock"}[found.get("device", "cpu")]
+    device = {"cpu": "CPU", "pretend": "pretend device, its modelled clock"}[
+        found.get("device", "cpu")
+    ]
     sized = "perf_spread" in found  # measured since the phase sizes itself (issue 47)
     tokens = "/".join(map(str, found.get("repeat_tokens") or [found.get("perf_tokens")]))
     cpu = found.get("device", "cpu") == "cpu"
@@ -440,7 +472,10 @@ def perf_table(found: dict) -> list[str]:
         if "error" in m:
             lines.append(f"| {name} | failed: {m['error'][-200:]} | | | | | | | |")
             continue
-        ran = ", ".join(f"{n} ({why})" for n, why in zip(m.get("repeats", []), m.get("stops", []))) or "-"
+        ran = (
+            ", ".join(f"{n} ({why})" for n, why in zip(m.get("repeats", []), m.get("stops", [])))
+            or "-"
+        )
         worst = f" / {m['tpot_spread_worst']:.1%}" if "tpot_spread_worst" in m else ""
         across = f"{m['tpot_across_probes']:.1%}" if "tpot_across_probes" in m else "-"
         lines.append(
@@ -501,7 +536,9 @@ def row_bytes_table(found: dict) -> list[str]:
         sweep = run["fixtures"] if isinstance(run["fixtures"], str) else ", ".join(run["fixtures"])
         configs = run.get("configs")
         rows = (
-            " / ".join(f"{configs.get(c, {}).get('rows', 0)}" for c in ("results", "excluded", "ops"))
+            " / ".join(
+                f"{configs.get(c, {}).get('rows', 0)}" for c in ("results", "excluded", "ops")
+            )
             if configs
             else f"{run['rows']} (together)"  # an older entry, from before the ops config: results and excluded
         )
@@ -513,9 +550,14 @@ def row_bytes_table(found: dict) -> list[str]:
             f"{run['bytes_per_row']:,} | {run['repro_script_chars_per_row']:,} | "
             f"{run['repro_settings_chars_per_row']:,} | {run['repro_bodies']} ({run['repro_body_bytes']:,}) |"
         )
-    lines += ["", "Where the bytes went (compressed bytes over every file, the costliest columns first):", ""]
     lines += [
-        f"- {label}: " + ", ".join(f"`{name}` {size:,}" for name, size in run["top_columns"].items())
+        "",
+        "Where the bytes went (compressed bytes over every file, the costliest columns first):",
+        "",
+    ]
+    lines += [
+        f"- {label}: "
+        + ", ".join(f"`{name}` {size:,}" for name, size in run["top_columns"].items())
         for label, run in found["runs"].items()
         if "top_columns" in run
     ]
@@ -558,16 +600,26 @@ def phases_table(phases: dict) -> list[str]:
 
 
 def _load(results: dict) -> str:
-    loads = [r["load_before"] for s in results["scenarios"].values() for r in (s["before"], s["after"])]
+    loads = [
+        r["load_before"] for s in results["scenarios"].values() for r in (s["before"], s["after"])
+    ]
     return f"{min(loads)}-{max(loads)}"
 
 
 def device_check_table(check: dict) -> list[str]:
     """device_check.sh on a CUDA GPU (a dry run on the pretend device is not reported here)."""
     if not check or check.get("dry_run"):
-        return ["### The device check on a CUDA GPU", "", "Not run yet on a GPU: `bench/device_check.sh` there.", ""]
+        return [
+            "### The device check on a CUDA GPU",
+            "",
+            "Not run yet on a GPU: `bench/device_check.sh` there.",
+            "",
+        ]
     steps = check["steps"]
-    lines = [f"### The device check on a CUDA GPU ({check['date']}, {check.get('gpu')}, {check['wall_s']:.0f} s)", ""]
+    lines = [
+        f"### The device check on a CUDA GPU ({check['date']}, {check.get('gpu')}, {check['wall_s']:.0f} s)",
+        "",
+    ]
     lines += ["| step | result |", "|---|---|"]
     for name, step in steps.items():
         shown = (
@@ -601,8 +653,14 @@ def tasks_table(tasks: dict) -> list[str]:
         )
     lines += ["", f"Ratios VLM / {tasks['text']} (medians):", ""]
     for vlm, ratios in tasks["ratios"].items():
-        lines.append(f"- {vlm}: " + ", ".join(f"{k.removesuffix('_s')} {v:.2f}x" for k, v in ratios.items()))
-    lines += ["", f"Drawing the probe image (224x224, integer arithmetic): {1000 * tasks['probe_image_s']:.0f} ms.", ""]
+        lines.append(
+            f"- {vlm}: " + ", ".join(f"{k.removesuffix('_s')} {v:.2f}x" for k, v in ratios.items())
+        )
+    lines += [
+        "",
+        f"Drawing the probe image (224x224, integer arithmetic): {1000 * tasks['probe_image_s']:.0f} ms.",
+        "",
+    ]
     return lines
 
 

@@ -34,8 +34,15 @@ os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp(prefix="hf-datasets-
 #: current test (set per phase), polars' allocator settings (set on its import), what ``ray.init`` writes into the
 #: driver's process once.
 SET_BY_IMPORTS = {"PYTEST_CURRENT_TEST", "_RJEM_MALLOC_CONF"}
-SET_BY_IMPORTS |= {"RAY_AUTH_MODE", "RAY_CLIENT_MODE", "RAY_USAGE_STATS_ENABLED", "PYTHONBREAKPOINT"}
-SET_BY_IMPORTS |= {"TORCHINDUCTOR_CACHE_DIR"}  # torch's inductor, the first time a test's process compiles
+SET_BY_IMPORTS |= {
+    "RAY_AUTH_MODE",
+    "RAY_CLIENT_MODE",
+    "RAY_USAGE_STATS_ENABLED",
+    "PYTHONBREAKPOINT",
+}
+SET_BY_IMPORTS |= {
+    "TORCHINDUCTOR_CACHE_DIR"
+}  # torch's inductor, the first time a test's process compiles
 #: Prefixes of the same: inductor's own private switches (``_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR``).
 SET_BY_PREFIXES = ("_TORCHINDUCTOR_", "TORCHINDUCTOR_")
 
@@ -50,7 +57,11 @@ def leaves_the_environment_and_folder_as_it_found_them():
     before, folder = dict(os.environ), os.getcwd()
     yield
     after, here = dict(os.environ), os.getcwd()
-    names = {n for n in before.keys() | after.keys() if n not in SET_BY_IMPORTS and not n.startswith(SET_BY_PREFIXES)}
+    names = {
+        n
+        for n in before.keys() | after.keys()
+        if n not in SET_BY_IMPORTS and not n.startswith(SET_BY_PREFIXES)
+    }
     changed = sorted(name for name in names if before.get(name) != after.get(name))
     if changed:
         os.environ.clear()
@@ -62,7 +73,15 @@ def leaves_the_environment_and_folder_as_it_found_them():
 
 
 #: Fixtures that run real sweeps, notebooks or renders: a test using one is slow (not in `make test-fast`).
-HEAVY_FIXTURES = {"smoke_sweep", "real_report", "rendered", "fixture_sweep", "browser", "porting_loop", "two_sweeps"}
+HEAVY_FIXTURES = {
+    "smoke_sweep",
+    "real_report",
+    "rendered",
+    "fixture_sweep",
+    "browser",
+    "porting_loop",
+    "two_sweeps",
+}
 
 
 #: Shared fixtures cheap enough to build once per xdist worker (a cached folder listing, a browser launch):
@@ -95,9 +114,12 @@ def longest_first(items, groups: dict) -> list:
     for item in items:
         units.setdefault(groups.get(item, item.nodeid.split("@")[0]), []).append(item)
     seconds = {
-        unit: sum(timed.get(i.nodeid.split("@")[0], UNTIMED_S) for i in members) for unit, members in units.items()
+        unit: sum(timed.get(i.nodeid.split("@")[0], UNTIMED_S) for i in members)
+        for unit, members in units.items()
     }
-    order = sorted(units, key=lambda unit: -seconds[unit])  # sorted() is stable: ties keep the collection's order
+    order = sorted(
+        units, key=lambda unit: -seconds[unit]
+    )  # sorted() is stable: ties keep the collection's order
     return [item for unit in order for item in units[unit]]
 
 
@@ -107,13 +129,19 @@ class XdistGroups:
     worker. xdist 3.8 puts a test in its group by appending ``@group`` to its node id through
     ``item._nodeid``, which pytest 9.2's structured node ids ignore: the id is set here as xdist means to."""
 
-    @pytest.hookimpl(trylast=True)  # after deselection, and after xdist's own hook (which finds no id to change)
+    @pytest.hookimpl(
+        trylast=True
+    )  # after deselection, and after xdist's own hook (which finds no id to change)
     def pytest_collection_modifyitems(self, config, items):
         from _pytest.nodeid import NodeId
 
-        loadgroup = config.getoption("loadgroup", False)  # set on xdist's workers by --dist loadgroup
+        loadgroup = config.getoption(
+            "loadgroup", False
+        )  # set on xdist's workers by --dist loadgroup
         groups = shared_fixture_groups(items)
-        items[:] = longest_first(items, groups)  # xdist keeps this order with --no-loadscope-reorder (make test)
+        items[:] = longest_first(
+            items, groups
+        )  # xdist keeps this order with --no-loadscope-reorder (make test)
         for item, group in groups.items():
             item.add_marker(pytest.mark.xdist_group(group))
             if loadgroup and "@" not in item.nodeid:
@@ -123,11 +151,17 @@ class XdistGroups:
     def pytest_runtest_logreport(self, report):
         """Each test's seconds, summed over its phases, for `make test-durations` (``--write-durations``)."""
         yield
-        self.seconds[report.nodeid.split("@")[0]] = self.seconds.get(report.nodeid.split("@")[0], 0.0) + report.duration
+        self.seconds[report.nodeid.split("@")[0]] = (
+            self.seconds.get(report.nodeid.split("@")[0], 0.0) + report.duration
+        )
 
     def pytest_sessionfinish(self, session):
-        if session.config.getoption("write_durations") and not os.environ.get("PYTEST_XDIST_WORKER"):
-            kept = {nodeid: round(s, 1) for nodeid, s in sorted(self.seconds.items()) if s >= UNTIMED_S}
+        if session.config.getoption("write_durations") and not os.environ.get(
+            "PYTEST_XDIST_WORKER"
+        ):
+            kept = {
+                nodeid: round(s, 1) for nodeid, s in sorted(self.seconds.items()) if s >= UNTIMED_S
+            }
             DURATIONS.write_text(json.dumps(kept, indent=0) + "\n")
 
     def __init__(self):
@@ -185,7 +219,9 @@ def shared_fixture_groups(items) -> dict:
 def _ours_and_shared(fixturedef) -> bool:
     """A fixture of this test suite (conftest or a test module), built once per module or session."""
     module = getattr(fixturedef.func, "__module__", "") or ""
-    return fixturedef.scope in ("module", "package", "session") and (module == "conftest" or module.startswith("test_"))
+    return fixturedef.scope in ("module", "package", "session") and (
+        module == "conftest" or module.startswith("test_")
+    )
 
 
 @pytest.fixture(scope="session")

@@ -12,13 +12,21 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 #: The environment the shell gave pytest (conftest.py kept it before the test harness changed anything): what a
 #: command a user types runs in.
-SHELL_ENVIRON: dict[str, str] = json.loads(os.environ.get("MODEL_SUPPORT_TESTS_SHELL_ENV") or "{}") or dict(os.environ)
+SHELL_ENVIRON: dict[str, str] = json.loads(
+    os.environ.get("MODEL_SUPPORT_TESTS_SHELL_ENV") or "{}"
+) or dict(os.environ)
 FAKE_TOKEN = "hf_" + "FakeTokenForLeakTests" + "x" * 16  # placed in HF_TOKEN during the smoke sweep
 CHROMIUM = Path("/usr/bin/chromium")
 
 
 def pretend_cli(
-    args: list, data: Path, pretend: dict | None, *, check: bool = False, threads: int | None = None, timeout: int = 900
+    args: list,
+    data: Path,
+    pretend: dict | None,
+    *,
+    check: bool = False,
+    threads: int | None = None,
+    timeout: int = 900,
 ) -> subprocess.CompletedProcess:
     """``model-support ARGS --data-dir DATA`` in a child process on the pretend device configured by ``pretend``
     (``MODEL_SUPPORT_PRETEND``; registered only in that process, never in a test worker; None: unset, the pretend
@@ -60,7 +68,10 @@ def stored_records(data: Path, sweep_id: str) -> list[dict]:
     from model_support.record import store
 
     bodies = store.repro_dir(data, sweep_id)
-    return [{**r, "repro_script": repro.script_of(r, bodies)} for r in store.read_records(data, sweep_id)]
+    return [
+        {**r, "repro_script": repro.script_of(r, bodies)}
+        for r in store.read_records(data, sweep_id)
+    ]
 
 
 def read_json(path: Path) -> dict:
@@ -72,11 +83,19 @@ def probe_record(tmp_path: Path, model: str, **parameters) -> dict:
     name = Path(model).name
     record_path = tmp_path / f"{name}.json"
     parameters = {"device": "cpu", "reference": "none", **parameters}
-    run_notebook("probe.ipynb", tmp_path / f"{name}.ipynb", model_id=model, record_path=str(record_path), **parameters)
+    run_notebook(
+        "probe.ipynb",
+        tmp_path / f"{name}.ipynb",
+        model_id=model,
+        record_path=str(record_path),
+        **parameters,
+    )
     return read_json(record_path)
 
 
-def cli_debug(data: Path, path: str, probe: dict, matrix: dict, variant: str) -> subprocess.CompletedProcess:
+def cli_debug(
+    data: Path, path: str, probe: dict, matrix: dict, variant: str
+) -> subprocess.CompletedProcess:
     """``model-support debug s <folder name> --variant VARIANT`` for real, on a one-model sweep ``s``
     written under ``data`` with ``probe`` settings and ``matrix`` (nothing probed). The debug notebook,
     when it runs, is ``sweep_dir(data, "s")/debug/local_<folder>@<variant>.ipynb``."""
@@ -94,7 +113,9 @@ def cli_debug(data: Path, path: str, probe: dict, matrix: dict, variant: str) ->
     )
     meta.write(store.sweep_dir(data, "s"))
     command = [sys.executable, "-m", "model_support.cli", "debug", "s", name, "--variant", variant]
-    return subprocess.run([*command, "--data-dir", str(data)], capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        [*command, "--data-dir", str(data)], capture_output=True, text=True, timeout=900
+    )
 
 
 def cli_sweep(tmp_path: Path, definition: dict, *flags: str) -> tuple[Path, str]:
@@ -108,7 +129,16 @@ def cli_sweep(tmp_path: Path, definition: dict, *flags: str) -> tuple[Path, str]
     path.write_text(yaml.safe_dump(definition))
     data = tmp_path / "data"
     run = subprocess.run(
-        [sys.executable, "-m", "model_support.cli", "sweep", str(path), "--data-dir", str(data), *flags],
+        [
+            sys.executable,
+            "-m",
+            "model_support.cli",
+            "sweep",
+            str(path),
+            "--data-dir",
+            str(data),
+            *flags,
+        ],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -138,7 +168,9 @@ def offline_page(browser):
 
 def assert_charts_drawn(page, min_charts: int, timeout_ms: int = 20000) -> None:
     """At least ``min_charts`` report charts, each with a rendered SVG of real size."""
-    page.wait_for_function(f"document.querySelectorAll('.ms-chart svg').length >= {min_charts}", timeout=timeout_ms)
+    page.wait_for_function(
+        f"document.querySelectorAll('.ms-chart svg').length >= {min_charts}", timeout=timeout_ms
+    )
     charts = page.locator(".ms-chart")
     assert charts.count() >= min_charts
     for i in range(charts.count()):
@@ -151,7 +183,9 @@ def wait_count(page, n: int) -> None:
     page.wait_for_function(f"document.querySelector('#match-count').textContent.startsWith('{n} ')")
 
 
-def ready_made_sweep(data: Path, sweep_id: str, day: int, rows: dict[str, dict], defined=None, excluded=()) -> None:
+def ready_made_sweep(
+    data: Path, sweep_id: str, day: int, rows: dict[str, dict], defined=None, excluded=()
+) -> None:
     """A sweep of ready-made records, for the gate and the diff: ``rows`` {model: the record's fields} (``status``
     PASS unless given: a PASS matches the reference, a failure has a signature), ``defined`` its definition's models
     (``rows``' by default), ``excluded`` the models it excluded (an excluded row, the environment's doing)."""
@@ -180,7 +214,9 @@ def ready_made_sweep(data: Path, sweep_id: str, day: int, rows: dict[str, dict],
     store.compact(data, sweep_id)
 
 
-def wait_until_blocked(thread, innermost: str, within: str | None = None, timeout: float = 60.0) -> None:
+def wait_until_blocked(
+    thread, innermost: str, within: str | None = None, timeout: float = 60.0
+) -> None:
     """Until ``thread`` is blocked where the test says it must wait: its innermost Python frame is the function
     ``innermost`` (a C call such as ``flock`` or a lock's ``acquire`` has none of its own), called from ``within``
     when given. A wait observed, not a sleep guessed: ``sleep(0.2); assert not done`` passes on a busy host where
@@ -202,7 +238,9 @@ def wait_until_blocked(thread, innermost: str, within: str | None = None, timeou
     while time.monotonic() < deadline:
         at = where()
         if at is not None:
-            time.sleep(0.05)  # still there, at the same instruction, a while later: blocked, not passing through
+            time.sleep(
+                0.05
+            )  # still there, at the same instruction, a while later: blocked, not passing through
             if where() == at:
                 return
         if not thread.is_alive():

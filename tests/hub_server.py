@@ -81,7 +81,11 @@ ROUTES = [
     ("bucket_resolve", "GET HEAD", rf"^/buckets/{_BUCKET}/resolve/(?P<path>.+)$"),
     ("lfs_batch", "POST", rf"^/(?:(?P<type>datasets)/)?{_REPO}\.git/info/lfs/objects/batch$"),
     ("lfs_put", "PUT", r"^/_lfs/(?P<oid>[0-9a-f]{64})$"),
-    ("resolve", "GET HEAD", rf"^/(?:(?P<type>datasets)/)?{_REPO}/(?:resolve|blob)/{_REV}/(?P<path>.+)$"),
+    (
+        "resolve",
+        "GET HEAD",
+        rf"^/(?:(?P<type>datasets)/)?{_REPO}/(?:resolve|blob)/{_REV}/(?P<path>.+)$",
+    ),
 ]
 
 
@@ -97,7 +101,10 @@ def _card(readme: Path) -> dict:
     text, data, key = readme.read_text(errors="replace") if readme.is_file() else "", {}, None
     for line in text.split("\n---", 1)[0].splitlines()[1:] if text.startswith("---") else []:
         if line.lstrip().startswith("- ") and key:
-            data[key] = [*(data[key] if isinstance(data[key], list) else []), line.strip()[2:].strip("'\"")]
+            data[key] = [
+                *(data[key] if isinstance(data[key], list) else []),
+                line.strip()[2:].strip("'\""),
+            ]
         elif ":" in line and not line.startswith((" ", "#")):
             key, _, value = (part.strip() for part in line.partition(":"))
             data[key] = value.strip("'\"") or None
@@ -108,8 +115,13 @@ def _safetensors(paths: list[Path]) -> dict | None:
     """Parameter counts per dtype from safetensors headers, as the Hub's `safetensors` field gives them."""
     counts: dict[str, int] = {}
     for path in paths:
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError, struct.error), open(path, "rb") as f:
-            n = struct.unpack("<Q", f.read(8))[0]  # header size; random bytes give nonsense: skip those
+        with (
+            contextlib.suppress(OSError, ValueError, KeyError, TypeError, struct.error),
+            open(path, "rb") as f,
+        ):
+            n = struct.unpack("<Q", f.read(8))[
+                0
+            ]  # header size; random bytes give nonsense: skip those
             header = json.loads(f.read(n)) if n <= min(path.stat().st_size, 1 << 27) else {}
             for t in (t for name, t in header.items() if name != "__metadata__"):
                 counts[t["dtype"]] = counts.get(t["dtype"], 0) + math.prod(t["shape"])
@@ -124,7 +136,15 @@ class Faults:
         self._server, self._lock, self.rules = server, threading.Lock(), []
 
     def _add(self, kind: str, **rule) -> dict:
-        rule = {"kind": kind, "repo": None, "path": None, "method": None, "route": None, "times": None, **rule}
+        rule = {
+            "kind": kind,
+            "repo": None,
+            "path": None,
+            "method": None,
+            "route": None,
+            "times": None,
+            **rule,
+        }
         with self._lock:
             self.rules.append(rule)
         return rule
@@ -173,7 +193,9 @@ class Faults:
         with self._lock:
             return [dict(r) for r in self.rules]
 
-    def take(self, kind: str, method: str, repo: str | None, path: str | None, route: str | None = None) -> dict | None:
+    def take(
+        self, kind: str, method: str, repo: str | None, path: str | None, route: str | None = None
+    ) -> dict | None:
         """The first live rule of `kind` matching the request, one of its `times` used up."""
         with self._lock:
             for r in self.rules:
@@ -183,7 +205,9 @@ class Faults:
                     and r["repo"] in (None, repo)
                     and r["method"] in (None, method)
                     and r.get("route") in (None, route)
-                    and (r["path"] is None or (path is not None and fnmatch.fnmatch(path, r["path"])))
+                    and (
+                        r["path"] is None or (path is not None and fnmatch.fnmatch(path, r["path"]))
+                    )
                 ):
                     r["times"] = None if r["times"] is None else r["times"] - 1
                     return dict(r)
@@ -194,17 +218,30 @@ class HubServer:
     """Local folders served as Hub repos: `with HubServer({"org/name": folder}) as s: ... s.url`. Repos are
     keyed by (type, id); what clients push is kept in `storage` (a temporary folder, removed on stop)."""
 
-    page_size = 1000  # entries per tree / list page (the Hub's cap); lower it to exercise pagination
+    page_size = (
+        1000  # entries per tree / list page (the Hub's cap); lower it to exercise pagination
+    )
     lfs_min_size, lfs_extensions = LFS_MIN_SIZE, LFS_EXTENSIONS
 
     def __init__(self, repos: dict | None = None, host: str = "127.0.0.1", port: int = 0):
-        self.host, self.port, self.tokens, self.write_tokens, self.requests = host, port, set(), set(), []
+        self.host, self.port, self.tokens, self.write_tokens, self.requests = (
+            host,
+            port,
+            set(),
+            set(),
+            [],
+        )
         self.faults = Faults(self)
         self._repos: dict[tuple[str, str], dict] = {}
         self.buckets: dict[str, dict] = {}
         self.storage = Storage(tempfile.mkdtemp(prefix="hub-server-"))
         self._httpd: ThreadingHTTPServer | None = None
-        self._conns, self._lock, self._refusing, self._write_lock = set(), threading.Lock(), False, threading.Lock()
+        self._conns, self._lock, self._refusing, self._write_lock = (
+            set(),
+            threading.Lock(),
+            False,
+            threading.Lock(),
+        )
         for repo_id, folder in (repos or {}).items():
             self.add_repo(repo_id, folder)
 
@@ -212,7 +249,9 @@ class HubServer:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def file_entry(self, rel: str, path: Path, lfs: bool | None = None, sha256: str | None = None) -> dict:
+    def file_entry(
+        self, rel: str, path: Path, lfs: bool | None = None, sha256: str | None = None
+    ) -> dict:
         """A file of a repo, kept at `path`: LFS when `lfs` (None: by size and extension, as a repo's
         .gitattributes would), hashed in a stream then; its blob id is the git sha1 of it or of its pointer."""
         size = path.stat().st_size
@@ -223,7 +262,9 @@ class HubServer:
             if sha256 is None:
                 with open(path, "rb") as fh:
                     sha256 = hashlib.file_digest(fh, "sha256").hexdigest()
-            pointer = f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {size}\n"
+            pointer = (
+                f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {size}\n"
+            )
             f.update(sha256=sha256, blob_id=git_sha1(pointer.encode()), pointer_size=len(pointer))
         else:
             f["blob_id"] = git_sha1(path.read_bytes())
@@ -263,8 +304,12 @@ class HubServer:
         readme = files.get("README.md")
         repo.update(
             files=files,
-            sha=hashlib.sha1("".join(f"{k}\0{v['blob_id']}\n" for k, v in sorted(files.items())).encode()).hexdigest(),
-            safetensors=_safetensors([f["abs"] for k, f in files.items() if k.endswith(".safetensors")]),
+            sha=hashlib.sha1(
+                "".join(f"{k}\0{v['blob_id']}\n" for k, v in sorted(files.items())).encode()
+            ).hexdigest(),
+            safetensors=_safetensors(
+                [f["abs"] for k, f in files.items() if k.endswith(".safetensors")]
+            ),
             card=_card(readme["abs"]) if readme else {},
         )
 
@@ -278,20 +323,26 @@ class HubServer:
         return self._repos[(repo_type, repo_id)]["sha"]
 
     def start(self) -> HubServer:
-        self._httpd = ThreadingHTTPServer((self.host, self.port), type("Handler", (_Handler,), {"hub": self}))
+        self._httpd = ThreadingHTTPServer(
+            (self.host, self.port), type("Handler", (_Handler,), {"hub": self})
+        )
         self.port = self._httpd.server_address[1]
         self._serve()
         return self
 
     def _serve(self) -> None:
-        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
 
     def _set_refusing(self, on: bool) -> None:
         with self._lock:
             if on == self._refusing or self._httpd is None:
                 return
             self._refusing = on
-            if on:  # a bound socket that does not listen: the port stays ours, connections are refused
+            if (
+                on
+            ):  # a bound socket that does not listen: the port stays ours, connections are refused
                 self._httpd.shutdown()
                 self._httpd.socket.close()
                 self._httpd.socket = socket.socket()
@@ -330,7 +381,11 @@ class HubServer:
         bases = card.get("base_model") or []
         tags = [
             library,
-            *(x for x in ("safetensors", "gguf", "onnx") if any(f.endswith("." + x) for f in files)),
+            *(
+                x
+                for x in ("safetensors", "gguf", "onnx")
+                if any(f.endswith("." + x) for f in files)
+            ),
             pipeline,
             *(t for t in card.get("tags") or [] if isinstance(t, str)),
             *([f"license:{card['license']}"] if card.get("license") else []),
@@ -392,7 +447,11 @@ def _siblings(files: dict, blobs: bool) -> list[dict]:
     for sib, f in zip(siblings, files.values()) if blobs else ():
         sib.update(size=f["size"], blobId=f["blob_id"])
         if f["sha256"]:
-            sib["lfs"] = {"sha256": f["sha256"], "size": f["size"], "pointerSize": f["pointer_size"]}
+            sib["lfs"] = {
+                "sha256": f["sha256"],
+                "size": f["size"],
+                "pointerSize": f["pointer_size"],
+            }
     return siblings
 
 
@@ -416,9 +475,14 @@ class _Handler(WriteRoutes, BaseHTTPRequestHandler):
 
     do_HEAD = do_POST = do_DELETE = do_PUT = do_GET
 
-    def _send(self, status: int, body: bytes = b"", headers: dict | None = None, length: int | None = None) -> None:
+    def _send(
+        self, status: int, body: bytes = b"", headers: dict | None = None, length: int | None = None
+    ) -> None:
         self.send_response(status)
-        for key, value in {"Content-Type": "application/json; charset=utf-8", **(headers or {})}.items():
+        for key, value in {
+            "Content-Type": "application/json; charset=utf-8",
+            **(headers or {}),
+        }.items():
             self.send_header(key, str(value))
         self.send_header("Content-Length", str(len(body) if length is None else length))
         self.log["status"] = status
@@ -430,14 +494,22 @@ class _Handler(WriteRoutes, BaseHTTPRequestHandler):
     def _json(self, obj, headers: dict | None = None, status: int = 200) -> None:
         self._send(status, json.dumps(obj).encode(), headers)
 
-    def _error(self, status: int, message: str, code: str | None = None, headers: dict | None = None) -> None:
+    def _error(
+        self, status: int, message: str, code: str | None = None, headers: dict | None = None
+    ) -> None:
         self._json(
             {"error": message},
-            {"X-Error-Message": message, **({"X-Error-Code": code} if code else {}), **(headers or {})},
+            {
+                "X-Error-Message": message,
+                **({"X-Error-Code": code} if code else {}),
+                **(headers or {}),
+            },
             status,
         )
 
-    def _repo(self, repo_type: str, repo_id: str, rev: str | None, download: bool = False) -> dict | None:
+    def _repo(
+        self, repo_type: str, repo_id: str, rev: str | None, download: bool = False
+    ) -> dict | None:
         """The repo, or None after answering the Hub's error."""
         repo = self.hub._repos.get((repo_type, repo_id))
         if repo is None or (repo["private"] and not self.authed):
@@ -495,12 +567,20 @@ class _Handler(WriteRoutes, BaseHTTPRequestHandler):
             route, groups = self._route(method, url.path)
             repo_id, path = groups.get("repo"), groups.get("path")
             self.log.update(
-                repo=repo_id, file=path if route in ("resolve", "bucket_resolve", "tree") else None, route=route
+                repo=repo_id,
+                file=path if route in ("resolve", "bucket_resolve", "tree") else None,
+                route=route,
             )
             if fault := hub.faults.take("fail", method, repo_id, self.log["file"], route):
                 self.log["fault"] = "fail"
-                retry = {} if fault.get("retry_after") is None else {"Retry-After": math.ceil(fault["retry_after"])}
-                return self._error(fault["status"], f"Injected fault: HTTP {fault['status']}", None, retry)
+                retry = (
+                    {}
+                    if fault.get("retry_after") is None
+                    else {"Retry-After": math.ceil(fault["retry_after"])}
+                )
+                return self._error(
+                    fault["status"], f"Injected fault: HTTP {fault['status']}", None, retry
+                )
             if (method, url.path) == ("GET", "/api/models"):
                 return self._list_models()
             if (method, url.path) == ("GET", "/api/whoami-v2"):
@@ -508,7 +588,9 @@ class _Handler(WriteRoutes, BaseHTTPRequestHandler):
             if route is None:
                 return self._error(404, "Sorry, we can't find the page you are looking for.")
             if route in ("info", "tree", "paths_info", "resolve"):
-                if repo := self._repo(groups["type"], repo_id, groups.get("rev"), download=route == "resolve"):
+                if repo := self._repo(
+                    groups["type"], repo_id, groups.get("rev"), download=route == "resolve"
+                ):
                     getattr(self, "_" + route)(repo, path)
                 return None
             getattr(self, "_" + route)(groups)
@@ -522,9 +604,11 @@ class _Handler(WriteRoutes, BaseHTTPRequestHandler):
         for name, methods, rx in ROUTES:
             if method in methods.split() and (m := re.match(rx, path)):
                 groups = {k: unquote(v) for k, v in m.groupdict().items() if v}
-                groups["type"] = {"models": "model", "datasets": "dataset", "buckets": "bucket"}.get(
-                    groups.get("type"), "model"
-                )
+                groups["type"] = {
+                    "models": "model",
+                    "datasets": "dataset",
+                    "buckets": "bucket",
+                }.get(groups.get("type"), "model")
                 return name, groups
         return None, {}
 
@@ -533,7 +617,9 @@ class _Handler(WriteRoutes, BaseHTTPRequestHandler):
             return self._error(401, "Invalid credentials in Authorization header")
         role = "write" if self.can_write else "read"
         token = {"type": "access_token", "accessToken": {"displayName": "hub-server", "role": role}}
-        self._json({"type": "user", "id": "0" * 24, "name": "hub-server-user", "orgs": [], "auth": token})
+        self._json(
+            {"type": "user", "id": "0" * 24, "name": "hub-server-user", "orgs": [], "auth": token}
+        )
 
     def _control(self, method: str, path: str, body: bytes) -> None:
         if (path, method) == ("/_control/requests", "GET"):
@@ -560,11 +646,15 @@ class _Handler(WriteRoutes, BaseHTTPRequestHandler):
     def _info(self, repo: dict, _path: None) -> None:
         info = self.hub.repo_info(repo, blobs=self._flag("blobs"))
         expand = self.query.get("expand")
-        self._json({k: v for k, v in info.items() if k in ("_id", "id", *expand)} if expand else info)
+        self._json(
+            {k: v for k, v in info.items() if k in ("_id", "id", *expand)} if expand else info
+        )
 
     @staticmethod
     def _dirs(repo: dict) -> set[str]:
-        return {"/".join(p.split("/")[:i]) for p in repo["files"] for i in range(1, p.count("/") + 1)}
+        return {
+            "/".join(p.split("/")[:i]) for p in repo["files"] for i in range(1, p.count("/") + 1)
+        }
 
     def _entry(self, repo: dict, name: str, dirs: set[str], expand: bool) -> dict:
         """A tree / paths-info entry: a folder, or a file with its blob id (and LFS info)."""
@@ -575,7 +665,11 @@ class _Handler(WriteRoutes, BaseHTTPRequestHandler):
             f = repo["files"][name]
             entry = {"type": "file", "oid": f["blob_id"], "size": f["size"], "path": name}
             if f["sha256"]:
-                entry["lfs"] = {"oid": f["sha256"], "size": f["size"], "pointerSize": f["pointer_size"]}
+                entry["lfs"] = {
+                    "oid": f["sha256"],
+                    "size": f["size"],
+                    "pointerSize": f["pointer_size"],
+                }
         if expand:
             entry["lastCommit"] = {"id": repo["sha"], "title": "Upload folder", "date": DATE}
         return entry
@@ -584,7 +678,9 @@ class _Handler(WriteRoutes, BaseHTTPRequestHandler):
         prefix = path.strip("/") + "/" if path and path.strip("/") else ""
         dirs = self._dirs(repo)
         if prefix and prefix[:-1] not in dirs:
-            return self._error(404, f"Entry not found: {path}", "EntryNotFound", {"X-Repo-Commit": repo["sha"]})
+            return self._error(
+                404, f"Entry not found: {path}", "EntryNotFound", {"X-Repo-Commit": repo["sha"]}
+            )
         recursive, expand = self._flag("recursive"), self._flag("expand")
         entries = [
             self._entry(repo, name, dirs, expand)
@@ -597,10 +693,15 @@ class _Handler(WriteRoutes, BaseHTTPRequestHandler):
         """POST paths-info: the entries of the named paths that exist (form-encoded, as the client sends it)."""
         form = parse_qs(self.body.decode(), keep_blank_values=True)
         if self.headers.get("Content-Type", "").startswith("application/json"):
-            form = {k: v if isinstance(v, list) else [str(v)] for k, v in json.loads(self.body or b"{}").items()}
+            form = {
+                k: v if isinstance(v, list) else [str(v)]
+                for k, v in json.loads(self.body or b"{}").items()
+            }
         dirs, expand = self._dirs(repo), form.get("expand", [""])[-1].lower() in ("true", "1")
         paths = [p.strip("/") for p in form.get("paths", [])]
-        self._json([self._entry(repo, p, dirs, expand) for p in paths if p in dirs or p in repo["files"]])
+        self._json(
+            [self._entry(repo, p, dirs, expand) for p in paths if p in dirs or p in repo["files"]]
+        )
 
     def _resolve(self, repo: dict, path: str) -> None:
         f, sha = repo["files"].get(path), repo["sha"]
@@ -615,18 +716,34 @@ class _Handler(WriteRoutes, BaseHTTPRequestHandler):
         }
         self._send_file(f["abs"], f["size"], headers, repo["id"], path)
 
-    def _send_file(self, source: Path, size: int, headers: dict, repo_id: str | None = None, path: str | None = None):
+    def _send_file(
+        self,
+        source: Path,
+        size: int,
+        headers: dict,
+        repo_id: str | None = None,
+        path: str | None = None,
+    ):
         """A file's bytes (HEAD: its headers only), honouring `Range` and the cut and throttle faults."""
         headers = {"Accept-Ranges": "bytes", **headers}
         start, end, status, spec = 0, size - 1, 200, self.headers.get("Range", "")
         if spec.startswith("bytes=") and "," not in spec:
             a, _, b = spec[6:].partition("-")
             try:
-                start, end = (size - int(b), size - 1) if not a else (int(a), min(int(b), size - 1) if b else size - 1)
+                start, end = (
+                    (size - int(b), size - 1)
+                    if not a
+                    else (int(a), min(int(b), size - 1) if b else size - 1)
+                )
             except ValueError:
                 start = size
             if not 0 <= start <= end < size:
-                return self._error(416, "Requested Range Not Satisfiable", None, {"Content-Range": f"bytes */{size}"})
+                return self._error(
+                    416,
+                    "Requested Range Not Satisfiable",
+                    None,
+                    {"Content-Range": f"bytes */{size}"},
+                )
             status, headers["Content-Range"] = 206, f"bytes {start}-{end}/{size}"
         get, faults = self.command == "GET", self.hub.faults
         cut = faults.take("cut", "GET", repo_id, path) if get else None
@@ -635,13 +752,22 @@ class _Handler(WriteRoutes, BaseHTTPRequestHandler):
         self._send(status, headers=headers, length=end - start + 1)
         if not get:
             return None
-        rate, remaining, t0 = throttle and throttle["bytes_per_s"], end - start + 1, time.monotonic()
+        rate, remaining, t0 = (
+            throttle and throttle["bytes_per_s"],
+            end - start + 1,
+            time.monotonic(),
+        )
         chunk = max(1024, min(64 * 1024, rate // 20)) if rate else 1 << 20
         with open(source, "rb") as fh:
             fh.seek(start)
             while (
                 remaining > 0
-                and (n := min(chunk, remaining, cut["after_bytes"] - self.log["bytes"] if cut else chunk)) > 0
+                and (
+                    n := min(
+                        chunk, remaining, cut["after_bytes"] - self.log["bytes"] if cut else chunk
+                    )
+                )
+                > 0
             ):
                 data = fh.read(n)
                 self.log["bytes"] += len(data)
@@ -657,7 +783,10 @@ class _Handler(WriteRoutes, BaseHTTPRequestHandler):
 
     def _list_models(self) -> None:
         q, hub = self.query, self.hub
-        wanted, search = q.get("filter", []) + q.get("pipeline_tag", []), q.get("search", [""])[-1].lower()
+        wanted, search = (
+            q.get("filter", []) + q.get("pipeline_tag", []),
+            q.get("search", [""])[-1].lower(),
+        )
         infos = sorted(
             (
                 hub.model_info(r)
@@ -695,18 +824,34 @@ class _Handler(WriteRoutes, BaseHTTPRequestHandler):
             fields = list(infos[0])
         fields += ["cardData"] if self._flag("cardData") else []
         limit = int(q.get("limit", ["0"])[-1] or 0)
-        self._page([{k: i[k] for k in fields if k in i} for i in infos], min(limit or hub.page_size, hub.page_size))
+        self._page(
+            [{k: i[k] for k in fields if k in i} for i in infos],
+            min(limit or hub.page_size, hub.page_size),
+        )
 
 
 @contextlib.contextmanager
-def serve(repos: dict, *, gated=(), private=(), tokens=(), write_tokens=(), metadata: dict | None = None, **kw):
+def serve(
+    repos: dict,
+    *,
+    gated=(),
+    private=(),
+    tokens=(),
+    write_tokens=(),
+    metadata: dict | None = None,
+    **kw,
+):
     """A started HubServer for `repos` ({repo_id: folder}); `gated`, `private`: repo ids; `tokens`: accepted
     read tokens, `write_tokens`: accepted tokens that may also write; `metadata`: {repo_id: model info fields};
     `kw`: host, port. Stopped on exit."""
     server = HubServer(None, **kw)
     for repo_id, folder in repos.items():
         server.add_repo(
-            repo_id, folder, gated=repo_id in gated, private=repo_id in private, metadata=(metadata or {}).get(repo_id)
+            repo_id,
+            folder,
+            gated=repo_id in gated,
+            private=repo_id in private,
+            metadata=(metadata or {}).get(repo_id),
         )
     server.tokens.update(tokens)
     server.write_tokens.update(write_tokens)
@@ -715,13 +860,19 @@ def serve(repos: dict, *, gated=(), private=(), tokens=(), write_tokens=(), meta
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Serve local folders as Hugging Face Hub model repos.")
+    parser = argparse.ArgumentParser(
+        description="Serve local folders as Hugging Face Hub model repos."
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--repo", action="append", default=[], metavar="ORG/NAME=FOLDER")
     parser.add_argument("--gated", action="append", default=[], metavar="ORG/NAME")
-    parser.add_argument("--token", action="append", default=[], help="a token accepted for gated/private repos")
-    parser.add_argument("--write-token", action="append", default=[], help="a token that may also push")
+    parser.add_argument(
+        "--token", action="append", default=[], help="a token accepted for gated/private repos"
+    )
+    parser.add_argument(
+        "--write-token", action="append", default=[], help="a token that may also push"
+    )
     parser.add_argument("--throttle", type=int, default=None, metavar="BYTES_PER_S")
     args = parser.parse_args(argv)
     with serve(

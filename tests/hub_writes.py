@@ -119,16 +119,22 @@ class Storage:
             return None
         from hf_xet import XetFileInfo, XetSession
 
-        with self._lock:  # read from a copy: the uploading client keeps the CAS's own database locked
+        with (
+            self._lock
+        ):  # read from a copy: the uploading client keeps the CAS's own database locked
             self._session = self._session or XetSession()
             copy = Path(tempfile.mkdtemp(dir=self.root, prefix="cas-read-"))
             try:
-                shutil.copytree(self.cas / "xet" / "xorbs", copy / "xet" / "xorbs")  # its database too: it is needed
+                shutil.copytree(
+                    self.cas / "xet" / "xorbs", copy / "xet" / "xorbs"
+                )  # its database too: it is needed
                 expiry = int(time.time()) + 86400
                 with self._session.new_file_download_group(
                     endpoint=f"local://{copy}", token="local", token_expiry_unix_secs=expiry
                 ) as group:
-                    group.start_download_file(XetFileInfo(xet_hash, self._xet[xet_hash]), str(path.with_suffix(".tmp")))
+                    group.start_download_file(
+                        XetFileInfo(xet_hash, self._xet[xet_hash]), str(path.with_suffix(".tmp"))
+                    )
                 path.with_suffix(".tmp").replace(path)
             finally:
                 shutil.rmtree(copy, ignore_errors=True)
@@ -136,7 +142,9 @@ class Storage:
 
     def every_file(self) -> list[Path]:
         """Every stored object (for tests that look through all that was uploaded)."""
-        return sorted(p for p in self.blobs.iterdir() if p.is_file() and not p.name.endswith(".tmp"))
+        return sorted(
+            p for p in self.blobs.iterdir() if p.is_file() and not p.name.endswith(".tmp")
+        )
 
 
 class WriteRoutes:
@@ -149,7 +157,9 @@ class WriteRoutes:
         if not self.authed:
             self._error(401, "Invalid credentials in Authorization header")
         else:
-            self._error(403, f"You don't have the rights to write to {what}: this token is read-only.")
+            self._error(
+                403, f"You don't have the rights to write to {what}: this token is read-only."
+            )
         return False
 
     def _create_repo(self, groups: dict) -> None:
@@ -160,7 +170,10 @@ class WriteRoutes:
         if not self._need_write(f"the namespace {repo_id.split('/')[0]}"):
             return
         url = f"{self.hub.url}/{prefix}{repo_id}"
-        if (repo_type, repo_id) in self.hub._repos:  # the Hub's 409 carries the url: the client returns it
+        if (
+            repo_type,
+            repo_id,
+        ) in self.hub._repos:  # the Hub's 409 carries the url: the client returns it
             message = "You already created this repo"
             return self._json({"error": message, "url": url}, {"X-Error-Message": message}, 409)
         private = body.get("visibility") == "private" or bool(body.get("private"))
@@ -180,7 +193,12 @@ class WriteRoutes:
             known = repo["files"].get(f["path"])
             oid = (known["sha256"] or known["blob_id"]) if known else None
             answer.append(
-                {"path": f["path"], "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False, "oid": oid}
+                {
+                    "path": f["path"],
+                    "uploadMode": "lfs" if lfs else "regular",
+                    "shouldIgnore": False,
+                    "oid": oid,
+                }
             )
         self._json({"files": answer, "commitOid": repo["sha"]})
 
@@ -202,7 +220,11 @@ class WriteRoutes:
                 return
         expiry = int(time.time()) + 3600
         cas = self.hub.storage.cas_url
-        headers = {"X-Xet-Cas-Url": cas, "X-Xet-Access-Token": "local", "X-Xet-Token-Expiration": expiry}
+        headers = {
+            "X-Xet-Cas-Url": cas,
+            "X-Xet-Access-Token": "local",
+            "X-Xet-Token-Expiration": expiry,
+        }
         self._json({"casUrl": cas, "accessToken": "local", "exp": expiry}, headers)
 
     def _lfs_batch(self, groups: dict) -> None:
@@ -212,7 +234,9 @@ class WriteRoutes:
         for obj in json.loads(self.body)["objects"]:
             entry = {"oid": obj["oid"], "size": obj["size"]}
             if not (self.hub.storage.blobs / obj["oid"]).exists():
-                entry["actions"] = {"upload": {"href": f"{self.hub.url}/_lfs/{obj['oid']}", "header": {}}}
+                entry["actions"] = {
+                    "upload": {"href": f"{self.hub.url}/_lfs/{obj['oid']}", "header": {}}
+                }
             objects.append(entry)
         self._json({"transfer": "basic", "objects": objects})
 
@@ -230,7 +254,9 @@ class WriteRoutes:
         header = next((x["value"] for x in lines if x["key"] == "header"), {})
         with self.hub._write_lock:
             if header.get("parentCommit") not in (None, repo["sha"]):
-                return self._error(412, "A commit has happened since. Please refresh and try again.")
+                return self._error(
+                    412, "A commit has happened since. Please refresh and try again."
+                )
             files, added, deleted = dict(repo["files"]), [], []
             for item in (x for x in lines if x["key"] != "header"):
                 key, value = item["key"], item["value"]
@@ -241,15 +267,21 @@ class WriteRoutes:
                 elif key == "lfsFile":
                     blob = self.hub.storage.lfs(value["oid"])
                     if blob is None:
-                        return self._error(422, f"LFS object {value['oid']} of {path} was never uploaded.")
+                        return self._error(
+                            422, f"LFS object {value['oid']} of {path} was never uploaded."
+                        )
                     files[path] = self.hub.file_entry(path, blob, lfs=True, sha256=value["oid"])
                 elif key == "deletedFile":
                     if files.pop(path, None) is None:
-                        return self._error(404, f"A file with this name doesn't exist: {path}", "EntryNotFound")
+                        return self._error(
+                            404, f"A file with this name doesn't exist: {path}", "EntryNotFound"
+                        )
                 elif key == "deletedFolder":
                     gone = [p for p in files if p.startswith(path + "/")]
                     if not gone:
-                        return self._error(404, f"A folder with this name doesn't exist: {path}", "EntryNotFound")
+                        return self._error(
+                            404, f"A folder with this name doesn't exist: {path}", "EntryNotFound"
+                        )
                     for p in gone:
                         del files[p]
                 else:
@@ -257,11 +289,18 @@ class WriteRoutes:
                 (deleted if key.startswith("deleted") else added).append(path)
             self.hub.set_files(repo, files)
             repo["commits"].append(
-                {"oid": repo["sha"], "title": header.get("summary", ""), "added": added, "deleted": deleted}
+                {
+                    "oid": repo["sha"],
+                    "title": header.get("summary", ""),
+                    "added": added,
+                    "deleted": deleted,
+                }
             )
         prefix = "" if repo["type"] == "model" else f"{repo['type']}s/"
         url = f"{self.hub.url}/{prefix}{repo['id']}/commit/{repo['sha']}"
-        self._json({"success": True, "commitOid": repo["sha"], "commitUrl": url, "pullRequestUrl": None})
+        self._json(
+            {"success": True, "commitOid": repo["sha"], "commitUrl": url, "pullRequestUrl": None}
+        )
 
     # --- buckets --------------------------------------------------------------------------------
 
@@ -280,7 +319,11 @@ class WriteRoutes:
             message = "You already created this bucket"
             return self._json({"error": message, "url": url}, {"X-Error-Message": message}, 409)
         body = json.loads(self.body or b"{}")
-        self.hub.buckets[bucket_id] = {"id": bucket_id, "private": body.get("visibility") == "private", "files": {}}
+        self.hub.buckets[bucket_id] = {
+            "id": bucket_id,
+            "private": body.get("visibility") == "private",
+            "files": {},
+        }
         self._json({"url": url, "id": bucket_id})
 
     def _bucket_info(self, groups: dict) -> None:
@@ -309,7 +352,9 @@ class WriteRoutes:
                     continue
                 blob = self.hub.storage.xet(op["xetHash"])
                 if op["type"] != "addFile" or blob is None:
-                    failed.append({"path": path, "error": "unknown operation or Xet file not in the CAS"})
+                    failed.append(
+                        {"path": path, "error": "unknown operation or Xet file not in the CAS"}
+                    )
                     continue
                 size = blob.stat().st_size
                 bucket["files"][path] = {
@@ -322,7 +367,9 @@ class WriteRoutes:
         self._json({"failed": failed}, status=422 if failed else 200)
 
     def _bucket_entry(self, f: dict) -> dict:
-        mtime = f["mtime"] and time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(f["mtime"] / 1000))
+        mtime = f["mtime"] and time.strftime(
+            "%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(f["mtime"] / 1000)
+        )
         return {
             "type": "file",
             "path": f["path"],
@@ -353,7 +400,9 @@ class WriteRoutes:
     def _bucket_paths_info(self, groups: dict) -> None:
         if bucket := self._bucket(groups["repo"]):
             paths = json.loads(self.body or b"{}").get("paths", [])
-            self._json([self._bucket_entry(bucket["files"][p]) for p in paths if p in bucket["files"]])
+            self._json(
+                [self._bucket_entry(bucket["files"][p]) for p in paths if p in bucket["files"]]
+            )
 
     def _bucket_resolve(self, groups: dict) -> None:
         bucket = self._bucket(groups["repo"])
@@ -363,5 +412,11 @@ class WriteRoutes:
         if f is None:
             return self._error(404, "Entry not found", "EntryNotFound")
         refresh = f"{self.hub.url}/api/buckets/{bucket['id']}/xet-read-token"
-        headers = {"X-Xet-Hash": f["xetHash"], "X-Xet-Refresh-Route": refresh, "ETag": f'"{f["xetHash"]}"'}
-        self._send_file(f["abs"], f["size"], {"Content-Type": "application/octet-stream", **headers})
+        headers = {
+            "X-Xet-Hash": f["xetHash"],
+            "X-Xet-Refresh-Route": refresh,
+            "ETag": f'"{f["xetHash"]}"',
+        }
+        self._send_file(
+            f["abs"], f["size"], {"Content-Type": "application/octet-stream", **headers}
+        )

@@ -29,7 +29,9 @@ GEMMAS = ["local:tiny-gemma", "local:tiny-gemma3"]
 VARIANT = probe_params.variant({"device": "cpu"})
 
 
-def make_sweep(data: Path, sweep_id: str = SWEEP, models=GEMMAS, compact: bool = True, **fields) -> Path:
+def make_sweep(
+    data: Path, sweep_id: str = SWEEP, models=GEMMAS, compact: bool = True, **fields
+) -> Path:
     """A sweep whose every model has its record (a complete one), compacted unless told not to."""
     meta = SweepMeta(
         sweep_id=sweep_id,
@@ -42,7 +44,12 @@ def make_sweep(data: Path, sweep_id: str = SWEEP, models=GEMMAS, compact: bool =
     meta.write(store.sweep_dir(data, sweep_id))
     for model_id in models:
         record = schema.empty_record(
-            sweep_id=sweep_id, model_id=model_id, variant=VARIANT, device_type="cpu", duration_s=1.0, **fields
+            sweep_id=sweep_id,
+            model_id=model_id,
+            variant=VARIANT,
+            device_type="cpu",
+            duration_s=1.0,
+            **fields,
         )
         store.store_result(data, sweep_id, record, None, "")
     if compact:
@@ -58,7 +65,11 @@ def typed(*args: str, env: dict | None = None):
 
 def files(folder: Path) -> dict[str, tuple[int, bytes]]:
     """Every file under ``folder``: its modification time and bytes."""
-    return {str(p): (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p): (p.stat().st_mtime_ns, p.read_bytes())
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 # --- 1. an exact name wins over a fragment ---------------------------------------------------------------------
@@ -74,7 +85,10 @@ def test_an_exact_name_wins_over_the_fragments_it_is_part_of():
     assert resolve(hub, "gpt2", "s") == "org/gpt2"  # the name after its organisation
     with pytest.raises(UserError, match=r"^'tiny-gem' matches 2 models of s, give more of the id"):
         resolve(GEMMAS, "tiny-gem", "s")
-    with pytest.raises(UserError, match=r"^'gpt2' is the name of 2 models of s; give the whole id: a/gpt2, b/gpt2\.$"):
+    with pytest.raises(
+        UserError,
+        match=r"^'gpt2' is the name of 2 models of s; give the whole id: a/gpt2, b/gpt2\.$",
+    ):
         resolve(["a/gpt2", "b/gpt2"], "gpt2", "s")
 
 
@@ -83,12 +97,16 @@ def test_support_repro_and_localise_take_the_exact_name(tmp_path, monkeypatch):
     status, out = typed("support", "tiny-gemma", "--json", "--data-dir", str(data))
     assert status == 0 and {card["sweep_id"] for card in json.loads(out)} == {SWEEP}, out
     status, out = typed("repro", SWEEP, "tiny-gemma", "--data-dir", str(data))
-    assert "matches 2 models" not in out and "local:tiny-gemma has no repro script" in out, out  # it got that far
+    assert "matches 2 models" not in out and "local:tiny-gemma has no repro script" in out, (
+        out
+    )  # it got that far
 
     asked = []
     from model_support.debug import localise
 
-    monkeypatch.setattr(localise, "localise", lambda data_dir, sweep_id, model, variant: asked.append(model) or {})
+    monkeypatch.setattr(
+        localise, "localise", lambda data_dir, sweep_id, model, variant: asked.append(model) or {}
+    )
     status, out = typed("localise", SWEEP, "tiny-gemma", "--json", "--data-dir", str(data))
     assert status == 0 and asked == ["local:tiny-gemma"], out
 
@@ -99,7 +117,9 @@ def test_support_repro_and_localise_take_the_exact_name(tmp_path, monkeypatch):
 def test_a_definition_file_and_resume_together_are_refused(tmp_path):
     data = make_sweep(tmp_path)
     before = files(data)
-    status, out = typed("sweep", str(REPO / "params/smoke.yaml"), "--resume", SWEEP, "--data-dir", str(data))
+    status, out = typed(
+        "sweep", str(REPO / "params/smoke.yaml"), "--resume", SWEEP, "--data-dir", str(data)
+    )
     assert status == 2 and "not both" in out and "Traceback" not in out, out
     assert files(data) == before  # no sweep started, nothing written
 
@@ -108,11 +128,15 @@ def test_resuming_a_complete_sweep_says_so_and_rewrites_nothing(tmp_path):
     data = make_sweep(tmp_path)
     before = files(data)
     status, out = typed("sweep", "--resume", SWEEP, "--no-report", "--data-dir", str(data))
-    assert status == 0 and f"sweep {SWEEP}: 0 probed now, 2 models: the sweep is complete" in out, out
+    assert status == 0 and f"sweep {SWEEP}: 0 probed now, 2 models: the sweep is complete" in out, (
+        out
+    )
     assert "nothing rewritten" in out
     assert files(data) == before
     (data / "reports").mkdir()
-    (data / "reports" / f"{SWEEP}.html").write_text("its report")  # with --report: complete once it is there
+    (data / "reports" / f"{SWEEP}.html").write_text(
+        "its report"
+    )  # with --report: complete once it is there
     before = files(data)
     status, out = typed("sweep", "--resume", SWEEP, "--data-dir", str(data))
     assert status == 0 and "nothing rewritten" in out and files(data) == before, out
@@ -127,17 +151,26 @@ def test_resuming_a_sweep_stopped_after_its_last_record_finishes_it(tmp_path):
 
 @pytest.mark.parametrize("name", ["bad/../x", "my sweep", "a" * 101])
 def test_a_sweep_name_that_is_not_a_plain_name_is_refused(name):
-    with pytest.raises(SweepConfigError, match=r"is not a plain name \(its sweep's id and folder would read"):
+    with pytest.raises(
+        SweepConfigError, match=r"is not a plain name \(its sweep's id and folder would read"
+    ):
         definition.parse({"name": name, "models": ["a"]}, source="t.yaml", base=REPO)
-    assert definition.parse({"name": "smoke-1.2_x", "models": ["a"]}, source="t.yaml", base=REPO).name == "smoke-1.2_x"
+    assert (
+        definition.parse({"name": "smoke-1.2_x", "models": ["a"]}, source="t.yaml", base=REPO).name
+        == "smoke-1.2_x"
+    )
 
 
 @pytest.mark.parametrize("fmt", ["markdown", "csv", "json"])
 def test_suspect_fails_outside_junit_is_refused(tmp_path, fmt):
     data = make_sweep(tmp_path, status="PASS")
-    status, out = typed("export", SWEEP, "--format", fmt, "--suspect-fails", "--data-dir", str(data))
+    status, out = typed(
+        "export", SWEEP, "--format", fmt, "--suspect-fails", "--data-dir", str(data)
+    )
     assert status == 2 and "--suspect-fails applies to --format junit" in out, out
-    status, out = typed("export", SWEEP, "--format", "junit", "--suspect-fails", "--data-dir", str(data))
+    status, out = typed(
+        "export", SWEEP, "--format", "junit", "--suspect-fails", "--data-dir", str(data)
+    )
     assert status == 0 and out.startswith("<?xml"), out
 
 
@@ -150,12 +183,19 @@ def test_a_data_folder_that_is_a_file_or_missing_is_named(tmp_path):
     assert status == 2 and "is a file, not a folder" in out, out
     missing = tmp_path / "missing"
     status, out = typed("support", "x", "--data-dir", str(missing))
-    assert status == 2 and f"--data-dir {missing} does not exist" in out and "candidates" not in out, out
+    assert (
+        status == 2 and f"--data-dir {missing} does not exist" in out and "candidates" not in out
+    ), out
     status, out = typed("report", "latest", "--data-dir", str(missing))
-    assert status == 2 and f"There is no 'latest' sweep, since --data-dir {missing} does not exist" in out, out
+    assert (
+        status == 2
+        and f"There is no 'latest' sweep, since --data-dir {missing} does not exist" in out
+    ), out
     status, out = typed("list", env={"MODEL_SUPPORT_DATA_DIR": str(missing)})
     assert status == 2 and f"$MODEL_SUPPORT_DATA_DIR ({missing}) does not exist" in out, out
-    status, out = typed("sweep", "--data-dir", str(missing))  # a sweep creates it: only its own question
+    status, out = typed(
+        "sweep", "--data-dir", str(missing)
+    )  # a sweep creates it: only its own question
     assert status == 2 and "Give a sweep definition" in out and not missing.exists(), out
 
 
@@ -215,11 +255,17 @@ def test_the_explorer_lacks_every_operator_ops_complete_found(tmp_path):
     store.store_result(tmp_path, what_if, run, None, "")
     store.compact(tmp_path, what_if)
     runs = [{"sweep_id": what_if, "host_ops": "missing", "models": llama, "purpose": "complete"}]
-    (store.sweep_dir(tmp_path, stack) / "proof.json").write_text(json.dumps({"runs": runs, "steps": []}))
-    unprobed = pl.DataFrame(
-        schema=dict.fromkeys(("model_id", "variant", "sweep_id", "status", "failure_signature"), pl.String)
+    (store.sweep_dir(tmp_path, stack) / "proof.json").write_text(
+        json.dumps({"runs": runs, "steps": []})
     )
-    _, _, outcomes, _ = explorer_rows.encoded_rows(tmp_path, pl.DataFrame({"sweep_id": [stack]}), unprobed)
+    unprobed = pl.DataFrame(
+        schema=dict.fromkeys(
+            ("model_id", "variant", "sweep_id", "status", "failure_signature"), pl.String
+        )
+    )
+    _, _, outcomes, _ = explorer_rows.encoded_rows(
+        tmp_path, pl.DataFrame({"sweep_id": [stack]}), unprobed
+    )
     assert outcomes["lacks"].to_list() == ["aten::rsqrt, aten::bmm"]
 
 
@@ -242,6 +288,10 @@ def test_a_reports_traceback_names_files_not_the_machine_that_ran_them():
     ]
     assert "<frozen importlib._bootstrap>" in shown and "https://hf.co/docs/a/b" in shown
     assert "alice" not in shown and "~/models/x/config.json" in shown
-    assert failure_place(TRACEBACK) == "modeling_x.attn"  # the record keeps what the signature reads
-    page = html.table_html(pl.DataFrame({"traceback": [TRACEBACK]}))  # as the report's failure modes show it
+    assert (
+        failure_place(TRACEBACK) == "modeling_x.attn"
+    )  # the record keeps what the signature reads
+    page = html.table_html(
+        pl.DataFrame({"traceback": [TRACEBACK]})
+    )  # as the report's failure modes show it
     assert "alice" not in page and "transformers/models/llama/modeling_llama.py" in page

@@ -43,7 +43,12 @@ def test_importing_the_package_first_keeps_torch_tpu_out_of_torch_whatever_the_s
                           "libtpu": "TPU_LIBRARY_PATH" in os.environ}))
     """
     for shell in ({}, {"TORCH_DEVICE_BACKEND_AUTOLOAD": "1"}):
-        assert child(code, **shell) == {"tpu": False, "name": "privateuseone", "autoload": "0", "libtpu": False}
+        assert child(code, **shell) == {
+            "tpu": False,
+            "name": "privateuseone",
+            "autoload": "0",
+            "libtpu": False,
+        }
 
 
 def test_what_a_backend_writes_as_it_loads_is_neither_a_childs_nor_the_recorded_configuration():
@@ -100,7 +105,10 @@ def test_a_users_own_tpu_library_path_is_kept_when_torch_was_imported_first():
         print(json.dumps({"child": [child.get("TPU_LIBRARY_PATH"), child.get("TORCHINDUCTOR_CACHE_DIR")],
                           "config": adapter_for("tpu").configuration()}))
     """
-    mine = {"TPU_LIBRARY_PATH": "/tmp/my_libtpu.so", "TORCHINDUCTOR_CACHE_DIR": "/tmp/my-inductor-cache"}
+    mine = {
+        "TPU_LIBRARY_PATH": "/tmp/my_libtpu.so",
+        "TORCHINDUCTOR_CACHE_DIR": "/tmp/my-inductor-cache",
+    }
     for autoload in ("0", "1"):
         found = child(code, TORCH_DEVICE_BACKEND_AUTOLOAD=autoload, PYTHONWARNINGS="ignore", **mine)
         assert found["child"] == ["/tmp/my_libtpu.so", "/tmp/my-inductor-cache"], (autoload, found)

@@ -34,7 +34,9 @@ from model_support_pretend import CONFIG_VAR
 
 REPO = Path(__file__).resolve().parents[1]
 PRETEND = f"model-support-pretend {metadata.version('model-support-pretend')}"
-TPU = importlib.util.find_spec("torch_tpu") is not None  # installed here for the tpu adapter's tests
+TPU = (
+    importlib.util.find_spec("torch_tpu") is not None
+)  # installed here for the tpu adapter's tests
 
 
 def sweep(data: Path, day: int, rows: list[dict], name: str = "pretend") -> str:
@@ -92,14 +94,18 @@ def test_each_adapter_declares_the_packages_of_its_backend():
     when no adapter declares one; a backend torch ships has none; the TPU's are TorchTPU and libtpu."""
     assert devices.adapter_for("cpu").backend_versions() == []
     assert devices.adapter_for("pretend").backend_versions() == [PRETEND]
-    assert devices.AcceleratorAdapter("pretend").packages() == ("model-support-pretend",)  # from its entry point
+    assert devices.AcceleratorAdapter("pretend").packages() == (
+        "model-support-pretend",
+    )  # from its entry point
     assert devices.adapter_for("xpu").backend_versions() == []
     if TPU:
         assert devices.adapter_for("tpu").backend_versions() == [
             f"torch_tpu {metadata.version('torch_tpu')}",
             f"libtpu {metadata.version('libtpu')}",
         ]
-    assert devices.adapter_class("tpu").offers("fused") and not devices.adapter_class("pretend").offers("fused")
+    assert devices.adapter_class("tpu").offers("fused") and not devices.adapter_class(
+        "pretend"
+    ).offers("fused")
     assert devices.adapter_class("cuda").backend_packages and all(
         p.startswith("nvidia-") for p in devices.adapter_class("cuda").backend_packages
     )
@@ -115,7 +121,9 @@ def test_cudas_toolkit_is_read_without_importing_torch_as_torch_says_it():
         import torch
         print(json.dumps([read, [torch.version.cuda, torch.version.hip]]))
         """
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, cwd=REPO)
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, cwd=REPO
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     (cuda_read, hip_read, imported), said = json.loads(done.stdout.strip().splitlines()[-1])
     assert not imported and [cuda_read, hip_read] == said
@@ -128,7 +136,10 @@ def test_cudas_toolkit_is_read_without_importing_torch_as_torch_says_it():
 @pytest.mark.parametrize(
     ("text", "version"),
     [
-        ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\n", "550.54.15"),
+        (
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\n",
+            "550.54.15",
+        ),
         (
             "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build  (dvs-builder@U16)\n",
             "570.86.15",
@@ -152,9 +163,15 @@ def test_a_record_names_the_backend_and_the_settings_it_ran_with(monkeypatch):
     assert record["backend_versions"] == [PRETEND]
     assert json.loads(record["backend_config"]) == {CONFIG_VAR: '{"devices": 2}'}
     cpu = new_record("local:m", {"device": "cpu"})
-    assert (cpu["backend_versions"], cpu["backend_config"]) == ([], None)  # the pretend settings are not the CPU's
+    assert (cpu["backend_versions"], cpu["backend_config"]) == (
+        [],
+        None,
+    )  # the pretend settings are not the CPU's
     auto = new_record("local:m", {"device": "auto"})
-    assert (auto["backend_versions"], auto["backend_config"]) == (None, None)  # said once the probe has resolved it
+    assert (auto["backend_versions"], auto["backend_config"]) == (
+        None,
+        None,
+    )  # said once the probe has resolved it
 
 
 def test_a_probe_on_auto_records_the_backend_it_resolved(fixture_models):
@@ -168,7 +185,11 @@ def test_a_probe_on_auto_records_the_backend_it_resolved(fixture_models):
         print(json.dumps({{k: record[k] for k in ("status", "device_type", "backend_versions", "backend_config")}}))
         """
     record = child_json(code, {"devices": 1})
-    assert (record["status"], record["device_type"], record["backend_versions"]) == ("PASS", "pretend", [PRETEND])
+    assert (record["status"], record["device_type"], record["backend_versions"]) == (
+        "PASS",
+        "pretend",
+        [PRETEND],
+    )
     assert json.loads(record["backend_config"]) == {CONFIG_VAR: '{"devices": 1}'}
 
 
@@ -183,7 +204,15 @@ def pretend_sweeps(tmp_path):
     ids = [
         sweep(tmp_path, 1, [on_pretend("local:tiny-llama", "FAIL(gen)", config=lacking)]),
         sweep(tmp_path, 2, [on_pretend("local:tiny-llama", "PASS", config='{"devices": 1}')]),
-        sweep(tmp_path, 3, [on_pretend("local:tiny-llama", "PASS", "model-support-pretend 9.9.9", '{"devices": 1}')]),
+        sweep(
+            tmp_path,
+            3,
+            [
+                on_pretend(
+                    "local:tiny-llama", "PASS", "model-support-pretend 9.9.9", '{"devices": 1}'
+                )
+            ],
+        ),
         sweep(tmp_path, 4, [on_pretend("local:tiny-llama", "PASS", config='{"devices":1}')]),
     ]
     return tmp_path, ids
@@ -194,17 +223,25 @@ def test_a_stack_on_the_card_is_its_backend_build_and_its_settings(pretend_sweep
     say the same (JSON spacing aside) are one. The card names the backend as its adapter declared it."""
     data, (lacking, fixed, other_build, fixed_again) = pretend_sweeps
     cards = {(c["backend"], c["sweep_id"]): c for c in support("local:tiny-llama", data)}
-    assert set(cards) == {(PRETEND, fixed_again), (PRETEND, lacking), ("model-support-pretend 9.9.9", other_build)}
+    assert set(cards) == {
+        (PRETEND, fixed_again),
+        (PRETEND, lacking),
+        ("model-support-pretend 9.9.9", other_build),
+    }
     assert [(c["verdict"], c["agreeing"], c["sweeps"]) for c in cards.values()] == [
         ("PASS", 2, 2),  # newest first: the fixed stack, both its sweeps
         ("PASS", 1, 1),
         ("FAIL(gen)", 1, 1),
     ]
-    assert cards[(PRETEND, lacking)]["backend_settings"] == {CONFIG_VAR: '{"missing_ops": ["aten::rsqrt"]}'}
+    assert cards[(PRETEND, lacking)]["backend_settings"] == {
+        CONFIG_VAR: '{"missing_ops": ["aten::rsqrt"]}'
+    }
     assert "torch_tpu" not in cards[(PRETEND, lacking)]
     out = CliRunner().invoke(main, ["support", "local:tiny-llama", "--data-dir", str(data)]).output
     line = next(line for line in out.splitlines() if lacking in line)
-    assert line.startswith(f"pretend [eager+dynamic] torch 2.13.0, {PRETEND}, transformers 5.0.0, {CONFIG_VAR}=")
+    assert line.startswith(
+        f"pretend [eager+dynamic] torch 2.13.0, {PRETEND}, transformers 5.0.0, {CONFIG_VAR}="
+    )
     assert "(1 of 1 sweeps agree)" in line and "torch_tpu" not in out
 
 
@@ -212,7 +249,11 @@ def test_two_sweeps_whose_backend_settings_differ_are_two_stacks_on_the_card(tmp
     """The porting loop of docs/devices.md as a new user reads its card: a stack lacking aten::rsqrt, then the stack
     with it. Two stacks, each with its own verdict (not "1 of 2 sweeps agree"), and no package the pretend backend is
     not made of (torch_tpu is installed here, and older rows' ``versions`` name it)."""
-    lacking = sweep(tmp_path, 1, [recorded_before("local:tiny-llama", "FAIL(gen)", '{"missing_ops": ["aten::rsqrt"]}')])
+    lacking = sweep(
+        tmp_path,
+        1,
+        [recorded_before("local:tiny-llama", "FAIL(gen)", '{"missing_ops": ["aten::rsqrt"]}')],
+    )
     fixed = sweep(tmp_path, 2, [recorded_before("local:tiny-llama", "PASS", "{}")])
     cards = support("local:tiny-llama", tmp_path)
     assert [(c["sweep_id"], c["verdict"], c["agreeing"], c["sweeps"]) for c in cards] == [
@@ -223,9 +264,17 @@ def test_two_sweeps_whose_backend_settings_differ_are_two_stacks_on_the_card(tmp
         {CONFIG_VAR: "{}"},
         {CONFIG_VAR: '{"missing_ops": ["aten::rsqrt"]}'},
     ]
-    assert cards[0]["backend"] is None  # unknown: a record of version 19 did not name the pretend backend's package
-    out = CliRunner().invoke(main, ["support", "local:tiny-llama", "--data-dir", str(tmp_path)]).output
-    assert "1 of 2" not in out and out.count("(1 of 1 sweeps agree)") == 2 and "torch_tpu" not in out
+    assert (
+        cards[0]["backend"] is None
+    )  # unknown: a record of version 19 did not name the pretend backend's package
+    out = (
+        CliRunner()
+        .invoke(main, ["support", "local:tiny-llama", "--data-dir", str(tmp_path)])
+        .output
+    )
+    assert (
+        "1 of 2" not in out and out.count("(1 of 1 sweeps agree)") == 2 and "torch_tpu" not in out
+    )
 
 
 def test_the_history_is_broken_down_by_the_backend_its_adapter_declared(pretend_sweeps):
@@ -251,13 +300,20 @@ def test_older_files_read_the_backend_from_what_they_recorded(tmp_path):
     is what their ``versions`` held of the packages the device's adapter declares, and the settings those their repro
     script set; so an older row and a newer one of one stack are one stack on the card."""
     old_settings = json.dumps({"device_config": {"LIBTPU_INIT_ARGS": "--xla_tpu_flag=1"}})
-    versions = {"torch": "2.13.0", "torch_tpu": "0.2.0", "libtpu": "0.0.52", "transformers": "5.0.0"}
+    versions = {
+        "torch": "2.13.0",
+        "torch_tpu": "0.2.0",
+        "libtpu": "0.0.52",
+        "transformers": "5.0.0",
+    }
     older = {"device_type": "tpu", "versions": versions, "repro_settings": old_settings}
     first = sweep(tmp_path, 1, [{"model_id": "org/m", "status": "PASS", **older}], name="tpu")
     newer = sweep(tmp_path, 2, [{"model_id": "org/m", "status": "FAIL(gen)", **older}], name="tpu")
     path = next((tmp_path / "results").glob(f"sweep={first}/*.parquet"))
     table = pq.read_table(path)
-    pq.write_table(table.drop_columns(["backend_versions", "backend_config"]), path)  # as written before version 20
+    pq.write_table(
+        table.drop_columns(["backend_versions", "backend_config"]), path
+    )  # as written before version 20
     record = store.record_file(tmp_path, newer, "org/m")
     fields = {
         "backend_versions": ["torch_tpu 0.2.0", "libtpu 0.0.52"],
@@ -277,7 +333,11 @@ def test_older_files_read_the_backend_from_what_they_recorded(tmp_path):
 
 
 def test_support_takes_a_models_short_name_as_debug_does(tmp_path):
-    sweep(tmp_path, 1, [recorded_before(m, "PASS", "{}") for m in ("local:tiny-llama", "local:tiny-qwen2")])
+    sweep(
+        tmp_path,
+        1,
+        [recorded_before(m, "PASS", "{}") for m in ("local:tiny-llama", "local:tiny-qwen2")],
+    )
     args = ["--data-dir", str(tmp_path)]
     short = CliRunner().invoke(main, ["support", "tiny-llama", *args])
     assert short.exit_code == 0 and "last verified" in short.output, short.output
@@ -302,7 +362,11 @@ def test_debug_refuses_a_mode_only_where_the_devices_adapter_offers_none(tmp_pat
     monkeypatch.setitem(registry.ADAPTERS, "ownmode", OwnModeAdapter)
     for device in ("ownmode", "pretend", "cpu"):
         SweepMeta(
-            sweep_id=f"s-{device}", name="s", created_at="", probe={"device": device}, models=[ModelEntry("org/m")]
+            sweep_id=f"s-{device}",
+            name="s",
+            created_at="",
+            probe={"device": device},
+            models=[ModelEntry("org/m")],
         ).write(store.sweep_dir(tmp_path, f"s-{device}"))
     run = prepare_debug(tmp_path, "s-ownmode", "m", parameters={"mode": "fused"})
     assert run.parameters["mode"] == "fused" and run.parameters["device"] == "ownmode"
@@ -321,15 +385,23 @@ REMAINING = {
     # the repro body, pasted into every script, may import nothing of the package (.importlinter's repro-body
     # contract), so it cannot ask an adapter: its fused-eager check is TorchTPU's own API
     "probe/probe_compile.py": {"tpu": 7, "torch_tpu": 1},
-    "probe/sharded/__init__.py": {"tpu_rank_env": 1},  # re-exports the tpu adapter's function for tests/test_sharded.py
-    "record/schema.py": {"torch_tpu": 1, "libtpu": 1},  # the versions struct's fields: older files have these columns
+    "probe/sharded/__init__.py": {
+        "tpu_rank_env": 1
+    },  # re-exports the tpu adapter's function for tests/test_sharded.py
+    "record/schema.py": {
+        "torch_tpu": 1,
+        "libtpu": 1,
+    },  # the versions struct's fields: older files have these columns
 }
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
     found = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
+        if (
+            isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body
+        ):
             first = node.body[0]
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
                 found.add(id(first.value))
@@ -360,7 +432,10 @@ def backend_names(source: str) -> Counter:
 
 
 def test_the_scan_sees_a_backend_name_in_code_and_not_in_prose():
-    assert backend_names((REPO / "src/model_support/probe/devices/tpu.py").read_text())["torch_tpu"] >= 1
+    assert (
+        backend_names((REPO / "src/model_support/probe/devices/tpu.py").read_text())["torch_tpu"]
+        >= 1
+    )
     code = 'import torch\n"""Docs about torch_tpu."""\nx = "runs on tpu devices"  # pretend\nif d == "tpu": torch.tpu.f()\n'
     assert backend_names(code) == Counter({"tpu": 2})
 
@@ -381,4 +456,6 @@ def test_no_backend_name_outside_the_device_adapters():
         for where, names in found.items()
     }
     assert {where: names for where, names in beyond.items() if names} == {}
-    assert set(REMAINING) <= set(found), f"fixed: remove {sorted(set(REMAINING) - set(found))} from REMAINING"
+    assert set(REMAINING) <= set(found), (
+        f"fixed: remove {sorted(set(REMAINING) - set(found))} from REMAINING"
+    )

@@ -44,7 +44,9 @@ def two_sweeps(tmp_path_factory, fixture_models):
         "BISECT_FLAKY_COUNTER": str(tmp / "flaky-count"),
     }
     data = tmp / "data"
-    cache = data / "bisect-envs"  # the default cache: the bisects below find these environments there
+    cache = (
+        data / "bisect-envs"
+    )  # the default cache: the bisects below find these environments there
     overlays = Overlays(cache, wheels)
     ids = []
     for name, pins in (
@@ -53,15 +55,29 @@ def two_sweeps(tmp_path_factory, fixture_models):
     ):
         definition = {
             "name": name,
-            "probe": {"device": "cpu", "reference": "none", "judge": False, "trust_remote_code": True},
+            "probe": {
+                "device": "cpu",
+                "reference": "none",
+                "judge": False,
+                "trust_remote_code": True,
+            },
             "timeout_s": 300,
             "workers": 2,
             "models": [str(switch), str(flaky)],
         }
         path = tmp / f"{name}.yaml"
         path.write_text(yaml.safe_dump(definition))
-        command = [str(overlays.python(pins)), "-m", "model_support.cli", "sweep", str(path), "--no-report"]
-        run = subprocess.run([*command, "--data-dir", str(data)], capture_output=True, text=True, cwd=REPO, env=env)
+        command = [
+            str(overlays.python(pins)),
+            "-m",
+            "model_support.cli",
+            "sweep",
+            str(path),
+            "--no-report",
+        ]
+        run = subprocess.run(
+            [*command, "--data-dir", str(data)], capture_output=True, text=True, cwd=REPO, env=env
+        )
         assert run.returncode == 0, run.stderr[-3000:]
         ids.append(next(s for s in store.list_sweeps(data) if s not in ids))
     return {"data": data, "a": ids[0], "b": ids[1], "wheels": wheels, "cache": cache, "env": env}
@@ -69,7 +85,9 @@ def two_sweeps(tmp_path_factory, fixture_models):
 
 def cli(two_sweeps, *args: str, cwd=REPO, data_dir=None) -> subprocess.CompletedProcess:
     command = [*CLI, *args, "--data-dir", str(data_dir or two_sweeps["data"])]
-    return subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=two_sweeps["env"], timeout=900)
+    return subprocess.run(
+        command, capture_output=True, text=True, cwd=cwd, env=two_sweeps["env"], timeout=900
+    )
 
 
 def test_sweeps_record_the_whole_stack_they_ran_on(two_sweeps):
@@ -81,7 +99,9 @@ def test_sweeps_record_the_whole_stack_they_ran_on(two_sweeps):
     assert changes == ["tinydecoy 1.0 -> 1.1", "tinyswitch 1.0 -> 2.1"]
     # each row points at its sweep's stack by hash (a few bytes, not the list)
     for sweep_id, meta in ((a, meta_a), (b, meta_b)):
-        assert {r["stack_sha"] for r in store.read_records(data, sweep_id)} == {provenance.stack_sha(meta.stack)}
+        assert {r["stack_sha"] for r in store.read_records(data, sweep_id)} == {
+            provenance.stack_sha(meta.stack)
+        }
     verdicts = {r["model_id"]: r["status"] for r in store.read_records(data, b)}
     assert verdicts == {"local:switch": "FAIL(gen)", "local:flaky": "FAIL(gen)"}
     assert {r["status"] for r in store.read_records(data, a)} == {"PASS"}
@@ -92,16 +112,28 @@ def test_bisect_names_the_package_and_the_first_release(two_sweeps):
     a, b = two_sweeps["a"], two_sweeps["b"]
     root = two_sweeps["data"].parent
     wheels = str(two_sweeps["wheels"])
-    run = cli(two_sweeps, "bisect", a, b, "--find-links", wheels, "--json", cwd=root, data_dir="data")
+    run = cli(
+        two_sweeps, "bisect", a, b, "--find-links", wheels, "--json", cwd=root, data_dir="data"
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     answers = {x["model_id"]: x for x in json.loads(run.stdout)}
     switch = answers["local:switch"]
     assert switch["status"] == "found", switch
-    assert (switch["package"], switch["last_same"], switch["first_changed"]) == ("tinyswitch", "1.2", "2.0")
-    assert switch["verdicts"] == {"1.0": "PASS", "1.2": "PASS", "2.0": "FAIL(gen)", "2.1": "FAIL(gen)"}
+    assert (switch["package"], switch["last_same"], switch["first_changed"]) == (
+        "tinyswitch",
+        "1.2",
+        "2.0",
+    )
+    assert switch["verdicts"] == {
+        "1.0": "PASS",
+        "1.2": "PASS",
+        "2.0": "FAIL(gen)",
+        "2.1": "FAIL(gen)",
+    }
     # the decoy's swap was tried and did not bring the PASS back
     assert any(
-        s["step"] == "swap" and s["package"] == "tinydecoy" and s["verdict"] == "FAIL(gen)" for s in switch["steps"]
+        s["step"] == "swap" and s["package"] == "tinydecoy" and s["verdict"] == "FAIL(gen)"
+        for s in switch["steps"]
     )
     (skipped,) = switch["skipped"]
     assert skipped["version"] == "1.1" and "no wheel for this Python" in skipped["reason"]
@@ -109,9 +141,13 @@ def test_bisect_names_the_package_and_the_first_release(two_sweeps):
     flaky = answers["local:flaky"]
     assert flaky["status"] == "flaky" and flaky["package"] is None, flaky
     # stored with sweep B, and shown where the change is
-    assert results.changed_by(two_sweeps["data"], b, a) == {("local:switch", "eager+dynamic"): "tinyswitch 2.0"}
+    assert results.changed_by(two_sweeps["data"], b, a) == {
+        ("local:switch", "eager+dynamic"): "tinyswitch 2.0"
+    }
     diff = cli(two_sweeps, "diff", a, b)
-    assert "changed by tinyswitch 2.0" in diff.stdout and "tinyswitch 1.0 -> 2.1" in diff.stdout, diff.stdout
+    assert "changed by tinyswitch 2.0" in diff.stdout and "tinyswitch 1.0 -> 2.1" in diff.stdout, (
+        diff.stdout
+    )
     # the report's header and its changed rows, and the explorer's data, say the same
     from model_support import analysis
     from model_support.render import html, sections
@@ -133,12 +169,26 @@ def test_single_record_form_from_another_folder_and_clean(two_sweeps, tmp_path):
     from the project root (the same default cache): the same first release."""
     b, cache = two_sweeps["b"], two_sweeps["cache"]
     wheels = str(two_sweeps["wheels"])
-    args = ["bisect", b, "switch", "--package", "tinyswitch", "--from", "1.0", "--find-links", wheels]
+    args = [
+        "bisect",
+        b,
+        "switch",
+        "--package",
+        "tinyswitch",
+        "--from",
+        "1.0",
+        "--find-links",
+        wheels,
+    ]
     run = cli(two_sweeps, *args, "--json", "--clean", cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     (answer,) = json.loads(run.stdout)
     assert answer["status"] == "found", answer
-    assert (answer["package"], answer["last_same"], answer["first_changed"]) == ("tinyswitch", "1.2", "2.0")
+    assert (answer["package"], answer["last_same"], answer["first_changed"]) == (
+        "tinyswitch",
+        "1.2",
+        "2.0",
+    )
     assert not cache.exists()  # --clean removed the overlay environments
 
 
@@ -146,16 +196,24 @@ def test_search_says_the_range_it_could_not_split():
     inner = [Release("1.1"), Release("1.2", skip="no wheel for this Python"), Release("1.3")]
     verdicts = {"1.1": "PASS", "1.3": "FAIL(gen)"}
     lo, hi, skipped = split(inner, "PASS", verdicts.__getitem__)
-    assert (lo, hi) == (0, 2) and skipped == {1: "no wheel for this Python"}  # 1.1 .. 1.3: 1.2 untried
+    assert (lo, hi) == (0, 2) and skipped == {
+        1: "no wheel for this Python"
+    }  # 1.1 .. 1.3: 1.2 untried
 
     def uninstallable(version):
         raise InstallError(f"tinyswitch=={version}: conflict")
 
-    assert split([Release("1.5")], "PASS", uninstallable) == (-1, 1, {0: "tinyswitch==1.5: conflict"})
+    assert split([Release("1.5")], "PASS", uninstallable) == (
+        -1,
+        1,
+        {0: "tinyswitch==1.5: conflict"},
+    )
 
 
 def test_releases_between_leave_out_pre_releases_and_yanked():
-    found = [Release(v) for v in ("1.0", "1.1rc1", "1.1", "1.2", "2.0")] + [Release("1.3", yanked=True)]
+    found = [Release(v) for v in ("1.0", "1.1rc1", "1.1", "1.2", "2.0")] + [
+        Release("1.3", yanked=True)
+    ]
     assert [r.version for r in releases.between(found, "1.0", "2.0")] == ["1.1", "1.2"]
     assert [r.version for r in releases.between(found, "2.0", "1.0", pre=True, yanked=True)] == [
         "1.3",
@@ -167,7 +225,12 @@ def test_releases_between_leave_out_pre_releases_and_yanked():
 
 def test_older_sweep_json_reads_its_few_versions_as_the_stack():
     meta = SweepMeta.from_dict(
-        {"sweep_id": "old-20260101T000000Z", "probe": {}, "models": [], "versions": {"torch": "2.9", "python": "3.11"}}
+        {
+            "sweep_id": "old-20260101T000000Z",
+            "probe": {},
+            "models": [],
+            "versions": {"torch": "2.9", "python": "3.11"},
+        }
     )
     assert meta.stack == {} and stacks.sweep_stack(meta) == {"torch": "2.9"}
     assert (
@@ -189,7 +252,12 @@ def test_a_pin_between_two_packages_is_found_and_an_overlay_shadows_the_base(tmp
     (conflict,) = conflicts({}, {"pinned": "2.0", "helper": "1.0"}, layers)
     assert str(conflict) == "pinned 2.0 requires helper>=2, and this environment has helper 1.0"
     assert (
-        conflicts({}, {"pinned": "2.0", "helper": "2.0"}, {**layers, "helper": overlays.layer("helper", "2.0")}) == []
+        conflicts(
+            {},
+            {"pinned": "2.0", "helper": "2.0"},
+            {**layers, "helper": overlays.layer("helper", "2.0")},
+        )
+        == []
     )
     # an overlay's distribution comes first: its version is the one imported and the one metadata reports
     python = overlays.python({"helper": "2.0"})
@@ -206,9 +274,13 @@ def test_pip_builds_the_overlays_where_uv_is_absent(tmp_path):
     write_wheel(wheels, "helper", "3.0", {"helper/__init__.py": "V = 3\n"})
     overlays = Overlays(tmp_path / "envs", wheels)
     overlays.uv = None  # what uv_binary() gives without the uv package or a uv on PATH
-    assert overlays.tool.startswith("pip ") and "pip install 'model-support[bisect]'" in overlays.tool
+    assert (
+        overlays.tool.startswith("pip ") and "pip install 'model-support[bisect]'" in overlays.tool
+    )
     python = overlays.python({"helper": "3.0"})
-    out = subprocess.run([str(python), "-c", "import helper; print(helper.V)"], capture_output=True, text=True)
+    out = subprocess.run(
+        [str(python), "-c", "import helper; print(helper.V)"], capture_output=True, text=True
+    )
     assert out.stdout.strip() == "3", out.stderr[-2000:]
     overlays.clean()
     assert not (tmp_path / "envs").exists()
@@ -219,7 +291,9 @@ def test_many_differing_packages_are_halved_before_one_is_swapped_alone(tmp_path
     from model_support.bisect.search import Bisector, Job
     from model_support.bisect.stacks import Change, Row
 
-    class Counting(Bisector):  # the repro script's answer: A's verdict while pkg-d is at A's version
+    class Counting(
+        Bisector
+    ):  # the repro script's answer: A's verdict while pkg-d is at A's version
         def run(self, job, step, pins, package=None, version=None):
             job.steps.append({"step": step, "package": package})
             return "PASS" if pins.get("pkg-d") == "1" else "FAIL(gen)"
@@ -232,7 +306,9 @@ def test_many_differing_packages_are_halved_before_one_is_swapped_alone(tmp_path
     row = Row("local:m", "eager+dynamic", "PASS", "FAIL(gen)", "", [], 60.0)
     job = Job(row, {c.name: "1" for c in changes}, {c.name: "2" for c in changes}, changes)
     pins_b = {c.name: "2" for c in changes}
-    change, pins, together = bisector.find_package(job, pins_b, {c.name: "1" for c in changes}, "PASS")
+    change, pins, together = bisector.find_package(
+        job, pins_b, {c.name: "1" for c in changes}, "PASS"
+    )
     assert change.name == "pkg-d" and pins["pkg-d"] == "1" and together == []
     assert [s["package"] for s in job.steps] == ["pkg-a, pkg-b, pkg-c", "pkg-d"]
 
@@ -280,7 +356,9 @@ def small_wheels(tmp_path_factory):
         text = NEEDS_OLD.format(other="hubby", name="needy", version=version, good=True)
         write_wheel(folder, "needy", version, {"needy/__init__.py": text}, requires=requires)
     for version, good in (("2.0", True), ("3.0", False)):
-        write_wheel(folder, "needy", version, {"needy/__init__.py": f"V = {version!r}\nGOOD = {good}\n"})
+        write_wheel(
+            folder, "needy", version, {"needy/__init__.py": f"V = {version!r}\nGOOD = {good}\n"}
+        )
     for name in ("pkga", "pkgb", "pkgc", "pkgd"):
         for version in ("1.0", "2.0"):
             text = f"V = {version!r}\n"
@@ -310,7 +388,11 @@ def test_a_release_that_conflicts_is_named_with_the_requirement_and_skipped(smal
     job = small_job(script, {**stack_b, "needy": "1.0"}, stack_b, None, "FAIL(gen)")
     answer = bisector.bisect(job)
     assert answer["status"] == "found", answer
-    assert (answer["package"], answer["last_same"], answer["first_changed"]) == ("needy", "2.0", "3.0")
+    assert (answer["package"], answer["last_same"], answer["first_changed"]) == (
+        "needy",
+        "2.0",
+        "3.0",
+    )
     skipped = {s["version"]: s["reason"] for s in answer["skipped"]}
     assert skipped["1.0"] == (
         "needy 1.0 cannot run with this stack: needy 1.0 requires hubby<2, and this environment has hubby 2.0"
@@ -331,12 +413,22 @@ def test_a_half_that_cannot_be_built_falls_back_to_one_by_one(small_wheels):
 
     bisector = Bisector(Overlays(small_wheels["cache"], small_wheels["wheels"]))
     names = ("pkga", "pkgb", "pkgc", "pkgd")
-    script = VERDICT_OF.format(imports="\n".join(f"import {n}" for n in names), passes='pkgb.V == "1.0"')
-    job = small_job(script, dict.fromkeys(names, "1.0"), dict.fromkeys(names, "2.0"), "PASS", "FAIL(gen)")
+    script = VERDICT_OF.format(
+        imports="\n".join(f"import {n}" for n in names), passes='pkgb.V == "1.0"'
+    )
+    job = small_job(
+        script, dict.fromkeys(names, "1.0"), dict.fromkeys(names, "2.0"), "PASS", "FAIL(gen)"
+    )
     answer = bisector.bisect(job)
-    assert (answer["status"], answer["package"], answer["together"]) == ("found", "pkgb", []), answer
+    assert (answer["status"], answer["package"], answer["together"]) == ("found", "pkgb", []), (
+        answer
+    )
     half = next(s for s in answer["steps"] if s["package"] == "pkga, pkgb")
-    assert half["verdict"] is None and "inconclusive" in half["note"] and "ImportError: pkga 1.0" in half["note"]
+    assert (
+        half["verdict"] is None
+        and "inconclusive" in half["note"]
+        and "ImportError: pkga 1.0" in half["note"]
+    )
     assert answer["installer"].startswith(("uv ", "pip "))
 
 
@@ -346,7 +438,9 @@ def test_halves_move_what_a_pin_ties_to_them_and_the_answer_is_checked(tmp_path)
     from model_support.bisect.envs import Conflict
     from model_support.bisect.search import Bisector
 
-    class Pinned(Bisector):  # a fake environment builder: verdicts and pins from the rule above, nothing built
+    class Pinned(
+        Bisector
+    ):  # a fake environment builder: verdicts and pins from the rule above, nothing built
         def run(self, job, step, pins, package=None, version=None):
             job.steps.append({"step": step, "package": package})
             if pins.get("torch", "2") != pins.get("torchvision", "2"):
@@ -355,15 +449,24 @@ def test_halves_move_what_a_pin_ties_to_them_and_the_answer_is_checked(tmp_path)
 
         def _conflicts(self, pins):
             torch, vision = pins.get("torch", "2"), pins.get("torchvision", "2")
-            return [] if torch == vision else [Conflict("torchvision", vision, f"torch=={vision}", "torch", torch)]
+            return (
+                []
+                if torch == vision
+                else [Conflict("torchvision", vision, f"torch=={vision}", "torch", torch)]
+            )
 
     names = ("torch", "torchvision", "transformers")
     job = small_job("", dict.fromkeys(names, "1"), dict.fromkeys(names, "2"), "PASS", "FAIL(gen)")
     change, pins, together = Pinned(Overlays(tmp_path)).find_package(
         job, dict.fromkeys(names, "2"), dict.fromkeys(names, "1"), "PASS"
     )
-    assert (change.name, together) == ("torch", ["torchvision"]) and pins["torch"] == pins["torchvision"] == "1"
-    assert [s["package"] for s in job.steps] == ["torch (with torchvision)", "torch (with torchvision)"]
+    assert (change.name, together) == ("torch", ["torchvision"]) and pins["torch"] == pins[
+        "torchvision"
+    ] == "1"
+    assert [s["package"] for s in job.steps] == [
+        "torch (with torchvision)",
+        "torch (with torchvision)",
+    ]
 
 
 def test_an_environment_works_from_any_folder_and_is_rechecked_when_reused(tmp_path, monkeypatch):
@@ -379,8 +482,12 @@ def test_an_environment_works_from_any_folder_and_is_rechecked_when_reused(tmp_p
     code = ["-c", "import helper; print(helper.V)"]
     out = subprocess.run([str(python), *code], capture_output=True, text=True, cwd=elsewhere)
     assert out.stdout.strip() == "2.0", out.stderr[-2000:]
-    (pth,) = (here / "cache" / "envs").glob("*/lib/python*/site-packages/_model_support_overlay.pth")
-    relative = pth.read_text().replace(str((here / "cache").resolve()), "cache")  # a relative layer path
+    (pth,) = (here / "cache" / "envs").glob(
+        "*/lib/python*/site-packages/_model_support_overlay.pth"
+    )
+    relative = pth.read_text().replace(
+        str((here / "cache").resolve()), "cache"
+    )  # a relative layer path
     assert "'cache/layers/helper-2.0" in relative
     pth.write_text(relative)
     monkeypatch.chdir(elsewhere)
@@ -397,7 +504,10 @@ def test_layers_are_keyed_on_their_source(tmp_path):
         write_wheel(tmp_path / vendor, "helper", "1.0", {"helper/__init__.py": f"V = {vendor!r}\n"})
         pythons.append(Overlays(cache, tmp_path / vendor).python({"helper": "1.0"}))
     code = ["-c", "import helper; print(helper.V)"]
-    said = [subprocess.run([str(p), *code], capture_output=True, text=True).stdout.strip() for p in pythons]
+    said = [
+        subprocess.run([str(p), *code], capture_output=True, text=True).stdout.strip()
+        for p in pythons
+    ]
     assert said == ["pypi", "vendor"]
 
 
@@ -448,10 +558,16 @@ def test_each_answer_is_stored_as_it_finishes_and_one_that_could_not_run_replace
     answers = OneBug(Overlays(tmp_path / "envs")).bisect_all(jobs, 2, None, store_each)
     assert [a["status"] for a in answers] == ["could not run", "found"]
     assert answers[0]["note"] == "the bisect stopped: RuntimeError: a bug in one row"
-    stored = {a["model_id"]: a["status"] for a in results.read_answers(tmp_path, "b-20260101T000000Z")}
+    stored = {
+        a["model_id"]: a["status"] for a in results.read_answers(tmp_path, "b-20260101T000000Z")
+    }
     assert stored == {"local:bug": "could not run", "local:small": "found"}
-    store_each({**answers[1], "status": "could not run"})  # a later bisect whose steps could not run the pins
-    assert results.changed_by(tmp_path, "b-20260101T000000Z", "a") == {("local:small", "eager+dynamic"): "pkg 2.0"}
+    store_each(
+        {**answers[1], "status": "could not run"}
+    )  # a later bisect whose steps could not run the pins
+    assert results.changed_by(tmp_path, "b-20260101T000000Z", "a") == {
+        ("local:small", "eager+dynamic"): "pkg 2.0"
+    }
 
 
 def test_releases_are_listed_from_the_configured_index(tmp_path, monkeypatch):
@@ -469,7 +585,9 @@ def test_releases_are_listed_from_the_configured_index(tmp_path, monkeypatch):
     class Index(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             found = self.path == "/simple/tinyswitch/" and "json" in self.headers.get("Accept", "")
-            body = json.dumps({"meta": {"api-version": "1.0"}, "name": "tinyswitch", "files": files}).encode()
+            body = json.dumps(
+                {"meta": {"api-version": "1.0"}, "name": "tinyswitch", "files": files}
+            ).encode()
             self.send_response(200 if found else 404)
             self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
             self.end_headers()
@@ -482,7 +600,9 @@ def test_releases_are_listed_from_the_configured_index(tmp_path, monkeypatch):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     extra = tmp_path / "simple" / "tinyswitch"
     extra.mkdir(parents=True)
-    (extra / "index.html").write_text('<a href="../../f/tinyswitch-2.0-py3-none-any.whl#sha256=00">x</a>')
+    (extra / "index.html").write_text(
+        '<a href="../../f/tinyswitch-2.0-py3-none-any.whl#sha256=00">x</a>'
+    )
     index = f"http://127.0.0.1:{server.server_port}/simple"
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("PIP_INDEX_URL", index)
@@ -493,9 +613,19 @@ def test_releases_are_listed_from_the_configured_index(tmp_path, monkeypatch):
         found = {r.version: (r.yanked, r.skip) for r in releases.releases_of("TinySwitch", source)}
     finally:
         server.shutdown()
-    assert found == {"1.0": (False, None), "1.1": (True, None), "1.2": (False, found["1.2"][1]), "2.0": (False, None)}
+    assert found == {
+        "1.0": (False, None),
+        "1.1": (True, None),
+        "1.2": (False, found["1.2"][1]),
+        "2.0": (False, None),
+    }
     assert found["1.2"][1].startswith("requires Python >=4")
-    assert source.flags() == ["--index-url", index, "--extra-index-url", (tmp_path / "simple").as_uri()]
+    assert source.flags() == [
+        "--index-url",
+        index,
+        "--extra-index-url",
+        (tmp_path / "simple").as_uri(),
+    ]
 
 
 def test_two_sweeps_differing_only_in_the_backends_settings_say_so(tmp_path):
@@ -515,9 +645,17 @@ def test_two_sweeps_differing_only_in_the_backends_settings_say_so(tmp_path):
             device_config={"MODEL_SUPPORT_PRETEND": json.dumps(config)},
         ).write(store.sweep_dir(tmp_path, sweep_id))
     line = stacks.sweep_changes_line(tmp_path, "a-20261201T000000Z", "b-20261202T000000Z")
-    assert line == "backend settings that differ: MODEL_SUPPORT_PRETEND: missing_ops '[\"aten::rsqrt\"]' -> (unset)"
-    assert stacks.changes_line([], settings=[]) == "same package versions in both sweeps and the same backend settings"
-    assert stacks.changes_line([], settings=None) == "same package versions in both sweeps"  # not recorded: unknown
+    assert (
+        line
+        == "backend settings that differ: MODEL_SUPPORT_PRETEND: missing_ops '[\"aten::rsqrt\"]' -> (unset)"
+    )
+    assert (
+        stacks.changes_line([], settings=[])
+        == "same package versions in both sweeps and the same backend settings"
+    )
+    assert (
+        stacks.changes_line([], settings=None) == "same package versions in both sweeps"
+    )  # not recorded: unknown
 
 
 def test_a_backend_setting_is_recorded_only_where_its_adapter_declares_it_safe_to_show():
@@ -531,8 +669,12 @@ def test_a_backend_setting_is_recorded_only_where_its_adapter_declares_it_safe_t
     environ = {"VENDOR_FLAGS": "--fast", "VENDOR_LICENSE_KEY": "s3cret", "HOME": "/root"}
     found = Vendor.configuration(environ)
     assert found["VENDOR_FLAGS"] == "--fast" and "s3cret" not in json.dumps(found)
-    assert found["VENDOR_LICENSE_KEY"].startswith("<not shown: sha256 ")  # a change still shows as a change
-    assert Vendor.configuration(environ, shown_only=True) == {"VENDOR_FLAGS": "--fast"}  # what a repro script sets
+    assert found["VENDOR_LICENSE_KEY"].startswith(
+        "<not shown: sha256 "
+    )  # a change still shows as a change
+    assert Vendor.configuration(environ, shown_only=True) == {
+        "VENDOR_FLAGS": "--fast"
+    }  # what a repro script sets
     # the harness's own per-probe variables (a chip's pinning, a rank's place) and the host's own (its accelerator
     # type, issue 58's review: two hosts' records read as two stacks) are not the stack's configuration
     tpu = {
@@ -542,4 +684,7 @@ def test_a_backend_setting_is_recorded_only_where_its_adapter_declares_it_safe_t
         "TPU_ACCELERATOR_TYPE": "v5e",
         "TPU_MIN_LOG_LEVEL": "0",
     }
-    assert TpuAdapter.configuration(tpu) == {"LIBTPU_INIT_ARGS": "--xla_x", "TPU_MIN_LOG_LEVEL": "0"}
+    assert TpuAdapter.configuration(tpu) == {
+        "LIBTPU_INIT_ARGS": "--xla_x",
+        "TPU_MIN_LOG_LEVEL": "0",
+    }

@@ -64,7 +64,9 @@ def _both(device: str, models: list[str]) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize(("device", "models"), [("cpu", FIXTURES), ("pretend", ["tiny-llama", "tiny-gpt2"])])
+@pytest.mark.parametrize(
+    ("device", "models"), [("cpu", FIXTURES), ("pretend", ["tiny-llama", "tiny-gpt2"])]
+)
 def test_a_sampled_census_records_what_a_full_one_does(device, models):
     """8 new tokens: the census counts the prefill and decode steps 1 and 2 (alike), steps off for steps 3 to 6,
     back on for the 7th and what follows (each step's logits read back): the operators, their stages, signatures,
@@ -73,11 +75,16 @@ def test_a_sampled_census_records_what_a_full_one_does(device, models):
     found = _both(device, models)
     for model in models:
         full, sampled = found[f"{model} full"], found[f"{model} sampled"]
-        assert (full["status"], sampled["status"], sampled["tokens_out"]) == ("PASS", "PASS", 8), model
+        assert (full["status"], sampled["status"], sampled["tokens_out"]) == ("PASS", "PASS", 8), (
+            model
+        )
         for field in census.FIELDS:
             assert sampled[field] == full[field], (model, field)
         assert sampled["extrapolated"] == 5 and full["extrapolated"] == 0, model
-        assert sampled["note"].endswith(census.EXTRAPOLATED) and census.EXTRAPOLATED not in full["note"], model
+        assert (
+            sampled["note"].endswith(census.EXTRAPOLATED)
+            and census.EXTRAPOLATED not in full["note"]
+        ), model
         assert sampled["seconds"] == len(sampled["ops_sig_ops"]), model
 
 
@@ -89,7 +96,11 @@ def test_a_generation_that_stops_early_keeps_its_operators_and_misses_one_stop_c
     full, sampled = found["tiny-eos-early full"], found["tiny-eos-early sampled"]
     assert sampled["tokens_out"] == 3 and sampled["extrapolated"] == 0
     assert sampled["ops"] == full["ops"] and sampled["ops_sig_dtypes"] == full["ops_sig_dtypes"]
-    short = {op: f - s for op, f, s in zip(full["ops"], full["ops_calls"], sampled["ops_calls"]) if f != s}
+    short = {
+        op: f - s
+        for op, f, s in zip(full["ops"], full["ops_calls"], sampled["ops_calls"])
+        if f != s
+    }
     assert short == {"aten::max": 1, "aten::eq.Scalar": 1, "aten::_local_scalar_dense": 1}
     assert sampled["note"].endswith(census.EXTRAPOLATED)
 
@@ -126,7 +137,14 @@ def test_the_census_steps_off_only_once_two_decode_steps_are_alike_and_adds_the_
     import torch
     from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-    steps = [["neg", "neg"], ["neg", "relu"], ["neg", "exp"], ["neg", "exp"], ["neg", "exp"], ["neg", "exp"]]
+    steps = [
+        ["neg", "neg"],
+        ["neg", "relu"],
+        ["neg", "exp"],
+        ["neg", "exp"],
+        ["neg", "exp"],
+        ["neg", "exp"],
+    ]
     steps.append(["neg", "exp"])
     counted, inner = census_mode.Census("cpu"), _Streamer()
     timer = counted.following(inner, max_new_tokens=len(steps))
@@ -144,10 +162,19 @@ def test_the_census_steps_off_only_once_two_decode_steps_are_alike_and_adds_the_
         _generate(timer, steps, x)
     fields = counted.fields("run")
     calls = dict(zip(fields["ops"], fields["ops_calls"]))
-    assert calls == {"aten::neg": 8, "aten::relu": 1, "aten::exp": 5, "aten::sum": 1}  # as a full census counts
+    assert calls == {
+        "aten::neg": 8,
+        "aten::relu": 1,
+        "aten::exp": 5,
+        "aten::sum": 1,
+    }  # as a full census counts
     # tokens: the prompt, the prefill's, decode steps 1, 2 (unlike 1), 3 (alike 2: off), 4, 5 (off), 6 (the last: on)
     assert off == [False, False, False, False, True, True, True, False]
-    assert counted.extrapolated == 3 and inner.times == ["prompt"] + ["token"] * len(steps) and inner.ended
+    assert (
+        counted.extrapolated == 3
+        and inner.times == ["prompt"] + ["token"] * len(steps)
+        and inner.ended
+    )
     assert timer.times is inner.times  # the streamer's own, read through
 
 
@@ -169,7 +196,10 @@ def test_a_census_under_another_mode_does_not_step_off():
         with Above():
             _generate(timer, steps, x)
     assert counted.extrapolated == 0 and not counted.stepped
-    assert dict(zip(*(counted.fields("run")[f] for f in ("ops", "ops_calls")))) == {"aten::neg": 6, "aten::sum": 1}
+    assert dict(zip(*(counted.fields("run")[f] for f in ("ops", "ops_calls")))) == {
+        "aten::neg": 6,
+        "aten::sum": 1,
+    }
 
 
 #: tiny-llama probed on the pretend device, each instrument switched: the record's census and host-cost fields.
@@ -193,17 +223,32 @@ def test_each_instrument_is_switched_by_its_probe_setting():
     (null ``ops`` and coverage, ``ops_time_source`` why); ``host_cost`` off counts nothing, saying why."""
     env = {**os.environ, "MODEL_SUPPORT_PRETEND": "{}"}
     done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(SWITCHED)], capture_output=True, text=True, env=env, timeout=600
+        [sys.executable, "-c", textwrap.dedent(SWITCHED)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
-    sampled, full, off = found["{}"], found['{"census": "full"}'], found['{"census": "off", "host_cost": "off"}']
-    assert sampled["status"] == full["status"] == off["status"] == "PASS"
-    assert (sampled["ops"], sampled["ops_calls"]) == (full["ops"], full["ops_calls"]) and sampled["ops_missing"] == []
-    assert (
-        sampled["ops_time_source"].endswith(census.EXTRAPOLATED) and census.EXTRAPOLATED not in full["ops_time_source"]
+    sampled, full, off = (
+        found["{}"],
+        found['{"census": "full"}'],
+        found['{"census": "off", "host_cost": "off"}'],
     )
-    assert (off["ops"], off["ops_missing"], off["ops_time_source"]) == (None, None, "not measured: census=off")
+    assert sampled["status"] == full["status"] == off["status"] == "PASS"
+    assert (sampled["ops"], sampled["ops_calls"]) == (full["ops"], full["ops_calls"]) and sampled[
+        "ops_missing"
+    ] == []
+    assert (
+        sampled["ops_time_source"].endswith(census.EXTRAPOLATED)
+        and census.EXTRAPOLATED not in full["ops_time_source"]
+    )
+    assert (off["ops"], off["ops_missing"], off["ops_time_source"]) == (
+        None,
+        None,
+        "not measured: census=off",
+    )
     assert sampled["host_cost_note"].startswith("counted by the pretend backend")
     assert off["host_cost_note"] == "not measured: host_cost=off"
 
@@ -230,18 +275,30 @@ def test_the_recorder_records_a_probes_own_run_only_when_switched_on(tmp_path, m
         recorder.enter("generate")
         torch.ones(2, device="cpu").neg()  # the recorder's device is not the CPU's: never recorded
     found = flight_recorder.read(tmp_path / flight_recorder.FLIGHT_FILE)
-    meta = {"blocking_env": {"X_BLOCKING": "1"}, "mode": "eager", "recording": switch, "device": "pretend"}
+    meta = {
+        "blocking_env": {"X_BLOCKING": "1"},
+        "mode": "eager",
+        "recording": switch,
+        "device": "pretend",
+    }
     assert found["meta"] == meta
     assert found["recorded"] == 0
     rerun = flight_recorder.recorder_for(settings, _Adapter(), mode_sees=True, rerun=True)
     assert rerun.recording and rerun.meta["recording"] == "on"
-    assert flight_recorder.recorder_for(settings, _Adapter(), mode_sees=True).recording == (switch == "on")
+    assert flight_recorder.recorder_for(settings, _Adapter(), mode_sees=True).recording == (
+        switch == "on"
+    )
 
 
 def _armed(tmp_path, switch: str, blocking: dict | None = None) -> None:
     """A probe's recorder file, armed with ``switch``, as the probe left it."""
-    meta = {"blocking_env": {"X_BLOCKING": "1"} if blocking is None else blocking, "recording": switch}
-    with flight_recorder.FlightRecorder(tmp_path / flight_recorder.FLIGHT_FILE, "cpu", meta, recording=switch == "on"):
+    meta = {
+        "blocking_env": {"X_BLOCKING": "1"} if blocking is None else blocking,
+        "recording": switch,
+    }
+    with flight_recorder.FlightRecorder(
+        tmp_path / flight_recorder.FLIGHT_FILE, "cpu", meta, recording=switch == "on"
+    ):
         pass
 
 
@@ -249,8 +306,18 @@ def _armed(tmp_path, switch: str, blocking: dict | None = None) -> None:
     ("switch", "blocking", "said", "rerun_env"),
     [
         ("auto", None, None, {"X_BLOCKING": "1"}),  # silent: rerun synchronously under the recorder
-        ("auto", {}, None, {}),  # no synchronous switch: rerun all the same, only the rerun can name it
-        ("auto", None, "pretend runtime: fatal error in aten::relu; aborting", None),  # the runtime named it
+        (
+            "auto",
+            {},
+            None,
+            {},
+        ),  # no synchronous switch: rerun all the same, only the rerun can name it
+        (
+            "auto",
+            None,
+            "pretend runtime: fatal error in aten::relu; aborting",
+            None,
+        ),  # the runtime named it
         ("on", None, None, {"X_BLOCKING": "1"}),  # as before: the late report's synchronous rerun
         ("on", {}, None, None),  # recorded, and nothing would make a rerun more exact
         ("off", None, None, None),
@@ -277,7 +344,10 @@ def test_a_silent_abort_is_rerun_under_the_recorder_as_its_setting_says(
         assert ran == [] and not (tmp_path / f"{flight_recorder.RERUN_FILE}.json").exists()
         return
     assert ran == [
-        {"X_BLOCKING": rerun_env.get("X_BLOCKING"), flight_recorder.FLIGHT_VAR: str(tmp_path / "flight-blocking.bin")}
+        {
+            "X_BLOCKING": rerun_env.get("X_BLOCKING"),
+            flight_recorder.FLIGHT_VAR: str(tmp_path / "flight-blocking.bin"),
+        }
     ]
     outcome = json.loads((tmp_path / f"{flight_recorder.RERUN_FILE}.json").read_text())
     assert outcome["exit"] == -signal.SIGABRT and outcome["blocking_env"] == rerun_env
@@ -300,18 +370,31 @@ def test_a_dead_kernels_row_says_how_its_operator_was_found_with_the_recorder_ar
     """auto: the rerun's last operator (synchronous or not, said), or why none: no rerun ran, or it did not die;
     off: not measured, saying so."""
     _armed(tmp_path, "auto")
-    assert flight_recorder.crash_fields(tmp_path, died=True) == {"crash_operator_note": flight_recorder.NOT_RERUN}
-    killed = flight_recorder.crash_fields(tmp_path, died=True, kernel_exit=-9)["crash_operator_note"]  # OOM killer
-    assert killed.startswith("not measured: the kernel was killed by SIGKILL (what the kernel's OOM killer sends")
+    assert flight_recorder.crash_fields(tmp_path, died=True) == {
+        "crash_operator_note": flight_recorder.NOT_RERUN
+    }
+    killed = flight_recorder.crash_fields(tmp_path, died=True, kernel_exit=-9)[
+        "crash_operator_note"
+    ]  # OOM killer
+    assert killed.startswith(
+        "not measured: the kernel was killed by SIGKILL (what the kernel's OOM killer sends"
+    )
     assert "not aborted by its runtime, so it was not rerun" in killed
-    aborted = flight_recorder.crash_fields(tmp_path, died=True, kernel_exit=-6)  # an abort no rerun came back from
+    aborted = flight_recorder.crash_fields(
+        tmp_path, died=True, kernel_exit=-6
+    )  # an abort no rerun came back from
     assert aborted == {"crash_operator_note": flight_recorder.NOT_RERUN}
     found = _rerun(tmp_path, -6, {"X_BLOCKING": "1"})
     assert (found["crash_operator"], found["crash_operator_args"]) == ("aten::exp", "float32[2]")
-    assert found["crash_operator_note"].startswith("the operator a synchronous rerun (X_BLOCKING=1) died in, under")
+    assert found["crash_operator_note"].startswith(
+        "the operator a synchronous rerun (X_BLOCKING=1) died in, under"
+    )
     assert "no synchronous switch" in _rerun(tmp_path, -6, {})["crash_operator_note"]
     found = _rerun(tmp_path, 0, {"X_BLOCKING": "1"})
-    assert "crash_operator" not in found and "ended with exit status 0 without dying" in found["crash_operator_note"]
+    assert (
+        "crash_operator" not in found
+        and "ended with exit status 0 without dying" in found["crash_operator_note"]
+    )
     _armed(tmp_path, "off")
     assert flight_recorder.crash_fields(tmp_path, died=True) == {
         "crash_operator_note": "not measured: flight_recorder=off"

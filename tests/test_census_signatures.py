@@ -32,14 +32,28 @@ def test_the_census_keeps_each_calls_dtypes_and_ranks():
         for op, dtypes, calls, low, high in zip(
             *(
                 fields[f]
-                for f in ("ops_sig_ops", "ops_sig_dtypes", "ops_sig_calls", "ops_sig_min_rank", "ops_sig_max_rank")
+                for f in (
+                    "ops_sig_ops",
+                    "ops_sig_dtypes",
+                    "ops_sig_calls",
+                    "ops_sig_min_rank",
+                    "ops_sig_max_rank",
+                )
             )
         )
     }
-    assert sigs[("aten::_to_copy", "bf16->f32")] == (1, 3, 3)  # the output dtype the call names, after ->
+    assert sigs[("aten::_to_copy", "bf16->f32")] == (
+        1,
+        3,
+        3,
+    )  # the output dtype the call names, after ->
     assert sigs[("aten::rsqrt", "f32")] == (2, 1, 3)  # one signature, ranks 1 to 3
     assert sigs[("aten::cat", "[bf16]")] == (1, 3, 3)  # a list of tensors: its dtypes in brackets
-    assert sigs[("aten::arange", "->i64")] == (1, 1, 1)  # a factory: no tensor argument, the rank of what it made
+    assert sigs[("aten::arange", "->i64")] == (
+        1,
+        1,
+        1,
+    )  # a factory: no tensor argument, the rank of what it made
     # per operator, the signatures' calls and seconds add up to the operator's
     calls = dict(zip(fields["ops"], fields["ops_calls"]))
     for op in fields["ops"]:
@@ -54,7 +68,10 @@ def test_a_signature_names_its_dtypes_as_torch_does():
 
     from model_support.probe.census import dtype_signature, signature_dtypes
 
-    assert dtype_signature((torch.bfloat16, (torch.float32, torch.bool)), torch.int64) == "bf16,[f32,bool]->i64"
+    assert (
+        dtype_signature((torch.bfloat16, (torch.float32, torch.bool)), torch.int64)
+        == "bf16,[f32,bool]->i64"
+    )
     assert dtype_signature(()) == ""
     assert signature_dtypes("bf16,[f32,bool]->i64") == ["bfloat16", "float32", "bool", "int64"]
     assert signature_dtypes("float8_e4m3fn") == ["float8_e4m3fn"]
@@ -65,7 +82,12 @@ def test_the_ops_config_has_a_row_per_operator_and_signature():
     signatures gives one row per operator, its signature null."""
     from model_support.record.ops_table import op_rows
 
-    base = {"sweep_id": "s", "device_type": "pretend", "versions": None, "ops_missing": ["aten::rsqrt"]}
+    base = {
+        "sweep_id": "s",
+        "device_type": "pretend",
+        "versions": None,
+        "ops_missing": ["aten::rsqrt"],
+    }
     a = {
         **base,
         "model_id": "a",
@@ -80,10 +102,23 @@ def test_the_ops_config_has_a_row_per_operator_and_signature():
     b = {**a, "model_id": "b", "ops_sig_min_rank": [1, 2, 2], "ops_missing": []}
     old = {**base, "model_id": "old", "ops": ["aten::mm"], "ops_calls": [5], "ops_missing": []}
     rows = {(r["op"], r["dtypes"]): r for r in op_rows([a, b, old])}
-    assert set(rows) == {("aten::rsqrt", "f32"), ("aten::mm", "bf16,bf16"), ("aten::mm", "f32,f32"), ("aten::mm", None)}
+    assert set(rows) == {
+        ("aten::rsqrt", "f32"),
+        ("aten::mm", "bf16,bf16"),
+        ("aten::mm", "f32,f32"),
+        ("aten::mm", None),
+    }
     rsqrt = rows[("aten::rsqrt", "f32")]
-    assert (rsqrt["status"], rsqrt["calls"], rsqrt["min_rank"], rsqrt["max_rank"]) == ("missing", 8, 1, 3)
-    assert (rows[("aten::mm", "bf16,bf16")]["calls"], rows[("aten::mm", "bf16,bf16")]["models"]) == (4, ["a", "b"])
+    assert (rsqrt["status"], rsqrt["calls"], rsqrt["min_rank"], rsqrt["max_rank"]) == (
+        "missing",
+        8,
+        1,
+        3,
+    )
+    assert (
+        rows[("aten::mm", "bf16,bf16")]["calls"],
+        rows[("aten::mm", "bf16,bf16")]["models"],
+    ) == (4, ["a", "b"])
     assert (rows[("aten::mm", None)]["calls"], rows[("aten::mm", None)]["min_rank"]) == (5, None)
 
 
@@ -114,7 +149,9 @@ def test_a_stack_refusing_a_dtype_some_calls_use_stops_at_the_first_of_them(monk
     from model_support.ops.coverage import census_ops
     from model_support_pretend.adapter import PretendAdapter
 
-    monkeypatch.setenv(PRETEND_VAR, json.dumps({"unsupported_dtypes": ["float32"], "missing_ops": ["aten::gelu"]}))
+    monkeypatch.setenv(
+        PRETEND_VAR, json.dumps({"unsupported_dtypes": ["float32"], "missing_ops": ["aten::gelu"]})
+    )
     llama = _model(
         "llama",
         [
@@ -123,17 +160,24 @@ def test_a_stack_refusing_a_dtype_some_calls_use_stops_at_the_first_of_them(monk
             ("aten::rsqrt", "f32", 5, 3, 3),
         ],
     )
-    plain = _model("plain", [("aten::embedding", "bf16,i64", 2, 2, 2), ("aten::mm", "bf16,bf16", 4, 2, 2)])
+    plain = _model(
+        "plain", [("aten::embedding", "bf16,i64", 2, 2, 2), ("aten::mm", "bf16,bf16", 4, 2, 2)]
+    )
     neox = _model("neox", [("aten::mm", "bf16,bf16", 4, 2, 2), ("aten::gelu", "bf16", 2, 3, 3)])
     models = [llama, plain, neox]
     asked = census_ops(models)
     assert {"dtype::float32", "dtype::int64", "dtype::bfloat16"} <= set(asked)
     predict(models, PretendAdapter("pretend").op_coverage(asked))
-    assert (llama.predicted, llama.first_missing, llama.blockers) == ("FAIL(gen)", "dtype::float32", ["dtype::float32"])
+    assert (llama.predicted, llama.first_missing, llama.blockers) == (
+        "FAIL(gen)",
+        "dtype::float32",
+        ["dtype::float32"],
+    )
     assert (plain.predicted, neox.predicted) == ("PASS", "FAIL(gen)")
     steps = {s.op: s for s in porting_plan(models)}
     assert (
-        steps["dtype::float32"].precise == "dtype::float32 (aten::_to_copy bf16->f32, 3 dims; aten::rsqrt f32, 3 dims)"
+        steps["dtype::float32"].precise
+        == "dtype::float32 (aten::_to_copy bf16->f32, 3 dims; aten::rsqrt f32, 3 dims)"
     )
     assert steps["aten::gelu"].precise == "aten::gelu for bf16, 3 dims"
     assert steps["aten::gelu"].as_json()["signatures"] == {

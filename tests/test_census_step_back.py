@@ -40,8 +40,15 @@ def test_a_step_failing_after_the_census_stepped_off_leaves_torch_working(tmp_pa
         "MODEL_SUPPORT_PRETEND": json.dumps({"missing_ops": ["aten::le.Tensor"]}),
     }
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(model)], capture_output=True, text=True, cwd=REPO, env=env, timeout=600
+        [sys.executable, "-c", CHILD, str(model)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    assert (out["status"], out["stage"]) == ("FAIL(gen)", "generate") and out["torch_after"] is True, out
+    assert (out["status"], out["stage"]) == ("FAIL(gen)", "generate") and out[
+        "torch_after"
+    ] is True, out

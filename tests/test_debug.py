@@ -80,7 +80,9 @@ class Boom(nn.Module):
         raise RuntimeError("kernel not implemented for this dtype (planted)")
 
 
-def test_a_module_that_raises_is_named_with_its_class_input_shapes_and_dtypes(llama_fp32, prompt_ids):
+def test_a_module_that_raises_is_named_with_its_class_input_shapes_and_dtypes(
+    llama_fp32, prompt_ids
+):
     model = copy.deepcopy(llama_fp32)
     model.model.layers[1].mlp.down_proj = Boom()
     trace = debug.trace_forward(model, *prompt_ids)
@@ -91,10 +93,18 @@ def test_a_module_that_raises_is_named_with_its_class_input_shapes_and_dtypes(ll
     assert failure["inputs"] == [
         {"arg": "args[0]", "shape": [1, PROMPT_LEN, 64], "dtype": "torch.float32", "device": "cpu"}
     ]
-    assert failure["stack"] == ["", "model", "model.layers.1", "model.layers.1.mlp", "model.layers.1.mlp.down_proj"]
+    assert failure["stack"] == [
+        "",
+        "model",
+        "model.layers.1",
+        "model.layers.1.mlp",
+        "model.layers.1.mlp.down_proj",
+    ]
     assert failure["error_type"] == "RuntimeError"
     assert failure["error_message"] == "kernel not implemented for this dtype (planted)"
-    assert "Boom" in debug.failure_html(failure, "Forward") and "1, 5, 64" in debug.failure_html(failure, "Forward")
+    assert "Boom" in debug.failure_html(failure, "Forward") and "1, 5, 64" in debug.failure_html(
+        failure, "Forward"
+    )
     # Every module that finished before it was recorded, in completion order; none after it.
     names = [call["name"] for call in trace.calls]
     assert names[0] == "model.embed_tokens" and names[-1] == "model.layers.1.mlp.up_proj"
@@ -137,10 +147,18 @@ class Toy(nn.Module):
         ("own-code", "block", ["", "block"], "TypeError"),
     ],
 )
-def test_the_culprit_is_right_when_the_model_catches_or_rewraps_exceptions(prompt_ids, how, module, stack, error):
+def test_the_culprit_is_right_when_the_model_catches_or_rewraps_exceptions(
+    prompt_ids, how, module, stack, error
+):
     trace = debug.trace_forward(Toy(how), *prompt_ids)
-    assert (trace.failure["module"], trace.failure["stack"], trace.failure["error_type"]) == (module, stack, error)
-    assert trace.failure["inputs"][0]["dtype"] == ("torch.int64" if how == "second-child" else "torch.float32")
+    assert (trace.failure["module"], trace.failure["stack"], trace.failure["error_type"]) == (
+        module,
+        stack,
+        error,
+    )
+    assert trace.failure["inputs"][0]["dtype"] == (
+        "torch.int64" if how == "second-child" else "torch.float32"
+    )
 
 
 def test_first_tensor_of_tuples_dicts_and_dataclasses():
@@ -167,7 +185,11 @@ def test_first_tensor_of_tuples_dicts_and_dataclasses():
 @pytest.mark.parametrize(
     "plant, module, why",
     [
-        (lambda m: m.model.layers[0].mlp.up_proj.weight.mul_(4.0), "model.layers.0.mlp.up_proj", "relative difference"),
+        (
+            lambda m: m.model.layers[0].mlp.up_proj.weight.mul_(4.0),
+            "model.layers.0.mlp.up_proj",
+            "relative difference",
+        ),
         (
             lambda m: m.model.layers[1].self_attn.v_proj.weight.__setitem__((0, 0), float("inf")),
             "model.layers.1.self_attn.v_proj",
@@ -179,7 +201,9 @@ def test_a_planted_divergence_is_the_first_offender(llama_fp32, prompt_ids, plan
     device = copy.deepcopy(llama_fp32)
     with torch.no_grad():
         plant(device)
-    table = debug.compare_traces(debug.trace_forward(device, *prompt_ids), debug.trace_forward(llama_fp32, *prompt_ids))
+    table = debug.compare_traces(
+        debug.trace_forward(device, *prompt_ids), debug.trace_forward(llama_fp32, *prompt_ids)
+    )
     offender = debug.first_offender(table)
     assert offender["module"] == module and offender["class"] == "Linear"
     assert why in debug.offender_reason(offender, debug.DEFAULT_TOLERANCE)
@@ -192,9 +216,13 @@ def test_a_planted_divergence_is_the_first_offender(llama_fp32, prompt_ids, plan
 
 def test_bf16_rounding_alone_is_not_a_divergence(llama_fp32, prompt_ids):
     device = copy.deepcopy(llama_fp32).to(torch.bfloat16)
-    table = debug.compare_traces(debug.trace_forward(device, *prompt_ids), debug.trace_forward(llama_fp32, *prompt_ids))
+    table = debug.compare_traces(
+        debug.trace_forward(device, *prompt_ids), debug.trace_forward(llama_fp32, *prompt_ids)
+    )
     assert debug.first_offender(table) is None
-    assert table.height == len(dict(llama_fp32.named_modules())) - 1  # all ran once but model.layers (a ModuleList)
+    assert (
+        table.height == len(dict(llama_fp32.named_modules())) - 1
+    )  # all ran once but model.layers (a ModuleList)
     assert table["max_abs_diff"].null_count() == 0
     assert (table["device_dtype"] == "bfloat16").all()
     assert 0 < table["max_rel_diff"].max() < debug.DEFAULT_TOLERANCE
@@ -219,7 +247,10 @@ def test_generation_failure_step_and_sequence_length(prompt_ids):
     assert not steps["ok"]
     assert (steps["step"], steps["seq_len"], steps["tokens_in"]) == (4, PROMPT_LEN + 4, PROMPT_LEN)
     assert steps["tokens_out"] == 4 and steps["forward_calls"] == 5
-    assert steps["failure"]["module"] == "transformer.wpe" and steps["failure"]["error_type"] == "IndexError"
+    assert (
+        steps["failure"]["module"] == "transformer.wpe"
+        and steps["failure"]["error_type"] == "IndexError"
+    )
     assert steps["failure"]["inputs"][0]["shape"] == [1, 1]
     healthy = debug.generate_steps(tiny_gpt2(64), tokenizer, *prompt_ids, max_new_tokens=8)
     assert healthy["ok"] and healthy["tokens_out"] == 8 and healthy["step"] is None
@@ -229,7 +260,9 @@ def test_result_is_json_safe_and_names_the_findings(llama_fp32, prompt_ids):
     device = copy.deepcopy(llama_fp32)
     with torch.no_grad():
         device.model.norm.weight.fill_(float("inf"))
-    table = debug.compare_traces(debug.trace_forward(device, *prompt_ids), debug.trace_forward(llama_fp32, *prompt_ids))
+    table = debug.compare_traces(
+        debug.trace_forward(device, *prompt_ids), debug.trace_forward(llama_fp32, *prompt_ids)
+    )
     loaded = {"chat_template_used": False, "tokens_in": PROMPT_LEN, "info": {"model_type": "llama"}}
     generation = {"ok": True, "output_token_ids": [1, 2]}
     reference = {"ok": True, "output_token_ids": [1, 3], "step": None, "failure": None}
@@ -267,10 +300,13 @@ def test_a_model_is_found_by_id_folder_name_or_unique_fragment():
     assert debug.resolve_model(SWEEP, "org/Qwen2-1.5B").model_id == "org/Qwen2-1.5B"
     assert debug.resolve_model(SWEEP, "org__Qwen2-0.5B").model_id == "org/Qwen2-0.5B"
     assert debug.resolve_model(SWEEP, "tiny-LLAMA").source == "/abs/models/tiny-llama"
-    with pytest.raises(ValueError, match=r"matches 2 models of sweep s1.*org/Qwen2-0\.5B, org/Qwen2-1\.5B\.$"):
+    with pytest.raises(
+        ValueError, match=r"matches 2 models of sweep s1.*org/Qwen2-0\.5B, org/Qwen2-1\.5B\.$"
+    ):
         debug.resolve_model(SWEEP, "qwen2")
     with pytest.raises(
-        ValueError, match=r"^No model of sweep s1 matches 'gpt2'; candidates: org/Qwen2-0\.5B, .*tiny-llama\.$"
+        ValueError,
+        match=r"^No model of sweep s1 matches 'gpt2'; candidates: org/Qwen2-0\.5B, .*tiny-llama\.$",
     ):
         debug.resolve_model(SWEEP, "gpt2")
 
@@ -284,7 +320,9 @@ def test_notebook_parameters_come_from_the_sweep_and_typos_are_refused():
         "tolerance": 0.5,
         "model_id": "org/Qwen2-1.5B",
     }  # "reference" is the probe's, not the notebook's
-    assert debug.debug_parameters(SWEEP, SWEEP.models[2])["model_id"] == "/abs/models/tiny-llama"  # loaded from
+    assert (
+        debug.debug_parameters(SWEEP, SWEEP.models[2])["model_id"] == "/abs/models/tiny-llama"
+    )  # loaded from
     with pytest.raises(ValueError, match="'tolerence' is not a parameter of notebooks/debug.ipynb"):
         debug.debug_parameters(SWEEP, SWEEP.models[0], {"tolerence": 0.5})
     with pytest.raises(ValueError, match="tolerance=-1.0 is too small"):
@@ -332,16 +370,29 @@ def test_notebook_reports_the_step_and_sequence_length_where_generation_fails(fi
     fixtures, data_dir = fixture_sweep
     entry = fixtures["fail-short-positions"]
     path = entry["notebook"]
-    assert path == store.sweep_dir(data_dir, "dbg") / "debug" / f"{safe_name('local:fail-short-positions')}.ipynb"
+    assert (
+        path
+        == store.sweep_dir(data_dir, "dbg")
+        / "debug"
+        / f"{safe_name('local:fail-short-positions')}.ipynb"
+    )
     result = debug.debug_result_from_notebook(path)
     generation = result["generation"]
     assert not generation["ok"]
     assert generation["step"] == entry["fail_step"]
     assert generation["seq_len"] == entry["fail_seq_len"]
     assert generation["tokens_in"] == entry["tokens_in"] == result["tokens_in"]
-    assert generation["failure"]["module"] == "transformer.wpe" and generation["failure"]["error_type"] == "IndexError"
-    assert result["forward_ok"] and result["first_offender"] is None and result["device_type"] == "cpu"
-    assert top_conclusion(path) == "fails the same way on the CPU reference: not specific to this device"
+    assert (
+        generation["failure"]["module"] == "transformer.wpe"
+        and generation["failure"]["error_type"] == "IndexError"
+    )
+    assert (
+        result["forward_ok"] and result["first_offender"] is None and result["device_type"] == "cpu"
+    )
+    assert (
+        top_conclusion(path)
+        == "fails the same way on the CPU reference: not specific to this device"
+    )
 
 
 def top_conclusion(path) -> str:
@@ -353,7 +404,9 @@ def top_conclusion(path) -> str:
     cells = [c for c in nbformat.read(str(path), as_version=4).cells if c.cell_type == "code"]
     load_cell = next(c for c in cells if "conclusion_slot" in c.source)
     html = next(
-        o["data"]["text/html"] for o in load_cell.outputs if "Conclusion" in o.get("data", {}).get("text/html", "")
+        o["data"]["text/html"]
+        for o in load_cell.outputs
+        if "Conclusion" in o.get("data", {}).get("text/html", "")
     )
     return re.sub(r"<[^>]+>", "", html).removeprefix("Conclusion: ").rstrip(".")
 
@@ -370,9 +423,14 @@ def test_a_notebook_without_a_result_and_an_ambiguous_model_are_refused(fixture_
         debug.run_debug_notebook(data_dir, "dbg", "-")
     with pytest.raises(ValueError, match="Sweep 'nope' does not exist"):
         debug.run_debug_notebook(data_dir, "nope", "diverge")
-    for device in ("cpu", "pretend"):  # TorchTPU's fused eager: refused before a notebook runs on any other device
+    for device in (
+        "cpu",
+        "pretend",
+    ):  # TorchTPU's fused eager: refused before a notebook runs on any other device
         with pytest.raises(ValueError, match=f"runs on tpu devices only, not on {device}"):
-            debug.run_debug_notebook(data_dir, "dbg", "diverge", parameters={"mode": "fused", "device": device})
+            debug.run_debug_notebook(
+                data_dir, "dbg", "diverge", parameters={"mode": "fused", "device": device}
+            )
 
 
 def test_notebook_names_the_module_that_diverges_in_bf16(fixture_sweep):
@@ -384,8 +442,16 @@ def test_notebook_names_the_module_that_diverges_in_bf16(fixture_sweep):
     offender = result["first_offender"]
     assert offender["module"] == entry["diverging_module"] == "model.layers.0.mlp.gate_proj"
     assert offender["new_nonfinite"] > 0 and offender["device_dtype"] == "bfloat16"
-    assert result["forward_ok"] and result["generation"]["ok"] and result["reference_dtype"] == "float32"
-    outputs = [o for cell in nbformat.read(str(entry["notebook"]), as_version=4).cells for o in cell.get("outputs", [])]
+    assert (
+        result["forward_ok"]
+        and result["generation"]["ok"]
+        and result["reference_dtype"] == "float32"
+    )
+    outputs = [
+        o
+        for cell in nbformat.read(str(entry["notebook"]), as_version=4).cells
+        for o in cell.get("outputs", [])
+    ]
     assert any("image/svg+xml" in o.get("data", {}) for o in outputs)  # the chart, drawn offline
     assert any("First divergence" in o.get("data", {}).get("text/html", "") for o in outputs)
     assert top_conclusion(entry["notebook"]).startswith(
@@ -400,7 +466,9 @@ def test_the_debug_notebook_and_the_record_say_the_same_about_the_same_run(fixtu
     fixtures, _ = fixture_sweep
     entry = fixtures["diverge-bf16-overflow"]
     result = debug.debug_result_from_notebook(entry["notebook"])
-    record = probe.run_probe(entry["path"], device="cpu", dtype="bfloat16", reference="cpu", judge=False)
+    record = probe.run_probe(
+        entry["path"], device="cpu", dtype="bfloat16", reference="cpu", judge=False
+    )
     keys = ("numerics", "numerics_step", "numerics_note", "reference_match", "first_divergence")
     assert {k: result["numerics"][k] for k in keys} == {k: record[k] for k in keys}
     assert (record["numerics"], record["numerics_step"]) == ("diverges", 0)
@@ -411,8 +479,16 @@ def test_the_debug_notebook_and_the_record_say_the_same_about_the_same_run(fixtu
 @pytest.mark.parametrize(
     ("model", "faults", "expected"),
     [
-        ("tiny-gpt2", {"devices": 1}, "conclusion: runs and agrees with the CPU reference within tolerance"),
-        ("tiny-llama", {"devices": 1, "missing_ops": ["aten::rsqrt"]}, "conclusion: only the device fails: first in"),
+        (
+            "tiny-gpt2",
+            {"devices": 1},
+            "conclusion: runs and agrees with the CPU reference within tolerance",
+        ),
+        (
+            "tiny-llama",
+            {"devices": 1, "missing_ops": ["aten::rsqrt"]},
+            "conclusion: only the device fails: first in",
+        ),
     ],
 )
 def test_debug_on_the_pretend_device_reports_only_failures_the_probe_has(
@@ -444,9 +520,17 @@ def test_debug_on_the_pretend_device_reports_only_failures_the_probe_has(
 
 
 def test_a_failure_only_the_tracer_has_is_said_to_be_the_tracers():
-    failure = {"error_type": "RuntimeError", "error_message": "x", "module": "transformer", "class": "GPT2Model"}
+    failure = {
+        "error_type": "RuntimeError",
+        "error_message": "x",
+        "module": "transformer",
+        "class": "GPT2Model",
+    }
     said = debug.compare.conclusion({"forward_failure": failure, "generation": {"ok": True}})
-    assert said.startswith("the tracer's failure, not the model's") and "generation ran on the device" in said
-    assert debug.compare.conclusion({"forward_failure": failure, "generation": {"ok": False}}).startswith(
-        "only the device fails"
+    assert (
+        said.startswith("the tracer's failure, not the model's")
+        and "generation ran on the device" in said
     )
+    assert debug.compare.conclusion(
+        {"forward_failure": failure, "generation": {"ok": False}}
+    ).startswith("only the device fails")

@@ -60,7 +60,16 @@ def debug_cli(data: Path, config: dict | None) -> subprocess.CompletedProcess:
     if config is not None:
         env["MODEL_SUPPORT_PRETEND"] = json.dumps(config)
     return subprocess.run(
-        [sys.executable, "-m", "model_support.cli", "debug", SWEEP, "tiny-llama", "--data-dir", str(data)],
+        [
+            sys.executable,
+            "-m",
+            "model_support.cli",
+            "debug",
+            SWEEP,
+            "tiny-llama",
+            "--data-dir",
+            str(data),
+        ],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -76,22 +85,42 @@ def test_the_stack_difference_names_each_version_and_configuration_that_differs(
         created_at="",
         probe={},
         models=[],
-        versions={"torch": "2.13.0", "transformers": "5.24.0", "model_support": "0.1", "git_commit": "abc"},
+        versions={
+            "torch": "2.13.0",
+            "transformers": "5.24.0",
+            "model_support": "0.1",
+            "git_commit": "abc",
+        },
         device_config={"MODEL_SUPPORT_PRETEND": '{"missing_ops": ["aten::rsqrt"]}'},
     )
-    here = {"torch": "2.13.0", "transformers": "5.25.0", "model_support": "0.2", "git_commit": "def"}
-    same = {"MODEL_SUPPORT_PRETEND": '{ "missing_ops":["aten::rsqrt"] }'}  # the same JSON, spaced otherwise
-    assert debug.stack.differences(meta, here, same) == ["transformers 5.25.0 here, 5.24.0 in the sweep"]
-    sentence = debug.stack_difference(meta, {"status": "FAIL(gen)", "failure_signature": "E: x"}, here, {})
+    here = {
+        "torch": "2.13.0",
+        "transformers": "5.25.0",
+        "model_support": "0.2",
+        "git_commit": "def",
+    }
+    same = {
+        "MODEL_SUPPORT_PRETEND": '{ "missing_ops":["aten::rsqrt"] }'
+    }  # the same JSON, spaced otherwise
+    assert debug.stack.differences(meta, here, same) == [
+        "transformers 5.25.0 here, 5.24.0 in the sweep"
+    ]
+    sentence = debug.stack_difference(
+        meta, {"status": "FAIL(gen)", "failure_signature": "E: x"}, here, {}
+    )
     assert sentence == (
         "This environment's stack is not the one sweep s ran on (transformers 5.25.0 here, 5.24.0 in the sweep; "
         'MODEL_SUPPORT_PRETEND unset here, \'{"missing_ops": ["aten::rsqrt"]}\' in the sweep): the debug notebook '
         "shows this stack, so what it finds can differ from the sweep's verdict (the sweep recorded FAIL(gen): E: x)."
     )
     assert debug.stack_difference(meta, None, {**here, "transformers": "5.24.0"}, same) is None
-    older = SweepMeta(sweep_id="o", name="o", created_at="", probe={}, models=[], versions=meta.versions)
+    older = SweepMeta(
+        sweep_id="o", name="o", created_at="", probe={}, models=[], versions=meta.versions
+    )
     assert older.device_config is None  # a sweep.json from before: compared on its versions only
-    assert debug.stack_difference(older, None, {**here, "transformers": "5.24.0"}, {"X": "1"}) is None
+    assert (
+        debug.stack_difference(older, None, {**here, "transformers": "5.24.0"}, {"X": "1"}) is None
+    )
 
 
 def test_a_sweep_records_the_device_configuration_of_its_environment(monkeypatch):
@@ -104,7 +133,9 @@ def test_a_sweep_records_the_device_configuration_of_its_environment(monkeypatch
         "LIBTPU_INIT_ARGS": "--xla_flag=1",
         "MODEL_SUPPORT_PRETEND": '{"devices": 2}',
     }
-    raw = SweepMeta(sweep_id="s", name="s", created_at="", probe={}, models=[], device_config={"A": "1"}).to_dict()
+    raw = SweepMeta(
+        sweep_id="s", name="s", created_at="", probe={}, models=[], device_config={"A": "1"}
+    ).to_dict()
     assert SweepMeta.from_dict(json.loads(json.dumps(raw))).device_config == {"A": "1"}
 
 
@@ -115,7 +146,10 @@ def test_an_earlier_debug_notebook_is_never_overwritten(tmp_path):
     second = debug.debug_notebook_path(tmp_path, "s", "local:m", out_dir=tmp_path)
     assert second.name == "local_m-2.ipynb"
     second.write_text("{}")
-    assert debug.debug_notebook_path(tmp_path, "s", "local:m", out_dir=tmp_path).name == "local_m-3.ipynb"
+    assert (
+        debug.debug_notebook_path(tmp_path, "s", "local:m", out_dir=tmp_path).name
+        == "local_m-3.ipynb"
+    )
 
 
 def test_the_terminal_summary_names_the_operator_the_error_names():
@@ -133,9 +167,13 @@ def test_the_terminal_summary_names_the_operator_the_error_names():
     }
     text = debug.summary_text(result)
     assert (
-        "forward:    raises NotImplementedError on aten::rsqrt in model.layers.0.input_layernorm (LlamaRMSNorm)" in text
+        "forward:    raises NotImplementedError on aten::rsqrt in model.layers.0.input_layernorm (LlamaRMSNorm)"
+        in text
     )
-    assert "generate:   fails at step 0 (sequence length 5): NotImplementedError on aten::rsqrt in" in text
+    assert (
+        "generate:   fails at step 0 (sequence length 5): NotImplementedError on aten::rsqrt in"
+        in text
+    )
     assert (
         "only the device fails: first in model.layers.0.input_layernorm (LlamaRMSNorm), NotImplementedError on aten::rsqrt"
         in text
@@ -159,7 +197,10 @@ def test_debug_says_before_running_that_the_stack_here_is_not_the_sweeps(loop_da
     assert lines[0].startswith("debug notebook: ") and "not the one sweep" not in done.stdout
     first = Path(lines[0].removeprefix("debug notebook: "))
     assert first.name == "local_tiny-llama.ipynb"
-    assert "forward:    raises NotImplementedError on aten::rsqrt in model.layers.0.input_layernorm" in done.stdout
+    assert (
+        "forward:    raises NotImplementedError on aten::rsqrt in model.layers.0.input_layernorm"
+        in done.stdout
+    )
 
     done = debug_cli(loop_data, AFTER)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -170,14 +211,23 @@ def test_debug_says_before_running_that_the_stack_here_is_not_the_sweeps(loop_da
         "differ from the sweep's verdict (the sweep recorded FAIL(gen): NotImplementedError: Could not run "
         "'aten::rsqrt' with arguments from the 'pretend' backend.)."
     )
-    assert lines[-1] == f"stack:      this environment's, not the one sweep {SWEEP} ran on (see the first line)"
+    assert (
+        lines[-1]
+        == f"stack:      this environment's, not the one sweep {SWEEP} ran on (see the first line)"
+    )
     second = Path(lines[1].removeprefix("debug notebook: "))
     assert second.name == "local_tiny-llama-2.ipynb" and first.exists()
-    assert debug.debug_result_from_notebook(first)["forward_ok"] is False  # the earlier finding kept
+    assert (
+        debug.debug_result_from_notebook(first)["forward_ok"] is False
+    )  # the earlier finding kept
     assert debug.debug_result_from_notebook(second)["forward_ok"] is True
     outputs = json.dumps(json.loads(second.read_text())["cells"])
-    assert "Loading weights" not in outputs  # transformers' progress bars are off in the notebook too
-    assert "Kernel is running over TCP" not in done.stderr  # an ipc kernel, as every notebook run of ours
+    assert (
+        "Loading weights" not in outputs
+    )  # transformers' progress bars are off in the notebook too
+    assert (
+        "Kernel is running over TCP" not in done.stderr
+    )  # an ipc kernel, as every notebook run of ours
 
 
 def test_a_set_up_failure_prints_its_sentence(loop_data):

@@ -36,7 +36,9 @@ def what_if(tmp_path_factory, fixture_models) -> dict:
     data = tmp / "data"
     definition = tmp / "rsqrt-on-host.yaml"
     models = [fixture_models["tiny-llama"]["path"]]
-    definition.write_text(yaml.safe_dump({"name": "rsqrt-on-host", "probe": PROBE, "models": models, "workers": 1}))
+    definition.write_text(
+        yaml.safe_dump({"name": "rsqrt-on-host", "probe": PROBE, "models": models, "workers": 1})
+    )
     done = cli(["sweep", str(definition), "--no-report"], data)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     (sweep_id,) = store.list_sweeps(data)
@@ -72,15 +74,23 @@ def test_the_debug_notebook_runs_the_what_if_sweeps_run_with_its_operators_on_th
     assert result["forward_ok"] is True and result["forward_failure"] is None
     assert result["generation"]["ok"] is True
     assert result["generation"]["output_token_ids"] == record["output_token_ids"]
-    assert result["host_ops"] == record["host_ops"] and result["host_ops_run"] == record["host_ops_run"]
+    assert (
+        result["host_ops"] == record["host_ops"]
+        and result["host_ops_run"] == record["host_ops_run"]
+    )
     assert result["host_op_names"] == record["host_op_names"] and result["host_op_calls"][0] > 0
     assert "forward:    runs" in done.stdout
     assert lines[-1].startswith(
         "host ops:   A what-if run (host_ops='aten::rsqrt'): aten::rsqrt, aten::rsqrt.out ran on the host's CPU "
         "kernels, not the device's (calls: aten::rsqrt "
     ) and lines[-1].endswith("What it finds is not the stack as it is."), lines[-1]
-    notebook = json.dumps(json.loads(Path(lines[1].removeprefix("debug notebook: ")).read_text())["cells"])
-    assert "Operators on the host" in notebook and "A what-if run (host_ops=&#x27;aten::rsqrt&#x27;)" in notebook
+    notebook = json.dumps(
+        json.loads(Path(lines[1].removeprefix("debug notebook: ")).read_text())["cells"]
+    )
+    assert (
+        "Operators on the host" in notebook
+        and "A what-if run (host_ops=&#x27;aten::rsqrt&#x27;)" in notebook
+    )
 
 
 def test_an_empty_host_ops_debugs_the_stack_as_it_is_and_says_so(what_if):
@@ -90,14 +100,24 @@ def test_an_empty_host_ops_debugs_the_stack_as_it_is_and_says_so(what_if):
         "host_ops is empty here: the debug notebook runs the stack as it is, not the sweep's what-if run "
         "(host_ops='aten::rsqrt'), so what it finds can differ from the sweep's record."
     )
-    assert "forward:    raises NotImplementedError on aten::rsqrt in model.layers.0.input_layernorm" in done.stdout
-    assert result["forward_ok"] is False and "host_ops" not in result and "host ops:" not in done.stdout
+    assert (
+        "forward:    raises NotImplementedError on aten::rsqrt in model.layers.0.input_layernorm"
+        in done.stdout
+    )
+    assert (
+        result["forward_ok"] is False
+        and "host_ops" not in result
+        and "host ops:" not in done.stdout
+    )
 
 
 @pytest.mark.parametrize(
     ("parameters", "said"),
     [
-        (("-p", "host_ops", "aten::rsqrt,aten::view"), "aten::view cannot run on the host: it is a view"),
+        (
+            ("-p", "host_ops", "aten::rsqrt,aten::view"),
+            "aten::view cannot run on the host: it is a view",
+        ),
         (
             ("-p", "device", "cpu"),
             "host_ops='aten::rsqrt' cannot run on cpu: the cpu device is the host: its operators already run on the "
@@ -113,4 +133,6 @@ def test_a_setting_that_cannot_run_is_refused_before_the_notebook_runs(what_if, 
     done, _ = debug(what_if, *parameters)
     assert done.returncode != 0 and said in " ".join(done.stderr.split()), done.stderr
     assert "Traceback" not in done.stderr and "debug notebook" not in done.stdout
-    assert (sorted(folder.glob("*")) if folder.exists() else []) == before  # nothing written, nothing ran
+    assert (
+        sorted(folder.glob("*")) if folder.exists() else []
+    ) == before  # nothing written, nothing ran

@@ -12,7 +12,17 @@ from model_support.analysis import decision as d
 from model_support.analysis.expectations import Expectation
 
 # Columns: B's state; rows: A's state; cells: the kind (abbreviated below). Read a row as "A was X, B is ...".
-B_STATES = ("PASS", "suspect PASS", "FAIL(load)", "FAIL(gen)", "FAIL(other)", "excluded", "not run", "absent", "no row")
+B_STATES = (
+    "PASS",
+    "suspect PASS",
+    "FAIL(load)",
+    "FAIL(gen)",
+    "FAIL(other)",
+    "excluded",
+    "not run",
+    "absent",
+    "no row",
+)
 SHORT = {
     "pass": d.PASSING,
     "regr": d.REGRESSION,
@@ -74,17 +84,36 @@ def test_each_cell_decides_its_kind_line_and_gate_words(a_state, b_state, kind):
     for word in d.GATES:
         assert change.fails_on([word]) == (word in FAILS.get(kind, set()))
     assert "org/m [eager+dynamic]" in change.line
-    if kind in (d.REGRESSION, d.NEW_FAILURE, d.VANISHED, d.DROPPED, d.NOT_RUN_IN_B, d.EXCLUDED_CHANGE):
+    if kind in (
+        d.REGRESSION,
+        d.NEW_FAILURE,
+        d.VANISHED,
+        d.DROPPED,
+        d.NOT_RUN_IN_B,
+        d.EXCLUDED_CHANGE,
+    ):
         assert change.line.startswith(kind + ":")
 
 
 LINES = {
-    ("PASS", "FAIL(gen)"): "regression: org/m [eager+dynamic]: PASS -> FAIL(gen): RuntimeError: boom",
+    (
+        "PASS",
+        "FAIL(gen)",
+    ): "regression: org/m [eager+dynamic]: PASS -> FAIL(gen): RuntimeError: boom",
     ("PASS", "suspect PASS"): "regression: org/m [eager+dynamic]: PASS -> suspect PASS",
-    ("no row", "FAIL(load)"): "new failure: org/m [eager+dynamic]: not in a1 -> FAIL(load): RuntimeError: boom",
-    ("not run", "FAIL(gen)"): "new failure: org/m [eager+dynamic]: not run in a1 -> FAIL(gen): RuntimeError: boom",
+    (
+        "no row",
+        "FAIL(load)",
+    ): "new failure: org/m [eager+dynamic]: not in a1 -> FAIL(load): RuntimeError: boom",
+    (
+        "not run",
+        "FAIL(gen)",
+    ): "new failure: org/m [eager+dynamic]: not run in a1 -> FAIL(gen): RuntimeError: boom",
     ("PASS", "absent"): "dropped: org/m [eager+dynamic]: PASS in a1, left out of b1's definition",
-    ("FAIL(gen)", "no row"): "vanished: org/m [eager+dynamic]: FAIL(gen) in a1, no row in b1 (nothing says why)",
+    (
+        "FAIL(gen)",
+        "no row",
+    ): "vanished: org/m [eager+dynamic]: FAIL(gen) in a1, no row in b1 (nothing says why)",
     ("PASS", "not run"): "not run: org/m [eager+dynamic]: b1 has not run it yet",
     ("excluded", "FAIL(gen)"): "excluded: org/m [eager+dynamic]: excluded in a1 (too large)",
     ("excluded", "no row"): "excluded: org/m [eager+dynamic]: excluded in a1 (too large)",
@@ -96,7 +125,9 @@ LINES = {
 @pytest.mark.parametrize("states,line", LINES.items(), ids=[f"{a}->{b}" for a, b in LINES])
 def test_the_lines_the_gate_prints(states, line):
     a_state, b_state = states
-    a, b = (run(state, reason="too large") if state == "excluded" else run(state) for state in states)
+    a, b = (
+        run(state, reason="too large") if state == "excluded" else run(state) for state in states
+    )
     assert d.decide("org/m", "eager+dynamic", a, b, None, "a1", "b1").line == line
 
 
@@ -110,11 +141,29 @@ EXPECT_SUSPECT = Expectation("suspect PASS", "bf16 rounding")
     [
         ("PASS", "FAIL(gen)", EXPECT_GEN, d.EXPECTED, set()),  # a known failure: never fails
         ("no row", "FAIL(gen)", EXPECT_GEN, d.EXPECTED, set()),
-        ("PASS", "PASS", EXPECT_PASS, d.EXPECTED, set()),  # expected to pass, passes: nothing unexpected
+        (
+            "PASS",
+            "PASS",
+            EXPECT_PASS,
+            d.EXPECTED,
+            set(),
+        ),  # expected to pass, passes: nothing unexpected
         ("PASS", "suspect PASS", EXPECT_SUSPECT, d.EXPECTED, set()),
         ("FAIL(gen)", "PASS", EXPECT_GEN, d.UNEXPECTEDLY_PASSING, set()),
-        ("PASS", "FAIL(load)", EXPECT_GEN, d.REGRESSION, {"regressions", "new-failures"}),  # another verdict: none
-        ("PASS", "not run", EXPECT_GEN, d.NOT_RUN_IN_B, set(d.GATES)),  # unfinished beats an expectation
+        (
+            "PASS",
+            "FAIL(load)",
+            EXPECT_GEN,
+            d.REGRESSION,
+            {"regressions", "new-failures"},
+        ),  # another verdict: none
+        (
+            "PASS",
+            "not run",
+            EXPECT_GEN,
+            d.NOT_RUN_IN_B,
+            set(d.GATES),
+        ),  # unfinished beats an expectation
     ],
 )
 def test_expectations(a_state, b_state, expected, kind, fails):
@@ -126,7 +175,9 @@ def test_expectations(a_state, b_state, expected, kind, fails):
         assert change.line == f"org/m [eager+dynamic]: {b_state}, expected ({expected.reason})"
 
 
-def sweeps(before: dict, after: dict, after_defined: bool = False) -> tuple[d.SweepRuns, d.SweepRuns]:
+def sweeps(
+    before: dict, after: dict, after_defined: bool = False
+) -> tuple[d.SweepRuns, d.SweepRuns]:
     return d.SweepRuns("a1", before, False, []), d.SweepRuns("b1", after, after_defined, [])
 
 
@@ -134,7 +185,10 @@ def test_an_expired_expectation_counts_as_none_and_is_said_once():
     exp = {"org/m": Expectation("FAIL(gen)", "r", _dt.date(2026, 1, 1))}
     pair = sweeps({("org/m", "v"): run("PASS")}, {("org/m", "v"): run("FAIL(gen)")})
     found = d.decide_sweeps(*pair, exp, _dt.date(2026, 12, 5))
-    assert [(c.kind, c.fails_on(["regressions"])) for c in found] == [(d.REGRESSION, True), (d.EXPIRED, False)]
+    assert [(c.kind, c.fails_on(["regressions"])) for c in found] == [
+        (d.REGRESSION, True),
+        (d.EXPIRED, False),
+    ]
     assert found[1].line == "expired expectation: org/m (until 2026-01-01): renew or remove it"
     live = d.decide_sweeps(*pair, exp, _dt.date(2025, 12, 5))
     assert [c.kind for c in live] == [d.EXPECTED]
@@ -172,7 +226,9 @@ def test_a_missing_run_is_read_by_whether_bs_definition_is_known():
 
 
 def test_one_disturbed_baseline_repeat_does_not_hide_a_20_percent_slowdown():
-    moved = d.compare_repeats([0.010, 0.0101, 0.015], [0.0121] * 3, more_is_better=False, threshold=0.05)
+    moved = d.compare_repeats(
+        [0.010, 0.0101, 0.015], [0.0121] * 3, more_is_better=False, threshold=0.05
+    )
     assert moved.kind == d.SLOWER and moved.change == pytest.approx(0.198, abs=1e-3)
 
 
@@ -196,9 +252,18 @@ def test_a_change_beyond_the_threshold_but_inside_the_noise_is_within_noise_and_
 
 
 def test_more_is_better_flips_the_direction_and_one_repeat_is_not_comparable():
-    assert d.compare_repeats([100, 101, 99], [80, 81, 79], more_is_better=True, threshold=0.05).kind == d.SLOWER
-    assert d.compare_repeats([100, 101, 99], [120, 121, 119], more_is_better=True, threshold=0.05).kind == d.FASTER
-    assert d.compare_repeats([100], [80, 81, 79], more_is_better=True, threshold=0.05).kind == d.NOT_COMPARABLE
+    assert (
+        d.compare_repeats([100, 101, 99], [80, 81, 79], more_is_better=True, threshold=0.05).kind
+        == d.SLOWER
+    )
+    assert (
+        d.compare_repeats([100, 101, 99], [120, 121, 119], more_is_better=True, threshold=0.05).kind
+        == d.FASTER
+    )
+    assert (
+        d.compare_repeats([100], [80, 81, 79], more_is_better=True, threshold=0.05).kind
+        == d.NOT_COMPARABLE
+    )
 
 
 def test_unlike_runs_are_not_comparable_naming_what_differs():
@@ -233,13 +298,18 @@ def test_a_night_that_excluded_or_did_not_run_a_model_hides_no_regression_after_
     earlier = {("org/m", "v"): d.Run("PASS", reason="the last verdict before b1, in a1")}
     (change,) = d.decide_sweeps(before, after, None, None, earlier.get)
     assert change.kind == d.REGRESSION and "the last verdict before b1, in a1" in change.line
-    (alone,) = d.decide_sweeps(before, after, None, None, lambda key: None)  # nothing earlier: neither direction
+    (alone,) = d.decide_sweeps(
+        before, after, None, None, lambda key: None
+    )  # nothing earlier: neither direction
     assert alone.kind == d.EXCLUDED_CHANGE
 
 
 def test_a_changed_variant_is_no_dropped_model_and_a_model_excluded_whole_is_excluded_in_every_variant():
     before = d.SweepRuns(
-        "a1", {("org/m", "eager+dynamic"): run("PASS"), ("org/x", "compile+dynamic"): run("PASS")}, True, []
+        "a1",
+        {("org/m", "eager+dynamic"): run("PASS"), ("org/x", "compile+dynamic"): run("PASS")},
+        True,
+        [],
     )
     after = d.SweepRuns(
         "b1",
@@ -251,7 +321,10 @@ def test_a_changed_variant_is_no_dropped_model_and_a_model_excluded_whole_is_exc
     )
     kinds = {(c.model_id, c.variant): (c.kind, c.line) for c in d.decide_sweeps(before, after)}
     kind, line = kinds["org/m", "eager+dynamic"]
-    assert kind == d.VANISHED and "B's definition runs it as eager+dynamic+16t: the variant changed" in line
+    assert (
+        kind == d.VANISHED
+        and "B's definition runs it as eager+dynamic+16t: the variant changed" in line
+    )
     assert kinds["org/x", "compile+dynamic"][0] == d.EXCLUDED_CHANGE
 
 
@@ -259,12 +332,20 @@ def test_more_repeats_narrow_the_noise_and_a_nan_is_no_timing():
     import random
 
     spread_out = [0.95, 1.0, 1.05]
-    assert d.median_noise(spread_out * 20) < d.median_noise(spread_out) / 3  # a standard error: more repeats tell
+    assert (
+        d.median_noise(spread_out * 20) < d.median_noise(spread_out) / 3
+    )  # a standard error: more repeats tell
     rng = random.Random(7)
-    many = [1.0 + rng.gauss(0, 0.05) for _ in range(60)], [1.12 + rng.gauss(0, 0.05) for _ in range(60)]
+    many = (
+        [1.0 + rng.gauss(0, 0.05) for _ in range(60)],
+        [1.12 + rng.gauss(0, 0.05) for _ in range(60)],
+    )
     assert d.compare_repeats(*many, more_is_better=False, threshold=0.05).kind == d.SLOWER
     nan = float("nan")
-    assert d.compare_repeats([0.01, 0.01, 0.0101], [nan, nan, 0.03], False, 0.05).kind == d.NOT_COMPARABLE
+    assert (
+        d.compare_repeats([0.01, 0.01, 0.0101], [nan, nan, 0.03], False, 0.05).kind
+        == d.NOT_COMPARABLE
+    )
 
 
 def test_the_rerun_screen_keeps_the_same_rule_for_a_flake():
@@ -272,7 +353,9 @@ def test_the_rerun_screen_keeps_the_same_rule_for_a_flake():
     from model_support.sweep import reruns
 
     assert reruns.flaky([("FAIL(load)", False), ("FAIL(gen)", False)]) is False
-    assert reruns.flaky([("PASS", True), ("FAIL(gen)", False)]) is False  # a suspect PASS never passed
+    assert (
+        reruns.flaky([("PASS", True), ("FAIL(gen)", False)]) is False
+    )  # a suspect PASS never passed
     assert reruns.flaky([("FAIL(gen)", False), ("PASS", False)]) is True
     assert reruns.flaky([("PASS", False), ("PASS", False)]) is False
 
@@ -285,12 +368,17 @@ def test_noise_alone_rarely_reads_as_slower_with_three_repeats():
 
     rng = random.Random(11)
     pairs = [
-        ([1 + rng.gauss(0, 0.03) for _ in range(3)], [1 + rng.gauss(0, 0.03) for _ in range(3)]) for _ in range(4000)
+        ([1 + rng.gauss(0, 0.03) for _ in range(3)], [1 + rng.gauss(0, 0.03) for _ in range(3)])
+        for _ in range(4000)
     ]
-    false = sum(d.compare_repeats(a, b, False, 0.05).kind == d.SLOWER for a, b in pairs) / len(pairs)
+    false = sum(d.compare_repeats(a, b, False, 0.05).kind == d.SLOWER for a, b in pairs) / len(
+        pairs
+    )
     assert false < 0.015, false
     slower = [(a, [v * 1.2 for v in b]) for a, b in pairs[:1000]]
-    assert sum(d.compare_repeats(a, b, False, 0.05).kind == d.SLOWER for a, b in slower) / 1000 >= 0.75  # 80%
+    assert (
+        sum(d.compare_repeats(a, b, False, 0.05).kind == d.SLOWER for a, b in slower) / 1000 >= 0.75
+    )  # 80%
 
 
 # --------------------------------------------------------------------------------------------
@@ -308,7 +396,11 @@ def _median_se(values: list[float]) -> float:
     middle = statistics.median(values)
     kept = sorted(values, key=lambda v: abs(v - middle))[:-1] if len(values) >= 3 else values
     return (
-        math.sqrt(math.pi / 2) * statistics.stdev(kept) / d._trimmed_bias(len(values)) / math.sqrt(len(values)) / middle
+        math.sqrt(math.pi / 2)
+        * statistics.stdev(kept)
+        / d._trimmed_bias(len(values))
+        / math.sqrt(len(values))
+        / middle
     )
 
 
@@ -331,7 +423,9 @@ def test_a_median_must_move_by_more_than_four_combined_standard_errors(n):
         rb = [v * (1 + sigmas * combined) for v in ra]
         moved = d.compare_repeats(ra, rb, more_is_better=False, threshold=0.001)
         assert moved.kind == kind, (n, sigmas, moved)
-        assert moved.bound == pytest.approx(4 * combined, rel=1e-4)  # MEDIAN_SE is sqrt(pi / 2) to 5 digits
+        assert moved.bound == pytest.approx(
+            4 * combined, rel=1e-4
+        )  # MEDIAN_SE is sqrt(pi / 2) to 5 digits
         assert moved.change == pytest.approx(sigmas * combined, rel=1e-9)
     # the threshold still decides where the noise is smaller than it
     quiet = [1.0 + 1e-6 * i for i in range(n)]
@@ -343,7 +437,9 @@ def test_the_median_standard_error_factor_is_the_normal_medians_and_four_sigmas_
     import math
 
     assert d.MEDIAN_SE == pytest.approx(math.sqrt(math.pi / 2), abs=1e-4)
-    assert d.NOISE_SIGMAS == 4.0  # the docs and the gate's note say "4 times the medians' standard error"
+    assert (
+        d.NOISE_SIGMAS == 4.0
+    )  # the docs and the gate's note say "4 times the medians' standard error"
 
 
 def _trimmed_sigma(n: int, draws: int) -> float:
@@ -382,7 +478,9 @@ def test_the_trimmed_sigmas_correction_matches_a_simulation_between_and_beyond_t
         simulated = _trimmed_sigma(n, 40_000 if n <= 10 else 20_000 if n <= 30 else 8_000)
         off[n] = round(d._trimmed_bias(n) / simulated - 1, 4)
     assert all(abs(v) <= 0.012 for v in off.values()), off
-    assert all(d._trimmed_bias(n) < d._trimmed_bias(n + 1) < 1 for n in range(3, 500))  # fewer left out, less bias
+    assert all(
+        d._trimmed_bias(n) < d._trimmed_bias(n + 1) < 1 for n in range(3, 500)
+    )  # fewer left out, less bias
 
 
 # --------------------------------------------------------------------------------------------
@@ -390,8 +488,14 @@ def test_the_trimmed_sigmas_correction_matches_a_simulation_between_and_beyond_t
 
 
 def test_only_a_pass_can_be_suspect_and_the_verdict_states_are_the_first_five_each_once():
-    assert d.verdict_state("PASS", True) == d.SUSPECT_PASS and d.verdict_state("PASS", False) == "PASS"
-    for failure in ("FAIL(load)", "FAIL(gen)", "FAIL(other)"):  # "FAIL(...)" sorts before "PASS": no order counts
+    assert (
+        d.verdict_state("PASS", True) == d.SUSPECT_PASS and d.verdict_state("PASS", False) == "PASS"
+    )
+    for failure in (
+        "FAIL(load)",
+        "FAIL(gen)",
+        "FAIL(other)",
+    ):  # "FAIL(...)" sorts before "PASS": no order counts
         assert d.verdict_state(failure, True) == failure
     for suspect in (False, True):  # a state that is no verdict is refused, suspect or not
         with pytest.raises(ValueError, match="is no verdict"):
@@ -404,9 +508,16 @@ def test_a_side_with_one_repeat_or_a_median_of_zero_is_not_comparable_saying_whi
     assert one.kind == d.NOT_COMPARABLE and one.why.startswith("fewer than 2 repeats in A ")
     other = d.compare_repeats([1.0, 1.1, 0.9], [1.0], False, 0.05)
     assert other.kind == d.NOT_COMPARABLE and other.why.startswith("fewer than 2 repeats in B ")
-    two = d.compare_repeats([1.0, 1.1], [1.0], False, 0.05)  # two are enough in A: B is the one short
+    two = d.compare_repeats(
+        [1.0, 1.1], [1.0], False, 0.05
+    )  # two are enough in A: B is the one short
     assert two.kind == d.NOT_COMPARABLE and two.why.startswith("fewer than 2 repeats in B ")
-    for ra, rb in (([1.0] * 3, [0.0] * 3), ([0.0] * 3, [1.0] * 3), ([-1.0] * 3, [1.0] * 3), ([1.0] * 3, [-1.0] * 3)):
+    for ra, rb in (
+        ([1.0] * 3, [0.0] * 3),
+        ([0.0] * 3, [1.0] * 3),
+        ([-1.0] * 3, [1.0] * 3),
+        ([1.0] * 3, [-1.0] * 3),
+    ):
         zero = d.compare_repeats(ra, rb, False, 0.05)
         assert (zero.kind, zero.why, zero.change) == (d.NOT_COMPARABLE, "a median of zero", None)
 
@@ -415,8 +526,14 @@ def test_an_expectation_holds_through_its_until_date_and_expires_the_day_after()
     exp = {"org/m": Expectation("FAIL(gen)", "r", _dt.date(2026, 12, 5))}
     pair = sweeps({("org/m", "v"): run("PASS")}, {("org/m", "v"): run("FAIL(gen)")})
     assert [c.kind for c in d.decide_sweeps(*pair, exp, _dt.date(2026, 12, 5))] == [d.EXPECTED]
-    assert [c.kind for c in d.decide_sweeps(*pair, exp, _dt.date(2026, 12, 6))] == [d.REGRESSION, d.EXPIRED]
-    assert d.live({"m": Expectation("PASS", "r")}, _dt.date(2999, 1, 1)) == ({"m": Expectation("PASS", "r")}, set())
+    assert [c.kind for c in d.decide_sweeps(*pair, exp, _dt.date(2026, 12, 6))] == [
+        d.REGRESSION,
+        d.EXPIRED,
+    ]
+    assert d.live({"m": Expectation("PASS", "r")}, _dt.date(2999, 1, 1)) == (
+        {"m": Expectation("PASS", "r")},
+        set(),
+    )
 
 
 def test_a_run_and_a_change_are_values_no_reader_can_rewrite():
@@ -428,7 +545,9 @@ def test_a_run_and_a_change_are_values_no_reader_can_rewrite():
     for value, name in ((change, "kind"), (run("PASS"), "state"), (moved, "kind")):
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(value, name, "passing")
-    assert len({change, d.decide("org/m", "v", run("PASS"), run("FAIL(gen)"))}) == 1  # equal values, hashable
+    assert (
+        len({change, d.decide("org/m", "v", run("PASS"), run("FAIL(gen)"))}) == 1
+    )  # equal values, hashable
 
 
 def test_a_state_read_from_a_file_decides_as_the_constant_does():
@@ -436,9 +555,13 @@ def test_a_state_read_from_a_file_decides_as_the_constant_does():
     object, and must decide alike."""
     excluded = "".join(["ex", "cluded"])
     assert excluded is not d.EXCLUDED
-    change = d.decide("org/m", "v", run("PASS"), d.Run(excluded, reason="no access"), None, "a1", "b1")
+    change = d.decide(
+        "org/m", "v", run("PASS"), d.Run(excluded, reason="no access"), None, "a1", "b1"
+    )
     assert change.line == "excluded: org/m [v]: excluded in b1 (no access)"
-    read = Expectation("".join(["FAIL", "(gen)"]), "read from the YAML file")  # an expectation's verdict, read
+    read = Expectation(
+        "".join(["FAIL", "(gen)"]), "read from the YAML file"
+    )  # an expectation's verdict, read
     assert d.decide("org/m", "v", run("PASS"), run("FAIL(gen)"), read).kind == d.EXPECTED
     absent = d.Run("".join(["ab", "sent"]))
     assert d.decide("org/m", "v", run("PASS"), absent).kind == d.DROPPED
@@ -446,9 +569,15 @@ def test_a_state_read_from_a_file_decides_as_the_constant_does():
 
 
 def test_an_expectation_of_another_verdict_is_none_whichever_way_the_verdicts_sort():
-    for expected, got in (("PASS", "FAIL(gen)"), ("FAIL(other)", "FAIL(gen)"), ("FAIL(gen)", "FAIL(other)")):
+    for expected, got in (
+        ("PASS", "FAIL(gen)"),
+        ("FAIL(other)", "FAIL(gen)"),
+        ("FAIL(gen)", "FAIL(other)"),
+    ):
         change = d.decide("org/m", "v", run("PASS"), run(got), Expectation(expected, "r"))
-        assert change.kind == d.REGRESSION and change.line.endswith(f"(expected {expected}, got {got})")
+        assert change.kind == d.REGRESSION and change.line.endswith(
+            f"(expected {expected}, got {got})"
+        )
 
 
 def test_an_earlier_verdict_stands_in_only_for_a_night_that_excluded_or_did_not_run_the_model():
@@ -471,13 +600,23 @@ def test_an_earlier_verdict_stands_in_only_for_a_night_that_excluded_or_did_not_
 
 def test_a_median_moved_exactly_by_its_bound_is_within_noise_and_the_threshold_is_said_only_when_passed():
     """The bound is inclusive (binary-exact figures: 1.25 / 1.0 - 1 is 0.25 exactly)."""
-    at = d.compare_repeats([1.0] * 3, [1.25] * 3, False, 0.25)  # no noise: the threshold is the bound
+    at = d.compare_repeats(
+        [1.0] * 3, [1.25] * 3, False, 0.25
+    )  # no noise: the threshold is the bound
     assert (at.kind, at.bound, at.change, at.why) == (d.WITHIN_NOISE, 0.25, 0.25, "")
-    noisy = [0.5, 1.0, 1.5]  # noise well beyond the threshold; the change exactly at it: not "beyond the threshold"
+    noisy = [
+        0.5,
+        1.0,
+        1.5,
+    ]  # noise well beyond the threshold; the change exactly at it: not "beyond the threshold"
     at_threshold = d.compare_repeats(noisy, [v * 1.25 for v in noisy], False, 0.25)
-    assert at_threshold.kind == d.WITHIN_NOISE and at_threshold.why == "" and at_threshold.bound > 0.25
+    assert (
+        at_threshold.kind == d.WITHIN_NOISE and at_threshold.why == "" and at_threshold.bound > 0.25
+    )
     past = d.compare_repeats(noisy, [v * 1.5 for v in noisy], False, 0.25)
-    assert past.kind == d.WITHIN_NOISE and past.why.startswith("beyond the threshold but within the repeats' noise")
+    assert past.kind == d.WITHIN_NOISE and past.why.startswith(
+        "beyond the threshold but within the repeats' noise"
+    )
 
 
 def test_repeats_without_any_spread_have_no_noise_and_the_threshold_alone_decides():
@@ -485,7 +624,10 @@ def test_repeats_without_any_spread_have_no_noise_and_the_threshold_alone_decide
     assert d.compare_repeats([1.0] * 3, [1.2] * 3, False, 0.05).kind == d.SLOWER
     assert d.compare_repeats([1.2] * 3, [1.0] * 3, False, 0.05).kind == d.FASTER
     small = d.compare_repeats([1.0] * 3, [1.01] * 3, False, 0.05)
-    assert (small.kind, small.why) == (d.WITHIN_NOISE, "")  # within the threshold: nothing more to say
+    assert (small.kind, small.why) == (
+        d.WITHIN_NOISE,
+        "",
+    )  # within the threshold: nothing more to say
 
 
 def test_across_names_the_first_word_it_does_not_take():

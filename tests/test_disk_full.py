@@ -43,7 +43,9 @@ def small_disk(tmp_path):
         folder = tmp_path / f"disk{len(mounted)}"
         folder.mkdir()
         done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True, text=True
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+            capture_output=True,
+            text=True,
         )
         if done.returncode != 0:
             pytest.skip(f"cannot mount a small tmpfs here ({done.stderr.strip()})")
@@ -97,7 +99,9 @@ def one_sentence(stderr: str) -> str:
     return lines[-1]
 
 
-def test_a_disk_that_fills_mid_sweep_stops_it_in_one_sentence_and_resume_finishes(small_disk, tmp_path, fixture_models):
+def test_a_disk_that_fills_mid_sweep_stops_it_in_one_sentence_and_resume_finishes(
+    small_disk, tmp_path, fixture_models
+):
     data = (
         small_disk("200k") / "data"
     )  # the check passes (8 x 24 kB), the notebooks, logs, records and the repro body do not fit
@@ -120,7 +124,10 @@ def test_a_disk_that_fills_mid_sweep_stops_it_in_one_sentence_and_resume_finishe
     sentence = one_sentence(run.stderr)
     sweep_id = next((data / "sweeps").iterdir()).name
     assert "no space left on its disk" in sentence and "KB free" in sentence
-    assert "of 8 models are stored" in sentence and f"model-support sweep --resume {sweep_id}" in sentence
+    assert (
+        "of 8 models are stored" in sentence
+        and f"model-support sweep --resume {sweep_id}" in sentence
+    )
     whole_notebooks(data)
     assert not leftovers(data)
     stored = len(list((data / "sweeps" / sweep_id / "records").glob("*.json")))
@@ -139,14 +146,20 @@ def test_a_disk_that_fills_mid_sweep_stops_it_in_one_sentence_and_resume_finishe
     whole_notebooks(data)
     assert len(list((data / "sweeps" / sweep_id / "notebooks").glob("*.ipynb"))) == len(MODELS)
     rows = store.scan(data).collect()
-    assert rows.height == len(MODELS) and rows["model_id"].n_unique() == len(MODELS)  # each exactly once
+    assert rows.height == len(MODELS) and rows["model_id"].n_unique() == len(
+        MODELS
+    )  # each exactly once
     assert set(rows["status"]) == {"PASS"}, (
-        rows.filter(rows["status"] != "PASS").select("model_id", "status", "error_type", "error_message").rows()
+        rows.filter(rows["status"] != "PASS")
+        .select("model_id", "status", "error_type", "error_message")
+        .rows()
     )
     assert not leftovers(data)
 
 
-def test_a_disk_clearly_too_small_is_refused_before_anything_runs(small_disk, tmp_path, fixture_models):
+def test_a_disk_clearly_too_small_is_refused_before_anything_runs(
+    small_disk, tmp_path, fixture_models
+):
     data = small_disk("64k") / "data"
     run = subprocess.run(
         [*CLI, "sweep", str(sweep_file(tmp_path, fixture_models)), "--data-dir", str(data)],
@@ -164,7 +177,11 @@ def test_the_room_check_counts_every_variant_of_the_matrix(small_disk, tmp_path,
     """One model in 8 variants writes 8 notebooks, logs and records: 64 KB holds one model's (24 kB), not eight."""
     data = small_disk("64k") / "data"
     path = tmp_path / "matrix.yaml"
-    matrix = {"mode": ["eager", "compile"], "cache": ["dynamic", "static"], "max_new_tokens": [8, 16]}
+    matrix = {
+        "mode": ["eager", "compile"],
+        "cache": ["dynamic", "static"],
+        "max_new_tokens": [8, 16],
+    }
     path.write_text(
         yaml.safe_dump(
             {
@@ -176,11 +193,17 @@ def test_the_room_check_counts_every_variant_of_the_matrix(small_disk, tmp_path,
         )
     )
     run = subprocess.run(
-        [*CLI, "sweep", str(path), "--data-dir", str(data), "--no-report"], capture_output=True, text=True, timeout=300
+        [*CLI, "sweep", str(path), "--data-dir", str(data), "--no-report"],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert run.returncode == 1
     sentence = one_sentence(run.stderr)
-    assert "clearly too little for this sweep" in sentence and "8 probes' notebooks, logs and records" in sentence
+    assert (
+        "clearly too little for this sweep" in sentence
+        and "8 probes' notebooks, logs and records" in sentence
+    )
     assert not data.exists() or not any(data.iterdir())
 
 
@@ -198,7 +221,9 @@ def test_compaction_and_the_card_on_a_full_disk_leave_no_temp_file(small_disk):
         store.store_result(
             data,
             "s",
-            schema.empty_record(sweep_id="s", model_id=f"org/m{i}", status="PASS", generated_text="x" * 2000),
+            schema.empty_record(
+                sweep_id="s", model_id=f"org/m{i}", status="PASS", generated_text="x" * 2000
+            ),
             None,
             "log\n",
         )
@@ -215,25 +240,43 @@ def test_compaction_and_the_card_on_a_full_disk_leave_no_temp_file(small_disk):
     for i in range(20, 40):  # the records are already there; more rows make a larger file
         try:
             store.store_result(
-                data, "s", schema.empty_record(sweep_id="s", model_id=f"org/m{i}", status="PASS"), None, ""
+                data,
+                "s",
+                schema.empty_record(sweep_id="s", model_id=f"org/m{i}", status="PASS"),
+                None,
+                "",
             )
         except OSError:
             break
     with pytest.raises(OSError):
         store.compact(data, "s")
     assert not leftovers(data)
-    assert store.parquet_file(data, "results", "s").read_bytes() == parquet  # the old file is intact
+    assert (
+        store.parquet_file(data, "results", "s").read_bytes() == parquet
+    )  # the old file is intact
     card = (data / "README.md").read_text()
     with pytest.raises(OSError):
         store.write_dataset_card(data)
-    assert not leftovers(data) and (data / "README.md").read_text() == card  # the old card is intact
+    assert (
+        not leftovers(data) and (data / "README.md").read_text() == card
+    )  # the old card is intact
 
 
-def test_a_report_that_does_not_fit_says_the_data_is_safe_and_how_to_finish(small_disk, tmp_path, fixture_models):
+def test_a_report_that_does_not_fit_says_the_data_is_safe_and_how_to_finish(
+    small_disk, tmp_path, fixture_models
+):
     data = small_disk("2m") / "data"
     names = MODELS[:4]
     run = subprocess.run(
-        [*CLI, "sweep", str(sweep_file(tmp_path, fixture_models, names)), "--data-dir", str(data), "--workers", "2"],
+        [
+            *CLI,
+            "sweep",
+            str(sweep_file(tmp_path, fixture_models, names)),
+            "--data-dir",
+            str(data),
+            "--workers",
+            "2",
+        ],
         capture_output=True,
         text=True,
         timeout=900,
@@ -241,8 +284,13 @@ def test_a_report_that_does_not_fit_says_the_data_is_safe_and_how_to_finish(smal
     assert run.returncode == 1, run.stderr[-3000:]
     sentence = one_sentence(run.stderr)
     sweep_id = next((data / "sweeps").iterdir()).name
-    assert sentence.startswith(f"Error: Could not write the report of {sweep_id} (no space left on its disk")
-    assert "records and Parquet files are complete" in sentence and f"model-support report {sweep_id}" in sentence
+    assert sentence.startswith(
+        f"Error: Could not write the report of {sweep_id} (no space left on its disk"
+    )
+    assert (
+        "records and Parquet files are complete" in sentence
+        and f"model-support report {sweep_id}" in sentence
+    )
     assert store.scan(data).collect().height == len(names)  # the data is safe
     whole_notebooks(data)
     assert not leftovers(data)

@@ -49,10 +49,24 @@ def test_every_name_of_the_package_the_docs_give_exists():
     for doc in DOCS:
         for span in re.findall(r"`([^`\s]+)`", doc.read_text()):
             dotted = re.match(r"([A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)+)(\(.*\))?$", span)
-            if not dotted or dotted.group(1).split(".")[0] not in modules or dotted.group(1) == ENTRY_POINT_GROUP:
+            if (
+                not dotted
+                or dotted.group(1).split(".")[0] not in modules
+                or dotted.group(1) == ENTRY_POINT_GROUP
+            ):
                 continue
             first, *rest = dotted.group(1).split(".")
-            if rest and rest[-1] in ("py", "md", "json", "yaml", "ipynb", "jsonl", "log", "html", "parquet"):
+            if rest and rest[-1] in (
+                "py",
+                "md",
+                "json",
+                "yaml",
+                "ipynb",
+                "jsonl",
+                "log",
+                "html",
+                "parquet",
+            ):
                 continue  # a file name
             if not _resolves(modules[first], rest):
                 missing.append(f"{doc.relative_to(REPO)}: {span}")
@@ -67,4 +81,6 @@ def test_the_readme_says_where_the_command_is_and_how_to_choose_the_data_folder(
 def test_the_readme_lists_each_doc_once():
     listed = (REPO / "README.md").read_text().split("## Documentation", 1)[1].split("\n## ", 1)[0]
     links = re.findall(r"\]\((docs/[\w.-]+\.md)\)", listed)
-    assert sorted(links) == sorted(set(links)), [link for link in set(links) if links.count(link) > 1]
+    assert sorted(links) == sorted(set(links)), [
+        link for link in set(links) if links.count(link) > 1
+    ]

@@ -15,7 +15,9 @@ import pytest
 from helpers import REPO, run_notebook
 from model_support.probe import phases, probe_params, repro
 
-MODEL = REPO / "data" / "models" / "tiny-llama"  # a text model: asked for image-text-to-text, it must not PASS
+MODEL = (
+    REPO / "data" / "models" / "tiny-llama"
+)  # a text model: asked for image-text-to-text, it must not PASS
 
 #: Every declared parameter, at a value that is not its default (paths under the test's folder are set in the test).
 NON_DEFAULT = {
@@ -73,11 +75,15 @@ EFFECT = {
     # the task asked for, not the config's nor the Hub's (pipeline_tag text-generation): no text-generation PASS
     "task": lambda r: r["task"] == "image-text-to-text" and r["status"] != "PASS",
     "image_prompt": lambda r: r["prompt"] == "What is drawn here?",
-    "max_new_tokens": lambda r: r["max_new_tokens"] == 3 and r["variant"] == "compile+static+3t@no-rsqrt",
+    "max_new_tokens": lambda r: (
+        r["max_new_tokens"] == 3 and r["variant"] == "compile+static+3t@no-rsqrt"
+    ),
     "stack_name": lambda r: r["stack_name"] == "no-rsqrt",  # and the variant's "@no-rsqrt"
     "mode": lambda r: r["mode"] == "compile",
     "cache": lambda r: r["cache"] == "static",
-    "devices": lambda r: r["memory_estimate_bytes"] is not None,  # planned: only for devices other than 1
+    "devices": lambda r: (
+        r["memory_estimate_bytes"] is not None
+    ),  # planned: only for devices other than 1
     "trust_remote_code": lambda r: r["trust_remote_code"] is True,
     "reference": lambda r: r["reference_note"] == "attribution switched off (reference='none')",
     "seed": lambda r: r["seed"] == 7,
@@ -86,22 +92,37 @@ EFFECT = {
     "snapshot": lambda r: r["model_type"] == "llama",  # loaded from the snapshot's config
     "notebook_path": lambda r: r["notebook_path"] == NON_DEFAULT["notebook_path"],
     "hub_facts": lambda r: r["likes"] == 5 and r["pipeline_tag"] == "text-generation",
-    "host_ops": lambda r: r["what_if"] is True and r["host_ops"] == "missing" and r["host_ops_run"] == [],
+    "host_ops": lambda r: (
+        r["what_if"] is True and r["host_ops"] == "missing" and r["host_ops_run"] == []
+    ),
 }
 
 
 def test_every_declared_parameter_reaches_the_record(tmp_path):
     declared = {p.name: p.default for p in probe_params.PROBE_PARAMS}
-    assert set(NON_DEFAULT) == set(declared), "give each declared parameter a non-default value here"
+    assert set(NON_DEFAULT) == set(declared), (
+        "give each declared parameter a non-default value here"
+    )
     assert set(EFFECT) <= set(declared)
     assert all(NON_DEFAULT[name] != default for name, default in declared.items())
     values = {**NON_DEFAULT, "record_path": str(tmp_path / NON_DEFAULT["record_path"])}
     run_notebook("probe.ipynb", tmp_path / "out.ipynb", **values)
-    record = json.loads(Path(values["record_path"]).read_text())  # record_path: written where it said
-    assert record["reference_note"] == phases.PENDING  # checks "after": the device phase ends the probe ...
+    record = json.loads(
+        Path(values["record_path"]).read_text()
+    )  # record_path: written where it said
+    assert (
+        record["reference_note"] == phases.PENDING
+    )  # checks "after": the device phase ends the probe ...
     state = tmp_path / phases.STATE_FILE
-    run_notebook("checks.ipynb", tmp_path / "checks.ipynb", checks_state=str(state), record_path=values["record_path"])
-    record = json.loads(Path(values["record_path"]).read_text())  # ... and the host's checks finish its record
+    run_notebook(
+        "checks.ipynb",
+        tmp_path / "checks.ipynb",
+        checks_state=str(state),
+        record_path=values["record_path"],
+    )
+    record = json.loads(
+        Path(values["record_path"]).read_text()
+    )  # ... and the host's checks finish its record
     settings = json.loads(record["repro_settings"])
     assert set(settings) == set(repro.SETTING_NAMES)
     for name in probe_params.SETTINGS:
@@ -122,7 +143,11 @@ def refused(tmp_path: Path, **parameters):
     record_path = tmp_path / "record.json"
     with pytest.raises(papermill.PapermillExecutionError) as info:
         run_notebook(
-            "probe.ipynb", tmp_path / "out.ipynb", model_id=str(MODEL), record_path=str(record_path), **parameters
+            "probe.ipynb",
+            tmp_path / "out.ipynb",
+            model_id=str(MODEL),
+            record_path=str(record_path),
+            **parameters,
         )
     assert not list(tmp_path.glob("record*")), list(tmp_path.iterdir())
     return info.value
@@ -131,7 +156,9 @@ def refused(tmp_path: Path, **parameters):
 def test_a_mistyped_parameter_is_refused_with_what_it_accepts(tmp_path):
     """``-p devcie cpu`` ran the default device (papermill only warns of the name) and ``-p dtype float99`` wrote a
     FAIL(other) record: each mistake is now one sentence, the closest declared name or what is accepted."""
-    error = refused(tmp_path, devcie="cpu", dtype="float99", numerics_margin=float("nan"), max_new_tokens="8")
+    error = refused(
+        tmp_path, devcie="cpu", dtype="float99", numerics_margin=float("nan"), max_new_tokens="8"
+    )
     assert error.ename == "ParameterError"
     assert error.evalue.splitlines() == [
         "4 mistakes in the parameters of notebooks/probe.ipynb:",
@@ -145,7 +172,9 @@ def test_a_mistyped_parameter_is_refused_with_what_it_accepts(tmp_path):
 def test_a_typo_in_the_backends_configuration_is_refused_not_a_verdict(tmp_path, monkeypatch):
     """A backend that does not start with its configuration (a typo in MODEL_SUPPORT_PRETEND; a bad
     LIBTPU_INIT_ARGS alike) was a FAIL(other) record at stage runner: the user's typo as a verdict."""
-    from model_support_pretend.config import KEYS  # every key it accepts, as the sentence lists them
+    from model_support_pretend.config import (
+        KEYS,
+    )  # every key it accepts, as the sentence lists them
 
     monkeypatch.setenv("MODEL_SUPPORT_PRETEND", '{"devcies": 2}')
     error = refused(tmp_path, device="pretend")
@@ -157,7 +186,13 @@ def test_a_typo_in_the_backends_configuration_is_refused_not_a_verdict(tmp_path,
     )
     from model_support.probe.devices import misconfigured
 
-    with pytest.raises(misconfigured.BackendConfigError, match="The pretend backend does not start"):
-        misconfigured.refuse("auto")  # auto skipped a backend that failed: the CPU instead, silently
+    with pytest.raises(
+        misconfigured.BackendConfigError, match="The pretend backend does not start"
+    ):
+        misconfigured.refuse(
+            "auto"
+        )  # auto skipped a backend that failed: the CPU instead, silently
     monkeypatch.delenv("MODEL_SUPPORT_PRETEND")
-    misconfigured.refuse("pretend")  # not configured: the device is not here, which the probe records (design)
+    misconfigured.refuse(
+        "pretend"
+    )  # not configured: the device is not here, which the probe records (design)

@@ -47,7 +47,10 @@ def every_column(data) -> list[str]:
     ids = []
     for day in (1, 2):
         sweep_id = f"tpu-weekly-with-a-long-name-202612{day:02d}T020000Z-{day:04x}"
-        models = [f"an-organisation-with-a-long-name/model-{i}-with-an-even-longer-name-Instruct" for i in range(12)]
+        models = [
+            f"an-organisation-with-a-long-name/model-{i}-with-an-even-longer-name-Instruct"
+            for i in range(12)
+        ]
         SweepMeta(
             sweep_id=sweep_id,
             name="tpu-weekly-with-a-long-name",
@@ -77,7 +80,11 @@ def every_column(data) -> list[str]:
                     parallelism="tp",
                     device_type="tpu",
                     model_type="a_long_model_type_name",
-                    versions={"torch": "2.13.0+cpu", "torch_tpu": "0.2.0.dev20261201", "transformers": "5.0.0.dev0"},
+                    versions={
+                        "torch": "2.13.0+cpu",
+                        "torch_tpu": "0.2.0.dev20261201",
+                        "transformers": "5.0.0.dev0",
+                    },
                     pipeline_tag="text-generation",
                     downloads=1_234_567 * (i + 1),
                     trending_score=i,
@@ -91,12 +98,20 @@ def every_column(data) -> list[str]:
 def check_fits(page, label: str) -> dict:
     measured = page.evaluate(MEASURE)
     heads = {h[0]: h for h in measured["heads"]}
-    assert measured["overflow"] <= 0, f"{label}: the list scrolls sideways by {measured['overflow']} px"
-    assert [h[0] for h in measured["heads"] if h[2] or h[3]] == [], f"{label}: headers cut or out of view {heads}"
-    assert all(h[1] >= 30 for h in measured["heads"]), f"{label}: a column narrower than 30 px {heads}"
+    assert measured["overflow"] <= 0, (
+        f"{label}: the list scrolls sideways by {measured['overflow']} px"
+    )
+    assert [h[0] for h in measured["heads"] if h[2] or h[3]] == [], (
+        f"{label}: headers cut or out of view {heads}"
+    )
+    assert all(h[1] >= 30 for h in measured["heads"]), (
+        f"{label}: a column narrower than 30 px {heads}"
+    )
     assert measured["untitled"] == [] and measured["verdicts_cut"] == [], label
     assert measured["whose_cut"] == [] and measured["panel_cut"] == [], (label, measured)
-    assert len(measured["heights"]) == 1, f"{label}: rows of several heights (a cell wraps) {measured['heights']}"
+    assert len(measured["heights"]) == 1, (
+        f"{label}: rows of several heights (a cell wraps) {measured['heights']}"
+    )
     return measured
 
 

@@ -20,7 +20,12 @@ from model_support.render import exports
 SWEEP = "nightly-20261205T000000Z-abcd"
 ROWS = {
     "org/good": {"status": "PASS", "numerics": "match", "decode_tokens_per_s": 41.5},
-    "org/wrong": {"status": "PASS", "numerics": "diverges", "decode_tokens_per_s": 40.0, "perf_tokens_per_s": 2.1}
+    "org/wrong": {
+        "status": "PASS",
+        "numerics": "diverges",
+        "decode_tokens_per_s": 40.0,
+        "perf_tokens_per_s": 2.1,
+    }
     | {"perf_tokens_out": 32},
     "org/broken": {
         "status": "FAIL(gen)",
@@ -45,7 +50,9 @@ def dataset(tmp_path):
         excluded={"org/gated": "no access"},
     ).write(store.sweep_dir(tmp_path, SWEEP))
     for model_id, fields in ROWS.items():
-        record = schema.empty_record(sweep_id=SWEEP, model_id=model_id, device_type="cpu", duration_s=2.5, **fields)
+        record = schema.empty_record(
+            sweep_id=SWEEP, model_id=model_id, device_type="cpu", duration_s=2.5, **fields
+        )
         store.store_result(tmp_path, SWEEP, record, None, "")
     store.compact(tmp_path, SWEEP)
     shutil.rmtree(tmp_path / "sweeps")
@@ -56,15 +63,23 @@ def test_the_junit_export_has_a_case_per_model_and_the_failures_as_failures(data
     suites = ET.fromstring(exports.export(dataset, SWEEP, "junit"))
     (suite,) = suites.findall("testsuite")
     cases = {c.get("name"): c for c in suite.findall("testcase")}
-    assert sorted(cases) == [f"{m} [eager+dynamic]" for m in sorted([*ROWS, "org/gated"])]  # unique names
+    assert sorted(cases) == [
+        f"{m} [eager+dynamic]" for m in sorted([*ROWS, "org/gated"])
+    ]  # unique names
     assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("4", "1", "1")
     failure = cases["org/broken [eager+dynamic]"].find("failure")
     assert failure is not None and failure.get("type") == "NotImplementedError: Could not run <op>"
     assert "FAIL(gen) at generate" in failure.get("message") and "whose: stack" in failure.text
     assert cases["org/gated [eager+dynamic]"].find("skipped").get("message") == "no access"
-    wrong = cases["org/wrong [eager+dynamic]"]  # a suspect PASS: passing, saying so, unless asked to fail it
-    assert wrong.find("failure") is None and wrong.find("system-out").text == "suspect PASS: diverges"
-    strict = ET.fromstring(exports.export(dataset, SWEEP, "junit", suspect_fails=True)).find("testsuite")
+    wrong = cases[
+        "org/wrong [eager+dynamic]"
+    ]  # a suspect PASS: passing, saying so, unless asked to fail it
+    assert (
+        wrong.find("failure") is None and wrong.find("system-out").text == "suspect PASS: diverges"
+    )
+    strict = ET.fromstring(exports.export(dataset, SWEEP, "junit", suspect_fails=True)).find(
+        "testsuite"
+    )
     assert strict.get("failures") == "2"
     assert cases["org/good [eager+dynamic]"].get("time") == "2.500"
 
@@ -78,9 +93,14 @@ def test_markdown_csv_and_json_say_the_same_rows(dataset):
         ("org/wrong", "PASS", "diverges", True),
     ]
     table = list(csv.DictReader(io.StringIO(exports.export(dataset, SWEEP, "csv"))))
-    assert [r["model_id"] for r in table] == [r["model_id"] for r in rows] and table[2]["decode_tokens_per_s"] == "41.5"
+    assert [r["model_id"] for r in table] == [r["model_id"] for r in rows] and table[2][
+        "decode_tokens_per_s"
+    ] == "41.5"
     text = exports.export(dataset, SWEEP, "markdown")
-    assert "PASS: 2, FAIL(load): 0, FAIL(gen): 1, FAIL(other): 0, excluded: 1; suspect passes: 1" in text
+    assert (
+        "PASS: 2, FAIL(load): 0, FAIL(gen): 1, FAIL(other): 0, excluded: 1; suspect passes: 1"
+        in text
+    )
     assert sum(line.startswith("| org/") for line in text.splitlines()) == 4 and "\\|" not in text
 
 
@@ -97,7 +117,17 @@ def test_every_exported_speed_names_its_source_and_is_the_perf_phases_where_ther
 
 def test_the_command_exports_the_latest_sweep_and_refuses_an_unknown_one(dataset):
     done = subprocess.run(
-        [sys.executable, "-m", "model_support.cli", "export", SWEEP, "--format", "junit", "--data-dir", str(dataset)],
+        [
+            sys.executable,
+            "-m",
+            "model_support.cli",
+            "export",
+            SWEEP,
+            "--format",
+            "junit",
+            "--data-dir",
+            str(dataset),
+        ],
         capture_output=True,
         text=True,
     )

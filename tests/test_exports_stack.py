@@ -30,12 +30,27 @@ SWEEP = "nightly-20261206T000000Z-beef"
 PRETEND, TPU = "model-support-pretend 0.1.0", ["torch_tpu 0.2.0", "libtpu 0.0.52"]
 #: What ``versions`` holds on every row of this environment: torch_tpu is installed, whatever ran.
 VERSIONS = {"torch": "2.9.0", "torch_tpu": "0.2.0", "libtpu": "0.0.52", "transformers": "5.25.0"}
-BODY = "a" * 64  # one body for every row of this code: what the exports gave before, the same on each row
+BODY = (
+    "a" * 64
+)  # one body for every row of this code: what the exports gave before, the same on each row
 ROWS = {
-    "org/on-pretend": {"device_type": "pretend", "backend_versions": [PRETEND], "status": "FAIL(gen)"},
+    "org/on-pretend": {
+        "device_type": "pretend",
+        "backend_versions": [PRETEND],
+        "status": "FAIL(gen)",
+    },
     "org/on-cpu": {"device_type": "cpu", "backend_versions": [], "status": "PASS"},
-    "org/on-tpu": {"device_type": "tpu", "backend_versions": TPU, "status": "PASS", "variant": "compile+static"},
-    "org/older-tpu": {"device_type": "tpu", "backend_versions": None, "status": "FAIL(other)"},  # before the field
+    "org/on-tpu": {
+        "device_type": "tpu",
+        "backend_versions": TPU,
+        "status": "PASS",
+        "variant": "compile+static",
+    },
+    "org/older-tpu": {
+        "device_type": "tpu",
+        "backend_versions": None,
+        "status": "FAIL(other)",
+    },  # before the field
 }
 #: The backend each row names (None: torch alone).
 BACKENDS = {
@@ -84,12 +99,21 @@ def test_each_row_carries_the_command_that_reproduces_that_model_and_variant(dat
         assert repro.command(SWEEP, model_id, variant(model_id), dataset) == rows[model_id]["repro"]
     assert rows["org/gated"]["repro"] is None  # excluded: nothing ran, nothing to reproduce
     table = list(csv.DictReader(io.StringIO(exports.export(dataset, SWEEP, "csv"))))
-    assert {r["model_id"]: r["repro"] for r in table} == {m: r["repro"] or "" for m, r in rows.items()}
+    assert {r["model_id"]: r["repro"] for r in table} == {
+        m: r["repro"] or "" for m, r in rows.items()
+    }
     text = exports.export(dataset, SWEEP, "markdown")
-    assert BODY not in text and all(f"`{rows[m]['repro']}`" in text for m in ROWS)  # whole, not cut at 160
+    assert BODY not in text and all(
+        f"`{rows[m]['repro']}`" in text for m in ROWS
+    )  # whole, not cut at 160
     suite = ET.fromstring(exports.export(dataset, SWEEP, "junit")).find("testsuite")
-    failure = {c.get("name"): c.find("failure") for c in suite.findall("testcase")}["org/on-pretend [eager+dynamic]"]
-    assert failure.text.endswith(f"repro: {rows['org/on-pretend']['repro']}") and BODY not in failure.text
+    failure = {c.get("name"): c.find("failure") for c in suite.findall("testcase")}[
+        "org/on-pretend [eager+dynamic]"
+    ]
+    assert (
+        failure.text.endswith(f"repro: {rows['org/on-pretend']['repro']}")
+        and BODY not in failure.text
+    )
     # a support card, from the dataset alone: the command of its latest run
     (card,) = support("org/on-tpu", dataset)
     assert card["repro"] == repro.command(SWEEP, "org/on-tpu", "compile+static", dataset)
@@ -102,21 +126,35 @@ def test_each_row_carries_the_command_that_reproduces_that_model_and_variant(dat
 def test_the_stack_names_the_backend_that_ran(dataset):
     rows = {r["model_id"]: r for r in json.loads(exports.export(dataset, SWEEP, "json"))}
     assert {m: rows[m]["backend"] for m in ROWS} == BACKENDS
-    assert all("torch_tpu" not in r for r in rows.values())  # no column of a backend that only was installed
+    assert all(
+        "torch_tpu" not in r for r in rows.values()
+    )  # no column of a backend that only was installed
     table = list(csv.DictReader(io.StringIO(exports.export(dataset, SWEEP, "csv"))))
-    assert "torch_tpu" not in table[0] and {r["model_id"]: r["backend"] for r in table if r["model_id"] in ROWS} == {
-        m: b or "" for m, b in BACKENDS.items()
+    assert "torch_tpu" not in table[0] and {
+        r["model_id"]: r["backend"] for r in table if r["model_id"] in ROWS
+    } == {m: b or "" for m, b in BACKENDS.items()}
+    lines = {
+        line.split(" | ")[0][2:]: line
+        for line in exports.export(dataset, SWEEP, "markdown").splitlines()
     }
-    lines = {line.split(" | ")[0][2:]: line for line in exports.export(dataset, SWEEP, "markdown").splitlines()}
-    assert f"| {PRETEND} |" in lines["org/on-pretend"] and "torch_tpu" not in lines["org/on-pretend"]
+    assert (
+        f"| {PRETEND} |" in lines["org/on-pretend"] and "torch_tpu" not in lines["org/on-pretend"]
+    )
     assert "torch_tpu" not in lines["org/on-cpu"] and "pretend" not in lines["org/on-cpu"]
     suite = ET.fromstring(exports.export(dataset, SWEEP, "junit")).find("testsuite")
-    failure = {c.get("name"): c.find("failure") for c in suite.findall("testcase")}["org/on-pretend [eager+dynamic]"]
-    assert "stack: pretend: torch 2.9.0, model-support-pretend 0.1.0, transformers 5.25.0" in failure.text
+    failure = {c.get("name"): c.find("failure") for c in suite.findall("testcase")}[
+        "org/on-pretend [eager+dynamic]"
+    ]
+    assert (
+        "stack: pretend: torch 2.9.0, model-support-pretend 0.1.0, transformers 5.25.0"
+        in failure.text
+    )
 
 
 def draft_stack(**row) -> str:
-    regression = bug_reports.Regression("org/m", "eager+dynamic", "PASS", "FAIL(gen)", "sig", versions=VERSIONS, **row)
+    regression = bug_reports.Regression(
+        "org/m", "eager+dynamic", "PASS", "FAIL(gen)", "sig", versions=VERSIONS, **row
+    )
     text = bug_reports.draft("b", "a", row.get("device_type") or "auto", "", [regression])
     return text.split("## Stack\n\n", 1)[1].strip()
 
@@ -129,9 +167,17 @@ def test_a_drafted_bug_reports_stack_names_the_backend_that_ran():
     assert "backend" not in cpu and "torch_tpu" not in cpu and "torch 2.9.0" in cpu
     tpu = draft_stack(device_type="tpu", backend_versions=TPU)
     assert "torch_tpu 0.2.0" in tpu and "libtpu 0.0.52" in tpu
-    assert "torch_tpu 0.2.0" in draft_stack(device_type="tpu")  # an older row: from its versions, a TPU's only
-    assert "torch_tpu" not in draft_stack(device_type="pretend")  # ... never on another device's row
+    assert "torch_tpu 0.2.0" in draft_stack(
+        device_type="tpu"
+    )  # an older row: from its versions, a TPU's only
+    assert "torch_tpu" not in draft_stack(
+        device_type="pretend"
+    )  # ... never on another device's row
     text = bug_reports.draft(
-        SWEEP, "a", "pretend", "", [bug_reports.Regression("org/m", "eager+dynamic", "PASS", "FAIL(gen)", "sig")]
+        SWEEP,
+        "a",
+        "pretend",
+        "",
+        [bug_reports.Regression("org/m", "eager+dynamic", "PASS", "FAIL(gen)", "sig")],
     )
     assert f"`{repro.command(SWEEP, 'org/m', 'eager+dynamic')}`" in text and "repro/" not in text

@@ -47,8 +47,13 @@ def test_manifest_lists_every_fixture_with_a_valid_expectation(manifest):
         expect = entry["expect"]
         assert Path(entry["path"]).is_absolute() and Path(entry["path"]).name == name
         assert (Path(entry["path"]) / ".complete").is_file(), name
-        if expect["excluded"]:  # its processor needs a package this environment lacks: no verdict expected
-            assert expect["status"] is None and set(expect["excluded"]) <= {"torchvision", "num2words"}, name
+        if expect[
+            "excluded"
+        ]:  # its processor needs a package this environment lacks: no verdict expected
+            assert expect["status"] is None and set(expect["excluded"]) <= {
+                "torchvision",
+                "num2words",
+            }, name
             continue
         assert expect["status"] in VERDICTS, name
         assert (expect["failure_stage"] is None) == (expect["status"] == PASS), name
@@ -57,11 +62,16 @@ def test_manifest_lists_every_fixture_with_a_valid_expectation(manifest):
         assert isinstance(entry["overrides"], dict) and entry["purpose"].strip(), name
     by_name = manifest["fixtures"]
     assert by_name["tiny-eos-early"]["expect"]["tokens_out"] < fixtures.MAX_NEW_TOKENS
-    assert by_name["fail-short-positions"]["fail_seq_len"] == by_name["fail-short-positions"]["n_positions"] + 1
+    assert (
+        by_name["fail-short-positions"]["fail_seq_len"]
+        == by_name["fail-short-positions"]["n_positions"] + 1
+    )
     assert 0 < by_name["fail-short-positions"]["fail_step"] < fixtures.MAX_NEW_TOKENS
     assert by_name["diverge-bf16-overflow"]["diverging_module"] == "model.layers.0.mlp.gate_proj"
     overflow = by_name["diverge-bf16-overflow"]
-    assert overflow["expected_token_ids"] != overflow["reference_token_ids"]  # bf16 really diverges from float32
+    assert (
+        overflow["expected_token_ids"] != overflow["reference_token_ids"]
+    )  # bf16 really diverges from float32
     assert by_name["fail-hang"]["timeout_s"] == 20
     for name in ("fail-kernel-death", "fail-hang"):
         assert by_name[name]["overrides"] == {"trust_remote_code": True}
@@ -90,7 +100,8 @@ def test_some_tiny_models_have_a_chat_template_and_others_none(manifest):
         name
         for name, entry in tiny_pass(manifest).items()
         if (Path(entry["path"]) / "chat_template.jinja").is_file()
-        or "chat_template" in json.loads((Path(entry["path"]) / "tokenizer_config.json").read_text())
+        or "chat_template"
+        in json.loads((Path(entry["path"]) / "tokenizer_config.json").read_text())
     }
     assert set(fixtures.CHAT_TINY) == with_template
 
@@ -100,7 +111,9 @@ def test_remote_code_never_ran(manifest):
     marker = Path(entry["marker"])
     assert marker.parent == Path(entry["path"]) and marker.name == "REMOTE_CODE_RAN"
     assert str(marker) in (marker.parent / "configuration_remote_code.py").read_text()
-    assert not marker.exists(), "the fixture's custom code ran: something loaded it with trust_remote_code"
+    assert not marker.exists(), (
+        "the fixture's custom code ran: something loaded it with trust_remote_code"
+    )
 
 
 def test_truncated_safetensors_is_shorter_than_its_header_claims(manifest):
@@ -109,7 +122,9 @@ def test_truncated_safetensors_is_shorter_than_its_header_claims(manifest):
     with open(weights, "rb") as handle:
         (header_len,) = struct.unpack("<Q", handle.read(8))
         header = json.loads(handle.read(header_len))
-    claimed = 8 + header_len + max(t["data_offsets"][1] for k, t in header.items() if k != "__metadata__")
+    claimed = (
+        8 + header_len + max(t["data_offsets"][1] for k, t in header.items() if k != "__metadata__")
+    )
     assert claimed == entry["full_size"]
     assert weights.stat().st_size < claimed
 
@@ -123,16 +138,26 @@ def test_missing_weights_fixture_has_config_but_no_weights(manifest):
 def test_a_second_build_rebuilds_nothing(manifest, capsys):
     """Every fixture says cached and no completion marker is touched: nothing was built again."""
     models_dir = fixtures.default_models_dir()
-    markers = {name: (Path(e["path"]) / ".complete").stat().st_mtime_ns for name, e in manifest["fixtures"].items()}
+    markers = {
+        name: (Path(e["path"]) / ".complete").stat().st_mtime_ns
+        for name, e in manifest["fixtures"].items()
+    }
     again = fixtures.build_fixtures(models_dir)
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == len(fixtures.FIXTURE_NAMES) and all(line.endswith(" cached") for line in lines), lines
+    assert len(lines) == len(fixtures.FIXTURE_NAMES) and all(
+        line.endswith(" cached") for line in lines
+    ), lines
     assert again == manifest
-    assert markers == {n: (Path(e["path"]) / ".complete").stat().st_mtime_ns for n, e in again["fixtures"].items()}
+    assert markers == {
+        n: (Path(e["path"]) / ".complete").stat().st_mtime_ns for n, e in again["fixtures"].items()
+    }
 
 
 def test_cli_on_a_built_folder_reports_everything_cached(manifest):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), str(REPO_ROOT / "tests")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), str(REPO_ROOT / "tests")]),
+    }
     done = subprocess.run(
         [sys.executable, "-m", "fixtures.build", "--dir", str(fixtures.default_models_dir())],
         capture_output=True,
@@ -142,7 +167,9 @@ def test_cli_on_a_built_folder_reports_everything_cached(manifest):
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert [(line.split()[0], line.split()[-1]) for line in lines] == [(n, "cached") for n in fixtures.FIXTURE_NAMES]
+    assert [(line.split()[0], line.split()[-1]) for line in lines] == [
+        (n, "cached") for n in fixtures.FIXTURE_NAMES
+    ]
 
 
 def test_models_dir_follows_the_environment(monkeypatch, tmp_path):

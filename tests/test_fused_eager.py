@@ -27,7 +27,9 @@ def test_fused_is_a_mode_and_a_variant():
 
 def _in_a_child(code: str, autoload: bool) -> list[str]:
     env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "1" if autoload else "0"}
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     return run.stdout.strip().splitlines()
 
@@ -57,20 +59,32 @@ def test_a_stack_without_it_is_named():
         "print(probe_compile.fused_eager_missing('tpu'))\n",
         autoload=False,
     )
-    assert lines[-2] == "mode 'fused' is TorchTPU's deferred-and-fused eager; it runs on tpu devices only, not on cpu"
-    assert lines[-1].startswith("torch_tpu ") and "does not expose torch.tpu.set_eager_mode" in lines[-1]
+    assert (
+        lines[-2]
+        == "mode 'fused' is TorchTPU's deferred-and-fused eager; it runs on tpu devices only, not on cpu"
+    )
+    assert (
+        lines[-1].startswith("torch_tpu ")
+        and "does not expose torch.tpu.set_eager_mode" in lines[-1]
+    )
 
 
 def test_a_fused_probe_off_a_tpu_records_not_available_instead_of_failing(tmp_path, fixture_models):
     record = probe_record(tmp_path, fixture_models["tiny-llama"]["path"], mode="fused")
-    assert record["status"] is None and record["failure_stage"] is None and record["error_type"] is None
+    assert (
+        record["status"] is None
+        and record["failure_stage"] is None
+        and record["error_type"] is None
+    )
     assert record["variant"] == "fused+dynamic" and record["device_type"] == "cpu"
     assert record["exclusion_reason"].startswith("not available on this stack: mode 'fused'")
     assert record["tokens_out"] is None and record["repro_script"] is None  # nothing ran
 
 
 @pytest.mark.slow
-def test_a_matrix_with_fused_keeps_its_variants_as_excluded_rows_and_the_grid_says_na(tmp_path, fixture_models):
+def test_a_matrix_with_fused_keeps_its_variants_as_excluded_rows_and_the_grid_says_na(
+    tmp_path, fixture_models
+):
     definition = {
         "name": "fused",
         "probe": {"device": "cpu", "reference": "none"},
@@ -80,10 +94,14 @@ def test_a_matrix_with_fused_keeps_its_variants_as_excluded_rows_and_the_grid_sa
     data, sweep_id = cli_sweep(tmp_path, definition, "--workers", "2")
     results = pl.read_parquet(store.parquet_file(data, "results", sweep_id))
     excluded = pl.read_parquet(store.parquet_file(data, "excluded", sweep_id))
-    assert sorted(results["variant"]) == ["eager+dynamic", "eager+static"] and set(results["status"]) == {"PASS"}
+    assert sorted(results["variant"]) == ["eager+dynamic", "eager+static"] and set(
+        results["status"]
+    ) == {"PASS"}
     assert sorted(excluded["variant"]) == ["fused+dynamic", "fused+static"]
     assert all(r.startswith("not available on this stack") for r in excluded["exclusion_reason"])
-    grid = analysis.verdict_grid(store.scan(data, "results"), sweep_id, store.scan(data, "excluded"))
+    grid = analysis.verdict_grid(
+        store.scan(data, "results"), sweep_id, store.scan(data, "excluded")
+    )
     assert grid.row(0) == ("local:tiny-gpt2", "PASS", "PASS", "n/a", "n/a")
     assert grid.columns[1:] == ["eager+dynamic", "eager+static", "fused+dynamic", "fused+static"]
     report = (data / "reports" / f"{sweep_id}.html").read_text()
@@ -95,7 +113,10 @@ def test_debug_in_fused_off_a_tpu_is_refused_with_one_sentence(tmp_path, fixture
     path = fixture_models["tiny-llama"]["path"]
     run = cli_debug(data, path, {"device": "cpu"}, {"mode": ["eager", "fused"]}, "fused+dynamic")
     assert run.returncode == 2, run.stderr[-2000:]
-    assert "not available on this stack: mode 'fused' is TorchTPU's deferred-and-fused eager" in run.stderr
+    assert (
+        "not available on this stack: mode 'fused' is TorchTPU's deferred-and-fused eager"
+        in run.stderr
+    )
     assert "Traceback" not in run.stderr and not (store.sweep_dir(data, "s") / "debug").exists()
 
 
@@ -109,7 +130,9 @@ def test_the_terminal_table_lists_a_mode_not_available_as_excluded_with_its_reas
 
     reason = "not available on this stack: mode 'fused' is TorchTPU's deferred-and-fused eager"
     records = [
-        schema.empty_record(model_id="local:a", variant="eager+dynamic", status="PASS", tokens_in=5, tokens_out=8),
+        schema.empty_record(
+            model_id="local:a", variant="eager+dynamic", status="PASS", tokens_in=5, tokens_out=8
+        ),
         schema.empty_record(model_id="local:a", variant="fused+dynamic", exclusion_reason=reason),
     ]
     out = io.StringIO()

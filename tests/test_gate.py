@@ -16,10 +16,18 @@ from model_support.record.sweep_meta import ModelEntry, SweepMeta
 
 A, B = "nightly-20261204T000000Z-aaaa", "nightly-20261205T000000Z-bbbb"
 BEFORE = {"org/m1": "PASS", "org/m2": "PASS", "org/m3": "FAIL(gen)", "org/m5": "FAIL(gen)"}
-AFTER = {"org/m1": "PASS", "org/m2": "FAIL(gen)", "org/m3": "FAIL(gen)", "org/m4": "FAIL(load)", "org/m5": "PASS"}
+AFTER = {
+    "org/m1": "PASS",
+    "org/m2": "FAIL(gen)",
+    "org/m3": "FAIL(gen)",
+    "org/m4": "FAIL(load)",
+    "org/m5": "PASS",
+}
 
 
-def _sweep(data, sweep_id: str, day: int, defined: list[str], rows: dict[str, str], excluded=()) -> None:
+def _sweep(
+    data, sweep_id: str, day: int, defined: list[str], rows: dict[str, str], excluded=()
+) -> None:
     """A sweep of ready-made records: ``defined`` its definition's models, ``rows`` their verdicts, ``excluded``
     the models it excluded (an excluded row, the environment's doing)."""
     fields = {m: {"status": status, "device_type": "cpu"} for m, status in rows.items()}
@@ -39,12 +47,19 @@ def expect(tmp_path, text: str):
     return gate.load_expectations(path)
 
 
-def test_new_failures_and_regressions_fail_the_gate_and_expectations_make_them_known(sweeps, tmp_path):
+def test_new_failures_and_regressions_fail_the_gate_and_expectations_make_them_known(
+    sweeps, tmp_path
+):
     found = gate.gate(sweeps, A, B, ["new-failures"])
-    assert found.failing == [
-        "regression: org/m2 [eager+dynamic]: PASS -> FAIL(gen): RuntimeError: boom",  # a regression is new too
-        "new failure: org/m4 [eager+dynamic]: not in " + A + " -> FAIL(load): RuntimeError: boom",
-    ]  # m3 failed before too: not new; m5 passes now
+    assert (
+        found.failing
+        == [
+            "regression: org/m2 [eager+dynamic]: PASS -> FAIL(gen): RuntimeError: boom",  # a regression is new too
+            "new failure: org/m4 [eager+dynamic]: not in "
+            + A
+            + " -> FAIL(load): RuntimeError: boom",
+        ]
+    )  # m3 failed before too: not new; m5 passes now
     assert [line.split(":")[1] for line in gate.gate(sweeps, A, B, ["regressions"]).failing] == [
         " org/m2 [eager+dynamic]"
     ]
@@ -56,18 +71,25 @@ def test_new_failures_and_regressions_fail_the_gate_and_expectations_make_them_k
     )
     known = gate.gate(sweeps, A, B, ["new-failures", "regressions"], every)
     assert not known.failed and len(known.known) == 2
-    assert known.notes == ["unexpectedly passing: org/m5 [eager+dynamic] (expected FAIL(gen)): remove the expectation"]
+    assert known.notes == [
+        "unexpectedly passing: org/m5 [eager+dynamic] (expected FAIL(gen)): remove the expectation"
+    ]
     wrong = expect(
         tmp_path,
         "org/m2: {verdict: FAIL(other), reason: r}\norg/m4: {verdict: FAIL(load), reason: r, until: 2026-01-01}\n",
     )
     stale = gate.gate(sweeps, A, B, ["new-failures"], wrong, today=_dt.date(2026, 12, 5))
-    assert [line.split(":")[1] for line in stale.failing] == [" org/m2 [eager+dynamic]", " org/m4 [eager+dynamic]"]
+    assert [line.split(":")[1] for line in stale.failing] == [
+        " org/m2 [eager+dynamic]",
+        " org/m4 [eager+dynamic]",
+    ]
     assert "(expected FAIL(other), got FAIL(gen))" in stale.failing[0]
     assert stale.notes == ["expired expectation: org/m4 (until 2026-01-01): renew or remove it"]
 
 
-def test_the_command_exits_1_naming_the_model_and_0_when_every_failure_is_expected(sweeps, tmp_path):
+def test_the_command_exits_1_naming_the_model_and_0_when_every_failure_is_expected(
+    sweeps, tmp_path
+):
     (tmp_path / "all.yaml").write_text(
         "org/m2: {verdict: FAIL(gen), reason: r}\norg/m4: {verdict: FAIL(load), reason: r}\n"
     )
@@ -84,17 +106,26 @@ def test_the_command_exits_1_naming_the_model_and_0_when_every_failure_is_expect
         "--fail-on",
         "new-failures",
     ]
-    ok = subprocess.run([*base, "--expect", str(tmp_path / "all.yaml")], capture_output=True, text=True)
+    ok = subprocess.run(
+        [*base, "--expect", str(tmp_path / "all.yaml")], capture_output=True, text=True
+    )
     assert ok.returncode == 0 and "gate (new-failures): passed" in ok.stdout, ok.stderr
-    one = subprocess.run([*base, "--expect", str(tmp_path / "some.yaml")], capture_output=True, text=True)
+    one = subprocess.run(
+        [*base, "--expect", str(tmp_path / "some.yaml")], capture_output=True, text=True
+    )
     assert one.returncode == 1 and "new failure: org/m4 [eager+dynamic]" in one.stdout
     assert "gate (new-failures): FAILED: 1 new failure" in one.stdout
 
 
 def test_a_bad_expectations_file_and_an_unknown_gate_are_one_sentence(tmp_path):
-    with pytest.raises(UserError, match="2 mistakes: .*verdict 'FAIL' is not one of .*an expectation needs a reason"):
+    with pytest.raises(
+        UserError,
+        match="2 mistakes: .*verdict 'FAIL' is not one of .*an expectation needs a reason",
+    ):
         expect(tmp_path, "org/a: {verdict: FAIL, reason: r}\norg/b: {verdict: PASS}\n")
-    with pytest.raises(UserError, match="'speed' is not one of regressions, new-failures, dropped, perf"):
+    with pytest.raises(
+        UserError, match="'speed' is not one of regressions, new-failures, dropped, perf"
+    ):
         gate.gate(tmp_path, "a", "b", ["speed"])
 
 
@@ -111,7 +142,11 @@ def test_a_models_support_card_comes_from_the_dataset(sweeps):
         "FAIL(gen)",
         B,
     )
-    assert (card["sweeps"], card["agreeing"], card["failure_signature"]) == (2, 1, "RuntimeError: boom")
+    assert (card["sweeps"], card["agreeing"], card["failure_signature"]) == (
+        2,
+        1,
+        "RuntimeError: boom",
+    )
     (five,) = model_support.support("org/m5", sweeps)
     assert (five["verdict"], five["check"], five["suspect"]) == ("PASS", "agrees", False)
     with pytest.raises(UserError, match="No row of 'org/m9'.*did you mean org/m"):
@@ -121,7 +156,11 @@ def test_a_models_support_card_comes_from_the_dataset(sweeps):
         capture_output=True,
         text=True,
     )
-    assert done.returncode == 0 and "FAIL(gen), last verified" in done.stdout and "1 of 2 sweeps agree" in done.stdout
+    assert (
+        done.returncode == 0
+        and "FAIL(gen), last verified" in done.stdout
+        and "1 of 2 sweeps agree" in done.stdout
+    )
 
 
 def test_a_definitions_expectations_and_reruns_are_checked_before_anything_runs(tmp_path):
@@ -133,7 +172,9 @@ def test_a_definitions_expectations_and_reruns_are_checked_before_anything_runs(
     folder = tmp_path / "defs"
     folder.mkdir()
     (folder / "d.yaml").write_text("name: n\nmodels: [org/m]\nexpect: nope.yaml\nreruns: -1\n")
-    with pytest.raises(UserError, match=r"(?s)2 mistakes.*line 3: expect 'nope.yaml' is no file.*line 4: reruns"):
+    with pytest.raises(
+        UserError, match=r"(?s)2 mistakes.*line 3: expect 'nope.yaml' is no file.*line 4: reruns"
+    ):
         definition.load(folder / "d.yaml", check_device=False)
     (folder / "e.yaml").write_text(
         "org/m: {verdict: FAIL(gen), reason: r, until: 2027-01-31}\norg/n: {verdict: FAIL}\n"
@@ -142,15 +183,24 @@ def test_a_definitions_expectations_and_reruns_are_checked_before_anything_runs(
     params = definition.load(folder / "d.yaml", check_device=False)
     assert params.reruns == 2 and params.expectations["file"] == str(folder / "e.yaml")
     assert params.expectations["entries"]["org/m"]["until"] == "2027-01-31"  # JSON for sweep.json
-    with pytest.raises(UserError, match=r"2 mistakes: .*e.yaml: org/n: verdict 'FAIL' is not one of"):
+    with pytest.raises(
+        UserError, match=r"2 mistakes: .*e.yaml: org/n: verdict 'FAIL' is not one of"
+    ):
         expectations.from_meta(params.expectations)
 
 
-def test_nothing_vanishes_silently_an_unfinished_sweep_fails_and_exclusions_count_in_neither_direction(tmp_path):
+def test_nothing_vanishes_silently_an_unfinished_sweep_fails_and_exclusions_count_in_neither_direction(
+    tmp_path,
+):
     """Why 2 and 7: a model with a verdict in A and none in B is named (dropped by the definition: failing only
     ``--fail-on dropped``; left to run: failing every gate, with how to finish it; no row and no definition to say
     why: vanished, a regression); a model excluded in A and failing in B counts in neither direction."""
-    before = {"org/kept": "PASS", "org/todo": "PASS", "org/dropped": "PASS", "org/gone": "FAIL(gen)"}
+    before = {
+        "org/kept": "PASS",
+        "org/todo": "PASS",
+        "org/dropped": "PASS",
+        "org/gone": "FAIL(gen)",
+    }
     _sweep(tmp_path, A, 4, list(before) + ["org/excl"], before, excluded=["org/excl"])
     after = {"org/kept": "PASS", "org/excl": "FAIL(gen)", "org/gone": "FAIL(gen)"}
     _sweep(tmp_path, B, 5, ["org/kept", "org/todo", "org/excl", "org/gone"], after)
@@ -158,10 +208,19 @@ def test_nothing_vanishes_silently_an_unfinished_sweep_fails_and_exclusions_coun
     assert found.failing == [f"not run: org/todo [eager+dynamic]: {B} has not run it yet"]
     assert found.to_run == [("org/todo", "eager+dynamic")]
     assert f"finish it with `model-support sweep --resume {B}`" in found.notes[-1]
-    assert f"dropped: org/dropped [eager+dynamic]: PASS in {A}, left out of {B}'s definition" in found.notes
-    assert f"excluded: org/excl [eager+dynamic]: excluded in {A} (no access to the gated repo)" in found.notes
+    assert (
+        f"dropped: org/dropped [eager+dynamic]: PASS in {A}, left out of {B}'s definition"
+        in found.notes
+    )
+    assert (
+        f"excluded: org/excl [eager+dynamic]: excluded in {A} (no access to the gated repo)"
+        in found.notes
+    )
     assert not any("org/excl" in line for line in found.failing)
-    assert any(line.startswith("dropped: org/dropped") for line in gate.gate(tmp_path, A, B, ["dropped"]).failing)
+    assert any(
+        line.startswith("dropped: org/dropped")
+        for line in gate.gate(tmp_path, A, B, ["dropped"]).failing
+    )
     for line in found.failing + found.notes:
         assert "org/kept" not in line
     import shutil
@@ -175,7 +234,9 @@ def test_nothing_vanishes_silently_an_unfinished_sweep_fails_and_exclusions_coun
     assert pulled.summary() == "FAILED: 2 vanished"
 
 
-def test_an_expectation_of_a_pass_is_met_by_a_pass_in_the_gate_and_the_report_alike(sweeps, tmp_path):
+def test_an_expectation_of_a_pass_is_met_by_a_pass_in_the_gate_and_the_report_alike(
+    sweeps, tmp_path
+):
     """Why 8: ``verdict: PASS`` was "unexpectedly passing" in the gate and nothing in the report."""
     from model_support.analysis import decision, expectations
 
@@ -189,7 +250,9 @@ def test_an_expectation_of_a_pass_is_met_by_a_pass_in_the_gate_and_the_report_al
 def test_the_perf_gate_that_compared_nothing_fails(sweeps):
     """Why 2: two sweeps with nothing timed in both used to pass with a "0 run(s) timed" note."""
     found = gate.gate(sweeps, A, B, ["perf"])
-    assert found.failed and found.failing[-1].startswith("perf: nothing compared: no run is a PASS timed alike")
+    assert found.failed and found.failing[-1].startswith(
+        "perf: nothing compared: no run is a PASS timed alike"
+    )
 
 
 def test_the_perf_gate_fails_a_run_timed_in_a_and_not_in_b_and_compares_like_runs_only(tmp_path):
@@ -216,7 +279,12 @@ def test_the_perf_gate_fails_a_run_timed_in_a_and_not_in_b_and_compares_like_run
             models=[ModelEntry("org/m")],
         ).write(store.sweep_dir(tmp_path, sweep_id))
         record = schema.empty_record(
-            sweep_id=sweep_id, model_id="org/m", status="PASS", device_type="cuda", numerics="match", **fields
+            sweep_id=sweep_id,
+            model_id="org/m",
+            status="PASS",
+            device_type="cuda",
+            numerics="match",
+            **fields,
         )
         store.store_result(tmp_path, sweep_id, record, None, "")
         store.compact(tmp_path, sweep_id)
@@ -236,7 +304,9 @@ def test_the_diffs_table_says_the_gates_words(tmp_path):
 
     _sweep(tmp_path, A, 4, ["org/flaky", "org/excl"], {"org/flaky": "PASS", "org/excl": "PASS"})
     _sweep(tmp_path, B, 5, ["org/flaky", "org/excl"], {}, excluded=["org/excl"])
-    attempts = json.dumps([{"status": "FAIL(gen)", "suspect": False}, {"status": "PASS", "suspect": False}])
+    attempts = json.dumps(
+        [{"status": "FAIL(gen)", "suspect": False}, {"status": "PASS", "suspect": False}]
+    )
     record = schema.empty_record(
         sweep_id=B,
         model_id="org/flaky",
@@ -275,7 +345,9 @@ def test_each_gate_word_is_gated_alone_and_the_rest_said_not_gated(tmp_path):
     _sweep(tmp_path, A, 4, ["org/r", "org/d"], {"org/r": "PASS", "org/d": "PASS"})
     _sweep(tmp_path, B, 5, ["org/r", "org/n"], {"org/r": "FAIL(gen)", "org/n": "FAIL(load)"})
     dropped = gate.gate(tmp_path, A, B, ["dropped"])
-    assert dropped.failing == [f"dropped: org/d [eager+dynamic]: PASS in {A}, left out of {B}'s definition"]
+    assert dropped.failing == [
+        f"dropped: org/d [eager+dynamic]: PASS in {A}, left out of {B}'s definition"
+    ]
     assert dropped.notes == [
         "regression: org/r [eager+dynamic]: PASS -> FAIL(gen): RuntimeError: boom (not gated: add new-failures, "
         "regressions to --fail-on)",
@@ -297,7 +369,9 @@ def test_each_gate_word_is_gated_alone_and_the_rest_said_not_gated(tmp_path):
     ]
 
 
-def test_a_gate_against_a_sweep_that_is_not_there_is_one_sentence_and_a_bad_word_is_the_first_named(tmp_path):
+def test_a_gate_against_a_sweep_that_is_not_there_is_one_sentence_and_a_bad_word_is_the_first_named(
+    tmp_path,
+):
     _sweep(tmp_path, B, 5, ["org/m"], {"org/m": "PASS"})
     with pytest.raises(UserError, match=f"No sweep 'nope' in {tmp_path}: nothing to gate against"):
         gate.gate(tmp_path, "nope", B, [])
@@ -315,7 +389,11 @@ def test_the_perf_gates_summary_counts_each_kind_of_failing_line(tmp_path):
         "perf_tokens_out": 4,
         "perf_note": "3 repeats of 4 tokens after a warm-up, on the host's wall clock",
     }
-    slower = {**timed, "tpot_s_repeats": [0.013, 0.0131, 0.0129], "ttft_s_repeats": [0.026, 0.0261, 0.0259]}
+    slower = {
+        **timed,
+        "tpot_s_repeats": [0.013, 0.0131, 0.0129],
+        "ttft_s_repeats": [0.026, 0.0261, 0.0259],
+    }
     untimed = {"perf_note": "not measured: the perf phase raised OutOfMemoryError"}
     for day, (sweep_id, rows) in enumerate(
         ((A, {"org/s": timed, "org/u": timed}), (B, {"org/s": slower, "org/u": untimed})), 4
@@ -329,12 +407,19 @@ def test_the_perf_gates_summary_counts_each_kind_of_failing_line(tmp_path):
         ).write(store.sweep_dir(tmp_path, sweep_id))
         for model_id, fields in rows.items():
             record = schema.empty_record(
-                sweep_id=sweep_id, model_id=model_id, status="PASS", device_type="cuda", numerics="match", **fields
+                sweep_id=sweep_id,
+                model_id=model_id,
+                status="PASS",
+                device_type="cuda",
+                numerics="match",
+                **fields,
             )
             store.store_result(tmp_path, sweep_id, record, None, "")
         store.compact(tmp_path, sweep_id)
     found = gate.gate(tmp_path, A, B, ["perf"])
     assert found.summary() == "FAILED: 1 slower, 1 not timed", found.failing
     assert [line.split(":")[0] for line in found.failing] == ["slower", "perf"]
-    same = gate.gate(tmp_path, B, B, ["perf"])  # B against itself: its timed run within noise, its untimed one unsaid
+    same = gate.gate(
+        tmp_path, B, B, ["perf"]
+    )  # B against itself: its timed run within noise, its untimed one unsaid
     assert not same.failed and same.summary() == "passed"

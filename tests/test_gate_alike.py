@@ -54,9 +54,13 @@ def test_a_52_token_prompt_is_not_comparable_with_a_5_token_one_naming_what_diff
         "prompt tokens (tokens_in, after the chat template) 5 -> 52"
     )
     _sweep(tmp_path, A, 4, {"org/m": TIMED, "org/n": TIMED})
-    _sweep(tmp_path, B, 5, {"org/m": long, "org/n": {**TIMED, "tokens_in": 6}})  # another tokenizer's count
+    _sweep(
+        tmp_path, B, 5, {"org/m": long, "org/n": {**TIMED, "tokens_in": 6}}
+    )  # another tokenizer's count
     found = gate.gate(tmp_path, A, B, ["perf"])
-    assert found.failed and found.failing[-1].startswith("perf: nothing compared: no run is a PASS timed alike")
+    assert found.failed and found.failing[-1].startswith(
+        "perf: nothing compared: no run is a PASS timed alike"
+    )
     assert f"perf: not comparable: org/m [eager+dynamic]: {why}" in found.notes
     assert (
         "perf: not comparable: org/n [eager+dynamic]: prompt tokens (tokens_in, after the chat template) 5 -> 6"
@@ -69,9 +73,15 @@ def test_a_row_that_does_not_say_its_input_is_not_comparable_and_neither_saying_
     chat_template_used since version 1, tokens_in since 2, the timings since 16); on both: an older file's gap."""
     kind, _, why = perf.compare_runs({**TIMED, "tokens_in": None}, TIMED, perf.DEFAULT_THRESHOLD)
     assert kind == decision.NOT_COMPARABLE
-    assert why == "prompt tokens (tokens_in, after the chat template) unknown in A (its row does not say) -> 5"
+    assert (
+        why
+        == "prompt tokens (tokens_in, after the chat template) unknown in A (its row does not say) -> 5"
+    )
     neither = {**TIMED, "prompt": None, "tokens_in": None, "chat_template_used": None}
-    assert perf.compare_runs(neither, dict(neither), perf.DEFAULT_THRESHOLD)[0] == decision.WITHIN_NOISE
+    assert (
+        perf.compare_runs(neither, dict(neither), perf.DEFAULT_THRESHOLD)[0]
+        == decision.WITHIN_NOISE
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -81,13 +91,25 @@ def test_a_row_that_does_not_say_its_input_is_not_comparable_and_neither_saying_
 @pytest.fixture
 def cpu_and_pretend(tmp_path):
     """A CPU sweep where tiny-llama passes and a pretend device's where it fails at generation."""
-    _sweep(tmp_path, A, 4, {"local:tiny-llama": {"device_type": "cpu", "dtype": "bfloat16", "mode": "eager"}})
-    pretend = {"device_type": "pretend", "dtype": "bfloat16", "mode": "eager", "status": "FAIL(gen)"}
+    _sweep(
+        tmp_path,
+        A,
+        4,
+        {"local:tiny-llama": {"device_type": "cpu", "dtype": "bfloat16", "mode": "eager"}},
+    )
+    pretend = {
+        "device_type": "pretend",
+        "dtype": "bfloat16",
+        "mode": "eager",
+        "status": "FAIL(gen)",
+    }
     _sweep(tmp_path, B, 5, {"local:tiny-llama": pretend})
     return tmp_path
 
 
-def test_a_cpu_sweep_against_a_pretend_sweep_is_refused_in_one_sentence_unless_across_device(cpu_and_pretend):
+def test_a_cpu_sweep_against_a_pretend_sweep_is_refused_in_one_sentence_unless_across_device(
+    cpu_and_pretend,
+):
     """It failed as "regression: tiny-llama PASS -> FAIL(gen)", the devices named only in the diff's header."""
     sentence = (
         f"Sweeps {A} and {B} differ in device (cpu in {A}; pretend in {B}): the gate compares a run only with itself "
@@ -98,17 +120,30 @@ def test_a_cpu_sweep_against_a_pretend_sweep_is_refused_in_one_sentence_unless_a
             gate.gate(cpu_and_pretend, A, B, words)
         assert str(refused.value) == sentence
     compared = gate.gate(cpu_and_pretend, A, B, ["regressions"], across=("device",))
-    assert compared.failing == ["regression: local:tiny-llama [eager+dynamic]: PASS -> FAIL(gen): RuntimeError: boom"]
+    assert compared.failing == [
+        "regression: local:tiny-llama [eager+dynamic]: PASS -> FAIL(gen): RuntimeError: boom"
+    ]
     with pytest.raises(UserError, match="--across 'stack' is not one of device, dtype"):
         gate.gate(cpu_and_pretend, A, B, ["regressions"], across=("stack",))
     # through the command: exit status 2, the sentence, and nothing judged before it
     done = subprocess.run(
-        [sys.executable, "-m", "model_support.cli", "diff", A, B, "--data-dir", str(cpu_and_pretend)]
+        [
+            sys.executable,
+            "-m",
+            "model_support.cli",
+            "diff",
+            A,
+            B,
+            "--data-dir",
+            str(cpu_and_pretend),
+        ]
         + ["--fail-on", "regressions"],
         capture_output=True,
         text=True,
     )
-    assert done.returncode == 2 and " ".join(sentence.split()) in " ".join(done.stderr.split()), done.stderr
+    assert done.returncode == 2 and " ".join(sentence.split()) in " ".join(done.stderr.split()), (
+        done.stderr
+    )
     assert "regression:" not in done.stdout
 
 
@@ -121,7 +156,9 @@ def test_the_diff_command_compares_across_what_across_names(cpu_and_pretend):
     across = CliRunner().invoke(main, [*args, "--across", "device"])
     assert across.exit_code == 1, across.output
     assert "regression: local:tiny-llama [eager+dynamic]: PASS -> FAIL(gen)" in across.output
-    alone = CliRunner().invoke(main, ["diff", A, B, "--data-dir", str(cpu_and_pretend), "--across", "device"])
+    alone = CliRunner().invoke(
+        main, ["diff", A, B, "--data-dir", str(cpu_and_pretend), "--across", "device"]
+    )
     assert alone.exit_code == 2 and "--across applies to --fail-on" in alone.output
 
 
@@ -130,21 +167,37 @@ def test_only_what_across_names_may_differ_and_a_shared_mode_still_compares(tmp_
     variant names the mode: every run would read as vanished and new) and are refused; a definition that adds a
     mode compares the mode both ran."""
     _sweep(tmp_path, A, 4, {"org/m": {"device_type": "cpu", "dtype": "float32", "mode": "eager"}})
-    _sweep(tmp_path, B, 5, {"org/m": {"device_type": "pretend", "dtype": "bfloat16", "mode": "eager"}})
-    with pytest.raises(UserError, match=r"differ in dtype \(float32 in .*; bfloat16 in .*\): .* --across dtype "):
+    _sweep(
+        tmp_path, B, 5, {"org/m": {"device_type": "pretend", "dtype": "bfloat16", "mode": "eager"}}
+    )
+    with pytest.raises(
+        UserError, match=r"differ in dtype \(float32 in .*; bfloat16 in .*\): .* --across dtype "
+    ):
         gate.gate(tmp_path, A, B, ["regressions"], across=("device",))
     assert not gate.gate(tmp_path, A, B, ["regressions"], across=("device", "dtype")).failed
 
-    eager, compiled = {"device_type": "cpu", "mode": "eager"}, {"device_type": "cpu", "mode": "compile"}
-    assert decision.unlike_sweeps({("m", "eager+dynamic"): eager}, {("m", "compile+dynamic"): compiled}) == {
-        "mode": (["eager"], ["compile"])
-    }
-    with pytest.raises(UserError, match="--across 'mode' is not one of device, dtype"):  # review: nothing would pair
+    eager, compiled = (
+        {"device_type": "cpu", "mode": "eager"},
+        {"device_type": "cpu", "mode": "compile"},
+    )
+    assert decision.unlike_sweeps(
+        {("m", "eager+dynamic"): eager}, {("m", "compile+dynamic"): compiled}
+    ) == {"mode": (["eager"], ["compile"])}
+    with pytest.raises(
+        UserError, match="--across 'mode' is not one of device, dtype"
+    ):  # review: nothing would pair
         decision.check_across("mode")
     both = {("m", "eager+dynamic"): eager, ("m", "compile+dynamic"): compiled}
     assert decision.unlike_sweeps({("m", "eager+dynamic"): eager}, both) == {}
-    unsaid = {"device_type": None, "dtype": None, "mode": "eager"}  # a row that does not say: says nothing
-    assert decision.unlike_sweeps({("m", "eager+dynamic"): unsaid}, {("m", "eager+dynamic"): eager}) == {}
+    unsaid = {
+        "device_type": None,
+        "dtype": None,
+        "mode": "eager",
+    }  # a row that does not say: says nothing
+    assert (
+        decision.unlike_sweeps({("m", "eager+dynamic"): unsaid}, {("m", "eager+dynamic"): eager})
+        == {}
+    )
 
 
 def test_the_nightly_says_a_refusal_as_its_gate_and_exits_2(tmp_path):
@@ -156,7 +209,9 @@ def test_the_nightly_says_a_refusal_as_its_gate_and_exits_2(tmp_path):
     _sweep(tmp_path, B, 5, {"org/m": {"device_type": "cpu", "dtype": "bfloat16", "mode": "eager"}})
     lines: list[str] = []
     assert nightly.after_sweep(tmp_path, B, bisect=False, log=lines.append) == 2
-    assert any(line.startswith("  gate refused: Sweeps") and "--across dtype" in line for line in lines), lines
+    assert any(
+        line.startswith("  gate refused: Sweeps") and "--across dtype" in line for line in lines
+    ), lines
     assert nightly.after_sweep(tmp_path, B, across=("dtype",), bisect=False, log=lines.append) == 0
     with pytest.raises(UserError, match="--across 'device type' is not one of"):
         nightly.check_across("device type")

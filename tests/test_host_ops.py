@@ -77,11 +77,17 @@ ON_THE_DEVICE = """
 
 def test_missing_crashing_and_wrong_operators_run_on_the_host_and_only_for_the_run():
     out = child_json(
-        ON_THE_DEVICE, {"missing_ops": ["aten::rsqrt"], "crash_ops": ["aten::gelu"], "wrong_ops": ["aten::exp"]}
+        ON_THE_DEVICE,
+        {"missing_ops": ["aten::rsqrt"], "crash_ops": ["aten::gelu"], "wrong_ops": ["aten::exp"]},
     )
-    assert out["before"].startswith("Could not run 'aten::rsqrt' with arguments from the 'pretend' backend.")
+    assert out["before"].startswith(
+        "Could not run 'aten::rsqrt' with arguments from the 'pretend' backend."
+    )
     assert out["registered"]
-    assert out["overloads"][:2] == ["aten::rsqrt", "aten::rsqrt.out"] and "aten::mul_.Tensor" in out["overloads"]
+    assert (
+        out["overloads"][:2] == ["aten::rsqrt", "aten::rsqrt.out"]
+        and "aten::mul_.Tensor" in out["overloads"]
+    )
     # the CPU's numbers, on the device; out= and in-place forms return the tensor they were given, written
     assert out["rsqrt"] and out["on_device"] == "pretend:0"
     assert out["out"] and out["in_place"] and out["in_place_view"]
@@ -120,7 +126,10 @@ def test_missing_crashing_and_wrong_operators_run_on_the_host_and_only_for_the_r
         ("aten::_scaled_dot_product_flash_attention", "the CPU has no kernel for it"),
         ("aten::rsqrtt", "it is no operator torch knows"),
         ("rsqrt", "it is no operator torch knows"),
-        ("aten::add.int", "it is no operator torch knows"),  # TorchScript's, on numbers: no backend receives it
+        (
+            "aten::add.int",
+            "it is no operator torch knows",
+        ),  # TorchScript's, on numbers: no backend receives it
     ],
 )
 def test_what_cannot_run_on_the_host_is_refused_by_name_with_why(name, words):
@@ -128,7 +137,9 @@ def test_what_cannot_run_on_the_host_is_refused_by_name_with_why(name, words):
     assert list(refused) == [name] and refused[name].startswith(words), refused
     with pytest.raises(host_ops.HostOpsRefused) as caught:
         host_ops.on_host("cpu", ["aten::rsqrt", name])
-    assert str(caught.value).startswith(f"{name} cannot run on the host: {words}") and "\n" not in str(caught.value)
+    assert str(caught.value).startswith(
+        f"{name} cannot run on the host: {words}"
+    ) and "\n" not in str(caught.value)
     assert caught.value.refused == refused
 
 
@@ -160,7 +171,9 @@ def test_the_adapters_say_whether_their_backend_takes_host_kernels():
 
 def test_the_operators_the_stack_lacks(monkeypatch):
     """The setting ``missing``: what the adapter's coverage says the stack lacks, every overload by its name."""
-    monkeypatch.setenv("MODEL_SUPPORT_PRETEND", json.dumps({"missing_ops": ["aten::rsqrt", "aten::gelu.out"]}))
+    monkeypatch.setenv(
+        "MODEL_SUPPORT_PRETEND", json.dumps({"missing_ops": ["aten::rsqrt", "aten::gelu.out"]})
+    )
     lacking = host_ops.lacking(adapter_for("pretend"))
     assert lacking == ["aten::gelu.out", "aten::rsqrt", "aten::rsqrt.out"]
     assert host_ops.refusals(lacking) == {}
@@ -191,10 +204,16 @@ END_TO_END = """
 
 
 def test_models_the_stack_cannot_run_run_with_those_operators_on_the_host():
-    out = child_json(END_TO_END, {"missing_ops": ["aten::rsqrt", "aten::gelu"], "crash_ops": ["aten::relu"]})
+    out = child_json(
+        END_TO_END, {"missing_ops": ["aten::rsqrt", "aten::gelu"], "crash_ops": ["aten::relu"]}
+    )
     assert out["missing"]["status"] == "FAIL(gen)" and "aten::rsqrt" in out["missing"]["error"]
     for model in ("tiny-llama", "tiny-gpt-neox", "tiny-opt"):
         assert out[model]["cpu"]["status"] == "PASS", (model, out[model]["cpu"]["error"])
         assert out[model]["hosted"]["status"] == "PASS", (model, out[model]["hosted"]["error"])
-        assert out[model]["hosted"]["tokens"] == out[model]["cpu"]["tokens"], model  # the CPU's kernels, same dtype
-    assert all(out["calls"].get(op, 0) > 0 for op in ("aten::rsqrt", "aten::gelu", "aten::relu")), out["calls"]
+        assert out[model]["hosted"]["tokens"] == out[model]["cpu"]["tokens"], (
+            model
+        )  # the CPU's kernels, same dtype
+    assert all(out["calls"].get(op, 0) > 0 for op in ("aten::rsqrt", "aten::gelu", "aten::relu")), (
+        out["calls"]
+    )

@@ -63,7 +63,10 @@ def _common(folder: Path, card: str = "") -> Path:
 @pytest.fixture(scope="module")
 def repos(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("repos")
-    full = _common(root / "full", "---\nlicense: apache-2.0\nbase_model:\n- org/base\n- org/other\n---\n# full\n")
+    full = _common(
+        root / "full",
+        "---\nlicense: apache-2.0\nbase_model:\n- org/base\n- org/other\n---\n# full\n",
+    )
     for name in ("generation_config.json", "tokenizer_config.json", "special_tokens_map.json"):
         (full / name).write_text(json.dumps({"file": name}))
     (full / "chat_template.jinja").write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
@@ -83,12 +86,20 @@ def repos(tmp_path_factory) -> dict[str, Path]:
     shards = {"model-00001-of-00002.safetensors": 100, "model-00002-of-00002.safetensors": 120}
     for i, (name, rows) in enumerate(shards.items()):
         _safetensors(sharded / name, rows, i + 1)
-    weight_map = {"w1": "model-00001-of-00002.safetensors", "w2": "model-00002-of-00002.safetensors"}
-    (sharded / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    weight_map = {
+        "w1": "model-00001-of-00002.safetensors",
+        "w2": "model-00002-of-00002.safetensors",
+    }
+    (sharded / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": weight_map})
+    )
     _safetensors(sharded / "consolidated.safetensors", 50, 9)  # a Mistral-style copy: never fetched
 
     bin_only = _common(root / "bin")
-    for name in ("tokenizer_config.json", "special_tokens_map.json"):  # equal contents: one blob, one download
+    for name in (
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+    ):  # equal contents: one blob, one download
         (bin_only / name).write_text("{}")
     (bin_only / "pytorch_model.bin").write_bytes(os.urandom(50_000))
     gguf = _common(root / "gguf")
@@ -104,10 +115,25 @@ def repos(tmp_path_factory) -> dict[str, Path]:
 
 
 METADATA = {
-    "org/full": {"downloads": 300, "likes": 5, "trendingScore": 9, "createdAt": "2024-05-06T07:08:09.000Z"},
+    "org/full": {
+        "downloads": 300,
+        "likes": 5,
+        "trendingScore": 9,
+        "createdAt": "2024-05-06T07:08:09.000Z",
+    },
     "org/sharded": {"downloads": 200, "likes": 50, "trendingScore": 1},
-    "org/bin": {"downloads": 100, "likes": 7, "trendingScore": 30, "pipeline_tag": "text-generation"},
-    "org/gguf": {"downloads": 400, "likes": 1, "trendingScore": 0, "pipeline_tag": "text2text-generation"},
+    "org/bin": {
+        "downloads": 100,
+        "likes": 7,
+        "trendingScore": 30,
+        "pipeline_tag": "text-generation",
+    },
+    "org/gguf": {
+        "downloads": 400,
+        "likes": 1,
+        "trendingScore": 0,
+        "pipeline_tag": "text2text-generation",
+    },
 }
 
 
@@ -116,9 +142,15 @@ def server(repos, monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     for var in ("HF_HUB_OFFLINE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
         monkeypatch.delenv(var, raising=False)
-    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(REPO / "nonexistent" / "token"))  # no stored token
-    monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(REPO / "nonexistent" / "stored_tokens"))
-    with serve(repos, gated=["org/gated"], private=["org/private"], tokens=[TOKEN], metadata=METADATA) as srv:
+    monkeypatch.setattr(
+        constants, "HF_TOKEN_PATH", str(REPO / "nonexistent" / "token")
+    )  # no stored token
+    monkeypatch.setattr(
+        constants, "HF_STORED_TOKENS_PATH", str(REPO / "nonexistent" / "stored_tokens")
+    )
+    with serve(
+        repos, gated=["org/gated"], private=["org/private"], tokens=[TOKEN], metadata=METADATA
+    ) as srv:
         yield srv
 
 
@@ -136,13 +168,22 @@ def downloaded(server, repo=None) -> list[str]:
     return sorted(
         r["file"]
         for r in server.requests
-        if r["method"] == "GET" and r["file"] and r["status"] in (200, 206) and repo in (None, r["repo"])
+        if r["method"] == "GET"
+        and r["file"]
+        and r["status"] in (200, 206)
+        and repo in (None, r["repo"])
     )
 
 
 # -- planning ---------------------------------------------------------------------------------------------
 def test_plan_files_shapes():
-    common = {"config.json": 1, "tokenizer.json": 2, "README.md": 3, ".gitattributes": 4, "LICENSE": 5}
+    common = {
+        "config.json": 1,
+        "tokenizer.json": 2,
+        "README.md": 3,
+        ".gitattributes": 4,
+        "LICENSE": 5,
+    }
     listing = {
         **common,
         "model.safetensors": 10,
@@ -185,7 +226,11 @@ def test_plan_files_shapes():
         "consolidated.safetensors": 11,
         "pytorch_model.bin": 9,
     }
-    assert hub_fetch.plan_files(sharded) == ["config.json", "model.safetensors.index.json", "tokenizer.json"]
+    assert hub_fetch.plan_files(sharded) == [
+        "config.json",
+        "model.safetensors.index.json",
+        "tokenizer.json",
+    ]
     assert hub_fetch.estimate_shards(sharded, ["model.safetensors.index.json"]) == [
         "model-00001-of-00002.safetensors",
         "model-00002-of-00002.safetensors",
@@ -203,15 +248,24 @@ def test_plan_files_shapes():
     assert hub_fetch.shards_from_index(index) == ["s1.safetensors", "s2.safetensors"]
     bin_plan = hub_fetch.plan_files({**common, "pytorch_model.bin": 9})
     assert bin_plan == ["config.json", "pytorch_model.bin", "tokenizer.json"]
-    assert "pytorch_model.bin.index.json" in hub_fetch.plan_files({**common, "pytorch_model.bin.index.json": 1})
+    assert "pytorch_model.bin.index.json" in hub_fetch.plan_files(
+        {**common, "pytorch_model.bin.index.json": 1}
+    )
     assert hub_fetch.repo_size(sharded, ["config.json", "model-00002-of-00002.safetensors"]) == 7
 
-    with pytest.raises(NoLoadableWeights, match=r"^the repo has no weights transformers can load: only \.gguf files$"):
+    with pytest.raises(
+        NoLoadableWeights,
+        match=r"^the repo has no weights transformers can load: only \.gguf files$",
+    ):
         hub_fetch.plan_files({**common, "model-q4_k_m.gguf": 1})
     with pytest.raises(NoLoadableWeights, match=r"only \.gguf / onnx files$"):
         hub_fetch.plan_files({**common, "m.gguf": 1, "onnx/model.onnx": 1})
-    with pytest.raises(NoLoadableWeights, match=r"only \.gguf / \.safetensors files, none named model.safetensors"):
-        hub_fetch.plan_files({**common, "m.gguf": 1, "sub/model.safetensors": 1, "consolidated.safetensors": 1})
+    with pytest.raises(
+        NoLoadableWeights, match=r"only \.gguf / \.safetensors files, none named model.safetensors"
+    ):
+        hub_fetch.plan_files(
+            {**common, "m.gguf": 1, "sub/model.safetensors": 1, "consolidated.safetensors": 1}
+        )
     with pytest.raises(NoLoadableWeights, match="no weight files at all"):
         hub_fetch.plan_files(common)  # the config alone is not a model
     with pytest.raises(NoLoadableWeights, match=r"only \.h5 / \.msgpack files"):
@@ -219,7 +273,11 @@ def test_plan_files_shapes():
 
 
 def test_is_local(tmp_path):
-    assert hub_fetch.is_local(str(tmp_path)) and hub_fetch.is_local("./x") and hub_fetch.is_local("~/m")
+    assert (
+        hub_fetch.is_local(str(tmp_path))
+        and hub_fetch.is_local("./x")
+        and hub_fetch.is_local("~/m")
+    )
     assert hub_fetch.is_local("/does/not/exist")
     assert not hub_fetch.is_local("gpt2") and not hub_fetch.is_local("org/name")
 
@@ -238,7 +296,9 @@ def test_fetch_downloads_exactly_the_plan(server, repos, tmp_path):
     out = fetch(server, "org/full", cache)
     assert out["files"] == FULL_PLAN
     assert out["revision_sha"] == server.sha("org/full")
-    assert downloaded(server) == FULL_PLAN  # one GET each, no decoy, no .py without trust_remote_code
+    assert (
+        downloaded(server) == FULL_PLAN
+    )  # one GET each, no decoy, no .py without trust_remote_code
     snapshot = Path(out["path"])
     assert snapshot == cache / "models--org--full" / "snapshots" / out["revision_sha"]
     for name in FULL_PLAN:
@@ -250,7 +310,11 @@ def test_fetch_downloads_exactly_the_plan(server, repos, tmp_path):
 
     before = len(server.requests)
     again = fetch(server, "org/full", cache, revision="main")
-    assert again["download_bytes"] == 0 and again["files"] == FULL_PLAN and again["path"] == out["path"]
+    assert (
+        again["download_bytes"] == 0
+        and again["files"] == FULL_PLAN
+        and again["path"] == out["path"]
+    )
     assert [r["path"] for r in server.requests[before:]] == ["/api/models/org/full/revision/main"]
 
     custom = fetch(server, "org/full", cache, trust_remote_code=True)
@@ -261,11 +325,15 @@ def test_fetch_downloads_exactly_the_plan(server, repos, tmp_path):
 def test_fetch_sharded_and_bin_only(server, repos, tmp_path):
     out = fetch(server, "org/sharded", tmp_path / "c", revision=server.sha("org/sharded"))
     shards = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
-    assert out["files"] == sorted(["config.json", "model.safetensors.index.json", "tokenizer.json", *shards])
+    assert out["files"] == sorted(
+        ["config.json", "model.safetensors.index.json", "tokenizer.json", *shards]
+    )
     assert downloaded(server) == out["files"]  # consolidated.safetensors, README.md: never
     for name in shards:
         assert (Path(out["path"]) / name).read_bytes() == (repos["org/sharded"] / name).read_bytes()
-    assert out["download_bytes"] == sum((repos["org/sharded"] / n).stat().st_size for n in out["files"])
+    assert out["download_bytes"] == sum(
+        (repos["org/sharded"] / n).stat().st_size for n in out["files"]
+    )
     served = sum(r["bytes"] for r in server.requests if r["method"] == "GET" and r["file"])
     assert served == out["download_bytes"]
     before = len(server.requests)
@@ -296,25 +364,38 @@ def test_fetch_gguf_only_is_a_model_failure(server, tmp_path):
 
 def test_local_folder_is_not_fetched(server, repos):
     out = hub_fetch.fetch(str(repos["org/bin"]), endpoint=server.url)
-    assert out["path"] == str(repos["org/bin"]) and out["download_bytes"] == 0 and server.requests == []
+    assert (
+        out["path"] == str(repos["org/bin"])
+        and out["download_bytes"] == 0
+        and server.requests == []
+    )
 
 
 def test_access_and_existence(server, tmp_path):
-    with pytest.raises(NoAccess, match=r"^no access: gated repo \(accept its licence on the Hub, then set HF_TOKEN\)"):
+    with pytest.raises(
+        NoAccess,
+        match=r"^no access: gated repo \(accept its licence on the Hub, then set HF_TOKEN\)",
+    ):
         fetch(server, "org/gated", tmp_path / "c")
     assert fetch(server, "org/gated", tmp_path / "c", token=TOKEN)["files"] == FULL_PLAN
     with pytest.raises(NoAccess, match=r"^no access: private or missing token \(set HF_TOKEN\)"):
         fetch(server, "org/private", tmp_path / "c")
-    assert fetch(server, "org/private", tmp_path / "c", token=TOKEN)["revision_sha"] == server.sha("org/private")
+    assert fetch(server, "org/private", tmp_path / "c", token=TOKEN)["revision_sha"] == server.sha(
+        "org/private"
+    )
     wrong = "hf_" + "WrongToken" * 3
     with pytest.raises(NoAccess, match="token was refused") as refused:
         fetch(server, "org/private", tmp_path / "c", token=wrong)
     assert wrong not in str(refused.value)
     with pytest.raises(NotOnHub, match=r"^model 'org/nope' does not exist on the Hub\.$"):
         fetch(server, "org/nope", tmp_path / "c", token=TOKEN)
-    with pytest.raises(NoAccess, match="or model 'org/nope' does not exist"):  # anonymous: the Hub answers 401
+    with pytest.raises(
+        NoAccess, match="or model 'org/nope' does not exist"
+    ):  # anonymous: the Hub answers 401
         fetch(server, "org/nope", tmp_path / "c")
-    with pytest.raises(NotOnHub, match=r"^revision 'v9' of model 'org/full' does not exist on the Hub\.$"):
+    with pytest.raises(
+        NotOnHub, match=r"^revision 'v9' of model 'org/full' does not exist on the Hub\.$"
+    ):
         fetch(server, "org/full", tmp_path / "c", revision="v9")
 
 
@@ -331,22 +412,31 @@ def test_connection_refused_is_network_after_all_attempts(tmp_path, monkeypatch)
             log=lines.append,
         )
     assert err.value.kind == "network"
-    assert len(lines) == 3 and all(RETRY_LINE.match(line) and "ConnectError" in line for line in lines)
+    assert len(lines) == 3 and all(
+        RETRY_LINE.match(line) and "ConnectError" in line for line in lines
+    )
     assert lines[0].startswith("retry 2/4 in 0.0 s:")
 
 
 def test_offline_mode_is_an_environment_problem(monkeypatch, tmp_path):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(EnvironmentProblem, match="offline mode"):
-        hub_fetch.fetch("org/full", endpoint=f"http://127.0.0.1:{closed_port()}", cache_dir=tmp_path, **FAST)
+        hub_fetch.fetch(
+            "org/full", endpoint=f"http://127.0.0.1:{closed_port()}", cache_dir=tmp_path, **FAST
+        )
 
 
 def test_503_twice_then_ok(server, tmp_path):
-    server.faults.fail(503, times=2, repo="org/full")  # the first two requests: model info (the library never retries)
+    server.faults.fail(
+        503, times=2, repo="org/full"
+    )  # the first two requests: model info (the library never retries)
     lines = []
     out = fetch(server, "org/full", tmp_path / "c", log=lines.append, token=TOKEN)
     assert out["files"] == FULL_PLAN and out["retries"] == lines
-    assert lines == ["retry 2/5 in 0.0 s: 503 Service Unavailable", "retry 3/5 in 0.0 s: 503 Service Unavailable"]
+    assert lines == [
+        "retry 2/5 in 0.0 s: 503 Service Unavailable",
+        "retry 3/5 in 0.0 s: 503 Service Unavailable",
+    ]
     assert not any(TOKEN in line for line in lines)
 
 
@@ -359,7 +449,9 @@ def test_tokens_never_reach_messages_or_logs():
 
     with pytest.raises(EnvironmentProblem) as err:
         retrier.call(boom, "model info")
-    assert lines and TOKEN not in lines[0] and TOKEN not in str(err.value) and "***" in str(err.value)
+    assert (
+        lines and TOKEN not in lines[0] and TOKEN not in str(err.value) and "***" in str(err.value)
+    )
 
 
 def test_503_on_a_file(server, repos, tmp_path):
@@ -367,12 +459,16 @@ def test_503_on_a_file(server, repos, tmp_path):
     server.faults.fail(503, times=2, repo="org/full", path="model.safetensors", method="GET")
     server.faults.fail(503, times=1, repo="org/full", path="config.json", method="HEAD")
     out = fetch(server, "org/full", tmp_path / "c")
-    assert len(out["retries"]) == 2 and all(line.endswith("503 Service Unavailable") for line in out["retries"])
+    assert len(out["retries"]) == 2 and all(
+        line.endswith("503 Service Unavailable") for line in out["retries"]
+    )
     assert out["files"] == FULL_PLAN and out["retries"][0].startswith("retry 2/5 in 0.0 s: ")
     got = (Path(out["path"]) / "model.safetensors").read_bytes()
     assert got == (repos["org/full"] / "model.safetensors").read_bytes()
     server.faults.fail(503, times=None, repo="org/bin", path="pytorch_model.bin", method="GET")
-    with pytest.raises(EnvironmentProblem, match=r"503 Service Unavailable after 3 attempts \(pytorch_model.bin\)"):
+    with pytest.raises(
+        EnvironmentProblem, match=r"503 Service Unavailable after 3 attempts \(pytorch_model.bin\)"
+    ):
         fetch(server, "org/bin", tmp_path / "c", attempts=3)
 
 
@@ -440,7 +536,10 @@ def test_disk_full_is_an_environment_problem(server, tmp_path):
 def test_model_facts(server, repos, tmp_path):
     facts = hub.model_facts("org/full", endpoint=server.url, **FAST)
     assert facts["revision_sha"] == server.sha("org/full")
-    assert facts["files"]["model.safetensors"] == (repos["org/full"] / "model.safetensors").stat().st_size
+    assert (
+        facts["files"]["model.safetensors"]
+        == (repos["org/full"] / "model.safetensors").stat().st_size
+    )
     assert facts["planned_files"] == FULL_PLAN
     assert facts["planned_bytes"] == fetch(server, "org/full", tmp_path / "c")["download_bytes"]
     assert {k: facts[k] for k in FACT_FIELDS if k in facts} == {
@@ -458,7 +557,9 @@ def test_model_facts(server, repos, tmp_path):
     }
     assert set(FACT_FIELDS) - set(facts) == {"download_s", "download_bytes"}
     sharded = hub.model_facts("org/sharded", endpoint=server.url, **FAST)
-    assert sharded["planned_bytes"] == fetch(server, "org/sharded", tmp_path / "c")["download_bytes"]
+    assert (
+        sharded["planned_bytes"] == fetch(server, "org/sharded", tmp_path / "c")["download_bytes"]
+    )
     assert sharded["license"] is None and sharded["base_model"] is None
     assert hub.model_facts("org/gated", endpoint=server.url)["gated"] == "manual"
     gguf = hub.model_facts("org/gguf", endpoint=server.url)
@@ -466,8 +567,12 @@ def test_model_facts(server, repos, tmp_path):
     with pytest.raises(NotOnHub):
         hub.model_facts("org/nope", endpoint=server.url, token=TOKEN)
     # the facts are what the record's declaration says they are: one Arrow row of them converts
-    row = schema.to_table([schema.empty_record(**{k: facts[k] for k in FACT_FIELDS if k in facts})]).to_pylist()[0]
-    assert {k: row[k] for k in FACT_FIELDS if k in facts} == {k: facts[k] for k in FACT_FIELDS if k in facts}
+    row = schema.to_table(
+        [schema.empty_record(**{k: facts[k] for k in FACT_FIELDS if k in facts})]
+    ).to_pylist()[0]
+    assert {k: row[k] for k in FACT_FIELDS if k in facts} == {
+        k: facts[k] for k in FACT_FIELDS if k in facts
+    }
 
 
 def test_list_models_order(server):
@@ -481,7 +586,9 @@ def test_list_models_order(server):
     assert [m["model_id"] for m in by["trending"]][:2] == ["org/bin", "org/full"]
     first = by["downloads"][0]
     assert first["downloads"] == 300 and first["license"] == "apache-2.0"
-    assert first["created_at"].startswith("2024-05-06") and first["hub_num_params"] == 200 * 256 + 200
+    assert (
+        first["created_at"].startswith("2024-05-06") and first["hub_num_params"] == 200 * 256 + 200
+    )
     assert sweep_budget.list_models(limit=2, endpoint=server.url)[1]["model_id"] == "org/sharded"
     with pytest.raises(ValueError):
         sweep_budget.list_models(sort="newest", endpoint=server.url)
@@ -496,10 +603,15 @@ def test_list_models_unreachable(monkeypatch):
 # -- the cache budget -------------------------------------------------------------------------------------
 def test_cache_budget_keeps_what_was_there(server, repos, tmp_path):
     cache = tmp_path / "c"
-    before = fetch(server, "org/gated", cache, token=TOKEN)  # the user's model: same sha as org/full
+    before = fetch(
+        server, "org/gated", cache, token=TOKEN
+    )  # the user's model: same sha as org/full
     fetch(server, "org/bin", cache)
     budget = sweep_budget.CacheBudget(cache, max_gb=0.001, keep=False)  # 1 MB
-    assert budget.preexisting == {("org/gated", before["revision_sha"]), ("org/bin", server.sha("org/bin"))}
+    assert budget.preexisting == {
+        ("org/gated", before["revision_sha"]),
+        ("org/bin", server.sha("org/bin")),
+    }
     assert budget.used_bytes() == 0
     size = hub.model_facts("org/full", endpoint=server.url)["planned_bytes"]
     assert budget.reserve("org/full", size)
@@ -507,7 +619,9 @@ def test_cache_budget_keeps_what_was_there(server, repos, tmp_path):
     assert 0 < budget.used_bytes() <= 1_000_000
     assert budget.release("org/full", out["revision_sha"]) > 0
     assert budget.release("org/bin", server.sha("org/bin")) == 0  # there before the sweep: kept
-    left = {(r.repo_id, rev.commit_hash) for r in scan_cache_dir(cache).repos for rev in r.revisions}
+    left = {
+        (r.repo_id, rev.commit_hash) for r in scan_cache_dir(cache).repos for rev in r.revisions
+    }
     assert left == budget.preexisting
     assert sorted(p.name for p in Path(before["path"]).iterdir()) == FULL_PLAN
     assert budget.used_bytes() == 0
@@ -515,16 +629,23 @@ def test_cache_budget_keeps_what_was_there(server, repos, tmp_path):
 
 def test_cache_budget_refuses_and_waits(tmp_path):
     budget = sweep_budget.CacheBudget(tmp_path / "c", max_gb=12, keep=False)
-    assert budget.too_large_reason(16_100_000_000) == "too large for the cache budget: 16.1 GB > 12 GB."
+    assert (
+        budget.too_large_reason(16_100_000_000)
+        == "too large for the cache budget: 16.1 GB > 12 GB."
+    )
     assert not budget.reserve("big/model", 16_100_000_000) and not budget.fits(16_100_000_000)
     free = sweep_budget.CacheBudget(tmp_path / "d", max_gb=None)
     assert free.too_large_reason(10**18).startswith("too large for the free disk: ")
     assert budget.reserve("a/one", 7_000_000_000) and not budget.fits(7_000_000_000)
     assert not budget.reserve("b/two", 7_000_000_000, timeout_s=0.1)
     got = []
-    waiter = threading.Thread(target=lambda: got.append(budget.reserve("b/two", 7_000_000_000, timeout_s=10)))
+    waiter = threading.Thread(
+        target=lambda: got.append(budget.reserve("b/two", 7_000_000_000, timeout_s=10))
+    )
     waiter.start()
-    wait_until_blocked(waiter, "wait", within="reserve")  # in the condition's wait, not merely not started yet
+    wait_until_blocked(
+        waiter, "wait", within="reserve"
+    )  # in the condition's wait, not merely not started yet
     assert got == []  # still waiting for a/one
     budget.release("a/one")
     waiter.join(5)
@@ -539,7 +660,9 @@ def test_cache_budget_keep(server, tmp_path):
     out = fetch(server, "org/full", cache)
     budget.release("org/full", out["revision_sha"])
     assert Path(out["path"], "model.safetensors").exists() and budget.used_bytes() >= size
-    assert budget.too_large_reason(200_000).startswith("too large for what is left of the cache budget: 200 KB > ")
+    assert budget.too_large_reason(200_000).startswith(
+        "too large for what is left of the cache budget: 200 KB > "
+    )
 
 
 def test_cache_budget_never_exceeded_over_six_cycles(server, tmp_path):
@@ -559,7 +682,9 @@ def test_cache_budget_never_exceeded_over_six_cycles(server, tmp_path):
             for model in queue:
                 assert budget.reserve(model, sizes[model], timeout_s=30)
                 out = fetch(server, model, cache)
-                assert out["download_bytes"] == sizes[model]  # each cycle downloads anew: release deleted it
+                assert (
+                    out["download_bytes"] == sizes[model]
+                )  # each cycle downloads anew: release deleted it
                 budget.release(model, out["revision_sha"])
         except Exception as exc:  # noqa: BLE001 - reported by the test thread
             errors.append(exc)
@@ -628,9 +753,18 @@ def test_a_resumed_sweep_downloads_a_model_at_the_commit_it_already_probed(serve
         "import json, sys; from model_support.sweep.worker.download import download\n"
         "got = download(json.loads(sys.argv[1])); print(json.dumps([got.kind, got.fields.get('revision_sha')]))"
     )
-    env = {**os.environ, "HF_ENDPOINT": server.url, "HF_HUB_OFFLINE": "0", "HF_HUB_CACHE": str(tmp_path / "hf")}
+    env = {
+        **os.environ,
+        "HF_ENDPOINT": server.url,
+        "HF_HUB_OFFLINE": "0",
+        "HF_HUB_CACHE": str(tmp_path / "hf"),
+    }
     run = subprocess.run(
-        [sys.executable, "-c", code, json.dumps(task)], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-c", code, json.dumps(task)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert json.loads(run.stdout.strip().splitlines()[-1]) == ["ready", sha], run.stderr[-2000:]
     asked = [r["path"] for r in server.requests if r["route"] == "info"]
@@ -647,9 +781,14 @@ def test_an_offline_hub_id_not_in_the_cache_is_named_in_one_sentence(monkeypatch
     with pytest.raises(EnvironmentProblem) as err:
         hub_fetch.fetch("org/nosuch", cache_dir=tmp_path, endpoint=endpoint, **FAST)
     said = str(unavailable("org/nosuch", err.value))
-    assert "model 'org/nosuch' is not in the local Hugging Face cache (HF_HUB_CACHE) and offline mode is on" in said
+    assert (
+        "model 'org/nosuch' is not in the local Hugging Face cache (HF_HUB_CACHE) and offline mode is on"
+        in said
+    )
     assert said.endswith(".") and ". " not in said, said  # one sentence
-    with pytest.raises(EnvironmentProblem, match="model 'org/nosuch' is not in the local"):  # a sweep's look-up
+    with pytest.raises(
+        EnvironmentProblem, match="model 'org/nosuch' is not in the local"
+    ):  # a sweep's look-up
         hub.model_facts("org/nosuch", endpoint=endpoint, attempts=1, log=lambda _: None)
     sha = "a" * 40
     (tmp_path / "models--org--cached" / "snapshots" / sha).mkdir(parents=True)

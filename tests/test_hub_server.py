@@ -83,12 +83,16 @@ def make_model(folder: Path, seed: int = 0) -> Path:
         "__metadata__": {"format": "pt"},
     }
     blob = json.dumps(header).encode()
-    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(blob)) + blob + rnd.randbytes(205000))
+    (folder / "model.safetensors").write_bytes(
+        struct.pack("<Q", len(blob)) + blob + rnd.randbytes(205000)
+    )
     (folder / "model.gguf").write_bytes(b"GGUF" + rnd.randbytes(2000))
     (folder / "onnx").mkdir()
     (folder / "onnx" / "model.onnx").write_bytes(rnd.randbytes(1000))
     (folder / "pytorch_model.bin").write_bytes(rnd.randbytes(400_000))
-    (folder / "README.md").write_text("---\nlicense: apache-2.0\nbase_model: org/base\ntags:\n- tiny\n---\n# Tiny\n")
+    (folder / "README.md").write_text(
+        "---\nlicense: apache-2.0\nbase_model: org/base\ntags:\n- tiny\n---\n# Tiny\n"
+    )
     (folder / ".hidden").write_text("not served")
     return folder
 
@@ -126,7 +130,9 @@ def download(server: HubServer, filename: str, repo: str = "org/tiny", **kw) -> 
 
 def test_snapshot_download_and_cache(hub, model_dir):
     path = Path(
-        snapshot_download("org/tiny", allow_patterns=["*.json", "onnx/*"], endpoint=hub.url, cache_dir=hub.cache)
+        snapshot_download(
+            "org/tiny", allow_patterns=["*.json", "onnx/*"], endpoint=hub.url, cache_dir=hub.cache
+        )
     )
     got = {p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file()}
     assert got == {"config.json", "tokenizer.json", "onnx/model.onnx"}
@@ -136,27 +142,41 @@ def test_snapshot_download_and_cache(hub, model_dir):
     local = download(hub, "model.safetensors")
     assert Path(local).read_bytes() == (model_dir / "model.safetensors").read_bytes()
     assert len(calls(hub, "GET", "model.safetensors")) == 1
-    assert download(hub, "model.safetensors") == local  # second call: a HEAD, no new GET of the body
+    assert (
+        download(hub, "model.safetensors") == local
+    )  # second call: a HEAD, no new GET of the body
     assert len(calls(hub, "GET", "model.safetensors")) == 1
     assert len(calls(hub, "HEAD", "model.safetensors")) == 2
 
 
 def test_resolve_headers_and_ranges(hub, model_dir):
     data = (model_dir / "model.safetensors").read_bytes()
-    meta = get_hf_file_metadata(hf_hub_url("org/tiny", "model.safetensors", endpoint=hub.url), token=False)
+    meta = get_hf_file_metadata(
+        hf_hub_url("org/tiny", "model.safetensors", endpoint=hub.url), token=False
+    )
     assert (meta.etag, meta.size, meta.commit_hash) == (
         hashlib.sha256(data).hexdigest(),
         len(data),
         hub.sha("org/tiny"),
     )
     url = f"{hub.url}/org/tiny/resolve/main/config.json"
-    with urllib.request.urlopen(urllib.request.Request(url, method="HEAD")) as r:  # no Accept-Encoding
+    with urllib.request.urlopen(
+        urllib.request.Request(url, method="HEAD")
+    ) as r:  # no Accept-Encoding
         assert r.headers["ETag"].startswith('"') and "X-Linked-Etag" not in r.headers
         assert int(r.headers["Content-Length"]) == (model_dir / "config.json").stat().st_size
-    request = urllib.request.Request(url.replace("config.json", "model.safetensors"), headers={"Range": "bytes=10-19"})
+    request = urllib.request.Request(
+        url.replace("config.json", "model.safetensors"), headers={"Range": "bytes=10-19"}
+    )
     with urllib.request.urlopen(request) as r:
-        assert (r.status, r.headers["Content-Range"], r.read()) == (206, f"bytes 10-19/{len(data)}", data[10:20])
-        assert r.headers["X-Linked-Size"] == str(len(data)) and r.headers["Accept-Ranges"] == "bytes"
+        assert (r.status, r.headers["Content-Range"], r.read()) == (
+            206,
+            f"bytes 10-19/{len(data)}",
+            data[10:20],
+        )
+        assert (
+            r.headers["X-Linked-Size"] == str(len(data)) and r.headers["Accept-Ranges"] == "bytes"
+        )
 
 
 def test_model_info_tree_and_list(hub, model_dir, tmp_path):
@@ -170,14 +190,26 @@ def test_model_info_tree_and_list(hub, model_dir, tmp_path):
     assert siblings["model.safetensors"].lfs.sha256 == hashlib.sha256(st).hexdigest()
     assert siblings["config.json"].lfs is None and siblings["onnx/model.onnx"].lfs is not None
     cfg = (model_dir / "config.json").read_bytes()
-    assert siblings["config.json"].blob_id == hashlib.sha1(b"blob %d\0" % len(cfg) + cfg).hexdigest()
-    assert info.safetensors.parameters == {"F32": 51200, "BF16": 100} and info.safetensors.total == 51300
-    assert (info.pipeline_tag, info.downloads, info.likes, info.gated) == ("text-generation", 42, 7, False)
+    assert (
+        siblings["config.json"].blob_id == hashlib.sha1(b"blob %d\0" % len(cfg) + cfg).hexdigest()
+    )
+    assert (
+        info.safetensors.parameters == {"F32": 51200, "BF16": 100}
+        and info.safetensors.total == 51300
+    )
+    assert (info.pipeline_tag, info.downloads, info.likes, info.gated) == (
+        "text-generation",
+        42,
+        7,
+        False,
+    )
     assert info.card_data.license == "apache-2.0" and info.card_data.base_model == "org/base"
     assert "license:apache-2.0" in info.tags and "safetensors" in info.tags
     assert api.model_info("org/tiny", revision=info.sha).sha == info.sha
     (tmp_path / "rand").mkdir()
-    (tmp_path / "rand" / "model.safetensors").write_bytes(os.urandom(20_000))  # no valid header: no parameters
+    (tmp_path / "rand" / "model.safetensors").write_bytes(
+        os.urandom(20_000)
+    )  # no valid header: no parameters
     hub.add_repo("org/rand", tmp_path / "rand")
     assert api.model_info("org/rand").safetensors is None
     slim = api.model_info("org/tiny", expand=["downloads", "likes"])
@@ -187,8 +219,12 @@ def test_model_info_tree_and_list(hub, model_dir, tmp_path):
     files = {f.path: f.size for f in tree if isinstance(f, RepoFile)}
     assert files == {f: (model_dir / f).stat().st_size for f in FILES}
     assert [f.path for f in tree if isinstance(f, RepoFolder)] == ["onnx"]
-    assert {f.path for f in api.list_repo_tree("org/tiny")} == FILES - {"onnx/model.onnx"} | {"onnx"}
-    assert [f.path for f in api.list_repo_tree("org/tiny", path_in_repo="onnx")] == ["onnx/model.onnx"]
+    assert {f.path for f in api.list_repo_tree("org/tiny")} == FILES - {"onnx/model.onnx"} | {
+        "onnx"
+    }
+    assert [f.path for f in api.list_repo_tree("org/tiny", path_in_repo="onnx")] == [
+        "onnx/model.onnx"
+    ]
     hub.page_size = 3  # cursor pagination through Link headers
     before = len(hub.requests)
     assert {f.path for f in api.list_repo_tree("org/tiny", recursive=True)} == set(files) | {"onnx"}
@@ -210,7 +246,11 @@ def test_list_models(model_dir, tmp_path, monkeypatch):
         api = HfApi(endpoint=server.url, token=False)
         top = list(api.list_models(pipeline_tag="text-generation", sort="downloads", limit=2))
         assert [(m.id, m.downloads) for m in top] == [("org/b", 30), ("org/c", 20)]
-        assert [m.id for m in api.list_models(filter="text-generation", sort="likes")] == ["org/c", "org/a", "org/b"]
+        assert [m.id for m in api.list_models(filter="text-generation", sort="likes")] == [
+            "org/c",
+            "org/a",
+            "org/b",
+        ]
         assert [m.id for m in api.list_models(search="cl")] == ["org/cls"]
         full = next(iter(api.list_models(search="org/a", full=True)))
         assert full.sha and [s.rfilename for s in full.siblings] == ["config.json"]
@@ -260,7 +300,9 @@ def test_gated(hub, model_dir):
 def test_503_is_retried_on_head_not_on_get(hub):
     hub.faults.fail(503, times=2, path="config.json")
     start = time.monotonic()
-    assert download(hub, "config.json")  # HEAD 503 (no retry), then HEAD with backoff: 503, 1 s, 200
+    assert download(
+        hub, "config.json"
+    )  # HEAD 503 (no retry), then HEAD with backoff: 503, 1 s, 200
     assert time.monotonic() - start >= 1
     assert [r["status"] for r in calls(hub, "HEAD", "config.json")] == [503, 503, 200]
 
@@ -275,7 +317,10 @@ def test_503_is_retried_on_head_not_on_get(hub):
     with pytest.raises(HfHubHTTPError):  # model_info: no retry
         api.model_info("org/tiny")
     hub.faults.fail(503, times=1)
-    assert [m.id for m in api.list_models()] == ["org/gated", "org/tiny"]  # retried (http_backoff); private hidden
+    assert [m.id for m in api.list_models()] == [
+        "org/gated",
+        "org/tiny",
+    ]  # retried (http_backoff); private hidden
 
 
 def test_429_retry_after(hub):
@@ -293,7 +338,9 @@ def test_cut_body_is_retried_and_resumed_with_range(hub, model_dir, tmp_path, mo
     data = (model_dir / "pytorch_model.bin").read_bytes()
     hub.faults.cut(after_bytes=1000, times=1, path="pytorch_model.bin")
     assert Path(download(hub, "pytorch_model.bin")).read_bytes() == data
-    gets = calls(hub, "GET", "pytorch_model.bin")  # http_get keeps only whole 10 MiB chunks: restarts at 0
+    gets = calls(
+        hub, "GET", "pytorch_model.bin"
+    )  # http_get keeps only whole 10 MiB chunks: restarts at 0
     assert [(g["status"], g["bytes"], g["headers"].get("Range")) for g in gets] == [
         (200, 1000, None),
         (200, len(data), None),
@@ -368,8 +415,12 @@ def test_cli_control_endpoint_and_hf_endpoint_env(model_dir, tmp_path, monkeypat
     )
     try:
         url = proc.stdout.readline().strip()
-        rules = json.dumps([{"kind": "fail", "status": 503, "times": 1, "repo": "org/tiny"}]).encode()
-        with urllib.request.urlopen(urllib.request.Request(f"{url}/_control/faults", data=rules)) as r:
+        rules = json.dumps(
+            [{"kind": "fail", "status": 503, "times": 1, "repo": "org/tiny"}]
+        ).encode()
+        with urllib.request.urlopen(
+            urllib.request.Request(f"{url}/_control/faults", data=rules)
+        ) as r:
             assert json.load(r)[0]["status"] == 503
         api = HfApi(endpoint=url, token=False)
         with pytest.raises(HfHubHTTPError) as err:
@@ -379,15 +430,29 @@ def test_cli_control_endpoint_and_hf_endpoint_env(model_dir, tmp_path, monkeypat
         with urllib.request.urlopen(f"{url}/_control/requests") as r:
             assert [x["status"] for x in json.load(r)] == [503, 200]
 
-        monkeypatch.setenv("HF_ENDPOINT", url)  # too late for this process: read at import (put back after the test)
+        monkeypatch.setenv(
+            "HF_ENDPOINT", url
+        )  # too late for this process: read at import (put back after the test)
         assert constants.ENDPOINT != url
         code = "from huggingface_hub import hf_hub_download as d; print(open(d('org/tiny', 'config.json')).read())"
-        env = {**os.environ, "HF_ENDPOINT": url, "HF_HUB_OFFLINE": "0", "HF_HUB_CACHE": str(tmp_path / "c")}
+        env = {
+            **os.environ,
+            "HF_ENDPOINT": url,
+            "HF_HUB_OFFLINE": "0",
+            "HF_HUB_CACHE": str(tmp_path / "c"),
+        }
         out = subprocess.run(
-            [sys.executable, "-c", code], check=False, env=env, capture_output=True, text=True, timeout=60
+            [sys.executable, "-c", code],
+            check=False,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert out.stdout.strip() == (model_dir / "config.json").read_text(), out.stderr
-        with urllib.request.urlopen(urllib.request.Request(f"{url}/_control/faults", method="DELETE")) as r:
+        with urllib.request.urlopen(
+            urllib.request.Request(f"{url}/_control/faults", method="DELETE")
+        ) as r:
             assert json.load(r) == []
     finally:
         proc.terminate()
@@ -416,25 +481,39 @@ def test_upload_folder_to_a_dataset_and_read_it_back(writable, tmp_path, monkeyp
     folder = tmp_path / "ds"
     (folder / "data").mkdir(parents=True)
     (folder / "README.md").write_text("---\nconfigs: []\n---\n# ds\n")
-    (folder / "data" / "a.parquet").write_bytes(os.urandom(30_000))  # an LFS file (by extension and size)
+    (folder / "data" / "a.parquet").write_bytes(
+        os.urandom(30_000)
+    )  # an LFS file (by extension and size)
     (folder / "data" / "b.json").write_text('{"b": 1}')  # a regular one
     api = HfApi(endpoint=writable.url, token=WRITE_TOKEN)
     api.create_repo("org/ds", repo_type="dataset")
-    commit = api.upload_folder(folder_path=str(folder), repo_id="org/ds", repo_type="dataset", commit_message="one")
+    commit = api.upload_folder(
+        folder_path=str(folder), repo_id="org/ds", repo_type="dataset", commit_message="one"
+    )
     repo = writable.repo("org/ds", "dataset")
     assert commit.oid == repo["sha"] and [c["title"] for c in repo["commits"]] == ["one"]
     routes = {r["route"] for r in writable.requests}
     assert ("xet_token" in routes) == xet and ("lfs_put" in routes) == (not xet)
-    assert repo["files"]["data/a.parquet"]["sha256"] and repo["files"]["data/b.json"]["sha256"] is None
+    assert (
+        repo["files"]["data/a.parquet"]["sha256"] and repo["files"]["data/b.json"]["sha256"] is None
+    )
     fs = HfFileSystem(endpoint=writable.url, token=WRITE_TOKEN)
-    assert fs.read_bytes("datasets/org/ds/data/a.parquet") == (folder / "data" / "a.parquet").read_bytes()
+    assert (
+        fs.read_bytes("datasets/org/ds/data/a.parquet")
+        == (folder / "data" / "a.parquet").read_bytes()
+    )
     assert sorted(fs.ls("datasets/org/ds/data", detail=False)) == [
         "datasets/org/ds/data/a.parquet",
         "datasets/org/ds/data/b.json",
     ]
     infos = api.get_paths_info("org/ds", ["data/b.json", "data", "missing"], repo_type="dataset")
-    assert [(type(i).__name__, i.path) for i in infos] == [("RepoFile", "data/b.json"), ("RepoFolder", "data")]
-    api.upload_folder(folder_path=str(folder), repo_id="org/ds", repo_type="dataset", commit_message="two")
+    assert [(type(i).__name__, i.path) for i in infos] == [
+        ("RepoFile", "data/b.json"),
+        ("RepoFolder", "data"),
+    ]
+    api.upload_folder(
+        folder_path=str(folder), repo_id="org/ds", repo_type="dataset", commit_message="two"
+    )
     assert len(repo["commits"]) == 1  # nothing changed: the client skipped the commit
 
 
@@ -445,11 +524,17 @@ def test_writes_need_a_write_token_and_a_commit_is_all_or_nothing(writable):
         HfApi(endpoint=writable.url, token=False).create_repo("org/ds", repo_type="dataset")
     assert err.value.response.status_code == 401
     with pytest.raises(HfHubHTTPError) as err:
-        HfApi(endpoint=writable.url, token=TOKEN).create_repo("org/ds", repo_type="dataset")  # a read token
-    assert err.value.response.status_code == 403 and writable._repos.get(("dataset", "org/ds")) is None
+        HfApi(endpoint=writable.url, token=TOKEN).create_repo(
+            "org/ds", repo_type="dataset"
+        )  # a read token
+    assert (
+        err.value.response.status_code == 403 and writable._repos.get(("dataset", "org/ds")) is None
+    )
     api = HfApi(endpoint=writable.url, token=WRITE_TOKEN)
     api.create_repo("org/ds", repo_type="dataset", private=True)
-    api.create_commit("org/ds", [CommitOperationAdd("a.txt", b"a")], commit_message="a", repo_type="dataset")
+    api.create_commit(
+        "org/ds", [CommitOperationAdd("a.txt", b"a")], commit_message="a", repo_type="dataset"
+    )
     repo = writable.repo("org/ds", "dataset")
     before = (repo["sha"], dict(repo["files"]))
     add, delete = CommitOperationAdd("b.txt", b"b"), CommitOperationDelete("missing.txt")
@@ -472,7 +557,9 @@ def test_a_bucket_round_trip_through_xet(writable, tmp_path):
     assert api.create_bucket("org/logs").bucket_id == "org/logs"
     assert api.create_bucket("org/logs", exist_ok=True).bucket_id == "org/logs"
     (tmp_path / "a.log").write_text("a log\n" * 100)
-    api.batch_bucket_files("org/logs", add=[(str(tmp_path / "a.log"), "s1/logs/a.log"), (b"{}", "s1/sweep.json")])
+    api.batch_bucket_files(
+        "org/logs", add=[(str(tmp_path / "a.log"), "s1/logs/a.log"), (b"{}", "s1/sweep.json")]
+    )
     tree = {f.path: f for f in api.list_bucket_tree("org/logs", prefix="s1", recursive=True)}
     assert set(tree) == {"s1/logs/a.log", "s1/sweep.json"} and tree["s1/logs/a.log"].size == 600
     import hf_xet
@@ -482,5 +569,10 @@ def test_a_bucket_round_trip_through_xet(writable, tmp_path):
     assert (tmp_path / "back.log").read_text() == "a log\n" * 100
     assert api.bucket_info("org/logs").total_files == 2
     with pytest.raises(HfHubHTTPError) as err:
-        HfApi(endpoint=writable.url, token=TOKEN).batch_bucket_files("org/logs", delete=["s1/sweep.json"])
-    assert err.value.response.status_code == 403 and "s1/sweep.json" in writable.buckets["org/logs"]["files"]
+        HfApi(endpoint=writable.url, token=TOKEN).batch_bucket_files(
+            "org/logs", delete=["s1/sweep.json"]
+        )
+    assert (
+        err.value.response.status_code == 403
+        and "s1/sweep.json" in writable.buckets["org/logs"]["files"]
+    )

@@ -62,7 +62,9 @@ def sweep_cli(args, endpoint: str, cache: Path, cwd: Path) -> subprocess.Complet
         "MODEL_SUPPORT_HUB_BACKOFF_S": "0.05",
     }
     env.pop("HF_TOKEN", None)
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=900, env=env, cwd=cwd)
+    return subprocess.run(
+        [*CLI, *args], capture_output=True, text=True, timeout=900, env=env, cwd=cwd
+    )
 
 
 def definition(tmp_path: Path, models, cache: Path, max_gb: float | None = None) -> Path:
@@ -110,23 +112,40 @@ def test_an_unreachable_hub_leaves_models_pending_and_resume_finishes_them(hub, 
     assert sorted(pending) == ["fixtures/tiny-gpt2", "fixtures/tiny-llama"]
     assert "could not be reached" in pending["fixtures/tiny-llama"]["reason"]
 
-    up = sweep_cli(["sweep", "--resume", sweep_id, "--data-dir", str(data), "--no-report"], hub.url, cache, tmp_path)
+    up = sweep_cli(
+        ["sweep", "--resume", sweep_id, "--data-dir", str(data), "--no-report"],
+        hub.url,
+        cache,
+        tmp_path,
+    )
     assert up.returncode == 0, up.stderr[-3000:]
     assert "2 probed now" in up.stdout
     done = records(data)
-    assert {m: r["status"] for m, r in done.items()} == {"fixtures/tiny-llama": "PASS", "fixtures/tiny-gpt2": "PASS"}
+    assert {m: r["status"] for m, r in done.items()} == {
+        "fixtures/tiny-llama": "PASS",
+        "fixtures/tiny-gpt2": "PASS",
+    }
     assert done["fixtures/tiny-llama"]["revision_sha"] == hub.sha("fixtures/tiny-llama")
-    assert done["fixtures/tiny-llama"]["download_bytes"] > 0 and done["fixtures/tiny-llama"]["download_s"] > 0
-    assert done["fixtures/tiny-llama"]["pipeline_tag"] == "text-generation"  # Hub metadata on the record
+    assert (
+        done["fixtures/tiny-llama"]["download_bytes"] > 0
+        and done["fixtures/tiny-llama"]["download_s"] > 0
+    )
+    assert (
+        done["fixtures/tiny-llama"]["pipeline_tag"] == "text-generation"
+    )  # Hub metadata on the record
     assert not (store.sweep_dir(data, sweep_id) / "pending.json").exists()
 
 
 def test_hub_faults_are_retried_excluded_or_pending_never_a_failure(hub, tmp_path):
     hub.faults.clear()
     hub.faults.fail(503, times=2, repo="fixtures/flaky-503", path="config.json", method="GET")
-    hub.faults.fail(429, times=1, repo="fixtures/flaky-429", path="config.json", method="GET", retry_after=1)
+    hub.faults.fail(
+        429, times=1, repo="fixtures/flaky-429", path="config.json", method="GET", retry_after=1
+    )
     hub.faults.cut(after_bytes=1000, times=1, repo="fixtures/cut-once", path="model.safetensors")
-    hub.faults.cut(after_bytes=1000, times=None, repo="fixtures/cut-always", path="model.safetensors")
+    hub.faults.cut(
+        after_bytes=1000, times=None, repo="fixtures/cut-always", path="model.safetensors"
+    )
     cache, data = tmp_path / "cache", tmp_path / "data"
     models = [
         "fixtures/flaky-503",
@@ -157,11 +176,17 @@ def test_hub_faults_are_retried_excluded_or_pending_never_a_failure(hub, tmp_pat
         "fixtures/gguf-only": "FAIL(load)",
     }
     gguf = done["fixtures/gguf-only"]
-    assert gguf["failure_stage"] == "download" and "no weights transformers can load" in gguf["error_message"]
+    assert (
+        gguf["failure_stage"] == "download"
+        and "no weights transformers can load" in gguf["error_message"]
+    )
     assert "only .gguf" in gguf["error_message"]
     excluded = store.scan(data, "excluded").collect()
     assert excluded.select("model_id", "exclusion_reason").rows() == [
-        ("fixtures/gated", "no access: gated repo (accept its licence on the Hub, then set HF_TOKEN).")
+        (
+            "fixtures/gated",
+            "no access: gated repo (accept its licence on the Hub, then set HF_TOKEN).",
+        )
     ]
     assert "fixtures/cut-always" not in done  # pending, never a row
     logs = store.sweep_dir(data, sweep_id) / "logs"
@@ -171,16 +196,22 @@ def test_hub_faults_are_retried_excluded_or_pending_never_a_failure(hub, tmp_pat
     assert "resume" in (logs / "fixtures__cut-once.log").read_text().lower()
 
 
-def test_the_cache_stays_within_its_budget_and_is_emptied(hub, tmp_path, fixture_models, monkeypatch):
+def test_the_cache_stays_within_its_budget_and_is_emptied(
+    hub, tmp_path, fixture_models, monkeypatch
+):
     """Six repos, a budget below their sum but above each: never over budget; nothing left but what was there."""
     import huggingface_hub
 
     from model_support.probe import hub_fetch
 
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # conftest sets it for the others
+    monkeypatch.setattr(
+        huggingface_hub.constants, "HF_HUB_OFFLINE", False
+    )  # conftest sets it for the others
     hub.faults.clear()
     cache, data = tmp_path / "cache", tmp_path / "data"
-    before = hub_fetch.fetch("fixtures/tiny-gemma", cache_dir=cache, endpoint=hub.url, log=lambda _: None)
+    before = hub_fetch.fetch(
+        "fixtures/tiny-gemma", cache_dir=cache, endpoint=hub.url, log=lambda _: None
+    )
     sizes = [
         sum(
             f.stat().st_size
@@ -228,10 +259,14 @@ def test_the_cache_stays_within_its_budget_and_is_emptied(hub, tmp_path, fixture
         stop.set()
         sampler.join()
     assert run.returncode == 0, run.stderr[-3000:]
-    assert {r["status"] for r in records(data).values()} == {"PASS"} and len(records(data)) == len(TINY)
+    assert {r["status"] for r in records(data).values()} == {"PASS"} and len(records(data)) == len(
+        TINY
+    )
     assert 0 < peak[0] <= budget, (peak[0], budget)
     assert _cache_bytes(cache) == preexisting  # the sweep's downloads are gone ...
-    assert Path(before["path"], "config.json").is_file()  # ... and what was there before is still there
+    assert Path(
+        before["path"], "config.json"
+    ).is_file()  # ... and what was there before is still there
     repos = {p.name for p in cache.iterdir() if p.name.startswith("models--")}
     assert repos <= {"models--fixtures--tiny-gemma"} | {f"models--fixtures--{n}" for n in TINY}
     for name in TINY[:-1]:
@@ -255,13 +290,25 @@ def _cache_bytes(cache: Path) -> int:
 
 def test_download_time_is_its_own_stage_and_load_time_stays_local(hub, tmp_path, fixture_models):
     hub.faults.clear()
-    size = sum(f.stat().st_size for f in Path(fixture_models["tiny-llama"]["path"]).iterdir() if f.is_file())
+    size = sum(
+        f.stat().st_size
+        for f in Path(fixture_models["tiny-llama"]["path"]).iterdir()
+        if f.is_file()
+    )
     # about 8 s to download: far above loading the 1 MB model even on a loaded machine (3.2 s seen under CI's load)
     hub.faults.throttle(size // 8, repo="fixtures/tiny-llama")
     cache, data = tmp_path / "cache", tmp_path / "data"
     models = ["fixtures/tiny-llama", fixture_models["tiny-llama"]["path"]]
     run = sweep_cli(
-        ["sweep", str(definition(tmp_path, models, cache)), "--data-dir", str(data), "--no-report", "--workers", "1"],
+        [
+            "sweep",
+            str(definition(tmp_path, models, cache)),
+            "--data-dir",
+            str(data),
+            "--no-report",
+            "--workers",
+            "1",
+        ],
         hub.url,
         cache,
         tmp_path,
@@ -271,12 +318,17 @@ def test_download_time_is_its_own_stage_and_load_time_stays_local(hub, tmp_path,
     done = records(data)
     remote, local = done["fixtures/tiny-llama"], done["local:tiny-llama"]
     assert remote["download_s"] >= 6.0, remote["download_s"]
-    assert local["download_s"] is None and local["revision_sha"] is None  # a local folder skips the stage
+    assert (
+        local["download_s"] is None and local["revision_sha"] is None
+    )  # a local folder skips the stage
     # the throttled download (about 8 s) is not in load_s: were it, load would exceed the download itself
     assert 0 < remote["load_s"] < remote["download_s"], (remote["load_s"], remote["download_s"])
     assert remote["output_token_ids"] == local["output_token_ids"]
     frame = store.scan(data).collect()
-    assert frame.filter(pl.col("model_id") == "fixtures/tiny-llama")["download_bytes"].item() >= size * 0.9
+    assert (
+        frame.filter(pl.col("model_id") == "fixtures/tiny-llama")["download_bytes"].item()
+        >= size * 0.9
+    )
     shutil.rmtree(cache, ignore_errors=True)
 
 
@@ -321,10 +373,18 @@ def test_one_papermill_probe_of_a_hub_model_and_its_repro_script(hub, tmp_path):
     script = tmp_path / "repro.py"
     script.write_text(record["repro_script"])
     repro = subprocess.run(
-        [sys.executable, "-I", str(script)], capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path
+        [sys.executable, "-I", str(script)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=tmp_path,
     )
     assert repro.returncode == 0, repro.stderr[-3000:]
-    assert json.loads(repro.stdout.strip().splitlines()[-1])["output_token_ids"] == record["output_token_ids"]
+    assert (
+        json.loads(repro.stdout.strip().splitlines()[-1])["output_token_ids"]
+        == record["output_token_ids"]
+    )
 
     down = subprocess.run(
         [
@@ -352,7 +412,8 @@ def test_one_papermill_probe_of_a_hub_model_and_its_repro_script(hub, tmp_path):
         },
     )
     assert (
-        down.returncode != 0 and "ModelUnavailable: model_id 'fixtures/tiny-gpt2' could not be fetched" in down.stderr
+        down.returncode != 0
+        and "ModelUnavailable: model_id 'fixtures/tiny-gpt2' could not be fetched" in down.stderr
     )  # no record
     assert not (tmp_path / "d.json").exists()
 
@@ -371,7 +432,9 @@ def test_the_hub_facts_are_later_fields_that_older_files_lack():
     assert "download" in schema.STAGES
 
 
-def test_under_ray_the_downloads_run_ahead_within_the_budget_and_the_cache_is_emptied(hub, tmp_path, fixture_models):
+def test_under_ray_the_downloads_run_ahead_within_the_budget_and_the_cache_is_emptied(
+    hub, tmp_path, fixture_models
+):
     """The Ray executor keeps the local one's promises: the driver downloads within the cache budget (a
     budget below the models' sum), each Ray task probes the snapshot it was handed, the sweep's downloads
     are deleted after their probes, and schedule.jsonl says which devices each probe held."""
@@ -379,12 +442,25 @@ def test_under_ray_the_downloads_run_ahead_within_the_budget_and_the_cache_is_em
     hub.faults.clear()
     names = TINY[:3]
     cache, data = tmp_path / "cache", tmp_path / "data"
-    sizes = [sum(f.stat().st_size for f in Path(fixture_models[n]["path"]).iterdir() if f.is_file()) for n in names]
+    sizes = [
+        sum(f.stat().st_size for f in Path(fixture_models[n]["path"]).iterdir() if f.is_file())
+        for n in names
+    ]
     budget = 1.5 * max(sizes)
     assert budget < sum(sizes)
     params = definition(tmp_path, [f"fixtures/{n}" for n in names], cache, budget / 1e9)
     run = sweep_cli(
-        ["sweep", str(params), "--data-dir", str(data), "--no-report", "--executor", "ray", "--workers", "2"],
+        [
+            "sweep",
+            str(params),
+            "--data-dir",
+            str(data),
+            "--no-report",
+            "--executor",
+            "ray",
+            "--workers",
+            "2",
+        ],
         hub.url,
         cache,
         tmp_path,
@@ -393,10 +469,15 @@ def test_under_ray_the_downloads_run_ahead_within_the_budget_and_the_cache_is_em
     done = records(data)
     assert {r["status"] for r in done.values()} == {"PASS"} and len(done) == len(names)
     assert all(r["download_bytes"] > 0 for r in done.values())  # downloaded by the driver, ahead
-    for name in names:  # every download deleted after its probe (what is left is huggingface_hub's refs)
+    for (
+        name
+    ) in names:  # every download deleted after its probe (what is left is huggingface_hub's refs)
         assert not list((cache / f"models--fixtures--{name}").glob("blobs/*")), name
     assert _cache_bytes(cache) < 1000
-    schedule = [json.loads(line) for line in (store.sweep_dir(data, sweep_id_of(data)) / "schedule.jsonl").open()]
+    schedule = [
+        json.loads(line)
+        for line in (store.sweep_dir(data, sweep_id_of(data)) / "schedule.jsonl").open()
+    ]
     assert sorted(entry["model_id"] for entry in schedule) == sorted(done)
     assert all(len(entry["devices"]) == 1 and "node" in entry for entry in schedule)
 
@@ -422,9 +503,14 @@ def test_a_stop_during_a_download_ends_the_sweep_in_seconds(hub, tmp_path):
     )
     try:
         deadline = time.time() + 120
-        while not list(cache.glob("models--fixtures--tiny-opt/blobs/*.incomplete")) and time.time() < deadline:
+        while (
+            not list(cache.glob("models--fixtures--tiny-opt/blobs/*.incomplete"))
+            and time.time() < deadline
+        ):
             time.sleep(0.2)
-        assert list(cache.glob("models--fixtures--tiny-opt/blobs/*.incomplete")), "the download never started"
+        assert list(cache.glob("models--fixtures--tiny-opt/blobs/*.incomplete")), (
+            "the download never started"
+        )
         runner.send_signal(signal.SIGINT)
         out, err = runner.communicate(timeout=30)
     finally:

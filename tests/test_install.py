@@ -30,7 +30,11 @@ def wheel(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("wheel")
     source = root / "source"
     files = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True, text=True, check=True
+        ["git", "ls-files", "-co", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.split()
     for name in files:
         path = REPO / name
@@ -62,7 +66,9 @@ def installed(wheel, tmp_path_factory) -> Path:
     """A fresh venv with this package's wheel installed; returns its python."""
     root = tmp_path_factory.mktemp("install")
     venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120
+    )
     python = venv / "bin" / "python"
     site = Path(
         subprocess.run(
@@ -74,7 +80,17 @@ def installed(wheel, tmp_path_factory) -> Path:
     )
     (site / "project-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--no-deps",
+            "-q",
+            str(wheel),
+        ],
         check=True,
         capture_output=True,
         timeout=300,
@@ -89,7 +105,10 @@ def test_the_wheel_holds_no_test_code_and_registers_no_torch_backend(wheel):
 
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
-        entry_points = next((archive.read(n).decode() for n in names if n.endswith(".dist-info/entry_points.txt")), "")
+        entry_points = next(
+            (archive.read(n).decode() for n in names if n.endswith(".dist-info/entry_points.txt")),
+            "",
+        )
     assert any(n.startswith("model_support/probe/") for n in names)  # it is the package
     test_code = [n for n in names if "pretend" in n or "/testing/" in n or "fixtures" in n]
     assert test_code == []
@@ -103,10 +122,24 @@ def test_each_dependency_is_where_it_is_used(wheel):
     import zipfile
 
     with zipfile.ZipFile(wheel) as archive:
-        metadata = next(archive.read(n).decode() for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
-    required = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:") and "extra ==" not in line]
+        metadata = next(
+            archive.read(n).decode()
+            for n in archive.namelist()
+            if n.endswith(".dist-info/METADATA")
+        )
+    required = [
+        line
+        for line in metadata.splitlines()
+        if line.startswith("Requires-Dist:") and "extra ==" not in line
+    ]
     names = {
-        line.split(":", 1)[1].strip().split(";")[0].split("[")[0].split(">")[0].split("=")[0].strip()
+        line.split(":", 1)[1]
+        .strip()
+        .split(";")[0]
+        .split("[")[0]
+        .split(">")[0]
+        .split("=")[0]
+        .strip()
         for line in required
     }
     assert "datasets" not in names and "uv" not in names, sorted(names)
@@ -121,16 +154,22 @@ def test_each_dependency_is_where_it_is_used(wheel):
         if isinstance(node, (ast.Import, ast.ImportFrom))
         for alias in node.names
     }
-    assert "datasets" not in imported  # (uv is imported by the bisect only, guarded: pip where it is absent)
+    assert (
+        "datasets" not in imported
+    )  # (uv is imported by the bisect only, guarded: pip where it is absent)
 
 
 def run(python: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{python.parent}:{os.environ['PATH']}"}
-    return subprocess.run([str(python), *args], cwd=cwd, capture_output=True, text=True, timeout=900, env=env)
+    return subprocess.run(
+        [str(python), *args], cwd=cwd, capture_output=True, text=True, timeout=900, env=env
+    )
 
 
 @pytest.mark.slow
-def test_the_wheel_ships_its_notebooks_and_runs_a_probe_and_a_sweep_elsewhere(installed, fixture_models, tmp_path):
+def test_the_wheel_ships_its_notebooks_and_runs_a_probe_and_a_sweep_elsewhere(
+    installed, fixture_models, tmp_path
+):
     where = run(
         installed,
         "-c",
@@ -140,7 +179,9 @@ def test_the_wheel_ships_its_notebooks_and_runs_a_probe_and_a_sweep_elsewhere(in
     )
     assert where.returncode == 0, where.stderr
     module, notebook, template = where.stdout.split()
-    assert str(installed.parent.parent) in module and str(REPO) not in module  # the wheel, not the checkout
+    assert (
+        str(installed.parent.parent) in module and str(REPO) not in module
+    )  # the wheel, not the checkout
     assert Path(notebook).is_file() and Path(template).is_file()
 
     record_path = tmp_path / "r.json"
@@ -175,7 +216,9 @@ def test_the_wheel_ships_its_notebooks_and_runs_a_probe_and_a_sweep_elsewhere(in
             {
                 "name": "two",
                 "probe": {"device": "cpu", "reference": "none"},
-                "models": [fixture_models[n]["path"] for n in ("tiny-gpt2", "fail-missing-weights")],
+                "models": [
+                    fixture_models[n]["path"] for n in ("tiny-gpt2", "fail-missing-weights")
+                ],
             }
         )
     )
@@ -191,7 +234,9 @@ def test_the_wheel_ships_its_notebooks_and_runs_a_probe_and_a_sweep_elsewhere(in
         cwd=tmp_path,
     )
     assert sweep.returncode == 0, sweep.stderr[-3000:]
-    records = [json.loads(p.read_text()) for p in (tmp_path / "data" / "sweeps").glob("*/records/*.json")]
+    records = [
+        json.loads(p.read_text()) for p in (tmp_path / "data" / "sweeps").glob("*/records/*.json")
+    ]
     assert sorted((r["model_id"], r["status"]) for r in records) == [
         ("local:fail-missing-weights", "FAIL(load)"),
         ("local:tiny-gpt2", "PASS"),

@@ -32,15 +32,24 @@ def test_the_flight_recorder_keeps_the_last_operators_in_a_file_in_order(tmp_pat
             x = x.relu()
         torch.nn.functional.linear(x, torch.ones(4, 3, dtype=torch.float32))
     found = flight_recorder.read(path)
-    assert found is not None and found["meta"] == {"blocking_env": {"X_BLOCKING": "1"}, "device": "cpu"}
+    assert found is not None and found["meta"] == {
+        "blocking_env": {"X_BLOCKING": "1"},
+        "device": "cpu",
+    }
     assert found["recorded"] > flight_recorder.SLOTS and len(found["ops"]) == flight_recorder.SLOTS
     last = found["ops"][-1]
-    assert last["op"] in ("aten::mm", "aten::addmm") and last["stage"] == "generate"  # linear, decomposed
+    assert (
+        last["op"] in ("aten::mm", "aten::addmm") and last["stage"] == "generate"
+    )  # linear, decomposed
     assert "float32[2, 3]" in last["args"]
     names = [op["op"] for op in found["ops"]]
     relus = [i for i, name in enumerate(names) if name == "aten::relu" and i > 0]
-    assert relus and all(names[i - 1] == "aten::add.Tensor" for i in relus)  # in the order they were dispatched
-    assert found["ops"][relus[0] - 1]["args"] == "float32[2, 3]"  # x + 1: a Python number is no tensor argument
+    assert relus and all(
+        names[i - 1] == "aten::add.Tensor" for i in relus
+    )  # in the order they were dispatched
+    assert (
+        found["ops"][relus[0] - 1]["args"] == "float32[2, 3]"
+    )  # x + 1: a Python number is no tensor argument
     assert flight_recorder.read(tmp_path / "none.bin") is None
 
 
@@ -59,7 +68,9 @@ def test_the_runners_crash_fields_say_how_the_operator_was_found(tmp_path):
     outcome.write_text(json.dumps({"exit": -6, "blocking_env": {"X_BLOCKING": "1"}}))
     found = flight_recorder.crash_fields(tmp_path, died=True)
     assert (found["crash_operator"], found["crash_operator_args"]) == ("aten::exp", "float32[2]")
-    assert found["crash_operator_note"].endswith("(X_BLOCKING=1) died in; the first run's last operator was aten::neg")
+    assert found["crash_operator_note"].endswith(
+        "(X_BLOCKING=1) died in; the first run's last operator was aten::neg"
+    )
     outcome.write_text(json.dumps({"exit": 0, "blocking_env": {"X_BLOCKING": "1"}}))
     found = flight_recorder.crash_fields(tmp_path, died=True)
     assert (
@@ -112,7 +123,11 @@ def test_a_pass_counts_its_syncs_and_fallbacks_per_decode_token_where_they_happe
     config = {"fallback_ops": ["aten::tanh"]}
     env = {**__import__("os").environ, CONFIG_VAR: json.dumps(config)}
     done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(HOST_COST)], capture_output=True, text=True, env=env, timeout=600
+        [sys.executable, "-c", textwrap.dedent(HOST_COST)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads(done.stdout.strip().splitlines()[-1])
@@ -122,7 +137,9 @@ def test_a_pass_counts_its_syncs_and_fallbacks_per_decode_token_where_they_happe
     assert record["host_syncs_per_token"] == 2.0
     assert record["harness_syncs_per_token"] == 2.0
     assert record["prefill_host_syncs"] == 2
-    assert record["host_cost_note"].startswith("counted by the pretend backend over 7 decode tokens")
+    assert record["host_cost_note"].startswith(
+        "counted by the pretend backend over 7 decode tokens"
+    )
 
 
 def test_the_plan_weighs_a_fallback_as_work_after_its_steps():
@@ -131,7 +148,16 @@ def test_the_plan_weighs_a_fallback_as_work_after_its_steps():
     from model_support.ops.plan import fallback_work
 
     def model(key, calls, fallback):
-        return ModelOps(key, "PASS", "pretend", list(calls), None, list(calls.values()), "run", ops_fallback=fallback)
+        return ModelOps(
+            key,
+            "PASS",
+            "pretend",
+            list(calls),
+            None,
+            list(calls.values()),
+            "run",
+            ops_fallback=fallback,
+        )
 
     models = [
         model("a", {"aten::tanh": 16, "aten::mm": 40}, ["aten::tanh"]),
@@ -167,22 +193,44 @@ def test_a_compiled_run_reads_its_operators_and_syncs_from_the_adapters_profiler
     adapter that offers no profiler reads "not measured", never a guess."""
     env = {**__import__("os").environ}
     done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(COMPILED)], capture_output=True, text=True, env=env, timeout=600
+        [sys.executable, "-c", textwrap.dedent(COMPILED)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     read, unread = (json.loads(line) for line in done.stdout.strip().splitlines()[-2:])
     assert (read["status"], read["tokens_out"]) == ("PASS", 8)
-    assert read["ops_time_source"].startswith("torch.profiler (compiled: fused kernels counted as their graph")
+    assert read["ops_time_source"].startswith(
+        "torch.profiler (compiled: fused kernels counted as their graph"
+    )
     assert read["ops_device_s"] is None  # no census: its operators are not the census's
     ops = read["profiled_ops"]
     assert "Torch-Compiled Region: 0/0" in ops and "aten::_local_scalar_dense" in ops
     assert len(ops) == len(read["profiled_ops_calls"]) == len(read["profiled_ops_s"])
-    assert all(n > 0 for n in read["profiled_ops_calls"]) and all(s >= 0 for s in read["profiled_ops_s"])
-    assert not any("dynamo" in op or "compile" in op.lower() for op in ops if not op.startswith("Torch-Compiled"))
-    assert (read["host_syncs_per_token"], read["harness_syncs_per_token"], read["prefill_host_syncs"]) == (1.0, 0.0, 1)
+    assert all(n > 0 for n in read["profiled_ops_calls"]) and all(
+        s >= 0 for s in read["profiled_ops_s"]
+    )
+    assert not any(
+        "dynamo" in op or "compile" in op.lower()
+        for op in ops
+        if not op.startswith("Torch-Compiled")
+    )
+    assert (
+        read["host_syncs_per_token"],
+        read["harness_syncs_per_token"],
+        read["prefill_host_syncs"],
+    ) == (1.0, 0.0, 1)
     assert read["fallback_calls_per_token"] is None  # a profiler does not tell a fallback
-    assert read["host_cost_note"].startswith("counted by torch.profiler in the compiled run over 7 decode tokens")
-    assert unread["status"] == "PASS" and unread["profiled_ops"] is None and unread["host_syncs_per_token"] is None
+    assert read["host_cost_note"].startswith(
+        "counted by torch.profiler in the compiled run over 7 decode tokens"
+    )
+    assert (
+        unread["status"] == "PASS"
+        and unread["profiled_ops"] is None
+        and unread["host_syncs_per_token"] is None
+    )
     assert unread["ops_time_source"] == (
         "not measured: no census in mode compile, and the cpu adapter offers no profiler for compiled runs"
     )

@@ -35,7 +35,9 @@ def _run_then_shut_down(tmp_path: Path, code: str) -> tuple[float, int | None]:
         client.start_channels()
         try:
             await client.wait_for_ready(timeout=120)
-            reply = await client.execute_interactive(code, timeout=120, output_hook=lambda msg: None)
+            reply = await client.execute_interactive(
+                code, timeout=120, output_hook=lambda msg: None
+            )
             assert reply["content"]["status"] == "ok", reply["content"]
         finally:
             client.stop_channels()
@@ -85,5 +87,7 @@ def test_preload_imports_the_stack_and_freezes_it():
         "assert gc.get_freeze_count() > 100_000, gc.get_freeze_count()\n"
         "assert gc.collect() == 0\n"  # nothing of the stack's is garbage, and a collection no longer walks it
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]

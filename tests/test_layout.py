@@ -29,8 +29,14 @@ def test_the_repro_body_is_forbidden_every_other_room_and_probe_module():
     """A new room or probe module must be added to the forbidden contract, or the repro body could import it."""
     config = _contracts()
     assert _listed(config, "importlinter:contract:repro-body", "source_modules") == REPRO_BODY
-    rooms = {f"model_support.{m.name}" for m in pkgutil.iter_modules(model_support.__path__) if m.name != "notebooks"}
-    probe_modules = {f"model_support.probe.{m.name}" for m in pkgutil.iter_modules(model_support.probe.__path__)}
+    rooms = {
+        f"model_support.{m.name}"
+        for m in pkgutil.iter_modules(model_support.__path__)
+        if m.name != "notebooks"
+    }
+    probe_modules = {
+        f"model_support.probe.{m.name}" for m in pkgutil.iter_modules(model_support.probe.__path__)
+    }
     expected = (rooms - {"model_support.probe"}) | (probe_modules - REPRO_BODY)
     assert _listed(config, "importlinter:contract:repro-body", "forbidden_modules") == expected
 
@@ -40,5 +46,9 @@ def test_every_room_is_in_the_layers():
     layered = set()
     for line in _listed(config, "importlinter:contract:layers", "layers"):
         layered.update(part.strip() for part in line.replace("|", ":").split(":"))
-    rooms = {f"model_support.{m.name}" for m in pkgutil.iter_modules(model_support.__path__) if m.name != "notebooks"}
+    rooms = {
+        f"model_support.{m.name}"
+        for m in pkgutil.iter_modules(model_support.__path__)
+        if m.name != "notebooks"
+    }
     assert rooms == layered

@@ -20,9 +20,7 @@ from model_support.errors import UserError
 A, B = "nightly-20261204T000000Z-aaaa", "nightly-20261205T000000Z-bbbb"
 SHORT = "The future of AI is"
 HOST_NOTE = "3 repeats of 4 tokens after a warm-up, on the host's wall clock"
-DEVICE_NOTE = (
-    "2 repeats of 1 token; TPOT from the verdict's decode steps, on the device's own clock (torch.x.perf_clock)"
-)
+DEVICE_NOTE = "2 repeats of 1 token; TPOT from the verdict's decode steps, on the device's own clock (torch.x.perf_clock)"
 
 #: What two runs' timings must share, with a value on each side: the spec of ``decision.LIKE``. ``perf_clock`` is no
 #: column: the gate reads it from ``perf_note`` (``perf.clock_col``), so its values are the notes that say each clock.
@@ -91,7 +89,10 @@ def _clock(row: dict) -> str | None:
 def _sweep(data, sweep_id: str, day: int, fields: dict, status: str = "PASS") -> None:
     """A sweep of one ready-made record of org/m with ``fields``: a PASS, or a failure at generation."""
     if status == "PASS":
-        fields = {**{m: sorted(fields[r])[1] for m, (r, _) in perf.METRICS.items() if fields.get(r)}, **fields}
+        fields = {
+            **{m: sorted(fields[r])[1] for m, (r, _) in perf.METRICS.items() if fields.get(r)},
+            **fields,
+        }
     ready_made_sweep(data, sweep_id, day, {"org/m": {**fields, "status": status}})
 
 
@@ -111,14 +112,18 @@ def test_runs_alike_in_every_field_compare_and_a_30_percent_slowdown_fails_the_g
     kind, metrics, why = perf.compare_runs(TIMED, _slower(TIMED), perf.DEFAULT_THRESHOLD)
     assert (kind, why) == (decision.SLOWER, "") and {m.kind for m in metrics} == {decision.SLOWER}
     found = gate.gate(tmp_path, A, B, ["perf"])
-    assert found.failed and found.failing[0].startswith("slower: org/m [eager+dynamic]"), found.failing
+    assert found.failed and found.failing[0].startswith("slower: org/m [eager+dynamic]"), (
+        found.failing
+    )
 
 
 @pytest.mark.parametrize("name", sorted(set(decision.LIKE) | set(PERF_LIKE)))
 def test_runs_that_differ_in_one_field_of_the_likeness_are_not_comparable_naming_it(tmp_path, name):
     was, now = PERF_LIKE[name]
     then, later = _with(TIMED, name, was), _slower(_with(TIMED, name, now))
-    rows = [{**r, "perf_clock": _clock(r)} for r in (then, later)]  # the clock read from the note, as the gate does
+    rows = [
+        {**r, "perf_clock": _clock(r)} for r in (then, later)
+    ]  # the clock read from the note, as the gate does
     # first what the gate decides: never "slower" (the field unheld, a 30% slowdown would read so), not comparable
     assert perf.compare_runs(*rows, perf.DEFAULT_THRESHOLD)[0] == decision.NOT_COMPARABLE
     _sweep(tmp_path, A, 4, then)
@@ -141,21 +146,32 @@ def test_a_field_neither_row_says_is_no_difference_and_one_only_one_says_is():
     for name in decision.LIKE:
         column = "perf_clock" if name == "perf_clock" else name
         neither = {**TIMED, "perf_clock": "host", column: None}
-        assert not [d for d in decision.unlike(neither, dict(neither)) if d.startswith(decision.LIKE[name] + " ")]
+        assert not [
+            d
+            for d in decision.unlike(neither, dict(neither))
+            if d.startswith(decision.LIKE[name] + " ")
+        ]
         one = decision.unlike({**TIMED, "perf_clock": "host"}, neither)
         assert one and all("unknown in B (its row does not say)" in d for d in one), (name, one)
         other = decision.unlike(neither, {**TIMED, "perf_clock": "host"})
         assert other and all(
-            d.startswith(decision.LIKE[name] + " unknown in A (its row does not say) -> ") for d in other
+            d.startswith(decision.LIKE[name] + " unknown in A (its row does not say) -> ")
+            for d in other
         )
 
 
 def test_the_stacks_of_one_sweep_are_compared_less_their_stack_only():
     """Between the stacks of one sweep (``perf.stack_lines``) the stack is what differs on purpose: only it is
     ignored; any other field still sets the runs apart."""
-    a, b = {**TIMED, "perf_clock": "host"}, {**_slower(TIMED), "perf_clock": "host", "stack_name": "nightly"}
+    a, b = (
+        {**TIMED, "perf_clock": "host"},
+        {**_slower(TIMED), "perf_clock": "host", "stack_name": "nightly"},
+    )
     assert perf.compare_runs(a, b, 0.05, ignore=("stack_name",))[0] == decision.SLOWER
-    assert perf.compare_runs(a, {**b, "dtype": "float32"}, 0.05, ignore=("stack_name",))[0] == decision.NOT_COMPARABLE
+    assert (
+        perf.compare_runs(a, {**b, "dtype": "float32"}, 0.05, ignore=("stack_name",))[0]
+        == decision.NOT_COMPARABLE
+    )
 
 
 @pytest.mark.parametrize("word", sorted(set(decision.ALIKE) | set(GATE_ALIKE)))
@@ -183,7 +199,9 @@ def test_gated_sweeps_that_differ_in_one_setting_are_refused_naming_it(tmp_path,
         assert str(refused.value) == sentence
     if word in ACROSS:
         found = gate.gate(tmp_path, A, B, ["regressions"], across=(word,))
-        assert found.failing == ["regression: org/m [eager+dynamic]: PASS -> FAIL(gen): RuntimeError: boom"]
+        assert found.failing == [
+            "regression: org/m [eager+dynamic]: PASS -> FAIL(gen): RuntimeError: boom"
+        ]
     else:
         with pytest.raises(UserError, match=f"--across {word!r} is not one of"):
             gate.gate(tmp_path, A, B, ["regressions"], across=(word,))
@@ -196,23 +214,36 @@ def test_runs_that_swapped_settings_are_refused_though_the_sweeps_share_every_va
     cpu, pretend = {"device_type": "cpu"}, {"device_type": "pretend"}
     before = {("m1", "v"): cpu, ("m2", "v"): pretend}
     after = {("m1", "v"): pretend, ("m2", "v"): cpu}
-    assert decision.unlike_sweeps(before, after) == {"device": (["cpu", "pretend"], ["cpu", "pretend"])}
-    assert decision.unlike_sweeps({("m1", "v"): cpu}, {("m2", "v"): pretend}) == {"device": (["cpu"], ["pretend"])}
+    assert decision.unlike_sweeps(before, after) == {
+        "device": (["cpu", "pretend"], ["cpu", "pretend"])
+    }
+    assert decision.unlike_sweeps({("m1", "v"): cpu}, {("m2", "v"): pretend}) == {
+        "device": (["cpu"], ["pretend"])
+    }
     assert decision.unlike_sweeps(before, dict(before)) == {}
     assert decision.unlike_sweeps(before, after, across=("device",)) == {}
     # one run moved back (pretend -> cpu), the sweeps still sharing the cpu: refused too
     assert decision.unlike_sweeps(before, {("m1", "v"): cpu, ("m2", "v"): cpu}) == {
         "device": (["cpu", "pretend"], ["cpu"])
     }
-    assert decision.unlike_sweeps({("m1", "v"): cpu, ("m2", "v"): cpu}, before) == {  # and the other way
+    assert decision.unlike_sweeps(
+        {("m1", "v"): cpu, ("m2", "v"): cpu}, before
+    ) == {  # and the other way
         "device": (["cpu"], ["cpu", "pretend"])
     }
     # --across names one setting: the others are still held, whatever their order in ALIKE
     both = {("m1", "v"): {"device_type": "cpu", "dtype": "float32", "mode": "eager"}}
     moved = {("m1", "v"): {"device_type": "pretend", "dtype": "bfloat16", "mode": "eager"}}
-    assert decision.unlike_sweeps(both, moved, across=("device",)) == {"dtype": (["float32"], ["bfloat16"])}
-    assert decision.unlike_sweeps(both, moved, across=("dtype",)) == {"device": (["cpu"], ["pretend"])}
-    assert decision.unlike_sweeps({}, after) == {} and decision.unlike_sweeps(before, {("m1", "v"): {}}) == {}
+    assert decision.unlike_sweeps(both, moved, across=("device",)) == {
+        "dtype": (["float32"], ["bfloat16"])
+    }
+    assert decision.unlike_sweeps(both, moved, across=("dtype",)) == {
+        "device": (["cpu"], ["pretend"])
+    }
+    assert (
+        decision.unlike_sweeps({}, after) == {}
+        and decision.unlike_sweeps(before, {("m1", "v"): {}}) == {}
+    )
 
 
 def test_a_setting_no_row_of_one_sweep_says_is_skipped_and_the_next_still_held():
@@ -233,5 +264,7 @@ def test_a_quoted_prompt_is_said_whole_up_to_its_length_and_cut_with_an_ellipsis
     limit = decision._QUOTED_CHARS
     whole, longer = "p" * limit, "q" * (limit + 1)
     assert decision.unlike({"prompt": whole}, {"prompt": "x"}) == [f"prompt {whole!r} -> 'x'"]
-    assert decision.unlike({"prompt": longer}, {"prompt": "x"}) == [f"prompt {'q' * (limit - 1) + '…'!r} -> 'x'"]
+    assert decision.unlike({"prompt": longer}, {"prompt": "x"}) == [
+        f"prompt {'q' * (limit - 1) + '…'!r} -> 'x'"
+    ]
     assert decision.unlike({"tokens_in": 5}, {"tokens_in": 6}, ignore=("tokens_in",)) == []

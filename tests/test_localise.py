@@ -38,12 +38,20 @@ CASES = {
     "rsqrt": ({"wrong_ops": ["aten::rsqrt"]}, "aten::rsqrt", "model.layers.0.input_layernorm"),
     "silu": ({"wrong_ops": ["aten::silu"]}, "aten::silu", "model.layers.0.mlp.act_fn"),
     "bf16-noise": ({"wrong_ops": {"aten::mm": 0.0039, "aten::bmm": 0.0039}}, None, None),
-    "two-percent": ({"wrong_ops": {"aten::mm": 0.02}}, "aten::mm", "model.layers.0.self_attn.q_proj"),
+    "two-percent": (
+        {"wrong_ops": {"aten::mm": 0.02}},
+        "aten::mm",
+        "model.layers.0.self_attn.q_proj",
+    ),
     # attention run as CUDA runs it, one fused kernel the CPU has none of: replayed through the math attention
     "flash": ({"sdpa_kernel": "flash", "wrong_ops": [FLASH]}, FLASH, "model.layers.0.self_attn"),
     "flash-healthy": ({"sdpa_kernel": "flash"}, None, None),
     # attention run as a kernel of the device's own, which nothing replays: not judged, and said first
-    "own-then-silu": ({"sdpa_kernel": "own", "wrong_ops": ["aten::silu"]}, "aten::silu", "model.layers.0.mlp.act_fn"),
+    "own-then-silu": (
+        {"sdpa_kernel": "own", "wrong_ops": ["aten::silu"]},
+        "aten::silu",
+        "model.layers.0.mlp.act_fn",
+    ),
 }
 #: The wrong operator is one the CPU cannot run (a kernel registered for the device alone): not judged, never agreeing.
 NOT_JUDGED_CASE = {"sdpa_kernel": "own", "wrong_ops": [OWN]}
@@ -70,7 +78,9 @@ def pretend_sweep(data: Path, path: str, config: dict, device: str = "pretend") 
         models=[ModelEntry(f"local:{MODEL}", path)],
         device_config={"MODEL_SUPPORT_PRETEND": json.dumps(config)} if device == "pretend" else {},
     ).write(store.sweep_dir(data, "s"))
-    record = new_record(f"local:{MODEL}", {"device": device}, sweep_id="s", status="PASS", device_type=device)
+    record = new_record(
+        f"local:{MODEL}", {"device": device}, sweep_id="s", status="PASS", device_type=device
+    )
     store.store_result(data, "s", record, None, "")
 
 
@@ -90,8 +100,20 @@ def run_library(data: Path, config: dict) -> subprocess.CompletedProcess:
 
 
 def run_cli(data: Path, config: dict) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "model_support.cli", "localise", "s", MODEL, "--json", "--data-dir", str(data)]
-    return subprocess.run(command, capture_output=True, text=True, env=child_env(config), timeout=300)
+    command = [
+        sys.executable,
+        "-m",
+        "model_support.cli",
+        "localise",
+        "s",
+        MODEL,
+        "--json",
+        "--data-dir",
+        str(data),
+    ]
+    return subprocess.run(
+        command, capture_output=True, text=True, env=child_env(config), timeout=300
+    )
 
 
 def run_script(script: Path, config: dict | None = None, **env) -> subprocess.CompletedProcess:
@@ -116,7 +138,10 @@ def localised(tmp_path_factory, fixture_models) -> dict:
         for name, config in {**stacks, "not-judged": NOT_JUDGED_CASE}.items():
             data = tmp_path_factory.mktemp(f"localise-{name}")
             pretend_sweep(data, path, config)
-            jobs[name] = (pool.submit(run_cli if name == "cli" else run_library, data, config), data)
+            jobs[name] = (
+                pool.submit(run_cli if name == "cli" else run_library, data, config),
+                data,
+            )
         done = {name: (job.result(), data) for name, (job, data) in jobs.items()}
     results = {}
     for name, (run, data) in done.items():
@@ -137,7 +162,9 @@ def test_each_fault_is_named_as_exactly_its_operator_and_module(localised, case)
         assert result["summary"].startswith("No operator is wrong")
         return
     assert result["overload"] == "default"
-    assert {w["operator"] for w in result["wrong_ops"]} == {operator}  # not one operator downstream of it
+    assert {w["operator"] for w in result["wrong_ops"]} == {
+        operator
+    }  # not one operator downstream of it
     assert result["shapes"] and len(result["shapes"]) == len(result["dtypes"])
     assert result["max_abs_error"] > 0 and result["max_rel_error"] > 0
     stored = localise.stored(data, "s", f"local:{MODEL}")
@@ -150,7 +177,9 @@ def test_the_two_percent_fault_is_two_percent_and_attention_is_decomposed(locali
     two = localised["two-percent"][0]
     assert 0.015 < two["rms_rel_error"] < 0.03 and two["dtypes"] == ["bfloat16", "bfloat16"]
     attention = localised["cli"][0]
-    assert attention["module_class"] == "LlamaAttention" and len(attention["shapes"]) == 2  # the bmm, not sdpa
+    assert (
+        attention["module_class"] == "LlamaAttention" and len(attention["shapes"]) == 2
+    )  # the bmm, not sdpa
 
 
 @pytest.mark.slow
@@ -161,18 +190,28 @@ def test_the_one_operator_script_fails_on_the_faulty_stack_and_passes_without_th
     assert inputs.stem == hashlib.sha256(inputs.read_bytes()).hexdigest()  # stored by its content
     assert inputs.stat().st_size < 1_000_000
 
-    faulty = run_script(script)  # the script sets the stack's configuration itself, as the sweep's repro scripts do
+    faulty = run_script(
+        script
+    )  # the script sets the stack's configuration itself, as the sweep's repro scripts do
     assert faulty.returncode == 1, faulty.stderr[-2000:]
-    assert "WRONG" in faulty.stdout and "on pretend" in faulty.stdout and "on the CPU" in faulty.stdout
-    healthy = run_script(script, {}, MODEL_SUPPORT_REPRO_KEEP_CONFIG="1")  # the same stack with the fault removed
+    assert (
+        "WRONG" in faulty.stdout and "on pretend" in faulty.stdout and "on the CPU" in faulty.stdout
+    )
+    healthy = run_script(
+        script, {}, MODEL_SUPPORT_REPRO_KEEP_CONFIG="1"
+    )  # the same stack with the fault removed
     assert healthy.returncode == 0, healthy.stdout[-2000:] + healthy.stderr[-2000:]
     assert "they agree" in healthy.stdout
 
 
 @pytest.mark.slow
-def test_a_fused_attention_kernel_the_cpu_cannot_run_is_judged_through_the_math_attention(localised):
+def test_a_fused_attention_kernel_the_cpu_cannot_run_is_judged_through_the_math_attention(
+    localised,
+):
     wrong, _ = localised["flash"]
-    assert wrong["summary"].startswith(f"The first wrong operator of {wrong['ops_checked']} checked is {FLASH}")
+    assert wrong["summary"].startswith(
+        f"The first wrong operator of {wrong['ops_checked']} checked is {FLASH}"
+    )
     assert wrong["module_class"] == "LlamaAttention" and wrong["ops_not_judged"] == 0
     healthy, _ = localised["flash-healthy"]
     assert healthy["ops_not_judged"] == 0 and healthy["summary"].startswith("No operator is wrong")
@@ -180,24 +219,41 @@ def test_a_fused_attention_kernel_the_cpu_cannot_run_is_judged_through_the_math_
     (unjudged,) = healthy["outputs_not_judged"]
     assert unjudged["operator"] == FLASH and "rng_state" in unjudged["outputs"]
     assert not {"output", "logsumexp"} & set(unjudged["outputs"])
-    script = Path(wrong["repro"])  # the script replays it as the localiser did: through the math attention
+    script = Path(
+        wrong["repro"]
+    )  # the script replays it as the localiser did: through the math attention
     faulty = run_script(script)
-    assert faulty.returncode == 1 and "WRONG" in faulty.stdout, faulty.stdout[-2000:] + faulty.stderr[-2000:]
+    assert faulty.returncode == 1 and "WRONG" in faulty.stdout, (
+        faulty.stdout[-2000:] + faulty.stderr[-2000:]
+    )
     fixed = run_script(script, {"sdpa_kernel": "flash"}, MODEL_SUPPORT_REPRO_KEEP_CONFIG="1")
-    assert fixed.returncode == 0 and "they agree" in fixed.stdout, fixed.stdout[-2000:] + fixed.stderr[-2000:]
+    assert fixed.returncode == 0 and "they agree" in fixed.stdout, (
+        fixed.stdout[-2000:] + fixed.stderr[-2000:]
+    )
 
 
 @pytest.mark.slow
 def test_an_operator_the_cpu_cannot_run_is_not_judged_and_never_agrees(localised):
-    result, _ = localised["not-judged"]  # the wrong operator is the device's own: nothing can replay it
+    result, _ = localised[
+        "not-judged"
+    ]  # the wrong operator is the device's own: nothing can replay it
     assert result["operator"] is None and result["ops_not_judged"] == 2  # one per layer
     assert {o["operator"] for o in result["not_judged_ops"]} == {OWN}
     assert "the CPU cannot run it" in result["not_judged_ops"][0]["reason"]
-    assert result["summary"].startswith(f"Not every operator was judged: 2 of the {result['ops_checked'] + 2}")
-    assert "No operator is wrong" not in result["summary"] and f"all {result['ops_checked']}" not in result["summary"]
-    first, _ = localised["own-then-silu"]  # an operator not judged before the first wrong one: said first
+    assert result["summary"].startswith(
+        f"Not every operator was judged: 2 of the {result['ops_checked'] + 2}"
+    )
+    assert (
+        "No operator is wrong" not in result["summary"]
+        and f"all {result['ops_checked']}" not in result["summary"]
+    )
+    first, _ = localised[
+        "own-then-silu"
+    ]  # an operator not judged before the first wrong one: said first
     assert first["operator"] == "aten::silu" and first["ops_not_judged"] == 2
-    assert first["summary"].startswith(f"1 operator before the first wrong one could not be judged ({OWN}")
+    assert first["summary"].startswith(
+        f"1 operator before the first wrong one could not be judged ({OWN}"
+    )
     assert "The first wrong operator of" in first["summary"]
 
 
@@ -209,11 +265,23 @@ def test_the_reports_row_links_the_finding(localised):
     from model_support.render.html import _model_row
 
     _, data = localised["cli"]
-    models = pl.DataFrame({"model_id": [f"local:{MODEL}"], "variant": ["eager+dynamic"], "repro_sha256": [None]})
+    models = pl.DataFrame(
+        {"model_id": [f"local:{MODEL}"], "variant": ["eager+dynamic"], "repro_sha256": [None]}
+    )
     row = with_files(data, "s", models).row(0, named=True)
-    assert row["localised"] == f"sweeps/s/localised/local_{MODEL}.json" and row["localised_operator"] == "aten::bmm"
-    row.update(check=None, numerics_step=None, status="PASS", num_params=1, task=None, attribution=None)
-    row.update(check_note=None, failure_signature=None, failure_stage=None, **{c[0]: None for c in MODEL_NUMBERS})
+    assert (
+        row["localised"] == f"sweeps/s/localised/local_{MODEL}.json"
+        and row["localised_operator"] == "aten::bmm"
+    )
+    row.update(
+        check=None, numerics_step=None, status="PASS", num_params=1, task=None, attribution=None
+    )
+    row.update(
+        check_note=None,
+        failure_signature=None,
+        failure_stage=None,
+        **{c[0]: None for c in MODEL_NUMBERS},
+    )
     cells = _model_row(row, "s", variants=False, tasks=False)
     assert ("wrong op: aten::bmm", f"../sweeps/s/localised/local_{MODEL}.json") in [
         link for c in cells for link in c.links
@@ -250,7 +318,9 @@ def test_the_inputs_file_is_read_only_by_its_hash_and_as_tensors(tmp_path):
     import io
 
     buffer = io.BytesIO()
-    torch.save({"args": [UserError("x")], "kwargs": {}}, buffer)  # a pickle of more than tensors and plain values
+    torch.save(
+        {"args": [UserError("x")], "kwargs": {}}, buffer
+    )  # a pickle of more than tensors and plain values
     path.write_bytes(buffer.getvalue())
     with pytest.raises(Exception, match="Weights only load failed"):
         op_check.read_inputs(path, hashlib.sha256(buffer.getvalue()).hexdigest())
@@ -268,9 +338,13 @@ def test_bf16_rounding_and_another_summation_order_are_not_faults():
     a, b = torch.randn(64, 512), torch.randn(512, 32)
     exact = a @ b
     assert not _judged(exact.to(torch.bfloat16), exact.to(torch.bfloat16))["wrong"]
-    halves = (a[:, :256] @ b[:256] + a[:, 256:] @ b[256:]).to(torch.bfloat16)  # the reduction split in two
+    halves = (a[:, :256] @ b[:256] + a[:, 256:] @ b[256:]).to(
+        torch.bfloat16
+    )  # the reduction split in two
     assert not _judged(halves, exact.to(torch.bfloat16), "aten::mm")["wrong"]
-    bf16 = (a.bfloat16() @ b.bfloat16()).float()  # a float32 product run in bf16, as a TPU's default precision does
+    bf16 = (
+        a.bfloat16() @ b.bfloat16()
+    ).float()  # a float32 product run in bf16, as a TPU's default precision does
     assert not _judged(bf16, exact, "aten::mm")["wrong"]
     assert _judged(bf16, exact, "aten::add")["wrong"]  # not so an elementwise float32 operator
 
@@ -294,10 +368,22 @@ def test_two_percent_one_wrong_value_a_nan_or_an_integer_off_by_one_are_faults()
 #: Each fused attention kernel the CPU has none of, called as the sdpa composite calls it (its own argument order):
 #: query, key and value, then a float mask where it takes one, causal where it does not, and a scale.
 FUSED_CALLS = {
-    "aten::_scaled_dot_product_flash_attention": lambda q, k, v, mask: ((q, k, v, 0.0, True, False), None),
-    "aten::_scaled_dot_product_efficient_attention": lambda q, k, v, mask: ((q, k, v, mask, True, 0.0, False), mask),
-    "aten::_scaled_dot_product_cudnn_attention": lambda q, k, v, mask: ((q, k, v, mask, True, 0.0, False, False), mask),
-    "aten::_scaled_dot_product_fused_attention_overrideable": lambda q, k, v, mask: ((q, k, v, mask), mask),
+    "aten::_scaled_dot_product_flash_attention": lambda q, k, v, mask: (
+        (q, k, v, 0.0, True, False),
+        None,
+    ),
+    "aten::_scaled_dot_product_efficient_attention": lambda q, k, v, mask: (
+        (q, k, v, mask, True, 0.0, False),
+        mask,
+    ),
+    "aten::_scaled_dot_product_cudnn_attention": lambda q, k, v, mask: (
+        (q, k, v, mask, True, 0.0, False, False),
+        mask,
+    ),
+    "aten::_scaled_dot_product_fused_attention_overrideable": lambda q, k, v, mask: (
+        (q, k, v, mask),
+        mask,
+    ),
 }
 
 
@@ -313,7 +399,9 @@ def test_each_fused_attention_kernel_is_replayed_from_its_own_arguments(name):
     with pytest.raises(NotImplementedError):  # the CPU has no kernel of it
         op(*args, scale=0.3)
 
-    def device(attn_mask, causal):  # the kernel's outputs, the CPU's flash attention computing the first two
+    def device(
+        attn_mask, causal
+    ):  # the kernel's outputs, the CPU's flash attention computing the first two
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             q, k, v, 0.0, causal, attn_mask=attn_mask, scale=0.3
         )
@@ -325,7 +413,9 @@ def test_each_fused_attention_kernel_is_replayed_from_its_own_arguments(name):
     assert not judged["wrong"], judged["reason"]
     assert set(judged["not_judged"]) == {r.name for r in op._schema.returns[2:]}
     unmasked = device(None, False)  # the mask (or the causality) not applied
-    assert op_check.judge(unmasked, op_check.replay(op, args, {"scale": 0.3}, unmasked), name)["wrong"]
+    assert op_check.judge(unmasked, op_check.replay(op, args, {"scale": 0.3}, unmasked), name)[
+        "wrong"
+    ]
 
 
 def test_the_pretend_noise_fault_is_a_mapping_of_relative_errors():
@@ -336,8 +426,13 @@ def test_the_pretend_noise_fault_is_a_mapping_of_relative_errors():
 
 
 def test_the_pretend_attention_kernel_is_one_it_knows():
-    assert parse('{"sdpa_kernel": "flash"}').sdpa_kernel == "flash" and parse("{}").sdpa_kernel == "math"
-    with pytest.raises(PretendConfigError, match="'sdpa_kernel' must be one of 'math', 'flash', 'own', not 'fast'"):
+    assert (
+        parse('{"sdpa_kernel": "flash"}').sdpa_kernel == "flash"
+        and parse("{}").sdpa_kernel == "math"
+    )
+    with pytest.raises(
+        PretendConfigError, match="'sdpa_kernel' must be one of 'math', 'flash', 'own', not 'fast'"
+    ):
         parse('{"sdpa_kernel": "fast"}')
 
 

@@ -39,7 +39,13 @@ SILU = "aten::silu"
 LLAMA_STACK = {"wrong_past_length": {SOFTMAX: 29}}
 SMOL_STACK = {"wrong_ops": [SILU], "wrong_past_length": {SOFTMAX: 38}}
 LONG_STACK = {"wrong_past_length": {SOFTMAX: 40}}
-PROBE = {"device": "pretend", "max_new_tokens": 4, "reference": "cpu", "judge": False, "perf": False}
+PROBE = {
+    "device": "pretend",
+    "max_new_tokens": 4,
+    "reference": "cpu",
+    "judge": False,
+    "perf": False,
+}
 SMOL = "SmolLM2-135M-Instruct"
 
 
@@ -56,7 +62,9 @@ def swept(tmp: Path, name: str, model_path: str, stack: dict) -> tuple[Path, str
 
     data = tmp / "data"
     definition = tmp / f"{name}.yaml"
-    definition.write_text(yaml.safe_dump({"name": name, "probe": PROBE, "models": [model_path], "workers": 1}))
+    definition.write_text(
+        yaml.safe_dump({"name": name, "probe": PROBE, "models": [model_path], "workers": 1})
+    )
     cli(["sweep", str(definition), "--no-report"], data, stack)
     (sweep,) = store.list_sweeps(data)
     (record,) = store.read_records(data, sweep)
@@ -99,8 +107,12 @@ def smol_chain(tmp: Path, path: str) -> dict:
 def chains(tmp_path_factory, fixture_models) -> dict:
     """Both cases, each chain of commands in its own processes, side by side."""
     with ThreadPoolExecutor(max_workers=2) as pool:
-        llama = pool.submit(llama_chain, tmp_path_factory.mktemp("softmax"), fixture_models["tiny-llama"]["path"])
-        smol = pool.submit(smol_chain, tmp_path_factory.mktemp("smol"), fixture_models[SMOL]["path"])
+        llama = pool.submit(
+            llama_chain, tmp_path_factory.mktemp("softmax"), fixture_models["tiny-llama"]["path"]
+        )
+        smol = pool.submit(
+            smol_chain, tmp_path_factory.mktemp("smol"), fixture_models[SMOL]["path"]
+        )
         return {"llama": llama.result(), "smol": smol.result()}
 
 
@@ -116,19 +128,41 @@ def test_a_softmax_wrong_from_29_positions_is_named_at_the_step_where_the_run_di
     case = chains["llama"]
     record, answer, printed = case["record"], case["answer"], case["printed"]
     step = diverging_step(record, 29)
-    assert step > 0 and (record["status"], record["numerics"], record["numerics_step"]) == ("PASS", "diverges", step)
+    assert step > 0 and (record["status"], record["numerics"], record["numerics_step"]) == (
+        "PASS",
+        "diverges",
+        step,
+    )
     assert printed == localise_words.answer_lines(answer)  # as typed: the stored answer, printed
-    assert (answer["operator"], answer["overload"], answer.get("step")) == (SOFTMAX, "default", step), answer["summary"]
-    assert answer["module_class"] == "LlamaAttention" and {w["operator"] for w in answer["wrong_ops"]} == {SOFTMAX}
+    assert (answer["operator"], answer["overload"], answer.get("step")) == (
+        SOFTMAX,
+        "default",
+        step,
+    ), answer["summary"]
+    assert answer["module_class"] == "LlamaAttention" and {
+        w["operator"] for w in answer["wrong_ops"]
+    } == {SOFTMAX}
     where = f"at step {step} (a decode step over 29 positions; the run diverged from the CPU reference there)"
-    assert answer["summary"].startswith(f"The first wrong operator of {answer['ops_checked']} checked is {SOFTMAX}")
+    assert answer["summary"].startswith(
+        f"The first wrong operator of {answer['ops_checked']} checked is {SOFTMAX}"
+    )
     assert where in answer["summary"] and "No operator is wrong" not in answer["summary"]
-    assert answer["steps_run"] == step + 1 and answer["replay"]["steps"] == len(record["output_token_ids"])
+    assert answer["steps_run"] == step + 1 and answer["replay"]["steps"] == len(
+        record["output_token_ids"]
+    )
     proof = answer["proof"]
     assert (proof["verdict"], [link["name"] for link in proof["chain"]]) == ("confirmed", [SOFTMAX])
-    (rerun,) = proof["reruns"]  # the whole run replayed with the softmax on the host, its output judged
-    assert (rerun["steps_run"], rerun["numerics"], rerun["ops_wrong"]) == (len(record["output_token_ids"]), "match", 0)
-    assert printed[-1].startswith(f"confirmed: with {SOFTMAX} on the host the model matches the reference: its output")
+    (rerun,) = proof[
+        "reruns"
+    ]  # the whole run replayed with the softmax on the host, its output judged
+    assert (rerun["steps_run"], rerun["numerics"], rerun["ops_wrong"]) == (
+        len(record["output_token_ids"]),
+        "match",
+        0,
+    )
+    assert printed[-1].startswith(
+        f"confirmed: with {SOFTMAX} on the host the model matches the reference: its output"
+    )
     assert f"at each of the {rerun['steps_run']} steps of the run (numerics match)" in printed[-1]
 
 
@@ -137,33 +171,57 @@ def test_the_softmax_localised_in_a_decode_step_is_a_step_of_the_plan(chains):
     ops, text = chains["llama"]["ops"], chains["llama"]["text"]
     (step,) = ops["plan"]
     assert (step["op"], step["faults"]) == (SOFTMAX, {SOFTMAX: "wrong"})
-    assert [k.removeprefix("local:").split(" [")[0] for k in step["localised"][SOFTMAX]] == ["tiny-llama"]
+    assert [k.removeprefix("local:").split(" [")[0] for k in step["localised"][SOFTMAX]] == [
+        "tiny-llama"
+    ]
     plan = text[text.index("What to implement next") :].splitlines()
-    fix = " ".join(line.split("│")[2].strip() for line in plan if line.startswith("│"))  # the column, unwrapped
+    fix = " ".join(
+        line.split("│")[2].strip() for line in plan if line.startswith("│")
+    )  # the column, unwrapped
     assert fix.startswith(SOFTMAX) and fix.endswith("(wrong numbers in 1 model, localised)")
     assert "Nothing to fix" not in text
 
 
 @pytest.mark.slow
-def test_localise_names_both_wrong_operators_each_where_it_first_goes_wrong_and_confirms_the_chain(chains):
+def test_localise_names_both_wrong_operators_each_where_it_first_goes_wrong_and_confirms_the_chain(
+    chains,
+):
     from model_support.debug import localise, localise_words
 
     case = chains["smol"]
     record, answer, printed = case["record"], case["answer"], case["printed"]
     assert printed == localise_words.answer_lines(answer)
     assert (record["status"], record["numerics"]) == ("PASS", "diverges")
-    assert (answer["operator"], answer.get("step")) == ("aten::silu", 0)  # wrong from the prompt's forward on
+    assert (answer["operator"], answer.get("step")) == (
+        "aten::silu",
+        0,
+    )  # wrong from the prompt's forward on
     proof = answer["proof"]
     assert [(link["name"], link["step"]) for link in proof["chain"]] == [
         (SILU, 0),
-        (SOFTMAX, diverging_step(record, 38)),  # met only in a decode step: the prompt's forward reads 35 keys
+        (
+            SOFTMAX,
+            diverging_step(record, 38),
+        ),  # met only in a decode step: the prompt's forward reads 35 keys
     ]
-    assert (proof["verdict"], proof["matches"], proof["on_host"]) == ("confirmed", True, [SILU, SOFTMAX])
-    assert [r["numerics"] for r in proof["reruns"]] == [None, "match"]  # the first rerun stopped at the softmax
+    assert (proof["verdict"], proof["matches"], proof["on_host"]) == (
+        "confirmed",
+        True,
+        [SILU, SOFTMAX],
+    )
+    assert [r["numerics"] for r in proof["reruns"]] == [
+        None,
+        "match",
+    ]  # the first rerun stopped at the softmax
     assert proof["reruns"][-1]["steps_run"] == len(record["output_token_ids"])
     (enough,) = [line for line in printed if line.startswith("not enough:")]
-    assert f"with {SILU} on the host the run still goes wrong at step {diverging_step(record, 38)}" in enough
-    assert printed[-1].startswith(f"confirmed: with {SILU} and {SOFTMAX} on the host the model matches the reference")
+    assert (
+        f"with {SILU} on the host the run still goes wrong at step {diverging_step(record, 38)}"
+        in enough
+    )
+    assert printed[-1].startswith(
+        f"confirmed: with {SILU} and {SOFTMAX} on the host the model matches the reference"
+    )
     assert localise.localised_answers.wrong_ops(answer)[:2] == [SILU, SOFTMAX]
 
 
@@ -175,7 +233,11 @@ def test_localise_ops_prove_and_the_plan_agree_and_name_both_operators(chains):
     assert sorted(step["ops"]) == [SOFTMAX, SILU] and set(step["localised"]) == {SOFTMAX, SILU}
     assert step["faults"] == {SOFTMAX: "wrong", SILU: "wrong"}
     (standing,) = planned["standing"].values()
-    assert standing.startswith("blocked by wrong numbers (localised: ") and SILU in standing and SOFTMAX in standing
+    assert (
+        standing.startswith("blocked by wrong numbers (localised: ")
+        and SILU in standing
+        and SOFTMAX in standing
+    )
     (proven,) = proved["plan"]
     assert proven["proof"]["outcome"] == "confirmed", proven["proof"]["said"]
     (standing,) = after["standing"].values()
@@ -200,19 +262,30 @@ def test_a_long_text_divergence_is_replayed_to_its_position(tmp_path, fixture_mo
     from model_support.record import store
 
     data = tmp_path / "data"
-    pretend_sweep(data, fixture_models["tiny-llama"]["path"], LONG_STACK)  # sweep s, a PASS record of tiny-llama
+    pretend_sweep(
+        data, fixture_models["tiny-llama"]["path"], LONG_STACK
+    )  # sweep s, a PASS record of tiny-llama
     (path,) = (store.sweep_dir(data, "s") / "records").glob("*.json")
     record = json.loads(path.read_text())
-    said = {"long_text_tokens": 48, "long_text_decode_diverges_at": 39, "long_text_first_disagreement": 39}
+    said = {
+        "long_text_tokens": 48,
+        "long_text_decode_diverges_at": 39,
+        "long_text_first_disagreement": 39,
+    }
     record.update(numerics="match", output_token_ids=[5, 6], **said)
     path.write_text(json.dumps(record))
     printed = cli(["localise", "s", "tiny-llama"], data, LONG_STACK).stdout.splitlines()
     answer = localise.stored(data, "s", "local:tiny-llama")
     assert (answer["operator"], answer.get("step")) == (SOFTMAX, 39), answer["summary"]
     assert answer["replay"]["what"] == "the long text's decode path" and answer["steps_run"] == 40
-    assert "at position 39 (a decode step over 40 positions; the long-text check's decode path diverged" in printed[0]
+    assert (
+        "at position 39 (a decode step over 40 positions; the long-text check's decode path diverged"
+        in printed[0]
+    )
     assert answer["proof"]["verdict"] == "confirmed"
-    assert "at each of the 40 positions of the long text's decode path (numerics match)" in printed[-1]
+    assert (
+        "at each of the 40 positions of the long text's decode path (numerics match)" in printed[-1]
+    )
 
 
 # --- which divergence the replay chases, from the record ---------------------------------------------------------
@@ -221,19 +294,50 @@ def test_a_long_text_divergence_is_replayed_to_its_position(tmp_path, fixture_mo
 def test_the_replay_chases_the_verdicts_divergence_first_and_says_a_long_text_one_it_does_not_reach():
     from model_support.debug.localise import replay_of
 
-    verdict = {"numerics": "diverges", "numerics_step": 3, "first_divergence": 3, "output_token_ids": [9, 8, 7, 6]}
+    verdict = {
+        "numerics": "diverges",
+        "numerics_step": 3,
+        "first_divergence": 3,
+        "output_token_ids": [9, 8, 7, 6],
+    }
     replay = replay_of(verdict)
-    assert (replay.tokens, replay.steps, replay.diverged_at, replay.unreached) == ([9, 8, 7, 6], 4, 3, None)
+    assert (replay.tokens, replay.steps, replay.diverged_at, replay.unreached) == (
+        [9, 8, 7, 6],
+        4,
+        3,
+        None,
+    )
     assert replay.how == "the run diverged from the CPU reference" and replay.prompt_ids is None
     both = replay_of({**verdict, "long_text_tokens": 1024, "long_text_decode_diverges_at": 600})
     assert both.diverged_at == 3 and both.prompt_ids is None  # the probe's own run first
-    assert "decode path diverged from the CPU reference at position 600 of its text" in both.unreached
-    ties = {"numerics": "ties", "numerics_step": 1, "first_divergence": 1, "output_token_ids": [9, 8]}
-    assert (replay_of(ties).diverged_at, replay_of(ties).how) == (1, "the run first chose another token than the CPU")
-    lost = replay_of({**ties, "long_text_decode_diverges_at": 39})  # no tokenizer at hand: not to be had, said
-    assert lost.prompt_ids is None and lost.unreached.endswith("(the long text's ids are not to be had here)")
-    failed = replay_of({"status": "FAIL(gen)", "output_token_ids": None})  # nothing generated: the prompt's forward
-    assert (failed.tokens, failed.steps, failed.diverged_at, failed.unreached) == ([], 1, None, None)
+    assert (
+        "decode path diverged from the CPU reference at position 600 of its text" in both.unreached
+    )
+    ties = {
+        "numerics": "ties",
+        "numerics_step": 1,
+        "first_divergence": 1,
+        "output_token_ids": [9, 8],
+    }
+    assert (replay_of(ties).diverged_at, replay_of(ties).how) == (
+        1,
+        "the run first chose another token than the CPU",
+    )
+    lost = replay_of(
+        {**ties, "long_text_decode_diverges_at": 39}
+    )  # no tokenizer at hand: not to be had, said
+    assert lost.prompt_ids is None and lost.unreached.endswith(
+        "(the long text's ids are not to be had here)"
+    )
+    failed = replay_of(
+        {"status": "FAIL(gen)", "output_token_ids": None}
+    )  # nothing generated: the prompt's forward
+    assert (failed.tokens, failed.steps, failed.diverged_at, failed.unreached) == (
+        [],
+        1,
+        None,
+        None,
+    )
 
 
 def test_a_long_text_divergence_is_replayed_on_its_own_path_to_its_position(fixture_models):
@@ -249,8 +353,14 @@ def test_a_long_text_divergence_is_replayed_on_its_own_path_to_its_position(fixt
     record = {"numerics": "match", "output_token_ids": [9, 8], "long_text_tokens": 48}
     decode = replay_of({**record, "long_text_decode_diverges_at": 39}, tokenizer)
     assert (decode.prompt_ids, decode.tokens[:-1], decode.steps) == (ids[:1], ids[1:40], 40)
-    assert (decode.diverged_at, decode.unit, decode.check_from) == (39, "position", 40 - LONG_TEXT_CHECKED)
-    last = replay_of({**record, "long_text_decode_diverges_at": 47}, tokenizer)  # the text's last position
+    assert (decode.diverged_at, decode.unit, decode.check_from) == (
+        39,
+        "position",
+        40 - LONG_TEXT_CHECKED,
+    )
+    last = replay_of(
+        {**record, "long_text_decode_diverges_at": 47}, tokenizer
+    )  # the text's last position
     assert last.steps == 48 and last.tokens[:-1] == ids[1:48]
     prefill = replay_of({**record, "long_text_prefill_diverges_at": 20}, tokenizer)
     assert (prefill.prompt_ids, prefill.tokens, prefill.steps) == (ids[:21], [], 1)

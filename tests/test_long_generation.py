@@ -71,7 +71,10 @@ def _probes(runs: list) -> dict:
 
 
 def test_a_bug_past_a_length_is_found_where_it_appears_and_moves_with_the_prompt(fixture_models):
-    llama, short = fixture_models["tiny-llama"]["path"], fixture_models["fail-short-positions"]["path"]
+    llama, short = (
+        fixture_models["tiny-llama"]["path"],
+        fixture_models["fail-short-positions"]["path"],
+    )
     got = _probes(
         [
             ("short", llama, {**PROBE, "max_new_tokens": 8}),
@@ -81,14 +84,21 @@ def test_a_bug_past_a_length_is_found_where_it_appears_and_moves_with_the_prompt
             ("beyond_positions", llama, {**PROBE, "max_new_tokens": 300}),
             ("fails_at_any_length", short, {**PROBE, "max_new_tokens": 16, "reference": "none"}),
             # the perf phase's longer decode, checked against the positions as max_new_tokens is
-            ("perf_beyond_positions", llama, {**PROBE, "reference": "none", "perf": True, "perf_tokens": 300}),
+            (
+                "perf_beyond_positions",
+                llama,
+                {**PROBE, "reference": "none", "perf": True, "perf_tokens": 300},
+            ),
         ]
     )
     short_run, long_run, moved = got["short"], got["long"], got["longer_prompt"]
     assert short_run["status"] == long_run["status"] == moved["status"] == "PASS"
     assert (short_run["numerics"], short_run["reference_match"]) == ("match", True)
     assert short_run["tokens_in"] + 8 < PAST  # the bug's length is never reached in 8 tokens
-    assert long_run["tokens_out"] == 64 and long_run["peak_device_mem_mb"] > short_run["peak_device_mem_mb"] > 0
+    assert (
+        long_run["tokens_out"] == 64
+        and long_run["peak_device_mem_mb"] > short_run["peak_device_mem_mb"] > 0
+    )
     # every position is checked: the first one whose keys reach 32 positions is where it leaves the reference; the
     # greedy token itself may hold a step or two longer (first_divergence), the trained fixture's margins being real
     where = PAST - long_run["tokens_in"]
@@ -108,7 +118,11 @@ def test_a_bug_past_a_length_is_found_where_it_appears_and_moves_with_the_prompt
         f"({need} positions): excluded on the length axis"
     )
     failed = got["fails_at_any_length"]
-    assert (failed["status"], failed["failure_stage"], failed["exclusion_reason"]) == ("FAIL(gen)", "generate", None)
+    assert (failed["status"], failed["failure_stage"], failed["exclusion_reason"]) == (
+        "FAIL(gen)",
+        "generate",
+        None,
+    )
     timed = got["perf_beyond_positions"]  # a PASS still; its perf phase not run, saying why
     assert timed["status"] == "PASS" and timed["tpot_s"] is None
     assert (
@@ -120,7 +134,10 @@ def test_a_bug_past_a_length_is_found_where_it_appears_and_moves_with_the_prompt
 @pytest.mark.parametrize(
     ("value", "words"),
     [
-        ({"aten::mm": 32}, "'wrong_past_length' names aten::mm, whose sequence axis it does not know"),
+        (
+            {"aten::mm": 32},
+            "'wrong_past_length' names aten::mm, whose sequence axis it does not know",
+        ),
         ({"aten::bmm": 0}, "'wrong_past_length' must map operator names to a length N >= 1"),
         (["aten::bmm"], "'wrong_past_length' must map operator names to a length N >= 1"),
     ],
@@ -137,7 +154,12 @@ def test_a_past_length_fault_names_an_operator_whose_sequence_axis_is_known(valu
     [
         (256, 5, 251, False),  # 256 positions hold 5 + 251 exactly
         (256, 5, 252, True),  # one more is the length axis's to exclude
-        (8, 5, 16, False),  # not even 5 + 8 fit: it fails at any length as at the default (FAIL(gen), not excluded)
+        (
+            8,
+            5,
+            16,
+            False,
+        ),  # not even 5 + 8 fit: it fails at any length as at the default (FAIL(gen), not excluded)
         (8, 5, 3, False),
         (None, 5, 10**6, False),  # a config that names no positions: nothing to check
     ],

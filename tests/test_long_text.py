@@ -34,11 +34,20 @@ SMOLLM = REPO / "data" / "models" / "SmolLM2-135M-Instruct"
 
 def _settings(model: Path, **more) -> dict:
     """The probe's settings as ``run_probe`` makes them, the long text on."""
-    return {**DEFAULTS, "load_from": str(model), "model_id": str(model), "long_text": "on", "judge": False, **more}
+    return {
+        **DEFAULTS,
+        "load_from": str(model),
+        "model_id": str(model),
+        "long_text": "on",
+        "judge": False,
+        **more,
+    }
 
 
 def _pass_record(model: Path, device_type: str = "cpu", **more) -> schema.Record:
-    return schema.empty_record(model_id=f"local:{model.name}", device_type=device_type, status="PASS", **more)
+    return schema.empty_record(
+        model_id=f"local:{model.name}", device_type=device_type, status="PASS", **more
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -67,7 +76,9 @@ def test_a_position_agrees_flips_within_the_margin_or_diverges_outside_it():
         "diverges at position 3: the device's 't7' (7) is outside the reference's top 5 't1' (1)"
         in (found["long_text_note"])
     )
-    tight = long_text.compare(_found(rows), REFERENCE, margin=0.1)  # 0.2 nats is beyond a 0.1 margin
+    tight = long_text.compare(
+        _found(rows), REFERENCE, margin=0.1
+    )  # 0.2 nats is beyond a 0.1 margin
     assert tight["long_text_decode_diverges_at"] == 2
 
 
@@ -99,7 +110,9 @@ def test_the_cache_lives_in_the_sweeps_data_folder_and_nowhere_else(tmp_path, mo
     """A sweep's probe runs in ``<data>/sweeps/<id>/.work/probe-x/``: its data folder is found from its record path;
     a probe outside a sweep uses $MODEL_SUPPORT_DATA_DIR, else ``data`` where it runs."""
     (tmp_path / "sweeps" / "s1" / ".work" / "probe-x").mkdir(parents=True)
-    in_sweep = {"record_path": str(tmp_path / "sweeps" / "s1" / ".work" / "probe-x" / "record.json")}
+    in_sweep = {
+        "record_path": str(tmp_path / "sweeps" / "s1" / ".work" / "probe-x" / "record.json")
+    }
     monkeypatch.setenv("MODEL_SUPPORT_DATA_DIR", str(tmp_path / "elsewhere"))
     assert long_text.data_folder({"sweep_id": "s1"}, in_sweep) == tmp_path
     assert long_text.data_folder({"sweep_id": ""}, {"record_path": ""}) == tmp_path / "elsewhere"
@@ -121,17 +134,23 @@ def test_new_weights_are_a_new_revision_of_a_local_folder(tmp_path, fixture_mode
     data[len(data) // 2] ^= 0xFF
     weights.write_bytes(bytes(data))
     assert long_text.reference_file(tmp_path, record, settings, [1, 2, 3]) != before
-    assert long_text.reference_file(tmp_path, record, settings, [1, 2, 4]) != before  # other ids: another key
+    assert (
+        long_text.reference_file(tmp_path, record, settings, [1, 2, 4]) != before
+    )  # other ids: another key
 
 
-def test_the_reference_is_computed_once_per_revision_and_read_back_without_the_model(tmp_path, fixture_models):
+def test_the_reference_is_computed_once_per_revision_and_read_back_without_the_model(
+    tmp_path, fixture_models
+):
     """The first probe of a Hub revision computes the reference's top 5 and keeps it under the data folder; the next
     one reads it back even with the model's weights gone (no reference model is loaded again)."""
     folder = tmp_path / "m"
     shutil.copytree(fixture_models["tiny-llama"]["path"], folder)
     record = _pass_record(folder, revision_sha="a" * 40, sweep_id="s1")
     (tmp_path / "sweeps" / "s1" / ".work" / "p").mkdir(parents=True)
-    settings = _settings(folder, record_path=str(tmp_path / "sweeps" / "s1" / ".work" / "p" / "record.json"))
+    settings = _settings(
+        folder, record_path=str(tmp_path / "sweeps" / "s1" / ".work" / "p" / "record.json")
+    )
     from transformers import AutoTokenizer
 
     ids = long_text.token_ids(AutoTokenizer.from_pretrained(folder), 40, None)
@@ -139,18 +158,24 @@ def test_the_reference_is_computed_once_per_revision_and_read_back_without_the_m
     assert "computed on the CPU (float32) and kept" in whence
     kept = list((tmp_path / "long_text").rglob("*.json"))
     assert len(kept) == 1 and json.loads(kept[0].read_text())["token_ids"] == ids
-    assert len(first["ids"]) == len(ids) and all(len(row) == long_text.TOP_K for row in first["ids"])
+    assert len(first["ids"]) == len(ids) and all(
+        len(row) == long_text.TOP_K for row in first["ids"]
+    )
     for weights in folder.glob("*.safetensors"):
         weights.unlink()
     again, whence = long_text.reference_for(record, settings, ids)
-    assert whence.startswith("reference top-5 read from long_text/") and again["ids"] == first["ids"]
+    assert (
+        whence.startswith("reference top-5 read from long_text/") and again["ids"] == first["ids"]
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # both halves, wired as the probe runs them: the device phase's, then the host checks'
 
 
-def test_both_paths_on_the_cpu_agree_with_the_float32_reference_and_fill_the_record(tmp_path, monkeypatch):
+def test_both_paths_on_the_cpu_agree_with_the_float32_reference_and_fill_the_record(
+    tmp_path, monkeypatch
+):
     """SmolLM2 in bf16 on the CPU, 32 positions: the stages keep the model, the device half runs both paths
     (``checks.long_text_on_device``), the host half compares them with the float32 reference (``checks.check_pass``):
     high top-1, full top-5, no divergence, a record the schema accepts; the verdict is untouched."""
@@ -158,21 +183,39 @@ def test_both_paths_on_the_cpu_agree_with_the_float32_reference_and_fill_the_rec
     settings = _settings(SMOLLM, long_text_tokens=32, device="cpu")
     adapter = devices.resolve("cpu")
     result = probe_core.run_stages(
-        model_id=str(SMOLLM), **probe_params.stage_settings(settings), device=adapter.torch_device, keep_model=True
+        model_id=str(SMOLLM),
+        **probe_params.stage_settings(settings),
+        device=adapter.torch_device,
+        keep_model=True,
     )
-    record = _pass_record(SMOLLM, num_params=result["num_params"], output_token_ids=result["output_token_ids"])
+    record = _pass_record(
+        SMOLLM, num_params=result["num_params"], output_token_ids=result["output_token_ids"]
+    )
     found = checks.long_text_on_device(record, settings, result, adapter)
     assert found is not None and len(found["ids"]) == 32 and found["device_s"] > 0
     checks.check_pass(record, settings, result["step_scores"], result["input_ids"], found)
     assert record["status"] == "PASS" and record["long_text_tokens"] == 32, record["long_text_note"]
-    assert record["long_text_decode_top1"] >= 0.9 and record["long_text_prefill_top1"] >= 0.9, record["long_text_note"]
-    assert record["long_text_decode_top5"] == record["long_text_prefill_top5"] == 1.0, record["long_text_note"]
-    assert record["long_text_decode_diverges_at"] is None and record["long_text_prefill_diverges_at"] is None
-    assert record["long_text_rate"] == min(record["long_text_decode_top1"], record["long_text_prefill_top1"])
-    assert record["long_text_text"] == long_text.text_id() and record["long_text_note"].startswith("32 positions")
+    assert record["long_text_decode_top1"] >= 0.9 and record["long_text_prefill_top1"] >= 0.9, (
+        record["long_text_note"]
+    )
+    assert record["long_text_decode_top5"] == record["long_text_prefill_top5"] == 1.0, record[
+        "long_text_note"
+    ]
+    assert (
+        record["long_text_decode_diverges_at"] is None
+        and record["long_text_prefill_diverges_at"] is None
+    )
+    assert record["long_text_rate"] == min(
+        record["long_text_decode_top1"], record["long_text_prefill_top1"]
+    )
+    assert record["long_text_text"] == long_text.text_id() and record["long_text_note"].startswith(
+        "32 positions"
+    )
     schema.check_record(record)
     off = _pass_record(SMOLLM)
-    assert checks.long_text_on_device(off, {**settings, "long_text": "off"}, result, adapter) is None
+    assert (
+        checks.long_text_on_device(off, {**settings, "long_text": "off"}, result, adapter) is None
+    )
 
 
 def test_a_long_text_that_cannot_run_is_a_note_and_the_pass_stays(tmp_path):
@@ -180,12 +223,26 @@ def test_a_long_text_that_cannot_run_is_a_note_and_the_pass_stays(tmp_path):
     at all: each is one sentence in ``long_text_note``, the other fields null, the PASS a PASS."""
     settings = _settings(tmp_path / "gone", reference="none")
     record = _pass_record(tmp_path / "gone", revision_sha="b" * 40)
-    found = {**_found([([1], [1.0])] * 20), "ids": list(range(20)), "device_s": 1.0, "prefill_s": 0.5, "decode_s": 0.5}
+    found = {
+        **_found([([1], [1.0])] * 20),
+        "ids": list(range(20)),
+        "device_s": 1.0,
+        "prefill_s": 0.5,
+        "decode_s": 0.5,
+    }
     checks.check_pass(record, {**settings, "reference": "cpu"}, None, None, found)
     assert record["status"] == "PASS" and record["long_text_rate"] is None
-    assert record["long_text_note"].startswith("the long-text check could not run: "), record["long_text_note"]
+    assert record["long_text_note"].startswith("the long-text check could not run: "), record[
+        "long_text_note"
+    ]
     record = _pass_record(tmp_path / "gone", revision_sha="b" * 40)
-    checks.check_pass(record, settings, None, None, {"note": "not run: the stages kept no model after the verdict"})
+    checks.check_pass(
+        record,
+        settings,
+        None,
+        None,
+        {"note": "not run: the stages kept no model after the verdict"},
+    )
     assert record["long_text_note"] == "not run: the stages kept no model after the verdict"
     checks.check_pass(record := _pass_record(tmp_path / "gone"), settings, None, None, None)
     assert record["long_text_note"].startswith("not run: the device phase ran no long text")
@@ -206,10 +263,18 @@ def test_a_papermill_probe_with_long_text_on_records_it(tmp_path, monkeypatch):
     both paths' agreement, and the reference it computed is kept in the data folder."""
     monkeypatch.setenv("MODEL_SUPPORT_DATA_DIR", str(tmp_path / "data"))
     record = probe_record(
-        tmp_path, str(SMOLLM), reference="cpu", judge=False, long_text="on", long_text_tokens=32, perf="off"
+        tmp_path,
+        str(SMOLLM),
+        reference="cpu",
+        judge=False,
+        long_text="on",
+        long_text_tokens=32,
+        perf="off",
     )
     assert record["status"] == "PASS" and record["long_text_tokens"] == 32, record["long_text_note"]
-    assert record["long_text_decode_top1"] >= 0.9 and record["long_text_device_s"] > 0, record["long_text_note"]
+    assert record["long_text_decode_top1"] >= 0.9 and record["long_text_device_s"] > 0, record[
+        "long_text_note"
+    ]
     assert len(list((tmp_path / "data" / "long_text").rglob("*.json"))) == 1
 
 
@@ -239,7 +304,11 @@ print(json.dumps({k: v for k, v in record.items() if k.startswith("long_text") o
 
 def _on_pretend(tmp_path: Path, pretend: dict, tokens: int, model: Path = SMOLLM) -> dict:
     # the pretend device's faults and the data folder the reference is kept in, for the child only
-    env = {**os.environ, "MODEL_SUPPORT_PRETEND": json.dumps(pretend), "MODEL_SUPPORT_DATA_DIR": str(tmp_path)}
+    env = {
+        **os.environ,
+        "MODEL_SUPPORT_PRETEND": json.dumps(pretend),
+        "MODEL_SUPPORT_DATA_DIR": str(tmp_path),
+    }
     done = subprocess.run(
         [sys.executable, "-c", CHILD, str(model), str(tokens), model.name],
         capture_output=True,
@@ -252,14 +321,21 @@ def _on_pretend(tmp_path: Path, pretend: dict, tokens: int, model: Path = SMOLLM
 
 
 @pytest.mark.slow
-def test_on_a_fault_free_pretend_device_the_long_text_reports_its_agreement_and_first_disagreement(tmp_path):
+def test_on_a_fault_free_pretend_device_the_long_text_reports_its_agreement_and_first_disagreement(
+    tmp_path,
+):
     """Issue 56's acceptance, first half: SmolLM2 on the pretend device (bf16, its operators the CPU's) against the
     CPU float32 reference over 64 positions of the text: top-1 agreement and the first disagreement reported (bf16
     flips a near-tie or two), nothing diverges, the gated rate (near-ties agree) whole."""
     found = _on_pretend(tmp_path, {}, 64)
     assert found["numerics"] == "match"
-    assert found["long_text_tokens"] == 64 and found["long_text_decode_top1"] >= 0.9, found["long_text_note"]
-    assert found["long_text_decode_diverges_at"] is None and found["long_text_prefill_diverges_at"] is None
+    assert found["long_text_tokens"] == 64 and found["long_text_decode_top1"] >= 0.9, found[
+        "long_text_note"
+    ]
+    assert (
+        found["long_text_decode_diverges_at"] is None
+        and found["long_text_prefill_diverges_at"] is None
+    )
     assert found["long_text_rate"] == 1.0, found["long_text_note"]
     first = found["long_text_first_disagreement"]
     assert first is None or 0 <= first < 64
@@ -283,16 +359,27 @@ def test_a_late_fault_is_caught_where_it_starts_by_the_long_text_and_missed_by_t
     verdict_dir = tmp_path / "verdict"
     verdict_dir.mkdir()
     monkeypatch.setenv("MODEL_SUPPORT_PRETEND", json.dumps(fault))  # the probe's kernel inherits it
-    verdict = probe_record(verdict_dir, str(model), device="pretend", reference="cpu", judge=False, perf="off")
+    verdict = probe_record(
+        verdict_dir, str(model), device="pretend", reference="cpu", judge=False, perf="off"
+    )
     assert verdict["status"] == "PASS" and verdict["numerics"] == "match", verdict["numerics_note"]
     assert verdict["tokens_in"] + verdict["tokens_out"] < late
     found = _on_pretend(tmp_path, fault, tokens, model)
     assert found["long_text_tokens"] == tokens, found["long_text_note"]
     assert found["long_text_decode_diverges_at"] in (late - 1, late), found["long_text_note"]
-    assert found["long_text_rate"] < 0.5, found["long_text_note"]  # the window after the fault, at full strength
-    assert found["long_text_decode_top1"] < 0.8, found["long_text_note"]  # some wrong positions keep their top-1
-    assert found["long_text_prefill_diverges_at"] is not None and found["long_text_prefill_diverges_at"] < 10
-    assert f"diverges at position {found['long_text_decode_diverges_at']}" in found["long_text_note"]
+    assert found["long_text_rate"] < 0.5, found[
+        "long_text_note"
+    ]  # the window after the fault, at full strength
+    assert found["long_text_decode_top1"] < 0.8, found[
+        "long_text_note"
+    ]  # some wrong positions keep their top-1
+    assert (
+        found["long_text_prefill_diverges_at"] is not None
+        and found["long_text_prefill_diverges_at"] < 10
+    )
+    assert (
+        f"diverges at position {found['long_text_decode_diverges_at']}" in found["long_text_note"]
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -310,13 +397,17 @@ def test_a_long_text_expectation_is_read_checked_and_kept_in_sweep_json(tmp_path
     )
     found = expectations.load_expectations(path)
     assert set(found) == {"org/c"} and found["org/c"].verdict == "FAIL(gen)"
-    assert found.long_text["org/a"] == expectations.LongTextExpectation(0.97, expectations.LONG_TEXT_TOLERANCE)
+    assert found.long_text["org/a"] == expectations.LongTextExpectation(
+        0.97, expectations.LONG_TEXT_TOLERANCE
+    )
     assert found.long_text["org/b"].floor == pytest.approx(0.85)
     again = expectations.from_meta(expectations.to_meta(path))
     assert again == found and again.long_text == found.long_text
     only_rates = tmp_path / "rates.yaml"
     only_rates.write_text("org/a: {long_text: 0.97}\n")
-    assert expectations.load_expectations(only_rates)  # a file of rates alone still holds expectations
+    assert expectations.load_expectations(
+        only_rates
+    )  # a file of rates alone still holds expectations
     path.write_text(
         "org/a: {long_text: 1.5}\norg/b: {long_text: {rate: 0.9, tolerance: -1}}\norg/c: {long_text: 0.9, until: 2027-01-01}\n"
     )
@@ -340,7 +431,9 @@ def _sweep(data: Path, sweep_id: str, day: int, rows: dict[str, dict]) -> None:
     ready_made_sweep(data, sweep_id, day, {m: {**defaults, **fields} for m, fields in rows.items()})
 
 
-def test_a_long_text_drop_beyond_the_tolerance_is_a_regression_the_gate_and_the_nightly_name(tmp_path):
+def test_a_long_text_drop_beyond_the_tolerance_is_a_regression_the_gate_and_the_nightly_name(
+    tmp_path,
+):
     """Against the baseline's own rate less the default tolerance (0.025): org/drop fell from 0.95 to 0.40 (decode
     diverging at 599) and fails ``regressions``; org/noise moved 0.015 and passes; org/other ran another length and is
     not comparable (said). With an expectations file, its rate less its tolerance is the floor instead: org/noise's
@@ -378,20 +471,32 @@ def test_a_long_text_drop_beyond_the_tolerance_is_a_regression_the_gate_and_the_
         "599, prefill diverges at position 0"
     ]
     assert found.summary() == "FAILED: 1 long-text regression"
-    assert f"long text: not comparable: org/other [eager+dynamic]: length 1024 in {A}, 512 in {B}" in found.notes
-    assert not gate.gate(tmp_path, A, B, ["new-failures"]).failed  # a drop is a regression, not a new failure
+    assert (
+        f"long text: not comparable: org/other [eager+dynamic]: length 1024 in {A}, 512 in {B}"
+        in found.notes
+    )
+    assert not gate.gate(
+        tmp_path, A, B, ["new-failures"]
+    ).failed  # a drop is a regression, not a new failure
     path = tmp_path / "expect.yaml"
-    path.write_text("org/noise: {long_text: {rate: 0.99, tolerance: 0.01}}\norg/gone: {long_text: 0.9}\n")
+    path.write_text(
+        "org/noise: {long_text: {rate: 0.99, tolerance: 0.01}}\norg/gone: {long_text: 0.9}\n"
+    )
     expected = gate.gate(tmp_path, A, B, ["regressions"], gate.load_expectations(path))
     assert [line.split(":")[1] for line in expected.failing] == [
         " org/drop [eager+dynamic]",
         " org/noise [eager+dynamic]",
     ]
     assert "below 0.980 (expected 0.990 less 0.010)" in expected.failing[1]
-    assert any(note.startswith("long text: org/gone: a rate of 0.900 is expected") for note in expected.notes)
+    assert any(
+        note.startswith("long text: org/gone: a rate of 0.900 is expected")
+        for note in expected.notes
+    )
     lines: list[str] = []
     assert nightly.after_sweep(tmp_path, B, bisect=False, log=lines.append) == 1
-    assert any("regression: org/drop [eager+dynamic]: long-text agreement 0.400" in line for line in lines), lines
+    assert any(
+        "regression: org/drop [eager+dynamic]: long-text agreement 0.400" in line for line in lines
+    ), lines
     command = subprocess.run(
         [
             sys.executable,
@@ -409,7 +514,9 @@ def test_a_long_text_drop_beyond_the_tolerance_is_a_regression_the_gate_and_the_
         text=True,
         timeout=300,
     )
-    assert command.returncode == 1 and "long-text agreement 0.400" in command.stdout, command.stdout + command.stderr
+    assert command.returncode == 1 and "long-text agreement 0.400" in command.stdout, (
+        command.stdout + command.stderr
+    )
 
 
 @pytest.mark.parametrize("column", list(gate.LONG_TEXT_ALIKE))
@@ -418,9 +525,18 @@ def test_the_long_text_gate_compares_a_rate_only_with_a_like_runs(tmp_path, colu
     whose reference is another; another device name, dtype, mode or stack) is not comparable, said and not failed,
     though its rate fell from 0.95 to 0.40; the same drop between like runs fails."""
     value = 512 if column == "long_text_tokens" else "other"
-    _sweep(tmp_path, A, 4, {"org/m": {"long_text_rate": 0.95}, "org/same": {"long_text_rate": 0.95}})
-    _sweep(tmp_path, B, 5, {"org/m": {"long_text_rate": 0.40, column: value}, "org/same": {"long_text_rate": 0.40}})
-    failing, notes = gate.long_text_lines(tmp_path, A, B)  # the sweeps' own device/dtype/mode check aside
+    _sweep(
+        tmp_path, A, 4, {"org/m": {"long_text_rate": 0.95}, "org/same": {"long_text_rate": 0.95}}
+    )
+    _sweep(
+        tmp_path,
+        B,
+        5,
+        {"org/m": {"long_text_rate": 0.40, column: value}, "org/same": {"long_text_rate": 0.40}},
+    )
+    failing, notes = gate.long_text_lines(
+        tmp_path, A, B
+    )  # the sweeps' own device/dtype/mode check aside
     assert [line.split(":")[1] for line in failing] == [" org/same [eager+dynamic]"], failing
     said = f"long text: not comparable: org/m [eager+dynamic]: {gate.LONG_TEXT_ALIKE[column]} "
     assert any(note.startswith(said) for note in notes), notes

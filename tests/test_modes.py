@@ -37,20 +37,33 @@ def test_compile_with_a_static_cache_passes_and_counts_its_compilation(tmp_path,
         "static",
     )
     assert record["compile_backend"] == "inductor" and record["compile_s"] > 0
-    assert record["compile_s"] == record["first_token_s"]  # the first forward carries the compilation
+    assert (
+        record["compile_s"] == record["first_token_s"]
+    )  # the first forward carries the compilation
     assert record["graphs"] >= 1 and record["recompilations"] == record["graphs"] - 1
     assert record["graph_breaks"] == 0 and record["matches_eager"] is True
 
 
 def test_graph_breaks_are_reported_with_their_reasons(tmp_path, fixture_models):
-    record = probe_record(tmp_path, fixture_models["modes-graph-break"]["path"], mode="compile", trust_remote_code=True)
+    record = probe_record(
+        tmp_path,
+        fixture_models["modes-graph-break"]["path"],
+        mode="compile",
+        trust_remote_code=True,
+    )
     assert record["status"] == "PASS" and record["variant"] == "compile+dynamic"
     assert record["graph_breaks"] >= 1 and record["graph_break_reasons"]
     # bool(tensor) in the branch is a Tensor.item() that dynamo does not trace: the break and its reason
-    assert any("item()" in reason for reason in record["graph_break_reasons"]), record["graph_break_reasons"]
+    assert any("item()" in reason for reason in record["graph_break_reasons"]), record[
+        "graph_break_reasons"
+    ]
     (tmp_path / "eager").mkdir()
-    eager = probe_record(tmp_path / "eager", fixture_models["modes-graph-break"]["path"], trust_remote_code=True)
-    assert eager["variant"] == "eager+dynamic" and eager["graphs"] is None  # nothing compiled, nothing counted
+    eager = probe_record(
+        tmp_path / "eager", fixture_models["modes-graph-break"]["path"], trust_remote_code=True
+    )
+    assert (
+        eager["variant"] == "eager+dynamic" and eager["graphs"] is None
+    )  # nothing compiled, nothing counted
 
 
 def test_variant_labels_round_trip():
@@ -65,7 +78,9 @@ def test_variant_labels_round_trip():
         probe_params.parse_variant("fast+furious")
 
 
-def test_a_matrix_sweep_has_one_row_per_model_and_variant_and_resumes_after_sigkill(tmp_path, fixture_models):
+def test_a_matrix_sweep_has_one_row_per_model_and_variant_and_resumes_after_sigkill(
+    tmp_path, fixture_models
+):
     models = [fixture_models[n]["path"] for n in ("tiny-gpt2", "fail-missing-weights")]
     definition = tmp_path / "matrix.yaml"
     definition.write_text(
@@ -106,7 +121,12 @@ def test_a_matrix_sweep_has_one_row_per_model_and_variant_and_resumes_after_sigk
     )
     assert pairs == want  # exactly models x variants, none lost, none twice
     passed = rows.filter(rows["model_id"] == "local:tiny-gpt2")
-    assert set(passed["status"]) == {"PASS"} and sorted(passed["tokens_out"].to_list()) == [4, 4, 8, 8]
+    assert set(passed["status"]) == {"PASS"} and sorted(passed["tokens_out"].to_list()) == [
+        4,
+        4,
+        8,
+        8,
+    ]
     assert len(list((data / "sweeps" / sweep_id / "notebooks").glob("*.ipynb"))) == 8
     meta = store.read_sweep(data, sweep_id)
     assert meta.matrix == {"cache": ["dynamic", "static"], "max_new_tokens": [8, 4]}
@@ -120,18 +140,26 @@ def test_debug_in_a_compiled_variant_explains_the_graph_breaks(tmp_path, fixture
     probe_settings = {"device": "cpu", "trust_remote_code": True, "reference": "none"}
     run = cli_debug(data, path, probe_settings, {"mode": ["eager", "compile"]}, "compile+dynamic")
     assert run.returncode == 0, run.stderr[-3000:]
-    notebook = store.sweep_dir(data, "s") / "debug" / "local_modes-graph-break@compile_dynamic.ipynb"
+    notebook = (
+        store.sweep_dir(data, "s") / "debug" / "local_modes-graph-break@compile_dynamic.ipynb"
+    )
     assert notebook.is_file(), run.stdout
     import nbformat
 
     cells = nbformat.read(str(notebook), as_version=4).cells
-    html = "".join(o.get("data", {}).get("text/html", "") for c in cells for o in c.get("outputs", []))
-    assert "graph break(s)" in html and "modeling_graph_break.py" in html  # the reason and the user-code line
+    html = "".join(
+        o.get("data", {}).get("text/html", "") for c in cells for o in c.get("outputs", [])
+    )
+    assert (
+        "graph break(s)" in html and "modeling_graph_break.py" in html
+    )  # the reason and the user-code line
     assert debug.debug_result_from_notebook(notebook)["model_id"] == path
     assert probe.record_from_notebook(notebook) is None  # a debug notebook holds no probe record
 
 
-def test_a_model_that_refuses_a_static_cache_fails_only_in_static_variants(tmp_path, fixture_models):
+def test_a_model_that_refuses_a_static_cache_fails_only_in_static_variants(
+    tmp_path, fixture_models
+):
     """The tiny DeepSeek-V4: transformers' StaticCache has no layer for its heavily_compressed_attention,
     a real limit. The CPU reference reruns the failure with the same cache (the model's, not the stack's),
     and the record's repro script, which carries the cache, fails the same way."""
@@ -142,25 +170,43 @@ def test_a_model_that_refuses_a_static_cache_fails_only_in_static_variants(tmp_p
     )
     records = {r["variant"]: r for r in stored_records(data, sweep_id)}
     dynamic, static = records["eager+dynamic"], records["eager+static"]
-    assert dynamic["status"] == "PASS" and dynamic["tokens_out"] == 8 and dynamic["reference_match"] is True
-    assert (static["status"], static["failure_stage"], static["error_type"]) == ("FAIL(gen)", "generate", "KeyError")
+    assert (
+        dynamic["status"] == "PASS"
+        and dynamic["tokens_out"] == 8
+        and dynamic["reference_match"] is True
+    )
+    assert (static["status"], static["failure_stage"], static["error_type"]) == (
+        "FAIL(gen)",
+        "generate",
+        "KeyError",
+    )
     assert "heavily_compressed_attention" in static["error_message"]
     assert static["failure_signature"] == "KeyError: '<name>' @ cache_utils.<listcomp>"
     assert static["attribution"] == "model" and static["reference_device"] == "cpu:float32"
     script = tmp_path / "repro.py"
     script.write_text(static["repro_script"])
     repro = subprocess.run(
-        [sys.executable, str(script), path], capture_output=True, text=True, timeout=600, cwd=tmp_path
+        [sys.executable, str(script), path],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
     )
     assert repro.returncode == 1, repro.stderr[-2000:]
     result = json.loads(repro.stdout.strip().splitlines()[-1])
-    assert (result["status"], result["failure_stage"], result["error_type"]) == ("FAIL(gen)", "generate", "KeyError")
+    assert (result["status"], result["failure_stage"], result["error_type"]) == (
+        "FAIL(gen)",
+        "generate",
+        "KeyError",
+    )
 
 
 def test_a_model_that_fails_eagerly_too_is_not_the_compilers_failure(tmp_path, fixture_models):
     """attr-both's linalg.inv in bfloat16: compiled, dynamo's fake tensors raise first (an error of
     torch._dynamo), but plain eager raises as well, so the record keeps eager's error at stage generate."""
-    record = probe_record(tmp_path, fixture_models["attr-both"]["path"], mode="compile", trust_remote_code=True)
+    record = probe_record(
+        tmp_path, fixture_models["attr-both"]["path"], mode="compile", trust_remote_code=True
+    )
     assert (record["status"], record["failure_stage"], record["variant"]) == (
         "FAIL(gen)",
         "generate",
@@ -178,19 +224,27 @@ def test_debug_in_a_static_variant_generates_with_the_static_cache(tmp_path, fix
     data = tmp_path / "data"
     path = fixture_models["modes-static-deepseek-v4"]["path"]
     run = cli_debug(
-        data, path, {"device": "cpu", "reference": "none"}, {"cache": ["dynamic", "static"]}, "eager+static"
+        data,
+        path,
+        {"device": "cpu", "reference": "none"},
+        {"cache": ["dynamic", "static"]},
+        "eager+static",
     )
     assert run.returncode == 0, run.stderr[-3000:]
     result = debug.debug_result_from_notebook(
         store.sweep_dir(data, "s") / "debug" / "local_modes-static-deepseek-v4@eager_static.ipynb"
     )
     assert (result["mode"], result["cache"]) == ("eager", "static")
-    assert result["forward_ok"] is True  # one plain forward is fine: only the static cache is refused
+    assert (
+        result["forward_ok"] is True
+    )  # one plain forward is fine: only the static cache is refused
     generation = result["generation"]
     assert generation["step"] == 0 and "heavily_compressed_attention" in str(generation["failure"])
 
 
-def test_a_backend_that_fails_to_compile_a_model_that_generates_eagerly_is_stage_compile(fixture_models):
+def test_a_backend_that_fails_to_compile_a_model_that_generates_eagerly_is_stage_compile(
+    fixture_models,
+):
     """The compile stage end to end, through torch.compile's real machinery: the backend here is a test
     double that refuses every graph (as a backend missing a lowering does). No real model fails only
     when compiled on torch 2.13's inductor (see the README), so the fixture set has none; this checks
@@ -206,11 +260,20 @@ e = r["exception"]
 print(json.dumps({{"status": r["status"], "stage": r["failure_stage"], "module": type(e).__module__,
                   "message": str(e), "tokens_out": r["tokens_out"]}}))
 """
-    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=600
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(run.stdout.strip().splitlines()[-1])
-    assert (result["status"], result["stage"], result["tokens_out"]) == ("FAIL(gen)", "compile", None)
-    assert result["module"].startswith("torch._dynamo") and "no lowering for aten.mm" in result["message"]
+    assert (result["status"], result["stage"], result["tokens_out"]) == (
+        "FAIL(gen)",
+        "compile",
+        None,
+    )
+    assert (
+        result["module"].startswith("torch._dynamo")
+        and "no lowering for aten.mm" in result["message"]
+    )
 
 
 def test_a_stack_that_compiles_statically_generates_with_the_static_cache(fixture_models):
@@ -239,11 +302,25 @@ torch.compile = static_compile
 out["static"] = run()
 print(json.dumps(out))
 """
-    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=600
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])
     auto, static = out["auto"], out["static"]
-    assert (auto["status"], auto["compile_dynamic"], auto["compile_cache"]) == ("PASS", None, "dynamic")
-    assert (static["status"], static["compile_dynamic"], static["compile_cache"]) == ("PASS", False, "static")
-    assert static["graphs"] == 2 and static["recompile_limit_hit"] is False and static["matches_eager"] is True
+    assert (auto["status"], auto["compile_dynamic"], auto["compile_cache"]) == (
+        "PASS",
+        None,
+        "dynamic",
+    )
+    assert (static["status"], static["compile_dynamic"], static["compile_cache"]) == (
+        "PASS",
+        False,
+        "static",
+    )
+    assert (
+        static["graphs"] == 2
+        and static["recompile_limit_hit"] is False
+        and static["matches_eager"] is True
+    )
     assert static["tokens_out"] == auto["tokens_out"] == 10 and auto["recompile_limit_hit"] is False

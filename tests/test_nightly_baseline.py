@@ -19,19 +19,42 @@ from model_support.record import store
 
 def _night(definition, data, config: dict) -> subprocess.CompletedProcess:
     env = {**os.environ, "MODEL_SUPPORT_PRETEND": json.dumps(config)}
-    command = [sys.executable, "-m", "model_support.cli", "nightly", str(definition), "--data-dir", str(data)]
+    command = [
+        sys.executable,
+        "-m",
+        "model_support.cli",
+        "nightly",
+        str(definition),
+        "--data-dir",
+        str(data),
+    ]
     return subprocess.run(
-        [*command, "--no-report", "--no-bisect"], capture_output=True, text=True, cwd=REPO, env=env, timeout=600
+        [*command, "--no-report", "--no-bisect"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=600,
     )
 
 
 @pytest.mark.slow
-def test_a_nightly_with_no_reruns_gates_against_the_last_night_and_names_it(tmp_path, fixture_models):
+def test_a_nightly_with_no_reruns_gates_against_the_last_night_and_names_it(
+    tmp_path, fixture_models
+):
     data = tmp_path / "data"
     definition = tmp_path / "nightly.yaml"
-    probe = {"device": "pretend", "max_new_tokens": 4, "reference": "none", "judge": False, "perf": False}
+    probe = {
+        "device": "pretend",
+        "max_new_tokens": 4,
+        "reference": "none",
+        "judge": False,
+        "perf": False,
+    }
     model = str(REPO / "data" / "models" / "tiny-llama")  # SiLU: aten::silu
-    definition.write_text(yaml.safe_dump({"name": "nightly", "probe": probe, "reruns": 0, "models": [model]}))
+    definition.write_text(
+        yaml.safe_dump({"name": "nightly", "probe": probe, "reruns": 0, "models": [model]})
+    )
     first = _night(definition, data, {})
     assert first.returncode == 0, first.stderr[-3000:]
     assert "nothing to gate against" in first.stdout

@@ -50,7 +50,9 @@ def sweep(tmp: Path, name: str, stack: dict, models: list[str]) -> list[dict]:
     from model_support.record import store
 
     definition = tmp / f"{name}.yaml"
-    definition.write_text(yaml.safe_dump({"name": name, "probe": PROBE, "models": models, "workers": 2}))
+    definition.write_text(
+        yaml.safe_dump({"name": name, "probe": PROBE, "models": models, "workers": 2})
+    )
     data = tmp / name
     env = {**os.environ, "MODEL_SUPPORT_PRETEND": json.dumps(stack), "OMP_NUM_THREADS": "1"}
     for args in (["sweep", str(definition), "--no-report"], None):
@@ -71,7 +73,11 @@ def sweep(tmp: Path, name: str, stack: dict, models: list[str]) -> list[dict]:
 
 def unflagged(rows: list[dict]) -> dict:
     """The PASSes a reader would take as right: not suspect, and agreeing with the reference."""
-    return {r["model_id"]: (r["check"], r["check_measure"]) for r in rows if r["status"] == "PASS" and not r["suspect"]}
+    return {
+        r["model_id"]: (r["check"], r["check_measure"])
+        for r in rows
+        if r["status"] == "PASS" and not r["suspect"]
+    }
 
 
 def text_fixtures(fixture_models) -> list[str]:
@@ -80,22 +86,35 @@ def text_fixtures(fixture_models) -> list[str]:
 
 
 @pytest.mark.slow
-def test_every_multiplication_wrong_leaves_no_tiny_fixture_an_unflagged_pass(tmp_path, fixture_models):
+def test_every_multiplication_wrong_leaves_no_tiny_fixture_an_unflagged_pass(
+    tmp_path, fixture_models
+):
     rows = sweep(tmp_path, "mul", MUL, text_fixtures(fixture_models))
     assert len(rows) == len(TINY_ARCHS) + 1
     assert unflagged(rows) == {}
     passed = {r["model_id"]: r for r in rows if r["status"] == "PASS"}
-    for name in ("tiny-llama", "tiny-qwen3", "tiny-opt"):  # the three that passed as ties and match before
+    for name in (
+        "tiny-llama",
+        "tiny-qwen3",
+        "tiny-opt",
+    ):  # the three that passed as ties and match before
         row = passed[f"local:{name}"]
         assert row["check"] == "diverges" and row["suspect"] is True, row
-        assert row["check_measure"] and set(row["check_measure"].split(" + ")) <= set(agreement.MEASURES), row
+        assert row["check_measure"] and set(row["check_measure"].split(" + ")) <= set(
+            agreement.MEASURES
+        ), row
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("stack", "how"), [(SILU_BUG, "reversed and negated"), (SILU_OFF, "off by 50%")])
+@pytest.mark.parametrize(
+    ("stack", "how"), [(SILU_BUG, "reversed and negated"), (SILU_OFF, "off by 50%")]
+)
 def test_silu_wrong_flags_tiny_llama(tmp_path, fixture_models, stack, how):
     (row,) = sweep(tmp_path, "silu", stack, [fixture_models["tiny-llama"]["path"]])
-    assert row["status"] == "PASS" and row["suspect"] is True and row["check"] == "diverges", (how, row)
+    assert row["status"] == "PASS" and row["suspect"] is True and row["check"] == "diverges", (
+        how,
+        row,
+    )
 
 
 @pytest.mark.slow
@@ -115,8 +134,13 @@ def test_the_tiny_fixtures_have_real_margins(fixture_models):
     stand hundredths of a nat apart)."""
     for name in TINY_ARCHS:
         entry = fixture_models[name]
-        assert entry["training"]["steps"] >= 100 and entry["min_margin"] >= MIN_MARGIN, (name, entry)
-    model, tokenizer = probe_core.load(fixture_models["tiny-opt"]["path"], "", "float32", False, "cpu", {})
+        assert entry["training"]["steps"] >= 100 and entry["min_margin"] >= MIN_MARGIN, (
+            name,
+            entry,
+        )
+    model, tokenizer = probe_core.load(
+        fixture_models["tiny-opt"]["path"], "", "float32", False, "cpu", {}
+    )
     input_ids, mask, _ = probe_core.build_inputs(tokenizer, probe_core.DEFAULT_PROMPT, "auto")
     scores: list[dict] = []
     probe_core.generate(model, tokenizer, input_ids, mask, 8, "cpu", scores=scores)
@@ -131,9 +155,14 @@ def test_matmul_noise_is_rounding_not_a_fault():
 
     config = parse(json.dumps(NOISE))
     assert config.matmul_noise == 2.0**-8 and not config.wrong_ops
-    assert {_status(config, op) for op in ("aten::mm", "aten::addmm", "aten::bmm")} == {"implemented"}
+    assert {_status(config, op) for op in ("aten::mm", "aten::addmm", "aten::bmm")} == {
+        "implemented"
+    }
     for bad in (0, 0.5, True, "0.004"):
-        with pytest.raises(PretendConfigError, match="'matmul_noise' must be a relative error above 0 and below 0.5"):
+        with pytest.raises(
+            PretendConfigError,
+            match="'matmul_noise' must be a relative error above 0 and below 0.5",
+        ):
             parse(json.dumps({"matmul_noise": bad}))
 
 
@@ -161,7 +190,9 @@ def test_flat_logits_cannot_hide_a_wrong_kernel_from_the_logit_error():
     device, reference = _flat_pair(wrong=0.3)
     wrong = agreement.compare(device, reference)
     assert wrong["reference_max_kl"] < 1e-3 < agreement.DEFAULT_BOUND  # KL cannot see it
-    assert wrong["numerics"] == "diverges" and agreement.LOGIT_ERROR in wrong["numerics_measure"].split(" + ")
+    assert wrong["numerics"] == "diverges" and agreement.LOGIT_ERROR in wrong[
+        "numerics_measure"
+    ].split(" + ")
     assert wrong["reference_logit_error"] > 2 * agreement.DEFAULT_ERROR
     assert "of their spread" in wrong["numerics_note"]
     device, reference = _flat_pair(wrong=0.3, scale=16.0)
@@ -181,9 +212,15 @@ def test_a_flip_is_a_tie_only_within_the_logits_own_spread():
     device = reference.clone()
     device[0, other] = device[0, best] + 0.1  # the device's best is the reference's runner-up
     flat = agreement.compare([probe_core.top_scores(device[0])], reference)
-    assert flat["numerics"] == "diverges" and agreement.FLIP in flat["numerics_measure"], flat["numerics_note"]
-    assert flat["reference_flip_margin"] == pytest.approx(0.1, abs=1e-3)  # within DEFAULT_MARGIN's 0.5 nats
-    steep = reference * 25  # spread 4 nats; the flip is 2.5 nats now: scale the runner-up back to 0.1 below
+    assert flat["numerics"] == "diverges" and agreement.FLIP in flat["numerics_measure"], flat[
+        "numerics_note"
+    ]
+    assert flat["reference_flip_margin"] == pytest.approx(
+        0.1, abs=1e-3
+    )  # within DEFAULT_MARGIN's 0.5 nats
+    steep = (
+        reference * 25
+    )  # spread 4 nats; the flip is 2.5 nats now: scale the runner-up back to 0.1 below
     steep[0, other] = steep[0, best] - 0.1
     device = steep.clone()
     device[0, other] = device[0, best] + 0.05
@@ -197,12 +234,17 @@ def test_a_reference_too_flat_to_judge_is_called_too_flat_never_match():
     yet the answer is ``too flat``, judged by the KL alone, with the step and why."""
     generator = torch.Generator().manual_seed(2)
     reference = 5.0 + torch.randn(3, VOCAB, generator=generator) * 1e-3
-    found = agreement.compare([probe_core.top_scores(row.to(torch.bfloat16)) for row in reference], reference)
+    found = agreement.compare(
+        [probe_core.top_scores(row.to(torch.bfloat16)) for row in reference], reference
+    )
     assert found["numerics"] == agreement.TOO_FLAT and found["numerics_step"] == 0
     assert found["numerics_measure"] == agreement.KL and found["reference_logit_error"] is None
     assert "too flat to judge" in found["numerics_note"]
     constant = torch.zeros(1, VOCAB)
-    assert agreement.compare([probe_core.top_scores(constant[0])], constant)["numerics"] == agreement.TOO_FLAT
+    assert (
+        agreement.compare([probe_core.top_scores(constant[0])], constant)["numerics"]
+        == agreement.TOO_FLAT
+    )
 
 
 def _peaked(seed: int = 3, steps: int = 8) -> torch.Tensor:
@@ -221,11 +263,15 @@ def test_logits_scaled_down_keep_every_top_token_and_diverge_by_their_scale():
     reference = _peaked()
     steps = [probe_core.top_scores((row * 0.85).to(torch.bfloat16)) for row in reference]
     found = agreement.compare(steps, reference)
-    assert found["reference_agreement"] == 1.0 and found["reference_max_kl"] < agreement.DEFAULT_BOUND
+    assert (
+        found["reference_agreement"] == 1.0 and found["reference_max_kl"] < agreement.DEFAULT_BOUND
+    )
     assert found["reference_logit_error"] < agreement.DEFAULT_ERROR
     assert found["numerics"] == "diverges" and found["numerics_measure"] == agreement.LOGIT_SCALE
     assert "the device's logits come out 0.85" in found["numerics_note"]
-    near = agreement.compare([probe_core.top_scores((row * 0.95).to(torch.bfloat16)) for row in reference], reference)
+    near = agreement.compare(
+        [probe_core.top_scores((row * 0.95).to(torch.bfloat16)) for row in reference], reference
+    )
     assert near["numerics"] == "match", near["numerics_note"]
 
 
@@ -233,12 +279,17 @@ def test_what_is_too_flat_to_judge_follows_the_runs_dtype():
     """Logits near -60 spread by 2 nats: in bf16 each is rounded by up to 0.23 nats, so the step is too flat to judge;
     a float32 run rounds them 65,536 times finer, and the same logits, exact, are judged and match."""
     reference = _peaked() * (2 / 3) - 60
-    bf16 = agreement.compare([probe_core.top_scores(row.to(torch.bfloat16)) for row in reference], reference)
+    bf16 = agreement.compare(
+        [probe_core.top_scores(row.to(torch.bfloat16)) for row in reference], reference
+    )
     assert bf16["numerics"] == agreement.TOO_FLAT
     exact = [probe_core.top_scores(row) for row in reference]
     assert agreement.compare(exact, reference, dtype="float32")["numerics"] == "match"
     assert agreement.compare(exact, reference, dtype="torch.float32")["numerics"] == "match"
-    assert agreement.flat_share("float16") == agreement.FLAT / 8 and agreement.flat_share(None) == agreement.FLAT
+    assert (
+        agreement.flat_share("float16") == agreement.FLAT / 8
+        and agreement.flat_share(None) == agreement.FLAT
+    )
 
 
 @pytest.mark.parametrize("pad", [-math.inf, -1e9, torch.finfo(torch.float32).min])
@@ -247,16 +298,27 @@ def test_a_padded_vocabulary_is_judged_on_its_live_logits(pad):
     reference's -inf once made every step 'cannot judge'), and a device 30% off still diverges by its logit error
     (the -1e9 once swelled the spread and hid it)."""
     reference = torch.cat([_peaked(), torch.full((8, 24), pad)], dim=1)
-    right = agreement.compare([probe_core.top_scores(row.to(torch.bfloat16)) for row in reference], reference)
+    right = agreement.compare(
+        [probe_core.top_scores(row.to(torch.bfloat16)) for row in reference], reference
+    )
     assert right["numerics"] == "match", right["numerics_note"]
     generator = torch.Generator().manual_seed(4)
     off = reference.clone()
     off[:, :VOCAB] += 0.3 * 3 * torch.randn(8, VOCAB, generator=generator)
-    wrong = agreement.compare([probe_core.top_scores(row.to(torch.bfloat16)) for row in off], reference)
-    assert wrong["numerics"] == "diverges" and agreement.LOGIT_ERROR in wrong["numerics_measure"], wrong
+    wrong = agreement.compare(
+        [probe_core.top_scores(row.to(torch.bfloat16)) for row in off], reference
+    )
+    assert wrong["numerics"] == "diverges" and agreement.LOGIT_ERROR in wrong["numerics_measure"], (
+        wrong
+    )
     assert wrong["reference_logit_error"] > 2 * agreement.DEFAULT_ERROR
-    small = torch.cat([_peaked()[:, :20], torch.full((8, 40), pad)], dim=1)  # fewer live ids than the device keeps
-    assert agreement.compare([probe_core.top_scores(row) for row in small], small)["numerics"] == "match"
+    small = torch.cat(
+        [_peaked()[:, :20], torch.full((8, 40), pad)], dim=1
+    )  # fewer live ids than the device keeps
+    assert (
+        agreement.compare([probe_core.top_scores(row) for row in small], small)["numerics"]
+        == "match"
+    )
 
 
 def test_masks_are_the_references_to_say_never_the_devices():
@@ -268,13 +330,21 @@ def test_masks_are_the_references_to_say_never_the_devices():
     spiked = reference.clone()
     for s in range(8):
         spiked[s, 10 + s] = 3e4
-    found = agreement.compare([probe_core.top_scores(row) for row in spiked], reference, dtype="float32")
-    assert found["numerics"] == "diverges" and agreement.LOGIT_ERROR in found["numerics_measure"], found
+    found = agreement.compare(
+        [probe_core.top_scores(row) for row in spiked], reference, dtype="float32"
+    )
+    assert found["numerics"] == "diverges" and agreement.LOGIT_ERROR in found["numerics_measure"], (
+        found
+    )
     padded = torch.cat([reference, torch.full((8, 24), -math.inf)], dim=1)
     leaking = padded.clone()
     leaking[:, VOCAB:] = padded[:, :VOCAB].max(dim=1, keepdim=True).values - 1.5
-    found = agreement.compare([probe_core.top_scores(row) for row in leaking], padded, dtype="float32")
-    assert found["numerics"] == "diverges" and agreement.MASK_LEAK in found["numerics_measure"], found
+    found = agreement.compare(
+        [probe_core.top_scores(row) for row in leaking], padded, dtype="float32"
+    )
+    assert found["numerics"] == "diverges" and agreement.MASK_LEAK in found["numerics_measure"], (
+        found
+    )
     assert "of its probability to tokens the reference masks" in found["numerics_note"]
 
 
@@ -287,8 +357,17 @@ def test_a_slope_the_rounding_or_the_noise_decides_is_no_scale():
     top = torch.randperm(VOCAB, generator=generator)[:16]
     packed[:, top] = 32 + torch.randn(8, 16, generator=generator) * 0.05
     noisy = packed + 0.01 * torch.randn(8, VOCAB, generator=generator)
-    found = agreement.compare([probe_core.top_scores(row.to(torch.bfloat16)) for row in noisy], packed)
-    assert found["numerics"] in ("match", "ties") and all(s["scale"] is None for s in found["steps"]), found
+    found = agreement.compare(
+        [probe_core.top_scores(row.to(torch.bfloat16)) for row in noisy], packed
+    )
+    assert found["numerics"] in ("match", "ties") and all(
+        s["scale"] is None for s in found["steps"]
+    ), found
     reference = _peaked()
-    found = agreement.compare([probe_core.top_scores((row * 0.8).to(torch.bfloat16)) for row in reference], reference)
-    assert found["numerics"] == "diverges" and found["numerics_measure"] in (agreement.LOGIT_SCALE, "KL"), found
+    found = agreement.compare(
+        [probe_core.top_scores((row * 0.8).to(torch.bfloat16)) for row in reference], reference
+    )
+    assert found["numerics"] == "diverges" and found["numerics_measure"] in (
+        agreement.LOGIT_SCALE,
+        "KL",
+    ), found

@@ -55,7 +55,10 @@ def test_a_flip_at_a_near_tie_is_a_tie_and_beyond_the_margin_diverges():
     assert found["reference_flip_margin"] == pytest.approx(0.2, abs=0.05)  # bf16 of logits near 10
     strict = agreement.compare(_device(device), reference, margin=0.1, bound=10.0)
     assert strict["numerics"] == "diverges" and strict["numerics_step"] == 2
-    assert "below the reference's" in strict["numerics_note"] and "(margin 0.1)" in strict["numerics_note"]
+    assert (
+        "below the reference's" in strict["numerics_note"]
+        and "(margin 0.1)" in strict["numerics_note"]
+    )
 
 
 def test_a_token_the_reference_does_not_consider_close_diverges_with_its_step_and_tokens():
@@ -64,14 +67,19 @@ def test_a_token_the_reference_does_not_consider_close_diverges_with_its_step_an
     device[1, 3] = device[1].max() + 5.0  # the device's best is far down the reference's list
     found = agreement.compare(_device(device), reference, decode=lambda ids: f"tok{ids[0]}")
     assert found["numerics"] == "diverges" and found["numerics_step"] == 1
-    assert "the device chose 'tok3' (3)" in found["numerics_note"] and "'tok11' (11)" in found["numerics_note"]
+    assert (
+        "the device chose 'tok3' (3)" in found["numerics_note"]
+        and "'tok11' (11)" in found["numerics_note"]
+    )
     assert found["reference_match"] is False and found["first_divergence"] == 1
 
 
 def test_distributions_apart_beyond_the_bound_diverge_even_when_the_top_token_agrees():
     reference = _reference()
     device = reference.clone()
-    device[3] = device[3] * 0.2  # same order, much flatter: the top token agrees, the probabilities do not
+    device[3] = (
+        device[3] * 0.2
+    )  # same order, much flatter: the top token agrees, the probabilities do not
     found = agreement.compare(_device(device), reference, margin=0.5, bound=0.1)
     assert found["reference_agreement"] == 1.0 and found["reference_match"] is True
     assert found["numerics"] == "diverges" and found["numerics_step"] == 3
@@ -84,11 +92,18 @@ def test_the_kl_over_the_top_k_and_the_rest_is_a_lower_bound_of_the_full_kl():
     device = reference + torch.randn(1, VOCAB, generator=generator) * 0.5
     scores = [probe_core.top_scores(device[0], k=8)]
     found = agreement.compare(scores, reference, margin=100.0, bound=100.0)
-    ref, dev = torch.log_softmax(reference[0].double(), -1), torch.log_softmax(device[0].double(), -1)
+    ref, dev = (
+        torch.log_softmax(reference[0].double(), -1),
+        torch.log_softmax(device[0].double(), -1),
+    )
     full = float((ref.exp() * (ref - dev)).sum())
     assert 0 < found["reference_max_kl"] <= full + 1e-9
-    every = agreement.compare([probe_core.top_scores(device[0], k=VOCAB)], reference, margin=100.0, bound=100.0)
-    assert every["reference_max_kl"] == pytest.approx(full, rel=1e-5)  # the whole vocabulary kept: exact
+    every = agreement.compare(
+        [probe_core.top_scores(device[0], k=VOCAB)], reference, margin=100.0, bound=100.0
+    )
+    assert every["reference_max_kl"] == pytest.approx(
+        full, rel=1e-5
+    )  # the whole vocabulary kept: exact
 
 
 def test_logits_that_are_not_finite_diverge_and_a_reference_that_is_not_cannot_judge():
@@ -116,16 +131,24 @@ def test_exact_ties_among_the_devices_best_are_not_a_flip():
 def test_the_reference_runs_wider_than_the_run():
     assert agreement.reference_dtype("tpu", "bfloat16") == "float32"
     assert agreement.reference_dtype("cpu", "float16") == "float32"
-    assert agreement.reference_dtype("cpu", "float32") == "float64"  # the same float32 on the CPU always agrees
+    assert (
+        agreement.reference_dtype("cpu", "float32") == "float64"
+    )  # the same float32 on the CPU always agrees
     assert agreement.reference_dtype("cuda", "float32") == "float32"
 
 
 def test_teacher_forcing_asks_the_question_each_step_answered(fixture_models):
     """Row s of the teacher-forced logits is what generation saw at step s: the greedy tokens are its argmax."""
-    model, tokenizer = probe_core.load(fixture_models["tiny-llama"]["path"], "", "float32", False, "cpu", {})
-    input_ids, attention_mask, _ = probe_core.build_inputs(tokenizer, probe_core.DEFAULT_PROMPT, "auto")
+    model, tokenizer = probe_core.load(
+        fixture_models["tiny-llama"]["path"], "", "float32", False, "cpu", {}
+    )
+    input_ids, attention_mask, _ = probe_core.build_inputs(
+        tokenizer, probe_core.DEFAULT_PROMPT, "auto"
+    )
     scores: list[dict] = []
-    new_ids = probe_core.generate(model, tokenizer, input_ids, attention_mask, 6, "cpu", scores=scores)
+    new_ids = probe_core.generate(
+        model, tokenizer, input_ids, attention_mask, 6, "cpu", scores=scores
+    )
     logits = agreement.teacher_forced_logits(model, input_ids[0].tolist(), new_ids)
     assert logits.shape[0] == len(new_ids) == len(scores) == 6
     assert logits.argmax(-1).tolist() == new_ids == [step["ids"][0] for step in scores]
@@ -139,7 +162,9 @@ def test_teacher_forcing_asks_the_question_each_step_answered(fixture_models):
 
 @pytest.fixture(scope="module")
 def judge(fixture_models):
-    return judge_mod.load_judge(judge_mod.judge_source(fixture_models["SmolLM2-135M-Instruct"]["path"]))
+    return judge_mod.load_judge(
+        judge_mod.judge_source(fixture_models["SmolLM2-135M-Instruct"]["path"])
+    )
 
 
 def test_the_judge_tells_english_from_repetition_and_random_tokens(judge):
@@ -151,12 +176,18 @@ def test_the_judge_tells_english_from_repetition_and_random_tokens(judge):
     )
     repeated = judge.score("The future of AI is", "the the the the the the the the")
     assert (
-        repeated["fluent"] is False and repeated["repeated"] > judge_mod.MAX_REPEATED and "repeat" in repeated["note"]
+        repeated["fluent"] is False
+        and repeated["repeated"] > judge_mod.MAX_REPEATED
+        and "repeat" in repeated["note"]
     )
-    ids = torch.randint(200, judge.tokenizer.vocab_size, (8,), generator=torch.Generator().manual_seed(0)).tolist()
+    ids = torch.randint(
+        200, judge.tokenizer.vocab_size, (8,), generator=torch.Generator().manual_seed(0)
+    ).tolist()
     random = judge.score("The future of AI is", judge.tokenizer.decode(ids))
     assert random["fluent"] is False and random["fluency_score"] < judge_mod.MIN_SCORE
-    assert judge.score("The future of AI is", "  ")["fluent"] is None  # nothing visible: nothing to judge
+    assert (
+        judge.score("The future of AI is", "  ")["fluent"] is None
+    )  # nothing visible: nothing to judge
 
 
 def test_judge_command_scores_text_and_jsonl_with_one_load(tmp_path, fixture_models):
@@ -173,12 +204,16 @@ def test_judge_command_scores_text_and_jsonl_with_one_load(tmp_path, fixture_mod
     assert json.loads(line)["fluent"] is True
     lines = tmp_path / "texts.jsonl"
     lines.write_text(
-        json.dumps({"prompt": "Tell me a story.", "text": "Once upon a time, a girl lived by the sea."})
+        json.dumps(
+            {"prompt": "Tell me a story.", "text": "Once upon a time, a girl lived by the sea."}
+        )
         + "\n\n"
         + json.dumps({"text": "!!!!!!!!!!!!!!!!"})
         + "\n"
     )
-    many = subprocess.run([*command, "--jsonl", str(lines)], capture_output=True, text=True, timeout=300)
+    many = subprocess.run(
+        [*command, "--jsonl", str(lines)], capture_output=True, text=True, timeout=300
+    )
     assert many.returncode == 0, many.stderr
     out = [json.loads(x) for x in many.stdout.splitlines()]
     assert [o["fluent"] for o in out] == [True, False]
@@ -189,7 +224,11 @@ def test_judge_command_scores_text_and_jsonl_with_one_load(tmp_path, fixture_mod
     ("args", "content", "says"),
     [
         ([], None, "Give either TEXT or --jsonl FILE"),
-        (["--jsonl", "{file}"], '{"prompt": "p"}\n', 'line 1: each line is a JSON object like {"prompt"'),
+        (
+            ["--jsonl", "{file}"],
+            '{"prompt": "p"}\n',
+            'line 1: each line is a JSON object like {"prompt"',
+        ),
         (["--jsonl", "{file}"], '{"text": "ok"}\nnot json\n', "line 2: not JSON"),
         (["--jsonl", "{file}", "--prompt", "p"], '{"text": "ok"}\n', "--prompt goes with TEXT"),
         (["--judge-model", "{missing}", "text"], None, "could not load"),
@@ -201,7 +240,10 @@ def test_judge_command_refuses_bad_input_in_one_sentence(tmp_path, args, content
         path.write_text(content)
     args = [a.format(file=path, missing=tmp_path / "no-such-judge") for a in args]
     run = subprocess.run(
-        [sys.executable, "-m", "model_support.cli", "judge", *args], capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "model_support.cli", "judge", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert run.returncode == 2 and says in run.stderr and "Traceback" not in run.stderr, run.stderr
 
@@ -233,7 +275,10 @@ def test_a_stack_that_computes_wrong_numbers_passes_but_diverges_and_is_not_flue
     monkeypatch.setenv("MODEL_SUPPORT_PRETEND", json.dumps({}))
     clean = probe_record(tmp_path / "clean", model, device="pretend", reference="cpu", perf=False)
     assert clean["status"] == "PASS" and clean["device_type"] == "pretend"
-    assert clean["numerics"] == "match" and clean["fluent"] is True, (clean["numerics_note"], clean["fluency_note"])
+    assert clean["numerics"] == "match" and clean["fluent"] is True, (
+        clean["numerics_note"],
+        clean["fluency_note"],
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -251,7 +296,9 @@ def test_a_judge_that_cannot_score_leaves_the_pass_a_pass(tmp_path, fixture_mode
     )
     assert record["status"] == "PASS", record["error_message"]
     assert record["fluent"] is None and record["fluency_score"] is None
-    assert record["fluency_note"].startswith("the judge could not run: IndexError: index out of range")
+    assert record["fluency_note"].startswith(
+        "the judge could not run: IndexError: index out of range"
+    )
 
 
 #: A fault no fixture or setting makes (found: none reaches these two with a real model), put into the probe's
@@ -279,15 +326,24 @@ def test_a_comparison_that_raises_leaves_the_pass_a_pass(tmp_path, monkeypatch, 
     """``agreement.compare`` raising (a hook: see BREAK) after the reference ran: PASS, numerics null with the
     reason in reference_note and numerics_note (it was FAIL(other) at stage runner)."""
     broken_kernel(tmp_path, monkeypatch, "compare")
-    record = probe_record(tmp_path, fixture_models["tiny-llama"]["path"], reference="cpu", judge=False)
+    record = probe_record(
+        tmp_path, fixture_models["tiny-llama"]["path"], reference="cpu", judge=False
+    )
     assert record["status"] == "PASS", record["error_message"]
     assert record["numerics"] is None and record["reference_match"] is None
-    assert record["reference_note"] == "the reference check could not run: ValueError: the comparison cannot run"
+    assert (
+        record["reference_note"]
+        == "the reference check could not run: ValueError: the comparison cannot run"
+    )
     assert record["numerics_note"] == f"no reference: {record['reference_note']}"
 
 
-@pytest.mark.skipif(importlib.util.find_spec("model_support_pretend") is None, reason="needs the pretend device")
-def test_an_eager_rerun_that_raises_leaves_the_compiled_pass_a_pass(tmp_path, monkeypatch, fixture_models):
+@pytest.mark.skipif(
+    importlib.util.find_spec("model_support_pretend") is None, reason="needs the pretend device"
+)
+def test_an_eager_rerun_that_raises_leaves_the_compiled_pass_a_pass(
+    tmp_path, monkeypatch, fixture_models
+):
     """Compile mode compares its tokens with plain eager's; that rerun raising (a hook: see BREAK) leaves the
     compiled run's PASS (it was FAIL(gen)), matches_eager null and the reason in matches_eager_note."""
     broken_kernel(tmp_path, monkeypatch, "eager")
@@ -301,6 +357,11 @@ def test_an_eager_rerun_that_raises_leaves_the_compiled_pass_a_pass(tmp_path, mo
         recompile_check="off",
         perf=False,
     )  # the subject is the eager rerun; the recompile check has its own tests
-    assert (record["status"], record["variant"]) == ("PASS", "compile+dynamic"), record["error_message"]
+    assert (record["status"], record["variant"]) == ("PASS", "compile+dynamic"), record[
+        "error_message"
+    ]
     assert record["matches_eager"] is None and record["tokens_out"] == 8
-    assert record["matches_eager_note"] == "the plain eager rerun failed: RuntimeError: the eager rerun cannot run"
+    assert (
+        record["matches_eager_note"]
+        == "the plain eager rerun failed: RuntimeError: the eager rerun cannot run"
+    )

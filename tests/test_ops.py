@@ -38,7 +38,12 @@ def name_of(key: str) -> str:
 
 def cli(args: list, data: Path, config: dict | None = None) -> subprocess.CompletedProcess:
     done = subprocess.run(
-        [*CLI, *args, "--data-dir", str(data)], capture_output=True, text=True, cwd=REPO, env=_env(config), timeout=1800
+        [*CLI, *args, "--data-dir", str(data)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=_env(config),
+        timeout=1800,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return done
@@ -47,7 +52,9 @@ def cli(args: list, data: Path, config: dict | None = None) -> subprocess.Comple
 # --- the plan and the prediction, on made-up censuses --------------------------------------------------
 
 
-def _model(key, ops, missing=(), fallback=(), stages=None, status="PASS", source="run", device="cpu", **row):
+def _model(
+    key, ops, missing=(), fallback=(), stages=None, status="PASS", source="run", device="cpu", **row
+):
     from model_support.ops import ModelOps
 
     return ModelOps(
@@ -69,7 +76,11 @@ def test_a_model_lacking_two_operators_is_unlocked_only_at_the_second():
 
     models = predict(
         [
-            _model("a", ["aten::mm", "aten::rsqrt", "aten::silu"], missing=["aten::rsqrt", "aten::silu"]),
+            _model(
+                "a",
+                ["aten::mm", "aten::rsqrt", "aten::silu"],
+                missing=["aten::rsqrt", "aten::silu"],
+            ),
             _model("b", ["aten::mm", "aten::gelu"], missing=["aten::gelu"]),
             _model("c", ["aten::gelu", "aten::silu"], missing=["aten::gelu", "aten::silu"]),
             _model("d", ["aten::mm"]),
@@ -89,13 +100,20 @@ def test_the_prediction_is_the_stage_of_the_first_missing_operator_and_a_fallbac
     from model_support.ops import predict
     from model_support.probe.devices import FALLBACK, IMPLEMENTED, MISSING
 
-    coverage = {"aten::_to_copy": MISSING, "aten::mm": IMPLEMENTED, "aten::tanh": FALLBACK, "aten::gelu": MISSING}
+    coverage = {
+        "aten::_to_copy": MISSING,
+        "aten::mm": IMPLEMENTED,
+        "aten::tanh": FALLBACK,
+        "aten::gelu": MISSING,
+    }
     loads, falls, gelu, own, none = predict(
         [
             _model("loads", ["aten::_to_copy", "aten::gelu"], stages=["load", "generate"]),
             _model("falls", ["aten::mm", "aten::tanh"]),
             _model("gelu", ["aten::mm", "aten::gelu"]),
-            _model("own", ["aten::mm"], status="FAIL(gen)", source="partial"),  # failed on the reference too
+            _model(
+                "own", ["aten::mm"], status="FAIL(gen)", source="partial"
+            ),  # failed on the reference too
             _model("none", [], status="FAIL(load)"),
         ],
         coverage,
@@ -116,14 +134,25 @@ def test_the_plan_counts_cumulative_unlocks_and_groups_operators_that_only_unloc
     from model_support.ops.plan import plan_json
     from model_support.record.ops_table import CRASHES, IMPLEMENTED, MISSING
 
-    coverage = {"aten::mm": IMPLEMENTED, "aten::rsqrt": MISSING, "aten::silu": MISSING, "aten::gelu": MISSING}
+    coverage = {
+        "aten::mm": IMPLEMENTED,
+        "aten::rsqrt": MISSING,
+        "aten::silu": MISSING,
+        "aten::gelu": MISSING,
+    }
     coverage |= {"aten::relu": CRASHES}
     models = predict(
         [
             _model("a", ["aten::mm", "aten::rsqrt", "aten::silu"]),
             _model("b", ["aten::rsqrt", "aten::mm", "aten::silu"]),
             _model("c", ["aten::relu", "aten::gelu"]),
-            _model("own", ["aten::rsqrt", "aten::gelu"], status="FAIL(gen)", source="partial", attribution="model"),
+            _model(
+                "own",
+                ["aten::rsqrt", "aten::gelu"],
+                status="FAIL(gen)",
+                source="partial",
+                attribution="model",
+            ),
             _model("fine", ["aten::mm"]),
         ],
         coverage,
@@ -134,10 +163,18 @@ def test_the_plan_counts_cumulative_unlocks_and_groups_operators_that_only_unloc
         (("aten::gelu", "aten::relu"), ["c"], 4),
     ]
     assert steps[1].faults == {"aten::gelu": "missing", "aten::relu": "crashes"}
-    assert [m.predicted for m in models] == ["FAIL(gen)", "FAIL(gen)", "FAIL(other)", "FAIL(gen)", "PASS"]
+    assert [m.predicted for m in models] == [
+        "FAIL(gen)",
+        "FAIL(gen)",
+        "FAIL(other)",
+        "FAIL(gen)",
+        "PASS",
+    ]
     answer = plan_json(models, steps)
     assert answer["passing"] == 1 and answer["plan"][0]["op"] == "aten::rsqrt + aten::silu"
-    assert answer["blocked"] == [{"by": "its own failure: the CPU reference fails too", "models": ["own"]}]
+    assert answer["blocked"] == [
+        {"by": "its own failure: the CPU reference fails too", "models": ["own"]}
+    ]
 
 
 def test_the_plan_on_the_sweeps_own_stack_counts_its_aborts_and_its_wrong_output():
@@ -153,15 +190,39 @@ def test_the_plan_on_the_sweeps_own_stack_counts_its_aborts_and_its_wrong_output
     stopped = stopped_by({**dead, "error_message": died})
     models = predict(
         [
-            _model("opt", None, status="FAIL(other)", source=None, stopped=stopped, device="pretend", **dead),
+            _model(
+                "opt",
+                None,
+                status="FAIL(other)",
+                source=None,
+                stopped=stopped,
+                device="pretend",
+                **dead,
+            ),
             _model("wrong", ["aten::mm"], numerics="diverges", device="pretend"),
-            _model("dtype", ["aten::_to_copy"], status="FAIL(load)", source="reference", attribution="stack"),
+            _model(
+                "dtype",
+                ["aten::_to_copy"],
+                status="FAIL(load)",
+                source="reference",
+                attribution="stack",
+            ),
             _model("fine", ["aten::mm"], numerics="match", device="pretend"),
         ]
     )
-    assert stopped == "aten::relu" and [m.predicted for m in models] == ["FAIL(other)", "PASS", "FAIL(load)", "PASS"]
+    assert stopped == "aten::relu" and [m.predicted for m in models] == [
+        "FAIL(other)",
+        "PASS",
+        "FAIL(load)",
+        "PASS",
+    ]
     (step,) = porting_plan(models)
-    assert (step.op, step.faults, step.unlocks, step.passing) == ("aten::relu", {"aten::relu": "crashes"}, ["opt"], 2)
+    assert (step.op, step.faults, step.unlocks, step.passing) == (
+        "aten::relu",
+        {"aten::relu": "crashes"},
+        ["opt"],
+        2,
+    )
     assert still_blocked(models) == [(DIVERGES, ["wrong"]), (UNNAMED, ["dtype"])]
 
 
@@ -194,9 +255,15 @@ def test_the_pretend_adapter_answers_from_its_configuration(monkeypatch):
     from model_support_pretend.adapter import PretendAdapter
     from model_support_pretend.config import parse
 
-    monkeypatch.setenv(PRETEND_VAR, json.dumps({"missing_ops": ["aten::add"], "fallback_ops": ["aten::tanh"]}))
+    monkeypatch.setenv(
+        PRETEND_VAR, json.dumps({"missing_ops": ["aten::add"], "fallback_ops": ["aten::tanh"]})
+    )
     coverage = PretendAdapter("pretend").op_coverage(["aten::add.Tensor", "aten::tanh", "aten::mm"])
-    assert coverage == {"aten::add.Tensor": "missing", "aten::tanh": "fallback", "aten::mm": "implemented"}
+    assert coverage == {
+        "aten::add.Tensor": "missing",
+        "aten::tanh": "fallback",
+        "aten::mm": "implemented",
+    }
     assert parse('{"fallback_ops": ["aten::tanh"]}').fallback_ops == frozenset({"aten::tanh"})
 
 
@@ -210,18 +277,28 @@ def test_the_pretend_coverage_knows_its_aborts_wrong_operators_and_refused_dtype
     from model_support.probe.devices import DeviceUnavailable
     from model_support_pretend.adapter import PretendAdapter
 
-    config = {"crash_ops": ["aten::relu"], "wrong_ops": ["aten::mm"], "unsupported_dtypes": ["float16"]}
+    config = {
+        "crash_ops": ["aten::relu"],
+        "wrong_ops": ["aten::mm"],
+        "unsupported_dtypes": ["float16"],
+    }
     monkeypatch.setenv(PRETEND_VAR, json.dumps(config))
     models = [
         _model("opt", ["aten::relu", "aten::addmm"], dtype="bfloat16"),
-        _model("half", ["aten::_to_copy", "aten::addmm"], stages=["load", "generate"], dtype="float16"),
+        _model(
+            "half", ["aten::_to_copy", "aten::addmm"], stages=["load", "generate"], dtype="float16"
+        ),
         _model("llama", ["aten::mm", "aten::silu"], dtype="bfloat16"),
     ]
     coverage = PretendAdapter("pretend").op_coverage(census_ops(models))
     assert coverage["aten::relu"] == "crashes" and coverage["aten::mm"] == "wrong"
     assert (coverage["dtype::float16"], coverage["dtype::bfloat16"]) == ("missing", "implemented")
     opt, half, llama = predict(models, coverage)
-    assert (opt.predicted, opt.first_missing, opt.ops_crashing) == ("FAIL(other)", "aten::relu", ["aten::relu"])
+    assert (opt.predicted, opt.first_missing, opt.ops_crashing) == (
+        "FAIL(other)",
+        "aten::relu",
+        ["aten::relu"],
+    )
     assert (half.predicted, half.first_missing) == ("FAIL(load)", "dtype::float16")
     assert (llama.predicted, llama.ops_wrong, llama.passes) == ("PASS", ["aten::mm"], False)
     assert [(s.op, s.unlocks, s.passing) for s in porting_plan(models)] == [
@@ -256,7 +333,12 @@ def test_a_stopped_runs_census_keeps_the_devices_operators_and_the_one_that_stop
         "ops_stages": ["generate"] * 3,
         "ops_calls": [40, 8, 8],
         "ops_source": "reference",
-        "ops_sig_ops": ["aten::mm", "aten::mm", "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::silu"],
+        "ops_sig_ops": [
+            "aten::mm",
+            "aten::mm",
+            "aten::_scaled_dot_product_flash_attention_for_cpu",
+            "aten::silu",
+        ],
         "ops_sig_dtypes": ["bf16,bf16", "f32,f32", "bf16,bf16,bf16", "bf16"],
         "ops_sig_calls": [38, 2, 8, 8],
         "ops_sig_min_rank": [1, 2, 4, 3],
@@ -269,21 +351,42 @@ def test_a_stopped_runs_census_keeps_the_devices_operators_and_the_one_that_stop
         "ops_calls": [20, 40, 1, 8, 8],
         "ops_source": "reference",
         # per (operator, signature): a shared one keeps the larger count and the widest ranks, the rest follow
-        "ops_sig_ops": [*partial["ops"], "aten::mm", "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::silu"],
-        "ops_sig_dtypes": ["bf16->bf16", "bf16,bf16", "bf16,bf16", "f32,f32", "bf16,bf16,bf16", "bf16"],
+        "ops_sig_ops": [
+            *partial["ops"],
+            "aten::mm",
+            "aten::_scaled_dot_product_flash_attention_for_cpu",
+            "aten::silu",
+        ],
+        "ops_sig_dtypes": [
+            "bf16->bf16",
+            "bf16,bf16",
+            "bf16,bf16",
+            "f32,f32",
+            "bf16,bf16,bf16",
+            "bf16",
+        ],
         "ops_sig_calls": [20, 38, 1, 2, 8, 8],
         "ops_sig_min_rank": [1, 1, 3, 2, 4, 3],
         "ops_sig_max_rank": [2, 3, 3, 2, 4, 3],
     }
-    failure = {"attribution": "stack", "error_message": "Could not run 'aten::bmm' with arguments from the 'x' backend"}
+    failure = {
+        "attribution": "stack",
+        "error_message": "Could not run 'aten::bmm' with arguments from the 'x' backend",
+    }
     assert census.stopped_by(failure) == "aten::bmm"
-    assert census.stopped_by({**failure, "attribution": "model"}) is None  # the reference fails too: not the stack's
-    fields = census.coverage_fields(done["ops"], dict.fromkeys(done["ops"], "implemented"), "aten::bmm")
+    assert (
+        census.stopped_by({**failure, "attribution": "model"}) is None
+    )  # the reference fails too: not the stack's
+    fields = census.coverage_fields(
+        done["ops"], dict.fromkeys(done["ops"], "implemented"), "aten::bmm"
+    )
     assert fields == {"ops_missing": ["aten::bmm"], "ops_fallback": [], "ops_unknown": []}
 
 
 #: Skip where the torch_tpu wheel is not installed, without importing it here (its loader writes into os.environ).
-needs_torch_tpu = pytest.mark.skipif(importlib.util.find_spec("torch_tpu") is None, reason="torch_tpu not installed")
+needs_torch_tpu = pytest.mark.skipif(
+    importlib.util.find_spec("torch_tpu") is None, reason="torch_tpu not installed"
+)
 
 
 @needs_torch_tpu
@@ -303,17 +406,22 @@ def test_the_generic_adapter_reads_a_real_stacks_registrations():
         print(json.dumps(devices.adapter_for("tpu").op_coverage(ops)))
         """
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(None), timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=_env(None), timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     coverage = json.loads(done.stdout.strip().splitlines()[-1])
-    assert coverage == {
-        "aten::rsqrt": "implemented",  # a structured op: its default kernel runs torch_tpu's aten::rsqrt.out
-        "aten::linear": "implemented",  # torch_tpu registers the composite itself
-        # no kernel: torch_tpu's boxed fallback catches it, and raises with its CPU fallback off (the default)
-        "aten::_scaled_dot_product_flash_attention_for_cpu": "missing",
-        "aten::_to_copy": "implemented",
-        "nosuch::op": "unknown",
-    }
+    assert (
+        coverage
+        == {
+            "aten::rsqrt": "implemented",  # a structured op: its default kernel runs torch_tpu's aten::rsqrt.out
+            "aten::linear": "implemented",  # torch_tpu registers the composite itself
+            # no kernel: torch_tpu's boxed fallback catches it, and raises with its CPU fallback off (the default)
+            "aten::_scaled_dot_product_flash_attention_for_cpu": "missing",
+            "aten::_to_copy": "implemented",
+            "nosuch::op": "unknown",
+        }
+    )
 
 
 #: An operator with no TPU kernel that only torch_tpu 0.2.0's boxed fallback catches (the CPU's attention kernel).
@@ -344,16 +452,22 @@ def _census_sweep(data: Path, sweep_id: str, censuses: dict[str, list[str]]) -> 
         for model_id, ops in censuses.items()
     ]
     models = [ModelEntry(r["model_id"]) for r in records]
-    SweepMeta(sweep_id=sweep_id, name="census", created_at="2026-12-01T00:00:00+00:00", probe={}, models=models).write(
-        store.sweep_dir(data, sweep_id)
-    )
+    SweepMeta(
+        sweep_id=sweep_id,
+        name="census",
+        created_at="2026-12-01T00:00:00+00:00",
+        probe={},
+        models=models,
+    ).write(store.sweep_dir(data, sweep_id))
     for record in records:
         store.store_result(data, sweep_id, record, None, "log\n")
     store.compact(data, sweep_id)
 
 
 @needs_torch_tpu
-def test_ops_on_tpu_predicts_an_operator_only_the_fallback_catches_missing_and_names_the_switch(tmp_path):
+def test_ops_on_tpu_predicts_an_operator_only_the_fallback_catches_missing_and_names_the_switch(
+    tmp_path,
+):
     """Issue 58, item 2: ``ops --on tpu`` of a census calling an operator only torch_tpu's boxed fallback catches
     predicts it missing (FAIL(gen)), not a PASS with a fallback: torch_tpu's CPU fallback is off by default, and such
     an operator raises "not implemented for TPU". The step that fixes it names the switch that would make it a CPU
@@ -370,8 +484,14 @@ def test_ops_on_tpu_predicts_an_operator_only_the_fallback_catches_missing_and_n
     switch = "torch_tpu._internal.execution_mode.enable_cpu_fallback = True"
     answer = json.loads(cli(["ops", sweep, "--on", "tpu", "--json"], tmp_path).stdout)
     attends, plain = answer["models"]["local:attends"], answer["models"]["local:plain"]
-    assert (attends["predicted"], attends["ops_missing"], attends["ops_fallback"]) == ("FAIL(gen)", [FALLBACK_ONLY], [])
-    assert attends["notes"][FALLBACK_ONLY].startswith("missing while the tpu stack's CPU fallback is off")
+    assert (attends["predicted"], attends["ops_missing"], attends["ops_fallback"]) == (
+        "FAIL(gen)",
+        [FALLBACK_ONLY],
+        [],
+    )
+    assert attends["notes"][FALLBACK_ONLY].startswith(
+        "missing while the tpu stack's CPU fallback is off"
+    )
     assert switch in attends["notes"][FALLBACK_ONLY] and plain["predicted"] == "PASS"
     (step,) = answer["plan"]
     assert (step["op"], step["faults"], step["unlocks"]) == (
@@ -381,10 +501,14 @@ def test_ops_on_tpu_predicts_an_operator_only_the_fallback_catches_missing_and_n
     )
     assert switch in step["notes"][FALLBACK_ONLY]
     text = cli(["ops", sweep, "--on", "tpu"], tmp_path).stdout
-    assert "FAIL(gen)" in text and f"{switch} makes it a CPU fallback" in text  # the plan's step says the switch
+    assert (
+        "FAIL(gen)" in text and f"{switch} makes it a CPU fallback" in text
+    )  # the plan's step says the switch
 
 
-def test_the_pretend_tpu_contract_without_a_cpu_fallback_predicts_its_fallback_operators_missing(monkeypatch):
+def test_the_pretend_tpu_contract_without_a_cpu_fallback_predicts_its_fallback_operators_missing(
+    monkeypatch,
+):
     """The pretend device playing TorchTPU's contract (``no_fallback``): its ``fallback_ops`` are missing while its CPU
     fallback switch is off (the model calling one FAIL(gen), the step naming the switch), a fallback once it is on."""
     from model_support.ops import porting_plan, predict
@@ -392,25 +516,45 @@ def test_the_pretend_tpu_contract_without_a_cpu_fallback_predicts_its_fallback_o
     from model_support_pretend import device
     from model_support_pretend.adapter import PretendAdapter
 
-    monkeypatch.setenv(PRETEND_VAR, json.dumps({"fallback_ops": ["aten::tanh"], "no_fallback": True}))
+    monkeypatch.setenv(
+        PRETEND_VAR, json.dumps({"fallback_ops": ["aten::tanh"], "no_fallback": True})
+    )
     monkeypatch.setattr(device, "enable_cpu_fallback", False)
-    models = [_model("gpt2", ["aten::mm", "aten::tanh"]), _model("llama", ["aten::mm", "aten::silu"])]
+    models = [
+        _model("gpt2", ["aten::mm", "aten::tanh"]),
+        _model("llama", ["aten::mm", "aten::silu"]),
+    ]
     coverage, notes = PretendAdapter("pretend").coverage_with_notes(census_ops(models))
     assert (coverage["aten::tanh"], coverage["aten::mm"]) == ("missing", "implemented")
     assert PretendAdapter("pretend").op_coverage(["aten::tanh"]) == {"aten::tanh": "missing"}
     gpt2, llama = predict(models, StackCoverage(coverage, notes))
-    assert (gpt2.predicted, gpt2.ops_missing, llama.predicted) == ("FAIL(gen)", ["aten::tanh"], "PASS")
+    assert (gpt2.predicted, gpt2.ops_missing, llama.predicted) == (
+        "FAIL(gen)",
+        ["aten::tanh"],
+        "PASS",
+    )
     (step,) = porting_plan(models)
     assert step.fault("aten::tanh") == (
         "missing while the pretend stack's CPU fallback is off: torch.pretend.enable_cpu_fallback = True makes it a "
         "CPU fallback"
     )
-    monkeypatch.setattr(device, "enable_cpu_fallback", True)  # the switch on: a CPU fallback, the model passes
+    monkeypatch.setattr(
+        device, "enable_cpu_fallback", True
+    )  # the switch on: a CPU fallback, the model passes
     coverage, notes = PretendAdapter("pretend").coverage_with_notes(census_ops(models))
     gpt2, _ = predict(models, StackCoverage(coverage, notes))
-    assert (coverage["aten::tanh"], gpt2.predicted, gpt2.ops_fallback) == ("fallback", "PASS", ["aten::tanh"])
-    monkeypatch.setenv(PRETEND_VAR, json.dumps({"fallback_ops": ["aten::tanh"]}))  # no contract: a fallback, no note
-    assert PretendAdapter("pretend").coverage_with_notes(["aten::tanh"]) == ({"aten::tanh": "fallback"}, {})
+    assert (coverage["aten::tanh"], gpt2.predicted, gpt2.ops_fallback) == (
+        "fallback",
+        "PASS",
+        ["aten::tanh"],
+    )
+    monkeypatch.setenv(
+        PRETEND_VAR, json.dumps({"fallback_ops": ["aten::tanh"]})
+    )  # no contract: a fallback, no note
+    assert PretendAdapter("pretend").coverage_with_notes(["aten::tanh"]) == (
+        {"aten::tanh": "fallback"},
+        {},
+    )
 
 
 NO_FALLBACK_RUN = """
@@ -436,11 +580,17 @@ def test_the_pretend_tpu_contract_raises_at_a_fallback_operator_until_its_switch
     ``torch.pretend.enable_cpu_fallback`` is set."""
     config = {"fallback_ops": ["aten::tanh"], "no_fallback": True}
     done = subprocess.run(
-        [sys.executable, "-c", NO_FALLBACK_RUN], capture_output=True, text=True, env=_env(config), timeout=300
+        [sys.executable, "-c", NO_FALLBACK_RUN],
+        capture_output=True,
+        text=True,
+        env=_env(config),
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    assert out["said"] == "'aten::tanh' is not implemented for pretend. Please file a feature request"
+    assert (
+        out["said"] == "'aten::tanh' is not implemented for pretend. Please file a feature request"
+    )
     assert out["named"] == "aten::tanh" and out["after"] == [0.7615941762924194] * 3
 
 
@@ -448,7 +598,9 @@ def test_a_stack_this_machine_lacks_is_one_sentence():
     """``--on cuda`` with a CPU-only torch: no kernels to read, said in one sentence (no prediction of all-missing)."""
     import torch
 
-    if torch.cuda.is_available() or torch._C._dispatch_has_kernel_for_dispatch_key("aten::empty.memory_format", "CUDA"):
+    if torch.cuda.is_available() or torch._C._dispatch_has_kernel_for_dispatch_key(
+        "aten::empty.memory_format", "CUDA"
+    ):
         pytest.skip("this machine has a CUDA stack")
     done = subprocess.run(
         [sys.executable, "-m", "model_support.ops", "cuda"],
@@ -478,7 +630,9 @@ def test_a_device_this_machine_does_not_know_is_named_with_those_it_can_read():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     problem = json.loads(done.stdout)["problem"]
-    assert problem.startswith("There is no device 'gpu' here (an NVIDIA or AMD GPU is cuda); this machine can read")
+    assert problem.startswith(
+        "There is no device 'gpu' here (an NVIDIA or AMD GPU is cuda); this machine can read"
+    )
     assert "cpu, " in problem and "pretend" in problem and "PrivateUse1" not in problem
 
 
@@ -487,7 +641,9 @@ def test_a_stack_whose_coverage_does_not_come_in_time_is_one_sentence(monkeypatc
     from model_support.errors import UserError
     from model_support.ops import coverage
 
-    monkeypatch.setattr(coverage, "COVERAGE_TIMEOUT_S", 0.01)  # no python starts that fast: a real timeout
+    monkeypatch.setattr(
+        coverage, "COVERAGE_TIMEOUT_S", 0.01
+    )  # no python starts that fast: a real timeout
     with pytest.raises(UserError) as caught:
         coverage.stack_coverage("cpu", ["aten::mm"])
     assert str(caught.value) == (
@@ -505,7 +661,13 @@ def test_the_note_on_where_the_census_was_taken_says_which_models():
     models = predict(
         [
             _model("a", ["aten::mm"], device="pretend"),
-            _model("b", ["aten::mm", "aten::bmm"], device="pretend", source="reference", status="FAIL(gen)"),
+            _model(
+                "b",
+                ["aten::mm", "aten::bmm"],
+                device="pretend",
+                source="reference",
+                status="FAIL(gen)",
+            ),
             _model("c", ["aten::mm"], device="cpu"),
         ],
         {"aten::mm": "implemented", "aten::bmm": "missing"},
@@ -513,7 +675,9 @@ def test_the_note_on_where_the_census_was_taken_says_which_models():
     text = " ".join(ops_text(models, porting_plan(models), "pretend", {"cpu", "pretend"}).split())
     assert "not pretend" in text and "cpu, pretend" not in text
     assert "The census of 1 of 3 models was taken on cpu, not pretend" in text
-    assert "1 stopped run on pretend ends its census with what the CPU reference alone called." in text
+    assert (
+        "1 stopped run on pretend ends its census with what the CPU reference alone called." in text
+    )
 
 
 def test_the_operator_status_words_are_declared_once():
@@ -529,7 +693,11 @@ def test_the_operator_status_words_are_declared_once():
     for root in (REPO / "src", REPO / "pretend" / "src"):
         for path in root.rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                if isinstance(node, ast.Constant) and node.value in ("implemented", "fallback", "CPU fallback"):
+                if isinstance(node, ast.Constant) and node.value in (
+                    "implemented",
+                    "fallback",
+                    "CPU fallback",
+                ):
                     declared.append(path.relative_to(REPO).as_posix())
     assert set(declared) == {"src/model_support/record/ops_table.py"}
 
@@ -548,7 +716,13 @@ def test_the_ops_config_is_linear_in_the_models():
             compared[0] += 1
             return str.__eq__(self, other)
 
-    base = {"sweep_id": "s", "device_type": "pretend", "versions": None, "ops": ["aten::mm"], "ops_calls": [1]}
+    base = {
+        "sweep_id": "s",
+        "device_type": "pretend",
+        "versions": None,
+        "ops": ["aten::mm"],
+        "ops_calls": [1],
+    }
     rows = op_rows({**base, "model_id": Counted(f"m{i}")} for i in range(2000))
     assert rows[0]["probes"] == 2000 and len(rows[0]["models"]) == 2000
     assert compared[0] < 2000
@@ -596,7 +770,9 @@ def test_the_ops_config_rows():
             {**base, "model_id": "c", "ops": None},
         ]
     )
-    assert [(r["op"], r["status"], r["models"], r["calls"], r["calls_per_probe"]) for r in rows] == [
+    assert [
+        (r["op"], r["status"], r["models"], r["calls"], r["calls_per_probe"]) for r in rows
+    ] == [
         ("aten::mm", "implemented", ["a", "b"], 6, 3.0),
         ("aten::tanh", "CPU fallback", ["b"], 6, 6.0),
         ("aten::rsqrt", "missing", ["a"], 2, 2.0),
@@ -624,7 +800,9 @@ def _definition(path: Path, device: str) -> Path:
         "perf": False,
     }
     models = [str(REPO / "data" / "models" / m) for m in MODELS]
-    path.write_text(yaml.safe_dump({"name": f"ops-{device}", "probe": probe, "models": models, "workers": 1}))
+    path.write_text(
+        yaml.safe_dump({"name": f"ops-{device}", "probe": probe, "models": models, "workers": 1})
+    )
     return path
 
 
@@ -637,23 +815,42 @@ def ops_loop(tmp_path_factory, fixture_models) -> dict:
     tmp = tmp_path_factory.mktemp("ops")
     data = tmp / "data"
     sweeps = {}
-    for name, device, config, report in (("cpu", "cpu", None, False), ("stack", "pretend", STACK, True)):
+    for name, device, config, report in (
+        ("cpu", "cpu", None, False),
+        ("stack", "pretend", STACK, True),
+    ):
         before = set(store.list_sweeps(data)) if data.exists() else set()
         cli(
-            ["sweep", str(_definition(tmp / f"{name}.yaml", device)), *([] if report else ["--no-report"])],
+            [
+                "sweep",
+                str(_definition(tmp / f"{name}.yaml", device)),
+                *([] if report else ["--no-report"]),
+            ],
             data,
             config,
         )
         (sweeps[name],) = set(store.list_sweeps(data)) - before
         if name == "cpu":
-            predicted = json.loads(cli(["ops", sweeps["cpu"], "--on", "pretend", "--json"], data, STACK).stdout)
+            predicted = json.loads(
+                cli(["ops", sweeps["cpu"], "--on", "pretend", "--json"], data, STACK).stdout
+            )
     plan = json.loads(cli(["ops", sweeps["stack"], "--json"], data, None).stdout)
     text = cli(["ops", sweeps["cpu"], "--on", "pretend"], data, STACK).stdout
     before = set(store.list_sweeps(data))
     cli(["sweep", str(_definition(tmp / "next.yaml", "pretend")), "--no-report"], data, NEXT)
     (sweeps["next"],) = set(store.list_sweeps(data)) - before
-    records = {k: {display_name(r["model_id"]): r for r in store.read_records(data, s)} for k, s in sweeps.items()}
-    return {"data": data, "sweeps": sweeps, "records": records, "predicted": predicted, "plan": plan, "text": text}
+    records = {
+        k: {display_name(r["model_id"]): r for r in store.read_records(data, s)}
+        for k, s in sweeps.items()
+    }
+    return {
+        "data": data,
+        "sweeps": sweeps,
+        "records": records,
+        "predicted": predicted,
+        "plan": plan,
+        "text": text,
+    }
 
 
 def test_a_cpu_sweep_records_every_fixtures_census(ops_loop):
@@ -664,15 +861,26 @@ def test_a_cpu_sweep_records_every_fixtures_census(ops_loop):
         assert len(r["ops"]) == len(r["ops_stages"]) == len(r["ops_calls"]) > 20
         assert r["ops_missing"] == [] and r["ops_fallback"] == []  # the CPU runs what it ran
     assert {"aten::rsqrt", "aten::silu"} <= set(records["tiny-llama"]["ops"])
-    assert "aten::gelu" in records["tiny-gpt-neox"]["ops"] and "aten::tanh" in records["tiny-gpt2"]["ops"]
-    weightless = records["fail-missing-weights"]  # it stopped loading: a census of nothing, and no reference ran
-    assert (weightless["status"], weightless["ops"], weightless["ops_source"]) == ("FAIL(load)", [], "partial")
+    assert (
+        "aten::gelu" in records["tiny-gpt-neox"]["ops"]
+        and "aten::tanh" in records["tiny-gpt2"]["ops"]
+    )
+    weightless = records[
+        "fail-missing-weights"
+    ]  # it stopped loading: a census of nothing, and no reference ran
+    assert (weightless["status"], weightless["ops"], weightless["ops_source"]) == (
+        "FAIL(load)",
+        [],
+        "partial",
+    )
 
 
 def test_the_prediction_from_the_cpu_census_is_the_pretend_sweeps_verdict_model_for_model(ops_loop):
     predicted = {name_of(k): v for k, v in ops_loop["predicted"]["models"].items()}
     actual = ops_loop["records"]["stack"]
-    assert {name: p["predicted"] for name, p in predicted.items()} == {n: r["status"] for n, r in actual.items()}
+    assert {name: p["predicted"] for name, p in predicted.items()} == {
+        n: r["status"] for n, r in actual.items()
+    }
     assert predicted["tiny-llama"]["ops_missing"] == ["aten::rsqrt", "aten::silu"]
     assert predicted["tiny-gpt2"] == {
         "ops_missing": [],
@@ -686,40 +894,79 @@ def test_the_prediction_from_the_cpu_census_is_the_pretend_sweeps_verdict_model_
 
 def test_the_ops_command_prints_the_predictions_the_plan_and_where_the_census_came_from(ops_loop):
     text = ops_loop["text"]
-    assert "Predicted on the pretend stack of this machine" in text and "What to implement next" in text
+    assert (
+        "Predicted on the pretend stack of this machine" in text
+        and "What to implement next" in text
+    )
     llama = next(line for line in text.splitlines() if "tiny-llama" in line)
-    assert "PASS" in llama and "FAIL(gen)" in llama and "aten::rsqrt" in llama  # recorded on the CPU, predicted here
+    assert (
+        "PASS" in llama and "FAIL(gen)" in llama and "aten::rsqrt" in llama
+    )  # recorded on the CPU, predicted here
     assert "The census was taken on cpu, not pretend" in " ".join(text.split())
     # which configuration of the backend it predicted for (with MODEL_SUPPORT_PRETEND unset: refused, see below)
-    said = next(line for line in text.splitlines() if line.startswith("predicted for pretend as this environment"))
+    said = next(
+        line
+        for line in text.splitlines()
+        if line.startswith("predicted for pretend as this environment")
+    )
     assert "MODEL_SUPPORT_PRETEND=" in said and "aten::rsqrt" in said
     assert ops_loop["predicted"]["configuration"] == {"MODEL_SUPPORT_PRETEND": json.dumps(STACK)}
 
 
-def test_a_stopped_run_takes_its_census_from_the_reference_and_records_what_the_stack_lacks(ops_loop):
+def test_a_stopped_run_takes_its_census_from_the_reference_and_records_what_the_stack_lacks(
+    ops_loop,
+):
     llama = ops_loop["records"]["stack"]["tiny-llama"]
-    assert (llama["status"], llama["attribution"], llama["ops_source"]) == ("FAIL(gen)", "stack", "reference")
-    assert llama["ops_missing"] == ["aten::rsqrt", "aten::silu"]  # the second one too, which the run never reached
+    assert (llama["status"], llama["attribution"], llama["ops_source"]) == (
+        "FAIL(gen)",
+        "stack",
+        "reference",
+    )
+    assert llama["ops_missing"] == [
+        "aten::rsqrt",
+        "aten::silu",
+    ]  # the second one too, which the run never reached
     gpt2 = ops_loop["records"]["stack"]["tiny-gpt2"]  # falls back, passes, counted
-    assert (gpt2["status"], gpt2["ops_source"], gpt2["ops_fallback"]) == ("PASS", "run", ["aten::tanh"])
+    assert (gpt2["status"], gpt2["ops_source"], gpt2["ops_fallback"]) == (
+        "PASS",
+        "run",
+        ["aten::tanh"],
+    )
     assert gpt2["ops_calls"][gpt2["ops"].index("aten::tanh")] > 0
-    assert "aten::_to_copy" in gpt2["ops"] and gpt2["ops_stages"][gpt2["ops"].index("aten::_to_copy")] == "load"
+    assert (
+        "aten::_to_copy" in gpt2["ops"]
+        and gpt2["ops_stages"][gpt2["ops"].index("aten::_to_copy")] == "load"
+    )
 
 
 def test_the_plan_and_implementing_its_first_operator_makes_exactly_its_unlocks_pass(ops_loop):
     plan = ops_loop["plan"]["plan"]
-    named = [(s["op"], sorted(map(name_of, s["unlocks"])), sorted(map(name_of, s["blocks"]))) for s in plan]
+    named = [
+        (s["op"], sorted(map(name_of, s["unlocks"])), sorted(map(name_of, s["blocks"])))
+        for s in plan
+    ]
     assert named == [
         ("aten::gelu", ["tiny-gpt-neox"], ["tiny-gpt-neox"]),
-        ("aten::rsqrt + aten::silu", ["tiny-llama"], ["tiny-llama"]),  # llama lacks two: they only unlock together
+        (
+            "aten::rsqrt + aten::silu",
+            ["tiny-llama"],
+            ["tiny-llama"],
+        ),  # llama lacks two: they only unlock together
     ]
-    assert [s["passing"] for s in plan] == [3, 4] and ops_loop["plan"]["passing"] == 2  # gpt2, opt pass already
+    assert [s["passing"] for s in plan] == [3, 4] and ops_loop["plan"][
+        "passing"
+    ] == 2  # gpt2, opt pass already
     assert ops_loop["plan"]["blocked"] == [
-        {"by": "its own failure: the CPU reference fails too", "models": [ops_loop["plan"]["blocked"][0]["models"][0]]}
+        {
+            "by": "its own failure: the CPU reference fails too",
+            "models": [ops_loop["plan"]["blocked"][0]["models"][0]],
+        }
     ]
     assert name_of(ops_loop["plan"]["blocked"][0]["models"][0]) == "fail-missing-weights"
     before, after = ops_loop["records"]["stack"], ops_loop["records"]["next"]
-    newly = sorted(n for n in after if after[n]["status"] == "PASS" and before[n]["status"] != "PASS")
+    newly = sorted(
+        n for n in after if after[n]["status"] == "PASS" and before[n]["status"] != "PASS"
+    )
     assert newly == named[0][1]
     assert all(after[n]["status"] == before[n]["status"] for n in after if n not in newly)
 
@@ -730,7 +977,9 @@ def test_the_report_says_what_to_implement_next_and_the_fallbacks(ops_loop):
     plan = html[html.index("The porting plan") :]
     assert plan.index("aten::gelu") < plan.index("aten::rsqrt") < plan.index("aten::silu")
     assert "CPU fallbacks, the most-run first" in html and "aten::tanh" in plan
-    from model_support.render.explorer import explorer_data  # the explorer's lacks column: the census' missing ops
+    from model_support.render.explorer import (
+        explorer_data,
+    )  # the explorer's lacks column: the census' missing ops
 
     lacks = {o[7] for o in explorer_data(ops_loop["data"])["outcomes"] if o[7]}
     assert lacks == {"aten::rsqrt, aten::silu", "aten::gelu"}
@@ -759,15 +1008,26 @@ def test_the_pretend_census_keeps_each_operators_dtype_signatures_and_ranks(ops_
     stack lacks it: the run stopped there, counted before it raised), on a (batch, positions, 1) tensor: ``f32``,
     3 dims; per operator the signatures' calls add up to its calls."""
     llama = ops_loop["records"]["stack"]["tiny-llama"]
-    sigs = list(zip(*(llama[f] for f in ("ops_sig_ops", "ops_sig_dtypes", "ops_sig_min_rank", "ops_sig_max_rank"))))
+    sigs = list(
+        zip(
+            *(
+                llama[f]
+                for f in ("ops_sig_ops", "ops_sig_dtypes", "ops_sig_min_rank", "ops_sig_max_rank")
+            )
+        )
+    )
     assert [s[1:] for s in sigs if s[0] == "aten::rsqrt"] == [("f32", 3, 3)]
     # the upcast before it; silu, which the stopped run never reached, from its CPU reference (in bfloat16)
     assert {("aten::_to_copy", "bf16->f32"), ("aten::silu", "bf16")} <= {s[:2] for s in sigs}
     gpt2 = ops_loop["records"]["stack"]["tiny-gpt2"]  # a PASS: its own census, whole
     calls = dict(zip(gpt2["ops"], gpt2["ops_calls"]))
     for op in gpt2["ops"]:
-        assert calls[op] == sum(c for o, c in zip(gpt2["ops_sig_ops"], gpt2["ops_sig_calls"]) if o == op), op
-    assert len(gpt2["ops_sig_device_s"]) == len(gpt2["ops_sig_ops"])  # timed on the pretend device's host clock
+        assert calls[op] == sum(
+            c for o, c in zip(gpt2["ops_sig_ops"], gpt2["ops_sig_calls"]) if o == op
+        ), op
+    assert len(gpt2["ops_sig_device_s"]) == len(
+        gpt2["ops_sig_ops"]
+    )  # timed on the pretend device's host clock
 
 
 def test_the_ops_config_has_a_row_per_operator_and_dtype_signature(ops_loop):
@@ -775,10 +1035,16 @@ def test_the_ops_config_has_a_row_per_operator_and_dtype_signature(ops_loop):
 
     rows = store.scan_ops(ops_loop["data"]).collect()
     stack = rows.filter(rows["sweep_id"] == ops_loop["sweeps"]["stack"])
-    assert stack.select("op", "dtypes").n_unique() == stack.height  # one row per (operator, signature)
+    assert (
+        stack.select("op", "dtypes").n_unique() == stack.height
+    )  # one row per (operator, signature)
     rsqrt = stack.filter(stack["op"] == "aten::rsqrt").to_dicts()
-    assert [(r["dtypes"], r["min_rank"], r["max_rank"], r["status"]) for r in rsqrt] == [("f32", 3, 3, "missing")]
-    assert len(set(stack.filter(stack["op"] == "aten::_to_copy")["dtypes"])) >= 2  # bf16->f32, f32->bf16, ...
+    assert [(r["dtypes"], r["min_rank"], r["max_rank"], r["status"]) for r in rsqrt] == [
+        ("f32", 3, 3, "missing")
+    ]
+    assert (
+        len(set(stack.filter(stack["op"] == "aten::_to_copy")["dtypes"])) >= 2
+    )  # bf16->f32, f32->bf16, ...
 
 
 def test_the_plans_steps_name_the_dtypes_and_ranks_to_implement(ops_loop):
@@ -788,9 +1054,16 @@ def test_the_plans_steps_name_the_dtypes_and_ranks_to_implement(ops_loop):
         "aten::rsqrt for f32, 3 dims + aten::silu for bf16, 3 dims",
     ]
     assert plan[1]["signatures"]["aten::rsqrt"] == [
-        {"dtypes": "f32", "min_rank": 3, "max_rank": 3, "calls": plan[1]["signatures"]["aten::rsqrt"][0]["calls"]}
+        {
+            "dtypes": "f32",
+            "min_rank": 3,
+            "max_rank": 3,
+            "calls": plan[1]["signatures"]["aten::rsqrt"][0]["calls"],
+        }
     ]
-    assert "aten::rsqrt for f32, 3 dims" in ops_loop["text"]  # the terminal's plan, from the CPU census
+    assert (
+        "aten::rsqrt for f32, 3 dims" in ops_loop["text"]
+    )  # the terminal's plan, from the CPU census
 
 
 #: A stack without ``aten::bmm``: every attention on the pretend device takes the math path, which needs it; the
@@ -799,7 +1072,9 @@ NO_BMM = {"missing_ops": ["aten::bmm"]}
 
 
 @pytest.mark.slow
-def test_a_stack_lacking_bmm_lists_it_on_every_failing_row_and_ops_predicts_those_failures(tmp_path, fixture_models):
+def test_a_stack_lacking_bmm_lists_it_on_every_failing_row_and_ops_predicts_those_failures(
+    tmp_path, fixture_models
+):
     """A real sweep on a stack lacking ``aten::bmm``: each FAIL(gen) row keeps the device's census (the weights'
     ``aten::_to_copy`` at load, then the math attention's ``aten::bmm``, where it stopped) completed by what the
     CPU reference alone called, lists bmm as missing, and ``ops`` predicts the failures on the sweep's own stack
@@ -809,23 +1084,43 @@ def test_a_stack_lacking_bmm_lists_it_on_every_failing_row_and_ops_predicts_thos
     from model_support.probe.model_ids import display_name
     from model_support.record import store
 
-    probe = {"device": "pretend", "max_new_tokens": 2, "judge": False, "reference": "cpu", "perf": False}
+    probe = {
+        "device": "pretend",
+        "max_new_tokens": 2,
+        "judge": False,
+        "reference": "cpu",
+        "perf": False,
+    }
     models = [str(REPO / "data" / "models" / m) for m in ("tiny-llama", "tiny-gpt2")]
     definition = tmp_path / "bmm.yaml"
-    definition.write_text(yaml.safe_dump({"name": "no-bmm", "probe": probe, "models": models, "workers": 1}))
+    definition.write_text(
+        yaml.safe_dump({"name": "no-bmm", "probe": probe, "models": models, "workers": 1})
+    )
     data = tmp_path / "data"
     cli(["sweep", str(definition), "--no-report"], data, NO_BMM)
     (sweep,) = store.list_sweeps(data)
     rows = {display_name(r["model_id"]): r for r in store.read_records(data, sweep)}
     assert set(rows) == {"tiny-llama", "tiny-gpt2"}
     for name, r in rows.items():
-        assert (r["status"], r["attribution"], r["ops_source"]) == ("FAIL(gen)", "stack", "reference"), name
+        assert (r["status"], r["attribution"], r["ops_source"]) == (
+            "FAIL(gen)",
+            "stack",
+            "reference",
+        ), name
         assert r["error_message"].startswith("Could not run 'aten::bmm'"), name
         assert r["ops_missing"] == ["aten::bmm"], name
         assert r["ops_stages"][r["ops"].index("aten::bmm")] == "generate", name
-        assert r["ops_stages"][r["ops"].index("aten::_to_copy")] == "load", name  # the device's census, kept
+        assert r["ops_stages"][r["ops"].index("aten::_to_copy")] == "load", (
+            name
+        )  # the device's census, kept
     answer = json.loads(cli(["ops", sweep, "--json"], data).stdout)
-    predicted = {name_of(k): (m["predicted"], m["ops_missing"]) for k, m in answer["models"].items()}
+    predicted = {
+        name_of(k): (m["predicted"], m["ops_missing"]) for k, m in answer["models"].items()
+    }
     assert predicted == {name: ("FAIL(gen)", ["aten::bmm"]) for name in rows}
     (step,) = answer["plan"]
-    assert (step["op"], sorted(map(name_of, step["unlocks"])), step["passing"]) == ("aten::bmm", sorted(rows), 2)
+    assert (step["op"], sorted(map(name_of, step["unlocks"])), step["passing"]) == (
+        "aten::bmm",
+        sorted(rows),
+        2,
+    )

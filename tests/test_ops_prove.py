@@ -32,7 +32,9 @@ PROBE = {"device": "pretend", "max_new_tokens": 2, "judge": False, "perf": False
 VARIANT = "eager+dynamic+2t"  # max_new_tokens 2
 
 
-def cli(args: list, data: Path, stack: dict | None, check: bool = True) -> subprocess.CompletedProcess:
+def cli(
+    args: list, data: Path, stack: dict | None, check: bool = True
+) -> subprocess.CompletedProcess:
     """The command line for real, with the pretend stack ``stack`` in its environment (None: unset)."""
     env = {**os.environ}
     env.pop("MODEL_SUPPORT_PRETEND", None)
@@ -51,7 +53,9 @@ def sweep(tmp: Path, data: Path, name: str, models, stack: dict, workers: int) -
 
     definition = tmp / f"{name}.yaml"
     listed = [str(REPO / "data" / "models" / m) for m in models]
-    definition.write_text(yaml.safe_dump({"name": name, "probe": PROBE, "models": listed, "workers": workers}))
+    definition.write_text(
+        yaml.safe_dump({"name": name, "probe": PROBE, "models": listed, "workers": workers})
+    )
     cli(["sweep", str(definition), "--no-report"], data, stack)
     (found,) = store.list_sweeps(data)
     return found
@@ -70,7 +74,12 @@ def seen(data: Path, sweep_id: str) -> dict:
     from model_support.record import store
     from model_support.render.exports import export
 
-    rows = store.scan(data, "results").filter(pl.col("sweep_id") == sweep_id).select("model_id", "status").collect()
+    rows = (
+        store.scan(data, "results")
+        .filter(pl.col("sweep_id") == sweep_id)
+        .select("model_id", "status")
+        .collect()
+    )
     records = store.sweep_dir(data, sweep_id) / "records"
     return {
         "results": sorted(rows.rows()),
@@ -135,7 +144,9 @@ def flat(text: str) -> str:
     return " ".join(text.split())
 
 
-def test_each_step_is_confirmed_by_running_and_the_model_needing_both_is_unlocked_at_the_second(proven):
+def test_each_step_is_confirmed_by_running_and_the_model_needing_both_is_unlocked_at_the_second(
+    proven,
+):
     plan = proven["answer"]["plan"]
     assert [(s["op"], sorted(s["unlocks"])) for s in plan] == [
         ("aten::rsqrt", [key("tiny-llama"), key("tiny-qwen2")]),
@@ -149,16 +160,22 @@ def test_each_step_is_confirmed_by_running_and_the_model_needing_both_is_unlocke
     said = flat(proven["said"])
     step1 = said[said.index("step 1: aten::rsqrt on the host (") : said.index("step 2:")]
     assert "tiny-llama" in step1 and "tiny-qwen2" in step1 and "tiny-gemma" not in step1
-    assert step1.strip().endswith("confirmed: 2 of 2 predicted models PASS and agree with the reference")
+    assert step1.strip().endswith(
+        "confirmed: 2 of 2 predicted models PASS and agree with the reference"
+    )
     step2 = said[said.index("step 2:") :]
-    assert step2.startswith("step 2: aten::gelu on the host, with step 1's aten::rsqrt (what-if sweep ")
+    assert step2.startswith(
+        "step 2: aten::gelu on the host, with step 1's aten::rsqrt (what-if sweep "
+    )
     assert (
         f"confirmed: 2 of 2 predicted models PASS and agree with the reference; tiny-gemma [{VARIANT}] needs "
         "aten::rsqrt (step 1) and aten::gelu (step 2): unlocked at step 2, with both" in step2
     )
     standing = proven["answer"]["standing"]
     assert standing[key("tiny-llama")].startswith("runs with 1 operator on the host (aten::rsqrt; ")
-    assert standing[key("tiny-gemma")].startswith("runs with 2 operators on the host (aten::rsqrt, aten::gelu; ")
+    assert standing[key("tiny-gemma")].startswith(
+        "runs with 2 operators on the host (aten::rsqrt, aten::gelu; "
+    )
     assert "confirmed: 2 of 2" in flat(proven["text"])  # read back from the records, no stack set
 
 
@@ -168,9 +185,13 @@ def test_the_steps_ran_as_what_if_sweeps_of_only_the_models_each_unlocks(proven)
 
     data, stack = proven["data"], proven["stack"]
     record = proof.read(data, stack)
-    assert [r["sweep_id"] for r in record["runs"]] == proven["what_if"]  # named in the stack's folder, in order
+    assert [r["sweep_id"] for r in record["runs"]] == proven[
+        "what_if"
+    ]  # named in the stack's folder, in order
     asked = {s: store.read_sweep(data, s) for s in proven["what_if"]}
-    assert sorted((m.probe["host_ops"], sorted(e.model_id for e in m.models)) for m in asked.values()) == [
+    assert sorted(
+        (m.probe["host_ops"], sorted(e.model_id for e in m.models)) for m in asked.values()
+    ) == [
         ("aten::gelu,aten::rsqrt", ["local:tiny-gemma", "local:tiny-gpt-neox"]),
         ("aten::rsqrt", ["local:tiny-llama", "local:tiny-qwen2"]),
     ]  # at most one probe per model per step: 4 in all
@@ -182,9 +203,20 @@ def test_a_what_if_pass_is_never_the_stacks(proven):
     ops still predicts the stack's own verdicts (nothing passes on it), and the gate refuses a what-if sweep."""
     assert proven["after"] == proven["before"]
     answer = proven["answer"]
-    assert answer["passing"] == 0 and all(m["predicted"] == "FAIL(gen)" for m in answer["models"].values())
-    assert [s["passing"] for s in answer["plan"]] == [s["passing"] for s in proven["census_only"]["plan"]] == [2, 4]
-    done = cli(["diff", proven["stack"], proven["what_if"][0], "--fail-on", "regressions"], proven["data"], None, False)
+    assert answer["passing"] == 0 and all(
+        m["predicted"] == "FAIL(gen)" for m in answer["models"].values()
+    )
+    assert (
+        [s["passing"] for s in answer["plan"]]
+        == [s["passing"] for s in proven["census_only"]["plan"]]
+        == [2, 4]
+    )
+    done = cli(
+        ["diff", proven["stack"], proven["what_if"][0], "--fail-on", "regressions"],
+        proven["data"],
+        None,
+        False,
+    )
     assert done.returncode != 0 and "is a what-if sweep" in done.stdout + done.stderr
 
 
@@ -199,18 +231,28 @@ def test_the_report_and_the_nightlys_draft_say_what_running_confirmed(proven):
     assert "2 of 2 steps confirmed by running" in section
     assert "runs with 2 operators on the host (aten::rsqrt, aten::gelu;" in section
     changes = [
-        {"model_id": "local:tiny-gemma", "variant": VARIANT, "before": "PASS", "after": "FAIL(gen)", "signature": "s"}
+        {
+            "model_id": "local:tiny-gemma",
+            "variant": VARIANT,
+            "before": "PASS",
+            "after": "FAIL(gen)",
+            "signature": "s",
+        }
     ]
     (path,) = nightly._draft(data, "stack", stack, stack, changes, False, None, lambda _: None)
     draft = flat(path.read_text())
-    assert "Confirmed by running: 2 of 2 predicted models PASS and agree with the reference" in draft
+    assert (
+        "Confirmed by running: 2 of 2 predicted models PASS and agree with the reference" in draft
+    )
 
 
 def test_proving_on_another_stack_is_refused_and_an_edited_proof_confirms_nothing(proven, tmp_path):
     data, stack = proven["data"], proven["stack"]
     done = cli(["ops", stack, "--prove"], data, {"missing_ops": ["aten::rsqrt"]}, check=False)
     assert (
-        done.returncode == 2 and "which is not the one sweep" in done.stderr and "MODEL_SUPPORT_PRETEND" in done.stderr
+        done.returncode == 2
+        and "which is not the one sweep" in done.stderr
+        and "MODEL_SUPPORT_PRETEND" in done.stderr
     )
     copy = tmp_path / "data"
     shutil.copytree(data, copy)
@@ -218,17 +260,24 @@ def test_proving_on_another_stack_is_refused_and_an_edited_proof_confirms_nothin
     edited = json.loads(path.read_text())
     for step in edited["steps"]:
         step["outcome"], step["said"] = "confirmed", "confirmed: edited"
-    edited["runs"] = edited["runs"][:1]  # step 2's what-if sweep is no longer named: its runs are no evidence
+    edited["runs"] = edited["runs"][
+        :1
+    ]  # step 2's what-if sweep is no longer named: its runs are no evidence
     path.write_text(json.dumps(edited))
     plan = json.loads(cli(["ops", stack, "--json"], copy, None).stdout)["plan"]
     assert [s["proof"]["outcome"] for s in plan] == ["confirmed", "predicted"]
-    assert all("edited" not in s["said"] for s in json.loads(cli(["ops", stack, "--json"], copy, None).stdout)["proof"])
+    assert all(
+        "edited" not in s["said"]
+        for s in json.loads(cli(["ops", stack, "--json"], copy, None).stdout)["proof"]
+    )
 
 
 def test_the_census_only_plan_misses_the_math_attentions_bmm_and_the_proof_names_it(bmm):
     llama = key("tiny-llama")
     census_only = bmm["census_only"]
-    assert [s["op"] for s in census_only["plan"]] == ["aten::rsqrt"]  # its run stopped at rsqrt: bmm unseen
+    assert [s["op"] for s in census_only["plan"]] == [
+        "aten::rsqrt"
+    ]  # its run stopped at rsqrt: bmm unseen
     assert "aten::bmm" not in json.dumps(census_only)
     said = flat(bmm["proved"])
     assert (
@@ -239,19 +288,37 @@ def test_the_census_only_plan_misses_the_math_attentions_bmm_and_the_proof_names
     )
     assert "step 2: aten::bmm on the host, with step 1's aten::rsqrt" in said
     assert "confirmed: 1 of 1 predicted model PASSes and agrees with the reference" in said
-    proved = bmm["proved_json"]  # the proven plan: bmm found by running, one step with both, confirmed
-    assert [(s["ops"], s["proof"]["outcome"]) for s in proved["plan"]] == [(["aten::bmm", "aten::rsqrt"], "confirmed")]
+    proved = bmm[
+        "proved_json"
+    ]  # the proven plan: bmm found by running, one step with both, confirmed
+    assert [(s["ops"], s["proof"]["outcome"]) for s in proved["plan"]] == [
+        (["aten::bmm", "aten::rsqrt"], "confirmed")
+    ]
     assert proved["models"][llama]["learned"] == {"aten::bmm": "missing"}
-    assert [s["outcome"] for s in proved["proof"]] == ["not confirmed", "confirmed"]  # the proof as it ran
+    assert [s["outcome"] for s in proved["proof"]] == [
+        "not confirmed",
+        "confirmed",
+    ]  # the proof as it ran
     completed = bmm["completed_json"]["models"][llama]  # host_ops: missing lists it too
     assert completed["ops_missing"] == ["aten::rsqrt", "aten::bmm"] and completed["completed_by"]
     assert "the stack lacks aten::rsqrt, aten::bmm" in flat(bmm["completed"])
 
 
-def run(setting="aten::rsqrt", status="PASS", numerics="match", failed_at=None, sweep="w", registered=None):
+def run(
+    setting="aten::rsqrt",
+    status="PASS",
+    numerics="match",
+    failed_at=None,
+    sweep="w",
+    registered=None,
+):
     from model_support.ops.proof import Run
 
-    forms = registered if registered is not None else [f"{op}.out" for op in setting.split(",")] + setting.split(",")
+    forms = (
+        registered
+        if registered is not None
+        else [f"{op}.out" for op in setting.split(",")] + setting.split(",")
+    )
     return Run(sweep, setting, tuple(forms), status, numerics, failed_at, False, "E: m", (), 1.0)
 
 
@@ -265,9 +332,17 @@ def run(setting="aten::rsqrt", status="PASS", numerics="match", failed_at=None, 
             "not confirmed",
             "its numbers were not checked against the CPU reference (numerics: none)",
         ),
-        (run(setting="aten::gelu,aten::rsqrt"), "predicted", "not run with these operators"),  # more on the host
+        (
+            run(setting="aten::gelu,aten::rsqrt"),
+            "predicted",
+            "not run with these operators",
+        ),  # more on the host
         (run(registered=[]), "not confirmed", "did not put aten::rsqrt on the host"),
-        (run(status="FAIL(gen)", numerics=None, failed_at="aten::bmm"), "not confirmed", "then fails at aten::bmm"),
+        (
+            run(status="FAIL(gen)", numerics=None, failed_at="aten::bmm"),
+            "not confirmed",
+            "then fails at aten::bmm",
+        ),
         (
             run(status="FAIL(gen)", numerics=None, failed_at="aten::rsqrt"),
             "not confirmed",
@@ -276,7 +351,9 @@ def run(setting="aten::rsqrt", status="PASS", numerics="match", failed_at=None, 
         (run(status="FAIL(gen)", numerics=None), "not confirmed", "FAIL(gen), naming no operator"),
     ],
 )
-def test_a_step_is_confirmed_only_by_a_pass_that_agrees_with_exactly_its_operators_on_the_host(found, outcome, said):
+def test_a_step_is_confirmed_only_by_a_pass_that_agrees_with_exactly_its_operators_on_the_host(
+    found, outcome, said
+):
     from model_support.ops.proof import judge
 
     judged = judge(["aten::rsqrt"], ["m"], {"m": [found]})
@@ -317,11 +394,18 @@ def test_an_interrupted_what_if_sweep_is_resumed_not_run_again(proven, tmp_path)
     record.unlink()
     shutil.rmtree(copy / "what_if" / f"sweep={first}")
     done = cli(["ops", proven["stack"], "--prove", "--json"], copy, STACK)
-    assert sorted(set(store.list_sweeps(copy)) - {proven["stack"]}) == proven["what_if"]  # no new sweep
-    assert record.exists() and [s["proof"]["outcome"] for s in json.loads(done.stdout)["plan"]] == ["confirmed"] * 2
+    assert (
+        sorted(set(store.list_sweeps(copy)) - {proven["stack"]}) == proven["what_if"]
+    )  # no new sweep
+    assert (
+        record.exists()
+        and [s["proof"]["outcome"] for s in json.loads(done.stdout)["plan"]] == ["confirmed"] * 2
+    )
 
 
-def test_an_operator_that_cannot_run_on_the_host_makes_its_step_not_proven_and_runs_nothing(tmp_path, fixture_models):
+def test_an_operator_that_cannot_run_on_the_host_makes_its_step_not_proven_and_runs_nothing(
+    tmp_path, fixture_models
+):
     """A stack lacking a view (aten::transpose): the plan's step cannot be put on the host, so no model is run."""
     from model_support.record import store
 
@@ -330,7 +414,11 @@ def test_an_operator_that_cannot_run_on_the_host_makes_its_step_not_proven_and_r
     stack = sweep(tmp_path, data, "views", ["tiny-llama"], views, 1)
     done = cli(["ops", stack, "--prove", "--json"], data, views)
     said = flat(done.stderr)
-    assert "step 1: aten::transpose" in said and "(nothing run): not proven:" in said and "it is a view" in said
+    assert (
+        "step 1: aten::transpose" in said
+        and "(nothing run): not proven:" in said
+        and "it is a view" in said
+    )
     assert f"tiny-llama [{VARIANT}] not run: it needs aten::transpose" in said
     (step,) = json.loads(done.stdout)["plan"]
     assert step["proof"]["outcome"] == "not confirmed" and step["proof"]["said"].startswith(
@@ -353,5 +441,11 @@ def test_a_proof_whose_plan_changed_since_it_ran_is_said_to_be_stale(proven):
     assert [s["stale"] for s in last_proof(data, stack, models, steps)] == [None] * len(steps)
     changed = [steps[0], PlanStep(steps[1].ops, ["local:tiny-opt"], [], 0, {})]
     said = last_proof(data, stack, models, changed)[1]["said"]
-    assert f"stale: the plan's step 2 is now {' + '.join(steps[1].ops)}, unlocking tiny-opt (run --prove again)" in said
-    assert last_proof(data, stack, models, steps[:1])[1]["stale"] == "the plan has 1 step now, no step 2"
+    assert (
+        f"stale: the plan's step 2 is now {' + '.join(steps[1].ops)}, unlocking tiny-opt (run --prove again)"
+        in said
+    )
+    assert (
+        last_proof(data, stack, models, steps[:1])[1]["stale"]
+        == "the plan has 1 step now, no step 2"
+    )

@@ -16,7 +16,9 @@ def refuse(raw) -> str:
     with pytest.raises(SweepConfigError) as info:
         params.parse(raw, source="t.yaml", base=REPO)
     message = str(info.value)
-    assert "\n" not in message and message.endswith((".", "?"))  # one sentence ("did you mean 'x'?")
+    assert "\n" not in message and message.endswith(
+        (".", "?")
+    )  # one sentence ("did you mean 'x'?")
     return message
 
 
@@ -35,7 +37,9 @@ def test_wrong_types_are_refused():
     assert "'max_new_tokens' must be an integer >= 1, not str '8'" in refuse(
         {"name": "x", "models": ["a"], "probe": {"max_new_tokens": "8"}}
     )
-    assert "must be true or false" in refuse({"name": "x", "models": ["a"], "probe": {"trust_remote_code": "yes"}})
+    assert "must be true or false" in refuse(
+        {"name": "x", "models": ["a"], "probe": {"trust_remote_code": "yes"}}
+    )
     assert "workers must be a whole number of at least 1, not float 1.5" in refuse(
         {"name": "x", "models": ["a"], "workers": 1.5}
     )
@@ -46,12 +50,19 @@ def test_wrong_types_are_refused():
 
 def test_per_model_overrides_are_checked_and_runner_owned_parameters_refused():
     assert "'dtypo'" in refuse({"name": "x", "models": [{"id": "a", "overrides": {"dtypo": "x"}}]})
-    assert "set by the sweep runner" in refuse({"name": "x", "models": ["a"], "probe": {"record_path": "r.json"}})
+    assert "set by the sweep runner" in refuse(
+        {"name": "x", "models": ["a"], "probe": {"record_path": "r.json"}}
+    )
 
 
 def test_other_mistakes():
     assert "'name' is missing" in refuse({"models": ["a"]})
-    for unresumable in ("", "-x", "//", ".hidden"):  # ids starting with - (read as an option) or . (hidden)
+    for unresumable in (
+        "",
+        "-x",
+        "//",
+        ".hidden",
+    ):  # ids starting with - (read as an option) or . (hidden)
         message = refuse({"name": unresumable, "models": ["a"]})
         assert f"name {unresumable!r} cannot name a sweep" in message and "`--resume`" in message
     assert "listed twice" in refuse({"name": "x", "models": ["a", "a"]})
@@ -65,7 +76,10 @@ def test_missing_file_and_bad_yaml(tmp_path):
         params.load(tmp_path / "nope.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nprobe:\n  dtype: float32\n   device: cpu\n")
-    with pytest.raises(SweepConfigError, match=r"bad.yaml, line 4, column 10: not valid YAML: mapping values are not"):
+    with pytest.raises(
+        SweepConfigError,
+        match=r"bad.yaml, line 4, column 10: not valid YAML: mapping values are not",
+    ):
         params.load(bad)
 
 
@@ -78,7 +92,9 @@ def refuse_file(tmp_path, text: str) -> list[str]:
     lines = str(info.value).splitlines()
     mistakes = lines[1:] if len(lines) > 1 else lines
     assert len(lines) == 1 or lines[0] == f"{len(mistakes)} mistakes in {path}:"
-    assert all(line.startswith(f"{path}, line ") and line.endswith((".", "?")) for line in mistakes), lines
+    assert all(
+        line.startswith(f"{path}, line ") and line.endswith((".", "?")) for line in mistakes
+    ), lines
     return [line.removeprefix(f"{path}, ") for line in mistakes]
 
 
@@ -97,7 +113,11 @@ def test_every_mistake_of_a_definition_is_listed_with_its_line(tmp_path):
     ]
     nested = (
         "name: x\ncache: {max_bg: 3}\nmodels_from_hub: {sortt: likes}\nexclude: [{id: a, reasons: b}]\n"
-        "models:\n  - {id: " + TINY + ", overides: {}}\n  - {id: " + TINY + ", overrides: {seeds: 1}}\n"
+        "models:\n  - {id: "
+        + TINY
+        + ", overides: {}}\n  - {id: "
+        + TINY
+        + ", overrides: {seeds: 1}}\n"
         "matrix: {modes: [eager]}\n"
     )
     assert refuse_file(tmp_path, nested) == [
@@ -152,13 +172,24 @@ def test_a_record_is_checked_against_its_declaration_when_stored(tmp_path):
     from model_support.record import schema, store
 
     record = schema.empty_record(sweep_id="s", model_id="org/m", status="PASS", model_type=7)
-    with pytest.raises(ValueError, match=r"^record of 'org/m': field model_type must be text \(string\), not int 7\.$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^record of 'org/m': field model_type must be text \(string\), not int 7\.$",
+    ):
         store.store_result(tmp_path, "s", record, None, "")
     assert not store.record_file(tmp_path, "s", "org/m", None).exists()
     for field, value, said in (
         ("tokens_in", True, "tokens_in must be an integer (int64), not bool True"),
-        ("architectures", "LlamaForCausalLM", "architectures must be a list, not str 'LlamaForCausalLM'"),
-        ("ops_calls", [3, "4"], "ops_calls has an item that must be an integer (int64), not str '4'"),
+        (
+            "architectures",
+            "LlamaForCausalLM",
+            "architectures must be a list, not str 'LlamaForCausalLM'",
+        ),
+        (
+            "ops_calls",
+            [3, "4"],
+            "ops_calls has an item that must be an integer (int64), not str '4'",
+        ),
         ("versions", {"torch": 2.9}, "versions.torch must be text (string), not float 2.9"),
     ):
         with pytest.raises(ValueError, match=f"field {re.escape(said)}"):
@@ -167,7 +198,12 @@ def test_a_record_is_checked_against_its_declaration_when_stored(tmp_path):
 
 def test_hub_rankings_offline_say_so(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    message = refuse({"name": "x", "models_from_hub": {"task": "text-generation", "sort": "trending", "limit": 5}})
+    message = refuse(
+        {
+            "name": "x",
+            "models_from_hub": {"task": "text-generation", "sort": "trending", "limit": 5},
+        }
+    )
     assert "no Hub access" in message
 
 
@@ -182,7 +218,9 @@ def test_exclusions_and_local_paths():
         base=REPO,
     )
     # a local folder gets a portable id; where to load it from stays in sweep.json only
-    assert [(m.model_id, m.source) for m in parsed.models] == [("local:notebooks", str((REPO / "notebooks").resolve()))]
+    assert [(m.model_id, m.source) for m in parsed.models] == [
+        ("local:notebooks", str((REPO / "notebooks").resolve()))
+    ]
     assert parsed.excluded == {"b": "not a text model", "c": "too large"}
 
 
@@ -211,31 +249,73 @@ def one_error(output: str) -> str:
 
 
 BAD_DEFINITIONS = {
-    "negative timeout": ({"timeout_s": -5}, "timeout_s must be a number of seconds greater than 0, not int -5"),
-    "zero timeout": ({"timeout_s": 0}, "timeout_s must be a number of seconds greater than 0, not int 0"),
-    "nan timeout": ({"timeout_s": float("nan")}, "timeout_s must be a number of seconds greater than 0, not float nan"),
-    "inf timeout": ({"timeout_s": float("inf")}, "timeout_s must be a number of seconds greater than 0, not float inf"),
-    "nan numerics": ({"probe": {"numerics_margin": float("nan")}}, "numerics_margin=nan is not a finite number"),
-    "inf numerics": ({"probe": {"numerics_bound": float("inf")}}, "numerics_bound=inf is not a finite number"),
-    "inf device memory": ({"probe": {"device_memory_gb": float("inf")}}, "device_memory_gb=inf is not a finite"),
-    "nan cache budget": ({"cache": {"max_gb": float("nan")}}, "cache.max_gb must be a number of GB greater than 0"),
+    "negative timeout": (
+        {"timeout_s": -5},
+        "timeout_s must be a number of seconds greater than 0, not int -5",
+    ),
+    "zero timeout": (
+        {"timeout_s": 0},
+        "timeout_s must be a number of seconds greater than 0, not int 0",
+    ),
+    "nan timeout": (
+        {"timeout_s": float("nan")},
+        "timeout_s must be a number of seconds greater than 0, not float nan",
+    ),
+    "inf timeout": (
+        {"timeout_s": float("inf")},
+        "timeout_s must be a number of seconds greater than 0, not float inf",
+    ),
+    "nan numerics": (
+        {"probe": {"numerics_margin": float("nan")}},
+        "numerics_margin=nan is not a finite number",
+    ),
+    "inf numerics": (
+        {"probe": {"numerics_bound": float("inf")}},
+        "numerics_bound=inf is not a finite number",
+    ),
+    "inf device memory": (
+        {"probe": {"device_memory_gb": float("inf")}},
+        "device_memory_gb=inf is not a finite",
+    ),
+    "nan cache budget": (
+        {"cache": {"max_gb": float("nan")}},
+        "cache.max_gb must be a number of GB greater than 0",
+    ),
     "not a device name": (
         {"probe": {"device": "GPU 0"}},
         "device='GPU 0' is not accepted; use cpu, auto or an accelerator's name in lower case",
     ),
     "not a float dtype": ({"probe": {"dtype": "float99"}}, "dtype='float99' is not accepted"),
     "integer dtype": ({"probe": {"dtype": "int8"}}, "dtype='int8' is not accepted"),
-    "chat_template choice": ({"probe": {"chat_template": "maybe"}}, "chat_template='maybe' is not accepted"),
-    "reference choice": ({"probe": {"reference": "gpu"}}, "reference='gpu' is not accepted; use one of cpu, none"),
-    "no new tokens": ({"probe": {"max_new_tokens": 0}}, "max_new_tokens=0 is too small; use an integer >= 1"),
+    "chat_template choice": (
+        {"probe": {"chat_template": "maybe"}},
+        "chat_template='maybe' is not accepted",
+    ),
+    "reference choice": (
+        {"probe": {"reference": "gpu"}},
+        "reference='gpu' is not accepted; use one of cpu, none",
+    ),
+    "no new tokens": (
+        {"probe": {"max_new_tokens": 0}},
+        "max_new_tokens=0 is too small; use an integer >= 1",
+    ),
     "negative seed": ({"probe": {"seed": -1}}, "seed=-1 is too small"),
-    "negative reference limit": ({"probe": {"reference_max_params": -1}}, "reference_max_params=-1 is too small"),
+    "negative reference limit": (
+        {"probe": {"reference_max_params": -1}},
+        "reference_max_params=-1 is too small",
+    ),
     "string for int": ({"probe": {"max_new_tokens": "8"}}, "must be an integer >= 1, not str"),
     "string for bool": ({"probe": {"trust_remote_code": "yes"}}, "must be true or false"),
     "runner-owned": ({"probe": {"record_path": "r.json"}}, "set by the sweep runner"),
-    "typo": ({"probe": {"max_new_tokenz": 3}}, "'max_new_tokenz' is not a parameter of notebooks/probe.ipynb"),
+    "typo": (
+        {"probe": {"max_new_tokenz": 3}},
+        "'max_new_tokenz' is not a parameter of notebooks/probe.ipynb",
+    ),
     "zero workers": ({"workers": 0}, "workers must be a whole number of at least 1, not int 0"),
-    "float workers": ({"workers": 1.5}, "workers must be a whole number of at least 1, not float 1.5"),
+    "float workers": (
+        {"workers": 1.5},
+        "workers must be a whole number of at least 1, not float 1.5",
+    ),
     "unknown key": ({"modles": [TINY]}, "unknown key 'modles' (did you mean 'models'?)"),
     "executor": ({"executor": "slurm"}, "executor must be local or ray, not str 'slurm'"),
     "missing folder": (
@@ -244,14 +324,23 @@ BAD_DEFINITIONS = {
     ),
     "listed twice": ({"models": [TINY, TINY]}, "listed twice"),
     "no models": ({"models": []}, "no models"),
-    "bad override": ({"models": [{"id": TINY, "overrides": {"dtype": "int4"}}]}, "dtype='int4' is not accepted"),
+    "bad override": (
+        {"models": [{"id": TINY, "overrides": {"dtype": "int4"}}]},
+        "dtype='int4' is not accepted",
+    ),
     "bad model timeout": (
         {"models": [{"id": TINY, "timeout_s": -1}]},
         "models[0].timeout_s must be a number of seconds greater than 0",
     ),
     "exclusion without reason": ({"exclude": [{"id": "a/b"}]}, "needs both 'id' and 'reason'"),
-    "cache budget": ({"cache": {"max_gb": 0}}, "cache.max_gb must be a number of GB greater than 0, not int 0"),
-    "cache key": ({"cache": {"size": 3}}, "cache: unknown key 'size'; accepted keys are dir, max_gb, keep"),
+    "cache budget": (
+        {"cache": {"max_gb": 0}},
+        "cache.max_gb must be a number of GB greater than 0, not int 0",
+    ),
+    "cache key": (
+        {"cache": {"size": 3}},
+        "cache: unknown key 'size'; accepted keys are dir, max_gb, keep",
+    ),
     "no name": ({"name": None}, "'name' is missing"),
     "empty name": ({"name": ""}, "name '' cannot name a sweep"),
 }
@@ -278,8 +367,14 @@ def test_bad_definitions_are_refused_by_the_cli_with_one_sentence(case, tmp_path
 
 
 BAD_FLAGS = {
-    "zero workers flag": (["sweep", "params/smoke.yaml", "--workers", "0"], "0 is not in the range x>=1"),
-    "executor flag": (["sweep", "params/smoke.yaml", "--executor", "slurm"], "'slurm' is not one of 'local', 'ray'"),
+    "zero workers flag": (
+        ["sweep", "params/smoke.yaml", "--workers", "0"],
+        "0 is not in the range x>=1",
+    ),
+    "executor flag": (
+        ["sweep", "params/smoke.yaml", "--executor", "slurm"],
+        "'slurm' is not one of 'local', 'ray'",
+    ),
     "nothing to run": (["sweep"], "Give a sweep definition"),
     "missing params file": (["sweep", "params/nope.yaml"], "does not exist"),
     "unknown resume": (
@@ -319,9 +414,19 @@ def test_a_device_this_machine_lacks_stops_the_sweep_before_any_model(tmp_path):
     if devices.tpu_hardware_visible():
         pytest.skip("this machine has a TPU")
     definition = tmp_path / "tpu.yaml"
-    definition.write_text(yaml.safe_dump({"name": "tpu", "probe": {"device": "tpu"}, "models": ["org/model"]}))
+    definition.write_text(
+        yaml.safe_dump({"name": "tpu", "probe": {"device": "tpu"}, "models": ["org/model"]})
+    )
     run = subprocess.run(
-        [sys.executable, "-m", "model_support.cli", "sweep", str(definition), "--data-dir", str(tmp_path / "data")],
+        [
+            sys.executable,
+            "-m",
+            "model_support.cli",
+            "sweep",
+            str(definition),
+            "--data-dir",
+            str(tmp_path / "data"),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -349,15 +454,22 @@ def test_a_device_plugin_that_does_not_import_stops_only_its_own_device(tmp_path
     dist = tmp_path / "site" / "broken_adapter-1.0.dist-info"
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-adapter\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[model_support.devices]\nbrokendev = broken_adapter_nowhere:Adapter\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")])}
+    (dist / "entry_points.txt").write_text(
+        "[model_support.devices]\nbrokendev = broken_adapter_nowhere:Adapter\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")]),
+    }
     code = (
         "from model_support.probe.devices import registry\n"
         "print(sorted(registry.stack_configuration()))\n"  # every other adapter is still read
         "print(registry.adapter_class('cpu').__name__)\n"
         "registry.adapter_class('brokendev')\n"
     )
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
     assert run.stdout.splitlines()[1] == "Adapter", run.stderr[-2000:]
     assert (
         "UserError: The device adapter of 'brokendev', broken_adapter_nowhere:Adapter (from broken-adapter) does "
@@ -365,16 +477,28 @@ def test_a_device_plugin_that_does_not_import_stops_only_its_own_device(tmp_path
         "uninstall it to use the generic adapter." in run.stderr
     )
     definition = tmp_path / "broken.yaml"
-    definition.write_text(yaml.safe_dump({"name": "broken", "probe": {"device": "brokendev"}, "models": ["org/m"]}))
+    definition.write_text(
+        yaml.safe_dump({"name": "broken", "probe": {"device": "brokendev"}, "models": ["org/m"]})
+    )
     run = subprocess.run(
-        [sys.executable, "-m", "model_support.cli", "sweep", str(definition), "--data-dir", str(tmp_path / "data")],
+        [
+            sys.executable,
+            "-m",
+            "model_support.cli",
+            "sweep",
+            str(definition),
+            "--data-dir",
+            str(tmp_path / "data"),
+        ],
         capture_output=True,
         text=True,
         env=env,
         timeout=300,
     )
     assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
-    assert one_error(run.stderr).startswith("Error: The device adapter of 'brokendev', broken_adapter_nowhere:Adapter")
+    assert one_error(run.stderr).startswith(
+        "Error: The device adapter of 'brokendev', broken_adapter_nowhere:Adapter"
+    )
     assert not (tmp_path / "data" / "sweeps").exists()
 
 
@@ -388,7 +512,10 @@ def test_the_declaration_agrees_with_the_notebooks_and_torch():
     from model_support.probe import probe_params
     from model_support.probe import run as probe
 
-    for name, declared in (("probe", probe_params.PROBE_PARAMS), ("debug", probe_params.DEBUG_PARAMS)):
+    for name, declared in (
+        ("probe", probe_params.PROBE_PARAMS),
+        ("debug", probe_params.DEBUG_PARAMS),
+    ):
         nb = nbformat.read(str(paths.notebook(name)), as_version=4)
         cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
         assert cell.source == probe_params.parameters_cell(declared, f"{name}.ipynb"), name
@@ -397,7 +524,9 @@ def test_the_declaration_agrees_with_the_notebooks_and_torch():
         for p in declared:
             assert inspected[p.name]["inferred_type_name"] == p.type.__name__, p.name
             assert eval(inspected[p.name]["default"]) == p.default, p.name  # noqa: S307 (our own literal)
-    assert probe.DEFAULTS == {p.name: p.default for p in probe_params.PROBE_PARAMS if p.name in probe.DEFAULTS}
+    assert probe.DEFAULTS == {
+        p.name: p.default for p in probe_params.PROBE_PARAMS if p.name in probe.DEFAULTS
+    }
     assert all(getattr(torch, d).is_floating_point for d in probe_params.FLOAT_DTYPES)
 
 
@@ -417,25 +546,50 @@ def test_probe_settings_given_on_the_command_line_override_the_definition(tmp_pa
         yaml.safe_dump(
             {
                 "name": "o",
-                "probe": {"device": "auto", "reference": "none", "judge": False, "max_new_tokens": 8},
+                "probe": {
+                    "device": "auto",
+                    "reference": "none",
+                    "judge": False,
+                    "max_new_tokens": 8,
+                },
                 "models": [fixture_models["tiny-gpt2"]["path"]],
             }
         )
     )
-    loaded = definition.load(path, check_device=False, overrides={"device": "cpu", "max_new_tokens": 3})
+    loaded = definition.load(
+        path, check_device=False, overrides={"device": "cpu", "max_new_tokens": 3}
+    )
     assert (loaded.probe["device"], loaded.probe["max_new_tokens"]) == ("cpu", 3)
-    cli = [sys.executable, "-m", "model_support.cli", "sweep", str(path), "--data-dir", str(tmp_path / "data")]
+    cli = [
+        sys.executable,
+        "-m",
+        "model_support.cli",
+        "sweep",
+        str(path),
+        "--data-dir",
+        str(tmp_path / "data"),
+    ]
     bad = subprocess.run(
-        [*cli, "-p", "max_new_tokens=0", "-p", "devcie=cpu", "-p", "nonsense"], capture_output=True, text=True
+        [*cli, "-p", "max_new_tokens=0", "-p", "devcie=cpu", "-p", "nonsense"],
+        capture_output=True,
+        text=True,
     )
     assert bad.returncode == 2 and "3 mistakes" in bad.stderr, bad.stderr
-    assert "'devcie'" in bad.stderr and "did you mean 'device'" in bad.stderr and "max_new_tokens" in bad.stderr
+    assert (
+        "'devcie'" in bad.stderr
+        and "did you mean 'device'" in bad.stderr
+        and "max_new_tokens" in bad.stderr
+    )
     assert not (tmp_path / "data" / "sweeps").exists()
     done = subprocess.run(
-        [*cli, "--device", "cpu", "-p", "max_new_tokens=3", "--no-report"], capture_output=True, text=True
+        [*cli, "--device", "cpu", "-p", "max_new_tokens=3", "--no-report"],
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     (sweep_id,) = store.list_sweeps(tmp_path / "data")
     (record,) = store.read_records(tmp_path / "data", sweep_id)
     assert (record["status"], record["max_new_tokens"], record["device_type"]) == ("PASS", 3, "cpu")
-    assert store.read_sweep(tmp_path / "data", sweep_id).probe["max_new_tokens"] == 3  # what --resume runs
+    assert (
+        store.read_sweep(tmp_path / "data", sweep_id).probe["max_new_tokens"] == 3
+    )  # what --resume runs

@@ -45,9 +45,17 @@ PROBE = {
 FAULT_FREE = ("a", "b", "c")
 
 
-def cli(args: list, data, config: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "MODEL_SUPPORT_PRETEND": json.dumps(config or CLEAN), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([*CLI, *args, "--data-dir", str(data)], capture_output=True, text=True, cwd=REPO, env=env)
+def cli(
+    args: list, data, config: dict | None = None, check: bool = True
+) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "MODEL_SUPPORT_PRETEND": json.dumps(config or CLEAN),
+        "OMP_NUM_THREADS": "1",
+    }
+    done = subprocess.run(
+        [*CLI, *args, "--data-dir", str(data)], capture_output=True, text=True, cwd=REPO, env=env
+    )
     assert not check or done.returncode == 0, done.stderr[-3000:]
     return done
 
@@ -63,13 +71,25 @@ def perf_sweeps(tmp_path_factory, fixture_models) -> dict:
     tmp = tmp_path_factory.mktemp("perf")
     data = tmp / "data"
     models = [str(REPO / "data" / "models" / m) for m in (*RMS_NORM, *LAYER_NORM)]
-    configs = {**dict.fromkeys(FAULT_FREE, CLEAN), "slow": {**CLEAN, "slow_ops": {"aten::rsqrt": SLOW_RSQRT_S}}}
+    configs = {
+        **dict.fromkeys(FAULT_FREE, CLEAN),
+        "slow": {**CLEAN, "slow_ops": {"aten::rsqrt": SLOW_RSQRT_S}},
+    }
     for name, config in configs.items():
         definition = tmp / f"{name}.yaml"
-        definition.write_text(yaml.safe_dump({"name": name, "probe": PROBE, "models": models, "workers": 1}))
+        definition.write_text(
+            yaml.safe_dump({"name": name, "probe": PROBE, "models": models, "workers": 1})
+        )
         cli(["sweep", str(definition), "--no-report"], data, config)
-    ids = {name: next(s for s in store.list_sweeps(data) if s.startswith(f"{name}-")) for name in configs}
-    return {"data": data, "ids": ids, "records": {k: store.read_records(data, v) for k, v in ids.items()}}
+    ids = {
+        name: next(s for s in store.list_sweeps(data) if s.startswith(f"{name}-"))
+        for name in configs
+    }
+    return {
+        "data": data,
+        "ids": ids,
+        "records": {k: store.read_records(data, v) for k, v in ids.items()},
+    }
 
 
 def test_every_pass_is_timed_on_its_device_with_repeats_spread_and_bandwidth(perf_sweeps):
@@ -79,12 +99,18 @@ def test_every_pass_is_timed_on_its_device_with_repeats_spread_and_bandwidth(per
         # TPOT's samples: each generation's median step, the verdict's (its first step left out) and the three repeats'
         assert len(record["ttft_s_repeats"]) == 3 and len(record["tpot_s_repeats"]) == 4, name
         assert record["perf_repeats_run"] == 3 and record["perf_stop"] == "cap", name
-        assert record["perf_note"].startswith("3 repeats of 8 tokens; TPOT from the verdict's decode steps"), name
+        assert record["perf_note"].startswith(
+            "3 repeats of 8 tokens; TPOT from the verdict's decode steps"
+        ), name
         assert min(record["tpot_s_repeats"]) <= record["tpot_s"] <= max(record["tpot_s_repeats"])
         assert record["tpot_spread"] >= 0 and record["perf_tokens_out"] == 8
-        assert record["perf_first_call_s"] > record["ttft_s"] > 0 and record["perf_tokens_per_s"] > 0
+        assert (
+            record["perf_first_call_s"] > record["ttft_s"] > 0 and record["perf_tokens_per_s"] > 0
+        )
         assert record["perf_peak_device_mem_mb"] > 0 and record["decode_bytes_per_token"] > 0
-        assert 0 < record["bandwidth_utilisation"] < 1, name  # against the 10 GB/s the pretend device declares
+        assert 0 < record["bandwidth_utilisation"] < 1, (
+            name
+        )  # against the 10 GB/s the pretend device declares
         assert "against 10 GB/s (bandwidth_gbs in MODEL_SUPPORT_PRETEND)" in record["perf_note"]
         # the census timed each operator of the verdict's generation: one figure per operator
         assert len(record["ops_device_s"]) == len(record["ops"]) and sum(record["ops_device_s"]) > 0
@@ -92,9 +118,14 @@ def test_every_pass_is_timed_on_its_device_with_repeats_spread_and_bandwidth(per
         assert "on the device's own clock" in record["perf_note"]
         # the existing timings keep their meaning: the verdict's own generation
         assert record["first_token_s"] > 0 and record["tokens_out"] == 8
-    slow = {r["model_id"].rsplit("/", 1)[-1].removeprefix("local:"): r for r in perf_sweeps["records"]["slow"]}
+    slow = {
+        r["model_id"].rsplit("/", 1)[-1].removeprefix("local:"): r
+        for r in perf_sweeps["records"]["slow"]
+    }
     rsqrt = {n: dict(zip(r["ops"], r["ops_device_s"])).get("aten::rsqrt") for n, r in slow.items()}
-    assert all(rsqrt[n] > 8 * 5 * SLOW_RSQRT_S for n in RMS_NORM) and rsqrt["tiny-gpt2"] is None  # 8 steps x 5
+    assert (
+        all(rsqrt[n] > 8 * 5 * SLOW_RSQRT_S for n in RMS_NORM) and rsqrt["tiny-gpt2"] is None
+    )  # 8 steps x 5
 
 
 def short(model_id: str) -> str:
@@ -107,10 +138,15 @@ def tpot(records: list) -> dict:
 
 def test_the_perf_gate_names_the_rmsnorm_models_and_rsqrt_and_not_the_layernorm_ones(perf_sweeps):
     data, ids = perf_sweeps["data"], perf_sweeps["ids"]
-    done = cli(["diff", ids["a"], ids["slow"], "--fail-on", "perf"], data, check=False)  # the default 5%
+    done = cli(
+        ["diff", ids["a"], ids["slow"], "--fail-on", "perf"], data, check=False
+    )  # the default 5%
     slower = [line for line in done.stdout.splitlines() if line.startswith("slower: ")]
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
-    named = {line.split(": ")[1].split(" [")[0].rsplit("/", 1)[-1].removeprefix("local:") for line in slower}
+    named = {
+        line.split(": ")[1].split(" [")[0].rsplit("/", 1)[-1].removeprefix("local:")
+        for line in slower
+    }
     assert named == set(RMS_NORM), slower
     tpot = [line for line in slower if ": tpot_s " in line]
     assert len(tpot) == 2 and all("grew most: aten::rsqrt +" in line for line in tpot), slower
@@ -128,20 +164,34 @@ def test_the_slowdown_is_about_twice_the_noise_and_fault_free_sweeps_pass_three_
     ]
     assert max(apart) < NOISE * 1.1, apart  # the clock's bound, and the per-kernel noise on top
     slowed = {m: tpot(records["slow"])[m] / tpot(records["a"])[m] - 1 for m in RMS_NORM}
-    assert all(1.25 * NOISE < change < 4 * NOISE for change in slowed.values()), (slowed, max(apart))
+    assert all(1.25 * NOISE < change < 4 * NOISE for change in slowed.values()), (
+        slowed,
+        max(apart),
+    )
     for x, y in zip(FAULT_FREE, FAULT_FREE[1:] + ("a",)):
         done = cli(["diff", ids[x], ids[y], "--fail-on", "perf"], data, check=False)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-        assert "perf: 3 run(s) timed alike in both sweeps" in done.stdout and "gate (perf): passed" in done.stdout
+        assert (
+            "perf: 3 run(s) timed alike in both sweeps" in done.stdout
+            and "gate (perf): passed" in done.stdout
+        )
 
 
 def test_the_threshold_is_one_sentence_when_wrong_and_loosens_the_gate(perf_sweeps):
     data, ids = perf_sweeps["data"], perf_sweeps["ids"]
-    bad = cli(["diff", ids["a"], ids["b"], "--fail-on", "perf", "--perf-threshold", "fast"], data, check=False)
+    bad = cli(
+        ["diff", ids["a"], ids["b"], "--fail-on", "perf", "--perf-threshold", "fast"],
+        data,
+        check=False,
+    )
     assert bad.returncode == 2 and "--perf-threshold 'fast' is not a threshold" in bad.stderr
     alone = cli(["diff", ids["a"], ids["b"], "--perf-threshold", "5%"], data, check=False)
     assert alone.returncode == 2 and "--perf-threshold applies to --fail-on perf" in alone.stderr
-    loose = cli(["diff", ids["a"], ids["slow"], "--fail-on", "perf", "--perf-threshold", "50%"], data, check=False)
+    loose = cli(
+        ["diff", ids["a"], ids["slow"], "--fail-on", "perf", "--perf-threshold", "50%"],
+        data,
+        check=False,
+    )
     assert loose.returncode == 0, loose.stdout[-2000:]
 
 
@@ -151,13 +201,19 @@ def test_the_reports_performance_section_lists_every_pass_and_the_slower_ones(pe
     from model_support.render.layout import SECTIONS, Context, section_html
 
     data, ids = perf_sweeps["data"], perf_sweeps["ids"]
-    (section,) = [s for s in SECTIONS if s.anchor == "performance"]  # the report's own section, as it renders it
-    page_html = section_html(section, Context(report_tables(data, ids["slow"], ids["a"]), ids["slow"], ids["a"]))
+    (section,) = [
+        s for s in SECTIONS if s.anchor == "performance"
+    ]  # the report's own section, as it renders it
+    page_html = section_html(
+        section, Context(report_tables(data, ids["slow"], ids["a"]), ids["slow"], ids["a"])
+    )
     from helpers import assert_charts_drawn
     from model_support.render.charts import vega_script
 
     page, attempted, errors = offline_page(browser)
-    page.set_content(f"<html><head>{vega_script()}</head><body>{page_html}</body></html>")  # the report's charts
+    page.set_content(
+        f"<html><head>{vega_script()}</head><body>{page_html}</body></html>"
+    )  # the report's charts
     heading = page.locator("h2#performance")
     assert heading.count() == 1
     section = page.evaluate(
@@ -166,11 +222,15 @@ def test_the_reports_performance_section_lists_every_pass_and_the_slower_ones(pe
     )
     for record in perf_sweeps["records"]["slow"]:
         assert record["model_id"] in section
-    slower = section.split("Slower than the baseline, beyond noise")[1].split("Faster than the baseline")[0]
+    slower = section.split("Slower than the baseline, beyond noise")[1].split(
+        "Faster than the baseline"
+    )[0]
     # the report compares at the gate's default 5%: the RMSNorm models, and not the LayerNorm one
     assert all(m in slower for m in RMS_NORM) and not any(m in slower for m in LAYER_NORM), slower
     assert "aten::rsqrt" in section and "ms ±" in section
-    assert re.search(r"\+\d+\.\d%", slower), slower  # the change as the terminal says it, never a raw ratio
+    assert re.search(r"\+\d+\.\d%", slower), (
+        slower
+    )  # the change as the terminal says it, never a raw ratio
     assert_charts_drawn(page, 1)  # tokens/s against model size, drawn
     assert not attempted and not errors
 
@@ -189,7 +249,10 @@ def test_the_report_lists_the_passes_that_sync_more_than_once_per_token(perf_swe
     assert {r["harness_syncs_per_token"] for r in perf_sweeps["records"]["a"]} == {2.0}
     table = host_cost_table(data, ids["a"])
     assert table["model_id"].str.ends_with("tiny-gpt2").to_list() == [True]
-    assert table.row(0, named=True)["host_syncs_per_token"] == 2.0 and table.row(0, named=True)["fallbacks"] is None
+    assert (
+        table.row(0, named=True)["host_syncs_per_token"] == 2.0
+        and table.row(0, named=True)["fallbacks"] is None
+    )
 
 
 def test_bisect_metric_names_the_backend_setting_that_slowed_a_model(perf_sweeps):
@@ -205,13 +268,26 @@ def test_bisect_metric_names_the_backend_setting_that_slowed_a_model(perf_sweeps
     assert {r["model_id"].removeprefix("local:") for r in slower} == set(RMS_NORM)
     bad = cli(["bisect", ids["a"], ids["slow"], "--perf-threshold", "5%"], data, check=False)
     assert bad.returncode == 2 and "--perf-threshold applies to --metric" in bad.stderr
-    args = ["bisect", ids["a"], ids["slow"], "--metric", "tpot", "--model", "tiny-llama"]  # the default 5%
+    args = [
+        "bisect",
+        ids["a"],
+        ids["slow"],
+        "--metric",
+        "tpot",
+        "--model",
+        "tiny-llama",
+    ]  # the default 5%
     done = cli(args, data)
     (line,) = done.stdout.splitlines()
-    assert ": tpot_s " in line and "changed by a backend setting: MODEL_SUPPORT_PRETEND" in line, line
+    assert ": tpot_s " in line and "changed by a backend setting: MODEL_SUPPORT_PRETEND" in line, (
+        line
+    )
     (answer,) = results.read_answers(data, ids["slow"])
     assert answer["status"] == "a backend setting" and answer["metric"] == "tpot_s", answer
-    assert "slow_ops" in answer["setting"][0]["after"] and "slow_ops" not in answer["setting"][0]["before"]
+    assert (
+        "slow_ops" in answer["setting"][0]["after"]
+        and "slow_ops" not in answer["setting"][0]["before"]
+    )
     steps = [(s["step"], s["ran"], s["verdict"], len(s["repeats"])) for s in answer["steps"]]
     assert steps == [
         ("end A", "PASS", "as A", 3),  # the sweep's perf_repeats (at least 3)
@@ -235,7 +311,9 @@ def test_the_explorer_shows_a_models_tokens_per_s_across_sweeps(perf_sweeps, bro
 
     def speeds(page, search: str) -> dict:
         """{sweep id: (tokens/s, TPOT) as the open panel's history shows them}."""
-        page.locator("#search").fill(search)  # the list follows after a short pause: wait for its one row
+        page.locator("#search").fill(
+            search
+        )  # the list follows after a short pause: wait for its one row
         rows = "document.querySelectorAll('#results tbody td.model')"
         page.wait_for_function(f"{rows}.length === 1 && {rows}[0].textContent.includes({search!r})")
         page.locator("#results tbody tr").first.click()
@@ -256,11 +334,20 @@ def test_the_explorer_shows_a_models_tokens_per_s_across_sweeps(perf_sweeps, bro
     for name, sweep_id in perf_sweeps["ids"].items():
         (llama,) = [r for r in perf_sweeps["records"][name] if r["model_id"].endswith("tiny-llama")]
         _, tps, tpot = shown[sweep_id]
-        assert float(tps) == three(llama["perf_tokens_per_s"]) > 0, (name, tps, llama["perf_tokens_per_s"])
-        assert float(tpot.removesuffix(" ms")) == three(llama["tpot_s"] * 1000), (name, tpot, llama["tpot_s"])
+        assert float(tps) == three(llama["perf_tokens_per_s"]) > 0, (
+            name,
+            tps,
+            llama["perf_tokens_per_s"],
+        )
+        assert float(tpot.removesuffix(" ms")) == three(llama["tpot_s"] * 1000), (
+            name,
+            tpot,
+            llama["tpot_s"],
+        )
     assert page.locator("#detail svg.spark circle").count() == len(perf_sweeps["ids"])
     assert (
-        f"across {len(perf_sweeps['ids'])} timed sweeps on pretend" in page.locator("#detail p.speed-line").inner_text()
+        f"across {len(perf_sweeps['ids'])} timed sweeps on pretend"
+        in page.locator("#detail p.speed-line").inner_text()
     )
 
     # A model timed, then a PASS not timed, then timed again; another that always fails (never timed).
@@ -269,14 +356,28 @@ def test_the_explorer_shows_a_models_tokens_per_s_across_sweeps(perf_sweeps, bro
         sweep_id = f"hand-2026120{day}T000000Z"
         models = [ModelEntry("org/timed"), ModelEntry("org/broken")]
         at = f"2026-12-0{day}T00:00:00+00:00"
-        meta = SweepMeta(sweep_id=sweep_id, name="hand", created_at=at, probe={"device": "pretend"}, models=models)
+        meta = SweepMeta(
+            sweep_id=sweep_id,
+            name="hand",
+            created_at=at,
+            probe={"device": "pretend"},
+            models=models,
+        )
         meta.write(store.sweep_dir(hand, sweep_id))
-        perf = {"perf_tokens_per_s": 10.0 * day, "perf_tokens_per_s_repeats": [9.0 * day, 10.0 * day, 11.0 * day]}
+        perf = {
+            "perf_tokens_per_s": 10.0 * day,
+            "perf_tokens_per_s_repeats": [9.0 * day, 10.0 * day, 11.0 * day],
+        }
         perf = {**perf, "tpot_s": 0.05 / day} if timed else {}
         records = [
-            schema.empty_record(sweep_id=sweep_id, model_id="org/timed", status=schema.PASS, **perf),
             schema.empty_record(
-                sweep_id=sweep_id, model_id="org/broken", status=schema.FAIL_OTHER, failure_stage="generate"
+                sweep_id=sweep_id, model_id="org/timed", status=schema.PASS, **perf
+            ),
+            schema.empty_record(
+                sweep_id=sweep_id,
+                model_id="org/broken",
+                status=schema.FAIL_OTHER,
+                failure_stage="generate",
             ),
         ]
         for record in records:
@@ -284,7 +385,10 @@ def test_the_explorer_shows_a_models_tokens_per_s_across_sweeps(perf_sweeps, bro
         store.compact(hand, sweep_id)
     data = explorer.explorer_data(hand)
     names = [m[0] for m in data["models"]]
-    speed = {names[i]: (first, explorer_speed.decode(codes)) for i, first, codes in data["speed"]["entries"]}
+    speed = {
+        names[i]: (first, explorer_speed.decode(codes))
+        for i, first, codes in data["speed"]["entries"]
+    }
     assert set(speed) == {"org/timed"}  # org/broken: no speed figures at all
     # tokens/s, spread (max - min) / median in %, TPOT in ms per sweep; the untimed sweep between: none, not 0
     assert speed["org/timed"] == (0, [(10.0, 20.0, 50.0), None, (30.0, 20.0, 16.7)])
@@ -297,6 +401,8 @@ def test_the_explorer_shows_a_models_tokens_per_s_across_sweeps(perf_sweeps, bro
     ]
     assert shown["hand-20261202T000000Z"][0] == "not timed"
     shown = speeds(page, "org/broken")
-    assert page.locator("#detail th.h-speed").count() == 0 and all(v == (None, None, None) for v in shown.values())
+    assert page.locator("#detail th.h-speed").count() == 0 and all(
+        v == (None, None, None) for v in shown.values()
+    )
     assert attempted == [] and errors == []
     page.close()

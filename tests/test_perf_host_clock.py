@@ -52,8 +52,19 @@ def _start(tmp_path, data, name: str, config: dict) -> subprocess.Popen:
         **os.environ,
         "MODEL_SUPPORT_PRETEND": json.dumps({"clock": "host", "launch_us": LAUNCH_US, **config}),
     }
-    command = [*CLI, "sweep", str(path), "--data-dir", str(data / name), "--no-report", "--workers", "1"]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    command = [
+        *CLI,
+        "sweep",
+        str(path),
+        "--data-dir",
+        str(data / name),
+        "--no-report",
+        "--workers",
+        "1",
+    ]
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env
+    )
 
 
 def _sweeps(tmp_path, data, configs: dict[str, dict]) -> dict[str, str]:
@@ -76,30 +87,54 @@ def _sweeps(tmp_path, data, configs: dict[str, dict]) -> dict[str, str]:
 
 
 def _gate(data, a: str, b: str) -> subprocess.CompletedProcess:
-    command = [*CLI, "diff", a, b, "--data-dir", str(data), "--fail-on", "perf", "--perf-threshold", THRESHOLD]
+    command = [
+        *CLI,
+        "diff",
+        a,
+        b,
+        "--data-dir",
+        str(data),
+        "--fail-on",
+        "perf",
+        "--perf-threshold",
+        THRESHOLD,
+    ]
     return subprocess.run(command, capture_output=True, text=True, cwd=REPO)
 
 
 @pytest.mark.slow
-def test_on_the_hosts_clock_noise_passes_three_times_and_a_slowdown_of_twice_the_noise_fails(tmp_path, fixture_models):
+def test_on_the_hosts_clock_noise_passes_three_times_and_a_slowdown_of_twice_the_noise_fails(
+    tmp_path, fixture_models
+):
     data = tmp_path / "data"
-    found = _sweeps(tmp_path, data, {"a": {}, "b": {}, "c": {}, "slow": {"slow_ops": {"aten::rsqrt": 0.015}}})
+    found = _sweeps(
+        tmp_path, data, {"a": {}, "b": {}, "c": {}, "slow": {"slow_ops": {"aten::rsqrt": 0.015}}}
+    )
     ids, slow = [found["a"], found["b"], found["c"]], found["slow"]
     tpot = {}
     for sweep_id in [*ids, slow]:
         (record,) = store.read_records(data, sweep_id)
-        assert record["status"] == "PASS" and "on the host's wall clock" in record["perf_note"], record["perf_note"]
+        assert record["status"] == "PASS" and "on the host's wall clock" in record["perf_note"], (
+            record["perf_note"]
+        )
         tpot[sweep_id] = record["tpot_s"]
     apart = [abs(tpot[y] / tpot[x] - 1) for x, y in zip(ids, ids[1:] + ids[:1])]
     slowed = tpot[slow] / tpot[ids[0]] - 1
-    print(f"\nhost clock: fault-free pairs {', '.join(f'{a:.1%}' for a in apart)} apart; slowed {slowed:+.1%}")
+    print(
+        f"\nhost clock: fault-free pairs {', '.join(f'{a:.1%}' for a in apart)} apart; slowed {slowed:+.1%}"
+    )
     assert slowed > 2 * max(apart), (slowed, apart)
     for x, y in zip(ids, ids[1:] + ids[:1]):
         done = _gate(data, x, y)
         assert done.returncode == 0, (apart, done.stdout[-3000:])
-        assert "perf: 1 run(s) timed alike in both sweeps" in done.stdout and "gate (perf): passed" in done.stdout
+        assert (
+            "perf: 1 run(s) timed alike in both sweeps" in done.stdout
+            and "gate (perf): passed" in done.stdout
+        )
     failed = _gate(data, ids[0], slow)
     assert failed.returncode == 1, (slowed, failed.stdout[-3000:])
     slower = [line for line in failed.stdout.splitlines() if line.startswith("slower:")]
-    assert len(slower) == 1 and slower[0].startswith(f"slower: {MODEL} [eager+dynamic+2t]: tpot_s "), slower
+    assert len(slower) == 1 and slower[0].startswith(
+        f"slower: {MODEL} [eager+dynamic+2t]: tpot_s "
+    ), slower
     assert "gate (perf): FAILED: 1 slower" in failed.stdout

@@ -65,7 +65,9 @@ def test_noise_reads_as_slower_no_more_often_through_tokens_per_s_than_through_t
     # the problem is real in this model: the derived repeats' own spread reads noise as slower (the old gate's rule;
     # over the first thousand pairs, statistics.stdev's exact arithmetic being most of the test's time)
     old_rule = sum(
-        decision.compare_repeats(a["perf_tokens_per_s_repeats"], b["perf_tokens_per_s_repeats"], True, 0.05).kind
+        decision.compare_repeats(
+            a["perf_tokens_per_s_repeats"], b["perf_tokens_per_s_repeats"], True, 0.05
+        ).kind
         == decision.SLOWER
         for a, b in pairs[:1000]
     )
@@ -76,19 +78,26 @@ def test_noise_reads_as_slower_no_more_often_through_tokens_per_s_than_through_t
     assert tokens <= tpot, (noise, tokens / PAIRS, tpot / PAIRS)
     # and tokens/s adds no slower run of its own: a run is slower only where TTFT or TPOT is
     runs = sum(kind == decision.SLOWER for kind, _, _ in judged)
-    either = sum(_slower(metrics, "tpot_s") or _slower(metrics, "ttft_s") for _, metrics, _ in judged)
+    either = sum(
+        _slower(metrics, "tpot_s") or _slower(metrics, "ttft_s") for _, metrics, _ in judged
+    )
     assert runs == either, (runs, either)
 
 
 def test_a_real_decode_slowdown_is_still_caught_through_tpot_and_a_measured_tokens_per_s_is_still_judged():
     rng = random.Random(7)
     caught = sum(
-        perf.compare_runs(_derived_row(rng, 0.03), _derived_row(rng, 0.03, slower=1.25), 0.05)[0] == decision.SLOWER
+        perf.compare_runs(_derived_row(rng, 0.03), _derived_row(rng, 0.03, slower=1.25), 0.05)[0]
+        == decision.SLOWER
         for _ in range(500)
     )
     assert caught / 500 >= 0.9, caught / 500
-    kind, metrics, _ = perf.compare_runs(_measured_row(rng, 0.01), _measured_row(rng, 0.01, slower=1.3), 0.05)
-    assert kind == decision.SLOWER and _slower(metrics, "perf_tokens_per_s")  # repeats that decode carry their noise
+    kind, metrics, _ = perf.compare_runs(
+        _measured_row(rng, 0.01), _measured_row(rng, 0.01, slower=1.3), 0.05
+    )
+    assert kind == decision.SLOWER and _slower(
+        metrics, "perf_tokens_per_s"
+    )  # repeats that decode carry their noise
     assert not perf.judged("perf_tokens_per_s", _derived_row(rng, 0.01), _derived_row(rng, 0.01))
     assert perf.judged("perf_tokens_per_s", _measured_row(rng, 0.01), _measured_row(rng, 0.01))
 
@@ -105,7 +114,11 @@ def test_which_metrics_are_judged_does_not_hang_on_how_a_metric_name_was_made():
 
 def test_a_row_says_its_tokens_per_s_was_derived_by_its_one_token_repeats_alone():
     assert perf.derived_tokens_per_s({"perf_tokens_out": 1})
-    for row in ({"perf_tokens_out": 4}, {"perf_tokens_out": None}, {}):  # measured, or an older row: not derived
+    for row in (
+        {"perf_tokens_out": 4},
+        {"perf_tokens_out": None},
+        {},
+    ):  # measured, or an older row: not derived
         assert not perf.derived_tokens_per_s(row)
 
 

@@ -26,20 +26,62 @@ STEADY = [1.0] * 6  # a verdict's decode steps, alike
     ("tpot", "own", "spent", "last", "adds", "stop"),
     [
         (STEADY, 0, 0.0, 0.0, False, None),  # nothing of its own yet: two warm TTFTs always run
-        (STEADY, 1, 5.0, 5.0, False, None),  # ... over the budget or not (a TTFT of one repeat compares with nothing)
+        (
+            STEADY,
+            1,
+            5.0,
+            5.0,
+            False,
+            None,
+        ),  # ... over the budget or not (a TTFT of one repeat compares with nothing)
         (STEADY, 2, 0.1, 0.1, False, "spread"),  # TPOT settled by the verdict's steps: enough
-        ([1.0, 1.2, 1.0], 2, 0.1, 0.1, False, "spread"),  # 20%, but repeats of one token add no step: said so
+        (
+            [1.0, 1.2, 1.0],
+            2,
+            0.1,
+            0.1,
+            False,
+            "spread",
+        ),  # 20%, but repeats of one token add no step: said so
         ([1.0, 1.2, 1.0], 2, 0.1, 0.1, True, None),  # repeats that add steps: one more
         ([1.0, 1.2, 1.0], 2, 0.95, 0.1, True, "budget"),  # ... which would pass the budget
         ([1.0, 1.2, 1.0], 2, 0.9, 0.1, True, None),  # exactly at the budget is within it
         ([1.0, 1.2, 1.0, 1.2], 5, 0.2, 0.01, True, "cap"),  # five: the cap, spread or not
         ([1.0, 1.0], 2, 0.0, 0.0, True, None),  # two samples: the spread is judged over three
-        ([1.0, 1.0], 2, 5.0, 5.0, True, None),  # ... and the budget waits for them (a spread of two is no figure)
-        ([1.3, 1.0, 1.02, 1.01], 3, 0.1, 0.1, True, None),  # every sample counts: none is chosen for agreeing
+        (
+            [1.0, 1.0],
+            2,
+            5.0,
+            5.0,
+            True,
+            None,
+        ),  # ... and the budget waits for them (a spread of two is no figure)
+        (
+            [1.3, 1.0, 1.02, 1.01],
+            3,
+            0.1,
+            0.1,
+            True,
+            None,
+        ),  # every sample counts: none is chosen for agreeing
         ([1.0, 1.0], 1, 5.0, 5.0, True, None),  # one repeat: two always run
-        ([1.0, 1.0, float("nan")], 2, 0.1, 0.1, True, None),  # a sample that is no number: no spread, not settled
+        (
+            [1.0, 1.0, float("nan")],
+            2,
+            0.1,
+            0.1,
+            True,
+            None,
+        ),  # a sample that is no number: no spread, not settled
         ([1.0, 1.0, float("inf")], 2, 0.1, 0.1, True, None),  # ... nor one without end
-        ([0.0, 0.0, 0.0], 2, 0.1, 0.1, True, None),  # ... nor a median of 0 (a clock that did not move)
+        (
+            [0.0, 0.0, 0.0],
+            2,
+            0.1,
+            0.1,
+            True,
+            None,
+        ),  # ... nor a median of 0 (a clock that did not move)
         ([1.0, 1.0, float("nan")], 2, 0.95, 0.1, True, "budget"),  # the budget still stops it
     ],
 )
@@ -51,11 +93,18 @@ def test_the_probes_time_limit_stops_any_repeat_after_the_first_two_that_would_p
     """Past the deadline no repeat starts, before the three samples too; the first two always run (a single TTFT is
     "not comparable" to the gate: a slower one would pass), and the stop says "time"."""
     plan = performance.Plan(cap=10, goal=0.0, budget_s=None, deadline_s=1.0)
-    assert plan.stop([], 0, 0.0, 0.0) is None and plan.stop([1.0], 1, 5.0, 5.0) is None  # two always run
+    assert (
+        plan.stop([], 0, 0.0, 0.0) is None and plan.stop([1.0], 1, 5.0, 5.0) is None
+    )  # two always run
     assert plan.stop([1.0, 1.0], 2, 0.6, 0.6) == "time"
-    assert plan.stop([1.0, 1.0, 1.0], 2, 0.6, 0.6) == "time"  # a goal of 0: the spread never stops it
+    assert (
+        plan.stop([1.0, 1.0, 1.0], 2, 0.6, 0.6) == "time"
+    )  # a goal of 0: the spread never stops it
     settled = performance.Plan(cap=3, goal=0.05, budget_s=None, deadline_s=1.0)
-    assert settled.stop([1.0, 1.0, 1.0], 2, 0.6, 0.6) == "spread" and settled.stop([1.0, 1.3], 3, 0.6, 0.6) == "cap"
+    assert (
+        settled.stop([1.0, 1.0, 1.0], 2, 0.6, 0.6) == "spread"
+        and settled.stop([1.0, 1.3], 3, 0.6, 0.6) == "cap"
+    )
     assert plan.stop([1.0, 1.0], 2, 0.5, 0.5) is None
     # a probe 100 s into a 300 s limit: 100 s for the phase; past its limit, none
     assert performance._deadline({"started": 50.0, "timeout_s": 300.0}, 150.0) == 100.0
@@ -66,9 +115,16 @@ def test_the_probes_time_limit_stops_any_repeat_after_the_first_two_that_would_p
 
 def test_no_budget_means_the_cap_or_the_spread_decides_and_a_cap_of_one_runs_one():
     plan = performance.Plan(cap=3, goal=0.0, budget_s=None)
-    assert plan.stop([1.0, 1.1, 1.0], 2, 1e9, 1e9) is None and plan.stop([1.0, 1.1, 1.0], 3, 1e9, 1e9) == "cap"
-    assert plan.stop(STEADY, 3, 0, 0, False) == "cap"  # a goal of 0: every repeat the cap allows, even alike
-    assert performance.Plan(cap=1, goal=0.05, budget_s=None).stop(STEADY, 1, 0, 0) == "spread"  # the cap wins over two
+    assert (
+        plan.stop([1.0, 1.1, 1.0], 2, 1e9, 1e9) is None
+        and plan.stop([1.0, 1.1, 1.0], 3, 1e9, 1e9) == "cap"
+    )
+    assert (
+        plan.stop(STEADY, 3, 0, 0, False) == "cap"
+    )  # a goal of 0: every repeat the cap allows, even alike
+    assert (
+        performance.Plan(cap=1, goal=0.05, budget_s=None).stop(STEADY, 1, 0, 0) == "spread"
+    )  # the cap wins over two
 
 
 @pytest.fixture
@@ -97,12 +153,21 @@ def test_the_budget_is_a_share_of_the_device_phase_so_far_and_zero_is_none(clock
     cpu = performance.budget({"perf_budget": 0.25, "started": started}, {"generate_s": 0.01}, "cpu")
     assert cpu == pytest.approx(0.5)
     # on an accelerator the probe's start says nothing: its device phase (here none: the verdict's generation)
-    assert performance.budget({"perf_budget": 0.25, "started": started}, {"generate_s": 0.01}, "cuda") == 0.0025
-    assert performance.budget({"perf_budget": 0.25}, {"generate_s": 0.01}, "cpu") == 0.0025  # no start known
-    assert performance.budget({"perf_budget": 0.25}, {}) == 0.0  # nothing timed at all: nothing to share
+    assert (
+        performance.budget({"perf_budget": 0.25, "started": started}, {"generate_s": 0.01}, "cuda")
+        == 0.0025
+    )
+    assert (
+        performance.budget({"perf_budget": 0.25}, {"generate_s": 0.01}, "cpu") == 0.0025
+    )  # no start known
+    assert (
+        performance.budget({"perf_budget": 0.25}, {}) == 0.0
+    )  # nothing timed at all: nothing to share
     # the CPU by its name, however the name was made (a record's, read back), and no other device, whatever its name
     said = {"perf_budget": 0.25, "started": started}
-    assert performance.budget(said, {"generate_s": 0.01}, "".join(["c", "pu"])) == pytest.approx(0.5)
+    assert performance.budget(said, {"generate_s": 0.01}, "".join(["c", "pu"])) == pytest.approx(
+        0.5
+    )
     assert performance.budget(said, {"generate_s": 0.01}, "accel") == 0.0025
 
 
@@ -155,13 +220,21 @@ class _Adapter:
         return None, "no peak bandwidth declared"
 
 
-SETTINGS = {"perf_repeats": 10, "perf_spread": 0.0, "perf_tokens": 1, "mode": "eager", "cache": "dynamic"}
+SETTINGS = {
+    "perf_repeats": 10,
+    "perf_spread": 0.0,
+    "perf_tokens": 1,
+    "mode": "eager",
+    "cache": "dynamic",
+}
 
 
 def _measure(clock: FakeClock, settings: dict, budget_s: float | None) -> tuple[dict, _Model]:
     tokenizer = type("Tokenizer", (), {"pad_token_id": 0, "eos_token_id": 0})()
     model = _Model(clock, ttft=0.1, step=0.05)
-    return performance.measure(model, tokenizer, [1, 2, 3], settings, _Adapter(), budget_s=budget_s), model
+    return performance.measure(
+        model, tokenizer, [1, 2, 3], settings, _Adapter(), budget_s=budget_s
+    ), model
 
 
 def test_the_repeats_stop_at_the_budget_exactly_on_the_phases_clock(clock):
@@ -173,8 +246,12 @@ def test_the_repeats_stop_at_the_budget_exactly_on_the_phases_clock(clock):
     assert fields["perf_tokens_out"] == 4 and fields["ttft_s_repeats"] == pytest.approx([0.1] * 4)
     assert fields["tpot_s_repeats"] == pytest.approx([0.05] * 4) and fields["tpot_spread"] == 0.0
     assert fields["perf_tokens_per_s_repeats"] == pytest.approx([16.0] * 4)  # 4 tokens in 0.25 s
-    assert fields["perf_device_s"] == pytest.approx(1.25) and fields["perf_first_call_s"] == pytest.approx(0.25)
-    assert fields["perf_note"].startswith("4 repeats of 4 tokens; stopped by the budget: another repeat would take")
+    assert fields["perf_device_s"] == pytest.approx(1.25) and fields[
+        "perf_first_call_s"
+    ] == pytest.approx(0.25)
+    assert fields["perf_note"].startswith(
+        "4 repeats of 4 tokens; stopped by the budget: another repeat would take"
+    )
     # a budget a hair under 1.0 s: three repeats (the budget waits for TPOT's three samples, then stops)
     fewer, _ = _measure(clock, SETTINGS, budget_s=0.999)
     assert (fewer["perf_stop"], fewer["perf_repeats_run"]) == ("budget", 3)
@@ -196,14 +273,27 @@ def test_the_verdicts_steps_count_in_eager_on_the_phases_clock_never_in_compile(
     clock = time.perf_counter  # a device's own clock
     # the first step (the decode shape's first call) left out
     assert performance.verdict_steps(verdict, {"mode": "fused"}, clock) == pytest.approx([0.2] * 3)
-    assert performance.verdict_steps(verdict, {"mode": "eager"}, None) is None  # the host's clock: instruments, noise
-    assert performance.verdict_steps(verdict, {"mode": "compile"}, clock) is None  # its forward compiled again
-    assert performance.verdict_steps(verdict, {"mode": "".join(["com", "pile"])}, clock) is None  # a mode read back
+    assert (
+        performance.verdict_steps(verdict, {"mode": "eager"}, None) is None
+    )  # the host's clock: instruments, noise
+    assert (
+        performance.verdict_steps(verdict, {"mode": "compile"}, clock) is None
+    )  # its forward compiled again
+    assert (
+        performance.verdict_steps(verdict, {"mode": "".join(["com", "pile"])}, clock) is None
+    )  # a mode read back
     three = {"token_times": [1.0, 1.1, 1.2]}
-    assert performance.verdict_steps(three, {"mode": "eager"}, clock) is None  # one step left: no median of steps
+    assert (
+        performance.verdict_steps(three, {"mode": "eager"}, clock) is None
+    )  # one step left: no median of steps
     four = {"token_times": [1.0, 1.5, 1.75, 2.0]}
-    assert performance.verdict_steps(four, {"mode": "eager"}, clock) == [0.25, 0.25]  # two steps: enough
-    assert performance.verdict_steps({"token_times": []}, {"mode": "eager"}, clock) is None  # no device stamps
+    assert performance.verdict_steps(four, {"mode": "eager"}, clock) == [
+        0.25,
+        0.25,
+    ]  # two steps: enough
+    assert (
+        performance.verdict_steps({"token_times": []}, {"mode": "eager"}, clock) is None
+    )  # no device stamps
 
 
 def test_a_repeat_suppresses_the_end_only_where_it_could_come_and_keeps_the_cache():
@@ -214,7 +304,9 @@ def test_a_repeat_suppresses_the_end_only_where_it_could_come_and_keeps_the_cach
         "min_new_tokens": 16,
         "cache_implementation": "static",
     }
-    assert performance.generate_options(4, {}, {"tokens_out": 2})["min_new_tokens"] == 4  # it stopped early
+    assert (
+        performance.generate_options(4, {}, {"tokens_out": 2})["min_new_tokens"] == 4
+    )  # it stopped early
 
 
 def test_a_part_counts_inside_a_device_block_only_and_the_sweep_sums_it_per_device(clock):
@@ -225,9 +317,17 @@ def test_a_part_counts_inside_a_device_block_only_and_the_sweep_sums_it_per_devi
         with phases.part("perf"):
             clock.advance(0.1)
     timed = phases.device_phase()
-    assert timed["parts"] == {"perf": pytest.approx(0.1)} and timed["device_s"] == pytest.approx(0.15)
+    assert timed["parts"] == {"perf": pytest.approx(0.1)} and timed["device_s"] == pytest.approx(
+        0.15
+    )
     rows = [
-        {"start": 0, "end": 10, "devices": [0, 1], "device_s": 9, "device_parts": {"perf": 2.0, "recompiles": 1.0}},
+        {
+            "start": 0,
+            "end": 10,
+            "devices": [0, 1],
+            "device_s": 9,
+            "device_parts": {"perf": 2.0, "recompiles": 1.0},
+        },
         {"start": 1, "end": 11, "devices": [0], "device_s": 9, "device_parts": {"perf": 1.5}},
     ]
     stats = device_time.summarise(rows, 2)
@@ -282,25 +382,47 @@ def test_on_the_pretend_device_the_verdict_gives_tpot_and_two_repeats_a_warm_ttf
     )
     record = default["record"]
     assert record["status"] == "PASS" and record["perf_stop"] == "spread", record["perf_note"]
-    assert record["perf_repeats_run"] == len(record["ttft_s_repeats"]) == 2 and record["perf_tokens_out"] == 1
-    assert len(record["tpot_s_repeats"]) == record["tokens_out"] - 2  # the verdict's steps but its first
-    assert record["perf_note"].startswith("2 repeats of 1 token; TPOT from the verdict's decode steps; stopped by TPOT")
+    assert (
+        record["perf_repeats_run"] == len(record["ttft_s_repeats"]) == 2
+        and record["perf_tokens_out"] == 1
+    )
+    assert (
+        len(record["tpot_s_repeats"]) == record["tokens_out"] - 2
+    )  # the verdict's steps but its first
+    assert record["perf_note"].startswith(
+        "2 repeats of 1 token; TPOT from the verdict's decode steps; stopped by TPOT"
+    )
     assert record["tpot_spread"] <= 0.05 and record["ttft_spread"] <= 0.05, record["perf_note"]
-    assert record["perf_tokens_per_s"] == pytest.approx(8 / (record["ttft_s"] + 7 * record["tpot_s"]), rel=0.01)
-    assert record["perf_first_call_s"] > 0 and default["parts"]["perf"] >= record["perf_device_s"] > 0
+    assert record["perf_tokens_per_s"] == pytest.approx(
+        8 / (record["ttft_s"] + 7 * record["tpot_s"]), rel=0.01
+    )
+    assert (
+        record["perf_first_call_s"] > 0 and default["parts"]["perf"] >= record["perf_device_s"] > 0
+    )
     every = every["record"]
-    assert every["perf_repeats_run"] == 5 == len(every["ttft_s_repeats"]) and every["perf_stop"] == "cap"
-    assert len(every["tpot_s_repeats"]) == 1 + 5  # each generation's median: the verdict's and five of its own
+    assert (
+        every["perf_repeats_run"] == 5 == len(every["ttft_s_repeats"])
+        and every["perf_stop"] == "cap"
+    )
+    assert (
+        len(every["tpot_s_repeats"]) == 1 + 5
+    )  # each generation's median: the verdict's and five of its own
     assert "stopped by the cap of perf_repeats=5" in every["perf_note"]
 
 
 def test_on_the_cpu_the_repeats_add_steps_until_the_spread_is_reached(fixture_models):
     """On the host's clock TPOT comes from the phase's own repeats (16 tokens on the CPU), each one's median step a
     sample, until three give the spread goal (a goal of 1000% here: the shared machine's noise is not the subject)."""
-    record = _probe(fixture_models["tiny-gpt2"]["path"], "cpu", perf_budget=0, perf_spread=10.0, perf_tokens=3)
+    record = _probe(
+        fixture_models["tiny-gpt2"]["path"], "cpu", perf_budget=0, perf_spread=10.0, perf_tokens=3
+    )
     assert record["status"] == "PASS" and record["perf_stop"] == "spread", record["perf_note"]
-    assert record["perf_tokens_out"] == 16 and record["perf_repeats_run"] == 3 == len(record["tpot_s_repeats"])
-    assert record["perf_note"].startswith("3 repeats of 16 tokens; stopped by TPOT spread"), record["perf_note"]
+    assert record["perf_tokens_out"] == 16 and record["perf_repeats_run"] == 3 == len(
+        record["tpot_s_repeats"]
+    )
+    assert record["perf_note"].startswith("3 repeats of 16 tokens; stopped by TPOT spread"), record[
+        "perf_note"
+    ]
 
 
 def test_on_the_hosts_clock_the_budget_waits_for_three_samples_of_tpot(fixture_models):
@@ -308,7 +430,9 @@ def test_on_the_hosts_clock_the_budget_waits_for_three_samples_of_tpot(fixture_m
     TPOT, 4 tokens each; a budget its device phase cannot buy a third repeat with stops the phase only once TPOT has
     the three samples a spread is judged over (bench_perf on the CPU: every run stopped at two before)."""
     (got,) = _pretend(
-        fixture_models["tiny-gpt2"]["path"], {"perf_budget": 1e-6, "perf_spread": 0}, device={"clock": "host"}
+        fixture_models["tiny-gpt2"]["path"],
+        {"perf_budget": 1e-6, "perf_spread": 0},
+        device={"clock": "host"},
     )
     record = got["record"]
     assert record["status"] == "PASS" and record["perf_stop"] == "budget", record["perf_note"]
@@ -325,7 +449,12 @@ def test_a_phase_with_no_other_limit_stops_at_half_the_time_the_probe_has_left(f
     import re
 
     record = _probe(
-        fixture_models["tiny-gpt2"]["path"], "cpu", perf_spread=0, perf_budget=0, perf_repeats=100_000, timeout_s=2.0
+        fixture_models["tiny-gpt2"]["path"],
+        "cpu",
+        perf_spread=0,
+        perf_budget=0,
+        perf_repeats=100_000,
+        timeout_s=2.0,
     )
     assert record["status"] == "PASS" and record["perf_stop"] == "time", record["perf_note"]
     said = re.search(
@@ -346,17 +475,31 @@ def test_the_repro_scripts_timing_gives_tpot_with_the_default_of_one_token(fixtu
     from model_support.probe import reproduce
 
     path = fixture_models["tiny-gpt2"]["path"]
-    model, tokenizer = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    model, tokenizer = (
+        AutoModelForCausalLM.from_pretrained(path),
+        AutoTokenizer.from_pretrained(path),
+    )
     ids = tokenizer("The future of AI is")["input_ids"]
     settings = {"perf_tokens": 1, "device": "cpu", "mode": "eager", "compile_backend": None}
     result = {"model": model, "tokenizer": tokenizer, "input_ids": ids}
     timed = reproduce.timed_repeats(settings, result, torch.device("cpu"), None, 2)
-    assert timed["perf_tokens"] == 16 and len(timed["tpot_s_repeats"]) == 2 and min(timed["tpot_s_repeats"]) > 0
+    assert (
+        timed["perf_tokens"] == 16
+        and len(timed["tpot_s_repeats"]) == 2
+        and min(timed["tpot_s_repeats"]) > 0
+    )
 
 
 def test_tpot_samples_are_each_generations_median_step_or_the_one_generations_steps():
-    assert performance.tpot_samples([[1.0, 2.0, 9.0], [4.0, 5.0, 6.0]]) == [2.0, 5.0]  # a pause moves no median
-    assert performance.tpot_samples([[1.0, 2.0, 9.0]]) == [1.0, 2.0, 9.0]  # one generation: its steps are the noise
+    assert performance.tpot_samples([[1.0, 2.0, 9.0], [4.0, 5.0, 6.0]]) == [
+        2.0,
+        5.0,
+    ]  # a pause moves no median
+    assert performance.tpot_samples([[1.0, 2.0, 9.0]]) == [
+        1.0,
+        2.0,
+        9.0,
+    ]  # one generation: its steps are the noise
     assert performance.tpot_samples([]) == []
 
 
@@ -370,10 +513,19 @@ def test_the_spread_is_relative_to_the_median_over_every_repeat_and_none_without
 def test_the_plans_cap_and_deadline_at_their_edges():
     cap = int("300")  # not the literal's object: the cap compares by value
     plan = performance.Plan(cap=cap, goal=0.0, budget_s=None)
-    assert plan.stop([1.0] * 3, 300, 0.0, 0.0) == "cap" and plan.stop([1.0] * 3, 299, 0.0, 0.0) is None
-    assert performance.Plan(cap=3, goal=0.0, budget_s=None).stop([1.0] * 3, 4, 0.0, 0.0) == "cap"  # past it too
-    at_goal = performance.Plan(cap=10, goal=0.25, budget_s=None)  # a spread exactly at the goal is settled
-    assert at_goal.stop([1.0, 1.25, 1.0], 2, 0.0, 0.0) == "spread" and at_goal.stop([1.0, 1.3, 1.0], 2, 0, 0) is None
+    assert (
+        plan.stop([1.0] * 3, 300, 0.0, 0.0) == "cap" and plan.stop([1.0] * 3, 299, 0.0, 0.0) is None
+    )
+    assert (
+        performance.Plan(cap=3, goal=0.0, budget_s=None).stop([1.0] * 3, 4, 0.0, 0.0) == "cap"
+    )  # past it too
+    at_goal = performance.Plan(
+        cap=10, goal=0.25, budget_s=None
+    )  # a spread exactly at the goal is settled
+    assert (
+        at_goal.stop([1.0, 1.25, 1.0], 2, 0.0, 0.0) == "spread"
+        and at_goal.stop([1.0, 1.3, 1.0], 2, 0, 0) is None
+    )
     timed = performance.Plan(cap=10, goal=0.0, budget_s=None, deadline_s=1.0)
     assert timed.stop([1.0] * 3, 2, 0.2, 0.2) is None  # well within the time left
     assert timed.stop([1.0] * 3, 2, 0.5, 0.5) is None  # exactly at it: within
@@ -381,8 +533,15 @@ def test_the_plans_cap_and_deadline_at_their_edges():
 
 
 def test_tokens_per_s_measured_over_a_repeat_or_derived_over_the_verdicts_length():
-    assert performance.tokens_per_s([0.25, 0.5], [0.1, 0.2], 4, None, 0.05) == [16.0, 8.0]  # measured: its tokens
+    assert performance.tokens_per_s([0.25, 0.5], [0.1, 0.2], 4, None, 0.05) == [
+        16.0,
+        8.0,
+    ]  # measured: its tokens
     # derived: 8 tokens, a warm TTFT and the verdict's TPOT median for each of the 7 after it
-    assert performance.tokens_per_s([], [0.1, 0.2], 1, 8, 0.05) == pytest.approx([8 / 0.45, 8 / 0.55])
-    assert performance.tokens_per_s([], [0.5], 1, 8, 0.0) == [16.0]  # a clock that did not move: no step time
+    assert performance.tokens_per_s([], [0.1, 0.2], 1, 8, 0.05) == pytest.approx(
+        [8 / 0.45, 8 / 0.55]
+    )
+    assert performance.tokens_per_s([], [0.5], 1, 8, 0.0) == [
+        16.0
+    ]  # a clock that did not move: no step time
     assert performance.tokens_per_s([], [0.5], 1, 8, None) == [16.0]

@@ -40,23 +40,42 @@ def test_a_sweep_keeps_the_perf_phases_profiler_trace_in_its_folder(tmp_path, fi
 
     data, definition = tmp_path / "data", tmp_path / "trace.yaml"
     model = str(REPO / "data" / "models" / "tiny-gpt2")
-    definition.write_text(yaml.safe_dump({"name": "trace", "probe": PROBE, "models": [model], "workers": 1}))
+    definition.write_text(
+        yaml.safe_dump({"name": "trace", "probe": PROBE, "models": [model], "workers": 1})
+    )
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "model_support.cli", "sweep", str(definition), "--no-report", "--data-dir"]
+    command = [
+        sys.executable,
+        "-m",
+        "model_support.cli",
+        "sweep",
+        str(definition),
+        "--no-report",
+        "--data-dir",
+    ]
     done = subprocess.run([*command, str(data)], capture_output=True, text=True, cwd=REPO, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     (sweep_id,) = store.list_sweeps(data)
     (record,) = store.read_records(data, sweep_id)
     assert record["status"] == "PASS" and all(record[k] > 0 for k in TIMED), record["perf_note"]
     relpath = record["perf_trace_path"]
-    assert relpath.startswith(f"sweeps/{sweep_id}/traces/") and relpath.endswith(".json.gz"), relpath
-    assert f"one more generation profiled (cpu) after the timed ones: {relpath}" in record["perf_note"]
+    assert relpath.startswith(f"sweeps/{sweep_id}/traces/") and relpath.endswith(".json.gz"), (
+        relpath
+    )
+    assert (
+        f"one more generation profiled (cpu) after the timed ones: {relpath}" in record["perf_note"]
+    )
     kept = (data / relpath).read_bytes()
     assert len(kept) < 200_000  # gzipped: a tiny model's trace stays small
     events = json.loads(gzip.decompress(kept))["traceEvents"]
     operators = {e["name"] for e in events if e.get("name", "").startswith("aten::")}
-    assert {"aten::addmm", "aten::layer_norm"} <= operators  # GPT-2: Conv1D, LayerNorm, sorted(operators)[:40]
-    assert not list((data / "sweeps" / sweep_id).glob(".work/*/traces"))  # only the sweep's copy is left
+    assert {
+        "aten::addmm",
+        "aten::layer_norm",
+    } <= operators  # GPT-2: Conv1D, LayerNorm, sorted(operators)[:40]
+    assert not list(
+        (data / "sweeps" / sweep_id).glob(".work/*/traces")
+    )  # only the sweep's copy is left
 
 
 #: tiny-gpt2 on the pretend device, whose adapter offers no profiler: timed, no trace, and why.
@@ -73,14 +92,22 @@ def test_an_adapter_without_a_profiler_keeps_no_trace_and_says_why(tmp_path, fix
     env = {**os.environ, "MODEL_SUPPORT_PRETEND": '{"bandwidth_gbs": 10}'}
     args = [str(tmp_path / "record.json"), json.dumps(PROBE), json.dumps(TIMED)]
     done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(PRETEND), *args], capture_output=True, text=True, cwd=REPO, env=env
+        [sys.executable, "-c", textwrap.dedent(PRETEND), *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads(done.stdout.strip().splitlines()[-1])
     assert record["status"] == "PASS" and all(record[k] > 0 for k in TIMED), record["perf_note"]
     assert record["perf_trace_path"] is None
-    assert record["perf_note"].endswith("; no profiler trace: the pretend adapter offers no profiler")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["record.json"]  # no traces folder beside it
+    assert record["perf_note"].endswith(
+        "; no profiler trace: the pretend adapter offers no profiler"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "record.json"
+    ]  # no traces folder beside it
 
 
 def test_a_record_never_names_a_trace_that_was_not_kept(tmp_path):

@@ -68,7 +68,13 @@ def phased_sweep(tmp_path_factory, fixture_models) -> dict:
     (sweep_id,) = store.list_sweeps(data)
     folder = store.sweep_dir(data, sweep_id)
     rows = [json.loads(line) for line in (folder / "schedule.jsonl").read_text().splitlines()]
-    return {"data": data, "sweep_id": sweep_id, "folder": folder, "rows": rows, "stdout": done.stdout}
+    return {
+        "data": data,
+        "sweep_id": sweep_id,
+        "folder": folder,
+        "rows": rows,
+        "stdout": done.stdout,
+    }
 
 
 @pytest.mark.slow
@@ -78,21 +84,38 @@ def test_the_checks_run_while_the_next_model_holds_the_device(phased_sweep):
     rows = phased_sweep["rows"]
     assert len(rows) == 3
     for row in rows:
-        assert row["start"] <= row["device_start"] <= row["device_end"] <= row["end"] <= row["checks_start"]
-        assert row["checks_end"] > row["checks_start"] and 0 < row["device_s"] <= row["end"] - row["start"]
+        assert (
+            row["start"]
+            <= row["device_start"]
+            <= row["device_end"]
+            <= row["end"]
+            <= row["checks_start"]
+        )
+        assert (
+            row["checks_end"] > row["checks_start"]
+            and 0 < row["device_s"] <= row["end"] - row["start"]
+        )
     overlaps = [
         (a["model_id"], b["model_id"])
         for a in rows
         for b in rows
-        if a is not b and a["devices"] == b["devices"] and b["start"] < a["checks_end"] and b["end"] > a["checks_start"]
+        if a is not b
+        and a["devices"] == b["devices"]
+        and b["start"] < a["checks_end"]
+        and b["end"] > a["checks_start"]
     ]
     assert overlaps, rows
     # each device phase is the device's own work as the probe measured it: at least its generation, never its
     # host-side loading (config, tokenizer, weights built in host memory) nor its chat template
-    records = {r["model_id"]: r for r in store.read_records(phased_sweep["data"], phased_sweep["sweep_id"])}
+    records = {
+        r["model_id"]: r for r in store.read_records(phased_sweep["data"], phased_sweep["sweep_id"])
+    }
     for row in rows:
         record = records[row["model_id"]]
-        assert record["generate_s"] <= row["device_s"] < record["load_s"] + record["generate_s"], (row, record)
+        assert record["generate_s"] <= row["device_s"] < record["load_s"] + record["generate_s"], (
+            row,
+            record,
+        )
     # the figures in the terminal and sweep.json: what the worker (holds) and the probes (device phases) measured
     meta = store.read_sweep(phased_sweep["data"], phased_sweep["sweep_id"])
     held = sum((row["end"] - row["start"]) * len(row["devices"]) for row in rows)
@@ -104,7 +127,9 @@ def test_the_checks_run_while_the_next_model_holds_the_device(phased_sweep):
     assert meta.device_time["utilisation"] == pytest.approx(device / (2 * span), abs=0.001)
     assert meta.device_time["checks_after_release"] == 3
     assert device_time.sentence(meta.device_time) in phased_sweep["stdout"]
-    assert not list((phased_sweep["folder"] / "phases").glob("*.json"))  # kept only until the record is stored
+    assert not list(
+        (phased_sweep["folder"] / "phases").glob("*.json")
+    )  # kept only until the record is stored
 
 
 @pytest.mark.slow
@@ -115,7 +140,9 @@ def test_every_pass_is_still_checked_and_its_notebook_tells_the_whole_story(phas
     records = store.read_records(phased_sweep["data"], phased_sweep["sweep_id"])
     assert {r["status"] for r in records} == {schema.PASS}
     for record in records:
-        assert record["numerics"] == "match" and record["reference_match"] is True, record["numerics_note"]
+        assert record["numerics"] == "match" and record["reference_match"] is True, record[
+            "numerics_note"
+        ]
         assert record["fluency_note"] and phases.PENDING not in json.dumps(record)
     record = next(r for r in records if r["model_id"].endswith("tiny-llama"))
     path = phased_sweep["data"] / record["notebook_path"]
@@ -132,11 +159,17 @@ def test_every_pass_is_still_checked_and_its_notebook_tells_the_whole_story(phas
     finally:
         os.environ.pop(PRETEND_VAR)
     again = record_from_notebook(out)
-    assert (again["status"], again["numerics"], again["generated_text"]) == ("PASS", "match", record["generated_text"])
+    assert (again["status"], again["numerics"], again["generated_text"]) == (
+        "PASS",
+        "match",
+        record["generated_text"],
+    )
 
 
 @pytest.mark.slow
-def test_under_ray_the_device_phase_and_the_host_checks_are_separate_tasks(tmp_path, fixture_models):
+def test_under_ray_the_device_phase_and_the_host_checks_are_separate_tasks(
+    tmp_path, fixture_models
+):
     """`model-support sweep --executor ray` on the pretend devices (a local Ray the sweep starts, given them as its
     `pretend` resource): each model's device phase is a Ray task holding its device, its host checks another,
     of a CPU only, that starts after the device was given back; every PASS is still checked, and nothing is
@@ -146,7 +179,16 @@ def test_under_ray_the_device_phase_and_the_host_checks_are_separate_tasks(tmp_p
     definition = _sweep_file(tmp_path, [fixture_models[n]["path"] for n in names])
     data = tmp_path / "data"
     done = subprocess.run(
-        [*CLI, "sweep", str(definition), "--data-dir", str(data), "--no-report", "--executor", "ray"],
+        [
+            *CLI,
+            "sweep",
+            str(definition),
+            "--data-dir",
+            str(data),
+            "--no-report",
+            "--executor",
+            "ray",
+        ],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -159,14 +201,24 @@ def test_under_ray_the_device_phase_and_the_host_checks_are_separate_tasks(tmp_p
     rows = [json.loads(line) for line in (folder / "schedule.jsonl").read_text().splitlines()]
     assert len(rows) == 2
     for row in rows:
-        assert row["start"] <= row["device_start"] <= row["device_end"] <= row["end"] <= row["checks_start"]
+        assert (
+            row["start"]
+            <= row["device_start"]
+            <= row["device_end"]
+            <= row["end"]
+            <= row["checks_start"]
+        )
         assert row["checks_end"] > row["checks_start"] and row["node"] and row["checks_node"]
     records = store.read_records(data, sweep_id)
     assert {r["status"] for r in records} == {schema.PASS}
     for record in records:
-        assert record["numerics"] == "match" and record["reference_match"] is True, record["numerics_note"]
+        assert record["numerics"] == "match" and record["reference_match"] is True, record[
+            "numerics_note"
+        ]
         assert record["fluency_note"] and phases.PENDING not in json.dumps(record)
-        sources = [c.source for c in nbformat.read(data / record["notebook_path"], as_version=4).cells]
+        sources = [
+            c.source for c in nbformat.read(data / record["notebook_path"], as_version=4).cells
+        ]
         assert any("run_probe" in s for s in sources) and any("finish_checks" in s for s in sources)
     assert store.read_sweep(data, sweep_id).device_time["checks_after_release"] == 2
     assert not list((folder / "phases").glob("*.json"))
@@ -180,7 +232,9 @@ def test_a_kill_between_the_phases_resumes_as_the_checks_only(tmp_path, fixture_
     resumed sweep keeps its executor)."""
     if executor == "ray":
         pytest.importorskip("ray")
-    definition = _sweep_file(tmp_path, [fixture_models["tiny-llama"]["path"]], workers=1, executor=executor)
+    definition = _sweep_file(
+        tmp_path, [fixture_models["tiny-llama"]["path"]], workers=1, executor=executor
+    )
     data = tmp_path / "data"
     runner = subprocess.Popen(
         [*CLI, "sweep", str(definition), "--data-dir", str(data), "--no-report"],
@@ -206,12 +260,16 @@ def test_a_kill_between_the_phases_resumes_as_the_checks_only(tmp_path, fixture_
         capture_output=True,
         text=True,
         cwd=REPO,
-        env=_env({"devices": 1, "crash_ops": ["aten::mm"]}),  # the device is never touched again: it would crash
+        env=_env(
+            {"devices": 1, "crash_ops": ["aten::mm"]}
+        ),  # the device is never touched again: it would crash
         timeout=900,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     (record,) = store.read_records(data, sweep_id)
-    assert record["status"] == schema.PASS and record["numerics"] == "match" and record["fluency_note"]
+    assert (
+        record["status"] == schema.PASS and record["numerics"] == "match" and record["fluency_note"]
+    )
     (row,) = [json.loads(line) for line in (folder / "schedule.jsonl").read_text().splitlines()]
     assert row["end"] < resumed < row["checks_start"]  # the first run's hold, this run's checks
     assert not list((folder / "phases").glob("*.json"))
@@ -222,11 +280,15 @@ def test_the_single_papermill_probe_still_shows_everything(tmp_path, fixture_mod
     out = tmp_path / "out.ipynb"
     os.environ[PRETEND_VAR] = "{}"
     try:
-        run_notebook("probe.ipynb", out, model_id=fixture_models["tiny-llama"]["path"], device="pretend")
+        run_notebook(
+            "probe.ipynb", out, model_id=fixture_models["tiny-llama"]["path"], device="pretend"
+        )
     finally:
         os.environ.pop(PRETEND_VAR)
     record = record_from_notebook(out)
-    assert record["status"] == schema.PASS and record["numerics"] == "match" and record["fluency_note"]
+    assert (
+        record["status"] == schema.PASS and record["numerics"] == "match" and record["fluency_note"]
+    )
     assert phases.PENDING not in json.dumps(record)
 
 
@@ -236,11 +298,18 @@ def test_the_device_phase_is_the_devices_work_not_the_hosts_loading(fixture_mode
     them all, and held-idle read better than it was. Compared with the stages' own clocks in the record."""
     from model_support.probe.run import run_probe
 
-    record = run_probe(fixture_models["tiny-gpt2"]["path"], device="cpu", reference="none", judge=False, perf=False)
+    record = run_probe(
+        fixture_models["tiny-gpt2"]["path"], device="cpu", reference="none", judge=False, perf=False
+    )
     timed = phases.device_phase()
     assert record["status"] == schema.PASS
-    assert record["generate_s"] <= timed["device_s"] < record["load_s"] + record["generate_s"], (timed, record)
-    assert timed["end"] - timed["start"] < record["load_s"] + record["generate_s"]  # it starts after the loading
+    assert record["generate_s"] <= timed["device_s"] < record["load_s"] + record["generate_s"], (
+        timed,
+        record,
+    )
+    assert (
+        timed["end"] - timed["start"] < record["load_s"] + record["generate_s"]
+    )  # it starts after the loading
 
 
 @pytest.fixture
@@ -273,7 +342,9 @@ def test_the_stages_hook_pauses_the_device_clock_while_the_host_works(clock):
         clock.advance(0.05)
     device = phases.device_phase()
     assert seen == ["load", "template", "compile", "generate"]
-    assert device["device_s"] == pytest.approx(0.3) and device["start"] == pytest.approx(1000.3)  # from the move on
+    assert device["device_s"] == pytest.approx(0.3) and device["start"] == pytest.approx(
+        1000.3
+    )  # from the move on
     assert device["end"] - device["start"] == pytest.approx(0.6)
     with phases.device_work():  # no stages: the whole block
         clock.advance(0.05)
@@ -300,7 +371,12 @@ def test_outside_a_device_block_nothing_counts(clock):
     clock.advance(11.0)
     with phases.part("perf"):
         clock.advance(2.0)
-    assert phases.device_phase() == {"device_s": 0.75, "start": 1010.0, "end": 1010.75, "parts": {"perf": 0.5}}
+    assert phases.device_phase() == {
+        "device_s": 0.75,
+        "start": 1010.0,
+        "end": 1010.75,
+        "parts": {"perf": 0.5},
+    }
 
 
 def test_a_fresh_process_counts_nothing_before_its_first_device_block():
@@ -364,12 +440,16 @@ def test_host_checks_whose_kernel_never_started_are_retried_then_left_pending_fo
     startup.mkdir(parents=True)
     (startup / "00-slow.py").write_text("import time\ntime.sleep(60)\n")
     never = {"IPYTHONDIR": str(tmp_path / "ipython"), "MODEL_SUPPORT_KERNEL_START_S": "1"}
-    checks = host_checks.HostChecks(1, tmp_path, prewarm=False, env={**never, "MODEL_SUPPORT_KERNEL_ZYGOTE": "off"})
+    checks = host_checks.HostChecks(
+        1, tmp_path, prewarm=False, env={**never, "MODEL_SUPPORT_KERNEL_ZYGOTE": "off"}
+    )
     record = _record(status=schema.PASS)
     phases.checks(record, {"checks": "after"}, "pass", [[1]], [1])
     state = {**phases._pending.pop(phases.key(record)), "record": record}
     held = {"devices": [0], "start": 1.0, "end": 2.0}
-    device_phase = TaskResult(record, None, "device phase\n", "m", "eager+dynamic", schedule=held, checks=state)
+    device_phase = TaskResult(
+        record, None, "device phase\n", "m", "eager+dynamic", schedule=held, checks=state
+    )
     task = {"model_id": "m", "variant": "eager+dynamic", "timeout_s": 60.0}
     final = checks.run(task, device_phase)  # type: ignore[arg-type]  # run_checks reads these keys only
     assert (final.record, final.problem, final.schedule) == (None, "harness", None), final.record
@@ -382,29 +462,58 @@ def test_the_figures_of_held_idle_share_and_utilisation():
     device phase, a 2-device hold of 2 s with 2 s: held 14 device-seconds, device 13, idle 1 (7%),
     utilisation 13 / 16, 2 device-seconds not held; the first model's checks end 2 s after the last release."""
     rows = [
-        {"devices": [0], "start": 100.0, "end": 104.0, "device_s": 3.0, "checks_start": 104.0, "checks_end": 110.0},
+        {
+            "devices": [0],
+            "start": 100.0,
+            "end": 104.0,
+            "device_s": 3.0,
+            "checks_start": 104.0,
+            "checks_end": 110.0,
+        },
         {"devices": [1], "start": 100.0, "end": 106.0, "device_s": 6.0},
         {"devices": [0, 1], "start": 106.0, "end": 108.0, "device_s": 2.0},
     ]
     got = device_time.summarise(rows, 2)
-    assert (got["span_s"], got["held_s"], got["device_s"], got["held_idle_s"]) == (8.0, 14.0, 13.0, 1.0)
-    assert (got["held_idle_share"], got["utilisation"], got["unheld_s"]) == (round(1 / 14, 4), 0.8125, 2.0)
-    assert got["checks_after_release"] == 1 and got["ideal_span_s"] == 6.5 and got["checks_tail_s"] == 2.0
-    assert device_time.summarise([{"devices": [0], "start": 0, "end": 1}], 1) is None  # older rows: no figures
+    assert (got["span_s"], got["held_s"], got["device_s"], got["held_idle_s"]) == (
+        8.0,
+        14.0,
+        13.0,
+        1.0,
+    )
+    assert (got["held_idle_share"], got["utilisation"], got["unheld_s"]) == (
+        round(1 / 14, 4),
+        0.8125,
+        2.0,
+    )
+    assert (
+        got["checks_after_release"] == 1
+        and got["ideal_span_s"] == 6.5
+        and got["checks_tail_s"] == 2.0
+    )
+    assert (
+        device_time.summarise([{"devices": [0], "start": 0, "end": 1}], 1) is None
+    )  # older rows: no figures
 
 
 def test_the_checks_cells_are_appended_and_only_the_final_record_is_tagged():
     device = nbformat.v4.new_notebook()
     shown = nbformat.v4.new_output(
-        "display_data", data={"application/json": {"status": "PASS"}}, metadata={"model_support": {"record": True}}
+        "display_data",
+        data={"application/json": {"status": "PASS"}},
+        metadata={"model_support": {"record": True}},
     )
     device.cells = [nbformat.v4.new_code_cell("record = probe.run_probe(...)", outputs=[shown])]
     checks = nbformat.read(REPO / "notebooks" / "checks.ipynb", as_version=4)
     merged = nbformat.reads(
-        host_checks.append_checks(nbformat.writes(device).encode(), nbformat.writes(checks).encode()).decode(), 4
+        host_checks.append_checks(
+            nbformat.writes(device).encode(), nbformat.writes(checks).encode()
+        ).decode(),
+        4,
     )
     sources = [c.source for c in merged.cells]
-    assert sources[0].startswith("record = probe.run_probe") and any("finish_checks" in s for s in sources)
+    assert sources[0].startswith("record = probe.run_probe") and any(
+        "finish_checks" in s for s in sources
+    )
     assert not any("phases.resume" in s for s in sources)  # the loader stays in the host process
     assert "model_support" not in merged.cells[0].outputs[0].metadata
 
@@ -414,9 +523,16 @@ def test_the_warm_up_loads_no_backend_and_asks_no_device(tmp_path):
     device untouched (no backend loaded, so its visibility variables are still read when one loads)."""
     from model_support.sweep.worker.process import WARM_UP
 
-    code = WARM_UP + "\nimport sys\nprint(sorted(m for m in sys.modules if 'pretend' in m or 'torch_tpu' in m))\n"
+    code = (
+        WARM_UP
+        + "\nimport sys\nprint(sorted(m for m in sys.modules if 'pretend' in m or 'torch_tpu' in m))\n"
+    )
     done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=_env({"devices": 2}), timeout=300
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=_env({"devices": 2}),
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"

@@ -50,10 +50,18 @@ def wrong_sweep(tmp_path_factory, fixture_models) -> dict:
 
     tmp = tmp_path_factory.mktemp("plan-wrong")
     data = tmp / "data"
-    probe = {"device": "pretend", "max_new_tokens": 2, "reference": "cpu", "judge": False, "perf": False}
+    probe = {
+        "device": "pretend",
+        "max_new_tokens": 2,
+        "reference": "cpu",
+        "judge": False,
+        "perf": False,
+    }
     definition = tmp / "wrong.yaml"
     models = [str(REPO / "data" / "models" / m) for m in MODELS]
-    definition.write_text(yaml.safe_dump({"name": "wrong", "probe": probe, "models": models, "workers": 1}))
+    definition.write_text(
+        yaml.safe_dump({"name": "wrong", "probe": probe, "models": models, "workers": 1})
+    )
     cli(["sweep", str(definition), "--no-report"], data)
     (sweep,) = store.list_sweeps(data)
     records = {r["model_id"].removeprefix("local:"): r for r in store.read_records(data, sweep)}
@@ -61,9 +69,13 @@ def wrong_sweep(tmp_path_factory, fixture_models) -> dict:
     before_text = cli(["ops", sweep], data).stdout
     with ThreadPoolExecutor(max_workers=2) as pool:  # what the not-localised line says to run, run
         commands = [c["command"].split()[1:] for c in before["not_localised"]]
-        commands[-1] = commands[-1][: commands[-1].index("--variant")]  # the model's one variant, found by localise
+        commands[-1] = commands[-1][
+            : commands[-1].index("--variant")
+        ]  # the model's one variant, found by localise
         list(pool.map(lambda args: cli(args, data), commands))
-    after = json.loads(cli(["ops", sweep, "--json"], data, stack=None).stdout)  # the sweep's data alone
+    after = json.loads(
+        cli(["ops", sweep, "--json"], data, stack=None).stdout
+    )  # the sweep's data alone
     text = cli(["ops", sweep], data, stack=None).stdout
     cli(["report", sweep, "--baseline", ""], data, stack=None)
     report = (data / "reports" / f"{sweep}.html").read_text()
@@ -80,7 +92,9 @@ def wrong_sweep(tmp_path_factory, fixture_models) -> dict:
 
 
 @pytest.mark.slow
-def test_two_diverging_passes_unlocalised_are_said_with_the_commands_that_localise_them(wrong_sweep):
+def test_two_diverging_passes_unlocalised_are_said_with_the_commands_that_localise_them(
+    wrong_sweep,
+):
     records, before, sweep = wrong_sweep["records"], wrong_sweep["before"], wrong_sweep["sweep"]
     assert {n: (r["status"], r["numerics"]) for n, r in records.items()} == {
         "tiny-llama": ("PASS", "diverges"),
@@ -93,7 +107,10 @@ def test_two_diverging_passes_unlocalised_are_said_with_the_commands_that_locali
         for m in ("tiny-llama", "tiny-qwen2")
     ]
     said = " ".join(wrong_sweep["before_text"].split())
-    assert f"2 diverging PASSes not localised: run model-support localise {sweep} local:tiny-llama" in said
+    assert (
+        f"2 diverging PASSes not localised: run model-support localise {sweep} local:tiny-llama"
+        in said
+    )
     assert {names([k])[0]: s for k, s in before["standing"].items()} == {
         "tiny-gpt2": "runs on the device",
         "tiny-llama": "blocked by wrong numbers (not localised)",
@@ -108,7 +125,11 @@ def test_a_localised_wrong_operator_is_a_step_of_ops_naming_both_models(wrong_sw
     kept = sorted(p.name for p in (data / "sweeps" / sweep / "localised").glob("*.json"))
     assert kept == [f"local_{m}@eager_dynamic_2t.json" for m in ("tiny-llama", "tiny-qwen2")]
     (step,) = after["plan"]
-    assert (step["op"], step["faults"], step["passing"]) == ("aten::rsqrt", {"aten::rsqrt": "wrong"}, 3)
+    assert (step["op"], step["faults"], step["passing"]) == (
+        "aten::rsqrt",
+        {"aten::rsqrt": "wrong"},
+        3,
+    )
     assert names(step["unlocks"]) == names(step["blocks"]) == ["tiny-llama", "tiny-qwen2"]
     assert names(step["localised"]["aten::rsqrt"]) == ["tiny-llama", "tiny-qwen2"]
     assert after["passing"] == 1 and after["not_localised"] == [] and after["blocked"] == []
@@ -119,9 +140,13 @@ def test_a_localised_wrong_operator_is_a_step_of_ops_naming_both_models(wrong_sw
     }
     text = wrong_sweep["text"]
     plan = text[text.index("What to implement next") :].splitlines()
-    fix = " ".join(line.split("│")[2].strip() for line in plan if line.startswith("│"))  # the column, unwrapped
+    fix = " ".join(
+        line.split("│")[2].strip() for line in plan if line.startswith("│")
+    )  # the column, unwrapped
     assert fix == "aten::rsqrt for f32, 3 dims (wrong numbers in 2 models, localised)"
-    assert "tiny-llama [eager+dynamic+2t]" in " ".join(plan)  # a variant's brackets printed, not read as markup
+    assert "tiny-llama [eager+dynamic+2t]" in " ".join(
+        plan
+    )  # a variant's brackets printed, not read as markup
     assert "Nothing to fix" not in text
 
 
@@ -144,7 +169,13 @@ def test_the_nightlys_draft_says_the_step_and_that_localise_found_it(wrong_sweep
 
     data, sweep = wrong_sweep["data"], wrong_sweep["sweep"]
     changes = [
-        {"model_id": f"local:{m}", "variant": VARIANT, "before": "PASS", "after": "suspect PASS", "signature": None}
+        {
+            "model_id": f"local:{m}",
+            "variant": VARIANT,
+            "before": "PASS",
+            "after": "suspect PASS",
+            "signature": None,
+        }
         for m in ("tiny-llama", "tiny-qwen2")
     ]
     (path,) = nightly._draft(data, "wrong", sweep, sweep, changes, False, None, lambda _: None)
@@ -171,10 +202,18 @@ def pass_row(tmp_path_factory, fixture_models) -> dict:
 
     tmp = tmp_path_factory.mktemp("plan-pass-row")
     data = tmp / "data"
-    probe = {"device": "pretend", "max_new_tokens": 2, "reference": "cpu", "judge": False, "perf": False}
+    probe = {
+        "device": "pretend",
+        "max_new_tokens": 2,
+        "reference": "cpu",
+        "judge": False,
+        "perf": False,
+    }
     definition = tmp / "mul.yaml"
     models = [fixture_models["tiny-qwen3"]["path"]]
-    definition.write_text(yaml.safe_dump({"name": "mul", "probe": probe, "models": models, "workers": 1}))
+    definition.write_text(
+        yaml.safe_dump({"name": "mul", "probe": probe, "models": models, "workers": 1})
+    )
     cli(["sweep", str(definition), "--no-report"], data, MUL_STACK)
     (sweep,) = store.list_sweeps(data)
     (record,) = store.read_records(data, sweep)
@@ -183,14 +222,29 @@ def pass_row(tmp_path_factory, fixture_models) -> dict:
     after = json.loads(cli(["ops", sweep, "--json"], data, stack=None).stdout)
     text = cli(["ops", sweep], data, stack=None).stdout
     proved = json.loads(cli(["ops", sweep, "--prove", "--json"], data, MUL_STACK).stdout)
-    return {"record": record, "before": before, "localised": localised, "after": after, "text": text, "proved": proved}
+    return {
+        "record": record,
+        "before": before,
+        "localised": localised,
+        "after": after,
+        "text": text,
+        "proved": proved,
+    }
 
 
 @pytest.mark.slow
 def test_ops_lists_a_localised_wrong_operator_on_a_pass_row_as_a_step(pass_row):
-    record, before, after, text = pass_row["record"], pass_row["before"], pass_row["after"], pass_row["text"]
+    record, before, after, text = (
+        pass_row["record"],
+        pass_row["before"],
+        pass_row["after"],
+        pass_row["text"],
+    )
     assert record["status"] == "PASS"
-    if record["numerics"] in ("match", "ties"):  # the reference check let it through: nothing but localise says it
+    if record["numerics"] in (
+        "match",
+        "ties",
+    ):  # the reference check let it through: nothing but localise says it
         assert before["plan"] == [] and list(before["standing"].values()) == ["runs on the device"]
     assert pass_row["localised"].startswith("The first wrong operator of")
     assert "aten::mul (Tensor)" in pass_row["localised"].splitlines()[0]
@@ -203,7 +257,9 @@ def test_ops_lists_a_localised_wrong_operator_on_a_pass_row_as_a_step(pass_row):
     said = "computes wrong numbers" if agrees else "blocked by wrong numbers"
     assert standing.startswith(f"{said} (localised: {MUL})"), standing
     plan = text[text.index("What to implement next") :].splitlines()
-    fix = " ".join(line.split("│")[2].strip() for line in plan if line.startswith("│"))  # the column, unwrapped
+    fix = " ".join(
+        line.split("│")[2].strip() for line in plan if line.startswith("│")
+    )  # the column, unwrapped
     assert fix.startswith(f"{MUL} for ") and fix.endswith("(wrong numbers in 1 model, localised)")
     assert "Nothing to fix" not in text
 
@@ -254,7 +310,9 @@ def test_wrong_and_missing_operators_rank_together_and_a_model_needing_both_wait
             _model("b1", [mm, rsqrt], localised=[rsqrt]),
             _model("b2", [mm, rsqrt], localised=[rsqrt]),
             _model("c", [mm, gelu], missing=[gelu], status="FAIL(gen)"),
-            _model("both", [mm, rsqrt, gelu], missing=[gelu], status="FAIL(gen)", localised=[rsqrt]),
+            _model(
+                "both", [mm, rsqrt, gelu], missing=[gelu], status="FAIL(gen)", localised=[rsqrt]
+            ),
             _model("right", [mm, rsqrt], localised=[rsqrt], numerics="match"),
             _model("unseen", [mm, rsqrt]),
         ]
@@ -264,16 +322,27 @@ def test_wrong_and_missing_operators_rank_together_and_a_model_needing_both_wait
         (rsqrt, ["b1", "b2", "right"], ["b1", "b2", "both", "right"], 3),
         (gelu, ["both", "c"], ["both", "c"], 5),
     ]
-    assert steps[0].fault(rsqrt) == "wrong numbers in 4 models, localised" and steps[1].fault(gelu) == ""
+    assert (
+        steps[0].fault(rsqrt) == "wrong numbers in 4 models, localised"
+        and steps[1].fault(gelu) == ""
+    )
     by = {m.key: m for m in models}
-    assert standing(by["both"]) == "blocked by missing ops (aten::gelu) and wrong numbers (localised: aten::rsqrt)"
+    assert (
+        standing(by["both"])
+        == "blocked by missing ops (aten::gelu) and wrong numbers (localised: aten::rsqrt)"
+    )
     assert standing(by["right"]) == (
         "computes wrong numbers (localised: aten::rsqrt), though its output agrees with the CPU reference (match)"
     )
     assert standing(by["c"]) == "blocked by missing ops (aten::gelu)"
     assert standing(by["unseen"]) == "blocked by wrong numbers (not localised)"
-    assert not_localised_line(models) == "1 diverging PASS not localised: run model-support localise s unseen"
-    assert plan_json(models, steps)["plan"][0]["localised"] == {rsqrt: ["b1", "b2", "both", "right"]}
+    assert (
+        not_localised_line(models)
+        == "1 diverging PASS not localised: run model-support localise s unseen"
+    )
+    assert plan_json(models, steps)["plan"][0]["localised"] == {
+        rsqrt: ["b1", "b2", "both", "right"]
+    }
 
 
 def test_another_stacks_prediction_reads_its_coverage_not_the_sweeps_localised_answers():
@@ -283,6 +352,7 @@ def test_another_stacks_prediction_reads_its_coverage_not_the_sweeps_localised_a
 
     rsqrt = "aten::rsqrt"
     models = predict(
-        [_model("b1", ["aten::mm", rsqrt], localised=[rsqrt])], dict.fromkeys(["aten::mm", rsqrt], IMPLEMENTED)
+        [_model("b1", ["aten::mm", rsqrt], localised=[rsqrt])],
+        dict.fromkeys(["aten::mm", rsqrt], IMPLEMENTED),
     )
     assert porting_plan(models) == [] and models[0].passes

@@ -66,8 +66,16 @@ def child_json(code: str, config: dict | None = None, **extra) -> dict:
         ('{"missing_ops": "aten::rsqrt"}', None, "'missing_ops' must be a list of names"),
         ('{"slow_ops": {"aten::mm": "1s"}}', None, "'slow_ops' must map operator names to seconds"),
         ('{"launch_us": -1}', None, "'launch_us' must be microseconds >= 0 per kernel, not -1"),
-        ('{"clock_jitter": 0.5}', None, "'clock_jitter' must be a relative spread from 0 to below 0.3"),
-        ('{"devices": 2}', "0,2", "PRETEND_VISIBLE_DEVICES='0,2' must list distinct device ids below 2"),
+        (
+            '{"clock_jitter": 0.5}',
+            None,
+            "'clock_jitter' must be a relative spread from 0 to below 0.3",
+        ),
+        (
+            '{"devices": 2}',
+            "0,2",
+            "PRETEND_VISIBLE_DEVICES='0,2' must list distinct device ids below 2",
+        ),
         ('{"devices": 2}', "1,1", "must list distinct device ids"),
     ],
 )
@@ -80,7 +88,8 @@ def test_a_bad_configuration_is_one_sentence(text, visible, words):
 
 def test_the_configuration_and_its_visibility():
     config = parse(
-        '{"devices": 4, "memory_gb": 0.5, "missing_ops": ["aten::rsqrt"], "slow_ops": {"aten::mm": 2}}', "3,1"
+        '{"devices": 4, "memory_gb": 0.5, "missing_ops": ["aten::rsqrt"], "slow_ops": {"aten::mm": 2}}',
+        "3,1",
     )
     assert config.visible == (3, 1) and config.memory_bytes == 500_000_000
     assert config.missing_ops == frozenset({"aten::rsqrt"}) and config.slow_ops == {"aten::mm": 2.0}
@@ -168,21 +177,32 @@ def test_the_backend_runs_on_the_cpu_underneath_with_its_faults():
     }
     out = child_json(BACKEND_CHECKS, config, **{VISIBLE_VAR: "2,3"})
     assert (out["accelerator"], out["count"], out["physical"]) == ("pretend", 2, [2, 3])
-    assert "is not a DeviceAllocator" in out["max_memory_allocated"]  # as torch_tpu's allocator is not either
+    assert (
+        "is not a DeviceAllocator" in out["max_memory_allocated"]
+    )  # as torch_tpu's allocator is not either
     assert out["synchronize"] != "answered"
     assert (out["type"], out["device"], out["roundtrip"]) == ("PretendTensor", "pretend:0", True)
     assert out["tolist"] == [12.0, 15.0, 18.0, 21.0]
     assert out["after_ones"] - out["allocated"] == 4000 and out["after_del"] == out["allocated"]
     assert out["peak"] >= out["after_ones"]
-    assert out["peak_mb"] == out["peak"] / 2**20 and out["source"] == "torch.pretend.max_memory_allocated"
+    assert (
+        out["peak_mb"] == out["peak"] / 2**20
+        and out["source"] == "torch.pretend.max_memory_allocated"
+    )
     name, message, classified = out["oom"]
     assert name == "OutOfMemoryError" and classified
-    assert message.startswith("pretend out of memory. Tried to allocate 3.81 MiB. Device 0 has a total capacity of")
-    assert out["missing"].startswith("Could not run 'aten::rsqrt' with arguments from the 'pretend' backend.")
+    assert message.startswith(
+        "pretend out of memory. Tried to allocate 3.81 MiB. Device 0 has a total capacity of"
+    )
+    assert out["missing"].startswith(
+        "Could not run 'aten::rsqrt' with arguments from the 'pretend' backend."
+    )
     assert out["add_ok"] and out["float32_ok"]
     assert out["dtype"].startswith("Cannot convert a pretend Tensor to float64 dtype")
     right = [[float(4 * r + c) for c in range(4)] for r in range(3)]
-    assert out["wrong"] == [[-v for v in reversed(row)] for row in right]  # wrong, and the same wrong every time
+    assert out["wrong"] == [
+        [-v for v in reversed(row)] for row in right
+    ]  # wrong, and the same wrong every time
     assert out["wrong_again"] == out["wrong"]
     assert out["slept"] == [2.5] and out["slept_neg"] == [1.5]
     # its clock: the stall counted whole (plus the subtraction's and the copy's kernels), a view launches nothing,
@@ -204,7 +224,11 @@ def test_the_device_clock_is_launch_latency_plus_bytes_at_the_bandwidth_with_a_b
     exact.stall(0.25)
     assert exact.now() == 5e-6 + 0.1 + 0.25
     paces = [DeviceClock(5e-6, None, 0.01).pace for _ in range(2000)]
-    assert max(paces) - min(paces) <= NOISE_BOUND * 0.01 + 1e-9 and max(paces) > 1.01 and min(paces) < 0.99
+    assert (
+        max(paces) - min(paces) <= NOISE_BOUND * 0.01 + 1e-9
+        and max(paces) > 1.01
+        and min(paces) < 0.99
+    )
 
 
 def test_a_crashing_operator_kills_the_process_as_a_runtime_abort_does():
@@ -222,7 +246,9 @@ def test_a_crashing_operator_kills_the_process_as_a_runtime_abort_does():
     assert "pretend runtime: fatal error in aten::relu; aborting" in done.stderr
 
 
-def test_a_silent_late_abort_names_its_operator_has_its_repro_script_and_is_the_stacks(tmp_path, monkeypatch):
+def test_a_silent_late_abort_names_its_operator_has_its_repro_script_and_is_the_stacks(
+    tmp_path, monkeypatch
+):
     """Two crashing operators, of which each model reaches one, and a runtime that aborts silently (no last words)
     and late (three operators on, as an asynchronous runtime reports it): the flight recorder's last operator is
     not the culprit, so the probe reruns the silent abort once synchronously (PRETEND_LAUNCH_BLOCKING=1, as
@@ -241,19 +267,32 @@ def test_a_silent_late_abort_names_its_operator_has_its_repro_script_and_is_the_
         "models": [TINY, "data/models/tiny-gpt-neox"],
     }
     data, sweep = cli_sweep(tmp_path, definition)
-    rows = {display_name(r["model_id"]): r for r in stored_records(data, sweep)}  # the script put together again
+    rows = {
+        display_name(r["model_id"]): r for r in stored_records(data, sweep)
+    }  # the script put together again
     for name, op in (("tiny-llama", "aten::silu"), ("tiny-gpt-neox", "aten::gelu")):
         row = rows[name]
         said = f"it died in {op} (flight recorder)"
         assert (row["status"], row["error_type"]) == ("FAIL(other)", "DeadKernelError"), name
-        assert row["error_message"].startswith("the kernel died (killed by SIGABRT) while the probe ran")
+        assert row["error_message"].startswith(
+            "the kernel died (killed by SIGABRT) while the probe ran"
+        )
         assert row["error_message"].endswith(said) and row["failure_signature"].endswith(said)
         assert row["crash_operator"] == op, row["crash_operator_note"]
-        assert row["crash_operator_note"].startswith("the operator a synchronous rerun (PRETEND_LAUNCH_BLOCKING=1)")
-        assert f"first run's last operator was {op}" not in row["crash_operator_note"]  # it died three later
+        assert row["crash_operator_note"].startswith(
+            "the operator a synchronous rerun (PRETEND_LAUNCH_BLOCKING=1)"
+        )
+        assert (
+            f"first run's last operator was {op}" not in row["crash_operator_note"]
+        )  # it died three later
         assert row["crash_operator_args"].startswith("bfloat16[1, ")
-        assert row["repro_script"].startswith("#!/usr/bin/env python") and f"local:{name}" in row["repro_script"]
-        assert (row["attribution"], row["reference_device"]) == ("stack", "cpu:bfloat16"), row["reference_note"]
+        assert (
+            row["repro_script"].startswith("#!/usr/bin/env python")
+            and f"local:{name}" in row["repro_script"]
+        )
+        assert (row["attribution"], row["reference_device"]) == ("stack", "cpu:bfloat16"), row[
+            "reference_note"
+        ]
     assert rows["tiny-llama"]["failure_signature"] != rows["tiny-gpt-neox"]["failure_signature"]
 
 
@@ -288,9 +327,9 @@ def test_composite_operators_reach_the_backend_as_their_parts_in_every_mode():
     right = [[float(4 * r + c) for c in range(4)] for r in range(3)]
     for mode in ("inference_mode", "no_grad", "grad"):
         assert out[mode]["linear"] == [[-v for v in reversed(row)] for row in right], mode
-        assert out[mode]["sdpa"].startswith("Could not run 'aten::bmm' with arguments from the 'pretend' backend."), (
-            mode
-        )
+        assert out[mode]["sdpa"].startswith(
+            "Could not run 'aten::bmm' with arguments from the 'pretend' backend."
+        ), mode
 
 
 def test_a_fault_on_an_operator_no_backend_receives_is_refused():
@@ -342,7 +381,9 @@ def test_off_unless_configured_and_a_typo_in_a_fault_is_refused():
         "Device 'pretend' was requested but the pretend accelerator is off here: set MODEL_SUPPORT_PRETEND"
     )
     typo = child_json(code, {"missing_ops": ["aten::rsqrtt"]})
-    assert typo.startswith("Device 'pretend' was requested but its backend failed to load: PretendConfigError:")
+    assert typo.startswith(
+        "Device 'pretend' was requested but its backend failed to load: PretendConfigError:"
+    )
     assert "missing_ops names 'aten::rsqrtt', which is no operator torch knows" in typo
 
 
@@ -356,7 +397,12 @@ def test_auto_finds_it_in_the_probe_and_in_the_runner():
         print(json.dumps([facts.type, facts.count, devices.auto_candidates(), devices.resolve("auto").type]))
         """
     assert child_json(code, {"devices": 3}) == ["pretend", 3, ["pretend"], "pretend"]
-    assert child_json(code) == ["cpu", 1, [], "cpu"]  # not configured: auto is the CPU, and no child was asked
+    assert child_json(code) == [
+        "cpu",
+        1,
+        [],
+        "cpu",
+    ]  # not configured: auto is the CPU, and no child was asked
 
 
 def test_a_sweep_on_a_device_this_machine_lacks_is_refused_before_any_model(tmp_path):
@@ -365,9 +411,14 @@ def test_a_sweep_on_a_device_this_machine_lacks_is_refused_before_any_model(tmp_
     import yaml
 
     definition = tmp_path / "gpu.yaml"
-    definition.write_text(yaml.safe_dump({"name": "gpu", "probe": {"device": "gpu"}, "models": [TINY]}))
+    definition.write_text(
+        yaml.safe_dump({"name": "gpu", "probe": {"device": "gpu"}, "models": [TINY]})
+    )
     for device_env, sentence in (
-        (None, "Device 'gpu' was requested but this machine has no such accelerator (torch reports no accelerator)"),
+        (
+            None,
+            "Device 'gpu' was requested but this machine has no such accelerator (torch reports no accelerator)",
+        ),
         (
             {"devices": 1},
             "Device 'gpu' was requested but this machine has no such accelerator (the accelerators here: pretend)",
@@ -382,7 +433,9 @@ def test_a_sweep_on_a_device_this_machine_lacks_is_refused_before_any_model(tmp_
             timeout=600,
         )
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
-        assert done.stderr.strip().splitlines()[-1].startswith(f"Error: {sentence}"), done.stderr[-2000:]
+        assert done.stderr.strip().splitlines()[-1].startswith(f"Error: {sentence}"), done.stderr[
+            -2000:
+        ]
     assert not (tmp_path / "data").exists()
 
 
@@ -404,7 +457,9 @@ def test_nothing_in_the_package_knows_the_name():
     knowing = [
         str(path.relative_to(REPO))
         for path in src.rglob("*")
-        if path.is_file() and "__pycache__" not in path.parts and "pretend" in path.read_text(errors="ignore").lower()
+        if path.is_file()
+        and "__pycache__" not in path.parts
+        and "pretend" in path.read_text(errors="ignore").lower()
     ]
     assert knowing == []
 
@@ -412,18 +467,37 @@ def test_nothing_in_the_package_knows_the_name():
 # --- the probe on it ------------------------------------------------------------------------------------
 
 
-def test_the_probe_notebook_on_the_pretend_device_gives_the_cpus_tokens(tmp_path, monkeypatch, fixture_models):
+def test_the_probe_notebook_on_the_pretend_device_gives_the_cpus_tokens(
+    tmp_path, monkeypatch, fixture_models
+):
     """papermill, ``-p device pretend``: PASS, peak device memory with its source (torch's generic counter
     refuses a Python backend, so the adapter's fallback, the backend's own module, answers), and the
     tokens of the CPU reference: its float32 logits, teacher-forced on the device's tokens, agree at every step."""
     from helpers import probe_record
 
     monkeypatch.setenv(CONFIG_VAR, json.dumps({"devices": 1}))
-    record = probe_record(tmp_path, fixture_models["tiny-llama"]["path"], device="pretend", reference="cpu", perf=False)
-    assert (record["status"], record["device_type"], record["device_count"]) == ("PASS", "pretend", 1)
+    record = probe_record(
+        tmp_path,
+        fixture_models["tiny-llama"]["path"],
+        device="pretend",
+        reference="cpu",
+        perf=False,
+    )
+    assert (record["status"], record["device_type"], record["device_count"]) == (
+        "PASS",
+        "pretend",
+        1,
+    )
     assert record["device_name"] == "Pretend accelerator (CPU underneath)"
-    assert record["peak_device_mem_mb"] > 0.1 and record["device_mem_source"] == "torch.pretend.max_memory_allocated"
-    assert (record["reference_device"], record["reference_match"], record["numerics"]) == ("cpu:float32", True, "match")
+    assert (
+        record["peak_device_mem_mb"] > 0.1
+        and record["device_mem_source"] == "torch.pretend.max_memory_allocated"
+    )
+    assert (record["reference_device"], record["reference_match"], record["numerics"]) == (
+        "cpu:float32",
+        True,
+        "match",
+    )
     assert record["first_divergence"] is None and record["tokens_out"] == 8
 
 
@@ -435,18 +509,33 @@ def test_compile_mode_uses_the_backend_the_adapter_names(tmp_path, monkeypatch, 
 
     monkeypatch.setenv(CONFIG_VAR, json.dumps({}))
     record = probe_record(
-        tmp_path, fixture_models["tiny-gpt2"]["path"], device="pretend", mode="compile", perf_tokens=4, perf_repeats=1
+        tmp_path,
+        fixture_models["tiny-gpt2"]["path"],
+        device="pretend",
+        mode="compile",
+        perf_tokens=4,
+        perf_repeats=1,
     )
-    assert (record["status"], record["variant"], record["compile_backend"]) == ("PASS", "compile+dynamic", "aot_eager")
+    assert (record["status"], record["variant"], record["compile_backend"]) == (
+        "PASS",
+        "compile+dynamic",
+        "aot_eager",
+    )
     assert record["matches_eager"] is True and record["graphs"] >= 1
     # on an accelerator the compile mode also checks recompiles across prompt lengths (recompile_check=auto)
-    assert len(record["recompile_lengths"]) == 3 and len(record["recompiles_static"]) == 3, record["recompile_note"]
+    assert len(record["recompile_lengths"]) == 3 and len(record["recompiles_static"]) == 3, record[
+        "recompile_note"
+    ]
     assert "size mismatch" in record["recompile_guard"] and record["recompile_flag"] is None
     # its clock sees only what its dispatch runs, not a compiled graph: a compiled run is timed on the host's clock
-    assert record["tpot_s"] > 0 and "on the host's wall clock" in record["perf_note"], record["perf_note"]
+    assert record["tpot_s"] > 0 and "on the host's wall clock" in record["perf_note"], record[
+        "perf_note"
+    ]
 
 
-def test_a_wrong_or_missing_matrix_product_is_a_wrong_or_failed_run(tmp_path, monkeypatch, fixture_models):
+def test_a_wrong_or_missing_matrix_product_is_a_wrong_or_failed_run(
+    tmp_path, monkeypatch, fixture_models
+):
     """tiny-llama's projections are ``aten::linear``, which reaches a backend as ``aten::mm``: on a stack with a
     wrong mm the probe (papermill, inference mode) still generates, and the CPU reference says ``diverges``; on
     one without mm it is FAIL(gen) naming it, the stack's (the CPU reference runs)."""
@@ -456,15 +545,25 @@ def test_a_wrong_or_missing_matrix_product_is_a_wrong_or_failed_run(tmp_path, mo
     (tmp_path / "wrong").mkdir()
     (tmp_path / "missing").mkdir()
     monkeypatch.setenv(CONFIG_VAR, json.dumps({"wrong_ops": ["aten::mm"]}))
-    wrong = probe_record(tmp_path / "wrong", model, device="pretend", reference="cpu", judge=False, perf=False)
+    wrong = probe_record(
+        tmp_path / "wrong", model, device="pretend", reference="cpu", judge=False, perf=False
+    )
     assert (wrong["status"], wrong["numerics"]) == ("PASS", "diverges"), (
         wrong["error_message"],
         wrong["numerics_note"],
     )
     monkeypatch.setenv(CONFIG_VAR, json.dumps({"missing_ops": ["aten::mm"]}))
-    missing = probe_record(tmp_path / "missing", model, device="pretend", reference="cpu", judge=False, perf=False)
-    assert (missing["status"], missing["failure_stage"], missing["attribution"]) == ("FAIL(gen)", "generate", "stack")
-    assert missing["error_message"].startswith("Could not run 'aten::mm' with arguments from the 'pretend' backend.")
+    missing = probe_record(
+        tmp_path / "missing", model, device="pretend", reference="cpu", judge=False, perf=False
+    )
+    assert (missing["status"], missing["failure_stage"], missing["attribution"]) == (
+        "FAIL(gen)",
+        "generate",
+        "stack",
+    )
+    assert missing["error_message"].startswith(
+        "Could not run 'aten::mm' with arguments from the 'pretend' backend."
+    )
 
 
 PROBE = """
@@ -493,11 +592,19 @@ PROBE = """
     ],
     ids=["unsupported dtype", "too little memory"],
 )
-def test_a_refused_dtype_and_too_little_memory_fail_at_load(config, settings, expected, words, fixture_models):
+def test_a_refused_dtype_and_too_little_memory_fail_at_load(
+    config, settings, expected, words, fixture_models
+):
     """Moving the model to the device is the load stage: a dtype the device lacks is FAIL(load), running out
     of device memory FAIL(other) (out-of-memory always is); both the stack's (the CPU reference loads)."""
     done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(PROBE), fixture_models["tiny-llama"]["path"], json.dumps(settings)],
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(PROBE),
+            fixture_models["tiny-llama"]["path"],
+            json.dumps(settings),
+        ],
         capture_output=True,
         text=True,
         env=pretend_env(config),
@@ -505,7 +612,12 @@ def test_a_refused_dtype_and_too_little_memory_fail_at_load(config, settings, ex
     )
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads(done.stdout.strip().splitlines()[-1])
-    assert (record["status"], record["failure_stage"], record["error_type"], record["attribution"]) == expected
+    assert (
+        record["status"],
+        record["failure_stage"],
+        record["error_type"],
+        record["attribution"],
+    ) == expected
     assert record["error_message"].startswith(words)
 
 
@@ -542,7 +654,8 @@ def porting_loop(tmp_path_factory, fixture_models) -> dict:
     cli(["sweep", "params/pretend.yaml", "-p", "perf=off"], AFTER, data)
     (after,) = set(store.list_sweeps(data)) - {before}
     records = {
-        sweep: {display_name(r["model_id"]): r for r in stored_records(data, sweep)} for sweep in (before, after)
+        sweep: {display_name(r["model_id"]): r for r in stored_records(data, sweep)}
+        for sweep in (before, after)
     }
     return {"data": data, "before": before, "after": after, "records": records}
 
@@ -550,32 +663,55 @@ def porting_loop(tmp_path_factory, fixture_models) -> dict:
 def test_missing_operators_fail_the_models_that_call_them_and_are_the_stacks(porting_loop):
     records = porting_loop["records"][porting_loop["before"]]
     rsqrt = "NotImplementedError: Could not run 'aten::rsqrt' with arguments from the 'pretend' backend."
-    for name in ("tiny-llama", "tiny-qwen2"):  # one cause, one signature, on both models, with no place
+    for name in (
+        "tiny-llama",
+        "tiny-qwen2",
+    ):  # one cause, one signature, on both models, with no place
         r = records[name]
-        assert (r["status"], r["failure_stage"], r["attribution"]) == ("FAIL(gen)", "generate", "stack"), name
+        assert (r["status"], r["failure_stage"], r["attribution"]) == (
+            "FAIL(gen)",
+            "generate",
+            "stack",
+        ), name
         assert r["failure_signature"].startswith(rsqrt) and " @ " not in r["failure_signature"]
         assert r["reference_device"] == "cpu:bfloat16"
     neox = records["tiny-gpt-neox"]
-    assert (neox["status"], neox["attribution"]) == ("FAIL(gen)", "stack") and "'aten::gelu'" in neox["error_message"]
+    assert (neox["status"], neox["attribution"]) == (
+        "FAIL(gen)",
+        "stack",
+    ) and "'aten::gelu'" in neox["error_message"]
     gpt2 = records["tiny-gpt2"]  # it never calls them: the same stack runs it
     assert (gpt2["status"], gpt2["reference_match"]) == ("PASS", True)
     assert gpt2["device_mem_source"] == "torch.pretend.max_memory_allocated"
     opt = records["tiny-opt"]  # the runtime aborted its kernel; the sweep went on
-    assert (opt["status"], opt["failure_stage"], opt["error_type"]) == ("FAIL(other)", "runner", "DeadKernelError")
+    assert (opt["status"], opt["failure_stage"], opt["error_type"]) == (
+        "FAIL(other)",
+        "runner",
+        "DeadKernelError",
+    )
     assert opt["error_message"].endswith(
         "(killed by SIGABRT); it last said: pretend runtime: fatal error in aten::relu; aborting"
     )
     assert opt["attribution"] == "stack" and opt["repro_script"]
     assert {r["device_type"] for r in records.values()} == {"pretend"}
-    assert {r["device_count"] for r in records.values() if r["status"] != "FAIL(other)"} == {1}  # pinned: one each
+    assert {r["device_count"] for r in records.values() if r["status"] != "FAIL(other)"} == {
+        1
+    }  # pinned: one each
 
 
 def test_two_workers_pin_each_probe_to_its_own_device(porting_loop):
     from model_support.record import store
 
     # AFTER reruns the two runs whose verdict differs from BEFORE's (flakes screened, ``sweep.reruns``): 5 + 2 holds
-    for sweep, reruns in ((porting_loop["before"], []), (porting_loop["after"], ["tiny-llama", "tiny-qwen2"])):
-        lines = (store.sweep_dir(porting_loop["data"], sweep) / "schedule.jsonl").read_text().splitlines()
+    for sweep, reruns in (
+        (porting_loop["before"], []),
+        (porting_loop["after"], ["tiny-llama", "tiny-qwen2"]),
+    ):
+        lines = (
+            (store.sweep_dir(porting_loop["data"], sweep) / "schedule.jsonl")
+            .read_text()
+            .splitlines()
+        )
         grants = [json.loads(line) for line in lines]
         assert len(grants) == 5 + len(reruns) and all(len(g["devices"]) == 1 for g in grants)
         held = sorted(g["model_id"].removeprefix("local:") for g in grants)
@@ -583,7 +719,9 @@ def test_two_workers_pin_each_probe_to_its_own_device(porting_loop):
         assert {g["devices"][0] for g in grants} == {0, 1}
         for device in (0, 1):  # never one device twice at once
             spans = sorted((g["start"], g["end"]) for g in grants if g["devices"] == [device])
-            assert all(end <= next_start for (_, end), (next_start, _) in zip(spans, spans[1:])), spans
+            assert all(end <= next_start for (_, end), (next_start, _) in zip(spans, spans[1:])), (
+                spans
+            )
 
 
 def test_the_diff_and_the_report_show_what_the_fix_made_pass(porting_loop):
@@ -611,10 +749,15 @@ def test_the_diff_and_the_report_show_what_the_fix_made_pass(porting_loop):
     report = next(reports.glob(f"{after}*.html")).read_text()
     assert "newly passing" in report and ">pretend<" in report  # the header's device
     assert "whose, before" in report  # the newly passing runs' earlier failures: the stack's
-    assert '"pretend"' in (reports / "index.html").read_text()  # the explorer's device column and filter
+    assert (
+        '"pretend"' in (reports / "index.html").read_text()
+    )  # the explorer's device column and filter
     # the two sweeps differ only in the backend's configuration: the diff and the report say which setting
     # (they said "same package versions in both sweeps")
-    assert "backend settings that differ: MODEL_SUPPORT_PRETEND" in out and "same package versions" not in out
+    assert (
+        "backend settings that differ: MODEL_SUPPORT_PRETEND" in out
+        and "same package versions" not in out
+    )
     assert "backend settings that differ: MODEL_SUPPORT_PRETEND" in html.unescape(report)
     assert "backend settings" in report and "aten::rsqrt" in html.unescape(report)
 
@@ -633,11 +776,22 @@ def test_the_junit_export_of_the_pretend_sweep_is_valid_junit_with_a_case_per_mo
     records = porting_loop["records"][before]
     cases = {case.name: case for case in suite}
     assert len(cases) == suite.tests == len(records)  # one case per model, names unique
-    failed = {name for name, case in cases.items() if any(isinstance(r, junitparser.Failure) for r in case.result)}
-    assert failed == {f"{r['model_id']} [{r['variant']}]" for r in records.values() if r["status"] != "PASS"}
+    failed = {
+        name
+        for name, case in cases.items()
+        if any(isinstance(r, junitparser.Failure) for r in case.result)
+    }
+    assert failed == {
+        f"{r['model_id']} [{r['variant']}]" for r in records.values() if r["status"] != "PASS"
+    }
     rsqrt = cases["local:tiny-llama [eager+dynamic]"].result[0]
-    assert rsqrt.type == records["tiny-llama"]["failure_signature"] and "FAIL(gen) at generate" in rsqrt.message
-    assert suite.failures == len(failed) and all(case.is_passed for n, case in cases.items() if n not in failed)
+    assert (
+        rsqrt.type == records["tiny-llama"]["failure_signature"]
+        and "FAIL(gen) at generate" in rsqrt.message
+    )
+    assert suite.failures == len(failed) and all(
+        case.is_passed for n, case in cases.items() if n not in failed
+    )
 
 
 def test_debug_names_the_first_module_whose_forward_hits_the_missing_operator(porting_loop):
@@ -646,33 +800,54 @@ def test_debug_names_the_first_module_whose_forward_hits_the_missing_operator(po
     cli(["debug", porting_loop["before"], "tiny-llama"], BEFORE, porting_loop["data"])
     from model_support.record import store
 
-    (path,) = (store.sweep_dir(porting_loop["data"], porting_loop["before"]) / "debug").glob("*tiny-llama*.ipynb")
+    (path,) = (store.sweep_dir(porting_loop["data"], porting_loop["before"]) / "debug").glob(
+        "*tiny-llama*.ipynb"
+    )
     result = debug.debug_result_from_notebook(path)
     failure = result["forward_failure"]
     assert result["device_type"] == "pretend" and not result["forward_ok"]
-    assert (failure["module"], failure["error_type"]) == ("model.layers.0.input_layernorm", "NotImplementedError")
+    assert (failure["module"], failure["error_type"]) == (
+        "model.layers.0.input_layernorm",
+        "NotImplementedError",
+    )
     assert "aten::rsqrt" in failure["error_message"]
 
 
-def test_the_repro_script_reproduces_the_failure_on_the_device(porting_loop, tmp_path, fixture_models):
+def test_the_repro_script_reproduces_the_failure_on_the_device(
+    porting_loop, tmp_path, fixture_models
+):
     record = porting_loop["records"][porting_loop["before"]]["tiny-llama"]
     script = tmp_path / "repro.py"
     script.write_text(record["repro_script"])
     folder = fixture_models["tiny-llama"]["path"]
     done = subprocess.run(
-        [sys.executable, str(script), folder], capture_output=True, text=True, env=pretend_env(BEFORE), timeout=600
+        [sys.executable, str(script), folder],
+        capture_output=True,
+        text=True,
+        env=pretend_env(BEFORE),
+        timeout=600,
     )
     assert done.returncode == 1, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    assert (out["status"], out["failure_stage"], out["error_type"]) == ("FAIL(gen)", "generate", "NotImplementedError")
+    assert (out["status"], out["failure_stage"], out["error_type"]) == (
+        "FAIL(gen)",
+        "generate",
+        "NotImplementedError",
+    )
     assert out["error_message"] == record["error_message"]
     # the script carries the backend's configuration as the probe ran (device_config): on the fixed stack's
     # environment it sets the sweep's faults again, says so, and reproduces the failure
     again = subprocess.run(
-        [sys.executable, str(script), folder], capture_output=True, text=True, env=pretend_env(AFTER), timeout=600
+        [sys.executable, str(script), folder],
+        capture_output=True,
+        text=True,
+        env=pretend_env(AFTER),
+        timeout=600,
     )
     # said on stdout, where a user reads the run (issue 54: it was on stderr only), with the flag that runs as found
-    assert again.returncode == 1 and "setting MODEL_SUPPORT_PRETEND=" in again.stdout, again.stderr[-3000:]
+    assert again.returncode == 1 and "setting MODEL_SUPPORT_PRETEND=" in again.stdout, again.stderr[
+        -3000:
+    ]
     assert "--stack-as-found" in again.stdout
     assert json.loads(again.stdout.strip().splitlines()[-1])["status"] == "FAIL(gen)"
     fixed = subprocess.run(
@@ -682,7 +857,9 @@ def test_the_repro_script_reproduces_the_failure_on_the_device(porting_loop, tmp
         env={**pretend_env(AFTER), "MODEL_SUPPORT_REPRO_KEEP_CONFIG": "1"},
         timeout=600,
     )
-    assert fixed.returncode == 0, fixed.stderr[-3000:]  # on the fixed stack it passes, with the CPU's tokens
+    assert fixed.returncode == 0, fixed.stderr[
+        -3000:
+    ]  # on the fixed stack it passes, with the CPU's tokens
     assert (
         json.loads(fixed.stdout.strip().splitlines()[-1])["output_token_ids"]
         == (porting_loop["records"][porting_loop["after"]]["tiny-llama"]["output_token_ids"])
@@ -708,13 +885,22 @@ def test_a_model_bigger_than_one_device_runs_sharded_over_two(tmp_path, fixture_
         yaml.safe_dump(
             {
                 "name": "sharded",
-                "probe": {"device": "pretend", "devices": "auto", "reference": "none", "perf": False},
+                "probe": {
+                    "device": "pretend",
+                    "devices": "auto",
+                    "reference": "none",
+                    "perf": False,
+                },
                 "workers": 2,
                 "models": [fixture_models["sharded-llama"]["path"]],
             }
         )
     )
-    cli(["sweep", str(definition), "--no-report"], {"devices": 2, "memory_gb": DEVICE_MEMORY_GB}, data)
+    cli(
+        ["sweep", str(definition), "--no-report"],
+        {"devices": 2, "memory_gb": DEVICE_MEMORY_GB},
+        data,
+    )
     (sweep,) = store.list_sweeps(data)
     (record,) = stored_records(data, sweep)
     assert (record["status"], record["devices_used"], record["parallelism"]) == ("PASS", 2, "tp"), (
@@ -722,8 +908,14 @@ def test_a_model_bigger_than_one_device_runs_sharded_over_two(tmp_path, fixture_
         record["error_message"],
         record["traceback"],
     )
-    assert record["device_type"] == "pretend" and record["device_mem_source"] == "torch.pretend.max_memory_allocated"
-    (grant,) = [json.loads(x) for x in (store.sweep_dir(data, sweep) / "schedule.jsonl").read_text().splitlines()]
+    assert (
+        record["device_type"] == "pretend"
+        and record["device_mem_source"] == "torch.pretend.max_memory_allocated"
+    )
+    (grant,) = [
+        json.loads(x)
+        for x in (store.sweep_dir(data, sweep) / "schedule.jsonl").read_text().splitlines()
+    ]
     assert grant["devices"] == [0, 1]
     # its repro script runs the same ranks on the device (it ran them on the CPU, where a stack's fault never shows)
     script = tmp_path / "repro.py"
@@ -735,7 +927,9 @@ def test_a_model_bigger_than_one_device_runs_sharded_over_two(tmp_path, fixture_
             [sys.executable, str(script), folder],
             capture_output=True,
             text=True,
-            env=pretend_env({**config, **faults}, MODEL_SUPPORT_REPRO_KEEP_CONFIG="1"),  # this stack's faults
+            env=pretend_env(
+                {**config, **faults}, MODEL_SUPPORT_REPRO_KEEP_CONFIG="1"
+            ),  # this stack's faults
             timeout=600,
         )
         out = json.loads(done.stdout.strip().splitlines()[-1])
@@ -743,7 +937,10 @@ def test_a_model_bigger_than_one_device_runs_sharded_over_two(tmp_path, fixture_
         if expect == "PASS":
             assert out["output_token_ids"] == record["output_token_ids"]
         else:
-            assert "Could not run 'aten::rsqrt'" in out["error_message"] and "'pretend' backend" in out["error_message"]
+            assert (
+                "Could not run 'aten::rsqrt'" in out["error_message"]
+                and "'pretend' backend" in out["error_message"]
+            )
 
 
 def test_bisect_names_the_backend_setting_that_changed_a_verdict(porting_loop):
@@ -755,7 +952,10 @@ def test_bisect_names_the_backend_setting_that_changed_a_verdict(porting_loop):
     (answer,) = json.loads(done.stdout)
     assert answer["status"] == "a backend setting", answer
     assert [s["name"] for s in answer["setting"]] == ["MODEL_SUPPORT_PRETEND"]
-    assert "aten::rsqrt" in answer["setting"][0]["before"] and "aten::rsqrt" not in answer["setting"][0]["after"]
+    assert (
+        "aten::rsqrt" in answer["setting"][0]["before"]
+        and "aten::rsqrt" not in answer["setting"][0]["after"]
+    )
     assert [(s["step"], s["verdict"]) for s in answer["steps"]] == [
         ("end B", "PASS"),
         ("end A", "FAIL(gen)"),

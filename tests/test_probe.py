@@ -21,7 +21,9 @@ REPO = Path(__file__).resolve().parents[1]
 GOLDEN_TOKENS_IN = {"tiny-gpt2": 5, "tiny-opt": 5, "tiny-llama": 26, "tiny-eos-early": 5}
 
 
-def test_every_fixture_gets_its_expected_verdict_stage_tokens_and_attribution(smoke_sweep, fixture_models):
+def test_every_fixture_gets_its_expected_verdict_stage_tokens_and_attribution(
+    smoke_sweep, fixture_models
+):
     wrong = []
     for name, entry in fixture_models.items():
         record = smoke_sweep["by_name"].get(name)
@@ -42,7 +44,9 @@ def test_every_fixture_gets_its_expected_verdict_stage_tokens_and_attribution(sm
         if expect.get("tokens_out") is not None:
             got["tokens_out"], want["tokens_out"] = record["tokens_out"], expect["tokens_out"]
         if got != want:
-            wrong.append(f"{name}: got {got}, want {want} ({record['error_type']}: {record['error_message']})")
+            wrong.append(
+                f"{name}: got {got}, want {want} ({record['error_type']}: {record['error_message']})"
+            )
     assert not wrong, "\n".join(wrong)
 
 
@@ -54,11 +58,14 @@ def test_attribution_says_whose_failure_it_is(smoke_sweep):
     assert stack["status"] == both["status"] == big["status"] == schema.FAIL_GEN
     assert stack["failure_signature"].endswith("@ modeling_fft_logits.forward")
     assert stack["reference_device"] == "cpu:float32" and stack["reference_signature"] is None
-    assert both["attribution"] == "both" and both["reference_signature"].startswith("RuntimeError: mat1 and mat2")
+    assert both["attribution"] == "both" and both["reference_signature"].startswith(
+        "RuntimeError: mat1 and mat2"
+    )
     assert both["reference_signature"] != both["failure_signature"]
     assert big["attribution"] is None and "above reference_max_params=1000" in big["reference_note"]
     assert (
-        by_name["fail-hang"]["attribution"] is None and "no failure to rerun" in by_name["fail-hang"]["reference_note"]
+        by_name["fail-hang"]["attribution"] is None
+        and "no failure to rerun" in by_name["fail-hang"]["reference_note"]
     )
     passing = [r for r in smoke_sweep["records"] if r["status"] == schema.PASS]
     assert passing and all(r["attribution"] is None for r in passing)  # nothing added to a PASS
@@ -71,7 +78,9 @@ def test_tokens_in_counts_the_templated_prompt(smoke_sweep):
     assert by_name["SmolLM2-135M-Instruct"]["tokens_in"] == 35
     assert by_name["tiny-llama"]["chat_template_used"] is True
     assert by_name["tiny-gpt2"]["chat_template_used"] is False
-    assert by_name["tiny-llama"]["tokens_in"] > by_name["tiny-gpt2"]["tokens_in"]  # the template adds tokens
+    assert (
+        by_name["tiny-llama"]["tokens_in"] > by_name["tiny-gpt2"]["tokens_in"]
+    )  # the template adds tokens
     for name in ("tiny-gpt2", "tiny-opt", "tiny-llama", "tiny-eos-early"):
         assert by_name[name]["tokens_in"] == GOLDEN_TOKENS_IN[name], name
 
@@ -84,18 +93,30 @@ def test_smollm2_passes_through_its_chat_template_with_readable_english(smoke_sw
     assert len(words) >= 3, record["generated_text"]
     assert all(ord(c) < 128 for c in record["generated_text"]), record["generated_text"]
     assert record["model_type"] == "llama" and record["num_params"] > 100_000_000
-    assert record["load_s"] > 0 and record["first_token_s"] > 0 and record["decode_tokens_per_s"] > 0
-    assert record["peak_host_mem_mb"] > 100 and record["peak_device_mem_mb"] is None  # cpu: no device memory
-    assert isinstance(record["cpu_threads"], int) and record["cpu_threads"] >= 1  # what its timings ran with
+    assert (
+        record["load_s"] > 0 and record["first_token_s"] > 0 and record["decode_tokens_per_s"] > 0
+    )
+    assert (
+        record["peak_host_mem_mb"] > 100 and record["peak_device_mem_mb"] is None
+    )  # cpu: no device memory
+    assert (
+        isinstance(record["cpu_threads"], int) and record["cpu_threads"] >= 1
+    )  # what its timings ran with
     # The CPU reference is a real comparison on a CPU-only run: another dtype.
-    assert record["reference_device"] == "cpu:float32" and isinstance(record["reference_match"], bool)
+    assert record["reference_device"] == "cpu:float32" and isinstance(
+        record["reference_match"], bool
+    )
 
 
 def test_a_healthy_pass_agrees_with_the_reference_and_smollm2_is_fluent(smoke_sweep):
     """Is a PASS right? bf16 on the CPU against the float32 reference, teacher-forced on the device's tokens:
     SmolLM2 matches and the judge finds it fluent; every tiny random model probed in bf16 (text or image-text-to-text) matches or flips at ties."""
     smol = smoke_sweep["by_name"]["SmolLM2-135M-Instruct"]
-    assert smol["numerics"] == "match" and smol["reference_match"] is True and smol["first_divergence"] is None
+    assert (
+        smol["numerics"] == "match"
+        and smol["reference_match"] is True
+        and smol["first_divergence"] is None
+    )
     assert smol["reference_agreement"] == 1.0 and 0 <= smol["reference_max_kl"] < 0.1
     assert smol["numerics_note"].startswith("all 8 steps agree")
     assert (
@@ -103,23 +124,45 @@ def test_a_healthy_pass_agrees_with_the_reference_and_smollm2_is_fluent(smoke_sw
         and smol["fluency_score"] >= judge.MIN_SCORE
         and smol["fluency_note"].startswith("fluent")
     )
-    tiny = {name: r for name, r in smoke_sweep["by_name"].items() if name.startswith("tiny-") and r["status"]}
-    tasks = [r["task"] for r in tiny.values()]  # the vision-language fixtures get the same check, image included
-    vlms = 8 if importlib.util.find_spec("torchvision") else 5  # qwen2-vl, qwen2.5-vl, smolvlm need torchvision
+    tiny = {
+        name: r
+        for name, r in smoke_sweep["by_name"].items()
+        if name.startswith("tiny-") and r["status"]
+    }
+    tasks = [
+        r["task"] for r in tiny.values()
+    ]  # the vision-language fixtures get the same check, image included
+    vlms = (
+        8 if importlib.util.find_spec("torchvision") else 5
+    )  # qwen2-vl, qwen2.5-vl, smolvlm need torchvision
     assert (tasks.count("text-generation"), tasks.count("image-text-to-text")) == (12, vlms)
-    assert {name: r["numerics"] for name, r in tiny.items() if r["numerics"] not in ("match", "ties")} == {}
-    for name in ("sharded-llama", "sharded-mixtral"):  # a sharded run gets the reference and the judge too
+    assert {
+        name: r["numerics"] for name, r in tiny.items() if r["numerics"] not in ("match", "ties")
+    } == {}
+    for name in (
+        "sharded-llama",
+        "sharded-mixtral",
+    ):  # a sharded run gets the reference and the judge too
         record = smoke_sweep["by_name"][name]
         assert record["numerics"] in ("match", "ties") and isinstance(record["fluent"], bool), name
     failed = [r for r in smoke_sweep["records"] if r["status"] not in (None, schema.PASS)]
-    assert failed and all(r["numerics"] is None and r["fluent"] is None for r in failed)  # only a PASS is checked
+    assert failed and all(
+        r["numerics"] is None and r["fluent"] is None for r in failed
+    )  # only a PASS is checked
 
 
 def test_a_pass_above_the_references_limit_gets_the_judge_alone(tmp_path, fixture_models):
     record = probe_record(
-        tmp_path, fixture_models["SmolLM2-135M-Instruct"]["path"], reference="cpu", reference_max_params=1000
+        tmp_path,
+        fixture_models["SmolLM2-135M-Instruct"]["path"],
+        reference="cpu",
+        reference_max_params=1000,
     )
-    assert record["status"] == schema.PASS and record["numerics"] is None and record["reference_device"] is None
+    assert (
+        record["status"] == schema.PASS
+        and record["numerics"] is None
+        and record["reference_device"] is None
+    )
     assert (
         record["numerics_note"].startswith("no reference: skipped:")
         and "reference_max_params=1000" in (record["numerics_note"])
@@ -127,15 +170,22 @@ def test_a_pass_above_the_references_limit_gets_the_judge_alone(tmp_path, fixtur
     assert record["fluent"] is True and record["fluency_score"] >= judge.MIN_SCORE
     off = probe_record(tmp_path, fixture_models["tiny-gpt2"]["path"], judge=False)
     assert (
-        off["status"] == schema.PASS and off["fluent"] is None and off["fluency_note"] == "switched off (judge=false)"
+        off["status"] == schema.PASS
+        and off["fluent"] is None
+        and off["fluency_note"] == "switched off (judge=false)"
     )
-    assert off["numerics"] is None and off["numerics_note"] == "no reference: switched off (reference='none')"
+    assert (
+        off["numerics"] is None
+        and off["numerics_note"] == "no reference: switched off (reference='none')"
+    )
 
 
 def test_weights_newly_initialised_are_fail_load(smoke_sweep):
     for name in ("fail-encoder-only", "fail-truncated-safetensors"):
         record = smoke_sweep["by_name"][name]
-        assert record["status"] == schema.FAIL_LOAD and record["failure_stage"] == "load", record["error_message"]
+        assert record["status"] == schema.FAIL_LOAD and record["failure_stage"] == "load", record[
+            "error_message"
+        ]
     assert "newly initialised" in smoke_sweep["by_name"]["fail-encoder-only"]["error_message"]
 
 
@@ -169,34 +219,70 @@ def test_executed_notebook_alone_tells_the_verdict(smoke_sweep):
         record = smoke_sweep["by_name"][name]
         path = data_dir / record["notebook_path"]
         stored = probe.record_from_notebook(path)
-        assert stored == {**record, "repro_script": None}  # the script's body kept once, not in each notebook
+        assert stored == {
+            **record,
+            "repro_script": None,
+        }  # the script's body kept once, not in each notebook
         assert repro.script_of(stored) == record["repro_script"]
         nb = nbformat.read(str(path), as_version=4)
         outputs = [o for c in nb.cells for o in c.get("outputs", []) if "data" in o]
-        assert [o["data"]["application/json"] for o in outputs if "application/json" in o["data"]] == [stored]
+        assert [
+            o["data"]["application/json"] for o in outputs if "application/json" in o["data"]
+        ] == [stored]
         assert any(record["status"] in o["data"].get("text/html", "") for o in outputs)
 
 
 @pytest.mark.parametrize("name", ["SmolLM2-135M-Instruct", "fail-short-positions"])
-def test_repro_script_reproduces_the_probe_with_plain_python(smoke_sweep, fixture_models, tmp_path, name):
+def test_repro_script_reproduces_the_probe_with_plain_python(
+    smoke_sweep, fixture_models, tmp_path, name
+):
     record = smoke_sweep["by_name"][name]
     script = tmp_path / "repro.py"
     script.write_text(record["repro_script"])
-    assert "model_support" not in record["repro_script"] and "papermill" not in record["repro_script"]
-    refused = subprocess.run(
-        [sys.executable, "-I", str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=300
+    assert (
+        "model_support" not in record["repro_script"] and "papermill" not in record["repro_script"]
     )
-    assert refused.returncode == 1 and f"local:{name} was a local folder: pass its path" in refused.stderr
+    refused = subprocess.run(
+        [sys.executable, "-I", str(script)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert (
+        refused.returncode == 1
+        and f"local:{name} was a local folder: pass its path" in refused.stderr
+    )
     folder = fixture_models[name]["path"]  # a local model's folder is the script's argument
     run = subprocess.run(
-        [sys.executable, "-I", str(script), folder], capture_output=True, text=True, cwd=tmp_path, timeout=300
+        [sys.executable, "-I", str(script), folder],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
     )
     assert run.returncode == (0 if record["status"] == schema.PASS else 1), run.stderr[-2000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])
-    for key in ("status", "failure_stage", "error_type", "tokens_in", "tokens_out", "output_token_ids", "failed_step"):
+    for key in (
+        "status",
+        "failure_stage",
+        "error_type",
+        "tokens_in",
+        "tokens_out",
+        "output_token_ids",
+        "failed_step",
+    ):
         assert got[key] == record[key], key
-    if record["status"] == schema.PASS:  # it runs the reference check too, and says what the record says
-        for key in ("reference_device", "numerics", "numerics_step", "reference_match", "first_divergence"):
+    if (
+        record["status"] == schema.PASS
+    ):  # it runs the reference check too, and says what the record says
+        for key in (
+            "reference_device",
+            "numerics",
+            "numerics_step",
+            "reference_match",
+            "first_divergence",
+        ):
             assert got[key] == record[key], key
         assert got["reference_max_kl"] == pytest.approx(record["reference_max_kl"], abs=1e-6)
 
@@ -240,14 +326,23 @@ def test_the_headline_command_probes_one_model(tmp_path, fixture_models):
     )
     assert run.returncode == 0, run.stderr[-3000:]
     record = json.loads(record_path.read_text())
-    assert (record["status"], record["model_id"], record["tokens_out"]) == (schema.PASS, "local:tiny-llama", 8)
+    assert (record["status"], record["model_id"], record["tokens_out"]) == (
+        schema.PASS,
+        "local:tiny-llama",
+        8,
+    )
     assert record["output_token_ids"] == fixture_models["tiny-llama"]["expected_token_ids"]
     assert probe.record_from_notebook(out) == {**record, "repro_script": None}
     assert str(REPO) not in record_path.read_text()  # no machine path in the record
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.ipynb", "r.json"]  # the early side file is gone
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "out.ipynb",
+        "r.json",
+    ]  # the early side file is gone
 
 
-def papermill_probe(tmp_path: Path, model_id: str, env: dict | None = None) -> subprocess.CompletedProcess:
+def papermill_probe(
+    tmp_path: Path, model_id: str, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """``papermill notebooks/probe.ipynb out.ipynb -p model_id MODEL -p device cpu``, as a user types it."""
     import os
 
@@ -255,14 +350,24 @@ def papermill_probe(tmp_path: Path, model_id: str, env: dict | None = None) -> s
     command += [str(tmp_path / "out.ipynb"), "-p", "model_id", model_id, "-p", "device", "cpu"]
     command += ["-p", "record_path", str(tmp_path / "r.json")]
     return subprocess.run(
-        command, cwd=REPO, capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})}
+        command,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **(env or {})},
     )
 
 
 def the_notebooks_error(out: Path) -> tuple[int, dict]:
     """The executed notebook's error output: (the index of its cell among the code cells, the output)."""
     cells = [cell for cell in nbformat.read(out, as_version=4).cells if cell.cell_type == "code"]
-    (found,) = [(i, o) for i, cell in enumerate(cells) for o in cell.get("outputs", []) if o.output_type == "error"]
+    (found,) = [
+        (i, o)
+        for i, cell in enumerate(cells)
+        for o in cell.get("outputs", [])
+        if o.output_type == "error"
+    ]
     return found
 
 
@@ -283,13 +388,19 @@ def the_notebooks_error(out: Path) -> tuple[int, dict]:
         ),
         (
             "HuggingFaceTB/SmolLM2-135M",
-            {"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:9", "MODEL_SUPPORT_HUB_BACKOFF_S": "0.01"},
+            {
+                "HF_HUB_OFFLINE": "0",
+                "HF_ENDPOINT": "http://127.0.0.1:9",
+                "MODEL_SUPPORT_HUB_BACKOFF_S": "0.01",
+            },
             "model_id 'HuggingFaceTB/SmolLM2-135M' could not be fetched: the Hub could not be reached",
         ),
     ],
     ids=["typo", "offline", "unreachable"],
 )
-def test_a_model_that_is_not_there_stops_the_notebook_with_one_sentence(tmp_path, model_id, env, sentence):
+def test_a_model_that_is_not_there_stops_the_notebook_with_one_sentence(
+    tmp_path, model_id, env, sentence
+):
     """A typo in a local path, or a Hub id while the Hub cannot be reached, is the user's to fix, not the model's
     verdict: the call cell stops with one sentence (the cell's whole traceback), papermill exits non-zero, and
     no record is written."""
@@ -297,9 +408,17 @@ def test_a_model_that_is_not_there_stops_the_notebook_with_one_sentence(tmp_path
     assert run.returncode != 0 and f"ModelUnavailable: {sentence}" in run.stderr, run.stderr[-3000:]
     assert not (tmp_path / "r.json").exists()
     cell, error = the_notebooks_error(tmp_path / "out.ipynb")
-    assert cell == 2  # the parameters, the injected parameters, then the call cell: the first that runs anything
-    assert error.ename == "ModelUnavailable" and error.traceback == [f"ModelUnavailable: {error.evalue}"]
-    assert error.evalue.startswith(sentence) and error.evalue.endswith((".", "?")) and "\n" not in error.evalue
+    assert (
+        cell == 2
+    )  # the parameters, the injected parameters, then the call cell: the first that runs anything
+    assert error.ename == "ModelUnavailable" and error.traceback == [
+        f"ModelUnavailable: {error.evalue}"
+    ]
+    assert (
+        error.evalue.startswith(sentence)
+        and error.evalue.endswith((".", "?"))
+        and "\n" not in error.evalue
+    )
 
 
 def test_a_bad_device_name_is_refused_before_anything_runs(tmp_path, fixture_models):
@@ -340,9 +459,13 @@ def test_tpu_without_a_tpu_is_one_clear_sentence(tmp_path, fixture_models):
 def test_device_adapters_without_accelerators(monkeypatch):
     assert devices.resolve("auto").type == "cpu"
     assert devices.resolve("cpu").peak_memory_mb() == (None, None)
-    with pytest.raises(devices.DeviceUnavailable, match=r"^Device 'cuda' was requested but no CUDA GPU is visible"):
+    with pytest.raises(
+        devices.DeviceUnavailable, match=r"^Device 'cuda' was requested but no CUDA GPU is visible"
+    ):
         devices.resolve("cuda")
-    with pytest.raises(devices.DeviceUnavailable, match="^Device 'gpu' was requested but this machine has no such"):
+    with pytest.raises(
+        devices.DeviceUnavailable, match="^Device 'gpu' was requested but this machine has no such"
+    ):
         devices.resolve("gpu")  # a well-formed name no backend provides
     monkeypatch.setattr(devices.tpu, "torch_tpu_installed", lambda: False)
     with pytest.raises(devices.DeviceUnavailable, match="torch_tpu package is not installed"):
@@ -352,7 +475,12 @@ def test_device_adapters_without_accelerators(monkeypatch):
 def test_verdicts_of_probe_core_match_the_schema():
     from model_support.probe import probe_core
 
-    assert (probe_core.PASS, probe_core.FAIL_LOAD, probe_core.FAIL_GEN, probe_core.FAIL_OTHER) == schema.VERDICTS
+    assert (
+        probe_core.PASS,
+        probe_core.FAIL_LOAD,
+        probe_core.FAIL_GEN,
+        probe_core.FAIL_OTHER,
+    ) == schema.VERDICTS
     assert (
         probe_core.classify("generate", RuntimeError("CUDA out of memory. Tried to allocate 2 GiB"))
         == schema.FAIL_OTHER
@@ -368,17 +496,26 @@ def test_verdicts_of_probe_core_match_the_schema():
 def test_models_bigger_than_one_device_in_the_smoke_sweep(smoke_sweep):
     """devices auto with a 1 MB pretend device: 2 ranks, tensor or expert parallel; no plan: its sentence."""
     by_name = smoke_sweep["by_name"]
-    llama, mixtral, gpt2 = by_name["sharded-llama"], by_name["sharded-mixtral"], by_name["sharded-gpt2"]
+    llama, mixtral, gpt2 = (
+        by_name["sharded-llama"],
+        by_name["sharded-mixtral"],
+        by_name["sharded-gpt2"],
+    )
     assert (llama["devices_used"], llama["parallelism"], llama["tp_size"]) == (2, "tp", 2)
     assert (mixtral["devices_used"], mixtral["parallelism"], mixtral["ep_size"]) == (2, "ep", 2)
     assert llama["memory_estimate_bytes"] > 1_000_000 and len(mixtral["generate_s_per_rank"]) == 2
     assert gpt2["error_message"] == (
         "GPT2LMHeadModel has no tensor or expert parallel plan, and needs 2 devices: it cannot run here as shipped"
     )
-    assert by_name["tiny-llama"]["devices_used"] == 1 and by_name["tiny-llama"]["parallelism"] == "none"
+    assert (
+        by_name["tiny-llama"]["devices_used"] == 1
+        and by_name["tiny-llama"]["parallelism"] == "none"
+    )
 
 
-def test_a_sharded_probes_repro_script_launches_its_ranks_the_same_way(smoke_sweep, fixture_models, tmp_path):
+def test_a_sharded_probes_repro_script_launches_its_ranks_the_same_way(
+    smoke_sweep, fixture_models, tmp_path
+):
     record = smoke_sweep["by_name"]["sharded-llama"]
     script = tmp_path / "repro.py"
     script.write_text(record["repro_script"])
@@ -415,7 +552,9 @@ def test_hub_kernels_stay_off(fixture_models):
 
     from model_support.probe import probe_core
 
-    model, _ = probe_core.load(fixture_models["tiny-llama"]["path"], "", "bfloat16", False, "cpu", {})
+    model, _ = probe_core.load(
+        fixture_models["tiny-llama"]["path"], "", "bfloat16", False, "cpu", {}
+    )
     assert model.use_kernels is False, transformers.__version__
     plain = transformers.AutoModelForCausalLM.from_pretrained(fixture_models["tiny-llama"]["path"])
     if Version(transformers.__version__) >= Version(

@@ -40,16 +40,22 @@ REPO_ID = "org/sweeps"
 WRITE = "hf_" + "PublishWriteToken" + "w" * 16
 READ = "hf_" + "PublishReadToken" + "r" * 16
 PLANTED = "hf_" + "PlantedInAProbeLog" + "p" * 16  # an hf_ token a probe printed
-PLAIN_SECRET = "plain-secret-value-123"  # a token of no known shape, known only from the environment
+PLAIN_SECRET = (
+    "plain-secret-value-123"  # a token of no known shape, known only from the environment
+)
 CLI = [sys.executable, "-m", "model_support.cli"]
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def write_sweep(data: Path, sweep_id: str, statuses: dict[str, str], excluded: dict | None = None, **meta) -> str:
+def write_sweep(
+    data: Path, sweep_id: str, statuses: dict[str, str], excluded: dict | None = None, **meta
+) -> str:
     """A sweep as the runner leaves it: sweep.json, per model an executed notebook, a log and its record
     (one local model, loaded from a folder of this machine), then compaction."""
     local = data.parent / "models" / "tiny-local"
-    models = [ModelEntry(m) if not m.startswith("local:") else ModelEntry(m, str(local)) for m in statuses]
+    models = [
+        ModelEntry(m) if not m.startswith("local:") else ModelEntry(m, str(local)) for m in statuses
+    ]
     SweepMeta(
         sweep_id=sweep_id,
         name=sweep_id.split("-")[0],
@@ -77,7 +83,9 @@ def write_sweep(data: Path, sweep_id: str, statuses: dict[str, str], excluded: d
         source = local if model_id.startswith("local:") else model_id
         cell.outputs = [nbformat.v4.new_output("stream", text=f"{status}: loading {source}\n")]
         notebook.cells = [cell]
-        store.store_result(data, sweep_id, record, nbformat.writes(notebook).encode(), f"{model_id}: {status}\n")
+        store.store_result(
+            data, sweep_id, record, nbformat.writes(notebook).encode(), f"{model_id}: {status}\n"
+        )
     store.compact(data, sweep_id)
     return sweep_id
 
@@ -127,7 +135,9 @@ def push(hub, data: Path, **kw) -> publish.PushResult:
 
 def fetch(url: str) -> bytes:
     """A published address, read as a reader of the (private) repo would: with a token."""
-    with urllib.request.urlopen(urllib.request.Request(url, headers={"Authorization": f"Bearer {READ}"})) as answer:
+    with urllib.request.urlopen(
+        urllib.request.Request(url, headers={"Authorization": f"Bearer {READ}"})
+    ) as answer:
         return answer.read()
 
 
@@ -136,7 +146,9 @@ def local_files(data: Path) -> dict[str, bytes]:
 
 
 def repo_files(hub, repo_id: str = REPO_ID) -> dict[str, bytes]:
-    return {path: f["abs"].read_bytes() for path, f in hub.repo(repo_id, "dataset")["files"].items()}
+    return {
+        path: f["abs"].read_bytes() for path, f in hub.repo(repo_id, "dataset")["files"].items()
+    }
 
 
 def uploaded(hub) -> list[bytes]:
@@ -154,7 +166,9 @@ def uploaded(hub) -> list[bytes]:
     return out
 
 
-def load_back(hub, tmp_path: Path, configs: tuple = ("results", "excluded")) -> dict[str, list[dict]]:
+def load_back(
+    hub, tmp_path: Path, configs: tuple = ("results", "excluded")
+) -> dict[str, list[dict]]:
     """The ``configs`` as `datasets.load_dataset(REPO_ID, config)` reads them through HF_ENDPOINT (a fresh
     process: huggingface_hub and datasets read the endpoint at import)."""
     code = (
@@ -169,13 +183,19 @@ def load_back(hub, tmp_path: Path, configs: tuple = ("results", "excluded")) -> 
         "HF_DATASETS_CACHE": str(tmp_path / "datasets-cache"),
         "HF_HUB_CACHE": str(tmp_path / "hub-cache"),
     }
-    run = subprocess.run([sys.executable, "-c", code, REPO_ID], env=env, capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [sys.executable, "-c", code, REPO_ID], env=env, capture_output=True, text=True, timeout=600
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
 def local_rows(data: Path, config: str) -> list[dict]:
-    rows = [r for path in sorted((data / config).glob("sweep=*/*.parquet")) for r in pq.read_table(path).to_pylist()]
+    rows = [
+        r
+        for path in sorted((data / config).glob("sweep=*/*.parquet"))
+        for r in pq.read_table(path).to_pylist()
+    ]
     return json.loads(json.dumps(rows, default=str))
 
 
@@ -207,14 +227,18 @@ def test_push_two_sweeps_read_back_then_a_third_goes_up_alone(hub, tmp_path):
     assert sorted(commit["added"]) == ["README.md", f"results/sweep={c}/part-0.parquet"]
     assert commit["deleted"] == []
     files = repo_files(hub)
-    assert {p: files[p] for p in local_files(data)} == local_files(data)  # every Parquet file, byte for byte
+    assert {p: files[p] for p in local_files(data)} == local_files(
+        data
+    )  # every Parquet file, byte for byte
 
 
 def test_the_card_says_what_a_row_is_the_sweeps_and_how_to_load_them(hub, tmp_path):
     data = tmp_path / "data"
     a, b = two_sweeps(data)
     (data / "reports").mkdir()
-    (data / "reports" / f"{b}.html").write_text("<html><body>report of the latest sweep</body></html>")
+    (data / "reports" / f"{b}.html").write_text(
+        "<html><body>report of the latest sweep</body></html>"
+    )
     result = push(hub, data)
     assert result.report == b
     card = repo_files(hub)["README.md"].decode()
@@ -226,15 +250,21 @@ def test_the_card_says_what_a_row_is_the_sweeps_and_how_to_load_them(hub, tmp_pa
     assert f"| `{b}` | 2026-12-02 00:00 | cpu | 2 | 2 | 100.0% | 0 | 2.13.0 |" in body
     assert "- torch: 2.13.0" in body and "- transformers: 5.0.0" in body
     for field in schema.DECLARATION:  # every column documented, the perf phase's among them
-        assert f"| `{field.name}` | `{field.type}` | {field.group} | {field.since} |" in body, field.name
+        assert f"| `{field.name}` | `{field.type}` | {field.group} | {field.since} |" in body, (
+            field.name
+        )
     assert "| `tpot_s` | `double` | perf | 16 | seconds per output token after the first" in body
     kl = next(line for line in body.splitlines() if line.startswith("| `reference_max_kl` |"))
-    assert len(re.findall(r"(?<!\\)\|", kl)) == 6, kl  # a | in a field's words is escaped: one row, five cells
+    assert len(re.findall(r"(?<!\\)\|", kl)) == 6, (
+        kl
+    )  # a | in a field's words is escaped: one row, five cells
     assert f'load_dataset("{REPO_ID}", "results", split="train")' in body
     assert f'load_dataset("{REPO_ID}", "excluded", split="train")' in body
     report_url = f"{hub.url}/datasets/{REPO_ID}/resolve/main/reports/{b}.html"
     assert f"[reports/{b}.html]({report_url})" in body
-    assert fetch(report_url) == (data / "reports" / f"{b}.html").read_bytes()  # the link opens the report
+    assert (
+        fetch(report_url) == (data / "reports" / f"{b}.html").read_bytes()
+    )  # the link opens the report
     assert "are not published" in body  # no --logs
 
 
@@ -280,14 +310,22 @@ def test_sweeps_pushed_from_elsewhere_are_kept_and_named(hub, tmp_path):
     mine, _ = two_sweeps(here)
     push(hub, here)
     files = repo_files(hub)
-    assert f"results/sweep={theirs}/part-0.parquet" in files and f"results/sweep={mine}/part-0.parquet" in files
-    assert f"Also in this repo, pushed from another data folder: `{theirs}`." in files["README.md"].decode()
+    assert (
+        f"results/sweep={theirs}/part-0.parquet" in files
+        and f"results/sweep={mine}/part-0.parquet" in files
+    )
+    assert (
+        f"Also in this repo, pushed from another data folder: `{theirs}`."
+        in files["README.md"].decode()
+    )
 
 
 def test_logs_in_the_repo_with_links_that_resolve_and_no_secret(hub, tmp_path, monkeypatch):
     data = tmp_path / "data"
     a, b = two_sweeps(data)
-    log = store.sweep_dir(data, a) / "logs" / "org__b.log"  # a probe printed both tokens (an older version kept them)
+    log = (
+        store.sweep_dir(data, a) / "logs" / "org__b.log"
+    )  # a probe printed both tokens (an older version kept them)
     log.write_text(f"FAIL(gen)\nAuthorization: Bearer {PLANTED}\nsecret={PLAIN_SECRET}\n")
     monkeypatch.setenv("HUGGING_FACE_HUB_TOKEN", PLAIN_SECRET)
     result = push(hub, data, logs=True)
@@ -302,21 +340,31 @@ def test_logs_in_the_repo_with_links_that_resolve_and_no_secret(hub, tmp_path, m
     machine_path = str(data.parent / "models" / "tiny-local")
     for row in rows:  # each published row opens its notebook and its log: the local files, redacted
         folder, name = store.sweep_dir(data, row["sweep_id"]), Path(row["notebook_path"]).stem
-        for key, local in (("notebook_url", f"notebooks/{name}.ipynb"), ("log_url", f"logs/{name}.log")):
+        for key, local in (
+            ("notebook_url", f"notebooks/{name}.ipynb"),
+            ("log_url", f"logs/{name}.log"),
+        ):
             body = fetch(row[key]).decode()
             expected = (folder / local).read_text().replace(machine_path, "local:tiny-local")
             assert body == expected.replace(PLANTED, "***").replace(PLAIN_SECRET, "***"), row[key]
-    assert files[f"logs/{a}/logs/org__b.log"].decode() == "FAIL(gen)\nAuthorization: Bearer ***\nsecret=***\n"
+    assert (
+        files[f"logs/{a}/logs/org__b.log"].decode()
+        == "FAIL(gen)\nAuthorization: Bearer ***\nsecret=***\n"
+    )
     for blob in uploaded(hub):
         for secret in (PLANTED, PLAIN_SECRET, WRITE, machine_path):
             assert secret.encode() not in blob, secret
     sweep_json = json.loads(files[f"logs/{a}/sweep.json"])
-    assert {m["model_id"]: m["source"] for m in sweep_json["models"]}["local:tiny-local"] == "local:tiny-local"
+    assert {m["model_id"]: m["source"] for m in sweep_json["models"]}[
+        "local:tiny-local"
+    ] == "local:tiny-local"
     card = files["README.md"].decode()
     assert f"[logs/{a}/]({hub.url}/datasets/{REPO_ID}/tree/main/logs/{a}/)" in card
 
     c = third_sweep(data)
-    later = push(hub, data)  # without --logs: the published sweeps' logs stay in step, the new one has none
+    later = push(
+        hub, data
+    )  # without --logs: the published sweeps' logs stay in step, the new one has none
     assert (later.added, later.logs) == ([c], [])
     assert all(r["log_url"] is None for r in local_rows(data, "results") if r["sweep_id"] == c)
 
@@ -329,7 +377,9 @@ def test_the_explorer_links_the_published_notebook_and_log(browser, hub, tmp_pat
     data = tmp_path / "data"
     _, b = two_sweeps(data)
     push(hub, data, logs=True)
-    row = next(r for r in local_rows(data, "results") if r["sweep_id"] == b and r["model_id"] == "org/a")
+    row = next(
+        r for r in local_rows(data, "results") if r["sweep_id"] == b and r["model_id"] == "org/a"
+    )
     page, attempted, errors = offline_page(browser)
     page.goto(explorer.build_explorer(data).as_uri())
     page.locator("#search").fill("org/a")
@@ -348,14 +398,20 @@ def test_logs_in_a_bucket(hub, tmp_path):
     result = push(hub, data, logs_bucket="org/sweep-logs")
     assert result.logs == [a, b] and result.bucket_files == (1 + 3 + 3) + (1 + 2 + 2)
     bucket = hub.buckets["org/sweep-logs"]
-    assert f"{a}/sweep.json" in bucket["files"] and not any(p.startswith("logs/") for p in repo_files(hub))
+    assert f"{a}/sweep.json" in bucket["files"] and not any(
+        p.startswith("logs/") for p in repo_files(hub)
+    )
     rows = local_rows(data, "results")
     assert all(r["log_url"].startswith(f"{hub.url}/buckets/org/sweep-logs/resolve/") for r in rows)
     api = HfApi(endpoint=hub.url, token=WRITE)
     row = next(r for r in rows if r["sweep_id"] == b)
     remote = row["log_url"].split("/resolve/", 1)[1]
-    api.download_bucket_files("org/sweep-logs", files=[(remote, str(tmp_path / "back.log"))])  # through Xet
-    assert (tmp_path / "back.log").read_text() == (store.sweep_dir(data, b) / "logs" / Path(remote).name).read_text()
+    api.download_bucket_files(
+        "org/sweep-logs", files=[(remote, str(tmp_path / "back.log"))]
+    )  # through Xet
+    assert (tmp_path / "back.log").read_text() == (
+        store.sweep_dir(data, b) / "logs" / Path(remote).name
+    ).read_text()
     assert fetch(row["log_url"]) == (tmp_path / "back.log").read_bytes()
     again = push(hub, data)  # the bucket has every file (same Xet hashes), the repo every row
     assert (again.bucket_files, again.commit_url) == (0, None)
@@ -367,9 +423,16 @@ def test_a_refused_bucket_upload_is_one_sentence_and_the_dataset_is_as_it_was(hu
     hub.faults.fail(422, times=1, route="bucket_batch")
     with pytest.raises(publish.PushError) as error:
         push(hub, data, logs_bucket="org/sweep-logs")
-    assert str(error.value).startswith("Could not push to the Hub bucket 'org/sweep-logs': the Hub answered 422 ")
-    assert "; the logs it already received stay there, the dataset is as it was: push again" in str(error.value)
-    assert hub.repo(REPO_ID, "dataset")["commits"] == [] and hub.buckets["org/sweep-logs"]["files"] == {}
+    assert str(error.value).startswith(
+        "Could not push to the Hub bucket 'org/sweep-logs': the Hub answered 422 "
+    )
+    assert "; the logs it already received stay there, the dataset is as it was: push again" in str(
+        error.value
+    )
+    assert (
+        hub.repo(REPO_ID, "dataset")["commits"] == []
+        and hub.buckets["org/sweep-logs"]["files"] == {}
+    )
     assert all(store.published_logs(data, s) is None for s in (a, b))
     assert all(r["log_url"] is None for r in local_rows(data, "results"))
     assert push(hub, data, logs_bucket="org/sweep-logs").logs == [a, b]
@@ -380,7 +443,9 @@ def test_lfs_upload_when_xet_is_off(hub, tmp_path, monkeypatch):
     data = tmp_path / "data"
     two_sweeps(data)
     push(hub, data)
-    assert any(r["route"] == "lfs_batch" for r in hub.requests) and any(r["route"] == "lfs_put" for r in hub.requests)
+    assert any(r["route"] == "lfs_batch" for r in hub.requests) and any(
+        r["route"] == "lfs_put" for r in hub.requests
+    )
     assert not any(r["route"] == "xet_token" for r in hub.requests)
     files = repo_files(hub)
     assert {p: files[p] for p in local_files(data)} == local_files(data)
@@ -401,7 +466,9 @@ def test_a_commit_cut_off_leaves_the_repo_as_it_was_and_a_rerun_finishes(hub, tm
         "(commit); nothing changed there: push again once the Hub can be reached (this needs network access)."
     )
     assert (repo["sha"], dict(repo["files"]), len(repo["commits"])) == before
-    assert all(store.published_logs(data, s) is None for s in (a, b, c))  # the data folder is as it was too
+    assert all(
+        store.published_logs(data, s) is None for s in (a, b, c)
+    )  # the data folder is as it was too
     assert all(r["log_url"] is None for r in local_rows(data, "results"))
     done = push(hub, data, logs=True)
     assert (done.added, done.logs) == ([c], [a, b, c]) and len(repo["commits"]) == 2
@@ -413,7 +480,8 @@ def test_no_token_a_read_token_and_no_network_are_one_sentence_each(hub, tmp_pat
     where = f"the Hub dataset {REPO_ID!r}"
     monkeypatch.delenv("HF_TOKEN")
     with pytest.raises(
-        publish.PushError, match=r"^No write access to .*: set HF_TOKEN to a write token \(no token is set\)\.$"
+        publish.PushError,
+        match=r"^No write access to .*: set HF_TOKEN to a write token \(no token is set\)\.$",
     ):
         push(hub, data)
     assert hub.requests == []
@@ -431,7 +499,9 @@ def test_no_token_a_read_token_and_no_network_are_one_sentence_each(hub, tmp_pat
     repo = hub.repo(REPO_ID, "dataset")
     third_sweep(data)
     before = (repo["sha"], len(repo["commits"]), len(hub.storage.every_file()))
-    monkeypatch.setenv("HF_TOKEN", READ)  # the repo exists: refused at its first write, before any upload
+    monkeypatch.setenv(
+        "HF_TOKEN", READ
+    )  # the repo exists: refused at its first write, before any upload
     with pytest.raises(publish.PushError, match=r"^No write access to "):
         push(hub, data)
     assert (repo["sha"], len(repo["commits"]), len(hub.storage.every_file())) == before
@@ -440,7 +510,9 @@ def test_no_token_a_read_token_and_no_network_are_one_sentence_each(hub, tmp_pat
     hub.faults.refuse_connections(True)
     with pytest.raises(publish.PushError) as error:
         push(hub, data)
-    assert str(error.value).startswith(f"Could not push to {where}: the Hub could not be reached (ConnectError")
+    assert str(error.value).startswith(
+        f"Could not push to {where}: the Hub could not be reached (ConnectError"
+    )
     assert "after 3 attempts (create the repo); nothing changed there" in str(error.value)
     hub.faults.refuse_connections(False)
     assert (repo["sha"], len(repo["commits"])) == before[:2]
@@ -452,7 +524,8 @@ def test_bad_input_is_one_sentence_before_anything_runs(hub, tmp_path):
         push(hub, data)
     two_sweeps(data)
     with pytest.raises(
-        publish.PushError, match=r"^'sweeps' is not a Hub dataset repo id: give it as <namespace>/<name>"
+        publish.PushError,
+        match=r"^'sweeps' is not a Hub dataset repo id: give it as <namespace>/<name>",
     ):
         publish.push(data, "sweeps", endpoint=hub.url)
     with pytest.raises(publish.PushError, match=r"^'a/b/c' is not a Hub bucket id"):
@@ -471,7 +544,9 @@ def test_cli_push_says_what_it_did_and_refuses_a_read_token_in_one_sentence(hub,
         f"Error: No write access to the Hub dataset {REPO_ID!r}: set HF_TOKEN to a write token "
         "(the token may not write there)."
     )
-    ran = subprocess.run(command, capture_output=True, text=True, env={**env, "HF_TOKEN": WRITE}, timeout=300)
+    ran = subprocess.run(
+        command, capture_output=True, text=True, env={**env, "HF_TOKEN": WRITE}, timeout=300
+    )
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert f"added:    {a}, {b}" in ran.stdout and "files:    4 uploaded, 0 deleted" in ran.stdout
     assert hub.repo(REPO_ID, "dataset")["private"] is False
@@ -485,15 +560,21 @@ def test_a_real_sweep_publishes_its_logs_and_no_token(smoke_sweep, hub, tmp_path
     result = push(hub, data, logs=True)
     assert result.added == [smoke_sweep["sweep_id"]] and result.logs == [smoke_sweep["sweep_id"]]
     rows = local_rows(data, "results")
-    assert {r["model_id"] for r in rows} == {r["model_id"] for r in smoke_sweep["records"] if not r["exclusion_reason"]}
+    assert {r["model_id"] for r in rows} == {
+        r["model_id"] for r in smoke_sweep["records"] if not r["exclusion_reason"]
+    }
     for row in rows:
         assert fetch(row["log_url"]).decode().strip(), row["model_id"]
         if row["notebook_url"]:
             assert json.loads(fetch(row["notebook_url"]))["cells"], row["model_id"]
-    assert sum(r["notebook_url"] is not None for r in rows) >= len(rows) - 2  # a killed kernel may leave none
+    assert (
+        sum(r["notebook_url"] is not None for r in rows) >= len(rows) - 2
+    )  # a killed kernel may leave none
     for blob in uploaded(hub):
         assert FAKE_TOKEN.encode() not in blob
-        assert str(REPO_ROOT / "data" / "models").encode() not in blob  # the fixtures' folder names this machine
+        assert (
+            str(REPO_ROOT / "data" / "models").encode() not in blob
+        )  # the fixtures' folder names this machine
 
 
 def test_the_ops_config_is_pushed_with_the_others_and_loads_from_the_hub(hub, tmp_path):
@@ -521,20 +602,29 @@ def test_the_ops_config_is_pushed_with_the_others_and_loads_from_the_hub(hub, tm
     assert f"ops/sweep={sweep_id}/part-0.parquet" in files
     assert b"config_name: ops" in files["README.md"]
     rows = {r["op"]: r for r in load_back(hub, tmp_path, ("ops",))["ops"]}
-    assert (rows["aten::mm"]["status"], rows["aten::mm"]["models"]) == ("implemented", ["org/a", "org/b"])
+    assert (rows["aten::mm"]["status"], rows["aten::mm"]["models"]) == (
+        "implemented",
+        ["org/a", "org/b"],
+    )
     assert (rows["aten::rsqrt"]["status"], rows["aten::rsqrt"]["calls"]) == ("missing", 2)
 
 
 def test_push_refuses_a_data_folder_with_a_change_half_done(hub, tmp_path):
     data = tmp_path / "data"
     a, _ = two_sweeps(data)
-    atomic_write_json(store.sweep_dir(data, a) / store.CHANGE, {"change": "exclude", "sidecars": {}})
-    with pytest.raises(UserError, match=f"has a change half-done in sweep.s. {a}; refused to publish it"):
+    atomic_write_json(
+        store.sweep_dir(data, a) / store.CHANGE, {"change": "exclude", "sidecars": {}}
+    )
+    with pytest.raises(
+        UserError, match=f"has a change half-done in sweep.s. {a}; refused to publish it"
+    ):
         push(hub, data)
     assert not hub.requests  # refused before it asked the Hub anything
 
 
-def test_a_push_killed_after_it_recorded_where_the_logs_go_leaves_no_row_pointing_at_them(hub, tmp_path):
+def test_a_push_killed_after_it_recorded_where_the_logs_go_leaves_no_row_pointing_at_them(
+    hub, tmp_path
+):
     """SIGKILLed at each write point until one stops it with ``published.json`` written (rows pointing at logs
     the Hub never got): the next command undoes that, no row names a log."""
     data = tmp_path / "data"
@@ -547,11 +637,15 @@ def test_a_push_killed_after_it_recorded_where_the_logs_go_leaves_no_row_pointin
     for point in range(1, 8):
         copy = tmp_path / f"stop{point}"
         shutil.copytree(data, copy)
-        rc = subprocess.run([sys.executable, "-c", code, copy], env={**env, STOP_AT_WRITE: str(point)}).returncode
+        rc = subprocess.run(
+            [sys.executable, "-c", code, copy], env={**env, STOP_AT_WRITE: str(point)}
+        ).returncode
         assert rc == -9, f"the push ended by itself ({rc}) before any stop left its logs recorded"
         if any(store.published_logs(copy, s) for s in sweeps):
             break
     said = store.finish_interrupted(copy)
     assert any("interrupted push" in line and "was undone" in line for line in said), said
     assert all(store.published_logs(copy, s) is None for s in sweeps)
-    assert all(r["log_url"] is None and r["notebook_url"] is None for r in local_rows(copy, "results"))
+    assert all(
+        r["log_url"] is None and r["notebook_url"] is None for r in local_rows(copy, "results")
+    )

@@ -24,17 +24,29 @@ NOISE = ("tcmalloc", "absl::", "pjrt", "Kernel is running over TCP", "Loading we
 
 def quiet_env() -> dict:
     """This environment without the variables that would hide the noise (what a user's shell has)."""
-    drop = {"TORCH_DEVICE_BACKEND_AUTOLOAD", "HF_HUB_DISABLE_PROGRESS_BARS", "TRANSFORMERS_VERBOSITY"}
+    drop = {
+        "TORCH_DEVICE_BACKEND_AUTOLOAD",
+        "HF_HUB_DISABLE_PROGRESS_BARS",
+        "TRANSFORMERS_VERBOSITY",
+    }
     return {k: v for k, v in os.environ.items() if k not in drop}
 
 
 def noise_in(text: str) -> list[str]:
-    return [line for line in text.splitlines() if any(word.lower() in line.lower() for word in NOISE)]
+    return [
+        line for line in text.splitlines() if any(word.lower() in line.lower() for word in NOISE)
+    ]
 
 
 def test_the_judge_prints_no_backend_noise():
     done = subprocess.run(
-        [sys.executable, "-m", "model_support.cli", "judge", "The future of AI is bright and full of promise."],
+        [
+            sys.executable,
+            "-m",
+            "model_support.cli",
+            "judge",
+            "The future of AI is bright and full of promise.",
+        ],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -55,8 +67,12 @@ def test_a_repro_script_prints_no_loading_bars(tmp_path, fixture_models):
     assert record["status"] == "PASS", record["error_message"]
     script = tmp_path / "repro.py"
     script.write_text(record["repro_script"])
-    env = {k: v for k, v in quiet_env().items() if k != "PYTHONPATH"}  # plain python: no install of ours needed
-    done = subprocess.run([sys.executable, str(script), folder], capture_output=True, text=True, env=env, timeout=600)
+    env = {
+        k: v for k, v in quiet_env().items() if k != "PYTHONPATH"
+    }  # plain python: no install of ours needed
+    done = subprocess.run(
+        [sys.executable, str(script), folder], capture_output=True, text=True, env=env, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert noise_in(done.stderr + done.stdout) == []
 
@@ -80,14 +96,24 @@ def test_a_plain_papermill_run_prints_no_tcp_warning(tmp_path, fixture_models):
     """The README's first command, as a user types it: papermill's own kernel (TCP), no engine of ours."""
     folder = fixture_models["tiny-gpt2"]["path"]
     params = {"model_id": folder, "device": "cpu", "reference": "none", "judge": "False"}
-    argv = [str(Path(sys.prefix, "bin", "papermill")), "notebooks/probe.ipynb", str(tmp_path / "out.ipynb")]
+    argv = [
+        str(Path(sys.prefix, "bin", "papermill")),
+        "notebooks/probe.ipynb",
+        str(tmp_path / "out.ipynb"),
+    ]
     argv += [arg for name, value in params.items() for arg in ("-p", name, value)]
-    done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=quiet_env(), timeout=600)
+    done = subprocess.run(
+        argv, capture_output=True, text=True, cwd=REPO, env=quiet_env(), timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Executing notebook with kernel" in done.stderr  # papermill's own lines still print
-    assert noise_in(done.stderr + done.stdout) == [], "is the venv's kernel config there? (`make venv` copies it)"
+    assert noise_in(done.stderr + done.stdout) == [], (
+        "is the venv's kernel config there? (`make venv` copies it)"
+    )
     installed = Path(sys.prefix, "etc", "ipython", KERNEL_CONFIG.name)  # IPython reads it there
-    assert installed.read_text() == KERNEL_CONFIG.read_text(), "the venv's kernel config is stale: run `make venv`"
+    assert installed.read_text() == KERNEL_CONFIG.read_text(), (
+        "the venv's kernel config is stale: run `make venv`"
+    )
 
 
 def test_the_kernel_config_drops_the_tcp_warning_and_nothing_else():
@@ -101,7 +127,11 @@ def test_the_kernel_config_drops_the_tcp_warning_and_nothing_else():
     def line(message, level=logging.WARNING):
         return logging.LogRecord("IPKernelApp", level, __file__, 1, message, None, None)
 
-    assert not keep(line("Kernel is running over TCP without encryption. All communication (...) is sent in ..."))
+    assert not keep(
+        line(
+            "Kernel is running over TCP without encryption. All communication (...) is sent in ..."
+        )
+    )
     assert keep(line("Failed to load connection file: %r", logging.ERROR))
     assert keep(line("Detected CurveZMQ secret key; using transport encryption"))
 
@@ -109,16 +139,30 @@ def test_the_kernel_config_drops_the_tcp_warning_and_nothing_else():
 def test_make_lab_installs_jupyterlab_from_its_lock_once_per_lock(tmp_path):
     """Dry runs of `make lab` on a lab venv of its own: the first installs from constraints-lab.txt, the next
     (its stamp there) installs nothing. JupyterLab is never started here."""
-    lock = [line for line in (REPO / "constraints-lab.txt").read_text().splitlines() if not line.startswith("#")]
-    assert any(line.startswith("jupyterlab==") for line in lock) and all("==" in line for line in lock)
+    lock = [
+        line
+        for line in (REPO / "constraints-lab.txt").read_text().splitlines()
+        if not line.startswith("#")
+    ]
+    assert any(line.startswith("jupyterlab==") for line in lock) and all(
+        "==" in line for line in lock
+    )
     lab = tmp_path / "lab"
 
     def dry_run():
         done = subprocess.run(
-            ["make", "-n", "lab", f"LAB_VENV={lab}"], capture_output=True, text=True, cwd=REPO, timeout=120
+            ["make", "-n", "lab", f"LAB_VENV={lab}"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=120,
         )
         assert done.returncode == 0, done.stderr
-        return [line for line in done.stdout.splitlines() if line.startswith(f"{lab}/") or f" {lab}/" in line]
+        return [
+            line
+            for line in done.stdout.splitlines()
+            if line.startswith(f"{lab}/") or f" {lab}/" in line
+        ]
 
     first = dry_run()
     installs = [line for line in first if "pip install" in line]

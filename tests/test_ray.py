@@ -42,7 +42,9 @@ def local_ray():
     put_back_auth(before)
 
 
-def definition(tmp_path: Path, fixture_models: dict, names: list[str], overrides: dict | None = None, **extra):
+def definition(
+    tmp_path: Path, fixture_models: dict, names: list[str], overrides: dict | None = None, **extra
+):
     models = [
         {
             "id": fixture_models[n]["path"],
@@ -51,7 +53,12 @@ def definition(tmp_path: Path, fixture_models: dict, names: list[str], overrides
         for n in names
     ]
     path = tmp_path / "ray.yaml"
-    body = {"name": "ray", "probe": {"device": "cpu", "reference": "none"}, "models": models, **extra}
+    body = {
+        "name": "ray",
+        "probe": {"device": "cpu", "reference": "none"},
+        "models": models,
+        **extra,
+    }
     path.write_text(yaml.safe_dump(body))
     return params.load(path)
 
@@ -109,16 +116,24 @@ def in_thread(target, timeout: float):
 def test_a_ray_sweep_logs_its_schedule_as_a_local_one_does(local_ray, fixture_models, tmp_path):
     names = ["tiny-gpt2", "fail-missing-weights"]
     data = tmp_path / "data"
-    summary = sweep.run(definition(tmp_path, fixture_models, names), data, workers=2, executor="ray")
+    summary = sweep.run(
+        definition(tmp_path, fixture_models, names), data, workers=2, executor="ray"
+    )
     assert summary["executor"] == "ray" and summary["workers"] == 2
-    rows = {display_name(r["model_id"]): r["status"] for r in store.read_records(data, summary["sweep_id"])}
+    rows = {
+        display_name(r["model_id"]): r["status"]
+        for r in store.read_records(data, summary["sweep_id"])
+    }
     assert rows == {"tiny-gpt2": "PASS", "fail-missing-weights": "FAIL(load)"}
     lines = (store.sweep_dir(data, summary["sweep_id"]) / "schedule.jsonl").read_text().splitlines()
     schedule = {display_name(entry["model_id"]): entry for entry in map(json.loads, lines)}
     assert sorted(schedule) == sorted(names)
     for entry in schedule.values():
         assert len(entry["devices"]) == 1 and set(entry["devices"]) <= {0, 1}
-        assert entry["start"] <= entry["end"] and entry["node"] == ray.get_runtime_context().get_node_id()
+        assert (
+            entry["start"] <= entry["end"]
+            and entry["node"] == ray.get_runtime_context().get_node_id()
+        )
 
 
 def test_a_ray_workers_probes_fork_their_kernels_from_the_zygote_it_keeps(local_ray, tmp_path):
@@ -126,7 +141,9 @@ def test_a_ray_workers_probes_fork_their_kernels_from_the_zygote_it_keeps(local_
     of the next one it runs are forks of it (not a fresh Python importing torch again, as before: a Ray sweep of
     the smoke fixtures took 1.7x the local one's time)."""
 
-    def kernel_in_a_ray_task(notebook: str, out: str) -> dict:  # nested: Ray ships it by value, not by module
+    def kernel_in_a_ray_task(
+        notebook: str, out: str
+    ) -> dict:  # nested: Ray ships it by value, not by module
         """What a Ray task's probe does first (``_kernels_forked_here``), then a real kernel run as the probe's is:
         this worker, the zygote it names, and the kernel's own facts."""
         import json
@@ -142,17 +159,28 @@ def test_a_ray_workers_probes_fork_their_kernels_from_the_zygote_it_keeps(local_
         run_notebook(notebook, out, {})
         facts = json.loads(nbformat.read(out, as_version=4).cells[0].outputs[0]["text"])
         zygotes = [z.pid for z in ray_executor._ZYGOTES if z.poll() is None]
-        return {"worker": os.getpid(), "socket": os.environ.get(zygote.ZYGOTE_ENV), "zygotes": zygotes, **facts}
+        return {
+            "worker": os.getpid(),
+            "socket": os.environ.get(zygote.ZYGOTE_ENV),
+            "zygotes": zygotes,
+            **facts,
+        }
 
     notebook = tmp_path / "facts.ipynb"
     code = "import json, os, sys\nprint(json.dumps({'ppid': os.getppid(), 'torch': 'torch' in sys.modules}))"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)]), notebook)
-    task = ray.remote(kernel_in_a_ray_task).options(num_cpus=2)  # both CPUs: one worker runs the two in turn
+    task = ray.remote(kernel_in_a_ray_task).options(
+        num_cpus=2
+    )  # both CPUs: one worker runs the two in turn
     first = ray.get(task.remote(str(notebook), str(tmp_path / "first.ipynb")))
     second = ray.get(task.remote(str(notebook), str(tmp_path / "second.ipynb")))
     assert first["worker"] == second["worker"] and first["socket"] == second["socket"]
-    assert second["zygotes"] == first["zygotes"]  # the one the first task started (or found), kept: none more
-    assert first["ppid"] == second["ppid"] and first["ppid"] in first["zygotes"]  # both kernels forks of it
+    assert (
+        second["zygotes"] == first["zygotes"]
+    )  # the one the first task started (or found), kept: none more
+    assert (
+        first["ppid"] == second["ppid"] and first["ppid"] in first["zygotes"]
+    )  # both kernels forks of it
     assert first["torch"] and second["torch"]  # torch already imported
 
 
@@ -173,7 +201,17 @@ def test_a_ray_address_where_nothing_answers_is_refused_in_one_sentence_before_t
     path.write_text(yaml.safe_dump({"name": "r", "models": [fixture_models["tiny-gpt2"]["path"]]}))
     data = tmp_path / "data"
     done = subprocess.run(
-        [sys.executable, "-m", "model_support.cli", "sweep", str(path), "--executor", "ray", "--data-dir", str(data)],
+        [
+            sys.executable,
+            "-m",
+            "model_support.cli",
+            "sweep",
+            str(path),
+            "--executor",
+            "ray",
+            "--data-dir",
+            str(data),
+        ],
         env={**os.environ, "RAY_ADDRESS": f"127.0.0.1:{port}"},
         capture_output=True,
         text=True,
@@ -185,7 +223,9 @@ def test_a_ray_address_where_nothing_answers_is_refused_in_one_sentence_before_t
         "(`ray start --head`), fix RAY_ADDRESS, or run with --executor local."
     )
     assert not (data / "sweeps").exists()  # nothing written
-    assert unreachable(ray.get_runtime_context().gcs_address) is None and unreachable("auto") is None
+    assert (
+        unreachable(ray.get_runtime_context().gcs_address) is None and unreachable("auto") is None
+    )
 
 
 def test_an_address_where_no_ray_head_answers_is_refused_in_seconds_before_the_sweep_is_written(
@@ -199,11 +239,16 @@ def test_an_address_where_no_ray_head_answers_is_refused_in_seconds_before_the_s
     from model_support.sweep.executors.ray_cluster import CONNECT_S
 
     http_server = http.server.HTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
-    silent = socket.create_server(("127.0.0.1", 0))  # accepts (the kernel's backlog) and never says a word
+    silent = socket.create_server(
+        ("127.0.0.1", 0)
+    )  # accepts (the kernel's backlog) and never says a word
     threading.Thread(target=http_server.serve_forever, daemon=True).start()
     chosen = definition(tmp_path, fixture_models, ["tiny-gpt2"])
     try:
-        for server, heard in ((http_server.server_address[1], "UNAVAILABLE: "), (silent.getsockname()[1], "no Ray")):
+        for server, heard in (
+            (http_server.server_address[1], "UNAVAILABLE: "),
+            (silent.getsockname()[1], "no Ray"),
+        ):
             monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{server}")
             began = time.time()
             with pytest.raises(UserError) as refused:
@@ -240,7 +285,9 @@ def test_a_plain_resume_of_a_ray_sweep_joins_where_it_ran_or_is_refused_naming_i
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     data = tmp_path / "data"
-    meta = sweep.create(definition(tmp_path, fixture_models, ["tiny-gpt2"]), data.resolve(), executor="ray")
+    meta = sweep.create(
+        definition(tmp_path, fixture_models, ["tiny-gpt2"]), data.resolve(), executor="ray"
+    )
     with pytest.raises(UserError) as refused:
         sweep.run(None, data, executor=named, resume=meta.sweep_id)
     assert str(refused.value) == (
@@ -257,10 +304,14 @@ def test_a_plain_resume_of_a_ray_sweep_joins_where_it_ran_or_is_refused_naming_i
         f"Could not join the Ray cluster at 127.0.0.1:{port}, where sweep {meta.sweep_id} ran (Connection refused); "
         "start it, set RAY_ADDRESS to the cluster that runs it now, or resume it with --executor local."
     )
-    assert store.sweep_dir(data, meta.sweep_id).is_dir()  # a resume that cannot run keeps the sweep: it has work
+    assert store.sweep_dir(
+        data, meta.sweep_id
+    ).is_dir()  # a resume that cannot run keeps the sweep: it has work
 
 
-def test_a_what_if_sweep_of_a_ray_sweep_runs_where_its_sweep_ran(fixture_models, tmp_path, monkeypatch):
+def test_a_what_if_sweep_of_a_ray_sweep_runs_where_its_sweep_ran(
+    fixture_models, tmp_path, monkeypatch
+):
     """``ops --prove`` makes a what-if sweep and runs it as a resume: with no ``ray.json`` of its own it was refused
     ("never said which cluster it ran on") even where its sweep ran on a local Ray. It inherits its sweep's."""
     from model_support.sweep.executors import ray_cluster
@@ -270,10 +321,17 @@ def test_a_what_if_sweep_of_a_ray_sweep_runs_where_its_sweep_ran(fixture_models,
     parent = sweep.create(definition(tmp_path, fixture_models, ["tiny-gpt2"]), data, executor="ray")
     child = sweep.create(definition(tmp_path, fixture_models, ["tiny-gpt2"]), data, executor="ray")
     ray_cluster.remember(store.sweep_dir(data, parent.sweep_id), None)  # it ran on a local Ray
-    ray_cluster.inherit(store.sweep_dir(data, parent.sweep_id), store.sweep_dir(data, child.sweep_id))
-    assert ray_cluster.address_to_join(store.sweep_dir(data, child.sweep_id), child.sweep_id, True) is None
+    ray_cluster.inherit(
+        store.sweep_dir(data, parent.sweep_id), store.sweep_dir(data, child.sweep_id)
+    )
+    assert (
+        ray_cluster.address_to_join(store.sweep_dir(data, child.sweep_id), child.sweep_id, True)
+        is None
+    )
     ray_cluster.remember(store.sweep_dir(data, parent.sweep_id), "10.0.0.7:6379")
-    ray_cluster.inherit(store.sweep_dir(data, parent.sweep_id), store.sweep_dir(data, child.sweep_id))
+    ray_cluster.inherit(
+        store.sweep_dir(data, parent.sweep_id), store.sweep_dir(data, child.sweep_id)
+    )
     assert ray_cluster.recorded(store.sweep_dir(data, child.sweep_id))["address"] == "10.0.0.7:6379"
 
 
@@ -282,39 +340,62 @@ def test_a_device_no_node_has_is_refused_naming_the_ray_start_option_that_gives_
 ):
     """The cluster, not the driver, says which devices there are: this module's Ray has no ``pretend`` resource, so a
     pretend sweep is refused naming ``ray start --resources``, not "lower its devices" (it asks for 1)."""
-    monkeypatch.setenv("MODEL_SUPPORT_PRETEND", json.dumps({"devices": 1}))  # the driver's (definition.load checks it)
-    chosen = definition(tmp_path, fixture_models, ["tiny-gpt2"], probe={"device": "pretend", "reference": "none"})
+    monkeypatch.setenv(
+        "MODEL_SUPPORT_PRETEND", json.dumps({"devices": 1})
+    )  # the driver's (definition.load checks it)
+    chosen = definition(
+        tmp_path, fixture_models, ["tiny-gpt2"], probe={"device": "pretend", "reference": "none"}
+    )
     with pytest.raises(UserError) as refused:
         in_thread(lambda: sweep.run(chosen, tmp_path / "data", executor="ray"), timeout=120)
     said = str(refused.value)
-    assert said.startswith("No node of the Ray cluster has 'pretend', which ") and "lower its devices" not in said
+    assert (
+        said.startswith("No node of the Ray cluster has 'pretend', which ")
+        and "lower its devices" not in said
+    )
     assert "start its nodes with `ray start ... --resources '{\"pretend\": 1}'`" in said, said
     assert not list((tmp_path / "data" / "sweeps").glob("*/sweep.json"))
 
 
-def test_the_drivers_own_devices_are_not_asked_of_a_sweep_that_runs_on_ray(fixture_models, tmp_path, monkeypatch):
+def test_the_drivers_own_devices_are_not_asked_of_a_sweep_that_runs_on_ray(
+    fixture_models, tmp_path, monkeypatch
+):
     """A GPU-less driver sweeps a GPU cluster: the definition's device check (the driver's) is skipped for Ray, whose
     cluster is asked instead (the test above). Here the driver's pretend accelerator is off (the variable removed:
     the device the driver lacks), and only the local executor's load refuses it."""
     monkeypatch.delenv("MODEL_SUPPORT_PRETEND", raising=False)
     path = tmp_path / "gpu.yaml"
     models = [{"id": fixture_models["tiny-gpt2"]["path"]}]
-    path.write_text(yaml.safe_dump({"name": "gpu", "probe": {"device": "pretend"}, "models": models}))
+    path.write_text(
+        yaml.safe_dump({"name": "gpu", "probe": {"device": "pretend"}, "models": models})
+    )
     with pytest.raises(UserError, match="pretend"):
         params.load(path)
     assert params.load(path, executor="ray").probe["device"] == "pretend"
     path.write_text(
-        yaml.safe_dump({"name": "gpu", "probe": {"device": "pretend"}, "models": models, "executor": "ray"})
+        yaml.safe_dump(
+            {"name": "gpu", "probe": {"device": "pretend"}, "models": models, "executor": "ray"}
+        )
     )
     assert params.load(path).executor == "ray"
 
 
-def test_a_request_no_node_can_satisfy_is_refused_before_anything_runs(local_ray, fixture_models, tmp_path):
+def test_a_request_no_node_can_satisfy_is_refused_before_anything_runs(
+    local_ray, fixture_models, tmp_path
+):
     """Four devices on a CPU sweep ask Ray for 4 CPUs; the only node has 2: Ray would wait forever."""
-    chosen = definition(tmp_path, fixture_models, ["tiny-gpt2"], overrides={"tiny-gpt2": {"devices": "4"}})
-    with pytest.raises(UserError, match=r"asks Ray for 4 CPU and no node of the cluster has that much"):
-        in_thread(lambda: sweep.run(chosen, tmp_path / "data", workers=4, executor="ray"), timeout=120)
-    assert not list((tmp_path / "data" / "sweeps").glob("*/sweep.json"))  # nothing `list` shows as work to do
+    chosen = definition(
+        tmp_path, fixture_models, ["tiny-gpt2"], overrides={"tiny-gpt2": {"devices": "4"}}
+    )
+    with pytest.raises(
+        UserError, match=r"asks Ray for 4 CPU and no node of the cluster has that much"
+    ):
+        in_thread(
+            lambda: sweep.run(chosen, tmp_path / "data", workers=4, executor="ray"), timeout=120
+        )
+    assert not list(
+        (tmp_path / "data" / "sweeps").glob("*/sweep.json")
+    )  # nothing `list` shows as work to do
 
 
 def test_a_node_whose_stack_differs_from_the_drivers_is_refused_before_it_probes(
@@ -329,13 +410,18 @@ def test_a_node_whose_stack_differs_from_the_drivers_is_refused_before_it_probes
     from model_support.sweep.executors import ray_nodes
 
     real = ray_nodes.node_stack
-    monkeypatch.setattr(ray_nodes, "node_stack", lambda device: {**real(device), "transformers": "0.0.1"})
+    monkeypatch.setattr(
+        ray_nodes, "node_stack", lambda device: {**real(device), "transformers": "0.0.1"}
+    )
     data = tmp_path / "data"
     chosen = definition(tmp_path, fixture_models, ["tiny-gpt2"])
     with pytest.raises(UserError) as refused:
         in_thread(lambda: sweep.run(chosen, data, workers=1, executor="ray"), timeout=120)
     node = ray.get_runtime_context().get_node_id()
-    assert f"(node {node[:12]}) has transformers {version('transformers')} (the driver has 0.0.1)" in str(refused.value)
+    assert (
+        f"(node {node[:12]}) has transformers {version('transformers')} (the driver has 0.0.1)"
+        in str(refused.value)
+    )
     assert "\n" not in str(refused.value) and not probes_of(data)
     assert not list((data / "sweeps").glob("*/sweep.json"))
 
@@ -357,9 +443,20 @@ def test_a_node_that_joined_after_the_check_and_differs_runs_no_probe(local_ray,
     installed = ray_nodes.node_stack("cpu")
     driver = {**installed, "transformers": "0.0.1"}
     source = fixture_models["tiny-gpt2"]["path"]
-    task = {"sweep_id": "s", "model_id": "local:tiny-gpt2", "source": source, "params": {"device": "cpu"}}
-    task |= {"variant": "eager+dynamic", "timeout_s": 60.0, "notebook_path": "sweeps/s/notebooks/m.ipynb"}
-    later = ray_nodes.Checked("cpu", frozenset(), driver)  # the driver checked none: this node joined after
+    task = {
+        "sweep_id": "s",
+        "model_id": "local:tiny-gpt2",
+        "source": source,
+        "params": {"device": "cpu"},
+    }
+    task |= {
+        "variant": "eager+dynamic",
+        "timeout_s": 60.0,
+        "notebook_path": "sweeps/s/notebooks/m.ipynb",
+    }
+    later = ray_nodes.Checked(
+        "cpu", frozenset(), driver
+    )  # the driver checked none: this node joined after
     probe = ray.remote(ray_executor._probe_on_ray).options(num_cpus=1)
     result = ray.get(probe.remote(task, Download("ready", path=source), {}, (), later))
     assert result.record is None and result.problem == "harness" and result.schedule["node"] == node
@@ -381,38 +478,60 @@ def test_a_ray_worker_lost_under_a_probe_leaves_its_model_pending_and_a_rerun_th
     On the resume the worker is killed once: the rerun's record says so (``reran_after``), and where it ran
     (``ray_node``), as its log's first line and its schedule.jsonl row do; a rerun left no trace before."""
     data = tmp_path / "data"
-    chosen = definition(tmp_path, fixture_models, ["tiny-gpt2"], overrides={"tiny-gpt2": {"judge": False}})
+    chosen = definition(
+        tmp_path, fixture_models, ["tiny-gpt2"], overrides={"tiny-gpt2": {"judge": False}}
+    )
     killed: list[str] = []
 
     def kill_the_worker_under_each_try(times: int):
         while len(killed) < times:
-            fresh = wait_for(lambda: [p for p, _task in probes_of(data) if p.cmdline()[-1] not in killed][:1], 120)
+            fresh = wait_for(
+                lambda: [p for p, _task in probes_of(data) if p.cmdline()[-1] not in killed][:1],
+                120,
+            )
             killed.append(fresh[0].cmdline()[-1])  # the probe's folder: one per try
             fresh[0].parent().send_signal(signal.SIGKILL)  # the Ray worker running it
 
     killer = threading.Thread(target=kill_the_worker_under_each_try, args=(2,), daemon=True)
     killer.start()
     summary = in_thread(lambda: sweep.run(chosen, data, workers=1, executor="ray"), timeout=240)
-    assert len(killed) == 2 and not store.read_records(data, summary["sweep_id"])  # tried twice, never a FAIL row
+    assert len(killed) == 2 and not store.read_records(
+        data, summary["sweep_id"]
+    )  # tried twice, never a FAIL row
     (pending,) = summary["pending"].values()
     assert pending["problem"] == "harness", pending
-    assert pending["reason"].startswith("the Ray worker running the probe was lost (WorkerCrashedError: ")
+    assert pending["reason"].startswith(
+        "the Ray worker running the probe was lost (WorkerCrashedError: "
+    )
     assert pending["reason"].endswith("; tried 2 times")
-    killer = threading.Thread(target=kill_the_worker_under_each_try, args=(3,), daemon=True)  # once more
+    killer = threading.Thread(
+        target=kill_the_worker_under_each_try, args=(3,), daemon=True
+    )  # once more
     killer.start()
-    resumed = in_thread(lambda: sweep.run(None, data, executor="ray", resume=summary["sweep_id"]), timeout=240)
+    resumed = in_thread(
+        lambda: sweep.run(None, data, executor="ray", resume=summary["sweep_id"]), timeout=240
+    )
     (record,) = store.read_records(data, summary["sweep_id"])
     assert record["status"] == schema.PASS and not resumed["pending"] and len(killed) == 3
-    assert record["reran_after"].startswith("the Ray worker running the probe was lost (WorkerCrashedError: ")
+    assert record["reran_after"].startswith(
+        "the Ray worker running the probe was lost (WorkerCrashedError: "
+    )
     assert record["ray_node"] == ray.get_runtime_context().get_node_id()
     log = (
-        store.sweep_dir(data, summary["sweep_id"]) / "logs" / f"{store.stem(record['model_id'], record['variant'])}.log"
+        store.sweep_dir(data, summary["sweep_id"])
+        / "logs"
+        / f"{store.stem(record['model_id'], record['variant'])}.log"
     )
     assert log.read_text().startswith(
         f"ran again on a fresh Ray task: its first run told nothing ({record['reran_after']})"
     )
-    *_, row = [json.loads(line) for line in (store.sweep_dir(data, summary["sweep_id"]) / "schedule.jsonl").open()]
-    assert row["reran_after"] == record["reran_after"] and row["node"] == record["ray_node"]  # the resume's row
+    *_, row = [
+        json.loads(line)
+        for line in (store.sweep_dir(data, summary["sweep_id"]) / "schedule.jsonl").open()
+    ]
+    assert (
+        row["reran_after"] == record["reran_after"] and row["node"] == record["ray_node"]
+    )  # the resume's row
 
 
 def test_a_memory_kill_is_the_models_row_only_on_a_rerun_that_ran_alone(monkeypatch):
@@ -425,8 +544,15 @@ def test_a_memory_kill_is_the_models_row_only_on_a_rerun_that_ran_alone(monkeypa
     from model_support.sweep.worker.download import Download
     from model_support.sweep.worker.process import TaskResult
 
-    killed = ray.exceptions.OutOfMemoryError("Task was killed due to the node running low on memory.\nMemory on...")
-    base = {"sweep_id": "s", "source": "/m", "params": {"device": "cpu"}, "variant": "eager+dynamic"}
+    killed = ray.exceptions.OutOfMemoryError(
+        "Task was killed due to the node running low on memory.\nMemory on..."
+    )
+    base = {
+        "sweep_id": "s",
+        "source": "/m",
+        "params": {"device": "cpu"},
+        "variant": "eager+dynamic",
+    }
     base |= {"timeout_s": 60.0, "notebook_path": "sweeps/s/notebooks/m.ipynb"}
     task, other = {**base, "model_id": "m"}, {**base, "model_id": "other"}
     started, release = threading.Event(), threading.Event()
@@ -460,15 +586,27 @@ def test_a_memory_kill_is_the_models_row_only_on_a_rerun_that_ran_alone(monkeypa
     beside = threading.Thread(target=executor.run_one, args=(other, got, (1,), False), daemon=True)
     beside.start()
     assert started.wait(30)
-    crowded = executor.run_one(task, got, (0,), retry=True)  # the other model's task is still in flight
+    crowded = executor.run_one(
+        task, got, (0,), retry=True
+    )  # the other model's task is still in flight
     release.set()
     beside.join(30)
     alone = executor.run_one(task, got, (0,), retry=True)
-    assert first.record is None and first.problem == "harness" and crowded.problem == "harness", crowded
-    assert "while 1 other task of the sweep ran" in crowded.pending and "run fewer workers per node" in crowded.pending
+    assert first.record is None and first.problem == "harness" and crowded.problem == "harness", (
+        crowded
+    )
+    assert (
+        "while 1 other task of the sweep ran" in crowded.pending
+        and "run fewer workers per node" in crowded.pending
+    )
     assert (alone.record["status"], alone.record["failure_stage"]) == (schema.FAIL_OTHER, "runner")
-    assert alone.record["error_type"] == "RayOutOfMemory" and "out of host memory" in alone.record["error_message"]
-    assert alone.record["reran_after"].startswith("Ray's memory monitor killed the probe (")  # the first kill's words
+    assert (
+        alone.record["error_type"] == "RayOutOfMemory"
+        and "out of host memory" in alone.record["error_message"]
+    )
+    assert alone.record["reran_after"].startswith(
+        "Ray's memory monitor killed the probe ("
+    )  # the first kill's words
 
 
 def test_a_stop_cancels_every_outstanding_ray_task(local_ray, fixture_models, tmp_path):
@@ -482,8 +620,15 @@ def test_a_stop_cancels_every_outstanding_ray_task(local_ray, fixture_models, tm
         raise Stop
 
     with pytest.raises(Stop):
-        in_thread(lambda: sweep.run(chosen, data, workers=2, executor="ray", on_result=stop_at_the_first_result), 300)
-    wait_for(lambda: not probes_of(data), timeout=30)  # the hanging model's task was cancelled, its probe killed
+        in_thread(
+            lambda: sweep.run(
+                chosen, data, workers=2, executor="ray", on_result=stop_at_the_first_result
+            ),
+            300,
+        )
+    wait_for(
+        lambda: not probes_of(data), timeout=30
+    )  # the hanging model's task was cancelled, its probe killed
 
 
 def test_a_local_ray_for_device_auto_is_started_for_the_device_auto_finds(monkeypatch):
@@ -494,13 +639,17 @@ def test_a_local_ray_for_device_auto_is_started_for_the_device_auto_finds(monkey
 
     from model_support.sweep.executors.ray import RayExecutor
 
-    monkeypatch.setenv("MODEL_SUPPORT_PRETEND", json.dumps({"devices": 2}))  # the facts come from a child process
+    monkeypatch.setenv(
+        "MODEL_SUPPORT_PRETEND", json.dumps({"devices": 2})
+    )  # the facts come from a child process
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     auto, named = RayExecutor("auto", None), RayExecutor("pretend", None)
     wanted = {"num_cpus": max(os.cpu_count() or 1, 4), "resources": {"pretend": 2}}
     assert auto._local_resources() == named._local_resources() == wanted
     assert auto.device == "pretend"
-    monkeypatch.delenv("MODEL_SUPPORT_PRETEND")  # no accelerator: the CPU's one worker, as for ``device: cpu``
+    monkeypatch.delenv(
+        "MODEL_SUPPORT_PRETEND"
+    )  # no accelerator: the CPU's one worker, as for ``device: cpu``
     assert RayExecutor("auto", None)._local_resources() == {"num_cpus": 1}
 
 
@@ -511,7 +660,12 @@ def test_a_nodes_own_tpu_variables_are_neither_carried_nor_unset_nor_recorded(mo
     from model_support.probe.devices import adapter_for
     from model_support.sweep.executors import ray_nodes
 
-    node = {"TPU_WORKER_ID": "3", "TPU_SKIP_MDS_QUERY": "1", "TPU_HOST_BOUNDS": "1,1,1", "TPU_VISIBLE_CHIPS": "2"}
+    node = {
+        "TPU_WORKER_ID": "3",
+        "TPU_SKIP_MDS_QUERY": "1",
+        "TPU_HOST_BOUNDS": "1,1,1",
+        "TPU_VISIBLE_CHIPS": "2",
+    }
     for name, value in {**node, "LIBTPU_INIT_ARGS": "--node-flag"}.items():
         monkeypatch.setenv(name, value)
     wanted = ray_nodes.carried_here({}, ())

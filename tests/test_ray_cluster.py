@@ -48,7 +48,13 @@ RAY = str(Path(sys.executable).parent / "ray")
 CLI = [sys.executable, "-m", "model_support.cli"]
 #: The driver's stack: a pretend accelerator without ``aten::rsqrt`` (tiny-llama needs it, tiny-opt does not).
 DRIVER_STACK = {"devices": 2, "missing_ops": ["aten::rsqrt"]}
-PROBE = {"device": "pretend", "max_new_tokens": 2, "judge": False, "perf": "off", "reference": "none"}
+PROBE = {
+    "device": "pretend",
+    "max_new_tokens": 2,
+    "judge": False,
+    "perf": "off",
+    "reference": "none",
+}
 MODELS = ["tiny-llama", "tiny-opt", "tiny-gpt2"]
 #: A token the driver of the main sweep holds in token mode (the cluster has authentication off).
 DRIVERS_TOKEN = "0123456789abcdef" * 4
@@ -84,7 +90,9 @@ def node_ports() -> list[str]:
         "runtime-env-agent-port",
         "metrics-export-port",
     )
-    return [arg for name, port in zip(names, free_ports(len(names))) for arg in (f"--{name}", str(port))]
+    return [
+        arg for name, port in zip(names, free_ports(len(names))) for arg in (f"--{name}", str(port))
+    ]
 
 
 def admins_environ(**extra: str) -> dict[str, str]:
@@ -98,7 +106,9 @@ def ray_start(args: list[str], temp_dir: Path, env: dict[str, str]) -> subproces
     """``ray start ARGS`` with 1 CPU and one pretend device, started (``started`` waits for it)."""
     common = ["--num-cpus", "1", "--resources", json.dumps({"pretend": 1}), "--disable-usage-stats"]
     command = [RAY, "start", *args, "--temp-dir", str(temp_dir), *common, *node_ports()]
-    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def started(*starts: subprocess.Popen) -> None:
@@ -110,7 +120,15 @@ def started(*starts: subprocess.Popen) -> None:
 def start_head(temp_dir: Path, env: dict[str, str]) -> tuple[str, subprocess.Popen]:
     """A head node (``ray start --head``) on this host's loopback address: its address, and its start."""
     port, dashboard, client = free_ports(3)
-    args = ["--head", "--port", str(port), "--node-ip-address", "127.0.0.1", "--include-dashboard", "false"]
+    args = [
+        "--head",
+        "--port",
+        str(port),
+        "--node-ip-address",
+        "127.0.0.1",
+        "--include-dashboard",
+        "false",
+    ]
     args += ["--dashboard-port", str(dashboard), "--ray-client-server-port", str(client)]
     return f"127.0.0.1:{port}", ray_start(args, temp_dir, env)
 
@@ -134,7 +152,9 @@ def stop_nodes(temp_dirs: list[Path]) -> None:
             process.terminate()
         except psutil.NoSuchProcess:
             pass
-    _, alive = psutil.wait_procs(ours, timeout=1)  # the module is done with them: no graceful drain to wait for
+    _, alive = psutil.wait_procs(
+        ours, timeout=1
+    )  # the module is done with them: no graceful drain to wait for
     for process in alive:
         try:
             process.kill()
@@ -167,7 +187,12 @@ def cluster():
         )
         started(second, token_head)
         nodes = {node_id(d) for d in temp_dirs[:2]}
-        yield {"address": address, "dirs": temp_dirs, "nodes": nodes, "token_address": token_address}
+        yield {
+            "address": address,
+            "dirs": temp_dirs,
+            "nodes": nodes,
+            "token_address": token_address,
+        }
     finally:
         if ray.is_initialized():
             ray.shutdown()
@@ -175,7 +200,10 @@ def cluster():
 
 
 def write_definition(folder: Path, fixture_models: dict, names: list[str], **extra) -> Path:
-    models = [{"id": fixture_models[n]["path"], "overrides": fixture_models[n]["overrides"]} for n in names]
+    models = [
+        {"id": fixture_models[n]["path"], "overrides": fixture_models[n]["overrides"]}
+        for n in names
+    ]
     path = folder / "cluster.yaml"
     path.write_text(yaml.safe_dump({"name": "cluster", "probe": PROBE, "models": models, **extra}))
     return path
@@ -190,7 +218,10 @@ def rows(data: Path, sweep_id: str) -> dict[str, dict]:
 
 def explained(data: Path, sweep_id: str) -> str:
     """What a failed assertion shows: the rows' verdicts and errors, and what was left pending and why."""
-    found = {n: (r["status"], r["error_type"], r["error_message"]) for n, r in rows(data, sweep_id).items()}
+    found = {
+        n: (r["status"], r["error_type"], r["error_message"])
+        for n, r in rows(data, sweep_id).items()
+    }
     pending = store.pending_file(data, sweep_id)
     return f"rows: {found}; pending: {pending.read_text() if pending.exists() else 'none'}"
 
@@ -209,16 +240,35 @@ def killed_and_resumed(cluster, fixture_models, tmp_path_factory):
         "RAY_AUTH_MODE": "token",
         "RAY_AUTH_TOKEN": DRIVERS_TOKEN,
     }
-    command = [*CLI, "sweep", str(definition), "--executor", "ray", "--workers", "5", "--data-dir", str(data)]
+    command = [
+        *CLI,
+        "sweep",
+        str(definition),
+        "--executor",
+        "ray",
+        "--workers",
+        "5",
+        "--data-dir",
+        str(data),
+    ]
     first = subprocess.Popen(
-        [*command, "--no-report"], env={**env, "RAY_ADDRESS": cluster["address"]}, stderr=subprocess.PIPE, text=True
+        [*command, "--no-report"],
+        env={**env, "RAY_ADDRESS": cluster["address"]},
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.time() + 240
-    while not list((data / "sweeps").glob("*/records/*.json")) and first.poll() is None and time.time() < deadline:
+    while (
+        not list((data / "sweeps").glob("*/records/*.json"))
+        and first.poll() is None
+        and time.time() < deadline
+    ):
         time.sleep(0.05)
     first.send_signal(signal.SIGKILL)
     said_first = first.communicate(timeout=60)[1]
-    assert list((data / "sweeps").glob("*/records/*.json")), f"no record within 240 s: {said_first[-3000:]}"
+    assert list((data / "sweeps").glob("*/records/*.json")), (
+        f"no record within 240 s: {said_first[-3000:]}"
+    )
     found = list((data / "sweeps").glob("*/sweep.json"))
     assert len(found) == 1, said_first[-3000:]
     (sweep_dir,) = found
@@ -240,7 +290,9 @@ def killed_and_resumed(cluster, fixture_models, tmp_path_factory):
     }
 
 
-def test_the_drivers_stack_reaches_every_probe_on_nodes_started_without_it(killed_and_resumed, cluster):
+def test_the_drivers_stack_reaches_every_probe_on_nodes_started_without_it(
+    killed_and_resumed, cluster
+):
     """The nodes have no ``MODEL_SUPPORT_PRETEND``; the driver's (no rsqrt) reaches each probe, on both nodes: the
     verdicts are the local executor's, each record's backend configuration is sweep.json's and names the node it ran
     on. Before: every row ``FAIL(other)`` DeviceUnavailable (the pretend accelerator off on the nodes); and from a
@@ -255,11 +307,21 @@ def test_the_drivers_stack_reaches_every_probe_on_nodes_started_without_it(kille
     assert "rsqrt" in found["tiny-llama"]["error_message"]
     assert not any("DeviceUnavailable" in str(r.get("error_type")) for r in found.values())
     meta = json.loads((store.sweep_dir(data, sweep_id) / "sweep.json").read_text())
-    assert meta["executor"] == "ray" and meta["device_config"] == {"MODEL_SUPPORT_PRETEND": json.dumps(DRIVER_STACK)}
-    assert {r["backend_config"] for r in found.values()} == {json.dumps(meta["device_config"], sort_keys=True)}
-    assert {r["ray_node"] for r in found.values()} <= cluster["nodes"] and all(r["ray_node"] for r in found.values())
-    for folder in cluster["dirs"][:2]:  # both nodes ran probes (the killed run's rows of its own are gone with it)
-        ran = "".join(p.read_text() for p in (folder / "session_latest" / "logs").glob("worker-*.out"))
+    assert meta["executor"] == "ray" and meta["device_config"] == {
+        "MODEL_SUPPORT_PRETEND": json.dumps(DRIVER_STACK)
+    }
+    assert {r["backend_config"] for r in found.values()} == {
+        json.dumps(meta["device_config"], sort_keys=True)
+    }
+    assert {r["ray_node"] for r in found.values()} <= cluster["nodes"] and all(
+        r["ray_node"] for r in found.values()
+    )
+    for folder in cluster["dirs"][
+        :2
+    ]:  # both nodes ran probes (the killed run's rows of its own are gone with it)
+        ran = "".join(
+            p.read_text() for p in (folder / "session_latest" / "logs").glob("worker-*.out")
+        )
         assert ":task_name:_probe_on_ray" in ran, folder
 
 
@@ -277,31 +339,49 @@ def test_workers_beyond_the_clusters_devices_are_capped_to_them(killed_and_resum
     assert spans and max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans) <= 2, spans
 
 
-def test_a_sigkilled_driver_resumed_with_a_plain_resume_continues_on_its_ray_cluster(killed_and_resumed, cluster):
+def test_a_sigkilled_driver_resumed_with_a_plain_resume_continues_on_its_ray_cluster(
+    killed_and_resumed, cluster
+):
     """The driver SIGKILLed after its first record; ``sweep --resume ID`` with no ``RAY_ADDRESS`` joins the cluster the
     sweep ran on (``ray.json``) and finishes it there: one row per model, nothing pending. Before: sweep.json said
     "local" for ``--executor ray``, and a resume without RAY_ADDRESS would have started a local Ray."""
-    data, sweep_id, resumed = killed_and_resumed["data"], killed_and_resumed["sweep_id"], killed_and_resumed["resumed"]
+    data, sweep_id, resumed = (
+        killed_and_resumed["data"],
+        killed_and_resumed["sweep_id"],
+        killed_and_resumed["resumed"],
+    )
     assert 1 <= killed_and_resumed["stored_before"] < len(MODELS), explained(data, sweep_id)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"Sweep {sweep_id} ran on the Ray cluster at {cluster['address']}: resuming it there." in resumed.stderr
+    assert (
+        f"Sweep {sweep_id} ran on the Ray cluster at {cluster['address']}: resuming it there."
+        in resumed.stderr
+    )
     assert sorted(rows(data, sweep_id)) == sorted(MODELS), explained(data, sweep_id)
     assert len(store.read_records(data, sweep_id)) == len(MODELS)
     pending = store.pending_file(data, sweep_id)
     assert not pending.exists() or not json.loads(pending.read_text()), pending.read_text()
-    assert json.loads((store.sweep_dir(data, sweep_id) / "ray.json").read_text())["address"] == cluster["address"]
+    assert (
+        json.loads((store.sweep_dir(data, sweep_id) / "ray.json").read_text())["address"]
+        == cluster["address"]
+    )
 
 
-def test_a_stacks_sweep_on_the_cluster_gives_each_stack_its_own_verdict(cluster, fixture_models, tmp_path, monkeypatch):
+def test_a_stacks_sweep_on_the_cluster_gives_each_stack_its_own_verdict(
+    cluster, fixture_models, tmp_path, monkeypatch
+):
     """A ``stacks:`` sweep (base, no-rsqrt) of tiny-llama on the cluster: each pass's stack travels with its tasks, so
     the verdicts differ per stack as they do locally. Before: both stacks PASS (the nodes' environment decided)."""
     monkeypatch.setenv("RAY_ADDRESS", cluster["address"])
-    monkeypatch.setenv("MODEL_SUPPORT_PRETEND", json.dumps({"devices": 2}))  # the driver's own: its device is there
+    monkeypatch.setenv(
+        "MODEL_SUPPORT_PRETEND", json.dumps({"devices": 2})
+    )  # the driver's own: its device is there
     stacks = {
         "base": {"env": {"MODEL_SUPPORT_PRETEND": json.dumps({"devices": 2})}},
         "no-rsqrt": {"env": {"MODEL_SUPPORT_PRETEND": json.dumps(DRIVER_STACK)}},
     }
-    definition = params.load(write_definition(tmp_path, fixture_models, ["tiny-llama"], stacks=stacks))
+    definition = params.load(
+        write_definition(tmp_path, fixture_models, ["tiny-llama"], stacks=stacks)
+    )
     summary = sweep.run(definition, tmp_path / "data", executor="ray")
     found = rows(tmp_path / "data", summary["sweep_id"])
     assert {n: r["status"] for n, r in found.items()} == {
@@ -325,7 +405,9 @@ def test_ray_refuses_a_driver_without_the_clusters_token_in_one_sentence(
     monkeypatch.setenv("MODEL_SUPPORT_PRETEND", json.dumps(DRIVER_STACK))
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
-    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "no-token"))  # not ~/.ray/auth_token: none at all
+    monkeypatch.setenv(
+        "RAY_AUTH_TOKEN_PATH", str(tmp_path / "no-token")
+    )  # not ~/.ray/auth_token: none at all
     definition = params.load(write_definition(tmp_path, fixture_models, ["tiny-gpt2"]))
     began = time.time()
     with pytest.raises(UserError) as refused:
@@ -336,9 +418,13 @@ def test_ray_refuses_a_driver_without_the_clusters_token_in_one_sentence(
         "(InvalidAuthToken); set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN to the head's token (`ray get-auth-token` "
         "on the head prints it), or start the cluster with RAY_AUTH_MODE=disabled on a private network."
     )
-    assert not (tmp_path / "data" / "sweeps").exists() or not list((tmp_path / "data" / "sweeps").iterdir())
+    assert not (tmp_path / "data" / "sweeps").exists() or not list(
+        (tmp_path / "data" / "sweeps").iterdir()
+    )
     monkeypatch.setenv("RAY_AUTH_TOKEN", "0" * 64)
-    with pytest.raises(UserError, match=r"this driver's token is not the cluster's \(InvalidAuthToken\)"):
+    with pytest.raises(
+        UserError, match=r"this driver's token is not the cluster's \(InvalidAuthToken\)"
+    ):
         check_ray_address()
     monkeypatch.setenv("RAY_AUTH_TOKEN", TOKEN)
     with pytest.raises(UserError) as refused:
@@ -351,7 +437,9 @@ def test_ray_refuses_a_driver_without_the_clusters_token_in_one_sentence(
     assert check_ray_address() == "token"
 
 
-def test_a_node_started_with_another_stack_is_refused_before_it_probes(cluster, fixture_models, tmp_path, monkeypatch):
+def test_a_node_started_with_another_stack_is_refused_before_it_probes(
+    cluster, fixture_models, tmp_path, monkeypatch
+):
     """A third node joins with another transformers (a ``transformers-0.0.1.dist-info`` first on its PYTHONPATH: what
     ``importlib.metadata`` reports) and other project code (a copy of the package with one file changed: its version
     is 0.1.0 all the same). The sweep is refused before any probe, in one sentence naming the node, the package and
@@ -367,7 +455,13 @@ def test_a_node_started_with_another_stack_is_refused_before_it_probes(cluster, 
     shutil.copytree(package, odd / "model_support", ignore=shutil.ignore_patterns("__pycache__"))
     with open(odd / "model_support" / "__init__.py", "a") as changed:
         changed.write("\n# another build of the project, same version\n")
-    started(ray_start(["--address", cluster["address"]], cluster["dirs"][2], admins_environ(PYTHONPATH=str(odd))))
+    started(
+        ray_start(
+            ["--address", cluster["address"]],
+            cluster["dirs"][2],
+            admins_environ(PYTHONPATH=str(odd)),
+        )
+    )
     node = node_id(cluster["dirs"][2])
     monkeypatch.setenv("RAY_ADDRESS", cluster["address"])
     monkeypatch.setenv("MODEL_SUPPORT_PRETEND", json.dumps(DRIVER_STACK))
@@ -381,9 +475,13 @@ def test_a_node_started_with_another_stack_is_refused_before_it_probes(cluster, 
         f"(node {node[:12]}) has transformers 0.0.1 (the driver has {version('transformers')}), model_support code "
         in said
     ), said
-    assert said.count("the Ray node ") == 1 and "\n" not in said, said  # the two nodes with the driver's stack pass
+    assert said.count("the Ray node ") == 1 and "\n" not in said, (
+        said
+    )  # the two nodes with the driver's stack pass
     assert said.endswith(
         "install the driver's versions and code there (or take the node out of the cluster) before "
         "this sweep runs on it."
     )
-    assert not (tmp_path / "data" / "sweeps").exists() or not list((tmp_path / "data" / "sweeps").iterdir())
+    assert not (tmp_path / "data" / "sweeps").exists() or not list(
+        (tmp_path / "data" / "sweeps").iterdir()
+    )

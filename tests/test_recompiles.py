@@ -25,7 +25,9 @@ SHAPE_BRANCH = """        if out.logits.shape[1] % 3 == 0:  # a branch on the pr
 def shape_branch_model(tmp_path_factory, fixture_models) -> Path:
     import torch._dynamo  # noqa: F401  # its import writes TORCHINDUCTOR_CACHE_DIR: here, before a test's env check
 
-    folder = tmp_path_factory.mktemp("recompiles") / "modes-shape-branch"  # its own name: its own module cache
+    folder = (
+        tmp_path_factory.mktemp("recompiles") / "modes-shape-branch"
+    )  # its own name: its own module cache
     shutil.copytree(fixture_models["modes-graph-break"]["path"], folder)
     code = folder / "modeling_graph_break.py"
     assert VALUE_BRANCH in code.read_text()
@@ -40,7 +42,11 @@ def test_a_shape_dependent_branch_recompiles_per_length_and_names_its_guard(shap
     from model_support.probe.instruments import recompiles
 
     result = probe_core.run_stages(
-        str(shape_branch_model), max_new_tokens=2, trust_remote_code=True, chat_template="none", keep_model=True
+        str(shape_branch_model),
+        max_new_tokens=2,
+        trust_remote_code=True,
+        chat_template="none",
+        keep_model=True,
     )
     assert result["status"] == "PASS", result["exception"]
     record = {"status": "PASS", "task": "text-generation"}
@@ -51,12 +57,20 @@ def test_a_shape_dependent_branch_recompiles_per_length_and_names_its_guard(shap
     assert fields["recompiles_static"] == [1, 2, 2]
     # on: the second length makes the prompt's length symbolic; the third fails the branch's guard on it
     assert fields["recompiles_dynamic"][-1] >= 1 and fields["recompile_flag"] == "per length"
-    assert "% 3" in fields["recompile_guard"] and "a branch on the prompt's length" in fields["recompile_guard"]
+    assert (
+        "% 3" in fields["recompile_guard"]
+        and "a branch on the prompt's length" in fields["recompile_guard"]
+    )
     assert "eager backend" in fields["recompile_note"]
-    assert torch._dynamo.config.automatic_dynamic_shapes  # the check leaves dynamo's settings as it found them
+    assert (
+        torch._dynamo.config.automatic_dynamic_shapes
+    )  # the check leaves dynamo's settings as it found them
     # off, and outside compile mode: a reason, no counts
     off = recompiles.recompile_fields(record, {**settings, "recompile_check": False}, result, None)
-    assert off["recompiles_dynamic"] is None and off["recompile_note"] == "not measured: recompile_check=off"
+    assert (
+        off["recompiles_dynamic"] is None
+        and off["recompile_note"] == "not measured: recompile_check=off"
+    )
 
 
 #: A compiled probe on the pretend device playing TorchTPU's compile contract (``compile_static``: its own backend,
@@ -105,17 +119,29 @@ def test_a_static_compile_takes_the_static_cache_and_counts_recompiles_on_its_ow
 
     env = {**os.environ, "MODEL_SUPPORT_PRETEND": json.dumps({"compile_static": True})}
     done = subprocess.run(
-        [sys.executable, "-c", STATIC_CONTRACT], capture_output=True, text=True, env=env, cwd=REPO, timeout=600
+        [sys.executable, "-c", STATIC_CONTRACT],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    assert (out["status"], out["compile_backend"], out["compile_dynamic"], out["compile_cache"]) == (
+    assert (
+        out["status"],
+        out["compile_backend"],
+        out["compile_dynamic"],
+        out["compile_cache"],
+    ) == (
         "PASS",
         "pretend",
         False,
         "static",
     )
-    assert out["graphs"] <= 3 and out["recompile_limit_hit"] is False and out["matches_eager"] is True
+    assert (
+        out["graphs"] <= 3 and out["recompile_limit_hit"] is False and out["matches_eager"] is True
+    )
     # the counterfactual: under the contract every new shape is a new graph, up to dynamo's limit, then eager
     assert out["every_shape"]["recompile_limit_hit"] is True and out["every_shape"]["graphs"] == 8
     # recompiles counted as the probe compiles: every new prompt length is a new graph with dynamic=False

@@ -42,10 +42,22 @@ def test_the_record_has_text_and_list_of_text_fields_and_the_error_lists_are_amo
 
 @pytest.mark.parametrize("name", LIST_FIELDS)
 def test_every_list_of_text_field_loses_its_secrets_and_keeps_the_rest(secret, name):
-    said = [f"rank 1: OSError: 401 for {TOKEN} at /home/me/models/tiny", f"token={secret}", "", "rank 2: fine"]
+    said = [
+        f"rank 1: OSError: 401 for {TOKEN} at /home/me/models/tiny",
+        f"token={secret}",
+        "",
+        "rank 2: fine",
+    ]
     record = schema.empty_record(**{name: list(said)})
-    assert r.redact_record(record, {"/home/me/models/tiny": "local:tiny"}) is record  # in place, the same object
-    assert record[name] == ["rank 1: OSError: 401 for *** at local:tiny", "token=***", "", "rank 2: fine"]
+    assert (
+        r.redact_record(record, {"/home/me/models/tiny": "local:tiny"}) is record
+    )  # in place, the same object
+    assert record[name] == [
+        "rank 1: OSError: 401 for *** at local:tiny",
+        "token=***",
+        "",
+        "rank 2: fine",
+    ]
     assert TOKEN not in json.dumps(record) and secret not in json.dumps(record)
 
 
@@ -57,8 +69,20 @@ def test_every_text_field_loses_its_secrets(secret, name):
 
 
 def test_lists_in_lists_and_what_is_no_text_are_kept_as_they_are(secret):
-    fields = {"nested": [[TOKEN, 3], None, [secret]], "count": 7, "share": 0.5, "none": None, "flag": True}
-    expected = {"nested": [["***", 3], None, ["***"]], "count": 7, "share": 0.5, "none": None, "flag": True}
+    fields = {
+        "nested": [[TOKEN, 3], None, [secret]],
+        "count": 7,
+        "share": 0.5,
+        "none": None,
+        "flag": True,
+    }
+    expected = {
+        "nested": [["***", 3], None, ["***"]],
+        "count": 7,
+        "share": 0.5,
+        "none": None,
+        "flag": True,
+    }
     assert r.redact_record(fields) == expected
 
 
@@ -66,7 +90,9 @@ def test_the_token_shape_is_hf_and_twenty_letters_or_digits(monkeypatch):
     for name in r.TOKEN_ENV_VARS:
         monkeypatch.delenv(name, raising=False)
     assert r.redact("hf_" + "a" * 20) == "***"
-    assert r.redact("x hf_" + "a" * 19 + " y") == "x hf_" + "a" * 19 + " y"  # too short to be a token
+    assert (
+        r.redact("x hf_" + "a" * 19 + " y") == "x hf_" + "a" * 19 + " y"
+    )  # too short to be a token
     assert r.redact("hf_" + "a" * 25 + "-rest") == "***-rest"
 
 
@@ -84,6 +110,13 @@ def test_each_token_variables_value_is_a_secret_from_eight_characters(monkeypatc
 def test_machine_paths_are_replaced_longest_first_and_an_empty_one_is_ignored(monkeypatch):
     for name in r.TOKEN_ENV_VARS:
         monkeypatch.delenv(name, raising=False)
-    replace = {"/data": "the data folder", "/data/models/tiny": "local:tiny", "": "NOTHING"}  # by the path's length
-    assert r.redact("load /data/models/tiny from /data", replace) == "load local:tiny from the data folder"
+    replace = {
+        "/data": "the data folder",
+        "/data/models/tiny": "local:tiny",
+        "": "NOTHING",
+    }  # by the path's length
+    assert (
+        r.redact("load /data/models/tiny from /data", replace)
+        == "load local:tiny from the data folder"
+    )
     assert r.redact("", replace) == "" and r.redact(None, replace) is None

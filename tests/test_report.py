@@ -59,11 +59,44 @@ def hand_counted(tmp_path_factory) -> Path:
     """Two sweeps of six models and three excluded rows, every number below counted by hand."""
     data = tmp_path_factory.mktemp("hand")
     a = [
-        _rec(A, "org/m1", PASS, model_type="llama", num_params=5_000_000, load_s=1.0, reference_match=True),
-        _rec(A, "org/m2", PASS, model_type="llama", num_params=500_000_000, load_s=2.0, reference_match=True),
+        _rec(
+            A,
+            "org/m1",
+            PASS,
+            model_type="llama",
+            num_params=5_000_000,
+            load_s=1.0,
+            reference_match=True,
+        ),
+        _rec(
+            A,
+            "org/m2",
+            PASS,
+            model_type="llama",
+            num_params=500_000_000,
+            load_s=2.0,
+            reference_match=True,
+        ),
         _rec(A, "org/m3", LOAD, SIG_X, "load", model_type="gpt2", num_params=None),
-        _rec(A, "org/m4", GEN, SIG_Y, "generate", model_type="gpt2", num_params=2_000_000_000, load_s=3.0),
-        _rec(A, "org/m5", PASS, model_type="qwen2", num_params=20_000_000_000, load_s=4.0, reference_match=False),
+        _rec(
+            A,
+            "org/m4",
+            GEN,
+            SIG_Y,
+            "generate",
+            model_type="gpt2",
+            num_params=2_000_000_000,
+            load_s=3.0,
+        ),
+        _rec(
+            A,
+            "org/m5",
+            PASS,
+            model_type="qwen2",
+            num_params=20_000_000_000,
+            load_s=4.0,
+            reference_match=False,
+        ),
     ]
     b = [
         _rec(
@@ -104,15 +137,30 @@ def hand_counted(tmp_path_factory) -> Path:
             peak_host_mem_mb=200.0,
             reference_match=False,
         ),
-        _rec(B, "org/m4", OTHER, SIG_Z, "generate", model_type="gpt2", num_params=2_000_000_000, load_s=4.0),
+        _rec(
+            B,
+            "org/m4",
+            OTHER,
+            SIG_Z,
+            "generate",
+            model_type="gpt2",
+            num_params=2_000_000_000,
+            load_s=4.0,
+        ),
         _rec(B, "org/m6", GEN, SIG_Y, "generate", model_type="qwen2", num_params=20_000_000_000),
     ]
     store.write_parquet(a, data / "results" / f"sweep={A}" / "part-0.parquet")
     store.write_parquet(b, data / "results" / f"sweep={B}" / "part-0.parquet")
     excluded = [
-        schema.empty_record(sweep_id=A, model_id="org/enc1", exclusion_reason="not a text-generation model"),
-        schema.empty_record(sweep_id=B, model_id="org/enc1", exclusion_reason="not a text-generation model"),
-        schema.empty_record(sweep_id=B, model_id="org/huge", exclusion_reason="too large for the device"),
+        schema.empty_record(
+            sweep_id=A, model_id="org/enc1", exclusion_reason="not a text-generation model"
+        ),
+        schema.empty_record(
+            sweep_id=B, model_id="org/enc1", exclusion_reason="not a text-generation model"
+        ),
+        schema.empty_record(
+            sweep_id=B, model_id="org/huge", exclusion_reason="too large for the device"
+        ),
     ]
     store.write_parquet(excluded[:1], data / "excluded" / f"sweep={A}" / "part-0.parquet")
     store.write_parquet(excluded[1:], data / "excluded" / f"sweep={B}" / "part-0.parquet")
@@ -155,9 +203,15 @@ def test_verdicts_and_summary_by_hand(hand_counted):
 def test_pass_rate_breakdowns_by_hand(hand_counted):
     results = store.scan(hand_counted, "results")
     by_type = analysis.pass_rate_by_model_type(results, B)
-    assert by_type.select("model_type", "models", "passed").rows() == [("gpt2", 2, 1), ("llama", 2, 1), ("qwen2", 1, 0)]
+    assert by_type.select("model_type", "models", "passed").rows() == [
+        ("gpt2", 2, 1),
+        ("llama", 2, 1),
+        ("qwen2", 1, 0),
+    ]
     by_size = analysis.pass_rate_by_size(results, B)
-    assert [(str(b), m, p) for b, m, p in by_size.select("size_bucket", "models", "passed").rows()] == [
+    assert [
+        (str(b), m, p) for b, m, p in by_size.select("size_bucket", "models", "passed").rows()
+    ] == [
         ("<10M", 1, 1),
         ("10M-1B", 1, 0),
         ("1-10B", 1, 0),
@@ -171,14 +225,18 @@ def test_models_that_failed_before_loading_are_not_of_unknown_size(hand_counted)
     would read as a 0% pass rate for models of unknown size); sweep B's org/m3 passed unmeasured: unknown."""
     results = store.scan(hand_counted, "results")
     by_size = analysis.pass_rate_by_size(results, A)
-    assert [(str(b), m, p) for b, m, p in by_size.select("size_bucket", "models", "passed").rows()] == [
+    assert [
+        (str(b), m, p) for b, m, p in by_size.select("size_bucket", "models", "passed").rows()
+    ] == [
         ("<10M", 1, 1),
         ("10M-1B", 1, 1),
         ("1-10B", 1, 0),
         (">10B", 1, 1),
         ("failed before loading", 1, 0),
     ]
-    assert "unknown" in analysis.pass_rate_by_size(results, B)["size_bucket"].cast(pl.String).to_list()
+    assert (
+        "unknown" in analysis.pass_rate_by_size(results, B)["size_bucket"].cast(pl.String).to_list()
+    )
 
 
 def test_every_table_is_the_one_autoescaped_macro():
@@ -199,7 +257,9 @@ def test_every_table_is_the_one_autoescaped_macro():
     def cells(row: dict) -> pl.DataFrame:
         return pl.DataFrame([{c: row.get(c) for c in COLUMNS}])
 
-    offender = cells({"index": 0, "module": bad, "class": "Linear", "exceeds": True, "first_offender": True})
+    offender = cells(
+        {"index": 0, "module": bad, "class": "Linear", "exceeds": True, "first_offender": True}
+    )
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(display, "_table_macro", lambda: spy)
         shown = [
@@ -207,12 +267,16 @@ def test_every_table_is_the_one_autoescaped_macro():
             modes_section.grid_html(pl.DataFrame({"model_id": [bad], "eager+dynamic": [PASS]})),
             display.kv_table([("model", bad)]),
             debug.table_html(offender),
-            debug.graph_breaks_html({"graphs": 2, "graph_breaks": 1, "breaks": [{"reason": bad, "where": None}]}),
+            debug.graph_breaks_html(
+                {"graphs": 2, "graph_breaks": 1, "breaks": [{"reason": bad, "where": None}]}
+            ),
         ]
     assert len(calls) == 5
     for text in shown:
         assert bad not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
-    assert shown[0].startswith('<table class="ms-table"><thead><tr><th>status</th><th>count</th><th>share</th>')
+    assert shown[0].startswith(
+        '<table class="ms-table"><thead><tr><th>status</th><th>count</th><th>share</th>'
+    )
     assert '<td class="num">2</td><td class="num">40.0%</td></tr></tbody></table>' in shown[0]
     assert (
         f'<td class="ms-verdict st-PASS" style="background:{schema.VERDICT_COLORS[PASS]};color:#fff">PASS</td>'
@@ -234,15 +298,31 @@ def test_failure_signatures_by_hand(hand_counted):
 def test_numeric_stats_by_hand(hand_counted):
     results = store.scan(hand_counted, "results")
     timings = {r["metric"]: r for r in analysis.timing_stats(results, B).iter_rows(named=True)}
-    assert timings["load_s"]["count"] == 4 and timings["load_s"]["median"] == 2.5 and timings["load_s"]["max"] == 4.0
+    assert (
+        timings["load_s"]["count"] == 4
+        and timings["load_s"]["median"] == 2.5
+        and timings["load_s"]["max"] == 4.0
+    )
     assert timings["load_s"]["p90"] == pytest.approx(3.7)  # linear between 3.0 and 4.0
-    assert timings["first_token_s"]["median"] == 20.0 and timings["decode_tokens_per_s"]["count"] == 0
+    assert (
+        timings["first_token_s"]["median"] == 20.0 and timings["decode_tokens_per_s"]["count"] == 0
+    )
     tokens = {r["metric"]: r for r in analysis.token_stats(results, B).iter_rows(named=True)}
-    assert (tokens["tokens_in"]["count"], tokens["tokens_in"]["total"], tokens["tokens_in"]["max"]) == (3, 32.0, 20.0)
+    assert (
+        tokens["tokens_in"]["count"],
+        tokens["tokens_in"]["total"],
+        tokens["tokens_in"]["max"],
+    ) == (3, 32.0, 20.0)
     assert (tokens["tokens_out"]["count"], tokens["tokens_out"]["mean"]) == (2, 6.0)
     memory = {r["metric"]: r for r in analysis.memory_stats(results, B).iter_rows(named=True)}
-    assert (memory["peak_host_mem_mb"]["median"], memory["peak_host_mem_mb"]["max"]) == (200.0, 300.0)
-    assert memory["peak_device_mem_mb"]["count"] == 0 and memory["peak_device_mem_mb"]["median"] is None
+    assert (memory["peak_host_mem_mb"]["median"], memory["peak_host_mem_mb"]["max"]) == (
+        200.0,
+        300.0,
+    )
+    assert (
+        memory["peak_device_mem_mb"]["count"] == 0
+        and memory["peak_device_mem_mb"]["median"] is None
+    )
     assert analysis.reference_agreement(results, B).select("outcome", "count").rows() == [
         ("match", 1),
         ("mismatch", 1),
@@ -260,7 +340,9 @@ def test_diff_and_history_by_hand(hand_counted):
     assert set(changes["variant"]) == {analysis.DEFAULT_VARIANT}
     assert [
         (m, str(c), sb, sa)
-        for m, c, sb, sa in changes.select("model_id", "change", "status_before", "status_after").rows()
+        for m, c, sb, sa in changes.select(
+            "model_id", "change", "status_before", "status_after"
+        ).rows()
     ] == [
         ("org/m2", "newly failing", PASS, GEN),
         ("org/m3", "newly passing", LOAD, PASS),
@@ -273,10 +355,15 @@ def test_diff_and_history_by_hand(hand_counted):
         (SIG_Z, "appeared", 0, 1),
         (SIG_X, "vanished", 1, 0),
     ]
-    assert report.previous_sweep(hand_counted, B) == A and report.previous_sweep(hand_counted, A) is None
+    assert (
+        report.previous_sweep(hand_counted, B) == A
+        and report.previous_sweep(hand_counted, A) is None
+    )
     sweeps = analysis.sweep_index(hand_counted)
     history = analysis.pass_rate_history(results, sweeps, store.scan(hand_counted, "excluded"))
-    assert history.select("sweep_id", "models", "passed", "pass_rate", "excluded", "torch").rows() == [
+    assert history.select(
+        "sweep_id", "models", "passed", "pass_rate", "excluded", "torch"
+    ).rows() == [
         (A, 5, 3, 0.6, 1, "2.8.0"),
         (B, 5, 2, 0.4, 2, "2.9.0"),
     ]
@@ -318,7 +405,11 @@ def test_empty_data_gives_empty_tables(tmp_path):
         analysis.pass_rate_by_version(empty, "torch"),
     ):
         assert table.height == 0
-    assert analysis.token_stats(empty, "x")["count"].to_list() == [0, 0, 0]  # tokens_in, tokens_out, image_tokens
+    assert analysis.token_stats(empty, "x")["count"].to_list() == [
+        0,
+        0,
+        0,
+    ]  # tokens_in, tokens_out, image_tokens
     assert analysis.sweep_index(tmp_path).height == 0
     # A frame that lacks columns altogether (an old file read directly) reads them as null.
     old = pl.DataFrame({"sweep_id": ["s", "s"], "model_id": ["a", "b"], "status": [PASS, GEN]})
@@ -335,7 +426,10 @@ def test_a_wholly_excluded_sweep_is_no_failure(hand_counted, tmp_path):
     shutil.copytree(hand_counted, data)
     c = "hand-20261203T000000Z"
     store.write_parquet(
-        [schema.empty_record(sweep_id=c, model_id=m, exclusion_reason="broken stack") for m in ("org/m1", "org/m2")],
+        [
+            schema.empty_record(sweep_id=c, model_id=m, exclusion_reason="broken stack")
+            for m in ("org/m1", "org/m2")
+        ],
         data / "excluded" / f"sweep={c}" / "part-0.parquet",
     )
     tables = analysis.report_tables(data, c, B)
@@ -343,7 +437,9 @@ def test_a_wholly_excluded_sweep_is_no_failure(hand_counted, tmp_path):
     assert tables["history"]["sweep_id"].to_list() == [A, B, c]
     assert report.previous_sweep(data, c) == B
     d = "hand-20261204T000000Z"
-    store.write_parquet([_rec(d, "org/m1", PASS)], data / "results" / f"sweep={d}" / "part-0.parquet")
+    store.write_parquet(
+        [_rec(d, "org/m1", PASS)], data / "results" / f"sweep={d}" / "part-0.parquet"
+    )
     assert report.previous_sweep(data, d) == B  # the excluded sweep is skipped as a baseline
 
 
@@ -379,10 +475,17 @@ def history(tmp_path_factory) -> dict:
     with one newly failing and one newly passing model planted in the second."""
     data = tmp_path_factory.mktemp("synthetic")
     ids = synthetic.write_synthetic_history(data, 3, 40, seed=3, legacy_sweeps=2)
-    rows = {s: {r["model_id"]: r for r in pq.read_table(data / "results" / f"sweep={s}").to_pylist()} for s in ids[:2]}
+    rows = {
+        s: {r["model_id"]: r for r in pq.read_table(data / "results" / f"sweep={s}").to_pylist()}
+        for s in ids[:2]
+    }
     both = sorted(set(rows[ids[0]]) & set(rows[ids[1]]))
-    fail_now = next(m for m in both if rows[ids[0]][m]["status"] == PASS and rows[ids[1]][m]["status"] == PASS)
-    pass_now = next(m for m in both if rows[ids[0]][m]["status"] != PASS and rows[ids[1]][m]["status"] != PASS)
+    fail_now = next(
+        m for m in both if rows[ids[0]][m]["status"] == PASS and rows[ids[1]][m]["status"] == PASS
+    )
+    pass_now = next(
+        m for m in both if rows[ids[0]][m]["status"] != PASS and rows[ids[1]][m]["status"] != PASS
+    )
 
     def plant(r):
         if r["model_id"] == fail_now:
@@ -412,7 +515,10 @@ def history(tmp_path_factory) -> dict:
 def _python_diff(data: Path, a: str, b: str) -> dict[str, set]:
     """An independent count of newly failing / newly passing models, in plain Python."""
     status = {
-        s: {r["model_id"]: r["status"] for r in pq.read_table(data / "results" / f"sweep={s}").to_pylist()}
+        s: {
+            r["model_id"]: r["status"]
+            for r in pq.read_table(data / "results" / f"sweep={s}").to_pylist()
+        }
         for s in (a, b)
     }
     common = set(status[a]) & set(status[b])
@@ -425,7 +531,10 @@ def _python_diff(data: Path, a: str, b: str) -> dict[str, set]:
 def test_diff_finds_the_planted_models(history):
     data, (s0, s1, _) = history["data"], history["ids"]
     diff = terminal.diff_table(data, s0, s1)
-    found = {c: set(diff.filter(pl.col("change") == c)["model_id"]) for c in ("newly failing", "newly passing")}
+    found = {
+        c: set(diff.filter(pl.col("change") == c)["model_id"])
+        for c in ("newly failing", "newly passing")
+    }
     assert found == _python_diff(data, s0, s1)
     assert history["newly_failing"] in found["newly failing"]
     assert history["newly_passing"] in found["newly passing"]
@@ -452,7 +561,12 @@ def test_explorer_history_decodes_to_the_data(history):
     data = explorer.explorer_data(history["data"])
     truth = {}
     for config in store.CONFIGS:
-        for r in store.scan(history["data"], config).select("model_id", "sweep_id", "status").collect().iter_rows():
+        for r in (
+            store.scan(history["data"], config)
+            .select("model_id", "sweep_id", "status")
+            .collect()
+            .iter_rows()
+        ):
             truth.setdefault((r[0], r[1]), r[2] or explorer.EXCLUDED)
     decoded = {}
     for model in data["models"]:
@@ -483,7 +597,9 @@ def test_render_report_writes_self_contained_html(rendered):
     data, sweep = rendered["data"], rendered["sweep"]
     assert rendered["html"] == data / "reports" / f"{sweep}.html"
     executed = json.loads((data / "reports" / f"{sweep}.ipynb").read_text())
-    assert executed["metadata"]["papermill"]["parameters"]["baseline_sweep_id"] == rendered["baseline"]
+    assert (
+        executed["metadata"]["papermill"]["parameters"]["baseline_sweep_id"] == rendered["baseline"]
+    )
     text = rendered["html"].read_text()
     assert not re.search(r"<script[^>]*\ssrc=", text), "a script is loaded from elsewhere"
     assert not re.search(r"<(?:link|img|iframe)[^>]*\s(?:src|href)=[\"']?(?:https?:)?//", text)
@@ -514,7 +630,11 @@ def test_report_charts_render_offline(browser, rendered):
 @pytest.mark.browser
 def test_explorer_search_and_detail(browser, rendered):
     data = rendered["data"]
-    all_ids = {m for c in store.CONFIGS for m in store.scan(data, c).select("model_id").collect()["model_id"]}
+    all_ids = {
+        m
+        for c in store.CONFIGS
+        for m in store.scan(data, c).select("model_id").collect()["model_id"]
+    }
     fragment = rendered["newly_failing"].split("/")[1][:6]
     expected = sum(fragment in m for m in all_ids)
     assert 0 < expected < len(all_ids)
@@ -524,7 +644,9 @@ def test_explorer_search_and_detail(browser, rendered):
     assert page.locator("#match-count").inner_text() == f"{len(all_ids)} models match"
     assert page.locator("#results tbody tr").count() == len(all_ids)
     page.locator("#search").press_sequentially(fragment, delay=10)
-    page.wait_for_function(f"document.querySelector('#match-count').textContent.startsWith('{expected} ')")
+    page.wait_for_function(
+        f"document.querySelector('#match-count').textContent.startsWith('{expected} ')"
+    )
     assert page.locator("#results tbody tr").count() == expected
 
     # The planted model's latest run is the third sweep; pick its row and open the detail panel.
@@ -540,14 +662,20 @@ def test_explorer_search_and_detail(browser, rendered):
     assert rendered["newly_failing"] in detail.locator(".repro").inner_text()
     history = detail.locator("table.history")
     assert "FAIL(gen)" in history.inner_text()  # each sweep by name and date, its id on hover
-    assert rendered["sweep"] in history.locator("td.sweep").evaluate_all("tds => tds.map((td) => td.title)")
+    assert rendered["sweep"] in history.locator("td.sweep").evaluate_all(
+        "tds => tds.map((td) => td.title)"
+    )
 
     # Each model's latest verdict, counted in Python: the FAIL(gen) ones, and one's error in the panel.
     latest = {}
     for sweep in rendered["ids"]:
         for c in store.CONFIGS:
             for m, st in (
-                store.scan(data, c).filter(pl.col("sweep_id") == sweep).select("model_id", "status").collect().rows()
+                store.scan(data, c)
+                .filter(pl.col("sweep_id") == sweep)
+                .select("model_id", "status")
+                .collect()
+                .rows()
             ):
                 latest[m] = st
     failing = sum(st == GEN for st in latest.values())
@@ -555,7 +683,9 @@ def test_explorer_search_and_detail(browser, rendered):
     page.locator("#search").fill("")
     page.locator("#sweep-filter").select_option("")
     page.locator("#verdict-filter").select_option(GEN)
-    page.wait_for_function(f"document.querySelector('#match-count').textContent.startsWith('{failing} ')")
+    page.wait_for_function(
+        f"document.querySelector('#match-count').textContent.startsWith('{failing} ')"
+    )
     assert page.locator("#results tbody tr").count() == failing
     page.locator("#results tbody tr").first.click()
     assert detail.locator(".error").inner_text().strip()
@@ -580,5 +710,7 @@ def test_the_default_baseline_is_the_previous_sweep_of_the_same_name_and_device(
 
 
 def test_suspect_passes_are_counted_in_one_vocabulary():
-    words = analysis.suspect_words({analysis.DIVERGES: 2, analysis.NOT_FLUENT: 1, analysis.AGREES: 7})
+    words = analysis.suspect_words(
+        {analysis.DIVERGES: 2, analysis.NOT_FLUENT: 1, analysis.AGREES: 7}
+    )
     assert words == "3 (2 diverge from the reference, 1 not fluent with no reference)"

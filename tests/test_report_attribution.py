@@ -33,12 +33,16 @@ PASS, LOAD, GEN, OTHER = schema.VERDICTS
 
 A = "attr-20261201T000000Z-aaaa"
 B = "attr-20261202T000000Z-bbbb"
-SIG_STACK = "NotImplementedError: The operator <name> is not currently implemented for the tpu device."
+SIG_STACK = (
+    "NotImplementedError: The operator <name> is not currently implemented for the tpu device."
+)
 SIG_MODEL = "OSError: <repo> does not appear to have a file named model.safetensors."
 SIG_OOM = "OutOfMemoryError: TPU out of memory. Tried to allocate <size>."
 SIG_BOTH = "RuntimeError: linalg.inv: the input is singular."
 REF_SIG = "RuntimeError: shape <shape> is invalid for input of size <n>"
-REF_NOTE = "the reference fails at generate: RuntimeError: shape '[1, 9]' is invalid for input of size 8"
+REF_NOTE = (
+    "the reference fails at generate: RuntimeError: shape '[1, 9]' is invalid for input of size 8"
+)
 #: model -> (model_type, outcome in A, outcome in B); an outcome is (status, signature, stage, attribution).
 OK = (PASS, None, None, None)
 STACK_GEN = (GEN, SIG_STACK, "generate", "stack")
@@ -47,8 +51,16 @@ ATTR_MODELS = {
     "org/m02": ("llama", OK, STACK_GEN),  # newly broken by the stack
     "org/m03": ("llama", OK, (LOAD, SIG_MODEL, "load", "model")),  # newly failing everywhere
     "org/m04": ("llama", STACK_GEN, STACK_GEN),
-    "org/m05": ("gpt2", (GEN, SIG_STACK, "generate", "model"), (GEN, SIG_STACK, "generate", "model")),
-    "org/m06": ("gpt2", (OTHER, SIG_OOM, "runner", None), (OTHER, SIG_OOM, "runner", None)),  # unknown
+    "org/m05": (
+        "gpt2",
+        (GEN, SIG_STACK, "generate", "model"),
+        (GEN, SIG_STACK, "generate", "model"),
+    ),
+    "org/m06": (
+        "gpt2",
+        (OTHER, SIG_OOM, "runner", None),
+        (OTHER, SIG_OOM, "runner", None),
+    ),  # unknown
     "org/m07": ("qwen2", (GEN, SIG_BOTH, "generate", "both"), (GEN, SIG_BOTH, "generate", "both")),
     "org/m08": ("qwen2", OK, OK),
     "org/m09": ("phi3", OK, OK),
@@ -123,7 +135,9 @@ def test_failure_signatures_carry_their_attribution(attr_data):
         (SIG_OOM, 1, "unknown", False),
         (SIG_BOTH, 1, "both", False),
     ]
-    assert analysis.failure_signatures(results, B)["new"].to_list() == [None] * 4  # no baseline: not known
+    assert (
+        analysis.failure_signatures(results, B)["new"].to_list() == [None] * 4
+    )  # no baseline: not known
 
 
 def test_diff_separates_stack_from_everywhere(attr_data):
@@ -134,7 +148,11 @@ def test_diff_separates_stack_from_everywhere(attr_data):
     ]
     counts = analysis.change_counts(diff)
     assert list(counts) == list(analysis.CHANGES) and list(counts)[0] == "newly broken by the stack"
-    assert (counts["newly broken by the stack"], counts["newly failing everywhere"], counts["newly failing"]) == (
+    assert (
+        counts["newly broken by the stack"],
+        counts["newly failing everywhere"],
+        counts["newly failing"],
+    ) == (
         1,
         1,
         0,
@@ -143,11 +161,15 @@ def test_diff_separates_stack_from_everywhere(attr_data):
     stack_line = next(i for i, line in enumerate(text.splitlines()) if "org/m02" in line)
     model_line = next(i for i, line in enumerate(text.splitlines()) if "org/m03" in line)
     assert stack_line < model_line  # what the porting team acts on comes first
-    assert "newly broken by the" in text.splitlines()[stack_line] and "newly failing" in text.splitlines()[model_line]
+    assert (
+        "newly broken by the" in text.splitlines()[stack_line]
+        and "newly failing" in text.splitlines()[model_line]
+    )
     assert "variant" not in text
     assert (
         f"{A} -> {B}: 1 newly broken by the stack, 0 newly suspect, 0 newly failing, 1 newly failing everywhere, "
-        "0 newly passing, 0 no longer suspect, 0 status changed, 0 signature changed, 0 added, 0 removed." in text
+        "0 newly passing, 0 no longer suspect, 0 status changed, 0 signature changed, 0 added, 0 removed."
+        in text
     )
 
 
@@ -199,14 +221,19 @@ def test_report_leads_with_whose_failures(attr_report):
     sigs = text[positions[3] : positions[4]]
     assert "stack 2, model 1" in sigs and "<td>new</td>" in sigs
     changes = text[positions[1] : positions[2]]
-    assert changes.index("newly broken by the stack (1)") < changes.index("newly failing everywhere (1)")
+    assert changes.index("newly broken by the stack (1)") < changes.index(
+        "newly failing everywhere (1)"
+    )
     assert changes.index("org/m02") < changes.index("org/m03")
     legend = text[positions[-2] : positions[-1]]
     for term, help_text in schema.ATTRIBUTION_HELP.items():
         assert f"<code>{term}</code>" in legend and help_text in legend
     assert "<code>pass rate on the stack</code>" in legend and "<code>pass rate</code>" in legend
     # Only types with more than one model are charted (llama 4, gpt2 2, qwen2 2; phi3 and opt alone).
-    assert "the 3 model types with more than one model; 2 types with a single model are only in the table" in text
+    assert (
+        "the 3 model types with more than one model; 2 types with a single model are only in the table"
+        in text
+    )
 
 
 @pytest.mark.browser
@@ -294,10 +321,14 @@ def _run(sweep: str, model: str, variant: str | None, fails: bool = False) -> di
         error_message=f"{model}: {SIG_DYNAMO}" if fails else None,
         attribution="stack" if fails else None,
         compile_backend="inductor" if compiled else None,
-        compile_s=(10.0 + n) if compiled else None,  # compile+dynamic 12 / 12, compile+static 13 / 13
+        compile_s=(10.0 + n)
+        if compiled
+        else None,  # compile+dynamic 12 / 12, compile+static 13 / 13
         graphs=2 if compiled else None,
         graph_breaks=(1 if model == "mm/ok" else 0) if compiled and not fails else None,
-        graph_break_reasons=["data-dependent branch"] if compiled and not fails and model == "mm/ok" else None,
+        graph_break_reasons=["data-dependent branch"]
+        if compiled and not fails and model == "mm/ok"
+        else None,
         recompilations=1 if compiled and not fails else None,
         matches_eager=True if compiled and not fails else None,
         first_token_s=None if fails else (20.0 if compiled else 1.0),
@@ -316,9 +347,15 @@ def modes_data(tmp_path_factory) -> Path:
     path = store.parquet_file(data, "results", V0)
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(old.drop_columns(list(LATER)), path)  # written as an older file really is
-    store.write_parquet([_run(V1, m, v) for m in models for v in VARIANTS], store.parquet_file(data, "results", V1))
     store.write_parquet(
-        [_run(V2, m, v, fails=m == "mm/compiled" and v.startswith("compile")) for m in models for v in VARIANTS],
+        [_run(V1, m, v) for m in models for v in VARIANTS], store.parquet_file(data, "results", V1)
+    )
+    store.write_parquet(
+        [
+            _run(V2, m, v, fails=m == "mm/compiled" and v.startswith("compile"))
+            for m in models
+            for v in VARIANTS
+        ],
         store.parquet_file(data, "results", V2),
     )
     return data
@@ -329,7 +366,9 @@ def test_an_older_file_without_variants_reads_as_eager_dynamic(modes_data):
     results = store.scan(modes_data, "results")
     assert analysis.sweep_variants(results, V0) == ["eager+dynamic"]
     tables = analysis.report_tables(modes_data, V0)
-    assert tables["variant_stats"].select("variant", "runs", "passed").rows() == [("eager+dynamic", 2, 2)]
+    assert tables["variant_stats"].select("variant", "runs", "passed").rows() == [
+        ("eager+dynamic", 2, 2)
+    ]
     # Against the matrix sweep: the eager+dynamic runs are the same runs (unchanged); the rest are added.
     diff = analysis.model_changes(results, V1, V0)
     assert set(diff["change"].cast(pl.String)) == {"added"} and diff.height == 6
@@ -362,12 +401,27 @@ def test_mode_tables_by_hand(modes_data):
     stats = {r["variant"]: r for r in analysis.variant_stats(results, V2).iter_rows(named=True)}
     assert list(stats) == list(VARIANTS)
     cs = stats["compile+static"]
-    assert (cs["runs"], cs["passed"], cs["compiled"], cs["compile_s_median"], cs["compile_s_max"]) == (2, 1, 2, 13, 13)
+    assert (
+        cs["runs"],
+        cs["passed"],
+        cs["compiled"],
+        cs["compile_s_median"],
+        cs["compile_s_max"],
+    ) == (2, 1, 2, 13, 13)
     assert (cs["graph_breaks"], cs["runs_with_breaks"], cs["recompilations"]) == (1, 1, 1)
-    assert (cs["matches_eager_yes"], cs["matches_eager_no"], cs["matches_eager_unknown"]) == (1, 0, 1)
+    assert (cs["matches_eager_yes"], cs["matches_eager_no"], cs["matches_eager_unknown"]) == (
+        1,
+        0,
+        1,
+    )
     assert (cs["first_token_s_median"], cs["decode_tokens_per_s_median"]) == (20.0, 50.0)
     ed = stats["eager+dynamic"]
-    assert (ed["compiled"], ed["compile_s_median"], ed["graph_breaks"], ed["matches_eager_unknown"]) == (
+    assert (
+        ed["compiled"],
+        ed["compile_s_median"],
+        ed["graph_breaks"],
+        ed["matches_eager_unknown"],
+    ) == (
         0,
         None,
         None,
@@ -389,12 +443,16 @@ def modes_report(modes_data) -> dict:
 
 def test_modes_section_in_the_report(modes_report):
     text = modes_report["text"]
-    assert re.search(r"<dt>runs probed \(model x variant\)</dt><dd>8 \(2 models, 4 variants\)</dd>", text)
+    assert re.search(
+        r"<dt>runs probed \(model x variant\)</dt><dd>8 \(2 models, 4 variants\)</dd>", text
+    )
     start = text.index('id="execution-modes"')
     section = text[start : text.index("<h2", start)]
     assert "Pass eager, fail compiled (1 model)" in section and html.escape(SIG_DYNAMO) in section
     assert "count runs (model-variant pairs)" in section
-    assert "compile_s median" in section and "recompilations" in section and "matches eager" in section
+    assert (
+        "compile_s median" in section and "recompilations" in section and "matches eager" in section
+    )
     assert "data-dependent branch" in section
     # the older sweep, one variant: no modes section
     old = analysis.report_tables(modes_report["data"], V0)
@@ -421,9 +479,14 @@ def test_modes_grid_in_chromium(browser, modes_report):
         model = row.locator("td").first.inner_text()
         cells = row.locator("td.ms-verdict")
         assert cells.count() == 4
-        classes = [cells.nth(j).evaluate("e => [...e.classList].find(c => c.startsWith('st-'))") for j in range(4)]
+        classes = [
+            cells.nth(j).evaluate("e => [...e.classList].find(c => c.startsWith('st-'))")
+            for j in range(4)
+        ]
         assert classes == expected[model], model
-    assert rows.first.locator("td").first.inner_text() == "mm/compiled"  # a model whose variants differ first
+    assert (
+        rows.first.locator("td").first.inner_text() == "mm/compiled"
+    )  # a model whose variants differ first
     fail_cell = rows.first.locator("td.ms-verdict").nth(2)
     assert fail_cell.inner_text() == GEN
     red = VERDICT_COLORS[GEN].lstrip("#")
@@ -462,7 +525,9 @@ def test_explorer_variant_filter_and_side_by_side(browser, modes_report):
     assert card.locator("td:first-child").all_inner_texts() == list(VARIANTS)
     assert card.locator("td.st").all_inner_texts() == [PASS, PASS, GEN, GEN]
     assert card.locator("td.agree").all_inner_texts() == ["3 of 3", "2 of 2", "1 of 2", "1 of 2"]
-    verified = card.locator("td.verified")  # last verified in V2 (the sweep's date; its id on hover)
+    verified = card.locator(
+        "td.verified"
+    )  # last verified in V2 (the sweep's date; its id on hover)
     assert {verified.nth(k).get_attribute("title") for k in range(4)} == {V2}
     assert {t[:10] for t in verified.all_inner_texts()} == {"2026-12-03"}
     # in the chosen sweep: V1, where every variant passed
@@ -505,10 +570,19 @@ def test_pending_and_not_tested_per_variant(modes_data, tmp_path):
     store.sweep_dir(data, V2).mkdir(parents=True, exist_ok=True)
     (store.sweep_dir(data, V2) / "sweep.json").write_text(json.dumps(raw))
     store.write_pending(
-        data, V2, {"mm/new [compile+static]": {"reason": "the Hub could not be reached", "problem": "network"}}
+        data,
+        V2,
+        {
+            "mm/new [compile+static]": {
+                "reason": "the Hub could not be reached",
+                "problem": "network",
+            }
+        },
     )
     pending, not_tested = unprobed_models.unprobed(data, V2)
-    assert pending.select("model_id", "variant", "problem").rows() == [("mm/new", "compile+static", "network")]
+    assert pending.select("model_id", "variant", "problem").rows() == [
+        ("mm/new", "compile+static", "network")
+    ]
     assert not_tested.select("model_id", "variant").rows() == [
         ("mm/new", v) for v in ("compile+dynamic", "eager+dynamic", "eager+static")
     ]

@@ -36,7 +36,10 @@ RANK_ERROR = "rank 1: FAIL(load) at load: RuntimeError: no plan for the experts"
 RANKS_SAID = {
     "dv/tp": {"ranks_agree": True},
     "dv/ep": {"ranks_agree": False},
-    "dv/noplan": {"rank_errors": [RANK_ERROR], "rank_log_tail": "--- rank 1 stderr ---\nFile 'timer.py', in put"},
+    "dv/noplan": {
+        "rank_errors": [RANK_ERROR],
+        "rank_log_tail": "--- rank 1 stderr ---\nFile 'timer.py', in put",
+    },
 }
 
 
@@ -62,7 +65,9 @@ def _write_old(data: Path) -> None:
     old = schema.to_table([_record(OLD, "old/a", PASS), _record(OLD, "old/b", GEN)])
     path = store.parquet_file(data, "results", OLD)
     path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(old.drop_columns(list(schema.SHARDED_FIELDS)), path)  # written as an older file really is
+    pq.write_table(
+        old.drop_columns(list(schema.SHARDED_FIELDS)), path
+    )  # written as an older file really is
 
 
 @pytest.fixture(scope="module")
@@ -109,13 +114,23 @@ def test_multi_device_runs_by_hand(dev_data):
     results = store.scan(dev_data, "results")
     multi = analysis.multi_device_runs(results, NEW)
     assert multi.select(
-        "model_id", "devices_used", "parallelism", "tp_size", "ep_size", "memory_estimate_gb", "status"
+        "model_id",
+        "devices_used",
+        "parallelism",
+        "tp_size",
+        "ep_size",
+        "memory_estimate_gb",
+        "status",
     ).rows() == [
         ("dv/ep", 2, "ep", 1, 2, 40.0, PASS),
         ("dv/noplan", 2, "none", 1, 1, 50.0, LOAD),  # null parallelism reads as none
         ("dv/tp", 2, "tp", 2, 1, 30.0, PASS),
     ]
-    assert multi.select("ranks_agree", "rank_errors").rows() == [(False, None), (None, [RANK_ERROR]), (True, None)]
+    assert multi.select("ranks_agree", "rank_errors").rows() == [
+        (False, None),
+        (None, [RANK_ERROR]),
+        (True, None),
+    ]
     assert multi["rank_log_tail"].to_list()[1].endswith("in put")
     old = analysis.multi_device_runs(results, OLD)
     assert old.height == 0
@@ -134,7 +149,12 @@ def test_older_file_has_no_devices_section(dev_data):
 def dev_report(dev_data) -> dict:
     path = report.render_report(dev_data, NEW)  # against OLD
     old_path = report.render_report(dev_data, OLD, "")
-    return {"data": dev_data, "html": path, "text": path.read_text(), "old_text": old_path.read_text()}
+    return {
+        "data": dev_data,
+        "html": path,
+        "text": path.read_text(),
+        "old_text": old_path.read_text(),
+    }
 
 
 def test_report_has_the_devices_section(dev_report):
@@ -147,12 +167,20 @@ def test_report_has_the_devices_section(dev_report):
     assert "<td>dv/one</td>" not in section
     assert "memory estimate (GB)" in section and '<td class="num">40</td>' in section
     assert ">Pass rate by parallelism<" in section
-    assert '<td>none</td><td class="num">2</td><td class="num">1</td><td class="num">50.0%</td>' in section
-    assert '<td>tp</td><td class="num">1</td><td class="num">1</td><td class="num">100.0%</td>' in section
+    assert (
+        '<td>none</td><td class="num">2</td><td class="num">1</td><td class="num">50.0%</td>'
+        in section
+    )
+    assert (
+        '<td>tp</td><td class="num">1</td><td class="num">1</td><td class="num">100.0%</td>'
+        in section
+    )
     # what the ranks said: agreement, each rank's error, the failed ranks' log folded
     assert "<th>ranks agree</th>" in section and "<td>false</td>" in section
     assert f"<td>{RANK_ERROR}</td>" in section
-    assert "<details><summary>--- rank 1 stderr ---" in section and "in put</pre></details>" in section
+    assert (
+        "<details><summary>--- rank 1 stderr ---" in section and "in put</pre></details>" in section
+    )
     # the older sweep's report: no section
     assert "Devices and parallelism" not in dev_report["old_text"]
     assert ">Verdicts<" in dev_report["old_text"]
@@ -181,7 +209,11 @@ def test_explorer_devices_filter(browser, dev_report):
     assert page.locator("#results tbody td.devices").all_inner_texts() == ["2 ep", "2", "2 tp"]
     page.locator("#devices-filter").select_option("1")
     _wait_count(page, 3)
-    assert _models(page) == ["dv/one", "old/a", "old/b"]  # the older file's models read as one device
+    assert _models(page) == [
+        "dv/one",
+        "old/a",
+        "old/b",
+    ]  # the older file's models read as one device
     # the detail panel says the devices and the parallelism
     page.locator("#devices-filter").select_option("2")
     _wait_count(page, 3)
@@ -204,7 +236,9 @@ def test_explorer_of_an_older_file_hides_devices(browser, tmp_path):
     page, attempted, errors = offline_page(browser)
     page.goto(explorer.build_explorer(tmp_path).as_uri())
     _wait_count(page, 2)
-    assert page.locator("#devices-filter").is_hidden()  # every run on one device: no filter, no column
+    assert page.locator(
+        "#devices-filter"
+    ).is_hidden()  # every run on one device: no filter, no column
     assert page.locator("#results thead th.col-devices").is_hidden()
     page.locator("#results tbody tr").first.click()
     assert page.locator("#detail dd.devices").inner_text() == "1"

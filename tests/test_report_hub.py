@@ -35,12 +35,30 @@ GATED_REASON = "org/gated is gated: this token has no access (403)."
 TEXT, VISION = "text-generation", "image-text-to-text"
 #: Hub metadata of each model, as the latest records and sweep.json of sweep B know it.
 HUB = {
-    "org/alpha": {"pipeline_tag": TEXT, "downloads": 5000, "likes": 12, "trending_score": 3, "license": "apache-2.0"},
+    "org/alpha": {
+        "pipeline_tag": TEXT,
+        "downloads": 5000,
+        "likes": 12,
+        "trending_score": 3,
+        "license": "apache-2.0",
+    },
     "org/beta": {"pipeline_tag": TEXT, "downloads": 100, "likes": 1, "trending_score": 40},
     "org/gamma": {"pipeline_tag": TEXT, "downloads": 50, "likes": 5, "trending_score": 90},
-    "org/delta": {"pipeline_tag": VISION, "downloads": 900_000, "likes": 700, "trending_score": 7, "gated": "false"},
+    "org/delta": {
+        "pipeline_tag": VISION,
+        "downloads": 900_000,
+        "likes": 700,
+        "trending_score": 7,
+        "gated": "false",
+    },
     "org/epsilon": {"pipeline_tag": TEXT, "downloads": 10, "likes": 0, "trending_score": 60},
-    "org/gated": {"pipeline_tag": TEXT, "downloads": 300, "likes": 2, "trending_score": None, "gated": "manual"},
+    "org/gated": {
+        "pipeline_tag": TEXT,
+        "downloads": 300,
+        "likes": 2,
+        "trending_score": None,
+        "gated": "manual",
+    },
 }
 TRENDING = ["org/gamma", "org/epsilon", "org/beta", "org/delta", "org/alpha"]
 DOWNLOADS = ["org/delta", "org/alpha", "org/gated", "org/beta", "org/gamma", "org/epsilon"]
@@ -98,8 +116,12 @@ def write_hub_history(data: Path) -> Path:
     ]
     store.write_parquet(b, store.parquet_file(data, "results", B))
     excluded = [
-        schema.empty_record(sweep_id=B, model_id="org/gated", exclusion_reason=GATED_REASON),  # found while running
-        schema.empty_record(sweep_id=B, model_id="org/encoder", exclusion_reason="not a text-generation model"),
+        schema.empty_record(
+            sweep_id=B, model_id="org/gated", exclusion_reason=GATED_REASON
+        ),  # found while running
+        schema.empty_record(
+            sweep_id=B, model_id="org/encoder", exclusion_reason="not a text-generation model"
+        ),
     ]
     store.write_parquet(excluded, store.parquet_file(data, "excluded", B))
 
@@ -120,8 +142,16 @@ def write_hub_history(data: Path) -> Path:
         data,
         B,
         {
-            "org/delta": {"reason": DELTA_REASON, "problem": "network", "at": "2026-12-02T01:10:00+00:00"},
-            "org/zeta": {"reason": ZETA_REASON, "problem": "disk", "at": "2026-12-02T01:20:00+00:00"},
+            "org/delta": {
+                "reason": DELTA_REASON,
+                "problem": "network",
+                "at": "2026-12-02T01:10:00+00:00",
+            },
+            "org/zeta": {
+                "reason": ZETA_REASON,
+                "problem": "disk",
+                "at": "2026-12-02T01:20:00+00:00",
+            },
         },
     )
     return data
@@ -154,7 +184,12 @@ def test_report_tables_keep_unprobed_models_apart(hub_data):
     assert tables["not_tested"].rows() == [("org/epsilon", "eager+dynamic", "trending", None)]
     # Never in the pass rate: three models probed, two passed; the excluded ones counted apart.
     assert tables["summary"].row(0) == (B, 3, 2, 1, 2 / 3, 2, 0, 2 / 3)
-    assert dict(tables["verdicts"].select("status", "count").rows()) == {PASS: 2, LOAD: 0, GEN: 1, OTHER: 0}
+    assert dict(tables["verdicts"].select("status", "count").rows()) == {
+        PASS: 2,
+        LOAD: 0,
+        GEN: 1,
+        OTHER: 0,
+    }
     # Never in the diff: zeta (PASS in A, pending in B) is neither newly failing nor removed.
     assert [(m, str(c)) for m, c in tables["changes"].select("model_id", "change").rows()] == [
         ("org/beta", "newly failing"),
@@ -169,7 +204,9 @@ def test_a_model_with_a_row_is_not_pending(hub_data, tmp_path):
     data = tmp_path / "data"
     shutil.copytree(hub_data, data)
     pending = store.read_pending(data, B)
-    store.write_pending(data, B, {**pending, "org/alpha": {"reason": "stale", "problem": "network", "at": "x"}})
+    store.write_pending(
+        data, B, {**pending, "org/alpha": {"reason": "stale", "problem": "network", "at": "x"}}
+    )
     pend, not_tested = unprobed_models.unprobed(data, B)
     assert pend["model_id"].to_list() == ["org/delta", "org/zeta"]
     assert not_tested["model_id"].to_list() == ["org/epsilon"]
@@ -182,7 +219,9 @@ def _decode(data: dict) -> dict:
         h = model[2]
         for k in range(0, len(h), 3):
             for s in range(h[k], h[k] + h[k + 1]):
-                out.setdefault(model[0], {})[data["sweeps"][s][0]] = tuple(data["outcomes"][h[k + 2]][:2])
+                out.setdefault(model[0], {})[data["sweeps"][s][0]] = tuple(
+                    data["outcomes"][h[k + 2]][:2]
+                )
     return out
 
 
@@ -207,7 +246,9 @@ def test_explorer_data_lists_every_model_of_every_sweep(hub_data):
         "org/encoder",
     }
     # A pseudo-row stores no environment of its own.
-    assert all(m[3] == [] for m in data["models"] if m[0] in ("org/delta", "org/epsilon", "org/zeta"))
+    assert all(
+        m[3] == [] for m in data["models"] if m[0] in ("org/delta", "org/epsilon", "org/zeta")
+    )
     assert {v: [ids[i] for i in data["views"][v]] for v in data["views"]} == {
         "selected": SELECTED,
         "trending": TRENDING,
@@ -219,7 +260,10 @@ def test_explorer_data_lists_every_model_of_every_sweep(hub_data):
     delta = dict(zip(names, facts["org/delta"]))
     assert data["tasks"][delta["pipeline_tag"]] == VISION
     assert (delta["downloads"], delta["likes"], delta["trending_score"]) == (900_000, 700, 7)
-    assert data["texts"][delta["listed_by"]] == "downloads" and data["texts"][delta["gated"]] == "false"
+    assert (
+        data["texts"][delta["listed_by"]] == "downloads"
+        and data["texts"][delta["gated"]] == "false"
+    )
     alpha = dict(zip(names, facts["org/alpha"]))  # the latest record's metadata, not sweep A's
     assert (alpha["downloads"], alpha["trending_score"]) == (5000, 3)
     assert data["texts"][alpha["license"]] == "apache-2.0" and alpha["listed_by"] == -1
@@ -239,13 +283,20 @@ def test_explorer_data_of_older_sweeps_without_listings(tmp_path):
     listed model is selected, nothing is trending."""
     data = tmp_path / "data"
     store.write_parquet([_record(A, "org/alpha", PASS)], store.parquet_file(data, "results", A))
-    raw = {"sweep_id": A, "name": "hubsel", "settings": {"device": "cpu"}, "models": ["org/alpha", "org/new"]}
+    raw = {
+        "sweep_id": A,
+        "name": "hubsel",
+        "settings": {"device": "cpu"},
+        "models": ["org/alpha", "org/new"],
+    }
     store.sweep_dir(data, A).mkdir(parents=True)
     (store.sweep_dir(data, A) / "sweep.json").write_text(json.dumps(raw))
     page = explorer.explorer_data(data)
     assert _decode(page) == {"org/alpha": {A: (PASS, None)}, "org/new": {A: ("not tested", None)}}
     assert page["views"] == {"selected": [0, 1], "trending": [], "downloads": []}
-    assert page["pending"] == [] and page["tasks"] == ["text-generation"]  # rows before the task column ran it
+    assert page["pending"] == [] and page["tasks"] == [
+        "text-generation"
+    ]  # rows before the task column ran it
 
 
 def test_listing_cache_follows_sweep_json(hub_data, tmp_path):
@@ -278,7 +329,15 @@ def test_report_lists_pending_models_apart(hub_report):
     assert "Not probed (pending)" in text
     section = text[text.index("Not probed (pending)") :]
     section = section[: section.index("Pass rate by task, model type and size")]
-    for expected in (DELTA_REASON, ZETA_REASON, "org/delta", "org/zeta", "network", "disk", "org/epsilon"):
+    for expected in (
+        DELTA_REASON,
+        ZETA_REASON,
+        "org/delta",
+        "org/zeta",
+        "network",
+        "disk",
+        "org/epsilon",
+    ):
         assert expected in section, expected
     assert f"model-support sweep --resume {B}" in text
     assert re.search(r"<dt>not probed \(pending\)</dt><dd>2</dd>", text)
@@ -299,7 +358,9 @@ def test_report_of_a_sweep_that_probed_nothing(hub_data, tmp_path):
     _meta(c, [ModelEntry("org/alpha"), ModelEntry("org/beta")]).write(store.sweep_dir(data, c))
     reason = "the Hub could not be reached (ConnectError)."
     store.write_pending(
-        data, c, {m: {"reason": reason, "problem": "network", "at": "x"} for m in ("org/alpha", "org/beta")}
+        data,
+        c,
+        {m: {"reason": reason, "problem": "network", "at": "x"} for m in ("org/alpha", "org/beta")},
     )
     text = report.render_report(data, c, "").read_text()
     assert re.search(r"<dt>not probed \(pending\)</dt><dd>2</dd>", text) and reason in text
@@ -329,7 +390,9 @@ def test_explorer_views_and_task_filter(browser, hub_report):
     _wait_count(page, len(TRENDING))
     assert _rows(page) == TRENDING
     assert page.locator("#metric-head").inner_text() == "trending"
-    scores = [int(t.replace(",", "")) for t in page.locator("#results tbody td.metric").all_inner_texts()]
+    scores = [
+        int(t.replace(",", "")) for t in page.locator("#results tbody td.metric").all_inner_texts()
+    ]
     assert scores == sorted(scores, reverse=True) == [90, 60, 40, 7, 3]
 
     page.locator("#view").select_option("downloads")
@@ -338,7 +401,9 @@ def test_explorer_views_and_task_filter(browser, hub_report):
     page.locator("#task-filter").select_option(label=f"{VISION} (1)")
     _wait_count(page, 1)
     assert _rows(page) == ["org/delta"]
-    page.locator("#task-filter").select_option(label=f"{TEXT} (6)")  # counted over every model: zeta too
+    page.locator("#task-filter").select_option(
+        label=f"{TEXT} (6)"
+    )  # counted over every model: zeta too
     _wait_count(page, 5)
     assert _rows(page) == [m for m in DOWNLOADS if m != "org/delta"]
 
@@ -396,7 +461,9 @@ def test_explorer_detail_of_unprobed_models(browser, hub_report):
     open_model("org/gated")
     assert page.locator("#results tbody tr td.st").first.inner_text() == "excluded"
     assert GATED_REASON in detail.inner_text()
-    colour = page.locator("#results tbody tr td.st").first.evaluate("e => getComputedStyle(e).color")
+    colour = page.locator("#results tbody tr td.st").first.evaluate(
+        "e => getComputedStyle(e).color"
+    )
     assert colour == "rgb(117, 117, 117)"  # schema.VERDICT_COLORS["excluded"]
     assert attempted == [] and errors == []
     page.close()

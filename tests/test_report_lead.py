@@ -28,7 +28,9 @@ SCREEN = {"width": 1280, "height": 800}
 FIRST, SECOND = "loop-20261201T020010Z-aaaa", "loop-20261201T020040Z-bbbb"
 MODELS = [f"org/model-{i}" for i in range(6)]
 FIXED = "org/model-1"  # FAIL(gen) in FIRST, PASS in SECOND
-MISSING = "NotImplementedError: Could not run 'aten::rsqrt' with arguments from the 'pretend' backend."
+MISSING = (
+    "NotImplementedError: Could not run 'aten::rsqrt' with arguments from the 'pretend' backend."
+)
 TRACEBACK = (
     "Traceback (most recent call last):\n"
     '  File "/opt/venv/lib/python3.13/site-packages/transformers/models/llama/modeling_llama.py", line 72, in forward\n'
@@ -97,15 +99,23 @@ def test_the_first_screen_holds_the_verdicts_and_the_changes(browser, loop):
     headings = page.evaluate(HEADINGS)
     titles = [title for _, title in headings]
     declared = [s.title for s in layout.SECTIONS if s.title]
-    assert [t for t in titles if t in declared] == [t for t in declared if t in titles]  # the declared order
+    assert [t for t in titles if t in declared] == [
+        t for t in declared if t in titles
+    ]  # the declared order
     assert titles[:3] == ["Verdicts", "Changes since the baseline", "Whose failures"]
     assert titles[-1] == "About this report"
     top = dict((title, y) for y, title in headings)
-    assert top["Changes since the baseline"] < SCREEN["height"] - 150, headings  # its summary line shows too
+    assert top["Changes since the baseline"] < SCREEN["height"] - 150, (
+        headings
+    )  # its summary line shows too
     summary = page.locator(".ms-diff-summary")
-    assert summary.bounding_box()["y"] < SCREEN["height"] and "1 newly passing" in summary.inner_text()
+    assert (
+        summary.bounding_box()["y"] < SCREEN["height"] and "1 newly passing" in summary.inner_text()
+    )
     rendering = page.get_by_text("model_support.render.report.render_report").first
-    assert rendering.bounding_box()["y"] > 3 * SCREEN["height"]  # the note for developers is at the end
+    assert (
+        rendering.bounding_box()["y"] > 3 * SCREEN["height"]
+    )  # the note for developers is at the end
     assert attempted == [] and errors == []
     page.close()
 
@@ -123,9 +133,13 @@ def test_device_memory_has_its_own_scale_and_sweeps_a_minute_apart_draw_apart(br
     page.wait_for_selector("#ms-chart-memory svg")
     page.wait_for_selector("#ms-chart-history svg")
     bars = page.evaluate(BARS, "#ms-chart-memory")
-    assert len(bars) == 2 and min(h for *_, h in bars) > 100, bars  # host ~420 MB, device ~0.4 MB: both tall
+    assert len(bars) == 2 and min(h for *_, h in bars) > 100, (
+        bars
+    )  # host ~420 MB, device ~0.4 MB: both tall
     points = page.evaluate(POINTS, "#ms-chart-history")
-    assert len(points) == 2 and len(set(points)) == 2, points  # two sweeps, one panel: the stack never changed
+    assert len(points) == 2 and len(set(points)) == 2, (
+        points
+    )  # two sweeps, one panel: the stack never changed
     labels = page.locator("#ms-chart-history").inner_text()
     assert "loop 2026-12-01 02:00:10" in labels and "loop 2026-12-01 02:00:40" in labels
     assert attempted == [] and errors == []
@@ -147,9 +161,14 @@ def test_the_history_starts_at_zero_and_draws_a_constant_stack_once(browser, loo
     assert page.locator("#ms-chart-history g.mark-line.role-mark").count() == 1
     labels = page.evaluate(Y_LABELS, "#ms-chart-history")
     assert labels[0] == "0%" and labels[-1] == "100%", labels
-    assert page.evaluate(TITLES, "#ms-chart-history") == ["Pass rate over sweeps (one stack throughout)"]
+    assert page.evaluate(TITLES, "#ms-chart-history") == [
+        "Pass rate over sweeps (one stack throughout)"
+    ]
     assert page.locator("#ms-chart-by-version").count() == 0
-    assert "no chart by version" in page.locator("#history-across-sweeps ~ p.ms-note").first.inner_text()
+    assert (
+        "no chart by version"
+        in page.locator("#history-across-sweeps ~ p.ms-note").first.inner_text()
+    )
     assert attempted == [] and errors == []
     page.close()
 
@@ -181,36 +200,56 @@ def test_every_model_sorts_and_filters_with_its_record_and_repro(browser, loop):
     for model_id in MODELS:  # each run's record and repro body, linked from the report's folder
         row = page.locator("#ms-models tbody tr", has_text=model_id)
         record = _local(row.locator("a", has_text="record").evaluate("(a) => a.href"))
-        assert json.loads(record.read_text())["model_id"] == model_id and record.parent.name == "records"
+        assert (
+            json.loads(record.read_text())["model_id"] == model_id
+            and record.parent.name == "records"
+        )
         body = _local(row.locator("a", has_text="repro").evaluate("(a) => a.href"))
         assert body.parent == loop["data"] / "repro" and body.read_text() == REPRO_BODY
-        assert f"model-support repro {SECOND} {model_id}" in row.locator("details pre").text_content()
+        assert (
+            f"model-support repro {SECOND} {model_id}" in row.locator("details pre").text_content()
+        )
 
     page.locator("#ms-models th", has_text="host MiB").click()
     page.locator("#ms-models th", has_text="host MiB").click()  # again: largest first
     assert [r[0] for r in page.evaluate(MODEL_ROWS)] == MODELS[::-1]
-    page.locator("#ms-models th", has_text="tokens out").click()  # the failed run has none: last, either way
+    page.locator(
+        "#ms-models th", has_text="tokens out"
+    ).click()  # the failed run has none: last, either way
     assert page.evaluate(MODEL_ROWS)[-1][:2] == ["org/model-4", schema.FAIL_GEN]
     page.locator("#ms-models th", has_text="tokens out").click()
     assert page.evaluate(MODEL_ROWS)[-1][:2] == ["org/model-4", schema.FAIL_GEN]
 
     page.locator("#ms-models-filter").fill("model-4")
-    page.wait_for_function("document.querySelector('#ms-models-count').textContent.startsWith('1 of 6')")
+    page.wait_for_function(
+        "document.querySelector('#ms-models-count').textContent.startsWith('1 of 6')"
+    )
     assert [r[0] for r in page.evaluate(MODEL_ROWS)] == ["org/model-4"]
     page.locator("#ms-models-filter").fill("pass model")
-    page.wait_for_function("document.querySelector('#ms-models-count').textContent.startsWith('5 of 6')")
+    page.wait_for_function(
+        "document.querySelector('#ms-models-count').textContent.startsWith('5 of 6')"
+    )
     assert "org/model-4" not in [r[0] for r in page.evaluate(MODEL_ROWS)]
 
-    signatures = page.locator("table.ms-table", has=page.locator("th", has_text="failure signature"))
+    signatures = page.locator(
+        "table.ms-table", has=page.locator("th", has_text="failure signature")
+    )
     signatures.locator("summary", has_text="traceback").click()
     shown = page.locator("tr.ms-unfolded pre")
     shown.wait_for(state="visible")
     from model_support.probe.signatures import portable_paths
 
-    assert shown.text_content() == portable_paths(TRACEBACK)  # a page names files, not the machine that ran them
+    assert shown.text_content() == portable_paths(
+        TRACEBACK
+    )  # a page names files, not the machine that ran them
     box, table = shown.bounding_box(), signatures.bounding_box()
-    assert box["width"] > table["width"] - 40 and box["x"] + box["width"] <= SCREEN["width"], (box, table)
-    assert shown.evaluate("(pre) => pre.scrollWidth <= pre.clientWidth")  # the long lines wrap, nothing cut
+    assert box["width"] > table["width"] - 40 and box["x"] + box["width"] <= SCREEN["width"], (
+        box,
+        table,
+    )
+    assert shown.evaluate(
+        "(pre) => pre.scrollWidth <= pre.clientWidth"
+    )  # the long lines wrap, nothing cut
     assert attempted == [] and errors == []
     page.close()
 
@@ -234,17 +273,23 @@ def test_explorer_sweeps_read_apart_and_the_panel_follows_the_sweep_filter(brows
     history = detail.locator("table.history td.sweep").all_inner_texts()
     assert history == ["loop 2026-12-01 02:00:40", "loop 2026-12-01 02:00:10"]
     cut = "(tds) => tds.filter((td) => td.scrollWidth > td.clientWidth).map((td) => td.textContent)"
-    assert page.locator("td.sweep").evaluate_all(cut) == []  # the seconds show, in the list and the panel
+    assert (
+        page.locator("td.sweep").evaluate_all(cut) == []
+    )  # the seconds show, in the list and the panel
     assert detail.locator("dd.run .st").inner_text() == "PASS"
 
     page.locator("#sweep-filter").select_option(label=FIRST)  # the open panel follows the list
-    page.wait_for_function("document.querySelector('#results tbody td.st').textContent === 'FAIL(gen)'")
+    page.wait_for_function(
+        "document.querySelector('#results tbody td.st').textContent === 'FAIL(gen)'"
+    )
     assert detail.is_visible()
     assert detail.locator("dd.run").inner_text() == f"{FIRST} FAIL(gen)"
     assert detail.locator("dd.latest").inner_text() == f"{SECOND} PASS"
     assert page.locator("#results tbody tr.selected").count() == 1
 
-    page.locator("#verdict-filter").select_option("PASS")  # the row leaves the list: the panel closes
+    page.locator("#verdict-filter").select_option(
+        "PASS"
+    )  # the row leaves the list: the panel closes
     page.wait_for_function("document.querySelector('#match-count').textContent.startsWith('0 ')")
     assert detail.is_hidden()
     assert attempted == [] and errors == []

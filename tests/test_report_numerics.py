@@ -36,7 +36,12 @@ MATCH = {
     "fluent": False,
 }
 #: A row from before ``numerics_measure``: its check was judged by the KL and the flip margin alone.
-TIES = {"numerics": "ties", "numerics_step": 5, "numerics_note": "1 of 8 steps flip at a near-tie", "fluent": True}
+TIES = {
+    "numerics": "ties",
+    "numerics_step": 5,
+    "numerics_note": "1 of 8 steps flip at a near-tie",
+    "fluent": True,
+}
 DIVERGES = {
     "numerics": "diverges",
     "numerics_step": 3,
@@ -53,8 +58,18 @@ TOO_FLAT = {
     "fluency_score": -9.0,
     "fluency_note": "junk",
 }
-FLUENT = {"fluent": True, "fluency_score": -2.5, "numerics_note": "no reference: skipped", "fluency_note": "fluent"}
-NOT_FLUENT = {"fluent": False, "fluency_score": -9.0, "numerics_note": "no reference: skipped", "fluency_note": "junk"}
+FLUENT = {
+    "fluent": True,
+    "fluency_score": -2.5,
+    "numerics_note": "no reference: skipped",
+    "fluency_note": "fluent",
+}
+NOT_FLUENT = {
+    "fluent": False,
+    "fluency_score": -9.0,
+    "numerics_note": "no reference: skipped",
+    "fluency_note": "junk",
+}
 #: model -> (check in A, check in B); a check is a dict of record fields, or "fail".
 MODELS = {
     "org/c1": (MATCH, MATCH),
@@ -64,7 +79,10 @@ MODELS = {
     "org/c5": ("fail", DIVERGES),  # failed before, passes now, but diverges: newly suspect
     "org/c6": (TIES, TIES),
     "org/c7": ({}, {}),  # neither the reference nor the judge said anything: unchecked
-    "org/c8": (MATCH, TOO_FLAT),  # newly suspect: the reference could not judge, the judge finds it not fluent
+    "org/c8": (
+        MATCH,
+        TOO_FLAT,
+    ),  # newly suspect: the reference could not judge, the judge finds it not fluent
 }
 
 
@@ -117,12 +135,15 @@ def test_the_passes_split_by_their_check_suspect_first(checks_data):
         ("org/c3", "no reference, not fluent", "fluency judge", None),
         ("org/c8", "no reference, not fluent", "fluency judge (reference too flat)", None),
     ]
-    assert suspect["note"].to_list() == [
-        "step 3 of 8: KL 2.1 nats",
-        "step 3 of 8: KL 2.1 nats",
-        "junk",
-        "8 of 8 steps too flat to judge; junk",  # why the reference could not judge, then the judge's word
-    ]
+    assert (
+        suspect["note"].to_list()
+        == [
+            "step 3 of 8: KL 2.1 nats",
+            "step 3 of 8: KL 2.1 nats",
+            "junk",
+            "8 of 8 steps too flat to judge; junk",  # why the reference could not judge, then the judge's word
+        ]
+    )
     measures = dict(tables.model_rows(results, B).select("model_id", "check_measure").rows())
     assert measures == {
         "org/c1": "logit error",
@@ -135,7 +156,9 @@ def test_the_passes_split_by_their_check_suspect_first(checks_data):
         "org/c8": "fluency judge (reference too flat)",
     }
     # the older file reads as unchecked, never as an error
-    assert analysis.pass_checks(results, OLD).filter(pl.col("count") > 0).rows() == [("unchecked", False, 1, 1.0)]
+    assert analysis.pass_checks(results, OLD).filter(pl.col("count") > 0).rows() == [
+        ("unchecked", False, 1, 1.0)
+    ]
 
 
 def test_the_diff_says_newly_suspect_right_after_what_the_stack_broke(checks_data):
@@ -163,15 +186,29 @@ def checks_report(checks_data):
 
 def test_the_report_lists_suspect_passes_first_with_their_step(checks_report):
     text = checks_report["text"]
-    assert re.search(r"<dt>suspect passes</dt><dd>4 \(2 diverge from the reference, 2 not fluent", text)
-    order = ["Changes since the baseline", "Whose failures", "Is a PASS right?", "Failure signatures"]
+    assert re.search(
+        r"<dt>suspect passes</dt><dd>4 \(2 diverge from the reference, 2 not fluent", text
+    )
+    order = [
+        "Changes since the baseline",
+        "Whose failures",
+        "Is a PASS right?",
+        "Failure signatures",
+    ]
     positions = [text.index(f">{h}<") for h in order]
     assert positions == sorted(positions)
     section = text[positions[2] : positions[3]]
     lead = re.sub(r"<[^>]+>", "", re.search(r'<p class="ms-lead">(.*?)</p>', section).group(1))
-    assert lead.startswith("8 passes: 4 suspect (2 diverge from the reference, 2 with no reference are not fluent)")
+    assert lead.startswith(
+        "8 passes: 4 suspect (2 diverge from the reference, 2 with no reference are not fluent)"
+    )
     listed = section[section.index("Suspect passes") : section.index("All passes")]
-    assert listed.index("org/c2") < listed.index("org/c5") < listed.index("org/c3") < listed.index("org/c8")
+    assert (
+        listed.index("org/c2")
+        < listed.index("org/c5")
+        < listed.index("org/c3")
+        < listed.index("org/c8")
+    )
     assert "diverges at step" in listed and "step 3 of 8: KL 2.1 nats" in listed
     assert "judged by" in listed and "fluency judge (reference too flat)" in listed
     # the per-run table: each check with the measure that judged it
@@ -190,7 +227,12 @@ def test_explorer_filters_suspect_passes(browser, checks_report):
     page.locator("#check-filter").select_option("suspect")
     wait_count(page, 4)
     rows = page.locator("#results tbody tr")
-    listed = dict(zip(rows.locator("td:first-child").all_inner_texts(), rows.locator("td.check").all_inner_texts()))
+    listed = dict(
+        zip(
+            rows.locator("td:first-child").all_inner_texts(),
+            rows.locator("td.check").all_inner_texts(),
+        )
+    )
     assert listed == {
         "org/c2": "diverges at step 3",
         "org/c3": "no reference, not fluent",
@@ -207,6 +249,9 @@ def test_explorer_filters_suspect_passes(browser, checks_report):
     wait_count(page, 2)
     page.locator("#results tbody tr").first.click()
     check = page.locator("#detail dd.check")
-    assert "diverges at step 3" in check.inner_text() and "step 3 of 8: KL 2.1 nats" in check.inner_text()
+    assert (
+        "diverges at step 3" in check.inner_text()
+        and "step 3 of 8: KL 2.1 nats" in check.inner_text()
+    )
     assert attempted == [] and errors == []
     page.close()

@@ -33,7 +33,9 @@ def repro_sweep(tmp_path_factory, fixture_models) -> dict:
 
 
 def cli_repro(data: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, "repro", *args, "--data-dir", str(data)], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [*CLI, "repro", *args, "--data-dir", str(data)], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_rows_keep_settings_and_a_hash_and_the_body_is_kept_once(repro_sweep):
@@ -46,20 +48,28 @@ def test_rows_keep_settings_and_a_hash_and_the_body_is_kept_once(repro_sweep):
     (sha,) = {r["repro_sha256"] for r in rows}  # one body for every row of this code
     assert sha == repro.body()[1]
     assert [p.name for p in store.repro_dir(data, sweep_id).glob("*.py")] == [f"{sha}.py"]
-    assert [p.name for p in store.repro_dir(data).glob("*.py")] == [f"{sha}.py"]  # beside the Parquet files
+    assert [p.name for p in store.repro_dir(data).glob("*.py")] == [
+        f"{sha}.py"
+    ]  # beside the Parquet files
     assert (store.repro_dir(data) / f"{sha}.py").read_text() == repro.body()[0]
     assert json.loads(rows[0]["repro_settings"])["model_id"] == rows[0]["model_id"]
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_the_script_model_support_repro_prints_reproduces_the_verdict(repro_sweep, fixture_models, tmp_path, name):
+def test_the_script_model_support_repro_prints_reproduces_the_verdict(
+    repro_sweep, fixture_models, tmp_path, name
+):
     data, sweep_id = repro_sweep["data"], repro_sweep["sweep_id"]
     record = repro_sweep["records"][f"local:{name}"]
     printed = cli_repro(data, sweep_id, name)
     assert printed.returncode == 0, printed.stderr
     script = printed.stdout
-    assert script == repro.script_for(data, sweep_id, f"local:{name}")  # the library function says the same
-    assert "model_support" not in script and "papermill" not in script  # imports nothing of this package
+    assert script == repro.script_for(
+        data, sweep_id, f"local:{name}"
+    )  # the library function says the same
+    assert (
+        "model_support" not in script and "papermill" not in script
+    )  # imports nothing of this package
     path = tmp_path / "run.py"
     path.write_text(script)
     run = subprocess.run(
@@ -71,10 +81,23 @@ def test_the_script_model_support_repro_prints_reproduces_the_verdict(repro_swee
     )
     assert run.returncode == (0 if record["status"] == schema.PASS else 1), run.stderr[-3000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])
-    for key in ("status", "failure_stage", "error_type", "tokens_in", "tokens_out", "output_token_ids", "failed_step"):
+    for key in (
+        "status",
+        "failure_stage",
+        "error_type",
+        "tokens_in",
+        "tokens_out",
+        "output_token_ids",
+        "failed_step",
+    ):
         assert got[key] == record[key], key
-    if record["status"] == schema.PASS:  # the same reference check as the probe's, the same numerics
-        assert (got["numerics"], got["reference_match"]) == (record["numerics"], record["reference_match"])
+    if (
+        record["status"] == schema.PASS
+    ):  # the same reference check as the probe's, the same numerics
+        assert (got["numerics"], got["reference_match"]) == (
+            record["numerics"],
+            record["reference_match"],
+        )
         assert got["reference_max_kl"] == pytest.approx(record["reference_max_kl"], abs=1e-6)
 
 
@@ -85,10 +108,16 @@ def test_older_rows_with_the_whole_script_and_unknown_rows_read(repro_sweep, tmp
     older["repro_script"] = "# an older record's whole script\n"
     assert repro.script_of(older) == older["repro_script"]
     moved = {**older, "repro_script": None, "repro_settings": "{}", "repro_sha256": "0" * 64}
-    with pytest.raises(repro.UserError, match="repro/<sha256>.py"):  # a body not copied with the data: said so
+    with pytest.raises(
+        repro.UserError, match="repro/<sha256>.py"
+    ):  # a body not copied with the data: said so
         repro.script_of(moved, tmp_path)
     unknown = cli_repro(data, sweep_id, "no-such-model")
-    assert unknown.returncode == 2 and "No model of sweep" in unknown.stderr and "Traceback" not in unknown.stderr
+    assert (
+        unknown.returncode == 2
+        and "No model of sweep" in unknown.stderr
+        and "Traceback" not in unknown.stderr
+    )
 
 
 def test_a_script_whose_body_is_not_its_hash_stays_whole(tmp_path):
@@ -114,4 +143,9 @@ def test_the_smoke_sweeps_parquet_is_at_most_4_kb_a_row(smoke_sweep):
 def test_statistics_are_kept_for_declared_columns_only():
     assert set(store.KEY_TEXTS) <= set(schema.FIELDS)
     kept = store.statistics_columns()
-    assert "sweep_id" in kept and "num_params" in kept and "traceback" not in kept and "repro_settings" not in kept
+    assert (
+        "sweep_id" in kept
+        and "num_params" in kept
+        and "traceback" not in kept
+        and "repro_settings" not in kept
+    )

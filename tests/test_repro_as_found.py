@@ -76,7 +76,10 @@ def probe_runs(tmp_path_factory, fixture_models) -> dict:
         "off": ((FLAG, model), None),  # the flag anywhere on the line
     }
     with ThreadPoolExecutor(max_workers=len(cases)) as pool:
-        jobs = {name: pool.submit(run, script, *args, pretend=pretend) for name, (args, pretend) in cases.items()}
+        jobs = {
+            name: pool.submit(run, script, *args, pretend=pretend)
+            for name, (args, pretend) in cases.items()
+        }
         done = {name: job.result() for name, job in jobs.items()}
     return {"script": script, "model": model, **done}
 
@@ -85,7 +88,9 @@ def last_json(done: subprocess.CompletedProcess) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_the_script_says_on_stdout_which_recorded_setting_it_sets_and_how_to_run_as_found(probe_runs):
+def test_the_script_says_on_stdout_which_recorded_setting_it_sets_and_how_to_run_as_found(
+    probe_runs,
+):
     done = probe_runs["recorded"]
     assert done.returncode == 1, done.stderr[-3000:]  # the probe's stack again: its FAIL(gen)
     assert last_json(done)["status"] == "FAIL(gen)"
@@ -93,22 +98,34 @@ def test_the_script_says_on_stdout_which_recorded_setting_it_sets_and_how_to_run
     assert f"setting {CONFIG_VAR}={RECORDED!r} as the probe ran it (here it was '{{}}')" in lines
     rerun = f"python run.py {probe_runs['model']} {FLAG}"
     assert any(line.endswith(rerun) and "stack as found" in line for line in lines), done.stdout
-    assert lines[-2].startswith("verdict: FAIL(gen) at generate: NotImplementedError") and "exit status 1" in lines[-2]
+    assert (
+        lines[-2].startswith("verdict: FAIL(gen) at generate: NotImplementedError")
+        and "exit status 1" in lines[-2]
+    )
 
 
 def test_the_flag_runs_on_the_stack_as_found(probe_runs):
     done = probe_runs["as-found"]
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]  # the fixed stack: the model passes
+    assert done.returncode == 0, (
+        done.stdout[-2000:] + done.stderr[-3000:]
+    )  # the fixed stack: the model passes
     assert last_json(done)["status"] == "PASS" and "setting " not in done.stdout
-    assert f"on the stack as found: {CONFIG_VAR} stays '{{}}', not {RECORDED!r} as the probe ran it" in done.stdout
+    assert (
+        f"on the stack as found: {CONFIG_VAR} stays '{{}}', not {RECORDED!r} as the probe ran it"
+        in done.stdout
+    )
 
 
 def test_a_device_not_on_the_stack_as_found_is_one_sentence_and_exit_status_2(probe_runs):
     done = probe_runs["off"]
     assert done.returncode == 2, done.stderr[-3000:]
-    assert "Traceback" not in done.stderr and not any(line.startswith("{") for line in done.stdout.splitlines())
+    assert "Traceback" not in done.stderr and not any(
+        line.startswith("{") for line in done.stdout.splitlines()
+    )
     (sentence,) = [line for line in done.stderr.splitlines() if line.strip()]
-    assert sentence.startswith("no verdict: device 'pretend' is not available on this stack as found")
+    assert sentence.startswith(
+        "no verdict: device 'pretend' is not available on this stack as found"
+    )
     assert f"without {FLAG} this script sets that" in sentence and RECORDED in sentence
 
 
@@ -135,13 +152,19 @@ def test_the_one_operator_script_sets_the_recorded_stack_says_so_and_takes_the_f
         found = pool.submit(run, op_script, FLAG, pretend="{}")
         off = pool.submit(run, op_script, pretend=None, **{KEEP_VAR: "1"})
     recorded, found, off = recorded.result(), found.result(), off.result()
-    assert recorded.returncode == 1 and "WRONG" in recorded.stdout, recorded.stdout[-2000:] + recorded.stderr[-2000:]
+    assert recorded.returncode == 1 and "WRONG" in recorded.stdout, (
+        recorded.stdout[-2000:] + recorded.stderr[-2000:]
+    )
     assert f"setting {CONFIG_VAR}=" in recorded.stdout and f"python op.py {FLAG}" in recorded.stdout
-    assert found.returncode == 0 and "they agree" in found.stdout, found.stdout[-2000:] + found.stderr[-2000:]
+    assert found.returncode == 0 and "they agree" in found.stdout, (
+        found.stdout[-2000:] + found.stderr[-2000:]
+    )
     # the backend off, and the variable that is the flag's alias: before, torch's "Expected one of cpu, ... device
     # string: pretend" traceback; now one sentence and exit status 2
     assert off.returncode == 2 and "Traceback" not in off.stderr, off.stderr[-3000:]
-    assert off.stderr.strip().startswith("no verdict: device 'pretend' is not available on this stack as found")
+    assert off.stderr.strip().startswith(
+        "no verdict: device 'pretend' is not available on this stack as found"
+    )
     assert f"({KEEP_VAR}=1 is the same as {FLAG})" in off.stdout
 
 
@@ -149,7 +172,11 @@ def test_a_single_probe_of_a_device_not_there_keeps_its_verdict_and_shows_why_fi
     """``papermill notebooks/probe.ipynb out.ipynb -p model_id X -p device gpu``: FAIL(other) at runner (README's
     choice: a verdict was recorded, so papermill exits 0), the sentence the record holds shown before its table."""
     out = tmp_path / "out.ipynb"
-    command = [os.path.join(os.path.dirname(sys.executable), "papermill"), "notebooks/probe.ipynb", str(out)]
+    command = [
+        os.path.join(os.path.dirname(sys.executable), "papermill"),
+        "notebooks/probe.ipynb",
+        str(out),
+    ]
     command += [
         "-p",
         "model_id",
@@ -161,7 +188,9 @@ def test_a_single_probe_of_a_device_not_there_keeps_its_verdict_and_shows_why_fi
         "record_path",
         str(tmp_path / "r.json"),
     ]
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600, env=env_of(None))
+    done = subprocess.run(
+        command, cwd=REPO, capture_output=True, text=True, timeout=600, env=env_of(None)
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads((tmp_path / "r.json").read_text())
     assert (record["status"], record["failure_stage"], record["error_type"]) == (
@@ -169,8 +198,16 @@ def test_a_single_probe_of_a_device_not_there_keeps_its_verdict_and_shows_why_fi
         "runner",
         "DeviceUnavailable",
     )
-    shown = [o for c in nbformat.read(str(out), as_version=4).cells for o in c.get("outputs", []) if "data" in o]
+    shown = [
+        o
+        for c in nbformat.read(str(out), as_version=4).cells
+        for o in c.get("outputs", [])
+        if "data" in o
+    ]
     headline = shown[0]["data"]
-    assert headline["text/plain"] == f"FAIL(other) at runner: DeviceUnavailable: {record['error_message']}"
+    assert (
+        headline["text/plain"]
+        == f"FAIL(other) at runner: DeviceUnavailable: {record['error_message']}"
+    )
     assert "Device &#x27;gpu&#x27; was requested" in headline["text/html"]
     assert "application/json" in shown[-1]["data"]  # the record's own output follows

@@ -23,7 +23,9 @@ def _record(sweep_id: str, i: int, status: str) -> schema.Record:
         model_id=f"org/model-{i}",
         status=status,
         failure_stage=None if status == "PASS" else "generate",
-        traceback=None if status == "PASS" else f"Traceback (most recent call last):\n  line {i}\nRuntimeError: x",
+        traceback=None
+        if status == "PASS"
+        else f"Traceback (most recent call last):\n  line {i}\nRuntimeError: x",
         num_params=1000 + i,
         load_s=0.25 + i / 7,
         chat_template_used=bool(i % 2),
@@ -35,7 +37,11 @@ def _record(sweep_id: str, i: int, status: str) -> schema.Record:
         ops_sig_ops=["aten::mm", "aten::add.Tensor"],
         ops_sig_dtypes=["bf16,bf16", "bf16,bf16"],
         ops_sig_calls=[3 + i, 5],
-        versions={**dict.fromkeys(schema.Versions.__annotations__), "torch": "2.13.0", "python": "3.11.7"},
+        versions={
+            **dict.fromkeys(schema.Versions.__annotations__),
+            "torch": "2.13.0",
+            "python": "3.11.7",
+        },
         repro_settings='{"model_id": "org/model"}',
         device_type="cpu",
     )
@@ -68,12 +74,21 @@ def test_the_dataset_is_written_with_zstd_plain_encoding_and_no_arrow_schema_cop
     for path in files:
         meta = pq.read_metadata(path)
         assert b"ARROW:schema" not in (meta.metadata or {}), path
-        chunks = [meta.row_group(g).column(j) for g in range(meta.num_row_groups) for j in range(meta.num_columns)]
+        chunks = [
+            meta.row_group(g).column(j)
+            for g in range(meta.num_row_groups)
+            for j in range(meta.num_columns)
+        ]
         assert {c.compression for c in chunks} == {"ZSTD"}, path
         assert not any(c.has_dictionary_page for c in chunks), path
     results = pq.read_metadata(store.parquet_file(tmp_path, "results", "s1")).row_group(0)
-    stats = {results.column(j).path_in_schema: results.column(j).is_stats_set for j in range(results.num_columns)}
-    assert stats["sweep_id"] and stats["num_params"] and not stats["traceback"]  # statistics as before
+    stats = {
+        results.column(j).path_in_schema: results.column(j).is_stats_set
+        for j in range(results.num_columns)
+    }
+    assert (
+        stats["sweep_id"] and stats["num_params"] and not stats["traceback"]
+    )  # statistics as before
 
 
 def test_every_field_reads_back_as_written_with_pyarrow_polars_and_datasets(tmp_path):
@@ -91,7 +106,9 @@ def test_every_field_reads_back_as_written_with_pyarrow_polars_and_datasets(tmp_
     loaded = datasets.load_dataset(str(tmp_path), "results", split="train")
     assert set(schema.FIELDS) <= set(loaded.column_names)
     assert _sorted([{k: row[k] for k in schema.FIELDS} for row in loaded]) == _sorted(records)
-    assert datasets.load_dataset(str(tmp_path), "excluded", split="train")["exclusion_reason"] == ["gated"]
+    assert datasets.load_dataset(str(tmp_path), "excluded", split="train")["exclusion_reason"] == [
+        "gated"
+    ]
     assert datasets.load_dataset(str(tmp_path), "ops", split="train").num_rows == 2
 
 
@@ -100,7 +117,9 @@ def test_a_config_of_older_files_and_newer_ones_reads_as_one(tmp_path):
     sweeps written with them: Polars and ``datasets`` read the config whole."""
     older = _sweep(tmp_path, "s1")
     path = store.parquet_file(tmp_path, "results", "s1")
-    pq.write_table(pq.read_table(path), path, write_statistics=store.statistics_columns())  # pyarrow's defaults
+    pq.write_table(
+        pq.read_table(path), path, write_statistics=store.statistics_columns()
+    )  # pyarrow's defaults
     assert b"ARROW:schema" in pq.read_metadata(path).metadata
     newer = _sweep(tmp_path, "s2")
     frame = store.scan(tmp_path).collect()
@@ -122,7 +141,10 @@ def test_the_smoke_sweeps_rows_are_at_most_4_kb_each(smoke_sweep):
     assert rows >= 30 and size / rows <= GOAL
     assert sum(s for _, s in sizes.values()) / sum(r for r, _ in sizes.values()) <= GOAL
     frame = store.scan(data).collect()
-    assert frame.height == rows and frame.select(pl.struct("model_id", "variant").n_unique()).item() == rows
+    assert (
+        frame.height == rows
+        and frame.select(pl.struct("model_id", "variant").n_unique()).item() == rows
+    )
 
 
 def test_a_float_column_keeps_every_bit(tmp_path):

@@ -11,7 +11,12 @@ import time
 import pytest
 
 from model_support.probe.devices import pinning_env
-from model_support.sweep.scheduler import DeviceScheduler, device_order, largest_first, run_on_devices
+from model_support.sweep.scheduler import (
+    DeviceScheduler,
+    device_order,
+    largest_first,
+    run_on_devices,
+)
 
 
 def consume(results, timeout: float = 60.0) -> list:
@@ -61,7 +66,9 @@ class Owners:
 @pytest.mark.parametrize("contiguous", [False, True], ids=["any-devices", "aligned-blocks"])
 def test_mixed_sizes_finish_without_deadlock_and_never_share_a_device(contiguous):
     rng = random.Random(7)
-    jobs = [(i, rng.choice([1, 1, 1, 1, 2, 2, 4, 8]), rng.uniform(0.001, 0.006)) for i in range(150)]
+    jobs = [
+        (i, rng.choice([1, 1, 1, 1, 2, 2, 4, 8]), rng.uniform(0.001, 0.006)) for i in range(150)
+    ]
     owners, grants = Owners(8), {}
 
     def probe(job, devices):
@@ -74,13 +81,21 @@ def test_mixed_sizes_finish_without_deadlock_and_never_share_a_device(contiguous
         return job
 
     finished = consume(
-        run_on_devices(device_order(jobs, lambda j: j[1]), lambda j: j[1], DeviceScheduler(8, contiguous), probe)
+        run_on_devices(
+            device_order(jobs, lambda j: j[1]),
+            lambda j: j[1],
+            DeviceScheduler(8, contiguous),
+            probe,
+        )
     )
     assert sorted(finished) == sorted(jobs)
     assert owners.clashes == [] and owners.peak <= 8
     assert all(0 <= d < 8 for ids in grants.values() for d in ids)
     if contiguous:  # TPU mode: every grant is an aligned block [k*n, (k+1)*n)
-        assert all(ids == tuple(range(ids[0], ids[0] + len(ids))) and ids[0] % len(ids) == 0 for ids in grants.values())
+        assert all(
+            ids == tuple(range(ids[0], ids[0] + len(ids))) and ids[0] % len(ids) == 0
+            for ids in grants.values()
+        )
 
 
 def test_threads_calling_acquire_directly_never_share_a_device():
@@ -124,12 +139,18 @@ def test_a_4_device_model_waits_for_4_free_while_1_device_models_keep_the_others
     big = scheduler.submit(4, key="big")
     assert not big.event.is_set() and big.target == frozenset({4, 5, 6, 7})
     later = [scheduler.submit(1, key=f"l{i}") for i in range(3)]
-    assert not any(r.event.is_set() for r in later)  # 6 and 7 are free, but reserved for the big model
+    assert not any(
+        r.event.is_set() for r in later
+    )  # 6 and 7 are free, but reserved for the big model
     scheduler.release(small[0].ids)
     scheduler.release(small[1].ids)
-    assert [r.ids for r in later[:2]] == [(0,), (1,)] and not later[2].event.is_set()  # backfilled outside 4-7
+    assert [r.ids for r in later[:2]] == [(0,), (1,)] and not later[
+        2
+    ].event.is_set()  # backfilled outside 4-7
     scheduler.release(small[4].ids)
-    assert not big.event.is_set() and not later[2].event.is_set()  # 4 waits for 5: nobody else takes it
+    assert (
+        not big.event.is_set() and not later[2].event.is_set()
+    )  # 4 waits for 5: nobody else takes it
     scheduler.release(small[5].ids)
     assert big.ids == (4, 5, 6, 7) and not later[2].event.is_set()
     scheduler.release(small[2].ids)
@@ -193,7 +214,9 @@ def test_a_request_larger_than_the_machine_is_refused_with_one_sentence():
 
     with pytest.raises(ValueError, match="needs 16 devices"):
         consume(run_on_devices([1, 16], lambda need: need, scheduler, probe))
-    assert scheduler.free == tuple(range(8)) and scheduler.closed  # nothing leaked; the run closed it
+    assert (
+        scheduler.free == tuple(range(8)) and scheduler.closed
+    )  # nothing leaked; the run closed it
 
 
 def test_results_are_yielded_as_they_finish():
@@ -203,7 +226,9 @@ def test_results_are_yielded_as_they_finish():
     def probe(job, devices):
         with devices():
             if job == "slow":
-                assert quick_back.wait(30), "the quick result was not yielded while the slow probe ran"
+                assert quick_back.wait(30), (
+                    "the quick result was not yielded while the slow probe ran"
+                )
         return job
 
     arrivals = []
@@ -235,9 +260,13 @@ def test_closing_early_stops_the_rest_and_calls_on_stop():
     results.close()  # returns once every started probe is over
     assert gate.is_set()
     started = [job for job, _ in ran]
-    assert sorted(started) == list(range(len(started))) and len(started) <= 1 + 4  # job 0, one more per thread
+    assert (
+        sorted(started) == list(range(len(started))) and len(started) <= 1 + 4
+    )  # job 0, one more per thread
     assert [job for job, after_close in ran if after_close] == []  # none after close
-    assert not [t.name for t in threading.enumerate() if t.name.startswith("probe_")]  # none left to start one
+    assert not [
+        t.name for t in threading.enumerate() if t.name.startswith("probe_")
+    ]  # none left to start one
 
 
 def test_an_error_in_a_probe_is_raised_after_its_devices_are_released():
@@ -251,15 +280,20 @@ def test_an_error_in_a_probe_is_raised_after_its_devices_are_released():
 
     with pytest.raises(RuntimeError, match="probe exploded"):
         consume(run_on_devices(["ok", "bad", "ok"], lambda j: 2, scheduler, probe))
-    assert scheduler.free == (0, 1, 2, 3)  # released, though the run ended on the error (and closed it)
+    assert scheduler.free == (
+        0,
+        1,
+        2,
+        3,
+    )  # released, though the run ended on the error (and closed it)
 
 
 def test_a_job_that_needs_no_device_holds_none():
     scheduler = DeviceScheduler(1)
     with scheduler.hold(1):  # the only device is taken: a job that asks for none still runs
-        assert consume(run_on_devices(["no devices"], lambda j: 1, scheduler, lambda job, devices: job)) == [
-            "no devices"
-        ]
+        assert consume(
+            run_on_devices(["no devices"], lambda j: 1, scheduler, lambda job, devices: job)
+        ) == ["no devices"]
 
 
 def test_acquire_timeout_release_checks_and_best_fit_placement():
@@ -304,7 +338,9 @@ def test_pinning_env():
     for bad in ((1, 2), (0, 2)):  # not an aligned block of 1, 2, 4 or 8 chips
         with pytest.raises(ValueError, match="aligned block"):
             pinning_env("tpu", bad)
-    with pytest.raises(ValueError, match="no slice of 3 chips"):  # torch_tpu's own table says which sizes exist
+    with pytest.raises(
+        ValueError, match="no slice of 3 chips"
+    ):  # torch_tpu's own table says which sizes exist
         pinning_env("tpu", (0, 1, 2))
     assert pinning_env("cpu", (0,)) == {}
     # any other accelerator: the generic adapter's <NAME>_VISIBLE_DEVICES
@@ -313,21 +349,29 @@ def test_pinning_env():
         pinning_env("fake", ())
 
 
-def test_more_workers_than_devices_share_them_and_a_model_needing_more_is_refused(tmp_path, monkeypatch):
+def test_more_workers_than_devices_share_them_and_a_model_needing_more_is_refused(
+    tmp_path, monkeypatch
+):
     """4 workers on one GPU all see GPU 0 (they pinned CUDA_VISIBLE_DEVICES=1..3, no GPU at all, before); a
     model that needs more devices than the machine has is one sentence before any probe."""
     from model_support.errors import UserError
     from model_support.sweep.executors.local import LocalExecutor, _Processes
 
-    monkeypatch.setenv("MODEL_SUPPORT_PRETEND", '{"devices": 1}')  # the device facts come from a child process
+    monkeypatch.setenv(
+        "MODEL_SUPPORT_PRETEND", '{"devices": 1}'
+    )  # the device facts come from a child process
     processes = _Processes("pretend", tmp_path, prewarm=False, models=0)
     assert processes.count == 1
     assert processes.pin((0,)) == processes.pin((3,)) == {"PRETEND_VISIBLE_DEVICES": "0"}
     executor = LocalExecutor("pretend", 4, tmp_path)
     executor.submit([{"model_id": "org/wide"}])  # type: ignore[list-item]  # start reads only its id
-    with pytest.raises(UserError, match="^org/wide needs 2 pretend devices and this machine has 1.$"):
+    with pytest.raises(
+        UserError, match="^org/wide needs 2 pretend devices and this machine has 1.$"
+    ):
         executor.start([2])
-    assert _Processes("cpu", tmp_path, prewarm=False, models=0).pin((3,)) == {}  # a CPU sweep's slots pin nothing
+    assert (
+        _Processes("cpu", tmp_path, prewarm=False, models=0).pin((3,)) == {}
+    )  # a CPU sweep's slots pin nothing
 
 
 def _environ(process, wait_s: float = 10.0) -> dict:
@@ -339,7 +383,9 @@ def _environ(process, wait_s: float = 10.0) -> dict:
     return environ
 
 
-def test_the_processes_a_sweep_runs_at_once_share_the_cores_for_torchs_threads(tmp_path, monkeypatch):
+def test_the_processes_a_sweep_runs_at_once_share_the_cores_for_torchs_threads(
+    tmp_path, monkeypatch
+):
     """Two CPU workers: the sweep's zygote and its probe processes get OMP_NUM_THREADS = cores / 2 (left alone,
     each process's torch starts a thread per core and they spin waiting for each other), and the probe's kernel
     is still forked from the zygote (the same environment); a value the user set is theirs."""
@@ -347,7 +393,9 @@ def test_the_processes_a_sweep_runs_at_once_share_the_cores_for_torchs_threads(t
 
     from model_support.sweep.executors.local import THREADS_VAR, LocalExecutor, thread_share
 
-    monkeypatch.delenv(THREADS_VAR, raising=False)  # the suite sets its own (conftest): a user who did not
+    monkeypatch.delenv(
+        THREADS_VAR, raising=False
+    )  # the suite sets its own (conftest): a user who did not
     # the session's zygote (conftest) serves the same environment under xdist (each worker's thread share is the one
     # checked here), and a sweep then forks from it: this test is about the sweep's own zygote
     monkeypatch.delenv("MODEL_SUPPORT_KERNEL_ZYGOTE", raising=False)
@@ -364,7 +412,9 @@ def test_the_processes_a_sweep_runs_at_once_share_the_cores_for_torchs_threads(t
         assert _environ(psutil.Process(standby.proc.pid)).get(THREADS_VAR) == share
         assert standby.wait_warm(120), "the probe process never warmed up"
         kernels = [k for k in zygote.children() if k.cwd() == str(standby.work)]
-        assert kernels and _environ(kernels[0]).get(THREADS_VAR) == share  # forked, not started fresh
+        assert (
+            kernels and _environ(kernels[0]).get(THREADS_VAR) == share
+        )  # forked, not started fresh
     finally:
         executor.kill_running()
         executor.finish()
@@ -432,7 +482,10 @@ def test_a_retry_runs_on_a_fresh_process_and_leaves_the_slots_warm_one_to_the_ne
         found = []
         for child in psutil.Process().children():
             try:
-                if str(tmp_path) in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
+                if (
+                    str(tmp_path) in " ".join(child.cmdline())
+                    and child.status() != psutil.STATUS_ZOMBIE
+                ):
                     found.append(child)
             except psutil.NoSuchProcess:
                 pass

@@ -50,9 +50,15 @@ def _assert_nothing_left(result):
     deadline = time.monotonic() + 10
     pids = [result["launcher_pid"], *result["rank_pids"]]
     while time.monotonic() < deadline:
-        alive = [p for p in pids if p and psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        alive = [
+            p
+            for p in pids
+            if p and psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+        ]
         children = [
-            c for c in psutil.Process().children(recursive=True) if c.status() != psutil.STATUS_ZOMBIE and _of_a_run(c)
+            c
+            for c in psutil.Process().children(recursive=True)
+            if c.status() != psutil.STATUS_ZOMBIE and _of_a_run(c)
         ]
         if not alive and not children:
             return
@@ -70,7 +76,9 @@ def sharded_models(tmp_path_factory) -> dict:
     built = {}
     for spec in SHARDED_FIXTURES:
         final = root / spec["name"]
-        extra = _atomic_build(final, lambda tmp, spec=spec, final=final: spec["build"](tmp, final, ctx))
+        extra = _atomic_build(
+            final, lambda tmp, spec=spec, final=final: spec["build"](tmp, final, ctx)
+        )
         built[spec["name"]] = {"path": str(final), **extra}
     return built
 
@@ -89,7 +97,9 @@ def test_plan_devices_picks_the_fewest_powers_of_two():
     assert sharded.plan_devices(10**9, "bfloat16", 3 * gib, 8) == 1
     assert sharded.plan_devices(10**9, "bfloat16", 2 * gib, 8) == 2
     assert sharded.plan_devices(10**9, "float32", 2 * gib, 8) == 4  # 4.8 GB
-    assert sharded.plan_devices(10**9, "float32", 2 * gib, 6) == 4  # powers of two only: 1, 2, 4 of 6
+    assert (
+        sharded.plan_devices(10**9, "float32", 2 * gib, 6) == 4
+    )  # powers of two only: 1, 2, 4 of 6
     assert sharded.plan_devices(10**9, "bfloat16", 2 * gib, 8, margin=0.0) == 1  # 2.0e9 < 2 GiB
     with pytest.raises(sharded.DoesNotFit, match=r"more than 4 device\(s\) of 0\.5 GiB hold"):
         sharded.plan_devices(10**9, "bfloat16", gib // 2, 7)
@@ -119,7 +129,9 @@ def test_parallelism_for_the_plans_transformers_ships():
     assert sharded.parallelism_for(LlamaForCausalLM)[0] == "tp"
     kind, details = sharded.parallelism_for(AutoConfig.for_model("mixtral"))
     assert (kind, details["dense"], details["model_class"]) == ("ep", "tp", "MixtralForCausalLM")
-    kind, details = sharded.parallelism_for(AutoConfig.for_model("zaya"))  # an expert plan and no tensor plan
+    kind, details = sharded.parallelism_for(
+        AutoConfig.for_model("zaya")
+    )  # an expert plan and no tensor plan
     assert (kind, details["dense"]) == ("ep", "fsdp")
     for no_plan in (AutoConfig.for_model("gpt2"), AutoConfig.for_model("opt"), GPT2LMHeadModel):
         assert sharded.parallelism_for(no_plan)[0] is None
@@ -130,14 +142,22 @@ def test_parallelism_for_the_plans_transformers_ships():
 
 #: The launch environment torch_tpu's set_tpu_launch_env sets for 2 ranks (tests/test_torch_tpu_conformance.py checks
 #: it against the package), as a rank inherits it from the launcher's parent.
-TPU_LAUNCH = {"TORCH_TPU_SLICEBUILDER_ADDRESSES": "localhost:8100,localhost:8101", "TORCH_TPU_TOPOLOGY": "1,2,1"}
+TPU_LAUNCH = {
+    "TORCH_TPU_SLICEBUILDER_ADDRESSES": "localhost:8100,localhost:8101",
+    "TORCH_TPU_TOPOLOGY": "1,2,1",
+}
 
 
 def test_tpu_rank_env_one_chip_per_process():
     """Each rank its own chip of the probe's grant, by TPU_VISIBLE_DEVICES (torch_tpu's runtime otherwise opens chip
     LOCAL_RANK: chips 0-1 for a probe granted 4-5), and the launch environment the ranks share."""
-    assert sharded.tpu_rank_env(1, 2, [4, 5], TPU_LAUNCH) == {"TPU_VISIBLE_DEVICES": "5", **TPU_LAUNCH}
-    assert sharded.tpu_rank_env(0, 2, None, TPU_LAUNCH)["TPU_VISIBLE_DEVICES"] == "0"  # unpinned: chips 0..N-1
+    assert sharded.tpu_rank_env(1, 2, [4, 5], TPU_LAUNCH) == {
+        "TPU_VISIBLE_DEVICES": "5",
+        **TPU_LAUNCH,
+    }
+    assert (
+        sharded.tpu_rank_env(0, 2, None, TPU_LAUNCH)["TPU_VISIBLE_DEVICES"] == "0"
+    )  # unpinned: chips 0..N-1
     with pytest.raises(ValueError, match="2 TPU ranks need 2 chips"):
         sharded.tpu_rank_env(1, 2, [4], TPU_LAUNCH)
 
@@ -147,9 +167,13 @@ def test_a_tpu_rank_takes_its_processs_own_chip():
     (the generic accelerators' convention, where every rank sees every device)."""
     from model_support.probe.devices.tpu import TpuAdapter
 
-    class OneChipProcess(TpuAdapter):  # torch's answers in a process that sees one chip, without a TPU here
+    class OneChipProcess(
+        TpuAdapter
+    ):  # torch's answers in a process that sees one chip, without a TPU here
         def ask(self, name, *args):
-            return (0, "torch.accelerator." + name) if name == "current_device_index" else (None, None)
+            return (
+                (0, "torch.accelerator." + name) if name == "current_device_index" else (None, None)
+            )
 
         def select(self, index):  # the device index the rank would make current
             return index
@@ -170,8 +194,12 @@ def test_a_sharded_repro_carries_how_the_adapter_set_up_each_rank(monkeypatch):
     setup = run._rank_setup(TpuAdapter(), 2)
     assert setup["distributed_backend"] == "cpu:gloo,tpu:tpu_dist"
     assert [env["TPU_VISIBLE_DEVICES"] for env in setup["rank_env"]] == ["4", "5"]
-    assert setup["rank_env"] == [sharded.tpu_rank_env(rank, 2, [4, 5], TPU_LAUNCH) for rank in range(2)]
-    assert run._rank_setup(TpuAdapter(), 3)["rank_env"] is None  # no 3-chip TPU slice: the ranks failed on it
+    assert setup["rank_env"] == [
+        sharded.tpu_rank_env(rank, 2, [4, 5], TPU_LAUNCH) for rank in range(2)
+    ]
+    assert (
+        run._rank_setup(TpuAdapter(), 3)["rank_env"] is None
+    )  # no 3-chip TPU slice: the ranks failed on it
 
 
 def test_a_tpu_probe_launches_its_ranks_with_torch_tpus_launch_environment(monkeypatch):
@@ -186,7 +214,9 @@ def test_a_tpu_probe_launches_its_ranks_with_torch_tpus_launch_environment(monke
     monkeypatch.setattr(tpu, "chip_shape", lambda n: "1,2,1")
     monkeypatch.setattr(tpu, "_LAUNCHED", {})
     assert launch.launch_environment("tpu", 2) == TPU_LAUNCH
-    assert launch.launch_environment("tpu", 2) == TPU_LAUNCH and calls == [2]  # once per run: the repro gets the same
+    assert launch.launch_environment("tpu", 2) == TPU_LAUNCH and calls == [
+        2
+    ]  # once per run: the repro gets the same
     env = launch._child_env("tpu", 2, TPU_LAUNCH)
     assert {k: env[k] for k in TPU_LAUNCH} == TPU_LAUNCH and not set(TPU_LAUNCH) & set(os.environ)
     assert launch.launch_environment("cpu", 2) == {} and launch.launch_environment("cuda", 2) == {}
@@ -209,7 +239,9 @@ def test_a_tpu_probe_launches_its_ranks_with_torch_tpus_launch_environment(monke
     assert result["launcher_pid"] is None and result["rank_pids"] == []
 
 
-def test_a_sharded_run_on_a_device_playing_the_tpu_launch_contract(tmp_path, tiny_llama, monkeypatch):
+def test_a_sharded_run_on_a_device_playing_the_tpu_launch_contract(
+    tmp_path, tiny_llama, monkeypatch
+):
     """The pretend device under the TPU contract's distributed clauses (``launch_env``, ``one_device``: a rank with
     WORLD_SIZE set refuses to start without its launch environment, and opens one device: the single id its
     visibility variable names, else device LOCAL_RANK, as torch_tpu's runtime does). A probe granted devices 2 and 3
@@ -224,16 +256,27 @@ def test_a_sharded_run_on_a_device_playing_the_tpu_launch_contract(tmp_path, tin
     assert two["status"] == probe_core.PASS, (two["error_message"], two["rank_errors"])
     assert (two["devices_used"], two["parallelism"], two["ranks_agree"]) == (2, "tp", True)
     assert two["output_token_ids"] == _one_process(tiny_llama, "float32")["output_token_ids"]
-    seen = sorted((json.loads(line) for line in opened.read_text().splitlines()), key=lambda r: r["rank"])
-    assert [(r["rank"], r["world_size"], r["opened"]) for r in seen] == [("0", "2", [2]), ("1", "2", [3])]
-    assert seen[0]["launch"] == seen[1]["launch"] and seen[0]["launch"]["PRETEND_TOPOLOGY"] == "1,2,1"
+    seen = sorted(
+        (json.loads(line) for line in opened.read_text().splitlines()), key=lambda r: r["rank"]
+    )
+    assert [(r["rank"], r["world_size"], r["opened"]) for r in seen] == [
+        ("0", "2", [2]),
+        ("1", "2", [3]),
+    ]
+    assert (
+        seen[0]["launch"] == seen[1]["launch"] and seen[0]["launch"]["PRETEND_TOPOLOGY"] == "1,2,1"
+    )
     assert len(seen[0]["launch"]["PRETEND_LAUNCH_ADDRESSES"].split(",")) == 2
-    assert "PRETEND_LAUNCH_ADDRESSES" not in os.environ  # the probe's own environment is left as it was
+    assert (
+        "PRETEND_LAUNCH_ADDRESSES" not in os.environ
+    )  # the probe's own environment is left as it was
     _assert_nothing_left(two)
 
     from model_support_pretend.adapter import PretendAdapter
 
-    monkeypatch.setattr(PretendAdapter, "launch_env", lambda self, world_size: {})  # a launcher that sets none
+    monkeypatch.setattr(
+        PretendAdapter, "launch_env", lambda self, world_size: {}
+    )  # a launcher that sets none
     refused = sharded.run_sharded({"load_from": tiny_llama, "dtype": "float32"}, 2, "pretend")
     assert (refused["status"], refused["failure_stage"]) == (probe_core.FAIL_OTHER, "runner")
     assert refused["rank_errors"] and all(  # the first to refuse; the agent then stops the other
@@ -258,7 +301,9 @@ def test_no_plan_model_gets_its_sentence_and_no_rank_starts(sharded_models):
 
 
 def test_unreadable_config_is_fail_load_before_any_rank(fixture_models):
-    result = sharded.run_sharded({"load_from": fixture_models["fail-unknown-model-type"]["path"]}, 2)
+    result = sharded.run_sharded(
+        {"load_from": fixture_models["fail-unknown-model-type"]["path"]}, 2
+    )
     assert (result["status"], result["failure_stage"]) == (probe_core.FAIL_LOAD, "load")
     assert "not-a-real-arch" in result["error_message"] and result["launcher_pid"] is None
 
@@ -271,7 +316,12 @@ def test_tensor_parallel_tiny_llama_matches_one_process(tiny_llama, record_prope
     two = sharded.run_sharded({"load_from": tiny_llama, "dtype": "float32"}, 2)
     wall = time.perf_counter() - started
     assert two["status"] == probe_core.PASS, two["traceback"]
-    assert (two["parallelism"], two["tp_size"], two["ep_size"], two["devices_used"]) == ("tp", 2, 1, 2)
+    assert (two["parallelism"], two["tp_size"], two["ep_size"], two["devices_used"]) == (
+        "tp",
+        2,
+        1,
+        2,
+    )
     assert two["distributed_config"] == {"tp_size": 2}
     one = _one_process(tiny_llama, "float32")
     # float32: reduction order across ranks cannot flip a greedy token of this model
@@ -279,10 +329,14 @@ def test_tensor_parallel_tiny_llama_matches_one_process(tiny_llama, record_prope
     assert two["ranks_agree"] is True and two["tokens_in"] == one["tokens_in"]
     assert two["num_params"] == one["num_params"]  # DTensors count their global shape
     full_bytes = one["num_params"] * 4
-    assert all(b < 0.6 * full_bytes for b in two["local_param_bytes_per_rank"])  # each rank holds about half
+    assert all(
+        b < 0.6 * full_bytes for b in two["local_param_bytes_per_rank"]
+    )  # each rank holds about half
     assert len(two["load_s_per_rank"]) == len(two["generate_s_per_rank"]) == 2
     assert two["peak_device_mem_mb"] is None  # CPU: nothing trustworthy to report
-    assert two["memory_estimate_bytes"] == sharded.memory_estimate_bytes(one["num_params"], "float32")
+    assert two["memory_estimate_bytes"] == sharded.memory_estimate_bytes(
+        one["num_params"], "float32"
+    )
     _assert_nothing_left(two)
     record_property("wall_2_ranks_s", round(wall, 2))
     print(
@@ -300,7 +354,9 @@ def test_tensor_parallel_bf16_agreement_is_recorded(tiny_llama, record_property)
     one = _one_process(tiny_llama, "bfloat16")
     agree = sum(a == b for a, b in zip(two["output_token_ids"], one["output_token_ids"]))
     record_property("bf16_tokens_agreeing_of_8", agree)
-    print(f"tiny-llama bf16: 2 ranks {two['output_token_ids']}, 1 process {one['output_token_ids']}: {agree}/8 agree")
+    print(
+        f"tiny-llama bf16: 2 ranks {two['output_token_ids']}, 1 process {one['output_token_ids']}: {agree}/8 agree"
+    )
 
 
 def test_moe_runs_expert_parallel(sharded_models):
@@ -308,7 +364,10 @@ def test_moe_runs_expert_parallel(sharded_models):
     two = sharded.run_sharded({"load_from": path, "dtype": "float32"}, 2)
     assert two["status"] == probe_core.PASS, two["traceback"]
     assert (two["parallelism"], two["tp_size"], two["ep_size"]) == ("ep", 2, 2)
-    assert two["local_experts_per_rank"] == [[2, 2], [2, 2]]  # 4 whole experts per layer, 2 on each rank
+    assert two["local_experts_per_rank"] == [
+        [2, 2],
+        [2, 2],
+    ]  # 4 whole experts per layer, 2 on each rank
     assert two["output_token_ids"] == _one_process(path, "float32")["output_token_ids"]
     _assert_nothing_left(two)
 
@@ -326,23 +385,38 @@ def test_moe_expert_parallel_without_the_tensor_plan(sharded_models):
 def test_a_rank_exception_is_the_verdict(sharded_models):
     """Forced tensor parallel on a model without a tensor plan: transformers refuses it on every rank;
     the probe reports that exception (rebuilt, by name, message and the rank's traceback) as FAIL(load)."""
-    result = sharded.run_sharded({"load_from": sharded_models["sharded-gpt2"]["path"], "parallelism": "tp"}, 2)
+    result = sharded.run_sharded(
+        {"load_from": sharded_models["sharded-gpt2"]["path"], "parallelism": "tp"}, 2
+    )
     assert (result["status"], result["failure_stage"], result["error_type"]) == (
         probe_core.FAIL_LOAD,
         "load",
         "ValueError",
     )
-    assert result["error_message"].startswith("`tp_size=2` was requested, but `GPT2LMHeadModel` has no `tp_plan`.")
-    assert isinstance(result["exception"], sharded.RankError) and type(result["exception"]).__name__ == "ValueError"
-    assert "_resolve_parallel_plans" in probe_core.trimmed_traceback(result["exception"])  # the rank's traceback
+    assert result["error_message"].startswith(
+        "`tp_size=2` was requested, but `GPT2LMHeadModel` has no `tp_plan`."
+    )
+    assert (
+        isinstance(result["exception"], sharded.RankError)
+        and type(result["exception"]).__name__ == "ValueError"
+    )
+    assert "_resolve_parallel_plans" in probe_core.trimmed_traceback(
+        result["exception"]
+    )  # the rank's traceback
     assert result["traceback"].startswith(f"rank {result['failed_rank']}:")
     _assert_nothing_left(result)
 
 
 def test_killed_rank_is_fail_other_naming_it(tiny_llama, monkeypatch):
-    monkeypatch.setenv(sharded.TEST_FAULT_ENV, "kill:1:2")  # test-only: rank 1 SIGKILLs itself after 2 tokens
+    monkeypatch.setenv(
+        sharded.TEST_FAULT_ENV, "kill:1:2"
+    )  # test-only: rank 1 SIGKILLs itself after 2 tokens
     result = sharded.run_sharded({"load_from": tiny_llama, "dtype": "float32"}, 2, timeout_s=120)
-    assert (result["status"], result["failure_stage"], result["failed_rank"]) == (probe_core.FAIL_OTHER, "generate", 1)
+    assert (result["status"], result["failure_stage"], result["failed_rank"]) == (
+        probe_core.FAIL_OTHER,
+        "generate",
+        1,
+    )
     assert result["error_type"] == "RankDied"
     assert result["error_message"].startswith(
         "rank 1 was killed by SIGKILL (what the kernel's OOM killer sends when memory runs out) "
@@ -352,13 +426,20 @@ def test_killed_rank_is_fail_other_naming_it(tiny_llama, monkeypatch):
 
 
 def test_hung_rank_times_out_and_every_rank_is_killed(tiny_llama, monkeypatch):
-    monkeypatch.setenv(sharded.TEST_FAULT_ENV, "hang:1:2")  # test-only: rank 1 sleeps forever after 2 tokens
+    monkeypatch.setenv(
+        sharded.TEST_FAULT_ENV, "hang:1:2"
+    )  # test-only: rank 1 sleeps forever after 2 tokens
     # 40 s: a 2-rank run reaches its 2nd token in ~8 s on a quiet host, ~20 s beside make test's other worker
     result = sharded.run_sharded({"load_from": tiny_llama, "dtype": "float32"}, 2, timeout_s=40)
     assert (result["status"], result["error_type"]) == (probe_core.FAIL_OTHER, "RankTimeout")
     message = result["error_message"]
-    assert "did not finish within 40 s" in message and "rank 1: during generate, after 2 of 8 new tokens" in message
-    assert "in put" in result["rank_log_tail"]  # rank 1's stack: stuck in the step timer (the fault)
+    assert (
+        "did not finish within 40 s" in message
+        and "rank 1: during generate, after 2 of 8 new tokens" in message
+    )
+    assert (
+        "in put" in result["rank_log_tail"]
+    )  # rank 1's stack: stuck in the step timer (the fault)
     _assert_nothing_left(result)
 
 
@@ -368,7 +449,9 @@ def test_the_models_timeout_reaches_its_ranks(tiny_llama, monkeypatch):
     and the record keeps the ranks' stacks."""
     from model_support.sweep.worker.process import run_task
 
-    monkeypatch.setenv(sharded.TEST_FAULT_ENV, "hang:1:2")  # inherited by the probe process, then its ranks
+    monkeypatch.setenv(
+        sharded.TEST_FAULT_ENV, "hang:1:2"
+    )  # inherited by the probe process, then its ranks
     task = {
         "sweep_id": "s",
         "model_id": "local:tiny-llama",
@@ -379,11 +462,17 @@ def test_the_models_timeout_reaches_its_ranks(tiny_llama, monkeypatch):
         "notebook_path": "sweeps/s/notebooks/tiny-llama.ipynb",
     }
     record = run_task(task).record
-    assert (record["status"], record["error_type"]) == (probe_core.FAIL_OTHER, "RankTimeout"), record["error_message"]
+    assert (record["status"], record["error_type"]) == (probe_core.FAIL_OTHER, "RankTimeout"), (
+        record["error_message"]
+    )
     within = re.search(r"did not finish within ([\d.]+) s", record["error_message"])
     assert within and float(within.group(1)) <= 45 - 15, record["error_message"]
-    assert "rank 1: during " in record["error_message"]  # where it was (generate, or load on a busy host)
-    assert "--- rank 1 stderr ---" in record["rank_log_tail"] and 'File "' in record["rank_log_tail"]  # its stack
+    assert (
+        "rank 1: during " in record["error_message"]
+    )  # where it was (generate, or load on a busy host)
+    assert (
+        "--- rank 1 stderr ---" in record["rank_log_tail"] and 'File "' in record["rank_log_tail"]
+    )  # its stack
 
 
 def test_importable_without_torch():
@@ -400,7 +489,10 @@ def test_each_cpu_rank_gets_its_share_of_the_probes_threads():
     from model_support.probe.sharded.launch import rank_threads
 
     cores = os.cpu_count() or 1
-    assert (rank_threads(2, {"OMP_NUM_THREADS": "4"}), rank_threads(4, {"OMP_NUM_THREADS": "4"})) == (2, 1)
+    assert (
+        rank_threads(2, {"OMP_NUM_THREADS": "4"}),
+        rank_threads(4, {"OMP_NUM_THREADS": "4"}),
+    ) == (2, 1)
     assert rank_threads(2, {"OMP_NUM_THREADS": "1"}) == 1  # never none
     assert rank_threads(2, {}) == rank_threads(2, {"OMP_NUM_THREADS": "4,2"}) == max(1, cores // 2)
 
@@ -449,7 +541,12 @@ def test_the_papermill_probe_with_devices_2_is_tensor_parallel_and_agrees_in_flo
         assert run.returncode == 0, run.stderr[-3000:]
         records[devices] = json.loads(path.read_text())
     one, two = records["1"], records["2"]
-    assert (two["status"], two["devices_used"], two["parallelism"], two["tp_size"]) == ("PASS", 2, "tp", 2)
+    assert (two["status"], two["devices_used"], two["parallelism"], two["tp_size"]) == (
+        "PASS",
+        2,
+        "tp",
+        2,
+    )
     assert (one["devices_used"], one["parallelism"]) == (1, "none")
     assert two["output_token_ids"] == one["output_token_ids"] and len(two["load_s_per_rank"]) == 2
     assert two["ranks_agree"] is True and two["rank_errors"] is None
@@ -478,7 +575,9 @@ def test_a_sweep_hands_out_devices_not_slots_and_resumes(tmp_path):
     ]
     definition = tmp_path / "mixed.yaml"
     definition.write_text(
-        yaml.safe_dump({"name": "mixed", "probe": {"device": "cpu", "reference": "none"}, "models": models})
+        yaml.safe_dump(
+            {"name": "mixed", "probe": {"device": "cpu", "reference": "none"}, "models": models}
+        )
     )
     data = tmp_path / "data"
     cli = [sys.executable, "-m", "model_support.cli", "sweep"]
@@ -504,13 +603,27 @@ def test_a_sweep_hands_out_devices_not_slots_and_resumes(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     rows = store.scan(data).collect()
     assert sorted(rows["model_id"]) == sorted(
-        ["local:sharded-llama", "local:tiny-gpt2", "local:sharded-mixtral", "local:tiny-llama", "local:tiny-opt"]
+        [
+            "local:sharded-llama",
+            "local:tiny-gpt2",
+            "local:sharded-mixtral",
+            "local:tiny-llama",
+            "local:tiny-opt",
+        ]
     )
     assert set(rows["status"]) == {"PASS"}
     used = dict(rows.select("model_id", "devices_used").iter_rows())
-    assert used["local:sharded-llama"] == used["local:sharded-mixtral"] == 2 and used["local:tiny-opt"] == 1
-    grants = [json.loads(line) for line in (data / "sweeps" / sweep_id / "schedule.jsonl").read_text().splitlines()]
-    assert {tuple(g["devices"]) for g in grants if g["model_id"] == "local:sharded-llama"} == {(0, 1)}
+    assert (
+        used["local:sharded-llama"] == used["local:sharded-mixtral"] == 2
+        and used["local:tiny-opt"] == 1
+    )
+    grants = [
+        json.loads(line)
+        for line in (data / "sweeps" / sweep_id / "schedule.jsonl").read_text().splitlines()
+    ]
+    assert {tuple(g["devices"]) for g in grants if g["model_id"] == "local:sharded-llama"} == {
+        (0, 1)
+    }
     for i, a in enumerate(grants):  # no device held by two probes at once
         for b in grants[i + 1 :]:
             overlap = a["start"] < b["end"] and b["start"] < a["end"]
@@ -524,7 +637,13 @@ def test_a_model_needing_more_devices_than_the_sweep_has_is_refused(tmp_path):
 
     definition = tmp_path / "big.yaml"
     definition.write_text(
-        yaml.safe_dump({"name": "big", "probe": {"device": "cpu", "devices": 4}, "models": ["data/models/tiny-llama"]})
+        yaml.safe_dump(
+            {
+                "name": "big",
+                "probe": {"device": "cpu", "devices": 4},
+                "models": ["data/models/tiny-llama"],
+            }
+        )
     )
     run = subprocess.run(
         [
@@ -572,16 +691,28 @@ def test_ray_asks_for_each_models_devices_and_gives_the_same_rows(tmp_path):
     def where_ray_listens(record, done, total):  # while the local Ray the sweep started runs
         import ray
 
-        listens.append(({n["NodeManagerAddress"] for n in ray.nodes()}, ray.get_runtime_context().gcs_address))
+        listens.append(
+            ({n["NodeManagerAddress"] for n in ray.nodes()}, ray.get_runtime_context().gcs_address)
+        )
 
-    summary = sweep.run(definition, tmp_path / "data", workers=2, executor="ray", on_result=where_ray_listens)
+    summary = sweep.run(
+        definition, tmp_path / "data", workers=2, executor="ray", on_result=where_ray_listens
+    )
     rows = store.scan(tmp_path / "data").collect()
     assert summary["executor"] == "ray" and set(rows["status"]) == {"PASS"}
     # a local Ray is this host's alone: its node and its GCS on the loopback address, not the host's network one
-    assert listens and all(nodes == {"127.0.0.1"} and gcs.startswith("127.0.0.1:") for nodes, gcs in listens)
-    assert dict(rows.select("model_id", "devices_used").iter_rows()) == {"local:sharded-llama": 2, "local:tiny-gpt2": 1}
+    assert listens and all(
+        nodes == {"127.0.0.1"} and gcs.startswith("127.0.0.1:") for nodes, gcs in listens
+    )
+    assert dict(rows.select("model_id", "devices_used").iter_rows()) == {
+        "local:sharded-llama": 2,
+        "local:tiny-gpt2": 1,
+    }
     tasks = sweep.build_tasks(store.read_sweep(tmp_path / "data", summary["sweep_id"]))
-    assert [ray_resources("cpu", devices_needed(t, 2)) for t in tasks] == [{"num_cpus": 2}, {"num_cpus": 1}]
+    assert [ray_resources("cpu", devices_needed(t, 2)) for t in tasks] == [
+        {"num_cpus": 2},
+        {"num_cpus": 1},
+    ]
     assert ray_resources("tpu", 4) == {"num_cpus": 1, "resources": {"TPU": 4}}
 
 
@@ -596,10 +727,15 @@ def test_ray_holds_the_clusters_devices_and_refuses_others_before_the_sweep_is_w
     assert ray_auto_device({"CPU": 16.0, "GPU": 2.0}) == "cuda"
     assert ray_auto_device({"CPU": 8.0, "TPU": 4.0}) == "tpu"
     assert ray_auto_device({"CPU": 2.0}) == "cpu"
-    assert ray_resources("cuda", 2) == {"num_cpus": 1, "num_gpus": 2}  # the cuda adapter's Ray resource
+    assert ray_resources("cuda", 2) == {
+        "num_cpus": 1,
+        "num_gpus": 2,
+    }  # the cuda adapter's Ray resource
     raw = {"name": "ray-xpu", "probe": {"device": "xpu"}, "models": ["data/models/tiny-gpt2"]}
     definition = params.parse(raw, source="ray.yaml", base=checkout_root())
-    with pytest.raises(UserError, match=r"not for 'xpu' devices: run this sweep with --executor local"):
+    with pytest.raises(
+        UserError, match=r"not for 'xpu' devices: run this sweep with --executor local"
+    ):
         sweep.run(definition, tmp_path / "data", executor="ray")
     assert not (tmp_path / "data" / "sweeps").exists()
 
@@ -613,5 +749,7 @@ def test_ranks_import_the_package_from_where_the_probe_did(tmp_path):
     first = launch._child_env("cpu", 2)["PYTHONPATH"].split(os.pathsep)[0]
     env = {**os.environ, "PYTHONPATH": first}
     code = "import model_support; print(model_support.__file__)"
-    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    child = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
     assert child.stdout.strip() == model_support.__file__, child.stderr[-500:]

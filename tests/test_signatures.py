@@ -80,8 +80,13 @@ def test_different_operator_gives_different_signature():
 
 
 def test_memory_space_and_words_stay():
-    sig = failure_signature("XlaRuntimeError", "Ran out of memory in memory space vmem. Used 3.1M of 2M vmem.")
-    assert sig == "XlaRuntimeError: Ran out of memory in memory space vmem. Used <size> of <size> vmem."
+    sig = failure_signature(
+        "XlaRuntimeError", "Ran out of memory in memory space vmem. Used 3.1M of 2M vmem."
+    )
+    assert (
+        sig
+        == "XlaRuntimeError: Ran out of memory in memory space vmem. Used <size> of <size> vmem."
+    )
 
 
 def test_repo_ids_model_types_configs_and_quoted_names():
@@ -162,9 +167,7 @@ def test_signature_never_carries_a_token(monkeypatch):
 # a config, no download) are run so that they fail in the places the architecture zoo showed, and the
 # tracebacks are formatted as records store them (probe_core.trimmed_traceback) and in full.
 
-SIZE_MISMATCH = (
-    "RuntimeError: The size of tensor a (<n>) must match the size of tensor b (<n>) at non-singleton dimension <n>"
-)
+SIZE_MISMATCH = "RuntimeError: The size of tensor a (<n>) must match the size of tensor b (<n>) at non-singleton dimension <n>"
 ROPE_LLAMA = "modeling_llama.apply_rotary_pos_emb"
 SDPA = "sdpa_attention.sdpa_attention_forward"
 
@@ -233,12 +236,24 @@ def live(tmp_path_factory) -> dict[str, dict]:
 
     def wrong_mask(model, seq_len, kv_len):
         """A 4D mask for another key length: scaled_dot_product_attention fails in sdpa_attention_forward."""
-        return lambda: forward(model, seq_len, attention_mask=torch.ones(1, 1, seq_len, kv_len, dtype=torch.bool))
+        return lambda: forward(
+            model, seq_len, attention_mask=torch.ones(1, 1, seq_len, kv_len, dtype=torch.bool)
+        )
 
     llama = tiny("llama")
     # internlm3 is another model type (its own config class) whose causal LM is LlamaForCausalLM.
-    internlm3 = tiny("internlm3", hidden_size=48, num_hidden_layers=2, num_attention_heads=6, num_key_value_heads=3)
-    assert type(internlm3).__module__ == type(llama).__module__ == "transformers.models.llama.modeling_llama"
+    internlm3 = tiny(
+        "internlm3",
+        hidden_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=6,
+        num_key_value_heads=3,
+    )
+    assert (
+        type(internlm3).__module__
+        == type(llama).__module__
+        == "transformers.models.llama.modeling_llama"
+    )
     deepseek = tiny(
         "deepseek_v3",
         rope_interleave=True,
@@ -254,10 +269,15 @@ def live(tmp_path_factory) -> dict[str, dict]:
         n_group=1,
         topk_group=1,
     )
-    custom_file = tmp_path_factory.mktemp("hf") / "modules/transformers_modules/acme/TinyLM/0a1b2c3d/modeling_acme.py"
+    custom_file = (
+        tmp_path_factory.mktemp("hf")
+        / "modules/transformers_modules/acme/TinyLM/0a1b2c3d/modeling_acme.py"
+    )
     custom_file.parent.mkdir(parents=True)
     custom_file.write_text(CUSTOM_MODELING)
-    spec = importlib.util.spec_from_file_location("transformers_modules.acme.TinyLM.modeling_acme", custom_file)
+    spec = importlib.util.spec_from_file_location(
+        "transformers_modules.acme.TinyLM.modeling_acme", custom_file
+    )
     custom = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(custom)
     tokenizer = types.SimpleNamespace(pad_token_id=0, eos_token_id=1)
@@ -279,9 +299,15 @@ def live(tmp_path_factory) -> dict[str, dict]:
         "custom_rope": lambda: custom.forward(5, 3),
         # Through the probe's own generate(), as a probe runs it: project frames outermost (a partial
         # adds no frame of this file).
-        "generate_4d_mask": partial(probe_core.generate, llama, tokenizer, ids, torch.ones(1, 1, 3, 3), 2, "cpu"),
-        "generate_token_id": partial(probe_core.generate, llama, tokenizer, ids * 50, torch.ones_like(ids), 2, "cpu"),
-        "generate_not_a_model": partial(probe_core.generate, torch.nn.Linear(2, 2), tokenizer, ids, ids, 2, "cpu"),
+        "generate_4d_mask": partial(
+            probe_core.generate, llama, tokenizer, ids, torch.ones(1, 1, 3, 3), 2, "cpu"
+        ),
+        "generate_token_id": partial(
+            probe_core.generate, llama, tokenizer, ids * 50, torch.ones_like(ids), 2, "cpu"
+        ),
+        "generate_not_a_model": partial(
+            probe_core.generate, torch.nn.Linear(2, 2), tokenizer, ids, ids, 2, "cpu"
+        ),
         "torch_only": partial(torch.nn.Embedding(3, 2), torch.tensor([7])),
         "chained": caught_then_torch_fails,
     }
@@ -313,7 +339,11 @@ def test_live_places(live, name, form):
 def test_live_tracebacks_are_real_and_some_are_trimmed(live):
     for failure in live.values():
         assert failure["full"].startswith("Traceback (most recent call last):")
-        assert failure["full"].rstrip().endswith(f"{failure['error_type']}: {failure['message']}".rstrip())
+        assert (
+            failure["full"]
+            .rstrip()
+            .endswith(f"{failure['error_type']}: {failure['message']}".rstrip())
+        )
     assert any("lines trimmed" in f["trimmed"] for f in live.values())
     assert "lines trimmed" in live["llama_rope"]["trimmed"]
     assert "During handling of the above exception" in live["chained"]["full"]
@@ -328,7 +358,10 @@ def test_places_carry_no_line_numbers_and_no_paths(live):
         stem, func = place.split(".", 1)
         frames = [line for line in failure["full"].splitlines() if f'/{stem}.py", line ' in line]
         line_number = re.search(r", line (\d+), in (.+)$", frames[-1])
-        assert line_number.group(2) == func and line_number.group(1) not in place, (name, frames[-1])
+        assert line_number.group(2) == func and line_number.group(1) not in place, (
+            name,
+            frames[-1],
+        )
 
 
 def test_same_error_same_function_same_signature(live):
@@ -340,7 +373,9 @@ def test_same_error_same_function_same_signature(live):
             sig_b = failure_signature(live[b]["error_type"], live[b]["message"], live[b][form])
             assert sig_a == sig_b
     assert failure_signature(
-        live["llama_rope"]["error_type"], live["llama_rope"]["message"], live["llama_rope"]["trimmed"]
+        live["llama_rope"]["error_type"],
+        live["llama_rope"]["message"],
+        live["llama_rope"]["trimmed"],
     ) == (f"{SIZE_MISMATCH} @ {ROPE_LLAMA}")
     assert failure_signature(
         live["qwen2_sdpa"]["error_type"], live["qwen2_sdpa"]["message"], live["qwen2_sdpa"]["full"]
@@ -351,19 +386,30 @@ def test_same_words_from_different_functions_differ(live):
     names = ["llama_rope", "mistral_rope", "deepseek_v3_rope", "llama_sdpa", "custom_rope"]
     wordless = {failure_signature(live[n]["error_type"], live[n]["message"]) for n in names}
     assert wordless == {SIZE_MISMATCH}  # without a traceback they all read the same
-    placed = [failure_signature(live[n]["error_type"], live[n]["message"], live[n]["trimmed"]) for n in names]
+    placed = [
+        failure_signature(live[n]["error_type"], live[n]["message"], live[n]["trimmed"])
+        for n in names
+    ]
     assert len(set(placed)) == len(names), placed
     for name, sig in zip(names, placed):
         assert sig.endswith(f" @ {EXPECTED_PLACES[name]}") and len(sig) <= MAX_SIGNATURE_LEN
     # The longest place leaves no room for the whole message: the message is cut, not the place.
-    assert placed[2] == SIZE_MISMATCH.rsplit(" ", 2)[0] + " @ modeling_deepseek_v3.apply_rotary_pos_emb_interleave"
+    assert (
+        placed[2]
+        == SIZE_MISMATCH.rsplit(" ", 2)[0]
+        + " @ modeling_deepseek_v3.apply_rotary_pos_emb_interleave"
+    )
 
 
 def test_place_is_kept_when_the_message_is_cut(live):
     trace = live["deepseek_v3_rope"]["trimmed"]
     place = EXPECTED_PLACES["deepseek_v3_rope"]
     sig = failure_signature("RuntimeError", "word " * 10_000, trace)
-    assert len(sig) <= MAX_SIGNATURE_LEN and sig.endswith(f"word @ {place}") and sig.startswith("RuntimeError: word")
+    assert (
+        len(sig) <= MAX_SIGNATURE_LEN
+        and sig.endswith(f"word @ {place}")
+        and sig.startswith("RuntimeError: word")
+    )
     long_place = "modeling_" + "x" * 300
     text = f'Traceback (most recent call last):\n  File "/v/site-packages/transformers/{long_place}.py", line 3, in f\nE: e'
     assert len(failure_signature("E", "e " * 200, text)) <= MAX_SIGNATURE_LEN
@@ -371,7 +417,9 @@ def test_place_is_kept_when_the_message_is_cut(live):
 
 def test_no_traceback_keeps_the_old_signature(error_samples):
     """The labelled samples have no traceback: their signatures are the ones from before places."""
-    frozen = json.loads((REPO_ROOT / "tests" / "data" / "error_samples_signatures.json").read_text())
+    frozen = json.loads(
+        (REPO_ROOT / "tests" / "data" / "error_samples_signatures.json").read_text()
+    )
     assert [row["group"] for row in frozen] == [row["group"] for row in error_samples]
     for row, old in zip(error_samples, frozen):
         assert failure_signature(row["error_type"], row["message"]) == old["signature"]
@@ -389,18 +437,36 @@ def test_runner_records_and_plain_text_have_no_place(live):
     assert failure_place(None) is None and failure_place("") is None
     message = "the probe did not finish in 600 s"
     assert failure_signature("Timeout", message, log_tail) == failure_signature("Timeout", message)
-    assert failure_signature("Timeout", message, log_tail) == "Timeout: the probe did not finish in <n> s"
+    assert (
+        failure_signature("Timeout", message, log_tail)
+        == "Timeout: the probe did not finish in <n> s"
+    )
 
 
 @pytest.mark.parametrize(
     ("error_type", "message"),
     [
-        ("OutOfMemoryError", "CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 14.75 GiB total capacity)"),
-        ("RuntimeError", "[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory"),
-        ("XlaRuntimeError", "RESOURCE_EXHAUSTED: Error allocating device buffer: Attempting to allocate 2.00G."),
+        (
+            "OutOfMemoryError",
+            "CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 14.75 GiB total capacity)",
+        ),
+        (
+            "RuntimeError",
+            "[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory",
+        ),
+        (
+            "XlaRuntimeError",
+            "RESOURCE_EXHAUSTED: Error allocating device buffer: Attempting to allocate 2.00G.",
+        ),
         ("KeyboardInterrupt", ""),
-        ("NotImplementedError", "Could not run 'aten::nonzero' with arguments from the 'XLA' backend."),
-        ("NotImplementedError", "The operator 'aten::isin' is not currently implemented for the MPS device."),
+        (
+            "NotImplementedError",
+            "Could not run 'aten::nonzero' with arguments from the 'XLA' backend.",
+        ),
+        (
+            "NotImplementedError",
+            "The operator 'aten::isin' is not currently implemented for the MPS device.",
+        ),
         ("RuntimeError", "\"addmm_impl_cpu_\" not implemented for 'Half'"),
     ],
 )
@@ -413,7 +479,10 @@ def test_incidental_places_are_left_out(live, error_type, message):
 
 
 def _frames(*files: tuple[str, str]) -> str:
-    body = "".join(f'  File "{path}", line {10 + i}, in {func}\n    x()\n' for i, (path, func) in enumerate(files))
+    body = "".join(
+        f'  File "{path}", line {10 + i}, in {func}\n    x()\n'
+        for i, (path, func) in enumerate(files)
+    )
     return f"Traceback (most recent call last):\n{body}RuntimeError: boom"
 
 
@@ -433,7 +502,10 @@ SP = "/opt/venv/lib/python3.12/site-packages"
         ),
         (
             [
-                ("/root/.cache/huggingface/modules/transformers_modules/o/r/abc/modeling_x.py", "<module>"),
+                (
+                    "/root/.cache/huggingface/modules/transformers_modules/o/r/abc/modeling_x.py",
+                    "<module>",
+                ),
                 ("/usr/lib/python3.12/importlib/__init__.py", "import_module"),
             ],
             "modeling_x.<module>",
@@ -473,7 +545,13 @@ def test_a_signature_cut_mid_word_ends_with_an_ellipsis():
     assert sig == "RuntimeError: failed at " + "x" * (MAX_SIGNATURE_LEN - 25) + ELLIPSIS
     assert len(sig) == MAX_SIGNATURE_LEN
     words = failure_signature("RuntimeError", "a failure message about a backend " * 10)
-    assert not words.endswith(ELLIPSIS) and words.split()[-1] in {"a", "failure", "message", "about", "backend"}
+    assert not words.endswith(ELLIPSIS) and words.split()[-1] in {
+        "a",
+        "failure",
+        "message",
+        "about",
+        "backend",
+    }
     assert len(words) <= MAX_SIGNATURE_LEN
     assert shorten("a failure message about a backend", 20) == "a failure message…"
     assert shorten("x" * 300, 20) == "x" * 19 + ELLIPSIS

@@ -14,7 +14,9 @@ from model_support.record import schema, store
 from model_support.record.sweep_meta import ModelEntry, SweepMeta, safe_name
 
 
-def make_sweep(data_dir: Path, sweep_id: str, statuses: dict[str, str], excluded: dict | None = None):
+def make_sweep(
+    data_dir: Path, sweep_id: str, statuses: dict[str, str], excluded: dict | None = None
+):
     SweepMeta(
         sweep_id=sweep_id,
         name="t",
@@ -36,7 +38,12 @@ def make_sweep(data_dir: Path, sweep_id: str, statuses: dict[str, str], excluded
 
 
 def test_records_compact_to_parquet_with_the_declared_schema(tmp_path):
-    make_sweep(tmp_path, "s1", {"org/a": "PASS", "org/b": "FAIL(gen)"}, excluded={"org/c": "not a text model"})
+    make_sweep(
+        tmp_path,
+        "s1",
+        {"org/a": "PASS", "org/b": "FAIL(gen)"},
+        excluded={"org/c": "not a text model"},
+    )
     assert store.compact(tmp_path, "s1") == (2, 1)
     table = pq.read_table(store.parquet_file(tmp_path, "results", "s1"))
     assert table.schema.equals(schema.SCHEMA)
@@ -44,9 +51,9 @@ def test_records_compact_to_parquet_with_the_declared_schema(tmp_path):
     assert rows["status"].to_list() == ["PASS", "FAIL(gen)"]
     assert rows["tokens_in"].to_list() == [5, 6]
     excluded = store.scan(tmp_path, "excluded").collect()
-    assert excluded["model_id"].to_list() == ["org/c"] and excluded["exclusion_reason"].to_list() == [
-        "not a text model"
-    ]
+    assert excluded["model_id"].to_list() == ["org/c"] and excluded[
+        "exclusion_reason"
+    ].to_list() == ["not a text model"]
 
 
 def test_old_files_without_token_columns_read_as_null(tmp_path):
@@ -65,7 +72,9 @@ def test_old_files_without_token_columns_read_as_null(tmp_path):
 
 def test_datasets_loads_both_configs_from_the_card(tmp_path):
     datasets = pytest.importorskip("datasets")
-    make_sweep(tmp_path, "s1", {"org/a": "PASS", "org/b": "FAIL(load)"}, excluded={"org/c": "too large"})
+    make_sweep(
+        tmp_path, "s1", {"org/a": "PASS", "org/b": "FAIL(load)"}, excluded={"org/c": "too large"}
+    )
     store.compact(tmp_path, "s1")
     results = datasets.load_dataset(str(tmp_path), "results", split="train")
     excluded = datasets.load_dataset(str(tmp_path), "excluded", split="train")
@@ -75,15 +84,17 @@ def test_datasets_loads_both_configs_from_the_card(tmp_path):
 
 
 def test_exclude_and_include_a_whole_sweep_lose_no_row(tmp_path):
-    make_sweep(tmp_path, "s1", {"org/a": "PASS", "org/b": "FAIL(gen)"}, excluded={"org/c": "too large"})
+    make_sweep(
+        tmp_path, "s1", {"org/a": "PASS", "org/b": "FAIL(gen)"}, excluded={"org/c": "too large"}
+    )
     store.compact(tmp_path, "s1")
     before = store.scan(tmp_path).collect().sort("model_id")
     assert store.set_exclusion(tmp_path, "s1", "broken libtpu build") == (0, 3)
     excluded = store.scan(tmp_path, "excluded").collect()
     assert sorted(excluded["model_id"].to_list()) == ["org/a", "org/b", "org/c"]
-    assert excluded.filter(pl.col("status").is_not_null())["exclusion_reason"].unique().to_list() == [
-        "broken libtpu build"
-    ]
+    assert excluded.filter(pl.col("status").is_not_null())[
+        "exclusion_reason"
+    ].unique().to_list() == ["broken libtpu build"]
     assert store.scan(tmp_path).collect().height == 0
     assert store.set_exclusion(tmp_path, "s1", None) == (2, 1)
     after = store.scan(tmp_path).collect().sort("model_id")
@@ -120,7 +131,9 @@ def test_the_card_lists_every_declared_field_and_what_older_files_read(tmp_path)
     store.compact(tmp_path, "s1")
     card = (tmp_path / "README.md").read_text()
     rows = [line for line in card.splitlines() if line.startswith("| `")]
-    assert [row.split("`")[1] for row in rows] == pq.read_schema(store.parquet_file(tmp_path, "results", "s1")).names
+    assert [row.split("`")[1] for row in rows] == pq.read_schema(
+        store.parquet_file(tmp_path, "results", "s1")
+    ).names
     (variant,) = [row for row in rows if row.startswith("| `variant`")]
     assert "| identity | 5 |" in variant and "(older files: `eager+dynamic`)" in variant
 
@@ -148,8 +161,16 @@ def test_the_runners_record_carries_what_the_probes_own_would(fixture_models, mo
     from model_support.sweep.worker.process import run_task
 
     monkeypatch.setenv("MODEL_SUPPORT_PRETEND", json.dumps({"slow_ops": {"aten::embedding": 0.5}}))
-    params = {"device": "pretend", "mode": "eager", "cache": "static", "max_new_tokens": 4, "reference": "none"}
-    params["perf"] = "off"  # its repeats of 0.5 s lookups would take minutes: this test is about the timeout
+    params = {
+        "device": "pretend",
+        "mode": "eager",
+        "cache": "static",
+        "max_new_tokens": 4,
+        "reference": "none",
+    }
+    params["perf"] = (
+        "off"  # its repeats of 0.5 s lookups would take minutes: this test is about the timeout
+    )
     task = {
         "sweep_id": "s",
         "model_id": "local:tiny-llama",
@@ -161,7 +182,9 @@ def test_the_runners_record_carries_what_the_probes_own_would(fixture_models, mo
         "hub": {"pipeline_tag": "text-generation", "license": "apache-2.0"},
     }
     probe = run_task(task).record
-    record = run_task({**task, "timeout_s": 1}).record  # its first slow cell times out: the runner's record
+    record = run_task(
+        {**task, "timeout_s": 1}
+    ).record  # its first slow cell times out: the runner's record
     assert probe["status"] == schema.PASS, probe["error_message"]
     assert (record["status"], record["failure_stage"], record["error_type"]) == (
         "FAIL(other)",
@@ -169,8 +192,26 @@ def test_the_runners_record_carries_what_the_probes_own_would(fixture_models, mo
         "ProbeTimeout",
     )
     same = (
-        *("sweep_id", "model_id", "revision", "variant", "mode", "cache", "max_new_tokens", "dtype", "prompt"),
-        *("seed", "trust_remote_code", "device_type", "notebook_path", "versions", "pipeline_tag", "license"),
+        *(
+            "sweep_id",
+            "model_id",
+            "revision",
+            "variant",
+            "mode",
+            "cache",
+            "max_new_tokens",
+            "dtype",
+            "prompt",
+        ),
+        *(
+            "seed",
+            "trust_remote_code",
+            "device_type",
+            "notebook_path",
+            "versions",
+            "pipeline_tag",
+            "license",
+        ),
     )
     assert {k: record[k] for k in same} == {k: probe[k] for k in same}
     assert record["variant"] == "eager+static+4t" and record["license"] == "apache-2.0"
@@ -187,12 +228,16 @@ def test_two_compactions_at_once_do_not_share_a_temporary_file(tmp_path):
 
     def outer():
         yield schema.empty_record(sweep_id="s", model_id="org/outer-1", status="PASS")
-        assert store.write_parquet(inner, path) == 1  # the other compaction, finished in the middle of this one
+        assert (
+            store.write_parquet(inner, path) == 1
+        )  # the other compaction, finished in the middle of this one
         yield schema.empty_record(sweep_id="s", model_id="org/outer-2", status="PASS")
 
     assert store.write_parquet(outer(), path, batch_rows=1) == 2
     assert pq.read_table(path).column("model_id").to_pylist() == ["org/outer-1", "org/outer-2"]
-    assert sorted(p.name for p in path.parent.iterdir()) == ["part-0.parquet"]  # no temporary file left
+    assert sorted(p.name for p in path.parent.iterdir()) == [
+        "part-0.parquet"
+    ]  # no temporary file left
 
 
 @pytest.fixture
@@ -207,7 +252,9 @@ def sweep_held_elsewhere(tmp_path):
         f"with store.SweepLock(store.sweep_dir(Path({str(tmp_path)!r}), 's1')):\n"
         "    print('held', flush=True); sys.stdin.read()\n"
     )
-    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         yield tmp_path
@@ -220,12 +267,16 @@ def test_a_running_sweeps_files_are_rewritten_by_no_other_command(sweep_held_els
     """aggregate, exclude, include and push --logs (compact, set_exclusion, set_published_logs) and push
     (writing_all) refuse, in one sentence, while another process writes the sweep; nothing changed."""
     data_dir = sweep_held_elsewhere
-    refusal = r"^Sweep folder .*s1 is being written by another running sweep; wait for it to finish\.$"
+    refusal = (
+        r"^Sweep folder .*s1 is being written by another running sweep; wait for it to finish\.$"
+    )
     for attempt in (
         lambda: store.compact(data_dir, "s1"),
         lambda: store.set_exclusion(data_dir, "s1", "broken stack"),
         lambda: store.set_exclusion(data_dir, "s1", None),
-        lambda: store.set_published_logs(data_dir, "s1", {"repo": "o/d", "bucket": None, "url": "https://x/"}),
+        lambda: store.set_published_logs(
+            data_dir, "s1", {"repo": "o/d", "bucket": None, "url": "https://x/"}
+        ),
     ):
         with pytest.raises(UserError, match=refusal):
             attempt()

@@ -103,7 +103,9 @@ def _base(folder: Path, state: str) -> Path:
 def _run_stopped(data: Path, scenario: str, stop_at: int | None) -> int:
     code = f"{RECORDS}\nfrom pathlib import Path\nD, S, MODELS = Path({str(data)!r}), {SWEEP!r}, {MODELS!r}\n"
     env = {**os.environ, fileio.STOP_AT_WRITE: str(stop_at)} if stop_at else dict(os.environ)
-    return subprocess.run([sys.executable, "-c", code + SCENARIOS[scenario]], env=env, timeout=120).returncode
+    return subprocess.run(
+        [sys.executable, "-c", code + SCENARIOS[scenario]], env=env, timeout=120
+    ).returncode
 
 
 def _each_stop(tmp_path: Path, base: Path, scenario: str, check) -> int:
@@ -127,7 +129,9 @@ def _rows(data: Path, config: str) -> list[tuple[str, str | None]]:
     if not path.exists():
         return []
     table = pq.read_table(path, columns=["model_id", "exclusion_reason"])
-    return list(zip(table["model_id"].to_pylist(), table["exclusion_reason"].to_pylist(), strict=True))
+    return list(
+        zip(table["model_id"].to_pylist(), table["exclusion_reason"].to_pylist(), strict=True)
+    )
 
 
 def _in_dataset(data: Path) -> set[str]:
@@ -164,15 +168,21 @@ def _check_whole(data: Path) -> None:
     ("scenario", "before", "next_command"),
     [("store", "half", "compact"), ("exclude", "included", "any"), ("include", "excluded", "any")],
 )
-def test_a_stop_at_every_write_point_loses_and_doubles_nothing(tmp_path, capsys, scenario, before, next_command):
+def test_a_stop_at_every_write_point_loses_and_doubles_nothing(
+    tmp_path, capsys, scenario, before, next_command
+):
     base = _base(tmp_path / "base", before)
     moving = _in_dataset(base)
-    assert moving, "no row in the dataset before the scenario: the check at the instant of a stop could not fail"
+    assert moving, (
+        "no row in the dataset before the scenario: the check at the instant of a stop could not fail"
+    )
 
     def check(point: int, data: Path) -> None:
         # at the instant of the stop: a row that was in the dataset is in one config or both, never in neither
         assert moving <= _in_dataset(data), point
-        said = store.finish_interrupted(data)  # what every command does first (the CLI's --data-dir)
+        said = store.finish_interrupted(
+            data
+        )  # what every command does first (the CLI's --data-dir)
         if next_command == "compact":
             store.compact(data, SWEEP)  # a sweep's --resume or aggregate
         else:
@@ -182,7 +192,9 @@ def test_a_stop_at_every_write_point_loses_and_doubles_nothing(tmp_path, capsys,
     covered = _each_stop(tmp_path, base, scenario, check)
     assert covered >= {"store": 10, "exclude": 6, "include": 6}[scenario]
     with capsys.disabled():
-        print(f"\n{scenario}: stopped at each of its {covered} write points, nothing lost or doubled")
+        print(
+            f"\n{scenario}: stopped at each of its {covered} write points, nothing lost or doubled"
+        )
 
 
 def _resume(data: Path) -> None:
@@ -190,7 +202,9 @@ def _resume(data: Path) -> None:
     store.finish_interrupted(data)
     store.migrate_names(data, SWEEP)
     files = list((store.sweep_dir(data, SWEEP) / "records").glob("*.json"))
-    assert len({json.loads(f.read_text())["model_id"] for f in files}) == len(files), "a record under two names"
+    assert len({json.loads(f.read_text())["model_id"] for f in files}) == len(files), (
+        "a record under two names"
+    )
     for i, model in enumerate(MODELS):
         if store.find_record(data, SWEEP, model) is None:
             store.store_result(data, SWEEP, _record(i, model), b"{}", "log\n")
@@ -203,7 +217,10 @@ def test_a_name_migration_stopped_at_any_write_point_doubles_no_row(tmp_path, ca
     rows, none is lost, and one record file per model remains."""
     base = _base(tmp_path / "base", "legacy")
     moving = _in_dataset(base)
-    assert LEGACY in moving and (store.sweep_dir(base, SWEEP) / "records" / "local_tiny_opt.json").exists()
+    assert (
+        LEGACY in moving
+        and (store.sweep_dir(base, SWEEP) / "records" / "local_tiny_opt.json").exists()
+    )
     both_names = []
 
     def check(point: int, data: Path) -> None:
@@ -213,22 +230,33 @@ def test_a_name_migration_stopped_at_any_write_point_doubles_no_row(tmp_path, ca
         if "is also under its own name" in capsys.readouterr().err:
             both_names.append(point)
         results = [m for m, _ in _rows(data, "results")]
-        assert len(results) == len(set(results)) and set(MODELS[:3]) <= set(results), (point, results)
+        assert len(results) == len(set(results)) and set(MODELS[:3]) <= set(results), (
+            point,
+            results,
+        )
         _resume(data)
         _check_whole(data)
         assert sorted(r["model_id"] for r in store.iter_records(data, SWEEP)) == sorted(MODELS)
-        assert len(list((store.sweep_dir(data, SWEEP) / "records").glob("*.json"))) == len(MODELS), point
+        assert len(list((store.sweep_dir(data, SWEEP) / "records").glob("*.json"))) == len(
+            MODELS
+        ), point
 
     covered = _each_stop(tmp_path, base, "migrate", check)
     assert covered >= 8 and len(both_names) == 1, (covered, both_names)
     with capsys.disabled():
-        print(f"\nmigrate: stopped at each of its {covered} write points (at {both_names[0]} under both names)")
+        print(
+            f"\nmigrate: stopped at each of its {covered} write points (at {both_names[0]} under both names)"
+        )
 
 
 def _cli(data: Path, *args: str, **kwargs) -> subprocess.Popen:
     exe = Path(sys.executable).parent / "model-support"
     return subprocess.Popen(
-        [str(exe), *args, "--data-dir", str(data)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs
+        [str(exe), *args, "--data-dir", str(data)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
     )
 
 
@@ -299,7 +327,9 @@ def test_exclude_and_include_killed_from_outside_lose_no_row(tmp_path):
         assert sorted(m for m, _ in _rows(data, "results")) == sorted(MODELS)
         shutil.rmtree(data)
     hits = sum(inside for _, inside in landed)
-    assert hits >= INSIDE, f"{hits} of {len(landed)} kills landed inside the {length:.3f} s change: {landed}"
+    assert hits >= INSIDE, (
+        f"{hits} of {len(landed)} kills landed inside the {length:.3f} s change: {landed}"
+    )
     print(f"{hits} of {len(landed)} kills landed inside the change ({length:.3f} s long)")
 
 
@@ -316,9 +346,26 @@ def test_exclude_and_include_killed_from_outside_lose_no_row(tmp_path):
 MODE = re.compile(r"[rwaxbtU+]{1,4}(:\w*)?")
 OS_WRITE_FLAGS = {"O_CREAT", "O_WRONLY", "O_RDWR", "O_TRUNC", "O_APPEND"}
 OS_CHANGES = {"replace", "rename", "renames", "remove", "unlink", "truncate", "link", "symlink"}
-SHUTIL_CHANGES = {"copy", "copy2", "copyfile", "copytree", "move", "rmtree", "make_archive", "unpack_archive"}
+SHUTIL_CHANGES = {
+    "copy",
+    "copy2",
+    "copyfile",
+    "copytree",
+    "move",
+    "rmtree",
+    "make_archive",
+    "unpack_archive",
+}
 PATH_CHANGES = {"write_text", "write_bytes", "touch", "unlink", "symlink_to", "hardlink_to"}
-FRAME_WRITES = {"write_parquet", "write_csv", "write_ipc", "write_ndjson", "sink_parquet", "sink_csv", "sink_ipc"}
+FRAME_WRITES = {
+    "write_parquet",
+    "write_csv",
+    "write_ipc",
+    "write_ndjson",
+    "sink_parquet",
+    "sink_csv",
+    "sink_ipc",
+}
 LIBRARY_WRITES = {
     "pyarrow.parquet.ParquetWriter",
     "pyarrow.parquet.write_table",
@@ -391,7 +438,9 @@ def _open_kind(call: ast.Call, name: str) -> str | None:
     if name in ("open", "io.open", "os.fdopen"):
         return "open" if _writes_by_mode(_argument(call, 1, "mode")) else None
     given = [
-        a for a in call.args[:2] if isinstance(a, ast.Constant) and isinstance(a.value, str) and MODE.fullmatch(a.value)
+        a
+        for a in call.args[:2]
+        if isinstance(a, ast.Constant) and isinstance(a.value, str) and MODE.fullmatch(a.value)
     ]
     mode = given[0] if given else _argument(call, 99, "mode")
     return "open" if _writes_by_mode(mode) else None
@@ -402,7 +451,11 @@ def _mmap_writes(call: ast.Call) -> bool:
     access, prot = _argument(call, 4, "access"), _argument(call, 3, "prot")
     if "ACCESS_READ" in _flags(access):
         return False
-    return prot is None or "PROT_WRITE" in _flags(prot) or not _flags(prot) & {"PROT_READ", "PROT_EXEC"}
+    return (
+        prot is None
+        or "PROT_WRITE" in _flags(prot)
+        or not _flags(prot) & {"PROT_READ", "PROT_EXEC"}
+    )
 
 
 def write_kind(call: ast.Call, aliases: dict[str, str], in_memory: set[str]) -> str | None:
@@ -414,7 +467,9 @@ def write_kind(call: ast.Call, aliases: dict[str, str], in_memory: set[str]) -> 
         return None  # the project's own functions: scanned where they are defined
     if name == "os.open":
         flags = _flags(_argument(call, 1, "flags"))
-        return name if flags & OS_WRITE_FLAGS or not any(f.startswith("O_") for f in flags) else None
+        return (
+            name if flags & OS_WRITE_FLAGS or not any(f.startswith("O_") for f in flags) else None
+        )
     if name in ("open", "io.open", "os.fdopen") or (last == "open" and module):
         return _open_kind(call, name)
     if name == "mmap.mmap":
@@ -428,7 +483,12 @@ def write_kind(call: ast.Call, aliases: dict[str, str], in_memory: set[str]) -> 
         return None
     if last in PATH_CHANGES:
         return f"Path.{last}"
-    if last in ("rename", "replace") and len(call.args) == 1 and not call.keywords and not _mapping(call.args[0]):
+    if (
+        last in ("rename", "replace")
+        and len(call.args) == 1
+        and not call.keywords
+        and not _mapping(call.args[0])
+    ):
         return f"Path.{last}"  # str.replace takes two arguments; datetime's and Polars' keywords or a mapping
     if last in FRAME_WRITES:
         target = call.args[0] if call.args else None
@@ -476,7 +536,10 @@ def file_writes(source: str) -> list[tuple[str, str, int]]:
 #: What the guard finds and what it does not: (source, the kinds it finds).
 GUARD_CASES = [
     ('open(p, "w")', ["open"]),
-    ('open(os.path.join(a, f"rank{r}.json"), "w")', ["open"]),  # a call inside the path hid the mode from a regex
+    (
+        'open(os.path.join(a, f"rank{r}.json"), "w")',
+        ["open"],
+    ),  # a call inside the path hid the mode from a regex
     ('open(p, mode="ab+")', ["open"]),
     ("open(p, how)", ["open"]),  # a mode it cannot read counts as a write
     ('open(p, "rb")', []),
@@ -487,7 +550,10 @@ GUARD_CASES = [
     ("import os\nos.open(p, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)", ["os.open"]),
     ("import os\nos.open(p, flags)", ["os.open"]),
     ("import os\nos.open(folder, os.O_RDONLY)", []),
-    ("import mmap\nmmap.mmap(fd, n, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)", ["mmap.mmap"]),
+    (
+        "import mmap\nmmap.mmap(fd, n, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)",
+        ["mmap.mmap"],
+    ),
     ("import mmap\nmmap.mmap(fd, n)", ["mmap.mmap"]),
     ("import mmap\nmmap.mmap(fd, n, access=mmap.ACCESS_READ)", []),
     ("from mmap import mmap as m\nm(fd, n, prot=PROT_READ)", []),
@@ -502,12 +568,18 @@ GUARD_CASES = [
     ("import shutil\nshutil.move(a, b)", ["shutil.move"]),
     ("from shutil import copyfile as cp\ncp(a, b)", ["shutil.copyfile"]),
     ("import os\nos.replace(a, b)\nos.unlink(a)", ["os.replace", "os.unlink"]),
-    ("import pyarrow.parquet as pq\npq.ParquetWriter(tmp, schema)", ["pyarrow.parquet.ParquetWriter"]),
+    (
+        "import pyarrow.parquet as pq\npq.ParquetWriter(tmp, schema)",
+        ["pyarrow.parquet.ParquetWriter"],
+    ),
     ("def f():\n    frame.write_parquet(path)", ["frame.write_parquet"]),
     ("import io\ndef f():\n    buffer = io.BytesIO()\n    frame.write_parquet(buffer)", []),
     ("import io, torch\ndef f():\n    b = io.BytesIO()\n    torch.save(x, b)", []),
     ("import torch\ntorch.save(x, path)", ["torch.save"]),
-    ("import tempfile\ntempfile.NamedTemporaryFile('w', delete=False)", ["tempfile.NamedTemporaryFile"]),
+    (
+        "import tempfile\ntempfile.NamedTemporaryFile('w', delete=False)",
+        ["tempfile.NamedTemporaryFile"],
+    ),
     (
         "from ..record import store\nstore.write_parquet(rows, path)",
         [],
@@ -528,70 +600,209 @@ NOT_THE_STORE = {
         "write_parquet",
         "tempfile.mkstemp",
     ): "a Parquet file's temporary copy, a name of its own",
-    ("record/dataset_files.py", "write_parquet", "pyarrow.parquet.ParquetWriter"): "the temporary copy, moved in by "
-    "fileio.replace_file once whole and synced",
+    (
+        "record/dataset_files.py",
+        "write_parquet",
+        "pyarrow.parquet.ParquetWriter",
+    ): "the temporary copy, moved in by fileio.replace_file once whole and synced",
     (
         "record/dataset_files.py",
         "write_parquet",
         "Path.unlink",
     ): "the temporary copy of a Parquet file that was not moved in",
-    ("record/sweep_folders.py", "SweepLock.__enter__", "open"): "a sweep's lock file (flock), never read",
-    ("record/sweep_folders.py", "data_folder_lock", "open"): "the data folder's lock file (flock), never read",
-    ("render/modes_section.py", "_pick", "Path.rename"): "a Polars frame's columns renamed by a list, no file",
-    ("probe/phases.py", "save", "Path.write_text"): "a probe process's hand-over to its worker, in the probe's work "
+    (
+        "record/sweep_folders.py",
+        "SweepLock.__enter__",
+        "open",
+    ): "a sweep's lock file (flock), never read",
+    (
+        "record/sweep_folders.py",
+        "data_folder_lock",
+        "open",
+    ): "the data folder's lock file (flock), never read",
+    (
+        "render/modes_section.py",
+        "_pick",
+        "Path.rename",
+    ): "a Polars frame's columns renamed by a list, no file",
+    (
+        "probe/phases.py",
+        "save",
+        "Path.write_text",
+    ): "a probe process's hand-over to its worker, in the probe's work "
     "folder, read once the process has ended",
-    ("probe/run.py", "run_probe", "Path.unlink"): "the probe kernel's own marker beside its record, in its work folder",
-    ("probe/reproduce.py", "_rank", "open"): "a repro script's rank report in its own temporary folder (the script "
+    (
+        "probe/run.py",
+        "run_probe",
+        "Path.unlink",
+    ): "the probe kernel's own marker beside its record, in its work folder",
+    (
+        "probe/reproduce.py",
+        "_rank",
+        "open",
+    ): "a repro script's rank report in its own temporary folder (the script "
     "runs without the project installed)",
-    ("probe/instruments/flight_recorder.py", "_recorder_class._FlightRecorder.__enter__", "os.open"): "the probe's "
+    (
+        "probe/instruments/flight_recorder.py",
+        "_recorder_class._FlightRecorder.__enter__",
+        "os.open",
+    ): "the probe's "
     "flight recorder, in its work folder: a fixed-size ring that outlives a dead kernel",
-    ("probe/instruments/flight_recorder.py", "_recorder_class._FlightRecorder.__enter__", "mmap.mmap"): "the flight "
-    "recorder's ring, written through the memory map as the probe runs",
-    ("probe/sharded/launch.py", "run_sharded", "shutil.rmtree"): "a sharded probe's ranks' scratch folder, removed",
-    ("sweep/runner.py", "_forget_refused", "shutil.rmtree"): "a new sweep refused before anything of it was stored "
+    (
+        "probe/instruments/flight_recorder.py",
+        "_recorder_class._FlightRecorder.__enter__",
+        "mmap.mmap",
+    ): "the flight recorder's ring, written through the memory map as the probe runs",
+    (
+        "probe/sharded/launch.py",
+        "run_sharded",
+        "shutil.rmtree",
+    ): "a sharded probe's ranks' scratch folder, removed",
+    (
+        "sweep/runner.py",
+        "_forget_refused",
+        "shutil.rmtree",
+    ): "a new sweep refused before anything of it was stored "
     "(no record, no pending file): its folder, so list shows no work to do",
-    ("probe/sharded/launch.py", "_launch_and_wait", "open"): "the launcher's log in the ranks' scratch folder",
-    ("probe/sharded/rank.py", "rank_main", "Path.write_text"): "a rank's pid file in the ranks' scratch folder",
-    ("probe/hub_fetch.py", "fetch", "Path.write_text"): "the Hugging Face cache's ref file (the cache, not the store)",
-    ("probe/probe_params.py", "write_parameters_cells", "Path.write_text"): "the package's own notebooks (a "
-    "developer's command)",
+    (
+        "probe/sharded/launch.py",
+        "_launch_and_wait",
+        "open",
+    ): "the launcher's log in the ranks' scratch folder",
+    (
+        "probe/sharded/rank.py",
+        "rank_main",
+        "Path.write_text",
+    ): "a rank's pid file in the ranks' scratch folder",
+    (
+        "probe/hub_fetch.py",
+        "fetch",
+        "Path.write_text",
+    ): "the Hugging Face cache's ref file (the cache, not the store)",
+    (
+        "probe/probe_params.py",
+        "write_parameters_cells",
+        "Path.write_text",
+    ): "the package's own notebooks (a developer's command)",
     ("bisect/envs.py", "locked", "open"): "a lock file of the bisect's cache (flock), never read",
-    ("bisect/envs.py", "Overlays.layer", "shutil.rmtree"): "a half-built or stale layer of the bisect's cache",
-    ("bisect/envs.py", "Overlays.layer", "Path.rename"): "a layer of the bisect's cache, built aside then renamed in",
+    (
+        "bisect/envs.py",
+        "Overlays.layer",
+        "shutil.rmtree",
+    ): "a half-built or stale layer of the bisect's cache",
+    (
+        "bisect/envs.py",
+        "Overlays.layer",
+        "Path.rename",
+    ): "a layer of the bisect's cache, built aside then renamed in",
     ("bisect/envs.py", "Overlays.layer", "Path.touch"): "a cache layer's completion marker",
-    ("bisect/envs.py", "Overlays._build", "shutil.rmtree"): "an overlay environment of the bisect's cache, rebuilt",
-    ("bisect/envs.py", "Overlays._build", "Path.write_text"): "an overlay environment's .pth file (pip writes there "
-    "too)",
-    ("bisect/envs.py", "Overlays._build", "Path.touch"): "an overlay environment's completion marker",
+    (
+        "bisect/envs.py",
+        "Overlays._build",
+        "shutil.rmtree",
+    ): "an overlay environment of the bisect's cache, rebuilt",
+    (
+        "bisect/envs.py",
+        "Overlays._build",
+        "Path.write_text",
+    ): "an overlay environment's .pth file (pip writes there too)",
+    (
+        "bisect/envs.py",
+        "Overlays._build",
+        "Path.touch",
+    ): "an overlay environment's completion marker",
     ("bisect/envs.py", "Overlays.clean", "shutil.rmtree"): "the bisect's cache, cleared on request",
-    ("bisect/search.py", "Bisector._script", "Path.write_text"): "a script of the bisect's cache, named by its text",
+    (
+        "bisect/search.py",
+        "Bisector._script",
+        "Path.write_text",
+    ): "a script of the bisect's cache, named by its text",
     ("engine/kernels.py", "ipc_kernel", "shutil.rmtree"): "a kernel's socket folder under /tmp",
-    ("engine/notebooks.py", "run_notebook", "papermill.execute_notebook"): "papermill saves the executed notebook "
+    (
+        "engine/notebooks.py",
+        "run_notebook",
+        "papermill.execute_notebook",
+    ): "papermill saves the executed notebook "
     "where its caller says: a probe's work folder, the report's partial file (moved in by fileio.replace_file), a "
     "debug session's notebook (saved after each cell as it runs)",
     ("engine/zygote.py", "_fd", "os.open"): "/dev/null as a kernel's stream",
     ("engine/zygote.py", "<module>", "os.unlink"): "the zygote's socket, removed as it ends",
-    ("publish/files.py", "stage_logs", "Path.write_bytes"): "a push's staging folder (a temporary directory)",
-    ("publish/push.py", "_commit", "Path.write_text"): "a push's staging folder (a temporary directory)",
-    ("publish/push.py", "_latest_report", "Path.write_text"): "a push's staging folder (a temporary directory)",
-    ("sweep/worker/device_gate.py", "await_grant", "Path.touch"): "the probe's at-the-gate marker in its work folder",
-    ("sweep/worker/host_checks.py", "run_checks", "Path.write_text"): "the host checks' input in the standby's work "
-    "folder",
-    ("sweep/worker/deaths.py", "_attribute_death", "tempfile.NamedTemporaryFile"): "the attribution's input for its "
-    "child process, in the system's temporary folder",
-    ("sweep/worker/deaths.py", "_attribute_death", "os.unlink"): "that input, removed when the child is done",
+    (
+        "publish/files.py",
+        "stage_logs",
+        "Path.write_bytes",
+    ): "a push's staging folder (a temporary directory)",
+    (
+        "publish/push.py",
+        "_commit",
+        "Path.write_text",
+    ): "a push's staging folder (a temporary directory)",
+    (
+        "publish/push.py",
+        "_latest_report",
+        "Path.write_text",
+    ): "a push's staging folder (a temporary directory)",
+    (
+        "sweep/worker/device_gate.py",
+        "await_grant",
+        "Path.touch",
+    ): "the probe's at-the-gate marker in its work folder",
+    (
+        "sweep/worker/host_checks.py",
+        "run_checks",
+        "Path.write_text",
+    ): "the host checks' input in the standby's work folder",
+    (
+        "sweep/worker/deaths.py",
+        "_attribute_death",
+        "tempfile.NamedTemporaryFile",
+    ): "the attribution's input for its child process, in the system's temporary folder",
+    (
+        "sweep/worker/deaths.py",
+        "_attribute_death",
+        "os.unlink",
+    ): "that input, removed when the child is done",
     ("sweep/worker/process.py", "Standby.__init__", "open"): "a standby's log in its work folder",
-    ("sweep/worker/process.py", "Standby.__init__", "shutil.rmtree"): "a standby's work folder, removed when no "
-    "process started",
-    ("sweep/worker/process.py", "Standby.run", "Path.write_text"): "the task handed to a standby, in its work folder",
-    ("sweep/worker/process.py", "Standby.run", "shutil.rmtree"): "a standby's work folder, removed once read",
-    ("sweep/worker/process.py", "Standby.discard", "shutil.rmtree"): "a standby's work folder, removed unused",
-    ("sweep/worker/process.py", "_execute", "open"): "the kernel's stderr in the standby's work folder",
-    ("sweep/worker/process.py", "_execute", "Path.touch"): "the standby's warm marker in its work folder",
-    ("sweep/worker/process.py", "_execute", "Path.write_text"): "the outcome of a standby whose kernel never "
-    "started, in its work folder",
-    ("sweep/worker/process.py", "_run_notebook", "Path.write_text"): "the probe's outcome in its work folder, read by "
-    "the worker",
+    (
+        "sweep/worker/process.py",
+        "Standby.__init__",
+        "shutil.rmtree",
+    ): "a standby's work folder, removed when no process started",
+    (
+        "sweep/worker/process.py",
+        "Standby.run",
+        "Path.write_text",
+    ): "the task handed to a standby, in its work folder",
+    (
+        "sweep/worker/process.py",
+        "Standby.run",
+        "shutil.rmtree",
+    ): "a standby's work folder, removed once read",
+    (
+        "sweep/worker/process.py",
+        "Standby.discard",
+        "shutil.rmtree",
+    ): "a standby's work folder, removed unused",
+    (
+        "sweep/worker/process.py",
+        "_execute",
+        "open",
+    ): "the kernel's stderr in the standby's work folder",
+    (
+        "sweep/worker/process.py",
+        "_execute",
+        "Path.touch",
+    ): "the standby's warm marker in its work folder",
+    (
+        "sweep/worker/process.py",
+        "_execute",
+        "Path.write_text",
+    ): "the outcome of a standby whose kernel never started, in its work folder",
+    (
+        "sweep/worker/process.py",
+        "_run_notebook",
+        "Path.write_text",
+    ): "the probe's outcome in its work folder, read by the worker",
 }
 
 
@@ -610,4 +821,6 @@ def test_every_write_to_the_data_folder_goes_through_fileio():
             else:
                 unexplained.append(f"{rel}:{line}: {kind} in {function}")
     assert not unexplained, "writes that bypass model_support.fileio:\n" + "\n".join(unexplained)
-    assert used == set(NOT_THE_STORE), f"exceptions that no longer match a write: {set(NOT_THE_STORE) - used}"
+    assert used == set(NOT_THE_STORE), (
+        f"exceptions that no longer match a write: {set(NOT_THE_STORE) - used}"
+    )

@@ -32,12 +32,18 @@ def test_smoke_sweep_publishes_one_row_per_fixture(smoke_sweep, fixture_models):
     rows = store.scan(data_dir).collect()
     names = sorted(display_name(m) for m in rows["model_id"].to_list())
     # every fixture, once; one whose processor needs a package missing here is an excluded row instead
-    verdicts = {n: e["expect"]["status"] for n, e in fixture_models.items() if not e["expect"]["excluded"]}
+    verdicts = {
+        n: e["expect"]["status"] for n, e in fixture_models.items() if not e["expect"]["excluded"]
+    }
     assert names == sorted(verdicts)
-    assert {display_name(m): s for m, s in rows.select("model_id", "status").iter_rows()} == verdicts
+    assert {
+        display_name(m): s for m, s in rows.select("model_id", "status").iter_rows()
+    } == verdicts
     assert rows["sweep_id"].unique().to_list() == [smoke_sweep["sweep_id"]]
     # t5 is refused before running (an encoder-decoder): the summary the CLI prints names it
-    assert smoke_sweep["excluded_before"] == {"google-t5/t5-small": meta.excluded["google-t5/t5-small"]}
+    assert smoke_sweep["excluded_before"] == {
+        "google-t5/t5-small": meta.excluded["google-t5/t5-small"]
+    }
     assert meta.excluded["google-t5/t5-small"].startswith("encoder-decoder")
 
 
@@ -45,14 +51,22 @@ def test_datasets_loads_the_real_sweep(smoke_sweep, fixture_models):
     import datasets
 
     # a fixture whose processor needs a package missing here is probed, but is an excluded row (no verdict)
-    missing = {f"local:{n}": e["expect"]["excluded"] for n, e in fixture_models.items() if e["expect"]["excluded"]}
+    missing = {
+        f"local:{n}": e["expect"]["excluded"]
+        for n, e in fixture_models.items()
+        if e["expect"]["excluded"]
+    }
     results = datasets.load_dataset(smoke_sweep["data_dir"], "results", split="train")
     assert results.num_rows == smoke_sweep["total"] - len(missing)
     assert set(results["status"]) <= set(schema.VERDICTS)
     excluded = datasets.load_dataset(smoke_sweep["data_dir"], "excluded", split="train")
     reasons = dict(zip(excluded["model_id"], excluded["exclusion_reason"]))
-    assert reasons.pop("google-t5/t5-small") == "encoder-decoder, not a causal text-generation model"  # before running
-    assert sorted(reasons) == sorted(missing)  # the environment lacks what their processors need: no verdict
+    assert (
+        reasons.pop("google-t5/t5-small") == "encoder-decoder, not a causal text-generation model"
+    )  # before running
+    assert sorted(reasons) == sorted(
+        missing
+    )  # the environment lacks what their processors need: no verdict
     assert all(f"needs {packages[0]}" in reasons[m] for m, packages in missing.items())
     assert set(excluded["status"]) == {None}  # never a verdict
 
@@ -84,7 +98,14 @@ def small_params(tmp_path: Path, fixture_models: dict, names: list[str], **extra
     models = [fixture_models[n]["path"] for n in names]
     path = tmp_path / "small.yaml"
     path.write_text(
-        yaml.safe_dump({"name": "small", "probe": {"device": "cpu", "reference": "none"}, "models": models, **extra})
+        yaml.safe_dump(
+            {
+                "name": "small",
+                "probe": {"device": "cpu", "reference": "none"},
+                "models": models,
+                **extra,
+            }
+        )
     )
     return path
 
@@ -96,7 +117,10 @@ def test_ray_executor_matches_local_row_for_row(smoke_sweep, fixture_models, tmp
     definition.probe["reference"] = "cpu"  # same settings as the smoke sweep
     summary = sweep.run(definition, tmp_path / "data", workers=2, executor="ray")
     assert summary["executor"] == "ray"
-    ray_rows = {display_name(r["model_id"]): r for r in store.read_records(tmp_path / "data", summary["sweep_id"])}
+    ray_rows = {
+        display_name(r["model_id"]): r
+        for r in store.read_records(tmp_path / "data", summary["sweep_id"])
+    }
     assert sorted(ray_rows) == sorted(names)
     for name in names:
         local = smoke_sweep["by_name"][name]
@@ -128,13 +152,24 @@ def records_in(data_dir: Path) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kill_point", ["after-sweep-json", "after-first-record", "after-last-record"])
+@pytest.mark.parametrize(
+    "kill_point", ["after-sweep-json", "after-first-record", "after-last-record"]
+)
 def test_resume_after_sigkill_loses_and_duplicates_nothing(fixture_models, tmp_path, kill_point):
     names = ["fail-missing-weights", "tiny-gpt2"]
     params_file = small_params(tmp_path, fixture_models, names)
     data_dir = tmp_path / "data"
     runner = subprocess.Popen(
-        [*CLI, "sweep", str(params_file), "--data-dir", str(data_dir), "--workers", "1", "--no-report"],
+        [
+            *CLI,
+            "sweep",
+            str(params_file),
+            "--data-dir",
+            str(data_dir),
+            "--workers",
+            "1",
+            "--no-report",
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -164,7 +199,11 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(fixture_models, tmp_p
     # no orphaned probe processes of the killed runner survive
     import psutil
 
-    orphans = [p for p in psutil.process_iter(["cmdline"]) if str(data_dir) in " ".join(p.info["cmdline"] or [])]
+    orphans = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if str(data_dir) in " ".join(p.info["cmdline"] or [])
+    ]
     assert not orphans
 
 
@@ -207,7 +246,9 @@ def test_a_second_runner_on_the_same_sweep_is_refused(tmp_path):
 def test_cli_refuses_bad_params_with_one_sentence(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nmodels: [a]\nprobe: {max_new_tokenz: 3}\n")
-    run = subprocess.run([*CLI, "sweep", str(bad), "--data-dir", str(tmp_path)], capture_output=True, text=True)
+    run = subprocess.run(
+        [*CLI, "sweep", str(bad), "--data-dir", str(tmp_path)], capture_output=True, text=True
+    )
     assert run.returncode == 2 and "Traceback" not in run.stderr
     error = run.stderr.strip().splitlines()[-1]
     assert error.startswith("Error: ") and "'max_new_tokenz'" in error
@@ -257,13 +298,18 @@ def test_aggregate_notebook_gives_the_same_bytes_as_the_cli(smoke_sweep, tmp_pat
     path = store.parquet_file(data_dir, "results", smoke_sweep["sweep_id"])
     before = path.read_bytes()
     run_notebook(
-        "aggregate.ipynb", tmp_path / "aggregate.ipynb", sweep_id=smoke_sweep["sweep_id"], data_dir=str(data_dir)
+        "aggregate.ipynb",
+        tmp_path / "aggregate.ipynb",
+        sweep_id=smoke_sweep["sweep_id"],
+        data_dir=str(data_dir),
     )
     assert path.read_bytes() == before
 
 
 @pytest.mark.parametrize("device", ["cpu", "pretend"], ids=["cpu", "gated-device-phase"])
-def test_a_kernel_that_never_starts_leaves_the_model_pending_not_failed(fixture_models, tmp_path, device):
+def test_a_kernel_that_never_starts_leaves_the_model_pending_not_failed(
+    fixture_models, tmp_path, device
+):
     """With too few open files the probe's kernel never answers: that says nothing about the model, so no
     FAIL row, no report traceback; it is retried, then left pending with the cause and --resume. On an
     accelerator the probe runs its device phase in a gated process (``worker.host_checks``): retried the same."""
@@ -271,23 +317,35 @@ def test_a_kernel_that_never_starts_leaves_the_model_pending_not_failed(fixture_
     pretend = {}
     if device != "cpu":
         body = yaml.safe_load(params_file.read_text())
-        params_file.write_text(yaml.safe_dump({**body, "probe": {**body["probe"], "device": device}}))
+        params_file.write_text(
+            yaml.safe_dump({**body, "probe": {**body["probe"], "device": device}})
+        )
         pretend = {"MODEL_SUPPORT_PRETEND": "{}"}
     data_dir = tmp_path / "data"
-    command = " ".join([*CLI, "sweep", str(params_file), "--data-dir", str(data_dir), "--workers", "1"])
+    command = " ".join(
+        [*CLI, "sweep", str(params_file), "--data-dir", str(data_dir), "--workers", "1"]
+    )
     run = subprocess.run(
         ["bash", "-c", f"ulimit -n 60; exec {command}"],
         capture_output=True,
         text=True,
         timeout=600,
         # fresh kernels: one forked from the zygote (engine.zygote) opens too few files to hit the limit, and passes
-        env={**os.environ, "MODEL_SUPPORT_KERNEL_START_S": "10", "MODEL_SUPPORT_KERNEL_ZYGOTE": "off", **pretend},
+        env={
+            **os.environ,
+            "MODEL_SUPPORT_KERNEL_START_S": "10",
+            "MODEL_SUPPORT_KERNEL_ZYGOTE": "off",
+            **pretend,
+        },
     )
     assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr[-3000:]
     sweep_id = the_sweep_dir(data_dir).name
     last = run.stderr.strip().splitlines()[-1]
     assert last.startswith("1 model could not be probed (the probe"), last
-    assert "the open-files limit here is 60" in last and f"model-support sweep --resume {sweep_id}" in last
+    assert (
+        "the open-files limit here is 60" in last
+        and f"model-support sweep --resume {sweep_id}" in last
+    )
     assert records_in(data_dir) == 0  # never a FAIL row
     pending = store.read_pending(data_dir, sweep_id)
     assert [p["problem"] for p in pending.values()] == ["harness"]
@@ -308,15 +366,27 @@ def test_the_kernels_start_is_not_on_the_models_clock(fixture_models, tmp_path, 
     monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
     monkeypatch.setattr(process, "GRACE_S", 2)
     path = tmp_path / "slow.yaml"
-    probe = {"device": "cpu", "reference": "none", "judge": False, "perf": False}  # the verdict's stages only
-    body = {"name": "slow", "probe": probe, "models": [fixture_models["tiny-gpt2"]["path"]], "timeout_s": 10}
+    probe = {
+        "device": "cpu",
+        "reference": "none",
+        "judge": False,
+        "perf": False,
+    }  # the verdict's stages only
+    body = {
+        "name": "slow",
+        "probe": probe,
+        "models": [fixture_models["tiny-gpt2"]["path"]],
+        "timeout_s": 10,
+    }
     path.write_text(yaml.safe_dump(body))
     summary = sweep.run(params.load(path), tmp_path / "data", workers=1)
     (record,) = store.read_records(tmp_path / "data", summary["sweep_id"])
     assert record["status"] == schema.PASS, record["error_message"]
 
 
-def test_a_prefetcher_that_fails_ends_the_sweep_in_seconds_with_its_error(fixture_models, tmp_path, monkeypatch):
+def test_a_prefetcher_that_fails_ends_the_sweep_in_seconds_with_its_error(
+    fixture_models, tmp_path, monkeypatch
+):
     """The prefetcher's feeder thread hands each model its download (``worker.prefetch``); one that raised (here
     the first thing it calls, as a thread that cannot be started would) left every probe waiting for its model,
     and the sweep with it, forever. Now the sweep ends at once, in one sentence with the error."""
@@ -330,7 +400,9 @@ def test_a_prefetcher_that_fails_ends_the_sweep_in_seconds_with_its_error(fixtur
         raise RuntimeError("can't start new thread")
 
     monkeypatch.setattr(prefetch, "hub_fetch", SimpleNamespace(is_local=cannot))
-    monkeypatch.setenv("MODEL_SUPPORT_KERNEL_ZYGOTE", "off")  # no process to warm: the sweep ends before any probe
+    monkeypatch.setenv(
+        "MODEL_SUPPORT_KERNEL_ZYGOTE", "off"
+    )  # no process to warm: the sweep ends before any probe
     definition = params.load(small_params(tmp_path, fixture_models, ["tiny-gpt2", "tiny-llama"]))
     ended: list = []
 
@@ -353,7 +425,9 @@ def test_a_prefetcher_that_fails_ends_the_sweep_in_seconds_with_its_error(fixtur
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_a_stopped_sweep_starts_no_probe_ends_in_seconds_and_says_how_to_finish(fixture_models, tmp_path, stop):
+def test_a_stopped_sweep_starts_no_probe_ends_in_seconds_and_says_how_to_finish(
+    fixture_models, tmp_path, stop
+):
     """A two-device model runs while a hanging one waits for a device: the stop kills the first, and the
     device it gives back must not start the waiting one (it would hang to its 600 s timeout)."""
     path = tmp_path / "stop.yaml"
@@ -361,7 +435,12 @@ def test_a_stopped_sweep_starts_no_probe_ends_in_seconds_and_says_how_to_finish(
         {"id": fixture_models["sharded-llama"]["path"], "overrides": {"devices": "2"}},
         {"id": fixture_models["fail-hang"]["path"], "overrides": {"trust_remote_code": True}},
     ]
-    body = {"name": "stop", "probe": {"device": "cpu", "reference": "none"}, "models": models, "timeout_s": 600}
+    body = {
+        "name": "stop",
+        "probe": {"device": "cpu", "reference": "none"},
+        "models": models,
+        "timeout_s": 600,
+    }
     path.write_text(yaml.safe_dump(body))
     data_dir = tmp_path / "data"
     runner = subprocess.Popen(
@@ -373,7 +452,11 @@ def test_a_stopped_sweep_starts_no_probe_ends_in_seconds_and_says_how_to_finish(
     import psutil
 
     def probes():
-        return [p for p in psutil.process_iter(["cmdline"]) if str(data_dir) in " ".join(p.info["cmdline"] or [])]
+        return [
+            p
+            for p in psutil.process_iter(["cmdline"])
+            if str(data_dir) in " ".join(p.info["cmdline"] or [])
+        ]
 
     try:
         wait_for(lambda: probes())
@@ -387,11 +470,15 @@ def test_a_stopped_sweep_starts_no_probe_ends_in_seconds_and_says_how_to_finish(
     assert err.strip().splitlines()[-1] == (
         f"Error: The sweep was stopped: 0 of 2 stored; `model-support sweep --resume {sweep_id}` finishes it."
     )
-    assert not (store.sweep_dir(data_dir, sweep_id) / "logs").exists()  # nothing started after the stop
+    assert not (
+        store.sweep_dir(data_dir, sweep_id) / "logs"
+    ).exists()  # nothing started after the stop
     wait_for(lambda: not probes(), timeout=30)  # and nothing left running
 
 
-def test_a_models_own_words_about_a_full_disk_are_its_verdict_not_a_full_disk(fixture_models, tmp_path):
+def test_a_models_own_words_about_a_full_disk_are_its_verdict_not_a_full_disk(
+    fixture_models, tmp_path
+):
     """A model whose own code fails with "No space left on device" about another file system (its shared
     memory, say; the runtime's words on stderr, in the probe's log) on a data disk with room: its FAIL row,
     not "disk full, make room" ending the sweep."""
@@ -407,9 +494,14 @@ def test_a_models_own_words_about_a_full_disk_are_its_verdict_not_a_full_disk(fi
         "        raise OSError(errno.ENOSPC, 'No space left on device', '/dev/shm/torch_1')\n"
     )
     path = tmp_path / "words.yaml"
-    models = [{"id": str(folder), "overrides": {"trust_remote_code": True}}, fixture_models["tiny-gpt2"]["path"]]
+    models = [
+        {"id": str(folder), "overrides": {"trust_remote_code": True}},
+        fixture_models["tiny-gpt2"]["path"],
+    ]
     path.write_text(
-        yaml.safe_dump({"name": "words", "probe": {"device": "cpu", "reference": "none"}, "models": models})
+        yaml.safe_dump(
+            {"name": "words", "probe": {"device": "cpu", "reference": "none"}, "models": models}
+        )
     )
     data_dir = tmp_path / "data"
     run = subprocess.run(
@@ -421,7 +513,10 @@ def test_a_models_own_words_about_a_full_disk_are_its_verdict_not_a_full_disk(fi
     assert run.returncode == 0, run.stderr[-3000:]
     rows = {
         display_name(m): r
-        for m, *r in store.scan(data_dir).collect().select("model_id", "status", "error_message").iter_rows()
+        for m, *r in store.scan(data_dir)
+        .collect()
+        .select("model_id", "status", "error_message")
+        .iter_rows()
     }
     assert rows["tiny-gpt2"][0] == schema.PASS
     status, message = rows["says-disk-full"]
@@ -429,7 +524,9 @@ def test_a_models_own_words_about_a_full_disk_are_its_verdict_not_a_full_disk(fi
 
 
 @pytest.mark.slow
-def test_names_a_file_cannot_tell_apart_stay_two_models_and_a_torn_schedule_line_resumes(fixture_models, tmp_path):
+def test_names_a_file_cannot_tell_apart_stay_two_models_and_a_torn_schedule_line_resumes(
+    fixture_models, tmp_path
+):
     """``tiny+opt`` and ``tiny_opt`` shared one record file (one overwrote the other); a torn last line of
     ``schedule.jsonl`` (a full disk mid-append) ended every later --resume in a JSONDecodeError, no report."""
     import shutil
@@ -448,7 +545,16 @@ def test_names_a_file_cannot_tell_apart_stay_two_models_and_a_torn_schedule_line
     )
     data_dir = tmp_path / "data"
     first = subprocess.run(
-        [*CLI, "sweep", str(params_file), "--data-dir", str(data_dir), "--workers", "2", "--no-report"],
+        [
+            *CLI,
+            "sweep",
+            str(params_file),
+            "--data-dir",
+            str(data_dir),
+            "--workers",
+            "2",
+            "--no-report",
+        ],
         capture_output=True,
         text=True,
         timeout=600,
@@ -457,23 +563,34 @@ def test_names_a_file_cannot_tell_apart_stay_two_models_and_a_torn_schedule_line
     (sweep_id,) = store.list_sweeps(data_dir)
     records = sorted((store.sweep_dir(data_dir, sweep_id) / "records").glob("*.json"))
     assert len(records) == 2
-    assert sorted(r["model_id"] for r in store.iter_records(data_dir, sweep_id)) == ["local:tiny+opt", "local:tiny_opt"]
+    assert sorted(r["model_id"] for r in store.iter_records(data_dir, sweep_id)) == [
+        "local:tiny+opt",
+        "local:tiny_opt",
+    ]
     # one model to probe again, and a schedule whose last append was cut short
     store.record_file(data_dir, sweep_id, "local:tiny+opt").unlink()
     with open(store.sweep_dir(data_dir, sweep_id) / "schedule.jsonl", "a") as handle:
         handle.write('{"model_id": "local:tiny+opt", "variant": "eager+dyn')
     resumed = subprocess.run(
-        [*CLI, "sweep", "--resume", sweep_id, "--data-dir", str(data_dir)], capture_output=True, text=True, timeout=600
+        [*CLI, "sweep", "--resume", sweep_id, "--data-dir", str(data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "1 probed now, 2 models" in resumed.stdout
     assert "schedule.jsonl: skipped 1 unreadable line(s)" in resumed.stderr
     # the report's words for a suspect PASS beside the verdicts; a CPU sweep held no device, so no device line
-    assert "suspect passes: 0 (0 diverge from the reference, 0 not fluent with no reference)" in resumed.stdout
+    assert (
+        "suspect passes: 0 (0 diverge from the reference, 0 not fluent with no reference)"
+        in resumed.stdout
+    )
     assert "devices:" not in resumed.stdout and "held" not in resumed.stdout
     # not a terminal: one plain progress line per model, no bar redrawn with control codes
     assert (
-        "[2/2] local:tiny+opt: PASS" in resumed.stderr and "\x1b[" not in resumed.stderr and "\r" not in resumed.stderr
+        "[2/2] local:tiny+opt: PASS" in resumed.stderr
+        and "\x1b[" not in resumed.stderr
+        and "\r" not in resumed.stderr
     )
     assert (data_dir / "reports" / f"{sweep_id}.html").exists()
     rows = store.scan(data_dir).collect()

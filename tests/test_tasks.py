@@ -53,11 +53,16 @@ def test_task_is_a_declared_parameter_checked_before_anything_runs():
     assert probe_params.BY_NAME["task"].default == "auto"
     assert probe_params.BY_NAME["task"].choices == ("auto", "text-generation", "image-text-to-text")
     assert probe_params.BY_NAME["image_prompt"].default == "Describe this image."
-    with pytest.raises(probe_params.ParameterError, match="task='fill-mask' is not accepted; use one of auto"):
+    with pytest.raises(
+        probe_params.ParameterError, match="task='fill-mask' is not accepted; use one of auto"
+    ):
         probe_params.check({"task": "fill-mask"})
     record = probe.run_probe("data/models/tiny-llava", device="cpu", task="video")
     assert (record["status"], record["failure_stage"]) == (schema.FAIL_OTHER, "runner")
-    with pytest.raises(definition.SweepConfigError, match="models_from_hub.task 'fill-mask' is not a task the probe"):
+    with pytest.raises(
+        definition.SweepConfigError,
+        match="models_from_hub.task 'fill-mask' is not a task the probe",
+    ):
         definition.parse({"name": "x", "models_from_hub": {"task": "fill-mask"}})
 
 
@@ -66,28 +71,50 @@ def test_auto_decides_from_the_pipeline_tag_else_the_config(fixture_models):
 
     assert probe_core.task_of_pipeline_tag("image-text-to-text") == "image-text-to-text"
     assert probe_core.task_of_pipeline_tag(None) is None
-    with pytest.raises(probe_core.NotAProbedTask, match="the Hub lists this model as fill-mask, not text-generation"):
+    with pytest.raises(
+        probe_core.NotAProbedTask,
+        match="the Hub lists this model as fill-mask, not text-generation",
+    ):
         probe_core.task_of_pipeline_tag("fill-mask")
     task_of = {
         name: probe_core.task_of_config(AutoConfig.from_pretrained(fixture_models[name]["path"]))
-        for name in ("tiny-llama", "tiny-gemma", "fail-encoder-decoder", "tiny-llava", "tiny-gemma3", "tiny-qwen2-vl")
+        for name in (
+            "tiny-llama",
+            "tiny-gemma",
+            "fail-encoder-decoder",
+            "tiny-llava",
+            "tiny-gemma3",
+            "tiny-qwen2-vl",
+        )
     }
-    assert task_of == {
-        "tiny-llama": "text-generation",
-        "tiny-gemma": "text-generation",
-        "fail-encoder-decoder": "text-generation",  # neither: it fails to load as a causal LM, as before
-        "tiny-llava": "image-text-to-text",
-        "tiny-gemma3": "image-text-to-text",  # in both auto classes: a VLM
-        "tiny-qwen2-vl": "image-text-to-text",
-    }
+    assert (
+        task_of
+        == {
+            "tiny-llama": "text-generation",
+            "tiny-gemma": "text-generation",
+            "fail-encoder-decoder": "text-generation",  # neither: it fails to load as a causal LM, as before
+            "tiny-llava": "image-text-to-text",
+            "tiny-gemma3": "image-text-to-text",  # in both auto classes: a VLM
+            "tiny-qwen2-vl": "image-text-to-text",
+        }
+    )
 
 
-def test_a_sweep_decides_auto_by_the_pipeline_tag_and_excludes_other_tasks_before_downloading(tmp_path, fixture_models):
+def test_a_sweep_decides_auto_by_the_pipeline_tag_and_excludes_other_tasks_before_downloading(
+    tmp_path, fixture_models
+):
     """What the probe ran as, read off its record: tiny-gemma3 is in both auto classes (the config alone makes it
     a VLM); a sweep whose Hub tag says text-generation probes it as text-generation, through the notebook."""
-    base = {"model_id": "org/m", "source": "org/never-downloaded", "variant": None, "params": {"task": "auto"}}
+    base = {
+        "model_id": "org/m",
+        "source": "org/never-downloaded",
+        "variant": None,
+        "params": {"task": "auto"},
+    }
     result = process.run_task({**base, "hub": {"pipeline_tag": "fill-mask"}})
-    assert result.record is None and result.excluded.startswith("the Hub lists this model as fill-mask")
+    assert result.record is None and result.excluded.startswith(
+        "the Hub lists this model as fill-mask"
+    )
     task = {
         "sweep_id": "s",
         "model_id": "org/tiny-gemma3",
@@ -99,7 +126,9 @@ def test_a_sweep_decides_auto_by_the_pipeline_tag_and_excludes_other_tasks_befor
         "hub": {"pipeline_tag": "text-generation"},
     }
     record = process.run_task(task).record
-    assert (record["task"], record["image_sha256"]) == ("text-generation", None), record["error_message"]
+    assert (record["task"], record["image_sha256"]) == ("text-generation", None), record[
+        "error_message"
+    ]
     assert record["status"] == schema.PASS, record["error_message"]
 
 
@@ -132,27 +161,48 @@ def test_the_fixtures_cover_five_architectures_here_and_three_more_with_torchvis
 
 
 @pytest.mark.parametrize("name", NOTEBOOK_VLMS)
-def test_each_vlm_fixture_passes_through_the_notebook_with_its_image(tmp_path, fixture_models, name):
+def test_each_vlm_fixture_passes_through_the_notebook_with_its_image(
+    tmp_path, fixture_models, name
+):
     """The headline command on a tiny VLM folder: PASS, task image-text-to-text, image tokens in the input."""
     entry = fixture_models[name]
     record = probe_record(tmp_path, entry["path"], reference="cpu")
-    assert (record["status"], record["task"], record["failure_stage"]) == ("PASS", "image-text-to-text", None)
-    assert record["image_tokens"] == entry["image_tokens"] > 0 and record["tokens_in"] > record["image_tokens"]
+    assert (record["status"], record["task"], record["failure_stage"]) == (
+        "PASS",
+        "image-text-to-text",
+        None,
+    )
+    assert (
+        record["image_tokens"] == entry["image_tokens"] > 0
+        and record["tokens_in"] > record["image_tokens"]
+    )
     assert record["output_token_ids"] == entry["expected_token_ids"] and record["tokens_out"] == 8
     assert record["image_sha256"] == IMAGE_SHA256 and record["prompt"] == "Describe this image."
-    assert record["chat_template_used"] is (VLM_ARCHS[name].image is not None)  # PaliGemma has no template
+    assert record["chat_template_used"] is (
+        VLM_ARCHS[name].image is not None
+    )  # PaliGemma has no template
     assert record["reference_match"] is True and record["reference_device"] == "cpu:float32"
 
 
 def test_a_processor_that_needs_a_missing_torchvision_is_an_exclusion_not_a_verdict(fixture_models):
     entry = fixture_models["tiny-qwen2-vl"]
     record = probe.run_probe(entry["path"], device="cpu", reference="none")
-    if not entry["expect"]["excluded"]:  # torchvision works here: the model is probed like any other
-        assert record["status"] == "PASS" and record["output_token_ids"] == entry["expected_token_ids"]
+    if not entry["expect"][
+        "excluded"
+    ]:  # torchvision works here: the model is probed like any other
+        assert (
+            record["status"] == "PASS" and record["output_token_ids"] == entry["expected_token_ids"]
+        )
         return
-    assert record["status"] is None and record["failure_stage"] is None and record["error_type"] is None
+    assert (
+        record["status"] is None
+        and record["failure_stage"] is None
+        and record["error_type"] is None
+    )
     assert record["task"] == "image-text-to-text"
-    assert record["exclusion_reason"].startswith("Qwen2VLVideoProcessor needs torchvision, and torchvision is not")
+    assert record["exclusion_reason"].startswith(
+        "Qwen2VLVideoProcessor needs torchvision, and torchvision is not"
+    )
     assert "install the torchvision built for torch" in record["exclusion_reason"]
     assert "pip install 'model-support[vision]'" in record["exclusion_reason"]
 
@@ -162,15 +212,28 @@ def _with_broken_torchvision(tmp_path: Path) -> dict:
     package = tmp_path / "site" / "torchvision"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text(BROKEN_TORCHVISION)
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")])}
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")]),
+    }
 
 
 def test_a_torchvision_that_does_not_import_stops_the_sweep_before_any_model(tmp_path):
     env = _with_broken_torchvision(tmp_path)
     sweep_file = tmp_path / "s.yaml"
-    sweep_file.write_text(f"name: s\nprobe: {{device: cpu}}\nmodels: [{REPO / 'data/models/tiny-llama'}]\n")
+    sweep_file.write_text(
+        f"name: s\nprobe: {{device: cpu}}\nmodels: [{REPO / 'data/models/tiny-llama'}]\n"
+    )
     run = subprocess.run(
-        [sys.executable, "-m", "model_support.cli", "sweep", str(sweep_file), "--data-dir", str(tmp_path / "d")],
+        [
+            sys.executable,
+            "-m",
+            "model_support.cli",
+            "sweep",
+            str(sweep_file),
+            "--data-dir",
+            str(tmp_path / "d"),
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -179,14 +242,17 @@ def test_a_torchvision_that_does_not_import_stops_the_sweep_before_any_model(tmp
     )
     assert run.returncode == 2 and not (tmp_path / "d" / "sweeps").exists()
     assert "This environment cannot probe models: torchvision" in run.stderr
-    assert "does not import beside torch" in run.stderr and "operator torchvision::nms does not exist" in run.stderr
+    assert (
+        "does not import beside torch" in run.stderr
+        and "operator torchvision::nms does not exist" in run.stderr
+    )
     assert "pip uninstall torchvision" in run.stderr and "Traceback" not in run.stderr
     # one probe alone (no sweep to refuse it): no verdict, the reason instead
-    code = (
-        "import json; from model_support.probe import run; r = run.run_probe('data/models/tiny-llama', device='cpu'); "
-    )
+    code = "import json; from model_support.probe import run; r = run.run_probe('data/models/tiny-llama', device='cpu'); "
     code += "print(json.dumps([r['status'], r['exclusion_reason']]))"
-    one = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
+    one = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, cwd=REPO
+    )
     status, reason = json.loads(one.stdout.strip().splitlines()[-1])
     assert status is None and "torchvision" in reason and "does not import" in reason
 
@@ -197,8 +263,13 @@ def test_a_missing_pillow_is_an_exclusion_not_a_verdict(tmp_path, fixture_models
     was FAIL(load) (transformers' "Could not load any image processor class") or FAIL(other) (``import PIL``)."""
     site = tmp_path / "site"
     site.mkdir()
-    (site / "sitecustomize.py").write_text('import sys\nsys.modules["PIL"] = None  # import PIL fails\n')
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    (site / "sitecustomize.py").write_text(
+        'import sys\nsys.modules["PIL"] = None  # import PIL fails\n'
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+    }
     code = (
         "import json; from model_support.probe import run, probe_core; out = {}\n"
         "for name in ('tiny-llava', 'tiny-llama'):\n"
@@ -207,14 +278,18 @@ def test_a_missing_pillow_is_an_exclusion_not_a_verdict(tmp_path, fixture_models
         "try:\n    probe_core.probe_image()\nexcept probe_core.VisionBackendMissing as exc:\n    out['image'] = str(exc)\n"
         "print(json.dumps(out))"
     )
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, cwd=REPO
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])
     status, reason = out["tiny-llava"]
     assert status is None and reason.startswith("this model's image processor needs Pillow"), reason
     assert "pip install pillow" in reason
     assert out["tiny-llama"] == ["PASS", None]
-    assert out["image"].startswith("the probe image needs Pillow, and it is not installed: pip install pillow")
+    assert out["image"].startswith(
+        "the probe image needs Pillow, and it is not installed: pip install pillow"
+    )
 
 
 def test_only_an_import_error_names_a_missing_package():
@@ -224,9 +299,17 @@ def test_only_an_import_error_names_a_missing_package():
         "this model's processor",
         "pillow",
     )
-    assert probe_vision._missing_vision_package(AttributeError("no attribute", name="torchvision")) is None
-    said = ValueError("Could not load any image processor class for x. ... Missing optional dependencies: torchvision.")
-    assert probe_vision._missing_vision_package(said) == ("this model's image processor", "torchvision")
+    assert (
+        probe_vision._missing_vision_package(AttributeError("no attribute", name="torchvision"))
+        is None
+    )
+    said = ValueError(
+        "Could not load any image processor class for x. ... Missing optional dependencies: torchvision."
+    )
+    assert probe_vision._missing_vision_package(said) == (
+        "this model's image processor",
+        "torchvision",
+    )
 
 
 def test_the_smoke_sweep_probes_both_tasks(smoke_sweep, fixture_models):
@@ -235,10 +318,19 @@ def test_the_smoke_sweep_probes_both_tasks(smoke_sweep, fixture_models):
         record, expect = by_name[name], fixture_models[name]["expect"]
         assert record["task"] == "image-text-to-text", name
         if expect["excluded"]:
-            assert record["status"] is None and f"needs {expect['excluded'][0]}" in record["exclusion_reason"], name
+            assert (
+                record["status"] is None
+                and f"needs {expect['excluded'][0]}" in record["exclusion_reason"]
+            ), name
         else:
-            assert record["status"] == "PASS" and record["image_tokens"] == fixture_models[name]["image_tokens"], name
-    assert by_name["tiny-llama"]["task"] == "text-generation" and by_name["tiny-llama"]["image_tokens"] is None
+            assert (
+                record["status"] == "PASS"
+                and record["image_tokens"] == fixture_models[name]["image_tokens"]
+            ), name
+    assert (
+        by_name["tiny-llama"]["task"] == "text-generation"
+        and by_name["tiny-llama"]["image_tokens"] is None
+    )
     mismatch = by_name["fail-vlm-image-tokens"]
     assert (mismatch["status"], mismatch["failure_stage"], mismatch["attribution"]) == (
         "FAIL(gen)",
@@ -248,7 +340,9 @@ def test_the_smoke_sweep_probes_both_tasks(smoke_sweep, fixture_models):
     assert mismatch["failure_signature"].startswith(
         "ValueError: Image features and image tokens do not match, tokens: <n>"
     )
-    assert mismatch["image_tokens"] == 4  # the processor's patch size 16: 4 tokens, where the tower yields 16 features
+    assert (
+        mismatch["image_tokens"] == 4
+    )  # the processor's patch size 16: 4 tokens, where the tower yields 16 features
     nothing = by_name["fail-vlm-no-processor"]
     assert (nothing["status"], nothing["failure_stage"], nothing["task"]) == (
         "FAIL(load)",
@@ -262,7 +356,9 @@ def test_a_vlm_repro_script_reaches_the_same_tokens(smoke_sweep, fixture_models,
     record = smoke_sweep["by_name"]["tiny-llava"]
     script = tmp_path / "repro.py"
     script.write_text(record["repro_script"])
-    assert IMAGE_SHA256 in record["repro_script"] and "def probe_image_rgb" in record["repro_script"]
+    assert (
+        IMAGE_SHA256 in record["repro_script"] and "def probe_image_rgb" in record["repro_script"]
+    )
     run = subprocess.run(
         [sys.executable, "-I", str(script), fixture_models["tiny-llava"]["path"]],
         capture_output=True,
@@ -272,7 +368,11 @@ def test_a_vlm_repro_script_reaches_the_same_tokens(smoke_sweep, fixture_models,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])
-    assert (out["status"], out["task"], out["image_tokens"]) == ("PASS", "image-text-to-text", record["image_tokens"])
+    assert (out["status"], out["task"], out["image_tokens"]) == (
+        "PASS",
+        "image-text-to-text",
+        record["image_tokens"],
+    )
     assert out["output_token_ids"] == record["output_token_ids"]
 
 
@@ -283,7 +383,11 @@ def test_the_report_shows_pass_rates_per_task_and_one_signature_table(smoke_swee
     by_task = {r["task"]: r for r in tables["by_task"].iter_rows(named=True)}
     records = [r for r in smoke_sweep["records"] if r["status"] is not None]
     for task in schema.TEXT_GENERATION, schema.IMAGE_TEXT_TO_TEXT:
-        rows = [r for r in records if r["task"] == task or (r["task"] is None and task == schema.TEXT_GENERATION)]
+        rows = [
+            r
+            for r in records
+            if r["task"] == task or (r["task"] is None and task == schema.TEXT_GENERATION)
+        ]
         assert (by_task[task]["models"], by_task[task]["passed"]) == (
             len(rows),
             sum(r["status"] == "PASS" for r in rows),
@@ -292,7 +396,10 @@ def test_the_report_shows_pass_rates_per_task_and_one_signature_table(smoke_swee
     task_of = dict(signatures.select("failure_signature", "task").iter_rows())
     mismatch = smoke_sweep["by_name"]["fail-vlm-image-tokens"]["failure_signature"]
     assert task_of[mismatch] == "image-text-to-text"  # one table for both tasks; it says its task
-    assert task_of[smoke_sweep["by_name"]["fail-short-positions"]["failure_signature"]] == "text-generation"
+    assert (
+        task_of[smoke_sweep["by_name"]["fail-short-positions"]["failure_signature"]]
+        == "text-generation"
+    )
     tokens = {r["metric"]: r for r in tables["tokens"].iter_rows(named=True)}
     assert tokens["image_tokens"]["count"] == sum(r["image_tokens"] is not None for r in records)
 
@@ -313,7 +420,9 @@ def test_pass_rate_by_task_reads_older_rows_as_text_generation():
     by_task = analysis.pass_rate_by_task(rows, "s").select("task", "models", "passed").rows()
     assert by_task == [("text-generation", 2, 1), ("image-text-to-text", 2, 1)]
     signatures = analysis.failure_signatures(rows, "s")
-    assert signatures.select("failure_signature", "task", "models").rows() == [("E: x @ f.g", None, 2)]  # both tasks
+    assert signatures.select("failure_signature", "task", "models").rows() == [
+        ("E: x @ f.g", None, 2)
+    ]  # both tasks
 
 
 def test_debug_hooks_the_vision_tower_and_the_projector(fixture_models):
@@ -322,11 +431,16 @@ def test_debug_hooks_the_vision_tower_and_the_projector(fixture_models):
     from model_support import debug
 
     path = fixture_models["tiny-llava"]["path"]
-    loaded = debug.load_for_debug(path, "", "bfloat16", False, torch.device("cpu"), "unused", "auto")
+    loaded = debug.load_for_debug(
+        path, "", "bfloat16", False, torch.device("cpu"), "unused", "auto"
+    )
     assert loaded["task"] == "image-text-to-text" and loaded["image_tokens"] == 16
     assert set(loaded["extra_inputs"]) == {"pixel_values"}
     device = debug.trace_forward(
-        loaded["model"], loaded["input_ids"], loaded["attention_mask"], extra_inputs=loaded["extra_inputs"]
+        loaded["model"],
+        loaded["input_ids"],
+        loaded["attention_mask"],
+        extra_inputs=loaded["extra_inputs"],
     )
     reference = debug.trace_forward(
         debug.load_reference(path, "", "float32", False, loaded["task"]),
@@ -346,16 +460,27 @@ def test_debug_hooks_the_vision_tower_and_the_projector(fixture_models):
         8,
         extra_inputs=loaded["extra_inputs"],
     )
-    assert steps["ok"] and steps["output_token_ids"] == fixture_models["tiny-llava"]["expected_token_ids"]
+    assert (
+        steps["ok"]
+        and steps["output_token_ids"] == fixture_models["tiny-llava"]["expected_token_ids"]
+    )
 
 
 @pytest.mark.slow  # a compile, a sweep or a sharded run: not in make test-fast
 def test_a_vlm_runs_tensor_parallel_by_its_language_models_plan(fixture_models):
     from model_support.probe import sharded
 
-    result = sharded.run_sharded({"load_from": fixture_models["tiny-llava"]["path"]}, 2, "cpu", timeout_s=300)
-    assert (result["status"], result["parallelism"], result["tp_size"]) == ("PASS", "tp", 2), result["error_message"]
-    assert (result["task"], result["image_tokens"], result["tokens_out"]) == ("image-text-to-text", 16, 8)
+    result = sharded.run_sharded(
+        {"load_from": fixture_models["tiny-llava"]["path"]}, 2, "cpu", timeout_s=300
+    )
+    assert (result["status"], result["parallelism"], result["tp_size"]) == ("PASS", "tp", 2), (
+        result["error_message"]
+    )
+    assert (result["task"], result["image_tokens"], result["tokens_out"]) == (
+        "image-text-to-text",
+        16,
+        8,
+    )
 
 
 @pytest.mark.slow  # a compile, a sweep or a sharded run: not in make test-fast
@@ -369,15 +494,24 @@ def test_a_hub_sweep_of_image_text_to_text_models_by_their_pipeline_tag(fixture_
     from model_support.record import store
 
     server = HubServer()
-    for name, tag, downloads in (("tiny-llava", "image-text-to-text", 30), ("tiny-gemma3", "image-text-to-text", 20)):
+    for name, tag, downloads in (
+        ("tiny-llava", "image-text-to-text", 30),
+        ("tiny-gemma3", "image-text-to-text", 20),
+    ):
         server.add_repo(
-            f"fixtures/{name}", fixture_models[name]["path"], metadata={"pipeline_tag": tag, "downloads": downloads}
+            f"fixtures/{name}",
+            fixture_models[name]["path"],
+            metadata={"pipeline_tag": tag, "downloads": downloads},
         )
     server.add_repo(
-        "fixtures/tiny-llama", fixture_models["tiny-llama"]["path"], metadata={"pipeline_tag": "text-generation"}
+        "fixtures/tiny-llama",
+        fixture_models["tiny-llama"]["path"],
+        metadata={"pipeline_tag": "text-generation"},
     )
     server.add_repo(
-        "fixtures/a-fill-mask", fixture_models["tiny-llama"]["path"], metadata={"pipeline_tag": "fill-mask"}
+        "fixtures/a-fill-mask",
+        fixture_models["tiny-llama"]["path"],
+        metadata={"pipeline_tag": "fill-mask"},
     )
     body = {
         "name": "vlm-hub",
@@ -407,7 +541,11 @@ def test_a_hub_sweep_of_image_text_to_text_models_by_their_pipeline_tag(fixture_
             timeout=900,
             cwd=tmp_path,
         )
-        fetched = {(r["repo"], r["file"]) for r in server.requests if "/resolve/" in r["path"] and r["method"] == "GET"}
+        fetched = {
+            (r["repo"], r["file"])
+            for r in server.requests
+            if "/resolve/" in r["path"] and r["method"] == "GET"
+        }
     assert run.returncode == 0, run.stderr[-3000:]
     (sweep_id,) = store.list_sweeps(tmp_path / "d")
     records = {r["model_id"]: r for r in store.read_records(tmp_path / "d", sweep_id)}
@@ -419,28 +557,52 @@ def test_a_hub_sweep_of_image_text_to_text_models_by_their_pipeline_tag(fixture_
             "image-text-to-text",
         )
         assert record["image_tokens"] == fixture_models[name]["image_tokens"]
-    assert "fixtures/tiny-llama" not in records  # a text-generation model: not in the image-text-to-text ranking
+    assert (
+        "fixtures/tiny-llama" not in records
+    )  # a text-generation model: not in the image-text-to-text ranking
     excluded = pl.read_parquet(store.parquet_file(tmp_path / "d", "excluded", sweep_id))
-    reason = dict(excluded.select("model_id", "exclusion_reason").iter_rows())["fixtures/a-fill-mask"]
-    assert reason.startswith("the Hub lists this model as fill-mask, not text-generation or image-text-to-text")
-    assert {repo for repo, _ in fetched} == {"fixtures/tiny-llava", "fixtures/tiny-gemma3"}  # not the fill-mask one
-    assert ("fixtures/tiny-llava", "processor_config.json") in fetched  # the processor comes with the model
+    reason = dict(excluded.select("model_id", "exclusion_reason").iter_rows())[
+        "fixtures/a-fill-mask"
+    ]
+    assert reason.startswith(
+        "the Hub lists this model as fill-mask, not text-generation or image-text-to-text"
+    )
+    assert {repo for repo, _ in fetched} == {
+        "fixtures/tiny-llava",
+        "fixtures/tiny-gemma3",
+    }  # not the fill-mask one
+    assert (
+        "fixtures/tiny-llava",
+        "processor_config.json",
+    ) in fetched  # the processor comes with the model
 
 
 @pytest.mark.slow  # a compile, a sweep or a sharded run: not in make test-fast
 def test_a_vlm_runs_compiled_with_a_static_cache(fixture_models):
     record = probe.run_probe(
-        fixture_models["tiny-llava"]["path"], device="cpu", reference="none", mode="compile", cache="static"
+        fixture_models["tiny-llava"]["path"],
+        device="cpu",
+        reference="none",
+        mode="compile",
+        cache="static",
     )
-    assert (record["status"], record["task"], record["variant"]) == ("PASS", "image-text-to-text", "compile+static")
-    assert record["graphs"] >= 1 and record["matches_eager"] is True and record["image_tokens"] == 16
+    assert (record["status"], record["task"], record["variant"]) == (
+        "PASS",
+        "image-text-to-text",
+        "compile+static",
+    )
+    assert (
+        record["graphs"] >= 1 and record["matches_eager"] is True and record["image_tokens"] == 16
+    )
 
 
 #: What the pretend accelerator refuses that a real backend allows: a view (expand, view, unsqueeze) of a tensor
 #: made outside torch.inference_mode, taken inside it ("Cannot set version_counter for inference tensor"). CLIP's
 #: and SigLIP's embeddings expand a parameter, so llava, llava-next, gemma3 and paligemma fail there; idefics3's
 #: tower does not. A limit of the pretend backend, not of any stack: strict, so the fix shows.
-PRETEND_VIEW_BUG = "the pretend backend refuses a view of a non-inference tensor inside torch.inference_mode"
+PRETEND_VIEW_BUG = (
+    "the pretend backend refuses a view of a non-inference tensor inside torch.inference_mode"
+)
 
 
 @pytest.mark.parametrize(
@@ -450,10 +612,19 @@ PRETEND_VIEW_BUG = "the pretend backend refuses a view of a non-inference tensor
         pytest.param("tiny-llava", marks=pytest.mark.xfail(reason=PRETEND_VIEW_BUG, strict=True)),
     ],
 )
-def test_a_vlm_on_the_pretend_accelerator_gives_the_cpus_tokens(tmp_path, monkeypatch, fixture_models, name):
+def test_a_vlm_on_the_pretend_accelerator_gives_the_cpus_tokens(
+    tmp_path, monkeypatch, fixture_models, name
+):
     from model_support_pretend import CONFIG_VAR
 
     monkeypatch.setenv(CONFIG_VAR, json.dumps({"devices": 1}))
     record = probe_record(tmp_path, fixture_models[name]["path"], device="pretend", reference="cpu")
-    assert (record["status"], record["device_type"], record["task"]) == ("PASS", "pretend", "image-text-to-text")
-    assert record["image_tokens"] == fixture_models[name]["image_tokens"] and record["reference_match"] is True
+    assert (record["status"], record["device_type"], record["task"]) == (
+        "PASS",
+        "pretend",
+        "image-text-to-text",
+    )
+    assert (
+        record["image_tokens"] == fixture_models[name]["image_tokens"]
+        and record["reference_match"] is True
+    )

@@ -29,7 +29,9 @@ from model_support.probe.devices.tpu import TpuAdapter
 
 REPO = Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.skipif(not tpu.torch_tpu_installed(), reason="the torch_tpu wheel is not installed here")
+pytestmark = pytest.mark.skipif(
+    not tpu.torch_tpu_installed(), reason="the torch_tpu wheel is not installed here"
+)
 
 #: PCI device ids of torch_tpu 0.2.0's hardware module, by generation.
 V4, V5E, V6E, V7 = "0x005e", "0x0063", "0x006f", "0x0076"
@@ -90,7 +92,9 @@ def package() -> dict:
     }
     for name in (*tpu.PLACE_VARS, "WORLD_SIZE", "LOCAL_RANK", "RANK"):
         env.pop(name, None)
-    done = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -120,9 +124,15 @@ def _glue_library(also_env: bool = False) -> bytes:
     spec = importlib.util.find_spec("torch_tpu")
     assert spec is not None and spec.submodule_search_locations
     root = Path(next(iter(spec.submodule_search_locations)))
-    (found,) = glob.glob(str(root / "csrc" / "common" / f"glue_{major}_{minor}_0" / "libpywrap_*_common.so"))
+    (found,) = glob.glob(
+        str(root / "csrc" / "common" / f"glue_{major}_{minor}_0" / "libpywrap_*_common.so")
+    )
     binary = Path(found).read_bytes()
-    return binary + (root / "_internal" / f"env_{major}_{minor}_0.so").read_bytes() if also_env else binary
+    return (
+        binary + (root / "_internal" / f"env_{major}_{minor}_0.so").read_bytes()
+        if also_env
+        else binary
+    )
 
 
 # --- the entry point and the chips ------------------------------------------------------------------------------
@@ -131,10 +141,16 @@ def _glue_library(also_env: bool = False) -> bytes:
 def test_its_entry_point_registers_tpu_only_where_its_hardware_module_finds_chips(package):
     """The adapter loads torch_tpu through its ``torch.backends`` entry point (``_loader:load``), which registers
     ``tpu`` only when its hardware module counts chips: so the adapter asks that module whether a TPU is here."""
-    found = [e.value for e in importlib.metadata.entry_points(group="torch.backends") if e.name == "torch_tpu"]
+    found = [
+        e.value
+        for e in importlib.metadata.entry_points(group="torch.backends")
+        if e.name == "torch_tpu"
+    ]
     assert found == ["torch_tpu._loader:load"]
     assert package["chips_here"] == 0 and package["adapter_sees_hardware"] is False
-    assert package["same_hardware_module"], "the adapter must ask the hardware module torch_tpu itself uses"
+    assert package["same_hardware_module"], (
+        "the adapter must ask the hardware module torch_tpu itself uses"
+    )
     assert package["device_after_load_without_chips"] == "privateuseone"
     assert package["device_after_load_with_chips"] == "tpu"
 
@@ -143,7 +159,9 @@ def test_chips_are_googles_pci_devices_bound_to_vfio_not_any_dev_accel(host, mon
     """Chip detection is torch_tpu's (``get_tpu_device_count``: Google PCI devices bound to VFIO): a /dev/accel* of
     another driver is no TPU, and a host where torch_tpu counts chips is one."""
     hardware = host(None)
-    monkeypatch.setattr(glob, "glob", lambda pattern, **kw: ["/dev/accel0"] if "accel" in pattern else [])
+    monkeypatch.setattr(
+        glob, "glob", lambda pattern, **kw: ["/dev/accel0"] if "accel" in pattern else []
+    )
     assert hardware._GOOGLE_PCI_VENDOR_ID == "0x1ae0"
     assert not tpu.tpu_hardware_visible() and not TpuAdapter().hardware_visible()
     host(V5E, 4)
@@ -206,7 +224,9 @@ def test_memory_is_torch_tpus_table_and_an_unknown_generation_has_none(host):
         TpuAdapter().device_memory_bytes()
     from model_support.probe.devices.resolve import DeviceFacts
 
-    assert DeviceFacts("tpu", 1, None).memory_bytes is None  # what the runner records: null, the probe the reason
+    assert (
+        DeviceFacts("tpu", 1, None).memory_bytes is None
+    )  # what the runner records: null, the probe the reason
 
 
 # --- one chip per process, and the launch environment of a sharded run ----------------------------------------------
@@ -219,7 +239,10 @@ def test_one_chip_per_process_is_named_by_tpu_visible_devices(host):
     which for a probe granted chips 4-7 would be chips 0-3)."""
     glue = _glue_library()
     assert b"TPU_VISIBLE_DEVICES\0" in glue and b"kTpuVisibleDevicesEnvVar" in glue
-    assert b"each process must be allocated a distinct device. Please set the $0 environment variable" in glue
+    assert (
+        b"each process must be allocated a distinct device. Please set the $0 environment variable"
+        in glue
+    )
     host(V6E)
     adapter = TpuAdapter()
     assert adapter.visible_var == tpu.CHIP_VAR == "TPU_VISIBLE_DEVICES"
@@ -241,7 +264,12 @@ def test_a_rank_gets_the_launch_environment_torch_tpus_runtime_requires(package)
     assert b"missing required environment variables for distributed training: " in glue
     for name in (*tpu.LAUNCH_REQUIRED, "WORLD_SIZE", "LOCAL_RANK"):
         assert name.encode() + b"\0" in glue, name
-    shapes = {1: "1,1,1", 2: "1,2,1", 4: "2,2,1", 8: "2,2,2"}  # torch_tpu's v4 table, the faked host's
+    shapes = {
+        1: "1,1,1",
+        2: "1,2,1",
+        4: "2,2,1",
+        8: "2,2,2",
+    }  # torch_tpu's v4 table, the faked host's
     for ranks, launch in package["launch"].items():
         assert set(tpu.LAUNCH_REQUIRED) <= set(launch) <= set(tpu.LAUNCH_VARS)
         assert len(launch["TORCH_TPU_SLICEBUILDER_ADDRESSES"].split(",")) == int(ranks)
@@ -249,7 +277,9 @@ def test_a_rank_gets_the_launch_environment_torch_tpus_runtime_requires(package)
     assert package["left_in_environ"] == []
     assert package["preset_kept"] == "4,1,1" and package["preset_restored"] == "4,1,1"
     assert "no slice of 3 chips" in package["refused_3"]
-    assert package["public_launch_is_the_adapters"], "torch.tpu.distributed.set_tpu_launch_env moved"
+    assert package["public_launch_is_the_adapters"], (
+        "torch.tpu.distributed.set_tpu_launch_env moved"
+    )
 
 
 def test_the_variables_its_binary_reads_are_the_ones_the_adapter_sets():
@@ -264,7 +294,9 @@ def test_the_variables_its_binary_reads_are_the_ones_the_adapter_sets():
 def test_tpu_dist_is_for_tpu_tensors_only_so_the_group_pairs_it_with_gloo(package):
     """torch_tpu registers ``tpu_dist`` (alias ``tpu``) for ``tpu`` devices only: alone, a run's CPU tensors have no
     backend; the adapter's process group gives them gloo."""
-    assert package["backend_for_tpu_devices"] == "tpu_dist" and package["tpu_dist_devices"] == ["tpu"]
+    assert package["backend_for_tpu_devices"] == "tpu_dist" and package["tpu_dist_devices"] == [
+        "tpu"
+    ]
     assert package["tpu_dist_alone"] == {"tpu": "tpu_dist"}
     assert package["adapter_group"] == {"cpu": "gloo", "tpu": "tpu_dist"}
     assert TpuAdapter().distributed_backend() == "cpu:gloo,tpu:tpu_dist"
@@ -279,6 +311,11 @@ def test_the_tpu_device_check_parses_and_refuses_clearly_without_a_chip():
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
     if tpu.tpu_hardware_visible():
         pytest.skip("this host has a TPU: the check would run")
-    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert done.returncode == 2 and done.stderr.startswith("no TPU here: "), (done.returncode, done.stderr[-1000:])
+    done = subprocess.run(
+        ["bash", str(script)], capture_output=True, text=True, timeout=120, cwd=REPO
+    )
+    assert done.returncode == 2 and done.stderr.startswith("no TPU here: "), (
+        done.returncode,
+        done.stderr[-1000:],
+    )
     assert "Traceback" not in done.stderr

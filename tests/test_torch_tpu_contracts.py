@@ -31,7 +31,8 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("torch_tpu") is None, reason="the torch_tpu wheel is not installed here"
+    importlib.util.find_spec("torch_tpu") is None,
+    reason="the torch_tpu wheel is not installed here",
 )
 
 #: The settings of torch_tpu 0.2.0 that change what a run gives or how fast (docs/devices.md, "Settings").
@@ -91,8 +92,15 @@ CHILD = textwrap.dedent(
 @pytest.fixture(scope="module")
 def torch_tpu_facts() -> dict:
     """What the installed torch_tpu says, asked once in a child process that loads it (no chip here)."""
-    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "PYTHONWARNINGS": "ignore", "TPU_SKIP_MDS_QUERY": "1"}
-    done = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, timeout=300)
+    env = {
+        **os.environ,
+        "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
+        "PYTHONWARNINGS": "ignore",
+        "TPU_SKIP_MDS_QUERY": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -118,7 +126,9 @@ def _glue_library() -> Path:
 @functools.cache
 def _binary_variables() -> frozenset[str]:
     """The TORCH_TPU_* names in torch_tpu's glue library (what its C++ reads: ``strings`` on the file)."""
-    return frozenset(m.decode() for m in re.findall(rb"(?<![A-Z0-9_])TORCH_TPU_[A-Z0-9_]+", _binary()))
+    return frozenset(
+        m.decode() for m in re.findall(rb"(?<![A-Z0-9_])TORCH_TPU_[A-Z0-9_]+", _binary())
+    )
 
 
 @functools.cache
@@ -136,27 +146,45 @@ def _written_by_torch_tpu() -> set[str]:
 # --- item 2: the CPU fallback ---------------------------------------------------------------------------------
 
 
-def test_torch_tpu_s_cpu_fallback_is_off_by_default_and_its_switch_is_the_one_the_adapter_names(torch_tpu_facts):
+def test_torch_tpu_s_cpu_fallback_is_off_by_default_and_its_switch_is_the_one_the_adapter_names(
+    torch_tpu_facts,
+):
     from model_support.probe.devices.tpu import TpuAdapter
 
-    assert torch_tpu_facts["boxed_fallback"] is True  # registered: the registrations alone would say "fallback"
+    assert (
+        torch_tpu_facts["boxed_fallback"] is True
+    )  # registered: the registrations alone would say "fallback"
     assert torch_tpu_facts["default"] is False
-    assert torch_tpu_facts["switched"] is True  # the property the adapter names is the one that turns it on
+    assert (
+        torch_tpu_facts["switched"] is True
+    )  # the property the adapter names is the one that turns it on
     switch = f"{TpuAdapter.cpu_fallback_switch} = True"
-    assert torch_tpu_facts["runs_off"] == [False, switch] and torch_tpu_facts["runs_on"] == [True, switch]
+    assert torch_tpu_facts["runs_off"] == [False, switch] and torch_tpu_facts["runs_on"] == [
+        True,
+        switch,
+    ]
     # what it raises when off, and says when on, are in its binary
     assert NOT_IMPLEMENTED.encode() in _binary()
     assert b"' is not implemented for TPU. Falling back to CPU" in _binary()
 
 
-def test_an_operator_only_the_fallback_catches_is_missing_while_it_is_off_and_says_the_switch(torch_tpu_facts):
+def test_an_operator_only_the_fallback_catches_is_missing_while_it_is_off_and_says_the_switch(
+    torch_tpu_facts,
+):
     from model_support.probe.devices.tpu import TpuAdapter
 
     coverage, notes = torch_tpu_facts["coverage_off"]
-    assert coverage == {FALLBACK_ONLY: "missing", "aten::mm": "implemented", "aten::_to_copy": "implemented"}
-    assert torch_tpu_facts["op_coverage_off"] == coverage  # what a probe's row records (ops_missing) agrees
+    assert coverage == {
+        FALLBACK_ONLY: "missing",
+        "aten::mm": "implemented",
+        "aten::_to_copy": "implemented",
+    }
     assert (
-        list(notes) == [FALLBACK_ONLY] and f"{TpuAdapter.cpu_fallback_switch} = True makes it" in notes[FALLBACK_ONLY]
+        torch_tpu_facts["op_coverage_off"] == coverage
+    )  # what a probe's row records (ops_missing) agrees
+    assert (
+        list(notes) == [FALLBACK_ONLY]
+        and f"{TpuAdapter.cpu_fallback_switch} = True makes it" in notes[FALLBACK_ONLY]
     )
     on, on_notes = torch_tpu_facts["coverage_on"]
     assert on[FALLBACK_ONLY] == "fallback" and "CPU fallback is on" in on_notes[FALLBACK_ONLY]
@@ -169,9 +197,14 @@ def test_torch_tpu_compiles_its_backend_with_dynamic_false_and_the_probe_reads_i
     """Its loader installs the patch at device initialisation; patched, torch.compile gives ``tpu`` (the adapter's
     backend) dynamic=False and leaves other backends to torch's default; its backend refuses dynamic=True."""
     assert torch_tpu_facts["patch_installed_at_init"] is True
-    assert torch_tpu_facts["dynamic_unpatched"] == {"tpu": None, "inductor": None}  # no chip: not installed
+    assert torch_tpu_facts["dynamic_unpatched"] == {
+        "tpu": None,
+        "inductor": None,
+    }  # no chip: not installed
     assert torch_tpu_facts["dynamic"] == {"tpu": False, "inductor": None, "aot_eager": None}
-    assert torch_tpu_facts["explicit"] is False  # the tpu adapter's backend: a compiled probe takes the static cache
+    assert (
+        torch_tpu_facts["explicit"] is False
+    )  # the tpu adapter's backend: a compiled probe takes the static cache
     assert torch_tpu_facts["refuses_dynamic"] is True
 
 
@@ -235,6 +268,9 @@ def test_the_blocking_rerun_uses_the_switch_torch_tpu_s_binary_reads():
     from model_support.probe.devices.tpu import TpuAdapter
 
     read = _binary_variables()
-    assert TpuAdapter.blocking_env == {"TORCH_TPU_LAUNCH_BLOCKING": "1"} and set(TpuAdapter.blocking_env) <= read
+    assert (
+        TpuAdapter.blocking_env == {"TORCH_TPU_LAUNCH_BLOCKING": "1"}
+        and set(TpuAdapter.blocking_env) <= read
+    )
     # the name the project once used is no variable of torch_tpu's
     assert not re.search(rb"(?<![A-Z0-9_])TPU_LAUNCH_BLOCKING", _binary())

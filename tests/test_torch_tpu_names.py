@@ -24,7 +24,8 @@ REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src" / "model_support"
 
 pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("torch_tpu") is None, reason="the torch_tpu wheel is not installed here"
+    importlib.util.find_spec("torch_tpu") is None,
+    reason="the torch_tpu wheel is not installed here",
 )
 
 #: ``torch.tpu.<name>`` written out, and ``getattr(torch.tpu, "<name>")`` / ``getattr(tpu, "<name>")``.
@@ -54,7 +55,12 @@ def names_used() -> dict[str, list[str]]:
     asked = _names(_ASKED, [SRC / "probe" / "devices" / "accelerator.py"])
     hardware = _names(_HARDWARE, [TPU_ADAPTER])
     launch = _names(_LAUNCH, [TPU_ADAPTER])
-    return {"tpu": sorted(tpu), "asked": sorted(asked), "hardware": sorted(hardware), "launch": sorted(launch)}
+    return {
+        "tpu": sorted(tpu),
+        "asked": sorted(asked),
+        "hardware": sorted(hardware),
+        "launch": sorted(launch),
+    }
 
 
 CHECK = """
@@ -96,7 +102,9 @@ print(json.dumps(out))
 def test_every_torch_tpu_name_the_adapter_and_the_probe_use_exists_in_the_wheel():
     used = names_used()
     assert {"_get_cache_hits", "set_eager_mode", "EagerMode.DEFER_AND_FUSE"} <= set(used["tpu"])
-    assert {"get_tpu_topology", "get_hbm_bytes_per_device", "get_tpu_device_count"} <= set(used["hardware"])
+    assert {"get_tpu_topology", "get_hbm_bytes_per_device", "get_tpu_device_count"} <= set(
+        used["hardware"]
+    )
     assert used["launch"] == ["set_tpu_launch_env"]
     env = {
         **os.environ,
@@ -106,7 +114,11 @@ def test_every_torch_tpu_name_the_adapter_and_the_probe_use_exists_in_the_wheel(
         "PYTHONPATH": os.pathsep.join(sys.path),
     }
     done = subprocess.run(
-        [sys.executable, "-c", CHECK, json.dumps(used)], capture_output=True, text=True, env=env, timeout=600
+        [sys.executable, "-c", CHECK, json.dumps(used)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
@@ -121,9 +133,13 @@ def test_the_tpu_backend_loads_through_its_torch_backends_entry_point():
     """The tpu adapter loads torch_tpu as torch's autoload does (``probe_backend.load_backend``): through the
     ``torch.backends`` entry point that provides device 'tpu'."""
     found = [
-        e for e in entry_points(group=probe_backend.BACKENDS_GROUP) if probe_backend.backend_device(e.name) == "tpu"
+        e
+        for e in entry_points(group=probe_backend.BACKENDS_GROUP)
+        if probe_backend.backend_device(e.name) == "tpu"
     ]
     assert [e.value for e in found] == ["torch_tpu._loader:load"]
-    spec = importlib.util.find_spec("torch_tpu")  # its submodule's spec would import the package (and libtpu's setup)
+    spec = importlib.util.find_spec(
+        "torch_tpu"
+    )  # its submodule's spec would import the package (and libtpu's setup)
     assert spec is not None and spec.submodule_search_locations
     assert (Path(next(iter(spec.submodule_search_locations))) / "_loader.py").is_file()

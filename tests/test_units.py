@@ -29,7 +29,9 @@ def test_a_size_is_decimal_and_says_so():
 def test_the_room_check_and_the_cache_budget_count_a_gb_alike(tmp_path):
     """The data folder's free space is told in the same GB as the cache budget (1e9 bytes; it said 2^30)."""
     cache = budget.CacheBudget(str(tmp_path), max_gb=1)
-    assert cache.too_large_reason(10**9 + 10**7) == "too large for the cache budget: 1.01 GB > 1 GB."
+    assert (
+        cache.too_large_reason(10**9 + 10**7) == "too large for the cache budget: 1.01 GB > 1 GB."
+    )
     free = shutil.disk_usage(tmp_path).free
     with pytest.raises(StorageFull) as refused:
         diskspace.check_room(tmp_path, probes=4 * free // diskspace.BYTES_PER_MODEL, report=False)
@@ -39,7 +41,11 @@ def test_the_room_check_and_the_cache_budget_count_a_gb_alike(tmp_path):
 
 
 def test_memory_is_labelled_mib_where_it_is_shown_and_declared():
-    record = schema.empty_record(model_id="org/m", status="PASS", peak_host_mem_mb=512.0, peak_device_mem_mb=None)
+    record = schema.empty_record(
+        model_id="org/m", status="PASS", peak_host_mem_mb=512.0, peak_device_mem_mb=None
+    )
     assert "512.000 MiB / -" in run.summary_html(record)
     docs = {f.name: f.doc for f in schema.DECLARATION}
-    assert docs["peak_host_mem_mb"].endswith("in MiB") and docs["peak_device_mem_mb"].endswith("in MiB")
+    assert docs["peak_host_mem_mb"].endswith("in MiB") and docs["peak_device_mem_mb"].endswith(
+        "in MiB"
+    )

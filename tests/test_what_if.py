@@ -31,7 +31,9 @@ def cli(args: list, data, check: bool = True) -> subprocess.CompletedProcess:
 
 def sweep(tmp, data, name: str, probe: dict, check: bool = True) -> subprocess.CompletedProcess:
     path = tmp / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({"name": name, "probe": {**PROBE, **probe}, "models": MODELS, "workers": 2}))
+    path.write_text(
+        yaml.safe_dump({"name": name, "probe": {**PROBE, **probe}, "models": MODELS, "workers": 2})
+    )
     return cli(["sweep", str(path), "--no-report"], data, check)
 
 
@@ -43,7 +45,11 @@ def seen(data, sweep_id: str) -> dict:
     from model_support.record import store
     from model_support.render.exports import export
 
-    rows = store.scan(data, "results").filter(pl.col("sweep_id") == sweep_id).select("model_id", "status")
+    rows = (
+        store.scan(data, "results")
+        .filter(pl.col("sweep_id") == sweep_id)
+        .select("model_id", "status")
+    )
     return {
         "results": sorted(rows.collect().rows()),
         "all_results": store.scan(data, "results").select(pl.len()).collect().item(),
@@ -62,7 +68,9 @@ def what_if(tmp_path_factory, fixture_models) -> dict:
     sweep(tmp, data, "stack", {})
     (stack,) = store.list_sweeps(data)
     before = seen(data, stack)
-    done = sweep(tmp, data, "silu-on-host", {"host_ops": "aten::silu", "perf": "on"})  # asked, and still not timed
+    done = sweep(
+        tmp, data, "silu-on-host", {"host_ops": "aten::silu", "perf": "on"}
+    )  # asked, and still not timed
     (hosted,) = [s for s in store.list_sweeps(data) if s != stack]
     return {
         "tmp": tmp,
@@ -82,7 +90,9 @@ def test_the_stack_crashes_where_the_what_if_run_passes_with_silu_on_the_host(wh
 
     data = what_if["data"]
     stack = dict(what_if["before"]["results"])
-    assert stack["local:tiny-llama"].startswith("FAIL") and stack["local:tiny-gpt2"] == "PASS", stack
+    assert stack["local:tiny-llama"].startswith("FAIL") and stack["local:tiny-gpt2"] == "PASS", (
+        stack
+    )
     rows = store.scan(data, "what_if").filter(pl.col("sweep_id") == what_if["hosted"]).collect()
     llama = rows.filter(pl.col("model_id") == "local:tiny-llama").row(0, named=True)
     assert llama["status"] == "PASS" and llama["what_if"] is True and llama["numerics"] == "match"
@@ -91,7 +101,11 @@ def test_the_stack_crashes_where_the_what_if_run_passes_with_silu_on_the_host(wh
     assert llama["host_op_calls_per_token"] == llama["host_op_calls"][0] / llama["tokens_out"]
     assert llama["perf_note"].startswith("not measured: a what-if run (host_ops)")
     gpt2 = rows.filter(pl.col("model_id") == "local:tiny-gpt2").row(0, named=True)
-    assert gpt2["status"] == "PASS" and gpt2["host_op_names"] == [] and gpt2["host_op_calls_per_token"] == 0
+    assert (
+        gpt2["status"] == "PASS"
+        and gpt2["host_op_names"] == []
+        and gpt2["host_op_calls_per_token"] == 0
+    )
 
 
 def test_a_what_if_run_is_never_the_stacks_verdict(what_if):
@@ -102,25 +116,46 @@ def test_a_what_if_run_is_never_the_stacks_verdict(what_if):
     from model_support.record import store
 
     data, before, after = what_if["data"], what_if["before"], what_if["after"]
-    assert store.scan(data, "results").filter(pl.col("sweep_id") == what_if["hosted"]).collect().height == 0
+    assert (
+        store.scan(data, "results").filter(pl.col("sweep_id") == what_if["hosted"]).collect().height
+        == 0
+    )
     assert after == before  # results rows, JUnit, Markdown and every support card, unchanged
-    assert all("PASS" not in str(card) or "tiny-gpt2" in name for name, card in after["support"].items())
-    assert store.resolve_sweep_id(data, "latest") == what_if["stack"]  # the newest sweep of the stack, not the what-if
-    with pytest.raises(UserError, match="is a what-if sweep"):  # latest never names one, even of its own name
+    assert all(
+        "PASS" not in str(card) or "tiny-gpt2" in name for name, card in after["support"].items()
+    )
+    assert (
+        store.resolve_sweep_id(data, "latest") == what_if["stack"]
+    )  # the newest sweep of the stack, not the what-if
+    with pytest.raises(
+        UserError, match="is a what-if sweep"
+    ):  # latest never names one, even of its own name
         store.resolve_sweep_id(data, "latest:silu-on-host")
-    assert store.resolve_sweep_id(data, what_if["hosted"][:-2]) == what_if["hosted"]  # its id (a prefix) does
-    done = cli(["diff", what_if["stack"], what_if["hosted"], "--fail-on", "regressions"], data, check=False)
-    assert done.returncode != 0 and f"Sweep {what_if['hosted']} is a what-if sweep" in done.stderr + done.stdout
+    assert (
+        store.resolve_sweep_id(data, what_if["hosted"][:-2]) == what_if["hosted"]
+    )  # its id (a prefix) does
+    done = cli(
+        ["diff", what_if["stack"], what_if["hosted"], "--fail-on", "regressions"], data, check=False
+    )
+    assert (
+        done.returncode != 0
+        and f"Sweep {what_if['hosted']} is a what-if sweep" in done.stderr + done.stdout
+    )
 
 
 @pytest.mark.parametrize(
     ("asked", "said"),
     [
-        ("aten::empty.memory_format", "aten::empty.memory_format cannot run on the host: it is a factory"),
+        (
+            "aten::empty.memory_format",
+            "aten::empty.memory_format cannot run on the host: it is a factory",
+        ),
         ("aten::silu,aten::view", "aten::view cannot run on the host: it is a view"),
     ],
 )
-def test_an_operator_that_cannot_go_to_the_host_is_refused_by_name_before_anything_runs(what_if, asked, said):
+def test_an_operator_that_cannot_go_to_the_host_is_refused_by_name_before_anything_runs(
+    what_if, asked, said
+):
     from model_support.record import store
 
     data = what_if["data"]
@@ -144,22 +179,46 @@ def test_a_what_if_sweep_is_refused_where_it_would_pass_for_the_stacks(what_if):
     models = [MODELS[0], {"id": MODELS[1], "overrides": {"host_ops": "aten::silu"}}]
     mixed.write_text(yaml.safe_dump({"name": "mixed", "probe": PROBE, "models": models}))
     done = cli(["sweep", str(mixed), "--no-report"], data, check=False)
-    assert done.returncode != 0 and "host_ops is set in the overrides of" in done.stderr, done.stderr[-1500:]
+    assert done.returncode != 0 and "host_ops is set in the overrides of" in done.stderr, (
+        done.stderr[-1500:]
+    )
     night = tmp / "night.yaml"
-    night.write_text(yaml.safe_dump({"name": "night", "probe": {**PROBE, "host_ops": "aten::silu"}, "models": MODELS}))
+    night.write_text(
+        yaml.safe_dump(
+            {"name": "night", "probe": {**PROBE, "host_ops": "aten::silu"}, "models": MODELS}
+        )
+    )
     done = cli(["nightly", str(night), "--no-report", "--no-bisect"], data, check=False)
     assert done.returncode != 0 and "a nightly cannot gate it" in done.stderr, done.stderr[-1500:]
     assert set(store.list_sweeps(data)) == known  # nothing ran
-    done = cli(["repro", what_if["hosted"], "tiny-llama", "--variant", "eager+dynamic+4t"], data, check=False)
-    assert done.returncode != 0 and "as a what-if run (host_ops='aten::silu'" in done.stderr, done.stderr[-1500:]
+    done = cli(
+        ["repro", what_if["hosted"], "tiny-llama", "--variant", "eager+dynamic+4t"],
+        data,
+        check=False,
+    )
+    assert done.returncode != 0 and "as a what-if run (host_ops='aten::silu'" in done.stderr, (
+        done.stderr[-1500:]
+    )
     done = cli(["export", what_if["hosted"], "--format", "junit"], data, check=False)
-    assert done.returncode != 0 and "is a what-if sweep (operators on the host)" in done.stderr, done.stderr[-1500:]
-    listed = {r["sweep_id"]: r for r in json.loads(cli(["list", "--json"], data).stdout)}[what_if["hosted"]]
-    assert listed["PASS"] == 0 and listed["what_if"]["PASS"] == 2, listed  # its own runs, no PASS of the stack
-    assert listed["what_if"]["host_ops"] == "aten::silu" and listed["what_if"]["proves"] is None  # run by hand
+    assert done.returncode != 0 and "is a what-if sweep (operators on the host)" in done.stderr, (
+        done.stderr[-1500:]
+    )
+    listed = {r["sweep_id"]: r for r in json.loads(cli(["list", "--json"], data).stdout)}[
+        what_if["hosted"]
+    ]
+    assert listed["PASS"] == 0 and listed["what_if"]["PASS"] == 2, (
+        listed
+    )  # its own runs, no PASS of the stack
+    assert (
+        listed["what_if"]["host_ops"] == "aten::silu" and listed["what_if"]["proves"] is None
+    )  # run by hand
     assert "what-if 2" in cli(["list"], data).stdout
-    said = " ".join(cli(["ops", what_if["hosted"]], data).stdout.split())  # no plan of its own: said, not empty
-    assert said.startswith(f"Sweep {what_if['hosted']} is a what-if run with aten::silu on the host"), said
+    said = " ".join(
+        cli(["ops", what_if["hosted"]], data).stdout.split()
+    )  # no plan of its own: said, not empty
+    assert said.startswith(
+        f"Sweep {what_if['hosted']} is a what-if run with aten::silu on the host"
+    ), said
 
 
 def test_a_what_if_sweep_says_what_it_is_in_its_summary_and_its_own_report(what_if):
@@ -170,15 +229,26 @@ def test_a_what_if_sweep_says_what_it_is_in_its_summary_and_its_own_report(what_
     from model_support.render.html import header_html
 
     assert "what-if PASS: 2  what-if FAIL(load): 0" in what_if["said"], what_if["said"][-2000:]
-    assert f"dataset:  {what_if['data'] / 'what_if'} (what-if runs: no verdict of the stack)" in what_if["said"]
+    assert (
+        f"dataset:  {what_if['data'] / 'what_if'} (what-if runs: no verdict of the stack)"
+        in what_if["said"]
+    )
     tables = report_tables(what_if["data"], what_if["hosted"])
     assert tables["summary"]["models"][0] == 2 and tables["not_tested"].height == 0
     assert tables["what_if"]["host_ops"].to_list() == ["aten::silu"]
     head = header_html(tables, what_if["hosted"], None)
-    assert "<dt>what-if</dt>" in head and "host_ops: aten::silu" in head and "no verdict of the stack" in head
-    assert report.previous_sweep(what_if["data"], what_if["hosted"]) is None  # no stack sweep is its baseline
+    assert (
+        "<dt>what-if</dt>" in head
+        and "host_ops: aten::silu" in head
+        and "no verdict of the stack" in head
+    )
+    assert (
+        report.previous_sweep(what_if["data"], what_if["hosted"]) is None
+    )  # no stack sweep is its baseline
     stack = report_tables(what_if["data"], what_if["stack"])
-    assert "what_if" not in stack and stack["summary"]["models"][0] == 2  # the stack's own: no what-if row in it
+    assert (
+        "what_if" not in stack and stack["summary"]["models"][0] == 2
+    )  # the stack's own: no what-if row in it
 
 
 def test_the_explorer_shows_the_stacks_sweeps_and_no_what_if_one(what_if):
@@ -200,6 +270,8 @@ def test_the_explorer_shows_the_stacks_sweeps_and_no_what_if_one(what_if):
     hosted = f"sweep={what_if['hosted']}"
     shutil.copytree(pulled / "what_if" / hosted, pulled / "results" / hosted, dirs_exist_ok=True)
     assert what_if["hosted"] in analysis.sweep_index(pulled)["sweep_id"].to_list()
-    assert store.host_ops_by_rows(pulled, [what_if["stack"], what_if["hosted"]]) == {what_if["hosted"]: "aten::silu"}
+    assert store.host_ops_by_rows(pulled, [what_if["stack"], what_if["hosted"]]) == {
+        what_if["hosted"]: "aten::silu"
+    }
     shown = [row[0] for row in explorer_data(pulled)["sweeps"]]
     assert what_if["stack"] in shown and what_if["hosted"] not in shown, shown

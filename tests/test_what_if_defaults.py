@@ -39,7 +39,9 @@ def make(data, sweep_id: str, day: int, host_ops: str | None = None, description
     ).write(store.sweep_dir(data, sweep_id))
     hosted = {"what_if": True, "host_ops": host_ops} if host_ops else {}
     rows = [
-        schema.empty_record(sweep_id=sweep_id, model_id="org/a", status="PASS", device_type="cpu", **hosted),
+        schema.empty_record(
+            sweep_id=sweep_id, model_id="org/a", status="PASS", device_type="cpu", **hosted
+        ),
         schema.empty_record(
             sweep_id=sweep_id,
             model_id="org/b",
@@ -58,7 +60,11 @@ def stand_in_in_results(data, sweep_id: str) -> None:
     """The what-if sweep's timed-out stand-in in ``results`` too, as compaction put it before review's fix (a pulled
     history keeps it)."""
     record = schema.empty_record(
-        sweep_id=sweep_id, model_id="org/b", status="FAIL(other)", device_type="cpu", host_ops="aten::silu"
+        sweep_id=sweep_id,
+        model_id="org/b",
+        status="FAIL(other)",
+        device_type="cpu",
+        host_ops="aten::silu",
     )
     store.write_parquet([record], store.parquet_file(data, "results", sweep_id))
 
@@ -74,7 +80,9 @@ def data(tmp_path_factory):
     stand_in_in_results(data, BY_HAND)
     make(data, PROVED, 4, "aten::rsqrt", proof.description(B, "step 1", "aten::rsqrt"))
     record = proof.read(data, B)
-    proof.add_run(record, PROVED, "aten::rsqrt", ["org/a [eager+dynamic]", "org/b [eager+dynamic]"], "step 1")
+    proof.add_run(
+        record, PROVED, "aten::rsqrt", ["org/a [eager+dynamic]", "org/b [eager+dynamic]"], "step 1"
+    )
     proof.write(data, B, record)
     return data
 
@@ -85,17 +93,24 @@ def cli(data, *args: str):
     return CliRunner().invoke(main, [*args, "--data-dir", str(data)])
 
 
-def test_latest_of_a_name_is_the_newest_sweep_of_the_stack_and_a_what_if_sweep_is_named_by_its_id(data):
-    assert store.resolve_sweep_id(data, "latest:smoke") == B  # not BY_HAND, newer and of the same name
+def test_latest_of_a_name_is_the_newest_sweep_of_the_stack_and_a_what_if_sweep_is_named_by_its_id(
+    data,
+):
+    assert (
+        store.resolve_sweep_id(data, "latest:smoke") == B
+    )  # not BY_HAND, newer and of the same name
     assert store.resolve_sweep_id(data, "latest") == B  # not PROVED, the newest of all
     with pytest.raises(
-        UserError, match=f"Every sweep named 'smoke-what-if' .* is a what-if sweep .*newest is {PROVED}"
+        UserError,
+        match=f"Every sweep named 'smoke-what-if' .* is a what-if sweep .*newest is {PROVED}",
     ):
         store.resolve_sweep_id(data, "latest:smoke-what-if")
     assert store.resolve_sweep_id(data, BY_HAND) == BY_HAND  # its id names it
     assert store.resolve_sweep_id(data, "smoke-20261203") == BY_HAND  # so does a unique prefix
     assert store.resolve_sweep_id(data, "smoke-what-if") == PROVED
-    done = cli(data, "aggregate", "latest:smoke")  # a command given latest:NAME acts on the stack's sweep
+    done = cli(
+        data, "aggregate", "latest:smoke"
+    )  # a command given latest:NAME acts on the stack's sweep
     assert done.exit_code == 0 and done.output.startswith(f"{B}: 2 result rows"), done.output
 
 
@@ -116,12 +131,18 @@ def test_no_default_baseline_is_a_what_if_sweep_even_with_rows_in_results(tmp_pa
     stand_in_in_results(tmp_path, BY_HAND)
     make(tmp_path, LATER, 5)
     sweeps = analysis.sweep_index(tmp_path)
-    assert sweeps.filter(pl.col("sweep_id") == BY_HAND)["models"].item() == 1  # it has a results row
+    assert (
+        sweeps.filter(pl.col("sweep_id") == BY_HAND)["models"].item() == 1
+    )  # it has a results row
     assert report.previous_sweep(tmp_path, LATER) == A  # the report's default baseline
     assert flakes.baseline_id(tmp_path, store.read_sweep(tmp_path, LATER)) == A  # the nightly's
     assert analysis.previous_sweep_id(sweeps, LATER) == A
     assert analysis.previous_sweep_id(sweeps, BY_HAND) is None  # nor has a what-if sweep one
-    assert dict(zip(sweeps["sweep_id"], sweeps["what_if"])) == {A: False, BY_HAND: True, LATER: False}
+    assert dict(zip(sweeps["sweep_id"], sweeps["what_if"])) == {
+        A: False,
+        BY_HAND: True,
+        LATER: False,
+    }
     pulled = tmp_path / "pulled"  # without sweeps/: its rows say it
     for config in ("results", "excluded", store.WHAT_IF_CONFIG):
         if (tmp_path / config).exists():
@@ -135,8 +156,13 @@ def test_ops_of_a_what_if_sweep_says_what_it_is_and_where_its_answers_are(data):
     done = cli(data, "ops", PROVED)
     said = " ".join(done.output.split())
     assert done.exit_code == 0, done.output
-    assert said.startswith(f"Sweep {PROVED} is a what-if run of {B} with aten::rsqrt on the host"), said
-    assert f"`model-support ops {B}` lists the proof" in said and f"`model-support report {PROVED}`" in said
+    assert said.startswith(
+        f"Sweep {PROVED} is a what-if run of {B} with aten::rsqrt on the host"
+    ), said
+    assert (
+        f"`model-support ops {B}` lists the proof" in said
+        and f"`model-support report {PROVED}`" in said
+    )
     assert said.count(". ") == 0 and said.endswith(".")  # one sentence
     answer = json.loads(cli(data, "ops", PROVED, "--json").output)
     assert answer | {"said": None} == {
@@ -147,10 +173,15 @@ def test_ops_of_a_what_if_sweep_says_what_it_is_and_where_its_answers_are(data):
         "said": None,
     }
     by_hand = " ".join(cli(data, "ops", BY_HAND).output.split())
-    assert by_hand.startswith(f"Sweep {BY_HAND} is a what-if run with aten::silu on the host"), by_hand
+    assert by_hand.startswith(f"Sweep {BY_HAND} is a what-if run with aten::silu on the host"), (
+        by_hand
+    )
     assert f"`model-support report {BY_HAND}`" in by_hand
     refused = cli(data, "ops", PROVED, "--prove")
-    assert refused.exit_code == 2 and "--prove and --complete run a plan of the stack's sweep" in refused.output
+    assert (
+        refused.exit_code == 2
+        and "--prove and --complete run a plan of the stack's sweep" in refused.output
+    )
 
 
 def test_list_shows_a_what_if_sweeps_own_counts_right_after_the_sweep_it_proves(data):
@@ -167,15 +198,25 @@ def test_list_shows_a_what_if_sweeps_own_counts_right_after_the_sweep_it_proves(
     }
     assert [proved[v] for v in schema.VERDICTS] == [0, 0, 0, 0]  # never a verdict of the stack
     assert proved["state"] == "complete, what-if: 2 run(s) with aten::rsqrt on the host"
-    assert rows[0]["what_if"]["proves"] is None and rows[0]["what_if"]["PASS"] == 1  # by hand: proves none
+    assert (
+        rows[0]["what_if"]["proves"] is None and rows[0]["what_if"]["PASS"] == 1
+    )  # by hand: proves none
     assert "what_if" not in rows[1] and rows[1]["PASS"] == 2  # the stack's sweep, as before
     table = cli(data, "list").output
     starts = {s: table.index(f"│ {s} ") for s in (A, B, BY_HAND, PROVED)}  # each row's first line
     assert sorted(starts, key=starts.get) == [BY_HAND, B, PROVED, A], table
     line = {s: table[starts[s] :].splitlines()[0] for s in starts}
-    assert "↳ smoke-what-if" in line[PROVED] and "what-if 1" in line[PROVED] and "what-if 0" in line[PROVED], table
-    assert "what-if" not in line[B] and "↳" not in line[BY_HAND] and "what-if 1" in line[BY_HAND], table
-    assert "what-if: a sweep run with operators on the host" in " ".join(table.split())  # what the label means
+    assert (
+        "↳ smoke-what-if" in line[PROVED]
+        and "what-if 1" in line[PROVED]
+        and "what-if 0" in line[PROVED]
+    ), table
+    assert "what-if" not in line[B] and "↳" not in line[BY_HAND] and "what-if 1" in line[BY_HAND], (
+        table
+    )
+    assert "what-if: a sweep run with operators on the host" in " ".join(
+        table.split()
+    )  # what the label means
 
 
 def test_an_old_what_if_stand_in_in_results_is_no_verdict_of_the_support_card_nor_a_flip(tmp_path):
@@ -194,8 +235,12 @@ def test_an_old_what_if_stand_in_in_results_is_no_verdict_of_the_support_card_no
     make(data, BY_HAND, 3, "aten::silu")
     stand_in_in_results(data, BY_HAND)
     make(data, LATER, 5)
-    assert store.scan(data, "results").filter(pl.col("sweep_id") == BY_HAND).collect().height  # the stand-in is there
+    assert (
+        store.scan(data, "results").filter(pl.col("sweep_id") == BY_HAND).collect().height
+    )  # the stand-in is there
     cards = support("org/b", data)
     assert {c["sweep_id"] for c in cards} == {LATER} and cards[0]["sweeps"] == 3, cards
-    streaks = model_streaks(store.scan(data, "results"), sweep_index(data)).filter(pl.col("model_id") == "org/b")
+    streaks = model_streaks(store.scan(data, "results"), sweep_index(data)).filter(
+        pl.col("model_id") == "org/b"
+    )
     assert streaks.select("sweeps", "flips", "streak").row(0) == (3, 0, 3), streaks

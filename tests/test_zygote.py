@@ -46,7 +46,9 @@ def zygote_here():
 
 def _notebook(tmp_path: Path, *sources: str) -> Path:
     path = tmp_path / "nb.ipynb"
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources]), path)
+    nbformat.write(
+        nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources]), path
+    )
     return path
 
 
@@ -63,20 +65,28 @@ def _facts(out: Path) -> dict:
     return json.loads(nbformat.read(out, 4).cells[0].outputs[0]["text"])
 
 
-def test_a_kernel_is_a_fork_of_the_zygote_with_its_own_folder_environment_and_group(zygote_here, tmp_path, monkeypatch):
+def test_a_kernel_is_a_fork_of_the_zygote_with_its_own_folder_environment_and_group(
+    zygote_here, tmp_path, monkeypatch
+):
     from model_support.engine.notebooks import run_notebook
 
     proc, _ = zygote_here
-    monkeypatch.setenv("MODEL_SUPPORT_ZYGOTE_TEST", "this probe's own")  # read after the fork: may differ
+    monkeypatch.setenv(
+        "MODEL_SUPPORT_ZYGOTE_TEST", "this probe's own"
+    )  # read after the fork: may differ
     monkeypatch.chdir(tmp_path)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (soft - 7, hard))  # `ulimit -n`: the requester's, not the zygote's
+    resource.setrlimit(
+        resource.RLIMIT_NOFILE, (soft - 7, hard)
+    )  # `ulimit -n`: the requester's, not the zygote's
     try:
         facts = _facts(run_notebook(_notebook(tmp_path, FACTS), tmp_path / "out.ipynb", {}))
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert facts["nofile"] == soft - 7
-    assert facts["ppid"] == proc.pid and facts["preloaded"]  # forked, torch and transformers already imported
+    assert (
+        facts["ppid"] == proc.pid and facts["preloaded"]
+    )  # forked, torch and transformers already imported
     assert facts["cwd"] == str(tmp_path) and facts["late"] == "this probe's own"
     assert facts["pgid"] == facts["pid"]  # its own process group, as jupyter_client starts a kernel
 
@@ -87,15 +97,25 @@ def test_an_environment_the_imports_read_gets_a_fresh_kernel(zygote_here, tmp_pa
 
     proc, _ = zygote_here
     assert zygote.same_environment({"HF_TOKEN": "a", "PYTEST_X": "1"}, {"HF_TOKEN": "b"}) == []
-    assert zygote.same_environment({}, {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}) == []  # every kernel of ours sets it
-    assert zygote.same_environment({"HF_HUB_OFFLINE": "1"}, {"HF_HUB_OFFLINE": "0", "OMP_NUM_THREADS": "1"}) == [
+    assert (
+        zygote.same_environment({}, {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}) == []
+    )  # every kernel of ours sets it
+    assert zygote.same_environment(
+        {"HF_HUB_OFFLINE": "1"}, {"HF_HUB_OFFLINE": "0", "OMP_NUM_THREADS": "1"}
+    ) == [
         "HF_HUB_OFFLINE",
         "OMP_NUM_THREADS",
     ]
     _, path = zygote_here
-    threads = "2" if os.environ.get("OMP_NUM_THREADS") == "1" else "1"  # not the suite's own (conftest sets it)
-    assert zygote.serves(path, dict(os.environ)) and not zygote.serves(path, {**os.environ, "OMP_NUM_THREADS": threads})
-    monkeypatch.setenv("OMP_NUM_THREADS", threads)  # libgomp read it when torch was imported in the zygote
+    threads = (
+        "2" if os.environ.get("OMP_NUM_THREADS") == "1" else "1"
+    )  # not the suite's own (conftest sets it)
+    assert zygote.serves(path, dict(os.environ)) and not zygote.serves(
+        path, {**os.environ, "OMP_NUM_THREADS": threads}
+    )
+    monkeypatch.setenv(
+        "OMP_NUM_THREADS", threads
+    )  # libgomp read it when torch was imported in the zygote
     facts = _facts(run_notebook(_notebook(tmp_path, FACTS), tmp_path / "out.ipynb", {}))
     assert facts["ppid"] == os.getpid() and not facts["preloaded"]  # launched as without a zygote
 
@@ -110,7 +130,9 @@ def test_a_kernel_killed_by_a_signal_is_known_by_that_signal(zygote_here, tmp_pa
         with pytest.raises(Exception) as raised:  # noqa: PT011 whatever papermill makes of a dead kernel, checked below
             run_notebook(notebook, tmp_path / "out.ipynb", {}, km=km)
         assert type(raised.value).__name__ == "DeadKernelError"
-        assert km.provisioner is not None and type(km.provisioner.process).__name__ == "ForkedKernel"
+        assert (
+            km.provisioner is not None and type(km.provisioner.process).__name__ == "ForkedKernel"
+        )
         assert km.exit_status == -signal.SIGABRT and not km.harness_lost
 
 
@@ -137,14 +159,18 @@ def _gone(pid: int, within: float) -> bool:
 
 
 def test_a_kernel_whose_owner_is_killed_goes_with_it(zygote_here):
-    owner = subprocess.Popen([sys.executable, "-c", STARTER], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    owner = subprocess.Popen(
+        [sys.executable, "-c", STARTER], stdout=subprocess.PIPE, text=True, cwd=REPO
+    )
     try:
         assert owner.stdout is not None
         pid, kind = owner.stdout.readline().split()
         assert kind == "ForkedKernel"
         os.kill(owner.pid, signal.SIGKILL)  # as a sweep kills a probe process past its timeout
         owner.wait()
-        assert _gone(int(pid), within=10), "the forked kernel outlived the process that asked for it"
+        assert _gone(int(pid), within=10), (
+            "the forked kernel outlived the process that asked for it"
+        )
     finally:
         owner.kill()
 
@@ -178,7 +204,9 @@ def test_a_zygote_whose_starter_is_already_gone_ends_at_once():
     gone.wait()  # a starter that is not there any more (its pid is not this test's)
     path = os.path.join(tempfile.mkdtemp(prefix="z", dir="/tmp"), "s")
     env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
-    zygote = subprocess.Popen([sys.executable, "-m", "model_support.engine.zygote", path, str(gone.pid)], env=env)
+    zygote = subprocess.Popen(
+        [sys.executable, "-m", "model_support.engine.zygote", path, str(gone.pid)], env=env
+    )
     try:
         assert zygote.wait(timeout=60) == 0
     finally:
@@ -223,7 +251,9 @@ def test_a_process_tree_is_ended_whole_with_its_groups_and_its_strays(tmp_path):
 
     from model_support.engine import children
 
-    def python(code: str, *args: str, session: bool = False) -> str:  # a line of Python that starts another
+    def python(
+        code: str, *args: str, session: bool = False
+    ) -> str:  # a line of Python that starts another
         more = ", start_new_session=True" if session else ""
         return f"subprocess.Popen([sys.executable, '-c', {code!r}, *{list(args)!r}]{more})"
 
@@ -231,8 +261,12 @@ def test_a_process_tree_is_ended_whole_with_its_groups_and_its_strays(tmp_path):
     leaf = head + "open(sys.argv[1], 'w').write(f'{os.getpid()}\\n'); time.sleep(60)"
     orphaned = head + python(leaf, str(tmp_path / "orphan"))  # starts it and exits
     leader = head + python(orphaned) + ".wait(); time.sleep(60)"
-    root = subprocess.Popen([sys.executable, "-c", head + python(leader, session=True) + "; time.sleep(60)"])
-    stray = subprocess.Popen([sys.executable, "-c", leaf, str(tmp_path / "stray")], start_new_session=True)
+    root = subprocess.Popen(
+        [sys.executable, "-c", head + python(leader, session=True) + "; time.sleep(60)"]
+    )
+    stray = subprocess.Popen(
+        [sys.executable, "-c", leaf, str(tmp_path / "stray")], start_new_session=True
+    )
     orphan_pid, stray_pid = _pid_in(tmp_path / "orphan"), _pid_in(tmp_path / "stray")
     assert orphan_pid not in [p.pid for p in psutil.Process(root.pid).children(recursive=True)]
     started = time.monotonic()
@@ -248,9 +282,7 @@ def test_a_child_that_asks_to_die_with_its_parent_does(tmp_path):
         "import os, sys, time; from model_support.engine import children; children.die_with_parent(); "
         "open(sys.argv[1], 'w').write(f'{os.getpid()}\\n'); time.sleep(60)"
     )
-    middle = (
-        f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {leaf!r}, sys.argv[1]]); time.sleep(60)"
-    )
+    middle = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {leaf!r}, sys.argv[1]]); time.sleep(60)"
     parent = subprocess.Popen([sys.executable, "-c", middle, str(tmp_path / "leaf")])
     leaf_pid = _pid_in(tmp_path / "leaf")
     parent.kill()
@@ -271,7 +303,9 @@ if os.environ.get("MODEL_SUPPORT_TEST_HANG"):
 
 
 @pytest.mark.parametrize("child", ["device facts", "stack coverage", "attribution of a dead probe"])
-def test_a_child_asked_for_json_that_hangs_is_ended_with_its_group_in_one_sentence(child, tmp_path, monkeypatch):
+def test_a_child_asked_for_json_that_hangs_is_ended_with_its_group_in_one_sentence(
+    child, tmp_path, monkeypatch
+):
     """The three children whose answer is their last line of JSON (a device's facts, a stack's coverage, the CPU
     reference of a probe whose kernel died) share one timeout: past it their whole process group is killed (a
     grandchild kept the caller waiting out its own sleep) and the caller says in one sentence what did not answer."""
@@ -293,13 +327,20 @@ def test_a_child_asked_for_json_that_hangs_is_ended_with_its_group_in_one_senten
     monkeypatch.setattr(coverage, "COVERAGE_TIMEOUT_S", 1.0)
     started = time.monotonic()
     if child == "device facts":
-        said = resolve.facts("gpu").problem  # facts are cached per environment: this one is new (the pids path)
-        assert said.startswith("Device 'gpu' could not be checked: asking it for its kind, count and memory did not ")
+        said = resolve.facts(
+            "gpu"
+        ).problem  # facts are cached per environment: this one is new (the pids path)
+        assert said.startswith(
+            "Device 'gpu' could not be checked: asking it for its kind, count and memory did not "
+        )
     elif child == "stack coverage":
         with pytest.raises(UserError) as caught:
             coverage.stack_coverage("cpu", ["aten::mm"])
         said = str(caught.value)
-        assert said == "The cpu stack's coverage could not be read here: its backend did not answer within 1 s."
+        assert (
+            said
+            == "The cpu stack's coverage could not be read here: its backend did not answer within 1 s."
+        )
     else:
         started_probe = {"record": {"num_params": 1000, "device_type": "pretend"}, "settings": {}}
         said = deaths._attribute_death(started_probe, timeout_s=1.0)["reference_note"]

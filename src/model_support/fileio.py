@@ -1,12 +1,14 @@
-"""Every write to the data folder: a reader (or a SIGKILL) sees either nothing or the whole file, never a part.
+"""Every write to the data folder: a reader (or a SIGKILL) sees either nothing or the whole file,
+never a part.
 
-Every file the project keeps (records, notebooks, logs, Parquet, the dataset card, reports, the JSON-lines
-logs) is written, replaced, appended to or removed through the few helpers here, and nowhere else
-(``tests/test_store_faults.py`` checks the source for writes that bypass them). That makes each of these
-calls a *write point*: the fault-injection test stops a process at every one of them in turn
-(``MODEL_SUPPORT_STOP_AT_WRITE=N``: the process kills itself with SIGKILL just before its N-th write
-point, as a power cut or ``kill -9`` would, nothing cleaned up), then checks that the next command finds
-every record in the dataset exactly once. SQLite and LevelDB are tested the same way.
+Every file the project keeps (records, notebooks, logs, Parquet, the dataset card, reports, the
+JSON-lines logs) is written, replaced, appended to or removed through the few helpers here, and
+nowhere else (``tests/test_store_faults.py`` checks the source for writes that bypass them). That
+makes each of these calls a *write point*: the fault-injection test stops a process at every one of
+them in turn (``MODEL_SUPPORT_STOP_AT_WRITE=N``: the process kills itself with SIGKILL just before
+its N-th write point, as a power cut or ``kill -9`` would, nothing cleaned up), then checks that the
+next command finds every record in the dataset exactly once. SQLite and LevelDB are tested the same
+way.
 """
 
 from __future__ import annotations
@@ -19,13 +21,15 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-#: Environment variable of the fault-injection test: stop this process just before its N-th write point.
+#: Environment variable of the fault-injection test: stop this process just before its N-th write
+#: point.
 STOP_AT_WRITE = "MODEL_SUPPORT_STOP_AT_WRITE"
 _points = 0
 
 
 def write_point(path: Path) -> None:
-    """Count one write point (about to change ``path``); the N-th of ``STOP_AT_WRITE`` kills this process."""
+    """Count one write point (about to change ``path``); the N-th of ``STOP_AT_WRITE`` kills this
+    process."""
     global _points
     _points += 1
     stop = os.environ.get(STOP_AT_WRITE)
@@ -34,8 +38,9 @@ def write_point(path: Path) -> None:
 
 
 def _fsync_dir(folder: Path) -> None:
-    """Make a change of ``folder``'s entries durable (a file renamed in, created or removed): a rename is atomic
-    but lives in the folder's own blocks, so a crash before they reach the disk brings the old entry back."""
+    """Make a change of ``folder``'s entries durable (a file renamed in, created or removed): a
+    rename is atomic but lives in the folder's own blocks, so a crash before they reach the disk
+    brings the old entry back."""
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:
@@ -49,8 +54,8 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def make_folders(folder: Path) -> None:
-    """Create ``folder`` and its missing parents, each new one synced into its parent: a file synced into a
-    folder whose own entry was never synced is lost with the folder after a crash."""
+    """Create ``folder`` and its missing parents, each new one synced into its parent: a file
+    synced into a folder whose own entry was never synced is lost with the folder after a crash."""
     missing = []
     folder = Path(folder)
     while not folder.exists():
@@ -62,7 +67,8 @@ def make_folders(folder: Path) -> None:
 
 
 def replace_file(tmp: Path, path: Path) -> None:
-    """Move a fully written temporary file ``tmp`` (same folder) onto ``path``: synced first, then renamed."""
+    """Move a fully written temporary file ``tmp`` (same folder) onto ``path``: synced first,
+    then renamed."""
     with open(tmp, "rb+") as handle:
         os.fsync(handle.fileno())
     write_point(path)
@@ -98,8 +104,8 @@ def atomic_write_json(path: Path, obj) -> None:
 
 
 def create_new(path: Path) -> bool:
-    """Create ``path`` empty unless it exists (a name reserved by two processes at once goes to one): True when
-    this call created it."""
+    """Create ``path`` empty unless it exists (a name reserved by two processes at once goes to
+    one): True when this call created it."""
     path = Path(path)
     make_folders(path.parent)
     write_point(path)
@@ -122,8 +128,9 @@ def remove(path: Path) -> None:
 
 
 def append_line(path: Path, obj) -> None:
-    """Append ``obj`` as one JSON line to ``path``, starting on a fresh line: a line torn by a crash or a full
-    disk mid-append stays one bad line (readers skip it), never glued to the next good one."""
+    """Append ``obj`` as one JSON line to ``path``, starting on a fresh line: a line torn by a
+    crash or a full disk mid-append stays one bad line (readers skip it), never glued to the next
+    good one."""
     path = Path(path)
     make_folders(path.parent)
     line = (json.dumps(obj, default=str) + "\n").encode()
@@ -143,8 +150,8 @@ def append_line(path: Path, obj) -> None:
 
 
 def read_lines(path: Path) -> Iterator[dict]:
-    """The JSON objects of a JSON-lines file, skipping (and saying once on stderr) lines that do not parse: the
-    torn tail a crash mid-append leaves. A missing file has none."""
+    """The JSON objects of a JSON-lines file, skipping (and saying once on stderr) lines that do
+    not parse: the torn tail a crash mid-append leaves. A missing file has none."""
     try:
         text = Path(path).read_text(errors="replace")
     except OSError:
@@ -163,4 +170,7 @@ def read_lines(path: Path) -> Iterator[dict]:
         else:
             bad += 1
     if bad:
-        print(f"{path}: skipped {bad} unreadable line(s) (a write cut short); the others are read.", file=sys.stderr)
+        print(
+            f"{path}: skipped {bad} unreadable line(s) (a write cut short); the others are read.",
+            file=sys.stderr,
+        )

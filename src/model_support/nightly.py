@@ -1,12 +1,13 @@
-"""The nightly, end to end (``model-support nightly DEF``, ``make nightly``): after the sweep (its flakes already
-rerun against its baseline, ``sweep.reruns``), against the last sweep of the same name and device: export JUnit
-and Markdown beside the report, run the gate (``analysis.gate``: regressions and new failures, expectations and
-flakes applied; ``perf`` on request), bisect each failing model when the two stacks differ (packages or backend
-settings), draft one bug report per failure signature (``render.bug_reports``), push when asked, and end with
-exit status 1 when the gate failed.
+"""The nightly, end to end (``model-support nightly DEF``, ``make nightly``): after the sweep (its
+flakes already rerun against its baseline, ``sweep.reruns``), against the last sweep of the same
+name and device: export JUnit and Markdown beside the report, run the gate (``analysis.gate``:
+regressions and new failures, expectations and flakes applied; ``perf`` on request), bisect each
+failing model when the two stacks differ (packages or backend settings), draft one bug report per
+failure signature (``render.bug_reports``), push when asked, and end with exit status 1 when the
+gate failed.
 
-A room of its own above the others: it runs a sweep's aftermath through analysis, bisect, debug, render and
-publish, which import nothing of each other's jobs.
+A room of its own above the others: it runs a sweep's aftermath through analysis, bisect, debug,
+render and publish, which import nothing of each other's jobs.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ def reports_dir(data_dir: Path, sweep_id: str) -> Path:
 
 
 def write_exports(data_dir: Path, sweep_id: str) -> list[Path]:
-    """The sweep's JUnit XML and Markdown beside its report (``reports/<sweep>.junit.xml``, ``.md``)."""
+    """The sweep's JUnit XML and Markdown beside its report (``reports/<sweep>.junit.xml``,
+    ``.md``)."""
     written = []
     for fmt, suffix in (("junit", ".junit.xml"), ("markdown", ".md")):
         path = data_dir / "reports" / f"{sweep_id}{suffix}"
@@ -44,7 +46,8 @@ def write_exports(data_dir: Path, sweep_id: str) -> list[Path]:
 
 
 def _rows(data_dir: Path, sweep_id: str) -> dict[tuple[str, str], dict]:
-    """{(model, variant): the row's error, attribution, repro body, versions and backend} of a sweep's results."""
+    """{(model, variant): the row's error, attribution, repro body, versions and backend} of a
+    sweep's results."""
     from .analysis.frames import variant_col
 
     rows = (
@@ -52,17 +55,33 @@ def _rows(data_dir: Path, sweep_id: str) -> dict[tuple[str, str], dict]:
         .filter(pl.col("sweep_id") == sweep_id)
         .with_columns(variant_col())
         .select(
-            *("model_id", "variant", "error_type", "error_message", "attribution", "repro_sha256", "versions"),
-            *("device_type", "backend_versions"),  # the backend that ran, for the draft's stack line
+            *(
+                "model_id",
+                "variant",
+                "error_type",
+                "error_message",
+                "attribution",
+                "repro_sha256",
+                "versions",
+            ),
+            # the backend that ran, for the draft's stack line
+            *("device_type", "backend_versions"),
         )
         .collect()
     )
     return {(r["model_id"], r["variant"]): r for r in rows.iter_rows(named=True)}
 
 
-def _bisect(data_dir: Path, a: str, b: str, models: list[str], find_links: Path | None, log) -> tuple[dict, str]:
-    """{(model, variant): answer} of a bisect of ``models`` (B against A), and a note when none ran."""
-    packages = [c for c in bisect_stacks.sweep_stack_changes(data_dir, a, b) if c.name not in bisect_stacks.NOT_SWAPPED]
+def _bisect(
+    data_dir: Path, a: str, b: str, models: list[str], find_links: Path | None, log
+) -> tuple[dict, str]:
+    """{(model, variant): answer} of a bisect of ``models`` (B against A), and a note when none
+    ran."""
+    packages = [
+        c
+        for c in bisect_stacks.sweep_stack_changes(data_dir, a, b)
+        if c.name not in bisect_stacks.NOT_SWAPPED
+    ]
     settings = bisect_stacks.sweep_setting_changes(data_dir, a, b) or []
     if not packages and not settings:
         return {}, "Not bisected: the two sweeps ran on the same packages and backend settings."
@@ -93,26 +112,40 @@ def after_sweep(
     push_to: str | None = None,
     log: Callable[[str], None] = print,
 ) -> int:
-    """Everything after the sweep; the exit status (1: the gate failed; 2: it refused to compare the night with its
-    baseline, their runs differing in a dtype or mode ``across`` does not allow: ``decision.refuse_unlike``). A
-    refusal is said as the gate's line and the push still runs: the night's verdicts are the night's, whatever the
-    gate could compare them with."""
+    """Everything after the sweep; the exit status (1: the gate failed; 2: it refused to compare
+    the night with its baseline, their runs differing in a dtype or mode ``across`` does not
+    allow: ``decision.refuse_unlike``). A refusal is said as the gate's line and the push still
+    runs: the night's verdicts are the night's, whatever the gate could compare them with."""
     data_dir = Path(data_dir)
     meta = store.read_sweep(data_dir, sweep_id)
     for path in write_exports(data_dir, sweep_id):
         log(f"export:   {path}")
-    baseline = flakes.baseline_id(data_dir, meta)  # the one rule: recorded by the sweep, else the last of its name
+    # the one rule: recorded by the sweep, else the last of its name
+    baseline = flakes.baseline_id(data_dir, meta)
     status = 0
     result: gate_mod.GateResult | None = None
     if baseline is None:
-        log(f"No earlier sweep named {meta.name!r} on this device: nothing to gate against (the next night will).")
+        log(
+            f"No earlier sweep named {meta.name!r} on this device: nothing to gate against "
+            "(the next night will)."
+        )
     else:
-        known = expected_mod.load_expectations(expect) if expect else expected_mod.from_meta(meta.expect)
+        known = (
+            expected_mod.load_expectations(expect)
+            if expect
+            else expected_mod.from_meta(meta.expect)
+        )
         threshold = perf_mod.DEFAULT_THRESHOLD if perf_threshold is None else perf_threshold
         log(f"gate:     {sweep_id} against {baseline} ({', '.join(fail_on)})")
         try:
             result = gate_mod.gate(
-                data_dir, baseline, sweep_id, list(fail_on), known, perf_threshold=threshold, across=across
+                data_dir,
+                baseline,
+                sweep_id,
+                list(fail_on),
+                known,
+                perf_threshold=threshold,
+                across=across,
             )
         except UserError as refused:
             log(f"  gate refused: {refused}")
@@ -125,8 +158,11 @@ def after_sweep(
         log(f"  gate: {result.summary()}")
         if result.failed:
             status = 1
-            failures = [c for c in result.changes if c["after"]]  # a vanished run has no failure to report
-            drafts = _draft(data_dir, meta.name, baseline, sweep_id, failures, bisect, find_links, log)
+            # a vanished run has no failure to report
+            failures = [c for c in result.changes if c["after"]]
+            drafts = _draft(
+                data_dir, meta.name, baseline, sweep_id, failures, bisect, find_links, log
+            )
             for path in drafts:
                 log(f"drafted:  {path}")
         else:
@@ -139,13 +175,16 @@ def after_sweep(
 
 
 def _draft(data_dir, name, baseline, sweep_id, changes, bisect, find_links, log) -> list[Path]:
-    """Bisect the failing models when the stacks differ, then write one drafted report per signature."""
+    """Bisect the failing models when the stacks differ, then write one drafted report per
+    signature."""
     if not changes:
         return []
     answers: dict[tuple[str, str], dict] = {}
     note = "Not bisected (--no-bisect)."
     if bisect:
-        answers, note = _bisect(data_dir, baseline, sweep_id, sorted({c["model_id"] for c in changes}), find_links, log)
+        answers, note = _bisect(
+            data_dir, baseline, sweep_id, sorted({c["model_id"] for c in changes}), find_links, log
+        )
     rows = _rows(data_dir, sweep_id)
     device = store.read_sweep(data_dir, sweep_id).probe.get("device", "auto")
     regressions = []
@@ -174,18 +213,21 @@ def _draft(data_dir, name, baseline, sweep_id, changes, bisect, find_links, log)
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     plan = _plan_section(data_dir, sweep_id, regressions)
-    for file_name, text in bug_reports.drafts(sweep_id, baseline, device, changed, regressions, note):
+    for file_name, text in bug_reports.drafts(
+        sweep_id, baseline, device, changed, regressions, note
+    ):
         fileio.atomic_write_text(folder / file_name, text + plan(file_name))
         written.append(folder / file_name)
     return written
 
 
 def _plan_section(data_dir: Path, sweep_id: str, regressions: list) -> Callable[[str], str]:
-    """The porting plan's word on a draft's models (``render.ops.plan_markdown``: the steps that unlock them, a
-    localised wrong operator's among them, "confirmed by running" where ``model-support ops --prove`` ran a step
-    with its operators on the host and they PASSed and agreed with the reference, and each one's standing), by the
-    draft's file name ("" for none). The sweep's own stack and data only: its census, the answers
-    ``model-support localise`` kept in its folder and the what-if sweeps its ``proof.json`` names."""
+    """The porting plan's word on a draft's models (``render.ops.plan_markdown``: the steps that
+    unlock them, a localised wrong operator's among them, "confirmed by running" where
+    ``model-support ops --prove`` ran a step with its operators on the host and they PASSed and
+    agreed with the reference, and each one's standing), by the draft's file name ("" for none).
+    The sweep's own stack and data only: its census, the answers ``model-support localise`` kept
+    in its folder and the what-if sweeps its ``proof.json`` names."""
     from .ops import porting_plan, predict, proof, sweep_models
     from .ops.plan import step_proofs
     from .render.ops import plan_markdown
@@ -204,14 +246,20 @@ def _plan_section(data_dir: Path, sweep_id: str, regressions: list) -> Callable[
         lines = plan_markdown(models, steps, keys, proofs)
         if not lines:
             return ""
-        return "\n## In the porting plan (`model-support ops " + sweep_id + "`)\n\n" + "\n".join(lines) + "\n"
+        return (
+            "\n## In the porting plan (`model-support ops "
+            + sweep_id
+            + "`)\n\n"
+            + "\n".join(lines)
+            + "\n"
+        )
 
     return section
 
 
 def check_across(across: str) -> tuple[str, ...]:
-    """``--across`` as a tuple of settings (``gate.check_across``), one sentence for another word: checked before the
-    sweep runs, as ``--fail-on`` is."""
+    """``--across`` as a tuple of settings (``gate.check_across``), one sentence for another
+    word: checked before the sweep runs, as ``--fail-on`` is."""
     return gate_mod.check_across(across)
 
 
@@ -220,5 +268,7 @@ def check_fail_on(fail_on: str) -> tuple[str, ...]:
     gates = tuple(g.strip() for g in fail_on.split(",") if g.strip())
     unknown = [g for g in gates if g not in gate_mod.GATES]
     if unknown or not gates:
-        raise UserError(f"--fail-on {fail_on!r}: give a comma-separated list of {', '.join(gate_mod.GATES)}.")
+        raise UserError(
+            f"--fail-on {fail_on!r}: give a comma-separated list of {', '.join(gate_mod.GATES)}."
+        )
     return gates

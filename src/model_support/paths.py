@@ -37,8 +37,9 @@ def template(name: str) -> Path:
 
 
 def probe_image() -> Path:
-    """The image-text-to-text probe's image as a PNG file, for people and the docs: the probe and every repro
-    script draw the same pixels in code (``probe_core.probe_image``; a test checks that the two agree)."""
+    """The image-text-to-text probe's image as a PNG file, for people and the docs: the probe and
+    every repro script draw the same pixels in code (``probe_core.probe_image``; a test checks
+    that the two agree)."""
     return package_file("probe", "probe_image.png")
 
 
@@ -49,7 +50,11 @@ def checkout_root() -> Path | None:
 
 
 def default_models_dir() -> Path:
-    """``$MODEL_SUPPORT_MODELS_DIR``, else ``<checkout>/data/models`` (``data/models`` outside a checkout):
-    where the offline fixtures are built, and where the fluency judge finds its offline copy."""
+    """``$MODEL_SUPPORT_MODELS_DIR``, else ``<checkout>/data/models`` (``data/models`` outside a
+    checkout): where the offline fixtures are built, and where the fluency judge finds its
+    offline copy."""
     root = checkout_root()
-    return Path(os.environ.get(MODELS_DIR_VAR) or (root / "data" / "models" if root else Path("data/models")))
+    return Path(
+        os.environ.get(MODELS_DIR_VAR)
+        or (root / "data" / "models" if root else Path("data/models"))
+    )

@@ -1,7 +1,9 @@
-"""Secrets out of everything written: Hugging Face tokens (their shape, and the values of the token
-environment variables) and machine-specific strings, in every record, log, notebook and file a push sends.
+"""Secrets out of everything written: Hugging Face tokens (their shape, and the values of the
+token environment variables) and machine-specific strings, in every record, log, notebook and
+file a push sends.
 
-At the bottom of the package: the probe, the worker, the sweep and publishing all redact through it."""
+At the bottom of the package: the probe, the worker, the sweep and publishing all redact through
+it."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, TypeVar, overload
 
-#: A record (record.schema.Record) or any other dict of fields: redacted in place, the same object back.
+#: A record (record.schema.Record) or any other dict of fields: redacted in place, the same object
+#: back.
 _Fields = TypeVar("_Fields", bound=Mapping[str, object])
 
 #: Environment variables whose values are Hugging Face tokens (redacted wherever they appear).
@@ -35,8 +38,8 @@ def redact(text: None, replace: dict[str, str] | None = None) -> None: ...
 def redact(text: str | None, replace: dict[str, str] | None = None) -> str | None:
     """Remove Hugging Face tokens from ``text``, for every stored text field and every log.
 
-    Both the ``hf_...`` token shape and the literal values of the token environment variables
-    (read at call time, so a token set after import is still caught) become ``***``. ``replace`` maps
+    Both the ``hf_...`` token shape and the literal values of the token environment variables (read
+    at call time, so a token set after import is still caught) become ``***``. ``replace`` maps
     machine-specific strings (a local model folder's absolute path) to what the text says instead
     (longest first, so a path is replaced before a shorter prefix of it).
     """
@@ -53,9 +56,10 @@ def redact(text: str | None, replace: dict[str, str] | None = None) -> str | Non
 
 
 def redact_record(record: _Fields, replace: dict[str, str] | None = None) -> _Fields:
-    """Every text field of a record (and every text of a list field) through ``redact`` (with ``replace``:
-    machine-specific strings such as a local model folder's absolute path -> what the record says
-    instead), in place (the one redaction pass a record gets before it is stored anywhere); returns it."""
+    """Every text field of a record (and every text of a list field) through ``redact`` (with
+    ``replace``: machine-specific strings such as a local model folder's absolute path -> what
+    the record says instead), in place (the one redaction pass a record gets before it is stored
+    anywhere); returns it."""
 
     def clean(value):
         if isinstance(value, list):

@@ -29,7 +29,9 @@ FALLBACK_SWITCH = f"torch.{NAME}.enable_cpu_fallback"
 class PretendAdapter(AcceleratorAdapter):
     config_vars = (CONFIG_VAR,)  # the faults the stack has: a different value is a different stack
     config_shown = config_vars
-    backend_packages = ("model-support-pretend",)  # the backend is this distribution: its version is its build
+    backend_packages = (
+        "model-support-pretend",
+    )  # the backend is this distribution: its version is its build
     #: Its devices as a Ray custom resource: a local Ray that a sweep starts is given this host's (Ray finds none).
     ray_resource = "pretend"
 
@@ -44,7 +46,9 @@ class PretendAdapter(AcceleratorAdapter):
             )
         return super().unavailable(elsewhere)
 
-    synchronous_ops = True  # its operators run in Python, on the CPU underneath: done when the call returns
+    synchronous_ops = (
+        True  # its operators run in Python, on the CPU underneath: done when the call returns
+    )
     #: What makes its runtime report a crash at the operator that caused it (``crash_after`` ignored).
     blocking_env = {BLOCKING_VAR: "1"}
 
@@ -63,7 +67,10 @@ class PretendAdapter(AcceleratorAdapter):
         """What its configuration declares (``bandwidth_gbs``), or that it declares none."""
         config = from_environment()
         if config is None or config.bandwidth_gbs is None:
-            return None, f"the pretend device declares no peak memory bandwidth (set bandwidth_gbs in {CONFIG_VAR})"
+            return (
+                None,
+                f"the pretend device declares no peak memory bandwidth (set bandwidth_gbs in {CONFIG_VAR})",
+            )
         return config.bandwidth_gbs, f"bandwidth_gbs in {CONFIG_VAR}"
 
     def op_coverage(self, ops: Iterable[str]) -> dict[str, str]:

@@ -40,7 +40,9 @@ FLASH = torch.ops.aten._scaled_dot_product_flash_attention.default
 SDPA = torch.ops.aten.scaled_dot_product_attention.default
 
 
-def _flash(query, key, value, dropout_p=0.0, is_causal=False, return_debug_mask=False, *, scale=None):
+def _flash(
+    query, key, value, dropout_p=0.0, is_causal=False, return_debug_mask=False, *, scale=None
+):
     """CUDA's flash attention's outputs, on the CPU data underneath: the CPU's flash attention gives the output and
     its logsumexp; beside them what CUDA returns for a dense batch (empty sequence offsets, the query and key
     lengths, an empty random-number state, no debug mask)."""
@@ -87,7 +89,16 @@ def install(choice: str) -> None:
     if choice == SDPA_KERNELS[0]:
         return
 
-    def decomposition(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    def decomposition(
+        query,
+        key,
+        value,
+        attn_mask=None,
+        dropout_p=0.0,
+        is_causal=False,
+        scale=None,
+        enable_gqa=False,
+    ):
         if query.device.type == NAME and not dropout_p:
             if choice == "own":
                 return OWN(query, key, value, attn_mask, is_causal, scale, enable_gqa)

@@ -30,9 +30,15 @@ def operator(name: str):
 def _never_reaches_a_backend(op) -> bool:
     """``op`` (its default overload, for a name without one: what models call) is composite
     (``tensor.composite``): a backend receives its parts instead, so a fault on it would never happen."""
-    if not isinstance(op, torch._ops.OpOverload):  # the packet's first form on tensors, its default where that is
+    if not isinstance(
+        op, torch._ops.OpOverload
+    ):  # the packet's first form on tensors, its default where that is
         # one (aten::add's and aten::mul's "default" are TorchScript's sums of scalars, which no kernel serves)
-        forms = [getattr(op, name) for name in dict.fromkeys(("default", *op.overloads())) if name in op.overloads()]
+        forms = [
+            getattr(op, name)
+            for name in dict.fromkeys(("default", *op.overloads()))
+            if name in op.overloads()
+        ]
         op = next(f for f in forms if any("Tensor" in str(a.type) for a in f._schema.arguments))
     return _tensor.composite(op)
 

@@ -32,7 +32,9 @@ NOISE_BOUND = 4
 class DeviceClock:
     """Seconds on the device's timeline since the backend started."""
 
-    def __init__(self, launch_s: float, bandwidth_gbs: float | None, jitter: float, queued: bool = False):
+    def __init__(
+        self, launch_s: float, bandwidth_gbs: float | None, jitter: float, queued: bool = False
+    ):
         self.launch_s = launch_s
         self.bandwidth = bandwidth_gbs * 1e9 if bandwidth_gbs else DEFAULT_BANDWIDTH
         self.jitter = jitter

@@ -94,17 +94,27 @@ class Config:
     missing_ops: frozenset = field(default_factory=frozenset)
     unsupported_dtypes: frozenset = field(default_factory=frozenset)
     wrong_ops: frozenset = field(default_factory=frozenset)
-    wrong_by: dict = field(default_factory=dict)  # of wrong_ops, those given a relative error: noise, not a bug
+    wrong_by: dict = field(
+        default_factory=dict
+    )  # of wrong_ops, those given a relative error: noise, not a bug
     crash_ops: frozenset = field(default_factory=frozenset)
     slow_ops: dict = field(default_factory=dict)
-    fallback_ops: frozenset = field(default_factory=frozenset)  # run on the CPU underneath, slowly: a CPU fallback
+    fallback_ops: frozenset = field(
+        default_factory=frozenset
+    )  # run on the CPU underneath, slowly: a CPU fallback
     visible: tuple = (0,)  # the physical devices this process sees, in index order
-    bandwidth_gbs: float | None = None  # the peak memory bandwidth it declares (GB/s); None: it declares none
+    bandwidth_gbs: float | None = (
+        None  # the peak memory bandwidth it declares (GB/s); None: it declares none
+    )
     # {operator: N}: missing in the 1st, (N+1)th, ... process that calls one of them, counted in ``flaky_file``
     flaky_ops: dict = field(default_factory=dict)
     flaky_file: str | None = None
-    crash_message: bool = True  # False: a crash aborts with no word on stderr, as many runtimes' aborts do
-    crash_after: int = 0  # a crash reported this many operators later, as an asynchronous runtime reports it
+    crash_message: bool = (
+        True  # False: a crash aborts with no word on stderr, as many runtimes' aborts do
+    )
+    crash_after: int = (
+        0  # a crash reported this many operators later, as an asynchronous runtime reports it
+    )
     blocking: bool = False  # BLOCKING_VAR set: every crash reported at its own operator
     # {operator: N}: its results wrong once its sequence axis (``PAST_LENGTH_AXES``) reaches N positions
     wrong_past_length: dict = field(default_factory=dict)
@@ -120,7 +130,9 @@ class Config:
     matmul_noise: float | None = None
     # the TPU contract's clauses (``TPU_CONTRACT_KEYS``, ``tpu_contract``)
     no_fallback: bool = False  # fallback_ops raise unless torch.pretend.enable_cpu_fallback is True
-    compile_static: bool = False  # its own compile backend, dynamic=False by default, as torch_tpu's
+    compile_static: bool = (
+        False  # its own compile backend, dynamic=False by default, as torch_tpu's
+    )
     # the TPU contract's distributed clauses (``DISTRIBUTED_CONTRACT_KEYS``, ``launch``)
     launch_env: bool = False  # a rank refuses to start without its launch environment
     one_device: bool = False  # a rank opens one device: its single visible id, else LOCAL_RANK
@@ -146,7 +158,11 @@ def _wrong(raw: dict) -> tuple[frozenset, dict]:
     if not isinstance(value, dict):
         return _names(raw, "wrong_ops"), {}
     if not all(
-        isinstance(k, str) and k and isinstance(v, int | float) and not isinstance(v, bool) and v > 0
+        isinstance(k, str)
+        and k
+        and isinstance(v, int | float)
+        and not isinstance(v, bool)
+        and v > 0
         for k, v in value.items()
     ):
         raise PretendConfigError(
@@ -160,33 +176,50 @@ def parse(text: str, visible: str | None = None) -> Config:
     try:
         raw = json.loads(text or "{}")
     except json.JSONDecodeError as exc:
-        raise PretendConfigError(f"{CONFIG_VAR} is not JSON ({exc.msg} at character {exc.pos}): {text!r}.") from None
+        raise PretendConfigError(
+            f"{CONFIG_VAR} is not JSON ({exc.msg} at character {exc.pos}): {text!r}."
+        ) from None
     if not isinstance(raw, dict):
-        raise PretendConfigError(f'{CONFIG_VAR} must be a JSON object such as {{"devices": 2}}, not {text!r}.')
+        raise PretendConfigError(
+            f'{CONFIG_VAR} must be a JSON object such as {{"devices": 2}}, not {text!r}.'
+        )
     unknown = sorted(set(raw) - set(KEYS))
     if unknown:
-        raise PretendConfigError(f"{CONFIG_VAR}: unknown key(s) {', '.join(unknown)}; accepted: {', '.join(KEYS)}.")
+        raise PretendConfigError(
+            f"{CONFIG_VAR}: unknown key(s) {', '.join(unknown)}; accepted: {', '.join(KEYS)}."
+        )
     devices = raw.get("devices", 1)
     if not isinstance(devices, int) or isinstance(devices, bool) or devices < 1:
-        raise PretendConfigError(f"{CONFIG_VAR}: 'devices' must be a whole number >= 1, not {devices!r}.")
+        raise PretendConfigError(
+            f"{CONFIG_VAR}: 'devices' must be a whole number >= 1, not {devices!r}."
+        )
     memory = raw.get("memory_gb")
-    if memory is not None and (not isinstance(memory, int | float) or isinstance(memory, bool) or memory <= 0):
-        raise PretendConfigError(f"{CONFIG_VAR}: 'memory_gb' must be a number of GB above 0, not {memory!r}.")
+    if memory is not None and (
+        not isinstance(memory, int | float) or isinstance(memory, bool) or memory <= 0
+    ):
+        raise PretendConfigError(
+            f"{CONFIG_VAR}: 'memory_gb' must be a number of GB above 0, not {memory!r}."
+        )
     slow = raw.get("slow_ops", {})
     if not isinstance(slow, dict) or not all(
         isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
         for k, v in slow.items()
     ):
-        raise PretendConfigError(f"{CONFIG_VAR}: 'slow_ops' must map operator names to seconds >= 0, not {slow!r}.")
+        raise PretendConfigError(
+            f"{CONFIG_VAR}: 'slow_ops' must map operator names to seconds >= 0, not {slow!r}."
+        )
     bandwidth = raw.get("bandwidth_gbs")
     if bandwidth is not None and (
         not isinstance(bandwidth, int | float) or isinstance(bandwidth, bool) or bandwidth <= 0
     ):
-        raise PretendConfigError(f"{CONFIG_VAR}: 'bandwidth_gbs' must be a number of GB/s above 0, not {bandwidth!r}.")
+        raise PretendConfigError(
+            f"{CONFIG_VAR}: 'bandwidth_gbs' must be a number of GB/s above 0, not {bandwidth!r}."
+        )
     wrong_ops, wrong_by = _wrong(raw)
     flaky, flaky_file = raw.get("flaky_ops", {}), raw.get("flaky_file")
     if not isinstance(flaky, dict) or not all(
-        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 2 for k, v in flaky.items()
+        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 2
+        for k, v in flaky.items()
     ):
         raise PretendConfigError(
             f"{CONFIG_VAR}: 'flaky_ops' must map operator names to a period N >= 2, not {flaky!r}."
@@ -198,28 +231,36 @@ def parse(text: str, visible: str | None = None) -> Config:
     past = _past_length(raw)
     message, after = raw.get("crash_message", True), raw.get("crash_after", 0)
     if not isinstance(message, bool):
-        raise PretendConfigError(f"{CONFIG_VAR}: 'crash_message' must be true or false, not {message!r}.")
+        raise PretendConfigError(
+            f"{CONFIG_VAR}: 'crash_message' must be true or false, not {message!r}."
+        )
     if not isinstance(after, int) or isinstance(after, bool) or after < 0:
         raise PretendConfigError(
             f"{CONFIG_VAR}: 'crash_after' must be a whole number of operators >= 0, not {after!r}."
         )
     launch, jitter = raw.get("launch_us", 5.0), raw.get("clock_jitter", 0.01)
     if not isinstance(launch, int | float) or isinstance(launch, bool) or launch < 0:
-        raise PretendConfigError(f"{CONFIG_VAR}: 'launch_us' must be microseconds >= 0 per kernel, not {launch!r}.")
+        raise PretendConfigError(
+            f"{CONFIG_VAR}: 'launch_us' must be microseconds >= 0 per kernel, not {launch!r}."
+        )
     if not isinstance(jitter, int | float) or isinstance(jitter, bool) or not 0 <= jitter < 0.3:
         raise PretendConfigError(
             f"{CONFIG_VAR}: 'clock_jitter' must be a relative spread from 0 to below 0.3 (0.01: 1%), not {jitter!r}."
         )
     clock = raw.get("clock", "device")
     if clock not in ("device", "host"):
-        raise PretendConfigError(f"{CONFIG_VAR}: 'clock' must be 'device' or 'host', not {clock!r}.")
+        raise PretendConfigError(
+            f"{CONFIG_VAR}: 'clock' must be 'device' or 'host', not {clock!r}."
+        )
     sdpa_kernel = raw.get("sdpa_kernel", SDPA_KERNELS[0])
     if sdpa_kernel not in SDPA_KERNELS:
         raise PretendConfigError(
             f"{CONFIG_VAR}: 'sdpa_kernel' must be one of {', '.join(map(repr, SDPA_KERNELS))}, not {sdpa_kernel!r}."
         )
     noise = raw.get("matmul_noise")
-    if noise is not None and (not isinstance(noise, int | float) or isinstance(noise, bool) or not 0 < noise < 0.5):
+    if noise is not None and (
+        not isinstance(noise, int | float) or isinstance(noise, bool) or not 0 < noise < 0.5
+    ):
         raise PretendConfigError(
             f"{CONFIG_VAR}: 'matmul_noise' must be a relative error above 0 and below 0.5 ({BF16_ROUNDOFF:.4g}: "
             f"bf16's rounding), not {noise!r}."
@@ -261,7 +302,9 @@ def distributed_contract(raw: dict) -> dict:
         found[key] = value
     log = raw.get("opened_log")
     if log is not None and (not isinstance(log, str) or not log):
-        raise PretendConfigError(f"{CONFIG_VAR}: 'opened_log' must be the path of a file, not {log!r}.")
+        raise PretendConfigError(
+            f"{CONFIG_VAR}: 'opened_log' must be the path of a file, not {log!r}."
+        )
     return {**found, "opened_log": log}
 
 

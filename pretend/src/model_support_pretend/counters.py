@@ -21,7 +21,9 @@ class Counters:
         self.harness_syncs = 0
         self.fallbacks: dict[str, int] = {}
         self._harness = 0  # inside ``harness()``
-        self._last_copy: int | None = None  # the host tensor the last counted copy out made (its id)
+        self._last_copy: int | None = (
+            None  # the host tensor the last counted copy out made (its id)
+        )
 
     def sync(self, made=None) -> None:
         """One device-to-host synchronisation; ``made``: the host tensor a copy out produced."""

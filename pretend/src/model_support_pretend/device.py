@@ -48,7 +48,9 @@ def _index(device=None) -> int:
 def set_device(device) -> None:
     index = _index(device)
     if not 0 <= index < device_count():
-        raise RuntimeError(f"{NAME} device {index} is not visible here: this process sees {device_count()} device(s).")
+        raise RuntimeError(
+            f"{NAME} device {index} is not visible here: this process sees {device_count()} device(s)."
+        )
     _state().current = index
 
 

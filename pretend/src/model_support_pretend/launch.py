@@ -43,7 +43,9 @@ class LaunchRefused(RuntimeError):
 
 def shape(ranks: int) -> str:
     if ranks not in SHAPES:
-        raise ValueError(f"{NAME} has no slice of {ranks} devices (it has {', '.join(map(str, SHAPES))}).")
+        raise ValueError(
+            f"{NAME} has no slice of {ranks} devices (it has {', '.join(map(str, SHAPES))})."
+        )
     return SHAPES[ranks]
 
 
@@ -107,7 +109,9 @@ def _one_device(config: Config, environ: Mapping[str, str]) -> int:
     named = environ.get(VISIBLE_VAR, "").strip()
     device = int(named) if named.isdigit() else int(environ.get("LOCAL_RANK", "0"))
     if not 0 <= device < config.devices:
-        raise LaunchRefused(f"{NAME} runtime: device {device} does not exist ({CONFIG_VAR} has {config.devices})")
+        raise LaunchRefused(
+            f"{NAME} runtime: device {device} does not exist ({CONFIG_VAR} has {config.devices})"
+        )
     return device
 
 

@@ -92,8 +92,12 @@ class Faults(NamedTuple):
     missing: bool
     wrong: bool
     off_by: float | None  # a relative error (``wrong_ops`` given as a mapping) rather than a bug
-    past_length: int | None = None  # ``wrong_past_length``: wrong once its sequence axis reaches this many positions
-    noise: float | None = None  # ``matmul_noise``: a matrix product off by up to this much, like rounding (no fault)
+    past_length: int | None = (
+        None  # ``wrong_past_length``: wrong once its sequence axis reaches this many positions
+    )
+    noise: float | None = (
+        None  # ``matmul_noise``: a matrix product off by up to this much, like rounding (no fault)
+    )
 
 
 class State:
@@ -104,12 +108,19 @@ class State:
         self.current = 0
         self.ledgers = [Ledger(i, p, config.memory_bytes) for i, p in enumerate(config.visible)]
         self._faults: dict = {}  # operator -> its Faults, worked out on its first call
-        self._turn: int | None = None  # this process's turn among those calling a ``flaky_ops`` operator
+        self._turn: int | None = (
+            None  # this process's turn among those calling a ``flaky_ops`` operator
+        )
         self.counters = Counters()  # its syncs and fallbacks, for the adapter's ``host_counters``
         self.clock = DeviceClock(
-            config.launch_us * 1e-6, config.bandwidth_gbs, config.clock_jitter, queued=config.clock == "host"
+            config.launch_us * 1e-6,
+            config.bandwidth_gbs,
+            config.clock_jitter,
+            queued=config.clock == "host",
         )
-        self.doomed: list | None = None  # [the crashed operator, operators left before the abort is reported]
+        self.doomed: list | None = (
+            None  # [the crashed operator, operators left before the abort is reported]
+        )
         # ``matmul_noise``'s draws: seeded, so a process that runs the same operators is off the same way each run
         self.noise = torch.Generator().manual_seed(0)
 
@@ -122,7 +133,9 @@ class State:
     def stall(self, seconds: float) -> None:
         """The device stalls (a slow operator, a fallback's round trip): slept, so the host waits as it would, and
         counted whole on its clock."""
-        if not self.clock.queued:  # queued (``clock: host``), the host waits for it at the next sync instead
+        if (
+            not self.clock.queued
+        ):  # queued (``clock: host``), the host waits for it at the next sync instead
             time.sleep(seconds)
         self.clock.stall(seconds)
 
@@ -151,7 +164,9 @@ class State:
                 names,
                 crash=any(n in config.crash_ops for n in names),
                 # once per name given (a default overload's two names are one: ``aten::rsqrt`` stalls once a call)
-                slow=tuple(config.slow_ops[n] for n in dict.fromkeys(names) if n in config.slow_ops),
+                slow=tuple(
+                    config.slow_ops[n] for n in dict.fromkeys(names) if n in config.slow_ops
+                ),
                 fallback=any(n in config.fallback_ops for n in names),
                 missing=any(n in config.missing_ops for n in names) or self._flaky(names),
                 wrong=any(n in config.wrong_ops for n in names),
@@ -168,7 +183,9 @@ class State:
         if not periods:
             return False
         if self._turn is None:
-            self._turn = _draw_turn(self.config.flaky_file or "")  # parse requires it with flaky_ops
+            self._turn = _draw_turn(
+                self.config.flaky_file or ""
+            )  # parse requires it with flaky_ops
         return (self._turn - 1) % periods[0] == 0
 
     def device(self, index: int | None = None) -> torch.device:
@@ -230,9 +247,14 @@ class PretendTensor(torch.Tensor):
         return tensor
 
     def __repr__(self, *, tensor_contents=None):
-        return repr(self._data).replace("tensor(", "PretendTensor(", 1)[:-1] + f", device='{self.device}')"
+        return (
+            repr(self._data).replace("tensor(", "PretendTensor(", 1)[:-1]
+            + f", device='{self.device}')"
+        )
 
-    def tolist(self):  # torch refuses tolist() on subclasses; a device tensor copies its values to the host
+    def tolist(
+        self,
+    ):  # torch refuses tolist() on subclasses; a device tensor copies its values to the host
         _state().sync()
         return self._data.tolist()
 
@@ -293,15 +315,21 @@ def _cpu_fallback_on() -> bool:
 def act_out_faults(func) -> Faults:
     """What the configured faults do before ``func`` runs: crash, stall, or have no kernel; its ``Faults``."""
     state = _state()
-    if state.doomed is not None:  # an earlier operator crashed: reported now, or some operators later
+    if (
+        state.doomed is not None
+    ):  # an earlier operator crashed: reported now, or some operators later
         state.count_down()
     faults = state.faults(func)
     if faults.crash:
         state.crash(faults.names[0])
     for seconds in faults.slow:
         state.stall(seconds)
-    if faults.fallback and state.config.no_fallback and not _cpu_fallback_on():  # the TPU contract: it raises
-        raise NotImplementedError(f"'{faults.names[0]}' is not implemented for {NAME}. Please file a feature request")
+    if (
+        faults.fallback and state.config.no_fallback and not _cpu_fallback_on()
+    ):  # the TPU contract: it raises
+        raise NotImplementedError(
+            f"'{faults.names[0]}' is not implemented for {NAME}. Please file a feature request"
+        )
     if faults.fallback:  # no kernel, a CPU fallback: correct, and slow
         state.counters.fallback(faults.names[1])
         state.stall(FALLBACK_S)
@@ -442,7 +470,9 @@ def _leaves(tree, into: list) -> list:
     elif kind is dict:
         for item in tree.values():
             _leaves(item, into)
-    elif isinstance(tree, tuple | list | dict):  # a named tuple or another container: pytree knows it
+    elif isinstance(
+        tree, tuple | list | dict
+    ):  # a named tuple or another container: pytree knows it
         into.extend(tree_flatten(tree)[0])
     else:
         into.append(tree)
@@ -484,15 +514,22 @@ def run(func, args, kwargs):
     leaves = _leaves(kwargs, _leaves(args, []))
     target = _target_device(leaves)
     inputs = {id(t._data): t for t in leaves if isinstance(t, PretendTensor)}
-    plain = {id(t) for t in leaves if isinstance(t, torch.Tensor) and not isinstance(t, PretendTensor)}
+    plain = {
+        id(t) for t in leaves if isinstance(t, torch.Tensor) and not isinstance(t, PretendTensor)
+    }
     # a fused kernel the CPU has none of (``attention.KERNELS``) does its work on the CPU data by its own code
     out = FUSED.get(func, func)(*_map(_to_cpu, args), **_map(_to_cpu, kwargs))
     results = _leaves(out, [])
     if not func.is_view:  # a view launches nothing: it is the same data, described again
         nbytes = _nbytes(leaves + results)
-        if nbytes is not None:  # None: torch.compile tracing with symbolic shapes, nothing runs on the device
+        if (
+            nbytes is not None
+        ):  # None: torch.compile tracing with symbolic shapes, nothing runs on the device
             _state().clock.kernel(nbytes)
-    if faults.past_length is not None and sequence_length(faults.names[0], args, kwargs) >= faults.past_length:
+    if (
+        faults.past_length is not None
+        and sequence_length(faults.names[0], args, kwargs) >= faults.past_length
+    ):
         for tensor in results:  # a KV-cache or long-context bug: wrong from that length on
             if isinstance(tensor, torch.Tensor):
                 _wrong(tensor)
@@ -502,7 +539,9 @@ def run(func, args, kwargs):
                 _off_by(tensor, faults.off_by)
             elif isinstance(tensor, torch.Tensor):
                 _wrong(tensor)
-    if faults.noise is not None and _nbytes(leaves + results) is not None:  # not while torch.compile traces
+    if (
+        faults.noise is not None and _nbytes(leaves + results) is not None
+    ):  # not while torch.compile traces
         for tensor in results:
             if isinstance(tensor, torch.Tensor):
                 _noisy(tensor, faults.noise, _state().noise)
@@ -510,7 +549,9 @@ def run(func, args, kwargs):
         if inputs:  # a copy to the host: the host waits for the device's data
             _state().sync(out)
         return out  # a copy to the CPU, or no tensor on the device at all
-    if func is _SCALAR or (func is _COPY and inputs and id(args[0]) in plain):  # .item(); a copy into a host tensor
+    if func is _SCALAR or (
+        func is _COPY and inputs and id(args[0]) in plain
+    ):  # .item(); a copy into a host tensor
         _state().sync()
 
     def back(leaf):
@@ -533,7 +574,9 @@ def _nbytes(leaves: list) -> int | None:
         if isinstance(t, torch.Tensor):
             n = t.numel()
             data = t._data if isinstance(t, PretendTensor) else t
-            if type(n) is not int or (type(data) not in _PLAIN and is_fake(data)):  # a plain tensor is never fake
+            if type(n) is not int or (
+                type(data) not in _PLAIN and is_fake(data)
+            ):  # a plain tensor is never fake
                 return None
             total += n * t.element_size()
     return total

@@ -47,8 +47,20 @@ from .history import (
     sweep_index,
     sweep_stats,
 )
-from .modes import eager_pass_compile_fail, graph_break_reasons, sweep_variants, variant_stats, verdict_grid
-from .parallel import PARALLELISM_HELP, PARALLELISMS, multi_device_runs, pass_rate_by_parallelism, uses_devices
+from .modes import (
+    eager_pass_compile_fail,
+    graph_break_reasons,
+    sweep_variants,
+    variant_stats,
+    verdict_grid,
+)
+from .parallel import (
+    PARALLELISM_HELP,
+    PARALLELISMS,
+    multi_device_runs,
+    pass_rate_by_parallelism,
+    uses_devices,
+)
 from .passes_checked import pass_checks, suspect_passes, suspect_words
 from .report_tables import report_tables
 from .tables import (

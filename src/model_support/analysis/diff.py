@@ -1,12 +1,14 @@
-"""A sweep against its baseline: which (model, variant) runs changed outcome, which signatures appeared.
+"""A sweep against its baseline: which (model, variant) runs changed outcome, which signatures
+appeared.
 
-Runs are matched on (model_id, variant), a null variant (an older file, a sweep without a matrix) read
-as ``eager+dynamic``: a model that passes eager and newly fails compiled is one change, for that variant.
-A run newly failing is split by whose failure it is (``attribution``): "newly broken by the stack" (the
-CPU reference passes: what a porting team acts on, listed first), "newly failing everywhere" (the
-reference fails too: the model's or both; usually a transformers or checkpoint change) and "newly failing"
-(no attribution recorded). A run that still passes, or newly passes, but whose check is now suspect (its
-logits diverge from the reference, or with no reference its text is not fluent) is "newly suspect"."""
+Runs are matched on (model_id, variant), a null variant (an older file, a sweep without a matrix)
+read as ``eager+dynamic``: a model that passes eager and newly fails compiled is one change, for
+that variant. A run newly failing is split by whose failure it is (``attribution``): "newly
+broken by the stack" (the CPU reference passes: what a porting team acts on, listed first),
+"newly failing everywhere" (the reference fails too: the model's or both; usually a transformers
+or checkpoint change) and "newly failing" (no attribution recorded). A run that still passes, or
+newly passes, but whose check is now suspect (its logits diverge from the reference, or with no
+reference its text is not fluent) is "newly suspect"."""
 
 from __future__ import annotations
 
@@ -55,7 +57,11 @@ def latest_outcomes(results: Frame, sweep_id: str) -> pl.LazyFrame:
     return (
         sweep_rows(results, sweep_id, cols)
         .with_columns(
-            variant_col(), attribution_col(), pass_check_col().alias("check"), check_step_col(), check_note_col()
+            variant_col(),
+            attribution_col(),
+            pass_check_col().alias("check"),
+            check_step_col(),
+            check_note_col(),
         )
         .sort("started_at", nulls_last=False)
         .unique(KEY, keep="last", maintain_order=False)
@@ -76,15 +82,16 @@ def latest_outcomes(results: Frame, sweep_id: str) -> pl.LazyFrame:
 def model_changes(results: Frame, sweep_id: str, baseline_sweep_id: str) -> pl.DataFrame:
     """The (model, variant) runs whose outcome changed from ``baseline_sweep_id`` to ``sweep_id``.
 
-    model_id, variant, change (one of ``CHANGES``), attribution (whose failure the new outcome is: stack,
-    model, both or unknown; null for a PASS), attribution_before (whose the baseline's failure was: what a
-    "newly passing" run was fixed from), status_before, status_after, signature_before,
-    signature_after, error_message (the new one), check_before and check_after (what a PASS's check says,
-    ``PASS_CHECKS``), suspect_step and check_note (for "newly suspect": the step where the device diverges
-    from the reference, and why). A run that passes now with a suspect check and was no suspect PASS before
-    is "newly suspect" (listed second, after what the stack newly broke), a suspect PASS that is a clean one
-    now "no longer suspect". Unchanged runs are left out; a model excluded in one of the two sweeps shows as
-    added or removed, never as a failure.
+    model_id, variant, change (one of ``CHANGES``), attribution (whose failure the new outcome is:
+    stack, model, both or unknown; null for a PASS), attribution_before (whose the baseline's
+    failure was: what a "newly passing" run was fixed from), status_before, status_after,
+    signature_before, signature_after, error_message (the new one), check_before and check_after
+    (what a PASS's check says, ``PASS_CHECKS``), suspect_step and check_note (for "newly suspect":
+    the step where the device diverges from the reference, and why). A run that passes now with a
+    suspect check and was no suspect PASS before is "newly suspect" (listed second, after what the
+    stack newly broke), a suspect PASS that is a clean one now "no longer suspect". Unchanged runs
+    are left out; a model excluded in one of the two sweeps shows as added or removed, never as a
+    failure.
     """
     return changes_query(results, sweep_id, baseline_sweep_id).collect()
 
@@ -134,7 +141,11 @@ def changes_query(results: Frame, sweep_id: str, baseline_sweep_id: str) -> pl.L
         .then(pl.lit(NO_LONGER_SUSPECT))
         .when(~passed_before & ~passed_after & (sb != sa))
         .then(pl.lit("status changed"))
-        .when(~passed_before & ~passed_after & pl.col("signature_before").ne_missing(pl.col("signature_after")))
+        .when(
+            ~passed_before
+            & ~passed_after
+            & pl.col("signature_before").ne_missing(pl.col("signature_after"))
+        )
         .then(pl.lit("signature changed"))
         .cast(pl.Enum(CHANGES))
         .alias("change")
@@ -156,7 +167,9 @@ def changes_query(results: Frame, sweep_id: str, baseline_sweep_id: str) -> pl.L
             "error_message",
             "check_before",
             "check_after",
-            pl.when(pl.col("change") == NEWLY_SUSPECT).then(pl.col("suspect_step")).alias("suspect_step"),
+            pl.when(pl.col("change") == NEWLY_SUSPECT)
+            .then(pl.col("suspect_step"))
+            .alias("suspect_step"),
             pl.when(pl.col("change").is_in([NEWLY_SUSPECT, NO_LONGER_SUSPECT]))
             .then(pl.col("check_note"))
             .alias("check_note"),
@@ -201,7 +214,8 @@ def signature_changes_query(results: Frame, sweep_id: str, baseline_sweep_id: st
 
 
 def change_counts(changes: pl.DataFrame) -> dict[str, int]:
-    """``model_changes`` output -> {change: number of (model, variant) runs}, every change in ``CHANGES``."""
+    """``model_changes`` output -> {change: number of (model, variant) runs}, every change in
+    ``CHANGES``."""
     counts = dict.fromkeys(CHANGES, 0)
     if changes.height:
         for change, n in changes.group_by("change").len().iter_rows():
@@ -210,7 +224,10 @@ def change_counts(changes: pl.DataFrame) -> dict[str, int]:
 
 
 def diff_summary(diff: pl.DataFrame, a: str, b: str) -> str:
-    """One line: how many runs changed, by kind (``CHANGES`` order: what the stack newly broke first)."""
+    """One line: how many runs changed, by kind (``CHANGES`` order: what the stack newly broke
+    first)."""
     counts = change_counts(diff)
-    parts = ", ".join(f"{n} {change}" for change, n in counts.items() if n or change not in GATE_CHANGES)
+    parts = ", ".join(
+        f"{n} {change}" for change, n in counts.items() if n or change not in GATE_CHANGES
+    )
     return f"{a} -> {b}: {parts}."

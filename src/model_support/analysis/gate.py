@@ -1,15 +1,18 @@
-"""The gate a CI runs on two sweeps (``model-support diff A B --fail-on ...``), with expected verdicts.
+"""The gate a CI runs on two sweeps (``model-support diff A B --fail-on ...``), with expected
+verdicts.
 
-The decision is ``analysis.decision``'s (one rule for every reader; its table is tested as data): this module reads
-the two sweeps, hands each run to it, and turns its answers into lines: ``failing`` (each makes the gate fail
-under the words asked for), ``known`` (expected failures, with their reason) and ``notes`` (said, not failing: flaky
-runs, exclusions, dropped models where ``dropped`` was not asked, unexpectedly passing ones, expired expectations,
-the perf comparison's notes). A regression counts once per model, its metrics listed on its line.
+The decision is ``analysis.decision``'s (one rule for every reader; its table is tested as data):
+this module reads the two sweeps, hands each run to it, and turns its answers into lines:
+``failing`` (each makes the gate fail under the words asked for), ``known`` (expected failures, with
+their reason) and ``notes`` (said, not failing: flaky runs, exclusions, dropped models where
+``dropped`` was not asked, unexpectedly passing ones, expired expectations, the perf comparison's
+notes). A regression counts once per model, its metrics listed on its line.
 
-A PASS whose long-text agreement (``long_text_rate``, ``probe.long_text``) dropped below what is expected of it is a
-regression too (``long_text_lines``, under ``regressions``): below the expectations file's rate less its tolerance
-where the file names the model, else below the baseline's own rate over the same text and length less
-``expectations.long_text_tolerance``. Its line names the rate, the floor it missed and where the text first diverged.
+A PASS whose long-text agreement (``long_text_rate``, ``probe.long_text``) dropped below what is
+expected of it is a regression too (``long_text_lines``, under ``regressions``): below the
+expectations file's rate less its tolerance where the file names the model, else below the
+baseline's own rate over the same text and length less ``expectations.long_text_tolerance``. Its
+line names the rate, the floor it missed and where the text first diverged.
 """
 
 from __future__ import annotations
@@ -22,7 +25,16 @@ from ..errors import UserError
 from . import decision, perf
 from .expectations import SUSPECT_PASS, Expectation, load_expectations, long_text_tolerance
 
-__all__ = ["ACROSS", "GATES", "SUSPECT_PASS", "Expectation", "GateResult", "check_across", "gate", "load_expectations"]
+__all__ = [
+    "ACROSS",
+    "GATES",
+    "SUSPECT_PASS",
+    "Expectation",
+    "GateResult",
+    "check_across",
+    "gate",
+    "load_expectations",
+]
 
 #: What ``--fail-on`` takes.
 GATES = decision.GATES
@@ -33,16 +45,18 @@ check_across = decision.check_across
 
 @dataclass
 class GateResult:
-    """What the gate found: ``failing`` lines (each makes it fail), ``notes`` (said, not failing), ``known``."""
+    """What the gate found: ``failing`` lines (each makes it fail), ``notes`` (said, not
+    failing), ``known``."""
 
     failing: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     known: list[str] = field(default_factory=list)
-    #: The verdict changes behind ``failing`` that a bug report can be drafted for, one dict each: kind
-    #: ("regression", "new failure" or "vanished"), model_id, variant, before (the baseline's verdict; None: not in
-    #: it), after, signature.
+    #: The verdict changes behind ``failing`` that a bug report can be drafted for, one dict each:
+    #: kind ("regression", "new failure" or "vanished"), model_id, variant, before (the baseline's
+    #: verdict; None: not in it), after, signature.
     changes: list[dict] = field(default_factory=list)
-    #: How many failing lines of each kind (``decision.KINDS``, and "slower" for perf), for the summary line.
+    #: How many failing lines of each kind (``decision.KINDS``, and "slower" for perf), for the
+    #: summary line.
     counts: dict[str, int] = field(default_factory=dict)
     #: The runs B has still to run (model, variant), and how to finish them.
     to_run: list[tuple[str, str]] = field(default_factory=list)
@@ -52,7 +66,8 @@ class GateResult:
         return bool(self.failing)
 
     def summary(self) -> str:
-        """ "passed", or "FAILED: 1 regression, 2 slower" (each model counted once, under its kind)."""
+        """ "passed", or "FAILED: 1 regression, 2 slower" (each model counted once, under its
+        kind)."""
         if not self.failed:
             return "passed"
         return "FAILED: " + ", ".join(f"{n} {kind}" for kind, n in self.counts.items() if n)
@@ -75,13 +90,15 @@ def gate(
     perf_threshold: float = perf.DEFAULT_THRESHOLD,
     across: tuple[str, ...] | list[str] = (),
 ) -> GateResult:
-    """The gate of sweep ``b`` against ``a`` for each of ``fail_on`` (``GATES``); ``perf``: a slowdown beyond
-    ``perf_threshold`` and beyond noise (``analysis.perf``, ``decision.compare_repeats``).
+    """The gate of sweep ``b`` against ``a`` for each of ``fail_on`` (``GATES``); ``perf``: a
+    slowdown beyond ``perf_threshold`` and beyond noise (``analysis.perf``,
+    ``decision.compare_repeats``).
 
-    A gate compares like with like: two sweeps whose runs differ in device, dtype or mode are refused in one
-    sentence before anything is judged (``decision.refuse_unlike``), unless ``across`` (``--across``) names each
-    setting allowed to differ; a what-if sweep is refused first (``decision.refuse_what_if``). Without a gate word
-    (the diff's table with a definition's expectations) nothing is gated, so nothing is refused."""
+    A gate compares like with like: two sweeps whose runs differ in device, dtype or mode are
+    refused in one sentence before anything is judged (``decision.refuse_unlike``), unless
+    ``across`` (``--across``) names each setting allowed to differ; a what-if sweep is refused
+    first (``decision.refuse_what_if``). Without a gate word (the diff's table with a
+    definition's expectations) nothing is gated, so nothing is refused."""
     check_gates(fail_on)
     across = decision.check_across(across)
     data_dir = Path(data_dir)
@@ -91,11 +108,16 @@ def gate(
     before, after, found = decision.decide_between(data_dir, a, b, expectations, today)
     if not before.runs and not before.defined:
         raise UserError(
-            f"No sweep {a!r} in {data_dir}: nothing to gate against; `model-support list` shows the sweeps."
+            f"No sweep {a!r} in {data_dir}: nothing to gate against; `model-support list` "
+            "shows the sweeps."
         )
     result = GateResult(to_run=after.to_run)
     for change in found:
-        if change.kind in decision.FAILS_UNDER and not change.fails_on(fail_on) and change.kind not in decision.SAID:
+        if (
+            change.kind in decision.FAILS_UNDER
+            and not change.fails_on(fail_on)
+            and change.kind not in decision.SAID
+        ):
             words = ", ".join(sorted(change.fails))
             result.notes.append(f"{change.line} (not gated: add {words} to --fail-on)")
             continue
@@ -108,7 +130,9 @@ def gate(
                         "kind": change.kind,
                         "model_id": change.model_id,
                         "variant": change.variant,
-                        "before": change.before if change.before in decision.VERDICT_STATES else None,
+                        "before": change.before
+                        if change.before in decision.VERDICT_STATES
+                        else None,
                         "after": change.after if change.after in decision.VERDICT_STATES else None,
                         "signature": change.signature,
                     }
@@ -119,8 +143,8 @@ def gate(
             result.notes.append(change.line)
     if after.to_run and set(fail_on):
         result.notes.append(
-            f"{b} has {len(after.to_run)} run(s) still to run: finish it with `model-support sweep --resume {b}`, "
-            "then gate again"
+            f"{b} has {len(after.to_run)} run(s) still to run: finish it with `model-support "
+            f"sweep --resume {b}`, then gate again"
         )
     if "regressions" in fail_on:
         dropped, notes = long_text_lines(data_dir, a, b, expectations, across)
@@ -146,9 +170,10 @@ def gate(
 
 #: How the gate's summary counts a PASS whose long-text rate dropped below what is expected of it.
 LONG_TEXT_DROP = "long-text regression"
-#: What two runs' long-text rates must share to be compared against each other (no expectations entry): the same
-#: text and length, the same model revision (its reference changes with it), device, dtype, mode and stack. The
-#: gate's ``--across`` lets the device or the dtype differ (``LONG_TEXT_ACROSS``).
+#: What two runs' long-text rates must share to be compared against each other (no expectations
+#: entry): the same text and length, the same model revision (its reference changes with it),
+#: device, dtype, mode and stack. The gate's ``--across`` lets the device or the dtype differ
+#: (``LONG_TEXT_ACROSS``).
 LONG_TEXT_ALIKE = {
     "long_text_text": "text",
     "long_text_tokens": "length",
@@ -199,12 +224,13 @@ def long_text_lines(
     expectations: dict[str, Expectation] | None = None,
     across: tuple[str, ...] | list[str] = (),
 ) -> tuple[list[str], list[str]]:
-    """The long-text gate (under ``regressions``): (failing lines, notes). A PASS of ``b`` whose ``long_text_rate`` is
-    below its floor fails: the expectations file's rate less its tolerance where the file names the model (its
-    ``long_text``), else ``a``'s rate for the same run less ``long_text_tolerance`` where the two runs are alike
-    (``LONG_TEXT_ALIKE``, but for what ``across`` lets differ). Said, not failing: a run of ``a`` that differs (not
-    comparable, naming what differs), and an expected rate the sweep did not measure (``long_text`` off, or the check
-    could not run: its row says why)."""
+    """The long-text gate (under ``regressions``): (failing lines, notes). A PASS of ``b`` whose
+    ``long_text_rate`` is below its floor fails: the expectations file's rate less its tolerance
+    where the file names the model (its ``long_text``), else ``a``'s rate for the same run less
+    ``long_text_tolerance`` where the two runs are alike (``LONG_TEXT_ALIKE``, but for what
+    ``across`` lets differ). Said, not failing: a run of ``a`` that differs (not comparable,
+    naming what differs), and an expected rate the sweep did not measure (``long_text`` off, or
+    the check could not run: its row says why)."""
     data_dir = Path(data_dir)
     free = {column for word in across for column in LONG_TEXT_ACROSS.get(word, ())}
     alike = {column: said for column, said in LONG_TEXT_ALIKE.items() if column not in free}
@@ -237,13 +263,15 @@ def long_text_lines(
             if now[f"long_text_{path}_diverges_at"] is not None
         ]
         failing.append(
-            f"regression: {name}: long-text agreement {now['long_text_rate']:.3f} (lowest agreement within the margin over 128-position "
-            f"windows of {now['long_text_tokens']} tokens), below {floor:.3f} ({against})"
+            f"regression: {name}: long-text agreement {now['long_text_rate']:.3f} (lowest "
+            "agreement within the margin over 128-position windows of "
+            f"{now['long_text_tokens']} tokens), below {floor:.3f} ({against})"
             + (f": {', '.join(where)}" if where else "")
         )
     for model_id in sorted(set(expected) - {m for m, _ in after}):
         notes.append(
-            f"long text: {model_id}: a rate of {expected[model_id].rate:.3f} is expected, and {b} measured none "
-            "(long_text off, or the check could not run: its long_text_note says why)"
+            f"long text: {model_id}: a rate of {expected[model_id].rate:.3f} is expected, and "
+            f"{b} measured none (long_text off, or the check could not run: its long_text_note "
+            "says why)"
         )
     return failing, notes

@@ -1,6 +1,7 @@
-"""The report's operator tables (docs/ops.md): the porting plan on the sweep's own stack (with what keeps the
-models no step unlocks), the CPU fallbacks ranked by how often they ran, and the operators the stack gained or
-lost since the baseline, from the census (``model_support.ops``), as Polars frames for ``report_tables``."""
+"""The report's operator tables (docs/ops.md): the porting plan on the sweep's own stack (with
+what keeps the models no step unlocks), the CPU fallbacks ranked by how often they ran, and the
+operators the stack gained or lost since the baseline, from the census (``model_support.ops``),
+as Polars frames for ``report_tables``."""
 
 from __future__ import annotations
 
@@ -9,10 +10,26 @@ from pathlib import Path
 
 import polars as pl
 
-from ..ops import ModelOps, PlanStep, passing_now, porting_plan, predict, still_blocked, sweep_models
+from ..ops import (
+    ModelOps,
+    PlanStep,
+    passing_now,
+    porting_plan,
+    predict,
+    still_blocked,
+    sweep_models,
+)
 from ..ops import proof as proof_mod
 from ..ops.changes import stack_changes
-from ..ops.plan import DIVERGES, cumulative, earlier_words, not_localised, not_localised_line, standing, step_proofs
+from ..ops.plan import (
+    DIVERGES,
+    cumulative,
+    earlier_words,
+    not_localised,
+    not_localised_line,
+    standing,
+    step_proofs,
+)
 from ..ops.prove import last_proof
 from ..probe.model_ids import display_name
 
@@ -23,16 +40,21 @@ def _names(keys: list[str], most: int = 8) -> str:
 
 
 def step_ops(step: PlanStep, by: str = "") -> str:
-    """The step's operators, each with the dtype signatures and ranks needed of it and what is wrong with it where
-    it is not simply missing (``PlanStep.fault``): ``aten::rsqrt for f32, 3 dims``, ``aten::relu for bf16, 3 dims
-    (crashes)``, ``aten::rsqrt for f32, 3 dims (wrong numbers in 2 models, localised)`` (``by`` after localised: who
-    localised it); a group joined by `` + ``."""
-    return " + ".join(step.precise_op(op) + (f" ({step.fault(op, by)})" if step.fault(op) else "") for op in step.ops)
+    """The step's operators, each with the dtype signatures and ranks needed of it and what is
+    wrong with it where it is not simply missing (``PlanStep.fault``): ``aten::rsqrt for f32, 3
+    dims``, ``aten::relu for bf16, 3 dims (crashes)``, ``aten::rsqrt for f32, 3 dims (wrong
+    numbers in 2 models, localised)`` (``by`` after localised: who localised it); a group joined
+    by `` + ``."""
+    return " + ".join(
+        step.precise_op(op) + (f" ({step.fault(op, by)})" if step.fault(op) else "")
+        for op in step.ops
+    )
 
 
 def plan_frame(steps: list[PlanStep]) -> pl.DataFrame:
-    """step, fix (the operators: a group only unlocks together), unlocks (how many), passing (models predicted PASS
-    once done, cumulative), models unlocked, blocks (how many), models blocked."""
+    """step, fix (the operators: a group only unlocks together), unlocks (how many), passing
+    (models predicted PASS once done, cumulative), models unlocked, blocks (how many), models
+    blocked."""
     return pl.DataFrame(
         [
             {
@@ -59,8 +81,8 @@ def plan_frame(steps: list[PlanStep]) -> pl.DataFrame:
 
 
 def blocked_frame(models: list[ModelOps]) -> pl.DataFrame:
-    """The models no step unlocks, by what keeps them: blocked by, models (how many), which; a diverging PASS not
-    localised with the command that localises it."""
+    """The models no step unlocks, by what keeps them: blocked by, models (how many), which; a
+    diverging PASS not localised with the command that localises it."""
     rows = [
         {"blocked by": why, "models": len(keys), "which": _names(keys)}
         for why, keys in still_blocked(models)
@@ -69,14 +91,24 @@ def blocked_frame(models: list[ModelOps]) -> pl.DataFrame:
     unlocalised = not_localised(models)
     if unlocalised:
         keys = [m.key for m in unlocalised]
-        rows.append({"blocked by": not_localised_line(models), "models": len(keys), "which": _names(keys)})
-    return pl.DataFrame(rows, schema={"blocked by": pl.String, "models": pl.Int64, "which": pl.String})
+        rows.append(
+            {"blocked by": not_localised_line(models), "models": len(keys), "which": _names(keys)}
+        )
+    return pl.DataFrame(
+        rows, schema={"blocked by": pl.String, "models": pl.Int64, "which": pl.String}
+    )
 
 
 def standing_frame(models: list[ModelOps]) -> pl.DataFrame:
-    """Each model's one standing in the plan (``ops.plan.standing``): model, recorded, predicted, standing."""
+    """Each model's one standing in the plan (``ops.plan.standing``): model, recorded, predicted,
+    standing."""
     rows = [
-        {"model": display_name(m.key), "recorded": m.status, "predicted": m.predicted, "standing": standing(m)}
+        {
+            "model": display_name(m.key),
+            "recorded": m.status,
+            "predicted": m.predicted,
+            "standing": standing(m),
+        }
         for m in models
     ]
     columns = ("model", "recorded", "predicted", "standing")
@@ -84,7 +116,8 @@ def standing_frame(models: list[ModelOps]) -> pl.DataFrame:
 
 
 def fallback_frame(models: list[ModelOps]) -> pl.DataFrame:
-    """The operators the stack runs on the CPU, the most-run first: op, calls (over the sweep's probes), models."""
+    """The operators the stack runs on the CPU, the most-run first: op, calls (over the sweep's
+    probes), models."""
     calls: Counter = Counter()
     users: dict[str, list[str]] = {}
     for m in models:
@@ -93,13 +126,19 @@ def fallback_frame(models: list[ModelOps]) -> pl.DataFrame:
             calls[op] += (m.calls or [])[index] if index is not None and m.calls else 0
             users.setdefault(op, []).append(m.key)
     ranked = sorted(users, key=lambda op: (-calls[op], -len(users[op]), op))
-    rows = [{"op": op, "calls": calls[op], "models": len(users[op]), "which": _names(users[op])} for op in ranked]
-    return pl.DataFrame(rows, schema={"op": pl.String, "calls": pl.Int64, "models": pl.Int64, "which": pl.String})
+    rows = [
+        {"op": op, "calls": calls[op], "models": len(users[op]), "which": _names(users[op])}
+        for op in ranked
+    ]
+    return pl.DataFrame(
+        rows, schema={"op": pl.String, "calls": pl.Int64, "models": pl.Int64, "which": pl.String}
+    )
 
 
 def proof_frame(models: list[ModelOps], steps: list[PlanStep], unhostable: dict) -> pl.DataFrame:
-    """The plan's steps as running says them (``ops.plan.step_proofs``): step, fix, on the host (the step's operators
-    and every earlier step's), unlocks (the models), proof (confirmed, not confirmed, predicted), said."""
+    """The plan's steps as running says them (``ops.plan.step_proofs``): step, fix, on the host
+    (the step's operators and every earlier step's), unlocks (the models), proof (confirmed, not
+    confirmed, predicted), said."""
     proofs = step_proofs(models, steps, unhostable)
     rows = []
     for i, (s, p) in enumerate(zip(steps, proofs), 1):
@@ -121,11 +160,15 @@ def proof_frame(models: list[ModelOps], steps: list[PlanStep], unhostable: dict)
 
 
 def proof_runs_frame(proven: list[dict], shown: pl.DataFrame) -> pl.DataFrame:
-    """The last ``--prove``'s steps as they ran (``ops.prove.last_proof``): step, on the host, ran (the models),
-    what-if sweeps, proof, said; empty when the plan's steps (``shown``, ``proof_frame``) say the same (its steps
-    are the plan's, as proven) and none is stale (the plan changed since it ran: ``said`` says how)."""
+    """The last ``--prove``'s steps as they ran (``ops.prove.last_proof``): step, on the host,
+    ran (the models), what-if sweeps, proof, said; empty when the plan's steps (``shown``,
+    ``proof_frame``) say the same (its steps are the plan's, as proven) and none is stale (the
+    plan changed since it ran: ``said`` says how)."""
     same = set(zip(shown["what-if sweeps"], shown["proof"]))
-    if all((", ".join(s.get("sweep_ids") or []), s["outcome"]) in same and not s.get("stale") for s in proven):
+    if all(
+        (", ".join(s.get("sweep_ids") or []), s["outcome"]) in same and not s.get("stale")
+        for s in proven
+    ):
         proven = []
     rows = [
         {
@@ -138,14 +181,17 @@ def proof_runs_frame(proven: list[dict], shown: pl.DataFrame) -> pl.DataFrame:
         }
         for s in proven
     ]
-    columns = {"step": pl.Int64, **dict.fromkeys(("on the host", "ran", "what-if sweeps", "proof", "said"), pl.String)}
+    columns = {
+        "step": pl.Int64,
+        **dict.fromkeys(("on the host", "ran", "what-if sweeps", "proof", "said"), pl.String),
+    }
     return pl.DataFrame(rows, schema=columns)
 
 
 def host_frame(models: list[ModelOps]) -> pl.DataFrame:
-    """The models a what-if run said something of: model, recorded (the stack's verdict, unchanged), standing (runs
-    with N operators on the host, or blocked by something no host operator fixes, ...), what-if sweep (the one that
-    says it)."""
+    """The models a what-if run said something of: model, recorded (the stack's verdict,
+    unchanged), standing (runs with N operators on the host, or blocked by something no host
+    operator fixes, ...), what-if sweep (the one that says it)."""
     rows = []
     for m in models:
         if not m.runs:
@@ -158,7 +204,9 @@ def host_frame(models: list[ModelOps]) -> pl.DataFrame:
             "what-if sweep": run.sweep_id,
         }
         rows.append(said)
-    return pl.DataFrame(rows, schema=dict.fromkeys(("model", "recorded", "standing", "what-if sweep"), pl.String))
+    return pl.DataFrame(
+        rows, schema=dict.fromkeys(("model", "recorded", "standing", "what-if sweep"), pl.String)
+    )
 
 
 #: The operator tables of a sweep's report (``ops_tables``), by name.
@@ -175,17 +223,22 @@ OPS_TABLES = (
 )
 
 
-def ops_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | None) -> dict[str, pl.DataFrame]:
-    """ops_summary (rows, with_census, passing, blocked, to_implement, steps, wrong: the models blocked by a wrong
-    operator, not_localised: the diverging PASSes no one localised, what_if: the models a what-if run said something
-    of), ops_plan, ops_blocked, ops_standing (each model's standing), ops_fallbacks, ops_changes (op, before, after,
-    change; empty without a baseline on the same device), and for the "What if" section ops_proof (each step as
-    running says it), ops_proof_runs (the last ``--prove`` as it ran) and ops_host (the models a what-if run said
-    something of)."""
+def ops_tables(
+    data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | None
+) -> dict[str, pl.DataFrame]:
+    """ops_summary (rows, with_census, passing, blocked, to_implement, steps, wrong: the models
+    blocked by a wrong operator, not_localised: the diverging PASSes no one localised, what_if:
+    the models a what-if run said something of), ops_plan, ops_blocked, ops_standing (each
+    model's standing), ops_fallbacks, ops_changes (op, before, after, change; empty without a
+    baseline on the same device), and for the "What if" section ops_proof (each step as running
+    says it), ops_proof_runs (the last ``--prove`` as it ran) and ops_host (the models a what-if
+    run said something of)."""
     models = predict(sweep_models(Path(data_dir), sweep_id))
     steps = porting_plan(models)
     proven = proof_frame(models, steps, proof_mod.read(data_dir, sweep_id).get("unhostable") or {})
-    changes = stack_changes(Path(data_dir), baseline_sweep_id, sweep_id) if baseline_sweep_id else []
+    changes = (
+        stack_changes(Path(data_dir), baseline_sweep_id, sweep_id) if baseline_sweep_id else []
+    )
     summary = {
         "rows": len(models),
         "with_census": sum(m.ops is not None for m in models),
@@ -204,7 +257,8 @@ def ops_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | Non
         "ops_standing": standing_frame(models),
         "ops_fallbacks": fallback_frame(models),
         "ops_changes": pl.DataFrame(
-            changes, schema={"op": pl.String, "before": pl.String, "after": pl.String, "change": pl.String}
+            changes,
+            schema={"op": pl.String, "before": pl.String, "after": pl.String, "change": pl.String},
         ),
         "ops_proof": proven,
         "ops_proof_runs": proof_runs_frame(last_proof(data_dir, sweep_id, models, steps), proven),

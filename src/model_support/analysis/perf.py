@@ -1,13 +1,15 @@
-"""Performance between two sweeps, beyond noise: what the gate (``--fail-on perf``) and the report say.
+"""Performance between two sweeps, beyond noise: what the gate (``--fail-on perf``) and the report
+say.
 
-Why a rule and not a plain percentage: one sweep's timing of a model moves by a few per cent from run to run
-(the host's load, the allocator, the clocks), so a change counts only when two like runs' medians moved by more than
-the threshold *and* beyond the noise of both sweeps' repeats: the rule is ``analysis.decision``'s (``perf_change``,
-``compare_repeats``), the one decision every reader shares. Each PASS carries its repeats (``ttft_s_repeats``,
-``tpot_s_repeats``, ``perf_tokens_per_s_repeats``: the record's ``perf`` group, measured in the device phase by
-``probe.performance``); a tokens/s derived from TTFT and TPOT (repeats of one token) is not judged, those two are
-(``judged``). Where the census timed the operators (``ops_device_s``, eager modes on a device whose calls are
-synchronous), a slowdown names the operator whose time grew the most.
+Why a rule and not a plain percentage: one sweep's timing of a model moves by a few per cent from
+run to run (the host's load, the allocator, the clocks), so a change counts only when two like runs'
+medians moved by more than the threshold *and* beyond the noise of both sweeps' repeats: the rule is
+``analysis.decision``'s (``perf_change``, ``compare_repeats``), the one decision every reader
+shares. Each PASS carries its repeats (``ttft_s_repeats``, ``tpot_s_repeats``,
+``perf_tokens_per_s_repeats``: the record's ``perf`` group, measured in the device phase by
+``probe.performance``); a tokens/s derived from TTFT and TPOT (repeats of one token) is not judged,
+those two are (``judged``). Where the census timed the operators (``ops_device_s``, eager modes on a
+device whose calls are synchronous), a slowdown names the operator whose time grew the most.
 """
 
 from __future__ import annotations
@@ -23,15 +25,18 @@ from . import decision
 from .diff import KEY
 from .frames import Frame, sweep_rows, variant_col
 
-#: The metrics compared: name -> (its repeats' column, whether more is better), in the order lines are said.
+#: The metrics compared: name -> (its repeats' column, whether more is better), in the order lines
+#: are said.
 METRICS = {
     "tpot_s": ("tpot_s_repeats", False),
     "ttft_s": ("ttft_s_repeats", False),
     "perf_tokens_per_s": ("perf_tokens_per_s_repeats", True),
 }
-#: ``bisect --metric``'s words for the metrics (the record's names, as the repro script prints them, beside).
+#: ``bisect --metric``'s words for the metrics (the record's names, as the repro script prints them,
+#: beside).
 METRIC_NAMES = {"tpot": "tpot_s", "ttft": "ttft_s", "tokens_per_s": "perf_tokens_per_s"}
-#: The gate's default threshold: a median 5% worse (vLLM's TPU performance test uses a stated tolerance too).
+#: The gate's default threshold: a median 5% worse (vLLM's TPU performance test uses a stated
+#: tolerance too).
 DEFAULT_THRESHOLD = 0.05
 #: The columns a comparison reads.
 COLUMNS = (
@@ -77,7 +82,9 @@ def parse_threshold(text: str | float | None) -> float:
     except ValueError:
         value = -1.0
     if not 0 < value < 10:
-        raise UserError(f"--perf-threshold {raw!r} is not a threshold; give a percentage such as 5% (or 0.05).")
+        raise UserError(
+            f"--perf-threshold {raw!r} is not a threshold; give a percentage such as 5% (or 0.05)."
+        )
     return value
 
 
@@ -94,8 +101,9 @@ def _latest_passes(results: Frame, sweep_id: str, columns) -> pl.LazyFrame:
 
 
 def clock_col() -> pl.Expr:
-    """Which clock timed a run's repeats, read from its ``perf_note`` (the probe names it there): ``device`` (the
-    backend's own timeline), ``host`` (the host's wall clock after a sync), or null where not said."""
+    """Which clock timed a run's repeats, read from its ``perf_note`` (the probe names it there):
+    ``device`` (the backend's own timeline), ``host`` (the host's wall clock after a sync), or
+    null where not said."""
     note = pl.col("perf_note")
     return (
         pl.when(note.str.contains("device's own clock", literal=True))
@@ -107,42 +115,53 @@ def clock_col() -> pl.Expr:
     )
 
 
-def direction(ra: list[float], rb: list[float], more_is_better: bool, threshold: float) -> str | None:
-    """ "slower" or "faster" when the repeats ``rb`` moved from ``ra`` beyond the threshold and beyond noise
-    (``decision.compare_repeats``: the gate's rule), else None: the label of each step of ``bisect --metric``."""
+def direction(
+    ra: list[float], rb: list[float], more_is_better: bool, threshold: float
+) -> str | None:
+    """ "slower" or "faster" when the repeats ``rb`` moved from ``ra`` beyond the threshold and
+    beyond noise (``decision.compare_repeats``: the gate's rule), else None: the label of each
+    step of ``bisect --metric``."""
     moved = decision.compare_repeats(ra, rb, more_is_better, threshold).kind
     return moved if moved in (decision.SLOWER, decision.FASTER) else None
 
 
 def derived_tokens_per_s(row: dict) -> bool:
-    """Whether a row's tokens/s was derived, not measured: its repeats were of one token (``perf_tokens_out`` 1),
-    so each repeat's tokens/s is the verdict's length over a warm TTFT plus the verdict's TPOT *median* for every
-    token after it (``probe.performance.tokens_per_s``; before the verdict's steps gave TPOT, one token's
-    tokens/s was 1 / TTFT, TTFT again). A repeat of one token times no step of its own, so a row says so by its
-    length alone, in older files too."""
+    """Whether a row's tokens/s was derived, not measured: its repeats were of one token
+    (``perf_tokens_out`` 1), so each repeat's tokens/s is the verdict's length over a warm TTFT
+    plus the verdict's TPOT *median* for every token after it
+    (``probe.performance.tokens_per_s``; before the verdict's steps gave TPOT, one token's
+    tokens/s was 1 / TTFT, TTFT again). A repeat of one token times no step of its own, so a row
+    says so by its length alone, in older files too."""
     return row.get("perf_tokens_out") == 1
 
 
 def judged(metric: str, then: dict, now: dict) -> bool:
-    """Whether the gate judges ``metric`` between two like rows: every metric, but tokens/s where it was derived
-    (``derived_tokens_per_s``).
+    """Whether the gate judges ``metric`` between two like rows: every metric, but tokens/s where
+    it was derived (``derived_tokens_per_s``).
 
-    Why not judged, rather than judged through TPOT's uncertainty: a derived tokens/s is a function of TTFT and TPOT,
-    which the gate judges each against its own repeats' noise; its own repeats share one TPOT median, so their
-    spread carries none of TPOT's noise, and judged on it, noise alone read as slower 2.4% of the time at 5% step
-    noise and 11.1% at 8% (TPOT alone 0.1%; tests/test_perf_noise.py). Carrying TPOT's noise into it would only say
-    again what TTFT and TPOT say: the generation's time is TTFT plus the steps, and a sum of two times each worse by
-    at most the threshold is worse by at most the threshold, so tokens/s cannot get slower beyond the threshold
-    unless TTFT or TPOT does. A measured tokens/s (repeats that decode) carries its own noise and is judged."""
-    return metric != "perf_tokens_per_s" or not (derived_tokens_per_s(then) or derived_tokens_per_s(now))
+    Why not judged, rather than judged through TPOT's uncertainty: a derived tokens/s is a
+    function of TTFT and TPOT, which the gate judges each against its own repeats' noise; its own
+    repeats share one TPOT median, so their spread carries none of TPOT's noise, and judged on
+    it, noise alone read as slower 2.4% of the time at 5% step noise and 11.1% at 8% (TPOT alone
+    0.1%; tests/test_perf_noise.py). Carrying TPOT's noise into it would only say again what TTFT
+    and TPOT say: the generation's time is TTFT plus the steps, and a sum of two times each worse
+    by at most the threshold is worse by at most the threshold, so tokens/s cannot get slower
+    beyond the threshold unless TTFT or TPOT does. A measured tokens/s (repeats that decode)
+    carries its own noise and is judged."""
+    return metric != "perf_tokens_per_s" or not (
+        derived_tokens_per_s(then) or derived_tokens_per_s(now)
+    )
 
 
-def compare_runs(then: dict, now: dict, threshold: float, ignore: tuple[str, ...] = ()) -> tuple[str, list, str]:
-    """Two PASS rows of one (model, variant) (``_latest_passes``): (kind, the metrics' ``MetricChange``s, why).
-    Not comparable when either was not timed or they are unlike (``decision.unlike``, less the fields in
-    ``ignore``: the stack, between the stacks of one sweep); slower when a metric got slower beyond noise, faster
-    when one got faster and none slower, not comparable when a metric could not be compared, within noise
-    otherwise. A metric the gate does not judge (``judged``: a derived tokens/s) is left out of the metrics."""
+def compare_runs(
+    then: dict, now: dict, threshold: float, ignore: tuple[str, ...] = ()
+) -> tuple[str, list, str]:
+    """Two PASS rows of one (model, variant) (``_latest_passes``): (kind, the metrics'
+    ``MetricChange``s, why). Not comparable when either was not timed or they are unlike
+    (``decision.unlike``, less the fields in ``ignore``: the stack, between the stacks of one
+    sweep); slower when a metric got slower beyond noise, faster when one got faster and none
+    slower, not comparable when a metric could not be compared, within noise otherwise. A metric
+    the gate does not judge (``judged``: a derived tokens/s) is left out of the metrics."""
     timed = [bool(r.get("tpot_s_repeats")) for r in (then, now)]
     if not all(timed):
         where = " or ".join(s for s, t in zip(("A", "B"), timed) if not t)
@@ -152,14 +171,17 @@ def compare_runs(then: dict, now: dict, threshold: float, ignore: tuple[str, ...
     if differs:
         return decision.NOT_COMPARABLE, [], "; ".join(differs)
     found = [
-        decision.compare_repeats(then[repeats] or [], now[repeats] or [], more_is_better, threshold, metric)
+        decision.compare_repeats(
+            then[repeats] or [], now[repeats] or [], more_is_better, threshold, metric
+        )
         for metric, (repeats, more_is_better) in METRICS.items()
         if judged(metric, then, now)
     ]
-    why = "; ".join(dict.fromkeys(m.why for m in found if m.why))  # one reason once, not once per metric
+    # one reason once, not once per metric
+    why = "; ".join(dict.fromkeys(m.why for m in found if m.why))
     kinds = {m.kind for m in found}
-    # a metric that could not be compared (one repeat: no noise to judge by) is never read as within noise: the run
-    # is then not comparable unless another metric moved beyond noise
+    # a metric that could not be compared (one repeat: no noise to judge by) is never read as within
+    # noise: the run is then not comparable unless another metric moved beyond noise
     for kind in (decision.SLOWER, decision.FASTER, decision.NOT_COMPARABLE, decision.WITHIN_NOISE):
         if kind in kinds:
             return kind, found, why
@@ -167,9 +189,10 @@ def compare_runs(then: dict, now: dict, threshold: float, ignore: tuple[str, ...
 
 
 def _grew_most(before: dict, after: dict) -> str | None:
-    """The operator whose time in the generation grew the most from ``before`` to ``after`` (census times), as
-    ``aten::rsqrt +0.0123 s``; None without times on both sides, or with times read on different clocks
-    (``ops_time_source``: the host's around each call, or the device's own), which no difference compares."""
+    """The operator whose time in the generation grew the most from ``before`` to ``after``
+    (census times), as ``aten::rsqrt +0.0123 s``; None without times on both sides, or with times
+    read on different clocks (``ops_time_source``: the host's around each call, or the device's
+    own), which no difference compares."""
     if not before.get("ops_device_s") or not after.get("ops_device_s"):
         return None
     if before.get("ops_time_source") != after.get("ops_time_source"):
@@ -183,10 +206,13 @@ def _grew_most(before: dict, after: dict) -> str | None:
 def run_changes(
     data_dir: Path | str, before_id: str, after_id: str, threshold: float = DEFAULT_THRESHOLD
 ) -> list[dict]:
-    """Every (model, variant) that is a PASS in both sweeps and timed in at least one, decided (``compare_runs``):
-    model_id, variant, kind (``decision.PERF_KINDS``), metrics (``MetricChange``s), why, then and now (the rows)."""
+    """Every (model, variant) that is a PASS in both sweeps and timed in at least one, decided
+    (``compare_runs``): model_id, variant, kind (``decision.PERF_KINDS``), metrics
+    (``MetricChange``s), why, then and now (the rows)."""
     results = store.scan(Path(data_dir), "results")
-    before, after = pl.collect_all([_latest_passes(results, before_id, ()), _latest_passes(results, after_id, ())])
+    before, after = pl.collect_all(
+        [_latest_passes(results, before_id, ()), _latest_passes(results, after_id, ())]
+    )
     was = {(r["model_id"], r["variant"]): r for r in before.iter_rows(named=True)}
     found = []
     for now in sorted(after.iter_rows(named=True), key=lambda r: (r["model_id"], r["variant"])):
@@ -195,7 +221,12 @@ def run_changes(
             continue
         kind, metrics, why = compare_runs(then, now, threshold)
         found.append(
-            {"model_id": now["model_id"], "variant": now["variant"], "kind": kind, "metrics": metrics}
+            {
+                "model_id": now["model_id"],
+                "variant": now["variant"],
+                "kind": kind,
+                "metrics": metrics,
+            }
             | {"why": why, "then": then, "now": now}
         )
     return found
@@ -216,11 +247,14 @@ CHANGE_SCHEMA = {
 }
 
 
-def changes(data_dir: Path | str, before_id: str, after_id: str, threshold: float = DEFAULT_THRESHOLD) -> pl.DataFrame:
-    """Every (model, variant, metric) of two like runs whose median moved beyond the threshold and the noise,
-    slower or faster (``run_changes``): model_id, variant, metric, direction (slower / faster), before, after, change
-    (relative, signed as the metric moved), spread_before, spread_after, operator (the one whose time grew most, for
-    a slowdown where both census were timed)."""
+def changes(
+    data_dir: Path | str, before_id: str, after_id: str, threshold: float = DEFAULT_THRESHOLD
+) -> pl.DataFrame:
+    """Every (model, variant, metric) of two like runs whose median moved beyond the threshold
+    and the noise, slower or faster (``run_changes``): model_id, variant, metric, direction
+    (slower / faster), before, after, change (relative, signed as the metric moved),
+    spread_before, spread_after, operator (the one whose time grew most, for a slowdown where
+    both census were timed)."""
     found = []
     for run in run_changes(data_dir, before_id, after_id, threshold):
         for m in run["metrics"]:
@@ -238,22 +272,27 @@ def changes(data_dir: Path | str, before_id: str, after_id: str, threshold: floa
                     "change": m.change,
                     "spread_before": decision.spread(run["then"][repeats] or []),
                     "spread_after": decision.spread(run["now"][repeats] or []),
-                    "operator": _grew_most(run["then"], run["now"]) if m.kind == decision.SLOWER else None,
+                    "operator": _grew_most(run["then"], run["now"])
+                    if m.kind == decision.SLOWER
+                    else None,
                 }
             )
     return pl.DataFrame(found, schema=CHANGE_SCHEMA)
 
 
-def slower(data_dir: Path | str, before_id: str, after_id: str, metric: str, threshold: float) -> list[dict]:
-    """The (model, variant) rows whose ``metric`` (a ``METRICS`` name) got slower beyond noise from ``before_id``
-    to ``after_id`` (``changes``' rows): what ``bisect --metric`` bisects when no model is named."""
+def slower(
+    data_dir: Path | str, before_id: str, after_id: str, metric: str, threshold: float
+) -> list[dict]:
+    """The (model, variant) rows whose ``metric`` (a ``METRICS`` name) got slower beyond noise
+    from ``before_id`` to ``after_id`` (``changes``' rows): what ``bisect --metric`` bisects when
+    no model is named."""
     found = changes(data_dir, before_id, after_id, threshold)
     return found.filter((pl.col("metric") == metric) & (pl.col("direction") == "slower")).to_dicts()
 
 
 def regression_line(run: dict) -> str:
-    """One line per slower run, its slower metrics listed: before, after, change, spread, and the operator whose
-    time grew most."""
+    """One line per slower run, its slower metrics listed: before, after, change, spread, and the
+    operator whose time grew most."""
     grew = _grew_most(run["then"], run["now"])
     where = f"; grew most: {grew}" if grew else "; operator time not measured"
     spread = lambda s: f"{s:.1%}" if s is not None else "-"  # noqa: E731
@@ -263,22 +302,28 @@ def regression_line(run: dict) -> str:
             repeats = METRICS[m.metric][0]
             parts.append(
                 f"{m.metric} {m.before:.4g} -> {m.after:.4g} ({m.change:+.1%}; spread "
-                f"{spread(decision.spread(run['then'][repeats]))} -> {spread(decision.spread(run['now'][repeats]))})"
+                f"{spread(decision.spread(run['then'][repeats]))} -> "
+                f"{spread(decision.spread(run['now'][repeats]))})"
             )
     return f"slower: {run['model_id']} [{run['variant']}]: " + ", ".join(parts) + where
 
 
-def between_stacks(data_dir: Path | str, sweep_id: str, threshold: float = DEFAULT_THRESHOLD) -> pl.DataFrame:
-    """In a sweep of several stacks (``stacks:``): each run whose TPOT, TTFT or tokens/s on a stack moved beyond
-    noise (``direction``: the gate's rule) against the same model and variant on the sweep's first stack (the
-    definition's order): model_id, variant (without its stack), stack, reference (the first stack), metric,
-    direction, before, after, change. Empty for a sweep of one stack."""
+def between_stacks(
+    data_dir: Path | str, sweep_id: str, threshold: float = DEFAULT_THRESHOLD
+) -> pl.DataFrame:
+    """In a sweep of several stacks (``stacks:``): each run whose TPOT, TTFT or tokens/s on a
+    stack moved beyond noise (``direction``: the gate's rule) against the same model and variant
+    on the sweep's first stack (the definition's order): model_id, variant (without its stack),
+    stack, reference (the first stack), metric, direction, before, after, change. Empty for a
+    sweep of one stack."""
     names: list[str] = []
     try:
         names = list(store.read_sweep(Path(data_dir), sweep_id).stacks or {})
     except UserError:  # a dataset without its sweeps/ folder: the stacks in name order
         pass
-    rows = _latest_passes(store.scan(Path(data_dir), "results"), sweep_id, ("stack_name",)).collect()
+    rows = _latest_passes(
+        store.scan(Path(data_dir), "results"), sweep_id, ("stack_name",)
+    ).collect()
     runs: dict[tuple[str, str], dict[str, dict]] = {}
     for r in rows.iter_rows(named=True):
         if r["stack_name"]:
@@ -293,18 +338,33 @@ def between_stacks(data_dir: Path | str, sweep_id: str, threshold: float = DEFAU
             for m in metrics:
                 if m.kind in (decision.SLOWER, decision.FASTER):
                     found.append(
-                        {"model_id": model_id, "variant": base, "stack": stack, "reference": first, "metric": m.metric}
-                        | {"direction": m.kind, "before": m.before, "after": m.after, "change": m.change}
+                        {
+                            "model_id": model_id,
+                            "variant": base,
+                            "stack": stack,
+                            "reference": first,
+                            "metric": m.metric,
+                        }
+                        | {
+                            "direction": m.kind,
+                            "before": m.before,
+                            "after": m.after,
+                            "change": m.change,
+                        }
                     )
     columns = ("model_id", "variant", "stack", "reference", "metric", "direction")
-    schema_ = {**dict.fromkeys(columns, pl.String), **dict.fromkeys(("before", "after", "change"), pl.Float64)}
+    schema_ = {
+        **dict.fromkeys(columns, pl.String),
+        **dict.fromkeys(("before", "after", "change"), pl.Float64),
+    }
     return pl.DataFrame(found, schema=schema_)
 
 
 def perf_table(data_dir: Path | str, sweep_id: str, top: int = 3) -> pl.DataFrame:
-    """Every PASS of ``sweep_id`` with its performance figures (``TABLE_COLUMNS``): TTFT, TPOT and tokens/s
-    (medians) with their spread, compile (the perf phase's warm-up), peak device memory, bandwidth utilisation,
-    the ``top`` slowest operators of its generation, and why a figure is missing (``perf_note``)."""
+    """Every PASS of ``sweep_id`` with its performance figures (``TABLE_COLUMNS``): TTFT, TPOT
+    and tokens/s (medians) with their spread, compile (the perf phase's warm-up), peak device
+    memory, bandwidth utilisation, the ``top`` slowest operators of its generation, and why a
+    figure is missing (``perf_note``)."""
     results = store.scan(Path(data_dir), "results")
     extra = [c for c in TABLE_COLUMNS if c not in ("slowest_ops", "variant")]
     rows = _latest_passes(results, sweep_id, extra).collect()
@@ -326,28 +386,46 @@ def perf_table(data_dir: Path | str, sweep_id: str, top: int = 3) -> pl.DataFram
     )
 
 
-def gate_lines(data_dir: Path | str, before_id: str, after_id: str, threshold: float) -> tuple[list[str], list[str]]:
-    """The perf gate: (failing lines: one per slower run, its metrics listed, and one when nothing could be
-    compared, since a gate that compared nothing has said nothing; notes: how many runs were compared, the runs
-    not comparable and why, those within noise only because of the noise, and the speed-ups, which never fail it)."""
+def gate_lines(
+    data_dir: Path | str, before_id: str, after_id: str, threshold: float
+) -> tuple[list[str], list[str]]:
+    """The perf gate: (failing lines: one per slower run, its metrics listed, and one when
+    nothing could be compared, since a gate that compared nothing has said nothing; notes: how
+    many runs were compared, the runs not comparable and why, those within noise only because of
+    the noise, and the speed-ups, which never fail it)."""
     runs = run_changes(data_dir, before_id, after_id, threshold)
     compared = [r for r in runs if r["kind"] != decision.NOT_COMPARABLE]
     failing = [regression_line(r) for r in runs if r["kind"] == decision.SLOWER]
-    # timed in A and a PASS in B that was not timed (its perf phase broke, or was turned off): the speed vanished
-    untimed = [r for r in runs if r["kind"] == decision.NOT_COMPARABLE and r["why"].startswith("not timed in B")]
-    failing += [f"perf: not timed: {r['model_id']} [{r['variant']}]: timed in {before_id}, {r['why']}" for r in untimed]
+    # timed in A and a PASS in B that was not timed (its perf phase broke, or was turned off): the
+    # speed vanished
+    untimed = [
+        r
+        for r in runs
+        if r["kind"] == decision.NOT_COMPARABLE and r["why"].startswith("not timed in B")
+    ]
+    failing += [
+        f"perf: not timed: {r['model_id']} [{r['variant']}]: timed in {before_id}, {r['why']}"
+        for r in untimed
+    ]
     if not compared:
         reasons = sorted({r["why"] for r in runs if r not in untimed})
-        hint = "; ".join(reasons[:3]) if reasons else "the perf phase runs on an accelerator, or with -p perf=on"
+        hint = (
+            "; ".join(reasons[:3])
+            if reasons
+            else "the perf phase runs on an accelerator, or with -p perf=on"
+        )
         failing.append(
-            f"perf: nothing compared: no run is a PASS timed alike in both {before_id} and {after_id} ({hint})"
+            f"perf: nothing compared: no run is a PASS timed alike in both {before_id} and "
+            f"{after_id} ({hint})"
         )
     derived = sum(not judged("perf_tokens_per_s", r["then"], r["now"]) for r in compared)
     notes = [
-        f"perf: {len(compared)} run(s) timed alike in both sweeps, compared at a {threshold:.0%} threshold and "
-        f"{decision.NOISE_SIGMAS:g} times the medians' standard error"
+        f"perf: {len(compared)} run(s) timed alike in both sweeps, compared at a "
+        f"{threshold:.0%} threshold and {decision.NOISE_SIGMAS:g} times the medians' standard "
+        "error"
         + (
-            f" (tokens/s not judged in {derived} of them: derived from TTFT and TPOT, repeats of one token)"
+            f" (tokens/s not judged in {derived} of them: derived from TTFT and TPOT, repeats "
+            "of one token)"
             if derived
             else ""
         )

@@ -16,8 +16,22 @@ import polars as pl
 from ..record import store
 from . import decision, host_cost_rows, perf
 from .diff import KEY, changes_query, signature_changes_query
-from .frames import MEMORY_METRICS, TIMING_METRICS, TOKEN_METRICS, VERSION_COMPONENTS, sweep_rows, variant_col
-from .history import SWEEP_CACHE, by_version_query, history_query, require_sweep, sweep_index, sweep_stats
+from .frames import (
+    MEMORY_METRICS,
+    TIMING_METRICS,
+    TOKEN_METRICS,
+    VERSION_COMPONENTS,
+    sweep_rows,
+    variant_col,
+)
+from .history import (
+    SWEEP_CACHE,
+    by_version_query,
+    history_query,
+    require_sweep,
+    sweep_index,
+    sweep_stats,
+)
 from .modes import (
     MODE_COLUMNS,
     break_reasons_query,
@@ -87,8 +101,8 @@ SWEEP_COLUMNS = tuple(
 
 @dataclass(frozen=True)
 class SweepRows:
-    """What the report's lazy queries read: the sweep's (and its baseline's) rows, read once, its excluded
-    rows, the per-sweep summary of every row and the sweep index."""
+    """What the report's lazy queries read: the sweep's (and its baseline's) rows, read once, its
+    excluded rows, the per-sweep summary of every row and the sweep index."""
 
     rows: pl.LazyFrame
     sweep_id: str
@@ -98,18 +112,28 @@ class SweepRows:
     sweeps: pl.DataFrame
 
 
-#: Each table one lazy query makes from the sweep's rows, declared once: name -> (what it holds, its query). All
-#: run in one ``pl.collect_all``; ``LATER`` are the tables made after, from these or from other files.
+#: Each table one lazy query makes from the sweep's rows, declared once: name -> (what it holds, its
+#: query). All run in one ``pl.collect_all``; ``LATER`` are the tables made after, from these or
+#: from other files.
 QUERIES: dict[str, tuple[str, Callable[[SweepRows], pl.LazyFrame]]] = {
     "summary": (
         "the verdict counts, model_failures and stack_pass_rate",
         lambda r: sweep_summary_query(r.rows, r.sweep_id, r.excluded),
     ),
-    "attribution": ("whose failures: the stack's, the model's", lambda r: attribution_query(r.rows, r.sweep_id)),
+    "attribution": (
+        "whose failures: the stack's, the model's",
+        lambda r: attribution_query(r.rows, r.sweep_id),
+    ),
     "verdicts": ("the count of each verdict", lambda r: verdict_counts_query(r.rows, r.sweep_id)),
-    "excluded": ("the excluded runs by reason", lambda r: excluded_reasons_query(r.excluded, r.sweep_id)),
+    "excluded": (
+        "the excluded runs by reason",
+        lambda r: excluded_reasons_query(r.excluded, r.sweep_id),
+    ),
     "by_task": ("the pass rate per task", lambda r: by_task_query(r.rows, r.sweep_id)),
-    "by_model_type": ("the pass rate per model type", lambda r: by_model_type_query(r.rows, r.sweep_id)),
+    "by_model_type": (
+        "the pass rate per model type",
+        lambda r: by_model_type_query(r.rows, r.sweep_id),
+    ),
     "by_size": ("the pass rate per size bucket", lambda r: by_size_query(r.rows, r.sweep_id)),
     "signatures": (
         "the failure signatures, with attribution, task and whether new since the baseline",
@@ -119,23 +143,35 @@ QUERIES: dict[str, tuple[str, Callable[[SweepRows], pl.LazyFrame]]] = {
     "timings": ("the stages' seconds", lambda r: timing_stats_query(r.rows, r.sweep_id)),
     "timing_histogram": (
         "the stages' seconds, binned",
-        lambda r: histogram_query(sweep_rows(r.rows, r.sweep_id, TIMING_METRICS), TIMING_METRICS, 20),
+        lambda r: histogram_query(
+            sweep_rows(r.rows, r.sweep_id, TIMING_METRICS), TIMING_METRICS, 20
+        ),
     ),
     "memory": ("peak memory", lambda r: memory_stats_query(r.rows, r.sweep_id)),
-    "memory_by_size": ("peak memory per size bucket", lambda r: memory_by_size_query(r.rows, r.sweep_id)),
-    "reference": ("agreement with the CPU reference", lambda r: reference_query(r.rows, r.sweep_id)),
+    "memory_by_size": (
+        "peak memory per size bucket",
+        lambda r: memory_by_size_query(r.rows, r.sweep_id),
+    ),
+    "reference": (
+        "agreement with the CPU reference",
+        lambda r: reference_query(r.rows, r.sweep_id),
+    ),
     "pass_checks": (
         "is a PASS right: the passes by what their check says (``analysis.passes_checked``)",
         lambda r: pass_checks_query(r.rows, r.sweep_id),
     ),
-    "suspect_passes": ("the passes their check doubts", lambda r: suspect_query(r.rows, r.sweep_id)),
+    "suspect_passes": (
+        "the passes their check doubts",
+        lambda r: suspect_query(r.rows, r.sweep_id),
+    ),
     "history": ("every sweep's pass rate", lambda r: history_query(r.stats, r.sweeps, r.excluded)),
     "by_version": (
         "the pass rate per version of each stack component, stacked",
         lambda r: pl.concat([by_version_query(r.stats, c, r.sweeps) for c in VERSION_COMPONENTS]),
     ),
     "changes": (
-        "per model and variant, against the baseline (runs listed but not probed left out, the gate's words)",
+        "per model and variant, against the baseline (runs listed but not probed left out, "
+        "the gate's words)",
         lambda r: changes_query(r.rows, r.sweep_id, r.baseline or r.sweep_id),
     ),
     "signature_changes": (
@@ -146,18 +182,30 @@ QUERIES: dict[str, tuple[str, Callable[[SweepRows], pl.LazyFrame]]] = {
         "one row per variant (``analysis.modes``; more than one: a matrix sweep)",
         lambda r: variant_stats_query(r.rows, r.sweep_id),
     ),
-    "verdict_grid": ("model x variant verdicts", lambda r: grid_long_query(r.rows, r.sweep_id, r.excluded)),
+    "verdict_grid": (
+        "model x variant verdicts",
+        lambda r: grid_long_query(r.rows, r.sweep_id, r.excluded),
+    ),
     "eager_pass_compile_fail": (
         "the models that pass eager and fail compiled",
         lambda r: eager_pass_compile_fail_query(r.rows, r.sweep_id),
     ),
-    "graph_break_reasons": ("compiled runs' graph breaks", lambda r: break_reasons_query(r.rows, r.sweep_id)),
-    "recompile_flags": ("compiled runs that recompile", lambda r: recompile_flags_query(r.rows, r.sweep_id)),
+    "graph_break_reasons": (
+        "compiled runs' graph breaks",
+        lambda r: break_reasons_query(r.rows, r.sweep_id),
+    ),
+    "recompile_flags": (
+        "compiled runs that recompile",
+        lambda r: recompile_flags_query(r.rows, r.sweep_id),
+    ),
     "multi_device": (
         "the runs on more than one device (``analysis.parallel``)",
         lambda r: multi_device_query(r.rows, r.sweep_id),
     ),
-    "by_parallelism": ("the pass rate by none / tp / ep", lambda r: by_parallelism_query(r.rows, r.sweep_id)),
+    "by_parallelism": (
+        "the pass rate by none / tp / ep",
+        lambda r: by_parallelism_query(r.rows, r.sweep_id),
+    ),
     "models": (
         "every run, PASS included, with its record's and repro body's paths (``with_files``)",
         lambda r: models_query(r.rows, r.sweep_id),
@@ -181,13 +229,16 @@ LATER = {
 }
 
 
-def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | None = None) -> dict[str, pl.DataFrame]:
-    """Every table of one sweep's report, by name (``QUERIES`` and ``LATER`` say what each holds).
+def report_tables(
+    data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | None = None
+) -> dict[str, pl.DataFrame]:
+    """Every table of one sweep's report, by name (``QUERIES`` and ``LATER`` say what each
+    holds).
 
-    The sweep's (and the baseline's) rows are read once; ``QUERIES`` then run on them in memory, with the
-    history tables over all sweeps, in one ``pl.collect_all``. Unknown ids raise ``ValueError``
-    (``require_sweep``). The runs listed without a row are no failures: they are left out of ``changes``
-    (where they would read as "removed")."""
+    The sweep's (and the baseline's) rows are read once; ``QUERIES`` then run on them in memory,
+    with the history tables over all sweeps, in one ``pl.collect_all``. Unknown ids raise
+    ``ValueError`` (``require_sweep``). The runs listed without a row are no failures: they are
+    left out of ``changes`` (where they would read as "removed")."""
     read, excluded_keys, host_ops = _read(data_dir, sweep_id, baseline_sweep_id)
     names = list(QUERIES)
     tables = dict(zip(names, pl.collect_all([QUERIES[name][1](read) for name in names])))
@@ -200,9 +251,14 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
     tables.update(_unprobed(data_dir, read, excluded_keys))
     unprobed_keys = pl.concat([tables["pending"].select(KEY), tables["not_tested"].select(KEY)])
     unprobed_keys = unprobed_keys.with_columns(pl.lit(True).alias("_u"))
-    changes = tables["changes"].join(unprobed_keys.unique(KEY), on=KEY, how="left", maintain_order="left")
-    changes = changes.filter(~((pl.col("change") == "removed") & pl.col("_u").fill_null(False))).drop("_u")
-    if baseline_sweep_id:  # the gate's own words where it says more: flaky, excluded, dropped, vanished
+    changes = tables["changes"].join(
+        unprobed_keys.unique(KEY), on=KEY, how="left", maintain_order="left"
+    )
+    changes = changes.filter(
+        ~((pl.col("change") == "removed") & pl.col("_u").fill_null(False))
+    ).drop("_u")
+    # the gate's own words where it says more: flaky, excluded, dropped, vanished
+    if baseline_sweep_id:
         changes = decision.relabel(changes, data_dir, baseline_sweep_id, sweep_id)
     tables["changes"] = changes
     tables.update(ops_tables(data_dir, sweep_id, baseline_sweep_id))
@@ -216,14 +272,19 @@ def report_tables(data_dir: Path | str, sweep_id: str, baseline_sweep_id: str | 
     return tables
 
 
-def _read(data_dir: Path | str, sweep_id: str, baseline: str | None) -> tuple[SweepRows, pl.DataFrame, str | None]:
-    """One read of what ``QUERIES`` need (a what-if sweep's runs from the what_if config, where they are kept
-    apart from the stack's), the excluded runs' keys, and a what-if sweep's host_ops (None for a stack's)."""
+def _read(
+    data_dir: Path | str, sweep_id: str, baseline: str | None
+) -> tuple[SweepRows, pl.DataFrame, str | None]:
+    """One read of what ``QUERIES`` need (a what-if sweep's runs from the what_if config, where
+    they are kept apart from the stack's), the excluded runs' keys, and a what-if sweep's
+    host_ops (None for a stack's)."""
     results = store.scan(Path(data_dir), "results")
     excluded = store.scan(Path(data_dir), "excluded")
     wanted = [sweep_id] + ([baseline] if baseline else [])
-    host_ops = store.what_if_setting(Path(data_dir), sweep_id)  # a what-if sweep: no verdict of the stack, said
-    own = store.scan(Path(data_dir), store.WHAT_IF_CONFIG) if host_ops else results  # where its runs are kept
+    # a what-if sweep: no verdict of the stack, said
+    host_ops = store.what_if_setting(Path(data_dir), sweep_id)
+    # where its runs are kept
+    own = store.scan(Path(data_dir), store.WHAT_IF_CONFIG) if host_ops else results
     stats, read, excluded_keys = pl.collect_all(
         [
             sweep_stats(results),
@@ -235,21 +296,32 @@ def _read(data_dir: Path | str, sweep_id: str, baseline: str | None) -> tuple[Sw
     require_sweep(sweeps, sweep_id)
     if baseline:
         require_sweep(sweeps, baseline)
-    return SweepRows(read.lazy(), sweep_id, baseline, excluded, stats, sweeps), excluded_keys, host_ops
+    return (
+        SweepRows(read.lazy(), sweep_id, baseline, excluded, stats, sweeps),
+        excluded_keys,
+        host_ops,
+    )
 
 
-def _unprobed(data_dir: Path | str, read: SweepRows, excluded_keys: pl.DataFrame) -> dict[str, pl.DataFrame]:
-    """``pending`` and ``not_tested`` (``unprobed_models.unprobed``), each with its baseline's verdict."""
+def _unprobed(
+    data_dir: Path | str, read: SweepRows, excluded_keys: pl.DataFrame
+) -> dict[str, pl.DataFrame]:
+    """``pending`` and ``not_tested`` (``unprobed_models.unprobed``), each with its baseline's
+    verdict."""
     rows, sweep_id, baseline_sweep_id = read.rows, read.sweep_id, read.baseline
     probed = rows.filter(pl.col("sweep_id") == sweep_id).select(*KEY).collect()
-    pending, not_tested = unprobed(data_dir, sweep_id, pl.concat([probed, excluded_keys], how="vertical_relaxed"))
+    pending, not_tested = unprobed(
+        data_dir, sweep_id, pl.concat([probed, excluded_keys], how="vertical_relaxed")
+    )
     baseline = (
         rows.filter(pl.col("sweep_id") == baseline_sweep_id)
         .select("model_id", variant_col(), pl.col("status").alias("baseline_status"))
         .unique(KEY)
         .collect()
         if baseline_sweep_id
-        else pl.DataFrame(schema={"model_id": pl.String, "variant": pl.String, "baseline_status": pl.String})
+        else pl.DataFrame(
+            schema={"model_id": pl.String, "variant": pl.String, "baseline_status": pl.String}
+        )
     )
     return {
         "pending": pending.join(baseline, on=KEY, how="left", maintain_order="left"),
@@ -258,9 +330,10 @@ def _unprobed(data_dir: Path | str, read: SweepRows, excluded_keys: pl.DataFrame
 
 
 def _standing(data_dir: Path | str, sweep_id: str, sweeps: pl.DataFrame) -> dict[str, pl.DataFrame]:
-    """expectations: the sweep's runs against the expectations its definition named (``analysis.expectations``,
-    with its flaky runs apart); streaks: flips and streaks of its models over the sweeps of its name and device
-    (``history.model_streaks``), the models that flipped or keep failing."""
+    """expectations: the sweep's runs against the expectations its definition named
+    (``analysis.expectations``, with its flaky runs apart); streaks: flips and streaks of its
+    models over the sweeps of its name and device (``history.model_streaks``), the models that
+    flipped or keep failing."""
     from . import decision, expectations
     from .history import model_streaks
 
@@ -278,19 +351,24 @@ def _standing(data_dir: Path | str, sweep_id: str, sweeps: pl.DataFrame) -> dict
 
 
 def with_files(data_dir: Path | str, sweep_id: str, models: pl.DataFrame) -> pl.DataFrame:
-    """``models`` (``tables.model_rows``) with where each run's files are, relative to the data folder, or null
-    where absent: ``record`` (its JSON record, ``store.record_file``; an older sweep's name found by
-    ``store.find_record``), ``repro_body`` (its repro body: the data folder's ``repro/<sha>.py``, else the
-    sweep's) and ``localised`` (``model-support localise``'s result, its first wrong operator in
-    ``localised_operator``: "none" when none is wrong). The report links them from ``reports/``; each folder is
-    listed once, not probed per model."""
+    """``models`` (``tables.model_rows``) with where each run's files are, relative to the data
+    folder, or null where absent: ``record`` (its JSON record, ``store.record_file``; an older
+    sweep's name found by ``store.find_record``), ``repro_body`` (its repro body: the data
+    folder's ``repro/<sha>.py``, else the sweep's) and ``localised`` (``model-support
+    localise``'s result, its first wrong operator in ``localised_operator``: "none" when none is
+    wrong). The report links them from ``reports/``; each folder is listed once, not probed per
+    model."""
     data_dir = Path(data_dir)
     folder = store.sweep_dir(data_dir, sweep_id)
 
     def names(path: Path) -> set[str]:
         return {p.name for p in path.iterdir()} if path.is_dir() else set()
 
-    records, bodies, sweep_bodies = names(folder / "records"), names(store.repro_dir(data_dir)), names(folder / "repro")
+    records, bodies, sweep_bodies = (
+        names(folder / "records"),
+        names(store.repro_dir(data_dir)),
+        names(folder / "repro"),
+    )
     localised = names(folder / store.LOCALISED)
     record_paths: list[str | None] = []
     body_paths: list[str | None] = []
@@ -298,8 +376,12 @@ def with_files(data_dir: Path | str, sweep_id: str, models: pl.DataFrame) -> pl.
     operators: list[str | None] = []
     for model_id, variant, sha in models.select("model_id", "variant", "repro_sha256").rows():
         name = f"{store.stem(model_id, variant)}.json"
-        localised_paths.append(f"sweeps/{sweep_id}/{store.LOCALISED}/{name}" if name in localised else None)
-        operators.append(_localised_operator(folder / store.LOCALISED / name) if name in localised else None)
+        localised_paths.append(
+            f"sweeps/{sweep_id}/{store.LOCALISED}/{name}" if name in localised else None
+        )
+        operators.append(
+            _localised_operator(folder / store.LOCALISED / name) if name in localised else None
+        )
         if name in records:
             record_paths.append(f"sweeps/{sweep_id}/records/{name}")
         elif records and (found := store.find_record(data_dir, sweep_id, model_id, variant)):
@@ -322,7 +404,8 @@ def with_files(data_dir: Path | str, sweep_id: str, models: pl.DataFrame) -> pl.
 
 
 def _localised_operator(path: Path) -> str | None:
-    """The first wrong operator a stored localisation names ("none" when none is wrong); None if unreadable."""
+    """The first wrong operator a stored localisation names ("none" when none is wrong); None if
+    unreadable."""
     try:
         return json.loads(path.read_text()).get("operator") or "none"
     except (OSError, ValueError, AttributeError):
@@ -330,8 +413,9 @@ def _localised_operator(path: Path) -> str | None:
 
 
 def _device_time(data_dir: Path | str, sweep_id: str) -> pl.DataFrame:
-    """How the sweep's last run used its devices (sweep.json's ``device_time``: held-idle share, utilisation);
-    one row, or none for a sweep without it (older sweeps, Ray, a synthetic history)."""
+    """How the sweep's last run used its devices (sweep.json's ``device_time``: held-idle share,
+    utilisation); one row, or none for a sweep without it (older sweeps, Ray, a synthetic
+    history)."""
     try:
         used = store.read_sweep(Path(data_dir), sweep_id).device_time
     except (OSError, ValueError):

@@ -1,5 +1,5 @@
-"""A bisect's answers: what each ``status`` means, the answer a row starts from, the answers that end it before
-the search (flaky, not reproduced), and the one line per row the command prints."""
+"""A bisect's answers: what each ``status`` means, the answer a row starts from, the answers that
+end it before the search (flaky, not reproduced), and the one line per row the command prints."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ FOUND, FLAKY, NOT_REPRODUCED, NO_PACKAGE, SAME, SETTING = (
     "same verdict",
     "a backend setting",
 )
-#: The labels of a step of ``bisect --metric`` (its verdict, in the search's terms): no slower than end A, or
-#: slower beyond noise.
+#: The labels of a step of ``bisect --metric`` (its verdict, in the search's terms): no slower than
+#: end A, or slower beyond noise.
 AS_A, SLOWER = "as A", "slower"
 #: What an answer's ``status`` means (docs/bisect.md says the same).
 STATUS_HELP = {
@@ -25,15 +25,17 @@ STATUS_HELP = {
     NOT_REPRODUCED: "an end's verdict does not come back when rerun here (the record's environment differs in "
     "something the stack does not name: the device, the host, the model's files)",
     NO_PACKAGE: "no single package's swap restores A's verdict (they may act together)",
-    NOT_RUN: "an end's environment could not be built or gave no verdict here (the note says which and why)",
+    NOT_RUN: "an end's environment could not be built or gave no verdict here (the note says which and "
+    "why)",
     SAME: "both ends give the same verdict: nothing to bisect",
     SETTING: "the backend's configuration changed it: B's packages with A's setting give A's verdict",
 }
 
 
 def troubled(row, out: dict, a: tuple, b: tuple) -> dict | None:
-    """The answer when an end's two runs disagree (flaky) or do not give the verdict its sweep recorded (not
-    reproduced); ``a`` and ``b``: each end's (verdict, trouble). None: both ends reproduced."""
+    """The answer when an end's two runs disagree (flaky) or do not give the verdict its sweep
+    recorded (not reproduced); ``a`` and ``b``: each end's (verdict, trouble). None: both ends
+    reproduced."""
     (verdict_a, trouble_a), (verdict_b, trouble_b) = a, b
     if FLAKY in (trouble_a, trouble_b):
         which = "B's" if trouble_b == FLAKY else "A's"
@@ -49,7 +51,8 @@ def troubled(row, out: dict, a: tuple, b: tuple) -> dict | None:
         return {
             **out,
             "status": NOT_REPRODUCED,
-            "note": out["note"] + f"sweep {which} recorded {recorded}; two runs of its stack here give {got}",
+            "note": out["note"]
+            + f"sweep {which} recorded {recorded}; two runs of its stack here give {got}",
         }
     return None
 
@@ -57,31 +60,42 @@ def troubled(row, out: dict, a: tuple, b: tuple) -> dict | None:
 def blank(row: Row) -> dict:
     """An answer with nothing found yet (the verdicts the records give)."""
     out: dict = {"status": None, "package": None, "last_same": None, "first_changed": None}
-    out.update(verdict_a=row.verdict_a, verdict_b=row.verdict_b, verdicts={}, skipped=[], unsplit=None)
+    out.update(
+        verdict_a=row.verdict_a, verdict_b=row.verdict_b, verdicts={}, skipped=[], unsplit=None
+    )
     out.update(together=[], note="")
     return out
 
 
 def answer_line(answer: dict) -> str:
     """One line per row: what changed it, or why it was not bisected."""
-    name = answer["model_id"] + ("" if answer["variant"] == schema.DEFAULT_VARIANT else f" [{answer['variant']}]")
+    name = answer["model_id"] + (
+        "" if answer["variant"] == schema.DEFAULT_VARIANT else f" [{answer['variant']}]"
+    )
     runs = sum(1 for s in answer["steps"] if s.get("verdict") is not None or "seconds" in s)
     took = f"{runs} runs, {answer['seconds']:.1f} s"
-    if answer.get("metric"):  # bisect --metric: which figure, and its medians at the two ends as timed here
+    # bisect --metric: which figure, and its medians at the two ends as timed here
+    if answer.get("metric"):
         shown = lambda v: "-" if v is None else f"{v:.4g}"  # noqa: E731
         name += (
-            f": {answer['metric']} {shown(answer.get('before'))} -> {shown(answer.get('after'))} "
-            f"(medians here; slower means worse by more than {answer['threshold']:.0%} and beyond the repeats' noise)"
+            f": {answer['metric']} {shown(answer.get('before'))} -> "
+            f"{shown(answer.get('after'))} (medians here; slower means worse by more than "
+            f"{answer['threshold']:.0%} and beyond the repeats' noise)"
         )
     if answer["status"] == SETTING:
-        return f"{name}: changed by a backend setting: {answer['note'].rsplit('changed by ', 1)[-1]}; {took}"
+        return (
+            f"{name}: changed by a backend setting: {answer['note'].rsplit('changed by ', 1)[-1]}; "
+            f"{took}"
+        )
     if answer["status"] == FOUND:
         said = (
-            f"{name}: changed by {answer['package']} {answer['first_changed']} "
-            f"(last with {answer['verdict_a']}: {answer['last_same']}; first with {answer['verdict_b']}: "
+            f"{name}: changed by {answer['package']} {answer['first_changed']} (last with "
+            f"{answer['verdict_a']}: {answer['last_same']}; first with {answer['verdict_b']}: "
             f"{answer['first_changed']}); {took}"
         )
         if answer["skipped"]:
-            said += "; skipped " + "; ".join(f"{s['version']} ({s['reason']})" for s in answer["skipped"])
+            said += "; skipped " + "; ".join(
+                f"{s['version']} ({s['reason']})" for s in answer["skipped"]
+            )
         return said + (f"; {answer['note']}" if answer["note"] else "")
     return f"{name}: {answer['status']}: {answer['note']}; {took}"

@@ -1,11 +1,11 @@
-"""A package's releases between two versions, from the source the overlays install from (``Source``): a
-wheelhouse (``--find-links DIR``: nightlies, a vendor's builds; nothing asked of an index), or the index
-pip is configured with (``PIP_INDEX_URL``, ``pip config``: ``index-url``, ``extra-index-url``,
-``find-links``, ``no-index``), read through the simple API (PEP 691's JSON, else PEP 503's HTML), so a
-stack from a vendor's index or a mirror is listed where it is installed from. Pre-releases and yanked
-releases are left out unless asked; a release with no file this Python can install (only wheels for other
-interpreters or platforms, no sdist; a ``Requires-Python`` this interpreter is not) is kept, with that
-reason, so the answer can say which range it could not split.
+"""A package's releases between two versions, from the source the overlays install from
+(``Source``): a wheelhouse (``--find-links DIR``: nightlies, a vendor's builds; nothing asked of an
+index), or the index pip is configured with (``PIP_INDEX_URL``, ``pip config``: ``index-url``,
+``extra-index-url``, ``find-links``, ``no-index``), read through the simple API (PEP 691's JSON,
+else PEP 503's HTML), so a stack from a vendor's index or a mirror is listed where it is installed
+from. Pre-releases and yanked releases are left out unless asked; a release with no file this Python
+can install (only wheels for other interpreters or platforms, no sdist; a ``Requires-Python`` this
+interpreter is not) is kept, with that reason, so the answer can say which range it could not split.
 """
 
 from __future__ import annotations
@@ -25,7 +25,12 @@ from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.tags import sys_tags
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_sdist_filename, parse_wheel_filename
+from packaging.utils import (
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
 from packaging.version import InvalidVersion, Version
 
 PYPI_SIMPLE = "https://pypi.org/simple"
@@ -35,8 +40,8 @@ ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
 
 @dataclass(frozen=True)
 class Source:
-    """Where releases are listed and layers installed from: the same for both, so a release the bisect
-    lists is one it can install."""
+    """Where releases are listed and layers installed from: the same for both, so a release the
+    bisect lists is one it can install."""
 
     index_urls: tuple[str, ...] = (PYPI_SIMPLE,)
     find_links: tuple[str, ...] = ()
@@ -49,12 +54,15 @@ class Source:
 
     @classmethod
     def configured(cls) -> Source:
-        """The source pip is configured with here (its environment variables and config files), PyPI's
-        simple API where nothing is set."""
+        """The source pip is configured with here (its environment variables and config files),
+        PyPI's simple API where nothing is set."""
         config = pip_config()
         index = config.get("index-url", "").strip() or PYPI_SIMPLE
         extra = config.get("extra-index-url", "").split()
-        links = [str(Path(x).resolve()) if "://" not in x else x for x in config.get("find-links", "").split()]
+        links = [
+            str(Path(x).resolve()) if "://" not in x else x
+            for x in config.get("find-links", "").split()
+        ]
         no_index = config.get("no-index", "").strip().lower() in ("1", "true", "yes", "on")
         return cls(() if no_index else (index, *extra), tuple(links), no_index)
 
@@ -72,17 +80,22 @@ class Source:
 
     def key(self) -> str:
         """16 hex digits naming this source: layers from two sources never share a folder."""
-        return hashlib.sha256(json.dumps([self.index_urls, self.find_links, self.no_index]).encode()).hexdigest()[:16]
+        return hashlib.sha256(
+            json.dumps([self.index_urls, self.find_links, self.no_index]).encode()
+        ).hexdigest()[:16]
 
     def __str__(self) -> str:
-        said = [f"the index {url}" for url in self.index_urls] + [f"--find-links {x}" for x in self.find_links]
+        said = [f"the index {url}" for url in self.index_urls] + [
+            f"--find-links {x}" for x in self.find_links
+        ]
         return ", ".join(said) or "nowhere (--no-index and no --find-links)"
 
 
 def pip_config() -> dict[str, str]:
-    """pip's settings that name a source ({"index-url": ..., ...}), as ``pip install`` reads them: an
-    environment variable over the ``install`` section over ``global``. Read with ``pip config list``
-    (pip's own reading of its files); the environment variables alone where pip cannot say."""
+    """pip's settings that name a source ({"index-url": ..., ...}), as ``pip install`` reads
+    them: an environment variable over the ``install`` section over ``global``. Read with ``pip
+    config list`` (pip's own reading of its files); the environment variables alone where pip
+    cannot say."""
     names = ("index-url", "extra-index-url", "find-links", "no-index")
     found: dict[str, dict[str, str]] = {}
     command = [sys.executable, "-m", "pip", "config", "list"]
@@ -102,7 +115,12 @@ def pip_config() -> dict[str, str]:
             env
             if env is not None
             else next(
-                (found.get(name, {})[s] for s in (":env:", "install", "global") if s in found.get(name, {})), None
+                (
+                    found.get(name, {})[s]
+                    for s in (":env:", "install", "global")
+                    if s in found.get(name, {})
+                ),
+                None,
             )
         )
         if chosen is not None:
@@ -148,7 +166,8 @@ def _installable(files: list[str]) -> str | None:
 
 
 def _python_allows(requires: str | None) -> bool:
-    """Whether this interpreter meets a file's ``Requires-Python`` (an unreadable one is not held against it)."""
+    """Whether this interpreter meets a file's ``Requires-Python`` (an unreadable one is not held
+    against it)."""
     if not requires:
         return True
     try:
@@ -171,8 +190,9 @@ def _version_of(name: str) -> tuple[str, Version] | None:
 
 
 def _releases(name: str, files: list[IndexFile]) -> list[Release]:
-    """``files`` of every package grouped into ``name``'s releases, oldest first; a release is yanked when
-    all its files are, and skipped (with the reason) when none installs on this interpreter."""
+    """``files`` of every package grouped into ``name``'s releases, oldest first; a release is
+    yanked when all its files are, and skipped (with the reason) when none installs on this
+    interpreter."""
     wanted = canonicalize_name(name)
     found: dict[Version, list[IndexFile]] = {}
     for entry in files:
@@ -211,11 +231,16 @@ class _Anchors(HTMLParser):
         href = given.get("href") or ""
         filename = urllib.parse.unquote(urllib.parse.urlsplit(href).path.rsplit("/", 1)[-1])
         if filename:
-            self.files.append(IndexFile(filename, "data-yanked" in given, given.get("data-requires-python") or None))
+            self.files.append(
+                IndexFile(
+                    filename, "data-yanked" in given, given.get("data-requires-python") or None
+                )
+            )
 
 
 def _read(url: str) -> tuple[bytes, str]:
-    """(body, content type) of a simple-API page; a ``file:`` folder reads as its index.html, as pip does."""
+    """(body, content type) of a simple-API page; a ``file:`` folder reads as its index.html, as
+    pip does."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme == "file":
         path = Path(urllib.request.url2pathname(parts.path))
@@ -240,7 +265,8 @@ def page_files(body: bytes, content_type: str) -> list[IndexFile]:
 
 
 def index_files(name: str, index_url: str) -> list[IndexFile]:
-    """The files of ``name`` on one simple-API index (none when the index does not have the project)."""
+    """The files of ``name`` on one simple-API index (none when the index does not have the
+    project)."""
     url = f"{index_url.rstrip('/')}/{canonicalize_name(name)}/"
     try:
         return page_files(*_read(url))
@@ -274,10 +300,12 @@ def releases_of(name: str, source: Source) -> list[Release]:
     return _releases(name, files)
 
 
-def between(releases: list[Release], start: str, end: str, *, pre: bool = False, yanked: bool = False) -> list[Release]:
-    """The releases strictly between ``start`` and ``end``, in the order from ``start`` to ``end`` (either
-    may be the newer); pre-releases (unless ``pre``, or an end is one) and yanked ones (unless ``yanked``)
-    left out."""
+def between(
+    releases: list[Release], start: str, end: str, *, pre: bool = False, yanked: bool = False
+) -> list[Release]:
+    """The releases strictly between ``start`` and ``end``, in the order from ``start`` to
+    ``end`` (either may be the newer); pre-releases (unless ``pre``, or an end is one) and yanked
+    ones (unless ``yanked``) left out."""
     lo, hi = sorted((Version(start), Version(end)))
     keep_pre = pre or lo.is_prerelease or hi.is_prerelease
     inside = [

@@ -1,13 +1,13 @@
 """``bisect.json``, beside sweep B's ``sweep.json``: the answers of every bisect run against it.
 
 {"version": 1, "answers": [{"baseline": A, "model_id", "variant", "status", "package", "last_same",
-"first_changed", "verdicts", "steps", "skipped", "unsplit", "together", "note", "installer", "seconds"; with
-``--metric`` also "metric", "threshold", "before", "after": end A's and end B's medians as timed here}, ...]}: a
-new answer for the same (baseline, model, variant, metric) replaces the old one, except one that could not
-run (its steps never ran the pins: an environment not built, an end with no verdict), which never replaces
-an answer. Each answer is stored as its row finishes, under a lock file (two bisects of one sweep at once
-lose nothing). The report, the explorer and the terminal diff read ``changed_by`` from it: "changed by
-transformers 5.25.0".
+"first_changed", "verdicts", "steps", "skipped", "unsplit", "together", "note", "installer",
+"seconds"; with ``--metric`` also "metric", "threshold", "before", "after": end A's and end B's
+medians as timed here}, ...]}: a new answer for the same (baseline, model, variant, metric) replaces
+the old one, except one that could not run (its steps never ran the pins: an environment not built,
+an end with no verdict), which never replaces an answer. Each answer is stored as its row finishes,
+under a lock file (two bisects of one sweep at once lose nothing). The report, the explorer and the
+terminal diff read ``changed_by`` from it: "changed by transformers 5.25.0".
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from .envs import locked
 
 VERSION = 1
 FILE = "bisect.json"
-#: An answer's status when its steps could not run the pins (search's other statuses say what was found).
+#: An answer's status when its steps could not run the pins (search's other statuses say what was
+#: found).
 NOT_RUN = "could not run"
 
 
@@ -37,13 +38,17 @@ def read_answers(data_dir: Path | str, sweep_id: str) -> list[dict]:
 
 
 def _key(answer: dict) -> tuple:
-    """An answer per (baseline, model, variant) and question: the verdict, or a metric (``bisect --metric``)."""
+    """An answer per (baseline, model, variant) and question: the verdict, or a metric (``bisect
+    --metric``)."""
     return (answer.get("baseline"), answer["model_id"], answer["variant"], answer.get("metric"))
 
 
-def store_answers(data_dir: Path | str, sweep_id: str, baseline: str | None, answers: list[dict]) -> Path:
-    """Add ``answers`` (against ``baseline``; None for the single-record form) to sweep_id's bisect.json; an
-    answer that could not run is kept only where its row has no answer yet (it never replaces one)."""
+def store_answers(
+    data_dir: Path | str, sweep_id: str, baseline: str | None, answers: list[dict]
+) -> Path:
+    """Add ``answers`` (against ``baseline``; None for the single-record form) to sweep_id's
+    bisect.json; an answer that could not run is kept only where its row has no answer yet (it
+    never replaces one)."""
     path = bisect_file(data_dir, sweep_id)
     with locked(path.with_name(".bisect.lock")):
         stored = read_answers(data_dir, sweep_id)
@@ -56,9 +61,11 @@ def store_answers(data_dir: Path | str, sweep_id: str, baseline: str | None, ans
     return path
 
 
-def changed_by(data_dir: Path | str, sweep_id: str, baseline: str | None = None) -> dict[tuple[str, str], str]:
-    """{(model_id, variant): "transformers 5.25.0"} for each row of sweep_id a bisect named the release of
-    (against ``baseline`` when given, else any; the latest answer wins)."""
+def changed_by(
+    data_dir: Path | str, sweep_id: str, baseline: str | None = None
+) -> dict[tuple[str, str], str]:
+    """{(model_id, variant): "transformers 5.25.0"} for each row of sweep_id a bisect named the
+    release of (against ``baseline`` when given, else any; the latest answer wins)."""
     out = {}
     for answer in read_answers(data_dir, sweep_id):
         if answer.get("status") not in ("found", "a backend setting") or answer.get("metric"):

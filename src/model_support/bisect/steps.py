@@ -1,5 +1,6 @@
-"""One step of the bisect: a row's repro script run in an overlay environment, in its own process group, timed
-alone and ended with every process it started when it runs out of time; what it said, as a verdict or why none."""
+"""One step of the bisect: a row's repro script run in an overlay environment, in its own process
+group, timed alone and ended with every process it started when it runs out of time; what it
+said, as a verdict or why none."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import subprocess
 from pathlib import Path
 
 from .. import backend_env
-from ..probe.reproduce import KEEP_CONFIG_VAR  # what a step tells its repro script: keep the settings
+
+# what a step tells its repro script: keep the settings
+from ..probe.reproduce import KEEP_CONFIG_VAR
 from ..record import schema
 
 #: A traceback's last line: the exception that stopped a script ("ImportError: ...").
@@ -19,8 +22,8 @@ _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\
 
 
 def _end_group(proc: subprocess.Popen) -> None:
-    """End every process left in a step's group (it runs in a group of its own): what the script started
-    dies with it, on a timeout and after a normal exit alike."""
+    """End every process left in a step's group (it runs in a group of its own): what the script
+    started dies with it, on a timeout and after a normal exit alike."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -28,19 +31,21 @@ def _end_group(proc: subprocess.Popen) -> None:
 
 
 def why_no_verdict(stderr: str, returncode: int) -> str:
-    """The words of a script that printed no verdict: its exception's line where it has one, else its last two lines."""
+    """The words of a script that printed no verdict: its exception's line where it has one, else
+    its last two lines."""
     lines = [line.strip() for line in (stderr or "").splitlines() if line.strip()]
     said = next((line for line in reversed(lines) if _EXCEPTION_LINE.match(line)), None)
     return f"exit status {returncode}: {(said or ' '.join(lines[-2:]))[:400]}"
 
 
 def step_env(settings: dict[str, str] | None, names: set[str]) -> dict[str, str] | None:
-    """The environment of a step standing for an end whose backend configuration is ``settings`` (of the
-    setting ``names`` either end has): those set, the others unset, the script told to keep them. None: this
-    process's environment as it is (no configuration recorded)."""
+    """The environment of a step standing for an end whose backend configuration is ``settings``
+    (of the setting ``names`` either end has): those set, the others unset, the script told to
+    keep them. None: this process's environment as it is (no configuration recorded)."""
     if settings is None:
         return None
-    env = {k: v for k, v in backend_env.child_environ().items() if k not in names}  # no backend's own variables
+    # no backend's own variables
+    env = {k: v for k, v in backend_env.child_environ().items() if k not in names}
     return {**env, **settings, KEEP_CONFIG_VAR: "1"}
 
 
@@ -52,10 +57,11 @@ def run_repro(
     cwd: Path | None = None,
     env: dict[str, str] | None = None,
 ) -> tuple[str | None, str | None, dict]:
-    """(verdict, note, its JSON line) of one run of a repro script, in a process group of its own: the status of
-    its JSON line; a timeout (the whole group ended) or a killed process is FAIL(other), as the sweep records
-    them; no JSON line is no verdict (note: why). The line holds the script's ``perf`` timing where asked ({}
-    where it printed none). ``env``: the step's environment (``step_env``), else this one's."""
+    """(verdict, note, its JSON line) of one run of a repro script, in a process group of its
+    own: the status of its JSON line; a timeout (the whole group ended) or a killed process is
+    FAIL(other), as the sweep records them; no JSON line is no verdict (note: why). The line
+    holds the script's ``perf`` timing where asked ({} where it printed none). ``env``: the
+    step's environment (``step_env``), else this one's."""
     with subprocess.Popen(
         [str(python), str(script), *args],
         stdout=subprocess.PIPE,
@@ -70,7 +76,8 @@ def run_repro(
         except subprocess.TimeoutExpired:
             _end_group(proc)
             try:
-                proc.communicate(timeout=30)  # a process that left the group may still hold the pipes
+                # a process that left the group may still hold the pipes
+                proc.communicate(timeout=30)
             except subprocess.TimeoutExpired:
                 pass
             return schema.FAIL_OTHER, f"timed out after {timeout_s:.0f} s", {}

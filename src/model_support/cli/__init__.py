@@ -2,9 +2,9 @@
 
 One module per group of commands, imported only when one of its commands runs or shows its help
 (``LazyGroup``, click's documented pattern): ``model-support list`` never imports the sweep's code.
-Inside a command module, each command imports the library it calls in its own body: one module serves
-several commands whose libraries cost from 0.2 s (the store) to 1.6 s (the workflows) to import
-(measured with ``python -c "import ..."``, 2026-12-08), and a command pays only for its own
+Inside a command module, each command imports the library it calls in its own body: one module
+serves several commands whose libraries cost from 0.2 s (the store) to 1.6 s (the workflows) to
+import (measured with ``python -c "import ..."``, 2026-12-08), and a command pays only for its own
 (``bench/bench_cold_command.py``).
 """
 
@@ -15,8 +15,8 @@ from collections.abc import MutableMapping
 
 import click
 
-#: Each command and the module under ``model_support.cli`` that defines it (a function of that name, or
-#: ``list_`` for ``list``).
+#: Each command and the module under ``model_support.cli`` that defines it (a function of that name,
+#: or ``list_`` for ``list``).
 COMMANDS = {
     "sweep": "sweep_commands",
     "nightly": "sweep_commands",
@@ -39,8 +39,9 @@ COMMANDS = {
 
 
 class LazyCommands(MutableMapping):
-    """``COMMANDS`` as click's mapping of name -> command: every name is known without an import (the listing, the
-    "Did you mean" of a typo), a command is imported from its module when it is looked up."""
+    """``COMMANDS`` as click's mapping of name -> command: every name is known without an import
+    (the listing, the "Did you mean" of a typo), a command is imported from its module when it is
+    looked up."""
 
     def __init__(self) -> None:
         self._loaded: dict[str, click.Command] = {}
@@ -67,7 +68,8 @@ class LazyCommands(MutableMapping):
 
 
 class LazyGroup(click.Group):
-    """A group whose commands are imported from their modules (``COMMANDS``) when first asked for."""
+    """A group whose commands are imported from their modules (``COMMANDS``) when first asked
+    for."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -75,6 +77,8 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--debug", is_flag=True, help="Show the traceback behind an error, not only its sentence.")
+@click.option(
+    "--debug", is_flag=True, help="Show the traceback behind an error, not only its sentence."
+)
 def main(debug):
     """Sweep Hugging Face models over an accelerator stack (TPU, CUDA, CPU) and report what runs."""

@@ -1,8 +1,9 @@
-"""What every command shares: ``--data-dir``, sweep ids as users give them, one sentence for bad input.
+"""What every command shares: ``--data-dir``, sweep ids as users give them, one sentence for bad
+input.
 
-Bad input (any ``UserError``: a params file, a flag, an unknown sweep) ends in one sentence on stderr
-and exit status 2, never a bare stack trace. ``--data-dir`` is one shared option, also read from
-``$MODEL_SUPPORT_DATA_DIR``.
+Bad input (any ``UserError``: a params file, a flag, an unknown sweep) ends in one sentence on
+stderr and exit status 2, never a bare stack trace. ``--data-dir`` is one shared option, also read
+from ``$MODEL_SUPPORT_DATA_DIR``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from ..paths import DATA_DIR_VAR
 #: The commands that create the data folder when it is missing (a new sweep writes one); every other
 #: command, and ``sweep --resume``, reads one.
 CREATES_DATA_DIR = ("sweep", "nightly")
-#: The arguments that name a sweep: each may be given as ``latest``, ``latest:NAME`` or a unique prefix.
+#: The arguments that name a sweep: each may be given as ``latest``, ``latest:NAME`` or a unique
+#: prefix.
 SWEEP_ARGUMENTS = ("sweep_id", "sweep_a", "sweep_b", "resume", "baseline")
 
 
@@ -40,9 +42,9 @@ def data_dir_words(ctx, data_dir: Path) -> str:
 
 
 def _require_data_dir(kwargs: dict) -> None:
-    """A data folder that does not exist, refused by every command that reads one (all but a new sweep:
-    ``CREATES_DATA_DIR``) in one sentence naming where it came from, before the command runs; a command
-    naming a sweep says that sweep does not exist, and why."""
+    """A data folder that does not exist, refused by every command that reads one (all but a new
+    sweep: ``CREATES_DATA_DIR``) in one sentence naming where it came from, before the command
+    runs; a command naming a sweep says that sweep does not exist, and why."""
     data_dir = kwargs.get("data_dir")
     ctx = click.get_current_context()
     if data_dir is None or Path(data_dir).exists():
@@ -58,25 +60,31 @@ def _require_data_dir(kwargs: dict) -> None:
     elif sweep:
         named = f"Sweep {sweep!r} does not exist, since {named}"
     raise UserError(
-        f"{named} does not exist: give the data folder a sweep wrote (the one holding sweeps/), or run "
-        "`model-support sweep` first, which creates it."
+        f"{named} does not exist: give the data folder a sweep wrote (the one holding "
+        "sweeps/), or run `model-support sweep` first, which creates it."
     )
 
 
 def _finish_interrupted(ctx, param, data_dir: Path) -> Path:
-    """Every command reading or writing the data folder first refuses one that is a file, then finishes a
-    change of its dataset that a stopped process left half-done (``store.finish_interrupted``), one line
-    each; a missing one is ``_require_data_dir``'s (it needs to know the command's arguments)."""
-    from ..record import store  # the store's import (pyarrow) only for a command that has a data folder
+    """Every command reading or writing the data folder first refuses one that is a file, then
+    finishes a change of its dataset that a stopped process left half-done
+    (``store.finish_interrupted``), one line each; a missing one is ``_require_data_dir``'s (it
+    needs to know the command's arguments)."""
+    # the store's import (pyarrow) only for a command that has a data folder
+    from ..record import store
 
     given = data_dir is not None and not ctx.resilient_parsing
     if given and Path(data_dir).exists() and not Path(data_dir).is_dir():
         raise click.UsageError(
-            f"{data_dir_words(ctx, Path(data_dir))} is a file, not a folder: give the data folder, the one "
-            "holding sweeps/ (e.g. --data-dir data).",
+            f"{data_dir_words(ctx, Path(data_dir))} is a file, not a folder: give the data "
+            "folder, the one holding sweeps/ (e.g. --data-dir data).",
             ctx,
         )
-    if data_dir is not None and (Path(data_dir) / "sweeps").is_dir() and store.interrupted(data_dir):
+    if (
+        data_dir is not None
+        and (Path(data_dir) / "sweeps").is_dir()
+        and store.interrupted(data_dir)
+    ):
         try:
             for line in store.finish_interrupted(data_dir):
                 click.echo(line, err=True)
@@ -111,8 +119,9 @@ def _resolve_sweep_ids(kwargs: dict) -> None:
 
 
 def user_errors(command):
-    """A UserError becomes click's usage error (one sentence, exit status 2); a StorageFull (the data
-    folder could not be written) or an Interrupted (a sweep stopped early) one sentence with exit status
+    """A UserError becomes click's usage error (one sentence, exit status 2); a StorageFull (the
+    data folder could not be written) or an Interrupted (a sweep stopped early) one sentence with
+    exit status
     1. ``--debug`` shows the traceback."""
 
     @functools.wraps(command)
@@ -137,8 +146,9 @@ def stop_on_sigterm(signum, frame):
 
 
 def sweep_model(data_dir: Path, sweep_id: str, model: str) -> str:
-    """The model id of sweep ``sweep_id`` that MODEL names (``model_ids.resolve``: an exact name wins over
-    fragments), for debug, repro and localise; one sentence when it names none or several."""
+    """The model id of sweep ``sweep_id`` that MODEL names (``model_ids.resolve``: an exact name
+    wins over fragments), for debug, repro and localise; one sentence when it names none or
+    several."""
     from ..probe.model_ids import resolve
     from ..record import store
 
@@ -151,7 +161,8 @@ def sweep_model(data_dir: Path, sweep_id: str, model: str) -> str:
 
 
 def sweep_model_arguments(variant_help: str):
-    """SWEEP_ID MODEL, --data-dir and --variant: a command about one row of a sweep (debug, repro)."""
+    """SWEEP_ID MODEL, --data-dir and --variant: a command about one row of a sweep (debug,
+    repro)."""
 
     def apply(command):
         for decorate in reversed(

@@ -41,7 +41,9 @@ def aggregate(sweep_id, data_dir):
 
 @click.command()
 @click.argument("sweep_id")
-@click.option("--reason", required=True, help="Why the whole sweep is excluded (e.g. a broken stack).")
+@click.option(
+    "--reason", required=True, help="Why the whole sweep is excluded (e.g. a broken stack)."
+)
 @data_dir_option
 @user_errors
 def exclude(sweep_id, reason, data_dir):
@@ -75,32 +77,42 @@ def include(sweep_id, data_dir):
     help="JUnit XML for a CI system, Markdown for a README or a pull-request comment, CSV or JSON.",
 )
 @click.option(
-    "--suspect-fails", is_flag=True, help="JUnit: a suspect PASS is a failing case (else a passing one saying so)."
+    "--suspect-fails",
+    is_flag=True,
+    help="JUnit: a suspect PASS is a failing case (else a passing one saying so).",
 )
 @data_dir_option
 @user_errors
 def export(sweep_id, fmt, suspect_fails, data_dir):
-    """SWEEP_ID's support matrix from the dataset alone: one row per model and variant, its verdict, whether a
-    PASS is right, tokens/s, the stack, its record and repro."""
+    """SWEEP_ID's support matrix from the dataset alone: one row per model and variant, its
+    verdict, whether a PASS is right, tokens/s, the stack, its record and repro."""
     from ..render.exports import export as export_sweep
 
     if suspect_fails and fmt != "junit":
         raise UserError(
-            f"--suspect-fails applies to --format junit (a suspect PASS as a failing case); the {fmt} export already "
-            "says which PASSes are suspect (its check column): drop --suspect-fails or use --format junit."
+            "--suspect-fails applies to --format junit (a suspect PASS as a failing case); "
+            f"the {fmt} export already says which PASSes are suspect (its check column): drop "
+            "--suspect-fails or use --format junit."
         )
-    click.echo(export_sweep(data_dir, sweep_id, fmt, suspect_fails), nl=False)  # `> file`: a CI's artifact
+    # `> file`: a CI's artifact
+    click.echo(export_sweep(data_dir, sweep_id, fmt, suspect_fails), nl=False)
 
 
 @click.command()
 @click.argument("model")
-@click.option("--json", "as_json", is_flag=True, help="Print the card as JSON, one object per stack and variant.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the card as JSON, one object per stack and variant.",
+)
 @data_dir_option
 @user_errors
 def support(model, as_json, data_dir):
-    """MODEL's support card from the dataset alone (id or unique fragment, as debug takes it): per stack (its packages,
-    the device backend as its adapter declares it, and the backend's settings) and variant its latest verdict, whether
-    that PASS is right, when last verified, how many sweeps agree, and the evidence (also `model_support.support()`)."""
+    """MODEL's support card from the dataset alone (id or unique fragment, as debug takes it):
+    per stack (its packages, the device backend as its adapter declares it, and the backend's
+    settings) and variant its latest verdict, whether that PASS is right, when last verified, how
+    many sweeps agree, and the evidence (also `model_support.support()`)."""
     import json
 
     from ..analysis.support import model_ids
@@ -112,16 +124,19 @@ def support(model, as_json, data_dir):
         click.echo(json.dumps(cards, indent=1))
         return
     for c in cards:
-        stack = [f"torch {c['torch']}" if c["torch"] else "", c["backend"] or ""]  # the backend: as its adapter says
+        # the backend: as its adapter says
+        stack = [f"torch {c['torch']}" if c["torch"] else "", c["backend"] or ""]
         stack += [f"transformers {c['transformers']}" if c["transformers"] else ""]
-        stack += [f"{name}={value}" for name, value in c["backend_settings"].items()]  # its settings
+        # its settings
+        stack += [f"{name}={value}" for name, value in c["backend_settings"].items()]
         verdict = f"{c['verdict']}{' (suspect: ' + c['check'] + ')' if c['suspect'] else ''}"
         if c.get("check_measure"):  # which agreement measure judged it (probe.agreement.MEASURES)
             verdict += f" [judged by {c['check_measure']}]"
         click.echo(
-            f"{c['device_type']}{' stack ' + c['stack_name'] if c['stack_name'] else ''} [{c['variant']}] "
-            f"{', '.join(part for part in stack if part)}: {verdict}, last verified {c['last_verified']} in "
-            f"{c['sweep_id']} ({c['agreeing']} of {c['sweeps']} sweeps agree)"
+            f"{c['device_type']}{' stack ' + c['stack_name'] if c['stack_name'] else ''} "
+            f"[{c['variant']}] {', '.join(part for part in stack if part)}: {verdict}, last "
+            f"verified {c['last_verified']} in {c['sweep_id']} ({c['agreeing']} of "
+            f"{c['sweeps']} sweeps agree)"
             + (f"; repro {c['repro']}" if c["repro"] else "")
             + (f"; {c['failure_signature']}" if c["failure_signature"] else "")
         )
@@ -132,9 +147,10 @@ def support(model, as_json, data_dir):
 @data_dir_option
 @user_errors
 def list_(as_json, data_dir):
-    """The sweeps of the data folder, newest first: name, device, models, verdict counts, whether complete. A what-if
-    sweep (operators on the host) shows its own runs' counts, labelled what-if, right after the sweep it proves.
-    Any command taking a sweep id also takes `latest`, `latest:NAME` (never a what-if sweep) or a unique prefix."""
+    """The sweeps of the data folder, newest first: name, device, models, verdict counts, whether
+    complete. A what-if sweep (operators on the host) shows its own runs' counts, labelled
+    what-if, right after the sweep it proves. Any command taking a sweep id also takes `latest`,
+    `latest:NAME` (never a what-if sweep) or a unique prefix."""
     import json
 
     from ..render.terminal import sweep_list_rows, sweep_list_table
@@ -154,19 +170,28 @@ def list_(as_json, data_dir):
 @click.argument("repo_id")
 @data_dir_option
 @click.option(
-    "--private/--public", default=True, show_default=True, help="Visibility of a repo (or bucket) the push creates."
+    "--private/--public",
+    default=True,
+    show_default=True,
+    help="Visibility of a repo (or bucket) the push creates.",
 )
-@click.option("--logs", is_flag=True, help="Also publish each sweep's executed notebooks, logs and sweep.json.")
+@click.option(
+    "--logs",
+    is_flag=True,
+    help="Also publish each sweep's executed notebooks, logs and sweep.json.",
+)
 @click.option(
     "--logs-bucket",
     default=None,
     metavar="NAMESPACE/NAME",
-    help="Publish the logs into this Hub bucket (hf://buckets/NAMESPACE/NAME) instead of the repo; implies --logs.",
+    help="Publish the logs into this Hub bucket (hf://buckets/NAMESPACE/NAME) instead of the repo; "
+    "implies --logs.",
 )
 @user_errors
 def push(repo_id, data_dir, private, logs, logs_bucket):
-    """Publish the dataset to the Hub dataset repo REPO_ID: card, results, excluded, the latest report (and the
-    raw logs); only what the repo lacks, in one commit (needs network and a write token in HF_TOKEN)."""
+    """Publish the dataset to the Hub dataset repo REPO_ID: card, results, excluded, the latest
+    report (and the raw logs); only what the repo lacks, in one commit (needs network and a write
+    token in HF_TOKEN)."""
     from .. import publish
 
     result = publish.push(

@@ -24,8 +24,8 @@ from .common import data_dir_option, user_errors
 @click.option(
     "--prove",
     is_flag=True,
-    help="Run each step's operators (cumulatively) on the host over the models it unlocks (what-if sweeps), and "
-    "say whether running confirms it.",
+    help="Run each step's operators (cumulatively) on the host over the models it unlocks (what-if "
+    "sweeps), and say whether running confirms it.",
 )
 @click.option(
     "--complete",
@@ -34,7 +34,10 @@ from .common import data_dir_option, user_errors
     "(host_ops: missing), so their census lists everything the stack lacks.",
 )
 @click.option(
-    "--workers", type=click.IntRange(min=1), default=None, help="What-if probes at once (default: the sweep's)."
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="What-if probes at once (default: the sweep's).",
 )
 @click.option(
     "--executor",
@@ -45,10 +48,11 @@ from .common import data_dir_option, user_errors
 @data_dir_option
 @user_errors
 def ops(sweep_id, on, as_json, prove, complete, workers, executor, data_dir):
-    """The operators SWEEP_ID's models need: each model's verdict predicted from the census alone (no model
-    runs), and the porting plan (missing operators, the one that unlocks the most models first); with --prove,
-    each step run with its operators on the host (docs/ops.md). A what-if sweep has no plan of its own: one sentence
-    says what it is and where its answers are (--json: that sentence in an object), exit status 0."""
+    """The operators SWEEP_ID's models need: each model's verdict predicted from the census alone
+    (no model runs), and the porting plan (missing operators, the one that unlocks the most
+    models first); with --prove, each step run with its operators on the host (docs/ops.md). A
+    what-if sweep has no plan of its own: one sentence says what it is and where its answers are
+    (--json: that sentence in an object), exit status 0."""
     import json
 
     from .. import analysis
@@ -61,14 +65,21 @@ def ops(sweep_id, on, as_json, prove, complete, workers, executor, data_dir):
     sweeps = analysis.sweep_index(Path(data_dir), cache_dir=Path(data_dir) / analysis.SWEEP_CACHE)
     analysis.require_sweep(sweeps, sweep_id)  # an unknown sweep: one sentence, with the known ones
     host_ops = store.what_if_setting(Path(data_dir), sweep_id)
-    if host_ops:  # no plan of its own: what it is and where its answers are, said (a refusal only of --prove)
+    # no plan of its own: what it is and where its answers are, said (a refusal only of --prove)
+    if host_ops:
         said = what_if_words(Path(data_dir), sweep_id, host_ops)
         if prove or complete:
-            raise UserError(f"{said['said'].rstrip('.')}; --prove and --complete run a plan of the stack's sweep.")
+            raise UserError(
+                f"{said['said'].rstrip('.')}; --prove and --complete run a plan of the stack's "
+                "sweep."
+            )
         click.echo(json.dumps(said, indent=1) if as_json else said["said"])
         return
     if (prove or complete) and on:
-        raise UserError("--prove and --complete run the sweep's own stack; --on predicts another one: use one of them.")
+        raise UserError(
+            "--prove and --complete run the sweep's own stack; --on predicts another one: use "
+            "one of them."
+        )
     if prove or complete:  # each step said as it ends (on stderr with --json: it prints JSON alone)
         from ..workflows import what_if
 
@@ -85,7 +96,13 @@ def ops(sweep_id, on, as_json, prove, complete, workers, executor, data_dir):
     coverage = ops_mod.stack_coverage(on, ops_mod.coverage.census_ops(models)) if on else None
     ops_mod.predict(models, coverage)
     steps = ops_mod.porting_plan(models)
-    proofs = None if on else step_proofs(models, steps, ops_mod.proof.read(data_dir, sweep_id).get("unhostable") or {})
+    proofs = (
+        None
+        if on
+        else step_proofs(
+            models, steps, ops_mod.proof.read(data_dir, sweep_id).get("unhostable") or {}
+        )
+    )
     configured = None
     if on:  # the stack predicted for is the backend as configured here: part of the answer
         from ..probe.devices.registry import adapter_class
@@ -93,10 +110,17 @@ def ops(sweep_id, on, as_json, prove, complete, workers, executor, data_dir):
         configured = adapter_class(on).configuration()
     proven = [] if on else last_proof(data_dir, sweep_id, models, steps)
     if as_json:
-        answer = {**plan_json(models, steps, proofs), "on": on, "configuration": configured, "proof": proven}
+        answer = {
+            **plan_json(models, steps, proofs),
+            "on": on,
+            "configuration": configured,
+            "proof": proven,
+        }
         click.echo(json.dumps(answer, indent=1))
     else:
         click.echo(ops_text(models, steps, on, proofs=proofs, proven=proven))
         if on:
-            said = "; ".join(f"{k}={v!r}" for k, v in configured.items()) if configured else "none set"
+            said = (
+                "; ".join(f"{k}={v!r}" for k, v in configured.items()) if configured else "none set"
+            )
             click.echo(f"predicted for {on} as this environment configures its backend: {said}")

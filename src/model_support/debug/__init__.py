@@ -1,8 +1,8 @@
 """Debug one failing model: which module raises (``tracer``), which module diverges from the CPU
-reference and at which generation step it fails (``compare``), which aten operator is the first wrong one
-(``localise``, its one-operator script ``op_repro``), shown by ``views``; ``runner``
-executes ``notebooks/debug.ipynb`` for one model of a sweep, with a what-if sweep's operators on the host
-(``hosting``). The notebook calls these names."""
+reference and at which generation step it fails (``compare``), which aten operator is the first
+wrong one (``localise``, its one-operator script ``op_repro``), shown by ``views``; ``runner``
+executes ``notebooks/debug.ipynb`` for one model of a sweep, with a what-if sweep's operators on
+the host (``hosting``). The notebook calls these names."""
 
 from ..display import show_html
 from . import hosting

@@ -27,7 +27,8 @@ from .tracer import ForwardTrace, ModuleTracer, model_device
 DEFAULT_TOLERANCE = 0.2
 
 
-# --- comparing a device pass with the reference ------------------------------------------------------
+# --- comparing a device pass with the reference
+# ------------------------------------------------------
 
 COLUMNS = (
     "index",
@@ -78,7 +79,9 @@ def compare_tensors(device, reference) -> dict:
     }
 
 
-def compare_traces(device: ForwardTrace, reference: ForwardTrace, tolerance: float = DEFAULT_TOLERANCE):
+def compare_traces(
+    device: ForwardTrace, reference: ForwardTrace, tolerance: float = DEFAULT_TOLERANCE
+):
     """One row per module call of the device pass, in completion order, against the reference's
     same call (same module, same n-th call): a polars DataFrame with ``COLUMNS``.
 
@@ -113,7 +116,9 @@ def compare_traces(device: ForwardTrace, reference: ForwardTrace, tolerance: flo
         elif ref is None:
             row["note"] = "not run by the reference"
         elif tuple(dev.shape) != tuple(ref.shape):
-            row["note"] = f"shape {list(dev.shape)} on the device, {list(ref.shape)} in the reference"
+            row["note"] = (
+                f"shape {list(dev.shape)} on the device, {list(ref.shape)} in the reference"
+            )
             row["exceeds"] = True
         else:
             row.update(compare_tensors(dev, ref))
@@ -156,15 +161,16 @@ def offender_reason(row: dict, tolerance: float) -> str:
     parts = []
     if row["new_nonfinite"]:
         parts.append(
-            f"{row['new_nonfinite']} non-finite value(s) on the device where the reference is finite "
-            f"(inf {row['device_inf']}, nan {row['device_nan']})"
+            f"{row['new_nonfinite']} non-finite value(s) on the device where the reference is "
+            f"finite (inf {row['device_inf']}, nan {row['device_nan']})"
         )
     if row["max_rel_diff"] is not None and row["max_rel_diff"] > tolerance:
         parts.append(f"relative difference {row['max_rel_diff']:.3g} > tolerance {tolerance:g}")
     return "; ".join(parts)
 
 
-# --- generation, step by step ---------------------------------------------------------------------------
+# --- generation, step by step
+# ---------------------------------------------------------------------------
 
 
 class TokenCounter:
@@ -195,8 +201,8 @@ def generate_steps(
     cache="dynamic",
     extra_inputs=None,
 ) -> dict:
-    """The probe's greedy generation (``probe_core.generate``, with the variant's KV ``cache`` and an
-    image-text-to-text model's image inputs), watched step by step.
+    """The probe's greedy generation (``probe_core.generate``, with the variant's KV ``cache`` and
+    an image-text-to-text model's image inputs), watched step by step.
 
     Step ``s`` is the forward that produces new token ``s`` (0-based): step 0 processes the prompt
     (``tokens_in`` tokens), step ``s >= 1`` feeds the token generated at step ``s - 1``. When it
@@ -204,15 +210,15 @@ def generate_steps(
 
     - ``step``: the 0-based index of the new token whose forward raised = the number of new tokens
       generated before it (the probe's ``failed_step``);
-    - ``seq_len``: the number of tokens in the sequence when that forward runs, including the ones it
-      processes: ``tokens_in + step`` (the prompt plus the ``step`` tokens generated so far, the
+    - ``seq_len``: the number of tokens in the sequence when that forward runs, including the ones
+      it processes: ``tokens_in + step`` (the prompt plus the ``step`` tokens generated so far, the
       last of which is being fed). Its positions are ``0 .. seq_len - 1``;
     - ``failure``: the innermost module running when it raised (``ModuleTracer``), with its input
       shapes and dtypes, and the exception.
 
     ``forward_calls`` counts the model's top-level forward calls (the failing one included);
-    ``step_scores`` holds the device's best logits per generated step (``probe_core.top_scores``), which
-    ``reference_numerics`` checks against the reference as the probe does.
+    ``step_scores`` holds the device's best logits per generated step (``probe_core.top_scores``),
+    which ``reference_numerics`` checks against the reference as the probe does.
     """
     import torch
 
@@ -274,22 +280,28 @@ def reference_numerics(
     extra_inputs=None,
     dtype=None,
 ) -> dict | None:
-    """Is the device's generation right? The probe's own check (``agreement``): the reference teacher-forced on
-    the device's tokens, against the device's best logits step by step; the record's ``numerics`` fields (the
-    same for the same run; ``extra_inputs``: an image-text-to-text model's image inputs). None when the device's
-    generation failed."""
+    """Is the device's generation right? The probe's own check (``agreement``): the reference
+    teacher-forced on the device's tokens, against the device's best logits step by step; the
+    record's ``numerics`` fields (the same for the same run; ``extra_inputs``: an
+    image-text-to-text model's image inputs). None when the device's generation failed."""
     if not generation["ok"]:
         return None
     logits = agreement.teacher_forced_logits(
         reference_model, input_ids[0].tolist(), generation["output_token_ids"], extra_inputs
     )
     found = agreement.compare(
-        generation["step_scores"], logits, margin, bound, decode=tokenizer.decode if tokenizer else None, dtype=dtype
+        generation["step_scores"],
+        logits,
+        margin,
+        bound,
+        decode=tokenizer.decode if tokenizer else None,
+        dtype=dtype,
     )
     return {key: found[key] for key in agreement.RECORD_KEYS}
 
 
-# --- loading, as the probe does --------------------------------------------------------------------------
+# --- loading, as the probe does
+# --------------------------------------------------------------------------
 
 
 def load_for_debug(
@@ -308,7 +320,9 @@ def load_for_debug(
     image-text-to-text model's image inputs, else None), chat_template_used, tokens_in, task,
     image_tokens and info (model_type, architectures, task, num_params)."""
     info: dict = {}
-    model, tokenizer = probe_core.load(model_id, revision, dtype, trust_remote_code, device, info, task=task)
+    model, tokenizer = probe_core.load(
+        model_id, revision, dtype, trust_remote_code, device, info, task=task
+    )
     tokenizer, input_ids, attention_mask, extra_inputs = probe_core.prompt_inputs(
         model, tokenizer, info, prompt, image_prompt, chat_template
     )
@@ -326,16 +340,21 @@ def load_for_debug(
     }
 
 
-def load_reference(model_id: str, revision: str, reference_dtype: str, trust_remote_code: bool, task: str = "auto"):
+def load_reference(
+    model_id: str, revision: str, reference_dtype: str, trust_remote_code: bool, task: str = "auto"
+):
     """The CPU reference copy of the model, in ``reference_dtype``."""
     import torch
 
     cpu = torch.device("cpu")
-    model, _ = probe_core.load(model_id, revision, reference_dtype, trust_remote_code, cpu, {}, task=task)
+    model, _ = probe_core.load(
+        model_id, revision, reference_dtype, trust_remote_code, cpu, {}, task=task
+    )
     return model
 
 
-# --- the result ----------------------------------------------------------------------------------------------
+# --- the result
+# ----------------------------------------------------------------------------------------------
 
 
 def json_safe(value):
@@ -362,11 +381,12 @@ def build_result(
 ) -> dict:
     """The findings as one JSON-safe dict (what ``show`` displays and tools read back).
 
-    ``forward_failure``: the first module whose forward raised on the device (None when the pass ran);
-    ``first_offender``: the first module whose output diverges from the reference (None when none);
-    ``generation``: step / seq_len / tokens_in / failing module of a generate-time failure, and the
-    generated tokens against the reference's (``first_divergence``); ``numerics``: the reference's verdict on
-    the device's logits (``reference_numerics``: match / ties / diverges, as the probe's record says)."""
+    ``forward_failure``: the first module whose forward raised on the device (None when the pass
+    ran); ``first_offender``: the first module whose output diverges from the reference (None
+    when none); ``generation``: step / seq_len / tokens_in / failing module of a generate-time
+    failure, and the generated tokens against the reference's (``first_divergence``);
+    ``numerics``: the reference's verdict on the device's logits (``reference_numerics``: match /
+    ties / diverges, as the probe's record says)."""
     tolerance = settings.get("tolerance", DEFAULT_TOLERANCE)
     result = {
         "model_id": settings.get("model_id"),
@@ -377,7 +397,9 @@ def build_result(
         "reference_dtype": settings.get("reference_dtype"),
         "tolerance": tolerance,
         "prompt": settings.get(
-            "image_prompt" if (loaded or {}).get("task") == probe_core.IMAGE_TEXT_TO_TEXT else "prompt"
+            "image_prompt"
+            if (loaded or {}).get("task") == probe_core.IMAGE_TEXT_TO_TEXT
+            else "prompt"
         ),
         "chat_template": settings.get("chat_template"),
         "chat_template_used": loaded["chat_template_used"] if loaded else None,
@@ -391,7 +413,9 @@ def build_result(
         "model_type": (loaded or {}).get("info", {}).get("model_type"),
         "forward_ok": forward.ok if forward is not None else None,
         "forward_failure": forward.failure if forward is not None else None,
-        "reference_forward_failure": reference_forward.failure if reference_forward is not None else None,
+        "reference_forward_failure": reference_forward.failure
+        if reference_forward is not None
+        else None,
         "modules_traced": len(forward.calls) if forward is not None else None,
         "first_offender": None,
         "modules_compared": None,
@@ -425,83 +449,106 @@ def build_result(
 
 
 def conclusion(result: dict) -> str:
-    """The debug notebook's finding in one line: does the failure (or divergence) belong to this device?"""
+    """The debug notebook's finding in one line: does the failure (or divergence) belong to this
+    device?"""
     generation = result.get("generation") or {}
-    device = result.get("forward_failure") or (generation.get("failure") if generation.get("ok") is False else None)
+    device = result.get("forward_failure") or (
+        generation.get("failure") if generation.get("ok") is False else None
+    )
     reference = result.get("reference_forward_failure") or (
         generation.get("reference_failure") if generation.get("reference_ok") is False else None
     )
     if device and reference:
-        if (device["error_type"], device["module"]) == (reference["error_type"], reference["module"]):
+        if (device["error_type"], device["module"]) == (
+            reference["error_type"],
+            reference["module"],
+        ):
             return "fails the same way on the CPU reference: not specific to this device"
         return (
-            f"fails on the CPU reference too, but differently: {_error(device)} in {_where(device)} on the "
-            f"device, {_error(reference)} in {_where(reference)} on the reference"
+            f"fails on the CPU reference too, but differently: {_error(device)} in "
+            f"{_where(device)} on the device, {_error(reference)} in {_where(reference)} on "
+            "the reference"
         )
     if device and result.get("forward_failure") and generation.get("ok") is True:
-        # the probe's own path (generate) ran on the device: what failed is the traced forward, the tracer's
+        # the probe's own path (generate) ran on the device: what failed is the traced forward, the
+        # tracer's
         return (
-            f"the tracer's failure, not the model's: its traced forward raised {_error(device)} in {_where(device)}, "
-            "while the probe's generation ran on the device"
+            "the tracer's failure, not the model's: its traced forward raised "
+            f"{_error(device)} in {_where(device)}, while the probe's generation ran on the "
+            "device"
         )
     if device:
         return f"only the device fails: first in {_where(device)}, {_error(device)}"
     offender = result.get("first_offender")
     numerics = result.get("numerics") or {}
     if offender:
-        return f"only the device diverges: first in {offender['module'] or '(model)'} ({offender['reason']})"
+        return (
+            f"only the device diverges: first in {offender['module'] or '(model)'} "
+            f"({offender['reason']})"
+        )
     if numerics.get("numerics") == agreement.DIVERGES:
-        return f"runs, but its generation diverges from the CPU reference: {numerics['numerics_note']}"
+        return (
+            f"runs, but its generation diverges from the CPU reference: {numerics['numerics_note']}"
+        )
     if numerics.get("numerics") == agreement.TOO_FLAT:
         return (
-            "runs, but the CPU reference's logits are too flat to say whether its numbers are right: "
-            f"{numerics['numerics_note']}"
+            "runs, but the CPU reference's logits are too flat to say whether its numbers are "
+            f"right: {numerics['numerics_note']}"
         )
     return "runs and agrees with the CPU reference within tolerance"
 
 
 def _where(failure: dict) -> str:
     return (
-        f"{failure['module'] or '(model)'} ({failure['class']})" if failure.get("module") is not None else "no module"
+        f"{failure['module'] or '(model)'} ({failure['class']})"
+        if failure.get("module") is not None
+        else "no module"
     )
 
 
-#: A dispatcher operator as error messages name it: ``aten::rsqrt``, ``aten::add.Tensor``, ``prims::convert``.
+#: A dispatcher operator as error messages name it: ``aten::rsqrt``, ``aten::add.Tensor``,
+#: ``prims::convert``.
 _OPERATOR = re.compile(r"\b[a-z_][a-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?")
 
 
 def named_operator(failure: dict | None) -> str | None:
-    """The operator a failure's message names (``aten::rsqrt`` of a backend without that kernel), or None."""
+    """The operator a failure's message names (``aten::rsqrt`` of a backend without that kernel),
+    or None."""
     found = _OPERATOR.search((failure or {}).get("error_message") or "")
     return found.group(0) if found else None
 
 
 def _error(failure: dict) -> str:
-    """The exception's type, and the operator when its message names one: ``NotImplementedError on aten::rsqrt``."""
+    """The exception's type, and the operator when its message names one: ``NotImplementedError
+    on aten::rsqrt``."""
     operator = named_operator(failure)
     return failure["error_type"] + (f" on {operator}" if operator else "")
 
 
 def summary_text(result: dict) -> str:
-    """Three lines for the terminal: where the forward breaks, where it diverges, where generate fails."""
+    """Three lines for the terminal: where the forward breaks, where it diverges, where generate
+    fails."""
     failure = result.get("forward_failure")
     offender = result.get("first_offender")
     generation = result.get("generation") or {}
     lines = [
         f"conclusion: {conclusion(result)}",
-        f"forward:    {'raises ' + _error(failure) + ' in ' + _where(failure) if failure else 'runs'}",
-        f"divergence: {offender['module'] + ': ' + offender['reason'] if offender else 'none above tolerance ' + str(result.get('tolerance'))}",
+        "forward:    "
+        f"{'raises ' + _error(failure) + ' in ' + _where(failure) if failure else 'runs'}",
+        "divergence: "
+        f"{offender['module'] + ': ' + offender['reason'] if offender else 'none above tolerance ' + str(result.get('tolerance'))}",
     ]
     if generation and not generation.get("ok", True):
         failed = generation.get("failure")
         lines.append(
-            f"generate:   fails at step {generation.get('step')} (sequence length {generation.get('seq_len')})"
+            f"generate:   fails at step {generation.get('step')} (sequence length "
+            f"{generation.get('seq_len')})"
             + (f": {_error(failed)} in {_where(failed)}" if failed else "")
         )
     elif generation:
         lines.append(
-            f"generate:   {len(generation.get('output_token_ids') or [])} tokens, first divergence from reference: "
-            f"{generation.get('first_divergence')}"
+            f"generate:   {len(generation.get('output_token_ids') or [])} tokens, first "
+            f"divergence from reference: {generation.get('first_divergence')}"
         )
     numerics = result.get("numerics")
     if numerics:

@@ -1,12 +1,13 @@
 """Run the debug notebook for one model of a sweep, with that sweep's settings.
 
 ``run_debug_notebook`` executes ``notebooks/debug.ipynb`` (through ``engine.notebooks``, as every
-notebook run of ours) into ``<sweep_dir>/debug/<safe_name>.ipynb`` (then ``-2``, ``-3``...: an earlier debug
-notebook is never overwritten). Its parameters follow the one declaration in ``probe_params.DEBUG_PARAMS``.
-Before it runs, ``prepare_debug`` compares this environment's stack with the sweep's (``stack``): the notebook
-runs on the stack here, which in a porting loop is often not the sweep's. A what-if sweep's ``host_ops`` (operators on
-the host's CPU kernels, ``probe.what_if``) is one of its parameters: the notebook runs with them on the host
-(``hosting``), and ``prepare_debug`` says so, or refuses a setting that cannot run, before it runs.
+notebook run of ours) into ``<sweep_dir>/debug/<safe_name>.ipynb`` (then ``-2``, ``-3``...: an
+earlier debug notebook is never overwritten). Its parameters follow the one declaration in
+``probe_params.DEBUG_PARAMS``. Before it runs, ``prepare_debug`` compares this environment's stack
+with the sweep's (``stack``): the notebook runs on the stack here, which in a porting loop is often
+not the sweep's. A what-if sweep's ``host_ops`` (operators on the host's CPU kernels,
+``probe.what_if``) is one of its parameters: the notebook runs with them on the host (``hosting``),
+and ``prepare_debug`` says so, or refuses a setting that cannot run, before it runs.
 """
 
 from __future__ import annotations
@@ -23,21 +24,27 @@ from ..record.sweep_meta import ModelEntry, SweepMeta
 
 
 def resolve_id(ids: list[str], model: str, where: str) -> str:
-    """The one of ``ids`` that ``model`` names, as every command taking a MODEL argument reads it: an exact name before
-    any fragment (``model_ids.resolve``: ``tiny-gemma`` is not ambiguous beside ``tiny-gemma3``)."""
+    """The one of ``ids`` that ``model`` names, as every command taking a MODEL argument reads
+    it: an exact name before any fragment (``model_ids.resolve``: ``tiny-gemma`` is not ambiguous
+    beside ``tiny-gemma3``)."""
     return model_ids.resolve(ids, model, where)
 
 
 def resolve_model(meta: SweepMeta, model: str) -> ModelEntry:
     """The sweep's model entry for ``model`` (``resolve_id`` over the sweep's models)."""
-    model_id = resolve_id([entry.model_id for entry in meta.models], model, f"sweep {meta.sweep_id}")
+    model_id = resolve_id(
+        [entry.model_id for entry in meta.models], model, f"sweep {meta.sweep_id}"
+    )
     return next(entry for entry in meta.models if entry.model_id == model_id)
 
 
-def debug_notebook_path(data_dir, sweep_id: str, model_id: str, out_dir=None, variant: str | None = None) -> Path:
-    """Where the next ``run_debug_notebook`` of this model writes: ``<out_dir or sweep_dir/debug>/<model[@variant]>.ipynb``
-    for the first, then ``<model[@variant]>-2.ipynb``, ``-3``...: an earlier debug notebook (of another stack,
-    other parameters) is never overwritten."""
+def debug_notebook_path(
+    data_dir, sweep_id: str, model_id: str, out_dir=None, variant: str | None = None
+) -> Path:
+    """Where the next ``run_debug_notebook`` of this model writes: ``<out_dir or
+    sweep_dir/debug>/<model[@variant]>.ipynb`` for the first, then ``<model[@variant]>-2.ipynb``,
+    ``-3``...: an earlier debug notebook (of another stack, other parameters) is never
+    overwritten."""
     folder = Path(out_dir) if out_dir is not None else store.sweep_dir(data_dir, sweep_id) / "debug"
     name = store.stem(model_id, variant)
     path, number = folder / f"{name}.ipynb", 1
@@ -48,7 +55,8 @@ def debug_notebook_path(data_dir, sweep_id: str, model_id: str, out_dir=None, va
 
 
 def _reserve(data_dir, sweep_id: str, model_id: str, out_dir, variant: str | None) -> Path:
-    """``debug_notebook_path``, created empty at once (two debug runs started together take two numbers)."""
+    """``debug_notebook_path``, created empty at once (two debug runs started together take two
+    numbers)."""
     while True:
         path = debug_notebook_path(data_dir, sweep_id, model_id, out_dir, variant)
         if fileio.create_new(path):
@@ -70,9 +78,10 @@ def debug_parameters(meta: SweepMeta, entry: ModelEntry, extra: dict | None = No
 
 @dataclass
 class DebugRun:
-    """One debug run, prepared: the model's entry, the notebook's parameters, where it writes, the
-    sentence to print before it runs when this environment's stack is not the sweep's (``stack.stack_difference``),
-    and the one when it runs operators on the host, or the sweep did and it does not (``hosting.before_running``)."""
+    """One debug run, prepared: the model's entry, the notebook's parameters, where it writes,
+    the sentence to print before it runs when this environment's stack is not the sweep's
+    (``stack.stack_difference``), and the one when it runs operators on the host, or the sweep
+    did and it does not (``hosting.before_running``)."""
 
     entry: ModelEntry
     parameters: dict
@@ -82,10 +91,16 @@ class DebugRun:
 
 
 def prepare_debug(
-    data_dir, sweep_id: str, model: str, out_dir=None, *, parameters: dict | None = None, variant: str | None = None
+    data_dir,
+    sweep_id: str,
+    model: str,
+    out_dir=None,
+    *,
+    parameters: dict | None = None,
+    variant: str | None = None,
 ) -> DebugRun:
-    """Everything ``run_debug_notebook`` checks and decides before the notebook runs (bad input is a UserError);
-    the output path is reserved (created empty)."""
+    """Everything ``run_debug_notebook`` checks and decides before the notebook runs (bad input
+    is a UserError); the output path is reserved (created empty)."""
     from ..probe import devices
     from ..probe.probe_compile import NOT_AVAILABLE
     from .hosting import before_running
@@ -100,9 +115,11 @@ def prepare_debug(
             raise UserError(str(exc)) from None
     params = debug_parameters(meta, entry, parameters)
     device, mode = params.get("device"), params.get("mode")
-    if device and device != "auto" and mode and not devices.adapter_class(device).offers(mode):  # a backend's own mode
+    # a backend's own mode
+    if device and device != "auto" and mode and not devices.adapter_class(device).offers(mode):
         raise UserError(f"{NOT_AVAILABLE}: {devices.adapter_for(device).mode_unavailable(mode)}.")
-    host_note = before_running({**meta.probe, **entry.overrides}, params)  # a refusal: one sentence, nothing written
+    # a refusal: one sentence, nothing written
+    host_note = before_running({**meta.probe, **entry.overrides}, params)
     note = stack_difference(meta, _recorded(data_dir, sweep_id, entry.model_id, variant))
     out = _reserve(data_dir, sweep_id, entry.model_id, out_dir, variant)
     return DebugRun(entry, params, out, note, host_note)
@@ -119,12 +136,14 @@ def _recorded(data_dir, sweep_id: str, model_id: str, variant: str | None) -> di
 
 
 def execute_debug(run: DebugRun, *, execution_timeout: float | None = None) -> Path:
-    """Execute ``notebooks/debug.ipynb`` as ``run`` prepared it; returns ``run.out``. A run that wrote nothing
-    (the kernel never started) leaves no empty file behind."""
+    """Execute ``notebooks/debug.ipynb`` as ``run`` prepared it; returns ``run.out``. A run that
+    wrote nothing (the kernel never started) leaves no empty file behind."""
     from ..engine.notebooks import run_notebook
 
     try:
-        return run_notebook(paths.notebook("debug"), run.out, run.parameters, timeout=execution_timeout)
+        return run_notebook(
+            paths.notebook("debug"), run.out, run.parameters, timeout=execution_timeout
+        )
     except BaseException:
         if run.out.exists() and run.out.stat().st_size == 0:
             fileio.remove(run.out)
@@ -143,10 +162,11 @@ def run_debug_notebook(
 ) -> Path:
     """Execute ``notebooks/debug.ipynb`` for one model of a sweep, with the sweep's settings.
 
-    ``model``: the full model id or a unique fragment of it (e.g. its folder name). Parameters are
-    ``debug_parameters``. Writes ``debug_notebook_path(...)`` (``<sweep_dir>/debug/<safe_name>.ipynb``, then
-    ``-2``, ``-3``...; or into ``out_dir``) and returns its path. When a cell raises, papermill's
-    ``PapermillExecutionError`` propagates; the executed notebook is still written and shows the error.
-    ``prepare_debug`` and ``execute_debug`` are the two halves (the command prints between them)."""
+    ``model``: the full model id or a unique fragment of it (e.g. its folder name). Parameters
+    are ``debug_parameters``. Writes ``debug_notebook_path(...)``
+    (``<sweep_dir>/debug/<safe_name>.ipynb``, then ``-2``, ``-3``...; or into ``out_dir``) and
+    returns its path. When a cell raises, papermill's ``PapermillExecutionError`` propagates; the
+    executed notebook is still written and shows the error. ``prepare_debug`` and
+    ``execute_debug`` are the two halves (the command prints between them)."""
     run = prepare_debug(data_dir, sweep_id, model, out_dir, parameters=parameters, variant=variant)
     return execute_debug(run, execution_timeout=execution_timeout)

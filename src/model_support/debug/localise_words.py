@@ -1,5 +1,6 @@
-"""What the localiser found, in words and HTML: the one-line summary, the proof's lines, the command's answer, the
-debug notebook's table (``localise``'s module docstring says what is found)."""
+"""What the localiser found, in words and HTML: the one-line summary, the proof's lines, the
+command's answer, the debug notebook's table (``localise``'s module docstring says what is
+found)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from .tracer import ROOT_LABEL
 
 
 def operator_words(entry: dict) -> str:
-    """An operator of the finding as a reader finds it: ``aten::bmm (default) in model.layers.0.self_attn (...)``."""
+    """An operator of the finding as a reader finds it: ``aten::bmm (default) in
+    model.layers.0.self_attn (...)``."""
     where = f" ({entry['module_class']})" if entry.get("module_class") else ""
     return f"{entry['operator']} ({entry['overload']}) in {entry['module']}{where}"
 
@@ -20,9 +22,10 @@ def _operators(count: int) -> str:
 
 
 def _scope(found: Localised) -> str:
-    """What ran, as the subject of "ran on the device": ``the forward`` (``localise_forward``), ``the prompt's forward``,
-    ``the run's 4 forwards (the prompt's, then 3 decode steps through the KV cache; steps 0-3 of its 8)``, ``the long
-    text's 40 decode steps through the KV cache (positions 36-39 checked; the 36 before ran unchecked, ...)``."""
+    """What ran, as the subject of "ran on the device": ``the forward`` (``localise_forward``),
+    ``the prompt's forward``, ``the run's 4 forwards (the prompt's, then 3 decode steps through
+    the KV cache; steps 0-3 of its 8)``, ``the long text's 40 decode steps through the KV cache
+    (positions 36-39 checked; the 36 before ran unchecked, ...)``."""
     replay = found.replay
     if replay is None:
         return "the forward"
@@ -32,7 +35,8 @@ def _scope(found: Localised) -> str:
     if replay.prompt_ids is not None:
         c = min(replay.check_from, n)
         checked = (
-            f"{unit}s {c}-{n - 1} checked; the {c} before ran unchecked, filling the cache as the check's did"
+            f"{unit}s {c}-{n - 1} checked; the {c} before ran unchecked, filling the cache as "
+            "the check's did"
             if c
             else "every one checked"
         )
@@ -45,8 +49,8 @@ def _scope(found: Localised) -> str:
 
 
 def step_words(entry: dict, found: Localised) -> str:
-    """Where in the run an operator ran: `` at step 3 (a decode step over 29 positions; the run diverged from the
-    CPU reference there)``; empty for one forward (``localise_forward``)."""
+    """Where in the run an operator ran: `` at step 3 (a decode step over 29 positions; the run
+    diverged from the CPU reference there)``; empty for one forward (``localise_forward``)."""
     replay = found.replay
     if replay is None or entry.get("step") is None:
         return ""
@@ -58,13 +62,16 @@ def step_words(entry: dict, found: Localised) -> str:
     positions = f" over {found.tokens_in + step} positions" if found.tokens_in else ""
     there = ""
     if replay.diverged_at is not None:
-        there = f"; {replay.how} {'there' if replay.diverged_at == step else f'at {unit} {replay.diverged_at}'}"
+        there = (
+            f"; {replay.how} "
+            f"{'there' if replay.diverged_at == step else f'at {unit} {replay.diverged_at}'}"
+        )
     return f" at {unit} {step} ({what}{positions}{there})"
 
 
 def _reached(found: Localised) -> str:
-    """For a replay with no wrong operator: whether it reached the step where the run went wrong, and what it could
-    not reach ("" for none, or one forward)."""
+    """For a replay with no wrong operator: whether it reached the step where the run went wrong,
+    and what it could not reach ("" for none, or one forward)."""
     replay = found.replay
     if replay is None:
         return ""
@@ -84,56 +91,76 @@ def _reached(found: Localised) -> str:
 
 
 def _output(found: Localised) -> str:
-    """The replayed run's output against the CPU reference, as a sentence ("" where it was not judged)."""
+    """The replayed run's output against the CPU reference, as a sentence ("" where it was not
+    judged)."""
     numerics = found.numerics
     if not numerics or not numerics.get("numerics"):
         return ""
     verdict = numerics["numerics"]
     note = f" ({numerics['numerics_note']})" if numerics.get("numerics_note") else ""
     if verdict == "match":
-        return f" Replayed so, its output agrees with the CPU reference at every step (numerics {verdict})."
-    return f" Replayed so, its output does not agree with the CPU reference all the same: numerics {verdict}{note}."
+        return (
+            " Replayed so, its output agrees with the CPU reference at every step (numerics "
+            f"{verdict})."
+        )
+    return (
+        " Replayed so, its output does not agree with the CPU reference all the same: numerics "
+        f"{verdict}{note}."
+    )
 
 
 def summary(found: Localised, dtype: str | None = None) -> str:
-    """The finding in a sentence or two: the first wrong operator and the step it ran in, or what the replay ran and
-    how far it reached; never a failure that was not found, and never "all agree" over operators that were not
-    judged: those are said first when they ran before the first wrong one."""
+    """The finding in a sentence or two: the first wrong operator and the step it ran in, or what
+    the replay ran and how far it reached; never a failure that was not found, and never "all
+    agree" over operators that were not judged: those are said first when they ran before the
+    first wrong one."""
     first = found.first
     if found.device_type == "cpu":
-        return "The model ran on the CPU: there is no device to compare with the CPU, so no operator was checked."
+        return (
+            "The model ran on the CPU: there is no device to compare with the CPU, so no operator "
+            "was checked."
+        )
     raised = found.forward_failure
-    tail = f"; the forward then raised {raised['error_type']} in {raised['module'] or ROOT_LABEL}" if raised else ""
+    tail = (
+        f"; the forward then raised {raised['error_type']} in {raised['module'] or ROOT_LABEL}"
+        if raised
+        else ""
+    )
     within = f"within the tolerance{' of ' + dtype if dtype else ''}"
     outputs = _outputs_note(found)
     scope = _scope(found)
     if first is None and not found.not_judged:
         return (
-            f"No operator is wrong: all {found.checked} operators {scope} ran on {found.device_type} agree with "
-            f"the CPU's replay from the same inputs {within}{tail}.{outputs}{_reached(found)}{_output(found)}"
+            f"No operator is wrong: all {found.checked} operators {scope} ran on "
+            f"{found.device_type} agree with the CPU's replay from the same inputs "
+            f"{within}{tail}.{outputs}{_reached(found)}{_output(found)}"
         )
     if first is None:
         unjudged = found.unjudged[0]
         return (
-            f"Not every operator was judged: {found.not_judged} of the {found.checked + found.not_judged} operators "
-            f"{scope} ran on {found.device_type} could not be replayed on the CPU, so nothing here says whether "
-            f"they are right (the first: {operator_words(unjudged)}: {unjudged['reason']}); the other {found.checked} agree "
-            f"with the CPU's replay from the same inputs {within}{tail}.{outputs}{_reached(found)}{_output(found)}"
+            f"Not every operator was judged: {found.not_judged} of the "
+            f"{found.checked + found.not_judged} operators {scope} ran on {found.device_type} "
+            "could not be replayed on the CPU, so nothing here says whether they are right "
+            f"(the first: {operator_words(unjudged)}: {unjudged['reason']}); the other "
+            f"{found.checked} agree with the CPU's replay from the same inputs "
+            f"{within}{tail}.{outputs}{_reached(found)}{_output(found)}"
         )
     before = first.get("not_judged_before", 0)
     lead = ""
     if before:
         unjudged = found.unjudged[0]
         lead = (
-            f"{_operators(before)} before the first wrong one could not be judged ({operator_words(unjudged)}"
-            f"{' and others' if before > 1 else ''}: {unjudged['reason']}), so the numbers may already go wrong there. "
+            f"{_operators(before)} before the first wrong one could not be judged "
+            f"({operator_words(unjudged)}{' and others' if before > 1 else ''}: "
+            f"{unjudged['reason']}), so the numbers may already go wrong there. "
         )
     after = found.not_judged - before
     ran = "" if found.replay is None else f" Checked: {scope}."
     return (
-        lead
-        + f"The first wrong operator of {found.checked} checked is {operator_words(first)}{',' if found.replay else ''}{step_words(first, found)}: max abs "
-        f"error {first['max_abs_error']:.3g}, max rel error {first['max_rel_error']:.3g} ({first['reason']}){tail}."
+        lead + f"The first wrong operator of {found.checked} checked is "
+        f"{operator_words(first)}{',' if found.replay else ''}{step_words(first, found)}: max "
+        f"abs error {first['max_abs_error']:.3g}, max rel error {first['max_rel_error']:.3g} "
+        f"({first['reason']}){tail}."
         + (f" {_operators(after)} after it could not be judged." if after else "")
         + ran
         + outputs
@@ -141,7 +168,8 @@ def summary(found: Localised, dtype: str | None = None) -> str:
 
 
 def _outputs_note(found: Localised) -> str:
-    """The outputs of judged operators that were not compared, as a sentence (empty when there are none)."""
+    """The outputs of judged operators that were not compared, as a sentence (empty when there
+    are none)."""
     if not found.outputs_not_judged:
         return ""
     parts = [f"{name}'s {note['reason']}" for name, note in found.outputs_not_judged.items()]
@@ -154,18 +182,22 @@ def proof_lines(proof: dict | None) -> list[str]:
 
 
 def answer_lines(result: dict) -> list[str]:
-    """What ``model-support localise`` prints for a stored result: the stack's sentence (when this stack is not the
-    sweep's), the finding, the first wrong operator's script, then the proof."""
+    """What ``model-support localise`` prints for a stored result: the stack's sentence (when
+    this stack is not the sweep's), the finding, the first wrong operator's script, then the
+    proof."""
     lines = [result["stack_note"]] if result.get("stack_note") else []
     lines.append(result["summary"])
     if result.get("repro"):
-        lines.append(f"repro: python {result['repro']}  (input shapes {result['shapes']}, dtypes {result['dtypes']})")
+        lines.append(
+            f"repro: python {result['repro']}  (input shapes {result['shapes']}, dtypes "
+            f"{result['dtypes']})"
+        )
     return lines + proof_lines(result.get("proof"))
 
 
 def localised_html(found: Localised, dtype: str | None = None) -> str:
-    """The finding for the debug notebook: the sentence, every flagged operator (the first highlighted), then every
-    operator that could not be judged, with why."""
+    """The finding for the debug notebook: the sentence, every flagged operator (the first
+    highlighted), then every operator that could not be judged, with why."""
     import html
 
     from .. import display
@@ -192,11 +224,16 @@ def localised_html(found: Localised, dtype: str | None = None) -> str:
 
 
 def _cells(entry: dict) -> list:
-    """The cells that name an operator of the finding in the notebook's tables (``columns`` of ``localised_html``)."""
+    """The cells that name an operator of the finding in the notebook's tables (``columns`` of
+    ``localised_html``)."""
     from ..display import Cell
 
     return [
-        Cell(entry["index"] if entry.get("step") is None else f"{entry['index']} (step {entry['step']})"),
+        Cell(
+            entry["index"]
+            if entry.get("step") is None
+            else f"{entry['index']} (step {entry['step']})"
+        ),
         Cell(entry["operator"], code=True),
         Cell(entry["overload"]),
         Cell(entry["module"], code=True),

@@ -1,38 +1,41 @@
-"""One aten operator, run on the device and on the CPU from the same inputs, and judged: what ``localise`` asks of
-every operator of a forward, and the program of every one-operator repro script (``op_repro``).
+"""One aten operator, run on the device and on the CPU from the same inputs, and judged: what
+``localise`` asks of every operator of a forward, and the program of every one-operator repro script
+(``op_repro``).
 
-This module's source is the body of those scripts, so it imports nothing of this package, and torch only inside
-its functions (a script sets the backend's configuration before torch loads).
+This module's source is the body of those scripts, so it imports nothing of this package, and torch
+only inside its functions (a script sets the backend's configuration before torch loads).
 
-**When is an output wrong?** The CPU's output from the device's own inputs is the reference; a device may differ
-from it by rounding without being wrong: its kernels reduce in another order (a matmul's, a softmax's or a
-mean's sum), use other approximations of ``exp`` or ``rsqrt`` (an ulp or two), and run float32 matrix products
-on their matrix units in less precision (TF32 on CUDA; one bf16 pass, a TPU's default). So each floating output
-is judged against an epsilon of the precision it was computed in (``epsilon``): bf16 2^-7, fp16 2^-10; float32
-2^-13 (a few hundred float32 ulps: a sum over 10^5 terms in another order, approximate transcendentals), but a
-float32 matrix product (``MATMULS``; the math attention's ``bmm`` runs in float32 even in a bf16 model) 2^-7, as
-bf16's; float64 2^-23. Two criteria, either of which flags an output:
+**When is an output wrong?** The CPU's output from the device's own inputs is the reference; a
+device may differ from it by rounding without being wrong: its kernels reduce in another order (a
+matmul's, a softmax's or a mean's sum), use other approximations of ``exp`` or ``rsqrt`` (an ulp or
+two), and run float32 matrix products on their matrix units in less precision (TF32 on CUDA; one
+bf16 pass, a TPU's default). So each floating output is judged against an epsilon of the precision
+it was computed in (``epsilon``): bf16 2^-7, fp16 2^-10; float32 2^-13 (a few hundred float32 ulps:
+a sum over 10^5 terms in another order, approximate transcendentals), but a float32 matrix product
+(``MATMULS``; the math attention's ``bmm`` runs in float32 even in a bf16 model) 2^-7, as bf16's;
+float64 2^-23. Two criteria, either of which flags an output:
 
-- *the whole output*: the relative RMS error ``||device - cpu|| / ||cpu||`` above ``NORM_ULPS`` (1.5)
-  epsilons. Rounding each value once, or in another order, moves an output by at most about half an epsilon
-  RMS, and bf16-sized noise on every value (0.4%) stays near 0.5 epsilons: not a fault; every value off by 2%
-  is 2.6 bf16 epsilons: a fault;
-- *any one value*: ``|device - cpu|`` above ``ELEMENT_ULPS`` (4) epsilons times ``|cpu| + scale`` (``scale``:
-  the output's largest magnitude), so a few values gone wrong (a mask, one row) are caught where the RMS
-  would dilute them, while a value near zero, where a reduction's cancellation makes rounding large relative
-  to the value, is judged at the output's scale;
+- *the whole output*: the relative RMS error ``||device - cpu|| / ||cpu||`` above ``NORM_ULPS``
+  (1.5) epsilons. Rounding each value once, or in another order, moves an output by at most about
+  half an epsilon RMS, and bf16-sized noise on every value (0.4%) stays near 0.5 epsilons: not a
+  fault; every value off by 2% is 2.6 bf16 epsilons: a fault;
+- *any one value*: ``|device - cpu|`` above ``ELEMENT_ULPS`` (4) epsilons times ``|cpu| + scale``
+  (``scale``: the output's largest magnitude), so a few values gone wrong (a mask, one row) are
+  caught where the RMS would dilute them, while a value near zero, where a reduction's cancellation
+  makes rounding large relative to the value, is judged at the output's scale;
 
-and a non-finite value where the other side has another (inf or nan against a number) is always wrong.
-Integer and boolean outputs (indices, masks, argmax) must be equal. Reported: ``max_abs_error``
-(``max |device - cpu|``) and ``max_rel_error`` (that over the output's scale, as the debug notebook's module
-comparison measures a module's output).
+and a non-finite value where the other side has another (inf or nan against a number) is always
+wrong. Integer and boolean outputs (indices, masks, argmax) must be equal. Reported:
+``max_abs_error`` (``max |device - cpu|``) and ``max_rel_error`` (that over the output's scale, as
+the debug notebook's module comparison measures a module's output).
 
-**What is the CPU's output?** The same operator on the CPU (``replay``), except for the fused attention kernels
-(``FUSED_ATTENTION``: CUDA's flash, memory-efficient and cuDNN attention, a backend's overrideable one), which the
-CPU has no kernel of: those are replayed through the math attention from the same query, key, value, mask, scale
-and causality (``attention_reference``), in float32 as a fused kernel accumulates, and judged on the attention's
-output and its logsumexp; the outputs no CPU attention makes (sequence offsets and lengths, random-number state, a
-debug mask) are named as not judged (``NotJudged``), never counted as agreeing. An operator the CPU cannot run at
+**What is the CPU's output?** The same operator on the CPU (``replay``), except for the fused
+attention kernels (``FUSED_ATTENTION``: CUDA's flash, memory-efficient and cuDNN attention, a
+backend's overrideable one), which the CPU has no kernel of: those are replayed through the math
+attention from the same query, key, value, mask, scale and causality (``attention_reference``), in
+float32 as a fused kernel accumulates, and judged on the attention's output and its logsumexp; the
+outputs no CPU attention makes (sequence offsets and lengths, random-number state, a debug mask) are
+named as not judged (``NotJudged``), never counted as agreeing. An operator the CPU cannot run at
 all makes ``replay`` raise: its caller says it was not judged.
 """
 
@@ -44,16 +47,25 @@ import sys
 
 #: The epsilon a floating output of each dtype is judged by (see the module docstring).
 EPSILON = {"bfloat16": 2**-7, "float16": 2**-10, "float32": 2**-13, "float64": 2**-23}
-#: Matrix products, judged in float32 at bf16's epsilon: a TPU's default precision for them is one bf16 pass.
+#: Matrix products, judged in float32 at bf16's epsilon: a TPU's default precision for them is one
+#: bf16 pass.
 MATMULS = frozenset(
-    {"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::addbmm", "aten::convolution", "aten::_convolution"}
+    {
+        "aten::mm",
+        "aten::bmm",
+        "aten::addmm",
+        "aten::baddbmm",
+        "aten::addbmm",
+        "aten::convolution",
+        "aten::_convolution",
+    }
 )
 #: The relative RMS error, in epsilons, above which a whole output is wrong.
 NORM_ULPS = 1.5
 #: The error of one value, in epsilons of ``|cpu| + scale``, above which an output is wrong.
 ELEMENT_ULPS = 4.0
-#: Operators whose output is not a function of their inputs (uninitialised memory, random numbers): run, never
-#: judged.
+#: Operators whose output is not a function of their inputs (uninitialised memory, random numbers):
+#: run, never judged.
 NOT_REPLAYED = frozenset(
     {
         "aten::empty",
@@ -92,24 +104,28 @@ FUSED_ATTENTION = frozenset(
     }
 )
 #: Why a fused attention's other outputs are not judged.
-NO_CPU_OUTPUT = "no CPU attention makes them: sequence offsets and lengths, random-number state, a debug mask"
-#: How an inputs file marks what is not a plain value: a tensor that was on the device (its CPU copy inside), the
-#: device itself, a memory format (which pickle cannot save).
+NO_CPU_OUTPUT = (
+    "no CPU attention makes them: sequence offsets and lengths, random-number state, a debug mask"
+)
+#: How an inputs file marks what is not a plain value: a tensor that was on the device (its CPU copy
+#: inside), the device itself, a memory format (which pickle cannot save).
 ON_DEVICE, DEVICE, MEMORY_FORMAT = "__on_device__", "__device__", "__memory_format__"
 
 
 def tolerance_text():
     """The tolerances in one sentence (what a result and a script say they judged by)."""
     return (
-        f"an output is wrong when its relative RMS error exceeds {NORM_ULPS:g} epsilons of its dtype, one value's "
-        f"error exceeds {ELEMENT_ULPS:g} epsilons of (its value + the output's scale), or a non-finite value differs "
-        "(epsilons: bfloat16 2^-7, float16 2^-10, float32 2^-13 and its matrix products 2^-7, float64 2^-23); "
-        "integers must be equal"
+        f"an output is wrong when its relative RMS error exceeds {NORM_ULPS:g} epsilons of its "
+        f"dtype, one value's error exceeds {ELEMENT_ULPS:g} epsilons of (its value + the "
+        "output's scale), or a non-finite value differs (epsilons: bfloat16 2^-7, float16 "
+        "2^-10, float32 2^-13 and its matrix products 2^-7, float64 2^-23); integers must be "
+        "equal"
     )
 
 
 def _map(fn, tree):
-    """``tree`` (an operator's arguments or result: tuples, lists, dicts) with every leaf replaced by ``fn`` of it."""
+    """``tree`` (an operator's arguments or result: tuples, lists, dicts) with every leaf
+    replaced by ``fn`` of it."""
     if type(tree) in (tuple, list):
         return type(tree)(_map(fn, item) for item in tree)
     if type(tree) is dict and not _marker(tree):
@@ -130,14 +146,18 @@ def _leaves(tree, into):
 
 
 def _marker(value):
-    return type(value) is dict and len(value) == 1 and next(iter(value)) in (ON_DEVICE, DEVICE, MEMORY_FORMAT)
+    return (
+        type(value) is dict
+        and len(value) == 1
+        and next(iter(value)) in (ON_DEVICE, DEVICE, MEMORY_FORMAT)
+    )
 
 
 def encode(tree, device_type, copy=True):
-    """An operator's arguments as the CPU keeps them: every tensor on the CPU (``copy``: a copy, also of a CPU
-    tensor, as an in-place operator's inputs must be kept before it writes), a device tensor marked
-    ``ON_DEVICE``, the device (``device=``) marked ``DEVICE``, a memory format by its name; what ``torch.save``
-    writes and ``place`` puts back."""
+    """An operator's arguments as the CPU keeps them: every tensor on the CPU (``copy``: a copy,
+    also of a CPU tensor, as an in-place operator's inputs must be kept before it writes), a
+    device tensor marked ``ON_DEVICE``, the device (``device=``) marked ``DEVICE``, a memory
+    format by its name; what ``torch.save`` writes and ``place`` puts back."""
     import torch
 
     def leaf(value):
@@ -154,9 +174,10 @@ def encode(tree, device_type, copy=True):
 
 
 def place(tree, device=None, fresh=True):
-    """``encode``'s arguments ready for a call: on ``device`` what was on the device, or everything on the CPU
-    (``device`` None: the reference's replay); with ``fresh`` every CPU tensor a copy, so a call may write into it
-    (an in-place operator's replay), without it the kept tensors themselves (an operator that writes nothing)."""
+    """``encode``'s arguments ready for a call: on ``device`` what was on the device, or
+    everything on the CPU (``device`` None: the reference's replay); with ``fresh`` every CPU
+    tensor a copy, so a call may write into it (an in-place operator's replay), without it the
+    kept tensors themselves (an operator that writes nothing)."""
     import torch
 
     def tensor(value):
@@ -178,7 +199,8 @@ def place(tree, device=None, fresh=True):
 
 
 def describe(encoded):
-    """(shapes, dtypes) of the tensors among an operator's ``encode``d arguments, in argument order."""
+    """(shapes, dtypes) of the tensors among an operator's ``encode``d arguments, in argument
+    order."""
     import torch
 
     tensors = []
@@ -194,7 +216,8 @@ def _name(dtype):
 
 
 def epsilon(dtype, name=None):
-    """The epsilon an output of ``dtype`` made by operator ``name`` is judged by (see the module docstring)."""
+    """The epsilon an output of ``dtype`` made by operator ``name`` is judged by (see the module
+    docstring)."""
     dtype = _name(dtype)
     if dtype == "float32" and name in MATMULS:
         return EPSILON["bfloat16"]
@@ -202,7 +225,8 @@ def epsilon(dtype, name=None):
 
 
 def _judge_tensor(device, cpu, name):
-    """One output tensor of each side (the device's already on the CPU): the errors, and why it is wrong (None)."""
+    """One output tensor of each side (the device's already on the CPU): the errors, and why it
+    is wrong (None)."""
     import torch
 
     if tuple(device.shape) != tuple(cpu.shape) or device.dtype != cpu.dtype:
@@ -211,11 +235,12 @@ def _judge_tensor(device, cpu, name):
             math.inf,
             math.inf,
             (
-                f"shape {list(device.shape)} {_name(device.dtype)} on the device, {list(cpu.shape)} {_name(cpu.dtype)} on "
-                "the CPU"
+                f"shape {list(device.shape)} {_name(device.dtype)} on the device, "
+                f"{list(cpu.shape)} {_name(cpu.dtype)} on the CPU"
             ),
         )
-    if not device.numel() or torch.equal(device, cpu):  # most outputs of a faithful stack: nothing to measure
+    # most outputs of a faithful stack: nothing to measure
+    if not device.numel() or torch.equal(device, cpu):
         return 0.0, 0.0, 0.0, None
     exact = not (device.is_floating_point() or device.is_complex())
     if device.is_complex():
@@ -232,17 +257,30 @@ def _judge_tensor(device, cpu, name):
     norm = float(c[both].norm()) if diff.numel() else 0.0
     rms_rel = 0.0 if max_abs == 0.0 else (float(diff.norm()) / norm if norm > 0.0 else math.inf)
     if odd:
-        return max_abs, max_rel, rms_rel, f"{odd} value(s) non-finite on one side only, or different non-finite"
+        return (
+            max_abs,
+            max_rel,
+            rms_rel,
+            f"{odd} value(s) non-finite on one side only, or different non-finite",
+        )
     if exact:
         wrong = max_abs > 0.0
-        return max_abs, max_rel, rms_rel, (f"{int((diff > 0).sum())} value(s) differ (integers)" if wrong else None)
+        return (
+            max_abs,
+            max_rel,
+            rms_rel,
+            (f"{int((diff > 0).sum())} value(s) differ (integers)" if wrong else None),
+        )
     eps = epsilon(device.dtype, name)
     if rms_rel > NORM_ULPS * eps:
         return (
             max_abs,
             max_rel,
             rms_rel,
-            (f"relative RMS error {rms_rel:.3g} > {NORM_ULPS * eps:.3g} ({NORM_ULPS:g} x 2^{round(math.log2(eps))})"),
+            (
+                f"relative RMS error {rms_rel:.3g} > {NORM_ULPS * eps:.3g} ({NORM_ULPS:g} x "
+                f"2^{round(math.log2(eps))})"
+            ),
         )
     beyond = int((diff > ELEMENT_ULPS * eps * (ref + scale)).sum())
     if beyond:
@@ -250,14 +288,17 @@ def _judge_tensor(device, cpu, name):
             max_abs,
             max_rel,
             rms_rel,
-            (f"{beyond} value(s) off by more than {ELEMENT_ULPS:g} x 2^{round(math.log2(eps))} x (value + scale)"),
+            (
+                f"{beyond} value(s) off by more than {ELEMENT_ULPS:g} x "
+                f"2^{round(math.log2(eps))} x (value + scale)"
+            ),
         )
     return max_abs, max_rel, rms_rel, None
 
 
 class NotJudged:
-    """In a reference, an output the CPU's replay cannot make (a fused attention's random-number state): ``judge``
-    names it and compares nothing, so it never counts as agreeing."""
+    """In a reference, an output the CPU's replay cannot make (a fused attention's random-number
+    state): ``judge`` names it and compares nothing, so it never counts as agreeing."""
 
     def __init__(self, output, why):
         self.output, self.why = output, why
@@ -267,10 +308,11 @@ class NotJudged:
 
 
 def replay(op, args, kwargs, device_out=None):
-    """Operator ``op`` on the CPU from the device's inputs (``args`` and ``kwargs`` placed on the CPU): the reference
-    its device output (``device_out``, on the CPU) is judged against. A fused attention kernel the CPU has no
-    kernel of is replayed through the math attention (``attention_reference``); any other operator the CPU cannot
-    run raises, and its caller says it was not judged."""
+    """Operator ``op`` on the CPU from the device's inputs (``args`` and ``kwargs`` placed on the
+    CPU): the reference its device output (``device_out``, on the CPU) is judged against. A fused
+    attention kernel the CPU has no kernel of is replayed through the math attention
+    (``attention_reference``); any other operator the CPU cannot run raises, and its caller says
+    it was not judged."""
     try:
         return op(*args, **kwargs)
     except Exception:
@@ -280,8 +322,9 @@ def replay(op, args, kwargs, device_out=None):
 
 
 def _bound(op, args, kwargs):
-    """An operator's arguments by their names in its schema, the defaults filled in: the fused attention kernels
-    take the same inputs in different places (the mask is ``attn_bias`` or ``attn_mask``, or absent)."""
+    """An operator's arguments by their names in its schema, the defaults filled in: the fused
+    attention kernels take the same inputs in different places (the mask is ``attn_bias`` or
+    ``attn_mask``, or absent)."""
     bound = {}
     for index, argument in enumerate(op._schema.arguments):
         if index < len(args):
@@ -294,16 +337,19 @@ def _bound(op, args, kwargs):
 
 
 def attention_reference(op, args, kwargs, device_out=None):
-    """A fused attention kernel's outputs as the CPU computes them from the same inputs (its arguments on the CPU):
-    the attention's output through the math attention (``aten::_scaled_dot_product_attention_math``) in float32, as
-    a fused kernel accumulates, rounded to the query's dtype; its logsumexp (the natural log of the sum over the keys
-    of the exponentiated scaled, masked scores) where ``device_out``'s has one value per query; every other output
-    ``NotJudged``. Raises where no reference exists (dropout draws random numbers)."""
+    """A fused attention kernel's outputs as the CPU computes them from the same inputs (its
+    arguments on the CPU): the attention's output through the math attention
+    (``aten::_scaled_dot_product_attention_math``) in float32, as a fused kernel accumulates,
+    rounded to the query's dtype; its logsumexp (the natural log of the sum over the keys of the
+    exponentiated scaled, masked scores) where ``device_out``'s has one value per query; every
+    other output ``NotJudged``. Raises where no reference exists (dropout draws random numbers)."""
     import torch
 
     bound = _bound(op, args, kwargs)
     if bound.get("dropout_p"):
-        raise ValueError(f"dropout {bound['dropout_p']} draws random numbers: there is no reference to replay")
+        raise ValueError(
+            f"dropout {bound['dropout_p']} draws random numbers: there is no reference to replay"
+        )
     query, key, value = bound["query"], bound["key"], bound["value"]
     mask = bound.get("attn_bias", bound.get("attn_mask"))
     wide = torch.float64 if query.dtype == torch.float64 else torch.float32
@@ -322,9 +368,9 @@ def attention_reference(op, args, kwargs, device_out=None):
 
 
 def _logsumexp(query, key, mask, causal, scale, device_lse):
-    """The attention's logsumexp, one value per query, shaped as ``device_lse`` holds it (an empty one: not computed
-    on the device either); ``NotJudged`` where it holds something else (padded), or where a query sees no key (what
-    a kernel writes for it differs)."""
+    """The attention's logsumexp, one value per query, shaped as ``device_lse`` holds it (an
+    empty one: not computed on the device either); ``NotJudged`` where it holds something else
+    (padded), or where a query sees no key (what a kernel writes for it differs)."""
     import math
 
     import torch
@@ -333,7 +379,9 @@ def _logsumexp(query, key, mask, causal, scale, device_lse):
         return torch.empty_like(device_lse)
     groups = query.shape[-3] // key.shape[-3]
     key = key.repeat_interleave(groups, dim=-3) if groups > 1 else key
-    scores = query @ key.transpose(-2, -1) * (1 / math.sqrt(query.shape[-1]) if scale is None else scale)
+    scores = (
+        query @ key.transpose(-2, -1) * (1 / math.sqrt(query.shape[-1]) if scale is None else scale)
+    )
     if causal:
         seen = torch.ones(scores.shape[-2:], dtype=torch.bool).tril()
         scores = scores.masked_fill(~seen, -math.inf)
@@ -341,24 +389,35 @@ def _logsumexp(query, key, mask, causal, scale, device_lse):
         scores = scores.masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else scores + mask
     lse = torch.logsumexp(scores, dim=-1)
     if not torch.isfinite(lse).all():
-        return NotJudged("logsumexp", "a query sees no key, and kernels write different values for it")
+        return NotJudged(
+            "logsumexp", "a query sees no key, and kernels write different values for it"
+        )
     if device_lse is None or not isinstance(device_lse, torch.Tensor):
         return lse
     if tuple(device_lse.shape) == tuple(lse.shape) + (1,):
         lse = lse.unsqueeze(-1)
     if tuple(device_lse.shape) != tuple(lse.shape):
-        return NotJudged("logsumexp", f"shape {list(device_lse.shape)} on the device, not one value per query")
+        return NotJudged(
+            "logsumexp", f"shape {list(device_lse.shape)} on the device, not one value per query"
+        )
     return lse.to(device_lse.dtype)
 
 
 def judge(device_out, cpu_out, name=None):
-    """Operator ``name``'s output on the device (every tensor in it already on the CPU) against the CPU's: a dict with ``wrong``,
-    ``reason`` (the first wrong output's), ``max_abs_error``, ``max_rel_error`` and ``rms_rel_error`` (the worst
-    over the outputs), and ``not_judged`` ({output: why} of the reference's ``NotJudged`` outputs). See the module
-    docstring for the tolerances."""
+    """Operator ``name``'s output on the device (every tensor in it already on the CPU) against
+    the CPU's: a dict with ``wrong``, ``reason`` (the first wrong output's), ``max_abs_error``,
+    ``max_rel_error`` and ``rms_rel_error`` (the worst over the outputs), and ``not_judged``
+    ({output: why} of the reference's ``NotJudged`` outputs). See the module docstring for the
+    tolerances."""
     import torch
 
-    found = {"wrong": False, "reason": None, "max_abs_error": 0.0, "max_rel_error": 0.0, "rms_rel_error": 0.0}
+    found = {
+        "wrong": False,
+        "reason": None,
+        "max_abs_error": 0.0,
+        "max_rel_error": 0.0,
+        "rms_rel_error": 0.0,
+    }
     found["not_judged"] = {}
     device_leaves, cpu_leaves = _leaves(device_out, []), _leaves(cpu_out, [])
     if len(device_leaves) != len(cpu_leaves):
@@ -374,9 +433,17 @@ def judge(device_out, cpu_out, name=None):
         if isinstance(d, torch.Tensor) and isinstance(c, torch.Tensor):
             max_abs, max_rel, rms_rel, reason = _judge_tensor(d, c, name)
         elif isinstance(d, float) and isinstance(c, float):
-            max_abs = abs(d - c) if math.isfinite(d) and math.isfinite(c) else (0.0 if str(d) == str(c) else math.inf)
+            max_abs = (
+                abs(d - c)
+                if math.isfinite(d) and math.isfinite(c)
+                else (0.0 if str(d) == str(c) else math.inf)
+            )
             max_rel = rms_rel = 0.0 if max_abs == 0.0 else (max_abs / abs(c) if c else math.inf)
-            reason = f"{d!r} on the device, {c!r} on the CPU" if max_rel > ELEMENT_ULPS * EPSILON["float32"] else None
+            reason = (
+                f"{d!r} on the device, {c!r} on the CPU"
+                if max_rel > ELEMENT_ULPS * EPSILON["float32"]
+                else None
+            )
         else:
             same = type(d) is type(c) and d == c
             max_abs = max_rel = rms_rel = 0.0 if same else math.inf
@@ -390,7 +457,8 @@ def judge(device_out, cpu_out, name=None):
 
 
 def unjudged_outputs(not_judged):
-    """``judge``'s ``not_judged`` in words, the outputs grouped by why: "rng_state, unused (why)"."""
+    """``judge``'s ``not_judged`` in words, the outputs grouped by why: "rng_state, unused
+    (why)"."""
     by_why = {}
     for output, why in not_judged.items():
         by_why.setdefault(why, []).append(output)
@@ -398,14 +466,18 @@ def unjudged_outputs(not_judged):
 
 
 def to_cpu(out):
-    """An operator's output with every tensor copied to the CPU (a device's output, to be judged)."""
+    """An operator's output with every tensor copied to the CPU (a device's output, to be
+    judged)."""
     import torch
 
-    return _map(lambda value: value.detach().to("cpu") if isinstance(value, torch.Tensor) else value, out)
+    return _map(
+        lambda value: value.detach().to("cpu") if isinstance(value, torch.Tensor) else value, out
+    )
 
 
 def operator(name, overload):
-    """The callable ``torch.ops`` overload: ``operator("aten::bmm", "default")`` is ``torch.ops.aten.bmm.default``."""
+    """The callable ``torch.ops`` overload: ``operator("aten::bmm", "default")`` is
+    ``torch.ops.aten.bmm.default``."""
     import torch
 
     namespace, _, base = name.partition("::")
@@ -413,8 +485,9 @@ def operator(name, overload):
 
 
 def read_inputs(path, sha256):
-    """An inputs file, only when its bytes hash to ``sha256``; tensors loaded with ``weights_only=True`` (a
-    pickle of anything else is refused, so a file someone swapped cannot run code)."""
+    """An inputs file, only when its bytes hash to ``sha256``; tensors loaded with
+    ``weights_only=True`` (a pickle of anything else is refused, so a file someone swapped cannot
+    run code)."""
     import torch
 
     with open(path, "rb") as handle:
@@ -426,12 +499,14 @@ def read_inputs(path, sha256):
 
 
 def run_script(settings, argv, set_up_backend):
-    """The one-operator script: the operator on the device and on the CPU from the saved inputs, both outputs
-    printed, then the verdict. Exit status 1 while they differ beyond the tolerance, 0 when they agree, 2 with one
-    sentence where this stack cannot run it (the device or its backend not here). ``set_up_backend``: the repro
-    scripts' own (``reproduce``), which sets the stack's backend configuration as it ran (or not: ``--stack-as-found``),
-    loads its backend and says why the device is not here."""
-    os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"  # set, not defaulted: a parent may hand down torch_tpu's "1"
+    """The one-operator script: the operator on the device and on the CPU from the saved inputs,
+    both outputs printed, then the verdict. Exit status 1 while they differ beyond the tolerance,
+    0 when they agree, 2 with one sentence where this stack cannot run it (the device or its
+    backend not here). ``set_up_backend``: the repro scripts' own (``reproduce``), which sets the
+    stack's backend configuration as it ran (or not: ``--stack-as-found``), loads its backend and
+    says why the device is not here."""
+    # set, not defaulted: a parent may hand down torch_tpu's "1"
+    os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
     argv, why = set_up_backend(settings, argv)
     if why:
         print(f"no verdict: {why}", file=sys.stderr)
@@ -440,10 +515,17 @@ def run_script(settings, argv, set_up_backend):
 
     folder = os.path.dirname(os.path.abspath(argv[0]))
     name = settings["inputs_sha256"] + ".pt"
-    candidates = [argv[1]] if len(argv) > 1 else [os.path.join(folder, name), os.path.join(folder, "inputs", name)]
+    candidates = (
+        [argv[1]]
+        if len(argv) > 1
+        else [os.path.join(folder, name), os.path.join(folder, "inputs", name)]
+    )
     path = next((p for p in candidates if os.path.exists(p)), None)
     if path is None:
-        return f"the inputs file {name} is not beside this script: pass its path, python {argv[0]} /path/to/{name}"
+        return (
+            f"the inputs file {name} is not beside this script: pass its path, python {argv[0]} "
+            f"/path/to/{name}"
+        )
     inputs = read_inputs(path, settings["inputs_sha256"])
     op = operator(settings["operator"], settings["overload"])
     device = torch.device(settings["device"])
@@ -452,7 +534,10 @@ def run_script(settings, argv, set_up_backend):
         on_cpu = replay(op, place(inputs["args"]), place(inputs["kwargs"]), on_device)
     found = judge(on_device, on_cpu, settings["operator"])
     torch.set_printoptions(precision=6, threshold=64, edgeitems=3)
-    print(f"{settings['operator']}.{settings['overload']} on {device} (in {settings['module']}):\n{on_device}")
+    print(
+        f"{settings['operator']}.{settings['overload']} on {device} (in "
+        f"{settings['module']}):\n{on_device}"
+    )
     print(f"{settings['operator']}.{settings['overload']} on the CPU:\n{on_cpu}")
     print(
         f"max_abs_error {found['max_abs_error']:.6g}, max_rel_error {found['max_rel_error']:.6g}, "

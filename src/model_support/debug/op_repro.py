@@ -1,16 +1,17 @@
-"""The one-operator repro: the first wrong operator as a tiny standalone script and its inputs, what a porting
-engineer attaches to a bug report against the stack.
+"""The one-operator repro: the first wrong operator as a tiny standalone script and its inputs, what
+a porting engineer attaches to a bug report against the stack.
 
-The script is a header, the source of ``op_check`` (its program and its tolerances: the same judgement the
-localiser made), the repro scripts' own ``set_up_backend`` and what it calls (``apply_device_config``,
-``load_backend``: it sets the stack's backend configuration as it ran, e.g. ``LIBTPU_INIT_ARGS`` or a test backend's
-faults, each said on stdout, or leaves this environment's with ``--stack-as-found``; loads only that backend; and
-says in one sentence, exit status 2, where the device is not here), then its ``SETTINGS``. It needs torch and the
-device's backend package, nothing of this project.
+The script is a header, the source of ``op_check`` (its program and its tolerances: the same
+judgement the localiser made), the repro scripts' own ``set_up_backend`` and what it calls
+(``apply_device_config``, ``load_backend``: it sets the stack's backend configuration as it ran,
+e.g. ``LIBTPU_INIT_ARGS`` or a test backend's faults, each said on stdout, or leaves this
+environment's with ``--stack-as-found``; loads only that backend; and says in one sentence, exit
+status 2, where the device is not here), then its ``SETTINGS``. It needs torch and the device's
+backend package, nothing of this project.
 
-The inputs (the device's own inputs of that call, copied to the CPU) are one ``torch.save`` file stored by its
-content: ``inputs/<sha256>.pt`` beside the script; the script reads it only when its bytes hash to the sha256 it
-names, with ``torch.load(weights_only=True)``.
+The inputs (the device's own inputs of that call, copied to the CPU) are one ``torch.save`` file
+stored by its content: ``inputs/<sha256>.pt`` beside the script; the script reads it only when its
+bytes hash to the sha256 it names, with ``torch.load(weights_only=True)``.
 """
 
 from __future__ import annotations
@@ -60,19 +61,23 @@ if __name__ == "__main__":
 """
 
 #: An import of this package in a body that must run without it.
-_PACKAGE_IMPORT = re.compile(r"^\s*(?:from\s+\.|from\s+model_support\b|import\s+model_support\b)", re.MULTILINE)
+_PACKAGE_IMPORT = re.compile(
+    r"^\s*(?:from\s+\.|from\s+model_support\b|import\s+model_support\b)", re.MULTILINE
+)
 
 
 def _body() -> str:
     source = inspect.getsource(op_check)
     if _PACKAGE_IMPORT.search(source):
-        raise ValueError("op_check imports this package: its source cannot be a standalone script's body")
+        raise ValueError(
+            "op_check imports this package: its source cannot be a standalone script's body"
+        )
     return source
 
 
 def script(settings: dict, sweep_id: str | None = None) -> str:
-    """The whole script for one localised operator; ``settings``: operator, overload, module, shapes, dtypes,
-    device (its type), device_config, inputs_sha256, model_id."""
+    """The whole script for one localised operator; ``settings``: operator, overload, module,
+    shapes, dtypes, device (its type), device_config, inputs_sha256, model_id."""
     functions = "\n\n".join(
         inspect.getsource(f)
         for f in (
@@ -88,7 +93,10 @@ def script(settings: dict, sweep_id: str | None = None) -> str:
         inputs_file=f"{settings['inputs_sha256']}.pt",
         keep=reproduce.KEEP_CONFIG_VAR,
         flag=reproduce.AS_FOUND_FLAG,
-        **{k: settings.get(k) for k in ("model_id", "device", "operator", "overload", "module", "shapes", "dtypes")},
+        **{
+            k: settings.get(k)
+            for k in ("model_id", "device", "operator", "overload", "module", "shapes", "dtypes")
+        },
     )
     tail = TAIL.format(
         backends_group=probe_backend.BACKENDS_GROUP,
@@ -110,9 +118,17 @@ def inputs_bytes(encoded_args, encoded_kwargs) -> bytes:
     return buffer.getvalue()
 
 
-def write(folder: Path, name: str, settings: dict, encoded_args, encoded_kwargs, sweep_id: str | None = None) -> Path:
-    """Store the script as ``<folder>/<name>.py`` and its inputs as ``<folder>/inputs/<sha256>.pt`` (once: the same
-    inputs are the same file); ``settings`` gets ``inputs_sha256``. Returns the script's path."""
+def write(
+    folder: Path,
+    name: str,
+    settings: dict,
+    encoded_args,
+    encoded_kwargs,
+    sweep_id: str | None = None,
+) -> Path:
+    """Store the script as ``<folder>/<name>.py`` and its inputs as
+    ``<folder>/inputs/<sha256>.pt`` (once: the same inputs are the same file); ``settings`` gets
+    ``inputs_sha256``. Returns the script's path."""
     data = inputs_bytes(encoded_args, encoded_kwargs)
     sha = hashlib.sha256(data).hexdigest()
     inputs = Path(folder) / INPUTS / f"{sha}.pt"

@@ -1,5 +1,6 @@
-"""The localiser's dispatch mode: every operator that reaches the device replayed on the CPU from the device's own
-inputs and judged (``localise``'s module docstring). Apart from ``localise`` so that importing that imports no torch.
+"""The localiser's dispatch mode: every operator that reaches the device replayed on the CPU from
+the device's own inputs and judged (``localise``'s module docstring). Apart from ``localise`` so
+that importing that imports no torch.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from .tracer import ROOT_LABEL
 
 
 class OperatorCheckMode(Census):
-    """The localiser's dispatch mode over one forward, or a replayed run (``localise``'s module docstring):
-    ``tracer`` is its ``ModuleTracer``, whose stack names the module each operator runs in and whose root calls
-    count the steps."""
+    """The localiser's dispatch mode over one forward, or a replayed run (``localise``'s module
+    docstring): ``tracer`` is its ``ModuleTracer``, whose stack names the module each operator
+    runs in and whose root calls count the steps."""
 
     def __init__(self, device_type: str, tracer):
         super().__init__(device_type)
@@ -23,7 +24,8 @@ class OperatorCheckMode(Census):
         self.found = Localised(device_type=device_type)
         self.hushed = 0
         self.check_from = 0  # the steps before it run unchecked (``Replay.check_from``)
-        self.replaying = False  # a replayed run (``localise_run``): each operator named with its step
+        # a replayed run (``localise_run``): each operator named with its step
+        self.replaying = False
         self.step_starts: dict[int, int] = {}  # step -> the index of its first operator
 
     def __enter__(self):
@@ -33,7 +35,8 @@ class OperatorCheckMode(Census):
 
     @contextlib.contextmanager
     def quiet(self):
-        """The localiser's own operators on the device (forcing a token, the stop flag): run, never judged."""
+        """The localiser's own operators on the device (forcing a token, the stop flag): run,
+        never judged."""
         self.hushed += 1
         try:
             yield
@@ -47,8 +50,8 @@ class OperatorCheckMode(Census):
         return top["name"] or ROOT_LABEL, type(top["module"]).__name__
 
     def current_step(self) -> int:
-        """The step an operator runs in: the forwards begun before it, less one (the generation's own operators
-        after a forward are that step's; those before the first, the prompt's)."""
+        """The step an operator runs in: the forwards begun before it, less one (the generation's
+        own operators after a forward are that step's; those before the first, the prompt's)."""
         return max(self.tracer.root_calls - 1, 0)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -56,14 +59,17 @@ class OperatorCheckMode(Census):
         if self.hushed or (self.check_from and self.current_step() < self.check_from):
             return func(*args, **kwargs)
         if self._composite(func) or not self._reaches_device(args, kwargs):
-            return super().__torch_dispatch__(func, types, args, kwargs)  # decomposed: its parts come back here
+            # decomposed: its parts come back here
+            return super().__torch_dispatch__(func, types, args, kwargs)
         name = func._schema.name
         if name in op_check.NOT_REPLAYED:
             return super().__torch_dispatch__(func, types, args, kwargs)
         self.step_starts.setdefault(self.current_step(), self.found.checked + self.found.not_judged)
-        writes = func._schema.is_mutable  # in place (a cache update): its inputs kept before it writes them
+        # in place (a cache update): its inputs kept before it writes them
+        writes = func._schema.is_mutable
         encoded = op_check.encode((args, kwargs), self.device_type, copy=writes)
-        out = super().__torch_dispatch__(func, types, args, kwargs)  # the census counts it, the device runs it
+        # the census counts it, the device runs it
+        out = super().__torch_dispatch__(func, types, args, kwargs)
         on_device = op_check.to_cpu(out)
         try:
             cpu_args, cpu_kwargs = op_check.place(encoded, fresh=writes)
@@ -79,14 +85,20 @@ class OperatorCheckMode(Census):
                 "reason": op_check.unjudged_outputs(judged["not_judged"]),
             }
         if judged["wrong"]:
-            # the first one's inputs for its repro: copies of its own (an input on the CPU may change later)
-            kept = encoded if writes or self.found.wrong else op_check.encode((args, kwargs), self.device_type)
+            # the first one's inputs for its repro: copies of its own (an input on the CPU may
+            # change later)
+            kept = (
+                encoded
+                if writes or self.found.wrong
+                else op_check.encode((args, kwargs), self.device_type)
+            )
             self._flag(func, kept, judged)
         return out
 
     def _entry(self, func) -> dict:
-        """What names an operator in the finding: itself, its module, its place among the operators run (in
-        the whole run, ``index``, and in its step's forward, ``step_index``), its step."""
+        """What names an operator in the finding: itself, its module, its place among the
+        operators run (in the whole run, ``index``, and in its step's forward, ``step_index``),
+        its step."""
         module, module_class = self._module()
         index = self.found.checked + self.found.not_judged - 1
         entry = {
@@ -111,7 +123,10 @@ class OperatorCheckMode(Census):
                 **self._entry(func),
                 "shapes": shapes,
                 "dtypes": dtypes,
-                **{k: judged[k] for k in ("max_abs_error", "max_rel_error", "rms_rel_error", "reason")},
+                **{
+                    k: judged[k]
+                    for k in ("max_abs_error", "max_rel_error", "rms_rel_error", "reason")
+                },
                 "not_judged_before": self.found.not_judged,
             }
         )
@@ -119,7 +134,8 @@ class OperatorCheckMode(Census):
             self.found.first_inputs = encoded
 
     def _not_judged(self, func, encoded, exc: Exception) -> None:
-        """An operator the CPU could not replay: listed with why, so that it never counts as agreeing."""
+        """An operator the CPU could not replay: listed with why, so that it never counts as
+        agreeing."""
         self.found.not_judged += 1
         if len(self.found.unjudged) >= MAX_LISTED:
             return

@@ -48,7 +48,8 @@ def describe_tensor(tensor) -> dict:
 
 
 def describe_inputs(args: tuple, kwargs: dict | None = None) -> list[dict]:
-    """Shape, dtype and device of every tensor argument (also inside tuples and lists, one level)."""
+    """Shape, dtype and device of every tensor argument (also inside tuples and lists, one
+    level)."""
     import torch
 
     described = []
@@ -80,7 +81,8 @@ def _module_summary(module) -> str:
     return text[:300]
 
 
-# --- the tracer ------------------------------------------------------------------------------------
+# --- the tracer
+# ------------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass
@@ -137,7 +139,9 @@ class ModuleTracer:
         for _, module in self.model.named_modules():
             self._handles.append(module.register_forward_pre_hook(self._enter, with_kwargs=True))
             self._handles.append(module.register_forward_hook(self._completed, with_kwargs=True))
-            self._handles.append(module.register_forward_hook(self._exit, with_kwargs=True, always_call=True))
+            self._handles.append(
+                module.register_forward_hook(self._exit, with_kwargs=True, always_call=True)
+            )
         return self
 
     def __exit__(self, *exc):
@@ -150,7 +154,9 @@ class ModuleTracer:
         name = self.names.get(id(module), "?")
         if name == "":
             self.root_calls += 1
-        self.stack.append({"module": module, "name": name, "inputs": describe_inputs(args, kwargs), "done": False})
+        self.stack.append(
+            {"module": module, "name": name, "inputs": describe_inputs(args, kwargs), "done": False}
+        )
         return None
 
     def _top_entry(self, module) -> int | None:
@@ -166,14 +172,23 @@ class ModuleTracer:
         name = self.names.get(id(module), "?")
         call = self._counts.get(name, 0)
         self._counts[name] = call + 1
-        entry = {"index": len(self.calls), "name": name, "class": type(module).__name__, "call": call}
+        entry = {
+            "index": len(self.calls),
+            "name": name,
+            "class": type(module).__name__,
+            "call": call,
+        }
         if self.capture:
             tensor = first_tensor(output)
             if tensor is not None:
                 import torch
 
                 copy = tensor.detach().to("cpu")
-                copy = copy.to(torch.float32) if not copy.is_complex() else copy.abs().to(torch.float32)
+                copy = (
+                    copy.to(torch.float32)
+                    if not copy.is_complex()
+                    else copy.abs().to(torch.float32)
+                )
                 entry.update(
                     shape=list(tensor.shape),
                     dtype=str(tensor.dtype),
@@ -193,7 +208,11 @@ class ModuleTracer:
         entry = self.stack[depth]
         if not entry["done"]:  # exited by an exception: we are on torch's exception path
             self.raised.append(
-                {"entry": entry, "stack": [e["name"] for e in self.stack[: depth + 1]], "exception": sys.exc_info()[1]}
+                {
+                    "entry": entry,
+                    "stack": [e["name"] for e in self.stack[: depth + 1]],
+                    "exception": sys.exc_info()[1],
+                }
             )
         del self.stack[depth:]
         return None
@@ -216,8 +235,8 @@ class ModuleTracer:
         return None, []
 
     def failure_from(self, exc: BaseException) -> dict:
-        """The culprit of ``exc`` (None fields when no module was running), with its input shapes and
-        dtypes, the chain of modules around it (outer to inner), and the exception."""
+        """The culprit of ``exc`` (None fields when no module was running), with its input shapes
+        and dtypes, the chain of modules around it (outer to inner), and the exception."""
         culprit, stack = self.culprit(exc)
         return {
             "module": culprit["name"] if culprit else None,
@@ -247,18 +266,24 @@ def model_dtype(model) -> str | None:
 
 
 def trace_forward(
-    model, input_ids, attention_mask=None, capture: bool = True, synchronize=None, extra_inputs=None, within=None
+    model,
+    input_ids,
+    attention_mask=None,
+    capture: bool = True,
+    synchronize=None,
+    extra_inputs=None,
+    within=None,
 ) -> ForwardTrace:
-    """One forward pass of ``model`` (inputs moved to its device) with every module hooked: for an
-    image-text-to-text model, with its image inputs (``extra_inputs``), so the vision tower and the projector
-    run, and are traced, too.
+    """One forward pass of ``model`` (inputs moved to its device) with every module hooked: for
+    an image-text-to-text model, with its image inputs (``extra_inputs``), so the vision tower
+    and the projector run, and are traced, too.
 
-    Never raises for the model's own exception: it is ``ForwardTrace.failure``. ``synchronize`` (the
-    device adapter's) runs after the pass, so an asynchronous device error surfaces here too.
-    Capturing copies every module's output to the CPU, which also forces each one to be computed
-    on lazy backends: pass ``capture=False`` to find where a forward raises without that. ``within``: a function
-    of the tracer giving a context to hold around the pass, inside the inference mode (the localiser's dispatch
-    mode, which reads the tracer's module stack)."""
+    Never raises for the model's own exception: it is ``ForwardTrace.failure``. ``synchronize``
+    (the device adapter's) runs after the pass, so an asynchronous device error surfaces here
+    too. Capturing copies every module's output to the CPU, which also forces each one to be
+    computed on lazy backends: pass ``capture=False`` to find where a forward raises without
+    that. ``within``: a function of the tracer giving a context to hold around the pass, inside
+    the inference mode (the localiser's dispatch mode, which reads the tracer's module stack)."""
     import contextlib
 
     import torch
@@ -267,8 +292,12 @@ def trace_forward(
     tracer = ModuleTracer(model, capture=capture)
     failure = None
     watch = within(tracer) if within is not None else contextlib.nullcontext()
-    with tracer, torch.inference_mode(), watch:  # the inputs made on the device inside it, as the probe's generate does
-        kwargs = {"input_ids": input_ids.to(device), **probe_core.on_device(extra_inputs, device, model)}
+    # the inputs made on the device inside it, as the probe's generate does
+    with tracer, torch.inference_mode(), watch:
+        kwargs = {
+            "input_ids": input_ids.to(device),
+            **probe_core.on_device(extra_inputs, device, model),
+        }
         if attention_mask is not None:
             kwargs["attention_mask"] = attention_mask.to(device)
         try:
@@ -278,5 +307,9 @@ def trace_forward(
         except Exception as exc:  # noqa: BLE001 the model's failure is the finding, recorded with its module
             failure = tracer.failure_from(exc)
     return ForwardTrace(
-        calls=tracer.calls, outputs=tracer.outputs, failure=failure, dtype=model_dtype(model), device=str(device)
+        calls=tracer.calls,
+        outputs=tracer.outputs,
+        failure=failure,
+        dtype=model_dtype(model),
+        device=str(device),
     )

@@ -86,9 +86,15 @@ def divergence_chart(table, tolerance: float | None = None):
         label = (
             alt.Chart(alt.Data(values=offender))
             .mark_text(align="left", dx=8, dy=-8, color="#d62728")
-            .encode(x="index:Q", y=alt.Y("plotted_diff:Q", scale=alt.Scale(type="log")), text="module:N")
+            .encode(
+                x="index:Q", y=alt.Y("plotted_diff:Q", scale=alt.Scale(type="log")), text="module:N"
+            )
         )
-        rule = alt.Chart(alt.Data(values=offender)).mark_rule(color="#d62728", strokeDash=[4, 3]).encode(x="index:Q")
+        rule = (
+            alt.Chart(alt.Data(values=offender))
+            .mark_rule(color="#d62728", strokeDash=[4, 3])
+            .encode(x="index:Q")
+        )
         layers += [rule, label]
     return alt.layer(*layers).properties(width=720, height=280, title=title)
 
@@ -99,7 +105,8 @@ def _finite_or_none(value):
 
 def chart_bundle(chart) -> dict:
     """A display bundle for an Altair chart that needs no network: the Vega-Lite spec (JupyterLab
-    draws it, with tooltips) and the same chart as SVG (for viewers without a Vega-Lite renderer)."""
+    draws it, with tooltips) and the same chart as SVG (for viewers without a Vega-Lite
+    renderer)."""
     import altair as alt
 
     spec = chart.to_dict()
@@ -109,7 +116,9 @@ def chart_bundle(chart) -> dict:
         import vl_convert
         from altair.utils._importers import vl_version_for_vl_convert
 
-        bundle["image/svg+xml"] = vl_convert.vegalite_to_svg(spec, vl_version=vl_version_for_vl_convert())
+        bundle["image/svg+xml"] = vl_convert.vegalite_to_svg(
+            spec, vl_version=vl_version_for_vl_convert()
+        )
     except ImportError:  # vl-convert is optional: JupyterLab draws the spec itself
         pass
     return bundle
@@ -127,7 +136,8 @@ def _label(name: str | None) -> str:
 
 def _inputs_text(inputs: list[dict]) -> str:
     return (
-        ", ".join(f"{i['arg']}: {i['dtype'].removeprefix('torch.')}{i['shape']}" for i in inputs) or "no tensor inputs"
+        ", ".join(f"{i['arg']}: {i['dtype'].removeprefix('torch.')}{i['shape']}" for i in inputs)
+        or "no tensor inputs"
     )
 
 
@@ -142,7 +152,12 @@ def failure_html(failure: dict | None, what: str) -> str:
         else "outside any module"
     )
     rows = [
-        ("module", f"{_label(failure['module'])} ({failure['class_path']})" if failure["module"] is not None else "-"),
+        (
+            "module",
+            f"{_label(failure['module'])} ({failure['class_path']})"
+            if failure["module"] is not None
+            else "-",
+        ),
         ("module settings", failure.get("module_summary") or "-"),
         ("inputs", _inputs_text(failure["inputs"])),
         ("entered, outer to inner", " > ".join(_label(n) for n in failure["stack"]) or "-"),
@@ -155,8 +170,8 @@ def failure_html(failure: dict | None, what: str) -> str:
 
 
 def table_html(table, max_height: int = 420) -> str:
-    """The comparison table as self-contained HTML (``display.html_table``), scrollable, the first offender
-    highlighted."""
+    """The comparison table as self-contained HTML (``display.html_table``), scrollable, the
+    first offender highlighted."""
 
     def fmt(value):
         if value is None:
@@ -169,7 +184,10 @@ def table_html(table, max_height: int = 420) -> str:
     head = [Cell(c, header=True, style="position:sticky;top:0;background:#fff") for c in shown]
     rows = (
         Row(
-            [Cell(_label(row[c]) if c == "module" else fmt(row[c]), style="white-space:nowrap") for c in shown],
+            [
+                Cell(_label(row[c]) if c == "module" else fmt(row[c]), style="white-space:nowrap")
+                for c in shown
+            ],
             style=(
                 "background:#ffd7d5;font-weight:bold"
                 if row["first_offender"]
@@ -178,7 +196,10 @@ def table_html(table, max_height: int = 420) -> str:
         )
         for row in table.iter_rows(named=True)
     )
-    return f"<div style='max-height:{max_height}px;overflow:auto'>{display.html_table(head, rows)}</div>"
+    return (
+        "<div "
+        f"style='max-height:{max_height}px;overflow:auto'>{display.html_table(head, rows)}</div>"
+    )
 
 
 def divergence_html(table, tolerance: float) -> str:
@@ -191,47 +212,55 @@ def divergence_html(table, tolerance: float) -> str:
         )
     else:
         headline = (
-            f"<p style='color:#cf222e'><b>First divergence</b>: <code>{esc(_label(row['module']))}</code> "
-            f"({esc(row['class'])}, call {row['call']}, module call #{row['index']}): "
+            "<p style='color:#cf222e'><b>First divergence</b>: "
+            f"<code>{esc(_label(row['module']))}</code> ({esc(row['class'])}, call "
+            f"{row['call']}, module call #{row['index']}): "
             f"{esc(offender_reason(row, tolerance))}.</p>"
         )
     return headline + table_html(table)
 
 
-def generation_html(generation: dict, reference: dict | None = None, numerics: dict | None = None) -> str:
-    """The device's generation step by step, the reference's, and the reference's verdict on the device's logits
-    (``numerics``: what the probe's record says for the same run)."""
+def generation_html(
+    generation: dict, reference: dict | None = None, numerics: dict | None = None
+) -> str:
+    """The device's generation step by step, the reference's, and the reference's verdict on the
+    device's logits (``numerics``: what the probe's record says for the same run)."""
     esc = html.escape
     parts = []
     if generation["ok"]:
         parts.append(
             f"<p><b>Generation</b> ran: {generation['tokens_out']} new token(s) "
-            f"{esc(str(generation['output_token_ids']))} after {generation['tokens_in']} prompt tokens.</p>"
+            f"{esc(str(generation['output_token_ids']))} after {generation['tokens_in']} "
+            "prompt tokens.</p>"
         )
     else:
         parts.append(
-            f"<p style='color:#cf222e'><b>Generation fails at step {generation['step']}</b> (0-based index of "
-            f"the new token whose forward raised), with {generation['seq_len']} tokens in the sequence "
-            f"(tokens_in {generation['tokens_in']} + {generation['step']} generated; "
+            f"<p style='color:#cf222e'><b>Generation fails at step {generation['step']}</b> "
+            "(0-based index of the new token whose forward raised), with "
+            f"{generation['seq_len']} tokens in the sequence (tokens_in "
+            f"{generation['tokens_in']} + {generation['step']} generated; "
             f"{generation['forward_calls']} forward call(s)).</p>"
         )
         parts.append(failure_html(generation["failure"], f"Step {generation['step']}"))
     if reference is not None:
         if reference["ok"]:
             parts.append(
-                f"<p>CPU reference: {esc(str(reference['output_token_ids']))}; first divergence: "
+                f"<p>CPU reference: {esc(str(reference['output_token_ids']))}; first "
+                "divergence: "
                 f"{first_divergence(generation['output_token_ids'] or [], reference['output_token_ids'])}.</p>"
             )
         else:
             parts.append(
-                f"<p>CPU reference fails too, at step {reference['step']} "
-                f"(in <code>{esc(_label(reference['failure']['module']))}</code>): not specific to the device.</p>"
+                f"<p>CPU reference fails too, at step {reference['step']} (in "
+                f"<code>{esc(_label(reference['failure']['module']))}</code>): not specific to "
+                "the device.</p>"
             )
     if numerics:
         colour = " style='color:#cf222e'" if numerics["numerics"] == "diverges" else ""
         parts.append(
-            f"<p{colour}><b>Numerics</b> (the CPU reference teacher-forced on these tokens, as the probe checks): "
-            f"<b>{esc(str(numerics['numerics']))}</b>: {esc(numerics['numerics_note'] or '')}.</p>"
+            f"<p{colour}><b>Numerics</b> (the CPU reference teacher-forced on these tokens, as "
+            f"the probe checks): <b>{esc(str(numerics['numerics']))}</b>: "
+            f"{esc(numerics['numerics_note'] or '')}.</p>"
         )
     return "".join(parts)
 
@@ -244,16 +273,21 @@ def summary_html(result: dict) -> str:
         ("model", result["model_id"]),
         (
             "device / dtype",
-            f"{result['device_type']} / {result['dtype']} (reference cpu / {result['reference_dtype']})",
+            f"{result['device_type']} / {result['dtype']} (reference cpu / "
+            f"{result['reference_dtype']})",
         ),
         ("tokens_in", result["tokens_in"]),
         (
             "forward raises in",
-            f"{_label(failure['module'])} ({failure['class']}): {failure['error_type']}" if failure else "-",
+            f"{_label(failure['module'])} ({failure['class']}): {failure['error_type']}"
+            if failure
+            else "-",
         ),
         (
             "first divergence",
-            f"{_label(offender['module'])} ({offender['class']}): {offender['reason']}" if offender else "-",
+            f"{_label(offender['module'])} ({offender['class']}): {offender['reason']}"
+            if offender
+            else "-",
         ),
         (
             "generation",
@@ -284,10 +318,13 @@ def summary_html(result: dict) -> str:
 
 
 def conclusion_slot():
-    """Display where the conclusion will stand (at the top of the notebook); ``.update`` it at the end."""
+    """Display where the conclusion will stand (at the top of the notebook); ``.update`` it at
+    the end."""
     from IPython.display import HTML, display
 
-    return display(HTML("<p><b>Conclusion</b>: (computed at the end of the notebook)</p>"), display_id=True)
+    return display(
+        HTML("<p><b>Conclusion</b>: (computed at the end of the notebook)</p>"), display_id=True
+    )
 
 
 def conclusion_html(result: dict) -> str:
@@ -304,7 +341,8 @@ def show_conclusion(slot, result: dict) -> None:
 def show(result: dict):
     """Display the summary and store the result in the output, tagged so readers find it."""
     text = (
-        f"debug {result['model_id']}: forward_failure={(result['forward_failure'] or {}).get('module')} "
+        f"debug {result['model_id']}: "
+        f"forward_failure={(result['forward_failure'] or {}).get('module')} "
         f"first_offender={(result['first_offender'] or {}).get('module')} "
         f"generation_step={(result['generation'] or {}).get('step')}"
     )
@@ -312,8 +350,11 @@ def show(result: dict):
 
 
 def debug_result_from_notebook(path) -> dict:
-    """The result an executed debug notebook displayed with ``show``; ValueError when it has none."""
+    """The result an executed debug notebook displayed with ``show``; ValueError when it has
+    none."""
     found = display.read_tagged(path, DEBUG_FLAG)
     if found is None:
-        raise ValueError(f"{path} holds no debug result (the notebook did not reach its show(result) cell).")
+        raise ValueError(
+            f"{path} holds no debug result (the notebook did not reach its show(result) cell)."
+        )
     return found

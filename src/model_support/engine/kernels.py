@@ -25,14 +25,18 @@ from . import zygote
 
 
 class ForkingProvisioner(LocalProvisioner):
-    """The local provisioner, but the kernel is forked by this process's zygote when one answers and its
-    environment allows (``zygote.fork_kernel``); otherwise launched as the local provisioner does."""
+    """The local provisioner, but the kernel is forked by this process's zygote when one answers
+    and its environment allows (``zygote.fork_kernel``); otherwise launched as the local
+    provisioner does."""
 
     async def launch_kernel(self, cmd: list[str], **kwargs):
         env = dict(os.environ if kwargs.get("env") is None else kwargs["env"])
         if not kwargs.get("independent"):
-            env["JPY_PARENT_PID"] = str(os.getpid())  # as jupyter_client's launcher sets it (no banner, no orphan)
-        forked = zygote.fork_kernel(cmd, env, kwargs.get("cwd"), kwargs.get("stdout"), kwargs.get("stderr"))
+            # as jupyter_client's launcher sets it (no banner, no orphan)
+            env["JPY_PARENT_PID"] = str(os.getpid())
+        forked = zygote.fork_kernel(
+            cmd, env, kwargs.get("cwd"), kwargs.get("stdout"), kwargs.get("stderr")
+        )
         if forked is None:
             return await super().launch_kernel(cmd, **kwargs)
         self.process = forked  # type: ignore[assignment]  # a Popen in all the provisioner uses of it
@@ -45,7 +49,8 @@ class RecordingKernelManager(AsyncKernelManager):
     """Remembers the kernel's exit status when it is found dead."""
 
     exit_status: int | None = None
-    #: The kernel was forked by a zygote that ended under it (so it died too): nothing the model did.
+    #: The kernel was forked by a zygote that ended under it (so it died too): nothing the model
+    #: did.
     harness_lost: bool = False
 
     async def _async_is_alive(self):
@@ -59,10 +64,16 @@ class RecordingKernelManager(AsyncKernelManager):
     is_alive = _async_is_alive  # the kernel client calls the private name, nbclient the public one
 
     async def _async_pre_start_kernel(self, **kw):
-        named = (self.kernel_spec.metadata or {}).get("kernel_provisioner") if self.kernel_spec else None
+        named = (
+            (self.kernel_spec.metadata or {}).get("kernel_provisioner")
+            if self.kernel_spec
+            else None
+        )
         if self.provisioner is None and not named:  # ours in place of the default local one
             self.kernel_id = self.kernel_id or kw.pop("kernel_id", str(uuid.uuid4()))
-            self.provisioner = ForkingProvisioner(kernel_id=self.kernel_id, kernel_spec=self.kernel_spec, parent=self)
+            self.provisioner = ForkingProvisioner(
+                kernel_id=self.kernel_id, kernel_spec=self.kernel_spec, parent=self
+            )
         return await super()._async_pre_start_kernel(**kw)
 
 
@@ -79,8 +90,11 @@ def _shutdown(km: AsyncKernelManager) -> None:
 @contextlib.contextmanager
 def ipc_kernel(kernel_name: str = "python3"):
     """A kernel manager to pass to ``papermill.execute_notebook(km=...)``; shut down on exit."""
-    ipc_dir = tempfile.mkdtemp(prefix="k", dir="/tmp")  # ipc socket paths must stay short (< 108 bytes)
-    km = RecordingKernelManager(kernel_name=kernel_name, transport="ipc", ip=os.path.join(ipc_dir, "s"))
+    # ipc socket paths must stay short (< 108 bytes)
+    ipc_dir = tempfile.mkdtemp(prefix="k", dir="/tmp")
+    km = RecordingKernelManager(
+        kernel_name=kernel_name, transport="ipc", ip=os.path.join(ipc_dir, "s")
+    )
     try:
         yield km
     finally:

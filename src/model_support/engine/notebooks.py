@@ -30,7 +30,13 @@ def run_notebook(
     if km is None:
         with ipc_kernel(kernel_name) as fresh:
             return run_notebook(
-                notebook, out, parameters, timeout=timeout, km=fresh, log_output=log_output, kernel_name=kernel_name
+                notebook,
+                out,
+                parameters,
+                timeout=timeout,
+                km=fresh,
+                log_output=log_output,
+                kernel_name=kernel_name,
             )
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     papermill.execute_notebook(

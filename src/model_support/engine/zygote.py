@@ -1,4 +1,5 @@
-"""A warm parent for notebook kernels: torch and transformers imported once, every kernel a fork of it.
+"""A warm parent for notebook kernels: torch and transformers imported once, every kernel a fork of
+it.
 
 Why: most of a small model's probe is not the model. A kernel process spends ~5 CPU seconds starting
 Python, ipykernel, torch and transformers, the same for every model; a sweep of 40 tiny models on 2
@@ -11,24 +12,25 @@ before the fork are shared.
 What keeps a forked kernel the kernel a fresh one would have been:
 
 - The environment: the preloaded imports read theirs at import time (``OMP_NUM_THREADS`` in libgomp,
-  ``HF_HUB_OFFLINE`` in huggingface_hub, ``TRANSFORMERS_VERBOSITY``, every ``PYTHON*``), so a request
-  is forked only when its environment equals the zygote's in everything but the variables read after
-  the fork (``LATE_PREFIXES``, ``LATE_SUFFIXES``, ``LATE_NAMES``: a probe's own files, its device pinning,
-  the token). Any other difference gets a fresh process, as without a zygote (``fork_kernel`` returns
-  None and the caller launches as usual).
+  ``HF_HUB_OFFLINE`` in huggingface_hub, ``TRANSFORMERS_VERBOSITY``, every ``PYTHON*``), so a
+  request is forked only when its environment equals the zygote's in everything but the variables
+  read after the fork (``LATE_PREFIXES``, ``LATE_SUFFIXES``, ``LATE_NAMES``: a probe's own files,
+  its device pinning, the token). Any other difference gets a fresh process, as without a zygote
+  (``fork_kernel`` returns None and the caller launches as usual).
 - No device backend before the fork: the zygote only serves with ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``
-  (the probe's device adapter loads its backend in the kernel, after the fork), and never on a CUDA or
-  ROCm build of torch (a GPU driver initialised before a fork is unusable in the child: there every
-  kernel starts fresh).
-- What else a fresh process inherits: the requester's resource limits (``ulimit -n``, memory) and umask
-  are set in the child; a hard limit above the zygote's own cannot be, and gets a fresh process.
+  (the probe's device adapter loads its backend in the kernel, after the fork), and never on a CUDA
+  or ROCm build of torch (a GPU driver initialised before a fork is unusable in the child: there
+  every kernel starts fresh).
+- What else a fresh process inherits: the requester's resource limits (``ulimit -n``, memory) and
+  umask are set in the child; a hard limit above the zygote's own cannot be, and gets a fresh
+  process.
 - Its exit status: the zygote reaps each kernel and sends its status (negative: the signal, as
   ``Popen.returncode``) on the request's connection; a kernel whose requester goes away (killed,
   timed out) is killed with its whole process tree, as a fresh kernel would die with its parent.
 
 ``MODEL_SUPPORT_KERNEL_ZYGOTE`` names the zygote's socket; unset (or not answering) means fresh
-kernels, ``off`` says never. The sweep's local executor starts one per sweep (``serve_here``); the test
-suite one per pytest worker.
+kernels, ``off`` says never. The sweep's local executor starts one per sweep (``serve_here``); the
+test suite one per pytest worker.
 """
 
 from __future__ import annotations
@@ -49,19 +51,23 @@ from .. import backend_env
 from . import children, kernel_side
 
 ZYGOTE_ENV = "MODEL_SUPPORT_KERNEL_ZYGOTE"
-#: ``MODEL_SUPPORT_KERNEL_ZYGOTE=off``: every kernel a fresh process (the benchmark's baseline, or a doubt).
+#: ``MODEL_SUPPORT_KERNEL_ZYGOTE=off``: every kernel a fresh process (the benchmark's baseline, or a
+#: doubt).
 OFF = "off"
-#: Variables a request may set otherwise than the zygote: nothing imported before the fork reads them.
+#: Variables a request may set otherwise than the zygote: nothing imported before the fork reads
+#: them.
 LATE_PREFIXES = ("MODEL_SUPPORT_", "JPY_", "PYTEST_")
 LATE_SUFFIXES = ("_VISIBLE_DEVICES", "_VISIBLE_CHIPS")
-#: the token, the terminal's size, polars' jemalloc (polars is not preloaded), the shell's last command
+#: the token, the terminal's size, polars' jemalloc (polars is not preloaded), the shell's last
+#: command
 LATE_NAMES = frozenset({"HF_TOKEN", "COLUMNS", "LINES", "_RJEM_MALLOC_CONF", "_"})
-#: What every kernel of ours imports, nothing device-bound (the probe's ``WARM_UP`` less the package: the kernel's
-#: modules and ``kernel_side.STACK``), and not ipykernel's kernel app: it reads ``JPY_PARENT_PID`` when it is
-#: imported (0.1 s to import in the kernel).
+#: What every kernel of ours imports, nothing device-bound (the probe's ``WARM_UP`` less the
+#: package: the kernel's modules and ``kernel_side.STACK``), and not ipykernel's kernel app: it
+#: reads ``JPY_PARENT_PID`` when it is imported (0.1 s to import in the kernel).
 PRELOAD = "import IPython, zmq, tornado.ioloop, ipykernel.ipkernel\n" + kernel_side.STACK
 _MAX_MESSAGE = 1 << 20
-#: The resource limits a kernel gets from its requester, as a fresh process inherits them (``ulimit``).
+#: The resource limits a kernel gets from its requester, as a fresh process inherits them
+#: (``ulimit``).
 LIMITS = (
     "RLIMIT_NOFILE",
     "RLIMIT_AS",
@@ -79,9 +85,17 @@ def process_state() -> dict:
     """What a fresh process inherits besides its environment: the resource limits and the umask."""
     import resource
 
-    limits = {name: list(resource.getrlimit(getattr(resource, name))) for name in LIMITS if hasattr(resource, name)}
+    limits = {
+        name: list(resource.getrlimit(getattr(resource, name)))
+        for name in LIMITS
+        if hasattr(resource, name)
+    }
     umask = next(
-        (line.split()[1] for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("Umask:")),
+        (
+            line.split()[1]
+            for line in Path("/proc/self/status").read_text().splitlines()
+            if line.startswith("Umask:")
+        ),
         "0022",
     )
     return {"limits": limits, "umask": int(umask, 8)}
@@ -92,39 +106,52 @@ def _cannot_inherit(limits: dict) -> list[str]:
     import resource
 
     def above(wanted: int, ours: int) -> bool:
-        return ours != resource.RLIM_INFINITY and (wanted == resource.RLIM_INFINITY or wanted > ours)
+        return ours != resource.RLIM_INFINITY and (
+            wanted == resource.RLIM_INFINITY or wanted > ours
+        )
 
-    return [name for name, (_, hard) in limits.items() if above(hard, resource.getrlimit(getattr(resource, name))[1])]
+    return [
+        name
+        for name, (_, hard) in limits.items()
+        if above(hard, resource.getrlimit(getattr(resource, name))[1])
+    ]
 
 
 def late(name: str) -> bool:
-    """Whether variable ``name`` is read only after the fork, so that a request may set it otherwise."""
+    """Whether variable ``name`` is read only after the fork, so that a request may set it
+    otherwise."""
     return name in LATE_NAMES or name.startswith(LATE_PREFIXES) or name.endswith(LATE_SUFFIXES)
 
 
-#: Every kernel of ours turns device backend autoload off before it imports torch (the probe's device adapter,
-#: the standby's warm-up): unset there is off, as in the zygote.
+#: Every kernel of ours turns device backend autoload off before it imports torch (the probe's
+#: device adapter, the standby's warm-up): unset there is off, as in the zygote.
 AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 
 
 def same_environment(ours: dict, theirs: dict) -> list[str]:
-    """The variables, read before the fork, that ``theirs`` sets otherwise than ``ours`` (empty: forkable)."""
+    """The variables, read before the fork, that ``theirs`` sets otherwise than ``ours`` (empty:
+    forkable)."""
     ours, theirs = {AUTOLOAD: "0", **ours}, {AUTOLOAD: "0", **theirs}
     keys = {k for k in ours.keys() | theirs.keys() if not late(k)}
     return sorted(k for k in keys if ours.get(k) != theirs.get(k))
 
 
-# --- the zygote's side ------------------------------------------------------------------------------
+# --- the zygote's side
+# ------------------------------------------------------------------------------
 
 
-def _child(request: dict, fds: list[int], listener: socket.socket, connections: list[socket.socket]) -> None:
-    """In the forked kernel: become what ``python -m MODULE ARGS`` started there would be, then run it."""
+def _child(
+    request: dict, fds: list[int], listener: socket.socket, connections: list[socket.socket]
+) -> None:
+    """In the forked kernel: become what ``python -m MODULE ARGS`` started there would be, then
+    run it."""
     code = 1
     try:
         listener.close()
         for conn in connections:
             conn.close()
-        os.setsid()  # its own process group, as jupyter_client starts a kernel (signals go to the group)
+        # its own process group, as jupyter_client starts a kernel (signals go to the group)
+        os.setsid()
         children.die_with_parent()  # dies with the zygote
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
@@ -155,7 +182,8 @@ def _child(request: dict, fds: list[int], listener: socket.socket, connections: 
 
         traceback.print_exc()
     finally:
-        with contextlib.suppress(Exception):  # what a fresh interpreter's exit would do, less module teardown
+        # what a fresh interpreter's exit would do, less module teardown
+        with contextlib.suppress(Exception):
             import atexit
 
             atexit._run_exitfuncs()
@@ -170,19 +198,27 @@ def _send(conn: socket.socket, message: dict) -> None:
 
 
 def serve(path: str, owner: int) -> None:
-    """The zygote: import ``PRELOAD``, then fork a kernel per request on the socket at ``path`` until the
-    process that started it (``owner``) ends (``python -m model_support.engine.zygote PATH OWNER_PID``)."""
+    """The zygote: import ``PRELOAD``, then fork a kernel per request on the socket at ``path``
+    until the process that started it (``owner``) ends (``python -m model_support.engine.zygote
+    PATH OWNER_PID``)."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)  # requests wait here while the imports below run
     environment = dict(os.environ)
-    kernel_side.preload(PRELOAD)  # frozen out of the collector's sight, in every kernel forked from here too
+    # frozen out of the collector's sight, in every kernel forked from here too
+    kernel_side.preload(PRELOAD)
     import torch
 
-    if torch.version.cuda or getattr(torch.version, "hip", None) or "ipykernel.kernelapp" in sys.modules:
-        listener.close()  # a GPU build (module docstring), or the kernel app imported too early: no forks
+    if (
+        torch.version.cuda
+        or getattr(torch.version, "hip", None)
+        or "ipykernel.kernelapp" in sys.modules
+    ):
+        # a GPU build (module docstring), or the kernel app imported too early: no forks
+        listener.close()
         return
-    # what the imports set themselves (torch's inductor cache folder): a fresh kernel's imports would set it too
+    # what the imports set themselves (torch's inductor cache folder): a fresh kernel's imports
+    # would set it too
     preloaded = {k: v for k, v in os.environ.items() if environment.get(k) != v}
     kernels: dict[int, socket.socket] = {}  # pid -> its requester's connection
     while os.getppid() == owner:
@@ -196,14 +232,23 @@ def serve(path: str, owner: int) -> None:
                 except (OSError, ValueError):
                     conn.close()
                     continue
-                # a variable the imports set themselves is as they set it, or not set yet (they will set it)
-                differs = same_environment({**environment, **preloaded}, {**preloaded, **request["env"]})
+                # a variable the imports set themselves is as they set it, or not set yet (they will
+                # set it)
+                differs = same_environment(
+                    {**environment, **preloaded}, {**preloaded, **request["env"]}
+                )
                 differs += _cannot_inherit(request.get("limits", {}))
-                if request.get("check"):  # would it fork for this environment (``serves``)? nothing forked
+                # would it fork for this environment (``serves``)? nothing forked
+                if request.get("check"):
                     _send(conn, {"refused": differs} if differs else {"serves": True})
                     conn.close()
                     continue
-                if differs or len(fds) != 3 or request["argv"][0] != sys.executable or request["argv"][1] != "-m":
+                if (
+                    differs
+                    or len(fds) != 3
+                    or request["argv"][0] != sys.executable
+                    or request["argv"][1] != "-m"
+                ):
                     for fd in fds:
                         os.close(fd)
                     _send(conn, {"refused": differs or ["the command"]})
@@ -235,16 +280,19 @@ def serve(path: str, owner: int) -> None:
                 _send(conn, {"exit": os.waitstatus_to_exitcode(status)})
                 conn.close()
     for pid in list(kernels):
-        children.kill_tree(pid, reap=False)  # the zygote ends: its kernels with it (init reaps them)
+        # the zygote ends: its kernels with it (init reaps them)
+        children.kill_tree(pid, reap=False)
 
 
-# --- the requester's side --------------------------------------------------------------------------
+# --- the requester's side
+# --------------------------------------------------------------------------
 
 
 class ForkedKernel:
-    """The ``subprocess.Popen`` a kernel provisioner expects, for a kernel the zygote forked: ``poll``,
-    ``wait``, ``send_signal``, ``kill``, ``terminate``, ``pid``, ``returncode``. The connection stays open for
-    the kernel's life (closing it, or this process ending, kills the kernel)."""
+    """The ``subprocess.Popen`` a kernel provisioner expects, for a kernel the zygote forked:
+    ``poll``, ``wait``, ``send_signal``, ``kill``, ``terminate``, ``pid``, ``returncode``. The
+    connection stays open for the kernel's life (closing it, or this process ending, kills the
+    kernel)."""
 
     stdin = stdout = stderr = None
     lost = False  # the zygote ended under it (``kernels.RecordingKernelManager.harness_lost``)
@@ -260,7 +308,8 @@ class ForkedKernel:
         ready, _, _ = select.select([self._conn], [], [], block)
         if ready:
             chunk = self._conn.recv(4096)
-            if not chunk:  # the zygote died, and its kernels with it: the harness's loss, not the model's
+            # the zygote died, and its kernels with it: the harness's loss, not the model's
+            if not chunk:
                 self.lost = True
                 self.returncode = -signal.SIGKILL
             self._buffer += chunk
@@ -290,8 +339,8 @@ class ForkedKernel:
 
 
 def _fd(stream, default: int) -> tuple[int, bool]:
-    """A file descriptor for one of the kernel's standard streams (``Popen``'s stdin/stdout/stderr argument);
-    whether it was opened here (to close once sent)."""
+    """A file descriptor for one of the kernel's standard streams (``Popen``'s
+    stdin/stdout/stderr argument); whether it was opened here (to close once sent)."""
     if stream is None:
         return os.dup(default), True
     if stream in (subprocess.PIPE, subprocess.DEVNULL):
@@ -301,9 +350,12 @@ def _fd(stream, default: int) -> tuple[int, bool]:
     return stream.fileno(), False
 
 
-def fork_kernel(cmd: list[str], env: dict, cwd: str | None, stdout=None, stderr=None) -> ForkedKernel | None:
-    """The kernel ``cmd`` forked by this process's zygote (``MODEL_SUPPORT_KERNEL_ZYGOTE``), or None where
-    there is none, it does not answer, or it refuses (an environment it cannot serve): then launch as usual."""
+def fork_kernel(
+    cmd: list[str], env: dict, cwd: str | None, stdout=None, stderr=None
+) -> ForkedKernel | None:
+    """The kernel ``cmd`` forked by this process's zygote (``MODEL_SUPPORT_KERNEL_ZYGOTE``), or
+    None where there is none, it does not answer, or it refuses (an environment it cannot serve):
+    then launch as usual."""
     path = os.environ.get(ZYGOTE_ENV)
     if not path or len(cmd) < 3 or cmd[1] != "-m":
         return None
@@ -331,8 +383,8 @@ def fork_kernel(cmd: list[str], env: dict, cwd: str | None, stdout=None, stderr=
 
 
 def start(env: dict | None = None) -> tuple[subprocess.Popen, str] | None:
-    """A zygote for this process's kernels (it dies with this process), its socket path: None where it
-    could not serve (device backend autoload on)."""
+    """A zygote for this process's kernels (it dies with this process), its socket path: None
+    where it could not serve (device backend autoload on)."""
     env = backend_env.child_environ(env)  # the backend each kernel loads is its adapter's to choose
     if env.get(AUTOLOAD) != "0":
         return None
@@ -369,10 +421,10 @@ def serves(path: str | None, env: dict) -> bool:
 
 
 def serve_here(env: dict | None = None) -> subprocess.Popen | None:
-    """Unless a zygote already serves this process's kernels (``MODEL_SUPPORT_KERNEL_ZYGOTE`` names one that
-    would fork them), start one with this process's environment updated by ``env``, and name it in
-    ``os.environ`` so that this process and those it starts fork their kernels from it; the zygote (to
-    ``stop``), or None."""
+    """Unless a zygote already serves this process's kernels (``MODEL_SUPPORT_KERNEL_ZYGOTE``
+    names one that would fork them), start one with this process's environment updated by
+    ``env``, and name it in ``os.environ`` so that this process and those it starts fork their
+    kernels from it; the zygote (to ``stop``), or None."""
     wanted = {**os.environ, **(env or {})}
     if os.environ.get(ZYGOTE_ENV) == OFF or serves(os.environ.get(ZYGOTE_ENV), wanted):
         return None
@@ -384,7 +436,8 @@ def serve_here(env: dict | None = None) -> subprocess.Popen | None:
     return started[0]
 
 
-_named_before: dict[int, str | None] = {}  # a zygote's pid -> the one named before it (an environment it refused)
+# a zygote's pid -> the one named before it (an environment it refused)
+_named_before: dict[int, str | None] = {}
 
 
 def stop(proc: subprocess.Popen | None) -> None:
@@ -404,8 +457,9 @@ if __name__ == "__main__":
     children.die_with_parent()  # dies with its starter
     starter = int(sys.argv[2])
     try:
-        # a starter killed before the line above ran (a sweep SIGKILLed as it began) left it an orphan: end now,
-        # as the death signal would have ended it (seen: a zygote holding its imports for hours after such a kill)
+        # a starter killed before the line above ran (a sweep SIGKILLed as it began) left it an
+        # orphan: end now, as the death signal would have ended it (seen: a zygote holding its
+        # imports for hours after such a kill)
         if os.getppid() == starter:
             serve(sys.argv[1], starter)
     finally:

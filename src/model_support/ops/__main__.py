@@ -1,5 +1,6 @@
-"""``python -m model_support.ops DEVICE``: this machine's DEVICE stack's coverage of the operators on stdin (a JSON
-list), as one JSON line ({"coverage": {op: status}} or {"problem": sentence}); ``coverage.stack_coverage`` asks it."""
+"""``python -m model_support.ops DEVICE``: this machine's DEVICE stack's coverage of the
+operators on stdin (a JSON list), as one JSON line ({"coverage": {op: status}} or {"problem":
+sentence}); ``coverage.stack_coverage`` asks it."""
 
 import json
 import sys

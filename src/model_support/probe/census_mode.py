@@ -1,7 +1,9 @@
-"""The census's dispatch mode: the operators that reach a device, counted as they run (``census``'s docstring).
+"""The census's dispatch mode: the operators that reach a device, counted as they run (``census``'s
+docstring).
 
-Apart from ``census`` so that the light part (its settings, fields and the runner's reading of them) imports no
-torch: the sweep's runner imports that; only the probe's kernel and the localiser import this.
+Apart from ``census`` so that the light part (its settings, fields and the runner's reading of them)
+imports no torch: the sweep's runner imports that; only the probe's kernel and the localiser import
+this.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ from .census import (
 
 
 class _Following:
-    """A generation's token streamer (``probe_core.StepTimer``) that tells its census of each token first
-    (``Census.following``); everything else is the streamer's own (``times``)."""
+    """A generation's token streamer (``probe_core.StepTimer``) that tells its census of each
+    token first (``Census.following``); everything else is the streamer's own (``times``)."""
 
     def __init__(self, counted, timer):
         self._counted, self._timer = counted, timer
@@ -46,7 +48,8 @@ class _Following:
     def __getattr__(self, name: str):
         return getattr(self._timer, name)
 
-    def __setattr__(self, name: str, value) -> None:  # the streamer's settings (its device clock) are the streamer's
+    # the streamer's settings (its device clock) are the streamer's
+    def __setattr__(self, name: str, value) -> None:
         if name.startswith("_"):
             object.__setattr__(self, name, value)
         else:
@@ -54,11 +57,12 @@ class _Following:
 
 
 class Census(TorchDispatchMode):
-    """A census of the operators that reach ``device_type`` (``census``'s docstring says what it counts):
-    hold it (``with``) over the stages, pass its ``enter`` as their ``on_stage`` hook, read ``fields(source)``.
-    ``timed``: also the seconds each operator's calls take in the generation (``TIMED_STAGES``), on the host
-    clock, or on ``clock`` (the device's own, ``Adapter.perf_clock``): only true where a call returns once its
-    work is done (the adapter's ``synchronous_ops``). Sampled: hand the generation its ``following(timer)``."""
+    """A census of the operators that reach ``device_type`` (``census``'s docstring says what it
+    counts): hold it (``with``) over the stages, pass its ``enter`` as their ``on_stage`` hook,
+    read ``fields(source)``. ``timed``: also the seconds each operator's calls take in the
+    generation (``TIMED_STAGES``), on the host clock, or on ``clock`` (the device's own,
+    ``Adapter.perf_clock``): only true where a call returns once its work is done (the adapter's
+    ``synchronous_ops``). Sampled: hand the generation its ``following(timer)``."""
 
     def __init__(self, device_type: str, timed: bool = False, clock=None):
         super().__init__()
@@ -66,26 +70,36 @@ class Census(TorchDispatchMode):
         self.timed = timed
         self.clock = clock or time.perf_counter
         self.time_source = DEVICE_CLOCK if clock else HOST_CLOCK
-        # (name, input dtypes, output dtype) -> [calls, min rank, max rank, seconds in the timed stages]
+        # (name, input dtypes, output dtype) -> [calls, min rank, max rank, seconds in the timed
+        # stages]
         self.sigs: dict[tuple, list] = {}
         self.key = dispatch_key(device_type)
         self.on_cpu = device_type == "cpu"
         self.stage: str | None = None
         self.recording = not self.on_cpu
         self.active = False  # on torch's dispatch stack
-        self.seen: dict[str, list[Any]] = {}  # name -> [first stage, calls], in the order of first call
-        # sampling (``following``): tokens streamed so far (the prompt's first), the token to step back on at
-        # (the generation's last), each signature's (calls, seconds) at the last token, the last decode step's
-        # calls and seconds per signature, the steps run off the stack not yet added, and those added
+        # name -> [first stage, calls], in the order of first call
+        self.seen: dict[str, list[Any]] = {}
+        # sampling (``following``): tokens streamed so far (the prompt's first), the token to step
+        # back on at (the generation's last), each signature's (calls, seconds) at the last token,
+        # the last decode step's calls and seconds per signature, the steps run off the stack not
+        # yet added, and those added
         self.tokens = 0
         self.last_token: int | None = None  # the streamer's token at which the census steps back on
         self.mark: dict[tuple, tuple] | None = None
         self.step: dict[tuple, tuple] | None = None
-        self.out, self.sampled, self.skipped, self.extrapolated, self.stepped = False, False, 0, 0, False
+        self.out, self.sampled, self.skipped, self.extrapolated, self.stepped = (
+            False,
+            False,
+            0,
+            0,
+            False,
+        )
         self.steps_alike = 0  # decode steps in a row alike, the last counted among them
 
-    # Held with ``with``, the mode goes onto torch's dispatch stack only once a stage it counts begins (on the
-    # CPU the generation: the weights' loading then pays nothing), and comes off at the end of the block.
+    # Held with ``with``, the mode goes onto torch's dispatch stack only once a stage it counts
+    # begins (on the CPU the generation: the weights' loading then pays nothing), and comes off at
+    # the end of the block.
     def __enter__(self):
         self.active = False
         return self
@@ -97,9 +111,10 @@ class Census(TorchDispatchMode):
         self.out = False
 
     def following(self, timer, max_new_tokens: int | None = None):
-        """``timer`` (the verdict's generation's streamer), telling this census of each token: it then counts
-        the decode steps until ``ALIKE_STEPS`` in a row are alike and extrapolates the rest (sampled, see the
-        module docstring); ``max_new_tokens``: it steps back on at the last one."""
+        """``timer`` (the verdict's generation's streamer), telling this census of each token: it
+        then counts the decode steps until ``ALIKE_STEPS`` in a row are alike and extrapolates
+        the rest (sampled, see the module docstring); ``max_new_tokens``: it steps back on at the
+        last one."""
         self.sampled = True
         self.last_token = max_new_tokens + 1 if max_new_tokens else None  # the prompt is the first
         return _Following(self, timer)
@@ -115,9 +130,13 @@ class Census(TorchDispatchMode):
         if not self.sampled or not self.active or self.stage not in TIMED_STAGES:
             return
         mark = {key: (sig[0], sig[3]) for key, sig in self.sigs.items()}
-        if self.mark is not None and self.tokens >= 3:  # the prefill's token was the second: a decode step
+        # the prefill's token was the second: a decode step
+        if self.mark is not None and self.tokens >= 3:
             step = {
-                key: (calls - self.mark.get(key, (0, 0.0))[0], seconds - self.mark.get(key, (0, 0.0))[1])
+                key: (
+                    calls - self.mark.get(key, (0, 0.0))[0],
+                    seconds - self.mark.get(key, (0, 0.0))[1],
+                )
                 for key, (calls, seconds) in mark.items()
                 if calls != self.mark.get(key, (0, 0.0))[0]
             }
@@ -129,15 +148,18 @@ class Census(TorchDispatchMode):
         self.mark = mark
 
     def tokens_end(self) -> None:
-        """The generation ended: back on the stack for what follows (its logits read back), the rest added."""
+        """The generation ended: back on the stack for what follows (its logits read back), the
+        rest added."""
         if self.out:
             self._step_on()
-        self.sampled = False  # one generation sampled: any other (fused mode's eager rerun) counted whole
+        # one generation sampled: any other (fused mode's eager rerun) counted whole
+        self.sampled = False
 
     def _step_off(self) -> None:
         if self.last_token is not None and self.tokens >= self.last_token:
             return  # that was the last token: nothing left to skip
-        if _get_current_dispatch_mode() is not self:  # another mode above it: it cannot come off alone
+        # another mode above it: it cannot come off alone
+        if _get_current_dispatch_mode() is not self:
             return
         TorchDispatchMode.__exit__(self, None, None, None)
         self.active, self.out, self.stepped = False, True, True
@@ -162,12 +184,14 @@ class Census(TorchDispatchMode):
             self.seen[key[0]][1] += n * calls
 
     def note(self, text: str) -> str:
-        """``text`` (``ops_time_source``), with ``EXTRAPOLATED`` where this census stepped off the stack."""
+        """``text`` (``ops_time_source``), with ``EXTRAPOLATED`` where this census stepped off
+        the stack."""
         self._settle()
         return f"{text}; {EXTRAPOLATED}" if self.stepped else text
 
     def not_timed(self, why: str) -> dict:
-        """``not_timed(why)``, saying what was extrapolated (a run that failed after its census stepped off)."""
+        """``not_timed(why)``, saying what was extrapolated (a run that failed after its census
+        stepped off)."""
         fields = not_timed(why)
         return {**fields, "ops_time_source": self.note(fields["ops_time_source"])}
 
@@ -193,7 +217,8 @@ class Census(TorchDispatchMode):
         if not self.recording or not self._reaches_device(args, kwargs):
             return func(*args, **kwargs)
         if self._composite(func):
-            out = decompose_through(self, func, args, kwargs)  # its parts come back through the census
+            # its parts come back through the census
+            out = decompose_through(self, func, args, kwargs)
             if out is not NotImplemented:
                 return out
         name = func.name()  # aten::add.Tensor; aten::rsqrt for the default overload
@@ -210,7 +235,8 @@ class Census(TorchDispatchMode):
         try:
             out = func(*args, **kwargs)
         finally:
-            if rank < 0 and isinstance(out, torch.Tensor):  # a factory: the dtype and rank of what it made
+            # a factory: the dtype and rank of what it made
+            if rank < 0 and isinstance(out, torch.Tensor):
                 named, rank = out.dtype if named is None else named, out.dim()
             sig = self.sigs.get((name, dtypes, named))
             if sig is None:
@@ -226,8 +252,8 @@ class Census(TorchDispatchMode):
         return out
 
     def fields(self, source: str) -> dict:
-        """The record's census: ``ops`` in the order of first call, the stage of each first call, the
-        calls of each, and where it came from."""
+        """The record's census: ``ops`` in the order of first call, the stage of each first call,
+        the calls of each, and where it came from."""
         self._settle()
         sigs = list(self.sigs.items())
         return {
@@ -246,7 +272,9 @@ class Census(TorchDispatchMode):
         """``ops_device_s`` (each census operator's seconds in the generation, in ``ops`` order) and
         ``ops_time_source``; null, saying why, for a census not timed (an asynchronous device)."""
         if not self.timed:
-            return self.not_timed(f"{self.device_type} queues its operators asynchronously (no profiler read)")
+            return self.not_timed(
+                f"{self.device_type} queues its operators asynchronously (no profiler read)"
+            )
         self._settle()
         per_op = dict.fromkeys(self.seen, 0.0)
         for (name, _, _), entry in self.sigs.items():
@@ -263,8 +291,9 @@ def _calls(step: dict) -> dict:
 
 
 def _inputs(args, kwargs) -> tuple[tuple, int]:
-    """The dtypes of a call's tensor arguments in order (a list of tensors as the tuple of its distinct dtypes)
-    and their highest rank (-1: no tensor): hand-walked, one level deep, as operators take them (cheap)."""
+    """The dtypes of a call's tensor arguments in order (a list of tensors as the tuple of its
+    distinct dtypes) and their highest rank (-1: no tensor): hand-walked, one level deep, as
+    operators take them (cheap)."""
     dtypes: list = []
     rank = -1
     for arg in (*args, *kwargs.values()) if kwargs else args:

@@ -1,9 +1,10 @@
 """Where a record came from: versions of the stack, this package's git commit, the host.
 
-Computed once per process (they do not change while a kernel lives) and attached to every record,
-as lm-evaluation-harness does for its results files. ``versions`` names the few packages a reader
-filters by; ``stack`` is every installed distribution (``sweep.json`` keeps it whole, each record its
-``stack_sha``), so a difference in any package between two sweeps is found (``model-support bisect``).
+Computed once per process (they do not change while a kernel lives) and attached to every record, as
+lm-evaluation-harness does for its results files. ``versions`` names the few packages a reader
+filters by; ``stack`` is every installed distribution (``sweep.json`` keeps it whole, each record
+its ``stack_sha``), so a difference in any package between two sweeps is found (``model-support
+bisect``).
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from ..record.schema import Versions
 
 #: What ``versions`` is besides package versions.
 _NOT_PACKAGES = ("python", "model_support", "git_commit")
-#: The packages a record's ``versions`` names: the fields of its declaration (``schema.Versions``), kept as the first
-#: records had them. Which packages make up a device backend is its adapter's to say (``backend_versions``).
+#: The packages a record's ``versions`` names: the fields of its declaration (``schema.Versions``),
+#: kept as the first records had them. Which packages make up a device backend is its adapter's to
+#: say (``backend_versions``).
 PACKAGES = tuple(name for name in Versions.__annotations__ if name not in _NOT_PACKAGES)
 
 
@@ -36,14 +38,18 @@ def package_version(name: str) -> str | None:
         return None
 
 
-#: How long one git command may take (a checkout on a hung network file system would otherwise hang every probe).
+#: How long one git command may take (a checkout on a hung network file system would otherwise hang
+#: every probe).
 GIT_TIMEOUT_S = 10.0
 
 
 def _git(root, *args: str) -> str | None:
-    """``git -C root ARGS``'s output, or None when git is missing, fails or does not answer in time."""
+    """``git -C root ARGS``'s output, or None when git is missing, fails or does not answer in
+    time."""
     try:
-        out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
+        out = subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=GIT_TIMEOUT_S
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
@@ -65,7 +71,8 @@ def git_commit() -> str | None:
 
 @functools.cache
 def versions() -> dict:
-    """The stack as a record's ``versions`` holds it: python, each of ``PACKAGES``, this package and its commit."""
+    """The stack as a record's ``versions`` holds it: python, each of ``PACKAGES``, this package
+    and its commit."""
     found = {name: package_version(name) for name in PACKAGES}
     return {
         "python": platform.python_version(),
@@ -77,15 +84,21 @@ def versions() -> dict:
 
 @functools.cache
 def stack() -> dict[str, str]:
-    """Every distribution this process can import, by canonical name (``transformers``, ``torch-tpu``),
-    with its version: the first one on ``sys.path`` wins, as for ``import`` (an overlay environment's
-    package shadows the base one's)."""
+    """Every distribution this process can import, by canonical name (``transformers``,
+    ``torch-tpu``), with its version: the first one on ``sys.path`` wins, as for ``import`` (an
+    overlay environment's package shadows the base one's)."""
     found: dict[str, str] = {}
     for dist in metadata.distributions():
-        folder = getattr(dist, "_path", None)  # <name>-<version>.dist-info names both: no METADATA to parse
-        stem = folder.name.removesuffix(".dist-info") if folder and folder.name.endswith(".dist-info") else ""
+        # <name>-<version>.dist-info names both: no METADATA to parse
+        folder = getattr(dist, "_path", None)
+        stem = (
+            folder.name.removesuffix(".dist-info")
+            if folder and folder.name.endswith(".dist-info")
+            else ""
+        )
         name, _, version = stem.partition("-")
-        if not (name and version):  # an .egg-info (an editable install): read its METADATA (~3 ms each)
+        # an .egg-info (an editable install): read its METADATA (~3 ms each)
+        if not (name and version):
             name, version = dist.metadata["Name"] or "", dist.version
         if name:
             found.setdefault(canonicalize_name(name), version)
@@ -93,9 +106,11 @@ def stack() -> dict[str, str]:
 
 
 def stack_sha(packages: dict[str, str] | None = None) -> str:
-    """The first 16 hex digits of the sha256 of ``packages`` (default: this process's ``stack``): what a
-    record carries instead of the whole list (``sweep.json`` has it)."""
-    text = json.dumps(stack() if packages is None else dict(sorted(packages.items())), separators=(",", ":"))
+    """The first 16 hex digits of the sha256 of ``packages`` (default: this process's ``stack``):
+    what a record carries instead of the whole list (``sweep.json`` has it)."""
+    text = json.dumps(
+        stack() if packages is None else dict(sorted(packages.items())), separators=(",", ":")
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -1,18 +1,20 @@
-"""The standalone script that reproduces a probe: a header with its settings, and a body shared by every row.
+"""The standalone script that reproduces a probe: a header with its settings, and a body shared by
+every row.
 
-A repro script is ``header(SETTINGS) + body()``. The body is the source of ``hub_fetch``, the probe's stages
-(``probe_failures``, ``probe_vision``, ``probe_backend``, ``probe_compile``, ``probe_core``), ``agreement`` and
-``reproduce`` (the very code the probe ran: its download, its stages, its reference check,
-and the script's program), their imports of each other dropped (one namespace), then
-``sys.exit(main(SETTINGS, sys.argv))``; so ``python repro.py`` needs only torch and transformers (plus the
-device's backend package), no papermill and no install of this project, and reaches the same verdict and
-tokens. The header is a docstring and ``SETTINGS``: the probe's settings (``SETTING_NAMES``) as it ran them.
+A repro script is ``header(SETTINGS) + body()``. The body is the source of ``hub_fetch``, the
+probe's stages (``probe_failures``, ``probe_vision``, ``probe_backend``, ``probe_compile``,
+``probe_core``), ``agreement`` and ``reproduce`` (the very code the probe ran: its download, its
+stages, its reference check, and the script's program), their imports of each other dropped (one
+namespace), then ``sys.exit(main(SETTINGS, sys.argv))``; so ``python repro.py`` needs only torch and
+transformers (plus the device's backend package), no papermill and no install of this project, and
+reaches the same verdict and tokens. The header is a docstring and ``SETTINGS``: the probe's
+settings (``SETTING_NAMES``) as it ran them.
 
 The body is the same for every probe of one version of this code, so a record keeps only its
-``repro_settings`` and the body's ``repro_sha256``; the store keeps each body once, ``repro/<sha256>.py``
-(beside a sweep's records, and beside the Parquet data and on the Hub). ``script_of`` puts a row's script
-together again (older rows carry the whole text in ``repro_script``); ``script_for`` finds a sweep's row
-first (``model-support repro SWEEP MODEL``).
+``repro_settings`` and the body's ``repro_sha256``; the store keeps each body once,
+``repro/<sha256>.py`` (beside a sweep's records, and beside the Parquet data and on the Hub).
+``script_of`` puts a row's script together again (older rows carry the whole text in
+``repro_script``); ``script_for`` finds a sweep's row first (``model-support repro SWEEP MODEL``).
 """
 
 from __future__ import annotations
@@ -42,15 +44,32 @@ from . import (
     reproduce,
 )
 
-#: The modules whose source is the body, in order (each may import the earlier ones by name, nothing else).
-BODY_MODULES = (hub_fetch, probe_failures, probe_vision, probe_backend, probe_compile, probe_core, agreement, reproduce)
-#: What a repro script's SETTINGS hold beyond the probe's settings: how the probe's device adapter resolved
-#: them (the compile backend; for a sharded run its ``DistributedConfig``, the process group's backend and each
-#: rank's environment) and the backend's own configuration as the probe ran (``device_config``: the variables
-#: its adapter declares and shows; the script sets them before it loads the backend).
-RESOLVED_NAMES = ("compile_backend", "distributed", "distributed_backend", "rank_env", "device_config")
-#: The settings a repro script carries: the model, every probe setting (``probe_params.SETTINGS``; ``device``
-#: the resolved device type) and the resolved ones.
+#: The modules whose source is the body, in order (each may import the earlier ones by name, nothing
+#: else).
+BODY_MODULES = (
+    hub_fetch,
+    probe_failures,
+    probe_vision,
+    probe_backend,
+    probe_compile,
+    probe_core,
+    agreement,
+    reproduce,
+)
+#: What a repro script's SETTINGS hold beyond the probe's settings: how the probe's device adapter
+#: resolved them (the compile backend; for a sharded run its ``DistributedConfig``, the process
+#: group's backend and each rank's environment) and the backend's own configuration as the probe ran
+#: (``device_config``: the variables its adapter declares and shows; the script sets them before it
+#: loads the backend).
+RESOLVED_NAMES = (
+    "compile_backend",
+    "distributed",
+    "distributed_backend",
+    "rank_env",
+    "device_config",
+)
+#: The settings a repro script carries: the model, every probe setting (``probe_params.SETTINGS``;
+#: ``device`` the resolved device type) and the resolved ones.
 SETTING_NAMES = ("model_id", *probe_params.SETTINGS, *RESOLVED_NAMES)
 
 HEADER = '''#!/usr/bin/env python
@@ -100,7 +119,9 @@ if __name__ == "__main__":
 """
 #: ``from .hub_fetch import x`` / ``from .probe_core import (\n x,\n)``: names the body already has.
 _SIBLING_IMPORT = re.compile(
-    r"^from \.(?:" + "|".join(m.__name__.rsplit(".", 1)[1] for m in BODY_MODULES) + r") import (?:\([^)]*\)|[^\n]*)\n",
+    r"^from \.(?:"
+    + "|".join(m.__name__.rsplit(".", 1)[1] for m in BODY_MODULES)
+    + r") import (?:\([^)]*\)|[^\n]*)\n",
     re.MULTILINE,
 )
 
@@ -108,7 +129,9 @@ _SIBLING_IMPORT = re.compile(
 def _source(module) -> str:
     text = inspect.getsource(module)
     if text.startswith("from __future__") or "\nfrom __future__" in text:
-        raise ValueError(f"{module.__name__} cannot be pasted into a script's middle: it has a __future__ import")
+        raise ValueError(
+            f"{module.__name__} cannot be pasted into a script's middle: it has a __future__ import"
+        )
     return _SIBLING_IMPORT.sub("", text)
 
 
@@ -121,8 +144,8 @@ def body() -> tuple[str, str]:
 
 
 def repro_settings(settings: dict) -> dict:
-    """A repro script's SETTINGS from the probe's ``settings`` (``SETTING_NAMES``; device the resolved type,
-    compile_backend the device adapter's; what the probe did not resolve is null)."""
+    """A repro script's SETTINGS from the probe's ``settings`` (``SETTING_NAMES``; device the
+    resolved type, compile_backend the device adapter's; what the probe did not resolve is null)."""
     return {name: settings.get(name) for name in SETTING_NAMES}
 
 
@@ -138,20 +161,23 @@ def header(settings: dict, sweep_id: str | None = None) -> str:
         if settings.get("chat_template") != "none"
         else "raw",
         max_new_tokens=settings.get("max_new_tokens"),
-        config=f": {', '.join(sorted(settings['device_config']))}" if settings.get("device_config") else ": none",
+        config=f": {', '.join(sorted(settings['device_config']))}"
+        if settings.get("device_config")
+        else ": none",
         settings=pprint.pformat(settings, sort_dicts=False),
     )
 
 
 def repro_script(settings: dict, sweep_id: str | None = None) -> str:
-    """The whole script for one probe; ``settings`` holds SETTING_NAMES (device is the resolved type,
-    compile_backend the device adapter's)."""
+    """The whole script for one probe; ``settings`` holds SETTING_NAMES (device is the resolved
+    type, compile_backend the device adapter's)."""
     return header(repro_settings(settings), sweep_id) + "\n" + body()[0]
 
 
 def set_repro(record: Record, settings: dict) -> None:
-    """A probe's repro fields: its ``repro_settings`` (JSON) and the body's ``repro_sha256``, and the whole
-    script in ``repro_script`` until the store keeps the body once (``store.split_repro``)."""
+    """A probe's repro fields: its ``repro_settings`` (JSON) and the body's ``repro_sha256``, and
+    the whole script in ``repro_script`` until the store keeps the body once
+    (``store.split_repro``)."""
     chosen = repro_settings(settings)
     text, sha = body()
     record["repro_settings"] = json.dumps(chosen)
@@ -161,8 +187,9 @@ def set_repro(record: Record, settings: dict) -> None:
 
 def script_of(record: dict, bodies: Path | None = None) -> str | None:
     """A row's standalone script: the whole text an older row carries, else its header (from
-    ``repro_settings``) and its body, ``<bodies>/<repro_sha256>.py`` (a sweep's ``repro/`` folder or the data
-    folder's), or this code's own body when the hash is its. None for a row without one (nothing ran)."""
+    ``repro_settings``) and its body, ``<bodies>/<repro_sha256>.py`` (a sweep's ``repro/`` folder
+    or the data folder's), or this code's own body when the hash is its. None for a row without
+    one (nothing ran)."""
     if record.get("repro_script"):
         return record["repro_script"]
     sha, raw = record.get("repro_sha256"), record.get("repro_settings")
@@ -173,8 +200,9 @@ def script_of(record: dict, bodies: Path | None = None) -> str | None:
         stored = store.repro_body(Path(bodies or "."), sha, str(record.get("model_id")))
         if stored is None:
             raise UserError(
-                f"The repro body {sha[:12]} of {record.get('model_id')} is not in {bodies}: "
-                "it comes with the data (repro/<sha256>.py); copy that folder with the Parquet files."
+                f"The repro body {sha[:12]} of {record.get('model_id')} is not in {bodies}: it "
+                "comes with the data (repro/<sha256>.py); copy that folder with the Parquet "
+                "files."
             )
         text = stored
     return header(json.loads(raw), record.get("sweep_id")) + "\n" + text
@@ -188,17 +216,25 @@ def script_of_or_none(record: dict, bodies: Path | None = None) -> str | None:
         return None
 
 
-#: The data folder the command line reads when given none (``--data-dir``'s default): a command leaves it out.
+#: The data folder the command line reads when given none (``--data-dir``'s default): a command
+#: leaves it out.
 DEFAULT_DATA_DIR = Path("data")
 
 
-def command(sweep_id: str, model_id: str, variant: str | None = None, data_dir: Path | str | None = None) -> str:
-    """The command that reproduces one row, (``model_id``, ``variant``) of a sweep: ``model-support repro`` writes its
-    standalone script (``script_for``), python runs it. ``--data-dir`` where ``data_dir`` is not the default; a model
-    probed from a local folder takes that folder (a placeholder, ``/path/to/<name>``, the script's header says so)."""
+def command(
+    sweep_id: str, model_id: str, variant: str | None = None, data_dir: Path | str | None = None
+) -> str:
+    """The command that reproduces one row, (``model_id``, ``variant``) of a sweep:
+    ``model-support repro`` writes its standalone script (``script_for``), python runs it.
+    ``--data-dir`` where ``data_dir`` is not the default; a model probed from a local folder
+    takes that folder (a placeholder, ``/path/to/<name>``, the script's header says so)."""
     words = ["model-support", "repro", sweep_id, model_id]
     words += ["--variant", variant] if variant else []
-    words += ["--data-dir", str(data_dir)] if data_dir is not None and Path(data_dir) != DEFAULT_DATA_DIR else []
+    words += (
+        ["--data-dir", str(data_dir)]
+        if data_dir is not None and Path(data_dir) != DEFAULT_DATA_DIR
+        else []
+    )
     run = ["python", "run.py"]
     if model_id.startswith(model_ids.LOCAL_PREFIX):
         run.append(f"/path/to/{model_ids.display_name(model_id)}")
@@ -206,8 +242,9 @@ def command(sweep_id: str, model_id: str, variant: str | None = None, data_dir: 
 
 
 def _script_from_rows(data_dir: Path, sweep_id: str, model_id: str, variant: str | None) -> str:
-    """``script_for`` in a dataset pulled without its ``sweeps/`` folder (what exports and support cards print their
-    command for): the row of the ``results`` config and the data folder's ``repro/`` bodies."""
+    """``script_for`` in a dataset pulled without its ``sweeps/`` folder (what exports and
+    support cards print their command for): the row of the ``results`` config and the data
+    folder's ``repro/`` bodies."""
     import polars as pl
 
     from ..record.schema import DEFAULT_VARIANT
@@ -215,7 +252,8 @@ def _script_from_rows(data_dir: Path, sweep_id: str, model_id: str, variant: str
     rows = (
         store.scan(data_dir, "results")
         .filter(pl.col("sweep_id") == sweep_id, pl.col("model_id") == model_id)
-        .with_columns(pl.col("variant").fill_null(DEFAULT_VARIANT))  # older rows: the default variant
+        # older rows: the default variant
+        .with_columns(pl.col("variant").fill_null(DEFAULT_VARIANT))
         .collect()
     )
     if variant is not None:
@@ -223,45 +261,69 @@ def _script_from_rows(data_dir: Path, sweep_id: str, model_id: str, variant: str
     if rows.height == 0:
         known = (
             "a sweep of its results"
-            if store.scan(data_dir, "results").filter(pl.col("sweep_id") == sweep_id).head(1).collect().height
+            if store.scan(data_dir, "results")
+            .filter(pl.col("sweep_id") == sweep_id)
+            .head(1)
+            .collect()
+            .height
             else "no sweep of it"
         )
         raise UserError(
-            f"Sweep {sweep_id} has no row of {model_id}{f' in {variant}' if variant else ''} in {data_dir} ({known})."
+            f"Sweep {sweep_id} has no row of {model_id}{f' in {variant}' if variant else ''} "
+            f"in {data_dir} ({known})."
         )
     if rows.height > 1:
         ran = ", ".join(sorted(str(v) for v in rows["variant"]))
-        raise UserError(f"{model_id} ran in {rows.height} variants in sweep {sweep_id}: give --variant, one of {ran}.")
+        raise UserError(
+            f"{model_id} ran in {rows.height} variants in sweep {sweep_id}: give --variant, "
+            f"one of {ran}."
+        )
     script = script_of(rows.row(0, named=True), store.repro_dir(data_dir))
     if script is None:
-        raise UserError(f"The row of {model_id} in sweep {sweep_id} has no repro script (nothing ran).")
+        raise UserError(
+            f"The row of {model_id} in sweep {sweep_id} has no repro script (nothing ran)."
+        )
     return script
 
 
 def script_for(data_dir: Path, sweep_id: str, model_id: str, variant: str | None = None) -> str:
-    """The standalone script of ``model_id`` (its record's id) in ``variant`` (default: the sweep's default
-    variant, else the one variant the model ran in; several: one sentence naming them) of a sweep in ``data_dir``; one sentence when the sweep has no such row or it has no script."""
+    """The standalone script of ``model_id`` (its record's id) in ``variant`` (default: the
+    sweep's default variant, else the one variant the model ran in; several: one sentence naming
+    them) of a sweep in ``data_dir``; one sentence when the sweep has no such row or it has no
+    script."""
     if not (store.sweep_dir(data_dir, sweep_id) / "sweep.json").exists():
         return _script_from_rows(Path(data_dir), sweep_id, model_id, variant)
     path = store.find_record(data_dir, sweep_id, model_id, variant)
-    if path is None and variant is None:  # no default variant here (its settings were not the defaults): its own
+    # no default variant here (its settings were not the defaults): its own
+    if path is None and variant is None:
         store.read_sweep(data_dir, sweep_id)
         ran = sorted(
-            {str(r.get("variant")) for r in store.read_records(data_dir, sweep_id) if r["model_id"] == model_id}
+            {
+                str(r.get("variant"))
+                for r in store.read_records(data_dir, sweep_id)
+                if r["model_id"] == model_id
+            }
         )
         if len(ran) > 1:
             raise UserError(
-                f"{model_id} ran in {len(ran)} variants in sweep {sweep_id}: give --variant, one of {', '.join(ran)}."
+                f"{model_id} ran in {len(ran)} variants in sweep {sweep_id}: give --variant, "
+                f"one of {', '.join(ran)}."
             )
         path = store.find_record(data_dir, sweep_id, model_id, ran[0]) if ran else None
     if path is None:
-        store.read_sweep(data_dir, sweep_id)  # an unknown sweep: its own sentence, with the known ones
-        raise UserError(f"Sweep {sweep_id} has no record of {model_id}{f' in {variant}' if variant else ''} yet.")
-    record = json.loads(path.read_text())
-    if store.is_what_if(record):  # its script would run the stack's own kernels, not the host's: another answer
+        # an unknown sweep: its own sentence, with the known ones
+        store.read_sweep(data_dir, sweep_id)
         raise UserError(
-            f"{model_id} ran in sweep {sweep_id} as a what-if run (host_ops={record.get('host_ops')!r}: operators on "
-            "the host), which its standalone script does not do; run the probe notebook with -p host_ops "
+            f"Sweep {sweep_id} has no record of "
+            f"{model_id}{f' in {variant}' if variant else ''} yet."
+        )
+    record = json.loads(path.read_text())
+    # its script would run the stack's own kernels, not the host's: another answer
+    if store.is_what_if(record):
+        raise UserError(
+            f"{model_id} ran in sweep {sweep_id} as a what-if run "
+            f"(host_ops={record.get('host_ops')!r}: operators on the host), which its "
+            "standalone script does not do; run the probe notebook with -p host_ops "
             f"{record.get('host_ops')!r} to reproduce it."
         )
     script = script_of(record, store.repro_dir(data_dir, sweep_id))

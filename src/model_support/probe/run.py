@@ -35,7 +35,13 @@ from . import (
     probe_vision,
     what_if,
 )
-from .checks import NO_WEIGHTS_ATTRIBUTION, attribute, long_text_on_device, started_path, write_started
+from .checks import (
+    NO_WEIGHTS_ATTRIBUTION,
+    attribute,
+    long_text_on_device,
+    started_path,
+    write_started,
+)
 from .instruments import flight_recorder, host_cost, profiled, recompiles
 from .model_ids import check_there, machine_paths, portable_id, unavailable
 from .records import fail, new_record
@@ -43,10 +49,12 @@ from .repro import set_repro
 
 #: The flag under which the record is stored in an executed notebook (``display.read_tagged``).
 RECORD_FLAG = "record"
-#: The probe's settings with their defaults (``probe_params.SETTINGS``: not the model, not the runner's bookkeeping).
+#: The probe's settings with their defaults (``probe_params.SETTINGS``: not the model, not the
+#: runner's bookkeeping).
 DEFAULTS = {k: v for k, v in probe_params.defaults().items() if k in probe_params.SETTINGS}
-#: What of the model's timeout is kept back from a sharded run's ranks (a tenth, at least 15 s), for the
-#: record and the reference: the ranks time out, saying where each one was, before the probe is killed.
+#: What of the model's timeout is kept back from a sharded run's ranks (a tenth, at least 15 s), for
+#: the record and the reference: the ranks time out, saying where each one was, before the probe is
+#: killed.
 RANKS_KEEP_BACK, RANKS_KEEP_BACK_MIN_S = 0.1, 15.0
 
 
@@ -54,22 +62,29 @@ def _peak_host_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def record_failure(record: Record, stage: str, exc: BaseException, status: str | None = None) -> Record:
+def record_failure(
+    record: Record, stage: str, exc: BaseException, status: str | None = None
+) -> Record:
     """Fill the failure fields of ``record`` from an exception raised in ``stage``."""
     status = status or probe_core.classify(stage, exc)
-    return fail(record, stage, status, type(exc).__name__, str(exc), probe_core.trimmed_traceback(exc))
+    return fail(
+        record, stage, status, type(exc).__name__, str(exc), probe_core.trimmed_traceback(exc)
+    )
 
 
-#: The sharded result's fields a record keeps as they are (its own group, the peak over the ranks with its source,
-#: and the ranks' CPU threads).
+#: The sharded result's fields a record keeps as they are (its own group, the peak over the ranks
+#: with its source, and the ranks' CPU threads).
 SHARDED_FIELDS = (*schema.SHARDED_FIELDS, "peak_device_mem_mb", "device_mem_source", "cpu_threads")
 #: The stage results a record keeps as they are (status and failure_stage are set with the error).
-STAGE_FIELDS = tuple(k for k in probe_core.RESULT_KEYS if k in schema.FIELDS and k not in ("status", "failure_stage"))
+STAGE_FIELDS = tuple(
+    k for k in probe_core.RESULT_KEYS if k in schema.FIELDS and k not in ("status", "failure_stage")
+)
 
 
 def resolve_task(record: Record, settings: dict) -> bool:
-    """``task`` auto with the Hub's ``pipeline_tag`` known: the tag decides (a tag of a task the probe does not
-    run is an exclusion, no verdict: returns False). Without a tag the config decides, in the load stage."""
+    """``task`` auto with the Hub's ``pipeline_tag`` known: the tag decides (a tag of a task the
+    probe does not run is an exclusion, no verdict: returns False). Without a tag the config
+    decides, in the load stage."""
     if settings["task"] != "auto":
         return True
     try:
@@ -81,8 +96,9 @@ def resolve_task(record: Record, settings: dict) -> bool:
 
 
 def stage_outcome(record: Record, settings: dict, result: dict) -> None:
-    """What the stages learned, onto the record: the task they ran (the reference then runs the same one) and
-    the prompt it used; an environment failure (``exclusion_reason``) leaves the record without a verdict."""
+    """What the stages learned, onto the record: the task they ran (the reference then runs the
+    same one) and the prompt it used; an environment failure (``exclusion_reason``) leaves the
+    record without a verdict."""
     if result.get("task"):
         record["task"] = settings["task"] = result["task"]
     image_task = record["task"] == probe_core.IMAGE_TEXT_TO_TEXT
@@ -90,13 +106,15 @@ def stage_outcome(record: Record, settings: dict, result: dict) -> None:
 
 
 def _repro(record: Record, settings: dict, adapter, **more) -> None:
-    """The record's repro script and its settings, from the settings as they stand: the device adapter's type
-    and compile backend, the record's model id and sweep (``more``: a sharded run's ``distributed`` config)."""
+    """The record's repro script and its settings, from the settings as they stand: the device
+    adapter's type and compile backend, the record's model id and sweep (``more``: a sharded
+    run's ``distributed`` config)."""
     chosen = {
         **settings,
         "device": adapter.type,
         "compile_backend": adapter.compile_backend(),
-        "device_config": adapter.configuration(shown_only=True) or None,  # the backend's own, set by the script
+        # the backend's own, set by the script
+        "device_config": adapter.configuration(shown_only=True) or None,
         "model_id": record["model_id"],
         **more,
     }
@@ -105,15 +123,17 @@ def _repro(record: Record, settings: dict, adapter, **more) -> None:
 
 def _set_repro(record: Record, settings: dict, adapter, **more) -> None:
     """The record's repro script (``_repro``), also written at once beside the record
-    (``checks.write_started``): a process that dies before its record (a device runtime abort) leaves it."""
+    (``checks.write_started``): a process that dies before its record (a device runtime abort)
+    leaves it."""
     _repro(record, settings, adapter, **more)
     write_started(settings.get("record_path"), record, settings)
 
 
 def _rank_setup(adapter, count: int) -> dict:
-    """How the device adapter set up a sharded run's ranks, for its repro script: each rank's environment
-    (``rank_env``, from this probe process's own, which the ranks inherit) and the process group's backend.
-    Either is None where the adapter refused it: the ranks failed on that, as the record says."""
+    """How the device adapter set up a sharded run's ranks, for its repro script: each rank's
+    environment (``rank_env``, from this probe process's own, which the ranks inherit) and the
+    process group's backend. Either is None where the adapter refused it: the ranks failed on
+    that, as the record says."""
     try:
         backend = adapter.distributed_backend()
     except devices.DeviceUnavailable:
@@ -126,20 +146,25 @@ def _rank_setup(adapter, count: int) -> dict:
 
 
 def _sharded(record: Record, settings: dict, adapter) -> bool:
-    """``devices`` other than 1: the probe over N devices (``sharded.run_sharded``, one rank per device,
-    tensor or expert parallel by the model's own plan); ``auto`` picks the fewest that hold the model.
-    True when it ran (the record is complete), False when one device is the answer."""
+    """``devices`` other than 1: the probe over N devices (``sharded.run_sharded``, one rank per
+    device, tensor or expert parallel by the model's own plan); ``auto`` picks the fewest that
+    hold the model. True when it ran (the record is complete), False when one device is the
+    answer."""
     devices = str(settings["devices"])
     if devices == "1":
         return False
     from . import sharded
 
-    params = sharded.estimate_params(settings["load_from"], settings["revision"], settings["trust_remote_code"])
+    params = sharded.estimate_params(
+        settings["load_from"], settings["revision"], settings["trust_remote_code"]
+    )
     record["memory_estimate_bytes"] = sharded.memory_estimate_bytes(params, settings["dtype"])
     if devices == "auto":
         memory = int(settings["device_memory_gb"] * 1e9) or adapter.device_memory_bytes()
         try:
-            count = sharded.plan_devices(params, settings["dtype"], memory, adapter.devices_present())
+            count = sharded.plan_devices(
+                params, settings["dtype"], memory, adapter.devices_present()
+            )
         except sharded.DoesNotFit as exc:
             record_failure(record, "runner", exc, status=schema.FAIL_OTHER)
             return True
@@ -157,22 +182,35 @@ def _sharded(record: Record, settings: dict, adapter) -> bool:
     left = settings["timeout_s"] - keep - (time.perf_counter() - settings["started"])
     with phases.device_work():  # the ranks, on their devices
         result = sharded.run_sharded(settings, count, adapter.type, timeout_s=max(left, 1.0))
-    if result.get("distributed_config"):  # its repro script launches the same ranks, as the adapter set them up
-        _set_repro(record, settings, adapter, distributed=result["distributed_config"], **_rank_setup(adapter, count))
+    # its repro script launches the same ranks, as the adapter set them up
+    if result.get("distributed_config"):
+        _set_repro(
+            record,
+            settings,
+            adapter,
+            distributed=result["distributed_config"],
+            **_rank_setup(adapter, count),
+        )
     schema.fill(record, {key: result.get(key) for key in (*STAGE_FIELDS, *SHARDED_FIELDS)})
     stage_outcome(record, settings, result)
     record["peak_host_mem_mb"] = _peak_host_mb()
     if record["exclusion_reason"]:
         return True
     if result["exception"] is not None:
-        record_failure(record, result["failure_stage"], result["exception"], status=result["status"])
-        if result.get("error_type") == "NoParallelPlan":  # one CPU process would not test what failed here
-            record["reference_note"] = "attribution not run: the model needs more devices than one and has no plan"
+        record_failure(
+            record, result["failure_stage"], result["exception"], status=result["status"]
+        )
+        # one CPU process would not test what failed here
+        if result.get("error_type") == "NoParallelPlan":
+            record["reference_note"] = (
+                "attribution not run: the model needs more devices than one and has no plan"
+            )
         else:
             phases.checks(record, settings, "attribute")
         return True
     record["status"] = schema.PASS
-    schema.fill(record, performance.perf_fields(record, settings, {}, adapter))  # why not: several devices
+    # why not: several devices
+    schema.fill(record, performance.perf_fields(record, settings, {}, adapter))
     phases.checks(record, settings, "pass", result.get("step_scores"), result.get("input_ids"))
     return True
 
@@ -188,16 +226,19 @@ def run_probe(
 ) -> Record:
     """Probe one model and return its record (also written to ``record_path`` when given).
 
-    A bad parameter value is this run's outcome (FAIL(other) at stage runner, with the one sentence
-    that names it): a notebook always ends with a verdict. Sweeps refuse such values before any
-    model runs. A Hub model is loaded from ``snapshot`` when the sweep downloaded it ahead (with the
-    ``hub_facts`` it learned then, for the record), else its download stage runs here. A model that is not
-    there (a local path that is no folder, a Hub id the Hub does not give: not on it, no access, the network
-    or the disk failing) is the user's to fix, not a verdict: ``model_ids.ModelUnavailable`` (one sentence,
-    a ``UserError``) is raised before any record is made, and none is written."""
+    A bad parameter value is this run's outcome (FAIL(other) at stage runner, with the one
+    sentence that names it): a notebook always ends with a verdict. Sweeps refuse such values
+    before any model runs. A Hub model is loaded from ``snapshot`` when the sweep downloaded it
+    ahead (with the ``hub_facts`` it learned then, for the record), else its download stage runs
+    here. A model that is not there (a local path that is no folder, a Hub id the Hub does not
+    give: not on it, no access, the network or the disk failing) is the user's to fix, not a
+    verdict: ``model_ids.ModelUnavailable`` (one sentence, a ``UserError``) is raised before any
+    record is made, and none is written."""
     unknown = sorted(set(overrides) - set(DEFAULTS))
     if unknown:
-        raise TypeError(f"unknown probe parameter(s): {', '.join(unknown)}; accepted: {', '.join(DEFAULTS)}")
+        raise TypeError(
+            f"unknown probe parameter(s): {', '.join(unknown)}; accepted: {', '.join(DEFAULTS)}"
+        )
     check_there(snapshot or model_id)
     started = time.perf_counter()
     settings = {
@@ -210,13 +251,15 @@ def run_probe(
     }
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()  # per-shard progress bars only clutter notebooks and sweep logs
+    # per-shard progress bars only clutter notebooks and sweep logs
+    hf_logging.disable_progress_bar()
     record = new_record(portable_id(model_id), settings, sweep_id, notebook_path, hub_facts)
     phases.start()
     try:
         _probe(record, settings)
     except (hub_fetch.EnvironmentProblem, hub_fetch.NoAccess, hub_fetch.NotOnHub) as exc:
-        raise unavailable(model_id, exc) from exc  # the model is not there: not a verdict, no record
+        # the model is not there: not a verdict, no record
+        raise unavailable(model_id, exc) from exc
     except Exception as exc:  # noqa: BLE001 a harness bug must still yield a record, never a lost model
         record_failure(record, "runner", exc, status=schema.FAIL_OTHER)
     record["duration_s"] = time.perf_counter() - started
@@ -224,7 +267,8 @@ def run_probe(
     if record_path:
         atomic_write_json(Path(record_path), record)
         started_path(record_path).unlink(missing_ok=True)  # the record says it all now
-    phases.save(record, record_path)  # the device phase's timings; with checks "after", the checks' inputs
+    # the device phase's timings; with checks "after", the checks' inputs
+    phases.save(record, record_path)
     return record
 
 
@@ -244,7 +288,8 @@ def _probe(record: Record, settings: dict) -> None:
             "device_name": adapter.device_name(),
             "device_count": adapter.device_count(),
             "cpu_threads": torch.get_num_threads(),  # a sharded run's ranks say theirs
-            **devices.backend_identity(adapter.type),  # the backend of the device resolved (``auto``: now known)
+            # the backend of the device resolved (``auto``: now known)
+            **devices.backend_identity(adapter.type),
         }
     )
     missing = adapter.mode_unavailable(settings["mode"])
@@ -252,7 +297,8 @@ def _probe(record: Record, settings: dict) -> None:
         record["exclusion_reason"] = f"{probe_compile.NOT_AVAILABLE}: {missing}"
         return
     refused = what_if.refusal(settings.get("host_ops"), adapter)
-    if refused:  # one sentence before anything runs (a sweep refuses it before it starts: sweep.definition)
+    # one sentence before anything runs (a sweep refuses it before it starts: sweep.definition)
+    if refused:
         record["exclusion_reason"] = refused
         return
     broken = probe_vision.torchvision_broken()
@@ -260,45 +306,61 @@ def _probe(record: Record, settings: dict) -> None:
         record["exclusion_reason"] = broken
         return
     _set_repro(record, settings, adapter)
-    if settings["load_from"] == settings["model_id"] and not hub_fetch.is_local(settings["model_id"]):
+    if settings["load_from"] == settings["model_id"] and not hub_fetch.is_local(
+        settings["model_id"]
+    ):
         try:  # the download stage, run here when no sweep fetched the files ahead
             got = hub_fetch.fetch(
-                settings["model_id"], settings["revision"], trust_remote_code=settings["trust_remote_code"]
+                settings["model_id"],
+                settings["revision"],
+                trust_remote_code=settings["trust_remote_code"],
             )
         except hub_fetch.NoLoadableWeights as exc:  # a real answer about the model
             record_failure(record, "download", exc, status=schema.FAIL_LOAD)
             schema.fill(record, NO_WEIGHTS_ATTRIBUTION)
             return
-        schema.fill(record, {**{k: got[k] for k in schema.DOWNLOAD_FIELDS}, **hub.metadata(got["info"])})
+        schema.fill(
+            record, {**{k: got[k] for k in schema.DOWNLOAD_FIELDS}, **hub.metadata(got["info"])}
+        )
         settings["load_from"] = got["path"]
-        if not resolve_task(record, settings):  # the Hub's pipeline_tag, now known, decides an auto task
+        # the Hub's pipeline_tag, now known, decides an auto task
+        if not resolve_task(record, settings):
             return
         _set_repro(record, settings, adapter)  # from the downloaded files, the task resolved
     if settings.get("host_ops") and _sharded_what_if(record, settings, adapter):
         return
     if _sharded(record, settings, adapter):
         return
-    with what_if.hosting(record, settings, adapter):  # a what-if run: the operators it names on the host
+    # a what-if run: the operators it names on the host
+    with what_if.hosting(record, settings, adapter):
         _on_device(record, settings, adapter)
 
 
 def _sharded_what_if(record: Record, settings: dict, adapter) -> bool:
-    """A what-if run that would put operators on the host over several devices (or ``devices=auto``, which may
-    be several) is not run yet: said as its exclusion (no verdict), True."""
-    if str(settings.get("devices", "1")) == "1" or not what_if.operators(settings["host_ops"], adapter)[0]:
+    """A what-if run that would put operators on the host over several devices (or
+    ``devices=auto``, which may be several) is not run yet: said as its exclusion (no verdict),
+    True."""
+    if (
+        str(settings.get("devices", "1")) == "1"
+        or not what_if.operators(settings["host_ops"], adapter)[0]
+    ):
         return False
-    record["exclusion_reason"] = "host_ops runs on one device only for now: ask devices=1 for a what-if run"
+    record["exclusion_reason"] = (
+        "host_ops runs on one device only for now: ask devices=1 for a what-if run"
+    )
     return True
 
 
 def _on_device(record: Record, settings: dict, adapter) -> None:
-    """The probe on one device: its stages under the instruments, the verdict, the perf phase, the checks."""
+    """The probe on one device: its stages under the instruments, the verdict, the perf phase,
+    the checks."""
     record.update({"devices_used": 1, "parallelism": "none"})
     adapter.reset_peak_memory()
-    # the instruments, each at most 5% of a probe or off by default (bench/bench_instruments.py): the census
-    # (sampled: it steps out once the decode steps repeat), the flight recorder (armed; a crash is rerun under it)
-    # and the host meter
-    from .census_mode import Census  # imports torch: this module imports none until the device is set up
+    # the instruments, each at most 5% of a probe or off by default (bench/bench_instruments.py):
+    # the census (sampled: it steps out once the decode steps repeat), the flight recorder (armed; a
+    # crash is rerun under it) and the host meter imports torch: this module imports none until the
+    # device is set up
+    from .census_mode import Census
 
     counted = (
         Census(adapter.type, adapter.synchronous_ops, adapter.perf_clock(settings["mode"]))
@@ -306,14 +368,19 @@ def _on_device(record: Record, settings: dict, adapter) -> None:
         else None
     )
     # the flight recorder first: under the census, it sees the operators as the census counts them
-    recorder = flight_recorder.recorder_for(settings, adapter, census.takes_census(settings["mode"]))
+    recorder = flight_recorder.recorder_for(
+        settings, adapter, census.takes_census(settings["mode"])
+    )
     meter, no_meter = host_cost.meter_for(adapter, settings["mode"], settings["host_cost"])
-    # a compiled run, which no dispatch mode sees: the adapter's profiler over its generation, where it offers one
+    # a compiled run, which no dispatch mode sees: the adapter's profiler over its generation, where
+    # it offers one
     profiler, no_profiler = profiled.profiler_for(adapter, settings["mode"], meter is not None)
     sync = adapter.synchronize if adapter.type != "cpu" else None
     watchers = [hook.enter for hook in (counted, recorder) if hook is not None]
     # counts the host cost as tokens arrive (the backend's counters, else the profiler's trace)
-    timer = meter.timer(adapter.synchronize) if meter else profiler.timer(sync) if profiler else None
+    timer = (
+        meter.timer(adapter.synchronize) if meter else profiler.timer(sync) if profiler else None
+    )
     if counted is not None and settings["census"] == census.SAMPLED:  # the census hears each token
         timer = counted.following(timer or probe_core.StepTimer(sync), settings["max_new_tokens"])
     with (
@@ -331,9 +398,11 @@ def _on_device(record: Record, settings: dict, adapter) -> None:
             on_stage=phases.stages(_each(watchers)),  # the host's loading off the device clock
             timer=timer,
             on_device=phases.to_device,  # the weights move: the device's work again
-            # the perf phase times it again, the recompile check compiles it again, still on the device
+            # the perf phase times it again, the recompile check compiles it again, still on the
+            # device
             keep_model=performance.wanted(settings, adapter.type) is None
-            or recompiles.why_not({"status": schema.PASS, "device_type": adapter.type}, settings) is None
+            or recompiles.why_not({"status": schema.PASS, "device_type": adapter.type}, settings)
+            is None
             or long_text.wanted(settings),
         )
     if not result["exclusion_reason"]:
@@ -348,9 +417,13 @@ def _on_device(record: Record, settings: dict, adapter) -> None:
     if record["exclusion_reason"]:
         return
     if result["exception"] is not None:
-        record_failure(record, result["failure_stage"], result["exception"], status=result["status"])
-        schema.fill(record, performance.perf_fields(record, settings, {}, adapter))  # why not: not a PASS
-        del result  # the failed model (held by the exception's frames) is freed before the reference loads
+        record_failure(
+            record, result["failure_stage"], result["exception"], status=result["status"]
+        )
+        # why not: not a PASS
+        schema.fill(record, performance.perf_fields(record, settings, {}, adapter))
+        # the failed model (held by the exception's frames) is freed before the reference loads
+        del result
         _attributed(record, settings, adapter)
         return
     record["status"] = schema.PASS
@@ -359,35 +432,53 @@ def _on_device(record: Record, settings: dict, adapter) -> None:
     else:
         schema.fill(record, meter.fields() if meter else host_cost.not_measured(no_meter or ""))
     _coverage(record, adapter)
-    with phases.device_work():  # the perf phase: the same model timed again on its device, before the release
+    # the perf phase: the same model timed again on its device, before the release
+    with phases.device_work():
         schema.fill(record, performance.perf_fields(record, settings, result, adapter))
-        if settings["mode"] == "compile":  # recompiles across prompt lengths (recompile_check), or why not
-            with phases.part("recompiles"):  # the device's work, said apart in the sweep's device time
+        # recompiles across prompt lengths (recompile_check), or why not
+        if settings["mode"] == "compile":
+            # the device's work, said apart in the sweep's device time
+            with phases.part("recompiles"):
                 schema.fill(record, recompiles.recompile_fields(record, settings, result, adapter))
-        with phases.part("long_text"):  # the long text through both paths, said apart in the sweep's device time
+        # the long text through both paths, said apart in the sweep's device time
+        with phases.part("long_text"):
             long_found = long_text_on_device(record, settings, result, adapter)
     device_steps, prompt_ids = result["step_scores"], result["input_ids"]
     del result  # the device's model is freed before the reference loads
     phases.checks(record, settings, "pass", device_steps, prompt_ids, long_found)
 
 
-def _operators(record: Record, settings: dict, result: dict, counted, profiler, no_profiler: str | None) -> None:
-    """The run's operators and their times: the census's (the run's own, or partial where it stopped), else the
-    profiler's (a compiled run), else why there are none."""
+def _operators(
+    record: Record, settings: dict, result: dict, counted, profiler, no_profiler: str | None
+) -> None:
+    """The run's operators and their times: the census's (the run's own, or partial where it
+    stopped), else the profiler's (a compiled run), else why there are none."""
     if counted is not None:
-        schema.fill(record, counted.fields(census.RUN if result["exception"] is None else census.PARTIAL))
-        schema.fill(record, counted.times() if result["exception"] is None else counted.not_timed("not a PASS"))
+        schema.fill(
+            record, counted.fields(census.RUN if result["exception"] is None else census.PARTIAL)
+        )
+        schema.fill(
+            record,
+            counted.times() if result["exception"] is None else counted.not_timed("not a PASS"),
+        )
     elif profiler is not None:
-        schema.fill(record, profiler.ops_fields() if result["exception"] is None else census.not_timed("not a PASS"))
+        schema.fill(
+            record,
+            profiler.ops_fields()
+            if result["exception"] is None
+            else census.not_timed("not a PASS"),
+        )
     elif census.takes_census(settings["mode"]):
         schema.fill(record, census.not_timed("census=off"))
     else:
-        schema.fill(record, census.not_timed(f"no census in mode {settings['mode']}, and {no_profiler}"))
+        schema.fill(
+            record, census.not_timed(f"no census in mode {settings['mode']}, and {no_profiler}")
+        )
 
 
 def _attributed(record: Record, settings: dict, adapter) -> None:
-    """A failed run's attribution: in the device phase where the reference's census completes the partial one
-    (its coverage asks the device's stack), else among the host checks."""
+    """A failed run's attribution: in the device phase where the reference's census completes the
+    partial one (its coverage asks the device's stack), else among the host checks."""
     if record["ops"] is not None:
         gc.collect()  # the failed model freed before the reference loads
         attribute(record, settings)
@@ -397,7 +488,8 @@ def _attributed(record: Record, settings: dict, adapter) -> None:
 
 
 def _each(hooks: list):
-    """One ``on_stage`` hook calling each of ``hooks`` (the census', the flight recorder's); None for none."""
+    """One ``on_stage`` hook calling each of ``hooks`` (the census', the flight recorder's); None
+    for none."""
     if not hooks:
         return None
 
@@ -409,11 +501,14 @@ def _each(hooks: list):
 
 
 def _coverage(record: Record, adapter) -> None:
-    """What the device's stack does with each operator of the census (the adapter's ``op_coverage``):
-    ``ops_missing``, ``ops_fallback``, ``ops_unknown``; the operator that stopped a stack's failure is missing."""
+    """What the device's stack does with each operator of the census (the adapter's
+    ``op_coverage``): ``ops_missing``, ``ops_fallback``, ``ops_unknown``; the operator that
+    stopped a stack's failure is missing."""
     if record["ops"] is not None:
         coverage = adapter.op_coverage(record["ops"])
-        schema.fill(record, census.coverage_fields(record["ops"], coverage, census.stopped_by(record)))
+        schema.fill(
+            record, census.coverage_fields(record["ops"], coverage, census.stopped_by(record))
+        )
 
 
 def summary_html(record: Record) -> str:
@@ -429,12 +524,22 @@ def summary_html(record: Record) -> str:
         ("device", f"{record['device_type']} ({record['device_name']})"),
         ("task", record["task"]),
         ("stage", record["failure_stage"]),
-        ("error", f"{record['error_type']}: {record['error_message']}" if record["error_type"] else None),
-        ("generated", repr(record["generated_text"]) if record["generated_text"] is not None else None),
+        (
+            "error",
+            f"{record['error_type']}: {record['error_message']}" if record["error_type"] else None,
+        ),
+        (
+            "generated",
+            repr(record["generated_text"]) if record["generated_text"] is not None else None,
+        ),
         (
             "tokens in / out",
             f"{record['tokens_in']} / {record['tokens_out']}"
-            + (f" ({record['image_tokens']} of them the image's)" if record["image_tokens"] is not None else ""),
+            + (
+                f" ({record['image_tokens']} of them the image's)"
+                if record["image_tokens"] is not None
+                else ""
+            ),
         ),
         ("load", fmt(record["load_s"], " s")),
         ("first token (incl. compile)", fmt(record["first_token_s"], " s")),
@@ -442,7 +547,8 @@ def summary_html(record: Record) -> str:
         ("decode", fmt(record["decode_tokens_per_s"], " tok/s")),
         (
             "peak host / device memory",
-            f"{fmt(record['peak_host_mem_mb'], ' MiB')} / {fmt(record['peak_device_mem_mb'], ' MiB')}",
+            f"{fmt(record['peak_host_mem_mb'], ' MiB')} / "
+            f"{fmt(record['peak_device_mem_mb'], ' MiB')}",
         ),
         (
             "CPU reference",
@@ -459,10 +565,13 @@ def summary_html(record: Record) -> str:
 
 
 def show(record: Record):
-    """Display the summary and store the record in the output, tagged so readers find it: all of it but its
-    repro script's body, which its ``repro_sha256`` names (``repro.script_of`` puts the script together)."""
+    """Display the summary and store the record in the output, tagged so readers find it: all of
+    it but its repro script's body, which its ``repro_sha256`` names (``repro.script_of`` puts
+    the script together)."""
     kept = {**record, "repro_script": None} if record["repro_sha256"] else record
-    display.show_tagged(RECORD_FLAG, summary_html(record), kept, f"{record['status']} {record['model_id']}")
+    display.show_tagged(
+        RECORD_FLAG, summary_html(record), kept, f"{record['status']} {record['model_id']}"
+    )
 
 
 def record_from_notebook(path: Path) -> dict | None:

@@ -76,12 +76,23 @@ _RULES: list[tuple[re.Pattern[str], object]] = [
     (re.compile(r"[a-z][a-z0-9+.-]*://[^\s'\"`<>()]+"), lambda m: _keep_tail(m, "<url>")),
     # <class 'transformers.models.t5.configuration_t5.T5Config'> -> T5Config (then <config>).
     (re.compile(r"<class '(?:[\w.]*\.)?(\w+)'>"), r"\1"),
-    (re.compile(r"(?<![\w.:/<>-])(?:~|\.{1,2})?/[^\s'\"`<>()]+"), lambda m: _keep_tail(m, "<path>")),
+    (
+        re.compile(r"(?<![\w.:/<>-])(?:~|\.{1,2})?/[^\s'\"`<>()]+"),
+        lambda m: _keep_tail(m, "<path>"),
+    ),
     (re.compile(r"\b[A-Za-z]:\\[^\s'\"`<>()]+"), lambda m: _keep_tail(m, "<path>")),
     (re.compile(r"(?<![\w.:/<>-])(?:[\w.-]+/){2,}[\w.-]*[A-Za-z0-9]"), "<path>"),
-    (re.compile(r"(?<![\w./:<>-])[A-Za-z0-9][\w.-]*/[\w.-]*[A-Za-z0-9](?![\w/])"), lambda m: _repo(m)),
+    (
+        re.compile(r"(?<![\w./:<>-])[A-Za-z0-9][\w.-]*/[\w.-]*[A-Za-z0-9](?![\w/])"),
+        lambda m: _repo(m),
+    ),
     (re.compile(r"\b0x[0-9a-fA-F]+\b"), "<hex>"),
-    (re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"), "<hex>"),
+    (
+        re.compile(
+            r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
+        ),
+        "<hex>",
+    ),
     (re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{8,}\b"), "<hex>"),
     (re.compile(r"(?i)(model[ _]type\s*:?\s*)`[^`\n]*`"), r"\1`<model_type>`"),
     (re.compile(r"\b[A-Z]\w*Config\b"), "<config>"),
@@ -89,7 +100,8 @@ _RULES: list[tuple[re.Pattern[str], object]] = [
     (re.compile(r"\b\d+(?:\.\d+)?\s?(?:[KMGTPE]i?B|[KMGTPE]|bytes?)\b"), "<size>"),
     # HTTP status codes name the cause (401 gated, 404 missing, 429 rate limit): kept.
     (re.compile(r"\b\d+(?:\.\d+)?\b(?! (?:Client|Server) Error)"), "<n>"),
-    # torch names a device mismatch's two devices in whichever order it met them: one cause, one order.
+    # torch names a device mismatch's two devices in whichever order it met them: one cause, one
+    # order.
     (
         re.compile(r"(at least two devices, )([\w:<>]+) and ([\w:<>]+)"),
         lambda m: m[1] + " and ".join(sorted(m.group(2, 3))),
@@ -143,16 +155,18 @@ def normalize_message(message: str | None) -> str:
     return text.strip()
 
 
-def failure_signature(error_type: str | None, message: str | None, traceback: str | None = None) -> str | None:
+def failure_signature(
+    error_type: str | None, message: str | None, traceback: str | None = None
+) -> str | None:
     """A short, stable key for the cause of a failure; None when there is no error at all.
 
-    The error type is reduced to its last dotted part, because the same exception is raised
-    under different module paths (``torch.OutOfMemoryError``, ``torch.cuda.OutOfMemoryError``).
-    With ``traceback`` (the formatted traceback a record stores), the place the error was raised
-    is appended, `` @ <stem>.<function>`` (module docstring); without one, or where the place is
-    not meaningful, the signature is the message-only one. The result is at most
-    ``MAX_SIGNATURE_LEN`` characters, cut at a word boundary in the message part (a cut inside one long word
-    ends with "…").
+    The error type is reduced to its last dotted part, because the same exception is raised under
+    different module paths (``torch.OutOfMemoryError``, ``torch.cuda.OutOfMemoryError``). With
+    ``traceback`` (the formatted traceback a record stores), the place the error was raised is
+    appended, `` @ <stem>.<function>`` (module docstring); without one, or where the place is not
+    meaningful, the signature is the message-only one. The result is at most ``MAX_SIGNATURE_LEN``
+    characters, cut at a word boundary in the message part (a cut inside one long word ends with
+    "…").
     """
     etype = (error_type or "").strip().rsplit(".", 1)[-1]
     norm = normalize_message(message)
@@ -170,9 +184,10 @@ ELLIPSIS = "…"
 
 
 def _cut(text: str, limit: int, *, mark: bool = False) -> str:
-    """``text`` in at most ``limit`` characters, at a word boundary unless that loses over half. A cut inside a
-    word ends with ``ELLIPSIS`` (within the limit); with ``mark``, any cut does. A signature marks only the
-    mid-word cut: its words are a key across sweeps, and one cut at a word boundary keeps the key it had."""
+    """``text`` in at most ``limit`` characters, at a word boundary unless that loses over half.
+    A cut inside a word ends with ``ELLIPSIS`` (within the limit); with ``mark``, any cut does. A
+    signature marks only the mid-word cut: its words are a key across sweeps, and one cut at a
+    word boundary keeps the key it had."""
     text = text.rstrip()
     if len(text) <= limit:
         return text
@@ -186,8 +201,8 @@ def _cut(text: str, limit: int, *, mark: bool = False) -> str:
 
 
 def shorten(text: str, limit: int) -> str:
-    """``text`` for a column of at most ``limit`` characters: cut at a word boundary where it can be, ending
-    with ``ELLIPSIS`` whenever it is cut."""
+    """``text`` for a column of at most ``limit`` characters: cut at a word boundary where it can
+    be, ending with ``ELLIPSIS`` whenever it is cut."""
     return _cut(text, limit, mark=True)
 
 
@@ -225,9 +240,10 @@ def _place(path: str, func: str) -> str:
     return (redact(f"{stem}.{func.strip()}") or "")[:MAX_PLACE_LEN]
 
 
-#: A machine's path, up to the folder a reader knows the file by: ``site-packages`` (and ``dist-packages``) dropped,
-#: the models' dynamic code cache from ``transformers_modules/``, this project from ``model_support/`` and the
-#: standard library from ``lib/pythonX.Y/``; any other path under a home folder from ``~``. (pattern, replacement).
+#: A machine's path, up to the folder a reader knows the file by: ``site-packages`` (and
+#: ``dist-packages``) dropped, the models' dynamic code cache from ``transformers_modules/``, this
+#: project from ``model_support/`` and the standard library from ``lib/pythonX.Y/``; any other path
+#: under a home folder from ``~``. (pattern, replacement).
 _PATH = r"(?<![\w.~:/\\-])(?:[A-Za-z]:)?[/\\][^\s\"'<>]*[/\\]"
 _MACHINE_PATHS = (
     (re.compile(_PATH + r"(?:site|dist)-packages[/\\]"), ""),
@@ -239,11 +255,13 @@ _MACHINE_PATHS = (
 
 
 def portable_paths(text: str | None) -> str | None:
-    """``text`` (a traceback) with its machine paths shortened to the folder a reader knows the file by
-    (``/home/me/venv/lib/python3.11/site-packages/transformers/x.py`` -> ``transformers/x.py``, ``/srv/repo/src/
-    model_support/probe/run.py`` -> ``model_support/probe/run.py``; ``_MACHINE_PATHS``): what a report or page shows of
-    a record's traceback, so it names files, not the machine that ran them. ``failure_place`` reads the traceback as
-    recorded (its rule knows ``site-packages/transformers/``), so a record keeps it whole and a reader shortens it."""
+    """``text`` (a traceback) with its machine paths shortened to the folder a reader knows the
+    file by (``/home/me/venv/lib/python3.11/site-packages/transformers/x.py`` ->
+    ``transformers/x.py``, ``/srv/repo/src/ model_support/probe/run.py`` ->
+    ``model_support/probe/run.py``; ``_MACHINE_PATHS``): what a report or page shows of a
+    record's traceback, so it names files, not the machine that ran them. ``failure_place`` reads
+    the traceback as recorded (its rule knows ``site-packages/transformers/``), so a record keeps
+    it whole and a reader shortens it."""
     if not text:
         return text
     for pattern, replacement in _MACHINE_PATHS:
@@ -264,7 +282,9 @@ _BLOCK_START = re.compile(
     r"|\.\.\. \(\d+ lines trimmed\) \.\.\.)\s*$"
 )
 #: Rule 1: transformers (installed, or a source checkout's src/) and models' custom code.
-_LIBRARY = re.compile(r"(?:^|/)(?:(?:site|dist)-packages|src)/transformers/|(?:^|/)transformers_modules/")
+_LIBRARY = re.compile(
+    r"(?:^|/)(?:(?:site|dist)-packages|src)/transformers/|(?:^|/)transformers_modules/"
+)
 #: Rule 2 leaves these out: synthetic files, the standard library, this project, torch's call
 #: plumbing, the notebook runner.
 _NOT_A_PLACE = re.compile(
@@ -277,7 +297,9 @@ _NOT_A_PLACE = re.compile(
 #: Only the end of a long traceback is read: the innermost frames are there.
 _MAX_TRACEBACK_LINES = 400
 #: Error types and first-line messages whose place is incidental to the cause (module docstring).
-_PLACELESS_TYPES = frozenset({"OutOfMemoryError", "MemoryError", "KeyboardInterrupt", "TimeoutError"})
+_PLACELESS_TYPES = frozenset(
+    {"OutOfMemoryError", "MemoryError", "KeyboardInterrupt", "TimeoutError"}
+)
 _PLACELESS = re.compile(
     r"(?i)out of memory|resource[_ ]exhausted|can't allocate memory"
     r"|could not run '[^']*' with arguments from the|not implemented for '\w+'|not currently implemented for the \w+ device"

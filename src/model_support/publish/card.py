@@ -1,10 +1,10 @@
-"""The dataset card a reader lands on: what a row is, the verdicts, the sweeps with their dates and pass
-rates, the stack versions covered, how to load each config, the latest report and where the raw logs
-are (``templates/dataset_card.md.j2``).
+"""The dataset card a reader lands on: what a row is, the verdicts, the sweeps with their dates and
+pass rates, the stack versions covered, how to load each config, the latest report and where the raw
+logs are (``templates/dataset_card.md.j2``).
 
 Everything on it derives from the data folder and the push's destination, never from the clock, so
-pushing the same data twice gives the same card (and the second push has nothing to upload). Pass rates
-are ``analysis.pass_rate_history``'s: PASS over result rows, excluded rows never counted.
+pushing the same data twice gives the same card (and the second push has nothing to upload). Pass
+rates are ``analysis.pass_rate_history``'s: PASS over result rows, excluded rows never counted.
 """
 
 from __future__ import annotations
@@ -21,12 +21,16 @@ UNKNOWN = "–"
 
 
 def sweep_rows(data_dir: Path) -> pl.DataFrame:
-    """Every sweep of the data folder with rows, oldest first: sweep_id, label, created_at, device_type,
-    models, passed, pass_rate, excluded and the stack's components (``analysis.VERSION_COMPONENTS``: torch, backend, transformers)."""
+    """Every sweep of the data folder with rows, oldest first: sweep_id, label, created_at,
+    device_type, models, passed, pass_rate, excluded and the stack's components
+    (``analysis.VERSION_COMPONENTS``: torch, backend, transformers)."""
     sweeps = analysis.sweep_index(data_dir)
-    history = analysis.pass_rate_history(store.scan(data_dir, "results"), sweeps, store.scan(data_dir, "excluded"))
+    history = analysis.pass_rate_history(
+        store.scan(data_dir, "results"), sweeps, store.scan(data_dir, "excluded")
+    )
     rows = history.filter((pl.col("models") > 0) | (pl.col("excluded") > 0))
-    # a what-if sweep (operators on the host) is no sweep of the stack, even by its excluded rows alone
+    # a what-if sweep (operators on the host) is no sweep of the stack, even by its excluded rows
+    # alone
     what_if = what_if_sweeps(data_dir, rows["sweep_id"].to_list())
     return rows.filter(~pl.col("sweep_id").is_in(sorted(what_if)))
 
@@ -46,9 +50,10 @@ def render_card(
     logs: dict[str, dict],
     other_sweeps: list[str],
 ) -> str:
-    """The card's markdown. ``report``: {"path", "url", "label"} of the latest sweep's report in the repo, or
-    None; ``logs``: {sweep_id: destination (``files.log_destination``)} of the sweeps whose logs are
-    published; ``other_sweeps``: sweeps the repo has that this data folder does not."""
+    """The card's markdown. ``report``: {"path", "url", "label"} of the latest sweep's report in
+    the repo, or None; ``logs``: {sweep_id: destination (``files.log_destination``)} of the
+    sweeps whose logs are published; ``other_sweeps``: sweeps the repo has that this data folder
+    does not."""
     from jinja2 import Environment, FileSystemLoader
 
     def cell(value) -> str:
@@ -68,12 +73,21 @@ def render_card(
         }
         for r in rows.iter_rows(named=True)
     ]
-    versions = [(c, list(dict.fromkeys(v for v in rows[c].to_list() if v))) for c in analysis.VERSION_COMPONENTS]
+    versions = [
+        (c, list(dict.fromkeys(v for v in rows[c].to_list() if v)))
+        for c in analysis.VERSION_COMPONENTS
+    ]
     buckets = sorted({d["bucket"] for d in logs.values() if d.get("bucket")})
-    where = ["`logs/<sweep_id>/` in this repo"] if any(not d.get("bucket") for d in logs.values()) else []
+    where = (
+        ["`logs/<sweep_id>/` in this repo"]
+        if any(not d.get("bucket") for d in logs.values())
+        else []
+    )
     where += [f"`hf://buckets/{b}/<sweep_id>/`" for b in buckets]
     folder = paths.template("dataset_card.md.j2").parent
-    env = Environment(loader=FileSystemLoader(str(folder)), autoescape=False, keep_trailing_newline=True)
+    env = Environment(
+        loader=FileSystemLoader(str(folder)), autoescape=False, keep_trailing_newline=True
+    )
     return env.get_template("dataset_card.md.j2").render(
         configs=store.card_configs(data_dir),
         repo_id=repo_id,

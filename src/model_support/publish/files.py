@@ -1,15 +1,15 @@
 """What a push puts on the Hub, file by file, and how a file is known to be there already.
 
 A push compares each file it would upload with the repo's listing (or the bucket's) and uploads only
-what differs: the card, the Parquet files, the report and logs in a dataset repo by their git blob id
-or LFS sha256 (hashed from disk in one streaming pass), a bucket's files by their Xet hash.
+what differs: the card, the Parquet files, the report and logs in a dataset repo by their git blob
+id or LFS sha256 (hashed from disk in one streaming pass), a bucket's files by their Xet hash.
 
-Raw logs (``--logs``): each sweep's ``sweep.json``, executed notebooks (``notebooks/*.ipynb``) and logs
-(``logs/*.log``) go under ``logs/<sweep_id>/`` in the dataset repo, or under ``<sweep_id>/`` in a
-bucket. The sweep redacted them when it stored them; they are redacted again on their way out
-(``model_support.redact``: the ``hf_...`` token shape and the token variables of this process, the push's
-own token included) and local model folders' paths become their portable ids (``local:<folder>``), as
-in the records, into a staging folder from which they are uploaded.
+Raw logs (``--logs``): each sweep's ``sweep.json``, executed notebooks (``notebooks/*.ipynb``) and
+logs (``logs/*.log``) go under ``logs/<sweep_id>/`` in the dataset repo, or under ``<sweep_id>/`` in
+a bucket. The sweep redacted them when it stored them; they are redacted again on their way out
+(``model_support.redact``: the ``hf_...`` token shape and the token variables of this process, the
+push's own token included) and local model folders' paths become their portable ids
+(``local:<folder>``), as in the records, into a staging folder from which they are uploaded.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ LOG_GLOBS = ("sweep.json", "notebooks/*.ipynb", "logs/*.log")
 
 @dataclass(frozen=True)
 class Upload:
-    """One file to publish: its path in the repo (or bucket), where its bytes are, the sweep it belongs
-    to (None for the card) and its kind: card, results, excluded, report or logs."""
+    """One file to publish: its path in the repo (or bucket), where its bytes are, the sweep it
+    belongs to (None for the card) and its kind: card, results, excluded, report or logs."""
 
     path: str
     source: Path
@@ -40,8 +40,8 @@ class Upload:
 
     @cached_property
     def digests(self) -> tuple[str, str]:
-        """(sha256, git blob sha1) of the file, in one pass: an LFS file is known by the first, a regular
-        one by the second."""
+        """(sha256, git blob sha1) of the file, in one pass: an LFS file is known by the first, a
+        regular one by the second."""
         size = self.source.stat().st_size
         sha256, sha1 = hashlib.sha256(), hashlib.sha1(b"blob %d\0" % size)
         with open(self.source, "rb") as handle:
@@ -69,10 +69,14 @@ def dataset_files(data_dir: Path) -> list[Upload]:
 
 
 def repro_files(data_dir: Path) -> list[Upload]:
-    """The repro scripts' bodies, ``repro/<sha256>.py``, each once for every sweep (a row names its body by
-    ``repro_sha256``): uploaded beside the Parquet files, never deleted (rows of other sweeps may name them)."""
+    """The repro scripts' bodies, ``repro/<sha256>.py``, each once for every sweep (a row names
+    its body by ``repro_sha256``): uploaded beside the Parquet files, never deleted (rows of
+    other sweeps may name them)."""
     folder = store.repro_dir(data_dir)
-    return [Upload(f"{store.REPRO}/{path.name}", path, None, "repro") for path in sorted(folder.glob("*.py"))]
+    return [
+        Upload(f"{store.REPRO}/{path.name}", path, None, "repro")
+        for path in sorted(folder.glob("*.py"))
+    ]
 
 
 def dataset_sweep(path_in_repo: str) -> str | None:
@@ -89,8 +93,9 @@ def dataset_sweep(path_in_repo: str) -> str | None:
 
 
 def log_destination(endpoint: str, repo_id: str, bucket: str | None, sweep_id: str) -> dict:
-    """Where a sweep's logs go (``store.published_logs``' shape): under ``logs/<sweep_id>/`` in the dataset
-    repo, linked to the Hub's file view; or under ``<sweep_id>/`` in the bucket, linked to its file."""
+    """Where a sweep's logs go (``store.published_logs``' shape): under ``logs/<sweep_id>/`` in
+    the dataset repo, linked to the Hub's file view; or under ``<sweep_id>/`` in the bucket,
+    linked to its file."""
     endpoint = endpoint.rstrip("/")
     if bucket:
         return {
@@ -104,8 +109,8 @@ def log_destination(endpoint: str, repo_id: str, bucket: str | None, sweep_id: s
 
 
 def public_sweep_json(text: str) -> str:
-    """A sweep.json as it is published: a local model's ``source`` (a folder on this machine) is its portable
-    id, and the cache folder is left out."""
+    """A sweep.json as it is published: a local model's ``source`` (a folder on this machine) is
+    its portable id, and the cache folder is left out."""
     raw = json.loads(text)
     for entry in raw.get("models") or []:
         if isinstance(entry, dict) and entry.get("source") and machine_paths(entry["source"]):
@@ -115,13 +120,17 @@ def public_sweep_json(text: str) -> str:
     return json.dumps(raw, indent=1, default=str) + "\n"
 
 
-def stage_logs(data_dir: Path, sweep_id: str, prefix: str, stage: Path, secrets: tuple[str, ...] = ()) -> list[Upload]:
-    """The sweep's ``LOG_GLOBS`` files, redacted into ``stage`` (see the module docstring), as uploads to
-    ``prefix`` + their path in the sweep folder. ``secrets``: more strings that must not leave (a token
-    given to the push directly rather than through the environment)."""
+def stage_logs(
+    data_dir: Path, sweep_id: str, prefix: str, stage: Path, secrets: tuple[str, ...] = ()
+) -> list[Upload]:
+    """The sweep's ``LOG_GLOBS`` files, redacted into ``stage`` (see the module docstring), as
+    uploads to ``prefix`` + their path in the sweep folder. ``secrets``: more strings that must
+    not leave (a token given to the push directly rather than through the environment)."""
     folder = store.sweep_dir(data_dir, sweep_id)
     meta = store.read_sweep(data_dir, sweep_id)
-    replace = {old: new for entry in meta.models for old, new in machine_paths(entry.source).items()}
+    replace = {
+        old: new for entry in meta.models for old, new in machine_paths(entry.source).items()
+    }
     replace.update({secret: "***" for secret in secrets if secret})
     uploads = []
     for pattern in LOG_GLOBS:

@@ -1,5 +1,5 @@
-"""Push the dataset to a Hugging Face Hub dataset repo, with its card, the latest report and (``--logs``)
-the raw logs behind its rows: only what the repo does not have yet, in one commit.
+"""Push the dataset to a Hugging Face Hub dataset repo, with its card, the latest report and
+(``--logs``) the raw logs behind its rows: only what the repo does not have yet, in one commit.
 
 What a push does, in order:
 
@@ -8,24 +8,25 @@ What a push does, in order:
 2. creates the dataset repo (and the bucket, with ``--logs-bucket``) unless it exists;
 3. with logs: records where each sweep's notebooks and logs go (``store.set_published_logs``, which
    compacts the sweep again so that each row gets its ``notebook_url`` and ``log_url``), stages the
-   redacted files (``files.stage_logs``) and, for a bucket, uploads those the bucket lacks (by Xet hash);
+   redacted files (``files.stage_logs``) and, for a bucket, uploads those the bucket lacks (by Xet
+   hash);
 4. lists the repo at its head commit, compares each file (card, Parquet files, the latest sweep's
    report, logs kept in the repo) with it, and commits what differs, with the deletion of a local
-   sweep's Parquet file that moved to the other config (``exclude`` / ``include``), in one commit whose
-   message names the sweeps, made on that head (``parent_commit``: a push racing another one fails
-   rather than overwrite it).
+   sweep's Parquet file that moved to the other config (``exclude`` / ``include``), in one commit
+   whose message names the sweeps, made on that head (``parent_commit``: a push racing another one
+   fails rather than overwrite it).
 
-A commit is atomic: a push that fails or is interrupted leaves the repo as it was, and the data folder
-too (step 3's records are undone); a rerun uploads what is still missing. Logs a bucket already
-received stay there and are not sent again. Sweeps the repo holds from another data folder are left
-alone (the card names them). Once a sweep's logs are published, later pushes to the same place keep
-them in step, with or without ``--logs``, so a published row's links resolve.
+A commit is atomic: a push that fails or is interrupted leaves the repo as it was, and the data
+folder too (step 3's records are undone); a rerun uploads what is still missing. Logs a bucket
+already received stay there and are not sent again. Sweeps the repo holds from another data folder
+are left alone (the card names them). Once a sweep's logs are published, later pushes to the same
+place keep them in step, with or without ``--logs``, so a published row's links resolve.
 
 Each call to the Hub follows the download stage's retry policy (``hub_fetch.Retrier``: connection
-errors, timeouts, 408/429/5xx retried with exponential backoff honouring Retry-After; 5 attempts from
-1 s, or ``$MODEL_SUPPORT_HUB_ATTEMPTS`` / ``$MODEL_SUPPORT_HUB_BACKOFF_S``); what it cannot fix is
-one sentence (``PushError``): no write access (no token, a read token, a repo the token cannot see),
-the Hub unreachable, the repo changed meanwhile.
+errors, timeouts, 408/429/5xx retried with exponential backoff honouring Retry-After; 5 attempts
+from 1 s, or ``$MODEL_SUPPORT_HUB_ATTEMPTS`` / ``$MODEL_SUPPORT_HUB_BACKOFF_S``); what it cannot fix
+is one sentence (``PushError``): no write access (no token, a read token, a repo the token cannot
+see), the Hub unreachable, the repo changed meanwhile.
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ class PushError(UserError):
 
 @dataclass
 class PushResult:
-    """What a push did: the commit (None when the repo had everything), the sweeps it added or changed, the
-    sweeps whose logs it uploaded, file counts, the sweep whose report the card links, and notes."""
+    """What a push did: the commit (None when the repo had everything), the sweeps it added or
+    changed, the sweeps whose logs it uploaded, file counts, the sweep whose report the card
+    links, and notes."""
 
     repo_id: str
     commit_url: str | None = None
@@ -69,7 +71,11 @@ class PushResult:
             if self.commit_url
             else f"nothing to push: {self.repo_id} already has every file of this data folder"
         ]
-        for label, ids in (("added", self.added), ("updated", self.updated), ("logs of", self.logs)):
+        for label, ids in (
+            ("added", self.added),
+            ("updated", self.updated),
+            ("logs of", self.logs),
+        ):
             if ids:
                 lines.append(f"{label + ':':<9} {', '.join(ids)}")
         if self.commit_url:
@@ -90,9 +96,10 @@ def push(
     token: str | None = None,
     log=print,
 ) -> PushResult:
-    """Push the data folder's dataset to the Hub dataset repo ``repo_id`` (see the module docstring);
-    ``logs`` also publishes the raw logs, into the repo or into the bucket ``logs_bucket``
-    (``namespace/name``); ``endpoint`` defaults to huggingface_hub's (``HF_ENDPOINT``)."""
+    """Push the data folder's dataset to the Hub dataset repo ``repo_id`` (see the module
+    docstring); ``logs`` also publishes the raw logs, into the repo or into the bucket
+    ``logs_bucket`` (``namespace/name``); ``endpoint`` defaults to huggingface_hub's
+    (``HF_ENDPOINT``)."""
     import huggingface_hub
 
     data_dir = Path(data_dir)
@@ -106,12 +113,14 @@ def push(
     where = f"the Hub dataset {repo_id!r}"
     if huggingface_hub.constants.HF_HUB_OFFLINE:
         raise PushError(
-            f"Could not push to {where}: offline mode is on (HF_HUB_OFFLINE=1); nothing changed there: unset it, "
-            "this needs network access to the Hub."
+            f"Could not push to {where}: offline mode is on (HF_HUB_OFFLINE=1); nothing "
+            "changed there: unset it, this needs network access to the Hub."
         )
     token = token or huggingface_hub.get_token()
     if not token:
-        raise PushError(f"No write access to {where}: set HF_TOKEN to a write token (no token is set).")
+        raise PushError(
+            f"No write access to {where}: set HF_TOKEN to a write token (no token is set)."
+        )
     endpoint = (endpoint or huggingface_hub.constants.ENDPOINT).rstrip("/")
     api = huggingface_hub.HfApi(endpoint=endpoint, token=token)
     policy = retry_policy()
@@ -121,7 +130,10 @@ def push(
         retrier.call(lambda: _ensure_repo(api, repo_id, private), "create the repo")
         if bucket:
             with _sentences(f"the Hub bucket {bucket!r}"):
-                retrier.call(lambda: api.create_bucket(bucket, private=private, exist_ok=True), "create the bucket")
+                retrier.call(
+                    lambda: api.create_bucket(bucket, private=private, exist_ok=True),
+                    "create the bucket",
+                )
         destinations = _destinations(data_dir, repo_id, bucket, logs, endpoint)
         undo: dict[str, dict | None] = {}
         journals = contextlib.ExitStack()
@@ -130,22 +142,30 @@ def push(
             with tempfile.TemporaryDirectory(prefix=".push-", dir=data_dir) as folder:
                 stage = Path(folder)
                 staged = {
-                    s: files.stage_logs(data_dir, s, d["prefix"], stage, (token,)) for s, d in destinations.items()
+                    s: files.stage_logs(data_dir, s, d["prefix"], stage, (token,))
+                    for s, d in destinations.items()
                 }
                 sent = _sync_buckets(api, retrier, staged, destinations)
-                in_repo = [u for s, ups in staged.items() if not destinations[s].get("bucket") for u in ups]
+                in_repo = [
+                    u for s, ups in staged.items() if not destinations[s].get("bucket") for u in ups
+                ]
                 result = retrier.call(
-                    lambda: _commit(api, repo_id, data_dir, stage, in_repo, destinations, endpoint, token), "commit"
+                    lambda: _commit(
+                        api, repo_id, data_dir, stage, in_repo, destinations, endpoint, token
+                    ),
+                    "commit",
                 )
             journals.close()  # published: the rows' addresses stand
         except BaseException as exc:
             for sweep_id, previous in undo.items():
                 store.set_published_logs(data_dir, sweep_id, previous)
             journals.close()  # undone here: the journals are spent
-            if isinstance(exc, OSError):  # the Hub's errors arrive classified: this one is the data folder's
+            # the Hub's errors arrive classified: this one is the data folder's
+            if isinstance(exc, OSError):
                 raise PushError(
-                    f"Could not write under {data_dir} while preparing the push ({exc}); nothing changed on the "
-                    "Hub: make room there, or push from a writable copy of the data folder."
+                    f"Could not write under {data_dir} while preparing the push ({exc}); "
+                    "nothing changed on the Hub: make room there, or push from a writable "
+                    "copy of the data folder."
                 ) from exc
             raise
     result.bucket_files = len(sent)
@@ -154,9 +174,10 @@ def push(
 
 
 def _ensure_repo(api, repo_id: str, private: bool) -> None:
-    """Create the dataset repo unless the token sees it already. (Asked first: huggingface_hub 2.4.0's
-    ``create_repo(exist_ok=True)`` answers a repo that exists but that the token may not write with a
-    ``RepoUrl`` built without the endpoint, which raises for any endpoint but the default one.)"""
+    """Create the dataset repo unless the token sees it already. (Asked first: huggingface_hub
+    2.4.0's ``create_repo(exist_ok=True)`` answers a repo that exists but that the token may not
+    write with a ``RepoUrl`` built without the endpoint, which raises for any endpoint but the
+    default one.)"""
     from huggingface_hub.errors import RepositoryNotFoundError
 
     try:
@@ -174,13 +195,16 @@ def _check_id(repo_id: str, what: str) -> None:
     except HFValidationError:
         valid = False
     if not valid:
-        raise PushError(f"{repo_id!r} is not {what}: give it as <namespace>/<name>, e.g. my-org/model-support-sweeps.")
+        raise PushError(
+            f"{repo_id!r} is not {what}: give it as <namespace>/<name>, e.g. "
+            "my-org/model-support-sweeps."
+        )
 
 
 @contextlib.contextmanager
 def _sentences(where: str, unchanged: str = "nothing changed there"):
-    """The classified Hub errors (``hub_fetch.Retrier`` raises them after its retries) as one sentence;
-    ``unchanged`` says what the failure left as it was."""
+    """The classified Hub errors (``hub_fetch.Retrier`` raises them after its retries) as one
+    sentence; ``unchanged`` says what the failure left as it was."""
     try:
         yield
     except (NoAccess, NotOnHub) as exc:
@@ -188,23 +212,30 @@ def _sentences(where: str, unchanged: str = "nothing changed there"):
         why = {401: "the Hub refused the token", 403: "the token may not write there"}.get(
             status or 0, "the Hub does not show it to this token"
         )
-        raise PushError(f"No write access to {where}: set HF_TOKEN to a write token ({why}).") from exc
+        raise PushError(
+            f"No write access to {where}: set HF_TOKEN to a write token ({why})."
+        ) from exc
     except EnvironmentProblem as exc:
         if getattr(getattr(exc.__cause__, "response", None), "status_code", None) == 412:
             raise PushError(
-                f"{where} changed while this push was preparing its commit (another push?); {unchanged}: run the "
-                "push again."
+                f"{where} changed while this push was preparing its commit (another push?); "
+                f"{unchanged}: run the push again."
             ) from exc
         raise PushError(
-            f"Could not push to {where}: {str(exc).rstrip('.')}; {unchanged}: push again once the Hub can be "
-            "reached (this needs network access)."
+            f"Could not push to {where}: {str(exc).rstrip('.')}; {unchanged}: push again once "
+            "the Hub can be reached (this needs network access)."
         ) from exc
 
 
-def _destinations(data_dir: Path, repo_id: str, bucket: str | None, logs: bool, endpoint: str) -> dict[str, dict]:
-    """{sweep: where its logs go in this push}: with ``logs``, every sweep of the dataset's, into the bucket
-    or the repo; else the sweeps whose logs an earlier push published to this repo or to a bucket."""
-    sweeps = {u.sweep_id for u in files.dataset_files(data_dir) if u.sweep_id} & set(store.list_sweeps(data_dir))
+def _destinations(
+    data_dir: Path, repo_id: str, bucket: str | None, logs: bool, endpoint: str
+) -> dict[str, dict]:
+    """{sweep: where its logs go in this push}: with ``logs``, every sweep of the dataset's, into
+    the bucket or the repo; else the sweeps whose logs an earlier push published to this repo or
+    to a bucket."""
+    sweeps = {u.sweep_id for u in files.dataset_files(data_dir) if u.sweep_id} & set(
+        store.list_sweeps(data_dir)
+    )
     chosen = {}
     for sweep_id in sorted(sweeps):
         before = store.published_logs(data_dir, sweep_id)
@@ -218,16 +249,19 @@ def _destinations(data_dir: Path, repo_id: str, bucket: str | None, logs: bool, 
 def _record_destinations(
     data_dir: Path, destinations: dict[str, dict], journals: contextlib.ExitStack
 ) -> dict[str, dict | None]:
-    """Record each sweep's new destination (recompacting it); returns what to restore on failure. Each change
-    is journaled with what it replaced (``store.change``, closed in ``journals`` once the push is done): a push
-    killed before that leaves no row pointing at logs that were never published, the next command undoes it."""
+    """Record each sweep's new destination (recompacting it); returns what to restore on failure.
+    Each change is journaled with what it replaced (``store.change``, closed in ``journals`` once
+    the push is done): a push killed before that leaves no row pointing at logs that were never
+    published, the next command undoes it."""
     undo = {}
     try:
         for sweep_id, destination in destinations.items():
             before = store.published_logs(data_dir, sweep_id)
             if before != destination:
                 undo[sweep_id] = before
-                journals.enter_context(store.change(data_dir, sweep_id, "push", {store.PUBLISHED: before}))
+                journals.enter_context(
+                    store.change(data_dir, sweep_id, "push", {store.PUBLISHED: before})
+                )
                 store.set_published_logs(data_dir, sweep_id, destination)
     except BaseException:
         for sweep_id, previous in undo.items():
@@ -236,7 +270,9 @@ def _record_destinations(
     return undo
 
 
-def _sync_buckets(api, retrier: Retrier, staged: dict[str, list], destinations: dict[str, dict]) -> list:
+def _sync_buckets(
+    api, retrier: Retrier, staged: dict[str, list], destinations: dict[str, dict]
+) -> list:
     """Upload the staged logs each bucket lacks (compared by Xet hash); returns the uploads sent."""
     by_bucket: dict[str, list[files.Upload]] = {}
     for sweep_id, uploads in staged.items():
@@ -245,9 +281,12 @@ def _sync_buckets(api, retrier: Retrier, staged: dict[str, list], destinations: 
     sent = []
     for bucket, uploads in by_bucket.items():  # a bucket's batch is not atomic: say what stays
         with _sentences(
-            f"the Hub bucket {bucket!r}", "the logs it already received stay there, the dataset is as it was"
+            f"the Hub bucket {bucket!r}",
+            "the logs it already received stay there, the dataset is as it was",
         ):
-            sent += retrier.call(lambda b=bucket, u=uploads: _bucket_once(api, b, u), "upload logs to the bucket")
+            sent += retrier.call(
+                lambda b=bucket, u=uploads: _bucket_once(api, b, u), "upload logs to the bucket"
+            )
     return sent
 
 
@@ -262,7 +301,8 @@ def _bucket_once(api, bucket: str, uploads: list[files.Upload]) -> list[files.Up
             for entry in api.list_bucket_tree(bucket, prefix=prefix, recursive=True):
                 if isinstance(entry, BucketFile):
                     remote[entry.path] = entry.xet_hash
-        except HfHubHTTPError as exc:  # a folder the bucket does not have yet is empty, not an error
+        # a folder the bucket does not have yet is empty, not an error
+        except HfHubHTTPError as exc:
             if getattr(exc.response, "status_code", None) != 404:
                 raise
     hashes = hash_files([str(u.source) for u in uploads]) if uploads else []
@@ -273,10 +313,18 @@ def _bucket_once(api, bucket: str, uploads: list[files.Upload]) -> list[files.Up
 
 
 def _commit(
-    api, repo_id: str, data_dir: Path, stage: Path, log_uploads: list, destinations: dict, endpoint: str, token: str
+    api,
+    repo_id: str,
+    data_dir: Path,
+    stage: Path,
+    log_uploads: list,
+    destinations: dict,
+    endpoint: str,
+    token: str,
 ) -> PushResult:
-    """One attempt: list the repo at its head, compare, commit what differs on that head (see the module
-    docstring). Done again from the start when retried, so a retry never repeats a landed change."""
+    """One attempt: list the repo at its head, compare, commit what differs on that head (see the
+    module docstring). Done again from the start when retried, so a retry never repeats a landed
+    change."""
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete
     from huggingface_hub.hf_api import RepoFile
 
@@ -291,7 +339,12 @@ def _commit(
     remote_sweeps = {sweep for p in remote if (sweep := files.dataset_sweep(p))}
     rows = card.sweep_rows(data_dir)
     latest = card.latest_with_results(rows)
-    uploads = [*dataset, *files.repro_files(data_dir), *log_uploads, *_latest_report(data_dir, stage, latest, token)]
+    uploads = [
+        *dataset,
+        *files.repro_files(data_dir),
+        *log_uploads,
+        *_latest_report(data_dir, stage, latest, token),
+    ]
     report, path = None, f"reports/{latest}.html"
     if latest and (path in remote or any(u.path == path for u in uploads)):
         url = f"{endpoint}/datasets/{repo_id}/resolve/main/{path}"
@@ -324,7 +377,10 @@ def _commit(
         report=latest if report else None,
     )
     if latest and not report:
-        result.notes.append(f"no report of {latest} to publish: run `model-support report {latest}`, then push again")
+        result.notes.append(
+            f"no report of {latest} to publish: run `model-support report {latest}`, then push "
+            "again"
+        )
     if not changed and not deleted:
         return result
     title, description = _message(result, [u for u in changed if u.kind == "report"], deleted)
@@ -344,8 +400,11 @@ def _commit(
     return result
 
 
-def _latest_report(data_dir: Path, stage: Path, latest: str | None, token: str) -> list[files.Upload]:
-    """The latest sweep's report, redacted into ``stage``, when it was rendered (the sweep renders it)."""
+def _latest_report(
+    data_dir: Path, stage: Path, latest: str | None, token: str
+) -> list[files.Upload]:
+    """The latest sweep's report, redacted into ``stage``, when it was rendered (the sweep
+    renders it)."""
     html = data_dir / "reports" / f"{latest}.html"
     if not latest or not html.exists():
         return []
@@ -356,24 +415,40 @@ def _latest_report(data_dir: Path, stage: Path, latest: str | None, token: str) 
 
 
 def _names(ids: list[str]) -> str:
-    return f"sweep {ids[0]}" if len(ids) == 1 else f"sweeps {', '.join(ids)}" if len(ids) <= 3 else f"{len(ids)} sweeps"
+    return (
+        f"sweep {ids[0]}"
+        if len(ids) == 1
+        else f"sweeps {', '.join(ids)}"
+        if len(ids) <= 3
+        else f"{len(ids)} sweeps"
+    )
 
 
 def _message(result: PushResult, reports: list, deleted: list[str]) -> tuple[str, str]:
-    """The commit's title (the sweeps named, or counted past three) and description (every sweep named)."""
+    """The commit's title (the sweeps named, or counted past three) and description (every sweep
+    named)."""
     parts = [
         f"{verb} {_names(ids)}"
-        for verb, ids in (("add", result.added), ("update", result.updated), ("logs of", result.logs))
+        for verb, ids in (
+            ("add", result.added),
+            ("update", result.updated),
+            ("logs of", result.logs),
+        )
         if ids
     ]
     parts += [f"report of {u.sweep_id}" for u in reports]
     title = "model-support: " + ("; ".join(parts) if parts else "update the dataset card")
     lines = [
         f"{label}: {', '.join(ids)}"
-        for label, ids in (("Added sweeps", result.added), ("Updated sweeps", result.updated), ("Logs of", result.logs))
+        for label, ids in (
+            ("Added sweeps", result.added),
+            ("Updated sweeps", result.updated),
+            ("Logs of", result.logs),
+        )
         if ids
     ]
     lines.append(
-        f"{result.files} files uploaded, {len(deleted)} deleted" + (f": {', '.join(deleted)}" if deleted else "")
+        f"{result.files} files uploaded, {len(deleted)} deleted"
+        + (f": {', '.join(deleted)}" if deleted else "")
     )
     return title, "\n".join(lines)

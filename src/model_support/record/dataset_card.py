@@ -1,4 +1,5 @@
-"""The dataset card (``README.md`` of the data folder): what the dataset is, its configs and every field."""
+"""The dataset card (``README.md`` of the data folder): what the dataset is, its configs and
+every field."""
 
 from __future__ import annotations
 
@@ -70,9 +71,9 @@ def field_table() -> str:
 
 
 def card_configs(data_dir: Path) -> str:
-    """The card's YAML ``configs:`` block, each config only once it has a file (a config whose glob matches
-    nothing would make ``load_dataset`` fail for every config); written by huggingface_hub's card data, as the
-    Hub reads it."""
+    """The card's YAML ``configs:`` block, each config only once it has a file (a config whose
+    glob matches nothing would make ``load_dataset`` fail for every config); written by
+    huggingface_hub's card data, as the Hub reads it."""
     from huggingface_hub import DatasetCardData
 
     data_dir = Path(data_dir)
@@ -89,8 +90,8 @@ def card_configs(data_dir: Path) -> str:
 
 
 def write_dataset_card(data_dir: Path) -> Path:
-    """The local card: the configs (``card_configs``) and the sweeps in this folder. ``model-support push``
-    publishes a fuller one (``publish.card``)."""
+    """The local card: the configs (``card_configs``) and the sweeps in this folder.
+    ``model-support push`` publishes a fuller one (``publish.card``)."""
     data_dir = Path(data_dir)
     sweeps = sorted(
         {

@@ -1,15 +1,17 @@
-"""Where records live on disk, and how they become the Parquet dataset: the dataset's one public face.
+"""Where records live on disk, and how they become the Parquet dataset: the dataset's one public
+face.
 
-Layout (docs/design.md): ``<data>/sweeps/<sweep_id>/`` holds ``sweep.json``, one JSON record per model
-under ``records/`` and the executed notebooks; compaction writes
+Layout (docs/design.md): ``<data>/sweeps/<sweep_id>/`` holds ``sweep.json``, one JSON record per
+model under ``records/`` and the executed notebooks; compaction writes
 ``<data>/results/sweep=<id>/part-0.parquet`` and ``<data>/excluded/sweep=<id>/part-0.parquet``.
 Hive-style folders mean adding a sweep never rewrites another, and ``scan`` reads them all lazily.
 
-The work is split by job, each its own module of ``record``: ``dataset_files`` (the configs, scans, writing a
-Parquet file), ``sweep_folders`` (a sweep's folder, lock, file names, sweep.json, sweep ids), ``sweep_files``
-(records, logs, repro bodies, traces, pending models, an exclusion), ``journal`` (changes committed as a whole:
-compaction, exclude and include) and ``dataset_card``. Callers import this module and use its names
-(``store.compact``), so where a name lives can change without them.
+The work is split by job, each its own module of ``record``: ``dataset_files`` (the configs, scans,
+writing a Parquet file), ``sweep_folders`` (a sweep's folder, lock, file names, sweep.json, sweep
+ids), ``sweep_files`` (records, logs, repro bodies, traces, pending models, an exclusion),
+``journal`` (changes committed as a whole: compaction, exclude and include) and ``dataset_card``.
+Callers import this module and use its names (``store.compact``), so where a name lives can change
+without them.
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 ``sweep.json`` is written first when a sweep is created: its settings, frozen model list (Hub
 rankings resolved once), exclusions, stack versions, the whole installed stack (``stack``: every
 distribution and its version, version 3; older files read it as empty) and host. Real sweeps, the
-synthetic history and the tests all write it through ``SweepMeta``; ``SweepMeta.from_dict`` also reads the older
-shapes (version 1: ``probe`` with model dicts; the synthetic history's ``settings`` with plain
-model ids), so readers never see more than one shape.
+synthetic history and the tests all write it through ``SweepMeta``; ``SweepMeta.from_dict`` also
+reads the older shapes (version 1: ``probe`` with model dicts; the synthetic history's ``settings``
+with plain model ids), so readers never see more than one shape.
 
 A sweep id is ``<name>-<UTC time YYYYmmddTHHMMSSZ>-<4 hex>``: it sorts by time within a name,
 and two sweeps started in the same second still differ. ``parse_sweep_id`` splits one.
@@ -83,23 +83,28 @@ class SweepMeta:
     prefetch: int = 1
     cache: dict = field(default_factory=dict)
     matrix: dict = field(default_factory=dict)
-    #: ``stacks:``: name -> {"env": {VAR: value}}: every model and variant ran on each, its rows' ``stack_name``
-    #: and variant (``eager+dynamic@NAME``) naming it; {} for a sweep of one stack (and sweeps before it existed).
+    #: ``stacks:``: name -> {"env": {VAR: value}}: every model and variant ran on each, its rows'
+    #: ``stack_name`` and variant (``eager+dynamic@NAME``) naming it; {} for a sweep of one stack
+    #: (and sweeps before it existed).
     stacks: dict = field(default_factory=dict)
     versions: dict = field(default_factory=dict)
     stack: dict[str, str] = field(default_factory=dict)
-    #: The device backends' own configuration the sweep ran with (``devices.stack_configuration``); None in
-    #: sweeps written before it was recorded.
+    #: The device backends' own configuration the sweep ran with (``devices.stack_configuration``);
+    #: None in sweeps written before it was recorded.
     device_config: dict | None = None
     host: str = ""
-    #: how the last run used its devices (``sweep.device_time``: held-idle share, utilisation, where the rest went)
+    #: how the last run used its devices (``sweep.device_time``: held-idle share, utilisation, where
+    #: the rest went)
     device_time: dict = field(default_factory=dict)
-    #: The expectations the definition named (``expect:``): {"file": path, "entries": {model: {verdict, reason,
-    #: until}}} as the file held them when the sweep was created (``analysis.expectations``); {} for none.
+    #: The expectations the definition named (``expect:``): {"file": path, "entries": {model:
+    #: {verdict, reason, until}}} as the file held them when the sweep was created
+    #: (``analysis.expectations``); {} for none.
     expect: dict = field(default_factory=dict)
-    #: How often a verdict that differs from the baseline's is rerun before it counts (``sweep.reruns``).
+    #: How often a verdict that differs from the baseline's is rerun before it counts
+    #: (``sweep.reruns``).
     reruns: int = 1
-    #: The sweep those verdicts were compared with (chosen at the first run, kept for ``--resume``); None: none.
+    #: The sweep those verdicts were compared with (chosen at the first run, kept for ``--resume``);
+    #: None: none.
     baseline: str | None = None
     version: int = VERSION
 
@@ -133,7 +138,14 @@ class SweepMeta:
         if not created:
             parsed = parse_sweep_id(sweep_id).time
             created = parsed.isoformat(timespec="seconds") if parsed else ""
-        known = {f for f in cls.__dataclass_fields__} - {"probe", "models", "sweep_id", "created_at", "name", "version"}
+        known = {f for f in cls.__dataclass_fields__} - {
+            "probe",
+            "models",
+            "sweep_id",
+            "created_at",
+            "name",
+            "version",
+        }
         rest = {k: raw[k] for k in known if raw.get(k) is not None}
         return cls(
             sweep_id=sweep_id,

@@ -42,7 +42,11 @@ def vega_script() -> str:
         version = vl_version_for_vl_convert()
     except (ImportError, AttributeError):
         version = None
-    key = re.sub(r"[^A-Za-z0-9._-]", "_", f"vega-embed-vlc{metadata.version('vl-convert-python')}-vl{version}")
+    key = re.sub(
+        r"[^A-Za-z0-9._-]",
+        "_",
+        f"vega-embed-vlc{metadata.version('vl-convert-python')}-vl{version}",
+    )
     cached = _cache_dir() / f"{key}.js"
     try:
         bundle = cached.read_text(encoding="utf-8")
@@ -65,10 +69,11 @@ def chart_html(chart, name: str) -> str:
     spec = json.dumps(chart.to_dict(), default=str).replace("</", "<\\/")
     div = f"ms-chart-{re.sub(r'[^A-Za-z0-9_-]', '-', name)}"
     return (
-        f'<div class="ms-chart" id="{div}"></div>\n<script type="text/javascript">\n'
-        f'vegaEmbed("#{div}", {spec}, {{"renderer": "svg", "actions": false}})'
-        f'.catch(function (e) {{ var el = document.getElementById("{div}"); el.classList.add("ms-chart-error"); '
-        f'el.textContent = "This chart failed to draw: " + e; }});\n</script>'
+        f'<div class="ms-chart" id="{div}"></div>\n<script '
+        f'type="text/javascript">\nvegaEmbed("#{div}", {spec}, {{"renderer": "svg", "actions": '
+        f'false}}).catch(function (e) {{ var el = document.getElementById("{div}"); '
+        'el.classList.add("ms-chart-error"); el.textContent = "This chart failed to draw: " + '
+        "e; });\n</script>"
     )
 
 
@@ -79,8 +84,16 @@ def chart_html(chart, name: str) -> str:
 
 def _values(df: pl.DataFrame) -> list[dict]:
     out = df.with_columns(
-        [pl.col(c).cast(pl.String) for c, t in df.schema.items() if isinstance(t, (pl.Enum, pl.Categorical))]
-        + [pl.col(c).dt.strftime("%Y-%m-%dT%H:%M:%SZ") for c, t in df.schema.items() if isinstance(t, pl.Datetime)]
+        [
+            pl.col(c).cast(pl.String)
+            for c, t in df.schema.items()
+            if isinstance(t, (pl.Enum, pl.Categorical))
+        ]
+        + [
+            pl.col(c).dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+            for c, t in df.schema.items()
+            if isinstance(t, pl.Datetime)
+        ]
     )
     return out.to_dicts()
 
@@ -93,7 +106,9 @@ def _alt():
 
 def _verdict_color(alt):
     return alt.Color(
-        "status:N", scale=alt.Scale(domain=list(VERDICT_COLORS), range=list(VERDICT_COLORS.values())), legend=None
+        "status:N",
+        scale=alt.Scale(domain=list(VERDICT_COLORS), range=list(VERDICT_COLORS.values())),
+        legend=None,
     )
 
 
@@ -123,18 +138,33 @@ def rate_chart(df: pl.DataFrame, category: str, *, top: int = 30, title: str = "
         .mark_bar(color="#2e7d32")
         .encode(
             y=alt.Y(f"{category}:N", sort=order, title=None),
-            x=alt.X("pass_rate:Q", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1]), title="pass rate"),
-            tooltip=[f"{category}:N", "models:Q", "passed:Q", alt.Tooltip("pass_rate:Q", format=".1%")],
+            x=alt.X(
+                "pass_rate:Q",
+                axis=alt.Axis(format="%"),
+                scale=alt.Scale(domain=[0, 1]),
+                title="pass rate",
+            ),
+            tooltip=[
+                f"{category}:N",
+                "models:Q",
+                "passed:Q",
+                alt.Tooltip("pass_rate:Q", format=".1%"),
+            ],
         )
         .properties(width=480, title=title or f"Pass rate by {category}")
     )
 
 
 def variant_speed_chart(stats: pl.DataFrame):
-    """Median first-token time and decode tokens/s per variant (``analysis.variant_stats``), side by side."""
+    """Median first-token time and decode tokens/s per variant (``analysis.variant_stats``), side
+    by side."""
     alt = _alt()
     order = stats["variant"].to_list()
-    data = alt.Data(values=_values(stats.select("variant", "first_token_s_median", "decode_tokens_per_s_median")))
+    data = alt.Data(
+        values=_values(
+            stats.select("variant", "first_token_s_median", "decode_tokens_per_s_median")
+        )
+    )
     charts = []
     for field, title in (
         ("first_token_s_median", "first token (s, median, with compilation)"),
@@ -177,8 +207,8 @@ def timing_chart(histogram: pl.DataFrame):
 
 
 def memory_chart(memory_by_size: pl.DataFrame):
-    """Median peak memory by model size, one panel per metric (host, device) on its own scale: a device's
-    few MiB would be an invisible sliver beside a host's hundreds on a shared axis."""
+    """Median peak memory by model size, one panel per metric (host, device) on its own scale: a
+    device's few MiB would be an invisible sliver beside a host's hundreds on a shared axis."""
     alt = _alt()
     return (
         alt.Chart(alt.Data(values=_values(memory_by_size)))
@@ -204,19 +234,23 @@ def memory_chart(memory_by_size: pl.DataFrame):
 
 
 def speed_chart(perf: pl.DataFrame):
-    """Tokens per second (the perf phase's median) against the model's size, one point per PASS run (model and
-    variant), on log scales: decode is bound by the bytes read per token, so speed falls with size and a model far
-    below its neighbours is the one to look at."""
+    """Tokens per second (the perf phase's median) against the model's size, one point per PASS
+    run (model and variant), on log scales: decode is bound by the bytes read per token, so speed
+    falls with size and a model far below its neighbours is the one to look at."""
     alt = _alt()
-    points = perf.select("model_id", "variant", "num_params", "perf_tokens_per_s", "tpot_s").drop_nulls(
-        ["num_params", "perf_tokens_per_s"]
-    )
+    points = perf.select(
+        "model_id", "variant", "num_params", "perf_tokens_per_s", "tpot_s"
+    ).drop_nulls(["num_params", "perf_tokens_per_s"])
     return (
         alt.Chart(alt.Data(values=_values(points)))
         .mark_circle(size=60)
         .encode(
             x=alt.X("num_params:Q", scale=alt.Scale(type="log"), title="parameters"),
-            y=alt.Y("perf_tokens_per_s:Q", scale=alt.Scale(type="log"), title="tokens/s (median of repeats)"),
+            y=alt.Y(
+                "perf_tokens_per_s:Q",
+                scale=alt.Scale(type="log"),
+                title="tokens/s (median of repeats)",
+            ),
             tooltip=[
                 "model_id:N",
                 "variant:N",
@@ -239,7 +273,10 @@ def reference_chart(reference: pl.DataFrame):
             x=alt.X("count:Q", title="models"),
             color=alt.Color(
                 "outcome:N",
-                scale=alt.Scale(domain=list(analysis.REFERENCE_OUTCOMES), range=["#2e7d32", "#c62828", "#9e9e9e"]),
+                scale=alt.Scale(
+                    domain=list(analysis.REFERENCE_OUTCOMES),
+                    range=["#2e7d32", "#c62828", "#9e9e9e"],
+                ),
                 legend=None,
             ),
             tooltip=["outcome:N", "count:Q", alt.Tooltip("share:Q", format=".1%")],
@@ -249,20 +286,23 @@ def reference_chart(reference: pl.DataFrame):
 
 
 def varying_components(history: pl.DataFrame) -> list[str]:
-    """The stack components whose version differs between the charted sweeps: only these get a panel of their
-    own (a panel per constant component would draw the same line again, in one colour)."""
+    """The stack components whose version differs between the charted sweeps: only these get a
+    panel of their own (a panel per constant component would draw the same line again, in one
+    colour)."""
     return [c for c in analysis.VERSION_COMPONENTS if history[c].fill_null("none").n_unique() > 1]
 
 
 def history_chart(history: pl.DataFrame):
-    """Pass rate per sweep in creation order on a y-axis from 0 to 100% (a drop from 90% to 85% reads as the
-    small step it is), once per stack component whose version changed, points coloured by its version (and
-    shaped by device, one line per device): a regression shows as a step where the colour changes. With one
-    stack throughout, one panel. Sweeps are labelled by name and UTC time (``analysis.history.sweep_label``), one
-    tick each: a time axis would label sweeps seconds apart as ":42"."""
+    """Pass rate per sweep in creation order on a y-axis from 0 to 100% (a drop from 90% to 85%
+    reads as the small step it is), once per stack component whose version changed, points
+    coloured by its version (and shaped by device, one line per device): a regression shows as a
+    step where the colour changes. With one stack throughout, one panel. Sweeps are labelled by
+    name and UTC time (``analysis.history.sweep_label``), one tick each: a time axis would label
+    sweeps seconds apart as ":42"."""
     alt = _alt()
     history = history.filter(pl.col("models") > 0).with_columns(
-        pl.col("device_type").fill_null("unknown"), *[pl.col(c).fill_null("none") for c in analysis.VERSION_COMPONENTS]
+        pl.col("device_type").fill_null("unknown"),
+        *[pl.col(c).fill_null("none") for c in analysis.VERSION_COMPONENTS],
     )
     order = history["label"].to_list()
     data = alt.Data(values=_values(history))
@@ -277,24 +317,38 @@ def history_chart(history: pl.DataFrame):
     panels: list[str | None] = [*varying_components(history)] or [None]
     for component in panels:
         base = alt.Chart(data).encode(
-            x=alt.X("label:N", sort=order, title=None, axis=alt.Axis(labelAngle=-30, labelLimit=220)),
-            y=alt.Y("pass_rate:Q", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1]), title="pass rate"),
+            x=alt.X(
+                "label:N", sort=order, title=None, axis=alt.Axis(labelAngle=-30, labelLimit=220)
+            ),
+            y=alt.Y(
+                "pass_rate:Q",
+                axis=alt.Axis(format="%"),
+                scale=alt.Scale(domain=[0, 1]),
+                title="pass rate",
+            ),
         )
         line = base.mark_line(color="#bbb").encode(detail="device_type:N")  # one line per device
-        color = alt.Color(f"{component}:N", title=component, sort=None) if component else alt.value("#1565c0")
+        color = (
+            alt.Color(f"{component}:N", title=component, sort=None)
+            if component
+            else alt.value("#1565c0")
+        )
         points = base.mark_point(size=45, filled=True).encode(
             color=color, shape=alt.Shape("device_type:N", title="device"), tooltip=tooltip
         )
         title = (
-            f"Pass rate over sweeps, by {component}" if component else "Pass rate over sweeps (one stack throughout)"
+            f"Pass rate over sweeps, by {component}"
+            if component
+            else "Pass rate over sweeps (one stack throughout)"
         )
         charts.append((line + points).properties(width=700, height=150, title=title))
     return alt.vconcat(*charts).resolve_scale(color="independent")
 
 
 def version_chart(by_version: pl.DataFrame):
-    """Pass rate per version of each stack component that had more than one (one bar per component would only
-    repeat the overall pass rate); None when every component kept one version."""
+    """Pass rate per version of each stack component that had more than one (one bar per
+    component would only repeat the overall pass rate); None when every component kept one
+    version."""
     alt = _alt()
     charts = []
     for component in analysis.VERSION_COMPONENTS:
@@ -306,7 +360,12 @@ def version_chart(by_version: pl.DataFrame):
             .mark_bar(color="#1565c0")
             .encode(
                 x=alt.X("version:N", sort=part["version"].to_list(), title=component),
-                y=alt.Y("pass_rate:Q", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1]), title="pass rate"),
+                y=alt.Y(
+                    "pass_rate:Q",
+                    axis=alt.Axis(format="%"),
+                    scale=alt.Scale(domain=[0, 1]),
+                    title="pass rate",
+                ),
                 tooltip=[
                     "version:N",
                     "sweeps:Q",

@@ -1,6 +1,7 @@
 """The explorer's data, the heavy lifting: every (model, variant, sweep) row of both configs and the
-pseudo-rows of runs listed without a row, as integers ready for run-length encoding; the latest run's
-texts; the string table; the Hub facts. ``explorer.explorer_data`` assembles the page data from these.
+pseudo-rows of runs listed without a row, as integers ready for run-length encoding; the latest
+run's texts; the string table; the Hub facts. ``explorer.explorer_data`` assembles the page data
+from these.
 
 An entry of the page is one (model, variant): a null variant (older files, sweeps without a matrix)
 reads as ``eager+dynamic``, so a sweep without a matrix has one entry per model, as before.
@@ -27,12 +28,13 @@ PSEUDO_VERDICTS = (EXCLUDED, NOT_PROBED, NOT_TESTED)
 MODEL_MARK = "\x01"
 SWEEP_MARK = "\x02"
 VERSION_KEYS = analysis.VERSION_COMPONENTS
-#: What an outcome is, in the page's lookup table: the verdict, the signature, whose failure it is, how
-#: many devices it ran on with which parallelism (a result row's nulls, from older files, read as 1 and "none";
-#: an excluded row keeps what it recorded; a pseudo-row has neither), and for a PASS what its check says
-#: (``analysis.PASS_CHECKS``) with the step where it diverges from the reference, and the operators its stack lacks
-#: of its census (``ops_missing``, joined, or every one its what-if runs found: ``found_missing``; null without a
-#: census or when it lacks none: docs/ops.md).
+#: What an outcome is, in the page's lookup table: the verdict, the signature, whose failure it is,
+#: how many devices it ran on with which parallelism (a result row's nulls, from older files, read
+#: as 1 and "none"; an excluded row keeps what it recorded; a pseudo-row has neither), and for a
+#: PASS what its check says (``analysis.PASS_CHECKS``) with the step where it diverges from the
+#: reference, and the operators its stack lacks of its census (``ops_missing``, joined, or every one
+#: its what-if runs found: ``found_missing``; null without a census or when it lacks none:
+#: docs/ops.md).
 OUTCOME_COLUMNS = (
     "status",
     "failure_signature",
@@ -77,10 +79,11 @@ LIGHT_COLUMNS = (
 
 
 def found_missing(data_dir: Path) -> pl.DataFrame:
-    """(sweep_id, model_id, variant, found) of each result row that what-if runs (``ops --complete``, ``--prove``:
-    the sweeps its folder's ``proof.json`` names) ran: every operator its stack was found to lack, as `model-support
-    ops` says them (``ops.sweep_models`` and ``ops.predict``: the complete census of a ``host_ops: missing`` run, and
-    an operator a run then stopped at), joined; its own row's census names only the one that stopped it."""
+    """(sweep_id, model_id, variant, found) of each result row that what-if runs (``ops
+    --complete``, ``--prove``: the sweeps its folder's ``proof.json`` names) ran: every operator
+    its stack was found to lack, as `model-support ops` says them (``ops.sweep_models`` and
+    ``ops.predict``: the complete census of a ``host_ops: missing`` run, and an operator a run
+    then stopped at), joined; its own row's census names only the one that stopped it."""
     from .. import ops
 
     found = []
@@ -90,20 +93,27 @@ def found_missing(data_dir: Path) -> pl.DataFrame:
                 variant = m.variant or analysis.DEFAULT_VARIANT
                 found.append((m.sweep_id, m.model_id, variant, ", ".join(m.ops_missing)))
     return pl.DataFrame(
-        found, schema=dict.fromkeys(("sweep_id", "model_id", "variant", "found"), pl.String), orient="row"
+        found,
+        schema=dict.fromkeys(("sweep_id", "model_id", "variant", "found"), pl.String),
+        orient="row",
     )
 
 
 def _all_rows(data_dir: Path, unprobed: pl.DataFrame) -> pl.LazyFrame:
-    """The rows of both configs and the ``unprobed`` pseudo-rows, ``LIGHT_COLUMNS`` and ``c`` (0 results,
-    1 excluded, 2 not probed / not tested), lazily (nothing is read until the caller collects)."""
+    """The rows of both configs and the ``unprobed`` pseudo-rows, ``LIGHT_COLUMNS`` and ``c`` (0
+    results, 1 excluded, 2 not probed / not tested), lazily (nothing is read until the caller
+    collects)."""
     light = list(LIGHT_COLUMNS)
     no_check = [
         pl.lit(None, dtype=pl.String).alias("check"),
         pl.lit(None, dtype=pl.Int64).alias("check_step"),
         pl.lit(None, dtype=pl.String).alias("lacks"),
     ]
-    lacks = pl.when(pl.col("ops_missing").list.len() > 0).then(pl.col("ops_missing").list.join(", ")).alias("lacks")
+    lacks = (
+        pl.when(pl.col("ops_missing").list.len() > 0)
+        .then(pl.col("ops_missing").list.join(", "))
+        .alias("lacks")
+    )
     results = (
         store.scan(data_dir, "results")
         .select(*light, "numerics", "numerics_step", "fluent", "ops_missing")
@@ -112,7 +122,8 @@ def _all_rows(data_dir: Path, unprobed: pl.DataFrame) -> pl.LazyFrame:
             devices_col(),
             parallelism_col(),
             pass_check_col().alias("check"),
-            check_step_col(),  # a diverging check's step only (a too flat reference's is no divergence)
+            # a diverging check's step only (a too flat reference's is no divergence)
+            check_step_col(),
             lacks,
             pl.lit(0, dtype=pl.Int8).alias("c"),
         )
@@ -149,7 +160,13 @@ def _all_rows(data_dir: Path, unprobed: pl.DataFrame) -> pl.LazyFrame:
             "failure_signature",
             *[
                 pl.lit(None, dtype=types[c]).alias(c)
-                for c in ("attribution", "devices_used", "parallelism", "device_type", "exclusion_reason")
+                for c in (
+                    "attribution",
+                    "devices_used",
+                    "parallelism",
+                    "device_type",
+                    "exclusion_reason",
+                )
                 + ("versions", "backend_versions")
             ],
             *no_check,
@@ -161,15 +178,15 @@ def _all_rows(data_dir: Path, unprobed: pl.DataFrame) -> pl.LazyFrame:
 
 
 def encoded_rows(data_dir: Path, sweeps: pl.DataFrame, unprobed: pl.DataFrame):
-    """Every (model, variant, sweep) row of both configs, and the ``unprobed`` pseudo-rows, as integers,
-    ready for run-length encoding.
+    """Every (model, variant, sweep) row of both configs, and the ``unprobed`` pseudo-rows, as
+    integers, ready for run-length encoding.
 
     Returns (rows, entries, outcomes, envs): rows has m (entry key: model and variant), s (sweep
     position), o (outcome index), e (environment index) and c (0 results, 1 excluded, 2 not probed /
     not tested), sorted by entry then sweep, one row per entry and sweep (results win over excluded,
-    both over a pseudo-row); entries maps m to model_id and variant; outcomes and envs are the lookup
-    tables. Strings are hashed to integer keys first: sorting a million rows that carry strings costs
-    seconds, sorting integers a few milliseconds.
+    both over a pseudo-row); entries maps m to model_id and variant; outcomes and envs are the
+    lookup tables. Strings are hashed to integer keys first: sorting a million rows that carry
+    strings costs seconds, sorting integers a few milliseconds.
     """
     every = _all_rows(data_dir, unprobed)
     order = sweeps.lazy().with_row_index("s").select("sweep_id", pl.col("s").cast(pl.Int32))
@@ -205,7 +222,11 @@ def encoded_rows(data_dir: Path, sweeps: pl.DataFrame, unprobed: pl.DataFrame):
         .join(outcomes.lazy().select("ok", "o"), on="ok", how="left")
         .join(envs.lazy().select("ek", "e"), on="ek", how="left")
         .sort("m", "s", "c")
-        .filter(((pl.col("m") != pl.col("m").shift(1)) | (pl.col("s") != pl.col("s").shift(1))).fill_null(True))
+        .filter(
+            (
+                (pl.col("m") != pl.col("m").shift(1)) | (pl.col("s") != pl.col("s").shift(1))
+            ).fill_null(True)
+        )
         .select("m", "s", "o", "e", "c")
         .collect()
     )
@@ -217,9 +238,12 @@ def relative_href(path: str | None, data_dir: Path, reports: Path) -> str | None
     if not path:
         return None
     root = str(data_dir)
-    if path.startswith(root + "/") and "/." not in path and "//" not in path:  # the common case, fast
+    # the common case, fast
+    if path.startswith(root + "/") and "/." not in path and "//" not in path:
         return "../" + path[len(root) + 1 :]
-    candidates = [path] if os.path.isabs(path) else [os.path.join(data_dir, path), os.path.abspath(path)]
+    candidates = (
+        [path] if os.path.isabs(path) else [os.path.join(data_dir, path), os.path.abspath(path)]
+    )
     for candidate in candidates:
         full = os.path.normpath(candidate)
         if full == root or full.startswith(root + os.sep):
@@ -251,7 +275,8 @@ def template(text: str | None, model_id: str, sweep_id: str) -> str | None:
 
 
 def hub_facts(facts: dict, listed_by: str | None, task_index: dict, texts: Strings) -> list:
-    """[task index, downloads, likes, trending_score, then text indices / numbers]: see ``HUB_FACTS``."""
+    """[task index, downloads, likes, trending_score, then text indices / numbers]: see
+    ``HUB_FACTS``."""
     out = []
     for name in HUB_FACTS:
         value = listed_by if name == "listed_by" else facts.get(name)
@@ -264,15 +289,15 @@ def hub_facts(facts: dict, listed_by: str | None, task_index: dict, texts: Strin
     return out
 
 
-#: The texts of an entry's latest run that the detail panel shows as they are (read by ``latest_details``,
-#: carried in the entry under the same names).
+#: The texts of an entry's latest run that the detail panel shows as they are (read by
+#: ``latest_details``, carried in the entry under the same names).
 PANEL_TEXTS = ("reference_signature", "reference_note", "notebook_url", "log_url", "check_note")
 
 
 def latest_details(data_dir: Path, keys: pl.DataFrame) -> dict[tuple[str, str], dict]:
-    """The heavy texts of each entry's row in ``keys`` (model_id, variant, sweep_id), keyed by (model_id,
-    variant), reading only the sweeps that hold one; an entry whose key has no row (a pseudo-row) is
-    absent."""
+    """The heavy texts of each entry's row in ``keys`` (model_id, variant, sweep_id), keyed by
+    (model_id, variant), reading only the sweeps that hold one; an entry whose key has no row (a
+    pseudo-row) is absent."""
     heavy_cols = [
         "model_id",
         "variant",
@@ -309,6 +334,7 @@ def latest_details(data_dir: Path, keys: pl.DataFrame) -> dict[tuple[str, str], 
         .collect()
     )
     rows = {(r["model_id"], r["variant"]): r for r in latest.iter_rows(named=True)}
-    for row in rows.values():  # the whole script, its body from the data folder's repro/ (older rows have it)
+    # the whole script, its body from the data folder's repro/ (older rows have it)
+    for row in rows.values():
         row["repro_script"] = repro.script_of_or_none(row, store.repro_dir(data_dir))
     return rows

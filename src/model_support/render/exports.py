@@ -1,11 +1,12 @@
-"""A sweep's support matrix in the formats other tools read: JUnit XML for CI systems, Markdown for a README or a
-pull-request comment, CSV and JSON for anything else (``model-support export``).
+"""A sweep's support matrix in the formats other tools read: JUnit XML for CI systems, Markdown for
+a README or a pull-request comment, CSV and JSON for anything else (``model-support export``).
 
-Read from the dataset alone (the ``results`` and ``excluded`` configs): a dataset pulled from the Hub, with no
-``sweeps/`` folder, exports the same. One row per model and variant: its verdict, whether a PASS is right
-(numerics or fluency, the report's words, and the measure that judged it: ``check_measure``), tokens per second, the stack it ran on (torch, the device backend that ran
-as its adapter named it, transformers), the command that reproduces it (``repro.command``) and where its notebook and
-log are.
+Read from the dataset alone (the ``results`` and ``excluded`` configs): a dataset pulled from the
+Hub, with no ``sweeps/`` folder, exports the same. One row per model and variant: its verdict,
+whether a PASS is right (numerics or fluency, the report's words, and the measure that judged it:
+``check_measure``), tokens per second, the stack it ran on (torch, the device backend that ran as
+its adapter named it, transformers), the command that reproduces it (``repro.command``) and where
+its notebook and log are.
 """
 
 from __future__ import annotations
@@ -52,8 +53,8 @@ COLUMNS = (
 
 
 def export_rows(data_dir: Path | str, sweep_id: str) -> list[dict]:
-    """The sweep's rows (models excluded before or by their probe included, status ``excluded``), sorted by model
-    and variant; one sentence when the dataset has none of the sweep."""
+    """The sweep's rows (models excluded before or by their probe included, status ``excluded``),
+    sorted by model and variant; one sentence when the dataset has none of the sweep."""
     data_dir = Path(data_dir)
     wanted = [
         "model_id",
@@ -78,21 +79,28 @@ def export_rows(data_dir: Path | str, sweep_id: str) -> list[dict]:
         "exclusion_reason",
         "duration_s",
     ]
-    has_repro = (pl.col("repro_sha256").is_not_null() | pl.col("repro_script").is_not_null()).alias("has_repro")
+    has_repro = (pl.col("repro_sha256").is_not_null() | pl.col("repro_script").is_not_null()).alias(
+        "has_repro"
+    )
     frames = [
-        store.scan(data_dir, config).filter(pl.col("sweep_id") == sweep_id).select(*wanted, has_repro).collect()
+        store.scan(data_dir, config)
+        .filter(pl.col("sweep_id") == sweep_id)
+        .select(*wanted, has_repro)
+        .collect()
         for config in store.CONFIGS
     ]
     rows = pl.concat(frames, how="vertical_relaxed")
-    if store.what_if_setting(Path(data_dir), sweep_id):  # its definition, or a pulled sweep's rows, say so
+    # its definition, or a pulled sweep's rows, say so
+    if store.what_if_setting(Path(data_dir), sweep_id):
         raise UserError(
-            f"Sweep {sweep_id} is a what-if sweep (operators on the host): its rows are no verdicts of the stack, "
-            "so no export lists them; they are the dataset's what_if config."
+            f"Sweep {sweep_id} is a what-if sweep (operators on the host): its rows are no "
+            "verdicts of the stack, so no export lists them; they are the dataset's what_if "
+            "config."
         )
     if rows.height == 0:
         raise UserError(
-            f"The dataset in {data_dir} has no rows of sweep {sweep_id!r}; `model-support aggregate {sweep_id}` "
-            "writes them from its records."
+            f"The dataset in {data_dir} has no rows of sweep {sweep_id!r}; `model-support "
+            f"aggregate {sweep_id}` writes them from its records."
         )
     rows = rows.with_columns(
         variant_col(),
@@ -120,7 +128,8 @@ def export_rows(data_dir: Path | str, sweep_id: str) -> list[dict]:
                 "decode_tokens_per_s": r["decode_tokens_per_s"],
                 "device_type": r["device_type"],
                 "torch": versions.get("torch"),
-                BACKEND: r[BACKEND],  # the backend that ran, as its adapter named it: none on the CPU
+                # the backend that ran, as its adapter named it: none on the CPU
+                BACKEND: r[BACKEND],
                 "transformers": versions.get("transformers"),
                 "repro": repro.command(sweep_id, r["model_id"], r["variant"], data_dir)
                 if r["has_repro"] and not excluded
@@ -134,23 +143,28 @@ def export_rows(data_dir: Path | str, sweep_id: str) -> list[dict]:
 
 
 def speed(row: dict) -> dict:
-    """The speed a row's export shows, and its source: the perf phase's tokens/s (the median of its timed repeats)
-    where it ran, else the verdict's own generation (its 8 tokens after the first, on the host's wall clock: a
-    figure that includes the first calls and says so)."""
+    """The speed a row's export shows, and its source: the perf phase's tokens/s (the median of
+    its timed repeats) where it ran, else the verdict's own generation (its 8 tokens after the
+    first, on the host's wall clock: a figure that includes the first calls and says so)."""
     if row.get("perf_tokens_per_s") is not None:
         tokens = row.get("perf_tokens_out")
         return {
             "tokens_per_s": row["perf_tokens_per_s"],
-            "tokens_per_s_source": f"perf phase, median of repeats of {tokens} tokens" if tokens else "perf phase",
+            "tokens_per_s_source": f"perf phase, median of repeats of {tokens} tokens"
+            if tokens
+            else "perf phase",
         }
     if row.get("decode_tokens_per_s") is not None:
-        return {"tokens_per_s": row["decode_tokens_per_s"], "tokens_per_s_source": "the verdict's generation"}
+        return {
+            "tokens_per_s": row["decode_tokens_per_s"],
+            "tokens_per_s_source": "the verdict's generation",
+        }
     return {"tokens_per_s": None, "tokens_per_s_source": None}
 
 
 def export(data_dir: Path | str, sweep_id: str, fmt: str, suspect_fails: bool = False) -> str:
-    """The sweep in ``fmt`` (one of ``FORMATS``). JUnit: a suspect PASS is a failure with ``suspect_fails``,
-    else a passing case that says why it is suspect."""
+    """The sweep in ``fmt`` (one of ``FORMATS``). JUnit: a suspect PASS is a failure with
+    ``suspect_fails``, else a passing case that says why it is suspect."""
     if fmt not in FORMATS:
         raise UserError(f"Unknown export format {fmt!r}; use one of {', '.join(FORMATS)}.")
     rows = export_rows(data_dir, sweep_id)
@@ -168,22 +182,25 @@ def export(data_dir: Path | str, sweep_id: str, fmt: str, suspect_fails: bool = 
 
 
 def stack_text(row: dict) -> str:
-    """The stack a row ran on, in words: its device, torch, the backend that ran (none on the CPU), transformers."""
+    """The stack a row ran on, in words: its device, torch, the backend that ran (none on the
+    CPU), transformers."""
     parts = [f"torch {row['torch']}" if row["torch"] else None, row[BACKEND]]
     parts.append(f"transformers {row['transformers']}" if row["transformers"] else None)
     return f"{row['device_type'] or '?'}: " + (", ".join(p for p in parts if p) or "unknown")
 
 
 def check_text(row: dict) -> str | None:
-    """A PASS's check with the measure that judged it, ``agrees (logit error)``: a ``match`` judged by the KL alone
-    (a row from before the logit error, ``KL + flip margin``) says less of a model with flat logits."""
+    """A PASS's check with the measure that judged it, ``agrees (logit error)``: a ``match``
+    judged by the KL alone (a row from before the logit error, ``KL + flip margin``) says less of
+    a model with flat logits."""
     if row["check"] is None:
         return None
     return f"{row['check']} ({row['check_measure']})" if row.get("check_measure") else row["check"]
 
 
 def _cell(value, limit: int | None = 160) -> str:
-    """A Markdown table cell: no line breaks, no pipes; at most ``limit`` characters (None: whole, a command)."""
+    """A Markdown table cell: no line breaks, no pipes; at most ``limit`` characters (None:
+    whole, a command)."""
     if value is None:
         return ""
     if isinstance(value, float):
@@ -200,14 +217,16 @@ def markdown(sweep_id: str, rows: list[dict]) -> str:
         "",
         ", ".join(f"{k}: {n}" for k, n in counts.items()) + f"; suspect passes: {suspect}",
         "",
-        "tokens/s: (perf) the perf phase's median of timed repeats; (verdict) the verdict's own 8-token generation. "
-        "check: what a PASS's check says, and in brackets the measure that judged it (docs/numerics.md).",
-        "backend: the device backend that ran, as its adapter named it (none: torch alone, the CPU). repro: the command "
-        "that reproduces the row with plain python (its script sets the backend's settings as the probe ran them; "
-        f"add `{reproduce.AS_FOUND_FLAG}` to its python command to run on the stack as found instead).",
+        "tokens/s: (perf) the perf phase's median of timed repeats; (verdict) the verdict's "
+        "own 8-token generation. check: what a PASS's check says, and in brackets the measure "
+        "that judged it (docs/numerics.md).",
+        "backend: the device backend that ran, as its adapter named it (none: torch alone, "
+        "the CPU). repro: the command that reproduces the row with plain python (its script "
+        f"sets the backend's settings as the probe ran them; add `{reproduce.AS_FOUND_FLAG}` "
+        "to its python command to run on the stack as found instead).",
         "",
-        "| model | variant | verdict | check | stage | whose | signature | tokens/s | device | torch | backend "
-        "| transformers | repro |",
+        "| model | variant | verdict | check | stage | whose | signature | tokens/s | device "
+        "| torch | backend | transformers | repro |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -219,7 +238,8 @@ def markdown(sweep_id: str, rows: list[dict]) -> str:
             r["failure_stage"],
             r["attribution"],
             r["failure_signature"] or (r["error_message"] if r["status"] == "excluded" else None),
-            f"{r['tokens_per_s']:.1f} ({'perf' if r['tokens_per_s_source'].startswith('perf') else 'verdict'})"
+            f"{r['tokens_per_s']:.1f} "
+            f"({'perf' if r['tokens_per_s_source'].startswith('perf') else 'verdict'})"
             if r["tokens_per_s"] is not None
             else None,
             r["device_type"],
@@ -227,16 +247,18 @@ def markdown(sweep_id: str, rows: list[dict]) -> str:
             r[BACKEND],
             r["transformers"],
         )
-        command = _cell(f"`{r['repro']}`", None) if r["repro"] else ""  # whole: a command cut short runs nothing
+        # whole: a command cut short runs nothing
+        command = _cell(f"`{r['repro']}`", None) if r["repro"] else ""
         lines.append("| " + " | ".join(_cell(c) for c in cells) + f" | {command} |")
     return "\n".join(lines) + "\n"
 
 
 def junit(sweep_id: str, rows: list[dict], suspect_fails: bool = False) -> str:
-    """JUnit XML: one test suite (the sweep), one test case per model and variant (``classname`` the sweep,
-    ``name`` the model and its variant, unique); a FAIL is a ``failure`` with its message and signature, an
-    excluded model ``skipped`` with its reason, a suspect PASS a failure with ``suspect_fails``, else a passing
-    case whose ``system-out`` says why it is suspect."""
+    """JUnit XML: one test suite (the sweep), one test case per model and variant (``classname``
+    the sweep, ``name`` the model and its variant, unique); a FAIL is a ``failure`` with its
+    message and signature, an excluded model ``skipped`` with its reason, a suspect PASS a
+    failure with ``suspect_fails``, else a passing case whose ``system-out`` says why it is
+    suspect."""
     suite = ET.Element("testsuite", name=sweep_id)
     failures = skipped = 0
     for r in rows:
@@ -254,11 +276,16 @@ def junit(sweep_id: str, rows: list[dict], suspect_fails: bool = False) -> str:
             failure = ET.SubElement(
                 case,
                 "failure",
-                message=f"{r['status']} at {r['failure_stage'] or '?'}: {(r['error_message'] or '')[:400]}",
+                message=f"{r['status']} at {r['failure_stage'] or '?'}: "
+                f"{(r['error_message'] or '')[:400]}",
                 type=r["failure_signature"] or r["status"] or "",
             )
             failure.text = "\n".join(
-                (f"whose: {r['attribution'] or 'unknown'}", f"stack: {stack_text(r)}", f"repro: {r['repro'] or '-'}")
+                (
+                    f"whose: {r['attribution'] or 'unknown'}",
+                    f"stack: {stack_text(r)}",
+                    f"repro: {r['repro'] or '-'}",
+                )
             )
             failures += 1
         elif r["suspect"]:
@@ -275,4 +302,6 @@ def junit(sweep_id: str, rows: list[dict], suspect_fails: bool = False) -> str:
     suites = ET.Element("testsuites", name="model-support")
     suites.append(suite)
     ET.indent(suites)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+    )

@@ -1,6 +1,6 @@
-"""The report's HTML pieces: data tables, the header facts (with whose failures they are), the models
-not probed, the legend. The sections a porting team acts on (the split, failure modes, the diff) are in
-``sections``; the execution modes in ``modes``."""
+"""The report's HTML pieces: data tables, the header facts (with whose failures they are), the
+models not probed, the legend. The sections a porting team acts on (the split, failure modes, the
+diff) are in ``sections``; the execution modes in ``modes``."""
 
 from __future__ import annotations
 
@@ -27,44 +27,46 @@ from .charts import chart_html
 
 #: What the report's other terms mean (the verdicts and stages come from ``schema``).
 TERM_HELP = {
-    "excluded": "left out on purpose (not a text-generation model, too large, listed in params, or the whole sweep "
-    "after the fact); never counted as a failure",
+    "excluded": "left out on purpose (not a text-generation model, too large, listed in params, or the "
+    "whole sweep after the fact); never counted as a failure",
     **unprobed_models.UNPROBED_HELP,
-    "failure signature": "the error type plus the message with volatile parts (numbers, paths, ids, names) replaced "
-    "by placeholders: same cause, same signature",
-    "pass rate": "PASS / models probed in the sweep (excluded, not probed and not tested models are not in the "
-    "denominator)",
-    "pass rate on the stack": "PASS / (models probed - failures attributed to the model): a model that fails the "
-    "same way on the CPU reference (broken everywhere) is not counted against the stack; both and unknown "
-    "failures still are",
-    "whose failure (attribution)": "each failure at load, template, compile or generate is rerun once on the CPU "
-    "reference: stack, model, both or unknown (see Attribution below)",
-    "CPU agreement": "every step's top token agrees with the CPU reference, teacher-forced on the device's tokens "
-    "(the reference would have generated the same tokens): match, mismatch, or not run (switched off, above the "
-    "size limit, or no generation)",
-    "newly suspect / no longer suspect": "a PASS whose check is suspect now (its logits diverge from the reference, "
-    "or with no reference its text is not fluent) that was no suspect PASS in the baseline (listed after what the "
-    "stack newly broke) / a suspect PASS in the baseline that is a clean PASS now",
+    "failure signature": "the error type plus the message with volatile parts (numbers, paths, ids, names) "
+    "replaced by placeholders: same cause, same signature",
+    "pass rate": "PASS / models probed in the sweep (excluded, not probed and not tested models are not in "
+    "the denominator)",
+    "pass rate on the stack": "PASS / (models probed - failures attributed to the model): a model that fails the same "
+    "way on the CPU reference (broken everywhere) is not counted against the stack; both and "
+    "unknown failures still are",
+    "whose failure (attribution)": "each failure at load, template, compile or generate is rerun once on the CPU reference: "
+    "stack, model, both or unknown (see Attribution below)",
+    "CPU agreement": "every step's top token agrees with the CPU reference, teacher-forced on the device's "
+    "tokens (the reference would have generated the same tokens): match, mismatch, or not run "
+    "(switched off, above the size limit, or no generation)",
+    "newly suspect / no longer suspect": "a PASS whose check is suspect now (its logits diverge from the reference, or with no "
+    "reference its text is not fluent) that was no suspect PASS in the baseline (listed after "
+    "what the stack newly broke) / a suspect PASS in the baseline that is a clean PASS now",
     "newly broken by the stack": "PASS in the baseline and a FAIL now that the CPU reference passes: the stack's "
     "regression, what a porting team fixes (listed first)",
-    "newly failing everywhere": "PASS in the baseline and a FAIL now that the CPU reference fails too (attribution "
-    "model or both): usually a transformers or checkpoint change, not the stack's",
-    "newly failing / newly passing": "PASS in the baseline and a FAIL now with no attribution recorded (no reference "
-    "rerun) / a FAIL in the baseline and PASS now",
-    "status changed / signature changed": "failing in both sweeps, with a different verdict / the same verdict "
-    "but a different failure signature",
+    "newly failing everywhere": "PASS in the baseline and a FAIL now that the CPU reference fails too (attribution model "
+    "or both): usually a transformers or checkpoint change, not the stack's",
+    "newly failing / newly passing": "PASS in the baseline and a FAIL now with no attribution recorded (no reference rerun) / "
+    "a FAIL in the baseline and PASS now",
+    "status changed / signature changed": "failing in both sweeps, with a different verdict / the same verdict but a different "
+    "failure signature",
     "added / removed": "probed in only one of the two sweeps (a model not probed now is left out, not removed)",
-    "vanished / not run / flaky / excluded / dropped": "the gate's words (docs/dataset.md): a verdict in the baseline "
-    "and no row now with nothing to say why; still to run; passed once among its attempts; excluded in either sweep "
-    "(the environment's doing, counted in neither direction); left out of this sweep's definition",
+    "vanished / not run / flaky / excluded / dropped": "the gate's words (docs/dataset.md): a verdict in the baseline and no row now with "
+    "nothing to say why; still to run; passed once among its attempts; excluded in either "
+    "sweep (the environment's doing, counted in neither direction); left out of this sweep's "
+    "definition",
     "first_token_s": "time to the first generated token, including compilation",
-    "variant": "a run's execution mode, KV cache and new-token count when not 8 (eager+dynamic, compile+static, "
-    "eager+dynamic+32t); a sweep with a matrix probes each model in several, and then every count is of runs "
-    "(model-variant pairs); older sweeps read as eager+dynamic",
+    "variant": "a run's execution mode, KV cache and new-token count when not 8 (eager+dynamic, "
+    "compile+static, eager+dynamic+32t); a sweep with a matrix probes each model in several, "
+    "and then every count is of runs (model-variant pairs); older sweeps read as eager+dynamic",
     "new (failure signature)": "not among the baseline sweep's failure signatures",
     "devices (devices_used)": "how many devices the probe ran on; older records read as 1",
-    "parallelism": "how the model was split over its devices: none (one device, or no plan), tp (tensor parallel: "
-    "every weight cut across tp_size devices) or ep (expert parallel: whole experts on each of ep_size devices)",
+    "parallelism": "how the model was split over its devices: none (one device, or no plan), tp (tensor "
+    "parallel: every weight cut across tp_size devices) or ep (expert parallel: whole experts "
+    "on each of ep_size devices)",
 }
 
 
@@ -72,16 +74,16 @@ TERM_HELP = {
 SIZE_HELP = {
     **{b: b for b in analysis.SIZE_BUCKETS},
     "unknown": "num_params not recorded (the model loaded, or failed after loading)",
-    NOT_LOADED: "failed at download or load, before its parameters could be counted: apart from unknown, so a "
-    "size's pass rate is of models that ran",
+    NOT_LOADED: "failed at download or load, before its parameters could be counted: apart from unknown, "
+    "so a size's pass rate is of models that ran",
 }
 
 FOLDED = ("error_message", "traceback", "repro_script")
 
 
 def _cell(value, column: str) -> Cell:
-    """One table cell: rates as percentages, numbers right-aligned (class ``num``), lists one item a line, long
-    or multi-line text (a message, a traceback) folded under its first line."""
+    """One table cell: rates as percentages, numbers right-aligned (class ``num``), lists one
+    item a line, long or multi-line text (a message, a traceback) folded under its first line."""
     if value is None:
         return Cell("")
     if isinstance(value, bool):
@@ -111,11 +113,19 @@ def _cell(value, column: str) -> Cell:
 
 
 def table_html(df: pl.DataFrame, *, max_rows: int = 100, empty: str = "none") -> str:
-    """A small DataFrame as a plain HTML table (``display.html_table``): rates as percentages, long text folded."""
+    """A small DataFrame as a plain HTML table (``display.html_table``): rates as percentages,
+    long text folded."""
     if df.height == 0:
         return f'<p class="ms-note">{html.escape(empty)}</p>'
-    rows = ([_cell(value, column) for column, value in row.items()] for row in df.head(max_rows).iter_rows(named=True))
-    more = f'<p class="ms-note">{df.height - max_rows} more rows not shown.</p>' if df.height > max_rows else ""
+    rows = (
+        [_cell(value, column) for column, value in row.items()]
+        for row in df.head(max_rows).iter_rows(named=True)
+    )
+    more = (
+        f'<p class="ms-note">{df.height - max_rows} more rows not shown.</p>'
+        if df.height > max_rows
+        else ""
+    )
     return html_table(df.columns, rows, cls="ms-table") + more
 
 
@@ -124,7 +134,8 @@ def _percent(rate) -> str:
 
 
 def tasks_text(by_task: pl.DataFrame) -> str:
-    """The pass rate of each task the sweep probed: "text-generation 80.0% (28 of 35); image-text-to-text ..."."""
+    """The pass rate of each task the sweep probed: "text-generation 80.0% (28 of 35);
+    image-text-to-text ..."."""
     parts = [
         f"{r['task']} {_percent(r['pass_rate'])} ({r['passed']:,} of {r['models']:,})"
         for r in by_task.iter_rows(named=True)
@@ -133,7 +144,8 @@ def tasks_text(by_task: pl.DataFrame) -> str:
 
 
 def split_html(attribution: pl.DataFrame) -> str:
-    """Whose failures, inline: "3 failures: stack 1, model 1, both 0, unknown 1" (each in its own span)."""
+    """Whose failures, inline: "3 failures: stack 1, model 1, both 0, unknown 1" (each in its own
+    span)."""
     counts = dict(attribution.select("attribution", "count").rows())
     total = sum(counts.values())
     spans = ", ".join(
@@ -143,10 +155,12 @@ def split_html(attribution: pl.DataFrame) -> str:
     return f'<span class="ms-split">{total:,} failure{"s" if total != 1 else ""}: {spans}</span>'
 
 
-def header_html(tables: dict[str, pl.DataFrame], sweep_id: str, baseline_sweep_id: str | None) -> str:
-    """The report's opening facts: the sweep, when, where, with what stack, and its headline numbers:
-    whose failures they are (the stack's, the models', both, unknown), both pass rates, the suspect passes and
-    the pass rate of each task."""
+def header_html(
+    tables: dict[str, pl.DataFrame], sweep_id: str, baseline_sweep_id: str | None
+) -> str:
+    """The report's opening facts: the sweep, when, where, with what stack, and its headline
+    numbers: whose failures they are (the stack's, the models', both, unknown), both pass rates,
+    the suspect passes and the pass rate of each task."""
     sweeps = tables["sweeps"].filter(pl.col("sweep_id") == sweep_id).row(0, named=True)
     history = tables["history"].filter(pl.col("sweep_id") == sweep_id)
     versions = history.row(0, named=True) if history.height else {}
@@ -155,30 +169,40 @@ def header_html(tables: dict[str, pl.DataFrame], sweep_id: str, baseline_sweep_i
     variants = tables["variant_stats"].height
     facts = {
         "sweep": sweep_id,
-        "created": sweeps["created_at"].strftime("%Y-%m-%d %H:%M UTC") if sweeps["created_at"] else "unknown",
+        "created": sweeps["created_at"].strftime("%Y-%m-%d %H:%M UTC")
+        if sweeps["created_at"]
+        else "unknown",
         "device": sweeps["device_type"] or "unknown",
         "host": sweeps["host"] or "unknown",
         "stack": ", ".join(f"{c} {versions.get(c) or '-'}" for c in analysis.VERSION_COMPONENTS),
     }
-    if "what_if" in tables:  # operators on the host: these runs are no verdict of the stack, said first
+    # operators on the host: these runs are no verdict of the stack, said first
+    if "what_if" in tables:
         facts["what-if"] = (
-            f"operators on the host's CPU kernels (host_ops: {tables['what_if']['host_ops'][0]}): these runs are no "
-            "verdict of the stack; they are kept apart (the what_if config), and no gate, export or support card "
+            "operators on the host's CPU kernels (host_ops: "
+            f"{tables['what_if']['host_ops'][0]}): these runs are no verdict of the stack; "
+            "they are kept apart (the what_if config), and no gate, export or support card "
             "counts them"
         )
-    if "settings" in tables:  # the backend's own configuration is part of the stack (sections.add_bisect)
+    # the backend's own configuration is part of the stack (sections.add_bisect)
+    if "settings" in tables:
         facts["backend settings"] = tables["settings"]["settings"][0]
-    packages = tables["packages"]["packages"][0] if "packages" in tables else ""  # sections.add_bisect
+    # sections.add_bisect
+    packages = tables["packages"]["packages"][0] if "packages" in tables else ""
     if packages and baseline_sweep_id:  # what differs from the baseline's stack (sweep.json)
         facts["against the baseline"] = packages
     if variants > 1:
         models = tables["verdict_grid"].height
-        facts["runs probed (model x variant)"] = f"{summary['models']:,} ({models:,} models, {variants} variants)"
+        facts["runs probed (model x variant)"] = (
+            f"{summary['models']:,} ({models:,} models, {variants} variants)"
+        )
     else:
         facts["models probed"] = f"{summary['models']:,}"
     raw = {"failures (whose)": split_html(tables["attribution"])}
     facts["failures (whose)"] = ""
-    facts["passed (pass rate)"] = f"{summary['passed']:,} ({100 * rate:.1f}%)" if rate is not None else "0"
+    facts["passed (pass rate)"] = (
+        f"{summary['passed']:,} ({100 * rate:.1f}%)" if rate is not None else "0"
+    )
     checks = dict(tables["pass_checks"].select("check", "count").rows())
     facts["suspect passes"] = analysis.suspect_words(checks)
     can_run = summary["models"] - (summary["model_failures"] or 0)
@@ -200,14 +224,15 @@ def header_html(tables: dict[str, pl.DataFrame], sweep_id: str, baseline_sweep_i
         else f"none: no earlier sweep of the same name and device ({how})"
     )
     items = "".join(
-        f"<dt>{html.escape(k)}</dt><dd>{raw[k] if k in raw else html.escape(str(v))}</dd>" for k, v in facts.items()
+        f"<dt>{html.escape(k)}</dt><dd>{raw[k] if k in raw else html.escape(str(v))}</dd>"
+        for k, v in facts.items()
     )
     return f'<dl class="ms-head ms-facts">{items}</dl>'
 
 
 def charted_model_types(by_type: pl.DataFrame) -> tuple[pl.DataFrame, str]:
-    """The model types worth a pass-rate bar (more than one model: one model's 0% or 100% says nothing
-    about its type), and the note that says so under the chart."""
+    """The model types worth a pass-rate bar (more than one model: one model's 0% or 100% says
+    nothing about its type), and the note that says so under the chart."""
     charted = by_type.filter(pl.col("distinct_models") > 1)
     single = by_type.height - charted.height
     note = (
@@ -232,15 +257,26 @@ def unprobed_html(tables: dict[str, pl.DataFrame], sweep_id: str) -> str:
     from being probed, with their last error) and not tested (no record yet); none is a failure."""
     pending, not_tested = tables["pending"], tables["not_tested"]
     if tables["variant_stats"].height <= 1:  # one variant: the column says nothing
-        pending, not_tested = pending.drop("variant", strict=False), not_tested.drop("variant", strict=False)
+        pending, not_tested = (
+            pending.drop("variant", strict=False),
+            not_tested.drop("variant", strict=False),
+        )
     if not pending.height and not not_tested.height:
         return '<p class="ms-note">Every model the sweep listed was probed or excluded.</p>'
     resume = f"<code>{html.escape(unprobed_models.resume_command(sweep_id))}</code>"
-    parts = [f"<p><b>{pending.height:,} not probed, {not_tested.height:,} not tested.</b> To finish them: {resume}</p>"]
-    parts.append(table_html(pending.rename(UNPROBED_COLUMNS, strict=False), max_rows=500, empty="None pending."))
+    parts = [
+        f"<p><b>{pending.height:,} not probed, {not_tested.height:,} not tested.</b> To finish "
+        f"them: {resume}</p>"
+    ]
+    parts.append(
+        table_html(
+            pending.rename(UNPROBED_COLUMNS, strict=False), max_rows=500, empty="None pending."
+        )
+    )
     if not_tested.height:
         parts.append(
-            f'<h4>Not tested</h4><p class="ms-note">{html.escape(unprobed_models.UNPROBED_HELP["not tested"])}</p>'
+            "<h4>Not tested</h4><p "
+            f'class="ms-note">{html.escape(unprobed_models.UNPROBED_HELP["not tested"])}</p>'
         )
         parts.append(table_html(not_tested.rename(UNPROBED_COLUMNS, strict=False), max_rows=500))
     return "".join(parts)
@@ -250,7 +286,10 @@ def legend_html() -> str:
     """Every verdict and failure stage with its meaning, then the report's other terms."""
 
     def dl(title: str, entries: dict[str, str]) -> str:
-        items = "".join(f"<dt><code>{html.escape(k)}</code></dt><dd>{html.escape(v)}</dd>" for k, v in entries.items())
+        items = "".join(
+            f"<dt><code>{html.escape(k)}</code></dt><dd>{html.escape(v)}</dd>"
+            for k, v in entries.items()
+        )
         return f'<h4>{html.escape(title)}</h4><dl class="ms-head ms-legend">{items}</dl>'
 
     return (
@@ -274,10 +313,12 @@ def _size_text(n: int | None) -> str:
 
 
 def _sorted_cell(value, column: str) -> Cell:
-    """A number's cell (``_cell``) that a sortable table orders by its value, not its text ("1,234" or "0.5")."""
+    """A number's cell (``_cell``) that a sortable table orders by its value, not its text
+    ("1,234" or "0.5")."""
     if value is None:
         return Cell("")
-    finite = not isinstance(value, float) or math.isfinite(value)  # NaN has no order: such a cell sorts by its text
+    # NaN has no order: such a cell sorts by its text
+    finite = not isinstance(value, float) or math.isfinite(value)
     return dataclasses.replace(_cell(value, column), sort=value if finite else None)
 
 
@@ -290,7 +331,8 @@ def repro_command(sweep_id: str, model_id: str, variant: str | None) -> str:
 
 
 def _link(path: str) -> str:
-    """A data-folder path as a link from the report's folder (``data/reports/``): ``../<path>``, quoted."""
+    """A data-folder path as a link from the report's folder (``data/reports/``): ``../<path>``,
+    quoted."""
     return "../" + quote(path)
 
 
@@ -299,7 +341,11 @@ MODEL_NUMBERS = (
     ("tokens_in", "tokens in", "the prompt's tokens after the chat template (an image's included)"),
     ("tokens_out", "tokens out", "tokens generated"),
     ("load_s", "load s", "seconds to load the model onto the device"),
-    ("first_token_s", "first token s", "seconds to the first generated token, compilation included"),
+    (
+        "first_token_s",
+        "first token s",
+        "seconds to the first generated token, compilation included",
+    ),
     ("decode_tokens_per_s", "tokens/s", "decode tokens per second"),
     ("peak_host_mem_mb", "host MiB", "peak host memory"),
     ("peak_device_mem_mb", "device MiB", "peak device memory"),
@@ -307,17 +353,20 @@ MODEL_NUMBERS = (
 
 
 def _model_row(row: dict, sweep_id: str, variants: bool, tasks: bool) -> list[Cell]:
-    """One run of the per-model table: who, how it ended, what its check says, its numbers, its files."""
+    """One run of the per-model table: who, how it ended, what its check says, its numbers, its
+    files."""
     check = row["check"] or ""
     if check == analysis.DIVERGES and row["numerics_step"] is not None:
         check += f" at step {row['numerics_step']}"
-    if check and row.get("check_measure"):  # what judged it: a match by the KL alone says little of flat logits
+    # what judged it: a match by the KL alone says little of flat logits
+    if check and row.get("check_measure"):
         check += f" ({row['check_measure']})"
     color = schema.VERDICT_COLORS.get(row["status"] or "")
     links = [("record", _link(row["record"]))] if row["record"] else []
     if row["repro_body"]:
         links.append(("repro", _link(row["repro_body"])))
-    if row.get("localised"):  # model-support localise ran: its first wrong operator (or none) beside the record
+    # model-support localise ran: its first wrong operator (or none) beside the record
+    if row.get("localised"):
         links.append((f"wrong op: {row.get('localised_operator') or '?'}", _link(row["localised"])))
     cells = [Cell(row["model_id"], cls="ms-model")]
     if variants:
@@ -328,7 +377,11 @@ def _model_row(row: dict, sweep_id: str, variants: bool, tasks: bool) -> list[Ce
         Cell(_size_text(row["num_params"]), cls="num", sort=row["num_params"]),
         Cell(row["status"] or "", cls="ms-st", style=f"color:{color}" if color else None),
         Cell(row["attribution"] or ""),
-        Cell(check, cls="ms-suspect" if row["check"] in analysis.SUSPECT_CHECKS else None, title=row["check_note"]),
+        Cell(
+            check,
+            cls="ms-suspect" if row["check"] in analysis.SUSPECT_CHECKS else None,
+            title=row["check_note"],
+        ),
         Cell(
             row["failure_signature"] or "",
             cls="ms-sig",
@@ -342,9 +395,10 @@ def _model_row(row: dict, sweep_id: str, variants: bool, tasks: bool) -> list[Ce
 
 
 def models_html(tables: dict[str, pl.DataFrame], sweep_id: str) -> str:
-    """Every run of the sweep, PASS included, in one table that sorts by any column and filters by text in the
-    page (``templates/table.js``, which the page inlines: no network): its verdict, whose failure, its check (numerics against
-    the CPU reference, or fluency), its numbers, a link to its record (and repro body) and its repro command."""
+    """Every run of the sweep, PASS included, in one table that sorts by any column and filters
+    by text in the page (``templates/table.js``, which the page inlines: no network): its
+    verdict, whose failure, its check (numerics against the CPU reference, or fluency), its
+    numbers, a link to its record (and repro body) and its repro command."""
     models = tables["models"]
     if not models.height:
         return '<p class="ms-note">No model was probed in this sweep.</p>'
@@ -358,19 +412,28 @@ def models_html(tables: dict[str, pl.DataFrame], sweep_id: str) -> str:
         Cell("size", header=True, title="parameters of the loaded model"),
         Cell("verdict", header=True),
         Cell("whose", header=True, title="whose failure: stack, model, both or unknown"),
-        Cell("check", header=True, title="a PASS's check: its logits against the CPU reference, else fluency"),
+        Cell(
+            "check",
+            header=True,
+            title="a PASS's check: its logits against the CPU reference, else fluency",
+        ),
         Cell("signature", header=True, title="a failure's signature"),
         *(Cell(heading, header=True, title=what) for _, heading, what in MODEL_NUMBERS),
-        Cell("files", header=True, title="the run's record (JSON) and repro body, beside this report"),
-        Cell("repro", header=True, title="the command that prints the run's standalone repro script"),
+        Cell(
+            "files", header=True, title="the run's record (JSON) and repro body, beside this report"
+        ),
+        Cell(
+            "repro", header=True, title="the command that prints the run's standalone repro script"
+        ),
     ]
     rows = (_model_row(row, sweep_id, variants, tasks) for row in models.iter_rows(named=True))
     table = html_table(head, rows, cls="ms-table ms-models ms-sortable", id="ms-models")
     return (
-        '<div class="ms-filter-bar"><input type="search" id="ms-models-filter" class="ms-filter" '
-        'placeholder="filter: any words of a row (a model, a verdict, a signature)" aria-label="filter the models">'
-        f' <span id="ms-models-count" class="ms-note" data-unit="{unit}">{models.height:,} {unit}</span></div>'
-        f'<div class="ms-scroll">{table}</div>'
+        '<div class="ms-filter-bar"><input type="search" id="ms-models-filter" '
+        'class="ms-filter" placeholder="filter: any words of a row (a model, a verdict, a '
+        'signature)" aria-label="filter the models"> <span id="ms-models-count" '
+        f'class="ms-note" data-unit="{unit}">{models.height:,} {unit}</span></div><div '
+        f'class="ms-scroll">{table}</div>'
     )
 
 

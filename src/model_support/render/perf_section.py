@@ -1,10 +1,12 @@
-"""The report's performance section: every PASS's speed on its device, and what moved since the baseline.
+"""The report's performance section: every PASS's speed on its device, and what moved since the
+baseline.
 
-From ``analysis.perf``: one row per PASS (TTFT, TPOT and tokens/s as medians of the perf phase's repeats with
-their spread, the warm-up with compilation, peak device memory, bandwidth utilisation, the slowest operators of
-its generation, and the note that says why a figure is missing), then the runs slower or faster than the
-baseline beyond noise (like runs whose median moved by more than 5% and by more than the repeats' noise, the rule of
-``model-support diff --fail-on perf``, ``analysis.decision``), their figures as the terminal says them.
+From ``analysis.perf``: one row per PASS (TTFT, TPOT and tokens/s as medians of the perf phase's
+repeats with their spread, the warm-up with compilation, peak device memory, bandwidth utilisation,
+the slowest operators of its generation, and the note that says why a figure is missing), then the
+runs slower or faster than the baseline beyond noise (like runs whose median moved by more than 5%
+and by more than the repeats' noise, the rule of ``model-support diff --fail-on perf``,
+``analysis.decision``), their figures as the terminal says them.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ def _ms(value: float | None, spread: float | None = None) -> str | None:
 
 
 def _moved(table: pl.DataFrame) -> pl.DataFrame:
-    """The slower or faster runs as the gate's lines say them: the change and spreads as signed percentages, the
-    medians in ms (times) or tokens/s (rates), never raw ratios."""
+    """The slower or faster runs as the gate's lines say them: the change and spreads as signed
+    percentages, the medians in ms (times) or tokens/s (rates), never raw ratios."""
 
     def figure(metric: str, value: float | None) -> str | None:
         if value is None:
@@ -49,7 +51,16 @@ def _moved(table: pl.DataFrame) -> pl.DataFrame:
             for r in table.iter_rows(named=True)
         ],
         schema=dict.fromkeys(
-            ("model_id", "variant", "metric", "before", "after", "change", "spread before", "spread after")
+            (
+                "model_id",
+                "variant",
+                "metric",
+                "before",
+                "after",
+                "change",
+                "spread before",
+                "spread after",
+            )
             + ("operator that grew most",),
             pl.String,
         ),
@@ -88,13 +99,16 @@ def perf_html(tables: dict[str, pl.DataFrame]) -> str:
     if table is None or table.is_empty():
         return ""
     parts = [table_html(_shown(table), max_rows=500)]
-    if table.drop_nulls(["num_params", "perf_tokens_per_s"]).height:  # nothing timed (perf off): no empty chart
+    # nothing timed (perf off): no empty chart
+    if table.drop_nulls(["num_params", "perf_tokens_per_s"]).height:
         parts.append(chart_html(speed_chart(table), "speed"))
     moved = tables.get("perf_changes")
     if moved is not None:
         for direction in ("slower", "faster"):
             some = moved.filter(pl.col("direction") == direction)
-            parts.append(f"<h3>{html.escape(direction.capitalize())} than the baseline, beyond noise</h3>")
+            parts.append(
+                f"<h3>{html.escape(direction.capitalize())} than the baseline, beyond noise</h3>"
+            )
             parts.append(
                 table_html(
                     _moved(some),

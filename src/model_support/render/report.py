@@ -29,9 +29,10 @@ def _sweeps(data_dir) -> pl.DataFrame:
 
 
 def previous_sweep(data_dir: Path | str, sweep_id: str) -> str | None:
-    """The latest sweep of the same name and device created before ``sweep_id`` (with results rows): the
-    default baseline (``analysis.previous_sweep_id``); none for a what-if sweep, whose runs are no verdict of the
-    stack to compare (the gate refuses one: its report failed to render against a stack sweep of its name)."""
+    """The latest sweep of the same name and device created before ``sweep_id`` (with results
+    rows): the default baseline (``analysis.previous_sweep_id``); none for a what-if sweep, whose
+    runs are no verdict of the stack to compare (the gate refuses one: its report failed to
+    render against a stack sweep of its name)."""
     from ..record import store
 
     if store.what_if_setting(Path(data_dir), sweep_id):
@@ -40,8 +41,8 @@ def previous_sweep(data_dir: Path | str, sweep_id: str) -> str | None:
 
 
 def latest_sweep(data_dir: Path | str) -> str:
-    """The most recently created sweep of the stack (``latest``: never a what-if sweep); one sentence when there is
-    none."""
+    """The most recently created sweep of the stack (``latest``: never a what-if sweep); one
+    sentence when there is none."""
     from ..record import store
 
     if _sweeps(data_dir).height == 0:
@@ -88,7 +89,11 @@ def render_report(
         run_notebook(
             notebook or paths.notebook("report"),
             partial,
-            {"sweep_id": sweep_id, "baseline_sweep_id": baseline_sweep_id, "data_dir": str(data_dir)},
+            {
+                "sweep_id": sweep_id,
+                "baseline_sweep_id": baseline_sweep_id,
+                "data_dir": str(data_dir),
+            },
             timeout=execution_timeout,
             kernel_name=kernel_name or "python3",
         )
@@ -101,7 +106,9 @@ def render_report(
         raise
     fileio.replace_file(partial, executed)
     out_html = Path(out_html) if out_html else out_dir / f"{sweep_id}.html"
-    title = f"Sweep report: {sweep_id}" + (f" (against {baseline_sweep_id})" if baseline_sweep_id else "")
+    title = f"Sweep report: {sweep_id}" + (
+        f" (against {baseline_sweep_id})" if baseline_sweep_id else ""
+    )
     atomic_write_text(out_html, notebook_to_html(executed, title=title))
     build_explorer(data_dir)
     return out_html

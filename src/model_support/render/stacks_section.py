@@ -1,7 +1,8 @@
-"""The report's stacks section, shown only for a sweep run on several stacks (``stacks:`` in its definition): one
-row per model and variant, one column per stack holding its verdict, and the models whose verdict differs
-between the stacks named first, each in one line. Read from the verdict grid the execution-modes section uses
-(its variants end in ``@<stack>``), so a stack is compared exactly as a mode is."""
+"""The report's stacks section, shown only for a sweep run on several stacks (``stacks:`` in its
+definition): one row per model and variant, one column per stack holding its verdict, and the
+models whose verdict differs between the stacks named first, each in one line. Read from the
+verdict grid the execution-modes section uses (its variants end in ``@<stack>``), so a stack is
+compared exactly as a mode is."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from ..probe.probe_params import STACK_MARK
 from .modes_section import verdict_cell
 
 
-def stack_rows(grid: pl.DataFrame) -> tuple[list[str], list[tuple[str, str, dict[str, str | None]]]]:
-    """The stacks (in the grid's order) and one (model, variant without its stack, {stack: verdict}) per run;
-    no stacks when no variant names one."""
+def stack_rows(
+    grid: pl.DataFrame,
+) -> tuple[list[str], list[tuple[str, str, dict[str, str | None]]]]:
+    """The stacks (in the grid's order) and one (model, variant without its stack, {stack:
+    verdict}) per run; no stacks when no variant names one."""
     stacks: list[str] = []
     rows: dict[tuple[str, str], dict[str, str | None]] = {}
     for column in grid.columns[1:]:
@@ -31,7 +34,8 @@ def stack_rows(grid: pl.DataFrame) -> tuple[list[str], list[tuple[str, str, dict
 
 
 def differs(verdicts: dict[str, str | None]) -> bool:
-    """Whether a run's verdict differs between the stacks it ran on (a stack it did not run on is no verdict)."""
+    """Whether a run's verdict differs between the stacks it ran on (a stack it did not run on is
+    no verdict)."""
     return len({v for v in verdicts.values() if v is not None}) > 1
 
 
@@ -44,7 +48,9 @@ def stacks_html(tables: dict[str, pl.DataFrame], max_rows: int = 300) -> str:
     changed = [r for r in rows if differs(r[2])]
     lines = "".join(
         f"<li><b>{html.escape(model)}</b> [{html.escape(base)}]: "
-        + ", ".join(f"{html.escape(v or 'not run')} on {html.escape(s)}" for s, v in verdicts.items())
+        + ", ".join(
+            f"{html.escape(v or 'not run')} on {html.escape(s)}" for s, v in verdicts.items()
+        )
         + "</li>"
         for model, base, verdicts in changed
     )
@@ -57,7 +63,11 @@ def stacks_html(tables: dict[str, pl.DataFrame], max_rows: int = 300) -> str:
         [Cell(model), Cell(base), *(verdict_cell(verdicts.get(s)) for s in stacks)]
         for model, base, verdicts in rows[:max_rows]
     )
-    more = f'<p class="ms-note">{len(rows) - max_rows:,} more runs not shown.</p>' if len(rows) > max_rows else ""
+    more = (
+        f'<p class="ms-note">{len(rows) - max_rows:,} more runs not shown.</p>'
+        if len(rows) > max_rows
+        else ""
+    )
     said = (
         f"<p>{len(changed)} of {len(rows)} runs differ between the stacks:</p><ul>{lines}</ul>"
         if changed
@@ -76,14 +86,18 @@ def stacks_html(tables: dict[str, pl.DataFrame], max_rows: int = 300) -> str:
 
 
 def speed_html(speed: pl.DataFrame | None) -> str:
-    """The runs whose speed on a stack moved beyond noise against the first stack (``analysis.perf.between_stacks``),
-    one line each; "" when none did (or nothing was timed)."""
+    """The runs whose speed on a stack moved beyond noise against the first stack
+    (``analysis.perf.between_stacks``), one line each; "" when none did (or nothing was timed)."""
     if speed is None or not speed.height:
         return ""
     items = "".join(
-        f"<li><b>{html.escape(r['model_id'])}</b> [{html.escape(r['variant'])}]: {html.escape(r['direction'])} on "
-        f"{html.escape(r['stack'])} than on {html.escape(r['reference'])}: {html.escape(r['metric'])} "
-        f"{r['before']:.4g} -> {r['after']:.4g} ({r['change']:+.0%})</li>"
+        f"<li><b>{html.escape(r['model_id'])}</b> [{html.escape(r['variant'])}]: "
+        f"{html.escape(r['direction'])} on {html.escape(r['stack'])} than on "
+        f"{html.escape(r['reference'])}: {html.escape(r['metric'])} {r['before']:.4g} -> "
+        f"{r['after']:.4g} ({r['change']:+.0%})</li>"
         for r in speed.iter_rows(named=True)
     )
-    return f"<p>Speed beyond noise (the medians moved beyond the threshold and the repeats' noise, the gate's rule):</p><ul>{items}</ul>"
+    return (
+        "<p>Speed beyond noise (the medians moved beyond the threshold and the repeats' noise, "
+        f"the gate's rule):</p><ul>{items}</ul>"
+    )

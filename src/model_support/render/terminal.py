@@ -25,16 +25,22 @@ from ..record import schema, store
 
 def diff_table(data_dir: Path | str, a: str, b: str, devices: dict | None = None) -> pl.DataFrame:
     """Models whose outcome changed from sweep ``a`` (the baseline) to sweep ``b``: see
-    ``analysis.model_changes``. Unknown ids raise a one-sentence UserError. ``devices``, when given, is
-    filled with each sweep's device type."""
+    ``analysis.model_changes``. Unknown ids raise a one-sentence UserError. ``devices``, when
+    given, is filled with each sweep's device type."""
     sweeps = analysis.sweep_index(Path(data_dir), cache_dir=Path(data_dir) / analysis.SWEEP_CACHE)
     analysis.require_sweep(sweeps, a)
     analysis.require_sweep(sweeps, b)
     if devices is not None:
-        devices.update(sweeps.filter(pl.col("sweep_id").is_in([a, b])).select("sweep_id", "device_type").iter_rows())
+        devices.update(
+            sweeps.filter(pl.col("sweep_id").is_in([a, b]))
+            .select("sweep_id", "device_type")
+            .iter_rows()
+        )
     from ..analysis import decision
 
-    return decision.relabel(analysis.model_changes(store.scan(Path(data_dir), "results"), b, a), data_dir, a, b)
+    return decision.relabel(
+        analysis.model_changes(store.scan(Path(data_dir), "results"), b, a), data_dir, a, b
+    )
 
 
 def _on(device: str | None) -> str:
@@ -51,21 +57,22 @@ def format_diff(
     changed_by: dict | None = None,
     packages: str = "",
 ) -> str:
-    """``diff_table``'s output as a terminal table, in ``analysis.CHANGES`` order: newly broken by the
-    stack first (what a porting team acts on), newly suspect (a PASS whose logits now diverge from the
-    reference, or with no reference whose text is not fluent: the step and why in the last column), then
-    newly failing (no attribution), newly failing everywhere (the CPU reference fails too), newly passing,
-    no longer suspect, status and signature changes, added and removed, at most ``max_per_change`` runs of
-    each, then a one-line summary. A variant column only when some run is not ``eager+dynamic``; the title
-    ("B against A, the baseline (given first)") names each sweep's device when read from a folder; an earlier signature is followed by whose failure it
-    was (``[stack]``: what a fix of the stack mended).
+    """``diff_table``'s output as a terminal table, in ``analysis.CHANGES`` order: newly broken
+    by the stack first (what a porting team acts on), newly suspect (a PASS whose logits now
+    diverge from the reference, or with no reference whose text is not fluent: the step and why
+    in the last column), then newly failing (no attribution), newly failing everywhere (the CPU
+    reference fails too), newly passing, no longer suspect, status and signature changes, added
+    and removed, at most ``max_per_change`` runs of each, then a one-line summary. A variant
+    column only when some run is not ``eager+dynamic``; the title ("B against A, the baseline
+    (given first)") names each sweep's device when read from a folder; an earlier signature is
+    followed by whose failure it was (``[stack]``: what a fix of the stack mended).
 
-    Under the title, the packages whose versions differ between the two sweeps (``packages``); a run a
-    bisect named the release of (``changed_by``: {(model_id, variant): "transformers 5.25.0"}, from B's
-    bisect.json) says "changed by transformers 5.25.0" in a column of its own.
+    Under the title, the packages whose versions differ between the two sweeps (``packages``); a
+    run a bisect named the release of (``changed_by``: {(model_id, variant): "transformers
+    5.25.0"}, from B's bisect.json) says "changed by transformers 5.25.0" in a column of its own.
 
-    ``diff`` is a ``diff_table`` result, or a data folder to compute it from (``model-support diff``
-    passes the folder; the packages and the bisect answers are then read from it too)."""
+    ``diff`` is a ``diff_table`` result, or a data folder to compute it from (``model-support
+    diff`` passes the folder; the packages and the bisect answers are then read from it too)."""
     devices: dict = {}
     if not isinstance(diff, pl.DataFrame):
         folder = Path(diff)
@@ -73,17 +80,31 @@ def format_diff(
         packages = packages or stacks.sweep_changes_line(folder, a, b)
         changed_by = bisect_results.changed_by(folder, b, a) if changed_by is None else changed_by
     changed_by = changed_by or {}
-    with_variant = "variant" in diff.columns and diff["variant"].ne_missing(analysis.DEFAULT_VARIANT).any()
+    with_variant = (
+        "variant" in diff.columns and diff["variant"].ne_missing(analysis.DEFAULT_VARIANT).any()
+    )
     with_cause = bool(changed_by)
-    headers = ["model", *(["variant"] if with_variant else []), "change", "before", "after", "signature now (was)"]
+    headers = [
+        "model",
+        *(["variant"] if with_variant else []),
+        "change",
+        "before",
+        "after",
+        "signature now (was)",
+    ]
     headers += ["changed by"] if with_cause else []
     rows, left_out = [], []
     for change in analysis.CHANGES:
         part = diff.filter(pl.col("change") == change)
         for r in part.head(max_per_change).iter_rows(named=True):
             now, was = r["signature_after"], r["signature_before"]
-            if r.get("check_note"):  # newly suspect (or no longer): what the check says now, not a signature
-                now = f"{r['check_after']}: {r['check_note']}" if r.get("check_after") else r["check_note"]
+            # newly suspect (or no longer): what the check says now, not a signature
+            if r.get("check_note"):
+                now = (
+                    f"{r['check_after']}: {r['check_note']}"
+                    if r.get("check_after")
+                    else r["check_note"]
+                )
             sig = now or ""
             if was and was != now:
                 whose = f" [{r['attribution_before']}]" if r.get("attribution_before") else ""
@@ -92,18 +113,30 @@ def format_diff(
             cause = changed_by.get((r["model_id"], r["variant"] or analysis.DEFAULT_VARIANT))
             said = [f"changed by {cause}" if cause else ""] if with_cause else []
             rows.append(
-                [r["model_id"], *variant, change, r["status_before"] or "-", r["status_after"] or "-", sig, *said]
+                [
+                    r["model_id"],
+                    *variant,
+                    change,
+                    r["status_before"] or "-",
+                    r["status_after"] or "-",
+                    sig,
+                    *said,
+                ]
             )
         if part.height > max_per_change:
             left_out.append(f"{part.height - max_per_change} more {change}")
     more = (
-        f"... and {', '.join(left_out)} (`model-support report {b} --baseline {a}` lists them all)" if left_out else ""
+        f"... and {', '.join(left_out)} (`model-support report {b} --baseline {a}` lists them all)"
+        if left_out
+        else ""
     )
     summary = analysis.diff_summary(diff, a, b)
     # `diff A B` reads "B against A": said which is which, so the order typed is not read backwards
     title = f"{b}{_on(devices.get(b))} against {a}{_on(devices.get(a))}, the baseline (given first)"
     buffer = io.StringIO()
-    console = Console(file=buffer, width=width, color_system=None, force_terminal=False, highlight=False)
+    console = Console(
+        file=buffer, width=width, color_system=None, force_terminal=False, highlight=False
+    )
     if packages:
         console.print(packages, soft_wrap=True)
     if rows:
@@ -120,15 +153,18 @@ def format_diff(
 
 
 def _count(value) -> str:
-    """A count as the table shows it: "-" where none was recorded (a probe that stopped before generating)."""
+    """A count as the table shows it: "-" where none was recorded (a probe that stopped before
+    generating)."""
     return "-" if value is None else str(value)
 
 
 def verdict_table(records: list[dict], console) -> None:
-    """The sweep's verdicts, one row per model (per model and variant for a sweep with a matrix; failures
-    grouped by verdict), then the counts."""
+    """The sweep's verdicts, one row per model (per model and variant for a sweep with a matrix;
+    failures grouped by verdict), then the counts."""
     order = {status: i for i, status in enumerate(schema.VERDICTS)}
-    with_variant = any((r.get("variant") or analysis.DEFAULT_VARIANT) != analysis.DEFAULT_VARIANT for r in records)
+    with_variant = any(
+        (r.get("variant") or analysis.DEFAULT_VARIANT) != analysis.DEFAULT_VARIANT for r in records
+    )
     table = Table(title="verdicts")
     columns = ("model", "variant", "verdict", "stage", "whose", "tokens in/out", "signature")
     for column in columns if with_variant else [c for c in columns if c != "variant"]:
@@ -136,15 +172,30 @@ def verdict_table(records: list[dict], console) -> None:
     key = analysis.variant_key
     for r in sorted(
         records,
-        key=lambda r: (order.get(r["status"], len(order)), r["model_id"], key(r.get("variant") or "eager+dynamic")),
+        key=lambda r: (
+            order.get(r["status"], len(order)),
+            r["model_id"],
+            key(r.get("variant") or "eager+dynamic"),
+        ),
     ):
         variant = [r.get("variant") or analysis.DEFAULT_VARIANT] if with_variant else []
-        if r.get("exclusion_reason"):  # no verdict: gated, gone, or a mode this stack does not offer
+        # no verdict: gated, gone, or a mode this stack does not offer
+        if r.get("exclusion_reason"):
             table.add_row(
-                display_name(r["model_id"]), *variant, "excluded", "", "", "", shorten(r["exclusion_reason"], 80)
+                display_name(r["model_id"]),
+                *variant,
+                "excluded",
+                "",
+                "",
+                "",
+                shorten(r["exclusion_reason"], 80),
             )
             continue
-        whose = (r.get("attribution") or analysis.UNKNOWN_ATTRIBUTION) if r["status"] != schema.PASS else ""
+        whose = (
+            (r.get("attribution") or analysis.UNKNOWN_ATTRIBUTION)
+            if r["status"] != schema.PASS
+            else ""
+        )
         table.add_row(
             display_name(r["model_id"]),
             *variant,
@@ -162,23 +213,27 @@ def verdict_table(records: list[dict], console) -> None:
     console.print("  ".join(f"{k}: {summary.get(k, 0)}" for k in shown))
 
 
-#: A what-if run's verdict is no verdict of the stack (operators ran on the host): said as one, "what-if PASS".
+#: A what-if run's verdict is no verdict of the stack (operators ran on the host): said as one,
+#: "what-if PASS".
 WHAT_IF = "what-if"
 
 
 def _verdict(record: dict) -> str:
-    """A run's verdict as the terminal says it: a what-if run's marked so (as the sweep's summary counts it)."""
+    """A run's verdict as the terminal says it: a what-if run's marked so (as the sweep's summary
+    counts it)."""
     return f"{WHAT_IF} {record['status']}" if store.is_what_if(record) else record["status"]
 
 
 def sweep_list_rows(data_dir: Path | str) -> list[dict]:
-    """Every sweep of the data folder, newest first: id, name, device, models (x variants), verdict counts from
-    its records, excluded, and its state (complete, N to run, or running now).
+    """Every sweep of the data folder, newest first: id, name, device, models (x variants),
+    verdict counts from its records, excluded, and its state (complete, N to run, or running
+    now).
 
-    A what-if sweep (its definition puts operators on the host: ``store.what_if_setting``) has no verdict of the
-    stack: its verdict counts are 0 and its own runs' are kept apart, in ``what_if`` ({"host_ops", "proves": the
-    stack's sweep it was run for where known (``ops.proof.proven_sweeps``), else null, and a count per verdict}, a
-    key only a what-if sweep's row has), its state saying so; it is listed right after the sweep it proves (newest
+    A what-if sweep (its definition puts operators on the host: ``store.what_if_setting``) has no
+    verdict of the stack: its verdict counts are 0 and its own runs' are kept apart, in
+    ``what_if`` ({"host_ops", "proves": the stack's sweep it was run for where known
+    (``ops.proof.proven_sweeps``), else null, and a count per verdict}, a key only a what-if
+    sweep's row has), its state saying so; it is listed right after the sweep it proves (newest
     first among them), else at its own time."""
     from ..ops.proof import proven_sweeps
     from ..probe import probe_params
@@ -190,9 +245,13 @@ def sweep_list_rows(data_dir: Path | str) -> list[dict]:
         meta = store.read_sweep(data_dir, sweep_id)
         records = store.read_records(data_dir, sweep_id)
         host_ops = meta.probe.get("host_ops") or None
-        # a what-if run (operators on the host) is no verdict of the stack: counted apart; in a what-if sweep every
-        # run is one (a stand-in written before stand-ins carried host_ops too)
-        hosted = [r for r in records if not r.get("exclusion_reason") and (host_ops or store.is_what_if(r))]
+        # a what-if run (operators on the host) is no verdict of the stack: counted apart; in a
+        # what-if sweep every run is one (a stand-in written before stand-ins carried host_ops too)
+        hosted = [
+            r
+            for r in records
+            if not r.get("exclusion_reason") and (host_ops or store.is_what_if(r))
+        ]
         counts = Counter(
             "excluded" if r.get("exclusion_reason") else r["status"]
             for r in records
@@ -219,7 +278,11 @@ def sweep_list_rows(data_dir: Path | str) -> list[dict]:
         }
         if host_ops:
             own = Counter(r["status"] for r in hosted)
-            row["what_if"] = {"host_ops": host_ops, "proves": None, **{v: own.get(v, 0) for v in schema.VERDICTS}}
+            row["what_if"] = {
+                "host_ops": host_ops,
+                "proves": None,
+                **{v: own.get(v, 0) for v in schema.VERDICTS},
+            }
         rows.append(row)
     proves = proven_sweeps(data_dir, [r["sweep_id"] for r in rows if "what_if" in r])
     for r in rows:
@@ -227,13 +290,15 @@ def sweep_list_rows(data_dir: Path | str) -> list[dict]:
             r["what_if"]["proves"] = proves.get(r["sweep_id"])
             runs = sum(r["what_if"][v] for v in schema.VERDICTS)
             hosted = r["what_if"]["host_ops"]
-            r["state"] = f"{bases[r['sweep_id']]}, {WHAT_IF}: {runs} run(s) with {hosted} on the host"
+            r["state"] = (
+                f"{bases[r['sweep_id']]}, {WHAT_IF}: {runs} run(s) with {hosted} on the host"
+            )
     return _beside_what_they_prove(rows)
 
 
 def _beside_what_they_prove(rows: list[dict]) -> list[dict]:
-    """``rows`` (newest first) with each what-if sweep that proves a listed sweep moved right after that sweep (newest
-    first among them); any other where it was."""
+    """``rows`` (newest first) with each what-if sweep that proves a listed sweep moved right
+    after that sweep (newest first among them); any other where it was."""
     anchors = _stack_sweeps(rows)
     ordered = []
     for r in rows:
@@ -244,7 +309,8 @@ def _beside_what_they_prove(rows: list[dict]) -> list[dict]:
 
 
 def _proves(row: dict) -> str | None:
-    """The sweep a ``sweep_list_rows`` row's what-if sweep proves (None: a sweep of the stack, or not known)."""
+    """The sweep a ``sweep_list_rows`` row's what-if sweep proves (None: a sweep of the stack, or
+    not known)."""
     return (row.get("what_if") or {}).get("proves")
 
 
@@ -254,14 +320,14 @@ def _stack_sweeps(rows: list[dict]) -> set[str]:
 
 
 def sweep_list_table(rows: list[dict], console) -> None:
-    """``sweep_list_rows`` as a terminal table: a what-if sweep's row shows its own runs' verdict counts, each
-    labelled what-if, right after the sweep it proves (its name marked ``↳``); its state says what it put on the
-    host; a line under the table says what that means."""
+    """``sweep_list_rows`` as a terminal table: a what-if sweep's row shows its own runs' verdict
+    counts, each labelled what-if, right after the sweep it proves (its name marked ``↳``); its
+    state says what it put on the host; a line under the table says what that means."""
     anchors = _stack_sweeps(rows)
     what_ifs = [r for r in rows if "what_if" in r]
     caption = (
-        f"{WHAT_IF}: a sweep run with operators on the host (ops SWEEP --prove, or host_ops): its own runs, no verdict "
-        "of the stack; ↳ right after the sweep it proves"
+        f"{WHAT_IF}: a sweep run with operators on the host (ops SWEEP --prove, or host_ops): "
+        "its own runs, no verdict of the stack; ↳ right after the sweep it proves"
         if what_ifs
         else None
     )

@@ -1,1 +1,2 @@
-"""Many models: the sweep definition, the runner, the worker process, the device scheduler, disk room."""
+"""Many models: the sweep definition, the runner, the worker process, the device scheduler, disk
+room."""

@@ -1,5 +1,5 @@
-"""The sweep's side of the Hub: its ranked model lists (``models_from_hub``) and a disk budget for the
-Hugging Face cache that a sweep fills and empties.
+"""The sweep's side of the Hub: its ranked model lists (``models_from_hub``) and a disk budget for
+the Hugging Face cache that a sweep fills and empties.
 
 Why it exists: a sweep over many multi-GB models must not fill the disk (nor a chosen budget) with
 several workers and prefetch threads downloading at once, and must leave the user's cache as it
@@ -40,15 +40,20 @@ _EXPAND = [
 ]
 
 
-def list_models(task="text-generation", sort="downloads", limit=50, *, token=None, endpoint=None) -> list[dict]:
-    """The Hub's top ``limit`` models for ``task``, in the Hub's order: [{"model_id", + ``metadata``}].
-    list_models pages through huggingface_hub's http_backoff, which already retries network errors,
-    429 (Retry-After) and 5xx: no retry is added here, errors are only classified."""
+def list_models(
+    task="text-generation", sort="downloads", limit=50, *, token=None, endpoint=None
+) -> list[dict]:
+    """The Hub's top ``limit`` models for ``task``, in the Hub's order: [{"model_id", +
+    ``metadata``}]. list_models pages through huggingface_hub's http_backoff, which already
+    retries network errors, 429 (Retry-After) and 5xx: no retry is added here, errors are only
+    classified."""
     if sort not in SORTS:
         raise ValueError(f"sort must be one of {', '.join(SORTS)}, not {sort!r}.")
     api = huggingface_hub.HfApi(endpoint=endpoint, token=token)
     try:
-        infos = list(api.list_models(pipeline_tag=task, sort=SORTS[sort], limit=limit, expand=_EXPAND))  # type: ignore[arg-type]  # names checked against SORTS and the API's expand list
+        # the names are checked against SORTS and the API's expand list
+        listed = api.list_models(pipeline_tag=task, sort=SORTS[sort], limit=limit, expand=_EXPAND)  # type: ignore[arg-type]
+        infos = list(listed)
     except Exception as exc:  # noqa: BLE001 - classified; unknown kinds re-raise
         problem = hub_fetch.classify(exc, "(model list)", "", bool(token))[0]
         if problem is None:
@@ -58,7 +63,8 @@ def list_models(task="text-generation", sort="downloads", limit=50, *, token=Non
 
 
 def _tree_bytes(folder: Path) -> int:
-    """Bytes of the regular files under ``folder`` (symlinks, i.e. snapshot entries, not followed)."""
+    """Bytes of the regular files under ``folder`` (symlinks, i.e. snapshot entries, not
+    followed)."""
     total = 0
     for root, _dirs, names in os.walk(folder):
         for name in names:
@@ -72,30 +78,40 @@ def _tree_bytes(folder: Path) -> int:
 
 
 class CacheBudget:
-    """What a sweep downloads into a huggingface_hub cache folder, kept within ``max_gb`` and the free disk.
+    """What a sweep downloads into a huggingface_hub cache folder, kept within ``max_gb`` and the
+    free disk.
 
     - The (repo, revision) pairs in the cache at construction are the user's: never deleted.
-    - ``reserve(model_id, nbytes)`` before a download: in-flight reservations + what the sweep keeps in the
-      cache never exceed ``max_gb`` (None: no budget), and in-flight reservations never exceed the disk's
-      free space minus ``margin_gb``. It blocks until the bytes fit (another worker's ``release`` frees
-      them) or ``timeout_s`` passes, and returns False at once when they can never fit
-      (``too_large_reason``): several workers and prefetch threads share one budget, so a model that fits
-      alone waits its turn instead of being skipped, and one that cannot fit is never waited for.
-    - ``release(model_id, revision_sha)`` after the probe: unless ``keep``, deletes that revision with
-      huggingface_hub's cache API (a revision that predates the sweep is never deleted) and frees the
-      reservation; with ``keep`` the files stay and count against the budget.
+    - ``reserve(model_id, nbytes)`` before a download: in-flight reservations + what the sweep keeps
+      in the cache never exceed ``max_gb`` (None: no budget), and in-flight reservations never
+      exceed the disk's free space minus ``margin_gb``. It blocks until the bytes fit (another
+      worker's ``release`` frees them) or ``timeout_s`` passes, and returns False at once when they
+      can never fit (``too_large_reason``): several workers and prefetch threads share one budget,
+      so a model that fits alone waits its turn instead of being skipped, and one that cannot fit is
+      never waited for.
+    - ``release(model_id, revision_sha)`` after the probe: unless ``keep``, deletes that revision
+      with huggingface_hub's cache API (a revision that predates the sweep is never deleted) and
+      frees the reservation; with ``keep`` the files stay and count against the budget.
     - ``used_bytes()``: bytes the sweep added to the cache folder, measured on disk.
     Thread-safe. Sizes are decimal (1 GB = 1e9 bytes).
     """
 
-    def __init__(self, cache_dir=None, max_gb: float | None = None, keep: bool = False, margin_gb: float = 1.0):
+    def __init__(
+        self,
+        cache_dir=None,
+        max_gb: float | None = None,
+        keep: bool = False,
+        margin_gb: float = 1.0,
+    ):
         self.cache_dir = Path(cache_dir or hf_constants.HF_HUB_CACHE)
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self.max_gb, self.keep, self.margin_gb = max_gb, keep, margin_gb
         self.max_bytes = None if max_gb is None else int(max_gb * 1e9)
         self._cond = threading.Condition()
         self._reserved: dict[str, int] = {}
-        self.preexisting = frozenset((r.repo_id, rev.commit_hash) for r in self._scan().repos for rev in r.revisions)
+        self.preexisting = frozenset(
+            (r.repo_id, rev.commit_hash) for r in self._scan().repos for rev in r.revisions
+        )
         self._baseline = self._repo_bytes()
         self._kept = 0
 
@@ -103,12 +119,18 @@ class CacheBudget:
         return huggingface_hub.scan_cache_dir(self.cache_dir)
 
     def _repo_bytes(self) -> dict[str, int]:
-        return {p.name: _tree_bytes(p) for p in self.cache_dir.iterdir() if p.is_dir() and not p.name.startswith(".")}
+        return {
+            p.name: _tree_bytes(p)
+            for p in self.cache_dir.iterdir()
+            if p.is_dir() and not p.name.startswith(".")
+        }
 
     def _added(self, exclude=()) -> int:
         skip = {"models--" + m.replace("/", "--") for m in exclude}
         now = self._repo_bytes()
-        return sum(max(0, n - self._baseline.get(name, 0)) for name, n in now.items() if name not in skip)
+        return sum(
+            max(0, n - self._baseline.get(name, 0)) for name, n in now.items() if name not in skip
+        )
 
     def used_bytes(self) -> int:
         """Bytes the sweep has added to the cache folder so far, measured on disk."""
@@ -118,20 +140,22 @@ class CacheBudget:
         return int(shutil.disk_usage(self.cache_dir).free - self.margin_gb * 1e9)
 
     def too_large_reason(self, nbytes: int) -> str | None:
-        """Why ``nbytes`` can never fit (the budget, less what is kept; the free disk), else None."""
+        """Why ``nbytes`` can never fit (the budget, less what is kept; the free disk), else
+        None."""
         with self._cond:
             if self.max_bytes is not None and nbytes > self.max_bytes - self._kept:
                 if self._kept:
                     return (
-                        f"too large for what is left of the cache budget: {size_text(nbytes)} > "
-                        f"{size_text(self.max_bytes - self._kept)} ({self.max_gb:g} GB, {size_text(self._kept)} kept)."
+                        f"too large for what is left of the cache budget: {size_text(nbytes)} "
+                        f"> {size_text(self.max_bytes - self._kept)} ({self.max_gb:g} GB, "
+                        f"{size_text(self._kept)} kept)."
                     )
                 return f"too large for the cache budget: {size_text(nbytes)} > {self.max_gb:g} GB."
             room = self._disk_room() + (0 if self.keep else self._added(exclude=()) - self._kept)
             if nbytes > room:
                 return (
-                    f"too large for the free disk: {size_text(nbytes)} > {size_text(max(room, 0))} free "
-                    f"(after a {self.margin_gb:g} GB margin)."
+                    f"too large for the free disk: {size_text(nbytes)} > "
+                    f"{size_text(max(room, 0))} free (after a {self.margin_gb:g} GB margin)."
                 )
         return None
 
@@ -147,7 +171,8 @@ class CacheBudget:
         return in_flight + nbytes <= self._disk_room()
 
     def reserve(self, model_id: str, nbytes: int, timeout_s: float | None = None) -> bool:
-        """Reserve ``nbytes`` for ``model_id``'s download; see the class docstring. True once reserved."""
+        """Reserve ``nbytes`` for ``model_id``'s download; see the class docstring. True once
+        reserved."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._cond:
             while True:
@@ -159,17 +184,21 @@ class CacheBudget:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
-                self._cond.wait(timeout=5.0 if left is None else min(left, 5.0))  # disk space may change too
+                # disk space may change too
+                self._cond.wait(timeout=5.0 if left is None else min(left, 5.0))
 
     def release(self, model_id: str, revision_sha: str | None = None) -> int:
-        """Free ``model_id``'s reservation; unless ``keep``, delete the revision it downloaded (all of its
-        revisions added by the sweep when the sha is unknown). Returns the bytes deleted."""
+        """Free ``model_id``'s reservation; unless ``keep``, delete the revision it downloaded
+        (all of its revisions added by the sweep when the sha is unknown). Returns the bytes
+        deleted."""
         freed = 0
         with self._cond:
             self._reserved.pop(model_id, None)
             if not self.keep:
                 info = self._scan()
-                repos = frozenset(r for r in info.repos if r.repo_id == model_id and r.repo_type == "model")
+                repos = frozenset(
+                    r for r in info.repos if r.repo_id == model_id and r.repo_type == "model"
+                )
                 mine = [
                     rev.commit_hash
                     for r in repos
@@ -181,6 +210,7 @@ class CacheBudget:
                     strategy = dataclasses.replace(info, repos=repos).delete_revisions(*mine)
                     freed = strategy.expected_freed_size
                     strategy.execute()
-            self._kept = self._added(exclude=self._reserved)  # what stays on disk from settled models
+            # what stays on disk from settled models
+            self._kept = self._added(exclude=self._reserved)
             self._cond.notify_all()
         return freed

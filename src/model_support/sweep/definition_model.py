@@ -1,13 +1,15 @@
 """A sweep definition's declaration (pydantic) and the YAML reader that keeps each key's line.
 
-Every mistake in a definition is found in one pass and said at once, one sentence each, with its file
-and line: pydantic's models forbid unknown keys, take types strictly (``workers: 1.5`` and ``timeout_s:
-true`` are refused, not rounded or read as 1) and refuse ``.nan`` and ``.inf`` (``nan <= 0`` is false,
-so a range alone lets them through), and report every error with its path; the probe's settings are
-checked against the probe's one declaration (``probe_params``). The reader refuses a key given twice
-(YAML keeps the last: a second ``probe:`` would drop the first's settings).
+Every mistake in a definition is found in one pass and said at once, one sentence each, with its
+file and line: pydantic's models forbid unknown keys, take types strictly (``workers: 1.5`` and
+``timeout_s: true`` are refused, not rounded or read as 1) and refuse ``.nan`` and ``.inf`` (``nan
+<= 0`` is false, so a range alone lets them through), and report every error with its path; the
+probe's settings are checked against the probe's one declaration (``probe_params``). The reader
+refuses a key given twice (YAML keeps the last: a second ``probe:`` would drop the first's
+settings).
 
-Imported only where a definition is read (``definition.parse``): pydantic is not among the CLI's imports.
+Imported only where a definition is read (``definition.parse``): pydantic is not among the CLI's
+imports.
 """
 
 import difflib
@@ -36,7 +38,8 @@ from ..probe.model_ids import is_local
 from ..record.names import is_plain_word
 from ..record.sweep_meta import new_sweep_id, safe_name
 
-#: Where in the file each key and list item is: its path (keys and indexes, as pydantic's ``loc``) -> (line, column).
+#: Where in the file each key and list item is: its path (keys and indexes, as pydantic's ``loc``)
+#: -> (line, column).
 Lines = dict[tuple, tuple[int, int]]
 
 #: A mistake: where it is ((line, column); (0, 0) where unknown: they sort first) and its sentence.
@@ -54,7 +57,8 @@ class Read(NamedTuple):
 
 
 def yaml_mistake(exc: yaml.YAMLError, source: str) -> str:
-    """A YAML syntax error in one sentence with its line and column (PyYAML's own words, without its excerpt)."""
+    """A YAML syntax error in one sentence with its line and column (PyYAML's own words, without
+    its excerpt)."""
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     where = f"{source}, line {mark.line + 1}, column {mark.column + 1}" if mark else source
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
@@ -77,8 +81,11 @@ def read(text: str, source: str) -> Read:
         loader.dispose()
 
 
-def _walk(loader, node, path: tuple, lines: Lines, twice: list[Mistake], source: str, above: set) -> None:
-    """Record the line of every key and list item under ``node``, and each key given twice in one mapping."""
+def _walk(
+    loader, node, path: tuple, lines: Lines, twice: list[Mistake], source: str, above: set
+) -> None:
+    """Record the line of every key and list item under ``node``, and each key given twice in one
+    mapping."""
     if id(node) in above:  # an alias of a node that holds it: walked once
         return
     above = above | {id(node)}
@@ -91,8 +98,8 @@ def _walk(loader, node, path: tuple, lines: Lines, twice: list[Mistake], source:
             at = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
             if isinstance(key, Hashable) and key in first:
                 said = (
-                    f"{source}, line {at[0]}: {dotted(path + (key,))} is given twice (first at line {first[key]}), "
-                    "and the second would replace the first; give it once."
+                    f"{source}, line {at[0]}: {dotted(path + (key,))} is given twice (first at "
+                    f"line {first[key]}), and the second would replace the first; give it once."
                 )
                 twice.append((at, said))
             elif isinstance(key, Hashable):
@@ -109,8 +116,8 @@ def _walk(loader, node, path: tuple, lines: Lines, twice: list[Mistake], source:
 
 
 def _local_path(model_id: str, base: Path) -> Path | None:
-    """The folder ``model_id`` names when it is a local one (a path, or a folder of that name under ``base``),
-    else None: a Hub id."""
+    """The folder ``model_id`` names when it is a local one (a path, or a folder of that name
+    under ``base``), else None: a Hub id."""
     if not is_local(model_id) and not (base / model_id).is_dir():
         return None
     candidate = Path(model_id).expanduser()
@@ -123,13 +130,14 @@ def missing_folder(model_id: str, base: Path) -> str | None:
     if path is None or path.is_dir():
         return None
     return (
-        f"the local model folder {model_id!r} does not exist; build the fixtures with `make fixtures` or fix the path."
+        f"the local model folder {model_id!r} does not exist; build the fixtures with `make "
+        "fixtures` or fix the path."
     )
 
 
 def local_source(model_id: str, base: Path) -> str:
-    """Where the probe loads ``model_id`` from: a local folder (relative to ``base``) as an absolute path, a Hub
-    id as it is."""
+    """Where the probe loads ``model_id`` from: a local folder (relative to ``base``) as an
+    absolute path, a Hub id as it is."""
     path = _local_path(model_id, base)
     return model_id if path is None else str(path.resolve())
 
@@ -138,15 +146,16 @@ def local_source(model_id: str, base: Path) -> str:
 
 
 def _mistake(sentence: str, at: str = "parent") -> PydanticCustomError:
-    """A validator's own sentence; ``at`` says what the message starts with: the path of its parent mapping
-    (``parent``: a probe setting's sentence names the setting), its own path (``self``), or its own path as the
-    sentence's subject (``subject``: the sentence goes on from it)."""
+    """A validator's own sentence; ``at`` says what the message starts with: the path of its
+    parent mapping (``parent``: a probe setting's sentence names the setting), its own path
+    (``self``), or its own path as the sentence's subject (``subject``: the sentence goes on from
+    it)."""
     return PydanticCustomError("definition", "{sentence}", {"sentence": sentence, "at": at})
 
 
 def _setting(param: probe_params.Param, value: Any) -> Any:
-    """A probe setting, checked by the probe's one declaration (its sentence, e.g. ``dtype='float99' is not
-    accepted; use one of ...``)."""
+    """A probe setting, checked by the probe's one declaration (its sentence, e.g.
+    ``dtype='float99' is not accepted; use one of ...``)."""
     problem = param.problem(value)
     if problem:
         raise _mistake(problem)
@@ -163,10 +172,11 @@ def _axis(param: probe_params.Param, values: Any) -> Any:
 
 
 def _settings_model(name: str, check, names: tuple[str, ...]) -> type[BaseModel]:
-    """A mapping of probe settings as a model made from the declaration: one field per name, checked by
-    ``check``; a key that is none of them is an extra (refused)."""
+    """A mapping of probe settings as a model made from the declaration: one field per name,
+    checked by ``check``; a key that is none of them is an extra (refused)."""
     fields: dict[str, Any] = {
-        n: (Annotated[Any, AfterValidator(partial(check, probe_params.BY_NAME[n]))], None) for n in names
+        n: (Annotated[Any, AfterValidator(partial(check, probe_params.BY_NAME[n]))], None)
+        for n in names
     }
     return create_model(name, __config__=ConfigDict(extra="forbid"), **fields)
 
@@ -178,38 +188,44 @@ Matrix = _settings_model("Matrix", _axis, probe_params.MATRIX_AXES)
 
 
 def _sweep_name(name: str) -> str:
-    """A plain word (``names.PLAIN_WORD``), the start of its sweep's id and folder as written: an empty name (or one
-    of slashes) would give an id starting with ``-``, which ``--resume`` then reads as an option, one starting with
-    ``.`` a hidden folder, and any other character (``bad/../x``, a space) would be changed in the id
-    (``bad__..__x``), which ``latest:NAME`` would then not find."""
+    """A plain word (``names.PLAIN_WORD``), the start of its sweep's id and folder as written: an
+    empty name (or one of slashes) would give an id starting with ``-``, which ``--resume`` then
+    reads as an option, one starting with ``.`` a hidden folder, and any other character
+    (``bad/../x``, a space) would be changed in the id (``bad__..__x``), which ``latest:NAME``
+    would then not find."""
     safe = safe_name(name)
     if not safe or safe[0] in "-.":
         raise _mistake(
-            f"name {name!r} cannot name a sweep (its id would start {new_sweep_id(name)[:12]!r}..., which `--resume` "
-            "would read as an option or hide); give a name that starts with a letter or digit, such as 'smoke'."
+            f"name {name!r} cannot name a sweep (its id would start "
+            f"{new_sweep_id(name)[:12]!r}..., which `--resume` would read as an option or "
+            "hide); give a name that starts with a letter or digit, such as 'smoke'."
         )
     if not is_plain_word(name):
         raise _mistake(
-            f"name {name!r} is not a plain name (its sweep's id and folder would read {safe!r}); use letters, digits, "
-            "'.', '_' and '-', starting with a letter or digit, at most 100 characters, such as 'smoke'."
+            f"name {name!r} is not a plain name (its sweep's id and folder would read "
+            f"{safe!r}); use letters, digits, '.', '_' and '-', starting with a letter or "
+            "digit, at most 100 characters, such as 'smoke'."
         )
     return name
 
 
 def _task(task: str) -> str:
     if task not in probe_core.TASKS:
-        raise _mistake(f"{task!r} is not a task the probe runs; use {' or '.join(probe_core.TASKS)}.", at="subject")
+        raise _mistake(
+            f"{task!r} is not a task the probe runs; use {' or '.join(probe_core.TASKS)}.",
+            at="subject",
+        )
     return task
 
 
 def _expect_file(path: str, info: ValidationInfo) -> str:
-    """An expectations file that is there, relative to the definition's folder (its entries are checked where the
-    expectations are read: ``analysis.expectations``)."""
+    """An expectations file that is there, relative to the definition's folder (its entries are
+    checked where the expectations are read: ``analysis.expectations``)."""
     folder = (info.context or {}).get("folder") or Path.cwd()
     if not (Path(folder) / path).is_file():
         raise _mistake(
-            f"{path!r} is no file (relative to {str(folder)!r}, the definition's folder); give an expectations YAML "
-            "file of MODEL: {verdict, reason, until}.",
+            f"{path!r} is no file (relative to {str(folder)!r}, the definition's folder); give "
+            "an expectations YAML file of MODEL: {verdict, reason, until}.",
             at="subject",
         )
     return path
@@ -231,7 +247,8 @@ Seconds = Annotated[float, Field(gt=0, description="a number of seconds greater 
 
 class ModelItem(_Strict):
     id: str = Field(
-        description="a Hub id or a local folder", json_schema_extra={"missing": "give a Hub id or a local folder"}
+        description="a Hub id or a local folder",
+        json_schema_extra={"missing": "give a Hub id or a local folder"},
     )
     overrides: ProbeSettings | None = Field(None, description="a mapping of probe parameters")  # type: ignore[valid-type]
     timeout_s: Seconds | None = Field(None, description="a number of seconds greater than 0")
@@ -239,7 +256,8 @@ class ModelItem(_Strict):
 
     @model_validator(mode="after")
     def _there(self, info: ValidationInfo) -> "ModelItem":
-        """A local model folder must exist (relative to the folder the sweep runs from), unless excluded."""
+        """A local model folder must exist (relative to the folder the sweep runs from), unless
+        excluded."""
         base = (info.context or {}).get("base") or Path.cwd()
         problem = None if self.exclude is not None else missing_folder(self.id, base)
         if problem:
@@ -248,44 +266,59 @@ class ModelItem(_Strict):
 
 
 class Exclusion(_Strict):
-    id: str = Field(description="a Hub id", json_schema_extra={"missing": "an exclusion needs both 'id' and 'reason'"})
+    id: str = Field(
+        description="a Hub id",
+        json_schema_extra={"missing": "an exclusion needs both 'id' and 'reason'"},
+    )
     reason: str = Field(
-        description="why it is not probed", json_schema_extra={"missing": "an exclusion needs both 'id' and 'reason'"}
+        description="why it is not probed",
+        json_schema_extra={"missing": "an exclusion needs both 'id' and 'reason'"},
     )
 
 
 class HubList(_Strict):
-    task: Annotated[str, AfterValidator(_task)] = Field(probe_core.TEXT_GENERATION, description="a task the probe runs")
-    sort: Literal["downloads", "trending", "likes"] = Field("downloads", description="downloads, trending or likes")
+    task: Annotated[str, AfterValidator(_task)] = Field(
+        probe_core.TEXT_GENERATION, description="a task the probe runs"
+    )
+    sort: Literal["downloads", "trending", "likes"] = Field(
+        "downloads", description="downloads, trending or likes"
+    )
     limit: int = Field(50, ge=1, description="a whole number of models, at least 1")
 
 
 class Cache(_Strict):
     dir: str | None = Field(None, description="a folder")
-    max_gb: Annotated[float, Field(gt=0)] | None = Field(None, description="a number of GB greater than 0")
+    max_gb: Annotated[float, Field(gt=0)] | None = Field(
+        None, description="a number of GB greater than 0"
+    )
     keep: bool = Field(False, description="true or false")
 
 
 def _stack_name(name: str) -> str:
-    """A stack's name names its rows' variant (``eager+dynamic@NAME``) and so their files: a plain name."""
+    """A stack's name names its rows' variant (``eager+dynamic@NAME``) and so their files: a
+    plain name."""
     problem = probe_params.BY_NAME["stack_name"].problem(name)
     if problem or not name:
         raise _mistake(
-            f"stack name {name!r} is not a plain name; use letters, digits, '.', '_' and '-' (such as 'no-rsqrt').",
+            f"stack name {name!r} is not a plain name; use letters, digits, '.', '_' and '-' "
+            "(such as 'no-rsqrt').",
             at="subject",
         )
     return name
 
 
 class Stack(_Strict):
-    """One stack of a sweep that runs its models on several (``stacks:``): the environment variables it sets
-    (the backend's settings: ``LIBTPU_INIT_ARGS``, ``XLA_FLAGS``, ...) for its probes' processes, and the
-    distributions it pins to other versions (its probes run in an overlay environment: ``bisect.envs``)."""
+    """One stack of a sweep that runs its models on several (``stacks:``): the environment
+    variables it sets (the backend's settings: ``LIBTPU_INIT_ARGS``, ``XLA_FLAGS``, ...) for its
+    probes' processes, and the distributions it pins to other versions (its probes run in an
+    overlay environment: ``bisect.envs``)."""
 
     env: dict[str, str] = Field(
         default_factory=dict, description="a mapping of environment variable names to string values"
     )
-    packages: dict[str, str] = Field(default_factory=dict, description="a mapping of distributions to versions")
+    packages: dict[str, str] = Field(
+        default_factory=dict, description="a mapping of distributions to versions"
+    )
 
     @model_validator(mode="after")
     def _runnable(self) -> "Stack":
@@ -294,14 +327,22 @@ class Stack(_Strict):
 
         for dist, version in self.packages.items():
             if canonicalize_name(dist) == "model-support":
-                raise _mistake("a stack cannot pin model-support itself: the probe is this checkout's.", at="self")
+                raise _mistake(
+                    "a stack cannot pin model-support itself: the probe is this checkout's.",
+                    at="self",
+                )
             try:
                 Version(version)
             except InvalidVersion:
-                raise _mistake(f"{dist}: {version!r} is not a version (such as 5.24.0).", at="self") from None
+                raise _mistake(
+                    f"{dist}: {version!r} is not a version (such as 5.24.0).", at="self"
+                ) from None
         for name in self.env:
             if not name or not all(c.isalnum() or c == "_" for c in name) or name[0].isdigit():
-                raise _mistake(f"{name!r} is not an environment variable name (letters, digits and '_').", at="self")
+                raise _mistake(
+                    f"{name!r} is not an environment variable name (letters, digits and '_').",
+                    at="self",
+                )
         return self
 
 
@@ -319,19 +360,25 @@ class Definition(_Strict):
     exclude: list[Exclusion] | None = Field(None, description="a list of {id, reason}")
     probe: ProbeSettings | None = Field(None, description="a mapping of probe parameters")  # type: ignore[valid-type]
     timeout_s: Seconds = 900.0
-    workers: Annotated[int, Field(ge=1)] | None = Field(None, description="a whole number of at least 1")
+    workers: Annotated[int, Field(ge=1)] | None = Field(
+        None, description="a whole number of at least 1"
+    )
     executor: Literal["local", "ray"] = Field("local", description="local or ray")
     models_from_hub: HubList | None = Field(None, description="a mapping {task, sort, limit}")
     cache: Cache | None = Field(None, description="a mapping {dir, max_gb, keep}")
     prefetch: int = Field(1, ge=0, description="0 (no download ahead) or more")
-    matrix: Matrix | None = Field(None, description="a mapping of probe parameters to lists of values")  # type: ignore[valid-type]
+    matrix: Matrix | None = Field(  # type: ignore[valid-type]
+        None, description="a mapping of probe parameters to lists of values"
+    )
     stacks: dict[Annotated[str, AfterValidator(_stack_name)], Stack] | None = Field(
         None, description="a mapping of stack names to {env, packages}"
     )
     expect: Annotated[str, AfterValidator(_expect_file)] | None = Field(
         None, description="an expectations file (YAML), relative to the definition"
     )
-    reruns: int = Field(1, ge=0, description="0 (no rerun) or more: how often a changed verdict is rerun")
+    reruns: int = Field(
+        1, ge=0, description="0 (no rerun) or more: how often a changed verdict is rerun"
+    )
 
 
 #: What a list's item is, in words, by the list's key.
@@ -341,13 +388,17 @@ ITEM_WORDS = {
 }
 
 
-def validate(raw: Any, source: str, base: Path, lines: Lines) -> tuple[Definition | None, list[Mistake]]:
+def validate(
+    raw: Any, source: str, base: Path, lines: Lines
+) -> tuple[Definition | None, list[Mistake]]:
     """The definition, or None and every mistake in it (one sentence each, with its line)."""
     try:
         folder = Path(source).parent if Path(source).is_file() else base
         return Definition.model_validate(raw, context={"base": base, "folder": folder}), []
     except ValidationError as exc:
-        return None, [(_at(tuple(e["loc"]), lines), _sentence(e, source, lines)) for e in exc.errors()]
+        return None, [
+            (_at(tuple(e["loc"]), lines), _sentence(e, source, lines)) for e in exc.errors()
+        ]
 
 
 # --- pydantic's errors in words -----------------------------------------------------------------
@@ -357,12 +408,17 @@ def dotted(loc: tuple) -> str:
     """``("models", 2, "timeout_s")`` -> ``models[2].timeout_s``."""
     text = ""
     for part in loc:
-        text += f"[{part}]" if isinstance(part, int) and not isinstance(part, bool) else f"{'.' if text else ''}{part}"
+        text += (
+            f"[{part}]"
+            if isinstance(part, int) and not isinstance(part, bool)
+            else f"{'.' if text else ''}{part}"
+        )
     return text
 
 
 def _inner_model(annotation: Any) -> type[BaseModel] | None:
-    """The model inside a field's type (``list[Annotated[ModelItem, ...]] | None`` -> ModelItem), if any."""
+    """The model inside a field's type (``list[Annotated[ModelItem, ...]] | None`` -> ModelItem),
+    if any."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     for arg in typing.get_args(annotation):
@@ -393,8 +449,8 @@ def _accepted(loc: tuple) -> str:
 
 
 def _at(loc: tuple, lines: Lines) -> tuple[int, int]:
-    """Where ``loc`` is in the file, else the nearest mapping or list above it that the file has; (0, 0) when
-    unknown (a mapping given in Python, a key missing from the top)."""
+    """Where ``loc`` is in the file, else the nearest mapping or list above it that the file has;
+    (0, 0) when unknown (a mapping given in Python, a key missing from the top)."""
     for end in range(len(loc), 0, -1):
         if loc[:end] in lines:
             return lines[loc[:end]]
@@ -406,7 +462,8 @@ def _shown(value: Any) -> str:
 
 
 def _unknown_key(parent: tuple, key: Any) -> str:
-    """An unknown key, with the closest known one: a probe setting's sentence comes from the probe's declaration."""
+    """An unknown key, with the closest known one: a probe setting's sentence comes from the
+    probe's declaration."""
     model = _model_at(parent)
     if model is ProbeSettings:
         if key in probe_params.BY_NAME:
@@ -423,13 +480,17 @@ def _unknown_key(parent: tuple, key: Any) -> str:
 def _missing(loc: tuple) -> str:
     model = _model_at(loc[:-1])
     field = model.model_fields.get(str(loc[-1])) if model else None
-    extra = field.json_schema_extra if field is not None and isinstance(field.json_schema_extra, dict) else {}
+    extra = (
+        field.json_schema_extra
+        if field is not None and isinstance(field.json_schema_extra, dict)
+        else {}
+    )
     return f"{loc[-1]!r} is missing; {extra.get('missing', 'give it')}."
 
 
 def _sentence(error: ErrorDetails, source: str, lines: Lines) -> str:
-    """One pydantic error as one sentence: the file and line, where in the definition, what is wrong and what is
-    accepted."""
+    """One pydantic error as one sentence: the file and line, where in the definition, what is
+    wrong and what is accepted."""
     loc, kind = tuple(error["loc"]), error["type"]
     line, _ = _at(loc, lines)
     where = f"{source}, line {line}" if line else source
@@ -442,7 +503,9 @@ def _sentence(error: ErrorDetails, source: str, lines: Lines) -> str:
         inside = dotted(loc if at == "self" else parent)
         return f"{where}: {inside + ': ' if inside else ''}{said}"
     if not loc:
-        return f"{where}: the file must hold a mapping with keys {', '.join(Definition.model_fields)}."
+        return (
+            f"{where}: the file must hold a mapping with keys {', '.join(Definition.model_fields)}."
+        )
     prefix = f"{dotted(parent)}: " if parent else ""
     if kind == "extra_forbidden":
         return f"{where}: {prefix}{_unknown_key(parent, loc[-1])}"
@@ -450,7 +513,7 @@ def _sentence(error: ErrorDetails, source: str, lines: Lines) -> str:
         return f"{where}: {prefix}{_missing(loc)}"
     if kind == "invalid_key":
         return (
-            f"{where}: {prefix}the key {error['input']!r} is not a name (YAML reads yes, no, on and off as true or "
-            "false); put it in quotes."
+            f"{where}: {prefix}the key {error['input']!r} is not a name (YAML reads yes, no, "
+            "on and off as true or false); put it in quotes."
         )
     return f"{where}: {dotted(loc)} must be {_accepted(loc)}, not {_shown(error['input'])}."

@@ -1,24 +1,26 @@
-"""How a sweep used its devices: the share of held time they were idle, the utilisation, where the rest went.
+"""How a sweep used its devices: the share of held time they were idle, the utilisation, where the
+rest went.
 
-Why: a device held while its probe does host work (loading, the CPU reference, the judge, writing the
-notebook) is a device no other model can use; on a TPU host a chip is held until its process ends. The
-figures come from ``schedule.jsonl``: one row per hold (the devices, granted at ``start``, released at
-``end``), with the probe's own device-phase seconds (``device_s``: weights to the device, compilation,
-generation, from ``probe.phases``) and, where the host checks ran after the release, when they ran
-(``checks_start``, ``checks_end``).
+Why: a device held while its probe does host work (loading, the CPU reference, the judge, writing
+the notebook) is a device no other model can use; on a TPU host a chip is held until its process
+ends. The figures come from ``schedule.jsonl``: one row per hold (the devices, granted at ``start``,
+released at ``end``), with the probe's own device-phase seconds (``device_s``: weights to the
+device, compilation, generation, from ``probe.phases``) and, where the host checks ran after the
+release, when they ran (``checks_start``, ``checks_end``).
 
 - held: device-seconds between grant and release, summed over holds;
 - device: device-seconds of device phases (a hold over N devices counts N times);
-- idle while held: held - device (the process starting, the host-side loading: config, tokenizer, weights
-  built in host memory, chat template; the notebook, and with the phases together the host checks); its share
-  of held is the figure a TPU host pays for;
+- idle while held: held - device (the process starting, the host-side loading: config, tokenizer,
+  weights built in host memory, chat template; the notebook, and with the phases together the host
+  checks); its share of held is the figure a TPU host pays for;
 - utilisation: device / (devices x span), the span from the first grant to the last release (the
   devices' part of the sweep; the host checks after the last release are ``checks_tail_s``);
 - not held: devices x span - held (devices waiting for the host: a process to warm up, a check to
   finish before a worker takes the next model, the sweep's end);
-- parts: of the device seconds, those of the device phase's named parts (``device_parts``: ``perf``, the perf
-  phase's repeats; ``recompiles``, the recompile check's generations). They are the device's work and counted
-  in it, so held-idle stays the host's share; said apart so a sweep shows what timing cost its devices.
+- parts: of the device seconds, those of the device phase's named parts (``device_parts``: ``perf``,
+  the perf phase's repeats; ``recompiles``, the recompile check's generations). They are the
+  device's work and counted in it, so held-idle stays the host's share; said apart so a sweep shows
+  what timing cost its devices.
 """
 
 from __future__ import annotations
@@ -32,14 +34,16 @@ PART_WORDS = {"perf": "the perf phase", "recompiles": "the recompile check"}
 
 
 def read_rows(sweep_dir: Path, since: float | None = None) -> list[dict]:
-    """The sweep's holds (``schedule.jsonl``), those granted at ``since`` or later (this run of it)."""
-    rows = list(fileio.read_lines(Path(sweep_dir) / "schedule.jsonl"))  # a torn line skipped, said once
+    """The sweep's holds (``schedule.jsonl``), those granted at ``since`` or later (this run of
+    it)."""
+    # a torn line skipped, said once
+    rows = list(fileio.read_lines(Path(sweep_dir) / "schedule.jsonl"))
     return [r for r in rows if since is None or r["start"] >= since]
 
 
 def summarise(rows: list[dict], devices: int) -> dict | None:
-    """The figures of the module docstring for ``rows`` on ``devices`` devices; None without a device
-    phase timed (no holds, or rows from before the device phase was timed)."""
+    """The figures of the module docstring for ``rows`` on ``devices`` devices; None without a
+    device phase timed (no holds, or rows from before the device phase was timed)."""
     timed = [r for r in rows if r.get("device_s") is not None]
     if not timed or devices < 1:
         return None
@@ -79,11 +83,17 @@ def sentence(stats: dict | None) -> str:
     idle = "process start, loading on the host, notebook"
     idle += "" if after == stats["holds"] else ", host checks in the hold"
     parts = stats.get("parts_s") or {}
-    within = ", ".join(f"{PART_WORDS.get(name, name)} {seconds:.1f} s" for name, seconds in parts.items() if seconds)
+    within = ", ".join(
+        f"{PART_WORDS.get(name, name)} {seconds:.1f} s"
+        for name, seconds in parts.items()
+        if seconds
+    )
     return (
-        f"devices: {stats['devices']} held {stats['held_s']:.1f} s over a {stats['span_s']:.1f} s span, device "
-        f"phases {stats['device_s']:.1f} s{f' (of which {within})' if within else ''}: idle {100 * (stats['held_idle_share'] or 0):.0f}% of the held time "
-        f"({stats['held_idle_s']:.1f} s: {idle}), utilisation {100 * stats['utilisation']:.0f}%, not held "
-        f"{stats['unheld_s']:.1f} s (waiting for the host); host checks after the release: {after} of "
-        f"{stats['holds']} probes"
+        f"devices: {stats['devices']} held {stats['held_s']:.1f} s over a "
+        f"{stats['span_s']:.1f} s span, device phases {stats['device_s']:.1f} "
+        f"s{f' (of which {within})' if within else ''}: idle "
+        f"{100 * (stats['held_idle_share'] or 0):.0f}% of the held time "
+        f"({stats['held_idle_s']:.1f} s: {idle}), utilisation "
+        f"{100 * stats['utilisation']:.0f}%, not held {stats['unheld_s']:.1f} s (waiting for "
+        f"the host); host checks after the release: {after} of {stats['holds']} probes"
     )

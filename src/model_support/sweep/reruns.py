@@ -1,27 +1,34 @@
-"""Flakes screened before they count: a run whose verdict (or suspect-ness) differs from the baseline's is rerun.
+"""Flakes screened before they count: a run whose verdict (or suspect-ness) differs from the
+baseline's is rerun.
 
-Why: a nightly gate that fails on a verdict that flips back the next night is ignored within a week (Intel's XPU
-nightlies rerun every changed verdict before they report it). The baseline is the one the sweep's report and
-``diff`` use (the last sweep of the same name and device: ``analysis.flakes``), chosen at the sweep's first run and
-kept in sweep.json (``baseline``) so a resumed sweep screens against the same one.
+Why: a nightly gate that fails on a verdict that flips back the next night is ignored within a week
+(Intel's XPU nightlies rerun every changed verdict before they report it). The baseline is the one
+the sweep's report and ``diff`` use (the last sweep of the same name and device:
+``analysis.flakes``), chosen at the sweep's first run and kept in sweep.json (``baseline``) so a
+resumed sweep screens against the same one.
 
-The rule, per (model, variant): the first attempt's outcome (status, suspect) is compared with the baseline's (a
-run absent from the baseline differs when it does not pass; with no baseline nothing is rerun). A differing run is
-rerun, up to ``reruns`` times, until one attempt passed and one did not (``flaky``). Still one record per (model, variant):
+The rule, per (model, variant): the first attempt's outcome (status, suspect) is compared with the
+baseline's (a run absent from the baseline differs when it does not pass; with no baseline nothing
+is rerun). A differing run is rerun, up to ``reruns`` times, until one attempt passed and one did
+not (``flaky``). Still one record per (model, variant):
 
-- ``attempts`` (JSON text, first first: each attempt's status, suspect, failure_signature, started_at and
-  duration_s) on every record that was rerun, null on one run once. JSON rather than a list of verdicts: an attempt
-  is more than its verdict (a suspect PASS, the signature it failed with, when), and the column's type stays the
-  same when an attempt says more later, as ``repro_settings`` does;
-- ``flaky``: true when at least one attempt passed (a clean PASS) and at least one did not (``flaky``), false when
-  none passed or all did (a real change, or the worse of two failures: it counts), null when run once;
-- the record itself (its verdict, error, notebook) is the **first attempt that did not pass** (PASS and not
-  suspect), else the first: the worse, so a flaky model is never reported as supported, and its failure's evidence
-  (error, traceback, notebook) is the record's. The log holds every attempt's, one after another.
+- ``attempts`` (JSON text, first first: each attempt's status, suspect, failure_signature,
+  started_at and duration_s) on every record that was rerun, null on one run once. JSON rather than
+  a list of verdicts: an attempt is more than its verdict (a suspect PASS, the signature it failed
+  with, when), and the column's type stays the same when an attempt says more later, as
+  ``repro_settings`` does;
+- ``flaky``: true when at least one attempt passed (a clean PASS) and at least one did not
+  (``flaky``), false when none passed or all did (a real change, or the worse of two failures: it
+  counts), null when run once;
+- the record itself (its verdict, error, notebook) is the **first attempt that did not pass** (PASS
+  and not suspect), else the first: the worse, so a flaky model is never reported as supported, and
+  its failure's evidence (error, traceback, notebook) is the record's. The log holds every
+  attempt's, one after another.
 
-Between attempts the ones done are kept in ``sweeps/<id>/attempts/`` (``<stem>.json``, written last, and each
-attempt's notebook): no record yet, so ``--resume`` probes the model again and that run is the next attempt; a sweep
-stopped between attempts loses nothing and doubles nothing. Every write goes through ``fileio``.
+Between attempts the ones done are kept in ``sweeps/<id>/attempts/`` (``<stem>.json``, written last,
+and each attempt's notebook): no record yet, so ``--resume`` probes the model again and that run is
+the next attempt; a sweep stopped between attempts loses nothing and doubles nothing. Every write
+goes through ``fileio``.
 """
 
 from __future__ import annotations
@@ -37,8 +44,8 @@ FOLDER = "attempts"
 
 
 class Screen(Protocol):
-    """The baseline a sweep's verdicts are compared with (``analysis.flakes.Baseline``, given by the caller: the
-    sweep room does not read the dataset's tables)."""
+    """The baseline a sweep's verdicts are compared with (``analysis.flakes.Baseline``, given by
+    the caller: the sweep room does not read the dataset's tables)."""
 
     sweep_id: str
 
@@ -105,15 +112,17 @@ def settle(
     screen: Screen | None,
     reruns: int,
 ) -> Settled | None:
-    """This attempt's outcome with the ones kept before: what to store now, or None when the run is to be rerun
-    (this attempt kept in ``attempts/``)."""
+    """This attempt's outcome with the ones kept before: what to store now, or None when the run
+    is to be rerun (this attempt kept in ``attempts/``)."""
     model_id, variant = record["model_id"], record["variant"]
     earlier = kept(data_dir, sweep_id, model_id, variant)
     if screen is None and not earlier:
         return Settled(record, notebook, log)
     folder, stem = _paths(data_dir, sweep_id, model_id, variant)
     done = [*earlier, {"record": record, "log": log, "notebook": None, "_bytes": notebook}]
-    outcomes = [screen.outcome(a["record"]) if screen else (a["record"]["status"], False) for a in done]
+    outcomes = [
+        screen.outcome(a["record"]) if screen else (a["record"]["status"], False) for a in done
+    ]
     before = screen.before(model_id, variant or schema.DEFAULT_VARIANT) if screen else None
     changed = (outcomes[0] != before) if before is not None else not _passes(outcomes[0])
     disagree = flaky(outcomes)
@@ -123,7 +132,8 @@ def settle(
             name = f"{stem}.{len(done)}.ipynb"
             fileio.atomic_write_bytes(folder / name, notebook)
         entry = {"record": record, "log": log, "notebook": name}
-        fileio.atomic_write_json(folder / f"{stem}.json", {"attempts": [*earlier, entry]})  # last: the attempt is kept
+        # last: the attempt is kept
+        fileio.atomic_write_json(folder / f"{stem}.json", {"attempts": [*earlier, entry]})
         return None
     if len(done) == 1:
         return Settled(record, notebook, log)
@@ -147,7 +157,8 @@ def settle(
         path = folder / done[chosen]["notebook"]
         chosen_notebook = path.read_bytes() if path.is_file() else None
     logs = "\n".join(
-        f"===== attempt {k + 1} of {len(done)}: {o[0]}{' (suspect)' if o[1] else ''} =====\n{a['log']}"
+        f"===== attempt {k + 1} of {len(done)}: {o[0]}{' (suspect)' if o[1] else ''} "
+        f"=====\n{a['log']}"
         for k, (a, o) in enumerate(zip(done, outcomes))
     )
     return Settled(body, chosen_notebook, logs)

@@ -2,8 +2,9 @@
 
 Why it exists: a model too big for one chip runs tensor or expert parallel over N chips (N a power
 of two). A sweep's workers then hand out devices, not slots. The obvious generalisation of one slot
-per worker (a model takes its N slots one by one) deadlocks (two 8-chip models holding 4 chips each),
-and plain first-fit backfilling starves big models (a stream of 1-chip models never leaves 8 free).
+per worker (a model takes its N slots one by one) deadlocks (two 8-chip models holding 4 chips
+each), and plain first-fit backfilling starves big models (a stream of 1-chip models never leaves 8
+free).
 
 Policy: FIFO with reservation ("drain") backfilling. Durations are unknown in advance, so the rule
 uses no estimates.
@@ -16,21 +17,22 @@ uses no estimates.
   backfill (in arrival order) only onto free devices outside the target, so a backfilled probe never
   sits on a device the head is waiting for. After a dispatch no waiting request fits in the free
   devices outside the head's target: no device idles while a model that may use it waits.
-- Placement: an aligned block, ids at positions [k*need, (k+1)*need), inside the most occupied region
-  (buddy-style best fit), so large aligned blocks stay whole. With ``contiguous=True`` (TPUs: chips
-  are allocated in slices and a multi-chip process needs an aligned block of neighbouring chips) only
-  aligned blocks are granted; otherwise any free devices when no aligned block is free.
+- Placement: an aligned block, ids at positions [k*need, (k+1)*need), inside the most occupied
+  region (buddy-style best fit), so large aligned blocks stay whole. With ``contiguous=True`` (TPUs:
+  chips are allocated in slices and a multi-chip process needs an aligned block of neighbouring
+  chips) only aligned blocks are granted; otherwise any free devices when no aligned block is free.
 
 No deadlock: a waiting request holds nothing (no hold and wait); a request larger than the machine
 is refused at once with ValueError, so every waiting request fits the empty machine; and every
 release re-runs the dispatch. So while a request waits, either a probe runs (and will release) or
 every device is free and the head is granted.
 
-No starvation: let D be the longest probe time (in a sweep, at most the per-model timeout). A request that becomes the head at t0 picks its
-target then; the probes on the target started before t0 and end by t0 + D, and nothing new starts on
-the target, so by t0 + D the target is free and the head starts: a head waits at most D. Backfilling
-starts later requests early but never moves one ahead of an earlier one, so the p-th waiting request
-starts within (p + 1) * D however many small requests keep arriving.
+No starvation: let D be the longest probe time (in a sweep, at most the per-model timeout). A
+request that becomes the head at t0 picks its target then; the probes on the target started before
+t0 and end by t0 + D, and nothing new starts on the target, so by t0 + D the target is free and the
+head starts: a head waits at most D. Backfilling starts later requests early but never moves one
+ahead of an earlier one, so the p-th waiting request starts within (p + 1) * D however many small
+requests keep arriving.
 
 The price of the reservation is idle devices while a head drains its target: on the bench's mix
 (1,000 models, 8 devices, 2% needing all 8) in shuffled order, about 14% of device time. For a list
@@ -54,7 +56,8 @@ R = TypeVar("R")
 
 
 class SchedulerClosed(RuntimeError):
-    """The scheduler was closed (the sweep stopped): a request waiting for devices, or made after, gets none."""
+    """The scheduler was closed (the sweep stopped): a request waiting for devices, or made
+    after, gets none."""
 
 
 @dataclass(eq=False)
@@ -72,12 +75,15 @@ class Request:
 
 
 class DeviceScheduler:
-    """Thread-safe hand-out of ``devices`` (a count, or the ids) by the policy in the module docstring."""
+    """Thread-safe hand-out of ``devices`` (a count, or the ids) by the policy in the module
+    docstring."""
 
     def __init__(self, devices: int | list[int], contiguous: bool = False):
         self.ids = tuple(range(devices)) if isinstance(devices, int) else tuple(devices)
         if not self.ids or len(set(self.ids)) != len(self.ids):
-            raise ValueError(f"A scheduler needs at least one device and distinct ids, not {devices!r}.")
+            raise ValueError(
+                f"A scheduler needs at least one device and distinct ids, not {devices!r}."
+            )
         self.size = len(self.ids)
         self.contiguous = contiguous
         self._pos = {d: i for i, d in enumerate(self.ids)}
@@ -88,13 +94,15 @@ class DeviceScheduler:
 
     @property
     def free(self) -> tuple[int, ...]:
-        """The devices no request holds now (all of them after a run that gave back what it took)."""
+        """The devices no request holds now (all of them after a run that gave back what it
+        took)."""
         with self._lock:
             return tuple(d for d in self.ids if d in self._free)
 
     def acquire(self, need: int, key=None, timeout: float | None = None) -> tuple[int, ...]:
-        """Block until ``need`` devices are granted; return their ids (TimeoutError after ``timeout`` s).
-        ``key`` labels the request (a model id, an index): it is kept on the request, not used to order it."""
+        """Block until ``need`` devices are granted; return their ids (TimeoutError after
+        ``timeout`` s). ``key`` labels the request (a model id, an index): it is kept on the
+        request, not used to order it."""
         request = self.submit(need, key)
         if not request.event.wait(timeout) and self.cancel(request):
             raise TimeoutError(f"{need} device(s) were not free within {timeout} s.")
@@ -104,8 +112,8 @@ class DeviceScheduler:
 
     @contextmanager
     def hold(self, need: int, key=None) -> Iterator[Request]:
-        """Wait for ``need`` devices and hold them for the ``with`` block: the request, with its ids and
-        times (queued, head, granted); they are given back however the block ends."""
+        """Wait for ``need`` devices and hold them for the ``with`` block: the request, with its
+        ids and times (queued, head, granted); they are given back however the block ends."""
         request = self.submit(need, key)
         request.event.wait()
         if not request.ids:  # closed while it waited: no devices, nothing to give back
@@ -120,7 +128,9 @@ class DeviceScheduler:
         if not isinstance(need, int) or need < 1:
             raise ValueError(f"A model needs a whole number of devices, at least 1, not {need!r}.")
         if need > self.size:
-            raise ValueError(f"A model that needs {need} devices cannot run here: there are only {self.size}.")
+            raise ValueError(
+                f"A model that needs {need} devices cannot run here: there are only {self.size}."
+            )
         request = Request(need, key)
         with self._lock:
             if self.closed:
@@ -135,13 +145,16 @@ class DeviceScheduler:
         with self._lock:
             ids = set(ids)
             if not ids <= set(self.ids) - self._free:
-                raise ValueError(f"Devices {sorted(ids)} are not all held: release only what was granted.")
+                raise ValueError(
+                    f"Devices {sorted(ids)} are not all held: release only what was granted."
+                )
             self._free |= ids
             granted = self._dispatch()
         self._notify(granted)
 
     def cancel(self, request: Request) -> bool:
-        """Withdraw a waiting request; False when it was already granted (the caller then owns its ids)."""
+        """Withdraw a waiting request; False when it was already granted (the caller then owns
+        its ids)."""
         with self._lock:
             if request not in self._queue:
                 return False
@@ -151,9 +164,10 @@ class DeviceScheduler:
         return True
 
     def close(self) -> None:
-        """Grant nothing more (the sweep stopped): every waiting request wakes with no devices (``hold`` and
-        ``acquire`` raise ``SchedulerClosed``), new ones are refused; devices held are still given back. So a
-        probe killed by the stop frees its devices to no one, and no fresh probe starts on them."""
+        """Grant nothing more (the sweep stopped): every waiting request wakes with no devices
+        (``hold`` and ``acquire`` raise ``SchedulerClosed``), new ones are refused; devices held
+        are still given back. So a probe killed by the stop frees its devices to no one, and no
+        fresh probe starts on them."""
         with self._lock:
             self.closed = True
             waiting, self._queue = self._queue, []
@@ -186,7 +200,9 @@ class DeviceScheduler:
 
     def _target(self, need: int) -> frozenset:
         """The aligned block with the fewest busy devices (the lowest on a tie)."""
-        return frozenset(min(self._blocks(need), key=lambda b: (sum(d not in self._free for d in b), b)))
+        return frozenset(
+            min(self._blocks(need), key=lambda b: (sum(d not in self._free for d in b), b))
+        )
 
     def _place(self, need: int, available: set) -> tuple[int, ...] | None:
         blocks = [b for b in self._blocks(need) if available.issuperset(b)]
@@ -194,13 +210,19 @@ class DeviceScheduler:
             return min(blocks, key=self._crowding)
         if self.contiguous or len(available) < need:
             return None
-        return tuple(sorted(sorted(available, key=lambda d: self._crowding((d,)))[:need], key=self._pos.__getitem__))
+        return tuple(
+            sorted(
+                sorted(available, key=lambda d: self._crowding((d,)))[:need],
+                key=self._pos.__getitem__,
+            )
+        )
 
     def _blocks(self, need: int) -> list[tuple[int, ...]]:
         return [self.ids[k * need : (k + 1) * need] for k in range(self.size // need)]
 
     def _crowding(self, block: tuple[int, ...]) -> tuple:
-        """Sort key: busy devices in the enclosing aligned blocks (2x, 4x, ... the size), most first."""
+        """Sort key: busy devices in the enclosing aligned blocks (2x, 4x, ... the size), most
+        first."""
         position, size, key = self._pos[block[0]], 2 * len(block), []
         while size < 2 * self.size:
             start = position // size * size
@@ -210,7 +232,8 @@ class DeviceScheduler:
 
     def _grant(self, request: Request, ids: tuple[int, ...], now: float) -> Request:
         self._free -= set(ids)
-        request.ids, request.granted, request.head = ids, now, request.head or now  # backfilled: never head
+        # backfilled: never head
+        request.ids, request.granted, request.head = ids, now, request.head or now
         return request
 
     @staticmethod
@@ -232,7 +255,8 @@ def device_order(jobs: Iterable[J], need_of: Callable[[J], int]) -> list[J]:
     return largest_first(jobs, need_of) if any(need_of(job) > 1 for job in jobs) else jobs
 
 
-#: What a probe gets to hold its devices: ``with devices() as request:`` waits for them (``request.ids``).
+#: What a probe gets to hold its devices: ``with devices() as request:`` waits for them
+#: (``request.ids``).
 Devices = Callable[[], AbstractContextManager[Request]]
 
 
@@ -244,16 +268,17 @@ def run_on_devices(
     on_stop: Callable[[], None] | None = None,
     threads: int | None = None,
 ) -> Iterator[R]:
-    """The local executor's scheduling (``executors.contract.Executor.results``, on jobs in ``device_order``;
-    bench/bench_scheduler.py drives it with simulated probes): one thread per device, each taking the
-    next job in order and calling ``probe(job, devices)``, which holds its devices for as long as it
-    needs them (``with devices() as request``: the scheduler's policy decides when) or none (a job with
-    nothing to run). Results are yielded as the probes finish, and a finished one is not kept: memory
-    stays flat. An exception from ``probe`` is raised here, after its devices were given back. Closing
-    early cancels the jobs not started, closes the scheduler (a job waiting for devices gets none:
-    ``SchedulerClosed`` in its thread, not here), calls ``on_stop`` (to stop the running probes) and waits,
-    so no probe starts after a stop. ``threads`` (default one per device): more lets a job do host work
-    after giving its devices back (its host checks) while another job holds them."""
+    """The local executor's scheduling (``executors.contract.Executor.results``, on jobs in
+    ``device_order``; bench/bench_scheduler.py drives it with simulated probes): one thread per
+    device, each taking the next job in order and calling ``probe(job, devices)``, which holds
+    its devices for as long as it needs them (``with devices() as request``: the scheduler's
+    policy decides when) or none (a job with nothing to run). Results are yielded as the probes
+    finish, and a finished one is not kept: memory stays flat. An exception from ``probe`` is
+    raised here, after its devices were given back. Closing early cancels the jobs not started,
+    closes the scheduler (a job waiting for devices gets none: ``SchedulerClosed`` in its thread,
+    not here), calls ``on_stop`` (to stop the running probes) and waits, so no probe starts after
+    a stop. ``threads`` (default one per device): more lets a job do host work after giving its
+    devices back (its host checks) while another job holds them."""
     pool = ThreadPoolExecutor(max_workers=threads or scheduler.size, thread_name_prefix="probe")
 
     def one(index: int, job: J) -> R:
@@ -261,7 +286,8 @@ def run_on_devices(
 
     try:
         unfinished = {pool.submit(one, index, job) for index, job in enumerate(jobs)}
-        while unfinished:  # woken twice a second: a signal (Ctrl-C) another thread received is acted on
+        # woken twice a second: a signal (Ctrl-C) another thread received is acted on
+        while unfinished:
             done, unfinished = wait(unfinished, timeout=0.5, return_when=FIRST_COMPLETED)
             for future in done:
                 yield future.result()

@@ -1,4 +1,5 @@
-"""``python -m model_support.probe.devices DEVICE``: the device's facts as one JSON line (see ``resolve.facts``)."""
+"""``python -m model_support.probe.devices DEVICE``: the device's facts as one JSON line (see
+``resolve.facts``)."""
 
 import sys
 

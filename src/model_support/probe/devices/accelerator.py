@@ -22,7 +22,8 @@ class AcceleratorAdapter(Adapter):
     """Any ``torch.accelerator`` backend; see the module docstring."""
 
     #: The variable that lists the devices a process may see; the generic convention is
-    #: ``<NAME>_VISIBLE_DEVICES`` (a backend's adapter names its own: CUDA_VISIBLE_DEVICES, TPU_VISIBLE_CHIPS).
+    #: ``<NAME>_VISIBLE_DEVICES`` (a backend's adapter names its own: CUDA_VISIBLE_DEVICES,
+    #: TPU_VISIBLE_CHIPS).
     visible_var: str | None = None
     #: Ray has resources for some accelerators only (their adapters name them): none here.
     ray_resource: str | None = None
@@ -30,16 +31,17 @@ class AcceleratorAdapter(Adapter):
     profiler_activities: tuple[str, ...] = ()
 
     def host_kernels(self) -> tuple[bool, str | None]:
-        """Yes: torch's dispatcher calls a kernel registered for a device's dispatch key (``CUDA``, ``PrivateUse1``
-        for an out-of-tree backend such as TorchTPU) instead of the backend's own, for any backend built on it. Tested
-        here only on a backend written in Python that honours such kernels as the dispatcher would (docs/host_ops.md);
-        on CUDA and TPU hardware it is untested."""
+        """Yes: torch's dispatcher calls a kernel registered for a device's dispatch key
+        (``CUDA``, ``PrivateUse1`` for an out-of-tree backend such as TorchTPU) instead of the
+        backend's own, for any backend built on it. Tested here only on a backend written in
+        Python that honours such kernels as the dispatcher would (docs/host_ops.md); on CUDA and
+        TPU hardware it is untested."""
         return True, None
 
     def packages(self) -> tuple[str, ...]:
-        """What its adapter declares (``backend_packages``), else the distributions whose ``torch.backends`` entry point
-        provides the device (an out-of-tree backend served by this adapter: its package); none for the backends
-        torch ships (xpu, mps)."""
+        """What its adapter declares (``backend_packages``), else the distributions whose
+        ``torch.backends`` entry point provides the device (an out-of-tree backend served by this
+        adapter: its package); none for the backends torch ships (xpu, mps)."""
         from .backends import backend_distributions
 
         return self.backend_packages or backend_distributions(self.type)
@@ -50,11 +52,14 @@ class AcceleratorAdapter(Adapter):
         return getattr(torch, self.type, None)
 
     def ask(self, name: str, *args):
-        """(value, source) of ``torch.accelerator.<name>(*args)``, else of ``torch.<type>.<name>(*args)``;
-        (None, None) when neither answers."""
+        """(value, source) of ``torch.accelerator.<name>(*args)``, else of
+        ``torch.<type>.<name>(*args)``; (None, None) when neither answers."""
         import torch
 
-        for owner, where in ((torch.accelerator, "torch.accelerator"), (self._module(), f"torch.{self.type}")):
+        for owner, where in (
+            (torch.accelerator, "torch.accelerator"),
+            (self._module(), f"torch.{self.type}"),
+        ):
             call = getattr(owner, name, None)
             if call is None:
                 continue
@@ -66,7 +71,8 @@ class AcceleratorAdapter(Adapter):
 
     def unavailable(self, elsewhere: Callable[[], list[str]] = list) -> str | None:
         """Why this device cannot be used here (one sentence), or None; loads its backend first.
-        ``elsewhere``: the accelerators the sentence may name instead (``resolve.auto_candidates``)."""
+        ``elsewhere``: the accelerators the sentence may name instead
+        (``resolve.auto_candidates``)."""
         import torch
 
         from .backends import load_backend
@@ -75,15 +81,25 @@ class AcceleratorAdapter(Adapter):
         current = torch.accelerator.current_accelerator()
         if current is None or current.type != self.type:
             here = [current.type] if current is not None else elsewhere()
-            there = f"the accelerators here: {', '.join(here)}" if here else "torch reports no accelerator"
+            there = (
+                f"the accelerators here: {', '.join(here)}"
+                if here
+                else "torch reports no accelerator"
+            )
             return (
-                f"Device {self.type!r} was requested but this machine has no such accelerator ({there}); use cpu, "
-                "auto or the name of the accelerator torch reports."
+                f"Device {self.type!r} was requested but this machine has no such accelerator "
+                f"({there}); use cpu, auto or the name of the accelerator torch reports."
             )
         if not torch.accelerator.is_available():
-            return f"Device {self.type!r} was requested but torch.accelerator.is_available() is False here."
+            return (
+                f"Device {self.type!r} was requested but torch.accelerator.is_available() is False "
+                "here."
+            )
         if self.device_count() < 1:
-            return f"Device {self.type!r} was requested but none is visible to this process (device count 0)."
+            return (
+                f"Device {self.type!r} was requested but none is visible to this process (device "
+                "count 0)."
+            )
         return None
 
     def synchronize(self) -> None:
@@ -94,8 +110,9 @@ class AcceleratorAdapter(Adapter):
         self._synchronize()
 
     def perf_clock(self, mode: str = "eager"):
-        """The backend's own timeline where its device module offers one for ``mode`` (``probe_core.device_clock``:
-        the repro script times on the same), else None: the host's wall clock, after a sync."""
+        """The backend's own timeline where its device module offers one for ``mode``
+        (``probe_core.device_clock``: the repro script times on the same), else None: the host's
+        wall clock, after a sync."""
         from ..probe_core import device_clock
 
         return device_clock(self.type, mode)
@@ -107,7 +124,8 @@ class AcceleratorAdapter(Adapter):
 
     def peak_memory_mb(self) -> tuple[float | None, str | None]:
         peak, source = self.ask("max_memory_allocated")
-        # A zero after running a model is not a measurement (a backend that does not count): unknown, not 0.
+        # A zero after running a model is not a measurement (a backend that does not count):
+        # unknown, not 0.
         if not peak:
             return None, None
         return peak / 2**20, source
@@ -131,27 +149,30 @@ class AcceleratorAdapter(Adapter):
             total = info[1] if info else None
         if not total:
             raise DeviceUnavailable(
-                f"The {self.type} backend does not tell its memory per device; set device_memory_gb for devices=auto."
+                f"The {self.type} backend does not tell its memory per device; set "
+                "device_memory_gb for devices=auto."
             )
         return int(total)
 
     def compile_backend(self) -> str:
-        """inductor for the devices torch generates code for; aot_eager (dynamo's graphs run eagerly through
-        AOTAutograd, on any device) for an out-of-tree backend (PrivateUse1), whose own compiler, when it
-        has one, its adapter names (the tpu adapter says tpu)."""
+        """inductor for the devices torch generates code for; aot_eager (dynamo's graphs run
+        eagerly through AOTAutograd, on any device) for an out-of-tree backend (PrivateUse1),
+        whose own compiler, when it has one, its adapter names (the tpu adapter says tpu)."""
         import torch
 
         return "aot_eager" if self.type == torch._C._get_privateuse1_backend_name() else "inductor"
 
     def op_coverage(self, ops: Iterable[str]) -> dict[str, str]:
-        """What the backend registered with the dispatcher for its dispatch key (``dispatch_coverage``), with what its
-        boxed fallback does here (``fallback_applied``: an operator only that fallback catches is ``missing`` where
-        the fallback raises, TorchTPU's by default)."""
+        """What the backend registered with the dispatcher for its dispatch key
+        (``dispatch_coverage``), with what its boxed fallback does here (``fallback_applied``: an
+        operator only that fallback catches is ``missing`` where the fallback raises, TorchTPU's
+        by default)."""
         return self.coverage_with_notes(ops)[0]
 
     def coverage_with_notes(self, ops: Iterable[str]) -> tuple[dict[str, str], dict[str, str]]:
-        """``op_coverage`` with the note on each operator only the boxed fallback catches, where a switch of the
-        stack decides what that fallback does (``fallback_runs``); a subclass's own ``op_coverage`` is its answer."""
+        """``op_coverage`` with the note on each operator only the boxed fallback catches, where
+        a switch of the stack decides what that fallback does (``fallback_runs``); a subclass's
+        own ``op_coverage`` is its answer."""
         if type(self).op_coverage is not AcceleratorAdapter.op_coverage:
             return super().coverage_with_notes(ops)
         from ..census import dispatch_key
@@ -166,14 +187,14 @@ class AcceleratorAdapter(Adapter):
         registered = dist.Backend.default_device_backend_map.get(self.type)
         if registered is None:
             raise DeviceUnavailable(
-                f"torch.distributed has no process-group backend registered for {self.type} devices, so a probe "
-                "cannot run over several of them."
+                f"torch.distributed has no process-group backend registered for {self.type} "
+                "devices, so a probe cannot run over several of them."
             )
         return f"cpu:gloo,{self.type}:{registered}"
 
     def rank_device(self, local_rank: int):
-        """Every rank sees the probe's devices and takes device ``local_rank`` (transformers' convention
-        for a sharded model on any accelerator but a TPU)."""
+        """Every rank sees the probe's devices and takes device ``local_rank`` (transformers'
+        convention for a sharded model on any accelerator but a TPU)."""
         return self.select(local_rank)
 
     def select(self, index: int):
@@ -189,7 +210,8 @@ class AcceleratorAdapter(Adapter):
                 module.set_device(index)
         return torch.device(self.type, index)
 
-    # --- in the sweep's runner (nothing imported) --------------------------------------------------
+    # --- in the sweep's runner (nothing imported)
+    # --------------------------------------------------
 
     @property
     def visibility_variable(self) -> str:
@@ -199,7 +221,8 @@ class AcceleratorAdapter(Adapter):
         return None
 
     def ray_resources(self, need: int) -> dict | None:
-        """One CPU for the probe and ``need`` of the adapter's Ray resource, or None where Ray has none."""
+        """One CPU for the probe and ``need`` of the adapter's Ray resource, or None where Ray
+        has none."""
         if self.ray_resource is None:
             return None
         if self.ray_resource == "GPU":  # Ray's own keyword for its GPUs
@@ -214,38 +237,42 @@ class AcceleratorAdapter(Adapter):
 
 
 def _out_variants(name: str) -> list[str]:
-    """The out= overloads a structured operator's functional and in-place forms run through (``aten::add.Tensor``
-    and ``aten::add_.Tensor`` through ``aten::add.out``; ``aten::pow.Tensor_Scalar`` through
-    ``aten::pow.Tensor_Scalar_out``)."""
+    """The out= overloads a structured operator's functional and in-place forms run through
+    (``aten::add.Tensor`` and ``aten::add_.Tensor`` through ``aten::add.out``;
+    ``aten::pow.Tensor_Scalar`` through ``aten::pow.Tensor_Scalar_out``)."""
     base, _, overload = name.partition(".")
     base = base.removesuffix("_")
     return [f"{base}.{overload}_out", f"{base}.out"] if overload else [f"{base}.out"]
 
 
 def dispatch_coverage(ops: Iterable[str], key: str) -> dict[str, str]:
-    """Each operator's status on the backend whose kernels are registered under dispatch key ``key``, read from
-    the dispatcher (``torch._C._dispatch_has_kernel_for_dispatch_key``, ``_dispatch_has_backend_fallback``):
+    """Each operator's status on the backend whose kernels are registered under dispatch key
+    ``key``, read from the dispatcher (``torch._C._dispatch_has_kernel_for_dispatch_key``,
+    ``_dispatch_has_backend_fallback``):
 
-    - ``implemented``: a kernel for ``key``; a structured operator's default kernel whose out= variant has one
-      (what ``aten::rsqrt`` runs through on torch_tpu); a composite (CompositeImplicitAutograd or
-      CompositeExplicitAutograd) kernel, which runs the operator as others the backend receives;
-    - ``fallback``: none of those, and the backend registered a boxed fallback for its key (the registrations
-      cannot say what a fallback does: torch_xla's runs the operator on the CPU, torch_tpu's raises unless its CPU
-      fallback is switched on; the adapter's ``fallback_applied`` says which);
-    - ``missing``: nothing at all (the dispatcher's "Could not run ... with arguments from the ... backend");
-    - ``unknown``: the dispatcher does not know the operator (a library that is not loaded here), or a
-      structured operator whose out= variant cannot be found.
+    - ``implemented``: a kernel for ``key``; a structured operator's default kernel whose out=
+      variant has one (what ``aten::rsqrt`` runs through on torch_tpu); a composite
+      (CompositeImplicitAutograd or CompositeExplicitAutograd) kernel, which runs the operator as
+      others the backend receives;
+    - ``fallback``: none of those, and the backend registered a boxed fallback for its key (the
+      registrations cannot say what a fallback does: torch_xla's runs the operator on the CPU,
+      torch_tpu's raises unless its CPU fallback is switched on; the adapter's
+      ``fallback_applied`` says which);
+    - ``missing``: nothing at all (the dispatcher's "Could not run ... with arguments from the
+      ... backend");
+    - ``unknown``: the dispatcher does not know the operator (a library that is not loaded here),
+      or a structured operator whose out= variant cannot be found.
 
-    A backend written in Python (a tensor subclass, as the test double of docs/devices.md) registers almost nothing:
-    its adapter answers instead. ``DeviceUnavailable`` when nothing at all is registered for ``key`` (a CPU-only
-    torch asked about cuda)."""
+    A backend written in Python (a tensor subclass, as the test double of docs/devices.md)
+    registers almost nothing: its adapter answers instead. ``DeviceUnavailable`` when nothing at
+    all is registered for ``key`` (a CPU-only torch asked about cuda)."""
     import torch
 
     has = torch._C._dispatch_has_kernel_for_dispatch_key
     if not has("aten::empty.memory_format", key):  # what every backend registers first
         raise DeviceUnavailable(
-            f"torch {torch.__version__} here registers no kernels for dispatch key {key}: this machine has no such "
-            "stack to read (install its backend, or run where it is)."
+            f"torch {torch.__version__} here registers no kernels for dispatch key {key}: this "
+            "machine has no such stack to read (install its backend, or run where it is)."
         )
     known = set(torch._C._dispatch_get_all_op_names())
     fallback = torch._C._dispatch_has_backend_fallback(getattr(torch._C.DispatchKey, key))
@@ -253,7 +280,11 @@ def dispatch_coverage(ops: Iterable[str], key: str) -> dict[str, str]:
     for name in ops:
         if name not in known:
             coverage[name] = UNKNOWN
-        elif has(name, key) or has(name, "CompositeImplicitAutograd") or has(name, "CompositeExplicitAutograd"):
+        elif (
+            has(name, key)
+            or has(name, "CompositeImplicitAutograd")
+            or has(name, "CompositeExplicitAutograd")
+        ):
             coverage[name] = IMPLEMENTED
         elif has(name, "CompositeExplicitAutogradNonFunctional"):
             outs = [out for out in _out_variants(name) if out in known]

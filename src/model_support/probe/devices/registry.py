@@ -18,7 +18,8 @@ from .base import Adapter
 
 ENTRY_POINT_GROUP = "model_support.devices"
 ADAPTERS: dict[str, type[Adapter]] = {}
-#: Entry points that did not import, by device name: what went wrong (said when that device is asked for).
+#: Entry points that did not import, by device name: what went wrong (said when that device is asked
+#: for).
 BROKEN: dict[str, str] = {}
 _plugins_loaded = False
 
@@ -45,7 +46,9 @@ def _load_plugins() -> None:
             ADAPTERS[entry.name] = entry.load()
         except Exception as exc:  # noqa: BLE001 another package's broken plugin must not stop every other device
             package = entry.dist.name if entry.dist else "its package"
-            BROKEN[entry.name] = f"{entry.value} (from {package}) does not import: {type(exc).__name__}: {exc}"
+            BROKEN[entry.name] = (
+                f"{entry.value} (from {package}) does not import: {type(exc).__name__}: {exc}"
+            )
 
 
 def registered() -> dict[str, type[Adapter]]:
@@ -55,15 +58,16 @@ def registered() -> dict[str, type[Adapter]]:
 
 
 def adapter_class(name: str) -> type[Adapter]:
-    """The adapter of ``name``; a device whose registered adapter does not import is one sentence, never the
-    generic adapter in its place (it would judge the stack without what its own adapter knows)."""
+    """The adapter of ``name``; a device whose registered adapter does not import is one
+    sentence, never the generic adapter in its place (it would judge the stack without what its
+    own adapter knows)."""
     if name == "cpu":
         return Adapter
     adapters = registered()
     if name not in adapters and name in BROKEN:
         raise UserError(
-            f"The device adapter of {name!r}, {BROKEN[name]}; reinstall that package, or uninstall it to use the "
-            "generic adapter."
+            f"The device adapter of {name!r}, {BROKEN[name]}; reinstall that package, or "
+            "uninstall it to use the generic adapter."
         )
     return adapters.get(name, AcceleratorAdapter)
 
@@ -74,9 +78,9 @@ def adapter_for(name: str) -> Adapter:
 
 
 def stack_configuration(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The device backends' own configuration in ``environ`` (default: this process's): every registered
-    adapter's ``configuration`` (its ``config_vars`` that are set; a value its adapter does not declare safe to
-    show as a fingerprint). Nothing is imported or loaded."""
+    """The device backends' own configuration in ``environ`` (default: this process's): every
+    registered adapter's ``configuration`` (its ``config_vars`` that are set; a value its adapter
+    does not declare safe to show as a fingerprint). Nothing is imported or loaded."""
     found: dict[str, str] = {}
     for cls in registered().values():
         found.update(cls.configuration(environ))
@@ -84,11 +88,12 @@ def stack_configuration(environ: Mapping[str, str] | None = None) -> dict[str, s
 
 
 def backend_identity(device: str, environ: Mapping[str, str] | None = None) -> dict:
-    """The record's fields that say which backend ``device`` is: ``backend_versions`` (its adapter's packages and
-    runtime versions, ``Adapter.backend_versions``) and ``backend_config`` (JSON: its adapter's configuration variables
-    set in ``environ``, default this process's, a value not declared safe to show by its fingerprint; null when none
-    is set). {} for ``auto`` (no device yet: the probe says once it has resolved one) and for a device whose adapter
-    does not import. Nothing is imported or loaded."""
+    """The record's fields that say which backend ``device`` is: ``backend_versions`` (its
+    adapter's packages and runtime versions, ``Adapter.backend_versions``) and ``backend_config``
+    (JSON: its adapter's configuration variables set in ``environ``, default this process's, a
+    value not declared safe to show by its fingerprint; null when none is set). {} for ``auto``
+    (no device yet: the probe says once it has resolved one) and for a device whose adapter does
+    not import. Nothing is imported or loaded."""
     if device == "auto":
         return {}
     try:

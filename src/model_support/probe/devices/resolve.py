@@ -33,14 +33,15 @@ def resolve(device: str) -> Adapter:
 
 
 def auto_candidates() -> list[str]:
-    """The accelerators ``auto`` may find, without importing torch: every backend with an adapter of its own
-    or an installed out-of-tree package, except those whose adapter sees no hardware."""
+    """The accelerators ``auto`` may find, without importing torch: every backend with an adapter
+    of its own or an installed out-of-tree package, except those whose adapter sees no hardware."""
     names = [n for n in dict.fromkeys([*registered(), *backend_devices()]) if n != "cpu"]
     return [n for n in names if adapter_for(n).hardware_visible() is not False]
 
 
 def _auto() -> Adapter:
-    """The current accelerator, else the first candidate whose backend loads and reports itself, else the CPU."""
+    """The current accelerator, else the first candidate whose backend loads and reports itself,
+    else the CPU."""
     import torch
 
     current = torch.accelerator.current_accelerator()
@@ -56,8 +57,8 @@ def _auto() -> Adapter:
 
 @dataclass(frozen=True)
 class DeviceFacts:
-    """What the sweep's runner knows of a device: its kind, how many, memory per device (None: unknown),
-    or why it cannot be used (``problem``)."""
+    """What the sweep's runner knows of a device: its kind, how many, memory per device (None:
+    unknown), or why it cannot be used (``problem``)."""
 
     type: str
     count: int = 1
@@ -72,16 +73,16 @@ def _cpu_facts() -> DeviceFacts:
 
 
 def facts(device: str) -> DeviceFacts:
-    """``device``'s facts for the runner. The CPU, and ``auto`` where no accelerator can be there, are
-    answered here; any other device by a child process that resolves it (``python -m
+    """``device``'s facts for the runner. The CPU, and ``auto`` where no accelerator can be
+    there, are answered here; any other device by a child process that resolves it (``python -m
     model_support.probe.devices DEVICE``), once per device and environment."""
     if device == "cpu" or (device == "auto" and not auto_candidates()):
         return _cpu_facts()
     return _facts_from_child(device, tuple(sorted(backend_env.child_environ().items())))
 
 
-#: How long the child that checks a device may take (loading a backend and asking it takes seconds; a hung
-#: driver or runtime would otherwise hold the sweep's start forever).
+#: How long the child that checks a device may take (loading a backend and asking it takes seconds;
+#: a hung driver or runtime would otherwise hold the sweep's start forever).
 FACTS_TIMEOUT_S = 300.0
 
 
@@ -91,15 +92,23 @@ def _facts_from_child(device: str, environ: tuple) -> DeviceFacts:
     argv = [sys.executable, "-m", "model_support.probe.devices", device]
     try:
         return DeviceFacts(
-            **children.last_json(argv, "asking it for its kind, count and memory", FACTS_TIMEOUT_S, env=env)
+            **children.last_json(
+                argv, "asking it for its kind, count and memory", FACTS_TIMEOUT_S, env=env
+            )
         )
     except children.ChildFailed as exc:
         hint = (
-            f" (a hung driver or runtime?); check it with `python -m model_support.probe.devices {device}`"
+            " (a hung driver or runtime?); check it with `python -m "
+            f"model_support.probe.devices {device}`"
             if exc.timed_out
             else ""
         )
-        return DeviceFacts(device, 0, None, f"Device {device!r} could not be checked: {str(exc).rstrip('.')}{hint}.")
+        return DeviceFacts(
+            device,
+            0,
+            None,
+            f"Device {device!r} could not be checked: {str(exc).rstrip('.')}{hint}.",
+        )
     except TypeError as exc:  # an answer that is no device's facts
         return DeviceFacts(device, 0, None, f"Device {device!r} could not be checked: {exc}.")
 
@@ -108,7 +117,8 @@ def describe(device: str) -> DeviceFacts:
     """In the child: resolve ``device`` and say what it is."""
     try:
         adapter = resolve(device)
-    except (DeviceUnavailable, UserError) as exc:  # no such device here; its adapter does not import
+    # no such device here; its adapter does not import
+    except (DeviceUnavailable, UserError) as exc:
         return DeviceFacts(device, 0, None, str(exc))
     if adapter.type == "cpu":
         return _cpu_facts()
@@ -120,8 +130,8 @@ def describe(device: str) -> DeviceFacts:
 
 
 def check_available(device: str) -> str | None:
-    """None when ``device`` can be used here, else the one sentence a probe would record (``auto`` always
-    can: it falls back to the CPU)."""
+    """None when ``device`` can be used here, else the one sentence a probe would record
+    (``auto`` always can: it falls back to the CPU)."""
     if device == "auto":
         return None
     return facts(device).problem
@@ -142,8 +152,9 @@ TORCH_ACCELERATORS = ("cuda", "xpu", "mps", "hpu")
 
 
 def readable_stacks() -> list[str]:
-    """The devices whose stacks this machine can read (in a child that loads them): the CPU, the adapters' and
-    installed backends' devices torch has kernels for here or whose backend is installed."""
+    """The devices whose stacks this machine can read (in a child that loads them): the CPU, the
+    adapters' and installed backends' devices torch has kernels for here or whose backend is
+    installed."""
     import torch
 
     installed = backend_devices()
@@ -152,16 +163,23 @@ def readable_stacks() -> list[str]:
         if name in installed:
             return True
         try:
-            return torch._C._dispatch_has_kernel_for_dispatch_key("aten::empty.memory_format", name.upper())
+            return torch._C._dispatch_has_kernel_for_dispatch_key(
+                "aten::empty.memory_format", name.upper()
+            )
         except RuntimeError:  # no dispatch key of that name in this torch
             return False
 
-    built_in = [n for n in dict.fromkeys([*TORCH_ACCELERATORS, *registered()]) if n not in installed and n != "cpu"]
+    built_in = [
+        n
+        for n in dict.fromkeys([*TORCH_ACCELERATORS, *registered()])
+        if n not in installed and n != "cpu"
+    ]
     return list(dict.fromkeys(["cpu", *(n for n in built_in if readable(n)), *installed]))
 
 
 def known_device(device: str) -> bool:
-    """Whether ``device`` names a device at all here: one torch knows, an installed backend's, or an adapter's."""
+    """Whether ``device`` names a device at all here: one torch knows, an installed backend's, or
+    an adapter's."""
     import torch
 
     if device in backend_devices() or device in registered():
@@ -174,8 +192,16 @@ def known_device(device: str) -> bool:
 
 
 def unknown_device(device: str) -> str:
-    """The sentence for a device name nothing here knows: what the user may have meant (an adapter's ``aliases``:
-    "gpu"), and the stacks this machine can read."""
-    hints = [hint for cls in registered().values() for alias, hint in cls.aliases.items() if alias == device.lower()]
+    """The sentence for a device name nothing here knows: what the user may have meant (an
+    adapter's ``aliases``: "gpu"), and the stacks this machine can read."""
+    hints = [
+        hint
+        for cls in registered().values()
+        for alias, hint in cls.aliases.items()
+        if alias == device.lower()
+    ]
     hint = f" ({hints[0]})" if hints else ""
-    return f"There is no device {device!r} here{hint}; this machine can read the stacks of: {', '.join(readable_stacks())}."
+    return (
+        f"There is no device {device!r} here{hint}; this machine can read the stacks of: "
+        f"{', '.join(readable_stacks())}."
+    )

@@ -1,18 +1,19 @@
 """What a PASS costs the host: the device-to-host syncs and the CPU fallbacks of each decode token.
 
-Why: a model that passes but copies to the host or runs an operator on the CPU at every token is slow in
-production, and no verdict says so (tt-xla#2241, executorch#12495). They are counted where they happen, by the
-backend itself (the adapter's ``host_counters``, the ``HostCounters`` protocol below): never the census read back
-against the stack's configuration, which would guess. A stack that keeps no such counters reads "not measured"
-(CUDA, TPU today), never a guess; in compile mode
+Why: a model that passes but copies to the host or runs an operator on the CPU at every token is
+slow in production, and no verdict says so (tt-xla#2241, executorch#12495). They are counted where
+they happen, by the backend itself (the adapter's ``host_counters``, the ``HostCounters`` protocol
+below): never the census read back against the stack's configuration, which would guess. A stack
+that keeps no such counters reads "not measured" (CUDA, TPU today), never a guess; in compile mode
 an adapter's profiler counts the syncs instead where it offers one (``profiled``).
 
-The verdict's generation is counted, token by token: the probe's step timer (``probe_core.StepTimer``, a
-``generate()`` streamer) reads the counters as each token arrives, so the prompt's prefill (the first token)
-stands apart from the decode steps after it. The probe's own syncs are set apart as the harness's: the timer's
-``synchronize`` (inside ``harness()``) and the host copy of each token that transformers makes for the streamer
-(``claim``). What is left is what a production generate loop on this stack pays too (the model's own syncs and
-fallbacks, transformers' end-of-sequence check).
+The verdict's generation is counted, token by token: the probe's step timer
+(``probe_core.StepTimer``, a ``generate()`` streamer) reads the counters as each token arrives, so
+the prompt's prefill (the first token) stands apart from the decode steps after it. The probe's own
+syncs are set apart as the harness's: the timer's ``synchronize`` (inside ``harness()``) and the
+host copy of each token that transformers makes for the streamer (``claim``). What is left is what a
+production generate loop on this stack pays too (the model's own syncs and fallbacks, transformers'
+end-of-sequence check).
 """
 
 from __future__ import annotations
@@ -50,18 +51,22 @@ def not_measured(why: str) -> dict:
 
 
 class Meter:
-    """Counts one generation's host cost on ``counters`` through the step timer it makes (``timer``)."""
+    """Counts one generation's host cost on ``counters`` through the step timer it makes
+    (``timer``)."""
 
     def __init__(self, counters: HostCounters, who: str):
         self.counters, self.who = counters, who
-        self.marks: list[tuple[int, int, dict[str, int]]] = []  # a read as each token (the prompt first) arrived
+        # a read as each token (the prompt first) arrived
+        self.marks: list[tuple[int, int, dict[str, int]]] = []
 
     def timer(self, synchronize: Callable[[], None] | None) -> probe_core.StepTimer:
-        """The step timer for the verdict's generation: marks each token, its device sync the harness's."""
+        """The step timer for the verdict's generation: marks each token, its device sync the
+        harness's."""
         return _Timer(self, synchronize)
 
     def fields(self) -> dict:
-        """The record's host-cost fields from the marks: per decode token (the first token's prefill apart)."""
+        """The record's host-cost fields from the marks: per decode token (the first token's
+        prefill apart)."""
         if len(self.marks) < 3:  # the prompt's, the first token's, one decode token's
             return not_measured("fewer than two new tokens: no decode step to count")
         (syncs0, _, fallbacks0), (syncs1, harness1, fallbacks1) = self.marks[0], self.marks[1]
@@ -76,10 +81,13 @@ class Meter:
             "fallback_calls_per_token": sum(decode.values()) / steps,
             "fallback_ops": [op for op in ops if fallbacks_n[op] > fallbacks0.get(op, 0)],
             "fallback_op_calls": [
-                fallbacks_n[op] - fallbacks0.get(op, 0) for op in ops if fallbacks_n[op] > fallbacks0.get(op, 0)
+                fallbacks_n[op] - fallbacks0.get(op, 0)
+                for op in ops
+                if fallbacks_n[op] > fallbacks0.get(op, 0)
             ],
-            "host_cost_note": f"counted by the {self.who} backend over {steps} decode tokens; the probe's own syncs "
-            "(its step timer's device sync, the host copy of each token its streamer is handed) apart",
+            "host_cost_note": f"counted by the {self.who} backend over {steps} decode tokens; the probe's own "
+            "syncs (its step timer's device sync, the host copy of each token its streamer is "
+            "handed) apart",
         }
 
 
@@ -98,19 +106,24 @@ class _Timer(probe_core.StepTimer):
 
     def put(self, value):
         counters = self.meter.counters
-        counters.claim(value)  # transformers copied it to the host for this streamer: the harness's sync
+        # transformers copied it to the host for this streamer: the harness's sync
+        counters.claim(value)
         self.meter.marks.append(counters.read())
         super().put(value)
 
 
 def meter_for(adapter, mode: str, switch: str = "on") -> tuple[Meter | None, str | None]:
-    """(a meter on ``adapter``'s counters, None) or (None, why the host cost is not measured: also the probe's
-    ``host_cost`` setting, ``switch``, off)."""
+    """(a meter on ``adapter``'s counters, None) or (None, why the host cost is not measured:
+    also the probe's ``host_cost`` setting, ``switch``, off)."""
     if switch == "off":
         return None, "host_cost=off"
     if adapter.type == "cpu":
         return None, "the CPU is the host"
     counters = adapter.host_counters()
     if counters is None:
-        return None, f"the {adapter.type} adapter keeps no counts of host syncs or CPU fallbacks (no profiler read)"
+        return (
+            None,
+            f"the {adapter.type} adapter keeps no counts of host syncs or CPU fallbacks (no "
+            "profiler read)",
+        )
     return Meter(counters, adapter.type), None

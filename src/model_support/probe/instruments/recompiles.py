@@ -1,33 +1,37 @@
-"""Recompiles across prompt lengths (issue 38, item 6): does a compiled model recompile for every prompt length or
-every token? A PASS that does is slow in production, and ``recompilations`` (one generation) cannot say so.
+"""Recompiles across prompt lengths (issue 38, item 6): does a compiled model recompile for every
+prompt length or every token? A PASS that does is slow in production, and ``recompilations`` (one
+generation) cannot say so.
 
-After a compile-mode PASS (``recompile_check``), in the device phase, the verdict's model generates ``NEW_TOKENS``
-greedy tokens from three prompt lengths (the verdict's prompt, then it lengthened by ``MORE_TOKENS`` of its own
-tokens), through a fresh ``torch.compile`` of its forward, twice: with dynamo's automatic dynamic shapes off (every
-new shape recompiles: what a static-shape compiler pays) and on (torch's default: a dimension seen with two sizes
-becomes symbolic). Recompiles are counted per length from dynamo's compilation metrics
-(``torch._dynamo.utils.get_compilation_metrics``: each compile of a frame that already had a graph has a
-``recompile_reason``), prefill (before the first new token, a streamer marks it) apart from decode. The guards
-that failed come from dynamo's guard-failure hook (``torch._dynamo.optimize(..., guard_fail_fn=)``: one reason
-per graph the frame held).
+After a compile-mode PASS (``recompile_check``), in the device phase, the verdict's model generates
+``NEW_TOKENS`` greedy tokens from three prompt lengths (the verdict's prompt, then it lengthened by
+``MORE_TOKENS`` of its own tokens), through a fresh ``torch.compile`` of its forward, twice: with
+dynamo's automatic dynamic shapes off (every new shape recompiles: what a static-shape compiler
+pays) and on (torch's default: a dimension seen with two sizes becomes symbolic). Recompiles are
+counted per length from dynamo's compilation metrics
+(``torch._dynamo.utils.get_compilation_metrics``: each compile of a frame that already had a graph
+has a ``recompile_reason``), prefill (before the first new token, a streamer marks it) apart from
+decode. The guards that failed come from dynamo's guard-failure hook (``torch._dynamo.optimize(...,
+guard_fail_fn=)``: one reason per graph the frame held).
 
-With automatic dynamic shapes on, the first two lengths are the warm-up (the prefill and the decode step become
-symbolic there); the third should compile nothing. A recompile at its prefill flags the model ``per length``, one
-in its decode ``per token`` (``recompile_flag``), and ``recompile_guard`` is the guard behind it: of the graphs'
-failed guards, a symbolic one (a shape-dependent branch: ``(input_ids.size()[1] % 3) != 0  # if ...``) rather than
-another graph's plain size mismatch. Without a flag it is the first guard that failed with dynamic shapes on.
+With automatic dynamic shapes on, the first two lengths are the warm-up (the prefill and the decode
+step become symbolic there); the third should compile nothing. A recompile at its prefill flags the
+model ``per length``, one in its decode ``per token`` (``recompile_flag``), and ``recompile_guard``
+is the guard behind it: of the graphs' failed guards, a symbolic one (a shape-dependent branch:
+``(input_ids.size()[1] % 3) != 0  # if ...``) rather than another graph's plain size mismatch.
+Without a flag it is the first guard that failed with dynamic shapes on.
 
-Those two series trace with dynamo's ``eager`` backend: recompiles are decided by dynamo's guards, which that
-backend does not set (it compiles each graph it is handed), so the counts are the model's at a fraction of the cost
-(inductor on this CPU: ~10 s a graph). They are not what the probe's own compile does where its backend sets guards
-of its own or its stack patches torch.compile's ``dynamic`` (TorchTPU: ``dynamic=False`` for ``tpu``, so every new
-shape is a new graph, and past dynamo's recompile limit the forward runs eagerly). So a third series,
-``recompiles_backend``, runs as the probe compiles (``probe_core.compile_forward``: the adapter's compile backend,
-the stack's torch.compile and its dynamic setting, the static KV cache a static compile takes), ``BACKEND_TOKENS``
-new tokens per length; its third length sets the flag. Where the probe's backend is inductor with torch's automatic
-dynamic shapes (the CPU's, CUDA's), the ``eager`` dynamic series stands in for it (the same guards, bar inductor's
-own shape specialisations; a tenth of the cost), and the note says so. Off by default on the CPU: a tiny model costs
-~10 graphs (10-25 s here).
+Those two series trace with dynamo's ``eager`` backend: recompiles are decided by dynamo's guards,
+which that backend does not set (it compiles each graph it is handed), so the counts are the model's
+at a fraction of the cost (inductor on this CPU: ~10 s a graph). They are not what the probe's own
+compile does where its backend sets guards of its own or its stack patches torch.compile's
+``dynamic`` (TorchTPU: ``dynamic=False`` for ``tpu``, so every new shape is a new graph, and past
+dynamo's recompile limit the forward runs eagerly). So a third series, ``recompiles_backend``, runs
+as the probe compiles (``probe_core.compile_forward``: the adapter's compile backend, the stack's
+torch.compile and its dynamic setting, the static KV cache a static compile takes),
+``BACKEND_TOKENS`` new tokens per length; its third length sets the flag. Where the probe's backend
+is inductor with torch's automatic dynamic shapes (the CPU's, CUDA's), the ``eager`` dynamic series
+stands in for it (the same guards, bar inductor's own shape specialisations; a tenth of the cost),
+and the note says so. Off by default on the CPU: a tiny model costs ~10 graphs (10-25 s here).
 """
 
 from __future__ import annotations
@@ -44,10 +48,12 @@ MORE_TOKENS = (3, 7)
 NEW_TOKENS = 2
 #: The backend the check traces its two model series with (see the module docstring).
 BACKEND = "eager"
-#: New tokens per generation of the probe's own backend's series: a prefill and two decode steps, so that a
-#: recompile at the first decode step only (a new cache length) is per length, one at every step per token.
+#: New tokens per generation of the probe's own backend's series: a prefill and two decode steps, so
+#: that a recompile at the first decode step only (a new cache length) is per length, one at every
+#: step per token.
 BACKEND_TOKENS = 3
-#: The backend whose series the ``eager`` dynamic series stands in for, with torch's automatic dynamic shapes.
+#: The backend whose series the ``eager`` dynamic series stands in for, with torch's automatic
+#: dynamic shapes.
 STANDS_IN_FOR = "inductor"
 #: The record's fields of this check.
 FIELDS = (
@@ -76,7 +82,10 @@ def why_not(record: Mapping[str, Any], settings: dict) -> str | None:
     if check in (False, "off"):
         return "recompile_check=off"
     if check in ("auto", None) and record.get("device_type") == "cpu":
-        return "recompile_check=auto, off on the CPU (each extra length costs 10-25 s there; recompile_check=on checks)"
+        return (
+            "recompile_check=auto, off on the CPU (each extra length costs 10-25 s there; "
+            "recompile_check=on checks)"
+        )
     if record.get("status") != schema.PASS:
         return "not a PASS"
     if record.get("task") == schema.IMAGE_TEXT_TO_TEXT:
@@ -85,22 +94,24 @@ def why_not(record: Mapping[str, Any], settings: dict) -> str | None:
 
 
 def recompile_fields(record: Mapping[str, Any], settings: dict, result: dict, adapter) -> dict:
-    """The fields for ``record`` (its verdict's ``result`` holds the model, still on the device): measured, or why
-    not; a check that raises is a note, never a verdict change."""
+    """The fields for ``record`` (its verdict's ``result`` holds the model, still on the device):
+    measured, or why not; a check that raises is a note, never a verdict change."""
     why = why_not(record, settings)
     if why is not None:
         return not_measured(why)
     if result.get("model") is None:
         return not_measured("the verdict's model was not kept")
     try:
-        return measure(result["model"], result["tokenizer"], result["input_ids"], settings["cache"], adapter)
+        return measure(
+            result["model"], result["tokenizer"], result["input_ids"], settings["cache"], adapter
+        )
     except Exception as exc:  # noqa: BLE001 a measurement beside the verdict
         return not_measured(f"the check raised {type(exc).__name__}: {exc}"[:2000])
 
 
 class _Marks:
-    """A generation streamer that notes how many recompiles dynamo had made when each put came (the prompt first,
-    then each new token)."""
+    """A generation streamer that notes how many recompiles dynamo had made when each put came
+    (the prompt first, then each new token)."""
 
     def __init__(self, count):
         self.count = count
@@ -113,14 +124,17 @@ class _Marks:
         pass
 
 
-def _series(model, tokenizer, prompts, cache, device, dynamic: bool) -> list[tuple[int, int, list[list[str]]]]:
-    """Per prompt: (prefill recompiles, decode recompiles, the failed guards of each recompile), through a fresh
-    compile of ``model.forward`` with automatic dynamic shapes ``dynamic``."""
+def _series(
+    model, tokenizer, prompts, cache, device, dynamic: bool
+) -> list[tuple[int, int, list[list[str]]]]:
+    """Per prompt: (prefill recompiles, decode recompiles, the failed guards of each recompile),
+    through a fresh compile of ``model.forward`` with automatic dynamic shapes ``dynamic``."""
     import torch
     import torch._dynamo
     from torch._dynamo.utils import clear_compilation_metrics, get_compilation_metrics
 
-    failed: list[tuple[int, str]] = []  # (recompiles before it, reason): one recompile's failures share the first
+    # (recompiles before it, reason): one recompile's failures share the first
+    failed: list[tuple[int, str]] = []
 
     def recompiles() -> int:
         return sum(1 for m in get_compilation_metrics() if m.recompile_reason is not None)
@@ -136,7 +150,9 @@ def _series(model, tokenizer, prompts, cache, device, dynamic: bool) -> list[tup
         with torch._dynamo.config.patch(automatic_dynamic_shapes=dynamic, recompile_limit=64):
             for ids in prompts:
                 marks, before, seen = _Marks(recompiles), recompiles(), len(failed)
-                probe_core.generate(model, tokenizer, ids, torch.ones_like(ids), NEW_TOKENS, device, marks, cache)
+                probe_core.generate(
+                    model, tokenizer, ids, torch.ones_like(ids), NEW_TOKENS, device, marks, cache
+                )
                 first = marks.at[1] if len(marks.at) > 1 else recompiles()
                 out.append((first - before, recompiles() - first, _grouped(failed[seen:])))
     finally:
@@ -146,8 +162,8 @@ def _series(model, tokenizer, prompts, cache, device, dynamic: bool) -> list[tup
 
 
 def _grouped(failed: list[tuple[int, str]]) -> list[list[str]]:
-    """The failed guards, one list per recompile (each reports the failure of every graph the frame held, "0/2:
-    ..." naming the graph): grouped by the recompiles made before them."""
+    """The failed guards, one list per recompile (each reports the failure of every graph the
+    frame held, "0/2: ..." naming the graph): grouped by the recompiles made before them."""
     groups: dict[int, list[str]] = {}
     for before, reason in failed:
         groups.setdefault(before, []).append(reason)
@@ -155,20 +171,24 @@ def _grouped(failed: list[tuple[int, str]]) -> list[list[str]]:
 
 
 def _symbolic_first(guards: list[str]) -> str | None:
-    """Of one recompile's failed guards, a symbolic one (a shape-dependent branch) rather than a graph's plain size
-    or type mismatch; else the first."""
+    """Of one recompile's failed guards, a symbolic one (a shape-dependent branch) rather than a
+    graph's plain size or type mismatch; else the first."""
     plain = ("size mismatch", "expected type", "tensor type", "len(kwargs)")
     symbolic = [g for g in guards if not any(word in g for word in plain)]
     found = (symbolic or [g for g in guards if "size mismatch" in g] or guards)[:1]
     return found[0][:GUARD_CHARS] if found else None
 
 
-def _backend_series(model, tokenizer, prompts, cache, device, backend) -> list[tuple[list[int], list[list[str]]]]:
-    """Per prompt: (the recompiles of the prefill, then of each decode step; the failed guards of each recompile),
-    as the probe compiles (``probe_core.compile_forward`` with its backend: the stack's torch.compile, its dynamic
-    setting, its cache), ``BACKEND_TOKENS`` new tokens. The guards come from dynamo's guard-failure hook, handed to
-    dynamo's ``optimize`` as the stack's torch.compile calls it; dynamo's recompile limit is raised while it runs, so
-    every recompile is counted (``probe_core.compile_counts`` says whether the verdict's own generation passed it)."""
+def _backend_series(
+    model, tokenizer, prompts, cache, device, backend
+) -> list[tuple[list[int], list[list[str]]]]:
+    """Per prompt: (the recompiles of the prefill, then of each decode step; the failed guards of
+    each recompile), as the probe compiles (``probe_core.compile_forward`` with its backend: the
+    stack's torch.compile, its dynamic setting, its cache), ``BACKEND_TOKENS`` new tokens. The
+    guards come from dynamo's guard-failure hook, handed to dynamo's ``optimize`` as the stack's
+    torch.compile calls it; dynamo's recompile limit is raised while it runs, so every recompile
+    is counted (``probe_core.compile_counts`` says whether the verdict's own generation passed
+    it)."""
     import torch
     import torch._dynamo
     from torch._dynamo.utils import clear_compilation_metrics, get_compilation_metrics
@@ -181,7 +201,9 @@ def _backend_series(model, tokenizer, prompts, cache, device, backend) -> list[t
     optimize = torch._dynamo.optimize
 
     def hooked(*args, **kwargs):
-        return optimize(*args, guard_fail_fn=lambda fail: failed.append((recompiles(), fail.reason)), **kwargs)
+        return optimize(
+            *args, guard_fail_fn=lambda fail: failed.append((recompiles(), fail.reason)), **kwargs
+        )
 
     clear_compilation_metrics()
     torch._dynamo.optimize = hooked
@@ -195,7 +217,9 @@ def _backend_series(model, tokenizer, prompts, cache, device, backend) -> list[t
             for ids in prompts:
                 marks, before, seen = _Marks(recompiles), recompiles(), len(failed)
                 mask = torch.ones_like(ids)
-                probe_core.generate(model, tokenizer, ids, mask, BACKEND_TOKENS, device, marks, cache)
+                probe_core.generate(
+                    model, tokenizer, ids, mask, BACKEND_TOKENS, device, marks, cache
+                )
                 at = [*marks.at[1:], recompiles()]  # after the prefill, after each decode step
                 steps = [b - a for a, b in zip([before, *at], at)][:BACKEND_TOKENS]
                 out.append((steps, _grouped(failed[seen:])))
@@ -206,8 +230,8 @@ def _backend_series(model, tokenizer, prompts, cache, device, backend) -> list[t
 
 
 def _flags(prefill: int, decode: list[int]) -> list[str]:
-    """``per length`` (the prefill recompiled, or the decode's first step only: a new cache length) and/or ``per
-    token`` (every decode step recompiled) of one length's recompiles."""
+    """``per length`` (the prefill recompiled, or the decode's first step only: a new cache
+    length) and/or ``per token`` (every decode step recompiled) of one length's recompiles."""
     flags = []
     if prefill or (decode and decode[0] and not all(decode)):
         flags.append("per length")
@@ -217,7 +241,8 @@ def _flags(prefill: int, decode: list[int]) -> list[str]:
 
 
 def measure(model, tokenizer, prompt_ids: list[int], cache: str, adapter) -> dict:
-    """The check's fields, measured on ``adapter``'s device with the verdict's ``model`` and prompt."""
+    """The check's fields, measured on ``adapter``'s device with the verdict's ``model`` and
+    prompt."""
     import torch
 
     lengths = [len(prompt_ids), *(len(prompt_ids) + more for more in MORE_TOKENS)]
@@ -233,8 +258,9 @@ def measure(model, tokenizer, prompt_ids: list[int], cache: str, adapter) -> dic
         flags = [word for word, count in (("per length", prefill), ("per token", decode)) if count]
         on_backend = [p + d for p, d, _ in dynamic]
         how = (
-            f"the probe's {backend} backend with automatic dynamic shapes: the {BACKEND} backend's dynamic series "
-            "stands in for it (the same guards, bar inductor's own shape specialisations)"
+            f"the probe's {backend} backend with automatic dynamic shapes: the {BACKEND} "
+            "backend's dynamic series stands in for it (the same guards, bar inductor's own "
+            "shape specialisations)"
         )
     else:
         own = _backend_series(model, tokenizer, prompts, cache, device, backend)
@@ -259,8 +285,9 @@ def measure(model, tokenizer, prompt_ids: list[int], cache: str, adapter) -> dic
         "recompile_guard": guard,
         "recompiles_backend": on_backend,
         "recompile_note": (
-            f"{NEW_TOKENS} new tokens from each prompt length, automatic dynamic shapes off then on, dynamo's "
-            f"guards traced with the {BACKEND} backend; recompiles as the probe compiles: {how}; the third length "
+            f"{NEW_TOKENS} new tokens from each prompt length, automatic dynamic shapes off "
+            f"then on, dynamo's guards traced with the {BACKEND} backend; recompiles as the "
+            f"probe compiles: {how}; the third length "
             + ("recompiled: " + " and ".join(flags) if flags else "compiled nothing")
         ),
     }

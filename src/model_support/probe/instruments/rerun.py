@@ -1,11 +1,14 @@
-"""The synchronous rerun of a silent abort: ``python -m model_support.probe.instruments.rerun STARTED_JSON``.
+"""The synchronous rerun of a silent abort: ``python -m model_support.probe.instruments.rerun
+STARTED_JSON``.
 
-Started by the probe's process once its kernel died silently (``flight_recorder.rerun_silent_crash``), with the
-adapter's ``blocking_env`` set where the stack has one (errors reported at the operator that caused them) and
-``FLIGHT_VAR`` naming the rerun's recorder file, which records whatever the probe's ``flight_recorder`` setting. It runs only what the dead probe ran on the device, the model's stages
-(``probe_core.run_stages``, from the settings the probe wrote before them: ``checks.write_started``), under the
-flight recorder, pinned to the same devices (the process inherits the probe's pinning, or its grant): no census,
-no reference, no record. It is expected to die; its recorder's last operator is then the one the run died in.
+Started by the probe's process once its kernel died silently
+(``flight_recorder.rerun_silent_crash``), with the adapter's ``blocking_env`` set where the stack
+has one (errors reported at the operator that caused them) and ``FLIGHT_VAR`` naming the rerun's
+recorder file, which records whatever the probe's ``flight_recorder`` setting. It runs only what the
+dead probe ran on the device, the model's stages (``probe_core.run_stages``, from the settings the
+probe wrote before them: ``checks.write_started``), under the flight recorder, pinned to the same
+devices (the process inherits the probe's pinning, or its grant): no census, no reference, no
+record. It is expected to die; its recorder's last operator is then the one the run died in.
 """
 
 from __future__ import annotations

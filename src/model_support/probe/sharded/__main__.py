@@ -1,5 +1,5 @@
-"""``python -m model_support.probe.sharded``: the launcher (``--launch DIR``) and the ranks (``--rank DIR``) of
-run_sharded, each given the run folder."""
+"""``python -m model_support.probe.sharded``: the launcher (``--launch DIR``) and the ranks
+(``--rank DIR``) of run_sharded, each given the run folder."""
 
 import sys
 from pathlib import Path

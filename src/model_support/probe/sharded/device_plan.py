@@ -52,13 +52,19 @@ def memory_estimate_bytes(num_params: int, dtype: str, margin: float = DEFAULT_M
 
 
 def plan_devices(
-    num_params: int, dtype: str, device_memory_bytes: int, devices_present: int, margin: float = DEFAULT_MARGIN
+    num_params: int,
+    dtype: str,
+    device_memory_bytes: int,
+    devices_present: int,
+    margin: float = DEFAULT_MARGIN,
 ) -> int:
-    """The fewest devices, a power of two up to ``devices_present``, whose memory holds the model.
+    """The fewest devices, a power of two up to ``devices_present``, whose memory holds the
+    model.
 
-    The model needs ``num_params x dtype bytes x (1 + margin)`` bytes (``margin``: activations, the KV
-    cache, replicated parts; 20% by default), split evenly over the devices. Raises ``DoesNotFit``
-    with one sentence when even every device present (the largest power of two of them) cannot."""
+    The model needs ``num_params x dtype bytes x (1 + margin)`` bytes (``margin``: activations,
+    the KV cache, replicated parts; 20% by default), split evenly over the devices. Raises
+    ``DoesNotFit`` with one sentence when even every device present (the largest power of two of
+    them) cannot."""
     if devices_present < 1:
         raise ValueError(f"devices_present must be at least 1, not {devices_present}.")
     if device_memory_bytes <= 0:
@@ -71,9 +77,9 @@ def plan_devices(
         count *= 2
     largest = count // 2
     raise DoesNotFit(
-        f"The model needs about {need / 2**30:.3g} GiB ({num_params} parameters in {dtype}, +{margin:.0%}), "
-        f"more than {largest} device(s) of {device_memory_bytes / 2**30:.3g} GiB hold "
-        f"({largest * device_memory_bytes / 2**30:.3g} GiB)."
+        f"The model needs about {need / 2**30:.3g} GiB ({num_params} parameters in {dtype}, "
+        f"+{margin:.0%}), more than {largest} device(s) of {device_memory_bytes / 2**30:.3g} "
+        f"GiB hold ({largest * device_memory_bytes / 2**30:.3g} GiB)."
     )
 
 
@@ -87,8 +93,8 @@ def _safetensors_files(folder: Path) -> list[Path] | None:
 
 
 def safetensors_params(folder: str | Path) -> int | None:
-    """Parameters in a folder's safetensors checkpoint, from the files' headers only (no tensor read);
-    None when it has none. Tied weights are stored once, as the model counts them."""
+    """Parameters in a folder's safetensors checkpoint, from the files' headers only (no tensor
+    read); None when it has none. Tied weights are stored once, as the model counts them."""
     files = _safetensors_files(Path(folder))
     if not files:
         return None
@@ -97,7 +103,9 @@ def safetensors_params(folder: str | Path) -> int | None:
         with open(path, "rb") as handle:
             (length,) = struct.unpack("<Q", handle.read(8))
             header = json.loads(handle.read(length))
-        total += sum(math.prod(entry["shape"]) for key, entry in header.items() if key != "__metadata__")
+        total += sum(
+            math.prod(entry["shape"]) for key, entry in header.items() if key != "__metadata__"
+        )
     return total
 
 
@@ -106,7 +114,9 @@ def config_params(model: str, revision: str, trust_remote_code: bool) -> int:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
-    config = AutoConfig.from_pretrained(model, revision=revision or None, trust_remote_code=trust_remote_code)
+    config = AutoConfig.from_pretrained(
+        model, revision=revision or None, trust_remote_code=trust_remote_code
+    )
     image_text = probe_core.task_of_config(config) == probe_core.IMAGE_TEXT_TO_TEXT
     with torch.device("meta"):
         auto = AutoModelForImageTextToText if image_text else AutoModelForCausalLM
@@ -115,9 +125,9 @@ def config_params(model: str, revision: str, trust_remote_code: bool) -> int:
 
 
 def estimate_params(model: str, revision: str = "", trust_remote_code: bool = False) -> int:
-    """The model's parameter count without loading it: the safetensors headers of a local folder, the
-    Hub's safetensors metadata (header ranges only) for a Hub id, else the model built from its config
-    on the meta device."""
+    """The model's parameter count without loading it: the safetensors headers of a local folder,
+    the Hub's safetensors metadata (header ranges only) for a Hub id, else the model built from
+    its config on the meta device."""
     if Path(model).is_dir():
         counted = safetensors_params(model)
         if counted is not None:
@@ -133,11 +143,13 @@ def estimate_params(model: str, revision: str = "", trust_remote_code: bool = Fa
     return config_params(model, revision, trust_remote_code)
 
 
-# --- how to split it ---------------------------------------------------------------------------------
+# --- how to split it
+# ---------------------------------------------------------------------------------
 
 
 def _config_and_model_class(obj):
-    """(config or config class, model class or None) for a config, a config class, a model or a model class."""
+    """(config or config class, model class or None) for a config, a config class, a model or a
+    model class."""
     from transformers import AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
     if isinstance(obj, PreTrainedModel):
@@ -148,7 +160,11 @@ def _config_and_model_class(obj):
     if not (isinstance(config_class, type) and issubclass(config_class, PretrainedConfig)):
         raise TypeError(f"Expected a transformers config or model (or their class), not {obj!r}.")
     model_class = AutoModelForCausalLM._model_mapping.get(config_class, None)
-    if model_class is None and isinstance(obj, PretrainedConfig) and getattr(obj, "architectures", None):
+    if (
+        model_class is None
+        and isinstance(obj, PretrainedConfig)
+        and getattr(obj, "architectures", None)
+    ):
         import transformers
 
         model_class = getattr(transformers, obj.architectures[0], None)
@@ -156,25 +172,31 @@ def _config_and_model_class(obj):
 
 
 def _shards_layers(plan) -> bool:
-    """A tensor plan that splits more than the LM head (a head-only plan leaves every layer whole)."""
+    """A tensor plan that splits more than the LM head (a head-only plan leaves every layer
+    whole)."""
     return bool(plan) and any(not key.startswith("lm_head") for key in plan)
 
 
 def parallelism_for(config_or_model_class) -> tuple[str | None, dict]:
     """How transformers can split this model over several devices: ("tp" | "ep" | None, details).
 
-    ``tp``: a tensor plan (``base_model_tp_plan`` on its config, or a ``_tp_plan`` on the model class
-    that shards more than the LM head) and no expert plan. ``ep``: an expert plan (MoE): experts whole
-    per rank, the dense layers by the tensor plan when there is one (``details["dense"] == "tp"``),
-    else FSDP-sharded (``"fsdp"``). None: neither. ``details`` names the model class, what plans it
-    has, and the ``DistributedConfig`` keyword arguments for N devices (``distributed_config(kind,
-    details, N)``)."""
+    ``tp``: a tensor plan (``base_model_tp_plan`` on its config, or a ``_tp_plan`` on the model
+    class that shards more than the LM head) and no expert plan. ``ep``: an expert plan (MoE):
+    experts whole per rank, the dense layers by the tensor plan when there is one
+    (``details["dense"] == "tp"``), else FSDP-sharded (``"fsdp"``). None: neither. ``details``
+    names the model class, what plans it has, and the ``DistributedConfig`` keyword arguments for
+    N devices (``distributed_config(kind, details, N)``)."""
     config, model_class = _config_and_model_class(config_or_model_class)
     class_plan = getattr(model_class, "_tp_plan", None) if model_class is not None else None
-    # a vision-language model is split by its language model's plan (transformers gathers the sub-models')
-    # (a config class, given with a model class, has its plans as class attributes and no text config to ask)
+    # a vision-language model is split by its language model's plan (transformers gathers the
+    # sub-models') (a config class, given with a model class, has its plans as class attributes and
+    # no text config to ask)
     text = config if isinstance(config, type) else config.get_text_config()
-    tp_plan = getattr(config, "base_model_tp_plan", None) or getattr(text, "base_model_tp_plan", None) or {}
+    tp_plan = (
+        getattr(config, "base_model_tp_plan", None)
+        or getattr(text, "base_model_tp_plan", None)
+        or {}
+    )
     ep_plan = (
         getattr(config, "base_model_ep_plan", None)
         or getattr(text, "base_model_ep_plan", None)
@@ -199,8 +221,9 @@ def parallelism_for(config_or_model_class) -> tuple[str | None, dict]:
 
 
 def distributed_config(kind: str | None, dense: str | None, world_size: int) -> dict | None:
-    """The ``DistributedConfig`` keyword arguments that split a model ``kind``-parallel over ``world_size``
-    ranks (None for one rank). ``dense``: how an ``ep`` model's dense layers are split, "tp" or "fsdp"."""
+    """The ``DistributedConfig`` keyword arguments that split a model ``kind``-parallel over
+    ``world_size`` ranks (None for one rank). ``dense``: how an ``ep`` model's dense layers are
+    split, "tp" or "fsdp"."""
     if world_size == 1:
         return None
     if kind == "tp":
@@ -213,18 +236,22 @@ def distributed_config(kind: str | None, dense: str | None, world_size: int) -> 
 def no_plan_sentence(model_class: str | None, world_size: int) -> str:
     name = model_class or "This model"
     return (
-        f"{name} has no tensor or expert parallel plan, and needs {world_size} devices: it cannot run here as shipped"
+        f"{name} has no tensor or expert parallel plan, and needs {world_size} devices: it cannot "
+        "run here as shipped"
     )
 
 
 def plan_run(settings: dict, world_size: int, result: dict) -> tuple[str | None, dict | None]:
-    """Fill what the plan says (parallelism, sizes, memory estimate); returns (kind, DistributedConfig kwargs).
-    A config that cannot be loaded is the probe's load failure, as it would be in probe_core.load."""
+    """Fill what the plan says (parallelism, sizes, memory estimate); returns (kind,
+    DistributedConfig kwargs). A config that cannot be loaded is the probe's load failure, as it
+    would be in probe_core.load."""
     model = settings["model"]
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(
-        model, revision=settings["revision"] or None, trust_remote_code=settings["trust_remote_code"]
+        model,
+        revision=settings["revision"] or None,
+        trust_remote_code=settings["trust_remote_code"],
     )
     result["model_type"] = getattr(config, "model_type", None)
     result["architectures"] = list(getattr(config, "architectures", None) or [])

@@ -1,7 +1,7 @@
 """``run_sharded`` and the processes it starts: the launcher (its own session) that runs torch's
-elastic agent, which starts one rank per device; the device's launch environment, set up in the probe
-process before the launcher starts (``launch_environment``); the timeout, the stacks of ranks that hang,
-and the killing of every process of the run before ``run_sharded`` returns."""
+elastic agent, which starts one rank per device; the device's launch environment, set up in the
+probe process before the launcher starts (``launch_environment``); the timeout, the stacks of
+ranks that hang, and the killing of every process of the run before ``run_sharded`` returns."""
 
 from __future__ import annotations
 
@@ -25,33 +25,42 @@ from .protocol import RANK_DEFAULTS, SHUTDOWN_GRACE_S, STACKS_SIGNAL
 from .rank_results import LaunchFailed, empty_result, fail_result, merge_outcome
 
 
-def run_sharded(settings: dict, world_size: int, device_type: str = "cpu", timeout_s: float = 300) -> dict:
-    """The probe's stages over ``world_size`` devices, one rank process per device; rank 0's result.
+def run_sharded(
+    settings: dict, world_size: int, device_type: str = "cpu", timeout_s: float = 300
+) -> dict:
+    """The probe's stages over ``world_size`` devices, one rank process per device; rank 0's
+    result.
 
-    ``settings``: the probe's (``load_from`` or ``model_id``, revision, dtype, prompt, max_new_tokens,
-    chat_template, trust_remote_code, seed, cache; see ``RANK_DEFAULTS``), plus ``parallelism``
-    ("auto", "tp", "ep") and ``ep_dense`` ("auto", "tp", "fsdp"). Eager mode only.
+    ``settings``: the probe's (``load_from`` or ``model_id``, revision, dtype, prompt,
+    max_new_tokens, chat_template, trust_remote_code, seed, cache; see ``RANK_DEFAULTS``), plus
+    ``parallelism`` ("auto", "tp", "ep") and ``ep_dense`` ("auto", "tp", "fsdp"). Eager mode
+    only.
 
-    Returns run_stages' keys (``exception``: the rank's exception rebuilt, class name and message, its
-    traceback as ``__cause__``; also as strings in ``error_type``, ``error_message``, ``traceback``),
-    plus ``failed_rank``, ``devices_used``, ``parallelism``, ``tp_size``, ``ep_size``, ``fsdp_size``,
-    ``distributed_config``, ``memory_estimate_bytes`` (the whole model, with the margin),
-    ``load_s_per_rank``, ``generate_s_per_rank``, ``peak_device_mem_mb`` (max over ranks; null on CPU),
-    ``local_param_bytes_per_rank``, ``ranks_agree`` and ``wall_s``. ``load_s`` is the slowest rank's
-    (the model is ready when every shard is), the generation timings are rank 0's.
+    Returns run_stages' keys (``exception``: the rank's exception rebuilt, class name and
+    message, its traceback as ``__cause__``; also as strings in ``error_type``,
+    ``error_message``, ``traceback``), plus ``failed_rank``, ``devices_used``, ``parallelism``,
+    ``tp_size``, ``ep_size``, ``fsdp_size``, ``distributed_config``, ``memory_estimate_bytes``
+    (the whole model, with the margin), ``load_s_per_rank``, ``generate_s_per_rank``,
+    ``peak_device_mem_mb`` (max over ranks; null on CPU), ``local_param_bytes_per_rank``,
+    ``ranks_agree`` and ``wall_s``. ``load_s`` is the slowest rank's (the model is ready when
+    every shard is), the generation timings are rank 0's.
 
     A rank that crashes, is killed or does not finish within ``timeout_s`` (the whole run: start,
-    load and generation) is ``FAIL(other)`` naming the rank and why; a model with no parallel plan
-    asked to run on several devices is ``FAIL(other)`` with one sentence and no rank started. Every
-    process of the run is gone when this returns."""
+    load and generation) is ``FAIL(other)`` naming the rank and why; a model with no parallel
+    plan asked to run on several devices is ``FAIL(other)`` with one sentence and no rank
+    started. Every process of the run is gone when this returns."""
     started = time.perf_counter()
     if not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be a whole number of devices, at least 1, not {world_size!r}.")
+        raise ValueError(
+            f"world_size must be a whole number of devices, at least 1, not {world_size!r}."
+        )
     unknown = sorted(set(settings) - set(RANK_DEFAULTS) - {"model_id", "load_from"})
     full = {**RANK_DEFAULTS, **{k: v for k, v in settings.items() if k in RANK_DEFAULTS}}
     full["model"] = settings.get("load_from") or settings.get("model_id")
     if not full["model"]:
-        raise ValueError("settings must name the model: 'load_from' (a folder or Hub id) or 'model_id'.")
+        raise ValueError(
+            "settings must name the model: 'load_from' (a folder or Hub id) or 'model_id'."
+        )
     if full["mode"] != "eager":
         raise ValueError(f"run_sharded runs the probe eagerly only, not mode={full['mode']!r}.")
     result = empty_result(world_size, device_type)
@@ -64,13 +73,19 @@ def run_sharded(settings: dict, world_size: int, device_type: str = "cpu", timeo
         return result
     if world_size > 1 and kind is None:
         model_class = (result["parallelism_details"] or {}).get("model_class")
-        fail_result(result, probe_core.FAIL_OTHER, "load", NoParallelPlan(no_plan_sentence(model_class, world_size)))
+        fail_result(
+            result,
+            probe_core.FAIL_OTHER,
+            "load",
+            NoParallelPlan(no_plan_sentence(model_class, world_size)),
+        )
         result["wall_s"] = time.perf_counter() - started
         return result
     dense = (result["parallelism_details"] or {}).get("dense") if kind == "ep" else None
     try:
         launch = launch_environment(device_type, world_size)
-    except (ValueError, devices.DeviceUnavailable) as exc:  # the device cannot launch these ranks: none started
+    # the device cannot launch these ranks: none started
+    except (ValueError, devices.DeviceUnavailable) as exc:
         refused = LaunchFailed(f"{world_size} {device_type} ranks cannot be launched here: {exc}")
         fail_result(result, probe_core.FAIL_OTHER, "runner", refused)
         result["wall_s"] = time.perf_counter() - started
@@ -81,7 +96,8 @@ def run_sharded(settings: dict, world_size: int, device_type: str = "cpu", timeo
         "world_size": world_size,
         "device_type": device_type,
         "distributed_config": kwargs,
-        "no_grad": kind == "ep" and dense == "fsdp" and world_size > 1,  # FSDP2 refuses inference tensors
+        # FSDP2 refuses inference tensors
+        "no_grad": kind == "ep" and dense == "fsdp" and world_size > 1,
         "timeout_s": timeout_s,
         "run_id": f"probe-{uuid.uuid4().hex[:8]}",
         "launch_env": launch,
@@ -100,33 +116,36 @@ def run_sharded(settings: dict, world_size: int, device_type: str = "cpu", timeo
 
 
 def _import_root() -> str:
-    """The folder this package was imported from (``src`` in a checkout, ``site-packages`` installed): what
-    the ranks need first on ``PYTHONPATH`` to import the same code."""
+    """The folder this package was imported from (``src`` in a checkout, ``site-packages``
+    installed): what the ranks need first on ``PYTHONPATH`` to import the same code."""
     import model_support
 
     return str(Path(model_support.__file__).resolve().parents[1])
 
 
 def rank_threads(world_size: int, environ: Mapping[str, str] = os.environ) -> int:
-    """Each CPU rank's intra-op threads: the probe's (``OMP_NUM_THREADS`` where set, as a sweep sets each
-    probe's share of the cores, else every core) split among its ``world_size`` ranks, at least one. Left as
-    they were, two ranks of a probe that had the host's two cores would each take both."""
+    """Each CPU rank's intra-op threads: the probe's (``OMP_NUM_THREADS`` where set, as a sweep
+    sets each probe's share of the cores, else every core) split among its ``world_size`` ranks,
+    at least one. Left as they were, two ranks of a probe that had the host's two cores would
+    each take both."""
     own = environ.get("OMP_NUM_THREADS", "").strip()
     probes = int(own) if own.isdigit() and int(own) > 0 else os.cpu_count() or 1
     return max(1, probes // world_size)
 
 
 def launch_environment(device_type: str, world_size: int) -> dict[str, str]:
-    """What the device's backend needs set in the parent of ``world_size`` ranks before they start, the same for
-    every rank (the adapter's ``launch_env``: torch_tpu's own ``set_tpu_launch_env``, whose runtime refuses a rank
-    without it), computed here in the probe process and inherited by the launcher and its ranks; {} for a device
-    that needs none. ValueError or ``DeviceUnavailable`` (one sentence) where the device cannot launch them."""
+    """What the device's backend needs set in the parent of ``world_size`` ranks before they
+    start, the same for every rank (the adapter's ``launch_env``: torch_tpu's own
+    ``set_tpu_launch_env``, whose runtime refuses a rank without it), computed here in the probe
+    process and inherited by the launcher and its ranks; {} for a device that needs none.
+    ValueError or ``DeviceUnavailable`` (one sentence) where the device cannot launch them."""
     launch = getattr(devices.adapter_for(device_type), "launch_env", None)
     return dict(launch(world_size)) if launch is not None else {}
 
 
 def _child_env(device_type: str, world_size: int, launch: dict[str, str] | None = None) -> dict:
-    # torch_tpu is imported explicitly by TPU ranks after they pinned their chip; nothing else loads it.
+    # torch_tpu is imported explicitly by TPU ranks after they pinned their chip; nothing else loads
+    # it.
     env = backend_env.child_environ()
     env.update(launch or {})  # the device's launch environment: the launcher's ranks inherit it
     src = _import_root()
@@ -138,7 +157,8 @@ def _child_env(device_type: str, world_size: int, launch: dict[str, str] | None 
 
 
 def _launch_and_wait(run_dir: Path, job: dict, timeout_s: float, result: dict) -> dict:
-    """Start the launcher (own session), wait up to ``timeout_s``, then make sure no process of the run is left."""
+    """Start the launcher (own session), wait up to ``timeout_s``, then make sure no process of
+    the run is left."""
     log = open(run_dir / "launcher.log", "wb")  # noqa: SIM115 closed below
     launcher = subprocess.Popen(
         [sys.executable, "-m", "model_support.probe.sharded", "--launch", str(run_dir)],
@@ -189,11 +209,13 @@ def _dump_stacks(run_dir: Path, wait_s: float = 1.0) -> None:
 
 
 def _stop_everything(launcher: subprocess.Popen, run_dir: Path, result: dict) -> None:
-    """Kill the launcher, the agent's rank processes and whatever they started; wait until all are gone.
+    """Kill the launcher, the agent's rank processes and whatever they started; wait until all
+    are gone.
 
     The ranks run in sessions of their own (the agent starts them so), so killing the launcher's
     process group is not enough: the process tree is listed first, rank pid files catch any rank
-    that was already re-parented, and each rank's own process group is killed too (``children.kill_tree``)."""
+    that was already re-parented, and each rank's own process group is killed too
+    (``children.kill_tree``)."""
     import psutil
 
     ranks = []
@@ -209,11 +231,13 @@ def _stop_everything(launcher: subprocess.Popen, run_dir: Path, result: dict) ->
     children.kill_tree(launcher, also=ranks)
 
 
-# --- the launcher process ------------------------------------------------------------------------------
+# --- the launcher process
+# ------------------------------------------------------------------------------
 
 
 def launch_main(run_dir: Path) -> int:
-    """One elastic agent, ``world_size`` rank processes on this host; their failures into launch.json."""
+    """One elastic agent, ``world_size`` rank processes on this host; their failures into
+    launch.json."""
     children.die_with_parent()
     job = json.loads((run_dir / "job.json").read_text())
     outcome: dict = {"failures": {}}

@@ -18,13 +18,15 @@ STACKS_SIGNAL = signal.SIGUSR1
 #: The signals the elastic agent stops the other ranks with once one failed (a rank ended by one of
 #: these is the cause of the failure only when no rank crashed or raised).
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-#: Exit status of a rank whose stages raised (its result file says what): the agent stops the others.
+#: Exit status of a rank whose stages raised (its result file says what): the agent stops the
+#: others.
 RANK_FAILED_EXIT = 3
-#: The probe settings a rank uses (run_stages' own, ``probe_params.STAGE_SETTINGS``) with their declared
-#: defaults; plus this module's own.
+#: The probe settings a rank uses (run_stages' own, ``probe_params.STAGE_SETTINGS``) with their
+#: declared defaults; plus this module's own.
 RANK_DEFAULTS = {
     **{name: probe_params.BY_NAME[name].default for name in probe_params.STAGE_SETTINGS},
-    # "auto": parallelism_for's choice; "tp" or "ep" force one (transformers refuses what the model lacks).
+    # "auto": parallelism_for's choice; "tp" or "ep" force one (transformers refuses what the model
+    # lacks).
     "parallelism": "auto",
     # for "ep": "auto" (the tensor plan when there is one, else FSDP), "tp" or "fsdp".
     "ep_dense": "auto",
@@ -49,8 +51,8 @@ RANK_KEYS = (
 
 
 def die_with_launcher() -> None:
-    """Linux: SIGKILL this process when its parent dies, so nothing of a run outlives its caller (the one helper,
-    ``engine.children.die_with_parent``)."""
+    """Linux: SIGKILL this process when its parent dies, so nothing of a run outlives its caller
+    (the one helper, ``engine.children.die_with_parent``)."""
     from ...engine.children import die_with_parent
 
     die_with_parent()

@@ -1,6 +1,7 @@
-"""A rank process of ``run_sharded`` (``python -m model_support.probe.sharded --rank DIR``): pins itself to
-its device (the device adapter's ``rank_env``) before torch is imported, runs the probe's stages on its shard of
-the model, writes its progress and its report as JSON into the run folder, and dies with its parent."""
+"""A rank process of ``run_sharded`` (``python -m model_support.probe.sharded --rank DIR``): pins
+itself to its device (the device adapter's ``rank_env``) before torch is imported, runs the
+probe's stages on its shard of the model, writes its progress and its report as JSON into the run
+folder, and dies with its parent."""
 
 from __future__ import annotations
 
@@ -14,7 +15,14 @@ from pathlib import Path
 
 from ...fileio import atomic_write_json
 from .. import devices, probe_core, probe_params
-from .protocol import RANK_FAILED_EXIT, RANK_KEYS, STACKS_SIGNAL, STAGE_KEYS, TEST_FAULT_ENV, die_with_launcher
+from .protocol import (
+    RANK_FAILED_EXIT,
+    RANK_KEYS,
+    STACKS_SIGNAL,
+    STAGE_KEYS,
+    TEST_FAULT_ENV,
+    die_with_launcher,
+)
 
 
 class _Progress:
@@ -73,7 +81,8 @@ def _init_process_group(adapter, device, timeout_s: float) -> None:
 
 
 def _local_footprint(model) -> tuple[int, list[int] | None]:
-    """Bytes of parameters this rank holds, and its experts per expert-parallel module (None if none)."""
+    """Bytes of parameters this rank holds, and its experts per expert-parallel module (None if
+    none)."""
     total = 0
     for param in model.parameters():
         local = param.to_local() if hasattr(param, "to_local") else param
@@ -83,11 +92,15 @@ def _local_footprint(model) -> tuple[int, list[int] | None]:
 
 
 def _rank_body(
-    job: dict, rank: int, local_rank: int, progress: _Progress, pin_error: BaseException | None = None
+    job: dict,
+    rank: int,
+    local_rank: int,
+    progress: _Progress,
+    pin_error: BaseException | None = None,
 ) -> dict:
     """The probe's stages on this rank (``probe_core.run_stages``, the model split by the job's
-    ``DistributedConfig``); every exception lands in the report with its stage (``pin_error``: why this rank
-    could not be given its device, a set-up failure)."""
+    ``DistributedConfig``); every exception lands in the report with its stage (``pin_error``:
+    why this rank could not be given its device, a set-up failure)."""
     import resource
 
     import torch
@@ -109,7 +122,8 @@ def _rank_body(
             hf_logging.set_verbosity_error()
         if pin_error is not None:
             raise pin_error
-        adapter = devices.resolve(device_type)  # loads the device's backend (torch_tpu: with its tpu_dist)
+        # loads the device's backend (torch_tpu: with its tpu_dist)
+        adapter = devices.resolve(device_type)
         device = adapter.rank_device(local_rank)
         if world_size > 1:
             _init_process_group(adapter, device, job["timeout_s"])
@@ -123,12 +137,20 @@ def _rank_body(
             synchronize=synchronize,
             load_kwargs={"distributed_config": DistributedConfig(**split)} if split else None,
             timer=_RankTimer(synchronize, progress, _test_fault(rank)),
-            on_stage=lambda stage: progress(stage=stage, **({"tokens": 0} if stage == "generate" else {})),
-            on_load=lambda model: report.update(zip(("local_param_bytes", "local_experts"), _local_footprint(model))),
+            on_stage=lambda stage: progress(
+                stage=stage, **({"tokens": 0} if stage == "generate" else {})
+            ),
+            on_load=lambda model: report.update(
+                zip(("local_param_bytes", "local_experts"), _local_footprint(model))
+            ),
             no_grad=job["no_grad"],
         )
     except Exception as setup_exc:  # noqa: BLE001 the set-up failed: no stage ran
-        result = {"status": probe_core.classify("runner", setup_exc), "failure_stage": "runner", "exception": setup_exc}
+        result = {
+            "status": probe_core.classify("runner", setup_exc),
+            "failure_stage": "runner",
+            "exception": setup_exc,
+        }
     exc = result.pop("exception")
     report.update({k: v for k, v in result.items() if k in report})
     if exc is None:
@@ -147,17 +169,23 @@ def _rank_body(
         except Exception:  # noqa: BLE001 memory is informative only
             pass
     report["peak_host_mem_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    report["cpu_threads"] = torch.get_num_threads()  # the launcher's share of the probe's (timings depend on it)
+    # the launcher's share of the probe's (timings depend on it)
+    report["cpu_threads"] = torch.get_num_threads()
     return report
 
 
 def rank_main(run_dir: Path) -> int:
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     job = json.loads((run_dir / "job.json").read_text())
-    # before torch (and the backend) is imported: this rank's device only (a TPU rank: its chip of the probe's
-    # grant, and the launch environment the launcher's parent set up, which the rank inherited)
+    # before torch (and the backend) is imported: this rank's device only (a TPU rank: its chip of
+    # the probe's grant, and the launch environment the launcher's parent set up, which the rank
+    # inherited)
     try:
-        os.environ.update(devices.adapter_for(job["device_type"]).rank_env(local_rank, job["world_size"], os.environ))
+        os.environ.update(
+            devices.adapter_for(job["device_type"]).rank_env(
+                local_rank, job["world_size"], os.environ
+            )
+        )
         pin_error = None
     except Exception as exc:  # noqa: BLE001 the rank's report says why it has no device
         pin_error = exc
@@ -169,7 +197,8 @@ def rank_main(run_dir: Path) -> int:
     report = _rank_body(job, rank, local_rank, progress, pin_error)
     atomic_write_json(run_dir / f"rank{rank}.json", report)
     if report["status"] != probe_core.PASS:
-        os._exit(RANK_FAILED_EXIT)  # at once: the agent stops the others, no collective is left waiting
+        # at once: the agent stops the others, no collective is left waiting
+        os._exit(RANK_FAILED_EXIT)
     import torch
 
     if torch.distributed.is_initialized():

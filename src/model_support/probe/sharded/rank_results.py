@@ -1,6 +1,7 @@
-"""A run's result: the empty result ``run_sharded`` fills, and ``merge_outcome``, which reads the rank reports,
-the launcher's outcome and the progress files of the run folder and decides which failure is the
-probe's (a timeout, a rank that died, a rank whose stages raised); the exceptions that name it."""
+"""A run's result: the empty result ``run_sharded`` fills, and ``merge_outcome``, which reads the
+rank reports, the launcher's outcome and the progress files of the run folder and decides which
+failure is the probe's (a timeout, a rank that died, a rank whose stages raised); the exceptions
+that name it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from .protocol import STAGE_KEYS, STOP_SIGNALS
 
 
 class RankDied(RuntimeError):
-    """A rank process ended without a result (a signal such as the OOM killer's SIGKILL, a crash)."""
+    """A rank process ended without a result (a signal such as the OOM killer's SIGKILL, a
+    crash)."""
 
 
 class RankTimeout(TimeoutError):
@@ -75,7 +77,9 @@ def empty_result(world_size: int, device_type: str) -> dict:
     return result
 
 
-def fail_result(result: dict, status: str, stage: str, exc: BaseException, rank: int | None = None) -> dict:
+def fail_result(
+    result: dict, status: str, stage: str, exc: BaseException, rank: int | None = None
+) -> dict:
     result.update(
         status=status,
         failure_stage=stage,
@@ -96,7 +100,11 @@ def _describe_exit(exitcode: int | None) -> str:
             name = signal.Signals(-exitcode).name
         except ValueError:
             name = f"signal {-exitcode}"
-        why = " (what the kernel's OOM killer sends when memory runs out)" if -exitcode == signal.SIGKILL else ""
+        why = (
+            " (what the kernel's OOM killer sends when memory runs out)"
+            if -exitcode == signal.SIGKILL
+            else ""
+        )
         return f"was killed by {name}{why}"
     return f"exited with status {exitcode} without a result"
 
@@ -118,7 +126,8 @@ def _read_json(path: Path) -> dict | None:
 
 
 def _log_tail(run_dir: Path, ranks, chars: int = 4000) -> str | None:
-    """The end of these ranks' stderr logs (their Python stacks, after a timeout), each under a header."""
+    """The end of these ranks' stderr logs (their Python stacks, after a timeout), each under a
+    header."""
     parts = []
     for rank in ranks:
         for path in sorted(run_dir.glob(f"logs/**/attempt_*/{rank}/stderr.log")):
@@ -129,9 +138,12 @@ def _log_tail(run_dir: Path, ranks, chars: int = 4000) -> str | None:
 
 
 def _rebuild(report: dict) -> BaseException:
-    """The rank's exception as an object: same class name (a RankError) and message, its traceback as the cause."""
+    """The rank's exception as an object: same class name (a RankError) and message, its
+    traceback as the cause."""
     cls = type(
-        report["error_type"] or "RankError", (RankError,), {"__module__": report.get("error_module") or "builtins"}
+        report["error_type"] or "RankError",
+        (RankError,),
+        {"__module__": report.get("error_module") or "builtins"},
     )
     exc = cls(report["error_message"])
     exc.__cause__ = _RankTraceback(f"rank {report['rank']}:\n{report['traceback']}")
@@ -147,9 +159,9 @@ def _one_line(report: dict) -> str:
 
 
 def _from_reports(result: dict, done: dict[int, dict], world_size: int) -> None:
-    """What the ranks that reported measured: per rank (a missing rank's entries null) and overall (the
-    peaks, the slowest load), rank 0's stage results (or the lowest rank's that reported), and whether
-    every rank generated the same tokens (unknown while one is missing)."""
+    """What the ranks that reported measured: per rank (a missing rank's entries null) and
+    overall (the peaks, the slowest load), rank 0's stage results (or the lowest rank's that
+    reported), and whether every rank generated the same tokens (unknown while one is missing)."""
     per_rank = [done.get(r) or {} for r in range(world_size)]
     result["load_s_per_rank"] = [rep.get("load_s") for rep in per_rank]
     result["generate_s_per_rank"] = [rep.get("generate_s") for rep in per_rank]
@@ -160,10 +172,13 @@ def _from_reports(result: dict, done: dict[int, dict], world_size: int) -> None:
     result["peak_device_mem_mb"] = max(peaks) if peaks else None
     sources = [rep["device_mem_source"] for rep in done.values() if rep.get("device_mem_source")]
     result["device_mem_source"] = sources[0] if sources else None
-    hosts = [rep["peak_host_mem_mb"] for rep in done.values() if rep.get("peak_host_mem_mb") is not None]
+    hosts = [
+        rep["peak_host_mem_mb"] for rep in done.values() if rep.get("peak_host_mem_mb") is not None
+    ]
     result["peak_host_mem_mb"] = max(hosts) if hosts else None
     threads = [rep["cpu_threads"] for rep in done.values() if rep.get("cpu_threads") is not None]
-    result["cpu_threads"] = max(threads) if threads else None  # the ranks' are equal: one launcher set them
+    # the ranks' are equal: one launcher set them
+    result["cpu_threads"] = max(threads) if threads else None
     base = done.get(0) or done[min(done)]
     for key in STAGE_KEYS:
         if key not in ("status", "failure_stage", "exception", "model", "tokenizer"):
@@ -171,7 +186,9 @@ def _from_reports(result: dict, done: dict[int, dict], world_size: int) -> None:
     loads = [t for t in result["load_s_per_rank"] if t is not None]
     result["load_s"] = max(loads) if loads else None
     outputs = [rep.get("output_token_ids") for rep in done.values()]
-    result["ranks_agree"] = all(o == outputs[0] for o in outputs) if len(done) == world_size else None
+    result["ranks_agree"] = (
+        all(o == outputs[0] for o in outputs) if len(done) == world_size else None
+    )
 
 
 def merge_outcome(result: dict, run_dir: Path, world_size: int, outcome: dict) -> None:
@@ -190,7 +207,8 @@ def merge_outcome(result: dict, run_dir: Path, world_size: int, outcome: dict) -
     if done:
         _from_reports(result, done, world_size)
     raised = sorted(
-        (rep for rep in done.values() if rep.get("status") != probe_core.PASS), key=lambda rep: rep["failed_at"]
+        (rep for rep in done.values() if rep.get("status") != probe_core.PASS),
+        key=lambda rep: rep["failed_at"],
     )
     result["rank_errors"] = [_one_line(rep) for rep in raised] or None
     failures = {int(r): f for r, f in (outcome.get("failures") or {}).items()}
@@ -202,7 +220,10 @@ def merge_outcome(result: dict, run_dir: Path, world_size: int, outcome: dict) -
         behind = sorted(missing, key=lambda r: (progress[r] or {}).get("t") or 0)
         where = "; ".join(f"rank {r}: {_where(progress[r], max_new)}" for r in missing)
         label = f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}"
-        message = f"{label} did not finish within {job['timeout_s']:g} s ({where}); all {world_size} ranks were killed"
+        message = (
+            f"{label} did not finish within {job['timeout_s']:g} s ({where}); all {world_size} "
+            "ranks were killed"
+        )
         rank = behind[0] if behind else None
         fail_result(result, probe_core.FAIL_OTHER, stage_of(rank), RankTimeout(message), rank=rank)
         result["rank_log_tail"] = _log_tail(run_dir, missing)
@@ -210,14 +231,16 @@ def merge_outcome(result: dict, run_dir: Path, world_size: int, outcome: dict) -
     died = [r for r in missing if (failures.get(r) or {}).get("exitcode")]
     crashed = [r for r in died if -failures[r]["exitcode"] not in STOP_SIGNALS]
     stopped = [r for r in died if r not in crashed]
-    # a rank that died by itself (a crash, the OOM killer) comes first: the others only saw it go;
-    # a rank the agent stopped (SIGTERM, once another rank failed) is the cause only when nothing else is
+    # a rank that died by itself (a crash, the OOM killer) comes first: the others only saw it go; a
+    # rank the agent stopped (SIGTERM, once another rank failed) is the cause only when nothing else
+    # is
     causes = crashed or ([] if raised else stopped)
     if causes:
         rank = min(causes, key=lambda r: (failures[r].get("timestamp") or 0, r))
         others = f"the other rank{'s were' if world_size > 2 else ' was'} stopped"
         message = (
-            f"rank {rank} {_describe_exit(failures[rank]['exitcode'])} {_where(progress[rank], max_new)}; {others}"
+            f"rank {rank} {_describe_exit(failures[rank]['exitcode'])} "
+            f"{_where(progress[rank], max_new)}; {others}"
         )
         fail_result(result, probe_core.FAIL_OTHER, stage_of(rank), RankDied(message), rank=rank)
         result["rank_log_tail"] = _log_tail(run_dir, [rank])
@@ -238,9 +261,12 @@ def merge_outcome(result: dict, run_dir: Path, world_size: int, outcome: dict) -
     if missing or outcome.get("launcher_error"):
         if missing:
             rank = missing[0]
-            launcher = outcome.get("launcher_error") or f"exit status {outcome.get('launcher_exit')}"
+            launcher = (
+                outcome.get("launcher_error") or f"exit status {outcome.get('launcher_exit')}"
+            )
             exc: Exception = RankDied(
-                f"rank {rank} wrote no result {_where(progress[rank], max_new)} (launcher: {launcher})"
+                f"rank {rank} wrote no result {_where(progress[rank], max_new)} (launcher: "
+                f"{launcher})"
             )
         else:
             rank, exc = None, LaunchFailed(outcome["launcher_error"])

@@ -1,7 +1,8 @@
-"""Where a sweep's probes run: an ``Executor`` (``submit``, ``results``, ``stop``; ``executors.contract``),
-on this host (``local``: pinned processes) or on a Ray cluster (``ray``: one task per probe), with the
-same promises: downloads ahead within the cache budget, devices handed out by the scheduler,
-``schedule.jsonl``, a stop that starts nothing more, a kernel that never started left pending."""
+"""Where a sweep's probes run: an ``Executor`` (``submit``, ``results``, ``stop``;
+``executors.contract``), on this host (``local``: pinned processes) or on a Ray cluster (``ray``:
+one task per probe), with the same promises: downloads ahead within the cache budget, devices
+handed out by the scheduler, ``schedule.jsonl``, a stop that starts nothing more, a kernel that
+never started left pending."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ def make(
     budget: CacheBudget | None = None,
     prefetch: int = 1,
 ) -> Executor:
-    """The executor ``name`` ("local" or "ray") for a sweep on ``device``; ``workers`` None: one per device
-    (this host's, or the Ray cluster's)."""
+    """The executor ``name`` ("local" or "ray") for a sweep on ``device``; ``workers`` None: one
+    per device (this host's, or the Ray cluster's)."""
     if name == "ray":
         from .ray import RayExecutor
 

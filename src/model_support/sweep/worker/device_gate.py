@@ -1,17 +1,20 @@
-"""The device gate: a probe process handed its model before its devices are granted, pinned when they are.
+"""The device gate: a probe process handed its model before its devices are granted, pinned when
+they are.
 
 Why: a device held while its probe process starts papermill, injects the parameters and reads the
-weights from disk is a device doing nothing. A gated probe process (``Standby`` with a ``gate``) gets
-its task as soon as a worker takes the model: it has already started its kernel and imported the stack
-(nothing device-bound: no backend is loaded), and while it waits at the gate it reads the model's
-files into the page cache (``read_ahead``: the kernel's memory, given back under pressure). The runner
-holds the devices (``with gate() as env``) from the grant until the process ends; at the grant the
-pinning variables (``CUDA_VISIBLE_DEVICES``, the TPU runtime's chips, ``<NAME>_VISIBLE_DEVICES``) are
-set in the waiting kernel, before its notebook loads the device's backend, and the notebook runs.
+weights from disk is a device doing nothing. A gated probe process (``Standby`` with a ``gate``)
+gets its task as soon as a worker takes the model: it has already started its kernel and imported
+the stack (nothing device-bound: no backend is loaded), and while it waits at the gate it reads the
+model's files into the page cache (``read_ahead``: the kernel's memory, given back under pressure).
+The runner holds the devices (``with gate() as env``) from the grant until the process ends; at the
+grant the pinning variables (``CUDA_VISIBLE_DEVICES``, the TPU runtime's chips,
+``<NAME>_VISIBLE_DEVICES``) are set in the waiting kernel, before its notebook loads the device's
+backend, and the notebook runs.
 
 Pinning at the grant rather than at process start is what lets any waiting process take whichever
-device frees first: the warm-up imports torch and transformers but loads no backend and asks no device
-anything (a test checks), so a variable set then is read when the backend initialises, as at start.
+device frees first: the warm-up imports torch and transformers but loads no backend and asks no
+device anything (a test checks), so a variable set then is read when the backend initialises, as at
+start.
 """
 
 from __future__ import annotations
@@ -41,15 +44,17 @@ AT_GATE = "at_gate"
 @contextmanager
 def _held(standby) -> Iterator[None]:
     while not (standby.work / AT_GATE).exists() and standby.proc.poll() is None:
-        time.sleep(0.01)  # the devices are asked for once the process waits at the gate, warm, its model read ahead
+        # the devices are asked for once the process waits at the gate, warm, its model read ahead
+        time.sleep(0.01)
     with standby.gate() as env:
         atomic_write_json(standby.work / GRANT_FILE, {"env": env})
         yield
 
 
 def await_grant(work: Path, task: Mapping[str, Any]) -> None:
-    """In the probe process, before its notebook starts: read the model's files ahead, say it waits at the
-    gate, wait for the grant (the kernel pins its devices from the grant file: ``probe.grant``)."""
+    """In the probe process, before its notebook starts: read the model's files ahead, say it
+    waits at the gate, wait for the grant (the kernel pins its devices from the grant file:
+    ``probe.grant``)."""
     read_ahead(task.get("snapshot") or task["source"])
     (work / AT_GATE).touch()
     grant = work / GRANT_FILE
@@ -58,8 +63,8 @@ def await_grant(work: Path, task: Mapping[str, Any]) -> None:
 
 
 def read_ahead(folder: str) -> int:
-    """Ask the OS to read a local model folder's weight files into the page cache (asynchronous, no copy in
-    this process); the bytes asked for. A Hub id or a missing folder: nothing."""
+    """Ask the OS to read a local model folder's weight files into the page cache (asynchronous,
+    no copy in this process); the bytes asked for. A Hub id or a missing folder: nothing."""
     path, asked = Path(folder), 0
     if not path.is_dir():
         return 0

@@ -5,15 +5,16 @@ files a probe needs are fetched here (``hub_fetch.fetch``: exactly the planned f
 backoff), and what the Hub answers is sorted before any probe runs:
 
 - ``ready``: the local snapshot to load from, with ``revision_sha``, ``download_s``,
-  ``download_bytes`` and the Hub's metadata (``hub.metadata``) for the record (a local folder is ready as it is, with no download fields);
+  ``download_bytes`` and the Hub's metadata (``hub.metadata``) for the record (a local folder is
+  ready as it is, with no download fields);
 - ``pending``: the network or the disk failed after the retries: no record, ``--resume`` retries it;
 - ``excluded``: no access (gated, private, token) or no such model or revision: an excluded row
   with the reason;
 - ``failed``: the repo has no weights transformers can load, a real answer about the model:
   ``FAIL(load)`` at stage ``download``.
 
-``MODEL_SUPPORT_HUB_ATTEMPTS`` and ``MODEL_SUPPORT_HUB_BACKOFF_S`` tune the retries (``hub_fetch.retry_policy``; the tests use
-a short backoff).
+``MODEL_SUPPORT_HUB_ATTEMPTS`` and ``MODEL_SUPPORT_HUB_BACKOFF_S`` tune the retries
+(``hub_fetch.retry_policy``; the tests use a short backoff).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ class Download:
 
 
 def download(task: ProbeTask) -> Download:
-    """Fetch what ``task``'s probe needs (see the module docstring); never raises for the Hub's answer."""
+    """Fetch what ``task``'s probe needs (see the module docstring); never raises for the Hub's
+    answer."""
     source = task["source"]
     if hub_fetch.is_local(source):
         return Download("ready", path=source)
@@ -46,7 +48,8 @@ def download(task: ProbeTask) -> Download:
     try:
         got = hub_fetch.fetch(
             source,
-            revision=task.get("revision_sha") or params.get("revision") or "",  # the sweep's commit, once known
+            # the sweep's commit, once known
+            revision=task.get("revision_sha") or params.get("revision") or "",
             cache_dir=task.get("cache_dir") or None,
             trust_remote_code=bool(params.get("trust_remote_code")),
             log=lines.append,
@@ -57,5 +60,6 @@ def download(task: ProbeTask) -> Download:
         return Download("excluded", reason=str(exc), log=lines)
     except hub_fetch.NoLoadableWeights as exc:
         return Download("failed", error=exc, log=lines)
-    fields = {**hub.metadata(got["info"]), **{k: got[k] for k in DOWNLOAD_FIELDS}}  # the Hub's facts, as of now
+    # the Hub's facts, as of now
+    fields = {**hub.metadata(got["info"]), **{k: got[k] for k in DOWNLOAD_FIELDS}}
     return Download("ready", path=got["path"], fields=fields, log=lines)

@@ -35,20 +35,25 @@ def whole_notebook(path: Path) -> bytes | None:
     return redact(text).encode()
 
 
-def write_trouble(work: Path, outcome: dict, log: str, record: object, notebook: bytes | None) -> str | None:
-    """Why the probe process's own files are not whole, when a write failed (a full disk): the model is
-    then left pending rather than stored with a broken notebook or given a verdict. Papermill's own write
-    failing for space is the disk; the words "No space left on device" in the log, or no file written at
-    all, are the disk only when the disk is nearly full now (a model's own error may say those words about
-    another file system)."""
-    said = log + (outcome.get("error") or {}).get("message", "")  # papermill's error carries the cell's
+def write_trouble(
+    work: Path, outcome: dict, log: str, record: object, notebook: bytes | None
+) -> str | None:
+    """Why the probe process's own files are not whole, when a write failed (a full disk): the
+    model is then left pending rather than stored with a broken notebook or given a verdict.
+    Papermill's own write failing for space is the disk; the words "No space left on device" in
+    the log, or no file written at all, are the disk only when the disk is nearly full now (a
+    model's own error may say those words about another file system)."""
+    # papermill's error carries the cell's
+    said = log + (outcome.get("error") or {}).get("message", "")
     suspect = any(word in said for word in _DISK_WORDS) or (record is None and not outcome)
-    disk = outcome.get("errno") in DISK_ERRNOS or (suspect and shutil.disk_usage(work).free < NEARLY_FULL_BYTES)
+    disk = outcome.get("errno") in DISK_ERRNOS or (
+        suspect and shutil.disk_usage(work).free < NEARLY_FULL_BYTES
+    )
     if disk:
         free = shutil.disk_usage(work).free
         return (
-            f"the probe process could not write its notebook or record: no space left on the data folder's disk "
-            f"({size_text(free)} free)"
+            "the probe process could not write its notebook or record: no space left on the "
+            f"data folder's disk ({size_text(free)} free)"
         )
     if record is not None and notebook is None:
         return "the probe wrote its record but not a whole notebook"

@@ -11,8 +11,8 @@ cache) and the next download may start. A model too large for the budget is excl
 reason, before anything is downloaded.
 
 Downloads run on daemon threads: ``close`` (the sweep stopped) waits for none of them. A download
-cut short leaves huggingface_hub's own ``.incomplete`` file, which the next fetch resumes. A feeder that
-raises (a thread that cannot be started, a bug) hands no model on: whoever waits for one gets
+cut short leaves huggingface_hub's own ``.incomplete`` file, which the next fetch resumes. A feeder
+that raises (a thread that cannot be started, a bug) hands no model on: whoever waits for one gets
 ``PrefetchFailed`` with its error, so the sweep ends in one sentence instead of waiting forever.
 """
 
@@ -29,11 +29,14 @@ from .task import ProbeTask
 
 
 class PrefetchFailed(RuntimeError):
-    """The prefetcher's feeder raised: no model after the one it was handing on can be downloaded."""
+    """The prefetcher's feeder raised: no model after the one it was handing on can be
+    downloaded."""
 
 
 class Prefetcher:
-    def __init__(self, tasks: list[ProbeTask], window: int, budget: CacheBudget | None, threads: int):
+    def __init__(
+        self, tasks: list[ProbeTask], window: int, budget: CacheBudget | None, threads: int
+    ):
         self._tasks = tasks
         self._window = threading.Semaphore(max(1, window))
         self._budget = budget
@@ -46,11 +49,14 @@ class Prefetcher:
         self._reserved: set[str] = set()
         self._lock = threading.Lock()
         self._failed: BaseException | None = None
-        self._feeder = threading.Thread(target=self._feed_or_fail, name="prefetch-feeder", daemon=True)
+        self._feeder = threading.Thread(
+            target=self._feed_or_fail, name="prefetch-feeder", daemon=True
+        )
         self._feeder.start()
 
     def _feed_or_fail(self) -> None:
-        """``_feed``; when it raises, every model not handed on yet gets its error (``wait``), not a wait forever."""
+        """``_feed``; when it raises, every model not handed on yet gets its error (``wait``),
+        not a wait forever."""
         try:
             self._feed()
         except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for a model it did not hand on
@@ -75,7 +81,10 @@ class Prefetcher:
                     if self._stop.is_set():
                         return
                     threading.Thread(
-                        target=self._download, args=(task, future), name=f"prefetch-{index}", daemon=True
+                        target=self._download,
+                        args=(task, future),
+                        name=f"prefetch-{index}",
+                        daemon=True,
                     ).start()
             self._futures[index] = future
             self._ready[index].set()
@@ -89,7 +98,8 @@ class Prefetcher:
             self._slots.release()
 
     def _reserve(self, task: ProbeTask) -> Download | None:
-        """Room in the budget for ``task``'s download (waiting for it), or why it cannot be fetched."""
+        """Room in the budget for ``task``'s download (waiting for it), or why it cannot be
+        fetched."""
         if self._budget is None or task["source"] in self._reserved:
             return None
         size = task.get("planned_bytes")
@@ -114,15 +124,17 @@ class Prefetcher:
         return None
 
     def wait(self, index: int) -> Download:
-        """``tasks[index]``'s download, once finished (it never raises for the Hub's answer); ``pending`` at
-        once when the sweep stops first; ``PrefetchFailed`` when the feeder raised before handing it on."""
+        """``tasks[index]``'s download, once finished (it never raises for the Hub's answer);
+        ``pending`` at once when the sweep stops first; ``PrefetchFailed`` when the feeder raised
+        before handing it on."""
         self._ready[index].wait()
         future = self._futures.get(index)
         if future is None and self._failed is not None:
             failed = self._failed
             text = str(failed).strip().splitlines()
             raise PrefetchFailed(
-                f"the downloads ahead of the probes stopped: {type(failed).__name__}" + (f": {text[0]}" if text else "")
+                f"the downloads ahead of the probes stopped: {type(failed).__name__}"
+                + (f": {text[0]}" if text else "")
             ) from failed
         while future is not None and not self._stop.is_set():
             try:
@@ -132,7 +144,8 @@ class Prefetcher:
         return Download("pending", reason="the sweep stopped before this model was downloaded")
 
     def done(self, index: int, got: Download) -> None:
-        """The model's probe is over: delete its files (unless kept), free its place in the window."""
+        """The model's probe is over: delete its files (unless kept), free its place in the
+        window."""
         task = self._tasks[index]
         with self._lock:
             self._left[task["source"]] -= 1
@@ -142,8 +155,8 @@ class Prefetcher:
         self._window.release()
 
     def close(self) -> None:
-        """Stop downloading now, waiting for no download in flight; whoever still waits for a model gets
-        ``pending``."""
+        """Stop downloading now, waiting for no download in flight; whoever still waits for a
+        model gets ``pending``."""
         self._stop.set()
         self._window.release()
         self._slots.release()

@@ -19,14 +19,18 @@ class ProbeTask(TypedDict):
     variant: str
     timeout_s: float
     notebook_path: str  #: where the driver keeps the executed notebook, relative to the data folder
-    scrub: NotRequired[dict[str, str]]  #: machine paths -> the portable id, replaced in everything kept
-    hub: NotRequired[dict[str, Any]]  #: the Hub's metadata from the model list (``schema.HUB_FIELDS``)
+    # : machine paths -> the portable id, replaced in everything kept
+    scrub: NotRequired[dict[str, str]]
+    # : the Hub's metadata from the model list (``schema.HUB_FIELDS``)
+    hub: NotRequired[dict[str, Any]]
     planned_bytes: NotRequired[int | None]  #: the download's size, from the Hub's file list
-    #: the commit to download (``runner.tasks_to_run``: the one the sweep already probed, else the one the Hub
-    #: resolved when the sweep was created), so that one sweep never mixes commits of a model; None: ask the Hub
+    #: the commit to download (``runner.tasks_to_run``: the one the sweep already probed, else the
+    #: one the Hub resolved when the sweep was created), so that one sweep never mixes commits of a
+    #: model; None: ask the Hub
     revision_sha: NotRequired[str | None]
     cache_dir: NotRequired[str]
     keep_cache: NotRequired[bool]
     snapshot: NotRequired[str]  #: the local folder the files were downloaded to, ahead of the probe
     facts: NotRequired[dict[str, Any]]  #: the Hub's facts for the record (``records.FACT_FIELDS``)
-    checks_state: NotRequired[str]  #: a host-checks process: the device phase's state file (``worker.host_checks``)
+    # : a host-checks process: the device phase's state file (``worker.host_checks``)
+    checks_state: NotRequired[str]
