@@ -112,6 +112,26 @@ def gate(
             "shows the sweeps."
         )
     result = GateResult(to_run=after.to_run)
+    _judged(result, found, fail_on)
+    if after.to_run and set(fail_on):
+        result.notes.append(
+            f"{b} has {len(after.to_run)} run(s) still to run: finish it with `model-support "
+            f"sweep --resume {b}`, then gate again"
+        )
+    if "regressions" in fail_on:
+        dropped, notes = long_text_lines(data_dir, a, b, expectations, across)
+        result.failing += dropped
+        result.notes += notes
+        if dropped:
+            result.counts[LONG_TEXT_DROP] = len(dropped)
+    if "perf" in fail_on:
+        _slower(result, perf.gate_lines(data_dir, a, b, perf_threshold))
+    return result
+
+
+def _judged(result: GateResult, found: list, fail_on: list[str]) -> None:
+    """Each change decided (``decision.decide``) into ``result``: failing under ``fail_on``, known
+    (expected), or said (a note, or a change another gate word would fail)."""
     for change in found:
         if (
             change.kind in decision.FAILS_UNDER
@@ -141,31 +161,23 @@ def gate(
             result.known.append(change.line)
         elif change.kind in decision.SAID:
             result.notes.append(change.line)
-    if after.to_run and set(fail_on):
-        result.notes.append(
-            f"{b} has {len(after.to_run)} run(s) still to run: finish it with `model-support "
-            f"sweep --resume {b}`, then gate again"
+
+
+def _slower(result: GateResult, gated: tuple[list[str], list[str]]) -> None:
+    """The perf gate's lines (``perf.gate_lines``) into ``result``, each failing line counted by
+    kind."""
+    slower, notes = gated
+    result.failing += slower
+    result.notes += notes
+    for line in slower:
+        kind = (
+            "slower"
+            if line.startswith("slower:")
+            else "not timed"
+            if line.startswith("perf: not timed")
+            else ("perf not compared")
         )
-    if "regressions" in fail_on:
-        dropped, notes = long_text_lines(data_dir, a, b, expectations, across)
-        result.failing += dropped
-        result.notes += notes
-        if dropped:
-            result.counts[LONG_TEXT_DROP] = len(dropped)
-    if "perf" in fail_on:
-        slower, notes = perf.gate_lines(data_dir, a, b, perf_threshold)
-        result.failing += slower
-        result.notes += notes
-        for line in slower:
-            kind = (
-                "slower"
-                if line.startswith("slower:")
-                else "not timed"
-                if line.startswith("perf: not timed")
-                else ("perf not compared")
-            )
-            result.counts[kind] = result.counts.get(kind, 0) + 1
-    return result
+        result.counts[kind] = result.counts.get(kind, 0) + 1
 
 
 #: How the gate's summary counts a PASS whose long-text rate dropped below what is expected of it.

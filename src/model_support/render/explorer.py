@@ -133,12 +133,7 @@ def explorer_data(data_dir: Path | str) -> dict:
     rows, sweep_env = _with_sweep_envs(rows)
     hist = _histories(rows, entry_names, sweeps)
     variants = analysis.sort_variants(hist["variant"].to_list())
-    variant_index = {v: k for k, v in enumerate(variants)}
-    hist = hist.with_columns(
-        pl.col("variant")
-        .replace_strict(variant_index, default=len(variants), return_dtype=pl.Int64)
-        .alias("vi")
-    ).sort("model_id", "vi")
+    hist = _in_variant_order(hist, variants)
     hub = unprobed_models.latest_hub(data_dir, sweeps, listed_hub)
     details = latest_details(data_dir, hist.select("model_id", "variant", "sweep_id"))
     hub_by_model = {r["model_id"]: r for r in hub.iter_rows(named=True)}
@@ -155,12 +150,7 @@ def explorer_data(data_dir: Path | str) -> dict:
     entries = _entries(
         data_dir, hist, details, hub_by_model, entry_task, unprobed_models.rankings(listed), tables
     )
-    # Every entry of a model (one per variant), and each (model, variant)'s entry.
-    entries_of: dict[str, list[int]] = {}
-    position = {}
-    for k, entry in enumerate(entries):
-        entries_of.setdefault(entry["model_id"], []).append(k)
-        position[(entry["model_id"], entry["variant_label"])] = k
+    entries_of, position = _positions(entries)
     sweep_rows = _sweep_rows(sweeps, reports, dict(sweep_env.iter_rows()))
     sweep_position = {r[0]: s for s, r in enumerate(sweep_rows)}
     return {
@@ -198,6 +188,26 @@ def explorer_data(data_dir: Path | str) -> dict:
             if key in position
         ],
     }
+
+
+def _in_variant_order(hist: pl.DataFrame, variants: list[str]) -> pl.DataFrame:
+    """The histories by model, each model's variants in ``variants``' order (column ``vi``)."""
+    variant_index = {v: k for k, v in enumerate(variants)}
+    return hist.with_columns(
+        pl.col("variant")
+        .replace_strict(variant_index, default=len(variants), return_dtype=pl.Int64)
+        .alias("vi")
+    ).sort("model_id", "vi")
+
+
+def _positions(entries: list[dict]) -> tuple[dict[str, list[int]], dict[tuple, int]]:
+    """Every entry of a model (one per variant), and each (model, variant)'s entry."""
+    entries_of: dict[str, list[int]] = {}
+    position = {}
+    for k, entry in enumerate(entries):
+        entries_of.setdefault(entry["model_id"], []).append(k)
+        position[(entry["model_id"], entry["variant_label"])] = k
+    return entries_of, position
 
 
 def _vocabulary(variants: list[str]) -> dict:

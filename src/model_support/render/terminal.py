@@ -97,32 +97,7 @@ def format_diff(
     for change in analysis.CHANGES:
         part = diff.filter(pl.col("change") == change)
         for r in part.head(max_per_change).iter_rows(named=True):
-            now, was = r["signature_after"], r["signature_before"]
-            # newly suspect (or no longer): what the check says now, not a signature
-            if r.get("check_note"):
-                now = (
-                    f"{r['check_after']}: {r['check_note']}"
-                    if r.get("check_after")
-                    else r["check_note"]
-                )
-            sig = now or ""
-            if was and was != now:
-                whose = f" [{r['attribution_before']}]" if r.get("attribution_before") else ""
-                sig = f"{sig} (was: {was}{whose})" if sig else f"(was: {was}{whose})"
-            variant = [r["variant"] or analysis.DEFAULT_VARIANT] if with_variant else []
-            cause = changed_by.get((r["model_id"], r["variant"] or analysis.DEFAULT_VARIANT))
-            said = [f"changed by {cause}" if cause else ""] if with_cause else []
-            rows.append(
-                [
-                    r["model_id"],
-                    *variant,
-                    change,
-                    r["status_before"] or "-",
-                    r["status_after"] or "-",
-                    sig,
-                    *said,
-                ]
-            )
+            rows.append(_diff_row(r, change, with_variant, changed_by if with_cause else None))
         if part.height > max_per_change:
             left_out.append(f"{part.height - max_per_change} more {change}")
     more = (
@@ -150,6 +125,27 @@ def format_diff(
         console.print(more, soft_wrap=True)
     console.print(summary, soft_wrap=True)
     return buffer.getvalue()
+
+
+def _diff_row(r: dict, change: str, with_variant: bool, changed_by: dict | None) -> list[str]:
+    """One run's row of ``format_diff``: model, variant (``with_variant``), change, verdicts, the
+    signature now (was, and whose), and what a bisect said changed it (``changed_by``, when
+    given)."""
+    now, was = r["signature_after"], r["signature_before"]
+    # newly suspect (or no longer): what the check says now, not a signature
+    if r.get("check_note"):
+        now = f"{r['check_after']}: {r['check_note']}" if r.get("check_after") else r["check_note"]
+    sig = now or ""
+    if was and was != now:
+        whose = f" [{r['attribution_before']}]" if r.get("attribution_before") else ""
+        sig = f"{sig} (was: {was}{whose})" if sig else f"(was: {was}{whose})"
+    variant = [r["variant"] or analysis.DEFAULT_VARIANT] if with_variant else []
+    said = []
+    if changed_by is not None:
+        cause = changed_by.get((r["model_id"], r["variant"] or analysis.DEFAULT_VARIANT))
+        said = [f"changed by {cause}" if cause else ""]
+    row = [r["model_id"], *variant, change, r["status_before"] or "-", r["status_after"] or "-"]
+    return [*row, sig, *said]
 
 
 def _count(value) -> str:
