@@ -9,10 +9,10 @@ WORKERS   ?= 2
 # 3 test workers on 2 cores: the suite waits as well as computes (kernel starts, rank timeouts, Ray's start), and a
 # third worker fills those waits: 24.4 min with 3, 29.1 with 2 on the tree before (~5 CPU-minutes more), 2026-12-07.
 TEST_WORKERS ?= 3
-XDIST     = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
+XDIST     = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 export PYTHONWARNINGS ?= ignore:<TorchTpu/Performance/TcMalloc/
 
-.PHONY: setup venv lock lock-lab fixtures sweep nightly test suite test-fast test-durations lint bench mutation lab browser clean-data
+.PHONY: setup venv lock lock-lab fixtures sweep nightly test suite test-fast lint bench mutation lab browser clean-data
 
 setup: venv fixtures browser
 
@@ -74,16 +74,12 @@ lint: $(STAMP)
 # The whole suite: lint beside the tests (make -j2: lint's one core would leave the other idle before the tests),
 # unit tests, real sweeps and notebooks, the browser tests, on TEST_WORKERS pytest-xdist workers (tests sharing a
 # module or session fixture, the smoke sweep's, run on one worker: tests/conftest.py groups them, so each is built
-# once; the longest work is handed out first, by tests/durations.json). TEST_WORKERS=0: one process, no xdist.
+# once). TEST_WORKERS=0: one process, no xdist.
 test: fixtures browser $(STAMP)
 	@$(MAKE) --no-print-directory -j2 lint suite
 
 suite:
 	$(PY) -m pytest -q $(XDIST)
-
-# tests/durations.json again, from a run of the whole suite (only the order of the work depends on it).
-test-durations: fixtures browser
-	$(PY) -m pytest -q $(XDIST) --write-durations
 
 # Unit tests and the quick real probes (no sweeps, no browser), on the same workers as `make test`.
 test-fast: fixtures

@@ -159,8 +159,8 @@ def step_browser(data: Path, reps: int) -> dict:
         "page_load_s": round(load_s, 3),
         "search": _spread(searches),
         "update": _spread([d / 1000 for d in direct]),
-        "note": "search: from setting the search text to #match-count changing, 60 ms debounce and Playwright "
-        "polling included; update: the page's filter + render of the rows alone",
+        "note": "search: from setting the search text to #match-count changing, 60 ms debounce and "
+        "Playwright polling included; update: the page's filter + render of the rows alone",
     }
 
 
@@ -191,9 +191,8 @@ def step_pandas(data: Path, reps: int) -> dict:
         files = sorted(str(p) for p in (data / "results").glob("sweep=*/*.parquet"))
         table = ds.dataset(files, format="parquet").to_table(columns=columns).flatten()
         df = table.to_pandas()
-        ids = sorted(
-            df["sweep_id"].unique()
-        )  # synthetic ids sort by time within a name; close enough here
+        # synthetic ids sort by time within a name; close enough here
+        ids = sorted(df["sweep_id"].unique())
         sweep_id, baseline = ids[-1], ids[-2]
         cur = df[df["sweep_id"] == sweep_id]
         cur["status"].value_counts()
@@ -297,7 +296,8 @@ def main() -> None:
     lines = [
         (
             "history",
-            f"{args.sweeps} sweeps x {args.models} models, {t['rows']:,} rows, {results['parquet_mb']} MB Parquet",
+            f"{args.sweeps} sweeps x {args.models} models, {t['rows']:,} rows, "
+            f"{results['parquet_mb']} MB Parquet",
             "",
         ),
         (

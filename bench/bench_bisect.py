@@ -1,10 +1,12 @@
-"""model-support bisect over 10 releases for 5 models, the overlay environments built (cold) and cached (warm).
+"""model-support bisect over 10 releases for 5 models, the overlay environments built (cold) and
+cached (warm).
 
-A wheelhouse written by hand: tinyswitch 1.0 .. 1.11 (12 releases: sweep A on 1.0, sweep B on 1.11, 10 in
-between; 1.7 breaks the models) and tinydecoy 1.0 / 1.1 (changes nothing, so the package step has two
-candidates). Five fixture models whose custom code imports tinyswitch. The two sweeps are written directly
-(sweep.json with each stack, one record per model with its real repro script, compacted to Parquet): the
-bisect reruns those scripts, which is all it does with a sweep. Goal: under 2 minutes here.
+A wheelhouse written by hand: tinyswitch 1.0 .. 1.11 (12 releases: sweep A on 1.0, sweep B on 1.11,
+10 in between; 1.7 breaks the models) and tinydecoy 1.0 / 1.1 (changes nothing, so the package step
+has two candidates). Five fixture models whose custom code imports tinyswitch. The two sweeps are
+written directly (sweep.json with each stack, one record per model with its real repro script,
+compacted to Parquet): the bisect reruns those scripts, which is all it does with a sweep. Goal:
+under 2 minutes here.
 """
 
 from __future__ import annotations
@@ -108,8 +110,8 @@ def main() -> None:
             "runs_s_total": round(sum(runs), 1),
             "env_s_total": round(sum(s.get("env_s", 0) for x in answers for s in x["steps"]), 1),
             "right": right,
-            # CPU seconds of every child (repro scripts, uv): what the bisect costs whatever the machine's load;
-            # cpu_s / cores is its wall time on an otherwise idle machine
+            # CPU seconds of every child (repro scripts, uv): what the bisect costs whatever the
+            # machine's load; cpu_s / cores is its wall time on an otherwise idle machine
             "cpu_s": round(cpu_s, 1),
             "idle_estimate_s": round(cpu_s / (os.cpu_count() or 1), 1),
             "load_average": round(os.getloadavg()[0], 1),

@@ -1,25 +1,29 @@
-"""The headline command, cold: ``papermill notebooks/probe.ipynb out.ipynb -p model_id X`` against the
-record's own repro script (``python repro.py X``), side by side in one run, interleaved, on tiny-llama.
+"""The headline command, cold: ``papermill notebooks/probe.ipynb out.ipynb -p model_id X`` against
+the record's own repro script (``python repro.py X``), side by side in one run, interleaved, on
+tiny-llama.
 
 Both start a fresh Python, import torch and transformers, load the model and generate 8 tokens; the
 difference is what the harness costs a one-off probe: papermill, a kernel, the notebook, the record.
-The comparison is like for like: the CPU reference off (``-p reference none``) and the fluency judge off
-(``-p judge False``), neither of which the repro script runs here (it has no judge at all). The command as typed,
-judge on (its default), runs in the same rounds: its difference from the like-for-like run is the judge's cost,
-the probe's own work, not the harness's. Where the papermill probe's time goes (median seconds) is read
-from the executed notebook's papermill metadata and the record: papermill's process (Python, papermill's
-imports, the notebook read, the exit), the kernel's start, the cell with the stack's imports and the probe
-(``duration_s``, the record's), the other cells, the kernel's shutdown; and each command's CPU seconds (its
-processes', the kernel's included), steadier than wall time on a shared machine. ``--baseline NOTEBOOK`` also runs an
-earlier probe notebook the same way in the same rounds ("before").
-Target: the papermill probe at most 1.0 s over the repro script (the medians' difference).
+The comparison is like for like: the CPU reference off (``-p reference none``) and the fluency judge
+off (``-p judge False``), neither of which the repro script runs here (it has no judge at all). The
+command as typed, judge on (its default), runs in the same rounds: its difference from the
+like-for-like run is the judge's cost, the probe's own work, not the harness's. Where the papermill
+probe's time goes (median seconds) is read from the executed notebook's papermill metadata and the
+record: papermill's process (Python, papermill's imports, the notebook read, the exit), the kernel's
+start, the cell with the stack's imports and the probe (``duration_s``, the record's), the other
+cells, the kernel's shutdown; and each command's CPU seconds (its processes', the kernel's
+included), steadier than wall time on a shared machine. ``--baseline NOTEBOOK`` also runs an earlier
+probe notebook the same way in the same rounds ("before"). Target: the papermill probe at most 1.0 s
+over the repro script (the medians' difference).
 
-The command line, cold (``--cli``): ``model-support --help`` and ``model-support list`` (a data folder with no
-sweeps), each a fresh process, interleaved; ``--baseline-src DIR`` runs them (and the probe, with ``--baseline``)
-with an earlier checkout's ``src/`` first on PYTHONPATH too ("before"), e.g. ``git worktree add /tmp/before HEAD~1``.
-Target: no slower than before (the medians within their spread).
+The command line, cold (``--cli``): ``model-support --help`` and ``model-support list`` (a data
+folder with no sweeps), each a fresh process, interleaved; ``--baseline-src DIR`` runs them (and the
+probe, with ``--baseline``) with an earlier checkout's ``src/`` first on PYTHONPATH too ("before"),
+e.g. ``git worktree add /tmp/before HEAD~1``. Target: no slower than before (the medians within
+their spread).
 
-    .venv/bin/python bench/bench_cold_command.py [--reps 5] [--baseline NOTEBOOK] [--baseline-src DIR] [--cli]
+    .venv/bin/python bench/bench_cold_command.py [--reps 5] [--baseline NOTEBOOK] [--baseline-src
+    DIR] [--cli]
 """
 
 from __future__ import annotations
@@ -43,7 +47,8 @@ NOTEBOOK = "notebooks/probe.ipynb"
 
 
 def timed(args: list[str], cwd: Path, env: dict | None = None) -> tuple[float, float]:
-    """Wall seconds of the command, and the CPU seconds of its processes (the kernel's too: papermill waits for it)."""
+    """Wall seconds of the command, and the CPU seconds of its processes (the kernel's too:
+    papermill waits for it)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(args, cwd=cwd, check=True, capture_output=True, timeout=900, env=env)
@@ -70,7 +75,8 @@ def papermill_command(notebook: str, work: Path, name: str, folder: str, judge: 
 
 
 def parts(wall: float, notebook: Path, record: Path) -> dict:
-    """Where one papermill run's ``wall`` seconds went, from its executed notebook and its record."""
+    """Where one papermill run's ``wall`` seconds went, from its executed notebook and its
+    record."""
     nb = json.loads(notebook.read_text())
     run = nb["metadata"]["papermill"]
     cells = [cell["metadata"]["papermill"] for cell in nb["cells"]]
@@ -96,8 +102,8 @@ def parts(wall: float, notebook: Path, record: Path) -> dict:
 PARTS = {
     "papermill_process": "papermill's process: Python, papermill's imports, the notebook read, the exit",
     "kernel_start": "the kernel's start (Python, ipykernel, IPython), until it answers",
-    "imports_in_kernel": "the probe cell before the probe: model_support's imports, and torch's and transformers' where "
-    "the notebook preloads them (before: inside the probe)",
+    "imports_in_kernel": "the probe cell before the probe: model_support's imports, and torch's and transformers' "
+    "where the notebook preloads them (before: inside the probe)",
     "probe": "the probe itself (the record's duration_s: load, generate, record)",
     "other_cells": "the other cells, the notebook's writes after each",
     "kernel_shutdown": "the kernel's shutdown, until its process is gone",
@@ -105,7 +111,8 @@ PARTS = {
 
 
 def with_src(src: str | None) -> dict | None:
-    """The environment that imports ``model_support`` from ``src`` (an earlier checkout's), or None: this one's."""
+    """The environment that imports ``model_support`` from ``src`` (an earlier checkout's), or
+    None: this one's."""
     if not src:
         return None
     return {
@@ -117,8 +124,8 @@ def with_src(src: str | None) -> dict | None:
 
 
 def cold_cli(reps: int, baseline_src: str | None) -> dict:
-    """``model-support --help`` and ``list``, each a fresh process, interleaved with the same commands importing
-    ``baseline_src``'s package (before), when given."""
+    """``model-support --help`` and ``list``, each a fresh process, interleaved with the same
+    commands importing ``baseline_src``'s package (before), when given."""
     command = os.path.join(os.path.dirname(sys.executable), "model-support")
     data = Path(tempfile.mkdtemp(prefix="bench-cold-cli-"))
     (data / "sweeps").mkdir()
@@ -169,9 +176,8 @@ def main() -> None:
         runs["before_as_typed"] = papermill_command(
             args.baseline, work, "before_as_typed", folder, judge=True
         )
-    subprocess.run(
-        runs["papermill"], cwd=REPO, check=True, capture_output=True, timeout=900
-    )  # warms the disk cache
+    # warms the disk cache
+    subprocess.run(runs["papermill"], cwd=REPO, check=True, capture_output=True, timeout=900)
     (work / "repro.py").write_text(
         json.loads((work / "papermill.json").read_text())["repro_script"]
     )
@@ -221,15 +227,16 @@ def main() -> None:
         "cli": cli,
     }
     print(
-        f"papermill probe {after['papermill_probe_s']['median']:.2f} s, repro script {script['median']:.2f} s: "
-        f"{after['overhead_s']:+.2f} s ({after['ratio']:.2f}x, CPU {after['cpu_overhead_s']:+.2f} s); as typed (judge on) "
-        f"{typed['overhead_s']:+.2f} s"
+        f"papermill probe {after['papermill_probe_s']['median']:.2f} s, repro script "
+        f"{script['median']:.2f} s: {after['overhead_s']:+.2f} s ({after['ratio']:.2f}x, CPU "
+        f"{after['cpu_overhead_s']:+.2f} s); as typed (judge on) {typed['overhead_s']:+.2f} s"
     )
     if args.baseline:
         results["before"] = measured("before")
         results["before"]["as_typed"] = measured("before_as_typed")
         print(
-            f"before: {results['before']['overhead_s']:+.2f} s, as typed {results['before']['as_typed']['overhead_s']:+.2f} s"
+            f"before: {results['before']['overhead_s']:+.2f} s, as typed "
+            f"{results['before']['as_typed']['overhead_s']:+.2f} s"
         )
     write_results("cold_command", results)
 

@@ -1,4 +1,5 @@
-"""Prefetch: a sweep of 8 Hub fixtures from a throttled local Hub, downloads ahead on vs off, in one run.
+"""Prefetch: a sweep of 8 Hub fixtures from a throttled local Hub, downloads ahead on vs off, in one
+run.
 
 The local server (tests/hub_server.py) serves the tiny fixtures as Hub repos and paces every file
 body so that one model's download takes about as long as its probe. The command users type,
@@ -94,9 +95,8 @@ def sweep(server: HubServer, prefetch: int, work: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--seconds-per-download", type=float, default=3.5
-    )  # about a tiny probe: see the docstring
+    # about a tiny probe: see the docstring
+    parser.add_argument("--seconds-per-download", type=float, default=3.5)
     args = parser.parse_args()
     found = fixtures()
     largest = max((Path(found[m]["path"]) / "model.safetensors").stat().st_size for m in MODELS)

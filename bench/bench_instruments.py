@@ -1,29 +1,34 @@
-"""What the probe's instruments cost, on the command users type: each one's share of a probe (issue 47).
+"""What the probe's instruments cost, on the command users type: each one's share of a probe (issue
+47).
 
-``model-support sweep`` of a few fixtures (``MODELS``; eager, 8 new tokens, the perf phase off so that its adaptive
-repeats add no noise, one worker) on the pretend device (``MODEL_SUPPORT_PRETEND='{}'``) and on the CPU, once per
-configuration of the instruments' probe settings (``CONFIGS``: ``-p census=...``, ``-p flight_recorder=...``, ``-p
-host_cost=...``), interleaved: each repetition runs every configuration once, in a rotated order, each in a fresh
-data folder. Per instrument (``SHARES``) the difference of the medians with and without it, as a share of the
-default configuration's median, three times: of the command's CPU seconds (its processes' user and system time,
-all of them waited for), of its wall time, and of its probes' (their records' ``duration_s`` summed, wall time),
-each as the difference of the medians and as the median of the differences within a repetition. On this shared
-2-core machine (load average 3 to 8 from others' tests) those move by a second or more from run to run, more than
-an instrument costs; so each instrument is also timed alone, in one process (``STAGES``): its CPU seconds in the
-probes' stages, over the command's CPU seconds, is the share judged.
-Before: the defaults until issue 47 (a full census; the flight recorder recording every probe). After: the defaults
-now (the census sampled; the recorder armed only, a crash rerun under it). The CPU has no recorder and no host meter
-(it is the host). Goal: each at most 5% of a probe, or off by default with why.
+``model-support sweep`` of a few fixtures (``MODELS``; eager, 8 new tokens, the perf phase off so
+that its adaptive repeats add no noise, one worker) on the pretend device
+(``MODEL_SUPPORT_PRETEND='{}'``) and on the CPU, once per configuration of the instruments' probe
+settings (``CONFIGS``: ``-p census=...``, ``-p flight_recorder=...``, ``-p host_cost=...``),
+interleaved: each repetition runs every configuration once, in a rotated order, each in a fresh data
+folder. Per instrument (``SHARES``) the difference of the medians with and without it, as a share of
+the default configuration's median, three times: of the command's CPU seconds (its processes' user
+and system time, all of them waited for), of its wall time, and of its probes' (their records'
+``duration_s`` summed, wall time), each as the difference of the medians and as the median of the
+differences within a repetition. On this shared 2-core machine (load average 3 to 8 from others'
+tests) those move by a second or more from run to run, more than an instrument costs; so each
+instrument is also timed alone, in one process (``STAGES``): its CPU seconds in the probes' stages,
+over the command's CPU seconds, is the share judged. Before: the defaults until issue 47 (a full
+census; the flight recorder recording every probe). After: the defaults now (the census sampled; the
+recorder armed only, a crash rerun under it). The CPU has no recorder and no host meter (it is the
+host). Goal: each at most 5% of a probe, or off by default with why.
 
-Also, in one process, what each costs an operator (a CPU ``add``, 20,000 calls, median of 5): bare, under a dispatch
-mode that does nothing, under the census, under the recording flight recorder.
+Also, in one process, what each costs an operator (a CPU ``add``, 20,000 calls, median of 5): bare,
+under a dispatch mode that does nothing, under the census, under the recording flight recorder.
 
-    .venv/bin/python bench/bench_instruments.py [--reps 5] [--stage-reps 20] [--devices pretend,cpu] [--models ...]
+    .venv/bin/python bench/bench_instruments.py [--reps 5] [--stage-reps 20] [--devices pretend,cpu]
+    [--models ...]
 
-Each device's figures are written once measured; a run of some devices keeps the others' from the results file
-(same models and repetitions). Others editing this checkout while it runs: measure a frozen copy of the commit
-(``git archive HEAD src pretend/src | tar -x -C DIR; git rev-parse --short HEAD > DIR/COMMIT``, then
-``PYTHONPATH=DIR/src:DIR/pretend/src``), as the results were; ``code`` names the commit.
+Each device's figures are written once measured; a run of some devices keeps the others' from the
+results file (same models and repetitions). Others editing this checkout while it runs: measure a
+frozen copy of the commit (``git archive HEAD src pretend/src | tar -x -C DIR; git rev-parse --short
+HEAD > DIR/COMMIT``, then ``PYTHONPATH=DIR/src:DIR/pretend/src``), as the results were; ``code``
+names the commit.
 """
 
 from __future__ import annotations
@@ -64,17 +69,19 @@ SHARES = (
 )
 #: Why an instrument that is not at most 5% is off by default, and where it is switched on.
 OFF_BY_DEFAULT = {
-    "flight_recorder": "a dispatch mode over every operator, and its answer, the operator a dead kernel died in, is "
-    "only needed when one dies: armed only by default (flight_recorder auto: its file, no dispatch mode); a silent "
-    "abort is rerun once under it (synchronously where the stack can), which names the operator; flight_recorder on "
-    "records every probe (a nightly chasing an abort that does not come back in a rerun)",
+    "flight_recorder": "a dispatch mode over every operator, and its answer, the operator a dead kernel died in, "
+    "is only needed when one dies: armed only by default (flight_recorder auto: its file, no "
+    "dispatch mode); a silent abort is rerun once under it (synchronously where the stack "
+    "can), which names the operator; flight_recorder on records every probe (a nightly "
+    "chasing an abort that does not come back in a rerun)",
 }
 
-#: In one warm process, per model: the probe's stages (``probe_core.run_stages``, as run.py holds the instruments)
-#: under each instrument alone and under none, alternating in a rotated order; the medians of their CPU and wall
-#: seconds, torch on one thread (an instrument's work is one thread's Python; two OpenMP threads spinning on a loaded
-#: machine made CPU seconds as noisy as wall seconds). Then what each costs one operator (a CPU ``add``, 20,000 calls): bare, under a dispatch mode doing nothing,
-#: the census, the recording flight recorder.
+#: In one warm process, per model: the probe's stages (``probe_core.run_stages``, as run.py holds
+#: the instruments) under each instrument alone and under none, alternating in a rotated order; the
+#: medians of their CPU and wall seconds, torch on one thread (an instrument's work is one thread's
+#: Python; two OpenMP threads spinning on a loaded machine made CPU seconds as noisy as wall
+#: seconds). Then what each costs one operator (a CPU ``add``, 20,000 calls): bare, under a dispatch
+#: mode doing nothing, the census, the recording flight recorder.
 STAGES = """
 import contextlib, json, os, statistics, sys, tempfile, time
 import torch
@@ -166,14 +173,15 @@ IN_PROCESS = (
 
 
 def _children_cpu() -> float:
-    """The CPU seconds (user and system) of this process's children that ended and were waited for, so far."""
+    """The CPU seconds (user and system) of this process's children that ended and were waited
+    for, so far."""
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
     return used.ru_utime + used.ru_stime
 
 
 def sweep_once(definition: Path, settings: dict, env: dict) -> dict:
-    """The command, timed, in a fresh data folder: its wall time, its probes' ``duration_s`` summed, per model its
-    census calls and its census's ``ops_time_source``."""
+    """The command, timed, in a fresh data folder: its wall time, its probes' ``duration_s``
+    summed, per model its census calls and its census's ``ops_time_source``."""
     command = [str(Path(sys.executable).parent / "model-support"), "sweep", str(definition)]
     for key, value in settings.items():
         command += ["-p", f"{key}={value}"]
@@ -199,7 +207,8 @@ def sweep_once(definition: Path, settings: dict, env: dict) -> dict:
 
 
 def in_process(device: str, paths: list[str], reps: int) -> dict:
-    """``STAGES`` on ``device``: per model and instrument the medians of the stages' CPU and wall seconds."""
+    """``STAGES`` on ``device``: per model and instrument the medians of the stages' CPU and wall
+    seconds."""
     env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "MODEL_SUPPORT_PRETEND": "{}"}
     done = subprocess.run(
         [sys.executable, "-c", STAGES, device, str(reps), *paths],
@@ -213,7 +222,8 @@ def in_process(device: str, paths: list[str], reps: int) -> dict:
 
 
 def commands(device: str, paths: list[str], reps: int) -> dict[str, list[dict]]:
-    """The command in every configuration of ``device``, ``reps`` times, interleaved (a rotated order each time)."""
+    """The command in every configuration of ``device``, ``reps`` times, interleaved (a rotated
+    order each time)."""
     env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "MODEL_SUPPORT_PRETEND": "{}"}
     configs = list(CONFIGS) if device == "pretend" else list(ON_CPU)
     runs: dict[str, list[dict]] = {name: [] for name in configs}
@@ -240,9 +250,10 @@ def commands(device: str, paths: list[str], reps: int) -> dict[str, list[dict]]:
 
 
 def measure(device: str, names: list[str], models: dict, reps: int, stage_reps: int) -> dict:
-    """Per instrument on ``device``: what it adds to the command (CPU and wall seconds, and its probes'), as the
-    difference of the medians with and without it and the median of the differences within a repetition; and, timed
-    alone in one process, what it adds to the probes' stages' CPU seconds, over the command's CPU seconds."""
+    """Per instrument on ``device``: what it adds to the command (CPU and wall seconds, and its
+    probes'), as the difference of the medians with and without it and the median of the
+    differences within a repetition; and, timed alone in one process, what it adds to the probes'
+    stages' CPU seconds, over the command's CPU seconds."""
     paths = [models[name]["path"] for name in names]
     runs = commands(device, paths, reps)
     alone = in_process(device, paths, stage_reps)
@@ -288,9 +299,10 @@ def measure(device: str, names: list[str], models: dict, reps: int, stage_reps: 
 
 
 def summary(devices: dict) -> tuple[dict, dict]:
-    """Per instrument: its default, what it adds timed alone as a share of the command's CPU seconds (judged; the
-    command's own differences are below this machine's noise) and of the probes' stages, before and after, on each
-    device, and whether it is at most 5% or off by default (with why)."""
+    """Per instrument: its default, what it adds timed alone as a share of the command's CPU
+    seconds (judged; the command's own differences are below this machine's noise) and of the
+    probes' stages, before and after, on each device, and whether it is at most 5% or off by
+    default (with why)."""
     found = {
         (s["instrument"], s["state"], d): s["alone"]
         for d, f in devices.items()
@@ -326,7 +338,8 @@ def summary(devices: dict) -> tuple[dict, dict]:
 
 
 def code_commit() -> str:
-    """The commit measured: a frozen copy's (``PYTHONPATH=DIR/src``, its commit in ``DIR/COMMIT``), else HEAD's."""
+    """The commit measured: a frozen copy's (``PYTHONPATH=DIR/src``, its commit in
+    ``DIR/COMMIT``), else HEAD's."""
     for entry in filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)):
         marker = Path(entry).parent / "COMMIT"
         if marker.exists():
@@ -348,15 +361,14 @@ def main() -> None:
         "stage_reps": args.stage_reps,
         "goal_share": GOAL,
         "models": names,
-        "command": "model-support sweep DEF -p census=... -p flight_recorder=... -p host_cost=... (eager, 8 new "
-        "tokens, perf off, 1 worker)",
+        "command": "model-support sweep DEF -p census=... -p flight_recorder=... -p host_cost=... "
+        "(eager, 8 new tokens, perf off, 1 worker)",
         "code": code_commit(),
         "devices": {},
     }
     earlier = json.loads(RESULTS_FILE.read_text()) if RESULTS_FILE.exists() else {}
-    if (
-        earlier.get("models") == names and earlier.get("reps") == args.reps
-    ):  # the devices not measured this time
+    # the devices not measured this time
+    if earlier.get("models") == names and earlier.get("reps") == args.reps:
         results["devices"] = {
             d: f for d, f in earlier.get("devices", {}).items() if "in_process" in f
         }

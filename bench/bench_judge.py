@@ -1,20 +1,23 @@
-"""The fluency judge (``probe.judge``) on a labelled set: its accuracy, its thresholds, its cost per probe.
+"""The fluency judge (``probe.judge``) on a labelled set: its accuracy, its thresholds, its cost per
+probe.
 
-The labelled set, ``bench/data/fluency_labelled.jsonl`` (``{"prompt", "text", "label", "source"}``), is built
-once by ``python bench/bench_judge.py --build`` (minutes: it generates with real and broken models) and
-committed, so the bench itself only scores it:
+The labelled set, ``bench/data/fluency_labelled.jsonl`` (``{"prompt", "text", "label", "source"}``),
+is built once by ``python bench/bench_judge.py --build`` (minutes: it generates with real and broken
+models) and committed, so the bench itself only scores it:
 
-- fluent (label true): the real SmolLM2-135M-Instruct's greedy answers to 20 prompts (8 tokens, and 24 for
-  six of them), and continuations written by hand for the same prompts;
-- not fluent (label false): one word or sign repeated, random token ids decoded, the greedy output of the
-  tiny random fixture models (8 tokens, three prompts each), and SmolLM2 computing with a wrong kernel
-  (every ``aten::linear`` output perturbed by 20%, or every ``aten::add`` by 5%, a deterministic pattern,
-  the kind of bug the pretend accelerator's ``wrong_ops`` plays), labelled by reading them: most are garbage,
-  some stay English (``label`` true), a few decode to nothing (left out: nothing to judge).
+- fluent (label true): the real SmolLM2-135M-Instruct's greedy answers to 20 prompts (8 tokens, and
+  24 for six of them), and continuations written by hand for the same prompts;
+- not fluent (label false): one word or sign repeated, random token ids decoded, the greedy output
+  of the tiny random fixture models (8 tokens, three prompts each), and SmolLM2 computing with a
+  wrong kernel (every ``aten::linear`` output perturbed by 20%, or every ``aten::add`` by 5%, a
+  deterministic pattern, the kind of bug the pretend accelerator's ``wrong_ops`` plays), labelled by
+  reading them: most are garbage, some stay English (``label`` true), a few decode to nothing (left
+  out: nothing to judge).
 
-The bench reports the judge's accuracy at its thresholds (``judge.MIN_SCORE``, ``judge.MAX_REPEATED``), per
-source, the best thresholds on a grid (to show the chosen ones are not tuned to the last text), the judge's
-load time and the time of one score (what a probe pays: one load per process, one forward pass per PASS).
+The bench reports the judge's accuracy at its thresholds (``judge.MIN_SCORE``,
+``judge.MAX_REPEATED``), per source, the best thresholds on a grid (to show the chosen ones are not
+tuned to the last text), the judge's load time and the time of one score (what a probe pays: one
+load per process, one forward pass per PASS).
 """
 
 from __future__ import annotations
@@ -78,8 +81,8 @@ WRONG_KERNELS = ((("linear",), 0.2), (("add",), 0.05))
 
 
 def _perturbing_mode(ops: tuple[str, ...], eps: float):
-    """A TorchDispatchMode that multiplies the outputs of ``ops`` by 1 + eps * sin(0.7 * index): a wrong kernel
-    that raises nothing."""
+    """A TorchDispatchMode that multiplies the outputs of ``ops`` by 1 + eps * sin(0.7 * index):
+    a wrong kernel that raises nothing."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -101,7 +104,8 @@ def _perturbing_mode(ops: tuple[str, ...], eps: float):
 
 
 def build(models: dict) -> list[dict]:
-    """The labelled set (see the module docstring); the wrong kernels' outputs get ``label`` None, to be read."""
+    """The labelled set (see the module docstring); the wrong kernels' outputs get ``label``
+    None, to be read."""
     import contextlib
 
     import torch
@@ -214,7 +218,8 @@ def main() -> None:
     unlabelled = [r for r in rows if r["label"] is None]
     if unlabelled:
         raise SystemExit(
-            f"{len(unlabelled)} rows of {SET} have no label yet: read them and set label true or false"
+            f"{len(unlabelled)} rows of {SET} have no label yet: read them and set label true "
+            "or false"
         )
     loads = []
     for _ in range(3):
@@ -244,11 +249,13 @@ def main() -> None:
     score_s = [r["score_s"] for r in judged]
     lines = [
         f"Labelled set: {len(judged)} texts ({sum(r['label'] for r in judged)} fluent, "
-        f"{sum(not r['label'] for r in judged)} not; {len(scored) - len(judged)} with no visible text left out). "
-        f"Thresholds: score >= {judge_mod.MIN_SCORE:g} nats/token and at most {judge_mod.MAX_REPEATED:.0%} "
-        f"repeated tokens: **accuracy {chosen:.1%}** (best on a grid of thresholds: {best[0]:.1%} at "
-        f"{best[1]:g} / {best[2]:.0%}). Judge load {statistics.median(loads):.2f} s (median of 3), one score "
-        f"{1000 * statistics.median(score_s):.0f} ms (median over the set): a probe pays one load and one score.",
+        f"{sum(not r['label'] for r in judged)} not; {len(scored) - len(judged)} with no "
+        f"visible text left out). Thresholds: score >= {judge_mod.MIN_SCORE:g} nats/token and "
+        f"at most {judge_mod.MAX_REPEATED:.0%} repeated tokens: **accuracy {chosen:.1%}** "
+        f"(best on a grid of thresholds: {best[0]:.1%} at {best[1]:g} / {best[2]:.0%}). Judge "
+        f"load {statistics.median(loads):.2f} s (median of 3), one score "
+        f"{1000 * statistics.median(score_s):.0f} ms (median over the set): a probe pays one "
+        "load and one score.",
         "",
         "| source | label | texts | right | score median [min, max] |",
         "|---|---|---|---|---|",
@@ -271,7 +278,8 @@ def main() -> None:
     if wrong:
         lines += ["", "Misjudged:", ""]
         lines += [
-            f"- {r['source']}: {r['text']!r} ({r['fluency_score']:.2f}, {r['repeated']:.0%} repeated)"
+            f"- {r['source']}: {r['text']!r} ({r['fluency_score']:.2f}, {r['repeated']:.0%} "
+            "repeated)"
             for r in wrong
         ]
     write_results(

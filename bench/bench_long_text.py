@@ -1,28 +1,33 @@
-"""What the long-text check costs the device, against the probe's own device time, and how far noise moves its rate.
+"""What the long-text check costs the device, against the probe's own device time, and how far noise
+moves its rate.
 
-Issue 56's rule for a new check of the device (the perf phase's: the device pays for what the answers need): its
-default comes from its cost. Per device (the CPU and the pretend accelerator, the two this machine has), in one
-child process each (the pretend device is registered per process):
+Issue 56's rule for a new check of the device (the perf phase's: the device pays for what the
+answers need): its default comes from its cost. Per device (the CPU and the pretend accelerator, the
+two this machine has), in one child process each (the pretend device is registered per process):
 
-1. the probe as a sweep runs it (``run.run_probe``, its defaults: the perf phase on for an accelerator, off on the
-   CPU; the reference and the judge off, host checks that cost the device nothing), twice; its device seconds are the
-   device phase's (``phases.device_phase``: the weights' move, the verdict's generation, the perf phase);
-2. the long text's device half (``long_text.run_paths``: one prefill over the text, then one decode step per
-   position through the KV cache) on the same model kept from the stages, at each length asked;
-3. its rates against the CPU reference (float32, teacher-forced; computed once, then read from the data folder's
-   cache, both timed).
+1. the probe as a sweep runs it (``run.run_probe``, its defaults: the perf phase on for an
+   accelerator, off on the CPU; the reference and the judge off, host checks that cost the device
+   nothing), twice; its device seconds are the device phase's (``phases.device_phase``: the weights'
+   move, the verdict's generation, the perf phase);
+2. the long text's device half (``long_text.run_paths``: one prefill over the text, then one decode
+   step per position through the KV cache) on the same model kept from the stages, at each length
+   asked;
+3. its rates against the CPU reference (float32, teacher-forced; computed once, then read from the
+   data folder's cache, both timed).
 
-A last child runs the long text on the pretend device with bf16-sized noise (``wrong_ops``: every matrix product
-off by 0.39%, half of bf16's epsilon, with a random sign) to say how far a healthy stack's rounding moves the rate
-the gate reads (``expectations.LONG_TEXT_TOLERANCE`` must sit above it). Every child also runs the prefill alone over
-``--tokens`` (one forward pass: cheap on any device) and scores it by 128-position windows, so the noise is read over
-the default length even where the decode path is run shorter (``--pretend-lengths``: the pretend device's decode
-steps are Python dispatch, seconds each on a loaded 2-core host).
+A last child runs the long text on the pretend device with bf16-sized noise (``wrong_ops``: every
+matrix product off by 0.39%, half of bf16's epsilon, with a random sign) to say how far a healthy
+stack's rounding moves the rate the gate reads (``expectations.LONG_TEXT_TOLERANCE`` must sit above
+it). Every child also runs the prefill alone over ``--tokens`` (one forward pass: cheap on any
+device) and scores it by 128-position windows, so the noise is read over the default length even
+where the decode path is run shorter (``--pretend-lengths``: the pretend device's decode steps are
+Python dispatch, seconds each on a loaded 2-core host).
 
     .venv/bin/python bench/bench_long_text.py [--model SmolLM2-135M-Instruct] [--tokens 1024]
         [--cpu-lengths 128,1024] [--pretend-lengths 128,1024] [--quick]
 
-``--quick``: 128 tokens, one probe each (a smoke run). Results: bench/results/long_text.json (long_text_quick.json).
+``--quick``: 128 tokens, one probe each (a smoke run). Results: bench/results/long_text.json
+(long_text_quick.json).
 """
 
 from __future__ import annotations
@@ -39,11 +44,12 @@ from pathlib import Path
 
 from common import REPO, fixtures, write_results
 
-#: torch's threads in each child: what a 1-worker sweep's probe gets on this 2-core host (cores / (workers + host-check
-#: slots)); two threads spin against each other and the other processes of a loaded host (the pretend device's decode
-#: step took 6 times as long with two, under a load of 8).
+#: torch's threads in each child: what a 1-worker sweep's probe gets on this 2-core host (cores /
+#: (workers + host-check slots)); two threads spin against each other and the other processes of a
+#: loaded host (the pretend device's decode step took 6 times as long with two, under a load of 8).
 THREADS = 1
-#: bf16-sized noise on every matrix product (the pretend device's relative error; 0.0039 is half of bf16's epsilon).
+#: bf16-sized noise on every matrix product (the pretend device's relative error; 0.0039 is half of
+#: bf16's epsilon).
 NOISE = {
     "wrong_ops": dict.fromkeys(("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm"), 0.0039)
 }
@@ -52,8 +58,8 @@ NOISE = {
 def child(
     model: str, device: str, lengths: list[int], probes: int, data: str, prefill: int
 ) -> dict:
-    """In a child process: the probe's device seconds, then the long text's at each length, and its rates; then the
-    prefill alone over ``prefill`` positions, scored by windows."""
+    """In a child process: the probe's device seconds, then the long text's at each length, and
+    its rates; then the prefill alone over ``prefill`` positions, scored by windows."""
     import torch  # the child's environment turns torch's backend autoload off (run_child)
 
     from model_support.probe import agreement, devices, long_text, phases, probe_core, probe_params
@@ -116,9 +122,8 @@ def child(
         reference, whence = long_text.reference_for(record, settings, ids)
         first_s = time.perf_counter() - began
         began = time.perf_counter()
-        long_text.reference_for(
-            record, settings, ids
-        )  # the second probe's: read from the data folder
+        # the second probe's: read from the data folder
+        long_text.reference_for(record, settings, ids)
         cached_s = time.perf_counter() - began
         compared = long_text.compare(found, reference, settings["numerics_margin"])
         out["long_text"][str(len(ids))] = {
@@ -141,7 +146,8 @@ def child(
         top, values = top.cpu().tolist(), values.float().cpu().tolist()
     prefill_s = time.perf_counter() - began
     reference, _ = long_text.reference_for(record, settings, ids)
-    # each position's margin as the check has it: 0.5 nats or 0.15 of the reference's spread there, the smaller
+    # each position's margin as the check has it: 0.5 nats or 0.15 of the reference's spread there,
+    # the smaller
     spreads = reference.get("spreads") or [None] * len(ids)
     margins = [
         0.5 if w is None else min(0.5, agreement.DEFAULT_RELATIVE_MARGIN * w) for w in spreads

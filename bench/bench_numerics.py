@@ -1,24 +1,28 @@
-"""The reference check's thresholds, measured, and its cost against the generated reference it replaces.
+"""The reference check's thresholds, measured, and its cost against the generated reference it
+replaces.
 
-Calibration (``probe.agreement``'s ``DEFAULT_MARGIN``, ``DEFAULT_RELATIVE_MARGIN``, ``DEFAULT_BOUND`` and
-``DEFAULT_ERROR``): each model generates greedily in bfloat16 on the CPU, keeping its best logits per step as the
-probe does, and the float32 reference is teacher-forced on those tokens. Over 20 prompts x 32 new tokens, per model:
-the steps, the flips (the top tokens differ), the largest flip margin (how far below its best the reference ranks
-the bf16 model's token; in nats and as a share of the reference's logit spread), the largest and 99th-percentile KL
-and logit error per step, the logit scale's largest distance from 1 (per prompt, as ``compare`` judges it, and
-per step), the lowest PCC of the kept top-k logits with the reference's (the measure the logit error
-replaced, shown to say why), and what ``compare`` says with the defaults. Then wrong kernels, raising nothing: a
-TorchDispatchMode multiplying one operator's outputs by 1 + eps * sin(0.7 * index) on SmolLM2-135M-Instruct (1%, 5%,
-20%); the pretend device's bug (``bug``: the outputs reversed along their last dimension and negated, as its
-``wrong_ops`` list makes them) of every aten::mul.Tensor and of aten::silu on the tiny fixtures; and the pretend
-device's ``matmul_noise`` (every matrix product off by a relative error drawn uniformly within bf16's unit roundoff,
-2^-8, then rounded to bf16 again: no fault) on every model; on the CPU the products reach the mode as aten::linear and
-attention whole, which get the noise on their outputs instead. The check must say diverges for the bugs and the 5% and 20% kernels, and match or ties
-on every healthy or noisy model.
+Calibration (``probe.agreement``'s ``DEFAULT_MARGIN``, ``DEFAULT_RELATIVE_MARGIN``,
+``DEFAULT_BOUND`` and ``DEFAULT_ERROR``): each model generates greedily in bfloat16 on the CPU,
+keeping its best logits per step as the probe does, and the float32 reference is teacher-forced on
+those tokens. Over 20 prompts x 32 new tokens, per model: the steps, the flips (the top tokens
+differ), the largest flip margin (how far below its best the reference ranks the bf16 model's token;
+in nats and as a share of the reference's logit spread), the largest and 99th-percentile KL and
+logit error per step, the logit scale's largest distance from 1 (per prompt, as ``compare`` judges
+it, and per step), the lowest PCC of the kept top-k logits with the reference's (the measure the
+logit error replaced, shown to say why), and what ``compare`` says with the defaults. Then wrong
+kernels, raising nothing: a TorchDispatchMode multiplying one operator's outputs by 1 + eps *
+sin(0.7 * index) on SmolLM2-135M-Instruct (1%, 5%, 20%); the pretend device's bug (``bug``: the
+outputs reversed along their last dimension and negated, as its ``wrong_ops`` list makes them) of
+every aten::mul.Tensor and of aten::silu on the tiny fixtures; and the pretend device's
+``matmul_noise`` (every matrix product off by a relative error drawn uniformly within bf16's unit
+roundoff, 2^-8, then rounded to bf16 again: no fault) on every model; on the CPU the products reach
+the mode as aten::linear and attention whole, which get the noise on their outputs instead. The
+check must say diverges for the bugs and the 5% and 20% kernels, and match or ties on every healthy
+or noisy model.
 
-Cost: on SmolLM2-135M-Instruct, the reference as it ran before (``probe_core.run_stages`` on the CPU in
-float32: load and greedy generation of 8 tokens) against the teacher-forced one (load and one forward pass
-over the prompt plus the 8 tokens, then ``compare``), alternating, 3 repetitions each.
+Cost: on SmolLM2-135M-Instruct, the reference as it ran before (``probe_core.run_stages`` on the CPU
+in float32: load and greedy generation of 8 tokens) against the teacher-forced one (load and one
+forward pass over the prompt plus the 8 tokens, then ``compare``), alternating, 3 repetitions each.
 """
 
 from __future__ import annotations
@@ -38,8 +42,9 @@ WRONG = [
     (("silu",), 0.2),
 ]
 #: The pretend device's faults, played on the CPU (``_fault_mode``): (model, kind, operators).
-#: ``matmul_noise``'s products (model_support_pretend.config.MATMUL_OPS), and what reaches a dispatch mode on the CPU
-#: instead under inference mode: aten::linear and attention whole (the pretend device receives them decomposed).
+#: ``matmul_noise``'s products (model_support_pretend.config.MATMUL_OPS), and what reaches a
+#: dispatch mode on the CPU instead under inference mode: aten::linear and attention whole (the
+#: pretend device receives them decomposed).
 MATMULS = (
     "aten::mm",
     "aten::addmm",
@@ -62,9 +67,10 @@ FAULTS = [
 
 
 def _fault_mode(kind: str, ops: tuple[str, ...]):
-    """The pretend device's faults as a TorchDispatchMode on the CPU: ``bug`` reverses the outputs of ``ops`` along
-    their last dimension and negates them (``tensor._wrong``); ``noise`` multiplies them by 1 + u, u uniform within
-    bf16's unit roundoff, drawn afresh each call from a seeded generator (``tensor._noisy``)."""
+    """The pretend device's faults as a TorchDispatchMode on the CPU: ``bug`` reverses the
+    outputs of ``ops`` along their last dimension and negates them (``tensor._wrong``); ``noise``
+    multiplies them by 1 + u, u uniform within bf16's unit roundoff, drawn afresh each call from
+    a seeded generator (``tensor._noisy``)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -93,9 +99,9 @@ def _fault_mode(kind: str, ops: tuple[str, ...]):
 
 
 def steps_of(model, reference, tokenizer, prompt: str, new_tokens: int, mode=None) -> dict:
-    """One prompt: the device's (bf16) generation with its kept scores, the reference's teacher-forced
-    logits, and ``compare``'s answer with the defaults; each step also gets the PCC of its kept logits with the
-    reference's for the same ids (``topk_pcc``)."""
+    """One prompt: the device's (bf16) generation with its kept scores, the reference's
+    teacher-forced logits, and ``compare``'s answer with the defaults; each step also gets the
+    PCC of its kept logits with the reference's for the same ids (``topk_pcc``)."""
     import contextlib
 
     import torch
@@ -121,8 +127,8 @@ def steps_of(model, reference, tokenizer, prompt: str, new_tokens: int, mode=Non
 def calibrate(
     name: str, path: str, prompts: list[str], new_tokens: int, wrong=None, fault=None
 ) -> dict:
-    """One model over ``prompts``: healthy, with a ``wrong`` kernel (bench_judge's perturbation) or with a pretend
-    ``fault`` ((kind, operators): ``_fault_mode``)."""
+    """One model over ``prompts``: healthy, with a ``wrong`` kernel (bench_judge's perturbation)
+    or with a pretend ``fault`` ((kind, operators): ``_fault_mode``)."""
     import torch
 
     from model_support.probe import agreement, probe_core
@@ -137,9 +143,8 @@ def calibrate(
         if found["numerics"] == "diverges":
             measures.update(found["numerics_measure"].split(" + "))
         steps += [s for s in found["steps"] if s["finite"]]
-        pooled = agreement.logit_scale(
-            found["steps"]
-        )  # the logit scale compare judges: one slope over the steps
+        # the logit scale compare judges: one slope over the steps
+        pooled = agreement.logit_scale(found["steps"])
         if pooled is not None:
             scales.append(pooled[0])
     flips = [s for s in steps if not s["agree"]]
@@ -178,7 +183,8 @@ def calibrate(
 
 
 def cost(path: str, reps: int = 3) -> dict:
-    """The generated reference (load + greedy generation) against the teacher-forced one (load + one forward)."""
+    """The generated reference (load + greedy generation) against the teacher-forced one (load +
+    one forward)."""
     import torch
 
     from model_support.probe import agreement, probe_core
@@ -229,24 +235,27 @@ def main() -> None:
         rows.append(calibrate(name, models[name]["path"], PROMPTS[:8], 8, fault=("noise", MATMULS)))
     costs = cost(smol)
     lines = [
-        f"bf16 on the CPU against the float32 reference, teacher-forced; defaults: margin "
-        f"{agreement.DEFAULT_MARGIN:g} nats or {agreement.DEFAULT_RELATIVE_MARGIN:g} of the spread, bound "
-        f"{agreement.DEFAULT_BOUND:g} nats, logit error {agreement.DEFAULT_ERROR:g}, logit scale 1 +- "
-        f"{agreement.SCALE_TOLERANCE:g}. Healthy and noisy models must say "
-        "match or ties, a wrong kernel diverges. Flip share: the flip margin over the reference's logit spread. "
-        "Top-k PCC: the PCC of the 32 kept logits with the reference's (not used; shown to say why).",
+        "bf16 on the CPU against the float32 reference, teacher-forced; defaults: margin "
+        f"{agreement.DEFAULT_MARGIN:g} nats or {agreement.DEFAULT_RELATIVE_MARGIN:g} of the "
+        f"spread, bound {agreement.DEFAULT_BOUND:g} nats, logit error "
+        f"{agreement.DEFAULT_ERROR:g}, logit scale 1 +- {agreement.SCALE_TOLERANCE:g}. Healthy "
+        "and noisy models must say match or ties, a wrong kernel diverges. Flip share: the "
+        "flip margin over the reference's logit spread. Top-k PCC: the PCC of the 32 kept "
+        "logits with the reference's (not used; shown to say why).",
         "",
-        "| model | wrong kernel | steps | flips | largest flip (nats) | largest flip share | largest KL | p99 KL "
-        "| largest logit error | p99 logit error | smallest logit error | lowest top-k PCC | logit scale off 1 "
-        "(prompt; step) | numerics per prompt | diverged by |",
+        "| model | wrong kernel | steps | flips | largest flip (nats) | largest flip share | "
+        "largest KL | p99 KL | largest logit error | p99 logit error | smallest logit error | "
+        "lowest top-k PCC | logit scale off 1 (prompt; step) | numerics per prompt | diverged "
+        "by |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['model']} | {r['wrong'] or '-'} | {r['steps']} | {r['flips']} | {_f(r['max_flip'])} | "
-            f"{_f(r['max_flip_share'])} | {_f(r['max_kl'])} | {_f(r['p99_kl'])} | {_f(r['max_error'])} | "
-            f"{_f(r['p99_error'])} | {_f(r['min_error'])} | {_f(r['min_topk_pcc'], 4)} | "
-            f"{_f(r['max_scale_off'], 2)}; {_f(r['max_step_scale_off'], 2)} | "
+            f"| {r['model']} | {r['wrong'] or '-'} | {r['steps']} | {r['flips']} | "
+            f"{_f(r['max_flip'])} | {_f(r['max_flip_share'])} | {_f(r['max_kl'])} | "
+            f"{_f(r['p99_kl'])} | {_f(r['max_error'])} | {_f(r['p99_error'])} | "
+            f"{_f(r['min_error'])} | {_f(r['min_topk_pcc'], 4)} | {_f(r['max_scale_off'], 2)}; "
+            f"{_f(r['max_step_scale_off'], 2)} | "
             + ", ".join(
                 f"{k} {v}" for k, v in sorted(r["verdicts"].items(), key=lambda kv: str(kv[0]))
             )
@@ -257,8 +266,9 @@ def main() -> None:
     g, t = costs["generated_s"]["median"], costs["teacher_forced_s"]["median"]
     lines += [
         "",
-        f"Cost on SmolLM2-135M-Instruct, 8 new tokens, float32 on the CPU (median of 3, load included): the generated "
-        f"reference {g:.2f} s, the teacher-forced one {t:.2f} s ({g / t:.2f}x faster).",
+        "Cost on SmolLM2-135M-Instruct, 8 new tokens, float32 on the CPU (median of 3, load "
+        f"included): the generated reference {g:.2f} s, the teacher-forced one {t:.2f} s "
+        f"({g / t:.2f}x faster).",
     ]
     write_results("numerics", {"rows": rows, "cost": costs, "table": "\n".join(lines)})
     print("\n".join(lines))

@@ -1,16 +1,20 @@
-"""The perf phase's cost per probe, and the spread of TPOT over its repeats, on the smoke list's text models.
+"""The perf phase's cost per probe, and the spread of TPOT over its repeats, on the smoke list's
+text models.
 
-Per model, in one warm process on the device (``--device``: the CPU, the smoke list's device, where ``perf`` is
-off by default; or the pretend accelerator, where it is on, timed on its modelled clock), whole probes
-(``run_probe``: stages, the perf phase, the CPU reference, the judge) alternate with the perf phase off
-(``perf=False``) and on (its defaults: on the pretend device's own clock the verdict's decode steps give TPOT and
-two repeats of ``perf_tokens`` 1 a warm TTFT; on the CPU's, after a warm-up, repeats of 16 tokens give TPOT too,
-until its spread over all of them is within ``perf_spread`` 5%, or ``perf_budget`` (a quarter of the probe's device
-time: on the CPU the whole probe so far) or ``perf_repeats``, the cap, stops it: ``probe.performance.Plan``); the
-perf phase's cost is the difference of the medians, as a share of a probe without it (goal: under a fifth). From the
-runs with it on: TPOT's spread over the repeats the phase chose ((max - min) / median; goal: within 5%, the worst of
-the runs, and how many probes met it), and, not chosen by the stop rule, how far the probes' TPOT medians lie apart (what the gate compares between sweeps); its coefficient of variation, how many repeats ran
-and why they stopped, and torch's CPU threads in the probes (``OMP_NUM_THREADS``, else one per core).
+Per model, in one warm process on the device (``--device``: the CPU, the smoke list's device, where
+``perf`` is off by default; or the pretend accelerator, where it is on, timed on its modelled
+clock), whole probes (``run_probe``: stages, the perf phase, the CPU reference, the judge) alternate
+with the perf phase off (``perf=False``) and on (its defaults: on the pretend device's own clock the
+verdict's decode steps give TPOT and two repeats of ``perf_tokens`` 1 a warm TTFT; on the CPU's,
+after a warm-up, repeats of 16 tokens give TPOT too, until its spread over all of them is within
+``perf_spread`` 5%, or ``perf_budget`` (a quarter of the probe's device time: on the CPU the whole
+probe so far) or ``perf_repeats``, the cap, stops it: ``probe.performance.Plan``); the perf phase's
+cost is the difference of the medians, as a share of a probe without it (goal: under a fifth). From
+the runs with it on: TPOT's spread over the repeats the phase chose ((max - min) / median; goal:
+within 5%, the worst of the runs, and how many probes met it), and, not chosen by the stop rule, how
+far the probes' TPOT medians lie apart (what the gate compares between sweeps); its coefficient of
+variation, how many repeats ran and why they stopped, and torch's CPU threads in the probes
+(``OMP_NUM_THREADS``, else one per core).
 
     .venv/bin/python bench/bench_perf.py [--reps 3] [--models tiny-llama,...] [--device cpu|pretend]
 
@@ -106,7 +110,8 @@ def main() -> None:
             "tpot_spread": round(statistics.median(got["tpot_spread"]), 4),
             "tpot_spread_worst": round(max(got["tpot_spread"]), 4),
             "probes_within_5pct": sum(s <= 0.05 for s in got["tpot_spread"]),
-            # not chosen by the stop rule: how far the probes' TPOT medians lie apart (what the gate compares)
+            # not chosen by the stop rule: how far the probes' TPOT medians lie apart (what the gate
+            # compares)
             "tpot_across_probes": round(
                 (max(got["tpot_s"]) - min(got["tpot_s"])) / statistics.median(got["tpot_s"]), 4
             ),
@@ -117,12 +122,10 @@ def main() -> None:
         }
         print(name, results["models"][name], flush=True)
     measured = [m for m in results["models"].values() if "perf_share" in m]
-    results["repeat_tokens"] = sorted(
-        tokens
-    )  # as run: 16 on the CPU, where the repeats give TPOT (repeat_tokens)
-    results["cpu_threads"] = sorted(
-        threads
-    )  # torch's intra-op threads in the probes (OMP_NUM_THREADS, else cores)
+    # as run: 16 on the CPU, where the repeats give TPOT (repeat_tokens)
+    results["repeat_tokens"] = sorted(tokens)
+    # torch's intra-op threads in the probes (OMP_NUM_THREADS, else cores)
+    results["cpu_threads"] = sorted(threads)
     results["probes_within_5pct"] = (
         f"{sum(m['probes_within_5pct'] for m in measured)} of {args.reps * len(measured)}"
         if measured

@@ -1,24 +1,25 @@
-"""Hold a device for the device's work only: held-idle share and utilisation, before and after the split.
+"""Hold a device for the device's work only: held-idle share and utilisation, before and after the
+split.
 
-Two scenarios on 2 pretend devices whose attention's matrix products (``aten::bmm``, 32 per probe of 8 tokens on
-these 2-layer models) are device time (``slow_ops``: a sleep per call, during which the host is free, as
-while a TPU computes), reference and judge on, each swept with
-``model-support sweep`` twice: *before* (``MODEL_SUPPORT_PHASES=together``: the host checks in the probe's
-own process, inside its hold; as the sweep ran before the split) and *after* (the default: the device
+Two scenarios on 2 pretend devices whose attention's matrix products (``aten::bmm``, 32 per probe of
+8 tokens on these 2-layer models) are device time (``slow_ops``: a sleep per call, during which the
+host is free, as while a TPU computes), reference and judge on, each swept with ``model-support
+sweep`` twice: *before* (``MODEL_SUPPORT_PHASES=together``: the host checks in the probe's own
+process, inside its hold; as the sweep ran before the split) and *after* (the default: the device
 phase in a gated probe process, the checks in a host process after the release).
 
-- host-heavy: 8 tiny models, 0.25 s per product (8 s of device time a model);
-  the host's own work (process start, imports, the reference, the judge) is as large as the device's.
+- host-heavy: 8 tiny models, 0.25 s per product (8 s of device time a model); the host's own work
+  (process start, imports, the reference, the judge) is as large as the device's.
 - device-bound: 6 tiny models, 1.0 s per product (32 s a model): the host has spare capacity.
 
 Figures from each sweep's ``sweep.json`` (``sweep.device_time``): the share of held time the devices
-were idle, the utilisation (device-phase time / devices x span) and the span against the ideal (sum of
-device phases / devices); every PASS checked against the reference. The host's load (CPU busy over
-the span, from psutil) says where the host is the bottleneck.
+were idle, the utilisation (device-phase time / devices x span) and the span against the ideal (sum
+of device phases / devices); every PASS checked against the reference. The host's load (CPU busy
+over the span, from psutil) says where the host is the bottleneck.
 
-``--quick``: 3 models, the host-heavy scenario only (a smoke run of this script). ``--executor ray``: the same
-sweeps on a local Ray the sweep starts (the device phase and the checks as two Ray tasks), into
-``phases_ray.json``.
+``--quick``: 3 models, the host-heavy scenario only (a smoke run of this script). ``--executor
+ray``: the same sweeps on a local Ray the sweep starts (the device phase and the checks as two Ray
+tasks), into ``phases_ray.json``.
 """
 
 from __future__ import annotations
@@ -43,9 +44,8 @@ MODELS = [
     "tiny-granite",
     "tiny-stablelm",
 ]
-ATTENTION = (
-    "aten::bmm"  # attention's batched matrix products (scaled_dot_product_attention's parts)
-)
+# attention's batched matrix products (scaled_dot_product_attention's parts)
+ATTENTION = "aten::bmm"
 SCENARIOS = {"host-heavy": (8, 0.25), "device-bound": (6, 1.0)}
 TARGETS = {"held_idle_share": 0.10, "utilisation": 0.90, "span_over_ideal": 1.15}
 
@@ -132,21 +132,24 @@ def main() -> None:
 
 
 def host_words(after: dict, per_product: float = 0.25, products: int = 32) -> str:
-    """Where the host is the bottleneck, with numbers: the devices not held, the host's cores busy, and the
-    device phases against the device time they hold (the pretend device's dispatch runs on the host)."""
+    """Where the host is the bottleneck, with numbers: the devices not held, the host's cores
+    busy, and the device phases against the device time they hold (the pretend device's dispatch
+    runs on the host)."""
     if not after:
         return ""
     waiting = after["unheld_s"] / (after["devices"] * after["span_s"])
     phases = sorted(after["device_phase_s"])
     median = phases[len(phases) // 2]
     return (
-        f"host-heavy, after: the host's {os.cpu_count()} cores were {after.get('host_cpu_busy', 0) * 100:.0f}% busy "
-        f"(load average {after.get('load_before')} at the start, a shared machine) while the devices were held "
-        f"{100 * (1 - waiting):.0f}% of the span: the host is the bottleneck there, and it shows in the device "
-        f"phases (median {median:.1f} s for {per_product * products:.0f} s of device time: the pretend device's "
-        f"operators run on those busy cores) and in the wall time ({after['wall_s']:.0f} s for a "
-        f"{after['span_s']:.0f} s span: the first process's warm-up, then {after['checks_tail_s']:.0f} s of checks "
-        "after the last release)"
+        f"host-heavy, after: the host's {os.cpu_count()} cores were "
+        f"{after.get('host_cpu_busy', 0) * 100:.0f}% busy (load average "
+        f"{after.get('load_before')} at the start, a shared machine) while the devices were "
+        f"held {100 * (1 - waiting):.0f}% of the span: the host is the bottleneck there, and "
+        f"it shows in the device phases (median {median:.1f} s for "
+        f"{per_product * products:.0f} s of device time: the pretend device's operators run on "
+        f"those busy cores) and in the wall time ({after['wall_s']:.0f} s for a "
+        f"{after['span_s']:.0f} s span: the first process's warm-up, then "
+        f"{after['checks_tail_s']:.0f} s of checks after the last release)"
     )
 
 

@@ -37,9 +37,9 @@ TARGETS = {"smollm2_ratio": 1.10, "tiny_overhead_s": 1.5}
 
 
 def run_probe(model_id: str, warm: bool = False) -> dict:
-    """One probe as a sweep runs it. ``warm``: its process was started ahead and has finished warming
-    up (the steady state of a sweep worker, whose next process warms while the current model runs);
-    otherwise cold (a worker's first model, or a one-off papermill run)."""
+    """One probe as a sweep runs it. ``warm``: its process was started ahead and has finished
+    warming up (the steady state of a sweep worker, whose next process warms while the current
+    model runs); otherwise cold (a worker's first model, or a one-off papermill run)."""
     import nbformat
 
     from model_support.sweep.worker.process import Standby
@@ -113,9 +113,8 @@ def measure(model_id: str, reps: int) -> dict:
         "warm_ratio": round(median(warm_walls) / median(repros), 3),
         "warm_overhead_s": round(median(warm_walls) - median(repros), 3),
         "breakdown_s": {
-            "harness (process, kernel start, importing torch and transformers in the warm-up, papermill, notebook I/O)": spread(
-                [p["wall"] - p["cells"] for p in probes]
-            ),
+            "harness (process, kernel start, importing torch and transformers in the warm-up, "
+            "papermill, notebook I/O)": spread([p["wall"] - p["cells"] for p in probes]),
             "kernel imports of model_support": spread(
                 [p["probe_cell"] - p["duration_s"] for p in probes]
             ),
@@ -139,9 +138,10 @@ def main() -> None:
         results[label] = measure(found[name]["path"], args.reps)
         r = results[label]
         print(
-            f"{name:<24} probe cold {r['probe_s']['median']:.2f} s, warm {r['warm_probe_s']['median']:.2f} s  "
-            f"repro {r['repro_s']['median']:.2f} s  ratio cold {r['ratio']:.3f}x, warm {r['warm_ratio']:.3f}x  "
-            f"overhead cold {r['overhead_s']:+.2f} s, warm {r['warm_overhead_s']:+.2f} s"
+            f"{name:<24} probe cold {r['probe_s']['median']:.2f} s, warm "
+            f"{r['warm_probe_s']['median']:.2f} s  repro {r['repro_s']['median']:.2f} s  ratio "
+            f"cold {r['ratio']:.3f}x, warm {r['warm_ratio']:.3f}x  overhead cold "
+            f"{r['overhead_s']:+.2f} s, warm {r['warm_overhead_s']:+.2f} s"
         )
         for part, value in r["breakdown_s"].items():
             print(f"    {part:<64} {value['median']:.3f} s")

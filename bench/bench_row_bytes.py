@@ -1,15 +1,18 @@
-"""Parquet bytes per row: a real sweep of a few fixtures (PASS and FAIL, text and image-text-to-text) through
-``model-support sweep``, then the size of its Parquet files over their rows: the ``results`` config's (one row per
-model: the goal, at most 4,096 bytes on the smoke sweep), ``results`` and ``excluded`` together (the record's
-rows), and every config's (``ops`` has a row per operator); where those bytes go (each config, the files'
-footers, the costliest columns) and what of each row is its repro script (the whole text in older files; its
-settings and the body's hash now).
+"""Parquet bytes per row: a real sweep of a few fixtures (PASS and FAIL, text and
+image-text-to-text) through ``model-support sweep``, then the size of its Parquet files over their
+rows: the ``results`` config's (one row per model: the goal, at most 4,096 bytes on the smoke
+sweep), ``results`` and ``excluded`` together (the record's rows), and every config's (``ops`` has a
+row per operator); where those bytes go (each config, the files' footers, the costliest columns) and
+what of each row is its repro script (the whole text in older files; its settings and the body's
+hash now).
 
-    python bench/bench_row_bytes.py [LABEL] [--smoke] [--keep DIR]   # LABEL: a name for this measurement
-        # (default: the git commit); --smoke: the whole params/smoke.yaml; --keep DIR: keep the sweep's data there
-    python bench/bench_row_bytes.py --files DIR                      # where the bytes of DIR's Parquet files go
+    python bench/bench_row_bytes.py [LABEL] [--smoke] [--keep DIR]   # LABEL: a name for this
+    measurement # (default: the git commit); --smoke: the whole params/smoke.yaml; --keep DIR: keep
+    the sweep's data there python bench/bench_row_bytes.py --files DIR                      # where
+    the bytes of DIR's Parquet files go
 
-Writes bench/results/row_bytes.json (one entry per LABEL, so a before and an after sit side by side).
+Writes bench/results/row_bytes.json (one entry per LABEL, so a before and an after sit side by
+side).
 """
 
 from __future__ import annotations
@@ -70,8 +73,9 @@ def sweep(smoke: bool, data: Path) -> None:
 
 
 def where_bytes_go(data: Path) -> dict:
-    """The Parquet files of a data folder: rows and bytes (all configs, as the goal counts them, and each config),
-    the footers' bytes, the costliest columns (compressed bytes over every file) and the repro script's share."""
+    """The Parquet files of a data folder: rows and bytes (all configs, as the goal counts them,
+    and each config), the footers' bytes, the costliest columns (compressed bytes over every
+    file) and the repro script's share."""
     import pyarrow.parquet as pq
 
     files = sorted(data.glob("*/sweep=*/*.parquet"))
@@ -109,7 +113,8 @@ def where_bytes_go(data: Path) -> dict:
         "rows": rows,
         "parquet_bytes": size,
         "bytes_per_row": round(size / rows),
-        # the goal's rows: one per model (and variant) of the sweep, the configs ``load_dataset`` reads by default
+        # the goal's rows: one per model (and variant) of the sweep, the configs ``load_dataset``
+        # reads by default
         "results_bytes_per_row": configs.get("results", {}).get("bytes_per_row"),
         "record_bytes_per_row": round(
             sum(c["bytes"] for c in records) / max(sum(c["rows"] for c in records), 1)

@@ -1,9 +1,9 @@
 """Memory of a long sweep: the runner's own peak RSS as the model count grows.
 
-The probe is replaced by a fake fast one (a stand-in for ``execute.run_task`` that returns a
-small real record at once), so only the runner is measured: queueing, storing records atomically,
-compaction to Parquet. Each count runs in its own process so that its peak RSS (ru_maxrss) is its own.
-Flat means the 1,000-model peak is within a few MB of the 100-model one.
+The probe is replaced by a fake fast one (a stand-in for ``execute.run_task`` that returns a small
+real record at once), so only the runner is measured: queueing, storing records atomically,
+compaction to Parquet. Each count runs in its own process so that its peak RSS (ru_maxrss) is its
+own. Flat means the 1,000-model peak is within a few MB of the 100-model one.
 
     .venv/bin/python bench/bench_runner_memory.py [--counts 100 300 1000]
 """
@@ -54,9 +54,8 @@ def child(count: int) -> dict:
     local.Standby = FakeStandby
     from model_support.probe import hub_fetch
 
-    hub_fetch.is_local = sweep.is_local = lambda source: (
-        True
-    )  # nothing to download: the runner alone
+    # nothing to download: the runner alone
+    hub_fetch.is_local = sweep.is_local = lambda source: True
     with tempfile.TemporaryDirectory() as tmp:
         raw = {
             "name": "memory",
@@ -93,7 +92,8 @@ def main() -> None:
         )
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         print(
-            f"{count:>6} models  peak RSS {rows[-1]['peak_rss_mb']:7.1f} MB  ({rows[-1]['wall_s']:.1f} s)"
+            f"{count:>6} models  peak RSS {rows[-1]['peak_rss_mb']:7.1f} MB  "
+            f"({rows[-1]['wall_s']:.1f} s)"
         )
     growth = rows[-1]["peak_rss_mb"] - rows[0]["peak_rss_mb"]
     print(f"growth from {rows[0]['count']} to {rows[-1]['count']} models: {growth:+.1f} MB")

@@ -70,7 +70,8 @@ def main() -> None:
         "ray_over_local": results["ray_over_local"] <= TARGETS["ray_over_local"],
     }
     print(
-        f"2 workers vs 1: {results['speedup_2_workers']:.2f}x faster; ray vs local: {results['ray_over_local']:.2f}x"
+        f"2 workers vs 1: {results['speedup_2_workers']:.2f}x faster; ray vs local: "
+        f"{results['ray_over_local']:.2f}x"
     )
     write_results("sweep_scaling", results)
 

@@ -1,10 +1,11 @@
-"""Kernels forked from the zygote vs fresh kernels: `model-support sweep` (the command users type) over a
-handful of fixtures, with `MODEL_SUPPORT_KERNEL_ZYGOTE=off` and without, in one run, alternating.
+"""Kernels forked from the zygote vs fresh kernels: `model-support sweep` (the command users type)
+over a handful of fixtures, with `MODEL_SUPPORT_KERNEL_ZYGOTE=off` and without, in one run,
+alternating.
 
-Measured: CPU seconds of the whole process tree (the runner, its probe processes, their kernels, the zygote:
-everything the command waited for, ``RUSAGE_CHILDREN``) and wall seconds; the records compared field for
-field, timings and peak host memory aside. Target: the zygote's sweep at most 0.7x the CPU of the fresh one,
-with the same records.
+Measured: CPU seconds of the whole process tree (the runner, its probe processes, their kernels, the
+zygote: everything the command waited for, ``RUSAGE_CHILDREN``) and wall seconds; the records
+compared field for field, timings and peak host memory aside. Target: the zygote's sweep at most
+0.7x the CPU of the fresh one, with the same records.
 
     .venv/bin/python bench/bench_zygote.py [--repeats 2]
 """
@@ -116,7 +117,8 @@ def main() -> None:
         "met": ratio <= TARGET and same,
     }
     print(
-        f"zygote vs fresh: {ratio:.2f}x the CPU, {results['wall_ratio']:.2f}x the wall time; same records: {same}"
+        f"zygote vs fresh: {ratio:.2f}x the CPU, {results['wall_ratio']:.2f}x the wall time; "
+        f"same records: {same}"
     )
     write_results("zygote", results)
 

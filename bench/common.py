@@ -13,7 +13,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 RESULTS = HERE / "results"
-# The offline fixture builders and the synthetic history are test code, under tests/fixtures/ (not in the package).
+# The offline fixture builders and the synthetic history are test code, under tests/fixtures/ (not
+# in the package).
 sys.path.insert(0, str(REPO / "tests"))
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -22,8 +23,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 def pretend_sweep(
     definition: Path, data: Path, pretend: dict, env: dict | None = None, executor: str = "local"
 ):
-    """``model-support sweep DEFINITION`` (the command users type, no report) on the pretend device configured by
-    ``pretend``, with ``env`` added: (the finished process, its wall seconds); a failed sweep ends the bench."""
+    """``model-support sweep DEFINITION`` (the command users type, no report) on the pretend
+    device configured by ``pretend``, with ``env`` added: (the finished process, its wall
+    seconds); a failed sweep ends the bench."""
     import subprocess
 
     started = time.time()

@@ -1,23 +1,26 @@
-"""The prepared device check (``bench/device_check.sh``): what only a machine with a CUDA GPU can say.
+"""The prepared device check (``bench/device_check.sh``): what only a machine with a CUDA GPU can
+say.
 
-Nothing is downloaded: the tiny fixtures are built here (``fixtures.build``, offline) and the real-size
-models are random weights from real configs (Llama-3-8B and Llama-3.2-1B, bf16) with a fixture's
-tokenizer. Each step is timed and guarded (a step that fails is recorded with its error and the next
-runs); the whole stays within ``--budget-s`` (a step that would start past it is skipped, and says so).
+Nothing is downloaded: the tiny fixtures are built here (``fixtures.build``, offline) and the
+real-size models are random weights from real configs (Llama-3-8B and Llama-3.2-1B, bf16) with a
+fixture's tokenizer. Each step is timed and guarded (a step that fails is recorded with its error
+and the next runs); the whole stays within ``--budget-s`` (a step that would start past it is
+skipped, and says so).
 
-1. a papermill probe on ``cuda`` (tiny-llama): verdict, peak device memory from the allocator, and the perf
-   phase (TTFT, TPOT with their spread, tokens/s, bandwidth utilisation against the GPU's declared peak);
+1. a papermill probe on ``cuda`` (tiny-llama): verdict, peak device memory from the allocator, and
+   the perf phase (TTFT, TPOT with their spread, tokens/s, bandwidth utilisation against the GPU's
+   declared peak);
 2. compile mode (inductor) on the same model: compile time, graphs, matches eager;
-3. the fixtures' sweep with 1 worker, then with 4 sharing the GPU: wall, verdicts, held-idle share and
-   utilisation (``sweep.device_time``);
-4. the real-size models: load (from disk to the GPU) and generation time, the allocator's peak; Llama-3.2-1B's
-   perf phase (its TPOT and model bandwidth utilisation: the first real MBU figure);
-5. the numerics check's false-suspect rate: healthy GPU bf16 kernels against the CPU float32 reference
-   (``diverges`` among the PASSes of every run above, and Llama-3.2-1B's).
+3. the fixtures' sweep with 1 worker, then with 4 sharing the GPU: wall, verdicts, held-idle share
+   and utilisation (``sweep.device_time``);
+4. the real-size models: load (from disk to the GPU) and generation time, the allocator's peak;
+   Llama-3.2-1B's perf phase (its TPOT and model bandwidth utilisation: the first real MBU figure);
+5. the numerics check's false-suspect rate: healthy GPU bf16 kernels against the CPU float32
+   reference (``diverges`` among the PASSes of every run above, and Llama-3.2-1B's).
 
-``--dry-run`` runs every step on one pretend device with small sizes (a 2-layer "8B"; 2 workers sharing the
-device, as 4 share the GPU): what ``make test`` runs, so the script never rots. Results: ``<out>/device_check.json`` (and the bench README's
-table when ``<out>`` is bench/results).
+``--dry-run`` runs every step on one pretend device with small sizes (a 2-layer "8B"; 2 workers
+sharing the device, as 4 share the GPU): what ``make test`` runs, so the script never rots. Results:
+``<out>/device_check.json`` (and the bench README's table when ``<out>`` is bench/results).
 """
 
 from __future__ import annotations
@@ -52,7 +55,8 @@ REAL = {
         tie_word_embeddings=True,
     ),
 }  # fmt: skip
-#: The perf phase's figures a probe records (issue 37: how fast, with the spread over repeats; bandwidth use).
+#: The perf phase's figures a probe records (issue 37: how fast, with the spread over repeats;
+#: bandwidth use).
 PERF_KEYS = (
     "ttft_s", "ttft_spread", "tpot_s", "tpot_spread", "perf_tokens_per_s", "perf_first_call_s",
     "perf_peak_device_mem_mb", "decode_bytes_per_token", "bandwidth_utilisation", "perf_note", "ops_time_source",
@@ -144,7 +148,8 @@ def papermill_probe(scratch: Path, device: str, model: str, dry: bool, **params)
         "status", "device_type", "device_name", "load_s", "first_token_s", "generate_s", "decode_tokens_per_s",
         "peak_device_mem_mb", "device_mem_source", "numerics", "compile_backend", "compile_s", "graphs",
         "graph_breaks", "matches_eager", "error_message", *PERF_KEYS,
-        # issue 38's, first read on a GPU here: recompiles across prompt lengths, the compiled run's profiler
+        # issue 38's, first read on a GPU here: recompiles across prompt lengths, the compiled run's
+        # profiler
         "recompile_lengths", "recompiles_static", "recompiles_dynamic", "recompile_flag", "recompile_note",
         "profiled_ops", "profiled_ops_s", "host_syncs_per_token", "host_cost_note",
     )  # fmt: skip
@@ -192,7 +197,8 @@ def sweep(scratch: Path, device: str, models: list[str], workers: int, dry: bool
 
 
 def build_random(scratch: Path, name: str, dry: bool, tokenizer_from: str) -> Path:
-    """A random-weight model of a real config in bf16, saved as safetensors with a fixture's tokenizer."""
+    """A random-weight model of a real config in bf16, saved as safetensors with a fixture's
+    tokenizer."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -260,14 +266,14 @@ def real_size(scratch: Path, device: str, dry: bool, tokenizer_from: str) -> dic
     )
     found["llama-3.2-1b"]["numerics"] = record["numerics"]
     found["llama-3.2-1b"]["numerics_note"] = record["numerics_note"]
-    found["llama-3.2-1b"]["perf"] = {
-        k: record[k] for k in PERF_KEYS
-    }  # TTFT, TPOT, MBU of a real-size model
+    # TTFT, TPOT, MBU of a real-size model
+    found["llama-3.2-1b"]["perf"] = {k: record[k] for k in PERF_KEYS}
     return found
 
 
 def _short(dry: bool) -> dict:
-    """The dry run's probes generate 2 tokens (the pretend device dispatches every operator in Python)."""
+    """The dry run's probes generate 2 tokens (the pretend device dispatches every operator in
+    Python)."""
     return {"max_new_tokens": 2} if dry else {}
 
 
@@ -320,9 +326,8 @@ def main() -> int:
     check = Check(args.budget_s)
     from fixtures.build import build_fixtures
 
-    models_dir = (
-        REPO / "data" / "models"
-    )  # built offline where missing (the GPU machine), cached here
+    # built offline where missing (the GPU machine), cached here
+    models_dir = REPO / "data" / "models"
     names = FIXTURES[:2] if dry else FIXTURES
     built = check.step(
         "fixtures",
@@ -334,8 +339,9 @@ def main() -> int:
     paths = [str(models_dir / name) for name in names]
     if built and "error" not in built:
         check.step("probe_eager", 20, papermill_probe, scratch, device, paths[0], dry)
-        # the dry run leaves out the compile probe's recompile check (three more prompt lengths, ~11 s on the pretend
-        # device; tests/test_recompiles.py runs it): on the GPU it runs, and its lengths are recorded
+        # the dry run leaves out the compile probe's recompile check (three more prompt lengths, ~11
+        # s on the pretend device; tests/test_recompiles.py runs it): on the GPU it runs, and its
+        # lengths are recorded
         recompiles = {"recompile_check": False} if dry else {}
         check.step(
             "probe_compile",

@@ -1,27 +1,34 @@
-"""The prepared check for the first TPU host (``bench/device_check_tpu.sh``): what only a chip can say about the tpu
-adapter. Everything else about torch_tpu 0.2.0 is checked against the installed package, without a chip, by
-``tests/test_torch_tpu_conformance.py`` (docs/devices.md, "The TPU: what is verified where").
+"""The prepared check for the first TPU host (``bench/device_check_tpu.sh``): what only a chip can
+say about the tpu adapter. Everything else about torch_tpu 0.2.0 is checked against the installed
+package, without a chip, by ``tests/test_torch_tpu_conformance.py`` (docs/devices.md, "The TPU: what
+is verified where").
 
-Nothing is downloaded (the tiny fixtures are built here, offline). Each step prints what it verified (``ok``) and
-what it found otherwise (``NO``), and is guarded: a step that fails is recorded with its error and the next runs;
-a step that would start past ``--budget-s`` is skipped and says so.
+Nothing is downloaded (the tiny fixtures are built here, offline). Each step prints what it verified
+(``ok``) and what it found otherwise (``NO``), and is guarded: a step that fails is recorded with
+its error and the next runs; a step that would start past ``--budget-s`` is skipped and says so.
 
-1. chips: torch_tpu's count, generation, slice shapes and HBM table (as the adapter reads them, from the PCI bus),
-   against what the loaded runtime says (torch.accelerator's count, ``torch.tpu.get_device_name``);
-2. pinning: two processes pinned to chips 0 and 1 by the adapter's ``pinning_env`` both run at once (one chip per
-   process), and a third pinned to a chip the first holds is refused, naming ``TPU_VISIBLE_DEVICES``;
-3. a probe (papermill, tiny-llama, eager) on one pinned chip: its verdict, device count, name and peak memory;
-4. a sharded probe over 2 chips (or the smallest slice torch_tpu has above 1) granted at the end of the host, while
-   another process holds chip 0: each rank opens the chip it was granted (a rank opening chip LOCAL_RANK would
-   collide), with the launch environment torch_tpu's ``set_tpu_launch_env`` set up, and ``cpu:gloo,tpu:tpu_dist``;
+1. chips: torch_tpu's count, generation, slice shapes and HBM table (as the adapter reads them, from
+   the PCI bus), against what the loaded runtime says (torch.accelerator's count,
+   ``torch.tpu.get_device_name``);
+2. pinning: two processes pinned to chips 0 and 1 by the adapter's ``pinning_env`` both run at once
+   (one chip per process), and a third pinned to a chip the first holds is refused, naming
+   ``TPU_VISIBLE_DEVICES``;
+3. a probe (papermill, tiny-llama, eager) on one pinned chip: its verdict, device count, name and
+   peak memory;
+4. a sharded probe over 2 chips (or the smallest slice torch_tpu has above 1) granted at the end of
+   the host, while another process holds chip 0: each rank opens the chip it was granted (a rank
+   opening chip LOCAL_RANK would collide), with the launch environment torch_tpu's
+   ``set_tpu_launch_env`` set up, and ``cpu:gloo,tpu:tpu_dist``;
 5. memory: the adapter's HBM per device (torch_tpu's table) against ``get_device_properties`` and
-   ``torch.accelerator.get_memory_info``; whether ``torch.accelerator.max_memory_allocated`` answers;
-6. compile mode (``torch.compile(backend="tpu")``) with the recompile check on: compile time, graphs, matches eager,
-   the recompiles per prompt length, and the compilation cache's hits and misses, then again in a fresh process
-   with the same tier-2 cache folder (does a second process hit it?).
+   ``torch.accelerator.get_memory_info``; whether ``torch.accelerator.max_memory_allocated``
+   answers;
+6. compile mode (``torch.compile(backend="tpu")``) with the recompile check on: compile time,
+   graphs, matches eager, the recompiles per prompt length, and the compilation cache's hits and
+   misses, then again in a fresh process with the same tier-2 cache folder (does a second process
+   hit it?).
 
-Results: ``<out>/device_check_tpu.json``. Exit status 0 when every step verified what it checks, 1 otherwise, 2 with
-"no TPU here" on a host where torch_tpu finds no chip (nothing else runs).
+Results: ``<out>/device_check_tpu.json``. Exit status 0 when every step verified what it checks, 1
+otherwise, 2 with "no TPU here" on a host where torch_tpu finds no chip (nothing else runs).
 """
 
 from __future__ import annotations
@@ -38,21 +45,19 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-sys.path[:0] = [
-    str(REPO / "src"),
-    str(REPO / "tests"),
-]  # this checkout's package, the offline fixture builders
+# this checkout's package, the offline fixture builders
+sys.path[:0] = [str(REPO / "src"), str(REPO / "tests")]
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault(
-    "TPU_SKIP_MDS_QUERY", "1"
-)  # libtpu would retry the cloud metadata server for minutes
+# libtpu would retry the cloud metadata server for minutes
+os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
 
 NO_TPU_STATUS = 2
 MODEL = "tiny-llama"
 
-#: A child that loads torch_tpu as the probe does, runs one operation on its chip and says what it saw: the runtime's
-#: own view of the chip variables (read from the C environment, where the runtime writes them), torch's count.
+#: A child that loads torch_tpu as the probe does, runs one operation on its chip and says what it
+#: saw: the runtime's own view of the chip variables (read from the C environment, where the runtime
+#: writes them), torch's count.
 CHIP_CHILD = r"""
 import ctypes, json, os, sys, time
 from model_support.probe.devices import load_backend
@@ -92,8 +97,8 @@ print(json.dumps(out, default=str))
 
 
 class Check:
-    """The results, step by step, within a time budget; each step returns what it found and the sentences it
-    verified (``ok``) or did not (``no``)."""
+    """The results, step by step, within a time budget; each step returns what it found and the
+    sentences it verified (``ok``) or did not (``no``)."""
 
     def __init__(self, budget_s: float):
         self.started, self.budget_s = time.time(), budget_s
@@ -181,9 +186,10 @@ def chips(scratch: Path) -> dict:
     _verdict(
         found,
         seen["count"] == found["count"],
-        f"torch.accelerator.device_count() in an unpinned process is torch_tpu's count ({seen['count']})",
-        f"torch.accelerator.device_count() says {seen['count']}, torch_tpu's hardware module {found['count']}: the "
-        "adapter counts chips with the latter (and a probe's grant)",
+        "torch.accelerator.device_count() in an unpinned process is torch_tpu's count "
+        f"({seen['count']})",
+        f"torch.accelerator.device_count() says {seen['count']}, torch_tpu's hardware module "
+        f"{found['count']}: the adapter counts chips with the latter (and a probe's grant)",
     )
     found["adapter_device_count_unpinned"] = adapter.device_count()
     return found
@@ -208,7 +214,8 @@ def pinning(scratch: Path) -> dict:
         _verdict(
             found,
             all(s and s["count"] == 1 for s in seen),
-            "two processes pinned to chips 0 and 1 (TPU_VISIBLE_DEVICES) run at once, each seeing one chip",
+            "two processes pinned to chips 0 and 1 (TPU_VISIBLE_DEVICES) run at once, each "
+            "seeing one chip",
             f"the pinned processes said {seen} (stderr of the first: "
             f"{'' if procs[0].poll() is None else procs[0].stderr.read()[-800:]})",  # type: ignore[union-attr]
         )
@@ -223,9 +230,10 @@ def pinning(scratch: Path) -> dict:
         _verdict(
             found,
             collide.returncode != 0 and "TPU_VISIBLE_DEVICES" in collide.stderr,
-            "a third process pinned to chip 0 while another holds it is refused, naming TPU_VISIBLE_DEVICES",
-            f"a process pinned to a held chip ended with status {collide.returncode}, its stderr not naming "
+            "a third process pinned to chip 0 while another holds it is refused, naming "
             "TPU_VISIBLE_DEVICES",
+            f"a process pinned to a held chip ended with status {collide.returncode}, its "
+            "stderr not naming TPU_VISIBLE_DEVICES",
         )
     finally:
         for p in procs:
@@ -237,7 +245,8 @@ def pinning(scratch: Path) -> dict:
 def papermill_probe(
     scratch: Path, name: str, chips_: tuple[int, ...], extra_env: dict | None = None, **params
 ):
-    """``papermill notebooks/probe.ipynb out.ipynb -p model_id X -p device tpu``, pinned as the sweep pins it."""
+    """``papermill notebooks/probe.ipynb out.ipynb -p model_id X -p device tpu``, pinned as the
+    sweep pins it."""
     out, record_path = scratch / f"{name}.ipynb", scratch / f"{name}.json"
     model = str(REPO / "data" / "models" / MODEL)
     command = [
@@ -291,7 +300,8 @@ def probe(scratch: Path) -> dict:
     _verdict(
         found,
         bool(record.get("peak_device_mem_mb")),
-        f"peak device memory is measured ({record.get('peak_device_mem_mb')} MiB from {record.get('device_mem_source')})",
+        f"peak device memory is measured ({record.get('peak_device_mem_mb')} MiB from "
+        f"{record.get('device_mem_source')})",
         "no peak device memory: torch.accelerator.max_memory_allocated does not answer on a TPU",
     )
     return found
@@ -315,14 +325,12 @@ def sharded(scratch: Path) -> dict:
             found, False, "", f"torch_tpu has no slice of 2, 4 or 8 chips on this {count}-chip host"
         )
         return found
-    block = tuple(
-        range(count - size, count)
-    )  # the end of the host: not chips 0..size-1, which LOCAL_RANK would open
+    # the end of the host: not chips 0..size-1, which LOCAL_RANK would open
+    block = tuple(range(count - size, count))
     found["granted"] = list(block)
     holder = None
-    if (
-        0 not in block
-    ):  # another process holds chip 0 throughout: a rank opening chip LOCAL_RANK would collide
+    # another process holds chip 0 throughout: a rank opening chip LOCAL_RANK would collide
+    if 0 not in block:
         holder = subprocess.Popen(
             [sys.executable, "-c", CHIP_CHILD, "600"],
             env=env(pinned((0,))),
@@ -349,14 +357,15 @@ def sharded(scratch: Path) -> dict:
     _verdict(
         found,
         record["status"] == "PASS" and record["devices_used"] == size,
-        f"a {size}-rank tensor-parallel probe on chips {list(block)} passes, with torch_tpu's launch environment "
-        "(set_tpu_launch_env) and cpu:gloo,tpu:tpu_dist"
+        f"a {size}-rank tensor-parallel probe on chips {list(block)} passes, with torch_tpu's "
+        "launch environment (set_tpu_launch_env) and cpu:gloo,tpu:tpu_dist"
         + (
             ", while chip 0 was held by another process: each rank opened its granted chip"
             if holder
             else ""
         ),
-        f"the sharded probe: {record['status']}: {record.get('error_message')} {record.get('rank_errors')}",
+        f"the sharded probe: {record['status']}: {record.get('error_message')} "
+        f"{record.get('rank_errors')}",
     )
     return found
 
@@ -375,14 +384,17 @@ def memory(scratch: Path) -> dict:
     _verdict(
         found,
         found["properties_bytes"] == found["table_bytes"],
-        f"torch_tpu's HBM table ({found['table_bytes']} B per device) is what get_device_properties says",
-        f"get_device_properties says {found['properties_bytes']}, torch_tpu's table {found['table_bytes']}",
+        f"torch_tpu's HBM table ({found['table_bytes']} B per device) is what "
+        "get_device_properties says",
+        f"get_device_properties says {found['properties_bytes']}, torch_tpu's table "
+        f"{found['table_bytes']}",
     )
     _verdict(
         found,
         bool(found["peak_mb"]) and found["peak_mb"] >= 256,
         f"the peak after a 256 MiB tensor reads {found['peak_mb']} MiB from {found['peak_source']}",
-        f"the peak after a 256 MiB tensor reads {found['peak_mb']} ({found['peak_source']}): not measured",
+        f"the peak after a 256 MiB tensor reads {found['peak_mb']} ({found['peak_source']}): "
+        "not measured",
     )
     return found
 
@@ -407,21 +419,22 @@ def compiled(scratch: Path) -> dict:
     _verdict(
         found,
         first["status"] == "PASS" and first["compile_backend"] == "tpu",
-        f"compile mode passes with backend tpu ({first.get('compile_s')} s, {first.get('graphs')} graphs, matches "
-        f"eager: {first.get('matches_eager')})",
+        f"compile mode passes with backend tpu ({first.get('compile_s')} s, "
+        f"{first.get('graphs')} graphs, matches eager: {first.get('matches_eager')})",
     )
     _verdict(
         found,
         first.get("compile_cache_misses") is not None,
-        f"the compilation cache counts: {first.get('compile_cache_misses')} misses, {first.get('compile_cache_hits')} "
-        f"hits; a second process with the same tier-2 folder: {again.get('compile_cache_hits')} hits",
+        f"the compilation cache counts: {first.get('compile_cache_misses')} misses, "
+        f"{first.get('compile_cache_hits')} hits; a second process with the same tier-2 "
+        f"folder: {again.get('compile_cache_hits')} hits",
         "torch.tpu._get_cache_misses does not answer",
     )
     _verdict(
         found,
         first.get("recompile_lengths") is not None,
-        f"the recompile check ran: static {first.get('recompiles_static')}, dynamic {first.get('recompiles_dynamic')} "
-        f"per length ({first.get('recompile_flag')})",
+        f"the recompile check ran: static {first.get('recompiles_static')}, dynamic "
+        f"{first.get('recompiles_dynamic')} per length ({first.get('recompile_flag')})",
         f"the recompile check did not run: {first.get('recompile_note')}",
     )
     return found
@@ -446,8 +459,8 @@ def main() -> int:
         return NO_TPU_STATUS
     if not tpu.tpu_hardware_visible():
         print(
-            "no TPU here: torch_tpu finds no TPU chip on this host (its hardware module sees no Google PCI device "
-            "bound to VFIO); run this on a TPU VM",
+            "no TPU here: torch_tpu finds no TPU chip on this host (its hardware module sees "
+            "no Google PCI device bound to VFIO); run this on a TPU VM",
             file=sys.stderr,
         )
         return NO_TPU_STATUS

@@ -1,25 +1,29 @@
-"""``make mutation``: mutation testing (cosmic-ray) over the modules whose rules decide answers, with its report.
+"""``make mutation``: mutation testing (cosmic-ray) over the modules whose rules decide answers,
+with its report.
 
-A test suite that passes says nothing about a rule no test would notice breaking. Here each rule is broken on
-purpose, one small change at a time (a mutant: ``<`` for ``<=``, ``4.0`` for ``3.0``, a condition negated, a loop
-that never runs), in a scratch copy of the sources (``--scratch``; the work tree is never touched), and the module's
-fast test files run against it: a test that fails kills the mutant, a mutant every test survives is a rule no test
-guards, or a change that changes nothing (an equivalent mutant). Each survivor is either killed by a new test or
-written down in ``EQUIVALENT`` below, with why; the report (bench/mutation.md, between its markers) says for each
-module the mutants generated, left out by the filter (and why), tried, killed and surviving, and lists every
-survivor with its reason, or "no reason" (kill it, or write one).
+A test suite that passes says nothing about a rule no test would notice breaking. Here each rule is
+broken on purpose, one small change at a time (a mutant: ``<`` for ``<=``, ``4.0`` for ``3.0``, a
+condition negated, a loop that never runs), in a scratch copy of the sources (``--scratch``; the
+work tree is never touched), and the module's fast test files run against it: a test that fails
+kills the mutant, a mutant every test survives is a rule no test guards, or a change that changes
+nothing (an equivalent mutant). Each survivor is either killed by a new test or written down in
+``EQUIVALENT`` below, with why; the report (bench/mutation.md, between its markers) says for each
+module the mutants generated, left out by the filter (and why), tried, killed and surviving, and
+lists every survivor with its reason, or "no reason" (kill it, or write one).
 
-Slow (each mutant runs its module's tests in a fresh pytest, 2 to 30 s each on a busy 2-core machine: about two and a
-half hours for the seven modules, bench/mutation.md), so never part of ``make test`` or CI. ``--only decision`` runs
-one module; ``--resume`` carries on with the sessions left in the scratch folder (cosmic-ray keeps each mutant's result
-in a SQLite session); ``--recheck`` tries that module's survivors again, against the tests as they are now (after a
-new test); ``--report-only`` rewrites the report from the sessions there.
+Slow (each mutant runs its module's tests in a fresh pytest, 2 to 30 s each on a busy 2-core
+machine: about two and a half hours for the seven modules, bench/mutation.md), so never part of
+``make test`` or CI. ``--only decision`` runs one module; ``--resume`` carries on with the sessions
+left in the scratch folder (cosmic-ray keeps each mutant's result in a SQLite session);
+``--recheck`` tries that module's survivors again, against the tests as they are now (after a new
+test); ``--report-only`` rewrites the report from the sessions there.
 
-Left out by the filter, never tried: mutants outside the rules named for a module (``names``: the store's journal,
-not its whole file); mutants inside an annotation (every module here has ``from __future__ import annotations``:
-annotations are never evaluated, so ``str | None`` -> ``str & None`` changes nothing); arithmetic swapped for bitwise,
-shift, power, floor-division or modulo operators and back (cosmic-ray tries every binary operator for every other:
-on floats and strings these raise at once, never telling anything a ``+`` -> ``-`` does not), and the variable
+Left out by the filter, never tried: mutants outside the rules named for a module (``names``: the
+store's journal, not its whole file); mutants inside an annotation (every module here has ``from
+__future__ import annotations``: annotations are never evaluated, so ``str | None`` -> ``str &
+None`` changes nothing); arithmetic swapped for bitwise, shift, power, floor-division or modulo
+operators and back (cosmic-ray tries every binary operator for every other: on floats and strings
+these raise at once, never telling anything a ``+`` -> ``-`` does not), and the variable
 inserter/replacer (random names, not reproducible).
 """
 
@@ -49,9 +53,9 @@ PACKAGE = "src/model_support"
 
 @dataclass(frozen=True)
 class Target:
-    """One module: its path under the package, the fast tests that guard it (pytest arguments, run in this order,
-    stopping at the first failure), and the rules mutated (top-level functions, classes or assignments by name;
-    empty: the whole module)."""
+    """One module: its path under the package, the fast tests that guard it (pytest arguments,
+    run in this order, stopping at the first failure), and the rules mutated (top-level
+    functions, classes or assignments by name; empty: the whole module)."""
 
     name: str
     module: str
@@ -59,14 +63,16 @@ class Target:
     names: tuple[str, ...] = ()
 
 
-#: The unit tests of the device phase's clock and the perf phase's rules (the files' other tests run real probes).
+#: The unit tests of the device phase's clock and the perf phase's rules (the files' other tests run
+#: real probes).
 PHASES_TESTS = (
-    "stages_hook or outside_a_device or counts_from_zero or fresh_process or raises or part_counts or budget_is"
-    " or repeats_stop"
+    "stages_hook or outside_a_device or counts_from_zero or fresh_process or raises or "
+    "part_counts or budget_is or repeats_stop"
 )
 PERF_TESTS = (
-    "plan_stops or time_limit or no_budget or budget_is or verdicts_steps or suppresses or part_counts or repeats_stop"
-    " or tpot_samples or spread_is_relative or cap_and_deadline or measured_over or noise or slowdown"
+    "plan_stops or time_limit or no_budget or budget_is or verdicts_steps or suppresses or "
+    "part_counts or repeats_stop or tpot_samples or spread_is_relative or cap_and_deadline or "
+    "measured_over or noise or slowdown"
 )
 
 TARGETS = (
@@ -74,8 +80,9 @@ TARGETS = (
         "decision",
         "analysis/decision.py",
         ("tests/test_decision.py", "tests/test_likeness.py"),
-        # the rules: the states, the decision, the likeness, the noise; not the readers of the store (read_runs,
-        # sweep_settings, earlier_verdicts, relabel), which the gate's and the diff's slow tests cover
+        # the rules: the states, the decision, the likeness, the noise; not the readers of the store
+        # (read_runs, sweep_settings, earlier_verdicts, relabel), which the gate's and the diff's
+        # slow tests cover
         (
             "STATES",
             "VERDICT_STATES",
@@ -201,14 +208,19 @@ LEFT_OUT_OPERATORS = (
 #: Parts of the lines and reasons ``EQUIVALENT`` says more than once.
 _SIGMA = "sigma = statistics.stdev(kept) / _trimmed_bias(len(values)) if len(kept) >= 2 else "
 _SORT = "for old, new in sorted((replace or {}).items(), key=lambda kv: "
-_REGEX = "the phrase has no regular-expression metacharacter: read as a pattern it matches what it matches read literally"
+_REGEX = (
+    "the phrase has no regular-expression metacharacter: read as a pattern it matches what it "
+    "matches read literally"
+)
 _LONG_TEXT = (
-    "not equivalent, guarded elsewhere: the long-text gate's lines (new work, uncommitted when this ran) are killed by "
+    "not equivalent, guarded elsewhere: the long-text gate's lines (new work, uncommitted "
+    "when this ran) are killed by "
     "tests/test_long_text.py::test_a_long_text_drop_beyond_the_tolerance_is_a_regression_the_gate_and_the_nightly_name "
     "(checked by hand; a slower test outside this module's list)"
 )
-#: Survivors that change nothing, with why: (target name, the original line, the mutant's line; both stripped) ->
-#: reason. A survivor not here is listed as "no reason" in the report: kill it with a test, or write why it cannot be.
+#: Survivors that change nothing, with why: (target name, the original line, the mutant's line; both
+#: stripped) -> reason. A survivor not here is listed as "no reason" in the report: kill it with a
+#: test, or write why it cannot be.
 EQUIVALENT: dict[tuple[str, str, str], str] = {
     (
         "decision",
@@ -225,8 +237,8 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "decision",
         _SIGMA + "0.0",
         _SIGMA.replace(">= 2", ">= 1") + "0.0",
-    ): "`kept` always holds two repeats or more "
-    "here (fewer than two returned None above; two are kept whole, three or more lose one): the else branch is dead",
+    ): "`kept` always holds two repeats or more here (fewer than two returned None above; two "
+    "are kept whole, three or more lose one): the else branch is dead",
     (
         "decision",
         _SIGMA + "0.0",
@@ -237,7 +249,8 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "decision",
         "low = max(k for k in _TRIMMED_SIGMA if k < n)",
         "low = max(k for k in _TRIMMED_SIGMA if k <= n)",
-    ): "n is no row of the table here (a row returned above): `k <= n` and `k < n` pick the same row",
+    ): "n is no row of the table here (a row returned above): `k <= n` and `k < n` pick the same "
+    "row",
     (
         "decision",
         "if len(allowed) == len(differs)",
@@ -259,7 +272,8 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "decision",
         "high = min(k for k in _TRIMMED_SIGMA if k > n)",
         "high = min(k for k in _TRIMMED_SIGMA if k >= n)",
-    ): "n is no row of the table here (a row returned above): `k >= n` and `k > n` pick the same row",
+    ): "n is no row of the table here (a row returned above): `k >= n` and `k > n` pick the same "
+    "row",
     (
         "decision",
         "return MetricChange(metric, SLOWER if worse > 0 else FASTER, a, b, change, bound)",
@@ -285,13 +299,16 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "performance (noise)",
         'if verdict is None or settings["mode"] == "compile" or own_clock is None:',
         'if verdict is None or settings["mode"] <= "compile" or own_clock is None:',
-    ): "the modes are eager, fused and compile (`probe_params` refuses any other): only compile sorts at or before "
-    "compile",
+    ): "the modes are eager, fused and compile (`probe_params` refuses any other): only compile "
+    "sorts at or before compile",
     (
         "performance (noise)",
-        "if self.goal > 0 and (settled or not adds_steps):  # 0: every repeat the cap and budget allow",
-        "if self.goal != 0 and (settled or not adds_steps):  # 0: every repeat the cap and budget allow",
-    ): "the goal is `perf_spread`, at least 0 (`probe_params` refuses less): `!= 0` and `> 0` agree",
+        "if self.goal > 0 and (settled or not adds_steps):  # 0: every repeat the cap and "
+        "budget allow",
+        "if self.goal != 0 and (settled or not adds_steps):  # 0: every repeat the cap and "
+        "budget allow",
+    ): "the goal is `perf_spread`, at least 0 (`probe_params` refuses less): `!= 0` and `> 0` "
+    "agree",
     (
         "performance (noise)",
         "return list(decoded[0]) if decoded else []",
@@ -311,8 +328,8 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "phases",
         "staged = False",
         "staged = True",
-    ): "every `device_work` sets it before its only reader (the `stages` "
-    "hook, which reads it only inside a block) can look at it: the class's initial value is never read",
+    ): "every `device_work` sets it before its only reader (the `stages` hook, which reads it "
+    "only inside a block) can look at it: the class's initial value is never read",
     (
         "gate",
         "elif change.kind == decision.EXPECTED:",
@@ -338,7 +355,8 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
 def spans(
     source: str, names: tuple[str, ...]
 ) -> tuple[list[tuple[int, int]], list[tuple[tuple, tuple]]]:
-    """(the line ranges of ``names``' top-level definitions, every annotation's (start, end) position)."""
+    """(the line ranges of ``names``' top-level definitions, every annotation's (start, end)
+    position)."""
     tree = ast.parse(source)
     wanted = []
     for node in tree.body:
@@ -398,15 +416,17 @@ def cosmic_ray() -> str:
     which = shutil.which("cosmic-ray")
     if which is None:
         sys.exit(
-            "cosmic-ray is not installed: `make mutation` installs it (the `mutation` extra, pinned in constraints.txt)"
+            "cosmic-ray is not installed: `make mutation` installs it (the `mutation` extra, "
+            "pinned in constraints.txt)"
         )
     return which
 
 
 def scratch_copy(scratch: Path, resume: bool) -> None:
-    """The sources and tests copied into ``scratch`` (mutants are written there, never in the work tree), and the
-    sources kept unmutated beside them (``pristine``); resuming, the sources are put back from that copy (a run
-    stopped mid-mutant can leave one written) and the tests taken anew from the work tree."""
+    """The sources and tests copied into ``scratch`` (mutants are written there, never in the
+    work tree), and the sources kept unmutated beside them (``pristine``); resuming, the sources
+    are put back from that copy (a run stopped mid-mutant can leave one written) and the tests
+    taken anew from the work tree."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".ruff_cache", ".mypy_cache")
     pristine = scratch / "pristine"
     if not (resume and pristine.exists()):
@@ -436,13 +456,15 @@ def slug(target: Target) -> str:
 def run_target(
     target: Target, scratch: Path, resume: bool, env: dict, recheck: bool = False
 ) -> dict:
-    """Init (unless resuming), filter, check the tests pass unmutated, run every mutant; returns the figures."""
+    """Init (unless resuming), filter, check the tests pass unmutated, run every mutant; returns
+    the figures."""
     module = f"{PACKAGE}/{target.module}"
     source = (scratch / module).read_text()
     unknown = set(target.names) - defined(source)
     if unknown:
         sys.exit(
-            f"{target.module} defines no {', '.join(sorted(unknown))}: update TARGETS in bench/mutation.py"
+            f"{target.module} defines no {', '.join(sorted(unknown))}: update TARGETS in "
+            "bench/mutation.py"
         )
     session = scratch / f"{slug(target)}.sqlite"
     began = time.monotonic()
@@ -485,7 +507,8 @@ def run_target(
 
 
 def skip(target: Target, session: Path, source: str) -> None:
-    """Mark the mutants the filter leaves out as skipped in cosmic-ray's session (what its own filters do)."""
+    """Mark the mutants the filter leaves out as skipped in cosmic-ray's session (what its own
+    filters do)."""
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import WorkerOutcome, WorkResult
 
@@ -504,8 +527,9 @@ def figures(target: Target, session: Path, source: str) -> dict:
     """The counts and the survivors of one session, read from its SQLite file."""
     db = sqlite3.connect(session)
     rows = db.execute(
-        "SELECT s.operator_name, s.start_pos_row, s.start_pos_col, r.worker_outcome, r.test_outcome, r.output, r.diff "
-        "FROM mutation_specs s LEFT JOIN work_results r ON r.job_id = s.job_id"
+        "SELECT s.operator_name, s.start_pos_row, s.start_pos_col, r.worker_outcome, "
+        "r.test_outcome, r.output, r.diff FROM mutation_specs s LEFT JOIN work_results r ON "
+        "r.job_id = s.job_id"
     ).fetchall()
     lines = source.splitlines()
     found = {
@@ -524,9 +548,8 @@ def figures(target: Target, session: Path, source: str) -> dict:
         else:
             found["tried"] += 1
             if "no tests ran" in (output or "") or (worker or "").lower() != "normal":
-                found["broken"] = (
-                    found.get("broken", 0) + 1
-                )  # its tests did not run: neither killed nor survived
+                # its tests did not run: neither killed nor survived
+                found["broken"] = found.get("broken", 0) + 1
             elif (test or "").lower() == "survived":
                 line = lines[row - 1].strip()
                 changed = [
@@ -551,12 +574,15 @@ def figures(target: Target, session: Path, source: str) -> dict:
 
 
 def write_report(results: list[dict]) -> None:
-    """bench/mutation.md between its markers: the table and the survivors; what is outside them is kept."""
+    """bench/mutation.md between its markers: the table and the survivors; what is outside them
+    is kept."""
     out = [
         BEGIN,
-        f"Generated by `make mutation` (bench/mutation.py, cosmic-ray) on {_dt.date.today()}; the work tree untouched.",
+        f"Generated by `make mutation` (bench/mutation.py, cosmic-ray) on {_dt.date.today()}; "
+        "the work tree untouched.",
         "",
-        "| module | rules mutated | generated | left out | tried | killed | survived | with a reason | not run | minutes |",
+        "| module | rules mutated | generated | left out | tried | killed | survived | with a "
+        "reason | not run | minutes |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
@@ -564,14 +590,14 @@ def write_report(results: list[dict]) -> None:
         explained = sum(1 for s in f["survived"] if s["reason"])
         rules = "the whole module" if not r["names"] else f"{len(r['names'])} named"
         out.append(
-            f"| `{r['module']}` | {rules} | {f['generated']} | {sum(f['left_out'].values())} | {f['tried']} | "
-            f"{f['killed']} | {len(f['survived'])} | {explained} | {f.get('broken', 0) + f['pending']} | "
-            f"{r['seconds'] / 60:.1f} |"
+            f"| `{r['module']}` | {rules} | {f['generated']} | {sum(f['left_out'].values())} | "
+            f"{f['tried']} | {f['killed']} | {len(f['survived'])} | {explained} | "
+            f"{f.get('broken', 0) + f['pending']} | {r['seconds'] / 60:.1f} |"
         )
     out += [
         "",
-        "Not run: a mutant whose tests could not run (cosmic-ray could not apply it) or still pending; a timeout "
-        "counts as killed.",
+        "Not run: a mutant whose tests could not run (cosmic-ray could not apply it) or still "
+        "pending; a timeout counts as killed.",
         "",
         "Left out by the filter (never tried):",
         "",
@@ -629,7 +655,8 @@ def main() -> None:
     chosen = [t for t in TARGETS if not args.only or t.name.split()[0] in args.only]
     if not args.report_only:
         scratch_copy(scratch, args.resume or args.recheck)
-    # no kernel zygote: these tests start no kernel, and a zygote per mutant's pytest is seconds of CPU each
+    # no kernel zygote: these tests start no kernel, and a zygote per mutant's pytest is seconds of
+    # CPU each
     env = {**os.environ, "PYTHONPATH": str(scratch / "src"), "PYTHONDONTWRITEBYTECODE": "1"}
     env["MODEL_SUPPORT_KERNEL_ZYGOTE"] = "off"
     env.pop("PYTEST_XDIST_WORKER_COUNT", None)
@@ -639,18 +666,16 @@ def main() -> None:
             ran = run_target(target, scratch, args.resume or args.recheck, env, args.recheck)[
                 "seconds"
             ]
-            stamp = (
-                scratch / f"{slug(target)}.seconds"
-            )  # a resumed run adds to the time the first one took
+            # a resumed run adds to the time the first one took
+            stamp = scratch / f"{slug(target)}.seconds"
             timings[target.name] = ran + (
                 float(stamp.read_text())
                 if stamp.exists() and (args.resume or args.recheck)
                 else 0.0
             )
     results = []
-    for (
-        target
-    ) in TARGETS:  # every target whose session is here: one run of --only keeps the others' figures
+    # every target whose session is here: one run of --only keeps the others' figures
+    for target in TARGETS:
         session = scratch / f"{slug(target)}.sqlite"
         if not session.exists():
             continue
@@ -673,7 +698,8 @@ def main() -> None:
     for r in results:
         f = r["figures"]
         print(
-            f"{r['module']}: tried {f['tried']}, killed {f['killed']}, survived {len(f['survived'])}"
+            f"{r['module']}: tried {f['tried']}, killed {f['killed']}, survived "
+            f"{len(f['survived'])}"
         )
 
 

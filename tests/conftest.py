@@ -8,31 +8,36 @@ import tempfile
 from pathlib import Path
 
 # The environment a shell gave pytest, kept for the tests that run commands as a user types them
-# (tests/test_as_typed.py: helpers.SHELL_ENVIRON). Set here, in the first pytest process, before anything below
-# changes os.environ; xdist's workers inherit it (their own os.environ is this process's, changed).
+# (tests/test_as_typed.py: helpers.SHELL_ENVIRON). Set here, in the first pytest process, before
+# anything below changes os.environ; xdist's workers inherit it (their own os.environ is this
+# process's, changed).
 os.environ.setdefault("MODEL_SUPPORT_TESTS_SHELL_ENV", json.dumps(dict(os.environ)))
 
 import pytest  # noqa: E402
 
-# The test process is a process of ours: importing the package before anything imports torch makes torch autoload
-# no device backend here, as in every process of ours (model_support.backend_env), with torch_tpu installed.
+# The test process is a process of ours: importing the package before anything imports torch makes
+# torch autoload no device backend here, as in every process of ours (model_support.backend_env),
+# with torch_tpu installed.
 import model_support  # noqa: E402, F401
 from helpers import CHROMIUM, FAKE_TOKEN, REPO, stored_records  # noqa: E402
 
-# No test reaches the Hub: the Hub's protocol is tested against a local server (tests/hub_server.py).
+# No test reaches the Hub: the Hub's protocol is tested against a local server
+# (tests/hub_server.py).
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# Under xdist each worker's probes get their share of the cores (torch's intra-op threads), not all of them:
-# two workers each running 2-thread kernels on 2 cores spin in OpenMP waiting for each other.
+# Under xdist each worker's probes get their share of the cores (torch's intra-op threads), not all
+# of them: two workers each running 2-thread kernels on 2 cores spin in OpenMP waiting for each
+# other.
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     _share = (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _share)))
-# datasets caches what it loaded by path; pytest reuses tmp paths across runs, so a session cache of its own.
+# datasets caches what it loaded by path; pytest reuses tmp paths across runs, so a session cache of
+# its own.
 os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp(prefix="hf-datasets-"))
 
 
-#: Variables set by a library the first time a test's process uses it, or by pytest itself, not by the test: pytest's
-#: current test (set per phase), polars' allocator settings (set on its import), what ``ray.init`` writes into the
-#: driver's process once.
+#: Variables set by a library the first time a test's process uses it, or by pytest itself, not by
+#: the test: pytest's current test (set per phase), polars' allocator settings (set on its import),
+#: what ``ray.init`` writes into the driver's process once.
 SET_BY_IMPORTS = {"PYTEST_CURRENT_TEST", "_RJEM_MALLOC_CONF"}
 SET_BY_IMPORTS |= {
     "RAY_AUTH_MODE",
@@ -40,20 +45,21 @@ SET_BY_IMPORTS |= {
     "RAY_USAGE_STATS_ENABLED",
     "PYTHONBREAKPOINT",
 }
-SET_BY_IMPORTS |= {
-    "TORCHINDUCTOR_CACHE_DIR"
-}  # torch's inductor, the first time a test's process compiles
-#: Prefixes of the same: inductor's own private switches (``_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR``).
+# torch's inductor, the first time a test's process compiles
+SET_BY_IMPORTS |= {"TORCHINDUCTOR_CACHE_DIR"}
+#: Prefixes of the same: inductor's own private switches
+#: (``_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR``).
 SET_BY_PREFIXES = ("_TORCHINDUCTOR_", "TORCHINDUCTOR_")
 
 
 @pytest.fixture(autouse=True)
 def leaves_the_environment_and_folder_as_it_found_them():
-    """A test that leaves ``os.environ`` or the working folder changed fails (and they are put back, so one leak
-    fails one test, not every later test of its worker in an order-dependent way): a variable set directly and
-    then ``monkeypatch.delenv``-ed is "restored" by monkeypatch to the leaked value (test_hub_server's
-    HF_ENDPOINT pointed every later test at a server that was shut down). Module and session fixtures' changes
-    are set up before and torn down after it, so they are not counted."""
+    """A test that leaves ``os.environ`` or the working folder changed fails (and they are put
+    back, so one leak fails one test, not every later test of its worker in an order-dependent
+    way): a variable set directly and then ``monkeypatch.delenv``-ed is "restored" by monkeypatch
+    to the leaked value (test_hub_server's HF_ENDPOINT pointed every later test at a server that
+    was shut down). Module and session fixtures' changes are set up before and torn down after
+    it, so they are not counted."""
     before, folder = dict(os.environ), os.getcwd()
     yield
     after, here = dict(os.environ), os.getcwd()
@@ -72,7 +78,8 @@ def leaves_the_environment_and_folder_as_it_found_them():
     assert here == folder, f"the test left the working folder changed: {folder} -> {here}"
 
 
-#: Fixtures that run real sweeps, notebooks or renders: a test using one is slow (not in `make test-fast`).
+#: Fixtures that run real sweeps, notebooks or renders: a test using one is slow (not in `make
+#: test-fast`).
 HEAVY_FIXTURES = {
     "smoke_sweep",
     "real_report",
@@ -84,8 +91,8 @@ HEAVY_FIXTURES = {
 }
 
 
-#: Shared fixtures cheap enough to build once per xdist worker (a cached folder listing, a browser launch):
-#: they do not tie the tests that use them to one worker.
+#: Shared fixtures cheap enough to build once per xdist worker (a cached folder listing, a browser
+#: launch): they do not tie the tests that use them to one worker.
 PER_WORKER_FIXTURES = {"fixture_models", "browser", "kernel_zygote"}
 
 
@@ -98,82 +105,24 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
 
 
-#: Each test's seconds (setup, call and teardown) in a recent run of the whole suite, by node id without its xdist
-#: group: the order xdist hands the work out in (``XdistGroups``). `make test-durations` writes it again; a test it
-#: does not name counts as ``UNTIMED_S``. Only the order depends on it, never a result.
-DURATIONS = REPO / "tests" / "durations.json"
-UNTIMED_S = 1.0
-
-
-def longest_first(items, groups: dict) -> list:
-    """``items`` with each unit of work xdist hands out (a group, else one test) ordered by its seconds in
-    ``DURATIONS``, the longest first, the collection's order within a unit and between equals: on 2 cores the
-    suite is as long as its busiest worker, and a long group handed out last is a tail no other worker can share."""
-    timed = json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
-    units: dict = {}
-    for item in items:
-        units.setdefault(groups.get(item, item.nodeid.split("@")[0]), []).append(item)
-    seconds = {
-        unit: sum(timed.get(i.nodeid.split("@")[0], UNTIMED_S) for i in members)
-        for unit, members in units.items()
-    }
-    order = sorted(
-        units, key=lambda unit: -seconds[unit]
-    )  # sorted() is stable: ties keep the collection's order
-    return [item for unit in order for item in units[unit]]
-
-
 class XdistGroups:
-    """Groups the tests that share a module- or session-scoped fixture, so that under `pytest -n 2 --dist
-    loadgroup` (make test) each such fixture (the smoke sweep, a module's sweeps) is built once, on one
-    worker. xdist 3.8 puts a test in its group by appending ``@group`` to its node id through
-    ``item._nodeid``, which pytest 9.2's structured node ids ignore: the id is set here as xdist means to."""
+    """Groups the tests that share a module- or session-scoped fixture, so that under `pytest -n
+    2 --dist loadgroup` (make test) each such fixture (the smoke sweep, a module's sweeps) is
+    built once, on one worker. xdist 3.8 puts a test in its group by appending ``@group`` to its
+    node id through ``item._nodeid``, which pytest 9.2's structured node ids ignore: the id is
+    set here as xdist means to."""
 
-    @pytest.hookimpl(
-        trylast=True
-    )  # after deselection, and after xdist's own hook (which finds no id to change)
+    # after deselection, and after xdist's own hook (which finds no id to change)
+    @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config, items):
         from _pytest.nodeid import NodeId
 
-        loadgroup = config.getoption(
-            "loadgroup", False
-        )  # set on xdist's workers by --dist loadgroup
-        groups = shared_fixture_groups(items)
-        items[:] = longest_first(
-            items, groups
-        )  # xdist keeps this order with --no-loadscope-reorder (make test)
-        for item, group in groups.items():
+        # set on xdist's workers by --dist loadgroup
+        loadgroup = config.getoption("loadgroup", False)
+        for item, group in shared_fixture_groups(items).items():
             item.add_marker(pytest.mark.xdist_group(group))
             if loadgroup and "@" not in item.nodeid:
                 item._id = NodeId.parse(f"{item.nodeid}@{group}")
-
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_logreport(self, report):
-        """Each test's seconds, summed over its phases, for `make test-durations` (``--write-durations``)."""
-        yield
-        self.seconds[report.nodeid.split("@")[0]] = (
-            self.seconds.get(report.nodeid.split("@")[0], 0.0) + report.duration
-        )
-
-    def pytest_sessionfinish(self, session):
-        if session.config.getoption("write_durations") and not os.environ.get(
-            "PYTEST_XDIST_WORKER"
-        ):
-            kept = {
-                nodeid: round(s, 1) for nodeid, s in sorted(self.seconds.items()) if s >= UNTIMED_S
-            }
-            DURATIONS.write_text(json.dumps(kept, indent=0) + "\n")
-
-    def __init__(self):
-        self.seconds: dict[str, float] = {}
-
-
-def pytest_addoption(parser):
-    parser.addoption(
-        "--write-durations",
-        action="store_true",
-        help="write each test's seconds to tests/durations.json (the order xdist hands the work out in)",
-    )
 
 
 def pytest_configure(config):
@@ -207,7 +156,8 @@ def shared_fixture_groups(items) -> dict:
     members: dict = {}
     for key in parent:
         members.setdefault(root(key), []).append(key)
-    # a group is named for its session fixture when it has one (the smoke sweep), else its first module's
+    # a group is named for its session fixture when it has one (the smoke sweep), else its first
+    # module's
     names = {r: min(keys, key=lambda k: (k[0].endswith(".py"), k)) for r, keys in members.items()}
     groups = {}
     for item, keys in uses.items():
@@ -217,7 +167,8 @@ def shared_fixture_groups(items) -> dict:
 
 
 def _ours_and_shared(fixturedef) -> bool:
-    """A fixture of this test suite (conftest or a test module), built once per module or session."""
+    """A fixture of this test suite (conftest or a test module), built once per module or
+    session."""
     module = getattr(fixturedef.func, "__module__", "") or ""
     return fixturedef.scope in ("module", "package", "session") and (
         module == "conftest" or module.startswith("test_")
@@ -263,9 +214,13 @@ def smoke_sweep(tmp_path_factory, fixture_models) -> dict:
 
 @pytest.fixture(scope="session")
 def browser():
-    """Debian's headless Chromium driven by Playwright (`make browser` installs it; never downloaded)."""
+    """Debian's headless Chromium driven by Playwright (`make browser` installs it; never
+    downloaded)."""
     if not CHROMIUM.exists():
-        message = f"{CHROMIUM} is absent: run `make browser` (apt-get install chromium); tests never download one"
+        message = (
+            f"{CHROMIUM} is absent: run `make browser` (apt-get install chromium); tests never "
+            "download one"
+        )
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
@@ -282,9 +237,10 @@ def browser():
 
 @pytest.fixture(scope="session", autouse=True)
 def kernel_zygote():
-    """One warm zygote per test process (``engine.zygote``): every kernel the tests start, in this process or
-    in the sweeps and CLI runs it starts, is forked from it where its environment allows, as a sweep's are.
-    ``MODEL_SUPPORT_KERNEL_ZYGOTE=off`` runs the suite on fresh kernels."""
+    """One warm zygote per test process (``engine.zygote``): every kernel the tests start, in
+    this process or in the sweeps and CLI runs it starts, is forked from it where its environment
+    allows, as a sweep's are. ``MODEL_SUPPORT_KERNEL_ZYGOTE=off`` runs the suite on fresh
+    kernels."""
     from model_support.engine import zygote
 
     proc = zygote.serve_here()

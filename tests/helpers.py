@@ -1,5 +1,6 @@
-"""What tests share besides fixtures: real notebook runs, one-model probes and sweeps through the CLI,
-an offline browser page. Imported as ``from helpers import ...`` (fixtures live in conftest.py)."""
+"""What tests share besides fixtures: real notebook runs, one-model probes and sweeps through the
+CLI, an offline browser page. Imported as ``from helpers import ...`` (fixtures live in
+conftest.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-#: The environment the shell gave pytest (conftest.py kept it before the test harness changed anything): what a
-#: command a user types runs in.
+#: The environment the shell gave pytest (conftest.py kept it before the test harness changed
+#: anything): what a command a user types runs in.
 SHELL_ENVIRON: dict[str, str] = json.loads(
     os.environ.get("MODEL_SUPPORT_TESTS_SHELL_ENV") or "{}"
 ) or dict(os.environ)
@@ -28,10 +29,11 @@ def pretend_cli(
     threads: int | None = None,
     timeout: int = 900,
 ) -> subprocess.CompletedProcess:
-    """``model-support ARGS --data-dir DATA`` in a child process on the pretend device configured by ``pretend``
-    (``MODEL_SUPPORT_PRETEND``; registered only in that process, never in a test worker; None: unset, the pretend
-    accelerator off). ``threads``: OMP_NUM_THREADS for the child (two test workers share two cores); ``check``: it
-    must exit 0 (its output's tail is the assertion's message)."""
+    """``model-support ARGS --data-dir DATA`` in a child process on the pretend device configured
+    by ``pretend`` (``MODEL_SUPPORT_PRETEND``; registered only in that process, never in a test
+    worker; None: unset, the pretend accelerator off). ``threads``: OMP_NUM_THREADS for the child
+    (two test workers share two cores); ``check``: it must exit 0 (its output's tail is the
+    assertion's message)."""
     import os
 
     env = {**os.environ}
@@ -54,16 +56,17 @@ def pretend_cli(
 
 
 def run_notebook(notebook: str, out: Path, **parameters) -> Path:
-    """Execute one of the project's notebooks for real with papermill, as every notebook run of ours is
-    (``engine.run_notebook``: an ipc kernel, shut down after); returns the output path."""
+    """Execute one of the project's notebooks for real with papermill, as every notebook run of
+    ours is (``engine.run_notebook``: an ipc kernel, shut down after); returns the output path."""
     from model_support.engine.notebooks import run_notebook as run
 
     return run(REPO / "notebooks" / notebook, out, parameters)
 
 
 def stored_records(data: Path, sweep_id: str) -> list[dict]:
-    """A sweep's stored records, each with its whole repro script put together again (``repro.script_of``:
-    the row's settings and the body its ``repro_sha256`` names, kept once in the sweep's ``repro/``)."""
+    """A sweep's stored records, each with its whole repro script put together again
+    (``repro.script_of``: the row's settings and the body its ``repro_sha256`` names, kept once
+    in the sweep's ``repro/``)."""
     from model_support.probe import repro
     from model_support.record import store
 
@@ -79,7 +82,8 @@ def read_json(path: Path) -> dict:
 
 
 def probe_record(tmp_path: Path, model: str, **parameters) -> dict:
-    """One real papermill probe of ``model`` on the CPU (no CPU reference unless asked); its record."""
+    """One real papermill probe of ``model`` on the CPU (no CPU reference unless asked); its
+    record."""
     name = Path(model).name
     record_path = tmp_path / f"{name}.json"
     parameters = {"device": "cpu", "reference": "none", **parameters}
@@ -96,9 +100,10 @@ def probe_record(tmp_path: Path, model: str, **parameters) -> dict:
 def cli_debug(
     data: Path, path: str, probe: dict, matrix: dict, variant: str
 ) -> subprocess.CompletedProcess:
-    """``model-support debug s <folder name> --variant VARIANT`` for real, on a one-model sweep ``s``
-    written under ``data`` with ``probe`` settings and ``matrix`` (nothing probed). The debug notebook,
-    when it runs, is ``sweep_dir(data, "s")/debug/local_<folder>@<variant>.ipynb``."""
+    """``model-support debug s <folder name> --variant VARIANT`` for real, on a one-model sweep
+    ``s`` written under ``data`` with ``probe`` settings and ``matrix`` (nothing probed). The
+    debug notebook, when it runs, is ``sweep_dir(data,
+    "s")/debug/local_<folder>@<variant>.ipynb``."""
     from model_support.record import store
     from model_support.record.sweep_meta import ModelEntry, SweepMeta
 
@@ -119,8 +124,9 @@ def cli_debug(
 
 
 def cli_sweep(tmp_path: Path, definition: dict, *flags: str) -> tuple[Path, str]:
-    """``model-support sweep`` on ``definition`` (written as YAML), for real, in a fresh data folder;
-    (data folder, sweep id). Fails the test, with the command's stderr, when the sweep fails."""
+    """``model-support sweep`` on ``definition`` (written as YAML), for real, in a fresh data
+    folder; (data folder, sweep id). Fails the test, with the command's stderr, when the sweep
+    fails."""
     import yaml
 
     from model_support.record import store
@@ -186,9 +192,10 @@ def wait_count(page, n: int) -> None:
 def ready_made_sweep(
     data: Path, sweep_id: str, day: int, rows: dict[str, dict], defined=None, excluded=()
 ) -> None:
-    """A sweep of ready-made records, for the gate and the diff: ``rows`` {model: the record's fields} (``status``
-    PASS unless given: a PASS matches the reference, a failure has a signature), ``defined`` its definition's models
-    (``rows``' by default), ``excluded`` the models it excluded (an excluded row, the environment's doing)."""
+    """A sweep of ready-made records, for the gate and the diff: ``rows`` {model: the record's
+    fields} (``status`` PASS unless given: a PASS matches the reference, a failure has a
+    signature), ``defined`` its definition's models (``rows``' by default), ``excluded`` the
+    models it excluded (an excluded row, the environment's doing)."""
     from model_support.record import schema, store
     from model_support.record.sweep_meta import ModelEntry, SweepMeta
 
@@ -217,11 +224,12 @@ def ready_made_sweep(
 def wait_until_blocked(
     thread, innermost: str, within: str | None = None, timeout: float = 60.0
 ) -> None:
-    """Until ``thread`` is blocked where the test says it must wait: its innermost Python frame is the function
-    ``innermost`` (a C call such as ``flock`` or a lock's ``acquire`` has none of its own), called from ``within``
-    when given. A wait observed, not a sleep guessed: ``sleep(0.2); assert not done`` passes on a busy host where
-    the thread has not started yet, whatever the code does; here a thread that never blocks there (it ran through,
-    or never got there) fails the test."""
+    """Until ``thread`` is blocked where the test says it must wait: its innermost Python frame
+    is the function ``innermost`` (a C call such as ``flock`` or a lock's ``acquire`` has none of
+    its own), called from ``within`` when given. A wait observed, not a sleep guessed:
+    ``sleep(0.2); assert not done`` passes on a busy host where the thread has not started yet,
+    whatever the code does; here a thread that never blocks there (it ran through, or never got
+    there) fails the test."""
     import time
 
     def where():
@@ -238,9 +246,8 @@ def wait_until_blocked(
     while time.monotonic() < deadline:
         at = where()
         if at is not None:
-            time.sleep(
-                0.05
-            )  # still there, at the same instruction, a while later: blocked, not passing through
+            # still there, at the same instruction, a while later: blocked, not passing through
+            time.sleep(0.05)
             if where() == at:
                 return
         if not thread.is_alive():
@@ -250,7 +257,8 @@ def wait_until_blocked(
 
 
 class FakeClock:
-    """A clock that moves only when told (``advance``): what a test asserts about time is then exact."""
+    """A clock that moves only when told (``advance``): what a test asserts about time is then
+    exact."""
 
     def __init__(self, at: float = 1000.0):
         self.at = at

@@ -1,35 +1,39 @@
-"""A local, offline Hugging Face Hub: local folders served as model repos, dataset repos and buckets that
-the real client can push to, with fault injection on demand.
+"""A local, offline Hugging Face Hub: local folders served as model repos, dataset repos and buckets
+that the real client can push to, with fault injection on demand.
 
 It speaks the HTTP protocol of the Hub as the installed huggingface_hub 2.4.0 client uses it, so
 `hf_hub_download`, `snapshot_download`, `HfApi.model_info/dataset_info/repo_info/list_repo_tree/
-get_paths_info/list_models/whoami`, `create_repo`, `create_commit` / `upload_folder` (through Xet or LFS),
-the bucket API (`create_bucket`, `batch_bucket_files`, `list_bucket_tree`, `download_bucket_files`),
-`HfFileSystem` and `datasets.load_dataset` run unmodified against it (pass `endpoint=server.url`, or set
-HF_ENDPOINT before huggingface_hub is imported, e.g. in a subprocess). Written because olah 0.5.4 (a Hub
-mirror) was checked and does not serve local repos offline. Standard library only, plus hf_xet for the
-uploads that go through Xet (see `hub_writes`, which holds the write side).
+get_paths_info/list_models/whoami`, `create_repo`, `create_commit` / `upload_folder` (through Xet or
+LFS), the bucket API (`create_bucket`, `batch_bucket_files`, `list_bucket_tree`,
+`download_bucket_files`), `HfFileSystem` and `datasets.load_dataset` run unmodified against it (pass
+`endpoint=server.url`, or set HF_ENDPOINT before huggingface_hub is imported, e.g. in a subprocess).
+Written because olah 0.5.4 (a Hub mirror) was checked and does not serve local repos offline.
+Standard library only, plus hf_xet for the uploads that go through Xet (see `hub_writes`, which
+holds the write side).
 
 Read endpoints: GET /api/{models,datasets}/{repo}[/revision/{rev}] (repo info; `blobs=true` adds
-size/blobId/lfs to siblings; `expand=` keeps only the named fields); GET /api/{type}s/{repo}/tree/{rev}[/{path}]
-(`recursive`, `expand`, cursor pages in a Link header); POST /api/{type}s/{repo}/paths-info/{rev};
-HEAD|GET /[datasets/]{repo}/resolve/{rev}/{file} (also /blob/, the Hub's page of a file, served here as the
-file itself; quoted ETag = git blob sha1, or sha256 for LFS files;
-X-Repo-Commit; X-Linked-Etag/X-Linked-Size for LFS; Content-Length; Accept-Ranges; `Range: bytes=a-b` -> 206 +
-Content-Range, 416 if unsatisfiable); GET /api/models (filter, pipeline_tag, author, search, gated, sort
-descending, limit, expand, full, cardData; Link pages); GET /api/whoami-v2; POST|DELETE|GET /_control/faults
-and GET /_control/requests (fault control from another process). Write endpoints: see `hub_writes`. Errors
-carry the Hub's X-Error-Code/X-Error-Message headers and {"error": ...} body: unknown repo, or private one
-without an accepted token -> 401 RepoNotFound (404 with a token); other revision than "main" or the commit
-sha -> 404 RevisionNotFound; unknown file -> 404 EntryNotFound; file of a gated repo without an accepted
-token -> 401 GatedRepo (model info and tree stay public, as on the Hub). A token in neither `server.tokens`
-(read) nor `server.write_tokens` counts as anonymous (the real Hub answers 401 to any bad token). LFS files
-are served in place (the Hub redirects them to its CDN; the client reads the same headers either way), and
-files uploaded through Xet are served as plain bytes: no Xet headers are sent for repo files, so the client
-downloads over plain HTTP. Every request is logged in `server.requests` (writes with their body).
+size/blobId/lfs to siblings; `expand=` keeps only the named fields); GET
+/api/{type}s/{repo}/tree/{rev}[/{path}] (`recursive`, `expand`, cursor pages in a Link header); POST
+/api/{type}s/{repo}/paths-info/{rev}; HEAD|GET /[datasets/]{repo}/resolve/{rev}/{file} (also /blob/,
+the Hub's page of a file, served here as the file itself; quoted ETag = git blob sha1, or sha256 for
+LFS files; X-Repo-Commit; X-Linked-Etag/X-Linked-Size for LFS; Content-Length; Accept-Ranges;
+`Range: bytes=a-b` -> 206 + Content-Range, 416 if unsatisfiable); GET /api/models (filter,
+pipeline_tag, author, search, gated, sort descending, limit, expand, full, cardData; Link pages);
+GET /api/whoami-v2; POST|DELETE|GET /_control/faults and GET /_control/requests (fault control from
+another process). Write endpoints: see `hub_writes`. Errors carry the Hub's
+X-Error-Code/X-Error-Message headers and {"error": ...} body: unknown repo, or private one without
+an accepted token -> 401 RepoNotFound (404 with a token); other revision than "main" or the commit
+sha -> 404 RevisionNotFound; unknown file -> 404 EntryNotFound; file of a gated repo without an
+accepted token -> 401 GatedRepo (model info and tree stay public, as on the Hub). A token in neither
+`server.tokens` (read) nor `server.write_tokens` counts as anonymous (the real Hub answers 401 to
+any bad token). LFS files are served in place (the Hub redirects them to its CDN; the client reads
+the same headers either way), and files uploaded through Xet are served as plain bytes: no Xet
+headers are sent for repo files, so the client downloads over plain HTTP. Every request is logged in
+`server.requests` (writes with their body).
 
 CLI: python tests/hub_server.py --port 0 --repo org/name=/path [--gated org/name] [--token T]
-     [--write-token T] [--throttle BYTES_PER_S]   prints the URL on its first line, serves until killed.
+     [--write-token T] [--throttle BYTES_PER_S]   prints the URL on its first line, serves until
+     killed.
 """
 
 from __future__ import annotations
@@ -97,7 +101,8 @@ def closed_port() -> int:
 
 
 def _card(readme: Path) -> dict:
-    """A model card's YAML front matter: `key: value` lines and `- item` lists (enough for cardData)."""
+    """A model card's YAML front matter: `key: value` lines and `- item` lists (enough for
+    cardData)."""
     text, data, key = readme.read_text(errors="replace") if readme.is_file() else "", {}, None
     for line in text.split("\n---", 1)[0].splitlines()[1:] if text.startswith("---") else []:
         if line.lstrip().startswith("- ") and key:
@@ -112,16 +117,16 @@ def _card(readme: Path) -> dict:
 
 
 def _safetensors(paths: list[Path]) -> dict | None:
-    """Parameter counts per dtype from safetensors headers, as the Hub's `safetensors` field gives them."""
+    """Parameter counts per dtype from safetensors headers, as the Hub's `safetensors` field
+    gives them."""
     counts: dict[str, int] = {}
     for path in paths:
         with (
             contextlib.suppress(OSError, ValueError, KeyError, TypeError, struct.error),
             open(path, "rb") as f,
         ):
-            n = struct.unpack("<Q", f.read(8))[
-                0
-            ]  # header size; random bytes give nonsense: skip those
+            # header size; random bytes give nonsense: skip those
+            n = struct.unpack("<Q", f.read(8))[0]
             header = json.loads(f.read(n)) if n <= min(path.stat().st_size, 1 << 27) else {}
             for t in (t for name, t in header.items() if name != "__metadata__"):
                 counts[t["dtype"]] = counts.get(t["dtype"], 0) + math.prod(t["shape"])
@@ -129,8 +134,9 @@ def _safetensors(paths: list[Path]) -> dict | None:
 
 
 class Faults:
-    """Fault rules the server applies per request; thread-safe. A rule targets a repo id (None = all), a
-    glob on the file path in the repo (None = every request, API ones included) and a method (None = all)."""
+    """Fault rules the server applies per request; thread-safe. A rule targets a repo id (None =
+    all), a glob on the file path in the repo (None = every request, API ones included) and a
+    method (None = all)."""
 
     def __init__(self, server: HubServer | None = None):
         self._server, self._lock, self.rules = server, threading.Lock(), []
@@ -159,8 +165,9 @@ class Faults:
         method=None,
         route=None,
     ):
-        """The next `times` matching requests answer `status` (with Retry-After when given); `route` names one
-        of ROUTES (e.g. "commit", "preupload") for requests that carry no file path."""
+        """The next `times` matching requests answer `status` (with Retry-After when given);
+        `route` names one of ROUTES (e.g. "commit", "preupload") for requests that carry no file
+        path."""
         return self._add("fail", **{k: v for k, v in locals().items() if k != "self"})
 
     def throttle(self, bytes_per_s: int, repo=None, path=None):
@@ -168,7 +175,8 @@ class Faults:
         return self._add("throttle", **{k: v for k, v in locals().items() if k != "self"})
 
     def cut(self, after_bytes: int, times: int | None = None, repo=None, path=None):
-        """File bodies announce their full Content-Length, but the connection closes after `after_bytes`."""
+        """File bodies announce their full Content-Length, but the connection closes after
+        `after_bytes`."""
         return self._add("cut", **{k: v for k, v in locals().items() if k != "self"})
 
     def gate(self, repo_id: str):
@@ -184,8 +192,8 @@ class Faults:
             self.rules.clear()
 
     def add_rules(self, rules: list[dict]) -> None:
-        """Rules as dicts, e.g. {"kind": "fail", "status": 503, "times": 2, "path": "*.json"} (kinds: fail,
-        throttle, cut, gate; other keys as the methods' parameters)."""
+        """Rules as dicts, e.g. {"kind": "fail", "status": 503, "times": 2, "path": "*.json"}
+        (kinds: fail, throttle, cut, gate; other keys as the methods' parameters)."""
         for rule in rules:
             self._add(**rule)
 
@@ -215,12 +223,12 @@ class Faults:
 
 
 class HubServer:
-    """Local folders served as Hub repos: `with HubServer({"org/name": folder}) as s: ... s.url`. Repos are
-    keyed by (type, id); what clients push is kept in `storage` (a temporary folder, removed on stop)."""
+    """Local folders served as Hub repos: `with HubServer({"org/name": folder}) as s: ... s.url`.
+    Repos are keyed by (type, id); what clients push is kept in `storage` (a temporary folder,
+    removed on stop)."""
 
-    page_size = (
-        1000  # entries per tree / list page (the Hub's cap); lower it to exercise pagination
-    )
+    # entries per tree / list page (the Hub's cap); lower it to exercise pagination
+    page_size = 1000
     lfs_min_size, lfs_extensions = LFS_MIN_SIZE, LFS_EXTENSIONS
 
     def __init__(self, repos: dict | None = None, host: str = "127.0.0.1", port: int = 0):
@@ -252,8 +260,9 @@ class HubServer:
     def file_entry(
         self, rel: str, path: Path, lfs: bool | None = None, sha256: str | None = None
     ) -> dict:
-        """A file of a repo, kept at `path`: LFS when `lfs` (None: by size and extension, as a repo's
-        .gitattributes would), hashed in a stream then; its blob id is the git sha1 of it or of its pointer."""
+        """A file of a repo, kept at `path`: LFS when `lfs` (None: by size and extension, as a
+        repo's .gitattributes would), hashed in a stream then; its blob id is the git sha1 of it
+        or of its pointer."""
         size = path.stat().st_size
         f = {"path": rel, "abs": path, "size": size, "sha256": None}
         if lfs is None:
@@ -280,8 +289,8 @@ class HubServer:
         metadata: dict | None = None,
         repo_type: str = "model",
     ) -> str:
-        """Serve `folder` (None: an empty repo) as repo `repo_id`; returns its commit sha (deterministic in
-        names and contents)."""
+        """Serve `folder` (None: an empty repo) as repo `repo_id`; returns its commit sha
+        (deterministic in names and contents)."""
         files = {}
         for p in sorted(Path(folder).rglob("*")) if folder is not None else ():
             rel = p.relative_to(folder).as_posix()
@@ -300,7 +309,8 @@ class HubServer:
         return repo["sha"]
 
     def set_files(self, repo: dict, files: dict) -> None:
-        """A repo's new file list, and what derives from it: its commit sha, parameter counts and card."""
+        """A repo's new file list, and what derives from it: its commit sha, parameter counts and
+        card."""
         readme = files.get("README.md")
         repo.update(
             files=files,
@@ -314,8 +324,8 @@ class HubServer:
         )
 
     def repo(self, repo_id: str, repo_type: str = "model") -> dict:
-        """A repo's state: files ({path: {size, sha256, blob_id, abs}}), sha, commits ([{oid, title, added,
-        deleted}]), private."""
+        """A repo's state: files ({path: {size, sha256, blob_id, abs}}), sha, commits ([{oid,
+        title, added, deleted}]), private."""
         return self._repos[(repo_type, repo_id)]
 
     def sha(self, repo_id: str, repo_type: str = "model") -> str:
@@ -340,9 +350,8 @@ class HubServer:
             if on == self._refusing or self._httpd is None:
                 return
             self._refusing = on
-            if (
-                on
-            ):  # a bound socket that does not listen: the port stays ours, connections are refused
+            # a bound socket that does not listen: the port stays ours, connections are refused
+            if on:
                 self._httpd.shutdown()
                 self._httpd.socket.close()
                 self._httpd.socket = socket.socket()
@@ -600,7 +609,8 @@ class _Handler(WriteRoutes, BaseHTTPRequestHandler):
             self.log["duration"] = time.time() - self.log["time"]
 
     def _route(self, method: str, path: str) -> tuple[str | None, dict]:
-        """The route answering `method` on `path`, and its parts (unquoted; a repo type in the singular)."""
+        """The route answering `method` on `path`, and its parts (unquoted; a repo type in the
+        singular)."""
         for name, methods, rx in ROUTES:
             if method in methods.split() and (m := re.match(rx, path)):
                 groups = {k: unquote(v) for k, v in m.groupdict().items() if v}
@@ -690,7 +700,8 @@ class _Handler(WriteRoutes, BaseHTTPRequestHandler):
         self._page(entries, min(self.hub.page_size, 50) if expand else self.hub.page_size)
 
     def _paths_info(self, repo: dict, _path: None) -> None:
-        """POST paths-info: the entries of the named paths that exist (form-encoded, as the client sends it)."""
+        """POST paths-info: the entries of the named paths that exist (form-encoded, as the
+        client sends it)."""
         form = parse_qs(self.body.decode(), keep_blank_values=True)
         if self.headers.get("Content-Type", "").startswith("application/json"):
             form = {
@@ -724,7 +735,8 @@ class _Handler(WriteRoutes, BaseHTTPRequestHandler):
         repo_id: str | None = None,
         path: str | None = None,
     ):
-        """A file's bytes (HEAD: its headers only), honouring `Range` and the cut and throttle faults."""
+        """A file's bytes (HEAD: its headers only), honouring `Range` and the cut and throttle
+        faults."""
         headers = {"Accept-Ranges": "bytes", **headers}
         start, end, status, spec = 0, size - 1, 200, self.headers.get("Range", "")
         if spec.startswith("bytes=") and "," not in spec:
@@ -841,9 +853,9 @@ def serve(
     metadata: dict | None = None,
     **kw,
 ):
-    """A started HubServer for `repos` ({repo_id: folder}); `gated`, `private`: repo ids; `tokens`: accepted
-    read tokens, `write_tokens`: accepted tokens that may also write; `metadata`: {repo_id: model info fields};
-    `kw`: host, port. Stopped on exit."""
+    """A started HubServer for `repos` ({repo_id: folder}); `gated`, `private`: repo ids;
+    `tokens`: accepted read tokens, `write_tokens`: accepted tokens that may also write;
+    `metadata`: {repo_id: model info fields}; `kw`: host, port. Stopped on exit."""
     server = HubServer(None, **kw)
     for repo_id, folder in repos.items():
         server.add_repo(

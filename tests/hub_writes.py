@@ -1,22 +1,24 @@
-"""What pushing needs from the local Hub (``hub_server``): where uploaded bytes are kept, and the write routes.
+"""What pushing needs from the local Hub (``hub_server``): where uploaded bytes are kept, and the
+write routes.
 
-The installed huggingface_hub (2.4.0) uploads a dataset's large files through Xet whenever ``hf_xet`` is
-installed, and through the LFS batch API otherwise (``HF_HUB_DISABLE_XET=1``); a bucket's files go through
-Xet only. Both are served here:
+The installed huggingface_hub (2.4.0) uploads a dataset's large files through Xet whenever
+``hf_xet`` is installed, and through the LFS batch API otherwise (``HF_HUB_DISABLE_XET=1``); a
+bucket's files go through Xet only. Both are served here:
 
-- LFS: ``POST /{datasets/}{repo}.git/info/lfs/objects/batch`` answers one ``upload`` action per object not yet
-  stored, a ``PUT /_lfs/{sha256}`` stores it (its sha256 checked).
-- Xet: the ``xet-write-token`` / ``xet-read-token`` routes hand out ``local://<storage>/cas`` as the CAS
-  address, so hf_xet itself writes xorbs and shards into the server's folder (its own local CAS client, the
-  one xet-core uses in its tests); the server reads the shards back (``shard_files``) to map a commit's
-  sha256 to a Xet file, and has hf_xet rebuild the bytes, so every stored file is plain bytes on disk.
+- LFS: ``POST /{datasets/}{repo}.git/info/lfs/objects/batch`` answers one ``upload`` action per
+  object not yet stored, a ``PUT /_lfs/{sha256}`` stores it (its sha256 checked).
+- Xet: the ``xet-write-token`` / ``xet-read-token`` routes hand out ``local://<storage>/cas`` as the
+  CAS address, so hf_xet itself writes xorbs and shards into the server's folder (its own local CAS
+  client, the one xet-core uses in its tests); the server reads the shards back (``shard_files``) to
+  map a commit's sha256 to a Xet file, and has hf_xet rebuild the bytes, so every stored file is
+  plain bytes on disk.
 
 A commit (``POST /api/{type}s/{repo}/commit/{rev}``, ndjson: header, file, lfsFile, deletedFile,
-deletedFolder) is applied whole or not at all: a missing LFS object, a deleted path that does not exist or a
-``parentCommit`` that is no longer the head refuses it and the repo stays as it was. Writes need a token in
-``server.write_tokens``: none is 401, a read token 403, as on the Hub. Buckets: create, info, batch
-(addFile / deleteFile by Xet hash), tree, paths-info, resolve (HEAD gives the Xet headers
-``get_bucket_file_metadata`` reads; GET the bytes).
+deletedFolder) is applied whole or not at all: a missing LFS object, a deleted path that does not
+exist or a ``parentCommit`` that is no longer the head refuses it and the repo stays as it was.
+Writes need a token in ``server.write_tokens``: none is 401, a read token 403, as on the Hub.
+Buckets: create, info, batch (addFile / deleteFile by Xet hash), tree, paths-info, resolve (HEAD
+gives the Xet headers ``get_bucket_file_metadata`` reads; GET the bytes).
 """
 
 from __future__ import annotations
@@ -44,10 +46,11 @@ def _merkle_hex(raw: bytes) -> str:
 
 
 def shard_files(data: bytes) -> list[tuple[str, int, str | None]]:
-    """[(Xet file hash, size, sha256 or None)] of the files a Xet shard describes (xet-core's MDB shard
-    format: a 48-byte header, then per file a header record [file hash, flags, n], n segment records [xorb
-    hash, flags, bytes, chunk range], n verification records when flagged, one metadata record [sha256]
-    when flagged (a dataset commit's files have one, a bucket's not), up to a bookend record of 0xff)."""
+    """[(Xet file hash, size, sha256 or None)] of the files a Xet shard describes (xet-core's MDB
+    shard format: a 48-byte header, then per file a header record [file hash, flags, n], n
+    segment records [xorb hash, flags, bytes, chunk range], n verification records when flagged,
+    one metadata record [sha256] when flagged (a dataset commit's files have one, a bucket's
+    not), up to a bookend record of 0xff)."""
     files, pos = [], _ENTRY
     while pos + _ENTRY <= len(data) and data[pos : pos + 32] != _BOOKEND:
         file_hash = _merkle_hex(data[pos : pos + 32])
@@ -67,8 +70,8 @@ def git_sha1(data: bytes) -> str:
 
 
 class Storage:
-    """The bytes the server was given, content-addressed under ``root``: ``blobs/<sha256>``; the local Xet
-    CAS under ``root/cas``."""
+    """The bytes the server was given, content-addressed under ``root``: ``blobs/<sha256>``; the
+    local Xet CAS under ``root/cas``."""
 
     def __init__(self, root: Path):
         self.root, self.blobs, self.cas = Path(root), Path(root) / "blobs", Path(root) / "cas"
@@ -91,7 +94,8 @@ class Storage:
         return path
 
     def _scan(self) -> None:
-        """Read the shards hf_xet wrote since the last look: which Xet files (and sha256s) the CAS holds."""
+        """Read the shards hf_xet wrote since the last look: which Xet files (and sha256s) the
+        CAS holds."""
         with self._lock:
             for shard in sorted((self.cas / "xet" / "xorbs" / "shards").glob("*.mdb")):
                 if shard.name not in self._shards:
@@ -102,7 +106,8 @@ class Storage:
                     self._shards.add(shard.name)
 
     def lfs(self, sha256: str) -> Path | None:
-        """The stored object with this sha256: sent by an LFS PUT, or uploaded through Xet (found in a shard)."""
+        """The stored object with this sha256: sent by an LFS PUT, or uploaded through Xet (found
+        in a shard)."""
         path = self.blobs / sha256
         if path.exists():
             return path
@@ -110,7 +115,8 @@ class Storage:
         return self.xet(self._sha256[sha256]) if sha256 in self._sha256 else None
 
     def xet(self, xet_hash: str) -> Path | None:
-        """The bytes of a Xet file, rebuilt once by hf_xet from the local CAS; None when the CAS lacks it."""
+        """The bytes of a Xet file, rebuilt once by hf_xet from the local CAS; None when the CAS
+        lacks it."""
         path = self.blobs / f"xet-{xet_hash}"
         if path.exists():
             return path
@@ -119,15 +125,13 @@ class Storage:
             return None
         from hf_xet import XetFileInfo, XetSession
 
-        with (
-            self._lock
-        ):  # read from a copy: the uploading client keeps the CAS's own database locked
+        # read from a copy: the uploading client keeps the CAS's own database locked
+        with self._lock:
             self._session = self._session or XetSession()
             copy = Path(tempfile.mkdtemp(dir=self.root, prefix="cas-read-"))
             try:
-                shutil.copytree(
-                    self.cas / "xet" / "xorbs", copy / "xet" / "xorbs"
-                )  # its database too: it is needed
+                # its database too: it is needed
+                shutil.copytree(self.cas / "xet" / "xorbs", copy / "xet" / "xorbs")
                 expiry = int(time.time()) + 86400
                 with self._session.new_file_download_group(
                     endpoint=f"local://{copy}", token="local", token_expiry_unix_secs=expiry
@@ -148,10 +152,12 @@ class Storage:
 
 
 class WriteRoutes:
-    """The handler's write routes (mixed into ``hub_server._Handler``): each answers like the Hub."""
+    """The handler's write routes (mixed into ``hub_server._Handler``): each answers like the
+    Hub."""
 
     def _need_write(self, what: str) -> bool:
-        """True when the request carries a write token; else answers 401 (no token) or 403 (read token)."""
+        """True when the request carries a write token; else answers 401 (no token) or 403 (read
+        token)."""
         if self.can_write:
             return True
         if not self.authed:
@@ -170,10 +176,8 @@ class WriteRoutes:
         if not self._need_write(f"the namespace {repo_id.split('/')[0]}"):
             return
         url = f"{self.hub.url}/{prefix}{repo_id}"
-        if (
-            repo_type,
-            repo_id,
-        ) in self.hub._repos:  # the Hub's 409 carries the url: the client returns it
+        # the Hub's 409 carries the url: the client returns it
+        if (repo_type, repo_id) in self.hub._repos:
             message = "You already created this repo"
             return self._json({"error": message, "url": url}, {"X-Error-Message": message}, 409)
         private = body.get("visibility") == "private" or bool(body.get("private"))

@@ -1,7 +1,8 @@
-"""What a new user met (issue 54): an exact model name refused as ambiguous, options that conflict or do nothing
-taken silently, a data folder that is a file or missing, and cosmetics that mislead (the diff's title, the
-explorer's ``lacks`` after ``ops --complete``, machine paths in a report's tracebacks). Each built directly, no
-sweep runs: the commands run in-process (click's runner), as typed."""
+"""What a new user met (issue 54): an exact model name refused as ambiguous, options that
+conflict or do nothing taken silently, a data folder that is a file or missing, and cosmetics
+that mislead (the diff's title, the explorer's ``lacks`` after ``ops --complete``, machine paths
+in a report's tracebacks). Each built directly, no sweep runs: the commands run in-process
+(click's runner), as typed."""
 
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ def make_sweep(
 
 
 def typed(*args: str, env: dict | None = None):
-    """``model-support ARGS`` as a user types it: (exit status, what it printed, stdout and stderr together)."""
+    """``model-support ARGS`` as a user types it: (exit status, what it printed, stdout and
+    stderr together)."""
     result = CliRunner().invoke(cli.main, list(args), env=env, catch_exceptions=False)
     return result.exit_code, result.output
 
@@ -72,7 +74,8 @@ def files(folder: Path) -> dict[str, tuple[int, bytes]]:
     }
 
 
-# --- 1. an exact name wins over a fragment ---------------------------------------------------------------------
+# --- 1. an exact name wins over a fragment
+# ---------------------------------------------------------------------
 
 
 def test_an_exact_name_wins_over_the_fragments_it_is_part_of():
@@ -97,9 +100,8 @@ def test_support_repro_and_localise_take_the_exact_name(tmp_path, monkeypatch):
     status, out = typed("support", "tiny-gemma", "--json", "--data-dir", str(data))
     assert status == 0 and {card["sweep_id"] for card in json.loads(out)} == {SWEEP}, out
     status, out = typed("repro", SWEEP, "tiny-gemma", "--data-dir", str(data))
-    assert "matches 2 models" not in out and "local:tiny-gemma has no repro script" in out, (
-        out
-    )  # it got that far
+    # it got that far
+    assert "matches 2 models" not in out and "local:tiny-gemma has no repro script" in out, out
 
     asked = []
     from model_support.debug import localise
@@ -111,7 +113,8 @@ def test_support_repro_and_localise_take_the_exact_name(tmp_path, monkeypatch):
     assert status == 0 and asked == ["local:tiny-gemma"], out
 
 
-# --- 2. conflicting or wrong options are refused, in one sentence, before anything runs ---------------------------
+# --- 2. conflicting or wrong options are refused, in one sentence, before anything runs
+# ---------------------------
 
 
 def test_a_definition_file_and_resume_together_are_refused(tmp_path):
@@ -134,9 +137,8 @@ def test_resuming_a_complete_sweep_says_so_and_rewrites_nothing(tmp_path):
     assert "nothing rewritten" in out
     assert files(data) == before
     (data / "reports").mkdir()
-    (data / "reports" / f"{SWEEP}.html").write_text(
-        "its report"
-    )  # with --report: complete once it is there
+    # with --report: complete once it is there
+    (data / "reports" / f"{SWEEP}.html").write_text("its report")
     before = files(data)
     status, out = typed("sweep", "--resume", SWEEP, "--data-dir", str(data))
     assert status == 0 and "nothing rewritten" in out and files(data) == before, out
@@ -193,13 +195,13 @@ def test_a_data_folder_that_is_a_file_or_missing_is_named(tmp_path):
     ), out
     status, out = typed("list", env={"MODEL_SUPPORT_DATA_DIR": str(missing)})
     assert status == 2 and f"$MODEL_SUPPORT_DATA_DIR ({missing}) does not exist" in out, out
-    status, out = typed(
-        "sweep", "--data-dir", str(missing)
-    )  # a sweep creates it: only its own question
+    # a sweep creates it: only its own question
+    status, out = typed("sweep", "--data-dir", str(missing))
     assert status == 2 and "Give a sweep definition" in out and not missing.exists(), out
 
 
-# --- 3. cosmetics that mislead -----------------------------------------------------------------------------------
+# --- 3. cosmetics that mislead
+# -----------------------------------------------------------------------------------
 
 
 def test_the_diff_title_says_which_sweep_is_the_baseline(tmp_path):
@@ -288,10 +290,8 @@ def test_a_reports_traceback_names_files_not_the_machine_that_ran_them():
     ]
     assert "<frozen importlib._bootstrap>" in shown and "https://hf.co/docs/a/b" in shown
     assert "alice" not in shown and "~/models/x/config.json" in shown
-    assert (
-        failure_place(TRACEBACK) == "modeling_x.attn"
-    )  # the record keeps what the signature reads
-    page = html.table_html(
-        pl.DataFrame({"traceback": [TRACEBACK]})
-    )  # as the report's failure modes show it
+    # the record keeps what the signature reads
+    assert failure_place(TRACEBACK) == "modeling_x.attn"
+    # as the report's failure modes show it
+    page = html.table_html(pl.DataFrame({"traceback": [TRACEBACK]}))
     assert "alice" not in page and "transformers/models/llama/modeling_llama.py" in page

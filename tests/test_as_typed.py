@@ -1,16 +1,19 @@
-"""The README's commands as a user types them (issue 54): each in a child process with the environment the shell
-gave pytest (``helpers.SHELL_ENVIRON``: nothing of the test harness in it, ``TORCH_DEVICE_BACKEND_AUTOLOAD`` unset as
-in a new user's shell) and torch_tpu installed as ``make`` installs it, through the console scripts in the venv.
+"""The README's commands as a user types them (issue 54): each in a child process with the
+environment the shell gave pytest (``helpers.SHELL_ENVIRON``: nothing of the test harness in it,
+``TORCH_DEVICE_BACKEND_AUTOLOAD`` unset as in a new user's shell) and torch_tpu installed as
+``make`` installs it, through the console scripts in the venv.
 
-Why this layer: the rest of the suite ran every command with the autoload switched off by the harness, so it never
-saw that a command importing torch (the host-ops check, ``ops --prove``) autoloaded torch_tpu, whose loader wrote
-``TORCH_DEVICE_BACKEND_AUTOLOAD=1`` back into the environment every probe inherited: what-if probes on the pretend
-device loaded the TPU runtime (its kernels took ``PrivateUse1`` over, or libtpu stalled retrying the cloud's
-metadata server), and ``TPU_LIBRARY_PATH`` joined the what-if sweep's recorded configuration, so no proof counted.
+Why this layer: the rest of the suite ran every command with the autoload switched off by the
+harness, so it never saw that a command importing torch (the host-ops check, ``ops --prove``)
+autoloaded torch_tpu, whose loader wrote ``TORCH_DEVICE_BACKEND_AUTOLOAD=1`` back into the
+environment every probe inherited: what-if probes on the pretend device loaded the TPU runtime
+(its kernels took ``PrivateUse1`` over, or libtpu stalled retrying the cloud's metadata server),
+and ``TPU_LIBRARY_PATH`` joined the what-if sweep's recorded configuration, so no proof counted.
 
-One porting loop on the pretend device (a stack lacking ``aten::rsqrt``; tiny-llama needs it, tiny-opt does not):
-the sweep, ``ops --prove``, ``diff --fail-on``, ``nightly`` (a second sweep of the same stack, its gate against the
-first), the record's repro script, and the papermill probe. Every probe's log is read for the TPU runtime."""
+One porting loop on the pretend device (a stack lacking ``aten::rsqrt``; tiny-llama needs it,
+tiny-opt does not): the sweep, ``ops --prove``, ``diff --fail-on``, ``nightly`` (a second sweep
+of the same stack, its gate against the first), the record's repro script, and the papermill
+probe. Every probe's log is read for the TPU runtime."""
 
 from __future__ import annotations
 
@@ -29,8 +32,8 @@ STACK = {"missing_ops": ["aten::rsqrt"]}
 MODELS = ("tiny-llama", "tiny-opt")
 PROBE = {"device": "pretend", "max_new_tokens": 2, "judge": False, "perf": "off"}
 BIN = Path(sys.executable).parent
-#: What the TPU runtime says when it loads (torch_tpu's tcmalloc warning, libtpu's set-up, PJRT's plugin, its
-#: lockfile, the path it writes): never in a pretend probe's output.
+#: What the TPU runtime says when it loads (torch_tpu's tcmalloc warning, libtpu's set-up, PJRT's
+#: plugin, its lockfile, the path it writes): never in a pretend probe's output.
 TPU_RUNTIME = re.compile(
     r"TorchTpu/|tcmalloc|pjrt_api|PjRt|libtpu\.so|TPU_LIBRARY_PATH|lockfile|metadata server", re.I
 )
@@ -43,12 +46,11 @@ def typed(
     timeout: float = 600,
     env: dict | None = None,
 ) -> subprocess.CompletedProcess:
-    """``command`` as a user types it in a shell (``env``, default the shell's that started pytest),
-    ``MODEL_SUPPORT_PRETEND='<stack>'`` before it (the pretend stack is the environment, as a real one is:
-    docs/devices.md)."""
-    if (
-        env is None
-    ):  # a new user's shell: the autoload unset, whatever the shell that ran pytest exported
+    """``command`` as a user types it in a shell (``env``, default the shell's that started
+    pytest), ``MODEL_SUPPORT_PRETEND='<stack>'`` before it (the pretend stack is the environment,
+    as a real one is: docs/devices.md)."""
+    # a new user's shell: the autoload unset, whatever the shell that ran pytest exported
+    if env is None:
         env = {k: v for k, v in SHELL_ENVIRON.items() if k != "TORCH_DEVICE_BACKEND_AUTOLOAD"}
     env = dict(env)
     env.pop("MODEL_SUPPORT_PRETEND", None)
@@ -67,7 +69,8 @@ def ok(done: subprocess.CompletedProcess, status: int = 0) -> str:
 
 
 def outputs(notebook: Path) -> str:
-    """What an executed notebook's cells printed and raised (not its source, which names TorchTPU's modes)."""
+    """What an executed notebook's cells printed and raised (not its source, which names
+    TorchTPU's modes)."""
     import nbformat
 
     cells = nbformat.read(notebook, as_version=4).cells
@@ -86,7 +89,8 @@ def probe_logs(data: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def loop(tmp_path_factory, fixture_models) -> dict:
-    """The loop, run once as typed: sweep, ``ops --prove``, nightly; what each said and how long prove took."""
+    """The loop, run once as typed: sweep, ``ops --prove``, nightly; what each said and how long
+    prove took."""
     import time
 
     tmp = tmp_path_factory.mktemp("as-typed")
@@ -122,8 +126,8 @@ def sweep_meta(data: Path, sweep_id: str) -> dict:
 
 
 def test_prove_confirms_the_rsqrt_step_with_no_tpu_runtime_in_any_probe(loop):
-    """``ops SWEEP --prove`` with the autoload unset confirms the step (it ran: no "predicted: not run"), and no
-    probe, of the stack's sweep or the what-if one, loaded the TPU runtime."""
+    """``ops SWEEP --prove`` with the autoload unset confirms the step (it ran: no "predicted:
+    not run"), and no probe, of the stack's sweep or the what-if one, loaded the TPU runtime."""
     said = re.sub(r"\s+", " ", loop["said"]["prove"])
     assert "confirmed: 1 of 1 predicted model PASSes and agrees with the reference" in said, said[
         -2000:
@@ -131,15 +135,15 @@ def test_prove_confirms_the_rsqrt_step_with_no_tpu_runtime_in_any_probe(loop):
     assert "not run with these operators on the host yet" not in said
     found = {path: TPU_RUNTIME.search(text) for path, text in probe_logs(loop["data"]).items()}
     leaked = {path: match.group(0) for path, match in found.items() if match}
-    assert len(found) >= 6, sorted(
-        found
-    )  # the two sweeps' and the what-if sweep's probes were read
+    # the two sweeps' and the what-if sweep's probes were read
+    assert len(found) >= 6, sorted(found)
     assert not leaked, leaked
 
 
 def test_the_what_if_sweep_records_the_stacks_configuration_plus_its_host_ops(loop):
-    """The what-if sweep's recorded backend configuration is the stack sweep's (no variable torch_tpu wrote for
-    itself), so the proof's run counts as evidence for the stack; its records carry the host_ops it ran with."""
+    """The what-if sweep's recorded backend configuration is the stack sweep's (no variable
+    torch_tpu wrote for itself), so the proof's run counts as evidence for the stack; its records
+    carry the host_ops it ran with."""
     from model_support.record import store
 
     data, stack = loop["data"], loop["stack"]
@@ -163,8 +167,9 @@ def test_the_what_if_sweep_records_the_stacks_configuration_plus_its_host_ops(lo
 
 
 def test_the_nightly_and_the_gate_pass_on_the_same_stack(loop):
-    """The nightly's sweep of the same stack gates against the first (no regression), and the gate typed by hand
-    says the same of the two sweeps: tiny-llama FAIL(gen) at rsqrt in both, tiny-opt PASS in both."""
+    """The nightly's sweep of the same stack gates against the first (no regression), and the
+    gate typed by hand says the same of the two sweeps: tiny-llama FAIL(gen) at rsqrt in both,
+    tiny-opt PASS in both."""
     from model_support.record import store
 
     data = loop["data"]
@@ -193,8 +198,9 @@ def test_the_nightly_and_the_gate_pass_on_the_same_stack(loop):
 
 
 def test_the_records_repro_script_runs_as_typed(loop):
-    """``model-support repro SWEEP MODEL > run.py; python run.py FOLDER`` (a model probed from a local folder takes
-    that folder): the same verdict, with plain python; no --variant needed where the model ran in one variant."""
+    """``model-support repro SWEEP MODEL > run.py; python run.py FOLDER`` (a model probed from a
+    local folder takes that folder): the same verdict, with plain python; no --variant needed
+    where the model ran in one variant."""
     data, stack = loop["data"], loop["stack"]
     script = ok(
         typed(
@@ -208,16 +214,18 @@ def test_the_records_repro_script_runs_as_typed(loop):
         ).stdout
     )
     assert script
+    # its folder
     done = typed(
         [sys.executable, str(run), str(REPO / "data" / "models" / "tiny-opt")], loop["tmp"]
-    )  # its folder
+    )
     said = ok(done)
     assert "PASS" in said and not TPU_RUNTIME.search(said), said[-2000:]
 
 
 def test_the_papermill_probe_as_typed(loop, tmp_path):
-    """``papermill notebooks/probe.ipynb out.ipynb -p model_id ... -p device pretend`` with the stack in the shell:
-    tiny-llama fails at rsqrt, the pretend backend's refusal, not torch_tpu's."""
+    """``papermill notebooks/probe.ipynb out.ipynb -p model_id ... -p device pretend`` with the
+    stack in the shell: tiny-llama fails at rsqrt, the pretend backend's refusal, not
+    torch_tpu's."""
     record = tmp_path / "r.json"
     model = str(REPO / "data" / "models" / "tiny-llama")
     command = [
@@ -249,9 +257,10 @@ def test_the_papermill_probe_as_typed(loop, tmp_path):
 
 
 def test_the_repro_command_an_export_prints_works_on_a_pulled_dataset(loop):
-    """Review: exports and support cards print ``model-support repro SWEEP MODEL ...`` for every row, and on a dataset
-    pulled without its ``sweeps/`` folder (what a Hub dataset is) that command said the sweep does not exist. It
-    reads the row and the data folder's ``repro/`` bodies there."""
+    """Review: exports and support cards print ``model-support repro SWEEP MODEL ...`` for every
+    row, and on a dataset pulled without its ``sweeps/`` folder (what a Hub dataset is) that
+    command said the sweep does not exist. It reads the row and the data folder's ``repro/``
+    bodies there."""
     import shutil
 
     data, stack, pulled = loop["data"], loop["stack"], loop["tmp"] / "pulled"

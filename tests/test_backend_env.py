@@ -1,10 +1,12 @@
-"""One owner of the backend environment (issue 54, item 1; ``model_support/backend_env.py``): torch autoloads no
-backend in a process of ours, whatever the shell set, and what a backend package writes into ``os.environ`` as it
-loads (torch_tpu 0.2.0: the autoload switch back as "1", ``TPU_LIBRARY_PATH``, ``TORCHINDUCTOR_CACHE_DIR``) is its
-own: never a child's environment, never the recorded backend configuration.
+"""One owner of the backend environment (issue 54, item 1; ``model_support/backend_env.py``):
+torch autoloads no backend in a process of ours, whatever the shell set, and what a backend
+package writes into ``os.environ`` as it loads (torch_tpu 0.2.0: the autoload switch back as "1",
+``TPU_LIBRARY_PATH``, ``TORCHINDUCTOR_CACHE_DIR``) is its own: never a child's environment, never
+the recorded backend configuration.
 
-Each case runs in a fresh interpreter with the shell's environment (``helpers.SHELL_ENVIRON``: the autoload unset, as
-a new user's shell has it) and torch_tpu installed, as ``make`` installs it."""
+Each case runs in a fresh interpreter with the shell's environment (``helpers.SHELL_ENVIRON``:
+the autoload unset, as a new user's shell has it) and torch_tpu installed, as ``make`` installs
+it."""
 
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ from helpers import REPO, SHELL_ENVIRON
 
 
 def child(code: str, **env: str) -> dict:
-    """``code`` run by a fresh python with the shell's environment plus ``env``; the JSON it printed last."""
+    """``code`` run by a fresh python with the shell's environment plus ``env``; the JSON it
+    printed last."""
     environ = {k: v for k, v in SHELL_ENVIRON.items() if k != "TORCH_DEVICE_BACKEND_AUTOLOAD"}
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
@@ -32,8 +35,9 @@ def child(code: str, **env: str) -> dict:
 
 
 def test_importing_the_package_first_keeps_torch_tpu_out_of_torch_whatever_the_shell_set():
-    """A user who exported the autoload as 1 (or left it unset) gets no torch_tpu in a process of ours: torch's
-    PrivateUse1 stays free for the backend the probe's device needs, and nothing of libtpu joins the environment."""
+    """A user who exported the autoload as 1 (or left it unset) gets no torch_tpu in a process of
+    ours: torch's PrivateUse1 stays free for the backend the probe's device needs, and nothing of
+    libtpu joins the environment."""
     code = """
         import json, os, sys
         import model_support
@@ -52,10 +56,11 @@ def test_importing_the_package_first_keeps_torch_tpu_out_of_torch_whatever_the_s
 
 
 def test_what_a_backend_writes_as_it_loads_is_neither_a_childs_nor_the_recorded_configuration():
-    """torch_tpu loaded through its entry point (as the tpu adapter loads it) writes ``TPU_LIBRARY_PATH`` and the
-    inductor cache folder into ``os.environ``: the tpu adapter's recorded configuration leaves it out (``TPU_*`` is
-    its configuration's pattern), a child's environment does not carry it, the autoload stays "0"; a TPU variable
-    the user set is kept in both."""
+    """torch_tpu loaded through its entry point (as the tpu adapter loads it) writes
+    ``TPU_LIBRARY_PATH`` and the inductor cache folder into ``os.environ``: the tpu adapter's
+    recorded configuration leaves it out (``TPU_*`` is its configuration's pattern), a child's
+    environment does not carry it, the autoload stays "0"; a TPU variable the user set is kept in
+    both."""
     code = """
         import json, os
         import model_support
@@ -76,8 +81,9 @@ def test_what_a_backend_writes_as_it_loads_is_neither_a_childs_nor_the_recorded_
 
 
 def test_torch_imported_before_the_package_counts_the_known_backend_writes_as_the_backends():
-    """A notebook that imported torch first (the autoload on, torch_tpu loaded): the variables backends are known to
-    write are not handed to children as the user's, and the autoload a child gets is "0"."""
+    """A notebook that imported torch first (the autoload on, torch_tpu loaded): the variables
+    backends are known to write are not handed to children as the user's, and the autoload a
+    child gets is "0"."""
     code = """
         import json, os
         import torch
@@ -93,9 +99,10 @@ def test_torch_imported_before_the_package_counts_the_known_backend_writes_as_th
 
 
 def test_a_users_own_tpu_library_path_is_kept_when_torch_was_imported_first():
-    """Review: with torch imported before the package and no backend loaded, the user's own ``TPU_LIBRARY_PATH`` and
-    inductor cache folder were dropped from children and from the tpu adapter's configuration. A value the process
-    started with is the user's (``/proc/self/environ``), whatever imported torch first."""
+    """Review: with torch imported before the package and no backend loaded, the user's own
+    ``TPU_LIBRARY_PATH`` and inductor cache folder were dropped from children and from the tpu
+    adapter's configuration. A value the process started with is the user's
+    (``/proc/self/environ``), whatever imported torch first."""
     code = """
         import json, os
         import torch

@@ -1,7 +1,8 @@
-"""A device backend's identity comes from its adapter (docs/devices.md, "What makes a backend"): each adapter declares
-the packages (and the toolkit or runtime) that make up its backend; every record keeps them (``backend_versions``)
-with the backend's settings (``backend_config``); the support card and the history read them, never a package name of
-their own. Model arguments resolve the same way in every command. No backend name outside the device adapters."""
+"""A device backend's identity comes from its adapter (docs/devices.md, "What makes a backend"):
+each adapter declares the packages (and the toolkit or runtime) that make up its backend; every
+record keeps them (``backend_versions``) with the backend's settings (``backend_config``); the
+support card and the history read them, never a package name of their own. Model arguments
+resolve the same way in every command. No backend name outside the device adapters."""
 
 from __future__ import annotations
 
@@ -34,13 +35,13 @@ from model_support_pretend import CONFIG_VAR
 
 REPO = Path(__file__).resolve().parents[1]
 PRETEND = f"model-support-pretend {metadata.version('model-support-pretend')}"
-TPU = (
-    importlib.util.find_spec("torch_tpu") is not None
-)  # installed here for the tpu adapter's tests
+# installed here for the tpu adapter's tests
+TPU = importlib.util.find_spec("torch_tpu") is not None
 
 
 def sweep(data: Path, day: int, rows: list[dict], name: str = "pretend") -> str:
-    """A sweep of ``rows`` (model id, status, and record fields) written through the store, as a sweep would."""
+    """A sweep of ``rows`` (model id, status, and record fields) written through the store, as a
+    sweep would."""
     sweep_id = f"{name}-2026120{day}T000000Z-000{day}"
     SweepMeta(
         sweep_id=sweep_id,
@@ -74,8 +75,9 @@ def on_pretend(model_id: str, status: str, build: str = PRETEND, config: str = "
 
 
 def recorded_before(model_id: str, status: str, config: str) -> dict:
-    """A pretend row as records held it before ``backend_versions`` (record version 19): its backend's settings only in
-    its repro script's, and in ``versions`` every package the record had a field for (torch_tpu, installed here)."""
+    """A pretend row as records held it before ``backend_versions`` (record version 19): its
+    backend's settings only in its repro script's, and in ``versions`` every package the record
+    had a field for (torch_tpu, installed here)."""
     return {
         "model_id": model_id,
         "status": status,
@@ -85,18 +87,19 @@ def recorded_before(model_id: str, status: str, config: str) -> dict:
     }
 
 
-# --- what the adapters declare ----------------------------------------------------------------------------------
+# --- what the adapters declare
+# ----------------------------------------------------------------------------------
 
 
 def test_each_adapter_declares_the_packages_of_its_backend():
-    """The CPU's backend is torch alone; the pretend backend's adapter (another distribution's, by entry point) names
-    its distribution; the generic adapter finds an out-of-tree backend's package by its ``torch.backends`` entry point
-    when no adapter declares one; a backend torch ships has none; the TPU's are TorchTPU and libtpu."""
+    """The CPU's backend is torch alone; the pretend backend's adapter (another distribution's,
+    by entry point) names its distribution; the generic adapter finds an out-of-tree backend's
+    package by its ``torch.backends`` entry point when no adapter declares one; a backend torch
+    ships has none; the TPU's are TorchTPU and libtpu."""
     assert devices.adapter_for("cpu").backend_versions() == []
     assert devices.adapter_for("pretend").backend_versions() == [PRETEND]
-    assert devices.AcceleratorAdapter("pretend").packages() == (
-        "model-support-pretend",
-    )  # from its entry point
+    # from its entry point
+    assert devices.AcceleratorAdapter("pretend").packages() == ("model-support-pretend",)
     assert devices.adapter_for("xpu").backend_versions() == []
     if TPU:
         assert devices.adapter_for("tpu").backend_versions() == [
@@ -112,8 +115,9 @@ def test_each_adapter_declares_the_packages_of_its_backend():
 
 
 def test_cudas_toolkit_is_read_without_importing_torch_as_torch_says_it():
-    """The CUDA adapter's runtime versions are read in a sweep's worker too, where torch is not imported: the toolkit
-    from torch's own ``version.py``, the same as ``torch.version`` says once imported (None here, a CPU build)."""
+    """The CUDA adapter's runtime versions are read in a sweep's worker too, where torch is not
+    imported: the toolkit from torch's own ``version.py``, the same as ``torch.version`` says
+    once imported (None here, a CPU build)."""
     code = """
         import json, sys
         from model_support.probe.devices import cuda
@@ -137,11 +141,13 @@ def test_cudas_toolkit_is_read_without_importing_torch_as_torch_says_it():
     ("text", "version"),
     [
         (
-            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\n",
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 "
+            "UTC 2024\n",
             "550.54.15",
         ),
         (
-            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build  (dvs-builder@U16)\n",
+            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release "
+            "Build  (dvs-builder@U16)\n",
             "570.86.15",
         ),
         ("", None),
@@ -154,7 +160,8 @@ def test_the_nvidia_driver_is_read_from_what_the_kernel_module_says(tmp_path, te
     assert cuda.nvidia_driver(tmp_path / "absent") is None
 
 
-# --- what a record keeps ----------------------------------------------------------------------------------------
+# --- what a record keeps
+# ----------------------------------------------------------------------------------------
 
 
 def test_a_record_names_the_backend_and_the_settings_it_ran_with(monkeypatch):
@@ -163,15 +170,11 @@ def test_a_record_names_the_backend_and_the_settings_it_ran_with(monkeypatch):
     assert record["backend_versions"] == [PRETEND]
     assert json.loads(record["backend_config"]) == {CONFIG_VAR: '{"devices": 2}'}
     cpu = new_record("local:m", {"device": "cpu"})
-    assert (cpu["backend_versions"], cpu["backend_config"]) == (
-        [],
-        None,
-    )  # the pretend settings are not the CPU's
+    # the pretend settings are not the CPU's
+    assert (cpu["backend_versions"], cpu["backend_config"]) == ([], None)
     auto = new_record("local:m", {"device": "auto"})
-    assert (auto["backend_versions"], auto["backend_config"]) == (
-        None,
-        None,
-    )  # said once the probe has resolved it
+    # said once the probe has resolved it
+    assert (auto["backend_versions"], auto["backend_config"]) == (None, None)
 
 
 def test_a_probe_on_auto_records_the_backend_it_resolved(fixture_models):
@@ -193,13 +196,15 @@ def test_a_probe_on_auto_records_the_backend_it_resolved(fixture_models):
     assert json.loads(record["backend_config"]) == {CONFIG_VAR: '{"devices": 1}'}
 
 
-# --- what the card and the history read -------------------------------------------------------------------------
+# --- what the card and the history read
+# -------------------------------------------------------------------------
 
 
 @pytest.fixture
 def pretend_sweeps(tmp_path):
-    """tiny-llama on four pretend sweeps: one stack lacking aten::rsqrt, one with it (twice, its setting written with
-    other spacing the second time), and another build of the backend with the same setting."""
+    """tiny-llama on four pretend sweeps: one stack lacking aten::rsqrt, one with it (twice, its
+    setting written with other spacing the second time), and another build of the backend with
+    the same setting."""
     lacking = '{"missing_ops": ["aten::rsqrt"]}'
     ids = [
         sweep(tmp_path, 1, [on_pretend("local:tiny-llama", "FAIL(gen)", config=lacking)]),
@@ -219,8 +224,9 @@ def pretend_sweeps(tmp_path):
 
 
 def test_a_stack_on_the_card_is_its_backend_build_and_its_settings(pretend_sweeps):
-    """Two sweeps whose backend settings differ are two stacks, and so are two builds of the backend; settings that
-    say the same (JSON spacing aside) are one. The card names the backend as its adapter declared it."""
+    """Two sweeps whose backend settings differ are two stacks, and so are two builds of the
+    backend; settings that say the same (JSON spacing aside) are one. The card names the backend
+    as its adapter declared it."""
     data, (lacking, fixed, other_build, fixed_again) = pretend_sweeps
     cards = {(c["backend"], c["sweep_id"]): c for c in support("local:tiny-llama", data)}
     assert set(cards) == {
@@ -246,9 +252,10 @@ def test_a_stack_on_the_card_is_its_backend_build_and_its_settings(pretend_sweep
 
 
 def test_two_sweeps_whose_backend_settings_differ_are_two_stacks_on_the_card(tmp_path):
-    """The porting loop of docs/devices.md as a new user reads its card: a stack lacking aten::rsqrt, then the stack
-    with it. Two stacks, each with its own verdict (not "1 of 2 sweeps agree"), and no package the pretend backend is
-    not made of (torch_tpu is installed here, and older rows' ``versions`` name it)."""
+    """The porting loop of docs/devices.md as a new user reads its card: a stack lacking
+    aten::rsqrt, then the stack with it. Two stacks, each with its own verdict (not "1 of 2
+    sweeps agree"), and no package the pretend backend is not made of (torch_tpu is installed
+    here, and older rows' ``versions`` name it)."""
     lacking = sweep(
         tmp_path,
         1,
@@ -264,9 +271,8 @@ def test_two_sweeps_whose_backend_settings_differ_are_two_stacks_on_the_card(tmp
         {CONFIG_VAR: "{}"},
         {CONFIG_VAR: '{"missing_ops": ["aten::rsqrt"]}'},
     ]
-    assert (
-        cards[0]["backend"] is None
-    )  # unknown: a record of version 19 did not name the pretend backend's package
+    # unknown: a record of version 19 did not name the pretend backend's package
+    assert cards[0]["backend"] is None
     out = (
         CliRunner()
         .invoke(main, ["support", "local:tiny-llama", "--data-dir", str(tmp_path)])
@@ -296,9 +302,10 @@ def test_the_history_is_broken_down_by_the_backend_its_adapter_declared(pretend_
 
 
 def test_older_files_read_the_backend_from_what_they_recorded(tmp_path):
-    """Rows from before ``backend_versions`` and ``backend_config`` (a Parquet file without the columns): the backend
-    is what their ``versions`` held of the packages the device's adapter declares, and the settings those their repro
-    script set; so an older row and a newer one of one stack are one stack on the card."""
+    """Rows from before ``backend_versions`` and ``backend_config`` (a Parquet file without the
+    columns): the backend is what their ``versions`` held of the packages the device's adapter
+    declares, and the settings those their repro script set; so an older row and a newer one of
+    one stack are one stack on the card."""
     old_settings = json.dumps({"device_config": {"LIBTPU_INIT_ARGS": "--xla_tpu_flag=1"}})
     versions = {
         "torch": "2.13.0",
@@ -311,9 +318,8 @@ def test_older_files_read_the_backend_from_what_they_recorded(tmp_path):
     newer = sweep(tmp_path, 2, [{"model_id": "org/m", "status": "FAIL(gen)", **older}], name="tpu")
     path = next((tmp_path / "results").glob(f"sweep={first}/*.parquet"))
     table = pq.read_table(path)
-    pq.write_table(
-        table.drop_columns(["backend_versions", "backend_config"]), path
-    )  # as written before version 20
+    # as written before version 20
+    pq.write_table(table.drop_columns(["backend_versions", "backend_config"]), path)
     record = store.record_file(tmp_path, newer, "org/m")
     fields = {
         "backend_versions": ["torch_tpu 0.2.0", "libtpu 0.0.52"],
@@ -329,7 +335,8 @@ def test_older_files_read_the_backend_from_what_they_recorded(tmp_path):
     assert (card["verdict"], card["agreeing"], card["sweeps"]) == ("FAIL(gen)", 1, 2)
 
 
-# --- a model argument resolves as every command resolves it -----------------------------------------------------
+# --- a model argument resolves as every command resolves it
+# -----------------------------------------------------
 
 
 def test_support_takes_a_models_short_name_as_debug_does(tmp_path):
@@ -349,7 +356,8 @@ def test_support_takes_a_models_short_name_as_debug_does(tmp_path):
     assert typo.exit_code != 0 and "did you mean local:tiny-llama" in typo.output
 
 
-# --- a backend's own mode -------------------------------------------------------------------------------------------
+# --- a backend's own mode
+# -------------------------------------------------------------------------------------------
 
 
 class OwnModeAdapter(devices.AcceleratorAdapter):
@@ -357,8 +365,9 @@ class OwnModeAdapter(devices.AcceleratorAdapter):
 
 
 def test_debug_refuses_a_mode_only_where_the_devices_adapter_offers_none(tmp_path, monkeypatch):
-    """``model-support debug ... -p mode fused`` asks the device's adapter whether its backend can have the mode:
-    refused on the pretend device and the CPU, taken on a backend whose adapter offers it (any name)."""
+    """``model-support debug ... -p mode fused`` asks the device's adapter whether its backend
+    can have the mode: refused on the pretend device and the CPU, taken on a backend whose
+    adapter offers it (any name)."""
     monkeypatch.setitem(registry.ADAPTERS, "ownmode", OwnModeAdapter)
     for device in ("ownmode", "pretend", "cpu"):
         SweepMeta(
@@ -375,23 +384,23 @@ def test_debug_refuses_a_mode_only_where_the_devices_adapter_offers_none(tmp_pat
             prepare_debug(tmp_path, f"s-{device}", "m", parameters={"mode": "fused"})
 
 
-# --- no backend name outside the device adapters ----------------------------------------------------------------
+# --- no backend name outside the device adapters
+# ----------------------------------------------------------------
 
-#: The words of the backends' names (the TPU's packages, the pretend accelerator's device and package). CUDA is not
-#: among them: ``torch.cuda`` and ``torch.version.cuda`` are torch's own API, not an out-of-tree backend's.
+#: The words of the backends' names (the TPU's packages, the pretend accelerator's device and
+#: package). CUDA is not among them: ``torch.cuda`` and ``torch.version.cuda`` are torch's own API,
+#: not an out-of-tree backend's.
 BACKEND_WORDS = {"tpu", "libtpu", "pretend"}
-#: Where one remains, and why (each a ceiling: a new one anywhere fails; remove an entry once its file is fixed).
+#: Where one remains, and why (each a ceiling: a new one anywhere fails; remove an entry once its
+#: file is fixed).
 REMAINING = {
-    # the repro body, pasted into every script, may import nothing of the package (.importlinter's repro-body
-    # contract), so it cannot ask an adapter: its fused-eager check is TorchTPU's own API
+    # the repro body, pasted into every script, may import nothing of the package (.importlinter's
+    # repro-body contract), so it cannot ask an adapter: its fused-eager check is TorchTPU's own API
     "probe/probe_compile.py": {"tpu": 7, "torch_tpu": 1},
-    "probe/sharded/__init__.py": {
-        "tpu_rank_env": 1
-    },  # re-exports the tpu adapter's function for tests/test_sharded.py
-    "record/schema.py": {
-        "torch_tpu": 1,
-        "libtpu": 1,
-    },  # the versions struct's fields: older files have these columns
+    # re-exports the tpu adapter's function for tests/test_sharded.py
+    "probe/sharded/__init__.py": {"tpu_rank_env": 1},
+    # the versions struct's fields: older files have these columns
+    "record/schema.py": {"torch_tpu": 1, "libtpu": 1},
 }
 
 
@@ -409,10 +418,11 @@ def _docstrings(tree: ast.AST) -> set[int]:
 
 
 def backend_names(source: str) -> Counter:
-    """The backend names ``source`` uses in code: identifiers (names, attributes, definitions, arguments, keywords,
-    imports) one of whose words (split at ``_`` and ``.``) is a backend's, and strings that are such an identifier or
-    a dotted or dashed name (``"torch_tpu"``, ``"torch.tpu"``, ``"model-support-pretend"``). Docstrings, comments and
-    prose (a string with spaces: a sentence for users, which says and decides nothing) are not code."""
+    """The backend names ``source`` uses in code: identifiers (names, attributes, definitions,
+    arguments, keywords, imports) one of whose words (split at ``_`` and ``.``) is a backend's,
+    and strings that are such an identifier or a dotted or dashed name (``"torch_tpu"``,
+    ``"torch.tpu"``, ``"model-support-pretend"``). Docstrings, comments and prose (a string with
+    spaces: a sentence for users, which says and decides nothing) are not code."""
     tree = ast.parse(source)
     docs = _docstrings(tree)
     found: Counter = Counter()
@@ -436,13 +446,17 @@ def test_the_scan_sees_a_backend_name_in_code_and_not_in_prose():
         backend_names((REPO / "src/model_support/probe/devices/tpu.py").read_text())["torch_tpu"]
         >= 1
     )
-    code = 'import torch\n"""Docs about torch_tpu."""\nx = "runs on tpu devices"  # pretend\nif d == "tpu": torch.tpu.f()\n'
+    code = (
+        'import torch\n"""Docs about torch_tpu."""\nx = "runs on tpu devices"  # pretend\nif d == '
+        '"tpu": torch.tpu.f()\n'
+    )
     assert backend_names(code) == Counter({"tpu": 2})
 
 
 def test_no_backend_name_outside_the_device_adapters():
     """Which backend a row ran on, what it is made of and what it can do is its adapter's to say
-    (``probe/devices/``); the rest of the package asks it (the exceptions are ``REMAINING``, each with its reason)."""
+    (``probe/devices/``); the rest of the package asks it (the exceptions are ``REMAINING``, each
+    with its reason)."""
     root = REPO / "src" / "model_support"
     found = {}
     for path in sorted(root.rglob("*.py")):

@@ -1,7 +1,8 @@
-"""model-support bisect, for real: a wheelhouse written by the test, two real sweeps whose probes ran on two
-releases of its package (each sweep run from an overlay environment), and the bisect naming the package and
-the first release that changed a fixture model; a flaky model reported flaky; a release with no wheel for
-this Python skipped with its reason. Offline: releases come from the wheelhouse (--find-links, --no-index)."""
+"""model-support bisect, for real: a wheelhouse written by the test, two real sweeps whose probes
+ran on two releases of its package (each sweep run from an overlay environment), and the bisect
+naming the package and the first release that changed a fixture model; a flaky model reported
+flaky; a release with no wheel for this Python skipped with its reason. Offline: releases come
+from the wheelhouse (--find-links, --no-index)."""
 
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ VERSIONS = ["1.0", "1.1", "1.2", "2.0", "2.1"]
 
 @pytest.fixture(scope="module")
 def two_sweeps(tmp_path_factory, fixture_models):
-    """Sweep A on tinyswitch 1.0 (and tinydecoy 1.0), sweep B on tinyswitch 2.1 (tinydecoy 1.1), each run
-    by `model-support sweep` inside an overlay environment holding those releases."""
+    """Sweep A on tinyswitch 1.0 (and tinydecoy 1.0), sweep B on tinyswitch 2.1 (tinydecoy 1.1),
+    each run by `model-support sweep` inside an overlay environment holding those releases."""
     tmp = tmp_path_factory.mktemp("bisect")
     wheels = wheelhouse(tmp / "wheels", VERSIONS, broken_from="2.0", no_wheel=("1.1",))
     source = REPO / "data" / "models" / "modes-graph-break"
@@ -44,9 +45,8 @@ def two_sweeps(tmp_path_factory, fixture_models):
         "BISECT_FLAKY_COUNTER": str(tmp / "flaky-count"),
     }
     data = tmp / "data"
-    cache = (
-        data / "bisect-envs"
-    )  # the default cache: the bisects below find these environments there
+    # the default cache: the bisects below find these environments there
+    cache = data / "bisect-envs"
     overlays = Overlays(cache, wheels)
     ids = []
     for name, pins in (
@@ -108,7 +108,8 @@ def test_sweeps_record_the_whole_stack_they_ran_on(two_sweeps):
 
 
 def test_bisect_names_the_package_and_the_first_release(two_sweeps):
-    """Run as from a project root: the data folder relative (``data``), the cache its default (``data/bisect-envs``)."""
+    """Run as from a project root: the data folder relative (``data``), the cache its default
+    (``data/bisect-envs``)."""
     a, b = two_sweeps["a"], two_sweeps["b"]
     root = two_sweeps["data"].parent
     wheels = str(two_sweeps["wheels"])
@@ -165,8 +166,8 @@ def test_bisect_names_the_package_and_the_first_release(two_sweeps):
 
 
 def test_single_record_form_from_another_folder_and_clean(two_sweeps, tmp_path):
-    """From another folder with an absolute --data-dir, reusing the environments the bisect above built
-    from the project root (the same default cache): the same first release."""
+    """From another folder with an absolute --data-dir, reusing the environments the bisect above
+    built from the project root (the same default cache): the same first release."""
     b, cache = two_sweeps["b"], two_sweeps["cache"]
     wheels = str(two_sweeps["wheels"])
     args = [
@@ -196,9 +197,8 @@ def test_search_says_the_range_it_could_not_split():
     inner = [Release("1.1"), Release("1.2", skip="no wheel for this Python"), Release("1.3")]
     verdicts = {"1.1": "PASS", "1.3": "FAIL(gen)"}
     lo, hi, skipped = split(inner, "PASS", verdicts.__getitem__)
-    assert (lo, hi) == (0, 2) and skipped == {
-        1: "no wheel for this Python"
-    }  # 1.1 .. 1.3: 1.2 untried
+    # 1.1 .. 1.3: 1.2 untried
+    assert (lo, hi) == (0, 2) and skipped == {1: "no wheel for this Python"}
 
     def uninstallable(version):
         raise InstallError(f"tinyswitch=={version}: conflict")
@@ -240,7 +240,8 @@ def test_older_sweep_json_reads_its_few_versions_as_the_stack():
 
 
 def test_a_pin_between_two_packages_is_found_and_an_overlay_shadows_the_base(tmp_path):
-    """pinned 2.0 requires helper>=2 (pinned 1.0 does not): swapping helper back alone breaks that pin."""
+    """pinned 2.0 requires helper>=2 (pinned 1.0 does not): swapping helper back alone breaks
+    that pin."""
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     write_wheel(wheels, "pinned", "1.0", {"pinned/__init__.py": "V = 1\n"})
@@ -259,7 +260,8 @@ def test_a_pin_between_two_packages_is_found_and_an_overlay_shadows_the_base(tmp
         )
         == []
     )
-    # an overlay's distribution comes first: its version is the one imported and the one metadata reports
+    # an overlay's distribution comes first: its version is the one imported and the one metadata
+    # reports
     python = overlays.python({"helper": "2.0"})
     code = "import helper, importlib.metadata as m, polars; print(helper.V, m.version('helper'))"
     out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True)
@@ -287,13 +289,13 @@ def test_pip_builds_the_overlays_where_uv_is_absent(tmp_path):
 
 
 def test_many_differing_packages_are_halved_before_one_is_swapped_alone(tmp_path):
-    """Six packages moved; the fourth did it: found in 2 runs (two halvings, the second of it alone), not 4."""
+    """Six packages moved; the fourth did it: found in 2 runs (two halvings, the second of it
+    alone), not 4."""
     from model_support.bisect.search import Bisector, Job
     from model_support.bisect.stacks import Change, Row
 
-    class Counting(
-        Bisector
-    ):  # the repro script's answer: A's verdict while pkg-d is at A's version
+    # the repro script's answer: A's verdict while pkg-d is at A's version
+    class Counting(Bisector):
         def run(self, job, step, pins, package=None, version=None):
             job.steps.append({"step": step, "package": package})
             return "PASS" if pins.get("pkg-d") == "1" else "FAIL(gen)"
@@ -329,14 +331,16 @@ def test_bad_input_is_one_sentence_before_anything_runs(tmp_path):
         assert result.exit_code == 2 and said in result.output, (args, result.output)
 
 
-# -- the search over real overlay environments, with tiny scripts instead of a model's repro ------------------
-#: A stand-in repro script: imports the packages of the row's stack and prints a verdict line, as a repro
-#: script does (``{"status": ...}``); a package that refuses to import leaves no verdict.
+# -- the search over real overlay environments, with tiny scripts instead of a model's repro
+# ------------------
+#: A stand-in repro script: imports the packages of the row's stack and prints a verdict line, as a
+#: repro script does (``{"status": ...}``); a package that refuses to import leaves no verdict.
 VERDICT_OF = """import json
 {imports}
 print(json.dumps({{"status": "PASS" if {passes} else "FAIL(gen)"}}))
 """
-#: A release that checks, at import, the version of another package (as transformers checks huggingface-hub).
+#: A release that checks, at import, the version of another package (as transformers checks
+#: huggingface-hub).
 NEEDS_OLD = """import {other}
 if not {other}.V.startswith("1."):
     raise ImportError("{name} {version} needs {other}<2, found " + {other}.V)
@@ -347,9 +351,9 @@ GOOD = {good}
 
 @pytest.fixture(scope="module")
 def small_wheels(tmp_path_factory):
-    """Wheels of small packages: ``needy`` (1.0 declares hubby<2 and 1.5 only checks it at import; 3.0 is the
-    one that breaks), ``hubby`` 2.0, and ``pkga``..``pkgd`` 1.0 and 2.0 (pkga 1.0 imports only beside pkgc
-    1.0, undeclared); with a cache of overlays shared by the tests."""
+    """Wheels of small packages: ``needy`` (1.0 declares hubby<2 and 1.5 only checks it at
+    import; 3.0 is the one that breaks), ``hubby`` 2.0, and ``pkga``..``pkgd`` 1.0 and 2.0 (pkga
+    1.0 imports only beside pkgc 1.0, undeclared); with a cache of overlays shared by the tests."""
     folder = tmp_path_factory.mktemp("small-wheels")
     write_wheel(folder, "hubby", "2.0", {"hubby/__init__.py": 'V = "2.0"\n'})
     for version, requires in (("1.0", ("hubby<2",)), ("1.5", ())):
@@ -369,7 +373,8 @@ def small_wheels(tmp_path_factory):
 
 
 def small_job(script: str, stack_a: dict, stack_b: dict, verdict_a, verdict_b):
-    """A row run by ``script`` whose stacks are ``stack_a`` and ``stack_b`` (every differing package a candidate)."""
+    """A row run by ``script`` whose stacks are ``stack_a`` and ``stack_b`` (every differing
+    package a candidate)."""
     from model_support.bisect.search import Job
     from model_support.bisect.stacks import Row
 
@@ -378,8 +383,9 @@ def small_job(script: str, stack_a: dict, stack_b: dict, verdict_a, verdict_b):
 
 
 def test_a_release_that_conflicts_is_named_with_the_requirement_and_skipped(small_wheels):
-    """--from needy 1.0 requires hubby<2 beside hubby 2.0 (declared); 1.5 refuses hubby 2.0 at import (not
-    declared): both skipped with the requirement, and the search starts at 2.0, the nearest that runs."""
+    """--from needy 1.0 requires hubby<2 beside hubby 2.0 (declared); 1.5 refuses hubby 2.0 at
+    import (not declared): both skipped with the requirement, and the search starts at 2.0, the
+    nearest that runs."""
     from model_support.bisect.search import Bisector
 
     bisector = Bisector(Overlays(small_wheels["cache"], small_wheels["wheels"]))
@@ -395,20 +401,23 @@ def test_a_release_that_conflicts_is_named_with_the_requirement_and_skipped(smal
     )
     skipped = {s["version"]: s["reason"] for s in answer["skipped"]}
     assert skipped["1.0"] == (
-        "needy 1.0 cannot run with this stack: needy 1.0 requires hubby<2, and this environment has hubby 2.0"
+        "needy 1.0 cannot run with this stack: needy 1.0 requires hubby<2, and this "
+        "environment has hubby 2.0"
     )
     assert skipped["1.5"] == (
-        "needy 1.5 gave no verdict with this stack (exit status 1: ImportError: needy 1.5 needs hubby<2, found 2.0)"
+        "needy 1.5 gave no verdict with this stack (exit status 1: ImportError: needy 1.5 "
+        "needs hubby<2, found 2.0)"
     )
     assert answer["note"] == (
-        "needy 1.0 (--from) cannot run with this stack (see skipped): skipped, and the search starts at 2.0, "
-        "the nearest release that runs."
+        "needy 1.0 (--from) cannot run with this stack (see skipped): skipped, and the search "
+        "starts at 2.0, the nearest release that runs."
     )
 
 
 def test_a_half_that_cannot_be_built_falls_back_to_one_by_one(small_wheels):
-    """pkgb did it; swapping the first half (pkga, pkgb) gives no verdict (pkga 1.0 imports only beside pkgc
-    1.0): that says nothing of the other half, and the one-by-one swaps still name pkgb."""
+    """pkgb did it; swapping the first half (pkga, pkgb) gives no verdict (pkga 1.0 imports only
+    beside pkgc 1.0): that says nothing of the other half, and the one-by-one swaps still name
+    pkgb."""
     from model_support.bisect.search import Bisector
 
     bisector = Bisector(Overlays(small_wheels["cache"], small_wheels["wheels"]))
@@ -433,14 +442,14 @@ def test_a_half_that_cannot_be_built_falls_back_to_one_by_one(small_wheels):
 
 
 def test_halves_move_what_a_pin_ties_to_them_and_the_answer_is_checked(tmp_path):
-    """torch, torchvision and transformers differ; torch did it; each torchvision needs its own torch. The
-    half (torch) moves torchvision with it, and the package named is the one whose own swap restored A."""
+    """torch, torchvision and transformers differ; torch did it; each torchvision needs its own
+    torch. The half (torch) moves torchvision with it, and the package named is the one whose own
+    swap restored A."""
     from model_support.bisect.envs import Conflict
     from model_support.bisect.search import Bisector
 
-    class Pinned(
-        Bisector
-    ):  # a fake environment builder: verdicts and pins from the rule above, nothing built
+    # a fake environment builder: verdicts and pins from the rule above, nothing built
+    class Pinned(Bisector):
         def run(self, job, step, pins, package=None, version=None):
             job.steps.append({"step": step, "package": package})
             if pins.get("torch", "2") != pins.get("torchvision", "2"):
@@ -470,8 +479,8 @@ def test_halves_move_what_a_pin_ties_to_them_and_the_answer_is_checked(tmp_path)
 
 
 def test_an_environment_works_from_any_folder_and_is_rechecked_when_reused(tmp_path, monkeypatch):
-    """Built from one folder with a relative cache path, used from another; one whose .pth lists a relative
-    layer (as an older version wrote) is found wrong when reused and built again."""
+    """Built from one folder with a relative cache path, used from another; one whose .pth lists
+    a relative layer (as an older version wrote) is found wrong when reused and built again."""
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     write_wheel(wheels, "helper", "2.0", {"helper/__init__.py": "V = '2.0'\n"})
@@ -485,9 +494,8 @@ def test_an_environment_works_from_any_folder_and_is_rechecked_when_reused(tmp_p
     (pth,) = (here / "cache" / "envs").glob(
         "*/lib/python*/site-packages/_model_support_overlay.pth"
     )
-    relative = pth.read_text().replace(
-        str((here / "cache").resolve()), "cache"
-    )  # a relative layer path
+    # a relative layer path
+    relative = pth.read_text().replace(str((here / "cache").resolve()), "cache")
     assert "'cache/layers/helper-2.0" in relative
     pth.write_text(relative)
     monkeypatch.chdir(elsewhere)
@@ -497,7 +505,8 @@ def test_an_environment_works_from_any_folder_and_is_rechecked_when_reused(tmp_p
 
 
 def test_layers_are_keyed_on_their_source(tmp_path):
-    """helper 1.0 from two wheelhouses (a vendor's build and PyPI's, say) are two layers, not one."""
+    """helper 1.0 from two wheelhouses (a vendor's build and PyPI's, say) are two layers, not
+    one."""
     cache, pythons = tmp_path / "envs", []
     for vendor in ("pypi", "vendor"):
         (tmp_path / vendor).mkdir()
@@ -540,8 +549,8 @@ def running(pid: int) -> bool:
 
 
 def test_each_answer_is_stored_as_it_finishes_and_one_that_could_not_run_replaces_none(tmp_path):
-    """One row's unexpected exception is that row's answer; the other rows' answers are stored; an answer
-    that could not run never replaces a stored one."""
+    """One row's unexpected exception is that row's answer; the other rows' answers are stored;
+    an answer that could not run never replaces a stored one."""
     from model_support.bisect import forms as bisect_run
     from model_support.bisect.search import Bisector
 
@@ -562,17 +571,16 @@ def test_each_answer_is_stored_as_it_finishes_and_one_that_could_not_run_replace
         a["model_id"]: a["status"] for a in results.read_answers(tmp_path, "b-20260101T000000Z")
     }
     assert stored == {"local:bug": "could not run", "local:small": "found"}
-    store_each(
-        {**answers[1], "status": "could not run"}
-    )  # a later bisect whose steps could not run the pins
+    # a later bisect whose steps could not run the pins
+    store_each({**answers[1], "status": "could not run"})
     assert results.changed_by(tmp_path, "b-20260101T000000Z", "a") == {
         ("local:small", "eager+dynamic"): "pkg 2.0"
     }
 
 
 def test_releases_are_listed_from_the_configured_index(tmp_path, monkeypatch):
-    """pip's configured index (PEP 691 JSON over HTTP here) and an extra one (PEP 503 HTML in a folder):
-    yanked and Requires-Python read from them; the installers are given the same source."""
+    """pip's configured index (PEP 691 JSON over HTTP here) and an extra one (PEP 503 HTML in a
+    folder): yanked and Requires-Python read from them; the installers are given the same source."""
     import http.server
     import threading
 
@@ -629,8 +637,8 @@ def test_releases_are_listed_from_the_configured_index(tmp_path, monkeypatch):
 
 
 def test_two_sweeps_differing_only_in_the_backends_settings_say_so(tmp_path):
-    """Two pretend sweeps that differ only in MODEL_SUPPORT_PRETEND read "same package versions" before: the
-    backend's configuration is part of the stack."""
+    """Two pretend sweeps that differ only in MODEL_SUPPORT_PRETEND read "same package versions"
+    before: the backend's configuration is part of the stack."""
     for sweep_id, config in (
         ("a-20261201T000000Z", {"devices": 1, "missing_ops": ["aten::rsqrt"]}),
         ("b-20261202T000000Z", {"devices": 1}),
@@ -647,15 +655,15 @@ def test_two_sweeps_differing_only_in_the_backends_settings_say_so(tmp_path):
     line = stacks.sweep_changes_line(tmp_path, "a-20261201T000000Z", "b-20261202T000000Z")
     assert (
         line
-        == "backend settings that differ: MODEL_SUPPORT_PRETEND: missing_ops '[\"aten::rsqrt\"]' -> (unset)"
+        == "backend settings that differ: MODEL_SUPPORT_PRETEND: missing_ops '[\"aten::rsqrt\"]' "
+        "-> (unset)"
     )
     assert (
         stacks.changes_line([], settings=[])
         == "same package versions in both sweeps and the same backend settings"
     )
-    assert (
-        stacks.changes_line([], settings=None) == "same package versions in both sweeps"
-    )  # not recorded: unknown
+    # not recorded: unknown
+    assert stacks.changes_line([], settings=None) == "same package versions in both sweeps"
 
 
 def test_a_backend_setting_is_recorded_only_where_its_adapter_declares_it_safe_to_show():
@@ -669,14 +677,13 @@ def test_a_backend_setting_is_recorded_only_where_its_adapter_declares_it_safe_t
     environ = {"VENDOR_FLAGS": "--fast", "VENDOR_LICENSE_KEY": "s3cret", "HOME": "/root"}
     found = Vendor.configuration(environ)
     assert found["VENDOR_FLAGS"] == "--fast" and "s3cret" not in json.dumps(found)
-    assert found["VENDOR_LICENSE_KEY"].startswith(
-        "<not shown: sha256 "
-    )  # a change still shows as a change
-    assert Vendor.configuration(environ, shown_only=True) == {
-        "VENDOR_FLAGS": "--fast"
-    }  # what a repro script sets
-    # the harness's own per-probe variables (a chip's pinning, a rank's place) and the host's own (its accelerator
-    # type, issue 58's review: two hosts' records read as two stacks) are not the stack's configuration
+    # a change still shows as a change
+    assert found["VENDOR_LICENSE_KEY"].startswith("<not shown: sha256 ")
+    # what a repro script sets
+    assert Vendor.configuration(environ, shown_only=True) == {"VENDOR_FLAGS": "--fast"}
+    # the harness's own per-probe variables (a chip's pinning, a rank's place) and the host's own
+    # (its accelerator type, issue 58's review: two hosts' records read as two stacks) are not the
+    # stack's configuration
     tpu = {
         "LIBTPU_INIT_ARGS": "--xla_x",
         "TPU_VISIBLE_CHIPS": "0",

@@ -1,7 +1,8 @@
-"""The probe's instruments at a few per cent of a probe or off by default (issue 47, part 2; bench/bench_instruments.py
-measures them): the sampled census (it counts the decode steps until two in a row are alike, then steps off torch's
-dispatch stack and extrapolates the rest) records what a full census does; the flight recorder is armed only in a
-probe's own run (``flight_recorder`` auto) and a silent abort is rerun under it; each can be switched."""
+"""The probe's instruments at a few per cent of a probe or off by default (issue 47, part 2;
+bench/bench_instruments.py measures them): the sampled census (it counts the decode steps until
+two in a row are alike, then steps off torch's dispatch stack and extrapolates the rest) records
+what a full census does; the flight recorder is armed only in a probe's own run
+(``flight_recorder`` auto) and a silent abort is rerun under it; each can be switched."""
 
 from __future__ import annotations
 
@@ -16,11 +17,13 @@ import pytest
 from model_support.probe import census, census_mode
 from model_support.probe.instruments import flight_recorder, host_cost
 
-#: Text fixtures whose every decode step dispatches the same operators (attention, norms and caches of several
-#: kinds: llama's RMSNorm, GPT-2's learned positions, Gemma 3's sliding-window layers, OPT, Phi-3's fused qkv).
+#: Text fixtures whose every decode step dispatches the same operators (attention, norms and caches
+#: of several kinds: llama's RMSNorm, GPT-2's learned positions, Gemma 3's sliding-window layers,
+#: OPT, Phi-3's fused qkv).
 FIXTURES = ["tiny-llama", "tiny-gpt2", "tiny-gemma3", "tiny-opt", "tiny-phi3"]
 
-#: Each fixture's census, full and sampled, from the probe's stages as run.py holds them (on ``sys.argv[1]``).
+#: Each fixture's census, full and sampled, from the probe's stages as run.py holds them (on
+#: ``sys.argv[1]``).
 BOTH = """
     import json, sys
     from model_support.probe import census, census_mode, devices, probe_core, probe_params, run
@@ -68,10 +71,10 @@ def _both(device: str, models: list[str]) -> dict:
     ("device", "models"), [("cpu", FIXTURES), ("pretend", ["tiny-llama", "tiny-gpt2"])]
 )
 def test_a_sampled_census_records_what_a_full_one_does(device, models):
-    """8 new tokens: the census counts the prefill and decode steps 1 and 2 (alike), steps off for steps 3 to 6,
-    back on for the 7th and what follows (each step's logits read back): the operators, their stages, signatures,
-    ranks and calls are the full census's, exactly, and its ``ops_time_source`` says the later steps were
-    extrapolated."""
+    """8 new tokens: the census counts the prefill and decode steps 1 and 2 (alike), steps off
+    for steps 3 to 6, back on for the 7th and what follows (each step's logits read back): the
+    operators, their stages, signatures, ranks and calls are the full census's, exactly, and its
+    ``ops_time_source`` says the later steps were extrapolated."""
     found = _both(device, models)
     for model in models:
         full, sampled = found[f"{model} full"], found[f"{model} sampled"]
@@ -89,9 +92,10 @@ def test_a_sampled_census_records_what_a_full_one_does(device, models):
 
 
 def test_a_generation_that_stops_early_keeps_its_operators_and_misses_one_stop_check():
-    """tiny-eos-early ends at its end-of-sequence token (3 tokens) right after the census stepped off: nothing was
-    left to extrapolate, the operators and signatures are the full census's, and only the last step's stop check
-    (read after its token was streamed) is one call short, as ``EXTRAPOLATED`` says."""
+    """tiny-eos-early ends at its end-of-sequence token (3 tokens) right after the census stepped
+    off: nothing was left to extrapolate, the operators and signatures are the full census's, and
+    only the last step's stop check (read after its token was streamed) is one call short, as
+    ``EXTRAPOLATED`` says."""
     found = _both("cpu", ["tiny-eos-early"])
     full, sampled = found["tiny-eos-early full"], found["tiny-eos-early sampled"]
     assert sampled["tokens_out"] == 3 and sampled["extrapolated"] == 0
@@ -119,7 +123,8 @@ class _Streamer:
 
 
 def _generate(timer, steps: list[list[str]], x):
-    """A generation: the prompt streamed, then per step its operators (``neg``, ``relu``, ``exp``) and its token."""
+    """A generation: the prompt streamed, then per step its operators (``neg``, ``relu``,
+    ``exp``) and its token."""
     timer.put("prompt")
     for ops in steps:
         for op in ops:
@@ -130,10 +135,10 @@ def _generate(timer, steps: list[list[str]], x):
 
 
 def test_the_census_steps_off_only_once_two_decode_steps_are_alike_and_adds_the_rest():
-    """The prefill, then a first decode step unlike the second: the census counts on until the second and third
-    are alike, steps off (nothing reaches it: it is off torch's stack), steps on for the last token, adds the
-    skipped steps as copies of the last counted one, and counts what follows the generation; the streamer it
-    wraps gets every token and its end."""
+    """The prefill, then a first decode step unlike the second: the census counts on until the
+    second and third are alike, steps off (nothing reaches it: it is off torch's stack), steps on
+    for the last token, adds the skipped steps as copies of the last counted one, and counts what
+    follows the generation; the streamer it wraps gets every token and its end."""
     import torch
     from torch.utils._python_dispatch import _get_current_dispatch_mode
 
@@ -162,13 +167,10 @@ def test_the_census_steps_off_only_once_two_decode_steps_are_alike_and_adds_the_
         _generate(timer, steps, x)
     fields = counted.fields("run")
     calls = dict(zip(fields["ops"], fields["ops_calls"]))
-    assert calls == {
-        "aten::neg": 8,
-        "aten::relu": 1,
-        "aten::exp": 5,
-        "aten::sum": 1,
-    }  # as a full census counts
-    # tokens: the prompt, the prefill's, decode steps 1, 2 (unlike 1), 3 (alike 2: off), 4, 5 (off), 6 (the last: on)
+    # as a full census counts
+    assert calls == {"aten::neg": 8, "aten::relu": 1, "aten::exp": 5, "aten::sum": 1}
+    # tokens: the prompt, the prefill's, decode steps 1, 2 (unlike 1), 3 (alike 2: off), 4, 5 (off),
+    # 6 (the last: on)
     assert off == [False, False, False, False, True, True, True, False]
     assert (
         counted.extrapolated == 3
@@ -179,7 +181,8 @@ def test_the_census_steps_off_only_once_two_decode_steps_are_alike_and_adds_the_
 
 
 def test_a_census_under_another_mode_does_not_step_off():
-    """A dispatch mode pushed above the census (one the census cannot come off from under): it counts every step."""
+    """A dispatch mode pushed above the census (one the census cannot come off from under): it
+    counts every step."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -202,7 +205,8 @@ def test_a_census_under_another_mode_does_not_step_off():
     }
 
 
-#: tiny-llama probed on the pretend device, each instrument switched: the record's census and host-cost fields.
+#: tiny-llama probed on the pretend device, each instrument switched: the record's census and
+#: host-cost fields.
 SWITCHED = """
     import json, sys
     from model_support.probe import run
@@ -219,8 +223,9 @@ SWITCHED = """
 
 
 def test_each_instrument_is_switched_by_its_probe_setting():
-    """``census`` sampled (the default) and full give the same census, the sampled one saying so; off gives none
-    (null ``ops`` and coverage, ``ops_time_source`` why); ``host_cost`` off counts nothing, saying why."""
+    """``census`` sampled (the default) and full give the same census, the sampled one saying so;
+    off gives none (null ``ops`` and coverage, ``ops_time_source`` why); ``host_cost`` off counts
+    nothing, saying why."""
     env = {**os.environ, "MODEL_SUPPORT_PRETEND": "{}"}
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(SWITCHED)],
@@ -264,8 +269,9 @@ class _Adapter:
 
 @pytest.mark.parametrize("switch", ["auto", "on", "off"])
 def test_the_recorder_records_a_probes_own_run_only_when_switched_on(tmp_path, monkeypatch, switch):
-    """auto (the default) and off write the file with its meta, for the runner, and put no mode on torch's stack:
-    nothing is recorded; on records the run; a crash's rerun records whatever the setting."""
+    """auto (the default) and off write the file with its meta, for the runner, and put no mode
+    on torch's stack: nothing is recorded; on records the run; a crash's rerun records whatever
+    the setting."""
     import torch
 
     monkeypatch.setenv(flight_recorder.FLIGHT_VAR, str(tmp_path / flight_recorder.FLIGHT_FILE))
@@ -306,18 +312,10 @@ def _armed(tmp_path, switch: str, blocking: dict | None = None) -> None:
     ("switch", "blocking", "said", "rerun_env"),
     [
         ("auto", None, None, {"X_BLOCKING": "1"}),  # silent: rerun synchronously under the recorder
-        (
-            "auto",
-            {},
-            None,
-            {},
-        ),  # no synchronous switch: rerun all the same, only the rerun can name it
-        (
-            "auto",
-            None,
-            "pretend runtime: fatal error in aten::relu; aborting",
-            None,
-        ),  # the runtime named it
+        # no synchronous switch: rerun all the same, only the rerun can name it
+        ("auto", {}, None, {}),
+        # the runtime named it
+        ("auto", None, "pretend runtime: fatal error in aten::relu; aborting", None),
         ("on", None, None, {"X_BLOCKING": "1"}),  # as before: the late report's synchronous rerun
         ("on", {}, None, None),  # recorded, and nothing would make a rerun more exact
         ("off", None, None, None),
@@ -354,8 +352,8 @@ def test_a_silent_abort_is_rerun_under_the_recorder_as_its_setting_says(
 
 
 def _rerun(work, exit_status: int, blocking: dict) -> dict:
-    """The runner's crash fields once a rerun under the recorder (its last operator ``aten::exp`` of a float32[2])
-    ended with ``exit_status``, run with ``blocking``."""
+    """The runner's crash fields once a rerun under the recorder (its last operator ``aten::exp``
+    of a float32[2]) ended with ``exit_status``, run with ``blocking``."""
     import torch
 
     with flight_recorder.FlightRecorder(work / flight_recorder.RERUN_FILE, "cpu"):
@@ -367,22 +365,22 @@ def _rerun(work, exit_status: int, blocking: dict) -> dict:
 
 
 def test_a_dead_kernels_row_says_how_its_operator_was_found_with_the_recorder_armed_only(tmp_path):
-    """auto: the rerun's last operator (synchronous or not, said), or why none: no rerun ran, or it did not die;
-    off: not measured, saying so."""
+    """auto: the rerun's last operator (synchronous or not, said), or why none: no rerun ran, or
+    it did not die; off: not measured, saying so."""
     _armed(tmp_path, "auto")
     assert flight_recorder.crash_fields(tmp_path, died=True) == {
         "crash_operator_note": flight_recorder.NOT_RERUN
     }
+    # OOM killer
     killed = flight_recorder.crash_fields(tmp_path, died=True, kernel_exit=-9)[
         "crash_operator_note"
-    ]  # OOM killer
+    ]
     assert killed.startswith(
         "not measured: the kernel was killed by SIGKILL (what the kernel's OOM killer sends"
     )
     assert "not aborted by its runtime, so it was not rerun" in killed
-    aborted = flight_recorder.crash_fields(
-        tmp_path, died=True, kernel_exit=-6
-    )  # an abort no rerun came back from
+    # an abort no rerun came back from
+    aborted = flight_recorder.crash_fields(tmp_path, died=True, kernel_exit=-6)
     assert aborted == {"crash_operator_note": flight_recorder.NOT_RERUN}
     found = _rerun(tmp_path, -6, {"X_BLOCKING": "1"})
     assert (found["crash_operator"], found["crash_operator_args"]) == ("aten::exp", "float32[2]")

@@ -1,7 +1,8 @@
-"""The census' dtype signatures (issue 38, item 4): per operator, the dtypes and ranks each call used; the ``ops``
-config one row per operator and signature; a stack that refuses a dtype some calls use, predicted from the
-signatures; the plan's step naming dtypes and ranks. The real pretend sweeps' signatures (tiny-llama's RMSNorm
-``aten::rsqrt`` in float32, 3 dims) are checked in tests/test_ops.py, on its sweeps."""
+"""The census' dtype signatures (issue 38, item 4): per operator, the dtypes and ranks each call
+used; the ``ops`` config one row per operator and signature; a stack that refuses a dtype some
+calls use, predicted from the signatures; the plan's step naming dtypes and ranks. The real
+pretend sweeps' signatures (tiny-llama's RMSNorm ``aten::rsqrt`` in float32, 3 dims) are checked
+in tests/test_ops.py, on its sweeps."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ PRETEND_VAR = "MODEL_SUPPORT_PRETEND"
 
 
 def test_the_census_keeps_each_calls_dtypes_and_ranks():
-    """A bfloat16 norm upcast to float32 as a llama's RMSNorm is, a concatenation, a factory: each call under its
-    canonical signature, with the range of ranks it was called with and its calls."""
+    """A bfloat16 norm upcast to float32 as a llama's RMSNorm is, a concatenation, a factory:
+    each call under its canonical signature, with the range of ranks it was called with and its
+    calls."""
     import torch
 
     from model_support.probe.census_mode import Census
@@ -42,18 +44,12 @@ def test_the_census_keeps_each_calls_dtypes_and_ranks():
             )
         )
     }
-    assert sigs[("aten::_to_copy", "bf16->f32")] == (
-        1,
-        3,
-        3,
-    )  # the output dtype the call names, after ->
+    # the output dtype the call names, after ->
+    assert sigs[("aten::_to_copy", "bf16->f32")] == (1, 3, 3)
     assert sigs[("aten::rsqrt", "f32")] == (2, 1, 3)  # one signature, ranks 1 to 3
     assert sigs[("aten::cat", "[bf16]")] == (1, 3, 3)  # a list of tensors: its dtypes in brackets
-    assert sigs[("aten::arange", "->i64")] == (
-        1,
-        1,
-        1,
-    )  # a factory: no tensor argument, the rank of what it made
+    # a factory: no tensor argument, the rank of what it made
+    assert sigs[("aten::arange", "->i64")] == (1, 1, 1)
     # per operator, the signatures' calls and seconds add up to the operator's
     calls = dict(zip(fields["ops"], fields["ops_calls"]))
     for op in fields["ops"]:
@@ -78,8 +74,8 @@ def test_a_signature_names_its_dtypes_as_torch_does():
 
 
 def test_the_ops_config_has_a_row_per_operator_and_signature():
-    """Two models' signatures merge by (operator, signature), calls summed, ranks widened; a census from before
-    signatures gives one row per operator, its signature null."""
+    """Two models' signatures merge by (operator, signature), calls summed, ranks widened; a
+    census from before signatures gives one row per operator, its signature null."""
     from model_support.record.ops_table import op_rows
 
     base = {
@@ -123,7 +119,8 @@ def test_the_ops_config_has_a_row_per_operator_and_signature():
 
 
 def _model(key, sigs, stages=None, dtype="bfloat16"):
-    """A made-up census row: ``sigs`` [(op, signature, calls, min rank, max rank)], the operators in their order."""
+    """A made-up census row: ``sigs`` [(op, signature, calls, min rank, max rank)], the operators
+    in their order."""
     from model_support.ops import ModelOps
 
     ops = list(dict.fromkeys(s[0] for s in sigs))
@@ -141,10 +138,10 @@ def _model(key, sigs, stages=None, dtype="bfloat16"):
 
 
 def test_a_stack_refusing_a_dtype_some_calls_use_stops_at_the_first_of_them(monkeypatch):
-    """A pretend stack that holds no float32: a bfloat16 model whose norm upcasts to float32 is predicted to fail
-    at the upcast (its stage: the generation), the dtype its blocker, the plan's step naming the calls that need it;
-    a model that never leaves bfloat16 passes. The prediction asks the adapter ``dtype::`` for each dtype a
-    signature names."""
+    """A pretend stack that holds no float32: a bfloat16 model whose norm upcasts to float32 is
+    predicted to fail at the upcast (its stage: the generation), the dtype its blocker, the
+    plan's step naming the calls that need it; a model that never leaves bfloat16 passes. The
+    prediction asks the adapter ``dtype::`` for each dtype a signature names."""
     from model_support.ops import porting_plan, predict
     from model_support.ops.coverage import census_ops
     from model_support_pretend.adapter import PretendAdapter
@@ -186,8 +183,9 @@ def test_a_stack_refusing_a_dtype_some_calls_use_stops_at_the_first_of_them(monk
 
 
 def test_the_plans_line_merges_the_signatures_of_the_models_it_blocks():
-    """Two models need ``aten::rsqrt``, in two dtypes and ranks: the step names both, the most-called first, with
-    their ranks merged over the models; a census without signatures names the operator alone."""
+    """Two models need ``aten::rsqrt``, in two dtypes and ranks: the step names both, the
+    most-called first, with their ranks merged over the models; a census without signatures names
+    the operator alone."""
     from model_support.ops import porting_plan, predict
 
     coverage = {"aten::rsqrt": "missing", "aten::mm": "implemented"}

@@ -1,10 +1,12 @@
-"""A generation that fails after the sampled census stepped off torch's dispatch stack leaves torch as it found it.
+"""A generation that fails after the sampled census stepped off torch's dispatch stack leaves torch
+as it found it.
 
-The census steps off once two decode steps in a row dispatch alike (``Census.following``) and back on when the
-generation's streamer ends; generate() ends its streamer only when it finishes, so a later step that raised left the
-Python dispatch key switched on with no mode to take it, inside ``inference_mode``'s restore: every later operator
-of the process (the attribution's CPU rerun) failed on an internal assert and the failure read as both stacks'. Found
-in review with a sliding window of 8 (its mask's ``aten::le.Tensor`` first dispatched past it) that the device lacks.
+The census steps off once two decode steps in a row dispatch alike (``Census.following``) and back
+on when the generation's streamer ends; generate() ends its streamer only when it finishes, so a
+later step that raised left the Python dispatch key switched on with no mode to take it, inside
+``inference_mode``'s restore: every later operator of the process (the attribution's CPU rerun)
+failed on an internal assert and the failure read as both stacks'. Found in review with a sliding
+window of 8 (its mask's ``aten::le.Tensor`` first dispatched past it) that the device lacks.
 """
 
 from __future__ import annotations

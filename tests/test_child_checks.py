@@ -1,5 +1,5 @@
-"""The short-lived child processes the sweep asks before it starts (a device's facts, whether torchvision
-imports): one that does not answer in time is one sentence, never a traceback."""
+"""The short-lived child processes the sweep asks before it starts (a device's facts, whether
+torchvision imports): one that does not answer in time is one sentence, never a traceback."""
 
 from __future__ import annotations
 
@@ -17,21 +17,18 @@ resolve = importlib.import_module("model_support.probe.devices.resolve")
 
 
 def test_a_device_check_that_does_not_answer_is_one_sentence(monkeypatch):
-    monkeypatch.setattr(
-        resolve, "FACTS_TIMEOUT_S", 0.01
-    )  # no python child starts and answers in 10 ms
-    monkeypatch.setenv(
-        "MODEL_SUPPORT_TEST_NONCE", uuid.uuid4().hex
-    )  # facts are cached per environment
+    # no python child starts and answers in 10 ms
+    monkeypatch.setattr(resolve, "FACTS_TIMEOUT_S", 0.01)
+    # facts are cached per environment
+    monkeypatch.setenv("MODEL_SUPPORT_TEST_NONCE", uuid.uuid4().hex)
     facts = devices.facts("gpu")
     assert (facts.type, facts.count, facts.memory_bytes) == ("gpu", 0, None)
     assert facts.problem.startswith(
         "Device 'gpu' could not be checked: asking it for its kind, count and memory"
     )
     assert "did not answer within 0.01 s" in facts.problem
-    assert (
-        devices.check_available("gpu") == facts.problem
-    )  # what the sweep refuses with, before any model
+    # what the sweep refuses with, before any model
+    assert devices.check_available("gpu") == facts.problem
 
 
 def test_a_torchvision_import_that_hangs_stops_the_sweep_in_one_sentence(tmp_path, monkeypatch):

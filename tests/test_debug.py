@@ -70,7 +70,8 @@ def prompt_ids():
     return torch.arange(3, 3 + PROMPT_LEN).unsqueeze(0), torch.ones(1, PROMPT_LEN, dtype=torch.long)
 
 
-# --- where a forward raises -------------------------------------------------------------------------------
+# --- where a forward raises
+# -------------------------------------------------------------------------------
 
 
 class Boom(nn.Module):
@@ -179,7 +180,8 @@ def test_first_tensor_of_tuples_dicts_and_dataclasses():
     assert debug.first_tensor((None, "text")) is None
 
 
-# --- where the device diverges from the reference ----------------------------------------------------------
+# --- where the device diverges from the reference
+# ----------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -220,9 +222,8 @@ def test_bf16_rounding_alone_is_not_a_divergence(llama_fp32, prompt_ids):
         debug.trace_forward(device, *prompt_ids), debug.trace_forward(llama_fp32, *prompt_ids)
     )
     assert debug.first_offender(table) is None
-    assert (
-        table.height == len(dict(llama_fp32.named_modules())) - 1
-    )  # all ran once but model.layers (a ModuleList)
+    # all ran once but model.layers (a ModuleList)
+    assert table.height == len(dict(llama_fp32.named_modules())) - 1
     assert table["max_abs_diff"].null_count() == 0
     assert (table["device_dtype"] == "bfloat16").all()
     assert 0 < table["max_rel_diff"].max() < debug.DEFAULT_TOLERANCE
@@ -236,7 +237,8 @@ def test_compare_tensors_counts_new_nonfinite_values_and_ignores_shared_ones():
     assert stats["max_abs_diff"] == 1.0 and stats["max_rel_diff"] == 0.25
 
 
-# --- where generation fails --------------------------------------------------------------------------------
+# --- where generation fails
+# --------------------------------------------------------------------------------
 
 
 def test_generation_failure_step_and_sequence_length(prompt_ids):
@@ -281,7 +283,8 @@ def test_result_is_json_safe_and_names_the_findings(llama_fp32, prompt_ids):
     assert "model.norm" in debug.summary_html(result)
 
 
-# --- choosing a model of a sweep ------------------------------------------------------------------------------
+# --- choosing a model of a sweep
+# ------------------------------------------------------------------------------
 
 SWEEP = SweepMeta.from_dict(
     {
@@ -320,16 +323,16 @@ def test_notebook_parameters_come_from_the_sweep_and_typos_are_refused():
         "tolerance": 0.5,
         "model_id": "org/Qwen2-1.5B",
     }  # "reference" is the probe's, not the notebook's
-    assert (
-        debug.debug_parameters(SWEEP, SWEEP.models[2])["model_id"] == "/abs/models/tiny-llama"
-    )  # loaded from
+    # loaded from
+    assert debug.debug_parameters(SWEEP, SWEEP.models[2])["model_id"] == "/abs/models/tiny-llama"
     with pytest.raises(ValueError, match="'tolerence' is not a parameter of notebooks/debug.ipynb"):
         debug.debug_parameters(SWEEP, SWEEP.models[0], {"tolerence": 0.5})
     with pytest.raises(ValueError, match="tolerance=-1.0 is too small"):
         debug.debug_parameters(SWEEP, SWEEP.models[0], {"tolerance": -1.0})
 
 
-# --- the notebook, executed for real on the failure fixtures ----------------------------------------------------
+# --- the notebook, executed for real on the failure fixtures
+# ----------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -423,10 +426,8 @@ def test_a_notebook_without_a_result_and_an_ambiguous_model_are_refused(fixture_
         debug.run_debug_notebook(data_dir, "dbg", "-")
     with pytest.raises(ValueError, match="Sweep 'nope' does not exist"):
         debug.run_debug_notebook(data_dir, "nope", "diverge")
-    for device in (
-        "cpu",
-        "pretend",
-    ):  # TorchTPU's fused eager: refused before a notebook runs on any other device
+    # TorchTPU's fused eager: refused before a notebook runs on any other device
+    for device in ("cpu", "pretend"):
         with pytest.raises(ValueError, match=f"runs on tpu devices only, not on {device}"):
             debug.run_debug_notebook(
                 data_dir, "dbg", "diverge", parameters={"mode": "fused", "device": device}
@@ -460,7 +461,8 @@ def test_notebook_names_the_module_that_diverges_in_bf16(fixture_sweep):
 
 
 def test_the_debug_notebook_and_the_record_say_the_same_about_the_same_run(fixture_sweep):
-    """The debug notebook's numerics are the probe's own check (``agreement``), on the same settings."""
+    """The debug notebook's numerics are the probe's own check (``agreement``), on the same
+    settings."""
     from model_support.probe import run as probe
 
     fixtures, _ = fixture_sweep
@@ -494,9 +496,9 @@ def test_the_debug_notebook_and_the_record_say_the_same_about_the_same_run(fixtu
 def test_debug_on_the_pretend_device_reports_only_failures_the_probe_has(
     tmp_path, fixture_models, model, faults, expected
 ):
-    """The tracer ran its forward outside the probe's inference mode: on the pretend device every PASS model
-    'failed' with "Cannot set version_counter for inference tensor" at input_ids.view; a real FAIL(gen) (a
-    missing operator) must still be named with its module."""
+    """The tracer ran its forward outside the probe's inference mode: on the pretend device every
+    PASS model 'failed' with "Cannot set version_counter for inference tensor" at input_ids.view;
+    a real FAIL(gen) (a missing operator) must still be named with its module."""
     import os
 
     from helpers import cli_debug

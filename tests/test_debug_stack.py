@@ -1,10 +1,11 @@
-"""``model-support debug`` runs on the stack it says: the environment's stack against the sweep's (versions and
-the device backend's own configuration, here the pretend device's faults), said in one sentence before the
-notebook runs; an earlier debug notebook is never overwritten; the terminal summary names the operator the
-error names; a set-up failure prints its sentence.
+"""``model-support debug`` runs on the stack it says: the environment's stack against the sweep's
+(versions and the device backend's own configuration, here the pretend device's faults), said in
+one sentence before the notebook runs; an earlier debug notebook is never overwritten; the
+terminal summary names the operator the error names; a set-up failure prints its sentence.
 
-The sweep is a sweep.json written by hand (no sweep runs): tiny-llama on the pretend device, recorded on the
-stack of docs/devices.md's porting loop that lacks ``aten::rsqrt``, as its first sweep would be."""
+The sweep is a sweep.json written by hand (no sweep runs): tiny-llama on the pretend device,
+recorded on the stack of docs/devices.md's porting loop that lacks ``aten::rsqrt``, as its first
+sweep would be."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from model_support.record import schema, store
 from model_support.record.sweep_meta import ModelEntry, SweepMeta
 
 REPO = Path(__file__).resolve().parents[1]
-#: The porting loop's first stack, and the same stack once aten::rsqrt is implemented (docs/devices.md).
+#: The porting loop's first stack, and the same stack once aten::rsqrt is implemented
+#: (docs/devices.md).
 BEFORE = {"devices": 1, "missing_ops": ["aten::rsqrt"]}
 AFTER = {"devices": 1, "missing_ops": []}
 SWEEP = "loop-20261201T000000Z-abcd"
@@ -48,7 +50,8 @@ def write_sweep(data: Path, llama: str, config: dict) -> None:
         sweep_id=SWEEP,
         model_id="local:tiny-llama",
         status=schema.FAIL_GEN,
-        failure_signature="NotImplementedError: Could not run 'aten::rsqrt' with arguments from the 'pretend' backend.",
+        failure_signature="NotImplementedError: Could not run 'aten::rsqrt' with arguments from the 'pretend' "
+        "backend.",
     )
     store.store_result(data, SWEEP, record, None, "log\n")
 
@@ -99,9 +102,8 @@ def test_the_stack_difference_names_each_version_and_configuration_that_differs(
         "model_support": "0.2",
         "git_commit": "def",
     }
-    same = {
-        "MODEL_SUPPORT_PRETEND": '{ "missing_ops":["aten::rsqrt"] }'
-    }  # the same JSON, spaced otherwise
+    # the same JSON, spaced otherwise
+    same = {"MODEL_SUPPORT_PRETEND": '{ "missing_ops":["aten::rsqrt"] }'}
     assert debug.stack.differences(meta, here, same) == [
         "transformers 5.25.0 here, 5.24.0 in the sweep"
     ]
@@ -157,7 +159,8 @@ def test_the_terminal_summary_names_the_operator_the_error_names():
         "module": "model.layers.0.input_layernorm",
         "class": "LlamaRMSNorm",
         "error_type": "NotImplementedError",
-        "error_message": "Could not run 'aten::rsqrt' with arguments from the 'pretend' backend. This could be ...",
+        "error_message": "Could not run 'aten::rsqrt' with arguments from the 'pretend' backend. This could be "
+        "...",
     }
     result = {
         "forward_failure": failure,
@@ -167,16 +170,16 @@ def test_the_terminal_summary_names_the_operator_the_error_names():
     }
     text = debug.summary_text(result)
     assert (
-        "forward:    raises NotImplementedError on aten::rsqrt in model.layers.0.input_layernorm (LlamaRMSNorm)"
-        in text
+        "forward:    raises NotImplementedError on aten::rsqrt in "
+        "model.layers.0.input_layernorm (LlamaRMSNorm)" in text
     )
     assert (
         "generate:   fails at step 0 (sequence length 5): NotImplementedError on aten::rsqrt in"
         in text
     )
     assert (
-        "only the device fails: first in model.layers.0.input_layernorm (LlamaRMSNorm), NotImplementedError on aten::rsqrt"
-        in text
+        "only the device fails: first in model.layers.0.input_layernorm (LlamaRMSNorm), "
+        "NotImplementedError on aten::rsqrt" in text
     )
     assert debug.named_operator({"error_message": "index out of range in self"}) is None
 
@@ -189,8 +192,9 @@ def loop_data(tmp_path_factory, fixture_models) -> Path:
 
 
 def test_debug_says_before_running_that_the_stack_here_is_not_the_sweeps(loop_data):
-    """The porting loop's second stack in the environment, a model of the first sweep debugged: the sentence
-    comes first, then the notebook (which finds no failure on this stack), numbered after the earlier one."""
+    """The porting loop's second stack in the environment, a model of the first sweep debugged:
+    the sentence comes first, then the notebook (which finds no failure on this stack), numbered
+    after the earlier one."""
     done = debug_cli(loop_data, BEFORE)  # the sweep's own stack: nothing said, the operator named
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
@@ -206,10 +210,11 @@ def test_debug_says_before_running_that_the_stack_here_is_not_the_sweeps(loop_da
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert lines[0] == (
-        f"This environment's stack is not the one sweep {SWEEP} ran on (MODEL_SUPPORT_PRETEND '{json.dumps(AFTER)}' "
-        f"here, '{json.dumps(BEFORE)}' in the sweep): the debug notebook shows this stack, so what it finds can "
-        "differ from the sweep's verdict (the sweep recorded FAIL(gen): NotImplementedError: Could not run "
-        "'aten::rsqrt' with arguments from the 'pretend' backend.)."
+        f"This environment's stack is not the one sweep {SWEEP} ran on (MODEL_SUPPORT_PRETEND "
+        f"'{json.dumps(AFTER)}' here, '{json.dumps(BEFORE)}' in the sweep): the debug notebook "
+        "shows this stack, so what it finds can differ from the sweep's verdict (the sweep "
+        "recorded FAIL(gen): NotImplementedError: Could not run 'aten::rsqrt' with arguments "
+        "from the 'pretend' backend.)."
     )
     assert (
         lines[-1]
@@ -217,24 +222,22 @@ def test_debug_says_before_running_that_the_stack_here_is_not_the_sweeps(loop_da
     )
     second = Path(lines[1].removeprefix("debug notebook: "))
     assert second.name == "local_tiny-llama-2.ipynb" and first.exists()
-    assert (
-        debug.debug_result_from_notebook(first)["forward_ok"] is False
-    )  # the earlier finding kept
+    # the earlier finding kept
+    assert debug.debug_result_from_notebook(first)["forward_ok"] is False
     assert debug.debug_result_from_notebook(second)["forward_ok"] is True
     outputs = json.dumps(json.loads(second.read_text())["cells"])
-    assert (
-        "Loading weights" not in outputs
-    )  # transformers' progress bars are off in the notebook too
-    assert (
-        "Kernel is running over TCP" not in done.stderr
-    )  # an ipc kernel, as every notebook run of ours
+    # transformers' progress bars are off in the notebook too
+    assert "Loading weights" not in outputs
+    # an ipc kernel, as every notebook run of ours
+    assert "Kernel is running over TCP" not in done.stderr
 
 
 def test_a_set_up_failure_prints_its_sentence(loop_data):
     done = debug_cli(loop_data, None)  # the pretend device switched off: its adapter's sentence
     assert done.returncode == 1, done.stderr[-3000:]
     assert (
-        "debug notebook stopped at a cell error: DeviceUnavailable: Device 'pretend' was requested but the pretend "
-        "accelerator is off here: set MODEL_SUPPORT_PRETEND" in done.stdout
+        "debug notebook stopped at a cell error: DeviceUnavailable: Device 'pretend' was "
+        "requested but the pretend accelerator is off here: set MODEL_SUPPORT_PRETEND"
+        in done.stdout
     ), done.stdout
     assert "debug notebook: " in done.stdout

@@ -1,12 +1,14 @@
-"""``model-support debug`` of a what-if sweep runs the sweep's run: its ``host_ops`` on the host's CPU kernels for
-the device's dispatch key, as the probe put them (``debug.hosting``), and says so; an empty ``-p host_ops ''`` is the
-stack as it is, said too; a setting that cannot go to the host is one sentence before anything runs.
+"""``model-support debug`` of a what-if sweep runs the sweep's run: its ``host_ops`` on the
+host's CPU kernels for the device's dispatch key, as the probe put them (``debug.hosting``), and
+says so; an empty ``-p host_ops ''`` is the stack as it is, said too; a setting that cannot go to
+the host is one sentence before anything runs.
 
-On the pretend device whose stack lacks ``aten::rsqrt`` (docs/devices.md's porting loop): a real what-if sweep of
-tiny-llama (RMSNorm: rsqrt) with ``host_ops: aten::rsqrt`` passes; its debug notebook's forward and generation run on
-the device with rsqrt on the host, the same tokens as the record; with host_ops emptied the forward raises on
-aten::rsqrt in the first RMSNorm, as the stack's own sweep would. The pretend device is registered only in the
-command's child processes (the sweep's workers, the notebook's kernel), never in this worker."""
+On the pretend device whose stack lacks ``aten::rsqrt`` (docs/devices.md's porting loop): a real
+what-if sweep of tiny-llama (RMSNorm: rsqrt) with ``host_ops: aten::rsqrt`` passes; its debug
+notebook's forward and generation run on the device with rsqrt on the host, the same tokens as
+the record; with host_ops emptied the forward raises on aten::rsqrt in the first RMSNorm, as the
+stack's own sweep would. The pretend device is registered only in the command's child processes
+(the sweep's workers, the notebook's kernel), never in this worker."""
 
 from __future__ import annotations
 
@@ -47,7 +49,8 @@ def what_if(tmp_path_factory, fixture_models) -> dict:
 
 
 def debug(what_if: dict, *parameters: str) -> tuple[subprocess.CompletedProcess, dict | None]:
-    """``model-support debug SWEEP tiny-llama [-p ...]``, and the result its notebook stored (None when none ran)."""
+    """``model-support debug SWEEP tiny-llama [-p ...]``, and the result its notebook stored
+    (None when none ran)."""
     from model_support import debug as debug_mod
 
     done = cli(["debug", what_if["sweep"], "tiny-llama", *parameters], what_if["data"])
@@ -67,10 +70,12 @@ def test_the_debug_notebook_runs_the_what_if_sweeps_run_with_its_operators_on_th
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert lines[0] == (
-        "A what-if debug run (host_ops='aten::rsqrt', as the sweep's what-if run did): aten::rsqrt on the host's CPU "
-        "kernels for the device's dispatch key, not the device's own."
+        "A what-if debug run (host_ops='aten::rsqrt', as the sweep's what-if run did): "
+        "aten::rsqrt on the host's CPU kernels for the device's dispatch key, not the "
+        "device's own."
     )
-    # the recorded run and the debug run agree: the forward and the generation run on the device, the same tokens
+    # the recorded run and the debug run agree: the forward and the generation run on the device,
+    # the same tokens
     assert result["forward_ok"] is True and result["forward_failure"] is None
     assert result["generation"]["ok"] is True
     assert result["generation"]["output_token_ids"] == record["output_token_ids"]
@@ -81,8 +86,8 @@ def test_the_debug_notebook_runs_the_what_if_sweeps_run_with_its_operators_on_th
     assert result["host_op_names"] == record["host_op_names"] and result["host_op_calls"][0] > 0
     assert "forward:    runs" in done.stdout
     assert lines[-1].startswith(
-        "host ops:   A what-if run (host_ops='aten::rsqrt'): aten::rsqrt, aten::rsqrt.out ran on the host's CPU "
-        "kernels, not the device's (calls: aten::rsqrt "
+        "host ops:   A what-if run (host_ops='aten::rsqrt'): aten::rsqrt, aten::rsqrt.out ran "
+        "on the host's CPU kernels, not the device's (calls: aten::rsqrt "
     ) and lines[-1].endswith("What it finds is not the stack as it is."), lines[-1]
     notebook = json.dumps(
         json.loads(Path(lines[1].removeprefix("debug notebook: ")).read_text())["cells"]
@@ -97,8 +102,9 @@ def test_an_empty_host_ops_debugs_the_stack_as_it_is_and_says_so(what_if):
     done, result = debug(what_if, "-p", "host_ops", "")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert done.stdout.splitlines()[0] == (
-        "host_ops is empty here: the debug notebook runs the stack as it is, not the sweep's what-if run "
-        "(host_ops='aten::rsqrt'), so what it finds can differ from the sweep's record."
+        "host_ops is empty here: the debug notebook runs the stack as it is, not the sweep's "
+        "what-if run (host_ops='aten::rsqrt'), so what it finds can differ from the sweep's "
+        "record."
     )
     assert (
         "forward:    raises NotImplementedError on aten::rsqrt in model.layers.0.input_layernorm"
@@ -120,8 +126,9 @@ def test_an_empty_host_ops_debugs_the_stack_as_it_is_and_says_so(what_if):
         ),
         (
             ("-p", "device", "cpu"),
-            "host_ops='aten::rsqrt' cannot run on cpu: the cpu device is the host: its operators already run on the "
-            "CPU. Give -p host_ops '' to debug it on cpu with no operator on the host.",
+            "host_ops='aten::rsqrt' cannot run on cpu: the cpu device is the host: its "
+            "operators already run on the CPU. Give -p host_ops '' to debug it on cpu with no "
+            "operator on the host.",
         ),
     ],
 )
@@ -133,6 +140,5 @@ def test_a_setting_that_cannot_run_is_refused_before_the_notebook_runs(what_if, 
     done, _ = debug(what_if, *parameters)
     assert done.returncode != 0 and said in " ".join(done.stderr.split()), done.stderr
     assert "Traceback" not in done.stderr and "debug notebook" not in done.stdout
-    assert (
-        sorted(folder.glob("*")) if folder.exists() else []
-    ) == before  # nothing written, nothing ran
+    # nothing written, nothing ran
+    assert (sorted(folder.glob("*")) if folder.exists() else []) == before

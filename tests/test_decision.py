@@ -1,6 +1,7 @@
-"""The one decision (``analysis.decision``) as a table: every state of A against every state of B, with and
-without expectations, flakes and expiry, each with its kind, the line the gate prints and the gate words it fails
-under; and the perf rule on hand-built repeat lists. Pure data: well under a second."""
+"""The one decision (``analysis.decision``) as a table: every state of A against every state of
+B, with and without expectations, flakes and expiry, each with its kind, the line the gate prints
+and the gate words it fails under; and the perf rule on hand-built repeat lists. Pure data: well
+under a second."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 from model_support.analysis import decision as d
 from model_support.analysis.expectations import Expectation
 
-# Columns: B's state; rows: A's state; cells: the kind (abbreviated below). Read a row as "A was X, B is ...".
+# Columns: B's state; rows: A's state; cells: the kind (abbreviated below). Read a row as "A was X,
+# B is ...".
 B_STATES = (
     "PASS",
     "suspect PASS",
@@ -141,29 +143,14 @@ EXPECT_SUSPECT = Expectation("suspect PASS", "bf16 rounding")
     [
         ("PASS", "FAIL(gen)", EXPECT_GEN, d.EXPECTED, set()),  # a known failure: never fails
         ("no row", "FAIL(gen)", EXPECT_GEN, d.EXPECTED, set()),
-        (
-            "PASS",
-            "PASS",
-            EXPECT_PASS,
-            d.EXPECTED,
-            set(),
-        ),  # expected to pass, passes: nothing unexpected
+        # expected to pass, passes: nothing unexpected
+        ("PASS", "PASS", EXPECT_PASS, d.EXPECTED, set()),
         ("PASS", "suspect PASS", EXPECT_SUSPECT, d.EXPECTED, set()),
         ("FAIL(gen)", "PASS", EXPECT_GEN, d.UNEXPECTEDLY_PASSING, set()),
-        (
-            "PASS",
-            "FAIL(load)",
-            EXPECT_GEN,
-            d.REGRESSION,
-            {"regressions", "new-failures"},
-        ),  # another verdict: none
-        (
-            "PASS",
-            "not run",
-            EXPECT_GEN,
-            d.NOT_RUN_IN_B,
-            set(d.GATES),
-        ),  # unfinished beats an expectation
+        # another verdict: none
+        ("PASS", "FAIL(load)", EXPECT_GEN, d.REGRESSION, {"regressions", "new-failures"}),
+        # unfinished beats an expectation
+        ("PASS", "not run", EXPECT_GEN, d.NOT_RUN_IN_B, set(d.GATES)),
     ],
 )
 def test_expectations(a_state, b_state, expected, kind, fails):
@@ -286,7 +273,8 @@ def test_unlike_runs_are_not_comparable_naming_what_differs():
 
 
 def test_a_run_flaky_in_a_that_fails_outright_in_b_is_a_regression():
-    """A flaky night's record is its failure, so the night after compared a failure with a failure and passed."""
+    """A flaky night's record is its failure, so the night after compared a failure with a
+    failure and passed."""
     a = d.Run("FAIL(gen)", "RuntimeError: boom", flaky="FAIL(gen) then PASS")
     change = d.decide("org/m", "v", a, run("FAIL(gen)"), None, "a1", "b1")
     assert change.kind == d.REGRESSION and "flaky in a1 (FAIL(gen) then PASS)" in change.line
@@ -298,9 +286,8 @@ def test_a_night_that_excluded_or_did_not_run_a_model_hides_no_regression_after_
     earlier = {("org/m", "v"): d.Run("PASS", reason="the last verdict before b1, in a1")}
     (change,) = d.decide_sweeps(before, after, None, None, earlier.get)
     assert change.kind == d.REGRESSION and "the last verdict before b1, in a1" in change.line
-    (alone,) = d.decide_sweeps(
-        before, after, None, None, lambda key: None
-    )  # nothing earlier: neither direction
+    # nothing earlier: neither direction
+    (alone,) = d.decide_sweeps(before, after, None, None, lambda key: None)
     assert alone.kind == d.EXCLUDED_CHANGE
 
 
@@ -332,9 +319,8 @@ def test_more_repeats_narrow_the_noise_and_a_nan_is_no_timing():
     import random
 
     spread_out = [0.95, 1.0, 1.05]
-    assert (
-        d.median_noise(spread_out * 20) < d.median_noise(spread_out) / 3
-    )  # a standard error: more repeats tell
+    # a standard error: more repeats tell
+    assert d.median_noise(spread_out * 20) < d.median_noise(spread_out) / 3
     rng = random.Random(7)
     many = (
         [1.0 + rng.gauss(0, 0.05) for _ in range(60)],
@@ -349,21 +335,22 @@ def test_more_repeats_narrow_the_noise_and_a_nan_is_no_timing():
 
 
 def test_the_rerun_screen_keeps_the_same_rule_for_a_flake():
-    """Why 3: ``sweep.reruns`` set ``flaky`` whenever the attempts differed (FAIL(load) then FAIL(gen))."""
+    """Why 3: ``sweep.reruns`` set ``flaky`` whenever the attempts differed (FAIL(load) then
+    FAIL(gen))."""
     from model_support.sweep import reruns
 
     assert reruns.flaky([("FAIL(load)", False), ("FAIL(gen)", False)]) is False
-    assert (
-        reruns.flaky([("PASS", True), ("FAIL(gen)", False)]) is False
-    )  # a suspect PASS never passed
+    # a suspect PASS never passed
+    assert reruns.flaky([("PASS", True), ("FAIL(gen)", False)]) is False
     assert reruns.flaky([("FAIL(gen)", False), ("PASS", False)]) is True
     assert reruns.flaky([("PASS", False), ("PASS", False)]) is False
 
 
 def test_noise_alone_rarely_reads_as_slower_with_three_repeats():
-    """The sigma less the farthest of three repeats is the two closest's, a third of the true one on average:
-    corrected (``_TRIMMED_SIGMA``), noise alone reads as slower under 1.5% of the time at 3% noise per repeat and a
-    5% threshold (3.4% uncorrected, review's simulation), and a 20% slowdown is still caught 4 times in 5."""
+    """The sigma less the farthest of three repeats is the two closest's, a third of the true one
+    on average: corrected (``_TRIMMED_SIGMA``), noise alone reads as slower under 1.5% of the
+    time at 3% noise per repeat and a 5% threshold (3.4% uncorrected, review's simulation), and a
+    20% slowdown is still caught 4 times in 5."""
     import random
 
     rng = random.Random(11)
@@ -376,20 +363,22 @@ def test_noise_alone_rarely_reads_as_slower_with_three_repeats():
     )
     assert false < 0.015, false
     slower = [(a, [v * 1.2 for v in b]) for a, b in pairs[:1000]]
+    # 80%
     assert (
         sum(d.compare_repeats(a, b, False, 0.05).kind == d.SLOWER for a, b in slower) / 1000 >= 0.75
-    )  # 80%
+    )
 
 
-# --------------------------------------------------------------------------------------------
-# the noise rule pinned (issue 59, item 2): the bound at every repeat count, the trimmed sigma's correction against
-# an exact simulation where the table has no row
+# -------------------------------------------------------------------------------------------- the
+# noise rule pinned (issue 59, item 2): the bound at every repeat count, the trimmed sigma's
+# correction against an exact simulation where the table has no row
 
 
 def _median_se(values: list[float]) -> float:
-    """One side's relative standard error of its median, the documented rule written out again (not the module's):
-    sqrt(pi / 2) x sigma / sqrt(n) / median, sigma the sample standard deviation of the repeats less the one
-    farthest from their median (two repeats: both), divided by ``_trimmed_bias(n)`` (pinned below)."""
+    """One side's relative standard error of its median, the documented rule written out again
+    (not the module's): sqrt(pi / 2) x sigma / sqrt(n) / median, sigma the sample standard
+    deviation of the repeats less the one farthest from their median (two repeats: both), divided
+    by ``_trimmed_bias(n)`` (pinned below)."""
     import math
     import statistics
 
@@ -404,15 +393,17 @@ def _median_se(values: list[float]) -> float:
     )
 
 
-#: Repeat counts: every one the phase can stop at (2 to its cap of 10, 60 for a long ``perf_repeats``) and beyond.
+#: Repeat counts: every one the phase can stop at (2 to its cap of 10, 60 for a long
+#: ``perf_repeats``) and beyond.
 COUNTS = [*range(2, 21), 25, 30, 40, 45, 59, 60, 61, 80, 100]
 
 
 @pytest.mark.parametrize("n", COUNTS)
 def test_a_median_must_move_by_more_than_four_combined_standard_errors(n):
-    """The bound is max(threshold, 4 x the two medians' standard errors combined as independent errors). B is A's
-    repeats scaled by k: the same relative noise, a change of k - 1. At 3.9 combined errors the change is within
-    noise, at 4.1 slower: 3 sigmas would read the first as slower (review: NOISE_SIGMAS 3.0 passed every test)."""
+    """The bound is max(threshold, 4 x the two medians' standard errors combined as independent
+    errors). B is A's repeats scaled by k: the same relative noise, a change of k - 1. At 3.9
+    combined errors the change is within noise, at 4.1 slower: 3 sigmas would read the first as
+    slower (review: NOISE_SIGMAS 3.0 passed every test)."""
     import math
     import random
 
@@ -423,9 +414,8 @@ def test_a_median_must_move_by_more_than_four_combined_standard_errors(n):
         rb = [v * (1 + sigmas * combined) for v in ra]
         moved = d.compare_repeats(ra, rb, more_is_better=False, threshold=0.001)
         assert moved.kind == kind, (n, sigmas, moved)
-        assert moved.bound == pytest.approx(
-            4 * combined, rel=1e-4
-        )  # MEDIAN_SE is sqrt(pi / 2) to 5 digits
+        # MEDIAN_SE is sqrt(pi / 2) to 5 digits
+        assert moved.bound == pytest.approx(4 * combined, rel=1e-4)
         assert moved.change == pytest.approx(sigmas * combined, rel=1e-9)
     # the threshold still decides where the noise is smaller than it
     quiet = [1.0 + 1e-6 * i for i in range(n)]
@@ -437,15 +427,14 @@ def test_the_median_standard_error_factor_is_the_normal_medians_and_four_sigmas_
     import math
 
     assert d.MEDIAN_SE == pytest.approx(math.sqrt(math.pi / 2), abs=1e-4)
-    assert (
-        d.NOISE_SIGMAS == 4.0
-    )  # the docs and the gate's note say "4 times the medians' standard error"
+    # the docs and the gate's note say "4 times the medians' standard error"
+    assert d.NOISE_SIGMAS == 4.0
 
 
 def _trimmed_sigma(n: int, draws: int) -> float:
-    """What the sample standard deviation of n standard normal repeats less the one farthest from their median
-    averages over ``draws`` draws: the quantity ``_TRIMMED_SIGMA`` tabulates, simulated (seeded: the same figures on
-    every run)."""
+    """What the sample standard deviation of n standard normal repeats less the one farthest from
+    their median averages over ``draws`` draws: the quantity ``_TRIMMED_SIGMA`` tabulates,
+    simulated (seeded: the same figures on every run)."""
     import numpy as np
 
     rng = np.random.default_rng([59, n])
@@ -463,24 +452,25 @@ def test_a_median_of_zero_or_less_or_a_single_repeat_has_no_relative_noise():
     assert d.median_noise([2.0, 2.0]) == 0.0  # two alike: no noise, and a number
 
 
-#: The table's rows: the counts simulated at 10^5 draws each (a row dropped or moved is interpolated instead).
+#: The table's rows: the counts simulated at 10^5 draws each (a row dropped or moved is interpolated
+#: instead).
 ROWS = (2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 15, 20, 30, 60)
 
 
 def test_the_trimmed_sigmas_correction_matches_a_simulation_between_and_beyond_the_tables_rows():
-    """``_trimmed_bias`` at every count from 3 to 20 and at counts the table does not list (between its rows: the
-    interpolation; past 60: 1 - 3.3 / n) within 1.2% of a seeded simulation (its own error under 0.4%; the table and
-    its interpolation are within 0.8%). An interpolation that takes its lower row (share 0) is 1.5-3.3% off at 11,
-    13-14, 17-19, 25, 40-50; a correction of 1.0 past 60 is 2.7-5.9% off. Two repeats are taken as they are."""
+    """``_trimmed_bias`` at every count from 3 to 20 and at counts the table does not list
+    (between its rows: the interpolation; past 60: 1 - 3.3 / n) within 1.2% of a seeded
+    simulation (its own error under 0.4%; the table and its interpolation are within 0.8%). An
+    interpolation that takes its lower row (share 0) is 1.5-3.3% off at 11, 13-14, 17-19, 25,
+    40-50; a correction of 1.0 past 60 is 2.7-5.9% off. Two repeats are taken as they are."""
     assert tuple(d._TRIMMED_SIGMA) == ROWS and d._trimmed_bias(2) == 1.0
     off = {}
     for n in [*range(3, 21), 25, 30, 40, 45, 50, 60, 61, 80, 100, 150]:
         simulated = _trimmed_sigma(n, 40_000 if n <= 10 else 20_000 if n <= 30 else 8_000)
         off[n] = round(d._trimmed_bias(n) / simulated - 1, 4)
     assert all(abs(v) <= 0.012 for v in off.values()), off
-    assert all(
-        d._trimmed_bias(n) < d._trimmed_bias(n + 1) < 1 for n in range(3, 500)
-    )  # fewer left out, less bias
+    # fewer left out, less bias
+    assert all(d._trimmed_bias(n) < d._trimmed_bias(n + 1) < 1 for n in range(3, 500))
 
 
 # --------------------------------------------------------------------------------------------
@@ -491,11 +481,8 @@ def test_only_a_pass_can_be_suspect_and_the_verdict_states_are_the_first_five_ea
     assert (
         d.verdict_state("PASS", True) == d.SUSPECT_PASS and d.verdict_state("PASS", False) == "PASS"
     )
-    for failure in (
-        "FAIL(load)",
-        "FAIL(gen)",
-        "FAIL(other)",
-    ):  # "FAIL(...)" sorts before "PASS": no order counts
+    # "FAIL(...)" sorts before "PASS": no order counts
+    for failure in ("FAIL(load)", "FAIL(gen)", "FAIL(other)"):
         assert d.verdict_state(failure, True) == failure
     for suspect in (False, True):  # a state that is no verdict is refused, suspect or not
         with pytest.raises(ValueError, match="is no verdict"):
@@ -508,9 +495,8 @@ def test_a_side_with_one_repeat_or_a_median_of_zero_is_not_comparable_saying_whi
     assert one.kind == d.NOT_COMPARABLE and one.why.startswith("fewer than 2 repeats in A ")
     other = d.compare_repeats([1.0, 1.1, 0.9], [1.0], False, 0.05)
     assert other.kind == d.NOT_COMPARABLE and other.why.startswith("fewer than 2 repeats in B ")
-    two = d.compare_repeats(
-        [1.0, 1.1], [1.0], False, 0.05
-    )  # two are enough in A: B is the one short
+    # two are enough in A: B is the one short
+    two = d.compare_repeats([1.0, 1.1], [1.0], False, 0.05)
     assert two.kind == d.NOT_COMPARABLE and two.why.startswith("fewer than 2 repeats in B ")
     for ra, rb in (
         ([1.0] * 3, [0.0] * 3),
@@ -537,7 +523,8 @@ def test_an_expectation_holds_through_its_until_date_and_expires_the_day_after()
 
 
 def test_a_run_and_a_change_are_values_no_reader_can_rewrite():
-    """The gate, the report and the nightly read the same decisions: frozen, so none rewrites what another says."""
+    """The gate, the report and the nightly read the same decisions: frozen, so none rewrites
+    what another says."""
     import dataclasses
 
     change = d.decide("org/m", "v", run("PASS"), run("FAIL(gen)"))
@@ -545,23 +532,21 @@ def test_a_run_and_a_change_are_values_no_reader_can_rewrite():
     for value, name in ((change, "kind"), (run("PASS"), "state"), (moved, "kind")):
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(value, name, "passing")
-    assert (
-        len({change, d.decide("org/m", "v", run("PASS"), run("FAIL(gen)"))}) == 1
-    )  # equal values, hashable
+    # equal values, hashable
+    assert len({change, d.decide("org/m", "v", run("PASS"), run("FAIL(gen)"))}) == 1
 
 
 def test_a_state_read_from_a_file_decides_as_the_constant_does():
-    """States compare by value: one built at run time (read from a record, a JSON file) is not the constant's
-    object, and must decide alike."""
+    """States compare by value: one built at run time (read from a record, a JSON file) is not
+    the constant's object, and must decide alike."""
     excluded = "".join(["ex", "cluded"])
     assert excluded is not d.EXCLUDED
     change = d.decide(
         "org/m", "v", run("PASS"), d.Run(excluded, reason="no access"), None, "a1", "b1"
     )
     assert change.line == "excluded: org/m [v]: excluded in b1 (no access)"
-    read = Expectation(
-        "".join(["FAIL", "(gen)"]), "read from the YAML file"
-    )  # an expectation's verdict, read
+    # an expectation's verdict, read
+    read = Expectation("".join(["FAIL", "(gen)"]), "read from the YAML file")
     assert d.decide("org/m", "v", run("PASS"), run("FAIL(gen)"), read).kind == d.EXPECTED
     absent = d.Run("".join(["ab", "sent"]))
     assert d.decide("org/m", "v", run("PASS"), absent).kind == d.DROPPED
@@ -581,8 +566,9 @@ def test_an_expectation_of_another_verdict_is_none_whichever_way_the_verdicts_so
 
 
 def test_an_earlier_verdict_stands_in_only_for_a_night_that_excluded_or_did_not_run_the_model():
-    """``earlier`` is asked only for A's excluded and not-run runs: A's own verdict is never replaced, and without
-    ``earlier`` (a sweep with no history read) an excluded A stays excluded."""
+    """``earlier`` is asked only for A's excluded and not-run runs: A's own verdict is never
+    replaced, and without ``earlier`` (a sweep with no history read) an excluded A stays
+    excluded."""
     asked = []
 
     def earlier(key):
@@ -600,15 +586,11 @@ def test_an_earlier_verdict_stands_in_only_for_a_night_that_excluded_or_did_not_
 
 def test_a_median_moved_exactly_by_its_bound_is_within_noise_and_the_threshold_is_said_only_when_passed():
     """The bound is inclusive (binary-exact figures: 1.25 / 1.0 - 1 is 0.25 exactly)."""
-    at = d.compare_repeats(
-        [1.0] * 3, [1.25] * 3, False, 0.25
-    )  # no noise: the threshold is the bound
+    # no noise: the threshold is the bound
+    at = d.compare_repeats([1.0] * 3, [1.25] * 3, False, 0.25)
     assert (at.kind, at.bound, at.change, at.why) == (d.WITHIN_NOISE, 0.25, 0.25, "")
-    noisy = [
-        0.5,
-        1.0,
-        1.5,
-    ]  # noise well beyond the threshold; the change exactly at it: not "beyond the threshold"
+    # noise well beyond the threshold; the change exactly at it: not "beyond the threshold"
+    noisy = [0.5, 1.0, 1.5]
     at_threshold = d.compare_repeats(noisy, [v * 1.25 for v in noisy], False, 0.25)
     assert (
         at_threshold.kind == d.WITHIN_NOISE and at_threshold.why == "" and at_threshold.bound > 0.25
@@ -624,10 +606,8 @@ def test_repeats_without_any_spread_have_no_noise_and_the_threshold_alone_decide
     assert d.compare_repeats([1.0] * 3, [1.2] * 3, False, 0.05).kind == d.SLOWER
     assert d.compare_repeats([1.2] * 3, [1.0] * 3, False, 0.05).kind == d.FASTER
     small = d.compare_repeats([1.0] * 3, [1.01] * 3, False, 0.05)
-    assert (small.kind, small.why) == (
-        d.WITHIN_NOISE,
-        "",
-    )  # within the threshold: nothing more to say
+    # within the threshold: nothing more to say
+    assert (small.kind, small.why) == (d.WITHIN_NOISE, "")
 
 
 def test_across_names_the_first_word_it_does_not_take():

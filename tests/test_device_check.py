@@ -1,5 +1,5 @@
-"""bench/device_check.sh, the prepared check for a machine with a CUDA GPU, dry-run on the pretend device
-with small sizes, so it never rots: every step runs and reports its numbers."""
+"""bench/device_check.sh, the prepared check for a machine with a CUDA GPU, dry-run on the
+pretend device with small sizes, so it never rots: every step runs and reports its numbers."""
 
 from __future__ import annotations
 
@@ -33,9 +33,8 @@ def test_the_device_check_dry_runs_every_step(tmp_path, fixture_models):
     assert done.returncode == 0 and not failed, (failed, done.stdout[-2000:], done.stderr[-2000:])
     assert results["dry_run"] and results["device"] == "pretend"
     assert steps["probe_eager"]["status"] == "PASS" and steps["probe_eager"]["peak_device_mem_mb"]
-    assert (
-        steps["probe_eager"]["tpot_s"] > 0 and steps["probe_eager"]["bandwidth_utilisation"] > 0
-    )  # the perf phase
+    # the perf phase
+    assert steps["probe_eager"]["tpot_s"] > 0 and steps["probe_eager"]["bandwidth_utilisation"] > 0
     assert steps["probe_compile"]["compile_backend"] and steps["probe_compile"]["graphs"]
     for name in ("sweep_1_worker", "sweep_shared"):
         assert (

@@ -1,4 +1,5 @@
-"""A full disk: nothing half-written passes for done, and the runner says what happened in one sentence.
+"""A full disk: nothing half-written passes for done, and the runner says what happened in one
+sentence.
 
 The data folder sits on a real, small file system (a tmpfs mounted for the test; the tests skip
 where mounting is not allowed) that fills while the sweep runs. Afterwards every stored record has
@@ -36,7 +37,8 @@ MODELS = (
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """mount(size) -> a folder on a tmpfs of that size; resize(size) grows it in place ("making room")."""
+    """mount(size) -> a folder on a tmpfs of that size; resize(size) grows it in place ("making
+    room")."""
     mounted = []
 
     def mount(size: str) -> Path:
@@ -146,9 +148,8 @@ def test_a_disk_that_fills_mid_sweep_stops_it_in_one_sentence_and_resume_finishe
     whole_notebooks(data)
     assert len(list((data / "sweeps" / sweep_id / "notebooks").glob("*.ipynb"))) == len(MODELS)
     rows = store.scan(data).collect()
-    assert rows.height == len(MODELS) and rows["model_id"].n_unique() == len(
-        MODELS
-    )  # each exactly once
+    # each exactly once
+    assert rows.height == len(MODELS) and rows["model_id"].n_unique() == len(MODELS)
     assert set(rows["status"]) == {"PASS"}, (
         rows.filter(rows["status"] != "PASS")
         .select("model_id", "status", "error_type", "error_message")
@@ -174,7 +175,8 @@ def test_a_disk_clearly_too_small_is_refused_before_anything_runs(
 
 
 def test_the_room_check_counts_every_variant_of_the_matrix(small_disk, tmp_path, fixture_models):
-    """One model in 8 variants writes 8 notebooks, logs and records: 64 KB holds one model's (24 kB), not eight."""
+    """One model in 8 variants writes 8 notebooks, logs and records: 64 KB holds one model's (24
+    kB), not eight."""
     data = small_disk("64k") / "data"
     path = tmp_path / "matrix.yaml"
     matrix = {
@@ -208,7 +210,8 @@ def test_the_room_check_counts_every_variant_of_the_matrix(small_disk, tmp_path,
 
 
 def test_compaction_and_the_card_on_a_full_disk_leave_no_temp_file(small_disk):
-    """The Parquet compaction and the dataset card fail loudly on a full disk and leave nothing behind."""
+    """The Parquet compaction and the dataset card fail loudly on a full disk and leave nothing
+    behind."""
     data = small_disk("512k") / "data"
     SweepMeta(
         sweep_id="s",
@@ -251,15 +254,13 @@ def test_compaction_and_the_card_on_a_full_disk_leave_no_temp_file(small_disk):
     with pytest.raises(OSError):
         store.compact(data, "s")
     assert not leftovers(data)
-    assert (
-        store.parquet_file(data, "results", "s").read_bytes() == parquet
-    )  # the old file is intact
+    # the old file is intact
+    assert store.parquet_file(data, "results", "s").read_bytes() == parquet
     card = (data / "README.md").read_text()
     with pytest.raises(OSError):
         store.write_dataset_card(data)
-    assert (
-        not leftovers(data) and (data / "README.md").read_text() == card
-    )  # the old card is intact
+    # the old card is intact
+    assert not leftovers(data) and (data / "README.md").read_text() == card
 
 
 def test_a_report_that_does_not_fit_says_the_data_is_safe_and_how_to_finish(

@@ -1,6 +1,6 @@
-"""The docs a newcomer reads name what exists: every function, class or module of the package they name
-in code (``store.compact``, ``probe.run.record_from_notebook(path)``) is there; the README says where the
-command is and how to choose the data folder, and links each doc once."""
+"""The docs a newcomer reads name what exists: every function, class or module of the package
+they name in code (``store.compact``, ``probe.run.record_from_notebook(path)``) is there; the
+README says where the command is and how to choose the data folder, and links each doc once."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ DOCS = sorted((REPO / "docs").glob("*.md")) + [REPO / "README.md"]
 
 
 def _modules() -> dict[str, list[str]]:
-    """Every module of the package by its last name (``store`` -> model_support.record.store), and the package."""
+    """Every module of the package by its last name (``store`` -> model_support.record.store),
+    and the package."""
     found: dict[str, list[str]] = {"model_support": ["model_support"]}
     for info in pkgutil.walk_packages(model_support.__path__, "model_support."):
         if ".notebooks" not in info.name and not info.name.endswith("__main__"):

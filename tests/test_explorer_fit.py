@@ -1,8 +1,9 @@
-"""The explorer fits a 1280 x 800 screen: no column of the list is cut off or pushed out of view, with the
-detail panel closed or open, for a plain history and for a page that shows every column the list has
-(variants, multi-device runs, Hub facts, long ids); sweeps read as name and date with the id on hover, no
-row wraps, and a cell too narrow for its text carries the whole text as its tooltip. Whose failure it is
-reads whole in the list ("unknown" included), and the detail panel's history cuts no cell: it is read there."""
+"""The explorer fits a 1280 x 800 screen: no column of the list is cut off or pushed out of view,
+with the detail panel closed or open, for a plain history and for a page that shows every column
+the list has (variants, multi-device runs, Hub facts, long ids); sweeps read as name and date
+with the id on hover, no row wraps, and a cell too narrow for its text carries the whole text as
+its tooltip. Whose failure it is reads whole in the list ("unknown" included), and the detail
+panel's history cuts no cell: it is read there."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from model_support.record.sweep_meta import ModelEntry, SweepMeta
 from model_support.render import explorer
 
 SCREEN = {"width": 1280, "height": 800}
-#: What the page measures: overflow of the list, the visible headers (text, width, cut, out of view), the
-#: cells whose text is cut without the whole of it as their tooltip, and the distinct row heights.
+#: What the page measures: overflow of the list, the visible headers (text, width, cut, out of
+#: view), the cells whose text is cut without the whole of it as their tooltip, and the distinct row
+#: heights.
 MEASURE = """() => {
   const list = document.querySelector('#list'), box = list.getBoundingClientRect();
   const shown = (el) => el.offsetParent !== null;
@@ -42,8 +44,8 @@ MEASURE = """() => {
 
 
 def every_column(data) -> list[str]:
-    """Two sweeps of long-named models in two variants, on two devices (tensor parallel), with Hub facts
-    and long failure signatures: the list shows each of its columns."""
+    """Two sweeps of long-named models in two variants, on two devices (tensor parallel), with
+    Hub facts and long failure signatures: the list shows each of its columns."""
     ids = []
     for day in (1, 2):
         sweep_id = f"tpu-weekly-with-a-long-name-202612{day:02d}T020000Z-{day:04x}"
@@ -72,7 +74,8 @@ def every_column(data) -> list[str]:
                     cache=cache,
                     status=schema.FAIL_OTHER if failed else schema.PASS,
                     failure_stage="generate" if failed else None,
-                    failure_signature="RuntimeError: a long failure message <n> about <name> that goes on @ modeling.forward"
+                    failure_signature="RuntimeError: a long failure message <n> about <name> that goes on @ "
+                    "modeling.forward"
                     if failed
                     else None,
                     attribution="unknown" if failed else None,

@@ -1,4 +1,5 @@
-"""``model-support export``: a sweep's support matrix as JUnit XML, Markdown, CSV and JSON, from the dataset alone."""
+"""``model-support export``: a sweep's support matrix as JUnit XML, Markdown, CSV and JSON, from
+the dataset alone."""
 
 from __future__ import annotations
 
@@ -39,8 +40,8 @@ ROWS = {
 
 @pytest.fixture
 def dataset(tmp_path):
-    """A compacted sweep (two passes, one suspect; a failure; a model excluded before running), then its sweeps/
-    folder removed: a dataset as pulled from the Hub."""
+    """A compacted sweep (two passes, one suspect; a failure; a model excluded before running),
+    then its sweeps/ folder removed: a dataset as pulled from the Hub."""
     SweepMeta(
         sweep_id=SWEEP,
         name="nightly",
@@ -63,17 +64,15 @@ def test_the_junit_export_has_a_case_per_model_and_the_failures_as_failures(data
     suites = ET.fromstring(exports.export(dataset, SWEEP, "junit"))
     (suite,) = suites.findall("testsuite")
     cases = {c.get("name"): c for c in suite.findall("testcase")}
-    assert sorted(cases) == [
-        f"{m} [eager+dynamic]" for m in sorted([*ROWS, "org/gated"])
-    ]  # unique names
+    # unique names
+    assert sorted(cases) == [f"{m} [eager+dynamic]" for m in sorted([*ROWS, "org/gated"])]
     assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("4", "1", "1")
     failure = cases["org/broken [eager+dynamic]"].find("failure")
     assert failure is not None and failure.get("type") == "NotImplementedError: Could not run <op>"
     assert "FAIL(gen) at generate" in failure.get("message") and "whose: stack" in failure.text
     assert cases["org/gated [eager+dynamic]"].find("skipped").get("message") == "no access"
-    wrong = cases[
-        "org/wrong [eager+dynamic]"
-    ]  # a suspect PASS: passing, saying so, unless asked to fail it
+    # a suspect PASS: passing, saying so, unless asked to fail it
+    wrong = cases["org/wrong [eager+dynamic]"]
     assert (
         wrong.find("failure") is None and wrong.find("system-out").text == "suspect PASS: diverges"
     )
@@ -105,8 +104,8 @@ def test_markdown_csv_and_json_say_the_same_rows(dataset):
 
 
 def test_every_exported_speed_names_its_source_and_is_the_perf_phases_where_there_is_one(dataset):
-    """Issue 46, Why 11: the Markdown's tokens/s was the verdict's 8-token rate even where the perf phase timed a
-    19-times slower one."""
+    """Issue 46, Why 11: the Markdown's tokens/s was the verdict's 8-token rate even where the
+    perf phase timed a 19-times slower one."""
     rows = {r["model_id"]: r for r in json.loads(exports.export(dataset, SWEEP, "json"))}
     assert (rows["org/wrong"]["tokens_per_s"], rows["org/good"]["tokens_per_s"]) == (2.1, 41.5)
     assert rows["org/wrong"]["tokens_per_s_source"] == "perf phase, median of repeats of 32 tokens"

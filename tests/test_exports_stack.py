@@ -1,13 +1,16 @@
-"""What every exported row, support card and drafted bug report says of a run (issue 54, item 5: what a new user met).
+"""What every exported row, support card and drafted bug report says of a run (issue 54, item 5:
+what a new user met).
 
-- Each row carries the command that reproduces that model and variant (``repro.command``: ``model-support repro SWEEP
-  MODEL --variant V > run.py && python run.py``), not the path of the repro body every row of one code version
-  shares.
-- A stack names the backend that ran: the pretend distribution on a pretend row, torch_tpu and libtpu only on a TPU
-  row (from ``backend_versions``; an older TPU row from its ``versions``), nothing of a backend on a CPU row, though
-  torch_tpu is installed here and ``versions`` says so on every row.
+- Each row carries the command that reproduces that model and variant (``repro.command``:
+  ``model-support repro SWEEP MODEL --variant V > run.py && python run.py``), not the path of the
+  repro body every row of one code version shares.
+- A stack names the backend that ran: the pretend distribution on a pretend row, torch_tpu and
+  libtpu only on a TPU row (from ``backend_versions``; an older TPU row from its ``versions``),
+  nothing of a backend on a CPU row, though torch_tpu is installed here and ``versions`` says so on
+  every row.
 
-Built from records directly (no probe runs): a compacted sweep whose ``sweeps/`` folder is then removed, as pulled.
+Built from records directly (no probe runs): a compacted sweep whose ``sweeps/`` folder is then
+removed, as pulled.
 """
 
 from __future__ import annotations
@@ -30,9 +33,8 @@ SWEEP = "nightly-20261206T000000Z-beef"
 PRETEND, TPU = "model-support-pretend 0.1.0", ["torch_tpu 0.2.0", "libtpu 0.0.52"]
 #: What ``versions`` holds on every row of this environment: torch_tpu is installed, whatever ran.
 VERSIONS = {"torch": "2.9.0", "torch_tpu": "0.2.0", "libtpu": "0.0.52", "transformers": "5.25.0"}
-BODY = (
-    "a" * 64
-)  # one body for every row of this code: what the exports gave before, the same on each row
+# one body for every row of this code: what the exports gave before, the same on each row
+BODY = "a" * 64
 ROWS = {
     "org/on-pretend": {
         "device_type": "pretend",
@@ -46,11 +48,8 @@ ROWS = {
         "status": "PASS",
         "variant": "compile+static",
     },
-    "org/older-tpu": {
-        "device_type": "tpu",
-        "backend_versions": None,
-        "status": "FAIL(other)",
-    },  # before the field
+    # before the field
+    "org/older-tpu": {"device_type": "tpu", "backend_versions": None, "status": "FAIL(other)"},
 }
 #: The backend each row names (None: torch alone).
 BACKENDS = {
@@ -94,7 +93,10 @@ def variant(model_id: str) -> str:
 def test_each_row_carries_the_command_that_reproduces_that_model_and_variant(dataset):
     rows = {r["model_id"]: r for r in json.loads(exports.export(dataset, SWEEP, "json"))}
     for model_id in ROWS:
-        expected = f"model-support repro {SWEEP} {model_id} --variant {variant(model_id)} --data-dir {dataset}"
+        expected = (
+            f"model-support repro {SWEEP} {model_id} --variant {variant(model_id)} --data-dir "
+            f"{dataset}"
+        )
         assert rows[model_id]["repro"] == f"{expected} > run.py && python run.py"
         assert repro.command(SWEEP, model_id, variant(model_id), dataset) == rows[model_id]["repro"]
     assert rows["org/gated"]["repro"] is None  # excluded: nothing ran, nothing to reproduce
@@ -103,9 +105,8 @@ def test_each_row_carries_the_command_that_reproduces_that_model_and_variant(dat
         m: r["repro"] or "" for m, r in rows.items()
     }
     text = exports.export(dataset, SWEEP, "markdown")
-    assert BODY not in text and all(
-        f"`{rows[m]['repro']}`" in text for m in ROWS
-    )  # whole, not cut at 160
+    # whole, not cut at 160
+    assert BODY not in text and all(f"`{rows[m]['repro']}`" in text for m in ROWS)
     suite = ET.fromstring(exports.export(dataset, SWEEP, "junit")).find("testsuite")
     failure = {c.get("name"): c.find("failure") for c in suite.findall("testcase")}[
         "org/on-pretend [eager+dynamic]"
@@ -119,16 +120,16 @@ def test_each_row_carries_the_command_that_reproduces_that_model_and_variant(dat
     assert card["repro"] == repro.command(SWEEP, "org/on-tpu", "compile+static", dataset)
     # the default data folder is left out; a model probed from a local folder is given it
     assert repro.command("s", "local:tiny-llama", "eager+dynamic", "data") == (
-        "model-support repro s local:tiny-llama --variant eager+dynamic > run.py && python run.py /path/to/tiny-llama"
+        "model-support repro s local:tiny-llama --variant eager+dynamic > run.py && python "
+        "run.py /path/to/tiny-llama"
     )
 
 
 def test_the_stack_names_the_backend_that_ran(dataset):
     rows = {r["model_id"]: r for r in json.loads(exports.export(dataset, SWEEP, "json"))}
     assert {m: rows[m]["backend"] for m in ROWS} == BACKENDS
-    assert all(
-        "torch_tpu" not in r for r in rows.values()
-    )  # no column of a backend that only was installed
+    # no column of a backend that only was installed
+    assert all("torch_tpu" not in r for r in rows.values())
     table = list(csv.DictReader(io.StringIO(exports.export(dataset, SWEEP, "csv"))))
     assert "torch_tpu" not in table[0] and {
         r["model_id"]: r["backend"] for r in table if r["model_id"] in ROWS
@@ -167,12 +168,10 @@ def test_a_drafted_bug_reports_stack_names_the_backend_that_ran():
     assert "backend" not in cpu and "torch_tpu" not in cpu and "torch 2.9.0" in cpu
     tpu = draft_stack(device_type="tpu", backend_versions=TPU)
     assert "torch_tpu 0.2.0" in tpu and "libtpu 0.0.52" in tpu
-    assert "torch_tpu 0.2.0" in draft_stack(
-        device_type="tpu"
-    )  # an older row: from its versions, a TPU's only
-    assert "torch_tpu" not in draft_stack(
-        device_type="pretend"
-    )  # ... never on another device's row
+    # an older row: from its versions, a TPU's only
+    assert "torch_tpu 0.2.0" in draft_stack(device_type="tpu")
+    # ... never on another device's row
+    assert "torch_tpu" not in draft_stack(device_type="pretend")
     text = bug_reports.draft(
         SWEEP,
         "a",

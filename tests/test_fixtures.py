@@ -27,7 +27,8 @@ TINY_PASS_MAX_BYTES = 5 * 2**20
 
 @pytest.fixture(scope="module")
 def manifest(fixture_models) -> dict:
-    """The whole manifest.json, after the session's ``fixture_models`` has built (or reused) them."""
+    """The whole manifest.json, after the session's ``fixture_models`` has built (or reused)
+    them."""
     return fixtures.load_manifest(fixtures.default_models_dir())
 
 
@@ -47,9 +48,8 @@ def test_manifest_lists_every_fixture_with_a_valid_expectation(manifest):
         expect = entry["expect"]
         assert Path(entry["path"]).is_absolute() and Path(entry["path"]).name == name
         assert (Path(entry["path"]) / ".complete").is_file(), name
-        if expect[
-            "excluded"
-        ]:  # its processor needs a package this environment lacks: no verdict expected
+        # its processor needs a package this environment lacks: no verdict expected
+        if expect["excluded"]:
             assert expect["status"] is None and set(expect["excluded"]) <= {
                 "torchvision",
                 "num2words",
@@ -69,9 +69,8 @@ def test_manifest_lists_every_fixture_with_a_valid_expectation(manifest):
     assert 0 < by_name["fail-short-positions"]["fail_step"] < fixtures.MAX_NEW_TOKENS
     assert by_name["diverge-bf16-overflow"]["diverging_module"] == "model.layers.0.mlp.gate_proj"
     overflow = by_name["diverge-bf16-overflow"]
-    assert (
-        overflow["expected_token_ids"] != overflow["reference_token_ids"]
-    )  # bf16 really diverges from float32
+    # bf16 really diverges from float32
+    assert overflow["expected_token_ids"] != overflow["reference_token_ids"]
     assert by_name["fail-hang"]["timeout_s"] == 20
     for name in ("fail-kernel-death", "fail-hang"):
         assert by_name[name]["overrides"] == {"trust_remote_code": True}

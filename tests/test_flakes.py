@@ -1,6 +1,7 @@
-"""Flakes screened and failures expected, for real: two pretend sweeps of three tiny models, the second on a stack
-where OPT's aten::relu is missing every other process (``flaky_ops``) and Llama's aten::silu always (``missing_ops``),
-its definition naming an expectations file. Also: a sweep stopped between attempts, and flips and streaks."""
+"""Flakes screened and failures expected, for real: two pretend sweeps of three tiny models, the
+second on a stack where OPT's aten::relu is missing every other process (``flaky_ops``) and
+Llama's aten::silu always (``missing_ops``), its definition naming an expectations file. Also: a
+sweep stopped between attempts, and flips and streaks."""
 
 from __future__ import annotations
 
@@ -92,16 +93,14 @@ def test_a_flaky_model_is_rerun_marked_flaky_and_not_counted_and_one_failing_twi
     tmp, data, a, b = two_sweeps
     assert {r["status"] for r in store.read_records(data, a)} == {"PASS"}
     rows = {r["model_id"]: r for r in store.read_records(data, b)}
-    assert (
-        len(rows) == 3 and len(list((store.sweep_dir(data, b) / "records").glob("*.json"))) == 3
-    )  # one each
+    # one each
+    assert len(rows) == 3 and len(list((store.sweep_dir(data, b) / "records").glob("*.json"))) == 3
     opt, llama, gpt2 = rows["local:tiny-opt"], rows["local:tiny-llama"], rows["local:tiny-gpt2"]
     assert [x["status"] for x in json.loads(opt["attempts"])] == ["FAIL(gen)", "PASS"] and opt[
         "flaky"
     ] is True
-    assert (
-        opt["status"] == "FAIL(gen)" and "aten::relu" in opt["error_message"]
-    )  # the worse attempt is the record
+    # the worse attempt is the record
+    assert opt["status"] == "FAIL(gen)" and "aten::relu" in opt["error_message"]
     assert [x["status"] for x in json.loads(llama["attempts"])] == ["FAIL(gen)", "FAIL(gen)"]
     assert llama["flaky"] is False
     assert (gpt2["attempts"], gpt2["flaky"]) == (None, None)  # as the baseline: run once
@@ -109,13 +108,11 @@ def test_a_flaky_model_is_rerun_marked_flaky_and_not_counted_and_one_failing_twi
     assert store.read_sweep(data, b).baseline == a
     log = (store.sweep_dir(data, b) / "logs" / f"{store.stem('local:tiny-opt')}.log").read_text()
     assert "===== attempt 1 of 2: FAIL(gen)" in log and "===== attempt 2 of 2: PASS" in log
-    assert not list(
-        (store.sweep_dir(data, b) / reruns.FOLDER).glob("*")
-    )  # nothing left between attempts
+    # nothing left between attempts
+    assert not list((store.sweep_dir(data, b) / reruns.FOLDER).glob("*"))
 
-    ok = _diff(
-        data, a, b
-    )  # the definition's expectations, recorded in sweep.json: Llama's failure is known
+    # the definition's expectations, recorded in sweep.json: Llama's failure is known
+    ok = _diff(data, a, b)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert (
         "flaky: local:tiny-opt [eager+dynamic]: FAIL(gen) then PASS: not counted as a change"
@@ -123,9 +120,8 @@ def test_a_flaky_model_is_rerun_marked_flaky_and_not_counted_and_one_failing_twi
     )
     assert "known failure: local:tiny-llama [eager+dynamic]: FAIL(gen), expected" in ok.stdout
     (tmp / "none.yaml").write_text("local:other: {verdict: FAIL(gen), reason: r}\n")
-    counted = _diff(
-        data, a, b, "--expect", str(tmp / "none.yaml")
-    )  # --expect overrides the recorded ones
+    # --expect overrides the recorded ones
+    counted = _diff(data, a, b, "--expect", str(tmp / "none.yaml"))
     assert counted.returncode == 1
     failing = [
         line
@@ -186,7 +182,8 @@ def test_the_report_shows_known_failures_apart_from_new_ones(two_sweeps):
 
 
 def test_a_sweep_stopped_between_attempts_resumes_without_doubling(tmp_path):
-    """The first attempt is kept apart (no record: --resume probes the model again); the next one settles it."""
+    """The first attempt is kept apart (no record: --resume probes the model again); the next one
+    settles it."""
     sweep_id = "s-20261205T000000Z-aaaa"
     meta = SweepMeta(sweep_id, "s", "2026-12-05T00:00:00+00:00", {}, [ModelEntry("org/m")])
     meta.write(store.sweep_dir(tmp_path, sweep_id))
@@ -199,7 +196,8 @@ def test_a_sweep_stopped_between_attempts_resumes_without_doubling(tmp_path):
         failure_signature="E: boom",
     )
     assert reruns.settle(tmp_path, sweep_id, failed, b"one", "log 1", screen, 1) is None
-    # the sweep is stopped here: the model has no record, so a resumed sweep runs it, as its second attempt
+    # the sweep is stopped here: the model has no record, so a resumed sweep runs it, as its second
+    # attempt
     assert [t["model_id"] for t in runner.tasks_to_run(tmp_path, meta)] == ["org/m"]
     passed = schema.empty_record(
         sweep_id=sweep_id, model_id="org/m", variant="eager+dynamic", status="PASS"
@@ -222,9 +220,8 @@ def test_a_sweep_stopped_between_attempts_resumes_without_doubling(tmp_path):
     again = schema.empty_record(
         sweep_id=sweep_id, model_id="org/m", variant="eager+dynamic", status="FAIL(gen)"
     )
-    assert (
-        reruns.settle(tmp_path, sweep_id, again, None, "", screen, 0) is not None
-    )  # reruns: 0 stores at once
+    # reruns: 0 stores at once
+    assert reruns.settle(tmp_path, sweep_id, again, None, "", screen, 0) is not None
 
 
 def test_history_counts_flips_and_streaks(tmp_path):

@@ -1,6 +1,7 @@
-"""TorchTPU's deferred-and-fused eager as a probe mode (``mode: fused``): on a TPU whose torch_tpu exposes it
-the generation runs inside ``torch.tpu.set_eager_mode(EagerMode.DEFER_AND_FUSE)``; anywhere else the
-record says "not available on this stack" (an ``excluded`` row in a sweep), never a failure."""
+"""TorchTPU's deferred-and-fused eager as a probe mode (``mode: fused``): on a TPU whose
+torch_tpu exposes it the generation runs inside
+``torch.tpu.set_eager_mode(EagerMode.DEFER_AND_FUSE)``; anywhere else the record says "not
+available on this stack" (an ``excluded`` row in a sweep), never a failure."""
 
 from __future__ import annotations
 
@@ -35,8 +36,8 @@ def _in_a_child(code: str, autoload: bool) -> list[str]:
 
 
 def test_the_tpu_stack_here_exposes_fused_eager_and_the_context_switches_it():
-    """torch_tpu 0.2.0 (a dev dependency) exposes the mode without a chip: the context sets it and puts
-    the default (DEFER_NEVER) back."""
+    """torch_tpu 0.2.0 (a dev dependency) exposes the mode without a chip: the context sets it
+    and puts the default (DEFER_NEVER) back."""
     lines = _in_a_child(
         "import torch\n"
         "from model_support.probe import probe_compile, probe_core\n"
@@ -51,8 +52,8 @@ def test_the_tpu_stack_here_exposes_fused_eager_and_the_context_switches_it():
 
 
 def test_a_stack_without_it_is_named():
-    """Off a TPU the mode does not exist; a torch without torch.tpu (torch_tpu not loaded) says which
-    torch_tpu lacks it."""
+    """Off a TPU the mode does not exist; a torch without torch.tpu (torch_tpu not loaded) says
+    which torch_tpu lacks it."""
     lines = _in_a_child(
         "from model_support.probe import probe_compile, probe_core\n"
         "print(probe_compile.fused_eager_missing('cpu'))\n"
@@ -61,7 +62,8 @@ def test_a_stack_without_it_is_named():
     )
     assert (
         lines[-2]
-        == "mode 'fused' is TorchTPU's deferred-and-fused eager; it runs on tpu devices only, not on cpu"
+        == "mode 'fused' is TorchTPU's deferred-and-fused eager; it runs on tpu devices only, "
+        "not on cpu"
     )
     assert (
         lines[-1].startswith("torch_tpu ")

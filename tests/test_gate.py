@@ -1,4 +1,5 @@
-"""``model-support diff A B --fail-on ... --expect FILE``: the gate a CI runs, with expected verdicts."""
+"""``model-support diff A B --fail-on ... --expect FILE``: the gate a CI runs, with expected
+verdicts."""
 
 from __future__ import annotations
 
@@ -28,8 +29,8 @@ AFTER = {
 def _sweep(
     data, sweep_id: str, day: int, defined: list[str], rows: dict[str, str], excluded=()
 ) -> None:
-    """A sweep of ready-made records: ``defined`` its definition's models, ``rows`` their verdicts, ``excluded``
-    the models it excluded (an excluded row, the environment's doing)."""
+    """A sweep of ready-made records: ``defined`` its definition's models, ``rows`` their
+    verdicts, ``excluded`` the models it excluded (an excluded row, the environment's doing)."""
     fields = {m: {"status": status, "device_type": "cpu"} for m, status in rows.items()}
     ready_made_sweep(data, sweep_id, day, fields, defined=defined, excluded=excluded)
 
@@ -51,15 +52,11 @@ def test_new_failures_and_regressions_fail_the_gate_and_expectations_make_them_k
     sweeps, tmp_path
 ):
     found = gate.gate(sweeps, A, B, ["new-failures"])
-    assert (
-        found.failing
-        == [
-            "regression: org/m2 [eager+dynamic]: PASS -> FAIL(gen): RuntimeError: boom",  # a regression is new too
-            "new failure: org/m4 [eager+dynamic]: not in "
-            + A
-            + " -> FAIL(load): RuntimeError: boom",
-        ]
-    )  # m3 failed before too: not new; m5 passes now
+    assert found.failing == [
+        # a regression is new too
+        "regression: org/m2 [eager+dynamic]: PASS -> FAIL(gen): RuntimeError: boom",
+        "new failure: org/m4 [eager+dynamic]: not in " + A + " -> FAIL(load): RuntimeError: boom",
+    ]  # m3 failed before too: not new; m5 passes now
     assert [line.split(":")[1] for line in gate.gate(sweeps, A, B, ["regressions"]).failing] == [
         " org/m2 [eager+dynamic]"
     ]
@@ -76,7 +73,8 @@ def test_new_failures_and_regressions_fail_the_gate_and_expectations_make_them_k
     ]
     wrong = expect(
         tmp_path,
-        "org/m2: {verdict: FAIL(other), reason: r}\norg/m4: {verdict: FAIL(load), reason: r, until: 2026-01-01}\n",
+        "org/m2: {verdict: FAIL(other), reason: r}\norg/m4: "
+        "{verdict: FAIL(load), reason: r, until: 2026-01-01}\n",
     )
     stale = gate.gate(sweeps, A, B, ["new-failures"], wrong, today=_dt.date(2026, 12, 5))
     assert [line.split(":")[1] for line in stale.failing] == [
@@ -164,8 +162,8 @@ def test_a_models_support_card_comes_from_the_dataset(sweeps):
 
 
 def test_a_definitions_expectations_and_reruns_are_checked_before_anything_runs(tmp_path):
-    """``expect:`` is relative to the definition and read into sweep.json's form; a missing file, a bad rerun count
-    and a bad entry are each one sentence, before a sweep is written."""
+    """``expect:`` is relative to the definition and read into sweep.json's form; a missing file,
+    a bad rerun count and a bad entry are each one sentence, before a sweep is written."""
     from model_support.analysis import expectations
     from model_support.sweep import definition
 
@@ -192,9 +190,10 @@ def test_a_definitions_expectations_and_reruns_are_checked_before_anything_runs(
 def test_nothing_vanishes_silently_an_unfinished_sweep_fails_and_exclusions_count_in_neither_direction(
     tmp_path,
 ):
-    """Why 2 and 7: a model with a verdict in A and none in B is named (dropped by the definition: failing only
-    ``--fail-on dropped``; left to run: failing every gate, with how to finish it; no row and no definition to say
-    why: vanished, a regression); a model excluded in A and failing in B counts in neither direction."""
+    """Why 2 and 7: a model with a verdict in A and none in B is named (dropped by the
+    definition: failing only ``--fail-on dropped``; left to run: failing every gate, with how to
+    finish it; no row and no definition to say why: vanished, a regression); a model excluded in
+    A and failing in B counts in neither direction."""
     before = {
         "org/kept": "PASS",
         "org/todo": "PASS",
@@ -256,7 +255,8 @@ def test_the_perf_gate_that_compared_nothing_fails(sweeps):
 
 
 def test_the_perf_gate_fails_a_run_timed_in_a_and_not_in_b_and_compares_like_runs_only(tmp_path):
-    """Review: B's perf phase breaking (a PASS, "not measured") passed the gate with a note; unlike runs compare not."""
+    """Review: B's perf phase breaking (a PASS, "not measured") passed the gate with a note;
+    unlike runs compare not."""
     timed = {
         "tpot_s": 0.01,
         "tpot_s_repeats": [0.01, 0.0101, 0.0099],
@@ -296,8 +296,8 @@ def test_the_perf_gate_fails_a_run_timed_in_a_and_not_in_b_and_compares_like_run
 
 
 def test_the_diffs_table_says_the_gates_words(tmp_path):
-    """Review: one `diff` printed a flaky run as "newly failing" and an excluded one as "removed" above gate lines
-    saying "flaky" and "excluded"."""
+    """Review: one `diff` printed a flaky run as "newly failing" and an excluded one as "removed"
+    above gate lines saying "flaky" and "excluded"."""
     import json
 
     from model_support.render.terminal import diff_table
@@ -324,14 +324,16 @@ def test_the_diffs_table_says_the_gates_words(tmp_path):
 
 
 def test_a_night_that_excluded_a_model_hides_no_regression_after_it(tmp_path):
-    """Review: PASS, then excluded (no access), then FAIL(gen) passed the gate of the last two nights for ever."""
+    """Review: PASS, then excluded (no access), then FAIL(gen) passed the gate of the last two
+    nights for ever."""
     c = "nightly-20261206T000000Z-cccc"
     _sweep(tmp_path, A, 4, ["org/m"], {"org/m": "PASS"})
     _sweep(tmp_path, B, 5, ["org/m"], {}, excluded=["org/m"])
     _sweep(tmp_path, c, 6, ["org/m"], {"org/m": "FAIL(gen)"})
     found = gate.gate(tmp_path, B, c, ["regressions"])
     assert found.failing == [
-        f"regression: org/m [eager+dynamic]: PASS (the last verdict before {B}, in {A}) -> FAIL(gen): RuntimeError: boom"
+        f"regression: org/m [eager+dynamic]: PASS (the last verdict before {B}, in {A}) -> "
+        "FAIL(gen): RuntimeError: boom"
     ]
 
 
@@ -340,8 +342,9 @@ def test_a_night_that_excluded_a_model_hides_no_regression_after_it(tmp_path):
 
 
 def test_each_gate_word_is_gated_alone_and_the_rest_said_not_gated(tmp_path):
-    """Under ``--fail-on dropped`` a regression and a new failure are said, "not gated", and the dropped run after
-    them in the gate's order still fails it; under ``regressions`` the drop is said, not failed."""
+    """Under ``--fail-on dropped`` a regression and a new failure are said, "not gated", and the
+    dropped run after them in the gate's order still fails it; under ``regressions`` the drop is
+    said, not failed."""
     _sweep(tmp_path, A, 4, ["org/r", "org/d"], {"org/r": "PASS", "org/d": "PASS"})
     _sweep(tmp_path, B, 5, ["org/r", "org/n"], {"org/r": "FAIL(gen)", "org/n": "FAIL(load)"})
     dropped = gate.gate(tmp_path, A, B, ["dropped"])
@@ -349,10 +352,10 @@ def test_each_gate_word_is_gated_alone_and_the_rest_said_not_gated(tmp_path):
         f"dropped: org/d [eager+dynamic]: PASS in {A}, left out of {B}'s definition"
     ]
     assert dropped.notes == [
-        "regression: org/r [eager+dynamic]: PASS -> FAIL(gen): RuntimeError: boom (not gated: add new-failures, "
-        "regressions to --fail-on)",
-        f"new failure: org/n [eager+dynamic]: not in {A} -> FAIL(load): RuntimeError: boom (not gated: add "
-        "new-failures to --fail-on)",
+        "regression: org/r [eager+dynamic]: PASS -> FAIL(gen): RuntimeError: boom (not gated: "
+        "add new-failures, regressions to --fail-on)",
+        f"new failure: org/n [eager+dynamic]: not in {A} -> FAIL(load): RuntimeError: boom "
+        "(not gated: add new-failures to --fail-on)",
     ]
     assert dropped.summary() == "FAILED: 1 dropped" and dropped.changes == []
     regressions = gate.gate(tmp_path, A, B, ["regressions"])
@@ -380,8 +383,8 @@ def test_a_gate_against_a_sweep_that_is_not_there_is_one_sentence_and_a_bad_word
 
 
 def test_the_perf_gates_summary_counts_each_kind_of_failing_line(tmp_path):
-    """One run slower, one timed in A and not in B: "FAILED: 1 slower, 1 not timed"; nothing compared at all:
-    "1 perf not compared"."""
+    """One run slower, one timed in A and not in B: "FAILED: 1 slower, 1 not timed"; nothing
+    compared at all: "1 perf not compared"."""
     timed = {
         "tpot_s_repeats": [0.01, 0.0101, 0.0099],
         "ttft_s_repeats": [0.02, 0.0201, 0.0199],
@@ -419,7 +422,6 @@ def test_the_perf_gates_summary_counts_each_kind_of_failing_line(tmp_path):
     found = gate.gate(tmp_path, A, B, ["perf"])
     assert found.summary() == "FAILED: 1 slower, 1 not timed", found.failing
     assert [line.split(":")[0] for line in found.failing] == ["slower", "perf"]
-    same = gate.gate(
-        tmp_path, B, B, ["perf"]
-    )  # B against itself: its timed run within noise, its untimed one unsaid
+    # B against itself: its timed run within noise, its untimed one unsaid
+    same = gate.gate(tmp_path, B, B, ["perf"])
     assert not same.failed and same.summary() == "passed"

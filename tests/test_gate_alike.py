@@ -1,6 +1,7 @@
-"""The gate judges only what it can (issue 54, item 3.2 and 3.3): a perf run timed on another prompt is "not
-comparable", and the verdict gate refuses, in one sentence, two sweeps whose runs differ in device, dtype or mode
-unless ``--across`` names what may differ. Sweeps are hand-made records, as tests/test_gate.py builds them."""
+"""The gate judges only what it can (issue 54, item 3.2 and 3.3): a perf run timed on another
+prompt is "not comparable", and the verdict gate refuses, in one sentence, two sweeps whose runs
+differ in device, dtype or mode unless ``--across`` names what may differ. Sweeps are hand-made
+records, as tests/test_gate.py builds them."""
 
 from __future__ import annotations
 
@@ -45,37 +46,38 @@ def _sweep(data, sweep_id: str, day: int, rows: dict[str, dict]) -> None:
 
 
 def test_a_52_token_prompt_is_not_comparable_with_a_5_token_one_naming_what_differs(tmp_path):
-    """It was "2 run(s) timed alike ... passed": the likeness had no prompt, tokens_in or chat template."""
+    """It was "2 run(s) timed alike ... passed": the likeness had no prompt, tokens_in or chat
+    template."""
     long = {**TIMED, "prompt": LONG, "chat_template_used": True, "tokens_in": 52}
     kind, metrics, why = perf.compare_runs(TIMED, long, perf.DEFAULT_THRESHOLD)
     assert (kind, metrics) == (decision.NOT_COMPARABLE, [])
     assert why == (
-        f"prompt {SHORT!r} -> 'Write a long and careful essay about th…'; chat template used False -> True; "
-        "prompt tokens (tokens_in, after the chat template) 5 -> 52"
+        f"prompt {SHORT!r} -> 'Write a long and careful essay about th…'; chat template used "
+        "False -> True; prompt tokens (tokens_in, after the chat template) 5 -> 52"
     )
     _sweep(tmp_path, A, 4, {"org/m": TIMED, "org/n": TIMED})
-    _sweep(
-        tmp_path, B, 5, {"org/m": long, "org/n": {**TIMED, "tokens_in": 6}}
-    )  # another tokenizer's count
+    # another tokenizer's count
+    _sweep(tmp_path, B, 5, {"org/m": long, "org/n": {**TIMED, "tokens_in": 6}})
     found = gate.gate(tmp_path, A, B, ["perf"])
     assert found.failed and found.failing[-1].startswith(
         "perf: nothing compared: no run is a PASS timed alike"
     )
     assert f"perf: not comparable: org/m [eager+dynamic]: {why}" in found.notes
     assert (
-        "perf: not comparable: org/n [eager+dynamic]: prompt tokens (tokens_in, after the chat template) 5 -> 6"
-        in found.notes
+        "perf: not comparable: org/n [eager+dynamic]: prompt tokens (tokens_in, after the "
+        "chat template) 5 -> 6" in found.notes
     )
 
 
 def test_a_row_that_does_not_say_its_input_is_not_comparable_and_neither_saying_is_not_held_against_them():
-    """A null on one side: nothing vouches the input was alike (every timed row records it: prompt and
-    chat_template_used since version 1, tokens_in since 2, the timings since 16); on both: an older file's gap."""
+    """A null on one side: nothing vouches the input was alike (every timed row records it:
+    prompt and chat_template_used since version 1, tokens_in since 2, the timings since 16); on
+    both: an older file's gap."""
     kind, _, why = perf.compare_runs({**TIMED, "tokens_in": None}, TIMED, perf.DEFAULT_THRESHOLD)
     assert kind == decision.NOT_COMPARABLE
     assert (
-        why
-        == "prompt tokens (tokens_in, after the chat template) unknown in A (its row does not say) -> 5"
+        why == "prompt tokens (tokens_in, after the chat template) unknown in A (its row does not "
+        "say) -> 5"
     )
     neither = {**TIMED, "prompt": None, "tokens_in": None, "chat_template_used": None}
     assert (
@@ -110,10 +112,12 @@ def cpu_and_pretend(tmp_path):
 def test_a_cpu_sweep_against_a_pretend_sweep_is_refused_in_one_sentence_unless_across_device(
     cpu_and_pretend,
 ):
-    """It failed as "regression: tiny-llama PASS -> FAIL(gen)", the devices named only in the diff's header."""
+    """It failed as "regression: tiny-llama PASS -> FAIL(gen)", the devices named only in the
+    diff's header."""
     sentence = (
-        f"Sweeps {A} and {B} differ in device (cpu in {A}; pretend in {B}): the gate compares a run only with itself "
-        "on the same device, dtype and mode; give --across device to compare them anyway."
+        f"Sweeps {A} and {B} differ in device (cpu in {A}; pretend in {B}): the gate compares "
+        "a run only with itself on the same device, dtype and mode; give --across device to "
+        "compare them anyway."
     )
     for words in (["regressions"], ["new-failures", "perf"]):
         with pytest.raises(UserError) as refused:
@@ -163,9 +167,9 @@ def test_the_diff_command_compares_across_what_across_names(cpu_and_pretend):
 
 
 def test_only_what_across_names_may_differ_and_a_shared_mode_still_compares(tmp_path):
-    """A dtype differing too is still refused under --across device; sweeps of disjoint modes share no run (the
-    variant names the mode: every run would read as vanished and new) and are refused; a definition that adds a
-    mode compares the mode both ran."""
+    """A dtype differing too is still refused under --across device; sweeps of disjoint modes
+    share no run (the variant names the mode: every run would read as vanished and new) and are
+    refused; a definition that adds a mode compares the mode both ran."""
     _sweep(tmp_path, A, 4, {"org/m": {"device_type": "cpu", "dtype": "float32", "mode": "eager"}})
     _sweep(
         tmp_path, B, 5, {"org/m": {"device_type": "pretend", "dtype": "bfloat16", "mode": "eager"}}
@@ -183,17 +187,13 @@ def test_only_what_across_names_may_differ_and_a_shared_mode_still_compares(tmp_
     assert decision.unlike_sweeps(
         {("m", "eager+dynamic"): eager}, {("m", "compile+dynamic"): compiled}
     ) == {"mode": (["eager"], ["compile"])}
-    with pytest.raises(
-        UserError, match="--across 'mode' is not one of device, dtype"
-    ):  # review: nothing would pair
+    # review: nothing would pair
+    with pytest.raises(UserError, match="--across 'mode' is not one of device, dtype"):
         decision.check_across("mode")
     both = {("m", "eager+dynamic"): eager, ("m", "compile+dynamic"): compiled}
     assert decision.unlike_sweeps({("m", "eager+dynamic"): eager}, both) == {}
-    unsaid = {
-        "device_type": None,
-        "dtype": None,
-        "mode": "eager",
-    }  # a row that does not say: says nothing
+    # a row that does not say: says nothing
+    unsaid = {"device_type": None, "dtype": None, "mode": "eager"}
     assert (
         decision.unlike_sweeps({("m", "eager+dynamic"): unsaid}, {("m", "eager+dynamic"): eager})
         == {}
@@ -201,8 +201,8 @@ def test_only_what_across_names_may_differ_and_a_shared_mode_still_compares(tmp_
 
 
 def test_the_nightly_says_a_refusal_as_its_gate_and_exits_2(tmp_path):
-    """The nightly gates against its baseline of the same name and device; a night whose dtype changed is refused
-    (exit status 2, the push still runs), and compared with --across dtype."""
+    """The nightly gates against its baseline of the same name and device; a night whose dtype
+    changed is refused (exit status 2, the push still runs), and compared with --across dtype."""
     from model_support import nightly
 
     _sweep(tmp_path, A, 4, {"org/m": {"device_type": "cpu", "dtype": "float32", "mode": "eager"}})

@@ -1,10 +1,12 @@
-"""Operators on the host (``model_support.probe.host_ops``, docs/host_ops.md): a kernel per named operator registered
-through ``torch.library`` for the device's dispatch key, for one run, that runs the operator on the CPU; the refusal,
-before anything runs, of the operators that cannot run that way; and the pretend device honouring such a kernel as
-the dispatcher does for a C++ backend.
+"""Operators on the host (``model_support.probe.host_ops``, docs/host_ops.md): a kernel per named
+operator registered through ``torch.library`` for the device's dispatch key, for one run, that
+runs the operator on the CPU; the refusal, before anything runs, of the operators that cannot run
+that way; and the pretend device honouring such a kernel as the dispatcher does for a C++
+backend.
 
-What runs on the pretend device runs in child processes (registering the device renames PrivateUse1 for the life
-of a process, which the test process must not do); the refusals and the adapters' declarations need no device."""
+What runs on the pretend device runs in child processes (registering the device renames
+PrivateUse1 for the life of a process, which the test process must not do); the refusals and the
+adapters' declarations need no device."""
 
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from test_pretend import child_json
 from model_support.probe import host_ops
 from model_support.probe.devices import adapter_for
 
-#: On the pretend device, with rsqrt missing, gelu crashing and exp wrong: each on the host, then not.
+#: On the pretend device, with rsqrt missing, gelu crashing and exp wrong: each on the host, then
+#: not.
 ON_THE_DEVICE = """
     import json
     import torch
@@ -88,7 +91,8 @@ def test_missing_crashing_and_wrong_operators_run_on_the_host_and_only_for_the_r
         out["overloads"][:2] == ["aten::rsqrt", "aten::rsqrt.out"]
         and "aten::mul_.Tensor" in out["overloads"]
     )
-    # the CPU's numbers, on the device; out= and in-place forms return the tensor they were given, written
+    # the CPU's numbers, on the device; out= and in-place forms return the tensor they were given,
+    # written
     assert out["rsqrt"] and out["on_device"] == "pretend:0"
     assert out["out"] and out["in_place"] and out["in_place_view"]
     assert out["gelu"], "a crashing operator on the host runs (the process is alive to say so)"
@@ -126,10 +130,8 @@ def test_missing_crashing_and_wrong_operators_run_on_the_host_and_only_for_the_r
         ("aten::_scaled_dot_product_flash_attention", "the CPU has no kernel for it"),
         ("aten::rsqrtt", "it is no operator torch knows"),
         ("rsqrt", "it is no operator torch knows"),
-        (
-            "aten::add.int",
-            "it is no operator torch knows",
-        ),  # TorchScript's, on numbers: no backend receives it
+        # TorchScript's, on numbers: no backend receives it
+        ("aten::add.int", "it is no operator torch knows"),
     ],
 )
 def test_what_cannot_run_on_the_host_is_refused_by_name_with_why(name, words):
@@ -144,8 +146,9 @@ def test_what_cannot_run_on_the_host_is_refused_by_name_with_why(name, words):
 
 
 def test_a_packet_is_every_overload_that_can_go_and_names_those_that_cannot():
-    """``aten::add`` covers its overloads on tensors (not TorchScript's on numbers); ``aten::linear`` is refused
-    by its default overload, the one models call, though its out= form could go."""
+    """``aten::add`` covers its overloads on tensors (not TorchScript's on numbers);
+    ``aten::linear`` is refused by its default overload, the one models call, though its out=
+    form could go."""
     hosted = host_ops.on_host("cpu", ["aten::add", "aten::rsqrt", "aten::rsqrt.out"])
     assert hosted.overloads == [
         "aten::add.Tensor",
@@ -170,7 +173,8 @@ def test_the_adapters_say_whether_their_backend_takes_host_kernels():
 
 
 def test_the_operators_the_stack_lacks(monkeypatch):
-    """The setting ``missing``: what the adapter's coverage says the stack lacks, every overload by its name."""
+    """The setting ``missing``: what the adapter's coverage says the stack lacks, every overload
+    by its name."""
     monkeypatch.setenv(
         "MODEL_SUPPORT_PRETEND", json.dumps({"missing_ops": ["aten::rsqrt", "aten::gelu.out"]})
     )
@@ -179,9 +183,9 @@ def test_the_operators_the_stack_lacks(monkeypatch):
     assert host_ops.refusals(lacking) == {}
 
 
-#: Fixture models on a pretend stack that lacks rsqrt (a llama's RMSNorm calls it) and gelu (GPT-NeoX's MLP) and
-#: crashes in relu (OPT's MLP): the llama failing, then each model with those operators on the host, against the CPU's
-#: tokens.
+#: Fixture models on a pretend stack that lacks rsqrt (a llama's RMSNorm calls it) and gelu
+#: (GPT-NeoX's MLP) and crashes in relu (OPT's MLP): the llama failing, then each model with those
+#: operators on the host, against the CPU's tokens.
 END_TO_END = """
     import json
     import torch
@@ -211,9 +215,8 @@ def test_models_the_stack_cannot_run_run_with_those_operators_on_the_host():
     for model in ("tiny-llama", "tiny-gpt-neox", "tiny-opt"):
         assert out[model]["cpu"]["status"] == "PASS", (model, out[model]["cpu"]["error"])
         assert out[model]["hosted"]["status"] == "PASS", (model, out[model]["hosted"]["error"])
-        assert out[model]["hosted"]["tokens"] == out[model]["cpu"]["tokens"], (
-            model
-        )  # the CPU's kernels, same dtype
+        # the CPU's kernels, same dtype
+        assert out[model]["hosted"]["tokens"] == out[model]["cpu"]["tokens"], model
     assert all(out["calls"].get(op, 0) > 0 for op in ("aten::rsqrt", "aten::gelu", "aten::relu")), (
         out["calls"]
     )

@@ -1,8 +1,9 @@
-"""hub_fetch and hub against the local Hub stand-in (tests/hub_server.py): what is downloaded, how each
-failure of the environment is classified and retried, model facts, model lists and the cache budget.
+"""hub_fetch and hub against the local Hub stand-in (tests/hub_server.py): what is downloaded,
+how each failure of the environment is classified and retried, model facts, model lists and the
+cache budget.
 
-Nothing here reaches the network: every request goes to a HubServer on 127.0.0.1 (``endpoint=``), and
-huggingface_hub's offline switch, set by conftest.py, is turned off per test."""
+Nothing here reaches the network: every request goes to a HubServer on 127.0.0.1 (``endpoint=``),
+and huggingface_hub's offline switch, set by conftest.py, is turned off per test."""
 
 from __future__ import annotations
 
@@ -96,10 +97,8 @@ def repos(tmp_path_factory) -> dict[str, Path]:
     _safetensors(sharded / "consolidated.safetensors", 50, 9)  # a Mistral-style copy: never fetched
 
     bin_only = _common(root / "bin")
-    for name in (
-        "tokenizer_config.json",
-        "special_tokens_map.json",
-    ):  # equal contents: one blob, one download
+    # equal contents: one blob, one download
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
         (bin_only / name).write_text("{}")
     (bin_only / "pytorch_model.bin").write_bytes(os.urandom(50_000))
     gguf = _common(root / "gguf")
@@ -142,9 +141,8 @@ def server(repos, monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     for var in ("HF_HUB_OFFLINE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
         monkeypatch.delenv(var, raising=False)
-    monkeypatch.setattr(
-        constants, "HF_TOKEN_PATH", str(REPO / "nonexistent" / "token")
-    )  # no stored token
+    # no stored token
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(REPO / "nonexistent" / "token"))
     monkeypatch.setattr(
         constants, "HF_STORED_TOKENS_PATH", str(REPO / "nonexistent" / "stored_tokens")
     )
@@ -160,7 +158,8 @@ def fetch(server, model_id, cache, **kw):
 
 
 def downloaded(server, repo=None) -> list[str]:
-    """Files served with a body (the server logs a request just after answering it: let the log settle)."""
+    """Files served with a body (the server logs a request just after answering it: let the log
+    settle)."""
     count = -1
     while count != len(server.requests):
         count = len(server.requests)
@@ -175,7 +174,8 @@ def downloaded(server, repo=None) -> list[str]:
     )
 
 
-# -- planning ---------------------------------------------------------------------------------------------
+# -- planning
+# ---------------------------------------------------------------------------------------------
 def test_plan_files_shapes():
     common = {
         "config.json": 1,
@@ -290,15 +290,15 @@ def test_a_hub_id_stays_a_hub_id_beside_a_folder_of_its_name(tmp_path, monkeypat
     assert hub_fetch.is_local("./org/name") and hub_fetch.is_local("./gpt2")
 
 
-# -- fetch ----------------------------------------------------------------------------------------------------
+# -- fetch
+# ----------------------------------------------------------------------------------------------------
 def test_fetch_downloads_exactly_the_plan(server, repos, tmp_path):
     cache = tmp_path / "cache"
     out = fetch(server, "org/full", cache)
     assert out["files"] == FULL_PLAN
     assert out["revision_sha"] == server.sha("org/full")
-    assert (
-        downloaded(server) == FULL_PLAN
-    )  # one GET each, no decoy, no .py without trust_remote_code
+    # one GET each, no decoy, no .py without trust_remote_code
+    assert downloaded(server) == FULL_PLAN
     snapshot = Path(out["path"])
     assert snapshot == cache / "models--org--full" / "snapshots" / out["revision_sha"]
     for name in FULL_PLAN:
@@ -389,9 +389,8 @@ def test_access_and_existence(server, tmp_path):
     assert wrong not in str(refused.value)
     with pytest.raises(NotOnHub, match=r"^model 'org/nope' does not exist on the Hub\.$"):
         fetch(server, "org/nope", tmp_path / "c", token=TOKEN)
-    with pytest.raises(
-        NoAccess, match="or model 'org/nope' does not exist"
-    ):  # anonymous: the Hub answers 401
+    # anonymous: the Hub answers 401
+    with pytest.raises(NoAccess, match="or model 'org/nope' does not exist"):
         fetch(server, "org/nope", tmp_path / "c")
     with pytest.raises(
         NotOnHub, match=r"^revision 'v9' of model 'org/full' does not exist on the Hub\.$"
@@ -427,9 +426,8 @@ def test_offline_mode_is_an_environment_problem(monkeypatch, tmp_path):
 
 
 def test_503_twice_then_ok(server, tmp_path):
-    server.faults.fail(
-        503, times=2, repo="org/full"
-    )  # the first two requests: model info (the library never retries)
+    # the first two requests: model info (the library never retries)
+    server.faults.fail(503, times=2, repo="org/full")
     lines = []
     out = fetch(server, "org/full", tmp_path / "c", log=lines.append, token=TOKEN)
     assert out["files"] == FULL_PLAN and out["retries"] == lines
@@ -455,7 +453,8 @@ def test_tokens_never_reach_messages_or_logs():
 
 
 def test_503_on_a_file(server, repos, tmp_path):
-    # GET 503: huggingface_hub does not retry it, fetch does; HEAD 503: the library retries it by itself
+    # GET 503: huggingface_hub does not retry it, fetch does; HEAD 503: the library retries it by
+    # itself
     server.faults.fail(503, times=2, repo="org/full", path="model.safetensors", method="GET")
     server.faults.fail(503, times=1, repo="org/full", path="config.json", method="HEAD")
     out = fetch(server, "org/full", tmp_path / "c")
@@ -508,14 +507,12 @@ def test_cut_body(server, repos, tmp_path, monkeypatch):
 
 def test_disk_full_is_an_environment_problem(server, tmp_path):
     script = (
-        "import json, resource, sys\n"
-        "from model_support.probe import hub_fetch\n"
-        "resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))\n"
-        "try:\n"
-        "    hub_fetch.fetch('org/full', endpoint=sys.argv[1], cache_dir=sys.argv[2], backoff_s=0.01, log=print)\n"
-        "    print(json.dumps({'ok': True}))\n"
-        "except hub_fetch.EnvironmentProblem as e:\n"
-        "    print(json.dumps({'kind': e.kind, 'message': str(e)}))\n"
+        "import json, resource, sys\nfrom model_support.probe import "
+        "hub_fetch\nresource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))\ntry:\n    "
+        "hub_fetch.fetch('org/full', endpoint=sys.argv[1], cache_dir=sys.argv[2], "
+        "backoff_s=0.01, log=print)\n    print(json.dumps({'ok': True}))\nexcept "
+        "hub_fetch.EnvironmentProblem as e:\n    "
+        "print(json.dumps({'kind': e.kind, 'message': str(e)}))\n"
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "0", "PYTHONPATH": str(REPO / "src")}
     proc = subprocess.run(
@@ -532,7 +529,8 @@ def test_disk_full_is_an_environment_problem(server, tmp_path):
     assert problem.kind == "disk" and "disk is full" in str(problem)
 
 
-# -- facts and lists ----------------------------------------------------------------------------------------
+# -- facts and lists
+# ----------------------------------------------------------------------------------------
 def test_model_facts(server, repos, tmp_path):
     facts = hub.model_facts("org/full", endpoint=server.url, **FAST)
     assert facts["revision_sha"] == server.sha("org/full")
@@ -600,12 +598,12 @@ def test_list_models_unreachable(monkeypatch):
         sweep_budget.list_models(endpoint=f"http://127.0.0.1:{closed_port()}")
 
 
-# -- the cache budget -------------------------------------------------------------------------------------
+# -- the cache budget
+# -------------------------------------------------------------------------------------
 def test_cache_budget_keeps_what_was_there(server, repos, tmp_path):
     cache = tmp_path / "c"
-    before = fetch(
-        server, "org/gated", cache, token=TOKEN
-    )  # the user's model: same sha as org/full
+    # the user's model: same sha as org/full
+    before = fetch(server, "org/gated", cache, token=TOKEN)
     fetch(server, "org/bin", cache)
     budget = sweep_budget.CacheBudget(cache, max_gb=0.001, keep=False)  # 1 MB
     assert budget.preexisting == {
@@ -643,9 +641,8 @@ def test_cache_budget_refuses_and_waits(tmp_path):
         target=lambda: got.append(budget.reserve("b/two", 7_000_000_000, timeout_s=10))
     )
     waiter.start()
-    wait_until_blocked(
-        waiter, "wait", within="reserve"
-    )  # in the condition's wait, not merely not started yet
+    # in the condition's wait, not merely not started yet
+    wait_until_blocked(waiter, "wait", within="reserve")
     assert got == []  # still waiting for a/one
     budget.release("a/one")
     waiter.join(5)
@@ -682,9 +679,8 @@ def test_cache_budget_never_exceeded_over_six_cycles(server, tmp_path):
             for model in queue:
                 assert budget.reserve(model, sizes[model], timeout_s=30)
                 out = fetch(server, model, cache)
-                assert (
-                    out["download_bytes"] == sizes[model]
-                )  # each cycle downloads anew: release deleted it
+                # each cycle downloads anew: release deleted it
+                assert out["download_bytes"] == sizes[model]
                 budget.release(model, out["revision_sha"])
         except Exception as exc:  # noqa: BLE001 - reported by the test thread
             errors.append(exc)
@@ -704,8 +700,9 @@ def test_cache_budget_never_exceeded_over_six_cycles(server, tmp_path):
 
 
 def test_the_librarys_retry_lines_go_to_the_model_whose_threads_wrote_them():
-    """Each fetch notes huggingface_hub's warnings from its own download threads only: fetch 1's log gets
-    none of fetch 12's lines (their pools name threads ``hub-fetch-1_0`` and ``hub-fetch-12_0``)."""
+    """Each fetch notes huggingface_hub's warnings from its own download threads only: fetch 1's
+    log gets none of fetch 12's lines (their pools name threads ``hub-fetch-1_0`` and
+    ``hub-fetch-12_0``)."""
     import logging
     from concurrent.futures import ThreadPoolExecutor
 
@@ -723,9 +720,9 @@ def test_the_librarys_retry_lines_go_to_the_model_whose_threads_wrote_them():
 
 
 def test_a_resumed_sweep_downloads_a_model_at_the_commit_it_already_probed(server, tmp_path):
-    """One sweep, one commit of a model: its tasks carry the commit the Hub resolved when the sweep was
-    created, and once a variant was probed the commit that variant was downloaded at; the download asks
-    the Hub for that commit, not for where the branch points now."""
+    """One sweep, one commit of a model: its tasks carry the commit the Hub resolved when the
+    sweep was created, and once a variant was probed the commit that variant was downloaded at;
+    the download asks the Hub for that commit, not for where the branch points now."""
     from model_support.record import store
     from model_support.record.sweep_meta import ModelEntry, SweepMeta
     from model_support.sweep import runner
@@ -750,8 +747,9 @@ def test_a_resumed_sweep_downloads_a_model_at_the_commit_it_already_probed(serve
     assert task["revision_sha"] == sha and task["variant"] != first["variant"]
 
     code = (
-        "import json, sys; from model_support.sweep.worker.download import download\n"
-        "got = download(json.loads(sys.argv[1])); print(json.dumps([got.kind, got.fields.get('revision_sha')]))"
+        "import json, sys; from model_support.sweep.worker.download import download\ngot = "
+        "download(json.loads(sys.argv[1])); print(json.dumps([got.kind, "
+        "got.fields.get('revision_sha')]))"
     )
     env = {
         **os.environ,
@@ -772,8 +770,8 @@ def test_a_resumed_sweep_downloads_a_model_at_the_commit_it_already_probed(serve
 
 
 def test_an_offline_hub_id_not_in_the_cache_is_named_in_one_sentence(monkeypatch, tmp_path):
-    """Offline (HF_HUB_OFFLINE=1, as the suite runs), a Hub id the cache lacks: the sentence the probe prints names
-    it and says why; a model the cache holds is not said to be missing."""
+    """Offline (HF_HUB_OFFLINE=1, as the suite runs), a Hub id the cache lacks: the sentence the
+    probe prints names it and says why; a model the cache holds is not said to be missing."""
     from model_support.probe.model_ids import unavailable
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
@@ -782,13 +780,12 @@ def test_an_offline_hub_id_not_in_the_cache_is_named_in_one_sentence(monkeypatch
         hub_fetch.fetch("org/nosuch", cache_dir=tmp_path, endpoint=endpoint, **FAST)
     said = str(unavailable("org/nosuch", err.value))
     assert (
-        "model 'org/nosuch' is not in the local Hugging Face cache (HF_HUB_CACHE) and offline mode is on"
-        in said
+        "model 'org/nosuch' is not in the local Hugging Face cache (HF_HUB_CACHE) and offline "
+        "mode is on" in said
     )
     assert said.endswith(".") and ". " not in said, said  # one sentence
-    with pytest.raises(
-        EnvironmentProblem, match="model 'org/nosuch' is not in the local"
-    ):  # a sweep's look-up
+    # a sweep's look-up
+    with pytest.raises(EnvironmentProblem, match="model 'org/nosuch' is not in the local"):
         hub.model_facts("org/nosuch", endpoint=endpoint, attempts=1, log=lambda _: None)
     sha = "a" * 40
     (tmp_path / "models--org--cached" / "snapshots" / sha).mkdir(parents=True)

@@ -1,33 +1,36 @@
-"""tests/hub_server.py against the real huggingface_hub 2.4.0 client (no network: everything is local):
-downloads and their faults, then the write side (dataset repos, commits through Xet and LFS, buckets).
+"""tests/hub_server.py against the real huggingface_hub 2.4.0 client (no network: everything is
+local): downloads and their faults, then the write side (dataset repos, commits through Xet and LFS,
+buckets).
 
 Pointing the client at the server: huggingface_hub reads HF_ENDPOINT (and HF_HUB_OFFLINE) once, at
 import, into `huggingface_hub.constants.ENDPOINT` (`constants.HF_HUB_OFFLINE`), so setting the
-variable in a process that already imported it changes nothing. In-process, pass `endpoint=server.url`
-to HfApi / hf_hub_download / snapshot_download (and monkeypatch `constants.HF_HUB_OFFLINE` to False,
-since tests/conftest.py sets HF_HUB_OFFLINE=1); a subprocess started with HF_ENDPOINT=server.url (and
-HF_HUB_OFFLINE=0) needs nothing else. Both are exercised below.
+variable in a process that already imported it changes nothing. In-process, pass
+`endpoint=server.url` to HfApi / hf_hub_download / snapshot_download (and monkeypatch
+`constants.HF_HUB_OFFLINE` to False, since tests/conftest.py sets HF_HUB_OFFLINE=1); a subprocess
+started with HF_ENDPOINT=server.url (and HF_HUB_OFFLINE=0) needs nothing else. Both are exercised
+below.
 
 What the client does with each fault (asserted below, huggingface_hub 2.4.0 + httpx2):
-  - hf_hub_download: its HEAD (get_hf_file_metadata) is first tried without retries; on a 408/429/5xx
-    or a connection error, with nothing cached, it is retried once more through
+  - hf_hub_download: its HEAD (get_hf_file_metadata) is first tried without retries; on a
+    408/429/5xx or a connection error, with nothing cached, it is retried once more through
     `http_backoff(max_retries=5, base_wait_time=1, max_wait_time=8)` (waits 1, 2, 4, 8, 8 s, or
     Retry-After + 1 s): 503 twice then OK succeeds by itself after ~1 s.
-  - the body GET (`http_get`) retries only 408/429 (http_stream_backoff, Retry-After + 1 s); a 5xx on the
-    GET raises HfHubHTTPError(status 503) at once and the caller must retry.
-  - a body cut short raises httpx2.RemoteProtocolError inside http_get, which retries by itself after
-    1 s (up to 5 times in a row without progress) with `Range: bytes=<kept>-`, where <kept> counts only
-    whole DOWNLOAD_CHUNK_SIZE (10 MiB) chunks: a smaller file is fetched again from 0 without Range.
-    If it never progresses, hf_hub_download raises httpx2.RemoteProtocolError, no blob is left.
+  - the body GET (`http_get`) retries only 408/429 (http_stream_backoff, Retry-After + 1 s); a 5xx
+    on the GET raises HfHubHTTPError(status 503) at once and the caller must retry.
+  - a body cut short raises httpx2.RemoteProtocolError inside http_get, which retries by itself
+    after 1 s (up to 5 times in a row without progress) with `Range: bytes=<kept>-`, where <kept>
+    counts only whole DOWNLOAD_CHUNK_SIZE (10 MiB) chunks: a smaller file is fetched again from 0
+    without Range. If it never progresses, hf_hub_download raises httpx2.RemoteProtocolError, no
+    blob is left.
   - connection refused: HfApi methods raise httpx2.ConnectError (not wrapped, no retry);
     hf_hub_download retries the HEAD 5 times (1+2+4+8+8 s) then raises LocalEntryNotFoundError
     whose __cause__ is httpx2.ConnectError.
   - HfApi.model_info does not retry (503 -> HfHubHTTPError); list_models / list_repo_tree paginate
     through http_backoff and so retry 429/5xx by themselves.
-  - errors: unknown repo -> RepositoryNotFoundError (401 + X-Error-Code RepoNotFound; over http:// the
-    client needs the header, the bare-401 fallback only matches https URLs), unknown revision ->
-    RevisionNotFoundError, unknown file -> RemoteEntryNotFoundError (an EntryNotFoundError), gated ->
-    GatedRepoError (a RepositoryNotFoundError subclass).
+  - errors: unknown repo -> RepositoryNotFoundError (401 + X-Error-Code RepoNotFound; over http://
+    the client needs the header, the bare-401 fallback only matches https URLs), unknown revision ->
+    RevisionNotFoundError, unknown file -> RemoteEntryNotFoundError (an EntryNotFoundError), gated
+    -> GatedRepoError (a RepositoryNotFoundError subclass).
 """
 
 from __future__ import annotations
@@ -72,7 +75,8 @@ FILES = {
 
 
 def make_model(folder: Path, seed: int = 0) -> Path:
-    """A tiny model folder: json files, a valid ~200 KB safetensors, gguf, onnx, a 400 KB .bin, a card."""
+    """A tiny model folder: json files, a valid ~200 KB safetensors, gguf, onnx, a 400 KB .bin, a
+    card."""
     rnd = __import__("random").Random(seed)
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 8}))
@@ -142,9 +146,8 @@ def test_snapshot_download_and_cache(hub, model_dir):
     local = download(hub, "model.safetensors")
     assert Path(local).read_bytes() == (model_dir / "model.safetensors").read_bytes()
     assert len(calls(hub, "GET", "model.safetensors")) == 1
-    assert (
-        download(hub, "model.safetensors") == local
-    )  # second call: a HEAD, no new GET of the body
+    # second call: a HEAD, no new GET of the body
+    assert download(hub, "model.safetensors") == local
     assert len(calls(hub, "GET", "model.safetensors")) == 1
     assert len(calls(hub, "HEAD", "model.safetensors")) == 2
 
@@ -160,9 +163,8 @@ def test_resolve_headers_and_ranges(hub, model_dir):
         hub.sha("org/tiny"),
     )
     url = f"{hub.url}/org/tiny/resolve/main/config.json"
-    with urllib.request.urlopen(
-        urllib.request.Request(url, method="HEAD")
-    ) as r:  # no Accept-Encoding
+    # no Accept-Encoding
+    with urllib.request.urlopen(urllib.request.Request(url, method="HEAD")) as r:
         assert r.headers["ETag"].startswith('"') and "X-Linked-Etag" not in r.headers
         assert int(r.headers["Content-Length"]) == (model_dir / "config.json").stat().st_size
     request = urllib.request.Request(
@@ -207,9 +209,8 @@ def test_model_info_tree_and_list(hub, model_dir, tmp_path):
     assert "license:apache-2.0" in info.tags and "safetensors" in info.tags
     assert api.model_info("org/tiny", revision=info.sha).sha == info.sha
     (tmp_path / "rand").mkdir()
-    (tmp_path / "rand" / "model.safetensors").write_bytes(
-        os.urandom(20_000)
-    )  # no valid header: no parameters
+    # no valid header: no parameters
+    (tmp_path / "rand" / "model.safetensors").write_bytes(os.urandom(20_000))
     hub.add_repo("org/rand", tmp_path / "rand")
     assert api.model_info("org/rand").safetensors is None
     slim = api.model_info("org/tiny", expand=["downloads", "likes"])
@@ -300,9 +301,8 @@ def test_gated(hub, model_dir):
 def test_503_is_retried_on_head_not_on_get(hub):
     hub.faults.fail(503, times=2, path="config.json")
     start = time.monotonic()
-    assert download(
-        hub, "config.json"
-    )  # HEAD 503 (no retry), then HEAD with backoff: 503, 1 s, 200
+    # HEAD 503 (no retry), then HEAD with backoff: 503, 1 s, 200
+    assert download(hub, "config.json")
     assert time.monotonic() - start >= 1
     assert [r["status"] for r in calls(hub, "HEAD", "config.json")] == [503, 503, 200]
 
@@ -317,10 +317,8 @@ def test_503_is_retried_on_head_not_on_get(hub):
     with pytest.raises(HfHubHTTPError):  # model_info: no retry
         api.model_info("org/tiny")
     hub.faults.fail(503, times=1)
-    assert [m.id for m in api.list_models()] == [
-        "org/gated",
-        "org/tiny",
-    ]  # retried (http_backoff); private hidden
+    # retried (http_backoff); private hidden
+    assert [m.id for m in api.list_models()] == ["org/gated", "org/tiny"]
 
 
 def test_429_retry_after(hub):
@@ -338,9 +336,8 @@ def test_cut_body_is_retried_and_resumed_with_range(hub, model_dir, tmp_path, mo
     data = (model_dir / "pytorch_model.bin").read_bytes()
     hub.faults.cut(after_bytes=1000, times=1, path="pytorch_model.bin")
     assert Path(download(hub, "pytorch_model.bin")).read_bytes() == data
-    gets = calls(
-        hub, "GET", "pytorch_model.bin"
-    )  # http_get keeps only whole 10 MiB chunks: restarts at 0
+    # http_get keeps only whole 10 MiB chunks: restarts at 0
+    gets = calls(hub, "GET", "pytorch_model.bin")
     assert [(g["status"], g["bytes"], g["headers"].get("Range")) for g in gets] == [
         (200, 1000, None),
         (200, len(data), None),
@@ -399,7 +396,8 @@ def test_connection_refused(hub, monkeypatch):
 
 
 def test_cli_control_endpoint_and_hf_endpoint_env(model_dir, tmp_path, monkeypatch):
-    """A server in another process (the CLI), faults set over HTTP, a client configured by HF_ENDPOINT."""
+    """A server in another process (the CLI), faults set over HTTP, a client configured by
+    HF_ENDPOINT."""
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     proc = subprocess.Popen(
         [
@@ -430,11 +428,13 @@ def test_cli_control_endpoint_and_hf_endpoint_env(model_dir, tmp_path, monkeypat
         with urllib.request.urlopen(f"{url}/_control/requests") as r:
             assert [x["status"] for x in json.load(r)] == [503, 200]
 
-        monkeypatch.setenv(
-            "HF_ENDPOINT", url
-        )  # too late for this process: read at import (put back after the test)
+        # too late for this process: read at import (put back after the test)
+        monkeypatch.setenv("HF_ENDPOINT", url)
         assert constants.ENDPOINT != url
-        code = "from huggingface_hub import hf_hub_download as d; print(open(d('org/tiny', 'config.json')).read())"
+        code = (
+            "from huggingface_hub import hf_hub_download as d; print(open(d('org/tiny', "
+            "'config.json')).read())"
+        )
         env = {
             **os.environ,
             "HF_ENDPOINT": url,
@@ -473,17 +473,17 @@ def writable(hub):
 
 @pytest.mark.parametrize("xet", [True, False])
 def test_upload_folder_to_a_dataset_and_read_it_back(writable, tmp_path, monkeypatch, xet):
-    """upload_folder through Xet (hf_xet writing into the server's local CAS) or through the LFS batch API;
-    HfFileSystem and get_paths_info then read the same bytes, and a second upload is a no-op."""
+    """upload_folder through Xet (hf_xet writing into the server's local CAS) or through the LFS
+    batch API; HfFileSystem and get_paths_info then read the same bytes, and a second upload is a
+    no-op."""
     from huggingface_hub import HfFileSystem
 
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", not xet)
     folder = tmp_path / "ds"
     (folder / "data").mkdir(parents=True)
     (folder / "README.md").write_text("---\nconfigs: []\n---\n# ds\n")
-    (folder / "data" / "a.parquet").write_bytes(
-        os.urandom(30_000)
-    )  # an LFS file (by extension and size)
+    # an LFS file (by extension and size)
+    (folder / "data" / "a.parquet").write_bytes(os.urandom(30_000))
     (folder / "data" / "b.json").write_text('{"b": 1}')  # a regular one
     api = HfApi(endpoint=writable.url, token=WRITE_TOKEN)
     api.create_repo("org/ds", repo_type="dataset")
@@ -524,9 +524,8 @@ def test_writes_need_a_write_token_and_a_commit_is_all_or_nothing(writable):
         HfApi(endpoint=writable.url, token=False).create_repo("org/ds", repo_type="dataset")
     assert err.value.response.status_code == 401
     with pytest.raises(HfHubHTTPError) as err:
-        HfApi(endpoint=writable.url, token=TOKEN).create_repo(
-            "org/ds", repo_type="dataset"
-        )  # a read token
+        # a read token
+        HfApi(endpoint=writable.url, token=TOKEN).create_repo("org/ds", repo_type="dataset")
     assert (
         err.value.response.status_code == 403 and writable._repos.get(("dataset", "org/ds")) is None
     )

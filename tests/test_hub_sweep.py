@@ -1,10 +1,10 @@
 """Sweeping the Hub, offline: the fixtures served as Hub repos by ``hub_server``, faults on demand.
 
-Each test runs the real ``model-support sweep`` command in a subprocess whose ``HF_ENDPOINT`` points at
-a local server speaking the Hub's protocol (or at a closed port), with its own Hugging Face cache.
-The rule under test: a verdict describes the model on the stack; the network, the disk, access
-rights and a missing token never become one (they are retried, excluded with a reason, or left
-pending for ``--resume``).
+Each test runs the real ``model-support sweep`` command in a subprocess whose ``HF_ENDPOINT`` points
+at a local server speaking the Hub's protocol (or at a closed port), with its own Hugging Face
+cache. The rule under test: a verdict describes the model on the stack; the network, the disk,
+access rights and a missing token never become one (they are retried, excluded with a reason, or
+left pending for ``--resume``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ TINY = ("tiny-llama", "tiny-gpt2", "tiny-opt", "tiny-qwen2", "tiny-mistral", "ti
 
 
 def gguf_only(folder: Path) -> Path:
-    """A repo with a config and a .gguf file only: nothing transformers loads as safetensors or .bin."""
+    """A repo with a config and a .gguf file only: nothing transformers loads as safetensors or
+    .bin."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
     (folder / "model-q4.gguf").write_bytes(b"GGUF" + bytes(20_000))
@@ -40,7 +41,8 @@ def gguf_only(folder: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def hub(fixture_models, tmp_path_factory):
-    """The tiny fixtures as Hub repos ``fixtures/<name>``, plus a gated copy and a gguf-only repo."""
+    """The tiny fixtures as Hub repos ``fixtures/<name>``, plus a gated copy and a gguf-only
+    repo."""
     extra = tmp_path_factory.mktemp("repos")
     server = HubServer()
     for name in TINY:
@@ -103,7 +105,8 @@ def test_an_unreachable_hub_leaves_models_pending_and_resume_finishes_them(hub, 
     sweep_id = sweep_id_of(data)
     assert down.returncode == 1, down.stderr[-2000:]
     assert down.stderr.strip().splitlines()[-1] == (
-        f"2 models could not be downloaded (network): run `model-support sweep --resume {sweep_id}` to finish them."
+        "2 models could not be downloaded (network): run `model-support sweep --resume "
+        f"{sweep_id}` to finish them."
     )
     assert "Traceback" not in down.stderr
     assert records(data) == {}  # no row: not a failure, not excluded, pending
@@ -130,9 +133,8 @@ def test_an_unreachable_hub_leaves_models_pending_and_resume_finishes_them(hub, 
         done["fixtures/tiny-llama"]["download_bytes"] > 0
         and done["fixtures/tiny-llama"]["download_s"] > 0
     )
-    assert (
-        done["fixtures/tiny-llama"]["pipeline_tag"] == "text-generation"
-    )  # Hub metadata on the record
+    # Hub metadata on the record
+    assert done["fixtures/tiny-llama"]["pipeline_tag"] == "text-generation"
     assert not (store.sweep_dir(data, sweep_id) / "pending.json").exists()
 
 
@@ -165,7 +167,8 @@ def test_hub_faults_are_retried_excluded_or_pending_never_a_failure(hub, tmp_pat
     sweep_id = sweep_id_of(data)
     assert run.returncode == 1, run.stderr[-3000:]
     assert run.stderr.strip().splitlines()[-1] == (
-        f"1 model could not be downloaded (network): run `model-support sweep --resume {sweep_id}` to finish it."
+        "1 model could not be downloaded (network): run `model-support sweep --resume "
+        f"{sweep_id}` to finish it."
     )
     done = records(data)
     results = store.scan(data).collect()
@@ -199,14 +202,14 @@ def test_hub_faults_are_retried_excluded_or_pending_never_a_failure(hub, tmp_pat
 def test_the_cache_stays_within_its_budget_and_is_emptied(
     hub, tmp_path, fixture_models, monkeypatch
 ):
-    """Six repos, a budget below their sum but above each: never over budget; nothing left but what was there."""
+    """Six repos, a budget below their sum but above each: never over budget; nothing left but
+    what was there."""
     import huggingface_hub
 
     from model_support.probe import hub_fetch
 
-    monkeypatch.setattr(
-        huggingface_hub.constants, "HF_HUB_OFFLINE", False
-    )  # conftest sets it for the others
+    # conftest sets it for the others
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     hub.faults.clear()
     cache, data = tmp_path / "cache", tmp_path / "data"
     before = hub_fetch.fetch(
@@ -264,9 +267,8 @@ def test_the_cache_stays_within_its_budget_and_is_emptied(
     )
     assert 0 < peak[0] <= budget, (peak[0], budget)
     assert _cache_bytes(cache) == preexisting  # the sweep's downloads are gone ...
-    assert Path(
-        before["path"], "config.json"
-    ).is_file()  # ... and what was there before is still there
+    # ... and what was there before is still there
+    assert Path(before["path"], "config.json").is_file()
     repos = {p.name for p in cache.iterdir() if p.name.startswith("models--")}
     assert repos <= {"models--fixtures--tiny-gemma"} | {f"models--fixtures--{n}" for n in TINY}
     for name in TINY[:-1]:
@@ -274,8 +276,8 @@ def test_the_cache_stays_within_its_budget_and_is_emptied(
 
 
 def _cache_bytes(cache: Path) -> int:
-    """Bytes of the regular files under ``cache`` right now; files deleted while it walks are skipped
-    (the sampler runs while the sweep deletes what it downloaded)."""
+    """Bytes of the regular files under ``cache`` right now; files deleted while it walks are
+    skipped (the sampler runs while the sweep deletes what it downloaded)."""
     total = 0
     for root, _dirs, names in os.walk(cache):  # os.walk ignores folders that vanish under it
         for name in names:
@@ -295,7 +297,8 @@ def test_download_time_is_its_own_stage_and_load_time_stays_local(hub, tmp_path,
         for f in Path(fixture_models["tiny-llama"]["path"]).iterdir()
         if f.is_file()
     )
-    # about 8 s to download: far above loading the 1 MB model even on a loaded machine (3.2 s seen under CI's load)
+    # about 8 s to download: far above loading the 1 MB model even on a loaded machine (3.2 s seen
+    # under CI's load)
     hub.faults.throttle(size // 8, repo="fixtures/tiny-llama")
     cache, data = tmp_path / "cache", tmp_path / "data"
     models = ["fixtures/tiny-llama", fixture_models["tiny-llama"]["path"]]
@@ -318,10 +321,10 @@ def test_download_time_is_its_own_stage_and_load_time_stays_local(hub, tmp_path,
     done = records(data)
     remote, local = done["fixtures/tiny-llama"], done["local:tiny-llama"]
     assert remote["download_s"] >= 6.0, remote["download_s"]
-    assert (
-        local["download_s"] is None and local["revision_sha"] is None
-    )  # a local folder skips the stage
-    # the throttled download (about 8 s) is not in load_s: were it, load would exceed the download itself
+    # a local folder skips the stage
+    assert local["download_s"] is None and local["revision_sha"] is None
+    # the throttled download (about 8 s) is not in load_s: were it, load would exceed the download
+    # itself
     assert 0 < remote["load_s"] < remote["download_s"], (remote["load_s"], remote["download_s"])
     assert remote["output_token_ids"] == local["output_token_ids"]
     frame = store.scan(data).collect()
@@ -333,7 +336,8 @@ def test_download_time_is_its_own_stage_and_load_time_stays_local(hub, tmp_path,
 
 
 def test_one_papermill_probe_of_a_hub_model_and_its_repro_script(hub, tmp_path):
-    """The headline command on a Hub id downloads, probes, records; the repro script downloads the same way."""
+    """The headline command on a Hub id downloads, probes, records; the repro script downloads
+    the same way."""
     hub.faults.clear()
     cache = tmp_path / "cache"
     env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0", "HF_HUB_CACHE": str(cache)}
@@ -368,7 +372,8 @@ def test_one_papermill_probe_of_a_hub_model_and_its_repro_script(hub, tmp_path):
     assert (record["status"], record["model_id"]) == ("PASS", "fixtures/tiny-gpt2")
     assert record["revision_sha"] == hub.sha("fixtures/tiny-gpt2") and record["download_bytes"] > 0
     assert record["library_name"] == "transformers" and record["load_s"] > 0
-    # rebuilt after the download: still the device adapter's compile backend (it once fell back to none)
+    # rebuilt after the download: still the device adapter's compile backend (it once fell back to
+    # none)
     assert "'compile_backend': 'inductor'" in record["repro_script"]
     script = tmp_path / "repro.py"
     script.write_text(record["repro_script"])
@@ -435,9 +440,10 @@ def test_the_hub_facts_are_later_fields_that_older_files_lack():
 def test_under_ray_the_downloads_run_ahead_within_the_budget_and_the_cache_is_emptied(
     hub, tmp_path, fixture_models
 ):
-    """The Ray executor keeps the local one's promises: the driver downloads within the cache budget (a
-    budget below the models' sum), each Ray task probes the snapshot it was handed, the sweep's downloads
-    are deleted after their probes, and schedule.jsonl says which devices each probe held."""
+    """The Ray executor keeps the local one's promises: the driver downloads within the cache
+    budget (a budget below the models' sum), each Ray task probes the snapshot it was handed, the
+    sweep's downloads are deleted after their probes, and schedule.jsonl says which devices each
+    probe held."""
     pytest.importorskip("ray")
     hub.faults.clear()
     names = TINY[:3]
@@ -469,9 +475,8 @@ def test_under_ray_the_downloads_run_ahead_within_the_budget_and_the_cache_is_em
     done = records(data)
     assert {r["status"] for r in done.values()} == {"PASS"} and len(done) == len(names)
     assert all(r["download_bytes"] > 0 for r in done.values())  # downloaded by the driver, ahead
-    for (
-        name
-    ) in names:  # every download deleted after its probe (what is left is huggingface_hub's refs)
+    # every download deleted after its probe (what is left is huggingface_hub's refs)
+    for name in names:
         assert not list((cache / f"models--fixtures--{name}").glob("blobs/*")), name
     assert _cache_bytes(cache) < 1000
     schedule = [
@@ -483,8 +488,9 @@ def test_under_ray_the_downloads_run_ahead_within_the_budget_and_the_cache_is_em
 
 
 def test_a_stop_during_a_download_ends_the_sweep_in_seconds(hub, tmp_path):
-    """The prefetcher's close waits for no download in flight: a sweep stopped while a model downloads at
-    1 KB/s (about a thousand seconds for its weights) ends within seconds, in one sentence."""
+    """The prefetcher's close waits for no download in flight: a sweep stopped while a model
+    downloads at 1 KB/s (about a thousand seconds for its weights) ends within seconds, in one
+    sentence."""
     import signal
 
     hub.faults.clear()

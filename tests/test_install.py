@@ -99,8 +99,9 @@ def installed(wheel, tmp_path_factory) -> Path:
 
 
 def test_the_wheel_holds_no_test_code_and_registers_no_torch_backend(wheel):
-    """The pretend accelerator and the fixture builders are test code (pretend/, tests/fixtures/): a user's
-    install of model-support carries none of it and hooks nothing into torch's backend autoload."""
+    """The pretend accelerator and the fixture builders are test code (pretend/,
+    tests/fixtures/): a user's install of model-support carries none of it and hooks nothing into
+    torch's backend autoload."""
     import zipfile
 
     with zipfile.ZipFile(wheel) as archive:
@@ -117,8 +118,9 @@ def test_the_wheel_holds_no_test_code_and_registers_no_torch_backend(wheel):
 
 
 def test_each_dependency_is_where_it_is_used(wheel):
-    """``datasets`` (the tests read the dataset back with it; the package never imports it) and ``uv`` (only the
-    bisect builds environments with it) are extras, not what every user installs."""
+    """``datasets`` (the tests read the dataset back with it; the package never imports it) and
+    ``uv`` (only the bisect builds environments with it) are extras, not what every user
+    installs."""
     import zipfile
 
     with zipfile.ZipFile(wheel) as archive:
@@ -154,9 +156,8 @@ def test_each_dependency_is_where_it_is_used(wheel):
         if isinstance(node, (ast.Import, ast.ImportFrom))
         for alias in node.names
     }
-    assert (
-        "datasets" not in imported
-    )  # (uv is imported by the bisect only, guarded: pip where it is absent)
+    # (uv is imported by the bisect only, guarded: pip where it is absent)
+    assert "datasets" not in imported
 
 
 def run(python: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -173,15 +174,14 @@ def test_the_wheel_ships_its_notebooks_and_runs_a_probe_and_a_sweep_elsewhere(
     where = run(
         installed,
         "-c",
-        "import model_support, model_support.paths as p; "
-        "print(model_support.__file__); print(p.notebook('probe')); print(p.template('explorer.js'))",
+        "import model_support, model_support.paths as p; print(model_support.__file__); "
+        "print(p.notebook('probe')); print(p.template('explorer.js'))",
         cwd=tmp_path,
     )
     assert where.returncode == 0, where.stderr
     module, notebook, template = where.stdout.split()
-    assert (
-        str(installed.parent.parent) in module and str(REPO) not in module
-    )  # the wheel, not the checkout
+    # the wheel, not the checkout
+    assert str(installed.parent.parent) in module and str(REPO) not in module
     assert Path(notebook).is_file() and Path(template).is_file()
 
     record_path = tmp_path / "r.json"

@@ -1,7 +1,9 @@
-"""What watches a probe while it runs (``probe.instruments``): the flight recorder's file, and what a PASS costs
-the host (syncs and CPU fallbacks per decode token, counted by the pretend backend where they happen).
+"""What watches a probe while it runs (``probe.instruments``): the flight recorder's file, and
+what a PASS costs the host (syncs and CPU fallbacks per decode token, counted by the pretend
+backend where they happen).
 
-The silent, late abort named by the flight recorder through a synchronous rerun is a real sweep's row:
+The silent, late abort named by the flight recorder through a synchronous rerun is a real sweep's
+row:
 tests/test_pretend.py::test_a_silent_late_abort_names_its_operator_has_its_repro_script_and_is_the_stacks."""
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from model_support_pretend import CONFIG_VAR, PretendConfigError, parse
 
 
 def test_the_flight_recorder_keeps_the_last_operators_in_a_file_in_order(tmp_path):
-    """A ring of ``SLOTS`` operators, each with its tensor arguments' dtypes and shapes and its stage, read back by
-    another reader (the runner) in the order they were dispatched, the last last; composites as their parts."""
+    """A ring of ``SLOTS`` operators, each with its tensor arguments' dtypes and shapes and its
+    stage, read back by another reader (the runner) in the order they were dispatched, the last
+    last; composites as their parts."""
     import torch
 
     path = tmp_path / flight_recorder.FLIGHT_FILE
@@ -38,24 +41,22 @@ def test_the_flight_recorder_keeps_the_last_operators_in_a_file_in_order(tmp_pat
     }
     assert found["recorded"] > flight_recorder.SLOTS and len(found["ops"]) == flight_recorder.SLOTS
     last = found["ops"][-1]
-    assert (
-        last["op"] in ("aten::mm", "aten::addmm") and last["stage"] == "generate"
-    )  # linear, decomposed
+    # linear, decomposed
+    assert last["op"] in ("aten::mm", "aten::addmm") and last["stage"] == "generate"
     assert "float32[2, 3]" in last["args"]
     names = [op["op"] for op in found["ops"]]
     relus = [i for i, name in enumerate(names) if name == "aten::relu" and i > 0]
-    assert relus and all(
-        names[i - 1] == "aten::add.Tensor" for i in relus
-    )  # in the order they were dispatched
-    assert (
-        found["ops"][relus[0] - 1]["args"] == "float32[2, 3]"
-    )  # x + 1: a Python number is no tensor argument
+    # in the order they were dispatched
+    assert relus and all(names[i - 1] == "aten::add.Tensor" for i in relus)
+    # x + 1: a Python number is no tensor argument
+    assert found["ops"][relus[0] - 1]["args"] == "float32[2, 3]"
     assert flight_recorder.read(tmp_path / "none.bin") is None
 
 
 def test_the_runners_crash_fields_say_how_the_operator_was_found(tmp_path):
-    """Without a rerun: the last operator; with a synchronous rerun that died: its last operator, the first run's
-    named in the note; a rerun that did not die: the last operator, and why it may be a later one."""
+    """Without a rerun: the last operator; with a synchronous rerun that died: its last operator,
+    the first run's named in the note; a rerun that did not die: the last operator, and why it
+    may be a later one."""
     import torch
 
     with flight_recorder.FlightRecorder(tmp_path / flight_recorder.FLIGHT_FILE, "cpu"):
@@ -104,8 +105,8 @@ def test_a_stack_that_counts_nothing_reads_not_measured():
     assert host_cost.not_measured(why)["host_cost_note"].startswith("not measured: the xpu adapter")
 
 
-#: tiny-gpt2 (2 layers, gelu_new: one aten::tanh per layer) probed on the pretend device with aten::tanh a CPU
-#: fallback: its record's host-cost fields.
+#: tiny-gpt2 (2 layers, gelu_new: one aten::tanh per layer) probed on the pretend device with
+#: aten::tanh a CPU fallback: its record's host-cost fields.
 HOST_COST = """
     import json
     from model_support.probe import run
@@ -115,11 +116,12 @@ HOST_COST = """
 
 
 def test_a_pass_counts_its_syncs_and_fallbacks_per_decode_token_where_they_happen():
-    """Counted by the backend (its fallback's kernel, its copies out, its ``_local_scalar_dense``), token by token:
-    each decode token of tiny-gpt2 runs aten::tanh on the CPU twice (one per layer) and syncs twice (GPT-2's
-    forward asks whether the pad token is among its ids; generate's end-of-sequence check asks whether every
-    sequence is done); the probe's own two per token (its timer's device sync, the copy of the token its streamer
-    is handed) are the harness's. The prompt's prefill is apart: 8 forwards, 16 tanh calls in all."""
+    """Counted by the backend (its fallback's kernel, its copies out, its
+    ``_local_scalar_dense``), token by token: each decode token of tiny-gpt2 runs aten::tanh on
+    the CPU twice (one per layer) and syncs twice (GPT-2's forward asks whether the pad token is
+    among its ids; generate's end-of-sequence check asks whether every sequence is done); the
+    probe's own two per token (its timer's device sync, the copy of the token its streamer is
+    handed) are the harness's. The prompt's prefill is apart: 8 forwards, 16 tanh calls in all."""
     config = {"fallback_ops": ["aten::tanh"]}
     env = {**__import__("os").environ, CONFIG_VAR: json.dumps(config)}
     done = subprocess.run(
@@ -143,7 +145,8 @@ def test_a_pass_counts_its_syncs_and_fallbacks_per_decode_token_where_they_happe
 
 
 def test_the_plan_weighs_a_fallback_as_work_after_its_steps():
-    """A fallback blocks no verdict (no step), and is work still: by how many models call it, then their calls."""
+    """A fallback blocks no verdict (no step), and is work still: by how many models call it,
+    then their calls."""
     from model_support.ops.coverage import ModelOps
     from model_support.ops.plan import fallback_work
 
@@ -170,8 +173,9 @@ def test_the_plan_weighs_a_fallback_as_work_after_its_steps():
     ]
 
 
-#: tiny-gpt2 probed in compile mode on the CPU (inductor), whose adapter offers torch.profiler's CPU activity; then
-#: again with an adapter that offers none (a stack without a profiler): the fields each reads.
+#: tiny-gpt2 probed in compile mode on the CPU (inductor), whose adapter offers torch.profiler's CPU
+#: activity; then again with an adapter that offers none (a stack without a profiler): the fields
+#: each reads.
 COMPILED = """
     import json
     from model_support.probe import devices, run
@@ -186,11 +190,12 @@ COMPILED = """
 
 
 def test_a_compiled_run_reads_its_operators_and_syncs_from_the_adapters_profiler():
-    """No dispatch mode sees a compiled run: the CPU adapter's profiler does. tiny-gpt2's compiled generation calls
-    aten operators around and inside its compiled graphs (frame 0 compiled for the prefill, the first decode step,
-    then dynamic shapes), each timed by its self time; it syncs once for the prefill and once per decode token
-    (generate's end-of-sequence check, a ``_local_scalar_dense``), none of them the probe's own on the CPU. An
-    adapter that offers no profiler reads "not measured", never a guess."""
+    """No dispatch mode sees a compiled run: the CPU adapter's profiler does. tiny-gpt2's
+    compiled generation calls aten operators around and inside its compiled graphs (frame 0
+    compiled for the prefill, the first decode step, then dynamic shapes), each timed by its self
+    time; it syncs once for the prefill and once per decode token (generate's end-of-sequence
+    check, a ``_local_scalar_dense``), none of them the probe's own on the CPU. An adapter that
+    offers no profiler reads "not measured", never a guess."""
     env = {**__import__("os").environ}
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(COMPILED)],
@@ -232,6 +237,7 @@ def test_a_compiled_run_reads_its_operators_and_syncs_from_the_adapters_profiler
         and unread["host_syncs_per_token"] is None
     )
     assert unread["ops_time_source"] == (
-        "not measured: no census in mode compile, and the cpu adapter offers no profiler for compiled runs"
+        "not measured: no census in mode compile, and the cpu adapter offers no profiler for "
+        "compiled runs"
     )
     assert unread["host_cost_note"] == "not measured: the CPU is the host"

@@ -1,8 +1,10 @@
-"""The store's journal (``store.change``), in one process and in well under a second: what a change writes before its
-body, what it leaves when the body raises, what the next command finishes (its sidecars as the journal says, the
-Parquet files rebuilt from the records, the journal removed, one sentence), a torn journal, a sweep another process
-is writing. tests/test_store_faults.py stops real processes at every write point; these are the rules it rests on,
-fast enough for ``make mutation`` (bench/mutation.py) to run against every mutant of them."""
+"""The store's journal (``store.change``), in one process and in well under a second: what a
+change writes before its body, what it leaves when the body raises, what the next command
+finishes (its sidecars as the journal says, the Parquet files rebuilt from the records, the
+journal removed, one sentence), a torn journal, a sweep another process is writing.
+tests/test_store_faults.py stops real processes at every write point; these are the rules it
+rests on, fast enough for ``make mutation`` (bench/mutation.py) to run against every mutant of
+them."""
 
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ SWEEP, OTHER = "journal-20261205T000000Z-abcd", "journal-20261206T000000Z-efgh"
 
 
 def _sweep(data, sweep_id: str = SWEEP, models=("org/a", "org/b")) -> None:
-    """A sweep of two stored records, not compacted (its Parquet files are what a change rebuilds)."""
+    """A sweep of two stored records, not compacted (its Parquet files are what a change
+    rebuilds)."""
     SweepMeta(
         sweep_id=sweep_id,
         name="journal",
@@ -63,9 +66,8 @@ def test_a_change_is_journaled_before_its_body_and_the_journal_removed_after_it(
         assert store.interrupted(tmp_path) == [SWEEP]
     assert not _journal(tmp_path).exists() and store.interrupted(tmp_path) == []
     with store.writing(tmp_path, SWEEP), store.change(tmp_path, SWEEP, "compact"):
-        assert (
-            json.loads(_journal(tmp_path).read_text())["sidecars"] == {}
-        )  # none given: none to set
+        # none given: none to set
+        assert json.loads(_journal(tmp_path).read_text())["sidecars"] == {}
 
 
 def test_a_change_nested_in_an_open_one_of_the_same_sweep_is_covered_by_the_outer_journal(tmp_path):
@@ -75,13 +77,11 @@ def test_a_change_nested_in_an_open_one_of_the_same_sweep_is_covered_by_the_oute
         store.change(tmp_path, SWEEP, "exclude", {"exclusion.json": None}),
     ):
         with store.change(tmp_path, SWEEP, "compact"):
-            assert (
-                json.loads(_journal(tmp_path).read_text())["change"] == "exclude"
-            )  # not rewritten
+            # not rewritten
+            assert json.loads(_journal(tmp_path).read_text())["change"] == "exclude"
         assert _journal(tmp_path).exists()  # the inner change's end removes nothing
-        assert (
-            store.finish_interrupted(tmp_path) == []
-        )  # this process's own open change is no interrupted one
+        # this process's own open change is no interrupted one
+        assert store.finish_interrupted(tmp_path) == []
     assert not _journal(tmp_path).exists()
 
 
@@ -99,16 +99,18 @@ def test_a_body_that_raises_leaves_the_change_half_done_for_the_next_command(tmp
         UserError, match=f"has a change half-done in sweep.s. {SWEEP}; refused to publish it"
     ):
         store.require_whole(tmp_path)
-    # a change begun again in this process (the journal no longer its own) is a new one, and ends clean
+    # a change begun again in this process (the journal no longer its own) is a new one, and ends
+    # clean
     with store.writing(tmp_path, SWEEP), store.change(tmp_path, SWEEP, "compact"):
         pass
     assert store.interrupted(tmp_path) == [] and store.require_whole(tmp_path) is None
 
 
 def test_the_next_command_sets_the_sidecars_rebuilds_the_files_and_says_so(tmp_path):
-    """A stopped ``exclude``: the journal says exclusion.json's contents and that published.json goes; the next
-    command writes the one, removes the other, ignores a name that is no sidecar, moves every row to the excluded
-    config (rebuilt from the records), removes the journal and says it in one sentence."""
+    """A stopped ``exclude``: the journal says exclusion.json's contents and that published.json
+    goes; the next command writes the one, removes the other, ignores a name that is no sidecar,
+    moves every row to the excluded config (rebuilt from the records), removes the journal and
+    says it in one sentence."""
     _sweep(tmp_path)
     _sweep(tmp_path, OTHER, ("org/c",))
     folder = store.sweep_dir(tmp_path, SWEEP)
@@ -124,8 +126,8 @@ def test_the_next_command_sets_the_sidecars_rebuilds_the_files_and_says_so(tmp_p
     )
     said = store.finish_interrupted(tmp_path)
     assert said == [
-        f"Sweep {SWEEP}: an interrupted exclude (begun 2026-12-05T01:02:03+00:00) was finished: its dataset files "
-        "were rebuilt from its records."
+        f"Sweep {SWEEP}: an interrupted exclude (begun 2026-12-05T01:02:03+00:00) was "
+        "finished: its dataset files were rebuilt from its records."
     ]
     assert (
         store.exclusion(tmp_path, SWEEP) == "a broken stack"
@@ -160,9 +162,8 @@ def test_a_sweep_another_process_is_writing_is_left_to_it_and_only_the_sweeps_as
     _sweep(tmp_path, OTHER, ("org/c",))
     for sweep_id in (SWEEP, OTHER):
         atomic_write_json(_journal(tmp_path, sweep_id), {"change": "compact", "sidecars": {}})
-    with open(
-        store.sweep_dir(tmp_path, SWEEP) / ".lock", "a+"
-    ) as held:  # another process's lock on the sweep
+    # another process's lock on the sweep
+    with open(store.sweep_dir(tmp_path, SWEEP) / ".lock", "a+") as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         said = store.finish_interrupted(tmp_path)
         fcntl.flock(held, fcntl.LOCK_UN)
@@ -175,17 +176,19 @@ def test_a_sweep_another_process_is_writing_is_left_to_it_and_only_the_sweeps_as
         f"Sweep {OTHER}"
     ]
     assert store.interrupted(tmp_path) == [SWEEP]
-    # asked for a sweep with nothing half-done first: nothing to say of it, and the next one is still finished
+    # asked for a sweep with nothing half-done first: nothing to say of it, and the next one is
+    # still finished
     atomic_write_json(_journal(tmp_path, OTHER), {"change": "compact", "sidecars": {}})
     store.finish_interrupted(tmp_path, [SWEEP])
     assert store.finish_interrupted(tmp_path, [SWEEP, OTHER]) == [
-        f"Sweep {OTHER}: an interrupted compact (begun earlier) was finished: its dataset files were rebuilt from "
-        "its records."
+        f"Sweep {OTHER}: an interrupted compact (begun earlier) was finished: its dataset "
+        "files were rebuilt from its records."
     ]
 
 
 def test_a_journal_in_a_sweep_with_no_definition_removes_the_journal_without_a_rebuild(tmp_path):
-    """A pulled sweep (no sweep.json) has no records to rebuild from: its sidecars are set and its journal goes."""
+    """A pulled sweep (no sweep.json) has no records to rebuild from: its sidecars are set and
+    its journal goes."""
     folder = store.sweep_dir(tmp_path, SWEEP)
     folder.mkdir(parents=True)
     atomic_write_json(

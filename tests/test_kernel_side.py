@@ -1,7 +1,8 @@
-"""The kernel's side of a notebook run (engine.kernel_side): the stack frozen out of the collector's sight, and a
-kernel that ends at once when shut down, its exit handlers run, its status 0.
+"""The kernel's side of a notebook run (engine.kernel_side): the stack frozen out of the collector's
+sight, and a kernel that ends at once when shut down, its exit handlers run, its status 0.
 
-Real kernels started as papermill's command starts them (jupyter_client's own kernel manager, no engine of ours).
+Real kernels started as papermill's command starts them (jupyter_client's own kernel manager, no
+engine of ours).
 """
 
 from __future__ import annotations
@@ -18,15 +19,16 @@ from jupyter_core.utils import run_sync
 SLOW_FINALIZATION = (
     "import builtins, time\n"
     "class Slow:\n"
-    "    def __del__(self, sleep=time.sleep):\n"  # bound now: IPython's reset empties the namespace at exit
+    # bound now: IPython's reset empties the namespace at exit
+    "    def __del__(self, sleep=time.sleep):\n"
     "        sleep(3)\n"
     "builtins._slow_to_free = Slow()\n"
 )
 
 
 def _run_then_shut_down(tmp_path: Path, code: str) -> tuple[float, int | None]:
-    """Start a kernel as papermill does, run ``code``, shut it down as papermill does (a shutdown request):
-    (seconds from the request until the process was gone, its exit status)."""
+    """Start a kernel as papermill does, run ``code``, shut it down as papermill does (a shutdown
+    request): (seconds from the request until the process was gone, its exit status)."""
 
     async def run():
         km = AsyncKernelManager(kernel_name="python3")
@@ -54,9 +56,11 @@ def test_a_shut_down_kernel_ends_at_once_after_its_exit_handlers(tmp_path):
     code = (
         f"import atexit, pathlib, tempfile\n{SLOW_FINALIZATION}"
         f"atexit.register(pathlib.Path({str(ran)!r}).write_text, 'yes')\n"
-        "kept = tempfile.TemporaryDirectory(dir='.')\n"  # removed by weakref.finalize's exit handler
+        # removed by weakref.finalize's exit handler
+        "kept = tempfile.TemporaryDirectory(dir='.')\n"
         "from model_support.engine import kernel_side\n"
-        "assert kernel_side.exit_at_shutdown() and kernel_side.exit_at_shutdown()\n"  # twice: armed once
+        # twice: armed once
+        "assert kernel_side.exit_at_shutdown() and kernel_side.exit_at_shutdown()\n"
     )
     took, status = _run_then_shut_down(tmp_path, code)
     assert status == 0  # not jupyter_client's SIGTERM, sent after 2.5 s (below)
@@ -66,8 +70,8 @@ def test_a_shut_down_kernel_ends_at_once_after_its_exit_handlers(tmp_path):
 
 
 def test_a_kernel_not_armed_tears_itself_down(tmp_path):
-    """The same kernel without ``exit_at_shutdown``: its finalization runs, as before, until jupyter_client loses
-    patience (half its 5 s ``shutdown_wait_time``) and terminates it."""
+    """The same kernel without ``exit_at_shutdown``: its finalization runs, as before, until
+    jupyter_client loses patience (half its 5 s ``shutdown_wait_time``) and terminates it."""
     took, status = _run_then_shut_down(tmp_path, SLOW_FINALIZATION)
     assert took >= 2.5 and status in (-15, -9)
 
@@ -85,7 +89,8 @@ def test_preload_imports_the_stack_and_freezes_it():
         "kernel_side.preload()\n"
         "assert 'transformers' in sys.modules and 'torch._dynamo' in sys.modules\n"
         "assert gc.get_freeze_count() > 100_000, gc.get_freeze_count()\n"
-        "assert gc.collect() == 0\n"  # nothing of the stack's is garbage, and a collection no longer walks it
+        # nothing of the stack's is garbage, and a collection no longer walks it
+        "assert gc.collect() == 0\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=600

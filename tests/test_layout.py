@@ -26,7 +26,8 @@ def _listed(config, section: str, key: str) -> set[str]:
 
 
 def test_the_repro_body_is_forbidden_every_other_room_and_probe_module():
-    """A new room or probe module must be added to the forbidden contract, or the repro body could import it."""
+    """A new room or probe module must be added to the forbidden contract, or the repro body
+    could import it."""
     config = _contracts()
     assert _listed(config, "importlinter:contract:repro-body", "source_modules") == REPRO_BODY
     rooms = {

@@ -1,12 +1,13 @@
-"""Like with like, generated from the rules it guards (issue 59, item 1): every field of the perf comparison's
-likeness (``decision.LIKE``) and of the verdict gate's (``decision.ALIKE``), one case each, through the gate as a CI
-runs it (records stored, compacted, read back).
+"""Like with like, generated from the rules it guards (issue 59, item 1): every field of the perf
+comparison's likeness (``decision.LIKE``) and of the verdict gate's (``decision.ALIKE``), one
+case each, through the gate as a CI runs it (records stored, compacted, read back).
 
-Each case is two sweeps alike in everything but that one field, B's repeats 30% slower: a field the likeness lost
-would read them as "slower" (a bf16 night timed against an fp32 one, eager against compile), and the case fails.
-The cases are the union of the declaration and this file's spec (``PERF_LIKE``, ``GATE_ALIKE``: a value of each side
-per field), so a field dropped from the declaration keeps its case, and fails it; a field added there without a case
-here fails the first test. Review found five of LIKE's ten fields removable with every gate test green."""
+Each case is two sweeps alike in everything but that one field, B's repeats 30% slower: a field
+the likeness lost would read them as "slower" (a bf16 night timed against an fp32 one, eager
+against compile), and the case fails. The cases are the union of the declaration and this file's
+spec (``PERF_LIKE``, ``GATE_ALIKE``: a value of each side per field), so a field dropped from the
+declaration keeps its case, and fails it; a field added there without a case here fails the first
+test. Review found five of LIKE's ten fields removable with every gate test green."""
 
 from __future__ import annotations
 
@@ -20,10 +21,14 @@ from model_support.errors import UserError
 A, B = "nightly-20261204T000000Z-aaaa", "nightly-20261205T000000Z-bbbb"
 SHORT = "The future of AI is"
 HOST_NOTE = "3 repeats of 4 tokens after a warm-up, on the host's wall clock"
-DEVICE_NOTE = "2 repeats of 1 token; TPOT from the verdict's decode steps, on the device's own clock (torch.x.perf_clock)"
+DEVICE_NOTE = (
+    "2 repeats of 1 token; TPOT from the verdict's decode steps, on the device's own clock "
+    "(torch.x.perf_clock)"
+)
 
-#: What two runs' timings must share, with a value on each side: the spec of ``decision.LIKE``. ``perf_clock`` is no
-#: column: the gate reads it from ``perf_note`` (``perf.clock_col``), so its values are the notes that say each clock.
+#: What two runs' timings must share, with a value on each side: the spec of ``decision.LIKE``.
+#: ``perf_clock`` is no column: the gate reads it from ``perf_note`` (``perf.clock_col``), so its
+#: values are the notes that say each clock.
 PERF_LIKE = {
     "perf_tokens_out": (4, 8),  # a TTFT and tokens/s over 4 tokens against over 8
     "device_type": ("cuda", "pretend"),
@@ -36,8 +41,9 @@ PERF_LIKE = {
     "chat_template_used": (False, True),
     "tokens_in": (5, 6),  # another tokenizer's count of the same prompt
 }
-#: What two gated sweeps' runs must share (``--across`` word -> (the record's field, A's value, B's)): the spec of
-#: ``decision.ALIKE``; ``ACROSS`` the words that may be allowed to differ (the mode never: the variant names it).
+#: What two gated sweeps' runs must share (``--across`` word -> (the record's field, A's value,
+#: B's)): the spec of ``decision.ALIKE``; ``ACROSS`` the words that may be allowed to differ (the
+#: mode never: the variant names it).
 GATE_ALIKE = {
     "device": ("device_type", "cpu", "pretend"),
     "dtype": ("dtype", "float32", "bfloat16"),
@@ -78,7 +84,8 @@ def _with(fields: dict, name: str, value) -> dict:
 
 
 def _clock(row: dict) -> str | None:
-    """The clock the gate reads from a row's ``perf_note`` (``perf.clock_col``, the store reader's expression)."""
+    """The clock the gate reads from a row's ``perf_note`` (``perf.clock_col``, the store
+    reader's expression)."""
     return (
         pl.DataFrame({"perf_note": [row.get("perf_note")]}, schema={"perf_note": pl.String})
         .select(perf.clock_col())
@@ -87,7 +94,8 @@ def _clock(row: dict) -> str | None:
 
 
 def _sweep(data, sweep_id: str, day: int, fields: dict, status: str = "PASS") -> None:
-    """A sweep of one ready-made record of org/m with ``fields``: a PASS, or a failure at generation."""
+    """A sweep of one ready-made record of org/m with ``fields``: a PASS, or a failure at
+    generation."""
     if status == "PASS":
         fields = {
             **{m: sorted(fields[r])[1] for m, (r, _) in perf.METRICS.items() if fields.get(r)},
@@ -121,10 +129,10 @@ def test_runs_alike_in_every_field_compare_and_a_30_percent_slowdown_fails_the_g
 def test_runs_that_differ_in_one_field_of_the_likeness_are_not_comparable_naming_it(tmp_path, name):
     was, now = PERF_LIKE[name]
     then, later = _with(TIMED, name, was), _slower(_with(TIMED, name, now))
-    rows = [
-        {**r, "perf_clock": _clock(r)} for r in (then, later)
-    ]  # the clock read from the note, as the gate does
-    # first what the gate decides: never "slower" (the field unheld, a 30% slowdown would read so), not comparable
+    # the clock read from the note, as the gate does
+    rows = [{**r, "perf_clock": _clock(r)} for r in (then, later)]
+    # first what the gate decides: never "slower" (the field unheld, a 30% slowdown would read so),
+    # not comparable
     assert perf.compare_runs(*rows, perf.DEFAULT_THRESHOLD)[0] == decision.NOT_COMPARABLE
     _sweep(tmp_path, A, 4, then)
     _sweep(tmp_path, B, 5, later)
@@ -142,7 +150,8 @@ def test_runs_that_differ_in_one_field_of_the_likeness_are_not_comparable_naming
 
 
 def test_a_field_neither_row_says_is_no_difference_and_one_only_one_says_is():
-    """An older file's gap (neither side has it) is not held against two runs; a null on one side is."""
+    """An older file's gap (neither side has it) is not held against two runs; a null on one side
+    is."""
     for name in decision.LIKE:
         column = "perf_clock" if name == "perf_clock" else name
         neither = {**TIMED, "perf_clock": "host", column: None}
@@ -161,8 +170,8 @@ def test_a_field_neither_row_says_is_no_difference_and_one_only_one_says_is():
 
 
 def test_the_stacks_of_one_sweep_are_compared_less_their_stack_only():
-    """Between the stacks of one sweep (``perf.stack_lines``) the stack is what differs on purpose: only it is
-    ignored; any other field still sets the runs apart."""
+    """Between the stacks of one sweep (``perf.stack_lines``) the stack is what differs on
+    purpose: only it is ignored; any other field still sets the runs apart."""
     a, b = (
         {**TIMED, "perf_clock": "host"},
         {**_slower(TIMED), "perf_clock": "host", "stack_name": "nightly"},
@@ -176,9 +185,10 @@ def test_the_stacks_of_one_sweep_are_compared_less_their_stack_only():
 
 @pytest.mark.parametrize("word", sorted(set(decision.ALIKE) | set(GATE_ALIKE)))
 def test_gated_sweeps_that_differ_in_one_setting_are_refused_naming_it(tmp_path, word):
-    """A bf16 night against an fp32 one, a CPU sweep against an accelerator's, eager against compile: refused in one
-    sentence before anything is judged, under every gate word, unless ``--across`` names the setting (the mode never:
-    the variant names it). The run itself fails in B: judged, it would read as a regression."""
+    """A bf16 night against an fp32 one, a CPU sweep against an accelerator's, eager against
+    compile: refused in one sentence before anything is judged, under every gate word, unless
+    ``--across`` names the setting (the mode never: the variant names it). The run itself fails
+    in B: judged, it would read as a regression."""
     column, was, now = GATE_ALIKE[word]
     base = {"device_type": "cpu", "dtype": "float32", "mode": "eager"}
     _sweep(tmp_path, A, 4, {**TIMED, **base})
@@ -187,11 +197,12 @@ def test_gated_sweeps_that_differ_in_one_setting_are_refused_naming_it(tmp_path,
     how = (
         f"give --across {word} to compare them anyway"
         if word in ACROSS
-        else "runs of another mode are other runs (the variant names the mode): gate sweeps of the same mode"
+        else "runs of another mode are other runs (the variant names the mode): gate sweeps of the "
+        "same mode"
     )
     sentence = (
-        f"Sweeps {A} and {B} differ in {said} ({was} in {A}; {now} in {B}): the gate compares a run only with itself "
-        f"on the same device, dtype and mode; {how}."
+        f"Sweeps {A} and {B} differ in {said} ({was} in {A}; {now} in {B}): the gate compares "
+        f"a run only with itself on the same device, dtype and mode; {how}."
     )
     for words in (["regressions"], ["new-failures"], ["dropped"], ["perf"]):
         with pytest.raises(UserError) as refused:
@@ -209,8 +220,9 @@ def test_gated_sweeps_that_differ_in_one_setting_are_refused_naming_it(tmp_path,
 
 
 def test_runs_that_swapped_settings_are_refused_though_the_sweeps_share_every_value():
-    """Two models on two devices, each on the other's the next night: both sweeps ran on both devices, yet every run
-    they share moved: refused. Sweeps sharing no value are refused too (nothing pairs); a null says nothing."""
+    """Two models on two devices, each on the other's the next night: both sweeps ran on both
+    devices, yet every run they share moved: refused. Sweeps sharing no value are refused too
+    (nothing pairs); a null says nothing."""
     cpu, pretend = {"device_type": "cpu"}, {"device_type": "pretend"}
     before = {("m1", "v"): cpu, ("m2", "v"): pretend}
     after = {("m1", "v"): pretend, ("m2", "v"): cpu}
@@ -226,9 +238,8 @@ def test_runs_that_swapped_settings_are_refused_though_the_sweeps_share_every_va
     assert decision.unlike_sweeps(before, {("m1", "v"): cpu, ("m2", "v"): cpu}) == {
         "device": (["cpu", "pretend"], ["cpu"])
     }
-    assert decision.unlike_sweeps(
-        {("m1", "v"): cpu, ("m2", "v"): cpu}, before
-    ) == {  # and the other way
+    # and the other way
+    assert decision.unlike_sweeps({("m1", "v"): cpu, ("m2", "v"): cpu}, before) == {
         "device": (["cpu"], ["cpu", "pretend"])
     }
     # --across names one setting: the others are still held, whatever their order in ALIKE
@@ -247,7 +258,8 @@ def test_runs_that_swapped_settings_are_refused_though_the_sweeps_share_every_va
 
 
 def test_a_setting_no_row_of_one_sweep_says_is_skipped_and_the_next_still_held():
-    """Older rows that do not say their device (null) set nothing apart on it; their dtype still does."""
+    """Older rows that do not say their device (null) set nothing apart on it; their dtype still
+    does."""
     older = {("m1", "v"): {"device_type": None, "dtype": "float32", "mode": "eager"}}
     now = {("m1", "v"): {"device_type": "cpu", "dtype": "bfloat16", "mode": "eager"}}
     assert decision.unlike_sweeps(older, now) == {"dtype": (["float32"], ["bfloat16"])}

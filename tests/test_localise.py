@@ -1,11 +1,13 @@
-"""The first wrong operator (``model-support localise``, ``debug.localise``) and its one-operator repro script.
+"""The first wrong operator (``model-support localise``, ``debug.localise``) and its one-operator
+repro script.
 
-On the pretend device, each stack fault at a time: ``wrong_ops`` on one operator (a norm's ``aten::rsqrt``, the
-MLP's ``aten::silu``, attention's ``aten::bmm``) is named as exactly that operator in exactly its module, with no
-operator downstream flagged; noise the size of bf16 rounding on every matrix product is not flagged, every value
-off by 2% is. The saved script exits 1 on the faulty stack and 0 with the fault removed. The pretend backend
-registers a device for the life of a process, so each stack is a child process (run side by side); the tolerance
-and the inputs file's checks run here on the CPU.
+On the pretend device, each stack fault at a time: ``wrong_ops`` on one operator (a norm's
+``aten::rsqrt``, the MLP's ``aten::silu``, attention's ``aten::bmm``) is named as exactly that
+operator in exactly its module, with no operator downstream flagged; noise the size of bf16 rounding
+on every matrix product is not flagged, every value off by 2% is. The saved script exits 1 on the
+faulty stack and 0 with the fault removed. The pretend backend registers a device for the life of a
+process, so each stack is a child process (run side by side); the tolerance and the inputs file's
+checks run here on the CPU.
 """
 
 from __future__ import annotations
@@ -31,9 +33,11 @@ from model_support.render.html import MODEL_NUMBERS
 from model_support_pretend import PretendConfigError, parse
 
 MODEL = "tiny-llama"
-#: CUDA's flash attention kernel, and the pretend device's own attention kernel (its ``sdpa_kernel``).
+#: CUDA's flash attention kernel, and the pretend device's own attention kernel (its
+#: ``sdpa_kernel``).
 FLASH, OWN = "aten::_scaled_dot_product_flash_attention", "pretend::attention"
-#: Each case: its stack, and the operator and module the localiser must name (None: nothing is wrong).
+#: Each case: its stack, and the operator and module the localiser must name (None: nothing is
+#: wrong).
 CASES = {
     "rsqrt": ({"wrong_ops": ["aten::rsqrt"]}, "aten::rsqrt", "model.layers.0.input_layernorm"),
     "silu": ({"wrong_ops": ["aten::silu"]}, "aten::silu", "model.layers.0.mlp.act_fn"),
@@ -43,17 +47,20 @@ CASES = {
         "aten::mm",
         "model.layers.0.self_attn.q_proj",
     ),
-    # attention run as CUDA runs it, one fused kernel the CPU has none of: replayed through the math attention
+    # attention run as CUDA runs it, one fused kernel the CPU has none of: replayed through the math
+    # attention
     "flash": ({"sdpa_kernel": "flash", "wrong_ops": [FLASH]}, FLASH, "model.layers.0.self_attn"),
     "flash-healthy": ({"sdpa_kernel": "flash"}, None, None),
-    # attention run as a kernel of the device's own, which nothing replays: not judged, and said first
+    # attention run as a kernel of the device's own, which nothing replays: not judged, and said
+    # first
     "own-then-silu": (
         {"sdpa_kernel": "own", "wrong_ops": ["aten::silu"]},
         "aten::silu",
         "model.layers.0.mlp.act_fn",
     ),
 }
-#: The wrong operator is one the CPU cannot run (a kernel registered for the device alone): not judged, never agreeing.
+#: The wrong operator is one the CPU cannot run (a kernel registered for the device alone): not
+#: judged, never agreeing.
 NOT_JUDGED_CASE = {"sdpa_kernel": "own", "wrong_ops": [OWN]}
 #: The case run through the command line: inside attention (sdpa decomposed, as the census does).
 CLI_CASE = ({"wrong_ops": ["aten::bmm"]}, "aten::bmm", "model.layers.0.self_attn")
@@ -68,8 +75,8 @@ def child_env(config: dict | None, **extra) -> dict:
 
 
 def pretend_sweep(data: Path, path: str, config: dict, device: str = "pretend") -> None:
-    """A one-model sweep ``s`` on the pretend stack ``config``, with the model's record (the runner's own record
-    of a PASS; nothing probed: the localiser reruns the model itself)."""
+    """A one-model sweep ``s`` on the pretend stack ``config``, with the model's record (the
+    runner's own record of a PASS; nothing probed: the localiser reruns the model itself)."""
     SweepMeta(
         sweep_id="s",
         name="s",
@@ -117,7 +124,8 @@ def run_cli(data: Path, config: dict) -> subprocess.CompletedProcess:
 
 
 def run_script(script: Path, config: dict | None = None, **env) -> subprocess.CompletedProcess:
-    """A one-operator script run with plain python in its folder (nothing of this project on its path)."""
+    """A one-operator script run with plain python in its folder (nothing of this project on its
+    path)."""
     return subprocess.run(
         [sys.executable, script.name],
         capture_output=True,
@@ -130,7 +138,8 @@ def run_script(script: Path, config: dict | None = None, **env) -> subprocess.Co
 
 @pytest.fixture(scope="module")
 def localised(tmp_path_factory, fixture_models) -> dict:
-    """Every case localised at once, each on its own stack in its own process: name -> (result, data folder)."""
+    """Every case localised at once, each on its own stack in its own process: name -> (result,
+    data folder)."""
     path = fixture_models[MODEL]["path"]
     jobs = {}
     with ThreadPoolExecutor(max_workers=3) as pool:
@@ -162,9 +171,8 @@ def test_each_fault_is_named_as_exactly_its_operator_and_module(localised, case)
         assert result["summary"].startswith("No operator is wrong")
         return
     assert result["overload"] == "default"
-    assert {w["operator"] for w in result["wrong_ops"]} == {
-        operator
-    }  # not one operator downstream of it
+    # not one operator downstream of it
+    assert {w["operator"] for w in result["wrong_ops"]} == {operator}
     assert result["shapes"] and len(result["shapes"]) == len(result["dtypes"])
     assert result["max_abs_error"] > 0 and result["max_rel_error"] > 0
     stored = localise.stored(data, "s", f"local:{MODEL}")
@@ -177,9 +185,8 @@ def test_the_two_percent_fault_is_two_percent_and_attention_is_decomposed(locali
     two = localised["two-percent"][0]
     assert 0.015 < two["rms_rel_error"] < 0.03 and two["dtypes"] == ["bfloat16", "bfloat16"]
     attention = localised["cli"][0]
-    assert (
-        attention["module_class"] == "LlamaAttention" and len(attention["shapes"]) == 2
-    )  # the bmm, not sdpa
+    # the bmm, not sdpa
+    assert attention["module_class"] == "LlamaAttention" and len(attention["shapes"]) == 2
 
 
 @pytest.mark.slow
@@ -190,16 +197,14 @@ def test_the_one_operator_script_fails_on_the_faulty_stack_and_passes_without_th
     assert inputs.stem == hashlib.sha256(inputs.read_bytes()).hexdigest()  # stored by its content
     assert inputs.stat().st_size < 1_000_000
 
-    faulty = run_script(
-        script
-    )  # the script sets the stack's configuration itself, as the sweep's repro scripts do
+    # the script sets the stack's configuration itself, as the sweep's repro scripts do
+    faulty = run_script(script)
     assert faulty.returncode == 1, faulty.stderr[-2000:]
     assert (
         "WRONG" in faulty.stdout and "on pretend" in faulty.stdout and "on the CPU" in faulty.stdout
     )
-    healthy = run_script(
-        script, {}, MODEL_SUPPORT_REPRO_KEEP_CONFIG="1"
-    )  # the same stack with the fault removed
+    # the same stack with the fault removed
+    healthy = run_script(script, {}, MODEL_SUPPORT_REPRO_KEEP_CONFIG="1")
     assert healthy.returncode == 0, healthy.stdout[-2000:] + healthy.stderr[-2000:]
     assert "they agree" in healthy.stdout
 
@@ -215,13 +220,13 @@ def test_a_fused_attention_kernel_the_cpu_cannot_run_is_judged_through_the_math_
     assert wrong["module_class"] == "LlamaAttention" and wrong["ops_not_judged"] == 0
     healthy, _ = localised["flash-healthy"]
     assert healthy["ops_not_judged"] == 0 and healthy["summary"].startswith("No operator is wrong")
-    # its output and logsumexp compared; what the math attention does not make is named, never counted as agreeing
+    # its output and logsumexp compared; what the math attention does not make is named, never
+    # counted as agreeing
     (unjudged,) = healthy["outputs_not_judged"]
     assert unjudged["operator"] == FLASH and "rng_state" in unjudged["outputs"]
     assert not {"output", "logsumexp"} & set(unjudged["outputs"])
-    script = Path(
-        wrong["repro"]
-    )  # the script replays it as the localiser did: through the math attention
+    # the script replays it as the localiser did: through the math attention
+    script = Path(wrong["repro"])
     faulty = run_script(script)
     assert faulty.returncode == 1 and "WRONG" in faulty.stdout, (
         faulty.stdout[-2000:] + faulty.stderr[-2000:]
@@ -234,9 +239,8 @@ def test_a_fused_attention_kernel_the_cpu_cannot_run_is_judged_through_the_math_
 
 @pytest.mark.slow
 def test_an_operator_the_cpu_cannot_run_is_not_judged_and_never_agrees(localised):
-    result, _ = localised[
-        "not-judged"
-    ]  # the wrong operator is the device's own: nothing can replay it
+    # the wrong operator is the device's own: nothing can replay it
+    result, _ = localised["not-judged"]
     assert result["operator"] is None and result["ops_not_judged"] == 2  # one per layer
     assert {o["operator"] for o in result["not_judged_ops"]} == {OWN}
     assert "the CPU cannot run it" in result["not_judged_ops"][0]["reason"]
@@ -247,9 +251,8 @@ def test_an_operator_the_cpu_cannot_run_is_not_judged_and_never_agrees(localised
         "No operator is wrong" not in result["summary"]
         and f"all {result['ops_checked']}" not in result["summary"]
     )
-    first, _ = localised[
-        "own-then-silu"
-    ]  # an operator not judged before the first wrong one: said first
+    # an operator not judged before the first wrong one: said first
+    first, _ = localised["own-then-silu"]
     assert first["operator"] == "aten::silu" and first["ops_not_judged"] == 2
     assert first["summary"].startswith(
         f"1 operator before the first wrong one could not be judged ({OWN}"
@@ -318,15 +321,15 @@ def test_the_inputs_file_is_read_only_by_its_hash_and_as_tensors(tmp_path):
     import io
 
     buffer = io.BytesIO()
-    torch.save(
-        {"args": [UserError("x")], "kwargs": {}}, buffer
-    )  # a pickle of more than tensors and plain values
+    # a pickle of more than tensors and plain values
+    torch.save({"args": [UserError("x")], "kwargs": {}}, buffer)
     path.write_bytes(buffer.getvalue())
     with pytest.raises(Exception, match="Weights only load failed"):
         op_check.read_inputs(path, hashlib.sha256(buffer.getvalue()).hexdigest())
 
 
-# --- the tolerance, on the CPU ---------------------------------------------------------------------------------
+# --- the tolerance, on the CPU
+# ---------------------------------------------------------------------------------
 
 
 def _judged(device, cpu, name="aten::add"):
@@ -338,13 +341,11 @@ def test_bf16_rounding_and_another_summation_order_are_not_faults():
     a, b = torch.randn(64, 512), torch.randn(512, 32)
     exact = a @ b
     assert not _judged(exact.to(torch.bfloat16), exact.to(torch.bfloat16))["wrong"]
-    halves = (a[:, :256] @ b[:256] + a[:, 256:] @ b[256:]).to(
-        torch.bfloat16
-    )  # the reduction split in two
+    # the reduction split in two
+    halves = (a[:, :256] @ b[:256] + a[:, 256:] @ b[256:]).to(torch.bfloat16)
     assert not _judged(halves, exact.to(torch.bfloat16), "aten::mm")["wrong"]
-    bf16 = (
-        a.bfloat16() @ b.bfloat16()
-    ).float()  # a float32 product run in bf16, as a TPU's default precision does
+    # a float32 product run in bf16, as a TPU's default precision does
+    bf16 = (a.bfloat16() @ b.bfloat16()).float()
     assert not _judged(bf16, exact, "aten::mm")["wrong"]
     assert _judged(bf16, exact, "aten::add")["wrong"]  # not so an elementwise float32 operator
 
@@ -365,8 +366,9 @@ def test_two_percent_one_wrong_value_a_nan_or_an_integer_off_by_one_are_faults()
     assert _judged(torch.ones(2, 3), torch.ones(3, 2))["wrong"]
 
 
-#: Each fused attention kernel the CPU has none of, called as the sdpa composite calls it (its own argument order):
-#: query, key and value, then a float mask where it takes one, causal where it does not, and a scale.
+#: Each fused attention kernel the CPU has none of, called as the sdpa composite calls it (its own
+#: argument order): query, key and value, then a float mask where it takes one, causal where it does
+#: not, and a scale.
 FUSED_CALLS = {
     "aten::_scaled_dot_product_flash_attention": lambda q, k, v, mask: (
         (q, k, v, 0.0, True, False),
@@ -389,8 +391,9 @@ FUSED_CALLS = {
 
 @pytest.mark.parametrize("name", FUSED_CALLS)
 def test_each_fused_attention_kernel_is_replayed_from_its_own_arguments(name):
-    """The CPU's own flash attention (another kernel than the math attention) stands for the device: its output and
-    logsumexp agree with the replay; made without the mask or the causality the call asked for, they do not."""
+    """The CPU's own flash attention (another kernel than the math attention) stands for the
+    device: its output and logsumexp agree with the replay; made without the mask or the
+    causality the call asked for, they do not."""
     torch.manual_seed(0)
     q, k, v = (torch.randn(1, 4, 6, 16).bfloat16() for _ in range(3))
     mask = (torch.randn(1, 1, 6, 6) * 3).bfloat16()
@@ -399,9 +402,8 @@ def test_each_fused_attention_kernel_is_replayed_from_its_own_arguments(name):
     with pytest.raises(NotImplementedError):  # the CPU has no kernel of it
         op(*args, scale=0.3)
 
-    def device(
-        attn_mask, causal
-    ):  # the kernel's outputs, the CPU's flash attention computing the first two
+    # the kernel's outputs, the CPU's flash attention computing the first two
+    def device(attn_mask, causal):
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             q, k, v, 0.0, causal, attn_mask=attn_mask, scale=0.3
         )
@@ -436,7 +438,8 @@ def test_the_pretend_attention_kernel_is_one_it_knows():
         parse('{"sdpa_kernel": "fast"}')
 
 
-# --- bad input: one sentence, before anything runs -------------------------------------------------------------
+# --- bad input: one sentence, before anything runs
+# -------------------------------------------------------------
 
 
 def test_bad_input_is_one_sentence(tmp_path, fixture_models):

@@ -1,22 +1,25 @@
 """The localiser follows the run to where it first goes wrong (issue 56, part 3; docs/debugging.md).
 
-``model-support localise`` replays the run, not only the prompt's forward: the prompt, then the record's generated
-tokens one decode step at a time through the KV cache, each operator judged; it names the first wrong one with the
-step it ran in, and proves the chain of wrong operators with the same judgement ``ops --prove`` gives a what-if run,
-so ``localise``, ``ops --prove`` and the plan agree.
+``model-support localise`` replays the run, not only the prompt's forward: the prompt, then the
+record's generated tokens one decode step at a time through the KV cache, each operator judged; it
+names the first wrong one with the step it ran in, and proves the chain of wrong operators with the
+same judgement ``ops --prove`` gives a what-if run, so ``localise``, ``ops --prove`` and the plan
+agree.
 
 For real, as users type it, on the pretend device:
 
-- tiny-llama with ``_safe_softmax`` wrong from 29 key positions on (``wrong_past_length``): its prompt has 26
-  tokens, so the run diverges at step 3. Before, ``localise`` said "No operator is wrong: all 263 operators ... agree"
-  and ``ops`` "Nothing to fix"; now it names ``aten::_safe_softmax`` at step 3, confirms it, and the plan lists it.
-- SmolLM2-135M-Instruct with ``aten::silu`` wrong and ``_safe_softmax`` wrong from 38 positions (35 prompt tokens:
-  step 3). Before, ``localise`` confirmed silu alone from the prompt's forward, ``ops --prove`` said "not confirmed:
-  ... diverges" and the plan "blocked by something no host operator fixes"; now all three name both operators and
-  agree: the chain is confirmed as a whole, the step of both is confirmed, the model runs with both on the host.
-- A record whose long-text check diverged at position 39 (the verdict's tokens never get there): the long text's
-  decode path is replayed to that position and ``_safe_softmax`` named there (skipped where this tree has no
-  ``probe.long_text``).
+- tiny-llama with ``_safe_softmax`` wrong from 29 key positions on (``wrong_past_length``): its
+  prompt has 26 tokens, so the run diverges at step 3. Before, ``localise`` said "No operator is
+  wrong: all 263 operators ... agree" and ``ops`` "Nothing to fix"; now it names
+  ``aten::_safe_softmax`` at step 3, confirms it, and the plan lists it.
+- SmolLM2-135M-Instruct with ``aten::silu`` wrong and ``_safe_softmax`` wrong from 38 positions (35
+  prompt tokens: step 3). Before, ``localise`` confirmed silu alone from the prompt's forward, ``ops
+  --prove`` said "not confirmed: ... diverges" and the plan "blocked by something no host operator
+  fixes"; now all three name both operators and agree: the chain is confirmed as a whole, the step
+  of both is confirmed, the model runs with both on the host.
+- A record whose long-text check diverged at position 39 (the verdict's tokens never get there): the
+  long text's decode path is replayed to that position and ``_safe_softmax`` named there (skipped
+  where this tree has no ``probe.long_text``).
 
 Each chain runs in its own processes, side by side (four new tokens: the divergences sit at step 3).
 """
@@ -50,7 +53,8 @@ SMOL = "SmolLM2-135M-Instruct"
 
 
 def cli(args: list, data: Path, stack: dict | None) -> subprocess.CompletedProcess:
-    """The command line for real, with the pretend stack ``stack`` in its environment (None: unset); it must exit 0."""
+    """The command line for real, with the pretend stack ``stack`` in its environment (None:
+    unset); it must exit 0."""
     return pretend_cli(args, data, stack, check=True, threads=1, timeout=600)
 
 
@@ -72,7 +76,8 @@ def swept(tmp: Path, name: str, model_path: str, stack: dict) -> tuple[Path, str
 
 
 def llama_chain(tmp: Path, path: str) -> dict:
-    """tiny-llama's softmax case: the sweep, ``localise`` as typed, then ``ops`` from the sweep's data alone."""
+    """tiny-llama's softmax case: the sweep, ``localise`` as typed, then ``ops`` from the sweep's
+    data alone."""
     from model_support.debug import localise
 
     data, sweep, record = swept(tmp, "softmax", path, LLAMA_STACK)
@@ -84,7 +89,8 @@ def llama_chain(tmp: Path, path: str) -> dict:
 
 
 def smol_chain(tmp: Path, path: str) -> dict:
-    """SmolLM2's case: the sweep, ``localise``, ``ops``, ``ops --prove``, then ``ops`` from the sweep's data alone."""
+    """SmolLM2's case: the sweep, ``localise``, ``ops``, ``ops --prove``, then ``ops`` from the
+    sweep's data alone."""
     from model_support.debug import localise
 
     data, sweep, record = swept(tmp, "smol", path, SMOL_STACK)
@@ -117,7 +123,8 @@ def chains(tmp_path_factory, fixture_models) -> dict:
 
 
 def diverging_step(record: dict, positions: int) -> int:
-    """The step whose forward first reads ``positions`` keys: the prompt's forward reads ``tokens_in``."""
+    """The step whose forward first reads ``positions`` keys: the prompt's forward reads
+    ``tokens_in``."""
     return positions - record["tokens_in"]
 
 
@@ -142,7 +149,10 @@ def test_a_softmax_wrong_from_29_positions_is_named_at_the_step_where_the_run_di
     assert answer["module_class"] == "LlamaAttention" and {
         w["operator"] for w in answer["wrong_ops"]
     } == {SOFTMAX}
-    where = f"at step {step} (a decode step over 29 positions; the run diverged from the CPU reference there)"
+    where = (
+        f"at step {step} (a decode step over 29 positions; the run diverged from the CPU reference "
+        "there)"
+    )
     assert answer["summary"].startswith(
         f"The first wrong operator of {answer['ops_checked']} checked is {SOFTMAX}"
     )
@@ -152,9 +162,8 @@ def test_a_softmax_wrong_from_29_positions_is_named_at_the_step_where_the_run_di
     )
     proof = answer["proof"]
     assert (proof["verdict"], [link["name"] for link in proof["chain"]]) == ("confirmed", [SOFTMAX])
-    (rerun,) = proof[
-        "reruns"
-    ]  # the whole run replayed with the softmax on the host, its output judged
+    # the whole run replayed with the softmax on the host, its output judged
+    (rerun,) = proof["reruns"]
     assert (rerun["steps_run"], rerun["numerics"], rerun["ops_wrong"]) == (
         len(record["output_token_ids"]),
         "match",
@@ -175,9 +184,8 @@ def test_the_softmax_localised_in_a_decode_step_is_a_step_of_the_plan(chains):
         "tiny-llama"
     ]
     plan = text[text.index("What to implement next") :].splitlines()
-    fix = " ".join(
-        line.split("│")[2].strip() for line in plan if line.startswith("│")
-    )  # the column, unwrapped
+    # the column, unwrapped
+    fix = " ".join(line.split("│")[2].strip() for line in plan if line.startswith("│"))
     assert fix.startswith(SOFTMAX) and fix.endswith("(wrong numbers in 1 model, localised)")
     assert "Nothing to fix" not in text
 
@@ -192,27 +200,21 @@ def test_localise_names_both_wrong_operators_each_where_it_first_goes_wrong_and_
     record, answer, printed = case["record"], case["answer"], case["printed"]
     assert printed == localise_words.answer_lines(answer)
     assert (record["status"], record["numerics"]) == ("PASS", "diverges")
-    assert (answer["operator"], answer.get("step")) == (
-        "aten::silu",
-        0,
-    )  # wrong from the prompt's forward on
+    # wrong from the prompt's forward on
+    assert (answer["operator"], answer.get("step")) == ("aten::silu", 0)
     proof = answer["proof"]
     assert [(link["name"], link["step"]) for link in proof["chain"]] == [
         (SILU, 0),
-        (
-            SOFTMAX,
-            diverging_step(record, 38),
-        ),  # met only in a decode step: the prompt's forward reads 35 keys
+        # met only in a decode step: the prompt's forward reads 35 keys
+        (SOFTMAX, diverging_step(record, 38)),
     ]
     assert (proof["verdict"], proof["matches"], proof["on_host"]) == (
         "confirmed",
         True,
         [SILU, SOFTMAX],
     )
-    assert [r["numerics"] for r in proof["reruns"]] == [
-        None,
-        "match",
-    ]  # the first rerun stopped at the softmax
+    # the first rerun stopped at the softmax
+    assert [r["numerics"] for r in proof["reruns"]] == [None, "match"]
     assert proof["reruns"][-1]["steps_run"] == len(record["output_token_ids"])
     (enough,) = [line for line in printed if line.startswith("not enough:")]
     assert (
@@ -245,14 +247,16 @@ def test_localise_ops_prove_and_the_plan_agree_and_name_both_operators(chains):
     assert SOFTMAX in standing and SILU in standing
 
 
-# --- a long-text divergence, from a record that says where ------------------------------------------------------
+# --- a long-text divergence, from a record that says where
+# ------------------------------------------------------
 
 
 @pytest.mark.slow
 def test_a_long_text_divergence_is_replayed_to_its_position(tmp_path, fixture_models):
-    """The verdict's two tokens reach 27 keys and agree; the record's long-text check diverged at position 39 on its
-    decode path (a softmax wrong from 40 keys). ``localise`` replays the long text's ids through the KV cache to
-    position 39, checking the last few positions, and names the softmax there."""
+    """The verdict's two tokens reach 27 keys and agree; the record's long-text check diverged at
+    position 39 on its decode path (a softmax wrong from 40 keys). ``localise`` replays the long
+    text's ids through the KV cache to position 39, checking the last few positions, and names
+    the softmax there."""
     long_text = pytest.importorskip("model_support.probe.long_text")
     if not hasattr(long_text, "token_ids"):
         pytest.skip("this tree's long-text check names no token_ids")
@@ -262,9 +266,8 @@ def test_a_long_text_divergence_is_replayed_to_its_position(tmp_path, fixture_mo
     from model_support.record import store
 
     data = tmp_path / "data"
-    pretend_sweep(
-        data, fixture_models["tiny-llama"]["path"], LONG_STACK
-    )  # sweep s, a PASS record of tiny-llama
+    # sweep s, a PASS record of tiny-llama
+    pretend_sweep(data, fixture_models["tiny-llama"]["path"], LONG_STACK)
     (path,) = (store.sweep_dir(data, "s") / "records").glob("*.json")
     record = json.loads(path.read_text())
     said = {
@@ -279,8 +282,8 @@ def test_a_long_text_divergence_is_replayed_to_its_position(tmp_path, fixture_mo
     assert (answer["operator"], answer.get("step")) == (SOFTMAX, 39), answer["summary"]
     assert answer["replay"]["what"] == "the long text's decode path" and answer["steps_run"] == 40
     assert (
-        "at position 39 (a decode step over 40 positions; the long-text check's decode path diverged"
-        in printed[0]
+        "at position 39 (a decode step over 40 positions; the long-text check's decode path "
+        "diverged" in printed[0]
     )
     assert answer["proof"]["verdict"] == "confirmed"
     assert (
@@ -288,7 +291,8 @@ def test_a_long_text_divergence_is_replayed_to_its_position(tmp_path, fixture_mo
     )
 
 
-# --- which divergence the replay chases, from the record ---------------------------------------------------------
+# --- which divergence the replay chases, from the record
+# ---------------------------------------------------------
 
 
 def test_the_replay_chases_the_verdicts_divergence_first_and_says_a_long_text_one_it_does_not_reach():
@@ -323,15 +327,13 @@ def test_the_replay_chases_the_verdicts_divergence_first_and_says_a_long_text_on
         1,
         "the run first chose another token than the CPU",
     )
-    lost = replay_of(
-        {**ties, "long_text_decode_diverges_at": 39}
-    )  # no tokenizer at hand: not to be had, said
+    # no tokenizer at hand: not to be had, said
+    lost = replay_of({**ties, "long_text_decode_diverges_at": 39})
     assert lost.prompt_ids is None and lost.unreached.endswith(
         "(the long text's ids are not to be had here)"
     )
-    failed = replay_of(
-        {"status": "FAIL(gen)", "output_token_ids": None}
-    )  # nothing generated: the prompt's forward
+    # nothing generated: the prompt's forward
+    failed = replay_of({"status": "FAIL(gen)", "output_token_ids": None})
     assert (failed.tokens, failed.steps, failed.diverged_at, failed.unreached) == (
         [],
         1,
@@ -358,9 +360,8 @@ def test_a_long_text_divergence_is_replayed_on_its_own_path_to_its_position(fixt
         "position",
         40 - LONG_TEXT_CHECKED,
     )
-    last = replay_of(
-        {**record, "long_text_decode_diverges_at": 47}, tokenizer
-    )  # the text's last position
+    # the text's last position
+    last = replay_of({**record, "long_text_decode_diverges_at": 47}, tokenizer)
     assert last.steps == 48 and last.tokens[:-1] == ids[1:48]
     prefill = replay_of({**record, "long_text_prefill_diverges_at": 20}, tokenizer)
     assert (prefill.prompt_ids, prefill.tokens, prefill.steps) == (ids[:21], [], 1)

@@ -1,17 +1,20 @@
-"""The blame proven (issue 48, part 6; issue 56, part 3): ``model-support localise`` ends with the run replayed again,
-the wrong operator on the host (``probe.host_ops``), confirmed when the model's output then matches the CPU reference
-(``ops.proof.rerun_wrong``: the judgement ``ops --prove`` gives a what-if run, so the two cannot contradict each
-other), else the next wrong operator named and put there too, up to ``localise_proof.MAX_ON_HOST``.
+"""The blame proven (issue 48, part 6; issue 56, part 3): ``model-support localise`` ends with the
+run replayed again, the wrong operator on the host (``probe.host_ops``), confirmed when the model's
+output then matches the CPU reference (``ops.proof.rerun_wrong``: the judgement ``ops --prove``
+gives a what-if run, so the two cannot contradict each other), else the next wrong operator named
+and put there too, up to ``localise_proof.MAX_ON_HOST``.
 
-For real, on the pretend device over tiny-llama (its rotary embedding, RMSNorm and gated MLP multiply; its MLP's
-activation is SiLU): a wrong ``aten::mul`` is confirmed; with ``aten::mul`` and ``aten::silu`` wrong both are named
-and the model matches with both on the host. The command's printed answer is the stored one's. The pretend stack
-names ``aten::mul.Tensor``: its fault check cannot take the packet ``aten::mul``, which has no default overload.
-The proof's other endings (a refused operator, a device without host kernels, the bound, an output not checked or
-diverging, operators not judged, a run that raises, a kernel the device ignores, a divergence the replay cannot
-reach) run on made-up reruns, and so does the check that localise's verdict and ``ops --prove``'s are one judgement.
-The records here hold no generated tokens: the run replayed is the prompt's forward and the token it gives
-(tests/test_localise_decode.py replays real runs through their decode steps).
+For real, on the pretend device over tiny-llama (its rotary embedding, RMSNorm and gated MLP
+multiply; its MLP's activation is SiLU): a wrong ``aten::mul`` is confirmed; with ``aten::mul`` and
+``aten::silu`` wrong both are named and the model matches with both on the host. The command's
+printed answer is the stored one's. The pretend stack names ``aten::mul.Tensor``: its fault check
+cannot take the packet ``aten::mul``, which has no default overload. The proof's other endings (a
+refused operator, a device without host kernels, the bound, an output not checked or diverging,
+operators not judged, a run that raises, a kernel the device ignores, a divergence the replay cannot
+reach) run on made-up reruns, and so does the check that localise's verdict and ``ops --prove``'s
+are one judgement. The records here hold no generated tokens: the run replayed is the prompt's
+forward and the token it gives (tests/test_localise_decode.py replays real runs through their decode
+steps).
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from model_support.debug.localise import Localised
 from model_support.ops import localised as localised_answers
 
 MUL = "aten::mul.Tensor"
-#: Each case: its stack, the chain of wrong operators it names (as the plan does) and what goes to the host.
+#: Each case: its stack, the chain of wrong operators it names (as the plan does) and what goes to
+#: the host.
 CASES = {
     "mul": ({"wrong_ops": [MUL]}, [MUL], ["aten::mul"]),
     "mul-silu": (
@@ -58,7 +62,8 @@ def run_cli(data: Path, config: dict) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def proved(tmp_path_factory, fixture_models) -> dict:
-    """Each case localised through the command line, in its own process: name -> (printed lines, stored answer)."""
+    """Each case localised through the command line, in its own process: name -> (printed lines,
+    stored answer)."""
     path = fixture_models[MODEL]["path"]
     jobs = {}
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -98,9 +103,8 @@ def test_the_wrong_operators_are_named_and_the_model_matches_with_them_on_the_ho
     assert lines[-1].startswith(
         f"confirmed: with {' and '.join(on_host)} on the host the model matches the reference"
     )
-    assert (
-        localised_answers.wrong_ops(answer)[: len(chain)] == chain
-    )  # the plan's wrong operators of the model
+    # the plan's wrong operators of the model
+    assert localised_answers.wrong_ops(answer)[: len(chain)] == chain
 
 
 @pytest.mark.slow
@@ -110,16 +114,15 @@ def test_the_second_wrong_operator_is_found_with_the_first_on_the_host(proved):
     assert first["on_host"] == ["aten::mul"] and first["next"]["operator"] == "aten::silu"
     assert "aten::silu" not in first["host_calls"] and second["host_calls"]["aten::silu"] > 0
     (enough,) = [line for line in lines if line.startswith("not enough:")]
-    assert (
-        first["next"]["step"] == 0
-    )  # the record holds no generated tokens: the prompt's forward is the run
+    # the record holds no generated tokens: the prompt's forward is the run
+    assert first["next"]["step"] == 0
     assert enough.startswith(
         "not enough: with aten::mul on the host the run still goes wrong at step 0 (the prompt's"
     )
     assert f"at operator #{first['next']['index'] + 1} of that step's forward" in enough
     assert (
-        "the next wrong operator is aten::silu (default) in model.layers.0.mlp.act_fn (SiLUActivation)"
-        in enough
+        "the next wrong operator is aten::silu (default) in model.layers.0.mlp.act_fn "
+        "(SiLUActivation)" in enough
     )
     assert lines.index(enough) == len(lines) - 2  # then the confirmation
     _, single = proved["mul"]
@@ -130,7 +133,8 @@ def test_the_second_wrong_operator_is_found_with_the_first_on_the_host(proved):
 
 
 def test_every_operator_of_the_chain_is_a_wrong_operator_of_the_plan():
-    """The first ``MAX_LISTED`` flags can all be the first operator's: the chain's second still reaches the plan."""
+    """The first ``MAX_LISTED`` flags can all be the first operator's: the chain's second still
+    reaches the plan."""
     answer = {
         "operator": "aten::mul",
         "overload": "Tensor",
@@ -144,7 +148,8 @@ def test_every_operator_of_the_chain_is_a_wrong_operator_of_the_plan():
     assert localised_answers.wrong_ops(answer) == [MUL]
 
 
-# --- the proof's other endings, on made-up reruns ---------------------------------------------------------------
+# --- the proof's other endings, on made-up reruns
+# ---------------------------------------------------------------
 
 
 def wrong(operator: str, overload: str = "default", index: int = 5) -> dict:
@@ -167,8 +172,8 @@ def found(
     numerics: str | None = None,
     replay: localise.Replay | None = None,
 ):
-    """A made-up run; ``numerics``: its output against the CPU reference, as the localiser judges a rerun with no
-    operator wrong (None: not judged)."""
+    """A made-up run; ``numerics``: its output against the CPU reference, as the localiser judges
+    a rerun with no operator wrong (None: not judged)."""
     unjudged = not_judged or []
     return Localised(
         checked=checked,
@@ -186,7 +191,8 @@ def found(
 
 
 class Reruns:
-    """Made-up reruns: each call the next ``Localised``, the names it was asked to put on the host kept."""
+    """Made-up reruns: each call the next ``Localised``, the names it was asked to put on the
+    host kept."""
 
     def __init__(self, *results: Localised):
         self.results, self.asked = list(results), []
@@ -258,8 +264,9 @@ def test_a_device_without_host_kernels_says_why_and_reruns_nothing():
 
 
 def test_no_confirmation_without_an_output_that_matches_nor_over_a_raising_run_or_an_ignored_kernel():
-    """A rerun with no operator wrong is judged by its output against the CPU reference, as ``ops --prove`` judges a
-    what-if run: not checked, tied or diverging, it confirms nothing; operators not judged are said either way."""
+    """A rerun with no operator wrong is judged by its output against the CPU reference, as ``ops
+    --prove`` judges a what-if run: not checked, tied or diverging, it confirms nothing;
+    operators not judged are said either way."""
     unjudged = {
         **wrong("pretend::attention"),
         "reason": "the CPU cannot run it (NotImplementedError)",
@@ -282,9 +289,8 @@ def test_no_confirmation_without_an_output_that_matches_nor_over_a_raising_run_o
     matches = Reruns(found(not_judged=[unjudged], numerics="match"))
     proof = localise_proof.prove(found(wrong("aten::silu")), (True, None), matches)
     assert (proof["verdict"], proof["matches"]) == ("confirmed", True)
-    assert (
-        "1 of the 101 operators could not be judged" in proof["sentences"][0]
-    )  # said, never counted as agreeing
+    # said, never counted as agreeing
+    assert "1 of the 101 operators could not be judged" in proof["sentences"][0]
     failure = {"error_type": "RuntimeError", "module": "model.norm", "error_message": "boom"}
     proof = localise_proof.prove(
         found(wrong("aten::silu")), (True, None), Reruns(found(failure=failure, numerics="match"))
@@ -299,14 +305,14 @@ def test_no_confirmation_without_an_output_that_matches_nor_over_a_raising_run_o
     assert (
         proof["verdict"] == "not taken" and "did not run its host kernel" in proof["sentences"][0]
     )
-    assert (
-        localise_proof.prove(found(), (True, None), Reruns()) is None
-    )  # nothing wrong: nothing to prove
+    # nothing wrong: nothing to prove
+    assert localise_proof.prove(found(), (True, None), Reruns()) is None
 
 
 def test_a_divergence_the_replay_cannot_reach_is_never_confirmed():
-    """The verdict's generation matches with the operator on the host, but the record's long-text check diverged at a
-    position this replay does not reach: not proven, never "matches the reference"."""
+    """The verdict's generation matches with the operator on the host, but the record's long-text
+    check diverged at a position this replay does not reach: not proven, never "matches the
+    reference"."""
     replay = localise.Replay(
         tokens=[1, 2], unreached="the long-text check diverged at position 600 of its text"
     )
@@ -322,8 +328,9 @@ def test_a_divergence_the_replay_cannot_reach_is_never_confirmed():
 
 @pytest.mark.parametrize("numerics", ["match", "ties", "diverges", None])
 def test_localise_and_ops_prove_judge_a_rerun_with_one_function(numerics):
-    """The proof's verdict on a rerun with no wrong operator and a what-if run's ``right`` (what ``ops --prove``
-    confirms a step by) are one judgement of the same output: they cannot say different things."""
+    """The proof's verdict on a rerun with no wrong operator and a what-if run's ``right`` (what
+    ``ops --prove`` confirms a step by) are one judgement of the same output: they cannot say
+    different things."""
     from model_support.ops import proof as proof_mod
 
     proof = localise_proof.prove(
@@ -338,11 +345,13 @@ def test_localise_and_ops_prove_judge_a_rerun_with_one_function(numerics):
 
 
 def test_a_what_if_run_whose_long_text_still_diverges_proves_nothing():
-    """A wrong operator only the long text saw (a PASS whose 8 tokens match): ``ops --prove``'s what-if run with it on
-    the host is right only where its long text agrees too (``long_text.proven``); one still diverging is stuck,
-    saying so; a stray position or two is no fault, even in a short text; a long text that could run and did not (the
-    device raised) proves nothing; one that cannot run for this model (``not run:``: sharded, too few positions)
-    asks nothing, and a run that asked for none is judged by its 8 tokens (review: both were stuck for good)."""
+    """A wrong operator only the long text saw (a PASS whose 8 tokens match): ``ops --prove``'s
+    what-if run with it on the host is right only where its long text agrees too
+    (``long_text.proven``); one still diverging is stuck, saying so; a stray position or two is
+    no fault, even in a short text; a long text that could run and did not (the device raised)
+    proves nothing; one that cannot run for this model (``not run:``: sharded, too few positions)
+    asks nothing, and a run that asked for none is judged by its 8 tokens (review: both were
+    stuck for good)."""
     from model_support.ops import proof as proof_mod
 
     row = {
@@ -361,15 +370,14 @@ def test_a_what_if_run_whose_long_text_still_diverges_proves_nothing():
     assert (
         proof_mod.run_of(ran).right and proof_mod.run_of({**ran, "long_text_rate": 125 / 128}).right
     )
-    assert proof_mod.run_of(
-        {**ran, "long_text_rate": 30 / 32, "long_text_tokens": 32}
-    ).right  # two of 32
-    assert proof_mod.run_of(
-        {**ran, "long_text_rate": 70 / 72, "long_text_tokens": 200}
-    ).right  # a 72-position window
+    # two of 32
+    assert proof_mod.run_of({**ran, "long_text_rate": 30 / 32, "long_text_tokens": 32}).right
+    # a 72-position window
+    assert proof_mod.run_of({**ran, "long_text_rate": 70 / 72, "long_text_tokens": 200}).right
     wrong = proof_mod.run_of({**ran, "long_text_rate": 0.2, "long_text_decode_diverges_at": 600})
     assert not wrong.right and wrong.stuck == (
-        "its long text still diverges from the CPU reference (rate 0.200, at least 0.975, first at position 600)"
+        "its long text still diverges from the CPU reference (rate 0.200, at least 0.975, "
+        "first at position 600)"
     )
     raised = proof_mod.run_of(
         {**row, "long_text_note": "the device raised on the long text: RuntimeError: x"}

@@ -1,13 +1,15 @@
-"""Long generation, checked: the reference covers every generated position, a bug that appears only past a
-sequence length is found where it appears, and a length the model's positions cannot hold is excluded.
+"""Long generation, checked: the reference covers every generated position, a bug that appears only
+past a sequence length is found where it appears, and a length the model's positions cannot hold is
+excluded.
 
-One child process on the pretend device whose attention softmax is wrong once the key positions reach 32
-(``wrong_past_length``, a KV-cache or long-context bug), running the probe's own library call
-(``probe.run.run_probe``) on tiny-llama in-process: ``match`` at 8 tokens, ``diverges`` at 64 tokens from the
-generated position 32 - the prompt's tokens, and that position moves back by as many tokens as a longer prompt
-adds (run at 32 tokens, which reach past it, at half the cost of 64). Then the length axis: a length beyond tiny-llama's 256 positions is excluded (no verdict, the reason naming
-both numbers), while fail-short-positions, whose 8 positions cannot hold even the verdict's 8 tokens, stays the
-FAIL(gen) it is at the default length.
+One child process on the pretend device whose attention softmax is wrong once the key positions
+reach 32 (``wrong_past_length``, a KV-cache or long-context bug), running the probe's own library
+call (``probe.run.run_probe``) on tiny-llama in-process: ``match`` at 8 tokens, ``diverges`` at 64
+tokens from the generated position 32 - the prompt's tokens, and that position moves back by as many
+tokens as a longer prompt adds (run at 32 tokens, which reach past it, at half the cost of 64). Then
+the length axis: a length beyond tiny-llama's 256 positions is excluded (no verdict, the reason
+naming both numbers), while fail-short-positions, whose 8 positions cannot hold even the verdict's 8
+tokens, stays the FAIL(gen) it is at the default length.
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ from model_support_pretend import PretendConfigError, parse
 PAST = 32
 FAULT = {"wrong_past_length": {"aten::_safe_softmax": PAST}}
 LONGER_PROMPT = "The future of AI is, in the words of the people who build it every day,"
-#: The probe's settings here. No chat template: the prompt is 5 tokens, so 8 new tokens stay below 32 positions
-#: (tiny-llama's template makes it 26). float32 on the device and in the reference, and bounds scaled to float32
-#: against float32 (set when the fixture was random and its next-token distribution nearly flat, where the default
-#: bounds, set for real models' bf16, called its wrong attention a near-tie): the clean run's KL is ~5e-15 nats, so
-#: any flip (margin 0) or a KL above 1e-6 nats is a divergence, the step where the wrong softmax first acts.
+#: The probe's settings here. No chat template: the prompt is 5 tokens, so 8 new tokens stay below
+#: 32 positions (tiny-llama's template makes it 26). float32 on the device and in the reference, and
+#: bounds scaled to float32 against float32 (set when the fixture was random and its next-token
+#: distribution nearly flat, where the default bounds, set for real models' bf16, called its wrong
+#: attention a near-tie): the clean run's KL is ~5e-15 nats, so any flip (margin 0) or a KL above
+#: 1e-6 nats is a divergence, the step where the wrong softmax first acts.
 PROBE = {
     "device": "pretend",
     "judge": False,
@@ -79,7 +82,8 @@ def test_a_bug_past_a_length_is_found_where_it_appears_and_moves_with_the_prompt
         [
             ("short", llama, {**PROBE, "max_new_tokens": 8}),
             ("long", llama, {**PROBE, "max_new_tokens": 64}),
-            # 32 tokens reach past the moved divergence (prompt 26 tokens: position 6), at half the cost of 64
+            # 32 tokens reach past the moved divergence (prompt 26 tokens: position 6), at half the
+            # cost of 64
             ("longer_prompt", llama, {**PROBE, "max_new_tokens": 32, "prompt": LONGER_PROMPT}),
             ("beyond_positions", llama, {**PROBE, "max_new_tokens": 300}),
             ("fails_at_any_length", short, {**PROBE, "max_new_tokens": 16, "reference": "none"}),
@@ -99,8 +103,9 @@ def test_a_bug_past_a_length_is_found_where_it_appears_and_moves_with_the_prompt
         long_run["tokens_out"] == 64
         and long_run["peak_device_mem_mb"] > short_run["peak_device_mem_mb"] > 0
     )
-    # every position is checked: the first one whose keys reach 32 positions is where it leaves the reference; the
-    # greedy token itself may hold a step or two longer (first_divergence), the trained fixture's margins being real
+    # every position is checked: the first one whose keys reach 32 positions is where it leaves the
+    # reference; the greedy token itself may hold a step or two longer (first_divergence), the
+    # trained fixture's margins being real
     where = PAST - long_run["tokens_in"]
     assert (long_run["numerics"], long_run["numerics_step"]) == ("diverges", where)
     assert where <= long_run["first_divergence"] < long_run["tokens_out"]
@@ -108,14 +113,15 @@ def test_a_bug_past_a_length_is_found_where_it_appears_and_moves_with_the_prompt
     assert longer > 0 and moved["tokens_in"] < PAST
     assert (moved["numerics"], moved["numerics_step"]) == ("diverges", where - longer)
     assert moved["first_divergence"] >= where - longer
-    # the length axis: what the positions cannot hold is excluded, with both numbers; a model that cannot hold even
-    # the verdict's 8 tokens fails at any length as at the default (its own verdict, not the axis's)
+    # the length axis: what the positions cannot hold is excluded, with both numbers; a model that
+    # cannot hold even the verdict's 8 tokens fails at any length as at the default (its own
+    # verdict, not the axis's)
     beyond = got["beyond_positions"]
     assert beyond["status"] is None and beyond["tokens_out"] is None
     need = beyond["tokens_in"] + 300
     assert beyond["exclusion_reason"].startswith(
-        f"max_position_embeddings=256 cannot hold the prompt's {beyond['tokens_in']} tokens plus max_new_tokens=300 "
-        f"({need} positions): excluded on the length axis"
+        f"max_position_embeddings=256 cannot hold the prompt's {beyond['tokens_in']} tokens "
+        f"plus max_new_tokens=300 ({need} positions): excluded on the length axis"
     )
     failed = got["fails_at_any_length"]
     assert (failed["status"], failed["failure_stage"], failed["exclusion_reason"]) == (
@@ -126,8 +132,8 @@ def test_a_bug_past_a_length_is_found_where_it_appears_and_moves_with_the_prompt
     timed = got["perf_beyond_positions"]  # a PASS still; its perf phase not run, saying why
     assert timed["status"] == "PASS" and timed["tpot_s"] is None
     assert (
-        f"max_position_embeddings=256 cannot hold the prompt's {timed['tokens_in']} tokens plus the repeats' 300 "
-        "(perf_tokens=300" in (timed["perf_note"])
+        f"max_position_embeddings=256 cannot hold the prompt's {timed['tokens_in']} tokens "
+        "plus the repeats' 300 (perf_tokens=300" in (timed["perf_note"])
     )
 
 
@@ -154,12 +160,8 @@ def test_a_past_length_fault_names_an_operator_whose_sequence_axis_is_known(valu
     [
         (256, 5, 251, False),  # 256 positions hold 5 + 251 exactly
         (256, 5, 252, True),  # one more is the length axis's to exclude
-        (
-            8,
-            5,
-            16,
-            False,
-        ),  # not even 5 + 8 fit: it fails at any length as at the default (FAIL(gen), not excluded)
+        # not even 5 + 8 fit: it fails at any length as at the default (FAIL(gen), not excluded)
+        (8, 5, 16, False),
         (8, 5, 3, False),
         (None, 5, 10**6, False),  # a config that names no positions: nothing to check
     ],

@@ -1,14 +1,16 @@
-"""Agreement over a long real text (issue 56, item 2): the check that reaches positions the verdict's 8 tokens never do.
+"""Agreement over a long real text (issue 56, item 2): the check that reaches positions the
+verdict's 8 tokens never do.
 
-Real parts throughout: the shipped text, real models from the offline fixtures on the CPU and on the pretend
-accelerator (in a child process: it registers per process), the CPU reference computed and kept in a data folder,
-records checked against the schema, the gate over real Parquet sweeps. The acceptance: on SmolLM2-135M-Instruct, a
-fault-free pretend device against the CPU reports its top-1 agreement and first disagreement; ``_safe_softmax``
-wrong from a late position on is caught where it starts on the decode path, and missed by the verdict's 8 tokens (a
-real papermill probe: PASS, numerics match). Here on tiny-llama from position 160 of its 256 (the same operator and
-attention; minutes less of the pretend device's Python dispatch than SmolLM2's 30 layers over 640 positions):
-SmolLM2 from position 600, as the issue asks, is ``bench/bench_long_text.py --late-fault``'s, written down in
-bench/README.md.
+Real parts throughout: the shipped text, real models from the offline fixtures on the CPU and on the
+pretend accelerator (in a child process: it registers per process), the CPU reference computed and
+kept in a data folder, records checked against the schema, the gate over real Parquet sweeps. The
+acceptance: on SmolLM2-135M-Instruct, a fault-free pretend device against the CPU reports its top-1
+agreement and first disagreement; ``_safe_softmax`` wrong from a late position on is caught where it
+starts on the decode path, and missed by the verdict's 8 tokens (a real papermill probe: PASS,
+numerics match). Here on tiny-llama from position 160 of its 256 (the same operator and attention;
+minutes less of the pretend device's Python dispatch than SmolLM2's 30 layers over 640 positions):
+SmolLM2 from position 600, as the issue asks, is ``bench/bench_long_text.py --late-fault``'s,
+written down in bench/README.md.
 """
 
 from __future__ import annotations
@@ -64,9 +66,10 @@ REFERENCE = {"ids": [[1, 2, 3, 4, 5]] * 4, "logprobs": [[-0.1, -0.3, -2.0, -3.0,
 
 
 def test_a_position_agrees_flips_within_the_margin_or_diverges_outside_it():
-    """Position 0 agrees; 1 ties exactly on the device between the reference's best and another (the reference's
-    choice counts: agrees); 2 picks the reference's second, 0.2 nats below its best (a near-tie: disagrees, does not
-    diverge); 3 picks a token outside the reference's top 5 (diverges there)."""
+    """Position 0 agrees; 1 ties exactly on the device between the reference's best and another
+    (the reference's choice counts: agrees); 2 picks the reference's second, 0.2 nats below its
+    best (a near-tie: disagrees, does not diverge); 3 picks a token outside the reference's top 5
+    (diverges there)."""
     rows = [([1, 2], [9.0, 8.0]), ([2, 1], [9.0, 9.0]), ([2, 1], [9.0, 8.5]), ([7, 1], [9.0, 8.0])]
     found = long_text.compare(_found(rows), REFERENCE, margin=0.5, decode=lambda ids: f"t{ids[0]}")
     assert found["long_text_decode_top1"] == 0.5 and found["long_text_decode_top5"] == 0.75
@@ -76,15 +79,15 @@ def test_a_position_agrees_flips_within_the_margin_or_diverges_outside_it():
         "diverges at position 3: the device's 't7' (7) is outside the reference's top 5 't1' (1)"
         in (found["long_text_note"])
     )
-    tight = long_text.compare(
-        _found(rows), REFERENCE, margin=0.1
-    )  # 0.2 nats is beyond a 0.1 margin
+    # 0.2 nats is beyond a 0.1 margin
+    tight = long_text.compare(_found(rows), REFERENCE, margin=0.1)
     assert tight["long_text_decode_diverges_at"] == 2
 
 
 def test_the_gated_rate_reads_a_late_fault_at_full_strength():
-    """A fault from position 600 of 1,024: the whole text's mean top-1 still reads 59%, the lowest 128-position window
-    0%. A trailing window shorter than half a window joins the one before (too few positions to be a rate)."""
+    """A fault from position 600 of 1,024: the whole text's mean top-1 still reads 59%, the
+    lowest 128-position window 0%. A trailing window shorter than half a window joins the one
+    before (too few positions to be a rate)."""
     flags = [True] * 600 + [False] * 424
     assert sum(flags) / len(flags) == pytest.approx(0.586, abs=0.001)
     assert min(long_text.windows(flags)) == 0.0
@@ -107,8 +110,9 @@ def test_bad_settings_are_one_sentence_each():
 
 
 def test_the_cache_lives_in_the_sweeps_data_folder_and_nowhere_else(tmp_path, monkeypatch):
-    """A sweep's probe runs in ``<data>/sweeps/<id>/.work/probe-x/``: its data folder is found from its record path;
-    a probe outside a sweep uses $MODEL_SUPPORT_DATA_DIR, else ``data`` where it runs."""
+    """A sweep's probe runs in ``<data>/sweeps/<id>/.work/probe-x/``: its data folder is found
+    from its record path; a probe outside a sweep uses $MODEL_SUPPORT_DATA_DIR, else ``data``
+    where it runs."""
     (tmp_path / "sweeps" / "s1" / ".work" / "probe-x").mkdir(parents=True)
     in_sweep = {
         "record_path": str(tmp_path / "sweeps" / "s1" / ".work" / "probe-x" / "record.json")
@@ -121,8 +125,8 @@ def test_the_cache_lives_in_the_sweeps_data_folder_and_nowhere_else(tmp_path, mo
 
 
 def test_new_weights_are_a_new_revision_of_a_local_folder(tmp_path, fixture_models):
-    """A local fixture rebuilt with other weights (one byte in the middle of its safetensors) keys another
-    reference file; the same files key the same one."""
+    """A local fixture rebuilt with other weights (one byte in the middle of its safetensors)
+    keys another reference file; the same files key the same one."""
     folder = tmp_path / "m"
     shutil.copytree(fixture_models["tiny-llama"]["path"], folder)
     record, settings = _pass_record(folder), _settings(folder)
@@ -134,16 +138,16 @@ def test_new_weights_are_a_new_revision_of_a_local_folder(tmp_path, fixture_mode
     data[len(data) // 2] ^= 0xFF
     weights.write_bytes(bytes(data))
     assert long_text.reference_file(tmp_path, record, settings, [1, 2, 3]) != before
-    assert (
-        long_text.reference_file(tmp_path, record, settings, [1, 2, 4]) != before
-    )  # other ids: another key
+    # other ids: another key
+    assert long_text.reference_file(tmp_path, record, settings, [1, 2, 4]) != before
 
 
 def test_the_reference_is_computed_once_per_revision_and_read_back_without_the_model(
     tmp_path, fixture_models
 ):
-    """The first probe of a Hub revision computes the reference's top 5 and keeps it under the data folder; the next
-    one reads it back even with the model's weights gone (no reference model is loaded again)."""
+    """The first probe of a Hub revision computes the reference's top 5 and keeps it under the
+    data folder; the next one reads it back even with the model's weights gone (no reference
+    model is loaded again)."""
     folder = tmp_path / "m"
     shutil.copytree(fixture_models["tiny-llama"]["path"], folder)
     record = _pass_record(folder, revision_sha="a" * 40, sweep_id="s1")
@@ -176,9 +180,10 @@ def test_the_reference_is_computed_once_per_revision_and_read_back_without_the_m
 def test_both_paths_on_the_cpu_agree_with_the_float32_reference_and_fill_the_record(
     tmp_path, monkeypatch
 ):
-    """SmolLM2 in bf16 on the CPU, 32 positions: the stages keep the model, the device half runs both paths
-    (``checks.long_text_on_device``), the host half compares them with the float32 reference (``checks.check_pass``):
-    high top-1, full top-5, no divergence, a record the schema accepts; the verdict is untouched."""
+    """SmolLM2 in bf16 on the CPU, 32 positions: the stages keep the model, the device half runs
+    both paths (``checks.long_text_on_device``), the host half compares them with the float32
+    reference (``checks.check_pass``): high top-1, full top-5, no divergence, a record the schema
+    accepts; the verdict is untouched."""
     monkeypatch.setenv("MODEL_SUPPORT_DATA_DIR", str(tmp_path))
     settings = _settings(SMOLLM, long_text_tokens=32, device="cpu")
     adapter = devices.resolve("cpu")
@@ -219,8 +224,9 @@ def test_both_paths_on_the_cpu_agree_with_the_float32_reference_and_fill_the_rec
 
 
 def test_a_long_text_that_cannot_run_is_a_note_and_the_pass_stays(tmp_path):
-    """Its reference unloadable (the folder gone), the device's note (a reason it did not run), and no device result
-    at all: each is one sentence in ``long_text_note``, the other fields null, the PASS a PASS."""
+    """Its reference unloadable (the folder gone), the device's note (a reason it did not run),
+    and no device result at all: each is one sentence in ``long_text_note``, the other fields
+    null, the PASS a PASS."""
     settings = _settings(tmp_path / "gone", reference="none")
     record = _pass_record(tmp_path / "gone", revision_sha="b" * 40)
     found = {
@@ -249,7 +255,8 @@ def test_a_long_text_that_cannot_run_is_a_note_and_the_pass_stays(tmp_path):
 
 
 def _wired() -> bool:
-    """Whether the probe's device phase calls the long text's device half (``run.py``: the lead's wiring)."""
+    """Whether the probe's device phase calls the long text's device half (``run.py``: the lead's
+    wiring)."""
     import inspect
 
     from model_support.probe import run
@@ -259,8 +266,9 @@ def _wired() -> bool:
 
 @pytest.mark.skipif(not _wired(), reason="run.py does not call checks.long_text_on_device yet")
 def test_a_papermill_probe_with_long_text_on_records_it(tmp_path, monkeypatch):
-    """The probe as users run it: ``-p long_text on -p long_text_tokens 32`` on SmolLM2 on the CPU; the record has
-    both paths' agreement, and the reference it computed is kept in the data folder."""
+    """The probe as users run it: ``-p long_text on -p long_text_tokens 32`` on SmolLM2 on the
+    CPU; the record has both paths' agreement, and the reference it computed is kept in the data
+    folder."""
     monkeypatch.setenv("MODEL_SUPPORT_DATA_DIR", str(tmp_path / "data"))
     record = probe_record(
         tmp_path,
@@ -278,8 +286,9 @@ def test_a_papermill_probe_with_long_text_on_records_it(tmp_path, monkeypatch):
     assert len(list((tmp_path / "data" / "long_text").rglob("*.json"))) == 1
 
 
-#: A child process on the pretend device (``MODEL_SUPPORT_PRETEND`` set by the test): the stages with the model kept,
-#: the long text's device half, then the host checks, as the probe runs them; prints the record's long-text fields.
+#: A child process on the pretend device (``MODEL_SUPPORT_PRETEND`` set by the test): the stages
+#: with the model kept, the long text's device half, then the host checks, as the probe runs them;
+#: prints the record's long-text fields.
 CHILD = """
 import json, sys
 import model_support
@@ -324,9 +333,10 @@ def _on_pretend(tmp_path: Path, pretend: dict, tokens: int, model: Path = SMOLLM
 def test_on_a_fault_free_pretend_device_the_long_text_reports_its_agreement_and_first_disagreement(
     tmp_path,
 ):
-    """Issue 56's acceptance, first half: SmolLM2 on the pretend device (bf16, its operators the CPU's) against the
-    CPU float32 reference over 64 positions of the text: top-1 agreement and the first disagreement reported (bf16
-    flips a near-tie or two), nothing diverges, the gated rate (near-ties agree) whole."""
+    """Issue 56's acceptance, first half: SmolLM2 on the pretend device (bf16, its operators the
+    CPU's) against the CPU float32 reference over 64 positions of the text: top-1 agreement and
+    the first disagreement reported (bf16 flips a near-tie or two), nothing diverges, the gated
+    rate (near-ties agree) whole."""
     found = _on_pretend(tmp_path, {}, 64)
     assert found["numerics"] == "match"
     assert found["long_text_tokens"] == 64 and found["long_text_decode_top1"] >= 0.9, found[
@@ -347,11 +357,12 @@ def test_on_a_fault_free_pretend_device_the_long_text_reports_its_agreement_and_
 def test_a_late_fault_is_caught_where_it_starts_by_the_long_text_and_missed_by_the_verdict(
     tmp_path, monkeypatch, fixture_models
 ):
-    """Issue 56's acceptance, second half: ``_safe_softmax`` wrong once attention reads 160 key positions
-    (``wrong_past_length``) on tiny-llama (SmolLM2 at 600: the bench's). The verdict's 8 tokens never get there: a
-    real papermill probe on the same device is PASS with numerics ``match``. The long text's decode path diverges
-    where the fault starts (the step whose attention reads its 160th key, position 159, or the next), its gated rate
-    collapses, and the one prefill over 256 positions is wrong from its start (every row of its attention reads 256
+    """Issue 56's acceptance, second half: ``_safe_softmax`` wrong once attention reads 160 key
+    positions (``wrong_past_length``) on tiny-llama (SmolLM2 at 600: the bench's). The verdict's
+    8 tokens never get there: a real papermill probe on the same device is PASS with numerics
+    ``match``. The long text's decode path diverges where the fault starts (the step whose
+    attention reads its 160th key, position 159, or the next), its gated rate collapses, and the
+    one prefill over 256 positions is wrong from its start (every row of its attention reads 256
     keys)."""
     late, tokens = 160, 256
     model = Path(fixture_models["tiny-llama"]["path"])
@@ -367,12 +378,10 @@ def test_a_late_fault_is_caught_where_it_starts_by_the_long_text_and_missed_by_t
     found = _on_pretend(tmp_path, fault, tokens, model)
     assert found["long_text_tokens"] == tokens, found["long_text_note"]
     assert found["long_text_decode_diverges_at"] in (late - 1, late), found["long_text_note"]
-    assert found["long_text_rate"] < 0.5, found[
-        "long_text_note"
-    ]  # the window after the fault, at full strength
-    assert found["long_text_decode_top1"] < 0.8, found[
-        "long_text_note"
-    ]  # some wrong positions keep their top-1
+    # the window after the fault, at full strength
+    assert found["long_text_rate"] < 0.5, found["long_text_note"]
+    # some wrong positions keep their top-1
+    assert found["long_text_decode_top1"] < 0.8, found["long_text_note"]
     assert (
         found["long_text_prefill_diverges_at"] is not None
         and found["long_text_prefill_diverges_at"] < 10
@@ -387,8 +396,9 @@ def test_a_late_fault_is_caught_where_it_starts_by_the_long_text_and_missed_by_t
 
 
 def test_a_long_text_expectation_is_read_checked_and_kept_in_sweep_json(tmp_path):
-    """``long_text`` as a rate or {rate, tolerance}, beside a verdict or alone (then no verdict is expected: the
-    model is no known failure); every mistake one sentence; sweep.json keeps what the file said."""
+    """``long_text`` as a rate or {rate, tolerance}, beside a verdict or alone (then no verdict
+    is expected: the model is no known failure); every mistake one sentence; sweep.json keeps
+    what the file said."""
     path = tmp_path / "expect.yaml"
     path.write_text(
         "org/a: {long_text: 0.97}\n"
@@ -405,19 +415,19 @@ def test_a_long_text_expectation_is_read_checked_and_kept_in_sweep_json(tmp_path
     assert again == found and again.long_text == found.long_text
     only_rates = tmp_path / "rates.yaml"
     only_rates.write_text("org/a: {long_text: 0.97}\n")
-    assert expectations.load_expectations(
-        only_rates
-    )  # a file of rates alone still holds expectations
+    # a file of rates alone still holds expectations
+    assert expectations.load_expectations(only_rates)
     path.write_text(
-        "org/a: {long_text: 1.5}\norg/b: {long_text: {rate: 0.9, tolerance: -1}}\norg/c: {long_text: 0.9, until: 2027-01-01}\n"
+        "org/a: {long_text: 1.5}\norg/b: {long_text: {rate: 0.9, tolerance: -1}}\norg/c: "
+        "{long_text: 0.9, until: 2027-01-01}\n"
     )
     with pytest.raises(UserError) as said:
         expectations.load_expectations(path)
     assert str(said.value) == (
-        "3 mistakes: "
-        f"{path}: org/a: long_text 1.5 is not a rate from 0 to 1 nor {{rate, tolerance}} (long_text: {{rate: 0.97}}); "
-        f"{path}: org/b: long_text tolerance -1 is not a number from 0 to 1; "
-        f"{path}: org/c: until applies to an expected verdict; this entry expects none"
+        f"3 mistakes: {path}: org/a: long_text 1.5 is not a rate from 0 to 1 nor {{rate, "
+        f"tolerance}} (long_text: {{rate: 0.97}}); {path}: org/b: long_text tolerance -1 is "
+        f"not a number from 0 to 1; {path}: org/c: until applies to an expected verdict; this "
+        "entry expects none"
     )
 
 
@@ -426,7 +436,8 @@ TEXT = "two_cities:000000000000"
 
 
 def _sweep(data: Path, sweep_id: str, day: int, rows: dict[str, dict]) -> None:
-    """A sweep of ready-made PASS records with ``rows``' long-text fields, as tests/test_gate.py builds sweeps."""
+    """A sweep of ready-made PASS records with ``rows``' long-text fields, as tests/test_gate.py
+    builds sweeps."""
     defaults = {"device_type": "cpu", "long_text_text": TEXT, "long_text_tokens": 1024}
     ready_made_sweep(data, sweep_id, day, {m: {**defaults, **fields} for m, fields in rows.items()})
 
@@ -434,10 +445,11 @@ def _sweep(data: Path, sweep_id: str, day: int, rows: dict[str, dict]) -> None:
 def test_a_long_text_drop_beyond_the_tolerance_is_a_regression_the_gate_and_the_nightly_name(
     tmp_path,
 ):
-    """Against the baseline's own rate less the default tolerance (0.025): org/drop fell from 0.95 to 0.40 (decode
-    diverging at 599) and fails ``regressions``; org/noise moved 0.015 and passes; org/other ran another length and is
-    not comparable (said). With an expectations file, its rate less its tolerance is the floor instead: org/noise's
-    0.975 misses an expected 0.99 less 0.01. The nightly names the drop and exits 1."""
+    """Against the baseline's own rate less the default tolerance (0.025): org/drop fell from
+    0.95 to 0.40 (decode diverging at 599) and fails ``regressions``; org/noise moved 0.015 and
+    passes; org/other ran another length and is not comparable (said). With an expectations file,
+    its rate less its tolerance is the floor instead: org/noise's 0.975 misses an expected 0.99
+    less 0.01. The nightly names the drop and exits 1."""
     from model_support import nightly
 
     _sweep(
@@ -466,18 +478,17 @@ def test_a_long_text_drop_beyond_the_tolerance_is_a_regression_the_gate_and_the_
     )
     found = gate.gate(tmp_path, A, B, ["regressions"])
     assert found.failing == [
-        "regression: org/drop [eager+dynamic]: long-text agreement 0.400 (lowest agreement within the margin over "
-        f"128-position windows of 1024 tokens), below 0.925 (0.950 in {A} less 0.025): decode diverges at position "
-        "599, prefill diverges at position 0"
+        "regression: org/drop [eager+dynamic]: long-text agreement 0.400 (lowest agreement "
+        "within the margin over 128-position windows of 1024 tokens), below 0.925 (0.950 in "
+        f"{A} less 0.025): decode diverges at position 599, prefill diverges at position 0"
     ]
     assert found.summary() == "FAILED: 1 long-text regression"
     assert (
         f"long text: not comparable: org/other [eager+dynamic]: length 1024 in {A}, 512 in {B}"
         in found.notes
     )
-    assert not gate.gate(
-        tmp_path, A, B, ["new-failures"]
-    ).failed  # a drop is a regression, not a new failure
+    # a drop is a regression, not a new failure
+    assert not gate.gate(tmp_path, A, B, ["new-failures"]).failed
     path = tmp_path / "expect.yaml"
     path.write_text(
         "org/noise: {long_text: {rate: 0.99, tolerance: 0.01}}\norg/gone: {long_text: 0.9}\n"
@@ -521,9 +532,10 @@ def test_a_long_text_drop_beyond_the_tolerance_is_a_regression_the_gate_and_the_
 
 @pytest.mark.parametrize("column", list(gate.LONG_TEXT_ALIKE))
 def test_the_long_text_gate_compares_a_rate_only_with_a_like_runs(tmp_path, column):
-    """Every column of ``LONG_TEXT_ALIKE``, from the declaration: a run that differs in it (another model revision,
-    whose reference is another; another device name, dtype, mode or stack) is not comparable, said and not failed,
-    though its rate fell from 0.95 to 0.40; the same drop between like runs fails."""
+    """Every column of ``LONG_TEXT_ALIKE``, from the declaration: a run that differs in it
+    (another model revision, whose reference is another; another device name, dtype, mode or
+    stack) is not comparable, said and not failed, though its rate fell from 0.95 to 0.40; the
+    same drop between like runs fails."""
     value = 512 if column == "long_text_tokens" else "other"
     _sweep(
         tmp_path, A, 4, {"org/m": {"long_text_rate": 0.95}, "org/same": {"long_text_rate": 0.95}}
@@ -534,9 +546,8 @@ def test_the_long_text_gate_compares_a_rate_only_with_a_like_runs(tmp_path, colu
         5,
         {"org/m": {"long_text_rate": 0.40, column: value}, "org/same": {"long_text_rate": 0.40}},
     )
-    failing, notes = gate.long_text_lines(
-        tmp_path, A, B
-    )  # the sweeps' own device/dtype/mode check aside
+    # the sweeps' own device/dtype/mode check aside
+    failing, notes = gate.long_text_lines(tmp_path, A, B)
     assert [line.split(":")[1] for line in failing] == [" org/same [eager+dynamic]"], failing
     said = f"long text: not comparable: org/m [eager+dynamic]: {gate.LONG_TEXT_ALIKE[column]} "
     assert any(note.startswith(said) for note in notes), notes
@@ -547,9 +558,10 @@ def test_the_long_text_gate_compares_a_rate_only_with_a_like_runs(tmp_path, colu
 
 
 def test_the_baseline_tolerance_is_never_less_than_two_positions_of_the_shortest_window():
-    """Over 1,024 positions the default (three positions of a 128-window); over 32, two of them; over 200, whose last
-    window holds 72, two of those 72 (review: 70/72 failed a floor of 0.975); a drop of exactly two positions is
-    within it whatever the float's last bit says (29/31 against 1 - 2/31)."""
+    """Over 1,024 positions the default (three positions of a 128-window); over 32, two of them;
+    over 200, whose last window holds 72, two of those 72 (review: 70/72 failed a floor of
+    0.975); a drop of exactly two positions is within it whatever the float's last bit says
+    (29/31 against 1 - 2/31)."""
     assert expectations.long_text_tolerance(1024) == expectations.LONG_TEXT_TOLERANCE == 0.025
     assert expectations.long_text_tolerance(32) == 2 / 32
     assert (

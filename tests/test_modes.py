@@ -1,4 +1,5 @@
-"""Execution modes: torch.compile and the static KV cache, as probe parameters and as a sweep matrix.
+"""Execution modes: torch.compile and the static KV cache, as probe parameters and as a sweep
+matrix.
 
 On this CPU machine compile means torch.compile with the inductor backend (a real compilation: a C++
 build per graph). The probes run for real through papermill; the matrix sweep through the CLI.
@@ -27,8 +28,8 @@ CLI = [sys.executable, "-m", "model_support.cli"]
 
 
 def test_compile_with_a_static_cache_passes_and_counts_its_compilation(tmp_path, fixture_models):
-    # tiny-llama: the same code path as a real-size model (inductor compiling SmolLM2 on 2 cores took 124 s of
-    # the suite; bench/bench_modes.py compiles it, with its timings)
+    # tiny-llama: the same code path as a real-size model (inductor compiling SmolLM2 on 2 cores
+    # took 124 s of the suite; bench/bench_modes.py compiles it, with its timings)
     record = probe_record(tmp_path, "data/models/tiny-llama", mode="compile", cache="static")
     assert (record["status"], record["variant"], record["mode"], record["cache"]) == (
         "PASS",
@@ -37,9 +38,8 @@ def test_compile_with_a_static_cache_passes_and_counts_its_compilation(tmp_path,
         "static",
     )
     assert record["compile_backend"] == "inductor" and record["compile_s"] > 0
-    assert (
-        record["compile_s"] == record["first_token_s"]
-    )  # the first forward carries the compilation
+    # the first forward carries the compilation
+    assert record["compile_s"] == record["first_token_s"]
     assert record["graphs"] >= 1 and record["recompilations"] == record["graphs"] - 1
     assert record["graph_breaks"] == 0 and record["matches_eager"] is True
 
@@ -53,7 +53,8 @@ def test_graph_breaks_are_reported_with_their_reasons(tmp_path, fixture_models):
     )
     assert record["status"] == "PASS" and record["variant"] == "compile+dynamic"
     assert record["graph_breaks"] >= 1 and record["graph_break_reasons"]
-    # bool(tensor) in the branch is a Tensor.item() that dynamo does not trace: the break and its reason
+    # bool(tensor) in the branch is a Tensor.item() that dynamo does not trace: the break and its
+    # reason
     assert any("item()" in reason for reason in record["graph_break_reasons"]), record[
         "graph_break_reasons"
     ]
@@ -61,9 +62,8 @@ def test_graph_breaks_are_reported_with_their_reasons(tmp_path, fixture_models):
     eager = probe_record(
         tmp_path / "eager", fixture_models["modes-graph-break"]["path"], trust_remote_code=True
     )
-    assert (
-        eager["variant"] == "eager+dynamic" and eager["graphs"] is None
-    )  # nothing compiled, nothing counted
+    # nothing compiled, nothing counted
+    assert eager["variant"] == "eager+dynamic" and eager["graphs"] is None
 
 
 def test_variant_labels_round_trip():
@@ -150,9 +150,8 @@ def test_debug_in_a_compiled_variant_explains_the_graph_breaks(tmp_path, fixture
     html = "".join(
         o.get("data", {}).get("text/html", "") for c in cells for o in c.get("outputs", [])
     )
-    assert (
-        "graph break(s)" in html and "modeling_graph_break.py" in html
-    )  # the reason and the user-code line
+    # the reason and the user-code line
+    assert "graph break(s)" in html and "modeling_graph_break.py" in html
     assert debug.debug_result_from_notebook(notebook)["model_id"] == path
     assert probe.record_from_notebook(notebook) is None  # a debug notebook holds no probe record
 
@@ -160,9 +159,10 @@ def test_debug_in_a_compiled_variant_explains_the_graph_breaks(tmp_path, fixture
 def test_a_model_that_refuses_a_static_cache_fails_only_in_static_variants(
     tmp_path, fixture_models
 ):
-    """The tiny DeepSeek-V4: transformers' StaticCache has no layer for its heavily_compressed_attention,
-    a real limit. The CPU reference reruns the failure with the same cache (the model's, not the stack's),
-    and the record's repro script, which carries the cache, fails the same way."""
+    """The tiny DeepSeek-V4: transformers' StaticCache has no layer for its
+    heavily_compressed_attention, a real limit. The CPU reference reruns the failure with the
+    same cache (the model's, not the stack's), and the record's repro script, which carries the
+    cache, fails the same way."""
     path = fixture_models["modes-static-deepseek-v4"]["path"]
     matrix = {"cache": ["dynamic", "static"]}
     data, sweep_id = cli_sweep(
@@ -202,8 +202,9 @@ def test_a_model_that_refuses_a_static_cache_fails_only_in_static_variants(
 
 
 def test_a_model_that_fails_eagerly_too_is_not_the_compilers_failure(tmp_path, fixture_models):
-    """attr-both's linalg.inv in bfloat16: compiled, dynamo's fake tensors raise first (an error of
-    torch._dynamo), but plain eager raises as well, so the record keeps eager's error at stage generate."""
+    """attr-both's linalg.inv in bfloat16: compiled, dynamo's fake tensors raise first (an error
+    of torch._dynamo), but plain eager raises as well, so the record keeps eager's error at stage
+    generate."""
     record = probe_record(
         tmp_path, fixture_models["attr-both"]["path"], mode="compile", trust_remote_code=True
     )
@@ -235,9 +236,8 @@ def test_debug_in_a_static_variant_generates_with_the_static_cache(tmp_path, fix
         store.sweep_dir(data, "s") / "debug" / "local_modes-static-deepseek-v4@eager_static.ipynb"
     )
     assert (result["mode"], result["cache"]) == ("eager", "static")
-    assert (
-        result["forward_ok"] is True
-    )  # one plain forward is fine: only the static cache is refused
+    # one plain forward is fine: only the static cache is refused
+    assert result["forward_ok"] is True
     generation = result["generation"]
     assert generation["step"] == 0 and "heavily_compressed_attention" in str(generation["failure"])
 
@@ -245,10 +245,11 @@ def test_debug_in_a_static_variant_generates_with_the_static_cache(tmp_path, fix
 def test_a_backend_that_fails_to_compile_a_model_that_generates_eagerly_is_stage_compile(
     fixture_models,
 ):
-    """The compile stage end to end, through torch.compile's real machinery: the backend here is a test
-    double that refuses every graph (as a backend missing a lowering does). No real model fails only
-    when compiled on torch 2.13's inductor (see the README), so the fixture set has none; this checks
-    the classification: FAIL(gen) at stage compile, because plain eager generates."""
+    """The compile stage end to end, through torch.compile's real machinery: the backend here is
+    a test double that refuses every graph (as a backend missing a lowering does). No real model
+    fails only when compiled on torch 2.13's inductor (see the README), so the fixture set has
+    none; this checks the classification: FAIL(gen) at stage compile, because plain eager
+    generates."""
     script = f"""
 import json, torch
 from model_support.probe import probe_core
@@ -277,10 +278,11 @@ print(json.dumps({{"status": r["status"], "stage": r["failure_stage"], "module":
 
 
 def test_a_stack_that_compiles_statically_generates_with_the_static_cache(fixture_models):
-    """Issue 58, item 3, on the CPU: a stack whose torch.compile gives its backend dynamic=False (TorchTPU patches
-    torch.compile so for ``tpu``; here a test double patches it for dynamo's ``eager`` backend, as torch_tpu's loader
-    does) has the compiled probe generate with the static KV cache: one prefill graph and one decode graph, nowhere
-    near dynamo's recompile limit, and the record says both (``compile_dynamic``, ``compile_cache``). Unpatched, the
+    """Issue 58, item 3, on the CPU: a stack whose torch.compile gives its backend dynamic=False
+    (TorchTPU patches torch.compile so for ``tpu``; here a test double patches it for dynamo's
+    ``eager`` backend, as torch_tpu's loader does) has the compiled probe generate with the
+    static KV cache: one prefill graph and one decode graph, nowhere near dynamo's recompile
+    limit, and the record says both (``compile_dynamic``, ``compile_cache``). Unpatched, the
     probe compiles as before: torch's automatic dynamic shapes, the cache asked for."""
     script = f"""
 import functools, json

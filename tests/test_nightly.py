@@ -1,8 +1,8 @@
-"""The nightly, end to end, for real: `model-support nightly` run twice on the pretend device from overlay
-environments (a wheelhouse written by the test), the second night with a backend fault added, a package changed as
-well (tinydecoy 1.0 -> 1.1, which no model reads) and one model made flaky. It exits 1, names the regression,
-exports JUnit and Markdown, and drafts one bug report, naming the setting the bisect found (not the package), and
-none for the flaky model."""
+"""The nightly, end to end, for real: `model-support nightly` run twice on the pretend device
+from overlay environments (a wheelhouse written by the test), the second night with a backend
+fault added, a package changed as well (tinydecoy 1.0 -> 1.1, which no model reads) and one model
+made flaky. It exits 1, names the regression, exports JUnit and Markdown, and drafts one bug
+report, naming the setting the bisect found (not the package), and none for the flaky model."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ def night(
 ) -> subprocess.CompletedProcess:
     env = {**os.environ, PRETEND: json.dumps(config)}
     command = [str(overlays.python(pins)), "-m", "model_support.cli", "nightly", str(definition)]
-    # no report: an overlay environment's prefix has no nbconvert templates (its sweeps' reports render from .venv)
+    # no report: an overlay environment's prefix has no nbconvert templates (its sweeps' reports
+    # render from .venv)
     command += ["--data-dir", str(data), "--find-links", str(wheels), "--no-report"]
     return subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env, timeout=900)
 
@@ -40,9 +41,8 @@ def test_the_nightly_fails_on_the_regression_drafts_one_report_naming_the_settin
 ):
     wheels = wheelhouse(tmp_path / "wheels", ["1.0"], broken_from="9.0")
     data = tmp_path / "data"
-    overlays = Overlays(
-        data / "bisect-envs", wheels
-    )  # the bisect's default cache: it finds these there
+    # the bisect's default cache: it finds these there
+    overlays = Overlays(data / "bisect-envs", wheels)
     definition = tmp_path / "nightly.yaml"
     definition.write_text(
         yaml.safe_dump(
@@ -59,9 +59,8 @@ def test_the_nightly_fails_on_the_regression_drafts_one_report_naming_the_settin
                 "reruns": 1,
                 "models": [
                     str(REPO / "data" / "models" / "tiny-llama"),  # RMSNorm: aten::rsqrt
-                    str(
-                        REPO / "data" / "models" / "tiny-gpt2"
-                    ),  # calls neither: passes both nights
+                    # calls neither: passes both nights
+                    str(REPO / "data" / "models" / "tiny-gpt2"),
                     str(REPO / "data" / "models" / "tiny-opt"),  # ReLU: made flaky the second night
                 ],
             }
@@ -74,9 +73,8 @@ def test_the_nightly_fails_on_the_regression_drafts_one_report_naming_the_settin
     faulty = {
         "devices": 2,
         "missing_ops": ["aten::rsqrt"],
-        "flaky_ops": {
-            "aten::relu": 2
-        },  # every second process that calls it misses it: FAIL then PASS
+        # every second process that calls it misses it: FAIL then PASS
+        "flaky_ops": {"aten::relu": 2},
         "flaky_file": str(tmp_path / "flaky-count"),
     }
     second = night(overlays, {"tinydecoy": "1.1"}, definition, data, wheels, faulty)
@@ -108,9 +106,8 @@ def test_the_nightly_fails_on_the_regression_drafts_one_report_naming_the_settin
         "local:tiny-llama [eager+dynamic+4t]: changed by a backend setting: MODEL_SUPPORT_PRETEND"
         in text
     )
-    assert (
-        "changed by tinydecoy" not in text
-    )  # ... and the bisect names the setting, not the package
+    # ... and the bisect names the setting, not the package
+    assert "changed by tinydecoy" not in text
     assert f"model-support repro {b} local:tiny-llama --variant eager+dynamic+4t" in text
     assert "aten::rsqrt" in text
 
@@ -132,8 +129,9 @@ sys.exit(workflows.nightly(sys.argv[1], sys.argv[2], bisect=False, report=False)
 
 @pytest.mark.slow
 def test_a_nightly_from_python_says_and_exits_as_the_command_does(tmp_path, fixture_models):
-    """The second night of tiny-llama with aten::rsqrt missing, run twice from the same first night: once as
-    ``model-support nightly``, once as ``workflows.nightly`` from Python. Both exit 1 and name the same regression."""
+    """The second night of tiny-llama with aten::rsqrt missing, run twice from the same first
+    night: once as ``model-support nightly``, once as ``workflows.nightly`` from Python. Both
+    exit 1 and name the same regression."""
     definition = tmp_path / "nightly.yaml"
     probe = {
         "device": "pretend",
@@ -154,10 +152,8 @@ def test_a_nightly_from_python_says_and_exits_as_the_command_does(tmp_path, fixt
     first = tmp_path / "first"
 
     def run(command: list[str], fault: dict) -> subprocess.CompletedProcess:
-        env = {
-            **os.environ,
-            PRETEND: json.dumps(fault),
-        }  # the stack's fault, for this night's probes only
+        # the stack's fault, for this night's probes only
+        env = {**os.environ, PRETEND: json.dumps(fault)}
         return subprocess.run(
             command, capture_output=True, text=True, cwd=REPO, env=env, timeout=900
         )

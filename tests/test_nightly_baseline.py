@@ -1,7 +1,7 @@
-"""The nightly gates from its second night on whatever ``reruns`` says (issue 46, Why 1): with ``reruns: 0`` the
-runner used to record no baseline, and the nightly read that as "nothing to gate against" and exited 0 over a
-PASS -> FAIL(gen). Two real nights of one tiny model on the pretend device, the second missing the operator the
-model's activation needs."""
+"""The nightly gates from its second night on whatever ``reruns`` says (issue 46, Why 1): with
+``reruns: 0`` the runner used to record no baseline, and the nightly read that as "nothing to
+gate against" and exited 0 over a PASS -> FAIL(gen). Two real nights of one tiny model on the
+pretend device, the second missing the operator the model's activation needs."""
 
 from __future__ import annotations
 

@@ -1,20 +1,22 @@
-"""Numbers a PASS can stand on (issue 56, parts 1 and 5): a stack that computes wrong numbers gets no unflagged PASS,
-and one that only rounds differently gets no flag. One real sweep per fault on the pretend device, with the CPU
-reference on, over the tiny fixtures, which are trained (``fixtures.tiny.train``) so that their logits have margins a
-wrong kernel changes:
+"""Numbers a PASS can stand on (issue 56, parts 1 and 5): a stack that computes wrong numbers gets
+no unflagged PASS, and one that only rounds differently gets no flag. One real sweep per fault on
+the pretend device, with the CPU reference on, over the tiny fixtures, which are trained
+(``fixtures.tiny.train``) so that their logits have margins a wrong kernel changes:
 
-- every ``aten::mul.Tensor`` wrong (each output reversed and negated, raising nothing): no tiny text fixture
-  PASSes unflagged. Before this, tiny-llama and tiny-qwen3 said ``ties`` and tiny-opt ``match``: the random
-  fixtures' logits were nearly flat, and a KL between flat distributions is small whatever computed them;
-- ``aten::silu`` wrong, both ways the pretend device has (a bug: reversed and negated; imprecise: every value off by
-  50%): tiny-llama is flagged;
-- every matrix product off by a relative error within bf16's rounding (``matmul_noise``, no fault): no fault-free
-  model is flagged, SmolLM2-135M-Instruct among them.
+- every ``aten::mul.Tensor`` wrong (each output reversed and negated, raising nothing): no tiny text
+  fixture PASSes unflagged. Before this, tiny-llama and tiny-qwen3 said ``ties`` and tiny-opt
+  ``match``: the random fixtures' logits were nearly flat, and a KL between flat distributions is
+  small whatever computed them;
+- ``aten::silu`` wrong, both ways the pretend device has (a bug: reversed and negated; imprecise:
+  every value off by 50%): tiny-llama is flagged;
+- every matrix product off by a relative error within bf16's rounding (``matmul_noise``, no fault):
+  no fault-free model is flagged, SmolLM2-135M-Instruct among them.
 
-"Flagged" is what a reader of the sweep sees: the export marks the row suspect, the check and the measure that judged
-it are named. The comparison itself (``agreement.compare``) is also run here on logits whose answer is known: flat
-logits cannot hide a wrong kernel from the logit error, a reference too flat to judge is called ``too flat``, never
-``match`` or ``ties``, and the tie rule's margin follows the logits' spread.
+"Flagged" is what a reader of the sweep sees: the export marks the row suspect, the check and the
+measure that judged it are named. The comparison itself (``agreement.compare``) is also run here on
+logits whose answer is known: flat logits cannot hide a wrong kernel from the logit error, a
+reference too flat to judge is called ``too flat``, never ``match`` or ``ties``, and the tie rule's
+margin follows the logits' spread.
 """
 
 from __future__ import annotations
@@ -38,13 +40,15 @@ MUL = {"wrong_ops": ["aten::mul.Tensor"]}
 SILU_BUG = {"wrong_ops": ["aten::silu"]}
 SILU_OFF = {"wrong_ops": {"aten::silu": 0.5}}
 NOISE = {"matmul_noise": 2.0**-8}  # bf16's unit roundoff
-#: Each probe's settings: the CPU reference on (the check under test), the judge and the perf phase off (not it).
+#: Each probe's settings: the CPU reference on (the check under test), the judge and the perf phase
+#: off (not it).
 PROBE = {"device": "pretend", "reference": "cpu", "judge": False, "perf": False}
 
 
 def sweep(tmp: Path, name: str, stack: dict, models: list[str]) -> list[dict]:
-    """``model-support sweep`` for real on the pretend device configured as ``stack``, then ``model-support export
-    --format json``: the export's rows (each model's verdict, check, the measure that judged it, suspect or not)."""
+    """``model-support sweep`` for real on the pretend device configured as ``stack``, then
+    ``model-support export --format json``: the export's rows (each model's verdict, check, the
+    measure that judged it, suspect or not)."""
     import yaml
 
     from model_support.record import store
@@ -93,11 +97,8 @@ def test_every_multiplication_wrong_leaves_no_tiny_fixture_an_unflagged_pass(
     assert len(rows) == len(TINY_ARCHS) + 1
     assert unflagged(rows) == {}
     passed = {r["model_id"]: r for r in rows if r["status"] == "PASS"}
-    for name in (
-        "tiny-llama",
-        "tiny-qwen3",
-        "tiny-opt",
-    ):  # the three that passed as ties and match before
+    # the three that passed as ties and match before
+    for name in ("tiny-llama", "tiny-qwen3", "tiny-opt"):
         row = passed[f"local:{name}"]
         assert row["check"] == "diverges" and row["suspect"] is True, row
         assert row["check_measure"] and set(row["check_measure"].split(" + ")) <= set(
@@ -129,9 +130,9 @@ def test_bf16_sized_noise_on_every_matmul_flags_no_fault_free_model(tmp_path, fi
 
 
 def test_the_tiny_fixtures_have_real_margins(fixture_models):
-    """What part 5 built, as the manifest says and the files show: every happy-path tiny model was trained, and at
-    each of the probe's greedy steps its best logit stands at least MIN_MARGIN nats above the next (a random model's
-    stand hundredths of a nat apart)."""
+    """What part 5 built, as the manifest says and the files show: every happy-path tiny model
+    was trained, and at each of the probe's greedy steps its best logit stands at least
+    MIN_MARGIN nats above the next (a random model's stand hundredths of a nat apart)."""
     for name in TINY_ARCHS:
         entry = fixture_models[name]
         assert entry["training"]["steps"] >= 100 and entry["min_margin"] >= MIN_MARGIN, (
@@ -148,8 +149,9 @@ def test_the_tiny_fixtures_have_real_margins(fixture_models):
 
 
 def test_matmul_noise_is_rounding_not_a_fault():
-    """``matmul_noise`` is said in one sentence when it is no size, and the stack it makes reports no operator wrong
-    (``op_coverage``): a what-if or a plan must never try to fix a stack's rounding."""
+    """``matmul_noise`` is said in one sentence when it is no size, and the stack it makes
+    reports no operator wrong (``op_coverage``): a what-if or a plan must never try to fix a
+    stack's rounding."""
     from model_support_pretend import PretendConfigError, parse
     from model_support_pretend.adapter import _status
 
@@ -173,8 +175,9 @@ VOCAB = 1000
 
 
 def _flat_pair(seed: int = 0, scale: float = 0.16, steps: int = 4, wrong: float = 0.0):
-    """A random model's logits (spread ``scale`` nats, as the random fixtures' were) as the reference, and the
-    device's: the same rounded to bf16, plus ``wrong`` times an unrelated vector (a wrong kernel's doing)."""
+    """A random model's logits (spread ``scale`` nats, as the random fixtures' were) as the
+    reference, and the device's: the same rounded to bf16, plus ``wrong`` times an unrelated
+    vector (a wrong kernel's doing)."""
     generator = torch.Generator().manual_seed(seed)
     reference = torch.randn(steps, VOCAB, generator=generator) * scale
     device = reference + wrong * torch.randn(steps, VOCAB, generator=generator) * scale
@@ -182,8 +185,9 @@ def _flat_pair(seed: int = 0, scale: float = 0.16, steps: int = 4, wrong: float 
 
 
 def test_flat_logits_cannot_hide_a_wrong_kernel_from_the_logit_error():
-    """Logits spread over a tenth of a nat: a device whose logits are a third off has a KL far below the bound (the
-    old check said match or ties), and a logit error far above its limit. Scaled by 100, the same: scale-free."""
+    """Logits spread over a tenth of a nat: a device whose logits are a third off has a KL far
+    below the bound (the old check said match or ties), and a logit error far above its limit.
+    Scaled by 100, the same: scale-free."""
     right = agreement.compare(*_flat_pair())
     assert right["numerics"] == "match" and right["numerics_measure"] == agreement.LOGIT_ERROR
     assert right["reference_logit_error"] < 0.05
@@ -201,9 +205,9 @@ def test_flat_logits_cannot_hide_a_wrong_kernel_from_the_logit_error():
 
 
 def test_a_flip_is_a_tie_only_within_the_logits_own_spread():
-    """Flat logits (spread 0.16 nats): a device that picks a token 0.1 nats below the reference's best flips within
-    0.5 nats, but not within 0.15 of the spread (0.024 nats): it diverges by its flip margin. The same flip on logits
-    spread over 4 nats is a tie."""
+    """Flat logits (spread 0.16 nats): a device that picks a token 0.1 nats below the reference's
+    best flips within 0.5 nats, but not within 0.15 of the spread (0.024 nats): it diverges by
+    its flip margin. The same flip on logits spread over 4 nats is a tie."""
     generator = torch.Generator().manual_seed(1)
     reference = torch.randn(1, VOCAB, generator=generator) * 0.16
     best = int(reference[0].argmax())
@@ -215,12 +219,10 @@ def test_a_flip_is_a_tie_only_within_the_logits_own_spread():
     assert flat["numerics"] == "diverges" and agreement.FLIP in flat["numerics_measure"], flat[
         "numerics_note"
     ]
-    assert flat["reference_flip_margin"] == pytest.approx(
-        0.1, abs=1e-3
-    )  # within DEFAULT_MARGIN's 0.5 nats
-    steep = (
-        reference * 25
-    )  # spread 4 nats; the flip is 2.5 nats now: scale the runner-up back to 0.1 below
+    # within DEFAULT_MARGIN's 0.5 nats
+    assert flat["reference_flip_margin"] == pytest.approx(0.1, abs=1e-3)
+    # spread 4 nats; the flip is 2.5 nats now: scale the runner-up back to 0.1 below
+    steep = reference * 25
     steep[0, other] = steep[0, best] - 0.1
     device = steep.clone()
     device[0, other] = device[0, best] + 0.05
@@ -229,9 +231,10 @@ def test_a_flip_is_a_tie_only_within_the_logits_own_spread():
 
 
 def test_a_reference_too_flat_to_judge_is_called_too_flat_never_match():
-    """Logits of 5 nats each, spread by a thousandth: bf16 rounds each by up to 0.02, twenty times their spread, so
-    no flip and no logit error can tell a right device there. The device computed them right (the same, rounded),
-    yet the answer is ``too flat``, judged by the KL alone, with the step and why."""
+    """Logits of 5 nats each, spread by a thousandth: bf16 rounds each by up to 0.02, twenty
+    times their spread, so no flip and no logit error can tell a right device there. The device
+    computed them right (the same, rounded), yet the answer is ``too flat``, judged by the KL
+    alone, with the step and why."""
     generator = torch.Generator().manual_seed(2)
     reference = 5.0 + torch.randn(3, VOCAB, generator=generator) * 1e-3
     found = agreement.compare(
@@ -257,9 +260,10 @@ def _peaked(seed: int = 3, steps: int = 8) -> torch.Tensor:
 
 
 def test_logits_scaled_down_keep_every_top_token_and_diverge_by_their_scale():
-    """A device whose logits come out 0.85 times the reference's (a model's logit scale or softcap left out): every
-    top token agrees, the KL stays under its bound and the logit error under its limit; the slope on the reference's
-    best tokens reads 0.85, beyond ``SCALE_TOLERANCE``. At 0.95 (within it) the same run matches."""
+    """A device whose logits come out 0.85 times the reference's (a model's logit scale or
+    softcap left out): every top token agrees, the KL stays under its bound and the logit error
+    under its limit; the slope on the reference's best tokens reads 0.85, beyond
+    ``SCALE_TOLERANCE``. At 0.95 (within it) the same run matches."""
     reference = _peaked()
     steps = [probe_core.top_scores((row * 0.85).to(torch.bfloat16)) for row in reference]
     found = agreement.compare(steps, reference)
@@ -276,8 +280,9 @@ def test_logits_scaled_down_keep_every_top_token_and_diverge_by_their_scale():
 
 
 def test_what_is_too_flat_to_judge_follows_the_runs_dtype():
-    """Logits near -60 spread by 2 nats: in bf16 each is rounded by up to 0.23 nats, so the step is too flat to judge;
-    a float32 run rounds them 65,536 times finer, and the same logits, exact, are judged and match."""
+    """Logits near -60 spread by 2 nats: in bf16 each is rounded by up to 0.23 nats, so the step
+    is too flat to judge; a float32 run rounds them 65,536 times finer, and the same logits,
+    exact, are judged and match."""
     reference = _peaked() * (2 / 3) - 60
     bf16 = agreement.compare(
         [probe_core.top_scores(row.to(torch.bfloat16)) for row in reference], reference
@@ -294,9 +299,9 @@ def test_what_is_too_flat_to_judge_follows_the_runs_dtype():
 
 @pytest.mark.parametrize("pad", [-math.inf, -1e9, torch.finfo(torch.float32).min])
 def test_a_padded_vocabulary_is_judged_on_its_live_logits(pad):
-    """A vocabulary padded with masked ids (-inf, -1e9 or float32's lowest): a right device still matches (the
-    reference's -inf once made every step 'cannot judge'), and a device 30% off still diverges by its logit error
-    (the -1e9 once swelled the spread and hid it)."""
+    """A vocabulary padded with masked ids (-inf, -1e9 or float32's lowest): a right device still
+    matches (the reference's -inf once made every step 'cannot judge'), and a device 30% off
+    still diverges by its logit error (the -1e9 once swelled the spread and hid it)."""
     reference = torch.cat([_peaked(), torch.full((8, 24), pad)], dim=1)
     right = agreement.compare(
         [probe_core.top_scores(row.to(torch.bfloat16)) for row in reference], reference
@@ -312,9 +317,8 @@ def test_a_padded_vocabulary_is_judged_on_its_live_logits(pad):
         wrong
     )
     assert wrong["reference_logit_error"] > 2 * agreement.DEFAULT_ERROR
-    small = torch.cat(
-        [_peaked()[:, :20], torch.full((8, 40), pad)], dim=1
-    )  # fewer live ids than the device keeps
+    # fewer live ids than the device keeps
+    small = torch.cat([_peaked()[:, :20], torch.full((8, 40), pad)], dim=1)
     assert (
         agreement.compare([probe_core.top_scores(row) for row in small], small)["numerics"]
         == "match"
@@ -322,10 +326,10 @@ def test_a_padded_vocabulary_is_judged_on_its_live_logits(pad):
 
 
 def test_masks_are_the_references_to_say_never_the_devices():
-    """Review's two ways round the masks: a device that blows its best logit up to 3e4 (the others exact) made every
-    other logit a 'mask' by its own measure and read match; it diverges by its logit error. A device that leaves the
-    reference's padded ids live, giving them a quarter of its probability, diverges by ``MASK_LEAK``: it would
-    sample padding."""
+    """Review's two ways round the masks: a device that blows its best logit up to 3e4 (the
+    others exact) made every other logit a 'mask' by its own measure and read match; it diverges
+    by its logit error. A device that leaves the reference's padded ids live, giving them a
+    quarter of its probability, diverges by ``MASK_LEAK``: it would sample padding."""
     reference = _peaked()
     spiked = reference.clone()
     for s in range(8):
@@ -349,9 +353,10 @@ def test_masks_are_the_references_to_say_never_the_devices():
 
 
 def test_a_slope_the_rounding_or_the_noise_decides_is_no_scale():
-    """Review's false alarms: the reference's best 16 packed within a few bf16 steps at a level of 32 (a healthy
-    device read a slope of 0.57), and a broad step with noise the logit error calls healthy: such steps give no
-    slope, and a healthy device matches; a real 0.8x on decisive steps still diverges by its scale."""
+    """Review's false alarms: the reference's best 16 packed within a few bf16 steps at a level
+    of 32 (a healthy device read a slope of 0.57), and a broad step with noise the logit error
+    calls healthy: such steps give no slope, and a healthy device matches; a real 0.8x on
+    decisive steps still diverges by its scale."""
     generator = torch.Generator().manual_seed(5)
     packed = torch.randn(8, VOCAB, generator=generator) * 2.5 + 20
     top = torch.randperm(VOCAB, generator=generator)[:16]

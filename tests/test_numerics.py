@@ -1,5 +1,6 @@
-"""Is a PASS right? The reference's verdict on the device's logits (``agreement``), by hand-made logits whose
-answer is known, and the fluency judge (``judge``) on texts whose answer is plain, through its command."""
+"""Is a PASS right? The reference's verdict on the device's logits (``agreement``), by hand-made
+logits whose answer is known, and the fluency judge (``judge``) on texts whose answer is plain,
+through its command."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def _reference(seed: int = 0, steps: int = 4, scale: float = 4.0) -> torch.Tenso
 
 
 def _device(logits: torch.Tensor) -> list[dict]:
-    """The device's kept scores for each step, exactly as the probe keeps them (``probe_core.top_scores``)."""
+    """The device's kept scores for each step, exactly as the probe keeps them
+    (``probe_core.top_scores``)."""
     return [probe_core.top_scores(row.to(torch.bfloat16)) for row in logits]
 
 
@@ -77,9 +79,8 @@ def test_a_token_the_reference_does_not_consider_close_diverges_with_its_step_an
 def test_distributions_apart_beyond_the_bound_diverge_even_when_the_top_token_agrees():
     reference = _reference()
     device = reference.clone()
-    device[3] = (
-        device[3] * 0.2
-    )  # same order, much flatter: the top token agrees, the probabilities do not
+    # same order, much flatter: the top token agrees, the probabilities do not
+    device[3] = device[3] * 0.2
     found = agreement.compare(_device(device), reference, margin=0.5, bound=0.1)
     assert found["reference_agreement"] == 1.0 and found["reference_match"] is True
     assert found["numerics"] == "diverges" and found["numerics_step"] == 3
@@ -101,9 +102,8 @@ def test_the_kl_over_the_top_k_and_the_rest_is_a_lower_bound_of_the_full_kl():
     every = agreement.compare(
         [probe_core.top_scores(device[0], k=VOCAB)], reference, margin=100.0, bound=100.0
     )
-    assert every["reference_max_kl"] == pytest.approx(
-        full, rel=1e-5
-    )  # the whole vocabulary kept: exact
+    # the whole vocabulary kept: exact
+    assert every["reference_max_kl"] == pytest.approx(full, rel=1e-5)
 
 
 def test_logits_that_are_not_finite_diverge_and_a_reference_that_is_not_cannot_judge():
@@ -131,14 +131,14 @@ def test_exact_ties_among_the_devices_best_are_not_a_flip():
 def test_the_reference_runs_wider_than_the_run():
     assert agreement.reference_dtype("tpu", "bfloat16") == "float32"
     assert agreement.reference_dtype("cpu", "float16") == "float32"
-    assert (
-        agreement.reference_dtype("cpu", "float32") == "float64"
-    )  # the same float32 on the CPU always agrees
+    # the same float32 on the CPU always agrees
+    assert agreement.reference_dtype("cpu", "float32") == "float64"
     assert agreement.reference_dtype("cuda", "float32") == "float32"
 
 
 def test_teacher_forcing_asks_the_question_each_step_answered(fixture_models):
-    """Row s of the teacher-forced logits is what generation saw at step s: the greedy tokens are its argmax."""
+    """Row s of the teacher-forced logits is what generation saw at step s: the greedy tokens are
+    its argmax."""
     model, tokenizer = probe_core.load(
         fixture_models["tiny-llama"]["path"], "", "float32", False, "cpu", {}
     )
@@ -185,9 +185,8 @@ def test_the_judge_tells_english_from_repetition_and_random_tokens(judge):
     ).tolist()
     random = judge.score("The future of AI is", judge.tokenizer.decode(ids))
     assert random["fluent"] is False and random["fluency_score"] < judge_mod.MIN_SCORE
-    assert (
-        judge.score("The future of AI is", "  ")["fluent"] is None
-    )  # nothing visible: nothing to judge
+    # nothing visible: nothing to judge
+    assert judge.score("The future of AI is", "  ")["fluent"] is None
 
 
 def test_judge_command_scores_text_and_jsonl_with_one_load(tmp_path, fixture_models):
@@ -261,9 +260,9 @@ needs_pretend = pytest.mark.skipif(
 def test_a_stack_that_computes_wrong_numbers_passes_but_diverges_and_is_not_fluent(
     tmp_path, fixture_models, monkeypatch
 ):
-    """SmolLM2 on the pretend device with a wrong activation kernel (aten::silu): PASS (nothing raised), numerics
-    diverges at step 0, not fluent; the same model on a clean pretend device: match, fluent. The verdict is PASS
-    both times."""
+    """SmolLM2 on the pretend device with a wrong activation kernel (aten::silu): PASS (nothing
+    raised), numerics diverges at step 0, not fluent; the same model on a clean pretend device:
+    match, fluent. The verdict is PASS both times."""
     model = fixture_models["SmolLM2-135M-Instruct"]["path"]
     (tmp_path / "wrong").mkdir()
     (tmp_path / "clean").mkdir()
@@ -286,8 +285,9 @@ def test_a_stack_that_computes_wrong_numbers_passes_but_diverges_and_is_not_flue
 
 
 def test_a_judge_that_cannot_score_leaves_the_pass_a_pass(tmp_path, fixture_models):
-    """A real fault: the judge is a model whose position embeddings (8) are shorter than the text it scores,
-    so scoring raises IndexError. The PASS stays a PASS; the judge's note says why it has no opinion."""
+    """A real fault: the judge is a model whose position embeddings (8) are shorter than the text
+    it scores, so scoring raises IndexError. The PASS stays a PASS; the judge's note says why it
+    has no opinion."""
     record = probe_record(
         tmp_path,
         fixture_models["tiny-llama"]["path"],
@@ -301,8 +301,9 @@ def test_a_judge_that_cannot_score_leaves_the_pass_a_pass(tmp_path, fixture_mode
     )
 
 
-#: A fault no fixture or setting makes (found: none reaches these two with a real model), put into the probe's
-#: kernel from outside, by the test only: ``sitecustomize`` on the kernel's PYTHONPATH replaces a function.
+#: A fault no fixture or setting makes (found: none reaches these two with a real model), put into
+#: the probe's kernel from outside, by the test only: ``sitecustomize`` on the kernel's PYTHONPATH
+#: replaces a function.
 BREAK = {
     "compare": "from model_support.probe import agreement\n"
     "def compare(*args, **kwargs):\n    raise ValueError('the comparison cannot run')\n"
@@ -323,8 +324,9 @@ def broken_kernel(tmp_path, monkeypatch, what: str) -> None:
 
 
 def test_a_comparison_that_raises_leaves_the_pass_a_pass(tmp_path, monkeypatch, fixture_models):
-    """``agreement.compare`` raising (a hook: see BREAK) after the reference ran: PASS, numerics null with the
-    reason in reference_note and numerics_note (it was FAIL(other) at stage runner)."""
+    """``agreement.compare`` raising (a hook: see BREAK) after the reference ran: PASS, numerics
+    null with the reason in reference_note and numerics_note (it was FAIL(other) at stage
+    runner)."""
     broken_kernel(tmp_path, monkeypatch, "compare")
     record = probe_record(
         tmp_path, fixture_models["tiny-llama"]["path"], reference="cpu", judge=False
@@ -344,8 +346,9 @@ def test_a_comparison_that_raises_leaves_the_pass_a_pass(tmp_path, monkeypatch, 
 def test_an_eager_rerun_that_raises_leaves_the_compiled_pass_a_pass(
     tmp_path, monkeypatch, fixture_models
 ):
-    """Compile mode compares its tokens with plain eager's; that rerun raising (a hook: see BREAK) leaves the
-    compiled run's PASS (it was FAIL(gen)), matches_eager null and the reason in matches_eager_note."""
+    """Compile mode compares its tokens with plain eager's; that rerun raising (a hook: see
+    BREAK) leaves the compiled run's PASS (it was FAIL(gen)), matches_eager null and the reason
+    in matches_eager_note."""
     broken_kernel(tmp_path, monkeypatch, "eager")
     monkeypatch.setenv("MODEL_SUPPORT_PRETEND", json.dumps({}))
     record = probe_record(

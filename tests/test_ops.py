@@ -1,7 +1,8 @@
-"""Operators (docs/ops.md): the census each probe records, what a stack does with each operator (the device
-adapters' coverage), the verdicts predicted from a census alone and the porting plan, checked against real
-sweeps on the pretend device: a CPU sweep's census predicts a pretend stack's verdicts, model for model, and
-implementing the plan's first operator makes exactly the models it unlocks pass."""
+"""Operators (docs/ops.md): the census each probe records, what a stack does with each operator
+(the device adapters' coverage), the verdicts predicted from a census alone and the porting plan,
+checked against real sweeps on the pretend device: a CPU sweep's census predicts a pretend
+stack's verdicts, model for model, and implementing the plan's first operator makes exactly the
+models it unlocks pass."""
 
 from __future__ import annotations
 
@@ -29,8 +30,8 @@ def _env(config: dict | None) -> dict:
 
 
 def name_of(key: str) -> str:
-    """A fixture's folder name from a plan's model key (``local:tiny-llama [eager+dynamic+4t]``: the variant of
-    4 new tokens)."""
+    """A fixture's folder name from a plan's model key (``local:tiny-llama [eager+dynamic+4t]``:
+    the variant of 4 new tokens)."""
     from model_support.probe.model_ids import display_name
 
     return display_name(key.split(" [")[0])
@@ -49,7 +50,8 @@ def cli(args: list, data: Path, config: dict | None = None) -> subprocess.Comple
     return done
 
 
-# --- the plan and the prediction, on made-up censuses --------------------------------------------------
+# --- the plan and the prediction, on made-up censuses
+# --------------------------------------------------
 
 
 def _model(
@@ -87,7 +89,8 @@ def test_a_model_lacking_two_operators_is_unlocked_only_at_the_second():
         ]
     )
     steps = porting_plan(models)
-    # gelu unlocks b at once; then silu, called by two of the models still blocked, unlocks c; rsqrt last unlocks a
+    # gelu unlocks b at once; then silu, called by two of the models still blocked, unlocks c; rsqrt
+    # last unlocks a
     assert [(s.op, s.unlocks, s.blocks) for s in steps] == [
         ("aten::gelu", ["b"], ["b", "c"]),
         ("aten::silu", ["c"], ["a", "c"]),
@@ -111,9 +114,8 @@ def test_the_prediction_is_the_stage_of_the_first_missing_operator_and_a_fallbac
             _model("loads", ["aten::_to_copy", "aten::gelu"], stages=["load", "generate"]),
             _model("falls", ["aten::mm", "aten::tanh"]),
             _model("gelu", ["aten::mm", "aten::gelu"]),
-            _model(
-                "own", ["aten::mm"], status="FAIL(gen)", source="partial"
-            ),  # failed on the reference too
+            # failed on the reference too
+            _model("own", ["aten::mm"], status="FAIL(gen)", source="partial"),
             _model("none", [], status="FAIL(load)"),
         ],
         coverage,
@@ -127,9 +129,10 @@ def test_the_prediction_is_the_stage_of_the_first_missing_operator_and_a_fallbac
 
 
 def test_the_plan_counts_cumulative_unlocks_and_groups_operators_that_only_unlock_together():
-    """Every model needs two operators the stack lacks (missing, or crashing: a runtime abort): no single operator
-    unlocks any model, so the plan's steps are the pairs, each with the models predicted PASS once it is done;
-    a model that fails on its own too (the CPU reference fails) is in no step, and said so."""
+    """Every model needs two operators the stack lacks (missing, or crashing: a runtime abort):
+    no single operator unlocks any model, so the plan's steps are the pairs, each with the models
+    predicted PASS once it is done; a model that fails on its own too (the CPU reference fails)
+    is in no step, and said so."""
     from model_support.ops import porting_plan, predict
     from model_support.ops.plan import plan_json
     from model_support.record.ops_table import CRASHES, IMPLEMENTED, MISSING
@@ -178,14 +181,18 @@ def test_the_plan_counts_cumulative_unlocks_and_groups_operators_that_only_unloc
 
 
 def test_the_plan_on_the_sweeps_own_stack_counts_its_aborts_and_its_wrong_output():
-    """On the sweep's own stack the rows are the coverage: a kernel that died, the stack's (the CPU reference
-    passed), names the operator its runtime aborted in: a step of the plan; a PASS whose output diverges from the
-    reference names no operator: it stays blocked, said so; a failure of the stack's that names none stays too."""
+    """On the sweep's own stack the rows are the coverage: a kernel that died, the stack's (the
+    CPU reference passed), names the operator its runtime aborted in: a step of the plan; a PASS
+    whose output diverges from the reference names no operator: it stays blocked, said so; a
+    failure of the stack's that names none stays too."""
     from model_support.ops import porting_plan, predict, still_blocked
     from model_support.ops.plan import DIVERGES, UNNAMED
     from model_support.probe.census import stopped_by
 
-    died = "the kernel died (killed by SIGABRT); it last said: pretend runtime: fatal error in aten::relu; aborting"
+    died = (
+        "the kernel died (killed by SIGABRT); it last said: pretend runtime: fatal error in "
+        "aten::relu; aborting"
+    )
     dead = {"error_type": "DeadKernelError", "attribution": "stack", "failure_stage": "runner"}
     stopped = stopped_by({**dead, "error_message": died})
     models = predict(
@@ -226,7 +233,8 @@ def test_the_plan_on_the_sweeps_own_stack_counts_its_aborts_and_its_wrong_output
     assert still_blocked(models) == [(DIVERGES, ["wrong"]), (UNNAMED, ["dtype"])]
 
 
-# --- the census and the adapters' coverage --------------------------------------------------------------
+# --- the census and the adapters' coverage
+# --------------------------------------------------------------
 
 
 def test_the_census_counts_what_a_compiled_backend_receives():
@@ -243,7 +251,8 @@ def test_the_census_counts_what_a_compiled_backend_receives():
         for _ in range(3):
             torch.nn.functional.gelu(layer(torch.ones(2, 4)))
     fields = counted.fields("run")
-    # aten::linear (CompositeImplicitAutograd) reaches a backend as its parts: aten::t and aten::addmm
+    # aten::linear (CompositeImplicitAutograd) reaches a backend as its parts: aten::t and
+    # aten::addmm
     assert "aten::linear" not in fields["ops"]
     assert {"aten::t", "aten::addmm", "aten::gelu"} <= set(fields["ops"])
     calls = dict(zip(fields["ops"], fields["ops_calls"]))
@@ -268,10 +277,11 @@ def test_the_pretend_adapter_answers_from_its_configuration(monkeypatch):
 
 
 def test_the_pretend_coverage_knows_its_aborts_wrong_operators_and_refused_dtypes(monkeypatch):
-    """``ops --on pretend`` reads the stack's every fault: a model calling an operator its runtime aborts in is
-    FAIL(other), as a dead kernel is; one run in a dtype the stack refuses is FAIL(load), at the weights' copy;
-    one calling a wrong operator passes, and no step of the plan counts it before that operator is fixed. Off
-    (the variable unset), the coverage is one sentence, never an empty answer that predicts every model PASS."""
+    """``ops --on pretend`` reads the stack's every fault: a model calling an operator its
+    runtime aborts in is FAIL(other), as a dead kernel is; one run in a dtype the stack refuses
+    is FAIL(load), at the weights' copy; one calling a wrong operator passes, and no step of the
+    plan counts it before that operator is fixed. Off (the variable unset), the coverage is one
+    sentence, never an empty answer that predicts every model PASS."""
     from model_support.ops import porting_plan, predict
     from model_support.ops.coverage import census_ops
     from model_support.probe.devices import DeviceUnavailable
@@ -312,9 +322,10 @@ def test_the_pretend_coverage_knows_its_aborts_wrong_operators_and_refused_dtype
 
 
 def test_a_stopped_runs_census_keeps_the_devices_operators_and_the_one_that_stopped_it():
-    """The CPU reference of a run stopped at ``aten::bmm`` calls its own attention kernel, never bmm: its census
-    completes the device's partial one (what the reference alone called, after it), never replaces it; the
-    operator a stack's failure names is missing whatever the adapter read."""
+    """The CPU reference of a run stopped at ``aten::bmm`` calls its own attention kernel, never
+    bmm: its census completes the device's partial one (what the reference alone called, after
+    it), never replaces it; the operator a stack's failure names is missing whatever the adapter
+    read."""
     from model_support.probe import census
 
     partial = {
@@ -350,7 +361,8 @@ def test_a_stopped_runs_census_keeps_the_devices_operators_and_the_one_that_stop
         "ops_stages": ["load", "generate", "generate", "generate", "generate"],
         "ops_calls": [20, 40, 1, 8, 8],
         "ops_source": "reference",
-        # per (operator, signature): a shared one keeps the larger count and the widest ranks, the rest follow
+        # per (operator, signature): a shared one keeps the larger count and the widest ranks, the
+        # rest follow
         "ops_sig_ops": [
             *partial["ops"],
             "aten::mm",
@@ -374,16 +386,16 @@ def test_a_stopped_runs_census_keeps_the_devices_operators_and_the_one_that_stop
         "error_message": "Could not run 'aten::bmm' with arguments from the 'x' backend",
     }
     assert census.stopped_by(failure) == "aten::bmm"
-    assert (
-        census.stopped_by({**failure, "attribution": "model"}) is None
-    )  # the reference fails too: not the stack's
+    # the reference fails too: not the stack's
+    assert census.stopped_by({**failure, "attribution": "model"}) is None
     fields = census.coverage_fields(
         done["ops"], dict.fromkeys(done["ops"], "implemented"), "aten::bmm"
     )
     assert fields == {"ops_missing": ["aten::bmm"], "ops_fallback": [], "ops_unknown": []}
 
 
-#: Skip where the torch_tpu wheel is not installed, without importing it here (its loader writes into os.environ).
+#: Skip where the torch_tpu wheel is not installed, without importing it here (its loader writes
+#: into os.environ).
 needs_torch_tpu = pytest.mark.skipif(
     importlib.util.find_spec("torch_tpu") is None, reason="torch_tpu not installed"
 )
@@ -391,10 +403,11 @@ needs_torch_tpu = pytest.mark.skipif(
 
 @needs_torch_tpu
 def test_the_generic_adapter_reads_a_real_stacks_registrations():
-    """torch_tpu 0.2.0 registers its kernels (and a boxed fallback) for PrivateUse1 on import, TPU or not: the
-    generic adapter's reading of them, in a child process (importing torch_tpu renames nothing, but costs). Its
-    boxed fallback raises while its CPU fallback is off, the default (issue 58, item 2): an operator only it
-    catches is missing (tests/test_torch_tpu_contracts.py checks the switch)."""
+    """torch_tpu 0.2.0 registers its kernels (and a boxed fallback) for PrivateUse1 on import,
+    TPU or not: the generic adapter's reading of them, in a child process (importing torch_tpu
+    renames nothing, but costs). Its boxed fallback raises while its CPU fallback is off, the
+    default (issue 58, item 2): an operator only it catches is missing
+    (tests/test_torch_tpu_contracts.py checks the switch)."""
     code = textwrap.dedent(
         """
         import json, warnings
@@ -411,25 +424,26 @@ def test_the_generic_adapter_reads_a_real_stacks_registrations():
     )
     assert done.returncode == 0, done.stderr[-3000:]
     coverage = json.loads(done.stdout.strip().splitlines()[-1])
-    assert (
-        coverage
-        == {
-            "aten::rsqrt": "implemented",  # a structured op: its default kernel runs torch_tpu's aten::rsqrt.out
-            "aten::linear": "implemented",  # torch_tpu registers the composite itself
-            # no kernel: torch_tpu's boxed fallback catches it, and raises with its CPU fallback off (the default)
-            "aten::_scaled_dot_product_flash_attention_for_cpu": "missing",
-            "aten::_to_copy": "implemented",
-            "nosuch::op": "unknown",
-        }
-    )
+    assert coverage == {
+        # a structured op: its default kernel runs torch_tpu's aten::rsqrt.out
+        "aten::rsqrt": "implemented",
+        "aten::linear": "implemented",  # torch_tpu registers the composite itself
+        # no kernel: torch_tpu's boxed fallback catches it, and raises with its CPU fallback off
+        # (the default)
+        "aten::_scaled_dot_product_flash_attention_for_cpu": "missing",
+        "aten::_to_copy": "implemented",
+        "nosuch::op": "unknown",
+    }
 
 
-#: An operator with no TPU kernel that only torch_tpu 0.2.0's boxed fallback catches (the CPU's attention kernel).
+#: An operator with no TPU kernel that only torch_tpu 0.2.0's boxed fallback catches (the CPU's
+#: attention kernel).
 FALLBACK_ONLY = "aten::_scaled_dot_product_flash_attention_for_cpu"
 
 
 def _census_sweep(data: Path, sweep_id: str, censuses: dict[str, list[str]]) -> None:
-    """A CPU sweep of PASS rows with the given censuses (model id -> operators), written and compacted, nothing run."""
+    """A CPU sweep of PASS rows with the given censuses (model id -> operators), written and
+    compacted, nothing run."""
     from model_support.record import schema, store
     from model_support.record.sweep_meta import ModelEntry, SweepMeta
 
@@ -468,10 +482,11 @@ def _census_sweep(data: Path, sweep_id: str, censuses: dict[str, list[str]]) -> 
 def test_ops_on_tpu_predicts_an_operator_only_the_fallback_catches_missing_and_names_the_switch(
     tmp_path,
 ):
-    """Issue 58, item 2: ``ops --on tpu`` of a census calling an operator only torch_tpu's boxed fallback catches
-    predicts it missing (FAIL(gen)), not a PASS with a fallback: torch_tpu's CPU fallback is off by default, and such
-    an operator raises "not implemented for TPU". The step that fixes it names the switch that would make it a CPU
-    fallback; a model that never calls it still passes."""
+    """Issue 58, item 2: ``ops --on tpu`` of a census calling an operator only torch_tpu's boxed
+    fallback catches predicts it missing (FAIL(gen)), not a PASS with a fallback: torch_tpu's CPU
+    fallback is off by default, and such an operator raises "not implemented for TPU". The step
+    that fixes it names the switch that would make it a CPU fallback; a model that never calls it
+    still passes."""
     sweep = "census-20261201T000000Z-0001"
     _census_sweep(
         tmp_path,
@@ -501,16 +516,16 @@ def test_ops_on_tpu_predicts_an_operator_only_the_fallback_catches_missing_and_n
     )
     assert switch in step["notes"][FALLBACK_ONLY]
     text = cli(["ops", sweep, "--on", "tpu"], tmp_path).stdout
-    assert (
-        "FAIL(gen)" in text and f"{switch} makes it a CPU fallback" in text
-    )  # the plan's step says the switch
+    # the plan's step says the switch
+    assert "FAIL(gen)" in text and f"{switch} makes it a CPU fallback" in text
 
 
 def test_the_pretend_tpu_contract_without_a_cpu_fallback_predicts_its_fallback_operators_missing(
     monkeypatch,
 ):
-    """The pretend device playing TorchTPU's contract (``no_fallback``): its ``fallback_ops`` are missing while its CPU
-    fallback switch is off (the model calling one FAIL(gen), the step naming the switch), a fallback once it is on."""
+    """The pretend device playing TorchTPU's contract (``no_fallback``): its ``fallback_ops`` are
+    missing while its CPU fallback switch is off (the model calling one FAIL(gen), the step
+    naming the switch), a fallback once it is on."""
     from model_support.ops import porting_plan, predict
     from model_support.ops.coverage import StackCoverage, census_ops
     from model_support_pretend import device
@@ -535,12 +550,11 @@ def test_the_pretend_tpu_contract_without_a_cpu_fallback_predicts_its_fallback_o
     )
     (step,) = porting_plan(models)
     assert step.fault("aten::tanh") == (
-        "missing while the pretend stack's CPU fallback is off: torch.pretend.enable_cpu_fallback = True makes it a "
-        "CPU fallback"
+        "missing while the pretend stack's CPU fallback is off: "
+        "torch.pretend.enable_cpu_fallback = True makes it a CPU fallback"
     )
-    monkeypatch.setattr(
-        device, "enable_cpu_fallback", True
-    )  # the switch on: a CPU fallback, the model passes
+    # the switch on: a CPU fallback, the model passes
+    monkeypatch.setattr(device, "enable_cpu_fallback", True)
     coverage, notes = PretendAdapter("pretend").coverage_with_notes(census_ops(models))
     gpt2, _ = predict(models, StackCoverage(coverage, notes))
     assert (coverage["aten::tanh"], gpt2.predicted, gpt2.ops_fallback) == (
@@ -548,9 +562,8 @@ def test_the_pretend_tpu_contract_without_a_cpu_fallback_predicts_its_fallback_o
         "PASS",
         ["aten::tanh"],
     )
-    monkeypatch.setenv(
-        PRETEND_VAR, json.dumps({"fallback_ops": ["aten::tanh"]})
-    )  # no contract: a fallback, no note
+    # no contract: a fallback, no note
+    monkeypatch.setenv(PRETEND_VAR, json.dumps({"fallback_ops": ["aten::tanh"]}))
     assert PretendAdapter("pretend").coverage_with_notes(["aten::tanh"]) == (
         {"aten::tanh": "fallback"},
         {},
@@ -575,9 +588,9 @@ print(json.dumps({"said": said, "named": operator_named(said), "after": torch.ta
 
 
 def test_the_pretend_tpu_contract_raises_at_a_fallback_operator_until_its_switch_is_on():
-    """The contract played at run time: ``aten::tanh`` raises as TorchTPU's fallback does with its CPU fallback off
-    (the census names the operator from the error, so a stopped run's row lists it missing), and runs once
-    ``torch.pretend.enable_cpu_fallback`` is set."""
+    """The contract played at run time: ``aten::tanh`` raises as TorchTPU's fallback does with
+    its CPU fallback off (the census names the operator from the error, so a stopped run's row
+    lists it missing), and runs once ``torch.pretend.enable_cpu_fallback`` is set."""
     config = {"fallback_ops": ["aten::tanh"], "no_fallback": True}
     done = subprocess.run(
         [sys.executable, "-c", NO_FALLBACK_RUN],
@@ -595,7 +608,8 @@ def test_the_pretend_tpu_contract_raises_at_a_fallback_operator_until_its_switch
 
 
 def test_a_stack_this_machine_lacks_is_one_sentence():
-    """``--on cuda`` with a CPU-only torch: no kernels to read, said in one sentence (no prediction of all-missing)."""
+    """``--on cuda`` with a CPU-only torch: no kernels to read, said in one sentence (no
+    prediction of all-missing)."""
     import torch
 
     if torch.cuda.is_available() or torch._C._dispatch_has_kernel_for_dispatch_key(
@@ -612,14 +626,14 @@ def test_a_stack_this_machine_lacks_is_one_sentence():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout) == {
-        "problem": f"torch {torch.__version__} here registers no kernels for dispatch key CUDA: this machine has no "
-        "such stack to read (install its backend, or run where it is)."
+        "problem": f"torch {torch.__version__} here registers no kernels for dispatch key CUDA: this "
+        "machine has no such stack to read (install its backend, or run where it is)."
     }
 
 
 def test_a_device_this_machine_does_not_know_is_named_with_those_it_can_read():
-    """``--on gpu``: no such device here, in the user's word, and the stacks this machine can read (not the
-    dispatcher's PrivateUse1 that an unknown name would be read as)."""
+    """``--on gpu``: no such device here, in the user's word, and the stacks this machine can
+    read (not the dispatcher's PrivateUse1 that an unknown name would be read as)."""
     done = subprocess.run(
         [sys.executable, "-m", "model_support.ops", "gpu"],
         input='["aten::mm"]',
@@ -637,13 +651,13 @@ def test_a_device_this_machine_does_not_know_is_named_with_those_it_can_read():
 
 
 def test_a_stack_whose_coverage_does_not_come_in_time_is_one_sentence(monkeypatch):
-    """The child that reads a stack's coverage is given a time; past it, one sentence, never a traceback."""
+    """The child that reads a stack's coverage is given a time; past it, one sentence, never a
+    traceback."""
     from model_support.errors import UserError
     from model_support.ops import coverage
 
-    monkeypatch.setattr(
-        coverage, "COVERAGE_TIMEOUT_S", 0.01
-    )  # no python starts that fast: a real timeout
+    # no python starts that fast: a real timeout
+    monkeypatch.setattr(coverage, "COVERAGE_TIMEOUT_S", 0.01)
     with pytest.raises(UserError) as caught:
         coverage.stack_coverage("cpu", ["aten::mm"])
     assert str(caught.value) == (
@@ -652,9 +666,9 @@ def test_a_stack_whose_coverage_does_not_come_in_time_is_one_sentence(monkeypatc
 
 
 def test_the_note_on_where_the_census_was_taken_says_which_models():
-    """A pretend sweep whose stopped runs were completed by their CPU reference, and one model's census from the
-    CPU, predicted ``--on pretend``: the note names the one taken elsewhere and the completed ones, never
-    "taken on cpu, pretend, not pretend"."""
+    """A pretend sweep whose stopped runs were completed by their CPU reference, and one model's
+    census from the CPU, predicted ``--on pretend``: the note names the one taken elsewhere and
+    the completed ones, never "taken on cpu, pretend, not pretend"."""
     from model_support.ops import porting_plan, predict
     from model_support.render.ops import ops_text
 
@@ -681,8 +695,9 @@ def test_the_note_on_where_the_census_was_taken_says_which_models():
 
 
 def test_the_operator_status_words_are_declared_once():
-    """``implemented`` / ``fallback`` / ``missing`` / ``unknown`` (and the ops config's ``CPU fallback``) are declared
-    in ``record.ops_table`` only: the device adapters, the census and ``ops`` import them."""
+    """``implemented`` / ``fallback`` / ``missing`` / ``unknown`` (and the ops config's ``CPU
+    fallback``) are declared in ``record.ops_table`` only: the device adapters, the census and
+    ``ops`` import them."""
     import ast
 
     from model_support.probe import devices
@@ -703,8 +718,8 @@ def test_the_operator_status_words_are_declared_once():
 
 
 def test_the_ops_config_is_linear_in_the_models():
-    """Compaction's ``ops`` rows look each model up in a set: the model ids are compared a number of times that
-    grows with the models, not with their square (a list searched per row was)."""
+    """Compaction's ``ops`` rows look each model up in a set: the model ids are compared a number
+    of times that grows with the models, not with their square (a list searched per row was)."""
     from model_support.record.ops_table import op_rows
 
     compared = [0]
@@ -729,8 +744,9 @@ def test_the_ops_config_is_linear_in_the_models():
 
 
 def test_an_unknown_sweep_is_one_sentence(tmp_path):
-    """``ops NOSUCH``: the known ids in one sentence, exit 2, no traceback (a pulled dataset with rows and no
-    sweep.json is known: the report reads its ops tables, see test_report's wholly excluded sweep)."""
+    """``ops NOSUCH``: the known ids in one sentence, exit 2, no traceback (a pulled dataset with
+    rows and no sweep.json is known: the report reads its ops tables, see test_report's wholly
+    excluded sweep)."""
     done = subprocess.run(
         [*CLI, "ops", "nosuch-20261201T000000Z", "--data-dir", str(tmp_path)],
         capture_output=True,
@@ -779,10 +795,11 @@ def test_the_ops_config_rows():
     ]
 
 
-# --- real sweeps: a CPU census predicts a pretend stack; the plan's first step, implemented ---------------
+# --- real sweeps: a CPU census predicts a pretend stack; the plan's first step, implemented
+# ---------------
 
-#: A handful of tiny fixtures: RMSNorm and SiLU (llama), GELU (gpt-neox), gelu_new's tanh (gpt2), ReLU (opt),
-#: and one that fails on its own everywhere (no weights).
+#: A handful of tiny fixtures: RMSNorm and SiLU (llama), GELU (gpt-neox), gelu_new's tanh (gpt2),
+#: ReLU (opt), and one that fails on its own everywhere (no weights).
 MODELS = ["tiny-llama", "tiny-gpt-neox", "tiny-gpt2", "tiny-opt", "fail-missing-weights"]
 #: The stack: three operators missing, one falling back; then the plan's first step implemented.
 STACK = {"missing_ops": ["aten::rsqrt", "aten::silu", "aten::gelu"], "fallback_ops": ["aten::tanh"]}
@@ -865,9 +882,8 @@ def test_a_cpu_sweep_records_every_fixtures_census(ops_loop):
         "aten::gelu" in records["tiny-gpt-neox"]["ops"]
         and "aten::tanh" in records["tiny-gpt2"]["ops"]
     )
-    weightless = records[
-        "fail-missing-weights"
-    ]  # it stopped loading: a census of nothing, and no reference ran
+    # it stopped loading: a census of nothing, and no reference ran
+    weightless = records["fail-missing-weights"]
     assert (weightless["status"], weightless["ops"], weightless["ops_source"]) == (
         "FAIL(load)",
         [],
@@ -899,11 +915,11 @@ def test_the_ops_command_prints_the_predictions_the_plan_and_where_the_census_ca
         and "What to implement next" in text
     )
     llama = next(line for line in text.splitlines() if "tiny-llama" in line)
-    assert (
-        "PASS" in llama and "FAIL(gen)" in llama and "aten::rsqrt" in llama
-    )  # recorded on the CPU, predicted here
+    # recorded on the CPU, predicted here
+    assert "PASS" in llama and "FAIL(gen)" in llama and "aten::rsqrt" in llama
     assert "The census was taken on cpu, not pretend" in " ".join(text.split())
-    # which configuration of the backend it predicted for (with MODEL_SUPPORT_PRETEND unset: refused, see below)
+    # which configuration of the backend it predicted for (with MODEL_SUPPORT_PRETEND unset:
+    # refused, see below)
     said = next(
         line
         for line in text.splitlines()
@@ -922,10 +938,8 @@ def test_a_stopped_run_takes_its_census_from_the_reference_and_records_what_the_
         "stack",
         "reference",
     )
-    assert llama["ops_missing"] == [
-        "aten::rsqrt",
-        "aten::silu",
-    ]  # the second one too, which the run never reached
+    # the second one too, which the run never reached
+    assert llama["ops_missing"] == ["aten::rsqrt", "aten::silu"]
     gpt2 = ops_loop["records"]["stack"]["tiny-gpt2"]  # falls back, passes, counted
     assert (gpt2["status"], gpt2["ops_source"], gpt2["ops_fallback"]) == (
         "PASS",
@@ -947,15 +961,11 @@ def test_the_plan_and_implementing_its_first_operator_makes_exactly_its_unlocks_
     ]
     assert named == [
         ("aten::gelu", ["tiny-gpt-neox"], ["tiny-gpt-neox"]),
-        (
-            "aten::rsqrt + aten::silu",
-            ["tiny-llama"],
-            ["tiny-llama"],
-        ),  # llama lacks two: they only unlock together
+        # llama lacks two: they only unlock together
+        ("aten::rsqrt + aten::silu", ["tiny-llama"], ["tiny-llama"]),
     ]
-    assert [s["passing"] for s in plan] == [3, 4] and ops_loop["plan"][
-        "passing"
-    ] == 2  # gpt2, opt pass already
+    # gpt2, opt pass already
+    assert [s["passing"] for s in plan] == [3, 4] and ops_loop["plan"]["passing"] == 2
     assert ops_loop["plan"]["blocked"] == [
         {
             "by": "its own failure: the CPU reference fails too",
@@ -977,9 +987,8 @@ def test_the_report_says_what_to_implement_next_and_the_fallbacks(ops_loop):
     plan = html[html.index("The porting plan") :]
     assert plan.index("aten::gelu") < plan.index("aten::rsqrt") < plan.index("aten::silu")
     assert "CPU fallbacks, the most-run first" in html and "aten::tanh" in plan
-    from model_support.render.explorer import (
-        explorer_data,
-    )  # the explorer's lacks column: the census' missing ops
+    # the explorer's lacks column: the census' missing ops
+    from model_support.render.explorer import explorer_data
 
     lacks = {o[7] for o in explorer_data(ops_loop["data"])["outcomes"] if o[7]}
     assert lacks == {"aten::rsqrt, aten::silu", "aten::gelu"}
@@ -1004,9 +1013,10 @@ def test_the_ops_config_loads_with_datasets(ops_loop):
 
 
 def test_the_pretend_census_keeps_each_operators_dtype_signatures_and_ranks(ops_loop):
-    """A real census on the pretend device: tiny-llama's RMSNorm upcasts to float32 before ``aten::rsqrt`` (the
-    stack lacks it: the run stopped there, counted before it raised), on a (batch, positions, 1) tensor: ``f32``,
-    3 dims; per operator the signatures' calls add up to its calls."""
+    """A real census on the pretend device: tiny-llama's RMSNorm upcasts to float32 before
+    ``aten::rsqrt`` (the stack lacks it: the run stopped there, counted before it raised), on a
+    (batch, positions, 1) tensor: ``f32``, 3 dims; per operator the signatures' calls add up to
+    its calls."""
     llama = ops_loop["records"]["stack"]["tiny-llama"]
     sigs = list(
         zip(
@@ -1017,7 +1027,8 @@ def test_the_pretend_census_keeps_each_operators_dtype_signatures_and_ranks(ops_
         )
     )
     assert [s[1:] for s in sigs if s[0] == "aten::rsqrt"] == [("f32", 3, 3)]
-    # the upcast before it; silu, which the stopped run never reached, from its CPU reference (in bfloat16)
+    # the upcast before it; silu, which the stopped run never reached, from its CPU reference (in
+    # bfloat16)
     assert {("aten::_to_copy", "bf16->f32"), ("aten::silu", "bf16")} <= {s[:2] for s in sigs}
     gpt2 = ops_loop["records"]["stack"]["tiny-gpt2"]  # a PASS: its own census, whole
     calls = dict(zip(gpt2["ops"], gpt2["ops_calls"]))
@@ -1025,9 +1036,8 @@ def test_the_pretend_census_keeps_each_operators_dtype_signatures_and_ranks(ops_
         assert calls[op] == sum(
             c for o, c in zip(gpt2["ops_sig_ops"], gpt2["ops_sig_calls"]) if o == op
         ), op
-    assert len(gpt2["ops_sig_device_s"]) == len(
-        gpt2["ops_sig_ops"]
-    )  # timed on the pretend device's host clock
+    # timed on the pretend device's host clock
+    assert len(gpt2["ops_sig_device_s"]) == len(gpt2["ops_sig_ops"])
 
 
 def test_the_ops_config_has_a_row_per_operator_and_dtype_signature(ops_loop):
@@ -1035,16 +1045,14 @@ def test_the_ops_config_has_a_row_per_operator_and_dtype_signature(ops_loop):
 
     rows = store.scan_ops(ops_loop["data"]).collect()
     stack = rows.filter(rows["sweep_id"] == ops_loop["sweeps"]["stack"])
-    assert (
-        stack.select("op", "dtypes").n_unique() == stack.height
-    )  # one row per (operator, signature)
+    # one row per (operator, signature)
+    assert stack.select("op", "dtypes").n_unique() == stack.height
     rsqrt = stack.filter(stack["op"] == "aten::rsqrt").to_dicts()
     assert [(r["dtypes"], r["min_rank"], r["max_rank"], r["status"]) for r in rsqrt] == [
         ("f32", 3, 3, "missing")
     ]
-    assert (
-        len(set(stack.filter(stack["op"] == "aten::_to_copy")["dtypes"])) >= 2
-    )  # bf16->f32, f32->bf16, ...
+    # bf16->f32, f32->bf16, ...
+    assert len(set(stack.filter(stack["op"] == "aten::_to_copy")["dtypes"])) >= 2
 
 
 def test_the_plans_steps_name_the_dtypes_and_ranks_to_implement(ops_loop):
@@ -1061,13 +1069,12 @@ def test_the_plans_steps_name_the_dtypes_and_ranks_to_implement(ops_loop):
             "calls": plan[1]["signatures"]["aten::rsqrt"][0]["calls"],
         }
     ]
-    assert (
-        "aten::rsqrt for f32, 3 dims" in ops_loop["text"]
-    )  # the terminal's plan, from the CPU census
+    # the terminal's plan, from the CPU census
+    assert "aten::rsqrt for f32, 3 dims" in ops_loop["text"]
 
 
-#: A stack without ``aten::bmm``: every attention on the pretend device takes the math path, which needs it; the
-#: CPU reference never calls it (its attention is its own flash kernel).
+#: A stack without ``aten::bmm``: every attention on the pretend device takes the math path, which
+#: needs it; the CPU reference never calls it (its attention is its own flash kernel).
 NO_BMM = {"missing_ops": ["aten::bmm"]}
 
 
@@ -1075,10 +1082,11 @@ NO_BMM = {"missing_ops": ["aten::bmm"]}
 def test_a_stack_lacking_bmm_lists_it_on_every_failing_row_and_ops_predicts_those_failures(
     tmp_path, fixture_models
 ):
-    """A real sweep on a stack lacking ``aten::bmm``: each FAIL(gen) row keeps the device's census (the weights'
-    ``aten::_to_copy`` at load, then the math attention's ``aten::bmm``, where it stopped) completed by what the
-    CPU reference alone called, lists bmm as missing, and ``ops`` predicts the failures on the sweep's own stack
-    (a census replaced by the reference's lost bmm: no missing operator, every model predicted PASS)."""
+    """A real sweep on a stack lacking ``aten::bmm``: each FAIL(gen) row keeps the device's
+    census (the weights' ``aten::_to_copy`` at load, then the math attention's ``aten::bmm``,
+    where it stopped) completed by what the CPU reference alone called, lists bmm as missing, and
+    ``ops`` predicts the failures on the sweep's own stack (a census replaced by the reference's
+    lost bmm: no missing operator, every model predicted PASS)."""
     import yaml
 
     from model_support.probe.model_ids import display_name
@@ -1110,9 +1118,8 @@ def test_a_stack_lacking_bmm_lists_it_on_every_failing_row_and_ops_predicts_thos
         assert r["error_message"].startswith("Could not run 'aten::bmm'"), name
         assert r["ops_missing"] == ["aten::bmm"], name
         assert r["ops_stages"][r["ops"].index("aten::bmm")] == "generate", name
-        assert r["ops_stages"][r["ops"].index("aten::_to_copy")] == "load", (
-            name
-        )  # the device's census, kept
+        # the device's census, kept
+        assert r["ops_stages"][r["ops"].index("aten::_to_copy")] == "load", name
     answer = json.loads(cli(["ops", sweep, "--json"], data).stdout)
     predicted = {
         name_of(k): (m["predicted"], m["ops_missing"]) for k, m in answer["models"].items()

@@ -1,16 +1,19 @@
-"""The porting plan proven by running (issue 48, parts 3, 5 and 7; docs/ops.md): ``model-support ops SWEEP --prove``
-runs each plan step's operators, cumulatively, on the host of the sweep's device (what-if sweeps through the sweep
-runner) over the models the step unlocks, and says whether they then PASS and agree with the CPU reference;
-``--complete`` runs the stopped models with every missing operator on the host, so their census lists all of them.
+"""The porting plan proven by running (issue 48, parts 3, 5 and 7; docs/ops.md): ``model-support
+ops SWEEP --prove`` runs each plan step's operators, cumulatively, on the host of the sweep's
+device (what-if sweeps through the sweep runner) over the models the step unlocks, and says
+whether they then PASS and agree with the CPU reference; ``--complete`` runs the stopped models
+with every missing operator on the host, so their census lists all of them.
 
-For real on the pretend device. A stack lacking ``aten::rsqrt`` and ``aten::gelu``, four models: tiny-llama and
-tiny-qwen2 (RMSNorm: rsqrt), tiny-gpt-neox (GELU) and tiny-gemma (RMSNorm and GELU: both). Each step is confirmed, and
-tiny-gemma is unlocked at the second and said so; the stack's results, exports and support cards are what they were.
-A stack lacking ``aten::rsqrt`` and ``aten::bmm`` (the math attention's, which the CPU reference never calls: the
-CPU runs its own fused attention), tiny-llama: its run stops at rsqrt, so its census (completed by the reference's)
-lacks bmm and the census-only plan misses it; the proof's first step is not confirmed, naming bmm; the proven plan
-names it; ``--complete`` lists it. The rules a reviewer would try to bend (a PASS that diverges or was not checked, a
-run with other operators on the host or of another stack, a proof.json edited by hand) on made-up runs."""
+For real on the pretend device. A stack lacking ``aten::rsqrt`` and ``aten::gelu``, four models:
+tiny-llama and tiny-qwen2 (RMSNorm: rsqrt), tiny-gpt-neox (GELU) and tiny-gemma (RMSNorm and
+GELU: both). Each step is confirmed, and tiny-gemma is unlocked at the second and said so; the
+stack's results, exports and support cards are what they were. A stack lacking ``aten::rsqrt``
+and ``aten::bmm`` (the math attention's, which the CPU reference never calls: the CPU runs its
+own fused attention), tiny-llama: its run stops at rsqrt, so its census (completed by the
+reference's) lacks bmm and the census-only plan misses it; the proof's first step is not
+confirmed, naming bmm; the proven plan names it; ``--complete`` lists it. The rules a reviewer
+would try to bend (a PASS that diverges or was not checked, a run with other operators on the
+host or of another stack, a proof.json edited by hand) on made-up runs."""
 
 from __future__ import annotations
 
@@ -35,7 +38,8 @@ VARIANT = "eager+dynamic+2t"  # max_new_tokens 2
 def cli(
     args: list, data: Path, stack: dict | None, check: bool = True
 ) -> subprocess.CompletedProcess:
-    """The command line for real, with the pretend stack ``stack`` in its environment (None: unset)."""
+    """The command line for real, with the pretend stack ``stack`` in its environment (None:
+    unset)."""
     env = {**os.environ}
     env.pop("MODEL_SUPPORT_PRETEND", None)
     if stack is not None:
@@ -66,8 +70,8 @@ def key(model: str) -> str:
 
 
 def seen(data: Path, sweep_id: str) -> dict:
-    """What the stack's readers say of its sweep: its results rows, its exports, each model's support card, and
-    its records' bytes."""
+    """What the stack's readers say of its sweep: its results rows, its exports, each model's
+    support card, and its records' bytes."""
     import polars as pl
 
     from model_support.analysis.support import support
@@ -93,8 +97,8 @@ def seen(data: Path, sweep_id: str) -> dict:
 
 @pytest.fixture(scope="module")
 def proven(tmp_path_factory, fixture_models) -> dict:
-    """The four-model stack sweep, ``ops`` before, ``ops --prove``, ``ops`` after; what the stack's readers said
-    before and after."""
+    """The four-model stack sweep, ``ops`` before, ``ops --prove``, ``ops`` after; what the
+    stack's readers said before and after."""
     from model_support.record import store
 
     tmp = tmp_path_factory.mktemp("prove")
@@ -121,7 +125,8 @@ def proven(tmp_path_factory, fixture_models) -> dict:
 
 @pytest.fixture(scope="module")
 def bmm(tmp_path_factory, fixture_models) -> dict:
-    """The stack lacking rsqrt and bmm, tiny-llama: ``ops`` (census only), ``ops --prove``, then ``ops --complete``."""
+    """The stack lacking rsqrt and bmm, tiny-llama: ``ops`` (census only), ``ops --prove``, then
+    ``ops --complete``."""
     tmp = tmp_path_factory.mktemp("prove-bmm")
     data = tmp / "data"
     stack = sweep(tmp, data, "bmm", ["tiny-llama"], BMM_STACK, 1)
@@ -168,8 +173,9 @@ def test_each_step_is_confirmed_by_running_and_the_model_needing_both_is_unlocke
         "step 2: aten::gelu on the host, with step 1's aten::rsqrt (what-if sweep "
     )
     assert (
-        f"confirmed: 2 of 2 predicted models PASS and agree with the reference; tiny-gemma [{VARIANT}] needs "
-        "aten::rsqrt (step 1) and aten::gelu (step 2): unlocked at step 2, with both" in step2
+        "confirmed: 2 of 2 predicted models PASS and agree with the reference; tiny-gemma "
+        f"[{VARIANT}] needs aten::rsqrt (step 1) and aten::gelu (step 2): unlocked at step 2, "
+        "with both" in step2
     )
     standing = proven["answer"]["standing"]
     assert standing[key("tiny-llama")].startswith("runs with 1 operator on the host (aten::rsqrt; ")
@@ -185,9 +191,8 @@ def test_the_steps_ran_as_what_if_sweeps_of_only_the_models_each_unlocks(proven)
 
     data, stack = proven["data"], proven["stack"]
     record = proof.read(data, stack)
-    assert [r["sweep_id"] for r in record["runs"]] == proven[
-        "what_if"
-    ]  # named in the stack's folder, in order
+    # named in the stack's folder, in order
+    assert [r["sweep_id"] for r in record["runs"]] == proven["what_if"]
     asked = {s: store.read_sweep(data, s) for s in proven["what_if"]}
     assert sorted(
         (m.probe["host_ops"], sorted(e.model_id for e in m.models)) for m in asked.values()
@@ -199,8 +204,9 @@ def test_the_steps_ran_as_what_if_sweeps_of_only_the_models_each_unlocks(proven)
 
 
 def test_a_what_if_pass_is_never_the_stacks(proven):
-    """The results config, the exports, every support card and the stack's records read the same after the proof;
-    ops still predicts the stack's own verdicts (nothing passes on it), and the gate refuses a what-if sweep."""
+    """The results config, the exports, every support card and the stack's records read the same
+    after the proof; ops still predicts the stack's own verdicts (nothing passes on it), and the
+    gate refuses a what-if sweep."""
     assert proven["after"] == proven["before"]
     answer = proven["answer"]
     assert answer["passing"] == 0 and all(
@@ -260,9 +266,8 @@ def test_proving_on_another_stack_is_refused_and_an_edited_proof_confirms_nothin
     edited = json.loads(path.read_text())
     for step in edited["steps"]:
         step["outcome"], step["said"] = "confirmed", "confirmed: edited"
-    edited["runs"] = edited["runs"][
-        :1
-    ]  # step 2's what-if sweep is no longer named: its runs are no evidence
+    # step 2's what-if sweep is no longer named: its runs are no evidence
+    edited["runs"] = edited["runs"][:1]
     path.write_text(json.dumps(edited))
     plan = json.loads(cli(["ops", stack, "--json"], copy, None).stdout)["plan"]
     assert [s["proof"]["outcome"] for s in plan] == ["confirmed", "predicted"]
@@ -275,30 +280,26 @@ def test_proving_on_another_stack_is_refused_and_an_edited_proof_confirms_nothin
 def test_the_census_only_plan_misses_the_math_attentions_bmm_and_the_proof_names_it(bmm):
     llama = key("tiny-llama")
     census_only = bmm["census_only"]
-    assert [s["op"] for s in census_only["plan"]] == [
-        "aten::rsqrt"
-    ]  # its run stopped at rsqrt: bmm unseen
+    # its run stopped at rsqrt: bmm unseen
+    assert [s["op"] for s in census_only["plan"]] == ["aten::rsqrt"]
     assert "aten::bmm" not in json.dumps(census_only)
     said = flat(bmm["proved"])
     assert (
         "step 1: aten::rsqrt on the host (what-if sweep" in said
-        and f"not confirmed: tiny-llama [{VARIANT}] then fails at aten::bmm, which the census did not see "
-        "(0 of 1 predicted model PASSes and agrees with the reference)"
+        and f"not confirmed: tiny-llama [{VARIANT}] then fails at aten::bmm, which the census did "
+        "not see (0 of 1 predicted model PASSes and agrees with the reference)"
         in said
     )
     assert "step 2: aten::bmm on the host, with step 1's aten::rsqrt" in said
     assert "confirmed: 1 of 1 predicted model PASSes and agrees with the reference" in said
-    proved = bmm[
-        "proved_json"
-    ]  # the proven plan: bmm found by running, one step with both, confirmed
+    # the proven plan: bmm found by running, one step with both, confirmed
+    proved = bmm["proved_json"]
     assert [(s["ops"], s["proof"]["outcome"]) for s in proved["plan"]] == [
         (["aten::bmm", "aten::rsqrt"], "confirmed")
     ]
     assert proved["models"][llama]["learned"] == {"aten::bmm": "missing"}
-    assert [s["outcome"] for s in proved["proof"]] == [
-        "not confirmed",
-        "confirmed",
-    ]  # the proof as it ran
+    # the proof as it ran
+    assert [s["outcome"] for s in proved["proof"]] == ["not confirmed", "confirmed"]
     completed = bmm["completed_json"]["models"][llama]  # host_ops: missing lists it too
     assert completed["ops_missing"] == ["aten::rsqrt", "aten::bmm"] and completed["completed_by"]
     assert "the stack lacks aten::rsqrt, aten::bmm" in flat(bmm["completed"])
@@ -332,11 +333,8 @@ def run(
             "not confirmed",
             "its numbers were not checked against the CPU reference (numerics: none)",
         ),
-        (
-            run(setting="aten::gelu,aten::rsqrt"),
-            "predicted",
-            "not run with these operators",
-        ),  # more on the host
+        # more on the host
+        (run(setting="aten::gelu,aten::rsqrt"), "predicted", "not run with these operators"),
         (run(registered=[]), "not confirmed", "did not put aten::rsqrt on the host"),
         (
             run(status="FAIL(gen)", numerics=None, failed_at="aten::bmm"),
@@ -374,7 +372,8 @@ def test_a_what_if_sweep_of_another_stack_is_no_evidence(proven, tmp_path):
 
 
 def test_a_step_whose_model_passed_once_and_failed_once_with_its_operators_is_not_confirmed():
-    """Every run of a model with the step's operators must be right: a flaky one confirms nothing."""
+    """Every run of a model with the step's operators must be right: a flaky one confirms
+    nothing."""
     from model_support.ops.proof import judge
 
     flaky = [run(), run(status="FAIL(gen)", numerics=None, sweep="w2")]
@@ -383,8 +382,9 @@ def test_a_step_whose_model_passed_once_and_failed_once_with_its_operators_is_no
 
 
 def test_an_interrupted_what_if_sweep_is_resumed_not_run_again(proven, tmp_path):
-    """A step's what-if sweep that lost a model's record (a stop mid-sweep) is finished by the next --prove: the same
-    sweep, that one model probed again, the step confirmed; every other step read back, not run again."""
+    """A step's what-if sweep that lost a model's record (a stop mid-sweep) is finished by the
+    next --prove: the same sweep, that one model probed again, the step confirmed; every other
+    step read back, not run again."""
     from model_support.record import store
 
     copy = tmp_path / "data"
@@ -394,9 +394,8 @@ def test_an_interrupted_what_if_sweep_is_resumed_not_run_again(proven, tmp_path)
     record.unlink()
     shutil.rmtree(copy / "what_if" / f"sweep={first}")
     done = cli(["ops", proven["stack"], "--prove", "--json"], copy, STACK)
-    assert (
-        sorted(set(store.list_sweeps(copy)) - {proven["stack"]}) == proven["what_if"]
-    )  # no new sweep
+    # no new sweep
+    assert sorted(set(store.list_sweeps(copy)) - {proven["stack"]}) == proven["what_if"]
     assert (
         record.exists()
         and [s["proof"]["outcome"] for s in json.loads(done.stdout)["plan"]] == ["confirmed"] * 2
@@ -406,7 +405,8 @@ def test_an_interrupted_what_if_sweep_is_resumed_not_run_again(proven, tmp_path)
 def test_an_operator_that_cannot_run_on_the_host_makes_its_step_not_proven_and_runs_nothing(
     tmp_path, fixture_models
 ):
-    """A stack lacking a view (aten::transpose): the plan's step cannot be put on the host, so no model is run."""
+    """A stack lacking a view (aten::transpose): the plan's step cannot be put on the host, so no
+    model is run."""
     from model_support.record import store
 
     data = tmp_path / "data"
@@ -428,8 +428,9 @@ def test_an_operator_that_cannot_run_on_the_host_makes_its_step_not_proven_and_r
 
 
 def test_a_proof_whose_plan_changed_since_it_ran_is_said_to_be_stale(proven):
-    """The last --prove's steps against the plan now: alike, none is stale; a plan whose step 2 unlocks another
-    model, or that has one step only, makes the old step stale, said with how the plan reads now."""
+    """The last --prove's steps against the plan now: alike, none is stale; a plan whose step 2
+    unlocks another model, or that has one step only, makes the old step stale, said with how the
+    plan reads now."""
     from model_support import ops as ops_mod
     from model_support.ops.plan import PlanStep
     from model_support.ops.prove import last_proof
@@ -442,8 +443,8 @@ def test_a_proof_whose_plan_changed_since_it_ran_is_said_to_be_stale(proven):
     changed = [steps[0], PlanStep(steps[1].ops, ["local:tiny-opt"], [], 0, {})]
     said = last_proof(data, stack, models, changed)[1]["said"]
     assert (
-        f"stale: the plan's step 2 is now {' + '.join(steps[1].ops)}, unlocking tiny-opt (run --prove again)"
-        in said
+        f"stale: the plan's step 2 is now {' + '.join(steps[1].ops)}, unlocking tiny-opt (run "
+        "--prove again)" in said
     )
     assert (
         last_proof(data, stack, models, steps[:1])[1]["stale"]

@@ -16,9 +16,8 @@ def refuse(raw) -> str:
     with pytest.raises(SweepConfigError) as info:
         params.parse(raw, source="t.yaml", base=REPO)
     message = str(info.value)
-    assert "\n" not in message and message.endswith(
-        (".", "?")
-    )  # one sentence ("did you mean 'x'?")
+    # one sentence ("did you mean 'x'?")
+    assert "\n" not in message and message.endswith((".", "?"))
     return message
 
 
@@ -57,12 +56,8 @@ def test_per_model_overrides_are_checked_and_runner_owned_parameters_refused():
 
 def test_other_mistakes():
     assert "'name' is missing" in refuse({"models": ["a"]})
-    for unresumable in (
-        "",
-        "-x",
-        "//",
-        ".hidden",
-    ):  # ids starting with - (read as an option) or . (hidden)
+    # ids starting with - (read as an option) or . (hidden)
+    for unresumable in ("", "-x", "//", ".hidden"):
         message = refuse({"name": unresumable, "models": ["a"]})
         assert f"name {unresumable!r} cannot name a sweep" in message and "`--resume`" in message
     assert "listed twice" in refuse({"name": "x", "models": ["a", "a"]})
@@ -84,7 +79,8 @@ def test_missing_file_and_bad_yaml(tmp_path):
 
 
 def refuse_file(tmp_path, text: str) -> list[str]:
-    """``definition.load`` of a file holding ``text``: its mistakes, one line each (the file named on each)."""
+    """``definition.load`` of a file holding ``text``: its mistakes, one line each (the file
+    named on each)."""
     path = tmp_path / "d.yaml"
     path.write_text(text)
     with pytest.raises(SweepConfigError) as info:
@@ -99,21 +95,23 @@ def refuse_file(tmp_path, text: str) -> list[str]:
 
 
 def test_every_mistake_of_a_definition_is_listed_with_its_line(tmp_path):
-    """Three mistakes, three sentences in the file's order, each with its line; an unknown key with the closest
-    known one on every path (the sweep's keys as the probe's)."""
+    """Three mistakes, three sentences in the file's order, each with its line; an unknown key
+    with the closest known one on every path (the sweep's keys as the probe's)."""
     assert refuse_file(
         tmp_path,
         "name: x\nprobe:\n  dtype: float99\n  devcie: cpu\nmodels:\n  - " + TINY + "\nworkres: 2\n",
     ) == [
-        "line 3: probe: dtype='float99' is not accepted; use one of bfloat16, float16, float32, float64, half, float, "
-        "double.",
-        "line 4: probe: 'devcie' is not a parameter of notebooks/probe.ipynb; did you mean 'device'?",
-        "line 7: unknown key 'workres' (did you mean 'workers'?); accepted keys are name, description, models, "
-        "exclude, probe, timeout_s, workers, executor, models_from_hub, cache, prefetch, matrix, stacks, expect, reruns.",
+        "line 3: probe: dtype='float99' is not accepted; use one of bfloat16, float16, "
+        "float32, float64, half, float, double.",
+        "line 4: probe: 'devcie' is not a parameter of notebooks/probe.ipynb; did you mean "
+        "'device'?",
+        "line 7: unknown key 'workres' (did you mean 'workers'?); accepted keys are name, "
+        "description, models, exclude, probe, timeout_s, workers, executor, models_from_hub, "
+        "cache, prefetch, matrix, stacks, expect, reruns.",
     ]
     nested = (
-        "name: x\ncache: {max_bg: 3}\nmodels_from_hub: {sortt: likes}\nexclude: [{id: a, reasons: b}]\n"
-        "models:\n  - {id: "
+        "name: x\ncache: {max_bg: 3}\nmodels_from_hub: {sortt: likes}\nexclude: "
+        "[{id: a, reasons: b}]\nmodels:\n  - {id: "
         + TINY
         + ", overides: {}}\n  - {id: "
         + TINY
@@ -121,13 +119,17 @@ def test_every_mistake_of_a_definition_is_listed_with_its_line(tmp_path):
         "matrix: {modes: [eager]}\n"
     )
     assert refuse_file(tmp_path, nested) == [
-        "line 2: cache: unknown key 'max_bg' (did you mean 'max_gb'?); accepted keys are dir, max_gb, keep.",
-        "line 3: models_from_hub: unknown key 'sortt' (did you mean 'sort'?); accepted keys are task, sort, limit.",
+        "line 2: cache: unknown key 'max_bg' (did you mean 'max_gb'?); accepted keys are dir, "
+        "max_gb, keep.",
+        "line 3: models_from_hub: unknown key 'sortt' (did you mean 'sort'?); accepted keys "
+        "are task, sort, limit.",
         "line 4: exclude[0]: 'reason' is missing; an exclusion needs both 'id' and 'reason'.",
-        "line 4: exclude[0]: unknown key 'reasons' (did you mean 'reason'?); accepted keys are id, reason.",
-        "line 6: models[0]: unknown key 'overides' (did you mean 'overrides'?); accepted keys are id, overrides, "
-        "timeout_s, exclude.",
-        "line 7: models[1].overrides: 'seeds' is not a parameter of notebooks/probe.ipynb; did you mean 'seed'?",
+        "line 4: exclude[0]: unknown key 'reasons' (did you mean 'reason'?); accepted keys "
+        "are id, reason.",
+        "line 6: models[0]: unknown key 'overides' (did you mean 'overrides'?); accepted keys "
+        "are id, overrides, timeout_s, exclude.",
+        "line 7: models[1].overrides: 'seeds' is not a parameter of notebooks/probe.ipynb; "
+        "did you mean 'seed'?",
         "line 8: matrix: 'modes' cannot be a matrix axis; use mode, cache, max_new_tokens.",
     ]
 
@@ -138,19 +140,22 @@ def test_a_yaml_syntax_error_names_its_line_and_column(tmp_path):
 
 
 def test_a_key_given_twice_is_refused_not_replaced(tmp_path):
-    """YAML keeps the last of two equal keys: a second ``probe:`` would drop the first's settings, silently."""
+    """YAML keeps the last of two equal keys: a second ``probe:`` would drop the first's
+    settings, silently."""
     text = "name: x\nprobe:\n  dtype: float32\nmodels: [" + TINY + "]\nprobe:\n  device: cpu\n"
     assert refuse_file(tmp_path, text) == [
-        "line 5: probe is given twice (first at line 2), and the second would replace the first; give it once."
+        "line 5: probe is given twice (first at line 2), and the second would replace the "
+        "first; give it once."
     ]
     assert refuse_file(tmp_path, "name: x\nmodels:\n  - {id: a, timeout_s: 5, timeout_s: 6}\n") == [
-        "line 3: models[0].timeout_s is given twice (first at line 3), and the second would replace the first; "
-        "give it once."
+        "line 3: models[0].timeout_s is given twice (first at line 3), and the second would "
+        "replace the first; give it once."
     ]
 
 
 def test_nan_and_inf_are_refused_wherever_a_number_is_asked(tmp_path):
-    """``nan <= 0`` is false: a range check alone let ``.nan`` through as a timeout, a budget or a threshold."""
+    """``nan <= 0`` is false: a range check alone let ``.nan`` through as a timeout, a budget or
+    a threshold."""
     text = (
         "name: x\ntimeout_s: .nan\ncache: {max_gb: .inf}\n"
         "probe: {numerics_margin: .nan, numerics_bound: .inf, device_memory_gb: .inf}\n"
@@ -167,8 +172,9 @@ def test_nan_and_inf_are_refused_wherever_a_number_is_asked(tmp_path):
 
 
 def test_a_record_is_checked_against_its_declaration_when_stored(tmp_path):
-    """A wrongly typed field is refused where the record is stored, naming the field and what it holds; it used
-    to be stored, and compaction failed on it with Arrow's "Expected bytes, got a 'int' object" and no column."""
+    """A wrongly typed field is refused where the record is stored, naming the field and what it
+    holds; it used to be stored, and compaction failed on it with Arrow's "Expected bytes, got a
+    'int' object" and no column."""
     from model_support.record import schema, store
 
     record = schema.empty_record(sweep_id="s", model_id="org/m", status="PASS", model_type=7)
@@ -241,7 +247,8 @@ TINY = "data/models/tiny-llama"
 
 
 def one_error(output: str) -> str:
-    """click's usage error: its usage banner, then one line "Error: <one sentence>"; no traceback."""
+    """click's usage error: its usage banner, then one line "Error: <one sentence>"; no
+    traceback."""
     lines = [line for line in output.strip().splitlines() if line.strip()]
     assert lines and lines[-1].startswith("Error: "), output
     assert all(line.startswith(("Usage:", "Try ")) for line in lines[:-1]), output
@@ -434,8 +441,8 @@ def test_a_device_this_machine_lacks_stops_the_sweep_before_any_model(tmp_path):
     assert run.returncode == 2 and "Traceback" not in run.stderr
     expected = (
         (
-            "Device 'tpu' was requested but no TPU is present on this machine (torch_tpu is installed, but "
-            "torch.accelerator.is_available() is False)."
+            "Device 'tpu' was requested but no TPU is present on this machine (torch_tpu is "
+            "installed, but torch.accelerator.is_available() is False)."
         )
         if devices.torch_tpu_installed()
         else "torch_tpu"
@@ -445,8 +452,9 @@ def test_a_device_this_machine_lacks_stops_the_sweep_before_any_model(tmp_path):
 
 
 def test_a_device_plugin_that_does_not_import_stops_only_its_own_device(tmp_path):
-    """Another package's adapter entry point that does not import: a sweep on that device is refused in one
-    sentence naming the plugin; a sweep on any other device is not stopped by it (it was a traceback for all)."""
+    """Another package's adapter entry point that does not import: a sweep on that device is
+    refused in one sentence naming the plugin; a sweep on any other device is not stopped by it
+    (it was a traceback for all)."""
     import os
     import subprocess
     import sys
@@ -472,9 +480,10 @@ def test_a_device_plugin_that_does_not_import_stops_only_its_own_device(tmp_path
     )
     assert run.stdout.splitlines()[1] == "Adapter", run.stderr[-2000:]
     assert (
-        "UserError: The device adapter of 'brokendev', broken_adapter_nowhere:Adapter (from broken-adapter) does "
-        "not import: ModuleNotFoundError: No module named 'broken_adapter_nowhere'; reinstall that package, or "
-        "uninstall it to use the generic adapter." in run.stderr
+        "UserError: The device adapter of 'brokendev', broken_adapter_nowhere:Adapter (from "
+        "broken-adapter) does not import: ModuleNotFoundError: No module named "
+        "'broken_adapter_nowhere'; reinstall that package, or uninstall it to use the generic "
+        "adapter." in run.stderr
     )
     definition = tmp_path / "broken.yaml"
     definition.write_text(
@@ -503,7 +512,8 @@ def test_a_device_plugin_that_does_not_import_stops_only_its_own_device(tmp_path
 
 
 def test_the_declaration_agrees_with_the_notebooks_and_torch():
-    """One declaration: the notebooks' parameters cells say exactly it; every dtype is a torch float."""
+    """One declaration: the notebooks' parameters cells say exactly it; every dtype is a torch
+    float."""
     import nbformat
     import papermill
     import torch
@@ -531,8 +541,9 @@ def test_the_declaration_agrees_with_the_notebooks_and_torch():
 
 
 def test_probe_settings_given_on_the_command_line_override_the_definition(tmp_path, fixture_models):
-    """``model-support sweep DEF --device cpu -p max_new_tokens=3``: a definition tried with other settings
-    without editing it; the overrides are checked against the probe's declaration, every mistake at once."""
+    """``model-support sweep DEF --device cpu -p max_new_tokens=3``: a definition tried with
+    other settings without editing it; the overrides are checked against the probe's declaration,
+    every mistake at once."""
     import subprocess
     import sys
 
@@ -590,6 +601,5 @@ def test_probe_settings_given_on_the_command_line_override_the_definition(tmp_pa
     (sweep_id,) = store.list_sweeps(tmp_path / "data")
     (record,) = store.read_records(tmp_path / "data", sweep_id)
     assert (record["status"], record["max_new_tokens"], record["device_type"]) == ("PASS", 3, "cpu")
-    assert (
-        store.read_sweep(tmp_path / "data", sweep_id).probe["max_new_tokens"] == 3
-    )  # what --resume runs
+    # what --resume runs
+    assert store.read_sweep(tmp_path / "data", sweep_id).probe["max_new_tokens"] == 3

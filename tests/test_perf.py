@@ -1,12 +1,14 @@
-"""How fast, and did it get slower: the perf phase, the perf gate and the report's performance section, for real.
+"""How fast, and did it get slower: the perf phase, the perf gate and the report's performance
+section, for real.
 
-Four sweeps of three tiny models on the pretend device, one model at a time, into one data folder: three fault-free
-(noise is not a regression: three comparisons, each passes the gate at its default threshold) and one whose
-``aten::rsqrt`` is slowed by about twice the noise two fault-free sweeps can show. The pretend device times on its
-own clock (``model_support_pretend.clock``: a device's timeline, each process's pace up to 2 ``clock_jitter``
-spreads off, so two sweeps differ by up to ~4%), as the repro script that ``bisect --metric`` times does. RMSNorm
-models (tiny-llama, tiny-qwen2) call rsqrt in every layer, LayerNorm models (tiny-gpt2) do not: the gate must fail
-on exactly the former, naming the operator.
+Four sweeps of three tiny models on the pretend device, one model at a time, into one data folder:
+three fault-free (noise is not a regression: three comparisons, each passes the gate at its default
+threshold) and one whose ``aten::rsqrt`` is slowed by about twice the noise two fault-free sweeps
+can show. The pretend device times on its own clock (``model_support_pretend.clock``: a device's
+timeline, each process's pace up to 2 ``clock_jitter`` spreads off, so two sweeps differ by up to
+~4%), as the repro script that ``bisect --metric`` times does. RMSNorm models (tiny-llama,
+tiny-qwen2) call rsqrt in every layer, LayerNorm models (tiny-gpt2) do not: the gate must fail on
+exactly the former, naming the operator.
 """
 
 from __future__ import annotations
@@ -23,16 +25,17 @@ from helpers import REPO
 
 CLI = [sys.executable, "-m", "model_support.cli"]
 RMS_NORM, LAYER_NORM = ("tiny-llama", "tiny-qwen2"), ("tiny-gpt2",)
-#: The pretend device's clock noise (its default ``clock_jitter``) and how far apart, at most, two fault-free sweeps
-#: time the same work: 4 spreads (``clock.NOISE_BOUND``), 4%.
+#: The pretend device's clock noise (its default ``clock_jitter``) and how far apart, at most, two
+#: fault-free sweeps time the same work: 4 spreads (``clock.NOISE_BOUND``), 4%.
 JITTER = 0.01
 NOISE = 4 * JITTER
-#: Seconds added to each rsqrt call on the device's clock: tiny-llama calls it 5 times a step (twice per layer and
-#: once at the end), on a step of ~0.95 ms: +0.1 ms, about +10.5%, twice the noise; tiny-gpt2 is untouched.
+#: Seconds added to each rsqrt call on the device's clock: tiny-llama calls it 5 times a step (twice
+#: per layer and once at the end), on a step of ~0.95 ms: +0.1 ms, about +10.5%, twice the noise;
+#: tiny-gpt2 is untouched.
 SLOW_RSQRT_S = 0.00002
 CLEAN = {"bandwidth_gbs": 10, "clock_jitter": JITTER}
-#: Three timed repeats of 8 tokens each, whatever their spread and cost (perf_spread and perf_budget 0), beside the
-#: verdict's decode steps (the device's clock stamps its tokens too).
+#: Three timed repeats of 8 tokens each, whatever their spread and cost (perf_spread and perf_budget
+#: 0), beside the verdict's decode steps (the device's clock stamps its tokens too).
 PROBE = {
     "device": "pretend",
     "reference": "none",
@@ -62,8 +65,8 @@ def cli(
 
 @pytest.fixture(scope="module")
 def perf_sweeps(tmp_path_factory, fixture_models) -> dict:
-    """Sweeps a, b and c (fault-free) and slow (rsqrt slowed), one after the other, one model at a time each, into
-    one data folder."""
+    """Sweeps a, b and c (fault-free) and slow (rsqrt slowed), one after the other, one model at
+    a time each, into one data folder."""
     import yaml
 
     from model_support.record import store
@@ -96,7 +99,8 @@ def test_every_pass_is_timed_on_its_device_with_repeats_spread_and_bandwidth(per
     for record in perf_sweeps["records"]["a"]:
         name = record["model_id"]
         assert record["status"] == "PASS", name
-        # TPOT's samples: each generation's median step, the verdict's (its first step left out) and the three repeats'
+        # TPOT's samples: each generation's median step, the verdict's (its first step left out) and
+        # the three repeats'
         assert len(record["ttft_s_repeats"]) == 3 and len(record["tpot_s_repeats"]) == 4, name
         assert record["perf_repeats_run"] == 3 and record["perf_stop"] == "cap", name
         assert record["perf_note"].startswith(
@@ -108,9 +112,8 @@ def test_every_pass_is_timed_on_its_device_with_repeats_spread_and_bandwidth(per
             record["perf_first_call_s"] > record["ttft_s"] > 0 and record["perf_tokens_per_s"] > 0
         )
         assert record["perf_peak_device_mem_mb"] > 0 and record["decode_bytes_per_token"] > 0
-        assert 0 < record["bandwidth_utilisation"] < 1, (
-            name
-        )  # against the 10 GB/s the pretend device declares
+        # against the 10 GB/s the pretend device declares
+        assert 0 < record["bandwidth_utilisation"] < 1, name
         assert "against 10 GB/s (bandwidth_gbs in MODEL_SUPPORT_PRETEND)" in record["perf_note"]
         # the census timed each operator of the verdict's generation: one figure per operator
         assert len(record["ops_device_s"]) == len(record["ops"]) and sum(record["ops_device_s"]) > 0
@@ -123,9 +126,8 @@ def test_every_pass_is_timed_on_its_device_with_repeats_spread_and_bandwidth(per
         for r in perf_sweeps["records"]["slow"]
     }
     rsqrt = {n: dict(zip(r["ops"], r["ops_device_s"])).get("aten::rsqrt") for n, r in slow.items()}
-    assert (
-        all(rsqrt[n] > 8 * 5 * SLOW_RSQRT_S for n in RMS_NORM) and rsqrt["tiny-gpt2"] is None
-    )  # 8 steps x 5
+    # 8 steps x 5
+    assert all(rsqrt[n] > 8 * 5 * SLOW_RSQRT_S for n in RMS_NORM) and rsqrt["tiny-gpt2"] is None
 
 
 def short(model_id: str) -> str:
@@ -138,9 +140,8 @@ def tpot(records: list) -> dict:
 
 def test_the_perf_gate_names_the_rmsnorm_models_and_rsqrt_and_not_the_layernorm_ones(perf_sweeps):
     data, ids = perf_sweeps["data"], perf_sweeps["ids"]
-    done = cli(
-        ["diff", ids["a"], ids["slow"], "--fail-on", "perf"], data, check=False
-    )  # the default 5%
+    # the default 5%
+    done = cli(["diff", ids["a"], ids["slow"], "--fail-on", "perf"], data, check=False)
     slower = [line for line in done.stdout.splitlines() if line.startswith("slower: ")]
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
     named = {
@@ -154,8 +155,9 @@ def test_the_perf_gate_names_the_rmsnorm_models_and_rsqrt_and_not_the_layernorm_
 
 
 def test_the_slowdown_is_about_twice_the_noise_and_fault_free_sweeps_pass_three_times(perf_sweeps):
-    """Noise is not a regression: the fault-free sweeps compared in turn (a-b, b-c, c-a) pass the gate at its default
-    threshold three times in a row; the slowdown the gate catches is about twice what they differ by at most."""
+    """Noise is not a regression: the fault-free sweeps compared in turn (a-b, b-c, c-a) pass the
+    gate at its default threshold three times in a row; the slowdown the gate catches is about
+    twice what they differ by at most."""
     data, ids, records = perf_sweeps["data"], perf_sweeps["ids"], perf_sweeps["records"]
     apart = [
         abs(tpot(records[y])[m] / tpot(records[x])[m] - 1)
@@ -201,9 +203,8 @@ def test_the_reports_performance_section_lists_every_pass_and_the_slower_ones(pe
     from model_support.render.layout import SECTIONS, Context, section_html
 
     data, ids = perf_sweeps["data"], perf_sweeps["ids"]
-    (section,) = [
-        s for s in SECTIONS if s.anchor == "performance"
-    ]  # the report's own section, as it renders it
+    # the report's own section, as it renders it
+    (section,) = [s for s in SECTIONS if s.anchor == "performance"]
     page_html = section_html(
         section, Context(report_tables(data, ids["slow"], ids["a"]), ids["slow"], ids["a"])
     )
@@ -211,9 +212,8 @@ def test_the_reports_performance_section_lists_every_pass_and_the_slower_ones(pe
     from model_support.render.charts import vega_script
 
     page, attempted, errors = offline_page(browser)
-    page.set_content(
-        f"<html><head>{vega_script()}</head><body>{page_html}</body></html>"
-    )  # the report's charts
+    # the report's charts
+    page.set_content(f"<html><head>{vega_script()}</head><body>{page_html}</body></html>")
     heading = page.locator("h2#performance")
     assert heading.count() == 1
     section = page.evaluate(
@@ -228,16 +228,16 @@ def test_the_reports_performance_section_lists_every_pass_and_the_slower_ones(pe
     # the report compares at the gate's default 5%: the RMSNorm models, and not the LayerNorm one
     assert all(m in slower for m in RMS_NORM) and not any(m in slower for m in LAYER_NORM), slower
     assert "aten::rsqrt" in section and "ms ±" in section
-    assert re.search(r"\+\d+\.\d%", slower), (
-        slower
-    )  # the change as the terminal says it, never a raw ratio
+    # the change as the terminal says it, never a raw ratio
+    assert re.search(r"\+\d+\.\d%", slower), slower
     assert_charts_drawn(page, 1)  # tokens/s against model size, drawn
     assert not attempted and not errors
 
 
 def test_the_report_lists_the_passes_that_sync_more_than_once_per_token(perf_sweeps):
-    """Counted by the pretend backend on every PASS: tiny-gpt2's forward asks whether its pad token is among its ids
-    (a sync per token beyond generate's own end-of-sequence check), the RMSNorm models' do not; only it is listed."""
+    """Counted by the pretend backend on every PASS: tiny-gpt2's forward asks whether its pad
+    token is among its ids (a sync per token beyond generate's own end-of-sequence check), the
+    RMSNorm models' do not; only it is listed."""
     from model_support.analysis.host_cost_rows import host_cost_table
 
     data, ids = perf_sweeps["data"], perf_sweeps["ids"]
@@ -256,9 +256,10 @@ def test_the_report_lists_the_passes_that_sync_more_than_once_per_token(perf_swe
 
 
 def test_bisect_metric_names_the_backend_setting_that_slowed_a_model(perf_sweeps):
-    """``bisect A SLOW --metric tpot``: the sweeps run the same packages and differ only in MODEL_SUPPORT_PRETEND
-    (rsqrt slowed); end A's repro timing is the baseline, end B's is slower beyond the threshold with the repeats
-    apart, and B's packages with A's setting are as A again: the setting is named, with the two medians."""
+    """``bisect A SLOW --metric tpot``: the sweeps run the same packages and differ only in
+    MODEL_SUPPORT_PRETEND (rsqrt slowed); end A's repro timing is the baseline, end B's is slower
+    beyond the threshold with the repeats apart, and B's packages with A's setting are as A
+    again: the setting is named, with the two medians."""
     from model_support.analysis import perf
     from model_support.bisect import results
 
@@ -268,15 +269,8 @@ def test_bisect_metric_names_the_backend_setting_that_slowed_a_model(perf_sweeps
     assert {r["model_id"].removeprefix("local:") for r in slower} == set(RMS_NORM)
     bad = cli(["bisect", ids["a"], ids["slow"], "--perf-threshold", "5%"], data, check=False)
     assert bad.returncode == 2 and "--perf-threshold applies to --metric" in bad.stderr
-    args = [
-        "bisect",
-        ids["a"],
-        ids["slow"],
-        "--metric",
-        "tpot",
-        "--model",
-        "tiny-llama",
-    ]  # the default 5%
+    # the default 5%
+    args = ["bisect", ids["a"], ids["slow"], "--metric", "tpot", "--model", "tiny-llama"]
     done = cli(args, data)
     (line,) = done.stdout.splitlines()
     assert ": tpot_s " in line and "changed by a backend setting: MODEL_SUPPORT_PRETEND" in line, (
@@ -301,9 +295,9 @@ def test_bisect_metric_names_the_backend_setting_that_slowed_a_model(perf_sweeps
 
 
 def test_the_explorer_shows_a_models_tokens_per_s_across_sweeps(perf_sweeps, browser, tmp_path):
-    """Issue 37: the explorer's detail panel shows a model's tokens/s in each sweep's history row, as its record
-    says to 3 significant figures, with TPOT and a sparkline; a run not timed shows none (never 0), and an entry
-    never timed has no speed figures in the page data at all."""
+    """Issue 37: the explorer's detail panel shows a model's tokens/s in each sweep's history
+    row, as its record says to 3 significant figures, with TPOT and a sparkline; a run not timed
+    shows none (never 0), and an entry never timed has no speed figures in the page data at all."""
     from helpers import offline_page
     from model_support.record import schema, store
     from model_support.record.sweep_meta import ModelEntry, SweepMeta
@@ -311,9 +305,8 @@ def test_the_explorer_shows_a_models_tokens_per_s_across_sweeps(perf_sweeps, bro
 
     def speeds(page, search: str) -> dict:
         """{sweep id: (tokens/s, TPOT) as the open panel's history shows them}."""
-        page.locator("#search").fill(
-            search
-        )  # the list follows after a short pause: wait for its one row
+        # the list follows after a short pause: wait for its one row
+        page.locator("#search").fill(search)
         rows = "document.querySelectorAll('#results tbody td.model')"
         page.wait_for_function(f"{rows}.length === 1 && {rows}[0].textContent.includes({search!r})")
         page.locator("#results tbody tr").first.click()
@@ -350,7 +343,8 @@ def test_the_explorer_shows_a_models_tokens_per_s_across_sweeps(perf_sweeps, bro
         in page.locator("#detail p.speed-line").inner_text()
     )
 
-    # A model timed, then a PASS not timed, then timed again; another that always fails (never timed).
+    # A model timed, then a PASS not timed, then timed again; another that always fails (never
+    # timed).
     hand = tmp_path / "data"
     for day, timed in ((1, True), (2, False), (3, True)):
         sweep_id = f"hand-2026120{day}T000000Z"
@@ -390,7 +384,8 @@ def test_the_explorer_shows_a_models_tokens_per_s_across_sweeps(perf_sweeps, bro
         for i, first, codes in data["speed"]["entries"]
     }
     assert set(speed) == {"org/timed"}  # org/broken: no speed figures at all
-    # tokens/s, spread (max - min) / median in %, TPOT in ms per sweep; the untimed sweep between: none, not 0
+    # tokens/s, spread (max - min) / median in %, TPOT in ms per sweep; the untimed sweep between:
+    # none, not 0
     assert speed["org/timed"] == (0, [(10.0, 20.0, 50.0), None, (30.0, 20.0, 16.7)])
     page.goto(explorer.build_explorer(hand).as_uri())
     shown = speeds(page, "org/timed")

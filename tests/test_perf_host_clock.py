@@ -1,7 +1,8 @@
-"""The perf gate on the host's clock, the clock of CUDA and of the TPU (issue 46, What to build 4): the pretend
-device with ``clock: host`` offers no timeline of its own, so its perf phase is timed on the host's wall clock after a
-sync, and a stalled operator costs what it sleeps. Three fault-free sweeps of one RMSNorm model compared in turn pass
-the gate; a sweep whose ``aten::rsqrt`` stalls fails it, naming the model, with a slowdown of more than twice what the
+"""The perf gate on the host's clock, the clock of CUDA and of the TPU (issue 46, What to build
+4): the pretend device with ``clock: host`` offers no timeline of its own, so its perf phase is
+timed on the host's wall clock after a sync, and a stalled operator costs what it sleeps. Three
+fault-free sweeps of one RMSNorm model compared in turn pass the gate; a sweep whose
+``aten::rsqrt`` stalls fails it, naming the model, with a slowdown of more than twice what the
 fault-free sweeps differ by."""
 
 from __future__ import annotations
@@ -19,17 +20,18 @@ from model_support.record import store
 
 CLI = [sys.executable, "-m", "model_support.cli"]
 MODEL = "local:tiny-llama"  # RMSNorm: aten::rsqrt, five calls a token
-#: Each kernel's launch on the queued device (~110 a token), long enough that the device's work, not the host's Python, is what a
-#: step waits for, however loaded the host (a busy 2-core machine ran fault-free pairs 9% to 88% apart where the
-#: host's own dispatch was timed).
+#: Each kernel's launch on the queued device (~110 a token), long enough that the device's work, not
+#: the host's Python, is what a step waits for, however loaded the host (a busy 2-core machine ran
+#: fault-free pairs 9% to 88% apart where the host's own dispatch was timed).
 LAUNCH_US = 600
-#: The gate's threshold here: twice the device clock's bound between processes (~4%), as the device's own clock's
-#: tests use its default 5% against a bound of 4.4%.
+#: The gate's threshold here: twice the device clock's bound between processes (~4%), as the
+#: device's own clock's tests use its default 5% against a bound of 4.4%.
 THRESHOLD = "10%"
 
 
 def _start(tmp_path, data, name: str, config: dict) -> subprocess.Popen:
-    """A sweep of its own data folder's name ``name`` started (the four run at once: their device mostly sleeps)."""
+    """A sweep of its own data folder's name ``name`` started (the four run at once: their device
+    mostly sleeps)."""
     definition = {
         "name": "host-clock",
         "probe": {
@@ -39,7 +41,8 @@ def _start(tmp_path, data, name: str, config: dict) -> subprocess.Popen:
             "judge": False,
             "perf": "on",
             "perf_tokens": 6,
-            "perf_repeats": 3,  # each of the three, whatever their spread and cost: the gate's noise as it was
+            # each of the three, whatever their spread and cost: the gate's noise as it was
+            "perf_repeats": 3,
             "perf_spread": 0,
             "perf_budget": 0,
         },
@@ -68,8 +71,8 @@ def _start(tmp_path, data, name: str, config: dict) -> subprocess.Popen:
 
 
 def _sweeps(tmp_path, data, configs: dict[str, dict]) -> dict[str, str]:
-    """Each sweep run to its end in its own folder, then gathered into ``data`` (one dataset, as a nightly's):
-    name -> sweep id."""
+    """Each sweep run to its end in its own folder, then gathered into ``data`` (one dataset, as
+    a nightly's): name -> sweep id."""
     import shutil
 
     running = {name: _start(tmp_path, data, name, config) for name, config in configs.items()}
@@ -121,7 +124,8 @@ def test_on_the_hosts_clock_noise_passes_three_times_and_a_slowdown_of_twice_the
     apart = [abs(tpot[y] / tpot[x] - 1) for x, y in zip(ids, ids[1:] + ids[:1])]
     slowed = tpot[slow] / tpot[ids[0]] - 1
     print(
-        f"\nhost clock: fault-free pairs {', '.join(f'{a:.1%}' for a in apart)} apart; slowed {slowed:+.1%}"
+        f"\nhost clock: fault-free pairs {', '.join(f'{a:.1%}' for a in apart)} apart; slowed "
+        f"{slowed:+.1%}"
     )
     assert slowed > 2 * max(apart), (slowed, apart)
     for x, y in zip(ids, ids[1:] + ids[:1]):

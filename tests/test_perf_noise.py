@@ -1,8 +1,10 @@
-"""Noise is no slowdown through tokens/s (issue 54, item 3.1): with one-token repeats on a device's own clock, each
-repeat's tokens/s was derived from the one TPOT median (``probe.performance.tokens_per_s``), so its spread carried
-none of TPOT's noise and the perf gate read noise as slower through it (2.4% of noise-only pairs at 5% step noise,
-11.1% at 8%, against 0.1% for TPOT alone). Simulated here through the probe's own arithmetic (``verdict_steps``,
-``tpot_samples``, ``tokens_per_s``) and the gate's (``analysis.perf.compare_runs``), seeded, in about a second."""
+"""Noise is no slowdown through tokens/s (issue 54, item 3.1): with one-token repeats on a
+device's own clock, each repeat's tokens/s was derived from the one TPOT median
+(``probe.performance.tokens_per_s``), so its spread carried none of TPOT's noise and the perf
+gate read noise as slower through it (2.4% of noise-only pairs at 5% step noise, 11.1% at 8%,
+against 0.1% for TPOT alone). Simulated here through the probe's own arithmetic
+(``verdict_steps``, ``tpot_samples``, ``tokens_per_s``) and the gate's
+(``analysis.perf.compare_runs``), seeded, in about a second."""
 
 from __future__ import annotations
 
@@ -14,18 +16,20 @@ import pytest
 from model_support.analysis import decision, perf
 from model_support.probe import performance
 
-#: The modelled run: a decode step of 1 ms and a warm TTFT as long (a tiny model's short prompt), the verdict's 8
-#: tokens, two one-token repeats (the phase's floor, ``performance.MIN_OWN``: a repeat of one token adds no TPOT
-#: sample, so the phase stops there). Under the old rule tokens/s read this noise as slower 3.5% of the time at 5%
-#: per sample and 11.2% at 8% (TPOT 0.15%); a TTFT three steps long, 1.5% and 3.3%.
+#: The modelled run: a decode step of 1 ms and a warm TTFT as long (a tiny model's short prompt),
+#: the verdict's 8 tokens, two one-token repeats (the phase's floor, ``performance.MIN_OWN``: a
+#: repeat of one token adds no TPOT sample, so the phase stops there). Under the old rule tokens/s
+#: read this noise as slower 3.5% of the time at 5% per sample and 11.2% at 8% (TPOT 0.15%); a TTFT
+#: three steps long, 1.5% and 3.3%.
 STEP_S, TTFT_S, VERDICT_TOKENS, PAIRS = 0.001, 0.001, 8, 4000
 ALIKE = {"device_type": "pretend", "mode": "eager", "dtype": "bfloat16", "perf_clock": "device"}
 
 
 def _derived_row(rng: random.Random, noise: float, slower: float = 1.0) -> dict:
-    """One PASS's perf fields as the phase records them on a device's own clock with repeats of one token: TPOT
-    from the verdict's decode steps, TTFT from two repeats, tokens/s derived from both (``noise``: each sample's
-    relative standard deviation; ``slower``: every step's time multiplied by it)."""
+    """One PASS's perf fields as the phase records them on a device's own clock with repeats of
+    one token: TPOT from the verdict's decode steps, TTFT from two repeats, tokens/s derived from
+    both (``noise``: each sample's relative standard deviation; ``slower``: every step's time
+    multiplied by it)."""
     times, t = [TTFT_S], TTFT_S
     for _ in range(VERDICT_TOKENS - 1):
         t += STEP_S * slower * (1 + rng.gauss(0, noise))
@@ -40,8 +44,8 @@ def _derived_row(rng: random.Random, noise: float, slower: float = 1.0) -> dict:
 
 
 def _measured_row(rng: random.Random, noise: float, slower: float = 1.0, tokens: int = 4) -> dict:
-    """One PASS's perf fields on the host's clock: three repeats of ``tokens`` tokens, each its own TTFT, TPOT
-    sample (its median step) and tokens/s over its whole generation."""
+    """One PASS's perf fields on the host's clock: three repeats of ``tokens`` tokens, each its
+    own TTFT, TPOT sample (its median step) and tokens/s over its whole generation."""
     ttft, tpot, whole = [], [], []
     for _ in range(3):
         first = TTFT_S * (1 + rng.gauss(0, noise))
@@ -62,8 +66,9 @@ def _slower(metrics, metric: str) -> bool:
 def test_noise_reads_as_slower_no_more_often_through_tokens_per_s_than_through_tpot(noise):
     rng = random.Random(54 + int(noise * 100))
     pairs = [(_derived_row(rng, noise), _derived_row(rng, noise)) for _ in range(PAIRS)]
-    # the problem is real in this model: the derived repeats' own spread reads noise as slower (the old gate's rule;
-    # over the first thousand pairs, statistics.stdev's exact arithmetic being most of the test's time)
+    # the problem is real in this model: the derived repeats' own spread reads noise as slower (the
+    # old gate's rule; over the first thousand pairs, statistics.stdev's exact arithmetic being most
+    # of the test's time)
     old_rule = sum(
         decision.compare_repeats(
             a["perf_tokens_per_s_repeats"], b["perf_tokens_per_s_repeats"], True, 0.05
@@ -95,15 +100,15 @@ def test_a_real_decode_slowdown_is_still_caught_through_tpot_and_a_measured_toke
     kind, metrics, _ = perf.compare_runs(
         _measured_row(rng, 0.01), _measured_row(rng, 0.01, slower=1.3), 0.05
     )
-    assert kind == decision.SLOWER and _slower(
-        metrics, "perf_tokens_per_s"
-    )  # repeats that decode carry their noise
+    # repeats that decode carry their noise
+    assert kind == decision.SLOWER and _slower(metrics, "perf_tokens_per_s")
     assert not perf.judged("perf_tokens_per_s", _derived_row(rng, 0.01), _derived_row(rng, 0.01))
     assert perf.judged("perf_tokens_per_s", _measured_row(rng, 0.01), _measured_row(rng, 0.01))
 
 
 def test_which_metrics_are_judged_does_not_hang_on_how_a_metric_name_was_made():
-    """A metric named at run time (read from ``bisect --metric``, a row) is judged as the literal is."""
+    """A metric named at run time (read from ``bisect --metric``, a row) is judged as the literal
+    is."""
     derived, measured = {"perf_tokens_out": 1}, {"perf_tokens_out": 4}
     name = "".join(["perf_tokens", "_per_s"])
     assert not perf.judged(name, derived, measured) and perf.judged(name, measured, measured)
@@ -114,11 +119,8 @@ def test_which_metrics_are_judged_does_not_hang_on_how_a_metric_name_was_made():
 
 def test_a_row_says_its_tokens_per_s_was_derived_by_its_one_token_repeats_alone():
     assert perf.derived_tokens_per_s({"perf_tokens_out": 1})
-    for row in (
-        {"perf_tokens_out": 4},
-        {"perf_tokens_out": None},
-        {},
-    ):  # measured, or an older row: not derived
+    # measured, or an older row: not derived
+    for row in ({"perf_tokens_out": 4}, {"perf_tokens_out": None}, {}):
         assert not perf.derived_tokens_per_s(row)
 
 

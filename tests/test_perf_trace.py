@@ -1,10 +1,12 @@
-"""The perf phase keeps a profiler trace where the adapter offers a profiler (``perf_trace``), for real.
+"""The perf phase keeps a profiler trace where the adapter offers a profiler (``perf_trace``), for
+real.
 
-A sweep of tiny-gpt2 on the CPU, whose adapter offers torch.profiler's CPU activity (the pretend device offers none:
-its adapter declares no ``profiler_activities``), with the perf phase on and ``perf_trace``: the probe profiles one
-generation after the timed ones, keeps its Chrome trace beside its record, and the sweep's driver keeps it in the
-sweep's folder, where the record's ``perf_trace_path`` names it. On the pretend device no trace is kept and the note
-says why, the timed figures unchanged.
+A sweep of tiny-gpt2 on the CPU, whose adapter offers torch.profiler's CPU activity (the pretend
+device offers none: its adapter declares no ``profiler_activities``), with the perf phase on and
+``perf_trace``: the probe profiles one generation after the timed ones, keeps its Chrome trace
+beside its record, and the sweep's driver keeps it in the sweep's folder, where the record's
+``perf_trace_path`` names it. On the pretend device no trace is kept and the note says why, the
+timed figures unchanged.
 """
 
 from __future__ import annotations
@@ -69,13 +71,10 @@ def test_a_sweep_keeps_the_perf_phases_profiler_trace_in_its_folder(tmp_path, fi
     assert len(kept) < 200_000  # gzipped: a tiny model's trace stays small
     events = json.loads(gzip.decompress(kept))["traceEvents"]
     operators = {e["name"] for e in events if e.get("name", "").startswith("aten::")}
-    assert {
-        "aten::addmm",
-        "aten::layer_norm",
-    } <= operators  # GPT-2: Conv1D, LayerNorm, sorted(operators)[:40]
-    assert not list(
-        (data / "sweeps" / sweep_id).glob(".work/*/traces")
-    )  # only the sweep's copy is left
+    # GPT-2: Conv1D, LayerNorm, sorted(operators)[:40]
+    assert {"aten::addmm", "aten::layer_norm"} <= operators
+    # only the sweep's copy is left
+    assert not list((data / "sweeps" / sweep_id).glob(".work/*/traces"))
 
 
 #: tiny-gpt2 on the pretend device, whose adapter offers no profiler: timed, no trace, and why.
@@ -105,13 +104,13 @@ def test_an_adapter_without_a_profiler_keeps_no_trace_and_says_why(tmp_path, fix
     assert record["perf_note"].endswith(
         "; no profiler trace: the pretend adapter offers no profiler"
     )
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "record.json"
-    ]  # no traces folder beside it
+    # no traces folder beside it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["record.json"]
 
 
 def test_a_record_never_names_a_trace_that_was_not_kept(tmp_path):
-    """A split sweep's device phase whose trace write failed: the record the runner stores names no file."""
+    """A split sweep's device phase whose trace write failed: the record the runner stores names
+    no file."""
     from model_support.record import store
 
     kept = tmp_path / "sweeps" / "s" / store.TRACES / ("0" * 64 + ".json.gz")

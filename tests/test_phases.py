@@ -1,4 +1,5 @@
-"""A device held for the device's work only: the device phase, then the host checks after the release.
+"""A device held for the device's work only: the device phase, then the host checks after the
+release.
 
 Real sweeps on two pretend devices (the checks of one model run while the next holds its device; a
 runner killed between the phases resumes the model as its checks only), the single papermill probe
@@ -33,7 +34,8 @@ PRETEND_VAR = "MODEL_SUPPORT_PRETEND"
 
 def _sweep_file(tmp_path: Path, models: list[str], **more) -> Path:
     path = tmp_path / "phases.yaml"
-    # no perf phase: its repeats are device work too, and these tests hold the phases to the verdict's stages
+    # no perf phase: its repeats are device work too, and these tests hold the phases to the
+    # verdict's stages
     definition = {
         "name": "phases",
         "probe": {"device": "pretend", "perf": False},
@@ -79,8 +81,8 @@ def phased_sweep(tmp_path_factory, fixture_models) -> dict:
 
 @pytest.mark.slow
 def test_the_checks_run_while_the_next_model_holds_the_device(phased_sweep):
-    """schedule.jsonl: one row per hold, with the device phase inside it and the host checks after its
-    release; some model's checks overlap another model's hold of the same device."""
+    """schedule.jsonl: one row per hold, with the device phase inside it and the host checks
+    after its release; some model's checks overlap another model's hold of the same device."""
     rows = phased_sweep["rows"]
     assert len(rows) == 3
     for row in rows:
@@ -105,8 +107,9 @@ def test_the_checks_run_while_the_next_model_holds_the_device(phased_sweep):
         and b["end"] > a["checks_start"]
     ]
     assert overlaps, rows
-    # each device phase is the device's own work as the probe measured it: at least its generation, never its
-    # host-side loading (config, tokenizer, weights built in host memory) nor its chat template
+    # each device phase is the device's own work as the probe measured it: at least its generation,
+    # never its host-side loading (config, tokenizer, weights built in host memory) nor its chat
+    # template
     records = {
         r["model_id"]: r for r in store.read_records(phased_sweep["data"], phased_sweep["sweep_id"])
     }
@@ -116,7 +119,8 @@ def test_the_checks_run_while_the_next_model_holds_the_device(phased_sweep):
             row,
             record,
         )
-    # the figures in the terminal and sweep.json: what the worker (holds) and the probes (device phases) measured
+    # the figures in the terminal and sweep.json: what the worker (holds) and the probes (device
+    # phases) measured
     meta = store.read_sweep(phased_sweep["data"], phased_sweep["sweep_id"])
     held = sum((row["end"] - row["start"]) * len(row["devices"]) for row in rows)
     device = sum(row["device_s"] * len(row["devices"]) for row in rows)
@@ -127,16 +131,16 @@ def test_the_checks_run_while_the_next_model_holds_the_device(phased_sweep):
     assert meta.device_time["utilisation"] == pytest.approx(device / (2 * span), abs=0.001)
     assert meta.device_time["checks_after_release"] == 3
     assert device_time.sentence(meta.device_time) in phased_sweep["stdout"]
-    assert not list(
-        (phased_sweep["folder"] / "phases").glob("*.json")
-    )  # kept only until the record is stored
+    # kept only until the record is stored
+    assert not list((phased_sweep["folder"] / "phases").glob("*.json"))
 
 
 @pytest.mark.slow
 def test_every_pass_is_still_checked_and_its_notebook_tells_the_whole_story(phased_sweep, tmp_path):
-    """Every PASS has its reference and judge; the executed notebook holds the device phase, then the host
-    checks' cells with their output, and the record it stores is the final one; rerun top to bottom (as a
-    user does in JupyterLab) it runs both phases in one kernel and ends with the same verdict, checked."""
+    """Every PASS has its reference and judge; the executed notebook holds the device phase, then
+    the host checks' cells with their output, and the record it stores is the final one; rerun
+    top to bottom (as a user does in JupyterLab) it runs both phases in one kernel and ends with
+    the same verdict, checked."""
     records = store.read_records(phased_sweep["data"], phased_sweep["sweep_id"])
     assert {r["status"] for r in records} == {schema.PASS}
     for record in records:
@@ -170,10 +174,10 @@ def test_every_pass_is_still_checked_and_its_notebook_tells_the_whole_story(phas
 def test_under_ray_the_device_phase_and_the_host_checks_are_separate_tasks(
     tmp_path, fixture_models
 ):
-    """`model-support sweep --executor ray` on the pretend devices (a local Ray the sweep starts, given them as its
-    `pretend` resource): each model's device phase is a Ray task holding its device, its host checks another,
-    of a CPU only, that starts after the device was given back; every PASS is still checked, and nothing is
-    left kept once its record is stored."""
+    """`model-support sweep --executor ray` on the pretend devices (a local Ray the sweep starts,
+    given them as its `pretend` resource): each model's device phase is a Ray task holding its
+    device, its host checks another, of a CPU only, that starts after the device was given back;
+    every PASS is still checked, and nothing is left kept once its record is stored."""
     pytest.importorskip("ray")
     names = ["tiny-llama", "tiny-gpt2"]
     definition = _sweep_file(tmp_path, [fixture_models[n]["path"] for n in names])
@@ -227,9 +231,9 @@ def test_under_ray_the_device_phase_and_the_host_checks_are_separate_tasks(
 @pytest.mark.slow
 @pytest.mark.parametrize("executor", ["local", "ray"])
 def test_a_kill_between_the_phases_resumes_as_the_checks_only(tmp_path, fixture_models, executor):
-    """The runner SIGKILLed once a model's device phase is kept (its checks running): --resume runs its
-    checks from the kept state, holds no device again, and stores the whole record; under Ray too (the
-    resumed sweep keeps its executor)."""
+    """The runner SIGKILLed once a model's device phase is kept (its checks running): --resume
+    runs its checks from the kept state, holds no device again, and stores the whole record;
+    under Ray too (the resumed sweep keeps its executor)."""
     if executor == "ray":
         pytest.importorskip("ray")
     definition = _sweep_file(
@@ -260,9 +264,8 @@ def test_a_kill_between_the_phases_resumes_as_the_checks_only(tmp_path, fixture_
         capture_output=True,
         text=True,
         cwd=REPO,
-        env=_env(
-            {"devices": 1, "crash_ops": ["aten::mm"]}
-        ),  # the device is never touched again: it would crash
+        # the device is never touched again: it would crash
+        env=_env({"devices": 1, "crash_ops": ["aten::mm"]}),
         timeout=900,
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -276,7 +279,8 @@ def test_a_kill_between_the_phases_resumes_as_the_checks_only(tmp_path, fixture_
 
 
 def test_the_single_papermill_probe_still_shows_everything(tmp_path, fixture_models):
-    """One papermill probe (checks "here", the default): both phases in its own process, the record whole."""
+    """One papermill probe (checks "here", the default): both phases in its own process, the
+    record whole."""
     out = tmp_path / "out.ipynb"
     os.environ[PRETEND_VAR] = "{}"
     try:
@@ -293,9 +297,10 @@ def test_the_single_papermill_probe_still_shows_everything(tmp_path, fixture_mod
 
 
 def test_the_device_phase_is_the_devices_work_not_the_hosts_loading(fixture_models):
-    """What the probe measures as its device phase (``device_phase.json``, the sweep's held-idle figures) starts
-    once the host has loaded the config, the tokenizer and the weights and applied the chat template: it wrapped
-    them all, and held-idle read better than it was. Compared with the stages' own clocks in the record."""
+    """What the probe measures as its device phase (``device_phase.json``, the sweep's held-idle
+    figures) starts once the host has loaded the config, the tokenizer and the weights and
+    applied the chat template: it wrapped them all, and held-idle read better than it was.
+    Compared with the stages' own clocks in the record."""
     from model_support.probe.run import run_probe
 
     record = run_probe(
@@ -307,9 +312,8 @@ def test_the_device_phase_is_the_devices_work_not_the_hosts_loading(fixture_mode
         timed,
         record,
     )
-    assert (
-        timed["end"] - timed["start"] < record["load_s"] + record["generate_s"]
-    )  # it starts after the loading
+    # it starts after the loading
+    assert timed["end"] - timed["start"] < record["load_s"] + record["generate_s"]
 
 
 @pytest.fixture
@@ -323,10 +327,10 @@ def clock(monkeypatch) -> FakeClock:
 
 
 def test_the_stages_hook_pauses_the_device_clock_while_the_host_works(clock):
-    """``phases.stages``: inside ``device_work`` a host stage (load, template) stops the clock and a device stage
-    starts it again, the weights' move to the device (``to_device``) included, so the phase starts with the move;
-    the hook it chains (the census's) sees every stage; without stages the whole block is the device's (a sharded
-    run's ranks)."""
+    """``phases.stages``: inside ``device_work`` a host stage (load, template) stops the clock
+    and a device stage starts it again, the weights' move to the device (``to_device``) included,
+    so the phase starts with the move; the hook it chains (the census's) sees every stage;
+    without stages the whole block is the device's (a sharded run's ranks)."""
     seen: list[str] = []
     on_stage = phases.stages(seen.append)
     with phases.device_work():
@@ -342,9 +346,8 @@ def test_the_stages_hook_pauses_the_device_clock_while_the_host_works(clock):
         clock.advance(0.05)
     device = phases.device_phase()
     assert seen == ["load", "template", "compile", "generate"]
-    assert device["device_s"] == pytest.approx(0.3) and device["start"] == pytest.approx(
-        1000.3
-    )  # from the move on
+    # from the move on
+    assert device["device_s"] == pytest.approx(0.3) and device["start"] == pytest.approx(1000.3)
     assert device["end"] - device["start"] == pytest.approx(0.6)
     with phases.device_work():  # no stages: the whole block
         clock.advance(0.05)
@@ -352,9 +355,10 @@ def test_the_stages_hook_pauses_the_device_clock_while_the_host_works(clock):
 
 
 def test_outside_a_device_block_nothing_counts(clock):
-    """Review (issue 59): ``if _Clock.inside:`` made ``if True:``, or ``_open`` not asking whether a block is open,
-    passed every test: the 0.02 s slept outside fitted a 0.04 s tolerance. On the fake clock a move announced
-    (``to_device``), a device stage said or a part timed outside any block counts nothing, however long after."""
+    """Review (issue 59): ``if _Clock.inside:`` made ``if True:``, or ``_open`` not asking
+    whether a block is open, passed every test: the 0.02 s slept outside fitted a 0.04 s
+    tolerance. On the fake clock a move announced (``to_device``), a device stage said or a part
+    timed outside any block counts nothing, however long after."""
     on_stage = phases.stages()
     phases.to_device()  # a move announced before any block (a probe outside a sweep's device phase)
     on_stage("generate")  # a device stage said outside a block
@@ -380,8 +384,9 @@ def test_outside_a_device_block_nothing_counts(clock):
 
 
 def test_a_fresh_process_counts_nothing_before_its_first_device_block():
-    """The state a probe's process starts in: no block open, so a move or a device stage said before the first
-    ``device_work`` counts nothing (every test above runs after some block closed; this one in a process of its own)."""
+    """The state a probe's process starts in: no block open, so a move or a device stage said
+    before the first ``device_work`` counts nothing (every test above runs after some block
+    closed; this one in a process of its own)."""
     code = (
         "from model_support.probe import phases\n"
         "t = [100.0]\n"
@@ -429,11 +434,12 @@ def test_a_check_that_raises_is_a_note_and_never_changes_the_verdict(monkeypatch
 
 
 def test_host_checks_whose_kernel_never_started_are_retried_then_left_pending_for_resume(tmp_path):
-    """A host process whose kernel never starts (an IPython startup that outlasts the start limit) ran no check:
-    it is tried once more on a fresh process, then the model is left pending (problem ``harness``) with no
-    schedule row, its device phase kept for ``--resume`` to run its checks, as a device phase's kernel would be.
-    It was a record stored with "host checks not finished: the probe's kernel never started" in place of its
-    reference and judge, which ``--resume`` never redoes."""
+    """A host process whose kernel never starts (an IPython startup that outlasts the start
+    limit) ran no check: it is tried once more on a fresh process, then the model is left pending
+    (problem ``harness``) with no schedule row, its device phase kept for ``--resume`` to run its
+    checks, as a device phase's kernel would be. It was a record stored with "host checks not
+    finished: the probe's kernel never started" in place of its reference and judge, which
+    ``--resume`` never redoes."""
     from model_support.sweep.worker.process import TaskResult
 
     startup = tmp_path / "ipython" / "profile_default" / "startup"
@@ -458,9 +464,10 @@ def test_host_checks_whose_kernel_never_started_are_retried_then_left_pending_fo
 
 
 def test_the_figures_of_held_idle_share_and_utilisation():
-    """Two devices over an 8 s span (first grant to last release): holds of 4 s and 6 s with 3 s and 6 s of
-    device phase, a 2-device hold of 2 s with 2 s: held 14 device-seconds, device 13, idle 1 (7%),
-    utilisation 13 / 16, 2 device-seconds not held; the first model's checks end 2 s after the last release."""
+    """Two devices over an 8 s span (first grant to last release): holds of 4 s and 6 s with 3 s
+    and 6 s of device phase, a 2-device hold of 2 s with 2 s: held 14 device-seconds, device 13,
+    idle 1 (7%), utilisation 13 / 16, 2 device-seconds not held; the first model's checks end 2 s
+    after the last release."""
     rows = [
         {
             "devices": [0],
@@ -490,9 +497,8 @@ def test_the_figures_of_held_idle_share_and_utilisation():
         and got["ideal_span_s"] == 6.5
         and got["checks_tail_s"] == 2.0
     )
-    assert (
-        device_time.summarise([{"devices": [0], "start": 0, "end": 1}], 1) is None
-    )  # older rows: no figures
+    # older rows: no figures
+    assert device_time.summarise([{"devices": [0], "start": 0, "end": 1}], 1) is None
 
 
 def test_the_checks_cells_are_appended_and_only_the_final_record_is_tagged():
@@ -519,13 +525,15 @@ def test_the_checks_cells_are_appended_and_only_the_final_record_is_tagged():
 
 
 def test_the_warm_up_loads_no_backend_and_asks_no_device(tmp_path):
-    """A gated probe process is pinned at its grant, not at its start: what it runs before must leave every
-    device untouched (no backend loaded, so its visibility variables are still read when one loads)."""
+    """A gated probe process is pinned at its grant, not at its start: what it runs before must
+    leave every device untouched (no backend loaded, so its visibility variables are still read
+    when one loads)."""
     from model_support.sweep.worker.process import WARM_UP
 
     code = (
         WARM_UP
-        + "\nimport sys\nprint(sorted(m for m in sys.modules if 'pretend' in m or 'torch_tpu' in m))\n"
+        + "\nimport sys\nprint(sorted(m for m in sys.modules if 'pretend' in m or 'torch_tpu' "
+        "in m))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code],

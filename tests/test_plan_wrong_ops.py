@@ -1,17 +1,19 @@
-"""Wrong operators in the porting plan (issue 48, part 4; docs/ops.md): an operator ``model-support localise`` found
-wrong is a step of the plan like a missing one, from the sweep's own data (the answers localise keeps in the sweep's
-folder), never from the adapter's knowledge of its faults.
+"""Wrong operators in the porting plan (issue 48, part 4; docs/ops.md): an operator
+``model-support localise`` found wrong is a step of the plan like a missing one, from the sweep's
+own data (the answers localise keeps in the sweep's folder), never from the adapter's knowledge
+of its faults.
 
-For real: a sweep on the pretend device with ``wrong_ops: ["aten::rsqrt"]`` over tiny-llama and tiny-qwen2 (RMSNorm:
-rsqrt) and tiny-gpt2 (no rsqrt) gives two diverging PASSes. Before localise, ``ops SWEEP`` names no step and says
-the two are not localised, with the commands; after a real localise of each, ``ops SWEEP`` (the CLI) and the
-report's plan section (the report rendered, its HTML read) list ``aten::rsqrt`` as a step naming both, localised,
-and each model's standing; the nightly's drafted report for them says so too. A wrong operator localised in a PASS
-whose output agrees with the reference is a step all the same (issue 56, part 4): tiny-qwen3 with every
-``aten::mul.Tensor`` wrong PASSes (its flat logits tie), ``ops`` said it "runs on the device" with no step; after
-``localise`` names the multiplication, ``ops`` lists it as a step, the model "computes wrong numbers", and
-``ops --prove`` confirms the step like any other. The ranking of wrong and missing operators together runs on
-made-up censuses."""
+For real: a sweep on the pretend device with ``wrong_ops: ["aten::rsqrt"]`` over tiny-llama and
+tiny-qwen2 (RMSNorm: rsqrt) and tiny-gpt2 (no rsqrt) gives two diverging PASSes. Before localise,
+``ops SWEEP`` names no step and says the two are not localised, with the commands; after a real
+localise of each, ``ops SWEEP`` (the CLI) and the report's plan section (the report rendered, its
+HTML read) list ``aten::rsqrt`` as a step naming both, localised, and each model's standing; the
+nightly's drafted report for them says so too. A wrong operator localised in a PASS whose output
+agrees with the reference is a step all the same (issue 56, part 4): tiny-qwen3 with every
+``aten::mul.Tensor`` wrong PASSes (its flat logits tie), ``ops`` said it "runs on the device"
+with no step; after ``localise`` names the multiplication, ``ops`` lists it as a step, the model
+"computes wrong numbers", and ``ops --prove`` confirms the step like any other. The ranking of
+wrong and missing operators together runs on made-up censuses."""
 
 from __future__ import annotations
 
@@ -32,7 +34,8 @@ VARIANT = "eager+dynamic+2t"  # max_new_tokens 2
 
 
 def cli(args: list, data: Path, stack: dict | None = STACK) -> subprocess.CompletedProcess:
-    """The command line for real, with the pretend stack ``stack`` in its environment (None: unset); it must exit 0."""
+    """The command line for real, with the pretend stack ``stack`` in its environment (None:
+    unset); it must exit 0."""
     return pretend_cli(args, data, stack, check=True, threads=1, timeout=600)
 
 
@@ -43,7 +46,8 @@ def names(keys) -> list[str]:
 
 @pytest.fixture(scope="module")
 def wrong_sweep(tmp_path_factory, fixture_models) -> dict:
-    """The sweep, ``ops`` before localise, a localise of each diverging PASS, ``ops`` and the report after."""
+    """The sweep, ``ops`` before localise, a localise of each diverging PASS, ``ops`` and the
+    report after."""
     import yaml
 
     from model_support.record import store
@@ -69,13 +73,11 @@ def wrong_sweep(tmp_path_factory, fixture_models) -> dict:
     before_text = cli(["ops", sweep], data).stdout
     with ThreadPoolExecutor(max_workers=2) as pool:  # what the not-localised line says to run, run
         commands = [c["command"].split()[1:] for c in before["not_localised"]]
-        commands[-1] = commands[-1][
-            : commands[-1].index("--variant")
-        ]  # the model's one variant, found by localise
+        # the model's one variant, found by localise
+        commands[-1] = commands[-1][: commands[-1].index("--variant")]
         list(pool.map(lambda args: cli(args, data), commands))
-    after = json.loads(
-        cli(["ops", sweep, "--json"], data, stack=None).stdout
-    )  # the sweep's data alone
+    # the sweep's data alone
+    after = json.loads(cli(["ops", sweep, "--json"], data, stack=None).stdout)
     text = cli(["ops", sweep], data, stack=None).stdout
     cli(["report", sweep, "--baseline", ""], data, stack=None)
     report = (data / "reports" / f"{sweep}.html").read_text()
@@ -140,13 +142,11 @@ def test_a_localised_wrong_operator_is_a_step_of_ops_naming_both_models(wrong_sw
     }
     text = wrong_sweep["text"]
     plan = text[text.index("What to implement next") :].splitlines()
-    fix = " ".join(
-        line.split("│")[2].strip() for line in plan if line.startswith("│")
-    )  # the column, unwrapped
+    # the column, unwrapped
+    fix = " ".join(line.split("│")[2].strip() for line in plan if line.startswith("│"))
     assert fix == "aten::rsqrt for f32, 3 dims (wrong numbers in 2 models, localised)"
-    assert "tiny-llama [eager+dynamic+2t]" in " ".join(
-        plan
-    )  # a variant's brackets printed, not read as markup
+    # a variant's brackets printed, not read as markup
+    assert "tiny-llama [eager+dynamic+2t]" in " ".join(plan)
     assert "Nothing to fix" not in text
 
 
@@ -181,12 +181,16 @@ def test_the_nightlys_draft_says_the_step_and_that_localise_found_it(wrong_sweep
     (path,) = nightly._draft(data, "wrong", sweep, sweep, changes, False, None, lambda _: None)
     draft = " ".join(path.read_text().split())
     assert "## In the porting plan" in draft
-    fix = "fix aten::rsqrt for f32, 3 dims (wrong numbers in 2 models, localised by `model-support localise`)"
+    fix = (
+        "fix aten::rsqrt for f32, 3 dims (wrong numbers in 2 models, localised by `model-support "
+        "localise`)"
+    )
     assert fix in draft
     assert f"tiny-llama [{VARIANT}]: blocked by wrong numbers (localised: aten::rsqrt)" in draft
 
 
-# --- a PASS row with a localised wrong operator (issue 56, part 4) -----------------------------------------------
+# --- a PASS row with a localised wrong operator (issue 56, part 4)
+# -----------------------------------------------
 
 MUL = "aten::mul.Tensor"
 MUL_STACK = {"wrong_ops": [MUL]}
@@ -194,8 +198,9 @@ MUL_STACK = {"wrong_ops": [MUL]}
 
 @pytest.fixture(scope="module")
 def pass_row(tmp_path_factory, fixture_models) -> dict:
-    """tiny-qwen3 with every ``aten::mul.Tensor`` wrong: its PASS (its flat logits agree with the reference all the
-    same), ``ops`` before localise, ``localise`` as the user types it, ``ops`` after, ``ops --prove``."""
+    """tiny-qwen3 with every ``aten::mul.Tensor`` wrong: its PASS (its flat logits agree with the
+    reference all the same), ``ops`` before localise, ``localise`` as the user types it, ``ops``
+    after, ``ops --prove``."""
     import yaml
 
     from model_support.record import store
@@ -241,10 +246,8 @@ def test_ops_lists_a_localised_wrong_operator_on_a_pass_row_as_a_step(pass_row):
         pass_row["text"],
     )
     assert record["status"] == "PASS"
-    if record["numerics"] in (
-        "match",
-        "ties",
-    ):  # the reference check let it through: nothing but localise says it
+    # the reference check let it through: nothing but localise says it
+    if record["numerics"] in ("match", "ties"):
         assert before["plan"] == [] and list(before["standing"].values()) == ["runs on the device"]
     assert pass_row["localised"].startswith("The first wrong operator of")
     assert "aten::mul (Tensor)" in pass_row["localised"].splitlines()[0]
@@ -257,9 +260,8 @@ def test_ops_lists_a_localised_wrong_operator_on_a_pass_row_as_a_step(pass_row):
     said = "computes wrong numbers" if agrees else "blocked by wrong numbers"
     assert standing.startswith(f"{said} (localised: {MUL})"), standing
     plan = text[text.index("What to implement next") :].splitlines()
-    fix = " ".join(
-        line.split("│")[2].strip() for line in plan if line.startswith("│")
-    )  # the column, unwrapped
+    # the column, unwrapped
+    fix = " ".join(line.split("│")[2].strip() for line in plan if line.startswith("│"))
     assert fix.startswith(f"{MUL} for ") and fix.endswith("(wrong numbers in 1 model, localised)")
     assert "Nothing to fix" not in text
 
@@ -272,7 +274,8 @@ def test_the_pass_rows_step_is_proven_like_the_others(pass_row):
     assert standing.startswith(f"runs with 1 operator on the host ({MUL}")
 
 
-# --- the ranking, on made-up censuses ---------------------------------------------------------------------
+# --- the ranking, on made-up censuses
+# ---------------------------------------------------------------------
 
 
 def _model(key, ops, missing=(), localised=None, numerics="diverges", status="PASS"):
@@ -296,11 +299,12 @@ def _model(key, ops, missing=(), localised=None, numerics="diverges", status="PA
 
 
 def test_wrong_and_missing_operators_rank_together_and_a_model_needing_both_waits_for_both():
-    """rsqrt, localised wrong in b1 and b2, unlocks two models; gelu, missing, one: rsqrt goes first. ``both`` lacks
-    gelu and was localised wrong at rsqrt: unlocked by the second step only. A PASS whose output matches the
-    reference is blocked by an operator localise flagged in it all the same (issue 56: flat logits agree with any
-    kernel; the operator is wrong for every prompt): it "computes wrong numbers", a step unlocks it; a diverging PASS
-    never localised is said."""
+    """rsqrt, localised wrong in b1 and b2, unlocks two models; gelu, missing, one: rsqrt goes
+    first. ``both`` lacks gelu and was localised wrong at rsqrt: unlocked by the second step
+    only. A PASS whose output matches the reference is blocked by an operator localise flagged in
+    it all the same (issue 56: flat logits agree with any kernel; the operator is wrong for every
+    prompt): it "computes wrong numbers", a step unlocks it; a diverging PASS never localised is
+    said."""
     from model_support.ops import porting_plan, predict
     from model_support.ops.plan import not_localised_line, plan_json, standing
 
@@ -332,7 +336,8 @@ def test_wrong_and_missing_operators_rank_together_and_a_model_needing_both_wait
         == "blocked by missing ops (aten::gelu) and wrong numbers (localised: aten::rsqrt)"
     )
     assert standing(by["right"]) == (
-        "computes wrong numbers (localised: aten::rsqrt), though its output agrees with the CPU reference (match)"
+        "computes wrong numbers (localised: aten::rsqrt), though its output agrees with the "
+        "CPU reference (match)"
     )
     assert standing(by["c"]) == "blocked by missing ops (aten::gelu)"
     assert standing(by["unseen"]) == "blocked by wrong numbers (not localised)"
@@ -346,7 +351,8 @@ def test_wrong_and_missing_operators_rank_together_and_a_model_needing_both_wait
 
 
 def test_another_stacks_prediction_reads_its_coverage_not_the_sweeps_localised_answers():
-    """``ops --on DEVICE`` predicts another stack: what localise found on the sweep's stack says nothing of it."""
+    """``ops --on DEVICE`` predicts another stack: what localise found on the sweep's stack says
+    nothing of it."""
     from model_support.ops import porting_plan, predict
     from model_support.record.ops_table import IMPLEMENTED
 

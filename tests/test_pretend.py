@@ -1,9 +1,10 @@
-"""The pretend accelerator (``model_support_pretend``): a PrivateUse1 backend written in Python with
-a stack's faults on demand, and the accelerator path of the project run on it (docs/devices.md).
+"""The pretend accelerator (``model_support_pretend``): a PrivateUse1 backend written in Python
+with a stack's faults on demand, and the accelerator path of the project run on it
+(docs/devices.md).
 
-The backend's own behaviour is checked in child processes (registering a device renames PrivateUse1 for
-the life of a process, which the test process must not do); the probe, sweeps, debug and repro scripts
-run for real on it, as they would on a TPU."""
+The backend's own behaviour is checked in child processes (registering a device renames
+PrivateUse1 for the life of a process, which the test process must not do); the probe, sweeps,
+debug and repro scripts run for real on it, as they would on a TPU."""
 
 from __future__ import annotations
 
@@ -52,7 +53,8 @@ def child_json(code: str, config: dict | None = None, **extra) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-# --- the configuration -------------------------------------------------------------------------------
+# --- the configuration
+# -------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -96,7 +98,8 @@ def test_the_configuration_and_its_visibility():
     assert parse("", None).visible == (0,) and parse("{}", None).memory_bytes is None
 
 
-# --- the backend, in a child process ------------------------------------------------------------------
+# --- the backend, in a child process
+# ------------------------------------------------------------------
 
 BACKEND_CHECKS = """
     import json, time
@@ -177,9 +180,8 @@ def test_the_backend_runs_on_the_cpu_underneath_with_its_faults():
     }
     out = child_json(BACKEND_CHECKS, config, **{VISIBLE_VAR: "2,3"})
     assert (out["accelerator"], out["count"], out["physical"]) == ("pretend", 2, [2, 3])
-    assert (
-        "is not a DeviceAllocator" in out["max_memory_allocated"]
-    )  # as torch_tpu's allocator is not either
+    # as torch_tpu's allocator is not either
+    assert "is not a DeviceAllocator" in out["max_memory_allocated"]
     assert out["synchronize"] != "answered"
     assert (out["type"], out["device"], out["roundtrip"]) == ("PretendTensor", "pretend:0", True)
     assert out["tolist"] == [12.0, 15.0, 18.0, 21.0]
@@ -200,17 +202,18 @@ def test_the_backend_runs_on_the_cpu_underneath_with_its_faults():
     assert out["add_ok"] and out["float32_ok"]
     assert out["dtype"].startswith("Cannot convert a pretend Tensor to float64 dtype")
     right = [[float(4 * r + c) for c in range(4)] for r in range(3)]
-    assert out["wrong"] == [
-        [-v for v in reversed(row)] for row in right
-    ]  # wrong, and the same wrong every time
+    # wrong, and the same wrong every time
+    assert out["wrong"] == [[-v for v in reversed(row)] for row in right]
     assert out["wrong_again"] == out["wrong"]
     assert out["slept"] == [2.5] and out["slept_neg"] == [1.5]
-    # its clock: the stall counted whole (plus the subtraction's and the copy's kernels), a view launches nothing,
-    # a kernel its launch latency plus its bytes at the bandwidth, with each process's pace within 2% (jitter 1%)
+    # its clock: the stall counted whole (plus the subtraction's and the copy's kernels), a view
+    # launches nothing, a kernel its launch latency plus its bytes at the bandwidth, with each
+    # process's pace within 2% (jitter 1%)
     assert 2.5 < out["clock_stall"] < 2.5 + 1e-4 and out["clock_view"] == 0
     assert 5e-6 * 0.96 < out["clock_add"] < 5e-6 * 1.05
     assert out["two_devices"] == (
-        "Expected all tensors to be on the same device, but found at least two devices, pretend:0 and pretend:1!"
+        "Expected all tensors to be on the same device, but found at least two devices, "
+        "pretend:0 and pretend:1!"
     )
     assert (out["rank_device"], out["current"]) == ("pretend:1", 1)
     assert (out["compile_backend"], out["distributed"]) == ("aot_eager", "cpu:gloo,pretend:pretend")
@@ -249,13 +252,14 @@ def test_a_crashing_operator_kills_the_process_as_a_runtime_abort_does():
 def test_a_silent_late_abort_names_its_operator_has_its_repro_script_and_is_the_stacks(
     tmp_path, monkeypatch
 ):
-    """Two crashing operators, of which each model reaches one, and a runtime that aborts silently (no last words)
-    and late (three operators on, as an asynchronous runtime reports it): the flight recorder's last operator is
-    not the culprit, so the probe reruns the silent abort once synchronously (PRETEND_LAUNCH_BLOCKING=1, as
-    CUDA_LAUNCH_BLOCKING=1) and the row names the operator the model reached, in ``crash_operator`` and in its
-    message and signature (two aborts, two signatures); each row has the repro script the probe wrote before it
-    ran, and is rerun on the CPU reference, which does not abort: the stack's. (A runtime that names its operator
-    is the porting loop's tiny-opt.)"""
+    """Two crashing operators, of which each model reaches one, and a runtime that aborts
+    silently (no last words) and late (three operators on, as an asynchronous runtime reports
+    it): the flight recorder's last operator is not the culprit, so the probe reruns the silent
+    abort once synchronously (PRETEND_LAUNCH_BLOCKING=1, as CUDA_LAUNCH_BLOCKING=1) and the row
+    names the operator the model reached, in ``crash_operator`` and in its message and signature
+    (two aborts, two signatures); each row has the repro script the probe wrote before it ran,
+    and is rerun on the CPU reference, which does not abort: the stack's. (A runtime that names
+    its operator is the porting loop's tiny-opt.)"""
     from helpers import cli_sweep
     from model_support.probe.model_ids import display_name
 
@@ -267,9 +271,8 @@ def test_a_silent_late_abort_names_its_operator_has_its_repro_script_and_is_the_
         "models": [TINY, "data/models/tiny-gpt-neox"],
     }
     data, sweep = cli_sweep(tmp_path, definition)
-    rows = {
-        display_name(r["model_id"]): r for r in stored_records(data, sweep)
-    }  # the script put together again
+    # the script put together again
+    rows = {display_name(r["model_id"]): r for r in stored_records(data, sweep)}
     for name, op in (("tiny-llama", "aten::silu"), ("tiny-gpt-neox", "aten::gelu")):
         row = rows[name]
         said = f"it died in {op} (flight recorder)"
@@ -282,9 +285,8 @@ def test_a_silent_late_abort_names_its_operator_has_its_repro_script_and_is_the_
         assert row["crash_operator_note"].startswith(
             "the operator a synchronous rerun (PRETEND_LAUNCH_BLOCKING=1)"
         )
-        assert (
-            f"first run's last operator was {op}" not in row["crash_operator_note"]
-        )  # it died three later
+        # it died three later
+        assert f"first run's last operator was {op}" not in row["crash_operator_note"]
         assert row["crash_operator_args"].startswith("bfloat16[1, ")
         assert (
             row["repro_script"].startswith("#!/usr/bin/env python")
@@ -320,9 +322,10 @@ COMPOSITES = """
 
 
 def test_composite_operators_reach_the_backend_as_their_parts_in_every_mode():
-    """A C++ backend receives ``aten::linear`` and ``aten::scaled_dot_product_attention`` as the operators they
-    decompose into (``CompositeImplicitAutograd``), under ``torch.inference_mode()`` (the probe's) as in any
-    other mode: a wrong ``aten::mm`` makes linear wrong, a missing ``aten::bmm`` stops attention."""
+    """A C++ backend receives ``aten::linear`` and ``aten::scaled_dot_product_attention`` as the
+    operators they decompose into (``CompositeImplicitAutograd``), under
+    ``torch.inference_mode()`` (the probe's) as in any other mode: a wrong ``aten::mm`` makes
+    linear wrong, a missing ``aten::bmm`` stops attention."""
     out = child_json(COMPOSITES, {"wrong_ops": ["aten::mm"], "missing_ops": ["aten::bmm"]})
     right = [[float(4 * r + c) for c in range(4)] for r in range(3)]
     for mode in ("inference_mode", "no_grad", "grad"):
@@ -333,7 +336,8 @@ def test_composite_operators_reach_the_backend_as_their_parts_in_every_mode():
 
 
 def test_a_fault_on_an_operator_no_backend_receives_is_refused():
-    """A fault on a composite (``aten::linear``) would never happen: refused as a typo is, naming the way out."""
+    """A fault on a composite (``aten::linear``) would never happen: refused as a typo is, naming
+    the way out."""
     code = """
         import json
         from model_support.probe import devices
@@ -348,8 +352,9 @@ def test_a_fault_on_an_operator_no_backend_receives_is_refused():
 
 
 def test_a_fault_on_an_operator_whose_default_is_torchscripts_takes_its_tensor_forms():
-    """``aten::mul`` and ``aten::add`` name no default form a backend receives (their ``default`` is TorchScript's
-    product and sum of scalars): a fault on the name reaches their tensor forms, and the backend loads."""
+    """``aten::mul`` and ``aten::add`` name no default form a backend receives (their ``default``
+    is TorchScript's product and sum of scalars): a fault on the name reaches their tensor forms,
+    and the backend loads."""
     code = """
         import json
         import torch
@@ -378,7 +383,8 @@ def test_off_unless_configured_and_a_typo_in_a_fault_is_refused():
         """
     off = child_json(code)
     assert off.startswith(
-        "Device 'pretend' was requested but the pretend accelerator is off here: set MODEL_SUPPORT_PRETEND"
+        "Device 'pretend' was requested but the pretend accelerator is off here: set "
+        "MODEL_SUPPORT_PRETEND"
     )
     typo = child_json(code, {"missing_ops": ["aten::rsqrtt"]})
     assert typo.startswith(
@@ -388,8 +394,9 @@ def test_off_unless_configured_and_a_typo_in_a_fault_is_refused():
 
 
 def test_auto_finds_it_in_the_probe_and_in_the_runner():
-    """``device: auto``: the probe loads the backends whose hardware may be here (the pretend one: when it is
-    configured) and takes the one torch then reports; the runner asks the same of a child process."""
+    """``device: auto``: the probe loads the backends whose hardware may be here (the pretend
+    one: when it is configured) and takes the one torch then reports; the runner asks the same of
+    a child process."""
     code = """
         import json
         from model_support.probe import devices
@@ -397,17 +404,14 @@ def test_auto_finds_it_in_the_probe_and_in_the_runner():
         print(json.dumps([facts.type, facts.count, devices.auto_candidates(), devices.resolve("auto").type]))
         """
     assert child_json(code, {"devices": 3}) == ["pretend", 3, ["pretend"], "pretend"]
-    assert child_json(code) == [
-        "cpu",
-        1,
-        [],
-        "cpu",
-    ]  # not configured: auto is the CPU, and no child was asked
+    # not configured: auto is the CPU, and no child was asked
+    assert child_json(code) == ["cpu", 1, [], "cpu"]
 
 
 def test_a_sweep_on_a_device_this_machine_lacks_is_refused_before_any_model(tmp_path):
-    """Any well-formed accelerator name is a valid parameter; whether this machine has it is asked of the
-    device adapters (in a child process), once, before anything runs, with the sentence a probe records."""
+    """Any well-formed accelerator name is a valid parameter; whether this machine has it is
+    asked of the device adapters (in a child process), once, before anything runs, with the
+    sentence a probe records."""
     import yaml
 
     definition = tmp_path / "gpu.yaml"
@@ -417,11 +421,13 @@ def test_a_sweep_on_a_device_this_machine_lacks_is_refused_before_any_model(tmp_
     for device_env, sentence in (
         (
             None,
-            "Device 'gpu' was requested but this machine has no such accelerator (torch reports no accelerator)",
+            "Device 'gpu' was requested but this machine has no such accelerator (torch "
+            "reports no accelerator)",
         ),
         (
             {"devices": 1},
-            "Device 'gpu' was requested but this machine has no such accelerator (the accelerators here: pretend)",
+            "Device 'gpu' was requested but this machine has no such accelerator (the "
+            "accelerators here: pretend)",
         ),
     ):
         done = subprocess.run(
@@ -451,8 +457,8 @@ def test_torch_autoloads_it_through_its_entry_point_as_it_does_torch_tpu():
 
 
 def test_nothing_in_the_package_knows_the_name():
-    """The accelerator path is generic: the pretend device (its own distribution, pretend/) is found like any
-    other backend, by its name; the package a user installs never mentions it."""
+    """The accelerator path is generic: the pretend device (its own distribution, pretend/) is
+    found like any other backend, by its name; the package a user installs never mentions it."""
     src = REPO / "src" / "model_support"
     knowing = [
         str(path.relative_to(REPO))
@@ -464,15 +470,17 @@ def test_nothing_in_the_package_knows_the_name():
     assert knowing == []
 
 
-# --- the probe on it ------------------------------------------------------------------------------------
+# --- the probe on it
+# ------------------------------------------------------------------------------------
 
 
 def test_the_probe_notebook_on_the_pretend_device_gives_the_cpus_tokens(
     tmp_path, monkeypatch, fixture_models
 ):
-    """papermill, ``-p device pretend``: PASS, peak device memory with its source (torch's generic counter
-    refuses a Python backend, so the adapter's fallback, the backend's own module, answers), and the
-    tokens of the CPU reference: its float32 logits, teacher-forced on the device's tokens, agree at every step."""
+    """papermill, ``-p device pretend``: PASS, peak device memory with its source (torch's
+    generic counter refuses a Python backend, so the adapter's fallback, the backend's own
+    module, answers), and the tokens of the CPU reference: its float32 logits, teacher-forced on
+    the device's tokens, agree at every step."""
     from helpers import probe_record
 
     monkeypatch.setenv(CONFIG_VAR, json.dumps({"devices": 1}))
@@ -503,8 +511,8 @@ def test_the_probe_notebook_on_the_pretend_device_gives_the_cpus_tokens(
 
 @pytest.mark.slow
 def test_compile_mode_uses_the_backend_the_adapter_names(tmp_path, monkeypatch, fixture_models):
-    """An out-of-tree backend without a compiler of its own compiles with aot_eager: dynamo's graphs run
-    through AOTAutograd on the device's tensors."""
+    """An out-of-tree backend without a compiler of its own compiles with aot_eager: dynamo's
+    graphs run through AOTAutograd on the device's tensors."""
     from helpers import probe_record
 
     monkeypatch.setenv(CONFIG_VAR, json.dumps({}))
@@ -522,12 +530,14 @@ def test_compile_mode_uses_the_backend_the_adapter_names(tmp_path, monkeypatch, 
         "aot_eager",
     )
     assert record["matches_eager"] is True and record["graphs"] >= 1
-    # on an accelerator the compile mode also checks recompiles across prompt lengths (recompile_check=auto)
+    # on an accelerator the compile mode also checks recompiles across prompt lengths
+    # (recompile_check=auto)
     assert len(record["recompile_lengths"]) == 3 and len(record["recompiles_static"]) == 3, record[
         "recompile_note"
     ]
     assert "size mismatch" in record["recompile_guard"] and record["recompile_flag"] is None
-    # its clock sees only what its dispatch runs, not a compiled graph: a compiled run is timed on the host's clock
+    # its clock sees only what its dispatch runs, not a compiled graph: a compiled run is timed on
+    # the host's clock
     assert record["tpot_s"] > 0 and "on the host's wall clock" in record["perf_note"], record[
         "perf_note"
     ]
@@ -536,9 +546,10 @@ def test_compile_mode_uses_the_backend_the_adapter_names(tmp_path, monkeypatch, 
 def test_a_wrong_or_missing_matrix_product_is_a_wrong_or_failed_run(
     tmp_path, monkeypatch, fixture_models
 ):
-    """tiny-llama's projections are ``aten::linear``, which reaches a backend as ``aten::mm``: on a stack with a
-    wrong mm the probe (papermill, inference mode) still generates, and the CPU reference says ``diverges``; on
-    one without mm it is FAIL(gen) naming it, the stack's (the CPU reference runs)."""
+    """tiny-llama's projections are ``aten::linear``, which reaches a backend as ``aten::mm``: on
+    a stack with a wrong mm the probe (papermill, inference mode) still generates, and the CPU
+    reference says ``diverges``; on one without mm it is FAIL(gen) naming it, the stack's (the
+    CPU reference runs)."""
     from helpers import probe_record
 
     model = fixture_models["tiny-llama"]["path"]
@@ -595,8 +606,9 @@ PROBE = """
 def test_a_refused_dtype_and_too_little_memory_fail_at_load(
     config, settings, expected, words, fixture_models
 ):
-    """Moving the model to the device is the load stage: a dtype the device lacks is FAIL(load), running out
-    of device memory FAIL(other) (out-of-memory always is); both the stack's (the CPU reference loads)."""
+    """Moving the model to the device is the load stage: a dtype the device lacks is FAIL(load),
+    running out of device memory FAIL(other) (out-of-memory always is); both the stack's (the CPU
+    reference loads)."""
     done = subprocess.run(
         [
             sys.executable,
@@ -621,7 +633,8 @@ def test_a_refused_dtype_and_too_little_memory_fail_at_load(
     assert record["error_message"].startswith(words)
 
 
-# --- a porting team's loop: params/pretend.yaml, before and after one operator is fixed -------------------
+# --- a porting team's loop: params/pretend.yaml, before and after one operator is fixed
+# -------------------
 
 #: The stack of params/pretend.yaml, and the same stack once aten::rsqrt is implemented.
 BEFORE = {"devices": 2, "missing_ops": ["aten::rsqrt", "aten::gelu"], "crash_ops": ["aten::relu"]}
@@ -643,12 +656,14 @@ def cli(args: list, config: dict | None, data: Path) -> subprocess.CompletedProc
 
 @pytest.fixture(scope="module")
 def porting_loop(tmp_path_factory, fixture_models) -> dict:
-    """params/pretend.yaml swept on the stack BEFORE, then on AFTER, into one data folder (the CLI, for real)."""
+    """params/pretend.yaml swept on the stack BEFORE, then on AFTER, into one data folder (the
+    CLI, for real)."""
     from model_support.probe.model_ids import display_name
     from model_support.record import store
 
     data = tmp_path_factory.mktemp("pretend-data")
-    # the perf phase off: not what this loop tests (tests/test_perf.py), and ~1.4 s a PASS on this device
+    # the perf phase off: not what this loop tests (tests/test_perf.py), and ~1.4 s a PASS on this
+    # device
     cli(["sweep", "params/pretend.yaml", "-p", "perf=off"], BEFORE, data)
     (before,) = store.list_sweeps(data)
     cli(["sweep", "params/pretend.yaml", "-p", "perf=off"], AFTER, data)
@@ -662,11 +677,12 @@ def porting_loop(tmp_path_factory, fixture_models) -> dict:
 
 def test_missing_operators_fail_the_models_that_call_them_and_are_the_stacks(porting_loop):
     records = porting_loop["records"][porting_loop["before"]]
-    rsqrt = "NotImplementedError: Could not run 'aten::rsqrt' with arguments from the 'pretend' backend."
-    for name in (
-        "tiny-llama",
-        "tiny-qwen2",
-    ):  # one cause, one signature, on both models, with no place
+    rsqrt = (
+        "NotImplementedError: Could not run 'aten::rsqrt' with arguments from the 'pretend' "
+        "backend."
+    )
+    # one cause, one signature, on both models, with no place
+    for name in ("tiny-llama", "tiny-qwen2"):
         r = records[name]
         assert (r["status"], r["failure_stage"], r["attribution"]) == (
             "FAIL(gen)",
@@ -694,15 +710,15 @@ def test_missing_operators_fail_the_models_that_call_them_and_are_the_stacks(por
     )
     assert opt["attribution"] == "stack" and opt["repro_script"]
     assert {r["device_type"] for r in records.values()} == {"pretend"}
-    assert {r["device_count"] for r in records.values() if r["status"] != "FAIL(other)"} == {
-        1
-    }  # pinned: one each
+    # pinned: one each
+    assert {r["device_count"] for r in records.values() if r["status"] != "FAIL(other)"} == {1}
 
 
 def test_two_workers_pin_each_probe_to_its_own_device(porting_loop):
     from model_support.record import store
 
-    # AFTER reruns the two runs whose verdict differs from BEFORE's (flakes screened, ``sweep.reruns``): 5 + 2 holds
+    # AFTER reruns the two runs whose verdict differs from BEFORE's (flakes screened,
+    # ``sweep.reruns``): 5 + 2 holds
     for sweep, reruns in (
         (porting_loop["before"], []),
         (porting_loop["after"], ["tiny-llama", "tiny-qwen2"]),
@@ -742,18 +758,17 @@ def test_the_diff_and_the_report_show_what_the_fix_made_pass(porting_loop):
     assert f"{after} (on pretend) against {before} (on pretend)" in out
     assert out.count("[stack])") == 2
     assert (
-        "0 newly broken by the stack, 0 newly suspect, 0 newly failing, 0 newly failing everywhere, 2 newly passing"
-        in out
+        "0 newly broken by the stack, 0 newly suspect, 0 newly failing, 0 newly failing "
+        "everywhere, 2 newly passing" in out
     )
     reports = data / "reports"
     report = next(reports.glob(f"{after}*.html")).read_text()
     assert "newly passing" in report and ">pretend<" in report  # the header's device
     assert "whose, before" in report  # the newly passing runs' earlier failures: the stack's
-    assert (
-        '"pretend"' in (reports / "index.html").read_text()
-    )  # the explorer's device column and filter
-    # the two sweeps differ only in the backend's configuration: the diff and the report say which setting
-    # (they said "same package versions in both sweeps")
+    # the explorer's device column and filter
+    assert '"pretend"' in (reports / "index.html").read_text()
+    # the two sweeps differ only in the backend's configuration: the diff and the report say which
+    # setting (they said "same package versions in both sweeps")
     assert (
         "backend settings that differ: MODEL_SUPPORT_PRETEND" in out
         and "same package versions" not in out
@@ -763,8 +778,9 @@ def test_the_diff_and_the_report_show_what_the_fix_made_pass(porting_loop):
 
 
 def test_the_junit_export_of_the_pretend_sweep_is_valid_junit_with_a_case_per_model(porting_loop):
-    """What a CI system reads: the export of a real sweep, parsed by a JUnit parser and validated against the JUnit
-    schema (tests/data/junit.xsd): one case per model, unique names, the FAIL rows as failures with their signature."""
+    """What a CI system reads: the export of a real sweep, parsed by a JUnit parser and validated
+    against the JUnit schema (tests/data/junit.xsd): one case per model, unique names, the FAIL
+    rows as failures with their signature."""
     import junitparser
     import xmlschema
 
@@ -835,8 +851,8 @@ def test_the_repro_script_reproduces_the_failure_on_the_device(
         "NotImplementedError",
     )
     assert out["error_message"] == record["error_message"]
-    # the script carries the backend's configuration as the probe ran (device_config): on the fixed stack's
-    # environment it sets the sweep's faults again, says so, and reproduces the failure
+    # the script carries the backend's configuration as the probe ran (device_config): on the fixed
+    # stack's environment it sets the sweep's faults again, says so, and reproduces the failure
     again = subprocess.run(
         [sys.executable, str(script), folder],
         capture_output=True,
@@ -844,7 +860,8 @@ def test_the_repro_script_reproduces_the_failure_on_the_device(
         env=pretend_env(AFTER),
         timeout=600,
     )
-    # said on stdout, where a user reads the run (issue 54: it was on stderr only), with the flag that runs as found
+    # said on stdout, where a user reads the run (issue 54: it was on stderr only), with the flag
+    # that runs as found
     assert again.returncode == 1 and "setting MODEL_SUPPORT_PRETEND=" in again.stdout, again.stderr[
         -3000:
     ]
@@ -857,23 +874,24 @@ def test_the_repro_script_reproduces_the_failure_on_the_device(
         env={**pretend_env(AFTER), "MODEL_SUPPORT_REPRO_KEEP_CONFIG": "1"},
         timeout=600,
     )
-    assert fixed.returncode == 0, fixed.stderr[
-        -3000:
-    ]  # on the fixed stack it passes, with the CPU's tokens
+    # on the fixed stack it passes, with the CPU's tokens
+    assert fixed.returncode == 0, fixed.stderr[-3000:]
     assert (
         json.loads(fixed.stdout.strip().splitlines()[-1])["output_token_ids"]
         == (porting_loop["records"][porting_loop["after"]]["tiny-llama"]["output_token_ids"])
     )
 
 
-# --- several devices -----------------------------------------------------------------------------------
+# --- several devices
+# -----------------------------------------------------------------------------------
 
 
 @pytest.mark.slow
 def test_a_model_bigger_than_one_device_runs_sharded_over_two(tmp_path, fixture_models):
-    """``devices: auto`` plans with the pretend device's memory (the runner asks the adapter, in a child
-    process): sharded-llama needs 2 devices of its size; its probe holds both (schedule.jsonl) and runs
-    one rank per device, tensor parallel, collectives through the device's process group (gloo underneath)."""
+    """``devices: auto`` plans with the pretend device's memory (the runner asks the adapter, in
+    a child process): sharded-llama needs 2 devices of its size; its probe holds both
+    (schedule.jsonl) and runs one rank per device, tensor parallel, collectives through the
+    device's process group (gloo underneath)."""
     from fixtures.sharded_fixtures import DEVICE_MEMORY_GB
     from model_support.record import store
 
@@ -917,7 +935,8 @@ def test_a_model_bigger_than_one_device_runs_sharded_over_two(tmp_path, fixture_
         for x in (store.sweep_dir(data, sweep) / "schedule.jsonl").read_text().splitlines()
     ]
     assert grant["devices"] == [0, 1]
-    # its repro script runs the same ranks on the device (it ran them on the CPU, where a stack's fault never shows)
+    # its repro script runs the same ranks on the device (it ran them on the CPU, where a stack's
+    # fault never shows)
     script = tmp_path / "repro.py"
     script.write_text(record["repro_script"])
     folder = fixture_models["sharded-llama"]["path"]
@@ -927,9 +946,8 @@ def test_a_model_bigger_than_one_device_runs_sharded_over_two(tmp_path, fixture_
             [sys.executable, str(script), folder],
             capture_output=True,
             text=True,
-            env=pretend_env(
-                {**config, **faults}, MODEL_SUPPORT_REPRO_KEEP_CONFIG="1"
-            ),  # this stack's faults
+            # this stack's faults
+            env=pretend_env({**config, **faults}, MODEL_SUPPORT_REPRO_KEEP_CONFIG="1"),
             timeout=600,
         )
         out = json.loads(done.stdout.strip().splitlines()[-1])
@@ -944,8 +962,9 @@ def test_a_model_bigger_than_one_device_runs_sharded_over_two(tmp_path, fixture_
 
 
 def test_bisect_names_the_backend_setting_that_changed_a_verdict(porting_loop):
-    """The two sweeps run the same packages and differ only in MODEL_SUPPORT_PRETEND: the bisect could not see
-    it ("no package version differs"); it now names the setting, having run B's packages with A's setting."""
+    """The two sweeps run the same packages and differ only in MODEL_SUPPORT_PRETEND: the bisect
+    could not see it ("no package version differs"); it now names the setting, having run B's
+    packages with A's setting."""
     data, before, after = porting_loop["data"], porting_loop["before"], porting_loop["after"]
     done = cli(["bisect", before, after, "--model", "tiny-llama", "--json"], AFTER, data)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -1,4 +1,5 @@
-"""The probe, executed for real with papermill on every offline fixture (through the smoke sweep)."""
+"""The probe, executed for real with papermill on every offline fixture (through the smoke
+sweep)."""
 
 from __future__ import annotations
 
@@ -45,14 +46,16 @@ def test_every_fixture_gets_its_expected_verdict_stage_tokens_and_attribution(
             got["tokens_out"], want["tokens_out"] = record["tokens_out"], expect["tokens_out"]
         if got != want:
             wrong.append(
-                f"{name}: got {got}, want {want} ({record['error_type']}: {record['error_message']})"
+                f"{name}: got {got}, want {want} ({record['error_type']}: "
+                f"{record['error_message']})"
             )
     assert not wrong, "\n".join(wrong)
 
 
 def test_attribution_says_whose_failure_it_is(smoke_sweep):
-    """stack: only the device configuration fails; model: the same signature on the reference; both: another
-    one (kept); null with the reason when it could not run. The verdict itself never changes."""
+    """stack: only the device configuration fails; model: the same signature on the reference;
+    both: another one (kept); null with the reason when it could not run. The verdict itself
+    never changes."""
     by_name = smoke_sweep["by_name"]
     stack, both, big = by_name["attr-stack-fft"], by_name["attr-both"], by_name["attr-too-big"]
     assert stack["status"] == both["status"] == big["status"] == schema.FAIL_GEN
@@ -78,9 +81,8 @@ def test_tokens_in_counts_the_templated_prompt(smoke_sweep):
     assert by_name["SmolLM2-135M-Instruct"]["tokens_in"] == 35
     assert by_name["tiny-llama"]["chat_template_used"] is True
     assert by_name["tiny-gpt2"]["chat_template_used"] is False
-    assert (
-        by_name["tiny-llama"]["tokens_in"] > by_name["tiny-gpt2"]["tokens_in"]
-    )  # the template adds tokens
+    # the template adds tokens
+    assert by_name["tiny-llama"]["tokens_in"] > by_name["tiny-gpt2"]["tokens_in"]
     for name in ("tiny-gpt2", "tiny-opt", "tiny-llama", "tiny-eos-early"):
         assert by_name[name]["tokens_in"] == GOLDEN_TOKENS_IN[name], name
 
@@ -96,12 +98,10 @@ def test_smollm2_passes_through_its_chat_template_with_readable_english(smoke_sw
     assert (
         record["load_s"] > 0 and record["first_token_s"] > 0 and record["decode_tokens_per_s"] > 0
     )
-    assert (
-        record["peak_host_mem_mb"] > 100 and record["peak_device_mem_mb"] is None
-    )  # cpu: no device memory
-    assert (
-        isinstance(record["cpu_threads"], int) and record["cpu_threads"] >= 1
-    )  # what its timings ran with
+    # cpu: no device memory
+    assert record["peak_host_mem_mb"] > 100 and record["peak_device_mem_mb"] is None
+    # what its timings ran with
+    assert isinstance(record["cpu_threads"], int) and record["cpu_threads"] >= 1
     # The CPU reference is a real comparison on a CPU-only run: another dtype.
     assert record["reference_device"] == "cpu:float32" and isinstance(
         record["reference_match"], bool
@@ -109,8 +109,9 @@ def test_smollm2_passes_through_its_chat_template_with_readable_english(smoke_sw
 
 
 def test_a_healthy_pass_agrees_with_the_reference_and_smollm2_is_fluent(smoke_sweep):
-    """Is a PASS right? bf16 on the CPU against the float32 reference, teacher-forced on the device's tokens:
-    SmolLM2 matches and the judge finds it fluent; every tiny random model probed in bf16 (text or image-text-to-text) matches or flips at ties."""
+    """Is a PASS right? bf16 on the CPU against the float32 reference, teacher-forced on the
+    device's tokens: SmolLM2 matches and the judge finds it fluent; every tiny random model
+    probed in bf16 (text or image-text-to-text) matches or flips at ties."""
     smol = smoke_sweep["by_name"]["SmolLM2-135M-Instruct"]
     assert (
         smol["numerics"] == "match"
@@ -129,26 +130,21 @@ def test_a_healthy_pass_agrees_with_the_reference_and_smollm2_is_fluent(smoke_sw
         for name, r in smoke_sweep["by_name"].items()
         if name.startswith("tiny-") and r["status"]
     }
-    tasks = [
-        r["task"] for r in tiny.values()
-    ]  # the vision-language fixtures get the same check, image included
-    vlms = (
-        8 if importlib.util.find_spec("torchvision") else 5
-    )  # qwen2-vl, qwen2.5-vl, smolvlm need torchvision
+    # the vision-language fixtures get the same check, image included
+    tasks = [r["task"] for r in tiny.values()]
+    # qwen2-vl, qwen2.5-vl, smolvlm need torchvision
+    vlms = 8 if importlib.util.find_spec("torchvision") else 5
     assert (tasks.count("text-generation"), tasks.count("image-text-to-text")) == (12, vlms)
     assert {
         name: r["numerics"] for name, r in tiny.items() if r["numerics"] not in ("match", "ties")
     } == {}
-    for name in (
-        "sharded-llama",
-        "sharded-mixtral",
-    ):  # a sharded run gets the reference and the judge too
+    # a sharded run gets the reference and the judge too
+    for name in ("sharded-llama", "sharded-mixtral"):
         record = smoke_sweep["by_name"][name]
         assert record["numerics"] in ("match", "ties") and isinstance(record["fluent"], bool), name
     failed = [r for r in smoke_sweep["records"] if r["status"] not in (None, schema.PASS)]
-    assert failed and all(
-        r["numerics"] is None and r["fluent"] is None for r in failed
-    )  # only a PASS is checked
+    # only a PASS is checked
+    assert failed and all(r["numerics"] is None and r["fluent"] is None for r in failed)
 
 
 def test_a_pass_above_the_references_limit_gets_the_judge_alone(tmp_path, fixture_models):
@@ -204,7 +200,8 @@ def test_generate_failure_records_the_step(smoke_sweep, fixture_models):
 
 
 def test_bf16_overflow_diverges_from_the_cpu_reference(smoke_sweep):
-    """A PASS that computes NaN: the verdict stays PASS, its check says diverges at step 0, its text is not fluent."""
+    """A PASS that computes NaN: the verdict stays PASS, its check says diverges at step 0, its
+    text is not fluent."""
     record = smoke_sweep["by_name"]["diverge-bf16-overflow"]
     assert record["status"] == schema.PASS
     assert record["reference_match"] is False and record["first_divergence"] == 0
@@ -219,10 +216,8 @@ def test_executed_notebook_alone_tells_the_verdict(smoke_sweep):
         record = smoke_sweep["by_name"][name]
         path = data_dir / record["notebook_path"]
         stored = probe.record_from_notebook(path)
-        assert stored == {
-            **record,
-            "repro_script": None,
-        }  # the script's body kept once, not in each notebook
+        # the script's body kept once, not in each notebook
+        assert stored == {**record, "repro_script": None}
         assert repro.script_of(stored) == record["repro_script"]
         nb = nbformat.read(str(path), as_version=4)
         outputs = [o for c in nb.cells for o in c.get("outputs", []) if "data" in o]
@@ -273,9 +268,8 @@ def test_repro_script_reproduces_the_probe_with_plain_python(
         "failed_step",
     ):
         assert got[key] == record[key], key
-    if (
-        record["status"] == schema.PASS
-    ):  # it runs the reference check too, and says what the record says
+    # it runs the reference check too, and says what the record says
+    if record["status"] == schema.PASS:
         for key in (
             "reference_device",
             "numerics",
@@ -334,16 +328,15 @@ def test_the_headline_command_probes_one_model(tmp_path, fixture_models):
     assert record["output_token_ids"] == fixture_models["tiny-llama"]["expected_token_ids"]
     assert probe.record_from_notebook(out) == {**record, "repro_script": None}
     assert str(REPO) not in record_path.read_text()  # no machine path in the record
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "out.ipynb",
-        "r.json",
-    ]  # the early side file is gone
+    # the early side file is gone
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.ipynb", "r.json"]
 
 
 def papermill_probe(
     tmp_path: Path, model_id: str, env: dict | None = None
 ) -> subprocess.CompletedProcess:
-    """``papermill notebooks/probe.ipynb out.ipynb -p model_id MODEL -p device cpu``, as a user types it."""
+    """``papermill notebooks/probe.ipynb out.ipynb -p model_id MODEL -p device cpu``, as a user
+    types it."""
     import os
 
     command = [os.path.join(os.path.dirname(sys.executable), "papermill"), "notebooks/probe.ipynb"]
@@ -360,7 +353,8 @@ def papermill_probe(
 
 
 def the_notebooks_error(out: Path) -> tuple[int, dict]:
-    """The executed notebook's error output: (the index of its cell among the code cells, the output)."""
+    """The executed notebook's error output: (the index of its cell among the code cells, the
+    output)."""
     cells = [cell for cell in nbformat.read(out, as_version=4).cells if cell.cell_type == "code"]
     (found,) = [
         (i, o)
@@ -377,13 +371,15 @@ def the_notebooks_error(out: Path) -> tuple[int, dict]:
         (
             "data/models/tiny-gtp2",
             {},
-            "model_id 'data/models/tiny-gtp2' is no folder on this machine: did you mean 'data/models/tiny-gpt2'?",
+            "model_id 'data/models/tiny-gtp2' is no folder on this machine: did you mean "
+            "'data/models/tiny-gpt2'?",
         ),
         (
             "HuggingFaceTB/SmolLM2-135M",
             {"HF_HUB_OFFLINE": "1"},
-            "model_id 'HuggingFaceTB/SmolLM2-135M' could not be fetched: model 'HuggingFaceTB/SmolLM2-135M' is not in the "
-            "local Hugging Face cache (HF_HUB_CACHE) and offline mode is on (HF_HUB_OFFLINE=1); check the network "
+            "model_id 'HuggingFaceTB/SmolLM2-135M' could not be fetched: model "
+            "'HuggingFaceTB/SmolLM2-135M' is not in the local Hugging Face cache "
+            "(HF_HUB_CACHE) and offline mode is on (HF_HUB_OFFLINE=1); check the network "
             "(HF_ENDPOINT, HF_HUB_OFFLINE, a proxy) and run the probe again.",
         ),
         (
@@ -393,7 +389,8 @@ def the_notebooks_error(out: Path) -> tuple[int, dict]:
                 "HF_ENDPOINT": "http://127.0.0.1:9",
                 "MODEL_SUPPORT_HUB_BACKOFF_S": "0.01",
             },
-            "model_id 'HuggingFaceTB/SmolLM2-135M' could not be fetched: the Hub could not be reached",
+            "model_id 'HuggingFaceTB/SmolLM2-135M' could not be fetched: the Hub could not be "
+            "reached",
         ),
     ],
     ids=["typo", "offline", "unreachable"],
@@ -401,16 +398,15 @@ def the_notebooks_error(out: Path) -> tuple[int, dict]:
 def test_a_model_that_is_not_there_stops_the_notebook_with_one_sentence(
     tmp_path, model_id, env, sentence
 ):
-    """A typo in a local path, or a Hub id while the Hub cannot be reached, is the user's to fix, not the model's
-    verdict: the call cell stops with one sentence (the cell's whole traceback), papermill exits non-zero, and
-    no record is written."""
+    """A typo in a local path, or a Hub id while the Hub cannot be reached, is the user's to fix,
+    not the model's verdict: the call cell stops with one sentence (the cell's whole traceback),
+    papermill exits non-zero, and no record is written."""
     run = papermill_probe(tmp_path, model_id, {"HF_HUB_CACHE": str(tmp_path / "cache"), **env})
     assert run.returncode != 0 and f"ModelUnavailable: {sentence}" in run.stderr, run.stderr[-3000:]
     assert not (tmp_path / "r.json").exists()
     cell, error = the_notebooks_error(tmp_path / "out.ipynb")
-    assert (
-        cell == 2
-    )  # the parameters, the injected parameters, then the call cell: the first that runs anything
+    # the parameters, the injected parameters, then the call cell: the first that runs anything
+    assert cell == 2
     assert error.ename == "ModelUnavailable" and error.traceback == [
         f"ModelUnavailable: {error.evalue}"
     ]
@@ -422,8 +418,8 @@ def test_a_model_that_is_not_there_stops_the_notebook_with_one_sentence(
 
 
 def test_a_bad_device_name_is_refused_before_anything_runs(tmp_path, fixture_models):
-    """``device='GPU'`` was a FAIL(other) record (the user's typo as a verdict): it is bad input, refused with
-    what is accepted, and no record is written."""
+    """``device='GPU'`` was a FAIL(other) record (the user's typo as a verdict): it is bad input,
+    refused with what is accepted, and no record is written."""
     import papermill
 
     with pytest.raises(papermill.PapermillExecutionError) as info:
@@ -494,7 +490,8 @@ def test_verdicts_of_probe_core_match_the_schema():
 
 
 def test_models_bigger_than_one_device_in_the_smoke_sweep(smoke_sweep):
-    """devices auto with a 1 MB pretend device: 2 ranks, tensor or expert parallel; no plan: its sentence."""
+    """devices auto with a 1 MB pretend device: 2 ranks, tensor or expert parallel; no plan: its
+    sentence."""
     by_name = smoke_sweep["by_name"]
     llama, mixtral, gpt2 = (
         by_name["sharded-llama"],
@@ -505,7 +502,8 @@ def test_models_bigger_than_one_device_in_the_smoke_sweep(smoke_sweep):
     assert (mixtral["devices_used"], mixtral["parallelism"], mixtral["ep_size"]) == (2, "ep", 2)
     assert llama["memory_estimate_bytes"] > 1_000_000 and len(mixtral["generate_s_per_rank"]) == 2
     assert gpt2["error_message"] == (
-        "GPT2LMHeadModel has no tensor or expert parallel plan, and needs 2 devices: it cannot run here as shipped"
+        "GPT2LMHeadModel has no tensor or expert parallel plan, and needs 2 devices: it "
+        "cannot run here as shipped"
     )
     assert (
         by_name["tiny-llama"]["devices_used"] == 1
@@ -533,11 +531,12 @@ def test_a_sharded_probes_repro_script_launches_its_ranks_the_same_way(
 
 
 def test_what_runs_a_probe_stays_lean():
-    """JupyterLab's server stack (jsonschema's rfc3987 grammar among it: seconds per import) stays out."""
+    """JupyterLab's server stack (jsonschema's rfc3987 grammar among it: seconds per import)
+    stays out."""
     heavy = ("rfc3987_syntax", "lark", "jupyter_server", "jupyterlab", "jupyter_events", "polars")
     code = (
-        "import sys, papermill, nbclient, ipykernel.kernelapp; from model_support.probe import run; "
-        f"print([m for m in {heavy!r} if m in sys.modules])"
+        "import sys, papermill, nbclient, ipykernel.kernelapp; from model_support.probe "
+        f"import run; print([m for m in {heavy!r} if m in sys.modules])"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
@@ -545,8 +544,9 @@ def test_what_runs_a_probe_stays_lean():
 
 
 def test_hub_kernels_stay_off(fixture_models):
-    """transformers 5.25 swaps layers for kernels downloaded from the Hub by default (and refuses devices the
-    ``kernels`` package does not know); the probe loads with them off, so a verdict is the stack's kernels."""
+    """transformers 5.25 swaps layers for kernels downloaded from the Hub by default (and refuses
+    devices the ``kernels`` package does not know); the probe loads with them off, so a verdict
+    is the stack's kernels."""
     import transformers
     from packaging.version import Version
 

@@ -1,12 +1,12 @@
-"""Publishing against the local Hub (tests/hub_server.py): push, read back with `datasets`, push again after a
-new sweep (only it goes up), move a sweep to `excluded`, publish the raw logs into the repo or a bucket,
-and each failure (no token, a read token, no network, a commit cut off) as one sentence that changes
-nothing on the server.
+"""Publishing against the local Hub (tests/hub_server.py): push, read back with `datasets`, push
+again after a new sweep (only it goes up), move a sweep to `excluded`, publish the raw logs into the
+repo or a bucket, and each failure (no token, a read token, no network, a commit cut off) as one
+sentence that changes nothing on the server.
 
-The sweeps here are written through the store as a sweep writes them (records, executed notebooks, logs,
-sweep.json, compaction) without running the probes; `test_sweep.py` pushes a real sweep. The client is
-the real huggingface_hub: dataset files go up through Xet (hf_xet, into the server's local CAS) unless
-HF_HUB_DISABLE_XET, then through the LFS batch API.
+The sweeps here are written through the store as a sweep writes them (records, executed notebooks,
+logs, sweep.json, compaction) without running the probes; `test_sweep.py` pushes a real sweep. The
+client is the real huggingface_hub: dataset files go up through Xet (hf_xet, into the server's local
+CAS) unless HF_HUB_DISABLE_XET, then through the LFS batch API.
 """
 
 from __future__ import annotations
@@ -40,9 +40,8 @@ REPO_ID = "org/sweeps"
 WRITE = "hf_" + "PublishWriteToken" + "w" * 16
 READ = "hf_" + "PublishReadToken" + "r" * 16
 PLANTED = "hf_" + "PlantedInAProbeLog" + "p" * 16  # an hf_ token a probe printed
-PLAIN_SECRET = (
-    "plain-secret-value-123"  # a token of no known shape, known only from the environment
-)
+# a token of no known shape, known only from the environment
+PLAIN_SECRET = "plain-secret-value-123"
 CLI = [sys.executable, "-m", "model_support.cli"]
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,8 +49,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 def write_sweep(
     data: Path, sweep_id: str, statuses: dict[str, str], excluded: dict | None = None, **meta
 ) -> str:
-    """A sweep as the runner leaves it: sweep.json, per model an executed notebook, a log and its record
-    (one local model, loaded from a folder of this machine), then compaction."""
+    """A sweep as the runner leaves it: sweep.json, per model an executed notebook, a log and its
+    record (one local model, loaded from a folder of this machine), then compaction."""
     local = data.parent / "models" / "tiny-local"
     models = [
         ModelEntry(m) if not m.startswith("local:") else ModelEntry(m, str(local)) for m in statuses
@@ -169,12 +168,12 @@ def uploaded(hub) -> list[bytes]:
 def load_back(
     hub, tmp_path: Path, configs: tuple = ("results", "excluded")
 ) -> dict[str, list[dict]]:
-    """The ``configs`` as `datasets.load_dataset(REPO_ID, config)` reads them through HF_ENDPOINT (a fresh
-    process: huggingface_hub and datasets read the endpoint at import)."""
+    """The ``configs`` as `datasets.load_dataset(REPO_ID, config)` reads them through HF_ENDPOINT
+    (a fresh process: huggingface_hub and datasets read the endpoint at import)."""
     code = (
-        "import datasets, json, sys\n"
-        f"out = {{c: datasets.load_dataset(sys.argv[1], c, split='train').to_list() for c in {configs!r}}}\n"
-        "print(json.dumps(out, default=str))\n"
+        "import datasets, json, sys\nout = {c: datasets.load_dataset(sys.argv[1], c, "
+        f"split='train').to_list() for c in {configs!r}}}\nprint(json.dumps(out, "
+        "default=str))\n"
     )
     env = {
         **os.environ,
@@ -227,9 +226,8 @@ def test_push_two_sweeps_read_back_then_a_third_goes_up_alone(hub, tmp_path):
     assert sorted(commit["added"]) == ["README.md", f"results/sweep={c}/part-0.parquet"]
     assert commit["deleted"] == []
     files = repo_files(hub)
-    assert {p: files[p] for p in local_files(data)} == local_files(
-        data
-    )  # every Parquet file, byte for byte
+    # every Parquet file, byte for byte
+    assert {p: files[p] for p in local_files(data)} == local_files(data)
 
 
 def test_the_card_says_what_a_row_is_the_sweeps_and_how_to_load_them(hub, tmp_path):
@@ -255,21 +253,20 @@ def test_the_card_says_what_a_row_is_the_sweeps_and_how_to_load_them(hub, tmp_pa
         )
     assert "| `tpot_s` | `double` | perf | 16 | seconds per output token after the first" in body
     kl = next(line for line in body.splitlines() if line.startswith("| `reference_max_kl` |"))
-    assert len(re.findall(r"(?<!\\)\|", kl)) == 6, (
-        kl
-    )  # a | in a field's words is escaped: one row, five cells
+    # a | in a field's words is escaped: one row, five cells
+    assert len(re.findall(r"(?<!\\)\|", kl)) == 6, kl
     assert f'load_dataset("{REPO_ID}", "results", split="train")' in body
     assert f'load_dataset("{REPO_ID}", "excluded", split="train")' in body
     report_url = f"{hub.url}/datasets/{REPO_ID}/resolve/main/reports/{b}.html"
     assert f"[reports/{b}.html]({report_url})" in body
-    assert (
-        fetch(report_url) == (data / "reports" / f"{b}.html").read_bytes()
-    )  # the link opens the report
+    # the link opens the report
+    assert fetch(report_url) == (data / "reports" / f"{b}.html").read_bytes()
     assert "are not published" in body  # no --logs
 
 
 def test_the_repro_bodies_go_up_beside_the_rows_once_and_the_card_says_where(hub, tmp_path):
-    """A row names its repro script's body (``repro_sha256``); the push sends ``repro/<sha256>.py`` with the rows."""
+    """A row names its repro script's body (``repro_sha256``); the push sends
+    ``repro/<sha256>.py`` with the rows."""
     from model_support.probe import repro
 
     data = tmp_path / "data"
@@ -323,9 +320,8 @@ def test_sweeps_pushed_from_elsewhere_are_kept_and_named(hub, tmp_path):
 def test_logs_in_the_repo_with_links_that_resolve_and_no_secret(hub, tmp_path, monkeypatch):
     data = tmp_path / "data"
     a, b = two_sweeps(data)
-    log = (
-        store.sweep_dir(data, a) / "logs" / "org__b.log"
-    )  # a probe printed both tokens (an older version kept them)
+    # a probe printed both tokens (an older version kept them)
+    log = store.sweep_dir(data, a) / "logs" / "org__b.log"
     log.write_text(f"FAIL(gen)\nAuthorization: Bearer {PLANTED}\nsecret={PLAIN_SECRET}\n")
     monkeypatch.setenv("HUGGING_FACE_HUB_TOKEN", PLAIN_SECRET)
     result = push(hub, data, logs=True)
@@ -362,9 +358,8 @@ def test_logs_in_the_repo_with_links_that_resolve_and_no_secret(hub, tmp_path, m
     assert f"[logs/{a}/]({hub.url}/datasets/{REPO_ID}/tree/main/logs/{a}/)" in card
 
     c = third_sweep(data)
-    later = push(
-        hub, data
-    )  # without --logs: the published sweeps' logs stay in step, the new one has none
+    # without --logs: the published sweeps' logs stay in step, the new one has none
+    later = push(hub, data)
     assert (later.added, later.logs) == ([c], [])
     assert all(r["log_url"] is None for r in local_rows(data, "results") if r["sweep_id"] == c)
 
@@ -406,9 +401,8 @@ def test_logs_in_a_bucket(hub, tmp_path):
     api = HfApi(endpoint=hub.url, token=WRITE)
     row = next(r for r in rows if r["sweep_id"] == b)
     remote = row["log_url"].split("/resolve/", 1)[1]
-    api.download_bucket_files(
-        "org/sweep-logs", files=[(remote, str(tmp_path / "back.log"))]
-    )  # through Xet
+    # through Xet
+    api.download_bucket_files("org/sweep-logs", files=[(remote, str(tmp_path / "back.log"))])
     assert (tmp_path / "back.log").read_text() == (
         store.sweep_dir(data, b) / "logs" / Path(remote).name
     ).read_text()
@@ -462,13 +456,13 @@ def test_a_commit_cut_off_leaves_the_repo_as_it_was_and_a_rerun_finishes(hub, tm
     with pytest.raises(publish.PushError) as error:
         push(hub, data, logs=True)
     assert str(error.value) == (
-        f"Could not push to the Hub dataset {REPO_ID!r}: the Hub answered 503 Service Unavailable after 3 attempts "
-        "(commit); nothing changed there: push again once the Hub can be reached (this needs network access)."
+        f"Could not push to the Hub dataset {REPO_ID!r}: the Hub answered 503 Service "
+        "Unavailable after 3 attempts (commit); nothing changed there: push again once the "
+        "Hub can be reached (this needs network access)."
     )
     assert (repo["sha"], dict(repo["files"]), len(repo["commits"])) == before
-    assert all(
-        store.published_logs(data, s) is None for s in (a, b, c)
-    )  # the data folder is as it was too
+    # the data folder is as it was too
+    assert all(store.published_logs(data, s) is None for s in (a, b, c))
     assert all(r["log_url"] is None for r in local_rows(data, "results"))
     done = push(hub, data, logs=True)
     assert (done.added, done.logs) == ([c], [a, b, c]) and len(repo["commits"]) == 2
@@ -490,7 +484,8 @@ def test_no_token_a_read_token_and_no_network_are_one_sentence_each(hub, tmp_pat
         push(hub, data)
     assert (
         str(error.value)
-        == f"No write access to {where}: set HF_TOKEN to a write token (the token may not write there)."
+        == f"No write access to {where}: set HF_TOKEN to a write token (the token may not write "
+        "there)."
     )
     assert hub._repos == {} and hub.storage.every_file() == []
 
@@ -499,9 +494,8 @@ def test_no_token_a_read_token_and_no_network_are_one_sentence_each(hub, tmp_pat
     repo = hub.repo(REPO_ID, "dataset")
     third_sweep(data)
     before = (repo["sha"], len(repo["commits"]), len(hub.storage.every_file()))
-    monkeypatch.setenv(
-        "HF_TOKEN", READ
-    )  # the repo exists: refused at its first write, before any upload
+    # the repo exists: refused at its first write, before any upload
+    monkeypatch.setenv("HF_TOKEN", READ)
     with pytest.raises(publish.PushError, match=r"^No write access to "):
         push(hub, data)
     assert (repo["sha"], len(repo["commits"]), len(hub.storage.every_file())) == before
@@ -553,8 +547,9 @@ def test_cli_push_says_what_it_did_and_refuses_a_read_token_in_one_sentence(hub,
 
 
 def test_a_real_sweep_publishes_its_logs_and_no_token(smoke_sweep, hub, tmp_path):
-    """The smoke sweep ran its probes with a fake HF_TOKEN in their environment: pushed with its logs, every
-    row links its executed notebook and log, and the token is in nothing the Hub received."""
+    """The smoke sweep ran its probes with a fake HF_TOKEN in their environment: pushed with its
+    logs, every row links its executed notebook and log, and the token is in nothing the Hub
+    received."""
     data = tmp_path / "data"
     shutil.copytree(smoke_sweep["data_dir"], data)  # the session's sweep stays as it is
     result = push(hub, data, logs=True)
@@ -567,19 +562,18 @@ def test_a_real_sweep_publishes_its_logs_and_no_token(smoke_sweep, hub, tmp_path
         assert fetch(row["log_url"]).decode().strip(), row["model_id"]
         if row["notebook_url"]:
             assert json.loads(fetch(row["notebook_url"]))["cells"], row["model_id"]
-    assert (
-        sum(r["notebook_url"] is not None for r in rows) >= len(rows) - 2
-    )  # a killed kernel may leave none
+    # a killed kernel may leave none
+    assert sum(r["notebook_url"] is not None for r in rows) >= len(rows) - 2
     for blob in uploaded(hub):
         assert FAKE_TOKEN.encode() not in blob
-        assert (
-            str(REPO_ROOT / "data" / "models").encode() not in blob
-        )  # the fixtures' folder names this machine
+        # the fixtures' folder names this machine
+        assert str(REPO_ROOT / "data" / "models").encode() not in blob
 
 
 def test_the_ops_config_is_pushed_with_the_others_and_loads_from_the_hub(hub, tmp_path):
-    """A sweep whose records carry an operator census: compaction writes its ``ops`` config (docs/ops.md), the
-    push uploads it, the card declares it, and ``datasets`` loads it back from the Hub."""
+    """A sweep whose records carry an operator census: compaction writes its ``ops`` config
+    (docs/ops.md), the push uploads it, the card declares it, and ``datasets`` loads it back from
+    the Hub."""
     data = tmp_path / "data"
     sweep_id = "ops-20261204T020000Z-dddd"
     write_sweep(data, sweep_id, {"org/a": "PASS", "org/b": "FAIL(gen)"})
@@ -625,8 +619,8 @@ def test_push_refuses_a_data_folder_with_a_change_half_done(hub, tmp_path):
 def test_a_push_killed_after_it_recorded_where_the_logs_go_leaves_no_row_pointing_at_them(
     hub, tmp_path
 ):
-    """SIGKILLed at each write point until one stops it with ``published.json`` written (rows pointing at logs
-    the Hub never got): the next command undoes that, no row names a log."""
+    """SIGKILLed at each write point until one stops it with ``published.json`` written (rows
+    pointing at logs the Hub never got): the next command undoes that, no row names a log."""
     data = tmp_path / "data"
     sweeps = two_sweeps(data)
     code = (

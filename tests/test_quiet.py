@@ -1,12 +1,15 @@
 """Quiet by default: what a command prints is its own output, not a library's noise.
 
-- The judge on a machine with torch_tpu installed and no TPU (this one): torch's backend autoload stays off, as
-  in the probe, so torch_tpu's tcmalloc warning, absl's and PJRT's lines never print.
-- Every notebook run of ours goes through ``engine.run_notebook`` on an ipc kernel: no "Kernel is running over
-  TCP without encryption" warning (the report, the debug notebook, and the tests' single probe).
-- transformers' "Loading weights" progress bars are off where the output is a log or a repro script's output.
-- A user's plain ``papermill`` run (the README's first command) starts a TCP kernel: the venv's kernel configuration
-  (``etc/ipython/ipython_kernel_config.py``, copied by ``make venv``) drops that one warning, and only it.
+- The judge on a machine with torch_tpu installed and no TPU (this one): torch's backend autoload
+  stays off, as in the probe, so torch_tpu's tcmalloc warning, absl's and PJRT's lines never print.
+- Every notebook run of ours goes through ``engine.run_notebook`` on an ipc kernel: no "Kernel is
+  running over TCP without encryption" warning (the report, the debug notebook, and the tests'
+  single probe).
+- transformers' "Loading weights" progress bars are off where the output is a log or a repro
+  script's output.
+- A user's plain ``papermill`` run (the README's first command) starts a TCP kernel: the venv's
+  kernel configuration (``etc/ipython/ipython_kernel_config.py``, copied by ``make venv``) drops
+  that one warning, and only it.
 - ``make lab`` installs JupyterLab from its lock, once per lock.
 """
 
@@ -23,7 +26,8 @@ NOISE = ("tcmalloc", "absl::", "pjrt", "Kernel is running over TCP", "Loading we
 
 
 def quiet_env() -> dict:
-    """This environment without the variables that would hide the noise (what a user's shell has)."""
+    """This environment without the variables that would hide the noise (what a user's shell
+    has)."""
     drop = {
         "TORCH_DEVICE_BACKEND_AUTOLOAD",
         "HF_HUB_DISABLE_PROGRESS_BARS",
@@ -59,7 +63,8 @@ def test_the_judge_prints_no_backend_noise():
 
 
 def test_a_repro_script_prints_no_loading_bars(tmp_path, fixture_models):
-    """The record's repro script, run with plain python: its output is the script's, no progress bars."""
+    """The record's repro script, run with plain python: its output is the script's, no progress
+    bars."""
     from model_support.probe import run as probe
 
     folder = fixture_models["tiny-gpt2"]["path"]
@@ -67,9 +72,8 @@ def test_a_repro_script_prints_no_loading_bars(tmp_path, fixture_models):
     assert record["status"] == "PASS", record["error_message"]
     script = tmp_path / "repro.py"
     script.write_text(record["repro_script"])
-    env = {
-        k: v for k, v in quiet_env().items() if k != "PYTHONPATH"
-    }  # plain python: no install of ours needed
+    # plain python: no install of ours needed
+    env = {k: v for k, v in quiet_env().items() if k != "PYTHONPATH"}
     done = subprocess.run(
         [sys.executable, str(script), folder], capture_output=True, text=True, env=env, timeout=600
     )
@@ -78,14 +82,16 @@ def test_a_repro_script_prints_no_loading_bars(tmp_path, fixture_models):
 
 
 def test_the_single_probe_the_tests_run_uses_the_ipc_kernel(tmp_path, capfd):
-    """``helpers.run_notebook`` (every test's single probe) goes through ``engine.run_notebook``: no TCP warning."""
+    """``helpers.run_notebook`` (every test's single probe) goes through ``engine.run_notebook``:
+    no TCP warning."""
     from helpers import probe_record
 
     record = probe_record(tmp_path, "data/models/tiny-gpt2", judge=False)
     assert record["status"] == "PASS"
     captured = capfd.readouterr()
     assert noise_in(captured.err + captured.out) == []
-    # tqdm.auto's "IProgress not found" (no ipywidgets in a probe kernel) is no longer in the executed notebook
+    # tqdm.auto's "IProgress not found" (no ipywidgets in a probe kernel) is no longer in the
+    # executed notebook
     assert "IProgress" not in (tmp_path / "tiny-gpt2.ipynb").read_text()
 
 
@@ -93,7 +99,8 @@ KERNEL_CONFIG = REPO / "etc" / "ipython" / "ipython_kernel_config.py"
 
 
 def test_a_plain_papermill_run_prints_no_tcp_warning(tmp_path, fixture_models):
-    """The README's first command, as a user types it: papermill's own kernel (TCP), no engine of ours."""
+    """The README's first command, as a user types it: papermill's own kernel (TCP), no engine of
+    ours."""
     folder = fixture_models["tiny-gpt2"]["path"]
     params = {"model_id": folder, "device": "cpu", "reference": "none", "judge": "False"}
     argv = [
@@ -137,8 +144,9 @@ def test_the_kernel_config_drops_the_tcp_warning_and_nothing_else():
 
 
 def test_make_lab_installs_jupyterlab_from_its_lock_once_per_lock(tmp_path):
-    """Dry runs of `make lab` on a lab venv of its own: the first installs from constraints-lab.txt, the next
-    (its stamp there) installs nothing. JupyterLab is never started here."""
+    """Dry runs of `make lab` on a lab venv of its own: the first installs from
+    constraints-lab.txt, the next (its stamp there) installs nothing. JupyterLab is never started
+    here."""
     lock = [
         line
         for line in (REPO / "constraints-lab.txt").read_text().splitlines()

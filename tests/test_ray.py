@@ -1,6 +1,7 @@
-"""The Ray executor keeps the local executor's promises, on a real local Ray (2 CPUs) and real probes of
-the tiny fixtures: schedule.jsonl, a request no node can satisfy refused up front, a worker lost under a probe
-leaves its model pending (never a verdict), and a stop cancels every outstanding task."""
+"""The Ray executor keeps the local executor's promises, on a real local Ray (2 CPUs) and real
+probes of the tiny fixtures: schedule.jsonl, a request no node can satisfy refused up front, a
+worker lost under a probe leaves its model pending (never a verdict), and a stop cancels every
+outstanding task."""
 
 from __future__ import annotations
 
@@ -29,10 +30,11 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def local_ray():
-    """One local Ray for the module, started here: the sweeps join it (and must not shut it down). Ray 2.60 turns
-    token authentication on for a process that starts a local Ray (RAY_AUTH_MODE=token in its environment, kept after
-    ``ray.shutdown``): put back, as the executor puts it back after its own local Ray (``ray_cluster.put_back_auth``),
-    so that no later test of this process joins a cluster in a mode it did not choose."""
+    """One local Ray for the module, started here: the sweeps join it (and must not shut it
+    down). Ray 2.60 turns token authentication on for a process that starts a local Ray
+    (RAY_AUTH_MODE=token in its environment, kept after ``ray.shutdown``): put back, as the
+    executor puts it back after its own local Ray (``ray_cluster.put_back_auth``), so that no
+    later test of this process joins a cluster in a mode it did not choose."""
     from model_support.sweep.executors.ray_cluster import put_back_auth
 
     before = os.environ.get("RAY_AUTH_MODE")
@@ -95,7 +97,8 @@ def wait_for(condition, timeout: float = 240.0):
 
 
 def in_thread(target, timeout: float):
-    """Run ``target`` on a thread; its result, or the test fails (instead of hanging) after ``timeout``."""
+    """Run ``target`` on a thread; its result, or the test fails (instead of hanging) after
+    ``timeout``."""
     out: dict = {}
 
     def run():
@@ -137,15 +140,14 @@ def test_a_ray_sweep_logs_its_schedule_as_a_local_one_does(local_ray, fixture_mo
 
 
 def test_a_ray_workers_probes_fork_their_kernels_from_the_zygote_it_keeps(local_ray, tmp_path):
-    """Ray reuses a worker for task after task: its first probe starts a zygote, and the kernels of that probe and
-    of the next one it runs are forks of it (not a fresh Python importing torch again, as before: a Ray sweep of
-    the smoke fixtures took 1.7x the local one's time)."""
+    """Ray reuses a worker for task after task: its first probe starts a zygote, and the kernels
+    of that probe and of the next one it runs are forks of it (not a fresh Python importing torch
+    again, as before: a Ray sweep of the smoke fixtures took 1.7x the local one's time)."""
 
-    def kernel_in_a_ray_task(
-        notebook: str, out: str
-    ) -> dict:  # nested: Ray ships it by value, not by module
-        """What a Ray task's probe does first (``_kernels_forked_here``), then a real kernel run as the probe's is:
-        this worker, the zygote it names, and the kernel's own facts."""
+    # nested: Ray ships it by value, not by module
+    def kernel_in_a_ray_task(notebook: str, out: str) -> dict:
+        """What a Ray task's probe does first (``_kernels_forked_here``), then a real kernel run
+        as the probe's is: this worker, the zygote it names, and the kernel's own facts."""
         import json
         import os
 
@@ -167,28 +169,28 @@ def test_a_ray_workers_probes_fork_their_kernels_from_the_zygote_it_keeps(local_
         }
 
     notebook = tmp_path / "facts.ipynb"
-    code = "import json, os, sys\nprint(json.dumps({'ppid': os.getppid(), 'torch': 'torch' in sys.modules}))"
+    code = (
+        "import json, os, "
+        "sys\nprint(json.dumps({'ppid': os.getppid(), 'torch': 'torch' in sys.modules}))"
+    )
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)]), notebook)
-    task = ray.remote(kernel_in_a_ray_task).options(
-        num_cpus=2
-    )  # both CPUs: one worker runs the two in turn
+    # both CPUs: one worker runs the two in turn
+    task = ray.remote(kernel_in_a_ray_task).options(num_cpus=2)
     first = ray.get(task.remote(str(notebook), str(tmp_path / "first.ipynb")))
     second = ray.get(task.remote(str(notebook), str(tmp_path / "second.ipynb")))
     assert first["worker"] == second["worker"] and first["socket"] == second["socket"]
-    assert (
-        second["zygotes"] == first["zygotes"]
-    )  # the one the first task started (or found), kept: none more
-    assert (
-        first["ppid"] == second["ppid"] and first["ppid"] in first["zygotes"]
-    )  # both kernels forks of it
+    # the one the first task started (or found), kept: none more
+    assert second["zygotes"] == first["zygotes"]
+    # both kernels forks of it
+    assert first["ppid"] == second["ppid"] and first["ppid"] in first["zygotes"]
     assert first["torch"] and second["torch"]  # torch already imported
 
 
 def test_a_ray_address_where_nothing_answers_is_refused_in_one_sentence_before_the_sweep_is_written(
     local_ray, fixture_models, tmp_path
 ):
-    """ray.init waited minutes on such an address, retrying, before it failed; the running cluster's address
-    (this module's local Ray) answers."""
+    """ray.init waited minutes on such an address, retrying, before it failed; the running
+    cluster's address (this module's local Ray) answers."""
     import subprocess
     import sys
 
@@ -219,8 +221,9 @@ def test_a_ray_address_where_nothing_answers_is_refused_in_one_sentence_before_t
     )
     assert done.returncode == 2, done.stderr[-2000:]
     assert done.stderr.strip().splitlines()[-1] == (
-        f"Error: Could not join the Ray cluster at RAY_ADDRESS=127.0.0.1:{port} (Connection refused); start it "
-        "(`ray start --head`), fix RAY_ADDRESS, or run with --executor local."
+        f"Error: Could not join the Ray cluster at RAY_ADDRESS=127.0.0.1:{port} (Connection "
+        "refused); start it (`ray start --head`), fix RAY_ADDRESS, or run with --executor "
+        "local."
     )
     assert not (data / "sweeps").exists()  # nothing written
     assert (
@@ -231,17 +234,17 @@ def test_a_ray_address_where_nothing_answers_is_refused_in_one_sentence_before_t
 def test_an_address_where_no_ray_head_answers_is_refused_in_seconds_before_the_sweep_is_written(
     fixture_models, tmp_path, monkeypatch
 ):
-    """An address that accepts TCP but is no Ray head: ray.init retried 22 s on it and said "Could not start or join".
-    Asked first (``ray_cluster.check_ray_address``): an HTTP server answers gRPC with HTTP/1 (at once), a server that
-    accepts and never speaks is given 5 s; each one sentence naming the head's port as the fix, nothing written."""
+    """An address that accepts TCP but is no Ray head: ray.init retried 22 s on it and said
+    "Could not start or join". Asked first (``ray_cluster.check_ray_address``): an HTTP server
+    answers gRPC with HTTP/1 (at once), a server that accepts and never speaks is given 5 s; each
+    one sentence naming the head's port as the fix, nothing written."""
     import http.server
 
     from model_support.sweep.executors.ray_cluster import CONNECT_S
 
     http_server = http.server.HTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
-    silent = socket.create_server(
-        ("127.0.0.1", 0)
-    )  # accepts (the kernel's backlog) and never says a word
+    # accepts (the kernel's backlog) and never says a word
+    silent = socket.create_server(("127.0.0.1", 0))
     threading.Thread(target=http_server.serve_forever, daemon=True).start()
     chosen = definition(tmp_path, fixture_models, ["tiny-gpt2"])
     try:
@@ -256,12 +259,13 @@ def test_an_address_where_no_ray_head_answers_is_refused_in_seconds_before_the_s
             took = time.time() - began
             said = str(refused.value)
             assert said.startswith(
-                f"RAY_ADDRESS=127.0.0.1:{server} answers, but no Ray cluster's head does there ({heard}"
+                f"RAY_ADDRESS=127.0.0.1:{server} answers, but no Ray cluster's head does there "
+                f"({heard}"
             )
             assert (
                 said.endswith(
-                    "point it at the head's address (the --port of `ray start --head`, 6379 by default), "
-                    "or run with --executor local."
+                    "point it at the head's address (the --port of `ray start --head`, 6379 "
+                    "by default), or run with --executor local."
                 )
                 and "\n" not in said
             )
@@ -276,11 +280,13 @@ def test_an_address_where_no_ray_head_answers_is_refused_in_seconds_before_the_s
 def test_a_plain_resume_of_a_ray_sweep_joins_where_it_ran_or_is_refused_naming_it(
     fixture_models, tmp_path, monkeypatch, named
 ):
-    """``sweep --resume ID`` of a Ray sweep without RAY_ADDRESS started a local Ray in place of the cluster. Now it
-    joins the cluster the sweep ran on (``ray.json``, written when it joined); one that no longer answers is refused
-    naming it, and a sweep that never said where it ran is refused too (here without any Ray: before anything
-    runs). The two-node module resumes a SIGKILLed driver's sweep on its cluster this way. Naming the executor again
-    (``--resume ID --executor ray``, ``named``) is the same resume: it once ignored ``ray.json`` and ran locally."""
+    """``sweep --resume ID`` of a Ray sweep without RAY_ADDRESS started a local Ray in place of
+    the cluster. Now it joins the cluster the sweep ran on (``ray.json``, written when it
+    joined); one that no longer answers is refused naming it, and a sweep that never said where
+    it ran is refused too (here without any Ray: before anything runs). The two-node module
+    resumes a SIGKILLed driver's sweep on its cluster this way. Naming the executor again
+    (``--resume ID --executor ray``, ``named``) is the same resume: it once ignored ``ray.json``
+    and ran locally."""
     from model_support.sweep.executors.ray_cluster import remember
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
@@ -291,8 +297,9 @@ def test_a_plain_resume_of_a_ray_sweep_joins_where_it_ran_or_is_refused_naming_i
     with pytest.raises(UserError) as refused:
         sweep.run(None, data, executor=named, resume=meta.sweep_id)
     assert str(refused.value) == (
-        f"Sweep {meta.sweep_id} runs on Ray, RAY_ADDRESS is not set and the sweep never said which cluster it ran on; "
-        "set RAY_ADDRESS to its cluster's address, or resume it with --executor local."
+        f"Sweep {meta.sweep_id} runs on Ray, RAY_ADDRESS is not set and the sweep never said "
+        "which cluster it ran on; set RAY_ADDRESS to its cluster's address, or resume it with "
+        "--executor local."
     )
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
@@ -301,19 +308,20 @@ def test_a_plain_resume_of_a_ray_sweep_joins_where_it_ran_or_is_refused_naming_i
     with pytest.raises(UserError) as refused:
         sweep.run(None, data, executor=named, resume=meta.sweep_id)
     assert str(refused.value) == (
-        f"Could not join the Ray cluster at 127.0.0.1:{port}, where sweep {meta.sweep_id} ran (Connection refused); "
-        "start it, set RAY_ADDRESS to the cluster that runs it now, or resume it with --executor local."
+        f"Could not join the Ray cluster at 127.0.0.1:{port}, where sweep {meta.sweep_id} ran "
+        "(Connection refused); start it, set RAY_ADDRESS to the cluster that runs it now, or "
+        "resume it with --executor local."
     )
-    assert store.sweep_dir(
-        data, meta.sweep_id
-    ).is_dir()  # a resume that cannot run keeps the sweep: it has work
+    # a resume that cannot run keeps the sweep: it has work
+    assert store.sweep_dir(data, meta.sweep_id).is_dir()
 
 
 def test_a_what_if_sweep_of_a_ray_sweep_runs_where_its_sweep_ran(
     fixture_models, tmp_path, monkeypatch
 ):
-    """``ops --prove`` makes a what-if sweep and runs it as a resume: with no ``ray.json`` of its own it was refused
-    ("never said which cluster it ran on") even where its sweep ran on a local Ray. It inherits its sweep's."""
+    """``ops --prove`` makes a what-if sweep and runs it as a resume: with no ``ray.json`` of its
+    own it was refused ("never said which cluster it ran on") even where its sweep ran on a local
+    Ray. It inherits its sweep's."""
     from model_support.sweep.executors import ray_cluster
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
@@ -338,11 +346,11 @@ def test_a_what_if_sweep_of_a_ray_sweep_runs_where_its_sweep_ran(
 def test_a_device_no_node_has_is_refused_naming_the_ray_start_option_that_gives_it(
     local_ray, fixture_models, tmp_path, monkeypatch
 ):
-    """The cluster, not the driver, says which devices there are: this module's Ray has no ``pretend`` resource, so a
-    pretend sweep is refused naming ``ray start --resources``, not "lower its devices" (it asks for 1)."""
-    monkeypatch.setenv(
-        "MODEL_SUPPORT_PRETEND", json.dumps({"devices": 1})
-    )  # the driver's (definition.load checks it)
+    """The cluster, not the driver, says which devices there are: this module's Ray has no
+    ``pretend`` resource, so a pretend sweep is refused naming ``ray start --resources``, not
+    "lower its devices" (it asks for 1)."""
+    # the driver's (definition.load checks it)
+    monkeypatch.setenv("MODEL_SUPPORT_PRETEND", json.dumps({"devices": 1}))
     chosen = definition(
         tmp_path, fixture_models, ["tiny-gpt2"], probe={"device": "pretend", "reference": "none"}
     )
@@ -360,9 +368,10 @@ def test_a_device_no_node_has_is_refused_naming_the_ray_start_option_that_gives_
 def test_the_drivers_own_devices_are_not_asked_of_a_sweep_that_runs_on_ray(
     fixture_models, tmp_path, monkeypatch
 ):
-    """A GPU-less driver sweeps a GPU cluster: the definition's device check (the driver's) is skipped for Ray, whose
-    cluster is asked instead (the test above). Here the driver's pretend accelerator is off (the variable removed:
-    the device the driver lacks), and only the local executor's load refuses it."""
+    """A GPU-less driver sweeps a GPU cluster: the definition's device check (the driver's) is
+    skipped for Ray, whose cluster is asked instead (the test above). Here the driver's pretend
+    accelerator is off (the variable removed: the device the driver lacks), and only the local
+    executor's load refuses it."""
     monkeypatch.delenv("MODEL_SUPPORT_PRETEND", raising=False)
     path = tmp_path / "gpu.yaml"
     models = [{"id": fixture_models["tiny-gpt2"]["path"]}]
@@ -383,7 +392,8 @@ def test_the_drivers_own_devices_are_not_asked_of_a_sweep_that_runs_on_ray(
 def test_a_request_no_node_can_satisfy_is_refused_before_anything_runs(
     local_ray, fixture_models, tmp_path
 ):
-    """Four devices on a CPU sweep ask Ray for 4 CPUs; the only node has 2: Ray would wait forever."""
+    """Four devices on a CPU sweep ask Ray for 4 CPUs; the only node has 2: Ray would wait
+    forever."""
     chosen = definition(
         tmp_path, fixture_models, ["tiny-gpt2"], overrides={"tiny-gpt2": {"devices": "4"}}
     )
@@ -393,18 +403,18 @@ def test_a_request_no_node_can_satisfy_is_refused_before_anything_runs(
         in_thread(
             lambda: sweep.run(chosen, tmp_path / "data", workers=4, executor="ray"), timeout=120
         )
-    assert not list(
-        (tmp_path / "data" / "sweeps").glob("*/sweep.json")
-    )  # nothing `list` shows as work to do
+    # nothing `list` shows as work to do
+    assert not list((tmp_path / "data" / "sweeps").glob("*/sweep.json"))
 
 
 def test_a_node_whose_stack_differs_from_the_drivers_is_refused_before_it_probes(
     local_ray, fixture_models, tmp_path, monkeypatch
 ):
-    """Every alive node says its stack's versions in a task pinned to it before any probe runs; one that differs from
-    the driver's is one sentence naming the node and the package, never a row, and the refused sweep leaves no
-    sweep.json (``list`` would show it as work to do). The driver's transformers is made to differ (the node's, in
-    its Ray worker, is the installed one)."""
+    """Every alive node says its stack's versions in a task pinned to it before any probe runs;
+    one that differs from the driver's is one sentence naming the node and the package, never a
+    row, and the refused sweep leaves no sweep.json (``list`` would show it as work to do). The
+    driver's transformers is made to differ (the node's, in its Ray worker, is the installed
+    one)."""
     from importlib.metadata import version
 
     from model_support.sweep.executors import ray_nodes
@@ -427,9 +437,10 @@ def test_a_node_whose_stack_differs_from_the_drivers_is_refused_before_it_probes
 
 
 def test_a_node_that_joined_after_the_check_and_differs_runs_no_probe(local_ray, fixture_models):
-    """The nodes are checked when the driver joins; a node that joins later is checked by the first task Ray gives it:
-    one whose stack differs from the driver's runs no probe (the model is the harness's: run again, then pending
-    naming the node), one the driver checked runs it. The driver's transformers is made to differ here."""
+    """The nodes are checked when the driver joins; a node that joins later is checked by the
+    first task Ray gives it: one whose stack differs from the driver's runs no probe (the model
+    is the harness's: run again, then pending naming the node), one the driver checked runs it.
+    The driver's transformers is made to differ here."""
     from model_support.sweep.executors import ray as ray_executor
     from model_support.sweep.executors import ray_nodes
     from model_support.sweep.worker.download import Download
@@ -454,16 +465,15 @@ def test_a_node_that_joined_after_the_check_and_differs_runs_no_probe(local_ray,
         "timeout_s": 60.0,
         "notebook_path": "sweeps/s/notebooks/m.ipynb",
     }
-    later = ray_nodes.Checked(
-        "cpu", frozenset(), driver
-    )  # the driver checked none: this node joined after
+    # the driver checked none: this node joined after
+    later = ray_nodes.Checked("cpu", frozenset(), driver)
     probe = ray.remote(ray_executor._probe_on_ray).options(num_cpus=1)
     result = ray.get(probe.remote(task, Download("ready", path=source), {}, (), later))
     assert result.record is None and result.problem == "harness" and result.schedule["node"] == node
     assert result.pending == (
-        f"the Ray node {socket.gethostname()} (node {node[:12]}) joined the cluster after the sweep checked its nodes "
-        f"and has transformers {installed['transformers']} (the driver has 0.0.1): install the driver's stack there, "
-        "or take it out of the cluster"
+        f"the Ray node {socket.gethostname()} (node {node[:12]}) joined the cluster after the "
+        f"sweep checked its nodes and has transformers {installed['transformers']} (the driver "
+        "has 0.0.1): install the driver's stack there, or take it out of the cluster"
     )
     checked = ray_nodes.Checked("cpu", frozenset({node}), driver)
     assert ray.get(ray.remote(refused_there).options(num_cpus=0).remote(checked)) is None
@@ -472,11 +482,12 @@ def test_a_node_that_joined_after_the_check_and_differs_runs_no_probe(local_ray,
 def test_a_ray_worker_lost_under_a_probe_leaves_its_model_pending_and_a_rerun_that_tells_says_so(
     local_ray, fixture_models, tmp_path
 ):
-    """A Ray worker killed under its probe (SIGKILL from outside, as a node going away would: Ray raises
-    WorkerCrashedError) says nothing about the model: the probe is run once more on a fresh task, then left
-    pending with the cause, never a FAIL row; ``--resume`` probes it. It was a FAIL(other) ``RayWorkerDied`` row.
-    On the resume the worker is killed once: the rerun's record says so (``reran_after``), and where it ran
-    (``ray_node``), as its log's first line and its schedule.jsonl row do; a rerun left no trace before."""
+    """A Ray worker killed under its probe (SIGKILL from outside, as a node going away would: Ray
+    raises WorkerCrashedError) says nothing about the model: the probe is run once more on a
+    fresh task, then left pending with the cause, never a FAIL row; ``--resume`` probes it. It
+    was a FAIL(other) ``RayWorkerDied`` row. On the resume the worker is killed once: the rerun's
+    record says so (``reran_after``), and where it ran (``ray_node``), as its log's first line
+    and its schedule.jsonl row do; a rerun left no trace before."""
     data = tmp_path / "data"
     chosen = definition(
         tmp_path, fixture_models, ["tiny-gpt2"], overrides={"tiny-gpt2": {"judge": False}}
@@ -495,18 +506,16 @@ def test_a_ray_worker_lost_under_a_probe_leaves_its_model_pending_and_a_rerun_th
     killer = threading.Thread(target=kill_the_worker_under_each_try, args=(2,), daemon=True)
     killer.start()
     summary = in_thread(lambda: sweep.run(chosen, data, workers=1, executor="ray"), timeout=240)
-    assert len(killed) == 2 and not store.read_records(
-        data, summary["sweep_id"]
-    )  # tried twice, never a FAIL row
+    # tried twice, never a FAIL row
+    assert len(killed) == 2 and not store.read_records(data, summary["sweep_id"])
     (pending,) = summary["pending"].values()
     assert pending["problem"] == "harness", pending
     assert pending["reason"].startswith(
         "the Ray worker running the probe was lost (WorkerCrashedError: "
     )
     assert pending["reason"].endswith("; tried 2 times")
-    killer = threading.Thread(
-        target=kill_the_worker_under_each_try, args=(3,), daemon=True
-    )  # once more
+    # once more
+    killer = threading.Thread(target=kill_the_worker_under_each_try, args=(3,), daemon=True)
     killer.start()
     resumed = in_thread(
         lambda: sweep.run(None, data, executor="ray", resume=summary["sweep_id"]), timeout=240
@@ -529,17 +538,17 @@ def test_a_ray_worker_lost_under_a_probe_leaves_its_model_pending_and_a_rerun_th
         json.loads(line)
         for line in (store.sweep_dir(data, summary["sweep_id"]) / "schedule.jsonl").open()
     ]
-    assert (
-        row["reran_after"] == record["reran_after"] and row["node"] == record["ray_node"]
-    )  # the resume's row
+    # the resume's row
+    assert row["reran_after"] == record["reran_after"] and row["node"] == record["ray_node"]
 
 
 def test_a_memory_kill_is_the_models_row_only_on_a_rerun_that_ran_alone(monkeypatch):
-    """Ray's memory monitor kills the most recently started task when its node runs low, not the one using the
-    memory: a probe it kills is the harness's (run again, then pending saying so) unless its rerun was killed
-    while no other task of the sweep ran, the model's out-of-memory row (FAIL(other), the host's memory). Ray is
-    faked at its boundary only (the remote function's ``remote`` and ``ray.get``): whether another task of the sweep
-    runs is what the executor itself counts, here another model's probe still in flight on a thread."""
+    """Ray's memory monitor kills the most recently started task when its node runs low, not the
+    one using the memory: a probe it kills is the harness's (run again, then pending saying so)
+    unless its rerun was killed while no other task of the sweep ran, the model's out-of-memory
+    row (FAIL(other), the host's memory). Ray is faked at its boundary only (the remote
+    function's ``remote`` and ``ray.get``): whether another task of the sweep runs is what the
+    executor itself counts, here another model's probe still in flight on a thread."""
     from model_support.sweep.executors.ray import RayExecutor
     from model_support.sweep.worker.download import Download
     from model_support.sweep.worker.process import TaskResult
@@ -571,7 +580,8 @@ def test_a_memory_kill_is_the_models_row_only_on_a_rerun_that_ran_alone(monkeypa
         def __init__(self, model_id: str):
             self.model_id = model_id
 
-    class Remote:  # what ``ray.remote(_probe_on_ray)`` gives: ``.options(**resources).remote(*args)``, a reference
+    # what ``ray.remote(_probe_on_ray)`` gives: ``.options(**resources).remote(*args)``, a reference
+    class Remote:
         def options(self, **resources):
             return self
 
@@ -586,9 +596,8 @@ def test_a_memory_kill_is_the_models_row_only_on_a_rerun_that_ran_alone(monkeypa
     beside = threading.Thread(target=executor.run_one, args=(other, got, (1,), False), daemon=True)
     beside.start()
     assert started.wait(30)
-    crowded = executor.run_one(
-        task, got, (0,), retry=True
-    )  # the other model's task is still in flight
+    # the other model's task is still in flight
+    crowded = executor.run_one(task, got, (0,), retry=True)
     release.set()
     beside.join(30)
     alone = executor.run_one(task, got, (0,), retry=True)
@@ -604,9 +613,8 @@ def test_a_memory_kill_is_the_models_row_only_on_a_rerun_that_ran_alone(monkeypa
         alone.record["error_type"] == "RayOutOfMemory"
         and "out of host memory" in alone.record["error_message"]
     )
-    assert alone.record["reran_after"].startswith(
-        "Ray's memory monitor killed the probe ("
-    )  # the first kill's words
+    # the first kill's words
+    assert alone.record["reran_after"].startswith("Ray's memory monitor killed the probe (")
 
 
 def test_a_stop_cancels_every_outstanding_ray_task(local_ray, fixture_models, tmp_path):
@@ -626,37 +634,36 @@ def test_a_stop_cancels_every_outstanding_ray_task(local_ray, fixture_models, tm
             ),
             300,
         )
-    wait_for(
-        lambda: not probes_of(data), timeout=30
-    )  # the hanging model's task was cancelled, its probe killed
+    # the hanging model's task was cancelled, its probe killed
+    wait_for(lambda: not probes_of(data), timeout=30)
 
 
 def test_a_local_ray_for_device_auto_is_started_for_the_device_auto_finds(monkeypatch):
-    """Device ``auto`` is resolved before a local Ray starts: on a host with two (pretend) accelerators its Ray gets
-    a CPU for each device's probe and for its host checks, and the two devices, as for ``device: pretend``. Resolved
-    once Ray was up, it came too late: the local Ray for ``auto`` had started with the one CPU of a CPU sweep."""
+    """Device ``auto`` is resolved before a local Ray starts: on a host with two (pretend)
+    accelerators its Ray gets a CPU for each device's probe and for its host checks, and the two
+    devices, as for ``device: pretend``. Resolved once Ray was up, it came too late: the local
+    Ray for ``auto`` had started with the one CPU of a CPU sweep."""
     import os
 
     from model_support.sweep.executors.ray import RayExecutor
 
-    monkeypatch.setenv(
-        "MODEL_SUPPORT_PRETEND", json.dumps({"devices": 2})
-    )  # the facts come from a child process
+    # the facts come from a child process
+    monkeypatch.setenv("MODEL_SUPPORT_PRETEND", json.dumps({"devices": 2}))
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     auto, named = RayExecutor("auto", None), RayExecutor("pretend", None)
     wanted = {"num_cpus": max(os.cpu_count() or 1, 4), "resources": {"pretend": 2}}
     assert auto._local_resources() == named._local_resources() == wanted
     assert auto.device == "pretend"
-    monkeypatch.delenv(
-        "MODEL_SUPPORT_PRETEND"
-    )  # no accelerator: the CPU's one worker, as for ``device: cpu``
+    # no accelerator: the CPU's one worker, as for ``device: cpu``
+    monkeypatch.delenv("MODEL_SUPPORT_PRETEND")
     assert RayExecutor("auto", None)._local_resources() == {"num_cpus": 1}
 
 
 def test_a_nodes_own_tpu_variables_are_neither_carried_nor_unset_nor_recorded(monkeypatch):
-    """Review: a Ray task unset every TPU_* the driver lacked, the node's own too (what Ray writes for a task's chips,
-    a TPU VM's worker id, libtpu's metadata switch), and two hosts' records read as two stacks. A node's own
-    (``node_vars``) are left to the node; the stack's (LIBTPU_INIT_ARGS here) still follow the driver."""
+    """Review: a Ray task unset every TPU_* the driver lacked, the node's own too (what Ray
+    writes for a task's chips, a TPU VM's worker id, libtpu's metadata switch), and two hosts'
+    records read as two stacks. A node's own (``node_vars``) are left to the node; the stack's
+    (LIBTPU_INIT_ARGS here) still follow the driver."""
     from model_support.probe.devices import adapter_for
     from model_support.sweep.executors import ray_nodes
 

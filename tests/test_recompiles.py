@@ -1,10 +1,12 @@
-"""Recompiles across prompt lengths (issue 38, item 6): a compiled model with a shape-dependent branch, generated
-from three prompt lengths with automatic dynamic shapes off and on, is counted and flagged with the guard behind it.
+"""Recompiles across prompt lengths (issue 38, item 6): a compiled model with a shape-dependent
+branch, generated from three prompt lengths with automatic dynamic shapes off and on, is counted
+and flagged with the guard behind it.
 
-The model is the graph-break fixture's custom code with its value branch swapped for a branch on the prompt's
-length (``shape[1] % 3``): dynamic shapes make the length symbolic at the second length, the branch installs a
-guard on it, and the third length (5, 8, 12 tokens: 12 is a multiple of 3, 5 and 8 are not) fails it.
-Run in process on the CPU, through the check's own function (dynamo's eager backend: no inductor build)."""
+The model is the graph-break fixture's custom code with its value branch swapped for a branch on
+the prompt's length (``shape[1] % 3``): dynamic shapes make the length symbolic at the second
+length, the branch installs a guard on it, and the third length (5, 8, 12 tokens: 12 is a
+multiple of 3, 5 and 8 are not) fails it. Run in process on the CPU, through the check's own
+function (dynamo's eager backend: no inductor build)."""
 
 from __future__ import annotations
 
@@ -25,9 +27,8 @@ SHAPE_BRANCH = """        if out.logits.shape[1] % 3 == 0:  # a branch on the pr
 def shape_branch_model(tmp_path_factory, fixture_models) -> Path:
     import torch._dynamo  # noqa: F401  # its import writes TORCHINDUCTOR_CACHE_DIR: here, before a test's env check
 
-    folder = (
-        tmp_path_factory.mktemp("recompiles") / "modes-shape-branch"
-    )  # its own name: its own module cache
+    # its own name: its own module cache
+    folder = tmp_path_factory.mktemp("recompiles") / "modes-shape-branch"
     shutil.copytree(fixture_models["modes-graph-break"]["path"], folder)
     code = folder / "modeling_graph_break.py"
     assert VALUE_BRANCH in code.read_text()
@@ -53,18 +54,19 @@ def test_a_shape_dependent_branch_recompiles_per_length_and_names_its_guard(shap
     settings = {"mode": "compile", "recompile_check": True, "cache": "dynamic"}
     fields = recompiles.recompile_fields(record, settings, result, devices.resolve("cpu"))
     assert fields["recompile_lengths"] == [5, 8, 12], fields
-    # automatic dynamic shapes off: every new shape recompiles, the prompt's and the cache's (prefill, decode)
+    # automatic dynamic shapes off: every new shape recompiles, the prompt's and the cache's
+    # (prefill, decode)
     assert fields["recompiles_static"] == [1, 2, 2]
-    # on: the second length makes the prompt's length symbolic; the third fails the branch's guard on it
+    # on: the second length makes the prompt's length symbolic; the third fails the branch's guard
+    # on it
     assert fields["recompiles_dynamic"][-1] >= 1 and fields["recompile_flag"] == "per length"
     assert (
         "% 3" in fields["recompile_guard"]
         and "a branch on the prompt's length" in fields["recompile_guard"]
     )
     assert "eager backend" in fields["recompile_note"]
-    assert (
-        torch._dynamo.config.automatic_dynamic_shapes
-    )  # the check leaves dynamo's settings as it found them
+    # the check leaves dynamo's settings as it found them
+    assert torch._dynamo.config.automatic_dynamic_shapes
     # off, and outside compile mode: a reason, no counts
     off = recompiles.recompile_fields(record, {**settings, "recompile_check": False}, result, None)
     assert (
@@ -73,9 +75,10 @@ def test_a_shape_dependent_branch_recompiles_per_length_and_names_its_guard(shap
     )
 
 
-#: A compiled probe on the pretend device playing TorchTPU's compile contract (``compile_static``: its own backend,
-#: which torch.compile gives dynamic=False), then that compile of a function called with ten shapes, as a dynamic KV
-#: cache calls the forward with ten cache lengths: what the probe did before it took the static cache.
+#: A compiled probe on the pretend device playing TorchTPU's compile contract (``compile_static``:
+#: its own backend, which torch.compile gives dynamic=False), then that compile of a function called
+#: with ten shapes, as a dynamic KV cache calls the forward with ten cache lengths: what the probe
+#: did before it took the static cache.
 STATIC_CONTRACT = """
 import json
 from model_support.probe import devices, probe_core, run  # first: no backend autoloads with torch
@@ -102,14 +105,16 @@ print(json.dumps(out))
 
 
 def test_a_static_compile_takes_the_static_cache_and_counts_recompiles_on_its_own_backend():
-    """Issue 58, item 3, on the pretend device playing TorchTPU's compile contract (torch.compile gives its backend
-    dynamic=False, as torch_tpu patches it for ``tpu``): every new shape is a new graph, and past dynamo's recompile
-    limit (8) a frame runs eagerly, so with a dynamic KV cache (a new length every token) "compiled" would be in name
-    only (``recompile_limit_hit`` says so: a function called with ten shapes here); the probe generates
-    with the static cache instead (2 graphs, the limit never near) and says so (``compile_dynamic``,
-    ``compile_cache``), and its recompile check counts on the probe's own backend with its dynamic setting
-    (``recompiles_backend``), not dynamo's eager backend with automatic dynamic shapes: each new prompt length is a
-    new graph there (flagged per length), which the eager series with dynamic shapes would not show."""
+    """Issue 58, item 3, on the pretend device playing TorchTPU's compile contract (torch.compile
+    gives its backend dynamic=False, as torch_tpu patches it for ``tpu``): every new shape is a
+    new graph, and past dynamo's recompile limit (8) a frame runs eagerly, so with a dynamic KV
+    cache (a new length every token) "compiled" would be in name only (``recompile_limit_hit``
+    says so: a function called with ten shapes here); the probe generates with the static cache
+    instead (2 graphs, the limit never near) and says so (``compile_dynamic``,
+    ``compile_cache``), and its recompile check counts on the probe's own backend with its
+    dynamic setting (``recompiles_backend``), not dynamo's eager backend with automatic dynamic
+    shapes: each new prompt length is a new graph there (flagged per length), which the eager
+    series with dynamic shapes would not show."""
     import json
     import os
     import subprocess
@@ -142,9 +147,11 @@ def test_a_static_compile_takes_the_static_cache_and_counts_recompiles_on_its_ow
     assert (
         out["graphs"] <= 3 and out["recompile_limit_hit"] is False and out["matches_eager"] is True
     )
-    # the counterfactual: under the contract every new shape is a new graph, up to dynamo's limit, then eager
+    # the counterfactual: under the contract every new shape is a new graph, up to dynamo's limit,
+    # then eager
     assert out["every_shape"]["recompile_limit_hit"] is True and out["every_shape"]["graphs"] == 8
-    # recompiles counted as the probe compiles: every new prompt length is a new graph with dynamic=False
+    # recompiles counted as the probe compiles: every new prompt length is a new graph with
+    # dynamic=False
     assert out["recompile_lengths"] == [5, 8, 12] and out["recompiles_backend"][1:] == [1, 1]
     assert out["recompile_flag"] == "per length"
     assert "on the probe's own pretend backend (dynamic=False" in out["recompile_note"]

@@ -1,7 +1,8 @@
-"""Secrets out of every stored field (``redact.redact_record``), generated from the record's declaration: every text
-field and every list-of-text field (``rank_errors`` and ``graph_break_reasons`` carry error text) with a token in
-it comes back without it (issue 59, item 5: the list branch deleted passed every test). And ``redact``'s rules at
-their edges: the token shape's length, each token variable, the shortest value taken as a secret, machine paths
+"""Secrets out of every stored field (``redact.redact_record``), generated from the record's
+declaration: every text field and every list-of-text field (``rank_errors`` and
+``graph_break_reasons`` carry error text) with a token in it comes back without it (issue 59,
+item 5: the list branch deleted passed every test). And ``redact``'s rules at their edges: the
+token shape's length, each token variable, the shortest value taken as a secret, machine paths
 longest first."""
 
 from __future__ import annotations
@@ -49,9 +50,8 @@ def test_every_list_of_text_field_loses_its_secrets_and_keeps_the_rest(secret, n
         "rank 2: fine",
     ]
     record = schema.empty_record(**{name: list(said)})
-    assert (
-        r.redact_record(record, {"/home/me/models/tiny": "local:tiny"}) is record
-    )  # in place, the same object
+    # in place, the same object
+    assert r.redact_record(record, {"/home/me/models/tiny": "local:tiny"}) is record
     assert record[name] == [
         "rank 1: OSError: 401 for *** at local:tiny",
         "token=***",
@@ -90,9 +90,8 @@ def test_the_token_shape_is_hf_and_twenty_letters_or_digits(monkeypatch):
     for name in r.TOKEN_ENV_VARS:
         monkeypatch.delenv(name, raising=False)
     assert r.redact("hf_" + "a" * 20) == "***"
-    assert (
-        r.redact("x hf_" + "a" * 19 + " y") == "x hf_" + "a" * 19 + " y"
-    )  # too short to be a token
+    # too short to be a token
+    assert r.redact("x hf_" + "a" * 19 + " y") == "x hf_" + "a" * 19 + " y"
     assert r.redact("hf_" + "a" * 25 + "-rest") == "***-rest"
 
 
@@ -110,11 +109,8 @@ def test_each_token_variables_value_is_a_secret_from_eight_characters(monkeypatc
 def test_machine_paths_are_replaced_longest_first_and_an_empty_one_is_ignored(monkeypatch):
     for name in r.TOKEN_ENV_VARS:
         monkeypatch.delenv(name, raising=False)
-    replace = {
-        "/data": "the data folder",
-        "/data/models/tiny": "local:tiny",
-        "": "NOTHING",
-    }  # by the path's length
+    # by the path's length
+    replace = {"/data": "the data folder", "/data/models/tiny": "local:tiny", "": "NOTHING"}
     assert (
         r.redact("load /data/models/tiny from /data", replace)
         == "load local:tiny from the data folder"

@@ -1,4 +1,5 @@
-"""The report: its tables give the right numbers, the notebook really renders, the pages work offline.
+"""The report: its tables give the right numbers, the notebook really renders, the pages work
+offline.
 
 Numbers are checked twice: on a small history counted by hand, and on a synthetic history against
 an independent plain-Python count. The report notebook is executed for real with papermill, and the
@@ -185,8 +186,8 @@ def test_verdicts_and_summary_by_hand(hand_counted):
     results, excluded = store.scan(hand_counted, "results"), store.scan(hand_counted, "excluded")
     verdicts = analysis.verdict_counts(results, B)
     assert verdicts.rows() == [(PASS, 2, 0.4), (LOAD, 0, 0.0), (GEN, 2, 0.4), (OTHER, 1, 0.2)]
-    # Excluded rows are counted apart and never as a failure.
-    # No failure is attributed (a sweep that predates attribution): the pass rate on the stack is the pass rate.
+    # Excluded rows are counted apart and never as a failure. No failure is attributed (a sweep that
+    # predates attribution): the pass rate on the stack is the pass rate.
     assert analysis.sweep_summary(results, B, excluded).row(0) == (B, 5, 2, 3, 0.4, 2, 0, 0.4)
     assert analysis.attribution_counts(results, B).select("attribution", "count").rows() == [
         ("stack", 0),
@@ -221,8 +222,9 @@ def test_pass_rate_breakdowns_by_hand(hand_counted):
 
 
 def test_models_that_failed_before_loading_are_not_of_unknown_size(hand_counted):
-    """Sweep A's org/m3 failed at load before its parameters were counted: its own group, not "unknown" (which
-    would read as a 0% pass rate for models of unknown size); sweep B's org/m3 passed unmeasured: unknown."""
+    """Sweep A's org/m3 failed at load before its parameters were counted: its own group, not
+    "unknown" (which would read as a 0% pass rate for models of unknown size); sweep B's org/m3
+    passed unmeasured: unknown."""
     results = store.scan(hand_counted, "results")
     by_size = analysis.pass_rate_by_size(results, A)
     assert [
@@ -240,8 +242,9 @@ def test_models_that_failed_before_loading_are_not_of_unknown_size(hand_counted)
 
 
 def test_every_table_is_the_one_autoescaped_macro():
-    """The report's tables, the execution modes' grid, the probe's and the debug notebook's key/value tables, the
-    debug comparison and the graph breaks: each is the one Jinja2 table macro, which escapes every cell."""
+    """The report's tables, the execution modes' grid, the probe's and the debug notebook's
+    key/value tables, the debug comparison and the graph breaks: each is the one Jinja2 table
+    macro, which escapes every cell."""
     from model_support import debug, display
     from model_support.debug.compare import COLUMNS
     from model_support.render import html, modes_section
@@ -279,8 +282,8 @@ def test_every_table_is_the_one_autoescaped_macro():
     )
     assert '<td class="num">2</td><td class="num">40.0%</td></tr></tbody></table>' in shown[0]
     assert (
-        f'<td class="ms-verdict st-PASS" style="background:{schema.VERDICT_COLORS[PASS]};color:#fff">PASS</td>'
-        in (shown[1])
+        '<td class="ms-verdict st-PASS" '
+        f'style="background:{schema.VERDICT_COLORS[PASS]};color:#fff">PASS</td>' in (shown[1])
     )
 
 
@@ -335,8 +338,8 @@ def test_numeric_stats_by_hand(hand_counted):
 def test_diff_and_history_by_hand(hand_counted):
     results = store.scan(hand_counted, "results")
     changes = analysis.model_changes(results, B, A)
-    # Keyed per (model, variant): the older files have no variant, read as eager+dynamic. No attribution
-    # recorded: a newly failing model stays "newly failing".
+    # Keyed per (model, variant): the older files have no variant, read as eager+dynamic. No
+    # attribution recorded: a newly failing model stays "newly failing".
     assert set(changes["variant"]) == {analysis.DEFAULT_VARIANT}
     assert [
         (m, str(c), sb, sa)
@@ -376,9 +379,9 @@ def test_diff_and_history_by_hand(hand_counted):
     assert "org/m2" in text and "newly failing" in text
     assert "variant" not in text  # every run is eager+dynamic: no variant column
     assert (
-        f"{A} -> {B}: 0 newly broken by the stack, 0 newly suspect, 1 newly failing, 0 newly failing everywhere, "
-        "1 newly passing, 0 no longer suspect, 1 status changed, 0 signature changed, 1 added, 0 removed, 1 dropped."
-        in text
+        f"{A} -> {B}: 0 newly broken by the stack, 0 newly suspect, 1 newly failing, 0 newly "
+        "failing everywhere, 1 newly passing, 0 no longer suspect, 1 status changed, 0 "
+        "signature changed, 1 added, 0 removed, 1 dropped." in text
     )  # m5 passed in A and B's definition left it out: the gate's word, "dropped", not "removed"
 
 
@@ -405,11 +408,8 @@ def test_empty_data_gives_empty_tables(tmp_path):
         analysis.pass_rate_by_version(empty, "torch"),
     ):
         assert table.height == 0
-    assert analysis.token_stats(empty, "x")["count"].to_list() == [
-        0,
-        0,
-        0,
-    ]  # tokens_in, tokens_out, image_tokens
+    # tokens_in, tokens_out, image_tokens
+    assert analysis.token_stats(empty, "x")["count"].to_list() == [0, 0, 0]
     assert analysis.sweep_index(tmp_path).height == 0
     # A frame that lacks columns altogether (an old file read directly) reads them as null.
     old = pl.DataFrame({"sweep_id": ["s", "s"], "model_id": ["a", "b"], "status": [PASS, GEN]})
@@ -419,7 +419,8 @@ def test_empty_data_gives_empty_tables(tmp_path):
 
 
 def test_a_wholly_excluded_sweep_is_no_failure(hand_counted, tmp_path):
-    """A sweep excluded after the fact has no results rows: zero failures, and no default baseline."""
+    """A sweep excluded after the fact has no results rows: zero failures, and no default
+    baseline."""
     import shutil
 
     data = tmp_path / "data"
@@ -587,7 +588,8 @@ def test_report_notebook_parameters():
 
 @pytest.fixture(scope="module")
 def rendered(history) -> dict:
-    """The report of the second (legacy, planted) sweep, rendered for real: papermill + nbconvert."""
+    """The report of the second (legacy, planted) sweep, rendered for real: papermill +
+    nbconvert."""
     data, ids = history["data"], history["ids"]
     html_path = report.render_report(data, ids[1])
     return {**history, "html": html_path, "sweep": ids[1], "baseline": ids[0]}
@@ -666,7 +668,8 @@ def test_explorer_search_and_detail(browser, rendered):
         "tds => tds.map((td) => td.title)"
     )
 
-    # Each model's latest verdict, counted in Python: the FAIL(gen) ones, and one's error in the panel.
+    # Each model's latest verdict, counted in Python: the FAIL(gen) ones, and one's error in the
+    # panel.
     latest = {}
     for sweep in rendered["ids"]:
         for c in store.CONFIGS:
@@ -694,7 +697,8 @@ def test_explorer_search_and_detail(browser, rendered):
 
 
 def test_the_default_baseline_is_the_previous_sweep_of_the_same_name_and_device(tmp_path):
-    """A CPU sweep's report compared against a pretend sweep of another list: every model a change."""
+    """A CPU sweep's report compared against a pretend sweep of another list: every model a
+    change."""
 
     def sweep(sweep_id: str, device: str) -> None:
         rows = [{**_rec(sweep_id, "org/m1", PASS), "device_type": device}]

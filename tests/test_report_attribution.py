@@ -1,13 +1,14 @@
-"""Whose failure it is, and execution modes as variants, as the report, the diff and the explorer show them.
+"""Whose failure it is, and execution modes as variants, as the report, the diff and the explorer
+show them.
 
 Two small histories built by hand, every number below counted by hand:
-- attribution: sweeps A and B differ by one failure the stack newly broke (the CPU reference passes) and
-  one the model newly has everywhere (the reference fails the same way); other failures are the stack's,
-  the model's, both or unknown, unchanged between the two;
-- modes: one model that fails only compiled, one that passes everywhere, in 4 variants (eager / compile x
-  dynamic / static cache), over an older file without the variant column and two matrix sweeps.
-The reports are rendered for real (papermill + nbconvert) and opened, with the explorer, in Debian's
-Chromium with the network refused.
+- attribution: sweeps A and B differ by one failure the stack newly broke (the CPU reference passes)
+  and one the model newly has everywhere (the reference fails the same way); other failures are the
+  stack's, the model's, both or unknown, unchanged between the two;
+- modes: one model that fails only compiled, one that passes everywhere, in 4 variants (eager /
+compile x dynamic / static cache), over an older file without the variant column and two matrix
+sweeps. The reports are rendered for real (papermill + nbconvert) and opened, with the explorer, in
+Debian's Chromium with the network refused.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ REF_SIG = "RuntimeError: shape <shape> is invalid for input of size <n>"
 REF_NOTE = (
     "the reference fails at generate: RuntimeError: shape '[1, 9]' is invalid for input of size 8"
 )
-#: model -> (model_type, outcome in A, outcome in B); an outcome is (status, signature, stage, attribution).
+#: model -> (model_type, outcome in A, outcome in B); an outcome is (status, signature, stage,
+#: attribution).
 OK = (PASS, None, None, None)
 STACK_GEN = (GEN, SIG_STACK, "generate", "stack")
 ATTR_MODELS = {
@@ -56,11 +58,8 @@ ATTR_MODELS = {
         (GEN, SIG_STACK, "generate", "model"),
         (GEN, SIG_STACK, "generate", "model"),
     ),
-    "org/m06": (
-        "gpt2",
-        (OTHER, SIG_OOM, "runner", None),
-        (OTHER, SIG_OOM, "runner", None),
-    ),  # unknown
+    # unknown
+    "org/m06": ("gpt2", (OTHER, SIG_OOM, "runner", None), (OTHER, SIG_OOM, "runner", None)),
     "org/m07": ("qwen2", (GEN, SIG_BOTH, "generate", "both"), (GEN, SIG_BOTH, "generate", "both")),
     "org/m08": ("qwen2", OK, OK),
     "org/m09": ("phi3", OK, OK),
@@ -135,9 +134,8 @@ def test_failure_signatures_carry_their_attribution(attr_data):
         (SIG_OOM, 1, "unknown", False),
         (SIG_BOTH, 1, "both", False),
     ]
-    assert (
-        analysis.failure_signatures(results, B)["new"].to_list() == [None] * 4
-    )  # no baseline: not known
+    # no baseline: not known
+    assert analysis.failure_signatures(results, B)["new"].to_list() == [None] * 4
 
 
 def test_diff_separates_stack_from_everywhere(attr_data):
@@ -167,9 +165,9 @@ def test_diff_separates_stack_from_everywhere(attr_data):
     )
     assert "variant" not in text
     assert (
-        f"{A} -> {B}: 1 newly broken by the stack, 0 newly suspect, 0 newly failing, 1 newly failing everywhere, "
-        "0 newly passing, 0 no longer suspect, 0 status changed, 0 signature changed, 0 added, 0 removed."
-        in text
+        f"{A} -> {B}: 1 newly broken by the stack, 0 newly suspect, 0 newly failing, 1 newly "
+        "failing everywhere, 0 newly passing, 0 no longer suspect, 0 status changed, 0 "
+        "signature changed, 0 added, 0 removed." in text
     )
 
 
@@ -202,8 +200,8 @@ def test_report_leads_with_whose_failures(attr_report):
     assert re.sub(r"<[^>]+>", "", head) == "6 failures: stack 2, model 2, both 1, unknown 1"
     assert re.search(r"<dt>pass rate on the stack</dt><dd>50\.0% \(4 of 8", text)
     assert re.search(r"<dt>passed \(pass rate\)</dt><dd>4 \(40\.0%\)</dd>", text)
-    # What a porting team acts on first: the verdicts, the diff, the split, the failure modes; the breakdowns
-    # after, and how the page is made last (render.layout.SECTIONS).
+    # What a porting team acts on first: the verdicts, the diff, the split, the failure modes; the
+    # breakdowns after, and how the page is made last (render.layout.SECTIONS).
     order = [
         "Verdicts",
         "Changes since the baseline",
@@ -229,10 +227,11 @@ def test_report_leads_with_whose_failures(attr_report):
     for term, help_text in schema.ATTRIBUTION_HELP.items():
         assert f"<code>{term}</code>" in legend and help_text in legend
     assert "<code>pass rate on the stack</code>" in legend and "<code>pass rate</code>" in legend
-    # Only types with more than one model are charted (llama 4, gpt2 2, qwen2 2; phi3 and opt alone).
+    # Only types with more than one model are charted (llama 4, gpt2 2, qwen2 2; phi3 and opt
+    # alone).
     assert (
-        "the 3 model types with more than one model; 2 types with a single model are only in the table"
-        in text
+        "the 3 model types with more than one model; 2 types with a single model are only in "
+        "the table" in text
     )
 
 
@@ -295,7 +294,8 @@ def test_explorer_attribution_filter(browser, attr_report):
 # --------------------------------------------------------------------------------------------
 # execution modes: 2 models x 4 variants, one failing only compiled
 
-V0 = "modes-20261201T000000Z-0000"  # an older file: no variant column (eager+dynamic, one row per model)
+# an older file: no variant column (eager+dynamic, one row per model)
+V0 = "modes-20261201T000000Z-0000"
 V1 = "modes-20261202T000000Z-1111"  # the matrix, every run passing
 V2 = "modes-20261203T000000Z-2222"  # the matrix, mm/compiled failing compiled
 VARIANTS = ("eager+dynamic", "eager+static", "compile+dynamic", "compile+static")
@@ -321,9 +321,8 @@ def _run(sweep: str, model: str, variant: str | None, fails: bool = False) -> di
         error_message=f"{model}: {SIG_DYNAMO}" if fails else None,
         attribution="stack" if fails else None,
         compile_backend="inductor" if compiled else None,
-        compile_s=(10.0 + n)
-        if compiled
-        else None,  # compile+dynamic 12 / 12, compile+static 13 / 13
+        # compile+dynamic 12 / 12, compile+static 13 / 13
+        compile_s=(10.0 + n) if compiled else None,
         graphs=2 if compiled else None,
         graph_breaks=(1 if model == "mm/ok" else 0) if compiled and not fails else None,
         graph_break_reasons=["data-dependent branch"]
@@ -369,7 +368,8 @@ def test_an_older_file_without_variants_reads_as_eager_dynamic(modes_data):
     assert tables["variant_stats"].select("variant", "runs", "passed").rows() == [
         ("eager+dynamic", 2, 2)
     ]
-    # Against the matrix sweep: the eager+dynamic runs are the same runs (unchanged); the rest are added.
+    # Against the matrix sweep: the eager+dynamic runs are the same runs (unchanged); the rest are
+    # added.
     diff = analysis.model_changes(results, V1, V0)
     assert set(diff["change"].cast(pl.String)) == {"added"} and diff.height == 6
     assert "eager+dynamic" not in set(diff["variant"])
@@ -484,9 +484,8 @@ def test_modes_grid_in_chromium(browser, modes_report):
             for j in range(4)
         ]
         assert classes == expected[model], model
-    assert (
-        rows.first.locator("td").first.inner_text() == "mm/compiled"
-    )  # a model whose variants differ first
+    # a model whose variants differ first
+    assert rows.first.locator("td").first.inner_text() == "mm/compiled"
     fail_cell = rows.first.locator("td.ms-verdict").nth(2)
     assert fail_cell.inner_text() == GEN
     red = VERDICT_COLORS[GEN].lstrip("#")
@@ -519,15 +518,14 @@ def test_explorer_variant_filter_and_side_by_side(browser, modes_report):
     assert side.locator("td:first-child").all_inner_texts() == list(VARIANTS)
     assert side.locator("td.st").all_inner_texts() == [PASS, PASS, GEN, GEN]
     assert detail.locator("table.variants td.sig").all_inner_texts()[2] == SIG_DYNAMO
-    # its support card: per variant the latest verdict and how many of the sweeps that ran it agree (V0 ran eager
-    # only, as an older file; the compile variants passed in V1 and fail in V2)
+    # its support card: per variant the latest verdict and how many of the sweeps that ran it agree
+    # (V0 ran eager only, as an older file; the compile variants passed in V1 and fail in V2)
     card = detail.locator("table.support tbody tr")
     assert card.locator("td:first-child").all_inner_texts() == list(VARIANTS)
     assert card.locator("td.st").all_inner_texts() == [PASS, PASS, GEN, GEN]
     assert card.locator("td.agree").all_inner_texts() == ["3 of 3", "2 of 2", "1 of 2", "1 of 2"]
-    verified = card.locator(
-        "td.verified"
-    )  # last verified in V2 (the sweep's date; its id on hover)
+    # last verified in V2 (the sweep's date; its id on hover)
+    verified = card.locator("td.verified")
     assert {verified.nth(k).get_attribute("title") for k in range(4)} == {V2}
     assert {t[:10] for t in verified.all_inner_texts()} == {"2026-12-03"}
     # in the chosen sweep: V1, where every variant passed

@@ -1,10 +1,10 @@
 """Models bigger than one chip, as the report and the explorer show them.
 
-One small history built by hand, every number below counted by hand: an older sweep whose file predates
-``devices_used`` and ``parallelism`` (two models, read as one device, no parallelism), then a sweep with a
-1-device model, a 2-device tensor-parallel one, a 2-device expert-parallel one and a 2-device model with no
-plan that fails at load. The report is rendered for real (papermill + nbconvert); the explorer is opened in
-Debian's Chromium with the network refused.
+One small history built by hand, every number below counted by hand: an older sweep whose file
+predates ``devices_used`` and ``parallelism`` (two models, read as one device, no parallelism), then
+a sweep with a 1-device model, a 2-device tensor-parallel one, a 2-device expert-parallel one and a
+2-device model with no plan that fails at load. The report is rendered for real (papermill +
+nbconvert); the explorer is opened in Debian's Chromium with the network refused.
 """
 
 from __future__ import annotations
@@ -65,9 +65,8 @@ def _write_old(data: Path) -> None:
     old = schema.to_table([_record(OLD, "old/a", PASS), _record(OLD, "old/b", GEN)])
     path = store.parquet_file(data, "results", OLD)
     path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(
-        old.drop_columns(list(schema.SHARDED_FIELDS)), path
-    )  # written as an older file really is
+    # written as an older file really is
+    pq.write_table(old.drop_columns(list(schema.SHARDED_FIELDS)), path)
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +101,8 @@ def test_pass_rate_by_parallelism_by_hand(dev_data):
         ("tp", 1, 1, 1.0),
         ("ep", 1, 1, 1.0),
     ]
-    # The older file: both models read as one device, no parallelism; tp and ep listed with no models.
+    # The older file: both models read as one device, no parallelism; tp and ep listed with no
+    # models.
     assert analysis.pass_rate_by_parallelism(results, OLD).rows() == [
         ("none", 2, 1, 0.5),
         ("tp", 0, 0, None),
@@ -209,11 +209,8 @@ def test_explorer_devices_filter(browser, dev_report):
     assert page.locator("#results tbody td.devices").all_inner_texts() == ["2 ep", "2", "2 tp"]
     page.locator("#devices-filter").select_option("1")
     _wait_count(page, 3)
-    assert _models(page) == [
-        "dv/one",
-        "old/a",
-        "old/b",
-    ]  # the older file's models read as one device
+    # the older file's models read as one device
+    assert _models(page) == ["dv/one", "old/a", "old/b"]
     # the detail panel says the devices and the parallelism
     page.locator("#devices-filter").select_option("2")
     _wait_count(page, 3)
@@ -236,9 +233,8 @@ def test_explorer_of_an_older_file_hides_devices(browser, tmp_path):
     page, attempted, errors = offline_page(browser)
     page.goto(explorer.build_explorer(tmp_path).as_uri())
     _wait_count(page, 2)
-    assert page.locator(
-        "#devices-filter"
-    ).is_hidden()  # every run on one device: no filter, no column
+    # every run on one device: no filter, no column
+    assert page.locator("#devices-filter").is_hidden()
     assert page.locator("#results thead th.col-devices").is_hidden()
     page.locator("#results tbody tr").first.click()
     assert page.locator("#detail dd.devices").inner_text() == "1"

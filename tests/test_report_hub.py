@@ -116,9 +116,8 @@ def write_hub_history(data: Path) -> Path:
     ]
     store.write_parquet(b, store.parquet_file(data, "results", B))
     excluded = [
-        schema.empty_record(
-            sweep_id=B, model_id="org/gated", exclusion_reason=GATED_REASON
-        ),  # found while running
+        # found while running
+        schema.empty_record(sweep_id=B, model_id="org/gated", exclusion_reason=GATED_REASON),
         schema.empty_record(
             sweep_id=B, model_id="org/encoder", exclusion_reason="not a text-generation model"
         ),
@@ -167,7 +166,8 @@ def hub_data(tmp_path_factory) -> Path:
 
 
 def test_hub_metadata_fills_exactly_the_records_hub_fields():
-    """What ``hub.metadata`` reads off the Hub is what the record declares in its hub group, no more, no less."""
+    """What ``hub.metadata`` reads off the Hub is what the record declares in its hub group, no
+    more, no less."""
     from types import SimpleNamespace
 
     assert tuple(hub.metadata(SimpleNamespace())) == schema.HUB_FIELDS
@@ -213,7 +213,8 @@ def test_a_model_with_a_row_is_not_pending(hub_data, tmp_path):
 
 
 def _decode(data: dict) -> dict:
-    """model_id -> {sweep_id: (status, signature)} from the page's run-length encoded history (one variant)."""
+    """model_id -> {sweep_id: (status, signature)} from the page's run-length encoded history
+    (one variant)."""
     out = {}
     for model in data["models"]:
         h = model[2]
@@ -294,9 +295,8 @@ def test_explorer_data_of_older_sweeps_without_listings(tmp_path):
     page = explorer.explorer_data(data)
     assert _decode(page) == {"org/alpha": {A: (PASS, None)}, "org/new": {A: ("not tested", None)}}
     assert page["views"] == {"selected": [0, 1], "trending": [], "downloads": []}
-    assert page["pending"] == [] and page["tasks"] == [
-        "text-generation"
-    ]  # rows before the task column ran it
+    # rows before the task column ran it
+    assert page["pending"] == [] and page["tasks"] == ["text-generation"]
 
 
 def test_listing_cache_follows_sweep_json(hub_data, tmp_path):
@@ -351,7 +351,8 @@ def test_report_lists_pending_models_apart(hub_report):
 
 
 def test_report_of_a_sweep_that_probed_nothing(hub_data, tmp_path):
-    """The Hub unreachable for the whole sweep: every model pending, no row at all; the report says so."""
+    """The Hub unreachable for the whole sweep: every model pending, no row at all; the report
+    says so."""
     data = tmp_path / "data"
     shutil.copytree(hub_data, data)
     c = "hubsel-20261203T000000Z-cccc"
@@ -401,9 +402,8 @@ def test_explorer_views_and_task_filter(browser, hub_report):
     page.locator("#task-filter").select_option(label=f"{VISION} (1)")
     _wait_count(page, 1)
     assert _rows(page) == ["org/delta"]
-    page.locator("#task-filter").select_option(
-        label=f"{TEXT} (6)"
-    )  # counted over every model: zeta too
+    # counted over every model: zeta too
+    page.locator("#task-filter").select_option(label=f"{TEXT} (6)")
     _wait_count(page, 5)
     assert _rows(page) == [m for m in DOWNLOADS if m != "org/delta"]
 

@@ -1,13 +1,14 @@
-"""The report and the explorer lead with what a porting engineer came for (checked in Chromium at 1280 x 800):
-the report's first screen holds the verdicts and what changed since the baseline, its sections come in the one
-declared order (``render.layout.SECTIONS``) with how the page is made last; two sweeps started in the same
-minute read apart in the explorer and the history chart; the open detail panel follows the sweep filter; the
-device-memory bars keep their own scale beside the host's; the history's pass rate is drawn from 0, once for a
-stack that never changed; every model is in one table that sorts and filters, with its record and repro; an
-opened traceback reads across its table; the terminal never prints ``None``.
+"""The report and the explorer lead with what a porting engineer came for (checked in Chromium at
+1280 x 800): the report's first screen holds the verdicts and what changed since the baseline,
+its sections come in the one declared order (``render.layout.SECTIONS``) with how the page is
+made last; two sweeps started in the same minute read apart in the explorer and the history
+chart; the open detail panel follows the sweep filter; the device-memory bars keep their own
+scale beside the host's; the history's pass rate is drawn from 0, once for a stack that never
+changed; every model is in one table that sorts and filters, with its record and repro; an opened
+traceback reads across its table; the terminal never prints ``None``.
 
-The data: two sweeps of one name started 30 seconds apart, on a pretend device, where one model fails in the
-first (the stack's failure: a missing operator) and passes in the second."""
+The data: two sweeps of one name started 30 seconds apart, on a pretend device, where one model
+fails in the first (the stack's failure: a missing operator) and passes in the second."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ TRACEBACK = (
     "    variance = hidden_states.pow(2).mean(-1, keepdim=True); hidden_states * torch.rsqrt(variance + eps)\n"
     f"{MISSING}"
 )
-#: Every probe's repro script: its settings, then the body kept once in the data folder's repro/ (by its hash).
+#: Every probe's repro script: its settings, then the body kept once in the data folder's repro/ (by
+#: its hash).
 REPRO_BODY = store.REPRO_BODY_MARK + "\nprint('the probe, again')\n"
 
 
@@ -87,7 +89,10 @@ def loop(tmp_path_factory) -> dict:
 
 
 #: Each h2 of the page with its top edge (px from the top of the page) and text.
-HEADINGS = "() => [...document.querySelectorAll('h2')].map((h) => [Math.round(h.getBoundingClientRect().top), h.textContent.replace(/¶$/, '').trim()])"
+HEADINGS = (
+    "() => [...document.querySelectorAll('h2')].map((h) => "
+    "[Math.round(h.getBoundingClientRect().top), h.textContent.replace(/¶$/, '').trim()])"
+)
 
 
 @pytest.mark.browser
@@ -99,30 +104,34 @@ def test_the_first_screen_holds_the_verdicts_and_the_changes(browser, loop):
     headings = page.evaluate(HEADINGS)
     titles = [title for _, title in headings]
     declared = [s.title for s in layout.SECTIONS if s.title]
-    assert [t for t in titles if t in declared] == [
-        t for t in declared if t in titles
-    ]  # the declared order
+    # the declared order
+    assert [t for t in titles if t in declared] == [t for t in declared if t in titles]
     assert titles[:3] == ["Verdicts", "Changes since the baseline", "Whose failures"]
     assert titles[-1] == "About this report"
     top = dict((title, y) for y, title in headings)
-    assert top["Changes since the baseline"] < SCREEN["height"] - 150, (
-        headings
-    )  # its summary line shows too
+    # its summary line shows too
+    assert top["Changes since the baseline"] < SCREEN["height"] - 150, headings
     summary = page.locator(".ms-diff-summary")
     assert (
         summary.bounding_box()["y"] < SCREEN["height"] and "1 newly passing" in summary.inner_text()
     )
     rendering = page.get_by_text("model_support.render.report.render_report").first
-    assert (
-        rendering.bounding_box()["y"] > 3 * SCREEN["height"]
-    )  # the note for developers is at the end
+    # the note for developers is at the end
+    assert rendering.bounding_box()["y"] > 3 * SCREEN["height"]
     assert attempted == [] and errors == []
     page.close()
 
 
-#: The rendered bars (Vega draws each as a path in a g.mark-rect) of one chart, as [x, y, width, height].
-BARS = "(sel) => [...document.querySelectorAll(sel + ' g.mark-rect.role-mark path')].map((p) => { const r = p.getBoundingClientRect(); return [r.x, r.y, r.width, r.height]; })"
-POINTS = "(sel) => [...document.querySelectorAll(sel + ' g.mark-symbol.role-mark path')].map((p) => Math.round(p.getBoundingClientRect().x))"
+#: The rendered bars (Vega draws each as a path in a g.mark-rect) of one chart, as [x, y, width,
+#: height].
+BARS = (
+    "(sel) => [...document.querySelectorAll(sel + ' g.mark-rect.role-mark path')].map((p) => "
+    "{ const r = p.getBoundingClientRect(); return [r.x, r.y, r.width, r.height]; })"
+)
+POINTS = (
+    "(sel) => [...document.querySelectorAll(sel + ' g.mark-symbol.role-mark path')].map((p) => "
+    "Math.round(p.getBoundingClientRect().x))"
+)
 
 
 @pytest.mark.browser
@@ -133,13 +142,11 @@ def test_device_memory_has_its_own_scale_and_sweeps_a_minute_apart_draw_apart(br
     page.wait_for_selector("#ms-chart-memory svg")
     page.wait_for_selector("#ms-chart-history svg")
     bars = page.evaluate(BARS, "#ms-chart-memory")
-    assert len(bars) == 2 and min(h for *_, h in bars) > 100, (
-        bars
-    )  # host ~420 MB, device ~0.4 MB: both tall
+    # host ~420 MB, device ~0.4 MB: both tall
+    assert len(bars) == 2 and min(h for *_, h in bars) > 100, bars
     points = page.evaluate(POINTS, "#ms-chart-history")
-    assert len(points) == 2 and len(set(points)) == 2, (
-        points
-    )  # two sweeps, one panel: the stack never changed
+    # two sweeps, one panel: the stack never changed
+    assert len(points) == 2 and len(set(points)) == 2, points
     labels = page.locator("#ms-chart-history").inner_text()
     assert "loop 2026-12-01 02:00:10" in labels and "loop 2026-12-01 02:00:40" in labels
     assert attempted == [] and errors == []
@@ -147,14 +154,22 @@ def test_device_memory_has_its_own_scale_and_sweeps_a_minute_apart_draw_apart(br
 
 
 #: The texts of one chart's y-axis labels, and of its panels' titles.
-Y_LABELS = "(sel) => [...document.querySelectorAll(sel + ' g.role-axis')].filter((g) => g.querySelector('.role-axis-title')?.textContent === 'pass rate').flatMap((g) => [...g.querySelectorAll('.role-axis-label text')].map((t) => t.textContent))"
-TITLES = "(sel) => [...document.querySelectorAll(sel + ' g.role-title-text text')].map((t) => t.textContent)"
+Y_LABELS = (
+    "(sel) => [...document.querySelectorAll(sel + ' g.role-axis')].filter((g) => "
+    "g.querySelector('.role-axis-title')?.textContent === 'pass rate').flatMap((g) => "
+    "[...g.querySelectorAll('.role-axis-label text')].map((t) => t.textContent))"
+)
+TITLES = (
+    "(sel) => [...document.querySelectorAll(sel + ' g.role-title-text text')].map((t) => "
+    "t.textContent)"
+)
 
 
 @pytest.mark.browser
 def test_the_history_starts_at_zero_and_draws_a_constant_stack_once(browser, loop):
-    """Pass rates of 67% and 83% on an axis from 0 (not from 66%, where a small step looks like a cliff); a stack
-    whose every component kept its version gets one history panel, not one per component, and no version chart."""
+    """Pass rates of 67% and 83% on an axis from 0 (not from 66%, where a small step looks like a
+    cliff); a stack whose every component kept its version gets one history panel, not one per
+    component, and no version chart."""
     page, attempted, errors = offline_page(browser)
     page.goto(loop["html"].as_uri())
     page.wait_for_selector("#ms-chart-history svg")
@@ -181,15 +196,17 @@ MODEL_ROWS = """() => { const heads = [...document.querySelectorAll('#ms-models 
 
 
 def _local(url: str) -> Path:
-    """A link's file on disk (the page's links are relative: the browser resolves them against the report)."""
+    """A link's file on disk (the page's links are relative: the browser resolves them against
+    the report)."""
     return Path(unquote(urlparse(url).path))
 
 
 @pytest.mark.browser
 def test_every_model_sorts_and_filters_with_its_record_and_repro(browser, loop):
-    """The report lists every model of the sweep, PASS included, with its numbers, a link to its record and its
-    repro body that open, and its repro command; a heading sorts (again: the other way, empty cells last), words
-    filter. An opened traceback reads across its whole table, nothing cut."""
+    """The report lists every model of the sweep, PASS included, with its numbers, a link to its
+    record and its repro body that open, and its repro command; a heading sorts (again: the other
+    way, empty cells last), words filter. An opened traceback reads across its whole table,
+    nothing cut."""
     page, attempted, errors = offline_page(browser)
     page.set_viewport_size(SCREEN)
     page.goto(loop["html"].as_uri())
@@ -213,9 +230,8 @@ def test_every_model_sorts_and_filters_with_its_record_and_repro(browser, loop):
     page.locator("#ms-models th", has_text="host MiB").click()
     page.locator("#ms-models th", has_text="host MiB").click()  # again: largest first
     assert [r[0] for r in page.evaluate(MODEL_ROWS)] == MODELS[::-1]
-    page.locator(
-        "#ms-models th", has_text="tokens out"
-    ).click()  # the failed run has none: last, either way
+    # the failed run has none: last, either way
+    page.locator("#ms-models th", has_text="tokens out").click()
     assert page.evaluate(MODEL_ROWS)[-1][:2] == ["org/model-4", schema.FAIL_GEN]
     page.locator("#ms-models th", has_text="tokens out").click()
     assert page.evaluate(MODEL_ROWS)[-1][:2] == ["org/model-4", schema.FAIL_GEN]
@@ -239,17 +255,15 @@ def test_every_model_sorts_and_filters_with_its_record_and_repro(browser, loop):
     shown.wait_for(state="visible")
     from model_support.probe.signatures import portable_paths
 
-    assert shown.text_content() == portable_paths(
-        TRACEBACK
-    )  # a page names files, not the machine that ran them
+    # a page names files, not the machine that ran them
+    assert shown.text_content() == portable_paths(TRACEBACK)
     box, table = shown.bounding_box(), signatures.bounding_box()
     assert box["width"] > table["width"] - 40 and box["x"] + box["width"] <= SCREEN["width"], (
         box,
         table,
     )
-    assert shown.evaluate(
-        "(pre) => pre.scrollWidth <= pre.clientWidth"
-    )  # the long lines wrap, nothing cut
+    # the long lines wrap, nothing cut
+    assert shown.evaluate("(pre) => pre.scrollWidth <= pre.clientWidth")
     assert attempted == [] and errors == []
     page.close()
 
@@ -273,9 +287,8 @@ def test_explorer_sweeps_read_apart_and_the_panel_follows_the_sweep_filter(brows
     history = detail.locator("table.history td.sweep").all_inner_texts()
     assert history == ["loop 2026-12-01 02:00:40", "loop 2026-12-01 02:00:10"]
     cut = "(tds) => tds.filter((td) => td.scrollWidth > td.clientWidth).map((td) => td.textContent)"
-    assert (
-        page.locator("td.sweep").evaluate_all(cut) == []
-    )  # the seconds show, in the list and the panel
+    # the seconds show, in the list and the panel
+    assert page.locator("td.sweep").evaluate_all(cut) == []
     assert detail.locator("dd.run .st").inner_text() == "PASS"
 
     page.locator("#sweep-filter").select_option(label=FIRST)  # the open panel follows the list
@@ -287,9 +300,8 @@ def test_explorer_sweeps_read_apart_and_the_panel_follows_the_sweep_filter(brows
     assert detail.locator("dd.latest").inner_text() == f"{SECOND} PASS"
     assert page.locator("#results tbody tr.selected").count() == 1
 
-    page.locator("#verdict-filter").select_option(
-        "PASS"
-    )  # the row leaves the list: the panel closes
+    # the row leaves the list: the panel closes
+    page.locator("#verdict-filter").select_option("PASS")
     page.wait_for_function("document.querySelector('#match-count').textContent.startsWith('0 ')")
     assert detail.is_hidden()
     assert attempted == [] and errors == []

@@ -1,13 +1,14 @@
 """Is a PASS right? The PASS split as the report, the diff and the explorer show it.
 
-A small history built by hand, every number counted by hand: sweep A, then sweep B in which one model's
-logits newly diverge from the reference (newly suspect), one that could only be judged is newly not fluent
-(newly suspect), one that diverged agrees again (no longer suspect), and one that failed passes but
-diverges (newly suspect, not merely newly passing), and one whose reference was too flat to judge is left to the
-judge, who finds it not fluent (newly suspect, with no step: a too flat step is no divergence). Each check names the
-measure that judged it: the logit error, the KL and flip margin alone on a row from before it, the judge. An older
-file without the check's columns reads as unchecked. The report is rendered for real and the explorer opened in
-Chromium with the network refused.
+A small history built by hand, every number counted by hand: sweep A, then sweep B in which one
+model's logits newly diverge from the reference (newly suspect), one that could only be judged is
+newly not fluent (newly suspect), one that diverged agrees again (no longer suspect), and one that
+failed passes but diverges (newly suspect, not merely newly passing), and one whose reference was
+too flat to judge is left to the judge, who finds it not fluent (newly suspect, with no step: a too
+flat step is no divergence). Each check names the measure that judged it: the logit error, the KL
+and flip margin alone on a row from before it, the judge. An older file without the check's columns
+reads as unchecked. The report is rendered for real and the explorer opened in Chromium with the
+network refused.
 """
 
 from __future__ import annotations
@@ -79,10 +80,8 @@ MODELS = {
     "org/c5": ("fail", DIVERGES),  # failed before, passes now, but diverges: newly suspect
     "org/c6": (TIES, TIES),
     "org/c7": ({}, {}),  # neither the reference nor the judge said anything: unchecked
-    "org/c8": (
-        MATCH,
-        TOO_FLAT,
-    ),  # newly suspect: the reference could not judge, the judge finds it not fluent
+    # newly suspect: the reference could not judge, the judge finds it not fluent
+    "org/c8": (MATCH, TOO_FLAT),
 }
 
 
@@ -135,15 +134,13 @@ def test_the_passes_split_by_their_check_suspect_first(checks_data):
         ("org/c3", "no reference, not fluent", "fluency judge", None),
         ("org/c8", "no reference, not fluent", "fluency judge (reference too flat)", None),
     ]
-    assert (
-        suspect["note"].to_list()
-        == [
-            "step 3 of 8: KL 2.1 nats",
-            "step 3 of 8: KL 2.1 nats",
-            "junk",
-            "8 of 8 steps too flat to judge; junk",  # why the reference could not judge, then the judge's word
-        ]
-    )
+    assert suspect["note"].to_list() == [
+        "step 3 of 8: KL 2.1 nats",
+        "step 3 of 8: KL 2.1 nats",
+        "junk",
+        # why the reference could not judge, then the judge's word
+        "8 of 8 steps too flat to judge; junk",
+    ]
     measures = dict(tables.model_rows(results, B).select("model_id", "check_measure").rows())
     assert measures == {
         "org/c1": "logit error",

@@ -1,4 +1,5 @@
-"""The report and the explorer of a real sweep of the fixtures, opened in headless Chromium offline."""
+"""The report and the explorer of a real sweep of the fixtures, opened in headless Chromium
+offline."""
 
 from __future__ import annotations
 
@@ -39,9 +40,8 @@ def real_report(smoke_sweep) -> dict:
 def test_real_report_names_every_failure_signature(real_report):
     text = real_report["html"].read_text()
     assert not re.search(r"<script[^>]*\ssrc=", text)
-    failing = [
-        r for r in real_report["records"] if r["status"] not in (schema.PASS, None)
-    ]  # None: excluded
+    # None: excluded
+    failing = [r for r in real_report["records"] if r["status"] not in (schema.PASS, None)]
     assert failing
     for record in failing:
         assert record["error_type"] in text, record["model_id"]
@@ -78,8 +78,9 @@ def test_real_explorer_search_and_detail(browser, real_report):
 
 @pytest.mark.browser
 def test_real_report_and_explorer_go_by_task(browser, real_report, fixture_models):
-    """A sweep of both tasks: the report's header gives each task's pass rate and its signature table says a
-    signature's task; the explorer's task filter keeps the rows of that task, from the records' own task."""
+    """A sweep of both tasks: the report's header gives each task's pass rate and its signature
+    table says a signature's task; the explorer's task filter keeps the rows of that task, from
+    the records' own task."""
     page, attempted, errors = offline_page(browser)
     page.goto(real_report["html"].as_uri())
     header = page.locator("dl.ms-head").first.inner_text()

@@ -1,6 +1,6 @@
-"""The repro script as the dataset keeps it: each row its settings and its body's hash, each body once
-(``repro/<sha256>.py``), the whole script one command away (``model-support repro SWEEP MODEL``), and that
-script, run with plain python, reaching the probe's verdict."""
+"""The repro script as the dataset keeps it: each row its settings and its body's hash, each body
+once (``repro/<sha256>.py``), the whole script one command away (``model-support repro SWEEP
+MODEL``), and that script, run with plain python, reaching the probe's verdict."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from model_support.probe import repro
 from model_support.record import schema, store
 
 CLI = [sys.executable, "-m", "model_support.cli"]
-#: A PASS (with the CPU reference) and a FAIL(gen), their verdicts known (data/models/manifest.json).
+#: A PASS (with the CPU reference) and a FAIL(gen), their verdicts known
+#: (data/models/manifest.json).
 MODELS = ("tiny-llama", "fail-short-positions")
 
 
@@ -48,9 +49,8 @@ def test_rows_keep_settings_and_a_hash_and_the_body_is_kept_once(repro_sweep):
     (sha,) = {r["repro_sha256"] for r in rows}  # one body for every row of this code
     assert sha == repro.body()[1]
     assert [p.name for p in store.repro_dir(data, sweep_id).glob("*.py")] == [f"{sha}.py"]
-    assert [p.name for p in store.repro_dir(data).glob("*.py")] == [
-        f"{sha}.py"
-    ]  # beside the Parquet files
+    # beside the Parquet files
+    assert [p.name for p in store.repro_dir(data).glob("*.py")] == [f"{sha}.py"]
     assert (store.repro_dir(data) / f"{sha}.py").read_text() == repro.body()[0]
     assert json.loads(rows[0]["repro_settings"])["model_id"] == rows[0]["model_id"]
 
@@ -64,12 +64,10 @@ def test_the_script_model_support_repro_prints_reproduces_the_verdict(
     printed = cli_repro(data, sweep_id, name)
     assert printed.returncode == 0, printed.stderr
     script = printed.stdout
-    assert script == repro.script_for(
-        data, sweep_id, f"local:{name}"
-    )  # the library function says the same
-    assert (
-        "model_support" not in script and "papermill" not in script
-    )  # imports nothing of this package
+    # the library function says the same
+    assert script == repro.script_for(data, sweep_id, f"local:{name}")
+    # imports nothing of this package
+    assert "model_support" not in script and "papermill" not in script
     path = tmp_path / "run.py"
     path.write_text(script)
     run = subprocess.run(
@@ -91,9 +89,8 @@ def test_the_script_model_support_repro_prints_reproduces_the_verdict(
         "failed_step",
     ):
         assert got[key] == record[key], key
-    if (
-        record["status"] == schema.PASS
-    ):  # the same reference check as the probe's, the same numerics
+    # the same reference check as the probe's, the same numerics
+    if record["status"] == schema.PASS:
         assert (got["numerics"], got["reference_match"]) == (
             record["numerics"],
             record["reference_match"],
@@ -108,9 +105,8 @@ def test_older_rows_with_the_whole_script_and_unknown_rows_read(repro_sweep, tmp
     older["repro_script"] = "# an older record's whole script\n"
     assert repro.script_of(older) == older["repro_script"]
     moved = {**older, "repro_script": None, "repro_settings": "{}", "repro_sha256": "0" * 64}
-    with pytest.raises(
-        repro.UserError, match="repro/<sha256>.py"
-    ):  # a body not copied with the data: said so
+    # a body not copied with the data: said so
+    with pytest.raises(repro.UserError, match="repro/<sha256>.py"):
         repro.script_of(moved, tmp_path)
     unknown = cli_repro(data, sweep_id, "no-such-model")
     assert (
@@ -131,7 +127,8 @@ def test_a_script_whose_body_is_not_its_hash_stays_whole(tmp_path):
 
 
 def test_the_smoke_sweeps_parquet_is_at_most_4_kb_a_row(smoke_sweep):
-    """The dataset stopped repeating the repro script: ~36 KB a row before, nearly all of it script."""
+    """The dataset stopped repeating the repro script: ~36 KB a row before, nearly all of it
+    script."""
     import pyarrow.parquet as pq
 
     files = sorted(Path(smoke_sweep["data_dir"]).glob("*/sweep=*/*.parquet"))

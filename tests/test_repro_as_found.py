@@ -1,11 +1,14 @@
-"""A rerun on the stack as found, and a device that is not there (issue 54, item 5: what a new user met).
+"""A rerun on the stack as found, and a device that is not there (issue 54, item 5: what a new user
+met).
 
-A porting team reruns a record's repro script to check its fix. The script sets the backend's settings as the probe
-ran them (here the pretend device's faults, ``MODEL_SUPPORT_PRETEND``) and says so on stdout, with the command that
-runs on this environment's stack as found instead (``--stack-as-found``; ``MODEL_SUPPORT_REPRO_KEEP_CONFIG=1`` is
-its alias); a device that stack does not have is one sentence and exit status 2, never a traceback. The same holds
-for the one-operator script ``localise`` writes. And a single probe of a device that is not there keeps its verdict
-(FAIL(other) at runner: papermill exits 0), with the sentence that says why as the executed notebook's headline.
+A porting team reruns a record's repro script to check its fix. The script sets the backend's
+settings as the probe ran them (here the pretend device's faults, ``MODEL_SUPPORT_PRETEND``) and
+says so on stdout, with the command that runs on this environment's stack as found instead
+(``--stack-as-found``; ``MODEL_SUPPORT_REPRO_KEEP_CONFIG=1`` is its alias); a device that stack does
+not have is one sentence and exit status 2, never a traceback. The same holds for the one-operator
+script ``localise`` writes. And a single probe of a device that is not there keeps its verdict
+(FAIL(other) at runner: papermill exits 0), with the sentence that says why as the executed
+notebook's headline.
 """
 
 from __future__ import annotations
@@ -26,14 +29,17 @@ from model_support.debug import op_check, op_repro
 from model_support.probe import probe_params, repro
 
 CONFIG_VAR = "MODEL_SUPPORT_PRETEND"
-#: The stack the probe ran on: the pretend device without aten::rsqrt (tiny-llama's RMSNorm: FAIL(gen)).
+#: The stack the probe ran on: the pretend device without aten::rsqrt (tiny-llama's RMSNorm:
+#: FAIL(gen)).
 RECORDED = json.dumps({"missing_ops": ["aten::rsqrt"]})
-#: The flag a user types, and the variable that is its alias (the bisect's): the script's contract, spelled out.
+#: The flag a user types, and the variable that is its alias (the bisect's): the script's contract,
+#: spelled out.
 FLAG, KEEP_VAR = "--stack-as-found", "MODEL_SUPPORT_REPRO_KEEP_CONFIG"
 
 
 def env_of(pretend: str | None, **extra: str) -> dict:
-    """The environment a user's shell gives the script: the pretend backend set to ``pretend`` (None: unset)."""
+    """The environment a user's shell gives the script: the pretend backend set to ``pretend``
+    (None: unset)."""
     env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "OMP_NUM_THREADS": "1", **extra}
     env.pop(CONFIG_VAR, None)
     if extra.get(KEEP_VAR) is None:
@@ -57,8 +63,9 @@ def run(script: Path, *args: str, pretend: str | None, **extra: str) -> subproce
 
 @pytest.fixture(scope="module")
 def probe_runs(tmp_path_factory, fixture_models) -> dict:
-    """tiny-llama's repro script, as a probe on the faulty pretend stack writes it, run three ways at once: in a shell
-    whose pretend device is healthy ('{}') as it is and with the flag, and with the backend off and the flag."""
+    """tiny-llama's repro script, as a probe on the faulty pretend stack writes it, run three
+    ways at once: in a shell whose pretend device is healthy ('{}') as it is and with the flag,
+    and with the backend off and the flag."""
     folder = tmp_path_factory.mktemp("as-found")
     settings = {
         **probe_params.defaults(),
@@ -106,9 +113,8 @@ def test_the_script_says_on_stdout_which_recorded_setting_it_sets_and_how_to_run
 
 def test_the_flag_runs_on_the_stack_as_found(probe_runs):
     done = probe_runs["as-found"]
-    assert done.returncode == 0, (
-        done.stdout[-2000:] + done.stderr[-3000:]
-    )  # the fixed stack: the model passes
+    # the fixed stack: the model passes
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert last_json(done)["status"] == "PASS" and "setting " not in done.stdout
     assert (
         f"on the stack as found: {CONFIG_VAR} stays '{{}}', not {RECORDED!r} as the probe ran it"
@@ -159,8 +165,8 @@ def test_the_one_operator_script_sets_the_recorded_stack_says_so_and_takes_the_f
     assert found.returncode == 0 and "they agree" in found.stdout, (
         found.stdout[-2000:] + found.stderr[-2000:]
     )
-    # the backend off, and the variable that is the flag's alias: before, torch's "Expected one of cpu, ... device
-    # string: pretend" traceback; now one sentence and exit status 2
+    # the backend off, and the variable that is the flag's alias: before, torch's "Expected one of
+    # cpu, ... device string: pretend" traceback; now one sentence and exit status 2
     assert off.returncode == 2 and "Traceback" not in off.stderr, off.stderr[-3000:]
     assert off.stderr.strip().startswith(
         "no verdict: device 'pretend' is not available on this stack as found"
@@ -169,8 +175,9 @@ def test_the_one_operator_script_sets_the_recorded_stack_says_so_and_takes_the_f
 
 
 def test_a_single_probe_of_a_device_not_there_keeps_its_verdict_and_shows_why_first(tmp_path):
-    """``papermill notebooks/probe.ipynb out.ipynb -p model_id X -p device gpu``: FAIL(other) at runner (README's
-    choice: a verdict was recorded, so papermill exits 0), the sentence the record holds shown before its table."""
+    """``papermill notebooks/probe.ipynb out.ipynb -p model_id X -p device gpu``: FAIL(other) at
+    runner (README's choice: a verdict was recorded, so papermill exits 0), the sentence the
+    record holds shown before its table."""
     out = tmp_path / "out.ipynb"
     command = [
         os.path.join(os.path.dirname(sys.executable), "papermill"),

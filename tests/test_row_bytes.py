@@ -1,6 +1,7 @@
-"""Parquet bytes per row (issue 47): the dataset's writer options, every field read back as written by pyarrow,
-Polars and ``datasets`` (files written before the options changed among them), and the smoke sweep's rows under
-the goal (bench/bench_row_bytes.py measures where the bytes go)."""
+"""Parquet bytes per row (issue 47): the dataset's writer options, every field read back as
+written by pyarrow, Polars and ``datasets`` (files written before the options changed among
+them), and the smoke sweep's rows under the goal (bench/bench_row_bytes.py measures where the
+bytes go)."""
 
 from pathlib import Path
 
@@ -17,7 +18,8 @@ GOAL = 4096
 
 
 def _record(sweep_id: str, i: int, status: str) -> schema.Record:
-    """A record with a field of every kind the schema has: texts, numbers, lists of each, the versions struct."""
+    """A record with a field of every kind the schema has: texts, numbers, lists of each, the
+    versions struct."""
     return schema.empty_record(
         sweep_id=sweep_id,
         model_id=f"org/model-{i}",
@@ -86,9 +88,8 @@ def test_the_dataset_is_written_with_zstd_plain_encoding_and_no_arrow_schema_cop
         results.column(j).path_in_schema: results.column(j).is_stats_set
         for j in range(results.num_columns)
     }
-    assert (
-        stats["sweep_id"] and stats["num_params"] and not stats["traceback"]
-    )  # statistics as before
+    # statistics as before
+    assert stats["sweep_id"] and stats["num_params"] and not stats["traceback"]
 
 
 def test_every_field_reads_back_as_written_with_pyarrow_polars_and_datasets(tmp_path):
@@ -113,13 +114,12 @@ def test_every_field_reads_back_as_written_with_pyarrow_polars_and_datasets(tmp_
 
 
 def test_a_config_of_older_files_and_newer_ones_reads_as_one(tmp_path):
-    """A dataset published before the options changed (snappy, dictionaries, the Arrow schema stored) gains
-    sweeps written with them: Polars and ``datasets`` read the config whole."""
+    """A dataset published before the options changed (snappy, dictionaries, the Arrow schema
+    stored) gains sweeps written with them: Polars and ``datasets`` read the config whole."""
     older = _sweep(tmp_path, "s1")
     path = store.parquet_file(tmp_path, "results", "s1")
-    pq.write_table(
-        pq.read_table(path), path, write_statistics=store.statistics_columns()
-    )  # pyarrow's defaults
+    # pyarrow's defaults
+    pq.write_table(pq.read_table(path), path, write_statistics=store.statistics_columns())
     assert b"ARROW:schema" in pq.read_metadata(path).metadata
     newer = _sweep(tmp_path, "s2")
     frame = store.scan(tmp_path).collect()
@@ -130,8 +130,9 @@ def test_a_config_of_older_files_and_newer_ones_reads_as_one(tmp_path):
 
 
 def test_the_smoke_sweeps_rows_are_at_most_4_kb_each(smoke_sweep):
-    """One row per model: ``results`` alone (4,830 bytes before, bench/README.md) and with ``excluded``'s rows,
-    whose small file is nearly all fixed cost. The ``ops`` config's many small rows are not counted."""
+    """One row per model: ``results`` alone (4,830 bytes before, bench/README.md) and with
+    ``excluded``'s rows, whose small file is nearly all fixed cost. The ``ops`` config's many
+    small rows are not counted."""
     data = Path(smoke_sweep["data_dir"])
     sizes = {}
     for config in store.CONFIGS:

@@ -1,5 +1,5 @@
-"""The multi-device scheduler and the local sweep's scheduling over it (``run_on_devices``): real threads;
-the policy checked by the order of grants and events, never by how long something took."""
+"""The multi-device scheduler and the local sweep's scheduling over it (``run_on_devices``): real
+threads; the policy checked by the order of grants and events, never by how long something took."""
 
 from __future__ import annotations
 
@@ -130,27 +130,25 @@ def test_threads_calling_acquire_directly_never_share_a_device():
 
 @pytest.mark.parametrize("contiguous", [True, False], ids=["aligned-blocks", "any-devices"])
 def test_a_4_device_model_waits_for_4_free_while_1_device_models_keep_the_others_busy(contiguous):
-    # Six 1-device probes hold devices 0-5, then a 4-device model asks: it reserves block 4-7 (the least
-    # busy one). 1-device models asking after it never get 6 or 7 (its target) but do get 0-3 as they
-    # free up; it starts the moment 4 and 5 are free, before any 1-device model that asked after it.
+    # Six 1-device probes hold devices 0-5, then a 4-device model asks: it reserves block 4-7 (the
+    # least busy one). 1-device models asking after it never get 6 or 7 (its target) but do get 0-3
+    # as they free up; it starts the moment 4 and 5 are free, before any 1-device model that asked
+    # after it.
     scheduler = DeviceScheduler(8, contiguous=contiguous)
     small = [scheduler.submit(1, key=f"s{i}") for i in range(6)]
     assert [r.ids for r in small] == [(i,) for i in range(6)]
     big = scheduler.submit(4, key="big")
     assert not big.event.is_set() and big.target == frozenset({4, 5, 6, 7})
     later = [scheduler.submit(1, key=f"l{i}") for i in range(3)]
-    assert not any(
-        r.event.is_set() for r in later
-    )  # 6 and 7 are free, but reserved for the big model
+    # 6 and 7 are free, but reserved for the big model
+    assert not any(r.event.is_set() for r in later)
     scheduler.release(small[0].ids)
     scheduler.release(small[1].ids)
-    assert [r.ids for r in later[:2]] == [(0,), (1,)] and not later[
-        2
-    ].event.is_set()  # backfilled outside 4-7
+    # backfilled outside 4-7
+    assert [r.ids for r in later[:2]] == [(0,), (1,)] and not later[2].event.is_set()
     scheduler.release(small[4].ids)
-    assert (
-        not big.event.is_set() and not later[2].event.is_set()
-    )  # 4 waits for 5: nobody else takes it
+    # 4 waits for 5: nobody else takes it
+    assert not big.event.is_set() and not later[2].event.is_set()
     scheduler.release(small[5].ids)
     assert big.ids == (4, 5, 6, 7) and not later[2].event.is_set()
     scheduler.release(small[2].ids)
@@ -177,10 +175,10 @@ class FirstFit(DeviceScheduler):
 
 
 def test_an_8_device_model_is_not_starved_by_an_endless_stream_of_1_device_models():
-    # Eight 1-device models hold every device; an 8-device model asks, and every time a device frees up
-    # another 1-device model asks too (an endless stream). With the reservation the big model gets all
-    # eight once the eight that ran before it are done, ahead of the whole stream; without it (the
-    # control) every freed device goes to the stream and the big model never starts.
+    # Eight 1-device models hold every device; an 8-device model asks, and every time a device frees
+    # up another 1-device model asks too (an endless stream). With the reservation the big model
+    # gets all eight once the eight that ran before it are done, ahead of the whole stream; without
+    # it (the control) every freed device goes to the stream and the big model never starts.
     for policy, should_start in ((DeviceScheduler, True), (FirstFit, False)):
         scheduler = policy(8)
         running = [scheduler.submit(1) for _ in range(8)]
@@ -214,13 +212,13 @@ def test_a_request_larger_than_the_machine_is_refused_with_one_sentence():
 
     with pytest.raises(ValueError, match="needs 16 devices"):
         consume(run_on_devices([1, 16], lambda need: need, scheduler, probe))
-    assert (
-        scheduler.free == tuple(range(8)) and scheduler.closed
-    )  # nothing leaked; the run closed it
+    # nothing leaked; the run closed it
+    assert scheduler.free == tuple(range(8)) and scheduler.closed
 
 
 def test_results_are_yielded_as_they_finish():
-    """The slow probe goes on only once the quick one's result has come back: yielded as they finish."""
+    """The slow probe goes on only once the quick one's result has come back: yielded as they
+    finish."""
     quick_back = threading.Event()
 
     def probe(job, devices):
@@ -260,13 +258,11 @@ def test_closing_early_stops_the_rest_and_calls_on_stop():
     results.close()  # returns once every started probe is over
     assert gate.is_set()
     started = [job for job, _ in ran]
-    assert (
-        sorted(started) == list(range(len(started))) and len(started) <= 1 + 4
-    )  # job 0, one more per thread
+    # job 0, one more per thread
+    assert sorted(started) == list(range(len(started))) and len(started) <= 1 + 4
     assert [job for job, after_close in ran if after_close] == []  # none after close
-    assert not [
-        t.name for t in threading.enumerate() if t.name.startswith("probe_")
-    ]  # none left to start one
+    # none left to start one
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("probe_")]
 
 
 def test_an_error_in_a_probe_is_raised_after_its_devices_are_released():
@@ -280,12 +276,8 @@ def test_an_error_in_a_probe_is_raised_after_its_devices_are_released():
 
     with pytest.raises(RuntimeError, match="probe exploded"):
         consume(run_on_devices(["ok", "bad", "ok"], lambda j: 2, scheduler, probe))
-    assert scheduler.free == (
-        0,
-        1,
-        2,
-        3,
-    )  # released, though the run ended on the error (and closed it)
+    # released, though the run ended on the error (and closed it)
+    assert scheduler.free == (0, 1, 2, 3)
 
 
 def test_a_job_that_needs_no_device_holds_none():
@@ -323,8 +315,9 @@ def test_largest_first_keeps_the_given_order_within_a_size():
 def test_pinning_env():
     assert pinning_env("cuda", (0, 1)) == {"CUDA_VISIBLE_DEVICES": "0,1"}
     assert pinning_env("cuda", (3,)) == {"CUDA_VISIBLE_DEVICES": "3"}
-    # one chip: torch_tpu's one-chip-per-process variable, and libtpu's own one-chip settings (issue 58: the adapter
-    # asks torch_tpu; tests/test_torch_tpu_conformance.py checks each name against the installed package)
+    # one chip: torch_tpu's one-chip-per-process variable, and libtpu's own one-chip settings (issue
+    # 58: the adapter asks torch_tpu; tests/test_torch_tpu_conformance.py checks each name against
+    # the installed package)
     assert pinning_env("tpu", (3,)) == {
         "TPU_VISIBLE_DEVICES": "3",
         "TPU_VISIBLE_CHIPS": "3",
@@ -338,9 +331,8 @@ def test_pinning_env():
     for bad in ((1, 2), (0, 2)):  # not an aligned block of 1, 2, 4 or 8 chips
         with pytest.raises(ValueError, match="aligned block"):
             pinning_env("tpu", bad)
-    with pytest.raises(
-        ValueError, match="no slice of 3 chips"
-    ):  # torch_tpu's own table says which sizes exist
+    # torch_tpu's own table says which sizes exist
+    with pytest.raises(ValueError, match="no slice of 3 chips"):
         pinning_env("tpu", (0, 1, 2))
     assert pinning_env("cpu", (0,)) == {}
     # any other accelerator: the generic adapter's <NAME>_VISIBLE_DEVICES
@@ -352,14 +344,14 @@ def test_pinning_env():
 def test_more_workers_than_devices_share_them_and_a_model_needing_more_is_refused(
     tmp_path, monkeypatch
 ):
-    """4 workers on one GPU all see GPU 0 (they pinned CUDA_VISIBLE_DEVICES=1..3, no GPU at all, before); a
-    model that needs more devices than the machine has is one sentence before any probe."""
+    """4 workers on one GPU all see GPU 0 (they pinned CUDA_VISIBLE_DEVICES=1..3, no GPU at all,
+    before); a model that needs more devices than the machine has is one sentence before any
+    probe."""
     from model_support.errors import UserError
     from model_support.sweep.executors.local import LocalExecutor, _Processes
 
-    monkeypatch.setenv(
-        "MODEL_SUPPORT_PRETEND", '{"devices": 1}'
-    )  # the device facts come from a child process
+    # the device facts come from a child process
+    monkeypatch.setenv("MODEL_SUPPORT_PRETEND", '{"devices": 1}')
     processes = _Processes("pretend", tmp_path, prewarm=False, models=0)
     assert processes.count == 1
     assert processes.pin((0,)) == processes.pin((3,)) == {"PRETEND_VISIBLE_DEVICES": "0"}
@@ -369,14 +361,14 @@ def test_more_workers_than_devices_share_them_and_a_model_needing_more_is_refuse
         UserError, match="^org/wide needs 2 pretend devices and this machine has 1.$"
     ):
         executor.start([2])
-    assert (
-        _Processes("cpu", tmp_path, prewarm=False, models=0).pin((3,)) == {}
-    )  # a CPU sweep's slots pin nothing
+    # a CPU sweep's slots pin nothing
+    assert _Processes("cpu", tmp_path, prewarm=False, models=0).pin((3,)) == {}
 
 
 def _environ(process, wait_s: float = 10.0) -> dict:
-    """A process's environment as the kernel shows it: empty for a moment after its exec (Popen returns when the
-    exec closed its close-on-exec pipe, before the new stack, the environment on it, is laid out)."""
+    """A process's environment as the kernel shows it: empty for a moment after its exec (Popen
+    returns when the exec closed its close-on-exec pipe, before the new stack, the environment on
+    it, is laid out)."""
     deadline = time.monotonic() + wait_s
     while not (environ := process.environ()) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -386,18 +378,19 @@ def _environ(process, wait_s: float = 10.0) -> dict:
 def test_the_processes_a_sweep_runs_at_once_share_the_cores_for_torchs_threads(
     tmp_path, monkeypatch
 ):
-    """Two CPU workers: the sweep's zygote and its probe processes get OMP_NUM_THREADS = cores / 2 (left alone,
-    each process's torch starts a thread per core and they spin waiting for each other), and the probe's kernel
-    is still forked from the zygote (the same environment); a value the user set is theirs."""
+    """Two CPU workers: the sweep's zygote and its probe processes get OMP_NUM_THREADS = cores /
+    2 (left alone, each process's torch starts a thread per core and they spin waiting for each
+    other), and the probe's kernel is still forked from the zygote (the same environment); a
+    value the user set is theirs."""
     import psutil
 
     from model_support.sweep.executors.local import THREADS_VAR, LocalExecutor, thread_share
 
-    monkeypatch.delenv(
-        THREADS_VAR, raising=False
-    )  # the suite sets its own (conftest): a user who did not
-    # the session's zygote (conftest) serves the same environment under xdist (each worker's thread share is the one
-    # checked here), and a sweep then forks from it: this test is about the sweep's own zygote
+    # the suite sets its own (conftest): a user who did not
+    monkeypatch.delenv(THREADS_VAR, raising=False)
+    # the session's zygote (conftest) serves the same environment under xdist (each worker's thread
+    # share is the one checked here), and a sweep then forks from it: this test is about the sweep's
+    # own zygote
     monkeypatch.delenv("MODEL_SUPPORT_KERNEL_ZYGOTE", raising=False)
     share = str(max(1, len(os.sched_getaffinity(0)) // 2))
     assert thread_share(1, {}) == {} and thread_share(2, {THREADS_VAR: "3"}) == {}
@@ -412,17 +405,17 @@ def test_the_processes_a_sweep_runs_at_once_share_the_cores_for_torchs_threads(
         assert _environ(psutil.Process(standby.proc.pid)).get(THREADS_VAR) == share
         assert standby.wait_warm(120), "the probe process never warmed up"
         kernels = [k for k in zygote.children() if k.cwd() == str(standby.work)]
-        assert (
-            kernels and _environ(kernels[0]).get(THREADS_VAR) == share
-        )  # forked, not started fresh
+        # forked, not started fresh
+        assert kernels and _environ(kernels[0]).get(THREADS_VAR) == share
     finally:
         executor.kill_running()
         executor.finish()
 
 
 def test_a_probe_waiting_for_devices_starts_nothing_after_a_stop():
-    """The stop kills the running probe, which gives its device back: the probe waiting for that device
-    must not be granted it and start (it would run a fresh model to its timeout in a stopped sweep)."""
+    """The stop kills the running probe, which gives its device back: the probe waiting for that
+    device must not be granted it and start (it would run a fresh model to its timeout in a
+    stopped sweep)."""
     scheduler, started, stopping = DeviceScheduler(2), [], threading.Event()
 
     def probe(job, devices):
@@ -440,7 +433,8 @@ def test_a_probe_waiting_for_devices_starts_nothing_after_a_stop():
     while not scheduler._queue and time.monotonic() < deadline:  # "waiting" asks for both devices
         time.sleep(0.01)
     assert scheduler._queue, "the two-device job never asked for its devices"
-    results.close()  # the stop: "running" is let go (as a killed probe ends) and gives its device back
+    # the stop: "running" is let go (as a killed probe ends) and gives its device back
+    results.close()
     assert started == ["running", "quick"]
     assert scheduler.free == (0, 1)  # every device back, none granted after the stop
 
@@ -471,9 +465,10 @@ def test_a_closed_scheduler_grants_nothing_and_still_takes_devices_back():
 
 
 def test_a_retry_runs_on_a_fresh_process_and_leaves_the_slots_warm_one_to_the_next_model(tmp_path):
-    """A probe whose kernel never started runs again on a fresh process (``take(retry=True)``); the process warming
-    up for the slot's next model stays the slot's. It was replaced by another, and went on running, owned by no one
-    (no stop or discard reached it), until the sweep ended."""
+    """A probe whose kernel never started runs again on a fresh process (``take(retry=True)``);
+    the process warming up for the slot's next model stays the slot's. It was replaced by
+    another, and went on running, owned by no one (no stop or discard reached it), until the
+    sweep ended."""
     import psutil
 
     from model_support.sweep.executors.local import _Processes

@@ -1,11 +1,12 @@
-"""The probe over several devices, for real: 2 gloo ranks on this CPU, launched by model_support.probe.sharded.
+"""The probe over several devices, for real: 2 gloo ranks on this CPU, launched by
+model_support.probe.sharded.
 
 Tensor parallel (tiny-llama) and expert parallel (a tiny Mixtral, both of transformers 5.24's EP
 layouts) against the one-process probe; the device count a small device memory forces; a model with
 no parallel plan; a rank killed mid-generation and a rank that hangs, each ending as FAIL(other)
 naming the rank with no process of the run left. Each 2-rank run takes ~8 s here (two fresh
-processes importing torch and transformers on 2 cores), the two hang tests ~50 s each (their timeouts
-leave room for a busy host): about 3.5 minutes.
+processes importing torch and transformers on 2 cores), the two hang tests ~50 s each (their
+timeouts leave room for a busy host): about 3.5 minutes.
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ def _assert_nothing_left(result):
 
 @pytest.fixture(scope="session")
 def sharded_models(tmp_path_factory) -> dict:
-    """The builders of testing/sharded_fixtures.py, run into a fresh folder: name -> path and manifest keys."""
+    """The builders of testing/sharded_fixtures.py, run into a fresh folder: name -> path and
+    manifest keys."""
     from fixtures.tiny import _atomic_build, _Context
 
     root = tmp_path_factory.mktemp("sharded-models")
@@ -88,7 +90,8 @@ def tiny_llama(fixture_models) -> str:
     return fixture_models["tiny-llama"]["path"]
 
 
-# --- planning: no process started ------------------------------------------------------------------
+# --- planning: no process started
+# ------------------------------------------------------------------
 
 
 def test_plan_devices_picks_the_fewest_powers_of_two():
@@ -97,9 +100,8 @@ def test_plan_devices_picks_the_fewest_powers_of_two():
     assert sharded.plan_devices(10**9, "bfloat16", 3 * gib, 8) == 1
     assert sharded.plan_devices(10**9, "bfloat16", 2 * gib, 8) == 2
     assert sharded.plan_devices(10**9, "float32", 2 * gib, 8) == 4  # 4.8 GB
-    assert (
-        sharded.plan_devices(10**9, "float32", 2 * gib, 6) == 4
-    )  # powers of two only: 1, 2, 4 of 6
+    # powers of two only: 1, 2, 4 of 6
+    assert sharded.plan_devices(10**9, "float32", 2 * gib, 6) == 4
     assert sharded.plan_devices(10**9, "bfloat16", 2 * gib, 8, margin=0.0) == 1  # 2.0e9 < 2 GiB
     with pytest.raises(sharded.DoesNotFit, match=r"more than 4 device\(s\) of 0\.5 GiB hold"):
         sharded.plan_devices(10**9, "bfloat16", gib // 2, 7)
@@ -116,7 +118,8 @@ def test_fixtures_need_two_small_devices(sharded_models):
     for name, built in sharded_models.items():
         params = sharded.estimate_params(built["path"])
         assert params == built["num_params"]
-        # ~0.7M parameters, ~1.4 MB of bf16 weights, ~1.7 MB with the margin: 2 devices of 1 MB, ~0.85 MB each
+        # ~0.7M parameters, ~1.4 MB of bf16 weights, ~1.7 MB with the margin: 2 devices of 1 MB,
+        # ~0.85 MB each
         assert sharded.plan_devices(params, "bfloat16", DEVICE_MEMORY_BYTES, 8) == 2, name
         with pytest.raises(sharded.DoesNotFit):
             sharded.plan_devices(params, "bfloat16", DEVICE_MEMORY_BYTES, 1)
@@ -129,9 +132,8 @@ def test_parallelism_for_the_plans_transformers_ships():
     assert sharded.parallelism_for(LlamaForCausalLM)[0] == "tp"
     kind, details = sharded.parallelism_for(AutoConfig.for_model("mixtral"))
     assert (kind, details["dense"], details["model_class"]) == ("ep", "tp", "MixtralForCausalLM")
-    kind, details = sharded.parallelism_for(
-        AutoConfig.for_model("zaya")
-    )  # an expert plan and no tensor plan
+    # an expert plan and no tensor plan
+    kind, details = sharded.parallelism_for(AutoConfig.for_model("zaya"))
     assert (kind, details["dense"]) == ("ep", "fsdp")
     for no_plan in (AutoConfig.for_model("gpt2"), AutoConfig.for_model("opt"), GPT2LMHeadModel):
         assert sharded.parallelism_for(no_plan)[0] is None
@@ -140,8 +142,9 @@ def test_parallelism_for_the_plans_transformers_ships():
     assert sharded.distributed_config("ep", "fsdp", 2) == {"fsdp_size": 2, "ep_size": 2}
 
 
-#: The launch environment torch_tpu's set_tpu_launch_env sets for 2 ranks (tests/test_torch_tpu_conformance.py checks
-#: it against the package), as a rank inherits it from the launcher's parent.
+#: The launch environment torch_tpu's set_tpu_launch_env sets for 2 ranks
+#: (tests/test_torch_tpu_conformance.py checks it against the package), as a rank inherits it from
+#: the launcher's parent.
 TPU_LAUNCH = {
     "TORCH_TPU_SLICEBUILDER_ADDRESSES": "localhost:8100,localhost:8101",
     "TORCH_TPU_TOPOLOGY": "1,2,1",
@@ -149,27 +152,26 @@ TPU_LAUNCH = {
 
 
 def test_tpu_rank_env_one_chip_per_process():
-    """Each rank its own chip of the probe's grant, by TPU_VISIBLE_DEVICES (torch_tpu's runtime otherwise opens chip
-    LOCAL_RANK: chips 0-1 for a probe granted 4-5), and the launch environment the ranks share."""
+    """Each rank its own chip of the probe's grant, by TPU_VISIBLE_DEVICES (torch_tpu's runtime
+    otherwise opens chip LOCAL_RANK: chips 0-1 for a probe granted 4-5), and the launch
+    environment the ranks share."""
     assert sharded.tpu_rank_env(1, 2, [4, 5], TPU_LAUNCH) == {
         "TPU_VISIBLE_DEVICES": "5",
         **TPU_LAUNCH,
     }
-    assert (
-        sharded.tpu_rank_env(0, 2, None, TPU_LAUNCH)["TPU_VISIBLE_DEVICES"] == "0"
-    )  # unpinned: chips 0..N-1
+    # unpinned: chips 0..N-1
+    assert sharded.tpu_rank_env(0, 2, None, TPU_LAUNCH)["TPU_VISIBLE_DEVICES"] == "0"
     with pytest.raises(ValueError, match="2 TPU ranks need 2 chips"):
         sharded.tpu_rank_env(1, 2, [4], TPU_LAUNCH)
 
 
 def test_a_tpu_rank_takes_its_processs_own_chip():
-    """rank_env leaves each TPU rank one chip, at index 0 in its process: rank 1 must not ask for device 1
-    (the generic accelerators' convention, where every rank sees every device)."""
+    """rank_env leaves each TPU rank one chip, at index 0 in its process: rank 1 must not ask for
+    device 1 (the generic accelerators' convention, where every rank sees every device)."""
     from model_support.probe.devices.tpu import TpuAdapter
 
-    class OneChipProcess(
-        TpuAdapter
-    ):  # torch's answers in a process that sees one chip, without a TPU here
+    # torch's answers in a process that sees one chip, without a TPU here
+    class OneChipProcess(TpuAdapter):
         def ask(self, name, *args):
             return (
                 (0, "torch.accelerator." + name) if name == "current_device_index" else (None, None)
@@ -183,8 +185,9 @@ def test_a_tpu_rank_takes_its_processs_own_chip():
 
 
 def test_a_sharded_repro_carries_how_the_adapter_set_up_each_rank(monkeypatch):
-    """The repro script's ranks get the adapter's own answers (each rank's environment, the process group's
-    backend), computed in the probe process whose environment the ranks inherit; none where it refused."""
+    """The repro script's ranks get the adapter's own answers (each rank's environment, the
+    process group's backend), computed in the probe process whose environment the ranks inherit;
+    none where it refused."""
     from model_support.probe import run
     from model_support.probe.devices.tpu import TpuAdapter
 
@@ -197,15 +200,15 @@ def test_a_sharded_repro_carries_how_the_adapter_set_up_each_rank(monkeypatch):
     assert setup["rank_env"] == [
         sharded.tpu_rank_env(rank, 2, [4, 5], TPU_LAUNCH) for rank in range(2)
     ]
-    assert (
-        run._rank_setup(TpuAdapter(), 3)["rank_env"] is None
-    )  # no 3-chip TPU slice: the ranks failed on it
+    # no 3-chip TPU slice: the ranks failed on it
+    assert run._rank_setup(TpuAdapter(), 3)["rank_env"] is None
 
 
 def test_a_tpu_probe_launches_its_ranks_with_torch_tpus_launch_environment(monkeypatch):
-    """``run_sharded`` on TPU asks the adapter for the launch environment (torch_tpu's set_tpu_launch_env, in the probe
-    process) and hands it to the launcher, whose ranks inherit it; the probe's own environment keeps none of it. Where
-    the adapter refuses (no slice of that many chips), no rank starts and the sentence is the probe's."""
+    """``run_sharded`` on TPU asks the adapter for the launch environment (torch_tpu's
+    set_tpu_launch_env, in the probe process) and hands it to the launcher, whose ranks inherit
+    it; the probe's own environment keeps none of it. Where the adapter refuses (no slice of that
+    many chips), no rank starts and the sentence is the probe's."""
     from model_support.probe.devices import tpu
     from model_support.probe.sharded import launch
 
@@ -214,9 +217,8 @@ def test_a_tpu_probe_launches_its_ranks_with_torch_tpus_launch_environment(monke
     monkeypatch.setattr(tpu, "chip_shape", lambda n: "1,2,1")
     monkeypatch.setattr(tpu, "_LAUNCHED", {})
     assert launch.launch_environment("tpu", 2) == TPU_LAUNCH
-    assert launch.launch_environment("tpu", 2) == TPU_LAUNCH and calls == [
-        2
-    ]  # once per run: the repro gets the same
+    # once per run: the repro gets the same
+    assert launch.launch_environment("tpu", 2) == TPU_LAUNCH and calls == [2]
     env = launch._child_env("tpu", 2, TPU_LAUNCH)
     assert {k: env[k] for k in TPU_LAUNCH} == TPU_LAUNCH and not set(TPU_LAUNCH) & set(os.environ)
     assert launch.launch_environment("cpu", 2) == {} and launch.launch_environment("cuda", 2) == {}
@@ -242,11 +244,12 @@ def test_a_tpu_probe_launches_its_ranks_with_torch_tpus_launch_environment(monke
 def test_a_sharded_run_on_a_device_playing_the_tpu_launch_contract(
     tmp_path, tiny_llama, monkeypatch
 ):
-    """The pretend device under the TPU contract's distributed clauses (``launch_env``, ``one_device``: a rank with
-    WORLD_SIZE set refuses to start without its launch environment, and opens one device: the single id its
-    visibility variable names, else device LOCAL_RANK, as torch_tpu's runtime does). A probe granted devices 2 and 3
-    of 4: its ranks start with the launch environment set in the probe process, and each opens the device it was
-    granted (not devices 0 and 1); without the launch environment, no rank starts, each saying why."""
+    """The pretend device under the TPU contract's distributed clauses (``launch_env``,
+    ``one_device``: a rank with WORLD_SIZE set refuses to start without its launch environment,
+    and opens one device: the single id its visibility variable names, else device LOCAL_RANK, as
+    torch_tpu's runtime does). A probe granted devices 2 and 3 of 4: its ranks start with the
+    launch environment set in the probe process, and each opens the device it was granted (not
+    devices 0 and 1); without the launch environment, no rank starts, each saying why."""
     opened = tmp_path / "opened.jsonl"
     config = {"devices": 4, "launch_env": True, "one_device": True, "opened_log": str(opened)}
     monkeypatch.setenv("MODEL_SUPPORT_PRETEND", json.dumps(config))
@@ -267,16 +270,14 @@ def test_a_sharded_run_on_a_device_playing_the_tpu_launch_contract(
         seen[0]["launch"] == seen[1]["launch"] and seen[0]["launch"]["PRETEND_TOPOLOGY"] == "1,2,1"
     )
     assert len(seen[0]["launch"]["PRETEND_LAUNCH_ADDRESSES"].split(",")) == 2
-    assert (
-        "PRETEND_LAUNCH_ADDRESSES" not in os.environ
-    )  # the probe's own environment is left as it was
+    # the probe's own environment is left as it was
+    assert "PRETEND_LAUNCH_ADDRESSES" not in os.environ
     _assert_nothing_left(two)
 
     from model_support_pretend.adapter import PretendAdapter
 
-    monkeypatch.setattr(
-        PretendAdapter, "launch_env", lambda self, world_size: {}
-    )  # a launcher that sets none
+    # a launcher that sets none
+    monkeypatch.setattr(PretendAdapter, "launch_env", lambda self, world_size: {})
     refused = sharded.run_sharded({"load_from": tiny_llama, "dtype": "float32"}, 2, "pretend")
     assert (refused["status"], refused["failure_stage"]) == (probe_core.FAIL_OTHER, "runner")
     assert refused["rank_errors"] and all(  # the first to refuse; the agent then stops the other
@@ -295,7 +296,8 @@ def test_no_plan_model_gets_its_sentence_and_no_rank_starts(sharded_models):
         "NoParallelPlan",
     )
     assert result["error_message"] == (
-        "GPT2LMHeadModel has no tensor or expert parallel plan, and needs 2 devices: it cannot run here as shipped"
+        "GPT2LMHeadModel has no tensor or expert parallel plan, and needs 2 devices: it "
+        "cannot run here as shipped"
     )
     assert result["launcher_pid"] is None and result["rank_pids"] == []
 
@@ -308,7 +310,8 @@ def test_unreadable_config_is_fail_load_before_any_rank(fixture_models):
     assert "not-a-real-arch" in result["error_message"] and result["launcher_pid"] is None
 
 
-# --- real ranks ----------------------------------------------------------------------------------------
+# --- real ranks
+# ----------------------------------------------------------------------------------------
 
 
 def test_tensor_parallel_tiny_llama_matches_one_process(tiny_llama, record_property):
@@ -329,9 +332,8 @@ def test_tensor_parallel_tiny_llama_matches_one_process(tiny_llama, record_prope
     assert two["ranks_agree"] is True and two["tokens_in"] == one["tokens_in"]
     assert two["num_params"] == one["num_params"]  # DTensors count their global shape
     full_bytes = one["num_params"] * 4
-    assert all(
-        b < 0.6 * full_bytes for b in two["local_param_bytes_per_rank"]
-    )  # each rank holds about half
+    # each rank holds about half
+    assert all(b < 0.6 * full_bytes for b in two["local_param_bytes_per_rank"])
     assert len(two["load_s_per_rank"]) == len(two["generate_s_per_rank"]) == 2
     assert two["peak_device_mem_mb"] is None  # CPU: nothing trustworthy to report
     assert two["memory_estimate_bytes"] == sharded.memory_estimate_bytes(
@@ -340,7 +342,8 @@ def test_tensor_parallel_tiny_llama_matches_one_process(tiny_llama, record_prope
     _assert_nothing_left(two)
     record_property("wall_2_ranks_s", round(wall, 2))
     print(
-        f"tiny-llama float32, 2 ranks: {wall:.1f} s wall, load {two['load_s_per_rank']}, gen {two['generate_s_per_rank']}"
+        f"tiny-llama float32, 2 ranks: {wall:.1f} s wall, load {two['load_s_per_rank']}, gen "
+        f"{two['generate_s_per_rank']}"
     )
 
 
@@ -355,7 +358,8 @@ def test_tensor_parallel_bf16_agreement_is_recorded(tiny_llama, record_property)
     agree = sum(a == b for a, b in zip(two["output_token_ids"], one["output_token_ids"]))
     record_property("bf16_tokens_agreeing_of_8", agree)
     print(
-        f"tiny-llama bf16: 2 ranks {two['output_token_ids']}, 1 process {one['output_token_ids']}: {agree}/8 agree"
+        f"tiny-llama bf16: 2 ranks {two['output_token_ids']}, 1 process "
+        f"{one['output_token_ids']}: {agree}/8 agree"
     )
 
 
@@ -364,16 +368,15 @@ def test_moe_runs_expert_parallel(sharded_models):
     two = sharded.run_sharded({"load_from": path, "dtype": "float32"}, 2)
     assert two["status"] == probe_core.PASS, two["traceback"]
     assert (two["parallelism"], two["tp_size"], two["ep_size"]) == ("ep", 2, 2)
-    assert two["local_experts_per_rank"] == [
-        [2, 2],
-        [2, 2],
-    ]  # 4 whole experts per layer, 2 on each rank
+    # 4 whole experts per layer, 2 on each rank
+    assert two["local_experts_per_rank"] == [[2, 2], [2, 2]]
     assert two["output_token_ids"] == _one_process(path, "float32")["output_token_ids"]
     _assert_nothing_left(two)
 
 
 def test_moe_expert_parallel_without_the_tensor_plan(sharded_models):
-    """The layout of an MoE with an expert plan and no tensor plan: dense layers FSDP2, experts by EP."""
+    """The layout of an MoE with an expert plan and no tensor plan: dense layers FSDP2, experts
+    by EP."""
     path = sharded_models["sharded-mixtral"]["path"]
     two = sharded.run_sharded({"load_from": path, "dtype": "float32", "ep_dense": "fsdp"}, 2)
     assert two["status"] == probe_core.PASS, two["traceback"]
@@ -383,8 +386,9 @@ def test_moe_expert_parallel_without_the_tensor_plan(sharded_models):
 
 
 def test_a_rank_exception_is_the_verdict(sharded_models):
-    """Forced tensor parallel on a model without a tensor plan: transformers refuses it on every rank;
-    the probe reports that exception (rebuilt, by name, message and the rank's traceback) as FAIL(load)."""
+    """Forced tensor parallel on a model without a tensor plan: transformers refuses it on every
+    rank; the probe reports that exception (rebuilt, by name, message and the rank's traceback)
+    as FAIL(load)."""
     result = sharded.run_sharded(
         {"load_from": sharded_models["sharded-gpt2"]["path"], "parallelism": "tp"}, 2
     )
@@ -400,17 +404,15 @@ def test_a_rank_exception_is_the_verdict(sharded_models):
         isinstance(result["exception"], sharded.RankError)
         and type(result["exception"]).__name__ == "ValueError"
     )
-    assert "_resolve_parallel_plans" in probe_core.trimmed_traceback(
-        result["exception"]
-    )  # the rank's traceback
+    # the rank's traceback
+    assert "_resolve_parallel_plans" in probe_core.trimmed_traceback(result["exception"])
     assert result["traceback"].startswith(f"rank {result['failed_rank']}:")
     _assert_nothing_left(result)
 
 
 def test_killed_rank_is_fail_other_naming_it(tiny_llama, monkeypatch):
-    monkeypatch.setenv(
-        sharded.TEST_FAULT_ENV, "kill:1:2"
-    )  # test-only: rank 1 SIGKILLs itself after 2 tokens
+    # test-only: rank 1 SIGKILLs itself after 2 tokens
+    monkeypatch.setenv(sharded.TEST_FAULT_ENV, "kill:1:2")
     result = sharded.run_sharded({"load_from": tiny_llama, "dtype": "float32"}, 2, timeout_s=120)
     assert (result["status"], result["failure_stage"], result["failed_rank"]) == (
         probe_core.FAIL_OTHER,
@@ -426,10 +428,10 @@ def test_killed_rank_is_fail_other_naming_it(tiny_llama, monkeypatch):
 
 
 def test_hung_rank_times_out_and_every_rank_is_killed(tiny_llama, monkeypatch):
-    monkeypatch.setenv(
-        sharded.TEST_FAULT_ENV, "hang:1:2"
-    )  # test-only: rank 1 sleeps forever after 2 tokens
-    # 40 s: a 2-rank run reaches its 2nd token in ~8 s on a quiet host, ~20 s beside make test's other worker
+    # test-only: rank 1 sleeps forever after 2 tokens
+    monkeypatch.setenv(sharded.TEST_FAULT_ENV, "hang:1:2")
+    # 40 s: a 2-rank run reaches its 2nd token in ~8 s on a quiet host, ~20 s beside make test's
+    # other worker
     result = sharded.run_sharded({"load_from": tiny_llama, "dtype": "float32"}, 2, timeout_s=40)
     assert (result["status"], result["error_type"]) == (probe_core.FAIL_OTHER, "RankTimeout")
     message = result["error_message"]
@@ -437,28 +439,27 @@ def test_hung_rank_times_out_and_every_rank_is_killed(tiny_llama, monkeypatch):
         "did not finish within 40 s" in message
         and "rank 1: during generate, after 2 of 8 new tokens" in message
     )
-    assert (
-        "in put" in result["rank_log_tail"]
-    )  # rank 1's stack: stuck in the step timer (the fault)
+    # rank 1's stack: stuck in the step timer (the fault)
+    assert "in put" in result["rank_log_tail"]
     _assert_nothing_left(result)
 
 
 def test_the_models_timeout_reaches_its_ranks(tiny_llama, monkeypatch):
-    """A sweep's timeout for the model bounds its ranks (what is left of it, less 15 s here), not a fixed
-    900 s: a hung rank ends as RankTimeout naming the ranks, before the probe process itself is killed,
-    and the record keeps the ranks' stacks."""
+    """A sweep's timeout for the model bounds its ranks (what is left of it, less 15 s here), not
+    a fixed 900 s: a hung rank ends as RankTimeout naming the ranks, before the probe process
+    itself is killed, and the record keeps the ranks' stacks."""
     from model_support.sweep.worker.process import run_task
 
-    monkeypatch.setenv(
-        sharded.TEST_FAULT_ENV, "hang:1:2"
-    )  # inherited by the probe process, then its ranks
+    # inherited by the probe process, then its ranks
+    monkeypatch.setenv(sharded.TEST_FAULT_ENV, "hang:1:2")
     task = {
         "sweep_id": "s",
         "model_id": "local:tiny-llama",
         "source": tiny_llama,
         "params": {"device": "cpu", "reference": "none", "dtype": "float32", "devices": "2"},
         "variant": "eager+dynamic",
-        "timeout_s": 45,  # the ranks get what is left less 15 s: ~30 s, where they hang after 2 tokens
+        # the ranks get what is left less 15 s: ~30 s, where they hang after 2 tokens
+        "timeout_s": 45,
         "notebook_path": "sweeps/s/notebooks/tiny-llama.ipynb",
     }
     record = run_task(task).record
@@ -467,12 +468,12 @@ def test_the_models_timeout_reaches_its_ranks(tiny_llama, monkeypatch):
     )
     within = re.search(r"did not finish within ([\d.]+) s", record["error_message"])
     assert within and float(within.group(1)) <= 45 - 15, record["error_message"]
-    assert (
-        "rank 1: during " in record["error_message"]
-    )  # where it was (generate, or load on a busy host)
+    # where it was (generate, or load on a busy host)
+    assert "rank 1: during " in record["error_message"]
+    # its stack
     assert (
         "--- rank 1 stderr ---" in record["rank_log_tail"] and 'File "' in record["rank_log_tail"]
-    )  # its stack
+    )
 
 
 def test_importable_without_torch():
@@ -484,8 +485,8 @@ def test_importable_without_torch():
 
 
 def test_each_cpu_rank_gets_its_share_of_the_probes_threads():
-    """A sweep sets each probe's OMP_NUM_THREADS (its share of the cores); the probe's ranks split it, as they
-    split every core when nothing is set."""
+    """A sweep sets each probe's OMP_NUM_THREADS (its share of the cores); the probe's ranks
+    split it, as they split every core when nothing is set."""
     from model_support.probe.sharded.launch import rank_threads
 
     cores = os.cpu_count() or 1
@@ -498,9 +499,9 @@ def test_each_cpu_rank_gets_its_share_of_the_probes_threads():
 
 
 def test_the_papermill_probe_with_devices_2_is_tensor_parallel_and_agrees_in_float32(tmp_path):
-    """The headline command with -p devices 2: one rank per (pretend) device, the model's TP plan, the
-    same greedy tokens as the one-device float32 run; each record says the CPU threads its model ran with
-    (the probe's 2, split between the 2 ranks)."""
+    """The headline command with -p devices 2: one rank per (pretend) device, the model's TP
+    plan, the same greedy tokens as the one-device float32 run; each record says the CPU threads
+    its model ran with (the probe's 2, split between the 2 ranks)."""
     import json
     import subprocess
 
@@ -554,8 +555,9 @@ def test_the_papermill_probe_with_devices_2_is_tensor_parallel_and_agrees_in_flo
 
 
 def test_a_sweep_hands_out_devices_not_slots_and_resumes(tmp_path):
-    """1- and 2-device models on a pretend 2-device CPU host (2 workers): every model right, never more
-    ranks than devices at once (from the recorded grants), nothing lost or doubled after a SIGKILL."""
+    """1- and 2-device models on a pretend 2-device CPU host (2 workers): every model right,
+    never more ranks than devices at once (from the recorded grants), nothing lost or doubled
+    after a SIGKILL."""
     import json
     import signal
     import subprocess
@@ -665,13 +667,14 @@ def test_a_model_needing_more_devices_than_the_sweep_has_is_refused(tmp_path):
     )
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.strip().splitlines()[-1] == (
-        "Error: local:tiny-llama needs 4 devices and the sweep has 2; run it with --workers 4 or more (one per device)."
+        "Error: local:tiny-llama needs 4 devices and the sweep has 2; run it with --workers 4 "
+        "or more (one per device)."
     )
 
 
 def test_ray_asks_for_each_models_devices_and_gives_the_same_rows(tmp_path):
-    """The same mixed sweep on a local Ray: a 2-device probe asks for 2 CPUs (its ranks), the others 1; the Ray the
-    sweep starts listens on the loopback address only."""
+    """The same mixed sweep on a local Ray: a 2-device probe asks for 2 CPUs (its ranks), the
+    others 1; the Ray the sweep starts listens on the loopback address only."""
     pytest.importorskip("ray")
     from model_support.record import store
     from model_support.sweep import definition as params
@@ -700,7 +703,8 @@ def test_ray_asks_for_each_models_devices_and_gives_the_same_rows(tmp_path):
     )
     rows = store.scan(tmp_path / "data").collect()
     assert summary["executor"] == "ray" and set(rows["status"]) == {"PASS"}
-    # a local Ray is this host's alone: its node and its GCS on the loopback address, not the host's network one
+    # a local Ray is this host's alone: its node and its GCS on the loopback address, not the host's
+    # network one
     assert listens and all(
         nodes == {"127.0.0.1"} and gcs.startswith("127.0.0.1:") for nodes, gcs in listens
     )
@@ -717,8 +721,9 @@ def test_ray_asks_for_each_models_devices_and_gives_the_same_rows(tmp_path):
 
 
 def test_ray_holds_the_clusters_devices_and_refuses_others_before_the_sweep_is_written(tmp_path):
-    """Ray pins a task to GPUs and TPU chips only: "auto" becomes the cluster's accelerator (so each probe
-    reserves one), and any other device is refused in one sentence before anything is written."""
+    """Ray pins a task to GPUs and TPU chips only: "auto" becomes the cluster's accelerator (so
+    each probe reserves one), and any other device is refused in one sentence before anything is
+    written."""
     from model_support.errors import UserError
     from model_support.sweep import definition as params
     from model_support.sweep import runner as sweep
@@ -727,10 +732,8 @@ def test_ray_holds_the_clusters_devices_and_refuses_others_before_the_sweep_is_w
     assert ray_auto_device({"CPU": 16.0, "GPU": 2.0}) == "cuda"
     assert ray_auto_device({"CPU": 8.0, "TPU": 4.0}) == "tpu"
     assert ray_auto_device({"CPU": 2.0}) == "cpu"
-    assert ray_resources("cuda", 2) == {
-        "num_cpus": 1,
-        "num_gpus": 2,
-    }  # the cuda adapter's Ray resource
+    # the cuda adapter's Ray resource
+    assert ray_resources("cuda", 2) == {"num_cpus": 1, "num_gpus": 2}
     raw = {"name": "ray-xpu", "probe": {"device": "xpu"}, "models": ["data/models/tiny-gpt2"]}
     definition = params.parse(raw, source="ray.yaml", base=checkout_root())
     with pytest.raises(
@@ -741,8 +744,8 @@ def test_ray_holds_the_clusters_devices_and_refuses_others_before_the_sweep_is_w
 
 
 def test_ranks_import_the_package_from_where_the_probe_did(tmp_path):
-    """The ranks' PYTHONPATH starts with the folder the probe's ``model_support`` came from (``src`` in a
-    checkout), so a rank runs this code, not another install's."""
+    """The ranks' PYTHONPATH starts with the folder the probe's ``model_support`` came from
+    (``src`` in a checkout), so a rank runs this code, not another install's."""
     import model_support
     from model_support.probe.sharded import launch
 

@@ -46,7 +46,8 @@ def test_samples_give_bounded_deterministic_signatures(error_samples):
 def test_placeholders_for_hex_paths_urls():
     sig = failure_signature(
         "RuntimeError",
-        "bad object <Foo at 0x7f3a2b1c9d> from /home/me/models/x.bin, see https://example.com/a?b=1.",
+        "bad object <Foo at 0x7f3a2b1c9d> from /home/me/models/x.bin, see "
+        "https://example.com/a?b=1.",
     )
     assert sig == "RuntimeError: bad object <Foo at <hex>> from <path>, see <url>."
 
@@ -64,7 +65,10 @@ def test_numbers_and_sizes_do_not_split_signatures():
 
 
 def test_one_device_mismatch_is_one_signature_whatever_the_order_of_its_devices():
-    template = "Expected all tensors to be on the same device, but found at least two devices, {} and {}! (when ...)"
+    template = (
+        "Expected all tensors to be on the same device, but found at least two devices, {} and "
+        "{}! (when ...)"
+    )
     a = failure_signature("RuntimeError", template.format("cpu", "cuda:0"))
     b = failure_signature("RuntimeError", template.format("cuda:1", "cpu"))
     tpu = failure_signature("RuntimeError", template.format("tpu:0", "cpu"))
@@ -161,13 +165,17 @@ def test_signature_never_carries_a_token(monkeypatch):
     assert FAKE_TOKEN not in sig and "plain-secret-value-123" not in sig
 
 
-# --- Places: where the error was raised (docs/design.md, "Failure signatures"; signatures.py docstring) ---
+# --- Places: where the error was raised (docs/design.md, "Failure signatures"; signatures.py
+# docstring) ---
 #
 # The tracebacks below are real: tiny random transformers models (a few thousand weights, built from
-# a config, no download) are run so that they fail in the places the architecture zoo showed, and the
-# tracebacks are formatted as records store them (probe_core.trimmed_traceback) and in full.
+# a config, no download) are run so that they fail in the places the architecture zoo showed, and
+# the tracebacks are formatted as records store them (probe_core.trimmed_traceback) and in full.
 
-SIZE_MISMATCH = "RuntimeError: The size of tensor a (<n>) must match the size of tensor b (<n>) at non-singleton dimension <n>"
+SIZE_MISMATCH = (
+    "RuntimeError: The size of tensor a (<n>) must match the size of tensor b (<n>) at "
+    "non-singleton dimension <n>"
+)
 ROPE_LLAMA = "modeling_llama.apply_rotary_pos_emb"
 SDPA = "sdpa_attention.sdpa_attention_forward"
 
@@ -235,7 +243,8 @@ def live(tmp_path_factory) -> dict[str, dict]:
         return lambda: forward(model, seq_len, position_ids=torch.arange(n_positions)[None])
 
     def wrong_mask(model, seq_len, kv_len):
-        """A 4D mask for another key length: scaled_dot_product_attention fails in sdpa_attention_forward."""
+        """A 4D mask for another key length: scaled_dot_product_attention fails in
+        sdpa_attention_forward."""
         return lambda: forward(
             model, seq_len, attention_mask=torch.ones(1, 1, seq_len, kv_len, dtype=torch.bool)
         )
@@ -297,8 +306,8 @@ def live(tmp_path_factory) -> dict[str, dict]:
         "llama_sdpa": wrong_mask(llama, 5, 7),
         "qwen2_sdpa": wrong_mask(tiny("qwen2", hidden_size=64, num_attention_heads=8), 6, 11),
         "custom_rope": lambda: custom.forward(5, 3),
-        # Through the probe's own generate(), as a probe runs it: project frames outermost (a partial
-        # adds no frame of this file).
+        # Through the probe's own generate(), as a probe runs it: project frames outermost (a
+        # partial adds no frame of this file).
         "generate_4d_mask": partial(
             probe_core.generate, llama, tokenizer, ids, torch.ones(1, 1, 3, 3), 2, "cpu"
         ),
@@ -411,7 +420,10 @@ def test_place_is_kept_when_the_message_is_cut(live):
         and sig.startswith("RuntimeError: word")
     )
     long_place = "modeling_" + "x" * 300
-    text = f'Traceback (most recent call last):\n  File "/v/site-packages/transformers/{long_place}.py", line 3, in f\nE: e'
+    text = (
+        "Traceback (most recent call last):\n  File "
+        f'"/v/site-packages/transformers/{long_place}.py", line 3, in f\nE: e'
+    )
     assert len(failure_signature("E", "e " * 200, text)) <= MAX_SIGNATURE_LEN
 
 
@@ -431,7 +443,10 @@ def test_runner_records_and_plain_text_have_no_place(live):
     """Timeouts and dead kernels store a log tail, the download stage ``Type: message``: no place,
     even when the log tail happens to hold a printed traceback."""
     printed = live["llama_rope"]["full"]
-    log_tail = f"(no traceback: the probe wrote no record)\n--- log tail ---\nExecuting cell 4\n{printed}\nKilled\n"
+    log_tail = (
+        "(no traceback: the probe wrote no record)\n--- log tail ---\nExecuting cell "
+        f"4\n{printed}\nKilled\n"
+    )
     assert failure_place(log_tail) is None
     assert failure_place("GatedRepoError: 401 Client Error.") is None
     assert failure_place(None) is None and failure_place("") is None
@@ -510,7 +525,8 @@ SP = "/opt/venv/lib/python3.12/site-packages"
             ],
             "modeling_x.<module>",
         ),
-        # Rule 2: the innermost frame that is not stdlib, project, torch plumbing or notebook runner.
+        # Rule 2: the innermost frame that is not stdlib, project, torch plumbing or notebook
+        # runner.
         (
             [
                 (f"{SP}/accelerate/hooks.py", "new_forward"),
@@ -537,8 +553,9 @@ def test_place_rule_on_paths(files, expected):
 
 
 def test_a_signature_cut_mid_word_ends_with_an_ellipsis():
-    """A message longer than the signature holds is cut at a word boundary (the key it always had), or inside
-    a word when that would lose over half: then it says it goes on. A column's cut always says so."""
+    """A message longer than the signature holds is cut at a word boundary (the key it always
+    had), or inside a word when that would lose over half: then it says it goes on. A column's
+    cut always says so."""
     from model_support.probe.signatures import ELLIPSIS, shorten
 
     sig = failure_signature("RuntimeError", "failed at " + "x" * 300)

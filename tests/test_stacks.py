@@ -1,6 +1,7 @@
-"""Stacks side by side: a sweep whose definition lists ``stacks:`` runs every model on each stack (its backend
-settings set for its probes), each row naming its stack (``stack_name``, and the variant ``...@NAME``), and the
-report shows a column per stack naming the runs whose verdict differs."""
+"""Stacks side by side: a sweep whose definition lists ``stacks:`` runs every model on each stack
+(its backend settings set for its probes), each row naming its stack (``stack_name``, and the
+variant ``...@NAME``), and the report shows a column per stack naming the runs whose verdict
+differs."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ PRETEND = "MODEL_SUPPORT_PRETEND"
 STACKS = {
     "base": {PRETEND: json.dumps({"devices": 2})},
     "no-rsqrt": {PRETEND: json.dumps({"devices": 2, "missing_ops": ["aten::rsqrt"]})},
-    # 5 ms a call, 5 calls a step of tiny-llama's: far beyond the noise of a loaded host (tests/test_perf.py)
+    # 5 ms a call, 5 calls a step of tiny-llama's: far beyond the noise of a loaded host
+    # (tests/test_perf.py)
     "slow-rsqrt": {PRETEND: json.dumps({"devices": 2, "slow_ops": {"aten::rsqrt": 0.005}})},
 }
 
@@ -84,10 +86,8 @@ def test_every_model_runs_on_every_stack_with_its_settings(stacks_sweep):
     failed = got["local:tiny-llama", "no-rsqrt"]
     assert failed["status"] == "FAIL(gen)" and "aten::rsqrt" in failed["error_message"]
     assert got["local:tiny-gpt2", "no-rsqrt"]["status"] == "PASS"
-    for (
-        _,
-        stack,
-    ), record in got.items():  # the repro script sets the stack's own backend configuration
+    # the repro script sets the stack's own backend configuration
+    for (_, stack), record in got.items():
         assert (
             json.loads(record["repro_settings"])["device_config"][PRETEND] == STACKS[stack][PRETEND]
         )
@@ -106,10 +106,11 @@ def test_the_report_has_a_column_per_stack_and_names_the_run_that_differs(stacks
     ]
     assert "1 of 2 runs differ between the stacks" in section
     assert (
-        "local:tiny-llama</b> [eager+dynamic+4t]: PASS on base, FAIL(gen) on no-rsqrt, PASS on slow-rsqrt"
-        in section
+        "local:tiny-llama</b> [eager+dynamic+4t]: PASS on base, FAIL(gen) on no-rsqrt, PASS "
+        "on slow-rsqrt" in section
     )
-    # and the speed: the RMSNorm model is slower where rsqrt is slow, beyond noise; the LayerNorm one is not named
+    # and the speed: the RMSNorm model is slower where rsqrt is slow, beyond noise; the LayerNorm
+    # one is not named
     start = section.index("Speed beyond noise")
     speed = html.unescape(section[start : section.index("</ul>", start)])
     changes = {
@@ -119,15 +120,12 @@ def test_the_report_has_a_column_per_stack_and_names_the_run_that_differs(stacks
             speed,
         )
     }
-    assert changes[("tiny-llama", "tpot_s")] > 200, (
-        speed
-    )  # far beyond the noise a shared host shows ...
-    assert all(abs(c) < 100 for (m, _), c in changes.items() if m == "tiny-gpt2"), (
-        speed
-    )  # ... which is all gpt2 gets
-    junit = cli(
-        ["export", sweep, "--format", "junit"], data
-    )  # unique case names per model, variant and stack
+    # far beyond the noise a shared host shows ...
+    assert changes[("tiny-llama", "tpot_s")] > 200, speed
+    # ... which is all gpt2 gets
+    assert all(abs(c) < 100 for (m, _), c in changes.items() if m == "tiny-gpt2"), speed
+    # unique case names per model, variant and stack
+    junit = cli(["export", sweep, "--format", "junit"], data)
     names = [c.get("name") for c in ET.fromstring(junit.stdout).iter("testcase")]
     assert len(names) == len(set(names)) == 6
 
@@ -156,9 +154,10 @@ def test_a_stack_is_refused_when_it_cannot_run(tmp_path, fixture_models):
 def test_a_stack_that_pins_a_package_runs_its_probes_in_an_overlay_environment(
     tmp_path, fixture_models
 ):
-    """Two stacks of one package at two releases (a wheelhouse the test writes; a fixture model whose code reads
-    it): each stack's probes run in an overlay environment of the project's with that release on top (the bisect's),
-    so the model passes on one stack and fails on the other, each row saying which."""
+    """Two stacks of one package at two releases (a wheelhouse the test writes; a fixture model
+    whose code reads it): each stack's probes run in an overlay environment of the project's with
+    that release on top (the bisect's), so the model passes on one stack and fails on the other,
+    each row saying which."""
     import yaml
 
     from fixtures.wheelhouse import SWITCH_FORWARD, custom_model, wheelhouse
@@ -189,9 +188,8 @@ def test_a_stack_that_pins_a_package_runs_its_probes_in_an_overlay_environment(
     data = tmp_path / "data"
     env = {
         **os.environ,
-        "PIP_FIND_LINKS": str(
-            wheels
-        ),  # pip's configured source: the overlay environments install from it
+        # pip's configured source: the overlay environments install from it
+        "PIP_FIND_LINKS": str(wheels),
         "PIP_NO_INDEX": "1",
         "MODEL_SUPPORT_BISECT_CACHE": str(tmp_path / "envs"),
         "HF_MODULES_CACHE": str(tmp_path / "hf-modules"),

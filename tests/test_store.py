@@ -126,7 +126,8 @@ def test_safe_names_are_file_names():
 
 
 def test_the_card_lists_every_declared_field_and_what_older_files_read(tmp_path):
-    """The dataset card's field table comes from the declaration: one row per column, in the file's order."""
+    """The dataset card's field table comes from the declaration: one row per column, in the
+    file's order."""
     make_sweep(tmp_path, "s1", {"org/a": "PASS"})
     store.compact(tmp_path, "s1")
     card = (tmp_path / "README.md").read_text()
@@ -151,11 +152,12 @@ def test_the_declaration_gives_arrow_types_groups_and_versions():
 
 @pytest.mark.slow
 def test_the_runners_record_carries_what_the_probes_own_would(fixture_models, monkeypatch):
-    """A probe that wrote no record (here: its notebook timed out) gets a stand-in from the runner that
-    says who, with which settings and Hub facts, as the probe's own record of the same task does (both
-    made by a real run of the probe notebook). The device is a slow one (the pretend device, each embedding
-    lookup 0.5 s), so the generation cell outlasts a 1 s timeout however fast the host: once the kernel's start
-    stopped counting against the model's clock, a tiny model on the CPU could finish inside it."""
+    """A probe that wrote no record (here: its notebook timed out) gets a stand-in from the
+    runner that says who, with which settings and Hub facts, as the probe's own record of the
+    same task does (both made by a real run of the probe notebook). The device is a slow one (the
+    pretend device, each embedding lookup 0.5 s), so the generation cell outlasts a 1 s timeout
+    however fast the host: once the kernel's start stopped counting against the model's clock, a
+    tiny model on the CPU could finish inside it."""
     from model_support.probe import probe_params
     from model_support.probe.records import new_record
     from model_support.sweep.worker.process import run_task
@@ -168,9 +170,8 @@ def test_the_runners_record_carries_what_the_probes_own_would(fixture_models, mo
         "max_new_tokens": 4,
         "reference": "none",
     }
-    params["perf"] = (
-        "off"  # its repeats of 0.5 s lookups would take minutes: this test is about the timeout
-    )
+    # its repeats of 0.5 s lookups would take minutes: this test is about the timeout
+    params["perf"] = "off"
     task = {
         "sweep_id": "s",
         "model_id": "local:tiny-llama",
@@ -182,9 +183,8 @@ def test_the_runners_record_carries_what_the_probes_own_would(fixture_models, mo
         "hub": {"pipeline_tag": "text-generation", "license": "apache-2.0"},
     }
     probe = run_task(task).record
-    record = run_task(
-        {**task, "timeout_s": 1}
-    ).record  # its first slow cell times out: the runner's record
+    # its first slow cell times out: the runner's record
+    record = run_task({**task, "timeout_s": 1}).record
     assert probe["status"] == schema.PASS, probe["error_message"]
     assert (record["status"], record["failure_stage"], record["error_type"]) == (
         "FAIL(other)",
@@ -221,23 +221,22 @@ def test_the_runners_record_carries_what_the_probes_own_would(fixture_models, mo
 
 
 def test_two_compactions_at_once_do_not_share_a_temporary_file(tmp_path):
-    """A second write of the same Parquet file starting while the first is under way (two compactions of a
-    sweep at once): each writes its own temporary file, both finish, the last one's rows are the file's."""
+    """A second write of the same Parquet file starting while the first is under way (two
+    compactions of a sweep at once): each writes its own temporary file, both finish, the last
+    one's rows are the file's."""
     path = tmp_path / "results" / "sweep=s" / "part-0.parquet"
     inner = [schema.empty_record(sweep_id="s", model_id="org/inner", status="PASS")]
 
     def outer():
         yield schema.empty_record(sweep_id="s", model_id="org/outer-1", status="PASS")
-        assert (
-            store.write_parquet(inner, path) == 1
-        )  # the other compaction, finished in the middle of this one
+        # the other compaction, finished in the middle of this one
+        assert store.write_parquet(inner, path) == 1
         yield schema.empty_record(sweep_id="s", model_id="org/outer-2", status="PASS")
 
     assert store.write_parquet(outer(), path, batch_rows=1) == 2
     assert pq.read_table(path).column("model_id").to_pylist() == ["org/outer-1", "org/outer-2"]
-    assert sorted(p.name for p in path.parent.iterdir()) == [
-        "part-0.parquet"
-    ]  # no temporary file left
+    # no temporary file left
+    assert sorted(p.name for p in path.parent.iterdir()) == ["part-0.parquet"]
 
 
 @pytest.fixture
@@ -264,8 +263,9 @@ def sweep_held_elsewhere(tmp_path):
 
 
 def test_a_running_sweeps_files_are_rewritten_by_no_other_command(sweep_held_elsewhere):
-    """aggregate, exclude, include and push --logs (compact, set_exclusion, set_published_logs) and push
-    (writing_all) refuse, in one sentence, while another process writes the sweep; nothing changed."""
+    """aggregate, exclude, include and push --logs (compact, set_exclusion, set_published_logs)
+    and push (writing_all) refuse, in one sentence, while another process writes the sweep;
+    nothing changed."""
     data_dir = sweep_held_elsewhere
     refusal = (
         r"^Sweep folder .*s1 is being written by another running sweep; wait for it to finish\.$"

@@ -1,11 +1,11 @@
 """The store under interruption: a process stopped at every write point, and SIGKILLs from outside.
 
-Every write to the data folder goes through ``model_support.fileio`` (checked statically below), so each of
-those calls is a write point; ``MODEL_SUPPORT_STOP_AT_WRITE=N`` makes a process SIGKILL itself just before its
-N-th. Each scenario runs on ready-made records (no papermill per point) in a fresh copy of a data folder,
-stopped at point 1, 2, ... until it runs to the end; after each stop the next command runs, then the
-invariant is checked: every record is in the dataset exactly once, in the config its state says, and every
-file parses. SQLite and LevelDB are tested this way.
+Every write to the data folder goes through ``model_support.fileio`` (checked statically below), so
+each of those calls is a write point; ``MODEL_SUPPORT_STOP_AT_WRITE=N`` makes a process SIGKILL
+itself just before its N-th. Each scenario runs on ready-made records (no papermill per point) in a
+fresh copy of a data folder, stopped at point 1, 2, ... until it runs to the end; after each stop
+the next command runs, then the invariant is checked: every record is in the dataset exactly once,
+in the config its state says, and every file parses. SQLite and LevelDB are tested this way.
 """
 
 from __future__ import annotations
@@ -49,18 +49,21 @@ def record(sweep_id, i, model_id):
 """
 
 SCENARIOS = {
-    # the rest of a sweep's records stored one by one, then compacted (a sweep as its last probes come back)
+    # the rest of a sweep's records stored one by one, then compacted (a sweep as its last probes
+    # come back)
     "store": "for i, m in list(enumerate(MODELS))[2:]:\n"
     "    store.store_result(D, S, record(S, i, m), b'{}', 'log\\n')\n"
     "store.compact(D, S)\n",
     "exclude": "store.set_exclusion(D, S, 'a broken stack')\n",
     "include": "store.set_exclusion(D, S, None)\n",
-    # a resume of a sweep stored under the old names: its records moved, its last model probed, compacted
+    # a resume of a sweep stored under the old names: its records moved, its last model probed,
+    # compacted
     "migrate": "store.migrate_names(D, S)\n"
     "store.store_result(D, S, record(S, 3, MODELS[3]), b'{}', 'log\\n')\n"
     "store.compact(D, S)\n",
 }
-#: The model an older sweep kept under its legacy name ``local_tiny_opt``, which is ``local:tiny_opt``'s own name.
+#: The model an older sweep kept under its legacy name ``local_tiny_opt``, which is
+#: ``local:tiny_opt``'s own name.
 LEGACY = "local:tiny+opt"
 
 
@@ -83,9 +86,9 @@ def _record(i: int, model_id: str) -> dict:
 
 
 def _base(folder: Path, state: str) -> Path:
-    """A data folder with the sweep written and compacted: ``half`` (its first two records), ``included`` or
-    ``excluded`` (all four), ``legacy`` (the first three, ``LEGACY``'s under the name sweeps gave it before names
-    were one to one)."""
+    """A data folder with the sweep written and compacted: ``half`` (its first two records),
+    ``included`` or ``excluded`` (all four), ``legacy`` (the first three, ``LEGACY``'s under the
+    name sweeps gave it before names were one to one)."""
     _meta().write(store.sweep_dir(folder, SWEEP))
     stored = {"half": 2, "legacy": 3}.get(state, len(MODELS))
     for i, model in enumerate(MODELS[:stored]):
@@ -101,7 +104,10 @@ def _base(folder: Path, state: str) -> Path:
 
 
 def _run_stopped(data: Path, scenario: str, stop_at: int | None) -> int:
-    code = f"{RECORDS}\nfrom pathlib import Path\nD, S, MODELS = Path({str(data)!r}), {SWEEP!r}, {MODELS!r}\n"
+    code = (
+        f"{RECORDS}\nfrom pathlib import Path\nD, S, MODELS = Path({str(data)!r}), {SWEEP!r}, "
+        f"{MODELS!r}\n"
+    )
     env = {**os.environ, fileio.STOP_AT_WRITE: str(stop_at)} if stop_at else dict(os.environ)
     return subprocess.run(
         [sys.executable, "-c", code + SCENARIOS[scenario]], env=env, timeout=120
@@ -109,8 +115,9 @@ def _run_stopped(data: Path, scenario: str, stop_at: int | None) -> int:
 
 
 def _each_stop(tmp_path: Path, base: Path, scenario: str, check) -> int:
-    """Run ``scenario`` on a copy of ``base`` stopped at its write point 1, 2, ... in turn, until it runs to its end,
-    calling ``check(point, folder)`` after each stop; returns how many points there were."""
+    """Run ``scenario`` on a copy of ``base`` stopped at its write point 1, 2, ... in turn, until
+    it runs to its end, calling ``check(point, folder)`` after each stop; returns how many points
+    there were."""
     point = 0
     while True:
         point += 1
@@ -149,7 +156,8 @@ def _every_file_parses(data: Path) -> None:
 
 
 def _check_whole(data: Path) -> None:
-    """After the next command: every record in the dataset once, in the config its state says; files parse."""
+    """After the next command: every record in the dataset once, in the config its state says;
+    files parse."""
     _every_file_parses(data)
     assert not store.interrupted(data)
     records = sorted(r["model_id"] for r in store.iter_records(data, SWEEP))
@@ -174,15 +182,16 @@ def test_a_stop_at_every_write_point_loses_and_doubles_nothing(
     base = _base(tmp_path / "base", before)
     moving = _in_dataset(base)
     assert moving, (
-        "no row in the dataset before the scenario: the check at the instant of a stop could not fail"
+        "no row in the dataset before the scenario: the check at the instant of a stop could "
+        "not fail"
     )
 
     def check(point: int, data: Path) -> None:
-        # at the instant of the stop: a row that was in the dataset is in one config or both, never in neither
+        # at the instant of the stop: a row that was in the dataset is in one config or both, never
+        # in neither
         assert moving <= _in_dataset(data), point
-        said = store.finish_interrupted(
-            data
-        )  # what every command does first (the CLI's --data-dir)
+        # what every command does first (the CLI's --data-dir)
+        said = store.finish_interrupted(data)
         if next_command == "compact":
             store.compact(data, SWEEP)  # a sweep's --resume or aggregate
         else:
@@ -198,7 +207,8 @@ def test_a_stop_at_every_write_point_loses_and_doubles_nothing(
 
 
 def _resume(data: Path) -> None:
-    """What ``sweep --resume`` does to the store: migrate the names, probe the models without a record, compact."""
+    """What ``sweep --resume`` does to the store: migrate the names, probe the models without a
+    record, compact."""
     store.finish_interrupted(data)
     store.migrate_names(data, SWEEP)
     files = list((store.sweep_dir(data, SWEEP) / "records").glob("*.json"))
@@ -212,9 +222,9 @@ def _resume(data: Path) -> None:
 
 
 def test_a_name_migration_stopped_at_any_write_point_doubles_no_row(tmp_path, capsys):
-    """A resume moves a record from its legacy name (write the new name, remove the old): stopped at each write
-    point, then aggregated (the reader alone meets whatever the stop left), then resumed: no model is ever two
-    rows, none is lost, and one record file per model remains."""
+    """A resume moves a record from its legacy name (write the new name, remove the old): stopped
+    at each write point, then aggregated (the reader alone meets whatever the stop left), then
+    resumed: no model is ever two rows, none is lost, and one record file per model remains."""
     base = _base(tmp_path / "base", "legacy")
     moving = _in_dataset(base)
     assert (
@@ -245,7 +255,8 @@ def test_a_name_migration_stopped_at_any_write_point_doubles_no_row(tmp_path, ca
     assert covered >= 8 and len(both_names) == 1, (covered, both_names)
     with capsys.disabled():
         print(
-            f"\nmigrate: stopped at each of its {covered} write points (at {both_names[0]} under both names)"
+            f"\nmigrate: stopped at each of its {covered} write points (at {both_names[0]} "
+            "under both names)"
         )
 
 
@@ -260,8 +271,9 @@ def _cli(data: Path, *args: str, **kwargs) -> subprocess.Popen:
     )
 
 
-#: Kills from outside that must land inside ``exclude``'s change (its journal written, not yet removed), and the
-#: most tries to get them: a kill that lands after the change is aimed again, earlier.
+#: Kills from outside that must land inside ``exclude``'s change (its journal written, not yet
+#: removed), and the most tries to get them: a kill that lands after the change is aimed again,
+#: earlier.
 INSIDE, TRIES = 4, 12
 
 
@@ -270,7 +282,8 @@ def _journal(data: Path) -> Path:
 
 
 def _wait_for(condition, proc: subprocess.Popen, timeout: float = 60.0) -> bool:
-    """Poll ``condition`` every 0.2 ms until it holds (True), or ``proc`` ends or the time is up (then its value)."""
+    """Poll ``condition`` every 0.2 ms until it holds (True), or ``proc`` ends or the time is up
+    (then its value)."""
     deadline = time.monotonic() + timeout
     while not condition():
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -280,7 +293,8 @@ def _wait_for(condition, proc: subprocess.Popen, timeout: float = 60.0) -> bool:
 
 
 def _change_length(data: Path) -> float:
-    """How long ``exclude``'s change lasts on this machine: its journal's life, watched from outside."""
+    """How long ``exclude``'s change lasts on this machine: its journal's life, watched from
+    outside."""
     proc = _cli(data, "exclude", SWEEP, "--reason", "x")
     assert _wait_for(_journal(data).exists, proc), "the change's journal was never seen"
     began = time.monotonic()
@@ -291,8 +305,8 @@ def _change_length(data: Path) -> float:
 
 
 def _kill_in_change(data: Path, delay: float) -> bool:
-    """Start ``exclude`` on ``data`` and SIGKILL it ``delay`` s after its journal appears; whether the kill landed
-    inside the change (the process killed with its journal still there)."""
+    """Start ``exclude`` on ``data`` and SIGKILL it ``delay`` s after its journal appears;
+    whether the kill landed inside the change (the process killed with its journal still there)."""
     proc = _cli(data, "exclude", SWEEP, "--reason", "a broken stack")
     seen = _wait_for(_journal(data).exists, proc)
     time.sleep(delay)
@@ -302,9 +316,10 @@ def _kill_in_change(data: Path, delay: float) -> bool:
 
 
 def test_exclude_and_include_killed_from_outside_lose_no_row(tmp_path):
-    """``model-support exclude`` SIGKILLed from outside at moments spread over its change (aimed from the change's
-    measured length, and again earlier when a kill lands after it) until ``INSIDE`` kills landed inside: never a row
-    in neither config, and the next command (``include``) says it finished the change exactly when one was left."""
+    """``model-support exclude`` SIGKILLed from outside at moments spread over its change (aimed
+    from the change's measured length, and again earlier when a kill lands after it) until
+    ``INSIDE`` kills landed inside: never a row in neither config, and the next command
+    (``include``) says it finished the change exactly when one was left."""
     base = _base(tmp_path / "base", "included")
     shutil.copytree(base, tmp_path / "calibrate")
     length = _change_length(tmp_path / "calibrate")
@@ -333,14 +348,17 @@ def test_exclude_and_include_killed_from_outside_lose_no_row(tmp_path):
     print(f"{hits} of {len(landed)} kills landed inside the change ({length:.3f} s long)")
 
 
-# --- every write goes through fileio ---------------------------------------------------------------
+# --- every write goes through fileio
+# ---------------------------------------------------------------
 #
-# The guard parses each source file and finds the calls that write, create, replace or remove a file, whatever
-# their arguments look like on the line: ``open`` (and ``Path.open``, ``os.fdopen``, ``gzip.open``...) with a mode
-# that writes, ``os.open`` with a creation or write flag, ``Path.write_*``, ``touch``, ``unlink``, ``rename`` and
-# ``replace``, ``os`` renames and removals, ``shutil`` copies, moves and removals, ``mmap`` (writable unless mapped
-# for reading), temporary files, and the libraries' own file writers (Parquet, Polars, torch, papermill). A write
-# outside ``fileio`` is allowed only by name (file, function, call) with the reason it does not touch the store.
+# The guard parses each source file and finds the calls that write, create, replace or remove a
+# file, whatever their arguments look like on the line: ``open`` (and ``Path.open``, ``os.fdopen``,
+# ``gzip.open``...) with a mode that writes, ``os.open`` with a creation or write flag,
+# ``Path.write_*``, ``touch``, ``unlink``, ``rename`` and ``replace``, ``os`` renames and removals,
+# ``shutil`` copies, moves and removals, ``mmap`` (writable unless mapped for reading), temporary
+# files, and the libraries' own file writers (Parquet, Polars, torch, papermill). A write outside
+# ``fileio`` is allowed only by name (file, function, call) with the reason it does not touch the
+# store.
 
 #: A string that is an ``open`` mode; it writes when it has w, a, x or +.
 MODE = re.compile(r"[rwaxbtU+]{1,4}(:\w*)?")
@@ -381,7 +399,8 @@ IN_MEMORY = {"io.BytesIO", "io.StringIO"}
 
 
 def _aliases(tree: ast.Module) -> dict[str, str]:
-    """What each imported name stands for (``pq`` -> ``pyarrow.parquet``, ``copy`` -> ``shutil.copy``)."""
+    """What each imported name stands for (``pq`` -> ``pyarrow.parquet``, ``copy`` ->
+    ``shutil.copy``)."""
     names = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -397,7 +416,8 @@ def _aliases(tree: ast.Module) -> dict[str, str]:
 
 
 def _dotted(node: ast.AST, aliases: dict[str, str]) -> str:
-    """A callee's dotted name with its import resolved (``?`` for an expression: ``Path(p).touch`` -> ``?.touch``)."""
+    """A callee's dotted name with its import resolved (``?`` for an expression:
+    ``Path(p).touch`` -> ``?.touch``)."""
     parts = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)
@@ -407,7 +427,8 @@ def _dotted(node: ast.AST, aliases: dict[str, str]) -> str:
 
 
 def _flags(node: ast.AST | None) -> set[str]:
-    """The names an expression mentions (``os.O_WRONLY | os.O_CREAT`` -> {os, O_WRONLY, O_CREAT})."""
+    """The names an expression mentions (``os.O_WRONLY | os.O_CREAT`` -> {os, O_WRONLY,
+    O_CREAT})."""
     if node is None:
         return set()
     return {
@@ -424,7 +445,8 @@ def _argument(call: ast.Call, index: int, keyword: str) -> ast.AST | None:
 
 
 def _writes_by_mode(mode: ast.AST | None) -> bool:
-    """Whether an ``open`` mode writes: a literal with w, a, x or +, or an expression it cannot read."""
+    """Whether an ``open`` mode writes: a literal with w, a, x or +, or an expression it cannot
+    read."""
     if mode is None:
         return False
     if not (isinstance(mode, ast.Constant) and isinstance(mode.value, str)):
@@ -433,8 +455,9 @@ def _writes_by_mode(mode: ast.AST | None) -> bool:
 
 
 def _open_kind(call: ast.Call, name: str) -> str | None:
-    """An ``open``-like call that writes: the builtin, ``io.open`` and ``os.fdopen`` take the mode second; a
-    method ``open`` (``Path.open``, ``gzip.open``, ``tarfile.open``) takes it first or second."""
+    """An ``open``-like call that writes: the builtin, ``io.open`` and ``os.fdopen`` take the
+    mode second; a method ``open`` (``Path.open``, ``gzip.open``, ``tarfile.open``) takes it
+    first or second."""
     if name in ("open", "io.open", "os.fdopen"):
         return "open" if _writes_by_mode(_argument(call, 1, "mode")) else None
     given = [
@@ -447,7 +470,8 @@ def _open_kind(call: ast.Call, name: str) -> str | None:
 
 
 def _mmap_writes(call: ast.Call) -> bool:
-    """A memory map writes unless mapped for reading (``access=ACCESS_READ``, or a ``prot`` without PROT_WRITE)."""
+    """A memory map writes unless mapped for reading (``access=ACCESS_READ``, or a ``prot``
+    without PROT_WRITE)."""
     access, prot = _argument(call, 4, "access"), _argument(call, 3, "prot")
     if "ACCESS_READ" in _flags(access):
         return False
@@ -459,8 +483,8 @@ def _mmap_writes(call: ast.Call) -> bool:
 
 
 def write_kind(call: ast.Call, aliases: dict[str, str], in_memory: set[str]) -> str | None:
-    """What file write ``call`` is (``open``, ``os.open``, ``Path.write_text``, ``shutil.move``, ``mmap``, ...),
-    or None when it writes no file."""
+    """What file write ``call`` is (``open``, ``os.open``, ``Path.write_text``, ``shutil.move``,
+    ``mmap``, ...), or None when it writes no file."""
     name = _dotted(call.func, aliases)
     module, _, last = name.rpartition(".")
     if module.startswith((".", "model_support")):
@@ -489,7 +513,8 @@ def write_kind(call: ast.Call, aliases: dict[str, str], in_memory: set[str]) -> 
         and not call.keywords
         and not _mapping(call.args[0])
     ):
-        return f"Path.{last}"  # str.replace takes two arguments; datetime's and Polars' keywords or a mapping
+        # str.replace takes two arguments; datetime's and Polars' keywords or a mapping
+        return f"Path.{last}"
     if last in FRAME_WRITES:
         target = call.args[0] if call.args else None
         return None if isinstance(target, ast.Name) and target.id in in_memory else f"frame.{last}"
@@ -501,7 +526,8 @@ def _mapping(node: ast.AST) -> bool:
 
 
 def _in_memory(function: ast.AST, aliases: dict[str, str]) -> set[str]:
-    """The names a function binds to an in-memory file (``buffer = io.BytesIO()``): writing to them writes no file."""
+    """The names a function binds to an in-memory file (``buffer = io.BytesIO()``): writing to
+    them writes no file."""
     return {
         target.id
         for node in ast.walk(function)
@@ -514,7 +540,8 @@ def _in_memory(function: ast.AST, aliases: dict[str, str]) -> set[str]:
 
 
 def file_writes(source: str) -> list[tuple[str, str, int]]:
-    """Every file write in ``source``: (the function it is in, ``Class.method`` or ``<module>``, its kind, line)."""
+    """Every file write in ``source``: (the function it is in, ``Class.method`` or ``<module>``,
+    its kind, line)."""
     tree = ast.parse(source)
     aliases = _aliases(tree)
     found = []
@@ -536,10 +563,8 @@ def file_writes(source: str) -> list[tuple[str, str, int]]:
 #: What the guard finds and what it does not: (source, the kinds it finds).
 GUARD_CASES = [
     ('open(p, "w")', ["open"]),
-    (
-        'open(os.path.join(a, f"rank{r}.json"), "w")',
-        ["open"],
-    ),  # a call inside the path hid the mode from a regex
+    # a call inside the path hid the mode from a regex
+    ('open(os.path.join(a, f"rank{r}.json"), "w")', ["open"]),
     ('open(p, mode="ab+")', ["open"]),
     ("open(p, how)", ["open"]),  # a mode it cannot read counts as a write
     ('open(p, "rb")', []),
@@ -592,8 +617,8 @@ def test_the_write_guard_finds_writes_by_their_call(source, kinds):
     assert [kind for _, kind, _ in file_writes(source)] == kinds
 
 
-#: Writes that do not touch the store, each named (file, function, call) with why. Everything else is a write to
-#: the data folder and goes through ``model_support.fileio``.
+#: Writes that do not touch the store, each named (file, function, call) with why. Everything else
+#: is a write to the data folder and goes through ``model_support.fileio``.
 NOT_THE_STORE = {
     (
         "record/dataset_files.py",
@@ -722,9 +747,9 @@ NOT_THE_STORE = {
         "engine/notebooks.py",
         "run_notebook",
         "papermill.execute_notebook",
-    ): "papermill saves the executed notebook "
-    "where its caller says: a probe's work folder, the report's partial file (moved in by fileio.replace_file), a "
-    "debug session's notebook (saved after each cell as it runs)",
+    ): "papermill saves the executed notebook where its caller says: a probe's work folder, the "
+    "report's partial file (moved in by fileio.replace_file), a debug session's notebook "
+    "(saved after each cell as it runs)",
     ("engine/zygote.py", "_fd", "os.open"): "/dev/null as a kernel's stream",
     ("engine/zygote.py", "<module>", "os.unlink"): "the zygote's socket, removed as it ends",
     (
@@ -807,8 +832,9 @@ NOT_THE_STORE = {
 
 
 def test_every_write_to_the_data_folder_goes_through_fileio():
-    """Every file write in ``src/`` outside ``fileio`` is named in ``NOT_THE_STORE`` with its reason, and every name
-    there still matches a write (a stale one would let the next write in that function pass unread)."""
+    """Every file write in ``src/`` outside ``fileio`` is named in ``NOT_THE_STORE`` with its
+    reason, and every name there still matches a write (a stale one would let the next write in
+    that function pass unread)."""
     unexplained, used = [], set()
     for path in sorted(SRC.rglob("*.py")):
         rel = path.relative_to(SRC).as_posix()

@@ -1,5 +1,5 @@
-"""Identifiers that become paths (plain names, one-to-one file names), stored code read by its checked hash,
-and JSON-lines files that survive a torn tail."""
+"""Identifiers that become paths (plain names, one-to-one file names), stored code read by its
+checked hash, and JSON-lines files that survive a torn tail."""
 
 from __future__ import annotations
 
@@ -109,8 +109,9 @@ def test_a_definition_whose_models_would_share_a_file_is_refused_naming_both(tmp
 
 
 def test_a_sweep_stored_under_the_old_names_resumes_and_keeps_both_models(tmp_path):
-    """An older sweep holds local:tiny+opt under the legacy name ``local_tiny_opt`` (which is also tiny_opt's
-    name): it is found as done, moved to its own name once, and tiny_opt's record never overwrites it."""
+    """An older sweep holds local:tiny+opt under the legacy name ``local_tiny_opt`` (which is
+    also tiny_opt's name): it is found as done, moved to its own name once, and tiny_opt's record
+    never overwrites it."""
     write_sweep(tmp_path, "s1", ["local:tiny+opt", "local:tiny_opt"])
     old = schema.empty_record(sweep_id="s1", model_id="local:tiny+opt", status="PASS")
     fileio.atomic_write_json(
@@ -135,8 +136,9 @@ def test_a_sweep_stored_under_the_old_names_resumes_and_keeps_both_models(tmp_pa
 def test_a_record_under_two_names_is_read_once_and_the_next_migration_removes_the_old_one(
     tmp_path, capsys
 ):
-    """A migration stopped between writing a record's own name and removing its old one leaves it under both:
-    the reader keeps one (from its own name) and says so; the next migration removes the old name."""
+    """A migration stopped between writing a record's own name and removing its old one leaves it
+    under both: the reader keeps one (from its own name) and says so; the next migration removes
+    the old name."""
     write_sweep(tmp_path, "s1", ["local:tiny+opt", "org/a"])
     store.store_result(
         tmp_path,
@@ -203,9 +205,8 @@ def test_an_altered_repro_body_is_refused(tmp_path):
     fileio.atomic_write_text(path, body + "import os; os.system('rm -rf ~')\n")
     with pytest.raises(UserError, match="does not hash to its name"):
         repro.script_for(tmp_path, "s1", "org/a")
-    assert (
-        store.copy_repro_bodies(tmp_path, "s1") == 0
-    )  # an altered body is not copied into the dataset either
+    # an altered body is not copied into the dataset either
+    assert store.copy_repro_bodies(tmp_path, "s1") == 0
 
 
 def test_appends_start_on_a_fresh_line_and_readers_skip_a_torn_one(tmp_path, capsys):
@@ -246,8 +247,9 @@ def _entries(folder: Path) -> dict[str, int]:
 
 
 def _synced_entries(monkeypatch) -> dict[str, dict[str, int]]:
-    """Record each fsync of a folder with the folder's entries at that moment (the real fsync still runs): a
-    rename, creation or removal after a folder's last sync is not on the disk, and SIGKILL cannot show it."""
+    """Record each fsync of a folder with the folder's entries at that moment (the real fsync
+    still runs): a rename, creation or removal after a folder's last sync is not on the disk, and
+    SIGKILL cannot show it."""
     synced: dict[str, dict[str, int]] = {}
     real_fsync = os.fsync
 
@@ -267,7 +269,8 @@ def _parquet(path: Path, rows: int) -> None:
     )
 
 
-#: Each write helper that changes a folder's entries: (set up, act, the folders whose entries it changes).
+#: Each write helper that changes a folder's entries: (set up, act, the folders whose entries it
+#: changes).
 FOLDER_CHANGES = {
     "a file in new folders": (
         None,
@@ -297,8 +300,8 @@ FOLDER_CHANGES = {
 
 @pytest.mark.parametrize("case", list(FOLDER_CHANGES))
 def test_every_folder_is_synced_after_its_entries_change(tmp_path, monkeypatch, case):
-    """The last fsync of each folder a write changed saw the folder as it is now: the rename (creation, removal)
-    is durable, not only the file's bytes."""
+    """The last fsync of each folder a write changed saw the folder as it is now: the rename
+    (creation, removal) is durable, not only the file's bytes."""
     existing, act, folders = FOLDER_CHANGES[case]
     if existing:
         (tmp_path / existing).write_bytes(b"old")
@@ -315,9 +318,8 @@ def test_the_card_and_shared_repro_wait_for_the_data_folders_lock(tmp_path):
     with store.data_folder_lock(tmp_path):
         writer = threading.Thread(target=lambda: (store.write_dataset_card(tmp_path), done.set()))
         writer.start()
-        wait_until_blocked(
-            writer, "data_folder_lock", within="write_dataset_card"
-        )  # in flock, seen there
+        # in flock, seen there
+        wait_until_blocked(writer, "data_folder_lock", within="write_dataset_card")
         assert not done.is_set() and not (tmp_path / "README.md").exists()
     writer.join(timeout=10)
     assert done.is_set() and (tmp_path / "README.md").exists()
@@ -403,29 +405,26 @@ def _rows(data: Path, config: str, sweep_id: str, **fields) -> None:
 
 
 def test_latest_in_a_dataset_pulled_without_its_sweeps_is_the_newest_sweep_of_the_stack(tmp_path):
-    """A pulled dataset knows its sweeps by their Parquet files only: ``latest`` is the newest by the time in the
-    ids (not the last name), a sweep whose rows carry ``host_ops`` is a what-if sweep (even one whose rows are all
-    excluded) and no sweep of the stack, and a folder compaction left empty names no sweep."""
+    """A pulled dataset knows its sweeps by their Parquet files only: ``latest`` is the newest by
+    the time in the ids (not the last name), a sweep whose rows carry ``host_ops`` is a what-if
+    sweep (even one whose rows are all excluded) and no sweep of the stack, and a folder
+    compaction left empty names no sweep."""
     older_by_name = "zeta-20261201T000000Z-aaaa"
     newest_stack = "alpha-20261203T000000Z-bbbb"
-    what_if = (
-        "silu-on-host-20261205T000000Z-cccc"  # newer still, but its runs ran operators on the host
-    )
-    all_excluded = (
-        "rsqrt-on-host-20261206T000000Z-dddd"  # a what-if sweep all of whose models were gated
-    )
+    # newer still, but its runs ran operators on the host
+    what_if = "silu-on-host-20261205T000000Z-cccc"
+    # a what-if sweep all of whose models were gated
+    all_excluded = "rsqrt-on-host-20261206T000000Z-dddd"
     _rows(tmp_path, "results", older_by_name)
     _rows(tmp_path, "results", newest_stack)
     _rows(tmp_path, store.WHAT_IF_CONFIG, what_if, host_ops="aten::silu", what_if=True)
     _rows(tmp_path, "excluded", all_excluded, host_ops="aten::rsqrt")
-    (
-        tmp_path / "results" / "sweep=empty-20261209T000000Z-eeee"
-    ).mkdir()  # left empty by a compaction
+    # left empty by a compaction
+    (tmp_path / "results" / "sweep=empty-20261209T000000Z-eeee").mkdir()
     assert not (tmp_path / "sweeps").exists()
     assert store.resolve_sweep_id(tmp_path, "latest") == newest_stack
-    with pytest.raises(
-        UserError, match="is a what-if sweep"
-    ):  # named, it is still no sweep of the stack
+    # named, it is still no sweep of the stack
+    with pytest.raises(UserError, match="is a what-if sweep"):
         store.resolve_sweep_id(tmp_path, "latest:silu-on-host")
     assert store.resolve_sweep_id(tmp_path, what_if) == what_if  # its id names it
     assert store.resolve_sweep_id(tmp_path, "latest:zeta") == older_by_name
@@ -441,8 +440,8 @@ def test_latest_in_a_dataset_pulled_without_its_sweeps_is_the_newest_sweep_of_th
 
 
 def test_latest_orders_local_and_pulled_sweeps_by_time_together(tmp_path):
-    """A data folder with sweeps of its own and pulled ones: one order by time (pulled ones listed after the local
-    ones made an older pulled sweep ``latest``)."""
+    """A data folder with sweeps of its own and pulled ones: one order by time (pulled ones
+    listed after the local ones made an older pulled sweep ``latest``)."""
     local = _three_sweeps(tmp_path)  # 2026-12-01 .. 2026-12-03
     _rows(tmp_path, "results", "pulled-20261130T000000Z-ffff")  # older than every local one
     assert store.resolve_sweep_id(tmp_path, "latest") == local[-1]
@@ -451,8 +450,9 @@ def test_latest_orders_local_and_pulled_sweeps_by_time_together(tmp_path):
 
 
 def test_a_what_if_sweeps_stand_in_records_are_what_if_rows_never_the_stacks_verdicts():
-    """The runner's stand-in for a crash or a timeout carries the setting only (``host_ops``): still a what-if row
-    (review found one stored in ``results`` as the stack's FAIL(other), then a stack sweep's baseline)."""
+    """The runner's stand-in for a crash or a timeout carries the setting only (``host_ops``):
+    still a what-if row (review found one stored in ``results`` as the stack's FAIL(other), then
+    a stack sweep's baseline)."""
     crashed = schema.empty_record(
         sweep_id="s", model_id="org/a", status="FAIL(other)", host_ops="aten::silu"
     )
@@ -465,9 +465,9 @@ def test_a_what_if_sweeps_stand_in_records_are_what_if_rows_never_the_stacks_ver
 
 
 def test_a_what_if_sweep_takes_no_baseline_and_is_none(tmp_path):
-    """A what-if sweep named as the stack's sweeps: its report's default baseline is none (its report failed to
-    render against the stack's, the gate refusing the pair), and its runs, a stand-in crash's too, stay out of the
-    stack's sweeps' baselines."""
+    """A what-if sweep named as the stack's sweeps: its report's default baseline is none (its
+    report failed to render against the stack's, the gate refusing the pair), and its runs, a
+    stand-in crash's too, stay out of the stack's sweeps' baselines."""
     from model_support.render import report
 
     a, b, _ = _three_sweeps(tmp_path)
@@ -489,17 +489,15 @@ def test_a_what_if_sweep_takes_no_baseline_and_is_none(tmp_path):
         store.compact(tmp_path, sweep_id)
     assert report.previous_sweep(tmp_path, b) == a
     assert report.previous_sweep(tmp_path, hosted) is None
-    assert not any(
-        (tmp_path / "results" / f"sweep={hosted}").glob("*.parquet")
-    )  # a what-if row, not the stack's
+    # a what-if row, not the stack's
+    assert not any((tmp_path / "results" / f"sweep={hosted}").glob("*.parquet"))
     assert (
         store.resolve_sweep_id(tmp_path, "latest:smoke") == b
         and store.resolve_sweep_id(tmp_path, "latest") != hosted
     )
     assert store.resolve_sweep_id(tmp_path, hosted) == hosted  # its id names it
-    with pytest.raises(
-        UserError, match="as a what-if run"
-    ):  # the stand-in's script would run the stack's kernels
+    # the stand-in's script would run the stack's kernels
+    with pytest.raises(UserError, match="as a what-if run"):
         repro.script_for(tmp_path, hosted, "org/a")
     from model_support.render.terminal import sweep_list_rows
 
@@ -509,9 +507,8 @@ def test_a_what_if_sweep_takes_no_baseline_and_is_none(tmp_path):
         and listed["FAIL(other)"] == 0
         and "what-if: 1 run(s)" in listed["state"]
     )
-    pulled = (
-        tmp_path / "pulled"
-    )  # the dataset without sweeps/: its excluded row still says what it was
+    # the dataset without sweeps/: its excluded row still says what it was
+    pulled = tmp_path / "pulled"
     for config in ("results", "excluded", store.WHAT_IF_CONFIG):
         if (tmp_path / config).exists():
             shutil.copytree(tmp_path / config, pulled / config)

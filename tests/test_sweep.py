@@ -31,7 +31,8 @@ def test_smoke_sweep_publishes_one_row_per_fixture(smoke_sweep, fixture_models):
     assert meta.stack["torch"] == meta.versions["torch"] and "polars" in meta.stack
     rows = store.scan(data_dir).collect()
     names = sorted(display_name(m) for m in rows["model_id"].to_list())
-    # every fixture, once; one whose processor needs a package missing here is an excluded row instead
+    # every fixture, once; one whose processor needs a package missing here is an excluded row
+    # instead
     verdicts = {
         n: e["expect"]["status"] for n, e in fixture_models.items() if not e["expect"]["excluded"]
     }
@@ -50,7 +51,8 @@ def test_smoke_sweep_publishes_one_row_per_fixture(smoke_sweep, fixture_models):
 def test_datasets_loads_the_real_sweep(smoke_sweep, fixture_models):
     import datasets
 
-    # a fixture whose processor needs a package missing here is probed, but is an excluded row (no verdict)
+    # a fixture whose processor needs a package missing here is probed, but is an excluded row (no
+    # verdict)
     missing = {
         f"local:{n}": e["expect"]["excluded"]
         for n, e in fixture_models.items()
@@ -61,12 +63,12 @@ def test_datasets_loads_the_real_sweep(smoke_sweep, fixture_models):
     assert set(results["status"]) <= set(schema.VERDICTS)
     excluded = datasets.load_dataset(smoke_sweep["data_dir"], "excluded", split="train")
     reasons = dict(zip(excluded["model_id"], excluded["exclusion_reason"]))
+    # before running
     assert (
         reasons.pop("google-t5/t5-small") == "encoder-decoder, not a causal text-generation model"
-    )  # before running
-    assert sorted(reasons) == sorted(
-        missing
-    )  # the environment lacks what their processors need: no verdict
+    )
+    # the environment lacks what their processors need: no verdict
+    assert sorted(reasons) == sorted(missing)
     assert all(f"needs {packages[0]}" in reasons[m] for m, packages in missing.items())
     assert set(excluded["status"]) == {None}  # never a verdict
 
@@ -310,9 +312,10 @@ def test_aggregate_notebook_gives_the_same_bytes_as_the_cli(smoke_sweep, tmp_pat
 def test_a_kernel_that_never_starts_leaves_the_model_pending_not_failed(
     fixture_models, tmp_path, device
 ):
-    """With too few open files the probe's kernel never answers: that says nothing about the model, so no
-    FAIL row, no report traceback; it is retried, then left pending with the cause and --resume. On an
-    accelerator the probe runs its device phase in a gated process (``worker.host_checks``): retried the same."""
+    """With too few open files the probe's kernel never answers: that says nothing about the
+    model, so no FAIL row, no report traceback; it is retried, then left pending with the cause
+    and --resume. On an accelerator the probe runs its device phase in a gated process
+    (``worker.host_checks``): retried the same."""
     params_file = small_params(tmp_path, fixture_models, ["tiny-gpt2"])
     pretend = {}
     if device != "cpu":
@@ -330,7 +333,8 @@ def test_a_kernel_that_never_starts_leaves_the_model_pending_not_failed(
         capture_output=True,
         text=True,
         timeout=600,
-        # fresh kernels: one forked from the zygote (engine.zygote) opens too few files to hit the limit, and passes
+        # fresh kernels: one forked from the zygote (engine.zygote) opens too few files to hit the
+        # limit, and passes
         env={
             **os.environ,
             "MODEL_SUPPORT_KERNEL_START_S": "10",
@@ -353,11 +357,12 @@ def test_a_kernel_that_never_starts_leaves_the_model_pending_not_failed(
 
 
 def test_the_kernels_start_is_not_on_the_models_clock(fixture_models, tmp_path, monkeypatch):
-    """A kernel that takes 15 s to start (an IPython startup file that sleeps: the kernel's own start path), a
-    model timeout of 10 s and a grace of 2 s: the model's clock starts once the kernel is up and the stack
-    imported, so it PASSes. It was a ProbeTimeout FAIL(other): the process got timeout + grace from the hand-over,
-    its start included (the grace is 90 s, less than a kernel gets to start; a loaded host, a slow file system,
-    a backend's import can take longer)."""
+    """A kernel that takes 15 s to start (an IPython startup file that sleeps: the kernel's own
+    start path), a model timeout of 10 s and a grace of 2 s: the model's clock starts once the
+    kernel is up and the stack imported, so it PASSes. It was a ProbeTimeout FAIL(other): the
+    process got timeout + grace from the hand-over, its start included (the grace is 90 s, less
+    than a kernel gets to start; a loaded host, a slow file system, a backend's import can take
+    longer)."""
     from model_support.sweep.worker import process
 
     startup = tmp_path / "ipython" / "profile_default" / "startup"
@@ -366,12 +371,8 @@ def test_the_kernels_start_is_not_on_the_models_clock(fixture_models, tmp_path, 
     monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
     monkeypatch.setattr(process, "GRACE_S", 2)
     path = tmp_path / "slow.yaml"
-    probe = {
-        "device": "cpu",
-        "reference": "none",
-        "judge": False,
-        "perf": False,
-    }  # the verdict's stages only
+    # the verdict's stages only
+    probe = {"device": "cpu", "reference": "none", "judge": False, "perf": False}
     body = {
         "name": "slow",
         "probe": probe,
@@ -387,9 +388,10 @@ def test_the_kernels_start_is_not_on_the_models_clock(fixture_models, tmp_path, 
 def test_a_prefetcher_that_fails_ends_the_sweep_in_seconds_with_its_error(
     fixture_models, tmp_path, monkeypatch
 ):
-    """The prefetcher's feeder thread hands each model its download (``worker.prefetch``); one that raised (here
-    the first thing it calls, as a thread that cannot be started would) left every probe waiting for its model,
-    and the sweep with it, forever. Now the sweep ends at once, in one sentence with the error."""
+    """The prefetcher's feeder thread hands each model its download (``worker.prefetch``); one
+    that raised (here the first thing it calls, as a thread that cannot be started would) left
+    every probe waiting for its model, and the sweep with it, forever. Now the sweep ends at
+    once, in one sentence with the error."""
     import threading
     from types import SimpleNamespace
 
@@ -400,9 +402,8 @@ def test_a_prefetcher_that_fails_ends_the_sweep_in_seconds_with_its_error(
         raise RuntimeError("can't start new thread")
 
     monkeypatch.setattr(prefetch, "hub_fetch", SimpleNamespace(is_local=cannot))
-    monkeypatch.setenv(
-        "MODEL_SUPPORT_KERNEL_ZYGOTE", "off"
-    )  # no process to warm: the sweep ends before any probe
+    # no process to warm: the sweep ends before any probe
+    monkeypatch.setenv("MODEL_SUPPORT_KERNEL_ZYGOTE", "off")
     definition = params.load(small_params(tmp_path, fixture_models, ["tiny-gpt2", "tiny-llama"]))
     ended: list = []
 
@@ -419,8 +420,9 @@ def test_a_prefetcher_that_fails_ends_the_sweep_in_seconds_with_its_error(
     sweep_id = the_sweep_dir(tmp_path / "data").name
     assert [type(error) for error in ended] == [Interrupted]
     assert str(ended[0]) == (
-        "The sweep ended early (the downloads ahead of the probes stopped: RuntimeError: can't start new thread): "
-        f"0 of 2 stored; `model-support sweep --resume {sweep_id}` finishes it."
+        "The sweep ended early (the downloads ahead of the probes stopped: RuntimeError: "
+        f"can't start new thread): 0 of 2 stored; `model-support sweep --resume {sweep_id}` "
+        "finishes it."
     )
 
 
@@ -428,8 +430,9 @@ def test_a_prefetcher_that_fails_ends_the_sweep_in_seconds_with_its_error(
 def test_a_stopped_sweep_starts_no_probe_ends_in_seconds_and_says_how_to_finish(
     fixture_models, tmp_path, stop
 ):
-    """A two-device model runs while a hanging one waits for a device: the stop kills the first, and the
-    device it gives back must not start the waiting one (it would hang to its 600 s timeout)."""
+    """A two-device model runs while a hanging one waits for a device: the stop kills the first,
+    and the device it gives back must not start the waiting one (it would hang to its 600 s
+    timeout)."""
     path = tmp_path / "stop.yaml"
     models = [
         {"id": fixture_models["sharded-llama"]["path"], "overrides": {"devices": "2"}},
@@ -468,30 +471,31 @@ def test_a_stopped_sweep_starts_no_probe_ends_in_seconds_and_says_how_to_finish(
     sweep_id = the_sweep_dir(data_dir).name
     assert runner.returncode == 1 and "Traceback" not in err, err[-3000:]
     assert err.strip().splitlines()[-1] == (
-        f"Error: The sweep was stopped: 0 of 2 stored; `model-support sweep --resume {sweep_id}` finishes it."
+        "Error: The sweep was stopped: 0 of 2 stored; `model-support sweep --resume "
+        f"{sweep_id}` finishes it."
     )
-    assert not (
-        store.sweep_dir(data_dir, sweep_id) / "logs"
-    ).exists()  # nothing started after the stop
+    # nothing started after the stop
+    assert not (store.sweep_dir(data_dir, sweep_id) / "logs").exists()
     wait_for(lambda: not probes(), timeout=30)  # and nothing left running
 
 
 def test_a_models_own_words_about_a_full_disk_are_its_verdict_not_a_full_disk(
     fixture_models, tmp_path
 ):
-    """A model whose own code fails with "No space left on device" about another file system (its shared
-    memory, say; the runtime's words on stderr, in the probe's log) on a data disk with room: its FAIL row,
-    not "disk full, make room" ending the sweep."""
+    """A model whose own code fails with "No space left on device" about another file system (its
+    shared memory, say; the runtime's words on stderr, in the probe's log) on a data disk with
+    room: its FAIL row, not "disk full, make room" ending the sweep."""
     import shutil
 
     folder = tmp_path / "models" / "says-disk-full"
     shutil.copytree(fixture_models["fail-hang"]["path"], folder)
     (folder / "modeling_hang.py").write_text(
-        "import errno\nimport os\n\nfrom transformers import LlamaForCausalLM\n\nfrom .configuration_hang import HangConfig\n\n\n"
-        "class HangForCausalLM(LlamaForCausalLM):\n    config_class = HangConfig\n\n"
-        "    def forward(self, *args, **kwargs):\n"
-        "        os.write(2, b'runtime: writing /dev/shm/torch_1: No space left on device\\n')\n"
-        "        raise OSError(errno.ENOSPC, 'No space left on device', '/dev/shm/torch_1')\n"
+        "import errno\nimport os\n\nfrom transformers import LlamaForCausalLM\n\nfrom "
+        ".configuration_hang import HangConfig\n\n\nclass "
+        "HangForCausalLM(LlamaForCausalLM):\n    config_class = HangConfig\n\n    def "
+        "forward(self, *args, **kwargs):\n        os.write(2, b'runtime: writing "
+        "/dev/shm/torch_1: No space left on device\\n')\n        raise OSError(errno.ENOSPC, "
+        "'No space left on device', '/dev/shm/torch_1')\n"
     )
     path = tmp_path / "words.yaml"
     models = [
@@ -527,8 +531,9 @@ def test_a_models_own_words_about_a_full_disk_are_its_verdict_not_a_full_disk(
 def test_names_a_file_cannot_tell_apart_stay_two_models_and_a_torn_schedule_line_resumes(
     fixture_models, tmp_path
 ):
-    """``tiny+opt`` and ``tiny_opt`` shared one record file (one overwrote the other); a torn last line of
-    ``schedule.jsonl`` (a full disk mid-append) ended every later --resume in a JSONDecodeError, no report."""
+    """``tiny+opt`` and ``tiny_opt`` shared one record file (one overwrote the other); a torn
+    last line of ``schedule.jsonl`` (a full disk mid-append) ended every later --resume in a
+    JSONDecodeError, no report."""
     import shutil
 
     for name in ("tiny+opt", "tiny_opt"):
@@ -580,7 +585,8 @@ def test_names_a_file_cannot_tell_apart_stay_two_models_and_a_torn_schedule_line
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "1 probed now, 2 models" in resumed.stdout
     assert "schedule.jsonl: skipped 1 unreadable line(s)" in resumed.stderr
-    # the report's words for a suspect PASS beside the verdicts; a CPU sweep held no device, so no device line
+    # the report's words for a suspect PASS beside the verdicts; a CPU sweep held no device, so no
+    # device line
     assert (
         "suspect passes: 0 (0 diverge from the reference, 0 not fluent with no reference)"
         in resumed.stdout

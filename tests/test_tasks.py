@@ -1,6 +1,6 @@
-"""Image-text-to-text beside text-generation: the task axis, the probe image, the tiny VLM fixtures through the
-real notebook, a sweep, its repro scripts, the debug tools and a sharded run; a missing torchvision is the
-environment (an exclusion), never a verdict."""
+"""Image-text-to-text beside text-generation: the task axis, the probe image, the tiny VLM
+fixtures through the real notebook, a sweep, its repro scripts, the debug tools and a sharded
+run; a missing torchvision is the environment (an exclusion), never a verdict."""
 
 from __future__ import annotations
 
@@ -27,9 +27,11 @@ from model_support.sweep.worker import process
 REPO = Path(__file__).resolve().parents[1]
 #: The probe image's hash: the same bytes on every machine (a change here changes every VLM record).
 IMAGE_SHA256 = "2955aa29b78fc2883994a996c25c0ce2fedae42c614e3008b0604dd2c64b1d84"
-#: A torchvision built for another torch, as PyPI's 0.28.0 imports beside the CPU build of torch 2.13.0.
+#: A torchvision built for another torch, as PyPI's 0.28.0 imports beside the CPU build of torch
+#: 2.13.0.
 BROKEN_TORCHVISION = 'raise RuntimeError("operator torchvision::nms does not exist")\n'
-#: Through the notebook here: one with a chat template, one without (the smoke sweep probes every fixture).
+#: Through the notebook here: one with a chat template, one without (the smoke sweep probes every
+#: fixture).
 NOTEBOOK_VLMS = ("tiny-llava", "tiny-paligemma")
 
 
@@ -87,24 +89,23 @@ def test_auto_decides_from_the_pipeline_tag_else_the_config(fixture_models):
             "tiny-qwen2-vl",
         )
     }
-    assert (
-        task_of
-        == {
-            "tiny-llama": "text-generation",
-            "tiny-gemma": "text-generation",
-            "fail-encoder-decoder": "text-generation",  # neither: it fails to load as a causal LM, as before
-            "tiny-llava": "image-text-to-text",
-            "tiny-gemma3": "image-text-to-text",  # in both auto classes: a VLM
-            "tiny-qwen2-vl": "image-text-to-text",
-        }
-    )
+    assert task_of == {
+        "tiny-llama": "text-generation",
+        "tiny-gemma": "text-generation",
+        # neither: it fails to load as a causal LM, as before
+        "fail-encoder-decoder": "text-generation",
+        "tiny-llava": "image-text-to-text",
+        "tiny-gemma3": "image-text-to-text",  # in both auto classes: a VLM
+        "tiny-qwen2-vl": "image-text-to-text",
+    }
 
 
 def test_a_sweep_decides_auto_by_the_pipeline_tag_and_excludes_other_tasks_before_downloading(
     tmp_path, fixture_models
 ):
-    """What the probe ran as, read off its record: tiny-gemma3 is in both auto classes (the config alone makes it
-    a VLM); a sweep whose Hub tag says text-generation probes it as text-generation, through the notebook."""
+    """What the probe ran as, read off its record: tiny-gemma3 is in both auto classes (the
+    config alone makes it a VLM); a sweep whose Hub tag says text-generation probes it as
+    text-generation, through the notebook."""
     base = {
         "model_id": "org/m",
         "source": "org/never-downloaded",
@@ -164,7 +165,8 @@ def test_the_fixtures_cover_five_architectures_here_and_three_more_with_torchvis
 def test_each_vlm_fixture_passes_through_the_notebook_with_its_image(
     tmp_path, fixture_models, name
 ):
-    """The headline command on a tiny VLM folder: PASS, task image-text-to-text, image tokens in the input."""
+    """The headline command on a tiny VLM folder: PASS, task image-text-to-text, image tokens in
+    the input."""
     entry = fixture_models[name]
     record = probe_record(tmp_path, entry["path"], reference="cpu")
     assert (record["status"], record["task"], record["failure_stage"]) == (
@@ -178,18 +180,16 @@ def test_each_vlm_fixture_passes_through_the_notebook_with_its_image(
     )
     assert record["output_token_ids"] == entry["expected_token_ids"] and record["tokens_out"] == 8
     assert record["image_sha256"] == IMAGE_SHA256 and record["prompt"] == "Describe this image."
-    assert record["chat_template_used"] is (
-        VLM_ARCHS[name].image is not None
-    )  # PaliGemma has no template
+    # PaliGemma has no template
+    assert record["chat_template_used"] is (VLM_ARCHS[name].image is not None)
     assert record["reference_match"] is True and record["reference_device"] == "cpu:float32"
 
 
 def test_a_processor_that_needs_a_missing_torchvision_is_an_exclusion_not_a_verdict(fixture_models):
     entry = fixture_models["tiny-qwen2-vl"]
     record = probe.run_probe(entry["path"], device="cpu", reference="none")
-    if not entry["expect"][
-        "excluded"
-    ]:  # torchvision works here: the model is probed like any other
+    # torchvision works here: the model is probed like any other
+    if not entry["expect"]["excluded"]:
         assert (
             record["status"] == "PASS" and record["output_token_ids"] == entry["expected_token_ids"]
         )
@@ -208,7 +208,8 @@ def test_a_processor_that_needs_a_missing_torchvision_is_an_exclusion_not_a_verd
 
 
 def _with_broken_torchvision(tmp_path: Path) -> dict:
-    """An environment where ``torchvision`` is installed but does not import (as PyPI's, beside torch's CPU build)."""
+    """An environment where ``torchvision`` is installed but does not import (as PyPI's, beside
+    torch's CPU build)."""
     package = tmp_path / "site" / "torchvision"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text(BROKEN_TORCHVISION)
@@ -248,7 +249,10 @@ def test_a_torchvision_that_does_not_import_stops_the_sweep_before_any_model(tmp
     )
     assert "pip uninstall torchvision" in run.stderr and "Traceback" not in run.stderr
     # one probe alone (no sweep to refuse it): no verdict, the reason instead
-    code = "import json; from model_support.probe import run; r = run.run_probe('data/models/tiny-llama', device='cpu'); "
+    code = (
+        "import json; from model_support.probe import run; r = "
+        "run.run_probe('data/models/tiny-llama', device='cpu'); "
+    )
     code += "print(json.dumps([r['status'], r['exclusion_reason']]))"
     one = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, cwd=REPO
@@ -258,9 +262,10 @@ def test_a_torchvision_that_does_not_import_stops_the_sweep_before_any_model(tmp
 
 
 def test_a_missing_pillow_is_an_exclusion_not_a_verdict(tmp_path, fixture_models):
-    """Without Pillow (and torchvision) a PIL image processor cannot load and the probe image cannot be made:
-    the environment's gap, an exclusion naming what to install; a text model still passes. Before, the VLM
-    was FAIL(load) (transformers' "Could not load any image processor class") or FAIL(other) (``import PIL``)."""
+    """Without Pillow (and torchvision) a PIL image processor cannot load and the probe image
+    cannot be made: the environment's gap, an exclusion naming what to install; a text model
+    still passes. Before, the VLM was FAIL(load) (transformers' "Could not load any image
+    processor class") or FAIL(other) (``import PIL``)."""
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(
@@ -271,12 +276,11 @@ def test_a_missing_pillow_is_an_exclusion_not_a_verdict(tmp_path, fixture_models
         "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
     }
     code = (
-        "import json; from model_support.probe import run, probe_core; out = {}\n"
-        "for name in ('tiny-llava', 'tiny-llama'):\n"
-        "    r = run.run_probe(f'data/models/{name}', device='cpu')\n"
-        "    out[name] = [r['status'], r['exclusion_reason']]\n"
-        "try:\n    probe_core.probe_image()\nexcept probe_core.VisionBackendMissing as exc:\n    out['image'] = str(exc)\n"
-        "print(json.dumps(out))"
+        "import json; from model_support.probe import run, probe_core; out = {}\nfor name in "
+        "('tiny-llava', 'tiny-llama'):\n    r = run.run_probe(f'data/models/{name}', "
+        "device='cpu')\n    out[name] = [r['status'], r['exclusion_reason']]\ntry:\n    "
+        "probe_core.probe_image()\nexcept probe_core.VisionBackendMissing as exc:\n    "
+        "out['image'] = str(exc)\nprint(json.dumps(out))"
     )
     run = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, cwd=REPO
@@ -304,7 +308,8 @@ def test_only_an_import_error_names_a_missing_package():
         is None
     )
     said = ValueError(
-        "Could not load any image processor class for x. ... Missing optional dependencies: torchvision."
+        "Could not load any image processor class for x. ... Missing optional dependencies: "
+        "torchvision."
     )
     assert probe_vision._missing_vision_package(said) == (
         "this model's image processor",
@@ -340,9 +345,8 @@ def test_the_smoke_sweep_probes_both_tasks(smoke_sweep, fixture_models):
     assert mismatch["failure_signature"].startswith(
         "ValueError: Image features and image tokens do not match, tokens: <n>"
     )
-    assert (
-        mismatch["image_tokens"] == 4
-    )  # the processor's patch size 16: 4 tokens, where the tower yields 16 features
+    # the processor's patch size 16: 4 tokens, where the tower yields 16 features
+    assert mismatch["image_tokens"] == 4
     nothing = by_name["fail-vlm-no-processor"]
     assert (nothing["status"], nothing["failure_stage"], nothing["task"]) == (
         "FAIL(load)",
@@ -420,9 +424,10 @@ def test_pass_rate_by_task_reads_older_rows_as_text_generation():
     by_task = analysis.pass_rate_by_task(rows, "s").select("task", "models", "passed").rows()
     assert by_task == [("text-generation", 2, 1), ("image-text-to-text", 2, 1)]
     signatures = analysis.failure_signatures(rows, "s")
+    # both tasks
     assert signatures.select("failure_signature", "task", "models").rows() == [
         ("E: x @ f.g", None, 2)
-    ]  # both tasks
+    ]
 
 
 def test_debug_hooks_the_vision_tower_and_the_projector(fixture_models):
@@ -485,9 +490,9 @@ def test_a_vlm_runs_tensor_parallel_by_its_language_models_plan(fixture_models):
 
 @pytest.mark.slow  # a compile, a sweep or a sharded run: not in make test-fast
 def test_a_hub_sweep_of_image_text_to_text_models_by_their_pipeline_tag(fixture_models, tmp_path):
-    """``models_from_hub: {task: image-text-to-text}`` lists the Hub's VLMs and probes them as such (their
-    processor files downloaded with them); a listed model the Hub tags with another task is an excluded row,
-    nothing downloaded."""
+    """``models_from_hub: {task: image-text-to-text}`` lists the Hub's VLMs and probes them as
+    such (their processor files downloaded with them); a listed model the Hub tags with another
+    task is an excluded row, nothing downloaded."""
     import yaml
     from hub_server import HubServer
 
@@ -557,9 +562,8 @@ def test_a_hub_sweep_of_image_text_to_text_models_by_their_pipeline_tag(fixture_
             "image-text-to-text",
         )
         assert record["image_tokens"] == fixture_models[name]["image_tokens"]
-    assert (
-        "fixtures/tiny-llama" not in records
-    )  # a text-generation model: not in the image-text-to-text ranking
+    # a text-generation model: not in the image-text-to-text ranking
+    assert "fixtures/tiny-llama" not in records
     excluded = pl.read_parquet(store.parquet_file(tmp_path / "d", "excluded", sweep_id))
     reason = dict(excluded.select("model_id", "exclusion_reason").iter_rows())[
         "fixtures/a-fill-mask"
@@ -567,14 +571,10 @@ def test_a_hub_sweep_of_image_text_to_text_models_by_their_pipeline_tag(fixture_
     assert reason.startswith(
         "the Hub lists this model as fill-mask, not text-generation or image-text-to-text"
     )
-    assert {repo for repo, _ in fetched} == {
-        "fixtures/tiny-llava",
-        "fixtures/tiny-gemma3",
-    }  # not the fill-mask one
-    assert (
-        "fixtures/tiny-llava",
-        "processor_config.json",
-    ) in fetched  # the processor comes with the model
+    # not the fill-mask one
+    assert {repo for repo, _ in fetched} == {"fixtures/tiny-llava", "fixtures/tiny-gemma3"}
+    # the processor comes with the model
+    assert ("fixtures/tiny-llava", "processor_config.json") in fetched
 
 
 @pytest.mark.slow  # a compile, a sweep or a sharded run: not in make test-fast
@@ -596,10 +596,11 @@ def test_a_vlm_runs_compiled_with_a_static_cache(fixture_models):
     )
 
 
-#: What the pretend accelerator refuses that a real backend allows: a view (expand, view, unsqueeze) of a tensor
-#: made outside torch.inference_mode, taken inside it ("Cannot set version_counter for inference tensor"). CLIP's
-#: and SigLIP's embeddings expand a parameter, so llava, llava-next, gemma3 and paligemma fail there; idefics3's
-#: tower does not. A limit of the pretend backend, not of any stack: strict, so the fix shows.
+#: What the pretend accelerator refuses that a real backend allows: a view (expand, view, unsqueeze)
+#: of a tensor made outside torch.inference_mode, taken inside it ("Cannot set version_counter for
+#: inference tensor"). CLIP's and SigLIP's embeddings expand a parameter, so llava, llava-next,
+#: gemma3 and paligemma fail there; idefics3's tower does not. A limit of the pretend backend, not
+#: of any stack: strict, so the fix shows.
 PRETEND_VIEW_BUG = (
     "the pretend backend refuses a view of a non-inference tensor inside torch.inference_mode"
 )

@@ -1,13 +1,16 @@
-"""The tpu adapter conforms to the installed torch_tpu 0.2.0, checked without a chip: each assumption the adapter
-makes about torch_tpu is a test against the package itself (its entry point, its hardware module's functions and
-tables, ``set_tpu_launch_env``'s output, the process groups it registers, the variables its binary reads), so a
-release that changes one fails a named test here rather than a sweep on a TPU VM.
+"""The tpu adapter conforms to the installed torch_tpu 0.2.0, checked without a chip: each
+assumption the adapter makes about torch_tpu is a test against the package itself (its entry point,
+its hardware module's functions and tables, ``set_tpu_launch_env``'s output, the process groups it
+registers, the variables its binary reads), so a release that changes one fails a named test here
+rather than a sweep on a TPU VM.
 
-Where a chip would be needed, torch_tpu's own code runs on a faked PCI bus: its hardware module's scan
-(``_scan_pci_tpus``) and name (``get_tpu_device_name``) are replaced, every other function and table is the
-package's. What only a chip can confirm is listed in docs/devices.md and checked by ``bench/device_check_tpu.sh``.
+Where a chip would be needed, torch_tpu's own code runs on a faked PCI bus: its hardware module's
+scan (``_scan_pci_tpus``) and name (``get_tpu_device_name``) are replaced, every other function and
+table is the package's. What only a chip can confirm is listed in docs/devices.md and checked by
+``bench/device_check_tpu.sh``.
 
-The checks that need torch_tpu imported (~4-8 s) run in one child process for the whole module (``package``).
+The checks that need torch_tpu imported (~4-8 s) run in one child process for the whole module
+(``package``).
 """
 
 from __future__ import annotations
@@ -101,8 +104,9 @@ def package() -> dict:
 
 @pytest.fixture
 def host(monkeypatch):
-    """``host(pci_id, chips)``: this host as torch_tpu's hardware module would find it with ``chips`` chips of the
-    generation whose PCI device id is ``pci_id`` (None: none at all); the module's own functions and tables answer."""
+    """``host(pci_id, chips)``: this host as torch_tpu's hardware module would find it with
+    ``chips`` chips of the generation whose PCI device id is ``pci_id`` (None: none at all); the
+    module's own functions and tables answer."""
     hardware = tpu.torch_tpu_hardware()
 
     def fake(pci_id: str | None, chips: int = 8):
@@ -118,8 +122,9 @@ def host(monkeypatch):
 
 
 def _glue_library(also_env: bool = False) -> bytes:
-    """torch_tpu's compiled glue for the installed torch (``csrc/common/glue_<X_Y_0>``), read as bytes; with
-    ``also_env``, its environment module's too (``_internal/env_<X_Y_0>.so``, what its Python reads through)."""
+    """torch_tpu's compiled glue for the installed torch (``csrc/common/glue_<X_Y_0>``), read as
+    bytes; with ``also_env``, its environment module's too (``_internal/env_<X_Y_0>.so``, what
+    its Python reads through)."""
     major, minor = importlib.metadata.version("torch").split(".")[:2]
     spec = importlib.util.find_spec("torch_tpu")
     assert spec is not None and spec.submodule_search_locations
@@ -135,12 +140,14 @@ def _glue_library(also_env: bool = False) -> bytes:
     )
 
 
-# --- the entry point and the chips ------------------------------------------------------------------------------
+# --- the entry point and the chips
+# ------------------------------------------------------------------------------
 
 
 def test_its_entry_point_registers_tpu_only_where_its_hardware_module_finds_chips(package):
-    """The adapter loads torch_tpu through its ``torch.backends`` entry point (``_loader:load``), which registers
-    ``tpu`` only when its hardware module counts chips: so the adapter asks that module whether a TPU is here."""
+    """The adapter loads torch_tpu through its ``torch.backends`` entry point (``_loader:load``),
+    which registers ``tpu`` only when its hardware module counts chips: so the adapter asks that
+    module whether a TPU is here."""
     found = [
         e.value
         for e in importlib.metadata.entry_points(group="torch.backends")
@@ -156,8 +163,9 @@ def test_its_entry_point_registers_tpu_only_where_its_hardware_module_finds_chip
 
 
 def test_chips_are_googles_pci_devices_bound_to_vfio_not_any_dev_accel(host, monkeypatch):
-    """Chip detection is torch_tpu's (``get_tpu_device_count``: Google PCI devices bound to VFIO): a /dev/accel* of
-    another driver is no TPU, and a host where torch_tpu counts chips is one."""
+    """Chip detection is torch_tpu's (``get_tpu_device_count``: Google PCI devices bound to
+    VFIO): a /dev/accel* of another driver is no TPU, and a host where torch_tpu counts chips is
+    one."""
     hardware = host(None)
     monkeypatch.setattr(
         glob, "glob", lambda pattern, **kw: ["/dev/accel0"] if "accel" in pattern else []
@@ -170,8 +178,9 @@ def test_chips_are_googles_pci_devices_bound_to_vfio_not_any_dev_accel(host, mon
 
 
 def test_the_device_count_is_the_probes_chips_not_the_hosts(host, monkeypatch):
-    """``device_count`` (recorded, and what ``devices: auto`` plans with) is the chips granted to the probe, one in a
-    sharded run's rank; the whole host's, as torch_tpu counts them, only where nothing pins the process."""
+    """``device_count`` (recorded, and what ``devices: auto`` plans with) is the chips granted to
+    the probe, one in a sharded run's rank; the whole host's, as torch_tpu counts them, only
+    where nothing pins the process."""
     host(V6E, 8)
     adapter = TpuAdapter()
     assert adapter.device_count() == adapter.devices_present() == 8
@@ -185,8 +194,9 @@ def test_the_device_count_is_the_probes_chips_not_the_hosts(host, monkeypatch):
 
 
 def test_chip_shapes_are_torch_tpus_own_tables(host):
-    """Every slice shape is torch_tpu's (``get_tpu_topology``): no 2-chip slice on v5e and v6e, "2,2,2" for 8 chips
-    of a v4 or v5p, v7's shapes with its 2 devices per chip; the adapter refuses what torch_tpu has no shape for."""
+    """Every slice shape is torch_tpu's (``get_tpu_topology``): no 2-chip slice on v5e and v6e,
+    "2,2,2" for 8 chips of a v4 or v5p, v7's shapes with its 2 devices per chip; the adapter
+    refuses what torch_tpu has no shape for."""
     hardware = host(V4)
     for pci_id, table in hardware._TOPOLOGY_BY_TPU_PCI_DEVICE_ID.items():
         host(pci_id)
@@ -212,8 +222,9 @@ def test_chip_shapes_are_torch_tpus_own_tables(host):
 
 
 def test_memory_is_torch_tpus_table_and_an_unknown_generation_has_none(host):
-    """HBM per device is torch_tpu's table for the generation (v7: its 192 GiB chip over 2 devices); a generation it
-    does not know gets no number, with the reason, never a guessed 16 GiB."""
+    """HBM per device is torch_tpu's table for the generation (v7: its 192 GiB chip over 2
+    devices); a generation it does not know gets no number, with the reason, never a guessed 16
+    GiB."""
     host(V5E)
     assert TpuAdapter().device_memory_bytes() == 16 * 2**30
     host(V7)
@@ -224,19 +235,20 @@ def test_memory_is_torch_tpus_table_and_an_unknown_generation_has_none(host):
         TpuAdapter().device_memory_bytes()
     from model_support.probe.devices.resolve import DeviceFacts
 
-    assert (
-        DeviceFacts("tpu", 1, None).memory_bytes is None
-    )  # what the runner records: null, the probe the reason
+    # what the runner records: null, the probe the reason
+    assert DeviceFacts("tpu", 1, None).memory_bytes is None
 
 
-# --- one chip per process, and the launch environment of a sharded run ----------------------------------------------
+# --- one chip per process, and the launch environment of a sharded run
+# ----------------------------------------------
 
 
 def test_one_chip_per_process_is_named_by_tpu_visible_devices(host):
-    """torch_tpu opens one chip per process, the one ``TPU_VISIBLE_DEVICES`` names (its binary reads it, and its
-    collision message tells each process to set it): a probe is pinned with it, and each rank of a sharded probe is
-    given its own chip of the grant with it (in a rank its runtime reads it before falling back to chip LOCAL_RANK,
-    which for a probe granted chips 4-7 would be chips 0-3)."""
+    """torch_tpu opens one chip per process, the one ``TPU_VISIBLE_DEVICES`` names (its binary
+    reads it, and its collision message tells each process to set it): a probe is pinned with it,
+    and each rank of a sharded probe is given its own chip of the grant with it (in a rank its
+    runtime reads it before falling back to chip LOCAL_RANK, which for a probe granted chips 4-7
+    would be chips 0-3)."""
     glue = _glue_library()
     assert b"TPU_VISIBLE_DEVICES\0" in glue and b"kTpuVisibleDevicesEnvVar" in glue
     assert (
@@ -256,20 +268,17 @@ def test_one_chip_per_process_is_named_by_tpu_visible_devices(host):
 
 
 def test_a_rank_gets_the_launch_environment_torch_tpus_runtime_requires(package):
-    """With WORLD_SIZE set (the elastic launch sets it in every rank) torch_tpu's runtime takes its distributed path,
-    which requires ``LAUNCH_REQUIRED`` ("missing required environment variables for distributed training"); the
-    launcher's parent sets them with torch_tpu's own ``set_tpu_launch_env`` (``sharded.launch.launch_environment``):
-    one address per rank, the slice shape from its table, nothing left in the probe's own environment."""
+    """With WORLD_SIZE set (the elastic launch sets it in every rank) torch_tpu's runtime takes
+    its distributed path, which requires ``LAUNCH_REQUIRED`` ("missing required environment
+    variables for distributed training"); the launcher's parent sets them with torch_tpu's own
+    ``set_tpu_launch_env`` (``sharded.launch.launch_environment``): one address per rank, the
+    slice shape from its table, nothing left in the probe's own environment."""
     glue = _glue_library()
     assert b"missing required environment variables for distributed training: " in glue
     for name in (*tpu.LAUNCH_REQUIRED, "WORLD_SIZE", "LOCAL_RANK"):
         assert name.encode() + b"\0" in glue, name
-    shapes = {
-        1: "1,1,1",
-        2: "1,2,1",
-        4: "2,2,1",
-        8: "2,2,2",
-    }  # torch_tpu's v4 table, the faked host's
+    # torch_tpu's v4 table, the faked host's
+    shapes = {1: "1,1,1", 2: "1,2,1", 4: "2,2,1", 8: "2,2,2"}
     for ranks, launch in package["launch"].items():
         assert set(tpu.LAUNCH_REQUIRED) <= set(launch) <= set(tpu.LAUNCH_VARS)
         assert len(launch["TORCH_TPU_SLICEBUILDER_ADDRESSES"].split(",")) == int(ranks)
@@ -283,17 +292,17 @@ def test_a_rank_gets_the_launch_environment_torch_tpus_runtime_requires(package)
 
 
 def test_the_variables_its_binary_reads_are_the_ones_the_adapter_sets():
-    """Each variable the adapter sets for a probe or a rank (``PLACE_VARS``) is one torch_tpu's binaries read or
-    write (its glue, or its environment module for what its Python reads: the profiling session); a release that
-    drops one fails here."""
+    """Each variable the adapter sets for a probe or a rank (``PLACE_VARS``) is one torch_tpu's
+    binaries read or write (its glue, or its environment module for what its Python reads: the
+    profiling session); a release that drops one fails here."""
     glue = _glue_library(also_env=True)
     missing = [name for name in tpu.PLACE_VARS if name.encode() + b"\0" not in glue]
     assert missing == []
 
 
 def test_tpu_dist_is_for_tpu_tensors_only_so_the_group_pairs_it_with_gloo(package):
-    """torch_tpu registers ``tpu_dist`` (alias ``tpu``) for ``tpu`` devices only: alone, a run's CPU tensors have no
-    backend; the adapter's process group gives them gloo."""
+    """torch_tpu registers ``tpu_dist`` (alias ``tpu``) for ``tpu`` devices only: alone, a run's
+    CPU tensors have no backend; the adapter's process group gives them gloo."""
     assert package["backend_for_tpu_devices"] == "tpu_dist" and package["tpu_dist_devices"] == [
         "tpu"
     ]
@@ -302,11 +311,13 @@ def test_tpu_dist_is_for_tpu_tensors_only_so_the_group_pairs_it_with_gloo(packag
     assert TpuAdapter().distributed_backend() == "cpu:gloo,tpu:tpu_dist"
 
 
-# --- the prepared check for a TPU host -----------------------------------------------------------------------------
+# --- the prepared check for a TPU host
+# -----------------------------------------------------------------------------
 
 
 def test_the_tpu_device_check_parses_and_refuses_clearly_without_a_chip():
-    """``bench/device_check_tpu.sh`` cannot run here: it parses, and says "no TPU here" (exit status 2) at once."""
+    """``bench/device_check_tpu.sh`` cannot run here: it parses, and says "no TPU here" (exit
+    status 2) at once."""
     script = REPO / "bench" / "device_check_tpu.sh"
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
     if tpu.tpu_hardware_visible():

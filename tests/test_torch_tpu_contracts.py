@@ -1,19 +1,23 @@
-"""What the tpu adapter assumes of torch_tpu, checked against the installed 0.2.0 package with no chip (issue 58,
-items 2, 3 and 5): a release that changes one of these fails the test named for it, not a sweep on a TPU VM.
+"""What the tpu adapter assumes of torch_tpu, checked against the installed 0.2.0 package with no
+chip (issue 58, items 2, 3 and 5): a release that changes one of these fails the test named for it,
+not a sweep on a TPU VM.
 
-- **The CPU fallback** (item 2): torch_tpu registers a boxed fallback for PrivateUse1 but its CPU fallback is off
-  by default (``torch_tpu._internal.execution_mode.enable_cpu_fallback``, a Python property, no environment
-  variable): an operator only that fallback catches raises "'<op>' is not implemented for TPU". The adapter reads the
-  switch (``fallback_runs``) and calls such an operator missing while it is off, fallback once it is on, naming it.
-- **The compile patch** (item 3): torch_tpu patches torch.compile, when its device initialises, to give its ``tpu``
-  backend ``dynamic=False``, and that backend refuses dynamic=True. The probe reads the stack's ``dynamic`` from
-  torch.compile itself (``probe_compile.compile_dynamic``) and then generates with the static KV cache.
-- **The settings** (item 5): the ``TORCH_TPU_*`` variables its binary reads that change results or timings are the
-  adapter's configuration; the ones its own launcher writes are the harness's; the blocking switch its binary reads
-  is ``TORCH_TPU_LAUNCH_BLOCKING``.
+- **The CPU fallback** (item 2): torch_tpu registers a boxed fallback for PrivateUse1 but its CPU
+  fallback is off by default (``torch_tpu._internal.execution_mode.enable_cpu_fallback``, a Python
+  property, no environment variable): an operator only that fallback catches raises "'<op>' is not
+  implemented for TPU". The adapter reads the switch (``fallback_runs``) and calls such an operator
+  missing while it is off, fallback once it is on, naming it.
+- **The compile patch** (item 3): torch_tpu patches torch.compile, when its device initialises, to
+  give its ``tpu`` backend ``dynamic=False``, and that backend refuses dynamic=True. The probe reads
+  the stack's ``dynamic`` from torch.compile itself (``probe_compile.compile_dynamic``) and then
+  generates with the static KV cache.
+- **The settings** (item 5): the ``TORCH_TPU_*`` variables its binary reads that change results or
+  timings are the adapter's configuration; the ones its own launcher writes are the harness's; the
+  blocking switch its binary reads is ``TORCH_TPU_LAUNCH_BLOCKING``.
 
-torch_tpu is imported in one child process for the module (it takes seconds, and it must not load into pytest's
-process); the binary's variable names are read from the installed file, nothing imported.
+torch_tpu is imported in one child process for the module (it takes seconds, and it must not load
+into pytest's process); the binary's variable names are read from the installed file, nothing
+imported.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ pytestmark = pytest.mark.skipif(
     reason="the torch_tpu wheel is not installed here",
 )
 
-#: The settings of torch_tpu 0.2.0 that change what a run gives or how fast (docs/devices.md, "Settings").
+#: The settings of torch_tpu 0.2.0 that change what a run gives or how fast (docs/devices.md,
+#: "Settings").
 RESULT_SETTINGS = (
     "TORCH_TPU_DEFER_AND_FUSE",
     "TORCH_TPU_LAUNCH_BLOCKING",
@@ -44,7 +49,8 @@ RESULT_SETTINGS = (
     "TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT",
     "TORCH_TPU_ENABLE_DEBUG_CHECKS",
 )
-#: An operator with no TPU kernel that only torch_tpu 0.2.0's boxed fallback catches (the CPU's attention kernel).
+#: An operator with no TPU kernel that only torch_tpu 0.2.0's boxed fallback catches (the CPU's
+#: attention kernel).
 FALLBACK_ONLY = "aten::_scaled_dot_product_flash_attention_for_cpu"
 #: What torch_tpu 0.2.0's fallback says when its CPU fallback is off.
 NOT_IMPLEMENTED = "' is not implemented for TPU. Please file a feature request"
@@ -91,7 +97,8 @@ CHILD = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def torch_tpu_facts() -> dict:
-    """What the installed torch_tpu says, asked once in a child process that loads it (no chip here)."""
+    """What the installed torch_tpu says, asked once in a child process that loads it (no chip
+    here)."""
     env = {
         **os.environ,
         "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
@@ -113,7 +120,8 @@ def _package() -> Path:
 
 @functools.cache
 def _glue_library() -> Path:
-    """torch_tpu's glue library for the torch installed here (it ships one per torch release it supports)."""
+    """torch_tpu's glue library for the torch installed here (it ships one per torch release it
+    supports)."""
     import torch
 
     major, minor, patch = re.match(r"(\d+)\.(\d+)\.(\d+)", torch.__version__).groups()  # type: ignore[union-attr]
@@ -125,7 +133,8 @@ def _glue_library() -> Path:
 
 @functools.cache
 def _binary_variables() -> frozenset[str]:
-    """The TORCH_TPU_* names in torch_tpu's glue library (what its C++ reads: ``strings`` on the file)."""
+    """The TORCH_TPU_* names in torch_tpu's glue library (what its C++ reads: ``strings`` on the
+    file)."""
     return frozenset(
         m.decode() for m in re.findall(rb"(?<![A-Z0-9_])TORCH_TPU_[A-Z0-9_]+", _binary())
     )
@@ -137,13 +146,14 @@ def _binary() -> bytes:
 
 
 def _written_by_torch_tpu() -> set[str]:
-    """The TORCH_TPU_* variables torch_tpu's Python writes into the environment itself (``get_and_set_str_env_once``:
-    its launcher's, for a sharded run's ranks to agree on)."""
+    """The TORCH_TPU_* variables torch_tpu's Python writes into the environment itself
+    (``get_and_set_str_env_once``: its launcher's, for a sharded run's ranks to agree on)."""
     pattern = re.compile(r"get_and_set_str_env_once\(\s*\"(TORCH_TPU_\w+)\"")
     return {name for path in _package().rglob("*.py") for name in pattern.findall(path.read_text())}
 
 
-# --- item 2: the CPU fallback ---------------------------------------------------------------------------------
+# --- item 2: the CPU fallback
+# ---------------------------------------------------------------------------------
 
 
 def test_torch_tpu_s_cpu_fallback_is_off_by_default_and_its_switch_is_the_one_the_adapter_names(
@@ -151,13 +161,11 @@ def test_torch_tpu_s_cpu_fallback_is_off_by_default_and_its_switch_is_the_one_th
 ):
     from model_support.probe.devices.tpu import TpuAdapter
 
-    assert (
-        torch_tpu_facts["boxed_fallback"] is True
-    )  # registered: the registrations alone would say "fallback"
+    # registered: the registrations alone would say "fallback"
+    assert torch_tpu_facts["boxed_fallback"] is True
     assert torch_tpu_facts["default"] is False
-    assert (
-        torch_tpu_facts["switched"] is True
-    )  # the property the adapter names is the one that turns it on
+    # the property the adapter names is the one that turns it on
+    assert torch_tpu_facts["switched"] is True
     switch = f"{TpuAdapter.cpu_fallback_switch} = True"
     assert torch_tpu_facts["runs_off"] == [False, switch] and torch_tpu_facts["runs_on"] == [
         True,
@@ -179,9 +187,8 @@ def test_an_operator_only_the_fallback_catches_is_missing_while_it_is_off_and_sa
         "aten::mm": "implemented",
         "aten::_to_copy": "implemented",
     }
-    assert (
-        torch_tpu_facts["op_coverage_off"] == coverage
-    )  # what a probe's row records (ops_missing) agrees
+    # what a probe's row records (ops_missing) agrees
+    assert torch_tpu_facts["op_coverage_off"] == coverage
     assert (
         list(notes) == [FALLBACK_ONLY]
         and f"{TpuAdapter.cpu_fallback_switch} = True makes it" in notes[FALLBACK_ONLY]
@@ -190,31 +197,31 @@ def test_an_operator_only_the_fallback_catches_is_missing_while_it_is_off_and_sa
     assert on[FALLBACK_ONLY] == "fallback" and "CPU fallback is on" in on_notes[FALLBACK_ONLY]
 
 
-# --- item 3: the compile patch ----------------------------------------------------------------------------------
+# --- item 3: the compile patch
+# ----------------------------------------------------------------------------------
 
 
 def test_torch_tpu_compiles_its_backend_with_dynamic_false_and_the_probe_reads_it(torch_tpu_facts):
-    """Its loader installs the patch at device initialisation; patched, torch.compile gives ``tpu`` (the adapter's
-    backend) dynamic=False and leaves other backends to torch's default; its backend refuses dynamic=True."""
+    """Its loader installs the patch at device initialisation; patched, torch.compile gives
+    ``tpu`` (the adapter's backend) dynamic=False and leaves other backends to torch's default;
+    its backend refuses dynamic=True."""
     assert torch_tpu_facts["patch_installed_at_init"] is True
-    assert torch_tpu_facts["dynamic_unpatched"] == {
-        "tpu": None,
-        "inductor": None,
-    }  # no chip: not installed
+    # no chip: not installed
+    assert torch_tpu_facts["dynamic_unpatched"] == {"tpu": None, "inductor": None}
     assert torch_tpu_facts["dynamic"] == {"tpu": False, "inductor": None, "aot_eager": None}
-    assert (
-        torch_tpu_facts["explicit"] is False
-    )  # the tpu adapter's backend: a compiled probe takes the static cache
+    # the tpu adapter's backend: a compiled probe takes the static cache
+    assert torch_tpu_facts["explicit"] is False
     assert torch_tpu_facts["refuses_dynamic"] is True
 
 
-# --- item 5: the settings ---------------------------------------------------------------------------------------
+# --- item 5: the settings
+# ---------------------------------------------------------------------------------------
 
 
-#: Every TORCH_TPU_ variable torch_tpu 0.2.0's binary reads, and whose it is: the stack's (recorded: it changes
-#: results, timings or what is kept), the harness's (a run's launch, set per probe) or the host's (its ports and
-#: devices). A release that reads a new one fails the test below until it is placed here (review: a check that every
-#: name matched ``TORCH_TPU_*`` could not fail).
+#: Every TORCH_TPU_ variable torch_tpu 0.2.0's binary reads, and whose it is: the stack's (recorded:
+#: it changes results, timings or what is kept), the harness's (a run's launch, set per probe) or
+#: the host's (its ports and devices). A release that reads a new one fails the test below until it
+#: is placed here (review: a check that every name matched ``TORCH_TPU_*`` could not fail).
 TORCH_TPU_VARIABLES = {
     **dict.fromkeys(RESULT_SETTINGS, "stack"),
     **dict.fromkeys(

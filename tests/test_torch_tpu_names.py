@@ -1,9 +1,10 @@
-"""Keep the real names honest: every torch_tpu name the tpu adapter and the probe use exists in the
-torch_tpu 0.2.0 wheel installed from the package index (a dev dependency; no chip is needed to import
-it), so an API rename fails this test rather than a sweep on a TPU VM. Skipped only where the wheel
-could not be installed. What the adapter assumes they do is checked against the package, without a chip, by
-tests/test_torch_tpu_conformance.py; what they do on a chip (the cache counters, the fused mode, the tpu_dist process
-group's collectives) only a TPU host can confirm: see docs/devices.md and bench/device_check_tpu.sh."""
+"""Keep the real names honest: every torch_tpu name the tpu adapter and the probe use exists in
+the torch_tpu 0.2.0 wheel installed from the package index (a dev dependency; no chip is needed
+to import it), so an API rename fails this test rather than a sweep on a TPU VM. Skipped only
+where the wheel could not be installed. What the adapter assumes they do is checked against the
+package, without a chip, by tests/test_torch_tpu_conformance.py; what they do on a chip (the
+cache counters, the fused mode, the tpu_dist process group's collectives) only a TPU host can
+confirm: see docs/devices.md and bench/device_check_tpu.sh."""
 
 from __future__ import annotations
 
@@ -28,13 +29,14 @@ pytestmark = pytest.mark.skipif(
     reason="the torch_tpu wheel is not installed here",
 )
 
-#: ``torch.tpu.<name>`` written out, and ``getattr(torch.tpu, "<name>")`` / ``getattr(tpu, "<name>")``.
+#: ``torch.tpu.<name>`` written out, and ``getattr(torch.tpu, "<name>")`` / ``getattr(tpu,
+#: "<name>")``.
 _DOTTED = re.compile(r"\btorch\.tpu\.([A-Za-z_][\w.]*[A-Za-z0-9_])")
 _GETATTR = re.compile(r"getattr\((?:torch\.)?tpu, \"(\w+)\"")
 #: The generic adapter's calls: ``self.ask("<name>")`` on torch.accelerator, else on torch.<device>.
 _ASKED = re.compile(r"\bask\(\"(\w+)\"")
-#: What the tpu adapter asks of torch_tpu's hardware module (``hardware.<name>``, ``torch_tpu_hardware().<name>``)
-#: and of its distributed module (``distributed.<name>``).
+#: What the tpu adapter asks of torch_tpu's hardware module (``hardware.<name>``,
+#: ``torch_tpu_hardware().<name>``) and of its distributed module (``distributed.<name>``).
 _HARDWARE = re.compile(r"\b(?:hardware|torch_tpu_hardware\(\))\.([A-Za-z_][\w.]*\w)")
 _LAUNCH = re.compile(r"\bdistributed\.([A-Za-z_]\w*)\(")
 TPU_ADAPTER = SRC / "probe" / "devices" / "tpu.py"
@@ -48,8 +50,8 @@ def _names(pattern: re.Pattern, paths) -> set[str]:
 
 
 def names_used() -> dict[str, list[str]]:
-    """What the package's source asks of torch_tpu, found in the source itself (so a new call is checked
-    without anyone listing it here)."""
+    """What the package's source asks of torch_tpu, found in the source itself (so a new call is
+    checked without anyone listing it here)."""
     sources = list(SRC.rglob("*.py"))
     tpu = _names(_DOTTED, sources) | _names(_GETATTR, sources)
     asked = _names(_ASKED, [SRC / "probe" / "devices" / "accelerator.py"])
@@ -130,16 +132,15 @@ def test_every_torch_tpu_name_the_adapter_and_the_probe_use_exists_in_the_wheel(
 
 
 def test_the_tpu_backend_loads_through_its_torch_backends_entry_point():
-    """The tpu adapter loads torch_tpu as torch's autoload does (``probe_backend.load_backend``): through the
-    ``torch.backends`` entry point that provides device 'tpu'."""
+    """The tpu adapter loads torch_tpu as torch's autoload does (``probe_backend.load_backend``):
+    through the ``torch.backends`` entry point that provides device 'tpu'."""
     found = [
         e
         for e in entry_points(group=probe_backend.BACKENDS_GROUP)
         if probe_backend.backend_device(e.name) == "tpu"
     ]
     assert [e.value for e in found] == ["torch_tpu._loader:load"]
-    spec = importlib.util.find_spec(
-        "torch_tpu"
-    )  # its submodule's spec would import the package (and libtpu's setup)
+    # its submodule's spec would import the package (and libtpu's setup)
+    spec = importlib.util.find_spec("torch_tpu")
     assert spec is not None and spec.submodule_search_locations
     assert (Path(next(iter(spec.submodule_search_locations))) / "_loader.py").is_file()

@@ -1,5 +1,6 @@
-"""One convention per unit, labelled right everywhere: sizes on disk and on the wire are decimal (KB, MB,
-GB = 1e3, 1e6, 1e9 bytes, as the Hub and ``cache.max_gb`` count), memory is binary and says so (MiB)."""
+"""One convention per unit, labelled right everywhere: sizes on disk and on the wire are decimal
+(KB, MB, GB = 1e3, 1e6, 1e9 bytes, as the Hub and ``cache.max_gb`` count), memory is binary and
+says so (MiB)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ def test_a_size_is_decimal_and_says_so():
 
 
 def test_the_room_check_and_the_cache_budget_count_a_gb_alike(tmp_path):
-    """The data folder's free space is told in the same GB as the cache budget (1e9 bytes; it said 2^30)."""
+    """The data folder's free space is told in the same GB as the cache budget (1e9 bytes; it
+    said 2^30)."""
     cache = budget.CacheBudget(str(tmp_path), max_gb=1)
     assert (
         cache.too_large_reason(10**9 + 10**7) == "too large for the cache budget: 1.01 GB > 1 GB."

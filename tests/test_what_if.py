@@ -1,11 +1,13 @@
-"""What-if runs (issue 48, parts 1 and 2): a sweep with ``host_ops`` runs the operators it names on the host's CPU
-kernels, through kernels registered for the device's dispatch key (``probe.host_ops``), and is never the stack's
-verdict: its rows are kept in the ``what_if`` config, and the gate, the exports, the support card and the
-``results`` config read the same before and after it.
+"""What-if runs (issue 48, parts 1 and 2): a sweep with ``host_ops`` runs the operators it names
+on the host's CPU kernels, through kernels registered for the device's dispatch key
+(``probe.host_ops``), and is never the stack's verdict: its rows are kept in the ``what_if``
+config, and the gate, the exports, the support card and the ``results`` config read the same
+before and after it.
 
-On the pretend device whose ``aten::silu`` crashes (the process aborts, as a device runtime's does): the stack's
-sweep fails tiny-llama (SiLU-gated MLP) and passes tiny-gpt2 (GELU); the what-if sweep with silu on the host passes
-tiny-llama, its numbers checked against the CPU reference, its host calls counted."""
+On the pretend device whose ``aten::silu`` crashes (the process aborts, as a device runtime's
+does): the stack's sweep fails tiny-llama (SiLU-gated MLP) and passes tiny-gpt2 (GELU); the
+what-if sweep with silu on the host passes tiny-llama, its numbers checked against the CPU
+reference, its host calls counted."""
 
 from __future__ import annotations
 
@@ -38,7 +40,8 @@ def sweep(tmp, data, name: str, probe: dict, check: bool = True) -> subprocess.C
 
 
 def seen(data, sweep_id: str) -> dict:
-    """What the stack's readers say of a sweep: its results rows, its exports, the support card of each model."""
+    """What the stack's readers say of a sweep: its results rows, its exports, the support card
+    of each model."""
     import polars as pl
 
     from model_support.analysis.support import support
@@ -68,9 +71,8 @@ def what_if(tmp_path_factory, fixture_models) -> dict:
     sweep(tmp, data, "stack", {})
     (stack,) = store.list_sweeps(data)
     before = seen(data, stack)
-    done = sweep(
-        tmp, data, "silu-on-host", {"host_ops": "aten::silu", "perf": "on"}
-    )  # asked, and still not timed
+    # asked, and still not timed
+    done = sweep(tmp, data, "silu-on-host", {"host_ops": "aten::silu", "perf": "on"})
     (hosted,) = [s for s in store.list_sweeps(data) if s != stack]
     return {
         "tmp": tmp,
@@ -109,8 +111,8 @@ def test_the_stack_crashes_where_the_what_if_run_passes_with_silu_on_the_host(wh
 
 
 def test_a_what_if_run_is_never_the_stacks_verdict(what_if):
-    """The results config holds no row of the what-if sweep, and what the gate, the exports and the support card
-    say of the stack is what they said before it ran."""
+    """The results config holds no row of the what-if sweep, and what the gate, the exports and
+    the support card say of the stack is what they said before it ran."""
     import polars as pl
 
     from model_support.record import store
@@ -124,16 +126,13 @@ def test_a_what_if_run_is_never_the_stacks_verdict(what_if):
     assert all(
         "PASS" not in str(card) or "tiny-gpt2" in name for name, card in after["support"].items()
     )
-    assert (
-        store.resolve_sweep_id(data, "latest") == what_if["stack"]
-    )  # the newest sweep of the stack, not the what-if
-    with pytest.raises(
-        UserError, match="is a what-if sweep"
-    ):  # latest never names one, even of its own name
+    # the newest sweep of the stack, not the what-if
+    assert store.resolve_sweep_id(data, "latest") == what_if["stack"]
+    # latest never names one, even of its own name
+    with pytest.raises(UserError, match="is a what-if sweep"):
         store.resolve_sweep_id(data, "latest:silu-on-host")
-    assert (
-        store.resolve_sweep_id(data, what_if["hosted"][:-2]) == what_if["hosted"]
-    )  # its id (a prefix) does
+    # its id (a prefix) does
+    assert store.resolve_sweep_id(data, what_if["hosted"][:-2]) == what_if["hosted"]
     done = cli(
         ["diff", what_if["stack"], what_if["hosted"], "--fail-on", "regressions"], data, check=False
     )
@@ -166,9 +165,10 @@ def test_an_operator_that_cannot_go_to_the_host_is_refused_by_name_before_anythi
 
 
 def test_a_what_if_sweep_is_refused_where_it_would_pass_for_the_stacks(what_if):
-    """Review's findings: host_ops in one model's overrides (a sweep mixing what-if runs with the stack's), a
-    nightly of a what-if definition, the repro script of a what-if run (it would run the stack's own kernels) are one
-    sentence each; ``list`` counts a what-if sweep's runs apart from the stack's verdicts."""
+    """Review's findings: host_ops in one model's overrides (a sweep mixing what-if runs with the
+    stack's), a nightly of a what-if definition, the repro script of a what-if run (it would run
+    the stack's own kernels) are one sentence each; ``list`` counts a what-if sweep's runs apart
+    from the stack's verdicts."""
     import yaml
 
     from model_support.record import store
@@ -206,24 +206,22 @@ def test_a_what_if_sweep_is_refused_where_it_would_pass_for_the_stacks(what_if):
     listed = {r["sweep_id"]: r for r in json.loads(cli(["list", "--json"], data).stdout)}[
         what_if["hosted"]
     ]
-    assert listed["PASS"] == 0 and listed["what_if"]["PASS"] == 2, (
-        listed
-    )  # its own runs, no PASS of the stack
-    assert (
-        listed["what_if"]["host_ops"] == "aten::silu" and listed["what_if"]["proves"] is None
-    )  # run by hand
+    # its own runs, no PASS of the stack
+    assert listed["PASS"] == 0 and listed["what_if"]["PASS"] == 2, listed
+    # run by hand
+    assert listed["what_if"]["host_ops"] == "aten::silu" and listed["what_if"]["proves"] is None
     assert "what-if 2" in cli(["list"], data).stdout
-    said = " ".join(
-        cli(["ops", what_if["hosted"]], data).stdout.split()
-    )  # no plan of its own: said, not empty
+    # no plan of its own: said, not empty
+    said = " ".join(cli(["ops", what_if["hosted"]], data).stdout.split())
     assert said.startswith(
         f"Sweep {what_if['hosted']} is a what-if run with aten::silu on the host"
     ), said
 
 
 def test_a_what_if_sweep_says_what_it_is_in_its_summary_and_its_own_report(what_if):
-    """Its runs are read where they are kept (the ``what_if`` config): its report counts them, not "not tested",
-    and says first that operators ran on the host; the sweep's summary says each verdict as a what-if one."""
+    """Its runs are read where they are kept (the ``what_if`` config): its report counts them,
+    not "not tested", and says first that operators ran on the host; the sweep's summary says
+    each verdict as a what-if one."""
     from model_support.analysis.report_tables import report_tables
     from model_support.render import report
     from model_support.render.html import header_html
@@ -242,18 +240,17 @@ def test_a_what_if_sweep_says_what_it_is_in_its_summary_and_its_own_report(what_
         and "host_ops: aten::silu" in head
         and "no verdict of the stack" in head
     )
-    assert (
-        report.previous_sweep(what_if["data"], what_if["hosted"]) is None
-    )  # no stack sweep is its baseline
+    # no stack sweep is its baseline
+    assert report.previous_sweep(what_if["data"], what_if["hosted"]) is None
     stack = report_tables(what_if["data"], what_if["stack"])
-    assert (
-        "what_if" not in stack and stack["summary"]["models"][0] == 2
-    )  # the stack's own: no what-if row in it
+    # the stack's own: no what-if row in it
+    assert "what_if" not in stack and stack["summary"]["models"][0] == 2
 
 
 def test_the_explorer_shows_the_stacks_sweeps_and_no_what_if_one(what_if):
-    """The explorer is the stack's history: a what-if sweep (its rows in its own config, its models listed in its
-    definition) is no column of it, neither as runs nor as models "not tested" by it."""
+    """The explorer is the stack's history: a what-if sweep (its rows in its own config, its
+    models listed in its definition) is no column of it, neither as runs nor as models "not
+    tested" by it."""
     import shutil
 
     from model_support import analysis
@@ -263,8 +260,9 @@ def test_the_explorer_shows_the_stacks_sweeps_and_no_what_if_one(what_if):
     page = explorer_data(what_if["data"])
     shown = [row[0] for row in page["sweeps"]]
     assert what_if["stack"] in shown and what_if["hosted"] not in shown, shown
-    # a dataset pulled without its definitions, with a what-if sweep's rows in results too (the runner's stand-ins
-    # went there until review found it): their host_ops tell, the sweep is known by them and shown by none
+    # a dataset pulled without its definitions, with a what-if sweep's rows in results too (the
+    # runner's stand-ins went there until review found it): their host_ops tell, the sweep is known
+    # by them and shown by none
     pulled = what_if["tmp"] / "pulled"
     shutil.copytree(what_if["data"], pulled, ignore=shutil.ignore_patterns("sweeps", "reports"))
     hosted = f"sweep={what_if['hosted']}"

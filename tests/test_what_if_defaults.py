@@ -1,12 +1,15 @@
-"""A what-if sweep is never taken for the stack's (issue 54, item 4): ``latest:NAME`` and every default that picks a
-sweep (the report's and the nightly's baseline, the gate's earlier verdicts) skip it, its exact id or a unique prefix
-still names it; ``ops`` of one says what it is and where its answers are; ``list`` shows its own runs' counts,
-labelled what-if, right after the sweep it proves.
+"""A what-if sweep is never taken for the stack's (issue 54, item 4): ``latest:NAME`` and every
+default that picks a sweep (the report's and the nightly's baseline, the gate's earlier verdicts)
+skip it, its exact id or a unique prefix still names it; ``ops`` of one says what it is and where
+its answers are; ``list`` shows its own runs' counts, labelled what-if, right after the sweep it
+proves.
 
-Sweep folders, records and Parquet files made by hand (no probe runs): two sweeps of the stack ``smoke``, a what-if
-sweep run by hand under the stack's own name (``sweep -p host_ops=aten::silu``) whose timed-out stand-in went to
-``results`` (as stand-ins did until review found it), and a what-if sweep ``ops smoke --prove`` ran for the second
-(``smoke-what-if``, named in that sweep's proof.json and by its description), with a PASS and a timeout."""
+Sweep folders, records and Parquet files made by hand (no probe runs): two sweeps of the stack
+``smoke``, a what-if sweep run by hand under the stack's own name (``sweep -p
+host_ops=aten::silu``) whose timed-out stand-in went to ``results`` (as stand-ins did until
+review found it), and a what-if sweep ``ops smoke --prove`` ran for the second
+(``smoke-what-if``, named in that sweep's proof.json and by its description), with a PASS and a
+timeout."""
 
 from __future__ import annotations
 
@@ -22,12 +25,13 @@ from model_support.record.sweep_meta import ModelEntry, SweepMeta
 A, B = "smoke-20261201T000000Z-aaaa", "smoke-20261202T000000Z-bbbb"
 BY_HAND = "smoke-20261203T000000Z-cccc"  # sweep -p host_ops=aten::silu, under the stack's name
 PROVED = "smoke-what-if-20261204T000000Z-dddd"  # ops B --prove's step 1
-LATER = "smoke-20261205T000000Z-eeee"  # a sweep of the stack after the what-if ones (the baselines' test)
+# a sweep of the stack after the what-if ones (the baselines' test)
+LATER = "smoke-20261205T000000Z-eeee"
 
 
 def make(data, sweep_id: str, day: int, host_ops: str | None = None, description: str = "") -> None:
-    """A sweep of org/a and org/b on the CPU, both stored and compacted: PASS and, for a what-if sweep, a timed-out
-    stand-in (carrying the setting only)."""
+    """A sweep of org/a and org/b on the CPU, both stored and compacted: PASS and, for a what-if
+    sweep, a timed-out stand-in (carrying the setting only)."""
     probe = {"device": "cpu", **({"host_ops": host_ops, "reference": "cpu"} if host_ops else {})}
     SweepMeta(
         sweep_id=sweep_id,
@@ -57,8 +61,8 @@ def make(data, sweep_id: str, day: int, host_ops: str | None = None, description
 
 
 def stand_in_in_results(data, sweep_id: str) -> None:
-    """The what-if sweep's timed-out stand-in in ``results`` too, as compaction put it before review's fix (a pulled
-    history keeps it)."""
+    """The what-if sweep's timed-out stand-in in ``results`` too, as compaction put it before
+    review's fix (a pulled history keeps it)."""
     record = schema.empty_record(
         sweep_id=sweep_id,
         model_id="org/b",
@@ -96,9 +100,8 @@ def cli(data, *args: str):
 def test_latest_of_a_name_is_the_newest_sweep_of_the_stack_and_a_what_if_sweep_is_named_by_its_id(
     data,
 ):
-    assert (
-        store.resolve_sweep_id(data, "latest:smoke") == B
-    )  # not BY_HAND, newer and of the same name
+    # not BY_HAND, newer and of the same name
+    assert store.resolve_sweep_id(data, "latest:smoke") == B
     assert store.resolve_sweep_id(data, "latest") == B  # not PROVED, the newest of all
     with pytest.raises(
         UserError,
@@ -108,16 +111,15 @@ def test_latest_of_a_name_is_the_newest_sweep_of_the_stack_and_a_what_if_sweep_i
     assert store.resolve_sweep_id(data, BY_HAND) == BY_HAND  # its id names it
     assert store.resolve_sweep_id(data, "smoke-20261203") == BY_HAND  # so does a unique prefix
     assert store.resolve_sweep_id(data, "smoke-what-if") == PROVED
-    done = cli(
-        data, "aggregate", "latest:smoke"
-    )  # a command given latest:NAME acts on the stack's sweep
+    # a command given latest:NAME acts on the stack's sweep
+    done = cli(data, "aggregate", "latest:smoke")
     assert done.exit_code == 0 and done.output.startswith(f"{B}: 2 result rows"), done.output
 
 
 def test_no_default_baseline_is_a_what_if_sweep_even_with_rows_in_results(tmp_path):
-    """The report's default baseline, the nightly's (``flakes.baseline_id``) and the gate's earlier verdicts all pick
-    by ``previous_sweep_id``: a what-if sweep of the stack's name, newer and with a stand-in in results, is none of
-    them."""
+    """The report's default baseline, the nightly's (``flakes.baseline_id``) and the gate's
+    earlier verdicts all pick by ``previous_sweep_id``: a what-if sweep of the stack's name,
+    newer and with a stand-in in results, is none of them."""
     import shutil
 
     import polars as pl
@@ -131,9 +133,8 @@ def test_no_default_baseline_is_a_what_if_sweep_even_with_rows_in_results(tmp_pa
     stand_in_in_results(tmp_path, BY_HAND)
     make(tmp_path, LATER, 5)
     sweeps = analysis.sweep_index(tmp_path)
-    assert (
-        sweeps.filter(pl.col("sweep_id") == BY_HAND)["models"].item() == 1
-    )  # it has a results row
+    # it has a results row
+    assert sweeps.filter(pl.col("sweep_id") == BY_HAND)["models"].item() == 1
     assert report.previous_sweep(tmp_path, LATER) == A  # the report's default baseline
     assert flakes.baseline_id(tmp_path, store.read_sweep(tmp_path, LATER)) == A  # the nightly's
     assert analysis.previous_sweep_id(sweeps, LATER) == A
@@ -151,8 +152,9 @@ def test_no_default_baseline_is_a_what_if_sweep_even_with_rows_in_results(tmp_pa
 
 
 def test_ops_of_a_what_if_sweep_says_what_it_is_and_where_its_answers_are(data):
-    """Exit status 0 and one sentence (it is a question with an answer, not bad input); --json gives the sentence and
-    its facts; --prove and --complete, which would run it, are refused (exit status 2)."""
+    """Exit status 0 and one sentence (it is a question with an answer, not bad input); --json
+    gives the sentence and its facts; --prove and --complete, which would run it, are refused
+    (exit status 2)."""
     done = cli(data, "ops", PROVED)
     said = " ".join(done.output.split())
     assert done.exit_code == 0, done.output
@@ -198,9 +200,8 @@ def test_list_shows_a_what_if_sweeps_own_counts_right_after_the_sweep_it_proves(
     }
     assert [proved[v] for v in schema.VERDICTS] == [0, 0, 0, 0]  # never a verdict of the stack
     assert proved["state"] == "complete, what-if: 2 run(s) with aten::rsqrt on the host"
-    assert (
-        rows[0]["what_if"]["proves"] is None and rows[0]["what_if"]["PASS"] == 1
-    )  # by hand: proves none
+    # by hand: proves none
+    assert rows[0]["what_if"]["proves"] is None and rows[0]["what_if"]["PASS"] == 1
     assert "what_if" not in rows[1] and rows[1]["PASS"] == 2  # the stack's sweep, as before
     table = cli(data, "list").output
     starts = {s: table.index(f"│ {s} ") for s in (A, B, BY_HAND, PROVED)}  # each row's first line
@@ -214,15 +215,15 @@ def test_list_shows_a_what_if_sweeps_own_counts_right_after_the_sweep_it_proves(
     assert "what-if" not in line[B] and "↳" not in line[BY_HAND] and "what-if 1" in line[BY_HAND], (
         table
     )
-    assert "what-if: a sweep run with operators on the host" in " ".join(
-        table.split()
-    )  # what the label means
+    # what the label means
+    assert "what-if: a sweep run with operators on the host" in " ".join(table.split())
 
 
 def test_an_old_what_if_stand_in_in_results_is_no_verdict_of_the_support_card_nor_a_flip(tmp_path):
-    """Review: a what-if sweep's timed-out stand-in left in ``results`` (until recompaction) was the support card's
-    latest verdict of the stack (FAIL(other), 1 of 3 sweeps agreeing) and a flip in the report's streaks (org/b: 4
-    sweeps, 2 flips, streak 1). Both read the stack's rows only (``store.of_the_stack``)."""
+    """Review: a what-if sweep's timed-out stand-in left in ``results`` (until recompaction) was
+    the support card's latest verdict of the stack (FAIL(other), 1 of 3 sweeps agreeing) and a
+    flip in the report's streaks (org/b: 4 sweeps, 2 flips, streak 1). Both read the stack's rows
+    only (``store.of_the_stack``)."""
     import polars as pl
 
     from model_support.analysis.history import model_streaks, sweep_index
@@ -235,9 +236,8 @@ def test_an_old_what_if_stand_in_in_results_is_no_verdict_of_the_support_card_no
     make(data, BY_HAND, 3, "aten::silu")
     stand_in_in_results(data, BY_HAND)
     make(data, LATER, 5)
-    assert (
-        store.scan(data, "results").filter(pl.col("sweep_id") == BY_HAND).collect().height
-    )  # the stand-in is there
+    # the stand-in is there
+    assert store.scan(data, "results").filter(pl.col("sweep_id") == BY_HAND).collect().height
     cards = support("org/b", data)
     assert {c["sweep_id"] for c in cards} == {LATER} and cards[0]["sweeps"] == 3, cards
     streaks = model_streaks(store.scan(data, "results"), sweep_index(data)).filter(

@@ -1,4 +1,5 @@
-"""The kernel zygote (engine.zygote): kernels forked from a warm process, and still each its own process.
+"""The kernel zygote (engine.zygote): kernels forked from a warm process, and still each its own
+process.
 
 Real kernels through the engine's kernel manager, a real zygote process; nothing mocked.
 """
@@ -30,7 +31,8 @@ def _start_zygote():
 
 @pytest.fixture(scope="module")
 def zygote_here():
-    """A zygote of this module's own (not the session's), named in the environment: (its process, its socket)."""
+    """A zygote of this module's own (not the session's), named in the environment: (its process,
+    its socket)."""
     from model_support.engine import zygote
 
     proc, path = _start_zygote()
@@ -53,11 +55,8 @@ def _notebook(tmp_path: Path, *sources: str) -> Path:
 
 
 FACTS = (
-    "import json, os, sys\n"
-    "preloaded = 'torch' in sys.modules and 'transformers' in sys.modules\n"
-    "print(json.dumps({'ppid': os.getppid(), 'pid': os.getpid(), 'cwd': os.getcwd(), 'preloaded': preloaded,"
-    " 'late': os.environ.get('MODEL_SUPPORT_ZYGOTE_TEST'), 'pgid': os.getpgid(0),"
-    " 'nofile': __import__('resource').getrlimit(__import__('resource').RLIMIT_NOFILE)[0]}))"
+    "import json, os, sys\npreloaded = 'torch' in sys.modules and 'transformers' in "
+    "sys.modules\nprint(json.dumps({'ppid': os.getppid(), 'pid': os.getpid(), 'cwd': os.getcwd(), 'preloaded': preloaded, 'late': os.environ.get('MODEL_SUPPORT_ZYGOTE_TEST'), 'pgid': os.getpgid(0), 'nofile': __import__('resource').getrlimit(__import__('resource').RLIMIT_NOFILE)[0]}))"
 )
 
 
@@ -71,22 +70,19 @@ def test_a_kernel_is_a_fork_of_the_zygote_with_its_own_folder_environment_and_gr
     from model_support.engine.notebooks import run_notebook
 
     proc, _ = zygote_here
-    monkeypatch.setenv(
-        "MODEL_SUPPORT_ZYGOTE_TEST", "this probe's own"
-    )  # read after the fork: may differ
+    # read after the fork: may differ
+    monkeypatch.setenv("MODEL_SUPPORT_ZYGOTE_TEST", "this probe's own")
     monkeypatch.chdir(tmp_path)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(
-        resource.RLIMIT_NOFILE, (soft - 7, hard)
-    )  # `ulimit -n`: the requester's, not the zygote's
+    # `ulimit -n`: the requester's, not the zygote's
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft - 7, hard))
     try:
         facts = _facts(run_notebook(_notebook(tmp_path, FACTS), tmp_path / "out.ipynb", {}))
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert facts["nofile"] == soft - 7
-    assert (
-        facts["ppid"] == proc.pid and facts["preloaded"]
-    )  # forked, torch and transformers already imported
+    # forked, torch and transformers already imported
+    assert facts["ppid"] == proc.pid and facts["preloaded"]
     assert facts["cwd"] == str(tmp_path) and facts["late"] == "this probe's own"
     assert facts["pgid"] == facts["pid"]  # its own process group, as jupyter_client starts a kernel
 
@@ -97,9 +93,8 @@ def test_an_environment_the_imports_read_gets_a_fresh_kernel(zygote_here, tmp_pa
 
     proc, _ = zygote_here
     assert zygote.same_environment({"HF_TOKEN": "a", "PYTEST_X": "1"}, {"HF_TOKEN": "b"}) == []
-    assert (
-        zygote.same_environment({}, {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}) == []
-    )  # every kernel of ours sets it
+    # every kernel of ours sets it
+    assert zygote.same_environment({}, {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}) == []
     assert zygote.same_environment(
         {"HF_HUB_OFFLINE": "1"}, {"HF_HUB_OFFLINE": "0", "OMP_NUM_THREADS": "1"}
     ) == [
@@ -107,15 +102,13 @@ def test_an_environment_the_imports_read_gets_a_fresh_kernel(zygote_here, tmp_pa
         "OMP_NUM_THREADS",
     ]
     _, path = zygote_here
-    threads = (
-        "2" if os.environ.get("OMP_NUM_THREADS") == "1" else "1"
-    )  # not the suite's own (conftest sets it)
+    # not the suite's own (conftest sets it)
+    threads = "2" if os.environ.get("OMP_NUM_THREADS") == "1" else "1"
     assert zygote.serves(path, dict(os.environ)) and not zygote.serves(
         path, {**os.environ, "OMP_NUM_THREADS": threads}
     )
-    monkeypatch.setenv(
-        "OMP_NUM_THREADS", threads
-    )  # libgomp read it when torch was imported in the zygote
+    # libgomp read it when torch was imported in the zygote
+    monkeypatch.setenv("OMP_NUM_THREADS", threads)
     facts = _facts(run_notebook(_notebook(tmp_path, FACTS), tmp_path / "out.ipynb", {}))
     assert facts["ppid"] == os.getpid() and not facts["preloaded"]  # launched as without a zygote
 
@@ -195,9 +188,10 @@ def test_a_zygote_that_ends_under_a_kernel_is_the_harness_not_the_model(monkeypa
 
 
 def test_a_zygote_whose_starter_is_already_gone_ends_at_once():
-    """A sweep SIGKILLed just as it started its zygote, before the zygote asked to die with it, left the zygote
-    serving as an orphan with torch imported (seen for hours after test_resume_after_sigkill): a zygote whose
-    starter is no longer its parent ends at once, its socket removed."""
+    """A sweep SIGKILLed just as it started its zygote, before the zygote asked to die with it,
+    left the zygote serving as an orphan with torch imported (seen for hours after
+    test_resume_after_sigkill): a zygote whose starter is no longer its parent ends at once, its
+    socket removed."""
     import tempfile
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -214,7 +208,8 @@ def test_a_zygote_whose_starter_is_already_gone_ends_at_once():
     assert not os.path.exists(path) and not os.path.exists(os.path.dirname(path))
 
 
-# --- engine.children: one way to end a process tree, to die with a parent, to ask a child for JSON ----------------
+# --- engine.children: one way to end a process tree, to die with a parent, to ask a child for JSON
+# ----------------
 
 
 def _pid_in(path: Path, within: float = 30.0) -> int:
@@ -228,8 +223,8 @@ def _pid_in(path: Path, within: float = 30.0) -> int:
 
 
 def _ended(pid: int, within: float) -> bool:
-    """Whether ``pid`` ended within ``within`` seconds: gone, or a zombie its new parent has not reaped yet (this
-    host's first process reaps orphans only every second or so)."""
+    """Whether ``pid`` ended within ``within`` seconds: gone, or a zombie its new parent has not
+    reaped yet (this host's first process reaps orphans only every second or so)."""
     import psutil
 
     deadline = time.time() + within
@@ -244,16 +239,16 @@ def _ended(pid: int, within: float) -> bool:
 
 
 def test_a_process_tree_is_ended_whole_with_its_groups_and_its_strays(tmp_path):
-    """``children.kill_tree``: the root; a child of it that leads a session of its own (as a kernel and a sharded
-    rank do); an orphan in that child's group, no longer under the root (its parent exited: re-parented, it is found
-    by its group only); a stray of the same job elsewhere (``also``). All ended, the root reaped, when it returns."""
+    """``children.kill_tree``: the root; a child of it that leads a session of its own (as a
+    kernel and a sharded rank do); an orphan in that child's group, no longer under the root (its
+    parent exited: re-parented, it is found by its group only); a stray of the same job elsewhere
+    (``also``). All ended, the root reaped, when it returns."""
     import psutil
 
     from model_support.engine import children
 
-    def python(
-        code: str, *args: str, session: bool = False
-    ) -> str:  # a line of Python that starts another
+    # a line of Python that starts another
+    def python(code: str, *args: str, session: bool = False) -> str:
         more = ", start_new_session=True" if session else ""
         return f"subprocess.Popen([sys.executable, '-c', {code!r}, *{list(args)!r}]{more})"
 
@@ -277,12 +272,17 @@ def test_a_process_tree_is_ended_whole_with_its_groups_and_its_strays(tmp_path):
 
 
 def test_a_child_that_asks_to_die_with_its_parent_does(tmp_path):
-    """``children.die_with_parent``: a process between the runner and a probe SIGKILLed, the probe goes too."""
+    """``children.die_with_parent``: a process between the runner and a probe SIGKILLed, the
+    probe goes too."""
     leaf = (
-        "import os, sys, time; from model_support.engine import children; children.die_with_parent(); "
-        "open(sys.argv[1], 'w').write(f'{os.getpid()}\\n'); time.sleep(60)"
+        "import os, sys, time; from model_support.engine import children; "
+        "children.die_with_parent(); open(sys.argv[1], 'w').write(f'{os.getpid()}\\n'); "
+        "time.sleep(60)"
     )
-    middle = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {leaf!r}, sys.argv[1]]); time.sleep(60)"
+    middle = (
+        f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {leaf!r}, "
+        "sys.argv[1]]); time.sleep(60)"
+    )
     parent = subprocess.Popen([sys.executable, "-c", middle, str(tmp_path / "leaf")])
     leaf_pid = _pid_in(tmp_path / "leaf")
     parent.kill()
@@ -290,8 +290,9 @@ def test_a_child_that_asks_to_die_with_its_parent_does(tmp_path):
     assert _ended(leaf_pid, within=10)
 
 
-#: A sitecustomize that makes every Python started with it (the short-lived children below) hang at once, with a
-#: grandchild that holds its output open: the case a plain ``subprocess.run(timeout=)`` waited out in full.
+#: A sitecustomize that makes every Python started with it (the short-lived children below) hang at
+#: once, with a grandchild that holds its output open: the case a plain ``subprocess.run(timeout=)``
+#: waited out in full.
 _HANG = """
 import os, subprocess, sys, time
 if os.environ.get("MODEL_SUPPORT_TEST_HANG"):
@@ -306,9 +307,10 @@ if os.environ.get("MODEL_SUPPORT_TEST_HANG"):
 def test_a_child_asked_for_json_that_hangs_is_ended_with_its_group_in_one_sentence(
     child, tmp_path, monkeypatch
 ):
-    """The three children whose answer is their last line of JSON (a device's facts, a stack's coverage, the CPU
-    reference of a probe whose kernel died) share one timeout: past it their whole process group is killed (a
-    grandchild kept the caller waiting out its own sleep) and the caller says in one sentence what did not answer."""
+    """The three children whose answer is their last line of JSON (a device's facts, a stack's
+    coverage, the CPU reference of a probe whose kernel died) share one timeout: past it their
+    whole process group is killed (a grandchild kept the caller waiting out its own sleep) and
+    the caller says in one sentence what did not answer."""
     import importlib
 
     from model_support.errors import UserError
@@ -327,9 +329,8 @@ def test_a_child_asked_for_json_that_hangs_is_ended_with_its_group_in_one_senten
     monkeypatch.setattr(coverage, "COVERAGE_TIMEOUT_S", 1.0)
     started = time.monotonic()
     if child == "device facts":
-        said = resolve.facts(
-            "gpu"
-        ).problem  # facts are cached per environment: this one is new (the pids path)
+        # facts are cached per environment: this one is new (the pids path)
+        said = resolve.facts("gpu").problem
         assert said.startswith(
             "Device 'gpu' could not be checked: asking it for its kind, count and memory did not "
         )
@@ -338,8 +339,8 @@ def test_a_child_asked_for_json_that_hangs_is_ended_with_its_group_in_one_senten
             coverage.stack_coverage("cpu", ["aten::mm"])
         said = str(caught.value)
         assert (
-            said
-            == "The cpu stack's coverage could not be read here: its backend did not answer within 1 s."
+            said == "The cpu stack's coverage could not be read here: its backend did not answer "
+            "within 1 s."
         )
     else:
         started_probe = {"record": {"num_params": 1000, "device_type": "pretend"}, "settings": {}}

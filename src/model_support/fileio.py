@@ -95,6 +95,18 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
     _fsync_dir(path.parent)
 
 
+def remove_torn_writes(folder: Path) -> int:
+    """Remove the temporary files of ``atomic_write_bytes`` under ``folder`` (``.NAME.XXXX.tmp``)
+    that a killed writer left behind; how many. Only for a caller holding the folder's lock: no
+    write of another process is under way there."""
+    removed = 0
+    for tmp in Path(folder).rglob(".*.tmp"):
+        if tmp.is_file():
+            tmp.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 

@@ -49,37 +49,42 @@ def set_device(device) -> None:
     index = _index(device)
     if not 0 <= index < device_count():
         raise RuntimeError(
-            f"{NAME} device {index} is not visible here: this process sees {device_count()} device(s)."
+            f"{NAME} device {index} is not visible here: this process sees {device_count()} "
+            "device(s)."
         )
     _state().current = index
 
 
 def synchronize(device=None) -> None:
-    """Every operator has finished when it returns: nothing is queued. Still a wait of the host on the device
-    wherever a real one queues: counted (``counters``)."""
+    """Every operator has finished when it returns: nothing is queued. Still a wait of the host
+    on the device wherever a real one queues: counted (``counters``)."""
     _state().sync()
 
 
-#: The TPU contract's CPU fallback switch (``no_fallback``, ``tensor._cpu_fallback_on``): with the clause on, a
-#: ``fallback_ops`` operator raises while this is False, as TorchTPU's ``enable_cpu_fallback`` (False by default);
-#: ``torch.pretend.enable_cpu_fallback = True`` runs it on the CPU. Without the clause it is not read.
+#: The TPU contract's CPU fallback switch (``no_fallback``, ``tensor._cpu_fallback_on``): with the
+#: clause on, a ``fallback_ops`` operator raises while this is False, as TorchTPU's
+#: ``enable_cpu_fallback`` (False by default); ``torch.pretend.enable_cpu_fallback = True`` runs it
+#: on the CPU. Without the clause it is not read.
 enable_cpu_fallback = False
 
-#: Its clock moves with the operators its dispatch runs; a compiled graph runs the CPU operators underneath, past it,
-#: so compiled runs are timed on the host's clock (``probe_core.device_clock``).
+#: Its clock moves with the operators its dispatch runs; a compiled graph runs the CPU operators
+#: underneath, past it, so compiled runs are timed on the host's clock
+#: (``probe_core.device_clock``).
 perf_clock_sees_compiled = False
 
 
 def _perf_clock() -> float:
-    """Seconds on the device's own timeline (``clock.DeviceClock``), read as ``time.perf_counter`` is: what its
-    event timer would say. Read after ``synchronize`` (nothing is queued here anyway). A device module that offers
-    ``perf_clock`` is timed on it by the probe's perf phase and the repro script (``probe_core.device_clock``)."""
+    """Seconds on the device's own timeline (``clock.DeviceClock``), read as
+    ``time.perf_counter`` is: what its event timer would say. Read after ``synchronize`` (nothing
+    is queued here anyway). A device module that offers ``perf_clock`` is timed on it by the
+    probe's perf phase and the repro script (``probe_core.device_clock``)."""
     return _state().clock.now()
 
 
 def __getattr__(name: str):
-    """``perf_clock``, offered only where the configuration keeps the device's own timeline (``clock``: "device",
-    the default); with "host" the module has none, as ``torch.cuda`` has none: the device is timed on the host."""
+    """``perf_clock``, offered only where the configuration keeps the device's own timeline
+    (``clock``: "device", the default); with "host" the module has none, as ``torch.cuda`` has
+    none: the device is timed on the host."""
     if name == "perf_clock" and _state().config.clock == "device":
         return _perf_clock
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -269,7 +269,7 @@ def check_vision() -> None:
     import sys
 
     check = (
-        "from model_support.probe.probe_core import torchvision_broken; "
+        "from model_support.probe.probe_vision import torchvision_broken; "
         "print(torchvision_broken() or 'ok')"
     )
     env = {**os.environ, devices.AUTOLOAD_VAR: "0"}
