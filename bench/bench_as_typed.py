@@ -1,14 +1,12 @@
-"""``model-support ops SWEEP --prove`` as a user types it, with torch_tpu installed (issue 54's
-acceptance).
+"""``model-support ops SWEEP --prove`` as a user types it, with torch_tpu installed (issue 54's acceptance).
 
-A new user's shell leaves ``TORCH_DEVICE_BACKEND_AUTOLOAD`` unset; before the project owned that
-switch (``model_support/backend_env.py``), the command's own ``import torch`` autoloaded torch_tpu,
-whose loader wrote "1" back into the environment every what-if probe inherited (seen: 10 min 59 s,
-both steps unproven). Here the same proof runs with the variable unset and with it exported as 0,
-alternately, each from a fresh copy of the stack's sweep (tiny-llama and tiny-opt on a pretend stack
-lacking ``aten::rsqrt``; 2 new tokens, judge and perf off, as tests/test_as_typed.py runs it),
-through the console script in the venv. Goal: unset within 20% of 0, every proof confirmed, no
-probe's log naming the TPU runtime.
+A new user's shell leaves ``TORCH_DEVICE_BACKEND_AUTOLOAD`` unset; before the project owned that switch
+(``model_support/backend_env.py``), the command's own ``import torch`` autoloaded torch_tpu, whose loader wrote "1"
+back into the environment every what-if probe inherited (seen: 10 min 59 s, both steps unproven). Here the same
+proof runs with the variable unset and with it exported as 0, alternately, each from a fresh copy of the stack's
+sweep (tiny-llama and tiny-opt on a pretend stack lacking ``aten::rsqrt``; 2 new tokens, judge and perf off, as
+tests/test_as_typed.py runs it), through the console script in the venv. Goal: unset within 20% of 0, every proof
+confirmed, no probe's log naming the TPU runtime.
 
     .venv/bin/python bench/bench_as_typed.py [--reps N]
 """

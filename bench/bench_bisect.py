@@ -1,12 +1,10 @@
-"""model-support bisect over 10 releases for 5 models, the overlay environments built (cold) and
-cached (warm).
+"""model-support bisect over 10 releases for 5 models, the overlay environments built (cold) and cached (warm).
 
-A wheelhouse written by hand: tinyswitch 1.0 .. 1.11 (12 releases: sweep A on 1.0, sweep B on 1.11,
-10 in between; 1.7 breaks the models) and tinydecoy 1.0 / 1.1 (changes nothing, so the package step
-has two candidates). Five fixture models whose custom code imports tinyswitch. The two sweeps are
-written directly (sweep.json with each stack, one record per model with its real repro script,
-compacted to Parquet): the bisect reruns those scripts, which is all it does with a sweep. Goal:
-under 2 minutes here.
+A wheelhouse written by hand: tinyswitch 1.0 .. 1.11 (12 releases: sweep A on 1.0, sweep B on 1.11, 10 in
+between; 1.7 breaks the models) and tinydecoy 1.0 / 1.1 (changes nothing, so the package step has two
+candidates). Five fixture models whose custom code imports tinyswitch. The two sweeps are written directly
+(sweep.json with each stack, one record per model with its real repro script, compacted to Parquet): the
+bisect reruns those scripts, which is all it does with a sweep. Goal: under 2 minutes here.
 """
 
 from __future__ import annotations

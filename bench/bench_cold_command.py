@@ -1,29 +1,25 @@
-"""The headline command, cold: ``papermill notebooks/probe.ipynb out.ipynb -p model_id X`` against
-the record's own repro script (``python repro.py X``), side by side in one run, interleaved, on
-tiny-llama.
+"""The headline command, cold: ``papermill notebooks/probe.ipynb out.ipynb -p model_id X`` against the
+record's own repro script (``python repro.py X``), side by side in one run, interleaved, on tiny-llama.
 
 Both start a fresh Python, import torch and transformers, load the model and generate 8 tokens; the
 difference is what the harness costs a one-off probe: papermill, a kernel, the notebook, the record.
-The comparison is like for like: the CPU reference off (``-p reference none``) and the fluency judge
-off (``-p judge False``), neither of which the repro script runs here (it has no judge at all). The
-command as typed, judge on (its default), runs in the same rounds: its difference from the
-like-for-like run is the judge's cost, the probe's own work, not the harness's. Where the papermill
-probe's time goes (median seconds) is read from the executed notebook's papermill metadata and the
-record: papermill's process (Python, papermill's imports, the notebook read, the exit), the kernel's
-start, the cell with the stack's imports and the probe (``duration_s``, the record's), the other
-cells, the kernel's shutdown; and each command's CPU seconds (its processes', the kernel's
-included), steadier than wall time on a shared machine. ``--baseline NOTEBOOK`` also runs an earlier
-probe notebook the same way in the same rounds ("before"). Target: the papermill probe at most 1.0 s
-over the repro script (the medians' difference).
+The comparison is like for like: the CPU reference off (``-p reference none``) and the fluency judge off
+(``-p judge False``), neither of which the repro script runs here (it has no judge at all). The command as typed,
+judge on (its default), runs in the same rounds: its difference from the like-for-like run is the judge's cost,
+the probe's own work, not the harness's. Where the papermill probe's time goes (median seconds) is read
+from the executed notebook's papermill metadata and the record: papermill's process (Python, papermill's
+imports, the notebook read, the exit), the kernel's start, the cell with the stack's imports and the probe
+(``duration_s``, the record's), the other cells, the kernel's shutdown; and each command's CPU seconds (its
+processes', the kernel's included), steadier than wall time on a shared machine. ``--baseline NOTEBOOK`` also runs an
+earlier probe notebook the same way in the same rounds ("before").
+Target: the papermill probe at most 1.0 s over the repro script (the medians' difference).
 
-The command line, cold (``--cli``): ``model-support --help`` and ``model-support list`` (a data
-folder with no sweeps), each a fresh process, interleaved; ``--baseline-src DIR`` runs them (and the
-probe, with ``--baseline``) with an earlier checkout's ``src/`` first on PYTHONPATH too ("before"),
-e.g. ``git worktree add /tmp/before HEAD~1``. Target: no slower than before (the medians within
-their spread).
+The command line, cold (``--cli``): ``model-support --help`` and ``model-support list`` (a data folder with no
+sweeps), each a fresh process, interleaved; ``--baseline-src DIR`` runs them (and the probe, with ``--baseline``)
+with an earlier checkout's ``src/`` first on PYTHONPATH too ("before"), e.g. ``git worktree add /tmp/before HEAD~1``.
+Target: no slower than before (the medians within their spread).
 
-    .venv/bin/python bench/bench_cold_command.py [--reps 5] [--baseline NOTEBOOK] [--baseline-src
-    DIR] [--cli]
+    .venv/bin/python bench/bench_cold_command.py [--reps 5] [--baseline NOTEBOOK] [--baseline-src DIR] [--cli]
 """
 
 from __future__ import annotations

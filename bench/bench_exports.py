@@ -1,11 +1,10 @@
-"""Benchmark what a CI reads from the dataset: ``model-support export`` (JUnit, Markdown, CSV, JSON)
-and ``model-support support MODEL`` (issue 39's goal: under a second on the smoke list).
+"""Benchmark what a CI reads from the dataset: ``model-support export`` (JUnit, Markdown, CSV, JSON) and
+``model-support support MODEL`` (issue 39's goal: under a second on the smoke list).
 
-Measured as users run them: the command in a fresh process (its imports included), and the library
-call alone in this process (the part that grows with the dataset), each repeated; on a
-smoke-list-sized history (10 sweeps of the smoke list's size, read from the dataset alone: no
-sweeps/ folder) and on a large one (10 sweeps x 10,000 models) to show how it scales. Writes
-bench/results/exports.json:
+Measured as users run them: the command in a fresh process (its imports included), and the library call
+alone in this process (the part that grows with the dataset), each repeated; on a smoke-list-sized history
+(10 sweeps of the smoke list's size, read from the dataset alone: no sweeps/ folder) and on a large one
+(10 sweeps x 10,000 models) to show how it scales. Writes bench/results/exports.json:
 
     .venv/bin/python bench/bench_exports.py [--reps 5]
 """

@@ -1,5 +1,4 @@
-"""Prefetch: a sweep of 8 Hub fixtures from a throttled local Hub, downloads ahead on vs off, in one
-run.
+"""Prefetch: a sweep of 8 Hub fixtures from a throttled local Hub, downloads ahead on vs off, in one run.
 
 The local server (tests/hub_server.py) serves the tiny fixtures as Hub repos and paces every file
 body so that one model's download takes about as long as its probe. The command users type,

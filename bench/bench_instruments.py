@@ -1,34 +1,29 @@
-"""What the probe's instruments cost, on the command users type: each one's share of a probe (issue
-47).
+"""What the probe's instruments cost, on the command users type: each one's share of a probe (issue 47).
 
-``model-support sweep`` of a few fixtures (``MODELS``; eager, 8 new tokens, the perf phase off so
-that its adaptive repeats add no noise, one worker) on the pretend device
-(``MODEL_SUPPORT_PRETEND='{}'``) and on the CPU, once per configuration of the instruments' probe
-settings (``CONFIGS``: ``-p census=...``, ``-p flight_recorder=...``, ``-p host_cost=...``),
-interleaved: each repetition runs every configuration once, in a rotated order, each in a fresh data
-folder. Per instrument (``SHARES``) the difference of the medians with and without it, as a share of
-the default configuration's median, three times: of the command's CPU seconds (its processes' user
-and system time, all of them waited for), of its wall time, and of its probes' (their records'
-``duration_s`` summed, wall time), each as the difference of the medians and as the median of the
-differences within a repetition. On this shared 2-core machine (load average 3 to 8 from others'
-tests) those move by a second or more from run to run, more than an instrument costs; so each
-instrument is also timed alone, in one process (``STAGES``): its CPU seconds in the probes' stages,
-over the command's CPU seconds, is the share judged. Before: the defaults until issue 47 (a full
-census; the flight recorder recording every probe). After: the defaults now (the census sampled; the
-recorder armed only, a crash rerun under it). The CPU has no recorder and no host meter (it is the
-host). Goal: each at most 5% of a probe, or off by default with why.
+``model-support sweep`` of a few fixtures (``MODELS``; eager, 8 new tokens, the perf phase off so that its adaptive
+repeats add no noise, one worker) on the pretend device (``MODEL_SUPPORT_PRETEND='{}'``) and on the CPU, once per
+configuration of the instruments' probe settings (``CONFIGS``: ``-p census=...``, ``-p flight_recorder=...``, ``-p
+host_cost=...``), interleaved: each repetition runs every configuration once, in a rotated order, each in a fresh
+data folder. Per instrument (``SHARES``) the difference of the medians with and without it, as a share of the
+default configuration's median, three times: of the command's CPU seconds (its processes' user and system time,
+all of them waited for), of its wall time, and of its probes' (their records' ``duration_s`` summed, wall time),
+each as the difference of the medians and as the median of the differences within a repetition. On this shared
+2-core machine (load average 3 to 8 from others' tests) those move by a second or more from run to run, more than
+an instrument costs; so each instrument is also timed alone, in one process (``STAGES``): its CPU seconds in the
+probes' stages, over the command's CPU seconds, is the share judged.
+Before: the defaults until issue 47 (a full census; the flight recorder recording every probe). After: the defaults
+now (the census sampled; the recorder armed only, a crash rerun under it). The CPU has no recorder and no host meter
+(it is the host). Goal: each at most 5% of a probe, or off by default with why.
 
-Also, in one process, what each costs an operator (a CPU ``add``, 20,000 calls, median of 5): bare,
-under a dispatch mode that does nothing, under the census, under the recording flight recorder.
+Also, in one process, what each costs an operator (a CPU ``add``, 20,000 calls, median of 5): bare, under a dispatch
+mode that does nothing, under the census, under the recording flight recorder.
 
-    .venv/bin/python bench/bench_instruments.py [--reps 5] [--stage-reps 20] [--devices pretend,cpu]
-    [--models ...]
+    .venv/bin/python bench/bench_instruments.py [--reps 5] [--stage-reps 20] [--devices pretend,cpu] [--models ...]
 
-Each device's figures are written once measured; a run of some devices keeps the others' from the
-results file (same models and repetitions). Others editing this checkout while it runs: measure a
-frozen copy of the commit (``git archive HEAD src pretend/src | tar -x -C DIR; git rev-parse --short
-HEAD > DIR/COMMIT``, then ``PYTHONPATH=DIR/src:DIR/pretend/src``), as the results were; ``code``
-names the commit.
+Each device's figures are written once measured; a run of some devices keeps the others' from the results file
+(same models and repetitions). Others editing this checkout while it runs: measure a frozen copy of the commit
+(``git archive HEAD src pretend/src | tar -x -C DIR; git rev-parse --short HEAD > DIR/COMMIT``, then
+``PYTHONPATH=DIR/src:DIR/pretend/src``), as the results were; ``code`` names the commit.
 """
 
 from __future__ import annotations

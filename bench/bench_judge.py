@@ -1,23 +1,20 @@
-"""The fluency judge (``probe.judge``) on a labelled set: its accuracy, its thresholds, its cost per
-probe.
+"""The fluency judge (``probe.judge``) on a labelled set: its accuracy, its thresholds, its cost per probe.
 
-The labelled set, ``bench/data/fluency_labelled.jsonl`` (``{"prompt", "text", "label", "source"}``),
-is built once by ``python bench/bench_judge.py --build`` (minutes: it generates with real and broken
-models) and committed, so the bench itself only scores it:
+The labelled set, ``bench/data/fluency_labelled.jsonl`` (``{"prompt", "text", "label", "source"}``), is built
+once by ``python bench/bench_judge.py --build`` (minutes: it generates with real and broken models) and
+committed, so the bench itself only scores it:
 
-- fluent (label true): the real SmolLM2-135M-Instruct's greedy answers to 20 prompts (8 tokens, and
-  24 for six of them), and continuations written by hand for the same prompts;
-- not fluent (label false): one word or sign repeated, random token ids decoded, the greedy output
-  of the tiny random fixture models (8 tokens, three prompts each), and SmolLM2 computing with a
-  wrong kernel (every ``aten::linear`` output perturbed by 20%, or every ``aten::add`` by 5%, a
-  deterministic pattern, the kind of bug the pretend accelerator's ``wrong_ops`` plays), labelled by
-  reading them: most are garbage, some stay English (``label`` true), a few decode to nothing (left
-  out: nothing to judge).
+- fluent (label true): the real SmolLM2-135M-Instruct's greedy answers to 20 prompts (8 tokens, and 24 for
+  six of them), and continuations written by hand for the same prompts;
+- not fluent (label false): one word or sign repeated, random token ids decoded, the greedy output of the
+  tiny random fixture models (8 tokens, three prompts each), and SmolLM2 computing with a wrong kernel
+  (every ``aten::linear`` output perturbed by 20%, or every ``aten::add`` by 5%, a deterministic pattern,
+  the kind of bug the pretend accelerator's ``wrong_ops`` plays), labelled by reading them: most are garbage,
+  some stay English (``label`` true), a few decode to nothing (left out: nothing to judge).
 
-The bench reports the judge's accuracy at its thresholds (``judge.MIN_SCORE``,
-``judge.MAX_REPEATED``), per source, the best thresholds on a grid (to show the chosen ones are not
-tuned to the last text), the judge's load time and the time of one score (what a probe pays: one
-load per process, one forward pass per PASS).
+The bench reports the judge's accuracy at its thresholds (``judge.MIN_SCORE``, ``judge.MAX_REPEATED``), per
+source, the best thresholds on a grid (to show the chosen ones are not tuned to the last text), the judge's
+load time and the time of one score (what a probe pays: one load per process, one forward pass per PASS).
 """
 
 from __future__ import annotations

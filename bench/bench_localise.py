@@ -1,13 +1,11 @@
-"""The localiser's time (``model-support localise``) on the smoke list's tiny models and on
-SmolLM2-135M.
+"""The localiser's time (``model-support localise``) on the smoke list's tiny models and on SmolLM2-135M.
 
-Each model gets a one-model sweep on the pretend device whose stack has bf16-sized noise on every
-matrix product (``wrong_ops`` {aten::mm, aten::bmm, aten::addmm: 0.0039}): the command a user types,
-timed end to end in a fresh process (imports, the model's load as the probe does, one forward with
-every operator replayed on the CPU, the result stored), goal under a minute each; and, on real
-models, no false alarm (nothing may be flagged under that noise). Then SmolLM2 once more with every
-matmul off by 2%, which must be named (``aten::mm`` in the first projection). Models whose processor
-this environment cannot build (torchvision missing) are listed as skipped.
+Each model gets a one-model sweep on the pretend device whose stack has bf16-sized noise on every matrix product
+(``wrong_ops`` {aten::mm, aten::bmm, aten::addmm: 0.0039}): the command a user types, timed end to end in a fresh
+process (imports, the model's load as the probe does, one forward with every operator replayed on the CPU, the
+result stored), goal under a minute each; and, on real models, no false alarm (nothing may be flagged under that
+noise). Then SmolLM2 once more with every matmul off by 2%, which must be named (``aten::mm`` in the first
+projection). Models whose processor this environment cannot build (torchvision missing) are listed as skipped.
 
     .venv/bin/python bench/bench_localise.py
 """

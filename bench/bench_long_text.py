@@ -1,33 +1,28 @@
-"""What the long-text check costs the device, against the probe's own device time, and how far noise
-moves its rate.
+"""What the long-text check costs the device, against the probe's own device time, and how far noise moves its rate.
 
-Issue 56's rule for a new check of the device (the perf phase's: the device pays for what the
-answers need): its default comes from its cost. Per device (the CPU and the pretend accelerator, the
-two this machine has), in one child process each (the pretend device is registered per process):
+Issue 56's rule for a new check of the device (the perf phase's: the device pays for what the answers need): its
+default comes from its cost. Per device (the CPU and the pretend accelerator, the two this machine has), in one
+child process each (the pretend device is registered per process):
 
-1. the probe as a sweep runs it (``run.run_probe``, its defaults: the perf phase on for an
-   accelerator, off on the CPU; the reference and the judge off, host checks that cost the device
-   nothing), twice; its device seconds are the device phase's (``phases.device_phase``: the weights'
-   move, the verdict's generation, the perf phase);
-2. the long text's device half (``long_text.run_paths``: one prefill over the text, then one decode
-   step per position through the KV cache) on the same model kept from the stages, at each length
-   asked;
-3. its rates against the CPU reference (float32, teacher-forced; computed once, then read from the
-   data folder's cache, both timed).
+1. the probe as a sweep runs it (``run.run_probe``, its defaults: the perf phase on for an accelerator, off on the
+   CPU; the reference and the judge off, host checks that cost the device nothing), twice; its device seconds are the
+   device phase's (``phases.device_phase``: the weights' move, the verdict's generation, the perf phase);
+2. the long text's device half (``long_text.run_paths``: one prefill over the text, then one decode step per
+   position through the KV cache) on the same model kept from the stages, at each length asked;
+3. its rates against the CPU reference (float32, teacher-forced; computed once, then read from the data folder's
+   cache, both timed).
 
-A last child runs the long text on the pretend device with bf16-sized noise (``wrong_ops``: every
-matrix product off by 0.39%, half of bf16's epsilon, with a random sign) to say how far a healthy
-stack's rounding moves the rate the gate reads (``expectations.LONG_TEXT_TOLERANCE`` must sit above
-it). Every child also runs the prefill alone over ``--tokens`` (one forward pass: cheap on any
-device) and scores it by 128-position windows, so the noise is read over the default length even
-where the decode path is run shorter (``--pretend-lengths``: the pretend device's decode steps are
-Python dispatch, seconds each on a loaded 2-core host).
+A last child runs the long text on the pretend device with bf16-sized noise (``wrong_ops``: every matrix product
+off by 0.39%, half of bf16's epsilon, with a random sign) to say how far a healthy stack's rounding moves the rate
+the gate reads (``expectations.LONG_TEXT_TOLERANCE`` must sit above it). Every child also runs the prefill alone over
+``--tokens`` (one forward pass: cheap on any device) and scores it by 128-position windows, so the noise is read over
+the default length even where the decode path is run shorter (``--pretend-lengths``: the pretend device's decode
+steps are Python dispatch, seconds each on a loaded 2-core host).
 
     .venv/bin/python bench/bench_long_text.py [--model SmolLM2-135M-Instruct] [--tokens 1024]
         [--cpu-lengths 128,1024] [--pretend-lengths 128,1024] [--quick]
 
-``--quick``: 128 tokens, one probe each (a smoke run). Results: bench/results/long_text.json
-(long_text_quick.json).
+``--quick``: 128 tokens, one probe each (a smoke run). Results: bench/results/long_text.json (long_text_quick.json).
 """
 
 from __future__ import annotations

@@ -1,19 +1,16 @@
-"""Issue 56's acceptance on SmolLM2-135M-Instruct, as the issue states it: a fault from position 600
-is caught there by the long text and missed by the 8-token verdict.
+"""Issue 56's acceptance on SmolLM2-135M-Instruct, as the issue states it: a fault from position 600 is caught there
+by the long text and missed by the 8-token verdict.
 
-The pretend device with ``_safe_softmax`` wrong once attention reads 600 key positions
-(``wrong_past_length``):
+The pretend device with ``_safe_softmax`` wrong once attention reads 600 key positions (``wrong_past_length``):
 
-1. the verdict, a real papermill probe (``helpers``-free: ``run.run_probe`` as a sweep's kernel runs
-   it) on the pretend device with the CPU reference: PASS, numerics ``match`` (its prompt and 8
-   tokens never reach 600);
-2. the long text over 640 positions on the same device (``long_text.run_paths`` then
-   ``checks.check_pass``, as the probe's device phase and host checks run them): the decode path
-   diverges at position 599 or 600, the gated rate collapses, the one prefill over 640 positions is
-   wrong from its start.
+1. the verdict, a real papermill probe (``helpers``-free: ``run.run_probe`` as a sweep's kernel runs it) on the
+   pretend device with the CPU reference: PASS, numerics ``match`` (its prompt and 8 tokens never reach 600);
+2. the long text over 640 positions on the same device (``long_text.run_paths`` then ``checks.check_pass``, as the
+   probe's device phase and host checks run them): the decode path diverges at position 599 or 600, the gated rate
+   collapses, the one prefill over 640 positions is wrong from its start.
 
-The suite checks the same on tiny-llama from position 160 of 256 (tests/test_long_text.py: seconds,
-where this is minutes of the pretend device's Python dispatch over SmolLM2's 30 layers).
+The suite checks the same on tiny-llama from position 160 of 256 (tests/test_long_text.py: seconds, where this is
+minutes of the pretend device's Python dispatch over SmolLM2's 30 layers).
 
     .venv/bin/python bench/bench_long_text_late_fault.py [--late 600] [--tokens 640]
 

@@ -1,11 +1,9 @@
-"""Execution modes on SmolLM2-135M-Instruct, CPU: eager vs torch.compile x dynamic vs static KV
-cache.
+"""Execution modes on SmolLM2-135M-Instruct, CPU: eager vs torch.compile x dynamic vs static KV cache.
 
 One run of the command users type for one model (``papermill notebooks/probe.ipynb ... -p mode M -p
 cache C``) per combination, one after another: the record's first-token time (which carries the
 compilation in compile mode), decode tokens/s, graphs and recompilations, and whether the compiled
-tokens match eager ones. 32 new tokens, so that the decode rate is measured over more than a few
-steps.
+tokens match eager ones. 32 new tokens, so that the decode rate is measured over more than a few steps.
 
     .venv/bin/python bench/bench_modes.py
 """

@@ -1,28 +1,24 @@
-"""The reference check's thresholds, measured, and its cost against the generated reference it
-replaces.
+"""The reference check's thresholds, measured, and its cost against the generated reference it replaces.
 
-Calibration (``probe.agreement``'s ``DEFAULT_MARGIN``, ``DEFAULT_RELATIVE_MARGIN``,
-``DEFAULT_BOUND`` and ``DEFAULT_ERROR``): each model generates greedily in bfloat16 on the CPU,
-keeping its best logits per step as the probe does, and the float32 reference is teacher-forced on
-those tokens. Over 20 prompts x 32 new tokens, per model: the steps, the flips (the top tokens
-differ), the largest flip margin (how far below its best the reference ranks the bf16 model's token;
-in nats and as a share of the reference's logit spread), the largest and 99th-percentile KL and
-logit error per step, the logit scale's largest distance from 1 (per prompt, as ``compare`` judges
-it, and per step), the lowest PCC of the kept top-k logits with the reference's (the measure the
-logit error replaced, shown to say why), and what ``compare`` says with the defaults. Then wrong
-kernels, raising nothing: a TorchDispatchMode multiplying one operator's outputs by 1 + eps *
-sin(0.7 * index) on SmolLM2-135M-Instruct (1%, 5%, 20%); the pretend device's bug (``bug``: the
-outputs reversed along their last dimension and negated, as its ``wrong_ops`` list makes them) of
-every aten::mul.Tensor and of aten::silu on the tiny fixtures; and the pretend device's
-``matmul_noise`` (every matrix product off by a relative error drawn uniformly within bf16's unit
-roundoff, 2^-8, then rounded to bf16 again: no fault) on every model; on the CPU the products reach
-the mode as aten::linear and attention whole, which get the noise on their outputs instead. The
-check must say diverges for the bugs and the 5% and 20% kernels, and match or ties on every healthy
-or noisy model.
+Calibration (``probe.agreement``'s ``DEFAULT_MARGIN``, ``DEFAULT_RELATIVE_MARGIN``, ``DEFAULT_BOUND`` and
+``DEFAULT_ERROR``): each model generates greedily in bfloat16 on the CPU, keeping its best logits per step as the
+probe does, and the float32 reference is teacher-forced on those tokens. Over 20 prompts x 32 new tokens, per model:
+the steps, the flips (the top tokens differ), the largest flip margin (how far below its best the reference ranks
+the bf16 model's token; in nats and as a share of the reference's logit spread), the largest and 99th-percentile KL
+and logit error per step, the logit scale's largest distance from 1 (per prompt, as ``compare`` judges it, and
+per step), the lowest PCC of the kept top-k logits with the reference's (the measure the logit error
+replaced, shown to say why), and what ``compare`` says with the defaults. Then wrong kernels, raising nothing: a
+TorchDispatchMode multiplying one operator's outputs by 1 + eps * sin(0.7 * index) on SmolLM2-135M-Instruct (1%, 5%,
+20%); the pretend device's bug (``bug``: the outputs reversed along their last dimension and negated, as its
+``wrong_ops`` list makes them) of every aten::mul.Tensor and of aten::silu on the tiny fixtures; and the pretend
+device's ``matmul_noise`` (every matrix product off by a relative error drawn uniformly within bf16's unit roundoff,
+2^-8, then rounded to bf16 again: no fault) on every model; on the CPU the products reach the mode as aten::linear and
+attention whole, which get the noise on their outputs instead. The check must say diverges for the bugs and the 5% and 20% kernels, and match or ties
+on every healthy or noisy model.
 
-Cost: on SmolLM2-135M-Instruct, the reference as it ran before (``probe_core.run_stages`` on the CPU
-in float32: load and greedy generation of 8 tokens) against the teacher-forced one (load and one
-forward pass over the prompt plus the 8 tokens, then ``compare``), alternating, 3 repetitions each.
+Cost: on SmolLM2-135M-Instruct, the reference as it ran before (``probe_core.run_stages`` on the CPU in
+float32: load and greedy generation of 8 tokens) against the teacher-forced one (load and one forward pass
+over the prompt plus the 8 tokens, then ``compare``), alternating, 3 repetitions each.
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
 """The operator census's cost per probe, and the prediction's time for a sweep of 1,000 models.
 
-Census: the probe's stages (``probe_core.run_stages``) with and without a ``census_mode.Census``
-held over them, alternating each repetition in one warm process (tiny-llama and SmolLM2-135M on the
-CPU; tiny-llama on the pretend device, whose every operator already goes through Python), then one
-whole probe (``run_probe``: stages, CPU reference, judge) for the denominator: the census's cost is
-the difference of the fastest runs, as a share of the probe's time (goal: under 5%).
+Census: the probe's stages (``probe_core.run_stages``) with and without a ``census_mode.Census`` held over them,
+alternating each repetition in one warm process (tiny-llama and SmolLM2-135M on the CPU; tiny-llama on the
+pretend device, whose every operator already goes through Python), then one whole probe (``run_probe``:
+stages, CPU reference, judge) for the denominator: the census's cost is the difference of the fastest runs,
+as a share of the probe's time (goal: under 5%).
 
-Prediction: 1,000 synthetic result rows (each a census of 40-70 operators from a pool of 160, as
-real ones are), written as a sweep's Parquet file; ``model-support ops SWEEP --json`` end to end (a
-fresh process: the command a user types), and ``--on pretend`` (a child process loads the backend
-and asks its adapter), and the prediction plus the plan alone, in process.
+Prediction: 1,000 synthetic result rows (each a census of 40-70 operators from a pool of 160, as real
+ones are), written as a sweep's Parquet file; ``model-support ops SWEEP --json`` end to end (a fresh process:
+the command a user types), and ``--on pretend`` (a child process loads the backend and asks its adapter), and
+the prediction plus the plan alone, in process.
 
     .venv/bin/python bench/bench_ops.py [--reps 5]
 """

@@ -1,13 +1,11 @@
-"""``model-support ops SWEEP --prove``'s time: the porting plan proven by running (issue 48, part
-5).
+"""``model-support ops SWEEP --prove``'s time: the porting plan proven by running (issue 48, part 5).
 
-A four-model sweep on the pretend device whose stack lacks ``aten::rsqrt`` and ``aten::gelu``
-(tiny-llama and tiny-qwen2: RMSNorm; tiny-gpt-neox: GELU; tiny-gemma: both), two workers, 2 new
-tokens, judge and perf off, as the tests run it. Its plan has two steps (rsqrt unlocks two models,
-gelu the other two); ``--prove`` runs each step's operators, cumulatively, on the host over the
-models it unlocks: two what-if sweeps of two probes each. Timed end to end, the command a user types
-in a fresh process, from a copy of the data folder holding the stack's sweep only (each repetition
-proves from nothing); then once more on the proven copy (every step read back, nothing run). The
+A four-model sweep on the pretend device whose stack lacks ``aten::rsqrt`` and ``aten::gelu`` (tiny-llama and
+tiny-qwen2: RMSNorm; tiny-gpt-neox: GELU; tiny-gemma: both), two workers, 2 new tokens, judge and perf off, as the
+tests run it. Its plan has two steps (rsqrt unlocks two models, gelu the other two); ``--prove`` runs each step's
+operators, cumulatively, on the host over the models it unlocks: two what-if sweeps of two probes each. Timed end
+to end, the command a user types in a fresh process, from a copy of the data folder holding the stack's sweep only
+(each repetition proves from nothing); then once more on the proven copy (every step read back, nothing run). The
 stack's own sweep of the four models is timed beside it, for scale. Goal: a few minutes.
 
     .venv/bin/python bench/bench_ops_prove.py [--reps N]

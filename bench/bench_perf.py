@@ -1,20 +1,16 @@
-"""The perf phase's cost per probe, and the spread of TPOT over its repeats, on the smoke list's
-text models.
+"""The perf phase's cost per probe, and the spread of TPOT over its repeats, on the smoke list's text models.
 
-Per model, in one warm process on the device (``--device``: the CPU, the smoke list's device, where
-``perf`` is off by default; or the pretend accelerator, where it is on, timed on its modelled
-clock), whole probes (``run_probe``: stages, the perf phase, the CPU reference, the judge) alternate
-with the perf phase off (``perf=False``) and on (its defaults: on the pretend device's own clock the
-verdict's decode steps give TPOT and two repeats of ``perf_tokens`` 1 a warm TTFT; on the CPU's,
-after a warm-up, repeats of 16 tokens give TPOT too, until its spread over all of them is within
-``perf_spread`` 5%, or ``perf_budget`` (a quarter of the probe's device time: on the CPU the whole
-probe so far) or ``perf_repeats``, the cap, stops it: ``probe.performance.Plan``); the perf phase's
-cost is the difference of the medians, as a share of a probe without it (goal: under a fifth). From
-the runs with it on: TPOT's spread over the repeats the phase chose ((max - min) / median; goal:
-within 5%, the worst of the runs, and how many probes met it), and, not chosen by the stop rule, how
-far the probes' TPOT medians lie apart (what the gate compares between sweeps); its coefficient of
-variation, how many repeats ran and why they stopped, and torch's CPU threads in the probes
-(``OMP_NUM_THREADS``, else one per core).
+Per model, in one warm process on the device (``--device``: the CPU, the smoke list's device, where ``perf`` is
+off by default; or the pretend accelerator, where it is on, timed on its modelled clock), whole probes
+(``run_probe``: stages, the perf phase, the CPU reference, the judge) alternate with the perf phase off
+(``perf=False``) and on (its defaults: on the pretend device's own clock the verdict's decode steps give TPOT and
+two repeats of ``perf_tokens`` 1 a warm TTFT; on the CPU's, after a warm-up, repeats of 16 tokens give TPOT too,
+until its spread over all of them is within ``perf_spread`` 5%, or ``perf_budget`` (a quarter of the probe's device
+time: on the CPU the whole probe so far) or ``perf_repeats``, the cap, stops it: ``probe.performance.Plan``); the
+perf phase's cost is the difference of the medians, as a share of a probe without it (goal: under a fifth). From the
+runs with it on: TPOT's spread over the repeats the phase chose ((max - min) / median; goal: within 5%, the worst of
+the runs, and how many probes met it), and, not chosen by the stop rule, how far the probes' TPOT medians lie apart (what the gate compares between sweeps); its coefficient of variation, how many repeats ran
+and why they stopped, and torch's CPU threads in the probes (``OMP_NUM_THREADS``, else one per core).
 
     .venv/bin/python bench/bench_perf.py [--reps 3] [--models tiny-llama,...] [--device cpu|pretend]
 

@@ -1,19 +1,16 @@
-"""What the perf phase costs a decode-bound sweep: the same sweep with its defaults and with ``perf:
-off``.
+"""What the perf phase costs a decode-bound sweep: the same sweep with its defaults and with ``perf: off``.
 
-Issue 47's check: 8 tiny models over 2 pretend devices whose every matrix product (``aten::mm``,
-``aten::bmm``, ``aten::addmm``, ``aten::baddbmm``) takes 250 ms (``slow_ops``: a sleep per call
-during which the host is free, as while a TPU computes: a decode-bound device in eager mode), each
-swept with ``model-support sweep`` (the command users type) twice, interleaved: the defaults (the
-perf phase on, as on any accelerator) and ``perf: off``.
+Issue 47's check: 8 tiny models over 2 pretend devices whose every matrix product (``aten::mm``, ``aten::bmm``,
+``aten::addmm``, ``aten::baddbmm``) takes 250 ms (``slow_ops``: a sleep per call during which the host is free, as
+while a TPU computes: a decode-bound device in eager mode), each swept with ``model-support sweep`` (the command
+users type) twice, interleaved: the defaults (the perf phase on, as on any accelerator) and ``perf: off``.
 
-Goals: the default sweep within 1.25 times the ``perf: off`` one; every PASS with TTFT and TPOT; the
-devices held idle at most 10% of their held time, the perf phase counted as device work
-(``sweep.device_time``'s ``parts_s``). Per model: the repeats the phase chose, why it stopped,
-TPOT's spread, the phase's device seconds against the verdict's generation.
+Goals: the default sweep within 1.25 times the ``perf: off`` one; every PASS with TTFT and TPOT; the devices held
+idle at most 10% of their held time, the perf phase counted as device work (``sweep.device_time``'s ``parts_s``).
+Per model: the repeats the phase chose, why it stopped, TPOT's spread, the phase's device seconds against the
+verdict's generation.
 
-    .venv/bin/python bench/bench_perf_cost.py [--models 8] [--delay 0.25] [--quick]   # --quick: 3
-    models, 0.05 s
+    .venv/bin/python bench/bench_perf_cost.py [--models 8] [--delay 0.25] [--quick]   # --quick: 3 models, 0.05 s
 
 Results: bench/results/perf_cost.json (perf_cost_quick.json with --quick).
 """

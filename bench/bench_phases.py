@@ -1,25 +1,24 @@
-"""Hold a device for the device's work only: held-idle share and utilisation, before and after the
-split.
+"""Hold a device for the device's work only: held-idle share and utilisation, before and after the split.
 
-Two scenarios on 2 pretend devices whose attention's matrix products (``aten::bmm``, 32 per probe of
-8 tokens on these 2-layer models) are device time (``slow_ops``: a sleep per call, during which the
-host is free, as while a TPU computes), reference and judge on, each swept with ``model-support
-sweep`` twice: *before* (``MODEL_SUPPORT_PHASES=together``: the host checks in the probe's own
-process, inside its hold; as the sweep ran before the split) and *after* (the default: the device
+Two scenarios on 2 pretend devices whose attention's matrix products (``aten::bmm``, 32 per probe of 8 tokens on
+these 2-layer models) are device time (``slow_ops``: a sleep per call, during which the host is free, as
+while a TPU computes), reference and judge on, each swept with
+``model-support sweep`` twice: *before* (``MODEL_SUPPORT_PHASES=together``: the host checks in the probe's
+own process, inside its hold; as the sweep ran before the split) and *after* (the default: the device
 phase in a gated probe process, the checks in a host process after the release).
 
-- host-heavy: 8 tiny models, 0.25 s per product (8 s of device time a model); the host's own work
-  (process start, imports, the reference, the judge) is as large as the device's.
+- host-heavy: 8 tiny models, 0.25 s per product (8 s of device time a model);
+  the host's own work (process start, imports, the reference, the judge) is as large as the device's.
 - device-bound: 6 tiny models, 1.0 s per product (32 s a model): the host has spare capacity.
 
 Figures from each sweep's ``sweep.json`` (``sweep.device_time``): the share of held time the devices
-were idle, the utilisation (device-phase time / devices x span) and the span against the ideal (sum
-of device phases / devices); every PASS checked against the reference. The host's load (CPU busy
-over the span, from psutil) says where the host is the bottleneck.
+were idle, the utilisation (device-phase time / devices x span) and the span against the ideal (sum of
+device phases / devices); every PASS checked against the reference. The host's load (CPU busy over
+the span, from psutil) says where the host is the bottleneck.
 
-``--quick``: 3 models, the host-heavy scenario only (a smoke run of this script). ``--executor
-ray``: the same sweeps on a local Ray the sweep starts (the device phase and the checks as two Ray
-tasks), into ``phases_ray.json``.
+``--quick``: 3 models, the host-heavy scenario only (a smoke run of this script). ``--executor ray``: the same
+sweeps on a local Ray the sweep starts (the device phase and the checks as two Ray tasks), into
+``phases_ray.json``.
 """
 
 from __future__ import annotations

@@ -1,14 +1,13 @@
-"""The pretend accelerator's cost: a tiny probe on the pretend device against the same probe on the
-CPU.
+"""The pretend accelerator's cost: a tiny probe on the pretend device against the same probe on the CPU.
 
 The pretend device runs every operator on the CPU underneath, through one Python function
-(``model_support_pretend.tensor.run``: faults, unwrap, the CPU kernel, wrap and count memory): what
-it costs is the Python dispatch per operator. Both sides run the probe's own stages
+(``model_support_pretend.tensor.run``: faults, unwrap, the CPU kernel, wrap and count memory): what it
+costs is the Python dispatch per operator. Both sides run the probe's own stages
 (``probe_core.run_stages``: load, template, greedy generation) in one process with the backend on,
 alternating CPU and pretend each repetition so that drift in the machine's load hits both alike; the
-tokens must be equal (the same kernels, in the same order). Reported: load and generate seconds, the
-operators one generation dispatches, and the overhead per operator (from the fastest run of each
-side: on a shared machine the slow runs are other people's work).
+tokens must be equal (the same kernels, in the same order). Reported: load and generate seconds,
+the operators one generation dispatches, and the overhead per operator (from the fastest run of
+each side: on a shared machine the slow runs are other people's work).
 
     .venv/bin/python bench/bench_pretend.py [--reps 7]
 """

@@ -1,18 +1,15 @@
-"""Parquet bytes per row: a real sweep of a few fixtures (PASS and FAIL, text and
-image-text-to-text) through ``model-support sweep``, then the size of its Parquet files over their
-rows: the ``results`` config's (one row per model: the goal, at most 4,096 bytes on the smoke
-sweep), ``results`` and ``excluded`` together (the record's rows), and every config's (``ops`` has a
-row per operator); where those bytes go (each config, the files' footers, the costliest columns) and
-what of each row is its repro script (the whole text in older files; its settings and the body's
-hash now).
+"""Parquet bytes per row: a real sweep of a few fixtures (PASS and FAIL, text and image-text-to-text) through
+``model-support sweep``, then the size of its Parquet files over their rows: the ``results`` config's (one row per
+model: the goal, at most 4,096 bytes on the smoke sweep), ``results`` and ``excluded`` together (the record's
+rows), and every config's (``ops`` has a row per operator); where those bytes go (each config, the files'
+footers, the costliest columns) and what of each row is its repro script (the whole text in older files; its
+settings and the body's hash now).
 
-    python bench/bench_row_bytes.py [LABEL] [--smoke] [--keep DIR]   # LABEL: a name for this
-    measurement # (default: the git commit); --smoke: the whole params/smoke.yaml; --keep DIR: keep
-    the sweep's data there python bench/bench_row_bytes.py --files DIR                      # where
-    the bytes of DIR's Parquet files go
+    python bench/bench_row_bytes.py [LABEL] [--smoke] [--keep DIR]   # LABEL: a name for this measurement
+        # (default: the git commit); --smoke: the whole params/smoke.yaml; --keep DIR: keep the sweep's data there
+    python bench/bench_row_bytes.py --files DIR                      # where the bytes of DIR's Parquet files go
 
-Writes bench/results/row_bytes.json (one entry per LABEL, so a before and an after sit side by
-side).
+Writes bench/results/row_bytes.json (one entry per LABEL, so a before and an after sit side by side).
 """
 
 from __future__ import annotations

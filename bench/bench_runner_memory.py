@@ -1,9 +1,9 @@
 """Memory of a long sweep: the runner's own peak RSS as the model count grows.
 
-The probe is replaced by a fake fast one (a stand-in for ``execute.run_task`` that returns a small
-real record at once), so only the runner is measured: queueing, storing records atomically,
-compaction to Parquet. Each count runs in its own process so that its peak RSS (ru_maxrss) is its
-own. Flat means the 1,000-model peak is within a few MB of the 100-model one.
+The probe is replaced by a fake fast one (a stand-in for ``execute.run_task`` that returns a
+small real record at once), so only the runner is measured: queueing, storing records atomically,
+compaction to Parquet. Each count runs in its own process so that its peak RSS (ru_maxrss) is its own.
+Flat means the 1,000-model peak is within a few MB of the 100-model one.
 
     .venv/bin/python bench/bench_runner_memory.py [--counts 100 300 1000]
 """

@@ -1,33 +1,31 @@
-"""Multi-device scheduling, by simulation: the local sweep's own scheduling driving fake probes that
-only sleep.
+"""Multi-device scheduling, by simulation: the local sweep's own scheduling driving fake probes that only sleep.
 
-8 pretend devices; 1,000 models, exactly 70% needing 1 device, 20% 2, 8% 4 and 2% 8, shuffled
-(seeded); each probe sleeps a duration drawn from a seeded lognormal (median 20 ms, sigma 0.5,
-independent of the size), so a run takes seconds. Per scheduler and model order:
+8 pretend devices; 1,000 models, exactly 70% needing 1 device, 20% 2, 8% 4 and 2% 8, shuffled (seeded);
+each probe sleeps a duration drawn from a seeded lognormal (median 20 ms, sigma 0.5, independent of the
+size), so a run takes seconds. Per scheduler and model order:
 - utilisation: busy device-seconds (devices held x time inside the probe) / (8 x wall time);
 - head wait: once every model before it has its devices, how long a model waits for a fitting set of
   its own (starvation shows here); target: at most the longest probe time;
-- wall time, and the peak RSS of the process that runs 100 and 1,000 models (each in its own
-process). The head-wait bound is against the longest probe as measured (grant to end: the sleep plus
-thread hand-offs), with 2 ms for the release and the next grant to pass between threads.
+- wall time, and the peak RSS of the process that runs 100 and 1,000 models (each in its own process).
+The head-wait bound is against the longest probe as measured (grant to end: the sleep plus thread
+hand-offs), with 2 ms for the release and the next grant to pass between threads.
 
-Schedulers: every row but the first runs ``scheduler.run_on_devices``, the function
-``executors.contract.Executor.results`` schedules a sweep's probes with (one thread per device, each
-taking the next model and holding the devices it needs from the scheduler while it runs), with the
-policy named:
-- baseline: the slot queue of sweeps before devices were handed out (simulated here): 8 workers
-  share 8 one-device slots; a model needing N takes N slots one after another, under a lock (without
-  it two 8-device models each holding 4 slots deadlock), so the models behind it wait (FIFO, no
-  backfill). Its slots are any free ids: not valid for TPUs.
-- baseline-tpu: FIFO without backfill on aligned blocks (a TPU model needs neighbouring chips): the
-  head waits until an aligned block is free, the models behind it wait too (a ``DeviceScheduler``
-  whose head reserves every device).
+Schedulers: every row but the first runs ``scheduler.run_on_devices``, the function ``executors.contract.Executor.results``
+schedules a sweep's probes with (one thread per device, each taking the next model and holding the
+devices it needs from the scheduler while it runs), with the policy named:
+- baseline: the slot queue of sweeps before devices were handed out (simulated here): 8 workers share 8
+  one-device slots; a model needing N takes N slots one after another, under a lock (without it two
+  8-device models each holding 4 slots deadlock), so the models behind it wait (FIFO, no backfill).
+  Its slots are any free ids: not valid for TPUs.
+- baseline-tpu: FIFO without backfill on aligned blocks (a TPU model needs neighbouring chips): the head
+  waits until an aligned block is free, the models behind it wait too (a ``DeviceScheduler`` whose head
+  reserves every device).
 - greedy: ``DeviceScheduler`` without the reservation: any waiting model that fits starts (first-fit
   backfill); shown for the starvation it causes.
-- runner: ``DeviceScheduler`` (FIFO + reservation backfilling), any free devices (cuda) or aligned
-blocks only (tpu): what a sweep runs. Orders: ``given`` (the shuffled list) and ``largest``
-(``scheduler.device_order``: biggest first, what a sweep hands its models out in whenever one needs
-more than one device).
+- runner: ``DeviceScheduler`` (FIFO + reservation backfilling), any free devices (cuda) or aligned blocks
+  only (tpu): what a sweep runs.
+Orders: ``given`` (the shuffled list) and ``largest`` (``scheduler.device_order``: biggest first, what
+a sweep hands its models out in whenever one needs more than one device).
 
     .venv/bin/python bench/bench_scheduler.py [--models 1000] [--reps 1]
 """

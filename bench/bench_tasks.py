@@ -1,17 +1,15 @@
-"""The probe's cost for a vision-language model against a text model of about the same size, on the
-CPU.
+"""The probe's cost for a vision-language model against a text model of about the same size, on the CPU.
 
-Pairs of offline fixtures whose language models have the same widths and depth (the VLM adds a
-2-layer vision tower and a projector, about 15% more parameters): tiny-llama / tiny-llava and
-tiny-llama / tiny-idefics3. Two measurements, alternating text and VLM runs so that the shared
-machine's load falls on both alike:
+Pairs of offline fixtures whose language models have the same widths and depth (the VLM adds a 2-layer
+vision tower and a projector, about 15% more parameters): tiny-llama / tiny-llava and tiny-llama /
+tiny-idefics3. Two measurements, alternating text and VLM runs so that the shared machine's load falls on
+both alike:
 
-- the probe's stages in one warm process (``probe_core.run_stages``, timed at each stage's start
-  through its ``on_stage`` hook): load (the processor included for the VLM), template (the chat
-  template, and for the VLM the probe image drawn and preprocessed), first token, generation, decode
-  tokens/s, tokens in;
-- the command users type, ``papermill notebooks/probe.ipynb out.ipynb -p model_id X`` (with the CPU
-  reference check, as a sweep runs it): wall seconds per model.
+- the probe's stages in one warm process (``probe_core.run_stages``, timed at each stage's start through its
+  ``on_stage`` hook): load (the processor included for the VLM), template (the chat template, and for the VLM
+  the probe image drawn and preprocessed), first token, generation, decode tokens/s, tokens in;
+- the command users type, ``papermill notebooks/probe.ipynb out.ipynb -p model_id X`` (with the CPU reference
+  check, as a sweep runs it): wall seconds per model.
 
     .venv/bin/python bench/bench_tasks.py
 """

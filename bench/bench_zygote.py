@@ -1,11 +1,10 @@
-"""Kernels forked from the zygote vs fresh kernels: `model-support sweep` (the command users type)
-over a handful of fixtures, with `MODEL_SUPPORT_KERNEL_ZYGOTE=off` and without, in one run,
-alternating.
+"""Kernels forked from the zygote vs fresh kernels: `model-support sweep` (the command users type) over a
+handful of fixtures, with `MODEL_SUPPORT_KERNEL_ZYGOTE=off` and without, in one run, alternating.
 
-Measured: CPU seconds of the whole process tree (the runner, its probe processes, their kernels, the
-zygote: everything the command waited for, ``RUSAGE_CHILDREN``) and wall seconds; the records
-compared field for field, timings and peak host memory aside. Target: the zygote's sweep at most
-0.7x the CPU of the fresh one, with the same records.
+Measured: CPU seconds of the whole process tree (the runner, its probe processes, their kernels, the zygote:
+everything the command waited for, ``RUSAGE_CHILDREN``) and wall seconds; the records compared field for
+field, timings and peak host memory aside. Target: the zygote's sweep at most 0.7x the CPU of the fresh one,
+with the same records.
 
     .venv/bin/python bench/bench_zygote.py [--repeats 2]
 """

@@ -1,26 +1,23 @@
-"""The prepared device check (``bench/device_check.sh``): what only a machine with a CUDA GPU can
-say.
+"""The prepared device check (``bench/device_check.sh``): what only a machine with a CUDA GPU can say.
 
-Nothing is downloaded: the tiny fixtures are built here (``fixtures.build``, offline) and the
-real-size models are random weights from real configs (Llama-3-8B and Llama-3.2-1B, bf16) with a
-fixture's tokenizer. Each step is timed and guarded (a step that fails is recorded with its error
-and the next runs); the whole stays within ``--budget-s`` (a step that would start past it is
-skipped, and says so).
+Nothing is downloaded: the tiny fixtures are built here (``fixtures.build``, offline) and the real-size
+models are random weights from real configs (Llama-3-8B and Llama-3.2-1B, bf16) with a fixture's
+tokenizer. Each step is timed and guarded (a step that fails is recorded with its error and the next
+runs); the whole stays within ``--budget-s`` (a step that would start past it is skipped, and says so).
 
-1. a papermill probe on ``cuda`` (tiny-llama): verdict, peak device memory from the allocator, and
-   the perf phase (TTFT, TPOT with their spread, tokens/s, bandwidth utilisation against the GPU's
-   declared peak);
+1. a papermill probe on ``cuda`` (tiny-llama): verdict, peak device memory from the allocator, and the perf
+   phase (TTFT, TPOT with their spread, tokens/s, bandwidth utilisation against the GPU's declared peak);
 2. compile mode (inductor) on the same model: compile time, graphs, matches eager;
-3. the fixtures' sweep with 1 worker, then with 4 sharing the GPU: wall, verdicts, held-idle share
-   and utilisation (``sweep.device_time``);
-4. the real-size models: load (from disk to the GPU) and generation time, the allocator's peak;
-   Llama-3.2-1B's perf phase (its TPOT and model bandwidth utilisation: the first real MBU figure);
-5. the numerics check's false-suspect rate: healthy GPU bf16 kernels against the CPU float32
-   reference (``diverges`` among the PASSes of every run above, and Llama-3.2-1B's).
+3. the fixtures' sweep with 1 worker, then with 4 sharing the GPU: wall, verdicts, held-idle share and
+   utilisation (``sweep.device_time``);
+4. the real-size models: load (from disk to the GPU) and generation time, the allocator's peak; Llama-3.2-1B's
+   perf phase (its TPOT and model bandwidth utilisation: the first real MBU figure);
+5. the numerics check's false-suspect rate: healthy GPU bf16 kernels against the CPU float32 reference
+   (``diverges`` among the PASSes of every run above, and Llama-3.2-1B's).
 
-``--dry-run`` runs every step on one pretend device with small sizes (a 2-layer "8B"; 2 workers
-sharing the device, as 4 share the GPU): what ``make test`` runs, so the script never rots. Results:
-``<out>/device_check.json`` (and the bench README's table when ``<out>`` is bench/results).
+``--dry-run`` runs every step on one pretend device with small sizes (a 2-layer "8B"; 2 workers sharing the
+device, as 4 share the GPU): what ``make test`` runs, so the script never rots. Results: ``<out>/device_check.json`` (and the bench README's
+table when ``<out>`` is bench/results).
 """
 
 from __future__ import annotations

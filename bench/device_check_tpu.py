@@ -1,34 +1,27 @@
-"""The prepared check for the first TPU host (``bench/device_check_tpu.sh``): what only a chip can
-say about the tpu adapter. Everything else about torch_tpu 0.2.0 is checked against the installed
-package, without a chip, by ``tests/test_torch_tpu_conformance.py`` (docs/devices.md, "The TPU: what
-is verified where").
+"""The prepared check for the first TPU host (``bench/device_check_tpu.sh``): what only a chip can say about the tpu
+adapter. Everything else about torch_tpu 0.2.0 is checked against the installed package, without a chip, by
+``tests/test_torch_tpu_conformance.py`` (docs/devices.md, "The TPU: what is verified where").
 
-Nothing is downloaded (the tiny fixtures are built here, offline). Each step prints what it verified
-(``ok``) and what it found otherwise (``NO``), and is guarded: a step that fails is recorded with
-its error and the next runs; a step that would start past ``--budget-s`` is skipped and says so.
+Nothing is downloaded (the tiny fixtures are built here, offline). Each step prints what it verified (``ok``) and
+what it found otherwise (``NO``), and is guarded: a step that fails is recorded with its error and the next runs;
+a step that would start past ``--budget-s`` is skipped and says so.
 
-1. chips: torch_tpu's count, generation, slice shapes and HBM table (as the adapter reads them, from
-   the PCI bus), against what the loaded runtime says (torch.accelerator's count,
-   ``torch.tpu.get_device_name``);
-2. pinning: two processes pinned to chips 0 and 1 by the adapter's ``pinning_env`` both run at once
-   (one chip per process), and a third pinned to a chip the first holds is refused, naming
-   ``TPU_VISIBLE_DEVICES``;
-3. a probe (papermill, tiny-llama, eager) on one pinned chip: its verdict, device count, name and
-   peak memory;
-4. a sharded probe over 2 chips (or the smallest slice torch_tpu has above 1) granted at the end of
-   the host, while another process holds chip 0: each rank opens the chip it was granted (a rank
-   opening chip LOCAL_RANK would collide), with the launch environment torch_tpu's
-   ``set_tpu_launch_env`` set up, and ``cpu:gloo,tpu:tpu_dist``;
+1. chips: torch_tpu's count, generation, slice shapes and HBM table (as the adapter reads them, from the PCI bus),
+   against what the loaded runtime says (torch.accelerator's count, ``torch.tpu.get_device_name``);
+2. pinning: two processes pinned to chips 0 and 1 by the adapter's ``pinning_env`` both run at once (one chip per
+   process), and a third pinned to a chip the first holds is refused, naming ``TPU_VISIBLE_DEVICES``;
+3. a probe (papermill, tiny-llama, eager) on one pinned chip: its verdict, device count, name and peak memory;
+4. a sharded probe over 2 chips (or the smallest slice torch_tpu has above 1) granted at the end of the host, while
+   another process holds chip 0: each rank opens the chip it was granted (a rank opening chip LOCAL_RANK would
+   collide), with the launch environment torch_tpu's ``set_tpu_launch_env`` set up, and ``cpu:gloo,tpu:tpu_dist``;
 5. memory: the adapter's HBM per device (torch_tpu's table) against ``get_device_properties`` and
-   ``torch.accelerator.get_memory_info``; whether ``torch.accelerator.max_memory_allocated``
-   answers;
-6. compile mode (``torch.compile(backend="tpu")``) with the recompile check on: compile time,
-   graphs, matches eager, the recompiles per prompt length, and the compilation cache's hits and
-   misses, then again in a fresh process with the same tier-2 cache folder (does a second process
-   hit it?).
+   ``torch.accelerator.get_memory_info``; whether ``torch.accelerator.max_memory_allocated`` answers;
+6. compile mode (``torch.compile(backend="tpu")``) with the recompile check on: compile time, graphs, matches eager,
+   the recompiles per prompt length, and the compilation cache's hits and misses, then again in a fresh process
+   with the same tier-2 cache folder (does a second process hit it?).
 
-Results: ``<out>/device_check_tpu.json``. Exit status 0 when every step verified what it checks, 1
-otherwise, 2 with "no TPU here" on a host where torch_tpu finds no chip (nothing else runs).
+Results: ``<out>/device_check_tpu.json``. Exit status 0 when every step verified what it checks, 1 otherwise, 2 with
+"no TPU here" on a host where torch_tpu finds no chip (nothing else runs).
 """
 
 from __future__ import annotations

@@ -1,29 +1,25 @@
-"""``make mutation``: mutation testing (cosmic-ray) over the modules whose rules decide answers,
-with its report.
+"""``make mutation``: mutation testing (cosmic-ray) over the modules whose rules decide answers, with its report.
 
-A test suite that passes says nothing about a rule no test would notice breaking. Here each rule is
-broken on purpose, one small change at a time (a mutant: ``<`` for ``<=``, ``4.0`` for ``3.0``, a
-condition negated, a loop that never runs), in a scratch copy of the sources (``--scratch``; the
-work tree is never touched), and the module's fast test files run against it: a test that fails
-kills the mutant, a mutant every test survives is a rule no test guards, or a change that changes
-nothing (an equivalent mutant). Each survivor is either killed by a new test or written down in
-``EQUIVALENT`` below, with why; the report (bench/mutation.md, between its markers) says for each
-module the mutants generated, left out by the filter (and why), tried, killed and surviving, and
-lists every survivor with its reason, or "no reason" (kill it, or write one).
+A test suite that passes says nothing about a rule no test would notice breaking. Here each rule is broken on
+purpose, one small change at a time (a mutant: ``<`` for ``<=``, ``4.0`` for ``3.0``, a condition negated, a loop
+that never runs), in a scratch copy of the sources (``--scratch``; the work tree is never touched), and the module's
+fast test files run against it: a test that fails kills the mutant, a mutant every test survives is a rule no test
+guards, or a change that changes nothing (an equivalent mutant). Each survivor is either killed by a new test or
+written down in ``EQUIVALENT`` below, with why; the report (bench/mutation.md, between its markers) says for each
+module the mutants generated, left out by the filter (and why), tried, killed and surviving, and lists every
+survivor with its reason, or "no reason" (kill it, or write one).
 
-Slow (each mutant runs its module's tests in a fresh pytest, 2 to 30 s each on a busy 2-core
-machine: about two and a half hours for the seven modules, bench/mutation.md), so never part of
-``make test`` or CI. ``--only decision`` runs one module; ``--resume`` carries on with the sessions
-left in the scratch folder (cosmic-ray keeps each mutant's result in a SQLite session);
-``--recheck`` tries that module's survivors again, against the tests as they are now (after a new
-test); ``--report-only`` rewrites the report from the sessions there.
+Slow (each mutant runs its module's tests in a fresh pytest, 2 to 30 s each on a busy 2-core machine: about two and a
+half hours for the seven modules, bench/mutation.md), so never part of ``make test`` or CI. ``--only decision`` runs
+one module; ``--resume`` carries on with the sessions left in the scratch folder (cosmic-ray keeps each mutant's result
+in a SQLite session); ``--recheck`` tries that module's survivors again, against the tests as they are now (after a
+new test); ``--report-only`` rewrites the report from the sessions there.
 
-Left out by the filter, never tried: mutants outside the rules named for a module (``names``: the
-store's journal, not its whole file); mutants inside an annotation (every module here has ``from
-__future__ import annotations``: annotations are never evaluated, so ``str | None`` -> ``str &
-None`` changes nothing); arithmetic swapped for bitwise, shift, power, floor-division or modulo
-operators and back (cosmic-ray tries every binary operator for every other: on floats and strings
-these raise at once, never telling anything a ``+`` -> ``-`` does not), and the variable
+Left out by the filter, never tried: mutants outside the rules named for a module (``names``: the store's journal,
+not its whole file); mutants inside an annotation (every module here has ``from __future__ import annotations``:
+annotations are never evaluated, so ``str | None`` -> ``str & None`` changes nothing); arithmetic swapped for bitwise,
+shift, power, floor-division or modulo operators and back (cosmic-ray tries every binary operator for every other:
+on floats and strings these raise at once, never telling anything a ``+`` -> ``-`` does not), and the variable
 inserter/replacer (random names, not reproducible).
 """
 
@@ -122,7 +118,7 @@ TARGETS = (
         "gate",
         "analysis/gate.py",
         ("tests/test_gate.py", "tests/test_gate_alike.py", "tests/test_likeness.py"),
-        ("GATES", "ACROSS", "GateResult", "check_gates", "gate"),
+        ("GATES", "ACROSS", "GateResult", "check_gates", "gate", "_judged", "_slower"),
     ),
     Target(
         "perf (likeness)",
@@ -303,10 +299,8 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     "sorts at or before compile",
     (
         "performance (noise)",
-        "if self.goal > 0 and (settled or not adds_steps):  # 0: every repeat the cap and "
-        "budget allow",
-        "if self.goal != 0 and (settled or not adds_steps):  # 0: every repeat the cap and "
-        "budget allow",
+        "if self.goal > 0 and (settled or not adds_steps):",
+        "if self.goal != 0 and (settled or not adds_steps):",
     ): "the goal is `perf_spread`, at least 0 (`probe_params` refuses less): `!= 0` and `> 0` "
     "agree",
     (

@@ -44,3 +44,15 @@ def test_a_torchvision_import_that_hangs_stops_the_sweep_in_one_sentence(tmp_pat
         "This environment cannot probe models: importing torchvision did not finish within 3 s"
     )
     assert "pip uninstall torchvision" in str(refused.value)
+
+
+def test_a_torchvision_that_imports_lets_the_sweep_start(tmp_path, monkeypatch):
+    """The check's child itself must run: a torchvision that imports (here one that does nothing
+    else) passes, where a child that could not import the check refused every sweep (review,
+    2026-12-08: its code named the function's old module)."""
+    site = tmp_path / "site"
+    (site / "torchvision").mkdir(parents=True)
+    (site / "torchvision" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(site))  # installed here (find_spec sees it) and in the child
+    monkeypatch.setenv("PYTHONPATH", f"{site}:{os.environ.get('PYTHONPATH', '')}")
+    definition.check_vision()  # no SweepConfigError

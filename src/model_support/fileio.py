@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 #: Environment variable of the fault-injection test: stop this process just before its N-th write
@@ -95,13 +96,18 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
     _fsync_dir(path.parent)
 
 
-def remove_torn_writes(folder: Path) -> int:
-    """Remove the temporary files of ``atomic_write_bytes`` under ``folder`` (``.NAME.XXXX.tmp``)
-    that a killed writer left behind; how many. Only for a caller holding the folder's lock: no
-    write of another process is under way there."""
+#: The temporary file ``atomic_write_bytes`` writes first: ``.NAME.XXXXXXXX.tmp`` (mkstemp's name).
+TORN_WRITE = re.compile(r"^\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp$")
+
+
+def remove_torn_writes(folder: Path, mine: Callable[[str], bool]) -> int:
+    """Remove, in ``folder`` (not below it), the temporary files of ``atomic_write_bytes`` that a
+    killed writer left for the files ``mine`` accepts (by name); how many. Only for the files a
+    caller alone writes, holding their lock: another command's write under way is never touched."""
     removed = 0
-    for tmp in Path(folder).rglob(".*.tmp"):
-        if tmp.is_file():
+    for tmp in Path(folder).glob(".*.tmp"):
+        torn = TORN_WRITE.match(tmp.name)
+        if torn and mine(torn.group("name")) and tmp.is_file():
             tmp.unlink(missing_ok=True)
             removed += 1
     return removed

@@ -1,11 +1,12 @@
 """The workflows the commands run, callable from Python and a notebook: a sweep with what it says
 after (its table, summary, report and pending sentence) and the nightly.
 
-Why a room of its own: the command line turns arguments into one of these calls and draws a progress bar; a notebook
-or a script calls them with its own ``say`` (where the lines go) and gets the same lines and the same exit status::
+Why a room of its own: the command line turns arguments into one of these calls and draws a
+progress bar; a notebook or a script calls them with its own ``say`` (where the lines go) and gets
+the same lines and the same exit status (0, or 1 when the gate failed or a model is pending)::
 
-    from model_support import workflows status = workflows.nightly("params/nightly.yaml", "data")  #
-    0, or 1 when the gate failed or a model is pending
+    from model_support import workflows
+    status = workflows.nightly("params/nightly.yaml", "data")
 
 Nothing here parses a flag or knows a terminal: ``say`` and ``warn`` take one line each (``print``
 and stderr by default), ``on_result`` sees each record as the sweep stores it.

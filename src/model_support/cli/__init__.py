@@ -45,26 +45,32 @@ class LazyCommands(MutableMapping):
 
     def __init__(self) -> None:
         self._loaded: dict[str, click.Command] = {}
+        self._removed: set[str] = set()
 
     def __getitem__(self, name: str) -> click.Command:
+        if name in self._removed or (name not in self._loaded and name not in COMMANDS):
+            raise KeyError(name)
         if name not in self._loaded:
-            if name not in COMMANDS:
-                raise KeyError(name)
             module = importlib.import_module(f"{__name__}.{COMMANDS[name]}")
             self._loaded[name] = getattr(module, "list_" if name == "list" else name)
         return self._loaded[name]
 
     def __setitem__(self, name: str, command: click.Command) -> None:
+        self._removed.discard(name)
         self._loaded[name] = command
 
     def __delitem__(self, name: str) -> None:
-        del self._loaded[name]
+        if name not in self:
+            raise KeyError(name)
+        self._loaded.pop(name, None)
+        self._removed.add(name)
 
     def __iter__(self):
-        return iter(dict.fromkeys([*COMMANDS, *self._loaded]))
+        names = dict.fromkeys([*COMMANDS, *self._loaded])
+        return iter([name for name in names if name not in self._removed])
 
     def __len__(self) -> int:
-        return len(set(COMMANDS) | set(self._loaded))
+        return len(list(iter(self)))
 
 
 class LazyGroup(click.Group):

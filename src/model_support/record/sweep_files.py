@@ -46,6 +46,23 @@ PUBLISHED = "published.json"
 TRACES = "traces"
 
 
+#: What a sweep's run writes in its folder, holding the sweep's lock (``SweepLock``): these files in
+#: it, and every file of these folders. Other commands write beside them without that lock
+#: (``bisect.json``, ``localised/``).
+RUNNER_FILES = ("sweep.json", "pending.json", "ray.json")
+RUNNER_FOLDERS = ("records", "notebooks", "logs", "repro", TRACES)
+
+
+def remove_torn_runner_writes(data_dir: Path, sweep_id: str) -> int:
+    """The temporary files a killed run left half-written among its own files (``RUNNER_FILES``,
+    ``RUNNER_FOLDERS``); for a run that holds the sweep's lock; how many."""
+    folder = sweep_dir(data_dir, sweep_id)
+    removed = fileio.remove_torn_writes(folder, lambda name: name in RUNNER_FILES)
+    for sub in RUNNER_FOLDERS:
+        removed += fileio.remove_torn_writes(folder / sub, lambda name: True)
+    return removed
+
+
 def repro_dir(data_dir: Path, sweep_id: str | None = None) -> Path:
     """Where repro bodies are kept: a sweep's ``repro/`` (as its probes wrote them), or with no
     sweep the data folder's (every sweep's bodies, beside the Parquet files and on the Hub)."""

@@ -237,8 +237,8 @@ def _run(
         _stops(data_dir, meta.sweep_id, total),
         session(executor) as joined,
     ):  # one Ray connection for the run's passes and rounds
-        if resume:  # a writer killed mid-write left its temporary file: this run holds the lock now
-            fileio.remove_torn_writes(store.sweep_dir(data_dir, meta.sweep_id))
+        if resume:  # a run killed mid-write left its temporary file: this run holds the lock now
+            store.remove_torn_runner_writes(data_dir, meta.sweep_id)
         if resume and (moved := store.migrate_names(data_dir, meta.sweep_id)):
             print(
                 f"Sweep {meta.sweep_id}: {moved} record(s) moved to their one-to-one file "
