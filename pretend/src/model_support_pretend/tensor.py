@@ -315,10 +315,9 @@ def _names(func) -> tuple[str, str]:
 
 def _cpu_fallback_on() -> bool:
     """The TPU contract's switch (``no_fallback``): ``torch.pretend.enable_cpu_fallback``, False
-    until a user sets it, as TorchTPU's ``enable_cpu_fallback``."""
-    from . import device
-
-    return bool(device.enable_cpu_fallback)
+    until a user sets it, as TorchTPU's ``enable_cpu_fallback`` (read from ``torch.pretend``, the
+    device module ``backend.register`` installs: this module imports none of it)."""
+    return bool(getattr(torch, NAME).enable_cpu_fallback)
 
 
 def act_out_faults(func) -> Faults:
