@@ -31,12 +31,18 @@ def test_a_device_check_that_does_not_answer_is_one_sentence(monkeypatch):
     assert devices.check_available("gpu") == facts.problem
 
 
-def test_a_torchvision_import_that_hangs_stops_the_sweep_in_one_sentence(tmp_path, monkeypatch):
+def _torchvision(tmp_path, monkeypatch, source: str) -> None:
+    """A torchvision package whose ``__init__`` is ``source``, installed here (``find_spec`` sees
+    it) and in the check's child (PYTHONPATH)."""
     site = tmp_path / "site"
     (site / "torchvision").mkdir(parents=True)
-    (site / "torchvision" / "__init__.py").write_text("import time\ntime.sleep(3600)\n")
-    monkeypatch.syspath_prepend(str(site))  # installed here (find_spec sees it) and in the child
+    (site / "torchvision" / "__init__.py").write_text(source)
+    monkeypatch.syspath_prepend(str(site))
     monkeypatch.setenv("PYTHONPATH", f"{site}:{os.environ.get('PYTHONPATH', '')}")
+
+
+def test_a_torchvision_import_that_hangs_stops_the_sweep_in_one_sentence(tmp_path, monkeypatch):
+    _torchvision(tmp_path, monkeypatch, "import time\ntime.sleep(3600)\n")
     monkeypatch.setattr(definition, "VISION_CHECK_TIMEOUT_S", 3.0)
     with pytest.raises(definition.SweepConfigError) as refused:
         definition.check_vision()
@@ -50,9 +56,5 @@ def test_a_torchvision_that_imports_lets_the_sweep_start(tmp_path, monkeypatch):
     """The check's child itself must run: a torchvision that imports (here one that does nothing
     else) passes, where a child that could not import the check refused every sweep (review,
     2026-12-08: its code named the function's old module)."""
-    site = tmp_path / "site"
-    (site / "torchvision").mkdir(parents=True)
-    (site / "torchvision" / "__init__.py").write_text("")
-    monkeypatch.syspath_prepend(str(site))  # installed here (find_spec sees it) and in the child
-    monkeypatch.setenv("PYTHONPATH", f"{site}:{os.environ.get('PYTHONPATH', '')}")
+    _torchvision(tmp_path, monkeypatch, "")
     definition.check_vision()  # no SweepConfigError
